@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class DispatcherConfig(AppConfig):
+    name = "dispatcher"
+    verbose_name = "Dispatcher"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the system checks)

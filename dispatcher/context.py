@@ -1,0 +1,51 @@
+"""The values that flow through the pipeline: a call as policy sees it, and a decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .tools.base import Tool
+
+Action = Literal["allow", "deny", "ask", "cancel"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A snapshot of the owner's permission profile, taken when the call is admitted."""
+
+    mode: str
+    allow: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """One call as listeners and guards see it. Read-only: nothing here may be rewritten."""
+
+    call_id: str
+    session_id: str
+    tool: Tool
+    name: str
+    arguments: dict[str, Any]
+    workspace: Path
+    mode: str  # the session's effective mode (never wider than the owner's)
+    username: str
+    agent_name: str
+    profile: Profile = field(default_factory=lambda: Profile(mode="standard"))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a pre-execute listener answered, and who/why (provenance)."""
+
+    action: Action
+    by: str  # "mode:standard", "rule:allow:run_command(npm test *)", "guard:workspace_confinement", "user:alice"
+    reason: str
+    rule: str = ""
+
+    def as_provenance(self) -> dict[str, str]:
+        return {"action": self.action, "by": self.by, "reason": self.reason, "rule": self.rule}

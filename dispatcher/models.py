@@ -1,0 +1,194 @@
+"""Agents, sessions, tool calls and permission profiles.
+
+Models hold fields, constraints and read vocabulary only; every state change lives in
+`dispatcher.services`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class Mode(models.TextChoices):
+    READ_ONLY = "read_only", "Read only"
+    STANDARD = "standard", "Standard"
+    TRUSTED = "trusted", "Trusted"
+    LOCKED = "locked", "Locked"
+
+
+# From least to most permissive; a session may only move left of its owner's mode.
+MODE_ORDER = [Mode.LOCKED, Mode.READ_ONLY, Mode.STANDARD, Mode.TRUSTED]
+
+
+def narrower_mode(a: str, b: str) -> str:
+    return a if MODE_ORDER.index(Mode(a)) <= MODE_ORDER.index(Mode(b)) else b
+
+
+class PermissionProfile(models.Model):
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="permission_profile"
+    )
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.STANDARD)
+    allow = models.JSONField(default=list, blank=True)
+    ask = models.JSONField(default=list, blank=True)
+    deny = models.JSONField(default=list, blank=True)
+    version = models.PositiveIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.mode})"
+
+
+class Agent(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agents")
+    name = models.CharField(max_length=100)
+    token_prefix = models.CharField(max_length=16, unique=True)
+    token_hash = models.CharField(max_length=64)
+    workspace = models.CharField(
+        max_length=1000, blank=True, help_text="Fixed workspace directory; empty gives each session a fresh one."
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="agent_unique_name_per_owner")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.token_prefix}…)"
+
+
+class AgentSession(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="sessions")
+    title = models.CharField(max_length=200, blank=True)
+    mode = models.CharField(max_length=16, choices=Mode.choices)
+    workspace = models.CharField(max_length=1000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name}: {self.title or self.id}"
+
+
+class Status(models.TextChoices):
+    RECEIVED = "received"
+    REJECTED = "rejected"
+    DENIED = "denied"
+    CANCELLED = "cancelled"
+    PENDING_APPROVAL = "pending_approval"
+    EXPIRED = "expired"
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    TIMED_OUT = "timed_out"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        Status.REJECTED,
+        Status.DENIED,
+        Status.CANCELLED,
+        Status.EXPIRED,
+        Status.COMPLETED,
+        Status.TIMED_OUT,
+        Status.OUTCOME_UNKNOWN,
+    }
+)
+
+# Every transition the services may make: (from, to).
+TRANSITIONS = frozenset(
+    {
+        (Status.RECEIVED, Status.REJECTED),
+        (Status.RECEIVED, Status.DENIED),
+        (Status.RECEIVED, Status.CANCELLED),
+        (Status.RECEIVED, Status.PENDING_APPROVAL),
+        (Status.RECEIVED, Status.QUEUED),
+        (Status.PENDING_APPROVAL, Status.QUEUED),
+        (Status.PENDING_APPROVAL, Status.DENIED),
+        (Status.PENDING_APPROVAL, Status.EXPIRED),
+        (Status.PENDING_APPROVAL, Status.CANCELLED),
+        # The worker re-runs the guards before it claims the call: time has passed.
+        (Status.QUEUED, Status.DENIED),
+        (Status.QUEUED, Status.RUNNING),
+        (Status.RUNNING, Status.COMPLETED),
+        (Status.RUNNING, Status.TIMED_OUT),
+        (Status.RUNNING, Status.OUTCOME_UNKNOWN),
+    }
+)
+
+
+class Dialect(models.TextChoices):
+    NATIVE = "native"
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+class ToolCallQuerySet(models.QuerySet["ToolCall"]):
+    def awaiting_approval(self) -> ToolCallQuerySet:
+        return self.filter(status=Status.PENDING_APPROVAL)
+
+    def terminal(self) -> ToolCallQuerySet:
+        return self.filter(status__in=TERMINAL_STATUSES)
+
+    def lease_expired(self, now: object) -> ToolCallQuerySet:
+        return self.filter(status=Status.RUNNING, lease_until__lt=now)
+
+    def queued_before(self, when: object) -> ToolCallQuerySet:
+        return self.filter(status=Status.QUEUED, queued_at__lt=when)
+
+
+class ToolCall(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(AgentSession, on_delete=models.PROTECT, related_name="calls")
+    tool_use_id = models.CharField(max_length=200)
+    name = models.CharField(max_length=200)
+    # The exact arguments as received (text), their parsed form, and the SHA-256 of their
+    # canonical JSON. Never rewritten after receive.
+    raw_arguments = models.TextField()
+    arguments = models.JSONField(null=True)
+    digest = models.CharField(max_length=64)
+    dialect = models.CharField(max_length=16, choices=Dialect.choices)
+    batch_id = models.UUIDField(db_index=True)
+    batch_index = models.PositiveIntegerField()
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RECEIVED)
+    decision = models.CharField(max_length=16, blank=True)  # allow | deny | ask | cancel | reject
+    decided_by = models.CharField(max_length=200, blank=True)  # "mode:standard", "guard:...", "user:alice"
+    reason = models.TextField(blank=True)
+    provenance = models.JSONField(default=dict, blank=True)
+
+    content = models.TextField(blank=True)
+    is_error = models.BooleanField(default=False)
+    repeat_count = models.PositiveIntegerField(default=1)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    timings = models.JSONField(default=dict, blank=True)
+
+    objects = ToolCallQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "batch_index"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "tool_use_id"], name="toolcall_unique_tool_use_id"),
+        ]
+        indexes = [models.Index(fields=["status", "queued_at"]), models.Index(fields=["status", "lease_until"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} [{self.status}]"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES

@@ -1,0 +1,252 @@
+"""Harness settings: every value comes from the environment (see README, "Configuration").
+
+With neither DATABASE_URL nor REDIS_URL set, Harness runs on the embedded default: a
+SQLite file in WAL mode and a Redis server it starts itself (harness_site.embedded_redis).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in env(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("HARNESS_DEBUG", False)
+SECRET_KEY = env("HARNESS_SECRET_KEY") or (
+    "insecure-dev-key-only-for-the-embedded-default" if DEBUG or not env("DATABASE_URL") else ""
+)
+if not SECRET_KEY:
+    raise ImproperlyConfigured("Set HARNESS_SECRET_KEY (a long random string) in production.")
+
+ALLOWED_HOSTS = env_list("HARNESS_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = env_list("HARNESS_CSRF_TRUSTED_ORIGINS")
+DATA_DIR = Path(env("HARNESS_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "audit",
+    "dispatcher",
+    "approvals",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "harness_site.urls"
+ASGI_APPLICATION = "harness_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.csp",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+# --- Database -----------------------------------------------------------------------
+if env("DATABASE_URL"):
+    DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL"))}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Connections come from psycopg's pool (async views run ORM work in threads;
+        # a long CONN_MAX_AGE exhausts max_connections under ASGI).
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": int(env("HARNESS_DB_POOL_MIN", "2")),
+            "max_size": int(env("HARNESS_DB_POOL_MAX", "20")),
+            "timeout": 10,
+        }
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "harness.sqlite3",
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": DATA_DIR / "test-harness.sqlite3"},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: broker, channel layer, wake-ups ------------------------------------------
+EMBEDDED_REDIS = not env("REDIS_URL")
+if EMBEDDED_REDIS:
+    from harness_site import embedded_redis
+
+    REDIS_URL = embedded_redis.ensure_running(DATA_DIR)
+else:
+    REDIS_URL = env("REDIS_URL")
+
+
+def _celery_url(url: str) -> str:
+    return "redis+socket://" + url.removeprefix("unix://") if url.startswith("unix://") else url
+
+
+CELERY_BROKER_URL = _celery_url(REDIS_URL)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+# At-most-once delivery (early ack) and one message in hand per worker process: the
+# database, not the broker, decides whether a call runs (claim by conditional update).
+CELERY_TASK_ACKS_LATE = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_DEFAULT_QUEUE = env("HARNESS_CELERY_QUEUE", "harness")
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-calls": {
+        "task": "dispatcher.tasks.reconcile",
+        "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")),
+    },
+}
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {
+            "hosts": [REDIS_URL],
+            "prefix": env("HARNESS_CHANNEL_PREFIX", "harness"),
+        },
+    }
+}
+# Prefix of the Redis pub/sub channels that wake long-polling agent requests.
+HARNESS_WAKE_PREFIX = env("HARNESS_WAKE_PREFIX", "harness:wake")
+
+# --- Auth, sessions, security --------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/approvals/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = env_bool("HARNESS_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
+from django.utils.csp import CSP  # noqa: E402
+
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF, CSP.NONCE],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "frame-ancestors": [CSP.NONE],
+    "form-action": [CSP.SELF],
+}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env("HARNESS_LOG_LEVEL", "WARNING")},
+}
+
+# --- Harness ---------------------------------------------------------------------------
+# The tools agents may call; each entry is a dotted path to a Tool.
+HARNESS_TOOLS = [
+    "dispatcher.tools.read_file.TOOL",
+    "dispatcher.tools.write_file.TOOL",
+    "dispatcher.tools.list_directory.TOOL",
+    "dispatcher.tools.search_files.TOOL",
+    "dispatcher.tools.run_command.TOOL",
+    "dispatcher.tools.delete_file.TOOL",
+] + env_list("HARNESS_EXTRA_TOOLS")
+
+# Stage 4, the pre-execute waterfall: `(call, next) -> Decision`, first answer wins.
+HARNESS_PRE_EXECUTE = [
+    "dispatcher.policy.session_grants",
+    "dispatcher.policy.user_rules",
+    "dispatcher.policy.permission_mode",
+]
+# Stage 5: every guard runs; any reason denies. Re-run by the worker before execution.
+HARNESS_GUARDS = [
+    "dispatcher.guards.workspace_confinement",
+    "dispatcher.guards.command_blocklist",
+]
+# Stage 8: `(call, content) -> content`; may replace the result content, never arguments.
+HARNESS_POST_EXECUTE: list[str] = []
+# Stage 6: wraps every tool execution (budgets, retries, metrics belong here).
+HARNESS_EXECUTE_WRAPPER = "dispatcher.pipeline.default_execute_wrapper"
+
+HARNESS_DEFAULT_MODE = env("HARNESS_DEFAULT_MODE", "standard")
+HARNESS_ALLOW_DESTRUCTIVE = env_bool("HARNESS_ALLOW_DESTRUCTIVE", False)
+HARNESS_WORKSPACE_ROOT = Path(env("HARNESS_WORKSPACE_ROOT", str(DATA_DIR / "workspaces")))
+HARNESS_MAX_BODY_BYTES = int(env("HARNESS_MAX_BODY_BYTES", str(1024 * 1024)))
+HARNESS_MAX_CALLS_PER_BATCH = int(env("HARNESS_MAX_CALLS_PER_BATCH", "64"))
+HARNESS_MAX_WAIT = 60
+HARNESS_OUTPUT_LIMIT = int(env("HARNESS_OUTPUT_LIMIT", "30000"))
+HARNESS_LEASE_GRACE = float(env("HARNESS_LEASE_GRACE", "30"))
+HARNESS_REQUEUE_AFTER = float(env("HARNESS_REQUEUE_AFTER", "30"))
+
+HARNESS_REPEAT_THRESHOLDS = [int(n) for n in env_list("HARNESS_REPEAT_THRESHOLDS", "3,5,8")]
+HARNESS_REPEAT_PREVIEW_CHARS = int(env("HARNESS_REPEAT_PREVIEW_CHARS", "500"))
+HARNESS_REPEAT_EXCLUDED_TOOLS = env_list("HARNESS_REPEAT_EXCLUDED_TOOLS")
+
+HARNESS_APPROVAL_TIMEOUT = float(env("HARNESS_APPROVAL_TIMEOUT", "900"))
+HARNESS_EXPIRY_ACTION = env("HARNESS_EXPIRY_ACTION", "deny")
+HARNESS_FORBID_SELF_APPROVAL = env_bool("HARNESS_FORBID_SELF_APPROVAL", False)
+
+NINJA_PAGINATION_CLASS = "ninja.pagination.LimitOffsetPagination"
