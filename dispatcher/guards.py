@@ -1,0 +1,282 @@
+"""Guards: always-on checks that can only take permission away (DESIGN section 1, principle 4).
+
+A guard is `guard(call: CallContext) -> str | None`: None lets the call go on, a string
+denies it and is the reason the model reads. Guards run at admission and again in the
+worker just before execution; rules, modes and reviewers cannot override them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable
+
+from .commands import (
+    SHELLS,
+    ScriptCommand,
+    UnreadableCommand,
+    command_name,
+    find_exec_commands,
+    parse_script,
+    shell_invocation,
+    unwrap,
+)
+from .context import CallContext
+from .tools._paths import path_violation
+
+MAX_SHELL_DEPTH = 8
+PRIVILEGE_COMMANDS = frozenset({"sudo", "su", "doas", "pkexec"})
+PUBLISHERS = frozenset({"npm", "yarn", "pnpm"})
+DOWNLOADERS = frozenset({"curl", "wget"})
+GIT_OPTIONS_WITH_VALUE = frozenset(
+    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"}
+)
+GLOB_CHARACTERS = re.compile(r"[*?\[]")
+
+
+def workspace_confinement(call: CallContext) -> str | None:
+    """Deny when a path argument of the tool is not a relative path inside the workspace.
+
+    Checks every name in `call.tool.path_arguments` present in the arguments: non-strings,
+    NUL bytes, `~`, absolute paths, and paths whose resolved form (symlinks followed)
+    leaves the resolved workspace. Command argv words are not paths and are not checked.
+    """
+    for name in call.tool.path_arguments:
+        if name not in call.arguments:
+            continue
+        problem = path_violation(call.arguments[name], call.workspace)
+        if problem is not None:
+            return problem if name == "path" else f"Argument '{name}': {problem}"
+    return None
+
+
+def command_blocklist(call: CallContext) -> str | None:
+    """Deny commands no mode, rule or reviewer may allow (see `blocked_reason`).
+
+    Only for tools with a `command_argument`. A command the guard cannot read (an
+    unparsable shell string, wrappers nested absurdly deep) is denied: fail closed.
+    """
+    argument = call.tool.command_argument
+    if argument is None or argument not in call.arguments:
+        return None
+    argv = call.arguments[argument]
+    if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
+        return f"Argument '{argument}' must be a list of strings, e.g. ['git', 'status']."
+    try:
+        return blocked_reason(argv)
+    except UnreadableCommand as error:
+        return (
+            f"The command guard cannot read this command ({error}), so it is blocked on "
+            "every mode; run each program directly as an argv list instead of through a "
+            "shell string."
+        )
+
+
+def blocked_reason(argv: list[str], depth: int = 0) -> str | None:
+    """Why the command line `argv` is blocked, or None.
+
+    Looks through wrappers (`env`, `timeout`, `nice`, `nohup`, `xargs`, `command`,
+    `exec`, `time` ...), into `sh -c STRING` strings, and into `find -exec`. A command
+    named by path counts as its basename. Raises UnreadableCommand when it cannot tell.
+    """
+    if depth > MAX_SHELL_DEPTH:
+        raise UnreadableCommand(f"more than {MAX_SHELL_DEPTH} nested shells")
+    inner = unwrap(argv)
+    if not inner:
+        return None
+    name = command_name(inner[0])
+    for rule in RULES:
+        reason = rule(name, inner)
+        if reason is not None:
+            return reason
+    for nested in find_exec_commands(inner) if name == "find" else []:
+        reason = blocked_reason(nested, depth + 1)
+        if reason is not None:
+            return reason
+    return _shell_reason(inner, depth) if name in SHELLS else None
+
+
+def _blocked(pattern: str, advice: str) -> str:
+    return f"{pattern} is blocked by the command guard on every mode; {advice}"
+
+
+def _privilege(name: str, argv: list[str]) -> str | None:
+    if name in PRIVILEGE_COMMANDS:
+        return _blocked(f"'{name}'", f"run the command without {name} or ask an administrator.")
+    return None
+
+
+def _eval(name: str, argv: list[str]) -> str | None:
+    if name == "eval":
+        return _blocked("'eval'", "run the command itself as an argv list.")
+    return None
+
+
+def _computed_name(name: str, argv: list[str]) -> str | None:
+    if "$" in argv[0] or "`" in argv[0]:
+        return _blocked(
+            f"A command name computed at run time ({argv[0]!r})",
+            "name the program literally so it can be checked.",
+        )
+    return None
+
+
+def _source_substitution(name: str, argv: list[str]) -> str | None:
+    if name in ("source", ".") and any(word.startswith("<(") for word in argv[1:]):
+        return _blocked(
+            f"'{name} <(...)' (running commands produced at run time)",
+            "write the script to a file, read it, then run it.",
+        )
+    return None
+
+
+def _rm_sweeping(name: str, argv: list[str]) -> str | None:
+    """`rm -r` (with or without -f) on /, /*, a top-level directory, ~ or $HOME."""
+    if name != "rm":
+        return None
+    recursive, no_preserve_root, targets = _rm_arguments(argv[1:])
+    if no_preserve_root:
+        return _blocked("'rm --no-preserve-root'", "delete specific paths instead.")
+    if not recursive:
+        return None
+    for target in targets:
+        what = _sweeping_target(target)
+        if what is not None:
+            return _blocked(
+                f"'rm -rf {target}' (recursive delete of {what})",
+                "delete specific paths inside the workspace instead.",
+            )
+    return None
+
+
+def _rm_arguments(args: list[str]) -> tuple[bool, bool, list[str]]:
+    """(recursive, no_preserve_root, targets) as GNU rm reads them (options anywhere)."""
+    recursive = no_preserve_root = options_done = False
+    targets: list[str] = []
+    for arg in args:
+        if options_done or arg == "-" or not arg.startswith("-"):
+            targets.append(arg)
+        elif arg == "--":
+            options_done = True
+        elif arg.startswith("--"):
+            option = arg[2:].split("=", 1)[0]
+            recursive = recursive or "recursive".startswith(option)
+            no_preserve_root = no_preserve_root or (
+                len(option) >= 3 and "no-preserve-root".startswith(option)
+            )
+        else:
+            recursive = recursive or "r" in arg or "R" in arg
+    return recursive, no_preserve_root, targets
+
+
+def _sweeping_target(target: str) -> str | None:
+    """'the filesystem root', 'a top-level directory', 'the home directory' or None."""
+    path, home = target, False
+    if path.startswith("~"):
+        path, home = "/" + path.partition("/")[2], True
+    for variable in ("${HOME}", "$HOME"):
+        rest = path[len(variable) :]
+        if path.startswith(variable) and (rest == "" or rest.startswith("/")):
+            path, home = "/" + rest, True
+    if not path.startswith("/"):
+        return None
+    parts = [part for part in re.sub(r"/+", "/", path).split("/") if part]
+    while parts and GLOB_CHARACTERS.search(parts[-1]):
+        parts.pop()  # `/*` sweeps its directory
+    depth = len([part for part in posixpath.normpath("/" + "/".join(parts)).split("/") if part])
+    if home and depth == 0:
+        return "the home directory"
+    if not home and depth == 0:
+        return "the filesystem root"
+    if not home and depth == 1:
+        return "a top-level directory"
+    return None
+
+
+def _git_push(name: str, argv: list[str]) -> str | None:
+    """`git push` (and `send-pack`) after any global options, or an alias defined inline."""
+    if name != "git":
+        return None
+    args, i = argv[1:], 0
+    while i < len(args):
+        arg = args[i]
+        value = args[i + 1] if arg in GIT_OPTIONS_WITH_VALUE and i + 1 < len(args) else arg
+        if arg.startswith(("-c", "--config-env")) and "alias." in value.lower():
+            return _blocked(
+                "Defining a git alias on the command line ('git -c alias...')",
+                "run the git subcommand by its own name.",
+            )
+        if arg in GIT_OPTIONS_WITH_VALUE:
+            i += 2
+        elif arg.startswith("-"):
+            i += 1
+        else:
+            break
+    if i < len(args) and args[i] in ("push", "send-pack"):
+        return _blocked(f"'git {args[i]}'", "commit locally and ask a person to push.")
+    return None
+
+
+def _publish(name: str, argv: list[str]) -> str | None:
+    if name not in PUBLISHERS:
+        return None
+    args = argv[1:]
+    options = args[: args.index("--")] if "--" in args else args
+    if "publish" in options:
+        return _blocked(f"'{name} publish'", "publishing a package needs a person.")
+    return None
+
+
+RULES: tuple[Callable[[str, list[str]], str | None], ...] = (
+    _privilege,
+    _eval,
+    _computed_name,
+    _source_substitution,
+    _rm_sweeping,
+    _git_push,
+    _publish,
+)
+
+
+def _shell_reason(argv: list[str], depth: int) -> str | None:
+    """A shell may run a visible script or `-c STRING`; the string is checked command by command."""
+    name = command_name(argv[0])
+    invocation = shell_invocation(argv)
+    script = invocation.script or ""
+    if script.startswith(("<(", "/dev/fd/", "/proc/")):
+        return _blocked(
+            f"'{name} {script}' (a script produced at run time)",
+            "write the script to a file, read it, then run it.",
+        )
+    if invocation.command_string is None:
+        if invocation.c_flag:
+            return _blocked(
+                f"'{name} -c' without a visible command string",
+                "pass the command string itself, or run the program directly.",
+            )
+        return None
+    for command in parse_script(invocation.command_string):
+        reason = _script_command_reason(command, depth)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _script_command_reason(command: ScriptCommand, depth: int) -> str | None:
+    """Blocklist one command of a shell string, plus what only a shell can do: pipes into shells."""
+    inner = unwrap(command.argv)
+    name = command_name(inner[0]) if inner else ""
+    if name in SHELLS and shell_invocation(inner).reads_stdin:
+        upstream = {command_name((unwrap(stage) or [""])[0]) for stage in command.piped_from}
+        downloader = sorted(upstream & DOWNLOADERS)
+        if downloader:
+            return _blocked(
+                f"'{downloader[0]} ... | {name}' (a download piped into a shell)",
+                "download the file, read it, then run it.",
+            )
+        if command.piped_from or command.stdin_text:
+            return _blocked(
+                f"Feeding commands to '{name}' on standard input",
+                "run the commands directly so they can be checked.",
+            )
+    return blocked_reason(command.argv, depth + 1)

@@ -1,0 +1,72 @@
+"""Workspace paths and output caps shared by the built-in tools and the confinement guard.
+
+`path_violation` is the single definition of "a path inside the workspace": the guard
+denies with its text, and tool bodies call `resolve_in_workspace` again at run time
+(defense in depth: time has passed, a symlink may have appeared).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import ToolError
+
+EXAMPLE = "src/app.py"
+
+
+def path_violation(value: object, workspace: Path) -> str | None:
+    """Why `value` is not a relative path that stays inside `workspace`, or None.
+
+    Symlinks are followed (in parent directories and in the final component) with
+    `Path.resolve(strict=False)`, so a path that does not exist yet is fine as long as
+    it would land inside the workspace.
+    """
+    if not isinstance(value, str):
+        return f"Path must be a string relative to the workspace, got {type(value).__name__}."
+    if "\x00" in value:
+        return f"Path {value!r} contains a NUL byte. Use a plain relative path, e.g. '{EXAMPLE}'."
+    root = workspace.resolve()
+    if value.startswith("~"):
+        return (
+            f"Path {value!r} starts with '~'; home directories are not expanded. "
+            f"Use a path relative to the session workspace ({root}), e.g. '{EXAMPLE}'."
+        )
+    if Path(value).is_absolute():
+        return (
+            f"Path {value!r} is absolute. "
+            f"Use a path relative to the session workspace ({root}), e.g. '{EXAMPLE}'."
+        )
+    try:
+        resolved = (root / value).resolve(strict=False)
+    except (OSError, RuntimeError, ValueError) as error:
+        return f"Path {value!r} cannot be resolved ({error}). Use a plain relative path."
+    if not resolved.is_relative_to(root):
+        return (
+            f"Path {value!r} resolves outside the session workspace ({root}). "
+            f"Use a path relative to the workspace, e.g. '{EXAMPLE}'."
+        )
+    return None
+
+
+def resolve_in_workspace(workspace: Path, relative: str) -> Path:
+    """The resolved absolute path of `relative` inside `workspace`.
+
+    Raises ToolError when it is not a relative path that stays inside the workspace.
+    """
+    problem = path_violation(relative, workspace)
+    if problem is not None:
+        raise ToolError(problem)
+    return (workspace.resolve() / relative).resolve(strict=False)
+
+
+def cap_text(text: str, limit: int, hint: str) -> str:
+    """`text` cut to `limit` characters, with a note saying how much was left out and why."""
+    if len(text) <= limit:
+        return text
+    hidden = len(text) - limit
+    return f"{text[:limit]}\n[truncated: {hidden} more characters; {hint}]"
+
+
+def looks_binary(head: bytes) -> bool:
+    """True when the first bytes of a file contain a NUL (the usual binary-file test)."""
+    return b"\x00" in head
