@@ -44,7 +44,9 @@ class AuditEvent(models.Model):
 
     class Meta:
         ordering = ["id"]
-        constraints = [models.UniqueConstraint(fields=["chain", "seq"], name="auditevent_unique_chain_seq")]
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "seq"], name="auditevent_unique_chain_seq")
+        ]
         indexes = [models.Index(fields=["kind"]), models.Index(fields=["subject"])]
 
     def __str__(self) -> str:

@@ -60,10 +60,14 @@ def record_event(
     commit could describe a change that then rolled back (or the reverse).
     """
     if not connection.in_atomic_block:
-        raise transaction.TransactionManagementError("record_event must run inside transaction.atomic()")
+        raise transaction.TransactionManagementError(
+            "record_event must run inside transaction.atomic()"
+        )
     chain = str(session_id) if session_id else GLOBAL_CHAIN
     _lock_chain(chain)
-    last = AuditEvent.objects.filter(chain=chain).order_by("-seq").values_list("seq", "hash").first()
+    last = (
+        AuditEvent.objects.filter(chain=chain).order_by("-seq").values_list("seq", "hash").first()
+    )
     seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
     payload = json.loads(json.dumps(payload or {}, default=str))
     created_at = timezone.now()

@@ -43,19 +43,25 @@ class PermissionProfile(models.Model):
 
 
 class Agent(models.Model):
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agents")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agents"
+    )
     name = models.CharField(max_length=100)
     token_prefix = models.CharField(max_length=16, unique=True)
     token_hash = models.CharField(max_length=64)
     workspace = models.CharField(
-        max_length=1000, blank=True, help_text="Fixed workspace directory; empty gives each session a fresh one."
+        max_length=1000,
+        blank=True,
+        help_text="Fixed workspace directory; empty gives each session a fresh one.",
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="agent_unique_name_per_owner")]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "name"], name="agent_unique_name_per_owner")
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.token_prefix}…)"
@@ -161,7 +167,9 @@ class ToolCall(models.Model):
 
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.RECEIVED)
     decision = models.CharField(max_length=16, blank=True)  # allow | deny | ask | cancel | reject
-    decided_by = models.CharField(max_length=200, blank=True)  # "mode:standard", "guard:...", "user:alice"
+    decided_by = models.CharField(
+        max_length=200, blank=True
+    )  # "mode:standard", "guard:...", "user:alice"
     reason = models.TextField(blank=True)
     provenance = models.JSONField(default=dict, blank=True)
 
@@ -171,6 +179,7 @@ class ToolCall(models.Model):
 
     created_at = models.DateTimeField(auto_now_add=True)
     queued_at = models.DateTimeField(null=True, blank=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True)  # last time a Celery message was sent
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
@@ -182,9 +191,14 @@ class ToolCall(models.Model):
     class Meta:
         ordering = ["created_at", "batch_index"]
         constraints = [
-            models.UniqueConstraint(fields=["session", "tool_use_id"], name="toolcall_unique_tool_use_id"),
+            models.UniqueConstraint(
+                fields=["session", "tool_use_id"], name="toolcall_unique_tool_use_id"
+            ),
         ]
-        indexes = [models.Index(fields=["status", "queued_at"]), models.Index(fields=["status", "lease_until"])]
+        indexes = [
+            models.Index(fields=["status", "queued_at"]),
+            models.Index(fields=["status", "lease_until"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} [{self.status}]"

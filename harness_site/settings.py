@@ -103,13 +103,17 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / "harness.sqlite3",
+            "NAME": Path(env("HARNESS_SQLITE_PATH", str(DATA_DIR / "harness.sqlite3"))),
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 20,
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
-            "TEST": {"NAME": DATA_DIR / "test-harness.sqlite3"},
+            "TEST": {
+                "NAME": Path(
+                    env("HARNESS_SQLITE_TEST_PATH", str(DATA_DIR / "test-harness.sqlite3"))
+                )
+            },
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -143,6 +147,10 @@ CELERY_TASK_DEFAULT_QUEUE = env("HARNESS_CELERY_QUEUE", "harness")
 CELERY_BEAT_SCHEDULE = {
     "reconcile-calls": {
         "task": "dispatcher.tasks.reconcile",
+        "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")),
+    },
+    "expire-approvals": {
+        "task": "approvals.tasks.expire_approvals",
         "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")),
     },
 }
@@ -217,7 +225,6 @@ HARNESS_TOOLS = [
 
 # Stage 4, the pre-execute waterfall: `(call, next) -> Decision`, first answer wins.
 HARNESS_PRE_EXECUTE = [
-    "dispatcher.policy.session_grants",
     "dispatcher.policy.user_rules",
     "dispatcher.policy.permission_mode",
 ]
@@ -241,7 +248,9 @@ HARNESS_OUTPUT_LIMIT = int(env("HARNESS_OUTPUT_LIMIT", "30000"))
 HARNESS_LEASE_GRACE = float(env("HARNESS_LEASE_GRACE", "30"))
 HARNESS_REQUEUE_AFTER = float(env("HARNESS_REQUEUE_AFTER", "30"))
 
-HARNESS_REPEAT_THRESHOLDS = [int(n) for n in env_list("HARNESS_REPEAT_THRESHOLDS", "3,5,8")]
+HARNESS_REPEAT_THRESHOLDS = [
+    int(n) if n.lstrip("-").isdigit() else 0 for n in env_list("HARNESS_REPEAT_THRESHOLDS", "3,5,8")
+]
 HARNESS_REPEAT_PREVIEW_CHARS = int(env("HARNESS_REPEAT_PREVIEW_CHARS", "500"))
 HARNESS_REPEAT_EXCLUDED_TOOLS = env_list("HARNESS_REPEAT_EXCLUDED_TOOLS")
 
@@ -250,3 +259,7 @@ HARNESS_EXPIRY_ACTION = env("HARNESS_EXPIRY_ACTION", "deny")
 HARNESS_FORBID_SELF_APPROVAL = env_bool("HARNESS_FORBID_SELF_APPROVAL", False)
 
 NINJA_PAGINATION_CLASS = "ninja.pagination.LimitOffsetPagination"
+
+# The agent API's middleware (async-native only; see harness_site.asgi).
+HARNESS_API_MIDDLEWARE = ["harness_site.middleware.APISecurityHeaders"]
+DATA_UPLOAD_MAX_MEMORY_SIZE = HARNESS_MAX_BODY_BYTES

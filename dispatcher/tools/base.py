@@ -43,7 +43,7 @@ def default_present_result(content: str) -> dict[str, Any]:
     return {"kind": "text", "text": content}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity hashing: a tool is one registry entry
 class Tool:
     # --- model-facing: the only fields `model_facing_schema` may read -----------------
     name: str
@@ -51,7 +51,9 @@ class Tool:
     parameters: dict[str, Any]
     defer_loading: bool = False
     # --- host-only: never shown to a model ----------------------------------------------
-    execute: Callable[[ExecutionContext, dict[str, Any]], Any] = field(default=lambda ctx, args: None)
+    execute: Callable[[ExecutionContext, dict[str, Any]], Any] = field(
+        default=lambda ctx, args: None
+    )
     output_schema: dict[str, Any] | None = None
     project_content: Callable[[Any], str] = default_project_content
     finalize_content: Callable[[str], str] = default_finalize_content

@@ -1,0 +1,167 @@
+"""Deciding pending calls: exactly one decision per call, bound to the digest the reviewer saw."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from audit.services import record_event
+from dispatcher import services as dispatcher
+from dispatcher.models import Status, ToolCall
+
+from .models import ApprovalRequest, Decision
+
+REVIEWER_GROUP = "reviewer"
+
+
+class DecisionRefused(Exception):
+    """The decision was not taken; `status` is the HTTP status a view should answer with."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def is_reviewer(user: Any) -> bool:
+    return bool(
+        user.is_authenticated
+        and user.is_active
+        and (user.is_superuser or user.groups.filter(name=REVIEWER_GROUP).exists())
+    )
+
+
+def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalRequest:
+    """Record the request for a call that just asked. Runs inside the call's transition."""
+    return ApprovalRequest.objects.create(
+        call=call,
+        reason=call.reason,
+        asked_by=call.decided_by,
+        presentation=presentation,
+        digest=call.digest,
+        expires_at=timezone.now() + timedelta(seconds=settings.HARNESS_APPROVAL_TIMEOUT),
+    )
+
+
+def decide(
+    *, approval_id: int, user: AbstractBaseUser, approve: bool, digest: str, feedback: str = ""
+) -> ApprovalRequest:
+    """Approve or deny one pending call as `user`, who saw arguments with `digest`.
+
+    Exactly one decision per call whatever the races: the approval row is locked and the
+    call moves by a conditional update. Raises DecisionRefused: 403 (not a reviewer, or the
+    agent's owner under separation of duties), 404 (no such request), 409 (already
+    decided, naming by whom; or a digest mismatch, which is audited).
+    """
+    if not is_reviewer(user):
+        raise DecisionRefused("Only reviewers can decide tool calls.", 403)
+    with transaction.atomic():
+        approval = (
+            ApprovalRequest.objects.select_for_update()
+            .select_related("call__session__agent")
+            .filter(pk=approval_id)
+            .first()
+        )
+        if approval is None:
+            raise DecisionRefused("This approval request does not exist.", 404)
+        refusal = _refusal(approval, user, digest)
+        if refusal is None:
+            _apply(approval, user, approve, digest, feedback)
+    # Raised after commit so that the audit event of a digest mismatch is kept.
+    if refusal is not None:
+        raise refusal
+    return approval
+
+
+def _refusal(
+    approval: ApprovalRequest, user: AbstractBaseUser, digest: str
+) -> DecisionRefused | None:
+    call = approval.call
+    if call.status != Status.PENDING_APPROVAL:
+        return DecisionRefused(already_decided(approval), 409)
+    if settings.HARNESS_FORBID_SELF_APPROVAL and call.session.agent.owner_id == user.pk:
+        return DecisionRefused("You own this agent; another reviewer must decide its calls.", 403)
+    if digest != call.digest:
+        _audit_mismatch(approval, user, digest)
+        return DecisionRefused(
+            "The arguments you reviewed do not match the logged arguments (digest mismatch). "
+            "Reload the call and review it again.",
+            409,
+        )
+    return None
+
+
+def _apply(
+    approval: ApprovalRequest, user: AbstractBaseUser, approve: bool, digest: str, feedback: str
+) -> None:
+    call, now = approval.call, timezone.now()
+    actor = f"user:{user.get_username()}"
+    extra = {
+        "reviewer": user.get_username(),
+        "digest_seen": digest,
+        "feedback": feedback,
+        "decision_seconds": round((now - approval.created_at).total_seconds(), 3),
+    }
+    if approve:
+        done = dispatcher.approve_call(call_id=call.pk, actor=actor, reason=feedback, extra=extra)
+    else:
+        done = dispatcher.deny_call(
+            call_id=call.pk,
+            actor=actor,
+            reviewer=user.get_username(),
+            feedback=feedback,
+            extra=extra,
+        )
+    if (
+        not done
+    ):  # cannot happen while we hold the lock, but never record a decision that did not apply
+        raise DecisionRefused(already_decided(approval), 409)
+    approval.decision = Decision.APPROVED if approve else Decision.DENIED
+    approval.decided_by = user  # type: ignore[assignment]
+    approval.decided_at = now
+    approval.feedback = feedback
+    approval.digest_seen = digest
+    approval.save(update_fields=["decision", "decided_by", "decided_at", "feedback", "digest_seen"])
+
+
+def already_decided(approval: ApprovalRequest) -> str:
+    call = approval.call
+    call.refresh_from_db()
+    who = call.decided_by.removeprefix("user:") or "the system"
+    return f"Already decided by {who}: the call is {call.status.replace('_', ' ')}."
+
+
+def _audit_mismatch(approval: ApprovalRequest, user: AbstractBaseUser, digest: str) -> None:
+    record_event(
+        kind="approval.digest_mismatch",
+        actor=f"user:{user.get_username()}",
+        subject=f"call:{approval.call_id}",
+        session_id=approval.call.session_id,
+        payload={
+            "call_id": str(approval.call_id),
+            "digest_seen": digest,
+            "digest_logged": approval.call.digest,
+        },
+    )
+
+
+def expire_due() -> int:
+    """Close every approval past its expiry, per settings.HARNESS_EXPIRY_ACTION ('deny' or 'keep')."""
+    if settings.HARNESS_EXPIRY_ACTION == "keep":
+        return 0
+    minutes = settings.HARNESS_APPROVAL_TIMEOUT / 60
+    expired = 0
+    for approval_id, call_id in ApprovalRequest.objects.due(timezone.now()).values_list(
+        "pk", "call_id"
+    ):
+        with transaction.atomic():
+            if dispatcher.expire_call(call_id=call_id, minutes=minutes):
+                ApprovalRequest.objects.filter(pk=approval_id).update(
+                    decision=Decision.EXPIRED, decided_at=timezone.now()
+                )
+                expired += 1
+    return expired

@@ -1,0 +1,381 @@
+"""The agent API (DESIGN section 6): async views, bearer tokens, three dialects.
+
+Each request makes at most two hops to the ORM thread (authenticate, then one service
+call); a request that waits sleeps on a Redis pub/sub subscription and re-reads the
+calls only when one of them changed: no polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+from uuid import UUID
+
+import redis.asyncio as aioredis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from ninja import NinjaAPI, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer
+
+from . import services
+from .dialects import DialectError, format_results, parse_submission
+from .models import TERMINAL_STATUSES, Agent, AgentSession, Mode, Status, ToolCall
+from .notify import wake_channel
+from .registry import all_tools
+from .tools.base import model_facing_schema
+
+logger = logging.getLogger(__name__)
+
+
+class AgentToken(HttpBearer):
+    async def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
+        return await sync_to_async(services.authenticate_token)(token)
+
+
+api = NinjaAPI(
+    title="Harness agent API",
+    version="1",
+    urls_namespace="agent-api",
+    auth=AgentToken(),
+    openapi_url="/openapi.json",
+    docs_url=None,
+)
+
+
+def error(status: int, code: str, message: str, **extra: Any) -> JsonResponse:
+    return JsonResponse({"error": {"code": code, "message": message, **extra}}, status=status)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error(
+        401,
+        "invalid_token",
+        "Missing, malformed, revoked or unknown agent token. Send 'Authorization: Bearer <token>' "
+        "with a token from `manage.py create_agent`.",
+    )
+
+
+@api.exception_handler(ValidationError)
+def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    details = [{"loc": e.get("loc"), "message": e.get("msg")} for e in exc.errors]
+    return error(422, "invalid_request", "The request is not valid; see details.", details=details)
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return error(exc.status_code, "bad_request", str(exc))
+
+
+@api.exception_handler(Exception)
+def _internal(request: HttpRequest, exc: Exception) -> HttpResponse:
+    logger.exception("agent API error")
+    return error(
+        500,
+        "internal_error",
+        "Harness hit an internal error; nothing was decided. Retry the request.",
+    )
+
+
+# --- Bodies ------------------------------------------------------------------------------
+
+
+class BodyError(Exception):
+    def __init__(self, response: JsonResponse) -> None:
+        self.response = response
+
+
+def read_json(request: HttpRequest) -> Any:
+    """The JSON body, or BodyError with 413 (too large) or 400 (not JSON)."""
+    limit = settings.HARNESS_MAX_BODY_BYTES
+    too_big = error(
+        413,
+        "body_too_large",
+        f"The body is larger than {limit} bytes; send fewer or smaller calls.",
+    )
+    try:
+        if int(request.META.get("CONTENT_LENGTH") or 0) > limit:
+            raise BodyError(too_big)
+        raw = request.body
+    except (RequestDataTooBig, ValueError):
+        raise BodyError(too_big) from None
+    if len(raw) > limit:
+        raise BodyError(too_big)
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BodyError(
+            error(400, "malformed_json", f"The body is not valid JSON: {exc}.")
+        ) from None
+
+
+def clamp_wait(wait: float) -> float:
+    return max(0.0, min(float(wait), settings.HARNESS_MAX_WAIT))
+
+
+# --- Views of calls -----------------------------------------------------------------------
+
+
+def call_url(call: ToolCall) -> str:
+    return f"/api/v1/calls/{call.pk}"
+
+
+def call_json(call: ToolCall) -> dict[str, Any]:
+    terminal = call.status in TERMINAL_STATUSES
+    return {
+        "id": str(call.pk),
+        "tool_use_id": call.tool_use_id,
+        "name": call.name,
+        "status": call.status,
+        "decision": call.decision or None,
+        "decided_by": call.decided_by or None,
+        "reason": call.reason or None,
+        "is_error": call.is_error if terminal else None,
+        "content": call.content if terminal else None,
+        "digest": call.digest,
+        "url": call_url(call),
+    }
+
+
+def batch_json(calls: list[ToolCall], dialect: str) -> tuple[int, dict[str, Any]]:
+    done = [(c.tool_use_id, c.content, c.is_error) for c in calls if c.status in TERMINAL_STATUSES]
+    status = 200 if len(done) == len(calls) else 202
+    return status, {
+        "calls": [call_json(c) for c in calls],
+        "results": format_results(dialect, done),
+    }
+
+
+async def wait_until_terminal(
+    call_ids: list[str], seconds: float, reload: Any, calls: list[ToolCall]
+) -> list[ToolCall]:
+    """Sleep until every call is terminal or `seconds` pass; wake only on a change push."""
+    if seconds <= 0 or all(c.status in TERMINAL_STATUSES for c in calls):
+        return calls
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    pubsub = client.pubsub()
+    try:
+        await pubsub.subscribe(*[wake_channel(cid) for cid in call_ids])
+        calls = await reload()  # re-read after subscribing: a change in between is not lost
+        while not all(c.status in TERMINAL_STATUSES for c in calls):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=remaining)
+            if message is not None:
+                calls = await reload()
+    finally:
+        await pubsub.aclose()
+        await client.aclose()
+    return calls
+
+
+def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
+    return (
+        AgentSession.objects.select_related("agent__owner")
+        .filter(pk=session_id, agent=agent)
+        .first()
+    )
+
+
+def _reload(call_ids: list[str]) -> list[ToolCall]:
+    by_id = {str(c.pk): c for c in ToolCall.objects.filter(pk__in=call_ids)}
+    return [by_id[cid] for cid in call_ids]
+
+
+def _submit(agent: Agent, session_id: UUID, body: Any) -> tuple[str, list[ToolCall]] | JsonResponse:
+    session = _session_for(agent, session_id)
+    if session is None:
+        return error(
+            404,
+            "unknown_session",
+            f"Session {session_id} does not exist or belongs to another agent.",
+        )
+    try:
+        dialect, proposed = parse_submission(body)
+    except DialectError as exc:
+        return error(422, "unrecognized_body", str(exc))
+    if len(proposed) > settings.HARNESS_MAX_CALLS_PER_BATCH:
+        return error(
+            413,
+            "too_many_calls",
+            f"At most {settings.HARNESS_MAX_CALLS_PER_BATCH} calls per message.",
+        )
+    return dialect, services.submit_calls(session=session, dialect=dialect, proposed=proposed)
+
+
+# --- Endpoints ----------------------------------------------------------------------------
+
+SUBMISSION_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "description": "One assistant message's tool calls: an OpenAI assistant message "
+                    "(tool_calls), an Anthropic assistant message (content with tool_use blocks), "
+                    'or {"calls": [{"id", "name", "arguments"}]}.',
+                    "type": "object",
+                }
+            }
+        },
+    }
+}
+
+
+@api.post("/sessions/{session_id}/calls", openapi_extra=SUBMISSION_DOC, summary="Submit tool calls")
+async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) -> HttpResponse:
+    """Submit one assistant message's calls; wait up to `wait` seconds (max 60) for results.
+
+    200 when every call is terminal, else 202. Resubmitting the same message creates
+    nothing new and answers with the batch's current state: that is how to wait for the rest.
+    """
+    try:
+        body = read_json(request)
+    except BodyError as exc:
+        return exc.response
+    outcome = await sync_to_async(_submit)(request.auth, session_id, body)
+    if isinstance(outcome, JsonResponse):
+        return outcome
+    dialect, calls = outcome
+    ids = [str(c.pk) for c in calls]
+    calls = await wait_until_terminal(
+        ids, clamp_wait(wait), sync_to_async(lambda: _reload(ids)), calls
+    )
+    status, payload = batch_json(calls, dialect)
+    return JsonResponse(payload, status=status)
+
+
+def _agent_call(agent: Agent, call_id: UUID) -> ToolCall | None:
+    return ToolCall.objects.filter(pk=call_id, session__agent=agent).first()
+
+
+@api.get("/calls/{call_id}", summary="One call")
+async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> HttpResponse:
+    call = await sync_to_async(_agent_call)(request.auth, call_id)
+    if call is None:
+        return error(
+            404, "unknown_call", f"Call {call_id} does not exist or belongs to another agent."
+        )
+    ids = [str(call.pk)]
+    calls = await wait_until_terminal(
+        ids, clamp_wait(wait), sync_to_async(lambda: _reload(ids)), [call]
+    )
+    return JsonResponse(call_json(calls[0]))
+
+
+def _cancel(agent: Agent, call_id: UUID) -> ToolCall | JsonResponse:
+    call = _agent_call(agent, call_id)
+    if call is None:
+        return error(
+            404, "unknown_call", f"Call {call_id} does not exist or belongs to another agent."
+        )
+    if not services.cancel_call(
+        call_id=call.pk, actor=f"agent:{agent.name}", reason="Cancelled by the agent."
+    ):
+        call.refresh_from_db()
+        return error(
+            409,
+            "not_pending",
+            f"The call is {call.status}; only a call pending approval can be cancelled.",
+        )
+    call.refresh_from_db()
+    return call
+
+
+@api.post("/calls/{call_id}/cancel", summary="Cancel a call pending approval")
+async def cancel_call(request: HttpRequest, call_id: UUID) -> HttpResponse:
+    outcome = await sync_to_async(_cancel)(request.auth, call_id)
+    return outcome if isinstance(outcome, JsonResponse) else JsonResponse(call_json(outcome))
+
+
+class SessionIn(Schema):
+    title: str = ""
+    mode: Mode | None = None
+
+
+def session_json(session: AgentSession, calls: list[ToolCall] | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": str(session.pk),
+        "agent": session.agent.name,
+        "title": session.title,
+        "mode": session.mode,
+        "workspace": session.workspace,
+        "created_at": session.created_at.isoformat(),
+        "url": f"/api/v1/sessions/{session.pk}",
+    }
+    if calls is not None:
+        data["calls"] = [call_json(c) for c in calls]
+    return data
+
+
+def _start(agent: Agent, body: Any) -> dict[str, Any] | JsonResponse:
+    if not isinstance(body, dict):
+        return error(
+            422, "invalid_request", 'Send a JSON object: {"title"?: string, "mode"?: string}.'
+        )
+    try:
+        data = SessionIn.model_validate(body)
+    except Exception as exc:  # pydantic's error names the bad field
+        return error(422, "invalid_request", f"Invalid session request: {exc}")
+    try:
+        session = services.start_session(agent=agent, title=data.title, mode=data.mode)
+    except services.ServiceError as exc:
+        return error(422, "invalid_request", str(exc))
+    return session_json(session)
+
+
+@api.post(
+    "/sessions",
+    summary="Start a session",
+    openapi_extra={
+        "requestBody": {"content": {"application/json": {"schema": SessionIn.model_json_schema()}}}
+    },
+)
+async def start_session(request: HttpRequest) -> HttpResponse:
+    try:
+        body = read_json(request)
+    except BodyError as exc:
+        return exc.response
+    outcome = await sync_to_async(_start)(request.auth, body)
+    return outcome if isinstance(outcome, JsonResponse) else JsonResponse(outcome, status=201)
+
+
+def _session_detail(agent: Agent, session_id: UUID) -> dict[str, Any] | None:
+    session = _session_for(agent, session_id)
+    if session is None:
+        return None
+    return session_json(session, list(session.calls.order_by("created_at", "batch_index")))
+
+
+@api.get("/sessions/{session_id}", summary="A session with its calls")
+async def get_session(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    data = await sync_to_async(_session_detail)(request.auth, session_id)
+    if data is None:
+        return error(
+            404,
+            "unknown_session",
+            f"Session {session_id} does not exist or belongs to another agent.",
+        )
+    return JsonResponse(data)
+
+
+@api.get("/tools", summary="The model-facing tool list")
+async def list_tools(request: HttpRequest, format: str = "native") -> HttpResponse:
+    if format not in ("native", "openai", "anthropic"):
+        return error(
+            400, "unknown_format", f"Unknown format '{format}'. Use native, openai or anthropic."
+        )
+    return JsonResponse([model_facing_schema(tool, format) for tool in all_tools()], safe=False)
+
+
+__all__ = ["api", "Status"]

@@ -1,0 +1,167 @@
+"""Stage 1's parsing: the three submission dialects in, and results out in the same dialect.
+
+Bodies are accepted exactly as the OpenAI and Anthropic Python SDKs dump their response
+objects: fields the contract does not name are ignored, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .models import Dialect
+
+
+class DialectError(ValueError):
+    """The body is JSON but matches no dialect; the message says what was expected."""
+
+
+@dataclass(frozen=True)
+class ProposedCall:
+    tool_use_id: str
+    name: str
+    raw_arguments: str  # exactly as received (OpenAI: the arguments string; else canonical JSON)
+    arguments: dict[str, Any] | None  # None when the raw text is not a JSON object
+    parse_error: str = ""
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest_of(call: ProposedCall) -> str:
+    """SHA-256 of the canonical JSON of the arguments (of the raw text if it is not JSON)."""
+    text = canonical_json(call.arguments) if call.arguments is not None else call.raw_arguments
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _require_str(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise DialectError(f"{where} must be a non-empty string.")
+    return value
+
+
+def _from_object(tool_use_id: str, name: str, arguments: Any, where: str) -> ProposedCall:
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return ProposedCall(
+            tool_use_id, name, canonical_json(arguments), None, f"{where} must be a JSON object."
+        )
+    return ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
+
+
+def _openai(body: dict[str, Any]) -> list[ProposedCall]:
+    calls = []
+    for i, item in enumerate(body["tool_calls"] or []):
+        where = f"tool_calls[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("function"), dict):
+            raise DialectError(f"{where} must be an object with a 'function' object.")
+        tool_use_id = _require_str(item.get("id"), f"{where}.id")
+        function = item["function"]
+        name = _require_str(function.get("name"), f"{where}.function.name")
+        raw = function.get("arguments", "")
+        if not isinstance(raw, str):
+            raise DialectError(
+                f"{where}.function.arguments must be a JSON text (a string), as OpenAI sends it."
+            )
+        try:
+            parsed = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            calls.append(
+                ProposedCall(
+                    tool_use_id, name, raw, None, f"The arguments are not valid JSON: {exc}."
+                )
+            )
+            continue
+        if not isinstance(parsed, dict):
+            calls.append(
+                ProposedCall(tool_use_id, name, raw, None, "The arguments must be a JSON object.")
+            )
+            continue
+        calls.append(ProposedCall(tool_use_id, name, raw, parsed))
+    return calls
+
+
+def _anthropic(body: dict[str, Any]) -> list[ProposedCall]:
+    calls = []
+    for i, block in enumerate(body["content"]):
+        if not isinstance(block, dict) or block.get("type") != "tool_use":
+            continue  # text, thinking and other blocks are not calls
+        where = f"content[{i}]"
+        tool_use_id = _require_str(block.get("id"), f"{where}.id")
+        name = _require_str(block.get("name"), f"{where}.name")
+        calls.append(_from_object(tool_use_id, name, block.get("input"), f"{where}.input"))
+    return calls
+
+
+def _native(body: dict[str, Any]) -> list[ProposedCall]:
+    if not isinstance(body["calls"], list):
+        raise DialectError("'calls' must be a list of {id, name, arguments}.")
+    calls = []
+    for i, item in enumerate(body["calls"]):
+        where = f"calls[{i}]"
+        if not isinstance(item, dict):
+            raise DialectError(f"{where} must be an object with id, name and arguments.")
+        tool_use_id = _require_str(item.get("id"), f"{where}.id")
+        name = _require_str(item.get("name"), f"{where}.name")
+        calls.append(_from_object(tool_use_id, name, item.get("arguments"), f"{where}.arguments"))
+    return calls
+
+
+def parse_submission(body: Any) -> tuple[str, list[ProposedCall]]:
+    """Detect the dialect from the body's shape and return (dialect, calls).
+
+    Raises DialectError naming the three accepted shapes when nothing matches.
+    """
+    if isinstance(body, dict):
+        if "tool_calls" in body and isinstance(body.get("tool_calls"), list | None):
+            calls = _openai(body)
+            dialect = Dialect.OPENAI
+        elif isinstance(body.get("content"), list) and body.get("role", "assistant") == "assistant":
+            calls, dialect = _anthropic(body), Dialect.ANTHROPIC
+        elif "calls" in body:
+            calls, dialect = _native(body), Dialect.NATIVE
+        else:
+            calls, dialect = [], ""
+        if dialect:
+            if not calls:
+                raise DialectError("The message contains no tool calls.")
+            ids = [c.tool_use_id for c in calls]
+            if len(set(ids)) != len(ids):
+                raise DialectError(
+                    "Two calls in one message share an id; every tool call id must be unique."
+                )
+            return dialect, calls
+    raise DialectError(
+        "The body matches no accepted shape. Send an OpenAI assistant message "
+        '({"role": "assistant", "tool_calls": [...]}), an Anthropic assistant message '
+        '({"role": "assistant", "content": [{"type": "tool_use", ...}]}) or '
+        '{"calls": [{"id", "name", "arguments"}]}.'
+    )
+
+
+def format_results(dialect: str, results: list[tuple[str, str, bool]]) -> Any:
+    """Terminal calls' results as `(tool_use_id, content, is_error)`, in the request's dialect."""
+    if dialect == Dialect.OPENAI:
+        return [
+            {"role": "tool", "tool_call_id": tid, "content": content} for tid, content, _ in results
+        ]
+    if dialect == Dialect.ANTHROPIC:
+        return {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": tid,
+                    "content": content,
+                    "is_error": is_error,
+                }
+                for tid, content, is_error in results
+            ],
+        }
+    return [
+        {"id": tid, "content": content, "is_error": is_error} for tid, content, is_error in results
+    ]

@@ -1,0 +1,101 @@
+"""What the model reads when a call does not simply succeed (DESIGN principle 6).
+
+Each text says what happened and what to do next; none carries a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from jsonschema.exceptions import ValidationError
+
+
+def invalid_arguments(tool_name: str, errors: list[ValidationError]) -> str:
+    lines = [f"Invalid arguments for '{tool_name}':"]
+    for error in sorted(errors, key=lambda e: list(e.absolute_path)):
+        lines.append(f"- {error.json_path}: {_describe(error)}")
+    lines.append("Fix these arguments and call the tool again.")
+    return "\n".join(lines)
+
+
+def _describe(error: ValidationError) -> str:
+    if error.validator == "type":
+        return f"expected {error.validator_value}, got {type(error.instance).__name__} {_short(error.instance)}"
+    if error.validator == "required":
+        return error.message.replace("is a required property", "is required but missing")
+    if error.validator == "additionalProperties":
+        return f"{error.message}; remove it"
+    return error.message
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def policy_denied(reason: str) -> str:
+    return f"The call was denied by policy: {reason} Do not repeat it; choose another approach or ask the user."
+
+
+def guard_denied(reasons: list[str]) -> str:
+    return "The call was blocked by a safety guard: " + " ".join(reasons)
+
+
+def reviewer_denied(reviewer: str, feedback: str) -> str:
+    if feedback:
+        return f"A reviewer ({reviewer}) denied this call. Their feedback: {feedback}"
+    return f"A reviewer ({reviewer}) denied this call without feedback. Do not repeat it unchanged."
+
+
+def cancelled(actor: str, reason: str) -> str:
+    return f"The call was cancelled by {actor} before it ran." + (
+        f" Reason: {reason}" if reason else ""
+    )
+
+
+def expired(minutes: float) -> str:
+    return (
+        f"Nobody approved this call within {minutes:g} minutes, so it was not run. "
+        "Ask the user whether to try again later, or continue without it."
+    )
+
+
+def timed_out(tool_name: str, seconds: float) -> str:
+    return (
+        f"'{tool_name}' did not finish within its {seconds:g} s limit and was stopped. "
+        "Any partial effects may remain; try a smaller or faster step."
+    )
+
+
+def tool_crashed(tool_name: str, exc: BaseException) -> str:
+    return f"'{tool_name}' failed with an internal error ({type(exc).__name__}: {exc}). Try again with other arguments."
+
+
+def outcome_unknown() -> str:
+    return (
+        "The worker running this call stopped before reporting a result, so it is not known "
+        "whether the call took effect. It will not be re-run automatically; check the state "
+        "(for example read the file or list the directory) before trying again."
+    )
+
+
+def repeat_reminder(count: int, tool_name: str, raw_arguments: str) -> str:
+    """The note appended at the repeat thresholds: short at the first, detailed after."""
+    thresholds = settings.HARNESS_REPEAT_THRESHOLDS
+    if count not in thresholds:
+        return ""
+    if count == thresholds[0]:
+        return (
+            f"\n\n[Reminder: this is call #{count} of '{tool_name}' with exactly these arguments in "
+            "this session. If it is not working, try something different.]"
+        )
+    preview = raw_arguments[: settings.HARNESS_REPEAT_PREVIEW_CHARS]
+    if len(raw_arguments) > len(preview):
+        preview += "…"
+    return (
+        f"\n\n[Repeated call: '{tool_name}' has now been called {count} times in this session with "
+        f"identical arguments: {preview}. Repeating an identical call gives the same outcome; change "
+        "the arguments or the approach, or ask the user for help.]"
+    )

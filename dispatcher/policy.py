@@ -1,0 +1,147 @@
+"""Stage 4, the pre-execute waterfall, and its listeners.
+
+A listener is `(call, next) -> Decision`: it answers allow / deny / ask / cancel, or
+passes on by returning `next(call)`. The chain is settings.HARNESS_PRE_EXECUTE, in order.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import shlex
+from collections.abc import Callable
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from .context import CallContext, Decision
+from .models import Mode
+
+logger = logging.getLogger(__name__)
+
+Next = Callable[[CallContext], Decision]
+Listener = Callable[[CallContext, Next], Decision]
+
+
+def _end_of_chain(call: CallContext) -> Decision:
+    return Decision(
+        "deny", "policy:end", "No policy listener decided this call, so it is denied (fail closed)."
+    )
+
+
+def run_waterfall(call: CallContext, listeners: list[Listener] | None = None) -> Decision:
+    """Run the waterfall. A listener that raises denies the call (fail closed)."""
+    chain = (
+        listeners
+        if listeners is not None
+        else [import_string(p) for p in settings.HARNESS_PRE_EXECUTE]
+    )
+
+    def step(index: int) -> Next:
+        if index == len(chain):
+            return _end_of_chain
+
+        def run(c: CallContext) -> Decision:
+            listener = chain[index]
+            try:
+                return listener(c, step(index + 1))
+            except Exception:
+                name = getattr(listener, "__name__", repr(listener))
+                logger.exception("pre-execute listener %s failed", name)
+                return Decision(
+                    "deny",
+                    f"listener:{name}",
+                    f"Policy listener '{name}' failed; denied (fail closed).",
+                )
+
+        return run
+
+    return step(0)(call)
+
+
+def _specifier_subject(call: CallContext) -> list[str]:
+    tool = call.tool
+    if tool.command_argument and isinstance(call.arguments.get(tool.command_argument), list):
+        return [shlex.join(str(a) for a in call.arguments[tool.command_argument])]
+    return [str(call.arguments[name]) for name in tool.path_arguments if name in call.arguments]
+
+
+def rule_matches(rule: str, call: CallContext) -> bool:
+    """`Tool` matches every call of that tool; `Tool(spec)` matches a glob on its subject."""
+    name, _, rest = rule.partition("(")
+    if name.strip() != call.name:
+        return False
+    if not rest:
+        return True
+    spec = rest.removesuffix(")")
+    subjects = _specifier_subject(call)
+    return bool(subjects) and all(fnmatch.fnmatchcase(s, spec) for s in subjects)
+
+
+def user_rules(call: CallContext, next: Next) -> Decision:
+    """The owner's allow / ask / deny rules: deny first, then ask, then allow; first match decides."""
+    for action, rules in (
+        ("deny", call.profile.deny),
+        ("ask", call.profile.ask),
+        ("allow", call.profile.allow),
+    ):
+        for rule in rules:
+            if rule_matches(rule, call):
+                return Decision(
+                    action,  # type: ignore[arg-type]
+                    f"rule:{action}:{rule}",
+                    f"Rule '{rule}' in {call.username}'s {action} list (profile v{call.profile.version}).",
+                    rule=rule,
+                )
+    return next(call)
+
+
+def permission_mode(call: CallContext, next: Next) -> Decision:
+    """The mode's answer, built on tool annotations, never on tool names. Always decides."""
+    tool, mode, by = call.tool, call.mode, f"mode:{call.mode}"
+    if mode == Mode.LOCKED:
+        return Decision("deny", by, "The session is in locked mode: no tool runs.")
+    if mode == Mode.READ_ONLY:
+        if tool.read_only:
+            return Decision(
+                "allow", by, f"'{tool.name}' is read-only and the session is in read_only mode."
+            )
+        return Decision(
+            "deny", by, f"The session is in read_only mode and '{tool.name}' can change things."
+        )
+    if mode == Mode.STANDARD:
+        if tool.read_only:
+            return Decision("allow", by, f"'{tool.name}' is read-only; standard mode runs reads.")
+        if tool.destructive and not settings.HARNESS_ALLOW_DESTRUCTIVE:
+            return Decision(
+                "deny", by, f"'{tool.name}' is destructive; standard mode denies destructive tools."
+            )
+        return Decision(
+            "ask", by, f"'{tool.name}' can change things; standard mode asks a reviewer."
+        )
+    if mode == Mode.TRUSTED:
+        return Decision(
+            "allow",
+            by,
+            "The session is in trusted mode: tools run unless a rule or guard stops them.",
+        )
+    return Decision("deny", by, f"Unknown permission mode '{mode}'; denied (fail closed).")
+
+
+def run_guards(call: CallContext) -> list[tuple[str, str]]:
+    """Stage 5: run every guard; return (guard name, reason) for each that denies.
+
+    A guard that raises counts as a denial: guards only ever take permission away.
+    """
+    reasons: list[tuple[str, str]] = []
+    for path in settings.HARNESS_GUARDS:
+        guard = import_string(path)
+        name = path.rsplit(".", 1)[-1]
+        try:
+            reason = guard(call)
+        except Exception as exc:
+            logger.exception("guard %s failed", name)
+            reason = f"Guard '{name}' failed ({type(exc).__name__}); denied (fail closed)."
+        if reason:
+            reasons.append((name, reason))
+    return reasons

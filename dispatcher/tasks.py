@@ -1,0 +1,15 @@
+"""Celery tasks: one line each. Messages carry ids, never objects."""
+
+from celery import shared_task
+
+from . import execution
+
+
+@shared_task(name="dispatcher.tasks.execute_call", ignore_result=True)
+def execute_call(call_id: str) -> None:
+    execution.execute_call(call_id)
+
+
+@shared_task(name="dispatcher.tasks.reconcile", ignore_result=True)
+def reconcile() -> None:
+    execution.reconcile()

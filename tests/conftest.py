@@ -1,0 +1,229 @@
+"""Shared fixtures: personas, agents with tokens, and a live stack (daphne + Celery worker)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+
+from dispatcher import services
+from dispatcher.models import Agent
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --- Personas ---------------------------------------------------------------------------
+
+
+def make_user(username: str, *, groups: tuple[str, ...] = (), mode: str | None = None) -> User:
+    user = User.objects.create_user(username=username, password="pw-" + username)
+    for name in groups:
+        user.groups.add(Group.objects.get_or_create(name=name)[0])
+    if mode:
+        services.set_mode(user=user, mode=mode, actor="test")
+    return user
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class AgentFixture:
+    agent: Agent
+    token: str
+    owner: User
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+def make_agent(
+    *, mode: str = "standard", workspace: str = "", owner: User | None = None
+) -> AgentFixture:
+    owner = owner or make_user(unique("owner"), mode=mode)
+    agent, token = services.create_agent(
+        owner=owner, name=unique("agent"), workspace=workspace, actor="test"
+    )
+    return AgentFixture(agent, token, owner)
+
+
+@pytest.fixture
+def agent(db: None) -> AgentFixture:
+    return make_agent(mode="standard")
+
+
+@pytest.fixture
+def reviewer(db: None) -> User:
+    return make_user(unique("reviewer"), groups=("reviewer",))
+
+
+# --- Live stack -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LiveStack:
+    url: str
+    env: dict[str, str]
+    worker: subprocess.Popen[bytes]
+    log_dir: Path
+
+    def client(self, fixture: AgentFixture, timeout: float = 30) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=fixture.headers, timeout=timeout)
+
+    def restart_worker(self) -> None:
+        self.worker = start_worker(self.env, self.log_dir)
+
+
+def live_env(tmp: Path) -> dict[str, str]:
+    """Environment for subprocesses that share this test run's database and Redis."""
+    db = settings.DATABASES["default"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        HARNESS_DATA_DIR=str(settings.DATA_DIR),
+        HARNESS_WORKSPACE_ROOT=str(tmp / "workspaces"),
+        HARNESS_SECRET_KEY=settings.SECRET_KEY,
+        HARNESS_CELERY_QUEUE=settings.CELERY_TASK_DEFAULT_QUEUE,
+        HARNESS_LEASE_GRACE=str(settings.HARNESS_LEASE_GRACE),
+        PYTHONPATH=str(ROOT),
+    )
+    if db["ENGINE"].endswith("postgresql"):
+        env["DATABASE_URL"] = (
+            f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        )
+    else:
+        env.pop("DATABASE_URL", None)
+        env["HARNESS_SQLITE_PATH"] = str(db["NAME"])
+    return env
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early:\n{log.read_text()[-3000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"server did not listen on {port}:\n{log.read_text()[-3000:]}")
+
+
+def start_worker(
+    env: dict[str, str], log_dir: Path, concurrency: int = 4
+) -> subprocess.Popen[bytes]:
+    log = log_dir / f"worker-{time.monotonic_ns()}.log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "harness_site",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "-l",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "-Q",
+            env["HARNESS_CELERY_QUEUE"],
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while "ready." not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"Celery worker did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.05)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def live_stack(
+    django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveStack]:
+    """A real daphne and a real Celery worker on this run's test database and Redis."""
+    tmp = tmp_path_factory.mktemp("live")
+    env = live_env(tmp)
+    port = free_port()
+    log = tmp / "daphne.log"
+    daphne = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "harness_site.asgi:application",
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    worker = None
+    try:
+        wait_for_port(port, daphne, log)
+        worker = start_worker(env, tmp)
+        stack = LiveStack(url=f"http://127.0.0.1:{port}", env=env, worker=worker, log_dir=tmp)
+        yield stack
+        worker = stack.worker
+    finally:
+        stop(daphne)
+        if worker is not None:
+            stop(worker)
+
+
+@pytest.fixture
+def live_db(live_stack: LiveStack, django_db_blocker: object) -> Iterator[None]:
+    """Database access in autocommit, so the live processes see what the test writes.
+
+    Nothing is rolled back: tests that use it create their own users and agents
+    (unique names) and assert only on their own rows.
+    """
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        yield
+
+
+@pytest.fixture
+def live_agent(live_db: None) -> AgentFixture:
+    """An agent in standard mode, committed to the database."""
+    return make_agent(mode="standard")
