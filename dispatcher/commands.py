@@ -8,7 +8,9 @@ fail closed.
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
+import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +55,34 @@ WRAPPERS: dict[str, WrapperSpec] = {
     "setsid": WrapperSpec(),
     "busybox": WrapperSpec(),
 }
+
+
+# What the shell would expand in a word: $VAR, ${...}, $(...), `...`, and {a,b} braces.
+EXPANSIONS = re.compile(r"\$\{[^}]*\}|\$\([^)]*\)|`[^`]*`|\$\w+|\$")
+BRACES = re.compile(r"\{[^{}]*,[^{}]*\}")
+GLOB_CHARACTERS = re.compile(r"[*?\[]")
+
+
+def could_be(word: str, literal: str) -> bool:
+    """True when `word` is `literal`, or might become it once a shell expands it.
+
+    Globs (`su?o`), braces (`{push,x}`) and expansions (`$x`) are read as wildcards, so
+    this over-approximates: it is for deciding what to block, never what to allow.
+    """
+    if word == literal:
+        return True
+    pattern = BRACES.sub("*", EXPANSIONS.sub("*", word))
+    return bool(GLOB_CHARACTERS.search(pattern)) and fnmatch.fnmatchcase(literal, pattern)
+
+
+def matching_name(word: str, names: frozenset[str] | tuple[str, ...]) -> str | None:
+    """The first of `names` (sorted) that `word` could be, or None."""
+    return next((name for name in sorted(names) if could_be(word, name)), None)
+
+
+def is_computed(word: str) -> bool:
+    """True when a word holds a parameter or command expansion ($x, ${x}, $(...), `...`)."""
+    return "$" in word or "`" in word
 
 
 def command_name(word: str) -> str:
