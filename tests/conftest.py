@@ -227,3 +227,46 @@ def live_db(live_stack: LiveStack, django_db_blocker: object) -> Iterator[None]:
 def live_agent(live_db: None) -> AgentFixture:
     """An agent in standard mode, committed to the database."""
     return make_agent(mode="standard")
+
+
+# --- Browser ----------------------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    """Playwright driving Debian's chromium. Skips (with how to enable) unless CI=true."""
+    if not Path(CHROMIUM).exists():
+        message = "Browser tests need Debian's chromium: `apt-get install chromium` (make test installs it)."
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true and " + message)
+        pytest.skip(message)
+    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
+    # still plain synchronous calls.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+def login(page: object, base_url: str, username: str) -> None:
+    """Sign in through the real login form (password is 'pw-' + username, see make_user)."""
+    page.goto(f"{base_url}/accounts/login/")  # type: ignore[attr-defined]
+    page.fill("input[name=username]", username)  # type: ignore[attr-defined]
+    page.fill("input[name=password]", "pw-" + username)  # type: ignore[attr-defined]
+    page.click("button[type=submit]")  # type: ignore[attr-defined]
+    page.wait_for_load_state()  # type: ignore[attr-defined]
