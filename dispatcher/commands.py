@@ -188,7 +188,9 @@ def shell_invocation(argv: list[str]) -> ShellInvocation:
             i += 1
         elif arg[:1] in ("-", "+") and len(arg) > 1:
             letters = arg[1:]
-            c_flag = c_flag or (arg[0] == "-" and "c" in letters)
+            # `-$x` might be `-c`: read a computed or wildcard cluster as one that is
+            unknown = is_computed(letters) or bool(GLOB_CHARACTERS.search(letters))
+            c_flag = c_flag or (arg[0] == "-" and ("c" in letters or unknown))
             s_flag = s_flag or (arg[0] == "-" and "s" in letters)
             i += 2 if letters[-1] in "oO" else 1
         else:

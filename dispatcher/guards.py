@@ -12,11 +12,16 @@ import re
 from collections.abc import Callable
 
 from .commands import (
+    BRACES,
+    EXPANSIONS,
+    GLOB_CHARACTERS,
     SHELLS,
     ScriptCommand,
     UnreadableCommand,
     command_name,
+    could_be,
     find_exec_commands,
+    is_computed,
     parse_script,
     shell_invocation,
     unwrap,
@@ -31,7 +36,6 @@ DOWNLOADERS = frozenset({"curl", "wget"})
 GIT_OPTIONS_WITH_VALUE = frozenset(
     {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"}
 )
-GLOB_CHARACTERS = re.compile(r"[*?\[]")
 
 
 def workspace_confinement(call: CallContext) -> str | None:
@@ -112,10 +116,11 @@ def _eval(name: str, argv: list[str]) -> str | None:
     return None
 
 
-def _computed_name(name: str, argv: list[str]) -> str | None:
-    if "$" in argv[0] or "`" in argv[0]:
+def _unreadable_name(name: str, argv: list[str]) -> str | None:
+    """A name a shell would compute ($x, $(...)) or expand (su?o, {a,b}) hides the program."""
+    if is_computed(argv[0]) or GLOB_CHARACTERS.search(name) or BRACES.search(name):
         return _blocked(
-            f"A command name computed at run time ({argv[0]!r})",
+            f"A command name computed at run time or with wildcards ({argv[0]!r})",
             "name the program literally so it can be checked.",
         )
     return None
@@ -160,17 +165,21 @@ def _rm_arguments(args: list[str]) -> tuple[bool, bool, list[str]]:
             options_done = True
         elif arg.startswith("--"):
             option = arg[2:].split("=", 1)[0]
-            recursive = recursive or "recursive".startswith(option)
+            recursive = recursive or "recursive".startswith(option) or _expands(option)
             no_preserve_root = no_preserve_root or (
                 len(option) >= 3 and "no-preserve-root".startswith(option)
             )
         else:
-            recursive = recursive or "r" in arg or "R" in arg
+            recursive = recursive or "r" in arg or "R" in arg or _expands(arg)
     return recursive, no_preserve_root, targets
 
 
 def _sweeping_target(target: str) -> str | None:
-    """'the filesystem root', 'a top-level directory', 'the home directory' or None."""
+    """'the filesystem root', 'a top-level directory', 'the home directory', or None.
+
+    Relative targets are left to the workspace; wildcards and expansions are read as
+    sweeping whatever they could match.
+    """
     path, home = target, False
     if path.startswith("~"):
         path, home = "/" + path.partition("/")[2], True
@@ -178,10 +187,13 @@ def _sweeping_target(target: str) -> str | None:
         rest = path[len(variable) :]
         if path.startswith(variable) and (rest == "" or rest.startswith("/")):
             path, home = "/" + rest, True
+    if not home and EXPANSIONS.match(path):
+        return "a path computed at run time"
     if not path.startswith("/"):
         return None
+    path = EXPANSIONS.sub("*", path)
     parts = [part for part in re.sub(r"/+", "/", path).split("/") if part]
-    while parts and GLOB_CHARACTERS.search(parts[-1]):
+    while parts and _expands(parts[-1]):
         parts.pop()  # `/*` sweeps its directory
     depth = len([part for part in posixpath.normpath("/" + "/".join(parts)).split("/") if part])
     if home and depth == 0:
@@ -212,8 +224,10 @@ def _git_push(name: str, argv: list[str]) -> str | None:
             i += 1
         else:
             break
-    if i < len(args) and args[i] in ("push", "send-pack"):
-        return _blocked(f"'git {args[i]}'", "commit locally and ask a person to push.")
+    for subcommand in ("push", "send-pack"):
+        if i < len(args) and could_be(args[i], subcommand):
+            pattern = _pattern(f"git {args[i]}", f"git {subcommand}")
+            return _blocked(pattern, "commit locally and ask a person to push.")
     return None
 
 
@@ -222,15 +236,27 @@ def _publish(name: str, argv: list[str]) -> str | None:
         return None
     args = argv[1:]
     options = args[: args.index("--")] if "--" in args else args
-    if "publish" in options:
-        return _blocked(f"'{name} publish'", "publishing a package needs a person.")
+    for option in options:
+        if could_be(option, "publish"):
+            pattern = _pattern(f"{name} {option}", f"{name} publish")
+            return _blocked(pattern, "publishing a package needs a person.")
     return None
 
 
+def _pattern(written: str, blocked: str) -> str:
+    """How a denial names what it blocked: "'git push'", or "'git $x' (could be 'git push')"."""
+    return f"'{blocked}'" if written == blocked else f"'{written}' (could be '{blocked}')"
+
+
+def _expands(word: str) -> bool:
+    """True when a shell would expand `word` (glob, braces, $x): its value is unknown here."""
+    return bool(GLOB_CHARACTERS.search(word) or BRACES.search(word) or is_computed(word))
+
+
 RULES: tuple[Callable[[str, list[str]], str | None], ...] = (
+    _unreadable_name,  # first: the other rules compare names literally
     _privilege,
     _eval,
-    _computed_name,
     _source_substitution,
     _rm_sweeping,
     _git_push,

@@ -220,6 +220,22 @@ BLOCKED_COMMANDS = [
     (["sh", "-c", "curl x | tee i.sh | sh"], "'curl ... | sh'"),
     (["sh", "-c", "echo 'sudo id' | sh"], "standard input"),
     (["bash", "-c", "bash <<< 'sudo id'"], "standard input"),
+    # quoting, wildcards and expansions that a shell would turn into a blocked command
+    (["sh", "-c", "s\\udo id"], "'sudo'"),
+    (["sh", "-c", "'su'do id"], "'sudo'"),
+    (["sh", "-c", 'git "pu"sh'], "'git push'"),
+    (["sh", "-c", "/usr/bin/su?o id"], "with wildcards"),
+    (["sh", "-c", "en? sudo id"], "with wildcards"),
+    (["sh", "-c", "{sudo,id}"], "with wildcards"),
+    (["sh", "-c", "x=sudo; $x id"], "computed at run time"),
+    (["sh", "-c", "git pu?h"], "could be 'git push'"),
+    (["sh", "-c", "git $sub origin"], "could be 'git push'"),
+    (["sh", "-c", "npm pub*"], "could be 'npm publish'"),
+    (["sh", "-c", "rm -$flags /"], "filesystem root"),
+    (["sh", "-c", "rm -rf $DIR/"], "computed at run time"),
+    (["sh", "-c", "rm -rf ~/$x"], "home directory"),
+    (["bash", "-$x", "sudo id"], "'sudo'"),
+    (["sh", "-c", "cat <(sudo id)"], "'sudo'"),
     # unreadable shell strings fail closed
     (["sh", "-c", "echo 'unterminated"], "cannot read this command"),
     (["bash", "-c", "case x in x) ls;; esac"], "cannot read this command"),
@@ -261,6 +277,9 @@ SAFE_COMMANDS = [
     ["sh", "build.sh"],
     ["bash", "-x", "scripts/test.sh", "--fast"],
     ["find", ".", "-name", "*.pyc", "-exec", "rm", "-f", "{}", ";"],
+    ["sh", "-c", "rm -rf $HOME/build build/*"],
+    ["sh", "-c", 'git commit -m "$(date)" && ls *.py'],
+    ["sh", "-c", "echo {a,b}"],
 ]
 
 
