@@ -1,0 +1,56 @@
+# Harness: every command a developer or CI needs. See README.md.
+SHELL := /bin/bash
+PYTHON ?= python3.12
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# The machine's PostgreSQL and Redis, used by `make test` (override to point elsewhere).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
+
+.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# Debian's chromium for the browser tests (never a browser download).
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "Browser tests need Debian's chromium: sudo apt-get install chromium"; fi; }
+
+demo: $(STAMP)
+	$(BIN)/python manage.py run_demo
+
+# The whole suite on PostgreSQL + Redis, then on the embedded default (SQLite + own Redis).
+test: $(STAMP) browser
+	$(MAKE) test-pg
+	$(MAKE) test-embedded
+
+test-pg: $(STAMP)
+	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	  $(BIN)/pytest -m "not slow" --create-db -p no:cacheprovider $(PYTEST_ARGS)
+
+test-embedded: $(STAMP)
+	env -u DATABASE_URL -u REDIS_URL $(TEST_ENV) HARNESS_DATA_DIR=$(CURDIR)/var/test-embedded \
+	  $(BIN)/pytest -m "not slow" --create-db -p no:cacheprovider $(PYTEST_ARGS)
+
+test-all: $(STAMP) browser
+	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --create-db
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy .
+
+clean:
+	rm -rf var .pytest_cache
