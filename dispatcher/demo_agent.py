@@ -1,0 +1,260 @@
+"""A scripted agent (no LLM) that walks through what Harness decides, printing each result.
+
+It talks to Harness only through `dispatcher.client`, in all three dialects, the way a real
+agent loop would. With `auto_approve_as`, it approves its own pending calls in-process
+through `approvals.services.decide` (tests, CI, a non-interactive demo); without it, it
+waits for a reviewer in the browser.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from dispatcher.client import HarnessClient, HarnessError, Result
+
+RULE = "-" * 72
+
+
+def _openai(name: str, arguments: Any) -> dict[str, Any]:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_" + uuid.uuid4().hex[:12],
+                "type": "function",
+                "function": {"name": name, "arguments": text},
+            }
+        ],
+    }
+
+
+def _anthropic(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": f"I'll call {name}."},
+            {
+                "type": "tool_use",
+                "id": "toolu_" + uuid.uuid4().hex[:12],
+                "name": name,
+                "input": arguments,
+            },
+        ],
+    }
+
+
+def _native(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "calls": [{"id": "demo-" + uuid.uuid4().hex[:12], "name": name, "arguments": arguments}]
+    }
+
+
+DIALECTS: dict[str, Callable[..., dict[str, Any]]] = {
+    "openai": _openai,
+    "anthropic": _anthropic,
+    "native": _native,
+}
+
+
+def _clip(text: str | None, limit: int = 400) -> str:
+    text = (text or "").rstrip()
+    return text if len(text) <= limit else text[:limit] + f" ... [{len(text) - limit} more chars]"
+
+
+def approve_pending(result: Result, username: str, out: TextIO) -> None:
+    """Approve every pending call of `result` as `username`, the way a reviewer would."""
+    from django.contrib.auth import get_user_model
+
+    from approvals.models import ApprovalRequest
+    from approvals.services import decide
+    from dispatcher.models import ToolCall
+
+    user = get_user_model().objects.get(username=username)
+    for call in result.pending:
+        if call["status"] != "pending_approval":
+            continue
+        row = ToolCall.objects.get(pk=call["id"])
+        approval = ApprovalRequest.objects.get(call_id=row.pk)
+        decide(
+            approval_id=approval.pk,
+            user=user,
+            approve=True,
+            digest=row.digest,
+            feedback="Approved automatically by the demo (--auto-approve-as).",
+        )
+        out.write(f"  (auto-approved {call['name']} as reviewer '{username}')\n")
+
+
+class DemoAgent:
+    def __init__(
+        self,
+        client: HarnessClient,
+        *,
+        out: TextIO = sys.stdout,
+        auto_approve_as: str | None = None,
+        dashboard: str = "http://127.0.0.1:8000",
+    ) -> None:
+        self.client = client
+        self.out = out
+        self.auto_approve_as = auto_approve_as
+        self.dashboard = dashboard.rstrip("/")
+        self.step = 0
+
+    def say(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def call(
+        self, label: str, expect: str, dialect: str, name: str, arguments: Any
+    ) -> dict[str, Any]:
+        """Submit one call in `dialect`, wait for it (and its reviewer), print what happened."""
+        self.step += 1
+        message = DIALECTS[dialect](name, arguments)
+        shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        self.say(RULE)
+        self.say(f"[{self.step}] {label}  ({dialect} dialect)")
+        self.say(f"    {name}({shown})  -- expect: {expect}")
+        result = self.client.submit(message, wait=10)
+        if not result.done:
+            pending = result.pending[0]
+            if pending["status"] == "pending_approval":
+                if self.auto_approve_as:
+                    approve_pending(result, self.auto_approve_as, self.out)
+                else:
+                    self.say(
+                        f"    Waiting for a reviewer: open {self.dashboard}/approvals/ and approve "
+                        f"{name} (call {pending['id']}); sign in as reviewer / reviewer."
+                    )
+            result = self.client.wait_for(message)
+        call = result.calls[0]
+        self.say(
+            f"    => status={call['status']} decision={call['decision']} "
+            f"decided_by={call['decided_by']} is_error={call['is_error']}"
+        )
+        if call["reason"]:
+            reason = _clip(call["reason"], 300).replace("\n", "\n            ")
+            self.say(f"    reason: {reason}")
+        self.say("    result for the model:")
+        for line in _clip(call["content"]).splitlines() or [""]:
+            self.say("      | " + line)
+        self._check_results_shape(dialect, result)
+        return call
+
+    def _check_results_shape(self, dialect: str, result: Result) -> None:
+        first = result.results[0]
+        key = {"openai": "tool_call_id", "anthropic": "content", "native": "id"}[dialect]
+        assert key in first, f"unexpected {dialect} result shape: {first}"
+
+    def run(self) -> bool:
+        """Run every scenario; True when each ended as expected."""
+        session = self.client.start_session(title="Harness demo: allow, ask, deny, reject")
+        self.say(f"Session {session['id']} in mode '{session['mode']}'")
+        self.say(f"Workspace: {session['workspace']}")
+        names = [t["name"] for t in self.client.tools("native")]
+        self.say(f"Tools offered to the model: {', '.join(names)}")
+        note = f"demo-{session['id'][:8]}.txt"
+        ok: list[bool] = []
+
+        def check(call: dict[str, Any], status: str, label: str) -> None:
+            good = call["status"] == status
+            ok.append(good)
+            self.say(f"    {'OK' if good else 'UNEXPECTED'}: {label}")
+
+        c = self.call(
+            "ALLOW: list the workspace", "allowed", "openai", "list_directory", {"path": "."}
+        )
+        check(c, "completed", "allowed by standard mode (read-only tool)")
+        c = self.call(
+            "ALLOW, tool error: read a file that does not exist yet",
+            "a useful error",
+            "native",
+            "read_file",
+            {"path": note},
+        )
+        check(c, "completed", "ran, and the model gets an error it can act on")
+        ok[-1] = ok[-1] and bool(c["is_error"])
+        c = self.call(
+            "ASK: write a file (a reviewer must approve)",
+            "approved, then written",
+            "anthropic",
+            "write_file",
+            {"path": note, "content": "Written by the Harness demo agent.\n"},
+        )
+        check(c, "completed", "approved by a reviewer, then executed by the worker")
+        c = self.call(
+            "ALLOW: read the file just written",
+            "its content",
+            "openai",
+            "read_file",
+            {"path": note},
+        )
+        check(c, "completed", "the content the approved write produced")
+        c = self.call(
+            "DENY: delete a file",
+            "denied by standard mode",
+            "native",
+            "delete_file",
+            {"path": note},
+        )
+        check(c, "denied", "destructive tools are denied in standard mode")
+        c = self.call(
+            "REJECT: an unknown tool",
+            "rejected with a suggestion",
+            "anthropic",
+            "readFile",
+            {"path": note},
+        )
+        check(c, "rejected", "unknown tool, with the closest name suggested")
+        c = self.call(
+            "REJECT: invalid arguments",
+            "rejected: path must be a string",
+            "openai",
+            "read_file",
+            '{"path": 5}',
+        )
+        check(c, "rejected", "arguments do not match the schema")
+        c = self.call(
+            "DENY: a path escape",
+            "denied by the workspace guard",
+            "native",
+            "read_file",
+            {"path": "../../etc/passwd"},
+        )
+        check(c, "denied", "the workspace confinement guard")
+        c = self.call(
+            "DENY: a blocked command",
+            "denied by the command guard",
+            "anthropic",
+            "run_command",
+            {"argv": ["sudo", "ls"]},
+        )
+        check(c, "denied", "the command blocklist guard")
+
+        self.say(RULE)
+        self.say(f"Demo finished: {sum(ok)}/{len(ok)} scenarios ended as expected.")
+        self.say(f"Audit trail: {self.dashboard}/audit/sessions/{session['id']}/")
+        return all(ok)
+
+
+def run(
+    url: str,
+    token: str,
+    *,
+    out: TextIO = sys.stdout,
+    auto_approve_as: str | None = None,
+    dashboard: str | None = None,
+) -> bool:
+    client = HarnessClient(url, token)
+    try:
+        return DemoAgent(
+            client, out=out, auto_approve_as=auto_approve_as, dashboard=dashboard or url
+        ).run()
+    except HarnessError as exc:
+        out.write(f"Harness refused a request: {exc}\n")
+        return False
