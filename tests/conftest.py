@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -68,6 +69,32 @@ def agent(db: None) -> AgentFixture:
 @pytest.fixture
 def reviewer(db: None) -> User:
     return make_user(unique("reviewer"), groups=("reviewer",))
+
+
+# --- Test database ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    request: pytest.FixtureRequest,
+    django_test_environment: None,
+    django_db_blocker: Any,
+    django_db_keepdb: bool,
+    django_db_createdb: bool,
+    django_db_modify_db_settings: None,
+) -> Iterator[None]:
+    """pytest-django's setup, but always for "default": live tests carry no django_db mark
+    (their processes need committed rows, not a rolled-back transaction), yet need the
+    test database too."""
+    from django.test.utils import setup_databases, teardown_databases
+
+    keepdb = django_db_keepdb and not django_db_createdb
+    with django_db_blocker.unblock():
+        db_cfg = setup_databases(verbosity=0, interactive=False, aliases={"default"}, keepdb=keepdb)
+    yield
+    if not keepdb:
+        with django_db_blocker.unblock():
+            teardown_databases(db_cfg, verbosity=0)
 
 
 # --- Live stack -------------------------------------------------------------------------

@@ -9,3 +9,6 @@ HARNESS_TOOLS = [*HARNESS_TOOLS, "tests.support.tools.SLEEP", "tests.support.too
 
 # Each test run gets its own Celery queue on the shared Redis; live processes inherit it.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("HARNESS_CELERY_QUEUE") or f"harness-test-{os.getpid()}"
+
+# Short leases so a killed worker's call ends outcome_unknown within seconds in tests.
+HARNESS_LEASE_GRACE = 1.0
