@@ -1,6 +1,36 @@
+"""The live approval queue socket: push-only; decisions travel as CSRF-protected POSTs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+
+from . import live, services
 
 
 class ApprovalQueueConsumer(AsyncWebsocketConsumer):
+    """Accepts active reviewers only (the origin is checked by AllowedHostsOriginValidator).
+
+    On every (re)connect it sends the whole current queue, so a dropped connection misses
+    nothing; then it forwards the fragments rendered once per event by `live.push_change`.
+    """
+
     async def connect(self) -> None:
-        await self.close()
+        user = self.scope.get("user")
+        if user is None or not await database_sync_to_async(services.is_reviewer)(user):
+            await self.close()
+            return
+        await self.channel_layer.group_add(live.GROUP, self.channel_name)
+        await self.accept()
+        await self.send(text_data=await database_sync_to_async(live.render_queue)())
+
+    async def disconnect(self, code: int) -> None:
+        await self.channel_layer.group_discard(live.GROUP, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Ignored: nothing a browser sends over this socket changes anything."""
+
+    async def queue_push(self, event: dict[str, Any]) -> None:
+        await self.send(text_data=event["html"])

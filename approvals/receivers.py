@@ -6,11 +6,19 @@ from typing import Any
 
 from django.dispatch import receiver
 
-from dispatcher.notify import approval_requested
+from dispatcher.notify import approval_requested, call_changed
 
-from . import services
+from . import live, services
 
 
 @receiver(approval_requested)
 def record_request(sender: Any, call: Any, presentation: dict[str, Any], **kwargs: Any) -> None:
     services.open_request(call=call, presentation=presentation)
+
+
+@receiver(call_changed)
+def push_to_open_queues(
+    sender: Any, call_id: str, session_id: str, status: str, **kwargs: Any
+) -> None:
+    """Sent after commit: new asks appear in, and decided calls leave, every open queue."""
+    live.push_change(call_id, status)

@@ -150,7 +150,7 @@ def _audit_mismatch(approval: ApprovalRequest, user: AbstractBaseUser, digest: s
 
 
 def expire_due() -> int:
-    """Close every approval past its expiry, per settings.HARNESS_EXPIRY_ACTION ('deny' or 'keep')."""
+    """Close every approval past its expiry, per HARNESS_EXPIRY_ACTION ('deny' or 'keep')."""
     if settings.HARNESS_EXPIRY_ACTION == "keep":
         return 0
     minutes = settings.HARNESS_APPROVAL_TIMEOUT / 60

@@ -5,4 +5,6 @@ from . import views
 app_name = "approvals"
 urlpatterns = [
     path("", views.queue, name="queue"),
+    path("<int:approval_id>/", views.detail, name="detail"),
+    path("<int:approval_id>/decide", views.decide, name="decide"),
 ]

@@ -1,7 +1,96 @@
+"""Reviewer screens: the live queue, a page per call, and the decision POST.
+
+Session auth only: agent bearer tokens are never looked at here, so an agent reaches
+these URLs as an anonymous user.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from dispatcher.models import Status
+
+from . import queries, services
+from .models import ApprovalRequest
+
+QUEUE = "approvals/queue.html"
+
+
+def _require_reviewer(request: HttpRequest) -> None:
+    if not services.is_reviewer(request.user):
+        raise PermissionDenied("Only reviewers can see and decide tool calls.")
 
 
 @login_required
+@require_GET
 def queue(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("The approvals dashboard is being built; decide calls in /admin/ for now.")
+    _require_reviewer(request)
+    approvals = queries.review_queue()
+    template = QUEUE + "#items" if request.htmx else QUEUE  # type: ignore[attr-defined]
+    return render(request, template, {"approvals": approvals})
+
+
+@login_required
+@require_GET
+def detail(request: HttpRequest, approval_id: int) -> HttpResponse:
+    _require_reviewer(request)
+    approval = queries.one_request(approval_id)
+    if approval is None:
+        raise Http404("No such approval request.")
+    return render(request, "approvals/detail.html", {"approval": approval})
+
+
+@login_required
+@require_POST
+def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
+    """Approve or deny with the digest the reviewer saw. 200/302, or 403/404/409 with why."""
+    _require_reviewer(request)
+    action = request.POST.get("action")
+    if action not in ("approve", "deny"):
+        return _answer(request, approval_id, "Choose Approve or Deny.", status=400)
+    try:
+        approval = services.decide(
+            approval_id=approval_id,
+            user=request.user,  # type: ignore[arg-type]
+            approve=action == "approve",
+            digest=request.POST.get("digest", ""),
+            feedback=request.POST.get("feedback", "").strip(),
+        )
+    except services.DecisionRefused as refusal:
+        return _answer(request, approval_id, str(refusal), status=refusal.status)
+    verb = "Approved" if action == "approve" else "Denied"
+    message = f"{verb} {approval.call.name}."
+    if not request.htmx:  # type: ignore[attr-defined]
+        messages.success(request, message)
+        return redirect("approvals:queue")
+    return _fragment(request, approval, message, ok=True, status=200)
+
+
+def _answer(request: HttpRequest, approval_id: int, message: str, *, status: int) -> HttpResponse:
+    approval = queries.one_request(approval_id)
+    if approval is None:
+        raise Http404("No such approval request.")
+    if request.htmx:  # type: ignore[attr-defined]
+        return _fragment(request, approval, message, ok=False, status=status)
+    context = {"approval": approval, "error": message}
+    return render(request, "approvals/detail.html", context, status=status)
+
+
+def _fragment(
+    request: HttpRequest, approval: ApprovalRequest, message: str, *, ok: bool, status: int
+) -> HttpResponse:
+    context = {
+        "approval": approval,
+        "message": message,
+        "ok": ok,
+        # A decision taken or refused because the call left the queue: drop it from the page.
+        "remove": ok or approval.call.status != Status.PENDING_APPROVAL,
+        "link": reverse("approvals:detail", args=[approval.pk]),
+    }
+    return render(request, QUEUE + "#decided", context, status=status)

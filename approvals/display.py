@@ -1,0 +1,55 @@
+"""Turning agent-supplied text into something a reviewer can trust to read.
+
+Nothing here marks anything safe: every function returns a plain string (or list of
+strings) and Django's autoescaping does the HTML escaping when it is rendered.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# Characters that change how text looks without being visible themselves: C0/C1 controls
+# (tab and newline are kept as layout), soft hyphen, Arabic letter mark, Mongolian vowel
+# separator, zero-width and joiner characters, line/paragraph separators, bidi embeddings,
+# overrides and isolates, word joiner and invisible operators, BOM, interlinear annotation
+# marks, and the Unicode tag block (used to smuggle hidden ASCII).
+_HIDDEN = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def visible(text: object) -> str:
+    r"""`text` with every invisible or layout-changing character replaced by `\uXXXX`."""
+    return _HIDDEN.sub(_escape, str(text))
+
+
+def pretty_arguments(raw: str) -> tuple[str, list[str]]:
+    """The logged argument text re-indented for reading, and any keys it repeats.
+
+    Key order is the logged order. Returns ("", []) when the text is not JSON (the raw
+    text is always shown next to it, so nothing is hidden). A repeated key matters: JSON
+    parsers keep the last value, which is the one that runs.
+    """
+    duplicates: list[str] = []
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                duplicates.append(key)
+            result[key] = value
+        return result
+
+    try:
+        parsed = json.loads(raw, object_pairs_hook=hook)
+    except (ValueError, RecursionError):
+        return "", []
+    return json.dumps(parsed, indent=2, ensure_ascii=False), sorted(set(duplicates))

@@ -1,0 +1,71 @@
+"""Live queue pushes: render a fragment once per event and send the same HTML to every socket.
+
+Only HTML built from the database crosses the channel layer, and it is rendered once per
+call transition, never once per socket. Runs after commit (see receivers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.template.loader import render_to_string
+
+from dispatcher.models import Status
+
+from . import queries
+
+logger = logging.getLogger(__name__)
+
+GROUP = "approvals"
+QUEUE = "approvals/queue.html"
+# Statuses a call can reach from pending_approval: the item leaves every open queue.
+LEAVING = frozenset({Status.QUEUED, Status.DENIED, Status.EXPIRED, Status.CANCELLED})
+
+
+def render_queue() -> str:
+    """The whole pending queue, sent to a socket when it (re)connects."""
+    return render_to_string(QUEUE + "#items", {"approvals": queries.review_queue()})
+
+
+def render_change(call_id: str, status: str) -> str | None:
+    """The fragment for one call transition, or None when no queue shows a difference."""
+    if status == Status.PENDING_APPROVAL:
+        approval = queries.pending_for_call(call_id)
+        if approval is not None:
+            return render_to_string(QUEUE + "#pushed_item", {"approval": approval})
+        status = Status.CANCELLED  # left pending before we rendered it: remove it
+    if status in LEAVING:
+        return render_to_string(QUEUE + "#removed", {"call_id": call_id})
+    return None
+
+
+def push_change(call_id: str, status: str) -> None:
+    """Tell every open queue about one call transition. Never raises: a lost push is
+    repaired by the next reconnect, and a push must not break the caller's on_commit."""
+    try:
+        html = render_change(call_id, status)
+        if html is not None:
+            _group_send({"type": "queue.push", "html": html})
+    except Exception:
+        logger.warning("could not push approval queue change for call %s", call_id, exc_info=True)
+
+
+def _group_send(message: dict[str, str]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    send = async_to_sync(layer.group_send)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        send(GROUP, message)
+        return
+    # Called from a thread that runs an event loop (AsyncToSync refuses that): hop to a
+    # plain thread for the send.
+    thread = threading.Thread(target=send, args=(GROUP, message), daemon=True)
+    thread.start()
+    thread.join(10)

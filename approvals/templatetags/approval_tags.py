@@ -1,0 +1,42 @@
+"""Filters for showing agent-supplied data. None of them marks anything safe."""
+
+from __future__ import annotations
+
+from django import template
+
+from approvals import display
+
+register = template.Library()
+
+
+@register.filter
+def visible(value: object) -> str:
+    r"""Invisible and bidi characters as `\uXXXX` escapes; autoescaping still applies."""
+    return display.visible("" if value is None else value)
+
+
+@register.filter
+def pretty_arguments(raw: str) -> str:
+    return display.pretty_arguments(raw)[0]
+
+
+@register.filter
+def repeated_keys(raw: str) -> list[str]:
+    return display.pretty_arguments(raw)[1]
+
+
+@register.filter
+def diff_lines(diff: str) -> list[tuple[str, str]]:
+    """(css class, line) for each line of a unified diff."""
+    lines = []
+    for line in str(diff).splitlines():
+        if line.startswith(("+++", "---", "@@")):
+            kind = "meta"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "ctx"
+        lines.append((kind, display.visible(line)))
+    return lines

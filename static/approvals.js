@@ -1,0 +1,108 @@
+// The approvals queue: keyboard shortcuts, opt-in notifications, live ages, and showing
+// refusals (403/409) that htmx would otherwise drop. Nothing here builds HTML from data.
+(function () {
+  "use strict";
+
+  var live = document.getElementById("approval-live");
+  var liveState = document.getElementById("live-state");
+
+  function items() {
+    return Array.prototype.slice.call(document.querySelectorAll("article.approval"));
+  }
+
+  // --- Refusals are answers too: show "Already decided by X" and digest mismatches. ---
+  document.body.addEventListener("htmx:beforeSwap", function (event) {
+    var status = event.detail.xhr.status;
+    if (status === 400 || status === 403 || status === 404 || status === 409) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+    }
+  });
+
+  // --- Keyboard: a / d decide the focused call, j / k move between calls. ---
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    var target = event.target;
+    if (target.closest && target.closest("textarea, input, select, [contenteditable]")) return;
+    var item = target.closest ? target.closest("article.approval") : null;
+    var key = event.key;
+    if (key === "j" || key === "k") {
+      var all = items();
+      if (!all.length) return;
+      var index = item ? all.indexOf(item) : -1;
+      var next = key === "j" ? Math.min(index + 1, all.length - 1) : Math.max(index - 1, 0);
+      all[next].focus();
+      event.preventDefault();
+      return;
+    }
+    if (!item || (key !== "a" && key !== "d")) return;
+    var form = item.querySelector("form.decide");
+    if (!form) return;
+    var button = form.querySelector(key === "a" ? "button.approve" : "button.deny");
+    event.preventDefault();
+    form.requestSubmit(button);
+  });
+
+  // --- Ages tick without a reload. ---
+  function ago(seconds) {
+    if (seconds < 60) return "just now";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min ago";
+    if (seconds < 86400) return Math.floor(seconds / 3600) + " h ago";
+    return Math.floor(seconds / 86400) + " d ago";
+  }
+  function refreshAges() {
+    var now = Date.now();
+    document.querySelectorAll("time.age").forEach(function (el) {
+      var then = Date.parse(el.getAttribute("datetime"));
+      if (!isNaN(then)) el.textContent = ago(Math.max(0, (now - then) / 1000));
+    });
+  }
+  setInterval(refreshAges, 15000);
+
+  if (!live) return;
+
+  // --- Connection state, so a reviewer knows the queue is live. ---
+  function setState(text, cls) {
+    if (!liveState) return;
+    liveState.textContent = text;
+    liveState.className = "live-state " + cls;
+  }
+  live.addEventListener("htmx:wsOpen", function () { setState("live", "on"); });
+  live.addEventListener("htmx:wsClose", function () { setState("reconnecting…", "off"); });
+
+  // --- Opt-in notification when a new ask arrives while the tab is hidden. ---
+  var button = document.getElementById("enable-notifications");
+  var known = new Set(items().map(function (el) { return el.id; }));
+  var firstMessage = true;
+
+  if (button && "Notification" in window && Notification.permission !== "granted") {
+    button.hidden = Notification.permission === "denied";
+    button.addEventListener("click", function () {
+      Notification.requestPermission().then(function (permission) {
+        button.hidden = permission !== "default";
+      });
+    });
+  }
+
+  live.addEventListener("htmx:wsAfterMessage", function () {
+    var current = items();
+    var fresh = current.filter(function (el) { return !known.has(el.id); });
+    known = new Set(current.map(function (el) { return el.id; }));
+    refreshAges();
+    var catchUp = firstMessage;  // the full queue sent on connect is not "new"
+    firstMessage = false;
+    if (catchUp || !fresh.length || !document.hidden) return;
+    if (!("Notification" in window) || Notification.permission !== "granted") return;
+    fresh.forEach(function (el) {
+      var note = new Notification("Harness: a call asks for approval", {
+        body: (el.dataset.tool || "A tool call") + " is waiting for a decision.",
+        tag: el.id,
+      });
+      note.onclick = function () {
+        window.focus();
+        window.location.href = el.dataset.url;
+      };
+    });
+  });
+  live.addEventListener("htmx:wsOpen", function () { firstMessage = true; });
+})();

@@ -1,0 +1,45 @@
+"""Helpers for approvals tests: calls that ask, made through the real agent API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.test import Client
+
+from approvals.models import ApprovalRequest
+from tests.conftest import AgentFixture
+
+
+def start_session(fx: AgentFixture, title: str = "review me") -> str:
+    response = Client().post(
+        "/api/v1/sessions",
+        data=json.dumps({"title": title}),
+        content_type="application/json",
+        headers=fx.headers,
+    )
+    assert response.status_code == 201, response.content
+    return str(response.json()["id"])
+
+
+def ask(
+    fx: AgentFixture,
+    arguments: dict[str, Any] | None = None,
+    *,
+    session_id: str | None = None,
+    name: str = "write_file",
+    call_id: str = "w1",
+) -> ApprovalRequest:
+    """Submit one call that asks (write_file in standard mode) and return its request."""
+    session_id = session_id or start_session(fx)
+    body = {"calls": [{"id": call_id, "name": name, "arguments": arguments or {}}]}
+    response = Client().post(
+        f"/api/v1/sessions/{session_id}/calls",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers=fx.headers,
+    )
+    assert response.status_code in (200, 202), response.content
+    call = response.json()["calls"][0]
+    assert call["status"] == "pending_approval", call
+    return ApprovalRequest.objects.select_related("call").get(call_id=call["id"])
