@@ -12,3 +12,10 @@ CELERY_TASK_DEFAULT_QUEUE = os.environ.get("HARNESS_CELERY_QUEUE") or f"harness-
 
 # Short leases so a killed worker's call ends outcome_unknown within seconds in tests.
 HARNESS_LEASE_GRACE = 1.0
+
+# A test database per run, so that concurrent runs on one machine never collide.
+_RUN = os.environ.get("HARNESS_TEST_RUN") or str(os.getpid())
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):  # noqa: F405
+    DATABASES["default"]["TEST"] = {"NAME": f"test_harness_{_RUN}"}  # noqa: F405
+else:
+    DATABASES["default"]["TEST"] = {"NAME": DATA_DIR / f"test-harness-{_RUN}.sqlite3"}  # noqa: F405

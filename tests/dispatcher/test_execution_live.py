@@ -31,8 +31,12 @@ def start(client: httpx.Client) -> dict[str, Any]:
     return response.json()
 
 
-def submit(client: httpx.Client, session: dict[str, Any], calls: list[dict[str, Any]], wait: float = 20) -> httpx.Response:
-    return client.post(f"/api/v1/sessions/{session['id']}/calls", params={"wait": wait}, json={"calls": calls})
+def submit(
+    client: httpx.Client, session: dict[str, Any], calls: list[dict[str, Any]], wait: float = 20
+) -> httpx.Response:
+    return client.post(
+        f"/api/v1/sessions/{session['id']}/calls", params={"wait": wait}, json={"calls": calls}
+    )
 
 
 def wait_for_status(call_id: str, status: str, seconds: float = 15) -> ToolCall:
@@ -42,29 +46,53 @@ def wait_for_status(call_id: str, status: str, seconds: float = 15) -> ToolCall:
         if call.status == status:
             return call
         time.sleep(0.05)
-    raise AssertionError(f"call {call_id} stayed {ToolCall.objects.get(pk=call_id).status}, wanted {status}")
+    raise AssertionError(
+        f"call {call_id} stayed {ToolCall.objects.get(pk=call_id).status}, wanted {status}"
+    )
 
 
-def test_allowed_read_runs_on_the_worker_and_the_waiting_request_gets_the_result(live_stack: LiveStack, live_agent: AgentFixture) -> None:
+def test_allowed_read_runs_on_the_worker_and_the_waiting_request_gets_the_result(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
     with live_stack.client(live_agent) as client:
         session = start(client)
         Path(session["workspace"], "notes.txt").write_text("hello from the workspace\n")
-        response = submit(client, session, [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}}])
+        response = submit(
+            client, session, [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}}]
+        )
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["calls"][0]["status"] == "completed"
     assert "hello from the workspace" in body["results"][0]["content"]
     assert body["results"][0]["is_error"] is False
-    kinds = list(AuditEvent.objects.filter(session_id=session["id"]).order_by("seq").values_list("kind", flat=True))
-    assert kinds == ["session.started", "call.received", "call.allowed", "call.started", "call.completed"]
+    kinds = list(
+        AuditEvent.objects.filter(session_id=session["id"])
+        .order_by("seq")
+        .values_list("kind", flat=True)
+    )
+    assert kinds == [
+        "session.started",
+        "call.received",
+        "call.allowed",
+        "call.started",
+        "call.completed",
+    ]
 
 
-def test_approval_wakes_the_waiting_request_with_the_tools_result(live_stack: LiveStack, live_agent: AgentFixture) -> None:
+def test_approval_wakes_the_waiting_request_with_the_tools_result(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
     with live_stack.client(live_agent) as client:
         session = start(client)
         responses: list[httpx.Response] = []
-        call = {"id": "w1", "name": "write_file", "arguments": {"path": "out/hello.txt", "content": "approved!"}}
-        waiter = threading.Thread(target=lambda: responses.append(submit(client, session, [call], wait=30)))
+        call = {
+            "id": "w1",
+            "name": "write_file",
+            "arguments": {"path": "out/hello.txt", "content": "approved!"},
+        }
+        waiter = threading.Thread(
+            target=lambda: responses.append(submit(client, session, [call], wait=30))
+        )
         waiter.start()
         pending = ToolCall.objects.filter(session_id=session["id"], tool_use_id="w1")
         deadline = time.monotonic() + 10
@@ -83,19 +111,29 @@ def test_approval_wakes_the_waiting_request_with_the_tools_result(live_stack: Li
     assert latency < 5, f"approval took {latency:.2f}s to reach the agent"
 
 
-def test_concurrency_safe_calls_run_in_parallel_and_results_keep_request_order(live_stack: LiveStack, live_db: None) -> None:
+def test_concurrency_safe_calls_run_in_parallel_and_results_keep_request_order(
+    live_stack: LiveStack, live_db: None
+) -> None:
     fx = make_agent(mode="trusted")
     with live_stack.client(fx) as client:
         session = start(client)
-        calls = [{"id": f"s{i}", "name": "sleep", "arguments": {"seconds": 1, "tag": f"s{i}"}} for i in range(3)]
+        calls = [
+            {"id": f"s{i}", "name": "sleep", "arguments": {"seconds": 1, "tag": f"s{i}"}}
+            for i in range(3)
+        ]
         started = time.monotonic()
         response = submit(client, session, calls, wait=30)
         elapsed = time.monotonic() - started
     assert response.status_code == 200, response.text
     assert [r["id"] for r in response.json()["results"]] == ["s0", "s1", "s2"]
-    log = [json.loads(line) for line in Path(session["workspace"], "sleep-log.jsonl").read_text().splitlines()]
+    log = [
+        json.loads(line)
+        for line in Path(session["workspace"], "sleep-log.jsonl").read_text().splitlines()
+    ]
     assert len(log) == 3
-    assert max(e["start"] for e in log) < min(e["end"] for e in log), "the safe calls did not overlap"
+    assert max(e["start"] for e in log) < min(e["end"] for e in log), (
+        "the safe calls did not overlap"
+    )
     assert elapsed < 2.8, f"three 1 s sleeps took {elapsed:.2f}s: not parallel"
 
 
@@ -104,44 +142,81 @@ def test_unsafe_calls_run_alone_in_request_order(live_stack: LiveStack, live_db:
     with live_stack.client(fx) as client:
         session = start(client)
         calls = [
-            {"id": "a", "name": "slow_append", "arguments": {"path": "order.txt", "line": "first", "delay": 0.4}},
-            {"id": "b", "name": "slow_append", "arguments": {"path": "order.txt", "line": "second", "delay": 0}},
+            {
+                "id": "a",
+                "name": "slow_append",
+                "arguments": {"path": "order.txt", "line": "first", "delay": 0.4},
+            },
+            {
+                "id": "b",
+                "name": "slow_append",
+                "arguments": {"path": "order.txt", "line": "second", "delay": 0},
+            },
             {"id": "c", "name": "sleep", "arguments": {"seconds": 0.1, "tag": "c"}},
-            {"id": "d", "name": "slow_append", "arguments": {"path": "order.txt", "line": "third", "delay": 0}},
+            {
+                "id": "d",
+                "name": "slow_append",
+                "arguments": {"path": "order.txt", "line": "third", "delay": 0},
+            },
         ]
         response = submit(client, session, calls, wait=30)
     assert response.status_code == 200, response.text
-    assert Path(session["workspace"], "order.txt").read_text().splitlines() == ["first", "second", "third"]
-    started = [c.started_at for c in ToolCall.objects.filter(session_id=session["id"]).order_by("batch_index")]
+    assert Path(session["workspace"], "order.txt").read_text().splitlines() == [
+        "first",
+        "second",
+        "third",
+    ]
+    started = [
+        c.started_at
+        for c in ToolCall.objects.filter(session_id=session["id"]).order_by("batch_index")
+    ]
     assert started == sorted(started)
 
 
-def test_a_tool_past_its_timeout_ends_timed_out_with_a_usable_message(live_stack: LiveStack, live_db: None) -> None:
+def test_a_tool_past_its_timeout_ends_timed_out_with_a_usable_message(
+    live_stack: LiveStack, live_db: None
+) -> None:
     fx = make_agent(mode="trusted")
     with live_stack.client(fx) as client:
         session = start(client)
-        response = submit(client, session, [{"id": "t", "name": "sleep", "arguments": {"seconds": 8}}], wait=30)
+        response = submit(
+            client, session, [{"id": "t", "name": "sleep", "arguments": {"seconds": 8}}], wait=30
+        )
     call = response.json()["calls"][0]
     assert call["status"] == "timed_out"
     assert "did not finish within its 3 s limit" in call["content"]
     assert call["is_error"] is True
 
 
-def test_a_command_past_its_timeout_is_killed(live_stack: LiveStack, live_db: None, settings: Any) -> None:
+def test_a_command_past_its_timeout_is_killed(
+    live_stack: LiveStack, live_db: None, settings: Any
+) -> None:
     fx = make_agent(mode="trusted")
     with live_stack.client(fx) as client:
         session = start(client)
         argv = ["python3", "-c", "import time; time.sleep(0.2); print('ok')"]
-        response = submit(client, session, [{"id": "c", "name": "run_command", "arguments": {"argv": argv}}])
+        response = submit(
+            client, session, [{"id": "c", "name": "run_command", "arguments": {"argv": argv}}]
+        )
     call = response.json()["calls"][0]
-    assert call["status"] == "completed" and "exit code 0" in call["content"] and "ok" in call["content"]
+    assert (
+        call["status"] == "completed"
+        and "exit code 0" in call["content"]
+        and "ok" in call["content"]
+    )
 
 
-def test_second_delivery_of_the_same_message_does_nothing(live_stack: LiveStack, live_db: None) -> None:
+def test_second_delivery_of_the_same_message_does_nothing(
+    live_stack: LiveStack, live_db: None
+) -> None:
     fx = make_agent(mode="trusted")
     with live_stack.client(fx) as client:
         session = start(client)
-        call = {"id": "once", "name": "slow_append", "arguments": {"path": "once.txt", "line": "x", "delay": 0}}
+        call = {
+            "id": "once",
+            "name": "slow_append",
+            "arguments": {"path": "once.txt", "line": "x", "delay": 0},
+        }
         call_id = submit(client, session, [call]).json()["calls"][0]["id"]
     threads = [threading.Thread(target=execution.execute_call, args=(call_id,)) for _ in range(4)]
     for t in threads:
@@ -158,7 +233,9 @@ def test_second_delivery_of_the_same_message_does_nothing(live_stack: LiveStack,
 
 
 def _kill_worker(proc: subprocess.Popen[bytes]) -> None:
-    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    children = subprocess.run(
+        ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
+    ).stdout.split()
     for pid in [proc.pid, *map(int, children)]:
         try:
             os.kill(int(pid), signal.SIGKILL)
@@ -167,11 +244,17 @@ def _kill_worker(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def test_worker_killed_mid_call_ends_outcome_unknown_and_never_reruns(live_stack: LiveStack, live_db: None) -> None:
+def test_worker_killed_mid_call_ends_outcome_unknown_and_never_reruns(
+    live_stack: LiveStack, live_db: None
+) -> None:
     fx = make_agent(mode="trusted")
     with live_stack.client(fx) as client:
         session = start(client)
-        call = {"id": "k", "name": "slow_append", "arguments": {"path": "k.txt", "line": "side effect", "delay": 1.5}}
+        call = {
+            "id": "k",
+            "name": "slow_append",
+            "arguments": {"path": "k.txt", "line": "side effect", "delay": 1.5},
+        }
         call_id = submit(client, session, [call], wait=0).json()["calls"][0]["id"]
         running = wait_for_status(call_id, Status.RUNNING)
         _kill_worker(live_stack.worker)
@@ -189,7 +272,9 @@ def test_worker_killed_mid_call_ends_outcome_unknown_and_never_reruns(live_stack
     assert ToolCall.objects.get(pk=call_id).attempts == 1
 
 
-def test_reconciler_resends_a_lost_message_carrying_only_the_call_id(live_stack: LiveStack, live_db: None, settings: Any) -> None:
+def test_reconciler_resends_a_lost_message_carrying_only_the_call_id(
+    live_stack: LiveStack, live_db: None, settings: Any
+) -> None:
     fx = make_agent(mode="trusted")
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
     broker = redis.Redis.from_url(settings.REDIS_URL)
