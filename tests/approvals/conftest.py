@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from typing import Any
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.test import Client
 
 from approvals.models import ApprovalRequest
 from tests.conftest import AgentFixture
+
+T = TypeVar("T")
 
 
 def start_session(fx: AgentFixture, title: str = "review me") -> str:
@@ -43,3 +50,22 @@ def ask(
     call = response.json()["calls"][0]
     assert call["status"] == "pending_approval", call
     return ApprovalRequest.objects.select_related("call").get(call_id=call["id"])
+
+
+def run_async(function: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine function to completion on a fresh loop in its own thread (the
+    session's Playwright may hold a running loop in this thread)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, function()).result(timeout=60)
+
+
+def session_cookie(client: Client) -> bytes:
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode()
+
+
+async def open_socket(*headers: tuple[bytes, bytes]) -> tuple[WebsocketCommunicator, bool]:
+    from harness_site.asgi import application
+
+    communicator = WebsocketCommunicator(application, "/ws/approvals/", headers=list(headers))
+    connected, _ = await communicator.connect(timeout=5)
+    return communicator, connected
