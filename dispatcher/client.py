@@ -87,6 +87,8 @@ class Result:
 
 class HarnessClient:
     def __init__(self, base_url: str, token: str, *, timeout: float = 30) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -107,7 +109,7 @@ class HarnessClient:
         if params:
             url += "?" + urllib.parse.urlencode(params)
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, method=method)
+        request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (http only)
         request.add_header("Authorization", f"Bearer {self.token}")
         request.add_header("Accept", "application/json")
         if data is not None:
@@ -127,7 +129,7 @@ class HarnessClient:
     # --- API ------------------------------------------------------------------------------
 
     def start_session(self, title: str = "", mode: str | None = None) -> dict[str, Any]:
-        """Start a session; later `submit` calls go to it. Returns {"id", "mode", "workspace"...}."""
+        """Start a session that later `submit` calls use; returns {"id", "mode", "workspace"}."""
         body: dict[str, Any] = {"title": title}
         if mode:
             body["mode"] = mode

@@ -12,11 +12,19 @@ import json
 import sys
 import uuid
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, Protocol
 
 from dispatcher.client import HarnessClient, HarnessError, Result
 
 RULE = "-" * 72
+
+
+class Out(Protocol):
+    """Where the demo prints: sys.stdout or a management command's self.stdout."""
+
+    def write(self, text: str, /) -> Any: ...
+
+    def flush(self) -> Any: ...
 
 
 def _openai(name: str, arguments: Any) -> dict[str, Any]:
@@ -67,7 +75,7 @@ def _clip(text: str | None, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + f" ... [{len(text) - limit} more chars]"
 
 
-def approve_pending(result: Result, username: str, out: TextIO) -> None:
+def approve_pending(result: Result, username: str, out: Out) -> None:
     """Approve every pending call of `result` as `username`, the way a reviewer would."""
     from django.contrib.auth import get_user_model
 
@@ -96,7 +104,7 @@ class DemoAgent:
         self,
         client: HarnessClient,
         *,
-        out: TextIO = sys.stdout,
+        out: Out = sys.stdout,
         auto_approve_as: str | None = None,
         dashboard: str = "http://127.0.0.1:8000",
     ) -> None:
@@ -246,7 +254,7 @@ def run(
     url: str,
     token: str,
     *,
-    out: TextIO = sys.stdout,
+    out: Out = sys.stdout,
     auto_approve_as: str | None = None,
     dashboard: str | None = None,
 ) -> bool:

@@ -8,6 +8,7 @@ stops every process it started and, when it started it, the embedded Redis.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -255,10 +256,8 @@ class Command(BaseCommand):
             signal.signal(s, signal.SIG_IGN)
         for _, proc in self.procs:
             if proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         deadline = time.monotonic() + 15
         for name, proc in self.procs:
             try:
@@ -266,10 +265,8 @@ class Command(BaseCommand):
             except subprocess.TimeoutExpired:
                 self.say(f"{name} did not stop in time; killing it.")
             # Whatever is left in its group (pool children, beat) goes too.
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
             proc.wait()
             self.say(f"Stopped {name} (pid {proc.pid}).")
         if redis_dir is not None:
