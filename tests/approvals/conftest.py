@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
@@ -14,8 +14,6 @@ from django.test import Client
 
 from approvals.models import ApprovalRequest
 from tests.conftest import AgentFixture
-
-T = TypeVar("T")
 
 
 def start_session(fx: AgentFixture, title: str = "review me") -> str:
@@ -52,7 +50,7 @@ def ask(
     return ApprovalRequest.objects.select_related("call").get(call_id=call["id"])
 
 
-def run_async(function: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def run_async[T](function: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine function to completion on a fresh loop in its own thread (the
     session's Playwright may hold a running loop in this thread)."""
     with ThreadPoolExecutor(1) as pool:
@@ -60,7 +58,8 @@ def run_async(function: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def session_cookie(client: Client) -> bytes:
-    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode()
+    name = settings.SESSION_COOKIE_NAME
+    return f"{name}={client.cookies[name].value}".encode()
 
 
 async def open_socket(*headers: tuple[bytes, bytes]) -> tuple[WebsocketCommunicator, bool]:
