@@ -24,6 +24,26 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
 
 GLOBAL_CHAIN = "global"
 
+# Outcome and decision counters of AuditChain, by event kind.
+KIND_COUNTERS = {
+    "call.received": "calls",
+    "call.allowed": "allowed",
+    "call.approval_requested": "asked",
+    "call.approved": "approved",
+    "call.denied": "denied",
+    "call.rejected": "rejected",
+    "call.cancelled": "cancelled",
+    "call.expired": "expired",
+    "call.completed": "completed",
+    "call.timed_out": "timed_out",
+    "call.outcome_unknown": "outcome_unknown",
+}
+
+
+class AuditChainQuerySet(models.QuerySet["AuditChain"]):
+    def sessions(self) -> AuditChainQuerySet:
+        return self.filter(session_id__isnull=False)
+
 
 class AuditEvent(models.Model):
     id = models.BigAutoField(primary_key=True)
@@ -47,7 +67,11 @@ class AuditEvent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["chain", "seq"], name="auditevent_unique_chain_seq")
         ]
-        indexes = [models.Index(fields=["kind"]), models.Index(fields=["subject"])]
+        indexes = [
+            models.Index(fields=["kind"]),
+            models.Index(fields=["subject"]),
+            models.Index(fields=["created_at"], name="auditevent_created_at"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.chain}#{self.seq} {self.kind}"
@@ -59,3 +83,52 @@ class AuditEvent(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise AppendOnlyError("Audit events are append-only; they cannot be deleted.")
+
+
+class AuditChain(models.Model):
+    """The head of one chain (its last seq and hash) and, for a session, its summary.
+
+    Derived from the events by `record_event` in the same transaction, so it is never
+    ahead of or behind the log. The head lets the verifier notice a chain whose last
+    events were removed; the summary makes the session list fast without reading events.
+    """
+
+    chain = models.CharField(max_length=64, primary_key=True)
+    session_id = models.UUIDField(null=True, blank=True)
+    agent = models.CharField(max_length=200, blank=True)
+    owner = models.CharField(max_length=150, blank=True)
+    title = models.CharField(max_length=200, blank=True)
+    mode = models.CharField(max_length=16, blank=True)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+    last_seq = models.PositiveBigIntegerField()
+    last_hash = models.CharField(max_length=64)
+    last_event_id = models.BigIntegerField()
+    # Tools called, space-separated with a leading and trailing space: " read_file run_command ".
+    tools = models.TextField(blank=True, default="")
+    calls = models.PositiveIntegerField(default=0)
+    allowed = models.PositiveIntegerField(default=0)
+    asked = models.PositiveIntegerField(default=0)
+    approved = models.PositiveIntegerField(default=0)
+    denied = models.PositiveIntegerField(default=0)
+    rejected = models.PositiveIntegerField(default=0)
+    cancelled = models.PositiveIntegerField(default=0)
+    expired = models.PositiveIntegerField(default=0)
+    completed = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    timed_out = models.PositiveIntegerField(default=0)
+    outcome_unknown = models.PositiveIntegerField(default=0)
+
+    objects = AuditChainQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-last_at"]
+        indexes = [
+            models.Index(fields=["-last_at"], name="auditchain_last_at"),
+            models.Index(fields=["agent", "-last_at"], name="auditchain_agent_last_at"),
+            models.Index(fields=["owner", "-last_at"], name="auditchain_owner_last_at"),
+            models.Index(fields=["first_at"], name="auditchain_first_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.chain} (seq {self.last_seq})"

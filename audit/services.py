@@ -10,7 +10,8 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .models import GLOBAL_CHAIN, AuditEvent
+from .masking import mask_secrets, storable
+from .models import GLOBAL_CHAIN, KIND_COUNTERS, AuditChain, AuditEvent
 
 GENESIS_HASH = "0" * 64
 
@@ -69,7 +70,7 @@ def record_event(
         AuditEvent.objects.filter(chain=chain).order_by("-seq").values_list("seq", "hash").first()
     )
     seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-    payload = json.loads(json.dumps(payload or {}, default=str))
+    payload = _audit_copy(payload or {})
     created_at = timezone.now()
     canonical = canonical_event(
         chain=chain,
@@ -80,7 +81,7 @@ def record_event(
         payload=payload,
         created_at=created_at.isoformat(),
     )
-    return AuditEvent.objects.create(
+    event = AuditEvent.objects.create(
         chain=chain,
         session_id=session_id,
         seq=seq,
@@ -92,3 +93,40 @@ def record_event(
         prev_hash=prev_hash,
         hash=chain_hash(prev_hash, canonical),
     )
+    _advance_head(event)
+    return event
+
+
+def _audit_copy(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload as the log keeps it: plain JSON, secrets masked (flagged "masked": true)."""
+    plain = storable(json.loads(json.dumps(payload, default=str)))
+    masked = mask_secrets(plain)
+    if masked != plain:
+        masked["masked"] = True
+    return masked  # type: ignore[no-any-return]
+
+
+def _advance_head(event: AuditEvent) -> None:
+    """Move the chain's head to `event` and update the session summary (under the chain lock)."""
+    head = AuditChain.objects.filter(chain=event.chain).first() or AuditChain(
+        chain=event.chain, session_id=event.session_id, first_at=event.created_at
+    )
+    payload = event.payload
+    if event.kind == "session.started":
+        head.agent = str(payload.get("agent", ""))[:200]
+        head.owner = str(payload.get("owner", ""))[:150]
+        head.title = str(payload.get("title", ""))[:200]
+        head.mode = str(payload.get("mode", ""))[:16]
+    counter = KIND_COUNTERS.get(event.kind)
+    if counter:
+        setattr(head, counter, getattr(head, counter) + 1)
+    if event.kind == "call.completed" and payload.get("is_error"):
+        head.errors += 1
+    tool = payload.get("tool")
+    if event.kind == "call.received" and isinstance(tool, str) and f" {tool} " not in head.tools:
+        head.tools = (head.tools or " ") + tool + " "
+    head.last_at = event.created_at
+    head.last_seq = event.seq
+    head.last_hash = event.hash
+    head.last_event_id = event.pk
+    head.save()
