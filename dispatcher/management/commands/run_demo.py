@@ -95,8 +95,10 @@ class Command(BaseCommand):
         try:
             self.say(f"Data directory: {data_dir}")
             if getattr(settings, "EMBEDDED_REDIS", False):
-                who = "started by run_demo" if own_redis else "already running"
-                self.say(f"Embedded Redis: {settings.REDIS_URL} ({who})")
+                who = "started by run_demo" if own_redis else "already running, left alone"
+                pidfile = data_dir / "redis.pid"
+                pid = pidfile.read_text().strip() if pidfile.exists() else "?"
+                self.say(f"Embedded Redis: {settings.REDIS_URL} (pid {pid}, {who})")
             call_command("migrate", interactive=False, verbosity=0)
             token, workspace = self.prepare()
             logs = data_dir / "demo-logs"

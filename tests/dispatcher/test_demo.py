@@ -1,0 +1,121 @@
+"""`manage.py run_demo` on the embedded default: every scenario, then nothing left running."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, free_port
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    # Short, so that the embedded Redis's Unix socket path stays under the 107-byte limit.
+    path = Path(tempfile.mkdtemp(prefix="harness-demo-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def processes_of(data_dir: Path) -> list[str]:
+    """Live processes whose environment points at this data directory (ours share it)."""
+    marker = f"HARNESS_DATA_DIR={data_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                stat = (entry / "stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()!r}")
+        except OSError:
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.timeout(300)
+def test_run_demo_shows_every_outcome_and_leaves_nothing_running(data_dir: Path) -> None:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTEST")
+        and k
+        not in {
+            "DATABASE_URL",
+            "REDIS_URL",
+            "HARNESS_SQLITE_PATH",
+            "HARNESS_WORKSPACE_ROOT",
+            "HARNESS_CELERY_QUEUE",
+        }
+    }
+    env.update(DJANGO_SETTINGS_MODULE="harness_site.settings", HARNESS_DATA_DIR=str(data_dir))
+    port = free_port()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "run_demo",
+            "--no-wait",
+            "--auto-approve",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+
+    # The embedded default: SQLite and a Redis that run_demo's own settings started.
+    assert (data_dir / "harness.sqlite3").exists()
+    assert re.search(r"Embedded Redis: unix://\S+ \(pid \d+, started by run_demo\)", out), out
+    assert "sign in as reviewer / reviewer" in out
+    assert f"http://127.0.0.1:{port}/approvals/" in out
+
+    # Each scenario's outcome, as printed for the model.
+    expected = [
+        r"list_directory\(.*\n.*status=completed decision=allow decided_by=mode:standard",
+        r"does not exist\. Use list_directory",  # read before the write: a useful error
+        r"write_file\(.*\n.*auto-approved write_file.*\n.*status=completed decision=allow "
+        r"decided_by=user:reviewer",
+        r"\| Written by the Harness demo agent\.",  # the approved write's content, read back
+        r"delete_file\(.*\n.*status=denied decision=deny decided_by=mode:standard",
+        r"Tool 'readFile' does not exist\..*Did you mean 'read_file'\?",
+        r"\$\.path: expected string",
+        r"status=denied decision=deny decided_by=guard:workspace_confinement",
+        r"'sudo' is blocked by the command guard",
+        r"Demo finished: 9/9 scenarios ended as expected\.",
+    ]
+    for pattern in expected:
+        assert re.search(pattern, out), f"missing {pattern!r} in:\n{out}"
+    for dialect in ("openai", "anthropic", "native"):
+        assert f"({dialect} dialect)" in out
+
+    # Nothing it started is left running: the printed pids, the Redis, any pool child.
+    pids = {int(p) for p in re.findall(r"\(pid (\d+)", out)}
+    assert len(pids) == 3, out  # redis, daphne, the worker
+    assert [p for p in pids if alive(p)] == []
+    assert "Stopped the embedded Redis." in out
+    assert not (data_dir / "redis.sock").exists()
+    assert processes_of(data_dir) == []
