@@ -6,14 +6,13 @@ passes on by returning `next(call)`. The chain is settings.HARNESS_PRE_EXECUTE, 
 
 from __future__ import annotations
 
-import fnmatch
 import logging
-import shlex
 from collections.abc import Callable
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from . import rules
 from .context import CallContext, Decision
 from .models import Mode
 
@@ -59,41 +58,38 @@ def run_waterfall(call: CallContext, listeners: list[Listener] | None = None) ->
     return step(0)(call)
 
 
-def _specifier_subject(call: CallContext) -> list[str]:
-    tool = call.tool
-    if tool.command_argument and isinstance(call.arguments.get(tool.command_argument), list):
-        return [shlex.join(str(a) for a in call.arguments[tool.command_argument])]
-    return [str(call.arguments[name]) for name in tool.path_arguments if name in call.arguments]
-
-
-def rule_matches(rule: str, call: CallContext) -> bool:
-    """`Tool` matches every call of that tool; `Tool(spec)` matches a glob on its subject."""
-    name, _, rest = rule.partition("(")
-    if name.strip() != call.name:
+def rule_matches(rule: str, call: CallContext, action: str = "allow") -> bool:
+    """Does one rule match `call` in the `action` list? See dispatcher.rules."""
+    try:
+        return rules.parse_rule(rule).matches(call, action)
+    except rules.RuleError:
         return False
-    if not rest:
-        return True
-    spec = rest.removesuffix(")")
-    subjects = _specifier_subject(call)
-    return bool(subjects) and all(fnmatch.fnmatchcase(s, spec) for s in subjects)
 
 
 def user_rules(call: CallContext, next: Next) -> Decision:
-    """The owner's allow / ask / deny rules: deny first, then ask, then allow; first match decides."""
-    for action, rules in (
-        ("deny", call.profile.deny),
-        ("ask", call.profile.ask),
-        ("allow", call.profile.allow),
-    ):
-        for rule in rules:
-            if rule_matches(rule, call):
-                return Decision(
-                    action,  # type: ignore[arg-type]
-                    f"rule:{action}:{rule}",
-                    f"Rule '{rule}' in {call.username}'s {action} list (profile v{call.profile.version}).",
-                    rule=rule,
-                )
-    return next(call)
+    """The owner's allow / ask / deny rules: deny first, then ask, then allow; first match decides.
+
+    A command the rule engine cannot read is never auto-allowed: if no deny or ask rule
+    caught it and the rest of the chain would allow it, it is asked instead.
+    """
+    profile = call.profile
+    verdict = rules.evaluate(call, allow=profile.allow, ask=profile.ask, deny=profile.deny)
+    if verdict.action is not None:
+        action, rule = verdict.action, verdict.rule
+        reason = f"Rule '{rule}' in {call.username}'s {action} list (profile v{profile.version})."
+        if verdict.also:
+            others = ", ".join(f"'{other}'" for other in verdict.also)
+            reason += f" Other parts of the command were allowed by {others}."
+        return Decision(action, f"rule:{action}:{rule}", reason, rule=rule)  # type: ignore[arg-type]
+    decision = next(call)
+    if verdict.unreadable is not None and decision.action == "allow":
+        return Decision(
+            "ask",
+            "rule:unreadable-command",
+            f"The command could not be read ({verdict.unreadable}), so no rule or mode may "
+            f"allow it without a reviewer (profile v{profile.version}).",
+        )
+    return decision
 
 
 def permission_mode(call: CallContext, next: Next) -> Decision:
