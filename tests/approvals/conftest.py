@@ -10,6 +10,7 @@ from typing import Any
 
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.db import connections
 from django.test import Client
 
 from approvals.models import ApprovalRequest
@@ -68,3 +69,16 @@ async def open_socket(*headers: tuple[bytes, bytes]) -> tuple[WebsocketCommunica
     communicator = WebsocketCommunicator(application, "/ws/approvals/", headers=list(headers))
     connected, _ = await communicator.connect(timeout=5)
     return communicator, connected
+
+
+def closing_connections[T](function: Callable[[], T]) -> Callable[[], T]:
+    """`function` for another thread: its database connection is closed when it returns,
+    so the test database can be dropped at the end of the run."""
+
+    def run() -> T:
+        try:
+            return function()
+        finally:
+            connections.close_all()
+
+    return run
