@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,22 +53,23 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def demo_env(data_dir: Path) -> dict[str, str]:
+    """The embedded default: no DATABASE_URL, no REDIS_URL, a fresh data directory."""
+    drop = {
+        "DATABASE_URL",
+        "REDIS_URL",
+        "HARNESS_SQLITE_PATH",
+        "HARNESS_WORKSPACE_ROOT",
+        "HARNESS_CELERY_QUEUE",
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST") and k not in drop}
+    env.update(DJANGO_SETTINGS_MODULE="harness_site.settings", HARNESS_DATA_DIR=str(data_dir))
+    return env
+
+
 @pytest.mark.timeout(300)
 def test_run_demo_shows_every_outcome_and_leaves_nothing_running(data_dir: Path) -> None:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("PYTEST")
-        and k
-        not in {
-            "DATABASE_URL",
-            "REDIS_URL",
-            "HARNESS_SQLITE_PATH",
-            "HARNESS_WORKSPACE_ROOT",
-            "HARNESS_CELERY_QUEUE",
-        }
-    }
-    env.update(DJANGO_SETTINGS_MODULE="harness_site.settings", HARNESS_DATA_DIR=str(data_dir))
+    env = demo_env(data_dir)
     port = free_port()
     proc = subprocess.run(
         [
@@ -118,4 +121,37 @@ def test_run_demo_shows_every_outcome_and_leaves_nothing_running(data_dir: Path)
     assert [p for p in pids if alive(p)] == []
     assert "Stopped the embedded Redis." in out
     assert not (data_dir / "redis.sock").exists()
+    assert processes_of(data_dir) == []
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_while_waiting_for_a_reviewer_stops_everything(data_dir: Path) -> None:
+    log = data_dir.parent / (data_dir.name + ".out")
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "run_demo", "--port", str(free_port())],
+            cwd=ROOT,
+            env=demo_env(data_dir),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while "Waiting for a reviewer: open http://127.0.0.1:" not in log.read_text():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        text = log.read_text()
+        log.unlink()
+    assert "SIGINT: stopping." in text
+    assert "/approvals/ and approve write_file" in text
+    pids = {int(p) for p in re.findall(r"\(pid (\d+)", text)}
+    assert len(pids) == 3, text
+    assert [p for p in pids if alive(p)] == []
+    assert "Stopped the embedded Redis." in text
     assert processes_of(data_dir) == []
