@@ -1,0 +1,672 @@
+"""Harness benchmarks: each scenario side by side with its baseline, in the same run.
+
+    python -m bench.run            full run (HTTP: 3 s warm-up, 10 s per side, 5 pairs)
+    python -m bench.run --quick    quick run (1 s warm-up, 3 s per side, 5 pairs; < 2 min)
+
+The runner creates its own PostgreSQL database (dropped and recreated each run), migrates
+it, starts its own daphne servers on loopback (B and P: two processes, same app, same
+settings), prints the machine line and the floors measured in this run, then each
+scenario as B P B P ... pairs: median of the per-pair ratios with min and max, and the
+peak RSS (VmHWM) of every server process. Only ratios are results; absolute figures are
+printed for trend-watching.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+PG_ADMIN_URL = os.environ.get("BENCH_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+DB_NAME = os.environ.get("BENCH_DB_NAME", "harness_bench")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+QUEUE = "harness_bench"
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "16"))
+
+
+def bench_env() -> dict[str, str]:
+    db_url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + DB_NAME
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="bench.settings",
+        DATABASE_URL=db_url.replace("postgresql://", "postgres://", 1),
+        REDIS_URL=REDIS_URL,
+        HARNESS_SECRET_KEY="bench-secret-key-not-for-production-" + "x" * 20,
+        HARNESS_DATA_DIR=str(ROOT / "var" / "bench"),
+        HARNESS_CELERY_QUEUE=QUEUE,
+        HARNESS_CHANNEL_PREFIX="harness_bench",
+        HARNESS_WAKE_PREFIX="harness_bench:wake",
+        HARNESS_LOG_LEVEL="ERROR",
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+# --- statistics -------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    name: str
+    unit: str  # what b and p hold, e.g. "req/s" or "us/call"
+    higher_is_better: bool
+    target: str  # e.g. ">= 0.6x"
+    target_value: float
+    b: list[float] = field(default_factory=list)
+    p: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def ratios(self) -> list[float]:
+        return [p / b for b, p in zip(self.b, self.p, strict=True) if b > 0]
+
+    def verdict(self) -> str:
+        r = self.ratios()
+        if not r:
+            return "n/a"
+        med = statistics.median(r)
+        ok = med >= self.target_value if self.higher_is_better else med <= self.target_value
+        if ok:
+            return "met"
+        # Protocol: a failure only if the median misses and at most one pair meets it.
+        meets = sum(
+            (x >= self.target_value) if self.higher_is_better else (x <= self.target_value)
+            for x in r
+        )
+        return "MISSED" if meets <= 1 else "borderline"
+
+
+def fmt(x: float) -> str:
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def print_result(res: Result) -> None:
+    r = res.ratios()
+    print(f"\n  {res.name}")
+    for i, (b, p) in enumerate(zip(res.b, res.p, strict=True)):
+        print(f"    pair {i + 1}: B {fmt(b)} {res.unit}   P {fmt(p)} {res.unit}   P/B {p / b:.3f}")
+    if r:
+        print(
+            f"    => P/B median {statistics.median(r):.3f} (min {min(r):.3f}, max {max(r):.3f}); "
+            f"B median {fmt(statistics.median(res.b))} {res.unit}, "
+            f"P median {fmt(statistics.median(res.p))} {res.unit}; "
+            f"target {res.target}: {res.verdict()}"
+        )
+    for note in res.notes:
+        print(f"    {note}")
+
+
+# --- machine and floors -------------------------------------------------------------------
+
+
+def machine_line() -> str:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))  # type: ignore[union-attr]
+        mem = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, AttributeError):
+        pass
+    import django
+
+    return (
+        f"machine: {os.cpu_count()} CPU ({cpu}), {mem} RAM, Linux {platform.release()}, "
+        f"Python {platform.python_version()}, Django {django.get_version()}; "
+        f"load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+
+
+def _echo_server(port_queue: Any) -> None:
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port_queue.put(srv.getsockname()[1])
+    conn, _ = srv.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while data := conn.recv(64):
+        conn.sendall(data)
+
+
+def floor_loopback(n: int) -> float:
+    q: Any = multiprocessing.Queue()
+    proc = multiprocessing.Process(target=_echo_server, args=(q,), daemon=True)
+    proc.start()
+    port = q.get(timeout=10)
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    samples = []
+    for i in range(n + 50):
+        t = time.perf_counter()
+        s.sendall(b"x")
+        s.recv(64)
+        if i >= 50:
+            samples.append(time.perf_counter() - t)
+    s.close()
+    proc.join(timeout=5)
+    if proc.is_alive():
+        proc.kill()
+    return statistics.median(samples) * 1e6
+
+
+def floor_redis(n: int) -> tuple[float, str]:
+    import redis
+
+    r = redis.Redis.from_url(REDIS_URL)
+    for _ in range(50):
+        r.ping()
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        r.ping()
+        samples.append(time.perf_counter() - t)
+    info = r.info("persistence")
+    server = r.info("server")
+    conf = (
+        f"redis {server.get('redis_version')}, appendonly={'yes' if info.get('aof_enabled') else 'no'}"
+    )
+    r.close()
+    return statistics.median(samples) * 1e6, conf
+
+
+def floor_pg_insert(n: int, conninfo: str) -> tuple[float, str]:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_floor (id bigserial primary key, payload jsonb, at timestamptz)")
+        settings = {
+            name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+            for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")
+        }
+        samples = []
+        for i in range(n + 20):
+            t = time.perf_counter()
+            conn.execute(
+                "INSERT INTO bench_floor (payload, at) VALUES (%s, now())",
+                (json.dumps({"path": f"d{i}"}),),
+            )
+            if i >= 20:
+                samples.append(time.perf_counter() - t)
+        conn.execute("DROP TABLE bench_floor")
+    conf = ", ".join(f"{k}={v}" for k, v in settings.items())
+    return statistics.median(samples) * 1e6, "postgresql " + conf
+
+
+# --- database, servers ------------------------------------------------------------------
+
+
+def recreate_database() -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB_NAME)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB_NAME)))
+
+
+SETUP_SCRIPT = """
+import io, django
+django.setup()
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+get_user_model().objects.create_user("bench", password="bench-password-unused")
+call_command("set_mode", "bench", "trusted", stdout=io.StringIO())
+out = io.StringIO()
+call_command("create_agent", "bench-agent", "--owner", "bench", stdout=out)
+print(out.getvalue().strip().splitlines()[-1])
+"""
+
+
+def prepare_database(env: dict[str, str]) -> str:
+    recreate_database()
+    subprocess.run(
+        [PY, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True
+    )
+    out = subprocess.run(
+        [PY, "-c", SETUP_SCRIPT], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """One daphne process on loopback, started and killed by PID."""
+
+    def __init__(self, label: str, env: dict[str, str]) -> None:
+        self.label = label
+        self.port = free_port()
+        daphne = shutil.which("daphne", path=str(Path(PY).parent)) or "daphne"
+        self.proc = subprocess.Popen(
+            [daphne, "-b", "127.0.0.1", "-p", str(self.port), "bench.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"daphne {label} exited: {err[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            self.stop()
+            raise RuntimeError(f"daphne {label} did not listen on {self.port}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def vm(self, key: str) -> int:
+        """A /proc/<pid>/status figure in KiB (VmHWM: peak RSS, VmRSS: current)."""
+        try:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return 0
+        m = re.search(rf"{key}:\s+(\d+) kB", status)
+        return int(m.group(1)) if m else 0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def rss_note(servers: list[Server]) -> str:
+    return "peak RSS (VmHWM): " + ", ".join(
+        f"{s.label} daphne pid {s.proc.pid} {s.vm('VmHWM') / 1024:.0f} MiB" for s in servers
+    )
+
+
+# --- HTTP load (wrk, closed loop, fixed concurrency) ----------------------------------------
+
+
+@dataclass
+class WrkResult:
+    rps: float
+    requests: int
+    errors: int
+    p50_ms: float
+    p99_ms: float
+
+
+def _ms(text: str) -> float:
+    m = re.match(r"([\d.]+)(us|ms|s)", text)
+    if not m:
+        return float("nan")
+    v = float(m.group(1))
+    return {"us": v / 1000, "ms": v, "s": v * 1000}[m.group(2)]
+
+
+def run_wrk(url: str, seconds: float, extra_env: dict[str, str], script: bool) -> WrkResult:
+    cmd = ["wrk", "-t1", f"-c{CONCURRENCY}", f"-d{max(1, round(seconds))}s", "--latency"]
+    if script:
+        cmd += ["-s", str(ROOT / "bench" / "wrk_post.lua")]
+    cmd.append(url)
+    out = subprocess.run(
+        cmd, env={**os.environ, **extra_env}, capture_output=True, text=True, check=True
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    reqs = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    errors = 0
+    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        errors += int(m.group(1))
+    if m := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
+        errors += sum(int(x) for x in m.groups())
+    p50 = re.search(r"50%\s+(\S+)", out)
+    p99 = re.search(r"99%\s+(\S+)", out)
+    return WrkResult(
+        rps, reqs, errors, _ms(p50.group(1)) if p50 else 0, _ms(p99.group(1)) if p99 else 0
+    )
+
+
+def http_pairs(
+    res: Result,
+    b: tuple[Server, str, dict[str, str], bool],
+    p: tuple[Server, str, dict[str, str], bool],
+    pairs: int,
+    warmup: float,
+    seconds: float,
+) -> None:
+    """B P B P ... closed-loop throughput at fixed concurrency, after a warm-up of each side."""
+
+    def side(spec: tuple[Server, str, dict[str, str], bool], secs: float) -> WrkResult:
+        server, path, extra, script = spec
+        extra = {**extra, "BENCH_TAG": uuid.uuid4().hex[:12]}
+        return run_wrk(server.url + path, secs, extra, script)
+
+    side(b, warmup)
+    side(p, warmup)
+    lat: dict[str, list[tuple[float, float]]] = {"B": [], "P": []}
+    errors = {"B": 0, "P": 0}
+    for _ in range(pairs):
+        for label, spec, store in (("B", b, res.b), ("P", p, res.p)):
+            w = side(spec, seconds)
+            store.append(w.rps)
+            errors[label] += w.errors
+            lat[label].append((w.p50_ms, w.p99_ms))
+    for label in ("B", "P"):
+        p50 = statistics.median(x[0] for x in lat[label])
+        p99 = statistics.median(x[1] for x in lat[label])
+        res.notes.append(
+            f"{label}: latency at c={CONCURRENCY} (closed loop, saturated; informational) "
+            f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; non-2xx/socket errors {errors[label]}"
+        )
+    if errors["B"] or errors["P"]:
+        res.notes.append("WARNING: errors during the measurement; the figures are suspect.")
+
+
+# --- scenarios ------------------------------------------------------------------------------
+
+
+def scenario_validation(pairs: int, quick: bool) -> list[Result]:
+    """In-process: pipeline.validate against a pre-built Draft 2020-12 validator, same schema."""
+    import django
+
+    django.setup()
+    from jsonschema import Draft202012Validator
+    from jsonschema import validate as one_shot
+
+    from dispatcher.pipeline import Rejection, resolve, validate
+
+    tool = resolve("list_directory")
+    prebuilt = Draft202012Validator(tool.parameters, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    results = []
+    for case, args in (("valid", {"path": "src/app"}), ("invalid", {"path": 5, "extra": True})):
+
+        def base(args: dict[str, Any] = args) -> None:
+            if list(prebuilt.iter_errors(args)):
+                pass
+
+        def prod(args: dict[str, Any] = args) -> None:
+            try:
+                validate(tool, args)
+            except Rejection:
+                pass
+
+        res = Result(
+            f"S2 argument validation, {case} arguments (list_directory): "
+            "pipeline.validate vs pre-built Draft202012Validator.iter_errors",
+            "us/call",
+            False,
+            "<= 1.2x",
+            1.2,
+        )
+        for fn in (base, prod):  # warm-up
+            for _ in range(200):
+                fn()
+        # Per pair, B and P alternate in short chunks and each side reports its median
+        # chunk: a shared, noisy 2-core machine then hits both sides alike.
+        chunk, chunks = (250, 16) if quick else (500, 40)
+        for _ in range(pairs):
+            times: dict[str, list[float]] = {"b": [], "p": []}
+            for _ in range(chunks):
+                for key, fn in (("b", base), ("p", prod)):
+                    t = time.perf_counter()
+                    for _ in range(chunk):
+                        fn()
+                    times[key].append((time.perf_counter() - t) / chunk * 1e6)
+            res.b.append(statistics.median(times["b"]))
+            res.p.append(statistics.median(times["p"]))
+        results.append(res)
+    # The cache is proven to work: one-shot validate (compiles every time) against the cached path.
+    m = 300
+    t = time.perf_counter()
+    for _ in range(m):
+        one_shot({"path": "src/app"}, tool.parameters)
+    once = (time.perf_counter() - t) / m
+    t = time.perf_counter()
+    for _ in range(m):
+        validate(tool, {"path": "src/app"})
+    cached = (time.perf_counter() - t) / m
+    results[0].notes.append(
+        f"cache check: one-shot jsonschema.validate {once * 1e6:.0f} us vs pipeline.validate "
+        f"{cached * 1e6:.1f} us = {once / cached:.0f}x (>= 20x means the compiled validator is cached)"
+    )
+    return results
+
+
+def start_sessions(server: Server, token: str, count: int) -> list[str]:
+    import httpx
+
+    ids = []
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}) as c:
+        for i in range(count):
+            r = c.post("/api/v1/sessions", json={"title": f"bench {i}"})
+            r.raise_for_status()
+            ids.append(r.json()["id"])
+        # Sanity: an auto-allowed call is admitted and answered 202 without waiting.
+        r = c.post(
+            f"/api/v1/sessions/{ids[0]}/calls",
+            json={"calls": [{"id": "sanity-1", "name": "list_directory", "arguments": {"path": "."}}]},
+        )
+        if r.status_code != 202:
+            raise RuntimeError(f"sanity call answered {r.status_code}: {r.text[:500]}")
+        status = r.json()
+        print(f"  sanity: submit answered {r.status_code}: {json.dumps(status)[:200]}")
+    return ids
+
+
+def scenario_admit(
+    env: dict[str, str], token: str, pairs: int, warmup: float, seconds: float
+) -> Result:
+    servers = [Server("B", env), Server("P", env)]
+    try:
+        sessions = start_sessions(servers[1], token, CONCURRENCY)
+        extra = {"BENCH_TOKEN": token, "BENCH_SESSIONS": ",".join(sessions)}
+        res = Result(
+            f"S1 auto-allowed call admitted (POST /api/v1/sessions/{{id}}/calls, trusted mode: "
+            f"parse, validate, policy, audit, enqueue -> 202) vs bare async view, one audit INSERT "
+            f"(/api/bench/insert, same handler), throughput at c={CONCURRENCY}",
+            "req/s",
+            True,
+            ">= 0.6x",
+            0.6,
+        )
+        http_pairs(
+            res,
+            (servers[0], "/api/bench/insert", {**extra, "BENCH_TARGET": "insert"}, True),
+            (servers[1], "/api/v1/sessions", {**extra, "BENCH_TARGET": "calls"}, True),
+            pairs,
+            warmup,
+            seconds,
+        )
+        res.notes.append(rss_note(servers))
+        res.notes.append(queries_note(env, token, sessions[0]))
+        return res
+    finally:
+        for s in servers:
+            s.stop()
+
+
+QUERY_SCRIPT = """
+import django, json, sys
+django.setup()
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.test import Client
+c = Client(headers={"authorization": "Bearer " + sys.argv[1]})
+body = json.dumps({"calls": [{"id": "q-1", "name": "list_directory", "arguments": {"path": "q1"}}]})
+with CaptureQueriesContext(connection) as p:
+    r = c.post("/api/v1/sessions/%s/calls" % sys.argv[2], body, content_type="application/json")
+body = json.dumps({"calls": [{"id": "q-2", "name": "list_directory", "arguments": {"path": "q2"}}]})
+with CaptureQueriesContext(connection) as b:
+    r2 = c.post("/api/bench/insert", body, content_type="application/json")
+print(r.status_code, len(p.captured_queries), r2.status_code, len(b.captured_queries))
+"""
+
+
+def queries_note(env: dict[str, str], token: str, session: str) -> str:
+    try:
+        out = subprocess.run(
+            [PY, "-c", QUERY_SCRIPT, token, session],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.split()
+        return f"SQL queries per request (CaptureQueriesContext): P {out[1]} (HTTP {out[0]}), B {out[3]} (HTTP {out[2]})"
+    except (subprocess.SubprocessError, IndexError) as exc:
+        return f"SQL query count unavailable: {exc}"
+
+
+def scenario_overhead(env: dict[str, str], pairs: int, warmup: float, seconds: float) -> Result:
+    servers = [Server("B", env), Server("P", env)]
+    try:
+        res = Result(
+            "S10 middleware and server overhead: trivial async view through the agent-API handler "
+            f"(/api/bench/trivial) vs the same view with no middleware (/bare/trivial), GET at c={CONCURRENCY}",
+            "req/s",
+            True,
+            ">= 0.8x",
+            0.8,
+        )
+        http_pairs(
+            res,
+            (servers[0], "/bare/trivial", {}, False),
+            (servers[1], "/api/bench/trivial", {}, False),
+            pairs,
+            warmup,
+            seconds,
+        )
+        res.notes.append(rss_note(servers))
+        return res
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def cleanup_redis() -> None:
+    import redis
+
+    r = redis.Redis.from_url(REDIS_URL)
+    keys = [QUEUE, *r.keys("harness_bench*"), *r.keys(f"_kombu.binding.{QUEUE}*")]
+    if keys:
+        r.delete(*keys)
+    r.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short durations (CI, < 2 min)")
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument(
+        "--only", default="", help="comma-separated scenario keys: validation,admit,overhead"
+    )
+    args = parser.parse_args()
+    if args.pairs < 5:
+        parser.error("the protocol needs at least 5 pairs")
+    only = set(filter(None, args.only.split(",")))
+    warmup, seconds = (1.0, 3.0) if args.quick else (3.0, 10.0)
+    if shutil.which("wrk") is None:
+        print("wrk not found: apt-get install wrk (Debian) -- needed for the HTTP scenarios")
+        return 2
+
+    env = bench_env()
+    os.environ.update({k: env[k] for k in env if k.startswith(("DJANGO_", "DATABASE_", "REDIS_", "HARNESS_"))})
+    started = time.monotonic()
+    print(f"Harness benchmarks ({'quick' if args.quick else 'full'} run, {time.strftime('%Y-%m-%d %H:%M:%S %Z')})")
+    print(machine_line())
+
+    print("preparing: database", DB_NAME, "(dropped, created, migrated)")
+    token = prepare_database(env)
+    cleanup_redis()
+
+    lo = floor_loopback(2000)
+    rd, redis_conf = floor_redis(2000)
+    pg, pg_conf = floor_pg_insert(300 if args.quick else 1000, env["DATABASE_URL"])
+    print(
+        f"floors: loopback TCP round trip {lo:.1f} us | Redis PING round trip {rd:.1f} us | "
+        f"durable PostgreSQL INSERT (autocommit) {pg:.0f} us   (medians)"
+    )
+    from django.conf import settings as dj
+
+    import django
+
+    django.setup()
+    pool = dj.DATABASES["default"].get("OPTIONS", {}).get("pool", {})
+    print(
+        f"settings (B and P identical): 2 daphne processes (one for B, one for P), 1 wrk thread, "
+        f"c={CONCURRENCY}; {pg_conf}; DB pool min {pool.get('min_size')} max {pool.get('max_size')}; "
+        f"{redis_conf}; agent-API middleware {dj.HARNESS_API_MIDDLEWARE}; channel layer "
+        f"{dj.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]}; Celery queue {QUEUE} (no worker: "
+        f"admission only); HTTP {warmup:.0f} s warm-up per side, {seconds:.0f} s per side, {args.pairs} pairs"
+    )
+
+    results: list[Result] = []
+    if not only or "validation" in only:
+        results += scenario_validation(args.pairs, args.quick)
+        for r in results:
+            print_result(r)
+    if not only or "admit" in only:
+        r = scenario_admit(env, token, args.pairs, warmup, seconds)
+        print_result(r)
+        results.append(r)
+    if not only or "overhead" in only:
+        r = scenario_overhead(env, args.pairs, warmup, seconds)
+        print_result(r)
+        results.append(r)
+    cleanup_redis()
+
+    print("\nsummary (P/B: median of per-pair ratios [min, max])")
+    print("| scenario | B median | P median | P/B median [min, max] | target | verdict |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        rs = r.ratios()
+        short = re.split(r"[:(]", r.name, maxsplit=1)[0].strip()
+        print(
+            f"| {short} | {fmt(statistics.median(r.b))} {r.unit} | {fmt(statistics.median(r.p))} {r.unit} "
+            f"| {statistics.median(rs):.2f} [{min(rs):.2f}, {max(rs):.2f}] | {r.target} | {r.verdict()} |"
+        )
+    print(
+        f"total time {time.monotonic() - started:.0f} s; load average at end "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
