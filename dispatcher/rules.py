@@ -273,34 +273,35 @@ def path_spec(specifier: str, text: str = "") -> pathspec.PathSpec:
 
 def path_readings(
     tool: Tool, arguments: Mapping[str, Any], workspace: Path
-) -> list[tuple[str | None, str | None]]:
-    """For each path argument: (given path, resolved path), both relative to the workspace.
+) -> list[tuple[str | None, str | None, str]]:
+    """For each path argument: (given path, resolved path, text), relative to the workspace.
 
-    A reading is None when it leaves the workspace. Absent arguments use the schema default.
+    `given` and `resolved` are None when they leave the workspace; `text` is the given path
+    with any leading `/` and `../` removed, read only by deny and ask rules. Absent
+    arguments use the schema default.
     """
-    readings: list[tuple[str | None, str | None]] = []
+    readings: list[tuple[str | None, str | None, str]] = []
     properties = tool.parameters.get("properties", {})
     for name in tool.path_arguments:
         value = arguments.get(name, properties.get(name, {}).get("default"))
-        if not isinstance(value, str):
-            continue
-        readings.append(_readings_of(value, workspace))
+        if isinstance(value, str):
+            readings.append(_readings_of(value, workspace))
     return readings
 
 
-def _readings_of(value: str, workspace: Path) -> tuple[str | None, str | None]:
-    if "\x00" in value or value.startswith("~"):
-        return None, None
+def _readings_of(value: str, workspace: Path) -> tuple[str | None, str | None, str]:
     given = posixpath.normpath(value.replace(os.sep, "/")) if value else "."
+    text = re.sub(r"^(/|\.\./)+", "", given).lstrip("~") or "."
+    if "\x00" in value or value.startswith("~"):
+        return None, None, text
     outside = given.startswith("/") or given == ".." or given.startswith("../")
     given_rel = None if outside else given
     try:
         root = workspace.resolve()
-        resolved = (workspace / value).resolve()
-        relative = resolved.relative_to(root).as_posix()
+        resolved: str | None = (workspace / value).resolve().relative_to(root).as_posix()
     except (ValueError, OSError, RuntimeError):
-        relative = None
-    return given_rel, relative
+        resolved = None
+    return given_rel, resolved, text
 
 
 def _path_matches(rule: Rule, call: CallContext, strict: bool) -> bool:
@@ -314,12 +315,11 @@ def _path_matches(rule: Rule, call: CallContext, strict: bool) -> bool:
             and resolved is not None
             and spec.match_file(given)
             and spec.match_file(resolved)
-            for given, resolved in readings
+            for given, resolved, _ in readings
         )
     return any(
-        (given is not None and spec.match_file(given))
-        or (resolved is not None and spec.match_file(resolved))
-        for given, resolved in readings
+        any(reading is not None and spec.match_file(reading) for reading in group)
+        for group in readings
     )
 
 
