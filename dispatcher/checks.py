@@ -124,3 +124,31 @@ def check_repeat_reminders(app_configs: Any = None, **kwargs: Any) -> list[Error
             Error("HARNESS_REPEAT_PREVIEW_CHARS must be at least 1.", id="dispatcher.E024")
         )
     return errors
+
+
+@register()
+def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """HARNESS_DEFAULT_RULES (optional): {"allow": [...], "ask": [...], "deny": [...]}."""
+    from .rules import validate_rules
+
+    rules = getattr(settings, "HARNESS_DEFAULT_RULES", {})
+    if not isinstance(rules, dict):
+        return [
+            Error(
+                f"HARNESS_DEFAULT_RULES must be a dict, not {type(rules).__name__}.",
+                hint='Use {"allow": [...], "ask": [...], "deny": [...]}.',
+                id="dispatcher.E030",
+            )
+        ]
+    try:
+        problems = validate_rules(rules)
+    except ImportError as exc:  # a bad HARNESS_TOOLS entry; check_tools reports it
+        return [Error(f"HARNESS_DEFAULT_RULES cannot be checked: {exc}", id="dispatcher.E032")]
+    return [
+        Error(
+            f"HARNESS_DEFAULT_RULES: {problem}",
+            hint="See docs/rules.md for the rule syntax.",
+            id="dispatcher.E031",
+        )
+        for problem in problems
+    ]

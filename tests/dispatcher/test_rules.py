@@ -575,3 +575,25 @@ def test_broken_saved_rule_never_allows_and_fails_closed_for_deny() -> None:
     assert user_rules(call, mode_asks).by == "mode:standard"
     call = make_call(RUN_COMMAND, {"argv": ["ls"]}, deny=["run_command(ls"])
     assert user_rules(call, mode_allows).action == "deny"
+
+
+# --- start-up check -----------------------------------------------------------------------------
+
+
+def test_check_rules_in_settings(settings: Any) -> None:
+    from dispatcher.checks import check_rules_in_settings
+
+    settings.HARNESS_DEFAULT_RULES = {
+        "allow": ["run_command(npm test *)"],
+        "deny": ["read_file(**/.env)"],
+    }
+    assert check_rules_in_settings() == []
+    settings.HARNESS_DEFAULT_RULES = {"allow": ["run_command(npm test"], "ask": ["nope"]}
+    errors = check_rules_in_settings()
+    assert [e.id for e in errors] == ["dispatcher.E031", "dispatcher.E031"]
+    text = " ".join(e.msg for e in errors)
+    assert "Rule 'run_command(npm test'" in text and "Rule 'nope'" in text
+    settings.HARNESS_DEFAULT_RULES = ["run_command"]
+    assert [e.id for e in check_rules_in_settings()] == ["dispatcher.E030"]
+    del settings.HARNESS_DEFAULT_RULES
+    assert check_rules_in_settings() == []
