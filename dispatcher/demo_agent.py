@@ -128,7 +128,7 @@ class DemoAgent:
         self.say(RULE)
         self.say(f"[{self.step}] {label}  ({dialect} dialect)")
         self.say(f"    {name}({shown})  -- expect: {expect}")
-        result = self.client.submit(message, wait=10)
+        result = self.client.submit(message, wait=2)  # an ask is known at once
         if not result.done:
             pending = result.pending[0]
             if pending["status"] == "pending_approval":
