@@ -1,0 +1,198 @@
+"""Recompute hash chains and name the first bad event of each chain.
+
+Works on the database or on a JSON Lines export (one event per line, as written by
+audit.export). docs/audit.md has a dependency-free version of the same check.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .models import AuditChain, AuditEvent
+from .services import GENESIS_HASH, canonical_event, chain_hash
+
+EVENT_FIELDS = (
+    "id",
+    "chain",
+    "session_id",
+    "seq",
+    "kind",
+    "actor",
+    "subject",
+    "payload",
+    "created_at",
+    "prev_hash",
+    "hash",
+)
+
+
+@dataclass(frozen=True)
+class Head:
+    seq: int
+    hash: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    chain: str
+    seq: int | None
+    event_id: Any
+    what: str
+
+    def __str__(self) -> str:
+        where = f"seq {self.seq}" if self.seq is not None else "end of chain"
+        ident = f" (event id {self.event_id})" if self.event_id is not None else ""
+        return f"chain {self.chain} {where}{ident}: {self.what}"
+
+
+@dataclass
+class _ChainState:
+    expected_seq: int = 1
+    prev_hash: str = GENESIS_HASH
+    failed: bool = False
+
+
+@dataclass
+class Report:
+    chains: int = 0
+    events: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    heads: dict[str, Head] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def event_hash(event: dict[str, Any], seq: int | None = None) -> str:
+    canonical = canonical_event(
+        chain=event["chain"],
+        seq=event["seq"] if seq is None else seq,
+        kind=event["kind"],
+        actor=event["actor"],
+        subject=event["subject"],
+        payload=event["payload"],
+        created_at=event["created_at"],
+    )
+    return chain_hash(event["prev_hash"], canonical)
+
+
+def _written_as_seq(event: dict[str, Any], limit: int) -> int | None:
+    """The seq this event's hash was computed with, if it moved (a reordering)."""
+    for seq in range(1, limit + 1):
+        if seq != event["seq"] and event_hash(event, seq) == event["hash"]:
+            return seq
+    return None
+
+
+def _check(event: dict[str, Any], state: _ChainState) -> str | None:
+    seq = event["seq"]
+    if seq > state.expected_seq:
+        missing = f"seq {state.expected_seq}" + (
+            f" to {seq - 1}" if seq - 1 > state.expected_seq else ""
+        )
+        return f"missing {missing}: the event(s) before this one were deleted"
+    if seq < state.expected_seq:
+        return f"seq {seq} appears again or out of order (expected seq {state.expected_seq})"
+    if event_hash(event) != event["hash"]:
+        moved = _written_as_seq(event, max(2 * seq, 1000))
+        if moved is not None:
+            return f"reordered: this event was written as seq {moved}, now it is seq {seq}"
+        return "hash mismatch: the stored fields do not produce the stored hash (edited)"
+    if event["prev_hash"] != state.prev_hash:
+        return (
+            "prev_hash does not match the hash of the event before it: an event was "
+            "inserted, removed or replaced here"
+        )
+    return None
+
+
+def verify_events(events: Iterable[dict[str, Any]], heads: dict[str, Head] | None = None) -> Report:
+    """Check `events` (each chain in seq order; chains may interleave) against `heads`.
+
+    Reports the first bad event of each chain. A head (the last seq and hash recorded
+    when the chain was written) also catches events removed from, or added to, the end.
+    """
+    report = Report(heads=dict(heads or {}))
+    states: dict[str, _ChainState] = {}
+    for event in events:
+        report.events += 1
+        chain = event["chain"]
+        state = states.setdefault(chain, _ChainState())
+        if state.failed:
+            continue
+        head = report.heads.get(chain)
+        if head is not None and event["seq"] > head.seq:
+            what: str | None = f"inserted: the chain's recorded head is seq {head.seq}"
+        else:
+            what = _check(event, state)
+        if what is not None:
+            report.problems.append(Problem(chain, event["seq"], event.get("id"), what))
+            state.failed = True
+            continue
+        state.expected_seq = event["seq"] + 1
+        state.prev_hash = event["hash"]
+    report.chains = len(states)
+    for chain, head in report.heads.items():
+        state = states.get(chain)
+        if state is None:
+            report.problems.append(
+                Problem(chain, None, None, f"the head records seq {head.seq} but no events exist")
+            )
+        elif not state.failed and (state.expected_seq - 1, state.prev_hash) != (
+            head.seq,
+            head.hash,
+        ):
+            last = state.expected_seq - 1
+            report.problems.append(
+                Problem(
+                    chain,
+                    last + 1,
+                    None,
+                    f"missing: the chain ends at seq {last} but its recorded head is seq "
+                    f"{head.seq} (events at the end were deleted or replaced)",
+                )
+            )
+    return report
+
+
+def database_events(chain: str | None = None) -> Iterator[dict[str, Any]]:
+    rows = AuditEvent.objects.order_by("chain", "seq")
+    if chain is not None:
+        rows = rows.filter(chain=chain)
+    for values in rows.values_list(*EVENT_FIELDS).iterator(chunk_size=2000):
+        event = dict(zip(EVENT_FIELDS, values, strict=True))
+        event["created_at"] = event["created_at"].isoformat()
+        yield event
+
+
+def database_heads(chain: str | None = None) -> dict[str, Head]:
+    rows = AuditChain.objects.all()
+    if chain is not None:
+        rows = rows.filter(chain=chain)
+    return {c: Head(s, h) for c, s, h in rows.values_list("chain", "last_seq", "last_hash")}
+
+
+def verify_database(chain: str | None = None) -> Report:
+    return verify_events(database_events(chain), database_heads(chain))
+
+
+def file_events(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{path}:{number} is not a JSON line: {error}") from error
+
+
+def verify_file(path: Path, chain: str | None = None) -> Report:
+    events = file_events(path)
+    if chain is not None:
+        events = (e for e in events if e["chain"] == chain)
+    return verify_events(events)
