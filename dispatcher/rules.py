@@ -264,7 +264,7 @@ def path_spec(specifier: str, text: str = "") -> pathspec.PathSpec:
             "put the exception in another list instead."
         )
     try:
-        return pathspec.PathSpec.from_lines("gitwildmatch", [specifier])
+        return pathspec.PathSpec.from_lines("gitignore", [specifier])
     except Exception as error:
         raise RuleError(
             f"Rule '{text or specifier}': bad path pattern '{specifier}' ({error})."
