@@ -37,24 +37,28 @@ def reviewer_client(stack: LiveStack) -> httpx.Client:
     return client
 
 
-def pending_calls(fx: AgentFixture) -> list[ApprovalRequest]:
+def pending_calls(fx: AgentFixture, sessions: int = 10) -> list[ApprovalRequest]:
+    """CALLS pending write_file calls spread over `sessions` sessions (each session's audit
+    chain is locked per append, so one session would serialize every decision)."""
     client = Client()
-    session = client.post(
-        "/api/v1/sessions", data="{}", content_type="application/json", headers=fx.headers
-    ).json()
+    session_ids = [
+        client.post(
+            "/api/v1/sessions", data="{}", content_type="application/json", headers=fx.headers
+        ).json()["id"]
+        for _ in range(sessions)
+    ]
     for index in range(CALLS):
         args = {"path": f"f{index}.txt", "content": str(index)}
         body = {"calls": [{"id": f"c{index}", "name": "write_file", "arguments": args}]}
         response = client.post(
-            f"/api/v1/sessions/{session['id']}/calls",
+            f"/api/v1/sessions/{session_ids[index % sessions]}/calls",
             data=json.dumps(body),
             content_type="application/json",
             headers=fx.headers,
         )
         assert response.json()["calls"][0]["status"] == "pending_approval"
-    return list(
-        ApprovalRequest.objects.filter(call__session_id=session["id"]).select_related("call")
-    )
+    approvals = ApprovalRequest.objects.filter(call__session_id__in=session_ids)
+    return list(approvals.select_related("call"))
 
 
 @pytest.mark.skipif(
@@ -85,7 +89,7 @@ def test_each_call_gets_exactly_one_decision_and_runs_at_most_once(
         with ThreadPoolExecutor(len(contenders)) as pool:
             return list(pool.map(attempt, contenders))
 
-    with ThreadPoolExecutor(4) as pool:  # four calls raced at a time, 2-8 requests each
+    with ThreadPoolExecutor(6) as pool:  # six calls raced at a time, 2-8 requests each
         outcomes = list(pool.map(race, approvals))
     for reviewer in reviewers:
         reviewer.close()
