@@ -303,6 +303,14 @@ class Server:
         m = re.search(rf"{key}:\s+(\d+) kB", status)
         return int(m.group(1)) if m else 0
 
+    def cpu_seconds(self) -> float:
+        """utime + stime of the server process (all its threads), from /proc/<pid>/stat."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -374,7 +382,14 @@ def http_pairs(
     def side(spec: tuple[Server, str, dict[str, str], bool], secs: float) -> WrkResult:
         server, path, extra, script = spec
         extra = {**extra, "BENCH_TAG": uuid.uuid4().hex[:12]}
-        return run_wrk(server.url + path, secs, extra, script)
+        cpu = server.cpu_seconds()
+        w = run_wrk(server.url + path, secs, extra, script)
+        cpu_per_req[server.label] = cpu_per_req.get(server.label, []) + [
+            (server.cpu_seconds() - cpu) / max(1, w.requests) * 1e3
+        ]
+        return w
+
+    cpu_per_req: dict[str, list[float]] = {}
 
     side(b, warmup)
     side(p, warmup)
@@ -391,7 +406,8 @@ def http_pairs(
         p99 = statistics.median(x[1] for x in lat[label])
         res.notes.append(
             f"{label}: latency at c={CONCURRENCY} (closed loop, saturated; informational) "
-            f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; non-2xx/socket errors {errors[label]}"
+            f"p50 {p50:.2f} ms, p99 {p99:.2f} ms; non-2xx/socket errors {errors[label]}; "
+            f"server CPU {statistics.median(cpu_per_req[label][1:]):.2f} ms per request"
         )
     if errors["B"] or errors["P"]:
         res.notes.append("WARNING: errors during the measurement; the figures are suspect.")
@@ -450,6 +466,18 @@ def scenario_validation(pairs: int, quick: bool) -> list[Result]:
             res.b.append(statistics.median(times["b"]))
             res.p.append(statistics.median(times["p"]))
         results.append(res)
+    # Where the invalid case's extra time goes: the model-facing message, on errors already found.
+    from dispatcher import messages
+
+    errors = list(prebuilt.iter_errors({"path": 5, "extra": True}))
+    k = 2000
+    t = time.perf_counter()
+    for _ in range(k):
+        messages.invalid_arguments(tool.name, errors)
+    results[1].notes.append(
+        f"of which messages.invalid_arguments (model-facing text for {len(errors)} errors) "
+        f"{(time.perf_counter() - t) / k * 1e6:.1f} us/call"
+    )
     # The cache is proven to work: one-shot validate (compiles every time) against the cached path.
     m = 300
     t = time.perf_counter()
