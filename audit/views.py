@@ -1,7 +1,169 @@
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+"""Auditor screens: session list, timeline, replay, transcript, exports.
+
+Session authentication only (an agent's bearer token is never looked at here), and only
+auditors (group "auditor") or superusers get in.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, date, datetime, time, timedelta
+from functools import wraps
+from typing import Any
+from uuid import UUID
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+
+from . import export
+from .models import AuditChain, AuditEvent
+from .timeline import Timeline, anthropic_messages, build_timeline, openai_messages, replay_events
+
+AUDITOR_GROUP = "auditor"
+PAGE_SIZE = 50
+
+STATUS_FILTERS = {
+    "completed": Q(completed__gt=0),
+    "error": Q(errors__gt=0),
+    "timed_out": Q(timed_out__gt=0),
+    "outcome_unknown": Q(outcome_unknown__gt=0),
+    "denied": Q(denied__gt=0),
+    "rejected": Q(rejected__gt=0),
+    "cancelled": Q(cancelled__gt=0),
+    "expired": Q(expired__gt=0),
+}
+DECISION_FILTERS = {
+    "allow": Q(allowed__gt=0) | Q(approved__gt=0),
+    "ask": Q(asked__gt=0),
+    "approved": Q(approved__gt=0),
+    "deny": Q(denied__gt=0),
+    "reject": Q(rejected__gt=0),
+    "cancel": Q(cancelled__gt=0),
+}
 
 
-@login_required
+def is_auditor(user: Any) -> bool:
+    return bool(
+        user.is_authenticated
+        and (user.is_superuser or user.groups.filter(name=AUDITOR_GROUP).exists())
+    )
+
+
+def auditor_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        if not is_auditor(request.user):
+            raise PermissionDenied("Only auditors can read the audit log.")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _day(text: str) -> datetime | None:
+    try:
+        return datetime.combine(date.fromisoformat(text), time.min, tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def filtered_sessions(params: Any) -> QuerySet[AuditChain]:
+    sessions = AuditChain.objects.sessions()
+    if agent := params.get("agent", "").strip():
+        sessions = sessions.filter(agent=agent)
+    if owner := params.get("user", "").strip():
+        sessions = sessions.filter(owner=owner)
+    if tool := params.get("tool", "").strip():
+        sessions = sessions.filter(tools__contains=f" {tool} ")
+    if params.get("status") in STATUS_FILTERS:
+        sessions = sessions.filter(STATUS_FILTERS[params["status"]])
+    if params.get("decision") in DECISION_FILTERS:
+        sessions = sessions.filter(DECISION_FILTERS[params["decision"]])
+    if since := _day(params.get("since", "")):
+        sessions = sessions.filter(last_at__gte=since)
+    if until := _day(params.get("until", "")):
+        sessions = sessions.filter(first_at__lt=until + timedelta(days=1))
+    return sessions.order_by("-last_at")
+
+
+@auditor_required
 def session_list(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("The audit views are being built.")
+    page = Paginator(filtered_sessions(request.GET), PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "page": page,
+        "filters": request.GET,
+        "query": query.urlencode(),
+        "statuses": list(STATUS_FILTERS),
+        "decisions": list(DECISION_FILTERS),
+    }
+    return render(request, "audit/sessions.html", context)
+
+
+def _timeline(session_id: UUID) -> Timeline:
+    timeline = build_timeline(str(session_id))
+    if timeline is None:
+        raise Http404("No audit events for this session.")
+    return timeline
+
+
+@auditor_required
+def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    timeline = _timeline(session_id)
+    template = "audit/session.html#calls" if request.htmx else "audit/session.html"  # type: ignore[attr-defined]
+    return render(request, template, {"timeline": timeline, "session_id": session_id})
+
+
+@auditor_required
+def session_replay(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    timeline = _timeline(session_id)
+    context = {"timeline": timeline, "session_id": session_id, "events": replay_events(timeline)}
+    return render(request, "audit/replay.html", context)
+
+
+TRANSCRIPTS = {"openai": openai_messages, "anthropic": anthropic_messages}
+
+
+@auditor_required
+def session_transcript(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    timeline = _timeline(session_id)
+    fmt = request.GET.get("format", "")
+    if fmt in TRANSCRIPTS:
+        body = json.dumps(TRANSCRIPTS[fmt](timeline), indent=2, ensure_ascii=False)
+        response = HttpResponse(body, content_type="application/json; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="transcript-{session_id}-{fmt}.json"'
+        )
+        return response
+    return render(
+        request, "audit/transcript.html", {"timeline": timeline, "session_id": session_id}
+    )
+
+
+def _stream(events: QuerySet[AuditEvent], fmt: str, name: str) -> StreamingHttpResponse:
+    if fmt not in export.FORMATS:
+        raise Http404(f"Unknown export format. Choose one of: {', '.join(export.FORMATS)}.")
+    content_type, extension = export.FORMATS[fmt]
+    response = StreamingHttpResponse(export.async_chunks(events, fmt), content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{name}.{extension}"'
+    return response
+
+
+@auditor_required
+def session_export(request: HttpRequest, session_id: UUID, fmt: str) -> StreamingHttpResponse:
+    events = AuditEvent.objects.filter(chain=str(session_id))
+    return _stream(events, fmt, f"audit-{session_id}")
+
+
+@auditor_required
+def filtered_export(request: HttpRequest) -> StreamingHttpResponse:
+    chains = filtered_sessions(request.GET).values("chain")
+    events = AuditEvent.objects.filter(chain__in=chains)
+    return _stream(events, request.GET.get("format", "jsonl"), "audit-export")
