@@ -13,6 +13,9 @@ from dispatcher.tools.base import Tool
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
+# Django's own model checks ask SQLite whether it supports JSON fields.
+pytestmark = pytest.mark.django_db
+
 BROKEN = Tool(
     name="broken",
     description="x",
