@@ -1,0 +1,61 @@
+"""The worker re-runs the guards just before execution: time has passed since admission."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from audit.models import AuditEvent
+from dispatcher import execution
+from dispatcher.dialects import ProposedCall, canonical_json
+from dispatcher.models import Status, ToolCall
+from dispatcher.services import start_session, submit_calls
+from tests.conftest import make_agent
+
+pytestmark = pytest.mark.django_db
+
+
+def propose(tool_use_id: str, name: str, arguments: dict[str, object]) -> ProposedCall:
+    return ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
+
+
+def test_a_symlink_planted_after_admission_is_caught_by_the_worker(tmp_path: Path) -> None:
+    fx = make_agent(mode="trusted")
+    session = start_session(agent=fx.agent)
+    workspace = Path(session.workspace)
+    (workspace / "build").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    [call] = submit_calls(
+        session=session,
+        dialect="native",
+        proposed=[propose("w", "write_file", {"path": "build/out.txt", "content": "x"})],
+    )
+    assert call.status == Status.QUEUED
+    (workspace / "build").rmdir()
+    (workspace / "build").symlink_to(outside)  # the path now leads outside the workspace
+
+    execution.execute_call(str(call.pk))
+
+    call.refresh_from_db()
+    assert call.status == Status.DENIED
+    assert call.decided_by == "guard:workspace_confinement"
+    assert "outside the session workspace" in call.content
+    assert not (outside / "out.txt").exists()
+    event = AuditEvent.objects.get(subject=f"call:{call.pk}", kind="call.denied")
+    assert event.payload["stage"] == "execute"
+
+
+def test_a_call_that_is_not_queued_is_never_executed() -> None:
+    fx = make_agent(mode="standard")
+    session = start_session(agent=fx.agent)
+    [call] = submit_calls(
+        session=session,
+        dialect="native",
+        proposed=[propose("w", "write_file", {"path": "f.txt", "content": "x"})],
+    )
+    assert call.status == Status.PENDING_APPROVAL
+    execution.execute_call(str(call.pk))
+    assert ToolCall.objects.get(pk=call.pk).status == Status.PENDING_APPROVAL
+    assert not (Path(session.workspace) / "f.txt").exists()
