@@ -40,7 +40,7 @@
     if (!form) return;
     var button = form.querySelector(key === "a" ? "button.approve" : "button.deny");
     event.preventDefault();
-    form.requestSubmit(button);
+    button.click();  // a click, so htmx sends the button's name=value like a pointer click
   });
 
   // --- Ages tick without a reload. ---

@@ -1,0 +1,159 @@
+"""The reviewer's browser against a live daphne + Celery worker (Playwright, Debian chromium)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from django.conf import settings
+from django.contrib.staticfiles import finders
+
+from tests.conftest import AgentFixture, LiveStack, login, make_user, unique
+
+pytestmark = [pytest.mark.browser, pytest.mark.live]
+
+HOSTILE = (
+    "<script>alert('script')</script><img src=x onerror=\"alert('img')\">"
+    '<div hx-get="/approvals/" hx-trigger="load" hx-swap="outerHTML">htmx</div>'
+    "\u202eevil.txt"
+)
+
+
+def serve_static(route: Any) -> None:
+    """Static files from the finders: the live daphne serves none (see the report)."""
+    relative = urlsplit(route.request.url).path.removeprefix(settings.STATIC_URL)
+    found = finders.find(relative)
+    if found:
+        route.fulfill(path=found)
+    else:
+        route.fulfill(status=404)
+
+
+class Reviewer:
+    """One signed-in reviewer with the queue open; records dialogs and CSP errors."""
+
+    def __init__(self, browser: Any, stack: LiveStack) -> None:
+        self.username = unique("reviewer")
+        make_user(self.username, groups=("reviewer",))
+        self.context = browser.new_context(viewport={"width": 390, "height": 844})  # a phone
+        self.page = self.context.new_page()
+        self.dialogs: list[str] = []
+        self.console_errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on(
+            "console",
+            lambda m: self.console_errors.append(m.text) if m.type == "error" else None,
+        )
+        self.page.on("request", lambda r: self.requests.append(f"{r.method} {r.url}"))
+        self.context.route(f"{stack.url}/static/**", serve_static)
+        login(self.page, stack.url, self.username)
+        self.page.goto(f"{stack.url}/approvals/")
+        self.page.wait_for_selector("#live-state.on", timeout=5000)
+
+    def item(self, text: str) -> Any:
+        return self.page.locator("article.approval", has_text=text)
+
+
+@pytest.fixture
+def open_reviewers(browser: Any, live_stack: LiveStack, live_db: None) -> Iterator[list[Any]]:
+    opened: list[Reviewer] = []
+
+    def open_one() -> Reviewer:
+        opened.append(Reviewer(browser, live_stack))
+        return opened[-1]
+
+    yield [open_one]
+    for reviewer in opened:
+        reviewer.context.close()
+
+
+class WaitingAgent(threading.Thread):
+    """The agent's POST ...?wait=30 for one write_file call, in the background."""
+
+    def __init__(self, stack: LiveStack, fx: AgentFixture, path: str, content: str) -> None:
+        super().__init__(daemon=True)
+        self.client = stack.client(fx, timeout=40)
+        session = self.client.post("/api/v1/sessions", json={"title": "browser"}).json()
+        self.url = f"/api/v1/sessions/{session['id']}/calls"
+        self.body = {
+            "calls": [
+                {"id": "w1", "name": "write_file", "arguments": {"path": path, "content": content}}
+            ]
+        }
+        self.response: httpx.Response | None = None
+        self.start()
+
+    def run(self) -> None:
+        self.response = self.client.post(self.url, params={"wait": 30}, json=self.body)
+
+    def result(self) -> dict[str, Any]:
+        self.join(35)
+        assert self.response is not None and self.response.status_code == 200
+        self.client.close()
+        return dict(self.response.json()["results"][0])
+
+
+def test_new_ask_appears_live_and_approving_by_key_returns_the_tool_result(
+    open_reviewers: list[Any], live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    reviewer = open_reviewers[0]()
+    agent = WaitingAgent(live_stack, live_agent, "notes.txt", "hello reviewer\n")
+    item = reviewer.item("notes.txt")
+    item.wait_for(timeout=3000)  # appeared without a reload
+    assert "+hello reviewer" in item.locator("pre.diff").inner_text()
+    item.focus()
+    reviewer.page.keyboard.press("a")
+    result = agent.result()
+    assert result["content"] == "Wrote 15 bytes to notes.txt" and result["is_error"] is False
+    item.wait_for(state="detached", timeout=3000)
+    assert "Approved write_file." in reviewer.page.locator("#decision-status").inner_text()
+    assert not [e for e in reviewer.console_errors if "Content Security Policy" in e]
+
+
+def test_deny_with_feedback_reaches_the_agent_and_leaves_the_other_queue(
+    open_reviewers: list[Any], live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    first, second = open_reviewers[0](), open_reviewers[0]()
+    agent = WaitingAgent(live_stack, live_agent, "plan.md", "draft")
+    for reviewer in (first, second):
+        reviewer.item("plan.md").wait_for(timeout=3000)
+    first.item("plan.md").locator("textarea").fill("Write it to docs/plan.md instead.")
+    first.item("plan.md").get_by_role("button", name="Deny").click()
+    result = agent.result()
+    assert "Write it to docs/plan.md instead." in result["content"]
+    second.item("plan.md").wait_for(state="detached", timeout=1500)  # within a second or so
+    first.item("plan.md").wait_for(state="detached", timeout=1500)
+
+
+def test_hostile_arguments_are_shown_as_text_and_run_nothing(
+    open_reviewers: list[Any], live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    reviewer = open_reviewers[0]()
+    queue_loads = reviewer.requests.count(f"GET {live_stack.url}/approvals/")
+    agent = WaitingAgent(live_stack, live_agent, "hostile.html", HOSTILE)
+    pushed = reviewer.item("hostile.html")
+    pushed.wait_for(timeout=3000)
+    reviewer.page.wait_for_timeout(300)  # time for any injected handler to fire
+    assert_shown_as_text(pushed)
+    # hx-trigger="load" would have fetched the queue again
+    assert reviewer.requests.count(f"GET {live_stack.url}/approvals/") == queue_loads
+    # The same call rendered by the server rather than pushed over the socket.
+    reviewer.page.goto(live_stack.url + pushed.get_attribute("data-url"))
+    assert_shown_as_text(reviewer.page.locator("article.approval"))
+    assert reviewer.dialogs == []
+    reviewer.page.get_by_role("button", name="Deny").click()
+    assert "denied" in agent.result()["content"]
+
+
+def assert_shown_as_text(item: Any) -> None:
+    arguments = item.locator("pre.arguments").first.inner_text()
+    assert "<script>alert('script')</script>" in arguments
+    assert "<img src=x onerror=" in arguments and 'hx-get=\\"/approvals/\\"' in arguments
+    assert "\\u202eevil.txt" in arguments and "\u202e" not in arguments
+    assert "\\u202eevil.txt" in item.locator("pre.diff").inner_text()
+    assert item.locator("img, script, [hx-get]").count() == 0
