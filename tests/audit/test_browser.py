@@ -1,0 +1,88 @@
+"""The auditor screens in a real browser against a live daphne and Celery worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.verify import verify_file
+from tests.conftest import LiveStack, login, make_agent, make_user, unique
+
+pytestmark = [pytest.mark.browser, pytest.mark.live]
+
+
+@pytest.fixture
+def audited(live_stack: LiveStack, live_db: None) -> tuple[str, str]:
+    """A finished session (one result from the worker, one rejection) and an auditor's name."""
+    auditor = make_user(unique("auditor"), groups=("auditor",)).username
+    fx = make_agent(mode="standard")
+    with live_stack.client(fx) as http:
+        sid = http.post("/api/v1/sessions", json={"title": "browser audit"}).json()["id"]
+        body = {
+            "calls": [
+                {"id": "b1", "name": "list_directory", "arguments": {"path": "."}},
+                {"id": "b2", "name": "no_such_tool", "arguments": {}},
+            ]
+        }
+        response = http.post(f"/api/v1/sessions/{sid}/calls?wait=20", json=body)
+        assert response.status_code == 200, response.text
+    return sid, auditor
+
+
+STATIC = Path(__file__).resolve().parents[2] / "static"
+TYPES = {".js": "text/javascript", ".css": "text/css"}
+
+
+def serve_static_from_the_source_tree(page: Any) -> None:
+    """The live daphne serves no /static/ (production puts a web server or CDN in front);
+    the browser gets the same files straight from the source tree."""
+
+    def fulfil(route: Any) -> None:
+        name = route.request.url.split("/static/", 1)[1].split("?")[0]
+        path = (STATIC / name).resolve()
+        if not path.is_relative_to(STATIC) or not path.is_file():
+            route.fulfill(status=404)
+            return
+        route.fulfill(body=path.read_bytes(), content_type=TYPES.get(path.suffix, "text/plain"))
+
+    page.route("**/static/**", fulfil)
+
+
+def test_timeline_replay_and_export_download(
+    live_stack: LiveStack, audited: tuple[str, str], browser: Any, tmp_path: Path
+) -> None:
+    sid, auditor = audited
+    page = browser.new_page()
+    serve_static_from_the_source_tree(page)
+    try:
+        login(page, live_stack.url, auditor)
+        page.goto(f"{live_stack.url}/audit/sessions/{sid}/")
+        calls = page.locator("article.audit-call")
+        assert calls.count() == 2
+        assert "list_directory" in calls.nth(0).inner_text()
+        assert "completed" in calls.nth(0).inner_text()
+        assert "does not exist" in calls.nth(1).inner_text()
+
+        page.goto(f"{live_stack.url}/audit/sessions/{sid}/replay/")
+        position = page.locator('[data-role="position"]')
+        assert position.inner_text().startswith("Step 1 of ")
+        page.click('[data-action="next"]')
+        page.click('[data-action="next"]')
+        assert position.inner_text().startswith("Step 3 of ")
+        assert "call.allowed" in page.locator('[data-role="event"]').inner_text()
+        page.click('[data-action="prev"]')
+        assert position.inner_text().startswith("Step 2 of ")
+        assert "call.received" in page.locator('[data-role="event"]').inner_text()
+        assert "list_directory" in page.locator('[data-role="calls"]').inner_text()
+
+        with page.expect_download() as download_info:
+            page.click("text=JSON Lines")
+        path = tmp_path / "export.jsonl"
+        download_info.value.save_as(path)
+        lines = path.read_text().splitlines()
+        assert len(lines) >= 6
+        assert verify_file(path).ok
+    finally:
+        page.close()
