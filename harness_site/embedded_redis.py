@@ -8,6 +8,7 @@ needs it starts it daemonized; `stop()` (called by `make demo` on Ctrl-C) shuts 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -73,10 +74,9 @@ def ensure_running(data_dir: Path) -> str:
 def stop(data_dir: Path) -> None:
     sock = socket_path(data_dir)
     if _alive(sock):
-        try:
+        # shutdown closes the connection: that is success
+        with contextlib.suppress(redis.ConnectionError):
             redis.Redis(unix_socket_path=str(sock)).shutdown(nosave=True)
-        except redis.ConnectionError:
-            pass  # shutdown closes the connection: that is success
     pidfile = data_dir / "redis.pid"
     if pidfile.exists():
         pidfile.unlink(missing_ok=True)

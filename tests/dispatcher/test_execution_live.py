@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -15,7 +16,6 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from django.conf import settings
 
 from audit.models import AuditEvent
 from dispatcher import execution, services
@@ -237,10 +237,8 @@ def _kill_worker(proc: subprocess.Popen[bytes]) -> None:
         ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True
     ).stdout.split()
     for pid in [proc.pid, *map(int, children)]:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     proc.wait()
 
 
