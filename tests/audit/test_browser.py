@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from audit.verify import verify_file
 from tests.conftest import LiveStack, login, make_agent, make_user, unique
@@ -28,6 +29,9 @@ def audited(live_stack: LiveStack, live_db: None) -> tuple[str, str]:
         }
         response = http.post(f"/api/v1/sessions/{sid}/calls?wait=20", json=body)
         assert response.status_code == 200, response.text
+    # With Playwright's event loop in this thread, Django would not close this connection
+    # at the end of the run, and the test database could not be dropped.
+    connection.close()
     return sid, auditor
 
 
