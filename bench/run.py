@@ -189,9 +189,7 @@ def floor_redis(n: int) -> tuple[float, str]:
         samples.append(time.perf_counter() - t)
     info = r.info("persistence")
     server = r.info("server")
-    conf = (
-        f"redis {server.get('redis_version')}, appendonly={'yes' if info.get('aof_enabled') else 'no'}"
-    )
+    conf = f"redis {server.get('redis_version')}, appendonly={'yes' if info.get('aof_enabled') else 'no'}"
     r.close()
     return statistics.median(samples) * 1e6, conf
 
@@ -200,7 +198,9 @@ def floor_pg_insert(n: int, conninfo: str) -> tuple[float, str]:
     import psycopg
 
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute("CREATE TABLE bench_floor (id bigserial primary key, payload jsonb, at timestamptz)")
+        conn.execute(
+            "CREATE TABLE bench_floor (id bigserial primary key, payload jsonb, at timestamptz)"
+        )
         settings = {
             name: conn.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
             for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method")
@@ -227,7 +227,9 @@ def recreate_database() -> None:
     from psycopg import sql
 
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB_NAME)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DB_NAME))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DB_NAME)))
 
 
@@ -246,9 +248,7 @@ print(out.getvalue().strip().splitlines()[-1])
 
 def prepare_database(env: dict[str, str]) -> str:
     recreate_database()
-    subprocess.run(
-        [PY, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True
-    )
+    subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     out = subprocess.run(
         [PY, "-c", SETUP_SCRIPT], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     )
@@ -427,7 +427,9 @@ def scenario_validation(pairs: int, quick: bool) -> list[Result]:
     from dispatcher.pipeline import Rejection, resolve, validate
 
     tool = resolve("list_directory")
-    prebuilt = Draft202012Validator(tool.parameters, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    prebuilt = Draft202012Validator(
+        tool.parameters, format_checker=Draft202012Validator.FORMAT_CHECKER
+    )
     results = []
     for case, args in (("valid", {"path": "src/app"}), ("invalid", {"path": 5, "extra": True})):
 
@@ -436,7 +438,7 @@ def scenario_validation(pairs: int, quick: bool) -> list[Result]:
                 pass
 
         def prod(args: dict[str, Any] = args) -> None:
-            try:
+            try:  # noqa: SIM105 (contextlib.suppress would add its own cost to P)
                 validate(tool, args)
             except Rejection:
                 pass
@@ -507,7 +509,9 @@ def start_sessions(server: Server, token: str, count: int) -> list[str]:
         # Sanity: an auto-allowed call is admitted and answered 202 without waiting.
         r = c.post(
             f"/api/v1/sessions/{ids[0]}/calls",
-            json={"calls": [{"id": "sanity-1", "name": "list_directory", "arguments": {"path": "."}}]},
+            json={
+                "calls": [{"id": "sanity-1", "name": "list_directory", "arguments": {"path": "."}}]
+            },
         )
         if r.status_code != 202:
             raise RuntimeError(f"sanity call answered {r.status_code}: {r.text[:500]}")
@@ -618,7 +622,9 @@ def cleanup_redis() -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="short durations (CI, < 2 min)")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument(
@@ -634,9 +640,13 @@ def main() -> int:
         return 2
 
     env = bench_env()
-    os.environ.update({k: env[k] for k in env if k.startswith(("DJANGO_", "DATABASE_", "REDIS_", "HARNESS_"))})
+    os.environ.update(
+        {k: env[k] for k in env if k.startswith(("DJANGO_", "DATABASE_", "REDIS_", "HARNESS_"))}
+    )
     started = time.monotonic()
-    print(f"Harness benchmarks ({'quick' if args.quick else 'full'} run, {time.strftime('%Y-%m-%d %H:%M:%S %Z')})")
+    print(
+        f"Harness benchmarks ({'quick' if args.quick else 'full'} run, {time.strftime('%Y-%m-%d %H:%M:%S %Z')})"
+    )
     print(machine_line())
 
     print("preparing: database", DB_NAME, "(dropped, created, migrated)")
@@ -650,9 +660,8 @@ def main() -> int:
         f"floors: loopback TCP round trip {lo:.1f} us | Redis PING round trip {rd:.1f} us | "
         f"durable PostgreSQL INSERT (autocommit) {pg:.0f} us   (medians)"
     )
-    from django.conf import settings as dj
-
     import django
+    from django.conf import settings as dj
 
     django.setup()
     pool = dj.DATABASES["default"].get("OPTIONS", {}).get("pool", {})
