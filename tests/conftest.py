@@ -94,7 +94,23 @@ def django_db_setup(
     yield
     if not keepdb:
         with django_db_blocker.unblock():
+            _disconnect_others()
             teardown_databases(db_cfg, verbosity=0)
+
+
+def _disconnect_others() -> None:
+    """End leftover sessions on the test database (threads of live tests, killed workers)
+    so that it can be dropped."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    connection.close()
 
 
 # --- Live stack -------------------------------------------------------------------------

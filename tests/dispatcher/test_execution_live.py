@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from django.db import connection
 
 from audit.models import AuditEvent
 from dispatcher import execution, services
@@ -218,7 +219,13 @@ def test_second_delivery_of_the_same_message_does_nothing(
             "arguments": {"path": "once.txt", "line": "x", "delay": 0},
         }
         call_id = submit(client, session, [call]).json()["calls"][0]["id"]
-    threads = [threading.Thread(target=execution.execute_call, args=(call_id,)) for _ in range(4)]
+    def run() -> None:
+        try:
+            execution.execute_call(call_id)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
