@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -37,26 +36,23 @@ def reviewer_client(stack: LiveStack) -> httpx.Client:
     return client
 
 
-def pending_calls(fx: AgentFixture, sessions: int = 10) -> list[ApprovalRequest]:
+def pending_calls(stack: LiveStack, fx: AgentFixture, sessions: int = 10) -> list[ApprovalRequest]:
     """CALLS pending write_file calls spread over `sessions` sessions (each session's audit
     chain is locked per append, so one session would serialize every decision)."""
-    client = Client()
-    session_ids = [
-        client.post(
-            "/api/v1/sessions", data="{}", content_type="application/json", headers=fx.headers
-        ).json()["id"]
-        for _ in range(sessions)
-    ]
-    for index in range(CALLS):
-        args = {"path": f"f{index}.txt", "content": str(index)}
-        body = {"calls": [{"id": f"c{index}", "name": "write_file", "arguments": args}]}
-        response = client.post(
-            f"/api/v1/sessions/{session_ids[index % sessions]}/calls",
-            data=json.dumps(body),
-            content_type="application/json",
-            headers=fx.headers,
-        )
-        assert response.json()["calls"][0]["status"] == "pending_approval"
+    with stack.client(fx) as client:
+        session_ids = [
+            client.post("/api/v1/sessions", json={}).json()["id"] for _ in range(sessions)
+        ]
+
+        def submit(index: int) -> None:
+            args = {"path": f"f{index}.txt", "content": str(index)}
+            body = {"calls": [{"id": f"c{index}", "name": "write_file", "arguments": args}]}
+            url = f"/api/v1/sessions/{session_ids[index % sessions]}/calls"
+            response = client.post(url, json=body)
+            assert response.json()["calls"][0]["status"] == "pending_approval"
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(submit, range(CALLS)))
     approvals = ApprovalRequest.objects.filter(call__session_id__in=session_ids)
     return list(approvals.select_related("call"))
 
@@ -68,7 +64,7 @@ def pending_calls(fx: AgentFixture, sessions: int = 10) -> list[ApprovalRequest]
 def test_each_call_gets_exactly_one_decision_and_runs_at_most_once(
     live_stack: LiveStack, live_agent: AgentFixture
 ) -> None:
-    approvals = pending_calls(live_agent)
+    approvals = pending_calls(live_stack, live_agent)
     assert len(approvals) == CALLS
     reviewers = [reviewer_client(live_stack) for _ in range(8)]
     rng = random.Random(3)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 
 import pytest
@@ -24,24 +23,20 @@ def signed_in(*groups: str) -> Client:
     return client
 
 
-def submit(fx: AgentFixture, session_id: str, call_id: str, path: str) -> ApprovalRequest:
-    body = {"calls": [{"id": call_id, "name": "write_file", "arguments": {"path": path}}]}
-    body["calls"][0]["arguments"]["content"] = "hello"
-    response = Client().post(
-        f"/api/v1/sessions/{session_id}/calls",
-        data=json.dumps(body),
-        content_type="application/json",
-        headers=fx.headers,
-    )
-    assert response.status_code == 202, response.content
+def submit(
+    stack: LiveStack, fx: AgentFixture, session_id: str, call_id: str, path: str
+) -> ApprovalRequest:
+    arguments = {"path": path, "content": "hello"}
+    body = {"calls": [{"id": call_id, "name": "write_file", "arguments": arguments}]}
+    with stack.client(fx) as client:
+        response = client.post(f"/api/v1/sessions/{session_id}/calls", json=body)
+    assert response.status_code == 202, response.text
     return ApprovalRequest.objects.get(call_id=response.json()["calls"][0]["id"])
 
 
-def new_session(fx: AgentFixture) -> str:
-    response = Client().post(
-        "/api/v1/sessions", data="{}", content_type="application/json", headers=fx.headers
-    )
-    return str(response.json()["id"])
+def new_session(stack: LiveStack, fx: AgentFixture) -> str:
+    with stack.client(fx) as client:
+        return str(client.post("/api/v1/sessions", json={}).json()["id"])
 
 
 async def receive_until(communicator: object, pattern: str, seconds: float = 3) -> str:
@@ -56,8 +51,8 @@ async def receive_until(communicator: object, pattern: str, seconds: float = 3) 
 def test_reviewer_socket_gets_the_queue_then_new_asks_and_removals(
     live_stack: LiveStack, live_agent: AgentFixture
 ) -> None:
-    session_id = new_session(live_agent)
-    waiting = submit(live_agent, session_id, "c1", "before.txt")
+    session_id = new_session(live_stack, live_agent)
+    waiting = submit(live_stack, live_agent, session_id, "c1", "before.txt")
     reviewer = signed_in("reviewer")
     cookie = (b"cookie", session_cookie(reviewer))
     added: list[ApprovalRequest] = []
@@ -70,7 +65,9 @@ def test_reviewer_socket_gets_the_queue_then_new_asks_and_removals(
         added.append(
             await loop.run_in_executor(
                 None,
-                closing_connections(lambda: submit(live_agent, session_id, "c2", "after.txt")),
+                closing_connections(
+                    lambda: submit(live_stack, live_agent, session_id, "c2", "after.txt")
+                ),
             )
         )
         call_id = str(added[0].call_id)
