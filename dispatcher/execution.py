@@ -20,7 +20,7 @@ from . import messages, pipeline
 from .context import Decision
 from .models import TERMINAL_STATUSES, Status, ToolCall
 from .registry import get_tool
-from .services import call_context, effective_mode, profile_for, transition
+from .services import call_context, mode_and_profile, transition
 from .tools.base import ExecutionContext, Tool
 
 logger = logging.getLogger(__name__)
@@ -50,16 +50,24 @@ def _startable(calls: list[ToolCall]) -> list[ToolCall]:
     return [c for c in group if c.status == Status.QUEUED]
 
 
-def dispatch_ready(batch_id: uuid.UUID) -> None:
-    """Send a Celery message (only the call id) for each call of the batch that may start."""
+def dispatch_ready(batch_id: uuid.UUID, calls: list[ToolCall] | None = None) -> None:
+    """Send a Celery message (only the call id) for each call of the batch that may start.
+
+    `calls` is the whole batch when the caller already holds it. Messages leave after
+    commit, so a worker never receives the id of a call it cannot see yet.
+    """
     from .tasks import execute_call
 
-    calls = list(ToolCall.objects.filter(batch_id=batch_id).order_by("batch_index"))
-    for call in _startable(calls):
-        if ToolCall.objects.filter(
-            pk=call.pk, status=Status.QUEUED, enqueued_at__isnull=True
-        ).update(enqueued_at=timezone.now()):
-            execute_call.delay(str(call.pk))
+    if calls is None:
+        calls = list(ToolCall.objects.filter(batch_id=batch_id).order_by("batch_index"))
+    with transaction.atomic(savepoint=False):
+        for call in _startable(calls):
+            # Conditional: a call is sent once, even when two processes dispatch the batch.
+            if ToolCall.objects.filter(
+                pk=call.pk, status=Status.QUEUED, enqueued_at__isnull=True
+            ).update(enqueued_at=timezone.now()):
+                call_id = str(call.pk)
+                transaction.on_commit(lambda call_id=call_id: execute_call.delay(call_id))
 
 
 # --- Stage 6 to 10 -----------------------------------------------------------------------
@@ -71,7 +79,7 @@ def execute_call(call_id: str) -> None:
     if call is None or call.status != Status.QUEUED:
         return
     session = call.session
-    ctx = call_context(call, session, effective_mode(session), profile_for(session.agent.owner))
+    ctx = call_context(call, session, *mode_and_profile(session))
     if ctx is None:
         return _deny_before_run(call, ["The tool is no longer registered."], "registry")
     denials = pipeline.guards(ctx)  # re-run: time has passed since admission

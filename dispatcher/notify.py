@@ -14,7 +14,8 @@ from django.dispatch import Signal
 
 logger = logging.getLogger(__name__)
 
-# Sent after commit whenever a call changes state: kwargs call_id, session_id, status.
+# Sent after commit whenever a call changes state: kwargs call_id, session_id, status,
+# previous (the status it left).
 call_changed = Signal()
 # Sent inside the transaction that puts a call in pending_approval, so the approvals app
 # records its request atomically with the transition: kwargs call, presentation.
@@ -30,11 +31,13 @@ def _redis(url: str) -> redis.Redis:
     return redis.Redis.from_url(url)
 
 
-def publish_change(call_id: str, session_id: str, status: str) -> None:
+def publish_change(call_id: str, session_id: str, status: str, previous: str = "") -> None:
     try:
         _redis(settings.REDIS_URL).publish(wake_channel(call_id), status)
     except redis.RedisError:
         # Waiting requests also re-read the database when their wait ends; a lost wake-up
         # delays an answer, it never changes one.
         logger.warning("could not publish wake-up for call %s", call_id, exc_info=True)
-    call_changed.send(sender=None, call_id=call_id, session_id=session_id, status=status)
+    call_changed.send(
+        sender=None, call_id=call_id, session_id=session_id, status=status, previous=previous
+    )

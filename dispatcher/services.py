@@ -178,9 +178,11 @@ def start_session(*, agent: Agent, title: str = "", mode: str | None = None) -> 
     return session
 
 
-def effective_mode(session: AgentSession) -> str:
-    """The session's mode, narrowed further if the owner's mode was narrowed since."""
-    return narrower_mode(session.mode, profile_for(session.agent.owner).mode)
+def mode_and_profile(session: AgentSession) -> tuple[str, Profile]:
+    """The owner's profile (one read), and the session's mode narrowed further if the
+    owner's mode was narrowed since the session started."""
+    profile = profile_for(session.agent.owner)
+    return narrower_mode(session.mode, profile.mode), profile
 
 
 # --- Transitions -----------------------------------------------------------------------
@@ -213,11 +215,11 @@ def transition(
             **payload,
         },
     )
-    call.status = to
+    previous, call.status = call.status, to
     for name, value in fields.items():
         setattr(call, name, value)
     call_id, session_id = str(call.pk), str(call.session_id)
-    transaction.on_commit(lambda: notify.publish_change(call_id, session_id, to))
+    transaction.on_commit(lambda: notify.publish_change(call_id, session_id, to, previous))
     return True
 
 
@@ -251,25 +253,30 @@ def submit_calls(
     Idempotent by tool_use_id: a call already seen in the session is returned as it is,
     never created twice (also under concurrent submissions of the same message).
     """
-    existing = {
-        c.tool_use_id: c
-        for c in ToolCall.objects.filter(
-            session=session, tool_use_id__in=[p.tool_use_id for p in proposed]
-        )
-    }
+    mode, profile = mode_and_profile(session)
     batch_id = uuid.uuid4()
-    mode = effective_mode(session)
-    profile = profile_for(session.agent.owner)
-    calls = []
-    for index, item in enumerate(proposed):
-        call = existing.get(item.tool_use_id) or receive(session, dialect, item, batch_id, index)
-        if call.status == Status.RECEIVED and call.batch_id == batch_id:
-            _decide(call, item, session, mode, profile)
-        calls.append(call)
-    from .execution import dispatch_ready  # execution imports this module
+    # One transaction for the whole message: one commit (one WAL flush) instead of one
+    # per transition. Each call is still logged (call.received) before it is decided.
+    with transaction.atomic():
+        existing = {
+            c.tool_use_id: c
+            for c in ToolCall.objects.filter(
+                session=session, tool_use_id__in=[p.tool_use_id for p in proposed]
+            )
+        }
+        calls = []
+        for index, item in enumerate(proposed):
+            call = existing.get(item.tool_use_id) or receive(
+                session, dialect, item, batch_id, index
+            )
+            if call.status == Status.RECEIVED and call.batch_id == batch_id:
+                _decide(call, item, session, mode, profile)
+            calls.append(call)
+        new = [c for c in calls if c.batch_id == batch_id]
+        if new:
+            from .execution import dispatch_ready  # execution imports this module
 
-    if any(c.batch_id == batch_id for c in calls):
-        dispatch_ready(batch_id)
+            dispatch_ready(batch_id, new)
     return calls
 
 
@@ -342,7 +349,7 @@ def call_context(
 
 def _reject(call: ToolCall, reason: str, stage: str) -> None:
     decision = Decision("deny", f"stage:{stage}", reason)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         fields = _decision_fields(call, decision, reason)
         fields["decision"] = "reject"
         transition(
@@ -394,7 +401,7 @@ def _decide(
         )
     if decision.action == "ask":
         return _ask(call, decision, tool.present_call(call.arguments or {}, ctx.workspace))
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         transition(
             call,
             Status.QUEUED,
@@ -408,7 +415,7 @@ def _decide(
 
 
 def _settle(call: ToolCall, to: Status, decision: Decision, kind: str, text: str) -> None:
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         transition(
             call,
             to,
@@ -420,7 +427,7 @@ def _settle(call: ToolCall, to: Status, decision: Decision, kind: str, text: str
 
 
 def _ask(call: ToolCall, decision: Decision, presentation: dict[str, Any]) -> None:
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         if transition(
             call,
             Status.PENDING_APPROVAL,
