@@ -45,6 +45,15 @@ test-embedded: $(STAMP)
 test-all: $(STAMP) browser
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --create-db
 
+# Benchmarks (never run by CI): ratios against baselines measured in the same run.
+bench: $(STAMP)
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -qq wrk >/dev/null; } || { echo "bench needs wrk: apt-get install wrk"; exit 2; }
+	$(BIN)/python -m bench.run
+
+bench-quick: $(STAMP)
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -qq wrk >/dev/null; } || { echo "bench needs wrk: apt-get install wrk"; exit 2; }
+	$(BIN)/python -m bench.run --quick
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
