@@ -8,8 +8,10 @@ calls only when one of them changed: no polling.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
@@ -154,7 +156,10 @@ def batch_json(calls: list[ToolCall], dialect: str) -> tuple[int, dict[str, Any]
 
 
 async def wait_until_terminal(
-    call_ids: list[str], seconds: float, reload: Any, calls: list[ToolCall]
+    call_ids: list[str],
+    seconds: float,
+    reload: Callable[[], Awaitable[list[ToolCall]]],
+    calls: list[ToolCall],
 ) -> list[ToolCall]:
     """Sleep until every call is terminal or `seconds` pass; wake only on a change push."""
     if seconds <= 0 or all(c.status in TERMINAL_STATUSES for c in calls):
@@ -174,9 +179,18 @@ async def wait_until_terminal(
             if message is not None:
                 calls = await reload()
     finally:
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
         await client.aclose()
     return calls
+
+
+def agent_of(request: HttpRequest) -> Agent:
+    """The agent the bearer token authenticated (set by AgentToken)."""
+    return request.auth  # type: ignore[attr-defined,no-any-return]
+
+
+def reloader(call_ids: list[str]) -> Callable[[], Awaitable[list[ToolCall]]]:
+    return sync_to_async(functools.partial(_reload, call_ids))
 
 
 def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
@@ -243,14 +257,12 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
         body = read_json(request)
     except BodyError as exc:
         return exc.response
-    outcome = await sync_to_async(_submit)(request.auth, session_id, body)
+    outcome = await sync_to_async(_submit)(agent_of(request), session_id, body)
     if isinstance(outcome, JsonResponse):
         return outcome
     dialect, calls = outcome
     ids = [str(c.pk) for c in calls]
-    calls = await wait_until_terminal(
-        ids, clamp_wait(wait), sync_to_async(lambda: _reload(ids)), calls
-    )
+    calls = await wait_until_terminal(ids, clamp_wait(wait), reloader(ids), calls)
     status, payload = batch_json(calls, dialect)
     return JsonResponse(payload, status=status)
 
@@ -261,15 +273,13 @@ def _agent_call(agent: Agent, call_id: UUID) -> ToolCall | None:
 
 @api.get("/calls/{call_id}", summary="One call")
 async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> HttpResponse:
-    call = await sync_to_async(_agent_call)(request.auth, call_id)
+    call = await sync_to_async(_agent_call)(agent_of(request), call_id)
     if call is None:
         return error(
             404, "unknown_call", f"Call {call_id} does not exist or belongs to another agent."
         )
     ids = [str(call.pk)]
-    calls = await wait_until_terminal(
-        ids, clamp_wait(wait), sync_to_async(lambda: _reload(ids)), [call]
-    )
+    calls = await wait_until_terminal(ids, clamp_wait(wait), reloader(ids), [call])
     return JsonResponse(call_json(calls[0]))
 
 
@@ -294,7 +304,7 @@ def _cancel(agent: Agent, call_id: UUID) -> ToolCall | JsonResponse:
 
 @api.post("/calls/{call_id}/cancel", summary="Cancel a call pending approval")
 async def cancel_call(request: HttpRequest, call_id: UUID) -> HttpResponse:
-    outcome = await sync_to_async(_cancel)(request.auth, call_id)
+    outcome = await sync_to_async(_cancel)(agent_of(request), call_id)
     return outcome if isinstance(outcome, JsonResponse) else JsonResponse(call_json(outcome))
 
 
@@ -346,7 +356,7 @@ async def start_session(request: HttpRequest) -> HttpResponse:
         body = read_json(request)
     except BodyError as exc:
         return exc.response
-    outcome = await sync_to_async(_start)(request.auth, body)
+    outcome = await sync_to_async(_start)(agent_of(request), body)
     return outcome if isinstance(outcome, JsonResponse) else JsonResponse(outcome, status=201)
 
 
@@ -359,7 +369,7 @@ def _session_detail(agent: Agent, session_id: UUID) -> dict[str, Any] | None:
 
 @api.get("/sessions/{session_id}", summary="A session with its calls")
 async def get_session(request: HttpRequest, session_id: UUID) -> HttpResponse:
-    data = await sync_to_async(_session_detail)(request.auth, session_id)
+    data = await sync_to_async(_session_detail)(agent_of(request), session_id)
     if data is None:
         return error(
             404,

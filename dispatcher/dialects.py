@@ -117,6 +117,7 @@ def parse_submission(body: Any) -> tuple[str, list[ProposedCall]]:
     Raises DialectError naming the three accepted shapes when nothing matches.
     """
     if isinstance(body, dict):
+        dialect: str
         if "tool_calls" in body and isinstance(body.get("tool_calls"), list | None):
             calls = _openai(body)
             dialect = Dialect.OPENAI

@@ -6,6 +6,7 @@ leases as outcome_unknown and re-sends lost messages.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -67,7 +68,7 @@ def dispatch_ready(batch_id: uuid.UUID, calls: list[ToolCall] | None = None) -> 
                 pk=call.pk, status=Status.QUEUED, enqueued_at__isnull=True
             ).update(enqueued_at=timezone.now()):
                 call_id = str(call.pk)
-                transaction.on_commit(lambda call_id=call_id: execute_call.delay(call_id))
+                transaction.on_commit(functools.partial(execute_call.delay, call_id))
 
 
 # --- Stage 6 to 10 -----------------------------------------------------------------------

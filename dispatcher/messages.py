@@ -24,10 +24,10 @@ def _describe(error: ValidationError) -> str:
     if error.validator == "type":
         return f"expected {error.validator_value}, got {type(error.instance).__name__} {_short(error.instance)}"
     if error.validator == "required":
-        return error.message.replace("is a required property", "is required but missing")
+        return str(error.message).replace("is a required property", "is required but missing")
     if error.validator == "additionalProperties":
         return f"{error.message}; remove it"
-    return error.message
+    return str(error.message)
 
 
 def _short(value: Any, limit: int = 60) -> str:

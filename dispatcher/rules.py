@@ -256,7 +256,7 @@ def _param_matches(rule: Rule, call: CallContext, strict: bool) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def path_spec(specifier: str, text: str = "") -> pathspec.PathSpec:
+def path_spec(specifier: str, text: str = "") -> pathspec.PathSpec[Any]:
     """A gitignore-style pattern, compiled. Negation (`!x`) is not allowed in a rule."""
     if specifier.startswith("!"):
         raise RuleError(
@@ -491,8 +491,8 @@ def _argv_parts(
         return parse_shell(" ".join(inner[1:]), depth + 1)
     parts.append(Part(tuple(inner), extra_args=extra_args, not_allowable=not_allowable))
     if name == "find":
-        for nested in find_exec_commands(inner):
-            parts.extend(_argv_parts(nested, depth + 1))
+        for exec_argv in find_exec_commands(inner):
+            parts.extend(_argv_parts(exec_argv, depth + 1))
     if name in PRIVILEGE_WRAPPERS:
         operand = _privileged_operand(inner, PRIVILEGE_WRAPPERS[name])
         if operand:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -51,9 +51,7 @@ def _hash_token(token: str) -> str:
 
 
 @transaction.atomic
-def create_agent(
-    *, owner: AbstractBaseUser, name: str, workspace: str = "", actor: str
-) -> tuple[Agent, str]:
+def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> tuple[Agent, str]:
     """Create an agent and return it with its token. The token is never stored or shown again."""
     if workspace:
         path = Path(workspace).expanduser().resolve()
@@ -112,7 +110,7 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
 
 
 @transaction.atomic
-def set_mode(*, user: AbstractBaseUser, mode: str, actor: str) -> PermissionProfile:
+def set_mode(*, user: User, mode: str, actor: str) -> PermissionProfile:
     if mode not in Mode.values:
         raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
     profile, _ = PermissionProfile.objects.select_for_update().get_or_create(user=user)
@@ -129,7 +127,7 @@ def set_mode(*, user: AbstractBaseUser, mode: str, actor: str) -> PermissionProf
     return profile
 
 
-def profile_for(user: AbstractBaseUser) -> Profile:
+def profile_for(user: User) -> Profile:
     row = PermissionProfile.objects.filter(user=user).first()
     if row is None:
         return Profile(mode=settings.HARNESS_DEFAULT_MODE)

@@ -32,7 +32,7 @@ class AgentAPIHandler(ASGIHandler):
         self._view_middleware: list[Any] = []
         self._template_response_middleware: list[Any] = []
         self._exception_middleware: list[Any] = []
-        handler = convert_exception_to_response(self._get_response_async)
+        handler = convert_exception_to_response(self._get_response_async)  # type: ignore[attr-defined]
         for path in reversed(settings.HARNESS_API_MIDDLEWARE):
             handler = convert_exception_to_response(import_string(path)(handler))
         self._middleware_chain = handler

@@ -10,7 +10,11 @@ import os
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
+
+# Generic admin and queryset classes (ModelAdmin[Agent]) at run time, for mypy.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -103,7 +107,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": Path(env("HARNESS_SQLITE_PATH", str(DATA_DIR / "harness.sqlite3"))),
+            "NAME": env("HARNESS_SQLITE_PATH", str(DATA_DIR / "harness.sqlite3")),
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 20,
