@@ -31,8 +31,14 @@ def render_queue() -> str:
     return render_to_string(QUEUE + "#items", {"approvals": queries.review_queue()})
 
 
-def render_change(call_id: str, status: str) -> str | None:
-    """The fragment for one call transition, or None when no queue shows a difference."""
+def render_change(call_id: str, status: str, previous: str = "") -> str | None:
+    """The fragment for one call transition, or None when no queue shows a difference.
+
+    `previous` (the status the call left) is optional: without it every status a pending
+    call can move to sends a removal, which is harmless for calls that never asked.
+    """
+    if previous and Status.PENDING_APPROVAL not in (previous, status):
+        return None
     if status == Status.PENDING_APPROVAL:
         approval = queries.pending_for_call(call_id)
         if approval is not None:
@@ -43,11 +49,11 @@ def render_change(call_id: str, status: str) -> str | None:
     return None
 
 
-def push_change(call_id: str, status: str) -> None:
+def push_change(call_id: str, status: str, previous: str = "") -> None:
     """Tell every open queue about one call transition. Never raises: a lost push is
     repaired by the next reconnect, and a push must not break the caller's on_commit."""
     try:
-        html = render_change(call_id, status)
+        html = render_change(call_id, status, previous)
         if html is not None:
             _group_send({"type": "queue.push", "html": html})
     except Exception:

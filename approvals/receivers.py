@@ -18,7 +18,7 @@ def record_request(sender: Any, call: Any, presentation: dict[str, Any], **kwarg
 
 @receiver(call_changed)
 def push_to_open_queues(
-    sender: Any, call_id: str, session_id: str, status: str, **kwargs: Any
+    sender: Any, call_id: str, session_id: str, status: str, previous: str = "", **kwargs: Any
 ) -> None:
     """Sent after commit: new asks appear in, and decided calls leave, every open queue."""
-    live.push_change(call_id, status)
+    live.push_change(call_id, status, previous)

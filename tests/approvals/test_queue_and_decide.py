@@ -220,3 +220,17 @@ def test_decided_call_page_shows_the_outcome_without_buttons(
     assert "<strong>Denied</strong>, decided by " + reviewer.username in page
     assert "Feedback: nope" in page
     assert ">Approve</button>" not in page
+
+
+def test_pushes_only_for_calls_entering_or_leaving_the_queue(agent: AgentFixture) -> None:
+    from approvals import live
+
+    approval = ask(agent, {"path": "a.txt", "content": "x"})
+    call_id = str(approval.call_id)
+    assert "beforeend:#approval-items" in live.render_change(
+        call_id, "pending_approval", "received"
+    )
+    removal = f'<div id="call-{call_id}" hx-swap-oob="delete"></div>'
+    assert live.render_change(call_id, "denied", "pending_approval").strip() == removal
+    assert live.render_change(call_id, "queued", "received") is None
+    assert live.render_change(call_id, "completed", "running") is None
