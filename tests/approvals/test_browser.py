@@ -5,12 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from django.conf import settings
-from django.contrib.staticfiles import finders
 
 from tests.conftest import AgentFixture, LiveStack, login, make_user, unique
 
@@ -21,16 +18,6 @@ HOSTILE = (
     '<div hx-get="/approvals/" hx-trigger="load" hx-swap="outerHTML">htmx</div>'
     "\u202eevil.txt"
 )
-
-
-def serve_static(route: Any) -> None:
-    """Static files from the finders: the live daphne serves none (see the report)."""
-    relative = urlsplit(route.request.url).path.removeprefix(settings.STATIC_URL)
-    found = finders.find(relative)
-    if found:
-        route.fulfill(path=found)
-    else:
-        route.fulfill(status=404)
 
 
 class Reviewer:
@@ -50,7 +37,6 @@ class Reviewer:
             lambda m: self.console_errors.append(m.text) if m.type == "error" else None,
         )
         self.page.on("request", lambda r: self.requests.append(f"{r.method} {r.url}"))
-        self.context.route(f"{stack.url}/static/**", serve_static)
         login(self.page, stack.url, self.username)
         self.page.goto(f"{stack.url}/approvals/")
         self.page.wait_for_selector("#live-state.on", timeout=5000)

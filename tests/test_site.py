@@ -1,0 +1,46 @@
+"""The site as a whole: versions, static files served by daphne, security headers."""
+
+from __future__ import annotations
+
+import django
+import httpx
+import pytest
+
+from tests.conftest import LiveStack
+
+
+def test_runs_on_django_6_or_later() -> None:
+    # Python 3.11 silently installs Django 5.2, which has no built-in CSP.
+    assert django.VERSION >= (6, 1)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize(
+    "path, content_type",
+    [("/static/harness.css", "text/css"), ("/static/vendor/htmx-2.0.11.min.js", "javascript")],
+)
+def test_daphne_serves_the_static_files(
+    live_stack: LiveStack, path: str, content_type: str
+) -> None:
+    response = httpx.get(live_stack.url + path)
+    assert response.status_code == 200
+    assert content_type in response.headers["content-type"]
+
+
+@pytest.mark.live
+def test_reviewer_pages_send_a_strict_csp(live_stack: LiveStack) -> None:
+    response = httpx.get(live_stack.url + "/accounts/login/")
+    csp = response.headers["content-security-policy"]
+    assert "script-src 'self' 'nonce-" in csp and "unsafe-inline" not in csp
+    assert response.headers["x-frame-options"] == "DENY"
+
+
+@pytest.mark.live
+def test_agent_api_errors_are_json_without_tracebacks(live_stack: LiveStack) -> None:
+    response = httpx.post(
+        live_stack.url + "/api/v1/sessions", content=b"{", headers={"Authorization": "Bearer x"}
+    )
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/json"
+    assert "Traceback" not in response.text
+    assert response.headers["cache-control"] == "no-store"
