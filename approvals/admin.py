@@ -21,7 +21,7 @@ def _decide(request: HttpRequest, queryset: QuerySet[ApprovalRequest], approve: 
 
 
 @admin.register(ApprovalRequest)
-class ApprovalRequestAdmin(admin.ModelAdmin):
+class ApprovalRequestAdmin(admin.ModelAdmin[ApprovalRequest]):
     list_display = ["call", "reason", "created_at", "expires_at", "decision", "decided_by"]
     list_filter = ["decision"]
     actions = ["approve", "deny"]

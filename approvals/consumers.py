@@ -10,7 +10,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from . import live, services
 
 
-class ApprovalQueueConsumer(AsyncWebsocketConsumer):
+class ApprovalQueueConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     """Accepts active reviewers only (the origin is checked by AllowedHostsOriginValidator).
 
     On every (re)connect it sends the whole current queue, so a dropped connection misses

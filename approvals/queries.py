@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from uuid import UUID
 
 from dispatcher.models import ToolCall
 
@@ -38,7 +39,7 @@ def pending_for_call(call_id: str) -> ApprovalRequest | None:
     approval = (
         ApprovalRequest.objects.pending()
         .select_related("call__session__agent")
-        .filter(call_id=call_id)
+        .filter(call_id=UUID(call_id))
         .first()
     )
     if approval is not None:
