@@ -65,11 +65,8 @@ def record_event(
             "record_event must run inside transaction.atomic()"
         )
     chain = str(session_id) if session_id else GLOBAL_CHAIN
-    _lock_chain(chain)
-    last = (
-        AuditEvent.objects.filter(chain=chain).order_by("-seq").values_list("seq", "hash").first()
-    )
-    seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+    head = _locked_head(chain)
+    seq, prev_hash = (head.last_seq + 1, head.last_hash) if head else (1, GENESIS_HASH)
     payload = _audit_copy(payload or {})
     created_at = timezone.now()
     canonical = canonical_event(
@@ -93,8 +90,21 @@ def record_event(
         prev_hash=prev_hash,
         hash=chain_hash(prev_hash, canonical),
     )
-    _advance_head(event)
+    _advance_head(head, event)
     return event
+
+
+def _locked_head(chain: str) -> AuditChain | None:
+    """The chain's head row, locked until commit (None for a chain with no event yet).
+
+    The row lock serializes appends to one chain; a chain's very first append takes an
+    advisory lock instead, since there is no row to lock yet.
+    """
+    head = AuditChain.objects.select_for_update().filter(chain=chain).first()
+    if head is None:
+        _lock_chain(chain)
+        head = AuditChain.objects.select_for_update().filter(chain=chain).first()
+    return head
 
 
 def _audit_copy(payload: dict[str, Any]) -> dict[str, Any]:
@@ -106,27 +116,37 @@ def _audit_copy(payload: dict[str, Any]) -> dict[str, Any]:
     return masked  # type: ignore[no-any-return]
 
 
-def _advance_head(event: AuditEvent) -> None:
-    """Move the chain's head to `event` and update the session summary (under the chain lock)."""
-    head = AuditChain.objects.filter(chain=event.chain).first() or AuditChain(
-        chain=event.chain, session_id=event.session_id, first_at=event.created_at
-    )
+def _advance_head(head: AuditChain | None, event: AuditEvent) -> None:
+    """Move the chain's head to `event` and update the session summary (under the chain
+    lock), writing only the columns that changed."""
+    if head is None:
+        head = AuditChain(chain=event.chain, session_id=event.session_id, first_at=event.created_at)
+        changed: list[str] | None = None  # insert every column
+    else:
+        changed = ["last_at", "last_seq", "last_hash", "last_event_id"]
     payload = event.payload
     if event.kind == "session.started":
         head.agent = str(payload.get("agent", ""))[:200]
         head.owner = str(payload.get("owner", ""))[:150]
         head.title = str(payload.get("title", ""))[:200]
         head.mode = str(payload.get("mode", ""))[:16]
+        changed = changed and [*changed, "agent", "owner", "title", "mode"]
     counter = KIND_COUNTERS.get(event.kind)
     if counter:
         setattr(head, counter, getattr(head, counter) + 1)
+        changed = changed and [*changed, counter]
     if event.kind == "call.completed" and payload.get("is_error"):
         head.errors += 1
+        changed = changed and [*changed, "errors"]
     tool = payload.get("tool")
     if event.kind == "call.received" and isinstance(tool, str) and f" {tool} " not in head.tools:
         head.tools = (head.tools or " ") + tool + " "
+        changed = changed and [*changed, "tools"]
     head.last_at = event.created_at
     head.last_seq = event.seq
     head.last_hash = event.hash
     head.last_event_id = event.pk
-    head.save()
+    if changed is None:
+        head.save(force_insert=True)
+    else:
+        head.save(update_fields=changed)

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -72,6 +73,18 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error(exc.status_code, "bad_request", str(exc))
+
+
+@api.exception_handler(DatabaseError)
+def _storage(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+    # Fail closed: the change and its audit event commit together or not at all.
+    logger.exception("agent API storage error")
+    return error(
+        503,
+        "storage_unavailable",
+        "Harness could not record this request (its database refused the write), so nothing "
+        "was decided or run. Retry the same message later; call ids make the retry safe.",
+    )
 
 
 @api.exception_handler(Exception)

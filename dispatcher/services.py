@@ -210,6 +210,12 @@ def transition(
             "tool": call.name,
             "from": call.status,
             "to": to,
+            # What the model receives, when this transition ends the call with a message.
+            **(
+                {"content": fields["content"], "is_error": fields.get("is_error", False)}
+                if "content" in fields
+                else {}
+            ),
             **payload,
         },
     )

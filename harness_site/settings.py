@@ -209,8 +209,10 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "static"
-WHITENOISE_USE_FINDERS = True  # no collectstatic step needed
+# WhiteNoise serves the files straight from static/ (no collectstatic step); set
+# HARNESS_STATIC_ROOT to serve a collected copy instead.
+STATIC_ROOT = env("HARNESS_STATIC_ROOT") or None
+WHITENOISE_USE_FINDERS = True
 
 LOGGING = {
     "version": 1,
@@ -232,6 +234,7 @@ HARNESS_TOOLS = [
 
 # Stage 4, the pre-execute waterfall: `(call, next) -> Decision`, first answer wins.
 HARNESS_PRE_EXECUTE = [
+    "dispatcher.policy.session_grants",
     "dispatcher.policy.user_rules",
     "dispatcher.policy.permission_mode",
 ]

@@ -13,7 +13,9 @@ from typing import Any
 
 from django.db.backends.base.introspection import BaseDatabaseIntrospection
 
-APPEND_ONLY_TABLES = frozenset({"audit_auditevent"})
+# The log, and the chain heads derived from it (a head emptied under a surviving chain
+# would restart that chain at seq 1).
+APPEND_ONLY_TABLES = frozenset({"audit_auditevent", "audit_auditchain"})
 
 _original = BaseDatabaseIntrospection.django_table_names
 

@@ -1,0 +1,94 @@
+"""No decision or execution without its committed audit event (DESIGN principle 7).
+
+A trigger makes every audit INSERT fail; each state change must then fail with it and
+leave nothing behind: no call stored, no decision taken, nothing executed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.db import DatabaseError, connection
+from django.test import Client
+
+from dispatcher import execution, services
+from dispatcher.dialects import ProposedCall, canonical_json
+from dispatcher.models import Status, ToolCall
+from tests.conftest import make_agent
+
+pytestmark = pytest.mark.django_db
+
+
+def break_the_audit_log() -> None:
+    """Every audit INSERT fails from now until the test ends (the DDL rolls back with it)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION test_audit_down() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'audit store unavailable'; END $$"
+            )
+            cursor.execute(
+                "CREATE TRIGGER test_audit_down BEFORE INSERT ON audit_auditevent "
+                "FOR EACH ROW EXECUTE FUNCTION test_audit_down()"
+            )
+        else:
+            cursor.execute(
+                "CREATE TRIGGER test_audit_down BEFORE INSERT ON audit_auditevent "
+                "BEGIN SELECT RAISE(ABORT, 'audit store unavailable'); END"
+            )
+
+
+def propose(tool_use_id: str, name: str, arguments: dict[str, object]) -> ProposedCall:
+    return ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
+
+
+def test_a_call_is_not_admitted_when_its_audit_event_cannot_be_written(client: Client) -> None:
+    fx = make_agent(mode="trusted")
+    session = services.start_session(agent=fx.agent)
+    body = {
+        "calls": [{"id": "a", "name": "write_file", "arguments": {"path": "f.txt", "content": "x"}}]
+    }
+    break_the_audit_log()
+    response = client.post(
+        f"/api/v1/sessions/{session.pk}/calls",
+        body,
+        content_type="application/json",
+        headers=fx.headers,
+    )
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "storage_unavailable"
+    assert "nothing was decided" in response.json()["error"]["message"]
+    assert not ToolCall.objects.filter(session=session).exists()
+    assert not (Path(session.workspace) / "f.txt").exists()
+
+
+def test_an_approval_is_not_taken_when_its_audit_event_cannot_be_written() -> None:
+    fx = make_agent(mode="standard")
+    session = services.start_session(agent=fx.agent)
+    [call] = services.submit_calls(
+        session=session,
+        dialect="native",
+        proposed=[propose("w", "write_file", {"path": "f.txt", "content": "x"})],
+    )
+    assert call.status == Status.PENDING_APPROVAL
+    break_the_audit_log()
+    with pytest.raises(DatabaseError):
+        services.approve_call(call_id=call.pk, actor="user:rita")
+    assert ToolCall.objects.get(pk=call.pk).status == Status.PENDING_APPROVAL
+
+
+def test_a_call_is_not_executed_when_its_start_cannot_be_audited() -> None:
+    fx = make_agent(mode="trusted")
+    session = services.start_session(agent=fx.agent)
+    [call] = services.submit_calls(
+        session=session,
+        dialect="native",
+        proposed=[propose("w", "write_file", {"path": "f.txt", "content": "x"})],
+    )
+    assert call.status == Status.QUEUED
+    break_the_audit_log()
+    with pytest.raises(DatabaseError):
+        execution.execute_call(str(call.pk))
+    assert ToolCall.objects.get(pk=call.pk).status == Status.QUEUED
+    assert not (Path(session.workspace) / "f.txt").exists()
