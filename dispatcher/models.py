@@ -206,3 +206,76 @@ class ToolCall(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+class ProfileVersion(models.Model):
+    """One saved state of a user's permission profile: who changed it, when, and the diff."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile_versions"
+    )
+    version = models.PositiveIntegerField()
+    mode = models.CharField(max_length=16, choices=Mode.choices)
+    allow = models.JSONField(default=list, blank=True)
+    ask = models.JSONField(default=list, blank=True)
+    deny = models.JSONField(default=list, blank=True)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    changed_at = models.DateTimeField(auto_now_add=True)
+    diff = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "version"], name="profileversion_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} v{self.version}"
+
+
+class SessionGrantQuerySet(models.QuerySet["SessionGrant"]):
+    def active(self) -> SessionGrantQuerySet:
+        """Not revoked, and the session's agent can still call (a revoked agent ends it)."""
+        return self.filter(revoked_at__isnull=True, session__agent__is_active=True)
+
+
+class SessionGrant(models.Model):
+    """An allow rule scoped to one session, given by a reviewer who approved a call."""
+
+    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="grants")
+    rule = models.CharField(max_length=2000)
+    tool = models.CharField(max_length=200)
+    call = models.ForeignKey(
+        ToolCall, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    objects = SessionGrantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["session", "tool", "revoked_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.rule} in {self.session_id}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

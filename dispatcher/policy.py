@@ -14,7 +14,7 @@ from django.utils.module_loading import import_string
 
 from . import rules
 from .context import CallContext, Decision
-from .models import Mode
+from .models import Mode, SessionGrant
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,40 @@ def rule_matches(rule: str, call: CallContext, action: str = "allow") -> bool:
         return rules.parse_rule(rule).matches(call, action)
     except rules.RuleError:
         return False
+
+
+def session_grants(call: CallContext, next: Next) -> Decision:
+    """Grants a reviewer gave for the rest of a session ("allow this for the session").
+
+    An active grant of the call's session whose rule matches (read as an allow rule)
+    allows, by "grant:<rule>". Never above deny rules: a call one of the owner's deny
+    rules matches passes on (user_rules denies it). Only in standard and trusted modes: a
+    session narrowed to read_only or locked since the grant is not widened by it. Guards
+    still run after. A revoked grant is not read, so it stops at once.
+    """
+    if not call.session_id or call.mode not in (Mode.STANDARD, Mode.TRUSTED):
+        return next(call)
+    texts = list(
+        SessionGrant.objects.active()
+        .filter(session_id=call.session_id, tool=call.name)
+        .values_list("rule", flat=True)
+    )
+    rule = next_matching(texts, call)
+    if rule is None:
+        return next(call)
+    profile = call.profile
+    if rules.evaluate(call, allow=(), ask=(), deny=profile.deny).action == "deny":
+        return next(call)
+    return Decision(
+        "allow",
+        f"grant:{rule}",
+        f"A reviewer allowed '{rule}' for the rest of this session (profile v{profile.version}).",
+        rule=rule,
+    )
+
+
+def next_matching(texts: list[str], call: CallContext) -> str | None:
+    return next((text for text in texts if rule_matches(text, call, "allow")), None)
 
 
 def user_rules(call: CallContext, next: Next) -> Decision:

@@ -1,0 +1,13 @@
+from django.urls import path
+
+from . import views
+
+app_name = "permissions"
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("users/<int:user_id>/", views.user_profile, name="user"),
+    path("users/<int:user_id>/simulate", views.simulate, name="simulate"),
+    path("users/<int:user_id>/backtest", views.backtest, name="backtest"),
+    path("grants/<int:grant_id>/revoke", views.revoke, name="revoke"),
+    path("sessions/<uuid:session_id>/", views.session_grants, name="session"),
+]

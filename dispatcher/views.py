@@ -1,0 +1,301 @@
+"""/permissions/: users' modes and rules, history, simulator, backtest and session grants.
+
+Admins only (superuser or the "admin" group), by Django session. Agent bearer tokens are
+never looked at here, so an agent reaches these URLs as an anonymous user.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from . import permissions
+from .context import Profile
+from .models import Agent, AgentSession, Mode, ProfileVersion, SessionGrant, ToolCall
+from .registry import all_tools
+from .services import ServiceError, profile_for
+
+ADMIN_GROUP = "admin"
+PAGE = "permissions/user.html"
+RECENT_CALLS = 50
+
+
+def is_admin(user: Any) -> bool:
+    return bool(
+        user.is_authenticated
+        and user.is_active
+        and (user.is_superuser or user.groups.filter(name=ADMIN_GROUP).exists())
+    )
+
+
+def _require_admin(request: HttpRequest) -> User:
+    if not is_admin(request.user):
+        raise PermissionDenied("Only administrators can see and change permissions.")
+    return request.user  # type: ignore[return-value]
+
+
+def preview(arguments: Any, limit: int = 120) -> str:
+    """Arguments as one line of ASCII JSON: invisible and bidi characters stay visible."""
+    text = json.dumps(arguments, ensure_ascii=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def diff_lines(diff: dict[str, Any]) -> list[tuple[str, str]]:
+    """A version's diff as (sign, text) lines for the history table."""
+    lines: list[tuple[str, str]] = []
+    if "mode" in diff:
+        lines.append(("~", f"mode: {diff['mode'][0]} → {diff['mode'][1]}"))
+    for name in permissions.LISTS:
+        change = diff.get(name) or {}
+        lines += [("+", f"{name}: {rule}") for rule in change.get("added", [])]
+        lines += [("-", f"{name}: {rule}") for rule in change.get("removed", [])]
+        if change.get("order"):
+            lines.append(("~", f"{name}: reordered"))
+    return lines
+
+
+# --- Index ------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    _require_admin(request)
+    users = User.objects.order_by("username").select_related("permission_profile")
+    agents: dict[int, list[Agent]] = {}
+    for agent in Agent.objects.order_by("name"):
+        agents.setdefault(agent.owner_id, []).append(agent)
+    rows = []
+    for user in users:
+        profile = profile_for(user)
+        rows.append(
+            {
+                "user": user,
+                "profile": profile,
+                "counts": {n: len(getattr(profile, n)) for n in permissions.LISTS},
+                "agents": agents.get(user.pk, []),
+            }
+        )
+    return render(
+        request,
+        "permissions/index.html",
+        {"rows": rows, "grants": _grants(SessionGrant.objects.active()), "next": request.path},
+    )
+
+
+def _grants(queryset: Any) -> list[SessionGrant]:
+    return list(queryset.select_related("session__agent__owner", "granted_by", "revoked_by"))
+
+
+# --- One user's profile -----------------------------------------------------------------
+
+
+def _form_from_post(data: QueryDict) -> dict[str, str]:
+    form = {name: data.get(name, "") for name in ("mode", *permissions.LISTS)}
+    form["version"] = data.get("version", "")
+    return form
+
+
+def _form_from_profile(profile: Profile) -> dict[str, str]:
+    form = {name: "\n".join(getattr(profile, name)) for name in permissions.LISTS}
+    return form | {"mode": profile.mode, "version": str(profile.version)}
+
+
+def _proposed(subject: User, form: dict[str, str]) -> Profile:
+    """InvalidProfile when the form's rules do not validate."""
+    lines = {name: form[name].splitlines() for name in permissions.LISTS}
+    return permissions.proposed_profile(subject, form["mode"], **lines)
+
+
+def _same(a: Profile, b: Profile) -> bool:
+    return all(getattr(a, n) == getattr(b, n) for n in ("mode", *permissions.LISTS))
+
+
+def _page(
+    request: HttpRequest,
+    subject: User,
+    form: dict[str, str] | None = None,
+    status: int = 200,
+    **extra: Any,
+) -> HttpResponse:
+    profile = profile_for(subject)
+    history = ProfileVersion.objects.filter(user=subject).select_related("changed_by")
+    calls = (
+        ToolCall.objects.filter(session__agent__owner=subject)
+        .exclude(arguments__isnull=True)
+        .order_by("-created_at")[:RECENT_CALLS]
+    )
+    context = {
+        "subject": subject,
+        "profile": profile,
+        "form": form or _form_from_profile(profile),
+        "modes": Mode.choices,
+        "history": [(v, diff_lines(v.diff)) for v in history],
+        "agents": Agent.objects.filter(owner=subject).order_by("name"),
+        "grants": _grants(SessionGrant.objects.active().filter(session__agent__owner=subject)),
+        "calls": [(c, preview(c.arguments, 60)) for c in calls],
+        "tools": [tool.name for tool in all_tools()],
+        "next": request.path,
+        **extra,
+    }
+    return render(request, PAGE, context, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def user_profile(request: HttpRequest, user_id: int) -> HttpResponse:
+    """GET the editor; POST saves (PRG), or re-renders with each bad pattern named (400/409)."""
+    actor = _require_admin(request)
+    subject = get_object_or_404(User, pk=user_id)
+    if request.method == "GET":
+        return _page(request, subject)
+    form = _form_from_post(request.POST)
+    try:
+        expected = int(form["version"]) if form["version"] else None
+        profile = permissions.update_profile(
+            user=subject,
+            mode=form["mode"],
+            actor=actor,
+            expected_version=expected,
+            **{name: form[name].splitlines() for name in permissions.LISTS},
+        )
+    except permissions.InvalidProfile as invalid:
+        return _page(request, subject, form, status=400, errors=invalid.problems)
+    except (permissions.StaleProfile, ValueError) as stale:
+        return _page(request, subject, form, status=409, errors=[str(stale)])
+    messages.success(request, f"Saved {subject.get_username()}'s profile as v{profile.version}.")
+    return redirect("permissions:user", user_id=subject.pk)
+
+
+def _partial_or_page(
+    request: HttpRequest, subject: User, form: dict[str, str], partial: str, **extra: Any
+) -> HttpResponse:
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, f"{PAGE}#{partial}", {"subject": subject, **extra})
+    return _page(request, subject, form, **extra)
+
+
+@login_required
+@require_POST
+def simulate(request: HttpRequest, user_id: int) -> HttpResponse:
+    """Decide one call (typed, or a past call of this user) under the saved rules and, when
+    the form's rules differ, under those too. Stores nothing."""
+    _require_admin(request)
+    subject = get_object_or_404(User, pk=user_id)
+    form = _form_from_post(request.POST)
+    extra: dict[str, Any] = {
+        "sim_tool": request.POST.get("tool", ""),
+        "sim_arguments": request.POST.get("arguments", ""),
+    }
+    try:
+        extra |= _simulations(subject, request.POST, form)
+    except (ServiceError, ValueError) as problem:
+        extra["sim_errors"] = getattr(problem, "problems", None) or [str(problem)]
+    return _partial_or_page(request, subject, form, "simulation", **extra)
+
+
+def _simulations(subject: User, data: QueryDict, form: dict[str, str]) -> dict[str, Any]:
+    saved = profile_for(subject)
+    proposed = _proposed(subject, form) if form["mode"] else saved
+    call_id = data.get("call", "").strip()
+    if call_id:
+        call = _call_of(subject, call_id)
+        run = functools.partial(permissions.simulate_call, call)
+        what = f"past call {call.name} {preview(call.arguments)} ({call.pk})"
+    else:
+        tool = data.get("tool", "").strip()
+        try:
+            arguments = json.loads(data.get("arguments") or "{}")
+        except json.JSONDecodeError as error:
+            raise ServiceError(f"The arguments are not valid JSON: {error}.") from None
+        run = functools.partial(_simulate_typed, subject, tool, arguments)
+        what = f"{tool} {preview(arguments)}"
+    results = [("saved rules", f"v{saved.version}", run(saved))]
+    if not _same(saved, proposed):
+        results.append(("rules in the form (unsaved)", f"v{proposed.version}", run(proposed)))
+    return {"simulated": what, "results": results}
+
+
+def _simulate_typed(
+    subject: User, tool: str, arguments: Any, profile: Profile
+) -> permissions.Simulation:
+    return permissions.simulate(user=subject, tool=tool, arguments=arguments, profile=profile)
+
+
+def _call_of(subject: User, call_id: str) -> ToolCall:
+    try:
+        uuid = UUID(call_id)
+    except ValueError:
+        raise ServiceError(f"'{call_id}' is not a call id.") from None
+    call = (
+        ToolCall.objects.filter(pk=uuid, session__agent__owner=subject)
+        .select_related("session__agent__owner")
+        .first()
+    )
+    if call is None:
+        raise ServiceError(f"No call {call_id} of {subject.get_username()}'s agents.")
+    return call
+
+
+@login_required
+@require_POST
+def backtest(request: HttpRequest, user_id: int) -> HttpResponse:
+    """The past calls whose decision would change under the form's (unsaved) rules."""
+    _require_admin(request)
+    subject = get_object_or_404(User, pk=user_id)
+    form = _form_from_post(request.POST)
+    extra: dict[str, Any] = {}
+    try:
+        result = permissions.backtest(user=subject, proposed=_proposed(subject, form))
+        extra["backtest"] = result
+        extra["changes"] = [(c, preview(c.call.arguments)) for c in result.changes]
+    except permissions.InvalidProfile as invalid:
+        extra["backtest_errors"] = invalid.problems
+    return _partial_or_page(request, subject, form, "backtest", **extra)
+
+
+# --- Grants -----------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def revoke(request: HttpRequest, grant_id: int) -> HttpResponse:
+    actor = _require_admin(request)
+    try:
+        permissions.revoke_grant(grant_id=grant_id, actor=actor)
+    except ServiceError as problem:
+        return HttpResponse(str(problem), status=404, content_type="text/plain")
+    grant = _grants(SessionGrant.objects.filter(pk=grant_id))[0]
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "permissions/index.html#grant_row", {"grant": grant})
+    messages.success(request, f"Revoked '{grant.rule}'.")
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = reverse("permissions:index")
+    return redirect(target)
+
+
+@login_required
+@require_GET
+def session_grants(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    """Every grant of one session, active and revoked."""
+    _require_admin(request)
+    session = get_object_or_404(AgentSession.objects.select_related("agent__owner"), pk=session_id)
+    grants = _grants(SessionGrant.objects.filter(session=session))
+    return render(
+        request,
+        "permissions/session.html",
+        {"session": session, "grants": grants, "next": request.path},
+    )
