@@ -35,31 +35,11 @@ def audited(live_stack: LiveStack, live_db: None) -> tuple[str, str]:
     return sid, auditor
 
 
-STATIC = Path(__file__).resolve().parents[2] / "static"
-TYPES = {".js": "text/javascript", ".css": "text/css"}
-
-
-def serve_static_from_the_source_tree(page: Any) -> None:
-    """The live daphne serves no /static/ (production puts a web server or CDN in front);
-    the browser gets the same files straight from the source tree."""
-
-    def fulfil(route: Any) -> None:
-        name = route.request.url.split("/static/", 1)[1].split("?")[0]
-        path = (STATIC / name).resolve()
-        if not path.is_relative_to(STATIC) or not path.is_file():
-            route.fulfill(status=404)
-            return
-        route.fulfill(body=path.read_bytes(), content_type=TYPES.get(path.suffix, "text/plain"))
-
-    page.route("**/static/**", fulfil)
-
-
 def test_timeline_replay_and_export_download(
     live_stack: LiveStack, audited: tuple[str, str], browser: Any, tmp_path: Path
 ) -> None:
     sid, auditor = audited
     page = browser.new_page()
-    serve_static_from_the_source_tree(page)
     try:
         login(page, live_stack.url, auditor)
         page.goto(f"{live_stack.url}/audit/sessions/{sid}/")
