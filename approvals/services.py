@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import record_event
+from dispatcher import permissions
 from dispatcher import services as dispatcher
 from dispatcher.models import Status, ToolCall
 
@@ -48,9 +49,19 @@ def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalReq
 
 
 def decide(
-    *, approval_id: int, user: AbstractBaseUser, approve: bool, digest: str, feedback: str = ""
+    *,
+    approval_id: int,
+    user: AbstractBaseUser,
+    approve: bool,
+    digest: str,
+    feedback: str = "",
+    allow_session: bool = False,
 ) -> ApprovalRequest:
     """Approve or deny one pending call as `user`, who saw arguments with `digest`.
+
+    With `allow_session` (approve only), the same transaction also grants the narrowest
+    rule naming this call (its exact command or path) for the rest of its session; when no
+    such rule exists nothing is decided (400).
 
     Exactly one decision per call whatever the races: the approval row is locked and the
     call moves by a conditional update. Raises DecisionRefused: 403 (not a reviewer, or the
@@ -70,7 +81,7 @@ def decide(
             raise DecisionRefused("This approval request does not exist.", 404)
         refusal = _refusal(approval, user, digest)
         if refusal is None:
-            _apply(approval, user, approve, digest, feedback)
+            _apply(approval, user, approve, digest, feedback, allow_session and approve)
     # Raised after commit so that the audit event of a digest mismatch is kept.
     if refusal is not None:
         raise refusal
@@ -96,16 +107,26 @@ def _refusal(
 
 
 def _apply(
-    approval: ApprovalRequest, user: AbstractBaseUser, approve: bool, digest: str, feedback: str
+    approval: ApprovalRequest,
+    user: AbstractBaseUser,
+    approve: bool,
+    digest: str,
+    feedback: str,
+    allow_session: bool = False,
 ) -> None:
     call, now = approval.call, timezone.now()
     actor = f"user:{user.get_username()}"
-    extra = {
+    extra: dict[str, Any] = {
         "reviewer": user.get_username(),
         "digest_seen": digest,
         "feedback": feedback,
         "decision_seconds": round((now - approval.created_at).total_seconds(), 3),
     }
+    if allow_session:
+        try:
+            extra["session_grant"] = permissions.narrow_rule(call)
+        except dispatcher.ServiceError as problem:
+            raise DecisionRefused(str(problem), 400) from None
     if approve:
         done = dispatcher.approve_call(call_id=call.pk, actor=actor, reason=feedback, extra=extra)
     else:
@@ -120,6 +141,8 @@ def _apply(
         not done
     ):  # cannot happen while we hold the lock, but never record a decision that did not apply
         raise DecisionRefused(already_decided(approval), 409)
+    if allow_session:
+        approval.grant = permissions.grant_for_session(call=call, actor=user)  # type: ignore[arg-type,attr-defined]
     approval.decision = Decision.APPROVED if approve else Decision.DENIED
     approval.decided_by = user  # type: ignore[assignment]
     approval.decided_at = now

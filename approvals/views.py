@@ -52,20 +52,24 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     """Approve or deny with the digest the reviewer saw. 200/302, or 403/404/409 with why."""
     _require_reviewer(request)
     action = request.POST.get("action")
-    if action not in ("approve", "deny"):
+    if action not in ("approve", "approve_session", "deny"):
         return _answer(request, approval_id, "Choose Approve or Deny.", status=400)
     try:
         approval = services.decide(
             approval_id=approval_id,
             user=request.user,  # type: ignore[arg-type]
-            approve=action == "approve",
+            approve=action != "deny",
             digest=request.POST.get("digest", ""),
             feedback=request.POST.get("feedback", "").strip(),
+            allow_session=action == "approve_session",
         )
     except services.DecisionRefused as refusal:
         return _answer(request, approval_id, str(refusal), status=refusal.status)
-    verb = "Approved" if action == "approve" else "Denied"
+    verb = "Denied" if action == "deny" else "Approved"
     message = f"{verb} {approval.call.name}."
+    grant = getattr(approval, "grant", None)
+    if grant is not None:
+        message += f" Allowed '{grant.rule}' for the rest of this session."
     if not request.htmx:  # type: ignore[attr-defined]
         messages.success(request, message)
         return redirect("approvals:queue")

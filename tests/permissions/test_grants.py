@@ -1,0 +1,122 @@
+"""Session grants: narrow, scoped to their session, below deny rules and guards, revocable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+
+from audit.models import AuditEvent
+from dispatcher import permissions
+from dispatcher.models import AgentSession, SessionGrant
+from dispatcher.services import ServiceError
+from tests.conftest import AgentFixture
+
+from .conftest import start_session, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def test_narrow_rule_names_exactly_the_command_or_path(agent: AgentFixture) -> None:
+    session = start_session(agent)
+    cases = [
+        ("run_command", {"argv": ["npm", "test"]}, "run_command(npm test)"),
+        ("run_command", {"argv": ["ls", "*.py", "a b"]}, "run_command(ls '[*].py' 'a b')"),
+        ("write_file", {"path": "src/app.py", "content": ""}, "write_file(src/app.py)"),
+        ("write_file", {"path": "./notes.txt", "content": ""}, "write_file(/notes.txt)"),
+        ("write_file", {"path": "a/*.txt", "content": ""}, "write_file(a/\\*.txt)"),
+    ]
+    for index, (name, arguments, expected) in enumerate(cases):
+        call = submit(agent, session, f"c{index}", name, arguments)
+        assert permissions.narrow_rule(call) == expected
+
+
+def test_narrow_command_rule_does_not_allow_more_arguments(
+    agent: AgentFixture, admin: User
+) -> None:
+    session = start_session(agent)
+    call = submit(agent, session, "c1", "run_command", {"argv": ["npm", "test"]})
+    permissions.grant_for_session(call=call, actor=admin)
+    more = submit(agent, session, "c2", "run_command", {"argv": ["npm", "test", "--", "x"]})
+    assert more.status == "pending_approval"
+    same = submit(agent, session, "c3", "run_command", {"argv": ["npm", "test"]})
+    assert same.status == "queued" and same.decided_by == "grant:run_command(npm test)"
+
+
+def test_grant_allows_only_in_its_own_session_and_stops_when_revoked(
+    agent: AgentFixture, admin: User
+) -> None:
+    session, other = start_session(agent), start_session(agent)
+    first = submit(agent, session, "w1", "write_file", {"path": "src/app.py", "content": "1"})
+    grant = permissions.grant_for_session(call=first, actor=admin)
+    assert grant.rule == "write_file(src/app.py)"
+    created = AuditEvent.objects.get(kind="grant.created", subject=f"grant:{grant.pk}")
+    assert created.payload["rule"] == grant.rule and str(created.session_id) == session
+
+    again = submit(agent, session, "w2", "write_file", {"path": "src/app.py", "content": "2"})
+    assert again.status == "queued" and again.decided_by == "grant:write_file(src/app.py)"
+    elsewhere = submit(agent, other, "w2", "write_file", {"path": "src/app.py", "content": "2"})
+    assert elsewhere.status == "pending_approval"
+    sibling = submit(agent, session, "w3", "write_file", {"path": "src/other.py", "content": ""})
+    assert sibling.status == "pending_approval"
+
+    assert permissions.revoke_grant(grant_id=grant.pk, actor=admin) is True
+    assert permissions.revoke_grant(grant_id=grant.pk, actor=admin) is False  # idempotent
+    assert AuditEvent.objects.filter(kind="grant.revoked", subject=f"grant:{grant.pk}").count() == 1
+    after = submit(agent, session, "w4", "write_file", {"path": "src/app.py", "content": "3"})
+    assert after.status == "pending_approval"
+
+
+def test_deny_rule_beats_a_grant(agent: AgentFixture, admin: User) -> None:
+    session = start_session(agent)
+    call = submit(agent, session, "w1", "write_file", {"path": "src/app.py", "content": "1"})
+    permissions.grant_for_session(call=call, actor=admin)
+    permissions.update_profile(
+        user=agent.owner,
+        mode="standard",
+        allow=[],
+        ask=[],
+        deny=["write_file(src/**)"],
+        actor=admin,
+    )
+    again = submit(agent, session, "w2", "write_file", {"path": "src/app.py", "content": "2"})
+    assert again.status == "denied" and again.decided_by == "rule:deny:write_file(src/**)"
+
+
+def test_locked_mode_is_not_widened_by_a_grant(agent: AgentFixture, admin: User) -> None:
+    session = start_session(agent)
+    call = submit(agent, session, "w1", "write_file", {"path": "src/app.py", "content": "1"})
+    permissions.grant_for_session(call=call, actor=admin)
+    permissions.update_profile(
+        user=agent.owner, mode="locked", allow=[], ask=[], deny=[], actor=admin
+    )
+    again = submit(agent, session, "w2", "write_file", {"path": "src/app.py", "content": "2"})
+    assert again.status == "denied" and again.decided_by == "mode:locked"
+
+
+def test_guards_still_run_after_a_grant(agent: AgentFixture, admin: User, tmp_path: Path) -> None:
+    session = start_session(agent)
+    call = submit(agent, session, "w1", "write_file", {"path": "link/x", "content": "1"})
+    permissions.grant_for_session(call=call, actor=admin)
+    workspace = Path(AgentSession.objects.get(pk=session).workspace)
+    (workspace / "link").symlink_to(tmp_path)
+    again = submit(agent, session, "w2", "write_file", {"path": "link/x", "content": "2"})
+    assert again.status == "denied" and again.decided_by.startswith("guard:")
+
+
+def test_same_grant_twice_is_one_grant(agent: AgentFixture, admin: User) -> None:
+    session = start_session(agent)
+    call = submit(agent, session, "w1", "write_file", {"path": "a.txt", "content": ""})
+    first = permissions.grant_for_session(call=call, actor=admin)
+    assert permissions.grant_for_session(call=call, actor=admin).pk == first.pk
+    assert SessionGrant.objects.filter(session_id=session).count() == 1
+
+
+def test_call_without_a_narrow_rule_is_refused(agent: AgentFixture, admin: User) -> None:
+    session = start_session(agent)
+    call = submit(
+        agent, session, "c1", "run_command", {"argv": ["bash", "-c", "make && make install"]}
+    )
+    with pytest.raises(ServiceError, match="without a session grant"):
+        permissions.grant_for_session(call=call, actor=admin)
