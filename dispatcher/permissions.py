@@ -212,16 +212,24 @@ def simulate(
     """
     profile = profile or profile_for(user)
     mode = narrower_mode(session.mode, profile.mode) if session else profile.mode
-    base = {"mode": mode, "profile_version": profile.version}
+
+    def answer(
+        action: str, stage: str, by: str, reason: str, rule: str = "", guards: tuple[str, ...] = ()
+    ) -> Simulation:
+        return Simulation(action, stage, by, reason, rule, mode, profile.version, guards)
+
     if not isinstance(arguments, dict):
-        reason = f"The arguments of '{tool}' must be a JSON object."
-        return Simulation("reject", "receive", "stage:receive", reason, **base)
+        return answer(
+            "reject",
+            "receive",
+            "stage:receive",
+            f"The arguments of '{tool}' must be a JSON object.",
+        )
     try:
         definition = pipeline.resolve(tool)
         pipeline.validate(definition, arguments)
     except pipeline.Rejection as rejection:
-        by = f"stage:{rejection.stage}"
-        return Simulation("reject", rejection.stage, by, rejection.message, **base)
+        return answer("reject", rejection.stage, f"stage:{rejection.stage}", rejection.message)
     ctx = CallContext(
         call_id="simulation",
         session_id=str(session.pk) if session else "",
@@ -235,20 +243,13 @@ def simulate(
         profile=profile,
     )
     decision = pipeline.pre_execute(ctx)
-    if decision.action in ("deny", "cancel"):
-        return Simulation(
-            decision.action, "pre_execute", decision.by, decision.reason, decision.rule, **base
-        )
-    denials = pipeline.guards(ctx)
-    if denials:
-        names = tuple(name for name, _ in denials)
-        reason = " ".join(r for _, r in denials)
-        return Simulation(
-            "deny", "guards", "guard:" + ",".join(names), reason, "", guards=names, **base
-        )
-    return Simulation(
-        decision.action, "pre_execute", decision.by, decision.reason, decision.rule, **base
-    )
+    if decision.action not in ("deny", "cancel"):
+        denials = pipeline.guards(ctx)
+        if denials:
+            names = tuple(name for name, _ in denials)
+            reason = " ".join(r for _, r in denials)
+            return answer("deny", "guards", "guard:" + ",".join(names), reason, guards=names)
+    return answer(decision.action, "pre_execute", decision.by, decision.reason, decision.rule)
 
 
 def simulate_call(call: ToolCall, profile: Profile | None = None) -> Simulation:

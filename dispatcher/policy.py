@@ -7,6 +7,7 @@ passes on by returning `next(call)`. The chain is settings.HARNESS_PRE_EXECUTE, 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 
 from django.conf import settings
@@ -79,7 +80,7 @@ def session_grants(call: CallContext, next: Next) -> Decision:
         return next(call)
     texts = list(
         SessionGrant.objects.active()
-        .filter(session_id=call.session_id, tool=call.name)
+        .filter(session_id=uuid.UUID(call.session_id), tool=call.name)
         .values_list("rule", flat=True)
     )
     rule = next_matching(texts, call)
