@@ -326,8 +326,12 @@ def receive(
                 },
             )
     except IntegrityError:
-        # The same message was submitted concurrently and the other request won.
-        return ToolCall.objects.get(session=session, tool_use_id=item.tool_use_id)
+        # The same message was submitted concurrently and the other request won; any
+        # other integrity failure (an audit store refusing the write) is not ours to hide.
+        winner = ToolCall.objects.filter(session=session, tool_use_id=item.tool_use_id).first()
+        if winner is None:
+            raise
+        return winner
     return call
 
 

@@ -219,6 +219,7 @@ def test_second_delivery_of_the_same_message_does_nothing(
             "arguments": {"path": "once.txt", "line": "x", "delay": 0},
         }
         call_id = submit(client, session, [call]).json()["calls"][0]["id"]
+
     def run() -> None:
         try:
             execution.execute_call(call_id)
@@ -302,3 +303,31 @@ def test_reconciler_resends_a_lost_message_carrying_only_the_call_id(
     settings.HARNESS_REQUEUE_AFTER = 0
     assert execution.reconcile()["resent"] == 1
     assert wait_for_status(call_id, Status.COMPLETED).is_error is False
+
+
+def test_concurrent_submissions_of_one_message_create_one_call(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    with live_stack.client(live_agent) as client:
+        session = start(client)
+    body = {
+        "calls": [
+            {"id": "dup", "name": "write_file", "arguments": {"path": "d.txt", "content": "x"}}
+        ]
+    }
+    responses: list[httpx.Response] = []
+
+    def submit_once() -> None:
+        with live_stack.client(live_agent) as own:
+            responses.append(own.post(f"/api/v1/sessions/{session['id']}/calls", json=body))
+
+    threads = [threading.Thread(target=submit_once) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.status_code for r in responses) == [202] * 6
+    assert len({r.json()["calls"][0]["id"] for r in responses}) == 1
+    assert ToolCall.objects.filter(session_id=session["id"], tool_use_id="dup").count() == 1
+    received = AuditEvent.objects.filter(session_id=session["id"], kind="call.received")
+    assert received.count() == 1
