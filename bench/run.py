@@ -54,6 +54,8 @@ def bench_env() -> dict[str, str]:
         HARNESS_CHANNEL_PREFIX="harness_bench",
         HARNESS_WAKE_PREFIX="harness_bench:wake",
         HARNESS_LOG_LEVEL="ERROR",
+        # bench.tools.NOOP (S6): for the web servers, the worker and this process alike.
+        HARNESS_EXTRA_TOOLS="bench.tools.NOOP",
         PYTHONPATH=str(ROOT),
     )
     return env
@@ -234,25 +236,35 @@ def recreate_database() -> None:
 
 
 SETUP_SCRIPT = """
-import io, django
+import io, json, django
 django.setup()
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.management import call_command
-get_user_model().objects.create_user("bench", password="bench-password-unused")
-call_command("set_mode", "bench", "trusted", stdout=io.StringIO())
-out = io.StringIO()
-call_command("create_agent", "bench-agent", "--owner", "bench", stdout=out)
-print(out.getvalue().strip().splitlines()[-1])
-"""
+User = get_user_model()
+def agent(owner, mode):
+    User.objects.create_user(owner, password="bench-password-unused")
+    call_command("set_mode", owner, mode, stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("create_agent", owner + "-agent", "--owner", owner, stdout=out)
+    return out.getvalue().strip().splitlines()[-1]
+creds = {"token": agent("bench", "trusted"), "std_token": agent("bench-std", "standard")}
+for name, group in (("bench-reviewer", "reviewer"), ("bench-auditor", "auditor")):
+    user = User.objects.create_user(name, password=REVIEWER_PASSWORD)
+    user.groups.add(Group.objects.get_or_create(name=group)[0])
+print(json.dumps(creds))
+""".replace("REVIEWER_PASSWORD", repr("bench-reviewer-password"))
+REVIEWER = ("bench-reviewer", "bench-reviewer-password")
 
 
-def prepare_database(env: dict[str, str]) -> str:
+def prepare_database(env: dict[str, str]) -> dict[str, str]:
     recreate_database()
     subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     out = subprocess.run(
         [PY, "-c", SETUP_SCRIPT], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     )
-    return out.stdout.strip().splitlines()[-1]
+    creds: dict[str, str] = json.loads(out.stdout.strip().splitlines()[-1])
+    return creds
 
 
 def free_port() -> int:
@@ -628,13 +640,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="short durations (CI, < 2 min)")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument(
-        "--only", default="", help="comma-separated scenario keys: validation,admit,overhead"
+        "--only", default="", help="comma-separated scenario keys: validation,admit,overhead,push,worker"
     )
     args = parser.parse_args()
     if args.pairs < 5:
         parser.error("the protocol needs at least 5 pairs")
     only = set(filter(None, args.only.split(",")))
-    warmup, seconds = (1.0, 3.0) if args.quick else (3.0, 10.0)
+    warmup, seconds = (1.0, 2.0) if args.quick else (3.0, 10.0)
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install wrk (Debian) -- needed for the HTTP scenarios")
         return 2
@@ -650,7 +662,8 @@ def main() -> int:
     print(machine_line())
 
     print("preparing: database", DB_NAME, "(dropped, created, migrated)")
-    token = prepare_database(env)
+    creds = prepare_database(env)
+    token = creds["token"]
     cleanup_redis()
 
     lo = floor_loopback(2000)
@@ -669,8 +682,8 @@ def main() -> int:
         f"settings (B and P identical): 2 daphne processes (one for B, one for P), 1 wrk thread, "
         f"c={CONCURRENCY}; {pg_conf}; DB pool min {pool.get('min_size')} max {pool.get('max_size')}; "
         f"{redis_conf}; agent-API middleware {dj.HARNESS_API_MIDDLEWARE}; channel layer "
-        f"{dj.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]}; Celery queue {QUEUE} (no worker: "
-        f"admission only); HTTP {warmup:.0f} s warm-up per side, {seconds:.0f} s per side, {args.pairs} pairs"
+        f"{dj.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]}; Celery queue {QUEUE} (no worker in S1; "
+        f"S5/S6: one prefork -c 2 worker); HTTP {warmup:.0f} s warm-up per side, {seconds:.0f} s per side, {args.pairs} pairs"
     )
 
     results: list[Result] = []
@@ -686,6 +699,18 @@ def main() -> int:
         r = scenario_overhead(env, args.pairs, warmup, seconds)
         print_result(r)
         results.append(r)
+    if not only or "push" in only:
+        from bench import live
+
+        for r in live.scenario_push(env, creds, args.pairs, args.quick):
+            print_result(r)
+            results.append(r)
+    if not only or "worker" in only:
+        from bench import live
+
+        for r in live.scenario_worker(env, creds, args.pairs, args.quick):
+            print_result(r)
+            results.append(r)
     cleanup_redis()
 
     print("\nsummary (P/B: median of per-pair ratios [min, max])")
@@ -694,6 +719,8 @@ def main() -> int:
     for r in results:
         rs = r.ratios()
         short = re.split(r"[:(]", r.name, maxsplit=1)[0].strip()
+        if r.name.endswith(" latency"):
+            short += ", " + r.name.rsplit(", ", 1)[1]
         print(
             f"| {short} | {fmt(statistics.median(r.b))} {r.unit} | {fmt(statistics.median(r.p))} {r.unit} "
             f"| {statistics.median(rs):.2f} [{min(rs):.2f}, {max(rs):.2f}] | {r.target} | {r.verdict()} |"

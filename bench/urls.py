@@ -13,6 +13,7 @@ from . import views
 urlpatterns = [
     path("api/bench/insert", views.insert),
     path("api/bench/trivial", views.trivial),
+    path("api/bench/push", views.push),
     path("bare/trivial", views.trivial),
     *real_urlpatterns,
 ]

@@ -37,3 +37,29 @@ async def insert(request: HttpRequest) -> HttpResponse:
         hash=_HASH,
     )
     return JsonResponse({"id": event.pk, "status": "queued"}, status=202)
+
+
+async def push(request: HttpRequest) -> HttpResponse:
+    """S4 baseline: one audit INSERT, then a raw group_send of a payload of the given size
+    to the approvals group through the same channel layer (what the product pushes to)."""
+    from channels.layers import get_channel_layer
+
+    from approvals import live
+
+    body = json.loads(request.body)
+    token, size = body["token"], int(body["size"])
+    event = await AuditEvent.objects.acreate(
+        chain=_CHAIN,
+        seq=next(_SEQ),
+        kind="call.received",
+        actor="agent:bench",
+        subject=f"call:{uuid.uuid4()}",
+        payload={"token": token},
+        created_at=timezone.now(),
+        prev_hash=_HASH,
+        hash=_HASH,
+    )
+    html = f'<div id="bench-{token}">' + "x" * max(0, size - len(token) - 23) + "</div>"
+    layer = get_channel_layer()
+    await layer.group_send(live.GROUP, {"type": "queue.push", "html": html})
+    return JsonResponse({"id": event.pk}, status=202)

@@ -1,0 +1,482 @@
+"""Scenarios with a live path: S4 ask -> reviewer socket, S5 approve -> agent, S6 worker drain.
+
+Latency is measured one in flight (no coordinated omission): a sample starts only once the
+previous one has fully finished. Every hop measured here is a push (channel layer, Redis
+pub/sub, Celery over Redis); the only loop in this file that polls is bench orchestration
+outside the timed window (S5: finding the approval id to decide).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.run import PY, QUEUE, REDIS_URL, REVIEWER, ROOT, Result, Server, rss_note
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def latency_results(name: str, unit_target: tuple[float, float], b: list[list[float]],
+                    p: list[list[float]]) -> list[Result]:
+    """Per-pair medians (and p99s) in ms; pooled percentiles in the notes."""
+    med = Result(name + ", median latency", "ms", False, f"<= {unit_target[0]}x", unit_target[0])
+    p99 = Result(name + ", p99 latency", "ms", False, f"<= {unit_target[1]}x", unit_target[1])
+    for bs, ps in zip(b, p, strict=True):
+        med.b.append(statistics.median(bs) * 1e3)
+        med.p.append(statistics.median(ps) * 1e3)
+        p99.b.append(pct(bs, 0.99) * 1e3)
+        p99.p.append(pct(ps, 0.99) * 1e3)
+    allb = [x for xs in b for x in xs]
+    allp = [x for xs in p for x in xs]
+    med.notes.append(
+        f"pooled over {len(allb)} B / {len(allp)} P samples (one in flight, after warm-up): "
+        f"B p50 {pct(allb, .5) * 1e3:.2f} p90 {pct(allb, .9) * 1e3:.2f} p99 {pct(allb, .99) * 1e3:.2f} "
+        f"max {max(allb) * 1e3:.1f} ms; P p50 {pct(allp, .5) * 1e3:.2f} p90 {pct(allp, .9) * 1e3:.2f} "
+        f"p99 {pct(allp, .99) * 1e3:.2f} max {max(allp) * 1e3:.1f} ms; pooled p99 P/B "
+        f"{pct(allp, .99) / pct(allb, .99):.2f}"
+    )
+    return [med, p99]
+
+
+def login_cookie(server: Server) -> str:
+    """Session cookie of the bench reviewer: GET the login form, POST it with the CSRF token."""
+    import httpx
+
+    with httpx.Client(base_url=server.url) as c:
+        form = c.get("/accounts/login/")
+        m = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+        if m is None:
+            raise RuntimeError("no CSRF token in the login form")
+        r = c.post(
+            "/accounts/login/",
+            data={"username": REVIEWER[0], "password": REVIEWER[1], "csrfmiddlewaretoken": m.group(1)},
+            headers={"Referer": server.url + "/accounts/login/"},
+        )
+        if r.status_code != 302 or "sessionid" not in c.cookies:
+            raise RuntimeError(f"reviewer login failed: {r.status_code}")
+        return "; ".join(f"{k}={v}" for k, v in c.cookies.items())
+
+
+async def open_sockets(server: Server, cookie: str, n: int) -> list[Any]:
+    from websockets.asyncio.client import connect
+
+    sockets = []
+    for _ in range(n):
+        ws = await connect(
+            f"ws://127.0.0.1:{server.port}/ws/approvals/",
+            additional_headers={"Cookie": cookie},
+            origin=server.url,  # type: ignore[arg-type]
+            max_size=None,
+            compression=None,
+        )
+        await asyncio.wait_for(ws.recv(), 30)  # the whole queue, sent on connect
+        sockets.append(ws)
+    return sockets
+
+
+async def receive_token(ws: Any, token: str) -> int:
+    while True:
+        msg = await ws.recv()
+        if token in msg:
+            return len(msg)
+
+
+async def new_session(client: Any, title: str) -> str:
+    r = await client.post("/api/v1/sessions", json={"title": title})
+    r.raise_for_status()
+    return str(r.json()["id"])
+
+
+def write_call(token: str) -> dict[str, Any]:
+    return {
+        "calls": [
+            {
+                "id": f"w-{token}",
+                "name": "write_file",
+                "arguments": {"path": f"bench/{token}.txt", "content": "bench\n"},
+            }
+        ]
+    }
+
+
+# --- S4 ---------------------------------------------------------------------------------
+
+QUERIES_PER_PUSH = """
+import django, json, sys
+django.setup()
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from approvals import live
+from dispatcher.models import ToolCall
+c = Client(headers={"authorization": "Bearer " + sys.argv[1]})
+out = []
+for i in range(2):
+    body = json.dumps({"calls": [{"id": "q%d" % i, "name": "write_file",
+                                  "arguments": {"path": "q/%d.txt" % i, "content": "x"}}]})
+    with CaptureQueriesContext(connection) as whole:
+        r = c.post("/api/v1/sessions/%s/calls" % sys.argv[2], body, content_type="application/json")
+    call = ToolCall.objects.get(session_id=sys.argv[2], tool_use_id="q%d" % i)
+    with CaptureQueriesContext(connection) as render:
+        live.render_change(str(call.pk), "pending_approval")
+    out.append((r.status_code, call.status, len(whole.captured_queries), len(render.captured_queries)))
+print(json.dumps(out))
+"""
+
+
+def scenario_push(env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool) -> list[Result]:
+    import httpx
+
+    n, warm = (20, 20) if quick else (200, 50)
+    server = Server("S4", env)
+    results: list[Result] = []
+    try:
+        cookie = login_cookie(server)
+
+        async def run() -> None:
+            async with httpx.AsyncClient(
+                base_url=server.url, headers={"Authorization": f"Bearer {creds['std_token']}"},
+                timeout=30,
+            ) as client:
+                session = await new_session(client, "S4")
+                sizes: list[int] = []
+
+                async def sample(side: str, sockets: list[Any]) -> float:
+                    token = uuid.uuid4().hex
+                    waiters = [asyncio.create_task(receive_token(ws, token)) for ws in sockets]
+                    if side == "P":
+                        t0 = time.perf_counter()
+                        resp = asyncio.create_task(
+                            client.post(f"/api/v1/sessions/{session}/calls", json=write_call(token))
+                        )
+                    else:
+                        size = int(statistics.median(sizes)) if sizes else 1000
+                        t0 = time.perf_counter()
+                        resp = asyncio.create_task(
+                            client.post("/api/bench/push", json={"token": token, "size": size})
+                        )
+                    got = await asyncio.wait_for(asyncio.gather(*waiters), 30)
+                    t1 = time.perf_counter()
+                    r = await resp
+                    if r.status_code != 202:
+                        raise RuntimeError(f"S4 {side}: HTTP {r.status_code}: {r.text[:300]}")
+                    if side == "P":
+                        if r.json()["calls"][0]["status"] != "pending_approval":
+                            raise RuntimeError(f"S4 P: not pending: {r.text[:300]}")
+                        sizes.append(got[0])
+                    return t1 - t0
+
+                for count in (50, 1):  # 50 first: a socket's connect renders the whole queue
+                    sockets = await open_sockets(server, cookie, count)
+                    for _ in range(warm):
+                        await sample("P", sockets)
+                        await sample("B", sockets)
+                    bs: list[list[float]] = []
+                    ps: list[list[float]] = []
+                    for _ in range(pairs):
+                        bs.append([await sample("B", sockets) for _ in range(n)])
+                        ps.append([await sample("P", sockets) for _ in range(n)])
+                    for ws in sockets:
+                        await ws.close()
+                    rs = latency_results(
+                        f"S4 ask reaches {count} reviewer socket{'s' if count > 1 else ''} "
+                        f"(write_file submit, standard mode -> pending_approval -> pushed fragment"
+                        f"{', time to the last socket' if count > 1 else ''}) vs one INSERT + raw "
+                        f"group_send of the same size ({int(statistics.median(sizes))} B)",
+                        (1.3, 1.5), bs, ps,
+                    )
+                    results.extend(rs)
+
+        asyncio.run(run())
+        results[0].notes.append(rss_note([server]))
+        results[2].notes.append(rss_note([server]))
+        results[0].notes.append(push_queries_note(env, creds, server))
+        if quick:
+            results[0].notes.append(f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)")
+            results[2].notes.append(f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)")
+    finally:
+        server.stop()
+    return results
+
+
+def push_queries_note(env: dict[str, str], creds: dict[str, str], server: Server) -> str:
+    import httpx
+
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {creds['std_token']}"}) as c:
+        session = c.post("/api/v1/sessions", json={"title": "S4 queries"}).json()["id"]
+    try:
+        out = subprocess.run(
+            [PY, "-c", QUERIES_PER_PUSH, creds["std_token"], session], cwd=ROOT, env=env,
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout.strip().splitlines()[-1]
+        rows = json.loads(out)
+        return (
+            "SQL queries per push: rendering the pushed fragment (live.render_change) "
+            f"{rows[-1][3]} queries, once per transition whatever the number of sockets (the "
+            "consumer's queue_push only forwards the HTML: 0 per socket); the whole submit incl. "
+            f"on_commit push {rows[-1][2]} queries (HTTP {rows[-1][0]}, {rows[-1][1]})"
+        )
+    except (subprocess.SubprocessError, IndexError, ValueError) as exc:
+        return f"SQL queries per push unavailable: {exc}"
+
+
+# --- the bench worker -----------------------------------------------------------------------
+
+
+class Worker:
+    """A Celery prefork worker (-c 2) on the bench queue, started and stopped by PID."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        from harness_site.celery import app
+
+        self.app = app
+        self.proc = subprocess.Popen(
+            [PY, "-m", "celery", "-A", "harness_site", "worker", "-P", "prefork", "-c", "2",
+             "-Q", QUEUE, "--without-gossip", "--without-mingle", "-I", "bench.tasks",
+             "-l", "WARNING", "-n", f"bench-{os.getpid()}@%h"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"celery worker exited: {err[-2000:]}")
+            if app.control.ping(destination=[self.name], timeout=0.5):
+                return
+        self.stop()
+        raise RuntimeError("celery worker did not answer a ping")
+
+    @property
+    def name(self) -> str:
+        return f"bench-{os.getpid()}@{os.uname().nodename}"
+
+    def consume(self, on: bool) -> None:
+        if on:
+            self.app.control.add_consumer(QUEUE, destination=[self.name], reply=True, timeout=5)
+        else:
+            self.app.control.cancel_consumer(QUEUE, destination=[self.name], reply=True, timeout=5)
+
+    def pids(self) -> list[int]:
+        try:
+            kids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        except OSError:
+            kids = []
+        return [self.proc.pid, *map(int, kids)]
+
+    def rss_note(self) -> str:
+        parts = []
+        for pid in self.pids():
+            try:
+                m = re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+            except OSError:
+                continue
+            if m:
+                parts.append(f"pid {pid} {int(m.group(1)) / 1024:.0f} MiB")
+        return "peak RSS (VmHWM) of the celery worker (main, then pool children): " + ", ".join(parts)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: only what we started
+                self.proc.wait()
+
+
+# --- S5 and S6 ------------------------------------------------------------------------------
+
+
+def scenario_worker(env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool) -> list[Result]:
+    from redis import asyncio as aioredis
+
+    cleanup = __import__("bench.run", fromlist=["cleanup_redis"]).cleanup_redis
+    cleanup()
+    server = Server("S5/S6", env)
+    worker = Worker(env)
+    results: list[Result] = []
+    try:
+        n, warm = (20, 10) if quick else (200, 50)
+        r5 = asyncio.run(_approve(server, worker, creds, pairs, n, warm, aioredis))
+        for r in r5:
+            r.notes.append(rss_note([server]))
+            r.notes.append(worker.rss_note())
+            if quick:
+                r.notes.append(f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)")
+        results += r5
+        drain = 40 if quick else 200
+        r6 = asyncio.run(_drain(server, worker, creds, pairs, drain, aioredis))
+        r6.notes.append(worker.rss_note())
+        results.append(r6)
+    finally:
+        worker.stop()
+        server.stop()
+    return results
+
+
+async def _approve(server: Server, worker: Worker, creds: dict[str, str], pairs: int, n: int,
+                   warm: int, aioredis: Any) -> list[Result]:
+    import httpx
+    from django.contrib.auth import get_user_model
+
+    from approvals import services
+    from approvals.models import ApprovalRequest
+
+    reviewer = await asyncio.to_thread(get_user_model().objects.get, username=REVIEWER[0])
+    redis = aioredis.from_url(REDIS_URL)
+    pubsub = redis.pubsub()
+    channel = f"harness_bench:s5:{uuid.uuid4().hex}"
+    await pubsub.subscribe(channel)
+    await pubsub.get_message(timeout=5)  # the subscribe confirmation
+    decide_times: list[float] = []
+
+    def find(session: str, tid: str) -> tuple[int, str] | None:
+        return ApprovalRequest.objects.filter(  # type: ignore[return-value]
+            call__session_id=session, call__tool_use_id=tid
+        ).values_list("pk", "digest").first()
+
+    def decide(pk: int, digest: str) -> None:
+        t = time.perf_counter()
+        services.decide(approval_id=pk, user=reviewer, approve=True, digest=digest)
+        decide_times.append(time.perf_counter() - t)
+
+    def send_noop() -> None:
+        worker.app.send_task("bench.tasks.noop", args=[channel], queue=QUEUE)
+
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {creds['std_token']}"}, timeout=60
+    ) as client:
+        session = await new_session(client, "S5")
+
+        async def sample(side: str) -> float:
+            if side == "B":
+                t0 = time.perf_counter()
+                await asyncio.to_thread(send_noop)
+                while (await pubsub.get_message(ignore_subscribe_messages=True, timeout=30)) is None:
+                    pass
+                return time.perf_counter() - t0
+            token = uuid.uuid4().hex
+            resp = asyncio.create_task(
+                client.post(f"/api/v1/sessions/{session}/calls?wait=30", json=write_call(token))
+            )
+            found = None
+            while found is None:  # orchestration, outside the timed window
+                await asyncio.sleep(0.003)
+                found = await asyncio.to_thread(find, session, f"w-{token}")
+            await asyncio.sleep(0.01)  # the request is now in its pub/sub wait
+            t0 = time.perf_counter()
+            await asyncio.to_thread(decide, *found)
+            r = await resp
+            t1 = time.perf_counter()
+            call = r.json()["calls"][0]
+            if r.status_code != 200 or call["status"] != "completed":
+                raise RuntimeError(f"S5 P: HTTP {r.status_code}: {r.text[:300]}")
+            return t1 - t0
+
+        for _ in range(warm):
+            await sample("B")
+            await sample("P")
+        decide_times.clear()
+        bs: list[list[float]] = []
+        ps: list[list[float]] = []
+        for _ in range(pairs):
+            bs.append([await sample("B") for _ in range(n)])
+            ps.append([await sample("P") for _ in range(n)])
+    await pubsub.aclose()
+    await redis.aclose()
+    rs = latency_results(
+        "S5 approve reaches the agent's waiting request (POST ...?wait=30, approvals.services.decide "
+        "in the bench process -> Celery write_file -> wake-up) vs raw Celery no-op round trip "
+        "(send_task, result by Redis pub/sub)",
+        (3.0, 4.0), bs, ps,
+    )
+    rs[0].notes.append(
+        f"of P: services.decide() itself (lock, transition, audit, commit, on_commit enqueue and "
+        f"queue push) median {statistics.median(decide_times) * 1e3:.2f} ms, "
+        f"p99 {pct(decide_times, .99) * 1e3:.2f} ms"
+    )
+    return rs
+
+
+async def _drain(server: Server, worker: Worker, creds: dict[str, str], pairs: int, n: int,
+                 aioredis: Any) -> Result:
+    import httpx
+
+    redis = aioredis.from_url(REDIS_URL)
+    res = Result(
+        f"S6 worker execution throughput: {n} queued no-op tool calls (bench_noop, trusted mode) "
+        f"drained by prefork -c 2 vs {n} raw Celery no-op tasks, same worker",
+        "calls/s", True, ">= 0.5x", 0.5,
+    )
+    batch = 20
+
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {creds['token']}"}, timeout=60
+    ) as client:
+        session = await new_session(client, "S6")
+
+        async def side(label: str) -> float:
+            await asyncio.to_thread(worker.consume, False)
+            pubsub = redis.pubsub()
+            if label == "P":
+                await pubsub.psubscribe("harness_bench:wake:*")
+                for start in range(0, n, batch):
+                    body = {"calls": [
+                        {"id": f"n-{uuid.uuid4().hex}", "name": "bench_noop", "arguments": {"n": i}}
+                        for i in range(start, min(n, start + batch))
+                    ]}
+                    r = await client.post(f"/api/v1/sessions/{session}/calls", json=body)
+                    if r.status_code != 202:
+                        raise RuntimeError(f"S6 P: HTTP {r.status_code}: {r.text[:300]}")
+            else:
+                key = f"harness_bench:s6:{uuid.uuid4().hex}"
+                await pubsub.subscribe(key)
+
+                def send() -> None:
+                    for _ in range(n):
+                        worker.app.send_task("bench.tasks.noop_count", args=[key, n], queue=QUEUE)
+
+                await asyncio.to_thread(send)
+            queued = await redis.llen(QUEUE)
+            t0 = time.perf_counter()
+            await asyncio.to_thread(worker.consume, True)
+            done = 0
+            target = n if label == "P" else 1
+            while done < target:
+                msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=60)
+                if msg is None:
+                    if time.perf_counter() - t0 > 120:
+                        raise RuntimeError(f"S6 {label}: drained {done} of {target}")
+                    continue
+                if label == "B" or msg["data"] == b"completed":
+                    done += 1
+            elapsed = time.perf_counter() - t0
+            await pubsub.aclose()
+            if queued < n - 4:  # prefetch may hold a few before the consumer was cancelled
+                res.notes.append(f"WARNING: {label} found only {queued} of {n} messages queued")
+            return n / elapsed
+
+        await side("B")  # warm-up
+        await side("P")
+        for _ in range(pairs):
+            res.b.append(await side("B"))
+            res.p.append(await side("P"))
+    await redis.aclose()
+    res.notes.append(
+        "each side: consumer cancelled, N messages queued (P: admitted through the API in batches "
+        f"of {batch}), then add_consumer and time until the N-th completion is published"
+    )
+    return res

@@ -1,0 +1,31 @@
+"""Bench-only Celery tasks (the bench worker imports them with `-I bench.tasks`).
+
+Results travel by Redis pub/sub, like the product's wake-ups: no result backend, no polling.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import redis
+from celery import shared_task
+from django.conf import settings
+
+
+@functools.cache
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+@shared_task(name="bench.tasks.noop", ignore_result=True)
+def noop(channel: str) -> None:
+    """S5 baseline: a no-op whose completion is published on `channel`."""
+    _redis().publish(channel, "done")
+
+
+@shared_task(name="bench.tasks.noop_count", ignore_result=True)
+def noop_count(key: str, n: int) -> None:
+    """S6 baseline: a no-op that counts itself; the n-th publishes on `key` (one INCR each)."""
+    r = _redis()
+    if r.incr(key) == n:
+        r.publish(key, "done")
