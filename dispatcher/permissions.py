@@ -108,7 +108,7 @@ def update_profile(
     allow: Iterable[str],
     ask: Iterable[str],
     deny: Iterable[str],
-    actor: User,
+    actor: User | str,
     expected_version: int | None = None,
 ) -> PermissionProfile:
     """Save `user`'s mode and rules as a new version, with its history row and audit event.
@@ -136,12 +136,13 @@ def update_profile(
         profile.allow, profile.ask, profile.deny = lists["allow"], lists["ask"], lists["deny"]
         profile.version += 1
         profile.save()
+        changed_by = None if isinstance(actor, str) else actor
         ProfileVersion.objects.create(
-            user=user, version=profile.version, mode=mode, changed_by=actor, diff=diff, **lists
+            user=user, version=profile.version, mode=mode, changed_by=changed_by, diff=diff, **lists
         )
         record_event(
             kind="profile.changed",
-            actor=f"user:{actor.get_username()}",
+            actor=actor if isinstance(actor, str) else f"user:{actor.get_username()}",
             subject=f"user:{user.get_username()}",
             payload={
                 "user": user.get_username(),
@@ -153,6 +154,17 @@ def update_profile(
             },
         )
     return profile
+
+
+def set_mode(*, user: User, mode: str, actor: User | str) -> PermissionProfile:
+    """Change only `user`'s mode (the command line's `set_mode`); the rules stay.
+
+    `actor` is the person, or a name such as "cli" for a command. Raises InvalidProfile
+    for an unknown mode.
+    """
+    current = PermissionProfile.objects.filter(user=user).first()
+    lists = {k: list(getattr(current, k)) if current else [] for k in ("allow", "ask", "deny")}
+    return update_profile(user=user, mode=mode, actor=actor, **lists)
 
 
 def proposed_profile(

@@ -109,24 +109,6 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
         )
 
 
-@transaction.atomic
-def set_mode(*, user: User, mode: str, actor: str) -> PermissionProfile:
-    if mode not in Mode.values:
-        raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
-    profile, _ = PermissionProfile.objects.select_for_update().get_or_create(user=user)
-    old = profile.mode
-    profile.mode = mode
-    profile.version += 1
-    profile.save(update_fields=["mode", "version", "updated_at"])
-    record_event(
-        kind="profile.mode_changed",
-        actor=actor,
-        subject=f"user:{user.get_username()}",
-        payload={"from": old, "to": mode, "version": profile.version},
-    )
-    return profile
-
-
 def profile_for(user: User) -> Profile:
     row = PermissionProfile.objects.filter(user=user).first()
     if row is None:
@@ -415,7 +397,7 @@ def _decide(
             Status.QUEUED,
             kind="call.allowed",
             actor=decision.by,
-            payload=decision.as_provenance(),
+            payload={**call.provenance, **decision.as_provenance()},
             queued_at=timezone.now(),
             **_decision_fields(call, decision),
         )
@@ -429,7 +411,7 @@ def _settle(call: ToolCall, to: Status, decision: Decision, kind: str, text: str
             to,
             kind=kind,
             actor=decision.by,
-            payload=decision.as_provenance(),
+            payload={**call.provenance, **decision.as_provenance()},
             **_decision_fields(call, decision, text),
         )
 
@@ -441,7 +423,7 @@ def _ask(call: ToolCall, decision: Decision, presentation: dict[str, Any]) -> No
             Status.PENDING_APPROVAL,
             kind="call.approval_requested",
             actor=decision.by,
-            payload={**decision.as_provenance(), "presentation": presentation},
+            payload={**call.provenance, **decision.as_provenance(), "presentation": presentation},
             **_decision_fields(call, decision),
         ):
             notify.approval_requested.send(sender=ToolCall, call=call, presentation=presentation)

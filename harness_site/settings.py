@@ -88,6 +88,7 @@ TEMPLATES = [
                 "django.template.context_processors.csp",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "harness_site.context_processors.roles",
             ],
         },
     }

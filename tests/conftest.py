@@ -18,7 +18,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 
-from dispatcher import services
+from dispatcher import permissions, services
 from dispatcher.models import Agent
 from tests.audit.flush import keep_audit_log_on_flush
 
@@ -36,7 +36,7 @@ def make_user(username: str, *, groups: tuple[str, ...] = (), mode: str | None =
     for name in groups:
         user.groups.add(Group.objects.get_or_create(name=name)[0])
     if mode:
-        services.set_mode(user=user, mode=mode, actor="test")
+        permissions.set_mode(user=user, mode=mode, actor="test")
     return user
 
 

@@ -115,7 +115,10 @@ def test_three_dialects_are_received_and_logged(
     assert call["decided_by"] == "mode:standard"
     stored = ToolCall.objects.get(pk=call["id"])
     assert AuditEvent.objects.filter(subject=f"call:{stored.pk}", kind="call.received").exists()
-    assert AuditEvent.objects.filter(subject=f"call:{stored.pk}", kind="call.allowed").exists()
+    allowed = AuditEvent.objects.get(subject=f"call:{stored.pk}", kind="call.allowed")
+    assert allowed.payload["mode"] == "standard"
+    assert allowed.payload["profile_version"] >= 1
+    assert allowed.payload["by"] == "mode:standard"
 
 
 def test_openai_arguments_are_stored_byte_for_byte(

@@ -24,7 +24,7 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatcher import demo_agent, services
+from dispatcher import demo_agent, permissions, services
 from dispatcher.models import Agent
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -156,7 +156,7 @@ class Command(BaseCommand):
         if not owner.has_usable_password():
             owner.set_unusable_password()
             owner.save()
-        services.set_mode(user=owner, mode="standard", actor="run_demo")
+        permissions.set_mode(user=owner, mode="standard", actor="run_demo")
         for old in Agent.objects.filter(owner=owner, name=AGENT_NAME, is_active=True):
             services.revoke_agent(agent=old, actor="run_demo")
         workspace = Path(settings.DATA_DIR) / "demo-workspace"

@@ -3,7 +3,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatcher import services
+from dispatcher import permissions
 from dispatcher.models import Mode
 
 
@@ -18,5 +18,5 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"No user named '{username}'.")
-        profile = services.set_mode(user=user, mode=mode, actor="cli")
+        profile = permissions.set_mode(user=user, mode=mode, actor="cli")
         self.stdout.write(f"{username} is now in {profile.mode} mode (profile v{profile.version}).")
