@@ -139,7 +139,7 @@ print(json.dumps(out))
 def scenario_push(env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool) -> list[Result]:
     import httpx
 
-    n, warm = (20, 20) if quick else (200, 50)
+    n, warm = (20, 10) if quick else (200, 50)
     server = Server("S4", env)
     results: list[Result] = []
     try:
@@ -317,7 +317,7 @@ def scenario_worker(env: dict[str, str], creds: dict[str, str], pairs: int, quic
             if quick:
                 r.notes.append(f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)")
         results += r5
-        drain = 40 if quick else 200
+        drain = 40 if quick else 150
         r6 = asyncio.run(_drain(server, worker, creds, pairs, drain, aioredis))
         r6.notes.append(worker.rss_note())
         results.append(r6)
