@@ -33,7 +33,20 @@ class WrapperSpec:
     short_with_value: str = ""
     long_with_value: frozenset[str] = frozenset()
     leading_operands: int = 0  # operands before the command (timeout's DURATION)
+    # A leading operand is skipped only when it looks like one (chrt's PRIORITY is a number).
+    leading_pattern: str = ""
+    # Why an allow rule may not look through this wrapper ("" = it may): the command runs
+    # somewhere else, as someone else, or the wrapper does more than run it.
+    opaque: str = ""
+    # With no command, the wrapper starts an interactive shell (which reads standard input).
+    shell_when_empty: bool = False
 
+
+# npm-style options that take a value (`--package foo`); others are read as flags.
+PACKAGE_RUNNER_OPTIONS = frozenset(
+    {"package", "call", "shell", "script-shell", "registry", "cache", "prefix", "userconfig"}
+    | {"workspace", "node-options", "node-arg", "loglevel"}
+)
 
 WRAPPERS: dict[str, WrapperSpec] = {
     "env": WrapperSpec("uCS", frozenset({"unset", "chdir", "split-string"})),
@@ -54,7 +67,82 @@ WRAPPERS: dict[str, WrapperSpec] = {
     "stdbuf": WrapperSpec("ioe", frozenset({"input", "output", "error"})),
     "setsid": WrapperSpec(),
     "busybox": WrapperSpec(),
+    "ionice": WrapperSpec("cnpPu", frozenset({"class", "classdata", "pid", "pgid", "uid"})),
+    "taskset": WrapperSpec(leading_operands=1),  # MASK
+    "chrt": WrapperSpec(
+        "TPD",
+        frozenset({"sched-runtime", "sched-period", "sched-deadline"}),
+        leading_operands=1,  # PRIORITY
+        leading_pattern=r"-?\d+",
+    ),
+    "chroot": WrapperSpec(
+        "",
+        frozenset({"userspec", "groups"}),
+        leading_operands=1,  # NEWROOT
+        opaque="it runs the program of another root directory",
+        shell_when_empty=True,
+    ),
+    "unshare": WrapperSpec(
+        "RwSG",
+        frozenset(
+            {"propagation", "setgroups", "map-user", "map-group", "map-users", "map-groups"}
+            | {"root", "wd", "setuid", "setgid", "monotonic", "boottime"}
+        ),
+        opaque="it runs the program in new namespaces",
+        shell_when_empty=True,
+    ),
+    "nsenter": WrapperSpec(
+        "tSG",
+        frozenset({"target", "setuid", "setgid"}),
+        opaque="it runs the program in another process's namespaces",
+        shell_when_empty=True,
+    ),
+    # Wrappers read by `_unwrap_special` (the spec gives their options and opacity).
+    "flock": WrapperSpec(
+        "wE",
+        frozenset({"wait", "timeout", "conflict-exit-code"}),
+        opaque="it creates its lock file",
+    ),
+    "script": WrapperSpec(
+        "cEIOBTmo",
+        frozenset(
+            {"command", "echo", "log-in", "log-out", "log-io", "log-timing"}
+            | {"logging-format", "output-limit"}
+        ),
+        opaque="it writes a typescript file",
+        shell_when_empty=True,
+    ),
+    "watch": WrapperSpec("nq", frozenset({"interval", "equexit"})),
+    "sg": WrapperSpec(opaque="it runs the command as another group", shell_when_empty=True),
+    "npx": WrapperSpec(
+        "pc",
+        PACKAGE_RUNNER_OPTIONS,
+        opaque="it may install and run a package's program of that name",
+    ),
+    "pnpx": WrapperSpec(
+        "pc",
+        PACKAGE_RUNNER_OPTIONS,
+        opaque="it may install and run a package's program of that name",
+    ),
+    "bunx": WrapperSpec(
+        "pc",
+        PACKAGE_RUNNER_OPTIONS,
+        opaque="it may install and run a package's program of that name",
+    ),
 }
+
+# `npm exec CMD`, `npm x CMD`, `pnpm dlx CMD` ...: package managers that run a command.
+PACKAGE_RUNNER_SUBCOMMANDS: dict[str, frozenset[str]] = {
+    "npm": frozenset({"exec", "x"}),
+    "pnpm": frozenset({"exec", "dlx"}),
+    "yarn": frozenset({"exec", "dlx"}),
+    "bun": frozenset({"x"}),
+}
+PACKAGE_RUNNER_SPEC = WrapperSpec(
+    "pc",
+    PACKAGE_RUNNER_OPTIONS,
+    opaque="it may install and run a package's program of that name",
+)
 
 
 # What the shell would expand in a word: $VAR, ${...}, $(...), `...`, and {a,b} braces.
@@ -118,28 +206,152 @@ def _short_cluster_takes_next(letters: str, with_value: str) -> int:
 def unwrap(argv: list[str]) -> list[str]:
     """The command a chain of wrappers (`env`, `timeout 5`, `nice -n 5`, `xargs` ...) runs.
 
-    Returns [] when the wrappers run nothing (`env` alone, `command -v x`).
+    Returns [] when the wrappers run nothing (`env` alone, `command -v x`). A wrapper that
+    runs a shell string (`flock F -c STRING`, `watch 'a b'`) gives `['sh', '-c', STRING]`;
+    one that starts an interactive shell (`chroot /`, `script`) gives `['sh']`.
     Raises UnreadableCommand when the chain is implausibly deep.
     """
+    return unwrap_chain(argv)[0]
+
+
+def unwrap_chain(argv: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """`unwrap`, plus the names of the wrappers looked through, outermost first."""
+    names: list[str] = []
     for _ in range(MAX_WRAPPERS):
         if not argv:
-            return []
+            return [], tuple(names)
         name = command_name(argv[0])
-        spec = WRAPPERS.get(name)
-        if spec is None:
-            return argv
-        rest = argv[1:]
-        if name == "command" and rest[:1] and rest[0] in ("-v", "-V"):
-            return []  # a lookup, not a run
-        if name == "env":
-            rest = _expand_env_split_string(rest)
-        start = skip_options(rest, spec) + spec.leading_operands
-        rest = rest[start:]
-        if name == "env":
-            while rest and "=" in rest[0] and not rest[0].startswith("="):
-                rest = rest[1:]  # NAME=value assignments
-        argv = rest
+        inner = _unwrap_once(name, argv[1:])
+        if inner is None:
+            return argv, tuple(names)
+        names.append(name)
+        argv = inner
     raise UnreadableCommand(f"more than {MAX_WRAPPERS} nested wrapper commands")
+
+
+def wrapper_opacity(name: str) -> str:
+    """Why an allow rule may not look through the wrapper `name` ("" when it may)."""
+    spec = WRAPPERS.get(name)
+    if spec is None and name in PACKAGE_RUNNER_SUBCOMMANDS:
+        spec = PACKAGE_RUNNER_SPEC
+    return spec.opaque if spec is not None else ""
+
+
+def _unwrap_once(name: str, rest: list[str]) -> list[str] | None:
+    """What the wrapper `name` with arguments `rest` runs, or None when it is no wrapper."""
+    if name in PACKAGE_RUNNER_SUBCOMMANDS:
+        at = _runner_subcommand(name, rest)
+        return None if at is None else _run_package(rest[at + 1 :])
+    spec = WRAPPERS.get(name)
+    if spec is None:
+        return None
+    if name == "command" and rest[:1] and rest[0] in ("-v", "-V"):
+        return []  # a lookup, not a run
+    if name == "env":
+        rest = _expand_env_split_string(rest)
+    if name == "script":
+        text = option_value(rest, spec, "c", "command")
+        return ["sh"] if text is None else ["sh", "-c", text]
+    if name in ("npx", "pnpx", "bunx"):
+        return _run_package(rest)
+    if name == "sg":
+        return _sg_command(rest)
+    start = skip_options(rest, spec)
+    options, rest = rest[:start], rest[start:]
+    for _ in range(spec.leading_operands):
+        if rest and rest[0] != "--" and re.fullmatch(spec.leading_pattern or ".*", rest[0]):
+            rest = rest[1:]
+    if name == "env":
+        while rest and "=" in rest[0] and not rest[0].startswith("="):
+            rest = rest[1:]  # NAME=value assignments
+    if name == "flock":
+        return _flock_command(rest)
+    if name == "watch" and rest:
+        executes = any(o == "--exec" or (o[:2] != "--" and "x" in o) for o in options)
+        return rest if executes else ["sh", "-c", " ".join(rest)]
+    if not rest and spec.shell_when_empty:
+        return ["sh"]
+    return rest
+
+
+def _flock_command(rest: list[str]) -> list[str]:
+    """`flock FILE CMD ...` runs CMD; `flock FILE -c STRING` runs a shell string."""
+    if len(rest) < 2:
+        return []  # `flock FD`: locks, runs nothing
+    if rest[1] in ("-c", "--command"):
+        return ["sh", "-c", *rest[2:3]]
+    if rest[1].startswith("--command="):
+        return ["sh", "-c", rest[1].split("=", 1)[1]]
+    return rest[1:]
+
+
+def _sg_command(rest: list[str]) -> list[str]:
+    """`sg [-] GROUP [-c] COMMAND`: COMMAND is a string for `/bin/sh -c`."""
+    if rest[:1] == ["-"]:
+        rest = rest[1:]
+    rest = rest[1:]  # GROUP
+    if rest[:1] == ["-c"]:
+        rest = rest[1:]
+    return ["sh", "-c", " ".join(rest)] if rest else ["sh"]
+
+
+def _runner_subcommand(name: str, args: list[str]) -> int | None:
+    """Index of `exec` in `npm [options] exec ...` (`x`, `dlx` ...), or None."""
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return None
+        if arg in PACKAGE_RUNNER_SUBCOMMANDS[name]:
+            return i
+        if arg.startswith("-"):
+            continue
+        previous = args[i - 1] if i else ""
+        if not (previous.startswith("--") and "=" not in previous):
+            return None  # the subcommand is another one (`npm test`)
+    return None
+
+
+def _run_package(args: list[str]) -> list[str]:
+    """What `npx [options] PKG ARGS`, `npm exec -- PKG ARGS`, `npx -c STRING` run."""
+    text = option_value(args, PACKAGE_RUNNER_SPEC, "c", "call")
+    if text is not None:
+        return ["sh", "-c", text]
+    rest = args[skip_options(args, PACKAGE_RUNNER_SPEC) :]
+    if not rest:
+        return []
+    program = rest[0]
+    if "@" in program[1:]:  # `npm@10` runs `npm`
+        program = program[0] + program[1:].split("@", 1)[0]
+    return [program, *rest[1:]]
+
+
+def option_value(args: list[str], spec: WrapperSpec, short: str, long: str) -> str | None:
+    """The value of option `-X VALUE` / `-XVALUE` / `--long VALUE` / `--long=VALUE` in
+    `args`, read getopt-style with options anywhere (before `--`); None when absent."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return None
+        if arg.startswith("--"):
+            option, equals, value = arg[2:].partition("=")
+            if option == long:
+                return value if equals else (args[i + 1] if i + 1 < len(args) else "")
+            i += 2 if option in spec.long_with_value and not equals else 1
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            for position, letter in enumerate(arg[1:], start=2):
+                if letter == short:
+                    if position < len(arg):
+                        return arg[position:]
+                    return args[i + 1] if i + 1 < len(args) else ""
+                if letter in spec.short_with_value:
+                    i += 1 if position < len(arg) else 2
+                    break
+            else:
+                i += 1
+            continue
+        i += 1
+    return None
 
 
 def _expand_env_split_string(args: list[str]) -> list[str]:
@@ -212,15 +424,100 @@ class ScriptCommand:
     stdin_text: bool = False  # fed by a here-string or here-document
 
 
+def parse_trees(text: str) -> list[Any]:
+    """bashlex's trees for the shell string `text`, when they show every command it runs.
+
+    Raises UnreadableCommand when bashlex cannot parse it (arithmetic, `case`, `time` ...)
+    or would hide a command substitution (see `hidden_substitution`).
+    """
+    hidden = hidden_substitution(text)
+    if hidden is not None:
+        raise UnreadableCommand(hidden)
+    try:
+        trees: list[Any] = bashlex.parse(text)
+    except Exception as error:  # bashlex raises several unrelated types
+        raise UnreadableCommand(f"the shell string cannot be parsed ({error})") from error
+    for tree in trees:
+        heredoc = _heredoc_with_substitution(tree)
+        if heredoc:
+            raise UnreadableCommand("a here-document runs a command substitution")
+    return trees
+
+
+# A word-initial tilde prefix (`~user`) that holds an expansion: bashlex keeps it whole,
+# unread (`HEAD~$(x)` is no tilde prefix, and bashlex reads it).
+TILDE_EXPANSION = re.compile(r"(?<![\w.@^+/~-])~[^/\s;&|<>]*?[$`]")
+
+
+def hidden_substitution(text: str) -> str | None:
+    """Why bashlex would not show every command substitution in `text`, or None.
+
+    bashlex does not read inside `${...}` nor a `~` prefix, so `${x:-$(cmd)}`,
+    `${x#`cmd`}`, `${x:-${y:-$(cmd)}}`, `${!x}` (indirection can evaluate a subscript)
+    and `~$(cmd)` hide `cmd`. Quotes are read so that a body is never cut short;
+    a plain `${HOME}` is fine.
+    """
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text.startswith("${", i):
+            body = _parameter_body(text, i + 2)
+            if "$(" in body or "`" in body or "${" in body or body.startswith("!"):
+                shown = text[i : i + 2 + len(body) + 1]
+                return f"a command or expansion inside a parameter expansion ({shown!r})"
+        elif text[i] == "~" and TILDE_EXPANSION.match(text, i):
+            return f"an expansion in a tilde prefix ({text[i : i + 12]!r}...)"
+        i += 1
+    return None
+
+
+def _parameter_body(text: str, start: int) -> str:
+    """The text of `${...}` from `start` to its closing brace, the longest a shell could read:
+    with single quotes read as quotes and as literal characters (bash differs inside double
+    quotes), the later closing brace wins; no closing brace means the rest of the text."""
+    ends = [_closing_brace(text, start, single_quotes) for single_quotes in (True, False)]
+    return text[start : max(ends)]
+
+
+def _closing_brace(text: str, start: int, single_quotes: bool) -> int:
+    i, n, quote = start, len(text), ""
+    while i < n:
+        char = text[i]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+        elif char == "\\":
+            i += 1
+        elif quote == '"':
+            quote = "" if char == '"' else quote
+        elif char == '"' or (char == "'" and single_quotes):
+            quote = char
+        elif char == "}":
+            return i
+        i += 1
+    return n
+
+
+def _heredoc_with_substitution(node: Any) -> bool:
+    """A here-document body may run `$(...)` or backticks, which bashlex does not parse."""
+    if getattr(node, "kind", "") == "heredoc":
+        value = str(getattr(node, "value", ""))
+        return "$(" in value or "`" in value or hidden_substitution(value) is not None
+    children = [*(getattr(node, "parts", None) or []), *(getattr(node, "list", None) or [])]
+    for name in ("command", "output", "heredoc", "body"):
+        child = getattr(node, name, None)
+        if child is not None and hasattr(child, "kind"):
+            children.append(child)
+    return any(_heredoc_with_substitution(child) for child in children)
+
+
 def parse_script(text: str) -> list[ScriptCommand]:
     """Every simple command in the shell string `text`, in source order.
 
-    Raises UnreadableCommand when bashlex cannot parse it (arithmetic, `case`, `time` ...).
+    Raises UnreadableCommand when it cannot be read (see `parse_trees`).
     """
-    try:
-        trees = bashlex.parse(text)
-    except Exception as error:  # bashlex raises several unrelated types
-        raise UnreadableCommand(f"the shell string cannot be parsed ({error})") from error
+    trees = parse_trees(text)
     found: list[ScriptCommand] = []
     for tree in trees:
         found.extend(_commands_in(tree, []))

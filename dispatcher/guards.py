@@ -30,7 +30,7 @@ from .context import CallContext
 from .tools._paths import path_violation
 
 MAX_SHELL_DEPTH = 8
-PRIVILEGE_COMMANDS = frozenset({"sudo", "su", "doas", "pkexec"})
+PRIVILEGE_COMMANDS = frozenset({"sudo", "su", "doas", "pkexec", "runuser"})
 PUBLISHERS = frozenset({"npm", "yarn", "pnpm"})
 DOWNLOADERS = frozenset({"curl", "wget"})
 GIT_OPTIONS_WITH_VALUE = frozenset(
@@ -80,8 +80,10 @@ def blocked_reason(argv: list[str], depth: int = 0) -> str | None:
     """Why the command line `argv` is blocked, or None.
 
     Looks through wrappers (`env`, `timeout`, `nice`, `nohup`, `xargs`, `command`,
-    `exec`, `time` ...), into `sh -c STRING` strings, and into `find -exec`. A command
-    named by path counts as its basename. Raises UnreadableCommand when it cannot tell.
+    `exec`, `time`, `flock`, `chroot`, `watch`, `npx`, `npm exec` ...; see
+    `commands.WRAPPERS`), into `sh -c STRING` strings (and the strings of `script -c`,
+    `flock -c`, `sg -c`, `watch`), and into `find -exec`. A command named by path counts
+    as its basename. Raises UnreadableCommand when it cannot tell.
     """
     if depth > MAX_SHELL_DEPTH:
         raise UnreadableCommand(f"more than {MAX_SHELL_DEPTH} nested shells")

@@ -33,19 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bashlex
 import pathspec
 
 from .commands import (
     GLOB_CHARACTERS,
     SHELLS,
     UnreadableCommand,
+    WrapperSpec,
     command_name,
     could_be,
     find_exec_commands,
     is_computed,
+    option_value,
+    parse_trees,
     shell_invocation,
-    unwrap,
+    unwrap_chain,
+    wrapper_opacity,
 )
 from .context import CallContext
 from .tools.base import Tool
@@ -67,7 +70,9 @@ RISKY_VARIABLES = re.compile(
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # Wrappers that run their operand with more rights: looked through by deny/ask rules only
 # (the command guard blocks them outright).
-PRIVILEGE_WRAPPERS = {"sudo": "ugChpDrtTU", "doas": "uC", "pkexec": "", "runuser": "ugl"}
+PRIVILEGE_WRAPPERS = {"sudo": "ugChpDrtTU", "doas": "uC", "pkexec": "", "runuser": "ugGsw"}
+# `su -c STRING` / `runuser [USER] -c STRING` run a shell string.
+SU_SPEC = WrapperSpec("cgGsw", frozenset({"command", "session-command", "group", "shell"}))
 SAFE_REDIRECT_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 
 
@@ -460,14 +465,18 @@ def _argv_parts(
         raise UnreadableCommand(f"more than {MAX_DEPTH} nested shells or wrappers")
     if not argv:
         return []
-    inner = unwrap(argv)
+    inner, wrappers = unwrap_chain(argv)
     if not inner:
         return [Part(tuple(argv))]  # `env` alone, `command -v x`: the wrapper itself runs
     is_suffix = tuple(argv[len(argv) - len(inner) :]) == tuple(inner)
     prefix = argv[: len(argv) - len(inner)] if is_suffix else argv
-    extra_args = any(command_name(word) == "xargs" for word in prefix)
+    extra_args = "xargs" in wrappers
     risky = next((w for w in [*assignments, *prefix] if RISKY_VARIABLES.match(w)), None)
     not_allowable = f"sets {risky.split('=', 1)[0]}" if risky else None
+    opaque = next(((w, wrapper_opacity(w)) for w in wrappers if wrapper_opacity(w)), None)
+    if opaque:
+        # `chroot / ls`, `npx ls`: what runs is not the `ls` an allow rule names
+        not_allowable = f"runs through '{opaque[0]}': {opaque[1]}"
     name = command_name(inner[0])
     if is_computed(inner[0]) or GLOB_CHARACTERS.search(inner[0]):
         not_allowable = f"unreadable: the command name {inner[0]!r} is computed at run time"
@@ -493,6 +502,16 @@ def _argv_parts(
     if name == "find":
         for exec_argv in find_exec_commands(inner):
             parts.extend(_argv_parts(exec_argv, depth + 1))
+    if name in ("su", "runuser"):
+        text = option_value(inner[1:], SU_SPEC, "c", "command")
+        if text is None:
+            text = option_value(inner[1:], SU_SPEC, "", "session-command")
+        if text is not None:
+            parts.extend(
+                Part(p.argv, True, p.extra_args, p.not_allowable)
+                for p in parse_shell(text, depth + 1)
+            )
+            return parts
     if name in PRIVILEGE_WRAPPERS:
         operand = _privileged_operand(inner, PRIVILEGE_WRAPPERS[name])
         if operand:
@@ -625,10 +644,7 @@ def parse_shell(text: str, depth: int) -> list[Part]:
     decoded = decode_ansi_c(text)
     if not decoded.strip():
         return []
-    try:
-        trees = bashlex.parse(decoded)
-    except Exception as error:  # bashlex raises several unrelated types
-        raise UnreadableCommand(f"the shell string cannot be parsed ({error})") from error
+    trees = parse_trees(decoded)  # also refuses substitutions bashlex would not show
     parts: list[Part] = []
     for tree in trees:
         _walk(tree, parts, depth, fed=False)
