@@ -6,4 +6,4 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals"
 
     def ready(self) -> None:
-        from . import receivers  # noqa: F401  (connects to the dispatcher's signals)
+        from . import checks, receivers  # noqa: F401  (system checks; the dispatcher's signals)

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.dispatch import receiver
 
+from dispatcher.models import Status
 from dispatcher.notify import approval_requested, call_changed
 
 from . import live, services
@@ -21,4 +22,6 @@ def push_to_open_queues(
     sender: Any, call_id: str, session_id: str, status: str, previous: str = "", **kwargs: Any
 ) -> None:
     """Sent after commit: new asks appear in, and decided calls leave, every open queue."""
+    if status == Status.CANCELLED and previous == Status.PENDING_APPROVAL:
+        services.record_cancel(call_id=call_id)
     live.push_change(call_id, status, previous)

@@ -71,8 +71,9 @@ def decide(
     if not is_reviewer(user):
         raise DecisionRefused("Only reviewers can decide tool calls.", 403)
     with transaction.atomic():
+        # Lock order everywhere: the approval row, then the call (dispatcher locks it).
         approval = (
-            ApprovalRequest.objects.select_for_update()
+            ApprovalRequest.objects.select_for_update(of=("self",))
             .select_related("call__session__agent")
             .filter(pk=approval_id)
             .first()
@@ -93,6 +94,11 @@ def _refusal(
 ) -> DecisionRefused | None:
     call = approval.call
     if call.status != Status.PENDING_APPROVAL:
+        return DecisionRefused(already_decided(approval), 409)
+    if settings.HARNESS_EXPIRY_ACTION == "deny" and timezone.now() >= approval.expires_at:
+        # Past its time but not yet swept by the periodic expiry: expire it now, so that
+        # no decision can land after the deadline whatever the scheduler's delay.
+        _expire(approval)
         return DecisionRefused(already_decided(approval), 409)
     if settings.HARNESS_FORBID_SELF_APPROVAL and call.session.agent.owner_id == user.pk:
         return DecisionRefused("You own this agent; another reviewer must decide its calls.", 403)
@@ -176,15 +182,30 @@ def expire_due() -> int:
     """Close every approval past its expiry, per HARNESS_EXPIRY_ACTION ('deny' or 'keep')."""
     if settings.HARNESS_EXPIRY_ACTION == "keep":
         return 0
-    minutes = settings.HARNESS_APPROVAL_TIMEOUT / 60
     expired = 0
-    for approval_id, call_id in ApprovalRequest.objects.due(timezone.now()).values_list(
-        "pk", "call_id"
-    ):
+    for approval_id in ApprovalRequest.objects.due(timezone.now()).values_list("pk", flat=True):
         with transaction.atomic():
-            if dispatcher.expire_call(call_id=call_id, minutes=minutes):
-                ApprovalRequest.objects.filter(pk=approval_id).update(
-                    decision=Decision.EXPIRED, decided_at=timezone.now()
-                )
-                expired += 1
+            approval = (
+                ApprovalRequest.objects.select_for_update(of=("self",))
+                .select_related("call")
+                .get(pk=approval_id)
+            )
+            expired += _expire(approval)
     return expired
+
+
+def _expire(approval: ApprovalRequest) -> bool:
+    """Expire one pending approval (its row is locked by the caller)."""
+    minutes = settings.HARNESS_APPROVAL_TIMEOUT / 60
+    if not dispatcher.expire_call(call_id=approval.call_id, minutes=minutes):
+        return False
+    approval.decision, approval.decided_at = Decision.EXPIRED, timezone.now()
+    approval.save(update_fields=["decision", "decided_at"])
+    return True
+
+
+def record_cancel(*, call_id: str) -> None:
+    """The agent cancelled its pending call: close its request (after the call's commit)."""
+    ApprovalRequest.objects.filter(call_id=call_id, decision="").update(
+        decision=Decision.CANCELLED, decided_at=timezone.now()
+    )

@@ -8,8 +8,8 @@ calls only when one of them changed: no polling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,14 +19,14 @@ import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from . import services
-from .dialects import DialectError, format_results, parse_submission
+from .dialects import DialectError, UnstorableJSON, format_results, loads, parse_submission
 from .models import TERMINAL_STATUSES, Agent, AgentSession, Mode, Status, ToolCall
 from .notify import wake_channel
 from .registry import all_tools
@@ -73,6 +73,17 @@ def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error(exc.status_code, "bad_request", str(exc))
+
+
+@api.exception_handler(DataError)
+def _unstorable(request: HttpRequest, exc: DataError) -> HttpResponse:
+    logger.warning("agent API data error: %s", exc)
+    return error(
+        422,
+        "unstorable_value",
+        "A value in this request cannot be stored (too long or malformed for its field); "
+        "nothing was recorded. Shorten or correct it and send the message again.",
+    )
 
 
 @api.exception_handler(DatabaseError)
@@ -124,8 +135,13 @@ def read_json(request: HttpRequest) -> Any:
     if not raw.strip():
         return {}
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return loads(raw)
+    except RecursionError:
+        message = "The body is nested too deeply to read; send a flatter message."
+        raise BodyError(error(400, "malformed_json", message)) from None
+    except UnstorableJSON as exc:
+        raise BodyError(error(422, "unstorable_json", str(exc))) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         raise BodyError(
             error(400, "malformed_json", f"The body is not valid JSON: {exc}.")
         ) from None
@@ -191,10 +207,16 @@ async def wait_until_terminal(
             message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=remaining)
             if message is not None:
                 calls = await reload()
+    except aioredis.RedisError:
+        # The calls are stored and decided; only the wake-up channel failed. Answer with
+        # their state now (202 if unfinished); the agent waits again by resubmitting.
+        logger.warning("wake-up channel unavailable; answering without waiting", exc_info=True)
     finally:
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
-        await client.aclose()
-    return calls
+        with contextlib.suppress(aioredis.RedisError):
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await client.aclose()
+    # A last read: a wake-up lost in transit delays an answer, it never makes it stale.
+    return await reload()
 
 
 def agent_of(request: HttpRequest) -> Agent:

@@ -36,6 +36,7 @@ class CallContext:
     username: str
     agent_name: str
     profile: Profile = field(default_factory=lambda: Profile(mode="standard"))
+    agent_active: bool = True
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,56 @@ def digest_of(call: ProposedCall) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+MAX_ID_LENGTH = 200
+
+
+class UnstorableJSON(ValueError):
+    """Valid JSON that no database can keep as it is; the message says what to change."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise UnstorableJSON(f"{name} is not a JSON number; send a finite number or a string.")
+
+
+def loads(text: str | bytes) -> Any:
+    """Strict JSON: no NaN/Infinity, and nothing PostgreSQL or SQLite would refuse or alter
+    (NUL characters, lone UTF-16 surrogates). Raises ValueError (JSONDecodeError or
+    UnstorableJSON) or RecursionError for nesting Python cannot follow."""
+    value = json.loads(text, parse_constant=_reject_constant)
+    check_storable(value)
+    return value
+
+
+def check_storable(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                _check_text(key)
+                stack.append(child)
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _check_text(text: str) -> None:
+    if "\x00" in text:
+        raise UnstorableJSON("A string contains a NUL character (\\u0000); remove it.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnstorableJSON(
+            "A string contains a lone UTF-16 surrogate (such as \\ud800); send valid Unicode."
+        ) from None
+
+
 def _require_str(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise DialectError(f"{where} must be a non-empty string.")
+    if len(value) > MAX_ID_LENGTH:
+        raise DialectError(f"{where} is longer than {MAX_ID_LENGTH} characters.")
     return value
 
 
@@ -68,8 +115,8 @@ def _openai(body: dict[str, Any]) -> list[ProposedCall]:
                 f"{where}.function.arguments must be a JSON text (a string), as OpenAI sends it."
             )
         try:
-            parsed = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
+            parsed = loads(raw) if raw.strip() else {}
+        except (ValueError, RecursionError) as exc:
             calls.append(
                 ProposedCall(
                     tool_use_id, name, raw, None, f"The arguments are not valid JSON: {exc}."

@@ -13,7 +13,7 @@
    10 result            execution.result
 
 Stages 2 to 9 are here and write nothing; receive and result are state changes and live
-with the other services. services.admit and execution.execute_call run them in order.
+with the other services. services.submit_calls and execution.execute_call run them in order.
 """
 
 from __future__ import annotations

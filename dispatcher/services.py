@@ -334,6 +334,7 @@ def call_context(
         username=session.agent.owner.get_username(),
         agent_name=session.agent.name,
         profile=profile,
+        agent_active=session.agent.is_active,
     )
 
 

@@ -243,6 +243,7 @@ HARNESS_PRE_EXECUTE = [
 HARNESS_GUARDS = [
     "dispatcher.guards.workspace_confinement",
     "dispatcher.guards.command_blocklist",
+    "dispatcher.mode_guard.mode_ceiling",
 ]
 # Stage 8: `(call, content) -> content`; may replace the result content, never arguments.
 HARNESS_POST_EXECUTE: list[str] = []

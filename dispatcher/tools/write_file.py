@@ -47,14 +47,23 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
     return {"kind": "diff", "path": relative, "diff": "".join(diff), "new_file": new_file}
 
 
+DIFF_LIMIT = 1024 * 1024  # bytes of the current file read for the reviewer's diff
+
+
 def _current_text(relative: str, workspace: Path) -> str | None:
     """The file's current text, or None when there is no readable file inside the workspace."""
     if path_violation(relative, workspace) is not None:
         return None
     path = (workspace.resolve() / relative).resolve(strict=False)
-    if not path.is_file():
+    try:
+        if not path.is_file():
+            return None
+        size = path.stat().st_size
+        if size > DIFF_LIMIT:
+            return f"[the current file is {size} bytes, too large to diff; it will be replaced]\n"
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:  # unreadable: the reviewer sees the write as if the file were new
         return None
-    return path.read_bytes().decode("utf-8", errors="replace")
 
 
 TOOL = Tool(

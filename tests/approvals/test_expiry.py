@@ -64,3 +64,35 @@ def test_a_decision_after_expiry_is_refused_naming_the_expiry(
         )
     assert refused.value.status == 409
     assert "Already decided by expiry" in str(refused.value)
+
+
+def test_a_decision_past_the_deadline_is_refused_before_the_sweep_runs(
+    short_timeout: Any, agent: AgentFixture, reviewer: User
+) -> None:
+    approval = ask(agent, {"path": "a.txt", "content": "x"})
+    time.sleep(0.1)  # past expires_at; expire_due has not run
+    with pytest.raises(services.DecisionRefused, match="Already decided by expiry") as refused:
+        services.decide(
+            approval_id=approval.pk, user=reviewer, approve=True, digest=approval.call.digest
+        )
+    assert refused.value.status == 409
+    assert ToolCall.objects.get(pk=approval.call_id).status == Status.EXPIRED
+    assert ApprovalRequest.objects.get(pk=approval.pk).decision == Decision.EXPIRED
+
+
+def test_an_unknown_expiry_action_fails_the_start_up_checks(settings: Any) -> None:
+    from django.core.checks import run_checks
+
+    settings.HARNESS_EXPIRY_ACTION = "Keep"
+    assert "approvals.E001" in {e.id for e in run_checks()}
+
+
+def test_an_agent_cancel_closes_the_approval_request(
+    agent: AgentFixture, client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    approval = ask(agent, {"path": "a.txt", "content": "x"})
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/api/v1/calls/{approval.call_id}/cancel", headers=agent.headers)
+    assert response.status_code == 200
+    approval.refresh_from_db()
+    assert approval.decision == Decision.CANCELLED and approval.decided_at is not None

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from audit.models import AuditEvent
-from dispatcher import execution
+from dispatcher import execution, permissions, services
 from dispatcher.dialects import ProposedCall, canonical_json
 from dispatcher.models import Status, ToolCall
 from dispatcher.services import start_session, submit_calls
@@ -58,4 +58,42 @@ def test_a_call_that_is_not_queued_is_never_executed() -> None:
     assert call.status == Status.PENDING_APPROVAL
     execution.execute_call(str(call.pk))
     assert ToolCall.objects.get(pk=call.pk).status == Status.PENDING_APPROVAL
+    assert not (Path(session.workspace) / "f.txt").exists()
+
+
+def test_a_queued_call_does_not_run_after_its_owner_is_locked() -> None:
+    fx = make_agent(mode="trusted")
+    session = start_session(agent=fx.agent)
+    [call] = submit_calls(
+        session=session,
+        dialect="native",
+        proposed=[propose("w", "write_file", {"path": "f.txt", "content": "x"})],
+    )
+    assert call.status == Status.QUEUED
+    permissions.set_mode(user=fx.owner, mode="locked", actor="test")
+
+    execution.execute_call(str(call.pk))
+
+    call.refresh_from_db()
+    assert call.status == Status.DENIED
+    assert call.decided_by == "guard:mode_ceiling"
+    assert "locked mode" in call.content
+    assert not (Path(session.workspace) / "f.txt").exists()
+
+
+def test_an_approved_call_of_a_revoked_agent_does_not_run() -> None:
+    fx = make_agent(mode="standard")
+    session = start_session(agent=fx.agent)
+    [call] = submit_calls(
+        session=session,
+        dialect="native",
+        proposed=[propose("w", "write_file", {"path": "f.txt", "content": "x"})],
+    )
+    services.revoke_agent(agent=fx.agent, actor="test")
+    assert services.approve_call(call_id=call.pk, actor="user:rita")
+
+    execution.execute_call(str(call.pk))
+
+    call.refresh_from_db()
+    assert call.status == Status.DENIED and "was revoked" in call.content
     assert not (Path(session.workspace) / "f.txt").exists()

@@ -1,0 +1,23 @@
+"""The mode ceiling guard: what the session's mode can never let run, whoever allowed it.
+
+Admission already asked the mode; this guard matters when it is re-run by the worker:
+an owner switched to `locked` or `read_only`, or an agent revoked, after a call was
+queued or while it waited for a reviewer, must stop it before it runs.
+"""
+
+from __future__ import annotations
+
+from .context import CallContext
+from .models import Mode
+
+
+def mode_ceiling(call: CallContext) -> str | None:
+    if not call.agent_active:
+        return f"The agent '{call.agent_name}' was revoked; none of its calls run any more."
+    if call.mode == Mode.LOCKED:
+        return "The session is in locked mode: no tool runs."
+    if call.mode == Mode.READ_ONLY and not call.tool.read_only:
+        return f"The session is in read_only mode and '{call.tool.name}' can change things."
+    if call.mode not in Mode.values:
+        return f"Unknown permission mode '{call.mode}'; denied (fail closed)."
+    return None
