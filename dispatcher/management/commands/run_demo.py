@@ -151,7 +151,9 @@ class Command(BaseCommand):
         reviewer.is_staff = True
         reviewer.is_active = True
         reviewer.save()
-        reviewer.groups.add(Group.objects.get_or_create(name="reviewer")[0])
+        # The demo login has every role, so that one sign-in shows every screen.
+        for role in ("reviewer", "auditor", "admin"):
+            reviewer.groups.add(Group.objects.get_or_create(name=role)[0])
         owner, _ = users.objects.get_or_create(username=OWNER)
         if not owner.has_usable_password():
             owner.set_unusable_password()
