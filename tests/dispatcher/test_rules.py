@@ -211,6 +211,15 @@ SAFE: list[tuple[list[str], str]] = [
     (sh("cat <<EOF\nhello\nEOF"), "allow"),
     (["ls", "&&", "rm", "-rf", "/"], "allow"),  # no shell: '&&' is an argument to ls
     (["echo", "$(rm -rf x)"], "allow"),  # no shell: printed literally
+    (sh("ls ${HOME}"), "allow"),
+    (sh('echo "$x" "${HOME:-/tmp}/src" ${#x}'), "allow"),
+    (sh("git log HEAD~$n"), "allow"),  # not a tilde prefix: bashlex reads it
+    (["watch", "-n", "1", "ls"], "allow"),
+    (["watch", "git status"], "allow"),  # a shell string, read like `sh -c`
+    (["watch", "-x", "ls", ">", "x"], "allow"),  # -x: no shell, `>` is an argument to ls
+    (["ionice", "-c", "3", "npm", "test"], "allow"),
+    (["taskset", "0x3", "npm", "test"], "allow"),
+    (["chrt", "-f", "10", "pytest"], "allow"),
 ]
 
 # Commands no allow rule names: the rules say nothing (the mode decides).
@@ -263,6 +272,22 @@ UNNAMED: list[list[str]] = [
     sh("ls && (cd /tmp && touch x)"),
     sh("while true; do touch x; done"),
     sh("npm test || chmod 777 x"),
+    # wrappers an allow rule does not look through: what runs is not the `ls` it names
+    ["flock", "F", "ls"],  # creates F
+    ["flock", "F", "-c", "ls"],
+    ["chroot", "/srv", "ls"],
+    ["chroot", "/srv"],
+    ["script", "-qc", "ls", "/dev/null"],  # writes a typescript
+    ["npx", "ls"],  # a package called `ls`
+    ["npm", "exec", "--", "ls"],
+    ["npm", "x", "-c", "ls"],
+    ["unshare", "-r", "ls"],
+    ["nsenter", "-t", "1", "ls"],
+    ["sg", "wheel", "ls"],
+    ["sg", "wheel", "-c", "ls"],
+    ["su", "-c", "ls"],
+    ["runuser", "-u", "x", "ls"],
+    ["watch", "ls > x"],
 ]
 
 # Variants of denied commands: must be denied (never allowed).
@@ -323,6 +348,40 @@ def variants(base: str) -> list[list[str]]:
         ["find", ".", "-exec", *words, ";"],
         sh(f"npm test && case x in y) {base};; esac"),  # unparsable: guessed parts
         sh(f"echo $(( 1 + 2 )) && {base}"),  # unparsable: guessed parts
+        # substitutions bashlex does not show: unreadable, guessed parts
+        sh(f"ls ${{x:=$({base})}}"),
+        sh(f"ls ${{x:-$({base})}}"),
+        sh(f"ls ${{x#$({base})}}"),
+        sh(f'echo "${{x:-`{base}`}}"'),
+        sh(f"ls ${{x:-${{y:-$({base})}}}}"),
+        sh(f"ls ~$({base})"),
+        sh(f"ls ~root`{base}`"),
+        sh(f"cat <<EOF\n$({base})\nEOF"),
+        # wrappers
+        ["flock", "F", *words],
+        ["flock", "-w", "3", "F", "-c", base],
+        ["chroot", "/", *words],
+        ["script", "-qc", base, "/dev/null"],
+        ["script", "out.log", "--command", base],
+        ["watch", base],
+        ["watch", "-n", "1", *words],
+        ["watch", "-x", *words],
+        ["npx", *words],
+        ["npx", "-c", base],
+        ["npm", "exec", "--", *words],
+        ["npm", "x", "-c", base],
+        ["ionice", "-c", "3", *words],
+        ["taskset", "0x3", *words],
+        ["chrt", "-f", "10", *words],
+        ["unshare", "-r", *words],
+        ["nsenter", "-t", "1", "-m", *words],
+        ["sg", "wheel", "-c", base],
+        ["sg", "wheel", base],
+        ["runuser", "-u", "x", *words],
+        ["runuser", "x", "-c", base],
+        ["su", "-c", base],
+        ["su", "-", "root", "--command", base],
+        sh(f"nice flock F timeout 5 npx {base}"),
     ]
 
 
@@ -345,6 +404,21 @@ UNREADABLE: list[list[str]] = [
     ["bash", "-c"],
     sh("$'\\x6c"),
     ["env", "-S", "ls 'x"],
+    # command substitutions bashlex would not show, even with nothing denied inside
+    sh("ls ${x:=$(touch y)}"),
+    sh("ls ${x:-$(touch y)}"),
+    sh("ls ${x#$(touch y)}"),
+    sh('echo "${x:-`touch y`}"'),
+    sh("ls ${x:-${y:-$(touch y)}}"),
+    sh("ls ${x:-'}'$(touch y)}"),
+    sh('ls ${x:-"}"$(touch y)}'),
+    sh("ls ${x:-$(touch y)"),
+    sh("echo ${!x}"),
+    sh("ls ~$(touch y)"),
+    sh("ls ~u`touch y`"),
+    sh("cat <<EOF\n$(touch y)\nEOF"),
+    ["watch", "ls ${x:-$(touch y)}"],
+    ["flock", "F", "-c", "ls ${x:-$(touch y)}"],
 ]
 
 
@@ -353,7 +427,8 @@ def _cases() -> list[tuple[list[str], set[str | None]]]:
     cases += [(argv, {expected}) for argv, expected in SAFE]
     cases += [(argv, {None}) for argv in UNNAMED]
     cases += [(argv, {"deny"}) for argv in DENIED]
-    cases += [(argv, {"ask"}) for argv in ASKED]
+    # ... except that a guessed part `$` (from `${x:-$(...)}`) could also be a denied `rm`
+    cases += [(argv, {"ask", "deny"} if "${" in argv[-1] else {"ask"}) for argv in ASKED]
     # a computed word may also be read as a denied one (`$CMD` could be `rm`): both are fine
     cases += [(argv, {"unreadable", "deny", "ask"}) for argv in UNREADABLE]
     return cases
