@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -206,6 +207,6 @@ def _expire(approval: ApprovalRequest) -> bool:
 
 def record_cancel(*, call_id: str) -> None:
     """The agent cancelled its pending call: close its request (after the call's commit)."""
-    ApprovalRequest.objects.filter(call_id=call_id, decision="").update(
+    ApprovalRequest.objects.filter(call_id=UUID(call_id), decision="").update(
         decision=Decision.CANCELLED, decided_at=timezone.now()
     )

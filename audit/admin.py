@@ -5,7 +5,7 @@ from .models import AuditEvent
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
     """Read-only: the log is append-only."""
 
     list_display = ["id", "chain", "seq", "kind", "actor", "subject", "created_at"]

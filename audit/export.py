@@ -85,9 +85,15 @@ async def async_chunks(events: QuerySet[AuditEvent], fmt: str) -> AsyncIterator[
     """The export for StreamingHttpResponse under ASGI: each chunk is read in the request's
     sync thread (one database connection holds the cursor), and nothing is buffered."""
     source = chunks(lines(events, fmt))
-    read = sync_to_async(next, thread_sensitive=True)
+
+    def read() -> bytes | None:
+        return next(source, None)
+
+    def close() -> None:
+        source.close()  # type: ignore[attr-defined]  # a generator
+
     try:
-        while (chunk := await read(source, None)) is not None:
+        while (chunk := await sync_to_async(read, thread_sensitive=True)()) is not None:
             yield chunk
     finally:
-        await sync_to_async(source.close, thread_sensitive=True)()
+        await sync_to_async(close, thread_sensitive=True)()

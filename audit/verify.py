@@ -138,16 +138,16 @@ def verify_events(events: Iterable[dict[str, Any]], heads: dict[str, Head] | Non
         state.prev_hash = event["hash"]
     report.chains = len(states)
     for chain, head in report.heads.items():
-        state = states.get(chain)
-        if state is None:
+        chain_state = states.get(chain)
+        if chain_state is None:
             report.problems.append(
                 Problem(chain, None, None, f"the head records seq {head.seq} but no events exist")
             )
-        elif not state.failed and (state.expected_seq - 1, state.prev_hash) != (
+        elif not chain_state.failed and (chain_state.expected_seq - 1, chain_state.prev_hash) != (
             head.seq,
             head.hash,
         ):
-            last = state.expected_seq - 1
+            last = chain_state.expected_seq - 1
             report.problems.append(
                 Problem(
                     chain,

@@ -163,8 +163,14 @@ def set_mode(*, user: User, mode: str, actor: User | str) -> PermissionProfile:
     for an unknown mode.
     """
     current = PermissionProfile.objects.filter(user=user).first()
-    lists = {k: list(getattr(current, k)) if current else [] for k in ("allow", "ask", "deny")}
-    return update_profile(user=user, mode=mode, actor=actor, **lists)
+    return update_profile(
+        user=user,
+        mode=mode,
+        allow=current.allow if current else [],
+        ask=current.ask if current else [],
+        deny=current.deny if current else [],
+        actor=actor,
+    )
 
 
 def proposed_profile(

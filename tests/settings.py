@@ -1,6 +1,8 @@
 """Test settings: the real settings plus tools that only tests register."""
 
 import os
+import tempfile
+from pathlib import Path
 
 from harness_site.settings import *  # noqa: F403
 from harness_site.settings import HARNESS_TOOLS
@@ -19,3 +21,9 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": f"test_harness_{_RUN}"}  # noqa: F405
 else:
     DATABASES["default"]["TEST"] = {"NAME": DATA_DIR / f"test-harness-{_RUN}.sqlite3"}  # noqa: F405
+
+# Sessions' fresh workspaces go to a scratch directory, not the developer's var/.
+HARNESS_WORKSPACE_ROOT = Path(
+    os.environ.get("HARNESS_WORKSPACE_ROOT")
+    or Path(tempfile.gettempdir()) / f"harness-test-workspaces-{_RUN}"
+)
