@@ -26,6 +26,11 @@ def wake_channel(call_id: str) -> str:
     return f"{settings.HARNESS_WAKE_PREFIX}:{call_id}"
 
 
+def session_channel(session_id: str) -> str:
+    """Where every change of a session's calls is announced (live audit timelines)."""
+    return f"{settings.HARNESS_WAKE_PREFIX}:session:{session_id}"
+
+
 @functools.cache
 def _redis(url: str) -> redis.Redis:
     return redis.Redis.from_url(url)
@@ -33,7 +38,10 @@ def _redis(url: str) -> redis.Redis:
 
 def publish_change(call_id: str, session_id: str, status: str, previous: str = "") -> None:
     try:
-        _redis(settings.REDIS_URL).publish(wake_channel(call_id), status)
+        with _redis(settings.REDIS_URL).pipeline(transaction=False) as pipe:
+            pipe.publish(wake_channel(call_id), status)
+            pipe.publish(session_channel(session_id), call_id)
+            pipe.execute()
     except redis.RedisError:
         # Waiting requests also re-read the database when their wait ends; a lost wake-up
         # delays an answer, it never changes one.

@@ -24,7 +24,8 @@ from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 from django.utils.module_loading import import_string  # noqa: E402
 
-from approvals.routing import websocket_urlpatterns  # noqa: E402
+from approvals.routing import websocket_urlpatterns as approvals_ws  # noqa: E402
+from audit.routing import websocket_urlpatterns as audit_ws  # noqa: E402
 
 
 class AgentAPIHandler(ASGIHandler):
@@ -50,7 +51,7 @@ application = ProtocolTypeRouter(
     {
         "http": http_router,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            AuthMiddlewareStack(URLRouter([*approvals_ws, *audit_ws]))
         ),
     }
 )

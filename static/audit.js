@@ -83,8 +83,30 @@
     render();
   }
 
+  // Live timeline: the server pushes "changed" for every change of the session's calls
+  // (and once on every (re)connect, to catch up); the calls fragment is then re-fetched.
+  function live(path) {
+    var delay = 500;
+    function connect() {
+      var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+      var socket = new WebSocket(scheme + location.host + path);
+      socket.onopen = function () { delay = 500; };
+      socket.onmessage = function () {
+        var calls = document.getElementById("audit-calls");
+        if (calls && window.htmx) window.htmx.trigger(calls, "audit:changed");
+      };
+      socket.onclose = function () {
+        setTimeout(connect, delay);
+        delay = Math.min(delay * 2, 10000);
+      };
+    }
+    connect();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     var root = document.getElementById("audit-replay");
     if (root && document.getElementById("audit-events")) start(root);
+    var calls = document.getElementById("audit-calls");
+    if (calls && calls.dataset.live) live(calls.dataset.live);
   });
 })();

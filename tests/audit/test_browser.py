@@ -70,3 +70,37 @@ def test_timeline_replay_and_export_download(
         assert verify_file(path).ok
     finally:
         page.close()
+
+
+def test_an_open_timeline_shows_new_calls_without_reload(
+    live_stack: LiveStack, live_db: None, browser: Any
+) -> None:
+    auditor = make_user(unique("auditor"), groups=("auditor",)).username
+    fx = make_agent(mode="standard")
+    connection.close()
+    with live_stack.client(fx) as http:
+        sid = http.post("/api/v1/sessions", json={"title": "live timeline"}).json()["id"]
+        first = {"calls": [{"id": "l1", "name": "list_directory", "arguments": {"path": "."}}]}
+        assert http.post(f"/api/v1/sessions/{sid}/calls?wait=20", json=first).status_code == 200
+        page = browser.new_page()
+        try:
+            login(page, live_stack.url, auditor)
+            page.goto(f"{live_stack.url}/audit/sessions/{sid}/")
+            calls = page.locator("article.audit-call")
+            assert calls.count() == 1
+            second = {
+                "calls": [
+                    {
+                        "id": "l2",
+                        "name": "write_file",
+                        "arguments": {"path": "n.txt", "content": "x"},
+                    }
+                ]
+            }
+            assert http.post(f"/api/v1/sessions/{sid}/calls", json=second).status_code == 202
+            page.wait_for_function(
+                "document.querySelectorAll('article.audit-call').length === 2", timeout=5000
+            )
+            assert "pending_approval" in calls.nth(1).inner_text()
+        finally:
+            page.close()
