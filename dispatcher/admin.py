@@ -2,23 +2,11 @@
 service with its audit event (the create_agent / revoke_agent / set_mode commands,
 /permissions/, the agent API, the approvals dashboard)."""
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
+
+from harness_site.admin import ReadOnlyAdmin
 
 from .models import Agent, AgentSession, PermissionProfile, ToolCall
-
-
-class ReadOnlyAdmin(admin.ModelAdmin[Any]):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 @admin.register(Agent)
