@@ -3,7 +3,7 @@ the decision binds to (their digest)."""
 
 from django.contrib import admin
 
-from dispatcher.admin import ReadOnlyAdmin
+from harness_site.admin import ReadOnlyAdmin
 
 from .models import ApprovalRequest
 
