@@ -433,31 +433,33 @@ def _ask(call: ToolCall, decision: Decision, presentation: dict[str, Any]) -> No
 # --- Decisions on pending calls (reviewers, expiry, the agent) ---------------------------
 
 
-def _pending(call_id: uuid.UUID | str) -> ToolCall:
-    call = ToolCall.objects.select_for_update().get(pk=call_id)
-    return call
-
-
-def approve_call(
-    *, call_id: uuid.UUID | str, actor: str, reason: str = "", extra: dict[str, Any] | None = None
+def _decide_pending(
+    call_id: uuid.UUID | str,
+    to: Status,
+    decision: Decision,
+    kind: str,
+    text: str | None,
+    extra: dict[str, Any] | None = None,
+    **fields: Any,
 ) -> bool:
-    """Approve a pending call; it is queued to run. False if it was no longer pending.
+    """Close a pending call as `to`: lock it, check it is still pending, transition, and
+    start what may run next in its batch after commit. False if it was no longer pending.
 
-    Call inside the caller's transaction (the approvals app records its own row with it).
+    Joins the caller's transaction when there is one (the approvals app records its own
+    row in the same commit).
     """
     with transaction.atomic():
-        call = _pending(call_id)
+        call = ToolCall.objects.select_for_update().get(pk=call_id)
         if call.status != Status.PENDING_APPROVAL:
             return False
-        decision = Decision("allow", actor, reason or "Approved by a reviewer.")
         done = transition(
             call,
-            Status.QUEUED,
-            kind="call.approved",
-            actor=actor,
+            to,
+            kind=kind,
+            actor=decision.by,
             payload={**decision.as_provenance(), **(extra or {})},
-            queued_at=timezone.now(),
-            **_decision_fields(call, decision),
+            **fields,
+            **_decision_fields(call, decision, text),
         )
         if done:
             from .execution import dispatch_ready
@@ -465,6 +467,16 @@ def approve_call(
             batch_id = call.batch_id
             transaction.on_commit(lambda: dispatch_ready(batch_id))
         return done
+
+
+def approve_call(
+    *, call_id: uuid.UUID | str, actor: str, reason: str = "", extra: dict[str, Any] | None = None
+) -> bool:
+    """Approve a pending call; it is queued to run. False if it was no longer pending."""
+    decision = Decision("allow", actor, reason or "Approved by a reviewer.")
+    return _decide_pending(
+        call_id, Status.QUEUED, decision, "call.approved", None, extra, queued_at=timezone.now()
+    )
 
 
 def deny_call(
@@ -476,67 +488,18 @@ def deny_call(
     extra: dict[str, Any] | None = None,
 ) -> bool:
     """Deny a pending call; `feedback` reaches the model as the tool result."""
-    with transaction.atomic():
-        call = _pending(call_id)
-        if call.status != Status.PENDING_APPROVAL:
-            return False
-        decision = Decision("deny", actor, feedback or "Denied by a reviewer.")
-        return _close_pending(
-            call,
-            Status.DENIED,
-            decision,
-            "call.denied",
-            messages.reviewer_denied(reviewer, feedback),
-            extra,
-        )
+    decision = Decision("deny", actor, feedback or "Denied by a reviewer.")
+    text = messages.reviewer_denied(reviewer, feedback)
+    return _decide_pending(call_id, Status.DENIED, decision, "call.denied", text, extra)
 
 
 def cancel_call(*, call_id: uuid.UUID | str, actor: str, reason: str = "") -> bool:
-    with transaction.atomic():
-        call = _pending(call_id)
-        if call.status != Status.PENDING_APPROVAL:
-            return False
-        decision = Decision("cancel", actor, reason or "Cancelled.")
-        return _close_pending(
-            call,
-            Status.CANCELLED,
-            decision,
-            "call.cancelled",
-            messages.cancelled(actor, reason),
-            None,
-        )
+    decision = Decision("cancel", actor, reason or "Cancelled.")
+    text = messages.cancelled(actor, reason)
+    return _decide_pending(call_id, Status.CANCELLED, decision, "call.cancelled", text)
 
 
 def expire_call(*, call_id: uuid.UUID | str, minutes: float) -> bool:
-    with transaction.atomic():
-        call = _pending(call_id)
-        if call.status != Status.PENDING_APPROVAL:
-            return False
-        decision = Decision("deny", "expiry", f"No decision within {minutes:g} minutes.")
-        return _close_pending(
-            call, Status.EXPIRED, decision, "call.expired", messages.expired(minutes), None
-        )
-
-
-def _close_pending(
-    call: ToolCall,
-    to: Status,
-    decision: Decision,
-    kind: str,
-    text: str,
-    extra: dict[str, Any] | None,
-) -> bool:
-    done = transition(
-        call,
-        to,
-        kind=kind,
-        actor=decision.by,
-        payload={**decision.as_provenance(), **(extra or {})},
-        **_decision_fields(call, decision, text),
-    )
-    if done:
-        from .execution import dispatch_ready
-
-        batch_id = call.batch_id
-        transaction.on_commit(lambda: dispatch_ready(batch_id))
-    return done
+    decision = Decision("deny", "expiry", f"No decision within {minutes:g} minutes.")
+    text = messages.expired(minutes)
+    return _decide_pending(call_id, Status.EXPIRED, decision, "call.expired", text)
