@@ -28,8 +28,9 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def latency_results(name: str, unit_target: tuple[float, float], b: list[list[float]],
-                    p: list[list[float]]) -> list[Result]:
+def latency_results(
+    name: str, unit_target: tuple[float, float], b: list[list[float]], p: list[list[float]]
+) -> list[Result]:
     """Per-pair medians (and p99s) in ms; pooled percentiles in the notes."""
     med = Result(name + ", median latency", "ms", False, f"<= {unit_target[0]}x", unit_target[0])
     p99 = Result(name + ", p99 latency", "ms", False, f"<= {unit_target[1]}x", unit_target[1])
@@ -42,10 +43,10 @@ def latency_results(name: str, unit_target: tuple[float, float], b: list[list[fl
     allp = [x for xs in p for x in xs]
     med.notes.append(
         f"pooled over {len(allb)} B / {len(allp)} P samples (one in flight, after warm-up): "
-        f"B p50 {pct(allb, .5) * 1e3:.2f} p90 {pct(allb, .9) * 1e3:.2f} p99 {pct(allb, .99) * 1e3:.2f} "
-        f"max {max(allb) * 1e3:.1f} ms; P p50 {pct(allp, .5) * 1e3:.2f} p90 {pct(allp, .9) * 1e3:.2f} "
-        f"p99 {pct(allp, .99) * 1e3:.2f} max {max(allp) * 1e3:.1f} ms; pooled p99 P/B "
-        f"{pct(allp, .99) / pct(allb, .99):.2f}"
+        f"B p50 {pct(allb, 0.5) * 1e3:.2f} p90 {pct(allb, 0.9) * 1e3:.2f} p99 {pct(allb, 0.99) * 1e3:.2f} "
+        f"max {max(allb) * 1e3:.1f} ms; P p50 {pct(allp, 0.5) * 1e3:.2f} p90 {pct(allp, 0.9) * 1e3:.2f} "
+        f"p99 {pct(allp, 0.99) * 1e3:.2f} max {max(allp) * 1e3:.1f} ms; pooled p99 P/B "
+        f"{pct(allp, 0.99) / pct(allb, 0.99):.2f}"
     )
     return [med, p99]
 
@@ -61,7 +62,11 @@ def login_cookie(server: Server) -> str:
             raise RuntimeError("no CSRF token in the login form")
         r = c.post(
             "/accounts/login/",
-            data={"username": REVIEWER[0], "password": REVIEWER[1], "csrfmiddlewaretoken": m.group(1)},
+            data={
+                "username": REVIEWER[0],
+                "password": REVIEWER[1],
+                "csrfmiddlewaretoken": m.group(1),
+            },
             headers={"Referer": server.url + "/accounts/login/"},
         )
         if r.status_code != 302 or "sessionid" not in c.cookies:
@@ -136,7 +141,9 @@ print(json.dumps(out))
 """
 
 
-def scenario_push(env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool) -> list[Result]:
+def scenario_push(
+    env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool
+) -> list[Result]:
     import httpx
 
     n, warm = (20, 10) if quick else (200, 50)
@@ -147,7 +154,8 @@ def scenario_push(env: dict[str, str], creds: dict[str, str], pairs: int, quick:
 
         async def run() -> None:
             async with httpx.AsyncClient(
-                base_url=server.url, headers={"Authorization": f"Bearer {creds['std_token']}"},
+                base_url=server.url,
+                headers={"Authorization": f"Bearer {creds['std_token']}"},
                 timeout=30,
             ) as client:
                 session = await new_session(client, "S4")
@@ -199,7 +207,9 @@ def scenario_push(env: dict[str, str], creds: dict[str, str], pairs: int, quick:
                         f"(write_file submit, standard mode -> pending_approval -> pushed fragment"
                         f"{', time to the last socket' if count > 1 else ''}) vs one INSERT + raw "
                         f"group_send of the same size ({int(statistics.median(sizes))} B)",
-                        (1.3, 1.5), bs, ps,
+                        (1.3, 1.5),
+                        bs,
+                        ps,
                     )
                     results.extend(rs)
 
@@ -208,8 +218,12 @@ def scenario_push(env: dict[str, str], creds: dict[str, str], pairs: int, quick:
         results[2].notes.append(rss_note([server]))
         results[0].notes.append(push_queries_note(env, creds, server))
         if quick:
-            results[0].notes.append(f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)")
-            results[2].notes.append(f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)")
+            results[0].notes.append(
+                f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)"
+            )
+            results[2].notes.append(
+                f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)"
+            )
     finally:
         server.stop()
     return results
@@ -218,13 +232,24 @@ def scenario_push(env: dict[str, str], creds: dict[str, str], pairs: int, quick:
 def push_queries_note(env: dict[str, str], creds: dict[str, str], server: Server) -> str:
     import httpx
 
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {creds['std_token']}"}) as c:
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {creds['std_token']}"}
+    ) as c:
         session = c.post("/api/v1/sessions", json={"title": "S4 queries"}).json()["id"]
     try:
-        out = subprocess.run(
-            [PY, "-c", QUERIES_PER_PUSH, creds["std_token"], session], cwd=ROOT, env=env,
-            capture_output=True, text=True, check=True, timeout=60,
-        ).stdout.strip().splitlines()[-1]
+        out = (
+            subprocess.run(
+                [PY, "-c", QUERIES_PER_PUSH, creds["std_token"], session],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=60,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         rows = json.loads(out)
         return (
             "SQL queries per push: rendering the pushed fragment (live.render_change) "
@@ -247,10 +272,32 @@ class Worker:
 
         self.app = app
         self.proc = subprocess.Popen(
-            [PY, "-m", "celery", "-A", "harness_site", "worker", "-P", "prefork", "-c", "2",
-             "-Q", QUEUE, "--without-gossip", "--without-mingle", "-I", "bench.tasks",
-             "-l", "WARNING", "-n", f"bench-{os.getpid()}@%h"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "harness_site",
+                "worker",
+                "-P",
+                "prefork",
+                "-c",
+                "2",
+                "-Q",
+                QUEUE,
+                "--without-gossip",
+                "--without-mingle",
+                "-I",
+                "bench.tasks",
+                "-l",
+                "WARNING",
+                "-n",
+                f"bench-{os.getpid()}@%h",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             start_new_session=True,
         )
         deadline = time.monotonic() + 60
@@ -289,7 +336,9 @@ class Worker:
                 continue
             if m:
                 parts.append(f"pid {pid} {int(m.group(1)) / 1024:.0f} MiB")
-        return "peak RSS (VmHWM) of the celery worker (main, then pool children): " + ", ".join(parts)
+        return "peak RSS (VmHWM) of the celery worker (main, then pool children): " + ", ".join(
+            parts
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -304,7 +353,9 @@ class Worker:
 # --- S5 and S6 ------------------------------------------------------------------------------
 
 
-def scenario_worker(env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool) -> list[Result]:
+def scenario_worker(
+    env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool
+) -> list[Result]:
     from redis import asyncio as aioredis
 
     cleanup = __import__("bench.run", fromlist=["cleanup_redis"]).cleanup_redis
@@ -319,7 +370,9 @@ def scenario_worker(env: dict[str, str], creds: dict[str, str], pairs: int, quic
             r.notes.append(rss_note([server]))
             r.notes.append(worker.rss_note())
             if quick:
-                r.notes.append(f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)")
+                r.notes.append(
+                    f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)"
+                )
         results += r5
         drain = 40 if quick else 150
         r6 = asyncio.run(_drain(server, worker, creds, pairs, drain, aioredis))
@@ -331,8 +384,15 @@ def scenario_worker(env: dict[str, str], creds: dict[str, str], pairs: int, quic
     return results
 
 
-async def _approve(server: Server, worker: Worker, creds: dict[str, str], pairs: int, n: int,
-                   warm: int, aioredis: Any) -> list[Result]:
+async def _approve(
+    server: Server,
+    worker: Worker,
+    creds: dict[str, str],
+    pairs: int,
+    n: int,
+    warm: int,
+    aioredis: Any,
+) -> list[Result]:
     import httpx
     from django.contrib.auth import get_user_model
 
@@ -348,9 +408,13 @@ async def _approve(server: Server, worker: Worker, creds: dict[str, str], pairs:
     decide_times: list[float] = []
 
     def find(session: str, tid: str) -> tuple[int, str] | None:
-        return ApprovalRequest.objects.filter(  # type: ignore[return-value]
-            call__session_id=session, call__tool_use_id=tid
-        ).values_list("pk", "digest").first()
+        return (
+            ApprovalRequest.objects.filter(  # type: ignore[return-value]
+                call__session_id=session, call__tool_use_id=tid
+            )
+            .values_list("pk", "digest")
+            .first()
+        )
 
     def decide(pk: int, digest: str) -> None:
         t = time.perf_counter()
@@ -369,7 +433,9 @@ async def _approve(server: Server, worker: Worker, creds: dict[str, str], pairs:
             if side == "B":
                 t0 = time.perf_counter()
                 await asyncio.to_thread(send_noop)
-                while (await pubsub.get_message(ignore_subscribe_messages=True, timeout=30)) is None:
+                while (
+                    await pubsub.get_message(ignore_subscribe_messages=True, timeout=30)
+                ) is None:
                     pass
                 return time.perf_counter() - t0
             token = uuid.uuid4().hex
@@ -405,25 +471,31 @@ async def _approve(server: Server, worker: Worker, creds: dict[str, str], pairs:
         "S5 approve reaches the agent's waiting request (POST ...?wait=30, approvals.services.decide "
         "in the bench process -> Celery write_file -> wake-up) vs raw Celery no-op round trip "
         "(send_task, result by Redis pub/sub)",
-        (3.0, 4.0), bs, ps,
+        (3.0, 4.0),
+        bs,
+        ps,
     )
     rs[0].notes.append(
         f"of P: services.decide() itself (lock, transition, audit, commit, on_commit enqueue and "
         f"queue push) median {statistics.median(decide_times) * 1e3:.2f} ms, "
-        f"p99 {pct(decide_times, .99) * 1e3:.2f} ms"
+        f"p99 {pct(decide_times, 0.99) * 1e3:.2f} ms"
     )
     return rs
 
 
-async def _drain(server: Server, worker: Worker, creds: dict[str, str], pairs: int, n: int,
-                 aioredis: Any) -> Result:
+async def _drain(
+    server: Server, worker: Worker, creds: dict[str, str], pairs: int, n: int, aioredis: Any
+) -> Result:
     import httpx
 
     redis = aioredis.from_url(REDIS_URL)
     res = Result(
         f"S6 worker execution throughput: {n} queued no-op tool calls (bench_noop, trusted mode) "
         f"drained by prefork -c 2 vs {n} raw Celery no-op tasks, same worker",
-        "calls/s", True, ">= 0.5x", 0.5,
+        "calls/s",
+        True,
+        ">= 0.5x",
+        0.5,
     )
     batch = 20
 
@@ -438,10 +510,16 @@ async def _drain(server: Server, worker: Worker, creds: dict[str, str], pairs: i
             if label == "P":
                 await pubsub.psubscribe("harness_bench:wake:*")
                 for start in range(0, n, batch):
-                    body = {"calls": [
-                        {"id": f"n-{uuid.uuid4().hex}", "name": "bench_noop", "arguments": {"n": i}}
-                        for i in range(start, min(n, start + batch))
-                    ]}
+                    body = {
+                        "calls": [
+                            {
+                                "id": f"n-{uuid.uuid4().hex}",
+                                "name": "bench_noop",
+                                "arguments": {"n": i},
+                            }
+                            for i in range(start, min(n, start + batch))
+                        ]
+                    }
                     r = await client.post(f"/api/v1/sessions/{session}/calls", json=body)
                     if r.status_code != 202:
                         raise RuntimeError(f"S6 P: HTTP {r.status_code}: {r.text[:300]}")

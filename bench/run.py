@@ -640,7 +640,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="short durations (CI, < 2 min)")
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument(
-        "--only", default="", help="comma-separated scenario keys: validation,admit,overhead,push,worker"
+        "--only",
+        default="",
+        help="comma-separated scenario keys: validation,admit,overhead,push,worker",
     )
     args = parser.parse_args()
     if args.pairs < 5:
