@@ -1,7 +1,7 @@
 """Harness benchmarks: each scenario side by side with its baseline, in the same run.
 
     python -m bench.run            full run (HTTP: 3 s warm-up, 10 s per side, 5 pairs)
-    python -m bench.run --quick    quick run (1 s warm-up, 3 s per side, 5 pairs; < 2 min)
+    python -m bench.run --quick    quick run (HTTP 1 s warm-up, 2 s per side; latency 20 samples per pair; 5 pairs; < 2 min)
 
 The runner creates its own PostgreSQL database (dropped and recreated each run), migrates
 it, starts its own daphne servers on loopback (B and P: two processes, same app, same
