@@ -28,7 +28,8 @@ LEAVING = frozenset({Status.QUEUED, Status.DENIED, Status.EXPIRED, Status.CANCEL
 
 def render_queue() -> str:
     """The whole pending queue, sent to a socket when it (re)connects."""
-    return render_to_string(QUEUE + "#items", {"approvals": queries.review_queue()})
+    approvals, more = queries.review_queue()
+    return render_to_string(QUEUE + "#items", {"approvals": approvals, "more": more})
 
 
 def render_change(call_id: str, status: str, previous: str = "") -> str | None:

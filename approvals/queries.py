@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from uuid import UUID
+
+from django.db.models import Q
 
 from dispatcher.models import ToolCall
 
 from .models import ApprovalRequest
 
 HISTORY_LIMIT = 20
+# The most requests one page or one (re)connect carries: a socket message must stay well
+# under daphne's 1 MiB frame limit (an item is a few kilobytes).
+QUEUE_LIMIT = 50
 
 
-def review_queue() -> list[ApprovalRequest]:
-    """Pending requests, oldest first, each with `.history` (earlier calls of its session)."""
+def review_queue() -> tuple[list[ApprovalRequest], int]:
+    """The oldest QUEUE_LIMIT pending requests, each with `.history` (earlier calls of its
+    session), and how many more are pending beyond them."""
+    limit = QUEUE_LIMIT
+    pending = ApprovalRequest.objects.pending()
     approvals = list(
-        ApprovalRequest.objects.pending()
-        .select_related("call__session__agent")
-        .order_by("created_at", "pk")
+        pending.select_related("call__session__agent").order_by("created_at", "pk")[:limit]
     )
+    more = pending.count() - len(approvals) if len(approvals) == limit else 0
     attach_history(approvals)
-    return approvals
+    return approvals, more
 
 
 def one_request(approval_id: int) -> ApprovalRequest | None:
@@ -49,24 +55,26 @@ def pending_for_call(call_id: str) -> ApprovalRequest | None:
 
 def attach_history(approvals: Iterable[ApprovalRequest]) -> None:
     """Set `.history` on each request: the latest HISTORY_LIMIT earlier calls of its session
-    (and the other calls of its batch), with their outcomes.
+    (and the other calls of its batch), with their outcomes, oldest first.
 
-    One query for all of them, whatever their number.
+    One small indexed query per request, whatever the size of its session.
     """
-    approvals = list(approvals)
-    if not approvals:
-        return
-    by_session: dict[object, list[ToolCall]] = defaultdict(list)
-    calls = ToolCall.objects.filter(session_id__in={a.call.session_id for a in approvals}).only(
-        "id", "session_id", "batch_id", "name", "status", "decided_by", "reason", "created_at"
-    )
-    for call in calls.order_by("created_at", "batch_index"):
-        by_session[call.session_id].append(call)
     for approval in approvals:
-        earlier = [
-            c
-            for c in by_session[approval.call.session_id]
-            if c.pk != approval.call_id
-            and (c.created_at < approval.call.created_at or c.batch_id == approval.call.batch_id)
-        ]
-        approval.history = earlier[-HISTORY_LIMIT:]  # type: ignore[attr-defined]
+        call = approval.call
+        earlier = (
+            ToolCall.objects.filter(session_id=call.session_id)
+            .filter(Q(created_at__lt=call.created_at) | Q(batch_id=call.batch_id))
+            .exclude(pk=call.pk)
+            .only(
+                "id",
+                "session_id",
+                "batch_id",
+                "name",
+                "status",
+                "decided_by",
+                "reason",
+                "created_at",
+            )
+            .order_by("-created_at", "-batch_index")[:HISTORY_LIMIT]
+        )
+        approval.history = list(reversed(earlier))  # type: ignore[attr-defined]

@@ -31,9 +31,9 @@ def _require_reviewer(request: HttpRequest) -> None:
 @require_GET
 def queue(request: HttpRequest) -> HttpResponse:
     _require_reviewer(request)
-    approvals = queries.review_queue()
+    approvals, more = queries.review_queue()
     template = QUEUE + "#items" if request.htmx else QUEUE  # type: ignore[attr-defined]
-    return render(request, template, {"approvals": approvals})
+    return render(request, template, {"approvals": approvals, "more": more})
 
 
 @login_required

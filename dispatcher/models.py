@@ -198,6 +198,9 @@ class ToolCall(models.Model):
         indexes = [
             models.Index(fields=["status", "queued_at"]),
             models.Index(fields=["status", "lease_until"]),
+            # A session's history (reviewers' context) and its repeat-call counts.
+            models.Index(fields=["session", "created_at"], name="toolcall_session_created"),
+            models.Index(fields=["session", "digest"], name="toolcall_session_digest"),
         ]
 
     def __str__(self) -> str:

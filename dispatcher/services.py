@@ -443,7 +443,7 @@ def _decide_pending(
     **fields: Any,
 ) -> bool:
     """Close a pending call as `to`: lock it, check it is still pending, transition, and
-    start what may run next in its batch after commit. False if it was no longer pending.
+    send what may run next in its batch (after commit). False if it was no longer pending.
 
     Joins the caller's transaction when there is one (the approvals app records its own
     row in the same commit).
@@ -464,8 +464,8 @@ def _decide_pending(
         if done:
             from .execution import dispatch_ready
 
-            batch_id = call.batch_id
-            transaction.on_commit(lambda: dispatch_ready(batch_id))
+            # In the same transaction (one commit); the messages still leave after it.
+            dispatch_ready(call.batch_id)
         return done
 
 
