@@ -61,8 +61,11 @@ def dispatch_ready(batch_id: uuid.UUID, calls: list[ToolCall] | None = None) -> 
 
     if calls is None:
         calls = list(ToolCall.objects.filter(batch_id=batch_id).order_by("batch_index"))
+    startable = _startable(calls)
+    if not startable:
+        return
     with transaction.atomic(savepoint=False):
-        for call in _startable(calls):
+        for call in startable:
             # Conditional: a call is sent once, even when two processes dispatch the batch.
             if ToolCall.objects.filter(
                 pk=call.pk, status=Status.QUEUED, enqueued_at__isnull=True
