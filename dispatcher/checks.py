@@ -131,7 +131,7 @@ def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
     """HARNESS_DEFAULT_RULES (optional): {"allow": [...], "ask": [...], "deny": [...]}."""
     from .rules import validate_rules
 
-    rules = getattr(settings, "HARNESS_DEFAULT_RULES", {})
+    rules = settings.HARNESS_DEFAULT_RULES
     if not isinstance(rules, dict):
         return [
             Error(

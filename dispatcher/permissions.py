@@ -34,7 +34,13 @@ from .models import (
     narrower_mode,
 )
 from .registry import get_tool
-from .services import ServiceError, call_context, mode_and_profile, profile_for
+from .services import (
+    ServiceError,
+    call_context,
+    default_profile,
+    mode_and_profile,
+    profile_for,
+)
 
 LISTS = ("allow", "ask", "deny")
 BACKTEST_LIMIT = 500
@@ -121,7 +127,7 @@ def update_profile(
     check_profile(mode, lists)
     with transaction.atomic():
         profile, _ = PermissionProfile.objects.select_for_update().get_or_create(
-            user=user, defaults={"mode": settings.HARNESS_DEFAULT_MODE}
+            user=user, defaults=default_profile()
         )
         if expected_version is not None and profile.version != expected_version:
             raise StaleProfile(
@@ -162,13 +168,14 @@ def set_mode(*, user: User, mode: str, actor: User | str) -> PermissionProfile:
     `actor` is the person, or a name such as "cli" for a command. Raises InvalidProfile
     for an unknown mode.
     """
-    current = PermissionProfile.objects.filter(user=user).first()
+    row = PermissionProfile.objects.filter(user=user).first()
+    rules = {k: getattr(row, k) for k in LISTS} if row else default_profile()
     return update_profile(
         user=user,
         mode=mode,
-        allow=current.allow if current else [],
-        ask=current.ask if current else [],
-        deny=current.deny if current else [],
+        allow=rules["allow"],
+        ask=rules["ask"],
+        deny=rules["deny"],
         actor=actor,
     )
 

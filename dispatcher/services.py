@@ -66,9 +66,7 @@ def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> 
         token_hash=_hash_token(token),
         workspace=workspace,
     )
-    PermissionProfile.objects.get_or_create(
-        user=owner, defaults={"mode": settings.HARNESS_DEFAULT_MODE}
-    )
+    PermissionProfile.objects.get_or_create(user=owner, defaults=default_profile())
     record_event(
         kind="agent.created",
         actor=actor,
@@ -109,10 +107,25 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
         )
 
 
+def default_profile() -> dict[str, Any]:
+    """What a user without a saved profile has: HARNESS_DEFAULT_MODE and _RULES."""
+    rules = settings.HARNESS_DEFAULT_RULES
+    return {
+        "mode": settings.HARNESS_DEFAULT_MODE,
+        **{key: list(rules.get(key, [])) for key in ("allow", "ask", "deny")},
+    }
+
+
 def profile_for(user: User) -> Profile:
     row = PermissionProfile.objects.filter(user=user).first()
     if row is None:
-        return Profile(mode=settings.HARNESS_DEFAULT_MODE)
+        default = default_profile()
+        return Profile(
+            mode=default["mode"],
+            allow=tuple(default["allow"]),
+            ask=tuple(default["ask"]),
+            deny=tuple(default["deny"]),
+        )
     return Profile(
         mode=row.mode,
         allow=tuple(row.allow),

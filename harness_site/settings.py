@@ -6,6 +6,7 @@ SQLite file in WAL mode and a Redis server it starts itself (harness_site.embedd
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -251,6 +252,12 @@ HARNESS_POST_EXECUTE: list[str] = []
 HARNESS_EXECUTE_WRAPPER = "dispatcher.pipeline.default_execute_wrapper"
 
 HARNESS_DEFAULT_MODE = env("HARNESS_DEFAULT_MODE", "standard")
+# The rules a user starts with (JSON: {"allow": [...], "ask": [...], "deny": [...]});
+# checked at start-up (dispatcher.E030-E032).
+try:
+    HARNESS_DEFAULT_RULES = json.loads(env("HARNESS_DEFAULT_RULES", "{}"))
+except json.JSONDecodeError as exc:
+    raise ImproperlyConfigured(f"HARNESS_DEFAULT_RULES is not valid JSON: {exc}") from None
 HARNESS_ALLOW_DESTRUCTIVE = env_bool("HARNESS_ALLOW_DESTRUCTIVE", False)
 HARNESS_WORKSPACE_ROOT = Path(env("HARNESS_WORKSPACE_ROOT", str(DATA_DIR / "workspaces")))
 HARNESS_MAX_BODY_BYTES = int(env("HARNESS_MAX_BODY_BYTES", str(1024 * 1024)))

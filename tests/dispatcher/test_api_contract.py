@@ -398,3 +398,26 @@ def test_agent_can_cancel_its_pending_call(
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     assert client.post(f"/api/v1/calls/{call_id}/cancel", headers=agent.headers).status_code == 409
     assert ToolCall.objects.get(pk=call_id).status == Status.CANCELLED
+
+
+def test_default_rules_from_settings_apply_to_new_users(client: Client, settings: Any) -> None:
+    settings.HARNESS_DEFAULT_RULES = {
+        "deny": ["read_file(**/.env)"],
+        "allow": ["write_file(notes/**)"],
+    }
+    fx = make_agent(mode="standard")
+    session = post(client, "/api/v1/sessions", {}, fx).json()
+    body = {
+        "calls": [
+            {"id": "e", "name": "read_file", "arguments": {"path": "app/.env"}},
+            {"id": "n", "name": "write_file", "arguments": {"path": "notes/a.md", "content": "x"}},
+        ]
+    }
+    env_read, note_write = post(client, calls_url(session), body, fx).json()["calls"]
+    assert (
+        env_read["status"] == "denied" and env_read["decided_by"] == "rule:deny:read_file(**/.env)"
+    )
+    assert (
+        note_write["status"] == "queued"
+        and note_write["decided_by"] == "rule:allow:write_file(notes/**)"
+    )
