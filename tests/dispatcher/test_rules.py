@@ -670,5 +670,5 @@ def test_check_rules_in_settings(settings: Any) -> None:
     assert "Rule 'run_command(npm test'" in text and "Rule 'nope'" in text
     settings.HARNESS_DEFAULT_RULES = ["run_command"]
     assert [e.id for e in check_rules_in_settings()] == ["dispatcher.E030"]
-    del settings.HARNESS_DEFAULT_RULES
+    settings.HARNESS_DEFAULT_RULES = {}
     assert check_rules_in_settings() == []
