@@ -92,8 +92,9 @@
       var socket = new WebSocket(scheme + location.host + path);
       socket.onopen = function () { delay = 500; };
       socket.onmessage = function () {
-        var calls = document.getElementById("audit-calls");
-        if (calls && window.htmx) window.htmx.trigger(calls, "audit:changed");
+        // The stable wrapper queues a refresh that arrives while one is in flight.
+        var live = document.getElementById("audit-live");
+        if (live && window.htmx) window.htmx.trigger(live, "audit:changed");
       };
       socket.onclose = function () {
         setTimeout(connect, delay);
@@ -106,7 +107,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     var root = document.getElementById("audit-replay");
     if (root && document.getElementById("audit-events")) start(root);
-    var calls = document.getElementById("audit-calls");
-    if (calls && calls.dataset.live) live(calls.dataset.live);
+    var wrapper = document.getElementById("audit-live");
+    if (wrapper && wrapper.dataset.live) live(wrapper.dataset.live);
   });
 })();
