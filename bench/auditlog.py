@@ -31,9 +31,6 @@ CHAIN_COLUMNS = (
     "last_event_id, tools, calls, allowed, asked, approved, denied, rejected, cancelled, expired, "
     "completed, errors, timed_out, outcome_unknown"
 )
-EXPORT_COLUMNS = (
-    "id, chain, session_id, seq, kind, actor, subject, payload, created_at, prev_hash, hash"
-)
 
 
 def session_events(session: str, n_events: int, start: datetime) -> list[tuple[Any, ...]]:
