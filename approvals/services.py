@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -81,9 +81,10 @@ def decide(
         )
         if approval is None:
             raise DecisionRefused("This approval request does not exist.", 404)
-        refusal = _refusal(approval, user, digest)
+        now = timezone.now()  # the decision's time: checked against the deadline, recorded
+        refusal = _refusal(approval, user, digest, now)
         if refusal is None:
-            _apply(approval, user, approve, digest, feedback, allow_session and approve)
+            _apply(approval, user, approve, digest, feedback, now, allow_session and approve)
     # Raised after commit so that the audit event of a digest mismatch is kept.
     if refusal is not None:
         raise refusal
@@ -91,12 +92,12 @@ def decide(
 
 
 def _refusal(
-    approval: ApprovalRequest, user: AbstractBaseUser, digest: str
+    approval: ApprovalRequest, user: AbstractBaseUser, digest: str, now: datetime
 ) -> DecisionRefused | None:
     call = approval.call
     if call.status != Status.PENDING_APPROVAL:
         return DecisionRefused(already_decided(approval), 409)
-    if settings.HARNESS_EXPIRY_ACTION == "deny" and timezone.now() >= approval.expires_at:
+    if settings.HARNESS_EXPIRY_ACTION == "deny" and now >= approval.expires_at:
         # Past its time but not yet swept by the periodic expiry: expire it now, so that
         # no decision can land after the deadline whatever the scheduler's delay.
         _expire(approval)
@@ -119,9 +120,10 @@ def _apply(
     approve: bool,
     digest: str,
     feedback: str,
+    now: datetime,
     allow_session: bool = False,
 ) -> None:
-    call, now = approval.call, timezone.now()
+    call = approval.call
     actor = f"user:{user.get_username()}"
     extra: dict[str, Any] = {
         "reviewer": user.get_username(),
