@@ -135,7 +135,7 @@ def test_concurrency_safe_calls_run_in_parallel_and_results_keep_request_order(
     assert max(e["start"] for e in log) < min(e["end"] for e in log), (
         "the safe calls did not overlap"
     )
-    assert elapsed < 2.8, f"three 1 s sleeps took {elapsed:.2f}s: not parallel"
+    assert elapsed < 3.0, f"three 1 s sleeps took {elapsed:.2f}s: not parallel"  # serial is >= 3 s
 
 
 def test_unsafe_calls_run_alone_in_request_order(live_stack: LiveStack, live_db: None) -> None:
