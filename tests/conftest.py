@@ -65,6 +65,15 @@ def make_agent(
     return AgentFixture(agent, token, owner)
 
 
+def submit_one(session: Any, name: str, arguments: dict[str, Any], tool_use_id: str = "w") -> Any:
+    """Admit one native-dialect call in `session` through the service (no HTTP); the call."""
+    from dispatcher.dialects import ProposedCall, canonical_json
+
+    proposed = [ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)]
+    [call] = services.submit_calls(session=session, dialect="native", proposed=proposed)
+    return call
+
+
 @pytest.fixture
 def agent(db: None) -> AgentFixture:
     return make_agent(mode="standard")

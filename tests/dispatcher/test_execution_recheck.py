@@ -8,16 +8,11 @@ import pytest
 
 from audit.models import AuditEvent
 from dispatcher import execution, permissions, services
-from dispatcher.dialects import ProposedCall, canonical_json
 from dispatcher.models import Status, ToolCall
-from dispatcher.services import start_session, submit_calls
-from tests.conftest import make_agent
+from dispatcher.services import start_session
+from tests.conftest import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
-
-
-def propose(tool_use_id: str, name: str, arguments: dict[str, object]) -> ProposedCall:
-    return ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
 
 
 def test_a_symlink_planted_after_admission_is_caught_by_the_worker(tmp_path: Path) -> None:
@@ -27,11 +22,7 @@ def test_a_symlink_planted_after_admission_is_caught_by_the_worker(tmp_path: Pat
     (workspace / "build").mkdir()
     outside = tmp_path / "outside"
     outside.mkdir()
-    [call] = submit_calls(
-        session=session,
-        dialect="native",
-        proposed=[propose("w", "write_file", {"path": "build/out.txt", "content": "x"})],
-    )
+    call = submit_one(session, "write_file", {"path": "build/out.txt", "content": "x"})
     assert call.status == Status.QUEUED
     (workspace / "build").rmdir()
     (workspace / "build").symlink_to(outside)  # the path now leads outside the workspace
@@ -50,11 +41,7 @@ def test_a_symlink_planted_after_admission_is_caught_by_the_worker(tmp_path: Pat
 def test_a_call_that_is_not_queued_is_never_executed() -> None:
     fx = make_agent(mode="standard")
     session = start_session(agent=fx.agent)
-    [call] = submit_calls(
-        session=session,
-        dialect="native",
-        proposed=[propose("w", "write_file", {"path": "f.txt", "content": "x"})],
-    )
+    call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     assert call.status == Status.PENDING_APPROVAL
     execution.execute_call(str(call.pk))
     assert ToolCall.objects.get(pk=call.pk).status == Status.PENDING_APPROVAL
@@ -64,11 +51,7 @@ def test_a_call_that_is_not_queued_is_never_executed() -> None:
 def test_a_queued_call_does_not_run_after_its_owner_is_locked() -> None:
     fx = make_agent(mode="trusted")
     session = start_session(agent=fx.agent)
-    [call] = submit_calls(
-        session=session,
-        dialect="native",
-        proposed=[propose("w", "write_file", {"path": "f.txt", "content": "x"})],
-    )
+    call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     assert call.status == Status.QUEUED
     permissions.set_mode(user=fx.owner, mode="locked", actor="test")
 
@@ -84,11 +67,7 @@ def test_a_queued_call_does_not_run_after_its_owner_is_locked() -> None:
 def test_an_approved_call_of_a_revoked_agent_does_not_run() -> None:
     fx = make_agent(mode="standard")
     session = start_session(agent=fx.agent)
-    [call] = submit_calls(
-        session=session,
-        dialect="native",
-        proposed=[propose("w", "write_file", {"path": "f.txt", "content": "x"})],
-    )
+    call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     services.revoke_agent(agent=fx.agent, actor="test")
     assert services.approve_call(call_id=call.pk, actor="user:rita")
 

@@ -13,9 +13,8 @@ from django.db import DatabaseError, connection
 from django.test import Client
 
 from dispatcher import execution, services
-from dispatcher.dialects import ProposedCall, canonical_json
 from dispatcher.models import Status, ToolCall
-from tests.conftest import make_agent
+from tests.conftest import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
 
@@ -37,10 +36,6 @@ def break_the_audit_log() -> None:
                 "CREATE TRIGGER test_audit_down BEFORE INSERT ON audit_auditevent "
                 "BEGIN SELECT RAISE(ABORT, 'audit store unavailable'); END"
             )
-
-
-def propose(tool_use_id: str, name: str, arguments: dict[str, object]) -> ProposedCall:
-    return ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
 
 
 def test_a_call_is_not_admitted_when_its_audit_event_cannot_be_written(client: Client) -> None:
@@ -66,11 +61,7 @@ def test_a_call_is_not_admitted_when_its_audit_event_cannot_be_written(client: C
 def test_an_approval_is_not_taken_when_its_audit_event_cannot_be_written() -> None:
     fx = make_agent(mode="standard")
     session = services.start_session(agent=fx.agent)
-    [call] = services.submit_calls(
-        session=session,
-        dialect="native",
-        proposed=[propose("w", "write_file", {"path": "f.txt", "content": "x"})],
-    )
+    call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     assert call.status == Status.PENDING_APPROVAL
     break_the_audit_log()
     with pytest.raises(DatabaseError):
@@ -81,11 +72,7 @@ def test_an_approval_is_not_taken_when_its_audit_event_cannot_be_written() -> No
 def test_a_call_is_not_executed_when_its_start_cannot_be_audited() -> None:
     fx = make_agent(mode="trusted")
     session = services.start_session(agent=fx.agent)
-    [call] = services.submit_calls(
-        session=session,
-        dialect="native",
-        proposed=[propose("w", "write_file", {"path": "f.txt", "content": "x"})],
-    )
+    call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     assert call.status == Status.QUEUED
     break_the_audit_log()
     with pytest.raises(DatabaseError):
