@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
@@ -62,17 +62,30 @@ def push_change(call_id: str, status: str, previous: str = "") -> None:
 
 
 def _group_send(message: dict[str, str]) -> None:
+    """Send on the channel layer from sync code, on this process's own event loop thread.
+
+    One long-lived loop per process (created lazily, again after a fork) keeps one channel
+    layer connection: `async_to_sync` outside a server would build a new loop, and with it
+    a new Redis connection, for every push (a Celery worker, a management command).
+    """
     layer = get_channel_layer()
     if layer is None:
         return
-    send = async_to_sync(layer.group_send)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        send(GROUP, message)
-        return
-    # Called from a thread that runs an event loop (AsyncToSync refuses that): hop to a
-    # plain thread for the send.
-    thread = threading.Thread(target=send, args=(GROUP, message), daemon=True)
-    thread.start()
-    thread.join(10)
+    future = asyncio.run_coroutine_threadsafe(layer.group_send(GROUP, message), _send_loop())
+    future.result(timeout=10)
+
+
+_loop: tuple[int, asyncio.AbstractEventLoop] | None = None
+_loop_lock = threading.Lock()
+
+
+def _send_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=loop.run_forever, name="channel-layer-sends", daemon=True
+            ).start()
+            _loop = (os.getpid(), loop)
+        return _loop[1]

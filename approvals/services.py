@@ -137,7 +137,9 @@ def _apply(
         except dispatcher.ServiceError as problem:
             raise DecisionRefused(str(problem), 400) from None
     if approve:
-        done = dispatcher.approve_call(call_id=call.pk, actor=actor, reason=feedback, extra=extra)
+        done = dispatcher.approve_call(
+            call_id=call.pk, actor=actor, reason=feedback, extra=extra, call=call
+        )
     else:
         done = dispatcher.deny_call(
             call_id=call.pk,
@@ -145,6 +147,7 @@ def _apply(
             reviewer=user.get_username(),
             feedback=feedback,
             extra=extra,
+            call=call,
         )
     if (
         not done

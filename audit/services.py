@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.db import connection, transaction
@@ -47,6 +49,16 @@ def _lock_chain(chain: str) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [chain])
 
 
+class EventSpec(NamedTuple):
+    """One event to append: what happened, who did it, to what, and when (default: now)."""
+
+    kind: str
+    actor: str
+    subject: str = ""
+    payload: dict[str, Any] | None = None
+    at: datetime | None = None
+
+
 def record_event(
     *,
     kind: str,
@@ -60,38 +72,54 @@ def record_event(
     Raises TransactionManagementError outside a transaction: an audit record on its own
     commit could describe a change that then rolled back (or the reverse).
     """
+    return record_events([EventSpec(kind, actor, subject, payload)], session_id=session_id)[0]
+
+
+def record_events(
+    specs: Sequence[EventSpec], *, session_id: UUID | str | None = None
+) -> list[AuditEvent]:
+    """Append events to one chain, in order: one head lock, one INSERT, one head update
+    (three statements whatever the number of events). Same rules as record_event."""
     if not connection.in_atomic_block:
         raise transaction.TransactionManagementError(
             "record_event must run inside transaction.atomic()"
         )
     chain = str(session_id) if session_id else GLOBAL_CHAIN
     head = _locked_head(chain)
-    seq, prev_hash = (head.last_seq + 1, head.last_hash) if head else (1, GENESIS_HASH)
-    payload = _audit_copy(payload or {})
-    created_at = timezone.now()
-    canonical = canonical_event(
-        chain=chain,
-        seq=seq,
-        kind=kind,
-        actor=actor,
-        subject=subject,
-        payload=payload,
-        created_at=created_at.isoformat(),
-    )
-    event = AuditEvent.objects.create(
-        chain=chain,
-        session_id=session_id,
-        seq=seq,
-        kind=kind,
-        actor=actor,
-        subject=subject,
-        payload=payload,
-        created_at=created_at,
-        prev_hash=prev_hash,
-        hash=chain_hash(prev_hash, canonical),
-    )
-    _advance_head(head, event)
-    return event
+    seq, prev_hash = (head.last_seq, head.last_hash) if head else (0, GENESIS_HASH)
+    events = []
+    for spec in specs:
+        seq += 1
+        payload = _audit_copy(spec.payload or {})
+        created_at = spec.at or timezone.now()
+        canonical = canonical_event(
+            chain=chain,
+            seq=seq,
+            kind=spec.kind,
+            actor=spec.actor,
+            subject=spec.subject,
+            payload=payload,
+            created_at=created_at.isoformat(),
+        )
+        event_hash = chain_hash(prev_hash, canonical)
+        events.append(
+            AuditEvent(
+                chain=chain,
+                session_id=session_id,
+                seq=seq,
+                kind=spec.kind,
+                actor=spec.actor,
+                subject=spec.subject,
+                payload=payload,
+                created_at=created_at,
+                prev_hash=prev_hash,
+                hash=event_hash,
+            )
+        )
+        prev_hash = event_hash
+    AuditEvent.objects.bulk_create(events)
+    _advance_head(head, events)
+    return events
 
 
 def _locked_head(chain: str) -> AuditChain | None:
@@ -116,37 +144,46 @@ def _audit_copy(payload: dict[str, Any]) -> dict[str, Any]:
     return masked  # type: ignore[no-any-return]
 
 
-def _advance_head(head: AuditChain | None, event: AuditEvent) -> None:
-    """Move the chain's head to `event` and update the session summary (under the chain
-    lock), writing only the columns that changed."""
+def _advance_head(head: AuditChain | None, events: list[AuditEvent]) -> None:
+    """Move the chain's head to the last of `events` and update the session summary (under
+    the chain lock), writing only the columns that changed."""
+    first, last = events[0], events[-1]
     if head is None:
-        head = AuditChain(chain=event.chain, session_id=event.session_id, first_at=event.created_at)
-        changed: list[str] | None = None  # insert every column
+        head = AuditChain(chain=first.chain, session_id=first.session_id, first_at=first.created_at)
+        changed: set[str] | None = None  # insert every column
     else:
-        changed = ["last_at", "last_seq", "last_hash", "last_event_id"]
+        changed = {"last_at", "last_seq", "last_hash", "last_event_id"}
+    for event in events:
+        changed = _summarize(head, event, changed)
+    head.last_at = last.created_at
+    head.last_seq = last.seq
+    head.last_hash = last.hash
+    head.last_event_id = last.pk
+    if changed is None:
+        head.save(force_insert=True)
+    else:
+        head.save(update_fields=sorted(changed))
+
+
+def _summarize(head: AuditChain, event: AuditEvent, changed: set[str] | None) -> set[str] | None:
+    """Count `event` into the session summary; returns the changed columns (None: all)."""
     payload = event.payload
+    fields: list[str] = []
     if event.kind == "session.started":
         head.agent = str(payload.get("agent", ""))[:200]
         head.owner = str(payload.get("owner", ""))[:150]
         head.title = str(payload.get("title", ""))[:200]
         head.mode = str(payload.get("mode", ""))[:16]
-        changed = changed and [*changed, "agent", "owner", "title", "mode"]
+        fields += ["agent", "owner", "title", "mode"]
     counter = KIND_COUNTERS.get(event.kind)
     if counter:
         setattr(head, counter, getattr(head, counter) + 1)
-        changed = changed and [*changed, counter]
+        fields.append(counter)
     if event.kind == "call.completed" and payload.get("is_error"):
         head.errors += 1
-        changed = changed and [*changed, "errors"]
+        fields.append("errors")
     tool = payload.get("tool")
     if event.kind == "call.received" and isinstance(tool, str) and f" {tool} " not in head.tools:
         head.tools = (head.tools or " ") + tool + " "
-        changed = changed and [*changed, "tools"]
-    head.last_at = event.created_at
-    head.last_seq = event.seq
-    head.last_hash = event.hash
-    head.last_event_id = event.pk
-    if changed is None:
-        head.save(force_insert=True)
-    else:
-        head.save(update_fields=changed)
+        fields.append("tools")
+    return None if changed is None else changed | set(fields)

@@ -20,6 +20,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, DataError
+from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -27,7 +28,15 @@ from ninja.security import HttpBearer
 
 from . import services
 from .dialects import DialectError, UnstorableJSON, format_results, loads, parse_submission
-from .models import TERMINAL_STATUSES, Agent, AgentSession, Mode, Status, ToolCall
+from .models import (
+    TERMINAL_STATUSES,
+    Agent,
+    AgentSession,
+    Mode,
+    SessionGrant,
+    Status,
+    ToolCall,
+)
 from .notify import wake_channel
 from .registry import all_tools
 from .tools.base import model_facing_schema
@@ -229,8 +238,11 @@ def reloader(call_ids: list[str]) -> Callable[[], Awaitable[list[ToolCall]]]:
 
 
 def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
+    """The agent's session with what admission needs in the same read: the owner, the
+    owner's permission profile, and whether the session holds any active grant."""
     return (
-        AgentSession.objects.select_related("agent__owner")
+        AgentSession.objects.select_related("agent__owner__permission_profile")
+        .annotate(has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))))
         .filter(pk=session_id, agent=agent)
         .first()
     )
@@ -259,7 +271,9 @@ def _submit(agent: Agent, session_id: UUID, body: Any) -> tuple[str, list[ToolCa
             "too_many_calls",
             f"At most {settings.HARNESS_MAX_CALLS_PER_BATCH} calls per message.",
         )
-    return dialect, services.submit_calls(session=session, dialect=dialect, proposed=proposed)
+    return dialect, services.submit_calls(
+        session=session, dialect=dialect, proposed=proposed, profile_preloaded=True
+    )
 
 
 # --- Endpoints ----------------------------------------------------------------------------

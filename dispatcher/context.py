@@ -37,6 +37,9 @@ class CallContext:
     agent_name: str
     profile: Profile = field(default_factory=lambda: Profile(mode="standard"))
     agent_active: bool = True
+    # False when the session is known to hold no active grant (read with the session), so
+    # the session_grants listener need not look.
+    may_have_grants: bool = True
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 # --- Batch order -----------------------------------------------------------------------
 
 
-def _startable(calls: list[ToolCall]) -> list[ToolCall]:
+def startable(calls: list[ToolCall]) -> list[ToolCall]:
     """Queued calls that may start now: the first unfinished call, and with it, when it is
     concurrency-safe, the unbroken run of concurrency-safe calls that follows it."""
     unfinished = [c for c in calls if c.status not in TERMINAL_STATUSES]
@@ -61,11 +61,13 @@ def dispatch_ready(batch_id: uuid.UUID, calls: list[ToolCall] | None = None) -> 
 
     if calls is None:
         calls = list(ToolCall.objects.filter(batch_id=batch_id).order_by("batch_index"))
-    startable = _startable(calls)
-    if not startable:
+    # Only calls no message was sent for: the rows were just read, and the conditional
+    # update below still settles a race between two dispatchers.
+    ready = [c for c in startable(calls) if c.enqueued_at is None]
+    if not ready:
         return
     with transaction.atomic(savepoint=False):
-        for call in startable:
+        for call in ready:
             # Conditional: a call is sent once, even when two processes dispatch the batch.
             if ToolCall.objects.filter(
                 pk=call.pk, status=Status.QUEUED, enqueued_at__isnull=True
@@ -79,11 +81,15 @@ def dispatch_ready(batch_id: uuid.UUID, calls: list[ToolCall] | None = None) -> 
 
 def execute_call(call_id: str) -> None:
     """Stages 6 to 10 for one queued call. Idempotent: a second delivery does nothing."""
-    call = ToolCall.objects.select_related("session__agent__owner").filter(pk=call_id).first()
+    call = (
+        ToolCall.objects.select_related("session__agent__owner__permission_profile")
+        .filter(pk=call_id)
+        .first()
+    )
     if call is None or call.status != Status.QUEUED:
         return
     session = call.session
-    ctx = call_context(call, session, *mode_and_profile(session))
+    ctx = call_context(call, session, *mode_and_profile(session, preloaded=True))
     if ctx is None:
         return _deny_before_run(call, ["The tool is no longer registered."], "registry")
     denials = pipeline.guards(ctx)  # re-run: time has passed since admission

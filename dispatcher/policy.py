@@ -76,7 +76,11 @@ def session_grants(call: CallContext, next: Next) -> Decision:
     session narrowed to read_only or locked since the grant is not widened by it. Guards
     still run after. A revoked grant is not read, so it stops at once.
     """
-    if not call.session_id or call.mode not in (Mode.STANDARD, Mode.TRUSTED):
+    if (
+        not call.session_id
+        or not call.may_have_grants
+        or call.mode not in (Mode.STANDARD, Mode.TRUSTED)
+    ):
         return next(call)
     texts = list(
         SessionGrant.objects.active()

@@ -16,9 +16,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import Count
 from django.utils import timezone
 
-from audit.services import record_event
+from audit.services import EventSpec, record_event, record_events
 
 from . import messages, notify, pipeline
 from .context import CallContext, Decision, Profile
@@ -116,8 +117,13 @@ def default_profile() -> dict[str, Any]:
     }
 
 
-def profile_for(user: User) -> Profile:
-    row = PermissionProfile.objects.filter(user=user).first()
+def profile_for(user: User, *, preloaded: bool = False) -> Profile:
+    """The user's profile. `preloaded`: the caller has just read `user` with
+    select_related("permission_profile"), so that row is used instead of a new read."""
+    if preloaded:
+        row = getattr(user, "permission_profile", None)  # None: the user has no saved profile
+    else:
+        row = PermissionProfile.objects.filter(user=user).first()
     if row is None:
         default = default_profile()
         return Profile(
@@ -171,10 +177,10 @@ def start_session(*, agent: Agent, title: str = "", mode: str | None = None) -> 
     return session
 
 
-def mode_and_profile(session: AgentSession) -> tuple[str, Profile]:
-    """The owner's profile (one read), and the session's mode narrowed further if the
-    owner's mode was narrowed since the session started."""
-    profile = profile_for(session.agent.owner)
+def mode_and_profile(session: AgentSession, *, preloaded: bool = False) -> tuple[str, Profile]:
+    """The owner's profile (one read, none when `preloaded`: see profile_for), and the
+    session's mode narrowed further if the owner's mode was narrowed since the session started."""
+    profile = profile_for(session.agent.owner, preloaded=preloaded)
     return narrower_mode(session.mode, profile.mode), profile
 
 
@@ -182,25 +188,54 @@ def mode_and_profile(session: AgentSession) -> tuple[str, Profile]:
 
 
 def transition(
-    call: ToolCall, to: Status, *, kind: str, actor: str, payload: dict[str, Any], **fields: Any
+    call: ToolCall,
+    to: Status,
+    *,
+    kind: str,
+    actor: str,
+    payload: dict[str, Any],
+    publish: bool = True,
+    **fields: Any,
 ) -> bool:
     """Move `call` from its current status to `to`: one conditional update plus its audit event.
 
     Returns False (and changes nothing) if another process moved the call first. Must run
-    inside transaction.atomic(); the wake-up is published after commit.
+    inside transaction.atomic(); the wake-up is published after commit (`publish=False`:
+    the caller schedules it with publish_after_commit).
     """
+    _check_transition(call, to, fields)
+    previous = call.status
+    if not ToolCall.objects.filter(pk=call.pk, status=previous).update(status=to, **fields):
+        return False
+    spec = _apply(call, to, kind=kind, actor=actor, payload=payload, fields=fields)
+    record_events([spec], session_id=call.session_id)
+    if publish:
+        publish_after_commit(call, previous)
+    return True
+
+
+def _check_transition(call: ToolCall, to: Status, fields: dict[str, Any]) -> None:
     if (call.status, to) not in TRANSITIONS:
         raise ServiceError(f"A call cannot go from {call.status} to {to}.")
     if to in TERMINAL_STATUSES:
         fields.setdefault("finished_at", timezone.now())
-    if not ToolCall.objects.filter(pk=call.pk, status=call.status).update(status=to, **fields):
-        return False
-    record_event(
-        kind=kind,
-        actor=actor,
-        subject=f"call:{call.pk}",
-        session_id=call.session_id,
-        payload={
+
+
+def _apply(
+    call: ToolCall,
+    to: Status,
+    *,
+    kind: str,
+    actor: str,
+    payload: dict[str, Any],
+    fields: dict[str, Any],
+) -> EventSpec:
+    """Set the new status and fields on `call` (in memory) and return its audit event."""
+    spec = EventSpec(
+        kind,
+        actor,
+        f"call:{call.pk}",
+        {
             "call_id": str(call.pk),
             "tool": call.name,
             "from": call.status,
@@ -213,13 +248,18 @@ def transition(
             ),
             **payload,
         },
+        timezone.now(),
     )
-    previous, call.status = call.status, to
+    call.status = to
     for name, value in fields.items():
         setattr(call, name, value)
-    call_id, session_id = str(call.pk), str(call.session_id)
+    return spec
+
+
+def publish_after_commit(call: ToolCall, previous: str) -> None:
+    """Announce the call's change (from `previous` to its status now) once committed."""
+    call_id, session_id, to = str(call.pk), str(call.session_id), str(call.status)
     transaction.on_commit(lambda: notify.publish_change(call_id, session_id, to, previous))
-    return True
 
 
 def _finish_text(call: ToolCall, text: str) -> str:
@@ -245,88 +285,161 @@ def _decision_fields(
 
 
 def submit_calls(
-    *, session: AgentSession, dialect: str, proposed: list[ProposedCall]
+    *,
+    session: AgentSession,
+    dialect: str,
+    proposed: list[ProposedCall],
+    profile_preloaded: bool = False,
 ) -> list[ToolCall]:
     """Admit one assistant message's calls; return them in request order.
 
     Idempotent by tool_use_id: a call already seen in the session is returned as it is,
     never created twice (also under concurrent submissions of the same message).
+    `profile_preloaded`: see profile_for (the agent API reads it with the session).
     """
-    mode, profile = mode_and_profile(session)
+    mode, profile = mode_and_profile(session, preloaded=profile_preloaded)
+    try:
+        return _admit(session, dialect, proposed, mode, profile)
+    except IntegrityError:
+        # The same message was submitted concurrently and the other request won (one call
+        # per tool_use_id): admitting again finds its calls. Any other integrity failure
+        # (an audit store refusing the write) is not ours to hide.
+        ids = [p.tool_use_id for p in proposed]
+        if not ToolCall.objects.filter(session=session, tool_use_id__in=ids).exists():
+            raise
+        return _admit(session, dialect, proposed, mode, profile)
+
+
+class _Admission:
+    """The new calls of one message, decided in memory, then written at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[ToolCall] = []
+        self.events: list[EventSpec] = []
+        self.asks: list[tuple[ToolCall, dict[str, Any]]] = []
+
+
+def _admit(
+    session: AgentSession, dialect: str, proposed: list[ProposedCall], mode: str, profile: Profile
+) -> list[ToolCall]:
+    """One transaction (one commit) for the whole message: the calls are inserted already
+    decided, with their call.received and decision events in one append (received first,
+    timed when it was received), then the runnable ones are sent after commit."""
+    from .execution import startable  # execution imports this module
+
     batch_id = uuid.uuid4()
-    # One transaction for the whole message: one commit (one WAL flush) instead of one
-    # per transition. Each call is still logged (call.received) before it is decided.
     with transaction.atomic():
-        existing = {
+        known = {
             c.tool_use_id: c
             for c in ToolCall.objects.filter(
                 session=session, tool_use_id__in=[p.tool_use_id for p in proposed]
             )
         }
+        counts = _repeat_counts(session, [p for p in proposed if p.tool_use_id not in known])
+        admission = _Admission()
         calls = []
         for index, item in enumerate(proposed):
-            call = existing.get(item.tool_use_id) or receive(
-                session, dialect, item, batch_id, index
-            )
-            if call.status == Status.RECEIVED and call.batch_id == batch_id:
-                _decide(call, item, session, mode, profile)
+            call = known.get(item.tool_use_id)
+            if call is None:  # new (a repeated id within one message is one call)
+                call = known[item.tool_use_id] = receive(
+                    session, dialect, item, batch_id, index, counts, admission
+                )
+                admission.events.append(_decide(call, item, session, mode, profile, admission))
             calls.append(call)
-        new = [c for c in calls if c.batch_id == batch_id]
-        if new:
-            from .execution import dispatch_ready  # execution imports this module
-
-            dispatch_ready(batch_id, new)
+        if admission.calls:
+            sent = startable(admission.calls)
+            now = timezone.now()
+            for call in sent:
+                call.enqueued_at = now
+            ToolCall.objects.bulk_create(admission.calls)
+            record_events(admission.events, session_id=session.pk)
+            for call, presentation in admission.asks:
+                notify.approval_requested.send(
+                    sender=ToolCall, call=call, presentation=presentation
+                )
+            _after_admission(admission.calls, sent)
     return calls
 
 
+def _after_admission(calls: list[ToolCall], sent: list[ToolCall]) -> None:
+    from .tasks import execute_call
+
+    session_id = str(calls[0].session_id)
+    changes = [(str(c.pk), str(c.status)) for c in calls]
+    to_send = [str(c.pk) for c in sent]
+
+    def after_commit() -> None:
+        for call_id in to_send:
+            execute_call.delay(call_id)
+        for call_id, status in changes:
+            notify.publish_change(call_id, session_id, status, Status.RECEIVED)
+
+    transaction.on_commit(after_commit)
+
+
+def _repeat_counts(session: AgentSession, items: list[ProposedCall]) -> dict[tuple[str, str], int]:
+    """How many calls of the session had each (tool, digest) before: one query per message."""
+    digests = {digest_of(p) for p in items if p.name not in settings.HARNESS_REPEAT_EXCLUDED_TOOLS}
+    if not digests:
+        return {}
+    rows = (
+        ToolCall.objects.filter(session=session, digest__in=digests)
+        .order_by()
+        .values_list("name", "digest")
+        .annotate(n=Count("pk"))
+    )
+    return {(name, digest): n for name, digest, n in rows}
+
+
 def receive(
-    session: AgentSession, dialect: str, item: ProposedCall, batch_id: uuid.UUID, index: int
+    session: AgentSession,
+    dialect: str,
+    item: ProposedCall,
+    batch_id: uuid.UUID,
+    index: int,
+    counts: dict[tuple[str, str], int],
+    admission: _Admission,
 ) -> ToolCall:
-    """Stage 1, receive: store the call with its exact arguments and digest, and audit call.received."""
+    """Stage 1, receive: the call with its exact arguments and digest, and its call.received."""
     digest = digest_of(item)
     repeat_count = 1
     if item.name not in settings.HARNESS_REPEAT_EXCLUDED_TOOLS:
-        repeat_count += ToolCall.objects.filter(
-            session=session, name=item.name, digest=digest
-        ).count()
-    try:
-        with transaction.atomic():
-            call = ToolCall.objects.create(
-                session=session,
-                tool_use_id=item.tool_use_id,
-                name=item.name,
-                raw_arguments=item.raw_arguments,
-                arguments=item.arguments,
-                digest=digest,
-                dialect=dialect,
-                batch_id=batch_id,
-                batch_index=index,
-                repeat_count=repeat_count,
-            )
-            record_event(
-                kind="call.received",
-                actor=f"agent:{session.agent.name}",
-                subject=f"call:{call.pk}",
-                session_id=session.pk,
-                payload={
-                    "call_id": str(call.pk),
-                    "tool_use_id": item.tool_use_id,
-                    "tool": item.name,
-                    "arguments": item.raw_arguments,
-                    "digest": digest,
-                    "dialect": dialect,
-                    "batch_id": str(batch_id),
-                    "batch_index": index,
-                    "repeat_count": repeat_count,
-                },
-            )
-    except IntegrityError:
-        # The same message was submitted concurrently and the other request won; any
-        # other integrity failure (an audit store refusing the write) is not ours to hide.
-        winner = ToolCall.objects.filter(session=session, tool_use_id=item.tool_use_id).first()
-        if winner is None:
-            raise
-        return winner
+        key = (item.name, digest)
+        counts[key] = counts.get(key, 0) + 1  # counts this one for the rest of the message
+        repeat_count = counts[key]
+    call = ToolCall(
+        id=uuid.uuid4(),
+        session=session,
+        tool_use_id=item.tool_use_id,
+        name=item.name,
+        raw_arguments=item.raw_arguments,
+        arguments=item.arguments,
+        digest=digest,
+        dialect=dialect,
+        batch_id=batch_id,
+        batch_index=index,
+        repeat_count=repeat_count,
+    )
+    admission.calls.append(call)
+    admission.events.append(
+        EventSpec(
+            "call.received",
+            f"agent:{session.agent.name}",
+            f"call:{call.pk}",
+            {
+                "call_id": str(call.pk),
+                "tool_use_id": item.tool_use_id,
+                "tool": item.name,
+                "arguments": item.raw_arguments,
+                "digest": digest,
+                "dialect": dialect,
+                "batch_id": str(batch_id),
+                "batch_index": index,
+                "repeat_count": repeat_count,
+            },
+            timezone.now(),
+        )
+    )
     return call
 
 
@@ -348,28 +461,20 @@ def call_context(
         agent_name=session.agent.name,
         profile=profile,
         agent_active=session.agent.is_active,
+        may_have_grants=getattr(session, "has_grants", True),
     )
 
 
-def _reject(call: ToolCall, reason: str, stage: str) -> None:
-    decision = Decision("deny", f"stage:{stage}", reason)
-    with transaction.atomic(savepoint=False):
-        fields = _decision_fields(call, decision, reason)
-        fields["decision"] = "reject"
-        transition(
-            call,
-            Status.REJECTED,
-            kind="call.rejected",
-            actor="harness",
-            payload={"stage": stage, "reason": reason},
-            **fields,
-        )
-
-
 def _decide(
-    call: ToolCall, item: ProposedCall, session: AgentSession, mode: str, profile: Profile
-) -> None:
-    """Stages 2 to 5: resolve, validate, pre_execute, guards; then the transition they chose."""
+    call: ToolCall,
+    item: ProposedCall,
+    session: AgentSession,
+    mode: str,
+    profile: Profile,
+    admission: _Admission,
+) -> EventSpec:
+    """Stages 2 to 5: resolve, validate, pre_execute, guards; then the transition they
+    chose, applied to the new call in memory. Returns the decision's audit event."""
     if item.parse_error:
         message = (
             f"Could not read the arguments of '{call.name}': {item.parse_error} Send a JSON object."
@@ -385,9 +490,8 @@ def _decide(
     call.provenance = {"mode": mode, "profile_version": profile.version}
     decision = pipeline.pre_execute(ctx)
     if decision.action == "deny":
-        return _settle(
-            call, Status.DENIED, decision, "call.denied", messages.policy_denied(decision.reason)
-        )
+        text = messages.policy_denied(decision.reason)
+        return _settle(call, Status.DENIED, decision, "call.denied", text)
     if decision.action == "cancel":
         text = messages.cancelled(decision.by, decision.reason)
         return _settle(call, Status.CANCELLED, decision, "call.cancelled", text)
@@ -396,51 +500,62 @@ def _decide(
         guard = Decision(
             "deny", "guard:" + ",".join(n for n, _ in denials), " ".join(r for _, r in denials)
         )
-        return _settle(
-            call,
-            Status.DENIED,
-            guard,
-            "call.denied",
-            messages.guard_denied([r for _, r in denials]),
-        )
+        text = messages.guard_denied([r for _, r in denials])
+        return _settle(call, Status.DENIED, guard, "call.denied", text)
+    provenance = {**call.provenance, **decision.as_provenance()}
     if decision.action == "ask":
-        return _ask(call, decision, tool.present_call(call.arguments or {}, ctx.workspace))
-    with transaction.atomic(savepoint=False):
-        transition(
-            call,
-            Status.QUEUED,
-            kind="call.allowed",
-            actor=decision.by,
-            payload={**call.provenance, **decision.as_provenance()},
-            queued_at=timezone.now(),
-            **_decision_fields(call, decision),
-        )
-    return None
-
-
-def _settle(call: ToolCall, to: Status, decision: Decision, kind: str, text: str) -> None:
-    with transaction.atomic(savepoint=False):
-        transition(
-            call,
-            to,
-            kind=kind,
-            actor=decision.by,
-            payload={**call.provenance, **decision.as_provenance()},
-            **_decision_fields(call, decision, text),
-        )
-
-
-def _ask(call: ToolCall, decision: Decision, presentation: dict[str, Any]) -> None:
-    with transaction.atomic(savepoint=False):
-        if transition(
+        presentation = tool.present_call(call.arguments or {}, ctx.workspace)
+        admission.asks.append((call, presentation))
+        return _new_transition(
             call,
             Status.PENDING_APPROVAL,
             kind="call.approval_requested",
             actor=decision.by,
-            payload={**call.provenance, **decision.as_provenance(), "presentation": presentation},
+            payload={**provenance, "presentation": presentation},
             **_decision_fields(call, decision),
-        ):
-            notify.approval_requested.send(sender=ToolCall, call=call, presentation=presentation)
+        )
+    return _new_transition(
+        call,
+        Status.QUEUED,
+        kind="call.allowed",
+        actor=decision.by,
+        payload=provenance,
+        queued_at=timezone.now(),
+        **_decision_fields(call, decision),
+    )
+
+
+def _new_transition(
+    call: ToolCall, to: Status, *, kind: str, actor: str, payload: dict[str, Any], **fields: Any
+) -> EventSpec:
+    """A transition of a call not yet written (admission writes it in its decided state)."""
+    _check_transition(call, to, fields)
+    return _apply(call, to, kind=kind, actor=actor, payload=payload, fields=fields)
+
+
+def _reject(call: ToolCall, reason: str, stage: str) -> EventSpec:
+    decision = Decision("deny", f"stage:{stage}", reason)
+    fields = _decision_fields(call, decision, reason)
+    fields["decision"] = "reject"
+    return _new_transition(
+        call,
+        Status.REJECTED,
+        kind="call.rejected",
+        actor="harness",
+        payload={"stage": stage, "reason": reason},
+        **fields,
+    )
+
+
+def _settle(call: ToolCall, to: Status, decision: Decision, kind: str, text: str) -> EventSpec:
+    return _new_transition(
+        call,
+        to,
+        kind=kind,
+        actor=decision.by,
+        payload={**call.provenance, **decision.as_provenance()},
+        **_decision_fields(call, decision, text),
+    )
 
 
 # --- Decisions on pending calls (reviewers, expiry, the agent) ---------------------------
@@ -453,16 +568,19 @@ def _decide_pending(
     kind: str,
     text: str | None,
     extra: dict[str, Any] | None = None,
+    call: ToolCall | None = None,
     **fields: Any,
 ) -> bool:
-    """Close a pending call as `to`: lock it, check it is still pending, transition, and
-    send what may run next in its batch (after commit). False if it was no longer pending.
+    """Close a pending call as `to`: check it is still pending, transition (a conditional
+    update: exactly one decision wins), and send what may run next in its batch (after
+    commit). False if it was no longer pending.
 
     Joins the caller's transaction when there is one (the approvals app records its own
-    row in the same commit).
+    row in the same commit, and passes the `call` it read under its approval's lock).
     """
-    with transaction.atomic():
-        call = ToolCall.objects.select_for_update().get(pk=call_id)
+    with transaction.atomic(savepoint=False):
+        if call is None:
+            call = ToolCall.objects.select_for_update().get(pk=call_id)
         if call.status != Status.PENDING_APPROVAL:
             return False
         done = transition(
@@ -471,24 +589,39 @@ def _decide_pending(
             kind=kind,
             actor=decision.by,
             payload={**decision.as_provenance(), **(extra or {})},
+            publish=False,
             **fields,
             **_decision_fields(call, decision, text),
         )
         if done:
             from .execution import dispatch_ready
 
-            # In the same transaction (one commit); the messages still leave after it.
+            # In the same transaction (one commit); the messages still leave after it,
+            # the worker's first, then the pushes to agents and reviewers.
             dispatch_ready(call.batch_id)
+            publish_after_commit(call, Status.PENDING_APPROVAL)
         return done
 
 
 def approve_call(
-    *, call_id: uuid.UUID | str, actor: str, reason: str = "", extra: dict[str, Any] | None = None
+    *,
+    call_id: uuid.UUID | str,
+    actor: str,
+    reason: str = "",
+    extra: dict[str, Any] | None = None,
+    call: ToolCall | None = None,
 ) -> bool:
     """Approve a pending call; it is queued to run. False if it was no longer pending."""
     decision = Decision("allow", actor, reason or "Approved by a reviewer.")
     return _decide_pending(
-        call_id, Status.QUEUED, decision, "call.approved", None, extra, queued_at=timezone.now()
+        call_id,
+        Status.QUEUED,
+        decision,
+        "call.approved",
+        None,
+        extra,
+        call=call,
+        queued_at=timezone.now(),
     )
 
 
@@ -499,11 +632,12 @@ def deny_call(
     reviewer: str,
     feedback: str = "",
     extra: dict[str, Any] | None = None,
+    call: ToolCall | None = None,
 ) -> bool:
     """Deny a pending call; `feedback` reaches the model as the tool result."""
     decision = Decision("deny", actor, feedback or "Denied by a reviewer.")
     text = messages.reviewer_denied(reviewer, feedback)
-    return _decide_pending(call_id, Status.DENIED, decision, "call.denied", text, extra)
+    return _decide_pending(call_id, Status.DENIED, decision, "call.denied", text, extra, call=call)
 
 
 def cancel_call(*, call_id: uuid.UUID | str, actor: str, reason: str = "") -> bool:

@@ -1,11 +1,23 @@
 """The Celery app. Workers: `celery -A harness_site worker`."""
 
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
 app = Celery("harness")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@task_prerun.connect  # type: ignore[untyped-decorator]
+@task_postrun.connect  # type: ignore[untyped-decorator]
+def _release_connections(**kwargs: Any) -> None:
+    """What Django does around a request: return the connection to this process's pool
+    (CONN_MAX_AGE=0), or drop it when it broke. See CELERY_DB_REUSE_MAX in settings."""
+    from django.db import close_old_connections
+
+    close_old_connections()

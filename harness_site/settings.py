@@ -150,6 +150,11 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes every connection, and in prefork workers the whole psycopg
+# pool, before and after each task (celery/celery#10554): three new PostgreSQL connections
+# per call. With this it does so only every 1,000 tasks; harness_site.celery hands the
+# connection back to the child's pool (or drops a broken one) at each task boundary.
+CELERY_DB_REUSE_MAX = 1000
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_DEFAULT_QUEUE = env("HARNESS_CELERY_QUEUE", "harness")
 CELERY_BEAT_SCHEDULE = {
