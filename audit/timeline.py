@@ -1,7 +1,9 @@
 """A session as the log tells it: its calls, decisions, stage times and results.
 
 Built from AuditEvent rows alone (never from the dispatcher's tables), so what the
-timeline, the replay and the transcript show is exactly what the log can prove.
+timeline, the replay and the transcript show is exactly what the log can prove. The
+timeline page reads one page of calls at a time (`call_page`); the replay and the
+transcript read the whole session (`build_timeline`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ from datetime import datetime
 from typing import Any
 
 from .models import AuditEvent
+
+# Calls per timeline page. Each call is a card of a screen or so (arguments, decision,
+# result); 25 is a few minutes of reading, and keeps a page as cheap to build as a
+# 100-event session's whole timeline (which is about 25 calls of four events).
+PAGE_CALLS = 25
 
 DECISION_KINDS = {
     "call.allowed",
@@ -160,6 +167,93 @@ def build_timeline(chain: str) -> Timeline | None:
         if call_id:
             _apply(calls.setdefault(call_id, Call(call_id=call_id)), event)
     return Timeline(chain=chain, session=session, calls=list(calls.values()), events=events)
+
+
+def session_started(chain: str) -> dict[str, Any]:
+    """The session.started payload (agent, owner, mode, workspace ...): the chain's first
+    event, read by its (chain, seq) key; empty if the chain does not start with one."""
+    event = AuditEvent.objects.filter(chain=chain, seq=1, kind="session.started").first()
+    return {**event.payload, "started_at": event.created_at} if event else {}
+
+
+def received_seq(chain: str, call_id: str) -> int | None:
+    """The seq of the call's call.received event in this chain, or None.
+
+    Read by subject ("call:<id>") alone: the subject index finds the call's few events
+    on both backends, where a query naming the chain or the kind too may walk those.
+    """
+    rows = AuditEvent.objects.filter(subject=f"call:{call_id}").values_list("chain", "kind", "seq")
+    return next((seq for c, kind, seq in rows if c == chain and kind == "call.received"), None)
+
+
+@dataclass
+class CallPage:
+    """At most PAGE_CALLS calls of a session, oldest first, and the cursors around them.
+
+    A cursor is the seq of a call.received event: `older` is the `before` of the page of
+    older calls and `newer` the `after` of the page of newer ones (None: there are none).
+    """
+
+    calls: list[Call]
+    older: int | None
+    newer: int | None
+    latest: bool
+
+
+def call_page(chain: str, *, before: int | None = None, after: int | None = None) -> CallPage:
+    """The calls received before seq `before`, after seq `after`, or (neither) the newest.
+
+    Three indexed reads bounded by the page size, whatever the session's length: the
+    page's call.received events (a (chain, seq) index range, newest or oldest first), one
+    row on the other side (is there more?), and the other events of those calls, found by
+    their subject ("call:<id>", shared by every event of a call; subject index). A call's
+    later events (its decision, its result) may come long after other calls were received,
+    so they are found by call, not by seq range. Events are applied by payload call_id.
+    """
+    received = AuditEvent.objects.filter(chain=chain, kind="call.received")
+    if after is not None:
+        rows = list(received.filter(seq__gt=after).order_by("seq")[: PAGE_CALLS + 1])
+        more_newer, rows = len(rows) > PAGE_CALLS, rows[:PAGE_CALLS]
+        more_older = received.filter(seq__lte=after).exists()
+    else:
+        if before is not None:
+            received = received.filter(seq__lt=before)
+        rows = list(received.order_by("-seq")[: PAGE_CALLS + 1])
+        more_older, rows = len(rows) > PAGE_CALLS, rows[:PAGE_CALLS][::-1]
+        more_newer = before is not None and (
+            AuditEvent.objects.filter(chain=chain, kind="call.received", seq__gte=before).exists()
+        )
+    edge_older = rows[0].seq if rows else (after + 1 if after is not None else 0)
+    edge_newer = rows[-1].seq if rows else (max(before - 1, 0) if before is not None else 0)
+    return CallPage(
+        calls=_calls_of(chain, rows),
+        older=edge_older if more_older else None,
+        newer=edge_newer if more_newer else None,
+        latest=after is None and before is None,
+    )
+
+
+def _calls_of(chain: str, received: list[AuditEvent]) -> list[Call]:
+    """The calls of these call.received events, each with all of its events, in order."""
+    calls: dict[str, Call] = {}
+    for event in received:
+        if call_id := event.payload.get("call_id"):
+            _apply(calls.setdefault(call_id, Call(call_id=call_id)), event)
+    subjects = {e.subject for e in received if e.subject}
+    if subjects:
+        # By subject alone, so that both PostgreSQL and SQLite read the subject index (with
+        # the chain in the query, either may walk the chain's (chain, seq) range instead);
+        # the chain and order are then checked here.
+        later = (
+            AuditEvent.objects.filter(subject__in=subjects)
+            .exclude(kind="call.received")
+            .order_by("seq")
+        )
+        for event in later:
+            call = calls.get(event.payload.get("call_id"))
+            if call is not None and event.chain == chain and event.seq > received[0].seq:
+                _apply(call, event)
+    return list(calls.values())
 
 
 def openai_messages(timeline: Timeline) -> list[dict[str, Any]]:

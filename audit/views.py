@@ -7,6 +7,7 @@ auditors (group "auditor") or superusers get in.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
 from functools import wraps
@@ -20,13 +21,27 @@ from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.utils.cache import patch_vary_headers
 
 from . import export
 from .models import AuditChain, AuditEvent
-from .timeline import Timeline, anthropic_messages, build_timeline, openai_messages, replay_events
+from .timeline import (
+    CallPage,
+    Timeline,
+    anthropic_messages,
+    build_timeline,
+    call_page,
+    openai_messages,
+    received_seq,
+    replay_events,
+    session_started,
+)
 
 AUDITOR_GROUP = "auditor"
 PAGE_SIZE = 50
+# A timeline page cursor is the seq of a call.received event (at most 18 digits: a bigint).
+CURSOR = re.compile(r"[0-9]{1,18}")
+MAX_CALL_ID = 100
 
 STATUS_FILTERS = {
     "completed": Q(completed__gt=0),
@@ -117,11 +132,53 @@ def _timeline(session_id: UUID) -> Timeline:
     return timeline
 
 
+def _cursor(params: Any, name: str) -> int | None:
+    text = params.get(name)
+    if text is None:
+        return None
+    if not CURSOR.fullmatch(text):
+        raise Http404(
+            f"'{name}' must be the number of a call in this timeline; open the timeline without it."
+        )
+    return int(text)
+
+
+def _page(chain: str, params: Any) -> CallPage:
+    """The page the query asks for: ?before=<seq>, ?after=<seq>, ?call=<id>, or the newest calls.
+
+    Raises Http404 for a malformed cursor or a call that is not in this session.
+    """
+    before, after, call_id = _cursor(params, "before"), _cursor(params, "after"), params.get("call")
+    if sum(p is not None for p in (before, after, call_id)) > 1:
+        raise Http404("Give one of 'before', 'after' or 'call'; open the timeline without them.")
+    if call_id is not None:
+        seq = received_seq(chain, call_id) if len(call_id) <= MAX_CALL_ID else None
+        if seq is None:
+            raise Http404("No such call in this session; open the timeline to see its calls.")
+        after = seq - 1
+    return call_page(chain, before=before, after=after)
+
+
 @auditor_required
 def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
-    timeline = _timeline(session_id)
-    template = "audit/session.html#calls" if request.htmx else "audit/session.html"  # type: ignore[attr-defined]
-    return render(request, template, {"timeline": timeline, "session_id": session_id})
+    """One page of the session's calls, and its summary from the chain's head row.
+
+    A constant number of queries whatever the session's length; an htmx request (the
+    live refresh, the pager) gets the calls fragment only.
+    """
+    chain = str(session_id)
+    head = AuditChain.objects.filter(chain=chain).first()
+    if head is None:
+        raise Http404("No audit events for this session.")
+    context = {"head": head, "page": _page(chain, request.GET), "session_id": session_id}
+    if request.htmx:  # type: ignore[attr-defined]
+        response = render(request, "audit/session.html#calls", context)
+    else:
+        context["session"] = session_started(chain)
+        response = render(request, "audit/session.html", context)
+    # One URL, two bodies: a cache must never hand the fragment to a page load.
+    patch_vary_headers(response, ["HX-Request"])
+    return response
 
 
 @auditor_required

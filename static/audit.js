@@ -91,11 +91,7 @@
       var scheme = location.protocol === "https:" ? "wss://" : "ws://";
       var socket = new WebSocket(scheme + location.host + path);
       socket.onopen = function () { delay = 500; };
-      socket.onmessage = function () {
-        // The stable wrapper queues a refresh that arrives while one is in flight.
-        var live = document.getElementById("audit-live");
-        if (live && window.htmx) window.htmx.trigger(live, "audit:changed");
-      };
+      socket.onmessage = function () { refresh(false); };
       socket.onclose = function () {
         setTimeout(connect, delay);
         delay = Math.min(delay * 2, 10000);
@@ -104,10 +100,43 @@
     connect();
   }
 
+  // The timeline shows one page of calls; the page is the one in the address bar
+  // (?before=, ?after=, ?call= or none: the newest calls). Live refreshes and the pager
+  // both load it through the stable wrapper, which queues a load that arrives while
+  // another is in flight (hx-sync queue last) instead of dropping it.
+  var scrollAfterSwap = false;
+
+  function refresh(scroll) {
+    var wrapper = document.getElementById("audit-live");
+    if (!wrapper || !window.htmx) return;
+    if (scroll) scrollAfterSwap = true;
+    window.htmx.trigger(wrapper, "audit:changed");
+  }
+
+  function pager(wrapper) {
+    document.body.addEventListener("htmx:configRequest", function (ev) {
+      if (ev.detail.elt === wrapper) ev.detail.path = location.pathname + location.search;
+    });
+    document.body.addEventListener("htmx:afterSwap", function () {
+      var calls = document.getElementById("audit-calls");
+      if (scrollAfterSwap && calls) calls.scrollIntoView();
+      scrollAfterSwap = false;
+    });
+    wrapper.addEventListener("click", function (ev) {
+      var link = ev.target.closest && ev.target.closest("a[data-page]");
+      if (!link || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey) return;
+      ev.preventDefault();
+      history.pushState({ auditPage: true }, "", link.href);
+      refresh(true);
+    });
+    window.addEventListener("popstate", function () { refresh(false); });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     var root = document.getElementById("audit-replay");
     if (root && document.getElementById("audit-events")) start(root);
     var wrapper = document.getElementById("audit-live");
+    if (wrapper) pager(wrapper);
     if (wrapper && wrapper.dataset.live) live(wrapper.dataset.live);
   });
 })();

@@ -8,7 +8,11 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from audit.models import AuditChain
+from audit.timeline import PAGE_CALLS
 from audit.verify import verify_file
+from dispatcher.notify import publish_change
+from tests.audit.test_timeline_pages import bulk_session
 from tests.conftest import LiveStack, login, make_agent, make_user, unique
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
@@ -102,3 +106,38 @@ def test_an_open_timeline_shows_new_calls_without_reload(
             assert "pending_approval" in calls.nth(1).inner_text()
         finally:
             page.close()
+
+
+def test_timeline_pages_load_in_place_and_the_back_button_returns(
+    live_stack: LiveStack, live_db: None, browser: Any
+) -> None:
+    auditor = make_user(unique("auditor"), groups=("auditor",)).username
+    chain, ids = bulk_session(PAGE_CALLS + 2)
+    connection.close()
+    page = browser.new_page()
+    try:
+        login(page, live_stack.url, auditor)
+        page.goto(f"{live_stack.url}/audit/sessions/{chain}/")
+        calls = page.locator("article.audit-call")
+        assert calls.count() == PAGE_CALLS
+        assert calls.nth(PAGE_CALLS - 1).get_attribute("id") == f"call-{ids[-1]}"  # newest last
+        page.evaluate("window.notReloaded = true")
+        page.locator("a", has_text="Older calls").first.click()
+        page.locator(f"#call-{ids[0]}").wait_for(timeout=5000)  # swapped in, no reload
+        assert [calls.nth(i).get_attribute("id") for i in range(calls.count())] == [
+            f"call-{i}" for i in ids[:2]
+        ]
+        assert "?before=" in page.url and page.evaluate("window.notReloaded") is True
+        assert page.locator("a", has_text="Newer calls").count() >= 1
+        # A live refresh while on an older page reloads that page, not the newest one.
+        AuditChain.objects.filter(chain=chain).update(calls=999)
+        publish_change(ids[0], chain, "completed")
+        page.get_by_text("999 calls in this session").wait_for(timeout=5000)
+        assert calls.count() == 2 and "?before=" in page.url
+        page.go_back()
+        page.locator(f"#call-{ids[-1]}").wait_for(timeout=5000)
+        assert calls.count() == PAGE_CALLS
+        assert page.url.endswith(f"/audit/sessions/{chain}/")
+        assert page.evaluate("window.notReloaded") is True
+    finally:
+        page.close()

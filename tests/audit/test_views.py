@@ -99,6 +99,7 @@ def test_timeline_shows_each_call_with_provenance_and_result(auditor: Client, se
     assert "mode:standard" in page  # who decided
     assert "What the reviewer saw" in page  # run_command asked
     assert "does not exist" in page  # what the model got back for the unknown tool
+    assert "3 calls in this session" in page and "Older calls" not in page  # one page
 
 
 def test_replay_embeds_the_log_as_json_only(auditor: Client, session: str) -> None:
