@@ -1,20 +1,31 @@
 """Streaming exports of the log as JSON Lines or CSV, in constant memory.
 
-Rows come from a database cursor in chunks (`QuerySet.iterator`), are written one at a
-time and handed on as text chunks; nothing holds more than one chunk. JSON Lines carries
-every field that is hashed plus prev_hash and hash, so `verify_audit --file` (or the
-recipe in docs/audit.md) can check an export on another machine.
+The database formats the rows; Python only passes their text on. One SELECT, built from the
+caller's queryset (so its filters apply) and ordered by chain and seq, turns each event into
+text: for JSON Lines one JSON object per row, for CSV the 11 columns as text. On PostgreSQL
+that SELECT streams through `COPY (SELECT ...) TO STDOUT` (psycopg `cursor.copy`, one
+message per row, passed on in chunks of whole rows), so an export runs at close to COPY's
+own rate; on SQLite (the embedded default) the same SELECT is read with a cursor, a chunk at
+a time. Nothing holds more than one chunk.
+
+JSON Lines carries every field that is hashed plus prev_hash and hash, so `verify_audit
+--file` (or the recipe in docs/audit.md) can check an export on another machine:
+`created_at` is the text that was hashed (`datetime.isoformat()` of the stored UTC time) and
+the payload is the JSON the database stores (the verifier parses it, so its spacing and key
+order do not matter). CSV has the same columns, the payload as that stored JSON text.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Generator, Iterator
+from itertools import islice
+from typing import Any, NamedTuple
 
+import psycopg
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.db.models import QuerySet
 
 from .models import AuditEvent
@@ -25,75 +36,147 @@ FORMATS = {
     "csv": ("text/csv; charset=utf-8", "csv"),
 }
 ROWS_PER_CHUNK = 500
-CURSOR_CHUNK = 2000
+CSV_HEADER = (",".join(EVENT_FIELDS) + "\n").encode()
 
 
-def event_dicts(events: QuerySet[AuditEvent]) -> Iterator[dict[str, Any]]:
-    """Each event as the export writes it, in chain and seq order."""
-    rows = events.order_by("chain", "seq").values_list(*EVENT_FIELDS)
-    for values in rows.iterator(chunk_size=CURSOR_CHUNK):
-        event = dict(zip(EVENT_FIELDS, values, strict=True))
-        event["created_at"] = event["created_at"].isoformat()
-        if event["session_id"] is not None:
-            event["session_id"] = str(event["session_id"])
-        yield event
+class Chunk(NamedTuple):
+    """Whole rows of an export: how many events they hold, and their bytes (UTF-8)."""
+
+    events: int
+    data: bytes
 
 
-def jsonl_lines(events: QuerySet[AuditEvent]) -> Iterator[str]:
-    for event in event_dicts(events):
-        yield json.dumps(event, ensure_ascii=False) + "\n"
+# How each column becomes the export's text where the database's own text is not it.
+# created_at: `datetime.isoformat()` of the UTC value, as `record_event` hashed it
+# ("2026-01-01T12:00:00.120000+00:00"; no fraction when it is zero). SQLite stores str() of
+# the naive UTC datetime ("YYYY-MM-DD HH:MM:SS[.ffffff]") and a UUID as its 32 hex digits.
+PG_ISO_TIME = (
+    "replace(to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US'), "
+    "'.000000', '') || '+00:00'"
+)
+SQLITE_ISO_TIME = "replace(created_at, ' ', 'T') || '+00:00'"
+SQLITE_UUID = " || '-' || ".join(
+    f"substr(session_id, {start}, {length})"
+    for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
+)
 
 
-def csv_lines(events: QuerySet[AuditEvent]) -> Iterator[str]:
-    """CSV with the payload as canonical JSON text. Every cell a spreadsheet could read as a
-    formula starts with a fixed Harness value ("{", a uuid, "agent:", ...), never agent text."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
+def _cells(vendor: str, fmt: str) -> list[str]:
+    """The SQL of each EVENT_FIELDS cell, over a subquery that selects the columns."""
+    cells = {name: name for name in EVENT_FIELDS}
+    if vendor == "postgresql":
+        cells["created_at"] = PG_ISO_TIME  # uuid and jsonb print as their text already
+    else:
+        cells.update(created_at=SQLITE_ISO_TIME, session_id=SQLITE_UUID)
+        if fmt == "jsonl":
+            cells["payload"] = "json(payload)"  # stored as text: json() embeds it as JSON
+    return list(cells.values())
 
-    def line(row: list[Any]) -> str:
-        buffer.seek(0)
-        buffer.truncate()
-        writer.writerow(row)
-        return buffer.getvalue()
 
-    yield line(list(EVENT_FIELDS))
-    for event in event_dicts(events):
-        event["payload"] = json.dumps(
-            event["payload"], sort_keys=True, separators=(",", ":"), ensure_ascii=False
+def select(events: QuerySet[AuditEvent], fmt: str) -> tuple[str, tuple[Any, ...]]:
+    """The SQL (and its parameters) that formats `events` for `fmt`, in chain and seq order:
+    one JSON object text per row for JSON Lines, the 11 cells as text for CSV.
+
+    The queryset (with its filters) becomes a subquery of the plain columns, ordered, and the
+    formatting is done over it: the shape of `COPY (SELECT row_to_json(t) FROM (...) t)`, so
+    PostgreSQL reads the (chain, seq) index in order and the first rows leave at once, rather
+    than sorting the whole selection first (which it may choose when the formatting
+    expressions sit in the same SELECT as the scan).
+    """
+    vendor = connections[events.db].vendor
+    inner = events.order_by("chain", "seq").values_list(*EVENT_FIELDS).query
+    sql, params = inner.get_compiler(using=events.db).as_sql()
+    cells = zip(EVENT_FIELDS, _cells(vendor, fmt), strict=True)
+    if fmt == "jsonl" and vendor != "postgresql":
+        columns = "json_object(" + ", ".join(f"'{name}', {cell}" for name, cell in cells) + ")"
+    else:
+        columns = ", ".join(f"{cell} AS {name}" for name, cell in cells)
+    # S608: fixed SQL around the queryset's compiled SQL, whose values stay parameters.
+    rows = f"SELECT {columns} FROM ({sql}) AS event ORDER BY chain, seq"  # noqa: S608
+    if fmt == "jsonl" and vendor == "postgresql":  # row_to_json: the keys are the aliases
+        rows = f"SELECT row_to_json(line) FROM ({rows}) AS line ORDER BY line.chain, line.seq"  # noqa: S608
+    return rows, tuple(params)
+
+
+def _copied_chunks(events: QuerySet[AuditEvent], fmt: str) -> Iterator[Chunk]:
+    """PostgreSQL: stream `COPY (SELECT ...) TO STDOUT`, one message per row.
+
+    CSV is COPY's own CSV. JSON Lines is COPY's text format of one JSON text column: that
+    format doubles every backslash and escapes control characters, which JSON text never
+    holds unescaped, so undoing the doubling gives the JSON back exactly. COPY takes no bind
+    parameters: they are merged into the statement client-side (psycopg quotes them).
+    Closing the generator early (a dropped download) cancels the COPY (psycopg) and leaves
+    the connection usable; inside a transaction block the cancel also aborts that block.
+    """
+    sql, params = select(events, fmt)
+    options = " (FORMAT csv)" if fmt == "csv" else ""
+    connection = connections[events.db]
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        raw = cursor.cursor
+        statement = psycopg.ClientCursor(raw.connection).mogrify(
+            f"COPY ({sql}) TO STDOUT{options}", params
         )
-        yield line([event[name] for name in EVENT_FIELDS])
+        with raw.copy(statement) as copy:
+            rows = iter(copy)
+            while chunk := list(islice(rows, ROWS_PER_CHUNK)):
+                yield _copied(chunk, fmt)
+
+
+def _copied(rows: list[Any], fmt: str) -> Chunk:
+    data = b"".join(rows)
+    return Chunk(len(rows), data if fmt == "csv" else data.replace(b"\\\\", b"\\"))
+
+
+def _fetched_chunks(events: QuerySet[AuditEvent], fmt: str) -> Iterator[Chunk]:
+    """SQLite: the same SELECT through a cursor, ROWS_PER_CHUNK rows at a time."""
+    sql, params = select(events, fmt)
+    with connections[events.db].cursor() as cursor:
+        cursor.execute(sql, params)
+        while rows := cursor.fetchmany(ROWS_PER_CHUNK):
+            if fmt == "jsonl":
+                text = "".join([f"{line}\n" for (line,) in rows])
+            else:
+                buffer = io.StringIO()
+                csv.writer(buffer, lineterminator="\n").writerows(rows)
+                text = buffer.getvalue()
+            yield Chunk(len(rows), text.encode())
+
+
+def export_chunks(events: QuerySet[AuditEvent], fmt: str) -> Generator[Chunk]:
+    """`events` exported as `fmt`, in chunks of whole rows; CSV starts with its header row.
+
+    Raises ValueError for an unknown format (at the call, before any query runs).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"Unknown export format '{fmt}'. Choose one of: {', '.join(FORMATS)}.")
+
+    def generate() -> Generator[Chunk]:
+        if fmt == "csv":
+            yield Chunk(0, CSV_HEADER)
+        if connections[events.db].vendor == "postgresql":
+            yield from _copied_chunks(events, fmt)
+        else:
+            yield from _fetched_chunks(events, fmt)
+
+    return generate()
 
 
 def lines(events: QuerySet[AuditEvent], fmt: str) -> Iterator[str]:
-    if fmt not in FORMATS:
-        raise ValueError(f"Unknown export format '{fmt}'. Choose one of: {', '.join(FORMATS)}.")
-    return jsonl_lines(events) if fmt == "jsonl" else csv_lines(events)
-
-
-def chunks(text_lines: Iterator[str], size: int = ROWS_PER_CHUNK) -> Iterator[bytes]:
-    batch: list[str] = []
-    for text in text_lines:
-        batch.append(text)
-        if len(batch) >= size:
-            yield "".join(batch).encode()
-            batch = []
-    if batch:
-        yield "".join(batch).encode()
+    """The export as text, in pieces of whole lines (up to ROWS_PER_CHUNK lines each)."""
+    return (chunk.data.decode() for chunk in export_chunks(events, fmt))
 
 
 async def async_chunks(events: QuerySet[AuditEvent], fmt: str) -> AsyncIterator[bytes]:
     """The export for StreamingHttpResponse under ASGI: each chunk is read in the request's
     sync thread (one database connection holds the cursor), and nothing is buffered."""
-    source = chunks(lines(events, fmt))
+    source = export_chunks(events, fmt)
 
     def read() -> bytes | None:
-        return next(source, None)
-
-    def close() -> None:
-        source.close()  # type: ignore[attr-defined]  # a generator
+        chunk = next(source, None)
+        return None if chunk is None else chunk.data
 
     try:
-        while (chunk := await sync_to_async(read, thread_sensitive=True)()) is not None:
-            yield chunk
+        while (data := await sync_to_async(read, thread_sensitive=True)()) is not None:
+            yield data
     finally:
-        await sync_to_async(close, thread_sensitive=True)()
+        await sync_to_async(source.close, thread_sensitive=True)()

@@ -316,6 +316,62 @@ def export_once(env: dict[str, str], form: str, side: str) -> tuple[float, int, 
     return t, rss, size
 
 
+HTTP_ROWS = 100_000  # the download path is measured at this size (about 10 s in all)
+
+
+def download_once(client: Any, form: str) -> tuple[float, int, int]:
+    """(seconds, rows, bytes) of one streamed download of every session's events."""
+    t = time.perf_counter()
+    size = lines = 0
+    with client.stream("GET", "/audit/export/", params={"format": form}) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"S8 download answered {r.status_code}")
+        for block in r.iter_raw():
+            size += len(block)
+            lines += block.count(b"\n")
+    return time.perf_counter() - t, lines - (form == "csv"), size
+
+
+def scenario_download(env: dict[str, str], rows: int, pairs: int) -> list[Result]:
+    """S8 through HTTP: an auditor downloads `GET /audit/export/?format=...` (every session,
+    the download view streaming `audit.export.async_chunks` under daphne) against the COPY
+    of the whole table. P counts the rows it received (the global chain is not a session)."""
+    import httpx
+
+    server = Server("S8", env)
+    results: list[Result] = []
+    try:
+        cookies = login(server, "bench-auditor", "bench-reviewer-password")
+        with httpx.Client(base_url=server.url, cookies=cookies, timeout=300) as client:
+            for form, goal in (("csv", 0.5), ("jsonl", 0.3)):
+                res = Result(
+                    f"S8 download of {rows:,} audit rows as {form.upper()} over HTTP: GET "
+                    f"/audit/export/?format={form} from daphne (P) vs COPY (SELECT ...) TO STDOUT "
+                    "(B), throughput",
+                    "rows/s",
+                    True,
+                    f">= {goal}x",
+                    goal,
+                )
+                sizes = {"B": 0, "P": 0}
+                got = 0
+                for _ in range(pairs):
+                    secs, _, sizes["B"] = export_once(env, form, "B")
+                    res.b.append(rows / secs)
+                    secs, got, sizes["P"] = download_once(client, form)
+                    res.p.append(got / secs)
+                res.notes.append(
+                    f"{pairs} pairs; P received {got:,} rows, {sizes['P'] / 1e6:.0f} MB (B "
+                    f"{sizes['B'] / 1e6:.0f} MB); P is the wall time of the request (sent to "
+                    "last byte), read by httpx in the runner; B a psycopg subprocess as above"
+                )
+                results.append(res)
+        results[-1].notes.append(f"S8 daphne peak RSS (VmHWM) {server.vm('VmHWM') / 1024:.0f} MiB")
+    finally:
+        server.stop()
+    return results
+
+
 def scenario_export(env: dict[str, str], pairs: int, quick: bool, full_size: bool) -> list[Result]:
     """full_size (`--only export`, not quick): 1,000,000 rows, one pair per format, memory
     against 100,000. Otherwise (inside the whole suite, or quick): 100,000 rows against
@@ -382,4 +438,6 @@ def scenario_export(env: dict[str, str], pairs: int, quick: bool, full_size: boo
                     f"{ratio:.3f} (target <= 1.1): {'met' if ratio <= 1.1 else 'MISSED'}"
                 )
                 results.append(res)
+        if target == HTTP_ROWS:
+            results += scenario_download(env, rows, 3)
     return results

@@ -24,9 +24,10 @@ class Progress:
     def __init__(self, out: Any, total: int, step: int = 1000, width: int = 30) -> None:
         self.out, self.total, self.step, self.width, self.done = out, total, step, width, 0
 
-    def advance(self) -> None:
-        self.done += 1
-        if self.done % self.step == 0 or self.done == self.total:
+    def advance(self, events: int) -> None:
+        before = self.done // self.step
+        self.done += events
+        if self.done // self.step != before or self.done == self.total:
             self.draw()
 
     def draw(self) -> None:
@@ -71,18 +72,16 @@ class Command(BaseCommand):
         if options["output"] == "-":
             self._write(self.stdout, events, options["format"], progress)
         else:
-            with open(options["output"], "w", encoding="utf-8", newline="") as out:
+            with open(options["output"], "wb") as out:
                 self._write(out, events, options["format"], progress)
         if progress:
             progress.finish()
 
     def _write(self, out: Any, events: Any, fmt: str, progress: Progress | None) -> None:
-        header = fmt == "csv"
-        for line in export.lines(events, fmt):
+        for chunk in export.export_chunks(events, fmt):
             if isinstance(out, OutputWrapper):
-                out.write(line, ending="")
+                out.write(chunk.data.decode(), ending="")
             else:
-                out.write(line)
-            if progress and not header:
-                progress.advance()
-            header = False
+                out.write(chunk.data)
+            if progress and chunk.events:
+                progress.advance(chunk.events)
