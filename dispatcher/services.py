@@ -578,7 +578,7 @@ def _decide_pending(
     Joins the caller's transaction when there is one (the approvals app records its own
     row in the same commit, and passes the `call` it read under its approval's lock).
     """
-    with transaction.atomic(savepoint=False):
+    with transaction.atomic():
         if call is None:
             call = ToolCall.objects.select_for_update().get(pk=call_id)
         if call.status != Status.PENDING_APPROVAL:
