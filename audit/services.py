@@ -1,4 +1,8 @@
-"""Appending to the audit log. The only write path for AuditEvent."""
+"""Appending to the audit log. The only write path for AuditEvent.
+
+Every event about one tool call has the subject "call:<call id>": the session timeline
+(audit.timeline.call_page) finds a page's calls by it.
+"""
 
 from __future__ import annotations
 
