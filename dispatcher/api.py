@@ -20,7 +20,6 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, DataError
-from django.db.models import Exists, OuterRef
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -33,7 +32,6 @@ from .models import (
     Agent,
     AgentSession,
     Mode,
-    SessionGrant,
     Status,
     ToolCall,
 )
@@ -47,6 +45,15 @@ logger = logging.getLogger(__name__)
 class AgentToken(HttpBearer):
     async def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
         return await sync_to_async(services.authenticate_token)(token)
+
+
+class SubmitToken(HttpBearer):
+    """The submit endpoint's auth: only the token's form here; the view verifies the token
+    in the same read as the session (services.session_for_token), so the hot path makes
+    one hop to the ORM thread and one query for both. A bad token still answers 401."""
+
+    async def authenticate(self, request: HttpRequest, token: str) -> str | None:
+        return token if services.token_prefix(token) else None
 
 
 api = NinjaAPI(
@@ -65,6 +72,10 @@ def error(status: int, code: str, message: str, **extra: Any) -> JsonResponse:
 
 @api.exception_handler(AuthenticationError)
 def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return unauthorized()
+
+
+def unauthorized() -> JsonResponse:
     return error(
         401,
         "invalid_token",
@@ -238,14 +249,7 @@ def reloader(call_ids: list[str]) -> Callable[[], Awaitable[list[ToolCall]]]:
 
 
 def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
-    """The agent's session with what admission needs in the same read: the owner, the
-    owner's permission profile, and whether the session holds any active grant."""
-    return (
-        AgentSession.objects.select_related("agent__owner__permission_profile")
-        .annotate(has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))))
-        .filter(pk=session_id, agent=agent)
-        .first()
-    )
+    return AgentSession.objects.filter(pk=session_id, agent=agent).first()
 
 
 def _reload(call_ids: list[str]) -> list[ToolCall]:
@@ -253,9 +257,11 @@ def _reload(call_ids: list[str]) -> list[ToolCall]:
     return [by_id[cid] for cid in call_ids]
 
 
-def _submit(agent: Agent, session_id: UUID, body: Any) -> tuple[str, list[ToolCall]] | JsonResponse:
-    session = _session_for(agent, session_id)
+def _submit(token: str, session_id: UUID, body: Any) -> tuple[str, list[ToolCall]] | JsonResponse:
+    session = services.session_for_token(token, session_id)
     if session is None:
+        if services.authenticate_token(token) is None:
+            return unauthorized()
         return error(
             404,
             "unknown_session",
@@ -295,7 +301,12 @@ SUBMISSION_DOC = {
 }
 
 
-@api.post("/sessions/{session_id}/calls", openapi_extra=SUBMISSION_DOC, summary="Submit tool calls")
+@api.post(
+    "/sessions/{session_id}/calls",
+    auth=SubmitToken(),
+    openapi_extra=SUBMISSION_DOC,
+    summary="Submit tool calls",
+)
 async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) -> HttpResponse:
     """Submit one assistant message's calls; wait up to `wait` seconds (max 60) for results.
 
@@ -306,7 +317,8 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
         body = read_json(request)
     except BodyError as exc:
         return exc.response
-    outcome = await sync_to_async(_submit)(agent_of(request), session_id, body)
+    token: str = request.auth  # type: ignore[attr-defined]  # verified by _submit
+    outcome = await sync_to_async(_submit)(token, session_id, body)
     if isinstance(outcome, JsonResponse):
         return outcome
     dialect, calls = outcome

@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
 from audit.services import EventSpec, record_event, record_events
@@ -31,6 +31,7 @@ from .models import (
     AgentSession,
     Mode,
     PermissionProfile,
+    SessionGrant,
     Status,
     ToolCall,
     narrower_mode,
@@ -82,17 +83,48 @@ def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> 
     return agent, token
 
 
-def authenticate_token(token: str) -> Agent | None:
-    """The active agent holding `token`, or None. Constant-time comparison of the hash."""
+def token_prefix(token: str) -> str | None:
+    """The visible prefix of a well-formed agent token (None: not an agent token)."""
     parts = token.split("_", 2)
     if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
         return None
+    return parts[1]
+
+
+def authenticate_token(token: str) -> Agent | None:
+    """The active agent holding `token`, or None. Constant-time comparison of the hash."""
+    prefix = token_prefix(token)
+    if prefix is None:
+        return None
     agent = (
-        Agent.objects.select_related("owner").filter(token_prefix=parts[1], is_active=True).first()
+        Agent.objects.select_related("owner").filter(token_prefix=prefix, is_active=True).first()
     )
-    if agent is None or not hmac.compare_digest(agent.token_hash, _hash_token(token)):
+    if agent is None or not _token_matches(agent, token):
         return None
     return agent
+
+
+def _token_matches(agent: Agent, token: str) -> bool:
+    return hmac.compare_digest(agent.token_hash, _hash_token(token))
+
+
+def session_for_token(token: str, session_id: uuid.UUID) -> AgentSession | None:
+    """The session `session_id` if `token` is its active agent's, read with what admission
+    needs (agent, owner, the owner's profile, whether it holds any grant) in one query:
+    the agent API's submit path authenticates and loads in one read. None otherwise
+    (unknown or foreign session, or a bad token: the caller tells them apart)."""
+    prefix = token_prefix(token)
+    if prefix is None:
+        return None
+    session = (
+        AgentSession.objects.select_related("agent__owner__permission_profile")
+        .annotate(has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))))
+        .filter(pk=session_id, agent__token_prefix=prefix, agent__is_active=True)
+        .first()
+    )
+    if session is None or not _token_matches(session.agent, token):
+        return None
+    return session
 
 
 @transaction.atomic
