@@ -331,3 +331,36 @@ def test_concurrent_submissions_of_one_message_create_one_call(
     assert ToolCall.objects.filter(session_id=session["id"], tool_use_id="dup").count() == 1
     received = AuditEvent.objects.filter(session_id=session["id"], kind="call.received")
     assert received.count() == 1
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="counts PostgreSQL sessions (pg_stat_database)"
+)
+def test_the_worker_keeps_its_database_connections_across_calls(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    """Celery's Django fixup used to close each prefork child's whole connection pool before
+    and after every task: three new PostgreSQL connections per call (celery#10554)."""
+
+    def sessions_opened() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+            )
+            return int(cursor.fetchone()[0])
+
+    fixture = make_agent(mode="trusted")
+    with live_stack.client(fixture) as client:
+        session = start(client)
+        submit(client, session, [{"id": "warm", "name": "list_directory", "arguments": {}}])
+        time.sleep(1.5)  # stats of backends that came and went are flushed
+        before = sessions_opened()
+        calls = [{"id": f"c{i}", "name": "list_directory", "arguments": {}} for i in range(40)]
+        for start_at in range(0, 40, 10):
+            response = submit(client, session, calls[start_at : start_at + 10])
+            assert response.status_code == 200, response.text
+        time.sleep(1.5)
+    opened = sessions_opened() - before
+    # 40 calls on 4 worker processes, plus daphne's pool: a handful of connections, not 120.
+    assert opened < 20, f"{opened} PostgreSQL sessions opened for 40 calls"

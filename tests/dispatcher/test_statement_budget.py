@@ -1,0 +1,80 @@
+"""The hot paths' SQL budgets (bench S1, S5, S6): a regression that adds round trips to
+admission, a decision or an execution fails here, not only in the benchmark."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from approvals import services as approvals
+from approvals.models import ApprovalRequest
+from audit.models import AuditEvent
+from dispatcher import execution, services
+from dispatcher.dialects import ProposedCall, canonical_json
+from dispatcher.models import Status, ToolCall
+from tests.conftest import make_agent, make_user, submit_one
+
+
+def statements(queries: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_auto_allowed_call_is_admitted_in_seven_statements_and_one_commit() -> None:
+    fx = make_agent(mode="trusted")
+    session = services.start_session(agent=fx.agent)
+    client = Client(headers=fx.headers)
+    body = {"calls": [{"id": "a1", "name": "list_directory", "arguments": {"path": "."}}]}
+    url = f"/api/v1/sessions/{session.pk}/calls"
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(url, json.dumps(body), content_type="application/json")
+    assert response.status_code == 202, response.content
+    assert response.json()["calls"][0]["status"] == "queued"
+    sql = statements(queries)
+    control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
+    data = [s for s in sql if not s.startswith(control)]
+    # token + session + owner + profile + grants in one read, idempotency, repeat count,
+    # the call, then the chain head lock, both events in one INSERT, the head update.
+    assert len(data) == 7, data
+    if connection.vendor == "postgresql":  # SQLite's BEGIN is not a captured query
+        assert [s for s in sql if s.startswith(control)] == ["BEGIN", "COMMIT"], sql
+    kinds = AuditEvent.objects.filter(chain=str(session.pk)).order_by("seq")
+    assert [e.kind for e in kinds] == ["session.started", "call.received", "call.allowed"]
+    call = ToolCall.objects.get(session=session)
+    assert call.enqueued_at is not None and call.status == Status.QUEUED
+
+
+def test_a_finished_call_does_not_touch_the_rest_of_its_batch(db: None) -> None:
+    fx = make_agent(mode="trusted")
+    session = services.start_session(agent=fx.agent)
+    proposed = [
+        ProposedCall(f"r{i}", "list_directory", canonical_json({"path": "."}), {"path": "."})
+        for i in range(20)
+    ]
+    calls = services.submit_calls(session=session, dialect="native", proposed=proposed)
+    assert all(c.enqueued_at is not None for c in calls)  # one concurrency-safe run
+    with CaptureQueriesContext(connection) as queries:
+        execution.execute_call(str(calls[0].pk))
+    assert ToolCall.objects.get(pk=calls[0].pk).status == Status.COMPLETED
+    updates = [s for s in statements(queries) if s.startswith('UPDATE "dispatcher_toolcall"')]
+    assert len(updates) == 2, updates  # the claim and the result, nothing for the other 19
+    assert len(queries) <= 15, statements(queries)
+
+
+def test_an_approval_reuses_the_call_read_under_the_approvals_lock(db: None) -> None:
+    fx = make_agent(mode="standard")
+    session = services.start_session(agent=fx.agent)
+    call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
+    approval = ApprovalRequest.objects.get(call=call)
+    reviewer = make_user("budget-reviewer", groups=("reviewer",))
+    with CaptureQueriesContext(connection) as queries:
+        approvals.decide(approval_id=approval.pk, user=reviewer, approve=True, digest=call.digest)
+    assert ToolCall.objects.get(pk=call.pk).status == Status.QUEUED
+    call_reads = [s for s in statements(queries) if s.startswith('SELECT "dispatcher_toolcall"')]
+    # Only dispatch_ready's read of the batch: the call was read (and is held) under the
+    # approval's lock, and moves by a conditional update.
+    assert len(call_reads) == 1, call_reads
