@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -95,7 +95,8 @@ def record_events(
     for spec in specs:
         seq += 1
         payload = _audit_copy(spec.payload or {})
-        created_at = spec.at or timezone.now()
+        # UTC always: the hashed text is isoformat(), and exports write it in UTC.
+        created_at = spec.at.astimezone(UTC) if spec.at else timezone.now()
         canonical = canonical_event(
             chain=chain,
             seq=seq,
