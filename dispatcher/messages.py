@@ -6,6 +6,7 @@ Each text says what happened and what to do next; none carries a traceback.
 from __future__ import annotations
 
 import json
+from operator import attrgetter
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +17,10 @@ def invalid_arguments(tool_name: str, errors: list[ValidationError]) -> str:
     """The model-facing text for a call whose arguments failed validation: one line per
     error, by path. (Paid on every rejected call: kept cheap; see bench S2.)"""
     if len(errors) > 1:
-        errors = sorted(errors, key=lambda e: [str(p) for p in e.path])
+        try:
+            errors = sorted(errors, key=attrgetter("path"))  # deques compare in C
+        except TypeError:  # an index and a key at the same depth
+            errors = sorted(errors, key=lambda e: [str(p) for p in e.path])
     lines = [f"Invalid arguments for '{tool_name}':"]
     lines += [f"- {_json_path(error)}: {_describe(error)}" for error in errors]
     lines.append("Fix these arguments and call the tool again.")
