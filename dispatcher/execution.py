@@ -73,7 +73,9 @@ def dispatch_ready(batch_id: uuid.UUID, calls: list[ToolCall] | None = None) -> 
                 pk=call.pk, status=Status.QUEUED, enqueued_at__isnull=True
             ).update(enqueued_at=timezone.now()):
                 call_id = str(call.pk)
-                transaction.on_commit(functools.partial(execute_call.delay, call_id))
+                # robust: a message the broker refuses is left to the reconciler.
+                send = functools.partial(execute_call.delay, call_id)
+                transaction.on_commit(send, robust=True)
 
 
 # --- Stage 6 to 10 -----------------------------------------------------------------------

@@ -6,6 +6,7 @@ and enqueues happen after commit. Execution (stages 6 to 10) is in dispatcher.ex
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -394,19 +395,16 @@ def _admit(
 
 
 def _after_admission(calls: list[ToolCall], sent: list[ToolCall]) -> None:
+    """After commit: the workers' messages first, then the wake-ups and pushes. A message
+    the broker refuses is logged and left to the reconciler (the call stays queued)."""
     from .tasks import execute_call
 
+    for call in sent:
+        transaction.on_commit(functools.partial(execute_call.delay, str(call.pk)), robust=True)
     session_id = str(calls[0].session_id)
-    changes = [(str(c.pk), str(c.status)) for c in calls]
-    to_send = [str(c.pk) for c in sent]
-
-    def after_commit() -> None:
-        for call_id in to_send:
-            execute_call.delay(call_id)
-        for call_id, status in changes:
-            notify.publish_change(call_id, session_id, status, Status.RECEIVED)
-
-    transaction.on_commit(after_commit)
+    for call in calls:
+        change = (str(call.pk), session_id, str(call.status), Status.RECEIVED)
+        transaction.on_commit(functools.partial(notify.publish_change, *change))
 
 
 def _repeat_counts(session: AgentSession, items: list[ProposedCall]) -> dict[tuple[str, str], int]:

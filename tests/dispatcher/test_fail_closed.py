@@ -6,9 +6,13 @@ leave nothing behind: no call stored, no decision taken, nothing executed.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.test import Client
 
@@ -79,3 +83,43 @@ def test_a_call_is_not_executed_when_its_start_cannot_be_audited() -> None:
         execution.execute_call(str(call.pk))
     assert ToolCall.objects.get(pk=call.pk).status == Status.QUEUED
     assert not (Path(session.workspace) / "f.txt").exists()
+
+
+@pytest.fixture
+def broker_down() -> Iterator[None]:
+    """The Celery broker refuses connections (a real closed port, not a stub)."""
+    from harness_site.celery import app
+
+    saved = app.conf.broker_url, app.conf.broker_transport_options, app._pool
+    app.conf.broker_url = "redis://127.0.0.1:9/0"  # discard port: nothing listens
+    app.conf.broker_transport_options = {"max_retries": 0}
+    app.conf.task_publish_retry = False
+    app._pool = None
+    try:
+        yield
+    finally:
+        if app._pool is not None:
+            app._pool.force_close_all()
+        app.conf.broker_url, app.conf.broker_transport_options, app._pool = saved
+        app.conf.task_publish_retry = True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_outage_leaves_an_admitted_call_queued_for_the_reconciler(
+    broker_down: None,
+) -> None:
+    fx = make_agent(mode="trusted")
+    session = services.start_session(agent=fx.agent)
+    body = {"calls": [{"id": "b1", "name": "list_directory", "arguments": {"path": "."}}]}
+    response = Client(headers=fx.headers).post(
+        f"/api/v1/sessions/{session.pk}/calls", json.dumps(body), content_type="application/json"
+    )
+    # Decided and stored: the agent is told so, not that nothing happened.
+    assert response.status_code == 202, response.content
+    assert response.json()["calls"][0]["status"] == "queued"
+    call = ToolCall.objects.get(session=session)
+    assert call.status == Status.QUEUED and call.enqueued_at is not None
+    # The reconciler re-sends it once it is stale (HARNESS_REQUEUE_AFTER).
+    stale = call.enqueued_at - timedelta(seconds=settings.HARNESS_REQUEUE_AFTER + 1)
+    ToolCall.objects.filter(pk=call.pk).update(queued_at=stale, enqueued_at=stale)
+    assert execution.reconcile()["resent"] == 1
