@@ -12,6 +12,13 @@ from django.core.handlers.exception import convert_exception_to_response  # noqa
 
 from harness_site.asgi import application as harness_application  # noqa: E402
 
+if os.environ.get("BENCH_NO_ENQUEUE") == "1":
+    # S1b: admission without the enqueue. The call is still admitted and marked sent;
+    # only the Celery message is not published (this server process only).
+    from dispatcher.tasks import execute_call  # noqa: E402
+
+    execute_call.delay = lambda *args, **kwargs: None
+
 
 class BareHandler(ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:
