@@ -72,20 +72,34 @@ def _group_send(message: dict[str, str]) -> None:
     if layer is None:
         return
     future = asyncio.run_coroutine_threadsafe(layer.group_send(GROUP, message), _send_loop())
-    future.result(timeout=10)
+    try:
+        future.result(timeout=10)
+    except TimeoutError:
+        future.cancel()  # never leave a stuck send on the loop
+        raise
 
 
-_loop: tuple[int, asyncio.AbstractEventLoop] | None = None
+_loop: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
 _loop_lock = threading.Lock()
 
 
 def _send_loop() -> asyncio.AbstractEventLoop:
     global _loop
     with _loop_lock:
-        if _loop is None or _loop[0] != os.getpid():
+        if _loop is None or not _loop[1].is_alive():
             loop = asyncio.new_event_loop()
-            threading.Thread(
+            thread = threading.Thread(
                 target=loop.run_forever, name="channel-layer-sends", daemon=True
-            ).start()
-            _loop = (os.getpid(), loop)
-        return _loop[1]
+            )
+            thread.start()
+            _loop = (loop, thread)
+        return _loop[0]
+
+
+def _forget_loop_after_fork() -> None:
+    """A forked child (a Celery pool process) has no loop thread: it starts its own."""
+    global _loop, _loop_lock
+    _loop, _loop_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop_after_fork)

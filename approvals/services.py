@@ -149,9 +149,9 @@ def _apply(
             extra=extra,
             call=call,
         )
-    if (
-        not done
-    ):  # cannot happen while we hold the lock, but never record a decision that did not apply
+    if not done:
+        # The call moved first (the agent cancelled it, or another decision won the
+        # conditional update): nothing here is recorded; the transaction rolls back.
         raise DecisionRefused(already_decided(approval), 409)
     if allow_session:
         approval.grant = permissions.grant_for_session(call=call, actor=user)  # type: ignore[arg-type,attr-defined]

@@ -1,7 +1,8 @@
 """Appending to the audit log. The only write path for AuditEvent.
 
-Every event about one tool call has the subject "call:<call id>": the session timeline
-(audit.timeline.call_page) finds a page's calls by it.
+Every event of a call's life (call.received to its result: the call.* kinds) has the
+subject "call:<call id>": the session timeline (audit.timeline.call_page) finds a page's
+calls by it.
 """
 
 from __future__ import annotations
@@ -88,15 +89,23 @@ def record_events(
         raise transaction.TransactionManagementError(
             "record_event must run inside transaction.atomic()"
         )
+    if not specs:
+        return []
     chain = str(session_id) if session_id else GLOBAL_CHAIN
     head = _locked_head(chain)
     seq, prev_hash = (head.last_seq, head.last_hash) if head else (0, GENESIS_HASH)
+    last_at = head.last_at if head else None
     events = []
     for spec in specs:
         seq += 1
         payload = _audit_copy(spec.payload or {})
-        # UTC always: the hashed text is isoformat(), and exports write it in UTC.
+        # UTC always: the hashed text is isoformat(), and exports write it in UTC. Never
+        # earlier than the event before it: times only move forward along a chain, also
+        # when `at` was taken before another process's append won the chain lock.
         created_at = spec.at.astimezone(UTC) if spec.at else timezone.now()
+        if last_at is not None and created_at < last_at:
+            created_at = last_at
+        last_at = created_at
         canonical = canonical_event(
             chain=chain,
             seq=seq,

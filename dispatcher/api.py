@@ -249,7 +249,10 @@ def reloader(call_ids: list[str]) -> Callable[[], Awaitable[list[ToolCall]]]:
 
 
 def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
-    return AgentSession.objects.filter(pk=session_id, agent=agent).first()
+    session = AgentSession.objects.filter(pk=session_id, agent=agent).first()
+    if session is not None:
+        session.agent = agent
+    return session
 
 
 def _reload(call_ids: list[str]) -> list[ToolCall]:
@@ -257,7 +260,11 @@ def _reload(call_ids: list[str]) -> list[ToolCall]:
     return [by_id[cid] for cid in call_ids]
 
 
-def _submit(token: str, session_id: UUID, body: Any) -> tuple[str, list[ToolCall]] | JsonResponse:
+def _submit(
+    token: str, session_id: UUID, request: HttpRequest
+) -> tuple[str, list[ToolCall]] | JsonResponse:
+    """Verify the token (with the session, in one read), then read the body: an unknown
+    token is answered 401 before anything it sent is parsed."""
     session = services.session_for_token(token, session_id)
     if session is None:
         if services.authenticate_token(token) is None:
@@ -267,6 +274,10 @@ def _submit(token: str, session_id: UUID, body: Any) -> tuple[str, list[ToolCall
             "unknown_session",
             f"Session {session_id} does not exist or belongs to another agent.",
         )
+    try:
+        body = read_json(request)
+    except BodyError as exc:
+        return exc.response
     try:
         dialect, proposed = parse_submission(body)
     except DialectError as exc:
@@ -313,12 +324,8 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
     200 when every call is terminal, else 202. Resubmitting the same message creates
     nothing new and answers with the batch's current state: that is how to wait for the rest.
     """
-    try:
-        body = read_json(request)
-    except BodyError as exc:
-        return exc.response
     token: str = request.auth  # type: ignore[attr-defined]  # verified by _submit
-    outcome = await sync_to_async(_submit)(token, session_id, body)
+    outcome = await sync_to_async(_submit)(token, session_id, request)
     if isinstance(outcome, JsonResponse):
         return outcome
     dialect, calls = outcome

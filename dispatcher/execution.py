@@ -51,16 +51,15 @@ def startable(calls: list[ToolCall]) -> list[ToolCall]:
     return [c for c in group if c.status == Status.QUEUED]
 
 
-def dispatch_ready(batch_id: uuid.UUID, calls: list[ToolCall] | None = None) -> None:
+def dispatch_ready(batch_id: uuid.UUID) -> None:
     """Send a Celery message (only the call id) for each call of the batch that may start.
 
-    `calls` is the whole batch when the caller already holds it. Messages leave after
-    commit, so a worker never receives the id of a call it cannot see yet.
+    Messages leave after commit, so a worker never receives the id of a call it cannot see
+    yet. (Admission marks and sends a new message's runnable calls itself.)
     """
     from .tasks import execute_call
 
-    if calls is None:
-        calls = list(ToolCall.objects.filter(batch_id=batch_id).order_by("batch_index"))
+    calls = list(ToolCall.objects.filter(batch_id=batch_id).order_by("batch_index"))
     # Only calls no message was sent for: the rows were just read, and the conditional
     # update below still settles a race between two dispatchers.
     ready = [c for c in startable(calls) if c.enqueued_at is None]

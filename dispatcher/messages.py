@@ -33,7 +33,7 @@ def _json_path(error: ValidationError) -> str:
     for part in error.path:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part.isascii() and part.isidentifier():
+        elif part.isascii() and part.isidentifier() and part[0].isalpha():  # jsonschema's rule
             path += "." + part
         else:
             path += "['" + part.replace("\\", "\\\\").replace("'", "\\'") + "']"

@@ -14,6 +14,13 @@
 
 Stages 2 to 9 are here and write nothing; receive and result are state changes and live
 with the other services. services.submit_calls and execution.execute_call run them in order.
+
+At admission, stages 1 to 5 run in memory, and the message's calls are then written in
+their decided state with their call.received and decision events, in one transaction:
+the log shows each call received before it was decided, and nothing is decided without
+its record. So pre_execute listeners and guards see a call only through its CallContext:
+at admission its row is not in the database yet (neither are the earlier calls of the
+same message). Guards run again in the worker, where the row exists.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import secrets
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -240,8 +241,8 @@ def transition(
     previous = call.status
     if not ToolCall.objects.filter(pk=call.pk, status=previous).update(status=to, **fields):
         return False
-    spec = _apply(call, to, kind=kind, actor=actor, payload=payload, fields=fields)
-    record_events([spec], session_id=call.session_id)
+    spec = _apply(call, to, kind=kind, actor=actor, payload=payload, fields=fields, at=None)
+    record_events([spec], session_id=call.session_id)  # timed under the chain lock
     if publish:
         publish_after_commit(call, previous)
     return True
@@ -262,8 +263,10 @@ def _apply(
     actor: str,
     payload: dict[str, Any],
     fields: dict[str, Any],
+    at: datetime | None,
 ) -> EventSpec:
-    """Set the new status and fields on `call` (in memory) and return its audit event."""
+    """Set the new status and fields on `call` (in memory) and return its audit event
+    (timed `at`, or when it is appended)."""
     spec = EventSpec(
         kind,
         actor,
@@ -281,7 +284,7 @@ def _apply(
             ),
             **payload,
         },
-        timezone.now(),
+        at,
     )
     call.status = to
     for name, value in fields.items():
@@ -560,7 +563,10 @@ def _new_transition(
 ) -> EventSpec:
     """A transition of a call not yet written (admission writes it in its decided state)."""
     _check_transition(call, to, fields)
-    return _apply(call, to, kind=kind, actor=actor, payload=payload, fields=fields)
+    # Timed now, when it is decided: the append comes later, for the whole message.
+    return _apply(
+        call, to, kind=kind, actor=actor, payload=payload, fields=fields, at=timezone.now()
+    )
 
 
 def _reject(call: ToolCall, reason: str, stage: str) -> EventSpec:

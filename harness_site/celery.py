@@ -15,9 +15,12 @@ app.autodiscover_tasks()
 
 @task_prerun.connect  # type: ignore[untyped-decorator]
 @task_postrun.connect  # type: ignore[untyped-decorator]
-def _release_connections(**kwargs: Any) -> None:
+def _release_connections(task: Any = None, **kwargs: Any) -> None:
     """What Django does around a request: return the connection to this process's pool
-    (CONN_MAX_AGE=0), or drop it when it broke. See CELERY_DB_REUSE_MAX in settings."""
+    (CONN_MAX_AGE=0), or drop it when it broke. See CELERY_DB_REUSE_MAX in settings.
+    Not for a task run eagerly in the caller's process (it may be inside a transaction)."""
     from django.db import close_old_connections
 
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
     close_old_connections()

@@ -355,6 +355,26 @@ def test_bad_tokens_are_refused(client: Client, db: None, header: str | None) ->
     assert "agent token" in response.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    "body", [b"{not json", b'{"calls": "x"}', b"[" * 100_000, b"x" * 2_000_000]
+)
+def test_a_bad_token_is_refused_before_its_body_is_read(
+    client: Client, agent: AgentFixture, session: dict[str, Any], body: bytes
+) -> None:
+    """The submit path checks the token in the same read as the session: a forged token
+    is still 401 whatever it sends (never 400/413/422, never parsed)."""
+    prefix = agent.token.split("_")[1]
+    for token in ("hrn_0000_x", f"hrn_{prefix}_forged", agent.token + "x"):
+        response = client.post(
+            calls_url(session),
+            body,
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert response.status_code == 401, (token, response.content[:200])
+        assert response.json()["error"]["code"] == "invalid_token"
+
+
 def test_revoked_token_is_refused(client: Client, agent: AgentFixture) -> None:
     services.revoke_agent(agent=agent.agent, actor="test")
     assert client.get("/api/v1/tools", headers=agent.headers).status_code == 401

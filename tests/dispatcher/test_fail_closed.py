@@ -87,21 +87,33 @@ def test_a_call_is_not_executed_when_its_start_cannot_be_audited() -> None:
 
 @pytest.fixture
 def broker_down() -> Iterator[None]:
-    """The Celery broker refuses connections (a real closed port, not a stub)."""
+    """The Celery broker refuses connections (a real closed port, not a stub). The app's
+    connection and producer pools are rebuilt on both sides, so later tests get the real
+    broker back."""
     from harness_site.celery import app
 
-    saved = app.conf.broker_url, app.conf.broker_transport_options, app._pool
+    def fresh_pools(close: bool) -> None:
+        # kombu keeps one pool per broker URL for the whole process: close only the dead
+        # broker's, never the real one's (later tests publish through it).
+        if close and app._pool is not None:
+            app._pool.force_close_all()
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    saved = (app.conf.broker_url, app.conf.broker_transport_options, app.conf.task_publish_retry)
+    fresh_pools(close=False)
     app.conf.broker_url = "redis://127.0.0.1:9/0"  # discard port: nothing listens
     app.conf.broker_transport_options = {"max_retries": 0}
     app.conf.task_publish_retry = False
-    app._pool = None
     try:
         yield
     finally:
-        if app._pool is not None:
-            app._pool.force_close_all()
-        app.conf.broker_url, app.conf.broker_transport_options, app._pool = saved
-        app.conf.task_publish_retry = True
+        fresh_pools(close=True)
+        (
+            app.conf.broker_url,
+            app.conf.broker_transport_options,
+            app.conf.task_publish_retry,
+        ) = saved
 
 
 @pytest.mark.django_db(transaction=True)
