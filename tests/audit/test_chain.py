@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
 
 from audit.models import AuditChain, AuditEvent
-from audit.services import GENESIS_HASH, record_event
+from audit.services import GENESIS_HASH, EventSpec, record_event, record_events
 from audit.verify import verify_database
 from tests.audit.chains import write_chain
 
@@ -33,6 +34,30 @@ def test_the_head_and_summary_follow_the_last_event() -> None:
         events[-1].pk,
     )
     assert (head.agent, head.owner, head.calls, head.tools) == ("test", "tester", 3, " read_file ")
+
+
+@pytest.mark.django_db
+def test_times_never_go_backwards_along_a_chain() -> None:
+    """An event timed before another process's append won the chain lock is stored at the
+    time of the event before it, never earlier; several events append as one."""
+    events = write_chain(2)
+    chain = events[0].chain
+    earlier = events[-1].created_at - timedelta(hours=1)
+    with transaction.atomic():
+        late = record_events(
+            [
+                EventSpec("call.received", "agent:test", "call:x", {"call_id": "x"}, earlier),
+                EventSpec("call.allowed", "mode:trusted", "call:x", {"call_id": "x"}),
+            ],
+            session_id=chain,
+        )
+    assert [e.seq for e in late] == [3, 4]
+    assert late[0].created_at == events[-1].created_at
+    assert late[0].created_at <= late[1].created_at
+    stored = list(AuditEvent.objects.filter(chain=chain).order_by("seq"))
+    assert all(a.created_at <= b.created_at for a, b in zip(stored, stored[1:], strict=False))
+    assert AuditChain.objects.get(chain=chain).last_seq == 4
+    assert verify_database(chain).ok
 
 
 @pytest.mark.django_db
