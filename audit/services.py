@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -93,19 +93,44 @@ def record_events(
         return []
     chain = str(session_id) if session_id else GLOBAL_CHAIN
     head = _locked_head(chain)
-    seq, prev_hash = (head.last_seq, head.last_hash) if head else (0, GENESIS_HASH)
+    # UTC always: the hashed text is isoformat(), and exports write it in UTC. Never
+    # earlier than the event before it: times only move forward along a chain, also when
+    # `at` was taken before another process's append won the chain lock.
     last_at = head.last_at if head else None
-    events = []
+    stored = []
+    for spec in specs:
+        at = spec.at.astimezone(UTC) if spec.at else timezone.now()
+        last_at = at if last_at is None else max(at, last_at)
+        stored.append(spec._replace(payload=_audit_copy(spec.payload or {}), at=last_at))
+    events = list(
+        linked_events(
+            stored,
+            chain=chain,
+            session_id=session_id,
+            seq=head.last_seq if head else 0,
+            prev_hash=head.last_hash if head else GENESIS_HASH,
+        )
+    )
+    AuditEvent.objects.bulk_create(events)
+    _advance_head(head, events)
+    return events
+
+
+def linked_events(
+    specs: Iterable[EventSpec],
+    *,
+    chain: str,
+    session_id: UUID | str | None,
+    seq: int = 0,
+    prev_hash: str = GENESIS_HASH,
+) -> Iterator[AuditEvent]:
+    """The unsaved events for `specs`, in order, after the chain's event number `seq` with
+    hash `prev_hash`: numbered and hash-linked. Payloads and times are taken as given
+    (record_events masks and times them; test and bench loaders build chains with it)."""
     for spec in specs:
         seq += 1
-        payload = _audit_copy(spec.payload or {})
-        # UTC always: the hashed text is isoformat(), and exports write it in UTC. Never
-        # earlier than the event before it: times only move forward along a chain, also
-        # when `at` was taken before another process's append won the chain lock.
-        created_at = spec.at.astimezone(UTC) if spec.at else timezone.now()
-        if last_at is not None and created_at < last_at:
-            created_at = last_at
-        last_at = created_at
+        payload = spec.payload or {}
+        created_at = spec.at or timezone.now()
         canonical = canonical_event(
             chain=chain,
             seq=seq,
@@ -116,24 +141,19 @@ def record_events(
             created_at=created_at.isoformat(),
         )
         event_hash = chain_hash(prev_hash, canonical)
-        events.append(
-            AuditEvent(
-                chain=chain,
-                session_id=session_id,
-                seq=seq,
-                kind=spec.kind,
-                actor=spec.actor,
-                subject=spec.subject,
-                payload=payload,
-                created_at=created_at,
-                prev_hash=prev_hash,
-                hash=event_hash,
-            )
+        yield AuditEvent(
+            chain=chain,
+            session_id=session_id,
+            seq=seq,
+            kind=spec.kind,
+            actor=spec.actor,
+            subject=spec.subject,
+            payload=payload,
+            created_at=created_at,
+            prev_hash=prev_hash,
+            hash=event_hash,
         )
         prev_hash = event_hash
-    AuditEvent.objects.bulk_create(events)
-    _advance_head(head, events)
-    return events
 
 
 def _locked_head(chain: str) -> AuditChain | None:

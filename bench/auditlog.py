@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.run import PY, ROOT, Result, Server, fmt
+from bench.run import PY, ROOT, Result, Server, django_script, fmt, login
 
 FIELDS = ("chain", "session_id", "seq", "kind", "actor", "subject", "payload", "created_at")
 COPY_EVENTS = (
@@ -161,24 +161,6 @@ def load_sessions(conninfo: str, sizes: list[int], start: datetime | None = None
 # --- S7 timeline page ------------------------------------------------------------------------
 
 
-def login(server: Server, username: str, password: str) -> dict[str, str]:
-    import httpx
-
-    with httpx.Client(base_url=server.url) as c:
-        form = c.get("/accounts/login/")
-        m = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
-        if m is None:
-            raise RuntimeError("no CSRF token in the login form")
-        r = c.post(
-            "/accounts/login/",
-            data={"username": username, "password": password, "csrfmiddlewaretoken": m.group(1)},
-            headers={"Referer": server.url + "/accounts/login/"},
-        )
-        if r.status_code != 302 or "sessionid" not in c.cookies:
-            raise RuntimeError(f"{username} login failed: {r.status_code}")
-        return dict(c.cookies.items())
-
-
 TIMELINE_QUERIES = """
 import django, sys
 django.setup()
@@ -238,15 +220,7 @@ def scenario_timeline(env: dict[str, str], pairs: int, quick: bool) -> list[Resu
             f"{server.vm('VmHWM') / 1024:.0f} MiB"
         )
         try:
-            out = subprocess.run(
-                [PY, "-c", TIMELINE_QUERIES, small, big],
-                cwd=ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=120,
-            ).stdout.split()
+            out = django_script(env, TIMELINE_QUERIES, small, big, timeout=120).split()
             res.notes.append(
                 f"SQL queries per page (CaptureQueriesContext, 2nd request): B (100 events) "
                 f"{out[1]} (HTTP {out[0]}), P (10,000 events) {out[3]} (HTTP {out[2]}): "

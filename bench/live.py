@@ -20,7 +20,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.run import PY, QUEUE, REDIS_URL, REVIEWER, ROOT, Result, Server, rss_note
+from bench.run import (
+    PY,
+    QUEUE,
+    REDIS_URL,
+    REVIEWER,
+    ROOT,
+    Result,
+    Server,
+    django_script,
+    login,
+    rss_note,
+)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -52,26 +63,8 @@ def latency_results(
 
 
 def login_cookie(server: Server) -> str:
-    """Session cookie of the bench reviewer: GET the login form, POST it with the CSRF token."""
-    import httpx
-
-    with httpx.Client(base_url=server.url) as c:
-        form = c.get("/accounts/login/")
-        m = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
-        if m is None:
-            raise RuntimeError("no CSRF token in the login form")
-        r = c.post(
-            "/accounts/login/",
-            data={
-                "username": REVIEWER[0],
-                "password": REVIEWER[1],
-                "csrfmiddlewaretoken": m.group(1),
-            },
-            headers={"Referer": server.url + "/accounts/login/"},
-        )
-        if r.status_code != 302 or "sessionid" not in c.cookies:
-            raise RuntimeError(f"reviewer login failed: {r.status_code}")
-        return "; ".join(f"{k}={v}" for k, v in c.cookies.items())
+    """The bench reviewer's session cookie, as a Cookie header."""
+    return "; ".join(f"{k}={v}" for k, v in login(server, *REVIEWER).items())
 
 
 async def open_sockets(server: Server, cookie: str, n: int) -> list[Any]:
@@ -237,19 +230,8 @@ def push_queries_note(env: dict[str, str], creds: dict[str, str], server: Server
     ) as c:
         session = c.post("/api/v1/sessions", json={"title": "S4 queries"}).json()["id"]
     try:
-        out = (
-            subprocess.run(
-                [PY, "-c", QUERIES_PER_PUSH, creds["std_token"], session],
-                cwd=ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=60,
-            )
-            .stdout.strip()
-            .splitlines()[-1]
-        )
+        out = django_script(env, QUERIES_PER_PUSH, creds["std_token"], session).strip()
+        out = out.splitlines()[-1]
         rows = json.loads(out)
         return (
             "SQL queries per push: rendering the pushed fragment (live.render_change) "

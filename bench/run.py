@@ -257,14 +257,44 @@ print(json.dumps(creds))
 REVIEWER = ("bench-reviewer", "bench-reviewer-password")
 
 
+def django_script(env: dict[str, str], script: str, *args: str, timeout: float = 60) -> str:
+    """Run `script` (Python, with django.setup()) in a subprocess with `env`; its stdout."""
+    return subprocess.run(
+        [PY, "-c", script, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout,
+    ).stdout
+
+
 def prepare_database(env: dict[str, str]) -> dict[str, str]:
     recreate_database()
     subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-    out = subprocess.run(
-        [PY, "-c", SETUP_SCRIPT], cwd=ROOT, env=env, check=True, capture_output=True, text=True
-    )
-    creds: dict[str, str] = json.loads(out.stdout.strip().splitlines()[-1])
+    out = django_script(env, SETUP_SCRIPT, timeout=300)
+    creds: dict[str, str] = json.loads(out.strip().splitlines()[-1])
     return creds
+
+
+def login(server: Server, username: str, password: str) -> dict[str, str]:
+    """Log in through the CSRF form as a person would; the session's cookies."""
+    import httpx
+
+    with httpx.Client(base_url=server.url) as c:
+        form = c.get("/accounts/login/")
+        m = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+        if m is None:
+            raise RuntimeError("no CSRF token in the login form")
+        r = c.post(
+            "/accounts/login/",
+            data={"username": username, "password": password, "csrfmiddlewaretoken": m.group(1)},
+            headers={"Referer": server.url + "/accounts/login/"},
+        )
+        if r.status_code != 302 or "sessionid" not in c.cookies:
+            raise RuntimeError(f"{username} login failed: {r.status_code}")
+        return dict(c.cookies.items())
 
 
 def free_port() -> int:
@@ -592,15 +622,7 @@ print(r.status_code, len(p.captured_queries), r2.status_code, len(b.captured_que
 
 def queries_note(env: dict[str, str], token: str, session: str) -> str:
     try:
-        out = subprocess.run(
-            [PY, "-c", QUERY_SCRIPT, token, session],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout.split()
+        out = django_script(env, QUERY_SCRIPT, token, session).split()
         return f"SQL queries per request (CaptureQueriesContext): P {out[1]} (HTTP {out[0]}), B {out[3]} (HTTP {out[2]})"
     except (subprocess.SubprocessError, IndexError) as exc:
         return f"SQL query count unavailable: {exc}"

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import secrets
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -346,13 +347,13 @@ def submit_calls(
         return _admit(session, dialect, proposed, mode, profile)
 
 
+@dataclass
 class _Admission:
     """The new calls of one message, decided in memory, then written at once."""
 
-    def __init__(self) -> None:
-        self.calls: list[ToolCall] = []
-        self.events: list[EventSpec] = []
-        self.asks: list[tuple[ToolCall, dict[str, Any]]] = []
+    calls: list[ToolCall] = field(default_factory=list)
+    events: list[EventSpec] = field(default_factory=list)
+    asks: list[tuple[ToolCall, dict[str, Any]]] = field(default_factory=list)
 
 
 def _admit(
@@ -371,14 +372,19 @@ def _admit(
                 session=session, tool_use_id__in=[p.tool_use_id for p in proposed]
             )
         }
-        counts = _repeat_counts(session, [p for p in proposed if p.tool_use_id not in known])
+        digests = {p.tool_use_id: digest_of(p) for p in proposed if p.tool_use_id not in known}
+        counts = _repeat_counts(
+            session,
+            {(p.name, digests[p.tool_use_id]) for p in proposed if p.tool_use_id in digests},
+        )
         admission = _Admission()
         calls = []
         for index, item in enumerate(proposed):
             call = known.get(item.tool_use_id)
             if call is None:  # new (a repeated id within one message is one call)
+                digest = digests[item.tool_use_id]
                 call = known[item.tool_use_id] = receive(
-                    session, dialect, item, batch_id, index, counts, admission
+                    session, dialect, item, digest, batch_id, index, counts, admission
                 )
                 admission.events.append(_decide(call, item, session, mode, profile, admission))
             calls.append(call)
@@ -410,9 +416,10 @@ def _after_admission(calls: list[ToolCall], sent: list[ToolCall]) -> None:
         transaction.on_commit(functools.partial(notify.publish_change, *change))
 
 
-def _repeat_counts(session: AgentSession, items: list[ProposedCall]) -> dict[tuple[str, str], int]:
+def _repeat_counts(session: AgentSession, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
     """How many calls of the session had each (tool, digest) before: one query per message."""
-    digests = {digest_of(p) for p in items if p.name not in settings.HARNESS_REPEAT_EXCLUDED_TOOLS}
+    excluded = settings.HARNESS_REPEAT_EXCLUDED_TOOLS
+    digests = {digest for name, digest in keys if name not in excluded}
     if not digests:
         return {}
     rows = (
@@ -428,13 +435,13 @@ def receive(
     session: AgentSession,
     dialect: str,
     item: ProposedCall,
+    digest: str,
     batch_id: uuid.UUID,
     index: int,
     counts: dict[tuple[str, str], int],
     admission: _Admission,
 ) -> ToolCall:
     """Stage 1, receive: the call with its exact arguments and digest, and its call.received."""
-    digest = digest_of(item)
     repeat_count = 1
     if item.name not in settings.HARNESS_REPEAT_EXCLUDED_TOOLS:
         key = (item.name, digest)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from audit.services import GENESIS_HASH, canonical_event, chain_hash, record_event
+from audit.services import EventSpec, linked_events, record_event
 
 
 def write_chain(length: int, session_id: uuid.UUID | None = None) -> list[AuditEvent]:
@@ -43,36 +42,19 @@ def bulk_chain(count: int, chain: str | None = None, batch_size: int = 5000) -> 
     session_id = uuid.uuid4()
     chain = chain or str(session_id)
     start = timezone.now()
-    prev = GENESIS_HASH
+    specs = (
+        EventSpec(
+            "call.received",
+            "agent:bulk",
+            f"call:{seq}",
+            {"call_id": str(seq), "tool": "read_file", "n": seq},
+            start + timedelta(microseconds=seq),
+        )
+        for seq in range(1, count + 1)
+    )
     batch: list[AuditEvent] = []
-    for seq in range(1, count + 1):
-        created_at = start + timedelta(microseconds=seq)
-        payload: dict[str, Any] = {"call_id": str(seq), "tool": "read_file", "n": seq}
-        canonical = canonical_event(
-            chain=chain,
-            seq=seq,
-            kind="call.received",
-            actor="agent:bulk",
-            subject=f"call:{seq}",
-            payload=payload,
-            created_at=created_at.isoformat(),
-        )
-        digest = chain_hash(prev, canonical)
-        batch.append(
-            AuditEvent(
-                chain=chain,
-                session_id=session_id,
-                seq=seq,
-                kind="call.received",
-                actor="agent:bulk",
-                subject=f"call:{seq}",
-                payload=payload,
-                created_at=created_at,
-                prev_hash=prev,
-                hash=digest,
-            )
-        )
-        prev = digest
+    for event in linked_events(specs, chain=chain, session_id=session_id):
+        batch.append(event)
         if len(batch) >= batch_size:
             AuditEvent.objects.bulk_create(batch)
             batch = []

@@ -19,7 +19,7 @@ from django.db.models import QuerySet
 
 from audit import export
 from audit.models import AuditEvent
-from audit.services import GENESIS_HASH, canonical_event, chain_hash, record_event
+from audit.services import EventSpec, linked_events, record_event
 from audit.verify import EVENT_FIELDS, verify_events, verify_file
 from dispatcher import services
 from tests.audit.chains import bulk_chain, write_chain
@@ -82,25 +82,11 @@ def hashed_chain(specs: list[tuple[datetime, str, dict[str, Any]]], session: boo
     chain with no session_id, like the global one."""
     session_id = uuid.uuid4() if session else None
     chain = str(session_id) if session_id else f"test-{uuid.uuid4().hex[:12]}"
-    prev, batch = GENESIS_HASH, []
-    for seq, (at, actor, payload) in enumerate(specs, 1):
-        subject = f"call:{seq}" if session else ""
-        fields = {"kind": "call.received", "actor": actor, "subject": subject, "payload": payload}
-        digest = chain_hash(
-            prev, canonical_event(chain=chain, seq=seq, created_at=at.isoformat(), **fields)
-        )
-        batch.append(
-            AuditEvent(
-                chain=chain,
-                session_id=session_id,
-                seq=seq,
-                created_at=at,
-                prev_hash=prev,
-                hash=digest,
-                **fields,
-            )
-        )
-        prev = digest
+    events = (
+        EventSpec("call.received", actor, f"call:{seq}" if session else "", payload, at)
+        for seq, (at, actor, payload) in enumerate(specs, 1)
+    )
+    batch = list(linked_events(events, chain=chain, session_id=session_id))
     AuditEvent.objects.bulk_create(batch)
     return chain
 
