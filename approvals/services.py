@@ -12,9 +12,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import record_event
-from dispatcher import permissions
-from dispatcher import services as dispatcher
+from dispatcher import errors, transitions
+from dispatcher.admission import context_of
 from dispatcher.models import Status, ToolCall
+from dispatcher.policy import grants
 
 from .models import ApprovalRequest, Decision
 
@@ -133,15 +134,15 @@ def _apply(
     }
     if allow_session:
         try:
-            extra["session_grant"] = permissions.narrow_rule(call)
-        except dispatcher.ServiceError as problem:
+            extra["session_grant"] = grants.narrow_rule(context_of(call))
+        except errors.ServiceError as problem:
             raise DecisionRefused(str(problem), 400) from None
     if approve:
-        done = dispatcher.approve_call(
+        done = transitions.approve_call(
             call_id=call.pk, actor=actor, reason=feedback, extra=extra, call=call
         )
     else:
-        done = dispatcher.deny_call(
+        done = transitions.deny_call(
             call_id=call.pk,
             actor=actor,
             reviewer=user.get_username(),
@@ -154,7 +155,7 @@ def _apply(
         # conditional update): nothing here is recorded; the transaction rolls back.
         raise DecisionRefused(already_decided(approval), 409)
     if allow_session:
-        approval.grant = permissions.grant_for_session(call=call, actor=user)  # type: ignore[arg-type,attr-defined]
+        approval.grant = grants.grant_for_session(ctx=context_of(call), actor=user)  # type: ignore[arg-type,attr-defined]
     approval.decision = Decision.APPROVED if approve else Decision.DENIED
     approval.decided_by = user  # type: ignore[assignment]
     approval.decided_at = now
@@ -203,7 +204,7 @@ def expire_due() -> int:
 def _expire(approval: ApprovalRequest) -> bool:
     """Expire one pending approval (its row is locked by the caller)."""
     minutes = settings.HARNESS_APPROVAL_TIMEOUT / 60
-    if not dispatcher.expire_call(call_id=approval.call_id, minutes=minutes):
+    if not transitions.expire_call(call_id=approval.call_id, minutes=minutes):
         return False
     approval.decision, approval.decided_at = Decision.EXPIRED, timezone.now()
     approval.save(update_fields=["decision", "decided_at"])

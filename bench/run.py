@@ -511,7 +511,7 @@ def scenario_validation(pairs: int, quick: bool) -> list[Result]:
             res.p.append(statistics.median(times["p"]))
         results.append(res)
     # Where the invalid case's extra time goes: the model-facing message, on errors already found.
-    from dispatcher import messages
+    from dispatcher.tools import messages
 
     errors = list(prebuilt.iter_errors({"path": 5, "extra": True}))
     k = 2000

@@ -4,22 +4,14 @@ service with its audit event (the create_agent / revoke_agent / set_mode command
 
 from django.contrib import admin
 
+from dispatcher.models import Agent, AgentSession, ToolCall
 from harness_site.admin import ReadOnlyAdmin
-
-from .models import Agent, AgentSession, PermissionProfile, ToolCall
 
 
 @admin.register(Agent)
 class AgentAdmin(ReadOnlyAdmin):
     list_display = ["name", "owner", "token_prefix", "workspace", "is_active", "created_at"]
     list_filter = ["is_active"]
-
-
-@admin.register(PermissionProfile)
-class PermissionProfileAdmin(ReadOnlyAdmin):
-    """Edit modes and rules at /permissions/ (versioned and audited)."""
-
-    list_display = ["user", "mode", "version", "updated_at"]
 
 
 @admin.register(AgentSession)

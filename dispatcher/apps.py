@@ -6,4 +6,4 @@ class DispatcherConfig(AppConfig):
     verbose_name = "Dispatcher"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from dispatcher import checks  # noqa: F401  (registers the system checks)

@@ -10,8 +10,8 @@ from django.utils.module_loading import import_string
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from .models import Mode
-from .tools.base import Tool
+from dispatcher.policy.models import Mode
+from dispatcher.tools.base import Tool
 
 
 @register()
@@ -129,7 +129,7 @@ def check_repeat_reminders(app_configs: Any = None, **kwargs: Any) -> list[Error
 @register()
 def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """HARNESS_DEFAULT_RULES (optional): {"allow": [...], "ask": [...], "deny": [...]}."""
-    from .rules import validate_rules
+    from dispatcher.policy.rules import validate_rules
 
     rules = settings.HARNESS_DEFAULT_RULES
     if not isinstance(rules, dict):

@@ -1,7 +1,7 @@
-"""Agents, sessions, tool calls and permission profiles.
+"""Agents, sessions and tool calls.
 
-Models hold fields, constraints and read vocabulary only; every state change lives in
-`dispatcher.services`.
+Models hold fields, constraints and read vocabulary only; agents and sessions change in
+`dispatcher.agents`, calls in `dispatcher.admission` and `dispatcher.transitions`.
 """
 
 from __future__ import annotations
@@ -11,35 +11,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-
-class Mode(models.TextChoices):
-    READ_ONLY = "read_only", "Read only"
-    STANDARD = "standard", "Standard"
-    TRUSTED = "trusted", "Trusted"
-    LOCKED = "locked", "Locked"
-
-
-# From least to most permissive; a session may only move left of its owner's mode.
-MODE_ORDER = [Mode.LOCKED, Mode.READ_ONLY, Mode.STANDARD, Mode.TRUSTED]
-
-
-def narrower_mode(a: str, b: str) -> str:
-    return a if MODE_ORDER.index(Mode(a)) <= MODE_ORDER.index(Mode(b)) else b
-
-
-class PermissionProfile(models.Model):
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="permission_profile"
-    )
-    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.STANDARD)
-    allow = models.JSONField(default=list, blank=True)
-    ask = models.JSONField(default=list, blank=True)
-    deny = models.JSONField(default=list, blank=True)
-    version = models.PositiveIntegerField(default=1)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    def __str__(self) -> str:
-        return f"{self.user} ({self.mode})"
+from dispatcher.policy.models import Mode
 
 
 class Agent(models.Model):
@@ -209,76 +181,3 @@ class ToolCall(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
-
-
-class ProfileVersion(models.Model):
-    """One saved state of a user's permission profile: who changed it, when, and the diff."""
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile_versions"
-    )
-    version = models.PositiveIntegerField()
-    mode = models.CharField(max_length=16, choices=Mode.choices)
-    allow = models.JSONField(default=list, blank=True)
-    ask = models.JSONField(default=list, blank=True)
-    deny = models.JSONField(default=list, blank=True)
-    changed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-    changed_at = models.DateTimeField(auto_now_add=True)
-    diff = models.JSONField(default=dict, blank=True)
-
-    class Meta:
-        ordering = ["-version"]
-        constraints = [
-            models.UniqueConstraint(fields=["user", "version"], name="profileversion_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.user} v{self.version}"
-
-
-class SessionGrantQuerySet(models.QuerySet["SessionGrant"]):
-    def active(self) -> SessionGrantQuerySet:
-        """Not revoked, and the session's agent can still call (a revoked agent ends it)."""
-        return self.filter(revoked_at__isnull=True, session__agent__is_active=True)
-
-
-class SessionGrant(models.Model):
-    """An allow rule scoped to one session, given by a reviewer who approved a call."""
-
-    session = models.ForeignKey(AgentSession, on_delete=models.CASCADE, related_name="grants")
-    rule = models.CharField(max_length=2000)
-    tool = models.CharField(max_length=200)
-    call = models.ForeignKey(
-        ToolCall, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    granted_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
-
-    objects = SessionGrantQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-created_at"]
-        indexes = [models.Index(fields=["session", "tool", "revoked_at"])]
-
-    def __str__(self) -> str:
-        return f"{self.rule} in {self.session_id}"
-
-    @property
-    def is_active(self) -> bool:
-        return self.revoked_at is None

@@ -1,26 +1,20 @@
-"""The ten stages of a call (DESIGN section 2), in order, under their names.
+"""The ten stages of a call, in order, under their names.
 
-    1 receive           services.receive          web process (admission)
-    2 resolve           pipeline.resolve
-    3 validate          pipeline.validate
-    4 pre_execute       pipeline.pre_execute      settings.HARNESS_PRE_EXECUTE
-    5 guards            pipeline.guards           settings.HARNESS_GUARDS
-    - wait              approvals                 a human, an expiry or a cancel
-    6 execute           pipeline.execute          Celery worker (execution)
+    1 receive           admission.receive           web process (admission)
+    2 resolve           policy.stages.resolve
+    3 validate          policy.stages.validate
+    4 pre_execute       policy.stages.pre_execute   settings.HARNESS_PRE_EXECUTE
+    5 guards            policy.stages.guards        settings.HARNESS_GUARDS
+    - wait              approvals                   a human, an expiry or a cancel
+    6 execute           pipeline.execute            Celery worker (execution)
     7 project_content   pipeline.project_content
-    8 post_execute      pipeline.post_execute     settings.HARNESS_POST_EXECUTE
+    8 post_execute      pipeline.post_execute       settings.HARNESS_POST_EXECUTE
     9 finalize_content  pipeline.finalize_content
-   10 result            execution.result
+   10 result            transitions.finish
 
-Stages 2 to 9 are here and write nothing; receive and result are state changes and live
-with the other services. services.submit_calls and execution.execute_call run them in order.
-
-At admission, stages 1 to 5 run in memory, and the message's calls are then written in
-their decided state with their call.received and decision events, in one transaction:
-the log shows each call received before it was decided, and nothing is decided without
-its record. So pre_execute listeners and guards see a call only through its CallContext:
-at admission its row is not in the database yet (neither are the earlier calls of the
-same message). Guards run again in the worker, where the row exists.
+Stages 2 to 5 write nothing and live with the policy (the simulator runs them too);
+stages 6 to 9 are here and write nothing either; receive and result are state changes.
+admission.submit_calls and execution.execute_call run them in order.
 """
 
 from __future__ import annotations
@@ -31,58 +25,12 @@ from typing import Any
 
 from django.conf import settings
 from django.utils.module_loading import import_string
-from jsonschema.exceptions import ValidationError
 
-from . import messages
-from .context import CallContext, Decision
-from .policy import run_guards, run_waterfall
-from .registry import get_tool, unknown_tool_message, validator_for
-from .tools.base import ExecutionContext, Tool, ToolError
+from dispatcher.policy.context import CallContext
+from dispatcher.tools import messages
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
 logger = logging.getLogger(__name__)
-
-STAGES = (
-    "receive",
-    "resolve",
-    "validate",
-    "pre_execute",
-    "guards",
-    "execute",
-    "project_content",
-    "post_execute",
-    "finalize_content",
-    "result",
-)
-
-
-class Rejection(Exception):
-    """Stage 2 or 3 ended the call: `message` is what the model reads."""
-
-    def __init__(self, stage: str, message: str) -> None:
-        super().__init__(message)
-        self.stage = stage
-        self.message = message
-
-
-def resolve(name: str) -> Tool:
-    tool = get_tool(name)
-    if tool is None:
-        raise Rejection("resolve", unknown_tool_message(name))
-    return tool
-
-
-def validate(tool: Tool, arguments: dict[str, Any]) -> None:
-    errors: list[ValidationError] = list(validator_for(tool).iter_errors(arguments))
-    if errors:
-        raise Rejection("validate", messages.invalid_arguments(tool.name, errors))
-
-
-def pre_execute(call: CallContext) -> Decision:
-    return run_waterfall(call)
-
-
-def guards(call: CallContext) -> list[tuple[str, str]]:
-    return run_guards(call)
 
 
 def default_execute_wrapper(tool: Tool, ctx: ExecutionContext, arguments: dict[str, Any]) -> Any:

@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from . import execution
+from dispatcher import execution
 
 
 @shared_task(name="dispatcher.tasks.execute_call", ignore_result=True)

@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "audit",
     "dispatcher",
+    "dispatcher.policy",
     "approvals",
 ]
 
@@ -241,15 +242,15 @@ HARNESS_TOOLS = [
 
 # Stage 4, the pre-execute waterfall: `(call, next) -> Decision`, first answer wins.
 HARNESS_PRE_EXECUTE = [
-    "dispatcher.policy.session_grants",
-    "dispatcher.policy.user_rules",
-    "dispatcher.policy.permission_mode",
+    "dispatcher.policy.waterfall.session_grants",
+    "dispatcher.policy.waterfall.user_rules",
+    "dispatcher.policy.waterfall.permission_mode",
 ]
 # Stage 5: every guard runs; any reason denies. Re-run by the worker before execution.
 HARNESS_GUARDS = [
-    "dispatcher.guards.workspace_confinement",
-    "dispatcher.guards.command_blocklist",
-    "dispatcher.mode_guard.mode_ceiling",
+    "dispatcher.policy.guards.workspace_confinement",
+    "dispatcher.policy.guards.command_blocklist",
+    "dispatcher.policy.mode_guard.mode_ceiling",
 ]
 # Stage 8: `(call, content) -> content`; may replace the result content, never arguments.
 HARNESS_POST_EXECUTE: list[str] = []

@@ -18,8 +18,9 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Group, User
 
-from dispatcher import permissions, services
+from dispatcher import admission, agents
 from dispatcher.models import Agent
+from dispatcher.policy import profiles
 from tests.audit.flush import keep_audit_log_on_flush
 
 # The audit table's triggers refuse TRUNCATE/DELETE; transactional tests' flush skips it.
@@ -36,7 +37,7 @@ def make_user(username: str, *, groups: tuple[str, ...] = (), mode: str | None =
     for name in groups:
         user.groups.add(Group.objects.get_or_create(name=name)[0])
     if mode:
-        permissions.set_mode(user=user, mode=mode, actor="test")
+        profiles.set_mode(user=user, mode=mode, actor="test")
     return user
 
 
@@ -59,7 +60,7 @@ def make_agent(
     *, mode: str = "standard", workspace: str = "", owner: User | None = None
 ) -> AgentFixture:
     owner = owner or make_user(unique("owner"), mode=mode)
-    agent, token = services.create_agent(
+    agent, token = agents.create_agent(
         owner=owner, name=unique("agent"), workspace=workspace, actor="test"
     )
     return AgentFixture(agent, token, owner)
@@ -67,10 +68,10 @@ def make_agent(
 
 def submit_one(session: Any, name: str, arguments: dict[str, Any], tool_use_id: str = "w") -> Any:
     """Admit one native-dialect call in `session` through the service (no HTTP); the call."""
-    from dispatcher.dialects import ProposedCall, canonical_json
+    from dispatcher.gateways.dialects import ProposedCall, canonical_json
 
     proposed = [ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)]
-    [call] = services.submit_calls(session=session, dialect="native", proposed=proposed)
+    [call] = admission.submit_calls(session=session, dialect="native", proposed=proposed)
     return call
 
 

@@ -6,14 +6,14 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from dispatcher.models import PermissionProfile
+from dispatcher.policy.models import PermissionProfile
 from tests.conftest import make_agent
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.parametrize(
-    "model", ["dispatcher/agent", "dispatcher/permissionprofile", "approvals/approvalrequest"]
+    "model", ["dispatcher/agent", "policy/permissionprofile", "approvals/approvalrequest"]
 )
 def test_admin_cannot_change_or_add(client: Client, model: str) -> None:
     User.objects.create_superuser("root", password="pw-root")
@@ -27,7 +27,7 @@ def test_admin_cannot_edit_a_profile(client: Client) -> None:
     profile = PermissionProfile.objects.get(user=fx.owner)
     User.objects.create_superuser("root", password="pw-root")
     client.login(username="root", password="pw-root")
-    url = f"/admin/dispatcher/permissionprofile/{profile.pk}/change/"
+    url = f"/admin/policy/permissionprofile/{profile.pk}/change/"
     response = client.post(url, {"user": fx.owner.pk, "mode": "trusted", "version": 99})
     assert response.status_code == 403
     profile.refresh_from_db()

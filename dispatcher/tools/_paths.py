@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import ToolError
+from dispatcher.tools.base import ToolError
 
 EXAMPLE = "src/app.py"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ._paths import resolve_in_workspace
-from .base import ExecutionContext, Tool, ToolError
+from dispatcher.tools._paths import resolve_in_workspace
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
 
 def delete_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._paths import cap_text, resolve_in_workspace
-from .base import ExecutionContext, Tool, ToolError
+from dispatcher.tools._paths import cap_text, resolve_in_workspace
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
 MAX_ENTRIES = 1000
 

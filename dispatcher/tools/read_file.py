@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ._paths import cap_text, looks_binary, resolve_in_workspace
-from .base import ExecutionContext, Tool, ToolError
+from dispatcher.tools._paths import cap_text, looks_binary, resolve_in_workspace
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
 MAX_BYTES = 20 * 1024 * 1024
 

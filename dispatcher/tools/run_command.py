@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-from ._paths import resolve_in_workspace
-from .base import ExecutionContext, Tool, ToolError
+from dispatcher.tools._paths import resolve_in_workspace
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
 
 def run_command(ctx: ExecutionContext, args: dict[str, Any]) -> str:

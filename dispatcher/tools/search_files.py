@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ._paths import cap_text, looks_binary, resolve_in_workspace
-from .base import ExecutionContext, Tool, ToolError
+from dispatcher.tools._paths import cap_text, looks_binary, resolve_in_workspace
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
 MAX_MATCHES = 200
 MAX_LINE_CHARS = 500

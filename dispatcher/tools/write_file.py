@@ -6,8 +6,8 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from ._paths import path_violation, resolve_in_workspace
-from .base import ExecutionContext, Tool, ToolError
+from dispatcher.tools._paths import path_violation, resolve_in_workspace
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
 
 def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from audit import export
 from audit.models import AuditEvent
 from audit.services import EventSpec, linked_events, record_event
 from audit.verify import EVENT_FIELDS, verify_events, verify_file
-from dispatcher import services
+from dispatcher import agents
 from tests.audit.chains import bulk_chain, write_chain
 from tests.conftest import AgentFixture, submit_one
 
@@ -168,7 +168,7 @@ def test_no_csv_cell_starts_like_a_formula_even_when_the_agent_writes_one(
 ) -> None:
     """Agent text (title, tool name, arguments, tool-use id) lands only in the payload,
     whose cell starts with "{"; every other cell is a Harness-made value."""
-    session = services.start_session(agent=agent.agent, title='=HYPERLINK("http://x")')
+    session = agents.start_session(agent=agent.agent, title='=HYPERLINK("http://x")')
     submit_one(session, "=cmd|' /C calc'!A0", {"path": "-2+3"}, tool_use_id="+evil")
     submit_one(session, "read_file", {"path": "@SUM(1,2)"}, tool_use_id="=x")
     events = AuditEvent.objects.filter(chain=str(session.pk))

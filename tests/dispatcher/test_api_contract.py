@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from audit.models import AuditEvent
-from dispatcher import services
+from dispatcher import agents, transitions
 from dispatcher.models import Status, ToolCall
 from tests.conftest import AgentFixture, make_agent
 
@@ -287,10 +287,10 @@ def test_pending_call_is_decided_by_the_service_and_audited(
         ]
     }
     call_id = post(client, calls_url(session), body, agent).json()["calls"][0]["id"]
-    assert services.deny_call(
+    assert transitions.deny_call(
         call_id=call_id, actor="user:rita", reviewer="rita", feedback="Use notes.txt instead."
     )
-    assert not services.approve_call(call_id=call_id, actor="user:sam")  # decided once
+    assert not transitions.approve_call(call_id=call_id, actor="user:sam")  # decided once
     response = client.get(f"/api/v1/calls/{call_id}", headers=agent.headers).json()
     assert response["status"] == "denied"
     assert (
@@ -376,7 +376,7 @@ def test_a_bad_token_is_refused_before_its_body_is_read(
 
 
 def test_revoked_token_is_refused(client: Client, agent: AgentFixture) -> None:
-    services.revoke_agent(agent=agent.agent, actor="test")
+    agents.revoke_agent(agent=agent.agent, actor="test")
     assert client.get("/api/v1/tools", headers=agent.headers).status_code == 401
 
 

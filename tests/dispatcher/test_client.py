@@ -14,7 +14,7 @@ from django.db import connection
 
 from approvals.models import ApprovalRequest
 from approvals.services import decide
-from dispatcher.client import HarnessClient, HarnessError
+from dispatcher.gateways.client import HarnessClient, HarnessError
 from dispatcher.models import ToolCall
 from tests.conftest import AgentFixture, LiveStack, make_agent, make_user, unique
 

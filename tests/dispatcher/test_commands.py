@@ -8,7 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from dispatcher.models import Agent, PermissionProfile
+from dispatcher.models import Agent
+from dispatcher.policy.models import PermissionProfile
 from tests.conftest import make_user
 
 pytestmark = pytest.mark.django_db

@@ -19,7 +19,7 @@ import redis
 from django.db import connection
 
 from audit.models import AuditEvent
-from dispatcher import execution, services
+from dispatcher import execution, transitions
 from dispatcher.models import Status, ToolCall
 from tests.conftest import AgentFixture, LiveStack, make_agent
 
@@ -101,7 +101,7 @@ def test_approval_wakes_the_waiting_request_with_the_tools_result(
             assert time.monotonic() < deadline, "the call never reached pending_approval"
             time.sleep(0.05)
         decided_at = time.monotonic()
-        assert services.approve_call(call_id=pending.get().pk, actor="user:rita")
+        assert transitions.approve_call(call_id=pending.get().pk, actor="user:rita")
         waiter.join(30)
         latency = time.monotonic() - decided_at
     body = responses[0].json()

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from audit.models import AuditEvent
-from dispatcher import execution, permissions, services
+from dispatcher import agents, execution, transitions
+from dispatcher.agents import start_session
 from dispatcher.models import Status, ToolCall
-from dispatcher.services import start_session
+from dispatcher.policy import profiles
 from tests.conftest import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +54,7 @@ def test_a_queued_call_does_not_run_after_its_owner_is_locked() -> None:
     session = start_session(agent=fx.agent)
     call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     assert call.status == Status.QUEUED
-    permissions.set_mode(user=fx.owner, mode="locked", actor="test")
+    profiles.set_mode(user=fx.owner, mode="locked", actor="test")
 
     execution.execute_call(str(call.pk))
 
@@ -68,8 +69,8 @@ def test_an_approved_call_of_a_revoked_agent_does_not_run() -> None:
     fx = make_agent(mode="standard")
     session = start_session(agent=fx.agent)
     call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
-    services.revoke_agent(agent=fx.agent, actor="test")
-    assert services.approve_call(call_id=call.pk, actor="user:rita")
+    agents.revoke_agent(agent=fx.agent, actor="test")
+    assert transitions.approve_call(call_id=call.pk, actor="user:rita")
 
     execution.execute_call(str(call.pk))
 

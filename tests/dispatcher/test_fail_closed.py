@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.test import Client
 
-from dispatcher import execution, services
+from dispatcher import agents, execution, transitions
 from dispatcher.models import Status, ToolCall
 from tests.conftest import make_agent, submit_one
 
@@ -44,7 +44,7 @@ def break_the_audit_log() -> None:
 
 def test_a_call_is_not_admitted_when_its_audit_event_cannot_be_written(client: Client) -> None:
     fx = make_agent(mode="trusted")
-    session = services.start_session(agent=fx.agent)
+    session = agents.start_session(agent=fx.agent)
     body = {
         "calls": [{"id": "a", "name": "write_file", "arguments": {"path": "f.txt", "content": "x"}}]
     }
@@ -64,18 +64,18 @@ def test_a_call_is_not_admitted_when_its_audit_event_cannot_be_written(client: C
 
 def test_an_approval_is_not_taken_when_its_audit_event_cannot_be_written() -> None:
     fx = make_agent(mode="standard")
-    session = services.start_session(agent=fx.agent)
+    session = agents.start_session(agent=fx.agent)
     call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     assert call.status == Status.PENDING_APPROVAL
     break_the_audit_log()
     with pytest.raises(DatabaseError):
-        services.approve_call(call_id=call.pk, actor="user:rita")
+        transitions.approve_call(call_id=call.pk, actor="user:rita")
     assert ToolCall.objects.get(pk=call.pk).status == Status.PENDING_APPROVAL
 
 
 def test_a_call_is_not_executed_when_its_start_cannot_be_audited() -> None:
     fx = make_agent(mode="trusted")
-    session = services.start_session(agent=fx.agent)
+    session = agents.start_session(agent=fx.agent)
     call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     assert call.status == Status.QUEUED
     break_the_audit_log()
@@ -121,7 +121,7 @@ def test_a_broker_outage_leaves_an_admitted_call_queued_for_the_reconciler(
     broker_down: None,
 ) -> None:
     fx = make_agent(mode="trusted")
-    session = services.start_session(agent=fx.agent)
+    session = agents.start_session(agent=fx.agent)
     body = {"calls": [{"id": "b1", "name": "list_directory", "arguments": {"path": "."}}]}
     response = Client(headers=fx.headers).post(
         f"/api/v1/sessions/{session.pk}/calls", json.dumps(body), content_type="application/json"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dispatcher.context import CallContext
-from dispatcher.guards import command_blocklist, workspace_confinement
+from dispatcher.policy.context import CallContext
+from dispatcher.policy.guards import command_blocklist, workspace_confinement
 from dispatcher.tools.base import Tool
 from dispatcher.tools.list_directory import TOOL as LIST_DIRECTORY
 from dispatcher.tools.read_file import TOOL as READ_FILE

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.context import CallContext, Decision, Profile
-from dispatcher.policy import user_rules
-from dispatcher.rules import RuleError, evaluate, parse_rule, validate_rules
+from dispatcher.policy.context import CallContext, Decision, Profile
+from dispatcher.policy.rules import RuleError, evaluate, parse_rule, validate_rules
+from dispatcher.policy.waterfall import user_rules
 from dispatcher.tools.base import Tool
 from dispatcher.tools.list_directory import TOOL as LIST_DIRECTORY
 from dispatcher.tools.read_file import TOOL as READ_FILE

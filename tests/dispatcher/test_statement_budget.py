@@ -13,8 +13,8 @@ from django.test.utils import CaptureQueriesContext
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from audit.models import AuditEvent
-from dispatcher import execution, services
-from dispatcher.dialects import ProposedCall, canonical_json
+from dispatcher import admission, agents, execution
+from dispatcher.gateways.dialects import ProposedCall, canonical_json
 from dispatcher.models import Status, ToolCall
 from tests.conftest import make_agent, make_user, submit_one
 
@@ -26,7 +26,7 @@ def statements(queries: CaptureQueriesContext) -> list[str]:
 @pytest.mark.django_db(transaction=True)
 def test_an_auto_allowed_call_is_admitted_in_seven_statements_and_one_commit() -> None:
     fx = make_agent(mode="trusted")
-    session = services.start_session(agent=fx.agent)
+    session = agents.start_session(agent=fx.agent)
     client = Client(headers=fx.headers)
     body = {"calls": [{"id": "a1", "name": "list_directory", "arguments": {"path": "."}}]}
     url = f"/api/v1/sessions/{session.pk}/calls"
@@ -50,12 +50,12 @@ def test_an_auto_allowed_call_is_admitted_in_seven_statements_and_one_commit() -
 
 def test_a_finished_call_does_not_touch_the_rest_of_its_batch(db: None) -> None:
     fx = make_agent(mode="trusted")
-    session = services.start_session(agent=fx.agent)
+    session = agents.start_session(agent=fx.agent)
     proposed = [
         ProposedCall(f"r{i}", "list_directory", canonical_json({"path": "."}), {"path": "."})
         for i in range(20)
     ]
-    calls = services.submit_calls(session=session, dialect="native", proposed=proposed)
+    calls = admission.submit_calls(session=session, dialect="native", proposed=proposed)
     assert all(c.enqueued_at is not None for c in calls)  # one concurrency-safe run
     with CaptureQueriesContext(connection) as queries:
         execution.execute_call(str(calls[0].pk))
@@ -67,7 +67,7 @@ def test_a_finished_call_does_not_touch_the_rest_of_its_batch(db: None) -> None:
 
 def test_an_approval_reuses_the_call_read_under_the_approvals_lock(db: None) -> None:
     fx = make_agent(mode="standard")
-    session = services.start_session(agent=fx.agent)
+    session = agents.start_session(agent=fx.agent)
     call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     approval = ApprovalRequest.objects.get(call=call)
     reviewer = make_user("budget-reviewer", groups=("reviewer",))

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from dispatcher.registry import all_tools
 from dispatcher.tools.base import Tool, model_facing_schema
+from dispatcher.tools.registry import all_tools
 from tests.conftest import AgentFixture
 
 MODEL_FACING = {"name", "description", "parameters", "defer_loading"}

@@ -3,7 +3,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatcher import services
+from dispatcher import agents
 
 
 class Command(BaseCommand):
@@ -22,9 +22,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"No user named '{owner}'. Create it first (manage.py createsuperuser)."
             )
-        agent, token = services.create_agent(
-            owner=user, name=name, workspace=workspace, actor="cli"
-        )
+        agent, token = agents.create_agent(owner=user, name=name, workspace=workspace, actor="cli")
         self.stdout.write(
             f"Created agent '{agent.name}' (prefix {agent.token_prefix}) owned by {owner}."
         )

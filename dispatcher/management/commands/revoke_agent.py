@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatcher import services
+from dispatcher import agents
 from dispatcher.models import Agent
 
 
@@ -16,5 +16,5 @@ class Command(BaseCommand):
         agent = Agent.objects.filter(token_prefix=prefix).first()
         if agent is None:
             raise CommandError(f"No agent with token prefix '{prefix}'.")
-        services.revoke_agent(agent=agent, actor="cli")
+        agents.revoke_agent(agent=agent, actor="cli")
         self.stdout.write(f"Revoked agent '{agent.name}' ({prefix}).")

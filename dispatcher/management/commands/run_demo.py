@@ -24,8 +24,10 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatcher import demo_agent, permissions, services
+from dispatcher import agents
+from dispatcher.management import demo_agent
 from dispatcher.models import Agent
+from dispatcher.policy import profiles
 
 ROOT = Path(__file__).resolve().parents[3]
 REVIEWER = "reviewer"
@@ -158,11 +160,11 @@ class Command(BaseCommand):
         if not owner.has_usable_password():
             owner.set_unusable_password()
             owner.save()
-        permissions.set_mode(user=owner, mode="standard", actor="run_demo")
+        profiles.set_mode(user=owner, mode="standard", actor="run_demo")
         for old in Agent.objects.filter(owner=owner, name=AGENT_NAME, is_active=True):
-            services.revoke_agent(agent=old, actor="run_demo")
+            agents.revoke_agent(agent=old, actor="run_demo")
         workspace = Path(settings.DATA_DIR) / "demo-workspace"
-        agent, token = services.create_agent(
+        agent, token = agents.create_agent(
             owner=owner, name=AGENT_NAME, workspace=str(workspace), actor="run_demo"
         )
         self.say(

@@ -3,8 +3,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatcher import permissions
-from dispatcher.models import Mode
+from dispatcher.policy import profiles
+from dispatcher.policy.models import Mode
 
 
 class Command(BaseCommand):
@@ -18,5 +18,5 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"No user named '{username}'.")
-        profile = permissions.set_mode(user=user, mode=mode, actor="cli")
+        profile = profiles.set_mode(user=user, mode=mode, actor="cli")
         self.stdout.write(f"{username} is now in {profile.mode} mode (profile v{profile.version}).")

@@ -35,7 +35,8 @@ from typing import Any
 
 import pathspec
 
-from .commands import (
+from dispatcher.policy.context import CallContext
+from dispatcher.policy.shell import (
     GLOB_CHARACTERS,
     SHELLS,
     UnreadableCommand,
@@ -50,8 +51,7 @@ from .commands import (
     unwrap_chain,
     wrapper_opacity,
 )
-from .context import CallContext
-from .tools.base import Tool
+from dispatcher.tools.base import Tool
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def validate_rules(
     Tool names are checked against `tools` (default: the registry). Empty list = valid.
     """
     if tools is None:
-        from .registry import all_tools
+        from dispatcher.tools.registry import all_tools
 
         tools = all_tools()
     by_name = {tool.name: tool for tool in tools}

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .tools.base import Tool
+from dispatcher.tools.base import Tool
 
 Action = Literal["allow", "deny", "ask", "cancel"]
 

@@ -25,35 +25,35 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from . import services
-from .dialects import DialectError, UnstorableJSON, format_results, loads, parse_submission
-from .models import (
-    TERMINAL_STATUSES,
-    Agent,
-    AgentSession,
-    Mode,
-    Status,
-    ToolCall,
+from dispatcher import admission, agents, errors, transitions
+from dispatcher.gateways.dialects import (
+    DialectError,
+    UnstorableJSON,
+    format_results,
+    loads,
+    parse_submission,
 )
-from .notify import wake_channel
-from .registry import all_tools
-from .tools.base import model_facing_schema
+from dispatcher.models import TERMINAL_STATUSES, Agent, AgentSession, Status, ToolCall
+from dispatcher.notify import wake_channel
+from dispatcher.policy.models import Mode
+from dispatcher.tools.base import model_facing_schema
+from dispatcher.tools.registry import all_tools
 
 logger = logging.getLogger(__name__)
 
 
 class AgentToken(HttpBearer):
     async def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
-        return await sync_to_async(services.authenticate_token)(token)
+        return await sync_to_async(agents.authenticate_token)(token)
 
 
 class SubmitToken(HttpBearer):
     """The submit endpoint's auth: only the token's form here; the view verifies the token
-    in the same read as the session (services.session_for_token), so the hot path makes
+    in the same read as the session (agents.session_for_token), so the hot path makes
     one hop to the ORM thread and one query for both. A bad token still answers 401."""
 
     async def authenticate(self, request: HttpRequest, token: str) -> str | None:
-        return token if services.token_prefix(token) else None
+        return token if agents.token_prefix(token) else None
 
 
 api = NinjaAPI(
@@ -265,9 +265,9 @@ def _submit(
 ) -> tuple[str, list[ToolCall]] | JsonResponse:
     """Verify the token (with the session, in one read), then read the body: an unknown
     token is answered 401 before anything it sent is parsed."""
-    session = services.session_for_token(token, session_id)
+    session = agents.session_for_token(token, session_id)
     if session is None:
-        if services.authenticate_token(token) is None:
+        if agents.authenticate_token(token) is None:
             return unauthorized()
         return error(
             404,
@@ -288,7 +288,7 @@ def _submit(
             "too_many_calls",
             f"At most {settings.HARNESS_MAX_CALLS_PER_BATCH} calls per message.",
         )
-    return dialect, services.submit_calls(
+    return dialect, admission.submit_calls(
         session=session, dialect=dialect, proposed=proposed, profile_preloaded=True
     )
 
@@ -357,7 +357,7 @@ def _cancel(agent: Agent, call_id: UUID) -> ToolCall | JsonResponse:
         return error(
             404, "unknown_call", f"Call {call_id} does not exist or belongs to another agent."
         )
-    if not services.cancel_call(
+    if not transitions.cancel_call(
         call_id=call.pk, actor=f"agent:{agent.name}", reason="Cancelled by the agent."
     ):
         call.refresh_from_db()
@@ -406,8 +406,8 @@ def _start(agent: Agent, body: Any) -> dict[str, Any] | JsonResponse:
     except Exception as exc:  # pydantic's error names the bad field
         return error(422, "invalid_request", f"Invalid session request: {exc}")
     try:
-        session = services.start_session(agent=agent, title=data.title, mode=data.mode)
-    except services.ServiceError as exc:
+        session = agents.start_session(agent=agent, title=data.title, mode=data.mode)
+    except errors.ServiceError as exc:
         return error(422, "invalid_request", str(exc))
     return session_json(session)
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from dispatcher.policy import views
 
 app_name = "permissions"
 urlpatterns = [

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from dispatcher.client import HarnessClient, HarnessError, Result
+from dispatcher.gateways.client import HarnessClient, HarnessError, Result
 
 RULE = "-" * 72
 

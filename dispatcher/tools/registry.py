@@ -9,7 +9,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 from jsonschema import Draft202012Validator
 
-from .tools.base import Tool
+from dispatcher.tools.base import Tool
 
 
 @functools.cache

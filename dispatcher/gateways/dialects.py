@@ -6,35 +6,15 @@ objects: fields the contract does not name are ignored, never an error.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
-from .models import Dialect
+from dispatcher.models import Dialect
+from dispatcher.proposals import ProposedCall, canonical_json
 
 
 class DialectError(ValueError):
     """The body is JSON but matches no dialect; the message says what was expected."""
-
-
-@dataclass(frozen=True)
-class ProposedCall:
-    tool_use_id: str
-    name: str
-    raw_arguments: str  # exactly as received (OpenAI: the arguments string; else canonical JSON)
-    arguments: dict[str, Any] | None  # None when the raw text is not a JSON object
-    parse_error: str = ""
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def digest_of(call: ProposedCall) -> str:
-    """SHA-256 of the canonical JSON of the arguments (of the raw text if it is not JSON)."""
-    text = canonical_json(call.arguments) if call.arguments is not None else call.raw_arguments
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 MAX_ID_LENGTH = 200

@@ -8,9 +8,11 @@ import pytest
 from django.contrib.auth.models import User
 
 from audit.models import AuditEvent
-from dispatcher import permissions
-from dispatcher.models import AgentSession, SessionGrant
-from dispatcher.services import ServiceError
+from dispatcher.admission import context_of
+from dispatcher.errors import ServiceError
+from dispatcher.models import AgentSession
+from dispatcher.policy import grants, profiles
+from dispatcher.policy.models import SessionGrant
 from tests.conftest import AgentFixture
 
 from .conftest import start_session, submit
@@ -29,7 +31,7 @@ def test_narrow_rule_names_exactly_the_command_or_path(agent: AgentFixture) -> N
     ]
     for index, (name, arguments, expected) in enumerate(cases):
         call = submit(agent, session, f"c{index}", name, arguments)
-        assert permissions.narrow_rule(call) == expected
+        assert grants.narrow_rule(context_of(call)) == expected
 
 
 def test_narrow_command_rule_does_not_allow_more_arguments(
@@ -37,7 +39,7 @@ def test_narrow_command_rule_does_not_allow_more_arguments(
 ) -> None:
     session = start_session(agent)
     call = submit(agent, session, "c1", "run_command", {"argv": ["npm", "test"]})
-    permissions.grant_for_session(call=call, actor=admin)
+    grants.grant_for_session(ctx=context_of(call), actor=admin)
     more = submit(agent, session, "c2", "run_command", {"argv": ["npm", "test", "--", "x"]})
     assert more.status == "pending_approval"
     same = submit(agent, session, "c3", "run_command", {"argv": ["npm", "test"]})
@@ -49,7 +51,7 @@ def test_grant_allows_only_in_its_own_session_and_stops_when_revoked(
 ) -> None:
     session, other = start_session(agent), start_session(agent)
     first = submit(agent, session, "w1", "write_file", {"path": "src/app.py", "content": "1"})
-    grant = permissions.grant_for_session(call=first, actor=admin)
+    grant = grants.grant_for_session(ctx=context_of(first), actor=admin)
     assert grant.rule == "write_file(src/app.py)"
     created = AuditEvent.objects.get(kind="grant.created", subject=f"grant:{grant.pk}")
     assert created.payload["rule"] == grant.rule and str(created.session_id) == session
@@ -61,8 +63,8 @@ def test_grant_allows_only_in_its_own_session_and_stops_when_revoked(
     sibling = submit(agent, session, "w3", "write_file", {"path": "src/other.py", "content": ""})
     assert sibling.status == "pending_approval"
 
-    assert permissions.revoke_grant(grant_id=grant.pk, actor=admin) is True
-    assert permissions.revoke_grant(grant_id=grant.pk, actor=admin) is False  # idempotent
+    assert grants.revoke_grant(grant_id=grant.pk, actor=admin) is True
+    assert grants.revoke_grant(grant_id=grant.pk, actor=admin) is False  # idempotent
     assert AuditEvent.objects.filter(kind="grant.revoked", subject=f"grant:{grant.pk}").count() == 1
     after = submit(agent, session, "w4", "write_file", {"path": "src/app.py", "content": "3"})
     assert after.status == "pending_approval"
@@ -71,8 +73,8 @@ def test_grant_allows_only_in_its_own_session_and_stops_when_revoked(
 def test_deny_rule_beats_a_grant(agent: AgentFixture, admin: User) -> None:
     session = start_session(agent)
     call = submit(agent, session, "w1", "write_file", {"path": "src/app.py", "content": "1"})
-    permissions.grant_for_session(call=call, actor=admin)
-    permissions.update_profile(
+    grants.grant_for_session(ctx=context_of(call), actor=admin)
+    profiles.update_profile(
         user=agent.owner,
         mode="standard",
         allow=[],
@@ -87,10 +89,8 @@ def test_deny_rule_beats_a_grant(agent: AgentFixture, admin: User) -> None:
 def test_locked_mode_is_not_widened_by_a_grant(agent: AgentFixture, admin: User) -> None:
     session = start_session(agent)
     call = submit(agent, session, "w1", "write_file", {"path": "src/app.py", "content": "1"})
-    permissions.grant_for_session(call=call, actor=admin)
-    permissions.update_profile(
-        user=agent.owner, mode="locked", allow=[], ask=[], deny=[], actor=admin
-    )
+    grants.grant_for_session(ctx=context_of(call), actor=admin)
+    profiles.update_profile(user=agent.owner, mode="locked", allow=[], ask=[], deny=[], actor=admin)
     again = submit(agent, session, "w2", "write_file", {"path": "src/app.py", "content": "2"})
     assert again.status == "denied" and again.decided_by == "mode:locked"
 
@@ -98,7 +98,7 @@ def test_locked_mode_is_not_widened_by_a_grant(agent: AgentFixture, admin: User)
 def test_guards_still_run_after_a_grant(agent: AgentFixture, admin: User, tmp_path: Path) -> None:
     session = start_session(agent)
     call = submit(agent, session, "w1", "write_file", {"path": "link/x", "content": "1"})
-    permissions.grant_for_session(call=call, actor=admin)
+    grants.grant_for_session(ctx=context_of(call), actor=admin)
     workspace = Path(AgentSession.objects.get(pk=session).workspace)
     (workspace / "link").symlink_to(tmp_path)
     again = submit(agent, session, "w2", "write_file", {"path": "link/x", "content": "2"})
@@ -108,8 +108,8 @@ def test_guards_still_run_after_a_grant(agent: AgentFixture, admin: User, tmp_pa
 def test_same_grant_twice_is_one_grant(agent: AgentFixture, admin: User) -> None:
     session = start_session(agent)
     call = submit(agent, session, "w1", "write_file", {"path": "a.txt", "content": ""})
-    first = permissions.grant_for_session(call=call, actor=admin)
-    assert permissions.grant_for_session(call=call, actor=admin).pk == first.pk
+    first = grants.grant_for_session(ctx=context_of(call), actor=admin)
+    assert grants.grant_for_session(ctx=context_of(call), actor=admin).pk == first.pk
     assert SessionGrant.objects.filter(session_id=session).count() == 1
 
 
@@ -119,4 +119,4 @@ def test_call_without_a_narrow_rule_is_refused(agent: AgentFixture, admin: User)
         agent, session, "c1", "run_command", {"argv": ["bash", "-c", "make && make install"]}
     )
     with pytest.raises(ServiceError, match="without a session grant"):
-        permissions.grant_for_session(call=call, actor=admin)
+        grants.grant_for_session(ctx=context_of(call), actor=admin)

@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from audit.models import AuditEvent
-from dispatcher import permissions
-from dispatcher.models import PermissionProfile, ProfileVersion
+from dispatcher.policy import profiles
+from dispatcher.policy.models import PermissionProfile, ProfileVersion
 from tests.conftest import AgentFixture
 
 from .conftest import start_session, submit
@@ -20,7 +20,7 @@ def test_update_bumps_version_writes_history_and_audits_the_diff(
 ) -> None:
     owner = agent.owner
     before = PermissionProfile.objects.get(user=owner).version
-    profile = permissions.update_profile(
+    profile = profiles.update_profile(
         user=owner,
         mode="trusted",
         allow=["write_file(src/**)", "  ", "write_file(src/**)"],
@@ -48,16 +48,16 @@ def test_saving_the_same_profile_again_changes_nothing(agent: AgentFixture, admi
     kwargs = dict(
         user=agent.owner, mode="standard", allow=["read_file"], ask=[], deny=[], actor=admin
     )
-    first = permissions.update_profile(**kwargs)  # type: ignore[arg-type]
-    again = permissions.update_profile(**kwargs)  # type: ignore[arg-type]
+    first = profiles.update_profile(**kwargs)  # type: ignore[arg-type]
+    again = profiles.update_profile(**kwargs)  # type: ignore[arg-type]
     assert again.version == first.version
     assert ProfileVersion.objects.filter(user=agent.owner).count() == 1
 
 
 def test_invalid_rule_is_named_and_nothing_is_saved(agent: AgentFixture, admin: User) -> None:
     version = PermissionProfile.objects.get(user=agent.owner).version
-    with pytest.raises(permissions.InvalidProfile) as raised:
-        permissions.update_profile(
+    with pytest.raises(profiles.InvalidProfile) as raised:
+        profiles.update_profile(
             user=agent.owner,
             mode="standard",
             allow=["write_file(src/**", "read_file"],
@@ -73,19 +73,19 @@ def test_invalid_rule_is_named_and_nothing_is_saved(agent: AgentFixture, admin: 
 
 
 def test_unknown_mode_is_refused(agent: AgentFixture, admin: User) -> None:
-    with pytest.raises(permissions.InvalidProfile, match="Unknown mode 'godmode'"):
-        permissions.update_profile(
+    with pytest.raises(profiles.InvalidProfile, match="Unknown mode 'godmode'"):
+        profiles.update_profile(
             user=agent.owner, mode="godmode", allow=[], ask=[], deny=[], actor=admin
         )
 
 
 def test_stale_edit_is_refused(agent: AgentFixture, admin: User) -> None:
     version = PermissionProfile.objects.get(user=agent.owner).version
-    permissions.update_profile(
+    profiles.update_profile(
         user=agent.owner, mode="trusted", allow=[], ask=[], deny=[], actor=admin
     )
-    with pytest.raises(permissions.StaleProfile, match="Reload"):
-        permissions.update_profile(
+    with pytest.raises(profiles.StaleProfile, match="Reload"):
+        profiles.update_profile(
             user=agent.owner,
             mode="read_only",
             allow=[],
@@ -103,7 +103,7 @@ def test_next_call_after_a_rule_change_is_decided_under_the_new_rule(
     first = submit(agent, session, "w1", "write_file", {"path": "src/a.py", "content": "x"})
     assert first.status == "pending_approval" and first.decided_by == "mode:standard"
 
-    profile = permissions.update_profile(
+    profile = profiles.update_profile(
         user=agent.owner,
         mode="standard",
         allow=["write_file(src/**)"],
@@ -119,7 +119,7 @@ def test_next_call_after_a_rule_change_is_decided_under_the_new_rule(
     assert event.payload["rule"] == "write_file(src/**)"
     assert f"(profile v{profile.version})" in event.payload["reason"]
 
-    permissions.update_profile(
+    profiles.update_profile(
         user=agent.owner,
         mode="standard",
         allow=["write_file(src/**)"],

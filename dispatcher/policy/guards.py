@@ -11,7 +11,8 @@ import posixpath
 import re
 from collections.abc import Callable
 
-from .commands import (
+from dispatcher.policy.context import CallContext
+from dispatcher.policy.shell import (
     BRACES,
     EXPANSIONS,
     GLOB_CHARACTERS,
@@ -26,8 +27,7 @@ from .commands import (
     shell_invocation,
     unwrap,
 )
-from .context import CallContext
-from .tools._paths import path_violation
+from dispatcher.tools._paths import path_violation
 
 MAX_SHELL_DEPTH = 8
 PRIVILEGE_COMMANDS = frozenset({"sudo", "su", "doas", "pkexec", "runuser"})

@@ -6,8 +6,9 @@ import pytest
 from django.contrib.auth.models import User
 
 from audit.models import AuditEvent
-from dispatcher import permissions
+from dispatcher import simulation
 from dispatcher.models import ToolCall
+from dispatcher.policy import profiles
 from tests.conftest import AgentFixture
 
 from .conftest import start_session, submit
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _set(agent: AgentFixture, admin: User, **lists: list[str]) -> None:
-    permissions.update_profile(
+    profiles.update_profile(
         user=agent.owner,
         mode=lists.pop("mode", ["standard"])[0],
         allow=lists.get("allow", []),
@@ -30,44 +31,44 @@ def test_simulator_names_the_deciding_rule_mode_and_guard(agent: AgentFixture, a
     _set(agent, admin, allow=["run_command(npm test *)"], deny=["read_file(**/.env)"])
     owner = agent.owner
 
-    by_rule = permissions.simulate(
+    by_rule = simulation.simulate(
         user=owner, tool="run_command", arguments={"argv": ["npm", "test", "--watch"]}
     )
     assert (by_rule.action, by_rule.rule) == ("allow", "run_command(npm test *)")
     assert by_rule.by == "rule:allow:run_command(npm test *)"
 
-    denied = permissions.simulate(user=owner, tool="read_file", arguments={"path": "a/.env"})
+    denied = simulation.simulate(user=owner, tool="read_file", arguments={"path": "a/.env"})
     assert (denied.action, denied.by) == ("deny", "rule:deny:read_file(**/.env)")
 
-    by_mode = permissions.simulate(
+    by_mode = simulation.simulate(
         user=owner, tool="write_file", arguments={"path": "x.txt", "content": ""}
     )
     assert (by_mode.action, by_mode.by, by_mode.stage) == ("ask", "mode:standard", "pre_execute")
 
-    guarded = permissions.simulate(
+    guarded = simulation.simulate(
         user=owner, tool="run_command", arguments={"argv": ["sudo", "npm", "test"]}
     )
     assert guarded.action == "deny" and guarded.stage == "guards"
     assert guarded.by == "guard:command_blocklist"
 
-    outside = permissions.simulate(user=owner, tool="read_file", arguments={"path": "/etc/passwd"})
+    outside = simulation.simulate(user=owner, tool="read_file", arguments={"path": "/etc/passwd"})
     assert outside.by == "guard:workspace_confinement"
 
 
 def test_simulator_rejects_like_admission(agent: AgentFixture) -> None:
-    unknown = permissions.simulate(user=agent.owner, tool="readFile", arguments={})
+    unknown = simulation.simulate(user=agent.owner, tool="readFile", arguments={})
     assert unknown.action == "reject" and unknown.stage == "resolve"
     assert "read_file" in unknown.reason
-    invalid = permissions.simulate(user=agent.owner, tool="read_file", arguments={"path": 3})
+    invalid = simulation.simulate(user=agent.owner, tool="read_file", arguments={"path": 3})
     assert invalid.action == "reject" and invalid.stage == "validate"
 
 
 def test_simulator_tries_proposed_rules_and_stores_nothing(agent: AgentFixture) -> None:
-    proposed = permissions.proposed_profile(
+    proposed = profiles.proposed_profile(
         agent.owner, "standard", allow=["write_file(docs/**)"], ask=[], deny=[]
     )
     calls, events = ToolCall.objects.count(), AuditEvent.objects.count()
-    result = permissions.simulate(
+    result = simulation.simulate(
         user=agent.owner,
         tool="write_file",
         arguments={"path": "docs/a.md", "content": "x"},
@@ -83,7 +84,7 @@ def test_past_call_is_simulated_in_its_own_session(agent: AgentFixture, admin: U
     call = submit(agent, session, "w1", "write_file", {"path": "src/a.py", "content": "x"})
     assert call.status == "pending_approval"
     _set(agent, admin, allow=["write_file(src/*.py)"])
-    again = permissions.simulate_call(call)
+    again = simulation.simulate_call(call)
     assert again.action == "allow" and again.rule == "write_file(src/*.py)"
 
 
@@ -100,14 +101,14 @@ def test_backtest_lists_only_calls_whose_decision_would_change(
         "queued",
         "pending_approval",
     )
-    proposed = permissions.proposed_profile(
+    proposed = profiles.proposed_profile(
         agent.owner,
         "standard",
         allow=["write_file(src/**)"],
         ask=[],
         deny=["read_file(README.md)"],
     )
-    result = permissions.backtest(user=agent.owner, proposed=proposed)
+    result = simulation.backtest(user=agent.owner, proposed=proposed)
     assert result.checked == 3
     changed = {c.call.pk: (c.before.action, c.after.action) for c in result.changes}
     assert changed == {write.pk: ("ask", "allow"), read.pk: ("allow", "deny")}

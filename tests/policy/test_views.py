@@ -6,8 +6,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from dispatcher import permissions
-from dispatcher.models import PermissionProfile, SessionGrant
+from dispatcher.admission import context_of
+from dispatcher.policy import grants, profiles
+from dispatcher.policy.models import PermissionProfile, SessionGrant
 from tests.conftest import AgentFixture, make_user, unique
 
 from .conftest import start_session, submit
@@ -37,7 +38,7 @@ def test_only_admins_see_permissions(agent: AgentFixture, reviewer: User, admin:
 
 
 def test_index_lists_users_with_mode_counts_and_agents(agent: AgentFixture, admin: User) -> None:
-    permissions.update_profile(
+    profiles.update_profile(
         user=agent.owner,
         mode="trusted",
         allow=["read_file"],
@@ -149,7 +150,7 @@ def test_backtest_partial_lists_changes(agent: AgentFixture, admin: User) -> Non
 def test_revoke_from_the_page(agent: AgentFixture, admin: User) -> None:
     session = start_session(agent)
     call = submit(agent, session, "w1", "write_file", {"path": "a.txt", "content": ""})
-    grant = permissions.grant_for_session(call=call, actor=admin)
+    grant = grants.grant_for_session(ctx=context_of(call), actor=admin)
     client = _client(admin)
     assert "write_file(/a.txt)" in client.get("/permissions/").content.decode()
     assert "write_file(/a.txt)" in client.get(f"/permissions/sessions/{session}/").content.decode()

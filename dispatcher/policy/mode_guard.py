@@ -7,8 +7,8 @@ queued or while it waited for a reviewer, must stop it before it runs.
 
 from __future__ import annotations
 
-from .context import CallContext
-from .models import Mode
+from dispatcher.policy.context import CallContext
+from dispatcher.policy.models import Mode
 
 
 def mode_ceiling(call: CallContext) -> str | None:

@@ -8,7 +8,7 @@ from django.test import Client
 
 from approvals.models import ApprovalRequest
 from audit.models import AuditEvent
-from dispatcher.models import SessionGrant
+from dispatcher.policy.models import SessionGrant
 from tests.conftest import AgentFixture
 
 from .conftest import start_session, submit

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from . import rules
-from .context import CallContext, Decision
-from .models import Mode, SessionGrant
+from dispatcher.policy import rules
+from dispatcher.policy.context import CallContext, Decision
+from dispatcher.policy.models import Mode, SessionGrant
 
 logger = logging.getLogger(__name__)
 

@@ -21,11 +21,14 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from . import permissions
-from .context import Profile
-from .models import Agent, AgentSession, Mode, ProfileVersion, SessionGrant, ToolCall
-from .registry import all_tools
-from .services import ServiceError, profile_for
+from dispatcher import simulation
+from dispatcher.errors import ServiceError
+from dispatcher.models import Agent, AgentSession, ToolCall
+from dispatcher.policy import grants, profiles
+from dispatcher.policy.context import Profile
+from dispatcher.policy.models import Mode, ProfileVersion, SessionGrant
+from dispatcher.policy.profiles import profile_for
+from dispatcher.tools.registry import all_tools
 
 ADMIN_GROUP = "admin"
 PAGE = "permissions/user.html"
@@ -57,7 +60,7 @@ def diff_lines(diff: dict[str, Any]) -> list[tuple[str, str]]:
     lines: list[tuple[str, str]] = []
     if "mode" in diff:
         lines.append(("~", f"mode: {diff['mode'][0]} → {diff['mode'][1]}"))
-    for name in permissions.LISTS:
+    for name in profiles.LISTS:
         change = diff.get(name) or {}
         lines += [("+", f"{name}: {rule}") for rule in change.get("added", [])]
         lines += [("-", f"{name}: {rule}") for rule in change.get("removed", [])]
@@ -84,7 +87,7 @@ def index(request: HttpRequest) -> HttpResponse:
             {
                 "user": user,
                 "profile": profile,
-                "counts": {n: len(getattr(profile, n)) for n in permissions.LISTS},
+                "counts": {n: len(getattr(profile, n)) for n in profiles.LISTS},
                 "agents": agents.get(user.pk, []),
             }
         )
@@ -103,24 +106,24 @@ def _grants(queryset: Any) -> list[SessionGrant]:
 
 
 def _form_from_post(data: QueryDict) -> dict[str, str]:
-    form = {name: data.get(name, "") for name in ("mode", *permissions.LISTS)}
+    form = {name: data.get(name, "") for name in ("mode", *profiles.LISTS)}
     form["version"] = data.get("version", "")
     return form
 
 
 def _form_from_profile(profile: Profile) -> dict[str, str]:
-    form = {name: "\n".join(getattr(profile, name)) for name in permissions.LISTS}
+    form = {name: "\n".join(getattr(profile, name)) for name in profiles.LISTS}
     return form | {"mode": profile.mode, "version": str(profile.version)}
 
 
 def _proposed(subject: User, form: dict[str, str]) -> Profile:
     """InvalidProfile when the form's rules do not validate."""
-    lines = {name: form[name].splitlines() for name in permissions.LISTS}
-    return permissions.proposed_profile(subject, form["mode"], **lines)
+    lines = {name: form[name].splitlines() for name in profiles.LISTS}
+    return profiles.proposed_profile(subject, form["mode"], **lines)
 
 
 def _same(a: Profile, b: Profile) -> bool:
-    return all(getattr(a, n) == getattr(b, n) for n in ("mode", *permissions.LISTS))
+    return all(getattr(a, n) == getattr(b, n) for n in ("mode", *profiles.LISTS))
 
 
 def _page(
@@ -164,16 +167,16 @@ def user_profile(request: HttpRequest, user_id: int) -> HttpResponse:
     form = _form_from_post(request.POST)
     try:
         expected = int(form["version"]) if form["version"] else None
-        profile = permissions.update_profile(
+        profile = profiles.update_profile(
             user=subject,
             mode=form["mode"],
             actor=actor,
             expected_version=expected,
-            **{name: form[name].splitlines() for name in permissions.LISTS},
+            **{name: form[name].splitlines() for name in profiles.LISTS},
         )
-    except permissions.InvalidProfile as invalid:
+    except profiles.InvalidProfile as invalid:
         return _page(request, subject, form, status=400, errors=invalid.problems)
-    except (permissions.StaleProfile, ValueError) as stale:
+    except (profiles.StaleProfile, ValueError) as stale:
         return _page(request, subject, form, status=409, errors=[str(stale)])
     messages.success(request, f"Saved {subject.get_username()}'s profile as v{profile.version}.")
     return redirect("permissions:user", user_id=subject.pk)
@@ -212,7 +215,7 @@ def _simulations(subject: User, data: QueryDict, form: dict[str, str]) -> dict[s
     call_id = data.get("call", "").strip()
     if call_id:
         call = _call_of(subject, call_id)
-        run = functools.partial(permissions.simulate_call, call)
+        run = functools.partial(simulation.simulate_call, call)
         what = f"past call {call.name} {preview(call.arguments)} ({call.pk})"
     else:
         tool = data.get("tool", "").strip()
@@ -230,8 +233,8 @@ def _simulations(subject: User, data: QueryDict, form: dict[str, str]) -> dict[s
 
 def _simulate_typed(
     subject: User, tool: str, arguments: Any, profile: Profile
-) -> permissions.Simulation:
-    return permissions.simulate(user=subject, tool=tool, arguments=arguments, profile=profile)
+) -> simulation.Simulation:
+    return simulation.simulate(user=subject, tool=tool, arguments=arguments, profile=profile)
 
 
 def _call_of(subject: User, call_id: str) -> ToolCall:
@@ -258,10 +261,10 @@ def backtest(request: HttpRequest, user_id: int) -> HttpResponse:
     form = _form_from_post(request.POST)
     extra: dict[str, Any] = {}
     try:
-        result = permissions.backtest(user=subject, proposed=_proposed(subject, form))
+        result = simulation.backtest(user=subject, proposed=_proposed(subject, form))
         extra["backtest"] = result
         extra["changes"] = [(c, preview(c.call.arguments)) for c in result.changes]
-    except permissions.InvalidProfile as invalid:
+    except profiles.InvalidProfile as invalid:
         extra["backtest_errors"] = invalid.problems
     return _partial_or_page(request, subject, form, "backtest", **extra)
 
@@ -274,7 +277,7 @@ def backtest(request: HttpRequest, user_id: int) -> HttpResponse:
 def revoke(request: HttpRequest, grant_id: int) -> HttpResponse:
     actor = _require_admin(request)
     try:
-        permissions.revoke_grant(grant_id=grant_id, actor=actor)
+        grants.revoke_grant(grant_id=grant_id, actor=actor)
     except ServiceError as problem:
         return HttpResponse(str(problem), status=404, content_type="text/plain")
     grant = _grants(SessionGrant.objects.filter(pk=grant_id))[0]

@@ -4,7 +4,7 @@ Only the standard library (urllib, json): copy this file next to any agent loop.
 
 With the OpenAI SDK::
 
-    from dispatcher.client import HarnessClient
+    from dispatcher.gateways.client import HarnessClient
 
     harness = HarnessClient("http://127.0.0.1:8000", token)
     session = harness.start_session(title="fix the tests")

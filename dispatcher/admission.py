@@ -1,0 +1,313 @@
+"""Admission, stages 1 to 5, in the web process: receive, resolve, validate, pre-execute,
+guards. `submit_calls` is the one entry point; `_decide` runs stages 2 to 5 in order.
+
+Stages 1 to 5 run in memory, and the message's calls are then written in their decided
+state with their call.received and decision events, in one transaction: the log shows
+each call received before it was decided, and nothing is decided without its record. So
+pre_execute listeners and guards see a call only through its CallContext: at admission
+its row is not in the database yet (neither are the earlier calls of the same message).
+Guards run again in the worker, where the row exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from audit.services import EventSpec, record_events
+from dispatcher import batches, notify
+from dispatcher.agents import mode_and_profile
+from dispatcher.errors import ServiceError
+from dispatcher.models import AgentSession, Status, ToolCall
+from dispatcher.policy import stages
+from dispatcher.policy.context import CallContext, Decision, Profile
+from dispatcher.proposals import ProposedCall, digest_of
+from dispatcher.tools import messages
+from dispatcher.tools.registry import get_tool
+from dispatcher.transitions import decision_fields, new_transition
+
+
+def submit_calls(
+    *,
+    session: AgentSession,
+    dialect: str,
+    proposed: list[ProposedCall],
+    profile_preloaded: bool = False,
+) -> list[ToolCall]:
+    """Admit one assistant message's calls; return them in request order.
+
+    Idempotent by tool_use_id: a call already seen in the session is returned as it is,
+    never created twice (also under concurrent submissions of the same message).
+    `profile_preloaded`: see profile_for (the agent API reads it with the session).
+    """
+    mode, profile = mode_and_profile(session, preloaded=profile_preloaded)
+    try:
+        return _admit(session, dialect, proposed, mode, profile)
+    except IntegrityError:
+        # The same message was submitted concurrently and the other request won (one call
+        # per tool_use_id): admitting again finds its calls. Any other integrity failure
+        # (an audit store refusing the write) is not ours to hide.
+        ids = [p.tool_use_id for p in proposed]
+        if not ToolCall.objects.filter(session=session, tool_use_id__in=ids).exists():
+            raise
+        return _admit(session, dialect, proposed, mode, profile)
+
+
+@dataclass
+class _Admission:
+    """The new calls of one message, decided in memory, then written at once."""
+
+    calls: list[ToolCall] = field(default_factory=list)
+    events: list[EventSpec] = field(default_factory=list)
+    asks: list[tuple[ToolCall, dict[str, Any]]] = field(default_factory=list)
+
+
+def _admit(
+    session: AgentSession, dialect: str, proposed: list[ProposedCall], mode: str, profile: Profile
+) -> list[ToolCall]:
+    """One transaction (one commit) for the whole message: the calls are inserted already
+    decided, with their call.received and decision events in one append (received first,
+    timed when it was received), then the runnable ones are sent after commit."""
+    batch_id = uuid.uuid4()
+    with transaction.atomic():
+        known = {
+            c.tool_use_id: c
+            for c in ToolCall.objects.filter(
+                session=session, tool_use_id__in=[p.tool_use_id for p in proposed]
+            )
+        }
+        digests = {p.tool_use_id: digest_of(p) for p in proposed if p.tool_use_id not in known}
+        counts = _repeat_counts(
+            session,
+            {(p.name, digests[p.tool_use_id]) for p in proposed if p.tool_use_id in digests},
+        )
+        admission = _Admission()
+        calls = []
+        for index, item in enumerate(proposed):
+            call = known.get(item.tool_use_id)
+            if call is None:  # new (a repeated id within one message is one call)
+                digest = digests[item.tool_use_id]
+                call = known[item.tool_use_id] = receive(
+                    session, dialect, item, digest, batch_id, index, counts, admission
+                )
+                admission.events.append(_decide(call, item, session, mode, profile, admission))
+            calls.append(call)
+        if admission.calls:
+            sent = batches.startable(admission.calls)
+            now = timezone.now()
+            for call in sent:
+                call.enqueued_at = now
+            ToolCall.objects.bulk_create(admission.calls)
+            record_events(admission.events, session_id=session.pk)
+            for call, presentation in admission.asks:
+                notify.approval_requested.send(
+                    sender=ToolCall, call=call, presentation=presentation
+                )
+            _after_admission(admission.calls, sent)
+    return calls
+
+
+def _after_admission(calls: list[ToolCall], sent: list[ToolCall]) -> None:
+    """After commit: the workers' messages first, then the wake-ups and pushes. A message
+    the broker refuses is logged and left to the reconciler (the call stays queued)."""
+    for call in sent:
+        batches.enqueue_after_commit(str(call.pk))
+    session_id = str(calls[0].session_id)
+    for call in calls:
+        change = (str(call.pk), session_id, str(call.status), Status.RECEIVED)
+        transaction.on_commit(functools.partial(notify.publish_change, *change))
+
+
+def _repeat_counts(session: AgentSession, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """How many calls of the session had each (tool, digest) before: one query per message."""
+    excluded = settings.HARNESS_REPEAT_EXCLUDED_TOOLS
+    digests = {digest for name, digest in keys if name not in excluded}
+    if not digests:
+        return {}
+    rows = (
+        ToolCall.objects.filter(session=session, digest__in=digests)
+        .order_by()
+        .values_list("name", "digest")
+        .annotate(n=Count("pk"))
+    )
+    return {(name, digest): n for name, digest, n in rows}
+
+
+def receive(
+    session: AgentSession,
+    dialect: str,
+    item: ProposedCall,
+    digest: str,
+    batch_id: uuid.UUID,
+    index: int,
+    counts: dict[tuple[str, str], int],
+    admission: _Admission,
+) -> ToolCall:
+    """Stage 1, receive: the call with its exact arguments and digest, and its call.received."""
+    repeat_count = 1
+    if item.name not in settings.HARNESS_REPEAT_EXCLUDED_TOOLS:
+        key = (item.name, digest)
+        counts[key] = counts.get(key, 0) + 1  # counts this one for the rest of the message
+        repeat_count = counts[key]
+    call = ToolCall(
+        id=uuid.uuid4(),
+        session=session,
+        tool_use_id=item.tool_use_id,
+        name=item.name,
+        raw_arguments=item.raw_arguments,
+        arguments=item.arguments,
+        digest=digest,
+        dialect=dialect,
+        batch_id=batch_id,
+        batch_index=index,
+        repeat_count=repeat_count,
+    )
+    admission.calls.append(call)
+    admission.events.append(
+        EventSpec(
+            "call.received",
+            f"agent:{session.agent.name}",
+            f"call:{call.pk}",
+            {
+                "call_id": str(call.pk),
+                "tool_use_id": item.tool_use_id,
+                "tool": item.name,
+                "arguments": item.raw_arguments,
+                "digest": digest,
+                "dialect": dialect,
+                "batch_id": str(batch_id),
+                "batch_index": index,
+                "repeat_count": repeat_count,
+            },
+            timezone.now(),
+        )
+    )
+    return call
+
+
+def call_context(
+    call: ToolCall, session: AgentSession, mode: str, profile: Profile
+) -> CallContext | None:
+    tool = get_tool(call.name)
+    if tool is None or call.arguments is None:
+        return None
+    return CallContext(
+        call_id=str(call.pk),
+        session_id=str(session.pk),
+        tool=tool,
+        name=call.name,
+        arguments=call.arguments,
+        workspace=Path(session.workspace),
+        mode=mode,
+        username=session.agent.owner.get_username(),
+        agent_name=session.agent.name,
+        profile=profile,
+        agent_active=session.agent.is_active,
+        may_have_grants=getattr(session, "has_grants", True),
+    )
+
+
+def _decide(
+    call: ToolCall,
+    item: ProposedCall,
+    session: AgentSession,
+    mode: str,
+    profile: Profile,
+    admission: _Admission,
+) -> EventSpec:
+    """Stages 2 to 5: resolve, validate, pre_execute, guards; then the transition they
+    chose, applied to the new call in memory. Returns the decision's audit event."""
+    if item.parse_error:
+        message = (
+            f"Could not read the arguments of '{call.name}': {item.parse_error} Send a JSON object."
+        )
+        return _reject(call, message, "receive")
+    try:
+        tool = stages.resolve(call.name)
+        stages.validate(tool, call.arguments or {})
+    except stages.Rejection as rejection:
+        return _reject(call, rejection.message, rejection.stage)
+    ctx = call_context(call, session, mode, profile)
+    assert ctx is not None
+    call.provenance = {"mode": mode, "profile_version": profile.version}
+    decision = stages.pre_execute(ctx)
+    if decision.action == "deny":
+        text = messages.policy_denied(decision.reason)
+        return _settle(call, Status.DENIED, decision, "call.denied", text)
+    if decision.action == "cancel":
+        text = messages.cancelled(decision.by, decision.reason)
+        return _settle(call, Status.CANCELLED, decision, "call.cancelled", text)
+    denials = stages.guards(ctx)
+    if denials:
+        guard = Decision(
+            "deny", "guard:" + ",".join(n for n, _ in denials), " ".join(r for _, r in denials)
+        )
+        text = messages.guard_denied([r for _, r in denials])
+        return _settle(call, Status.DENIED, guard, "call.denied", text)
+    provenance = {**call.provenance, **decision.as_provenance()}
+    if decision.action == "ask":
+        presentation = tool.present_call(call.arguments or {}, ctx.workspace)
+        admission.asks.append((call, presentation))
+        return new_transition(
+            call,
+            Status.PENDING_APPROVAL,
+            kind="call.approval_requested",
+            actor=decision.by,
+            payload={**provenance, "presentation": presentation},
+            **decision_fields(call, decision),
+        )
+    return new_transition(
+        call,
+        Status.QUEUED,
+        kind="call.allowed",
+        actor=decision.by,
+        payload=provenance,
+        queued_at=timezone.now(),
+        **decision_fields(call, decision),
+    )
+
+
+def _reject(call: ToolCall, reason: str, stage: str) -> EventSpec:
+    decision = Decision("deny", f"stage:{stage}", reason)
+    fields = decision_fields(call, decision, reason)
+    fields["decision"] = "reject"
+    return new_transition(
+        call,
+        Status.REJECTED,
+        kind="call.rejected",
+        actor="harness",
+        payload={"stage": stage, "reason": reason},
+        **fields,
+    )
+
+
+def _settle(call: ToolCall, to: Status, decision: Decision, kind: str, text: str) -> EventSpec:
+    return new_transition(
+        call,
+        to,
+        kind=kind,
+        actor=decision.by,
+        payload={**call.provenance, **decision.as_provenance()},
+        **decision_fields(call, decision, text),
+    )
+
+
+def context_of(call: ToolCall) -> CallContext:
+    """The call as policy sees it now, in its session (the owner's current profile).
+
+    Raises ServiceError when that cannot be built: the tool is no longer registered or the
+    arguments were never readable.
+    """
+    session = call.session
+    ctx = call_context(call, session, *mode_and_profile(session))
+    if ctx is None:
+        raise ServiceError(f"'{call.name}' is not a registered tool with readable arguments.")
+    return ctx

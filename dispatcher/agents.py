@@ -1,0 +1,161 @@
+"""Agents, their tokens, and sessions: every change with its audit event.
+
+Tokens are stored hashed (SHA-256) with a visible prefix; a token is shown once, when it
+is made. A session's mode may only narrow its owner's; its workspace is never the agent's
+choice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from audit.services import record_event
+from dispatcher.errors import ServiceError
+from dispatcher.models import Agent, AgentSession
+from dispatcher.policy.context import Profile
+from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narrower_mode
+from dispatcher.policy.profiles import default_profile, profile_for
+
+TOKEN_PREFIX = "hrn"
+
+
+def _hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@transaction.atomic
+def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> tuple[Agent, str]:
+    """Create an agent and return it with its token. The token is never stored or shown again."""
+    if workspace:
+        path = Path(workspace).expanduser().resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        workspace = str(path)
+    prefix = secrets.token_hex(4)
+    token = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    agent = Agent.objects.create(
+        owner=owner,
+        name=name,
+        token_prefix=prefix,
+        token_hash=_hash_token(token),
+        workspace=workspace,
+    )
+    PermissionProfile.objects.get_or_create(user=owner, defaults=default_profile())
+    record_event(
+        kind="agent.created",
+        actor=actor,
+        subject=f"agent:{agent.pk}",
+        payload={
+            "name": name,
+            "owner": owner.get_username(),
+            "token_prefix": prefix,
+            "workspace": workspace,
+        },
+    )
+    return agent, token
+
+
+def token_prefix(token: str) -> str | None:
+    """The visible prefix of a well-formed agent token (None: not an agent token)."""
+    parts = token.split("_", 2)
+    if len(parts) != 3 or parts[0] != TOKEN_PREFIX:
+        return None
+    return parts[1]
+
+
+def authenticate_token(token: str) -> Agent | None:
+    """The active agent holding `token`, or None. Constant-time comparison of the hash."""
+    prefix = token_prefix(token)
+    if prefix is None:
+        return None
+    agent = (
+        Agent.objects.select_related("owner").filter(token_prefix=prefix, is_active=True).first()
+    )
+    if agent is None or not _token_matches(agent, token):
+        return None
+    return agent
+
+
+def _token_matches(agent: Agent, token: str) -> bool:
+    return hmac.compare_digest(agent.token_hash, _hash_token(token))
+
+
+def session_for_token(token: str, session_id: uuid.UUID) -> AgentSession | None:
+    """The session `session_id` if `token` is its active agent's, read with what admission
+    needs (agent, owner, the owner's profile, whether it holds any grant) in one query:
+    the agent API's submit path authenticates and loads in one read. None otherwise
+    (unknown or foreign session, or a bad token: the caller tells them apart)."""
+    prefix = token_prefix(token)
+    if prefix is None:
+        return None
+    session = (
+        AgentSession.objects.select_related("agent__owner__permission_profile")
+        .annotate(has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))))
+        .filter(pk=session_id, agent__token_prefix=prefix, agent__is_active=True)
+        .first()
+    )
+    if session is None or not _token_matches(session.agent, token):
+        return None
+    return session
+
+
+@transaction.atomic
+def revoke_agent(*, agent: Agent, actor: str) -> None:
+    if Agent.objects.filter(pk=agent.pk, is_active=True).update(
+        is_active=False, revoked_at=timezone.now()
+    ):
+        record_event(
+            kind="agent.revoked",
+            actor=actor,
+            subject=f"agent:{agent.pk}",
+            payload={"name": agent.name},
+        )
+
+
+@transaction.atomic
+def start_session(*, agent: Agent, title: str = "", mode: str | None = None) -> AgentSession:
+    """Start a session. Its mode may only narrow the owner's; its workspace is never the agent's choice."""
+    owner_mode = profile_for(agent.owner).mode
+    if mode is not None and mode not in Mode.values:
+        raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
+    effective = narrower_mode(mode, owner_mode) if mode else owner_mode
+    session_id = uuid.uuid4()
+    if agent.workspace:
+        workspace = Path(agent.workspace)
+    else:
+        workspace = Path(settings.HARNESS_WORKSPACE_ROOT).resolve() / str(session_id)
+    workspace.mkdir(parents=True, exist_ok=True)
+    session = AgentSession.objects.create(
+        id=session_id, agent=agent, title=title[:200], mode=effective, workspace=str(workspace)
+    )
+    record_event(
+        kind="session.started",
+        actor=f"agent:{agent.name}",
+        session_id=session.pk,
+        subject=f"session:{session.pk}",
+        payload={
+            "agent": agent.name,
+            "owner": agent.owner.get_username(),
+            "title": session.title,
+            "requested_mode": mode,
+            "mode": effective,
+            "workspace": str(workspace),
+        },
+    )
+    return session
+
+
+def mode_and_profile(session: AgentSession, *, preloaded: bool = False) -> tuple[str, Profile]:
+    """The owner's profile (one read, none when `preloaded`: see profile_for), and the
+    session's mode narrowed further if the owner's mode was narrowed since the session started."""
+    profile = profile_for(session.agent.owner, preloaded=preloaded)
+    return narrower_mode(session.mode, profile.mode), profile

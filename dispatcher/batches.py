@@ -1,0 +1,69 @@
+"""Batch order: which queued calls of one assistant message may start now, and the
+workers' messages for them (only the call id, sent after commit).
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+
+from celery import current_app
+from django.db import transaction
+from django.utils import timezone
+
+from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
+from dispatcher.tools.registry import get_tool
+
+EXECUTE_TASK = "dispatcher.tasks.execute_call"
+
+
+def enqueue(call_id: str) -> None:
+    """Send the worker's message for one call, by task name (no import of the tasks)."""
+    current_app.send_task(EXECUTE_TASK, args=(call_id,))
+
+
+def enqueue_after_commit(call_id: str) -> None:
+    # robust: a message the broker refuses is logged and left to the reconciler.
+    transaction.on_commit(functools.partial(enqueue, call_id), robust=True)
+
+
+def startable(calls: list[ToolCall]) -> list[ToolCall]:
+    """Queued calls that may start now: the first unfinished call, and with it, when it is
+    concurrency-safe, the unbroken run of concurrency-safe calls that follows it."""
+    unfinished = [c for c in calls if c.status not in TERMINAL_STATUSES]
+    if not unfinished:
+        return []
+    group: list[ToolCall] = []
+    for call in unfinished:
+        tool = get_tool(call.name)
+        safe = bool(tool and tool.is_concurrency_safe)
+        if not group:
+            group.append(call)
+            if not safe:
+                break
+        elif safe:
+            group.append(call)
+        else:
+            break
+    return [c for c in group if c.status == Status.QUEUED]
+
+
+def dispatch_ready(batch_id: uuid.UUID) -> None:
+    """Send a Celery message (only the call id) for each call of the batch that may start.
+
+    Messages leave after commit, so a worker never receives the id of a call it cannot see
+    yet. (Admission marks and sends a new message's runnable calls itself.)
+    """
+    calls = list(ToolCall.objects.filter(batch_id=batch_id).order_by("batch_index"))
+    # Only calls no message was sent for: the rows were just read, and the conditional
+    # update below still settles a race between two dispatchers.
+    ready = [c for c in startable(calls) if c.enqueued_at is None]
+    if not ready:
+        return
+    with transaction.atomic(savepoint=False):
+        for call in ready:
+            # Conditional: a call is sent once, even when two processes dispatch the batch.
+            if ToolCall.objects.filter(
+                pk=call.pk, status=Status.QUEUED, enqueued_at__isnull=True
+            ).update(enqueued_at=timezone.now()):
+                enqueue_after_commit(str(call.pk))

@@ -1,0 +1,47 @@
+"""Stages 2 to 5 of a call, as pure functions that write nothing: resolve, validate,
+pre-execute (the waterfall), guards. Admission runs them on a new call, the worker runs
+the guards again before it claims, and the simulator and the backtest run them on calls
+that are never stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema.exceptions import ValidationError
+
+from dispatcher.policy.context import CallContext, Decision
+from dispatcher.policy.waterfall import run_guards, run_waterfall
+from dispatcher.tools import messages
+from dispatcher.tools.base import Tool
+from dispatcher.tools.registry import get_tool, unknown_tool_message, validator_for
+
+
+class Rejection(Exception):
+    """Stage 2 or 3 ended the call: `message` is what the model reads."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.message = message
+
+
+def resolve(name: str) -> Tool:
+    tool = get_tool(name)
+    if tool is None:
+        raise Rejection("resolve", unknown_tool_message(name))
+    return tool
+
+
+def validate(tool: Tool, arguments: dict[str, Any]) -> None:
+    errors: list[ValidationError] = list(validator_for(tool).iter_errors(arguments))
+    if errors:
+        raise Rejection("validate", messages.invalid_arguments(tool.name, errors))
+
+
+def pre_execute(call: CallContext) -> Decision:
+    return run_waterfall(call)
+
+
+def guards(call: CallContext) -> list[tuple[str, str]]:
+    return run_guards(call)

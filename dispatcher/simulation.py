@@ -1,0 +1,149 @@
+"""The simulator and the backtest: stages 2 to 5 run on calls that are never stored.
+
+`simulate` decides a call as admission would; `backtest` decides a user's past calls under
+the saved and a proposed profile and lists those whose decision would change. Neither
+writes anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+
+from dispatcher.models import AgentSession, ToolCall
+from dispatcher.policy import stages
+from dispatcher.policy.context import CallContext, Profile
+from dispatcher.policy.models import narrower_mode
+from dispatcher.policy.profiles import profile_for
+from dispatcher.tools.registry import get_tool
+
+BACKTEST_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """What the pipeline would decide, and which stage, rule, mode or guard decided it."""
+
+    action: str  # allow | ask | deny | cancel | reject
+    stage: str  # receive | resolve | validate | pre_execute | guards
+    by: str
+    reason: str
+    rule: str = ""
+    mode: str = ""
+    profile_version: int = 0
+    guards: tuple[str, ...] = field(default=())
+
+    @property
+    def summary(self) -> str:
+        return f"{self.action} by {self.by}"
+
+
+def simulation_workspace() -> Path:
+    """Where paths are read when no session is given: an empty directory (never created)."""
+    return Path(settings.HARNESS_WORKSPACE_ROOT).resolve() / "_simulator"
+
+
+def simulate(
+    *,
+    user: User,
+    tool: str,
+    arguments: Any,
+    session: AgentSession | None = None,
+    profile: Profile | None = None,
+) -> Simulation:
+    """Decide a call as admission would (stages 2 to 5), storing nothing.
+
+    `profile` defaults to `user`'s saved profile; pass a proposed one to try rules before
+    saving. With `session`, its workspace, narrowed mode and active grants are used.
+    """
+    profile = profile or profile_for(user)
+    mode = narrower_mode(session.mode, profile.mode) if session else profile.mode
+
+    def answer(
+        action: str, stage: str, by: str, reason: str, rule: str = "", guards: tuple[str, ...] = ()
+    ) -> Simulation:
+        return Simulation(action, stage, by, reason, rule, mode, profile.version, guards)
+
+    if not isinstance(arguments, dict):
+        return answer(
+            "reject",
+            "receive",
+            "stage:receive",
+            f"The arguments of '{tool}' must be a JSON object.",
+        )
+    try:
+        definition = stages.resolve(tool)
+        stages.validate(definition, arguments)
+    except stages.Rejection as rejection:
+        return answer("reject", rejection.stage, f"stage:{rejection.stage}", rejection.message)
+    ctx = CallContext(
+        call_id="simulation",
+        session_id=str(session.pk) if session else "",
+        tool=definition,
+        name=tool,
+        arguments=arguments,
+        workspace=Path(session.workspace) if session else simulation_workspace(),
+        mode=mode,
+        username=user.get_username(),
+        agent_name=session.agent.name if session else "",
+        profile=profile,
+    )
+    decision = stages.pre_execute(ctx)
+    if decision.action not in ("deny", "cancel"):
+        denials = stages.guards(ctx)
+        if denials:
+            names = tuple(name for name, _ in denials)
+            reason = " ".join(r for _, r in denials)
+            return answer("deny", "guards", "guard:" + ",".join(names), reason, guards=names)
+    return answer(decision.action, "pre_execute", decision.by, decision.reason, decision.rule)
+
+
+def simulate_call(call: ToolCall, profile: Profile | None = None) -> Simulation:
+    """Decide a past call again, in its own session, under `profile` (default: saved)."""
+    session = call.session
+    return simulate(
+        user=session.agent.owner,
+        tool=call.name,
+        arguments=call.arguments,
+        session=session,
+        profile=profile,
+    )
+
+
+@dataclass(frozen=True)
+class Change:
+    call: ToolCall
+    before: Simulation
+    after: Simulation
+
+
+@dataclass(frozen=True)
+class Backtest:
+    checked: int
+    changes: list[Change]
+
+
+def backtest(*, user: User, proposed: Profile, limit: int = BACKTEST_LIMIT) -> Backtest:
+    """The past calls of `user` (newest `limit`) whose decision (allow / ask / deny) would
+    change from the saved profile to `proposed`. Both sides are decided now, in each call's
+    own session, so only the rule change makes a difference. Writes nothing."""
+    calls = (
+        ToolCall.objects.filter(session__agent__owner=user, arguments__isnull=False)
+        .exclude(status="rejected")
+        .select_related("session__agent__owner")
+        .order_by("-created_at")[:limit]
+    )
+    saved = profile_for(user)
+    checked, changes = 0, []
+    for call in calls:
+        if get_tool(call.name) is None:
+            continue
+        checked += 1
+        before, after = simulate_call(call, saved), simulate_call(call, proposed)
+        if before.action != after.action:
+            changes.append(Change(call, before, after))
+    return Backtest(checked, changes)

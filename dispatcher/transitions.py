@@ -1,0 +1,294 @@
+"""Every state change of a call after admission: one function per transition.
+
+Each is one conditional update plus its audit event in one transaction (`transition`);
+the wake-ups and the workers' messages leave after commit. Who calls what: admission
+writes new calls in their decided state (`new_transition`); reviewers, expiry and the
+agent close pending calls (`approve_call`, `deny_call`, `expire_call`, `cancel_call`);
+the worker claims, finishes or denies before running (`claim`, `finish`,
+`deny_before_run`); the reconciler ends lost leases (`mark_outcome_unknown`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from audit.services import EventSpec, record_events
+from dispatcher import batches, notify
+from dispatcher.errors import ServiceError
+from dispatcher.models import TERMINAL_STATUSES, TRANSITIONS, Status, ToolCall
+from dispatcher.policy.context import Decision
+from dispatcher.tools import messages
+from dispatcher.tools.base import Tool
+
+
+def transition(
+    call: ToolCall,
+    to: Status,
+    *,
+    kind: str,
+    actor: str,
+    payload: dict[str, Any],
+    publish: bool = True,
+    **fields: Any,
+) -> bool:
+    """Move `call` from its current status to `to`: one conditional update plus its audit event.
+
+    Returns False (and changes nothing) if another process moved the call first. Must run
+    inside transaction.atomic(); the wake-up is published after commit (`publish=False`:
+    the caller schedules it with publish_after_commit).
+    """
+    _check_transition(call, to, fields)
+    previous = call.status
+    if not ToolCall.objects.filter(pk=call.pk, status=previous).update(status=to, **fields):
+        return False
+    spec = _apply(call, to, kind=kind, actor=actor, payload=payload, fields=fields, at=None)
+    record_events([spec], session_id=call.session_id)  # timed under the chain lock
+    if publish:
+        publish_after_commit(call, previous)
+    return True
+
+
+def _check_transition(call: ToolCall, to: Status, fields: dict[str, Any]) -> None:
+    if (call.status, to) not in TRANSITIONS:
+        raise ServiceError(f"A call cannot go from {call.status} to {to}.")
+    if to in TERMINAL_STATUSES:
+        fields.setdefault("finished_at", timezone.now())
+
+
+def _apply(
+    call: ToolCall,
+    to: Status,
+    *,
+    kind: str,
+    actor: str,
+    payload: dict[str, Any],
+    fields: dict[str, Any],
+    at: datetime | None,
+) -> EventSpec:
+    """Set the new status and fields on `call` (in memory) and return its audit event
+    (timed `at`, or when it is appended)."""
+    spec = EventSpec(
+        kind,
+        actor,
+        f"call:{call.pk}",
+        {
+            "call_id": str(call.pk),
+            "tool": call.name,
+            "from": call.status,
+            "to": to,
+            # What the model receives, when this transition ends the call with a message.
+            **(
+                {"content": fields["content"], "is_error": fields.get("is_error", False)}
+                if "content" in fields
+                else {}
+            ),
+            **payload,
+        },
+        at,
+    )
+    call.status = to
+    for name, value in fields.items():
+        setattr(call, name, value)
+    return spec
+
+
+def publish_after_commit(call: ToolCall, previous: str) -> None:
+    """Announce the call's change (from `previous` to its status now) once committed."""
+    call_id, session_id, to = str(call.pk), str(call.session_id), str(call.status)
+    transaction.on_commit(lambda: notify.publish_change(call_id, session_id, to, previous))
+
+
+def _finish_text(call: ToolCall, text: str) -> str:
+    return text + messages.repeat_reminder(call.repeat_count, call.name, call.raw_arguments)
+
+
+def decision_fields(
+    call: ToolCall, decision: Decision, content: str | None = None
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "decision": decision.action,
+        "decided_by": decision.by,
+        "reason": decision.reason,
+        "provenance": {**call.provenance, **decision.as_provenance()},
+    }
+    if content is not None:
+        fields["content"] = _finish_text(call, content)
+        fields["is_error"] = True
+    return fields
+
+
+def new_transition(
+    call: ToolCall, to: Status, *, kind: str, actor: str, payload: dict[str, Any], **fields: Any
+) -> EventSpec:
+    """A transition of a call not yet written (admission writes it in its decided state)."""
+    _check_transition(call, to, fields)
+    # Timed now, when it is decided: the append comes later, for the whole message.
+    return _apply(
+        call, to, kind=kind, actor=actor, payload=payload, fields=fields, at=timezone.now()
+    )
+
+
+def _decide_pending(
+    call_id: uuid.UUID | str,
+    to: Status,
+    decision: Decision,
+    kind: str,
+    text: str | None,
+    extra: dict[str, Any] | None = None,
+    call: ToolCall | None = None,
+    **fields: Any,
+) -> bool:
+    """Close a pending call as `to`: check it is still pending, transition (a conditional
+    update: exactly one decision wins), and send what may run next in its batch (after
+    commit). False if it was no longer pending.
+
+    Joins the caller's transaction when there is one (the approvals app records its own
+    row in the same commit, and passes the `call` it read under its approval's lock).
+    """
+    with transaction.atomic():
+        if call is None:
+            call = ToolCall.objects.select_for_update().get(pk=call_id)
+        if call.status != Status.PENDING_APPROVAL:
+            return False
+        done = transition(
+            call,
+            to,
+            kind=kind,
+            actor=decision.by,
+            payload={**decision.as_provenance(), **(extra or {})},
+            publish=False,
+            **fields,
+            **decision_fields(call, decision, text),
+        )
+        if done:
+            # In the same transaction (one commit); the messages still leave after it,
+            # the worker's first, then the pushes to agents and reviewers.
+            batches.dispatch_ready(call.batch_id)
+            publish_after_commit(call, Status.PENDING_APPROVAL)
+        return done
+
+
+def approve_call(
+    *,
+    call_id: uuid.UUID | str,
+    actor: str,
+    reason: str = "",
+    extra: dict[str, Any] | None = None,
+    call: ToolCall | None = None,
+) -> bool:
+    """Approve a pending call; it is queued to run. False if it was no longer pending."""
+    decision = Decision("allow", actor, reason or "Approved by a reviewer.")
+    return _decide_pending(
+        call_id,
+        Status.QUEUED,
+        decision,
+        "call.approved",
+        None,
+        extra,
+        call=call,
+        queued_at=timezone.now(),
+    )
+
+
+def deny_call(
+    *,
+    call_id: uuid.UUID | str,
+    actor: str,
+    reviewer: str,
+    feedback: str = "",
+    extra: dict[str, Any] | None = None,
+    call: ToolCall | None = None,
+) -> bool:
+    """Deny a pending call; `feedback` reaches the model as the tool result."""
+    decision = Decision("deny", actor, feedback or "Denied by a reviewer.")
+    text = messages.reviewer_denied(reviewer, feedback)
+    return _decide_pending(call_id, Status.DENIED, decision, "call.denied", text, extra, call=call)
+
+
+def cancel_call(*, call_id: uuid.UUID | str, actor: str, reason: str = "") -> bool:
+    decision = Decision("cancel", actor, reason or "Cancelled.")
+    text = messages.cancelled(actor, reason)
+    return _decide_pending(call_id, Status.CANCELLED, decision, "call.cancelled", text)
+
+
+def expire_call(*, call_id: uuid.UUID | str, minutes: float) -> bool:
+    decision = Decision("deny", "expiry", f"No decision within {minutes:g} minutes.")
+    text = messages.expired(minutes)
+    return _decide_pending(call_id, Status.EXPIRED, decision, "call.expired", text)
+
+
+def deny_before_run(call: ToolCall, reasons: list[str], guards: str) -> None:
+    """The worker's re-check of the guards denied a queued call: it ends denied, unrun."""
+    decision = Decision("deny", f"guard:{guards}", " ".join(reasons))
+    content = _finish_text(call, messages.guard_denied(reasons))
+    with transaction.atomic():
+        transition(
+            call,
+            Status.DENIED,
+            kind="call.denied",
+            actor=decision.by,
+            payload={**decision.as_provenance(), "stage": "execute"},
+            decision="deny",
+            decided_by=decision.by,
+            reason=decision.reason,
+            provenance={**call.provenance, "recheck": decision.as_provenance()},
+            content=content,
+            is_error=True,
+        )
+    batches.dispatch_ready(call.batch_id)
+
+
+def claim(call: ToolCall, tool: Tool) -> bool:
+    """The one conditional update that lets exactly one worker run the call."""
+    now = timezone.now()
+    with transaction.atomic():
+        return transition(
+            call,
+            Status.RUNNING,
+            kind="call.started",
+            actor="worker",
+            payload={"attempt": call.attempts + 1, "timeout": tool.timeout},
+            started_at=now,
+            attempts=call.attempts + 1,
+            lease_until=now + timedelta(seconds=tool.timeout + settings.HARNESS_LEASE_GRACE),
+        )
+
+
+def finish(call: ToolCall, status: Status, content: str, is_error: bool, seconds: float) -> None:
+    """Stage 10: freeze the result, audit it, deliver it (wake-up after commit), start what is next."""
+    kind = "call.completed" if status == Status.COMPLETED else "call.timed_out"
+    with transaction.atomic():
+        transition(
+            call,
+            status,
+            kind=kind,
+            actor="worker",
+            payload={"is_error": is_error, "content": content, "seconds": round(seconds, 4)},
+            content=content,
+            is_error=is_error,
+            timings={**call.timings, "execute_s": round(seconds, 4)},
+        )
+    batches.dispatch_ready(call.batch_id)
+
+
+def mark_outcome_unknown(call: ToolCall) -> bool:
+    """A running call whose worker's lease expired: its outcome cannot be known."""
+    with transaction.atomic():
+        done = transition(
+            call,
+            Status.OUTCOME_UNKNOWN,
+            kind="call.outcome_unknown",
+            actor="reconciler",
+            payload={"lease_until": call.lease_until.isoformat() if call.lease_until else None},
+            content=messages.outcome_unknown(),
+            is_error=True,
+            reason="The worker's lease expired before it reported a result.",
+        )
+    batches.dispatch_ready(call.batch_id)
+    return done
