@@ -270,6 +270,11 @@ HARNESS_MAX_BODY_BYTES = int(env("HARNESS_MAX_BODY_BYTES", str(1024 * 1024)))
 HARNESS_MAX_CALLS_PER_BATCH = int(env("HARNESS_MAX_CALLS_PER_BATCH", "64"))
 HARNESS_MAX_WAIT = 60
 HARNESS_OUTPUT_LIMIT = int(env("HARNESS_OUTPUT_LIMIT", "30000"))
+# Every program a tool starts runs under bubblewrap ("bwrap"); "off" must be chosen
+# explicitly (a start-up check refuses to run without the sandbox otherwise).
+HARNESS_SANDBOX = env("HARNESS_SANDBOX", "bwrap")
+# Sandboxed programs get no network unless the deployment allows it.
+HARNESS_SANDBOX_NETWORK = env_bool("HARNESS_SANDBOX_NETWORK", False)
 HARNESS_LEASE_GRACE = float(env("HARNESS_LEASE_GRACE", "30"))
 HARNESS_REQUEUE_AFTER = float(env("HARNESS_REQUEUE_AFTER", "30"))
 
