@@ -22,17 +22,18 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from audit import kinds
 from audit.services import EventSpec, record_events
 from dispatcher import batches, notify
 from dispatcher.agents import mode_and_profile
 from dispatcher.errors import ServiceError
-from dispatcher.models import AgentSession, Status, ToolCall
+from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import stages
 from dispatcher.policy.context import CallContext, Decision, Profile
 from dispatcher.proposals import ProposedCall, digest_of
 from dispatcher.tools import messages
 from dispatcher.tools.registry import get_tool
-from dispatcher.transitions import decision_fields, new_transition
+from dispatcher.transitions import decision_fields, new_transition, release_fields
 
 
 def submit_calls(
@@ -169,11 +170,13 @@ def receive(
         batch_id=batch_id,
         batch_index=index,
         repeat_count=repeat_count,
+        executor=_executor(item.name),
+        edited_from_id=item.edited_from,
     )
     admission.calls.append(call)
     admission.events.append(
         EventSpec(
-            "call.received",
+            kinds.CALL_RECEIVED,
             f"agent:{session.agent.name}",
             f"call:{call.pk}",
             {
@@ -191,6 +194,11 @@ def receive(
         )
     )
     return call
+
+
+def _executor(name: str) -> str:
+    tool = get_tool(name)
+    return Executor.CLIENT if tool is not None and tool.client_executed else Executor.HARNESS
 
 
 def call_context(
@@ -241,17 +249,17 @@ def _decide(
     decision = stages.pre_execute(ctx)
     if decision.action == "deny":
         text = messages.policy_denied(decision.reason)
-        return _settle(call, Status.DENIED, decision, "call.denied", text)
+        return _settle(call, Status.DENIED, decision, kinds.CALL_DENIED, text)
     if decision.action == "cancel":
         text = messages.cancelled(decision.by, decision.reason)
-        return _settle(call, Status.CANCELLED, decision, "call.cancelled", text)
+        return _settle(call, Status.CANCELLED, decision, kinds.CALL_CANCELLED, text)
     denials = stages.guards(ctx)
     if denials:
         guard = Decision(
             "deny", "guard:" + ",".join(n for n, _ in denials), " ".join(r for _, r in denials)
         )
         text = messages.guard_denied([r for _, r in denials])
-        return _settle(call, Status.DENIED, guard, "call.denied", text)
+        return _settle(call, Status.DENIED, guard, kinds.CALL_DENIED, text)
     provenance = {**call.provenance, **decision.as_provenance()}
     if decision.action == "ask":
         presentation = tool.present_call(call.arguments or {}, ctx.workspace)
@@ -259,15 +267,25 @@ def _decide(
         return new_transition(
             call,
             Status.PENDING_APPROVAL,
-            kind="call.approval_requested",
+            kind=kinds.CALL_APPROVAL_REQUESTED,
             actor=decision.by,
             payload={**provenance, "presentation": presentation},
+            **decision_fields(call, decision),
+        )
+    if call.executor == Executor.CLIENT:
+        return new_transition(
+            call,
+            Status.RELEASED,
+            kind=kinds.CALL_ALLOWED,
+            actor=decision.by,
+            payload={**provenance, "executor": Executor.CLIENT},
+            **release_fields(),
             **decision_fields(call, decision),
         )
     return new_transition(
         call,
         Status.QUEUED,
-        kind="call.allowed",
+        kind=kinds.CALL_ALLOWED,
         actor=decision.by,
         payload=provenance,
         queued_at=timezone.now(),
@@ -282,7 +300,7 @@ def _reject(call: ToolCall, reason: str, stage: str) -> EventSpec:
     return new_transition(
         call,
         Status.REJECTED,
-        kind="call.rejected",
+        kind=kinds.CALL_REJECTED,
         actor="harness",
         payload={"stage": stage, "reason": reason},
         **fields,

@@ -86,6 +86,7 @@ def reconcile() -> dict[str, int]:
     unknown = 0
     for call in ToolCall.objects.lease_expired(now):
         unknown += transitions.mark_outcome_unknown(call)
+    unreported = sum(transitions.mark_unreported(c) for c in ToolCall.objects.report_overdue(now))
     stale = now - timedelta(seconds=settings.HARNESS_REQUEUE_AFTER)
     resent = 0
     stale_batches = set(
@@ -98,4 +99,4 @@ def reconcile() -> dict[str, int]:
             batch_id=batch_id, status=Status.QUEUED, enqueued_at__lt=stale
         ).update(enqueued_at=None)
         batches.dispatch_ready(batch_id)
-    return {"outcome_unknown": unknown, "resent": resent}
+    return {"outcome_unknown": unknown, "unreported": unreported, "resent": resent}

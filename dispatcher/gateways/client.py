@@ -53,7 +53,18 @@ from typing import Any
 
 MAX_WAIT = 60.0
 TERMINAL = frozenset(
-    {"rejected", "denied", "cancelled", "expired", "completed", "timed_out", "outcome_unknown"}
+    {
+        "rejected",
+        "denied",
+        "cancelled",
+        "expired",
+        "completed",
+        "timed_out",
+        "outcome_unknown",
+        "reported",
+        "unreported",
+        "edited",
+    }
 )
 
 

@@ -70,6 +70,9 @@ class Tool:
     path_arguments: tuple[str, ...] = ()
     # Name of the argument holding an argv list (the command guard checks it).
     command_argument: str | None = None
+    # Decide-only: the client runs the tool (Claude Code's own tools, an MCP client's);
+    # Harness decides, never executes, and records what the client reports.
+    client_executed: bool = False
 
 
 def model_facing_schema(tool: Tool, format: str = "native") -> dict[str, Any]:
