@@ -253,13 +253,9 @@ def _decide(
     if decision.action == "cancel":
         text = messages.cancelled(decision.by, decision.reason)
         return _settle(call, Status.CANCELLED, decision, kinds.CALL_CANCELLED, text)
-    denials = stages.guards(ctx)
-    if denials:
-        guard = Decision(
-            "deny", "guard:" + ",".join(n for n, _ in denials), " ".join(r for _, r in denials)
-        )
-        text = messages.guard_denied([r for _, r in denials])
-        return _settle(call, Status.DENIED, guard, kinds.CALL_DENIED, text)
+    denial = stages.guards(ctx)
+    if denial:
+        return _settle(call, Status.DENIED, denial.decision, kinds.CALL_DENIED, denial.message)
     provenance = {**call.provenance, **decision.as_provenance()}
     if decision.action == "ask":
         presentation = tool.present_call(call.arguments or {}, ctx.workspace)

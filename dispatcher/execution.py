@@ -39,12 +39,11 @@ def execute_call(call_id: str) -> None:
     session = call.session
     ctx = call_context(call, session, *mode_and_profile(session, preloaded=True))
     if ctx is None:
-        return transitions.deny_before_run(call, ["The tool is no longer registered."], "registry")
-    denials = stages.guards(ctx)  # re-run: time has passed since admission
-    if denials:
-        return transitions.deny_before_run(
-            call, [r for _, r in denials], ",".join(n for n, _ in denials)
-        )
+        gone = stages.GuardDenial((("registry", "The tool is no longer registered."),))
+        return transitions.deny_before_run(call, gone)
+    denial = stages.guards(ctx)  # re-run: time has passed since admission
+    if denial:
+        return transitions.deny_before_run(call, denial)
     tool = ctx.tool
     if not transitions.claim(call, tool):
         return None

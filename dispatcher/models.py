@@ -142,21 +142,12 @@ class Dialect(models.TextChoices):
 
 
 class ToolCallQuerySet(models.QuerySet["ToolCall"]):
-    def awaiting_approval(self) -> ToolCallQuerySet:
-        return self.filter(status=Status.PENDING_APPROVAL)
-
-    def terminal(self) -> ToolCallQuerySet:
-        return self.filter(status__in=TERMINAL_STATUSES)
-
     def lease_expired(self, now: object) -> ToolCallQuerySet:
         return self.filter(status=Status.RUNNING, lease_until__lt=now)
 
     def report_overdue(self, now: object) -> ToolCallQuerySet:
         """Released to the client and not reported within the lease."""
         return self.filter(status=Status.RELEASED, lease_until__lt=now)
-
-    def queued_before(self, when: object) -> ToolCallQuerySet:
-        return self.filter(status=Status.QUEUED, queued_at__lt=when)
 
 
 class ToolCall(models.Model):

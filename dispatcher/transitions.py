@@ -24,6 +24,7 @@ from dispatcher import batches, notify
 from dispatcher.errors import ServiceError
 from dispatcher.models import TERMINAL_STATUSES, TRANSITIONS, Executor, Status, ToolCall
 from dispatcher.policy.context import Decision
+from dispatcher.policy.stages import GuardDenial
 from dispatcher.tools import messages
 from dispatcher.tools.base import Tool
 
@@ -227,10 +228,10 @@ def expire_call(*, call_id: uuid.UUID | str, minutes: float) -> bool:
     return _decide_pending(call_id, Status.EXPIRED, decision, kinds.CALL_EXPIRED, text)
 
 
-def deny_before_run(call: ToolCall, reasons: list[str], guards: str) -> None:
+def deny_before_run(call: ToolCall, denial: GuardDenial) -> None:
     """The worker's re-check of the guards denied a queued call: it ends denied, unrun."""
-    decision = Decision("deny", f"guard:{guards}", " ".join(reasons))
-    content = _finish_text(call, messages.guard_denied(reasons))
+    decision = denial.decision
+    content = _finish_text(call, denial.message)
     with transaction.atomic():
         transition(
             call,

@@ -289,7 +289,6 @@ HARNESS_APPROVAL_TIMEOUT = float(env("HARNESS_APPROVAL_TIMEOUT", "900"))
 HARNESS_EXPIRY_ACTION = env("HARNESS_EXPIRY_ACTION", "deny")
 HARNESS_FORBID_SELF_APPROVAL = env_bool("HARNESS_FORBID_SELF_APPROVAL", False)
 
-NINJA_PAGINATION_CLASS = "ninja.pagination.LimitOffsetPagination"
 
 # The agent API's middleware (async-native only; see harness_site.asgi).
 HARNESS_API_MIDDLEWARE = ["harness_site.middleware.APISecurityHeaders"]

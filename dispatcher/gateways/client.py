@@ -1,4 +1,4 @@
-"""A small, dependency-free client for the Harness agent API (DESIGN section 6).
+"""A small, dependency-free client for the Harness agent API (docs/api.md).
 
 Only the standard library (urllib, json): copy this file next to any agent loop.
 
