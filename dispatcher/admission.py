@@ -239,8 +239,7 @@ def _decide(
         )
         return _reject(call, message, "receive")
     try:
-        tool = stages.resolve(call.name)
-        stages.validate(tool, call.arguments or {})
+        stages.validate(stages.resolve(call.name), call.arguments or {})
     except stages.Rejection as rejection:
         return _reject(call, rejection.message, rejection.stage)
     ctx = call_context(call, session, mode, profile)
@@ -256,18 +255,28 @@ def _decide(
     denial = stages.guards(ctx)
     if denial:
         return _settle(call, Status.DENIED, denial.decision, kinds.CALL_DENIED, denial.message)
-    provenance = {**call.provenance, **decision.as_provenance()}
     if decision.action == "ask":
-        presentation = tool.present_call(call.arguments or {}, ctx.workspace)
-        admission.asks.append((call, presentation))
-        return new_transition(
-            call,
-            Status.PENDING_APPROVAL,
-            kind=kinds.CALL_APPROVAL_REQUESTED,
-            actor=decision.by,
-            payload={**provenance, "presentation": presentation},
-            **decision_fields(call, decision),
-        )
+        return _ask(call, decision, ctx, admission)
+    return _allow(call, decision)
+
+
+def _ask(call: ToolCall, decision: Decision, ctx: CallContext, admission: _Admission) -> EventSpec:
+    """The call waits for a reviewer, who will see `presentation` (also in the audit)."""
+    presentation = ctx.tool.present_call(call.arguments or {}, ctx.workspace)
+    admission.asks.append((call, presentation))
+    return new_transition(
+        call,
+        Status.PENDING_APPROVAL,
+        kind=kinds.CALL_APPROVAL_REQUESTED,
+        actor=decision.by,
+        payload={**call.provenance, **decision.as_provenance(), "presentation": presentation},
+        **decision_fields(call, decision),
+    )
+
+
+def _allow(call: ToolCall, decision: Decision) -> EventSpec:
+    """Queued for a worker, or released to the client that runs its own tools."""
+    provenance = {**call.provenance, **decision.as_provenance()}
     if call.executor == Executor.CLIENT:
         return new_transition(
             call,
