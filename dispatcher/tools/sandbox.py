@@ -222,6 +222,11 @@ def bwrap_command(
     ]
     if not network:
         command.append("--unshare-net")
+    # The sandbox's own mounts first: a host path bound later may lie under /tmp.
+    command += ["--proc", "/proc", "--dev", "/dev"]
+    command += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
+    command += ["--size", str(max(4096, limits.tmp_bytes // 4)), "--tmpfs", "/dev/shm"]  # noqa: S108
+    command += ["--dir", "/var", "--symlink", "/tmp", "/var/tmp"]  # noqa: S108
     bound = _system_binds(command)
     for extra in read_only_extras():
         command += ["--ro-bind-try", str(extra), str(extra)]
@@ -232,11 +237,6 @@ def bwrap_command(
         if any(_inside(path, root) for root in bound) and not _inside(path, workspace):
             command += ["--size", "4096", "--tmpfs", str(path)]
             covered.append(path)
-    command += ["--proc", "/proc", "--dev", "/dev"]
-    # Paths inside the sandbox: its own tmpfs mounts, never the host's /tmp.
-    command += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
-    command += ["--size", str(max(4096, limits.tmp_bytes // 4)), "--tmpfs", "/dev/shm"]  # noqa: S108
-    command += ["--dir", "/var", "--symlink", "/tmp", "/var/tmp"]  # noqa: S108
     command += ["--bind", str(workspace), str(workspace)]
     for path in hidden:
         if _inside(path, workspace) and path != workspace:
