@@ -15,8 +15,8 @@ settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
   capabilities and no_new_privs (a setuid `sudo` gains nothing), and cannot create
   user namespaces of its own;
 - limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`)
-  and on processes: RLIMIT_NPROC, and when Harness runs as root (the kernel does not
-  apply RLIMIT_NPROC to uid 0) a pids cgroup per call;
+  and on processes: a pids cgroup per call where one can be made (required when Harness
+  runs as root: the kernel does not apply RLIMIT_NPROC to uid 0), else RLIMIT_NPROC;
 - the wall-clock timeout kills the whole sandbox, and nothing in it outlives the call
   (a PID namespace, bwrap --die-with-parent: `setsid -f` children die too).
 
@@ -171,7 +171,14 @@ def run(
 
 
 def refuse_exposed_state(workspace: Path) -> None:
-    """Refuse a workspace that is itself one of Harness's hidden directories."""
+    """Refuse a workspace that is one of Harness's hidden directories, or that holds the
+    system itself (`/`, `/usr`, `/etc`): it would be bound writable."""
+    if any(_inside(Path(system), workspace) for system in (*SYSTEM_DIRS, "/etc")):
+        raise ToolError(
+            f"The session workspace {workspace} holds system directories, which programs "
+            "may only read, so no program runs. An operator must give the agent a "
+            "workspace of its own."
+        )
     for hidden in hidden_paths():
         if workspace == hidden:
             raise ToolError(
@@ -299,20 +306,39 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def _limit_command(limits: Limits, cgroup: Path | None) -> list[str]:
-    """setrlimit for everything the sandbox starts, and the pids cgroup when there is one."""
+    """setrlimit for everything the sandbox starts, and the pids cgroup when there is one.
+
+    Without a cgroup, processes are bounded by RLIMIT_NPROC, which counts every process
+    and thread of Harness's uid on the host: the limit is what the uid runs now plus
+    `limits.processes`.
+    """
     prlimit = [
         _binary("prlimit") or "prlimit",
         f"--cpu={limits.cpu}:{limits.cpu + 1}",  # SIGXCPU, then SIGKILL a second later
         f"--fsize={limits.file_bytes}",
-        f"--nproc={limits.processes}",
         "--core=0",
-        "--",
     ]
+    if cgroup is None:
+        prlimit.append(f"--nproc={_tasks_of(os.getuid()) + limits.processes}")
+    prlimit.append("--")
     if cgroup is None:
         return prlimit
     # The shell moves itself into the cgroup, then becomes prlimit, then bwrap.
     join = 'echo $$ > "$0" && exec "$@"'
     return ["/bin/sh", "-c", join, str(cgroup / "cgroup.procs"), *prlimit]
+
+
+def _tasks_of(uid: int) -> int:
+    """Processes and threads of `uid` on the host now (what RLIMIT_NPROC counts)."""
+    count = 0
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
+    return count
 
 
 @functools.cache
@@ -325,15 +351,16 @@ def _binary(name: str) -> str | None:
 
 @contextlib.contextmanager
 def _pids_cgroup(processes: int) -> Iterator[Path | None]:
-    """A fresh pids cgroup limited to `processes` (+ the wrappers), when Harness is root.
+    """A fresh pids cgroup limited to `processes` (+ the wrappers), when one can be made.
 
-    RLIMIT_NPROC binds every other uid; the kernel never applies it to uid 0, and inside
-    the sandbox's user namespace the program still is uid 0 to the host.
+    Required when Harness is root: the kernel never applies RLIMIT_NPROC to uid 0, and
+    inside the sandbox's user namespace the program still is uid 0 to the host. Any other
+    uid falls back to RLIMIT_NPROC.
     """
-    if os.geteuid() != 0:
-        yield None
-        return
     root = pids_cgroup_root()
+    if root is None and os.geteuid() != 0:
+        yield None  # RLIMIT_NPROC binds (see _limit_command)
+        return
     if root is None:
         raise SandboxUnavailable(
             "Harness runs as root and no pids cgroup is writable, so the number of "

@@ -150,9 +150,14 @@ def test_a_hidden_directory_inside_the_workspace_is_empty_and_read_only(
     assert not (state / "new").exists()
 
 
-def test_a_workspace_that_is_harness_state_is_refused(sandbox_on: None, settings: Any) -> None:
+def test_a_workspace_that_is_harness_state_or_the_system_is_refused(
+    sandbox_on: None, settings: Any
+) -> None:
     with pytest.raises(ToolError, match="one of Harness's own directories"):
         run(Path(settings.DATA_DIR), ["true"])
+    for system in ("/", "/usr"):
+        with pytest.raises(ToolError, match="holds system directories"):
+            run(Path(system), ["true"])
 
 
 # --- Nothing outside the workspace can be written ----------------------------------------

@@ -130,10 +130,15 @@ def test_a_worker_child_past_the_task_time_limit_is_killed_and_its_call_never_re
         "HARNESS_EXTRA_TOOLS": hog,
     }
     monkeypatch.setattr(settings, "HARNESS_TOOLS", [*settings.HARNESS_TOOLS, hog])
+    # time_limit=None: the message carries no limit of this process's own, so the worker's
+    # HARNESS_TASK_TIME_LIMIT applies (a sender that has the task registered sends its own
+    # setting, the same value in a deployment: see the test below).
     monkeypatch.setattr(
         batches,
         "enqueue",
-        lambda call_id: current_app.send_task(batches.EXECUTE_TASK, args=(call_id,), queue=queue),
+        lambda call_id: current_app.send_task(
+            batches.EXECUTE_TASK, args=(call_id,), queue=queue, time_limit=None
+        ),
     )
     worker = start_worker(env, tmp_path, concurrency=1)
     try:
@@ -141,7 +146,7 @@ def test_a_worker_child_past_the_task_time_limit_is_killed_and_its_call_never_re
         session = agents.start_session(agent=fx.agent, title="hog")
         workspace = Path(session.workspace)
         call = submit_one(session, "gil_hog", {})
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 40
         log = ""
         while "Hard time limit (3" not in log and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -155,3 +160,11 @@ def test_a_worker_child_past_the_task_time_limit_is_killed_and_its_call_never_re
         assert len((workspace / "hog-runs.txt").read_text().splitlines()) == 1
     finally:
         stop(worker)
+
+
+def test_the_task_time_limit_comes_from_the_settings() -> None:
+    from dispatcher.tasks import execute_call
+
+    assert settings.CELERY_TASK_TIME_LIMIT == settings.HARNESS_TASK_TIME_LIMIT
+    assert execute_call.time_limit == settings.HARNESS_TASK_TIME_LIMIT
+    assert execute_call.soft_time_limit is None
