@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
-.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser clean
+.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,11 +26,17 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "Browser tests need Debian's chromium: sudo apt-get install chromium"; fi; }
 
-demo: $(STAMP)
+# Debian's bubblewrap: every program a tool starts runs in it (HARNESS_SANDBOX=bwrap).
+sandbox:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "The sandbox needs Debian's bubblewrap: sudo apt-get install bubblewrap"; fi; }
+
+demo: $(STAMP) sandbox
 	$(BIN)/python manage.py run_demo
 
 # The whole suite on PostgreSQL + Redis, then on the embedded default (SQLite + own Redis).
-test: $(STAMP) browser
+test: $(STAMP) browser sandbox
 	$(MAKE) test-pg
 	$(MAKE) test-embedded
 
@@ -46,7 +52,7 @@ test-embedded: $(STAMP)
 	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; r.stop(pathlib.Path('$(CURDIR)/var/test-embedded'))"; \
 	  exit $$status
 
-test-all: $(STAMP) browser
+test-all: $(STAMP) browser sandbox
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --create-db
 
 # Benchmarks (never run by CI): ratios against baselines measured in the same run.

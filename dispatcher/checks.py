@@ -1,4 +1,5 @@
-"""Start-up validation (`manage.py check`): tools, policy chain, repeat reminders, modes."""
+"""Start-up validation (`manage.py check`): tools, policy chain, repeat reminders, modes,
+the sandbox and the worker's time limit."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from jsonschema.exceptions import SchemaError
 
 from dispatcher.policy.models import Mode
 from dispatcher.tools.base import Tool
+
+# Seconds a worker needs around a tool's own timeout: guards, claim, the result's write.
+TASK_TIME_MARGIN = 30.0
 
 
 @register()
@@ -152,3 +156,68 @@ def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
         )
         for problem in problems
     ]
+
+
+@register()
+def check_sandbox(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """HARNESS_SANDBOX: "bwrap" must work on this host; "off" must be chosen explicitly."""
+    from dispatcher.tools import sandbox
+
+    value = settings.HARNESS_SANDBOX
+    if value not in sandbox.MODES:
+        return [
+            Error(
+                f"HARNESS_SANDBOX is {value!r}, which is not a sandbox Harness knows.",
+                hint="Use 'bwrap' (the default), or 'off' to run programs unsandboxed.",
+                id="dispatcher.E040",
+            )
+        ]
+    errors = [
+        Error(
+            f"HARNESS_SANDBOX_READ_ONLY entry {path!r} is not an absolute path.",
+            hint="List absolute host paths, comma-separated, e.g. '/opt/toolchain'.",
+            id="dispatcher.E043",
+        )
+        for path in settings.HARNESS_SANDBOX_READ_ONLY
+        if not path.startswith("/")
+    ]
+    if value == "bwrap" and (problem := sandbox.probe()) is not None:
+        errors.append(
+            Error(
+                f"HARNESS_SANDBOX is 'bwrap' but the sandbox cannot run here: {problem}.",
+                hint=(
+                    "Install bubblewrap (apt-get install bubblewrap; `make sandbox` does it) "
+                    "and allow user namespaces; as root, give Harness a writable pids "
+                    "cgroup or run it as an unprivileged user. To run programs without the "
+                    "sandbox, set HARNESS_SANDBOX=off explicitly (the dashboard shows it)."
+                ),
+                id="dispatcher.E041",
+            )
+        )
+    return errors
+
+
+@register()
+def check_task_time_limit(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """The worker's time limit (the backstop) must never cut a tool inside its own timeout."""
+    from dispatcher.tools.registry import all_tools
+
+    limit = settings.CELERY_TASK_TIME_LIMIT
+    try:
+        tools = [tool for tool in all_tools() if isinstance(tool, Tool)]
+    except ImportError:  # check_tools reports it
+        return []
+    if not tools:
+        return []
+    longest = max(tools, key=lambda tool: tool.timeout)
+    needed = longest.timeout + TASK_TIME_MARGIN
+    if limit is not None and limit < needed:
+        return [
+            Error(
+                f"HARNESS_TASK_TIME_LIMIT ({limit:g} s) would kill tool '{longest.name}' "
+                f"inside its own {longest.timeout:g} s timeout.",
+                hint=f"Set HARNESS_TASK_TIME_LIMIT to at least {needed:g}.",
+                id="dispatcher.E042",
+            )
+        ]
+    return []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
@@ -13,3 +14,8 @@ from audit.roles import roles_of
 def roles(request: HttpRequest) -> dict[str, Any]:
     """`roles`: the signed-in user's roles (groups), read at most once per page, lazily."""
     return {"roles": SimpleLazyObject(lambda: roles_of(request.user))}
+
+
+def sandbox(request: HttpRequest) -> dict[str, Any]:
+    """`sandbox_off`: programs run without the sandbox (HARNESS_SANDBOX=off): a banner."""
+    return {"sandbox_off": settings.HARNESS_SANDBOX == "off"}

@@ -92,6 +92,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "harness_site.context_processors.roles",
+                "harness_site.context_processors.sandbox",
             ],
         },
     }
@@ -274,6 +275,16 @@ HARNESS_OUTPUT_LIMIT = int(env("HARNESS_OUTPUT_LIMIT", "30000"))
 HARNESS_SANDBOX = env("HARNESS_SANDBOX", "bwrap")
 # Sandboxed programs get no network unless the deployment allows it.
 HARNESS_SANDBOX_NETWORK = env_bool("HARNESS_SANDBOX_NETWORK", False)
+# More host paths sandboxed programs may read (absolute, comma-separated), e.g. a
+# toolchain in /opt; Harness's own directories stay hidden even beneath them.
+HARNESS_SANDBOX_READ_ONLY = env_list("HARNESS_SANDBOX_READ_ONLY")
+# The backstop for any tool: a worker child still inside one call this long is killed by
+# its pool (a body that holds the GIL, a hung C call). Its call, still running, ends
+# outcome_unknown when its lease expires (messages are acked early: never re-run). No
+# soft limit: it would raise in the waiting thread and leave the tool thread running.
+# Checked at start-up to exceed every tool's timeout by a margin (dispatcher.E042).
+HARNESS_TASK_TIME_LIMIT = float(env("HARNESS_TASK_TIME_LIMIT", "90"))
+CELERY_TASK_TIME_LIMIT = HARNESS_TASK_TIME_LIMIT
 HARNESS_LEASE_GRACE = float(env("HARNESS_LEASE_GRACE", "30"))
 # Decide-only calls: seconds a client has to report what an allowed tool did.
 HARNESS_CLIENT_REPORT_LEASE = float(env("HARNESS_CLIENT_REPORT_LEASE", "900"))

@@ -1,6 +1,7 @@
 """Test settings: the real settings plus tools that only tests register."""
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,3 +33,9 @@ HARNESS_WORKSPACE_ROOT = Path(
     os.environ.get("HARNESS_WORKSPACE_ROOT")
     or Path(tempfile.gettempdir()) / f"harness-test-workspaces-{_RUN}"
 )
+
+# The sandbox (issue 11) is on wherever bwrap is installed, and always under CI=true; a
+# machine without bwrap runs the rest of the suite with it off (tests/tools skip and say
+# how to enable them).
+if os.environ.get("CI") != "true" and "HARNESS_SANDBOX" not in os.environ:
+    HARNESS_SANDBOX = "bwrap" if shutil.which("bwrap") else "off"

@@ -1,13 +1,19 @@
-"""search_files: find lines matching a regular expression in workspace files."""
+"""search_files: find lines matching a regular expression in workspace files.
+
+Patterns are compiled by RE2 (google-re2), whose matching time is linear in the input:
+no pattern, however written, can hold a worker (Python's `re` backtracks, and
+`(.+)+\\x01` on one long line never ends while holding the GIL).
+"""
 
 from __future__ import annotations
 
 import fnmatch
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import re2
 
 from dispatcher.tools._paths import cap_text, looks_binary, resolve_in_workspace
 from dispatcher.tools.base import ExecutionContext, Tool, ToolError
@@ -24,13 +30,7 @@ def search_files(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     Binary, non-UTF-8 and very large files are skipped; so are VCS directories and
     symlinks leaving the workspace. Raises ToolError for an invalid regex or missing path.
     """
-    try:
-        regex = re.compile(args["pattern"])
-    except re.error as error:
-        raise ToolError(
-            f"Invalid regular expression {args['pattern']!r}: {error}. "
-            "Fix the pattern (Python `re` syntax)."
-        ) from error
+    regex = compile_pattern(args["pattern"])
     relative = args.get("path", ".")
     start = resolve_in_workspace(ctx.workspace, relative)
     if not start.exists():
@@ -47,6 +47,23 @@ def search_files(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     if len(matches) > MAX_MATCHES:
         text += f"\n[truncated: more than {MAX_MATCHES} matches; narrow the pattern, path or glob]"
     return cap_text(text, ctx.output_limit, "narrow the pattern, path or glob")
+
+
+def compile_pattern(pattern: str) -> Any:
+    """The compiled RE2 pattern; raises ToolError saying what RE2 does not accept."""
+    options = re2.Options()
+    options.log_errors = False  # the error goes to the model, not to the worker's stderr
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as error:
+        reason = error.args[0] if error.args else error
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", errors="replace")
+        raise ToolError(
+            f"Invalid regular expression {pattern!r}: {reason}. Patterns use RE2 syntax "
+            "(like Python `re`, but without backreferences such as \\1 and without "
+            "lookahead or lookbehind); fix the pattern."
+        ) from error
 
 
 def _candidate_files(start: Path, root: Path, glob: str | None) -> Iterator[Path]:
@@ -71,7 +88,7 @@ def _walk(start: Path) -> Iterator[Path]:
             yield Path(directory) / name
 
 
-def _matches_in(path: Path, root: Path, regex: re.Pattern[str], room: int) -> list[str]:
+def _matches_in(path: Path, root: Path, regex: Any, room: int) -> list[str]:
     """Up to `room` matching lines of one file; [] for unreadable or binary files."""
     try:
         if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
@@ -98,7 +115,8 @@ def _matches_in(path: Path, root: Path, regex: re.Pattern[str], room: int) -> li
 TOOL = Tool(
     name="search_files",
     description=(
-        "Search workspace files for lines matching a Python regular expression. "
+        "Search workspace files for lines matching a regular expression (RE2 syntax: "
+        "like Python re, without backreferences or lookaround). "
         "`path` (default '.') is a file or directory relative to the workspace; `glob` "
         "filters file names, e.g. '*.py'. Returns 'path:line: text' for each match "
         f"(at most {MAX_MATCHES}); binary files are skipped."
@@ -106,7 +124,7 @@ TOOL = Tool(
     parameters={
         "type": "object",
         "properties": {
-            "pattern": {"type": "string", "description": "Regular expression (Python re)."},
+            "pattern": {"type": "string", "description": "Regular expression (RE2 syntax)."},
             "path": {
                 "type": "string",
                 "default": ".",

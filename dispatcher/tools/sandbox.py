@@ -1,0 +1,610 @@
+"""The sandbox every program a tool starts runs in (DESIGN section 1, principle 11).
+
+`run(argv, ...)` starts one program and returns its exit code and output. With
+settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
+
+- the session workspace is the only writable directory (bound at its own path); /usr,
+  the /bin and /lib links and a short list of /etc entries are read-only; nothing else of
+  the host exists: not Harness's data directory, database file, Redis socket, settings
+  (BASE_DIR), /home, /root, /run, /var, nor any other workspace. A hidden path that lies
+  under something bound (a workspace holding var/, an extra read-only directory) is
+  covered by an empty read-only tmpfs;
+- private, size-limited /tmp and /dev/shm that vanish with the call;
+- new user, PID, IPC, UTS and cgroup namespaces, and no network unless
+  settings.HARNESS_SANDBOX_NETWORK; the program runs as uid/gid 65534 with no
+  capabilities and no_new_privs (a setuid `sudo` gains nothing), and cannot create
+  user namespaces of its own;
+- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`)
+  and on processes: a pids cgroup per call where one can be made (required when Harness
+  runs as root: the kernel does not apply RLIMIT_NPROC to uid 0), else RLIMIT_NPROC;
+- the wall-clock timeout kills the whole sandbox, and nothing in it outlives the call
+  (a PID namespace, bwrap --die-with-parent: `setsid -f` children die too).
+
+"off" (chosen explicitly; the dashboard shows it) runs the program as a plain child in
+its own process group, as Harness did before the sandbox. In both modes the output is
+read while it is produced: the model's share is kept, the rest only counted, and a
+program that writes more than `Limits.output_bytes` is stopped, so that `yes` can fill
+neither the memory nor the disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import glob
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from dispatcher.tools.base import ToolError
+
+MODES = ("bwrap", "off")
+SANDBOX_UID = 65534  # "nobody": never 0 inside, whoever runs Harness
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What programs need of /etc; everything else there (shadow, ssh host keys, service
+# configuration with passwords, environment files) does not exist in the sandbox.
+# Deployments add more with HARNESS_SANDBOX_READ_ONLY.
+ETC_ENTRIES = (
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "host.conf",
+    "resolv.conf",
+    "gai.conf",
+    "protocols",
+    "services",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "os-release",
+    "debian_version",
+    "alternatives",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "mime.types",
+    "magic",
+    "magic.mime",
+    "terminfo",
+    "inputrc",
+    "profile",
+    "profile.d",
+    "bash.bashrc",
+    "shells",
+    "gitconfig",
+    "perl",
+    "python3*",
+    "java-*",
+)
+CGROUP_PREFIX = "harness-sandbox"
+BWRAP_PREFIX = b"bwrap: "
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one run may use. `timeout` is wall-clock seconds for the whole sandbox."""
+
+    timeout: float
+    output_chars: int  # characters of output kept for the model
+    cpu_seconds: int | None = None  # per process; None: the timeout, rounded up
+    file_bytes: int = 1 << 30  # largest file a process may write
+    processes: int = 256  # processes and threads at once
+    output_bytes: int = 16 << 20  # past this much output the program is stopped
+    tmp_bytes: int = 256 << 20  # size of the private /tmp (and of /dev/shm, a quarter)
+
+    @property
+    def cpu(self) -> int:
+        return self.cpu_seconds or max(1, math.ceil(self.timeout))
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished run: the raw exit status and the output as the model will read it."""
+
+    returncode: int
+    output: str
+    sandboxed: bool
+    stopped_for_output: bool = False
+
+
+class SandboxUnavailable(ToolError):
+    """The configured sandbox cannot run here; nothing was started (fail closed)."""
+
+
+def mode() -> str:
+    return str(settings.HARNESS_SANDBOX)
+
+
+def run(
+    argv: list[str], *, workspace: Path, cwd: Path, env: dict[str, str], limits: Limits
+) -> Completed:
+    """Run `argv` in `cwd` (inside `workspace`) under the configured sandbox.
+
+    stdin is empty; stdout and stderr are combined. Raises ToolError when the program
+    cannot be started (not found, not executable, the sandbox cannot run), TimeoutError
+    once `limits.timeout` has passed (everything the program started is killed first).
+    """
+    current = mode()
+    if current == "off":
+        return _run_process(argv, cwd=cwd, env=env, limits=limits, sandboxed=False)
+    if current != "bwrap":
+        raise SandboxUnavailable(
+            f"HARNESS_SANDBOX is {current!r}, which is not a sandbox Harness knows, so no "
+            "program runs. An operator must set HARNESS_SANDBOX to 'bwrap' (or 'off')."
+        )
+    problem = probe()
+    if problem is not None:
+        raise SandboxUnavailable(
+            f"The sandbox cannot run on this host ({problem}), so no program runs. An "
+            "operator must fix it (see docs/security.md, 'Sandbox')."
+        )
+    workspace = workspace.resolve()
+    refuse_exposed_state(workspace)
+    with _pids_cgroup(limits.processes) as cgroup:
+        command = _limit_command(limits, cgroup) + bwrap_command(
+            argv,
+            workspace=workspace,
+            cwd=cwd.resolve(),
+            limits=limits,
+            network=bool(settings.HARNESS_SANDBOX_NETWORK),
+        )
+        done = _run_process(command, cwd=workspace, env=env, limits=limits, sandboxed=True)
+    if done.returncode == 1 and done.output.startswith(BWRAP_PREFIX.decode()):
+        raise _start_failure(argv, done.output.splitlines()[0])
+    return done
+
+
+def refuse_exposed_state(workspace: Path) -> None:
+    """Refuse a workspace that is one of Harness's hidden directories, or that holds the
+    system itself (`/`, `/usr`, `/etc`): it would be bound writable."""
+    if any(_inside(Path(system), workspace) for system in (*SYSTEM_DIRS, "/etc")):
+        raise ToolError(
+            f"The session workspace {workspace} holds system directories, which programs "
+            "may only read, so no program runs. An operator must give the agent a "
+            "workspace of its own."
+        )
+    for hidden in hidden_paths():
+        if workspace == hidden:
+            raise ToolError(
+                f"The session workspace {workspace} is one of Harness's own directories "
+                "(data, settings or workspace root), which programs may never see, so no "
+                "program runs. An operator must give the agent a workspace of its own."
+            )
+
+
+def _start_failure(argv: list[str], line: str) -> ToolError:
+    if line.startswith("bwrap: execvp ") and line.endswith("No such file or directory"):
+        return ToolError(
+            f"Command '{argv[0]}' was not found in the sandbox (it holds the workspace, /usr "
+            "and a few system files, nothing else of the host). Check the name, or run "
+            "['sh', '-c', 'command -v NAME'] to see what is installed."
+        )
+    if line.startswith("bwrap: execvp ") and line.endswith("Permission denied"):
+        return ToolError(f"Command '{argv[0]}' is not executable: Permission denied.")
+    return SandboxUnavailable(
+        f"The sandbox could not start the command ({line.removeprefix('bwrap: ')}). "
+        "Nothing ran; an operator must look at the sandbox configuration."
+    )
+
+
+# --- The command line ---------------------------------------------------------------------
+
+
+def bwrap_command(
+    argv: list[str], *, workspace: Path, cwd: Path, limits: Limits, network: bool
+) -> list[str]:
+    """The bubblewrap command line that runs `argv` (see the module docstring)."""
+    command = [
+        _binary("bwrap") or "bwrap",
+        "--unshare-user",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_UID),
+        "--disable-userns",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--hostname",
+        "sandbox",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+    ]
+    if not network:
+        command.append("--unshare-net")
+    # The sandbox's own mounts first: a host path bound later may lie under /tmp.
+    command += ["--proc", "/proc", "--dev", "/dev"]
+    command += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
+    command += ["--size", str(max(4096, limits.tmp_bytes // 4)), "--tmpfs", "/dev/shm"]  # noqa: S108
+    command += ["--dir", "/var", "--symlink", "/tmp", "/var/tmp"]  # noqa: S108
+    bound = _system_binds(command)
+    for extra in read_only_extras():
+        command += ["--ro-bind-try", str(extra), str(extra)]
+        bound.append(extra)
+    hidden = [path for path in hidden_paths() if path.exists()]
+    covered: list[Path] = []
+    for path in hidden:
+        if any(_inside(path, root) for root in bound) and not _inside(path, workspace):
+            command += ["--size", "4096", "--tmpfs", str(path)]
+            covered.append(path)
+    command += ["--bind", str(workspace), str(workspace)]
+    for path in hidden:
+        if _inside(path, workspace) and path != workspace:
+            command += ["--size", "4096", "--tmpfs", str(path)]
+            covered.append(path)
+    for path in covered:
+        command += ["--remount-ro", str(path)]
+    command += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", str(cwd), "--", *argv]
+    return command
+
+
+def _system_binds(command: list[str]) -> list[Path]:
+    """Append the read-only system binds to `command`; return the host paths bound."""
+    bound: list[Path] = []
+    for name in SYSTEM_DIRS:
+        path = Path(name)
+        if path.is_symlink():
+            command += ["--symlink", os.readlink(path), name]
+        elif path.is_dir():
+            command += ["--ro-bind", name, name]
+            bound.append(path)
+    for entry in _etc_entries():
+        if entry.is_symlink() and _inside(entry.resolve(), Path("/usr")):
+            command += ["--symlink", os.readlink(entry), str(entry)]
+        else:
+            command += ["--ro-bind-try", str(entry), str(entry)]
+            bound.append(entry.resolve())
+    command += ["--symlink", "../proc/self/mounts", "/etc/mtab"]
+    return bound
+
+
+def _etc_entries() -> Iterator[Path]:
+    for name in ETC_ENTRIES:
+        for match in sorted(glob.glob(f"/etc/{name}")):
+            yield Path(match)
+
+
+def read_only_extras() -> list[Path]:
+    """settings.HARNESS_SANDBOX_READ_ONLY: more host paths programs may read (absolute)."""
+    return [Path(p).resolve() for p in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])]
+
+
+def hidden_paths() -> list[Path]:
+    """Harness's own state: never visible in the sandbox, wherever it lies."""
+    paths = {Path(settings.DATA_DIR), Path(settings.BASE_DIR)}
+    paths.add(Path(settings.HARNESS_WORKSPACE_ROOT))
+    for database in settings.DATABASES.values():
+        if str(database.get("ENGINE", "")).endswith("sqlite3"):
+            for name in (database.get("NAME"), (database.get("TEST") or {}).get("NAME")):
+                if name and str(name) != ":memory:":
+                    paths.add(Path(name).parent)
+    redis_url = str(getattr(settings, "REDIS_URL", ""))
+    if redis_url.startswith("unix://"):
+        paths.add(Path(redis_url.removeprefix("unix://").split("?", 1)[0]).parent)
+    return sorted({path.resolve() for path in paths})
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def _limit_command(limits: Limits, cgroup: Path | None) -> list[str]:
+    """setrlimit for everything the sandbox starts, and the pids cgroup when there is one.
+
+    Without a cgroup, processes are bounded by RLIMIT_NPROC, which counts every process
+    and thread of Harness's uid on the host: the limit is what the uid runs now plus
+    `limits.processes`.
+    """
+    prlimit = [
+        _binary("prlimit") or "prlimit",
+        f"--cpu={limits.cpu}:{limits.cpu + 1}",  # SIGXCPU, then SIGKILL a second later
+        f"--fsize={limits.file_bytes}",
+        "--core=0",
+    ]
+    if cgroup is None:
+        prlimit.append(f"--nproc={_tasks_of(os.getuid()) + limits.processes}")
+    prlimit.append("--")
+    if cgroup is None:
+        return prlimit
+    # The shell moves itself into the cgroup, then becomes prlimit, then bwrap.
+    join = 'echo $$ > "$0" && exec "$@"'
+    return ["/bin/sh", "-c", join, str(cgroup / "cgroup.procs"), *prlimit]
+
+
+def _tasks_of(uid: int) -> int:
+    """Processes and threads of `uid` on the host now (what RLIMIT_NPROC counts)."""
+    count = 0
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
+    return count
+
+
+@functools.cache
+def _binary(name: str) -> str | None:
+    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), os.defpath]))
+
+
+# --- Processes: the pids cgroup (Harness as root) -------------------------------------------
+
+
+@contextlib.contextmanager
+def _pids_cgroup(processes: int) -> Iterator[Path | None]:
+    """A fresh pids cgroup limited to `processes` (+ the wrappers), when one can be made.
+
+    Required when Harness is root: the kernel never applies RLIMIT_NPROC to uid 0, and
+    inside the sandbox's user namespace the program still is uid 0 to the host. Any other
+    uid falls back to RLIMIT_NPROC.
+    """
+    root = pids_cgroup_root()
+    if root is None and os.geteuid() != 0:
+        yield None  # RLIMIT_NPROC binds (see _limit_command)
+        return
+    if root is None:
+        raise SandboxUnavailable(
+            "Harness runs as root and no pids cgroup is writable, so the number of "
+            "processes cannot be limited; no program runs. An operator must run Harness "
+            "as an unprivileged user, or give it a writable pids cgroup."
+        )
+    path = root / uuid.uuid4().hex
+    path.mkdir()
+    try:
+        (path / "pids.max").write_text(str(processes + 4))  # sh/prlimit/bwrap, pid 1
+        yield path
+    finally:
+        _remove_cgroup(path)
+
+
+def _remove_cgroup(path: Path) -> None:
+    """rmdir once the killed processes are gone (the kernel reaps them asynchronously)."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                return  # left behind empty-to-be; harmless, and swept by the next probe
+            time.sleep(0.02)
+
+
+@functools.cache
+def pids_cgroup_root() -> Path | None:
+    """A directory where this process may create pids cgroups, or None."""
+    for candidate in _pids_cgroup_candidates():
+        root = candidate / CGROUP_PREFIX
+        try:
+            root.mkdir(exist_ok=True)
+            if not (root / "cgroup.procs").exists():
+                continue
+            if (candidate / "cgroup.subtree_control").exists():  # cgroup v2
+                with contextlib.suppress(OSError):
+                    (candidate / "cgroup.subtree_control").write_text("+pids")
+                (root / "cgroup.subtree_control").write_text("+pids")
+            probe = Path(tempfile.mkdtemp(prefix="probe-", dir=root))
+            (probe / "pids.max").write_text("8")
+            probe.rmdir()
+        except OSError:
+            continue
+        _sweep(root)
+        return root
+    return None
+
+
+def _pids_cgroup_candidates() -> Iterator[Path]:
+    """This process's own cgroup in a v1 pids hierarchy, or in the v2 hierarchy."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+        memberships = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return
+    own: dict[str, str] = {}
+    for line in memberships:
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else ["<v2>"]:
+            own[controller] = path.lstrip("/")
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        mountpoint, fstype, options = fields[1], fields[2], fields[3].split(",")
+        if fstype == "cgroup" and "pids" in options:
+            yield Path(mountpoint) / own.get("pids", "")
+        elif fstype == "cgroup2":
+            base = Path(mountpoint) / own.get("<v2>", "")
+            with contextlib.suppress(OSError):
+                if "pids" in (base / "cgroup.controllers").read_text().split():
+                    yield base
+
+
+def _sweep(root: Path) -> None:
+    """Remove cgroups that earlier runs left (a killed worker); busy or recent ones stay."""
+    old = time.time() - 600
+    for child in root.iterdir():
+        with contextlib.suppress(OSError):
+            if child.is_dir() and child.stat().st_mtime < old:
+                child.rmdir()
+
+
+# --- Probe (the start-up check and every run) ----------------------------------------------
+
+
+def probe() -> str | None:
+    """Why the bwrap sandbox cannot run here, or None when it can. Cached per process."""
+    return _probe(bool(settings.HARNESS_SANDBOX_NETWORK))
+
+
+@functools.cache
+def _probe(network: bool) -> str | None:
+    for name in ("bwrap", "prlimit"):
+        if _binary(name) is None:
+            package = "bubblewrap" if name == "bwrap" else "util-linux"
+            return f"`{name}` is not installed (Debian package {package})"
+    if os.geteuid() == 0 and pids_cgroup_root() is None:
+        return "Harness runs as root and no pids cgroup is writable"
+    with tempfile.TemporaryDirectory(prefix="harness-sandbox-probe-") as scratch:
+        workspace = Path(scratch)
+        limits = Limits(timeout=10, output_chars=2000)
+        command = _limit_command(limits, None) + bwrap_command(
+            ["true"], workspace=workspace, cwd=workspace, limits=limits, network=network
+        )
+        try:
+            done = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=10,
+                env={"PATH": os.defpath},
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return f"bwrap could not run: {error}"
+    if done.returncode != 0:
+        reason = (done.stderr or done.stdout).decode(errors="replace").strip()
+        return f"bwrap cannot create its namespaces: {reason or f'exit code {done.returncode}'}"
+    return None
+
+
+# --- Running and reading ----------------------------------------------------------------------
+
+
+def _run_process(
+    command: list[str], *, cwd: Path, env: dict[str, str], limits: Limits, sandboxed: bool
+) -> Completed:
+    process = _start(command, cwd, env)
+    try:
+        head, total, stopped = _collect(process, limits)
+    finally:
+        _kill_group(process)  # background children must not outlive the call
+        assert process.stdout is not None
+        process.stdout.close()
+    return Completed(
+        returncode=process.returncode,
+        output=_text(head, total, limits, stopped),
+        sandboxed=sandboxed,
+        stopped_for_output=stopped,
+    )
+
+
+def _start(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so a timeout kills everything
+        )
+    except FileNotFoundError as error:
+        raise ToolError(
+            f"Command '{command[0]}' was not found on PATH. Check the name, or run "
+            "['sh', '-c', 'command -v NAME'] to see what is installed."
+        ) from error
+    except PermissionError as error:
+        raise ToolError(f"Command '{command[0]}' is not executable: {error.strerror}.") from error
+    except OSError as error:
+        raise ToolError(f"Command '{command[0]}' could not be started: {error}.") from error
+
+
+def _collect(process: subprocess.Popen[bytes], limits: Limits) -> tuple[bytes, int, bool]:
+    """Read the output while it is produced: (kept head, total bytes, stopped for output).
+
+    Keeps at most 4 bytes per character of the model's share; stops the program past
+    `limits.output_bytes`. Raises TimeoutError at the deadline. Once the program itself
+    has exited, whatever it left running is killed and the pipe drained briefly.
+    """
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    os.set_blocking(fd, False)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    keep = limits.output_chars * 4 + 4
+    ceiling = max(limits.output_bytes, keep)
+    head = bytearray()
+    total = 0
+    deadline = time.monotonic() + limits.timeout
+    drain_until: float | None = None
+    while True:
+        now = time.monotonic()
+        if drain_until is None and now >= deadline:
+            _kill_group(process)
+            raise TimeoutError(f"did not finish within {limits.timeout:g} s")
+        if drain_until is not None and now >= drain_until:
+            break
+        limit = drain_until if drain_until is not None else deadline
+        if poller.poll(max(1, min(100, int((limit - now) * 1000)))):
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                chunk = None
+            if chunk == b"":
+                break  # every writer has closed the pipe
+            if chunk:
+                total += len(chunk)
+                head += chunk[: max(0, keep - len(head))]
+                if total > ceiling:
+                    _kill_group(process)
+                    return bytes(head), total, True
+        if drain_until is None and process.poll() is not None:
+            _kill_group(process)
+            drain_until = time.monotonic() + 0.5
+    return bytes(head), total, False
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _text(head: bytes, total: int, limits: Limits, stopped: bool) -> str:
+    """The output as the model reads it: at most `output_chars` characters plus notes."""
+    text = head.decode("utf-8", errors="replace")
+    shown = text[: limits.output_chars]
+    if len(shown) < len(text) or total > len(head):
+        hidden = total - len(shown.encode("utf-8", errors="replace"))
+        shown += f"\n[truncated: about {hidden} more bytes of output]"
+    if stopped:
+        shown += (
+            f"\n[stopped: the command wrote more than {limits.output_bytes} bytes of output "
+            "and was killed; send long output to a file in the workspace and read parts of it]"
+        )
+    return shown
+
+
+def describe_exit(returncode: int, *, sandboxed: bool) -> str:
+    """An exit status in words; under bwrap a signal death arrives as 128+N."""
+    signum = -returncode if returncode < 0 else returncode - 128 if sandboxed else 0
+    if returncode < 0 or (sandboxed and 128 < returncode < 128 + 65):
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            return str(returncode)
+        why = {"SIGXCPU": ": the CPU time limit", "SIGXFSZ": ": the file size limit"}
+        prefix = f"128+{signum}: " if returncode > 0 else ""
+        return f"{returncode} ({prefix}killed by {name}{why.get(name, '')})"
+    return str(returncode)

@@ -1,0 +1,103 @@
+"""What the sandbox tests share: the bwrap requirement, a probe script, a GIL-holding tool."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from typing import Any
+
+import pytest
+
+from dispatcher.tools import sandbox
+from dispatcher.tools.base import ExecutionContext, Tool
+
+NEEDS_BWRAP = (
+    "Sandbox tests need Debian's bubblewrap with user namespaces: `apt-get install "
+    "bubblewrap` (make test installs it)."
+)
+
+
+def require_bwrap() -> None:
+    """Skip (saying how to enable) unless bwrap works here; under CI=true, fail instead."""
+    problem = "bwrap is not installed" if shutil.which("bwrap") is None else sandbox.probe()
+    if problem is None:
+        return
+    message = f"{NEEDS_BWRAP} Here: {problem}."
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI=true and " + message)
+    pytest.skip(message)
+
+
+# Run inside the sandbox as `python3 probe.py '<json of targets>'`: tries every way out and
+# prints one JSON object, each value "blocked: <why>" or what got through.
+PROBE_SCRIPT = r"""
+import json, os, socket, sys
+
+targets = json.loads(sys.argv[1])
+found = {}
+
+def attempt(name, action):
+    try:
+        found[name] = "open: " + str(action())[:200]
+    except OSError as error:
+        found[name] = "blocked: " + type(error).__name__ + " " + str(error.strerror)
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read(64)
+
+def write(path):
+    with open(path, "w") as f:
+        f.write("escaped")
+    return path
+
+def unix(path):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(2)
+        s.connect(path)
+        return "connected"
+
+def tcp(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=2):
+        return "connected"
+
+for name, path in targets.get("read", {}).items():
+    attempt("read " + name, lambda: read(path))
+for name, path in targets.get("write", {}).items():
+    attempt("write " + name, lambda: write(path))
+for name, path in targets.get("unix", {}).items():
+    attempt("unix " + name, lambda: unix(path))
+for name, port in targets.get("tcp", {}).items():
+    attempt("tcp " + name, lambda: tcp(port))
+found["uid"] = os.getuid()
+print(json.dumps(found))
+"""
+
+
+def probe_results(output: str) -> dict[str, Any]:
+    """The probe's JSON from a run_command result ("exit code 0\\n{...}")."""
+    first, _, rest = output.partition("\n")
+    assert first == "exit code 0", output
+    result: dict[str, Any] = json.loads(rest)
+    return result
+
+
+def _hog(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+    """Hold the GIL for ~15 s in one C call (Python's re backtracking), after a mark."""
+    with (ctx.workspace / "hog-runs.txt").open("a") as marks:
+        marks.write(f"{time.time()}\n")
+    re.match(r"(.+)+\x01", "a" * 28)
+    return "finished"
+
+
+GIL_HOG = Tool(
+    name="gil_hog",
+    description="Hold the GIL in one C call (tests only).",
+    parameters={"type": "object", "properties": {}, "additionalProperties": False},
+    execute=_hog,
+    timeout=1.0,
+    read_only=True,
+)
