@@ -223,6 +223,21 @@ def read_git(argv: list[str], ctx: Context) -> list[Command]:
     return [Command(tuple(argv)), *nested]
 
 
+# Subcommand options that run a command they are given.
+GIT_RUNNING_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "rebase": ("x", ("exec",)),
+    "grep": ("O", ("open-files-in-pager",)),
+    "difftool": ("x", ("extcmd",)),
+    "clone": ("uc", ("upload-pack", "template", "config")),
+    "init": ("", ("template",)),
+    "fetch": ("", ("upload-pack",)),
+    "pull": ("", ("upload-pack",)),
+    "ls-remote": ("", ("upload-pack",)),
+    "archive": ("", ("exec", "remote")),
+    "push": ("", ("receive-pack", "exec")),
+}
+
+
 def _git_subcommand(subcommand: str, rest: list[str], ctx: Context) -> list[Command]:
     options = before_double_dash(rest)
     if subcommand in ("filter-branch", "send-email", "instaweb"):
@@ -231,18 +246,7 @@ def _git_subcommand(subcommand: str, rest: list[str], ctx: Context) -> list[Comm
         raise unreadable("'git submodule foreach' runs a shell string")
     if subcommand == "bisect" and rest[:1] == ["run"]:
         return ctx.read(rest[1:], fed=False, appended=False) if rest[1:] else []
-    runs = {
-        "rebase": ("x", ("exec",)),
-        "grep": ("O", ("open-files-in-pager",)),
-        "difftool": ("x", ("extcmd",)),
-        "clone": ("uc", ("upload-pack", "template", "config")),
-        "init": ("", ("template",)),
-        "fetch": ("", ("upload-pack",)),
-        "pull": ("", ("upload-pack",)),
-        "ls-remote": ("", ("upload-pack",)),
-        "archive": ("", ("exec", "remote")),
-        "push": ("", ("receive-pack", "exec")),
-    }.get(subcommand)
+    runs = GIT_RUNNING_OPTIONS.get(subcommand)
     if runs:
         short, long = runs
         for arg in options:

@@ -7,6 +7,7 @@ worker just before execution; rules, modes and reviewers cannot override them.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Callable
@@ -83,8 +84,14 @@ def command_blocklist(call: CallContext) -> str | None:
     argv = call.arguments[argument]
     if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
         return f"Argument '{argument}' must be a list of strings, e.g. ['git', 'status']."
+    return _blocklist_answer(tuple(argv))
+
+
+@functools.lru_cache(maxsize=4096)
+def _blocklist_answer(argv: tuple[str, ...]) -> str | None:
+    """`blocked_reason` as the guard answers it; pure in the argv, so remembered."""
     try:
-        return blocked_reason(argv)
+        return blocked_reason(list(argv))
     except UnreadableCommand as error:
         return (
             f"The command guard cannot read this command ({error}), so it is blocked on "

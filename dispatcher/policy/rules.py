@@ -40,7 +40,13 @@ import pathspec
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.parts import command_parts
 from dispatcher.policy.reading import Command, Reading, read_command
-from dispatcher.policy.shell import GLOB_CHARACTERS, command_name, could_be, is_computed
+from dispatcher.policy.shell import (
+    GLOB_CHARACTERS,
+    SPECIAL_CHARACTERS,
+    command_name,
+    could_be,
+    is_computed,
+)
 from dispatcher.tools.base import Tool
 
 logger = logging.getLogger(__name__)
@@ -321,6 +327,8 @@ class CommandPattern:
 
     words: tuple[str, ...]
     open_ended: bool  # ended with ` *`
+    # Literal words after the name that any loose match must contain (a quick answer).
+    needed: frozenset[str] = frozenset()
 
     def matches(self, argv: Sequence[str], *, loose: bool, extra_args: bool = False) -> bool:
         """Strict (allow): words literally and in place, command name exactly as written,
@@ -333,13 +341,24 @@ class CommandPattern:
         argv = list(argv)
         if loose:
             argv[0] = command_name(argv[0]) or argv[0]
+            if not _word_matches(self.words[0], argv[0], True):
+                return False  # the quick answer for most deny rules
             words = tuple(argv)
+            if self.needed and not self.needed <= set(words) and not _any_special(words):
+                return False
             return _match_words(self.words, words, True, True) or _matches_any_order(
                 self.words, words
             )
         if extra_args and not self.open_ended:
             return False
+        if not _word_matches(self.words[0], argv[0], False):
+            return False
         return _match_words(self.words, tuple(argv), self.open_ended, False)
+
+
+def _any_special(words: Sequence[str]) -> bool:
+    """A word the shell would expand could be any word."""
+    return any(SPECIAL_CHARACTERS.search(word) for word in words)
 
 
 # Long options read as their usual short letter when a deny pattern is matched (`rm -rf *`
@@ -366,7 +385,6 @@ def _option_names(words: Sequence[str]) -> set[str]:
     return names
 
 
-@functools.lru_cache(maxsize=65536)
 def _matches_any_order(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
     """Loose matching with options anywhere: the pattern's options (`-rf`, `--hard`) must
     all be present somewhere (clusters split: `-fr` holds `-r` and `-f`), and its other
@@ -423,23 +441,24 @@ def _word_matches(pattern: str, word: str, loose: bool) -> bool:
     return word == pattern
 
 
-@functools.lru_cache(maxsize=65536)
 def _match_words(
     pattern: tuple[str, ...], words: tuple[str, ...], open_ended: bool, loose: bool
 ) -> bool:
-    if not pattern:
-        return open_ended or not words
-    head, rest = pattern[0], pattern[1:]
-    if head == "*":
-        # one or more words
-        return any(
-            _match_words(rest, words[i:], open_ended, loose) for i in range(1, len(words) + 1)
-        )
-    return (
-        bool(words)
-        and _word_matches(head, words[0], loose)
-        and _match_words(rest, words[1:], open_ended, loose)
-    )
+    """Match pattern words against argv words in place; `*` is one or more words.
+
+    Walks the set of argv positions each prefix of the pattern can end at (linear in
+    the words for each pattern word, whatever the number of `*`)."""
+    reach = {0}
+    for word in pattern:
+        if word == "*":
+            reach = set(range(min(reach) + 1, len(words) + 1))
+        else:
+            reach = {
+                at + 1 for at in reach if at < len(words) and _word_matches(word, words[at], loose)
+            }
+        if not reach:
+            return False
+    return open_ended or len(words) in reach
 
 
 @functools.lru_cache(maxsize=1024)
@@ -458,7 +477,13 @@ def command_pattern(specifier: str, text: str = "") -> CommandPattern:
             "not '*' (write 'run_command' to match every command)."
         )
     open_ended = len(words) > 1 and words[-1] == "*"
-    return CommandPattern(tuple(words[:-1] if open_ended else words), open_ended)
+    words = words[:-1] if open_ended else words
+    needed = frozenset(
+        word
+        for word in words[1:]
+        if word != "*" and not SPECIAL_CHARACTERS.search(word) and not word.startswith("-")
+    )
+    return CommandPattern(tuple(words), open_ended, needed)
 
 
 def _allows(pattern: CommandPattern, command: Command) -> bool:
@@ -608,20 +633,51 @@ def read_rule_hiding(call: CallContext, path: str) -> str | None:
     return None
 
 
+# Command verdicts depend only on the tool, its arguments and the three rule lists: they
+# are kept for the next call with the same ones (rule evaluation is on every call's path).
+_VERDICTS: dict[tuple[Any, ...], RuleVerdict] = {}
+MAX_VERDICTS = 4096
+
+
 def command_rule_decision(
     call: CallContext, *, allow: Iterable[str], ask: Iterable[str], deny: Iterable[str]
 ) -> RuleVerdict:
     """Rules for a command tool. A deny or ask rule matches if any part of the command does
     (read widely, including parts only guessed from a string that cannot be parsed); the
     command is allowed only if the strict reader reads all of it and every simple command
-    it runs is matched by some allow rule."""
+    it runs is matched by some allow rule. Pure in its inputs, so remembered."""
+    allow, ask, deny = tuple(allow), tuple(ask), tuple(deny)
+    try:
+        arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return _command_rule_decision(call, allow=allow, ask=ask, deny=deny)
+    key = (call.tool, call.name, arguments, allow, ask, deny)
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        verdict = _command_rule_decision(call, allow=allow, ask=ask, deny=deny)
+        if len(_VERDICTS) >= MAX_VERDICTS:
+            _VERDICTS.clear()
+        _VERDICTS[key] = verdict
+    return verdict
+
+
+def _command_rule_decision(
+    call: CallContext, *, allow: Sequence[str], ask: Sequence[str], deny: Sequence[str]
+) -> RuleVerdict:
+    parts = loose_parts(call)
     for action, texts in (("deny", deny), ("ask", ask)):
         for text, rule in _parsed(texts):
             if rule is None:
                 if text.partition("(")[0].strip() == call.name:
                     return RuleVerdict(action, text)
                 continue
-            if _safe_matches(rule, call, action):
+            if rule.tool != call.name:
+                continue
+            pattern = None if rule.specifier is None else _command_pattern_or_none(rule, call.tool)
+            if pattern is not None:
+                if any(pattern.matches(argv, loose=True) for argv in parts):
+                    return RuleVerdict(action, rule.text)
+            elif _safe_matches(rule, call, action):
                 return RuleVerdict(action, rule.text)
     reading = command_reading(call)
     if reading.unreadable is not None:

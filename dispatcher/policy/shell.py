@@ -151,6 +151,7 @@ PACKAGE_RUNNER_SPEC = WrapperSpec(
 EXPANSIONS = re.compile(r"\$\{[^}]*\}|\$\([^)]*\)|`[^`]*`|\$\w+|\$")
 BRACES = re.compile(r"\{[^{}]*,[^{}]*\}")
 GLOB_CHARACTERS = re.compile(r"[*?\[]")
+SPECIAL_CHARACTERS = re.compile(r"[*?\[{$`]")
 
 
 def could_be(word: str, literal: str) -> bool:
@@ -161,6 +162,8 @@ def could_be(word: str, literal: str) -> bool:
     """
     if word == literal:
         return True
+    if not SPECIAL_CHARACTERS.search(word):
+        return False  # a literal word: only itself
     pattern = BRACES.sub("*", EXPANSIONS.sub("*", word))
     return bool(GLOB_CHARACTERS.search(pattern)) and fnmatch.fnmatchcase(literal, pattern)
 
