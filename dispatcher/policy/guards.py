@@ -24,6 +24,7 @@ from dispatcher.policy.shell import (
     UnreadableCommand,
     command_name,
     could_be,
+    decode_ansi_c,
     is_computed,
     parse_script,
     shell_invocation,
@@ -167,7 +168,7 @@ def _string_reason(text: str, depth: int) -> str | None:
     """Blocklist a shell string a command will run (a git setting, a trap, an alias)."""
     if depth > MAX_SHELL_DEPTH:
         raise UnreadableCommand(f"more than {MAX_SHELL_DEPTH} nested shells")
-    for command in parse_script(text):
+    for command in parse_script(decode_ansi_c(text)):
         reason = _script_command_reason(command, depth + 1)
         if reason is not None:
             return reason
@@ -387,7 +388,7 @@ def _shell_reason(argv: list[str], depth: int) -> str | None:
                 "pass the command string itself, or run the program directly.",
             )
         return None
-    for command in parse_script(invocation.command_string):
+    for command in parse_script(decode_ansi_c(invocation.command_string)):
         reason = _script_command_reason(command, depth)
         if reason is not None:
             return reason
