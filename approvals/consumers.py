@@ -7,7 +7,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from . import live, services
+from audit.roles import REVIEWER, has_role
+
+from . import live
 
 
 class ApprovalQueueConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
@@ -19,7 +21,7 @@ class ApprovalQueueConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # ch
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not await database_sync_to_async(services.is_reviewer)(user):
+        if user is None or not await database_sync_to_async(has_role)(user, REVIEWER):
             await self.close()
             return
         await self.channel_layer.group_add(live.GROUP, self.channel_name)

@@ -11,6 +11,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from audit import kinds
+from audit.roles import REVIEWER, has_role
 from audit.services import record_event
 from dispatcher import errors, transitions
 from dispatcher.admission import context_of
@@ -19,8 +21,6 @@ from dispatcher.policy import grants
 
 from .models import ApprovalRequest, Decision
 
-REVIEWER_GROUP = "reviewer"
-
 
 class DecisionRefused(Exception):
     """The decision was not taken; `status` is the HTTP status a view should answer with."""
@@ -28,14 +28,6 @@ class DecisionRefused(Exception):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
-
-
-def is_reviewer(user: Any) -> bool:
-    return bool(
-        user.is_authenticated
-        and user.is_active
-        and (user.is_superuser or user.groups.filter(name=REVIEWER_GROUP).exists())
-    )
 
 
 def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalRequest:
@@ -70,7 +62,7 @@ def decide(
     agent's owner under separation of duties), 404 (no such request), 409 (already
     decided, naming by whom; or a digest mismatch, which is audited).
     """
-    if not is_reviewer(user):
+    if not has_role(user, REVIEWER):
         raise DecisionRefused("Only reviewers can decide tool calls.", 403)
     with transaction.atomic():
         # Lock order everywhere: the approval row, then the call (dispatcher locks it).
@@ -173,7 +165,7 @@ def already_decided(approval: ApprovalRequest) -> str:
 
 def _audit_mismatch(approval: ApprovalRequest, user: AbstractBaseUser, digest: str) -> None:
     record_event(
-        kind="approval.digest_mismatch",
+        kind=kinds.APPROVAL_DIGEST_MISMATCH,
         actor=f"user:{user.get_username()}",
         subject=f"call:{approval.call_id}",
         session_id=approval.call.session_id,

@@ -14,6 +14,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from audit.roles import REVIEWER, has_role
 from dispatcher.models import Status
 
 from . import queries, services
@@ -23,7 +24,7 @@ QUEUE = "approvals/queue.html"
 
 
 def _require_reviewer(request: HttpRequest) -> None:
-    if not services.is_reviewer(request.user):
+    if not has_role(request.user, REVIEWER):
         raise PermissionDenied("Only reviewers can see and decide tool calls.")
 
 

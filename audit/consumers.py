@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from .views import is_auditor
+from .roles import AUDITOR, has_role
 
 
 def session_channel(session_id: str) -> str:
@@ -27,7 +27,7 @@ def session_channel(session_id: str) -> str:
 class SessionTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not await database_sync_to_async(is_auditor)(user):
+        if user is None or not await database_sync_to_async(has_role)(user, AUDITOR):
             await self.close()
             return
         await self.accept()

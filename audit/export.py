@@ -161,11 +161,6 @@ def export_chunks(events: QuerySet[AuditEvent], fmt: str) -> Generator[Chunk]:
     return generate()
 
 
-def lines(events: QuerySet[AuditEvent], fmt: str) -> Iterator[str]:
-    """The export as text, in pieces of whole lines (up to ROWS_PER_CHUNK lines each)."""
-    return (chunk.data.decode() for chunk in export_chunks(events, fmt))
-
-
 async def async_chunks(events: QuerySet[AuditEvent], fmt: str) -> AsyncIterator[bytes]:
     """The export for StreamingHttpResponse under ASGI: each chunk is read in the request's
     sync thread (one database connection holds the cursor), and nothing is buffered."""

@@ -24,21 +24,6 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
 
 GLOBAL_CHAIN = "global"
 
-# Outcome and decision counters of AuditChain, by event kind.
-KIND_COUNTERS = {
-    "call.received": "calls",
-    "call.allowed": "allowed",
-    "call.approval_requested": "asked",
-    "call.approved": "approved",
-    "call.denied": "denied",
-    "call.rejected": "rejected",
-    "call.cancelled": "cancelled",
-    "call.expired": "expired",
-    "call.completed": "completed",
-    "call.timed_out": "timed_out",
-    "call.outcome_unknown": "outcome_unknown",
-}
-
 
 class AuditChainQuerySet(models.QuerySet["AuditChain"]):
     def sessions(self) -> AuditChainQuerySet:

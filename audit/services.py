@@ -17,8 +17,9 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.utils import timezone
 
+from . import kinds
 from .masking import mask_secrets, storable
-from .models import GLOBAL_CHAIN, KIND_COUNTERS, AuditChain, AuditEvent
+from .models import GLOBAL_CHAIN, AuditChain, AuditEvent
 
 GENESIS_HASH = "0" * 64
 
@@ -91,6 +92,8 @@ def record_events(
         )
     if not specs:
         return []
+    for spec in specs:
+        kinds.get(spec.kind)  # UnknownKind: nothing is written under a misspelt kind
     chain = str(session_id) if session_id else GLOBAL_CHAIN
     head = _locked_head(chain)
     # UTC always: the hashed text is isoformat(), and exports write it in UTC. Never
@@ -203,21 +206,25 @@ def _summarize(head: AuditChain, event: AuditEvent, changed: set[str] | None) ->
     """Count `event` into the session summary; returns the changed columns (None: all)."""
     payload = event.payload
     fields: list[str] = []
-    if event.kind == "session.started":
+    if event.kind == kinds.SESSION_STARTED:
         head.agent = str(payload.get("agent", ""))[:200]
         head.owner = str(payload.get("owner", ""))[:150]
         head.title = str(payload.get("title", ""))[:200]
         head.mode = str(payload.get("mode", ""))[:16]
         fields += ["agent", "owner", "title", "mode"]
-    counter = KIND_COUNTERS.get(event.kind)
+    counter = kinds.get(event.kind).counter
     if counter:
         setattr(head, counter, getattr(head, counter) + 1)
         fields.append(counter)
-    if event.kind == "call.completed" and payload.get("is_error"):
+    if event.kind == kinds.CALL_COMPLETED and payload.get("is_error"):
         head.errors += 1
         fields.append("errors")
     tool = payload.get("tool")
-    if event.kind == "call.received" and isinstance(tool, str) and f" {tool} " not in head.tools:
+    if (
+        event.kind == kinds.CALL_RECEIVED
+        and isinstance(tool, str)
+        and f" {tool} " not in head.tools
+    ):
         head.tools = (head.tools or " ") + tool + " "
         fields.append("tools")
     return None if changed is None else changed | set(fields)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from . import kinds
 from .models import AuditEvent
 
 # Calls per timeline page. Each call is a card of a screen or so (arguments, decision,
@@ -20,23 +21,12 @@ from .models import AuditEvent
 # 100-event session's whole timeline (which is about 25 calls of four events).
 PAGE_CALLS = 25
 
-DECISION_KINDS = {
-    "call.allowed",
-    "call.approval_requested",
-    "call.denied",
-    "call.rejected",
-    "call.cancelled",
-}
-REVIEW_KINDS = {"call.approved", "call.denied", "call.cancelled", "call.expired"}
-RESULT_KINDS = {
-    "call.completed",
-    "call.timed_out",
-    "call.outcome_unknown",
-    "call.denied",
-    "call.rejected",
-    "call.cancelled",
-    "call.expired",
-}
+DECISION_KINDS = kinds.names_where("decision")
+REVIEW_KINDS = kinds.names_where("review")
+RESULT_KINDS = kinds.names_where("result")
+# The calls' terminal statuses, as their result events name them (audit imports nothing
+# from the lifecycle: these are the status strings of dispatcher.models.TERMINAL_STATUSES,
+# which tests/audit keep equal).
 TERMINAL = {
     "completed",
     "timed_out",
@@ -45,6 +35,9 @@ TERMINAL = {
     "rejected",
     "cancelled",
     "expired",
+    "reported",
+    "unreported",
+    "edited",
 }
 
 
@@ -95,7 +88,7 @@ class Call:
 def _apply(call: Call, event: AuditEvent) -> None:
     p, kind, at = event.payload, event.kind, event.created_at
     call.events.append(event)
-    if kind == "call.received":
+    if kind == kinds.CALL_RECEIVED:
         call.tool = p.get("tool", "")
         call.tool_use_id = p.get("tool_use_id", "")
         call.arguments = p.get("arguments", "")
@@ -113,16 +106,16 @@ def _apply(call: Call, event: AuditEvent) -> None:
     elif kind in DECISION_KINDS:
         call.decision = {**provenance, "actor": event.actor}
         call.times["decided"] = at
-    if kind == "call.approval_requested":
+    if kind == kinds.CALL_APPROVAL_REQUESTED:
         call.presentation = p.get("presentation")
         call.times["asked"] = at
     if p.get("to") == "queued":
         call.times["queued"] = at
-    if kind == "call.started":
+    if kind == kinds.CALL_STARTED:
         call.times["started"] = at
     if kind in RESULT_KINDS:
         call.times["finished"] = at
-        call.is_error = bool(p.get("is_error", kind != "call.completed"))
+        call.is_error = bool(p.get("is_error", kind != kinds.CALL_COMPLETED))
         call.content = p.get("content", call.content)
         if call.content is None:
             call.content = p.get("reason") or None
@@ -160,7 +153,7 @@ def build_timeline(chain: str) -> Timeline | None:
     session: dict[str, Any] = {}
     calls: dict[str, Call] = {}
     for event in events:
-        if event.kind == "session.started":
+        if event.kind == kinds.SESSION_STARTED:
             session = {**event.payload, "started_at": event.created_at}
             continue
         call_id = event.payload.get("call_id")
@@ -172,7 +165,7 @@ def build_timeline(chain: str) -> Timeline | None:
 def session_started(chain: str) -> dict[str, Any]:
     """The session.started payload (agent, owner, mode, workspace ...): the chain's first
     event, read by its (chain, seq) key; empty if the chain does not start with one."""
-    event = AuditEvent.objects.filter(chain=chain, seq=1, kind="session.started").first()
+    event = AuditEvent.objects.filter(chain=chain, seq=1, kind=kinds.SESSION_STARTED).first()
     return {**event.payload, "started_at": event.created_at} if event else {}
 
 
@@ -183,7 +176,7 @@ def received_seq(chain: str, call_id: str) -> int | None:
     on both backends, where a query naming the chain or the kind too may walk those.
     """
     rows = AuditEvent.objects.filter(subject=f"call:{call_id}").values_list("chain", "kind", "seq")
-    return next((seq for c, kind, seq in rows if c == chain and kind == "call.received"), None)
+    return next((seq for c, kind, seq in rows if c == chain and kind == kinds.CALL_RECEIVED), None)
 
 
 @dataclass
@@ -210,7 +203,7 @@ def call_page(chain: str, *, before: int | None = None, after: int | None = None
     later events (its decision, its result) may come long after other calls were received,
     so they are found by call, not by seq range. Events are applied by payload call_id.
     """
-    received = AuditEvent.objects.filter(chain=chain, kind="call.received")
+    received = AuditEvent.objects.filter(chain=chain, kind=kinds.CALL_RECEIVED)
     if after is not None:
         rows = list(received.filter(seq__gt=after).order_by("seq")[: PAGE_CALLS + 1])
         more_newer, rows = len(rows) > PAGE_CALLS, rows[:PAGE_CALLS]
@@ -221,7 +214,9 @@ def call_page(chain: str, *, before: int | None = None, after: int | None = None
         rows = list(received.order_by("-seq")[: PAGE_CALLS + 1])
         more_older, rows = len(rows) > PAGE_CALLS, rows[:PAGE_CALLS][::-1]
         more_newer = before is not None and (
-            AuditEvent.objects.filter(chain=chain, kind="call.received", seq__gte=before).exists()
+            AuditEvent.objects.filter(
+                chain=chain, kind=kinds.CALL_RECEIVED, seq__gte=before
+            ).exists()
         )
     edge_older = rows[0].seq if rows else (after + 1 if after is not None else 0)
     edge_newer = rows[-1].seq if rows else (max(before - 1, 0) if before is not None else 0)
@@ -246,7 +241,7 @@ def _calls_of(chain: str, received: list[AuditEvent]) -> list[Call]:
         # the chain and order are then checked here.
         later = (
             AuditEvent.objects.filter(subject__in=subjects)
-            .exclude(kind="call.received")
+            .exclude(kind=kinds.CALL_RECEIVED)
             .order_by("seq")
         )
         for event in later:

@@ -8,23 +8,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
-from functools import wraps
 from typing import Any
 from uuid import UUID
 
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
-from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 
 from . import export
 from .models import AuditChain, AuditEvent
+from .roles import AUDITOR, role_required
 from .timeline import (
     CallPage,
     Timeline,
@@ -37,7 +33,6 @@ from .timeline import (
     session_started,
 )
 
-AUDITOR_GROUP = "auditor"
 PAGE_SIZE = 50
 # A timeline page cursor is the seq of a call.received event (at most 18 digits: a bigint).
 CURSOR = re.compile(r"[0-9]{1,18}")
@@ -61,27 +56,6 @@ DECISION_FILTERS = {
     "reject": Q(rejected__gt=0),
     "cancel": Q(cancelled__gt=0),
 }
-
-
-def is_auditor(user: Any) -> bool:
-    return bool(
-        user.is_authenticated
-        and (user.is_superuser or user.groups.filter(name=AUDITOR_GROUP).exists())
-    )
-
-
-def auditor_required(
-    view: Callable[..., HttpResponseBase],
-) -> Callable[..., HttpResponseBase]:
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path())
-        if not is_auditor(request.user):
-            raise PermissionDenied("Only auditors can read the audit log.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 def _day(text: str) -> datetime | None:
@@ -110,7 +84,7 @@ def filtered_sessions(params: Any) -> QuerySet[AuditChain]:
     return sessions.order_by("-last_at")
 
 
-@auditor_required
+@role_required(AUDITOR)
 def session_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(filtered_sessions(request.GET), PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
@@ -159,7 +133,7 @@ def _page(chain: str, params: Any) -> CallPage:
     return call_page(chain, before=before, after=after)
 
 
-@auditor_required
+@role_required(AUDITOR)
 def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
     """One page of the session's calls, and its summary from the chain's head row.
 
@@ -181,7 +155,7 @@ def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
     return response
 
 
-@auditor_required
+@role_required(AUDITOR)
 def session_replay(request: HttpRequest, session_id: UUID) -> HttpResponse:
     timeline = _timeline(session_id)
     context = {"timeline": timeline, "session_id": session_id, "events": replay_events(timeline)}
@@ -191,7 +165,7 @@ def session_replay(request: HttpRequest, session_id: UUID) -> HttpResponse:
 TRANSCRIPTS = {"openai": openai_messages, "anthropic": anthropic_messages}
 
 
-@auditor_required
+@role_required(AUDITOR)
 def session_transcript(request: HttpRequest, session_id: UUID) -> HttpResponse:
     timeline = _timeline(session_id)
     fmt = request.GET.get("format", "")
@@ -216,13 +190,13 @@ def _stream(events: QuerySet[AuditEvent], fmt: str, name: str) -> StreamingHttpR
     return response
 
 
-@auditor_required
+@role_required(AUDITOR)
 def session_export(request: HttpRequest, session_id: UUID, fmt: str) -> StreamingHttpResponse:
     events = AuditEvent.objects.filter(chain=str(session_id))
     return _stream(events, fmt, f"audit-{session_id}")
 
 
-@auditor_required
+@role_required(AUDITOR)
 def filtered_export(request: HttpRequest) -> StreamingHttpResponse:
     chains = filtered_sessions(request.GET).values("chain")
     events = AuditEvent.objects.filter(chain__in=chains)

@@ -22,17 +22,18 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from audit import kinds
 from audit.services import EventSpec, record_events
 from dispatcher import batches, notify
 from dispatcher.agents import mode_and_profile
 from dispatcher.errors import ServiceError
-from dispatcher.models import AgentSession, Status, ToolCall
+from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import stages
 from dispatcher.policy.context import CallContext, Decision, Profile
 from dispatcher.proposals import ProposedCall, digest_of
 from dispatcher.tools import messages
 from dispatcher.tools.registry import get_tool
-from dispatcher.transitions import decision_fields, new_transition
+from dispatcher.transitions import decision_fields, new_transition, release_fields
 
 
 def submit_calls(
@@ -169,11 +170,13 @@ def receive(
         batch_id=batch_id,
         batch_index=index,
         repeat_count=repeat_count,
+        executor=_executor(item.name),
+        edited_from_id=item.edited_from,
     )
     admission.calls.append(call)
     admission.events.append(
         EventSpec(
-            "call.received",
+            kinds.CALL_RECEIVED,
             f"agent:{session.agent.name}",
             f"call:{call.pk}",
             {
@@ -191,6 +194,11 @@ def receive(
         )
     )
     return call
+
+
+def _executor(name: str) -> str:
+    tool = get_tool(name)
+    return Executor.CLIENT if tool is not None and tool.client_executed else Executor.HARNESS
 
 
 def call_context(
@@ -231,8 +239,7 @@ def _decide(
         )
         return _reject(call, message, "receive")
     try:
-        tool = stages.resolve(call.name)
-        stages.validate(tool, call.arguments or {})
+        stages.validate(stages.resolve(call.name), call.arguments or {})
     except stages.Rejection as rejection:
         return _reject(call, rejection.message, rejection.stage)
     ctx = call_context(call, session, mode, profile)
@@ -241,33 +248,49 @@ def _decide(
     decision = stages.pre_execute(ctx)
     if decision.action == "deny":
         text = messages.policy_denied(decision.reason)
-        return _settle(call, Status.DENIED, decision, "call.denied", text)
+        return _settle(call, Status.DENIED, decision, kinds.CALL_DENIED, text)
     if decision.action == "cancel":
         text = messages.cancelled(decision.by, decision.reason)
-        return _settle(call, Status.CANCELLED, decision, "call.cancelled", text)
-    denials = stages.guards(ctx)
-    if denials:
-        guard = Decision(
-            "deny", "guard:" + ",".join(n for n, _ in denials), " ".join(r for _, r in denials)
-        )
-        text = messages.guard_denied([r for _, r in denials])
-        return _settle(call, Status.DENIED, guard, "call.denied", text)
-    provenance = {**call.provenance, **decision.as_provenance()}
+        return _settle(call, Status.CANCELLED, decision, kinds.CALL_CANCELLED, text)
+    denial = stages.guards(ctx)
+    if denial:
+        return _settle(call, Status.DENIED, denial.decision, kinds.CALL_DENIED, denial.message)
     if decision.action == "ask":
-        presentation = tool.present_call(call.arguments or {}, ctx.workspace)
-        admission.asks.append((call, presentation))
+        return _ask(call, decision, ctx, admission)
+    return _allow(call, decision)
+
+
+def _ask(call: ToolCall, decision: Decision, ctx: CallContext, admission: _Admission) -> EventSpec:
+    """The call waits for a reviewer, who will see `presentation` (also in the audit)."""
+    presentation = ctx.tool.present_call(call.arguments or {}, ctx.workspace)
+    admission.asks.append((call, presentation))
+    return new_transition(
+        call,
+        Status.PENDING_APPROVAL,
+        kind=kinds.CALL_APPROVAL_REQUESTED,
+        actor=decision.by,
+        payload={**call.provenance, **decision.as_provenance(), "presentation": presentation},
+        **decision_fields(call, decision),
+    )
+
+
+def _allow(call: ToolCall, decision: Decision) -> EventSpec:
+    """Queued for a worker, or released to the client that runs its own tools."""
+    provenance = {**call.provenance, **decision.as_provenance()}
+    if call.executor == Executor.CLIENT:
         return new_transition(
             call,
-            Status.PENDING_APPROVAL,
-            kind="call.approval_requested",
+            Status.RELEASED,
+            kind=kinds.CALL_ALLOWED,
             actor=decision.by,
-            payload={**provenance, "presentation": presentation},
+            payload={**provenance, "executor": Executor.CLIENT},
+            **release_fields(),
             **decision_fields(call, decision),
         )
     return new_transition(
         call,
         Status.QUEUED,
-        kind="call.allowed",
+        kind=kinds.CALL_ALLOWED,
         actor=decision.by,
         payload=provenance,
         queued_at=timezone.now(),
@@ -282,7 +305,7 @@ def _reject(call: ToolCall, reason: str, stage: str) -> EventSpec:
     return new_transition(
         call,
         Status.REJECTED,
-        kind="call.rejected",
+        kind=kinds.CALL_REJECTED,
         actor="harness",
         payload={"stage": stage, "reason": reason},
         **fields,

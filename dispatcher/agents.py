@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from audit import kinds
 from audit.services import record_event
 from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession
@@ -51,7 +52,7 @@ def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> 
     )
     PermissionProfile.objects.get_or_create(user=owner, defaults=default_profile())
     record_event(
-        kind="agent.created",
+        kind=kinds.AGENT_CREATED,
         actor=actor,
         subject=f"agent:{agent.pk}",
         payload={
@@ -114,7 +115,7 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
         is_active=False, revoked_at=timezone.now()
     ):
         record_event(
-            kind="agent.revoked",
+            kind=kinds.AGENT_REVOKED,
             actor=actor,
             subject=f"agent:{agent.pk}",
             payload={"name": agent.name},
@@ -138,7 +139,7 @@ def start_session(*, agent: Agent, title: str = "", mode: str | None = None) -> 
         id=session_id, agent=agent, title=title[:200], mode=effective, workspace=str(workspace)
     )
     record_event(
-        kind="session.started",
+        kind=kinds.SESSION_STARTED,
         actor=f"agent:{agent.name}",
         session_id=session.pk,
         subject=f"session:{session.pk}",

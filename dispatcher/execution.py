@@ -39,12 +39,11 @@ def execute_call(call_id: str) -> None:
     session = call.session
     ctx = call_context(call, session, *mode_and_profile(session, preloaded=True))
     if ctx is None:
-        return transitions.deny_before_run(call, ["The tool is no longer registered."], "registry")
-    denials = stages.guards(ctx)  # re-run: time has passed since admission
-    if denials:
-        return transitions.deny_before_run(
-            call, [r for _, r in denials], ",".join(n for n, _ in denials)
-        )
+        gone = stages.GuardDenial((("registry", "The tool is no longer registered."),))
+        return transitions.deny_before_run(call, gone)
+    denial = stages.guards(ctx)  # re-run: time has passed since admission
+    if denial:
+        return transitions.deny_before_run(call, denial)
     tool = ctx.tool
     if not transitions.claim(call, tool):
         return None
@@ -86,6 +85,7 @@ def reconcile() -> dict[str, int]:
     unknown = 0
     for call in ToolCall.objects.lease_expired(now):
         unknown += transitions.mark_outcome_unknown(call)
+    unreported = sum(transitions.mark_unreported(c) for c in ToolCall.objects.report_overdue(now))
     stale = now - timedelta(seconds=settings.HARNESS_REQUEUE_AFTER)
     resent = 0
     stale_batches = set(
@@ -98,4 +98,4 @@ def reconcile() -> dict[str, int]:
             batch_id=batch_id, status=Status.QUEUED, enqueued_at__lt=stale
         ).update(enqueued_at=None)
         batches.dispatch_ready(batch_id)
-    return {"outcome_unknown": unknown, "resent": resent}
+    return {"outcome_unknown": unknown, "unreported": unreported, "resent": resent}

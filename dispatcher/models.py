@@ -45,11 +45,22 @@ class AgentSession(models.Model):
     title = models.CharField(max_length=200, blank=True)
     mode = models.CharField(max_length=16, choices=Mode.choices)
     workspace = models.CharField(max_length=1000)
+    # Which way the session came in, and the client's own id for it (a Claude Code
+    # session_id, an MCP session id): one client session is one Harness session.
+    client = models.CharField(max_length=32, default="api")
+    external_id = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "client", "external_id"],
+                condition=~models.Q(external_id=""),
+                name="agentsession_unique_external_id",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.agent.name}: {self.title or self.id}"
@@ -67,6 +78,18 @@ class Status(models.TextChoices):
     COMPLETED = "completed"
     TIMED_OUT = "timed_out"
     OUTCOME_UNKNOWN = "outcome_unknown"
+    # Decide-only calls (the client runs the tool): allowed and handed back, then what the
+    # client reported, or nothing within the lease.
+    RELEASED = "released"
+    REPORTED = "reported"
+    UNREPORTED = "unreported"
+    # A reviewer changed the arguments: this call ends, a linked new call replaces it.
+    EDITED = "edited"
+
+
+class Executor(models.TextChoices):
+    HARNESS = "harness"  # a Celery worker runs the tool
+    CLIENT = "client"  # decide-only: the client runs it and may report the result
 
 
 TERMINAL_STATUSES = frozenset(
@@ -78,6 +101,9 @@ TERMINAL_STATUSES = frozenset(
         Status.COMPLETED,
         Status.TIMED_OUT,
         Status.OUTCOME_UNKNOWN,
+        Status.REPORTED,
+        Status.UNREPORTED,
+        Status.EDITED,
     }
 )
 
@@ -99,6 +125,12 @@ TRANSITIONS = frozenset(
         (Status.RUNNING, Status.COMPLETED),
         (Status.RUNNING, Status.TIMED_OUT),
         (Status.RUNNING, Status.OUTCOME_UNKNOWN),
+        # Decide-only calls: released to the client instead of queued for a worker.
+        (Status.RECEIVED, Status.RELEASED),
+        (Status.PENDING_APPROVAL, Status.RELEASED),
+        (Status.RELEASED, Status.REPORTED),
+        (Status.RELEASED, Status.UNREPORTED),
+        (Status.PENDING_APPROVAL, Status.EDITED),
     }
 )
 
@@ -110,17 +142,12 @@ class Dialect(models.TextChoices):
 
 
 class ToolCallQuerySet(models.QuerySet["ToolCall"]):
-    def awaiting_approval(self) -> ToolCallQuerySet:
-        return self.filter(status=Status.PENDING_APPROVAL)
-
-    def terminal(self) -> ToolCallQuerySet:
-        return self.filter(status__in=TERMINAL_STATUSES)
-
     def lease_expired(self, now: object) -> ToolCallQuerySet:
         return self.filter(status=Status.RUNNING, lease_until__lt=now)
 
-    def queued_before(self, when: object) -> ToolCallQuerySet:
-        return self.filter(status=Status.QUEUED, queued_at__lt=when)
+    def report_overdue(self, now: object) -> ToolCallQuerySet:
+        """Released to the client and not reported within the lease."""
+        return self.filter(status=Status.RELEASED, lease_until__lt=now)
 
 
 class ToolCall(models.Model):
@@ -136,6 +163,11 @@ class ToolCall(models.Model):
     dialect = models.CharField(max_length=16, choices=Dialect.choices)
     batch_id = models.UUIDField(db_index=True)
     batch_index = models.PositiveIntegerField()
+    executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.HARNESS)
+    # An edited call's replacement points at the call it replaced.
+    edited_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="edits"
+    )
 
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.RECEIVED)
     decision = models.CharField(max_length=16, blank=True)  # allow | deny | ask | cancel | reject

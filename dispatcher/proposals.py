@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,8 @@ class ProposedCall:
     raw_arguments: str  # exactly as received (OpenAI: the arguments string; else canonical JSON)
     arguments: dict[str, Any] | None  # None when the raw text is not a JSON object
     parse_error: str = ""
+    # A reviewer's edit: the id of the call this one replaces (admitted like any other).
+    edited_from: uuid.UUID | None = None
 
 
 def canonical_json(value: Any) -> str:

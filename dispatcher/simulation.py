@@ -94,11 +94,10 @@ def simulate(
     )
     decision = stages.pre_execute(ctx)
     if decision.action not in ("deny", "cancel"):
-        denials = stages.guards(ctx)
-        if denials:
-            names = tuple(name for name, _ in denials)
-            reason = " ".join(r for _, r in denials)
-            return answer("deny", "guards", "guard:" + ",".join(names), reason, guards=names)
+        denial = stages.guards(ctx)
+        if denial:
+            guard = denial.decision
+            return answer("deny", "guards", guard.by, guard.reason, guards=denial.names)
     return answer(decision.action, "pre_execute", decision.by, decision.reason, decision.rule)
 
 

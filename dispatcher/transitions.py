@@ -18,11 +18,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from audit import kinds
 from audit.services import EventSpec, record_events
 from dispatcher import batches, notify
 from dispatcher.errors import ServiceError
-from dispatcher.models import TERMINAL_STATUSES, TRANSITIONS, Status, ToolCall
+from dispatcher.models import TERMINAL_STATUSES, TRANSITIONS, Executor, Status, ToolCall
 from dispatcher.policy.context import Decision
+from dispatcher.policy.stages import GuardDenial
 from dispatcher.tools import messages
 from dispatcher.tools.base import Tool
 
@@ -182,18 +184,19 @@ def approve_call(
     extra: dict[str, Any] | None = None,
     call: ToolCall | None = None,
 ) -> bool:
-    """Approve a pending call; it is queued to run. False if it was no longer pending."""
+    """Approve a pending call: queued for a worker, or released to the client that runs
+    it (decide-only). False if it was no longer pending."""
     decision = Decision("allow", actor, reason or "Approved by a reviewer.")
-    return _decide_pending(
-        call_id,
-        Status.QUEUED,
-        decision,
-        "call.approved",
-        None,
-        extra,
-        call=call,
-        queued_at=timezone.now(),
-    )
+    with transaction.atomic():
+        if call is None:
+            call = ToolCall.objects.select_for_update().get(pk=call_id)
+        if call.executor == Executor.CLIENT:
+            to, fields = Status.RELEASED, release_fields()
+        else:
+            to, fields = Status.QUEUED, {"queued_at": timezone.now()}
+        return _decide_pending(
+            call_id, to, decision, kinds.CALL_APPROVED, None, extra, call=call, **fields
+        )
 
 
 def deny_call(
@@ -208,30 +211,32 @@ def deny_call(
     """Deny a pending call; `feedback` reaches the model as the tool result."""
     decision = Decision("deny", actor, feedback or "Denied by a reviewer.")
     text = messages.reviewer_denied(reviewer, feedback)
-    return _decide_pending(call_id, Status.DENIED, decision, "call.denied", text, extra, call=call)
+    return _decide_pending(
+        call_id, Status.DENIED, decision, kinds.CALL_DENIED, text, extra, call=call
+    )
 
 
 def cancel_call(*, call_id: uuid.UUID | str, actor: str, reason: str = "") -> bool:
     decision = Decision("cancel", actor, reason or "Cancelled.")
     text = messages.cancelled(actor, reason)
-    return _decide_pending(call_id, Status.CANCELLED, decision, "call.cancelled", text)
+    return _decide_pending(call_id, Status.CANCELLED, decision, kinds.CALL_CANCELLED, text)
 
 
 def expire_call(*, call_id: uuid.UUID | str, minutes: float) -> bool:
     decision = Decision("deny", "expiry", f"No decision within {minutes:g} minutes.")
     text = messages.expired(minutes)
-    return _decide_pending(call_id, Status.EXPIRED, decision, "call.expired", text)
+    return _decide_pending(call_id, Status.EXPIRED, decision, kinds.CALL_EXPIRED, text)
 
 
-def deny_before_run(call: ToolCall, reasons: list[str], guards: str) -> None:
+def deny_before_run(call: ToolCall, denial: GuardDenial) -> None:
     """The worker's re-check of the guards denied a queued call: it ends denied, unrun."""
-    decision = Decision("deny", f"guard:{guards}", " ".join(reasons))
-    content = _finish_text(call, messages.guard_denied(reasons))
+    decision = denial.decision
+    content = _finish_text(call, denial.message)
     with transaction.atomic():
         transition(
             call,
             Status.DENIED,
-            kind="call.denied",
+            kind=kinds.CALL_DENIED,
             actor=decision.by,
             payload={**decision.as_provenance(), "stage": "execute"},
             decision="deny",
@@ -251,7 +256,7 @@ def claim(call: ToolCall, tool: Tool) -> bool:
         return transition(
             call,
             Status.RUNNING,
-            kind="call.started",
+            kind=kinds.CALL_STARTED,
             actor="worker",
             payload={"attempt": call.attempts + 1, "timeout": tool.timeout},
             started_at=now,
@@ -262,7 +267,7 @@ def claim(call: ToolCall, tool: Tool) -> bool:
 
 def finish(call: ToolCall, status: Status, content: str, is_error: bool, seconds: float) -> None:
     """Stage 10: freeze the result, audit it, deliver it (wake-up after commit), start what is next."""
-    kind = "call.completed" if status == Status.COMPLETED else "call.timed_out"
+    kind = kinds.CALL_COMPLETED if status == Status.COMPLETED else kinds.CALL_TIMED_OUT
     with transaction.atomic():
         transition(
             call,
@@ -283,7 +288,7 @@ def mark_outcome_unknown(call: ToolCall) -> bool:
         done = transition(
             call,
             Status.OUTCOME_UNKNOWN,
-            kind="call.outcome_unknown",
+            kind=kinds.CALL_OUTCOME_UNKNOWN,
             actor="reconciler",
             payload={"lease_until": call.lease_until.isoformat() if call.lease_until else None},
             content=messages.outcome_unknown(),
@@ -292,3 +297,52 @@ def mark_outcome_unknown(call: ToolCall) -> bool:
         )
     batches.dispatch_ready(call.batch_id)
     return done
+
+
+# --- Decide-only calls (the client runs the tool) -----------------------------------------
+
+
+def release_fields() -> dict[str, Any]:
+    """A released call's lease: the client has this long to report what the tool did."""
+    now = timezone.now()
+    return {
+        "queued_at": now,
+        "lease_until": now + timedelta(seconds=settings.HARNESS_CLIENT_REPORT_LEASE),
+    }
+
+
+def report_result(
+    *, call_id: uuid.UUID | str, content: str, is_error: bool, actor: str, source: str
+) -> bool:
+    """The client's report of what a released call's tool returned: the call's result,
+    marked as reported by the client (`source`, e.g. "claude-code:PostToolUse"), never as
+    produced by Harness. False if the call was not released (reported already, lease
+    passed, or never allowed): a report never changes a finished call."""
+    with transaction.atomic():
+        call = ToolCall.objects.select_for_update().filter(pk=call_id).first()
+        if call is None or call.status != Status.RELEASED:
+            return False
+        return transition(
+            call,
+            Status.REPORTED,
+            kind=kinds.CALL_REPORTED,
+            actor=actor,
+            payload={"content": content, "is_error": is_error, "reported_by": source},
+            content=content,
+            is_error=is_error,
+            provenance={**call.provenance, "result": {"reported_by": source}},
+        )
+
+
+def mark_unreported(call: ToolCall) -> bool:
+    """A released call whose report never came within its lease: its outcome is the
+    client's, and unknown here (never "completed")."""
+    with transaction.atomic():
+        return transition(
+            call,
+            Status.UNREPORTED,
+            kind=kinds.CALL_UNREPORTED,
+            actor="reconciler",
+            payload={"lease_until": call.lease_until.isoformat() if call.lease_until else None},
+            reason="The client did not report the tool's result within the lease.",
+        )

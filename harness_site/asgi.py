@@ -16,6 +16,10 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 django_asgi_app = get_asgi_application()
 
+from harness_site.embedded_redis import start_if_embedded  # noqa: E402
+
+start_if_embedded()
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

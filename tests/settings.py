@@ -7,7 +7,12 @@ from pathlib import Path
 from harness_site.settings import *  # noqa: F403
 from harness_site.settings import HARNESS_TOOLS
 
-HARNESS_TOOLS = [*HARNESS_TOOLS, "tests.support.tools.SLEEP", "tests.support.tools.SLOW_WRITE"]
+HARNESS_TOOLS = [
+    *HARNESS_TOOLS,
+    "tests.support.tools.SLEEP",
+    "tests.support.tools.SLOW_WRITE",
+    "tests.support.tools.CLIENT_NOTE",
+]
 
 # Each test run gets its own Celery queue on the shared Redis; live processes inherit it.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("HARNESS_CELERY_QUEUE") or f"harness-test-{os.getpid()}"

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import django
 import httpx
 import pytest
@@ -44,3 +49,18 @@ def test_agent_api_errors_are_json_without_tracebacks(live_stack: LiveStack) -> 
     assert response.headers["content-type"] == "application/json"
     assert "Traceback" not in response.text
     assert response.headers["cache-control"] == "no-store"
+
+
+def test_importing_settings_starts_no_redis(tmp_path: Path) -> None:
+    """mypy, pytest collection and every command import settings: none may start a server."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env["HARNESS_DATA_DIR"] = str(tmp_path)
+    subprocess.run(
+        [sys.executable, "-c", "import harness_site.settings as s; print(s.REDIS_URL)"],
+        env=env,
+        check=True,
+        capture_output=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert not (tmp_path / "redis.sock").exists()
+    assert not (tmp_path / "redis.pid").exists()

@@ -1,4 +1,4 @@
-"""The agent API (DESIGN section 6): async views, bearer tokens, three dialects.
+"""The agent API (docs/api.md): async views, bearer tokens, three dialects.
 
 Each request makes at most two hops to the ORM thread (authenticate, then one service
 call); a request that waits sleeps on a Redis pub/sub subscription and re-reads the

@@ -1,4 +1,4 @@
-"""A small, dependency-free client for the Harness agent API (DESIGN section 6).
+"""A small, dependency-free client for the Harness agent API (docs/api.md).
 
 Only the standard library (urllib, json): copy this file next to any agent loop.
 
@@ -53,7 +53,18 @@ from typing import Any
 
 MAX_WAIT = 60.0
 TERMINAL = frozenset(
-    {"rejected", "denied", "cancelled", "expired", "completed", "timed_out", "outcome_unknown"}
+    {
+        "rejected",
+        "denied",
+        "cancelled",
+        "expired",
+        "completed",
+        "timed_out",
+        "outcome_unknown",
+        "reported",
+        "unreported",
+        "edited",
+    }
 )
 
 

@@ -18,6 +18,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from audit import kinds
 from audit.services import record_event
 from dispatcher.errors import ServiceError
 from dispatcher.policy import rules
@@ -164,7 +165,7 @@ def grant_for_session(*, ctx: CallContext, actor: User) -> SessionGrant:
             granted_by=actor,
         )
         record_event(
-            kind="grant.created",
+            kind=kinds.GRANT_CREATED,
             actor=f"user:{actor.get_username()}",
             subject=f"grant:{grant.pk}",
             session_id=ctx.session_id,
@@ -193,7 +194,7 @@ def revoke_grant(*, grant_id: int, actor: User) -> bool:
         )
         if done:
             record_event(
-                kind="grant.revoked",
+                kind=kinds.GRANT_REVOKED,
                 actor=f"user:{actor.get_username()}",
                 subject=f"grant:{grant.pk}",
                 session_id=grant.session_id,

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from audit import kinds
 from audit.services import record_event
 from dispatcher.errors import ServiceError
 from dispatcher.policy import rules
@@ -157,7 +158,7 @@ def update_profile(
             user=user, version=profile.version, mode=mode, changed_by=changed_by, diff=diff, **lists
         )
         record_event(
-            kind="profile.changed",
+            kind=kinds.PROFILE_CHANGED,
             actor=actor if isinstance(actor, str) else f"user:{actor.get_username()}",
             subject=f"user:{user.get_username()}",
             payload={

@@ -6,6 +6,7 @@ that are never stored.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema.exceptions import ValidationError
@@ -43,5 +44,32 @@ def pre_execute(call: CallContext) -> Decision:
     return run_waterfall(call)
 
 
-def guards(call: CallContext) -> list[tuple[str, str]]:
-    return run_guards(call)
+def guards(call: CallContext) -> GuardDenial | None:
+    """Stage 5: every guard runs; the denial when any gave a reason, else None."""
+    denials = run_guards(call)
+    return GuardDenial(tuple(denials)) if denials else None
+
+
+@dataclass(frozen=True)
+class GuardDenial:
+    """What the guards said, as one decision: built here only (admission, the worker's
+    re-check and the simulator all read it from this)."""
+
+    denials: tuple[tuple[str, str], ...]  # (guard name, reason), in the guards' order
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.denials)
+
+    @property
+    def reasons(self) -> list[str]:
+        return [reason for _, reason in self.denials]
+
+    @property
+    def decision(self) -> Decision:
+        return Decision("deny", "guard:" + ",".join(self.names), " ".join(self.reasons))
+
+    @property
+    def message(self) -> str:
+        """What the model reads."""
+        return messages.guard_denied(self.reasons)

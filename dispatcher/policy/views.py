@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from audit.roles import ADMIN, REFUSALS, has_role
 from dispatcher import simulation
 from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession, ToolCall
@@ -30,22 +31,13 @@ from dispatcher.policy.models import Mode, ProfileVersion, SessionGrant
 from dispatcher.policy.profiles import profile_for
 from dispatcher.tools.registry import all_tools
 
-ADMIN_GROUP = "admin"
 PAGE = "permissions/user.html"
 RECENT_CALLS = 50
 
 
-def is_admin(user: Any) -> bool:
-    return bool(
-        user.is_authenticated
-        and user.is_active
-        and (user.is_superuser or user.groups.filter(name=ADMIN_GROUP).exists())
-    )
-
-
 def _require_admin(request: HttpRequest) -> User:
-    if not is_admin(request.user):
-        raise PermissionDenied("Only administrators can see and change permissions.")
+    if not has_role(request.user, ADMIN):
+        raise PermissionDenied(REFUSALS[ADMIN])
     return request.user  # type: ignore[return-value]
 
 

@@ -1,4 +1,4 @@
-"""What a tool is: a model-facing face and a host-only face (DESIGN section 1, principle 2)."""
+"""What a tool is: a model-facing face and a host-only face (docs/architecture.md; principle 2 of the design)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,6 @@ class ExecutionContext:
     call_id: str
     timeout: float
     output_limit: int
-
-    def resolve(self, relative: str) -> Path:
-        """The workspace path for `relative`. Guards have already confined it."""
-        return (self.workspace / relative).resolve()
 
 
 def default_project_content(value: Any) -> str:
@@ -70,6 +66,9 @@ class Tool:
     path_arguments: tuple[str, ...] = ()
     # Name of the argument holding an argv list (the command guard checks it).
     command_argument: str | None = None
+    # Decide-only: the client runs the tool (Claude Code's own tools, an MCP client's);
+    # Harness decides, never executes, and records what the client reports.
+    client_executed: bool = False
 
 
 def model_facing_schema(tool: Tool, format: str = "native") -> dict[str, Any]:

@@ -33,7 +33,7 @@ def get_tool(name: str) -> Tool | None:
 
 @functools.cache
 def validator_for(tool: Tool) -> Draft202012Validator:
-    """A Draft 2020-12 validator compiled once per tool (one-shot validate() is ~45x slower)."""
+    """A Draft 2020-12 validator compiled once per tool (docs/benchmarks.md says why)."""
     return Draft202012Validator(tool.parameters, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 

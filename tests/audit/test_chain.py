@@ -107,3 +107,13 @@ def test_parallel_writers_append_to_one_chain_without_gaps_or_duplicates() -> No
     report = verify_database(str(session_id))
     assert report.ok, report.problems
     assert AuditChain.objects.get(chain=str(session_id)).last_seq == writers * per_writer
+
+
+@pytest.mark.django_db
+def test_an_unregistered_kind_is_refused_and_nothing_is_written() -> None:
+    from audit.kinds import UnknownKind
+
+    before = AuditEvent.objects.count()
+    with transaction.atomic(), pytest.raises(UnknownKind, match="call.recieved"):
+        record_event(kind="call.recieved", actor="test")
+    assert AuditEvent.objects.count() == before

@@ -58,7 +58,7 @@ def streamed(chain: str, fmt: str) -> tuple[int, int, str]:
 
 
 def exported(events: QuerySet[AuditEvent], fmt: str) -> str:
-    return "".join(export.lines(events, fmt))
+    return "".join(chunk.data.decode() for chunk in export.export_chunks(events, fmt))
 
 
 def jsonl(events: QuerySet[AuditEvent]) -> list[Any]:
@@ -211,7 +211,7 @@ def test_closing_an_export_early_leaves_the_connection_usable() -> None:
 
 def test_an_unknown_format_is_refused_before_any_query() -> None:
     with pytest.raises(ValueError, match="Choose one of: jsonl, csv"):
-        export.lines(AuditEvent.objects.none(), "xml")
+        export.export_chunks(AuditEvent.objects.none(), "xml")
 
 
 def test_export_command_writes_a_file_with_a_progress_bar(tmp_path: Path) -> None:

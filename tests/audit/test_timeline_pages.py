@@ -259,3 +259,10 @@ def test_session_figures_come_from_the_chain_head(auditor: Client) -> None:
     page = get(auditor, chain)
     assert "2 calls in this session" in page
     assert "7 denied" in page and "3 timed out" in page
+
+
+def test_the_timeline_knows_every_terminal_status_of_a_call() -> None:
+    from audit.timeline import TERMINAL
+    from dispatcher.models import TERMINAL_STATUSES
+
+    assert {str(s) for s in TERMINAL_STATUSES} == TERMINAL

@@ -1,4 +1,4 @@
-"""The agent API contract (DESIGN section 6): dialects, errors, idempotency, auth."""
+"""The agent API contract (docs/api.md): dialects, errors, idempotency, auth."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ def test_a_database_from_before_the_move_keeps_its_profiles_and_grants() -> None
         owner=user, name="old", token_prefix="oldagent", token_hash="0" * 64
     )
     session = old.get_model("dispatcher", "AgentSession").objects.create(
-        agent=agent, mode="trusted", workspace="/tmp/pre-move"
+        agent=agent, mode="trusted", workspace="pre-move-workspace"
     )
     old.get_model("dispatcher", "SessionGrant").objects.create(
         session=session, rule="run_command(make)", tool="run_command"

@@ -66,3 +66,16 @@ SLOW_WRITE = Tool(
     read_only=False,
     path_arguments=("path",),
 )
+
+
+CLIENT_NOTE = Tool(
+    name="client_note",
+    description="Write a note on the client's machine (tests only: the client runs it).",
+    parameters={
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+        "additionalProperties": False,
+    },
+    client_executed=True,
+)

@@ -20,10 +20,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from audit import roles
 from dispatcher import agents
 from dispatcher.management import demo_agent
 from dispatcher.models import Agent
@@ -154,8 +154,8 @@ class Command(BaseCommand):
         reviewer.is_active = True
         reviewer.save()
         # The demo login has every role, so that one sign-in shows every screen.
-        for role in ("reviewer", "auditor", "admin"):
-            reviewer.groups.add(Group.objects.get_or_create(name=role)[0])
+        for role in sorted(roles.ROLES):
+            roles.grant_role(user=reviewer, role=role, actor="run_demo")
         owner, _ = users.objects.get_or_create(username=OWNER)
         if not owner.has_usable_password():
             owner.set_unusable_password()

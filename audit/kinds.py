@@ -1,0 +1,107 @@
+"""The vocabulary of the audit log: every event kind, registered once.
+
+A kind has a name (what is stored), the AuditChain counter it increments (if any), how it
+reads in a timeline, and the timeline roles it plays (a decision, a reviewer's answer, the
+call's result). Code names kinds by these constants (`kinds.CALL_RECEIVED`), so a typo is an
+import error; `record_event` refuses a name that is not registered, so no event with a
+misspelt kind is ever written. Registered the way pretix registers its log entry types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    reads: str  # how the event reads in a timeline
+    counter: str = ""  # the AuditChain counter it increments ("" for none)
+    decision: bool = False  # a decision at admission (the call's first answer)
+    review: bool = False  # a reviewer's, the expiry's or the agent's answer to an ask
+    result: bool = False  # the call's last event: what the model received
+
+    def __str__(self) -> str:
+        return self.name
+
+
+REGISTRY: dict[str, Kind] = {}
+
+
+def register(name: str, reads: str, **roles: str | bool) -> str:
+    """Register a kind; returns its name, the constant code uses. Twice is an error."""
+    if name in REGISTRY:
+        raise ValueError(f"Audit event kind '{name}' is registered twice.")
+    REGISTRY[name] = Kind(name, reads, **roles)  # type: ignore[arg-type]
+    return name
+
+
+def get(name: str) -> Kind:
+    """The registered kind; raises UnknownKind for a name nobody registered."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UnknownKind(name) from None
+
+
+class UnknownKind(ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"'{name}' is not a registered audit event kind (see audit/kinds.py): "
+            "register it before recording it."
+        )
+
+
+# --- A call's life ---------------------------------------------------------------------
+CALL_RECEIVED = register("call.received", "received", counter="calls")
+CALL_ALLOWED = register("call.allowed", "allowed", counter="allowed", decision=True)
+CALL_APPROVAL_REQUESTED = register(
+    "call.approval_requested", "asked a reviewer", counter="asked", decision=True
+)
+CALL_APPROVED = register("call.approved", "approved", counter="approved", review=True)
+CALL_DENIED = register(
+    "call.denied", "denied", counter="denied", decision=True, review=True, result=True
+)
+CALL_REJECTED = register(
+    "call.rejected", "rejected", counter="rejected", decision=True, result=True
+)
+CALL_CANCELLED = register(
+    "call.cancelled", "cancelled", counter="cancelled", decision=True, review=True, result=True
+)
+CALL_EXPIRED = register("call.expired", "expired", counter="expired", review=True, result=True)
+CALL_STARTED = register("call.started", "started")
+CALL_COMPLETED = register("call.completed", "completed", counter="completed", result=True)
+CALL_TIMED_OUT = register("call.timed_out", "timed out", counter="timed_out", result=True)
+CALL_OUTCOME_UNKNOWN = register(
+    "call.outcome_unknown", "outcome unknown", counter="outcome_unknown", result=True
+)
+CALL_REPORTED = register(
+    "call.reported", "result reported by the client", counter="completed", result=True
+)
+CALL_UNREPORTED = register(
+    "call.unreported", "never reported by the client", counter="outcome_unknown", result=True
+)
+CALL_EDITED = register("call.edited", "edited by a reviewer", review=True, result=True)
+
+# --- Agents, sessions, policy, reviewers, roles -----------------------------------------
+AGENT_CREATED = register("agent.created", "agent created")
+AGENT_REVOKED = register("agent.revoked", "agent revoked")
+SESSION_STARTED = register("session.started", "session started")
+PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
+GRANT_CREATED = register("grant.created", "allowed for the session")
+GRANT_REVOKED = register("grant.revoked", "session grant revoked")
+APPROVAL_DIGEST_MISMATCH = register(
+    "approval.digest_mismatch", "decision refused: the arguments changed"
+)
+ROLE_GRANTED = register("role.granted", "role granted")
+ROLE_REMOVED = register("role.removed", "role removed")
+
+
+def counters() -> dict[str, str]:
+    """Event kind -> the AuditChain counter it increments."""
+    return {k.name: k.counter for k in REGISTRY.values() if k.counter}
+
+
+def names_where(role: str) -> frozenset[str]:
+    """The kinds playing a timeline role: "decision", "review" or "result"."""
+    return frozenset(k.name for k in REGISTRY.values() if getattr(k, role))

@@ -1,0 +1,112 @@
+"""Who may do what: the three roles, checked in one place and changed through one
+audited service.
+
+Roles are Django groups (`reviewer` decides calls, `auditor` reads the log, `admin`
+changes modes, rules and agents); a superuser holds all three. Only an active user holds
+any role. Views use `role_required`, sockets and services `has_role`, templates the
+`roles` context value; granting and removing go through `grant_role` / `remove_role`,
+each with its audit event (the admin shows users and groups read-only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+
+from . import kinds
+from .services import record_event
+
+REVIEWER = "reviewer"
+AUDITOR = "auditor"
+ADMIN = "admin"
+ROLES = frozenset({REVIEWER, AUDITOR, ADMIN})
+
+REFUSALS = {
+    REVIEWER: "Only reviewers can see and decide calls.",
+    AUDITOR: "Only auditors can read the audit log.",
+    ADMIN: "Only administrators can see and change permissions.",
+}
+
+
+def roles_of(user: Any) -> frozenset[str]:
+    """The roles `user` holds now (none unless signed in and active)."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return frozenset()
+    if user.is_superuser:
+        return ROLES
+    return frozenset(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+
+
+def has_role(user: Any, role: str) -> bool:
+    if role not in ROLES:
+        raise ValueError(f"Unknown role '{role}'. Roles: {', '.join(sorted(ROLES))}.")
+    if user is None or not user.is_authenticated or not user.is_active:
+        return False
+    return bool(user.is_superuser or user.groups.filter(name=role).exists())
+
+
+def role_required(
+    role: str,
+) -> Callable[[Callable[..., HttpResponseBase]], Callable[..., HttpResponseBase]]:
+    """A view for holders of `role`: others are sent to sign in, or refused (403)."""
+
+    def decorate(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            if not has_role(request.user, role):
+                raise PermissionDenied(REFUSALS[role])
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+def _check(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"Unknown role '{role}'. Roles: {', '.join(sorted(ROLES))}.")
+
+
+@transaction.atomic
+def grant_role(*, user: User, role: str, actor: str) -> bool:
+    """Give `user` the role; False (and no event) if they held it already."""
+    _check(role)
+    group, _ = Group.objects.get_or_create(name=role)
+    if user.groups.filter(pk=group.pk).exists():
+        return False
+    user.groups.add(group)
+    record_event(
+        kind=kinds.ROLE_GRANTED,
+        actor=actor,
+        subject=f"user:{user.get_username()}",
+        payload={"user": user.get_username(), "role": role},
+    )
+    return True
+
+
+@transaction.atomic
+def remove_role(*, user: User, role: str, actor: str) -> bool:
+    """Take the role from `user`; False (and no event) if they did not hold it. Open
+    sockets of that user are closed by the `role_removed` listeners (approvals, audit)."""
+    _check(role)
+    group = Group.objects.filter(name=role).first()
+    if group is None or not user.groups.filter(pk=group.pk).exists():
+        return False
+    user.groups.remove(group)
+    record_event(
+        kind=kinds.ROLE_REMOVED,
+        actor=actor,
+        subject=f"user:{user.get_username()}",
+        payload={"user": user.get_username(), "role": role},
+    )
+    return True
