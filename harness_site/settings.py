@@ -253,7 +253,8 @@ HARNESS_GUARDS = [
     "dispatcher.policy.mode_guard.mode_ceiling",
 ]
 # Stage 8: `(call, content) -> content`; may replace the result content, never arguments.
-HARNESS_POST_EXECUTE: list[str] = []
+# hide_read_denied: a search or listing never shows what a read rule denies (docs/rules.md).
+HARNESS_POST_EXECUTE: list[str] = ["dispatcher.policy.results.hide_read_denied"]
 # Stage 6: wraps every tool execution (budgets, retries, metrics belong here).
 HARNESS_EXECUTE_WRAPPER = "dispatcher.pipeline.default_execute_wrapper"
 

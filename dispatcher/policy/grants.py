@@ -1,8 +1,10 @@
 """Session grants: "approve and allow for the rest of this session", and their revocation.
 
-A grant is the narrowest allow rule naming one approved call (its exact command with its
-working directory, or its exact path), scoped to that call's session. Each change is one
-transaction with its audit event.
+A grant is the narrowest allow rule naming one approved call, scoped to that call's
+session: its exact command in its exact working directory (`run_command(make) in cwd a`;
+no suffix means the workspace root), or its exact path (`write_file(src)` covers `src`,
+never `src/**`). `grant_matches` is how a grant is read; each change is one transaction
+with its audit event.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dispatcher.policy.context import CallContext
 from dispatcher.policy.models import SessionGrant
 
 GLOB = re.compile(r"([*?\[])")
+IN_CWD = " in cwd "
 
 
 def _command_word(word: str) -> str:
@@ -38,18 +41,24 @@ def _path_pattern(path: str) -> str:
 
 
 def narrow_rule(ctx: CallContext) -> str:
-    """The narrowest rule that allows the call `ctx` again: its exact command or its exact path.
+    """The narrowest grant that allows the call `ctx` again: its exact command in its
+    working directory, or its exact path.
 
     Raises ServiceError when the call cannot be named that narrowly (no command or single
     path argument, or a rule that would not match the call itself).
     """
     tool, args, name = ctx.tool, ctx.arguments, ctx.name
     alone = "Approve it without a session grant."
+    suffix = ""
     if tool.command_argument:
         argv = args.get(tool.command_argument)
         if not argv or not isinstance(argv, list) or not all(isinstance(w, str) for w in argv):
             raise ServiceError(f"This '{name}' call has no command to grant. {alone}")
         specifier = " ".join(_command_word(word) for word in argv)
+        cwd = _directory_of(ctx)
+        if cwd is None:
+            raise ServiceError(f"The working directory is not inside the workspace. {alone}")
+        suffix = "" if cwd == "." else IN_CWD + shlex.quote(cwd)
     elif len(tool.path_arguments) == 1 and isinstance(args.get(tool.path_arguments[0]), str):
         path = posixpath.normpath(args[tool.path_arguments[0]])
         if path.startswith(("/", "..", "~")) or path == ".":
@@ -59,17 +68,78 @@ def narrow_rule(ctx: CallContext) -> str:
         raise ServiceError(
             f"'{name}' takes no command or single path, so no narrow rule fits. {alone}"
         )
-    text = f"{name}({specifier})"
-    if rules.validate_rules({"allow": [text]}) or not _allows(text, ctx):
+    rule = f"{name}({specifier})"
+    text = rule + suffix
+    if rules.validate_rules({"allow": [rule]}) or not grant_matches(text, ctx):
         raise ServiceError(f"No exact rule can name this call ('{text}' does not). {alone}")
     return text
 
 
-def _allows(text: str, ctx: CallContext) -> bool:
+def split_grant(text: str) -> tuple[str, str] | None:
+    """(the rule, the working directory) of a grant's text; None when it is malformed.
+
+    The rule ends at the parenthesis closing its first one (a rule's parentheses are
+    balanced); what follows is nothing (the workspace root) or ` in cwd DIR`.
+    """
+    depth = 0
+    for at, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == ")" and depth == 0:
+            rule, rest = text[: at + 1], text[at + 1 :]
+            break
+    else:
+        return text, "."
+    if not rest:
+        return rule, "."
+    if not rest.startswith(IN_CWD):
+        return None
     try:
-        return rules.parse_rule(text).matches(ctx, "allow")
+        words = shlex.split(rest[len(IN_CWD) :])
+    except ValueError:
+        return None
+    return (rule, words[0]) if len(words) == 1 else None
+
+
+def grant_matches(text: str, ctx: CallContext) -> bool:
+    """Does the grant `text` allow the call `ctx`? Its rule must allow the call (read as
+    an allow rule: an unreadable command never matches), a command must run in the
+    grant's working directory, and a path rule names exactly its path, nothing under it.
+    Symlinks count: a path or directory that now resolves elsewhere is not the same."""
+    parsed = split_grant(text)
+    if parsed is None:
+        return False
+    rule_text, cwd = parsed
+    try:
+        rule = rules.parse_rule(rule_text)
+        if not rule.matches(ctx, "allow"):
+            return False
+        kind = None if rule.specifier is None else rules.specifier_kind(rule, ctx.tool)
     except rules.RuleError:
         return False
+    if ctx.tool.command_argument:
+        return _directory_of(ctx) == posixpath.normpath(cwd)
+    if kind == "path":
+        return _names_exactly(rule.specifier or "", ctx)
+    return True
+
+
+def _directory_of(ctx: CallContext) -> str | None:
+    """The call's working directory relative to the workspace, when it is that directory
+    both as written and with symlinks resolved; None otherwise."""
+    value = ctx.arguments.get("cwd", ".")
+    if not isinstance(value, str):
+        return None
+    given, resolved, _ = rules.path_reading(value, ctx.workspace)
+    return given if given is not None and given == resolved else None
+
+
+def _names_exactly(specifier: str, ctx: CallContext) -> bool:
+    """The call's path arguments are all exactly the path the pattern `specifier` names."""
+    exact = re.sub(r"\\(.)", r"\1", specifier).lstrip("/")
+    readings = rules.path_readings(ctx.tool, ctx.arguments, ctx.workspace)
+    return bool(readings) and all(
+        given == exact and resolved == exact for given, resolved, _ in readings
+    )
 
 
 def grant_for_session(*, ctx: CallContext, actor: User) -> SessionGrant:

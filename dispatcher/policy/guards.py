@@ -7,11 +7,14 @@ worker just before execution; rules, modes and reviewers cannot override them.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Callable
 
 from dispatcher.policy.context import CallContext
+from dispatcher.policy.parts import nested_commands
+from dispatcher.policy.programs import PUBLISH_WORDS, PUBLISHERS
 from dispatcher.policy.shell import (
     BRACES,
     EXPANSIONS,
@@ -21,18 +24,34 @@ from dispatcher.policy.shell import (
     UnreadableCommand,
     command_name,
     could_be,
-    find_exec_commands,
+    decode_ansi_c,
     is_computed,
     parse_script,
     shell_invocation,
     unwrap,
+    unwrap_once,
 )
 from dispatcher.tools._paths import path_violation
 
 MAX_SHELL_DEPTH = 8
-PRIVILEGE_COMMANDS = frozenset({"sudo", "su", "doas", "pkexec", "runuser"})
-PUBLISHERS = frozenset({"npm", "yarn", "pnpm"})
+MAX_LAYERS = 32
+PRIVILEGE_COMMANDS = frozenset(
+    {"sudo", "sudoedit", "su", "doas", "pkexec", "runuser", "run0", "ksu"}
+)
 DOWNLOADERS = frozenset({"curl", "wget"})
+# Variables whose value a program runs as a command (`GIT_SSH_COMMAND='sudo id' git fetch`).
+COMMAND_VARIABLE = re.compile(
+    r"(GIT_SSH_COMMAND|GIT_SSH|GIT_PAGER|PAGER|GIT_EDITOR|EDITOR|VISUAL|GIT_SEQUENCE_EDITOR"
+    r"|GIT_EXTERNAL_DIFF|GIT_ASKPASS|SSH_ASKPASS|SUDO_ASKPASS|GIT_PROXY_COMMAND"
+    r"|GIT_CONFIG_VALUE_\d+|PROMPT_COMMAND|MANPAGER|BROWSER|LESSOPEN|LESSCLOSE)="
+)
+# Builtins that evaluate an array subscript in a string they are given: a literal
+# `a[$(cmd)]` in their arguments runs `cmd`.
+SUBSCRIPT_EVALUATORS = frozenset(
+    {"test", "[", "printf", "read", "declare", "typeset", "local", "export", "readonly"}
+    | {"let", "unset", "mapfile", "readarray", "wait", "getopts"}
+)
+HIDDEN_SUBSTITUTION = re.compile(r"\[[^\]]*(\$\(|`)")
 GIT_OPTIONS_WITH_VALUE = frozenset(
     {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"}
 )
@@ -66,8 +85,14 @@ def command_blocklist(call: CallContext) -> str | None:
     argv = call.arguments[argument]
     if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
         return f"Argument '{argument}' must be a list of strings, e.g. ['git', 'status']."
+    return _blocklist_answer(tuple(argv))
+
+
+@functools.lru_cache(maxsize=4096)
+def _blocklist_answer(argv: tuple[str, ...]) -> str | None:
+    """`blocked_reason` as the guard answers it; pure in the argv, so remembered."""
     try:
-        return blocked_reason(argv)
+        return blocked_reason(list(argv))
     except UnreadableCommand as error:
         return (
             f"The command guard cannot read this command ({error}), so it is blocked on "
@@ -79,27 +104,75 @@ def command_blocklist(call: CallContext) -> str | None:
 def blocked_reason(argv: list[str], depth: int = 0) -> str | None:
     """Why the command line `argv` is blocked, or None.
 
-    Looks through wrappers (`env`, `timeout`, `nice`, `nohup`, `xargs`, `command`,
-    `exec`, `time`, `flock`, `chroot`, `watch`, `npx`, `npm exec` ...; see
-    `commands.WRAPPERS`), into `sh -c STRING` strings (and the strings of `script -c`,
-    `flock -c`, `sg -c`, `watch`), and into `find -exec`. A command named by path counts
-    as its basename. Raises UnreadableCommand when it cannot tell.
+    Checks every layer of a wrapper chain (`env`, `timeout`, `nice`, `nohup`, `xargs`,
+    `command`, `exec`, `time`, `flock`, `chroot`, `watch`, `npx`, `npm exec`, `corepack`
+    ...; see `shell.WRAPPERS`), not only the innermost command; reads into `sh -c STRING`
+    strings (and the strings of `script -c`, `flock -c`, `sg -c`, `watch`, `env -S`), and
+    into what a command starts itself (`find -exec`, git's `bisect run`, `rebase -x`,
+    `grep -O`, `-c core.fsmonitor=`, `trap`, `alias`: see `parts.nested_commands`). A
+    command named by path counts as its basename. Raises UnreadableCommand when it cannot
+    tell. Inline code of interpreters (`python -c`) is not read: the sandbox bounds it.
     """
     if depth > MAX_SHELL_DEPTH:
         raise UnreadableCommand(f"more than {MAX_SHELL_DEPTH} nested shells")
-    inner = unwrap(argv)
-    if not inner:
-        return None
-    name = command_name(inner[0])
+    layers: list[list[str]] = []
+    layer: list[str] | None = argv
+    while layer:
+        if len(layers) >= MAX_LAYERS:
+            raise UnreadableCommand(f"more than {MAX_LAYERS} nested wrapper commands")
+        layers.append(layer)
+        layer = unwrap_once(layer)
+    for layer in reversed(layers):  # innermost first: the denial names what runs
+        reason = _layer_reason(layer, depth)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _layer_reason(argv: list[str], depth: int) -> str | None:
+    name = command_name(argv[0])
     for rule in RULES:
-        reason = rule(name, inner)
+        reason = rule(name, argv)
         if reason is not None:
             return reason
-    for nested in find_exec_commands(inner) if name == "find" else []:
-        reason = blocked_reason(nested, depth + 1)
+    if name == "env":
+        reason = _variables_reason([arg for arg in argv[1:] if "=" in arg], depth)
         if reason is not None:
             return reason
-    return _shell_reason(inner, depth) if name in SHELLS else None
+    for nested in nested_commands(argv):
+        if nested.alias:
+            return _blocked(
+                f"Defining a git alias ('{nested.alias}' with 'git -c' or 'git config')",
+                "run the git subcommand by its own name.",
+            )
+        if nested.text is not None:
+            reason = _string_reason(nested.text, depth)
+        else:
+            reason = blocked_reason(list(nested.argv), depth + 1)
+        if reason is not None:
+            return reason
+    return _shell_reason(argv, depth) if name in SHELLS else None
+
+
+def _variables_reason(assignments: list[str], depth: int) -> str | None:
+    """A variable a program runs as a command holds a blocked command."""
+    for assignment in assignments:
+        if COMMAND_VARIABLE.match(assignment):
+            reason = _string_reason(assignment.split("=", 1)[1], depth)
+            if reason is not None:
+                return reason
+    return None
+
+
+def _string_reason(text: str, depth: int) -> str | None:
+    """Blocklist a shell string a command will run (a git setting, a trap, an alias)."""
+    if depth > MAX_SHELL_DEPTH:
+        raise UnreadableCommand(f"more than {MAX_SHELL_DEPTH} nested shells")
+    for command in parse_script(decode_ansi_c(text)):
+        reason = _script_command_reason(command, depth + 1)
+        if reason is not None:
+            return reason
+    return None
 
 
 def _blocked(pattern: str, advice: str) -> str:
@@ -129,10 +202,25 @@ def _unreadable_name(name: str, argv: list[str]) -> str | None:
 
 
 def _source_substitution(name: str, argv: list[str]) -> str | None:
-    if name in ("source", ".") and any(word.startswith("<(") for word in argv[1:]):
+    """`source <(...)`, `. /dev/stdin <<< 'cmd'`, `source /dev/fd/3`: commands produced at
+    run time or fed on standard input."""
+    operand = argv[1] if argv[1:2] else ""
+    produced = operand == "-" or operand.startswith(("<(", "/dev/stdin", "/dev/fd/", "/proc/"))
+    if name in ("source", ".") and produced:
         return _blocked(
-            f"'{name} <(...)' (running commands produced at run time)",
+            f"'{name} {argv[1]}' (running commands produced at run time)",
             "write the script to a file, read it, then run it.",
+        )
+    return None
+
+
+def _subscript_substitution(name: str, argv: list[str]) -> str | None:
+    """`test -v 'a[$(cmd)]'`, `printf -v 'a[$(cmd)]' x`, `read 'a[$(cmd)]'` ...: the
+    builtin evaluates the subscript, which runs `cmd` though it was quoted."""
+    if name in SUBSCRIPT_EVALUATORS and any(HIDDEN_SUBSTITUTION.search(a) for a in argv[1:]):
+        return _blocked(
+            f"'{name}' with a command hidden in an array subscript",
+            "run the command itself as an argv list.",
         )
     return None
 
@@ -144,6 +232,13 @@ def _rm_sweeping(name: str, argv: list[str]) -> str | None:
     recursive, no_preserve_root, targets = _rm_arguments(argv[1:])
     if no_preserve_root:
         return _blocked("'rm --no-preserve-root'", "delete specific paths instead.")
+    for target in targets:
+        if _leaves_upward(target):
+            return _blocked(
+                f"'rm {target}' (deleting outside the working directory: '..' holds other "
+                "workspaces and Harness's own data)",
+                "delete paths inside the workspace, named from it.",
+            )
     if not recursive:
         return None
     for target in targets:
@@ -174,6 +269,20 @@ def _rm_arguments(args: list[str]) -> tuple[bool, bool, list[str]]:
         else:
             recursive = recursive or "r" in arg or "R" in arg or _expands(arg)
     return recursive, no_preserve_root, targets
+
+
+def _leaves_upward(target: str) -> bool:
+    """A relative target that climbs out of the directory it is named from (`..`, `../x`,
+    `a/../../b`, `../*`)."""
+    if target.startswith(("/", "~", "$")):
+        return False
+    parts = [part for part in target.split("/") if part not in ("", ".")]
+    depth = 0
+    for part in parts:
+        depth += -1 if part == ".." else 1
+        if depth < 0:
+            return True
+    return False
 
 
 def _sweeping_target(target: str) -> str | None:
@@ -208,18 +317,13 @@ def _sweeping_target(target: str) -> str | None:
 
 
 def _git_push(name: str, argv: list[str]) -> str | None:
-    """`git push` (and `send-pack`) after any global options, or an alias defined inline."""
+    """`git push` (and `send-pack`) after any global options. (Aliases defined inline or
+    with `git config` are blocked by `_layer_reason`.)"""
     if name != "git":
         return None
     args, i = argv[1:], 0
     while i < len(args):
         arg = args[i]
-        value = args[i + 1] if arg in GIT_OPTIONS_WITH_VALUE and i + 1 < len(args) else arg
-        if arg.startswith(("-c", "--config-env")) and "alias." in value.lower():
-            return _blocked(
-                "Defining a git alias on the command line ('git -c alias...')",
-                "run the git subcommand by its own name.",
-            )
         if arg in GIT_OPTIONS_WITH_VALUE:
             i += 2
         elif arg.startswith("-"):
@@ -234,13 +338,13 @@ def _git_push(name: str, argv: list[str]) -> str | None:
 
 
 def _publish(name: str, argv: list[str]) -> str | None:
+    """`npm publish` wherever the word sits (`npm --tag x publish`, `npm -- publish`,
+    `yarn npm publish`), and npm's abbreviations of it (`npm pub`)."""
     if name not in PUBLISHERS:
         return None
-    args = argv[1:]
-    options = args[: args.index("--")] if "--" in args else args
-    for option in options:
-        if could_be(option, "publish"):
-            pattern = _pattern(f"{name} {option}", f"{name} publish")
+    for word in argv[1:]:
+        if any(could_be(word, candidate) for candidate in PUBLISH_WORDS):
+            pattern = _pattern(f"{name} {word}", f"{name} publish")
             return _blocked(pattern, "publishing a package needs a person.")
     return None
 
@@ -263,6 +367,7 @@ RULES: tuple[Callable[[str, list[str]], str | None], ...] = (
     _rm_sweeping,
     _git_push,
     _publish,
+    _subscript_substitution,
 )
 
 
@@ -283,7 +388,7 @@ def _shell_reason(argv: list[str], depth: int) -> str | None:
                 "pass the command string itself, or run the program directly.",
             )
         return None
-    for command in parse_script(invocation.command_string):
+    for command in parse_script(decode_ansi_c(invocation.command_string)):
         reason = _script_command_reason(command, depth)
         if reason is not None:
             return reason
@@ -291,7 +396,11 @@ def _shell_reason(argv: list[str], depth: int) -> str | None:
 
 
 def _script_command_reason(command: ScriptCommand, depth: int) -> str | None:
-    """Blocklist one command of a shell string, plus what only a shell can do: pipes into shells."""
+    """Blocklist one command of a shell string, plus what only a shell can do: pipes into
+    shells, and variables set for the command that it runs as commands."""
+    reason = _variables_reason(list(command.assignments), depth)
+    if reason is not None:
+        return reason
     inner = unwrap(command.argv)
     name = command_name(inner[0]) if inner else ""
     if name in SHELLS and shell_invocation(inner).reads_stdin:

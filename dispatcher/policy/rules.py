@@ -12,10 +12,12 @@ A specifier is read according to the tool it names:
   symlinks resolved.
 
 Matching is asymmetric on purpose, and always in the safe direction: deny and ask rules
-match when *any* reading of the call matches (any part of a compound command, either the
-given or the resolved path, a command name that could expand to the pattern's); allow
-rules match only when *every* reading does. Nothing the parser cannot read is ever
-auto-allowed.
+match when *any* reading of the call matches (any part of a compound command read widely
+by `dispatcher.policy.parts`, options in any order, either the given or the resolved
+path, a command name that could expand to the pattern's); allow rules match only when
+*every* reading does, and read commands with the strict reader
+(`dispatcher.policy.reading`): a command it cannot read completely is never allowed by a
+rule. Deny and ask rules on `read_file` also bind `search_files` and `list_directory`.
 """
 
 from __future__ import annotations
@@ -36,44 +38,26 @@ from typing import Any
 import pathspec
 
 from dispatcher.policy.context import CallContext
+from dispatcher.policy.parts import command_parts
+from dispatcher.policy.reading import Command, Reading, read_command
 from dispatcher.policy.shell import (
     GLOB_CHARACTERS,
-    SHELLS,
-    UnreadableCommand,
-    WrapperSpec,
+    SPECIAL_CHARACTERS,
     command_name,
     could_be,
-    find_exec_commands,
     is_computed,
-    option_value,
-    parse_trees,
-    shell_invocation,
-    unwrap_chain,
-    wrapper_opacity,
 )
 from dispatcher.tools.base import Tool
 
 logger = logging.getLogger(__name__)
 
 ACTIONS = ("deny", "ask", "allow")
-MAX_DEPTH = 8
 TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 PARAM_SPEC = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*):(.*)$", re.DOTALL)
-
-# Assignments that change which program runs or what it loads: a command prefixed by one
-# (`LD_PRELOAD=x npm test`, `env PATH=. ls`) is never auto-allowed by a command rule.
-RISKY_VARIABLES = re.compile(
-    r"^(PATH|LD_\w*|DYLD_\w*|BASH_ENV|ENV|IFS|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|"
-    r"PYTHONPATH|PYTHONSTARTUP|PYTHONHOME|NODE_OPTIONS|NODE_PATH|PERL5LIB|PERL5OPT|RUBYOPT|"
-    r"RUBYLIB|GIT_\w*|npm_config_\w*|NPM_CONFIG_\w*|BASH_FUNC_\w*.*)="
-)
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-# Wrappers that run their operand with more rights: looked through by deny/ask rules only
-# (the command guard blocks them outright).
-PRIVILEGE_WRAPPERS = {"sudo": "ugChpDrtTU", "doas": "uC", "pkexec": "", "runuser": "ugGsw"}
-# `su -c STRING` / `runuser [USER] -c STRING` run a shell string.
-SU_SPEC = WrapperSpec("cgGsw", frozenset({"command", "session-command", "group", "shell"}))
-SAFE_REDIRECT_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+# Read rules (`read_file(**/.env)`) in the deny and ask lists also bind these tools: a
+# search or a listing never shows what a read would not.
+READ_TOOL = "read_file"
+READ_SCOPE_TOOLS = frozenset({"search_files", "list_directory"})
 
 
 class RuleError(ValueError):
@@ -102,20 +86,20 @@ class Rule:
         strict = action == "allow"
         if self.specifier is None:
             if strict and call.tool.command_argument:
-                return _command_analysis(call).unreadable is None
+                return command_reading(call).unreadable is None
             return True
         kind = specifier_kind(self, call.tool)
         if kind == "param":
             return _param_matches(self, call, strict)
         if kind == "command":
-            analysis = _command_analysis(call)
             pattern = command_pattern(self.specifier)
             if strict:
-                if analysis.unreadable is not None:
+                reading = command_reading(call)
+                if reading.unreadable is not None:
                     return False
-                parts = analysis.strict_parts
-                return bool(parts) and all(_allows(pattern, part) for part in parts)
-            return any(pattern.matches(part.argv, loose=True) for part in analysis.parts)
+                commands = reading.commands
+                return bool(commands) and all(_allows(pattern, c) for c in commands)
+            return any(pattern.matches(argv, loose=True) for argv in loose_parts(call))
         return _path_matches(self, call, strict)
 
 
@@ -294,6 +278,11 @@ def path_readings(
     return readings
 
 
+def path_reading(value: str, workspace: Path) -> tuple[str | None, str | None, str]:
+    """One path's (given, resolved, text) readings; see `path_readings`."""
+    return _readings_of(value, workspace)
+
+
 def _readings_of(value: str, workspace: Path) -> tuple[str | None, str | None, str]:
     given = posixpath.normpath(value.replace(os.sep, "/")) if value else "."
     text = re.sub(r"^(/|\.\./)+", "", given).lstrip("~") or "."
@@ -338,21 +327,106 @@ class CommandPattern:
 
     words: tuple[str, ...]
     open_ended: bool  # ended with ` *`
+    # Literal words after the name that any loose match must contain (a quick answer).
+    needed: frozenset[str] = frozenset()
 
     def matches(self, argv: Sequence[str], *, loose: bool, extra_args: bool = False) -> bool:
-        """Strict (allow): words literally, command name exactly as written, no computed
-        words where the pattern is literal. Loose (deny/ask): a command path counts as its
-        basename, a word that could expand to the pattern's word counts, and more
-        arguments after an exact pattern still match."""
+        """Strict (allow): words literally and in place, command name exactly as written,
+        no computed words where the pattern is literal. Loose (deny/ask): a command path
+        counts as its basename, a word that could expand to the pattern's word counts,
+        more arguments after an exact pattern still match, and options may sit anywhere
+        and be clustered (see `_matches_any_order`)."""
         if not argv or not self.words:
             return False
         argv = list(argv)
         if loose:
             argv[0] = command_name(argv[0]) or argv[0]
-        open_ended = self.open_ended or loose
-        if extra_args and not open_ended:
+            if not _word_matches(self.words[0], argv[0], True):
+                return False  # the quick answer for most deny rules
+            words = tuple(argv)
+            if self.needed and not self.needed <= set(words) and not _any_special(words):
+                return False
+            return _match_words(self.words, words, True, True) or _matches_any_order(
+                self.words, words
+            )
+        if extra_args and not self.open_ended:
             return False
-        return _match_words(self.words, tuple(argv), open_ended, loose)
+        if not _word_matches(self.words[0], argv[0], False):
+            return False
+        return _match_words(self.words, tuple(argv), self.open_ended, False)
+
+
+def _any_special(words: Sequence[str]) -> bool:
+    """A word the shell would expand could be any word."""
+    return any(SPECIAL_CHARACTERS.search(word) for word in words)
+
+
+# Long options read as their usual short letter when a deny pattern is matched (`rm -rf *`
+# denies `rm --recursive --force x`); `-R` counts as `-r`.
+LONG_AS_SHORT = {"recursive": "r", "force": "f", "verbose": "v", "all": "a", "quiet": "q"}
+
+
+def _is_option(word: str) -> bool:
+    return len(word) > 1 and word.startswith("-") and not GLOB_CHARACTERS.search(word)
+
+
+def _option_names(words: Sequence[str]) -> set[str]:
+    """Short letters of every `-abc` cluster and long names of every `--name[=v]`."""
+    names: set[str] = set()
+    for word in words:
+        if word.startswith("--") and len(word) > 2:
+            long = word[2:].split("=", 1)[0]
+            names.add("--" + long)
+            names.add(LONG_AS_SHORT.get(long, "--" + long))
+        elif _is_option(word):
+            names.update(word[1:])
+    if "R" in names:
+        names.add("r")
+    return names
+
+
+def _matches_any_order(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
+    """Loose matching with options anywhere: the pattern's options (`-rf`, `--hard`) must
+    all be present somewhere (clusters split: `-fr` holds `-r` and `-f`), and its other
+    words must appear in order, where the command may put options and one value after
+    each between them (`git -C . reset --hard` is `git reset *`)."""
+    if not _word_matches(pattern[0], words[0], True):
+        return False
+    wanted = [word for word in pattern[1:] if _is_option(word)]
+    positional = [word for word in pattern[1:] if not _is_option(word)]
+    computed = any(is_computed(word) or GLOB_CHARACTERS.search(word) for word in words[1:])
+    if wanted and not computed:
+        have = _option_names(words[1:])
+        for option in wanted:
+            need = _option_names([option])
+            if not need <= have:
+                return False
+    rest = words[1:]
+    reach = _skip_options(rest, {0})
+    for word in positional:
+        if word == "*":
+            reach = {end for start in reach for end in range(start + 1, len(rest) + 1)}
+        else:
+            reach = {
+                at + 1 for at in reach if at < len(rest) and _word_matches(word, rest[at], True)
+            }
+        if not reach:
+            return False
+        reach = _skip_options(rest, reach)
+    return True
+
+
+def _skip_options(words: Sequence[str], reach: set[int]) -> set[int]:
+    """Positions reachable from `reach` by skipping options and one value after each."""
+    found, todo = set(reach), sorted(reach)
+    while todo:
+        at = todo.pop()
+        if at < len(words) and words[at].startswith("-") and len(words[at]) > 1:
+            for step in (at + 1, at + 2):
+                if step <= len(words) and step not in found:
+                    found.add(step)
+                    todo.append(step)
+    return found
 
 
 def _word_matches(pattern: str, word: str, loose: bool) -> bool:
@@ -367,23 +441,24 @@ def _word_matches(pattern: str, word: str, loose: bool) -> bool:
     return word == pattern
 
 
-@functools.lru_cache(maxsize=65536)
 def _match_words(
     pattern: tuple[str, ...], words: tuple[str, ...], open_ended: bool, loose: bool
 ) -> bool:
-    if not pattern:
-        return open_ended or not words
-    head, rest = pattern[0], pattern[1:]
-    if head == "*":
-        # one or more words
-        return any(
-            _match_words(rest, words[i:], open_ended, loose) for i in range(1, len(words) + 1)
-        )
-    return (
-        bool(words)
-        and _word_matches(head, words[0], loose)
-        and _match_words(rest, words[1:], open_ended, loose)
-    )
+    """Match pattern words against argv words in place; `*` is one or more words.
+
+    Walks the set of argv positions each prefix of the pattern can end at (linear in
+    the words for each pattern word, whatever the number of `*`)."""
+    reach = {0}
+    for word in pattern:
+        if word == "*":
+            reach = set(range(min(reach) + 1, len(words) + 1))
+        else:
+            reach = {
+                at + 1 for at in reach if at < len(words) and _word_matches(word, words[at], loose)
+            }
+        if not reach:
+            return False
+    return open_ended or len(words) in reach
 
 
 @functools.lru_cache(maxsize=1024)
@@ -402,312 +477,47 @@ def command_pattern(specifier: str, text: str = "") -> CommandPattern:
             "not '*' (write 'run_command' to match every command)."
         )
     open_ended = len(words) > 1 and words[-1] == "*"
-    return CommandPattern(tuple(words[:-1] if open_ended else words), open_ended)
-
-
-@dataclass(frozen=True)
-class Part:
-    """One simple command a command line would run."""
-
-    argv: tuple[str, ...]
-    loose_only: bool = False  # seen only by deny/ask (a guess, or what sudo would run)
-    extra_args: bool = False  # xargs appends words we cannot see
-    not_allowable: str | None = None  # why no allow rule may match it (redirect, risky env)
-
-
-@dataclass(frozen=True)
-class CommandAnalysis:
-    parts: tuple[Part, ...]
-    unreadable: str | None = None  # why the command could not be read, if it could not
-
-    @property
-    def strict_parts(self) -> list[Part]:
-        return [part for part in self.parts if not part.loose_only]
-
-
-def _allows(pattern: CommandPattern, part: Part) -> bool:
-    return part.not_allowable is None and pattern.matches(
-        part.argv, loose=False, extra_args=part.extra_args
+    words = words[:-1] if open_ended else words
+    needed = frozenset(
+        word
+        for word in words[1:]
+        if word != "*" and not SPECIAL_CHARACTERS.search(word) and not word.startswith("-")
     )
+    return CommandPattern(tuple(words), open_ended, needed)
 
 
-def _command_analysis(call: CallContext) -> CommandAnalysis:
+def _allows(pattern: CommandPattern, command: Command) -> bool:
+    return pattern.matches(command.argv, loose=False, extra_args=command.extra_args)
+
+
+def _command_argv(call: CallContext) -> tuple[str, ...] | None:
     argv = call.arguments.get(call.tool.command_argument or "")
     if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
-        return CommandAnalysis((), "the command is not a list of strings")
-    return analyse_command(tuple(argv))
+        return None
+    return tuple(argv)
+
+
+def command_reading(call: CallContext) -> Reading:
+    """What the call's command runs, read strictly (see dispatcher.policy.reading)."""
+    argv = _command_argv(call)
+    if argv is None:
+        return Reading((), "the command is not a list of strings")
+    return read_command(argv)
+
+
+def loose_parts(call: CallContext) -> tuple[tuple[str, ...], ...]:
+    """Every argv deny and ask rules try: the wide parts plus what the strict reader saw."""
+    argv = _command_argv(call)
+    if argv is None:
+        return ()
+    return _loose_parts(argv)
 
 
 @functools.lru_cache(maxsize=2048)
-def analyse_command(argv: tuple[str, ...]) -> CommandAnalysis:
-    """Split an argv (no shell) into the simple commands it would run."""
-    try:
-        parts = _argv_parts(list(argv), 0)
-    except UnreadableCommand as error:
-        return CommandAnalysis(tuple(_guess_parts(argv)), str(error))
-    if not parts:
-        return CommandAnalysis((), "the command is empty")
-    opaque = next(
-        (
-            p.not_allowable
-            for p in parts
-            if p.not_allowable and p.not_allowable.startswith("unreadable:")
-        ),
-        None,
-    )
-    return CommandAnalysis(tuple(parts), opaque.removeprefix("unreadable: ") if opaque else None)
-
-
-def _argv_parts(
-    argv: list[str], depth: int, *, fed: bool = False, assignments: Sequence[str] = ()
-) -> list[Part]:
-    if depth > MAX_DEPTH:
-        raise UnreadableCommand(f"more than {MAX_DEPTH} nested shells or wrappers")
-    if not argv:
-        return []
-    inner, wrappers = unwrap_chain(argv)
-    if not inner:
-        return [Part(tuple(argv))]  # `env` alone, `command -v x`: the wrapper itself runs
-    is_suffix = tuple(argv[len(argv) - len(inner) :]) == tuple(inner)
-    prefix = argv[: len(argv) - len(inner)] if is_suffix else argv
-    extra_args = "xargs" in wrappers
-    risky = next((w for w in [*assignments, *prefix] if RISKY_VARIABLES.match(w)), None)
-    not_allowable = f"sets {risky.split('=', 1)[0]}" if risky else None
-    opaque = next(((w, wrapper_opacity(w)) for w in wrappers if wrapper_opacity(w)), None)
-    if opaque:
-        # `chroot / ls`, `npx ls`: what runs is not the `ls` an allow rule names
-        not_allowable = f"runs through '{opaque[0]}': {opaque[1]}"
-    name = command_name(inner[0])
-    if is_computed(inner[0]) or GLOB_CHARACTERS.search(inner[0]):
-        not_allowable = f"unreadable: the command name {inner[0]!r} is computed at run time"
-    parts: list[Part] = []
-    if name in SHELLS:
-        invocation = shell_invocation(inner)
-        if invocation.command_string is not None:
-            # A shell running a visible string is transparent: its commands are the parts.
-            nested = parse_shell(invocation.command_string, depth + 1)
-            if not_allowable:
-                nested = [
-                    Part(p.argv, p.loose_only, p.extra_args, p.not_allowable or not_allowable)
-                    for p in nested
-                ]
-            return nested
-        if invocation.c_flag:
-            raise UnreadableCommand(f"'{name} -c' without a visible command string")
-        if fed and invocation.reads_stdin:
-            not_allowable = f"unreadable: '{name}' reads commands from its input"
-    if name == "eval" and len(inner) > 1:
-        return parse_shell(" ".join(inner[1:]), depth + 1)
-    parts.append(Part(tuple(inner), extra_args=extra_args, not_allowable=not_allowable))
-    if name == "find":
-        for exec_argv in find_exec_commands(inner):
-            parts.extend(_argv_parts(exec_argv, depth + 1))
-    if name in ("su", "runuser"):
-        text = option_value(inner[1:], SU_SPEC, "c", "command")
-        if text is None:
-            text = option_value(inner[1:], SU_SPEC, "", "session-command")
-        if text is not None:
-            parts.extend(
-                Part(p.argv, True, p.extra_args, p.not_allowable)
-                for p in parse_shell(text, depth + 1)
-            )
-            return parts
-    if name in PRIVILEGE_WRAPPERS:
-        operand = _privileged_operand(inner, PRIVILEGE_WRAPPERS[name])
-        if operand:
-            parts.extend(
-                Part(p.argv, True, p.extra_args, p.not_allowable)
-                for p in _argv_parts(operand, depth + 1)
-            )
-    return parts
-
-
-def _privileged_operand(argv: list[str], with_value: str) -> list[str]:
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return argv[i + 1 :]
-        if arg.startswith("-") and len(arg) > 1:
-            i += 2 if arg[-1] in with_value and len(arg) == 2 else 1
-        elif ASSIGNMENT.match(arg):
-            i += 1
-        else:
-            return argv[i:]
-    return []
-
-
-def _guess_parts(argv: Sequence[str]) -> list[Part]:
-    """For a command that cannot be parsed: every plausible simple command in its text,
-    for deny/ask rules only. Splits on shell punctuation and tries every word as a start."""
-    text = " ".join(argv)
-    text = decode_ansi_c(text, strict=False)
-    pieces = re.split(r"[;&|()`\n{}<>]|\$\(|\bthen\b|\bdo\b|\belse\b", text)
-    parts: list[Part] = []
-    for piece in pieces:
-        words = [re.sub(r"[\"'\\]", "", word) for word in piece.split()]
-        words = [w for w in words if w]
-        for start in range(len(words)):
-            parts.append(Part(tuple(words[start:]), loose_only=True))
-    return parts
-
-
-# --- shell strings ------------------------------------------------------------------------------
-
-ANSI_C_ESCAPES = {
-    "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n",
-    "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?",
-}  # fmt: skip
-
-
-def decode_ansi_c(text: str, strict: bool = True) -> str:
-    """Rewrite `$'...'` (ANSI-C quoting) and `$"..."` as plain single/double quoting.
-
-    bashlex does not decode `$'\\x72m'`; after this it reads `'rm'`.
-    """
-    out: list[str] = []
-    i, n = 0, len(text)
-    quote: str | None = None
-    while i < n:
-        char = text[i]
-        if quote == "'":
-            out.append(char)
-            quote = None if char == "'" else quote
-            i += 1
-            continue
-        if char == "\\" and i + 1 < n:
-            out.append(text[i : i + 2])
-            i += 2
-            continue
-        if quote == '"':
-            out.append(char)
-            quote = None if char == '"' else quote
-            i += 1
-            continue
-        if char == "$" and i + 1 < n and text[i + 1] == "'":
-            decoded, i = _read_ansi_c(text, i + 2, strict)
-            out.append("'" + decoded.replace("'", "'\\''") + "'")
-            continue
-        if char == "$" and i + 1 < n and text[i + 1] == '"':
-            i += 1  # $"..." is a translated string: read it as "..."
-            continue
-        if char in "'\"":
-            quote = char
-        out.append(char)
-        i += 1
-    return "".join(out)
-
-
-def _read_ansi_c(text: str, i: int, strict: bool) -> tuple[str, int]:
-    out: list[str] = []
-    n = len(text)
-    while i < n:
-        char = text[i]
-        if char == "'":
-            return "".join(out), i + 1
-        if char != "\\" or i + 1 >= n:
-            out.append(char)
-            i += 1
-            continue
-        code = text[i + 1]
-        if code in ANSI_C_ESCAPES:
-            out.append(ANSI_C_ESCAPES[code])
-            i += 2
-        elif code in "01234567":
-            digits = re.match(r"[0-7]{1,3}", text[i + 1 :]).group(0)  # type: ignore[union-attr]
-            out.append(chr(int(digits, 8) & 0xFF))
-            i += 1 + len(digits)
-        elif code in "xuU":
-            limit = {"x": 2, "u": 4, "U": 8}[code]
-            digits = re.match(rf"[0-9A-Fa-f]{{0,{limit}}}", text[i + 2 :]).group(0)  # type: ignore[union-attr]
-            if not digits:
-                out.append("\\" + code)
-            else:
-                out.append(chr(int(digits, 16)))
-            i += 2 + len(digits)
-        elif code == "c" and i + 2 < n:
-            out.append(chr(ord(text[i + 2]) & 0x1F))
-            i += 3
-        else:
-            out.append("\\" + code)
-            i += 2
-    if strict:
-        raise UnreadableCommand("an unterminated $'...' string")
-    return "".join(out), n
-
-
-def parse_shell(text: str, depth: int) -> list[Part]:
-    """Every simple command in a shell string (pipelines, lists, subshells, `$( )`, backticks,
-    process substitution, if/for/while bodies, functions), wrappers looked through."""
-    if depth > MAX_DEPTH:
-        raise UnreadableCommand(f"more than {MAX_DEPTH} nested shells")
-    decoded = decode_ansi_c(text)
-    if not decoded.strip():
-        return []
-    trees = parse_trees(decoded)  # also refuses substitutions bashlex would not show
-    parts: list[Part] = []
-    for tree in trees:
-        _walk(tree, parts, depth, fed=False)
-    return parts
-
-
-def _walk(node: Any, parts: list[Part], depth: int, fed: bool) -> None:
-    kind = getattr(node, "kind", "")
-    if kind == "pipeline":
-        first = True
-        for stage in node.parts:
-            if stage.kind in ("pipe", "reservedword"):
-                continue
-            _walk(stage, parts, depth, fed=fed or not first)
-            first = False
-        return
-    if kind == "command":
-        words = [part.word for part in node.parts if part.kind == "word"]
-        assignments = [part.word for part in node.parts if part.kind == "assignment"]
-        redirects = [part for part in node.parts if part.kind == "redirect"]
-        stdin_text = any(r.type in ("<<", "<<<") for r in redirects)
-        writes = _writing_redirect(redirects)
-        if words:
-            found = _argv_parts(words, depth + 1, fed=fed or stdin_text, assignments=assignments)
-            if writes and found:
-                head = found[0]
-                found[0] = Part(
-                    head.argv, head.loose_only, head.extra_args, head.not_allowable or writes
-                )
-            parts.extend(found)
-        for child in node.parts:  # substitutions inside words and redirect targets
-            _walk_children(child, parts, depth)
-        return
-    if kind == "function":
-        # The body runs when the function is called: its commands are parts now.
-        _walk_children(node, parts, depth)
-        return
-    _walk_children(node, parts, depth, fed=fed)
-
-
-def _walk_children(node: Any, parts: list[Part], depth: int, fed: bool = False) -> None:
-    for name in ("parts", "list"):
-        for child in getattr(node, name, None) or []:
-            _walk(child, parts, depth, fed)
-    for name in ("command", "output", "heredoc", "body"):
-        child = getattr(node, name, None)
-        if child is not None and hasattr(child, "kind"):
-            _walk(child, parts, depth, fed)
-
-
-def _writing_redirect(redirects: list[Any]) -> str | None:
-    for redirect in redirects:
-        if redirect.type in ("<", "<<", "<<<", "<&"):
-            continue
-        target = redirect.output
-        if isinstance(target, int) or not hasattr(target, "word"):
-            continue  # 2>&1: a descriptor, not a file
-        if redirect.type == ">&" and target.word.isdigit():
-            continue
-        if target.word in SAFE_REDIRECT_TARGETS:
-            continue
-        return f"writes to '{target.word}' with {redirect.type}"
-    return None
+def _loose_parts(argv: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    found = [part.argv for part in command_parts(argv).parts]
+    found += [command.argv for command in read_command(argv).commands]
+    return tuple(dict.fromkeys(found))
 
 
 # --- deciding ------------------------------------------------------------------------------------
@@ -762,26 +572,116 @@ def evaluate(
                 continue
             if _safe_matches(rule, call, action):
                 return RuleVerdict(action, rule.text)
+            if action != "allow" and _binds_read_scope(rule, call):
+                return RuleVerdict(action, rule.text)
     return RuleVerdict()
+
+
+# A name no pattern is written for: a read rule that matches it inside a directory
+# matches everything there, so the whole search or listing is bound by the rule.
+PROBE = "harness-probe-8f2c"
+
+
+def _read_path_spec(rule: Rule) -> pathspec.PathSpec[Any] | None:
+    """The path pattern of a `read_file(...)` rule, or None for a parameter rule."""
+    from dispatcher.tools.registry import get_tool
+
+    read_tool = get_tool(READ_TOOL)
+    try:
+        if read_tool is not None and specifier_kind(rule, read_tool) != "path":
+            return None
+        return path_spec(rule.specifier or "", rule.text)
+    except RuleError:
+        return None
+
+
+def _binds_read_scope(rule: Rule, call: CallContext) -> bool:
+    """A deny or ask rule on reading binds a search or listing whose path is what the rule
+    names, lies inside it, or holds nothing the rule would not name (`read_file(secrets/**)`
+    binds `list_directory(secrets)`). Single files inside are hidden from the results by
+    `dispatcher.policy.results`."""
+    if rule.tool != READ_TOOL or call.name not in READ_SCOPE_TOOLS:
+        return False
+    if rule.specifier is None:
+        return True
+    spec = _read_path_spec(rule)
+    if spec is None:
+        return False
+    for group in path_readings(call.tool, call.arguments, call.workspace):
+        for reading in group:
+            if reading is None:
+                continue
+            probe = PROBE if reading == "." else posixpath.join(reading, PROBE)
+            if spec.match_file(reading) or spec.match_file(probe):
+                return True
+    return False
+
+
+def read_rule_hiding(call: CallContext, path: str) -> str | None:
+    """The owner's deny or ask rule on reading that a read of `path` (relative to the
+    workspace) would meet, or None: what a search or listing must not show."""
+    for _, rule in _parsed([*call.profile.deny, *call.profile.ask]):
+        if rule is None or rule.tool != READ_TOOL:
+            continue
+        spec = _read_path_spec(rule) if rule.specifier is not None else None
+        if rule.specifier is None:
+            return rule.text
+        if spec is None:
+            continue
+        if any(r is not None and spec.match_file(r) for r in _readings_of(path, call.workspace)):
+            return rule.text
+    return None
+
+
+# Command verdicts depend only on the tool, its arguments and the three rule lists: they
+# are kept for the next call with the same ones (rule evaluation is on every call's path).
+_VERDICTS: dict[tuple[Any, ...], RuleVerdict] = {}
+MAX_VERDICTS = 4096
 
 
 def command_rule_decision(
     call: CallContext, *, allow: Iterable[str], ask: Iterable[str], deny: Iterable[str]
 ) -> RuleVerdict:
     """Rules for a command tool. A deny or ask rule matches if any part of the command does
-    (including parts only guessed from an unreadable command); the command is allowed only
-    if every part is matched by some allow rule, and never when it could not be read."""
-    analysis = _command_analysis(call)
+    (read widely, including parts only guessed from a string that cannot be parsed); the
+    command is allowed only if the strict reader reads all of it and every simple command
+    it runs is matched by some allow rule. Pure in its inputs, so remembered."""
+    allow, ask, deny = tuple(allow), tuple(ask), tuple(deny)
+    try:
+        arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return _command_rule_decision(call, allow=allow, ask=ask, deny=deny)
+    key = (call.tool, call.name, arguments, allow, ask, deny)
+    verdict = _VERDICTS.get(key)
+    if verdict is None:
+        verdict = _command_rule_decision(call, allow=allow, ask=ask, deny=deny)
+        if len(_VERDICTS) >= MAX_VERDICTS:
+            _VERDICTS.clear()
+        _VERDICTS[key] = verdict
+    return verdict
+
+
+def _command_rule_decision(
+    call: CallContext, *, allow: Sequence[str], ask: Sequence[str], deny: Sequence[str]
+) -> RuleVerdict:
+    parts = loose_parts(call)
     for action, texts in (("deny", deny), ("ask", ask)):
         for text, rule in _parsed(texts):
             if rule is None:
                 if text.partition("(")[0].strip() == call.name:
                     return RuleVerdict(action, text)
                 continue
-            if _safe_matches(rule, call, action):
+            if rule.tool != call.name:
+                continue
+            pattern = None if rule.specifier is None else _command_pattern_or_none(rule, call.tool)
+            if pattern is not None:
+                if any(pattern.matches(argv, loose=True) for argv in parts):
+                    return RuleVerdict(action, rule.text)
+            elif _safe_matches(rule, call, action):
                 return RuleVerdict(action, rule.text)
-    if analysis.unreadable is not None:
-        return RuleVerdict(unreadable=analysis.unreadable)
+    reading = command_reading(call)
+    if reading.unreadable is not None:
+        return RuleVerdict(unreadable=reading.unreadable)
     candidates = [
         (rule, None if rule.specifier is None else _command_pattern_or_none(rule, call.tool))
         for _, rule in _parsed(allow)
@@ -790,19 +690,17 @@ def command_rule_decision(
     for rule, pattern in candidates:
         if pattern is None and _safe_matches(rule, call, "allow"):
             return RuleVerdict("allow", rule.text)  # `run_command`, `run_command(cwd:...)`
-    parts = analysis.strict_parts
-    if not parts:
-        return RuleVerdict()
     used: list[str] = []
-    for part in parts:
+    for command in reading.commands:
         rule = next(
-            (r for r, pattern in candidates if pattern is not None and _allows(pattern, part)), None
+            (r for r, pattern in candidates if pattern is not None and _allows(pattern, command)),
+            None,
         )
         if rule is None:
             return RuleVerdict()
         if rule.text not in used:
             used.append(rule.text)
-    return RuleVerdict("allow", used[0], tuple(used[1:]))
+    return RuleVerdict("allow", used[0], tuple(used[1:])) if used else RuleVerdict()
 
 
 def _command_pattern_or_none(rule: Rule, tool: Tool) -> CommandPattern | None:

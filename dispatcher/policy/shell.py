@@ -1,14 +1,16 @@
-"""Reading argv lists and shell strings the way the command guard needs them.
+"""Reading argv lists and shell strings widely: everything a command line could run.
 
-Nothing here decides anything: these helpers only say what a command line would run.
-`dispatcher.guards.command_blocklist` applies the policy. Every helper is pure (no I/O)
-and raises `UnreadableCommand` when it cannot tell what would run, so the guard can
-fail closed.
+This is the generous reading that deny and ask rules and the command guard need (any
+part, any wrapper, any spelling): it over-approximates. Allow rules and grants use the
+strict reader in `dispatcher.policy.reading` instead. Nothing here decides anything;
+every helper is pure (no I/O) and raises `UnreadableCommand` when it cannot tell what
+would run, so the guard can fail closed.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import posixpath
 import re
 import shlex
@@ -149,6 +151,7 @@ PACKAGE_RUNNER_SPEC = WrapperSpec(
 EXPANSIONS = re.compile(r"\$\{[^}]*\}|\$\([^)]*\)|`[^`]*`|\$\w+|\$")
 BRACES = re.compile(r"\{[^{}]*,[^{}]*\}")
 GLOB_CHARACTERS = re.compile(r"[*?\[]")
+SPECIAL_CHARACTERS = re.compile(r"[*?\[{$`]")
 
 
 def could_be(word: str, literal: str) -> bool:
@@ -159,6 +162,8 @@ def could_be(word: str, literal: str) -> bool:
     """
     if word == literal:
         return True
+    if not SPECIAL_CHARACTERS.search(word):
+        return False  # a literal word: only itself
     pattern = BRACES.sub("*", EXPANSIONS.sub("*", word))
     return bool(GLOB_CHARACTERS.search(pattern)) and fnmatch.fnmatchcase(literal, pattern)
 
@@ -174,7 +179,10 @@ def is_computed(word: str) -> bool:
 
 
 def command_name(word: str) -> str:
-    """The name a command is known by: `/usr/bin/sudo` counts as `sudo`."""
+    """The name a command is known by: `/usr/bin/sudo` counts as `sudo`, and so does zsh's
+    `=sudo` (which zsh expands to sudo's path)."""
+    if word.startswith("=") and len(word) > 1:
+        word = word[1:]
     return posixpath.basename(word.rstrip("/")) if word else ""
 
 
@@ -237,8 +245,17 @@ def wrapper_opacity(name: str) -> str:
     return spec.opaque if spec is not None else ""
 
 
+def unwrap_once(argv: list[str]) -> list[str] | None:
+    """What the wrapper `argv[0]` runs ([] for nothing), or None when it is no wrapper."""
+    return _unwrap_once(command_name(argv[0]), argv[1:]) if argv else None
+
+
 def _unwrap_once(name: str, rest: list[str]) -> list[str] | None:
     """What the wrapper `name` with arguments `rest` runs, or None when it is no wrapper."""
+    if name == "corepack":
+        return _corepack_command(rest)
+    if name == "env":
+        return _env_command(rest)
     if name in PACKAGE_RUNNER_SUBCOMMANDS:
         at = _runner_subcommand(name, rest)
         return None if at is None else _run_package(rest[at + 1 :])
@@ -247,8 +264,6 @@ def _unwrap_once(name: str, rest: list[str]) -> list[str] | None:
         return None
     if name == "command" and rest[:1] and rest[0] in ("-v", "-V"):
         return []  # a lookup, not a run
-    if name == "env":
-        rest = _expand_env_split_string(rest)
     if name == "script":
         text = option_value(rest, spec, "c", "command")
         return ["sh"] if text is None else ["sh", "-c", text]
@@ -261,9 +276,6 @@ def _unwrap_once(name: str, rest: list[str]) -> list[str] | None:
     for _ in range(spec.leading_operands):
         if rest and rest[0] != "--" and re.fullmatch(spec.leading_pattern or ".*", rest[0]):
             rest = rest[1:]
-    if name == "env":
-        while rest and "=" in rest[0] and not rest[0].startswith("="):
-            rest = rest[1:]  # NAME=value assignments
     if name == "flock":
         return _flock_command(rest)
     if name == "watch" and rest:
@@ -354,25 +366,76 @@ def option_value(args: list[str], spec: WrapperSpec, short: str, long: str) -> s
     return None
 
 
-def _expand_env_split_string(args: list[str]) -> list[str]:
-    """`env -S 'a b'` runs `a b`: splice the split string in where the option was."""
-    for i, arg in enumerate(args):
-        if not arg.startswith("-") or arg == "--":
-            return args
-        text: str | None = None
-        if arg in ("-S", "--split-string"):
-            text = args[i + 1] if i + 1 < len(args) else ""
-            tail = args[i + 2 :]
-        elif arg.startswith("--split-string="):
-            text, tail = arg.split("=", 1)[1], args[i + 1 :]
-        elif arg.startswith("-S"):
-            text, tail = arg[2:], args[i + 1 :]
-        if text is not None:
-            try:
-                return [*args[:i], *shlex.split(text), *tail]
-            except ValueError as error:
-                raise UnreadableCommand(f"env -S string cannot be split: {error}") from error
-    return args
+# GNU env's long options; True = takes a value. Any unique prefix works (`--sp 'x'`).
+ENV_LONG_OPTIONS = {
+    "ignore-environment": False, "null": False, "unset": True, "chdir": True,
+    "split-string": True, "block-signal": False, "default-signal": False,
+    "ignore-signal": False, "list-signal-handling": False, "debug": False,
+}  # fmt: skip
+
+
+def _env_command(args: list[str]) -> list[str]:
+    """What `env [OPTION]... [NAME=VALUE]... [COMMAND [ARG]...]` runs, read like getopt:
+    clusters (`-iS`, `-0S`, `-vu X`), values attached or not, abbreviated long options,
+    and `-S STRING` split into words that are read as options and command again."""
+    args, i = list(args), 0
+    for _ in range(MAX_WRAPPERS * 4):
+        if i >= len(args):
+            break
+        arg = args[i]
+        if arg == "--":
+            i += 1
+            break
+        if arg == "-":
+            i += 1
+            continue
+        if arg.startswith("--"):
+            typed, equals, value = arg[2:].partition("=")
+            names = [name for name in ENV_LONG_OPTIONS if typed and name.startswith(typed)]
+            if "split-string" in names:
+                text = value if equals else (args[i + 1] if i + 1 < len(args) else "")
+                args[i:] = [*_split_env_string(text), *args[i + (1 if equals else 2) :]]
+                continue
+            takes_value = any(ENV_LONG_OPTIONS[name] for name in names)
+            i += 2 if takes_value and not equals else 1
+            continue
+        if not arg.startswith("-"):
+            break
+        for position, letter in enumerate(arg[1:], start=2):
+            if letter in "uC":
+                i += 1 if position < len(arg) else 2
+                break
+            if letter == "S":
+                attached = arg[position:]
+                text = attached or (args[i + 1] if i + 1 < len(args) else "")
+                rest = args[i + (1 if attached else 2) :]
+                args[i:] = [*_split_env_string(text), *rest]
+                break
+        else:
+            i += 1
+    else:
+        raise UnreadableCommand("env options nest too deeply")
+    while i < len(args) and "=" in args[i] and not args[i].startswith("="):
+        i += 1  # NAME=value assignments
+    return args[i:]
+
+
+def _split_env_string(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise UnreadableCommand(f"env -S string cannot be split: {error}") from error
+
+
+def _corepack_command(args: list[str]) -> list[str] | None:
+    """`corepack [options] npm|pnpm|yarn[@version] ARGS` runs that package manager."""
+    rest = args[skip_options(args, WrapperSpec()) :]
+    if not rest:
+        return []
+    tool = rest[0].split("@", 1)[0]
+    if tool in ("npm", "npx", "pnpm", "pnpx", "yarn", "yarnpkg"):
+        return [tool, *rest[1:]]
+    return None
 
 
 @dataclass(frozen=True)
@@ -422,14 +485,31 @@ class ScriptCommand:
     argv: list[str]
     piped_from: list[list[str]] = field(default_factory=list)  # earlier pipeline stages
     stdin_text: bool = False  # fed by a here-string or here-document
+    assignments: tuple[str, ...] = ()  # NAME=value words before the command
 
 
 def parse_trees(text: str) -> list[Any]:
     """bashlex's trees for the shell string `text`, when they show every command it runs.
 
     Raises UnreadableCommand when bashlex cannot parse it (arithmetic, `case`, `time` ...)
-    or would hide a command substitution (see `hidden_substitution`).
+    or would hide a command substitution (see `hidden_substitution`). Cached: callers must
+    not change the trees.
     """
+    trees = _parse_trees(text)
+    if isinstance(trees, UnreadableCommand):
+        raise UnreadableCommand(str(trees))
+    return list(trees)
+
+
+@functools.lru_cache(maxsize=2048)
+def _parse_trees(text: str) -> tuple[Any, ...] | UnreadableCommand:
+    try:
+        return tuple(_parse_trees_uncached(text))
+    except UnreadableCommand as error:
+        return error
+
+
+def _parse_trees_uncached(text: str) -> list[Any]:
     hidden = hidden_substitution(text)
     if hidden is not None:
         raise UnreadableCommand(hidden)
@@ -449,13 +529,19 @@ def parse_trees(text: str) -> list[Any]:
 TILDE_EXPANSION = re.compile(r"(?<![\w.@^+/~-])~[^/\s;&|<>]*?[$`]")
 
 
+# `${a[i]}` evaluates `i` as arithmetic, and `i` may hold `a[$(cmd)]`; `${a[0]}`, `${a[@]}`
+# and `${a[*]}` do not.
+SUBSCRIPT = re.compile(r"^[#!]?\w+\[(?![0-9]+\]|[@*]\])")
+
+
 def hidden_substitution(text: str) -> str | None:
     """Why bashlex would not show every command substitution in `text`, or None.
 
     bashlex does not read inside `${...}` nor a `~` prefix, so `${x:-$(cmd)}`,
     `${x#`cmd`}`, `${x:-${y:-$(cmd)}}`, `${!x}` (indirection can evaluate a subscript)
-    and `~$(cmd)` hide `cmd`. Quotes are read so that a body is never cut short;
-    a plain `${HOME}` is fine.
+    and `~$(cmd)` hide `cmd`; `${x@P}` expands a prompt string (running the `$(cmd)`
+    it holds) and `${a[i]}` evaluates `i`, which may hold `a[$(cmd)]`. Quotes are read
+    so that a body is never cut short; a plain `${HOME}` is fine.
     """
     i, n = 0, len(text)
     while i < n:
@@ -464,9 +550,13 @@ def hidden_substitution(text: str) -> str | None:
             continue
         if text.startswith("${", i):
             body = _parameter_body(text, i + 2)
+            shown = text[i : i + 2 + len(body) + 1]
             if "$(" in body or "`" in body or "${" in body or body.startswith("!"):
-                shown = text[i : i + 2 + len(body) + 1]
                 return f"a command or expansion inside a parameter expansion ({shown!r})"
+            if re.search(r"@[A-Za-z]", body):
+                return f"a parameter transformation that can run commands ({shown!r})"
+            if SUBSCRIPT.search(body):
+                return f"an array subscript evaluated as arithmetic ({shown!r})"
         elif text[i] == "~" and TILDE_EXPANSION.match(text, i):
             return f"an expansion in a tilde prefix ({text[i : i + 12]!r}...)"
         i += 1
@@ -538,10 +628,11 @@ def _commands_in(node: Any, piped_from: list[list[str]]) -> Iterator[ScriptComma
         return
     if kind == "command":
         words = [part.word for part in node.parts if part.kind == "word"]
+        assignments = tuple(part.word for part in node.parts if part.kind == "assignment")
         redirects = [part for part in node.parts if part.kind == "redirect"]
         stdin_text = any(part.type in ("<<", "<<<") for part in redirects)
         if words:
-            yield ScriptCommand(words, piped_from, stdin_text)
+            yield ScriptCommand(words, piped_from, stdin_text, assignments)
     for child in _children(node):
         yield from _commands_in(child, piped_from if kind != "command" else [])
 
@@ -569,3 +660,90 @@ def find_exec_commands(argv: list[str]) -> list[list[str]]:
             i = end
         i += 1
     return found
+
+
+# --- ANSI-C quoting -------------------------------------------------------------------------------
+
+ANSI_C_ESCAPES = {
+    "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n",
+    "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?",
+}  # fmt: skip
+
+
+def decode_ansi_c(text: str, strict: bool = True) -> str:
+    """Rewrite `$'...'` (ANSI-C quoting) and `$"..."` as plain single/double quoting.
+
+    bashlex does not decode `$'\\x72m'`; after this it reads `'rm'`.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    quote: str | None = None
+    while i < n:
+        char = text[i]
+        if quote == "'":
+            out.append(char)
+            quote = None if char == "'" else quote
+            i += 1
+            continue
+        if char == "\\" and i + 1 < n:
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        if quote == '"':
+            out.append(char)
+            quote = None if char == '"' else quote
+            i += 1
+            continue
+        if char == "$" and i + 1 < n and text[i + 1] == "'":
+            decoded, i = read_ansi_c(text, i + 2, strict)
+            out.append("'" + decoded.replace("'", "'\\''") + "'")
+            continue
+        if char == "$" and i + 1 < n and text[i + 1] == '"':
+            i += 1  # $"..." is a translated string: read it as "..."
+            continue
+        if char in "'\"":
+            quote = char
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def read_ansi_c(text: str, i: int, strict: bool) -> tuple[str, int]:
+    """Decode the body of `$'...'` from `text[i]` (after the opening quote): (the decoded
+    text, the index after the closing quote). Raises UnreadableCommand when it does not
+    end and `strict`."""
+    out: list[str] = []
+    n = len(text)
+    while i < n:
+        char = text[i]
+        if char == "'":
+            return "".join(out), i + 1
+        if char != "\\" or i + 1 >= n:
+            out.append(char)
+            i += 1
+            continue
+        code = text[i + 1]
+        if code in ANSI_C_ESCAPES:
+            out.append(ANSI_C_ESCAPES[code])
+            i += 2
+        elif code in "01234567":
+            digits = re.match(r"[0-7]{1,3}", text[i + 1 :]).group(0)  # type: ignore[union-attr]
+            out.append(chr(int(digits, 8) & 0xFF))
+            i += 1 + len(digits)
+        elif code in "xuU":
+            limit = {"x": 2, "u": 4, "U": 8}[code]
+            digits = re.match(rf"[0-9A-Fa-f]{{0,{limit}}}", text[i + 2 :]).group(0)  # type: ignore[union-attr]
+            if not digits:
+                out.append("\\" + code)
+            else:
+                out.append(chr(int(digits, 16)))
+            i += 2 + len(digits)
+        elif code == "c" and i + 2 < n:
+            out.append(chr(ord(text[i + 2]) & 0x1F))
+            i += 3
+        else:
+            out.append("\\" + code)
+            i += 2
+    if strict:
+        raise UnreadableCommand("an unterminated $'...' string")
+    return "".join(out), n

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from dispatcher.policy import rules
+from dispatcher.policy import grants, rules
 from dispatcher.policy.context import CallContext, Decision
 from dispatcher.policy.models import Mode, SessionGrant
 
@@ -70,8 +70,9 @@ def rule_matches(rule: str, call: CallContext, action: str = "allow") -> bool:
 def session_grants(call: CallContext, next: Next) -> Decision:
     """Grants a reviewer gave for the rest of a session ("allow this for the session").
 
-    An active grant of the call's session whose rule matches (read as an allow rule)
-    allows, by "grant:<rule>". Never above deny rules: a call one of the owner's deny
+    An active grant of the call's session that matches (read as an allow rule, in its
+    working directory, naming exactly its path: `grants.grant_matches`) allows, by
+    "grant:<rule>". Never above deny rules: a call one of the owner's deny
     rules matches passes on (user_rules denies it). Only in standard and trusted modes: a
     session narrowed to read_only or locked since the grant is not widened by it. Guards
     still run after. A revoked grant is not read, so it stops at once.
@@ -102,14 +103,22 @@ def session_grants(call: CallContext, next: Next) -> Decision:
 
 
 def next_matching(texts: list[str], call: CallContext) -> str | None:
-    return next((text for text in texts if rule_matches(text, call, "allow")), None)
+    """The first grant text that allows `call` (see grants.grant_matches)."""
+    return next((text for text in texts if grants.grant_matches(text, call)), None)
+
+
+def sandbox_bounds_commands() -> bool:
+    """True when every program a tool starts runs in the sandbox without network
+    (`HARNESS_SANDBOX=bwrap`, `HARNESS_SANDBOX_NETWORK` off): what it can reach is bounded."""
+    return settings.HARNESS_SANDBOX == "bwrap" and not settings.HARNESS_SANDBOX_NETWORK
 
 
 def user_rules(call: CallContext, next: Next) -> Decision:
     """The owner's allow / ask / deny rules: deny first, then ask, then allow; first match decides.
 
-    A command the rule engine cannot read is never auto-allowed: if no deny or ask rule
-    caught it and the rest of the chain would allow it, it is asked instead.
+    A command the reader cannot read completely never matches an allow rule. If no deny
+    or ask rule caught it and the rest of the chain (trusted mode) would allow it, it runs
+    only where the sandbox bounds it (`sandbox_bounds_commands`); otherwise it is asked.
     """
     profile = call.profile
     verdict = rules.evaluate(call, allow=profile.allow, ask=profile.ask, deny=profile.deny)
@@ -122,11 +131,20 @@ def user_rules(call: CallContext, next: Next) -> Decision:
         return Decision(action, f"rule:{action}:{rule}", reason, rule=rule)  # type: ignore[arg-type]
     decision = next(call)
     if verdict.unreadable is not None and decision.action == "allow":
+        if sandbox_bounds_commands():
+            return Decision(
+                "allow",
+                decision.by,
+                f"{decision.reason} The command could not be read completely "
+                f"({verdict.unreadable}); it runs in the sandbox, without network.",
+                rule=decision.rule,
+            )
         return Decision(
             "ask",
             "rule:unreadable-command",
-            f"The command could not be read ({verdict.unreadable}), so no rule or mode may "
-            f"allow it without a reviewer (profile v{profile.version}).",
+            f"The command could not be read completely ({verdict.unreadable}), and no "
+            f"sandbox bounds it, so no rule or mode may allow it without a reviewer "
+            f"(profile v{profile.version}).",
         )
     return decision
 

@@ -120,3 +120,76 @@ def test_call_without_a_narrow_rule_is_refused(agent: AgentFixture, admin: User)
     )
     with pytest.raises(ServiceError, match="without a session grant"):
         grants.grant_for_session(ctx=context_of(call), actor=admin)
+
+
+def test_a_path_grant_covers_exactly_that_path(agent: AgentFixture, admin: User) -> None:
+    session = start_session(agent)
+    call = submit(agent, session, "w1", "write_file", {"path": "src", "content": "1"})
+    grant = grants.grant_for_session(ctx=context_of(call), actor=admin)
+    assert grant.rule == "write_file(/src)"
+    same = submit(agent, session, "w2", "write_file", {"path": "./src", "content": "2"})
+    assert same.status == "queued" and same.decided_by == "grant:write_file(/src)"
+    for index, path in enumerate(["src/app.py", "src/a/b.txt", "src2"]):
+        under = submit(agent, session, f"u{index}", "write_file", {"path": path, "content": ""})
+        assert under.status == "pending_approval", path
+
+
+def test_a_path_grant_stops_when_the_path_becomes_a_symlink(
+    agent: AgentFixture, admin: User
+) -> None:
+    session = start_session(agent)
+    workspace = Path(AgentSession.objects.get(pk=session).workspace)
+    call = submit(agent, session, "w1", "write_file", {"path": "notes.txt", "content": "1"})
+    grants.grant_for_session(ctx=context_of(call), actor=admin)
+    (workspace / "other.txt").write_text("")
+    (workspace / "notes.txt").symlink_to(workspace / "other.txt")
+    again = submit(agent, session, "w2", "write_file", {"path": "notes.txt", "content": "2"})
+    assert again.status == "pending_approval"
+
+
+def test_a_command_grant_holds_only_in_its_working_directory(
+    agent: AgentFixture, admin: User
+) -> None:
+    session = start_session(agent)
+    workspace = Path(AgentSession.objects.get(pk=session).workspace)
+    for name in ("a", "b"):
+        (workspace / name).mkdir()
+    call = submit(agent, session, "c1", "run_command", {"argv": ["make"], "cwd": "a"})
+    grant = grants.grant_for_session(ctx=context_of(call), actor=admin)
+    assert grant.rule == "run_command(make) in cwd a"
+    for index, cwd in enumerate(["a", "./a", "a/"]):
+        same = submit(agent, session, f"s{index}", "run_command", {"argv": ["make"], "cwd": cwd})
+        assert same.status == "queued" and same.decided_by == "grant:run_command(make) in cwd a"
+    elsewhere = [{"cwd": "b"}, {"cwd": "."}, {}, {"cwd": "a/x"}]
+    for index, extra in enumerate(elsewhere):
+        other = submit(agent, session, f"o{index}", "run_command", {"argv": ["make"], **extra})
+        assert other.status == "pending_approval", extra
+
+
+def test_a_command_grant_without_cwd_is_for_the_workspace_root(
+    agent: AgentFixture, admin: User
+) -> None:
+    session = start_session(agent)
+    (Path(AgentSession.objects.get(pk=session).workspace) / "sub").mkdir()
+    call = submit(agent, session, "c1", "run_command", {"argv": ["npm", "test"]})
+    assert grants.grant_for_session(ctx=context_of(call), actor=admin).rule == (
+        "run_command(npm test)"
+    )
+    root = submit(agent, session, "c2", "run_command", {"argv": ["npm", "test"], "cwd": "."})
+    assert root.status == "queued"
+    sub = submit(agent, session, "c3", "run_command", {"argv": ["npm", "test"], "cwd": "sub"})
+    assert sub.status == "pending_approval"
+
+
+def test_a_grant_never_allows_an_unreadable_command(agent: AgentFixture, admin: User) -> None:
+    session = start_session(agent)
+    call = submit(agent, session, "c1", "run_command", {"argv": ["echo", "hi"]})
+    grants.grant_for_session(ctx=context_of(call), actor=admin)
+    ctx = context_of(call)
+    assert grants.grant_matches("run_command(echo hi)", ctx)
+    assert not grants.grant_matches("run_command(echo hi) in cwd b", ctx)
+    assert not grants.grant_matches("run_command(echo hi) and more", ctx)
+    unreadable = submit(
+        agent, session, "c2", "run_command", {"argv": ["python3", "-c", "print(1)"]}
+    )
+    assert not grants.grant_matches("run_command(python3 *)", context_of(unreadable))

@@ -1,0 +1,188 @@
+"""The parts of a command line as deny and ask rules read them: as widely as possible.
+
+A part is one argv that might run: every wrapper layer (`timeout 5 git push` gives
+`timeout 5 git push` and `git push`), what a shell string holds (pipelines, lists,
+subshells, substitutions, if/for/while and function bodies), what `eval`, `su -c`,
+`sudo`, `find -exec`, `git bisect run`, `git rebase -x` ... start, and, for a string
+bashlex cannot parse, every run of words between shell punctuation. Allow rules never
+read parts: they read `dispatcher.policy.reading`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dispatcher.policy.git_reading import git_nested_commands
+from dispatcher.policy.programs import Nested, option_values
+from dispatcher.policy.shell import (
+    SHELLS,
+    UnreadableCommand,
+    WrapperSpec,
+    command_name,
+    decode_ansi_c,
+    find_exec_commands,
+    option_value,
+    parse_trees,
+    shell_invocation,
+    unwrap_once,
+)
+
+MAX_DEPTH = 8
+MAX_LAYERS = 32
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# Wrappers that run their operand with more rights (the command guard blocks them anyway).
+PRIVILEGE_WRAPPERS = {"sudo": "ugChpDrtTU", "doas": "uC", "pkexec": "", "runuser": "ugGsw"}
+# `su -c STRING` / `runuser [USER] -c STRING` run a shell string.
+SU_SPEC = WrapperSpec("cgGsw", frozenset({"command", "session-command", "group", "shell"}))
+
+
+@dataclass(frozen=True)
+class Part:
+    """One argv a command line might run."""
+
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CommandParts:
+    parts: tuple[Part, ...]
+    unparsed: str | None = None  # why the parts are only guessed from the text
+
+
+@functools.lru_cache(maxsize=2048)
+def command_parts(argv: tuple[str, ...]) -> CommandParts:
+    """Every part of an argv (no shell), or guesses when it cannot be parsed."""
+    try:
+        parts = _argv_parts(list(argv), 0)
+    except (UnreadableCommand, RecursionError) as error:
+        return CommandParts(tuple(_guess_parts(argv)), str(error) or "nested too deeply")
+    return CommandParts(tuple(dict.fromkeys(parts)))
+
+
+def _argv_parts(argv: list[str], depth: int) -> list[Part]:
+    if depth > MAX_DEPTH:
+        raise UnreadableCommand(f"more than {MAX_DEPTH} nested shells or wrappers")
+    parts: list[Part] = []
+    layer: list[str] | None = argv
+    for _ in range(MAX_LAYERS):
+        if not layer:
+            return parts
+        parts.append(Part(tuple(layer)))
+        parts.extend(_started_by(layer, depth))
+        layer = unwrap_once(layer)
+    raise UnreadableCommand(f"more than {MAX_LAYERS} nested wrapper commands")
+
+
+def _started_by(argv: list[str], depth: int) -> list[Part]:
+    """The parts one layer starts by itself: a shell's string, eval's words, su -c,
+    sudo's operand, and `nested_commands` (find -exec, git bisect run ...)."""
+    name = command_name(argv[0])
+    parts: list[Part] = []
+    if name in SHELLS:
+        invocation = shell_invocation(argv)
+        if invocation.command_string is not None:
+            parts.extend(parse_shell(invocation.command_string, depth + 1))
+        elif invocation.c_flag:
+            raise UnreadableCommand(f"'{name} -c' without a visible command string")
+    if name == "eval" and len(argv) > 1:
+        parts.extend(parse_shell(" ".join(argv[1:]), depth + 1))
+    if name in ("su", "runuser"):
+        text = option_value(argv[1:], SU_SPEC, "c", "command")
+        if text is None:
+            text = option_value(argv[1:], SU_SPEC, "", "session-command")
+        if text is not None:
+            parts.extend(parse_shell(text, depth + 1))
+    if name in PRIVILEGE_WRAPPERS:
+        operand = _privileged_operand(argv, PRIVILEGE_WRAPPERS[name])
+        if operand:
+            parts.extend(_argv_parts(operand, depth + 1))
+    for nested in nested_commands(argv):
+        if nested.text is not None:
+            parts.extend(parse_shell(nested.text, depth + 1))
+        elif nested.argv:
+            parts.extend(_argv_parts(list(nested.argv), depth + 1))
+    return parts
+
+
+def _privileged_operand(argv: list[str], with_value: str) -> list[str]:
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return argv[i + 1 :]
+        if arg.startswith("-") and len(arg) > 1:
+            i += 2 if arg[-1] in with_value and len(arg) == 2 else 1
+        elif ASSIGNMENT.match(arg):
+            i += 1
+        else:
+            return argv[i:]
+    return []
+
+
+def _guess_parts(argv: Sequence[str]) -> list[Part]:
+    """For a command that cannot be parsed: every plausible simple command in its text.
+    Splits on shell punctuation and tries every word as a start."""
+    text = decode_ansi_c(" ".join(argv), strict=False)
+    pieces = re.split(r"[;&|()`\n{}<>]|\$\(|\bthen\b|\bdo\b|\belse\b", text)
+    parts: list[Part] = []
+    for piece in pieces:
+        words = [re.sub(r"[\"'\\]", "", word) for word in piece.split()]
+        words = [w for w in words if w]
+        parts.extend(Part(tuple(words[start:])) for start in range(len(words)))
+    return parts
+
+
+def parse_shell(text: str, depth: int) -> list[Part]:
+    """Every simple command in a shell string (pipelines, lists, subshells, `$( )`,
+    backticks, process substitution, if/for/while bodies, functions), as parts."""
+    if depth > MAX_DEPTH:
+        raise UnreadableCommand(f"more than {MAX_DEPTH} nested shells")
+    decoded = decode_ansi_c(text)
+    if not decoded.strip():
+        return []
+    parts: list[Part] = []
+    for tree in parse_trees(decoded):  # also refuses substitutions bashlex would not show
+        _walk(tree, parts, depth)
+    return parts
+
+
+def _walk(node: Any, parts: list[Part], depth: int) -> None:
+    if getattr(node, "kind", "") == "command":
+        words = [part.word for part in node.parts if part.kind == "word"]
+        if words:
+            parts.extend(_argv_parts(words, depth + 1))
+    for name in ("parts", "list"):
+        for child in getattr(node, name, None) or []:
+            _walk(child, parts, depth)
+    for name in ("command", "output", "heredoc", "body"):
+        child = getattr(node, name, None)
+        if child is not None and hasattr(child, "kind"):
+            _walk(child, parts, depth)
+
+
+def nested_commands(argv: Sequence[str]) -> list[Nested]:
+    """The commands `argv` starts by itself, read widely: `find -exec CMD ;`, git's
+    `bisect run CMD`, `rebase -x CMD`, `grep -O CMD`, `submodule foreach CMD`, config
+    values git runs (`-c core.fsmonitor=CMD`, `git config core.pager CMD`) and alias
+    definitions; `trap CMD`, `alias x=CMD`, `mapfile -C CMD`, `hash -p PATH name`."""
+    if not argv:
+        return []
+    name, args = command_name(argv[0]), list(argv[1:])
+    if name == "find":
+        return [Nested(tuple(command)) for command in find_exec_commands(list(argv))]
+    if name == "git":
+        return git_nested_commands(args)
+    if name == "trap":
+        operands = [arg for arg in args if not arg.startswith("-")]
+        return [Nested(text=operands[0])] if operands else []
+    if name == "alias":
+        return [Nested(text=arg.split("=", 1)[1]) for arg in args if "=" in arg]
+    if name in ("mapfile", "readarray"):
+        return [Nested(text=value) for value in option_values(args, "C", ())]
+    if name == "hash":
+        return [Nested((value,)) for value in option_values(args, "p", ())]
+    return []

@@ -1,0 +1,642 @@
+"""What the command reader knows about programs: options known to be harmless, and the
+options, subcommands and arguments that make a program run code it was given inline.
+
+`dispatcher.policy.reading` asks `reader_for(name)` how to read one simple command. A
+reader returns the simple commands it runs (itself, plus what it starts: `find -exec CMD`,
+`git bisect run CMD`) or raises `UnreadableCommand` naming what it cannot vouch for. Each
+table here is an allowlist where it can be (wrappers, interpreters' flags) and a list of
+known code-running forms where a program has too many harmless options to list (`git`,
+`tar`, `rsync`). The guard (`dispatcher.policy.guards`) shares the git and npm tables.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from dispatcher.policy.shell import UnreadableCommand
+
+
+@dataclass(frozen=True)
+class Command:
+    """One simple command the reader understood: literal words, nothing left to expand."""
+
+    argv: tuple[str, ...]
+    extra_args: bool = False  # xargs appends words it reads at run time
+
+
+class Recurse(Protocol):
+    """Read a command another one starts (a wrapper's operand, `find -exec CMD`)."""
+
+    def __call__(self, argv: list[str], *, fed: bool, appended: bool) -> list[Command]: ...
+
+
+@dataclass(frozen=True)
+class Context:
+    """How the command being read is placed: its input, and who reads it further."""
+
+    read: Recurse
+    fed: bool  # its standard input comes from a pipe (not /dev/null)
+    appended: bool  # xargs appends words read from its input
+
+
+ProgramReader = Callable[[list[str], Context], list[Command]]
+
+
+def unreadable(why: str) -> UnreadableCommand:
+    return UnreadableCommand(why)
+
+
+# --- variables ------------------------------------------------------------------------------
+
+# Variables a command may be prefixed with (`CI=1 npm test`, `env NODE_ENV=test ...`). Any
+# other name may change which program runs or what it loads (PATH, LD_PRELOAD, GIT_*,
+# NODE_OPTIONS, PYTHONPATH, BASH_ENV, HOME ...), so the command is unreadable.
+SAFE_VARIABLE = re.compile(
+    r"(CI|NODE_ENV|FORCE_COLOR|NO_COLOR|CLICOLOR|CLICOLOR_FORCE|TERM|LANG|LANGUAGE|LC_[A-Z]+"
+    r"|TZ|COLUMNS|LINES|DEBUG|VERBOSE|RUST_BACKTRACE|RUST_LOG|PYTHONUNBUFFERED"
+    r"|PYTHONDONTWRITEBYTECODE|PYTHONHASHSEED|PYTHONIOENCODING|PYTHONUTF8|NODE_NO_WARNINGS"
+    r"|PYTEST_DISABLE_PLUGIN_AUTOLOAD|TF_CPP_MIN_LOG_LEVEL)"
+)
+
+
+def check_assignment(word: str, where: str) -> None:
+    """Raise unless `word` (NAME=VALUE) sets a variable known to be harmless."""
+    name = word.split("=", 1)[0]
+    if not SAFE_VARIABLE.fullmatch(name):
+        raise unreadable(
+            f"{where} sets {name}, which is not a variable known to be harmless "
+            "(it may change which program runs or what it loads)"
+        )
+
+
+# --- options --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Options:
+    """A program's options known to be harmless, getopt-style. Anything else is unreadable."""
+
+    flags: str = ""  # short options without a value
+    valued: str = ""  # short options taking a value (attached or the next word)
+    long_flags: frozenset[str] = frozenset()
+    long_valued: frozenset[str] = frozenset()
+
+
+def parse_options(args: Sequence[str], spec: Options, what: str) -> tuple[list[str], int]:
+    """(the option letters and long names seen, index of the first operand).
+
+    Options end at the first operand or `--`. Long options must be spelled in full (an
+    abbreviation is unreadable: it might name another option). Raises UnreadableCommand
+    for an option `spec` does not list.
+    """
+    seen: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return seen, i + 1
+        if arg.startswith("--"):
+            name, equals, _ = arg[2:].partition("=")
+            if name in spec.long_flags and not equals:
+                i += 1
+            elif name in spec.long_valued:
+                i += 1 if equals else 2
+            else:
+                raise unreadable(f"'{what} {arg}' is not an option known to be harmless")
+            seen.append(name)
+            continue
+        if not arg.startswith("-") or arg == "-":
+            return seen, i
+        i += 1
+        for position, letter in enumerate(arg[1:], start=2):
+            if letter in spec.valued:
+                seen.append(letter)
+                if position == len(arg):
+                    i += 1  # the value is the next word
+                break
+            if letter not in spec.flags:
+                raise unreadable(f"'{what} -{letter}' is not an option known to be harmless")
+            seen.append(letter)
+    if i > len(args):
+        raise unreadable(f"'{what}' ends with an option that needs a value")
+    return seen, i
+
+
+def long_prefix(arg: str, *names: str, shortest: int = 2) -> str | None:
+    """The long option of `names` that `--arg[=v]` could abbreviate (GNU getopt accepts
+    any unique prefix), or None."""
+    if not arg.startswith("--"):
+        return None
+    typed = arg[2:].split("=", 1)[0]
+    if len(typed) < shortest:
+        return None
+    return next((name for name in names if name.startswith(typed)), None)
+
+
+def short_cluster_has(arg: str, letters: str) -> bool:
+    """True when `arg` is a `-abc` cluster holding one of `letters`."""
+    return arg.startswith("-") and not arg.startswith("--") and any(c in arg[1:] for c in letters)
+
+
+def before_double_dash(args: Sequence[str]) -> list[str]:
+    return list(args[: list(args).index("--")]) if "--" in args else list(args)
+
+
+# --- wrappers that are looked through ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A wrapper an allow rule looks through, named exactly, with its harmless options."""
+
+    options: Options = Options()
+    operand: str = ""  # a regex for the operand before the command (timeout's DURATION)
+    needs_command: bool = False  # without a command it fails (so there is nothing to read)
+
+
+DURATION = r"\d+(\.\d*)?[smhd]?"
+WRAPPERS: dict[str, Wrapper] = {
+    "env": Wrapper(),  # no option: -i/-u/-C/-S/-0 ... change what or where it runs
+    "timeout": Wrapper(
+        Options(
+            "v",
+            "sk",
+            frozenset({"preserve-status", "foreground", "verbose"}),
+            frozenset({"signal", "kill-after"}),
+        ),
+        operand=DURATION,
+        needs_command=True,
+    ),
+    "nice": Wrapper(Options("", "n", frozenset(), frozenset({"adjustment"}))),
+    "nohup": Wrapper(needs_command=True),
+    "xargs": Wrapper(
+        Options(
+            "0rtx",
+            "nLsPd",
+            frozenset({"null", "no-run-if-empty", "verbose", "exit"}),
+            frozenset({"max-args", "max-lines", "max-chars", "max-procs", "delimiter"}),
+        )
+    ),
+    "time": Wrapper(Options("p")),
+    "stdbuf": Wrapper(
+        Options("", "ioe", frozenset(), frozenset({"input", "output", "error"})), needs_command=True
+    ),
+    "ionice": Wrapper(Options("t", "cn", frozenset({"ignore"}), frozenset({"class", "classdata"}))),
+    "taskset": Wrapper(
+        Options("c", "", frozenset({"cpu-list"})), operand=r"[0-9a-fA-Fx,:\-]+", needs_command=True
+    ),
+    "chrt": Wrapper(
+        Options(
+            "bfiordR",
+            "TPD",
+            frozenset({"batch", "fifo", "idle", "other", "rr", "deadline", "reset-on-fork"}),
+            frozenset({"sched-runtime", "sched-period", "sched-deadline"}),
+        ),
+        operand=r"\d+",
+        needs_command=True,
+    ),
+    "command": Wrapper(Options("p")),
+    "builtin": Wrapper(),
+    "exec": Wrapper(),
+    "watch": Wrapper(
+        Options(
+            "tdbegcwxp",
+            "nq",
+            frozenset(
+                {"no-title", "differences", "beep", "errexit", "chgexit", "color", "no-wrap"}
+                | {"exec", "precise", "no-color"}
+            ),
+            frozenset({"interval", "equexit"}),
+        ),
+        needs_command=True,
+    ),
+}
+
+# Shells whose `-c STRING` is read (with these options only); other shells are unreadable
+# with any option, and read as plain programs when they run a script file.
+LOOKED_THROUGH_SHELLS = frozenset({"sh", "bash", "dash"})
+OTHER_SHELLS = frozenset(
+    {"zsh", "ksh", "ksh93", "mksh", "pdksh", "ash", "fish", "csh", "tcsh", "yash", "posh"}
+    | {"osh", "ysh", "oil", "rc", "es", "elvish", "nu", "xonsh", "ion", "rbash", "lksh"}
+)
+SHELL_FLAGS = "euxvfC"  # errexit, nounset, xtrace, verbose, noglob, noclobber
+SHELL_LONG_FLAGS = frozenset({"norc", "noprofile", "posix"})
+SAFE_SHELL_OPTIONS = frozenset(
+    {"errexit", "nounset", "pipefail", "xtrace", "verbose", "noglob", "noclobber"}
+)
+
+
+# --- builtins ------------------------------------------------------------------------------
+
+# Builtins that evaluate a string as code or arithmetic (`eval`, `trap 'cmd' EXIT`, an array
+# subscript in `declare`/`read`/`unset`/`printf -v`/`test -v`), define aliases, functions
+# or lookups (`alias`, `hash -p`), or change how later words are read (`shopt`, `enable`).
+EVALUATING_BUILTINS = frozenset(
+    {"eval", "source", ".", "trap", "let", "declare", "typeset", "local", "readonly", "export"}
+    | {"read", "mapfile", "readarray", "unset", "hash", "alias", "unalias", "enable", "shopt"}
+    | {"getopts", "fc", "history", "compgen", "complete", "compopt", "bind", "coproc"}
+    | {"caller", "select", "function", "autoload", "zmodload", "emulate", "setopt"}
+)
+
+
+def read_builtin_set(argv: list[str], ctx: Context) -> list[Command]:
+    """`set` with harmless options only (`set -e`, `set -euo pipefail`)."""
+    args, i = argv[1:], 0
+    while i < len(args):
+        arg = args[i]
+        if arg[:1] not in ("-", "+") or arg in ("-", "--", "+"):
+            raise unreadable("'set' with operands changes the positional parameters")
+        for position, letter in enumerate(arg[1:], start=2):
+            if letter == "o" and position == len(arg):
+                i += 1
+                if i >= len(args) or args[i] not in SAFE_SHELL_OPTIONS:
+                    raise unreadable("'set -o' with an option not known to be harmless")
+            elif letter not in SHELL_FLAGS:
+                raise unreadable(f"'set {arg}' is not an option known to be harmless")
+        i += 1
+    return [Command(tuple(argv))]
+
+
+def read_test(argv: list[str], ctx: Context) -> list[Command]:
+    """`test` and `[`: `-v NAME` (and `-R`) evaluate a subscript (`-v 'a[$(cmd)]'`)."""
+    if any(arg in ("-v", "-R") for arg in argv[1:]):
+        raise unreadable(f"'{argv[0]} -v' evaluates an array subscript as arithmetic")
+    return [Command(tuple(argv))]
+
+
+def read_printf(argv: list[str], ctx: Context) -> list[Command]:
+    if argv[1:2] and argv[1].startswith("-v"):
+        raise unreadable("'printf -v' assigns to a name that may hold a subscript")
+    return [Command(tuple(argv))]
+
+
+def read_wait(argv: list[str], ctx: Context) -> list[Command]:
+    if any(arg.startswith("-") and "p" in arg for arg in argv[1:]):
+        raise unreadable("'wait -p' assigns to a name that may hold a subscript")
+    return [Command(tuple(argv))]
+
+
+# --- programs that never read as allowed ------------------------------------------------------
+
+OPAQUE_PROGRAMS: dict[str, str] = {
+    **dict.fromkeys(
+        ("sudo", "sudoedit", "su", "doas", "pkexec", "runuser", "run0", "ksu"),
+        "it runs the command as another user",
+    ),
+    **dict.fromkeys(
+        ("chroot", "unshare", "nsenter", "setpriv", "capsh", "firejail", "bwrap", "systemd-run")
+        + ("machinectl", "sg", "newgrp"),
+        "it runs the command in another root, namespace, group or with other privileges",
+    ),
+    **dict.fromkeys(
+        ("script", "parallel", "tmux", "screen", "byobu", "at", "batch", "crontab", "gdb", "lldb"),
+        "it runs command strings of its own or schedules them",
+    ),
+    "busybox": "it runs the applet named by its first argument",
+    "toybox": "it runs the applet named by its first argument",
+}
+
+
+# --- interpreters given inline code -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """An interpreter's options: code options make it unreadable; `flags`/`valued` are
+    harmless; `attached` letters take the rest of their cluster as an optional value;
+    `module` letters end the options (python -m MOD: the rest belongs to MOD)."""
+
+    code: str = ""
+    flags: str = ""
+    valued: str = ""
+    attached: str = ""
+    module: str = ""
+    long_flags: frozenset[str] = frozenset({"version", "help"})
+    long_code: frozenset[str] = frozenset()
+
+
+INTERPRETERS: dict[str, Interpreter] = {
+    "python": Interpreter(code="ci", flags="bBdEhIOPqsSuvVx", valued="WX", module="m"),
+    "perl": Interpreter(code="eEMmd", flags="acnpsStTuUwWvVh", valued="I", attached="l0ixCDF"),
+    "ruby": Interpreter(code="er", flags="acdlnpsSvwyh", valued="CIE", attached="0iWTxFK"),
+    "php": Interpreter(code="rBREadzcSa", flags="hilmnqsvwH", valued="ft"),
+    "lua": Interpreter(code="elijb", flags="vEW"),
+    "node": Interpreter(
+        code="epri",
+        flags="vhc",
+        long_flags=frozenset(
+            {"version", "help", "check", "test", "no-warnings", "enable-source-maps"}
+            | {"trace-warnings", "trace-uncaught", "no-deprecation", "throw-deprecation"}
+            | {"trace-deprecation", "experimental-vm-modules", "expose-gc", "preserve-symlinks"}
+            | {"pending-deprecation", "abort-on-uncaught-exception"}
+        ),
+    ),
+}
+INTERPRETER_NAMES = (
+    (re.compile(r"(python|pypy)[0-9.]*"), "python"),
+    (re.compile(r"perl[0-9.]*"), "perl"),
+    (re.compile(r"ruby[0-9.]*"), "ruby"),
+    (re.compile(r"php[0-9.]*(-cli)?"), "php"),
+    (re.compile(r"lua(jit)?[0-9.]*"), "lua"),
+    (re.compile(r"node(js)?"), "node"),
+)
+# Node options with a value after `=` that change nothing but limits and warnings.
+NODE_VALUED = frozenset({"max-old-space-size", "stack-trace-limit", "unhandled-rejections"})
+# `python -m MOD` modules that run code given as an argument or read from the input.
+PYTHON_CODE_MODULES = frozenset({"timeit", "pdb", "code", "IPython", "ipython", "trace"})
+
+# Other interpreters: any of these options, anywhere, is inline code.
+INLINE_CODE_OPTIONS: dict[str, frozenset[str]] = {
+    name: frozenset(options)
+    for name, options in {
+        "deno": {"eval", "repl", "-e", "--eval"},
+        "bun": {"-e", "--eval", "-p", "--print", "-r", "--preload"},
+        "Rscript": {"-e", "--default-packages"},
+        "R": {"-e"},
+        "julia": {"-e", "-E", "--eval", "--print", "-L", "--load", "-i"},
+        "osascript": {"-e"},
+        "expect": {"-c"},
+        "ghc": {"-e"},
+        "ghci": {"-e"},
+        "scala": {"-e"},
+        "groovy": {"-e"},
+        "clojure": {"-e", "--eval"},
+        "clj": {"-e", "--eval"},
+        "racket": {"-e", "--eval", "-r"},
+        "guile": {"-c"},
+        "sbcl": {"--eval"},
+        "elixir": {"-e", "--eval"},
+        "iex": {"-e"},
+        "erl": {"-eval", "-s"},
+        "bb": {"-e", "--eval"},
+        "raku": {"-e"},
+        "perl6": {"-e"},
+        "swift": {"-e"},
+        "qjs": {"-e", "--eval"},
+        "dc": {"-e", "--expression"},
+        "mysql": {"-e", "--execute"},
+        "mariadb": {"-e", "--execute"},
+        "psql": {"-c", "--command"},
+        "sqlite3": {"-cmd", "-init"},
+        "emacs": {"--eval", "-l", "--load", "-f", "--funcall", "--script", "-x", "-batch"},
+        "emacsclient": {"-e", "--eval"},
+        "nc": {"-e", "-c"},
+        "ncat": {"-e", "-c", "--exec", "--sh-exec", "--lua-exec"},
+        "netcat": {"-e", "-c"},
+        "pwsh": {"-c", "-command", "-Command", "-e", "-ec", "-EncodedCommand", "-File"},
+        "powershell": {"-c", "-command", "-Command", "-e", "-ec", "-EncodedCommand"},
+    }.items()
+}
+# Programs that read code from their standard input when given no script.
+READS_CODE_FROM_STDIN = frozenset(
+    {"R", "julia", "tclsh", "wish", "expect", "irb", "jshell", "ghci", "guile", "racket"}
+    | {"sbcl", "bb", "deno", "osascript", "jimsh", "scala", "groovy", "elixir", "iex", "erl"}
+)
+# ... and these read commands from their input even when given other operands.
+INPUT_IS_CODE = frozenset({"ed", "red", "dc", "sqlite3", "psql", "mysql", "mariadb"})
+
+
+def interpreter_kind(name: str) -> str | None:
+    return next((kind for pattern, kind in INTERPRETER_NAMES if pattern.fullmatch(name)), None)
+
+
+def read_interpreter(argv: list[str], ctx: Context) -> list[Command]:
+    """python/perl/ruby/php/lua/node: inline code or an unknown option is unreadable; a
+    script (or `-m MOD`) is a plain command; no script reads code from the input."""
+    name = argv[0].rsplit("/", 1)[-1]
+    kind = interpreter_kind(name) or name
+    spec = INTERPRETERS[kind]
+    args, i = argv[1:], 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or arg == "-" or not arg.startswith("-"):
+            break
+        i += 1
+        if arg.startswith("--"):
+            option, equals, _ = arg[2:].partition("=")
+            if option in spec.long_flags and not equals:
+                continue
+            if kind == "node" and option in NODE_VALUED and equals:
+                continue
+            raise unreadable(f"'{name} {arg}' is not an option known to be harmless")
+        i, done = _interpreter_cluster(name, kind, spec, arg, args, i)
+        if done:
+            return [Command(tuple(argv), extra_args=ctx.appended)]
+    operands = args[i:]
+    if operands[:1] == ["--"]:
+        operands = operands[1:]
+    reads_input = (
+        not operands
+        or operands[0] in ("-", "/dev/stdin")
+        or operands[0].startswith(("/dev/fd/", "/proc/"))
+    )
+    if reads_input and (ctx.fed or ctx.appended):
+        raise unreadable(f"'{name}' reads the program it runs from its input")
+    return [Command(tuple(argv), extra_args=ctx.appended)]
+
+
+def _interpreter_cluster(
+    name: str, kind: str, spec: Interpreter, arg: str, args: Sequence[str], i: int
+) -> tuple[int, bool]:
+    """Read one `-abc` cluster; (next index, True when `-m MOD` ended the options)."""
+    for position, letter in enumerate(arg[1:], start=2):
+        if letter in spec.code:
+            raise unreadable(f"'{name} -{letter}' runs code given on the command line")
+        if letter in spec.module:
+            module = arg[position:] or (args[i] if i < len(args) else "")
+            if module in PYTHON_CODE_MODULES:
+                raise unreadable(f"'{name} -m {module}' runs code given as an argument")
+            return i, True
+        if letter in spec.attached:
+            return i, False
+        if letter in spec.valued:
+            return (i if position < len(arg) else i + 1), False
+        if letter not in spec.flags:
+            raise unreadable(f"'{name} -{letter}' is not an option known to be harmless")
+    return i, False
+
+
+def read_inline_code_options(argv: list[str], ctx: Context) -> list[Command]:
+    """Interpreters known only by their inline-code options (deno eval, Rscript -e ...)."""
+    name = argv[0].rsplit("/", 1)[-1]
+    options = INLINE_CODE_OPTIONS[name]
+    for arg in argv[1:]:
+        if arg in options or arg.split("=", 1)[0] in options:
+            raise unreadable(f"'{name} {arg}' runs code given on the command line")
+    if name == "sqlite3" and len([a for a in argv[1:] if not a.startswith("-")]) > 1:
+        raise unreadable(
+            "'sqlite3 DB SQL' runs SQL given on the command line (.shell, load_extension)"
+        )
+    return _plain_or_stdin(argv, ctx, name)
+
+
+def _plain_or_stdin(argv: list[str], ctx: Context, name: str) -> list[Command]:
+    operands = [a for a in argv[1:] if not a.startswith("-")]
+    fed = ctx.fed or ctx.appended
+    if fed and (name in INPUT_IS_CODE or (name in READS_CODE_FROM_STDIN and not operands)):
+        raise unreadable(f"'{name}' reads what it runs from its input")
+    return [Command(tuple(argv), extra_args=ctx.appended)]
+
+
+def read_stdin_interpreter(argv: list[str], ctx: Context) -> list[Command]:
+    """tclsh, ed, bc, irb ...: no inline option, but code from the input when fed."""
+    return _plain_or_stdin(argv, ctx, argv[0].rsplit("/", 1)[-1])
+
+
+# --- find, make, and programs with one or two code-running options ------------------------------
+
+FIND_WRITES = frozenset({"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"})
+FIND_EXECS = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+
+
+def read_find(argv: list[str], ctx: Context) -> list[Command]:
+    """find: `-exec CMD ;` adds CMD (read like any command); `-delete` and the `-fprint`
+    family write or delete files, which a search an allow rule names does not."""
+    if ctx.appended:
+        raise unreadable("'xargs find': its expression comes from the input")
+    args = argv[1:]
+    found = [Command(tuple(argv))]
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in FIND_WRITES:
+            raise unreadable(f"'find {arg}' deletes or writes files")
+        if arg in FIND_EXECS:
+            end = i + 1
+            while end < len(args) and args[end] not in (";", "+"):
+                end += 1
+            command = args[i + 1 : end]
+            if end == len(args) or not command:
+                raise unreadable(f"'find {arg}' without a command ended by ';' or '+'")
+            if command[0] == "{}" or any("{}" in word and word != "{}" for word in command):
+                raise unreadable(f"'find {arg}' puts file names inside a word or runs them")
+            found.extend(ctx.read(command, fed=False, appended=False))
+            i = end
+        i += 1
+    return found
+
+
+def read_make(argv: list[str], ctx: Context) -> list[Command]:
+    for arg in argv[1:]:
+        if long_prefix(arg, "eval", shortest=2) or short_cluster_has(arg, "E"):
+            raise unreadable("'make --eval' runs makefile text given on the command line")
+        if re.match(r"(SHELL|\.SHELLFLAGS|MAKESHELL|MAKEFLAGS|MFLAGS)\+?=", arg):
+            raise unreadable(f"'make {arg.split('=', 1)[0]}=...' changes the shell recipes run in")
+    fed = ctx.fed or ctx.appended
+    for word, after in zip(argv[1:], [*argv[2:], ""], strict=False):
+        reads_stdin = word in ("-f-", "--file=-", "--makefile=-") or (
+            word in ("-f", "--file", "--makefile") and after == "-"
+        )
+        if fed and reads_stdin:
+            raise unreadable("'make -f -' reads its makefile from its input")
+    return [Command(tuple(argv), extra_args=ctx.appended)]
+
+
+@dataclass(frozen=True)
+class CodeOptions:
+    """Options of an ordinary program that make it run another program or a string."""
+
+    short: str = ""  # letters in a `-abc` cluster
+    long: tuple[str, ...] = ()  # long options (any GNU abbreviation of them counts)
+    words: tuple[str, ...] = ()  # exact words
+    prefixes: tuple[str, ...] = ()  # words starting with these
+    contains: tuple[str, ...] = ()  # words containing these (case-insensitive)
+
+
+CODE_OPTIONS: dict[str, CodeOptions] = {
+    "tar": CodeOptions(
+        "IF",
+        ("to-command", "use-compress-program", "checkpoint-action", "info-script")
+        + ("new-volume-script", "rsh-command", "rmt-command"),
+    ),
+    "rsync": CodeOptions("eM", ("rsh", "rsync-path", "remote-option", "daemon", "config")),
+    "ssh": CodeOptions("oF", ()),
+    "scp": CodeOptions("SoFD", ()),
+    "sftp": CodeOptions("SoFD", ()),
+    "zip": CodeOptions("", ("unzip-command",), prefixes=("-TT",)),
+    "sort": CodeOptions("", ("compress-program",)),
+    "man": CodeOptions("PHX", ("pager", "html", "browser", "gxditview")),
+    "less": CodeOptions("k", ("lesskey-file", "lesskey-src"), prefixes=("+",)),
+    "more": CodeOptions("", (), prefixes=("+",)),
+    "most": CodeOptions("", (), prefixes=("+",)),
+    "vim": CodeOptions("cSuUswWeEx", ("cmd",), prefixes=("+",)),
+    "flock": CodeOptions("c", ("command",)),
+    "strace": CodeOptions("", (), prefixes=("!", "-o!", "--output=!"), contains=("|",)),
+    "ltrace": CodeOptions("", (), prefixes=("!", "-o!"), contains=("|",)),
+    "socat": CodeOptions("", (), contains=("exec:", "system:")),
+    "wget": CodeOptions("", ("use-askpass",)),
+    "hg": CodeOptions("", ("config",)),
+    "cargo": CodeOptions("", ("config",)),
+    "go": CodeOptions("", (), prefixes=("-toolexec", "--toolexec", "-exec", "--exec")),
+    "npm": CodeOptions(
+        "c",
+        ("call", "script-shell", "shell", "node-options", "userconfig", "globalconfig")
+        + ("init-module", "editor", "browser", "viewer", "git"),
+    ),
+}
+for _alias, _base in {
+    "vi": "vim", "nvim": "vim", "view": "vim", "vimdiff": "vim", "gvim": "vim", "rvim": "vim",
+    "ex": "vim", "vim.basic": "vim", "vim.tiny": "vim", "rview": "vim", "evim": "vim",
+    "pnpm": "npm", "yarn": "npm", "yarnpkg": "npm", "npx": "npm", "pnpx": "npm",
+    "bunx": "npm", "corepack": "npm", "gtar": "tar", "bsdtar": "tar",
+}.items():  # fmt: skip
+    CODE_OPTIONS.setdefault(_alias, CODE_OPTIONS[_base])
+
+
+def read_code_options(argv: list[str], ctx: Context) -> list[Command]:
+    name = argv[0].rsplit("/", 1)[-1]
+    spec = CODE_OPTIONS[name]
+    for arg in before_double_dash(argv[1:]):
+        if (
+            arg in spec.words
+            or arg.startswith(spec.prefixes)
+            or any(text in arg.lower() for text in spec.contains)
+            or (spec.short and short_cluster_has(arg, spec.short))
+            or (spec.long and long_prefix(arg, *spec.long, shortest=3))
+        ):
+            raise unreadable(f"'{name} {arg}' makes it run another program or code it was given")
+    old_style = name in ("tar", "gtar", "bsdtar") and argv[1:2] and argv[1][:1] != "-"
+    if old_style and set(argv[1]) & set("IF"):
+        raise unreadable(f"'{name} {argv[1]}' makes it run another program")
+    if name in ("ex", "vim", "vi", "nvim") and (ctx.fed or ctx.appended):
+        raise unreadable(f"'{name}' reads editor commands from its input")
+    return [Command(tuple(argv), extra_args=ctx.appended)]
+
+
+# --- npm and friends: publishing -----------------------------------------------------------------
+
+PUBLISHERS = frozenset({"npm", "yarn", "yarnpkg", "pnpm", "bun", "cnpm"})
+# npm accepts any unique prefix of a command name: `npm pu`, `npm pub` ... run publish.
+PUBLISH_WORDS = frozenset({"publish", "publis", "publi", "publ", "pub", "pu"})
+
+
+# --- what a command starts, read widely (for deny and ask rules and the guard) -----------------
+
+
+@dataclass(frozen=True)
+class Nested:
+    """A command another one starts: an argv (`find -exec`) or a shell string (`-x 'cmd'`)."""
+
+    argv: tuple[str, ...] = ()
+    text: str | None = None
+    alias: str = ""  # set for a git alias definition (`alias.p=push`): its key
+
+
+def option_values(args: Sequence[str], short: str, long: tuple[str, ...]) -> list[str]:
+    """Every value of `-X VALUE`/`-XVALUE` (X in `short`, anywhere in a cluster) and
+    `--long VALUE`/`--long=VALUE` (or an abbreviation) before `--`, read widely."""
+    values: list[str] = []
+    args = before_double_dash(args)
+    for i, arg in enumerate(args):
+        following = args[i + 1] if i + 1 < len(args) else ""
+        if arg.startswith("--"):
+            if long_prefix(arg, *long, shortest=2):
+                values.append(arg.split("=", 1)[1] if "=" in arg else following)
+        elif arg.startswith("-") and short:
+            at = next((k for k, c in enumerate(arg) if k and c in short), None)
+            if at is not None:
+                values.append(arg[at + 1 :] or following)
+    return values
