@@ -4,15 +4,27 @@ The audit copy of a payload is what auditors, exports and replays read, and it i
 forever; so secrets are masked before the event is hashed and stored. The live records
 (the call's exact arguments, what the reviewer is shown, the digest) are not touched:
 masking happens only on the way into the log. See docs/audit.md.
+
+Every pattern runs in time linear in the text, whatever the text: a part that could
+backtrack is bounded (a name is at most MAX_NAME characters, a separator a few spaces),
+a value is matched possessively (`++`, never given back), a name's ending is checked by
+fixed-width lookbehinds rather than by searching, and a command's arguments are read once
+per command. A pattern whose literal cannot occur in the text is skipped. The masked text
+stays valid JSON when the text was JSON (values stop at an unescaped quote), so the audit
+copy of a call's raw arguments still reads as JSON. tests/audit/test_masking_speed.py
+feeds each pattern the inputs that made the old patterns backtrack.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 MASK = "[masked]"
+MAX_NAME = 128  # the longest key or variable name that is read as a name
 
 # Key names whose value is a secret, compared after lower-casing and mapping "-" to "_".
 # "token_prefix" or "max_tokens" do not match: the name must end with the secret word.
@@ -22,47 +34,230 @@ SECRET_KEY = re.compile(
     r"|cookie|session_key)$"
 )
 
-_SECRET_WORD = (
-    r"(?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|token|secret|password|passwd|pwd)"
-)
 
-# (pattern, replacement) applied to every string in the payload, in this order.
-VALUE_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    # PEM private keys, whole.
+def _words(words: tuple[str, ...], before: str = "") -> str:
+    """`words` as one alternation in which every branch starts with one literal letter (in
+    either case), so the regex engine jumps from candidate to candidate instead of trying
+    the whole pattern at every position. `before`: a one-character class that must not
+    precede the word (checked by a lookbehind placed after that first letter)."""
+    branches = []
+    for word in sorted(words, key=len, reverse=True):
+        first, rest = word[0], word[1:]
+        letter = f"[{first.lower()}{first.upper()}]" if first.isalpha() else re.escape(first)
+        guard = f"(?<!{before}{letter})" if before else ""
+        branches.append(letter + guard + (f"(?i:{rest})" if rest else ""))
+    return "(?:" + "|".join(branches) + ")"
+
+
+# A secret word anywhere in a name (PGPASSWORD, AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN ...),
+# but not a count of tokens (max_tokens, tokenizer, token_limit). In regex syntax.
+_WORD = (
+    r"(?:[aA](?i:pi[_-]?key|pikey)"
+    r"|[tT](?i:oken)(?!(?i:s\b|iz|_?(?:count|limit|prefix|usage|len)))"
+    r"|[sS](?i:ecret)|[pP](?i:assw(?:or)?d|assphrase|wd))"
+)
+# A name that ends with a secret word ("-pass" only as a whole word: --pass, --db-pass),
+# as fixed-width lookbehinds after the name was read: no searching inside the name.
+_ENDS_SECRET = (
+    "(?:"
+    + "|".join(
+        f"(?<=(?i:{re.escape(word)}))"
+        for word in (
+            "token",
+            "secret",
+            "password",
+            "passwd",
+            "passphrase",
+            "pwd",
+            "apikey",
+            "api_key",
+            "api-key",
+            "-pass",
+            "_pass",
+        )
+    )
+    + ")"
+)
+# Between an option and its value: spaces (shell text), or the end of one JSON string and
+# the start of the next (an argument list in JSON text: "--password", "hunter2").
+_ARG_SEP = r"""(?:\s{1,8}+|"\s{0,4}+,\s{0,4}+"|'\s{0,4}+,\s{0,4}+')"""
+# One argument value: stops at white space, quotes, shell operators and at a backslash
+# that escapes a quote (inside JSON text), never crossing the end of a JSON string.
+_ARG = r"""(?:[^\s"'\\,;&|]++|\\[^\s"'])++"""
+# The rest of a name after its secret word: stops at the next secret word, so that a name
+# holding many (tokentokentoken...) is read once, not once per word.
+_NAME_TAIL = r"(?:[^aAtTsSpP\W]++|[.-]|(?!" + _WORD + r")[aAtTsSpP])" + f"{{0,{MAX_NAME}}}+"
+# A value after NAME= or NAME: : JSON-escaped quotes, double or single quotes, or bare;
+# the quotes it had are captured (esc, dq, sq) so the replacement keeps them.
+_VALUE = (
+    r"""(?P<esc>\\")?(?(esc)(?:[^"\\\n]++|\\[^"\n])*+\\"|(?P<dq>")?(?(dq)[^"\n\\]++"|"""
+    r"""(?P<sq>')?(?(sq)(?:[^'\n"\\]++|\\[^"\n])++'|(?!['"])(?:[^\s'"&;,\\]++|\\[^\s"'])++)))"""
+)
+# Values already masked are left alone (masking twice changes nothing).
+_NOT_MASKED = r"(?!\[masked\])"
+
+
+class _Rule:
+    """One pattern, its replacement, and the literals one of which the text must hold
+    (looked for in the lower-cased text when `folded`)."""
+
+    def __init__(
+        self,
+        pattern: str,
+        replacement: str | Callable[[re.Match[str]], str],
+        needs: tuple[str, ...],
+        folded: bool = False,
+    ) -> None:
+        self.pattern = re.compile(pattern)
+        self.replacement = replacement
+        self.needs = needs
+        self.folded = folded
+
+    def applies(self, text: str, lowered: str) -> bool:
+        haystack = lowered if self.folded else text
+        return any(literal in haystack for literal in self.needs)
+
+    def apply(self, text: str) -> str:
+        return self.pattern.sub(self.replacement, text)
+
+
+_CREDENTIAL_SHAPE = re.compile(r"[0-9+/=._~-]|[a-z][A-Z]")
+
+
+def _credential(match: re.Match[str]) -> str:
+    """`Bearer <credential>`: masked when it looks like one (a digit, a symbol or mixed
+    case), so that prose such as "Basic authentication" stays as it is."""
+    if _CREDENTIAL_SHAPE.search(match.group("credential")):
+        return match.group("scheme") + MASK
+    return match.group(0)
+
+
+# Commands whose arguments carry a password in a form of their own, and how.
+_ATTACHED_P = re.compile(r"-(?<![\w-]-)(p)(?!-)" + _NOT_MASKED + _ARG)  # mysql -pSECRET
+_SPACED_P = re.compile(r"-(?<![\w-]-)(p\s{0,8}+|p" + _ARG_SEP + r")(?!-)" + _NOT_MASKED + _ARG)
+_ZIP_P = re.compile(r"-(?<![\w-]-)(P\s{0,8}+|P" + _ARG_SEP + r")(?!-)" + _NOT_MASKED + _ARG)
+# curl -u user:pass, -uuser:pass, --user=user:pass, --proxy-user user:pass: the user kept.
+_CURL_USER = re.compile(
+    r"-(?<![\w-]-)((?:u|U|-user|-proxy-user)(?:=|" + _ARG_SEP + r")?['\"]?"
+    r"[^\s\"':\\,;&|]{0,256}+:)" + _NOT_MASKED + r"(?:[^\s\"'\\,;&|@]++|\\[^\s\"'])++"
+)
+_SCOPED: dict[str, tuple[re.Pattern[str], ...]] = {}
+for _names, _patterns in (
     (
-        re.compile(
-            r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.DOTALL
-        ),
+        "mysql mysqldump mysqladmin mysqlimport mysqlcheck mysqlshow mysqlpump mysqlslap "
+        "mariadb mariadb-dump mariadb-admin mariadb-import mariadb-check mariadb-show "
+        "7z 7za 7zr 7zz unrar rar",
+        (_ATTACHED_P,),
+    ),
+    ("sshpass", (_SPACED_P,)),
+    ("zip unzip zipcloak", (_ZIP_P,)),
+    ("curl", (_CURL_USER,)),
+):
+    for _name in _names.split():
+        _SCOPED[_name] = _patterns
+
+
+def _command_arguments(match: re.Match[str]) -> str:
+    """One command and the rest of it (up to a newline or shell operator), its password
+    arguments masked; each command's text is read once."""
+    rest = match.group("rest")
+    for pattern in _SCOPED[match.group("command")]:
+        rest = pattern.sub(lambda m: "-" + m.group(1) + MASK, rest)
+    return match.group("command") + rest
+
+
+def _command_word(names: tuple[str, ...]) -> str:
+    """The names, case-sensitive, as whole words (a path before them is fine: /usr/bin/mysql)."""
+    branches = []
+    for name in sorted(names, key=len, reverse=True):
+        first = re.escape(name[0])
+        branches.append(f"{first}(?<![\\w.-]{first}){re.escape(name[1:])}")
+    return "(?:" + "|".join(branches) + r")(?![\w.-])"
+
+
+_SECRET_WORDS = ("token", "secret", "pass", "pwd", "apikey", "api_key", "api-key")
+
+# Applied to every string in the payload, in this order. Each pattern starts with a
+# literal (or a letter in either case) and checks what precedes it with a lookbehind.
+RULES: list[_Rule] = [
+    # PEM private keys, whole (also cut short: then up to the next "-----" or the end of
+    # the JSON string); the body never crosses an unescaped quote.
+    _Rule(
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----(?:[^-\"\\]++|\\.|-(?!----))*+"
+        r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----)?",
         MASK,
+        ("-----BEGIN",),
     ),
     # "password": "..." inside JSON text (raw arguments, tool output).
-    (
-        re.compile(r'("[\w.-]*' + _SECRET_WORD + r'"\s*:\s*)"(?:[^"\\]|\\.)+"', re.IGNORECASE),
-        r'\1"' + MASK + '"',
+    _Rule(
+        r'(?P<name>"[\w.-]'
+        + f"{{1,{MAX_NAME}}}+"
+        + _ENDS_SECRET
+        + r'"\s{0,16}+:\s{0,16}+)"(?:[^"\\\n]++|\\.)++"',
+        r'\g<name>"' + MASK + '"',
+        _SECRET_WORDS,
+        folded=True,
     ),
-    # Authorization: Bearer xyz / Basic xyz (headers, curl -H ...).
-    (
-        re.compile(r"\b(Bearer|Basic|Token)(\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE),
-        r"\1\2" + MASK,
+    # Authorization: Bearer xyz / Basic xyz / token xyz (headers, curl -H ...).
+    _Rule(
+        r"(?P<scheme>[bBtT](?<=\b[bBtT])(?i:earer|asic|oken)\s{1,16}+)"
+        r"(?P<credential>[A-Za-z0-9._~+/=-]{8,}+)",
+        _credential,
+        ("bearer", "basic", "token"),
+        folded=True,
     ),
-    # PASSWORD=..., api_key: ..., --token=... (shell, env files, config).
-    (
-        re.compile(
-            r"(\b[\w-]*"
-            + _SECRET_WORD
-            + r"[\w-]*\s*[=:]\s*)(['\"]?)(?!\[masked\])[^\s'\"&;,]{4,}\2",
-            re.IGNORECASE,
-        ),
-        r"\1\2" + MASK + r"\2",
+    # PASSWORD=..., api_key: ..., --token=..., DB_PASSWORD="a b" (shell, env files,
+    # config): a name holding a secret word, then = or :, then the value. The match starts
+    # at the secret word; whatever precedes it in the name is left as it is.
+    _Rule(
+        r"(?P<name>" + _WORD + _NAME_TAIL + r"\s{0,4}+[=:]\s{0,4}+)" + _NOT_MASKED + _VALUE,
+        r"\g<name>\g<esc>\g<dq>\g<sq>" + MASK + r"\g<esc>\g<dq>\g<sq>",
+        _SECRET_WORDS,
+        folded=True,
+    ),
+    # --password hunter2, --api-key KEY, -token T, "--password", "hunter2" (the value as a
+    # separate argument; the option's name must end with the secret word).
+    _Rule(
+        r"(-(?<![\w-]-)-?[\w-]{1,64}+" + _ENDS_SECRET + _ARG_SEP + r")(?!-)" + _NOT_MASKED + _ARG,
+        r"\1" + MASK,
+        _SECRET_WORDS,
+        folded=True,
+    ),
+    # mysql -pSECRET, sshpass -p SECRET, zip -P SECRET, curl -u user:SECRET.
+    _Rule(
+        r"(?P<command>" + _command_word(tuple(_SCOPED)) + r")(?P<rest>[^\n;|&]*+)",
+        _command_arguments,
+        tuple(_SCOPED),
+    ),
+    # scheme://user:password@host (database and broker URLs, git remotes).
+    _Rule(
+        r"(://(?<=[\w+.-]://)[^\s/:@\"'\\]{0,256}+:)" + _NOT_MASKED + r"[^\s/@\"'\\]{1,256}+@",
+        r"\1" + MASK + "@",
+        ("://",),
     ),
     # Well-known key formats.
-    (re.compile(r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"), "sk-" + MASK),
-    (re.compile(r"\b(hrn_[0-9a-f]{8}_)[A-Za-z0-9_-]{16,}"), r"\1" + MASK),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), MASK),
-    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), MASK),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), MASK),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"), MASK),
+    _Rule(r"sk-(?<=\bsk-)(?:ant-|proj-)?[A-Za-z0-9_-]{16,}+", "sk-" + MASK, ("sk-",)),
+    _Rule(r"(hrn_(?<=\bhrn_)[0-9a-f]{8}_)[A-Za-z0-9_-]{16,}+", r"\1" + MASK, ("hrn_",)),
+    _Rule(r"gh(?<=\bgh)[pousr]_[A-Za-z0-9]{30,}+", MASK, ("gh",)),
+    _Rule(r"xox(?<=\bxox)[abprs]-[A-Za-z0-9-]{10,}+", MASK, ("xox",)),
+    _Rule(r"AKIA(?<=\bAKIA)[0-9A-Z]{16}\b", MASK, ("AKIA",)),
+    _Rule(
+        r"eyJ(?<=\beyJ)[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+",
+        MASK,
+        ("eyJ",),
+    ),
 ]
+
+
+class Masked(str):
+    """Text that is already the audit copy (see `premask`): `mask_secrets` keeps it."""
+
+    changed: bool
+
+    def __new__(cls, text: str, changed: bool) -> Masked:
+        instance = super().__new__(cls, text)
+        instance.changed = changed
+        return instance
 
 
 def is_secret_key(key: str) -> bool:
@@ -70,9 +265,21 @@ def is_secret_key(key: str) -> bool:
 
 
 def mask_text(text: str) -> str:
-    for pattern, replacement in VALUE_PATTERNS:
-        text = pattern.sub(replacement, text)
+    if isinstance(text, Masked):
+        return text
+    lowered = text.lower()
+    for rule in RULES:
+        if rule.applies(text, lowered):
+            text = rule.apply(text)
     return text
+
+
+def premask(text: str) -> Masked:
+    """The audit copy of one text, made ahead (before a transaction opens): an event
+    payload holding it is stored as it is, with "masked": true when this changed it."""
+    plain = storable(text)
+    masked = mask_text(plain)
+    return Masked(masked, changed=masked != plain)
 
 
 def mask_secrets(value: Any) -> Any:
@@ -83,22 +290,50 @@ def mask_secrets(value: Any) -> Any:
             for k, v in value.items()
         }
     if isinstance(value, list):
-        return [mask_secrets(v) for v in value]
+        return _mask_list(value)
     if isinstance(value, str):
         return mask_text(value)
     return value
+
+
+def _mask_list(items: list[Any]) -> list[Any]:
+    """Each item masked; an argument list (strings only) is also read as one command, so
+    `["mysql", "-pSECRET"]` and `["--password", "hunter2"]` are caught across items."""
+    masked = [mask_secrets(v) for v in items]
+    if len(items) < 2 or not all(type(v) is str for v in items):
+        return masked
+    try:
+        together = json.loads(mask_text(json.dumps(masked, ensure_ascii=False)))
+    except ValueError:
+        return masked
+    if isinstance(together, list) and len(together) == len(items):
+        return together
+    return masked
+
+
+def contains_masked(value: Any) -> bool:
+    """Whether a pre-masked text inside `value` was changed by masking."""
+    if isinstance(value, Masked):
+        return value.changed
+    if isinstance(value, dict):
+        return any(contains_masked(v) for v in value.values())
+    if isinstance(value, list):
+        return any(contains_masked(v) for v in value)
+    return False
 
 
 def storable(value: Any) -> Any:
     """A copy that reads back from the database exactly as written, so its hash stays valid.
 
     PostgreSQL's jsonb refuses NUL characters and NaN/Infinity and turns 1e+20 into an
-    integer; such values are made plain here, before hashing.
+    integer; such values are made plain here, before hashing. Pre-masked text is kept.
     """
     if isinstance(value, dict):
-        return {str(k): storable(v) for k, v in value.items()}
+        return {storable(str(k)): storable(v) for k, v in value.items()}
     if isinstance(value, list):
         return [storable(v) for v in value]
+    if isinstance(value, Masked):
+        return value
     if isinstance(value, str):
         return value.replace("\x00", "\ufffd")
     if isinstance(value, float):

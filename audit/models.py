@@ -75,7 +75,8 @@ class AuditChain(models.Model):
 
     Derived from the events by `record_event` in the same transaction, so it is never
     ahead of or behind the log. The head lets the verifier notice a chain whose last
-    events were removed; the summary makes the session list fast without reading events.
+    events were removed, and its signature a head recomputed without the audit key; the
+    summary makes the session list fast without reading events.
     """
 
     chain = models.CharField(max_length=64, primary_key=True)
@@ -89,6 +90,9 @@ class AuditChain(models.Model):
     last_seq = models.PositiveBigIntegerField()
     last_hash = models.CharField(max_length=64)
     last_event_id = models.BigIntegerField()
+    # audit.signing.sign_head(chain, last_seq, last_hash), with a key the database never
+    # holds: a head rewritten without the key no longer verifies.
+    head_signature = models.CharField(max_length=120, blank=True, default="")
     # Tools called, space-separated with a leading and trailing space: " read_file run_command ".
     tools = models.TextField(blank=True, default="")
     calls = models.PositiveIntegerField(default=0)

@@ -18,8 +18,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from . import kinds
-from .masking import mask_secrets, storable
+from .masking import Masked, contains_masked, mask_secrets, storable
 from .models import GLOBAL_CHAIN, AuditChain, AuditEvent
+from .signing import sign_head
 
 GENESIS_HASH = "0" * 64
 
@@ -85,7 +86,11 @@ def record_events(
     specs: Sequence[EventSpec], *, session_id: UUID | str | None = None
 ) -> list[AuditEvent]:
     """Append events to one chain, in order: one head lock, one INSERT, one head update
-    (three statements whatever the number of events). Same rules as record_event."""
+    (three statements whatever the number of events). Same rules as record_event.
+
+    Payloads are masked before the chain is locked (text already masked with
+    audit.masking.premask, e.g. before the caller's transaction opened, is kept as it is).
+    """
     if not connection.in_atomic_block:
         raise transaction.TransactionManagementError(
             "record_event must run inside transaction.atomic()"
@@ -94,6 +99,7 @@ def record_events(
         return []
     for spec in specs:
         kinds.get(spec.kind)  # UnknownKind: nothing is written under a misspelt kind
+    payloads = [audit_copy(spec.payload or {}) for spec in specs]
     chain = str(session_id) if session_id else GLOBAL_CHAIN
     head = _locked_head(chain)
     # UTC always: the hashed text is isoformat(), and exports write it in UTC. Never
@@ -101,10 +107,10 @@ def record_events(
     # `at` was taken before another process's append won the chain lock.
     last_at = head.last_at if head else None
     stored = []
-    for spec in specs:
+    for spec, payload in zip(specs, payloads, strict=True):
         at = spec.at.astimezone(UTC) if spec.at else timezone.now()
         last_at = at if last_at is None else max(at, last_at)
-        stored.append(spec._replace(payload=_audit_copy(spec.payload or {}), at=last_at))
+        stored.append(spec._replace(payload=payload, at=last_at))
     events = list(
         linked_events(
             stored,
@@ -172,13 +178,46 @@ def _locked_head(chain: str) -> AuditChain | None:
     return head
 
 
-def _audit_copy(payload: dict[str, Any]) -> dict[str, Any]:
-    """The payload as the log keeps it: plain JSON, secrets masked (flagged "masked": true)."""
-    plain = storable(json.loads(json.dumps(payload, default=str)))
+def audit_copy(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload as the log keeps it: plain JSON, secrets masked (flagged "masked": true).
+
+    Text pre-masked with audit.masking.premask is kept as it is (and flags the payload
+    when masking changed it); everything else is masked here.
+    """
+    plain = storable(_plain(payload))
     masked = mask_secrets(plain)
-    if masked != plain:
+    if masked != plain or contains_masked(plain):
         masked["masked"] = True
     return masked  # type: ignore[no-any-return]
+
+
+def _plain(value: Any) -> Any:
+    """`value` as `json.loads(json.dumps(value, default=str))` would give it back, but
+    keeping pre-masked text (Masked) as it is."""
+    if isinstance(value, Masked):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, dict):
+        return {_plain_key(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
+
+
+def _plain_key(key: Any) -> str:
+    """A dict key as JSON text writes it (json.dumps's rules: str, bool, None, numbers)."""
+    if isinstance(key, str):
+        return str.__str__(key)
+    if key is None or isinstance(key, bool | int | float):
+        return json.dumps(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
 def _advance_head(head: AuditChain | None, events: list[AuditEvent]) -> None:
@@ -189,13 +228,14 @@ def _advance_head(head: AuditChain | None, events: list[AuditEvent]) -> None:
         head = AuditChain(chain=first.chain, session_id=first.session_id, first_at=first.created_at)
         changed: set[str] | None = None  # insert every column
     else:
-        changed = {"last_at", "last_seq", "last_hash", "last_event_id"}
+        changed = {"last_at", "last_seq", "last_hash", "last_event_id", "head_signature"}
     for event in events:
         changed = _summarize(head, event, changed)
     head.last_at = last.created_at
     head.last_seq = last.seq
     head.last_hash = last.hash
     head.last_event_id = last.pk
+    head.head_signature = sign_head(head.chain, last.seq, last.hash)
     if changed is None:
         head.save(force_insert=True)
     else:

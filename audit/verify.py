@@ -1,7 +1,10 @@
 """Recompute hash chains and name the first bad event of each chain.
 
 Works on the database or on a JSON Lines export (one event per line, as written by
-audit.export). docs/audit.md has a dependency-free version of the same check.
+audit.export). docs/audit.md has a dependency-free version of the same check. On the
+database each chain's head must also carry a valid signature (audit.signing); against a
+checkpoint file (audit.checkpoints) every checkpointed event must still be there, with the
+hash the checkpoint recorded.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import signing
+from .checkpoints import Checkpoint
 from .models import AuditChain, AuditEvent
 from .services import GENESIS_HASH, canonical_event, chain_hash
 
@@ -34,6 +39,7 @@ EVENT_FIELDS = (
 class Head:
     seq: int
     hash: str
+    signature: str | None = None  # None: not known (an export carries no heads)
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,10 @@ class Report:
     events: int = 0
     problems: list[Problem] = field(default_factory=list)
     heads: dict[str, Head] = field(default_factory=dict)
+    checkpoints: int = 0
+    # The key id named by signatures that were made with another key, when every
+    # signature checked was (the wrong key is configured, not a forgery everywhere).
+    wrong_key: str = ""
 
     @property
     def ok(self) -> bool:
@@ -111,17 +121,32 @@ def _check(event: dict[str, Any], state: _ChainState) -> str | None:
     return None
 
 
-def verify_events(events: Iterable[dict[str, Any]], heads: dict[str, Head] | None = None) -> Report:
-    """Check `events` (each chain in seq order; chains may interleave) against `heads`.
+def verify_events(
+    events: Iterable[dict[str, Any]],
+    heads: dict[str, Head] | None = None,
+    checkpoints: Iterable[Checkpoint] = (),
+) -> Report:
+    """Check `events` (each chain in seq order; chains may interleave) against `heads`
+    and `checkpoints`.
 
     Reports the first bad event of each chain. A head (the last seq and hash recorded
-    when the chain was written) also catches events removed from, or added to, the end.
+    when the chain was written) also catches events removed from, or added to, the end;
+    its signature, a head recomputed without the key. A checkpoint catches a chain
+    rewritten or cut short since it was taken, heads and signatures included.
     """
     report = Report(heads=dict(heads or {}))
+    signers: list[str] = []  # per signature checked: the other key it names, or ""
+    _check_head_signatures(report, signers)
+    wanted = _checkpoints_by_chain(checkpoints, report, signers)
+    seen: dict[tuple[str, int], str] = {}
+    last_seq: dict[str, int] = {}
     states: dict[str, _ChainState] = {}
     for event in events:
         report.events += 1
         chain = event["chain"]
+        if chain in wanted:
+            seen[(chain, event["seq"])] = event["hash"]
+            last_seq[chain] = max(last_seq.get(chain, 0), event["seq"])
         state = states.setdefault(chain, _ChainState())
         if state.failed:
             continue
@@ -157,7 +182,89 @@ def verify_events(events: Iterable[dict[str, Any]], heads: dict[str, Head] | Non
                     f"{head.seq} (events at the end were deleted or replaced)",
                 )
             )
+    _compare_checkpoints(report, wanted, seen, last_seq)
+    if signers and len(set(signers)) == 1 and signers[0]:
+        report.wrong_key = signers[0]  # every signature names one other key
     return report
+
+
+def _check_head_signatures(report: Report, signers: list[str]) -> None:
+    """A problem for each head whose signature does not verify (heads from the database)."""
+    for chain, head in sorted(report.heads.items()):
+        if head.signature is None:
+            continue
+        mismatch = signing.check(head.signature, "head", chain, head.seq, head.hash)
+        signers.append(mismatch.other_key if mismatch is not None else "")
+        if mismatch is not None:
+            report.problems.append(
+                Problem(
+                    chain,
+                    None,
+                    None,
+                    f"the head (seq {head.seq}) is {mismatch}: the head was rewritten by "
+                    "someone without the audit key, or is checked with the wrong key",
+                )
+            )
+
+
+def _checkpoints_by_chain(
+    checkpoints: Iterable[Checkpoint], report: Report, signers: list[str]
+) -> dict[str, list[Checkpoint]]:
+    """The checkpoints whose signatures verify, by chain (a problem for each that does not)."""
+    wanted: dict[str, list[Checkpoint]] = {}
+    for checkpoint in checkpoints:
+        report.checkpoints += 1
+        mismatch = checkpoint.mismatch()
+        signers.append(mismatch.other_key if mismatch is not None else "")
+        if mismatch is not None:
+            report.problems.append(
+                Problem(
+                    checkpoint.chain,
+                    checkpoint.seq,
+                    None,
+                    f"the checkpoint of {checkpoint.time} is {mismatch}: the checkpoint file "
+                    "was edited, or is checked with the wrong key",
+                )
+            )
+            continue
+        wanted.setdefault(checkpoint.chain, []).append(checkpoint)
+    return wanted
+
+
+def _compare_checkpoints(
+    report: Report,
+    wanted: dict[str, list[Checkpoint]],
+    seen: dict[tuple[str, int], str],
+    last_seq: dict[str, int],
+) -> None:
+    """One problem per chain: its first checkpoint the log no longer agrees with."""
+    for chain, checkpoints in sorted(wanted.items()):
+        for checkpoint in sorted(checkpoints, key=lambda c: (c.seq, c.time)):
+            found = seen.get((chain, checkpoint.seq))
+            if found == checkpoint.hash:
+                continue
+            if chain not in last_seq:
+                what = "no events exist"
+            elif found is None:
+                what = (
+                    f"the chain ends at seq {last_seq[chain]} (truncated since the checkpoint, "
+                    "or the events were renumbered)"
+                )
+            else:
+                what = (
+                    "the event there has another hash now (the chain was rewritten since "
+                    "the checkpoint, hashes recomputed)"
+                )
+            report.problems.append(
+                Problem(
+                    chain,
+                    checkpoint.seq,
+                    None,
+                    f"the checkpoint of {checkpoint.time} recorded seq {checkpoint.seq} with "
+                    f"hash {checkpoint.hash[:16]}..., but {what}",
+                )
+            )
+            break
 
 
 def database_events(chain: str | None = None) -> Iterator[dict[str, Any]]:
@@ -174,11 +281,21 @@ def database_heads(chain: str | None = None) -> dict[str, Head]:
     rows = AuditChain.objects.all()
     if chain is not None:
         rows = rows.filter(chain=chain)
-    return {c: Head(s, h) for c, s, h in rows.values_list("chain", "last_seq", "last_hash")}
+    values = rows.values_list("chain", "last_seq", "last_hash", "head_signature")
+    return {c: Head(s, h, sig) for c, s, h, sig in values}
 
 
-def verify_database(chain: str | None = None) -> Report:
-    return verify_events(database_events(chain), database_heads(chain))
+def verify_database(chain: str | None = None, against: Iterable[Checkpoint] = ()) -> Report:
+    """Every chain (or one) in the database, its signed head, and `against` checkpoints.
+
+    Raises signing.AuditKeyError when the audit key cannot be read.
+    """
+    signing.audit_key()
+    return verify_events(database_events(chain), database_heads(chain), _only(against, chain))
+
+
+def _only(checkpoints: Iterable[Checkpoint], chain: str | None) -> Iterable[Checkpoint]:
+    return checkpoints if chain is None else (c for c in checkpoints if c.chain == chain)
 
 
 def file_events(path: Path) -> Iterator[dict[str, Any]]:
@@ -191,8 +308,9 @@ def file_events(path: Path) -> Iterator[dict[str, Any]]:
                     raise ValueError(f"{path}:{number} is not a JSON line: {error}") from error
 
 
-def verify_file(path: Path, chain: str | None = None) -> Report:
+def verify_file(path: Path, chain: str | None = None, against: Iterable[Checkpoint] = ()) -> Report:
+    """A JSON Lines export, against `against` checkpoints (an export carries no heads)."""
     events = file_events(path)
     if chain is not None:
         events = (e for e in events if e["chain"] == chain)
-    return verify_events(events)
+    return verify_events(events, checkpoints=_only(against, chain))

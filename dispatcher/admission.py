@@ -23,6 +23,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from audit import kinds
+from audit.masking import premask
 from audit.services import EventSpec, record_events
 from dispatcher import batches, notify
 from dispatcher.agents import mode_and_profile
@@ -69,6 +70,8 @@ class _Admission:
     calls: list[ToolCall] = field(default_factory=list)
     events: list[EventSpec] = field(default_factory=list)
     asks: list[tuple[ToolCall, dict[str, Any]]] = field(default_factory=list)
+    # The audit copy of each call's raw arguments, masked before the transaction opens.
+    masked_arguments: dict[str, str] = field(default_factory=dict)
 
 
 def _admit(
@@ -78,6 +81,7 @@ def _admit(
     decided, with their call.received and decision events in one append (received first,
     timed when it was received), then the runnable ones are sent after commit."""
     batch_id = uuid.uuid4()
+    masked: dict[str, str] = {p.tool_use_id: premask(p.raw_arguments) for p in proposed}
     with transaction.atomic():
         known = {
             c.tool_use_id: c
@@ -90,7 +94,7 @@ def _admit(
             session,
             {(p.name, digests[p.tool_use_id]) for p in proposed if p.tool_use_id in digests},
         )
-        admission = _Admission()
+        admission = _Admission(masked_arguments=masked)
         calls = []
         for index, item in enumerate(proposed):
             call = known.get(item.tool_use_id)
@@ -183,7 +187,7 @@ def receive(
                 "call_id": str(call.pk),
                 "tool_use_id": item.tool_use_id,
                 "tool": item.name,
-                "arguments": item.raw_arguments,
+                "arguments": admission.masked_arguments.get(item.tool_use_id, item.raw_arguments),
                 "digest": digest,
                 "dialect": dialect,
                 "batch_id": str(batch_id),

@@ -305,3 +305,22 @@ HARNESS_FORBID_SELF_APPROVAL = env_bool("HARNESS_FORBID_SELF_APPROVAL", False)
 # The agent API's middleware (async-native only; see harness_site.asgi).
 HARNESS_API_MIDDLEWARE = ["harness_site.middleware.APISecurityHeaders"]
 DATA_UPLOAD_MAX_MEMORY_SIZE = HARNESS_MAX_BODY_BYTES
+
+# --- Audit log: signed heads, checkpoints; agent waits (docs/audit.md, docs/security.md) ---
+# The key that signs chain heads and checkpoints; never stored in the database. Without
+# it, a key file in the data directory is created on first use (embedded default only:
+# production sets the variable, the same in every process).
+HARNESS_AUDIT_KEY = env("HARNESS_AUDIT_KEY")
+HARNESS_AUDIT_KEY_FILE = Path(env("HARNESS_AUDIT_KEY_FILE", str(DATA_DIR / "audit.key")))
+# Where beat appends signed heads (one JSON line per changed chain per run), and an
+# optional URL that receives the same lines by POST; every INTERVAL seconds (0: never).
+HARNESS_CHECKPOINT_PATH = env("HARNESS_CHECKPOINT_PATH", str(DATA_DIR / "audit-checkpoints.jsonl"))
+HARNESS_CHECKPOINT_URL = env("HARNESS_CHECKPOINT_URL")
+HARNESS_CHECKPOINT_INTERVAL = float(env("HARNESS_CHECKPOINT_INTERVAL", "300"))
+if HARNESS_CHECKPOINT_INTERVAL > 0:
+    CELERY_BEAT_SCHEDULE["audit-checkpoint"] = {
+        "task": "audit.tasks.write_checkpoint",
+        "schedule": HARNESS_CHECKPOINT_INTERVAL,
+    }
+# Requests of one agent that may wait (?wait=) at once in one web process (429 beyond).
+HARNESS_MAX_WAITS_PER_AGENT = int(env("HARNESS_MAX_WAITS_PER_AGENT", "8"))

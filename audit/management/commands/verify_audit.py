@@ -1,4 +1,4 @@
-"""manage.py verify_audit [--session ID] [--file export.jsonl]"""
+"""manage.py verify_audit [--session ID] [--file export.jsonl] [--against checkpoints.jsonl]"""
 
 from __future__ import annotations
 
@@ -7,31 +7,40 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from audit.verify import verify_database, verify_file
+from audit import checkpoints, signing
+from audit.verify import Report, verify_database, verify_file
 
 
 class Command(BaseCommand):
     help = (
-        "Recompute the audit hash chains (database or a JSON Lines export) and name the "
-        "first bad event of each chain. Exits non-zero if any chain fails."
+        "Recompute the audit hash chains (database or a JSON Lines export), check each "
+        "chain head's signature and, with --against, every checkpoint in a checkpoint "
+        "file; name the first bad event of each chain. Exits non-zero if any chain fails."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--session", help="Verify only this session's chain (or 'global').")
         parser.add_argument("--file", type=Path, help="Verify a JSON Lines export instead.")
         parser.add_argument(
+            "--against",
+            type=Path,
+            help="A checkpoint file (manage.py audit_checkpoint): every checkpointed head "
+            "must still be in the log.",
+        )
+        parser.add_argument(
             "--heads", action="store_true", help="Print each chain's head (seq and hash)."
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         chain = options["session"]
-        if options["file"]:
-            try:
-                report = verify_file(options["file"], chain)
-            except (OSError, ValueError) as error:
-                raise CommandError(str(error)) from error
-        else:
-            report = verify_database(chain)
+        try:
+            report = self._verify(options["file"], options["against"], chain)
+        except signing.AuditKeyError as error:
+            raise CommandError(f"Cannot read the audit key: {error}") from error
+        except (OSError, ValueError) as error:
+            raise CommandError(str(error)) from error
+        if report.wrong_key:
+            raise CommandError(signing.wrong_key_message(report.wrong_key))
         if chain and report.events == 0 and not report.problems:
             raise CommandError(f"No audit events for '{chain}'. Check the session id.")
         if options["heads"]:
@@ -41,9 +50,19 @@ class Command(BaseCommand):
             self.stderr.write(f"BAD {problem}")
         if not report.ok:
             raise CommandError(
-                f"{len(report.problems)} of {report.chains} chains failed verification "
-                f"({report.events} events read). The first bad event of each is listed above."
+                f"{len(report.problems)} problems in {report.chains} chains "
+                f"({report.events} events, {report.checkpoints} checkpoints read). The first "
+                "bad event of each chain is listed above."
             )
+        against = f", {report.checkpoints} checkpoints matched" if options["against"] else ""
         self.stdout.write(
-            self.style.SUCCESS(f"OK: {report.chains} chains, {report.events} events verified.")
+            self.style.SUCCESS(
+                f"OK: {report.chains} chains, {report.events} events verified{against}."
+            )
         )
+
+    def _verify(self, file: Path | None, against: Path | None, chain: str | None) -> Report:
+        marks = list(checkpoints.read(against)) if against else []
+        if file:
+            return verify_file(file, chain, marks)
+        return verify_database(chain, marks)
