@@ -1,12 +1,13 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from django.views.generic import RedirectView
 
 from dispatcher.gateways.api import api
 
+from . import views
+
 urlpatterns = [
-    path("", RedirectView.as_view(url="/approvals/", permanent=False)),
+    path("", views.home, name="home"),
     path("api/v1/", api.urls),
     path("approvals/", include("approvals.urls")),
     path("audit/", include("audit.urls")),
