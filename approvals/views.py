@@ -13,6 +13,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from audit.roles import REVIEWER, has_role
 from dispatcher.models import Status
@@ -30,6 +31,7 @@ def _require_reviewer(request: HttpRequest) -> None:
 
 @login_required
 @require_GET
+@vary_on_headers("HX-Request")  # an htmx request gets the items fragment
 def queue(request: HttpRequest) -> HttpResponse:
     _require_reviewer(request)
     approvals, more = queries.review_queue()
@@ -49,6 +51,7 @@ def detail(request: HttpRequest, approval_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
+@vary_on_headers("HX-Request")  # an htmx request gets the decision fragment
 def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     """Approve or deny with the digest the reviewer saw. 200/302, or 403/404/409 with why."""
     _require_reviewer(request)

@@ -86,6 +86,7 @@ CALL_EDITED = register("call.edited", "edited by a reviewer", review=True, resul
 # --- Agents, sessions, policy, reviewers, roles -----------------------------------------
 AGENT_CREATED = register("agent.created", "agent created")
 AGENT_REVOKED = register("agent.revoked", "agent revoked")
+AGENT_TOKEN_ROTATED = register("agent.token_rotated", "agent token rotated")
 SESSION_STARTED = register("session.started", "session started")
 PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
 GRANT_CREATED = register("grant.created", "allowed for the session")

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db.models import Q, QuerySet
+
 from . import kinds
 from .models import AuditEvent
 
@@ -20,6 +22,8 @@ from .models import AuditEvent
 # result); 25 is a few minutes of reading, and keeps a page as cheap to build as a
 # 100-event session's whole timeline (which is about 25 calls of four events).
 PAGE_CALLS = 25
+# The compact timeline's one-line arguments.
+SHORT_ARGUMENTS = 90
 
 DECISION_KINDS = kinds.names_where("decision")
 REVIEW_KINDS = kinds.names_where("review")
@@ -78,11 +82,42 @@ class Call:
         return [(name, (t[b] - t[a]).total_seconds()) for name, a, b in spans if a in t and b in t]
 
     @property
+    def outcome(self) -> str:
+        """The call's outcome in one word, for the compact timeline's chip: its status, or
+        "error" for a completed call whose tool reported an error."""
+        if self.status in ("completed", "reported") and self.is_error:
+            return "error"
+        return self.status
+
+    @property
+    def decided_by(self) -> str:
+        """Who decided: the reviewer (or expiry, or the agent) for an ask, else the
+        mode, rule, grant or guard that decided at admission."""
+        return str((self.review or self.decision).get("by", ""))
+
+    @property
+    def short_arguments(self) -> str:
+        """The arguments on one line, at most SHORT_ARGUMENTS characters: the values of
+        an object's keys (`path=a.txt command=npm test`), or the text itself."""
+        parsed = self.parsed_arguments
+        if isinstance(parsed, dict) and "_unparsed_arguments" not in parsed:
+            parts = [f"{k}={_one_line(v)}" for k, v in parsed.items()]
+            text = " ".join(parts)
+        else:
+            text = " ".join(self.arguments.split())
+        return text if len(text) <= SHORT_ARGUMENTS else text[: SHORT_ARGUMENTS - 1] + "…"
+
+    @property
     def parsed_arguments(self) -> Any:
         try:
             return json.loads(self.arguments)
         except ValueError:
             return {"_unparsed_arguments": self.arguments}
+
+
+def _one_line(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return " ".join(text.split())
 
 
 def _apply(call: Call, event: AuditEvent) -> None:
@@ -193,8 +228,43 @@ class CallPage:
     latest: bool
 
 
-def call_page(chain: str, *, before: int | None = None, after: int | None = None) -> CallPage:
-    """The calls received before seq `before`, after seq `after`, or (neither) the newest.
+# The compact timeline's outcome filter: the events a call of that outcome has.
+OUTCOME_FILTERS: dict[str, Q] = {
+    "completed": Q(kind__in=[kinds.CALL_COMPLETED, kinds.CALL_REPORTED], payload__is_error=False),
+    "error": Q(kind__in=[kinds.CALL_COMPLETED, kinds.CALL_REPORTED], payload__is_error=True)
+    | Q(kind__in=[kinds.CALL_TIMED_OUT, kinds.CALL_OUTCOME_UNKNOWN, kinds.CALL_UNREPORTED]),
+    "asked": Q(kind=kinds.CALL_APPROVAL_REQUESTED),
+    "approved": Q(kind=kinds.CALL_APPROVED),
+    "denied": Q(kind=kinds.CALL_DENIED),
+    "rejected": Q(kind=kinds.CALL_REJECTED),
+    "cancelled": Q(kind=kinds.CALL_CANCELLED),
+    "expired": Q(kind=kinds.CALL_EXPIRED),
+    "edited": Q(kind=kinds.CALL_EDITED),
+}
+
+
+def received_events(chain: str, *, tool: str = "", outcome: str = "") -> QuerySet[AuditEvent]:
+    """The chain's call.received events, of calls to `tool` and with `outcome` (see
+    OUTCOME_FILTERS) when given. An unknown outcome is the caller's to refuse."""
+    received = AuditEvent.objects.filter(chain=chain, kind=kinds.CALL_RECEIVED)
+    if tool:
+        received = received.filter(payload__tool=tool)
+    if outcome in OUTCOME_FILTERS:
+        with_outcome = AuditEvent.objects.filter(OUTCOME_FILTERS[outcome], chain=chain)
+        received = received.filter(subject__in=with_outcome.values("subject"))
+    return received
+
+
+def call_page(
+    chain: str,
+    *,
+    before: int | None = None,
+    after: int | None = None,
+    tool: str = "",
+    outcome: str = "",
+) -> CallPage:
+    """The calls received before seq `before`, after seq `after`, or (neither) the newest;
+    only calls to `tool` and with `outcome` when given.
 
     Three indexed reads bounded by the page size, whatever the session's length: the
     page's call.received events (a (chain, seq) index range, newest or oldest first), one
@@ -202,22 +272,18 @@ def call_page(chain: str, *, before: int | None = None, after: int | None = None
     their subject ("call:<id>", shared by every event of a call; subject index). A call's
     later events (its decision, its result) may come long after other calls were received,
     so they are found by call, not by seq range. Events are applied by payload call_id.
+    A filter adds a condition to the first two (the outcome one a subquery on the chain).
     """
-    received = AuditEvent.objects.filter(chain=chain, kind=kinds.CALL_RECEIVED)
+    received = received_events(chain, tool=tool, outcome=outcome)
     if after is not None:
         rows = list(received.filter(seq__gt=after).order_by("seq")[: PAGE_CALLS + 1])
         more_newer, rows = len(rows) > PAGE_CALLS, rows[:PAGE_CALLS]
         more_older = received.filter(seq__lte=after).exists()
     else:
-        if before is not None:
-            received = received.filter(seq__lt=before)
-        rows = list(received.order_by("-seq")[: PAGE_CALLS + 1])
+        page = received.filter(seq__lt=before) if before is not None else received
+        rows = list(page.order_by("-seq")[: PAGE_CALLS + 1])
         more_older, rows = len(rows) > PAGE_CALLS, rows[:PAGE_CALLS][::-1]
-        more_newer = before is not None and (
-            AuditEvent.objects.filter(
-                chain=chain, kind=kinds.CALL_RECEIVED, seq__gte=before
-            ).exists()
-        )
+        more_newer = before is not None and received.filter(seq__gte=before).exists()
     edge_older = rows[0].seq if rows else (after + 1 if after is not None else 0)
     edge_newer = rows[-1].seq if rows else (max(before - 1, 0) if before is not None else 0)
     return CallPage(

@@ -10,18 +10,21 @@ import json
 import re
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
+from urllib.parse import urlencode
 from uuid import UUID
 
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
-from django.utils.cache import patch_vary_headers
+from django.urls import reverse
+from django.views.decorators.vary import vary_on_headers
 
 from . import export
 from .models import AuditChain, AuditEvent
 from .roles import AUDITOR, role_required
 from .timeline import (
+    OUTCOME_FILTERS,
     CallPage,
     Timeline,
     anthropic_messages,
@@ -117,7 +120,20 @@ def _cursor(params: Any, name: str) -> int | None:
     return int(text)
 
 
-def _page(chain: str, params: Any) -> CallPage:
+def _filters(head: AuditChain, params: Any) -> dict[str, str]:
+    """The compact timeline's filters: a tool of this session, an outcome (OUTCOME_FILTERS).
+
+    Raises Http404 for values the session cannot have, naming the ones it can.
+    """
+    tool, outcome = params.get("tool", ""), params.get("outcome", "")
+    if tool and tool not in head.tools.split():
+        raise Http404(f"This session never called '{tool[:100]}'; it called: {head.tools.strip()}.")
+    if outcome and outcome not in OUTCOME_FILTERS:
+        raise Http404(f"Unknown outcome. Choose one of: {', '.join(OUTCOME_FILTERS)}.")
+    return {"tool": tool, "outcome": outcome}
+
+
+def _page(chain: str, params: Any, filters: dict[str, str]) -> CallPage:
     """The page the query asks for: ?before=<seq>, ?after=<seq>, ?call=<id>, or the newest calls.
 
     Raises Http404 for a malformed cursor or a call that is not in this session.
@@ -130,29 +146,42 @@ def _page(chain: str, params: Any) -> CallPage:
         if seq is None:
             raise Http404("No such call in this session; open the timeline to see its calls.")
         after = seq - 1
-    return call_page(chain, before=before, after=after)
+    return call_page(chain, before=before, after=after, **filters)
 
 
 @role_required(AUDITOR)
+@vary_on_headers("HX-Request")  # one URL, two bodies: a cache never hands a page load the fragment
 def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
     """One page of the session's calls, and its summary from the chain's head row.
 
-    A constant number of queries whatever the session's length; an htmx request (the
-    live refresh, the pager) gets the calls fragment only.
+    A constant number of queries whatever the session's length. An htmx request (the
+    live refresh, the pager, the filters) gets the calls fragment only, except when htmx
+    restores a page missing from its history cache: that needs the whole page.
     """
     chain = str(session_id)
     head = AuditChain.objects.filter(chain=chain).first()
     if head is None:
         raise Http404("No audit events for this session.")
-    context = {"head": head, "page": _page(chain, request.GET), "session_id": session_id}
-    if request.htmx:  # type: ignore[attr-defined]
-        response = render(request, "audit/session.html#calls", context)
-    else:
-        context["session"] = session_started(chain)
-        response = render(request, "audit/session.html", context)
-    # One URL, two bodies: a cache must never hand the fragment to a page load.
-    patch_vary_headers(response, ["HX-Request"])
-    return response
+    filters = _filters(head, request.GET)
+    query = urlencode({k: v for k, v in filters.items() if v})
+    latest = reverse("audit:session", args=[session_id]) + (f"?{query}" if query else "")
+    context = {
+        "head": head,
+        "page": _page(chain, request.GET, filters),
+        "session_id": session_id,
+        "filters": filters,
+        # The pager's links: `page_base` + "before=<seq>"; the newest page of this filter.
+        "page_base": f"?{query}&" if query else "?",
+        "latest_url": latest,
+        "here": request.get_full_path(),
+        "outcomes": list(OUTCOME_FILTERS),
+        "tools": head.tools.split(),
+    }
+    htmx = request.htmx  # type: ignore[attr-defined]
+    if htmx and not htmx.history_restore_request:
+        return render(request, "audit/session.html#calls", context)
+    context["session"] = session_started(chain)
+    return render(request, "audit/session.html", context)
 
 
 @role_required(AUDITOR)

@@ -34,6 +34,12 @@ def _hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _new_token() -> tuple[str, str]:
+    """A fresh token and its visible prefix."""
+    prefix = secrets.token_hex(4)
+    return f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}", prefix
+
+
 @transaction.atomic
 def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> tuple[Agent, str]:
     """Create an agent and return it with its token. The token is never stored or shown again."""
@@ -41,8 +47,7 @@ def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> 
         path = Path(workspace).expanduser().resolve()
         path.mkdir(parents=True, exist_ok=True)
         workspace = str(path)
-    prefix = secrets.token_hex(4)
-    token = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    token, prefix = _new_token()
     agent = Agent.objects.create(
         owner=owner,
         name=name,
@@ -120,6 +125,25 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
             subject=f"agent:{agent.pk}",
             payload={"name": agent.name},
         )
+
+
+@transaction.atomic
+def rotate_token(*, agent: Agent, actor: str) -> str:
+    """Give an active agent a new token and return it (shown once); the old one stops
+    working at once. Raises ServiceError for a revoked agent (revoked is final)."""
+    token, prefix = _new_token()
+    old = Agent.objects.select_for_update().filter(pk=agent.pk, is_active=True).first()
+    if old is None:
+        raise ServiceError(f"Agent '{agent.name}' is revoked; create a new agent instead.")
+    Agent.objects.filter(pk=agent.pk).update(token_prefix=prefix, token_hash=_hash_token(token))
+    record_event(
+        kind=kinds.AGENT_TOKEN_ROTATED,
+        actor=actor,
+        subject=f"agent:{agent.pk}",
+        payload={"name": agent.name, "old_token_prefix": old.token_prefix, "token_prefix": prefix},
+    )
+    agent.token_prefix, agent.token_hash = prefix, _hash_token(token)
+    return token
 
 
 @transaction.atomic

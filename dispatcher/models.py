@@ -205,6 +205,8 @@ class ToolCall(models.Model):
             # A session's history (reviewers' context) and its repeat-call counts.
             models.Index(fields=["session", "created_at"], name="toolcall_session_created"),
             models.Index(fields=["session", "digest"], name="toolcall_session_digest"),
+            # The overview's calls per hour, agents and tools: ranges of recent calls.
+            models.Index(fields=["created_at"], name="toolcall_created_at"),
         ]
 
     def __str__(self) -> str:

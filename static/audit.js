@@ -83,60 +83,42 @@
     render();
   }
 
-  // Live timeline: the server pushes "changed" for every change of the session's calls
-  // (and once on every (re)connect, to catch up); the calls fragment is then re-fetched.
-  function live(path) {
-    var delay = 500;
-    function connect() {
-      var scheme = location.protocol === "https:" ? "wss://" : "ws://";
-      var socket = new WebSocket(scheme + location.host + path);
-      socket.onopen = function () { delay = 500; };
-      socket.onmessage = function () { refresh(false); };
-      socket.onclose = function () {
-        setTimeout(connect, delay);
-        delay = Math.min(delay * 2, 10000);
-      };
+  // Live timeline: htmx's WebSocket extension receives the session's summary (swapped in
+  // by id) and the calls fragment reloads its own page (its hx-get). Two things htmx does
+  // not do: say whether the page is live, and keep the calls a reader expanded open when
+  // the fragment is replaced.
+  function timeline(live) {
+    var state = document.getElementById("live-state");
+    function setState(text, cls) {
+      if (!state) return;
+      state.textContent = text;
+      state.className = "live-state " + cls;
     }
-    connect();
-  }
+    live.addEventListener("htmx:wsOpen", function () { setState("live", "on"); });
+    live.addEventListener("htmx:wsClose", function () { setState("reconnecting…", "off"); });
 
-  // The timeline shows one page of calls; the page is the one in the address bar
-  // (?before=, ?after=, ?call= or none: the newest calls). Live refreshes and the pager
-  // both load it through the stable wrapper, which queues a load that arrives while
-  // another is in flight (hx-sync queue last) instead of dropping it.
-  var scrollAfterSwap = false;
-
-  function refresh(scroll) {
-    var wrapper = document.getElementById("audit-live");
-    if (!wrapper || !window.htmx) return;
-    if (scroll) scrollAfterSwap = true;
-    window.htmx.trigger(wrapper, "audit:changed");
-  }
-
-  function pager(wrapper) {
-    document.body.addEventListener("htmx:configRequest", function (ev) {
-      if (ev.detail.elt === wrapper) ev.detail.path = location.pathname + location.search;
+    var open = [];
+    document.body.addEventListener("htmx:beforeSwap", function (ev) {
+      if (!ev.detail.target || ev.detail.target.id !== "audit-calls") return;
+      open = Array.prototype.map.call(
+        document.querySelectorAll("#audit-calls article.audit-call > details[open]"),
+        function (d) { return d.parentNode.id; }
+      );
     });
     document.body.addEventListener("htmx:afterSwap", function () {
-      var calls = document.getElementById("audit-calls");
-      if (scrollAfterSwap && calls) calls.scrollIntoView();
-      scrollAfterSwap = false;
+      open.forEach(function (id) {
+        var call = document.getElementById(id);
+        var details = call && call.querySelector(":scope > details");
+        if (details) details.open = true;
+      });
+      open = [];
     });
-    wrapper.addEventListener("click", function (ev) {
-      var link = ev.target.closest && ev.target.closest("a[data-page]");
-      if (!link || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey) return;
-      ev.preventDefault();
-      history.pushState({ auditPage: true }, "", link.href);
-      refresh(true);
-    });
-    window.addEventListener("popstate", function () { refresh(false); });
   }
 
   document.addEventListener("DOMContentLoaded", function () {
     var root = document.getElementById("audit-replay");
     if (root && document.getElementById("audit-events")) start(root);
-    var wrapper = document.getElementById("audit-live");
-    if (wrapper) pager(wrapper);
-    if (wrapper && wrapper.dataset.live) live(wrapper.dataset.live);
+    var live = document.getElementById("audit-live");
+    if (live) timeline(live);
   });
 })();

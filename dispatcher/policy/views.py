@@ -20,6 +20,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from audit.roles import ADMIN, REFUSALS, has_role
 from dispatcher import simulation
@@ -184,6 +185,7 @@ def _partial_or_page(
 
 @login_required
 @require_POST
+@vary_on_headers("HX-Request")  # an htmx request gets a fragment
 def simulate(request: HttpRequest, user_id: int) -> HttpResponse:
     """Decide one call (typed, or a past call of this user) under the saved rules and, when
     the form's rules differ, under those too. Stores nothing."""
@@ -246,6 +248,7 @@ def _call_of(subject: User, call_id: str) -> ToolCall:
 
 @login_required
 @require_POST
+@vary_on_headers("HX-Request")  # an htmx request gets a fragment
 def backtest(request: HttpRequest, user_id: int) -> HttpResponse:
     """The past calls whose decision would change under the form's (unsaved) rules."""
     _require_admin(request)
@@ -266,6 +269,7 @@ def backtest(request: HttpRequest, user_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
+@vary_on_headers("HX-Request")  # an htmx request gets a fragment
 def revoke(request: HttpRequest, grant_id: int) -> HttpResponse:
     actor = _require_admin(request)
     try:

@@ -50,7 +50,9 @@ def test_timeline_replay_and_export_download(
         calls = page.locator("article.audit-call")
         assert calls.count() == 2
         assert "list_directory" in calls.nth(0).inner_text()
-        assert "completed" in calls.nth(0).inner_text()
+        assert "completed" in calls.nth(0).inner_text()  # the outcome chip on the line
+        assert "does not exist" not in calls.nth(1).inner_text()  # folded
+        calls.nth(1).locator("summary").click()  # opens in place to the full card
         assert "does not exist" in calls.nth(1).inner_text()
 
         page.goto(f"{live_stack.url}/audit/sessions/{sid}/replay/")

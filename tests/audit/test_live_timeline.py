@@ -11,6 +11,7 @@ from django.test import Client
 
 from dispatcher.notify import publish_change
 from tests.approvals.conftest import run_async, session_cookie
+from tests.audit.test_timeline_pages import bulk_session
 from tests.conftest import LiveStack, make_user, unique
 
 pytestmark = pytest.mark.live
@@ -40,7 +41,8 @@ def test_auditor_timeline_hears_each_change_of_its_session(
     live_stack: LiveStack, live_db: None
 ) -> None:
     cookie = cookie_for("auditor")
-    session_id, other = str(uuid.uuid4()), str(uuid.uuid4())
+    session_id, _ = bulk_session(2)
+    other = str(uuid.uuid4())
 
     async def scenario() -> list[str]:
         communicator, connected = await open_timeline(session_id, ORIGIN, cookie)
@@ -54,7 +56,11 @@ def test_auditor_timeline_hears_each_change_of_its_session(
         await communicator.disconnect()
         return heard
 
-    assert run_async(scenario) == ["changed", "changed"]
+    heard = run_async(scenario)
+    # Each message is the session's summary, a fragment htmx swaps in by its id.
+    assert len(heard) == 2
+    assert all(m.startswith('<p id="audit-summary"') for m in heard), heard
+    assert all("2 calls in this session" in m for m in heard), heard
 
 
 @pytest.mark.parametrize("groups", [(), ("reviewer",)])

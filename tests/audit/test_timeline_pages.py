@@ -247,7 +247,9 @@ def test_the_live_refresh_reloads_the_page_it_is_on(auditor: Client) -> None:
     older = link(get(auditor, chain), "Older calls") or ""
     fragment = auditor.get(f"/audit/sessions/{chain}/{older}", headers={"HX-Request": "true"})
     html = fragment.content.decode()
-    assert html.lstrip().startswith('<section id="audit-calls">') and "<html" not in html
+    assert html.lstrip().startswith('<section id="audit-calls"') and "<html" not in html
+    # It reloads itself from the page it is on (the socket only says "changed").
+    assert f'hx-get="/audit/sessions/{chain}/{older}"' in html
     assert shown(html) == ids[:PAGE_CALLS]
     assert link(html, "Newer calls") and link(html, "Latest")
     assert "HX-Request" in fragment["Vary"]  # a cache never serves it for a page load

@@ -1,0 +1,149 @@
+"""/agents/: agents and their tokens, for admins.
+
+Every change goes through `dispatcher.agents` (the service the management commands call),
+which writes its audit event. A token is shown once, in the answer to the POST that made
+it (never stored, never put in a redirect or the session), with `Cache-Control: no-store`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.db import IntegrityError
+from django.db.models import Count, Max, OuterRef, Subquery
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from audit.roles import ADMIN, role_required
+from dispatcher import agents
+from dispatcher.errors import ServiceError
+from dispatcher.models import Agent, AgentSession, ToolCall
+from dispatcher.policy.profiles import profile_for
+
+RECENT_SESSIONS = 20
+MAX_NAME = 100
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"user:{request.user.get_username()}"
+
+
+def _owners() -> list[User]:
+    return list(User.objects.filter(is_active=True).order_by("username"))
+
+
+@role_required(ADMIN)
+@require_http_methods(["GET", "POST"])
+@never_cache
+def agent_list(request: HttpRequest) -> HttpResponse:
+    """GET: every agent with its owner, sessions and state. POST: create one (its token
+    shown once on the answer), or re-render with what to fix (400)."""
+    form = {"name": "", "owner": request.user.get_username(), "workspace": ""}
+    if request.method == "POST":
+        form = {k: request.POST.get(k, "").strip() for k in form}
+        agent, token, error = _create(request, form)
+        if agent is not None:
+            return _detail(request, agent, token=token)
+        return _list(request, form, error=error, status=400)
+    return _list(request, form)
+
+
+def _create(request: HttpRequest, form: dict[str, str]) -> tuple[Agent | None, str, str]:
+    if not form["name"] or len(form["name"]) > MAX_NAME:
+        return None, "", f"Give the agent a name of 1 to {MAX_NAME} characters."
+    owner = User.objects.filter(username=form["owner"], is_active=True).first()
+    if owner is None:
+        return None, "", "Choose the user who owns the agent (an active user)."
+    if Agent.objects.filter(owner=owner, name=form["name"]).exists():
+        return None, "", f"{owner.get_username()} already has an agent named '{form['name']}'."
+    try:
+        agent, token = agents.create_agent(
+            owner=owner, name=form["name"], workspace=form["workspace"], actor=_actor(request)
+        )
+    except IntegrityError:
+        return None, "", f"{owner.get_username()} already has an agent named '{form['name']}'."
+    except OSError as problem:
+        return None, "", f"The workspace cannot be used: {problem.strerror or problem}."
+    return agent, token, ""
+
+
+def _list(
+    request: HttpRequest, form: dict[str, str], *, error: str = "", status: int = 200
+) -> HttpResponse:
+    rows = (
+        Agent.objects.select_related("owner")
+        .annotate(session_count=Count("sessions"), last_session=Max("sessions__created_at"))
+        .order_by("-is_active", "owner__username", "name")
+    )
+    context = {"agents": rows, "form": form, "error": error, "owners": _owners()}
+    return render(request, "agents/index.html", context, status=status)
+
+
+@role_required(ADMIN)
+@require_GET
+@never_cache
+def agent_detail(request: HttpRequest, agent_id: int) -> HttpResponse:
+    agent = get_object_or_404(Agent.objects.select_related("owner"), pk=agent_id)
+    return _detail(request, agent)
+
+
+def _detail(request: HttpRequest, agent: Agent, *, token: str = "") -> HttpResponse:
+    """The agent's page: state, owner's mode, its newest sessions with their last call,
+    and how to connect. `token` (just made) is shown once."""
+    last_call = ToolCall.objects.filter(session=OuterRef("pk")).order_by("-created_at")
+    sessions = list(
+        AgentSession.objects.filter(agent=agent)
+        .annotate(last_call=Subquery(last_call.values("created_at")[:1]))
+        .order_by("-created_at")[:RECENT_SESSIONS]
+    )
+    # Counted for these sessions only, on the (session, created_at) index.
+    counts = dict(
+        ToolCall.objects.filter(session__in=[s.pk for s in sessions])
+        .order_by()
+        .values_list("session")
+        .annotate(n=Count("id"))
+    )
+    for session in sessions:
+        session.call_count = counts.get(session.pk, 0)  # type: ignore[attr-defined]
+    activity = [s.last_call or s.created_at for s in sessions]
+    base = request.build_absolute_uri("/").rstrip("/")
+    context: dict[str, Any] = {
+        "agent": agent,
+        "token": token,
+        "sessions": sessions,
+        "session_total": AgentSession.objects.filter(agent=agent).count(),
+        "last_activity": max(activity, default=None),
+        "owner_mode": profile_for(agent.owner).mode,
+        "base_url": base,
+        "agent_arg": shlex.quote(agent.name),
+    }
+    response = render(request, "agents/detail.html", context)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@role_required(ADMIN)
+@require_POST
+def agent_rotate(request: HttpRequest, agent_id: int) -> HttpResponse:
+    """A new token for the agent, shown once; the old one stops working now."""
+    agent = get_object_or_404(Agent.objects.select_related("owner"), pk=agent_id)
+    try:
+        token = agents.rotate_token(agent=agent, actor=_actor(request))
+    except ServiceError as problem:
+        messages.error(request, str(problem))
+        return redirect("agents:detail", agent_id=agent.pk)
+    return _detail(request, agent, token=token)
+
+
+@role_required(ADMIN)
+@require_POST
+def agent_revoke(request: HttpRequest, agent_id: int) -> HttpResponse:
+    agent = get_object_or_404(Agent, pk=agent_id)
+    agents.revoke_agent(agent=agent, actor=_actor(request))
+    messages.success(request, f"Revoked agent '{agent.name}': its token no longer works.")
+    return redirect("agents:detail", agent_id=agent.pk)

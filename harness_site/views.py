@@ -1,0 +1,77 @@
+"""The landing page: the overview of what agents did lately, for anyone holding a role."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from audit.roles import roles_of
+
+from . import charts
+from .overview import OUTCOMES, Series, overview
+
+
+def _hour(bucket: str) -> str:
+    return bucket[11:16]
+
+
+def _day(bucket: str) -> str:
+    return datetime.fromisoformat(bucket).strftime("%a %d")
+
+
+def _per_day(week: Series) -> list[tuple[str, list[int], int]]:
+    """The week's hourly counts summed per day, for the table beside the chart."""
+    days: dict[str, list[int]] = {}
+    for bucket, counts, _total in week.rows():
+        row = days.setdefault(bucket[:10], [0] * len(OUTCOMES))
+        for i, n in enumerate(counts):
+            row[i] += n
+    return [(day, row, sum(row)) for day, row in days.items()]
+
+
+def _share(rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    top = max((n for _, n in rows), default=0)
+    return [
+        {"name": name, "n": n, "width": round(100 * n / top, 1) if top else 0} for name, n in rows
+    ]
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    """Signed-in users with a role see the overview; others are sent to sign in."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    if not roles_of(request.user):
+        return render(request, "overview/index.html", {"no_role": True})
+    figures = overview()
+    week, day = figures["week"], figures["day"]
+    values = week.counts.get
+    decisions = figures["decisions"]
+    context = {
+        **figures,
+        "outcomes": OUTCOMES,
+        "day_chart": charts.stacked(
+            day.buckets, lambda b: values(b, {}), list(OUTCOMES), label=_hour
+        ),
+        "week_chart": charts.stacked(
+            week.buckets, lambda b: values(b, {}), list(OUTCOMES), label=_day, ticks=7
+        ),
+        "day_total": sum(day.totals().values()),
+        "day_legend": [(k, label, day.totals()[k]) for k, label in OUTCOMES.items()],
+        "day_rows": day.rows(),
+        "week_rows": _per_day(week),
+        "decision_chart": charts.paired(
+            [d.day + " 00:00:00" for d in decisions],
+            [d.p50 for d in decisions],
+            [d.p90 for d in decisions],
+            label=_day,
+        ),
+        "agents": _share(figures["busiest"]["agents"]),
+        "tools": _share(figures["busiest"]["tools"]),
+    }
+    return render(request, "overview/index.html", context)
