@@ -51,6 +51,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def battery_figures() -> Iterator[None]:
     started = time.time()
+    figures.begin(BACKEND, started)
     yield
     path = figures.write(BACKEND, started)
     if path is not None:

@@ -38,6 +38,7 @@ def record(row: str, figure: str, value: Any, criterion: str, passed: bool, **de
         **({"detail": detail} if detail else {}),
     }
     FIGURES.append(entry)
+    _flush()
     print(f"FIGURE {row}: {figure} = {value} ({criterion}) {'PASS' if passed else 'FAIL'}")
     return bool(passed)
 
@@ -54,6 +55,7 @@ def skipped(row: str, figure: str, why: str) -> None:
             "scale": scale(),
         }
     )
+    _flush()
 
 
 def machine() -> dict[str, str]:
@@ -74,12 +76,31 @@ def machine() -> dict[str, str]:
     }
 
 
+_RUN: dict[str, Any] = {}
+
+
+def begin(backend: str, started: float) -> None:
+    """Name this run's file; every figure is written to it as soon as it is recorded, so
+    an interrupted run keeps what it measured."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(started))
+    _RUN.update(
+        backend=backend,
+        started=started,
+        path=OUT_DIR / f"figures-{stamp}-{backend}-{os.getpid()}.json",
+    )
+
+
+def _flush() -> None:
+    if _RUN:
+        write(_RUN["backend"], _RUN["started"])
+
+
 def write(backend: str, started: float) -> Path | None:
     if not FIGURES:
         return None
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    path = OUT_DIR / f"figures-{stamp}-{backend}-{os.getpid()}.json"
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(started))
+    path = _RUN.get("path") or OUT_DIR / f"figures-{stamp}-{backend}-{os.getpid()}.json"
     document = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "scale": scale(),

@@ -141,7 +141,9 @@ def test_d1_schemathesis_finds_no_server_error_or_schema_violation(
         "--phases",
         "examples,coverage,fuzzing,stateful",
     ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=2300, check=False)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=2300, check=False, cwd=tmp_path
+    )
     output = done.stdout + done.stderr
     requests, failures = _schemathesis_counts(report)
     (tmp_path / "schemathesis.txt").write_text(output)
