@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
-.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox clean
+.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox clean battery
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,3 +73,10 @@ typecheck: $(STAMP)
 
 clean:
 	rm -rf var .pytest_cache
+
+# The reliability and security battery at the sizes of docs/reliability.md (PostgreSQL +
+# Redis; the processes it starts are its own), then the table of its figures.
+battery: $(STAMP) browser
+	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) HARNESS_BATTERY_SCALE=full \
+	  $(BIN)/pytest tests/battery -m battery --create-db -p no:cacheprovider -p no:logging -q -s $(PYTEST_ARGS); status=$$?; \
+	  $(BIN)/python -m tests.battery.report; exit $$status

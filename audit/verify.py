@@ -10,10 +10,16 @@ hash the checkpoint recorded.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from django.db import connections
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from . import signing
 from .checkpoints import Checkpoint
@@ -99,6 +105,21 @@ def _written_as_seq(event: dict[str, Any], limit: int) -> int | None:
     return None
 
 
+def _session_matches(event: dict[str, Any]) -> bool:
+    """session_id is stored (and exported) beside the chain but not hashed: it must name
+    the chain's session, or be empty on a chain that is not a session's (the global one)."""
+    if "session_id" not in event:
+        return True  # a record without the column (the docs' recipe format)
+    session_id, chain = event["session_id"], event["chain"]
+    if session_id in (None, ""):
+        try:
+            uuid.UUID(chain)
+        except ValueError:
+            return True
+        return False
+    return str(session_id) == chain
+
+
 def _check(event: dict[str, Any], state: _ChainState) -> str | None:
     seq = event["seq"]
     if seq > state.expected_seq:
@@ -113,6 +134,8 @@ def _check(event: dict[str, Any], state: _ChainState) -> str | None:
         if moved is not None:
             return f"reordered: this event was written as seq {moved}, now it is seq {seq}"
         return "hash mismatch: the stored fields do not produce the stored hash (edited)"
+    if not _session_matches(event):
+        return "session_id does not name this chain's session: the event was edited"
     if event["prev_hash"] != state.prev_hash:
         return (
             "prev_hash does not match the hash of the event before it: an event was "
@@ -271,10 +294,27 @@ def database_events(chain: str | None = None) -> Iterator[dict[str, Any]]:
     rows = AuditEvent.objects.order_by("chain", "seq")
     if chain is not None:
         rows = rows.filter(chain=chain)
-    for values in rows.values_list(*EVENT_FIELDS).iterator(chunk_size=2000):
+    fields: tuple[str, ...] = EVENT_FIELDS
+    if connections[rows.db].vendor == "sqlite":
+        # SQLite keeps times as text, which anyone with the file can change: read the text
+        # itself, so that a value Django could not convert is reported, not raised.
+        rows = rows.annotate(created_text=Cast("created_at", TextField()))
+        fields = tuple("created_text" if f == "created_at" else f for f in EVENT_FIELDS)
+    for values in rows.values_list(*fields).iterator(chunk_size=2000):
         event = dict(zip(EVENT_FIELDS, values, strict=True))
-        event["created_at"] = event["created_at"].isoformat()
+        event["created_at"] = _iso_time(event["created_at"])
         yield event
+
+
+def _iso_time(value: Any) -> str:
+    """The hashed text of a stored time (isoformat of the UTC time); an unreadable stored
+    value gives a text no hash matches, so the verifier names that event."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    try:
+        return datetime.fromisoformat(str(value)).replace(tzinfo=UTC).isoformat()
+    except ValueError:
+        return f"unreadable time {value!r}"
 
 
 def database_heads(chain: str | None = None) -> dict[str, Head]:
