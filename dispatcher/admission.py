@@ -170,7 +170,7 @@ def receive(
         batch_id=batch_id,
         batch_index=index,
         repeat_count=repeat_count,
-        executor=_executor(item.name),
+        executor=_executor(item.name, session.client),
         edited_from_id=item.edited_from,
     )
     admission.calls.append(call)
@@ -196,15 +196,15 @@ def receive(
     return call
 
 
-def _executor(name: str) -> str:
-    tool = get_tool(name)
+def _executor(name: str, client: str) -> str:
+    tool = get_tool(name, client)
     return Executor.CLIENT if tool is not None and tool.client_executed else Executor.HARNESS
 
 
 def call_context(
     call: ToolCall, session: AgentSession, mode: str, profile: Profile
 ) -> CallContext | None:
-    tool = get_tool(call.name)
+    tool = get_tool(call.name, session.client)
     if tool is None or call.arguments is None:
         return None
     return CallContext(
@@ -239,7 +239,7 @@ def _decide(
         )
         return _reject(call, message, "receive")
     try:
-        tool = stages.resolve(call.name)
+        tool = stages.resolve(call.name, session.client)
         stages.validate(tool, call.arguments or {})
     except stages.Rejection as rejection:
         return _reject(call, rejection.message, rejection.stage)

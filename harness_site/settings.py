@@ -294,3 +294,12 @@ NINJA_PAGINATION_CLASS = "ninja.pagination.LimitOffsetPagination"
 # The agent API's middleware (async-native only; see harness_site.asgi).
 HARNESS_API_MIDDLEWARE = ["harness_site.middleware.APISecurityHeaders"]
 DATA_UPLOAD_MAX_MEMORY_SIZE = HARNESS_MAX_BODY_BYTES
+
+# Decide-only tool sets: the tools each client runs itself, resolved only for that
+# client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md.
+HARNESS_CLIENT_TOOLS = {"claude-code": "dispatcher.tools.claude_code.TOOLSET"}
+# The longest a hook request (POST /api/v1/hooks/claude-code?wait=S) is held while a
+# reviewer decides, and the wait when the hook names none (below Claude Code's 60 s
+# default hook timeout).
+HARNESS_HOOK_MAX_WAIT = float(env("HARNESS_HOOK_MAX_WAIT", "3600"))
+HARNESS_HOOK_DEFAULT_WAIT = float(env("HARNESS_HOOK_DEFAULT_WAIT", "50"))

@@ -3,7 +3,11 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from dispatcher.gateways import claude_code
 from dispatcher.gateways.api import api
+
+# Claude Code's hooks, on the agent API (same token, same error handling).
+api.add_router("/hooks", claude_code.router)
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/approvals/", permanent=False)),

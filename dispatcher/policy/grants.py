@@ -22,6 +22,8 @@ from dispatcher.errors import ServiceError
 from dispatcher.policy import rules
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.models import SessionGrant
+from dispatcher.tools._paths import lexical_relative
+from dispatcher.tools.base import command_argv
 
 GLOB = re.compile(r"([*?\[])")
 
@@ -46,12 +48,19 @@ def narrow_rule(ctx: CallContext) -> str:
     tool, args, name = ctx.tool, ctx.arguments, ctx.name
     alone = "Approve it without a session grant."
     if tool.command_argument:
-        argv = args.get(tool.command_argument)
-        if not argv or not isinstance(argv, list) or not all(isinstance(w, str) for w in argv):
+        argv = command_argv(tool, args)
+        if tool.command_shell and argv:  # one shell string: its words, if it is one command
+            try:
+                argv = shlex.split(argv[2])
+            except ValueError:
+                argv = None
+        if not argv:
             raise ServiceError(f"This '{name}' call has no command to grant. {alone}")
         specifier = " ".join(_command_word(word) for word in argv)
     elif len(tool.path_arguments) == 1 and isinstance(args.get(tool.path_arguments[0]), str):
         path = posixpath.normpath(args[tool.path_arguments[0]])
+        if tool.client_executed:  # the client's path, relative to its project directory
+            path = lexical_relative(path, ctx.workspace) or path
         if path.startswith(("/", "..", "~")) or path == ".":
             raise ServiceError(f"'{path}' is not a path inside the workspace. {alone}")
         specifier = _path_pattern(path)
