@@ -183,7 +183,7 @@ def test_a_blocklisted_command_is_denied_without_asking(agent: AgentFixture, com
         ("Read", {"file_path": "/home/dev/.ssh/id_ed25519"}),
         ("Glob", {"pattern": "/etc/**"}),
         ("Grep", {"pattern": "password", "path": "/"}),
-        ("NotebookEdit", {"notebook_path": "/tmp/n.ipynb", "new_source": "x"}),
+        ("NotebookEdit", {"notebook_path": "/srv/n.ipynb", "new_source": "x"}),
     ],
 )
 def test_a_path_outside_the_project_is_denied_lexically(
