@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from dispatcher.policy.models import Mode
-from dispatcher.tools.base import Tool
+from dispatcher.tools.base import ClientToolset, Tool
 
 
 @register()
@@ -152,3 +152,41 @@ def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
         )
         for problem in problems
     ]
+
+
+@register()
+def check_client_tools(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """HARNESS_CLIENT_TOOLS: client -> a ClientToolset of decide-only tools with valid schemas."""
+    errors: list[Error] = []
+    for client, path in settings.HARNESS_CLIENT_TOOLS.items():
+        try:
+            toolset = import_string(path)
+        except ImportError as exc:
+            errors.append(Error(f"HARNESS_CLIENT_TOOLS['{client}']: {exc}", id="dispatcher.E040"))
+            continue
+        if not isinstance(toolset, ClientToolset) or toolset.client != client:
+            errors.append(
+                Error(
+                    f"HARNESS_CLIENT_TOOLS['{client}'] = '{path}' is not the ClientToolset of "
+                    f"'{client}'.",
+                    hint="Point it at a ClientToolset whose client is the key.",
+                    id="dispatcher.E041",
+                )
+            )
+            continue
+        for tool in toolset.tools:
+            try:
+                Draft202012Validator.check_schema(tool.parameters)
+            except SchemaError as exc:
+                errors.append(
+                    Error(f"{client} tool '{tool.name}': {exc.message}", id="dispatcher.E042")
+                )
+            if not tool.client_executed:
+                errors.append(
+                    Error(
+                        f"{client} tool '{tool.name}' is not client_executed.",
+                        hint="A client's tools are decide-only: Harness never runs them.",
+                        id="dispatcher.E043",
+                    )
+                )
+    return errors
