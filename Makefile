@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
-.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox clean battery
+.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code clean battery
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,11 +32,25 @@ sandbox:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "The sandbox needs Debian's bubblewrap: sudo apt-get install bubblewrap"; fi; }
 
+# The pinned Claude Code CLI for tests/claude_code (npm registry), cached under var/.
+CLAUDE_CODE_VERSION := 2.1.328
+CLAUDE_CODE_DIR := var/claude-code
+CLAUDE_CODE_STAMP := $(CLAUDE_CODE_DIR)/.installed-$(CLAUDE_CODE_VERSION)
+
+$(CLAUDE_CODE_STAMP):
+	@if command -v npm >/dev/null; then \
+	  npm install --prefix $(CLAUDE_CODE_DIR) --no-audit --no-fund --loglevel=error \
+	    @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && \
+	  $(CLAUDE_CODE_DIR)/node_modules/.bin/claude --version && touch $@; \
+	else echo "The Claude Code tests need node and npm (apt-get install nodejs npm)."; fi
+
+claude-code: $(CLAUDE_CODE_STAMP)
+
 demo: $(STAMP) sandbox
 	$(BIN)/python manage.py run_demo
 
 # The whole suite on PostgreSQL + Redis, then on the embedded default (SQLite + own Redis).
-test: $(STAMP) browser sandbox
+test: $(STAMP) browser sandbox claude-code
 	$(MAKE) test-pg
 	$(MAKE) test-embedded
 
@@ -52,7 +66,7 @@ test-embedded: $(STAMP)
 	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; r.stop(pathlib.Path('$(CURDIR)/var/test-embedded'))"; \
 	  exit $$status
 
-test-all: $(STAMP) browser sandbox
+test-all: $(STAMP) browser sandbox claude-code
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --create-db
 
 # Benchmarks (never run by CI): ratios against baselines measured in the same run.

@@ -10,6 +10,8 @@ import json
 import re
 from typing import Any
 
+from dispatcher.policy.rules import analyse_command
+
 # Characters that change how text looks without being visible themselves: C0/C1 controls
 # (tab and newline are kept as layout), soft hyphen, Arabic letter mark, Mongolian vowel
 # separator, zero-width and joiner characters, line/paragraph separators, bidi embeddings,
@@ -53,3 +55,13 @@ def pretty_arguments(raw: str) -> tuple[str, list[str]]:
     except (ValueError, RecursionError):
         return "", []
     return json.dumps(parsed, indent=2, ensure_ascii=False), sorted(set(duplicates))
+
+
+def shell_reading(command: str) -> dict[str, Any]:
+    """The simple commands a shell string runs, as the command reader (the one rules and
+    the blocklist use) sees them, and why it cannot read it completely, if it cannot."""
+    analysis = analyse_command(("bash", "-c", str(command)))
+    parts = [
+        [visible(word) for word in part.argv] for part in analysis.parts if not part.loose_only
+    ]
+    return {"parts": parts, "unreadable": analysis.unreadable}

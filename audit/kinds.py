@@ -97,6 +97,12 @@ APPROVAL_DIGEST_MISMATCH = register(
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
 
+# --- What a client that runs its own tools tells about its session (Claude Code's hooks) --
+CLIENT_SESSION_STARTED = register("client.session_started", "client session started")
+CLIENT_PROMPT = register("client.prompt", "the user sent a prompt")
+CLIENT_STOPPED = register("client.stopped", "the client finished its answer")
+CLIENT_SESSION_ENDED = register("client.session_ended", "client session ended")
+
 
 def counters() -> dict[str, str]:
     """Event kind -> the AuditChain counter it increments."""

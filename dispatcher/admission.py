@@ -174,7 +174,7 @@ def receive(
         batch_id=batch_id,
         batch_index=index,
         repeat_count=repeat_count,
-        executor=_executor(item.name),
+        executor=_executor(item.name, session.client),
         edited_from_id=item.edited_from,
     )
     admission.calls.append(call)
@@ -200,15 +200,15 @@ def receive(
     return call
 
 
-def _executor(name: str) -> str:
-    tool = get_tool(name)
+def _executor(name: str, client: str) -> str:
+    tool = get_tool(name, client)
     return Executor.CLIENT if tool is not None and tool.client_executed else Executor.HARNESS
 
 
 def call_context(
     call: ToolCall, session: AgentSession, mode: str, profile: Profile
 ) -> CallContext | None:
-    tool = get_tool(call.name)
+    tool = get_tool(call.name, session.client)
     if tool is None or call.arguments is None:
         return None
     return CallContext(
@@ -243,7 +243,7 @@ def _decide(
         )
         return _reject(call, message, "receive")
     try:
-        stages.validate(stages.resolve(call.name), call.arguments or {})
+        stages.validate(stages.resolve(call.name, session.client), call.arguments or {})
     except stages.Rejection as rejection:
         return _reject(call, rejection.message, rejection.stage)
     ctx = call_context(call, session, mode, profile)

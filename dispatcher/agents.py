@@ -12,10 +12,11 @@ import hmac
 import secrets
 import uuid
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -184,3 +185,85 @@ def mode_and_profile(session: AgentSession, *, preloaded: bool = False) -> tuple
     session's mode narrowed further if the owner's mode was narrowed since the session started."""
     profile = profile_for(session.agent.owner, preloaded=preloaded)
     return narrower_mode(session.mode, profile.mode), profile
+
+
+def client_session(
+    *, agent: Agent, client: str, external_id: str, project_dir: str
+) -> AgentSession:
+    """The Harness session of one client session (a Claude Code session_id), started on
+    first sight: titled and confined by the client's project directory, which is on the
+    client's disk (never created or resolved here). Later calls with the same id get the
+    same session, whatever directory they name (the first one confines it).
+
+    Idempotent under concurrent first requests (one row per agent, client and id).
+    """
+    found = _client_session(agent, client, external_id)
+    if found is not None:
+        return found
+    try:
+        return _start_client_session(agent, client, external_id, project_dir)
+    except IntegrityError:
+        # A concurrent first request of the same session won; use its row.
+        found = _client_session(agent, client, external_id)
+        if found is None:
+            raise
+        return found
+
+
+def _client_session(agent: Agent, client: str, external_id: str) -> AgentSession | None:
+    session = (
+        AgentSession.objects.annotate(
+            has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk")))
+        )
+        .filter(agent=agent, client=client, external_id=external_id)
+        .first()
+    )
+    if session is not None:
+        session.agent = agent
+    return session
+
+
+@transaction.atomic
+def _start_client_session(
+    agent: Agent, client: str, external_id: str, project_dir: str
+) -> AgentSession:
+    mode = profile_for(agent.owner).mode
+    session = AgentSession.objects.create(
+        agent=agent,
+        title=project_dir[:200],
+        mode=mode,
+        workspace=project_dir,
+        client=client,
+        external_id=external_id,
+    )
+    session.has_grants = False  # type: ignore[attr-defined]
+    record_event(
+        kind=kinds.SESSION_STARTED,
+        actor=f"agent:{agent.name}",
+        session_id=session.pk,
+        subject=f"session:{session.pk}",
+        payload={
+            "agent": agent.name,
+            "owner": agent.owner.get_username(),
+            "title": session.title,
+            "requested_mode": None,
+            "mode": mode,
+            "workspace": project_dir,
+            "client": client,
+            "external_id": external_id,
+        },
+    )
+    return session
+
+
+@transaction.atomic
+def record_client_event(*, session: AgentSession, kind: str, payload: dict[str, Any]) -> None:
+    """What a client tells about its session besides tool calls (a prompt, a stop), in the
+    session's audit chain, for the timeline. `kind` is one of the client.* kinds."""
+    record_event(
+        kind=kind,
+        actor=f"agent:{session.agent.name}",
+        session_id=session.pk,
+        subject=f"session:{session.pk}",
+        payload=payload,
+    )

@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from dispatcher.policy.models import Mode
-from dispatcher.tools.base import Tool
+from dispatcher.tools.base import ClientToolset, Tool
 
 # Seconds a worker needs around a tool's own timeout: guards, claim, the result's write.
 TASK_TIME_MARGIN = 30.0
@@ -221,3 +221,41 @@ def check_task_time_limit(app_configs: Any = None, **kwargs: Any) -> list[Error]
             )
         ]
     return []
+
+
+@register()
+def check_client_tools(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """HARNESS_CLIENT_TOOLS: client -> a ClientToolset of decide-only tools with valid schemas."""
+    errors: list[Error] = []
+    for client, path in settings.HARNESS_CLIENT_TOOLS.items():
+        try:
+            toolset = import_string(path)
+        except ImportError as exc:
+            errors.append(Error(f"HARNESS_CLIENT_TOOLS['{client}']: {exc}", id="dispatcher.E050"))
+            continue
+        if not isinstance(toolset, ClientToolset) or toolset.client != client:
+            errors.append(
+                Error(
+                    f"HARNESS_CLIENT_TOOLS['{client}'] = '{path}' is not the ClientToolset of "
+                    f"'{client}'.",
+                    hint="Point it at a ClientToolset whose client is the key.",
+                    id="dispatcher.E051",
+                )
+            )
+            continue
+        for tool in toolset.tools:
+            try:
+                Draft202012Validator.check_schema(tool.parameters)
+            except SchemaError as exc:
+                errors.append(
+                    Error(f"{client} tool '{tool.name}': {exc.message}", id="dispatcher.E052")
+                )
+            if not tool.client_executed:
+                errors.append(
+                    Error(
+                        f"{client} tool '{tool.name}' is not client_executed.",
+                        hint="A client's tools are decide-only: Harness never runs them.",
+                        id="dispatcher.E053",
+                    )
+                )
+    return errors

@@ -19,7 +19,7 @@ from dispatcher.policy import stages
 from dispatcher.policy.context import CallContext, Profile
 from dispatcher.policy.models import narrower_mode
 from dispatcher.policy.profiles import profile_for
-from dispatcher.tools.registry import get_tool
+from dispatcher.tools.registry import API_CLIENT, get_tool
 
 BACKTEST_LIMIT = 500
 
@@ -76,7 +76,7 @@ def simulate(
             f"The arguments of '{tool}' must be a JSON object.",
         )
     try:
-        definition = stages.resolve(tool)
+        definition = stages.resolve(tool, session.client if session else API_CLIENT)
         stages.validate(definition, arguments)
     except stages.Rejection as rejection:
         return answer("reject", rejection.stage, f"stage:{rejection.stage}", rejection.message)
@@ -139,7 +139,7 @@ def backtest(*, user: User, proposed: Profile, limit: int = BACKTEST_LIMIT) -> B
     saved = profile_for(user)
     checked, changes = 0, []
     for call in calls:
-        if get_tool(call.name) is None:
+        if get_tool(call.name, call.session.client) is None:
             continue
         checked += 1
         before, after = simulate_call(call, saved), simulate_call(call, proposed)

@@ -312,12 +312,19 @@ def release_fields() -> dict[str, Any]:
 
 
 def report_result(
-    *, call_id: uuid.UUID | str, content: str, is_error: bool, actor: str, source: str
+    *,
+    call_id: uuid.UUID | str,
+    content: str,
+    is_error: bool,
+    actor: str,
+    source: str,
+    extra: dict[str, Any] | None = None,
 ) -> bool:
     """The client's report of what a released call's tool returned: the call's result,
     marked as reported by the client (`source`, e.g. "claude-code:PostToolUse"), never as
     produced by Harness. False if the call was not released (reported already, lease
-    passed, or never allowed): a report never changes a finished call."""
+    passed, or never allowed): a report never changes a finished call. `extra` joins the
+    event's payload (e.g. whether the input the client reports is the one it was allowed)."""
     with transaction.atomic():
         call = ToolCall.objects.select_for_update().filter(pk=call_id).first()
         if call is None or call.status != Status.RELEASED:
@@ -327,7 +334,12 @@ def report_result(
             Status.REPORTED,
             kind=kinds.CALL_REPORTED,
             actor=actor,
-            payload={"content": content, "is_error": is_error, "reported_by": source},
+            payload={
+                "content": content,
+                "is_error": is_error,
+                "reported_by": source,
+                **(extra or {}),
+            },
             content=content,
             is_error=is_error,
             provenance={**call.provenance, "result": {"reported_by": source}},

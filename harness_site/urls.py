@@ -2,9 +2,12 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from dispatcher.gateways import claude_code
 from dispatcher.gateways.api import api
 
 from . import views
+# Claude Code's hooks, on the agent API (same token, same error handling).
+api.add_router("/hooks", claude_code.router)
 
 urlpatterns = [
     path("", views.home, name="home"),

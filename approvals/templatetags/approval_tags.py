@@ -26,6 +26,12 @@ def repeated_keys(raw: str) -> list[str]:
 
 
 @register.filter
+def shell_reading(command: str) -> dict[str, object]:
+    """The parts of a shell command string (see display.shell_reading)."""
+    return display.shell_reading(command)
+
+
+@register.filter
 def diff_lines(diff: str) -> list[tuple[str, str]]:
     """(css class, line) for each line of a unified diff."""
     lines = []

@@ -204,14 +204,20 @@ def batch_json(calls: list[ToolCall], dialect: str) -> tuple[int, dict[str, Any]
     }
 
 
+def is_terminal(call: ToolCall) -> bool:
+    return call.status in TERMINAL_STATUSES
+
+
 async def wait_until_terminal(
     call_ids: list[str],
     seconds: float,
     reload: Callable[[], Awaitable[list[ToolCall]]],
     calls: list[ToolCall],
+    settled: Callable[[ToolCall], bool] = is_terminal,
 ) -> list[ToolCall]:
-    """Sleep until every call is terminal or `seconds` pass; wake only on a change push."""
-    if seconds <= 0 or all(c.status in TERMINAL_STATUSES for c in calls):
+    """Sleep until every call is terminal (or `settled`) or `seconds` pass; wake only on a
+    change push."""
+    if seconds <= 0 or all(settled(c) for c in calls):
         return calls
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
@@ -220,7 +226,7 @@ async def wait_until_terminal(
     try:
         await pubsub.subscribe(*[wake_channel(cid) for cid in call_ids])
         calls = await reload()  # re-read after subscribing: a change in between is not lost
-        while not all(c.status in TERMINAL_STATUSES for c in calls):
+        while not all(settled(c) for c in calls):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break

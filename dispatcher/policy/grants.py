@@ -24,6 +24,8 @@ from dispatcher.errors import ServiceError
 from dispatcher.policy import rules
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.models import SessionGrant
+from dispatcher.tools._paths import lexical_relative
+from dispatcher.tools.base import command_argv
 
 GLOB = re.compile(r"([*?\[])")
 IN_CWD = " in cwd "
@@ -51,8 +53,13 @@ def narrow_rule(ctx: CallContext) -> str:
     alone = "Approve it without a session grant."
     suffix = ""
     if tool.command_argument:
-        argv = args.get(tool.command_argument)
-        if not argv or not isinstance(argv, list) or not all(isinstance(w, str) for w in argv):
+        argv = command_argv(tool, args)
+        if tool.command_shell and argv:  # one shell string: its words, if it is one command
+            try:
+                argv = shlex.split(argv[2])
+            except ValueError:
+                argv = None
+        if not argv:
             raise ServiceError(f"This '{name}' call has no command to grant. {alone}")
         specifier = " ".join(_command_word(word) for word in argv)
         cwd = _directory_of(ctx)
@@ -61,6 +68,8 @@ def narrow_rule(ctx: CallContext) -> str:
         suffix = "" if cwd == "." else IN_CWD + shlex.quote(cwd)
     elif len(tool.path_arguments) == 1 and isinstance(args.get(tool.path_arguments[0]), str):
         path = posixpath.normpath(args[tool.path_arguments[0]])
+        if tool.client_executed:  # the client's path, relative to its project directory
+            path = lexical_relative(path, ctx.workspace) or path
         if path.startswith(("/", "..", "~")) or path == ".":
             raise ServiceError(f"'{path}' is not a path inside the workspace. {alone}")
         specifier = _path_pattern(path)

@@ -31,7 +31,8 @@ from dispatcher.policy.shell import (
     unwrap,
     unwrap_once,
 )
-from dispatcher.tools._paths import path_violation
+from dispatcher.tools._paths import lexical_path_violation, path_violation
+from dispatcher.tools.base import command_argv
 
 MAX_SHELL_DEPTH = 8
 MAX_LAYERS = 32
@@ -63,11 +64,14 @@ def workspace_confinement(call: CallContext) -> str | None:
     Checks every name in `call.tool.path_arguments` present in the arguments: non-strings,
     NUL bytes, `~`, absolute paths, and paths whose resolved form (symlinks followed)
     leaves the resolved workspace. Command argv words are not paths and are not checked.
+    A decide-only call's paths are on the client's disk: checked lexically against its
+    project directory (the session workspace), never resolved here.
     """
+    violation = lexical_path_violation if call.tool.client_executed else path_violation
     for name in call.tool.path_arguments:
         if name not in call.arguments:
             continue
-        problem = path_violation(call.arguments[name], call.workspace)
+        problem = violation(call.arguments[name], call.workspace)
         if problem is not None:
             return problem if name == "path" else f"Argument '{name}': {problem}"
     return None
@@ -82,8 +86,8 @@ def command_blocklist(call: CallContext) -> str | None:
     argument = call.tool.command_argument
     if argument is None or argument not in call.arguments:
         return None
-    argv = call.arguments[argument]
-    if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
+    argv = command_argv(call.tool, call.arguments)
+    if argv is None:
         return f"Argument '{argument}' must be a list of strings, e.g. ['git', 'status']."
     return _blocklist_answer(tuple(argv))
 

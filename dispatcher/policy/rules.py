@@ -47,7 +47,8 @@ from dispatcher.policy.shell import (
     could_be,
     is_computed,
 )
-from dispatcher.tools.base import Tool
+from dispatcher.tools._paths import lexical_relative
+from dispatcher.tools.base import Tool, command_argv
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ class Rule:
         For "deny" and "ask" any reading that matches is enough; for "allow" every
         reading must match (and an unreadable command never does).
         """
-        if call.name != self.tool:
+        if self.tool != call.name and self.tool not in call.tool.rule_aliases:
             return False
         strict = action == "allow"
         if self.specifier is None:
@@ -187,11 +188,10 @@ def validate_rules(
 
     Tool names are checked against `tools` (default: the registry). Empty list = valid.
     """
-    if tools is None:
-        from dispatcher.tools.registry import all_tools
+    from dispatcher.tools.registry import all_tools, rule_tool
 
-        tools = all_tools()
-    by_name = {tool.name: tool for tool in tools}
+    lookup = rule_tool if tools is None else (lambda name: None)
+    by_name = {tool.name: tool for tool in (all_tools() if tools is None else tools)}
     problems: list[str] = []
     if not isinstance(lists, Mapping):
         return [
@@ -210,7 +210,7 @@ def validate_rules(
         for text in texts:
             try:
                 rule = parse_rule(text)
-                tool = by_name.get(rule.tool)
+                tool = by_name.get(rule.tool) or lookup(rule.tool)
                 if tool is None:
                     raise RuleError(
                         f"Rule '{rule.text}' names an unknown tool '{rule.tool}' "
@@ -273,7 +273,9 @@ def path_readings(
     properties = tool.parameters.get("properties", {})
     for name in tool.path_arguments:
         value = arguments.get(name, properties.get(name, {}).get("default"))
-        if isinstance(value, str):
+        if isinstance(value, str) and tool.client_executed:
+            readings.append(_client_readings_of(value, workspace))
+        elif isinstance(value, str):
             readings.append(_readings_of(value, workspace))
     return readings
 
@@ -296,6 +298,13 @@ def _readings_of(value: str, workspace: Path) -> tuple[str | None, str | None, s
     except (ValueError, OSError, RuntimeError):
         resolved = None
     return given_rel, resolved, text
+
+
+def _client_readings_of(value: str, project: Path) -> tuple[str | None, str | None, str]:
+    """A decide-only call's path, on the client's disk: read lexically, never resolved here."""
+    relative = lexical_relative(value, project)
+    text = re.sub(r"^(/|\.\./)+", "", posixpath.normpath(value or ".")).lstrip("~") or "."
+    return relative, relative, relative or text
 
 
 def _path_matches(rule: Rule, call: CallContext, strict: bool) -> bool:
@@ -491,10 +500,8 @@ def _allows(pattern: CommandPattern, command: Command) -> bool:
 
 
 def _command_argv(call: CallContext) -> tuple[str, ...] | None:
-    argv = call.arguments.get(call.tool.command_argument or "")
-    if not isinstance(argv, list) or not all(isinstance(word, str) for word in argv):
-        return None
-    return tuple(argv)
+    argv = command_argv(call.tool, call.arguments)
+    return None if argv is None else tuple(argv)
 
 
 def command_reading(call: CallContext) -> Reading:

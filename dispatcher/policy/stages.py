@@ -15,7 +15,12 @@ from dispatcher.policy.context import CallContext, Decision
 from dispatcher.policy.waterfall import run_guards, run_waterfall
 from dispatcher.tools import messages
 from dispatcher.tools.base import Tool
-from dispatcher.tools.registry import get_tool, unknown_tool_message, validator_for
+from dispatcher.tools.registry import (
+    API_CLIENT,
+    get_tool,
+    unknown_tool_message,
+    validator_for,
+)
 
 
 class Rejection(Exception):
@@ -27,10 +32,11 @@ class Rejection(Exception):
         self.message = message
 
 
-def resolve(name: str) -> Tool:
-    tool = get_tool(name)
+def resolve(name: str, client: str = API_CLIENT) -> Tool:
+    """The tool `name` in the tool set of the session's `client` (see the registry)."""
+    tool = get_tool(name, client)
     if tool is None:
-        raise Rejection("resolve", unknown_tool_message(name))
+        raise Rejection("resolve", unknown_tool_message(name, client))
     return tool
 
 

@@ -7,6 +7,8 @@ denies with its text, and tool bodies call `resolve_in_workspace` again at run t
 
 from __future__ import annotations
 
+import posixpath
+import re
 from pathlib import Path
 
 from dispatcher.tools.base import ToolError
@@ -46,6 +48,44 @@ def path_violation(value: object, workspace: Path) -> str | None:
             f"Use a path relative to the workspace, e.g. '{EXAMPLE}'."
         )
     return None
+
+
+def lexical_relative(value: object, project: Path | str) -> str | None:
+    """`value` as a path relative to `project`, read lexically: nothing is resolved on
+    this host's disk, because the files are on the client's (a decide-only call's paths).
+
+    An absolute path must lie under `project`; a relative one is read against it; `..`
+    is folded textually. None when the path leaves `project`, or is not a plain path (not
+    a string, a NUL byte, `~`). "" and the project itself are ".".
+    """
+    if not isinstance(value, str) or "\x00" in value or value.startswith("~"):
+        return None
+    root = re.sub(r"^/+", "/", posixpath.normpath(str(project)))
+    if not root.startswith("/"):
+        return None  # a project directory that is not an absolute POSIX path: fail closed
+    joined = posixpath.join(root, value) if value else root
+    path = re.sub(r"^/+", "/", posixpath.normpath(joined))
+    if path == root:
+        return "."
+    prefix = root.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else None
+
+
+def lexical_path_violation(value: object, project: Path | str) -> str | None:
+    """Why `value` is not a path inside the client's project directory, or None (see
+    `lexical_relative`): the confinement of decide-only calls."""
+    if not isinstance(value, str):
+        return f"Path must be a string, got {type(value).__name__}."
+    if lexical_relative(value, project) is not None:
+        return None
+    if "\x00" in value:
+        return f"Path {value!r} contains a NUL byte. Use a plain path inside {project}."
+    if value.startswith("~"):
+        return f"Path {value!r} starts with '~'. Use a path inside the project directory {project}."
+    return (
+        f"Path {value!r} is outside the project directory {project}; only files inside it "
+        "may be used in this session."
+    )
 
 
 def resolve_in_workspace(workspace: Path, relative: str) -> Path:

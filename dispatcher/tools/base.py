@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,9 +66,46 @@ class Tool:
     path_arguments: tuple[str, ...] = ()
     # Name of the argument holding an argv list (the command guard checks it).
     command_argument: str | None = None
+    # When set, `command_argument` holds one shell command string instead of an argv list
+    # (Claude Code's Bash), which the command guard and rules read as
+    # [command_shell, "-c", string]: see `command_argv`.
+    command_shell: str | None = None
     # Decide-only: the client runs the tool (Claude Code's own tools, an MCP client's);
-    # Harness decides, never executes, and records what the client reports.
+    # Harness decides, never executes, and records what the client reports. Its paths are
+    # on the client's disk: they are confined lexically, never resolved here.
     client_executed: bool = False
+    # Other tool names whose rules also cover this tool (Claude Code's `Edit(src/**)`
+    # also covers Write, as in Claude Code's own permission rules).
+    rule_aliases: tuple[str, ...] = ()
+
+
+def command_argv(tool: Tool, arguments: Mapping[str, Any]) -> list[str] | None:
+    """The command line the command guard and command rules read, or None when the
+    argument is missing or not of the tool's form (an argv list of strings, or, for a
+    tool with `command_shell`, one string, read as `[command_shell, "-c", string]`)."""
+    value = arguments.get(tool.command_argument or "")
+    if tool.command_shell:
+        return [tool.command_shell, "-c", value] if isinstance(value, str) else None
+    if isinstance(value, list) and all(isinstance(word, str) for word in value):
+        return list(value)
+    return None
+
+
+@dataclass(frozen=True)
+class ClientToolset:
+    """The tools one kind of client runs itself (decide-only), e.g. Claude Code's.
+
+    Resolved only for sessions of that client (`AgentSession.client`), never listed by
+    GET /api/v1/tools. `fallback` names the tool for a name not in `tools` (an MCP tool,
+    a tool of a newer client version), or None to reject the name as unknown;
+    `rule_fallback` the same for names in permission rules (narrower, so that a typo in a
+    rule is still an error).
+    """
+
+    client: str
+    tools: tuple[Tool, ...]
+    fallback: Callable[[str], Tool | None] = field(default=lambda name: None)
+    rule_fallback: Callable[[str], Tool | None] = field(default=lambda name: None)
 
 
 def model_facing_schema(tool: Tool, format: str = "native") -> dict[str, Any]:

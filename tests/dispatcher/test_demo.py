@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -114,6 +115,13 @@ def test_run_demo_shows_every_outcome_and_leaves_nothing_running(data_dir: Path)
         assert re.search(pattern, out), f"missing {pattern!r} in:\n{out}"
     for dialect in ("openai", "anthropic", "native"):
         assert f"({dialect} dialect)" in out
+
+    # How to connect a local Claude Code to the demo: settings written, one command shown.
+    assert "Connect a local Claude Code to this demo" in out
+    settings_file = data_dir / "claude-code-demo-settings.json"
+    assert f"cp {settings_file} .claude/settings.local.json && HARNESS_TOKEN=hrn_" in out
+    hook = json.loads(settings_file.read_text())["hooks"]["PreToolUse"][0]["hooks"][0]
+    assert "dispatcher/gateways/hook_command.py" in hook["command"] and hook["type"] == "command"
 
     # Nothing it started is left running: the printed pids, the Redis, any pool child.
     pids = {int(p) for p in re.findall(r"\(pid (\d+)", out)}

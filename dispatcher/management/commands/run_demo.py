@@ -9,7 +9,9 @@ stops every process it started and, when it started it, the embedded Redis.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -26,6 +28,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from audit import roles
 from dispatcher import agents
 from dispatcher.management import demo_agent
+from dispatcher.management.commands.claude_code_settings import DEFAULT_WAIT, hook_settings
 from dispatcher.models import Agent
 from dispatcher.policy import profiles
 
@@ -33,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[3]
 REVIEWER = "reviewer"
 OWNER = "demo"
 AGENT_NAME = "demo-agent"
+HOOK_SCRIPT = "dispatcher/gateways/hook_command.py"  # stdlib only: runs without installing
 
 
 class Stop(Exception):
@@ -120,6 +124,7 @@ class Command(BaseCommand):
                 out=self.stdout,
                 auto_approve_as=REVIEWER if auto_approve else None,
             )
+            self.connect_claude_code(url, token, data_dir)
             if no_wait:
                 return
             self.say("")
@@ -172,6 +177,19 @@ class Command(BaseCommand):
             f"(prefix {agent.token_prefix}) owned by '{OWNER}', standard mode."
         )
         return token, agent.workspace
+
+    def connect_claude_code(self, url: str, token: str, data_dir: Path) -> None:
+        """Write Claude Code settings for the demo and print the command that uses them."""
+        hook = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / HOOK_SCRIPT))}"
+        path = data_dir / "claude-code-demo-settings.json"
+        path.write_text(json.dumps(hook_settings(url, hook, DEFAULT_WAIT), indent=2) + "\n")
+        self.say("")
+        self.say("Connect a local Claude Code to this demo (from a project directory):")
+        self.say(
+            f"  mkdir -p .claude && cp {shlex.quote(str(path))} .claude/settings.local.json "
+            f"&& HARNESS_TOKEN={token} claude"
+        )
+        self.say("  Its tool calls then appear in the reviewer dashboard (docs/claude-code.md).")
 
     # --- Processes ------------------------------------------------------------------------
 
