@@ -139,6 +139,7 @@ class Dialect(models.TextChoices):
     NATIVE = "native"
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
+    MCP = "mcp"  # a tools/call on the MCP gateway
 
 
 class ToolCallQuerySet(models.QuerySet["ToolCall"]):

@@ -237,6 +237,8 @@ HARNESS_TOOLS = [
     "dispatcher.tools.search_files.TOOL",
     "dispatcher.tools.run_command.TOOL",
     "dispatcher.tools.delete_file.TOOL",
+    # Decide-only: a client's tool Harness has no definition of (MCP approval_prompt).
+    "dispatcher.tools.client_tool.TOOL",
 ] + env_list("HARNESS_EXTRA_TOOLS")
 
 # Stage 4, the pre-execute waterfall: `(call, next) -> Decision`, first answer wins.
@@ -294,3 +296,8 @@ NINJA_PAGINATION_CLASS = "ninja.pagination.LimitOffsetPagination"
 # The agent API's middleware (async-native only; see harness_site.asgi).
 HARNESS_API_MIDDLEWARE = ["harness_site.middleware.APISecurityHeaders"]
 DATA_UPLOAD_MAX_MEMORY_SIZE = HARNESS_MAX_BODY_BYTES
+
+# --- MCP gateway (/mcp/) and upstream MCP servers ---------------------------------------
+# Tools per tools/list page, and seconds between progress notifications of a held call.
+HARNESS_MCP_PAGE_SIZE = int(env("HARNESS_MCP_PAGE_SIZE", "100"))
+HARNESS_MCP_PROGRESS_INTERVAL = float(env("HARNESS_MCP_PROGRESS_INTERVAL", "10"))

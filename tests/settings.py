@@ -32,3 +32,6 @@ HARNESS_WORKSPACE_ROOT = Path(
     os.environ.get("HARNESS_WORKSPACE_ROOT")
     or Path(tempfile.gettempdir()) / f"harness-test-workspaces-{_RUN}"
 )
+
+# Small tools/list pages, so MCP clients in tests page through them.
+HARNESS_MCP_PAGE_SIZE = 4
