@@ -96,6 +96,12 @@ APPROVAL_DIGEST_MISMATCH = register(
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
 
+# --- Tool sources: upstream MCP servers ----------------------------------------------------
+MCP_SERVER_ADDED = register("mcp_server.added", "MCP server registered")
+MCP_SERVER_REFRESHED = register("mcp_server.refreshed", "MCP server's tools listed again")
+MCP_SERVER_REMOVED = register("mcp_server.removed", "MCP server removed")
+MCP_TOOL_ACCEPTED = register("mcp_tool.accepted", "changed MCP tool definition accepted")
+
 
 def counters() -> dict[str, str]:
     """Event kind -> the AuditChain counter it increments."""

@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "audit",
     "dispatcher",
     "dispatcher.policy",
+    "dispatcher.tools.sources",
     "approvals",
 ]
 

@@ -21,6 +21,8 @@ class ExecutionContext:
     call_id: str
     timeout: float
     output_limit: int
+    # The call's arguments exactly as logged (an upstream MCP tool sends these bytes).
+    raw_arguments: str = ""
 
     def resolve(self, relative: str) -> Path:
         """The workspace path for `relative`. Guards have already confined it."""

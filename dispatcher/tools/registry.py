@@ -1,4 +1,6 @@
-"""The tool registry: the tools named in settings.HARNESS_TOOLS, with compiled validators."""
+"""The tool registry: the tools named in settings.HARNESS_TOOLS, then the tools of the
+upstream MCP servers an admin registered (`SERVER__tool`, dispatcher.tools.sources), with
+compiled validators."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from django.utils.module_loading import import_string
 from jsonschema import Draft202012Validator
 
 from dispatcher.tools.base import Tool
+from dispatcher.tools.sources import catalog
 
 
 @functools.cache
@@ -17,9 +20,16 @@ def _load(paths: tuple[str, ...]) -> tuple[Tool, ...]:
     return tuple(import_string(path) for path in paths)
 
 
-def all_tools() -> tuple[Tool, ...]:
-    """Every registered tool, in settings order (checks report duplicates and bad entries)."""
+def builtin_tools() -> tuple[Tool, ...]:
+    """The tools of settings.HARNESS_TOOLS, in settings order (no database read: start-up
+    checks use these; checks report duplicates and bad entries)."""
     return _load(tuple(settings.HARNESS_TOOLS))
+
+
+def all_tools() -> tuple[Tool, ...]:
+    """Every registered tool: the built-in ones, then the offered upstream tools (a
+    tool held for review or gone upstream is not among them)."""
+    return builtin_tools() + catalog.upstream_tools()
 
 
 @functools.cache
@@ -28,7 +38,9 @@ def _by_name(tools: tuple[Tool, ...]) -> dict[str, Tool]:
 
 
 def get_tool(name: str) -> Tool | None:
-    return _by_name(all_tools()).get(name)
+    """The tool called `name`: built-in first; an upstream name (`SERVER__tool`) is looked
+    up in the sources, cached until they change."""
+    return _by_name(builtin_tools()).get(name) or catalog.upstream_tool(name)
 
 
 @functools.cache
@@ -38,6 +50,9 @@ def validator_for(tool: Tool) -> Draft202012Validator:
 
 
 def unknown_tool_message(name: str) -> str:
+    held = catalog.held_message(name)
+    if held is not None:
+        return held
     names = [tool.name for tool in all_tools()]
     message = f"Tool '{name}' does not exist. Available tools: {', '.join(names)}."
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.5) or difflib.get_close_matches(
