@@ -28,6 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
 import httpx
 from django.conf import settings
 from mcp import ClientSession, StdioServerParameters, types
@@ -305,15 +306,27 @@ class Pool:
                 )
             except McpError as exc:
                 if exc.error.code == httpx.codes.REQUEST_TIMEOUT:
-                    await connection.close()  # a stdio server stops what it was doing
+                    self._replace(connection)  # a stdio server stops what it was doing
                     raise TimeoutError(exc.error.message) from exc
                 if exc.error.code == types.CONNECTION_CLOSED:
-                    await connection.close()
+                    self._replace(connection)
                     raise ToolError(messages_crashed(endpoint.name, tool)) from exc
                 raise UpstreamError(describe(exc)) from exc
-            except (OSError, httpx.HTTPError, asyncio.CancelledError) as exc:
-                await connection.close()
+            except (
+                OSError,
+                httpx.HTTPError,
+                anyio.ClosedResourceError,
+                anyio.BrokenResourceError,
+            ) as exc:
+                self._replace(connection)
                 raise UpstreamError(describe(exc)) from exc
+
+    def _replace(self, connection: Connection) -> None:
+        """Close a connection that timed out or broke (in the background) and start the
+        next one now, so that the next call finds the server started again."""
+        asyncio.get_running_loop().create_task(connection.close())
+        if self._connections.get(connection.endpoint.key) is connection:
+            self._connections[connection.endpoint.key] = Connection(connection.endpoint)
 
 
 async def _answers_ping(session: ClientSession) -> bool:
