@@ -11,6 +11,7 @@ urlpatterns = [
     path("approvals/", include("approvals.urls")),
     path("audit/", include("audit.urls")),
     path("permissions/", include("dispatcher.policy.urls")),
+    path("tools/", include("dispatcher.tools.sources.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
