@@ -9,6 +9,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -44,7 +45,7 @@ def _lines(text: str) -> list[str]:
 
 @require_POST
 @role_required(ADMIN)
-def add(request: HttpRequest) -> HttpResponse:
+def add(request: HttpRequest) -> HttpResponseBase:
     data = request.POST
     try:
         command = shlex.split(data.get("command", "")) if data.get("transport") == "stdio" else []
