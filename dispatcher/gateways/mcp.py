@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import hashlib
 import json
 import logging
 import secrets
@@ -40,7 +41,7 @@ import redis.asyncio as aioredis
 from anyio.abc import TaskStatus
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 from django.db.models import Q
 from django.http.request import split_domain_port, validate_host
 from django.urls import reverse
@@ -51,6 +52,7 @@ from mcp.shared.exceptions import McpError
 from starlette.types import Message, Receive, Scope, Send
 
 from dispatcher import admission, agents, transitions
+from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import TERMINAL_STATUSES, Agent, AgentSession, Dialect, Status, ToolCall
 from dispatcher.notify import wake_channel
 from dispatcher.proposals import ProposedCall, canonical_json
@@ -157,10 +159,41 @@ async def list_tools(request: types.ListToolsRequest) -> types.ServerResult:
     )
 
 
+def refuse(code: int, message: str) -> McpError:
+    return McpError(types.ErrorData(code=code, message=message))
+
+
+def storable(name: str, arguments: dict[str, Any]) -> None:
+    """What the agent API refuses with 422 is refused here as invalid params: nothing is
+    recorded. Raises McpError."""
+    if not name or len(name) > MAX_ID_LENGTH:
+        raise refuse(
+            types.INVALID_PARAMS, f"The tool name must be 1 to {MAX_ID_LENGTH} characters."
+        )
+    try:
+        check_storable(arguments)
+    except (UnstorableJSON, RecursionError) as exc:
+        text = str(exc) or "The arguments are nested too deeply; send a flatter object."
+        raise refuse(types.INVALID_PARAMS, text) from None
+
+
 async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
+    name, arguments = request.params.name, request.params.arguments or {}
+    storable(name, arguments)
+    try:
+        return await admit_and_hold(name, arguments)
+    except DatabaseError:
+        logger.exception("MCP gateway storage error")
+        raise refuse(
+            types.INTERNAL_ERROR,
+            "Harness could not record this call (its database refused the write), so nothing "
+            "was decided or run. Send the same request again later.",
+        ) from None
+
+
+async def admit_and_hold(name: str, arguments: dict[str, Any]) -> types.ServerResult:
     context = server.request_context
     caller = _caller.get()
-    name, arguments = request.params.name, request.params.arguments or {}
     tool_use_id = mcp_tool_use_id(context.request_id)
     progress = Progress(context, caller)
     if name == APPROVAL_PROMPT:
@@ -178,7 +211,10 @@ server.request_handlers[types.CallToolRequest] = call_tool
 def mcp_tool_use_id(request_id: types.RequestId) -> str:
     """The call's id in its session: the JSON-RPC request id (an int 5 and a string "5"
     stay apart). A client that sends the same request again finds the same call."""
-    return "mcp:" + json.dumps(request_id)
+    text = "mcp:" + json.dumps(request_id)
+    if len(text) > 160:  # a long string id: its digest keeps it one id, and storable
+        text = "mcp:sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return text
 
 
 def submit(session: AgentSession, proposed: ProposedCall) -> ToolCall:
@@ -319,7 +355,20 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "http":
         return
     async with ThreadSensitiveContext():
-        await serve(scope, receive, send)
+        try:
+            await serve(scope, receive, send)
+        except DatabaseError:
+            # Fail closed: nothing was decided without its record. (If the response had
+            # started, the connection simply ends.)
+            logger.exception("MCP gateway storage error")
+            with contextlib.suppress(Exception):
+                await answer(
+                    send,
+                    503,
+                    "storage_unavailable",
+                    "Harness could not record this request, so nothing was decided or run. "
+                    "Retry it later.",
+                )
 
 
 async def serve(scope: Scope, receive: Receive, send: Send) -> None:
@@ -487,7 +536,7 @@ def parse_messages(body: bytes) -> list[types.JSONRPCMessage]:
     be read: the transport then answers the parse error itself)."""
     try:
         data = json.loads(body) if body.strip() else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     items = data if isinstance(data, list) else [data]
     found = []

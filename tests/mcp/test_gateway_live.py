@@ -230,3 +230,41 @@ def test_the_permission_prompt_allows_with_the_same_input_or_denies(
     assert call.status == Status.RELEASED and call.executor == "client"
     assert call.arguments == {"tool_name": "Bash", "input": tool_input}
     assert call.tool_use_id == "mcp:1/toolu_01"
+
+
+def test_unstorable_or_foreign_requests_are_refused_without_a_trace(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    from mcp.shared.exceptions import McpError
+
+    async def scenario() -> tuple[list[str], str | None]:
+        async with mcp_session(live_stack, live_agent) as (session, session_id):
+            errors = []
+            for name, arguments in (
+                ("read_file", {"path": "a\u0000b"}),
+                ("x" * 500, {}),
+            ):
+                try:
+                    await session.call_tool(name, arguments)
+                except McpError as exc:
+                    errors.append(exc.error.message)
+            return errors, session_id()
+
+    errors, session_id = run(scenario)
+    assert "NUL character" in errors[0] and "1 to 200 characters" in errors[1]
+    assert not ToolCall.objects.filter(session__external_id=session_id).exists()
+    other = make_agent()
+    headers = {
+        "Authorization": f"Bearer {other.token}",
+        "Mcp-Session-Id": session_id or "",
+        "Accept": "application/json, text/event-stream",
+    }
+    body = {"jsonrpc": "2.0", "id": 9, "method": "tools/list"}
+    foreign = httpx.post(live_stack.url + "/mcp/", json=body, headers=headers)
+    assert foreign.status_code == 404 and "Initialize again" in foreign.text
+    headers.pop("Mcp-Session-Id")
+    missing = httpx.post(live_stack.url + "/mcp/", json=body, headers=headers)
+    assert missing.status_code == 400 and "initialize request first" in missing.text
+    assert httpx.get(live_stack.url + "/mcp/", headers=headers).status_code == 405
+    garbage = httpx.post(live_stack.url + "/mcp/", content=b"[" * 100000, headers=headers)
+    assert garbage.status_code == 400 and "Traceback" not in garbage.text
