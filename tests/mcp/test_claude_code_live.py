@@ -2,8 +2,9 @@
 `claude -p` against the fake Messages API (tests/support/fake_anthropic.py) and a live
 daphne + Celery worker.
 
-Needs the pinned CLI (`make claude-code`, under var/claude-code, or HARNESS_CLAUDE_CLI) and
-the fake API of the Claude Code tests; skips without them (fails under CI=true).
+Needs the fake API of the Claude Code tests (skips without it) and the pinned CLI (`make
+claude-code`, under var/claude-code, or HARNESS_CLAUDE_CLI; without it: skips, fails under
+CI=true).
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ def needs(what: str) -> None:
 def fake_api() -> Any:
     try:
         from tests.support import fake_anthropic
-    except ImportError:
-        needs("the fake Messages API of the Claude Code tests (tests/support/fake_anthropic.py)")
+    except ImportError:  # the Claude Code work is not merged here: nothing to run it with
+        pytest.skip(
+            "Claude Code over MCP needs the fake Messages API of the Claude Code tests "
+            "(tests/support/fake_anthropic.py, branch claude-code)."
+        )
     if not CLI.exists():
         needs(f"the pinned Claude Code CLI at {CLI}: run `make claude-code`")
     return fake_anthropic
