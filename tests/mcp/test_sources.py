@@ -185,3 +185,26 @@ def test_bad_registrations_are_refused_with_a_reason(argv: list[str], message: s
     with pytest.raises(CommandError, match=message):
         call_command("add_mcp_server", *argv, stdout=StringIO())
     assert not McpServer.objects.exists()
+
+
+def test_an_mcp_session_has_its_timeline_replay_transcript_and_export() -> None:
+    from django.test import Client
+
+    from dispatcher import admission
+    from dispatcher.gateways.mcp import open_session
+    from dispatcher.proposals import ProposedCall
+    from tests.conftest import make_user, unique
+
+    fx = make_agent(mode="trusted")
+    session = open_session(fx.agent, {"clientInfo": {"name": "claude-code", "version": "2.1"}})
+    assert (session.client, session.title) == ("mcp", "MCP: claude-code 2.1")
+    proposed = ProposedCall("mcp:1", "list_directory", '{"path":"."}', {"path": "."})
+    [call] = admission.submit_calls(session=session, dialect="mcp", proposed=[proposed])
+    assert (call.status, call.dialect) == (Status.QUEUED, "mcp")
+    auditor = Client()
+    auditor.force_login(make_user(unique("auditor"), groups=("auditor",)))
+    base = f"/audit/sessions/{session.pk}/"
+    for url in (base, base + "replay/", base + "transcript/"):
+        response = auditor.get(url)
+        assert response.status_code == 200 and b"list_directory" in response.content, url
+    assert auditor.get(base + "export.jsonl").status_code == 200
