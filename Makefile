@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
-.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code clean battery
+.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code mcp-servers clean battery
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,11 +46,22 @@ $(CLAUDE_CODE_STAMP):
 
 claude-code: $(CLAUDE_CODE_STAMP)
 
+# A real MCP server nobody here wrote, for the MCP tests: from the npm registry into var/npm
+# (gitignored). Without npm the tests that need it skip (and fail under CI=true).
+MCP_FILESYSTEM_VERSION := 2026.8.31
+MCP_FILESYSTEM := var/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
+
+mcp-servers: $(MCP_FILESYSTEM)
+
+$(MCP_FILESYSTEM):
+	@command -v npm >/dev/null || { echo "The MCP tests need npm (apt-get install npm) for @modelcontextprotocol/server-filesystem."; exit 0; }
+	npm install --prefix var/npm --no-audit --no-fund --loglevel=error @modelcontextprotocol/server-filesystem@$(MCP_FILESYSTEM_VERSION)
+
 demo: $(STAMP) sandbox
 	$(BIN)/python manage.py run_demo
 
 # The whole suite on PostgreSQL + Redis, then on the embedded default (SQLite + own Redis).
-test: $(STAMP) browser sandbox claude-code
+test: $(STAMP) browser sandbox claude-code mcp-servers
 	$(MAKE) test-pg
 	$(MAKE) test-embedded
 
@@ -66,7 +77,7 @@ test-embedded: $(STAMP)
 	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; r.stop(pathlib.Path('$(CURDIR)/var/test-embedded'))"; \
 	  exit $$status
 
-test-all: $(STAMP) browser sandbox claude-code
+test-all: $(STAMP) browser sandbox claude-code mcp-servers
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --create-db
 
 # Benchmarks (never run by CI): ratios against baselines measured in the same run.

@@ -10,7 +10,8 @@ import json
 import re
 from typing import Any
 
-from dispatcher.policy.rules import analyse_command
+from dispatcher.policy.parts import command_parts
+from dispatcher.policy.reading import read_command
 
 # Characters that change how text looks without being visible themselves: C0/C1 controls
 # (tab and newline are kept as layout), soft hyphen, Arabic letter mark, Mongolian vowel
@@ -60,8 +61,11 @@ def pretty_arguments(raw: str) -> tuple[str, list[str]]:
 def shell_reading(command: str) -> dict[str, Any]:
     """The simple commands a shell string runs, as the command reader (the one rules and
     the blocklist use) sees them, and why it cannot read it completely, if it cannot."""
-    analysis = analyse_command(("bash", "-c", str(command)))
-    parts = [
-        [visible(word) for word in part.argv] for part in analysis.parts if not part.loose_only
-    ]
-    return {"parts": parts, "unreadable": analysis.unreadable}
+    argv = ("bash", "-c", str(command))
+    reading = read_command(argv)
+    if reading.unreadable is None:
+        words = [command.argv for command in reading.commands]
+    else:  # what deny rules see of it: the parts as well as they can be told apart
+        words = [part.argv for part in command_parts(argv).parts]
+    parts = [[visible(word) for word in part] for part in words]
+    return {"parts": parts, "unreadable": reading.unreadable}

@@ -102,6 +102,11 @@ CLIENT_SESSION_STARTED = register("client.session_started", "client session star
 CLIENT_PROMPT = register("client.prompt", "the user sent a prompt")
 CLIENT_STOPPED = register("client.stopped", "the client finished its answer")
 CLIENT_SESSION_ENDED = register("client.session_ended", "client session ended")
+# --- Tool sources: upstream MCP servers ----------------------------------------------------
+MCP_SERVER_ADDED = register("mcp_server.added", "MCP server registered")
+MCP_SERVER_REFRESHED = register("mcp_server.refreshed", "MCP server's tools listed again")
+MCP_SERVER_REMOVED = register("mcp_server.removed", "MCP server removed")
+MCP_TOOL_ACCEPTED = register("mcp_tool.accepted", "changed MCP tool definition accepted")
 
 
 def counters() -> dict[str, str]:

@@ -117,7 +117,7 @@ def _session_matches(event: dict[str, Any]) -> bool:
         except ValueError:
             return True
         return False
-    return str(session_id) == chain
+    return bool(str(session_id) == chain)
 
 
 def _check(event: dict[str, Any], state: _ChainState) -> str | None:

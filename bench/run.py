@@ -673,7 +673,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated scenario keys: validation,admit,overhead,push,worker,timeline,export",
+        help="comma-separated scenario keys: validation,admit,overhead,push,worker,timeline,export,mcp",
     )
     args = parser.parse_args()
     if args.pairs < 5:
@@ -762,6 +762,12 @@ def main() -> int:
         for r in auditlog.scenario_export(env, args.pairs, args.quick, "export" in only):
             print_result(r)
             results.append(r)
+    if not only or "mcp" in only:
+        from bench import mcp
+
+        r = mcp.scenario_mcp(env, creds, args.pairs, args.quick)
+        print_result(r)
+        results.append(r)
     if args.quick and not only:
         print(
             "\n  S7 (timeline) and S8 (export): full run only (make bench; S8 at 1M rows: --only export)"

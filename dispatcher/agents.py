@@ -148,8 +148,18 @@ def rotate_token(*, agent: Agent, actor: str) -> str:
 
 
 @transaction.atomic
-def start_session(*, agent: Agent, title: str = "", mode: str | None = None) -> AgentSession:
-    """Start a session. Its mode may only narrow the owner's; its workspace is never the agent's choice."""
+def start_session(
+    *,
+    agent: Agent,
+    title: str = "",
+    mode: str | None = None,
+    client: str = "api",
+    external_id: str = "",
+) -> AgentSession:
+    """Start a session. Its mode may only narrow the owner's; its workspace is never the agent's choice.
+
+    `client` and `external_id` name the way it came in and the client's own id for it
+    (an MCP session id): one client session is one Harness session."""
     owner_mode = profile_for(agent.owner).mode
     if mode is not None and mode not in Mode.values:
         raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
@@ -161,7 +171,13 @@ def start_session(*, agent: Agent, title: str = "", mode: str | None = None) -> 
         workspace = Path(settings.HARNESS_WORKSPACE_ROOT).resolve() / str(session_id)
     workspace.mkdir(parents=True, exist_ok=True)
     session = AgentSession.objects.create(
-        id=session_id, agent=agent, title=title[:200], mode=effective, workspace=str(workspace)
+        id=session_id,
+        agent=agent,
+        title=title[:200],
+        mode=effective,
+        workspace=str(workspace),
+        client=client,
+        external_id=external_id,
     )
     record_event(
         kind=kinds.SESSION_STARTED,
@@ -175,6 +191,7 @@ def start_session(*, agent: Agent, title: str = "", mode: str | None = None) -> 
             "requested_mode": mode,
             "mode": effective,
             "workspace": str(workspace),
+            "client": client,
         },
     )
     return session

@@ -134,6 +134,7 @@ def check_repeat_reminders(app_configs: Any = None, **kwargs: Any) -> list[Error
 def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """HARNESS_DEFAULT_RULES (optional): {"allow": [...], "ask": [...], "deny": [...]}."""
     from dispatcher.policy.rules import validate_rules
+    from dispatcher.tools.registry import builtin_tools
 
     rules = settings.HARNESS_DEFAULT_RULES
     if not isinstance(rules, dict):
@@ -145,7 +146,9 @@ def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
             )
         ]
     try:
-        problems = validate_rules(rules)
+        # The built-in tools only: checks read no database (upstream tools are rules' targets
+        # once registered; a user's rules are checked against them when saved).
+        problems = validate_rules(rules, builtin_tools())
     except ImportError as exc:  # a bad HARNESS_TOOLS entry; check_tools reports it
         return [Error(f"HARNESS_DEFAULT_RULES cannot be checked: {exc}", id="dispatcher.E032")]
     return [

@@ -53,6 +53,7 @@ def execute_call(call_id: str) -> None:
         call_id=str(call.pk),
         timeout=tool.timeout,
         output_limit=settings.HARNESS_OUTPUT_LIMIT,
+        raw_arguments=call.raw_arguments,
     )
     outcome = pipeline.execute(tool, exec_ctx, call.arguments or {})
     if outcome.timed_out:

@@ -139,9 +139,13 @@ class Dialect(models.TextChoices):
     NATIVE = "native"
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
+    MCP = "mcp"  # a tools/call on the MCP gateway
 
 
 class ToolCallQuerySet(models.QuerySet["ToolCall"]):
+    def awaiting_approval(self) -> ToolCallQuerySet:
+        return self.filter(status=Status.PENDING_APPROVAL)
+
     def lease_expired(self, now: object) -> ToolCallQuerySet:
         return self.filter(status=Status.RUNNING, lease_until__lt=now)
 

@@ -1,4 +1,5 @@
-"""ASGI entry point: the agent API, the reviewer pages, and reviewer WebSockets.
+"""ASGI entry point: the agent API, the MCP gateway (/mcp/), the reviewer pages, and
+reviewer WebSockets.
 
 The agent API (/api/) gets its own Django handler whose middleware chain is async-native
 (settings.HARNESS_API_MIDDLEWARE): bearer-token requests need no sessions, CSRF or
@@ -30,6 +31,7 @@ from django.utils.module_loading import import_string  # noqa: E402
 
 from approvals.routing import websocket_urlpatterns as approvals_ws  # noqa: E402
 from audit.routing import websocket_urlpatterns as audit_ws  # noqa: E402
+from dispatcher.gateways.mcp import application as mcp_gateway  # noqa: E402
 
 
 class AgentAPIHandler(ASGIHandler):
@@ -47,7 +49,11 @@ agent_api_app = AgentAPIHandler()
 
 
 async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    app = agent_api_app if scope["path"].startswith("/api/") else django_asgi_app
+    path = scope["path"]
+    if path == "/mcp" or path.startswith("/mcp/"):
+        await mcp_gateway(scope, receive, send)
+        return
+    app = agent_api_app if path.startswith("/api/") else django_asgi_app
     await app(scope, receive, send)
 
 

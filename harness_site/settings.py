@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "audit",
     "dispatcher",
     "dispatcher.policy",
+    "dispatcher.tools.sources",
     "approvals",
 ]
 
@@ -238,6 +239,8 @@ HARNESS_TOOLS = [
     "dispatcher.tools.search_files.TOOL",
     "dispatcher.tools.run_command.TOOL",
     "dispatcher.tools.delete_file.TOOL",
+    # Decide-only: a client's tool Harness has no definition of (MCP approval_prompt).
+    "dispatcher.tools.client_tool.TOOL",
 ] + env_list("HARNESS_EXTRA_TOOLS")
 
 # Stage 4, the pre-execute waterfall: `(call, next) -> Decision`, first answer wins.
@@ -332,3 +335,7 @@ HARNESS_CLIENT_TOOLS = {"claude-code": "dispatcher.tools.claude_code.TOOLSET"}
 # default hook timeout).
 HARNESS_HOOK_MAX_WAIT = float(env("HARNESS_HOOK_MAX_WAIT", "3600"))
 HARNESS_HOOK_DEFAULT_WAIT = float(env("HARNESS_HOOK_DEFAULT_WAIT", "50"))
+# --- MCP gateway (/mcp/) and upstream MCP servers ---------------------------------------
+# Tools per tools/list page, and seconds between progress notifications of a held call.
+HARNESS_MCP_PAGE_SIZE = int(env("HARNESS_MCP_PAGE_SIZE", "100"))
+HARNESS_MCP_PROGRESS_INTERVAL = float(env("HARNESS_MCP_PROGRESS_INTERVAL", "10"))

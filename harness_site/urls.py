@@ -6,6 +6,7 @@ from dispatcher.gateways import claude_code
 from dispatcher.gateways.api import api
 
 from . import views
+
 # Claude Code's hooks, on the agent API (same token, same error handling).
 api.add_router("/hooks", claude_code.router)
 
@@ -16,6 +17,7 @@ urlpatterns = [
     path("audit/", include("audit.urls")),
     path("permissions/", include("dispatcher.policy.urls")),
     path("agents/", include("dispatcher.urls")),
+    path("tools/", include("dispatcher.tools.sources.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

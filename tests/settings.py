@@ -39,3 +39,5 @@ HARNESS_WORKSPACE_ROOT = Path(
 # how to enable them).
 if os.environ.get("CI") != "true" and "HARNESS_SANDBOX" not in os.environ:
     HARNESS_SANDBOX = "bwrap" if shutil.which("bwrap") else "off"
+# Small tools/list pages, so MCP clients in tests page through them.
+HARNESS_MCP_PAGE_SIZE = 4

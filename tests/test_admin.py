@@ -13,7 +13,14 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.parametrize(
-    "model", ["dispatcher/agent", "policy/permissionprofile", "approvals/approvalrequest"]
+    "model",
+    [
+        "dispatcher/agent",
+        "policy/permissionprofile",
+        "approvals/approvalrequest",
+        "sources/mcpserver",
+        "sources/mcptool",
+    ],
 )
 def test_admin_cannot_change_or_add(client: Client, model: str) -> None:
     User.objects.create_superuser("root", password="pw-root")

@@ -459,7 +459,9 @@ async def list_tools(request: HttpRequest, format: str = "native") -> HttpRespon
         return error(
             400, "unknown_format", f"Unknown format '{format}'. Use native, openai or anthropic."
         )
-    return JsonResponse([model_facing_schema(tool, format) for tool in all_tools()], safe=False)
+    # all_tools reads the upstream MCP servers' tools (a database read): on the ORM thread.
+    tools = await sync_to_async(all_tools)()
+    return JsonResponse([model_facing_schema(tool, format) for tool in tools], safe=False)
 
 
 __all__ = ["api", "Status"]

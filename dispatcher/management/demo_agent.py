@@ -8,15 +8,46 @@ waits for a reviewer in the browser.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import httpx
+
 from dispatcher.gateways.client import HarnessClient, HarnessError, Result
 
 RULE = "-" * 72
+MCP_TOOL = "demo__word_count"
+
+
+async def _mcp_call(
+    base_url: str, token: str, name: str, arguments: dict[str, Any]
+) -> tuple[bool, Any]:
+    """List the tools over MCP, then call `name` if it is offered."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(30, read=300)
+    )
+    async with http, streamable_http_client(base_url + "/mcp/", http_client=http) as streams:
+        read, write, _ = streams
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            names: set[str] = set()
+            cursor = None
+            while True:
+                page = await session.list_tools(cursor=cursor)
+                names |= {tool.name for tool in page.tools}
+                cursor = page.nextCursor
+                if not cursor:
+                    break
+            if name not in names:
+                return False, None
+            return True, await session.call_tool(name, arguments)
 
 
 class Out(Protocol):
@@ -154,6 +185,30 @@ class DemoAgent:
         self._check_results_shape(dialect, result)
         return call
 
+    def mcp_call(self, label: str, name: str, arguments: dict[str, Any]) -> bool | None:
+        """One call through the MCP gateway (/mcp/) with the official `mcp` client; None
+        when the bundled MCP server is not registered on this Harness."""
+        self.step += 1
+        self.say(RULE)
+        self.say(f"[{self.step}] {label}  (MCP, streamable HTTP at /mcp/)")
+        self.say(f"    {name}({json.dumps(arguments)})  -- expect: allowed")
+        try:
+            offered, result = asyncio.run(
+                _mcp_call(self.client.base_url, self.client.token, name, arguments)
+            )
+        except Exception as exc:  # noqa: BLE001 - the demo reports any failure
+            self.say(f"    => the MCP gateway failed: {type(exc).__name__}: {exc}")
+            return False
+        if not offered:
+            self.say(f"    (skipped: '{name}' is not offered here; `make demo` registers it)")
+            return None
+        text = "\n".join(c.text for c in result.content if c.type == "text")
+        self.say(f"    => isError={result.isError}")
+        self.say("    result for the model:")
+        for line in _clip(text).splitlines() or [""]:
+            self.say("      | " + line)
+        return result.isError is False and "words" in text
+
     def _check_results_shape(self, dialect: str, result: Result) -> None:
         first = result.results[0]
         key = {"openai": "tool_call_id", "anthropic": "content", "native": "id"}[dialect]
@@ -243,6 +298,17 @@ class DemoAgent:
             {"argv": ["sudo", "ls"]},
         )
         check(c, "denied", "the command blocklist guard")
+
+        mcp = self.mcp_call(
+            "ALLOW over MCP: a tool of the bundled upstream MCP server",
+            MCP_TOOL,
+            {"text": "The model proposes;\nHarness decides and executes."},
+        )
+        if mcp is not None:
+            ok.append(mcp)
+            self.say(
+                f"    {'OK' if mcp else 'UNEXPECTED'}: read-only upstream tool, run by the worker"
+            )
 
         self.say(RULE)
         self.say(f"Demo finished: {sum(ok)}/{len(ok)} scenarios ended as expected.")

@@ -21,6 +21,8 @@ class ExecutionContext:
     call_id: str
     timeout: float
     output_limit: int
+    # The call's arguments exactly as logged (an upstream MCP tool sends these bytes).
+    raw_arguments: str = ""
 
 
 def default_project_content(value: Any) -> str:
@@ -111,8 +113,9 @@ class ClientToolset:
 def model_facing_schema(tool: Tool, format: str = "native") -> dict[str, Any]:
     """The model-facing definition of `tool` in one SDK's format.
 
-    Names the allowed fields one by one (name, description, parameters, defer_loading):
-    it never copies the definition and filters, so a new host-only field cannot leak.
+    Names the allowed fields one by one (name, description, parameters, defer_loading;
+    for MCP, its annotations read from the risk flags): it never copies the definition
+    and filters, so a new host-only field cannot leak.
     """
     if format == "openai":
         return {
@@ -139,4 +142,17 @@ def model_facing_schema(tool: Tool, format: str = "native") -> dict[str, Any]:
             "parameters": tool.parameters,
             "defer_loading": tool.defer_loading,
         }
-    raise ValueError(f"Unknown format {format!r}; use native, openai or anthropic.")
+    if format == "mcp":
+        return {
+            "name": tool.name,
+            "description": tool.description,
+            "inputSchema": tool.parameters,
+            # Harness's own reading of the tool (for an upstream tool: its hints as far as
+            # they are trusted), so a client shows what Harness will treat it as.
+            "annotations": {
+                "readOnlyHint": tool.read_only,
+                "destructiveHint": tool.destructive,
+                "openWorldHint": tool.open_world,
+            },
+        }
+    raise ValueError(f"Unknown format {format!r}; use native, openai, anthropic or mcp.")

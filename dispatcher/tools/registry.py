@@ -1,9 +1,12 @@
-"""The tool registry: the tools named in settings.HARNESS_TOOLS, with compiled validators,
-and the tool sets of clients that run their tools themselves (settings.HARNESS_CLIENT_TOOLS).
+"""The tool registry: the tools named in settings.HARNESS_TOOLS, then the tools of the
+upstream MCP servers an admin registered (`SERVER__tool`, dispatcher.tools.sources), with
+compiled validators; and the tool sets of clients that run their tools themselves
+(settings.HARNESS_CLIENT_TOOLS).
 
 A session resolves names in one set only, chosen by the way it came in
-(`AgentSession.client`): sessions of the agent API ("api") the HARNESS_TOOLS, a Claude
-Code session Claude Code's tools. So `Bash` is no tool of an API session, and
+(`AgentSession.client`): a client with a tool set of its own (a Claude Code session)
+resolves that set; every other session (the agent API, the MCP gateway) the
+HARNESS_TOOLS and the upstream tools. So `Bash` is no tool of an API session, and
 `run_command` none of a Claude Code session.
 """
 
@@ -17,6 +20,7 @@ from django.utils.module_loading import import_string
 from jsonschema import Draft202012Validator
 
 from dispatcher.tools.base import ClientToolset, Tool
+from dispatcher.tools.sources import catalog
 
 API_CLIENT = "api"
 
@@ -26,9 +30,16 @@ def _load(paths: tuple[str, ...]) -> tuple[Tool, ...]:
     return tuple(import_string(path) for path in paths)
 
 
-def all_tools() -> tuple[Tool, ...]:
-    """Every registered tool, in settings order (checks report duplicates and bad entries)."""
+def builtin_tools() -> tuple[Tool, ...]:
+    """The tools of settings.HARNESS_TOOLS, in settings order (no database read: start-up
+    checks use these; checks report duplicates and bad entries)."""
     return _load(tuple(settings.HARNESS_TOOLS))
+
+
+def all_tools() -> tuple[Tool, ...]:
+    """Every tool a session of the agent API may call: the built-in ones, then the offered
+    upstream tools (a tool held for review or gone upstream is not among them)."""
+    return builtin_tools() + catalog.upstream_tools()
 
 
 @functools.cache
@@ -42,7 +53,7 @@ def _toolset(path: str) -> ClientToolset:
 
 
 def client_toolset(client: str) -> ClientToolset | None:
-    """The tool set of `client` ("claude-code"), or None for the API and unknown clients."""
+    """The tool set of `client` ("claude-code"), or None for clients without their own."""
     path = settings.HARNESS_CLIENT_TOOLS.get(client)
     return _toolset(path) if path else None
 
@@ -53,17 +64,16 @@ def client_toolsets() -> list[ClientToolset]:
 
 def get_tool(name: str, client: str = API_CLIENT) -> Tool | None:
     """The tool `name` as a session of `client` resolves it (see the module docstring)."""
-    if client == API_CLIENT:
-        return _by_name(all_tools()).get(name)
-    toolset = client_toolset(client)
-    if toolset is None:
-        return None  # a client with no tool set resolves nothing: fail closed
-    return _by_name(toolset.tools).get(name) or toolset.fallback(name)
+    toolset = client_toolset(client) if client != API_CLIENT else None
+    if toolset is not None:
+        return _by_name(toolset.tools).get(name) or toolset.fallback(name)
+    return _by_name(builtin_tools()).get(name) or catalog.upstream_tool(name)
 
 
 def rule_tool(name: str) -> Tool | None:
-    """The tool a permission rule naming `name` is checked against: a HARNESS_TOOLS tool,
-    else one of a client's tool sets (rules are per user, whatever way a call comes in)."""
+    """The tool a permission rule naming `name` is checked against: a HARNESS_TOOLS or
+    upstream tool, else one of a client's tool sets (rules are per user, whatever way a
+    call comes in)."""
     tool = get_tool(name)
     for toolset in client_toolsets():
         tool = tool or _by_name(toolset.tools).get(name) or toolset.rule_fallback(name)
@@ -82,6 +92,10 @@ def validator_for(tool: Tool) -> Draft202012Validator:
 
 
 def unknown_tool_message(name: str, client: str = API_CLIENT) -> str:
+    if client_toolset(client) is None:
+        held = catalog.held_message(name)
+        if held is not None:
+            return held
     names = tool_names(client)
     message = f"Tool '{name}' does not exist. Available tools: {', '.join(names)}."
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.5) or difflib.get_close_matches(

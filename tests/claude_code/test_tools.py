@@ -137,6 +137,6 @@ def test_a_client_tool_set_that_is_not_one_fails_at_start_up() -> None:
     with override_settings(
         HARNESS_CLIENT_TOOLS={"claude-code": "dispatcher.tools.claude_code.BASH"}
     ):
-        assert [e.id for e in check_client_tools()] == ["dispatcher.E041"]
+        assert [e.id for e in check_client_tools()] == ["dispatcher.E051"]
     with override_settings(HARNESS_CLIENT_TOOLS={"x": "dispatcher.tools.nope.TOOLSET"}):
-        assert [e.id for e in check_client_tools()] == ["dispatcher.E040"]
+        assert [e.id for e in check_client_tools()] == ["dispatcher.E050"]

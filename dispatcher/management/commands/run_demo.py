@@ -31,12 +31,15 @@ from dispatcher.management import demo_agent
 from dispatcher.management.commands.claude_code_settings import DEFAULT_WAIT, hook_settings
 from dispatcher.models import Agent
 from dispatcher.policy import profiles
+from dispatcher.tools.sources import services as sources
+from dispatcher.tools.sources.models import McpServer
 
 ROOT = Path(__file__).resolve().parents[3]
 REVIEWER = "reviewer"
 OWNER = "demo"
 AGENT_NAME = "demo-agent"
 HOOK_SCRIPT = "dispatcher/gateways/hook_command.py"  # stdlib only: runs without installing
+DEMO_MCP_SERVER = "demo"
 
 
 class Stop(Exception):
@@ -168,6 +171,7 @@ class Command(BaseCommand):
         profiles.set_mode(user=owner, mode="standard", actor="run_demo")
         for old in Agent.objects.filter(owner=owner, name=AGENT_NAME, is_active=True):
             agents.revoke_agent(agent=old, actor="run_demo")
+        self.register_demo_mcp_server()
         workspace = Path(settings.DATA_DIR) / "demo-workspace"
         agent, token = agents.create_agent(
             owner=owner, name=AGENT_NAME, workspace=str(workspace), actor="run_demo"
@@ -190,6 +194,21 @@ class Command(BaseCommand):
             f"&& HARNESS_TOKEN={token} claude"
         )
         self.say("  Its tool calls then appear in the reviewer dashboard (docs/claude-code.md).")
+
+    def register_demo_mcp_server(self) -> None:
+        """The bundled upstream MCP server, registered afresh (its tools pinned as they are)."""
+        if McpServer.objects.filter(name=DEMO_MCP_SERVER).exists():
+            sources.remove_server(name=DEMO_MCP_SERVER, actor="run_demo")
+        script = ROOT / "dispatcher" / "tools" / "demo_mcp_server.py"
+        _, report = sources.add_server(
+            name=DEMO_MCP_SERVER,
+            actor="run_demo",
+            command=[sys.executable, str(script)],
+            trust_annotations=True,
+            timeout=30,
+        )
+        tools = ", ".join(f"{DEMO_MCP_SERVER}__{name}" for name in report.unchanged)
+        self.say(f"Upstream MCP server '{DEMO_MCP_SERVER}' registered: {tools}.")
 
     # --- Processes ------------------------------------------------------------------------
 

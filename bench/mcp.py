@@ -1,0 +1,124 @@
+"""S11: an auto-allowed upstream MCP call through Harness vs the same call made directly.
+
+Both sides use the same client (the official `mcp` ClientSession, one session kept open
+for the whole side) and the same upstream server (the bundled demo MCP server,
+`dispatcher/tools/demo_mcp_server.py`, stdio):
+
+- B: the client starts the upstream server itself and calls `word_count` directly.
+- P: the client calls `bench11__word_count` on Harness's /mcp/ (daphne): admission
+  (stages 1-5, a trusted-mode agent, the call and its events written), the Celery
+  message, a prefork worker that claims it and calls the same upstream server over its
+  own open session, the result written, the wake-up, the SSE answer.
+
+Sequential calls (one in flight), latency per call; the ratio is P/B of the medians.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from bench.run import PY, ROOT, Result, Server, cleanup_redis, rss_note
+
+UPSTREAM = "bench11"
+TOOL = "word_count"
+SCRIPT = ROOT / "dispatcher" / "tools" / "demo_mcp_server.py"
+
+
+def register(env: dict[str, str]) -> None:
+    subprocess.run(
+        [PY, "manage.py", "remove_mcp_server", UPSTREAM],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        check=False,
+    )
+    subprocess.run(
+        [
+            PY,
+            "manage.py",
+            "add_mcp_server",
+            UPSTREAM,
+            "--command",
+            f"{sys.executable} {SCRIPT}",
+            "--trust-annotations",
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+async def _timed(session: Any, name: str, n: int, warm: int, tag: str) -> list[float]:
+    for i in range(warm):
+        await session.call_tool(name, {"text": f"warm {tag} {i}"})
+    samples = []
+    for i in range(n):
+        started = time.perf_counter()
+        result = await session.call_tool(name, {"text": f"{tag} call {i} of the bench"})
+        samples.append((time.perf_counter() - started) * 1e6)
+        if result.isError:
+            raise RuntimeError(f"{name} failed: {result.content}")
+    return samples
+
+
+async def direct(n: int, warm: int, tag: str) -> list[float]:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=[str(SCRIPT)])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        return await _timed(session, TOOL, n, warm, tag)
+
+
+async def through_harness(url: str, token: str, n: int, warm: int, tag: str) -> list[float]:
+    import httpx
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    async with http, streamable_http_client(url + "/mcp/", http_client=http) as streams:
+        read, write, _ = streams
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            return await _timed(session, f"{UPSTREAM}__{TOOL}", n, warm, tag)
+
+
+def scenario_mcp(env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool) -> Result:
+    from bench.live import Worker
+
+    cleanup_redis()
+    register(env)
+    server = Server("S11", env)
+    worker = Worker(env)
+    n, warm = (30, 5) if quick else (200, 20)
+    result = Result(
+        name=f"S11 upstream MCP call: Harness /mcp/ (P) vs direct to the server (B), {n} sequential calls per side",
+        unit="us/call",
+        higher_is_better=False,
+        target="informational",
+        target_value=float("inf"),
+    )
+    try:
+        for pair in range(pairs):
+            b = asyncio.run(direct(n, warm, f"b{pair}"))
+            p = asyncio.run(through_harness(server.url, creds["token"], n, warm, f"p{pair}"))
+            result.b.append(statistics.median(b))
+            result.p.append(statistics.median(p))
+            result.notes.append(
+                f"pair {pair + 1} p95: B {sorted(b)[int(0.95 * len(b))]:.0f} us, "
+                f"P {sorted(p)[int(0.95 * len(p))]:.0f} us"
+            )
+        result.notes.append(rss_note([server]))
+        result.notes.append(worker.rss_note())
+    finally:
+        worker.stop()
+        server.stop()
+    return result

@@ -1,0 +1,590 @@
+"""The MCP gateway (DESIGN section 6): Streamable HTTP at /mcp/ on the same daphne.
+
+Built on the official `mcp` SDK: its low-level `Server` answers the protocol and its
+`StreamableHTTPServerTransport` speaks HTTP, run once per request in stateless mode.
+daphne runs no ASGI lifespan, so nothing here lives longer than a request: any daphne
+process can serve any request of any session, as for the agent API.
+
+Harness issues the `Mcp-Session-Id` itself when a client initializes, and keeps it as
+its own session's `external_id` (client "mcp"): one MCP session is one Harness session,
+with its timeline, replay and export. A request is authenticated with the agent's bearer
+token first (nothing it sent is read before), then its session id is checked against the
+agent's sessions.
+
+`tools/list` is the model-facing projection (`model_facing_schema(tool, "mcp")`) of the
+tools Harness offers, paginated; `tools/call` is a call through all ten stages
+(`admission.submit_calls`), its `tool_use_id` made of the JSON-RPC request id, so a
+retried request finds its call. An ask holds the request open, sending progress
+notifications that name the reviewer page when the client asked for progress, and
+sleeping on the call's wake channel in between; `notifications/cancelled` for it cancels
+the call (read here before the SDK sees the message, since the call may be held by
+another process). `approval_prompt` is Claude Code's `--permission-prompt-tool`: a
+decide-only call of the client's tool, answered allow (with the same input) or deny.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import hashlib
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import pydantic
+import redis.asyncio as aioredis
+from anyio.abc import TaskStatus
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections
+from django.db.models import Q
+from django.http.request import split_domain_port, validate_host
+from django.urls import reverse
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.shared.exceptions import McpError
+from starlette.types import Message, Receive, Scope, Send
+
+from dispatcher import admission, agents, transitions
+from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
+from dispatcher.models import TERMINAL_STATUSES, Agent, AgentSession, Dialect, Status, ToolCall
+from dispatcher.notify import wake_channel
+from dispatcher.proposals import ProposedCall, canonical_json
+from dispatcher.tools import client_tool
+from dispatcher.tools.base import model_facing_schema
+from dispatcher.tools.registry import all_tools, get_tool
+
+logger = logging.getLogger(__name__)
+
+CLIENT = "mcp"
+APPROVAL_PROMPT = "approval_prompt"
+SESSION_HEADER = "mcp-session-id"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent the request being served, and where: set for each request."""
+
+    agent: Agent
+    session: AgentSession
+    base_url: str
+
+
+_caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("mcp_caller")
+
+
+def db[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """`function` on the request's ORM thread, handing its connection back afterwards
+    (this app runs outside Django's handler, which would otherwise do it)."""
+
+    @functools.wraps(function)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(run)
+
+
+# --- The protocol: the SDK's low-level server with Harness's handlers ----------------------
+
+server: Server[Any, Any] = Server(
+    "harness",
+    instructions=(
+        "Tool calls are decided by Harness: policy, and for some calls a human reviewer. "
+        "A call waiting for a reviewer stays open until it is decided."
+    ),
+)
+
+APPROVAL_PROMPT_TOOL = types.Tool(
+    name=APPROVAL_PROMPT,
+    description=(
+        "Claude Code's permission prompt (--permission-prompt-tool): asks Harness whether the "
+        "client may run one of its own tools with this input. Answers a JSON text "
+        '{"behavior": "allow", "updatedInput": ...} or {"behavior": "deny", "message": ...}.'
+    ),
+    inputSchema={
+        "type": "object",
+        "properties": {
+            "tool_name": {"type": "string"},
+            "input": {"type": "object"},
+            "tool_use_id": {"type": "string"},
+        },
+        "required": ["tool_name", "input"],
+    },
+    annotations=types.ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+)
+
+
+def offered_tools() -> list[types.Tool]:
+    """What an MCP client is offered: every tool Harness runs, by the one allowlist
+    function, then the permission prompt. Client-executed tools are the client's own."""
+    tools = [
+        types.Tool.model_validate(model_facing_schema(tool, "mcp"))
+        for tool in all_tools()
+        if not tool.client_executed
+    ]
+    return [*tools, APPROVAL_PROMPT_TOOL]
+
+
+async def list_tools(request: types.ListToolsRequest) -> types.ServerResult:
+    """One page of the offered tools; `nextCursor` names the next page."""
+    cursor = request.params.cursor if request.params else None
+    start = 0
+    if cursor:
+        try:
+            start = int(cursor)
+        except ValueError:
+            start = -1
+        if start < 0:
+            raise McpError(
+                types.ErrorData(
+                    code=types.INVALID_PARAMS,
+                    message=f"Invalid cursor {cursor!r}: pass back a nextCursor from tools/list.",
+                )
+            )
+    tools = await db(offered_tools)()
+    size = settings.HARNESS_MCP_PAGE_SIZE
+    page = tools[start : start + size]
+    more = start + size < len(tools)
+    return types.ServerResult(
+        types.ListToolsResult(tools=page, nextCursor=str(start + size) if more else None)
+    )
+
+
+def refuse(code: int, message: str) -> McpError:
+    return McpError(types.ErrorData(code=code, message=message))
+
+
+def storable(name: str, arguments: dict[str, Any]) -> None:
+    """What the agent API refuses with 422 is refused here as invalid params: nothing is
+    recorded. Raises McpError."""
+    if not name or len(name) > MAX_ID_LENGTH:
+        raise refuse(
+            types.INVALID_PARAMS, f"The tool name must be 1 to {MAX_ID_LENGTH} characters."
+        )
+    try:
+        check_storable(arguments)
+    except (UnstorableJSON, RecursionError) as exc:
+        text = str(exc) or "The arguments are nested too deeply; send a flatter object."
+        raise refuse(types.INVALID_PARAMS, text) from None
+
+
+async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
+    name, arguments = request.params.name, request.params.arguments or {}
+    storable(name, arguments)
+    try:
+        return await admit_and_hold(name, arguments)
+    except DatabaseError:
+        logger.exception("MCP gateway storage error")
+        raise refuse(
+            types.INTERNAL_ERROR,
+            "Harness could not record this call (its database refused the write), so nothing "
+            "was decided or run. Send the same request again later.",
+        ) from None
+
+
+async def admit_and_hold(name: str, arguments: dict[str, Any]) -> types.ServerResult:
+    context = server.request_context
+    caller = _caller.get()
+    tool_use_id = mcp_tool_use_id(context.request_id)
+    progress = Progress(context, caller)
+    if name == APPROVAL_PROMPT:
+        return types.ServerResult(await approval_prompt(caller, arguments, tool_use_id, progress))
+    proposed = ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
+    call = await db(submit)(caller.session, proposed)
+    call = await hold(call, progress, settled=lambda c: c.status in TERMINAL_STATUSES)
+    return types.ServerResult(tool_result(call))
+
+
+server.request_handlers[types.ListToolsRequest] = list_tools
+server.request_handlers[types.CallToolRequest] = call_tool
+
+
+def mcp_tool_use_id(request_id: types.RequestId) -> str:
+    """The call's id in its session: the JSON-RPC request id (an int 5 and a string "5"
+    stay apart). A client that sends the same request again finds the same call."""
+    text = "mcp:" + json.dumps(request_id)
+    if len(text) > 160:  # a long string id: its digest keeps it one id, and storable
+        text = "mcp:sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return text
+
+
+def submit(session: AgentSession, proposed: ProposedCall) -> ToolCall:
+    [call] = admission.submit_calls(session=session, dialect=Dialect.MCP, proposed=[proposed])
+    return call
+
+
+def tool_result(call: ToolCall) -> types.CallToolResult:
+    """The call's result as the model reads it in every other dialect."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=call.content)],
+        isError=call.is_error,
+        _meta={"harness/call": {"id": str(call.pk), "status": call.status}},
+    )
+
+
+# --- Holding a call: progress while a reviewer decides, no polling -------------------------
+
+
+class Progress:
+    """Progress notifications for one request (only when the client sent a progressToken)."""
+
+    def __init__(self, context: Any, caller: Caller) -> None:
+        meta = context.meta
+        self.token = meta.progressToken if meta is not None else None
+        self.session = context.session
+        self.request_id = context.request_id
+        self.caller = caller
+        self.count = 0
+
+    async def waiting(self, call: ToolCall) -> None:
+        if self.token is None:
+            return
+        if call.status == Status.PENDING_APPROVAL:
+            page = await db(reviewer_page)(call, self.caller.base_url)
+            text = f"Waiting for a reviewer to decide {call.name}: {page}"
+        else:
+            text = f"{call.name} is {call.status}."
+        self.count += 1
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self.session.send_progress_notification(
+                self.token, self.count, message=text, related_request_id=self.request_id
+            )
+
+
+def reviewer_page(call: ToolCall, base_url: str) -> str:
+    """The reviewer's page for the call's approval request (the queue if there is none).
+    Read through the call's relation: the gateway does not know the approvals app."""
+    approval_id = ToolCall.objects.filter(pk=call.pk).values_list("approval__pk", flat=True).first()
+    if approval_id is None:
+        return base_url + reverse("approvals:queue")
+    return base_url + reverse("approvals:detail", args=[approval_id])
+
+
+def reload(call_id: str) -> ToolCall:
+    return ToolCall.objects.get(pk=call_id)
+
+
+async def hold(
+    call: ToolCall, progress: Progress, *, settled: Callable[[ToolCall], bool]
+) -> ToolCall:
+    """Wait until `settled(call)`: asleep on the call's wake channel, re-reading it only
+    when it changed, with a progress notification (and a re-read) every
+    HARNESS_MCP_PROGRESS_INTERVAL seconds. Returns the call as it is then."""
+    if settled(call):
+        return call
+    interval = settings.HARNESS_MCP_PROGRESS_INTERVAL
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    pubsub = client.pubsub()
+    try:
+        await pubsub.subscribe(wake_channel(str(call.pk)))
+        call = await db(reload)(str(call.pk))  # a change before subscribing is not lost
+        while not settled(call):
+            await progress.waiting(call)
+            try:
+                await pubsub.get_message(ignore_subscribe_messages=True, timeout=interval)
+            except aioredis.RedisError:
+                logger.warning("wake-up channel unavailable; re-reading the call", exc_info=True)
+                await anyio.sleep(interval)
+            call = await db(reload)(str(call.pk))
+    finally:
+        with contextlib.suppress(aioredis.RedisError):
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await client.aclose()
+    return call
+
+
+# --- Claude Code's permission prompt: a decide-only call -----------------------------------
+
+
+def decide_only_proposal(
+    tool_name: str, tool_input: dict[str, Any], tool_use_id: str
+) -> ProposedCall:
+    """The proposed call for a client's tool: as itself when the registry knows it as a
+    client-executed tool, else as a call of `client_tool` naming it (the one seam to
+    the Claude Code tool definitions)."""
+    tool = get_tool(tool_name)
+    if tool is not None and tool.client_executed:
+        return ProposedCall(tool_use_id, tool_name, canonical_json(tool_input), tool_input)
+    arguments = {"tool_name": tool_name, "input": tool_input}
+    return ProposedCall(tool_use_id, client_tool.TOOL.name, canonical_json(arguments), arguments)
+
+
+async def approval_prompt(
+    caller: Caller, arguments: dict[str, Any], fallback_id: str, progress: Progress
+) -> types.CallToolResult:
+    tool_name, tool_input = arguments.get("tool_name"), arguments.get("input")
+    client_id = arguments.get("tool_use_id")
+    # The MCP request's id first (what a cancellation names), then the client's own.
+    tool_use_id = f"{fallback_id}/{str(client_id)[:150]}" if client_id else fallback_id
+    if not isinstance(tool_name, str) or not tool_name or not isinstance(tool_input, dict):
+        return prompt_answer(
+            {
+                "behavior": "deny",
+                "message": "approval_prompt needs tool_name (a string) and input (an object); "
+                "nothing was allowed.",
+            }
+        )
+    proposed = await db(decide_only_proposal)(tool_name, tool_input, tool_use_id)
+    call = await db(submit)(caller.session, proposed)
+    call = await hold(
+        call, progress, settled=lambda c: c.status == Status.RELEASED or c.is_terminal
+    )
+    if call.status == Status.RELEASED:
+        return prompt_answer({"behavior": "allow", "updatedInput": tool_input})
+    return prompt_answer({"behavior": "deny", "message": call.content or call.reason})
+
+
+def prompt_answer(answer: dict[str, Any]) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(answer))])
+
+
+# --- HTTP: authenticate, find the session, then hand the request to the SDK's transport ----
+
+
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
+    """The ASGI app mounted at /mcp/ (harness_site.asgi)."""
+    if scope["type"] != "http":
+        return
+    async with ThreadSensitiveContext():
+        try:
+            await serve(scope, receive, send)
+        except DatabaseError:
+            # Fail closed: nothing was decided without its record. (If the response had
+            # started, the connection simply ends.)
+            logger.exception("MCP gateway storage error")
+            with contextlib.suppress(Exception):
+                await answer(
+                    send,
+                    503,
+                    "storage_unavailable",
+                    "Harness could not record this request, so nothing was decided or run. "
+                    "Retry it later.",
+                )
+
+
+async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    host = headers.get("host", "")
+    if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
+        return await answer(send, 400, "bad_host", f"Host {host!r} is not an allowed host.")
+    kind, _, token = headers.get("authorization", "").partition(" ")
+    agent = await db(agents.authenticate_token)(token.strip()) if kind.lower() == "bearer" else None
+    if agent is None:
+        return await answer(
+            send,
+            401,
+            "invalid_token",
+            "Missing, malformed, revoked or unknown agent token. Send 'Authorization: Bearer "
+            "<token>' with a token from `manage.py create_agent`.",
+            {"www-authenticate": 'Bearer realm="harness"'},
+        )
+    method = scope["method"]
+    if method not in ("POST", "DELETE"):
+        return await answer(
+            send,
+            405,
+            "method_not_allowed",
+            "This MCP endpoint answers POST (and DELETE to end a session); it opens no "
+            "server-initiated stream.",
+            {"allow": "POST, DELETE"},
+        )
+    body = await read_body(receive)
+    if body is None:
+        limit = settings.HARNESS_MAX_BODY_BYTES
+        return await answer(send, 413, "body_too_large", f"The body is larger than {limit} bytes.")
+    messages = parse_messages(body)
+    scheme = "https" if scope.get("scheme") == "https" else "http"
+    session = await session_for(agent, headers.get(SESSION_HEADER, ""), messages)
+    if isinstance(session, tuple):
+        return await answer(send, *session)
+    if method == "POST":
+        await cancel_requested(agent, session, messages)
+    caller = Caller(agent=agent, session=session, base_url=f"{scheme}://{host}")
+    await run_transport(caller, scope, replay(body, receive), send)
+
+
+async def session_for(
+    agent: Agent, session_id: str, messages: list[types.JSONRPCMessage]
+) -> AgentSession | tuple[int, str, str]:
+    """The Harness session of this request: a new one for an initialize request, else the
+    agent's session with that Mcp-Session-Id. (status, code, message) when there is none."""
+    initialize = next(
+        (m.root for m in messages if getattr(m.root, "method", "") == "initialize"), None
+    )
+    if isinstance(initialize, types.JSONRPCRequest):
+        return await db(open_session)(agent, initialize.params or {})
+    if not session_id:
+        return (
+            400,
+            "missing_session",
+            "No Mcp-Session-Id header: send an initialize request first and pass back "
+            "the session id it answers with.",
+        )
+    found = await db(find_session)(agent, session_id)
+    if found is None:
+        return (
+            404,
+            "unknown_session",
+            "Session not found: it belongs to another agent or never existed. Initialize again.",
+        )
+    return found
+
+
+def open_session(agent: Agent, params: dict[str, Any]) -> AgentSession:
+    info = params.get("clientInfo") if isinstance(params, dict) else None
+    name = ""
+    if isinstance(info, dict):
+        name = " ".join(str(info.get(k, "")) for k in ("name", "version")).strip()
+    return agents.start_session(
+        agent=agent,
+        title=f"MCP: {name}" if name else "MCP session",
+        client=CLIENT,
+        external_id=secrets.token_hex(16),
+    )
+
+
+def find_session(agent: Agent, session_id: str) -> AgentSession | None:
+    session = (
+        AgentSession.objects.filter(agent=agent, client=CLIENT, external_id=session_id)
+        .select_related("agent__owner")
+        .first()
+    )
+    if session is not None:
+        session.agent = agent
+    return session
+
+
+async def cancel_requested(
+    agent: Agent, session: AgentSession, messages: list[types.JSONRPCMessage]
+) -> None:
+    """`notifications/cancelled` for a tools/call of this session cancels its call if it
+    is still pending (a call already running or done is not affected)."""
+    for message in messages:
+        root = message.root
+        if not isinstance(root, types.JSONRPCNotification):
+            continue
+        if root.method != "notifications/cancelled" or not isinstance(root.params, dict):
+            continue
+        request_id = root.params.get("requestId")
+        if not isinstance(request_id, str | int):
+            continue
+        reason = str(root.params.get("reason") or "")[:500]
+        await db(cancel_by_request)(agent, session, request_id, reason)
+
+
+def cancel_by_request(
+    agent: Agent, session: AgentSession, request_id: types.RequestId, reason: str
+) -> None:
+    tool_use_id = mcp_tool_use_id(request_id)
+    call = (
+        ToolCall.objects.filter(session=session)
+        .filter(Q(tool_use_id=tool_use_id) | Q(tool_use_id__startswith=tool_use_id + "/"))
+        .first()
+    )
+    if call is None:
+        return
+    transitions.cancel_call(
+        call_id=call.pk,
+        actor=f"agent:{agent.name}",
+        reason=reason or "Cancelled by the MCP client.",
+    )
+
+
+async def run_transport(caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
+    """The SDK's transport and server for this one request (stateless: the session lives
+    in the database, not in this process)."""
+    transport = StreamableHTTPServerTransport(
+        mcp_session_id=caller.session.external_id, is_json_response_enabled=False
+    )
+    token = _caller.set(caller)
+    try:
+        async with anyio.create_task_group() as group:
+
+            async def run_server(
+                *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+            ) -> None:
+                async with transport.connect() as (read_stream, write_stream):
+                    task_status.started()
+                    await server.run(
+                        read_stream,
+                        write_stream,
+                        server.create_initialization_options(),
+                        stateless=True,
+                    )
+
+            await group.start(run_server)
+            try:
+                await transport.handle_request(scope, receive, send)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await transport.terminate()
+    finally:
+        _caller.reset(token)
+
+
+def parse_messages(body: bytes) -> list[types.JSONRPCMessage]:
+    """The JSON-RPC messages of a POST body, read with the SDK's types ([] if it cannot
+    be read: the transport then answers the parse error itself)."""
+    try:
+        data = json.loads(body) if body.strip() else None
+    except (ValueError, RecursionError):
+        return []
+    items = data if isinstance(data, list) else [data]
+    found = []
+    for item in items:
+        with contextlib.suppress(pydantic.ValidationError):
+            found.append(types.JSONRPCMessage.model_validate(item))
+    return found
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None when it is larger than HARNESS_MAX_BODY_BYTES."""
+    limit = settings.HARNESS_MAX_BODY_BYTES
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the transport the body already read, then the real events
+    (the client's disconnect)."""
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
+
+
+async def answer(
+    send: Send, status: int, code: str, message: str, extra: dict[str, str] | None = None
+) -> None:
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,115 @@
+"""The upstream tools the registry offers: built from the pinned rows, cached per process
+until the generation changes (every change of servers or tools bumps it in its own
+transaction, so a stale list is never used once the change is committed).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from typing import Any
+
+from django.db import DatabaseError
+
+from dispatcher.tools.base import Tool
+from dispatcher.tools.sources import upstream
+from dispatcher.tools.sources.definitions import risk_flags
+from dispatcher.tools.sources.models import SEPARATOR, Generation, McpServer, McpTool, ToolState
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_cache: dict[str, Any] = {"generation": None, "tools": (), "by_name": {}}
+
+
+def generation() -> int | None:
+    """The current generation (None when the tables cannot be read: no upstream tools)."""
+    try:
+        return Generation.objects.filter(pk=1).values_list("value", flat=True).first() or 0
+    except DatabaseError:
+        logger.warning("upstream tools unavailable: cannot read the sources tables", exc_info=True)
+        return None
+
+
+def upstream_tools() -> tuple[Tool, ...]:
+    """Every offered upstream tool, by server and name."""
+    current = generation()
+    if current is None:
+        return ()
+    with _lock:
+        if _cache["generation"] != current:
+            tools = _build()
+            _cache.update(generation=current, tools=tools, by_name={t.name: t for t in tools})
+        return tuple(_cache["tools"])
+
+
+def upstream_tool(name: str) -> Tool | None:
+    if SEPARATOR not in name:
+        return None
+    upstream_tools()
+    with _lock:
+        tool: Tool | None = _cache["by_name"].get(name)
+        return tool
+
+
+def endpoint_of(server: McpServer) -> upstream.Endpoint:
+    return upstream.Endpoint(
+        server_id=server.pk,
+        version=server.version,
+        name=server.name,
+        transport=server.transport,
+        command=tuple(server.command),
+        env=tuple(sorted(server.env.items())),
+        url=server.url,
+        headers=tuple(sorted(server.headers.items())),
+        paths=tuple(server.paths),
+        timeout=server.timeout,
+    )
+
+
+def _build() -> tuple[Tool, ...]:
+    rows = McpTool.objects.offered().select_related("server").order_by("server__name", "name")
+    endpoints: dict[int, upstream.Endpoint] = {}
+    tools = []
+    for row in rows:
+        server = row.server
+        endpoint = endpoints.setdefault(server.pk, endpoint_of(server))
+        flags = risk_flags(row.annotations, server.trust_annotations)
+        tools.append(
+            Tool(
+                name=row.exposed_name,
+                description=row.description,
+                parameters=row.input_schema,
+                execute=functools.partial(upstream.execute, endpoint, row.name, row.fingerprint),
+                timeout=server.timeout,
+                read_only=flags["read_only"],
+                destructive=flags["destructive"],
+                open_world=flags["open_world"],
+            )
+        )
+    return tuple(tools)
+
+
+def held_message(name: str) -> str | None:
+    """What the model reads when it calls an upstream tool that is not offered now
+    (held for review, gone upstream, or unusable), or None for a name nobody registered."""
+    if SEPARATOR not in name:
+        return None
+    try:
+        row = McpTool.objects.select_related("server").filter(exposed_name=name).first()
+    except DatabaseError:
+        return None
+    if row is None:
+        return None
+    server = row.server.name
+    if row.state in (ToolState.CHANGED, ToolState.NEW):
+        what = "changed its definition" if row.state == ToolState.CHANGED else "added it"
+        return (
+            f"Tool '{name}' is held: the MCP server '{server}' {what} since an admin last "
+            "approved its tools, and an admin must review it before it can be called. Do not "
+            "retry it now; use another tool or ask the user."
+        )
+    if row.state == ToolState.MISSING:
+        return upstream.messages_missing(server, row.name)
+    return f"Tool '{name}' cannot be offered: {row.problem} Use another tool."

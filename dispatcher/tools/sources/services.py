@@ -1,0 +1,327 @@
+"""Every change of upstream MCP servers and their tools: one transaction each, with its
+audit event, a new ServerVersion, and the registry's generation bumped.
+
+Registration pins each tool's definition (its fingerprint). A refresh compares what the
+server lists now with the pins: a changed or new tool is held (not offered, its calls
+rejected) until an admin accepts it; a tool gone upstream is marked missing, never
+dropped silently. Talking to the server happens before the transaction opens.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from audit import kinds
+from audit.services import record_event
+from dispatcher.errors import ServiceError
+from dispatcher.tools.sources import catalog, upstream
+from dispatcher.tools.sources.definitions import (
+    Definition,
+    exposed_name,
+    server_name_problem,
+    unusable,
+)
+from dispatcher.tools.sources.models import (
+    Generation,
+    McpServer,
+    McpTool,
+    ServerVersion,
+    ToolState,
+    Transport,
+)
+
+
+@dataclass
+class RefreshReport:
+    """What a registration or refresh found, tool by tool (upstream names)."""
+
+    server: str
+    unchanged: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    returned: list[str] = field(default_factory=list)
+    unusable: list[str] = field(default_factory=list)
+
+    def as_payload(self) -> dict[str, list[str]]:
+        return {k: v for k, v in self.__dict__.items() if k != "server" and v}
+
+
+def _bump_generation() -> None:
+    """A new generation: a value never seen before (a clock reading, not a counter, so a
+    rolled-back change cannot leave a process's cache matching a later generation)."""
+    value = time.time_ns()
+    if not Generation.objects.filter(pk=1).update(value=value):
+        try:
+            with transaction.atomic():
+                Generation.objects.create(pk=1, value=value)
+        except IntegrityError:  # created concurrently
+            Generation.objects.filter(pk=1).update(value=value)
+
+
+def _record(server: McpServer, change: str, kind: str, actor: str, extra: dict[str, Any]) -> None:
+    snapshot = {
+        **server.masked(),
+        "tools": {
+            t.name: {"state": t.state, "fingerprint": t.fingerprint} for t in server.tools.all()
+        },
+    }
+    ServerVersion.objects.create(
+        server_name=server.name,
+        version=server.version,
+        change=change,
+        actor=actor,
+        snapshot=snapshot,
+    )
+    record_event(
+        kind=kind,
+        actor=actor,
+        subject=f"mcp_server:{server.name}",
+        payload={"server": server.masked(), "version": server.version, **extra},
+    )
+    _bump_generation()
+
+
+def parse_pairs(items: list[str], what: str) -> dict[str, str]:
+    """K=V pairs from the command line or the form; ServiceError names a bad one."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ServiceError(f"{what} {item!r} must be written KEY=VALUE.")
+        pairs[key] = value
+    return pairs
+
+
+def add_server(
+    *,
+    name: str,
+    actor: str,
+    command: list[str] | None = None,
+    url: str = "",
+    env: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    paths: list[str] | None = None,
+    trust_annotations: bool = False,
+    timeout: float = 60.0,
+) -> tuple[McpServer, RefreshReport]:
+    """Register a server: connect, list its tools, pin each definition. Raises
+    ServiceError (bad name or configuration, name taken, server unreachable)."""
+    problem = server_name_problem(name)
+    if problem:
+        raise ServiceError(problem)
+    if bool(command) == bool(url):
+        raise ServiceError("Give exactly one of a command (stdio) or a URL (streamable HTTP).")
+    if url and not url.startswith(("http://", "https://")):
+        raise ServiceError(f"URL {url!r} must start with http:// or https://.")
+    if not 0 < timeout <= 3600:
+        raise ServiceError("The timeout must be between 0 and 3600 seconds.")
+    if McpServer.objects.filter(name=name).exists():
+        raise ServiceError(f"An MCP server named '{name}' is registered already.")
+    server = McpServer(
+        name=name,
+        transport=Transport.STDIO if command else Transport.HTTP,
+        command=list(command or []),
+        url=url,
+        env=dict(env or {}),
+        headers=dict(headers or {}),
+        paths=list(paths or []),
+        trust_annotations=trust_annotations,
+        timeout=timeout,
+        created_by=actor,
+    )
+    definitions = _fetch(server)
+    report = RefreshReport(server=name)
+    with transaction.atomic():
+        try:
+            server.save()
+        except IntegrityError:
+            raise ServiceError(f"An MCP server named '{name}' is registered already.") from None
+        now = timezone.now()
+        for definition in definitions:
+            problem = unusable(name, definition)
+            _pin(
+                server,
+                definition,
+                ToolState.UNUSABLE if problem else ToolState.ACTIVE,
+                actor,
+                now,
+                problem or "",
+            )
+            (report.unusable if problem else report.unchanged).append(definition.name)
+        _record(server, "added", kinds.MCP_SERVER_ADDED, actor, {"tools": report.as_payload()})
+    return server, report
+
+
+def _fetch(server: McpServer) -> list[Definition]:
+    try:
+        return upstream.list_definitions(catalog.endpoint_of(server))
+    except upstream.UpstreamError as exc:
+        raise ServiceError(
+            f"Could not list the tools of MCP server '{server.name}': {exc}"
+        ) from exc
+
+
+def _pin(
+    server: McpServer, definition: Definition, state: str, actor: str, now: Any, problem: str = ""
+) -> McpTool:
+    return McpTool.objects.create(
+        server=server,
+        name=definition.name,
+        exposed_name=exposed_name(server.name, definition.name)[:240],
+        state=state,
+        problem=problem,
+        description=definition.description,
+        input_schema=definition.input_schema,
+        annotations=definition.annotations,
+        fingerprint=definition.fingerprint,
+        accepted_by=actor if state == ToolState.ACTIVE else "",
+        accepted_at=now if state == ToolState.ACTIVE else None,
+    )
+
+
+def refresh_server(*, name: str, actor: str) -> RefreshReport:
+    """List the server's tools again and compare them with the pins. Raises ServiceError."""
+    server = _get(name)
+    definitions = {d.name: d for d in _fetch(server)}
+    report = RefreshReport(server=name)
+    with transaction.atomic():
+        server = McpServer.objects.select_for_update().get(pk=server.pk)
+        now = timezone.now()
+        rows = {row.name: row for row in server.tools.all()}
+        for tool_name, definition in definitions.items():
+            row = rows.get(tool_name)
+            if row is None:
+                problem = unusable(name, definition)
+                tool = _pin(server, definition, ToolState.NEW, actor, now, problem or "")
+                if problem:
+                    tool.state = ToolState.UNUSABLE
+                    tool.save(update_fields=["state"])
+                    report.unusable.append(tool_name)
+                else:
+                    _see(tool, definition, now)
+                    report.new.append(tool_name)
+                continue
+            _compare(row, definition, now, report)
+        for tool_name, row in rows.items():
+            if tool_name not in definitions and row.state != ToolState.MISSING:
+                row.state = ToolState.MISSING
+                row.save(update_fields=["state"])
+                report.missing.append(tool_name)
+        server.version = F("version") + 1
+        server.save(update_fields=["version", "updated_at"])
+        server.refresh_from_db()
+        _record(
+            server, "refreshed", kinds.MCP_SERVER_REFRESHED, actor, {"tools": report.as_payload()}
+        )
+    return report
+
+
+def _see(row: McpTool, definition: Definition, now: Any) -> None:
+    row.seen_description = definition.description
+    row.seen_input_schema = definition.input_schema
+    row.seen_annotations = definition.annotations
+    row.seen_fingerprint = definition.fingerprint
+    row.seen_at = now
+    row.save()
+
+
+def _compare(row: McpTool, definition: Definition, now: Any, report: RefreshReport) -> None:
+    if row.state == ToolState.UNUSABLE:
+        report.unusable.append(row.name)
+        return
+    if row.state == ToolState.NEW:  # not accepted yet: the review shows what it lists now
+        _see(row, definition, now)
+        report.new.append(row.name)
+        return
+    if definition.fingerprint == row.fingerprint:
+        (report.unchanged if row.state == ToolState.ACTIVE else report.returned).append(row.name)
+        row.state = ToolState.ACTIVE
+        row.seen_description, row.seen_input_schema, row.seen_annotations = "", None, None
+        row.seen_fingerprint = ""
+        row.save()
+        return
+    row.state = ToolState.CHANGED
+    _see(row, definition, now)
+    report.changed.append(row.name)
+
+
+def accept_tool(*, exposed: str, fingerprint: str, actor: str) -> McpTool:
+    """An admin accepts the definition a held tool (changed or new) shows now, having
+    seen the one with `fingerprint`: it is pinned and offered again. Raises ServiceError
+    when the tool is not held or the definition changed again since it was shown."""
+    with transaction.atomic():
+        row = (
+            McpTool.objects.select_for_update()
+            .select_related("server")
+            .filter(exposed_name=exposed)
+            .first()
+        )
+        if row is None or row.state not in (ToolState.CHANGED, ToolState.NEW):
+            raise ServiceError(f"'{exposed}' is not waiting for review.")
+        if row.seen_fingerprint != fingerprint:
+            raise ServiceError(
+                f"The definition of '{exposed}' changed again since it was shown; review it again."
+            )
+        before = {
+            "description": row.description,
+            "inputSchema": row.input_schema,
+            "annotations": row.annotations,
+            "fingerprint": row.fingerprint,
+        }
+        row.description = row.seen_description
+        row.input_schema = row.seen_input_schema or {}
+        row.annotations = row.seen_annotations or {}
+        row.fingerprint = row.seen_fingerprint
+        row.seen_description, row.seen_input_schema, row.seen_annotations = "", None, None
+        row.seen_fingerprint = ""
+        row.state = ToolState.ACTIVE
+        row.accepted_by, row.accepted_at = actor, timezone.now()
+        row.save()
+        server = row.server
+        server.version = F("version") + 1
+        server.save(update_fields=["version", "updated_at"])
+        server.refresh_from_db()
+        _record(
+            server,
+            "tool accepted",
+            kinds.MCP_TOOL_ACCEPTED,
+            actor,
+            {
+                "tool": row.exposed_name,
+                "before": before,
+                "after": {
+                    "description": row.description,
+                    "inputSchema": row.input_schema,
+                    "annotations": row.annotations,
+                    "fingerprint": row.fingerprint,
+                },
+            },
+        )
+    return row
+
+
+def remove_server(*, name: str, actor: str) -> None:
+    """Unregister a server: its tools are no longer offered and their calls rejected."""
+    with transaction.atomic():
+        server = McpServer.objects.select_for_update().filter(name=name).first()
+        if server is None:
+            raise ServiceError(f"No MCP server named '{name}' is registered.")
+        server.version += 1
+        _record(server, "removed", kinds.MCP_SERVER_REMOVED, actor, {})
+        server.delete()
+
+
+def _get(name: str) -> McpServer:
+    server = McpServer.objects.filter(name=name).first()
+    if server is None:
+        known = ", ".join(McpServer.objects.values_list("name", flat=True)) or "none"
+        raise ServiceError(f"No MCP server named '{name}' is registered (registered: {known}).")
+    return server

@@ -1,0 +1,404 @@
+"""Talking to upstream MCP servers with the official `mcp` client.
+
+`list_definitions` opens a session once (registration, refresh). Workers call tools
+through `POOL`: one event loop thread per process and one open session per server (and
+configuration version), kept across calls; a stdio server that died is started again on
+the next call; a session whose call timed out or lost its connection is closed.
+
+stdio servers start through `launch_argv`: a scrubbed environment (only the variables
+configured for the server, plus PATH) and `sandboxed_argv`, the one place their command
+is put in the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import httpx
+from django.conf import settings
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import McpError
+
+from dispatcher.tools.base import ExecutionContext, ToolError
+from dispatcher.tools.sources.definitions import Definition
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 30.0
+MAX_PAGES = 100
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A server's configuration as one process uses it (an immutable copy of the row)."""
+
+    server_id: int
+    version: int
+    name: str
+    transport: str
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    url: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    paths: tuple[str, ...] = ()
+    timeout: float = 60.0
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.server_id, self.version)
+
+
+class UpstreamError(Exception):
+    """The server could not be reached or answered with a protocol error."""
+
+
+# --- Launching stdio servers -------------------------------------------------------------
+
+
+def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
+    """`argv` wrapped in the sandbox, with `paths` the server may use.
+
+    The one place an upstream stdio server is put in the sandbox: it calls
+    `dispatcher.tools.sandbox.sandboxed_argv(argv, paths)` when that module exists (the
+    bubblewrap sandbox), and returns `argv` unchanged until then.
+    """
+    if importlib.util.find_spec("dispatcher.tools.sandbox") is None:
+        return argv
+    sandbox = importlib.import_module("dispatcher.tools.sandbox")
+    wrap = getattr(sandbox, "sandboxed_argv", None)
+    return list(wrap(argv, paths)) if callable(wrap) else argv
+
+
+def launch_argv(endpoint: Endpoint) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment a stdio server starts with: only its configured variables
+    plus PATH. (The SDK adds HOME, USER and a few others to any environment it is given;
+    `env -u` takes those out again unless they were configured.)"""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **dict(endpoint.env)}
+    unset = [name for name in DEFAULT_INHERITED_ENV_VARS if name not in env]
+    tool = shutil.which("env") or "/usr/bin/env"
+    scrub = [tool, *[arg for name in unset for arg in ("-u", name)], "--"]
+    return sandboxed_argv([*scrub, *endpoint.command], list(endpoint.paths)), env
+
+
+def _stderr_log(endpoint: Endpoint) -> TextIO:
+    folder = Path(settings.DATA_DIR) / "mcp-servers"
+    folder.mkdir(parents=True, exist_ok=True)
+    return (folder / f"{endpoint.name}.stderr.log").open("a", encoding="utf-8")
+
+
+@asynccontextmanager
+async def open_session(endpoint: Endpoint) -> AsyncIterator[ClientSession]:
+    """An initialized client session with the server (stdio: the process runs while it
+    is open)."""
+    if endpoint.transport == "stdio":
+        argv, env = launch_argv(endpoint)
+        params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
+        with _stderr_log(endpoint) as errlog:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                yield session
+        return
+    http = httpx.AsyncClient(
+        headers=dict(endpoint.headers),
+        timeout=httpx.Timeout(CONNECT_TIMEOUT, read=endpoint.timeout + 5),
+        follow_redirects=True,
+    )
+    async with http, streamable_http_client(endpoint.url, http_client=http) as streams:
+        read, write, _ = streams
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+async def all_tools(session: ClientSession) -> list[types.Tool]:
+    """Every tool the server lists, through its pages."""
+    tools: list[types.Tool] = []
+    cursor = None
+    for _ in range(MAX_PAGES):
+        result = await session.list_tools(cursor=cursor)
+        tools += result.tools
+        cursor = result.nextCursor
+        if not cursor:
+            break
+    return tools
+
+
+def list_definitions(endpoint: Endpoint) -> list[Definition]:
+    """The server's tools now (a session of its own). Raises UpstreamError."""
+
+    async def fetch() -> list[Definition]:
+        async with asyncio.timeout(CONNECT_TIMEOUT + endpoint.timeout):
+            async with open_session(endpoint) as session:
+                return [Definition.from_mcp(tool) for tool in await all_tools(session)]
+
+    try:
+        definitions: list[Definition] = _run_fresh(fetch())
+    except Exception as exc:
+        raise UpstreamError(describe(exc)) from exc
+    return definitions
+
+
+def _run_fresh(coroutine: Any) -> Any:
+    """Run a coroutine to completion on a fresh loop, in a thread if this one runs one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    result: list[Any] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(asyncio.run(coroutine))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            error.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
+def describe(exc: BaseException) -> str:
+    """A short account of a failure (the first leaf of an exception group)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, McpError):
+        return f"{exc.error.message} (MCP error {exc.error.code})"
+    if isinstance(exc, TimeoutError):
+        return "it did not answer in time"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+# --- The worker's pool of open sessions ---------------------------------------------------
+
+
+class Connection:
+    """One open session with one server, held by a task of the pool's loop."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.session: ClientSession | None = None
+        self.fingerprints: dict[str, str] = {}
+        self.ready = asyncio.Event()
+        self.stop = asyncio.Event()
+        self.error: BaseException | None = None
+        self.lock = asyncio.Lock()
+        self.task = asyncio.create_task(self._hold(), name=f"mcp-{endpoint.name}")
+
+    async def _hold(self) -> None:
+        try:
+            async with open_session(self.endpoint) as session:
+                tools = await all_tools(session)
+                self.fingerprints = {t.name: Definition.from_mcp(t).fingerprint for t in tools}
+                self.session = session
+                self.ready.set()
+                await self.stop.wait()
+        except BaseException as exc:  # noqa: BLE001 - kept for the caller
+            self.error = exc
+        finally:
+            self.session = None
+            self.ready.set()
+
+    @property
+    def alive(self) -> bool:
+        return not self.task.done() and not self.stop.is_set()
+
+    async def close(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(self.task, 5)
+
+
+class Pool:
+    """Per process: a loop thread and the open connections, keyed by server and version."""
+
+    def __init__(self) -> None:
+        self._pid = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connections: dict[tuple[int, int], Connection] = {}
+        self._lock = threading.Lock()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():  # new, or a forked child
+                self._pid = os.getpid()
+                self._connections = {}
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=self._loop.run_forever, name="mcp-upstream", daemon=True
+                ).start()
+            return self._loop
+
+    def call(
+        self, endpoint: Endpoint, tool: str, fingerprint: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        """Call `tool` with `arguments`; raises ToolError (what the model reads),
+        TimeoutError (past the tool's timeout) or UpstreamError."""
+        future = asyncio.run_coroutine_threadsafe(
+            self._call(endpoint, tool, fingerprint, arguments), self.loop()
+        )
+        try:
+            return future.result(timeout=endpoint.timeout + CONNECT_TIMEOUT)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    async def _connection(self, endpoint: Endpoint) -> Connection:
+        """The open connection, started again if it died (a crashed stdio server)."""
+        for key, old in list(self._connections.items()):
+            if key[0] == endpoint.server_id and key != endpoint.key:  # configuration changed
+                del self._connections[key]
+                await old.close()
+        connection = self._connections.get(endpoint.key)
+        if (
+            connection is not None
+            and connection.alive
+            and connection.endpoint.transport == "stdio"
+            and connection.session is not None
+            and not await _answers_ping(connection.session)
+        ):
+            await connection.close()
+        if connection is None or not connection.alive:
+            connection = self._connections[endpoint.key] = Connection(endpoint)
+        await asyncio.wait_for(connection.ready.wait(), CONNECT_TIMEOUT)
+        if connection.session is None:
+            del self._connections[endpoint.key]
+            raise UpstreamError(describe(connection.error or RuntimeError("not connected")))
+        return connection
+
+    async def _call(
+        self, endpoint: Endpoint, tool: str, fingerprint: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        connection = await self._connection(endpoint)
+        seen = connection.fingerprints.get(tool)
+        if seen is None:
+            raise ToolError(messages_missing(endpoint.name, tool))
+        if seen != fingerprint:
+            raise ToolError(messages_changed(endpoint.name, tool))
+        assert connection.session is not None
+        async with connection.lock:  # one request at a time per session
+            try:
+                return await connection.session.call_tool(
+                    tool, arguments, read_timeout_seconds=timedelta(seconds=endpoint.timeout)
+                )
+            except McpError as exc:
+                if exc.error.code == httpx.codes.REQUEST_TIMEOUT:
+                    self._replace(connection)  # a stdio server stops what it was doing
+                    raise TimeoutError(exc.error.message) from exc
+                if exc.error.code == types.CONNECTION_CLOSED:
+                    self._replace(connection)
+                    raise ToolError(messages_crashed(endpoint.name, tool)) from exc
+                raise UpstreamError(describe(exc)) from exc
+            except (
+                OSError,
+                httpx.HTTPError,
+                anyio.ClosedResourceError,
+                anyio.BrokenResourceError,
+            ) as exc:
+                self._replace(connection)
+                raise UpstreamError(describe(exc)) from exc
+
+    def _replace(self, connection: Connection) -> None:
+        """Close a connection that timed out or broke (in the background) and start the
+        next one now, so that the next call finds the server started again."""
+        asyncio.get_running_loop().create_task(connection.close())
+        if self._connections.get(connection.endpoint.key) is connection:
+            self._connections[connection.endpoint.key] = Connection(connection.endpoint)
+
+
+async def _answers_ping(session: ClientSession) -> bool:
+    try:
+        await asyncio.wait_for(session.send_ping(), 2)
+    except Exception:  # noqa: BLE001 - any failure means: start it again
+        return False
+    return True
+
+
+POOL = Pool()
+
+
+# --- What the model reads ------------------------------------------------------------------
+
+
+def messages_changed(server: str, tool: str) -> str:
+    return (
+        f"The MCP server '{server}' now describes its tool '{tool}' differently from the "
+        "definition an admin approved, so Harness does not call it until an admin reviews "
+        "the change (Tools page, or `manage.py refresh_mcp_server`). Do not retry it; use "
+        "another tool or ask the user."
+    )
+
+
+def messages_missing(server: str, tool: str) -> str:
+    return (
+        f"The MCP server '{server}' no longer offers a tool '{tool}'. Use another tool or "
+        "ask the user to refresh the server's registration."
+    )
+
+
+def messages_crashed(server: str, tool: str) -> str:
+    return (
+        f"The MCP server '{server}' stopped while running '{tool}', so it is not known whether "
+        "the call took effect. The server is started again for the next call; check the "
+        "state before trying again."
+    )
+
+
+def result_text(result: types.CallToolResult) -> str:
+    """The tool's content blocks as the text the model reads."""
+    parts: list[str] = []
+    for block in result.content:
+        if isinstance(block, types.TextContent):
+            parts.append(block.text)
+        elif isinstance(block, types.ImageContent | types.AudioContent):
+            parts.append(f"[{block.type}: {block.mimeType}, {len(block.data)} base64 characters]")
+        elif isinstance(block, types.EmbeddedResource):
+            resource = block.resource
+            text = getattr(resource, "text", None)
+            parts.append(text if isinstance(text, str) else f"[resource {resource.uri}]")
+        elif isinstance(block, types.ResourceLink):
+            parts.append(f"[resource link {block.uri}]")
+    if not parts and result.structuredContent is not None:
+        parts.append(json.dumps(result.structuredContent, indent=2, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def execute(
+    endpoint: Endpoint, tool: str, fingerprint: str, ctx: ExecutionContext, args: dict[str, Any]
+) -> str:
+    """The upstream tool's body in a worker: the call's logged argument bytes, parsed."""
+    arguments = json.loads(ctx.raw_arguments) if ctx.raw_arguments else args
+    try:
+        result = POOL.call(endpoint, tool, fingerprint, arguments)
+    except UpstreamError as exc:
+        raise ToolError(
+            f"The MCP server '{endpoint.name}' could not run '{tool}': {exc} "
+            "Try again later, or ask the user to check the server."
+        ) from exc
+    text = result_text(result)
+    if result.isError:
+        raise ToolError(text or f"The MCP server '{endpoint.name}' reported an error for '{tool}'.")
+    return text

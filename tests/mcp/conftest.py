@@ -1,0 +1,71 @@
+"""Helpers for MCP tests: the official `mcp` client against the live daphne."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+
+from approvals.models import ApprovalRequest
+from approvals.services import decide
+from dispatcher.models import ToolCall
+from tests.conftest import AgentFixture, LiveStack
+
+
+@asynccontextmanager
+async def mcp_session(
+    stack: LiveStack, fx: AgentFixture, *, token: str | None = None
+) -> AsyncIterator[tuple[ClientSession, Callable[[], str | None]]]:
+    """An initialized MCP client session on /mcp/ with the agent's token."""
+    headers = {"Authorization": f"Bearer {token or fx.token}"}
+    http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=120))
+    async with http, streamable_http_client(stack.url + "/mcp/", http_client=http) as streams:
+        read, write, session_id = streams
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield session, session_id
+
+
+def run[T](function: Callable[[], Coroutine[Any, Any, T]], timeout: float = 90) -> T:
+    """Run a coroutine function on a fresh loop in its own thread (Playwright may hold a
+    running loop in the test's thread)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, function()).result(timeout=timeout)
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def wait_for_pending(session_id_prefix: str = "", *, tool: str, seconds: float = 15) -> ToolCall:
+    """The newest call of `tool` waiting for a reviewer (polled: the test is the reviewer)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        call = (
+            ToolCall.objects.filter(name=tool, status="pending_approval")
+            .filter(session__external_id__startswith=session_id_prefix)
+            .order_by("-created_at")
+            .first()
+        )
+        if call is not None:
+            return call
+        time.sleep(0.05)
+    raise AssertionError(f"no pending call of {tool}")
+
+
+def review(call: ToolCall, reviewer: Any, *, approve: bool, feedback: str = "") -> None:
+    approval = ApprovalRequest.objects.get(call=call)
+    decide(
+        approval_id=approval.pk,
+        user=reviewer,
+        approve=approve,
+        digest=call.digest,
+        feedback=feedback,
+    )

@@ -1,0 +1,270 @@
+"""The MCP gateway under a real daphne and Celery worker, with the official `mcp` client."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+from mcp import types
+
+from audit.models import AuditEvent
+from dispatcher.models import AgentSession, Status, ToolCall
+from dispatcher.policy.stages import Rejection, resolve, validate
+from dispatcher.tools.registry import get_tool
+from tests.conftest import AgentFixture, LiveStack, make_agent, make_user, unique
+from tests.mcp.conftest import mcp_session, review, run, text_of, wait_for_pending
+
+pytestmark = pytest.mark.live
+
+
+def test_a_request_without_a_valid_agent_token_is_refused_401(live_stack: LiveStack) -> None:
+    for headers in ({}, {"Authorization": "Bearer hrn_nope_nope"}, {"Authorization": "Basic x"}):
+        response = httpx.post(
+            live_stack.url + "/mcp/",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Accept": "application/json, text/event-stream", **headers},
+        )
+        assert response.status_code == 401
+        assert "Bearer <token>" in response.json()["error"]["message"]
+        assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_tools_list_pages_through_the_model_facing_projection(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    async def scenario() -> tuple[list[list[types.Tool]], str | None]:
+        async with mcp_session(live_stack, live_agent) as (session, session_id):
+            pages = []
+            cursor = None
+            while True:
+                result = await session.list_tools(cursor=cursor)
+                pages.append(result.tools)
+                cursor = result.nextCursor
+                if cursor is None:
+                    return pages, session_id()
+
+    pages, session_id = run(scenario)
+    assert len(pages) > 1 and all(len(page) <= 4 for page in pages)
+    tools = {tool.name: tool for page in pages for tool in page}
+    assert "read_file" in tools and "approval_prompt" in tools
+    assert "client_note" not in tools  # the client's own tools are not offered
+    read = tools["read_file"]
+    assert read.inputSchema == get_tool("read_file").parameters  # type: ignore[union-attr]
+    assert read.annotations is not None and read.annotations.readOnlyHint is True
+    # Only the four named fields (and annotations) of the definition, nothing host-only.
+    dumped = read.model_dump(exclude_none=True)
+    assert set(dumped) == {"name", "description", "inputSchema", "annotations"}
+    # One MCP session is one Harness session.
+    assert AgentSession.objects.filter(
+        agent=live_agent.agent, client="mcp", external_id=session_id
+    ).exists()
+
+
+def test_an_allowed_call_runs_in_the_worker_and_returns_its_result(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    async def scenario() -> tuple[types.CallToolResult, str | None]:
+        async with mcp_session(live_stack, live_agent) as (session, session_id):
+            result = await session.call_tool("list_directory", {"path": "."})
+            return result, session_id()
+
+    result, session_id = run(scenario)
+    assert result.isError is False
+    call = ToolCall.objects.get(session__external_id=session_id)
+    assert (call.status, call.dialect, call.tool_use_id) == (Status.COMPLETED, "mcp", "mcp:1")
+    assert text_of(result) == call.content
+    kinds = list(
+        AuditEvent.objects.filter(subject=f"call:{call.pk}")
+        .order_by("seq")
+        .values_list("kind", flat=True)
+    )
+    assert kinds == ["call.received", "call.allowed", "call.started", "call.completed"]
+
+
+def _api_text(stack: LiveStack, fx: AgentFixture, name: str, arguments: Any) -> str:
+    with stack.client(fx) as client:
+        session = client.post("/api/v1/sessions", json={}).json()
+        body = {"calls": [{"id": "c", "name": name, "arguments": arguments}]}
+        response = client.post(f"/api/v1/sessions/{session['id']}/calls", json=body)
+        return str(response.json()["calls"][0]["content"])
+
+
+def test_unknown_tool_and_invalid_arguments_are_error_results_with_the_api_text(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    async def scenario() -> list[types.CallToolResult]:
+        async with mcp_session(live_stack, live_agent) as (session, _):
+            return [
+                await session.call_tool("readFile", {"path": "a"}),
+                await session.call_tool("read_file", {"path": 5}),
+            ]
+
+    unknown, invalid = run(scenario)
+    assert unknown.isError and invalid.isError
+    assert "Tool 'readFile' does not exist" in text_of(unknown)
+    assert "Did you mean 'read_file'?" in text_of(unknown)
+    assert text_of(unknown) == _api_text(live_stack, live_agent, "readFile", {"path": "a"})
+    assert "$.path: expected string, got int 5" in text_of(invalid)
+    assert text_of(invalid) == _api_text(live_stack, live_agent, "read_file", {"path": 5})
+    with pytest.raises(Rejection):
+        validate(resolve("read_file"), {"path": 5})
+
+
+def _held_call(
+    stack: LiveStack, fx: AgentFixture, decide_in_thread: Any
+) -> tuple[types.CallToolResult, list[str]]:
+    """Call write_file (asks in standard mode) with a progress callback; `decide_in_thread`
+    is run in another thread once the call is pending."""
+    notes: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        notes.append(message or "")
+
+    async def scenario() -> types.CallToolResult:
+        async with mcp_session(stack, fx) as (session, session_id):
+            worker = threading.Thread(
+                target=decide_in_thread, args=(session_id(), notes), daemon=True
+            )
+            worker.start()
+            return await session.call_tool(
+                "write_file",
+                {"path": "held.txt", "content": "held\n"},
+                progress_callback=on_progress,
+            )
+
+    return run(scenario), notes
+
+
+def test_an_ask_holds_the_request_with_progress_naming_the_reviewer_page(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    reviewer = make_user(unique("reviewer"), groups=("reviewer",))
+
+    def approve(session_id: str, notes: list[str]) -> None:
+        call = wait_for_pending(session_id, tool="write_file")
+        deadline = time.monotonic() + 10
+        while not notes and time.monotonic() < deadline:  # the reviewer page was announced
+            time.sleep(0.05)
+        review(call, reviewer, approve=True)
+
+    result, notes = _held_call(live_stack, live_agent, approve)
+    assert result.isError is False and text_of(result) == "Wrote 5 bytes to held.txt"
+    assert notes and "Waiting for a reviewer" in notes[0]
+    assert f"{live_stack.url}/approvals/" in notes[0]
+    page = notes[0].rsplit(" ", 1)[-1]
+    assert httpx.get(page).status_code in (200, 302)  # a real page (sign-in first)
+
+
+def test_a_denial_carries_the_reviewers_feedback(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    reviewer = make_user(unique("reviewer"), groups=("reviewer",))
+
+    def deny(session_id: str, notes: list[str]) -> None:
+        call = wait_for_pending(session_id, tool="write_file")
+        review(call, reviewer, approve=False, feedback="Write it under docs/ instead.")
+
+    result, _ = _held_call(live_stack, live_agent, deny)
+    assert result.isError is True
+    assert "Their feedback: Write it under docs/ instead." in text_of(result)
+
+
+def test_a_client_cancellation_cancels_the_pending_call(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    async def scenario() -> tuple[ToolCall, str]:
+        import anyio
+
+        async with mcp_session(live_stack, live_agent) as (session, session_id):
+            request_id = session._request_id  # the id the next request will carry
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    session.call_tool, "write_file", {"path": "never.txt", "content": "x"}
+                )
+                call = await anyio.to_thread.run_sync(
+                    lambda: wait_for_pending(session_id() or "", tool="write_file")
+                )
+                await session.send_notification(
+                    types.ClientNotification(
+                        types.CancelledNotification(
+                            params=types.CancelledNotificationParams(
+                                requestId=request_id, reason="The user pressed Esc."
+                            )
+                        )
+                    )
+                )
+                await anyio.sleep(1)
+                group.cancel_scope.cancel()
+            return call, session_id() or ""
+
+    call, _ = run(scenario)
+    call.refresh_from_db()
+    assert call.status == Status.CANCELLED
+    assert call.decided_by == f"agent:{live_agent.agent.name}"
+    assert "The user pressed Esc." in call.content
+
+
+def test_the_permission_prompt_allows_with_the_same_input_or_denies(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    trusted = make_agent(mode="trusted")
+    locked = make_agent(mode="locked")
+    tool_input = {"command": "ls -la", "description": "List files"}
+
+    async def prompt(fx: AgentFixture) -> dict[str, Any]:
+        async with mcp_session(live_stack, fx) as (session, _):
+            result = await session.call_tool(
+                "approval_prompt",
+                {"tool_name": "Bash", "input": tool_input, "tool_use_id": "toolu_01"},
+            )
+            return dict(json.loads(text_of(result)))
+
+    assert run(lambda: prompt(trusted)) == {"behavior": "allow", "updatedInput": tool_input}
+    denied = run(lambda: prompt(locked))
+    assert denied["behavior"] == "deny" and "locked mode" in denied["message"]
+    call = ToolCall.objects.get(session__agent=trusted.agent, name="client_tool")
+    assert call.status == Status.RELEASED and call.executor == "client"
+    assert call.arguments == {"tool_name": "Bash", "input": tool_input}
+    assert call.tool_use_id == "mcp:1/toolu_01"
+
+
+def test_unstorable_or_foreign_requests_are_refused_without_a_trace(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    from mcp.shared.exceptions import McpError
+
+    async def scenario() -> tuple[list[str], str | None]:
+        async with mcp_session(live_stack, live_agent) as (session, session_id):
+            errors = []
+            for name, arguments in (
+                ("read_file", {"path": "a\u0000b"}),
+                ("x" * 500, {}),
+            ):
+                try:
+                    await session.call_tool(name, arguments)
+                except McpError as exc:
+                    errors.append(exc.error.message)
+            return errors, session_id()
+
+    errors, session_id = run(scenario)
+    assert "NUL character" in errors[0] and "1 to 200 characters" in errors[1]
+    assert not ToolCall.objects.filter(session__external_id=session_id).exists()
+    other = make_agent()
+    headers = {
+        "Authorization": f"Bearer {other.token}",
+        "Mcp-Session-Id": session_id or "",
+        "Accept": "application/json, text/event-stream",
+    }
+    body = {"jsonrpc": "2.0", "id": 9, "method": "tools/list"}
+    foreign = httpx.post(live_stack.url + "/mcp/", json=body, headers=headers)
+    assert foreign.status_code == 404 and "Initialize again" in foreign.text
+    headers.pop("Mcp-Session-Id")
+    missing = httpx.post(live_stack.url + "/mcp/", json=body, headers=headers)
+    assert missing.status_code == 400 and "initialize request first" in missing.text
+    assert httpx.get(live_stack.url + "/mcp/", headers=headers).status_code == 405
+    garbage = httpx.post(live_stack.url + "/mcp/", content=b"[" * 100000, headers=headers)
+    assert garbage.status_code == 400 and "Traceback" not in garbage.text

@@ -1,0 +1,73 @@
+"""An upstream MCP server for tests, written with the `mcp` SDK (FastMCP).
+
+    python tests/support/mcp_upstream.py stdio
+    python tests/support/mcp_upstream.py http PORT
+
+A test changes what it lists through the JSON file named by UPSTREAM_VARIANT_FILE, read
+at start: {"echo_description": "...", "hide": ["pid"]} (a changed definition, a tool gone).
+`environment` answers the names of the variables the process got, `pid` its process id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from mcp.server.fastmcp import FastMCP
+from mcp.types import ToolAnnotations
+
+variant_file = Path(os.environ.get("UPSTREAM_VARIANT_FILE") or "/nonexistent")
+VARIANT = json.loads(variant_file.read_text()) if variant_file.is_file() else {}
+ECHO_DESCRIPTION = VARIANT.get("echo_description", "Echo the text back.")
+HIDE = set(VARIANT.get("hide", []))
+
+port = int(sys.argv[2]) if len(sys.argv) > 2 else 8000
+server = FastMCP("upstream-test", host="127.0.0.1", port=port, log_level="WARNING")
+
+
+@server.tool(description=ECHO_DESCRIPTION, annotations=ToolAnnotations(readOnlyHint=True))
+def echo(text: str) -> str:
+    return f"echo: {text}"
+
+
+@server.tool(description="Write a note (changes things).")
+def write_note(path: str, text: str) -> str:
+    return f"noted {len(text)} characters for {path}"
+
+
+@server.tool(description="Sleep for some seconds.", annotations=ToolAnnotations(readOnlyHint=True))
+def slow(seconds: float) -> str:
+    time.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@server.tool(description="Exit the server process in the middle of the call.")
+def crash() -> str:
+    os._exit(3)
+
+
+def pid() -> str:
+    return str(os.getpid())
+
+
+if "pid" not in HIDE:
+    server.tool(
+        description="The server's process id.", annotations=ToolAnnotations(readOnlyHint=True)
+    )(pid)
+
+
+@server.tool(description="The names of the environment variables the server runs with.")
+def environment() -> str:
+    return ",".join(sorted(os.environ))
+
+
+@server.tool(description="Fail with a tool error.")
+def fail(reason: str) -> str:
+    raise ValueError(f"upstream refused: {reason}")
+
+
+if __name__ == "__main__":
+    server.run("streamable-http" if sys.argv[1:2] == ["http"] else "stdio")
