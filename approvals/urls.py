@@ -7,4 +7,5 @@ urlpatterns = [
     path("", views.queue, name="queue"),
     path("<int:approval_id>/", views.detail, name="detail"),
     path("<int:approval_id>/decide", views.decide, name="decide"),
+    path("<int:approval_id>/edit", views.edit, name="edit"),
 ]

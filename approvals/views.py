@@ -6,6 +6,9 @@ these URLs as an anonymous user.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -68,6 +71,9 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
         return _answer(request, approval_id, str(refusal), status=refusal.status)
     verb = "Denied" if action == "deny" else "Approved"
     message = f"{verb} {approval.call.name}."
+    if not approval.decision:  # one vote of a quorum: the call still waits
+        message = f"Your approval of {approval.call.name} counts: {approval.progress()}."
+        return _answer(request, approval_id, message, status=200, ok=True)
     grant = getattr(approval, "grant", None)
     if grant is not None:
         message += f" Allowed '{grant.rule}' for the rest of this session."
@@ -77,12 +83,62 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     return _fragment(request, approval, message, ok=True, status=200)
 
 
-def _answer(request: HttpRequest, approval_id: int, message: str, *, status: int) -> HttpResponse:
+@login_required
+@require_POST
+def edit(request: HttpRequest, approval_id: int) -> HttpResponse:
+    """Replace the call by a new one with edited arguments (the JSON text, or for
+    write_file the new content). 200/302, or 400/403/404/409 with why."""
+    _require_reviewer(request)
+    approval = queries.one_request(approval_id)
+    if approval is None:
+        raise Http404("No such approval request.")
+    try:
+        arguments = edited_arguments(approval, request.POST)
+        outcome = services.edit(
+            approval_id=approval_id,
+            user=request.user,  # type: ignore[arg-type]
+            digest=request.POST.get("digest", ""),
+            arguments=arguments,
+            comment=request.POST.get("feedback", "").strip(),
+        )
+    except services.DecisionRefused as refusal:
+        return _answer(request, approval_id, str(refusal), status=refusal.status)
+    new = outcome.replacement
+    message = f"Edited {new.name}: the new call is {new.get_status_display().lower()}."
+    if outcome.replacement_approval is not None and new.status == Status.PENDING_APPROVAL:
+        progress = outcome.replacement_approval.progress()
+        message += f" Your edit counts as your approval ({progress})." if progress else ""
+    if not request.htmx:  # type: ignore[attr-defined]
+        messages.success(request, message)
+        return redirect("approvals:queue")
+    return _fragment(request, outcome.approval, message, ok=True, status=200)
+
+
+def edited_arguments(approval: ApprovalRequest, data: Any) -> Any:
+    """The arguments a reviewer's edit form sent: `content` replaces write_file's content;
+    otherwise `arguments` is the whole JSON object. Raises DecisionRefused (400)."""
+    original = approval.call.arguments or {}
+    if "content" in data and approval.call.name == "write_file":
+        return {**original, "content": data["content"].replace("\r\n", "\n")}
+    try:
+        return json.loads(data.get("arguments", ""))
+    except (ValueError, RecursionError) as error:
+        raise services.DecisionRefused(
+            f"The edited arguments are not valid JSON ({error}). Fix them and send again.", 400
+        ) from None
+
+
+def _answer(
+    request: HttpRequest, approval_id: int, message: str, *, status: int, ok: bool = False
+) -> HttpResponse:
     approval = queries.one_request(approval_id)
     if approval is None:
         raise Http404("No such approval request.")
     if request.htmx:  # type: ignore[attr-defined]
-        return _fragment(request, approval, message, ok=False, status=status)
+        return _fragment(request, approval, message, ok=ok, status=status)
+    if ok:
+        messages.success(request, message)
+        return redirect("approvals:queue")
     context = {"approval": approval, "error": message}
     return render(request, "approvals/detail.html", context, status=status)
 
@@ -95,7 +151,7 @@ def _fragment(
         "message": message,
         "ok": ok,
         # A decision taken or refused because the call left the queue: drop it from the page.
-        "remove": ok or approval.call.status != Status.PENDING_APPROVAL,
+        "remove": approval.call.status != Status.PENDING_APPROVAL,
         "link": reverse("approvals:detail", args=[approval.pk]),
     }
     return render(request, QUEUE + "#decided", context, status=status)

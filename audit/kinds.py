@@ -93,6 +93,10 @@ GRANT_REVOKED = register("grant.revoked", "session grant revoked")
 APPROVAL_DIGEST_MISMATCH = register(
     "approval.digest_mismatch", "decision refused: the arguments changed"
 )
+APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum")
+APPROVAL_EDIT_REFUSED = register(
+    "approval.edit_refused", "edit refused: the edited call would not be allowed"
+)
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
 

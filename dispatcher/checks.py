@@ -129,7 +129,7 @@ def check_repeat_reminders(app_configs: Any = None, **kwargs: Any) -> list[Error
 @register()
 def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """HARNESS_DEFAULT_RULES (optional): {"allow": [...], "ask": [...], "deny": [...]}."""
-    from dispatcher.policy.rules import validate_rules
+    from dispatcher.policy.profiles import entry_problems
 
     rules = settings.HARNESS_DEFAULT_RULES
     if not isinstance(rules, dict):
@@ -141,7 +141,7 @@ def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
             )
         ]
     try:
-        problems = validate_rules(rules)
+        problems = entry_problems(rules)
     except ImportError as exc:  # a bad HARNESS_TOOLS entry; check_tools reports it
         return [Error(f"HARNESS_DEFAULT_RULES cannot be checked: {exc}", id="dispatcher.E032")]
     return [
