@@ -96,3 +96,18 @@ class Vote(models.Model):
 
     def __str__(self) -> str:
         return f"{self.voter} {self.verdict} {self.approval_id}"
+
+
+class UsedLink(models.Model):
+    """A one-tap link that decided: its nonce, so the same link never decides twice."""
+
+    nonce = models.CharField(max_length=32, unique=True)
+    approval = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="+")
+    recipient = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    verdict = models.CharField(max_length=16)
+    used_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"link {self.nonce} ({self.verdict})"

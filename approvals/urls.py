@@ -8,4 +8,5 @@ urlpatterns = [
     path("<int:approval_id>/", views.detail, name="detail"),
     path("<int:approval_id>/decide", views.decide, name="decide"),
     path("<int:approval_id>/edit", views.edit, name="edit"),
+    path("links/<str:token>/", views.link, name="link"),
 ]

@@ -11,16 +11,17 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from audit.roles import REVIEWER, has_role
 from dispatcher.models import Status
 
-from . import queries, services
+from . import links, queries, services
 from .models import ApprovalRequest
 
 QUEUE = "approvals/queue.html"
@@ -155,3 +156,47 @@ def _fragment(
         "link": reverse("approvals:detail", args=[approval.pk]),
     }
     return render(request, QUEUE + "#decided", context, status=status)
+
+
+# --- One-tap links ------------------------------------------------------------------------
+
+LINK = "approvals/link.html"
+
+
+@require_http_methods(["GET", "POST"])
+def link(request: HttpRequest, token: str) -> HttpResponse:
+    """A signed one-tap link: GET shows the call and a confirm button; only the POST
+    (CSRF-protected, with the digest shown) decides. No session needed when
+    HARNESS_LINKS_REQUIRE_LOGIN is off: the link stands for its recipient, once."""
+    try:
+        claim = links.read(token)
+        links.person_for(claim, request.user)
+    except links.LinkRefused as refused:
+        if refused.status == 401:
+            return redirect_to_login(request.get_full_path())
+        return render(request, LINK, {"refused": str(refused)}, status=refused.status)
+    if request.method == "GET":
+        queries.attach_history([claim.approval])
+        context = {
+            "approval": claim.approval,
+            "verdict": claim.verdict,
+            "recipient": claim.recipient,
+        }
+        return render(request, LINK, context)
+    try:
+        approval = links.use(
+            token=token,
+            user=request.user,
+            digest=request.POST.get("digest", ""),
+            comment=request.POST.get("feedback", "").strip(),
+        )
+    except links.LinkRefused as refused:
+        return render(request, LINK, {"refused": str(refused)}, status=refused.status)
+    if not approval.decision:
+        done = f"Your approval of {approval.call.name} counts."
+    else:
+        verb = "Approved" if claim.verdict == "approve" else "Denied"
+        done = f"{verb} {approval.call.name}."
+    return render(
+        request, LINK, {"done": done, "approval": approval, "progress": approval.progress()}
+    )
