@@ -111,3 +111,17 @@ class UsedLink(models.Model):
 
     def __str__(self) -> str:
         return f"link {self.nonce} ({self.verdict})"
+
+
+# The notification models belong to this app (approvals.notifications.models).
+from .notifications.models import Channel, Delivery, PushSubscription  # noqa: E402
+
+__all__ = [
+    "ApprovalRequest",
+    "Channel",
+    "Decision",
+    "Delivery",
+    "PushSubscription",
+    "UsedLink",
+    "Vote",
+]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
@@ -38,7 +39,12 @@ def queue(request: HttpRequest) -> HttpResponse:
     _require_reviewer(request)
     approvals, more = queries.review_queue()
     template = QUEUE + "#items" if request.htmx else QUEUE  # type: ignore[attr-defined]
-    return render(request, template, {"approvals": approvals, "more": more})
+    context = {
+        "approvals": approvals,
+        "more": more,
+        "vapid_public_key": settings.HARNESS_VAPID_PUBLIC_KEY,
+    }
+    return render(request, template, context)
 
 
 @login_required

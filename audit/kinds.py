@@ -97,6 +97,9 @@ APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum
 APPROVAL_EDIT_REFUSED = register(
     "approval.edit_refused", "edit refused: the edited call would not be allowed"
 )
+NOTIFICATION_CHANNEL_CHANGED = register(
+    "notification.channel_changed", "notification channel changed"
+)
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
 
