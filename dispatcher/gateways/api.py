@@ -26,6 +26,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from dispatcher import admission, agents, errors, transitions
+from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import (
     DialectError,
     UnstorableJSON,
@@ -176,48 +177,6 @@ def clamp_wait(wait: float) -> float:
 
 def call_url(call: ToolCall) -> str:
     return f"/api/v1/calls/{call.pk}"
-
-
-# --- Edited calls: the model's tool call is answered by the call that replaced it --------
-
-
-def follow_edits(calls: list[ToolCall]) -> None:
-    """Set `.replaced_by` on each call a reviewer edited: the calls that replaced it, in
-    order (an edit of an edit follows). One query per level of edits, none without."""
-    chains = {c.pk: [c] for c in calls if c.status == Status.EDITED}
-    tips = {c.pk: c.pk for c in calls if c.status == Status.EDITED}  # tip id -> original
-    while tips:
-        found = ToolCall.objects.filter(edited_from_id__in=list(tips))
-        next_tips = {}
-        for replacement in found:
-            original = tips[replacement.edited_from_id]  # type: ignore[index]
-            chains[original].append(replacement)
-            if replacement.status == Status.EDITED:
-                next_tips[replacement.pk] = original
-        tips = next_tips
-    for call in calls:
-        call.replaced_by = chains.get(call.pk, [call])[1:]  # type: ignore[attr-defined]
-
-
-def answer_of(call: ToolCall) -> ToolCall:
-    """The call whose state answers `call`'s tool_use_id: itself, or its last replacement."""
-    chain: list[ToolCall] = getattr(call, "replaced_by", [])
-    return chain[-1] if chain else call
-
-
-def is_done(call: ToolCall) -> bool:
-    return answer_of(call).status in TERMINAL_STATUSES
-
-
-def answer_content(call: ToolCall) -> str:
-    """What the model reads for `call`: for an edited call, each edit's note (what ran
-    instead, stored as the edited call's content and audited with its call.edited)
-    followed by the replacement's result, so the conversation says what really ran."""
-    chain: list[ToolCall] = getattr(call, "replaced_by", [])
-    if not chain:
-        return call.content
-    notes = [call.content, *(c.content for c in chain[:-1])]
-    return "\n\n".join([*notes, chain[-1].content])
 
 
 def call_json(call: ToolCall) -> dict[str, Any]:

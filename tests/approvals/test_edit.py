@@ -200,3 +200,17 @@ def test_the_queue_offers_a_content_editor_for_write_file_and_json_for_others(
     command = ask(agent, {"argv": ["make", "deploy"]}, name="run_command", call_id="c1")
     page = reviewer_client.get(f"/approvals/{command.pk}/").content.decode()
     assert 'name="arguments"' in page and "&quot;argv&quot;" in page
+
+
+def test_the_audit_timeline_shows_the_edit_and_the_new_call(
+    reviewer_client: Client, agent: AgentFixture
+) -> None:
+    approval = ask(agent, {"path": "notes.txt", "content": "a"})
+    edit(reviewer_client, approval, content="b")
+    auditor = Client()
+    auditor.force_login(make_user(unique("auditor"), groups=("auditor",)))
+    page = auditor.get(f"/audit/sessions/{approval.call.session_id}/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert 'data-status="edited"' in text and "tool_use_id w1#edit1" in text
+    assert "Edited by" in text and "replaced by w1#edit1" in text  # the review, with why
