@@ -69,3 +69,25 @@ def shell_reading(command: str) -> dict[str, Any]:
         words = [part.argv for part in command_parts(argv).parts]
     parts = [[visible(word) for word in part] for part in words]
     return {"parts": parts, "unreadable": reading.unreadable}
+
+
+def has_hidden(text: object) -> bool:
+    """Does `text` hold a character `visible` would escape? Such text is never put raw in
+    an editor, where the reviewer could not see it."""
+    return bool(_HIDDEN.search(str(text)))
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def editable_json(raw: str) -> str:
+    """The logged arguments as indented JSON for the edit form, with every invisible
+    character written as a JSON escape (`\\u202e`): it reads back to the same value, and
+    the reviewer sees it. "" when the text is not JSON."""
+    pretty = pretty_arguments(raw)[0]
+    return _HIDDEN.sub(_json_escape, pretty)

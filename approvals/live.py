@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 GROUP = "approvals"
 QUEUE = "approvals/queue.html"
 # Statuses a call can reach from pending_approval: the item leaves every open queue.
-LEAVING = frozenset({Status.QUEUED, Status.DENIED, Status.EXPIRED, Status.CANCELLED})
+LEAVING = frozenset({Status.QUEUED, Status.DENIED, Status.EXPIRED, Status.CANCELLED, Status.EDITED})
 
 
 def render_queue() -> str:
@@ -59,6 +59,24 @@ def push_change(call_id: str, status: str, previous: str = "") -> None:
             _group_send({"type": "queue.push", "html": html})
     except Exception:
         logger.warning("could not push approval queue change for call %s", call_id, exc_info=True)
+
+
+def render_progress(approval_id: int) -> str | None:
+    """The quorum progress of one pending request ("1 of 2: alice"), swapped in place."""
+    approval = queries.pending_by_id(approval_id)
+    if approval is None:
+        return None
+    return render_to_string(QUEUE + "#progress_push", {"approval": approval})
+
+
+def push_progress(approval_id: int) -> None:
+    """Tell every open queue that a vote counted. Never raises (see push_change)."""
+    try:
+        html = render_progress(approval_id)
+        if html is not None:
+            _group_send({"type": "queue.push", "html": html})
+    except Exception:
+        logger.warning("could not push quorum progress of approval %s", approval_id, exc_info=True)
 
 
 def _group_send(message: dict[str, str]) -> None:

@@ -13,6 +13,8 @@ class Decision(models.TextChoices):
     DENIED = "denied"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+    # A reviewer changed the arguments: the call ended, a linked new call replaced it.
+    EDITED = "edited"
 
 
 class ApprovalRequestQuerySet(models.QuerySet["ApprovalRequest"]):
@@ -31,6 +33,9 @@ class ApprovalRequest(models.Model):
     digest = models.CharField(max_length=64, help_text="Digest of the logged arguments.")
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
+    # Quorum: how many distinct reviewers must approve (of `group`, when set).
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    group = models.CharField(max_length=150, blank=True)
 
     decision = models.CharField(max_length=16, choices=Decision.choices, blank=True)
     decided_by = models.ForeignKey(
@@ -47,3 +52,76 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"approval for {self.call}"
+
+    @property
+    def is_quorum(self) -> bool:
+        return self.approvals_required > 1 or bool(self.group)
+
+    def approvers(self) -> list[str]:
+        """Usernames of the approvals counted so far, in order (reads `votes`)."""
+        return [
+            v.voter.get_username() for v in self.votes.all() if v.verdict == Vote.Verdict.APPROVE
+        ]
+
+    def progress(self) -> str:
+        """ "1 of 2: alice" (empty for a request that needs one approval from anyone)."""
+        if not self.is_quorum:
+            return ""
+        names = self.approvers()
+        text = f"{len(names)} of {self.approvals_required}"
+        return f"{text}: {', '.join(names)}" if names else text
+
+
+class Vote(models.Model):
+    """One reviewer's approval towards a quorum, bound to the digest they saw. A person
+    counts once per request (the constraint); a deny is not a vote: it ends the call."""
+
+    class Verdict(models.TextChoices):
+        APPROVE = "approve"
+
+    approval = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="votes")
+    voter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    verdict = models.CharField(max_length=16, choices=Verdict.choices, default=Verdict.APPROVE)
+    digest_seen = models.CharField(max_length=64)
+    comment = models.TextField(blank=True)
+    # How the vote came: the queue, a one-tap link, or a reviewer's edit of the call.
+    via = models.CharField(max_length=16, default="queue")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["approval", "voter"], name="vote_once_per_reviewer")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.voter} {self.verdict} {self.approval_id}"
+
+
+class UsedLink(models.Model):
+    """A one-tap link that decided: its nonce, so the same link never decides twice."""
+
+    nonce = models.CharField(max_length=32, unique=True)
+    approval = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="+")
+    recipient = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    verdict = models.CharField(max_length=16)
+    used_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"link {self.nonce} ({self.verdict})"
+
+
+# The notification models belong to this app (approvals.notifications.models).
+from .notifications.models import Channel, Delivery, PushSubscription  # noqa: E402
+
+__all__ = [
+    "ApprovalRequest",
+    "Channel",
+    "Decision",
+    "Delivery",
+    "PushSubscription",
+    "UsedLink",
+    "Vote",
+]

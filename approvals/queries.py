@@ -23,7 +23,9 @@ def review_queue() -> tuple[list[ApprovalRequest], int]:
     limit = QUEUE_LIMIT
     pending = ApprovalRequest.objects.pending()
     approvals = list(
-        pending.select_related("call__session__agent").order_by("created_at", "pk")[:limit]
+        pending.select_related("call__session__agent")
+        .prefetch_related("votes__voter")
+        .order_by("created_at", "pk")[:limit]
     )
     more = pending.count() - len(approvals) if len(approvals) == limit else 0
     attach_history(approvals)
@@ -33,6 +35,7 @@ def review_queue() -> tuple[list[ApprovalRequest], int]:
 def one_request(approval_id: int) -> ApprovalRequest | None:
     approval = (
         ApprovalRequest.objects.select_related("call__session__agent", "decided_by")
+        .prefetch_related("votes__voter")
         .filter(pk=approval_id)
         .first()
     )
@@ -41,10 +44,21 @@ def one_request(approval_id: int) -> ApprovalRequest | None:
     return approval
 
 
+def pending_by_id(approval_id: int) -> ApprovalRequest | None:
+    return (
+        ApprovalRequest.objects.pending()
+        .select_related("call__session__agent")
+        .prefetch_related("votes__voter")
+        .filter(pk=approval_id)
+        .first()
+    )
+
+
 def pending_for_call(call_id: str) -> ApprovalRequest | None:
     approval = (
         ApprovalRequest.objects.pending()
         .select_related("call__session__agent")
+        .prefetch_related("votes__voter")
         .filter(call_id=UUID(call_id))
         .first()
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.dispatch import receiver
@@ -10,11 +11,15 @@ from dispatcher.models import Status
 from dispatcher.notify import approval_requested, call_changed
 
 from . import live, services
+from .notifications import services as notifications
+
+logger = logging.getLogger(__name__)
 
 
 @receiver(approval_requested)
 def record_request(sender: Any, call: Any, presentation: dict[str, Any], **kwargs: Any) -> None:
-    services.open_request(call=call, presentation=presentation)
+    approval = services.open_request(call=call, presentation=presentation)
+    notifications.enqueue_ask(approval.pk)  # after commit: never holds up admission
 
 
 @receiver(call_changed)
@@ -25,3 +30,8 @@ def push_to_open_queues(
     if status == Status.CANCELLED and previous == Status.PENDING_APPROVAL:
         services.record_cancel(call_id=call_id)
     live.push_change(call_id, status, previous)
+    if previous == Status.PENDING_APPROVAL and status != Status.PENDING_APPROVAL:
+        try:
+            notifications.enqueue_outcome(call_id)
+        except Exception:  # a lost second event must not break the other receivers
+            logger.warning("could not plan the outcome event of %s", call_id, exc_info=True)

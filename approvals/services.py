@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -14,12 +15,14 @@ from django.utils import timezone
 from audit import kinds
 from audit.roles import REVIEWER, has_role
 from audit.services import record_event
-from dispatcher import errors, transitions
+from dispatcher import admission, errors, transitions
 from dispatcher.admission import context_of
-from dispatcher.models import Status, ToolCall
+from dispatcher.models import Executor, Status, ToolCall
 from dispatcher.policy import grants
+from dispatcher.proposals import ProposedCall, canonical_json
 
-from .models import ApprovalRequest, Decision
+from . import live
+from .models import ApprovalRequest, Decision, Vote
 
 
 class DecisionRefused(Exception):
@@ -31,7 +34,11 @@ class DecisionRefused(Exception):
 
 
 def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalRequest:
-    """Record the request for a call that just asked. Runs inside the call's transition."""
+    """Record the request for a call that just asked. Runs inside the call's transition.
+
+    A quorum (more than one approval, or approvals from a group) comes from the decision
+    that asked, recorded in the call's provenance (and its call.approval_requested event).
+    """
     return ApprovalRequest.objects.create(
         call=call,
         reason=call.reason,
@@ -39,6 +46,8 @@ def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalReq
         presentation=presentation,
         digest=call.digest,
         expires_at=timezone.now() + timedelta(seconds=settings.HARNESS_APPROVAL_TIMEOUT),
+        approvals_required=max(1, int(call.provenance.get("approvals", 1))),
+        group=str(call.provenance.get("group", "")),
     )
 
 
@@ -50,6 +59,7 @@ def decide(
     digest: str,
     feedback: str = "",
     allow_session: bool = False,
+    via: str = "queue",
 ) -> ApprovalRequest:
     """Approve or deny one pending call as `user`, who saw arguments with `digest`.
 
@@ -57,10 +67,18 @@ def decide(
     rule naming this call (its exact command or path) for the rest of its session; when no
     such rule exists nothing is decided (400).
 
-    Exactly one decision per call whatever the races: the approval row is locked and the
-    call moves by a conditional update. Raises DecisionRefused: 403 (not a reviewer, or the
-    agent's owner under separation of duties), 404 (no such request), 409 (already
-    decided, naming by whom; or a digest mismatch, which is audited).
+    Quorum: when the request needs more than one approval (or approvals from a group), an
+    approval is one vote, audited (approval.vote) and bound to `digest`; the vote that
+    completes the quorum approves the call. A deny from any reviewer ends the call. The
+    returned request has `decision` "" while it still waits for votes. `via` records how
+    the decision came (queue, link, edit).
+
+    Exactly one decision per call whatever the races: the approval row is locked (votes
+    on one request are serialized by it) and the call moves by a conditional update.
+    Raises DecisionRefused: 400 (a session grant asked for a quorum call), 403 (not a
+    reviewer; the agent's owner under separation of duties; not in the quorum's group),
+    404 (no such request), 409 (already decided, naming by whom; already voted; or a
+    digest mismatch, which is audited).
     """
     if not has_role(user, REVIEWER):
         raise DecisionRefused("Only reviewers can decide tool calls.", 403)
@@ -76,8 +94,10 @@ def decide(
             raise DecisionRefused("This approval request does not exist.", 404)
         now = timezone.now()  # the decision's time: checked against the deadline, recorded
         refusal = _refusal(approval, user, digest, now)
+        if refusal is None and approve:
+            refusal = _vote_refusal(approval, user, allow_session)
         if refusal is None:
-            _apply(approval, user, approve, digest, feedback, now, allow_session and approve)
+            _apply(approval, user, approve, digest, feedback, now, allow_session and approve, via)
     # Raised after commit so that the audit event of a digest mismatch is kept.
     if refusal is not None:
         raise refusal
@@ -107,6 +127,33 @@ def _refusal(
     return None
 
 
+def _vote_refusal(
+    approval: ApprovalRequest, user: AbstractBaseUser, allow_session: bool
+) -> DecisionRefused | None:
+    """Why `user`'s approval cannot count towards this request, or None."""
+    if not approval.is_quorum:
+        return None
+    if allow_session:
+        return DecisionRefused(
+            "This call needs several approvals, so it cannot be allowed for the rest of the "
+            "session by one reviewer. Approve it on its own.",
+            400,
+        )
+    if approval.group and not user.groups.filter(name=approval.group).exists():  # type: ignore[attr-defined]
+        return DecisionRefused(
+            f"This call needs approvals from the group '{approval.group}', and you are not "
+            "in it. You can still deny it.",
+            403,
+        )
+    if approval.votes.filter(voter_id=user.pk).exists():
+        return DecisionRefused(
+            f"You already approved this call ({approval.progress()}); another reviewer "
+            "must approve it too.",
+            409,
+        )
+    return None
+
+
 def _apply(
     approval: ApprovalRequest,
     user: AbstractBaseUser,
@@ -115,6 +162,7 @@ def _apply(
     feedback: str,
     now: datetime,
     allow_session: bool = False,
+    via: str = "queue",
 ) -> None:
     call = approval.call
     actor = f"user:{user.get_username()}"
@@ -124,6 +172,22 @@ def _apply(
         "feedback": feedback,
         "decision_seconds": round((now - approval.created_at).total_seconds(), 3),
     }
+    if via != "queue":
+        extra["via"] = via
+    if approval.is_quorum:
+        if approve:
+            Vote.objects.create(
+                approval=approval,
+                voter=user,  # type: ignore[misc]
+                digest_seen=digest,
+                comment=feedback,
+                via=via,
+            )
+        voters = approval.approvers()
+        extra |= {"approvals": voters, "required": approval.approvals_required}
+        if approve and len(voters) < approval.approvals_required:
+            _record_vote(approval, actor, extra)
+            return
     if allow_session:
         try:
             extra["session_grant"] = grants.narrow_rule(context_of(call))
@@ -154,6 +218,177 @@ def _apply(
     approval.feedback = feedback
     approval.digest_seen = digest
     approval.save(update_fields=["decision", "decided_by", "decided_at", "feedback", "digest_seen"])
+
+
+def _record_vote(approval: ApprovalRequest, actor: str, extra: dict[str, Any]) -> None:
+    """A vote that does not complete the quorum: audited, and shown live in every queue."""
+    record_event(
+        kind=kinds.APPROVAL_VOTE,
+        actor=actor,
+        subject=f"call:{approval.call_id}",
+        session_id=approval.call.session_id,
+        payload={"call_id": str(approval.call_id), "group": approval.group, **extra},
+    )
+    approval_id = approval.pk
+    transaction.on_commit(lambda: live.push_progress(approval_id))
+
+
+# --- Edits: a reviewer changes the arguments instead of approving them ---------------
+
+
+@dataclass(frozen=True)
+class Edit:
+    """What an edit did: the original's request (now edited) and the new call, with its
+    request when it still asks (`replacement_approval`, None when it was allowed)."""
+
+    approval: ApprovalRequest
+    replacement: ToolCall
+    replacement_approval: ApprovalRequest | None
+
+
+class _EditRefused(Exception):
+    pass
+
+
+def edit(
+    *,
+    approval_id: int,
+    user: AbstractBaseUser,
+    digest: str,
+    arguments: Any,
+    comment: str = "",
+) -> Edit:
+    """Replace a pending call by a new call with `arguments`, as `user`, who saw `digest`.
+
+    The original ends `edited` (its content tells the model what runs instead); the new
+    call, with its own digest, `edited_from` the original and the tool_use_id
+    `<original>#editN`, passes validation, rules, mode and guards again in the
+    original's place in its batch. When it still asks, this edit is `user`'s approval of
+    it (a quorum still needs the others). When policy denies, rejects or cancels it, the
+    edit is refused with that reason and nothing changes (the original stays pending);
+    the refusal is audited (approval.edit_refused).
+
+    Raises DecisionRefused: 400 (not a JSON object, unchanged, a tool the client runs, or
+    refused by policy), 403, 404, 409 as `decide`.
+    """
+    if not has_role(user, REVIEWER):
+        raise DecisionRefused("Only reviewers can edit tool calls.", 403)
+    if not isinstance(arguments, dict):
+        raise DecisionRefused("The edited arguments must be a JSON object.", 400)
+    with transaction.atomic():
+        approval = (
+            ApprovalRequest.objects.select_for_update(of=("self",))
+            .select_related("call__session__agent__owner")
+            .filter(pk=approval_id)
+            .first()
+        )
+        if approval is None:
+            raise DecisionRefused("This approval request does not exist.", 404)
+        now = timezone.now()
+        refusal = _refusal(approval, user, digest, now) or _edit_refusal(approval, arguments)
+        outcome = None
+        if refusal is None:
+            try:
+                with transaction.atomic():  # a refused edit leaves nothing behind
+                    outcome = _replace(approval, user, arguments, comment, now)
+            except _EditRefused as refused:
+                refusal = DecisionRefused(str(refused), 400)
+                _audit_edit_refused(approval, user, arguments, str(refused))
+    if refusal is not None:
+        raise refusal
+    assert outcome is not None
+    return outcome
+
+
+def _edit_refusal(approval: ApprovalRequest, arguments: dict[str, Any]) -> DecisionRefused | None:
+    call = approval.call
+    if call.executor == Executor.CLIENT:
+        return DecisionRefused(
+            "This call's tool runs on the client, which runs only the arguments it sent: "
+            "deny it with feedback instead, and the agent can call again.",
+            400,
+        )
+    if canonical_json(arguments) == canonical_json(call.arguments):
+        return DecisionRefused("The arguments are unchanged: approve the call instead.", 400)
+    return None
+
+
+def _edit_id(call: ToolCall) -> str:
+    """The replacement's tool_use_id: `<original>#editN`, the first N free in the session."""
+    root = call.tool_use_id[:180]
+    taken = set(
+        ToolCall.objects.filter(
+            session_id=call.session_id, tool_use_id__startswith=f"{root}#edit"
+        ).values_list("tool_use_id", flat=True)
+    )
+    n = 1
+    while f"{root}#edit{n}" in taken:
+        n += 1
+    return f"{root}#edit{n}"
+
+
+def _replace(
+    approval: ApprovalRequest,
+    user: AbstractBaseUser,
+    arguments: dict[str, Any],
+    comment: str,
+    now: datetime,
+) -> Edit:
+    call, reviewer = approval.call, user.get_username()
+    tool_use_id, text = _edit_id(call), canonical_json(arguments)
+    extra = {"reviewer": reviewer, "digest_seen": call.digest, "comment": comment}
+    if not transitions.edit_call(
+        call_id=call.pk,
+        actor=f"user:{reviewer}",
+        reviewer=reviewer,
+        replacement=tool_use_id,
+        arguments_json=text,
+        extra=extra,
+        call=call,
+    ):
+        raise DecisionRefused(already_decided(approval), 409)
+    proposed = ProposedCall(tool_use_id, call.name, text, arguments, edited_from=call.pk)
+    [new] = admission.submit_calls(
+        session=call.session,
+        dialect=call.dialect,
+        proposed=[proposed],
+        place=(call.batch_id, call.batch_index),
+    )
+    if new.edited_from_id != call.pk:  # the agent used that tool_use_id meanwhile
+        raise _EditRefused("The new call's id was taken; reload and edit again.")
+    if new.status in (Status.DENIED, Status.REJECTED, Status.CANCELLED):
+        raise _EditRefused(f"The edited call would not be allowed: {new.reason}")
+    approval.decision, approval.decided_at = Decision.EDITED, now
+    approval.decided_by = user  # type: ignore[assignment]
+    approval.feedback, approval.digest_seen = comment, call.digest
+    approval.save(update_fields=["decision", "decided_by", "decided_at", "feedback", "digest_seen"])
+    replacement_approval = None
+    if new.status == Status.PENDING_APPROVAL:
+        replacement_approval = (
+            ApprovalRequest.objects.select_for_update(of=("self",))
+            .select_related("call__session__agent")
+            .get(call=new)
+        )
+        if _vote_refusal(replacement_approval, user, False) is None:
+            # The edit is the editor's approval of what they wrote.
+            _apply(replacement_approval, user, True, new.digest, comment, now, via="edit")
+    return Edit(approval, new, replacement_approval)
+
+
+def _audit_edit_refused(
+    approval: ApprovalRequest, user: AbstractBaseUser, arguments: dict[str, Any], reason: str
+) -> None:
+    record_event(
+        kind=kinds.APPROVAL_EDIT_REFUSED,
+        actor=f"user:{user.get_username()}",
+        subject=f"call:{approval.call_id}",
+        session_id=approval.call.session_id,
+        payload={
+            "call_id": str(approval.call_id),
+            "arguments": canonical_json(arguments),
+            "reason": reason,
+        },
+    )
 
 
 def already_decided(approval: ApprovalRequest) -> str:

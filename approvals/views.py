@@ -6,19 +6,24 @@ these URLs as an anonymous user.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from audit.roles import REVIEWER, has_role
 from dispatcher.models import Status
 
-from . import queries, services
+from . import links, queries, services
 from .models import ApprovalRequest
 
 QUEUE = "approvals/queue.html"
@@ -36,7 +41,12 @@ def queue(request: HttpRequest) -> HttpResponse:
     _require_reviewer(request)
     approvals, more = queries.review_queue()
     template = QUEUE + "#items" if request.htmx else QUEUE  # type: ignore[attr-defined]
-    return render(request, template, {"approvals": approvals, "more": more})
+    context = {
+        "approvals": approvals,
+        "more": more,
+        "vapid_public_key": settings.HARNESS_VAPID_PUBLIC_KEY,
+    }
+    return render(request, template, context)
 
 
 @login_required
@@ -71,6 +81,9 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
         return _answer(request, approval_id, str(refusal), status=refusal.status)
     verb = "Denied" if action == "deny" else "Approved"
     message = f"{verb} {approval.call.name}."
+    if not approval.decision:  # one vote of a quorum: the call still waits
+        message = f"Your approval of {approval.call.name} counts: {approval.progress()}."
+        return _answer(request, approval_id, message, status=200, ok=True)
     grant = getattr(approval, "grant", None)
     if grant is not None:
         message += f" Allowed '{grant.rule}' for the rest of this session."
@@ -80,12 +93,62 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     return _fragment(request, approval, message, ok=True, status=200)
 
 
-def _answer(request: HttpRequest, approval_id: int, message: str, *, status: int) -> HttpResponse:
+@login_required
+@require_POST
+def edit(request: HttpRequest, approval_id: int) -> HttpResponse:
+    """Replace the call by a new one with edited arguments (the JSON text, or for
+    write_file the new content). 200/302, or 400/403/404/409 with why."""
+    _require_reviewer(request)
+    approval = queries.one_request(approval_id)
+    if approval is None:
+        raise Http404("No such approval request.")
+    try:
+        arguments = edited_arguments(approval, request.POST)
+        outcome = services.edit(
+            approval_id=approval_id,
+            user=request.user,  # type: ignore[arg-type]
+            digest=request.POST.get("digest", ""),
+            arguments=arguments,
+            comment=request.POST.get("feedback", "").strip(),
+        )
+    except services.DecisionRefused as refusal:
+        return _answer(request, approval_id, str(refusal), status=refusal.status)
+    new = outcome.replacement
+    message = f"Edited {new.name}: the new call is {new.get_status_display().lower()}."
+    if outcome.replacement_approval is not None and new.status == Status.PENDING_APPROVAL:
+        progress = outcome.replacement_approval.progress()
+        message += f" Your edit counts as your approval ({progress})." if progress else ""
+    if not request.htmx:  # type: ignore[attr-defined]
+        messages.success(request, message)
+        return redirect("approvals:queue")
+    return _fragment(request, outcome.approval, message, ok=True, status=200)
+
+
+def edited_arguments(approval: ApprovalRequest, data: Any) -> Any:
+    """The arguments a reviewer's edit form sent: `content` replaces write_file's content;
+    otherwise `arguments` is the whole JSON object. Raises DecisionRefused (400)."""
+    original = approval.call.arguments or {}
+    if "content" in data and approval.call.name == "write_file":
+        return {**original, "content": data["content"].replace("\r\n", "\n")}
+    try:
+        return json.loads(data.get("arguments", ""))
+    except (ValueError, RecursionError) as error:
+        raise services.DecisionRefused(
+            f"The edited arguments are not valid JSON ({error}). Fix them and send again.", 400
+        ) from None
+
+
+def _answer(
+    request: HttpRequest, approval_id: int, message: str, *, status: int, ok: bool = False
+) -> HttpResponse:
     approval = queries.one_request(approval_id)
     if approval is None:
         raise Http404("No such approval request.")
     if request.htmx:  # type: ignore[attr-defined]
-        return _fragment(request, approval, message, ok=False, status=status)
+        return _fragment(request, approval, message, ok=ok, status=status)
+    if ok:
+        messages.success(request, message)
+        return redirect("approvals:queue")
     context = {"approval": approval, "error": message}
     return render(request, "approvals/detail.html", context, status=status)
 
@@ -98,7 +161,51 @@ def _fragment(
         "message": message,
         "ok": ok,
         # A decision taken or refused because the call left the queue: drop it from the page.
-        "remove": ok or approval.call.status != Status.PENDING_APPROVAL,
+        "remove": approval.call.status != Status.PENDING_APPROVAL,
         "link": reverse("approvals:detail", args=[approval.pk]),
     }
     return render(request, QUEUE + "#decided", context, status=status)
+
+
+# --- One-tap links ------------------------------------------------------------------------
+
+LINK = "approvals/link.html"
+
+
+@require_http_methods(["GET", "POST"])
+def link(request: HttpRequest, token: str) -> HttpResponse:
+    """A signed one-tap link: GET shows the call and a confirm button; only the POST
+    (CSRF-protected, with the digest shown) decides. No session needed when
+    HARNESS_LINKS_REQUIRE_LOGIN is off: the link stands for its recipient, once."""
+    try:
+        claim = links.read(token)
+        links.person_for(claim, request.user)
+    except links.LinkRefused as refused:
+        if refused.status == 401:
+            return redirect_to_login(request.get_full_path())
+        return render(request, LINK, {"refused": str(refused)}, status=refused.status)
+    if request.method == "GET":
+        queries.attach_history([claim.approval])
+        context = {
+            "approval": claim.approval,
+            "verdict": claim.verdict,
+            "recipient": claim.recipient,
+        }
+        return render(request, LINK, context)
+    try:
+        approval = links.use(
+            token=token,
+            user=request.user,
+            digest=request.POST.get("digest", ""),
+            comment=request.POST.get("feedback", "").strip(),
+        )
+    except links.LinkRefused as refused:
+        return render(request, LINK, {"refused": str(refused)}, status=refused.status)
+    if not approval.decision:
+        done = f"Your approval of {approval.call.name} counts."
+    else:
+        verb = "Approved" if claim.verdict == "approve" else "Denied"
+        done = f"{verb} {approval.call.name}."
+    return render(
+        request, LINK, {"done": done, "approval": approval, "progress": approval.progress()}
+    )

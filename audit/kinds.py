@@ -94,6 +94,13 @@ GRANT_REVOKED = register("grant.revoked", "session grant revoked")
 APPROVAL_DIGEST_MISMATCH = register(
     "approval.digest_mismatch", "decision refused: the arguments changed"
 )
+APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum")
+APPROVAL_EDIT_REFUSED = register(
+    "approval.edit_refused", "edit refused: the edited call would not be allowed"
+)
+NOTIFICATION_CHANNEL_CHANGED = register(
+    "notification.channel_changed", "notification channel changed"
+)
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
 

@@ -43,16 +43,20 @@ def submit_calls(
     dialect: str,
     proposed: list[ProposedCall],
     profile_preloaded: bool = False,
+    place: tuple[uuid.UUID, int] | None = None,
 ) -> list[ToolCall]:
     """Admit one assistant message's calls; return them in request order.
 
     Idempotent by tool_use_id: a call already seen in the session is returned as it is,
     never created twice (also under concurrent submissions of the same message).
     `profile_preloaded`: see profile_for (the agent API reads it with the session).
+    `place`: (batch id, index) where the calls stand instead of a new batch: a
+    reviewer's edit puts its replacement where the original stood, so the batch keeps
+    its order (the whole batch is then dispatched, not only the new calls).
     """
     mode, profile = mode_and_profile(session, preloaded=profile_preloaded)
     try:
-        return _admit(session, dialect, proposed, mode, profile)
+        return _admit(session, dialect, proposed, mode, profile, place)
     except IntegrityError:
         # The same message was submitted concurrently and the other request won (one call
         # per tool_use_id): admitting again finds its calls. Any other integrity failure
@@ -60,7 +64,7 @@ def submit_calls(
         ids = [p.tool_use_id for p in proposed]
         if not ToolCall.objects.filter(session=session, tool_use_id__in=ids).exists():
             raise
-        return _admit(session, dialect, proposed, mode, profile)
+        return _admit(session, dialect, proposed, mode, profile, place)
 
 
 @dataclass
@@ -75,12 +79,17 @@ class _Admission:
 
 
 def _admit(
-    session: AgentSession, dialect: str, proposed: list[ProposedCall], mode: str, profile: Profile
+    session: AgentSession,
+    dialect: str,
+    proposed: list[ProposedCall],
+    mode: str,
+    profile: Profile,
+    place: tuple[uuid.UUID, int] | None = None,
 ) -> list[ToolCall]:
     """One transaction (one commit) for the whole message: the calls are inserted already
     decided, with their call.received and decision events in one append (received first,
     timed when it was received), then the runnable ones are sent after commit."""
-    batch_id = uuid.uuid4()
+    batch_id, first_index = place or (uuid.uuid4(), 0)
     masked: dict[str, str] = {p.tool_use_id: premask(p.raw_arguments) for p in proposed}
     with transaction.atomic():
         known = {
@@ -101,12 +110,12 @@ def _admit(
             if call is None:  # new (a repeated id within one message is one call)
                 digest = digests[item.tool_use_id]
                 call = known[item.tool_use_id] = receive(
-                    session, dialect, item, digest, batch_id, index, counts, admission
+                    session, dialect, item, digest, batch_id, first_index + index, counts, admission
                 )
                 admission.events.append(_decide(call, item, session, mode, profile, admission))
             calls.append(call)
         if admission.calls:
-            sent = batches.startable(admission.calls)
+            sent = batches.startable(admission.calls) if place is None else []
             now = timezone.now()
             for call in sent:
                 call.enqueued_at = now
@@ -116,6 +125,8 @@ def _admit(
                 notify.approval_requested.send(
                     sender=ToolCall, call=call, presentation=presentation
                 )
+            if place is not None:
+                batches.dispatch_ready(batch_id)
             _after_admission(admission.calls, sent)
     return calls
 
@@ -193,6 +204,7 @@ def receive(
                 "batch_id": str(batch_id),
                 "batch_index": index,
                 "repeat_count": repeat_count,
+                **({"edited_from": str(item.edited_from)} if item.edited_from else {}),
             },
             timezone.now(),
         )

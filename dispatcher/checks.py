@@ -133,8 +133,8 @@ def check_repeat_reminders(app_configs: Any = None, **kwargs: Any) -> list[Error
 @register()
 def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """HARNESS_DEFAULT_RULES (optional): {"allow": [...], "ask": [...], "deny": [...]}."""
-    from dispatcher.policy.rules import validate_rules
-    from dispatcher.tools.registry import builtin_tools
+    from dispatcher.policy.profiles import entry_problems
+    from dispatcher.tools.registry import builtin_tools, client_toolsets
 
     rules = settings.HARNESS_DEFAULT_RULES
     if not isinstance(rules, dict):
@@ -146,9 +146,10 @@ def check_rules_in_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
             )
         ]
     try:
-        # The built-in tools only: checks read no database (upstream tools are rules' targets
-        # once registered; a user's rules are checked against them when saved).
-        problems = validate_rules(rules, builtin_tools())
+        # The built-in and client tools only: checks read no database (upstream tools are
+        # rules' targets once registered; a user's rules are checked against them when saved).
+        known = builtin_tools() + tuple(t for s in client_toolsets() for t in s.tools)
+        problems = entry_problems(rules, known)
     except ImportError as exc:  # a bad HARNESS_TOOLS entry; check_tools reports it
         return [Error(f"HARNESS_DEFAULT_RULES cannot be checked: {exc}", id="dispatcher.E032")]
     return [

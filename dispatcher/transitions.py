@@ -228,6 +228,52 @@ def expire_call(*, call_id: uuid.UUID | str, minutes: float) -> bool:
     return _decide_pending(call_id, Status.EXPIRED, decision, kinds.CALL_EXPIRED, text)
 
 
+def edit_call(
+    *,
+    call_id: uuid.UUID | str,
+    actor: str,
+    reviewer: str,
+    replacement: str,
+    arguments_json: str,
+    extra: dict[str, Any] | None = None,
+    call: ToolCall | None = None,
+) -> bool:
+    """A reviewer changed a pending call's arguments: it ends `edited`, and its content
+    is the note the model reads (what runs instead, as call `replacement`, the new
+    call's tool_use_id). False if it was no longer pending.
+
+    The caller admits the replacement in the same transaction, in the original's place
+    in its batch (admission dispatches the batch then), so nothing of the batch starts
+    in between.
+    """
+    decision = Decision("deny", actor, f"Edited by {reviewer}: replaced by {replacement}.")
+    with transaction.atomic():
+        if call is None:
+            call = ToolCall.objects.select_for_update().get(pk=call_id)
+        if call.status != Status.PENDING_APPROVAL:
+            return False
+        fields = decision_fields(call, decision)
+        fields["decision"] = "edit"
+        fields["provenance"] = {**fields["provenance"], "action": "edit"}
+        done = transition(
+            call,
+            Status.EDITED,
+            kind=kinds.CALL_EDITED,
+            actor=actor,
+            payload={
+                **decision.as_provenance(),
+                "action": "edit",
+                "replacement": replacement,
+                "arguments": arguments_json,
+                **(extra or {}),
+            },
+            content=messages.edited(reviewer, call.name, replacement, arguments_json),
+            is_error=False,
+            **fields,
+        )
+        return done
+
+
 def deny_before_run(call: ToolCall, denial: GuardDenial) -> None:
     """The worker's re-check of the guards denied a queued call: it ends denied, unrun."""
     decision = denial.decision

@@ -339,3 +339,33 @@ HARNESS_HOOK_DEFAULT_WAIT = float(env("HARNESS_HOOK_DEFAULT_WAIT", "50"))
 # Tools per tools/list page, and seconds between progress notifications of a held call.
 HARNESS_MCP_PAGE_SIZE = int(env("HARNESS_MCP_PAGE_SIZE", "100"))
 HARNESS_MCP_PROGRESS_INTERVAL = float(env("HARNESS_MCP_PROGRESS_INTERVAL", "10"))
+# --- Reviewers anywhere: one-tap links and notification channels (docs/notifications.md)
+# The address reviewers reach this Harness at: the base of every link a notification carries.
+HARNESS_PUBLIC_URL = env("HARNESS_PUBLIC_URL", "http://localhost:8000")
+# A one-tap link decides only for its recipient signed in; false lets the link alone
+# stand for the recipient (whoever holds it can decide, once).
+HARNESS_LINKS_REQUIRE_LOGIN = env_bool("HARNESS_LINKS_REQUIRE_LOGIN", True)
+# Channels created at start-up, each sending every ask to every reviewer.
+HARNESS_WEBHOOK_URL = env("HARNESS_WEBHOOK_URL")
+HARNESS_WEBHOOK_SECRET = env("HARNESS_WEBHOOK_SECRET")
+HARNESS_SLACK_WEBHOOK_URL = env("HARNESS_SLACK_WEBHOOK_URL")
+HARNESS_NOTIFY_EMAIL = env_list("HARNESS_NOTIFY_EMAIL")
+# Web Push (VAPID): generate a key pair with `manage.py vapid_keys`.
+HARNESS_VAPID_PUBLIC_KEY = env("HARNESS_VAPID_PUBLIC_KEY")
+HARNESS_VAPID_PRIVATE_KEY = env("HARNESS_VAPID_PRIVATE_KEY")
+HARNESS_VAPID_SUBJECT = env("HARNESS_VAPID_SUBJECT", "mailto:admin@localhost")
+# Email through Django's mailer (any SMTP server).
+MAILERS = {
+    "default": {
+        "BACKEND": env("HARNESS_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend"),
+        "OPTIONS": {
+            "host": env("HARNESS_EMAIL_HOST", "localhost"),
+            "port": int(env("HARNESS_EMAIL_PORT", "25")),
+            "username": env("HARNESS_EMAIL_USER"),
+            "password": env("HARNESS_EMAIL_PASSWORD"),
+            "use_tls": env_bool("HARNESS_EMAIL_TLS", False),
+            "timeout": 10,
+        },
+    }
+}
+DEFAULT_FROM_EMAIL = env("HARNESS_EMAIL_FROM", "harness@localhost")

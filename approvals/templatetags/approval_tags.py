@@ -21,6 +21,17 @@ def pretty_arguments(raw: str) -> str:
 
 
 @register.filter
+def editable_json(raw: str) -> str:
+    return display.editable_json(raw)
+
+
+@register.filter
+def plain_text(value: object) -> bool:
+    """A string without invisible characters: safe to put raw in an editor."""
+    return isinstance(value, str) and not display.has_hidden(value)
+
+
+@register.filter
 def repeated_keys(raw: str) -> list[str]:
     return display.pretty_arguments(raw)[1]
 

@@ -26,6 +26,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from dispatcher import admission, agents, errors, transitions
+from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import (
     DialectError,
     UnstorableJSON,
@@ -179,24 +180,36 @@ def call_url(call: ToolCall) -> str:
 
 
 def call_json(call: ToolCall) -> dict[str, Any]:
-    terminal = call.status in TERMINAL_STATUSES
-    return {
+    answer = answer_of(call)
+    terminal = answer.status in TERMINAL_STATUSES
+    data: dict[str, Any] = {
         "id": str(call.pk),
         "tool_use_id": call.tool_use_id,
         "name": call.name,
-        "status": call.status,
-        "decision": call.decision or None,
-        "decided_by": call.decided_by or None,
-        "reason": call.reason or None,
-        "is_error": call.is_error if terminal else None,
-        "content": call.content if terminal else None,
+        "status": answer.status,
+        "decision": answer.decision or None,
+        "decided_by": answer.decided_by or None,
+        "reason": answer.reason or None,
+        "is_error": answer.is_error if terminal else None,
+        "content": answer_content(call) if terminal else None,
         "digest": call.digest,
         "url": call_url(call),
+        "edited_from": str(call.edited_from_id) if call.edited_from_id else None,
     }
+    if answer is not call:
+        data["edited"] = {
+            "by": call.decided_by.removeprefix("user:"),
+            "call_id": str(answer.pk),
+            "tool_use_id": answer.tool_use_id,
+            "arguments": answer.arguments,
+            "digest": answer.digest,
+            "url": call_url(answer),
+        }
+    return data
 
 
 def batch_json(calls: list[ToolCall], dialect: str) -> tuple[int, dict[str, Any]]:
-    done = [(c.tool_use_id, c.content, c.is_error) for c in calls if c.status in TERMINAL_STATUSES]
+    done = [(c.tool_use_id, answer_content(c), answer_of(c).is_error) for c in calls if is_done(c)]
     status = 200 if len(done) == len(calls) else 202
     return status, {
         "calls": [call_json(c) for c in calls],
@@ -213,20 +226,28 @@ async def wait_until_terminal(
     seconds: float,
     reload: Callable[[], Awaitable[list[ToolCall]]],
     calls: list[ToolCall],
-    settled: Callable[[ToolCall], bool] = is_terminal,
+    settled: Callable[[ToolCall], bool] = is_done,
 ) -> list[ToolCall]:
-    """Sleep until every call is terminal (or `settled`) or `seconds` pass; wake only on a
-    change push."""
+    """Sleep until every call is done (or `settled`) or `seconds` pass; wake only on a
+    change push. A reviewer's edit: the replacement's changes answer the call from then on."""
     if seconds <= 0 or all(settled(c) for c in calls):
         return calls
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     client = aioredis.Redis.from_url(settings.REDIS_URL)
     pubsub = client.pubsub()
+    watched = set(call_ids)
     try:
         await pubsub.subscribe(*[wake_channel(cid) for cid in call_ids])
         calls = await reload()  # re-read after subscribing: a change in between is not lost
         while not all(settled(c) for c in calls):
+            # A reviewer's edit: the replacement's changes answer the call from now on.
+            replacements = {str(answer_of(c).pk) for c in calls} - watched
+            if replacements:
+                watched |= replacements
+                await pubsub.subscribe(*[wake_channel(cid) for cid in replacements])
+                calls = await reload()
+                continue
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
@@ -263,7 +284,9 @@ def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
 
 def _reload(call_ids: list[str]) -> list[ToolCall]:
     by_id = {str(c.pk): c for c in ToolCall.objects.filter(pk__in=call_ids)}
-    return [by_id[cid] for cid in call_ids]
+    calls = [by_id[cid] for cid in call_ids]
+    follow_edits(calls)
+    return calls
 
 
 def _submit(
@@ -294,9 +317,11 @@ def _submit(
             "too_many_calls",
             f"At most {settings.HARNESS_MAX_CALLS_PER_BATCH} calls per message.",
         )
-    return dialect, admission.submit_calls(
+    calls = admission.submit_calls(
         session=session, dialect=dialect, proposed=proposed, profile_preloaded=True
     )
+    follow_edits(calls)
+    return dialect, calls
 
 
 # --- Endpoints ----------------------------------------------------------------------------
@@ -342,7 +367,10 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
 
 
 def _agent_call(agent: Agent, call_id: UUID) -> ToolCall | None:
-    return ToolCall.objects.filter(pk=call_id, session__agent=agent).first()
+    call = ToolCall.objects.filter(pk=call_id, session__agent=agent).first()
+    if call is not None:
+        follow_edits([call])
+    return call
 
 
 @api.get("/calls/{call_id}", summary="One call")
@@ -364,15 +392,20 @@ def _cancel(agent: Agent, call_id: UUID) -> ToolCall | JsonResponse:
             404, "unknown_call", f"Call {call_id} does not exist or belongs to another agent."
         )
     if not transitions.cancel_call(
-        call_id=call.pk, actor=f"agent:{agent.name}", reason="Cancelled by the agent."
+        # An edited call is cancelled through the call that replaced it.
+        call_id=answer_of(call).pk,
+        actor=f"agent:{agent.name}",
+        reason="Cancelled by the agent.",
     ):
         call.refresh_from_db()
+        follow_edits([call])
         return error(
             409,
             "not_pending",
-            f"The call is {call.status}; only a call pending approval can be cancelled.",
+            f"The call is {answer_of(call).status}; only a call pending approval can be cancelled.",
         )
     call.refresh_from_db()
+    follow_edits([call])
     return call
 
 
@@ -438,7 +471,9 @@ def _session_detail(agent: Agent, session_id: UUID) -> dict[str, Any] | None:
     session = _session_for(agent, session_id)
     if session is None:
         return None
-    return session_json(session, list(session.calls.order_by("created_at", "batch_index")))
+    calls = list(session.calls.order_by("created_at", "batch_index"))
+    follow_edits(calls)
+    return session_json(session, calls)
 
 
 @api.get("/sessions/{session_id}", summary="A session with its calls")

@@ -12,14 +12,29 @@ Action = Literal["allow", "deny", "ask", "cancel"]
 
 
 @dataclass(frozen=True)
+class Quorum:
+    """An ask rule that needs `approvals` approvals from distinct reviewers (of `group`,
+    a Django group, when it is set)."""
+
+    rule: str
+    approvals: int
+    group: str = ""
+
+
+@dataclass(frozen=True)
 class Profile:
-    """A snapshot of the owner's permission profile, taken when the call is admitted."""
+    """A snapshot of the owner's permission profile, taken when the call is admitted.
+
+    The lists hold rule texts only (what the rule engine reads); the ask rules stored as
+    quorum objects are also in `quorum`, with their requirement.
+    """
 
     mode: str
     allow: tuple[str, ...] = ()
     ask: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     version: int = 1
+    quorum: tuple[Quorum, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,17 @@ class Decision:
     by: str  # "mode:standard", "rule:allow:run_command(npm test *)", "guard:workspace_confinement", "user:alice"
     reason: str
     rule: str = ""
+    # An ask that needs more than one reviewer (quorum), optionally from a named group.
+    approvals: int = 1
+    group: str = ""
 
-    def as_provenance(self) -> dict[str, str]:
-        return {"action": self.action, "by": self.by, "reason": self.reason, "rule": self.rule}
+    def as_provenance(self) -> dict[str, Any]:
+        provenance: dict[str, Any] = {
+            "action": self.action,
+            "by": self.by,
+            "reason": self.reason,
+            "rule": self.rule,
+        }
+        if self.approvals > 1 or self.group:
+            provenance |= {"approvals": self.approvals, "group": self.group}
+        return provenance

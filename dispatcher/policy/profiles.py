@@ -7,21 +7,30 @@ pre_execute, guards) on a call that is never stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.db import transaction
 
 from audit import kinds
 from audit.services import record_event
 from dispatcher.errors import ServiceError
 from dispatcher.policy import rules
-from dispatcher.policy.context import Profile
+from dispatcher.policy.context import Profile, Quorum
 from dispatcher.policy.models import Mode, PermissionProfile, ProfileVersion
+from dispatcher.tools.base import Tool
 
 LISTS = ("allow", "ask", "deny")
+# A rule entry: a rule text, or (ask list only) a quorum object
+# {"rule": "run_command(terraform apply *)", "approvals": 2, "group": "sre"}.
+Entry = str | dict[str, Any]
+QUORUM_KEYS = frozenset({"rule", "approvals", "group"})
+MAX_APPROVALS = 10
+GROUP_NAME = re.compile(r"^[\w.@+\- ]{1,150}$")
 
 
 class InvalidProfile(ServiceError):
@@ -53,41 +62,138 @@ def profile_for(user: User, *, preloaded: bool = False) -> Profile:
     else:
         row = PermissionProfile.objects.filter(user=user).first()
     if row is None:
-        default = default_profile()
-        return Profile(
-            mode=default["mode"],
-            allow=tuple(default["allow"]),
-            ask=tuple(default["ask"]),
-            deny=tuple(default["deny"]),
-        )
+        return snapshot_of(default_profile())
+    return snapshot_of(_snapshot(row), version=row.version)
+
+
+def snapshot_of(document: Mapping[str, Any], version: int = 1) -> Profile:
+    """The Profile policy reads from stored entries: rule texts in the lists, and the ask
+    entries that are quorum objects in `quorum` as well."""
+    quorum = tuple(
+        Quorum(str(e["rule"]), int(e.get("approvals", 1)), str(e.get("group", "")))
+        for e in document.get("ask", [])
+        if isinstance(e, dict)
+    )
     return Profile(
-        mode=row.mode,
-        allow=tuple(row.allow),
-        ask=tuple(row.ask),
-        deny=tuple(row.deny),
-        version=row.version,
+        mode=document["mode"],
+        allow=tuple(entry_rule(e) for e in document.get("allow", [])),
+        ask=tuple(entry_rule(e) for e in document.get("ask", [])),
+        deny=tuple(entry_rule(e) for e in document.get("deny", [])),
+        version=version,
+        quorum=quorum,
     )
 
 
 # --- Editing ----------------------------------------------------------------------------
 
 
-def clean_rules(lines: Iterable[str]) -> list[str]:
-    """One rule per item: surrounding blanks removed, empty items and repeats dropped."""
-    out: list[str] = []
+def entry_rule(entry: Any) -> str:
+    """The rule text of an entry (a quorum object's "rule"); "" when there is none."""
+    if isinstance(entry, dict):
+        rule = entry.get("rule")
+        return rule.strip() if isinstance(rule, str) else ""
+    return str(entry).strip()
+
+
+def _clean_entry(item: Any) -> Any:
+    """A rule text stripped; a quorum object (or a line holding one as JSON, as the
+    dashboard's text areas send it) with its rule stripped and an absent group dropped.
+    An object asking for one approval from anyone is the plain rule text. Anything else
+    is returned as it is, for check_profile to name."""
+    if isinstance(item, str) and item.strip().startswith("{"):
+        try:
+            item = json.loads(item)
+        except ValueError:
+            return item.strip()
+    if not isinstance(item, dict):
+        return str(item).strip()
+    entry = dict(item)
+    if isinstance(entry.get("rule"), str):
+        entry["rule"] = entry["rule"].strip()
+    if entry.get("group") in ("", None):
+        entry.pop("group", None)
+    plain = set(entry) <= {"rule", "approvals"} and type(entry.get("approvals", 1)) is int
+    if plain and entry.get("approvals", 1) == 1 and isinstance(entry.get("rule"), str):
+        return str(entry["rule"])
+    return entry
+
+
+def clean_rules(lines: Iterable[Any]) -> list[Entry]:
+    """One entry per item: surrounding blanks removed, empty items and repeated rules
+    dropped (the first entry for a rule text is kept)."""
+    out: list[Entry] = []
+    seen: set[str] = set()
     for line in lines:
-        text = str(line).strip()
-        if text and text not in out:
-            out.append(text)
+        entry = _clean_entry(line)
+        key = entry_rule(entry) if isinstance(entry, dict) else entry
+        if entry == "" or key in seen:
+            continue
+        seen.add(key)
+        out.append(entry)
     return out
 
 
-def check_profile(mode: str, lists: dict[str, list[str]]) -> None:
-    """Raise InvalidProfile with one message per problem (naming the bad pattern)."""
+def entry_problems(
+    lists: Mapping[str, Iterable[Any]], tools: Sequence[Tool] | None = None
+) -> list[str]:
+    """Every problem in rule lists whose entries may be quorum objects: the objects'
+    shape, then the rules (rules.validate_rules on their texts). Reads no database."""
+    problems: list[str] = []
+    texts: dict[str, list[str]] = {}
+    for action, entries in lists.items():
+        if isinstance(entries, str) or not isinstance(entries, Iterable):
+            texts[action] = entries  # type: ignore[assignment]  # validate_rules names it
+            continue
+        texts[action] = []
+        for entry in entries:
+            if isinstance(entry, dict):
+                problems += _quorum_problems(action, entry)
+                texts[action].append(entry_rule(entry) or "(no rule)")
+            else:
+                texts[action].append(entry)
+    return problems + rules.validate_rules(texts, tools)
+
+
+def _quorum_problems(action: str, entry: dict[str, Any]) -> list[str]:
+    shown = json.dumps(entry, ensure_ascii=True)[:200]
+    if action != "ask":
+        return [f"{action}: {shown}: only ask rules can require approvals; write the rule text."]
+    problems = []
+    unknown = sorted(set(entry) - QUORUM_KEYS)
+    if unknown:
+        problems.append(
+            f"ask: {shown}: unknown key(s) {', '.join(unknown)} (use rule, approvals, group)."
+        )
+    if not isinstance(entry.get("rule"), str) or not entry["rule"].strip():
+        problems.append(f'ask: {shown}: "rule" must be a rule text such as "run_command(make *)".')
+    approvals = entry.get("approvals", 1)
+    if type(approvals) is not int or not 1 <= approvals <= MAX_APPROVALS:
+        problems.append(
+            f'ask: {shown}: "approvals" must be a whole number from 1 to {MAX_APPROVALS}.'
+        )
+    group = entry.get("group", "")
+    if not isinstance(group, str) or (group and not GROUP_NAME.match(group)):
+        problems.append(f'ask: {shown}: "group" must be the name of a group of reviewers.')
+    return problems
+
+
+def check_profile(mode: str, lists: dict[str, list[Entry]]) -> None:
+    """Raise InvalidProfile with one message per problem (naming the bad pattern, the bad
+    quorum object, or a quorum group that does not exist)."""
     problems = []
     if mode not in Mode.values:
         problems.append(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
-    problems += rules.validate_rules(lists)
+    problems += entry_problems(lists)
+    groups = {
+        e["group"]
+        for e in lists.get("ask", [])
+        if isinstance(e, dict) and isinstance(e.get("group"), str)
+    }
+    known = set(Group.objects.filter(name__in=groups).values_list("name", flat=True))
+    problems += [
+        f"ask: the group '{name}' does not exist; create it (and add reviewers to it) first."
+        for name in sorted(groups - known)
+    ]
     if problems:
         raise InvalidProfile(problems)
 
@@ -122,14 +228,15 @@ def update_profile(
     *,
     user: User,
     mode: str,
-    allow: Iterable[str],
-    ask: Iterable[str],
-    deny: Iterable[str],
+    allow: Iterable[Any],
+    ask: Iterable[Any],
+    deny: Iterable[Any],
     actor: User | str,
     expected_version: int | None = None,
 ) -> PermissionProfile:
     """Save `user`'s mode and rules as a new version, with its history row and audit event.
 
+    An entry is a rule text or (ask only) a quorum object; see clean_rules.
     Raises InvalidProfile (nothing saved) naming each bad rule, and StaleProfile when
     `expected_version` is given and someone saved another version meanwhile. Saving the
     same mode and rules again changes nothing and keeps the version.
@@ -192,16 +299,76 @@ def set_mode(*, user: User, mode: str, actor: User | str) -> PermissionProfile:
 
 
 def proposed_profile(
-    user: User, mode: str, allow: Iterable[str], ask: Iterable[str], deny: Iterable[str]
+    user: User, mode: str, allow: Iterable[Any], ask: Iterable[Any], deny: Iterable[Any]
 ) -> Profile:
     """The profile `user` would have if these were saved (validated; InvalidProfile if not)."""
     lists = {"allow": clean_rules(allow), "ask": clean_rules(ask), "deny": clean_rules(deny)}
     check_profile(mode, lists)
     current = profile_for(user)
-    return Profile(
+    return snapshot_of({"mode": mode, **lists}, version=current.version + 1)
+
+
+# --- Rules as a document (manage.py get_rules / set_rules) --------------------------------
+
+
+def entry_line(entry: Entry) -> str:
+    """One entry as one line of the dashboard's text areas: the rule text, or a quorum
+    object as compact JSON (clean_rules reads it back)."""
+    if isinstance(entry, dict):
+        return json.dumps(entry, ensure_ascii=False)
+    return entry
+
+
+def editor_lines(profile: Profile, name: str) -> list[str]:
+    """The lines of one list as the editor shows it: quorum ask rules as their objects."""
+    quorum = {q.rule: q for q in profile.quorum} if name == "ask" else {}
+    lines = []
+    for text in getattr(profile, name):
+        q = quorum.get(text)
+        entry: Entry = text
+        if q is not None:
+            entry = {"rule": q.rule, "approvals": q.approvals} | (
+                {"group": q.group} if q.group else {}
+            )
+        lines.append(entry_line(entry))
+    return lines
+
+
+def rules_document(user: User) -> dict[str, Any]:
+    """`user`'s mode and rules as the rules file holds them:
+    {"mode", "allow", "ask", "deny"}, each entry a rule text or a quorum object."""
+    row = PermissionProfile.objects.filter(user=user).first()
+    return _snapshot(row) if row is not None else default_profile()
+
+
+def set_rules(*, user: User, document: Any, actor: User | str) -> PermissionProfile:
+    """Save a rules document (see rules_document) through update_profile: validated,
+    versioned, audited. Raises InvalidProfile naming every problem of the document."""
+    if not isinstance(document, dict):
+        raise InvalidProfile(
+            ['The rules file must be a JSON object: {"mode", "allow", "ask", "deny"}.']
+        )
+    unknown = sorted(set(document) - {"mode", *LISTS})
+    problems = (
+        [f"Unknown key(s) {', '.join(unknown)}: use mode, allow, ask, deny."] if unknown else []
+    )
+    lists: dict[str, list[Any]] = {}
+    for name in LISTS:
+        value = document.get(name, [])
+        if not isinstance(value, list):
+            problems.append(f"'{name}' must be a list of rules, not {type(value).__name__}.")
+            value = []
+        lists[name] = value
+    mode = document["mode"] if "mode" in document else rules_document(user)["mode"]
+    if not isinstance(mode, str):
+        problems.append(f"'mode' must be one of: {', '.join(Mode.values)}.")
+    if problems:
+        raise InvalidProfile(problems)
+    return update_profile(
+        user=user,
         mode=mode,
-        allow=tuple(lists["allow"]),
-        ask=tuple(lists["ask"]),
-        deny=tuple(lists["deny"]),
-        version=current.version + 1,
+        actor=actor,
+        allow=lists["allow"],
+        ask=lists["ask"],
+        deny=lists["deny"],
     )

@@ -55,8 +55,8 @@ def diff_lines(diff: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("~", f"mode: {diff['mode'][0]} → {diff['mode'][1]}"))
     for name in profiles.LISTS:
         change = diff.get(name) or {}
-        lines += [("+", f"{name}: {rule}") for rule in change.get("added", [])]
-        lines += [("-", f"{name}: {rule}") for rule in change.get("removed", [])]
+        lines += [("+", f"{name}: {profiles.entry_line(r)}") for r in change.get("added", [])]
+        lines += [("-", f"{name}: {profiles.entry_line(r)}") for r in change.get("removed", [])]
         if change.get("order"):
             lines.append(("~", f"{name}: reordered"))
     return lines
@@ -105,7 +105,7 @@ def _form_from_post(data: QueryDict) -> dict[str, str]:
 
 
 def _form_from_profile(profile: Profile) -> dict[str, str]:
-    form = {name: "\n".join(getattr(profile, name)) for name in profiles.LISTS}
+    form = {name: "\n".join(profiles.editor_lines(profile, name)) for name in profiles.LISTS}
     return form | {"mode": profile.mode, "version": str(profile.version)}
 
 
@@ -116,7 +116,7 @@ def _proposed(subject: User, form: dict[str, str]) -> Profile:
 
 
 def _same(a: Profile, b: Profile) -> bool:
-    return all(getattr(a, n) == getattr(b, n) for n in ("mode", *profiles.LISTS))
+    return all(getattr(a, n) == getattr(b, n) for n in ("mode", "quorum", *profiles.LISTS))
 
 
 def _page(

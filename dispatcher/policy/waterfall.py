@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from dispatcher.policy import grants, rules
-from dispatcher.policy.context import CallContext, Decision
+from dispatcher.policy.context import CallContext, Decision, Quorum
 from dispatcher.policy.models import Mode, SessionGrant
 
 logger = logging.getLogger(__name__)
@@ -94,6 +94,8 @@ def session_grants(call: CallContext, next: Next) -> Decision:
     profile = call.profile
     if rules.evaluate(call, allow=(), ask=(), deny=profile.deny).action == "deny":
         return next(call)
+    if quorum_of(call) is not None:
+        return next(call)  # one reviewer's grant never stands in for a quorum
     return Decision(
         "allow",
         f"grant:{rule}",
@@ -128,6 +130,9 @@ def user_rules(call: CallContext, next: Next) -> Decision:
         if verdict.also:
             others = ", ".join(f"'{other}'" for other in verdict.also)
             reason += f" Other parts of the command were allowed by {others}."
+        quorum = quorum_of(call) if action == "ask" else None
+        if quorum is not None:
+            return _quorum_decision(quorum, reason)
         return Decision(action, f"rule:{action}:{rule}", reason, rule=rule)  # type: ignore[arg-type]
     decision = next(call)
     if verdict.unreadable is not None and decision.action == "allow":
@@ -147,6 +152,34 @@ def user_rules(call: CallContext, next: Next) -> Decision:
             f"(profile v{profile.version}).",
         )
     return decision
+
+
+def quorum_of(call: CallContext) -> Quorum | None:
+    """The strictest quorum ask rule matching `call`, or None.
+
+    Every quorum rule is tried, not only the first ask rule that matched: a compound
+    command caught by a plain ask rule still needs the approvals of a quorum rule that
+    another part of it matches. The most approvals win; on a tie, one naming a group.
+    """
+    matching = [
+        q
+        for q in call.profile.quorum
+        if rules.evaluate(call, allow=(), ask=(q.rule,), deny=()).action == "ask"
+    ]
+    return max(matching, key=lambda q: (q.approvals, bool(q.group)), default=None)
+
+
+def _quorum_decision(quorum: Quorum, reason: str) -> Decision:
+    who = f" from the group '{quorum.group}'" if quorum.group else ""
+    count = f"{quorum.approvals} approval{'s' if quorum.approvals > 1 else ''}"
+    return Decision(
+        "ask",
+        f"rule:ask:{quorum.rule}",
+        f"{reason} It needs {count} from distinct reviewers{who}.",
+        rule=quorum.rule,
+        approvals=quorum.approvals,
+        group=quorum.group,
+    )
 
 
 def permission_mode(call: CallContext, next: Next) -> Decision:

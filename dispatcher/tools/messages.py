@@ -121,3 +121,13 @@ def repeat_reminder(count: int, tool_name: str, raw_arguments: str) -> str:
         f"identical arguments: {preview}. Repeating an identical call gives the same outcome; change "
         "the arguments or the approach, or ask the user for help.]"
     )
+
+
+def edited(reviewer: str, tool_name: str, tool_use_id: str, arguments_json: str) -> str:
+    """The note the model reads when a reviewer changed its call's arguments: what ran
+    instead. The replacement's own result follows it in the same tool result."""
+    return (
+        f"[A reviewer ({reviewer}) changed the arguments of this call before it ran. It was "
+        f"run as call '{tool_use_id}' of '{tool_name}' with these arguments instead: "
+        f"{arguments_json}. What follows is that call's result.]"
+    )

@@ -108,7 +108,7 @@ def test_deny_with_feedback_reaches_the_agent_and_leaves_the_other_queue(
     agent = WaitingAgent(live_stack, live_agent, "plan.md", "draft")
     for reviewer in (first, second):
         reviewer.item("plan.md").wait_for(timeout=3000)
-    first.item("plan.md").locator("textarea").fill("Write it to docs/plan.md instead.")
+    first.item("plan.md").locator("form.decide textarea").fill("Write it to docs/plan.md instead.")
     first.item("plan.md").get_by_role("button", name="Deny").click()
     result = agent.result()
     assert "Write it to docs/plan.md instead." in result["content"]

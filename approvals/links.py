@@ -1,0 +1,171 @@
+"""Signed one-tap links: one recipient, one call, one verdict, used once.
+
+A link carries, signed with SECRET_KEY (django.core.signing, its own salt): the request
+and call ids, the digest of the arguments it was made for, the recipient, the verdict
+(approve or deny), the request's expiry and a random nonce. Opening it (GET) only shows
+the call; the POST that confirms decides, through `services.decide` like the queue, and
+records the nonce (UsedLink, unique) in the same transaction: a link decides at most
+once. A link whose signature does not verify, whose call changed or is decided, whose
+request expired, or whose nonce was used, decides nothing and says which.
+
+With HARNESS_LINKS_REQUIRE_LOGIN (the default) the person must also be signed in as the
+recipient. Without it the link alone stands for the recipient, for that one decision:
+whoever holds it can decide (see docs/notifications.md).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core import signing
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from audit.roles import REVIEWER, has_role
+from dispatcher.models import Status
+
+from . import services
+from .models import ApprovalRequest, UsedLink
+
+SALT = "harness.approvals.one-tap-link"
+VERDICTS = ("approve", "deny")
+
+
+class LinkRefused(Exception):
+    """The link cannot decide; the message says why and what to do; `status` for a view."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a verified link says, with the request it names."""
+
+    approval: ApprovalRequest
+    recipient: User
+    verdict: str
+    digest: str
+    nonce: str
+
+
+def make_token(approval: ApprovalRequest, recipient: User, verdict: str) -> str:
+    if verdict not in VERDICTS:
+        raise ValueError(f"Unknown verdict '{verdict}'.")
+    payload = {
+        "a": approval.pk,
+        "c": str(approval.call_id),
+        "d": approval.digest,
+        "u": recipient.pk,
+        "v": verdict,
+        "e": int(approval.expires_at.timestamp()),
+        "n": secrets.token_hex(16),
+    }
+    return signing.dumps(payload, salt=SALT, compress=True)
+
+
+def make_url(approval: ApprovalRequest, recipient: User, verdict: str) -> str:
+    """The absolute link (HARNESS_PUBLIC_URL) for `recipient` to `verdict` this request."""
+    path = reverse("approvals:link", args=[make_token(approval, recipient, verdict)])
+    return settings.HARNESS_PUBLIC_URL.rstrip("/") + path
+
+
+def links_for(approval: ApprovalRequest, recipient: User) -> dict[str, str]:
+    return {verdict: make_url(approval, recipient, verdict) for verdict in VERDICTS}
+
+
+def read(token: str) -> Claim:
+    """Verify a link and what it names. Raises LinkRefused saying what is wrong."""
+    try:
+        payload: Any = signing.loads(token, salt=SALT)
+    except signing.BadSignature:
+        raise LinkRefused(
+            "This link is not valid: it was altered or cut short. Open the call from the "
+            "approval queue instead.",
+            400,
+        ) from None
+    try:
+        approval_id, call_id, digest = int(payload["a"]), str(payload["c"]), str(payload["d"])
+        recipient_id, verdict, nonce = int(payload["u"]), str(payload["v"]), str(payload["n"])
+        expires = float(payload["e"])
+    except (KeyError, TypeError, ValueError):
+        raise LinkRefused("This link is not valid. Open the call from the queue.", 400) from None
+    approval = (
+        ApprovalRequest.objects.select_related("call__session__agent", "decided_by")
+        .filter(pk=approval_id)
+        .first()
+    )
+    recipient = User.objects.filter(pk=recipient_id, is_active=True).first()
+    if approval is None or str(approval.call_id) != call_id or recipient is None:
+        raise LinkRefused("This link names a call or a person that no longer exists.", 404)
+    if verdict not in VERDICTS:
+        raise LinkRefused("This link is not valid. Open the call from the queue.", 400)
+    claim = Claim(approval, recipient, verdict, digest, nonce)
+    if UsedLink.objects.filter(nonce=nonce).exists():
+        raise LinkRefused("This link was already used; a link decides only once.", 409)
+    if approval.call.status != Status.PENDING_APPROVAL:
+        raise LinkRefused(services.already_decided(approval), 409)
+    if timezone.now().timestamp() >= min(expires, approval.expires_at.timestamp()):
+        raise LinkRefused("This link has expired with the approval it was made for.", 410)
+    if digest != approval.call.digest:
+        raise LinkRefused("The call's arguments are not the ones this link was made for.", 409)
+    return claim
+
+
+def person_for(claim: Claim, user: Any) -> User:
+    """Who decides through this link: the signed-in recipient, or with
+    HARNESS_LINKS_REQUIRE_LOGIN off, the recipient the link names. Raises LinkRefused."""
+    if not has_role(claim.recipient, REVIEWER):
+        raise LinkRefused(
+            f"{claim.recipient.get_username()} is no longer a reviewer: this link decides nothing.",
+            403,
+        )
+    if user is not None and user.is_authenticated:
+        if user.pk != claim.recipient.pk:
+            raise LinkRefused(
+                f"This link was made for {claim.recipient.get_username()}; you are signed in "
+                f"as {user.get_username()}. Open the call from your own queue instead.",
+                403,
+            )
+        return claim.recipient
+    if settings.HARNESS_LINKS_REQUIRE_LOGIN:
+        raise LinkRefused("Sign in to use this link.", 401)
+    return claim.recipient
+
+
+def use(*, token: str, user: Any, digest: str, comment: str = "") -> ApprovalRequest:
+    """Decide with a link, once: `digest` is the one the confirm page showed. Raises
+    LinkRefused (with services.DecisionRefused's answer when the decision is refused)."""
+    claim = read(token)
+    person = person_for(claim, user)
+    if digest != claim.digest:
+        raise LinkRefused("The arguments you confirmed are not the ones this link is for.", 409)
+    try:
+        with transaction.atomic():
+            try:
+                with transaction.atomic():
+                    UsedLink.objects.create(
+                        nonce=claim.nonce,
+                        approval=claim.approval,
+                        recipient=person,
+                        verdict=claim.verdict,
+                    )
+            except IntegrityError:
+                message = "This link was already used; a link decides only once."
+                raise LinkRefused(message, 409) from None
+            return services.decide(
+                approval_id=claim.approval.pk,
+                user=person,
+                approve=claim.verdict == "approve",
+                digest=digest,
+                feedback=comment,
+                via="link",
+            )
+    except services.DecisionRefused as refusal:
+        raise LinkRefused(str(refusal), refusal.status) from None

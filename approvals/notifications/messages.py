@@ -1,0 +1,206 @@
+"""What each channel says about an ask: built from the stored request, never from the
+agent's text as markup. Slack text is escaped (&, <, >) and agent data sits in code
+blocks; email is plain text; the webhook body is JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.urls import reverse
+
+from approvals.display import visible
+
+from ..models import ApprovalRequest
+
+SLACK_TEXT_LIMIT = 2800  # a Block Kit text field holds 3000 characters
+PUSH_TEXT_LIMIT = 300
+MAX_SLACK_LINKS = 10
+
+
+def detail_url(approval: ApprovalRequest) -> str:
+    return settings.HARNESS_PUBLIC_URL.rstrip("/") + reverse("approvals:detail", args=[approval.pk])
+
+
+def summary(approval: ApprovalRequest) -> str:
+    """One line: what asks. Names come from the registry and the database, not the model."""
+    call = approval.call
+    return f"{call.session.agent.name} asks to run {call.name}"
+
+
+def what_it_does(approval: ApprovalRequest) -> str:
+    """The diff, the command line, or the arguments, as the queue shows them (text)."""
+    p = approval.presentation or {}
+    if p.get("kind") == "diff":
+        return f"Change to {p.get('path', '')}:\n{p.get('diff', '') or '(no change)'}"
+    if p.get("kind") == "command":
+        return (
+            f"Command: {json.dumps(p.get('argv', []), ensure_ascii=False)}\nin {p.get('cwd', '')}"
+        )
+    return f"Arguments: {approval.call.raw_arguments}"
+
+
+def call_fields(approval: ApprovalRequest) -> dict[str, Any]:
+    call = approval.call
+    return {
+        "id": str(call.pk),
+        "tool": call.name,
+        "tool_use_id": call.tool_use_id,
+        "arguments": call.raw_arguments,  # as logged: the bytes the digest is of
+        "digest": call.digest,
+        "agent": call.session.agent.name,
+        "session": str(call.session_id),
+        "presentation": approval.presentation,
+    }
+
+
+def webhook_body(
+    approval: ApprovalRequest, event: str, links: list[dict[str, str]], delivery_id: str
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "event": f"approval.{event}",
+        "delivery": delivery_id,
+        "approval_id": approval.pk,
+        "call": call_fields(approval),
+        "why": approval.reason,
+        "asked_by": approval.asked_by,
+        "approvals_required": approval.approvals_required,
+        "group": approval.group,
+        "expires_at": approval.expires_at.isoformat(),
+        "url": detail_url(approval),
+    }
+    if event == "asked":
+        body["links"] = links
+    else:
+        body["outcome"] = outcome(approval)
+    return body
+
+
+def outcome(approval: ApprovalRequest) -> dict[str, Any]:
+    call = approval.call
+    return {
+        "status": call.status,
+        "decision": approval.decision or call.decision,
+        "decided_by": call.decided_by.removeprefix("user:"),
+        "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+    }
+
+
+def outcome_text(approval: ApprovalRequest) -> str:
+    o = outcome(approval)
+    who = f" by {o['decided_by']}" if o["decided_by"] else ""
+    return f"Now {str(o['status']).replace('_', ' ')}{who}."
+
+
+# --- Slack --------------------------------------------------------------------------------
+
+
+def slack_escape(text: str) -> str:
+    """Slack's three control characters, and a code fence an agent could close."""
+    text = visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("```", "`\u200b``")
+
+
+def _code(text: str) -> str:
+    text = slack_escape(text)
+    if len(text) > SLACK_TEXT_LIMIT:
+        text = text[:SLACK_TEXT_LIMIT] + "\n… (shortened: open the call to read all of it)"
+    return f"```{text}```"
+
+
+def slack_blocks(
+    approval: ApprovalRequest, links: list[dict[str, str]], decided: bool = False
+) -> list[dict[str, Any]]:
+    call = approval.call
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": summary(approval)[:150]}},
+        {
+            "type": "section",
+            "text": {"type": "mrkdwn", "text": f"*Why it asks:* {slack_escape(approval.reason)}"},
+        },
+        {"type": "section", "text": {"type": "mrkdwn", "text": _code(what_it_does(approval))}},
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": f"SHA-256 `{call.digest}`"}],
+        },
+    ]
+    if approval.is_quorum:
+        text = f"Needs {approval.approvals_required} approvals"
+        text += f" from {slack_escape(approval.group)}" if approval.group else ""
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
+    if decided:
+        blocks.append(
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{outcome_text(approval)}*"}}
+        )
+        return blocks
+    buttons: list[dict[str, Any]] = [
+        {
+            "type": "button",
+            "text": {"type": "plain_text", "text": "Open"},
+            "url": detail_url(approval),
+        }
+    ]
+    for link in links[:MAX_SLACK_LINKS]:
+        for verdict in ("approve", "deny"):
+            buttons.append(
+                {
+                    "type": "button",
+                    "text": {
+                        "type": "plain_text",
+                        "text": f"{verdict.title()} ({link['reviewer']})"[:75],
+                    },
+                    "url": link[verdict],
+                    **({"style": "primary"} if verdict == "approve" else {"style": "danger"}),
+                }
+            )
+    blocks.append({"type": "actions", "elements": buttons[:25]})
+    return blocks
+
+
+# --- Email and push -------------------------------------------------------------------------
+
+
+def email_subject(approval: ApprovalRequest) -> str:
+    return f"[Harness] {summary(approval)}"[:200].replace("\n", " ").replace("\r", " ")
+
+
+def email_body(approval: ApprovalRequest, links: dict[str, str] | None) -> str:
+    lines = [
+        summary(approval) + ".",
+        "",
+        f"Why it asks: {visible(approval.reason)}",
+        "",
+        visible(what_it_does(approval)),
+        "",
+        f"Arguments as logged: {visible(approval.call.raw_arguments)}",
+        f"SHA-256: {approval.call.digest}",
+    ]
+    if approval.is_quorum:
+        lines.append(f"Needs {approval.approvals_required} approvals ({approval.progress()}).")
+    lines += ["", f"Open the call: {detail_url(approval)}"]
+    if links:
+        lines += [
+            "",
+            "One-tap links, for you only and usable once (each shows the call before you confirm):",
+            f"Approve: {links['approve']}",
+            f"Deny: {links['deny']}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def push_payload(approval: ApprovalRequest, links: dict[str, str]) -> str:
+    body = visible(what_it_does(approval))
+    if len(body) > PUSH_TEXT_LIMIT:
+        body = body[:PUSH_TEXT_LIMIT] + "…"
+    return json.dumps(
+        {
+            "title": summary(approval),
+            "body": body,
+            "url": detail_url(approval),
+            "approve": links["approve"],
+            "deny": links["deny"],
+            "tag": f"harness-approval-{approval.pk}",
+        }
+    )

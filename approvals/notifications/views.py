@@ -1,0 +1,140 @@
+"""Notification pages: admins configure channels and see every delivery; reviewers
+subscribe a browser to Web Push. Session auth only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from audit.roles import ADMIN, REVIEWER, has_role, role_required
+from dispatcher.errors import ServiceError
+
+from . import services
+from .models import Channel, Kind
+
+PAGE = "approvals/notifications.html"
+FIELDS = (
+    "name",
+    "kind",
+    "url",
+    "secret",
+    "webhook_url",
+    "bot_token",
+    "channel",
+    "api_url",
+    "addresses",
+    "match_agents",
+    "match_tools",
+    "match_rules",
+    "users",
+    "groups",
+)
+SERVICE_WORKER = Path(settings.BASE_DIR) / "static" / "harness-sw.js"
+
+
+def _form_of(channel: Channel) -> dict[str, str]:
+    config = channel.config
+    return {
+        "name": channel.name,
+        "kind": channel.kind,
+        "url": config.get("url", ""),
+        "webhook_url": config.get("webhook_url", ""),
+        "channel": config.get("channel", ""),
+        "api_url": config.get("api_url", ""),
+        "addresses": ", ".join(config.get("addresses", [])),
+        "match_agents": ", ".join(channel.match_agents),
+        "match_tools": ", ".join(channel.match_tools),
+        "match_rules": "\n".join(channel.match_rules),
+        "users": ", ".join(u.username for u in channel.users.all()),
+        "groups": ", ".join(g.name for g in channel.groups.all()),
+    }
+
+
+def _page(request: HttpRequest, status: int = 200, **extra: Any) -> HttpResponse:
+    services.sync_env_channels()
+    channels = Channel.objects.prefetch_related("users", "groups")
+    context = {
+        "channels": channels,
+        "deliveries": services.recent_deliveries(),
+        "kinds": Kind.choices,
+        "form": extra.pop("form", {"kind": Kind.WEBHOOK}),
+        **extra,
+    }
+    return render(request, PAGE, context, status=status)
+
+
+@role_required(ADMIN)
+@require_http_methods(["GET", "POST"])
+def channels(request: HttpRequest) -> HttpResponseBase:
+    """GET the channels and deliveries; POST creates or (with `channel_id`) changes one."""
+    if request.method == "GET":
+        editing = request.GET.get("edit", "")
+        if editing.isdigit():
+            channel = get_object_or_404(Channel, pk=int(editing))
+            return _page(request, form=_form_of(channel), editing=channel)
+        return _page(request)
+    data = {name: request.POST.get(name, "") for name in FIELDS}
+    channel_id = request.POST.get("channel_id", "")
+    existing = None
+    if channel_id.isdigit():
+        existing = get_object_or_404(Channel, pk=int(channel_id))
+        for secret in ("secret", "bot_token"):  # blank: keep what is set
+            if not data[secret] and existing.config.get(secret):
+                data[secret] = existing.config[secret]
+    try:
+        channel = services.save_channel(
+            actor=request.user,  # type: ignore[arg-type]
+            data=data,
+            channel_id=existing.pk if existing else None,
+        )
+    except services.InvalidChannel as invalid:
+        return _page(request, status=400, form=data, errors=invalid.problems, editing=existing)
+    messages.success(request, f"Saved the channel '{channel.name}'.")
+    return redirect("approvals:channels")
+
+
+@role_required(ADMIN)
+@require_POST
+def toggle(request: HttpRequest, channel_id: int) -> HttpResponseBase:
+    channel = get_object_or_404(Channel, pk=channel_id)
+    services.set_enabled(
+        actor=request.user,  # type: ignore[arg-type]
+        channel_id=channel.pk,
+        enabled=not channel.enabled,
+    )
+    return redirect("approvals:channels")
+
+
+@login_required
+@require_POST
+def subscribe(request: HttpRequest) -> HttpResponse:
+    """A reviewer's browser subscription (the JSON of PushSubscription.toJSON())."""
+    if not has_role(request.user, REVIEWER):
+        return JsonResponse({"error": "Only reviewers receive push notifications."}, status=403)
+    try:
+        body = json.loads(request.body or b"{}")
+        user: User = request.user  # type: ignore[assignment]
+        services.subscribe(user=user, endpoint=str(body.get("endpoint", "")), keys=body.get("keys"))
+    except (ValueError, AttributeError):
+        return JsonResponse({"error": "Send the subscription as JSON."}, status=400)
+    except ServiceError as problem:
+        return JsonResponse({"error": str(problem)}, status=400)
+    return JsonResponse({"subscribed": True}, status=201)
+
+
+@require_GET
+def service_worker(request: HttpRequest) -> HttpResponse:
+    """The push service worker, served under /approvals/ so that it may control it."""
+    response = HttpResponse(SERVICE_WORKER.read_text(), content_type="text/javascript")
+    response["Cache-Control"] = "no-cache"
+    return response
