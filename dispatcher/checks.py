@@ -204,11 +204,11 @@ def check_sandbox(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 @register()
 def check_task_time_limit(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """The worker's time limit (the backstop) must never cut a tool inside its own timeout."""
-    from dispatcher.tools.registry import all_tools
+    from dispatcher.tools.registry import builtin_tools
 
     limit = settings.CELERY_TASK_TIME_LIMIT
     try:
-        tools = [tool for tool in all_tools() if isinstance(tool, Tool)]
+        tools = [tool for tool in builtin_tools() if isinstance(tool, Tool)]
     except ImportError:  # check_tools reports it
         return []
     if not tools:
