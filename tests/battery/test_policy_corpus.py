@@ -197,8 +197,19 @@ def test_e2_no_variant_of_a_denied_command_is_auto_allowed(settings: Any) -> Non
 # --- E4 -------------------------------------------------------------------------------------
 
 AGENT_PREFIX = "api/v1/"
-# Sign-in pages (the site's and the admin's) and the root redirect: public by design.
-PUBLIC = {"accounts/login/", "accounts/logout/", "admin/login/", "admin/logout/", ""}
+# Sign-in pages (the site's and the admin's), the root redirect and the Web Push service
+# worker (a static script the browser fetches without credentials): public by design.
+PUBLIC = {
+    "accounts/login/",
+    "accounts/logout/",
+    "admin/login/",
+    "admin/logout/",
+    "",
+    "approvals/sw.js",
+}
+# One-tap links authenticate by their signature: a bad one is refused with 400, which is
+# a refusal, not a page reached (a valid link needs its recipient signed in by default).
+REFUSED_BY_SIGNATURE = "approvals/links/"
 
 
 def patterns(resolver: URLResolver | None = None, prefix: str = "") -> list[tuple[str, Any]]:
@@ -272,7 +283,10 @@ def test_e4_an_agent_token_reaches_no_reviewer_or_admin_endpoint(agent: Any, rev
             login_redirect = response.status_code == 302 and "/login/" in response.get(
                 "Location", ""
             )
-            if not (login_redirect or response.status_code in (401, 403, 404, 405)):
+            refused = response.status_code in (401, 403, 404, 405) or (
+                text.startswith(REFUSED_BY_SIGNATURE) and response.status_code == 400
+            )
+            if not (login_redirect or refused):
                 reached.append(f"{method.upper()} {url} -> {response.status_code}")
     figures.record(
         "E4",
