@@ -235,6 +235,9 @@ GIT_RUNNING_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ls-remote": ("", ("upload-pack",)),
     "archive": ("", ("exec", "remote")),
     "push": ("", ("receive-pack", "exec")),
+    "send-pack": ("", ("receive-pack", "exec")),
+    "fetch-pack": ("", ("upload-pack", "exec")),
+    "daemon": ("", ("access-hook",)),
 }
 
 

@@ -520,19 +520,24 @@ def read_find(argv: list[str], ctx: Context) -> list[Command]:
 
 
 def read_make(argv: list[str], ctx: Context) -> list[Command]:
+    """make: `--eval`/`-E` is makefile text, and a `NAME=value` operand replaces a variable
+    a recipe may run (`CC='rm -rf ~'`, `SHELL=...`): both make it unreadable."""
     for arg in argv[1:]:
         if long_prefix(arg, "eval", shortest=2) or short_cluster_has(arg, "E"):
             raise unreadable("'make --eval' runs makefile text given on the command line")
-        if re.match(r"(SHELL|\.SHELLFLAGS|MAKESHELL|MAKEFLAGS|MFLAGS)\+?=", arg):
-            raise unreadable(f"'make {arg.split('=', 1)[0]}=...' changes the shell recipes run in")
-    fed = ctx.fed or ctx.appended
+        if MAKE_ASSIGNMENT.match(arg):
+            raise unreadable(
+                f"'make {arg.split('=', 1)[0]}=...' replaces a variable its recipes may run"
+            )
+        if arg in ("-f-", "--file=-", "--makefile=-", "-f/dev/stdin"):
+            raise unreadable("'make -f -' reads its makefile from its input")
     for word, after in zip(argv[1:], [*argv[2:], ""], strict=False):
-        reads_stdin = word in ("-f-", "--file=-", "--makefile=-") or (
-            word in ("-f", "--file", "--makefile") and after == "-"
-        )
-        if fed and reads_stdin:
+        if word in ("-f", "--file", "--makefile") and after in ("-", "/dev/stdin"):
             raise unreadable("'make -f -' reads its makefile from its input")
     return [Command(tuple(argv), extra_args=ctx.appended)]
+
+
+MAKE_ASSIGNMENT = re.compile(r"[A-Za-z_.][A-Za-z0-9_.\-]*\s*(::?|\+|\?|!)?=")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ def read_awk(argv: list[str], ctx: Context) -> list[Command]:
         raise unreadable(f"'xargs {name}': the program or its options come from the input")
     args = argv[1:]
     programs: list[str] = []
-    has_file = False
     i = 0
     while i < len(args):
         arg = args[i]
@@ -55,9 +54,8 @@ def read_awk(argv: list[str], ctx: Context) -> list[Command]:
             i += 1 if equals else 2
             if option == "source":
                 programs.append(value)
-            else:
-                has_file = has_file or option in ("file", "exec", "include")
-                _awk_program_file(name, option, value, ctx)
+            elif option in ("file", "exec", "include"):
+                _awk_program_file(name, option, value)
             continue
         letter = arg[1]
         if letter in AWK_OPTIONS.valued:
@@ -66,12 +64,11 @@ def read_awk(argv: list[str], ctx: Context) -> list[Command]:
             if letter == "e":
                 programs.append(value)
             elif letter == "f":
-                has_file = True
-                _awk_program_file(name, "f", value, ctx)
+                _awk_program_file(name, "f", value)
             continue
         parse_options([arg], Options(AWK_OPTIONS.flags), name)
         i += 1
-    if not programs and not has_file:
+    if not programs:
         if i >= len(args):
             raise unreadable(f"'{name}' without a program")
         programs.append(args[i])
@@ -84,9 +81,9 @@ def read_awk(argv: list[str], ctx: Context) -> list[Command]:
     return [Command(tuple(argv))]
 
 
-def _awk_program_file(name: str, option: str, path: str, ctx: Context) -> None:
-    if path in ("-", "/dev/stdin") or path.startswith(("/dev/fd/", "/proc/")):
-        raise unreadable(f"'{name} -{option} {path}' reads its program from its input")
+def _awk_program_file(name: str, option: str, path: str) -> None:
+    """A program in a file is not read (the reader reads no files): unreadable."""
+    raise unreadable(f"'{name} -{option} {path}': a program in a file cannot be read")
 
 
 SED_OPTIONS = Options(
@@ -108,7 +105,6 @@ def read_sed(argv: list[str], ctx: Context) -> list[Command]:
     args = argv[1:]
     scripts: list[str] = []
     operands: list[str] = []
-    has_file = False
     i = 0
     while i < len(args):
         arg = args[i]
@@ -132,7 +128,8 @@ def read_sed(argv: list[str], ctx: Context) -> list[Command]:
                 i += 1
             if option == "expression":
                 scripts.append(value)
-            has_file = has_file or option == "file"
+            if option == "file":
+                raise unreadable(f"'sed --file {value}': a script in a file cannot be read")
             continue
         for position, letter in enumerate(arg[1:], start=2):
             if letter == "i":
@@ -145,13 +142,12 @@ def read_sed(argv: list[str], ctx: Context) -> list[Command]:
                     i += 1
                 if letter == "e":
                     scripts.append(value)
-                has_file = has_file or letter == "f"
-                if letter == "f" and (value in ("-", "/dev/stdin") or value.startswith("/dev/fd/")):
-                    raise unreadable("'sed -f -' reads its script from its input")
+                if letter == "f":
+                    raise unreadable(f"'sed -f {value}': a script in a file cannot be read")
                 break
             if letter not in SED_OPTIONS.flags:
                 raise unreadable(f"'sed -{letter}' is not an option known to be harmless")
-    if not scripts and not has_file:
+    if not scripts:
         if not operands:
             raise unreadable("'sed' without a script")
         scripts.append(operands[0])

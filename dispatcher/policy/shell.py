@@ -531,6 +531,7 @@ TILDE_EXPANSION = re.compile(r"(?<![\w.@^+/~-])~[^/\s;&|<>]*?[$`]")
 
 # `${a[i]}` evaluates `i` as arithmetic, and `i` may hold `a[$(cmd)]`; `${a[0]}`, `${a[@]}`
 # and `${a[*]}` do not.
+TRANSFORMATION = re.compile(r"[#!]?\w+(\[[^\]]*\])?@[A-Za-z]")  # ${x@P}, ${a[0]@P}
 SUBSCRIPT = re.compile(r"^[#!]?\w+\[(?![0-9]+\]|[@*]\])")
 
 
@@ -553,7 +554,7 @@ def hidden_substitution(text: str) -> str | None:
             shown = text[i : i + 2 + len(body) + 1]
             if "$(" in body or "`" in body or "${" in body or body.startswith("!"):
                 return f"a command or expansion inside a parameter expansion ({shown!r})"
-            if re.search(r"@[A-Za-z]", body):
+            if TRANSFORMATION.match(body):
                 return f"a parameter transformation that can run commands ({shown!r})"
             if SUBSCRIPT.search(body):
                 return f"an array subscript evaluated as arithmetic ({shown!r})"

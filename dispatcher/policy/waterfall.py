@@ -109,10 +109,15 @@ def next_matching(texts: list[str], call: CallContext) -> str | None:
     return next((text for text in texts if grants.grant_matches(text, call)), None)
 
 
-def sandbox_bounds_commands() -> bool:
-    """True when every program a tool starts runs in the sandbox without network
-    (`HARNESS_SANDBOX=bwrap`, `HARNESS_SANDBOX_NETWORK` off): what it can reach is bounded."""
-    return settings.HARNESS_SANDBOX == "bwrap" and not settings.HARNESS_SANDBOX_NETWORK
+def sandbox_bounds(call: CallContext) -> bool:
+    """True when the program the call starts runs in the sandbox without network
+    (`HARNESS_SANDBOX=bwrap`, `HARNESS_SANDBOX_NETWORK` off): what it can reach is bounded.
+    Never for a tool the client runs itself (decide-only): Harness's sandbox is not there."""
+    return (
+        settings.HARNESS_SANDBOX == "bwrap"
+        and not settings.HARNESS_SANDBOX_NETWORK
+        and not call.tool.client_executed
+    )
 
 
 def user_rules(call: CallContext, next: Next) -> Decision:
@@ -120,7 +125,7 @@ def user_rules(call: CallContext, next: Next) -> Decision:
 
     A command the reader cannot read completely never matches an allow rule. If no deny
     or ask rule caught it and the rest of the chain (trusted mode) would allow it, it runs
-    only where the sandbox bounds it (`sandbox_bounds_commands`); otherwise it is asked.
+    only where the sandbox bounds it (`sandbox_bounds`); otherwise it is asked.
     """
     profile = call.profile
     verdict = rules.evaluate(call, allow=profile.allow, ask=profile.ask, deny=profile.deny)
@@ -136,7 +141,7 @@ def user_rules(call: CallContext, next: Next) -> Decision:
         return Decision(action, f"rule:{action}:{rule}", reason, rule=rule)  # type: ignore[arg-type]
     decision = next(call)
     if verdict.unreadable is not None and decision.action == "allow":
-        if sandbox_bounds_commands():
+        if sandbox_bounds(call):
             return Decision(
                 "allow",
                 decision.by,

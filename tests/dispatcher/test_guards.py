@@ -411,6 +411,7 @@ SAFE_COMMANDS = [
     ["sh", "-c", "trap 'rm -f tmp.txt' EXIT; make"],
     ["sh", "-c", "echo $'\\x6cs'"],
     ["python3", "-c", "print('sudo')"],
+    ["sh", "-c", "git log --author=${EMAIL:-a@example.com}"],
 ]
 
 

@@ -434,3 +434,13 @@ ISSUE_UNREADABLE_IN_TRUSTED: list[list[str]] = [
 ]
 # User deny rules beaten by interleaved options (with deny `git reset *`, `rm -rf *`).
 ISSUE_DENY_ORDERS: list[list[str]] = [["git", "-C", ".", "reset", "--hard"], ["rm", "-fr", "x"]]
+UNREADABLE_PROGRAMS += [
+    ["python", "-c", "print(1)"],
+    ["make", "test", "CC=rm -rf ~"],
+    ["make", "-f", "-"],
+    ["awk", "-f", "prog.awk", "data.txt"],
+    ["sed", "-f", "script.sed", "x"],
+    ["sed", "--file=script.sed", "x"],
+    ["git", "send-pack", "--receive-pack=id", "x"],
+    ["git", "daemon", "--access-hook=id"],
+]

@@ -3,6 +3,7 @@ forbidden (data in tests/policy/command_table.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +172,15 @@ def test_an_alias_defined_then_used_is_blocked_then_unreadable() -> None:
     use = make_call(["git", "p"], "trusted", allow=["run_command(git *)"])
     found = evaluate(use, allow=["run_command(git *)"], ask=[], deny=[])
     assert found.action is None and "could be an alias" in (found.unreadable or "")
+
+
+def test_a_command_the_client_runs_is_never_bounded_by_the_sandbox(settings: Any) -> None:
+    client_bash = dataclasses.replace(RUN_COMMAND, name="Bash", client_executed=True)
+    settings.HARNESS_SANDBOX, settings.HARNESS_SANDBOX_NETWORK = "bwrap", False
+    call = dataclasses.replace(
+        make_call(["python3", "-c", "print(1)"], "trusted"), tool=client_bash, name="Bash"
+    )
+    action, reason = outcome(call)
+    assert action == "ask" and "no sandbox bounds it" in reason
+    readable = dataclasses.replace(call, arguments={"argv": ["git", "status"]})
+    assert outcome(readable)[0] == "allow"
