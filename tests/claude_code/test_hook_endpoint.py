@@ -3,6 +3,7 @@ rules in Claude Code's form, confinement, reports, session events and bad input.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -10,12 +11,14 @@ import uuid
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.test import Client
 
 from approvals import services as approvals
 from approvals.models import ApprovalRequest, Decision
 from audit.models import AuditEvent
 from dispatcher import agents
+from dispatcher.gateways.client_calls import decide_client_call
 from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import profiles
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
@@ -467,3 +470,37 @@ def test_a_bad_wait_is_a_validation_error(agent: AgentFixture) -> None:
         headers=agent.headers,
     )
     assert response.status_code == 422
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_abandoned_wait_cancels_the_call_so_nobody_approves_it_later() -> None:
+    """Claude Code killed its hook (timeout, Ctrl-C): the request's task is cancelled, and
+    so is the call, which no reviewer may approve any more."""
+    fx = make_agent(mode="standard")
+    session = agents.client_session(
+        agent=fx.agent, client="claude-code", external_id=sid(), project_dir=PROJECT
+    )
+    pending = ToolCall.objects.filter(session=session, status=Status.PENDING_APPROVAL)
+
+    async def abandon() -> None:
+        task = asyncio.create_task(
+            decide_client_call(
+                session=session,
+                tool_name="Bash",
+                tool_input={"command": "make release"},
+                tool_use_id="toolu_abandoned",
+                wait_seconds=30,
+            )
+        )
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if await sync_to_async(pending.exists)():
+                break
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(abandon())
+    call = ToolCall.objects.get(session=session)
+    assert call.status == Status.CANCELLED
+    assert "stopped waiting" in call.content
