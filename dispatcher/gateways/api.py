@@ -18,7 +18,7 @@ from uuid import UUID
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError, DataError
+from django.db import DatabaseError, DataError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -266,8 +266,14 @@ def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
 
 
 def _reload(call_ids: list[str]) -> list[ToolCall]:
-    by_id = {str(c.pk): c for c in ToolCall.objects.filter(pk__in=call_ids)}
-    return [by_id[cid] for cid in call_ids]
+    """The calls, read again; then the request's database connection is given back (to
+    the pool), so that a waiting request holds none: waits never exhaust the pool."""
+    try:
+        by_id = {str(c.pk): c for c in ToolCall.objects.filter(pk__in=call_ids)}
+        return [by_id[cid] for cid in call_ids]
+    finally:
+        if not connection.in_atomic_block:  # (the test client's wrapping transaction)
+            connection.close()
 
 
 def _submit(
