@@ -7,21 +7,22 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from audit.roles import REVIEWER, has_role
+from audit.consumers import BoundToSignIn
+from audit.roles import REVIEWER
 
 from . import live
 
 
-class ApprovalQueueConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
-    """Accepts active reviewers only (the origin is checked by AllowedHostsOriginValidator).
+class ApprovalQueueConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
+    """Accepts active reviewers only (the origin is checked by AllowedHostsOriginValidator),
+    and only while they are: removing the role or signing out closes the socket.
 
     On every (re)connect it sends the whole current queue, so a dropped connection misses
     nothing; then it forwards the fragments rendered once per event by `live.push_change`.
     """
 
     async def connect(self) -> None:
-        user = self.scope.get("user")
-        if user is None or not await database_sync_to_async(has_role)(user, REVIEWER):
+        if not await self.authorize(REVIEWER):
             await self.close()
             return
         await self.channel_layer.group_add(live.GROUP, self.channel_name)
@@ -29,6 +30,7 @@ class ApprovalQueueConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # ch
         await self.send(text_data=await database_sync_to_async(live.render_queue)())
 
     async def disconnect(self, code: int) -> None:
+        await self.leave_sign_in_groups()
         await self.channel_layer.group_discard(live.GROUP, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:

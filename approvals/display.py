@@ -14,13 +14,17 @@ from dispatcher.policy.parts import command_parts
 from dispatcher.policy.reading import read_command
 
 # Characters that change how text looks without being visible themselves: C0/C1 controls
-# (tab and newline are kept as layout), soft hyphen, Arabic letter mark, Mongolian vowel
-# separator, zero-width and joiner characters, line/paragraph separators, bidi embeddings,
-# overrides and isolates, word joiner and invisible operators, BOM, interlinear annotation
-# marks, and the Unicode tag block (used to smuggle hidden ASCII).
+# (tab and newline are kept as layout), soft hyphen, combining grapheme joiner, Arabic
+# letter mark, Hangul fillers (choseong/jungseong, the compatibility and halfwidth fillers:
+# blank, yet letters to a parser), Khmer inherent vowels, Mongolian vowel separator,
+# zero-width and joiner characters, line/paragraph separators, bidi embeddings, overrides
+# and isolates, word joiner and invisible operators, variation selectors (both blocks),
+# BOM, interlinear annotation marks, and the Unicode tag block (used to smuggle hidden
+# ASCII).
 _HIDDEN = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
-    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e"
+    "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff"
+    "\uffa0\ufff9-\ufffb\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
 )
 
 

@@ -1,4 +1,4 @@
-"""Live timelines: an auditor's open session page hears of every change of the session.
+"""The audit timeline's socket: /ws/audit/sessions/<session_id>/ (auditors only).
 
 Push-only, in the approvals queue's style (htmx's WebSocket extension): on connect and
 after every change the socket sends the session's summary, a server-rendered fragment
@@ -7,6 +7,9 @@ HTTP (with the auditor's session, as any page load), so an auditor on an older o
 filtered page keeps that page. The dispatcher announces changes on a Redis channel per
 session after commit; this module knows only the channel's name
 (settings.HARNESS_WAKE_PREFIX), not the dispatcher.
+
+Every socket of the dashboard is bound to its user's role and sign-in (BoundToSignIn,
+also used by the approval queue): removing the role or signing out closes it at once.
 """
 
 from __future__ import annotations
@@ -22,13 +25,52 @@ from django.conf import settings
 from django.template.loader import render_to_string
 
 from .models import AuditChain
-from .roles import AUDITOR, has_role
+from .roles import AUDITOR, CLOSE_SOCKETS, has_role, sign_in_group, user_group
 
 SUMMARY = "audit/session.html#summary"
+
+# The close code of a socket whose user lost the role or signed out.
+CLOSED_FOR_ACCESS = 4403
 
 
 def session_channel(session_id: str) -> str:
     return f"{settings.HARNESS_WAKE_PREFIX}:session:{session_id}"
+
+
+class BoundToSignIn:
+    """A socket that lives only as long as its user's role and sign-in: it joins the user's
+    and the sign-in's groups *before* its role is checked (so a removal that lands between
+    the check and the join still reaches it), and closes on audit.roles' close message."""
+
+    scope: dict[str, Any]
+    channel_layer: Any
+    channel_name: str
+    sign_in_groups: list[str]
+
+    async def authorize(self, role: str) -> bool:
+        """Join the groups, then check `role`; False (groups left) when the user lacks it."""
+        user = self.scope.get("user")
+        session = self.scope.get("session")
+        self.sign_in_groups = []
+        if user is not None and user.is_authenticated:
+            self.sign_in_groups.append(user_group(user.pk))
+            if session is not None and session.session_key:
+                self.sign_in_groups.append(sign_in_group(session.session_key))
+        for group in self.sign_in_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        if user is None or not await database_sync_to_async(has_role)(user, role):
+            await self.leave_sign_in_groups()
+            return False
+        return True
+
+    async def leave_sign_in_groups(self) -> None:
+        for group in getattr(self, "sign_in_groups", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.sign_in_groups = []
+
+    async def sockets_close(self, event: dict[str, Any]) -> None:
+        assert event["type"] == CLOSE_SOCKETS
+        await self.close(code=CLOSED_FOR_ACCESS)  # type: ignore[attr-defined]
 
 
 def render_summary(session_id: str) -> str:
@@ -39,10 +81,9 @@ def render_summary(session_id: str) -> str:
     return render_to_string(SUMMARY, {"head": head}).strip()
 
 
-class SessionTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
+class SessionTimelineConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     async def connect(self) -> None:
-        user = self.scope.get("user")
-        if user is None or not await database_sync_to_async(has_role)(user, AUDITOR):
+        if not await self.authorize(AUDITOR):
             await self.close()
             return
         await self.accept()
@@ -70,6 +111,7 @@ class SessionTimelineConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # 
         """Push-only: whatever the browser sends is ignored."""
 
     async def disconnect(self, code: int) -> None:
+        await self.leave_sign_in_groups()
         listener = getattr(self, "listener", None)
         if listener is not None:
             listener.cancel()

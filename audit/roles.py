@@ -6,14 +6,24 @@ changes modes, rules and agents); a superuser holds all three. Only an active us
 any role. Views use `role_required`, sockets and services `has_role`, templates the
 `roles` context value; granting and removing go through `grant_role` / `remove_role`,
 each with its audit event (the admin shows users and groups read-only).
+
+Open sockets are bound to the role and the sign-in they were opened with: each joins its
+user's group and its sign-in's group on the channel layer, and `remove_role` (after
+commit) and signing out (`close_signed_out_sockets`, on user_logged_out) send those
+groups a close, so a removed reviewer or a signed-out browser stops receiving at once.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import logging
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.contrib.auth.models import Group, User
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
@@ -23,6 +33,8 @@ from django.http.response import HttpResponseBase
 
 from . import kinds
 from .services import record_event
+
+logger = logging.getLogger(__name__)
 
 REVIEWER = "reviewer"
 AUDITOR = "auditor"
@@ -96,8 +108,9 @@ def grant_role(*, user: User, role: str, actor: str) -> bool:
 
 @transaction.atomic
 def remove_role(*, user: User, role: str, actor: str) -> bool:
-    """Take the role from `user`; False (and no event) if they did not hold it. Open
-    sockets of that user are closed by the `role_removed` listeners (approvals, audit)."""
+    """Take the role from `user`; False (and no event) if they did not hold it. After
+    commit, every socket the user has open is closed (a socket that still fits another
+    role the user holds is opened again by its page and re-checked)."""
     _check(role)
     group = Group.objects.filter(name=role).first()
     if group is None or not user.groups.filter(pk=group.pk).exists():
@@ -109,4 +122,42 @@ def remove_role(*, user: User, role: str, actor: str) -> bool:
         subject=f"user:{user.get_username()}",
         payload={"user": user.get_username(), "role": role},
     )
+    transaction.on_commit(functools.partial(close_sockets, user_group(user.pk)))
     return True
+
+
+# --- Sockets bound to a role and a sign-in -------------------------------------------------
+
+# The channel-layer message that closes a socket (consumers handle it as `sockets_close`).
+CLOSE_SOCKETS = "sockets.close"
+
+
+def user_group(user_id: object) -> str:
+    """Every open socket of one user."""
+    return f"harness.user.{user_id}"
+
+
+def sign_in_group(session_key: str) -> str:
+    """Every open socket of one sign-in (a hash: session keys never reach Redis)."""
+    return "harness.signin." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+
+
+def close_sockets(group: str) -> None:
+    """Close every socket in `group`. Runs after commit; never raises (a socket that
+    missed the close is still refused at its next connect, which checks the role)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(group, {"type": CLOSE_SOCKETS})
+    except Exception:
+        logger.warning("could not close the sockets of %s", group, exc_info=True)
+
+
+def close_signed_out_sockets(
+    sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any
+) -> None:
+    """user_logged_out: the sockets opened with this sign-in close with it."""
+    key = getattr(getattr(request, "session", None), "session_key", None)
+    if key:
+        close_sockets(sign_in_group(key))

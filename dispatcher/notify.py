@@ -1,16 +1,29 @@
 """Pushes after commit: wake long-polling agent requests, and tell other apps a call changed.
 
-Nothing here runs inside a transaction; callers schedule it with transaction.on_commit.
+Publishing runs after commit (callers schedule it with transaction.on_commit). Waiting
+requests of one process share one Redis subscription (`wake_on`): one connection per
+event loop, whatever the number of waits, with a reader that fans each wake-up out to
+the requests waiting on its channel. `wait_slots` caps how many requests of one agent may
+wait at once in this process (HARNESS_MAX_WAITS_PER_AGENT).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
+import os
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterable
 
 import redis
+import redis.asyncio as aioredis
 from django.conf import settings
 from django.dispatch import Signal
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +33,9 @@ call_changed = Signal()
 # Sent inside the transaction that puts a call in pending_approval, so the approvals app
 # records its request atomically with the transition: kwargs call, presentation.
 approval_requested = Signal()
+
+# How long a waiter waits for Redis to confirm its subscription before giving up.
+SUBSCRIBE_TIMEOUT = 5.0
 
 
 def wake_channel(call_id: str) -> str:
@@ -49,3 +65,237 @@ def publish_change(call_id: str, session_id: str, status: str, previous: str = "
     call_changed.send(
         sender=None, call_id=call_id, session_id=session_id, status=status, previous=previous
     )
+
+
+# --- Waiting ------------------------------------------------------------------------------
+
+
+class WaitSlots:
+    """How many requests of each agent wait at once in this process (any thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}
+
+    def reserve(self, agent: str, limit: int) -> bool:
+        """Take one of `agent`'s `limit` slots; False (nothing taken) when all are held."""
+        with self._lock:
+            held = self._held.get(agent, 0)
+            if held >= limit:
+                return False
+            self._held[agent] = held + 1
+            return True
+
+    def release(self, agent: str) -> None:
+        with self._lock:
+            held = self._held.get(agent, 0) - 1
+            if held > 0:
+                self._held[agent] = held
+            else:
+                self._held.pop(agent, None)
+
+    def held(self, agent: str) -> int:
+        with self._lock:
+            return self._held.get(agent, 0)
+
+
+wait_slots = WaitSlots()
+
+
+class WakeUnavailable(Exception):
+    """The wake-up channel (Redis) failed; the waiter should answer with what it has."""
+
+
+class Wakeup:
+    """One waiting request: set when a message arrives on one of its channels."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.error: BaseException | None = None
+
+    def wake(self, error: BaseException | None = None) -> None:
+        if error is not None:
+            self.error = error
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when woken within `timeout` seconds. Raises WakeUnavailable when the
+        shared subscription broke (the caller answers with the state it has)."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            if self.error is not None:
+                raise WakeUnavailable(str(self.error)) from self.error
+        self._event.clear()
+        return True
+
+
+@contextlib.asynccontextmanager
+async def wake_on(channels: Iterable[str]) -> AsyncIterator[Wakeup]:
+    """Subscribe to `channels` on this process's shared subscription for the duration.
+
+    Returns once Redis confirmed the subscription (so a change published after that is
+    never missed: re-read the state then). Raises WakeUnavailable when Redis fails.
+    """
+    names = sorted(set(channels))
+    wakeup = Wakeup()
+    while True:
+        hub = _hub()
+        if await hub.add(wakeup, names):
+            break  # else the hub closed as we joined: join the next one
+    try:
+        yield wakeup
+    finally:
+        await hub.remove(wakeup, names)
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub] = weakref.WeakKeyDictionary()
+
+
+def _hub() -> _Hub:
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        hub = _hubs[loop] = _Hub(loop)
+    return hub
+
+
+def open_subscriptions() -> int:
+    """Shared subscriptions open in this process (one per event loop with waiters)."""
+    return sum(1 for hub in _hubs.values() if hub.waiters)
+
+
+class _Hub:
+    """One pub/sub connection and its reader, for every waiter of one event loop.
+
+    Channels are reference-counted: the first waiter on a channel subscribes, the last
+    one out unsubscribes; the connection closes when nobody waits (the next waiter opens
+    a new one). A Redis failure wakes every waiter with the error and retires the hub.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.client = aioredis.Redis.from_url(
+            settings.REDIS_URL,
+            client_name=f"harness-wake-{os.getpid()}",
+            retry=Retry(NoBackoff(), 0),  # a broken connection fails its waiters at once
+        )
+        self.pubsub = self.client.pubsub()
+        self.waiters: dict[str, set[Wakeup]] = {}
+        self.confirmed: dict[str, asyncio.Future[None]] = {}
+        self.lock = asyncio.Lock()
+        self.reader: asyncio.Task[None] | None = None
+        self.closed = False
+
+    async def add(self, wakeup: Wakeup, channels: list[str]) -> bool:
+        """Register `wakeup` on `channels`, subscribing the new ones; False if this hub has
+        closed meanwhile. Returns when every channel's subscription is confirmed."""
+        async with self.lock:
+            if self.closed:
+                return False
+            new = [c for c in channels if c not in self.waiters]
+            for channel in channels:
+                self.waiters.setdefault(channel, set()).add(wakeup)
+            try:
+                if new:
+                    for channel in new:
+                        self.confirmed[channel] = self.loop.create_future()
+                    await self.pubsub.subscribe(*new)
+                    if self.reader is None:
+                        self.reader = asyncio.create_task(self._read(), name="wake-reader")
+            except (redis.RedisError, OSError) as error:
+                self._fail(error)
+            pending = [self.confirmed[c] for c in channels if c in self.confirmed]
+        try:
+            async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
+                for future in pending:
+                    await asyncio.shield(future)
+        except BaseException as error:
+            await self.remove(wakeup, channels)
+            if isinstance(error, TimeoutError):
+                raise WakeUnavailable("Redis did not confirm the subscription") from error
+            raise
+        if wakeup.error is not None:
+            await self.remove(wakeup, channels)
+            raise WakeUnavailable(str(wakeup.error)) from wakeup.error
+        return True
+
+    async def remove(self, wakeup: Wakeup, channels: list[str]) -> None:
+        for channel in channels:
+            waiting = self.waiters.get(channel)
+            if waiting is not None:
+                waiting.discard(wakeup)
+                if not waiting:
+                    del self.waiters[channel]
+        async with self.lock:
+            if self.closed:
+                return
+            if not self.waiters:
+                await self._close()
+                return
+            gone = [c for c in channels if c not in self.waiters]
+            for channel in gone:
+                self.confirmed.pop(channel, None)
+            if gone:
+                try:
+                    await self.pubsub.unsubscribe(*gone)
+                except (redis.RedisError, OSError) as error:
+                    self._fail(error)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                message = await self.pubsub.get_message(timeout=None)
+                if message is None:
+                    continue
+                channel = message["channel"]
+                channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+                if message["type"] == "subscribe":
+                    future = self.confirmed.pop(channel, None)
+                    if future is not None and not future.done():
+                        future.set_result(None)
+                elif message["type"] == "message":
+                    for wakeup in list(self.waiters.get(channel, ())):
+                        wakeup.wake()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the connection broke: every waiter answers now
+            logger.warning("wake-up subscription failed", exc_info=True)
+            self._fail(error)
+
+    def _fail(self, error: BaseException) -> None:
+        """Wake every waiter with `error` and retire this hub (the next waiter opens a new
+        one); the connection is closed in the background."""
+        self._detach()
+        for waiting in self.waiters.values():
+            for wakeup in waiting:
+                wakeup.wake(error)
+        for future in self.confirmed.values():
+            if not future.done():
+                future.set_exception(WakeUnavailable(str(error)))
+                future.exception()  # retrieved: never "exception was never retrieved"
+        self.confirmed.clear()
+        if not self.closed:
+            self.closed = True
+            self.loop.create_task(self._disconnect())
+
+    def _detach(self) -> None:
+        if _hubs.get(self.loop) is self:
+            del _hubs[self.loop]
+
+    async def _close(self) -> None:
+        self.closed = True
+        self._detach()
+        await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        reader, self.reader = self.reader, None
+        if reader is not None and reader is not asyncio.current_task():
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+        with contextlib.suppress(redis.RedisError, OSError):
+            await self.pubsub.aclose()  # type: ignore[no-untyped-call]
+            await self.client.aclose()

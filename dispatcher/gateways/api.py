@@ -1,31 +1,30 @@
 """The agent API (docs/api.md): async views, bearer tokens, three dialects.
 
 Each request makes at most two hops to the ORM thread (authenticate, then one service
-call); a request that waits sleeps on a Redis pub/sub subscription and re-reads the
-calls only when one of them changed: no polling.
+call); a request that waits sleeps on the process's shared Redis subscription
+(dispatcher.notify.wake_on) and re-reads the calls only when one of them changed: no
+polling. At most HARNESS_MAX_WAITS_PER_AGENT requests of one agent wait at once (429).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
-import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError, DataError
+from django.db import DatabaseError, DataError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from dispatcher import admission, agents, errors, transitions
+from dispatcher import admission, agents, errors, notify, transitions
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import (
     DialectError,
@@ -172,6 +171,24 @@ def clamp_wait(wait: float) -> float:
     return max(0.0, min(float(wait), settings.HARNESS_MAX_WAIT))
 
 
+def reserve_wait(agent_id: object) -> str | None:
+    """Take one of the agent's wait slots: its key, or None when all are in use."""
+    key = str(agent_id)
+    return key if notify.wait_slots.reserve(key, settings.HARNESS_MAX_WAITS_PER_AGENT) else None
+
+
+def too_many_waits() -> JsonResponse:
+    limit = settings.HARNESS_MAX_WAITS_PER_AGENT
+    return error(
+        429,
+        "too_many_waits",
+        f"This agent already has {limit} requests waiting for results on this server "
+        "(HARNESS_MAX_WAITS_PER_AGENT), so nothing in this request was recorded or waited "
+        "for. Wait until one of them answers, or send this request with wait=0 and ask "
+        "for the results later with GET /api/v1/calls/{id}?wait=N.",
+    )
+
+
 # --- Views of calls -----------------------------------------------------------------------
 
 
@@ -234,34 +251,28 @@ async def wait_until_terminal(
         return calls
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
-    pubsub = client.pubsub()
     watched = set(call_ids)
     try:
-        await pubsub.subscribe(*[wake_channel(cid) for cid in call_ids])
-        calls = await reload()  # re-read after subscribing: a change in between is not lost
-        while not all(settled(c) for c in calls):
-            # A reviewer's edit: the replacement's changes answer the call from now on.
-            replacements = {str(answer_of(c).pk) for c in calls} - watched
-            if replacements:
-                watched |= replacements
-                await pubsub.subscribe(*[wake_channel(cid) for cid in replacements])
-                calls = await reload()
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=remaining)
-            if message is not None:
-                calls = await reload()
-    except aioredis.RedisError:
+        replaced = True
+        while replaced:  # a reviewer's edit: wait on the replacement's changes from then on
+            replaced = False
+            async with notify.wake_on(wake_channel(cid) for cid in watched) as wakeup:
+                calls = await reload()  # re-read after subscribing: nothing in between is lost
+                while not all(settled(c) for c in calls):
+                    replacements = {str(answer_of(c).pk) for c in calls} - watched
+                    if replacements:
+                        watched |= replacements
+                        replaced = True
+                        break
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    if await wakeup.wait(remaining):
+                        calls = await reload()
+    except notify.WakeUnavailable:
         # The calls are stored and decided; only the wake-up channel failed. Answer with
         # their state now (202 if unfinished); the agent waits again by resubmitting.
         logger.warning("wake-up channel unavailable; answering without waiting", exc_info=True)
-    finally:
-        with contextlib.suppress(aioredis.RedisError):
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
-            await client.aclose()
     # A last read: a wake-up lost in transit delays an answer, it never makes it stale.
     return await reload()
 
@@ -283,17 +294,25 @@ def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
 
 
 def _reload(call_ids: list[str]) -> list[ToolCall]:
-    by_id = {str(c.pk): c for c in ToolCall.objects.filter(pk__in=call_ids)}
-    calls = [by_id[cid] for cid in call_ids]
-    follow_edits(calls)
-    return calls
+    """The calls, read again (an edited call followed to its replacement); then the
+    request's database connection is given back (to the pool), so that a waiting request
+    holds none: waits never exhaust the pool."""
+    try:
+        by_id = {str(c.pk): c for c in ToolCall.objects.filter(pk__in=call_ids)}
+        calls = [by_id[cid] for cid in call_ids]
+        follow_edits(calls)
+        return calls
+    finally:
+        if not connection.in_atomic_block:  # (the test client's wrapping transaction)
+            connection.close()
 
 
 def _submit(
-    token: str, session_id: UUID, request: HttpRequest
-) -> tuple[str, list[ToolCall]] | JsonResponse:
+    token: str, session_id: UUID, request: HttpRequest, waits: bool = False
+) -> tuple[str, list[ToolCall], str | None] | JsonResponse:
     """Verify the token (with the session, in one read), then read the body: an unknown
-    token is answered 401 before anything it sent is parsed."""
+    token is answered 401 before anything it sent is parsed. With `waits`, one of the
+    agent's wait slots is taken first (its key is returned; 429 when none is free)."""
     session = agents.session_for_token(token, session_id)
     if session is None:
         if agents.authenticate_token(token) is None:
@@ -303,6 +322,25 @@ def _submit(
             "unknown_session",
             f"Session {session_id} does not exist or belongs to another agent.",
         )
+    slot = None
+    if waits and (slot := reserve_wait(session.agent_id)) is None:
+        return too_many_waits()
+    try:
+        outcome = _read_and_admit(session, request)
+    except BaseException:
+        if slot is not None:
+            notify.wait_slots.release(slot)
+        raise
+    if isinstance(outcome, JsonResponse):
+        if slot is not None:
+            notify.wait_slots.release(slot)
+        return outcome
+    return (*outcome, slot)
+
+
+def _read_and_admit(
+    session: AgentSession, request: HttpRequest
+) -> tuple[str, list[ToolCall]] | JsonResponse:
     try:
         body = read_json(request)
     except BodyError as exc:
@@ -356,12 +394,17 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
     nothing new and answers with the batch's current state: that is how to wait for the rest.
     """
     token: str = request.auth  # type: ignore[attr-defined]  # verified by _submit
-    outcome = await sync_to_async(_submit)(token, session_id, request)
+    seconds = clamp_wait(wait)
+    outcome = await sync_to_async(_submit)(token, session_id, request, seconds > 0)
     if isinstance(outcome, JsonResponse):
         return outcome
-    dialect, calls = outcome
+    dialect, calls, slot = outcome
     ids = [str(c.pk) for c in calls]
-    calls = await wait_until_terminal(ids, clamp_wait(wait), reloader(ids), calls)
+    try:
+        calls = await wait_until_terminal(ids, seconds, reloader(ids), calls)
+    finally:
+        if slot is not None:
+            notify.wait_slots.release(slot)
     status, payload = batch_json(calls, dialect)
     return JsonResponse(payload, status=status)
 
@@ -380,8 +423,17 @@ async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> Http
         return error(
             404, "unknown_call", f"Call {call_id} does not exist or belongs to another agent."
         )
+    seconds = clamp_wait(wait)
+    if seconds <= 0 or call.status in TERMINAL_STATUSES:
+        return JsonResponse(call_json(call))
+    slot = reserve_wait(agent_of(request).pk)
+    if slot is None:
+        return too_many_waits()
     ids = [str(call.pk)]
-    calls = await wait_until_terminal(ids, clamp_wait(wait), reloader(ids), [call])
+    try:
+        calls = await wait_until_terminal(ids, seconds, reloader(ids), [call])
+    finally:
+        notify.wait_slots.release(slot)
     return JsonResponse(call_json(calls[0]))
 
 

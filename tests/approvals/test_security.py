@@ -103,3 +103,32 @@ def test_socket_refuses_a_real_agent_token(agent: AgentFixture) -> None:
         return connected
 
     assert run_async(attempt) is False
+
+
+# --- What a reviewer reads: invisible characters shown as escapes ------------------------
+
+INVISIBLE = [
+    "\u115f",  # Hangul choseong filler
+    "\u1160",  # Hangul jungseong filler
+    "\u3164",  # Hangul filler
+    "\uffa0",  # halfwidth Hangul filler
+    "\u034f",  # combining grapheme joiner
+    *(chr(code) for code in range(0xFE00, 0xFE10)),  # variation selectors
+    "\U000e0100",  # variation selector-17
+    "\U000e01ef",  # variation selector-256
+]
+
+
+def test_fillers_joiners_and_variation_selectors_show_escaped_in_the_queue(
+    agent: AgentFixture,
+) -> None:
+    words = [f"a{char}b" for char in INVISIBLE]
+    ask(agent, {"argv": ["echo", *words], "cwd": "."}, name="run_command")
+    client = Client()
+    client.force_login(make_user(unique("reviewer"), groups=("reviewer",)))
+    page = client.get("/approvals/").content.decode()
+    for char in INVISIBLE:
+        code = ord(char)
+        escaped = f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+        assert f"<li><code>a{escaped}b</code></li>" in page, escaped
+        assert char not in page, escaped

@@ -1,0 +1,55 @@
+"""Start-up checks of the audit key and checkpoints (no database access)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+
+from .signing import MIN_KEY_LENGTH
+
+KEY_HINT = "Generate one with: python -c 'import secrets; print(secrets.token_hex(32))'."
+
+
+@register()
+def check_audit_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    key = settings.HARNESS_AUDIT_KEY
+    if key and len(key) < MIN_KEY_LENGTH:
+        return [
+            Error(
+                f"HARNESS_AUDIT_KEY is shorter than {MIN_KEY_LENGTH} characters.",
+                hint=KEY_HINT,
+                id="audit.E001",
+            )
+        ]
+    if key:
+        return []
+    messages: list[CheckMessage] = []
+    if os.environ.get("DATABASE_URL"):
+        messages.append(
+            Warning(
+                "HARNESS_AUDIT_KEY is not set: chain heads are signed with a key file in the "
+                "data directory, which every process must share and the database's users "
+                "must not reach.",
+                hint="Set HARNESS_AUDIT_KEY, the same in every process. " + KEY_HINT,
+                id="audit.W001",
+            )
+        )
+    path = Path(settings.HARNESS_AUDIT_KEY_FILE)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return messages  # created, owner only, on first use
+    if mode & 0o077:
+        messages.append(
+            Warning(
+                f"The audit key file {path} can be read by others (mode {mode:o}).",
+                hint=f"chmod 600 {path}",
+                id="audit.W002",
+            )
+        )
+    return messages

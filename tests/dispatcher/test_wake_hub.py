@@ -1,0 +1,66 @@
+"""The shared wake-up subscription: one Redis connection for every wait of a process, each
+wake-up delivered to the waits on its channel only."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import pytest
+import redis
+from django.conf import settings
+from django.test import override_settings
+
+from dispatcher import notify
+
+
+def own_wake_clients() -> list[dict[str, str]]:
+    clients = redis.Redis.from_url(settings.REDIS_URL).client_list()
+    return [c for c in clients if c.get("name") == f"harness-wake-{os.getpid()}"]
+
+
+def test_many_waits_use_one_connection_and_wake_only_their_channel() -> None:
+    channels = [notify.wake_channel(f"hub-{uuid.uuid4()}") for _ in range(30)]
+    publisher = redis.Redis.from_url(settings.REDIS_URL)
+
+    async def scenario() -> tuple[list[dict[str, str]], list[bool], list[bool]]:
+        async with notify.wake_on(channels[:1]) as first:
+            waits = []
+            for channel in channels:  # 30 more waits, one of them on the first's channel too
+                waits.append(notify.wake_on([channel]))
+            wakeups = [await w.__aenter__() for w in waits]
+            connections = own_wake_clients()
+            publisher.publish(channels[3], "queued")
+            woken = await asyncio.gather(*[w.wait(0.5) for w in wakeups])
+            first_woken = [await first.wait(0.01)]
+            for w in waits:
+                await w.__aexit__(None, None, None)
+        return connections, woken, first_woken
+
+    connections, woken, first_woken = asyncio.run(scenario())
+    assert len(connections) == 1
+    assert connections[0]["sub"] == str(len(channels))
+    assert woken == [n == 3 for n in range(len(channels))]
+    assert first_woken == [False]  # channels[0] was not published to
+    assert own_wake_clients() == []  # nobody waits: the connection is closed
+    assert notify.open_subscriptions() == 0
+
+
+def test_a_broken_subscription_answers_instead_of_hanging() -> None:
+    async def scenario() -> None:
+        async with notify.wake_on(["hub-unreachable"]) as wakeup:
+            await wakeup.wait(1)
+
+    unreachable = override_settings(REDIS_URL="redis://127.0.0.1:9/0")  # nothing listens
+    with unreachable, pytest.raises(notify.WakeUnavailable):
+        asyncio.run(scenario())
+
+
+def test_wait_slots_cap_each_agent_separately() -> None:
+    slots = notify.WaitSlots()
+    assert [slots.reserve("a", 2) for _ in range(3)] == [True, True, False]
+    assert slots.reserve("b", 2)
+    slots.release("a")
+    assert slots.reserve("a", 2)
+    assert slots.held("a") == 2
