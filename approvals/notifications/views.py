@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from audit.roles import ADMIN, REVIEWER, has_role, role_required
 from dispatcher.errors import ServiceError
 
+from . import channels as channels_service
 from . import services
 from .models import Channel, Kind
 
@@ -65,7 +66,7 @@ def _page(request: HttpRequest, status: int = 200, **extra: Any) -> HttpResponse
     channels = Channel.objects.prefetch_related("users", "groups")
     context = {
         "channels": channels,
-        "deliveries": services.recent_deliveries(),
+        "deliveries": channels_service.recent_deliveries(),
         "kinds": Kind.choices,
         "form": extra.pop("form", {"kind": Kind.WEBHOOK}),
         **extra,
@@ -92,12 +93,12 @@ def channels(request: HttpRequest) -> HttpResponseBase:
             if not data[secret] and existing.config.get(secret):
                 data[secret] = existing.config[secret]
     try:
-        channel = services.save_channel(
+        channel = channels_service.save_channel(
             actor=request.user,  # type: ignore[arg-type]
             data=data,
             channel_id=existing.pk if existing else None,
         )
-    except services.InvalidChannel as invalid:
+    except channels_service.InvalidChannel as invalid:
         return _page(request, status=400, form=data, errors=invalid.problems, editing=existing)
     messages.success(request, f"Saved the channel '{channel.name}'.")
     return redirect("approvals:channels")
@@ -107,7 +108,7 @@ def channels(request: HttpRequest) -> HttpResponseBase:
 @require_POST
 def toggle(request: HttpRequest, channel_id: int) -> HttpResponseBase:
     channel = get_object_or_404(Channel, pk=channel_id)
-    services.set_enabled(
+    channels_service.set_enabled(
         actor=request.user,  # type: ignore[arg-type]
         channel_id=channel.pk,
         enabled=not channel.enabled,
@@ -124,7 +125,9 @@ def subscribe(request: HttpRequest) -> HttpResponse:
     try:
         body = json.loads(request.body or b"{}")
         user: User = request.user  # type: ignore[assignment]
-        services.subscribe(user=user, endpoint=str(body.get("endpoint", "")), keys=body.get("keys"))
+        channels_service.subscribe(
+            user=user, endpoint=str(body.get("endpoint", "")), keys=body.get("keys")
+        )
     except (ValueError, AttributeError):
         return JsonResponse({"error": "Send the subscription as JSON."}, status=400)
     except ServiceError as problem:
