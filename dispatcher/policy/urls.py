@@ -8,6 +8,8 @@ urlpatterns = [
     path("users/<int:user_id>/", views.user_profile, name="user"),
     path("users/<int:user_id>/simulate", views.simulate, name="simulate"),
     path("users/<int:user_id>/backtest", views.backtest, name="backtest"),
+    path("users/<int:user_id>/check", views.check_rules, name="check"),
+    path("users/<int:user_id>/row", views.blank_row, name="row"),
     path("grants/<int:grant_id>/revoke", views.revoke, name="revoke"),
     path("sessions/<uuid:session_id>/", views.session_grants, name="session"),
 ]
