@@ -5,6 +5,8 @@ from dispatcher.policy import views
 app_name = "permissions"
 urlpatterns = [
     path("", views.index, name="index"),
+    path("analytics/", views.approval_analytics, name="analytics"),
+    path("analytics/apply", views.apply_suggestion, name="apply"),
     path("users/<int:user_id>/", views.user_profile, name="user"),
     path("users/<int:user_id>/simulate", views.simulate, name="simulate"),
     path("users/<int:user_id>/backtest", views.backtest, name="backtest"),

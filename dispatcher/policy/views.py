@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from audit.roles import ADMIN, REFUSALS, has_role
-from dispatcher import simulation
+from dispatcher import analytics, simulation
 from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession, ToolCall
 from dispatcher.policy import editor, grants, profiles
@@ -331,6 +331,50 @@ def blank_row(request: HttpRequest, user_id: int) -> HttpResponse:
         "tool_choices": editor.tool_choices([]),
     }
     return render(request, f"{PAGE}#rule_row", context)
+
+
+# --- Approval analytics -----------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def approval_analytics(request: HttpRequest) -> HttpResponse:
+    """What reviewers decided lately, the rules that would spare them (with backtests, one
+    click to apply) and reviewers whose decisions look like rubber stamping."""
+    _require_admin(request)
+    context = analytics.report()
+    context["fast_seconds"] = analytics.FAST_SECONDS
+    context["suggestion_rows"] = [
+        (s, [(c, preview(c.call.arguments)) for c in s.backtest.changes[:10]])
+        for s in context["suggestions"]
+    ]
+    return render(request, "permissions/analytics.html", context)
+
+
+@login_required
+@require_POST
+def apply_suggestion(request: HttpRequest) -> HttpResponse:
+    """Add a suggested rule to its owner's profile (a new version, audited); refused with
+    the reason when the rule is bad or the profile changed since the page was drawn."""
+    actor = _require_admin(request)
+    subject = get_object_or_404(User, pk=request.POST.get("user", "").strip() or 0)
+    rule, action = request.POST.get("rule", ""), request.POST.get("action", "")
+    try:
+        version = int(request.POST.get("version", ""))
+        profile = analytics.apply_suggestion(
+            user=subject, action=action, rule=rule, actor=actor, expected_version=version
+        )
+    except profiles.InvalidProfile as invalid:
+        messages.error(request, " ".join(invalid.problems))
+    except (profiles.StaleProfile, ValueError) as stale:
+        messages.error(request, str(stale) or "Reload the page and try again.")
+    else:
+        messages.success(
+            request,
+            f"Added {action} rule '{rule}' to {subject.get_username()}'s profile "
+            f"(now v{profile.version}).",
+        )
+    return redirect("permissions:analytics")
 
 
 # --- Grants -----------------------------------------------------------------------------
