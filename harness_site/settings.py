@@ -294,3 +294,8 @@ NINJA_PAGINATION_CLASS = "ninja.pagination.LimitOffsetPagination"
 # The agent API's middleware (async-native only; see harness_site.asgi).
 HARNESS_API_MIDDLEWARE = ["harness_site.middleware.APISecurityHeaders"]
 DATA_UPLOAD_MAX_MEMORY_SIZE = HARNESS_MAX_BODY_BYTES
+
+# OpenTelemetry: each finished call as an execute_tool span, to this OTLP/HTTP endpoint
+# (e.g. http://127.0.0.1:4318). Empty: off. Needs the `otel` extra.
+HARNESS_OTEL_ENDPOINT = env("HARNESS_OTEL_ENDPOINT", "")
+HARNESS_OTEL_SERVICE_NAME = env("HARNESS_OTEL_SERVICE_NAME", "harness")
