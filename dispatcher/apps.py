@@ -6,4 +6,9 @@ class DispatcherConfig(AppConfig):
     verbose_name = "Dispatcher"
 
     def ready(self) -> None:
-        from dispatcher import checks  # noqa: F401  (registers the system checks)
+        from dispatcher import (
+            checks,  # noqa: F401  (registers the system checks)
+            telemetry,
+        )
+
+        telemetry.install()  # OpenTelemetry spans, when HARNESS_OTEL_ENDPOINT is set

@@ -369,3 +369,7 @@ MAILERS = {
     }
 }
 DEFAULT_FROM_EMAIL = env("HARNESS_EMAIL_FROM", "harness@localhost")
+# OpenTelemetry: each finished call as an execute_tool span, to this OTLP/HTTP endpoint
+# (e.g. http://127.0.0.1:4318). Empty: off. Needs the `otel` extra.
+HARNESS_OTEL_ENDPOINT = env("HARNESS_OTEL_ENDPOINT", "")
+HARNESS_OTEL_SERVICE_NAME = env("HARNESS_OTEL_SERVICE_NAME", "harness")

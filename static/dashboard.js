@@ -28,3 +28,16 @@
     }
   });
 })();
+
+// Rules editor: remove a row (then re-check the form, as any edit does).
+(function () {
+  "use strict";
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("[data-remove-row]");
+    if (!button) return;
+    var row = button.closest(".rule-row");
+    var form = button.closest("form");
+    if (row) row.remove();
+    if (form) form.dispatchEvent(new Event("change", { bubbles: true }));
+  });
+})();

@@ -23,10 +23,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from audit.roles import ADMIN, REFUSALS, has_role
-from dispatcher import simulation
+from dispatcher import analytics, simulation
 from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession, ToolCall
-from dispatcher.policy import grants, profiles
+from dispatcher.policy import editor, grants, profiles
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, ProfileVersion, SessionGrant
 from dispatcher.policy.profiles import profile_for
@@ -99,20 +99,36 @@ def _grants(queryset: Any) -> list[SessionGrant]:
 
 
 def _form_from_post(data: QueryDict) -> dict[str, str]:
+    """The text form (mode, one rule per line per list, version). A post from the rows
+    editor (`rows` set) fills the lists from its rows."""
     form = {name: data.get(name, "") for name in ("mode", *profiles.LISTS)}
     form["version"] = data.get("version", "")
+    if data.get("rows"):
+        lists = editor.lists_from_rows(editor.rows_from_post(data))
+        form |= {n: "\n".join(editor.rule_text(e) for e in lists[n]) for n in profiles.LISTS}
     return form
 
 
 def _form_from_profile(profile: Profile) -> dict[str, str]:
-    form = {name: "\n".join(profiles.editor_lines(profile, name)) for name in profiles.LISTS}
+    form = {n: "\n".join(editor.rule_text(e) for e in getattr(profile, n)) for n in profiles.LISTS}
     return form | {"mode": profile.mode, "version": str(profile.version)}
 
 
-def _proposed(subject: User, form: dict[str, str]) -> Profile:
+def _lists(data: QueryDict, form: dict[str, str]) -> dict[str, list[Any]]:
+    """The posted lists: the rows' entries (objects kept whole), or the text's lines."""
+    if data.get("rows"):
+        return editor.lists_from_rows(editor.rows_from_post(data))
+    return {name: form[name].splitlines() for name in profiles.LISTS}
+
+
+def _proposed(subject: User, form: dict[str, str], data: QueryDict | None = None) -> Profile:
     """InvalidProfile when the form's rules do not validate."""
-    lines = {name: form[name].splitlines() for name in profiles.LISTS}
-    return profiles.proposed_profile(subject, form["mode"], **lines)
+    lists = (
+        _lists(data, form)
+        if data is not None
+        else {name: form[name].splitlines() for name in profiles.LISTS}
+    )
+    return profiles.proposed_profile(subject, form["mode"], **lists)
 
 
 def _same(a: Profile, b: Profile) -> bool:
@@ -124,9 +140,13 @@ def _page(
     subject: User,
     form: dict[str, str] | None = None,
     status: int = 200,
+    rows: list[editor.Row] | None = None,
     **extra: Any,
 ) -> HttpResponse:
     profile = profile_for(subject)
+    if rows is None:
+        rows = editor.rows_from_profile(profile)
+    rows = rows + [editor.Row("allow", "") for _ in range(editor.BLANK_ROWS)]
     history = ProfileVersion.objects.filter(user=subject).select_related("changed_by")
     calls = (
         ToolCall.objects.filter(session__agent__owner=subject)
@@ -143,6 +163,9 @@ def _page(
         "grants": _grants(SessionGrant.objects.active().filter(session__agent__owner=subject)),
         "calls": [(c, preview(c.arguments, 60)) for c in calls],
         "tools": [tool.name for tool in all_tools()],
+        "rows": rows,
+        "actions": editor.ACTIONS,
+        "tool_choices": editor.tool_choices(rows),
         "next": request.path,
         **extra,
     }
@@ -158,6 +181,12 @@ def user_profile(request: HttpRequest, user_id: int) -> HttpResponse:
     if request.method == "GET":
         return _page(request, subject)
     form = _form_from_post(request.POST)
+    rows = editor.rows_from_post(request.POST) if request.POST.get("rows") else None
+    # Errors in the text form open it again; errors in the rows show on their rows.
+    where: dict[str, Any] = {"rows": rows} if rows is not None else {"text_open": True}
+    if rows is not None and any(row.problems for row in rows):
+        problems = [p for row in rows for p in row.problems]
+        return _page(request, subject, form, status=400, errors=problems, **where)
     try:
         expected = int(form["version"]) if form["version"] else None
         profile = profiles.update_profile(
@@ -165,12 +194,14 @@ def user_profile(request: HttpRequest, user_id: int) -> HttpResponse:
             mode=form["mode"],
             actor=actor,
             expected_version=expected,
-            **{name: form[name].splitlines() for name in profiles.LISTS},
+            **_lists(request.POST, form),
         )
     except profiles.InvalidProfile as invalid:
-        return _page(request, subject, form, status=400, errors=invalid.problems)
+        if rows is not None:
+            editor.check_rows(rows)
+        return _page(request, subject, form, status=400, errors=invalid.problems, **where)
     except (profiles.StaleProfile, ValueError) as stale:
-        return _page(request, subject, form, status=409, errors=[str(stale)])
+        return _page(request, subject, form, status=409, errors=[str(stale)], **where)
     messages.success(request, f"Saved {subject.get_username()}'s profile as v{profile.version}.")
     return redirect("permissions:user", user_id=subject.pk)
 
@@ -205,7 +236,7 @@ def simulate(request: HttpRequest, user_id: int) -> HttpResponse:
 
 def _simulations(subject: User, data: QueryDict, form: dict[str, str]) -> dict[str, Any]:
     saved = profile_for(subject)
-    proposed = _proposed(subject, form) if form["mode"] else saved
+    proposed = _proposed(subject, form, data) if form["mode"] else saved
     call_id = data.get("call", "").strip()
     if call_id:
         call = _call_of(subject, call_id)
@@ -256,12 +287,94 @@ def backtest(request: HttpRequest, user_id: int) -> HttpResponse:
     form = _form_from_post(request.POST)
     extra: dict[str, Any] = {}
     try:
-        result = simulation.backtest(user=subject, proposed=_proposed(subject, form))
+        result = simulation.backtest(user=subject, proposed=_proposed(subject, form, request.POST))
         extra["backtest"] = result
         extra["changes"] = [(c, preview(c.call.arguments)) for c in result.changes]
     except profiles.InvalidProfile as invalid:
         extra["backtest_errors"] = invalid.problems
     return _partial_or_page(request, subject, form, "backtest", **extra)
+
+
+@login_required
+@require_POST
+@vary_on_headers("HX-Request")  # an htmx request gets a fragment
+def check_rules(request: HttpRequest, user_id: int) -> HttpResponse:
+    """Check the editor's rows as saving would, each on its own row (the rule named as the
+    server names it), with the examples for each row's tool. Stores nothing."""
+    _require_admin(request)
+    subject = get_object_or_404(User, pk=user_id)
+    rows = editor.check_rows(editor.rows_from_post(request.POST))
+    choices = {c["name"]: c for c in editor.tool_choices(rows)}
+    context = {"subject": subject, "rows": rows, "choices": choices}
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, f"{PAGE}#checks", context)
+    form = _form_from_post(request.POST)
+    problems = [p for row in rows for p in row.problems]
+    return _page(request, subject, form, rows=rows, errors=problems or None)
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")  # an htmx request gets a fragment
+def blank_row(request: HttpRequest, user_id: int) -> HttpResponse:
+    """One empty rule row for the editor (htmx); a page load goes to the editor."""
+    _require_admin(request)
+    subject = get_object_or_404(User, pk=user_id)
+    if not request.htmx:  # type: ignore[attr-defined]
+        return redirect("permissions:user", user_id=subject.pk)
+    action = request.GET.get("action", "allow")
+    row = editor.Row(action if action in editor.ACTIONS else "allow", "")
+    context = {
+        "subject": subject,
+        "row": row,
+        "actions": editor.ACTIONS,
+        "tool_choices": editor.tool_choices([]),
+    }
+    return render(request, f"{PAGE}#rule_row", context)
+
+
+# --- Approval analytics -----------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def approval_analytics(request: HttpRequest) -> HttpResponse:
+    """What reviewers decided lately, the rules that would spare them (with backtests, one
+    click to apply) and reviewers whose decisions look like rubber stamping."""
+    _require_admin(request)
+    context = analytics.report()
+    context["fast_seconds"] = analytics.FAST_SECONDS
+    context["suggestion_rows"] = [
+        (s, [(c, preview(c.call.arguments)) for c in s.backtest.changes[:10]])
+        for s in context["suggestions"]
+    ]
+    return render(request, "permissions/analytics.html", context)
+
+
+@login_required
+@require_POST
+def apply_suggestion(request: HttpRequest) -> HttpResponse:
+    """Add a suggested rule to its owner's profile (a new version, audited); refused with
+    the reason when the rule is bad or the profile changed since the page was drawn."""
+    actor = _require_admin(request)
+    subject = get_object_or_404(User, pk=request.POST.get("user", "").strip() or 0)
+    rule, action = request.POST.get("rule", ""), request.POST.get("action", "")
+    try:
+        version = int(request.POST.get("version", ""))
+        profile = analytics.apply_suggestion(
+            user=subject, action=action, rule=rule, actor=actor, expected_version=version
+        )
+    except profiles.InvalidProfile as invalid:
+        messages.error(request, " ".join(invalid.problems))
+    except (profiles.StaleProfile, ValueError) as stale:
+        messages.error(request, str(stale) or "Reload the page and try again.")
+    else:
+        messages.success(
+            request,
+            f"Added {action} rule '{rule}' to {subject.get_username()}'s profile "
+            f"(now v{profile.version}).",
+        )
+    return redirect("permissions:analytics")
 
 
 # --- Grants -----------------------------------------------------------------------------

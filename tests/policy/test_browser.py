@@ -43,25 +43,52 @@ def _open_user(page: Any, stack: LiveStack, fx: AgentFixture) -> None:
     page.wait_for_selector("#profile-form")
 
 
+def _fill_row(page: Any, action: str, tool: str, specifier: str) -> Any:
+    """Fill the editor's last (blank) row, adding one first if the last is in use."""
+    rows = page.locator("#rule-rows fieldset.rule-row")
+    if rows.last.locator("select.rule-tool").input_value():
+        count = rows.count()
+        page.click("#add-rule")
+        page.wait_for_function(
+            f"document.querySelectorAll('#rule-rows fieldset.rule-row').length > {count}"
+        )
+    row = rows.last
+    row.locator("select.rule-action").select_option(action)
+    row.locator("select.rule-tool").select_option(tool)
+    row.locator("input.rule-spec").fill(specifier)
+    return row
+
+
 def test_admin_changes_mode_and_rules(
     admin_page: Any, live_stack: LiveStack, live_agent: AgentFixture
 ) -> None:
     page = admin_page
     _open_user(page, live_stack, live_agent)
-    page.fill("#allow", "write_file(src/**")
+    row = _fill_row(page, "allow", "run_command", "npm (test")
+    # Checked as it is typed, named as the server names it, before any save.
+    row.locator(".rule-check .bad").wait_for(timeout=5000)
+    assert "run_command(npm (test)" in row.locator(".rule-check").inner_text()
     page.click("#save")
-    assert "write_file(src/**" in page.locator("#profile-errors").inner_text()
+    assert "run_command(npm (test)" in page.locator("#profile-errors").inner_text()
     assert page.locator("#saved-mode").inner_text() == "standard"
 
     page.select_option("#mode", "trusted")
-    page.fill("#allow", "write_file(src/**)\nread_file")
-    page.fill("#deny", "run_command(rm *)")
+    row = page.locator("#rule-rows fieldset.rule-row.action-allow").first  # kept as typed
+    assert row.locator("input.rule-spec").input_value() == "npm (test"
+    row.locator("input.rule-spec").fill("npm test *")
+    _fill_row(page, "deny", "run_command", "rm *")
     page.click("#save")
-    page.wait_for_selector("text=Saved")
+    page.wait_for_selector(".notice.ok")
     assert page.locator("#saved-mode").inner_text() == "trusted"
     history = page.locator("table.history tbody tr").first.inner_text()
-    assert "mode: standard → trusted" in history and "+ allow: write_file(src/**)" in history
+    assert "mode: standard → trusted" in history and "+ allow: run_command(npm test *)" in history
+    assert "+ deny: run_command(rm *)" in history
     assert page.url.endswith(f"/permissions/users/{live_agent.owner.pk}/")
+    # Removing a row and saving drops the rule.
+    page.locator("fieldset.rule-row.action-deny button[data-remove-row]").click()
+    page.click("#save")
+    page.wait_for_selector(".notice.ok >> text=v3")
+    assert "- deny: run_command(rm *)" in page.locator("table.history tbody tr").first.inner_text()
     page.goto(f"{live_stack.url}/permissions/")
     assert "trusted" in page.locator(f"#user-{live_agent.owner.pk} .mode").inner_text()
     assert not [e for e in page.console_errors if "Content Security Policy" in e]
@@ -72,7 +99,7 @@ def test_simulator_shows_the_deciding_rule_before_saving(
 ) -> None:
     page = admin_page
     _open_user(page, live_stack, live_agent)
-    page.fill("#allow", "write_file(src/**)")  # not saved
+    _fill_row(page, "allow", "write_file", "src/**")  # not saved
     page.fill("#sim-tool", "write_file")
     page.fill("#sim-arguments", '{"path": "src/app.py", "content": "x"}')
     page.click("#simulate")
@@ -97,11 +124,11 @@ def test_backtest_lists_the_calls_that_would_change(
     )
     page = admin_page
     _open_user(page, live_stack, live_agent)
-    page.fill("#allow", "write_file(src/**)")
+    _fill_row(page, "allow", "write_file", "src/**")
     page.click("#run-backtest")
     summary = page.locator(".backtest-summary")
     summary.wait_for(timeout=10000)
-    assert summary.inner_text().startswith("1 of 3 past calls")
+    assert summary.inner_text().startswith(f"1 of {live_agent.owner.username}'s last 3 calls")
     rows = page.locator("table.backtest tr.change")
     assert rows.count() == 1
     row = rows.first.inner_text()
