@@ -114,6 +114,7 @@ MCP_SERVER_ADDED = register("mcp_server.added", "MCP server registered")
 MCP_SERVER_REFRESHED = register("mcp_server.refreshed", "MCP server's tools listed again")
 MCP_SERVER_REMOVED = register("mcp_server.removed", "MCP server removed")
 MCP_TOOL_ACCEPTED = register("mcp_tool.accepted", "changed MCP tool definition accepted")
+MCP_TOOL_CHANGED = register("mcp_tool.changed", "MCP tool listed otherwise upstream: held")
 
 
 def counters() -> dict[str, str]:

@@ -17,6 +17,7 @@ import pytest
 from django.core.management import call_command
 from mcp import types
 
+from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.models import McpTool
@@ -195,6 +196,14 @@ def test_a_definition_changed_upstream_since_the_refresh_is_refused_by_the_worke
     fx = make_agent(mode="trusted")
     result = call(live_stack, fx, f"{name}__echo", {"text": "a"})
     assert result.isError and "describes its tool 'echo' differently" in text_of(result)
+    # Held at once, as a refresh would: no longer offered, its calls rejected at admission.
+    row = McpTool.objects.get(exposed_name=f"{name}__echo")
+    assert row.state == "changed" and row.seen_description == "Quietly different."
+    event = AuditEvent.objects.get(kind="mcp_tool.changed", subject=f"mcp_server:{name}")
+    assert event.actor == "worker" and event.payload["tool"] == f"{name}__echo"
+    again = call(live_stack, fx, f"{name}__echo", {"text": "a"})
+    assert f"Tool '{name}__echo' is held" in text_of(again)
+    assert ToolCall.objects.filter(name=f"{name}__echo", status="rejected").count() == 1
 
 
 @pytest.fixture

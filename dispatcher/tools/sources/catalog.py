@@ -13,9 +13,9 @@ from typing import Any
 from django.db import DatabaseError
 
 from dispatcher.tools.base import Tool
-from dispatcher.tools.sources import upstream
+from dispatcher.tools.sources import services, upstream
 from dispatcher.tools.sources.definitions import risk_flags
-from dispatcher.tools.sources.models import SEPARATOR, Generation, McpServer, McpTool, ToolState
+from dispatcher.tools.sources.models import SEPARATOR, Generation, McpTool, ToolState
 
 logger = logging.getLogger(__name__)
 
@@ -53,35 +53,20 @@ def upstream_tool(name: str) -> Tool | None:
         return tool
 
 
-def endpoint_of(server: McpServer) -> upstream.Endpoint:
-    return upstream.Endpoint(
-        server_id=server.pk,
-        version=server.version,
-        name=server.name,
-        transport=server.transport,
-        command=tuple(server.command),
-        env=tuple(sorted(server.env.items())),
-        url=server.url,
-        headers=tuple(sorted(server.headers.items())),
-        paths=tuple(server.paths),
-        timeout=server.timeout,
-    )
-
-
 def _build() -> tuple[Tool, ...]:
     rows = McpTool.objects.offered().select_related("server").order_by("server__name", "name")
     endpoints: dict[int, upstream.Endpoint] = {}
     tools = []
     for row in rows:
         server = row.server
-        endpoint = endpoints.setdefault(server.pk, endpoint_of(server))
+        endpoint = endpoints.setdefault(server.pk, upstream.endpoint_of(server))
         flags = risk_flags(row.annotations, server.trust_annotations)
         tools.append(
             Tool(
                 name=row.exposed_name,
                 description=row.description,
                 parameters=row.input_schema,
-                execute=functools.partial(upstream.execute, endpoint, row.name, row.fingerprint),
+                execute=functools.partial(services.run_tool, endpoint, row.name, row.fingerprint),
                 timeout=server.timeout,
                 read_only=flags["read_only"],
                 destructive=flags["destructive"],

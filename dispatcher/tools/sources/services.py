@@ -20,7 +20,8 @@ from django.utils import timezone
 from audit import kinds
 from audit.services import record_event
 from dispatcher.errors import ServiceError
-from dispatcher.tools.sources import catalog, upstream
+from dispatcher.tools.base import ExecutionContext, ToolError
+from dispatcher.tools.sources import upstream
 from dispatcher.tools.sources.definitions import (
     Definition,
     exposed_name,
@@ -162,7 +163,7 @@ def add_server(
 
 def _fetch(server: McpServer) -> list[Definition]:
     try:
-        return upstream.list_definitions(catalog.endpoint_of(server))
+        return upstream.list_definitions(upstream.endpoint_of(server))
     except upstream.UpstreamError as exc:
         raise ServiceError(
             f"Could not list the tools of MCP server '{server.name}': {exc}"
@@ -325,3 +326,59 @@ def _get(name: str) -> McpServer:
         known = ", ".join(McpServer.objects.values_list("name", flat=True)) or "none"
         raise ServiceError(f"No MCP server named '{name}' is registered (registered: {known}).")
     return server
+
+
+def run_tool(
+    endpoint: upstream.Endpoint,
+    tool: str,
+    fingerprint: str,
+    ctx: ExecutionContext,
+    arguments: dict[str, Any],
+) -> str:
+    """An upstream tool's body (in a worker). When the server lists the tool otherwise
+    than pinned, the call is not made: the tool is held (or marked missing) at once, as a
+    refresh would, and the model reads why."""
+    try:
+        return upstream.execute(endpoint, tool, fingerprint, ctx, arguments)
+    except upstream.DefinitionChanged as exc:
+        note_listing(server_id=endpoint.server_id, tool=tool, definition=exc.definition)
+        if exc.definition is None:
+            raise ToolError(upstream.messages_missing(endpoint.name, tool)) from None
+        raise ToolError(upstream.messages_changed(endpoint.name, tool)) from None
+
+
+def note_listing(*, server_id: int, tool: str, definition: Definition | None) -> None:
+    """A worker saw the server list `tool` as `definition` (None: not at all), unlike its
+    pin: held as changed, or marked missing, with its audit event."""
+    with transaction.atomic():
+        row = (
+            McpTool.objects.select_for_update()
+            .select_related("server")
+            .filter(server_id=server_id, name=tool)
+            .first()
+        )
+        if row is None or row.state != ToolState.ACTIVE:
+            return
+        if definition is None:
+            row.state = ToolState.MISSING
+            row.save(update_fields=["state"])
+        elif definition.fingerprint != row.fingerprint:
+            row.state = ToolState.CHANGED
+            _see(row, definition, timezone.now())
+        else:
+            return
+        server = row.server
+        server.version = F("version") + 1
+        server.save(update_fields=["version", "updated_at"])
+        server.refresh_from_db()
+        _record(
+            server,
+            f"tool {row.state} (seen by a worker)",
+            kinds.MCP_TOOL_CHANGED,
+            "worker",
+            {
+                "tool": row.exposed_name,
+                "state": row.state,
+                "seen_fingerprint": row.seen_fingerprint,
+            },
+        )

@@ -38,6 +38,7 @@ from mcp.shared.exceptions import McpError
 
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources.definitions import Definition
+from dispatcher.tools.sources.models import McpServer
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +66,32 @@ class Endpoint:
         return (self.server_id, self.version)
 
 
+def endpoint_of(server: McpServer) -> Endpoint:
+    return Endpoint(
+        server_id=server.pk,
+        version=server.version,
+        name=server.name,
+        transport=server.transport,
+        command=tuple(server.command),
+        env=tuple(sorted(server.env.items())),
+        url=server.url,
+        headers=tuple(sorted(server.headers.items())),
+        paths=tuple(server.paths),
+        timeout=server.timeout,
+    )
+
+
 class UpstreamError(Exception):
     """The server could not be reached or answered with a protocol error."""
+
+
+class DefinitionChanged(Exception):
+    """The server lists the tool with another definition than its pin (`definition`), or
+    not at all (None): the call is not made."""
+
+    def __init__(self, definition: Definition | None) -> None:
+        super().__init__(definition.name if definition else "missing")
+        self.definition = definition
 
 
 # --- Launching stdio servers -------------------------------------------------------------
@@ -201,7 +226,7 @@ class Connection:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.session: ClientSession | None = None
-        self.fingerprints: dict[str, str] = {}
+        self.definitions: dict[str, Definition] = {}
         self.ready = asyncio.Event()
         self.stop = asyncio.Event()
         self.error: BaseException | None = None
@@ -212,7 +237,7 @@ class Connection:
         try:
             async with open_session(self.endpoint) as session:
                 tools = await all_tools(session)
-                self.fingerprints = {t.name: Definition.from_mcp(t).fingerprint for t in tools}
+                self.definitions = {t.name: Definition.from_mcp(t) for t in tools}
                 self.session = session
                 self.ready.set()
                 await self.stop.wait()
@@ -256,7 +281,7 @@ class Pool:
         self, endpoint: Endpoint, tool: str, fingerprint: str, arguments: dict[str, Any]
     ) -> types.CallToolResult:
         """Call `tool` with `arguments`; raises ToolError (what the model reads),
-        TimeoutError (past the tool's timeout) or UpstreamError."""
+        TimeoutError (past the tool's timeout), DefinitionChanged or UpstreamError."""
         future = asyncio.run_coroutine_threadsafe(
             self._call(endpoint, tool, fingerprint, arguments), self.loop()
         )
@@ -293,11 +318,9 @@ class Pool:
         self, endpoint: Endpoint, tool: str, fingerprint: str, arguments: dict[str, Any]
     ) -> types.CallToolResult:
         connection = await self._connection(endpoint)
-        seen = connection.fingerprints.get(tool)
-        if seen is None:
-            raise ToolError(messages_missing(endpoint.name, tool))
-        if seen != fingerprint:
-            raise ToolError(messages_changed(endpoint.name, tool))
+        seen = connection.definitions.get(tool)
+        if seen is None or seen.fingerprint != fingerprint:
+            raise DefinitionChanged(seen)
         assert connection.session is not None
         async with connection.lock:  # one request at a time per session
             try:
@@ -389,7 +412,8 @@ def result_text(result: types.CallToolResult) -> str:
 def execute(
     endpoint: Endpoint, tool: str, fingerprint: str, ctx: ExecutionContext, args: dict[str, Any]
 ) -> str:
-    """The upstream tool's body in a worker: the call's logged argument bytes, parsed."""
+    """The upstream tool's body in a worker: the call's logged argument bytes, parsed.
+    Raises DefinitionChanged (see services.run_tool) and ToolError."""
     arguments = json.loads(ctx.raw_arguments) if ctx.raw_arguments else args
     try:
         result = POOL.call(endpoint, tool, fingerprint, arguments)
