@@ -131,6 +131,14 @@ def mode() -> str:
     return str(settings.HARNESS_SANDBOX)
 
 
+def confines() -> bool:
+    """Whether programs run bounded: the bwrap sandbox, working here, with no network.
+
+    What a policy needs before it lets a program it could not read run unattended.
+    """
+    return mode() == "bwrap" and not settings.HARNESS_SANDBOX_NETWORK and probe() is None
+
+
 def run(
     argv: list[str], *, workspace: Path, cwd: Path, env: dict[str, str], limits: Limits
 ) -> Completed:
@@ -283,7 +291,8 @@ def _etc_entries() -> Iterator[Path]:
 
 def read_only_extras() -> list[Path]:
     """settings.HARNESS_SANDBOX_READ_ONLY: more host paths programs may read (absolute)."""
-    return [Path(p).resolve() for p in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])]
+    paths = [Path(p) for p in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])]
+    return [path.resolve() for path in paths if path.is_absolute()]  # others: E043
 
 
 def hidden_paths() -> list[Path]:
