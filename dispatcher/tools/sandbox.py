@@ -242,7 +242,9 @@ def bwrap_command(
     command += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
     command += ["--size", str(max(4096, limits.tmp_bytes // 4)), "--tmpfs", "/dev/shm"]  # noqa: S108
     command += ["--dir", "/var", "--symlink", "/tmp", "/var/tmp"]  # noqa: S108
-    bound = _system_binds(command)
+    system_args, system_bound = _system_binds()
+    command += system_args
+    bound = list(system_bound)
     for extra in read_only_extras():
         command += ["--ro-bind-try", str(extra), str(extra)]
         bound.append(extra)
@@ -263,8 +265,10 @@ def bwrap_command(
     return command
 
 
-def _system_binds(command: list[str]) -> list[Path]:
-    """Append the read-only system binds to `command`; return the host paths bound."""
+@functools.cache
+def _system_binds() -> tuple[tuple[str, ...], tuple[Path, ...]]:
+    """The read-only system binds (arguments, host paths bound); read once per process."""
+    command: list[str] = []
     bound: list[Path] = []
     for name in SYSTEM_DIRS:
         path = Path(name)
@@ -280,7 +284,7 @@ def _system_binds(command: list[str]) -> list[Path]:
             command += ["--ro-bind-try", str(entry), str(entry)]
             bound.append(entry.resolve())
     command += ["--symlink", "../proc/self/mounts", "/etc/mtab"]
-    return bound
+    return tuple(command), tuple(bound)
 
 
 def _etc_entries() -> Iterator[Path]:
