@@ -131,6 +131,14 @@ def mode() -> str:
     return str(settings.HARNESS_SANDBOX)
 
 
+def confines() -> bool:
+    """Whether programs run bounded: the bwrap sandbox, working here, with no network.
+
+    What a policy needs before it lets a program it could not read run unattended.
+    """
+    return mode() == "bwrap" and not settings.HARNESS_SANDBOX_NETWORK and probe() is None
+
+
 def run(
     argv: list[str], *, workspace: Path, cwd: Path, env: dict[str, str], limits: Limits
 ) -> Completed:
@@ -234,7 +242,9 @@ def bwrap_command(
     command += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
     command += ["--size", str(max(4096, limits.tmp_bytes // 4)), "--tmpfs", "/dev/shm"]  # noqa: S108
     command += ["--dir", "/var", "--symlink", "/tmp", "/var/tmp"]  # noqa: S108
-    bound = _system_binds(command)
+    system_args, system_bound = _system_binds()
+    command += system_args
+    bound = list(system_bound)
     for extra in read_only_extras():
         command += ["--ro-bind-try", str(extra), str(extra)]
         bound.append(extra)
@@ -255,8 +265,10 @@ def bwrap_command(
     return command
 
 
-def _system_binds(command: list[str]) -> list[Path]:
-    """Append the read-only system binds to `command`; return the host paths bound."""
+@functools.cache
+def _system_binds() -> tuple[tuple[str, ...], tuple[Path, ...]]:
+    """The read-only system binds (arguments, host paths bound); read once per process."""
+    command: list[str] = []
     bound: list[Path] = []
     for name in SYSTEM_DIRS:
         path = Path(name)
@@ -272,7 +284,7 @@ def _system_binds(command: list[str]) -> list[Path]:
             command += ["--ro-bind-try", str(entry), str(entry)]
             bound.append(entry.resolve())
     command += ["--symlink", "../proc/self/mounts", "/etc/mtab"]
-    return bound
+    return tuple(command), tuple(bound)
 
 
 def _etc_entries() -> Iterator[Path]:
@@ -283,7 +295,8 @@ def _etc_entries() -> Iterator[Path]:
 
 def read_only_extras() -> list[Path]:
     """settings.HARNESS_SANDBOX_READ_ONLY: more host paths programs may read (absolute)."""
-    return [Path(p).resolve() for p in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])]
+    paths = [Path(p) for p in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])]
+    return [path.resolve() for path in paths if path.is_absolute()]  # others: E043
 
 
 def hidden_paths() -> list[Path]:

@@ -24,6 +24,7 @@ from dispatcher.tools import sandbox
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
 from dispatcher.tools.search_files import TOOL as SEARCH_FILES
+from tests.tools import support
 from tests.tools.support import PROBE_SCRIPT, probe_results, require_bwrap
 
 
@@ -394,6 +395,25 @@ def test_the_dashboard_shows_when_the_sandbox_is_off(
     assert '<p class="notice bad" role="alert">The sandbox is off (HARNESS_SANDBOX=off)' in page
     client.logout()
     assert "The sandbox is off" not in client.get("/accounts/login/").content.decode()
+
+
+def test_confines_only_with_bwrap_and_no_network(sandbox_on: None, settings: Any) -> None:
+    assert sandbox.confines()
+    settings.HARNESS_SANDBOX_NETWORK = True
+    assert not sandbox.confines()
+    settings.HARNESS_SANDBOX_NETWORK = False
+    settings.HARNESS_SANDBOX = "off"
+    assert not sandbox.confines()
+
+
+def test_a_missing_bwrap_skips_here_and_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(support.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install bubblewrap"):
+        support.require_bwrap()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true and Sandbox tests need"):
+        support.require_bwrap()
 
 
 # --- search_files: linear time ---------------------------------------------------------------
