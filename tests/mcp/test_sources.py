@@ -208,3 +208,34 @@ def test_an_mcp_session_has_its_timeline_replay_transcript_and_export() -> None:
         response = auditor.get(url)
         assert response.status_code == 200 and b"list_directory" in response.content, url
     assert auditor.get(base + "export.jsonl").status_code == 200
+
+
+def test_a_hostile_listing_is_registered_unusable_not_stored_raw(variant: Path) -> None:
+    variant.write_text(json.dumps({"hostile": True}))
+    output = add("up", variant)
+    assert "up__nul_result: offered as pinned" in output
+    assert "up__bad name!: not offered" in output
+    assert "up__nul_description: not offered" in output
+    bad = McpTool.objects.get(exposed_name="up__bad name!")
+    assert bad.state == "unusable" and "not a name every model SDK accepts" in bad.problem
+    nul = McpTool.objects.get(exposed_name="up__nul_description")
+    assert nul.state == "unusable" and "\x00" not in nul.description
+    assert get_tool("up__bad name!") is None and get_tool("up__nul_description") is None
+    variant.write_text("{}")  # the server fixed: its listing no longer has them
+    report = services.refresh_server(name="up", actor="test")
+    assert set(report.missing) == {"nul_result", "bad name!", "nul_description"}
+
+
+def test_an_upstream_answer_is_stored_as_text_every_database_keeps(variant: Path) -> None:
+    from dispatcher.tools.base import ExecutionContext
+
+    variant.write_text(json.dumps({"hostile": True}))
+    add("up", variant)
+    tool = get_tool("up__nul_result")
+    assert tool is not None
+    ctx = ExecutionContext(
+        workspace=variant.parent, call_id="c", timeout=30, output_limit=1000, raw_arguments="{}"
+    )
+    text = tool.execute(ctx, {})
+    assert text.startswith("before\\u0000after xxx") and "\x00" not in text
+    assert "[truncated: " in text and len(text) < 1100
