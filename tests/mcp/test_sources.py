@@ -239,3 +239,29 @@ def test_an_upstream_answer_is_stored_as_text_every_database_keeps(variant: Path
     text = tool.execute(ctx, {})
     assert text.startswith("before\\u0000after xxx") and "\x00" not in text
     assert "[truncated: " in text and len(text) < 1100
+
+
+def test_an_mcp_client_is_offered_only_the_tools_its_session_may_ever_use(
+    variant: Path,
+) -> None:
+    from dispatcher.gateways.mcp import offered_tools
+
+    add("up", variant)
+
+    def names(mode: str, deny: list[str] = ()) -> set[str]:  # type: ignore[assignment]
+        fx = make_agent(mode=mode)
+        if deny:
+            profiles.update_profile(
+                user=fx.owner, mode=mode, allow=[], ask=[], deny=list(deny), actor="test"
+            )
+        return {tool.name for tool in offered_tools(start_session(agent=fx.agent))}
+
+    standard = names("standard")
+    assert {"read_file", "write_file", "up__echo", "approval_prompt"} <= standard
+    assert "client_tool" not in standard and "client_note" not in standard
+    read_only = names("read_only")
+    assert "read_file" in read_only and "write_file" not in read_only
+    assert "up__echo" not in read_only  # its readOnlyHint is not trusted
+    assert names("locked") == {"approval_prompt"}
+    denied = names("standard", ["write_file", "read_file(**/.env)"])
+    assert "write_file" not in denied and "read_file" in denied
