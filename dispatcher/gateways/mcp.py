@@ -55,6 +55,8 @@ from dispatcher import admission, agents, transitions
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import TERMINAL_STATUSES, Agent, AgentSession, Dialect, Status, ToolCall
 from dispatcher.notify import wake_channel
+from dispatcher.policy import rules
+from dispatcher.policy.models import Mode
 from dispatcher.proposals import ProposedCall, canonical_json
 from dispatcher.tools import client_tool
 from dispatcher.tools.base import model_facing_schema
@@ -123,13 +125,29 @@ APPROVAL_PROMPT_TOOL = types.Tool(
 )
 
 
-def offered_tools() -> list[types.Tool]:
-    """What an MCP client is offered: every tool Harness runs, by the one allowlist
-    function, then the permission prompt. Client-executed tools are the client's own."""
+def offered_tools(session: AgentSession) -> list[types.Tool]:
+    """What this session's client is offered: the tools Harness runs that the session may
+    ever use, by the one allowlist function, then the permission prompt.
+
+    Left out: client-executed tools (the client's own), every tool in locked mode, tools
+    that can change things in read_only mode (the mode ceiling denies them whatever a rule
+    says), and tools the owner's deny list names without a specifier. Admission still
+    decides each call; this only spares the model tools that can never run.
+    """
+    mode, profile = agents.mode_and_profile(session)
+    denied = set()
+    for text in profile.deny:
+        with contextlib.suppress(rules.RuleError):
+            rule = rules.parse_rule(text)
+            if rule.specifier is None:
+                denied.add(rule.tool)
     tools = [
         types.Tool.model_validate(model_facing_schema(tool, "mcp"))
         for tool in all_tools()
         if not tool.client_executed
+        and tool.name not in denied
+        and mode != Mode.LOCKED
+        and (mode != Mode.READ_ONLY or tool.read_only)
     ]
     return [*tools, APPROVAL_PROMPT_TOOL]
 
@@ -150,7 +168,7 @@ async def list_tools(request: types.ListToolsRequest) -> types.ServerResult:
                     message=f"Invalid cursor {cursor!r}: pass back a nextCursor from tools/list.",
                 )
             )
-    tools = await db(offered_tools)()
+    tools = await db(offered_tools)(_caller.get().session)
     size = settings.HARNESS_MCP_PAGE_SIZE
     page = tools[start : start + size]
     more = start + size < len(tools)

@@ -208,3 +208,60 @@ def test_an_mcp_session_has_its_timeline_replay_transcript_and_export() -> None:
         response = auditor.get(url)
         assert response.status_code == 200 and b"list_directory" in response.content, url
     assert auditor.get(base + "export.jsonl").status_code == 200
+
+
+def test_a_hostile_listing_is_registered_unusable_not_stored_raw(variant: Path) -> None:
+    variant.write_text(json.dumps({"hostile": True}))
+    output = add("up", variant)
+    assert "up__nul_result: offered as pinned" in output
+    assert "up__bad name!: not offered" in output
+    assert "up__nul_description: not offered" in output
+    bad = McpTool.objects.get(exposed_name="up__bad name!")
+    assert bad.state == "unusable" and "not a name every model SDK accepts" in bad.problem
+    nul = McpTool.objects.get(exposed_name="up__nul_description")
+    assert nul.state == "unusable" and "\x00" not in nul.description
+    assert get_tool("up__bad name!") is None and get_tool("up__nul_description") is None
+    variant.write_text("{}")  # the server fixed: its listing no longer has them
+    report = services.refresh_server(name="up", actor="test")
+    assert set(report.missing) == {"nul_result", "bad name!", "nul_description"}
+
+
+def test_an_upstream_answer_is_stored_as_text_every_database_keeps(variant: Path) -> None:
+    from dispatcher.tools.base import ExecutionContext
+
+    variant.write_text(json.dumps({"hostile": True}))
+    add("up", variant)
+    tool = get_tool("up__nul_result")
+    assert tool is not None
+    ctx = ExecutionContext(
+        workspace=variant.parent, call_id="c", timeout=30, output_limit=1000, raw_arguments="{}"
+    )
+    text = tool.execute(ctx, {})
+    assert text.startswith("before\\u0000after xxx") and "\x00" not in text
+    assert "[truncated: " in text and len(text) < 1100
+
+
+def test_an_mcp_client_is_offered_only_the_tools_its_session_may_ever_use(
+    variant: Path,
+) -> None:
+    from dispatcher.gateways.mcp import offered_tools
+
+    add("up", variant)
+
+    def names(mode: str, deny: list[str] = ()) -> set[str]:  # type: ignore[assignment]
+        fx = make_agent(mode=mode)
+        if deny:
+            profiles.update_profile(
+                user=fx.owner, mode=mode, allow=[], ask=[], deny=list(deny), actor="test"
+            )
+        return {tool.name for tool in offered_tools(start_session(agent=fx.agent))}
+
+    standard = names("standard")
+    assert {"read_file", "write_file", "up__echo", "approval_prompt"} <= standard
+    assert "client_tool" not in standard and "client_note" not in standard
+    read_only = names("read_only")
+    assert "read_file" in read_only and "write_file" not in read_only
+    assert "up__echo" not in read_only  # its readOnlyHint is not trusted
+    assert names("locked") == {"approval_prompt"}
+    denied = names("standard", ["write_file", "read_file(**/.env)"])
+    assert "write_file" not in denied and "read_file" in denied

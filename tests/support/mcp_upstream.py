@@ -69,5 +69,15 @@ def fail(reason: str) -> str:
     raise ValueError(f"upstream refused: {reason}")
 
 
+if VARIANT.get("hostile"):  # what a hostile or broken server may list and answer
+
+    def nul_result() -> str:
+        return "before\x00after " + "x" * 50000
+
+    server.tool(name="nul_result", description="Answers a NUL character and a lot.")(nul_result)
+    server.tool(name="bad name!", description="A name no model SDK accepts.")(nul_result)
+    server.tool(name="nul_description", description="Hidden\x00text.")(nul_result)
+
+
 if __name__ == "__main__":
     server.run("streamable-http" if sys.argv[1:2] == ["http"] else "stdio")

@@ -33,16 +33,24 @@ class Definition:
     input_schema: dict[str, Any]
     annotations: dict[str, Any]
 
+    problem: str = ""  # set when the server sent what no database can store
+
     @classmethod
     def from_mcp(cls, tool: Any) -> Definition:
-        """From an `mcp.types.Tool` (extra fields the server sent are not pinned)."""
+        """From an `mcp.types.Tool` (extra fields the server sent are not pinned). Text no
+        database can keep (a NUL character, a lone surrogate) is written out, and such a
+        tool gets a `problem`: it is registered as unusable, never offered."""
         annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
-        return cls(
-            name=tool.name,
-            description=tool.description or "",
-            input_schema=dict(tool.inputSchema),
-            annotations={k: v for k, v in annotations.items() if k in HINTS},
-        )
+        annotations = {k: v for k, v in annotations.items() if k in HINTS}
+        name, description = _clean(tool.name), _clean(tool.description or "")
+        schema = dict(tool.inputSchema)
+        problem = ""
+        if name != tool.name or description != (tool.description or ""):
+            problem = "Its name or description holds a NUL character or invalid Unicode."
+        if not _storable(schema) or not _storable(annotations):
+            problem = "Its input schema or annotations hold a NUL character or invalid Unicode."
+            schema, annotations = {}, {}
+        return cls(name, description, schema, annotations, problem)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +64,15 @@ class Definition:
     def fingerprint(self) -> str:
         text = json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _clean(text: str) -> str:
+    return text.replace("\x00", "\\u0000").encode("utf-8", "replace").decode("utf-8")
+
+
+def _storable(value: Any) -> bool:
+    text = json.dumps(value, ensure_ascii=False)
+    return "\\u0000" not in text and _clean(text) == text
 
 
 def exposed_name(server: str, tool: str) -> str:
@@ -74,6 +91,8 @@ def server_name_problem(name: str) -> str | None:
 
 def unusable(server: str, definition: Definition) -> str | None:
     """Why the tool cannot be offered (its name or schema), or None."""
+    if definition.problem:
+        return definition.problem
     name = exposed_name(server, definition.name)
     if not EXPOSED_NAME.match(name):
         return (

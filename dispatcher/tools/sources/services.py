@@ -210,7 +210,7 @@ def refresh_server(*, name: str, actor: str) -> RefreshReport:
                     _see(tool, definition, now)
                     report.new.append(tool_name)
                 continue
-            _compare(row, definition, now, report)
+            _compare(row, name, definition, now, report)
         for tool_name, row in rows.items():
             if tool_name not in definitions and row.state != ToolState.MISSING:
                 row.state = ToolState.MISSING
@@ -234,8 +234,13 @@ def _see(row: McpTool, definition: Definition, now: Any) -> None:
     row.save()
 
 
-def _compare(row: McpTool, definition: Definition, now: Any, report: RefreshReport) -> None:
-    if row.state == ToolState.UNUSABLE:
+def _compare(
+    row: McpTool, server: str, definition: Definition, now: Any, report: RefreshReport
+) -> None:
+    problem = unusable(server, definition)
+    if problem:  # not offered, whatever it was
+        row.state, row.problem = ToolState.UNUSABLE, problem
+        row.save(update_fields=["state", "problem"])
         report.unusable.append(row.name)
         return
     if row.state == ToolState.NEW:  # not accepted yet: the review shows what it lists now
@@ -244,12 +249,12 @@ def _compare(row: McpTool, definition: Definition, now: Any, report: RefreshRepo
         return
     if definition.fingerprint == row.fingerprint:
         (report.unchanged if row.state == ToolState.ACTIVE else report.returned).append(row.name)
-        row.state = ToolState.ACTIVE
+        row.state, row.problem = ToolState.ACTIVE, ""
         row.seen_description, row.seen_input_schema, row.seen_annotations = "", None, None
         row.seen_fingerprint = ""
         row.save()
         return
-    row.state = ToolState.CHANGED
+    row.state, row.problem = ToolState.CHANGED, ""
     _see(row, definition, now)
     report.changed.append(row.name)
 

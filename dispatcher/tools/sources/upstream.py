@@ -36,6 +36,7 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
+from dispatcher.tools._paths import cap_text
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources.definitions import Definition
 from dispatcher.tools.sources.models import McpServer
@@ -62,8 +63,10 @@ class Endpoint:
     timeout: float = 60.0
 
     @property
-    def key(self) -> tuple[int, int]:
-        return (self.server_id, self.version)
+    def key(self) -> Endpoint:
+        """What a pooled session is kept under: the whole configuration (an id alone may be
+        used again after a removal, on SQLite)."""
+        return self
 
 
 def endpoint_of(server: McpServer) -> Endpoint:
@@ -258,12 +261,12 @@ class Connection:
 
 
 class Pool:
-    """Per process: a loop thread and the open connections, keyed by server and version."""
+    """Per process: a loop thread and the open connections, by server configuration."""
 
     def __init__(self) -> None:
         self._pid = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._connections: dict[tuple[int, int], Connection] = {}
+        self._connections: dict[Endpoint, Connection] = {}
         self._lock = threading.Lock()
 
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -294,7 +297,8 @@ class Pool:
     async def _connection(self, endpoint: Endpoint) -> Connection:
         """The open connection, started again if it died (a crashed stdio server)."""
         for key, old in list(self._connections.items()):
-            if key[0] == endpoint.server_id and key != endpoint.key:  # configuration changed
+            same_server = key.server_id == endpoint.server_id or key.name == endpoint.name
+            if same_server and key != endpoint.key:  # its configuration changed
                 del self._connections[key]
                 await old.close()
         connection = self._connections.get(endpoint.key)
@@ -418,11 +422,19 @@ def execute(
     try:
         result = POOL.call(endpoint, tool, fingerprint, arguments)
     except UpstreamError as exc:
-        raise ToolError(
+        text = (
             f"The MCP server '{endpoint.name}' could not run '{tool}': {exc} "
             "Try again later, or ask the user to check the server."
-        ) from exc
-    text = result_text(result)
+        )
+        raise ToolError(storable_text(text, ctx.output_limit)) from exc
+    text = storable_text(result_text(result), ctx.output_limit)
     if result.isError:
         raise ToolError(text or f"The MCP server '{endpoint.name}' reported an error for '{tool}'.")
     return text
+
+
+def storable_text(text: str, limit: int) -> str:
+    """What an upstream server answered, as text every database keeps as it is (NUL
+    characters written out, lone surrogates replaced), cut to `limit` with a note."""
+    text = text.replace("\x00", "\\u0000").encode("utf-8", "replace").decode("utf-8")
+    return cap_text(text, limit, "ask the tool for less")
