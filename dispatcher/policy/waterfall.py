@@ -59,14 +59,6 @@ def run_waterfall(call: CallContext, listeners: list[Listener] | None = None) ->
     return step(0)(call)
 
 
-def rule_matches(rule: str, call: CallContext, action: str = "allow") -> bool:
-    """Does one rule match `call` in the `action` list? See dispatcher.rules."""
-    try:
-        return rules.parse_rule(rule).matches(call, action)
-    except rules.RuleError:
-        return False
-
-
 def session_grants(call: CallContext, next: Next) -> Decision:
     """Grants a reviewer gave for the rest of a session ("allow this for the session").
 
