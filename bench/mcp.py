@@ -10,7 +10,9 @@ for the whole side) and the same upstream server (the bundled demo MCP server,
   message, a prefork worker that claims it and calls the same upstream server over its
   own open session, the result written, the wake-up, the SSE answer.
 
-Sequential calls (one in flight), latency per call; the ratio is P/B of the medians.
+Sequential calls (one in flight), latency per call; the ratio is P/B of the medians. Each
+pair also notes the same call through the agent API (`POST ...?wait=30`), to tell the
+pipeline's share from the MCP gateway's.
 """
 
 from __future__ import annotations
@@ -91,6 +93,28 @@ async def through_harness(url: str, token: str, n: int, warm: int, tag: str) -> 
             return await _timed(session, f"{UPSTREAM}__{TOOL}", n, warm, tag)
 
 
+def through_api(url: str, token: str, n: int, warm: int, tag: str) -> list[float]:
+    """The same upstream call through the agent API (POST ...?wait=30): what part of P is
+    the pipeline, what part the MCP gateway."""
+    import httpx
+
+    name = f"{UPSTREAM}__{TOOL}"
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+        session = c.post("/api/v1/sessions", json={"title": "S11 API"}).json()["id"]
+        samples = []
+        for i in range(warm + n):
+            body = {
+                "calls": [{"id": f"{tag}-{i}", "name": name, "arguments": {"text": f"{tag} {i}"}}]
+            }
+            started = time.perf_counter()
+            response = c.post(f"/api/v1/sessions/{session}/calls", params={"wait": 30}, json=body)
+            if response.status_code != 200:
+                raise RuntimeError(f"API call failed: {response.status_code} {response.text[:300]}")
+            if i >= warm:
+                samples.append((time.perf_counter() - started) * 1e6)
+    return samples
+
+
 def scenario_mcp(env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool) -> Result:
     from bench.live import Worker
 
@@ -112,9 +136,11 @@ def scenario_mcp(env: dict[str, str], creds: dict[str, str], pairs: int, quick: 
             p = asyncio.run(through_harness(server.url, creds["token"], n, warm, f"p{pair}"))
             result.b.append(statistics.median(b))
             result.p.append(statistics.median(p))
+            api = through_api(server.url, creds["token"], n, warm, f"a{pair}")
             result.notes.append(
                 f"pair {pair + 1} p95: B {sorted(b)[int(0.95 * len(b))]:.0f} us, "
-                f"P {sorted(p)[int(0.95 * len(p))]:.0f} us"
+                f"P {sorted(p)[int(0.95 * len(p))]:.0f} us; the same call through the agent "
+                f"API (?wait=30): median {statistics.median(api):.0f} us"
             )
         result.notes.append(rss_note([server]))
         result.notes.append(worker.rss_note())

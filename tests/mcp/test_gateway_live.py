@@ -268,3 +268,5 @@ def test_unstorable_or_foreign_requests_are_refused_without_a_trace(
     assert httpx.get(live_stack.url + "/mcp/", headers=headers).status_code == 405
     garbage = httpx.post(live_stack.url + "/mcp/", content=b"[" * 100000, headers=headers)
     assert garbage.status_code == 400 and "Traceback" not in garbage.text
+    own = {**live_agent.headers, "Mcp-Session-Id": session_id or ""}
+    assert httpx.delete(live_stack.url + "/mcp/", headers=own).status_code == 200
