@@ -102,9 +102,10 @@ def generate_decisions(reviewer_id: int) -> int:
     json_empty = "'{}'::jsonb" if pg else "'{}'"
     sql = f"""
         INSERT INTO {table} (call_id, reason, asked_by, presentation, digest, created_at,
-            expires_at, decision, decided_by_id, decided_at, feedback, digest_seen)
+            expires_at, approvals_required, "group", decision, decided_by_id, decided_at,
+            feedback, digest_seen)
         SELECT c.id, 'asked', 'mode:standard', {json_empty}, '', c.created_at, c.created_at,
-            'approved', %s, {decided}, '', ''
+            1, '', 'approved', %s, {decided}, '', ''
         FROM {calls} c WHERE c.decided_by = 'user:rev'
     """  # noqa: S608  # a test's own generated SQL
     with connection.cursor() as cursor:
