@@ -15,6 +15,7 @@ WITHOUT_REDIS = {
     "createsuperuser",
     "changepassword",
     "verify_audit",
+    "audit_checkpoint",
     "export_audit",
     "claude_code_settings",
 }

@@ -29,7 +29,7 @@ COPY_EVENTS = (
 CHAIN_COLUMNS = (
     "chain, session_id, agent, owner, title, mode, first_at, last_at, last_seq, last_hash, "
     "last_event_id, tools, calls, allowed, asked, approved, denied, rejected, cancelled, expired, "
-    "completed, errors, timed_out, outcome_unknown"
+    "completed, errors, timed_out, outcome_unknown, head_signature"
 )
 
 
@@ -105,6 +105,7 @@ def load_sessions(conninfo: str, sizes: list[int], start: datetime | None = None
     import psycopg
 
     from audit.services import GENESIS_HASH, canonical_event, chain_hash
+    from audit.signing import sign_head
 
     start = start or datetime(2026, 1, 1, tzinfo=UTC)
     ids: list[str] = []
@@ -141,11 +142,11 @@ def load_sessions(conninfo: str, sizes: list[int], start: datetime | None = None
                 heads.append(
                     (session, session, "bench-agent", "bench", "bench session", "trusted", t0)
                     + (events[-1][4], size, prev, 0, " read_file ", calls, calls, 0, 0, 0, 0)
-                    + (0, 0, done, 0, 0, 0)
+                    + (0, 0, done, 0, 0, 0, sign_head(session, size, prev))
                 )
         with conn.cursor() as cur:
             cur.executemany(
-                f"INSERT INTO audit_auditchain ({CHAIN_COLUMNS}) VALUES ({', '.join(['%s'] * 24)})",  # noqa: S608
+                f"INSERT INTO audit_auditchain ({CHAIN_COLUMNS}) VALUES ({', '.join(['%s'] * 25)})",  # noqa: S608
                 heads,
             )
             cur.execute(

@@ -289,3 +289,25 @@ def test_the_migration_signs_heads_written_before_it() -> None:
     AuditChain.objects.filter(chain=chain).update(head_signature="")
     migration.sign_existing_heads(apps, None)
     assert verify_database(chain).ok
+
+
+def check_ids() -> set[str]:
+    from django.core.checks import run_checks
+
+    return {m.id for m in run_checks() if m.id and m.id.startswith("audit.")}
+
+
+def test_start_up_checks_name_a_short_key_a_missing_one_and_an_open_key_file(
+    key_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with override_settings(HARNESS_AUDIT_KEY="short"):
+        assert check_ids() == {"audit.E001"}
+    monkeypatch.setenv("DATABASE_URL", "postgres://example/harness")
+    assert "audit.W001" in check_ids()  # production without the variable
+    monkeypatch.delenv("DATABASE_URL")
+    signing.audit_key()
+    assert check_ids() == set()
+    key_file.chmod(0o644)
+    assert check_ids() == {"audit.W002"}
+    with override_settings(HARNESS_AUDIT_KEY="k" * 40):
+        assert check_ids() == set()
