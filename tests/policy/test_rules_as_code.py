@@ -141,3 +141,18 @@ def test_the_dashboard_editor_shows_and_saves_quorum_lines(tmp_path: Path) -> No
         "write_file(src/**)",
         {"rule": "run_command(terraform apply *)", "approvals": 2, "group": "sre"},
     ]
+
+
+def test_default_rules_may_hold_quorum_entries_checked_at_start_up() -> None:
+    from django.test import override_settings
+
+    from dispatcher.checks import check_rules_in_settings
+
+    quorum = {"rule": "write_file", "approvals": 2}
+    with override_settings(HARNESS_DEFAULT_RULES={"ask": [quorum]}):
+        assert check_rules_in_settings() == []
+        profile = profiles.profile_for(make_user(unique("fresh")))
+        assert profile.ask == ("write_file",) and profile.quorum[0].approvals == 2
+    with override_settings(HARNESS_DEFAULT_RULES={"allow": [quorum]}):
+        [error] = check_rules_in_settings()
+        assert error.id == "dispatcher.E031" and "only ask rules" in error.msg
