@@ -97,9 +97,7 @@ def paired(
             h = value * scale
             bar.segments.append(Segment(name, round(HEIGHT - h, 3), round(h, 3), round(value)))
         bars.append(bar)
-    return Chart(
-        len(buckets) * BAR, HEIGHT, bars, int(peak + 0.999), _ticks(buckets, label, len(buckets))
-    )
+    return Chart(len(buckets) * BAR, HEIGHT, bars, int(peak + 0.999), _ticks(buckets, label, 7))
 
 
 def _ticks(buckets: Sequence[str], label: Callable[[str], str], count: int) -> list[str]:

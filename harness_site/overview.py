@@ -135,7 +135,7 @@ def calls_by_hour(now: datetime, hours: int) -> Series:
     since = (now - timedelta(hours=hours - 1)).replace(minute=0, second=0, microsecond=0)
     buckets = [_bucket(since + timedelta(hours=i), "hour") for i in range(hours)]
     rows = (
-        ToolCall.objects.filter(created_at__gte=since)
+        ToolCall.objects.filter(created_at__gte=since, created_at__lte=now)
         .annotate(bucket=Trunc("created_at", "hour"), outcome=outcome_case())
         .values_list("bucket", "outcome")
         .annotate(n=Count("id"))
@@ -171,6 +171,7 @@ def decision_times(now: datetime, days: int = DECISION_DAYS) -> list[DecisionTim
     inner = (
         ApprovalRequest.objects.filter(
             decided_at__gte=since,
+            decided_at__lte=now,
             decision__in=["approved", "denied"],
             decided_by__isnull=False,
         )
@@ -219,7 +220,9 @@ class SecondsBetween(Func):
 
 def busiest(now: datetime, days: int = 7) -> dict[str, list[tuple[str, int]]]:
     """The agents and the tools with the most calls in the last `days` days."""
-    recent = ToolCall.objects.filter(created_at__gte=now - timedelta(days=days)).order_by()
+    recent = ToolCall.objects.filter(
+        created_at__gte=now - timedelta(days=days), created_at__lte=now
+    ).order_by()
     tools = recent.values_list("name").annotate(n=Count("id")).order_by("-n", "name")[:BUSIEST]
     agents = (
         recent.values_list("session__agent__name")

@@ -87,15 +87,16 @@
   // by id) and the calls fragment reloads its own page (its hx-get). Two things htmx does
   // not do: say whether the page is live, and keep the calls a reader expanded open when
   // the fragment is replaced.
-  function timeline(live) {
-    var state = document.getElementById("live-state");
+  // Listeners sit on the body: a history restore replaces everything inside it.
+  function timeline() {
     function setState(text, cls) {
+      var state = document.getElementById("live-state");
       if (!state) return;
       state.textContent = text;
       state.className = "live-state " + cls;
     }
-    live.addEventListener("htmx:wsOpen", function () { setState("live", "on"); });
-    live.addEventListener("htmx:wsClose", function () { setState("reconnecting…", "off"); });
+    document.body.addEventListener("htmx:wsOpen", function () { setState("live", "on"); });
+    document.body.addEventListener("htmx:wsClose", function () { setState("reconnecting…", "off"); });
 
     var open = [];
     document.body.addEventListener("htmx:beforeSwap", function (ev) {
@@ -118,7 +119,6 @@
   document.addEventListener("DOMContentLoaded", function () {
     var root = document.getElementById("audit-replay");
     if (root && document.getElementById("audit-events")) start(root);
-    var live = document.getElementById("audit-live");
-    if (live) timeline(live);
+    if (document.getElementById("audit-live")) timeline();
   });
 })();

@@ -41,10 +41,16 @@ def _case() -> str:
 
 
 def generate_calls(
-    count: int, sessions: list[str], now: datetime, *, span: int = WEEK, step: int = 1
+    count: int,
+    sessions: list[str],
+    now: datetime,
+    *,
+    span: int = WEEK,
+    step: int = 1,
+    first: int = 1,
 ) -> None:
-    """Insert `count` calls as described above, in one statement: call i received
-    (i * step) mod span seconds before `now`."""
+    """Insert `count` calls as described above, in one statement: calls `first` to
+    `first + count - 1`, call i received (i * step) mod span seconds before `now`."""
     table = ToolCall._meta.db_table
     session_arms = " ".join(f"WHEN {k} THEN %s" for k in range(len(sessions)))
     tool_arms = " ".join(f"WHEN {k} THEN '{t}'" for k, t in enumerate(TOOLS))
@@ -66,9 +72,10 @@ def generate_calls(
     )
     when = now.isoformat() if pg else now.strftime("%Y-%m-%d %H:%M:%S.%f")
     series = (
-        "generate_series(1, %s) AS n(i)"
+        "generate_series(%s, %s) AS n(i)"
         if pg
-        else "(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < %s) SELECT i FROM s) AS n"
+        else "(WITH RECURSIVE s(i) AS (SELECT %s UNION ALL SELECT i + 1 FROM s WHERE i < %s)"
+        " SELECT i FROM s) AS n"
     )
     json_empty = "'{}'::jsonb" if pg else "'{}'"
     sql = f"""
@@ -82,7 +89,7 @@ def generate_calls(
         FROM {series}
     """  # noqa: S608  # a test's own generated SQL
     keys = sessions if pg else [uuid.UUID(s).hex for s in sessions]
-    args = [*keys, *params, when, count]
+    args = [*keys, *params, when, first, first + count - 1]
     with connection.cursor() as cursor:
         cursor.execute(sql, args)
         cursor.execute(f"ANALYZE {table}")  # as autovacuum would have, on a real database

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,11 +19,11 @@ from tests.dashboard.history import OUTCOME_OF, generate_calls, generate_decisio
 pytestmark = pytest.mark.django_db
 
 
-def history(count: int, days: int = 0) -> dict[str, Any]:
+def history(count: int, days: int = 0, now: datetime | None = None) -> dict[str, Any]:
     """`count` generated calls in three agents' sessions (call i received i seconds ago, or
     spread evenly over `days`), approvals for the approved ones; returns the agents'
     names and the number of decisions."""
-    now = timezone.now()
+    now = now or timezone.now()
     fixtures = [make_agent() for _ in range(3)]
     sessions = [
         str(AgentSession.objects.create(agent=f.agent, mode="standard", workspace="/w").pk)
@@ -45,8 +45,13 @@ def admin_client(client: Client) -> Client:
     return client
 
 
+# Known-answer tests look at a week long ago, where live tests elsewhere (which commit
+# calls of their own, now) leave nothing.
+LONG_AGO = timedelta(days=400)
+
+
 def test_calls_by_outcome_match_the_generated_history() -> None:
-    made = history(2000)
+    made = history(2000, now=timezone.now() - LONG_AGO)
     figures = overview.overview(made["now"])
     totals = figures["week"].totals()
     expected: dict[str, int] = {}
@@ -56,20 +61,25 @@ def test_calls_by_outcome_match_the_generated_history() -> None:
     assert {k: v for k, v in totals.items() if v} == expected
     # The last day is the calls received less than 24 hours ago (i seconds ago, i <= 2000).
     assert sum(figures["day"].totals().values()) == 2000
-    assert figures["busiest"]["tools"][0] == ("list_directory", 500) or (
-        sorted(n for _, n in figures["busiest"]["tools"]) == [500, 500, 500, 500]
-    )
+    assert sorted(figures["busiest"]["tools"]) == [
+        ("list_directory", 500),
+        ("read_file", 500),
+        ("run_command", 500),
+        ("write_file", 500),
+    ]
+    assert sorted(n for _, n in figures["busiest"]["agents"]) == [666, 667, 667]
     assert sorted(name for name, _ in figures["busiest"]["agents"]) == sorted(made["agents"])
 
 
 def test_time_to_decision_percentiles_per_day() -> None:
-    made = history(600)  # 60 approved calls, decided 1..60 s after asking (i mod 60 + 1)
+    made = history(600, now=timezone.now() - LONG_AGO)  # 60 approvals, 1..60 s each
     assert made["decisions"] == 60
-    today = [d for d in overview.decision_times(made["now"]) if d.decisions]
-    assert sum(d.decisions for d in today) == 60
+    later = made["now"] + timedelta(minutes=2)  # the newest asks are decided after "now"
+    days = [d for d in overview.decision_times(later) if d.decisions]
+    assert sum(d.decisions for d in days) == 60
     waits = sorted(((i % 60) + 1) for i in range(1, 601) if i % 10 == 6)
-    if len(today) == 1:  # all within one UTC day (unless the test runs just after midnight)
-        day = today[0]
+    if len(days) == 1:  # all within one UTC day (unless generated across midnight)
+        day = days[0]
         assert day.p50 == pytest.approx(waits[len(waits) // 2 - 1], abs=1.01)
         assert day.p90 == pytest.approx(waits[int(len(waits) * 0.9) - 1], abs=1.01)
         assert day.p50 < day.p90
@@ -94,8 +104,8 @@ def test_pending_asks_and_the_oldest() -> None:
             created_at=timezone.now() - timedelta(minutes=minutes)
         )
     found = overview.pending(timezone.now())
-    assert found["count"] == 2
-    assert timedelta(minutes=39) < found["waited"] < timedelta(minutes=41)
+    assert found["count"] >= 2  # live tests elsewhere may leave asks of their own
+    assert found["waited"] > timedelta(minutes=39)
 
 
 def test_the_landing_page_is_the_overview_for_signed_in_users(
