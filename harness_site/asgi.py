@@ -31,7 +31,7 @@ from django.utils.module_loading import import_string  # noqa: E402
 
 from approvals.routing import websocket_urlpatterns as approvals_ws  # noqa: E402
 from audit.routing import websocket_urlpatterns as audit_ws  # noqa: E402
-from dispatcher.gateways.mcp import application as mcp_gateway  # noqa: E402
+from dispatcher.gateways.mcp_http import application as mcp_gateway  # noqa: E402
 
 
 class AgentAPIHandler(ASGIHandler):

@@ -1,15 +1,6 @@
-"""The MCP gateway (DESIGN section 6): Streamable HTTP at /mcp/ on the same daphne.
-
-Built on the official `mcp` SDK: its low-level `Server` answers the protocol and its
-`StreamableHTTPServerTransport` speaks HTTP, run once per request in stateless mode.
-daphne runs no ASGI lifespan, so nothing here lives longer than a request: any daphne
-process can serve any request of any session, as for the agent API.
-
-Harness issues the `Mcp-Session-Id` itself when a client initializes, and keeps it as
-its own session's `external_id` (client "mcp"): one MCP session is one Harness session,
-with its timeline, replay and export. A request is authenticated with the agent's bearer
-token first (nothing it sent is read before), then its session id is checked against the
-agent's sessions.
+"""The MCP gateway (DESIGN section 6), its protocol: the official `mcp` SDK's low-level
+`Server` with Harness's handlers. The HTTP side (authentication, sessions, the SDK's
+Streamable HTTP transport per request) is `dispatcher.gateways.mcp_http`.
 
 `tools/list` is the model-facing projection (`model_facing_schema(tool, "mcp")`) of the
 tools Harness offers, paginated; `tools/call` is a call through all ten stages
@@ -17,7 +8,7 @@ tools Harness offers, paginated; `tools/call` is a call through all ten stages
 retried request finds its call. An ask holds the request open, sending progress
 notifications that name the reviewer page when the client asked for progress, and
 sleeping on the call's wake channel in between; `notifications/cancelled` for it cancels
-the call (read here before the SDK sees the message, since the call may be held by
+the call (mcp_http reads it before the SDK sees the message: the call may be held by
 another process). `approval_prompt` is Claude Code's `--permission-prompt-tool`: a
 decide-only call of the client's tool, answered allow (with the same input) or deny.
 """
@@ -30,28 +21,21 @@ import functools
 import hashlib
 import json
 import logging
-import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import pydantic
 import redis.asyncio as aioredis
-from anyio.abc import TaskStatus
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
-from django.db.models import Q
-from django.http.request import split_domain_port, validate_host
 from django.urls import reverse
 from mcp import types
 from mcp.server.lowlevel import Server
-from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.shared.exceptions import McpError
-from starlette.types import Message, Receive, Scope, Send
 
-from dispatcher import admission, agents, transitions
+from dispatcher import admission, agents
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import TERMINAL_STATUSES, Agent, AgentSession, Dialect, Status, ToolCall
 from dispatcher.notify import wake_channel
@@ -66,7 +50,6 @@ logger = logging.getLogger(__name__)
 
 CLIENT = "mcp"
 APPROVAL_PROMPT = "approval_prompt"
-SESSION_HEADER = "mcp-session-id"
 
 
 @dataclass(frozen=True)
@@ -79,6 +62,16 @@ class Caller:
 
 
 _caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("mcp_caller")
+
+
+@contextlib.contextmanager
+def caller_context(caller: Caller) -> Iterator[None]:
+    """`caller` is who the handlers serve while the request's server runs inside this."""
+    token = _caller.set(caller)
+    try:
+        yield
+    finally:
+        _caller.reset(token)
 
 
 def db[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
@@ -363,246 +356,3 @@ async def approval_prompt(
 
 def prompt_answer(answer: dict[str, Any]) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(answer))])
-
-
-# --- HTTP: authenticate, find the session, then hand the request to the SDK's transport ----
-
-
-async def application(scope: Scope, receive: Receive, send: Send) -> None:
-    """The ASGI app mounted at /mcp/ (harness_site.asgi)."""
-    if scope["type"] != "http":
-        return
-    async with ThreadSensitiveContext():
-        try:
-            await serve(scope, receive, send)
-        except DatabaseError:
-            # Fail closed: nothing was decided without its record. (If the response had
-            # started, the connection simply ends.)
-            logger.exception("MCP gateway storage error")
-            with contextlib.suppress(Exception):
-                await answer(
-                    send,
-                    503,
-                    "storage_unavailable",
-                    "Harness could not record this request, so nothing was decided or run. "
-                    "Retry it later.",
-                )
-
-
-async def serve(scope: Scope, receive: Receive, send: Send) -> None:
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-    host = headers.get("host", "")
-    if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
-        return await answer(send, 400, "bad_host", f"Host {host!r} is not an allowed host.")
-    kind, _, token = headers.get("authorization", "").partition(" ")
-    agent = await db(agents.authenticate_token)(token.strip()) if kind.lower() == "bearer" else None
-    if agent is None:
-        return await answer(
-            send,
-            401,
-            "invalid_token",
-            "Missing, malformed, revoked or unknown agent token. Send 'Authorization: Bearer "
-            "<token>' with a token from `manage.py create_agent`.",
-            {"www-authenticate": 'Bearer realm="harness"'},
-        )
-    method = scope["method"]
-    if method not in ("POST", "DELETE"):
-        return await answer(
-            send,
-            405,
-            "method_not_allowed",
-            "This MCP endpoint answers POST (and DELETE to end a session); it opens no "
-            "server-initiated stream.",
-            {"allow": "POST, DELETE"},
-        )
-    body = await read_body(receive)
-    if body is None:
-        limit = settings.HARNESS_MAX_BODY_BYTES
-        return await answer(send, 413, "body_too_large", f"The body is larger than {limit} bytes.")
-    messages = parse_messages(body)
-    scheme = "https" if scope.get("scheme") == "https" else "http"
-    session = await session_for(agent, headers.get(SESSION_HEADER, ""), messages)
-    if isinstance(session, tuple):
-        return await answer(send, *session)
-    if method == "POST":
-        await cancel_requested(agent, session, messages)
-    caller = Caller(agent=agent, session=session, base_url=f"{scheme}://{host}")
-    await run_transport(caller, scope, replay(body, receive), send)
-
-
-async def session_for(
-    agent: Agent, session_id: str, messages: list[types.JSONRPCMessage]
-) -> AgentSession | tuple[int, str, str]:
-    """The Harness session of this request: a new one for an initialize request, else the
-    agent's session with that Mcp-Session-Id. (status, code, message) when there is none."""
-    initialize = next(
-        (m.root for m in messages if getattr(m.root, "method", "") == "initialize"), None
-    )
-    if isinstance(initialize, types.JSONRPCRequest):
-        return await db(open_session)(agent, initialize.params or {})
-    if not session_id:
-        return (
-            400,
-            "missing_session",
-            "No Mcp-Session-Id header: send an initialize request first and pass back "
-            "the session id it answers with.",
-        )
-    found = await db(find_session)(agent, session_id)
-    if found is None:
-        return (
-            404,
-            "unknown_session",
-            "Session not found: it belongs to another agent or never existed. Initialize again.",
-        )
-    return found
-
-
-def open_session(agent: Agent, params: dict[str, Any]) -> AgentSession:
-    info = params.get("clientInfo") if isinstance(params, dict) else None
-    name = ""
-    if isinstance(info, dict):
-        name = " ".join(str(info.get(k, "")) for k in ("name", "version")).strip()
-    return agents.start_session(
-        agent=agent,
-        title=f"MCP: {name}" if name else "MCP session",
-        client=CLIENT,
-        external_id=secrets.token_hex(16),
-    )
-
-
-def find_session(agent: Agent, session_id: str) -> AgentSession | None:
-    session = (
-        AgentSession.objects.filter(agent=agent, client=CLIENT, external_id=session_id)
-        .select_related("agent__owner")
-        .first()
-    )
-    if session is not None:
-        session.agent = agent
-    return session
-
-
-async def cancel_requested(
-    agent: Agent, session: AgentSession, messages: list[types.JSONRPCMessage]
-) -> None:
-    """`notifications/cancelled` for a tools/call of this session cancels its call if it
-    is still pending (a call already running or done is not affected)."""
-    for message in messages:
-        root = message.root
-        if not isinstance(root, types.JSONRPCNotification):
-            continue
-        if root.method != "notifications/cancelled" or not isinstance(root.params, dict):
-            continue
-        request_id = root.params.get("requestId")
-        if not isinstance(request_id, str | int):
-            continue
-        reason = str(root.params.get("reason") or "")[:500]
-        await db(cancel_by_request)(agent, session, request_id, reason)
-
-
-def cancel_by_request(
-    agent: Agent, session: AgentSession, request_id: types.RequestId, reason: str
-) -> None:
-    tool_use_id = mcp_tool_use_id(request_id)
-    call = (
-        ToolCall.objects.filter(session=session)
-        .filter(Q(tool_use_id=tool_use_id) | Q(tool_use_id__startswith=tool_use_id + "/"))
-        .first()
-    )
-    if call is None:
-        return
-    transitions.cancel_call(
-        call_id=call.pk,
-        actor=f"agent:{agent.name}",
-        reason=reason or "Cancelled by the MCP client.",
-    )
-
-
-async def run_transport(caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
-    """The SDK's transport and server for this one request (stateless: the session lives
-    in the database, not in this process)."""
-    transport = StreamableHTTPServerTransport(
-        mcp_session_id=caller.session.external_id, is_json_response_enabled=False
-    )
-    token = _caller.set(caller)
-    try:
-        async with anyio.create_task_group() as group:
-
-            async def run_server(
-                *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-            ) -> None:
-                async with transport.connect() as (read_stream, write_stream):
-                    task_status.started()
-                    await server.run(
-                        read_stream,
-                        write_stream,
-                        server.create_initialization_options(),
-                        stateless=True,
-                    )
-
-            await group.start(run_server)
-            try:
-                await transport.handle_request(scope, receive, send)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await transport.terminate()
-    finally:
-        _caller.reset(token)
-
-
-def parse_messages(body: bytes) -> list[types.JSONRPCMessage]:
-    """The JSON-RPC messages of a POST body, read with the SDK's types ([] if it cannot
-    be read: the transport then answers the parse error itself)."""
-    try:
-        data = json.loads(body) if body.strip() else None
-    except (ValueError, RecursionError):
-        return []
-    items = data if isinstance(data, list) else [data]
-    found = []
-    for item in items:
-        with contextlib.suppress(pydantic.ValidationError):
-            found.append(types.JSONRPCMessage.model_validate(item))
-    return found
-
-
-async def read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or None when it is larger than HARNESS_MAX_BODY_BYTES."""
-    limit = settings.HARNESS_MAX_BODY_BYTES
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands the transport the body already read, then the real events
-    (the client's disconnect)."""
-    sent = False
-
-    async def again() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return again
-
-
-async def answer(
-    send: Send, status: int, code: str, message: str, extra: dict[str, str] | None = None
-) -> None:
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

@@ -191,7 +191,7 @@ def test_an_mcp_session_has_its_timeline_replay_transcript_and_export() -> None:
     from django.test import Client
 
     from dispatcher import admission
-    from dispatcher.gateways.mcp import open_session
+    from dispatcher.gateways.mcp_http import open_session
     from dispatcher.proposals import ProposedCall
     from tests.conftest import make_user, unique
 
