@@ -114,8 +114,25 @@ def rows_from_lists(lists: Mapping[str, Iterable[Any]]) -> list[Row]:
     return rows
 
 
+def profile_entries(profile: Profile, action: str) -> list[Any]:
+    """One list of `profile` as entries: quorum ask rules as their objects (the profile
+    keeps their texts in `ask` and the requirement in `quorum`), so saving the rows keeps
+    the quorum."""
+    quorum = {q.rule: q for q in profile.quorum} if action == "ask" else {}
+    entries: list[Any] = []
+    for text in getattr(profile, action):
+        q = quorum.get(text)
+        if q is None:
+            entries.append(text)
+        else:
+            entries.append(
+                {"rule": q.rule, "approvals": q.approvals} | ({"group": q.group} if q.group else {})
+            )
+    return entries
+
+
 def rows_from_profile(profile: Profile) -> list[Row]:
-    return rows_from_lists({a: getattr(profile, a) for a in ACTIONS})
+    return rows_from_lists({a: profile_entries(profile, a) for a in ACTIONS})
 
 
 def rows_from_post(data: QueryDict) -> list[Row]:
