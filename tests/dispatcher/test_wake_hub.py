@@ -13,6 +13,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from dispatcher import notify
+from tests.approvals.conftest import run_async
 
 
 def own_wake_clients() -> list[dict[str, str]]:
@@ -38,7 +39,7 @@ def test_many_waits_use_one_connection_and_wake_only_their_channel() -> None:
                 await w.__aexit__(None, None, None)
         return connections, woken, first_woken
 
-    connections, woken, first_woken = asyncio.run(scenario())
+    connections, woken, first_woken = run_async(scenario)
     assert len(connections) == 1
     assert connections[0]["sub"] == str(len(channels))
     assert woken == [n == 3 for n in range(len(channels))]
@@ -54,7 +55,7 @@ def test_a_broken_subscription_answers_instead_of_hanging() -> None:
 
     unreachable = override_settings(REDIS_URL="redis://127.0.0.1:9/0")  # nothing listens
     with unreachable, pytest.raises(notify.WakeUnavailable):
-        asyncio.run(scenario())
+        run_async(scenario)
 
 
 def test_wait_slots_cap_each_agent_separately() -> None:
