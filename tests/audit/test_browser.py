@@ -104,7 +104,7 @@ def test_an_open_timeline_shows_new_calls_without_reload(
                 ]
             }
             assert http.post(f"/api/v1/sessions/{sid}/calls", json=second).status_code == 202
-            calls.nth(1).wait_for(timeout=5000)  # the pushed change, no reload
+            calls.nth(1).wait_for(timeout=10000)  # the pushed change, no reload (a loaded CI box)
             assert "pending_approval" in calls.nth(1).inner_text()
         finally:
             page.close()
