@@ -254,7 +254,7 @@ def test_a_bash_denied_with_feedback_does_not_run_and_the_model_reads_the_feedba
         process = claude.start(fake)
         item = reviewer.page.locator("article.approval", has_text="touch denied.txt")
         item.wait_for(timeout=30000)
-        item.locator("textarea").fill(feedback)
+        item.locator("textarea[name=feedback]").fill(feedback)
         item.get_by_role("button", name="Deny").click()
         result = claude.finish(process)
     assert not (claude.project / "denied.txt").exists()
