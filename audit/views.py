@@ -179,6 +179,8 @@ def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
     }
     htmx = request.htmx  # type: ignore[attr-defined]
     if htmx and not htmx.history_restore_request:
+        # A page change (pager, filters) also moves the live refresh to the new page.
+        context["refresh_oob"] = htmx.trigger != "audit-refresh"
         return render(request, "audit/session.html#calls", context)
     context["session"] = session_started(chain)
     return render(request, "audit/session.html", context)

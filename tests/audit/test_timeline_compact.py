@@ -171,3 +171,14 @@ def test_htmx_history_restore_gets_the_whole_page(auditor: Client) -> None:
     headers = {"HX-Request": "true", "HX-History-Restore-Request": "true"}
     html = auditor.get(f"/audit/sessions/{chain}/", headers=headers).content.decode()
     assert "<html" in html and 'ws-connect="/ws/audit/sessions/' in html
+
+
+def test_a_page_change_moves_the_live_refresh_and_a_refresh_does_not(auditor: Client) -> None:
+    chain, _ = mixed_session()
+    url = f"/audit/sessions/{chain}/?outcome=denied"
+    page_change = auditor.get(url, headers={"HX-Request": "true"}).content.decode()
+    assert '<span id="audit-refresh"' in page_change and 'hx-swap-oob="true"' in page_change
+    assert f'hx-get="{url}"' in page_change
+    headers = {"HX-Request": "true", "HX-Trigger": "audit-refresh"}
+    refresh = auditor.get(url, headers=headers).content.decode()
+    assert "audit-refresh" not in refresh and 'class="card audit-call"' in refresh

@@ -111,7 +111,7 @@ def test_overview(
     assert page.locator("h1").inner_text() == "Overview"
     assert page.locator("svg.chart-svg").count() == 3
     assert page.locator("svg.chart-svg rect").count() > 20
-    assert page.locator("table.sr-only caption").first.inner_text().startswith("Calls per hour")
+    assert page.locator(".sr-only table caption").first.inner_text().startswith("Calls per hour")
     assert int(page.locator(".tile .big").nth(1).inner_text()) >= 1500
     v.check(shots, "overview", width)
 
