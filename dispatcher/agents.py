@@ -179,21 +179,7 @@ def start_session(
         client=client,
         external_id=external_id,
     )
-    record_event(
-        kind=kinds.SESSION_STARTED,
-        actor=f"agent:{agent.name}",
-        session_id=session.pk,
-        subject=f"session:{session.pk}",
-        payload={
-            "agent": agent.name,
-            "owner": agent.owner.get_username(),
-            "title": session.title,
-            "requested_mode": mode,
-            "mode": effective,
-            "workspace": str(workspace),
-            "client": client,
-        },
-    )
+    _record_started(session, requested_mode=mode)
     return session
 
 
@@ -254,22 +240,7 @@ def _start_client_session(
         external_id=external_id,
     )
     session.has_grants = False  # type: ignore[attr-defined]
-    record_event(
-        kind=kinds.SESSION_STARTED,
-        actor=f"agent:{agent.name}",
-        session_id=session.pk,
-        subject=f"session:{session.pk}",
-        payload={
-            "agent": agent.name,
-            "owner": agent.owner.get_username(),
-            "title": session.title,
-            "requested_mode": None,
-            "mode": mode,
-            "workspace": project_dir,
-            "client": client,
-            "external_id": external_id,
-        },
-    )
+    _record_started(session, requested_mode=None)
     return session
 
 
@@ -280,6 +251,29 @@ def record_client_event(*, session: AgentSession, kind: str, payload: dict[str, 
     record_event(
         kind=kind,
         actor=f"agent:{session.agent.name}",
+        session_id=session.pk,
+        subject=f"session:{session.pk}",
+        payload=payload,
+    )
+
+
+def _record_started(session: AgentSession, *, requested_mode: str | None) -> None:
+    """The session's first event (its chain's genesis): who, which mode, where, which client."""
+    agent = session.agent
+    payload: dict[str, Any] = {
+        "agent": agent.name,
+        "owner": agent.owner.get_username(),
+        "title": session.title,
+        "requested_mode": requested_mode,
+        "mode": session.mode,
+        "workspace": session.workspace,
+        "client": session.client,
+    }
+    if session.external_id:
+        payload["external_id"] = session.external_id
+    record_event(
+        kind=kinds.SESSION_STARTED,
+        actor=f"agent:{agent.name}",
         session_id=session.pk,
         subject=f"session:{session.pk}",
         payload=payload,
