@@ -315,23 +315,35 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """Playwright driving Debian's chromium. Skips (with how to enable) unless CI=true."""
+    """Playwright driving Debian's chromium. Skips (with how to enable) unless CI=true.
+
+    Module-scoped on purpose: Playwright's sync API keeps an event loop running in this
+    thread for as long as it is open, and under a running loop Django's test client
+    cannot call an async view (AsyncToSync refuses) and the ORM refuses to run. Closing it
+    at the end of each browser module keeps that from leaking into the tests after it.
+    """
     if not Path(CHROMIUM).exists():
         message = "Browser tests need Debian's chromium: `apt-get install chromium` (make test installs it)."
         if os.environ.get("CI") == "true":
             pytest.fail("CI=true and " + message)
         pytest.skip(message)
-    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls are
-    # still plain synchronous calls.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield instance
-        instance.close()
+    # The test's own ORM calls are plain synchronous calls made beside Playwright's loop.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield instance
+            instance.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 def login(page: object, base_url: str, username: str) -> None:
