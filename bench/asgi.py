@@ -15,9 +15,9 @@ from harness_site.asgi import application as harness_application  # noqa: E402
 if os.environ.get("BENCH_NO_ENQUEUE") == "1":
     # S1b: admission without the enqueue. The call is still admitted and marked sent;
     # only the Celery message is not published (this server process only).
-    from dispatcher.tasks import execute_call  # noqa: E402
+    from dispatcher import batches  # noqa: E402
 
-    execute_call.delay = lambda *args, **kwargs: None
+    batches.enqueue = lambda call_id: None
 
 
 class BareHandler(ASGIHandler):

@@ -673,7 +673,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated scenario keys: validation,admit,overhead,push,worker,timeline,export,mcp",
+        help="comma-separated scenario keys: validation,admit,overhead,push,worker,timeline,export,e2e,hook,cli,mcp",
     )
     args = parser.parse_args()
     if args.pairs < 5:
@@ -762,6 +762,13 @@ def main() -> int:
         for r in auditlog.scenario_export(env, args.pairs, args.quick, "export" in only):
             print_result(r)
             results.append(r)
+    for key in ("e2e", "hook", "cli"):
+        if not only or key in only:
+            from bench import agent_path
+
+            for r in agent_path.SCENARIOS[key](env, creds, args.pairs, args.quick):
+                print_result(r)
+                results.append(r)
     if not only or "mcp" in only:
         from bench import mcp
 

@@ -19,12 +19,11 @@ Python 3 need to be.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
 ENDPOINT = "/api/v1/hooks/claude-code"
@@ -102,13 +101,9 @@ def ask_harness(raw: bytes, event: str, url: str, wait: float, timeout: float) -
             f"HARNESS_URL is {url!r}; set it to Harness's address, e.g. https://harness.example"
         )
     query = urllib.parse.urlencode({"wait": f"{wait:g}"})
-    request = urllib.request.Request(  # noqa: S310 (the scheme is checked above)
-        f"{url.rstrip('/')}{ENDPOINT}?{query}",
-        data=raw,
-        method="POST",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    body = _post(request, url, timeout)
+    path = f"{parsed.path.rstrip('/')}{ENDPOINT}?{query}"
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    body = _post(parsed, path, raw, headers, url, timeout)
     try:
         answer = json.loads(body)
     except ValueError:
@@ -116,32 +111,47 @@ def ask_harness(raw: bytes, event: str, url: str, wait: float, timeout: float) -
     return check_answer(answer, event)
 
 
-def _post(request: urllib.request.Request, url: str, timeout: float) -> bytes:
+def _post(
+    parsed: urllib.parse.SplitResult,
+    path: str,
+    raw: bytes,
+    headers: dict[str, str],
+    url: str,
+    timeout: float,
+) -> bytes:
+    """POST with http.client: urllib's default opener loads the system's CA store on every
+    run (~30 ms of each hook) even for http:// URLs; an https:// URL loads it here, once."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http(s) only, checked)
-            return bytes(response.read())
-    except urllib.error.HTTPError as refused:
-        raise HookFailure(_refusal(refused)) from None
+        if parsed.scheme == "https":
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                parsed.netloc, timeout=timeout
+            )
+        else:
+            connection = http.client.HTTPConnection(parsed.netloc, timeout=timeout)
+        try:
+            connection.request("POST", path, body=raw, headers=headers)
+            response = connection.getresponse()
+            body = response.read()
+        finally:
+            connection.close()
     except TimeoutError:
         raise HookFailure(f"Harness at {url} did not answer within {timeout:g} s") from None
-    except urllib.error.URLError as unreachable:
-        reason = unreachable.reason
-        if isinstance(reason, TimeoutError):
-            raise HookFailure(f"Harness at {url} did not answer within {timeout:g} s") from None
-        raise HookFailure(f"Harness at {url} cannot be reached ({reason})") from None
-    except OSError as failed:
-        raise HookFailure(f"the request to Harness at {url} failed ({failed})") from None
+    except (OSError, http.client.HTTPException) as failed:
+        raise HookFailure(f"Harness at {url} cannot be reached ({failed})") from None
+    if response.status >= 400:
+        raise HookFailure(_refusal(response.status, response.reason, body))
+    return bytes(body)
 
 
-def _refusal(refused: urllib.error.HTTPError) -> str:
+def _refusal(status: int, reason: str, body: bytes) -> str:
     try:
-        detail = json.loads(refused.read())["error"]
+        detail = json.loads(body)["error"]
         code, message = detail["code"], detail["message"]
-    except (ValueError, KeyError, TypeError, OSError):
-        code, message = "", refused.reason
-    if refused.code == 401:
+    except (ValueError, KeyError, TypeError):
+        code, message = "", reason
+    if status == 401:
         return f"Harness refused the agent token (401 {code}: {message} Was it revoked?)"
-    return f"Harness answered {refused.code} {code}: {message}"
+    return f"Harness answered {status} {code}: {message}"
 
 
 def check_answer(answer: Any, event: str) -> dict[str, Any]:
