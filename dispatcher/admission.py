@@ -56,15 +56,18 @@ def submit_calls(
     """
     mode, profile = mode_and_profile(session, preloaded=profile_preloaded)
     try:
-        return _admit(session, dialect, proposed, mode, profile, place)
+        # Optimistic: a message's calls are almost always new, so the first attempt does
+        # not look for them; the unique (session, tool_use_id) constraint catches those
+        # that are not, and nothing of the attempt is kept.
+        return _admit(session, dialect, proposed, mode, profile, place, look_up=False)
     except IntegrityError:
-        # The same message was submitted concurrently and the other request won (one call
-        # per tool_use_id): admitting again finds its calls. Any other integrity failure
-        # (an audit store refusing the write) is not ours to hide.
+        # A resubmitted message, or the same message submitted concurrently whose other
+        # request won (one call per tool_use_id): admitting again finds its calls. Any other
+        # integrity failure (an audit store refusing the write) is not ours to hide.
         ids = [p.tool_use_id for p in proposed]
         if not ToolCall.objects.filter(session=session, tool_use_id__in=ids).exists():
             raise
-        return _admit(session, dialect, proposed, mode, profile, place)
+        return _admit(session, dialect, proposed, mode, profile, place, look_up=True)
 
 
 @dataclass
@@ -85,19 +88,26 @@ def _admit(
     mode: str,
     profile: Profile,
     place: tuple[uuid.UUID, int] | None = None,
+    *,
+    look_up: bool,
 ) -> list[ToolCall]:
     """One transaction (one commit) for the whole message: the calls are inserted already
     decided, with their call.received and decision events in one append (received first,
-    timed when it was received), then the runnable ones are sent after commit."""
+    timed when it was received), then the runnable ones are sent after commit.
+
+    `look_up`: first read the calls of the message the session already has (they are
+    returned as they are); without it, a known call makes the INSERT fail (IntegrityError)."""
     batch_id, first_index = place or (uuid.uuid4(), 0)
     masked: dict[str, str] = {p.tool_use_id: premask(p.raw_arguments) for p in proposed}
     with transaction.atomic():
-        known = {
-            c.tool_use_id: c
-            for c in ToolCall.objects.filter(
-                session=session, tool_use_id__in=[p.tool_use_id for p in proposed]
-            )
-        }
+        known: dict[str, ToolCall] = {}
+        if look_up:
+            known = {
+                c.tool_use_id: c
+                for c in ToolCall.objects.filter(
+                    session=session, tool_use_id__in=[p.tool_use_id for p in proposed]
+                )
+            }
         digests = {p.tool_use_id: digest_of(p) for p in proposed if p.tool_use_id not in known}
         counts = _repeat_counts(
             session,

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from audit.models import AuditEvent
+from audit.verify import verify_database
 from dispatcher import agents, transitions
 from dispatcher.models import Status, ToolCall
 from tests.conftest import AgentFixture, make_agent
@@ -167,6 +168,23 @@ def test_same_tool_use_id_returns_the_existing_call(
     second = post(client, calls_url(session), body, agent).json()
     assert first["calls"][0]["id"] == second["calls"][0]["id"]
     assert ToolCall.objects.filter(session_id=session["id"], tool_use_id="same").count() == 1
+
+
+def test_a_message_resent_with_one_more_call_keeps_the_first_and_admits_the_new_one(
+    client: Client, agent: AgentFixture, session: dict[str, Any]
+) -> None:
+    # Admission does not look for known ids first (the unique constraint catches them):
+    # the failed attempt must leave nothing behind, and the retry must keep both.
+    first_call = {"id": "k1", "name": "write_file", "arguments": {"path": "f", "content": "x"}}
+    first = post(client, calls_url(session), {"calls": [first_call]}, agent).json()
+    new_call = {"id": "k2", "name": "write_file", "arguments": {"path": "g", "content": "y"}}
+    again = post(client, calls_url(session), {"calls": [first_call, new_call]}, agent).json()
+    assert again["calls"][0]["id"] == first["calls"][0]["id"]
+    assert again["calls"][1]["status"] == "pending_approval"
+    assert ToolCall.objects.filter(session_id=session["id"]).count() == 2
+    received = AuditEvent.objects.filter(chain=session["id"], kind="call.received")
+    assert sorted(e.payload["tool_use_id"] for e in received) == ["k1", "k2"]
+    assert verify_database(session["id"]).ok
 
 
 def test_unknown_tool_is_rejected_with_the_available_tools_and_a_suggestion(
