@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, models, transaction
 from django.utils import timezone
 
 from . import kinds
@@ -251,31 +251,40 @@ EVENT_COLUMNS = (
 )
 
 
+def _concrete(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field)
+    return field
+
+
 def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed: set[str]) -> None:
     quote = connection.ops.quote_name
-    event_fields = [AuditEvent._meta.get_field(name) for name in EVENT_COLUMNS]
-    head_fields = [AuditChain._meta.get_field(name) for name in sorted(changed - {"last_event_id"})]
+    event_fields = [_concrete(AuditEvent, name) for name in EVENT_COLUMNS]
+    head_fields = [_concrete(AuditChain, name) for name in sorted(changed - {"last_event_id"})]
     row = "(" + ", ".join(["%s"] * len(event_fields)) + ")"
     params: list[Any] = []
     for event in events:
         params += [f.get_db_prep_save(getattr(event, f.attname), connection) for f in event_fields]
     params += [f.get_db_prep_save(getattr(head, f.attname), connection) for f in head_fields]
     params += [events[-1].seq, head.chain]
-    sets = "".join(f"{quote(f.column)} = %s, " for f in head_fields)
+    sets = "".join(f"{quote(str(f.column))} = %s, " for f in head_fields)
+    events_table, heads_table = quote(AuditEvent._meta.db_table), quote(AuditChain._meta.db_table)
+    columns = ", ".join(quote(str(f.column)) for f in event_fields)
+    rows = ", ".join([row] * len(events))
+    # Only the models' quoted table and column names are in the text; every value is a
+    # parameter.
     sql = (
-        f"WITH new_events AS (INSERT INTO {quote(AuditEvent._meta.db_table)} "
-        f"({', '.join(quote(f.column) for f in event_fields)}) VALUES {', '.join([row] * len(events))} "
-        f"RETURNING {quote('id')}, {quote('seq')}), "
-        f"moved AS (UPDATE {quote(AuditChain._meta.db_table)} SET {sets}"
-        f"{quote('last_event_id')} = (SELECT {quote('id')} FROM new_events WHERE {quote('seq')} = %s) "
-        f"WHERE {quote('chain')} = %s RETURNING 1) "
-        f"SELECT {quote('id')}, {quote('seq')}, (SELECT count(*) FROM moved) FROM new_events"
+        f"WITH new_events AS (INSERT INTO {events_table} ({columns}) VALUES {rows} "  # noqa: S608
+        'RETURNING "id", "seq"), '
+        f'moved AS (UPDATE {heads_table} SET {sets}"last_event_id" = '
+        '(SELECT "id" FROM new_events WHERE "seq" = %s) WHERE "chain" = %s RETURNING 1) '
+        'SELECT "id", "seq", (SELECT count(*) FROM moved) FROM new_events'
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    ids = {seq: pk for pk, seq, _moved in rows}
-    if len(ids) != len(events) or any(moved != 1 for *_, moved in rows):
+        inserted = cursor.fetchall()
+    ids = {seq: pk for pk, seq, _moved in inserted}
+    if len(ids) != len(events) or any(moved != 1 for *_, moved in inserted):
         # Under the chain lock the head exists and every row was inserted: anything else
         # is a broken store, and the transaction must not commit.
         raise DatabaseError("the audit append did not insert its events and move its head")

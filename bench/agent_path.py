@@ -158,7 +158,11 @@ def scenario_end_to_end(
             def call() -> float:
                 body = {
                     "calls": [
-                        {"id": uuid.uuid4().hex, "name": "list_directory", "arguments": {"path": "."}}
+                        {
+                            "id": uuid.uuid4().hex,
+                            "name": "list_directory",
+                            "arguments": {"path": "."},
+                        }
                     ]
                 }
                 t = time.perf_counter()
@@ -238,7 +242,9 @@ def pre_tool_use(session_id: str) -> dict[str, Any]:
     }
 
 
-def scenario_hook(env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool) -> list[Result]:
+def scenario_hook(
+    env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool
+) -> list[Result]:
     """S12: an auto-allowed PreToolUse (a Read, standard mode) answered, vs S1's baseline
     view (one audit INSERT behind the same handler), one in flight, same daphne."""
     import httpx
@@ -304,7 +310,9 @@ def scenario_hook(env: dict[str, str], creds: dict[str, str], pairs: int, quick:
 
 # --- S13 ------------------------------------------------------------------------------
 
-CLI = Path(os.environ.get("HARNESS_CLAUDE_CLI") or ROOT / "var/claude-code/node_modules/.bin/claude")
+CLI = Path(
+    os.environ.get("HARNESS_CLAUDE_CLI") or ROOT / "var/claude-code/node_modules/.bin/claude"
+)
 
 
 class AddedTime(Result):
@@ -376,7 +384,9 @@ def _hook_bin(directory: Path) -> Path:
     return directory
 
 
-def scenario_cli(env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool) -> list[Result]:
+def scenario_cli(
+    env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool
+) -> list[Result]:
     """S13: the real Claude Code CLI making `calls` Bash calls per run, its hooks pointed at
     Harness (P) or at a local server that allows everything at once (B); the added time per
     tool call is (P - B) / calls. Both sides run the same `harness-hook` command."""
@@ -413,7 +423,9 @@ def scenario_cli(env: dict[str, str], creds: dict[str, str], pairs: int, quick: 
             (project / ".claude").mkdir(parents=True)
             settings = hook_settings(url, "harness-hook", 30)
             (project / ".claude" / "settings.json").write_text(json.dumps(settings))
-            steps = [tool_use("Bash", command=f"echo {i}", description="echo") for i in range(calls)]
+            steps = [
+                tool_use("Bash", command=f"echo {i}", description="echo") for i in range(calls)
+            ]
             with FakeAnthropic(steps) as fake:
                 run_env = {
                     "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
@@ -427,7 +439,15 @@ def scenario_cli(env: dict[str, str], creds: dict[str, str], pairs: int, quick: 
                 }
                 t = time.perf_counter()
                 done = subprocess.run(
-                    [str(CLI), "-p", "Do the task.", "--output-format", "json", "--allowedTools", "Bash"],
+                    [
+                        str(CLI),
+                        "-p",
+                        "Do the task.",
+                        "--output-format",
+                        "json",
+                        "--allowedTools",
+                        "Bash",
+                    ],
                     cwd=project,
                     env=run_env,
                     stdin=subprocess.DEVNULL,
@@ -438,9 +458,7 @@ def scenario_cli(env: dict[str, str], creds: dict[str, str], pairs: int, quick: 
                 elapsed = time.perf_counter() - t
             if done.returncode != 0:
                 raise RuntimeError(f"S13: claude exited {done.returncode}: {done.stderr[-1000:]}")
-            results = [
-                r for m in fake.requests for r in _tool_results(m)
-            ]
+            results = [r for m in fake.requests for r in _tool_results(m)]
             if len(results) < calls or any(r.get("is_error") for r in results):
                 raise RuntimeError(f"S13: the Bash calls did not all run: {results[:3]}")
             hooks = sum(float(line) for line in hook_log.read_text().split())
