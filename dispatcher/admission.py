@@ -91,40 +91,44 @@ def _admit(
     *,
     look_up: bool,
 ) -> list[ToolCall]:
-    """One transaction (one commit) for the whole message: the calls are inserted already
-    decided, with their call.received and decision events in one append (received first,
-    timed when it was received), then the runnable ones are sent after commit.
+    """The message's calls decided in memory, then one transaction (one commit) for the
+    whole message: the calls are inserted already decided, with their call.received and
+    decision events in one append (received first, timed when it was received), then the
+    runnable ones are sent after commit.
 
     `look_up`: first read the calls of the message the session already has (they are
     returned as they are); without it, a known call makes the INSERT fail (IntegrityError)."""
     batch_id, first_index = place or (uuid.uuid4(), 0)
     masked: dict[str, str] = {p.tool_use_id: premask(p.raw_arguments) for p in proposed}
-    with transaction.atomic():
-        known: dict[str, ToolCall] = {}
-        if look_up:
-            known = {
-                c.tool_use_id: c
-                for c in ToolCall.objects.filter(
-                    session=session, tool_use_id__in=[p.tool_use_id for p in proposed]
-                )
-            }
-        digests = {p.tool_use_id: digest_of(p) for p in proposed if p.tool_use_id not in known}
-        counts = _repeat_counts(
-            session,
-            {(p.name, digests[p.tool_use_id]) for p in proposed if p.tool_use_id in digests},
-        )
-        admission = _Admission(masked_arguments=masked)
-        calls = []
-        for index, item in enumerate(proposed):
-            call = known.get(item.tool_use_id)
-            if call is None:  # new (a repeated id within one message is one call)
-                digest = digests[item.tool_use_id]
-                call = known[item.tool_use_id] = receive(
-                    session, dialect, item, digest, batch_id, first_index + index, counts, admission
-                )
-                admission.events.append(_decide(call, item, session, mode, profile, admission))
-            calls.append(call)
-        if admission.calls:
+    # Stages 1 to 5 outside the transaction: they only read, and may take a while (a long
+    # command read by the guards, a pattern matched against every rule), which must not
+    # hold the database's write lock (SQLite) or a connection in a transaction.
+    known: dict[str, ToolCall] = {}
+    if look_up:
+        known = {
+            c.tool_use_id: c
+            for c in ToolCall.objects.filter(
+                session=session, tool_use_id__in=[p.tool_use_id for p in proposed]
+            )
+        }
+    digests = {p.tool_use_id: digest_of(p) for p in proposed if p.tool_use_id not in known}
+    counts = _repeat_counts(
+        session,
+        {(p.name, digests[p.tool_use_id]) for p in proposed if p.tool_use_id in digests},
+    )
+    admission = _Admission(masked_arguments=masked)
+    calls = []
+    for index, item in enumerate(proposed):
+        call = known.get(item.tool_use_id)
+        if call is None:  # new (a repeated id within one message is one call)
+            digest = digests[item.tool_use_id]
+            call = known[item.tool_use_id] = receive(
+                session, dialect, item, digest, batch_id, first_index + index, counts, admission
+            )
+            admission.events.append(_decide(call, item, session, mode, profile, admission))
+        calls.append(call)
+    if admission.calls:
+        with transaction.atomic():
             sent = batches.startable(admission.calls) if place is None else []
             now = timezone.now()
             for call in sent:

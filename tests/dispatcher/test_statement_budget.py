@@ -64,7 +64,10 @@ def test_a_finished_call_does_not_touch_the_rest_of_its_batch(db: None) -> None:
     assert ToolCall.objects.get(pk=calls[0].pk).status == Status.COMPLETED
     updates = [s for s in statements(queries) if s.startswith('UPDATE "dispatcher_toolcall"')]
     assert len(updates) == 2, updates  # the claim and the result, nothing for the other 19
-    assert len(queries) <= 15, statements(queries)
+    # The read; the claim and the result, each its conditional UPDATE, the chain head lock
+    # and the audit append (one statement on PostgreSQL, two on SQLite) in a savepoint
+    # (the test's transaction; a real worker commits); the batch read for what is next.
+    assert len(queries) == (12 if connection.vendor == "postgresql" else 14), statements(queries)
 
 
 def test_an_approval_reuses_the_call_read_under_the_approvals_lock(db: None) -> None:
