@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from mcp import types
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
 
 from approvals.models import ApprovalRequest
 from approvals.services import edit
@@ -65,6 +67,24 @@ def test_tools_list_pages_through_the_model_facing_projection(
     assert AgentSession.objects.filter(
         agent=live_agent.agent, client="mcp", external_id=session_id
     ).exists()
+
+
+def test_the_gateway_does_not_promise_list_changed_notifications(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    """It has no stream to send them on (docs/mcp.md): clients must list again."""
+
+    async def scenario() -> types.InitializeResult:
+        headers = {"Authorization": f"Bearer {live_agent.token}"}
+        async with (
+            httpx.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(live_stack.url + "/mcp/", http_client=http) as streams,
+            ClientSession(streams[0], streams[1]) as session,
+        ):
+            return await session.initialize()
+
+    tools = run(scenario).capabilities.tools
+    assert tools is not None and not tools.listChanged
 
 
 def test_an_allowed_call_runs_in_the_worker_and_returns_its_result(
@@ -278,6 +298,62 @@ def test_a_client_cancellation_cancels_the_pending_call(
     assert call.status == Status.CANCELLED
     assert call.decided_by == f"agent:{live_agent.agent.name}"
     assert "The user pressed Esc." in call.content
+
+
+def test_a_client_cancellation_after_an_edit_cancels_the_replacement(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    fx = make_agent(mode="standard")
+    update_profile(
+        user=fx.owner,
+        mode="standard",
+        allow=[],
+        ask=[{"rule": "write_file", "approvals": 2}],
+        deny=[],
+        actor="test",
+    )
+    editor = make_user(unique("editor"), groups=("reviewer",))
+
+    def edit_pending(session_id: str) -> ToolCall:
+        call = wait_for_pending(session_id, tool="write_file")
+        outcome = edit(
+            approval_id=ApprovalRequest.objects.get(call=call).pk,
+            user=editor,
+            digest=call.digest,
+            arguments={"path": "never-edited.txt", "content": "x"},
+        )
+        return outcome.replacement  # 1 of 2 approvals: still pending
+
+    async def scenario() -> ToolCall:
+        import anyio
+
+        async with mcp_session(live_stack, fx) as (session, session_id):
+            request_id = session._request_id
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    session.call_tool, "write_file", {"path": "never.txt", "content": "x"}
+                )
+                replacement = await anyio.to_thread.run_sync(
+                    lambda: edit_pending(session_id() or "")
+                )
+                await session.send_notification(
+                    types.ClientNotification(
+                        types.CancelledNotification(
+                            params=types.CancelledNotificationParams(
+                                requestId=request_id, reason="Not any more."
+                            )
+                        )
+                    )
+                )
+                await anyio.sleep(1)
+                group.cancel_scope.cancel()
+            return replacement
+
+    replacement = run(scenario)
+    replacement.refresh_from_db()
+    assert replacement.status == Status.CANCELLED
+    assert "Not any more." in replacement.content
+    assert not (Path(replacement.session.workspace) / "never-edited.txt").exists()
 
 
 def test_the_permission_prompt_allows_with_the_same_input_or_denies(
