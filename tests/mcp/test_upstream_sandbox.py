@@ -100,6 +100,23 @@ def test_a_server_uses_its_configured_paths_and_reaches_nothing_else(
     assert answers[8] == f"uid=65534 cwd={mine}"
 
 
+def test_harness_state_beneath_a_configured_path_is_covered(
+    sandbox_on: None, tmp_path: Path, settings: Any
+) -> None:
+    settings.HARNESS_WORKSPACE_ROOT = tmp_path / "workspaces"  # Harness's, under the path
+    (tmp_path / "workspaces" / "theirs").mkdir(parents=True)
+    (tmp_path / "workspaces" / "theirs" / "secret.txt").write_text("another session's\n")
+    (tmp_path / "shared.txt").write_text("shared\n")
+    answers = ask(
+        endpoint(str(tmp_path)),
+        ("read", {"path": str(tmp_path / "shared.txt")}),
+        ("listdir", {"path": str(tmp_path / "workspaces")}),
+        ("write", {"path": str(tmp_path / "workspaces" / "planted"), "text": "x"}),
+    )
+    assert answers == ["ok: shared\n", "ok: []", "blocked: OSError Read-only file system"]
+    assert not (tmp_path / "workspaces" / "planted").exists()
+
+
 def test_a_server_has_no_network_unless_the_deployment_allows_it(
     sandbox_on: None, settings: Any
 ) -> None:
