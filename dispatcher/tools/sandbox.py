@@ -20,6 +20,11 @@ settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
 - the wall-clock timeout kills the whole sandbox, and nothing in it outlives the call
   (a PID namespace, bwrap --die-with-parent: `setsid -f` children die too).
 
+`sandboxed_argv(argv, paths)` wraps the command of a program that keeps running (an
+upstream stdio MCP server, started by the worker's MCP client) in the same sandbox: its
+configured paths (read-write, or read-only with `:ro`) and what its program needs to
+start take the workspace's place.
+
 "off" (chosen explicitly; the dashboard shows it) runs the program as a plain child in
 its own process group, as Harness did before the sandbox. In both modes the output is
 read while it is produced: the model's share is kept, the rest only counted, and a
