@@ -36,8 +36,9 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import McpError
 
 from dispatcher import admission, agents
+from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
-from dispatcher.models import TERMINAL_STATUSES, Agent, AgentSession, Dialect, Status, ToolCall
+from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
 from dispatcher.notify import wake_channel
 from dispatcher.policy import rules
 from dispatcher.policy.models import Mode
@@ -211,7 +212,7 @@ async def admit_and_hold(name: str, arguments: dict[str, Any]) -> types.ServerRe
         return types.ServerResult(await approval_prompt(caller, arguments, tool_use_id, progress))
     proposed = ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
     call = await db(submit)(caller.session, proposed)
-    call = await hold(call, progress, settled=lambda c: c.status in TERMINAL_STATUSES)
+    call = await hold(call, progress, settled=is_done)  # a reviewer's edit is followed
     return types.ServerResult(tool_result(call))
 
 
@@ -229,16 +230,23 @@ def mcp_tool_use_id(request_id: types.RequestId) -> str:
 
 
 def submit(session: AgentSession, proposed: ProposedCall) -> ToolCall:
+    """The call (a request sent again finds its call, perhaps edited since: followed)."""
     [call] = admission.submit_calls(session=session, dialect=Dialect.MCP, proposed=[proposed])
+    follow_edits([call])
     return call
 
 
 def tool_result(call: ToolCall) -> types.CallToolResult:
-    """The call's result as the model reads it in every other dialect."""
+    """The call's result as the model reads it in every other dialect: for a call a
+    reviewer edited, the edit's note and the result of the call that replaced it."""
+    answer = answer_of(call)
+    meta: dict[str, Any] = {"id": str(answer.pk), "status": answer.status}
+    if answer is not call:
+        meta["replaces"] = str(call.pk)
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=call.content)],
-        isError=call.is_error,
-        _meta={"harness/call": {"id": str(call.pk), "status": call.status}},
+        content=[types.TextContent(type="text", text=answer_content(call))],
+        isError=answer.is_error,
+        _meta={"harness/call": meta},
     )
 
 
@@ -281,25 +289,37 @@ def reviewer_page(call: ToolCall, base_url: str) -> str:
 
 
 def reload(call_id: str) -> ToolCall:
-    return ToolCall.objects.get(pk=call_id)
+    """The call read again, a reviewer's edits followed (`answers.follow_edits`)."""
+    call = ToolCall.objects.get(pk=call_id)
+    follow_edits([call])
+    return call
 
 
 async def hold(
     call: ToolCall, progress: Progress, *, settled: Callable[[ToolCall], bool]
 ) -> ToolCall:
-    """Wait until `settled(call)`: asleep on the call's wake channel, re-reading it only
-    when it changed, with a progress notification (and a re-read) every
-    HARNESS_MCP_PROGRESS_INTERVAL seconds. Returns the call as it is then."""
+    """Wait until `settled(call)`: asleep on the wake channel of the call (and of the
+    call a reviewer's edit replaced it with, once there is one), re-reading it only when
+    it changed, with a progress notification (and a re-read) every
+    HARNESS_MCP_PROGRESS_INTERVAL seconds. Returns the call as it is then, edits
+    followed."""
     if settled(call):
         return call
     interval = settings.HARNESS_MCP_PROGRESS_INTERVAL
     client = aioredis.Redis.from_url(settings.REDIS_URL)
     pubsub = client.pubsub()
+    watched: set[str] = set()
     try:
-        await pubsub.subscribe(wake_channel(str(call.pk)))
-        call = await db(reload)(str(call.pk))  # a change before subscribing is not lost
-        while not settled(call):
-            await progress.waiting(call)
+        while True:
+            tip = str(answer_of(call).pk)
+            if tip not in watched:  # first, or a reviewer's edit: wait on the replacement
+                watched.add(tip)
+                await pubsub.subscribe(wake_channel(tip))
+                call = await db(reload)(str(call.pk))  # a change before subscribing is not lost
+                continue
+            if settled(call):
+                break
+            await progress.waiting(answer_of(call))
             try:
                 await pubsub.get_message(ignore_subscribe_messages=True, timeout=interval)
             except aioredis.RedisError:

@@ -35,6 +35,7 @@ from mcp.server.streamable_http import StreamableHTTPServerTransport
 from starlette.types import Message, Receive, Scope, Send
 
 from dispatcher import agents, transitions
+from dispatcher.answers import answer_of, follow_edits
 from dispatcher.gateways.mcp import CLIENT, Caller, caller_context, db, mcp_tool_use_id, server
 from dispatcher.models import Agent, AgentSession, ToolCall
 
@@ -185,8 +186,9 @@ def cancel_by_request(
     )
     if call is None:
         return
+    follow_edits([call])
     transitions.cancel_call(
-        call_id=call.pk,
+        call_id=answer_of(call).pk,  # an edited call is cancelled through its replacement
         actor=f"agent:{agent.name}",
         reason=reason or "Cancelled by the MCP client.",
     )

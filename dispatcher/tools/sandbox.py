@@ -20,6 +20,11 @@ settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
 - the wall-clock timeout kills the whole sandbox, and nothing in it outlives the call
   (a PID namespace, bwrap --die-with-parent: `setsid -f` children die too).
 
+`sandboxed_argv(argv, paths)` wraps the command of a program that keeps running (an
+upstream stdio MCP server, started by the worker's MCP client) in the same sandbox: its
+configured paths (read-write, or read-only with `:ro`) and what its program needs to
+start take the workspace's place.
+
 "off" (chosen explicitly; the dashboard shows it) runs the program as a plain child in
 its own process group, as Harness did before the sandbox. In both modes the output is
 read while it is produced: the model's share is kept, the rest only counted, and a
@@ -148,20 +153,9 @@ def run(
     cannot be started (not found, not executable, the sandbox cannot run), TimeoutError
     once `limits.timeout` has passed (everything the program started is killed first).
     """
-    current = mode()
-    if current == "off":
+    if mode() == "off":
         return _run_process(argv, cwd=cwd, env=env, limits=limits, sandboxed=False)
-    if current != "bwrap":
-        raise SandboxUnavailable(
-            f"HARNESS_SANDBOX is {current!r}, which is not a sandbox Harness knows, so no "
-            "program runs. An operator must set HARNESS_SANDBOX to 'bwrap' (or 'off')."
-        )
-    problem = probe()
-    if problem is not None:
-        raise SandboxUnavailable(
-            f"The sandbox cannot run on this host ({problem}), so no program runs. An "
-            "operator must fix it (see docs/security.md, 'Sandbox')."
-        )
+    require_sandbox()
     workspace = workspace.resolve()
     refuse_exposed_state(workspace)
     with _pids_cgroup(limits.processes) as cgroup:
@@ -176,6 +170,22 @@ def run(
     if done.returncode == 1 and done.output.startswith(BWRAP_PREFIX.decode()):
         raise _start_failure(argv, done.output.splitlines()[0])
     return done
+
+
+def require_sandbox() -> None:
+    """Raise SandboxUnavailable unless the bwrap sandbox is configured and works here."""
+    current = mode()
+    if current != "bwrap":
+        raise SandboxUnavailable(
+            f"HARNESS_SANDBOX is {current!r}, which is not a sandbox Harness knows, so no "
+            "program runs. An operator must set HARNESS_SANDBOX to 'bwrap' (or 'off')."
+        )
+    problem = probe()
+    if problem is not None:
+        raise SandboxUnavailable(
+            f"The sandbox cannot run on this host ({problem}), so no program runs. An "
+            "operator must fix it (see docs/security.md, 'Sandbox')."
+        )
 
 
 def refuse_exposed_state(workspace: Path) -> None:
@@ -214,10 +224,33 @@ def _start_failure(argv: list[str], line: str) -> ToolError:
 # --- The command line ---------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Bind:
+    """A host path shown in the sandbox: `source` on the host (resolved), at `target`."""
+
+    source: Path
+    target: Path
+    writable: bool = False
+    optional: bool = False  # bound only when it exists (--ro-bind-try)
+
+    def args(self) -> list[str]:
+        flag = "--bind" if self.writable else "--ro-bind-try" if self.optional else "--ro-bind"
+        return [flag, str(self.source), str(self.target)]
+
+
 def bwrap_command(
     argv: list[str], *, workspace: Path, cwd: Path, limits: Limits, network: bool
 ) -> list[str]:
     """The bubblewrap command line that runs `argv` (see the module docstring)."""
+    writable = Bind(workspace, workspace, writable=True)
+    return sandbox_command(argv, binds=[writable], cwd=cwd, limits=limits, network=network)
+
+
+def sandbox_command(
+    argv: list[str], *, binds: list[Bind], cwd: Path, limits: Limits, network: bool
+) -> list[str]:
+    """The bubblewrap command line that runs `argv` with `binds` (besides the system's and
+    HARNESS_SANDBOX_READ_ONLY) as the only host paths it sees."""
     command = [
         _binary("bwrap") or "bwrap",
         "--unshare-user",
@@ -244,25 +277,30 @@ def bwrap_command(
     command += ["--dir", "/var", "--symlink", "/tmp", "/var/tmp"]  # noqa: S108
     system_args, system_bound = _system_binds()
     command += system_args
-    bound = list(system_bound)
-    for extra in read_only_extras():
-        command += ["--ro-bind-try", str(extra), str(extra)]
-        bound.append(extra)
-    hidden = [path for path in hidden_paths() if path.exists()]
-    covered: list[Path] = []
-    for path in hidden:
-        if any(_inside(path, root) for root in bound) and not _inside(path, workspace):
-            command += ["--size", "4096", "--tmpfs", str(path)]
-            covered.append(path)
-    command += ["--bind", str(workspace), str(workspace)]
-    for path in hidden:
-        if _inside(path, workspace) and path != workspace:
-            command += ["--size", "4096", "--tmpfs", str(path)]
-            covered.append(path)
+    extras = [Bind(path, path, optional=True) for path in read_only_extras()]
+    covered, mounts = _mounts([*extras, *binds], system_bound)
+    command += mounts
     for path in covered:
         command += ["--remount-ro", str(path)]
     command += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", str(cwd), "--", *argv]
     return command
+
+
+def _mounts(binds: list[Bind], system_bound: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
+    """The binds, and an empty tmpfs over each hidden path that lies beneath something
+    bound, ordered parents first (a workspace inside the covered workspace root is bound
+    after the cover). Returns (the covers' sandbox paths, the arguments)."""
+    hidden = [path for path in hidden_paths() if path.exists()]
+    seen = [*((root, root) for root in system_bound), *((b.source, b.target) for b in binds)]
+    covers: set[Path] = set()
+    for source, target in seen:
+        for path in hidden:
+            if _inside(path, source):
+                covers.add(target / path.relative_to(source))
+    steps: list[tuple[int, int, list[str]]] = [(len(b.target.parts), 0, b.args()) for b in binds]
+    steps += [(len(path.parts), 1, ["--size", "4096", "--tmpfs", str(path)]) for path in covers]
+    steps.sort(key=lambda step: step[:2])
+    return sorted(covers), [arg for _, _, args in steps for arg in args]
 
 
 @functools.cache
@@ -621,3 +659,176 @@ def describe_exit(returncode: int, *, sandboxed: bool) -> str:
         prefix = f"128+{signum}: " if returncode > 0 else ""
         return f"{returncode} ({prefix}killed by {name}{why.get(name, '')})"
     return str(returncode)
+
+
+# --- Programs that keep running: upstream stdio MCP servers -------------------------------
+
+# A server lives across calls, so the per-call wall clock does not apply (the worker's
+# pool applies each call's timeout and replaces a server that ran past it); CPU time is
+# bounded per process by a generous ceiling instead: past it the server is killed and
+# started again at the next call.
+SERVER_LIMITS = Limits(timeout=3600, output_chars=0, cpu_seconds=3600)
+READ_ONLY_SUFFIX = ":ro"
+READ_WRITE_SUFFIX = ":rw"
+SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
+# Never given to a server, even read-only: a socket stays connectable on a read-only bind.
+KERNEL_AND_SOCKET_DIRS = ("/proc", "/sys", "/dev", "/run")
+
+
+def parse_server_path(entry: str) -> tuple[Path, bool]:
+    """A configured server path, `PATH` or `PATH:rw` (read-write) or `PATH:ro`
+    (read-only): (the path, writable)."""
+    if entry.endswith(READ_ONLY_SUFFIX):
+        return Path(entry.removesuffix(READ_ONLY_SUFFIX)), False
+    return Path(entry.removesuffix(READ_WRITE_SUFFIX)), True
+
+
+def server_path_problem(entry: str) -> str | None:
+    """Why a configured server path cannot be given to a server, or None."""
+    path, writable = parse_server_path(entry)
+    if not path.is_absolute():
+        return f"Path {entry!r} must be absolute (optionally ending in :ro or :rw)."
+    if not path.exists():
+        return f"Path {path} does not exist on this host."
+    path = path.resolve()
+    if path == Path("/") or any(_inside(Path(p), path) for p in (*SYSTEM_DIRS, "/etc")):
+        return f"Path {path} holds system directories; a server may only read those."
+    if any(_inside(path, Path(p)) for p in KERNEL_AND_SOCKET_DIRS):
+        return f"Path {path} is a kernel or socket directory (/proc, /sys, /dev, /run)."
+    workspace_root = Path(settings.HARNESS_WORKSPACE_ROOT).resolve()
+    for hidden in hidden_paths():
+        if path == hidden or (_inside(path, hidden) and not _inside(path, workspace_root)):
+            return (
+                f"Path {path} is Harness's own state (data, settings, database or "
+                "workspace root), which sandboxed programs never see."
+            )
+    if writable and any(_inside(path, Path(p)) for p in (*SYSTEM_DIRS, "/etc")):
+        return f"Path {path} is a system directory; it cannot be writable."
+    return None
+
+
+def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
+    """`argv` (a long-running server's command) wrapped in the sandbox, seeing only
+    `paths` (see parse_server_path) and what its program needs to start (program_binds).
+
+    The same sandbox as `run` (namespaces, no network unless HARNESS_SANDBOX_NETWORK,
+    uid 65534, limits), started by the caller. With HARNESS_SANDBOX=off, `argv` as it is.
+    Raises SandboxUnavailable when the sandbox cannot run here and ToolError for a path
+    that cannot be given: nothing is started unsandboxed.
+    """
+    if mode() == "off":
+        return list(argv)
+    require_sandbox()
+    binds: list[Bind] = []
+    for entry in paths:
+        problem = server_path_problem(entry)
+        if problem:
+            raise ToolError(f"{problem} The server was not started; an admin must fix it.")
+        path, writable = parse_server_path(entry)
+        binds.append(Bind(path.resolve(), path.resolve(), writable=writable))
+    binds += program_binds(argv)
+    directories = [b.target for b in binds[: len(paths)] if b.source.is_dir()]
+    cwd = directories[0] if directories else Path("/tmp")  # noqa: S108 - the private one
+    cgroup = _server_cgroup(SERVER_LIMITS.processes)
+    return _limit_command(SERVER_LIMITS, cgroup) + sandbox_command(
+        argv,
+        binds=binds,
+        cwd=cwd,
+        limits=SERVER_LIMITS,
+        network=bool(settings.HARNESS_SANDBOX_NETWORK),
+    )
+
+
+def program_binds(argv: list[str]) -> list[Bind]:
+    """Read-only binds for what the program needs to start, found from its absolute-path
+    arguments that are files the sandbox would not show otherwise:
+
+    - a file inside a Python virtual environment (a `pyvenv.cfg` above it): the
+      environment, and the installation of its base interpreter (`home` in pyvenv.cfg);
+    - a file inside `node_modules`: the directory holding the outermost `node_modules`
+      (an npm prefix: package.json and the packages);
+    - an executable or a script (`.py`, `.js`, ...): that file alone;
+    and the same for the file a symlink argument points to. Data files are never bound
+    this way (a server's data are its configured paths), nor anything that is or holds
+    Harness's own state.
+    """
+    binds: dict[Path, Bind] = {}
+    for arg in argv:
+        path = Path(arg)
+        if not path.is_absolute() or not path.is_file():
+            continue
+        for candidate in dict.fromkeys([path, path.resolve()]):
+            if any(_inside(candidate, bound) for bound in binds):
+                continue  # shown already (a venv's interpreter, say)
+            for bind in _runtime_of(candidate):
+                binds.setdefault(bind.target, bind)
+    return list(binds.values())
+
+
+def _runtime_of(path: Path) -> list[Bind]:
+    if _visible(path):
+        return []
+    for parent in path.parents:
+        config = parent / "pyvenv.cfg"
+        if config.is_file():
+            return [_bind_tree(parent), *_base_interpreter(config)]
+    parts = path.parts
+    if "node_modules" in parts:
+        prefix = Path(*parts[: parts.index("node_modules")])
+        return [_bind_tree(prefix)]
+    if os.access(path, os.X_OK) or path.suffix in SCRIPT_SUFFIXES:
+        return [Bind(path.resolve(), path)]
+    return []
+
+
+def _base_interpreter(config: Path) -> list[Bind]:
+    """The installation a virtual environment's interpreter comes from (its `home`'s
+    parent, e.g. /root/.pyenv/versions/3.12.1), unless the sandbox shows it already."""
+    for line in config.read_text(errors="replace").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            home = Path(value.strip())
+            prefix = home.parent if home.name == "bin" else home
+            if prefix.is_absolute() and prefix.is_dir() and not _visible(prefix):
+                return [_bind_tree(prefix)]
+    return []
+
+
+def _bind_tree(path: Path) -> Bind:
+    """A read-only bind of a directory a program needs; refused when it is or holds
+    Harness's own state or a home directory."""
+    source = path.resolve()
+    refused = [*hidden_paths(), Path("/"), Path("/root"), Path("/home"), Path.home()]
+    if any(_inside(hidden, source) for hidden in refused):
+        raise ToolError(
+            f"The server's program lies in {path}, which holds Harness's own state or a "
+            "home directory, so it cannot be shown to the sandbox and the server was not "
+            "started. An admin must install it elsewhere (a virtual environment, an npm "
+            "prefix) and register that path."
+        )
+    return Bind(source, path)
+
+
+def _visible(path: Path) -> bool:
+    """Whether the sandbox shows `path` without a bind of its own (system, extras)."""
+    roots = [Path(name) for name in SYSTEM_DIRS if not Path(name).is_symlink()]
+    return any(_inside(path, root) for root in (*roots, *read_only_extras()))
+
+
+def _server_cgroup(processes: int) -> Path | None:
+    """A pids cgroup for a server's whole life (see _pids_cgroup). Left behind when the
+    server ends, and removed by a later start once empty and ten minutes old."""
+    root = pids_cgroup_root()
+    if root is None and os.geteuid() != 0:
+        return None
+    if root is None:
+        raise SandboxUnavailable(
+            "Harness runs as root and no pids cgroup is writable, so the number of "
+            "processes cannot be limited; the server was not started. An operator must "
+            "run Harness as an unprivileged user, or give it a writable pids cgroup."
+        )
+    _sweep(root)
+    path = root / f"server-{uuid.uuid4().hex}"
+    path.mkdir()
+    (path / "pids.max").write_text(str(processes + 4))
+    return path

@@ -3,20 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 from approvals.models import ApprovalRequest
 from approvals.services import decide
 from dispatcher.models import ToolCall
-from tests.conftest import AgentFixture, LiveStack
+from tests.conftest import ROOT, AgentFixture, LiveStack
+
+FILESYSTEM = (
+    ROOT
+    / "var"
+    / "npm"
+    / "node_modules"
+    / "@modelcontextprotocol"
+    / "server-filesystem"
+    / "dist"
+    / "index.js"
+)
 
 
 @asynccontextmanager
@@ -69,3 +83,15 @@ def review(call: ToolCall, reviewer: Any, *, approve: bool, feedback: str = "") 
         digest=call.digest,
         feedback=feedback,
     )
+
+
+def filesystem_server() -> Path:
+    if FILESYSTEM.exists():
+        return FILESYSTEM
+    message = (
+        "@modelcontextprotocol/server-filesystem is not installed: run `make mcp-servers` "
+        "(npm install into var/npm; `make test` does it)."
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI=true and " + message)
+    pytest.skip(message)

@@ -5,14 +5,19 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from mcp import types
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
 
+from approvals.models import ApprovalRequest
+from approvals.services import edit
 from audit.models import AuditEvent
 from dispatcher.models import AgentSession, Status, ToolCall
+from dispatcher.policy.profiles import update_profile
 from dispatcher.policy.stages import Rejection, resolve, validate
 from dispatcher.tools.registry import get_tool
 from tests.conftest import AgentFixture, LiveStack, make_agent, make_user, unique
@@ -62,6 +67,24 @@ def test_tools_list_pages_through_the_model_facing_projection(
     assert AgentSession.objects.filter(
         agent=live_agent.agent, client="mcp", external_id=session_id
     ).exists()
+
+
+def test_the_gateway_does_not_promise_list_changed_notifications(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    """It has no stream to send them on (docs/mcp.md): clients must list again."""
+
+    async def scenario() -> types.InitializeResult:
+        headers = {"Authorization": f"Bearer {live_agent.token}"}
+        async with (
+            httpx.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(live_stack.url + "/mcp/", http_client=http) as streams,
+            ClientSession(streams[0], streams[1]) as session,
+        ):
+            return await session.initialize()
+
+    tools = run(scenario).capabilities.tools
+    assert tools is not None and not tools.listChanged
 
 
 def test_an_allowed_call_runs_in_the_worker_and_returns_its_result(
@@ -173,6 +196,75 @@ def test_a_denial_carries_the_reviewers_feedback(
     assert "Their feedback: Write it under docs/ instead." in text_of(result)
 
 
+def test_a_reviewers_edit_answers_with_the_replacement_calls_result(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    reviewer = make_user(unique("reviewer"), groups=("reviewer",))
+    replaced: list[ToolCall] = []
+
+    def edit_it(session_id: str, notes: list[str]) -> None:
+        call = wait_for_pending(session_id, tool="write_file")
+        outcome = edit(
+            approval_id=ApprovalRequest.objects.get(call=call).pk,
+            user=reviewer,
+            digest=call.digest,
+            arguments={"path": "edited.txt", "content": "edited!\n"},
+            comment="Write it to edited.txt.",
+        )
+        replaced.append(outcome.replacement)
+
+    result, _ = _held_call(live_stack, live_agent, edit_it)
+    [replacement] = replaced
+    replacement.refresh_from_db()
+    assert replacement.status == Status.COMPLETED
+    assert result.isError is False, text_of(result)
+    assert text_of(result).endswith("Wrote 8 bytes to edited.txt")
+    assert "edited" in text_of(result).split("Wrote 8 bytes")[0]  # the edit's note first
+    assert result.meta is not None
+    assert result.meta["harness/call"] == {
+        "id": str(replacement.pk),
+        "status": "completed",
+        "replaces": str(replacement.edited_from_id),
+    }
+
+
+def test_an_edit_still_waiting_for_a_quorum_is_followed_until_it_is_decided(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    fx = make_agent(mode="standard")
+    update_profile(
+        user=fx.owner,
+        mode="standard",
+        allow=[],
+        ask=[{"rule": "write_file", "approvals": 2}],
+        deny=[],
+        actor="test",
+    )
+    editor = make_user(unique("editor"), groups=("reviewer",))
+    second = make_user(unique("second"), groups=("reviewer",))
+    pages: list[str] = []
+
+    def edit_then_approve(session_id: str, notes: list[str]) -> None:
+        call = wait_for_pending(session_id, tool="write_file")
+        outcome = edit(
+            approval_id=ApprovalRequest.objects.get(call=call).pk,
+            user=editor,
+            digest=call.digest,
+            arguments={"path": "quorum.txt", "content": "q\n"},
+        )
+        assert outcome.replacement_approval is not None  # 1 of 2: still pending
+        page = f"/approvals/{outcome.replacement_approval.pk}/"
+        deadline = time.monotonic() + 10  # the held request now names the replacement
+        while not any(page in note for note in notes) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pages.extend(note for note in notes if page in note)
+        review(outcome.replacement, second, approve=True)
+
+    result, _ = _held_call(live_stack, fx, edit_then_approve)
+    assert pages, "no progress notification named the replacement's reviewer page"
+    assert result.isError is False and text_of(result).endswith("Wrote 2 bytes to quorum.txt")
+
+
 def test_a_client_cancellation_cancels_the_pending_call(
     live_stack: LiveStack, live_agent: AgentFixture
 ) -> None:
@@ -206,6 +298,62 @@ def test_a_client_cancellation_cancels_the_pending_call(
     assert call.status == Status.CANCELLED
     assert call.decided_by == f"agent:{live_agent.agent.name}"
     assert "The user pressed Esc." in call.content
+
+
+def test_a_client_cancellation_after_an_edit_cancels_the_replacement(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    fx = make_agent(mode="standard")
+    update_profile(
+        user=fx.owner,
+        mode="standard",
+        allow=[],
+        ask=[{"rule": "write_file", "approvals": 2}],
+        deny=[],
+        actor="test",
+    )
+    editor = make_user(unique("editor"), groups=("reviewer",))
+
+    def edit_pending(session_id: str) -> ToolCall:
+        call = wait_for_pending(session_id, tool="write_file")
+        outcome = edit(
+            approval_id=ApprovalRequest.objects.get(call=call).pk,
+            user=editor,
+            digest=call.digest,
+            arguments={"path": "never-edited.txt", "content": "x"},
+        )
+        return outcome.replacement  # 1 of 2 approvals: still pending
+
+    async def scenario() -> ToolCall:
+        import anyio
+
+        async with mcp_session(live_stack, fx) as (session, session_id):
+            request_id = session._request_id
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    session.call_tool, "write_file", {"path": "never.txt", "content": "x"}
+                )
+                replacement = await anyio.to_thread.run_sync(
+                    lambda: edit_pending(session_id() or "")
+                )
+                await session.send_notification(
+                    types.ClientNotification(
+                        types.CancelledNotification(
+                            params=types.CancelledNotificationParams(
+                                requestId=request_id, reason="Not any more."
+                            )
+                        )
+                    )
+                )
+                await anyio.sleep(1)
+                group.cancel_scope.cancel()
+            return replacement
+
+    replacement = run(scenario)
+    replacement.refresh_from_db()
+    assert replacement.status == Status.CANCELLED
+    assert "Not any more." in replacement.content
+    assert not (Path(replacement.session.workspace) / "never-edited.txt").exists()
 
 
 def test_the_permission_prompt_allows_with_the_same_input_or_denies(

@@ -42,6 +42,8 @@ def add(name: str, variant: Path, *extra: str) -> str:
         upstream_command(),
         "--env",
         f"UPSTREAM_VARIANT_FILE={variant}",
+        "--path",  # the server reads the file at start, in its sandbox
+        f"{variant.parent}:ro",
         *extra,
         stdout=out,
     )

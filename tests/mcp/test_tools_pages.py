@@ -49,6 +49,7 @@ def test_an_admin_registers_refreshes_and_removes_a_server(tmp_path: Path) -> No
             "transport": "stdio",
             "command": f"{sys.executable} {UPSTREAM} stdio",
             "env": f"UPSTREAM_VARIANT_FILE={variant}\nTOKEN=s3cret",
+            "paths": f"{tmp_path}:ro",
             "timeout": "30",
         },
         follow=True,
@@ -83,6 +84,7 @@ def test_the_review_shows_both_definitions_escaped_and_accepting_pins_the_new_on
         actor="test",
         command=[sys.executable, str(UPSTREAM), "stdio"],
         env={"UPSTREAM_VARIANT_FILE": str(variant)},
+        paths=[f"{tmp_path}:ro"],
     )
     variant.write_text(json.dumps({"echo_description": HOSTILE}))
     services.refresh_server(name="web", actor="test")

@@ -4,7 +4,6 @@ client calls Harness, the worker calls the upstream server (stdio or streamable 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -30,21 +29,13 @@ from tests.conftest import (
     stop,
     wait_for_port,
 )
-from tests.mcp.conftest import mcp_session, run, text_of
+from tests.mcp.conftest import filesystem_server, mcp_session, run, text_of
+from tests.tools.support import require_bwrap
 
 pytestmark = pytest.mark.live
 
 UPSTREAM = ROOT / "tests" / "support" / "mcp_upstream.py"
-FILESYSTEM = (
-    ROOT
-    / "var"
-    / "npm"
-    / "node_modules"
-    / "@modelcontextprotocol"
-    / "server-filesystem"
-    / "dist"
-    / "index.js"
-)
+FILES_SERVER = ROOT / "tests" / "support" / "mcp_files.py"
 
 
 def server_name() -> str:
@@ -52,7 +43,9 @@ def server_name() -> str:
 
 
 def register(name: str, *extra: str, variant: Path | None = None) -> None:
+    # The server reads the file at start: it must be a path it may read in the sandbox.
     env = ["--env", f"UPSTREAM_VARIANT_FILE={variant}"] if variant else []
+    env += ["--path", f"{variant.parent}:ro"] if variant else []
     call_command(
         "add_mcp_server",
         name,
@@ -103,6 +96,50 @@ def test_stdio_servers_get_only_their_configured_environment_and_path(
     result = call(live_stack, fx, f"{name}__environment", {})
     names = set(text_of(result).split(",")) - {"LC_CTYPE"}  # Python's own locale coercion
     assert names == {"API_KEY", "PATH"}  # not HOME, not DATABASE_URL, not the secret key
+
+
+def test_a_stdio_server_runs_in_the_sandbox_with_only_its_configured_paths(
+    live_stack: LiveStack, live_db: None, tmp_path: Path
+) -> None:
+    require_bwrap()
+    if live_stack.env.get("HARNESS_SANDBOX", "bwrap") != "bwrap":
+        pytest.skip("The live stack runs with HARNESS_SANDBOX=off; unset it to run these.")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    secret = Path(live_stack.env["HARNESS_DATA_DIR"]) / f"secret-{uuid.uuid4().hex}"
+    secret.write_text("harness state\n")
+    escape = secret.with_name(f"escaped-{uuid.uuid4().hex}")
+    name = server_name()
+    call_command(
+        "add_mcp_server",
+        name,
+        "--command",
+        f"{sys.executable} {FILES_SERVER}",
+        "--path",
+        str(shared),
+        stdout=StringIO(),
+    )
+    fx = make_agent(mode="trusted")
+
+    async def scenario() -> list[str]:
+        async with mcp_session(live_stack, fx) as (session, _):
+            calls = [
+                ("whoami", {}),
+                ("write", {"path": str(shared / "note.txt"), "text": "from the worker"}),
+                ("read", {"path": str(secret)}),
+                ("write", {"path": str(escape), "text": "x"}),
+            ]
+            return [text_of(await session.call_tool(f"{name}__{t}", a)) for t, a in calls]
+
+    try:
+        whoami, wrote, read, escaped = run(scenario)
+    finally:
+        secret.unlink()
+    assert whoami == f"uid=65534 cwd={shared}"
+    assert wrote == "ok: 15" and (shared / "note.txt").read_text() == "from the worker"
+    assert read.startswith("blocked: FileNotFoundError"), read
+    assert escaped.startswith("blocked: "), escaped
+    assert not escape.exists()
 
 
 def test_a_crash_mid_call_is_an_answer_and_the_server_is_started_again(
@@ -238,18 +275,6 @@ def test_a_streamable_http_upstream_server(
 
     first, second = run(scenario)
     assert text_of(first) == "echo: over http" and text_of(second) == "echo: same session"
-
-
-def filesystem_server() -> Path:
-    if FILESYSTEM.exists():
-        return FILESYSTEM
-    message = (
-        "@modelcontextprotocol/server-filesystem is not installed: run `make mcp-servers` "
-        "(npm install into var/npm; `make test` does it)."
-    )
-    if os.environ.get("CI") == "true":
-        pytest.fail("CI=true and " + message)
-    pytest.skip(message)
 
 
 def test_the_reference_filesystem_server_from_npm(

@@ -20,6 +20,7 @@ from django.utils import timezone
 from audit import kinds
 from audit.services import record_event
 from dispatcher.errors import ServiceError
+from dispatcher.tools import sandbox
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources import upstream
 from dispatcher.tools.sources.definitions import (
@@ -124,6 +125,12 @@ def add_server(
         raise ServiceError(f"URL {url!r} must start with http:// or https://.")
     if not 0 < timeout <= 3600:
         raise ServiceError("The timeout must be between 0 and 3600 seconds.")
+    if paths and not command:
+        raise ServiceError("Paths are for stdio servers (the sandbox they run in).")
+    for path in paths or []:
+        problem = sandbox.server_path_problem(path)
+        if problem:
+            raise ServiceError(problem)
     if McpServer.objects.filter(name=name).exists():
         raise ServiceError(f"An MCP server named '{name}' is registered already.")
     server = McpServer(

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -36,6 +34,7 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
+from dispatcher.tools import sandbox
 from dispatcher.tools._paths import cap_text
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources.definitions import Definition
@@ -101,28 +100,27 @@ class DefinitionChanged(Exception):
 
 
 def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
-    """`argv` wrapped in the sandbox, with `paths` the server may use.
-
-    The one place an upstream stdio server is put in the sandbox: it calls
-    `dispatcher.tools.sandbox.sandboxed_argv(argv, paths)` when that module exists (the
-    bubblewrap sandbox), and returns `argv` unchanged until then.
-    """
-    if importlib.util.find_spec("dispatcher.tools.sandbox") is None:
-        return argv
-    sandbox = importlib.import_module("dispatcher.tools.sandbox")
-    wrap = getattr(sandbox, "sandboxed_argv", None)
-    return list(wrap(argv, paths)) if callable(wrap) else argv
+    """`argv` wrapped in the sandbox, with `paths` the server may use: the one place an
+    upstream stdio server is put in the sandbox (`sandbox.sandboxed_argv`, bubblewrap).
+    Raises ToolError (SandboxUnavailable among them): then nothing is started."""
+    return sandbox.sandboxed_argv(argv, paths)
 
 
 def launch_argv(endpoint: Endpoint) -> tuple[list[str], dict[str, str]]:
     """The argv and environment a stdio server starts with: only its configured variables
-    plus PATH. (The SDK adds HOME, USER and a few others to any environment it is given;
-    `env -u` takes those out again unless they were configured.)"""
+    plus PATH. (The SDK adds HOME, USER and a few others to any environment it is given,
+    bubblewrap adds PWD; `env -u`, run inside the sandbox, takes those out again unless
+    they were configured.) The program is looked up
+    on that PATH here, so that the sandbox can show it the files it needs to start."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **dict(endpoint.env)}
-    unset = [name for name in DEFAULT_INHERITED_ENV_VARS if name not in env]
+    # PWD: bubblewrap sets it for the directory the server starts in.
+    unset = [name for name in (*DEFAULT_INHERITED_ENV_VARS, "PWD") if name not in env]
     tool = shutil.which("env") or "/usr/bin/env"
     scrub = [tool, *[arg for name in unset for arg in ("-u", name)], "--"]
-    return sandboxed_argv([*scrub, *endpoint.command], list(endpoint.paths)), env
+    program, *args = endpoint.command
+    if "/" not in program:
+        program = shutil.which(program, path=env["PATH"]) or program
+    return sandboxed_argv([*scrub, program, *args], list(endpoint.paths)), env
 
 
 def _stderr_log(endpoint: Endpoint) -> TextIO:
@@ -217,6 +215,8 @@ def describe(exc: BaseException) -> str:
         return f"{exc.error.message} (MCP error {exc.error.code})"
     if isinstance(exc, TimeoutError):
         return "it did not answer in time"
+    if isinstance(exc, ToolError):  # written for the reader already (the sandbox's)
+        return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 

@@ -22,7 +22,12 @@ class Command(BaseCommand):
         parser.add_argument("--env", action="append", default=[], metavar="K=V")
         parser.add_argument("--header", action="append", default=[], metavar="K=V")
         parser.add_argument(
-            "--path", action="append", default=[], help="A path the sandbox lets it use."
+            "--path",
+            action="append",
+            default=[],
+            metavar="PATH[:ro]",
+            help="An absolute path the sandboxed stdio server may use: read-write, or "
+            "read-only with :ro. Nothing else of the host's files is there.",
         )
         parser.add_argument(
             "--trust-annotations",
