@@ -42,7 +42,7 @@ from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
 from dispatcher.notify import wake_channel
 from dispatcher.policy import rules
 from dispatcher.policy.models import Mode
-from dispatcher.proposals import ProposedCall, canonical_json
+from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 from dispatcher.tools import client_tool
 from dispatcher.tools.base import model_facing_schema
 from dispatcher.tools.registry import all_tools, get_tool
@@ -143,7 +143,8 @@ def offered_tools(session: AgentSession) -> list[types.Tool]:
         and mode != Mode.LOCKED
         and (mode != Mode.READ_ONLY or tool.read_only)
     ]
-    return [*tools, APPROVAL_PROMPT_TOOL]
+    # approval_prompt first: a client that reads only the first tools still finds it.
+    return [APPROVAL_PROMPT_TOOL, *tools]
 
 
 async def list_tools(request: types.ListToolsRequest) -> types.ServerResult:
@@ -230,8 +231,17 @@ def mcp_tool_use_id(request_id: types.RequestId) -> str:
 
 
 def submit(session: AgentSession, proposed: ProposedCall) -> ToolCall:
-    """The call (a request sent again finds its call, perhaps edited since: followed)."""
+    """The call (a request sent again finds its call, perhaps edited since: followed).
+
+    Raises McpError when the request id names an earlier call with another tool or other
+    arguments: that call's decision and result are not this request's."""
     [call] = admission.submit_calls(session=session, dialect=Dialect.MCP, proposed=[proposed])
+    if call.name != proposed.name or call.digest != digest_of(proposed):
+        raise refuse(
+            types.INVALID_PARAMS,
+            "This request id was already used in this session for another call; Harness "
+            "decides each input once. Send the call again with a new request id.",
+        )
     follow_edits([call])
     return call
 
@@ -365,7 +375,10 @@ async def approval_prompt(
             }
         )
     proposed = await db(decide_only_proposal)(tool_name, tool_input, tool_use_id)
-    call = await db(submit)(caller.session, proposed)
+    try:
+        call = await db(submit)(caller.session, proposed)
+    except McpError as reused:  # an id already decided for other input allows nothing else
+        return prompt_answer({"behavior": "deny", "message": reused.error.message})
     call = await hold(
         call, progress, settled=lambda c: c.status == Status.RELEASED or c.is_terminal
     )

@@ -418,3 +418,75 @@ def test_unstorable_or_foreign_requests_are_refused_without_a_trace(
     assert garbage.status_code == 400 and "Traceback" not in garbage.text
     own = {**live_agent.headers, "Mcp-Session-Id": session_id or ""}
     assert httpx.delete(live_stack.url + "/mcp/", headers=own).status_code == 200
+
+
+def _rpc(client: httpx.Client, headers: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    """One JSON-RPC request on /mcp/; its response (JSON, or the last SSE data line)."""
+    response = client.post("/mcp/", json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    if response.headers["content-type"].startswith("text/event-stream"):
+        data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        answers = [json.loads(d) for d in data if '"result"' in d or '"error"' in d]
+        return dict(answers[-1])
+    return dict(response.json())
+
+
+def test_a_request_id_used_again_with_other_input_gets_no_earlier_decision(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    """Red-team F5: a reused id must not carry an allow (or a result) to other input."""
+    trusted = make_agent(mode="trusted")
+    headers = {
+        "Authorization": f"Bearer {trusted.token}",
+        "Accept": "application/json, text/event-stream",
+    }
+    with httpx.Client(base_url=live_stack.url, timeout=60) as client:
+        init = client.post(
+            "/mcp/",
+            json={
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "reuse", "version": "1"},
+                },
+            },
+            headers=headers,
+        )
+        assert init.status_code == 200, init.text
+        session_headers = {**headers, "Mcp-Session-Id": init.headers["mcp-session-id"]}
+
+        def prompt(command: str) -> dict[str, Any]:
+            arguments = {"tool_name": "Bash", "input": {"command": command}, "tool_use_id": "t1"}
+            body = {
+                "jsonrpc": "2.0",
+                "id": 7,
+                "method": "tools/call",
+                "params": {"name": "approval_prompt", "arguments": arguments},
+            }
+            answer = _rpc(client, session_headers, body)
+            return dict(json.loads(answer["result"]["content"][0]["text"]))
+
+        first = prompt("ls")
+        again = prompt("ls")
+        other = prompt("rm -rf src")
+
+        def call(path: str) -> dict[str, Any]:
+            body = {
+                "jsonrpc": "2.0",
+                "id": 9,
+                "method": "tools/call",
+                "params": {"name": "list_directory", "arguments": {"path": path}},
+            }
+            return _rpc(client, session_headers, body)
+
+        listed = call(".")
+        reused = call("elsewhere")
+    assert first == again == {"behavior": "allow", "updatedInput": {"command": "ls"}}
+    assert other["behavior"] == "deny" and "already used" in other["message"]
+    assert "result" in listed
+    assert "already used" in reused["error"]["message"]
+    calls = ToolCall.objects.filter(session__agent=trusted.agent)
+    assert sorted(c.tool_use_id for c in calls) == ["mcp:7/t1", "mcp:9"]
