@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import json
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
+import pytest
 from django.test import Client
 
-from tests.conftest import AgentFixture
+from tests.conftest import ROOT, AgentFixture
 
 PROJECT = "/home/dev/project"
 CODEX_URL = "/api/v1/hooks/codex"
@@ -96,3 +99,19 @@ def gemini_decision(response: Any) -> tuple[str, str]:
     assert set(answer) == {"decision", "reason"}, answer  # never a changed tool_input
     assert answer["decision"] in ("allow", "deny")
     return answer["decision"], answer["reason"]
+
+
+@pytest.fixture(scope="session")
+def hook_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with `harness-hook` as pip installs the console script (this checkout's)."""
+    directory = tmp_path_factory.mktemp("bin")
+    script = directory / "harness-hook"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from dispatcher.gateways.hook_command import main\n"
+        "sys.exit(main())\n"
+    )
+    script.chmod(0o755)
+    return directory
