@@ -185,6 +185,8 @@ SESSION_ONLY = (
     "enter_plan_mode",
     "exit_plan_mode",
     "get_internal_docs",
+    "list_background_processes",  # Gemini CLI's own background shells: what they printed
+    "read_background_output",
     "tracker_add_dependency",
     "tracker_create_task",
     "tracker_get_task",
