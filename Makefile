@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
-.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code mcp-servers clean battery
+.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,32 @@ $(CLAUDE_CODE_STAMP):
 
 claude-code: $(CLAUDE_CODE_STAMP)
 
+# The pinned Codex CLI and Gemini CLI for tests/coding_agents (npm registry), under var/.
+CODEX_VERSION := 0.171.0
+CODEX_DIR := var/codex
+CODEX_STAMP := $(CODEX_DIR)/.installed-$(CODEX_VERSION)
+GEMINI_CLI_VERSION := 0.61.0
+GEMINI_CLI_DIR := var/gemini-cli
+GEMINI_CLI_STAMP := $(GEMINI_CLI_DIR)/.installed-$(GEMINI_CLI_VERSION)
+
+$(CODEX_STAMP):
+	@if command -v npm >/dev/null; then \
+	  npm install --prefix $(CODEX_DIR) --no-audit --no-fund --loglevel=error \
+	    @openai/codex@$(CODEX_VERSION) && \
+	  $(CODEX_DIR)/node_modules/.bin/codex --version && touch $@; \
+	else echo "The Codex tests need node and npm (apt-get install nodejs npm)."; fi
+
+$(GEMINI_CLI_STAMP):
+	@if command -v npm >/dev/null; then \
+	  npm install --prefix $(GEMINI_CLI_DIR) --no-audit --no-fund --loglevel=error \
+	    @google/gemini-cli@$(GEMINI_CLI_VERSION) && \
+	  $(GEMINI_CLI_DIR)/node_modules/.bin/gemini --version && touch $@; \
+	else echo "The Gemini CLI tests need node and npm (apt-get install nodejs npm)."; fi
+
+codex: $(CODEX_STAMP)
+gemini-cli: $(GEMINI_CLI_STAMP)
+coding-agents: claude-code codex gemini-cli
+
 # A real MCP server nobody here wrote, for the MCP tests: from the npm registry into var/npm
 # (gitignored). Without npm the tests that need it skip (and fail under CI=true).
 MCP_FILESYSTEM_VERSION := 2026.8.31
@@ -61,7 +87,7 @@ demo: $(STAMP) sandbox
 	$(BIN)/python manage.py run_demo
 
 # The whole suite on PostgreSQL + Redis, then on the embedded default (SQLite + own Redis).
-test: $(STAMP) browser sandbox claude-code mcp-servers
+test: $(STAMP) browser sandbox coding-agents mcp-servers
 	$(MAKE) test-pg
 	$(MAKE) test-embedded
 
@@ -79,7 +105,7 @@ test-embedded: $(STAMP)
 	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; r.stop(pathlib.Path('$(CURDIR)/var/test-embedded'))"; \
 	  exit $$status
 
-test-all: $(STAMP) browser sandbox claude-code mcp-servers
+test-all: $(STAMP) browser sandbox coding-agents mcp-servers
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --create-db
 
 # Benchmarks (never run by CI): ratios against baselines measured in the same run.

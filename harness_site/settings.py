@@ -328,8 +328,13 @@ if HARNESS_CHECKPOINT_INTERVAL > 0:
 # Requests of one agent that may wait (?wait=) at once in one web process (429 beyond).
 HARNESS_MAX_WAITS_PER_AGENT = int(env("HARNESS_MAX_WAITS_PER_AGENT", "8"))
 # Decide-only tool sets: the tools each client runs itself, resolved only for that
-# client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md.
-HARNESS_CLIENT_TOOLS = {"claude-code": "dispatcher.tools.claude_code.TOOLSET"}
+# client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md and
+# docs/coding-agents.md.
+HARNESS_CLIENT_TOOLS = {
+    "claude-code": "dispatcher.tools.claude_code.TOOLSET",
+    "codex": "dispatcher.tools.codex.TOOLSET",
+    "gemini-cli": "dispatcher.tools.gemini.TOOLSET",
+}
 # The longest a hook request (POST /api/v1/hooks/claude-code?wait=S) is held while a
 # reviewer decides, and the wait when the hook names none (below Claude Code's 60 s
 # default hook timeout).

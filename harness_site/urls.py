@@ -2,13 +2,15 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dispatcher.gateways import claude_code
+from dispatcher.gateways import claude_code, codex, gemini
 from dispatcher.gateways.api import api
 
 from . import views
 
-# Claude Code's hooks, on the agent API (same token, same error handling).
+# The coding agents' hooks, on the agent API (same token, same error handling).
 api.add_router("/hooks", claude_code.router)
+api.add_router("/hooks", codex.router)
+api.add_router("/hooks", gemini.router)
 
 urlpatterns = [
     path("", views.home, name="home"),

@@ -1,16 +1,21 @@
-"""harness-hook: the command hook Claude Code runs to ask Harness (standard library only).
+"""harness-hook: the command hook a coding agent runs to ask Harness (standard library only).
 
-Claude Code runs it with the hook input as JSON on standard input. It POSTs that input to
-`$HARNESS_URL/api/v1/hooks/claude-code` with `Authorization: Bearer $HARNESS_TOKEN` and
-prints Harness's answer for Claude Code to obey. On any failure (no token or URL, Harness
-down or slower than the deadline, the token refused, an answer that is not a decision)
-it writes why on standard error and exits 2, which makes Claude Code block the tool and
-show the message to the model: it fails closed. (An HTTP hook whose server cannot be
-reached does not block: the tool runs. That is why this is a command hook.)
+Claude Code (the default), Codex CLI (`--agent codex`) and Gemini CLI (`--agent gemini`)
+run it with the hook input as JSON on standard input. It POSTs that input to the agent's
+endpoint (`$HARNESS_URL/api/v1/hooks/claude-code`, `/codex`, `/gemini`) with
+`Authorization: Bearer $HARNESS_TOKEN` and prints Harness's answer for the agent to obey,
+after checking that it is exactly a decision in that agent's format. On any failure (no
+token or URL, Harness down or slower than the deadline, the token refused, an answer that
+is not a decision) it writes why on standard error and exits 2, which makes all three
+block the tool and show the message to the model: it fails closed. (An HTTP hook whose
+server cannot be reached does not block, and each of them lets the tool run when a
+command hook fails any other way: exit 1, a timeout, output it cannot parse. That is why
+this is a command hook that always exits 2 itself, well before the agent's timeout.)
 
-Only PreToolUse fails with exit 2. For the other events a failure exits 1 (Claude Code
-shows it and goes on): exit 2 on Stop would keep Claude Code from ever stopping, and on
-UserPromptSubmit would refuse every prompt, while the tool calls stay blocked anyway.
+Only the pre-tool event (PreToolUse, Gemini CLI's BeforeTool) fails with exit 2. For the
+other events a failure exits 1 (the agent shows it and goes on): exit 2 on Stop would keep
+Claude Code from ever stopping, and on a prompt event would refuse every prompt, while the
+tool calls stay blocked anyway.
 
 Standard library only: it runs on each developer's machine, where only this file and a
 Python 3 need to be.
@@ -27,8 +32,14 @@ import urllib.parse
 from typing import Any
 
 ENDPOINT = "/api/v1/hooks/claude-code"
-DEFAULT_WAIT = 50.0  # below Claude Code's default 60 s hook timeout
+DEFAULT_WAIT = 50.0  # below Claude Code's (and Codex's, Gemini CLI's) default 60 s timeout
 DECISIONS = ("allow", "deny")
+# Each agent's endpoint and the event that asks before a tool runs.
+AGENTS = {
+    "claude-code": (ENDPOINT, "PreToolUse"),
+    "codex": ("/api/v1/hooks/codex", "PreToolUse"),
+    "gemini": ("/api/v1/hooks/gemini", "BeforeTool"),
+}
 
 
 class HookFailure(Exception):
@@ -39,12 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     options = _options(argv)
     raw = sys.stdin.buffer.read()
     event = _event(raw)
+    pre_event = AGENTS[options.agent][1]
+    asks = event in (pre_event, "")
     try:
-        answer = ask_harness(raw, event, options.url, options.wait, options.timeout)
+        answer = ask_harness(
+            raw, event, options.url, options.wait, options.timeout, agent=options.agent
+        )
     except HookFailure as failure:
-        outcome = "the tool was not run" if event in ("PreToolUse", "") else "nothing was recorded"
+        outcome = "the tool was not run" if asks else "nothing was recorded"
         print(f"Harness: {failure}; {outcome}.", file=sys.stderr)
-        return 2 if event in ("PreToolUse", "") else 1
+        return 2 if asks else 1
     if answer:
         sys.stdout.write(json.dumps(answer))
     return 0
@@ -53,7 +68,14 @@ def main(argv: list[str] | None = None) -> int:
 def _options(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="harness-hook",
-        description="Claude Code's command hook for Harness (HARNESS_URL, HARNESS_TOKEN).",
+        description="A coding agent's command hook for Harness (HARNESS_URL, HARNESS_TOKEN).",
+    )
+    parser.add_argument(
+        "--agent",
+        choices=sorted(AGENTS),
+        default="claude-code",
+        help="which agent runs the hook, and so its endpoint and answer format "
+        "(default: claude-code)",
     )
     parser.add_argument(
         "--wait",
@@ -86,8 +108,11 @@ def _event(raw: bytes) -> str:
     return event if isinstance(event, str) else ""
 
 
-def ask_harness(raw: bytes, event: str, url: str, wait: float, timeout: float) -> dict[str, Any]:
-    """Harness's answer to the hook input `raw`; raises HookFailure with why there is none."""
+def ask_harness(
+    raw: bytes, event: str, url: str, wait: float, timeout: float, agent: str = "claude-code"
+) -> dict[str, Any]:
+    """Harness's answer to the hook input `raw` from `agent`; raises HookFailure with why
+    there is none."""
     token = os.environ.get("HARNESS_TOKEN", "")
     if not token:
         raise HookFailure(
@@ -101,14 +126,14 @@ def ask_harness(raw: bytes, event: str, url: str, wait: float, timeout: float) -
             f"HARNESS_URL is {url!r}; set it to Harness's address, e.g. https://harness.example"
         )
     query = urllib.parse.urlencode({"wait": f"{wait:g}"})
-    path = f"{parsed.path.rstrip('/')}{ENDPOINT}?{query}"
+    path = f"{parsed.path.rstrip('/')}{AGENTS[agent][0]}?{query}"
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     body = _post(parsed, path, raw, headers, url, timeout)
     try:
         answer = json.loads(body)
     except ValueError:
         raise HookFailure("Harness's answer is not JSON") from None
-    return check_answer(answer, event)
+    return check_answer(answer, event, agent)
 
 
 def _post(
@@ -154,13 +179,17 @@ def _refusal(status: int, reason: str, body: bytes) -> str:
     return f"Harness answered {status} {code}: {message}"
 
 
-def check_answer(answer: Any, event: str) -> dict[str, Any]:
-    """The answer, if it is one Claude Code may obey: a JSON object and, for PreToolUse, a
-    decision of allow or deny that never carries changed input."""
+def check_answer(answer: Any, event: str, agent: str = "claude-code") -> dict[str, Any]:
+    """The answer, if it is one `agent` may obey: a JSON object and, for the pre-tool event,
+    exactly a decision in the agent's format that never carries changed input."""
     if not isinstance(answer, dict):
         raise HookFailure("Harness's answer is not a JSON object")
-    if event != "PreToolUse":
+    if event != AGENTS[agent][1]:
         return answer
+    if agent == "codex":
+        return _codex_decision(answer)
+    if agent == "gemini":
+        return _gemini_decision(answer)
     output = answer.get("hookSpecificOutput")
     if (
         not isinstance(output, dict)
@@ -172,6 +201,36 @@ def check_answer(answer: Any, event: str) -> dict[str, Any]:
     if "updatedInput" in output:
         raise HookFailure("Harness's answer would change the tool's input, which it never does")
     return answer
+
+
+def _codex_decision(answer: dict[str, Any]) -> dict[str, Any]:
+    """Codex obeys a deny decision; for an allow Harness answers only a systemMessage (Codex
+    counts "allow" as a failed hook). Exactly these shapes: Codex rejects unknown fields,
+    and a rejected answer lets the tool run."""
+    output = answer.get("hookSpecificOutput")
+    if set(answer) == {"systemMessage"} and isinstance(answer["systemMessage"], str):
+        return answer
+    if (
+        set(answer) == {"hookSpecificOutput"}
+        and isinstance(output, dict)
+        and set(output) == {"hookEventName", "permissionDecision", "permissionDecisionReason"}
+        and output["hookEventName"] == "PreToolUse"
+        and output["permissionDecision"] == "deny"
+        and isinstance(output["permissionDecisionReason"], str)
+    ):
+        return answer
+    raise HookFailure("Harness's answer is not a deny decision or an allow for Codex")
+
+
+def _gemini_decision(answer: dict[str, Any]) -> dict[str, Any]:
+    """Gemini CLI's {"decision", "reason"}, nothing more (no changed tool_input)."""
+    if (
+        set(answer) == {"decision", "reason"}
+        and answer["decision"] in DECISIONS
+        and isinstance(answer["reason"], str)
+    ):
+        return answer
+    raise HookFailure("Harness's answer is not an allow or deny decision for Gemini CLI")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import functools
 import posixpath
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.parts import nested_commands
@@ -32,7 +33,7 @@ from dispatcher.policy.shell import (
     unwrap_once,
 )
 from dispatcher.tools._paths import lexical_path_violation, path_violation
-from dispatcher.tools.base import command_argv
+from dispatcher.tools.base import command_argv, tool_paths
 
 MAX_SHELL_DEPTH = 8
 MAX_LAYERS = 32
@@ -74,6 +75,25 @@ def workspace_confinement(call: CallContext) -> str | None:
         problem = violation(call.arguments[name], call.workspace)
         if problem is not None:
             return problem if name == "path" else f"Argument '{name}': {problem}"
+    return _embedded_path_violation(call, violation)
+
+
+def _embedded_path_violation(
+    call: CallContext, violation: Callable[[object, Path], str | None]
+) -> str | None:
+    """The paths named inside an argument's text (a Codex patch's file headers): each
+    must stay in the workspace, and text whose paths cannot all be read is denied."""
+    try:
+        paths = tool_paths(call.tool, call.arguments)
+    except ValueError as unreadable:
+        return (
+            f"Harness cannot read the paths this '{call.name}' call touches ({unreadable}), "
+            "so it is denied."
+        )
+    for path in paths:
+        problem = violation(path, call.workspace)
+        if problem is not None:
+            return f"The '{call.name}' call touches a path outside the project: {problem}"
     return None
 
 

@@ -48,7 +48,7 @@ from dispatcher.policy.shell import (
     is_computed,
 )
 from dispatcher.tools._paths import lexical_relative
-from dispatcher.tools.base import Tool, command_argv
+from dispatcher.tools.base import Tool, command_argv, tool_paths
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def specifier_kind(rule: Rule, tool: Tool) -> str:
         return "param"
     if tool.command_argument:
         return "command"
-    if tool.path_arguments:
+    if tool.path_arguments or tool.embedded_paths is not None:
         return "path"
     names = ", ".join(sorted(properties)) or "none"
     if found:
@@ -277,6 +277,12 @@ def path_readings(
             readings.append(_client_readings_of(value, workspace))
         elif isinstance(value, str):
             readings.append(_readings_of(value, workspace))
+    try:
+        embedded = tool_paths(tool, arguments)
+    except ValueError:
+        return []  # unreadable: no path rule matches (the confinement guard denies it)
+    reading = _client_readings_of if tool.client_executed else _readings_of
+    readings.extend(reading(value, workspace) for value in embedded)
     return readings
 
 

@@ -79,6 +79,17 @@ class Tool:
     # Other tool names whose rules also cover this tool (Claude Code's `Edit(src/**)`
     # also covers Write, as in Claude Code's own permission rules).
     rule_aliases: tuple[str, ...] = ()
+    # Paths named inside an argument's text rather than as arguments of their own (the
+    # file headers of a Codex patch). Confined and matched by path rules like
+    # `path_arguments`; raises ValueError when the text cannot be read completely, and
+    # the confinement guard then denies the call.
+    embedded_paths: Callable[[Mapping[str, Any]], tuple[str, ...]] | None = None
+
+
+def tool_paths(tool: Tool, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+    """The paths `embedded_paths` finds in `arguments` (none for most tools); raises
+    ValueError, as `embedded_paths` does, when they cannot be read."""
+    return tool.embedded_paths(arguments) if tool.embedded_paths is not None else ()
 
 
 def command_argv(tool: Tool, arguments: Mapping[str, Any]) -> list[str] | None:

@@ -1,0 +1,227 @@
+"""What the hook endpoints of coding agents share (docs/claude-code.md, docs/coding-agents.md).
+
+Claude Code, Codex CLI and Gemini CLI each run a command hook before a tool call, with a
+JSON hook input (`session_id`, `cwd`, `hook_event_name`, `tool_name`, `tool_input`, and,
+except Gemini CLI, `tool_use_id`; fields not named here are ignored). Each has its own
+endpoint, tool set and answer format, described by a `HookDialect`; the rest is here:
+one client session is one Harness session (keyed by its session_id, titled and confined
+by its cwd); the pre-tool event admits the call through the whole pipeline
+(dispatcher.gateways.client_calls.decide_client_call) and answers allow or deny in the
+client's own format, holding the request while a reviewer decides (up to `?wait=`
+seconds), never with changed input; the post-tool event reports what the tool returned;
+the session's other events are recorded for its timeline.
+
+A gateway translates the protocol only: no policy, no state change of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from dispatcher import agents, transitions
+from dispatcher.gateways.dialects import MAX_ID_LENGTH
+from dispatcher.models import Agent, AgentSession, Status, ToolCall
+from dispatcher.proposals import ProposedCall, canonical_json, digest_of
+
+from .api import BodyError, agent_of, error, read_json
+from .client_calls import Verdict, decide_client_call
+
+logger = logging.getLogger(__name__)
+
+MAX_PATH_LENGTH = 1000
+TEXT_LIMIT = 10_000  # characters of a prompt or a last message kept for the timeline
+
+
+class HookError(ValueError):
+    """The hook input cannot be used; the message says which field and what it needs."""
+
+
+def text_result(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class HookDialect:
+    """One coding agent's hook protocol.
+
+    `reports` maps each post-tool event to a function of its hook input giving the
+    result's (content, is_error). `recorded` maps session events to the audit kind and the
+    input fields kept. `ids` is False for a client that sends no `tool_use_id` (Gemini
+    CLI): Harness then names each call itself, and a report finds its call by tool name
+    and input digest.
+    """
+
+    client: str  # the tool set's client, and the session's `client`
+    label: str  # the client's name in messages ("Claude Code")
+    pre_event: str
+    answer: Callable[[Verdict], dict[str, Any]]
+    reports: dict[str, Callable[[dict[str, Any]], tuple[str, bool]]]
+    recorded: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    ids: bool = True
+
+
+@dataclass(frozen=True)
+class Hook:
+    event: str
+    session_id: str
+    cwd: str
+    body: dict[str, Any]
+    label: str = "the client"
+
+    def tool_call(self, ids: bool = True) -> tuple[str, dict[str, Any], str]:
+        """(tool_name, tool_input, tool_use_id) of a tool event, checked; the id is ""
+        for a client that sends none (`ids` False)."""
+        name = _text(self.body, "tool_name", MAX_ID_LENGTH, self.label)
+        tool_input = self.body.get("tool_input")
+        if not isinstance(tool_input, dict):
+            raise HookError("'tool_input' must be a JSON object (the tool's input).")
+        if not ids:
+            return name, tool_input, ""
+        return name, tool_input, _text(self.body, "tool_use_id", MAX_ID_LENGTH, self.label)
+
+
+def _text(body: dict[str, Any], name: str, limit: int, label: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value:
+        raise HookError(f"'{name}' must be a non-empty string, as {label} sends it.")
+    if len(value) > limit:
+        raise HookError(f"'{name}' is longer than {limit} characters.")
+    return value
+
+
+def parse_hook(body: Any, label: str = "Claude Code") -> Hook:
+    """The hook input the client sent; raises HookError naming what is missing or wrong."""
+    if not isinstance(body, dict):
+        raise HookError(f"Send the hook input as {label} does: one JSON object.")
+    event = _text(body, "hook_event_name", 64, label)
+    session_id = _text(body, "session_id", MAX_ID_LENGTH, label)
+    cwd = _text(body, "cwd", MAX_PATH_LENGTH, label)
+    if not cwd.startswith("/"):
+        raise HookError(f"'cwd' must be an absolute path: the directory {label} runs in.")
+    return Hook(event, session_id, posixpath.normpath(cwd), body, label)
+
+
+def hook_wait(wait: float | None) -> float:
+    """How long a pre-tool hook may hold the request: `?wait=`, else the default, at most
+    the max."""
+    seconds = settings.HARNESS_HOOK_DEFAULT_WAIT if wait is None else wait
+    return max(0.0, min(float(seconds), settings.HARNESS_HOOK_MAX_WAIT))
+
+
+def _session(agent: Agent, hook: Hook, dialect: HookDialect) -> AgentSession:
+    return agents.client_session(
+        agent=agent, client=dialect.client, external_id=hook.session_id, project_dir=hook.cwd
+    )
+
+
+def _reported_call(
+    session: AgentSession, tool: tuple[str, dict[str, Any], str], dialect: HookDialect
+) -> ToolCall | None:
+    name, tool_input, tool_use_id = tool
+    calls = ToolCall.objects.filter(session=session)
+    if dialect.ids:
+        return calls.filter(tool_use_id=tool_use_id).first()
+    # No ids: the oldest released call of this tool with exactly this input.
+    digest = digest_of(ProposedCall("", name, canonical_json(tool_input), tool_input))
+    released = calls.filter(name=name, digest=digest, status=Status.RELEASED)
+    return released.order_by("created_at").first()
+
+
+def _report(
+    agent: Agent,
+    session: AgentSession,
+    hook: Hook,
+    tool: tuple[str, dict[str, Any], str],
+    dialect: HookDialect,
+) -> None:
+    """The tool ran on the client: its result becomes the call's, marked as reported."""
+    name, tool_input, tool_use_id = tool
+    call = _reported_call(session, tool, dialect)
+    if call is None:
+        logger.warning(
+            "%s reported %s %s, which Harness never decided", dialect.label, name, tool_use_id
+        )
+        return
+    content, is_error = dialect.reports[hook.event](hook.body)
+    reported = ProposedCall(tool_use_id, name, canonical_json(tool_input), tool_input)
+    transitions.report_result(
+        call_id=call.pk,
+        content=content,
+        is_error=is_error,
+        actor=f"agent:{agent.name}",
+        source=f"{dialect.client}:{hook.event}",
+        # The input the client says it ran is the input it was allowed (the same digest).
+        extra={"input_matches": name == call.name and digest_of(reported) == call.digest},
+    )
+
+
+def _record(session: AgentSession, hook: Hook, dialect: HookDialect) -> None:
+    kind, fields = dialect.recorded[hook.event]
+    payload: dict[str, Any] = {"event": hook.event, "cwd": hook.cwd}
+    for name in fields:
+        value = hook.body.get(name)
+        if isinstance(value, str):
+            payload[name] = value[:TEXT_LIMIT]
+        elif isinstance(value, bool | int | float):
+            payload[name] = value
+    agents.record_client_event(session=session, kind=kind, payload=payload)
+
+
+def hook_doc(label: str) -> dict[str, Any]:
+    """The OpenAPI request body of a hook endpoint."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "description": f"{label}'s hook input, as it sends it (session_id, "
+                        "cwd, hook_event_name, tool_name, tool_input, ...).",
+                        "type": "object",
+                    }
+                }
+            },
+        }
+    }
+
+
+async def handle_hook(
+    request: HttpRequest, dialect: HookDialect, wait: float | None
+) -> HttpResponse:
+    """One hook request of `dialect`'s client: the pre-tool event's decision in the client's
+    format; a report or a session event recorded (answered `{}`); other events ignored."""
+    agent = agent_of(request)
+    tool_events = (dialect.pre_event, *dialect.reports)
+    try:
+        hook = parse_hook(read_json(request), dialect.label)
+        tool = hook.tool_call(dialect.ids) if hook.event in tool_events else None
+    except BodyError as exc:
+        return exc.response
+    except HookError as exc:
+        return error(422, "invalid_hook_input", str(exc))
+    session = await sync_to_async(_session)(agent, hook, dialect)
+    if tool is not None and hook.event == dialect.pre_event:
+        name, tool_input, tool_use_id = tool
+        verdict = await decide_client_call(
+            session=session,
+            tool_name=name,
+            tool_input=tool_input,
+            tool_use_id=tool_use_id or f"{dialect.client}-{uuid.uuid4().hex}",
+            wait_seconds=hook_wait(wait),
+        )
+        return JsonResponse(dialect.answer(verdict))
+    if tool is not None:
+        await sync_to_async(_report)(agent, session, hook, tool, dialect)
+    elif hook.event in dialect.recorded:
+        await sync_to_async(_record)(session, hook, dialect)
+    return JsonResponse({})
