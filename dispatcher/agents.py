@@ -213,6 +213,37 @@ def client_session(
         return found
 
 
+def client_session_for_token(
+    *, token: str, client: str, external_id: str, project_dir: str
+) -> AgentSession | None:
+    """The client session `external_id` of the active agent holding `token` (started on
+    first sight, as client_session does), read with what admission needs (agent, owner,
+    the owner's profile, whether it holds any grant) in one query once it exists: the hook
+    path authenticates and loads in one read. None for a bad token."""
+    prefix = token_prefix(token)
+    if prefix is None:
+        return None
+    session = (
+        AgentSession.objects.select_related("agent__owner__permission_profile")
+        .annotate(has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))))
+        .filter(
+            agent__token_prefix=prefix,
+            agent__is_active=True,
+            client=client,
+            external_id=external_id,
+        )
+        .first()
+    )
+    if session is not None:
+        return session if _token_matches(session.agent, token) else None
+    agent = authenticate_token(token)
+    if agent is None:
+        return None
+    return client_session(
+        agent=agent, client=client, external_id=external_id, project_dir=project_dir
+    )
+
+
 def _client_session(agent: Agent, client: str, external_id: str) -> AgentSession | None:
     session = (
         AgentSession.objects.annotate(

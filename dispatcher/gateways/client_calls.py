@@ -70,10 +70,31 @@ async def decide_client_call(
     is the same call (answered by its state now); with other input it is denied.
     Raises what admission raises (DatabaseError: the caller answers "unavailable").
     """
+    admitted = await sync_to_async(admit_client_call)(
+        session=session,
+        tool_name=tool_name,
+        tool_input=tool_input,
+        tool_use_id=tool_use_id,
+        dialect=dialect,
+    )
+    return await verdict_after(admitted, session, wait_seconds)
+
+
+def admit_client_call(
+    *,
+    session: AgentSession,
+    tool_name: str,
+    tool_input: dict[str, Any],
+    tool_use_id: str,
+    dialect: str = Dialect.ANTHROPIC,
+    profile_preloaded: bool = False,
+) -> ToolCall | Verdict:
+    """The admitted call, or the denial of an id already used for another call (the
+    synchronous half of decide_client_call, for a caller already on the ORM's thread)."""
     arguments = dict(tool_input)
     proposed = ProposedCall(tool_use_id, tool_name, canonical_json(arguments), arguments)
-    [call] = await sync_to_async(admission.submit_calls)(
-        session=session, dialect=dialect, proposed=[proposed]
+    [call] = admission.submit_calls(
+        session=session, dialect=dialect, proposed=[proposed], profile_preloaded=profile_preloaded
     )
     if call.name != tool_name or call.digest != digest_of(proposed):
         return Verdict(
@@ -83,6 +104,17 @@ async def decide_client_call(
             str(call.pk),
             call.status,
         )
+    return call
+
+
+async def verdict_after(
+    admitted: ToolCall | Verdict, session: AgentSession, wait_seconds: float
+) -> Verdict:
+    """The verdict on an admitted call, waiting while it asks a reviewer (the asynchronous
+    half of decide_client_call)."""
+    if isinstance(admitted, Verdict):
+        return admitted
+    call = admitted
     if _pending(call):
         call = await _wait_for_decision(call, session, wait_seconds)
     return verdict_of(call)

@@ -15,15 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from ninja import Router
 
 from audit import kinds
 from dispatcher.tools.gemini import CLIENT
 
 from .client_calls import Verdict
-from .hooks import HookDialect, handle_hook, hook_doc, text_result
+from .hooks import HookDialect, handle_hook, hook_doc, hook_router, text_result
 
-router = Router(tags=["hooks"])
+router = hook_router()
 
 RECORDED: dict[str, tuple[str, tuple[str, ...]]] = {
     "SessionStart": (kinds.CLIENT_SESSION_STARTED, ("source",)),

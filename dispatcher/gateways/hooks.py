@@ -27,14 +27,15 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from ninja import Router
 
 from dispatcher import agents, transitions
 from dispatcher.gateways.dialects import MAX_ID_LENGTH
 from dispatcher.models import Agent, AgentSession, Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 
-from .api import BodyError, agent_of, error, read_json
-from .client_calls import Verdict, decide_client_call
+from .api import BodyError, SubmitToken, error, read_json, unauthorized
+from .client_calls import Verdict, admit_client_call, verdict_after
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,14 @@ TEXT_LIMIT = 10_000  # characters of a prompt or a last message kept for the tim
 
 class HookError(ValueError):
     """The hook input cannot be used; the message says which field and what it needs."""
+
+
+def hook_router() -> Router:
+    """A hook endpoint's router. Its auth checks only the token's form: the hook verifies
+    the token in the same read as its session (agents.client_session_for_token), so a
+    pre-tool hook makes one hop to the ORM's thread; a bad token still answers 401, with
+    nothing recorded."""
+    return Router(tags=["hooks"], auth=SubmitToken())
 
 
 def text_result(value: Any) -> str:
@@ -118,10 +127,31 @@ def hook_wait(wait: float | None) -> float:
     return max(0.0, min(float(seconds), settings.HARNESS_HOOK_MAX_WAIT))
 
 
-def _session(agent: Agent, hook: Hook, dialect: HookDialect) -> AgentSession:
-    return agents.client_session(
-        agent=agent, client=dialect.client, external_id=hook.session_id, project_dir=hook.cwd
+def _session(token: str, hook: Hook, dialect: HookDialect) -> AgentSession | None:
+    """The hook's session, with its agent, owner and profile (one read once it exists);
+    None when the token is not an active agent's."""
+    return agents.client_session_for_token(
+        token=token, client=dialect.client, external_id=hook.session_id, project_dir=hook.cwd
     )
+
+
+def _admit(
+    token: str, hook: Hook, tool: tuple[str, dict[str, Any], str], dialect: HookDialect
+) -> tuple[AgentSession, ToolCall | Verdict] | None:
+    """A pre-tool hook's session and its admitted call, in one hop to the ORM's thread:
+    the token checked in the session's read, the profile read with it. None: a bad token."""
+    session = _session(token, hook, dialect)
+    if session is None:
+        return None
+    name, tool_input, tool_use_id = tool
+    admitted = admit_client_call(
+        session=session,
+        tool_name=name,
+        tool_input=tool_input,
+        tool_use_id=tool_use_id or f"{dialect.client}-{uuid.uuid4().hex}",
+        profile_preloaded=True,
+    )
+    return session, admitted
 
 
 def _reported_call(
@@ -200,7 +230,7 @@ async def handle_hook(
 ) -> HttpResponse:
     """One hook request of `dialect`'s client: the pre-tool event's decision in the client's
     format; a report or a session event recorded (answered `{}`); other events ignored."""
-    agent = agent_of(request)
+    token = str(request.auth)  # type: ignore[attr-defined]
     tool_events = (dialect.pre_event, *dialect.reports)
     try:
         hook = parse_hook(read_json(request), dialect.label)
@@ -209,19 +239,18 @@ async def handle_hook(
         return exc.response
     except HookError as exc:
         return error(422, "invalid_hook_input", str(exc))
-    session = await sync_to_async(_session)(agent, hook, dialect)
     if tool is not None and hook.event == dialect.pre_event:
-        name, tool_input, tool_use_id = tool
-        verdict = await decide_client_call(
-            session=session,
-            tool_name=name,
-            tool_input=tool_input,
-            tool_use_id=tool_use_id or f"{dialect.client}-{uuid.uuid4().hex}",
-            wait_seconds=hook_wait(wait),
-        )
+        admitted = await sync_to_async(_admit)(token, hook, tool, dialect)
+        if admitted is None:
+            return unauthorized()
+        session, call = admitted
+        verdict = await verdict_after(call, session, hook_wait(wait))
         return JsonResponse(dialect.answer(verdict))
+    found = await sync_to_async(_session)(token, hook, dialect)
+    if found is None:
+        return unauthorized()
     if tool is not None:
-        await sync_to_async(_report)(agent, session, hook, tool, dialect)
+        await sync_to_async(_report)(found.agent, found, hook, tool, dialect)
     elif hook.event in dialect.recorded:
-        await sync_to_async(_record)(session, hook, dialect)
+        await sync_to_async(_record)(found, hook, dialect)
     return JsonResponse({})

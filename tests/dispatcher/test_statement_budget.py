@@ -83,3 +83,37 @@ def test_an_approval_reuses_the_call_read_under_the_approvals_lock(db: None) -> 
     # Only dispatch_ready's read of the batch: the call was read (and is held) under the
     # approval's lock, and moves by a conditional update.
     assert len(call_reads) == 1, call_reads
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_auto_allowed_pre_tool_use_is_answered_in_five_statements_and_one_commit() -> None:
+    fx = make_agent(mode="standard")
+    client = Client(headers=fx.headers)
+
+    def pre_tool_use(tool_use_id: str) -> dict[str, object]:
+        return {
+            "session_id": "cc-budget",
+            "cwd": "/home/dev/project",
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Read",
+            "tool_input": {"file_path": "/home/dev/project/src/app.py"},
+            "tool_use_id": tool_use_id,
+        }
+
+    url = "/api/v1/hooks/claude-code?wait=0"
+    first = client.post(url, json.dumps(pre_tool_use("t1")), content_type="application/json")
+    assert first.json()["hookSpecificOutput"]["permissionDecision"] == "allow"
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(
+            url, json.dumps(pre_tool_use("t2")), content_type="application/json"
+        )
+    assert response.json()["hookSpecificOutput"]["permissionDecision"] == "allow"
+    sql = statements(queries)
+    control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
+    data = [s for s in sql if not s.startswith(control)]
+    # The session with its agent (the token checked), owner, profile and grants in one
+    # read; the repeat count; the call; the chain head lock; the events and head update
+    # in one statement (two on SQLite).
+    assert len(data) == (5 if connection.vendor == "postgresql" else 6), data
+    if connection.vendor == "postgresql":
+        assert [s for s in sql if s.startswith(control)] == ["BEGIN", "COMMIT"], sql
