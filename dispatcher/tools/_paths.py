@@ -2,7 +2,9 @@
 
 `path_violation` is the single definition of "a path inside the workspace": the guard
 denies with its text, and tool bodies call `resolve_in_workspace` again at run time
-(defense in depth: time has passed, a symlink may have appeared).
+(defense in depth: time has passed, a symlink may have appeared), then do their I/O on
+the resolved path through `_confined`, which follows no symlink (the workspace can keep
+changing after this check).
 """
 
 from __future__ import annotations
@@ -23,11 +25,33 @@ def path_violation(value: object, workspace: Path) -> str | None:
     `Path.resolve(strict=False)`, so a path that does not exist yet is fine as long as
     it would land inside the workspace.
     """
+    return _checked(value, workspace)[0]
+
+
+def _checked(value: object, workspace: Path) -> tuple[str | None, Path]:
+    """(`path_violation`'s answer, the resolved path when there is no violation)."""
+    root = workspace.resolve()
+    problem = _violation(value, root)
+    if problem is not None or not isinstance(value, str):
+        return problem, root
+    try:
+        resolved = (root / value).resolve(strict=False)
+    except (OSError, RuntimeError, ValueError) as error:
+        return f"Path {value!r} cannot be resolved ({error}). Use a plain relative path.", root
+    if not resolved.is_relative_to(root):
+        return (
+            f"Path {value!r} resolves outside the session workspace ({root}). "
+            f"Use a path relative to the workspace, e.g. '{EXAMPLE}'."
+        ), root
+    return None, resolved
+
+
+def _violation(value: object, root: Path) -> str | None:
+    """What is wrong with `value` before anything is resolved, or None."""
     if not isinstance(value, str):
         return f"Path must be a string relative to the workspace, got {type(value).__name__}."
     if "\x00" in value:
         return f"Path {value!r} contains a NUL byte. Use a plain relative path, e.g. '{EXAMPLE}'."
-    root = workspace.resolve()
     if value.startswith("~"):
         return (
             f"Path {value!r} starts with '~'; home directories are not expanded. "
@@ -37,15 +61,6 @@ def path_violation(value: object, workspace: Path) -> str | None:
         return (
             f"Path {value!r} is absolute. "
             f"Use a path relative to the session workspace ({root}), e.g. '{EXAMPLE}'."
-        )
-    try:
-        resolved = (root / value).resolve(strict=False)
-    except (OSError, RuntimeError, ValueError) as error:
-        return f"Path {value!r} cannot be resolved ({error}). Use a plain relative path."
-    if not resolved.is_relative_to(root):
-        return (
-            f"Path {value!r} resolves outside the session workspace ({root}). "
-            f"Use a path relative to the workspace, e.g. '{EXAMPLE}'."
         )
     return None
 
@@ -89,14 +104,17 @@ def lexical_path_violation(value: object, project: Path | str) -> str | None:
 
 
 def resolve_in_workspace(workspace: Path, relative: str) -> Path:
-    """The resolved absolute path of `relative` inside `workspace`.
+    """The resolved absolute path of `relative` inside `workspace` (resolved once: the
+    path that was checked is the path returned).
 
-    Raises ToolError when it is not a relative path that stays inside the workspace.
+    Raises ToolError when it is not a relative path that stays inside the workspace. The
+    workspace may change right after: open the result only through `_confined`, which
+    refuses a symlink that appears in it.
     """
-    problem = path_violation(relative, workspace)
+    problem, resolved = _checked(relative, workspace)
     if problem is not None:
         raise ToolError(problem)
-    return (workspace.resolve() / relative).resolve(strict=False)
+    return resolved
 
 
 def cap_text(text: str, limit: int, hint: str) -> str:

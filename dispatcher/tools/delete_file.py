@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
+from dispatcher.tools._confined import changed, changed_message, directory_beneath
 from dispatcher.tools._paths import resolve_in_workspace
 from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
@@ -12,32 +16,42 @@ from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 def delete_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     """Delete the file at `path`; a symlink inside the workspace is removed, not its target.
 
-    Raises ToolError for a missing path or a directory.
+    Raises ToolError for a missing path or a directory. The entry is looked at and
+    unlinked relative to a descriptor of its directory, opened with no symlink followed
+    (`_confined`): a workspace changing under the tool never makes it delete elsewhere.
     """
     relative = args["path"]
-    target = resolve_in_workspace(ctx.workspace, relative)
-    link = _symlink_at(ctx.workspace, relative)
-    if link is None and not target.exists():
+    target = resolve_in_workspace(ctx.workspace, relative)  # refuses a link leading outside
+    parent, name = _entry(ctx.workspace, relative, target)
+    try:
+        with directory_beneath(ctx.workspace, parent) as directory:
+            if stat.S_ISDIR(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), relative)
+            os.unlink(name, dir_fd=directory)
+    except (FileNotFoundError, NotADirectoryError) as error:
         raise ToolError(
             f"File '{relative}' does not exist. Use list_directory to see which files exist."
-        )
-    if link is None and target.is_dir():
-        raise ToolError(f"'{relative}' is a directory; delete_file only deletes files.")
-    try:
-        (link or target).unlink()
+        ) from error
+    except IsADirectoryError as error:
+        raise ToolError(f"'{relative}' is a directory; delete_file only deletes files.") from error
     except OSError as error:
+        if changed(error):
+            raise ToolError(changed_message(relative)) from error
         raise ToolError(f"Could not delete '{relative}': {error.strerror or error}.") from error
     return f"Deleted {relative}"
 
 
-def _symlink_at(workspace: Path, relative: str) -> Path | None:
-    """The symlink named by `relative` itself (its parent resolved inside), or None."""
+def _entry(workspace: Path, relative: str, target: Path) -> tuple[Path, str]:
+    """The resolved directory holding the entry `relative` names, and the entry's name.
+
+    The name itself is not resolved: a symlink is deleted, not what it points to.
+    """
     name = Path(relative).name
-    if name in ("", ".", ".."):
-        return None
-    parent = resolve_in_workspace(workspace, str(Path(relative).parent))
-    candidate = parent / name
-    return candidate if candidate.is_symlink() else None
+    if name in ("", ".", ".."):  # '.', 'a/..': the path names a directory
+        if target == workspace.resolve():
+            raise ToolError(f"'{relative}' is a directory; delete_file only deletes files.")
+        return target.parent, target.name
+    return resolve_in_workspace(workspace, str(Path(relative).parent)), name
 
 
 TOOL = Tool(

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
+from dispatcher.tools._confined import READ, changed, changed_message, opened
 from dispatcher.tools._paths import cap_text, resolve_in_workspace
 from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
@@ -18,20 +22,32 @@ def list_directory(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     """
     relative = args.get("path", ".")
     path = resolve_in_workspace(ctx.workspace, relative)
-    if not path.exists():
+    try:
+        names = _entry_names(ctx.workspace, path, relative)
+    except (FileNotFoundError, NotADirectoryError) as error:
         raise ToolError(
             f"Directory '{relative}' does not exist. Use list_directory on '.' to start "
             "from the workspace root."
-        )
-    if not path.is_dir():
-        raise ToolError(f"'{relative}' is a file, not a directory. Use read_file to read it.")
-    names = sorted(f"{entry.name}/" if entry.is_dir() else entry.name for entry in path.iterdir())
+        ) from error
+    except OSError as error:
+        if changed(error):
+            raise ToolError(changed_message(relative)) from error
+        raise ToolError(f"Could not list '{relative}': {error.strerror or error}.") from error
     if not names:
         return f"{relative} (empty directory)"
     lines = [f"{relative} ({len(names)} entries)", *names[:MAX_ENTRIES]]
     if len(names) > MAX_ENTRIES:
         lines.append(f"[truncated: {len(names) - MAX_ENTRIES} more entries; list a subdirectory]")
     return cap_text("\n".join(lines), ctx.output_limit, "list a subdirectory")
+
+
+def _entry_names(workspace: Path, path: Path, relative: str) -> list[str]:
+    """Sorted names, read through a descriptor opened with no symlink followed."""
+    with opened(workspace, path, READ) as fd:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise ToolError(f"'{relative}' is a file, not a directory. Use read_file to read it.")
+        with os.scandir(fd) as entries:
+            return sorted(f"{entry.name}/" if entry.is_dir() else entry.name for entry in entries)
 
 
 TOOL = Tool(

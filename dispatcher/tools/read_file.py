@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
+from dispatcher.tools._confined import READ, changed, changed_message, opened, read_at_most
 from dispatcher.tools._paths import cap_text, looks_binary, resolve_in_workspace
 from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
@@ -19,7 +22,7 @@ def read_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     """
     relative = args["path"]
     path = resolve_in_workspace(ctx.workspace, relative)
-    text = _read_text(path, relative)
+    text = _read_text(ctx.workspace, path, relative)
     lines = text.splitlines(keepends=True)
     offset = args.get("offset", 1)
     limit = args.get("limit")
@@ -37,20 +40,26 @@ def read_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     return cap_text(header + "".join(window), ctx.output_limit, "use offset/limit")
 
 
-def _read_text(path: Path, relative: str) -> str:
-    if not path.exists():
+def _read_text(workspace: Path, path: Path, relative: str) -> str:
+    """The file's text, read through a descriptor opened with no symlink followed."""
+    try:
+        with opened(workspace, path, READ) as fd:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise ToolError(f"'{relative}' is a directory. Use list_directory to list it.")
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolError(f"'{relative}' is not a regular file; read_file reads files.")
+            if info.st_size > MAX_BYTES:
+                raise ToolError(_too_large(relative, info.st_size))
+            data = read_at_most(fd, MAX_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError) as error:
         raise ToolError(
             f"File '{relative}' does not exist. Use list_directory to see which files exist."
-        )
-    if path.is_dir():
-        raise ToolError(f"'{relative}' is a directory. Use list_directory to list it.")
-    size = path.stat().st_size
-    if size > MAX_BYTES:
-        raise ToolError(
-            f"'{relative}' is {size} bytes; read_file reads files up to {MAX_BYTES} bytes. "
-            "Use search_files to find the lines you need."
-        )
-    data = path.read_bytes()
+        ) from error
+    except OSError as error:
+        raise ToolError(_os_problem(relative, error)) from error
+    if len(data) > MAX_BYTES:  # it grew after fstat
+        raise ToolError(_too_large(relative, len(data)))
     if looks_binary(data[:8192]):
         raise ToolError(f"'{relative}' is a binary file; read_file only reads UTF-8 text.")
     try:
@@ -60,6 +69,19 @@ def _read_text(path: Path, relative: str) -> str:
             f"'{relative}' is not UTF-8 text ({error.reason} at byte {error.start}); "
             "read_file only reads UTF-8 text."
         ) from error
+
+
+def _too_large(relative: str, size: int) -> str:
+    return (
+        f"'{relative}' is {size} bytes; read_file reads files up to {MAX_BYTES} bytes. "
+        "Use search_files to find the lines you need."
+    )
+
+
+def _os_problem(relative: str, error: OSError) -> str:
+    if changed(error):
+        return changed_message(relative)
+    return f"Could not read '{relative}': {error.strerror or error}."
 
 
 TOOL = Tool(

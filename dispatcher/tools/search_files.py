@@ -7,14 +7,24 @@ no pattern, however written, can hold a worker (Python's `re` backtracks, and
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
-from collections.abc import Iterator
+import stat
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import re2
 
+from dispatcher.tools._confined import (
+    READ,
+    changed,
+    changed_message,
+    open_beneath,
+    opened,
+    read_at_most,
+)
 from dispatcher.tools._paths import cap_text, looks_binary, resolve_in_workspace
 from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
@@ -33,20 +43,41 @@ def search_files(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     regex = compile_pattern(args["pattern"])
     relative = args.get("path", ".")
     start = resolve_in_workspace(ctx.workspace, relative)
-    if not start.exists():
-        raise ToolError(f"Path '{relative}' does not exist. Use list_directory to look around.")
-    root = ctx.workspace.resolve()
-    matches: list[str] = []
-    for path in _candidate_files(start, root, args.get("glob")):
-        matches.extend(_matches_in(path, root, regex, MAX_MATCHES + 1 - len(matches)))
-        if len(matches) > MAX_MATCHES:
-            break
+    try:
+        with opened(ctx.workspace, start, READ) as start_fd:
+            matches = _search(ctx.workspace, start, start_fd, regex, args.get("glob"))
+    except (FileNotFoundError, NotADirectoryError) as error:
+        raise ToolError(
+            f"Path '{relative}' does not exist. Use list_directory to look around."
+        ) from error
+    except OSError as error:
+        if changed(error):
+            raise ToolError(changed_message(relative)) from error
+        raise ToolError(f"Could not search '{relative}': {error.strerror or error}.") from error
     if not matches:
         return f"No matches for {args['pattern']!r} in '{relative}'."
     text = "\n".join(matches[:MAX_MATCHES])
     if len(matches) > MAX_MATCHES:
         text += f"\n[truncated: more than {MAX_MATCHES} matches; narrow the pattern, path or glob]"
     return cap_text(text, ctx.output_limit, "narrow the pattern, path or glob")
+
+
+def _search(workspace: Path, start: Path, start_fd: int, regex: Any, glob: str | None) -> list[str]:
+    """Up to MAX_MATCHES + 1 matching lines of the files under `start`."""
+    matches: list[str] = []
+    candidates = _candidate_files(workspace, start, start_fd)
+    try:
+        for directory, name, shown in candidates:
+            if not _glob_matches(glob, name, shown):
+                continue
+            data = _file_bytes(workspace, directory, name, shown)
+            if data is not None:
+                matches.extend(_matches_in(data, shown, regex, MAX_MATCHES + 1 - len(matches)))
+            if len(matches) > MAX_MATCHES:
+                break
+    finally:
+        candidates.close()  # closes the walk's directory descriptors now
+    return matches
 
 
 def compile_pattern(pattern: str) -> Any:
@@ -66,47 +97,79 @@ def compile_pattern(pattern: str) -> Any:
         ) from error
 
 
-def _candidate_files(start: Path, root: Path, glob: str | None) -> Iterator[Path]:
-    """Files under `start` in sorted order, filtered by `glob`, never leaving `root`."""
-    if start.is_file():
-        paths: Iterator[Path] = iter([start])
-    else:
-        paths = _walk(start)
-    for path in paths:
-        relative = path.relative_to(root).as_posix()
-        subject = relative if glob and "/" in glob else path.name
-        if glob and not fnmatch.fnmatch(subject, glob):
-            continue
-        if path.resolve().is_relative_to(root):
-            yield path
+def _candidate_files(
+    workspace: Path, start: Path, start_fd: int
+) -> Generator[tuple[int, str, str], None, None]:
+    """(directory descriptor, entry name, path shown) for the files under `start` in
+    sorted order, skipping VCS directories.
 
-
-def _walk(start: Path) -> Iterator[Path]:
-    for directory, dirnames, filenames in os.walk(start, followlinks=False):
+    The walk is `os.fwalk` without following symlinks: each directory is opened relative
+    to its parent's descriptor and checked to be the directory that was listed, so a
+    directory swapped for a symlink is not entered. The descriptor is valid until the
+    next item.
+    """
+    base = start.relative_to(workspace.resolve())
+    if not stat.S_ISDIR(os.fstat(start_fd).st_mode):
+        yield start_fd, "", base.as_posix()  # `start` is the file itself
+        return
+    for directory, dirnames, filenames, directory_fd in os.fwalk(
+        ".", dir_fd=start_fd, follow_symlinks=False
+    ):
         dirnames[:] = sorted(name for name in dirnames if name not in SKIPPED_DIRS)
         for name in sorted(filenames):
-            yield Path(directory) / name
+            yield directory_fd, name, (base / directory / name).as_posix()
 
 
-def _matches_in(path: Path, root: Path, regex: Any, room: int) -> list[str]:
-    """Up to `room` matching lines of one file; [] for unreadable or binary files."""
+def _glob_matches(glob: str | None, name: str, shown: str) -> bool:
+    if not glob:
+        return True
+    return fnmatch.fnmatch(shown if "/" in glob else (name or Path(shown).name), glob)
+
+
+def _file_bytes(workspace: Path, directory: int, name: str, shown: str) -> bytes | None:
+    """The content of a regular file of at most MAX_FILE_BYTES, else None.
+
+    A plain file is opened relative to its directory's descriptor with `O_NOFOLLOW`; a
+    symlink is followed only when it resolves inside the workspace, and the target is
+    then opened with no symlink followed (`_confined`).
+    """
     try:
-        if not path.is_file() or path.stat().st_size > MAX_FILE_BYTES:
-            return []
-        data = path.read_bytes()
-    except OSError:
-        return []
+        if not name:
+            fd = os.dup(directory)
+        else:
+            try:
+                fd = os.open(name, READ | os.O_NOFOLLOW, dir_fd=directory)
+            except OSError as error:
+                if error.errno != errno.ELOOP:
+                    raise
+                target = (workspace.resolve() / shown).resolve()
+                if not target.is_relative_to(workspace.resolve()):
+                    return None  # a symlink leaving the workspace
+                fd = open_beneath(workspace, target, READ)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
+                return None
+            data = read_at_most(fd, MAX_FILE_BYTES + 1)
+        finally:
+            os.close(fd)
+    except (OSError, RuntimeError):  # unreadable, a symlink loop, or changed meanwhile
+        return None
+    return data if len(data) <= MAX_FILE_BYTES else None
+
+
+def _matches_in(data: bytes, shown: str, regex: Any, room: int) -> list[str]:
+    """Up to `room` matching lines of one file's content; [] for binary or non-UTF-8."""
     if looks_binary(data[:8192]):
         return []
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return []
-    relative = path.relative_to(root).as_posix()
     found: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if regex.search(line):
-            found.append(f"{relative}:{number}: {line[:MAX_LINE_CHARS]}")
+            found.append(f"{shown}:{number}: {line[:MAX_LINE_CHARS]}")
             if len(found) >= room:
                 break
     return found

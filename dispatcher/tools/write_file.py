@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import difflib
+import errno
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
-from dispatcher.tools._paths import path_violation, resolve_in_workspace
+from dispatcher.tools._confined import (
+    READ,
+    changed,
+    changed_message,
+    directory_beneath,
+    opened,
+    read_at_most,
+    write_all,
+)
+from dispatcher.tools._paths import resolve_in_workspace
 from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
 
@@ -14,19 +26,38 @@ def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     """Write `content` (UTF-8) to `path`, creating parent directories.
 
     Returns "Wrote N bytes to path". Raises ToolError when the path is a directory or a
-    parent cannot be created.
+    parent cannot be created. Parents and the file are made and opened through
+    descriptors with no symlink followed (`_confined`), so a workspace changing under
+    the tool can make it fail but never write elsewhere.
     """
     relative = args["path"]
     path = resolve_in_workspace(ctx.workspace, relative)
-    if path.is_dir():
-        raise ToolError(f"'{relative}' is a directory; give a file path to write to.")
     data = args["content"].encode("utf-8")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+        _write(ctx.workspace, path, data)
+    except IsADirectoryError as error:
+        raise ToolError(f"'{relative}' is a directory; give a file path to write to.") from error
     except OSError as error:
+        if changed(error):
+            raise ToolError(changed_message(relative)) from error
         raise ToolError(f"Could not write '{relative}': {error.strerror or error}.") from error
     return f"Wrote {len(data)} bytes to {relative}"
+
+
+WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _write(workspace: Path, path: Path, data: bytes) -> None:
+    if path == workspace.resolve():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    with directory_beneath(workspace, path.parent, create=True) as parent:
+        fd = os.open(path.name, WRITE, 0o666, dir_fd=parent)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        write_all(fd, data)
+    finally:
+        os.close(fd)
 
 
 def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
@@ -51,18 +82,27 @@ DIFF_LIMIT = 1024 * 1024  # bytes of the current file read for the reviewer's di
 
 
 def _current_text(relative: str, workspace: Path) -> str | None:
-    """The file's current text, or None when there is no readable file inside the workspace."""
-    if path_violation(relative, workspace) is not None:
-        return None
-    path = (workspace.resolve() / relative).resolve(strict=False)
+    """The file's current text, or None when there is no readable file inside the workspace.
+
+    Read through a descriptor opened with no symlink followed (this runs in the web
+    process, and the text lands in the reviewer's diff and the audit payload).
+    """
     try:
-        if not path.is_file():
-            return None
-        size = path.stat().st_size
-        if size > DIFF_LIMIT:
-            return f"[the current file is {size} bytes, too large to diff; it will be replaced]\n"
-        return path.read_bytes().decode("utf-8", errors="replace")
-    except OSError:  # unreadable: the reviewer sees the write as if the file were new
+        path = resolve_in_workspace(workspace, relative)
+    except ToolError:
+        return None
+    try:
+        with opened(workspace, path, READ) as fd:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            if info.st_size > DIFF_LIMIT:
+                return (
+                    f"[the current file is {info.st_size} bytes, too large to diff; "
+                    "it will be replaced]\n"
+                )
+            return read_at_most(fd, DIFF_LIMIT).decode("utf-8", errors="replace")
+    except OSError:  # unreadable, or changed: the reviewer sees the write as if it were new
         return None
 
 
