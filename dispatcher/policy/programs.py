@@ -64,7 +64,7 @@ SAFE_VARIABLE = re.compile(
 
 def check_assignment(word: str, where: str) -> None:
     """Raise unless `word` (NAME=VALUE) sets a variable known to be harmless."""
-    name = word.split("=", 1)[0]
+    name = word.split("=", 1)[0].removesuffix("+")  # `NAME+=value` appends
     if not SAFE_VARIABLE.fullmatch(name):
         raise unreadable(
             f"{where} sets {name}, which is not a variable known to be harmless "
@@ -270,6 +270,16 @@ def read_test(argv: list[str], ctx: Context) -> list[Command]:
 def read_printf(argv: list[str], ctx: Context) -> list[Command]:
     if argv[1:2] and argv[1].startswith("-v"):
         raise unreadable("'printf -v' assigns to a name that may hold a subscript")
+    return [Command(tuple(argv))]
+
+
+def read_jobs(argv: list[str], ctx: Context) -> list[Command]:
+    """`jobs -x CMD ARGS` runs CMD (job specs in ARGS replaced by process groups)."""
+    for arg in argv[1:]:
+        if arg == "--" or not arg.startswith("-"):
+            break
+        if "x" in arg:
+            raise unreadable("'jobs -x' runs the command that follows it")
     return [Command(tuple(argv))]
 
 

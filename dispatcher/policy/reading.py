@@ -51,6 +51,7 @@ from dispatcher.policy.programs import (
     read_find,
     read_inline_code_options,
     read_interpreter,
+    read_jobs,
     read_make,
     read_printf,
     read_stdin_interpreter,
@@ -160,7 +161,8 @@ def _read_wrapper(argv: list[str], depth: int, *, fed: bool, appended: bool) -> 
         else:
             return [Command(tuple(argv))]  # `env`, `nice`, `time`: run nothing of note
     if name == "watch" and "x" not in seen and "exec" not in seen:
-        return _read_string(" ".join(rest), depth + 1, fed=False)
+        # watch runs the string with `sh -c`: read it as sh (dash) would be
+        return _read_string(" ".join(rest), depth + 1, fed=False, dialect="sh")
     return _read_argv(rest, depth + 1, fed=fed and name != "xargs", appended=inner_appended)
 
 
@@ -197,7 +199,7 @@ def _read_shell(argv: list[str], depth: int, *, fed: bool, appended: bool) -> li
     if command_string:
         if not operands:
             raise unreadable(f"'{name} -c' without its command string")
-        return _read_string(operands[0], depth + 1, fed=fed)
+        return _read_string(operands[0], depth + 1, fed=fed, dialect=shell_dialect(name))
     return _shell_script(argv, operands, fed=fed, appended=appended)
 
 
@@ -235,11 +237,17 @@ class ShellCommand:
     stdin_redirected: bool = False  # `< /dev/null`
 
 
-def _read_string(text: str, depth: int, *, fed: bool) -> list[Command]:
+def shell_dialect(name: str) -> str:
+    """How a looked-through shell quotes: "bash", or "sh" for sh and dash (Debian's sh is
+    dash, which has no `$'...'` nor `$"..."`: it reads `$'\\'` as `$` and a quoted `\\`)."""
+    return "bash" if name == "bash" else "sh"
+
+
+def _read_string(text: str, depth: int, *, fed: bool, dialect: str) -> list[Command]:
     if depth > MAX_DEPTH:
         raise unreadable(f"more than {MAX_DEPTH} nested shells")
     found: list[Command] = []
-    for command in split_shell(text):
+    for command in split_shell(text, dialect):
         for assignment in command.assignments:
             check_assignment(assignment, "the command")
         inner_fed = command.piped or (fed and not command.stdin_redirected)
@@ -251,24 +259,25 @@ RESERVED = frozenset(
     {"if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until"}
     | {"do", "done", "in", "function", "coproc", "{", "}", "!", "[[", "]]"}
 )
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")  # `NAME=value`, `NAME+=value`
 BLANKS = " \t"
 ENDS_WORD = " \t\n;&|()<>"
 
 
 @functools.lru_cache(maxsize=2048)
-def split_shell(text: str) -> tuple[ShellCommand, ...]:
+def split_shell(text: str, dialect: str = "bash") -> tuple[ShellCommand, ...]:
     """The simple commands of a shell string, when it holds nothing but literal words,
     pipes, lists, comments and harmless redirections. Raises UnreadableCommand naming
-    the first construct outside that grammar."""
+    the first construct outside that grammar. `dialect` "sh" (dash) has no `$'...'`."""
     if len(text) > MAX_TEXT:
         raise unreadable("the shell string is too long to read")
-    return tuple(_Splitter(text).commands())
+    return tuple(_Splitter(text, ansi_c=dialect == "bash").commands())
 
 
 class _Splitter:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, ansi_c: bool = True) -> None:
         self.text, self.i = text, 0
+        self.ansi_c = ansi_c
         self.found: list[ShellCommand] = []
         self.words: list[str] = []
         self.assignments: list[str] = []
@@ -396,6 +405,11 @@ class _Splitter:
                 quoted_yet = True
                 continue
             if char == "$":
+                if text.startswith("$'", self.i) and not self.ansi_c:
+                    raise unreadable(
+                        "$'...' in a string for sh (dash reads it as '$' and a quoted "
+                        "string, bash as ANSI-C quoting)"
+                    )
                 if text.startswith("$'", self.i):
                     decoded, self.i = read_ansi_c(text, self.i + 2, strict=True)
                     if "\x00" in decoded:
@@ -480,6 +494,7 @@ PROGRAM_READERS: dict[str, ProgramReader] = {
     "[": read_test,
     "printf": read_printf,
     "wait": read_wait,
+    "jobs": read_jobs,
     "awk": read_awk,
     "gawk": read_awk,
     "mawk": read_awk,
