@@ -182,7 +182,7 @@ def nested_commands(argv: Sequence[str]) -> list[Nested]:
     """The commands `argv` starts by itself, read widely: `find -exec CMD ;`, git's
     `bisect run CMD`, `rebase -x CMD`, `grep -O CMD`, `submodule foreach CMD`, config
     values git runs (`-c core.fsmonitor=CMD`, `git config core.pager CMD`) and alias
-    definitions; `trap CMD`, `alias x=CMD`, `mapfile -C CMD`, `hash -p PATH name`."""
+    definitions; `trap CMD`, `alias x=CMD`, `mapfile -C CMD`, `compgen -C CMD`, `hash -p PATH name`."""
     if not argv:
         return []
     name, args = command_name(argv[0]), list(argv[1:])
@@ -195,6 +195,8 @@ def nested_commands(argv: Sequence[str]) -> list[Nested]:
         return [Nested(text=operands[0])] if operands else []
     if name == "alias":
         return [Nested(text=arg.split("=", 1)[1]) for arg in args if "=" in arg]
+    if name in ("compgen", "complete"):  # `-C CMD`: a command that lists completions
+        return [Nested(text=value) for value in option_values(args, "C", ())]
     if name in ("mapfile", "readarray"):
         return [Nested(text=value) for value in option_values(args, "C", ())]
     if name == "hash":

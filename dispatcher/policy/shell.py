@@ -105,6 +105,66 @@ WRAPPERS: dict[str, WrapperSpec] = {
         opaque="it runs the program in another process's namespaces",
         shell_when_empty=True,
     ),
+    # Tracers, profilers and launchers that run their operand (`strace -f git push`).
+    "strace": WrapperSpec(
+        "abeEIoOpPsSuUX",
+        frozenset(
+            {"output", "attach", "trace-path", "string-limit", "summary-sort-by", "user"}
+            | {"env", "columns", "detach-on", "interruptible", "const-print-style", "trace"}
+            | {"signal", "status", "inject", "fault", "quiet", "decode-fds", "silence"}
+        ),
+    ),
+    "ltrace": WrapperSpec("aAeFlnopsuwxD", frozenset({"output", "library", "align", "indent"})),
+    "valgrind": WrapperSpec(),
+    "catchsegv": WrapperSpec(),
+    "nocache": WrapperSpec(),
+    "unbuffer": WrapperSpec(),
+    "numactl": WrapperSpec(
+        "imNCpPwb",
+        frozenset(
+            {"interleave", "membind", "cpunodebind", "physcpubind", "preferred"}
+            | {"preferred-many", "weighted-interleave", "balancing"}
+        ),
+    ),
+    "caffeinate": WrapperSpec("tw"),  # macOS, where Claude Code's Bash may run
+    "faketime": WrapperSpec("m", frozenset(), leading_operands=1),  # TIMESTAMP
+    "fakeroot": WrapperSpec("lsib", frozenset({"lib", "faked", "unknown-is-real"})),
+    "sshpass": WrapperSpec("pfdPe"),
+    "proxychains": WrapperSpec("f"),
+    "proxychains4": WrapperSpec("f"),
+    "torsocks": WrapperSpec("uapP", frozenset({"user", "pass", "address", "port"})),
+    "xvfb-run": WrapperSpec(
+        "efnps", frozenset({"error-file", "auth-file", "server-num", "xauth-protocol"})
+    ),
+    "dbus-run-session": WrapperSpec("", frozenset({"config-file", "dbus-daemon"})),
+    "setpriv": WrapperSpec(
+        "",
+        frozenset(
+            {"reuid", "regid", "ruid", "euid", "rgid", "egid", "groups", "inh-caps"}
+            | {"ambient-caps", "bounding-set", "securebits", "pdeathsig", "selinux-label"}
+            | {"apparmor-profile", "landlock-access", "landlock-rule"}
+        ),
+        opaque="it runs the program with other privileges",
+    ),
+    "systemd-run": WrapperSpec(
+        "pEuMHs",
+        frozenset(
+            {"unit", "property", "description", "slice", "uid", "gid", "nice", "setenv"}
+            | {"working-directory", "on-active", "on-boot", "on-startup", "on-calendar"}
+            | {"on-unit-active", "on-unit-inactive", "timer-property", "path-property"}
+            | {"socket-property", "machine", "host", "service-type"}
+        ),
+        opaque="it runs the program as a service",
+        shell_when_empty=True,
+    ),
+    "firejail": WrapperSpec(opaque="it runs the program in a sandbox of its own"),
+    "sandbox-exec": WrapperSpec("fpD", opaque="it runs the program in a sandbox of its own"),
+    "cgexec": WrapperSpec("g", opaque="it runs the program in another control group"),
+    "runcon": WrapperSpec(
+        "utrl",
+        frozenset({"user", "role", "type", "range"}),
+        opaque="it runs the program in another security context",
+    ),
     # Wrappers read by `_unwrap_special` (the spec gives their options and opacity).
     "flock": WrapperSpec(
         "wE",
