@@ -11,6 +11,7 @@ known code-running forms where a program has too many harmless options to list (
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -409,6 +410,7 @@ READS_CODE_FROM_STDIN = frozenset(
 INPUT_IS_CODE = frozenset({"ed", "red", "dc", "sqlite3", "psql", "mysql", "mariadb"})
 
 
+@functools.lru_cache(maxsize=1024)
 def interpreter_kind(name: str) -> str | None:
     return next((kind for pattern, kind in INTERPRETER_NAMES if pattern.fullmatch(name)), None)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import itertools
 import posixpath
 import re
 import shlex
@@ -25,9 +26,28 @@ SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "
 # a string whose shell is not known) is read both ways (see `shell_readings`).
 ANSI_C_SHELLS = frozenset({"bash", "zsh", "ksh", "ksh93", "mksh", "lksh"})
 MAX_WRAPPERS = 32
-# The longest shell string the wide reading parses (it costs ~30 us a character in
-# bashlex); a longer one is unreadable, so the guard blocks it.
+# The largest shell string the wide reading parses: bashlex costs 30 to 300 us a character
+# (most for many short words, operators and expansions: `a;a;a;...`), so a longer string,
+# or one of more words, operators and expansions, is unreadable and the guard blocks it
+# (a string under both limits costs about half a second at most).
 MAX_SHELL_TEXT = 32 * 1024
+MAX_SHELL_TOKENS = 2000
+# words, operators, and each `$` or backtick (an expansion is a node of its own)
+SHELL_TOKEN = re.compile(r"[^\s;&|()<>$`]+|[;&|()<>]+|[$`]")
+
+
+def too_big_to_read(text: str) -> str | None:
+    """Why the shell string `text` is too big for the wide reading, or None."""
+    if len(text) > MAX_SHELL_TEXT:
+        return (
+            f"the shell string is too long to check ({len(text)} characters, over {MAX_SHELL_TEXT})"
+        )
+    tokens = sum(1 for _ in itertools.islice(SHELL_TOKEN.finditer(text), MAX_SHELL_TOKENS + 1))
+    if tokens > MAX_SHELL_TOKENS:
+        return (
+            f"the shell string has too many words and operators to check (over {MAX_SHELL_TOKENS})"
+        )
+    return None
 
 
 class UnreadableCommand(Exception):
@@ -581,10 +601,9 @@ def parse_trees(text: str) -> list[Any]:
 
 @functools.lru_cache(maxsize=2048)
 def _parse_trees(text: str) -> tuple[Any, ...] | UnreadableCommand:
-    if len(text) > MAX_SHELL_TEXT:
-        return UnreadableCommand(
-            f"the shell string is too long to check ({len(text)} characters, over {MAX_SHELL_TEXT})"
-        )
+    too_big = too_big_to_read(text)
+    if too_big is not None:
+        return UnreadableCommand(too_big)
     try:
         return tuple(_parse_trees_uncached(text))
     except UnreadableCommand as error:
@@ -767,11 +786,10 @@ def shell_readings(text: str, shell: str = "sh") -> list[str]:
     could run from the string `text`: with `$'...'` decoded for a shell in ANSI_C_SHELLS;
     for sh, dash and a shell not known, also as dash reads it (`$'\\' ; cmd # '` runs
     `cmd` there). Raises UnreadableCommand for an unterminated `$'...'`, and for a string
-    over MAX_SHELL_TEXT."""
-    if len(text) > MAX_SHELL_TEXT:
-        raise UnreadableCommand(
-            f"the shell string is too long to check ({len(text)} characters, over {MAX_SHELL_TEXT})"
-        )
+    over the size limits (`too_big_to_read`)."""
+    too_big = too_big_to_read(text)
+    if too_big is not None:
+        raise UnreadableCommand(too_big)
     decoded = decode_ansi_c(text)
     if shell in ANSI_C_SHELLS:
         return [decoded]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.policy.parts import command_parts
 from dispatcher.policy.reading import read_command
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
@@ -209,13 +210,14 @@ RUNNERS = [
 ]
 
 
+BASH_BUILTINS = frozenset({"jobs", "builtin", "command", "exec", "eval", "coproc", "time"})
+BASH_BUILTINS |= {"compgen", "trap"}
+
+
 @pytest.mark.parametrize(("program", "text"), RUNNERS, ids=[text for _, text in RUNNERS])
 def test_what_runs_a_command_is_read_through(program: str, text: str, tmp_path: Path) -> None:
-    from dispatcher.policy.parts import command_parts
-
-    if program not in ("jobs", "builtin", "command", "exec", "eval", "coproc", "time"):
-        if program not in ("compgen", "trap") and shutil.which(program) is None:
-            pytest.skip(f"{program} is not installed here")
+    if program not in BASH_BUILTINS and shutil.which(program) is None:
+        pytest.skip(f"{program} is not installed here")
     subprocess.run(
         ["bash", "-c", text],
         cwd=tmp_path,

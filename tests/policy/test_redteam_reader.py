@@ -277,6 +277,18 @@ def test_a_megabyte_shell_string_is_decided_quickly(settings: Any) -> None:
     assert denial is not None and "too long" in denial
 
 
+@pytest.mark.parametrize("piece", ["a;", "a|", "a ", "${a}", "$(a)"])
+def test_a_string_of_many_short_words_is_decided_quickly(piece: str, settings: Any) -> None:
+    settings.HARNESS_SANDBOX = "off"
+    argv = ["bash", "-c", "echo " + piece * (30_000 // len(piece))]  # under 32 KB
+    started = time.perf_counter()
+    call = make_call(argv, "trusted", allow=["run_command(echo *)"], deny=["run_command(rm *)"])
+    action, _ = outcome(call)
+    assert time.perf_counter() - started < 1.0
+    assert action in ("ask", "deny")
+    assert "too many words" in (command_blocklist(call) or "")
+
+
 def test_a_deeply_quoted_string_fails_closed_without_a_traceback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
