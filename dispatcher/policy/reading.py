@@ -5,7 +5,8 @@ why it cannot vouch for all of it (`Reading.unreadable`). It understands only:
 
 - an argv (no shell), or the string of `sh -c` / `bash -c` / `dash -c` (exactly those
   names, with harmless options only), in which: literal words after quote removal
-  ('...', "...", backslashes, $'...'), simple commands joined by `|`, `&&`, `||`, `;` and
+  ('...', "...", backslashes, and $'...' in bash strings only: dash, which is sh on
+  Debian, has no ANSI-C quoting), simple commands joined by `|`, `&&`, `||`, `;` and
   newlines, comments, redirections to /dev/null or between descriptors (`2>&1`, `>&2`,
   `3>&-`), and `NAME=value` prefixes for a few harmless variables;
 - wrappers named exactly (`env`, `timeout`, `nice`, `nohup`, `xargs`, `time`, `stdbuf`,
@@ -17,7 +18,8 @@ Anything else makes the whole command unreadable: every expansion (`$x`, `${x@P}
 backticks, `$((..))`, `<(..)`, globs, braces, `~`, zsh's `=cmd`), every other
 redirection, here-documents and here-strings, `&`, subshells, groups, `if`/`for`/`while`/
 `case`, functions, a shell or wrapper named by a path (`./bash`, `/usr/bin/env`), and the
-builtins that evaluate strings (`eval`, `source`, `trap`, `declare`, `read`, ...).
+builtins that evaluate strings or run commands (`eval`, `source`, `trap`, `declare`,
+`read`, `jobs -x` ...).
 The reader never runs anything and never guesses: what it returns is what would run.
 """
 
