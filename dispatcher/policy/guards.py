@@ -8,6 +8,7 @@ worker just before execution; rules, modes and reviewers cannot override them.
 from __future__ import annotations
 
 import functools
+import logging
 import posixpath
 import re
 from collections.abc import Callable
@@ -25,15 +26,17 @@ from dispatcher.policy.shell import (
     UnreadableCommand,
     command_name,
     could_be,
-    decode_ansi_c,
     is_computed,
     parse_script,
     shell_invocation,
+    shell_readings,
     unwrap,
     unwrap_once,
 )
 from dispatcher.tools._paths import lexical_path_violation, path_violation
 from dispatcher.tools.base import command_argv, tool_paths
+
+logger = logging.getLogger(__name__)
 
 MAX_SHELL_DEPTH = 8
 MAX_LAYERS = 32
@@ -45,7 +48,7 @@ DOWNLOADERS = frozenset({"curl", "wget"})
 COMMAND_VARIABLE = re.compile(
     r"(GIT_SSH_COMMAND|GIT_SSH|GIT_PAGER|PAGER|GIT_EDITOR|EDITOR|VISUAL|GIT_SEQUENCE_EDITOR"
     r"|GIT_EXTERNAL_DIFF|GIT_ASKPASS|SSH_ASKPASS|SUDO_ASKPASS|GIT_PROXY_COMMAND"
-    r"|GIT_CONFIG_VALUE_\d+|PROMPT_COMMAND|MANPAGER|BROWSER|LESSOPEN|LESSCLOSE)="
+    r"|GIT_CONFIG_VALUE_\d+|PROMPT_COMMAND|MANPAGER|BROWSER|LESSOPEN|LESSCLOSE)\+?="
 )
 # Builtins that evaluate an array subscript in a string they are given: a literal
 # `a[$(cmd)]` in their arguments runs `cmd`.
@@ -118,11 +121,18 @@ def _blocklist_answer(argv: tuple[str, ...]) -> str | None:
     try:
         return blocked_reason(list(argv))
     except UnreadableCommand as error:
-        return (
-            f"The command guard cannot read this command ({error}), so it is blocked on "
-            "every mode; run each program directly as an argv list instead of through a "
-            "shell string."
-        )
+        return _cannot_read(str(error))
+    except RecursionError:  # fail closed, without a traceback the size of the command
+        logger.warning("the command guard gave up on a deeply nested command (%d words)", len(argv))
+        return _cannot_read("the command nests too deeply to check")
+
+
+def _cannot_read(why: str) -> str:
+    return (
+        f"The command guard cannot read this command ({why}), so it is blocked on "
+        "every mode; run each program directly as an argv list instead of through a "
+        "shell string."
+    )
 
 
 def blocked_reason(argv: list[str], depth: int = 0) -> str | None:
@@ -188,14 +198,16 @@ def _variables_reason(assignments: list[str], depth: int) -> str | None:
     return None
 
 
-def _string_reason(text: str, depth: int) -> str | None:
-    """Blocklist a shell string a command will run (a git setting, a trap, an alias)."""
+def _string_reason(text: str, depth: int, shell: str = "sh") -> str | None:
+    """Blocklist a shell string a command will run (a git setting, a trap, an alias), read
+    as `shell` would (one not known is read both as bash and as dash)."""
     if depth > MAX_SHELL_DEPTH:
         raise UnreadableCommand(f"more than {MAX_SHELL_DEPTH} nested shells")
-    for command in parse_script(decode_ansi_c(text)):
-        reason = _script_command_reason(command, depth + 1)
-        if reason is not None:
-            return reason
+    for reading in shell_readings(text, shell):
+        for command in parse_script(reading):
+            reason = _script_command_reason(command, depth + 1)
+            if reason is not None:
+                return reason
     return None
 
 
@@ -412,10 +424,11 @@ def _shell_reason(argv: list[str], depth: int) -> str | None:
                 "pass the command string itself, or run the program directly.",
             )
         return None
-    for command in parse_script(decode_ansi_c(invocation.command_string)):
-        reason = _script_command_reason(command, depth)
-        if reason is not None:
-            return reason
+    for reading in shell_readings(invocation.command_string, name):
+        for command in parse_script(reading):
+            reason = _script_command_reason(command, depth)
+            if reason is not None:
+                return reason
     return None
 
 

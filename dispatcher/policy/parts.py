@@ -23,16 +23,21 @@ from dispatcher.policy.shell import (
     UnreadableCommand,
     WrapperSpec,
     command_name,
+    dash_quoting,
     decode_ansi_c,
     find_exec_commands,
     option_value,
     parse_trees,
     shell_invocation,
+    shell_readings,
     unwrap_once,
 )
 
 MAX_DEPTH = 8
 MAX_LAYERS = 32
+# A command this long that cannot be parsed is one part (guessing tries every word as a
+# start: quadratic). The guard blocks any shell string over shell.MAX_SHELL_TEXT.
+MAX_GUESSED_TEXT = 8 * 1024
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # Wrappers that run their operand with more rights (the command guard blocks them anyway).
 PRIVILEGE_WRAPPERS = {"sudo": "ugChpDrtTU", "doas": "uC", "pkexec": "", "runuser": "ugGsw"}
@@ -85,7 +90,7 @@ def _started_by(argv: list[str], depth: int) -> list[Part]:
     if name in SHELLS:
         invocation = shell_invocation(argv)
         if invocation.command_string is not None:
-            parts.extend(parse_shell(invocation.command_string, depth + 1))
+            parts.extend(parse_shell(invocation.command_string, depth + 1, name))
         elif invocation.c_flag:
             raise UnreadableCommand(f"'{name} -c' without a visible command string")
     if name == "eval" and len(argv) > 1:
@@ -126,8 +131,16 @@ def _privileged_operand(argv: list[str], with_value: str) -> list[str]:
 def _guess_parts(argv: Sequence[str]) -> list[Part]:
     """For a command that cannot be parsed: every plausible simple command in its text.
     Splits on shell punctuation and tries every word as a start."""
-    text = decode_ansi_c(" ".join(argv), strict=False)
-    pieces = re.split(r"[;&|()`\n{}<>]|\$\(|\bthen\b|\bdo\b|\belse\b", text)
+    text = " ".join(argv)
+    if len(text) > MAX_GUESSED_TEXT:
+        return [Part(tuple(argv))]
+    # as bash decodes `$'...'`, and as dash reads it (a `$` and a quoted string)
+    texts = (decode_ansi_c(text, strict=False), dash_quoting(text))
+    pieces = [
+        piece
+        for read in texts
+        for piece in re.split(r"[;&|()`\n{}<>]|\$\(|\bthen\b|\bdo\b|\belse\b", read)
+    ]
     parts: list[Part] = []
     for piece in pieces:
         words = [re.sub(r"[\"'\\]", "", word) for word in piece.split()]
@@ -136,17 +149,18 @@ def _guess_parts(argv: Sequence[str]) -> list[Part]:
     return parts
 
 
-def parse_shell(text: str, depth: int) -> list[Part]:
+def parse_shell(text: str, depth: int, shell: str = "sh") -> list[Part]:
     """Every simple command in a shell string (pipelines, lists, subshells, `$( )`,
-    backticks, process substitution, if/for/while bodies, functions), as parts."""
+    backticks, process substitution, if/for/while bodies, functions), as parts; read as
+    `shell` reads it (sh, dash or a shell not known: both as bash and as dash)."""
     if depth > MAX_DEPTH:
         raise UnreadableCommand(f"more than {MAX_DEPTH} nested shells")
-    decoded = decode_ansi_c(text)
-    if not decoded.strip():
-        return []
     parts: list[Part] = []
-    for tree in parse_trees(decoded):  # also refuses substitutions bashlex would not show
-        _walk(tree, parts, depth)
+    for reading in shell_readings(text, shell):
+        if not reading.strip():
+            continue
+        for tree in parse_trees(reading):  # also refuses substitutions bashlex would not show
+            _walk(tree, parts, depth)
     return parts
 
 
@@ -168,7 +182,7 @@ def nested_commands(argv: Sequence[str]) -> list[Nested]:
     """The commands `argv` starts by itself, read widely: `find -exec CMD ;`, git's
     `bisect run CMD`, `rebase -x CMD`, `grep -O CMD`, `submodule foreach CMD`, config
     values git runs (`-c core.fsmonitor=CMD`, `git config core.pager CMD`) and alias
-    definitions; `trap CMD`, `alias x=CMD`, `mapfile -C CMD`, `hash -p PATH name`."""
+    definitions; `trap CMD`, `alias x=CMD`, `mapfile -C CMD`, `compgen -C CMD`, `hash -p PATH name`."""
     if not argv:
         return []
     name, args = command_name(argv[0]), list(argv[1:])
@@ -181,6 +195,8 @@ def nested_commands(argv: Sequence[str]) -> list[Nested]:
         return [Nested(text=operands[0])] if operands else []
     if name == "alias":
         return [Nested(text=arg.split("=", 1)[1]) for arg in args if "=" in arg]
+    if name in ("compgen", "complete"):  # `-C CMD`: a command that lists completions
+        return [Nested(text=value) for value in option_values(args, "C", ())]
     if name in ("mapfile", "readarray"):
         return [Nested(text=value) for value in option_values(args, "C", ())]
     if name == "hash":

@@ -11,6 +11,7 @@ known code-running forms where a program has too many harmless options to list (
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ SAFE_VARIABLE = re.compile(
 
 def check_assignment(word: str, where: str) -> None:
     """Raise unless `word` (NAME=VALUE) sets a variable known to be harmless."""
-    name = word.split("=", 1)[0]
+    name = word.split("=", 1)[0].removesuffix("+")  # `NAME+=value` appends
     if not SAFE_VARIABLE.fullmatch(name):
         raise unreadable(
             f"{where} sets {name}, which is not a variable known to be harmless "
@@ -273,6 +274,16 @@ def read_printf(argv: list[str], ctx: Context) -> list[Command]:
     return [Command(tuple(argv))]
 
 
+def read_jobs(argv: list[str], ctx: Context) -> list[Command]:
+    """`jobs -x CMD ARGS` runs CMD (job specs in ARGS replaced by process groups)."""
+    for arg in argv[1:]:
+        if arg == "--" or not arg.startswith("-"):
+            break
+        if "x" in arg:
+            raise unreadable("'jobs -x' runs the command that follows it")
+    return [Command(tuple(argv))]
+
+
 def read_wait(argv: list[str], ctx: Context) -> list[Command]:
     if any(arg.startswith("-") and "p" in arg for arg in argv[1:]):
         raise unreadable("'wait -p' assigns to a name that may hold a subscript")
@@ -399,6 +410,7 @@ READS_CODE_FROM_STDIN = frozenset(
 INPUT_IS_CODE = frozenset({"ed", "red", "dc", "sqlite3", "psql", "mysql", "mariadb"})
 
 
+@functools.lru_cache(maxsize=1024)
 def interpreter_kind(name: str) -> str | None:
     return next((kind for pattern, kind in INTERPRETER_NAMES if pattern.fullmatch(name)), None)
 

@@ -5,7 +5,8 @@ why it cannot vouch for all of it (`Reading.unreadable`). It understands only:
 
 - an argv (no shell), or the string of `sh -c` / `bash -c` / `dash -c` (exactly those
   names, with harmless options only), in which: literal words after quote removal
-  ('...', "...", backslashes, $'...'), simple commands joined by `|`, `&&`, `||`, `;` and
+  ('...', "...", backslashes, and $'...' in bash strings only: dash, which is sh on
+  Debian, has no ANSI-C quoting), simple commands joined by `|`, `&&`, `||`, `;` and
   newlines, comments, redirections to /dev/null or between descriptors (`2>&1`, `>&2`,
   `3>&-`), and `NAME=value` prefixes for a few harmless variables;
 - wrappers named exactly (`env`, `timeout`, `nice`, `nohup`, `xargs`, `time`, `stdbuf`,
@@ -17,7 +18,8 @@ Anything else makes the whole command unreadable: every expansion (`$x`, `${x@P}
 backticks, `$((..))`, `<(..)`, globs, braces, `~`, zsh's `=cmd`), every other
 redirection, here-documents and here-strings, `&`, subshells, groups, `if`/`for`/`while`/
 `case`, functions, a shell or wrapper named by a path (`./bash`, `/usr/bin/env`), and the
-builtins that evaluate strings (`eval`, `source`, `trap`, `declare`, `read`, ...).
+builtins that evaluate strings or run commands (`eval`, `source`, `trap`, `declare`,
+`read`, `jobs -x` ...).
 The reader never runs anything and never guesses: what it returns is what would run.
 """
 
@@ -51,6 +53,7 @@ from dispatcher.policy.programs import (
     read_find,
     read_inline_code_options,
     read_interpreter,
+    read_jobs,
     read_make,
     read_printf,
     read_stdin_interpreter,
@@ -64,7 +67,8 @@ from dispatcher.policy.shell import UnreadableCommand, read_ansi_c
 logger = logging.getLogger(__name__)
 
 MAX_DEPTH = 8
-MAX_TEXT = 100_000
+MAX_TEXT = 32 * 1024  # as the wide reading (shell.MAX_SHELL_TEXT)
+MAX_COMMANDS = 1000  # simple commands in one string (each costs ~60 us to read)
 
 __all__ = ["Command", "Reading", "read_command", "split_shell"]
 
@@ -160,7 +164,8 @@ def _read_wrapper(argv: list[str], depth: int, *, fed: bool, appended: bool) -> 
         else:
             return [Command(tuple(argv))]  # `env`, `nice`, `time`: run nothing of note
     if name == "watch" and "x" not in seen and "exec" not in seen:
-        return _read_string(" ".join(rest), depth + 1, fed=False)
+        # watch runs the string with `sh -c`: read it as sh (dash) would be
+        return _read_string(" ".join(rest), depth + 1, fed=False, dialect="sh")
     return _read_argv(rest, depth + 1, fed=fed and name != "xargs", appended=inner_appended)
 
 
@@ -197,7 +202,7 @@ def _read_shell(argv: list[str], depth: int, *, fed: bool, appended: bool) -> li
     if command_string:
         if not operands:
             raise unreadable(f"'{name} -c' without its command string")
-        return _read_string(operands[0], depth + 1, fed=fed)
+        return _read_string(operands[0], depth + 1, fed=fed, dialect=shell_dialect(name))
     return _shell_script(argv, operands, fed=fed, appended=appended)
 
 
@@ -235,11 +240,17 @@ class ShellCommand:
     stdin_redirected: bool = False  # `< /dev/null`
 
 
-def _read_string(text: str, depth: int, *, fed: bool) -> list[Command]:
+def shell_dialect(name: str) -> str:
+    """How a looked-through shell quotes: "bash", or "sh" for sh and dash (Debian's sh is
+    dash, which has no `$'...'` nor `$"..."`: it reads `$'\\'` as `$` and a quoted `\\`)."""
+    return "bash" if name == "bash" else "sh"
+
+
+def _read_string(text: str, depth: int, *, fed: bool, dialect: str) -> list[Command]:
     if depth > MAX_DEPTH:
         raise unreadable(f"more than {MAX_DEPTH} nested shells")
     found: list[Command] = []
-    for command in split_shell(text):
+    for command in split_shell(text, dialect):
         for assignment in command.assignments:
             check_assignment(assignment, "the command")
         inner_fed = command.piped or (fed and not command.stdin_redirected)
@@ -251,24 +262,28 @@ RESERVED = frozenset(
     {"if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until"}
     | {"do", "done", "in", "function", "coproc", "{", "}", "!", "[[", "]]"}
 )
-ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\+?=")  # `NAME=value`, `NAME+=value`
 BLANKS = " \t"
 ENDS_WORD = " \t\n;&|()<>"
 
 
 @functools.lru_cache(maxsize=2048)
-def split_shell(text: str) -> tuple[ShellCommand, ...]:
+def split_shell(text: str, dialect: str = "bash") -> tuple[ShellCommand, ...]:
     """The simple commands of a shell string, when it holds nothing but literal words,
     pipes, lists, comments and harmless redirections. Raises UnreadableCommand naming
-    the first construct outside that grammar."""
+    the first construct outside that grammar. `dialect` "sh" (dash) has no `$'...'`."""
     if len(text) > MAX_TEXT:
         raise unreadable("the shell string is too long to read")
-    return tuple(_Splitter(text).commands())
+    commands = tuple(_Splitter(text, ansi_c=dialect == "bash").commands())
+    if len(commands) > MAX_COMMANDS:
+        raise unreadable(f"the shell string holds more than {MAX_COMMANDS} commands")
+    return commands
 
 
 class _Splitter:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, ansi_c: bool = True) -> None:
         self.text, self.i = text, 0
+        self.ansi_c = ansi_c
         self.found: list[ShellCommand] = []
         self.words: list[str] = []
         self.assignments: list[str] = []
@@ -396,6 +411,11 @@ class _Splitter:
                 quoted_yet = True
                 continue
             if char == "$":
+                if text.startswith("$'", self.i) and not self.ansi_c:
+                    raise unreadable(
+                        "$'...' in a string for sh (dash reads it as '$' and a quoted "
+                        "string, bash as ANSI-C quoting)"
+                    )
                 if text.startswith("$'", self.i):
                     decoded, self.i = read_ansi_c(text, self.i + 2, strict=True)
                     if "\x00" in decoded:
@@ -480,6 +500,7 @@ PROGRAM_READERS: dict[str, ProgramReader] = {
     "[": read_test,
     "printf": read_printf,
     "wait": read_wait,
+    "jobs": read_jobs,
     "awk": read_awk,
     "gawk": read_awk,
     "mawk": read_awk,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import itertools
 import posixpath
 import re
 import shlex
@@ -21,7 +22,32 @@ from typing import Any
 import bashlex
 
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "csh", "tcsh"})
+# Shells that read `$'...'` as ANSI-C quoting. Any other (sh, which is dash on Debian, and
+# a string whose shell is not known) is read both ways (see `shell_readings`).
+ANSI_C_SHELLS = frozenset({"bash", "zsh", "ksh", "ksh93", "mksh", "lksh"})
 MAX_WRAPPERS = 32
+# The largest shell string the wide reading parses: bashlex costs 30 to 300 us a character
+# (most for many short words, operators and expansions: `a;a;a;...`), so a longer string,
+# or one of more words, operators and expansions, is unreadable and the guard blocks it
+# (a string under both limits costs about half a second at most).
+MAX_SHELL_TEXT = 32 * 1024
+MAX_SHELL_TOKENS = 2000
+# words, operators, and each `$` or backtick (an expansion is a node of its own)
+SHELL_TOKEN = re.compile(r"[^\s;&|()<>$`]+|[;&|()<>]+|[$`]")
+
+
+def too_big_to_read(text: str) -> str | None:
+    """Why the shell string `text` is too big for the wide reading, or None."""
+    if len(text) > MAX_SHELL_TEXT:
+        return (
+            f"the shell string is too long to check ({len(text)} characters, over {MAX_SHELL_TEXT})"
+        )
+    tokens = sum(1 for _ in itertools.islice(SHELL_TOKEN.finditer(text), MAX_SHELL_TOKENS + 1))
+    if tokens > MAX_SHELL_TOKENS:
+        return (
+            f"the shell string has too many words and operators to check (over {MAX_SHELL_TOKENS})"
+        )
+    return None
 
 
 class UnreadableCommand(Exception):
@@ -98,6 +124,66 @@ WRAPPERS: dict[str, WrapperSpec] = {
         frozenset({"target", "setuid", "setgid"}),
         opaque="it runs the program in another process's namespaces",
         shell_when_empty=True,
+    ),
+    # Tracers, profilers and launchers that run their operand (`strace -f git push`).
+    "strace": WrapperSpec(
+        "abeEIoOpPsSuUX",
+        frozenset(
+            {"output", "attach", "trace-path", "string-limit", "summary-sort-by", "user"}
+            | {"env", "columns", "detach-on", "interruptible", "const-print-style", "trace"}
+            | {"signal", "status", "inject", "fault", "quiet", "decode-fds", "silence"}
+        ),
+    ),
+    "ltrace": WrapperSpec("aAeFlnopsuwxD", frozenset({"output", "library", "align", "indent"})),
+    "valgrind": WrapperSpec(),
+    "catchsegv": WrapperSpec(),
+    "nocache": WrapperSpec(),
+    "unbuffer": WrapperSpec(),
+    "numactl": WrapperSpec(
+        "imNCpPwb",
+        frozenset(
+            {"interleave", "membind", "cpunodebind", "physcpubind", "preferred"}
+            | {"preferred-many", "weighted-interleave", "balancing"}
+        ),
+    ),
+    "caffeinate": WrapperSpec("tw"),  # macOS, where Claude Code's Bash may run
+    "faketime": WrapperSpec("m", frozenset(), leading_operands=1),  # TIMESTAMP
+    "fakeroot": WrapperSpec("lsib", frozenset({"lib", "faked", "unknown-is-real"})),
+    "sshpass": WrapperSpec("pfdPe"),
+    "proxychains": WrapperSpec("f"),
+    "proxychains4": WrapperSpec("f"),
+    "torsocks": WrapperSpec("uapP", frozenset({"user", "pass", "address", "port"})),
+    "xvfb-run": WrapperSpec(
+        "efnps", frozenset({"error-file", "auth-file", "server-num", "xauth-protocol"})
+    ),
+    "dbus-run-session": WrapperSpec("", frozenset({"config-file", "dbus-daemon"})),
+    "setpriv": WrapperSpec(
+        "",
+        frozenset(
+            {"reuid", "regid", "ruid", "euid", "rgid", "egid", "groups", "inh-caps"}
+            | {"ambient-caps", "bounding-set", "securebits", "pdeathsig", "selinux-label"}
+            | {"apparmor-profile", "landlock-access", "landlock-rule"}
+        ),
+        opaque="it runs the program with other privileges",
+    ),
+    "systemd-run": WrapperSpec(
+        "pEuMHs",
+        frozenset(
+            {"unit", "property", "description", "slice", "uid", "gid", "nice", "setenv"}
+            | {"working-directory", "on-active", "on-boot", "on-startup", "on-calendar"}
+            | {"on-unit-active", "on-unit-inactive", "timer-property", "path-property"}
+            | {"socket-property", "machine", "host", "service-type"}
+        ),
+        opaque="it runs the program as a service",
+        shell_when_empty=True,
+    ),
+    "firejail": WrapperSpec(opaque="it runs the program in a sandbox of its own"),
+    "sandbox-exec": WrapperSpec("fpD", opaque="it runs the program in a sandbox of its own"),
+    "cgexec": WrapperSpec("g", opaque="it runs the program in another control group"),
+    "runcon": WrapperSpec(
+        "utrl",
+        frozenset({"user", "role", "type", "range"}),
+        opaque="it runs the program in another security context",
     ),
     # Wrappers read by `_unwrap_special` (the spec gives their options and opacity).
     "flock": WrapperSpec(
@@ -254,6 +340,8 @@ def _unwrap_once(name: str, rest: list[str]) -> list[str] | None:
     """What the wrapper `name` with arguments `rest` runs, or None when it is no wrapper."""
     if name == "corepack":
         return _corepack_command(rest)
+    if name == "jobs":
+        return _jobs_command(rest)
     if name == "env":
         return _env_command(rest)
     if name in PACKAGE_RUNNER_SUBCOMMANDS:
@@ -284,6 +372,16 @@ def _unwrap_once(name: str, rest: list[str]) -> list[str] | None:
     if not rest and spec.shell_when_empty:
         return ["sh"]
     return rest
+
+
+def _jobs_command(rest: list[str]) -> list[str] | None:
+    """bash's `jobs -x CMD ARGS` runs CMD; any other `jobs` is no wrapper (None)."""
+    for i, arg in enumerate(rest):
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            return None
+        if "x" in arg:
+            return rest[i + 1 :]
+    return None
 
 
 def _flock_command(rest: list[str]) -> list[str]:
@@ -503,10 +601,15 @@ def parse_trees(text: str) -> list[Any]:
 
 @functools.lru_cache(maxsize=2048)
 def _parse_trees(text: str) -> tuple[Any, ...] | UnreadableCommand:
+    too_big = too_big_to_read(text)
+    if too_big is not None:
+        return UnreadableCommand(too_big)
     try:
         return tuple(_parse_trees_uncached(text))
     except UnreadableCommand as error:
         return error
+    except RecursionError:
+        return UnreadableCommand("the shell string nests too deeply to check")
 
 
 def _parse_trees_uncached(text: str) -> list[Any]:
@@ -590,17 +693,24 @@ def _closing_brace(text: str, start: int, single_quotes: bool) -> int:
     return n
 
 
-def _heredoc_with_substitution(node: Any) -> bool:
-    """A here-document body may run `$(...)` or backticks, which bashlex does not parse."""
-    if getattr(node, "kind", "") == "heredoc":
-        value = str(getattr(node, "value", ""))
-        return "$(" in value or "`" in value or hidden_substitution(value) is not None
-    children = [*(getattr(node, "parts", None) or []), *(getattr(node, "list", None) or [])]
-    for name in ("command", "output", "heredoc", "body"):
-        child = getattr(node, name, None)
-        if child is not None and hasattr(child, "kind"):
-            children.append(child)
-    return any(_heredoc_with_substitution(child) for child in children)
+def _heredoc_with_substitution(tree: Any) -> bool:
+    """A here-document body may run `$(...)` or backticks, which bashlex does not parse.
+    (Walked with a stack: a long word of many quoted pieces is a deep tree.)"""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if getattr(node, "kind", "") == "heredoc":
+            value = str(getattr(node, "value", ""))
+            if "$(" in value or "`" in value or hidden_substitution(value) is not None:
+                return True
+            continue
+        stack.extend(getattr(node, "parts", None) or [])
+        stack.extend(getattr(node, "list", None) or [])
+        for name in ("command", "output", "heredoc", "body"):
+            child = getattr(node, name, None)
+            if child is not None and hasattr(child, "kind"):
+                stack.append(child)
+    return False
 
 
 def parse_script(text: str) -> list[ScriptCommand]:
@@ -671,6 +781,49 @@ ANSI_C_ESCAPES = {
 }  # fmt: skip
 
 
+def shell_readings(text: str, shell: str = "sh") -> list[str]:
+    """The texts to parse (with bashlex, which reads bash) to see every command `shell`
+    could run from the string `text`: with `$'...'` decoded for a shell in ANSI_C_SHELLS;
+    for sh, dash and a shell not known, also as dash reads it (`$'\\' ; cmd # '` runs
+    `cmd` there). Raises UnreadableCommand for an unterminated `$'...'`, and for a string
+    over the size limits (`too_big_to_read`)."""
+    too_big = too_big_to_read(text)
+    if too_big is not None:
+        raise UnreadableCommand(too_big)
+    decoded = decode_ansi_c(text)
+    if shell in ANSI_C_SHELLS:
+        return [decoded]
+    plain = dash_quoting(text)
+    return [decoded] if plain == decoded else [decoded, plain]
+
+
+def dash_quoting(text: str) -> str:
+    """`text` as dash reads it, spelled for bash: dash has no `$'...'` nor `$"..."`, so an
+    unquoted `$'` or `$"` is a literal `$` and a quote (`\\$'`, `\\$"` for bash)."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    quote: str | None = None
+    while i < n:
+        char = text[i]
+        if quote == "'":
+            quote = None if char == "'" else quote
+        elif char == "\\":
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        elif quote == '"':
+            quote = None if char == '"' else quote
+        elif char == "$" and text[i + 1 : i + 2] in ("'", '"'):
+            out.append("\\$")
+            i += 1
+            continue
+        elif char in "'\"":
+            quote = char
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
 def decode_ansi_c(text: str, strict: bool = True) -> str:
     """Rewrite `$'...'` (ANSI-C quoting) and `$"..."` as plain single/double quoting.
 
@@ -709,42 +862,72 @@ def decode_ansi_c(text: str, strict: bool = True) -> str:
     return "".join(out)
 
 
-def read_ansi_c(text: str, i: int, strict: bool) -> tuple[str, int]:
-    """Decode the body of `$'...'` from `text[i]` (after the opening quote): (the decoded
-    text, the index after the closing quote). Raises UnreadableCommand when it does not
-    end and `strict`."""
-    out: list[str] = []
+def ansi_c_end(text: str, i: int) -> int | None:
+    """Index of the quote closing `$'...'` whose body starts at `text[i]`, found as bash's
+    lexer finds it: the first `'` not escaped, each `\\X` pair skipped whole (so `$'\\c'`
+    ends at its second quote, and `$'\\''` does not end there). None when it does not end."""
     n = len(text)
     while i < n:
         char = text[i]
-        if char == "'":
-            return "".join(out), i + 1
+        if char == "\\":
+            i += 2
+        elif char == "'":
+            return i
+        else:
+            i += 1
+    return None
+
+
+def read_ansi_c(text: str, i: int, strict: bool) -> tuple[str, int]:
+    """Decode the body of `$'...'` from `text[i]` (after the opening quote): (the decoded
+    text, the index after the closing quote). The end is found first (`ansi_c_end`), and
+    only the body is decoded: no escape reaches past it. Raises UnreadableCommand when it
+    does not end and `strict`."""
+    end = ansi_c_end(text, i)
+    if end is None:
+        if strict:
+            raise UnreadableCommand("an unterminated $'...' string")
+        return decode_ansi_c_body(text[i:]), len(text)
+    return decode_ansi_c_body(text[i:end]), end + 1
+
+
+def decode_ansi_c_body(body: str) -> str:
+    """What bash makes of the body of `$'...'` (bash 5.2's `ansicstr`)."""
+    out: list[str] = []
+    i, n = 0, len(body)
+    while i < n:
+        char = body[i]
         if char != "\\" or i + 1 >= n:
             out.append(char)
             i += 1
             continue
-        code = text[i + 1]
+        code = body[i + 1]
         if code in ANSI_C_ESCAPES:
             out.append(ANSI_C_ESCAPES[code])
             i += 2
         elif code in "01234567":
-            digits = re.match(r"[0-7]{1,3}", text[i + 1 :]).group(0)  # type: ignore[union-attr]
+            digits = re.match(r"[0-7]{1,3}", body[i + 1 :]).group(0)  # type: ignore[union-attr]
             out.append(chr(int(digits, 8) & 0xFF))
             i += 1 + len(digits)
         elif code in "xuU":
             limit = {"x": 2, "u": 4, "U": 8}[code]
-            digits = re.match(rf"[0-9A-Fa-f]{{0,{limit}}}", text[i + 2 :]).group(0)  # type: ignore[union-attr]
+            digits = re.match(rf"[0-9A-Fa-f]{{0,{limit}}}", body[i + 2 :]).group(0)  # type: ignore[union-attr]
             if not digits:
                 out.append("\\" + code)
             else:
                 out.append(chr(int(digits, 16)))
             i += 2 + len(digits)
         elif code == "c" and i + 2 < n:
-            out.append(chr(ord(text[i + 2]) & 0x1F))
+            # `\cX` is the control character of X (bash reads X as one byte); `\c\\`
+            # is that of a backslash (both backslashes are used); `\c` ending the body
+            # stays literal.
+            target = body[i + 2]
             i += 3
+            if target == "\\" and body[i : i + 1] == "\\":
+                i += 1
+            byte = target.upper().encode()[0] if target.isascii() else target.encode()[0]
+            out.append("\x7f" if target == "?" else chr(byte & 0x1F))
         else:
             out.append("\\" + code)
             i += 2
-    if strict:
-        raise UnreadableCommand("an unterminated $'...' string")
-    return "".join(out), n
+    return "".join(out)
