@@ -104,9 +104,7 @@ def test_an_auto_allowed_pre_tool_use_is_answered_in_five_statements_and_one_com
     first = client.post(url, json.dumps(pre_tool_use("t1")), content_type="application/json")
     assert first.json()["hookSpecificOutput"]["permissionDecision"] == "allow"
     with CaptureQueriesContext(connection) as queries:
-        response = client.post(
-            url, json.dumps(pre_tool_use("t2")), content_type="application/json"
-        )
+        response = client.post(url, json.dumps(pre_tool_use("t2")), content_type="application/json")
     assert response.json()["hookSpecificOutput"]["permissionDecision"] == "allow"
     sql = statements(queries)
     control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")

@@ -44,8 +44,32 @@ def test_many_waits_use_one_connection_and_wake_only_their_channel() -> None:
     assert connections[0]["sub"] == str(len(channels))
     assert woken == [n == 3 for n in range(len(channels))]
     assert first_woken == [False]  # channels[0] was not published to
-    assert own_wake_clients() == []  # nobody waits: the connection is closed
+    assert own_wake_clients() == []  # the loop ended: the connection is closed
     assert notify.open_subscriptions() == 0
+
+
+def test_one_wait_after_another_keeps_one_connection_until_it_is_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent making one call after another must not open a connection per wait."""
+    monkeypatch.setattr(notify, "IDLE_CLOSE_AFTER", 0.3)
+    publisher = redis.Redis.from_url(settings.REDIS_URL)
+
+    async def scenario() -> tuple[list[str], list[bool], list[dict[str, str]]]:
+        ids, woken = [], []
+        for _ in range(3):
+            channel = notify.wake_channel(f"hub-{uuid.uuid4()}")
+            async with notify.wake_on([channel]) as wakeup:
+                ids += [c["id"] for c in own_wake_clients()]
+                publisher.publish(channel, "queued")
+                woken.append(await wakeup.wait(1))
+        await asyncio.sleep(0.6)  # idle past IDLE_CLOSE_AFTER
+        return ids, woken, own_wake_clients()
+
+    ids, woken, after_idle = run_async(scenario)
+    assert len(ids) == 3 and len(set(ids)) == 1  # the same connection for each wait
+    assert woken == [True, True, True]
+    assert after_idle == []
 
 
 def test_a_broken_subscription_answers_instead_of_hanging() -> None:
