@@ -420,7 +420,7 @@ def scenario_cli(
 
     server = Server("S13", env)
     allow = AllowServer()
-    per_side = 2 if quick else 6  # tool calls per side per pair
+    per_side = 1 if quick else 6  # tool calls per side per pair
     res = AddedTime(
         f"S13 Claude Code CLI, Bash calls whose hooks go to Harness (trusted mode: PreToolUse "
         f"decided, PostToolUse reported) or to a server that allows at once, alternating in one "

@@ -1,7 +1,7 @@
 """Harness benchmarks: each scenario side by side with its baseline, in the same run.
 
     python -m bench.run            full run (HTTP: 3 s warm-up, 10 s per side, 5 pairs)
-    python -m bench.run --quick    quick run (HTTP 1 s warm-up, 2 s per side; latency 20 samples per pair; 5 pairs; < 2 min)
+    python -m bench.run --quick    quick run (HTTP 1 s warm-up, 1 s per side; latency 20-40 samples per pair; 5 pairs; about 2 min)
 
 The runner creates its own PostgreSQL database (dropped and recreated each run), migrates
 it, starts its own daphne servers on loopback (B and P: two processes, same app, same
@@ -679,7 +679,7 @@ def main() -> int:
     if args.pairs < 5:
         parser.error("the protocol needs at least 5 pairs")
     only = set(filter(None, args.only.split(",")))
-    warmup, seconds = (1.0, 2.0) if args.quick else (3.0, 10.0)
+    warmup, seconds = (0.5, 1.0) if args.quick else (3.0, 10.0)
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install wrk (Debian) -- needed for the HTTP scenarios")
         return 2
