@@ -466,7 +466,7 @@ def scenario_validation(pairs: int, quick: bool) -> list[Result]:
     from jsonschema import Draft202012Validator
     from jsonschema import validate as one_shot
 
-    from dispatcher.pipeline import Rejection, resolve, validate
+    from dispatcher.policy.stages import Rejection, resolve, validate
 
     tool = resolve("list_directory")
     prebuilt = Draft202012Validator(
