@@ -25,7 +25,7 @@ from kombu.transport import redis
 logger = logging.getLogger(__name__)
 
 
-class QoS(redis.QoS):  # type: ignore[misc]
+class QoS(redis.QoS):
     def restore_unacked(self, client: Any = None) -> Any:
         transport = getattr(self.channel, "connection", None)
         if client is None and getattr(transport, "client", None) is None:
@@ -36,7 +36,7 @@ class QoS(redis.QoS):  # type: ignore[misc]
             )
             self._delivered.clear()
             return None
-        return super().restore_unacked(client)
+        return super().restore_unacked(client)  # type: ignore[no-untyped-call]
 
 
 def install() -> None:
