@@ -85,6 +85,16 @@ def test_an_untouched_chain_verifies_against_its_checkpoint(tmp_path: Path) -> N
     assert "1 checkpoints matched" in output
 
 
+def test_session_checkpoints_only_that_session(tmp_path: Path) -> None:
+    """--session was accepted and ignored: every chain was written (and one tampered head
+    anywhere in the database failed the run)."""
+    mine, other = write_chain(3)[0].chain, write_chain(3)[0].chain
+    path = tmp_path / "checkpoints.jsonl"
+    assert "1 chain heads appended" in checkpoint(path, mine)
+    assert [json.loads(line)["chain"] for line in path.read_text().splitlines()] == [mine]
+    assert other != mine
+
+
 def test_a_rewrite_with_recomputed_hashes_and_head_is_detected(tmp_path: Path) -> None:
     chain = write_chain(8)[0].chain
     path = tmp_path / "checkpoints.jsonl"

@@ -7,23 +7,28 @@ the transaction), each inside a savepoint that is rolled back afterwards.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
+from audit.models import AuditChain
 from audit.services import canonical_event, chain_hash
-from audit.verify import Report, database_events, database_heads, verify_events
+from audit.verify import Report, database_events, database_heads, verify_database, verify_events
+from dispatcher.models import AgentSession
 from tests.battery import figures
 from tests.battery.conftest import POSTGRES, seed_for, size
-from tests.conftest import make_agent
+from tests.conftest import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
 
@@ -324,66 +329,75 @@ def test_a2_delete_swap_insert_and_truncation_are_detected() -> None:
     assert all_ok, outcomes
 
 
-def test_a2_truncation_with_the_head_rewritten_is_detected_against_a_signed_checkpoint() -> None:
-    """An attacker who rewrites the chain head too is caught only by a checkpoint kept
-    outside the database (the boundary issue's signed checkpoints)."""
-    checkpoints = _checkpoints_or_skip()
-    chains = build_sessions(2)
-    detected = []
-    for chain in chains:
-        path = checkpoints(chain)
+def test_a2_a_rolled_back_or_rewritten_head_is_detected_against_a_signed_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Against the signed checkpoints (`manage.py audit_checkpoint`, `verify_audit
+    --against`): an attacker who can write the database but not read the audit key
+    (1) truncates a chain and rewrites its head row to the new end: the head's signature
+    no longer verifies; (2) truncates it back to an earlier head row, validly signed (kept
+    from a backup): the database alone is consistent again, only the checkpoint taken
+    since can tell. Each session is checkpointed and verified on its own (--session):
+    other tests of this run commit chains of their own, some tampered on purpose."""
+    chains = build_sessions(size(2, 10))
+    outcomes: dict[str, list[bool]] = {
+        "untouched chain verifies against its checkpoint": [],
+        "truncation with the head rewritten, without the key: detected": [],
+        "rollback to an earlier signed head: the database alone verifies": [],
+        "rollback to an earlier signed head: detected against the checkpoint": [],
+    }
+    heads = AuditChain.objects.values(
+        "last_seq", "last_hash", "head_signature", "last_at", "last_event_id"
+    )
+    for n, chain in enumerate(chains):
+        earlier = heads.get(chain=chain)  # what a backup taken now holds
+        session = AgentSession.objects.get(pk=chain)
+        for k in range(3):  # the session goes on: 3 calls after the backup
+            submit_one(session, "read_file", {"path": f"late{k}.txt"}, f"late{n}-{k}")
+        path = tmp_path / f"checkpoints-{n}.jsonl"
+        call_command("audit_checkpoint", "--output", str(path), "--session", chain)
+        [line] = path.read_text().splitlines()  # this session's head only
+        assert json.loads(line)["chain"] == chain
+        outcomes["untouched chain verifies against its checkpoint"].append(
+            not _verify_against_fails(chain, path)
+        )
         events = list(database_events(chain))
+        cut = [e for e in events if e["seq"] > earlier["last_seq"]]
         with superuser_tamper():
-            for event in events[-5:]:
+            for event in cut:
                 _sql(f"DELETE FROM {TABLE} WHERE id = %s", [event["id"]])  # noqa: S608
-            last = events[-6]
+            last = events[-len(cut) - 1]
             _sql(
-                "UPDATE audit_auditchain SET last_seq = %s, last_hash = %s WHERE chain = %s",
-                [last["seq"], last["hash"], chain],
+                "UPDATE audit_auditchain SET last_seq = %s, last_hash = %s, last_event_id = %s"
+                " WHERE chain = %s",
+                [last["seq"], last["hash"], last["id"], chain],
             )
-            assert verify_chains({chain}).ok  # the database alone can no longer tell
-            detected.append(_verify_against_fails(path))
-    figures.record(
-        "A2",
-        "truncation with head rewritten: detected against signed checkpoint",
-        f"{sum(detected)}/{len(detected)}",
-        "all",
-        all(detected),
-    )
-    assert all(detected)
+            outcomes["truncation with the head rewritten, without the key: detected"].append(
+                not verify_database(chain).ok and _verify_against_fails(chain, path)
+            )
+            AuditChain.objects.filter(chain=chain).update(**earlier)
+            outcomes["rollback to an earlier signed head: the database alone verifies"].append(
+                verify_database(chain).ok
+            )
+            outcomes["rollback to an earlier signed head: detected against the checkpoint"].append(
+                _verify_against_fails(chain, path)
+            )
+    for name, results in outcomes.items():
+        figures.record("A2", f"{name}", f"{sum(results)}/{len(results)}", "all", all(results))
+    assert all(all(results) for results in outcomes.values()), outcomes
 
 
-def _checkpoints_or_skip() -> Any:
-    module = pytest.importorskip(
-        "audit.checkpoints",
-        reason="A1/A2 against signed checkpoints need audit.checkpoints (the boundary issue)",
-    )
-    for name in ("export_checkpoint", "write_checkpoint", "checkpoint"):
-        function = getattr(module, name, None)
-        if callable(function):
-            break
-    else:
-        figures.skipped("A2", "truncation vs signed checkpoint", "audit.checkpoints has no writer")
-        pytest.skip("audit.checkpoints has no export_checkpoint/write_checkpoint to call")
-
-    def write(chain: str) -> str:
-        import tempfile
-
-        path = tempfile.mktemp(suffix=".checkpoint")  # noqa: S306
-        try:
-            function(path=path)
-        except TypeError:
-            function(path)
-        return path
-
-    return write
-
-
-def _verify_against_fails(path: str) -> bool:
-    from django.core.management import CommandError, call_command
-
+def _verify_against_fails(chain: str, path: Path) -> bool:
     try:
-        call_command("verify_audit", "--against", path)
-    except (CommandError, SystemExit):
+        call_command(
+            "verify_audit",
+            "--session",
+            chain,
+            "--against",
+            str(path),
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
+    except CommandError:
         return True
     return False

@@ -39,7 +39,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             run = checkpoints.write(
-                options["output"], all_chains=options["all"], url=options["url"]
+                options["output"],
+                all_chains=options["all"],
+                url=options["url"],
+                chain=options["session"],
             )
         except signing.AuditKeyError as error:
             raise CommandError(f"Cannot read the audit key: {error}") from error
