@@ -93,7 +93,7 @@ test: $(STAMP) browser sandbox coding-agents mcp-servers
 
 test-pg: $(STAMP)
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
-	  $(BIN)/pytest -m "not slow" --create-db -p no:cacheprovider $(PYTEST_ARGS)
+	  $(BIN)/pytest -m "not slow" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 
 # The session stops the embedded Redis it started; the last line makes sure of it even
 # when pytest itself was killed.
@@ -101,7 +101,7 @@ test-pg: $(STAMP)
 # on the embedded default they run in `make battery`.
 test-embedded: $(STAMP)
 	env -u DATABASE_URL -u REDIS_URL $(TEST_ENV) HARNESS_DATA_DIR=$(CURDIR)/var/test-embedded \
-	  $(BIN)/pytest -m "not slow and not battery" --create-db -p no:cacheprovider $(PYTEST_ARGS); status=$$?; \
+	  $(BIN)/pytest -m "not slow and not battery" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS); status=$$?; \
 	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; r.stop(pathlib.Path('$(CURDIR)/var/test-embedded'))"; \
 	  exit $$status
 
