@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from audit import kinds
@@ -96,6 +96,16 @@ def _token_matches(agent: Agent, token: str) -> bool:
     return hmac.compare_digest(agent.token_hash, _hash_token(token))
 
 
+def _loaded_sessions(prefix: str) -> QuerySet[AgentSession]:
+    """Sessions of the active agent whose token has `prefix`, read with what admission
+    needs: agent, owner, the owner's profile, and whether the session holds any grant."""
+    return (
+        AgentSession.objects.select_related("agent__owner__permission_profile")
+        .annotate(has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))))
+        .filter(agent__token_prefix=prefix, agent__is_active=True)
+    )
+
+
 def session_for_token(token: str, session_id: uuid.UUID) -> AgentSession | None:
     """The session `session_id` if `token` is its active agent's, read with what admission
     needs (agent, owner, the owner's profile, whether it holds any grant) in one query:
@@ -104,12 +114,7 @@ def session_for_token(token: str, session_id: uuid.UUID) -> AgentSession | None:
     prefix = token_prefix(token)
     if prefix is None:
         return None
-    session = (
-        AgentSession.objects.select_related("agent__owner__permission_profile")
-        .annotate(has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))))
-        .filter(pk=session_id, agent__token_prefix=prefix, agent__is_active=True)
-        .first()
-    )
+    session = _loaded_sessions(prefix).filter(pk=session_id).first()
     if session is None or not _token_matches(session.agent, token):
         return None
     return session
@@ -223,17 +228,7 @@ def client_session_for_token(
     prefix = token_prefix(token)
     if prefix is None:
         return None
-    session = (
-        AgentSession.objects.select_related("agent__owner__permission_profile")
-        .annotate(has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))))
-        .filter(
-            agent__token_prefix=prefix,
-            agent__is_active=True,
-            client=client,
-            external_id=external_id,
-        )
-        .first()
-    )
+    session = _loaded_sessions(prefix).filter(client=client, external_id=external_id).first()
     if session is not None:
         return session if _token_matches(session.agent, token) else None
     agent = authenticate_token(token)

@@ -30,6 +30,7 @@ from approvals.models import ApprovalRequest
 from dispatcher import agents
 from dispatcher.models import Status, ToolCall
 from tests.conftest import ROOT, AgentFixture, LiveStack, free_port, login, make_user, unique
+from tests.support import processes
 from tests.support.fake_anthropic import FakeAnthropic, Step, say, tool_use
 
 pytestmark = [pytest.mark.live]
@@ -106,7 +107,7 @@ class Claude:
             "DISABLE_AUTOUPDATER": "1",
             "HARNESS_TOKEN": self.token,
         }
-        return subprocess.Popen(
+        return processes.start(
             [
                 str(self.cli),
                 "-p",
@@ -121,11 +122,10 @@ class Claude:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
         )
 
     def finish(self, process: subprocess.Popen[str], timeout: float = 90) -> dict[str, Any]:
-        stdout, stderr = process.communicate(timeout=timeout)
+        stdout, stderr = processes.finish(process, timeout)
         assert process.returncode == 0, stderr[-3000:]
         return dict(json.loads(stdout))
 

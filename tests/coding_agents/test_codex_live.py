@@ -32,6 +32,7 @@ from dispatcher import agents
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
 from tests.conftest import ROOT, AgentFixture, LiveStack, free_port, make_user, unique
+from tests.support import processes
 from tests.support.fake_openai import FakeOpenAI, Step, call, custom_call, say
 
 pytestmark = [pytest.mark.live]
@@ -95,7 +96,7 @@ class Codex:
             "FAKE_OPENAI_KEY": "sk-test-not-a-key",
             "HARNESS_TOKEN": self.token,
         }
-        return subprocess.Popen(
+        return processes.start(
             [
                 str(self.cli),
                 "exec",
@@ -109,11 +110,10 @@ class Codex:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
         )
 
     def finish(self, process: subprocess.Popen[str], timeout: float = 120) -> str:
-        stdout, stderr = process.communicate(timeout=timeout)
+        stdout, stderr = processes.finish(process, timeout)
         assert process.returncode == 0, stderr[-3000:]
         return stderr
 

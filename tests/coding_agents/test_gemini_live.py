@@ -32,6 +32,7 @@ from approvals.models import ApprovalRequest
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
 from tests.conftest import ROOT, AgentFixture, LiveStack, free_port, make_user, unique
+from tests.support import processes
 from tests.support.fake_gemini import FakeGemini, Step, call, say
 
 pytestmark = [pytest.mark.live]
@@ -89,13 +90,11 @@ class Gemini:
         }
         with FakeGemini(steps) as fake:
             env["GOOGLE_GEMINI_BASE_URL"] = fake.url
-            done = subprocess.run(
+            done = processes.run(
                 [str(self.cli), "-p", "Do the task.", "--yolo", "--output-format", "json"],
                 cwd=self.project,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
                 timeout=180,
             )
         assert done.returncode == 0, done.stderr[-3000:]

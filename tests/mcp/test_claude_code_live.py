@@ -22,6 +22,7 @@ import pytest
 from dispatcher.models import Status, ToolCall
 from tests.conftest import ROOT, AgentFixture, LiveStack, make_user, unique
 from tests.mcp.conftest import review
+from tests.support import processes
 
 pytestmark = [pytest.mark.live]
 
@@ -77,7 +78,7 @@ def run_claude(
         "DISABLE_AUTOUPDATER": "1",
         "MCP_TIMEOUT": "30000",
     }
-    done = subprocess.run(
+    done = processes.run(
         [
             str(CLI),
             "-p",
@@ -95,8 +96,6 @@ def run_claude(
         cwd=project,
         env=env,
         stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
