@@ -17,6 +17,8 @@ from uuid import UUID
 from django.db import DatabaseError, connection, models, transaction
 from django.utils import timezone
 
+from dispatcher.compiled import Compiled
+
 from . import kinds
 from .masking import Masked, contains_masked, mask_secrets, storable
 from .models import GLOBAL_CHAIN, AuditChain, AuditEvent
@@ -170,11 +172,15 @@ def _locked_head(chain: str) -> AuditChain | None:
     The row lock serializes appends to one chain; a chain's very first append takes an
     advisory lock instead, since there is no row to lock yet.
     """
-    head = AuditChain.objects.select_for_update().filter(chain=chain).first()
+    head = _HEAD.first(chain)
     if head is None:
         _lock_chain(chain)
-        head = AuditChain.objects.select_for_update().filter(chain=chain).first()
+        head = _HEAD.first(chain)
     return head
+
+
+# Read and locked by every append (dispatcher.compiled).
+_HEAD = Compiled(lambda chain: AuditChain.objects.select_for_update().filter(chain=chain)[:1])
 
 
 def audit_copy(payload: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from audit.masking import premask
 from audit.services import EventSpec, record_events
 from dispatcher import batches, notify
 from dispatcher.agents import mode_and_profile
+from dispatcher.compiled import Compiled
 from dispatcher.errors import ServiceError
 from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import stages
@@ -162,13 +163,19 @@ def _repeat_counts(session: AgentSession, keys: set[tuple[str, str]]) -> dict[tu
     digests = {digest for name, digest in keys if name not in excluded}
     if not digests:
         return {}
-    rows = (
-        ToolCall.objects.filter(session=session, digest__in=digests)
+    rows = _REPEATS.tuples(session.pk, sorted(digests))
+    return {(name, digest): n for name, digest, n in rows}
+
+
+# One per message (dispatcher.compiled; one plan per number of distinct digests).
+_REPEATS = Compiled(
+    lambda session_id, digests: (
+        ToolCall.objects.filter(session_id=session_id, digest__in=digests)
         .order_by()
         .values_list("name", "digest")
         .annotate(n=Count("pk"))
     )
-    return {(name, digest): n for name, digest, n in rows}
+)
 
 
 def receive(

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from audit import kinds
 from audit.services import record_event
+from dispatcher.compiled import Compiled
 from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession
 from dispatcher.policy.context import Profile
@@ -106,6 +107,15 @@ def _loaded_sessions(prefix: str) -> QuerySet[AgentSession]:
     )
 
 
+# The two reads every agent call starts with, compiled once (dispatcher.compiled).
+_SESSION_BY_ID = Compiled(lambda prefix, pk: _loaded_sessions(prefix).filter(pk=pk)[:1])
+_SESSION_BY_CLIENT_ID = Compiled(
+    lambda prefix, client, external_id: (
+        _loaded_sessions(prefix).filter(client=client, external_id=external_id).order_by("pk")[:1]
+    )
+)
+
+
 def session_for_token(token: str, session_id: uuid.UUID) -> AgentSession | None:
     """The session `session_id` if `token` is its active agent's, read with what admission
     needs (agent, owner, the owner's profile, whether it holds any grant) in one query:
@@ -114,7 +124,7 @@ def session_for_token(token: str, session_id: uuid.UUID) -> AgentSession | None:
     prefix = token_prefix(token)
     if prefix is None:
         return None
-    session = _loaded_sessions(prefix).filter(pk=session_id).first()
+    session = _SESSION_BY_ID.first(prefix, session_id)
     if session is None or not _token_matches(session.agent, token):
         return None
     return session
@@ -228,7 +238,7 @@ def client_session_for_token(
     prefix = token_prefix(token)
     if prefix is None:
         return None
-    session = _loaded_sessions(prefix).filter(client=client, external_id=external_id).first()
+    session = _SESSION_BY_CLIENT_ID.first(prefix, client, external_id)
     if session is not None:
         return session if _token_matches(session.agent, token) else None
     agent = authenticate_token(token)

@@ -11,6 +11,7 @@ from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
+from dispatcher.compiled import Compiled
 from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
 from dispatcher.tools.registry import get_tool
 
@@ -48,13 +49,19 @@ def startable(calls: list[ToolCall]) -> list[ToolCall]:
     return [c for c in group if c.status == Status.QUEUED]
 
 
+# Read after every call a worker finishes (dispatcher.compiled).
+_BATCH = Compiled(
+    lambda batch_id: ToolCall.objects.filter(batch_id=batch_id).order_by("batch_index")
+)
+
+
 def dispatch_ready(batch_id: uuid.UUID) -> None:
     """Send a Celery message (only the call id) for each call of the batch that may start.
 
     Messages leave after commit, so a worker never receives the id of a call it cannot see
     yet. (Admission marks and sends a new message's runnable calls itself.)
     """
-    calls = list(ToolCall.objects.filter(batch_id=batch_id).order_by("batch_index"))
+    calls = _BATCH.all(uuid.UUID(str(batch_id)))
     # Only calls no message was sent for: the rows were just read, and the conditional
     # update below still settles a race between two dispatchers.
     ready = [c for c in startable(calls) if c.enqueued_at is None]

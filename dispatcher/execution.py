@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from django.utils import timezone
 from dispatcher import batches, pipeline, transitions
 from dispatcher.admission import call_context
 from dispatcher.agents import mode_and_profile
+from dispatcher.compiled import Compiled
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import stages
 from dispatcher.tools import messages
@@ -27,13 +29,22 @@ logger = logging.getLogger(__name__)
 # --- Stage 6 to 10 -----------------------------------------------------------------------
 
 
+# The worker's first read of every call, compiled once (dispatcher.compiled).
+_CALL_WITH_SESSION = Compiled(
+    lambda pk: (
+        ToolCall.objects.select_related("session__agent__owner__permission_profile")
+        .filter(pk=pk)
+        .order_by()[:1]
+    )
+)
+
+
 def execute_call(call_id: str) -> None:
     """Stages 6 to 10 for one queued call. Idempotent: a second delivery does nothing."""
-    call = (
-        ToolCall.objects.select_related("session__agent__owner__permission_profile")
-        .filter(pk=call_id)
-        .first()
-    )
+    try:
+        call = _CALL_WITH_SESSION.first(uuid.UUID(call_id))
+    except ValueError:  # not a call id: nothing to run
+        return
     if call is None or call.status != Status.QUEUED:
         return
     session = call.session

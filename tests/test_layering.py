@@ -46,7 +46,7 @@ def layer_of(module: str) -> str:
         return "audit"
     if parts[0] == "approvals":
         return "approvals"
-    if module == "dispatcher.errors":
+    if module in ("dispatcher.errors", "dispatcher.compiled"):
         return "errors"
     if len(parts) > 1 and parts[1] in ("tools", "policy", "gateways"):
         return parts[1]

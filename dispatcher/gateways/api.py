@@ -26,6 +26,7 @@ from ninja.security import HttpBearer
 
 from dispatcher import admission, agents, errors, notify, transitions
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
+from dispatcher.compiled import Compiled
 from dispatcher.gateways.dialects import (
     DialectError,
     UnstorableJSON,
@@ -293,12 +294,16 @@ def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
     return session
 
 
+# Read again after every wake-up (dispatcher.compiled; one plan per number of calls).
+_CALLS = Compiled(lambda ids: ToolCall.objects.filter(pk__in=ids).order_by())
+
+
 def _reload(call_ids: list[str]) -> list[ToolCall]:
     """The calls, read again (an edited call followed to its replacement); then the
     request's database connection is given back (to the pool), so that a waiting request
     holds none: waits never exhaust the pool."""
     try:
-        by_id = {str(c.pk): c for c in ToolCall.objects.filter(pk__in=call_ids)}
+        by_id = {str(c.pk): c for c in _CALLS.all([UUID(c) for c in call_ids])}
         calls = [by_id[cid] for cid in call_ids]
         follow_edits(calls)
         return calls

@@ -1,0 +1,267 @@
+"""Fixed-shape reads of the hot paths, compiled by the ORM once and run again with new values.
+
+Django builds and compiles a QuerySet's SQL every time one is evaluated. On the paths an
+agent pays on every call (its session read with agent, owner, profile and grants; the
+chain-head lock of each audit append; the call read again after its wake-up; the worker's
+claim and result) that is most of a read's CPU: the session read costs ~2.5 ms of CPU of
+which the statement and its rows are ~0.2 ms and the rest is building and compiling the
+query (docs/benchmarks.md, "Where S0's time goes").
+
+`Compiled(build)` compiles `build(*values)` once per database and per shape of its
+arguments (a list's length is part of its shape), with placeholder values, and keeps the
+ORM's own SQL, column layout, converters and select_related layout. Each run substitutes
+the real values and builds the rows exactly as the QuerySet would: same model instances,
+same related objects, same annotations. The statement goes through the connection's
+cursor, so query logging, execute wrappers and the statement budgets of the tests see it.
+
+Only reads whose SQL depends on nothing but their arguments qualify. Every value the
+statement is built with must come from an argument (a clock reading included: pass `now`
+in), which is checked when the read is compiled: a value the builder made up itself (a
+date, an id, a text derived from an argument) is an error there, never a frozen value
+in every later run. Arguments may be str, int, UUID, aware datetime, or a list of those.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from weakref import ref as weak_ref
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Model, QuerySet
+from django.db.models.query import get_related_populators
+from django.db.transaction import TransactionManagementError
+
+M = TypeVar("M", bound=Model)
+
+# Constants the ORM may bind itself (a status literal, a flag); anything else must come
+# from an argument.
+_CONSTANT_TYPES = (bool, int, float, str, type(None))
+
+
+class NotCompilable(ValueError):
+    """The read's SQL depends on something other than its arguments."""
+
+
+def _sentinel(value: object, serial: int) -> object:
+    """A placeholder of `value`'s type that nothing else in a statement can equal."""
+    if isinstance(value, bool):
+        raise NotCompilable("a bool argument cannot be told apart from a constant")
+    if isinstance(value, str):
+        return f"\x1fcompiled:{serial}\x1f"
+    if isinstance(value, int):
+        return 7_340_032_000_000_000 + serial * 7919
+    if isinstance(value, uuid.UUID):
+        return uuid.UUID(int=(0xC0_41_1E_D0 << 96) + serial)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return dt.datetime(1999, 12, 31, 23, 58, 0, serial + 1, tzinfo=dt.UTC)
+    raise NotCompilable(f"unsupported argument type {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where an argument goes among the statement's parameters, and how it is bound."""
+
+    arg: int  # index into the flattened arguments
+    bind: str  # "same", "hex" (a UUID on a backend without a uuid type), "datetime"
+
+
+@dataclass
+class _Plan:
+    sql: str
+    slots: list[_Slot | None]  # None: a constant, kept from the compile
+    constants: list[object]
+    compiler: Any  # the ORM's compiler after its one compile (columns, converters, layout)
+    for_update: bool
+    db: str
+    fetch_mode: Any  # the QuerySet's (Django's FETCH_ONE unless the builder chose another)
+
+    def params(self, flat: list[object]) -> list[Any]:
+        out: list[Any] = []
+        for slot, constant in zip(self.slots, self.constants, strict=True):
+            if slot is None:
+                out.append(constant)
+                continue
+            value = flat[slot.arg]
+            if slot.bind == "hex":
+                value = value.hex  # type: ignore[attr-defined]
+            elif slot.bind == "datetime":
+                value = _adapt_datetime(value, self.db)
+            out.append(value)
+        return out
+
+
+def _adapt_datetime(value: Any, db: str) -> object:
+    return connections[db].ops.adapt_datetimefield_value(value)
+
+
+def _flatten(values: Sequence[object]) -> tuple[list[object], tuple[object, ...]]:
+    """The arguments one by one (lists spread out), and the shape a plan is kept under."""
+    flat: list[object] = []
+    shape: list[object] = []
+    for value in values:
+        if isinstance(value, list | tuple):
+            flat.extend(value)
+            shape.append(("list", tuple(type(v).__name__ for v in value)))
+        else:
+            flat.append(value)
+            shape.append(type(value).__name__)
+    return flat, tuple(shape)
+
+
+def _rebuild(values: Sequence[object], sentinels: list[object]) -> list[object]:
+    """`values` with every argument replaced by its placeholder (lists kept as lists)."""
+    it = iter(sentinels)
+    return [[next(it) for _ in v] if isinstance(v, list | tuple) else next(it) for v in values]
+
+
+def _bind_of(param: object, sentinel: object, db: str) -> str | None:
+    if type(param) is type(sentinel) and param == sentinel:
+        return "same"
+    if isinstance(sentinel, uuid.UUID) and param == sentinel.hex:
+        return "hex"
+    if isinstance(sentinel, dt.datetime) and param == _adapt_datetime(sentinel, db):
+        return "datetime"
+    return None
+
+
+# A date or an id as text (SQLite binds datetimes and UUIDs as strings): never a constant.
+_MADE_UP = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d|[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-")
+
+
+def _looks_made_up(param: object) -> bool:
+    return isinstance(param, str) and _MADE_UP.search(param) is not None
+
+
+def _mentions(param: object, sentinels: list[object]) -> bool:
+    """Whether a constant was derived from an argument (a LIKE pattern, a cast text)."""
+    if not isinstance(param, str):
+        return False
+    for s in sentinels:
+        forms = [s.hex, str(s)] if isinstance(s, uuid.UUID) else [str(s)]
+        if any(form in param for form in forms):
+            return True
+    return False
+
+
+class Compiled(Generic[M]):  # noqa: UP046 (mypy and django-stubs read the TypeVar form)
+    """A read built by `build(*values)`, compiled once per database and argument shape."""
+
+    def __init__(self, build: Callable[..., QuerySet[M, Any]]) -> None:
+        self._build = build
+        self._plans: dict[tuple[str, tuple[object, ...]], _Plan] = {}
+        self._lock = threading.Lock()
+
+    def _plan(self, db: str, values: Sequence[object]) -> tuple[_Plan, list[object]]:
+        flat, shape = _flatten(values)
+        plan = self._plans.get((db, shape))
+        if plan is None:
+            with self._lock:
+                plan = self._plans.get((db, shape)) or self._compile(db, values, flat)
+                self._plans[(db, shape)] = plan
+        return plan, flat
+
+    def _compile(self, db: str, values: Sequence[object], flat: list[object]) -> _Plan:
+        sentinels = [_sentinel(v, i) for i, v in enumerate(flat)]
+        queryset = self._build(*_rebuild(values, sentinels))
+        compiler = queryset.query.get_compiler(using=db)
+        # (A select_for_update read compiles only in a transaction, as the ORM requires;
+        # every later run checks it again, see _rows.)
+        sql, params = compiler.as_sql()
+        # Compiled a second time with other placeholders: a parameter that is not a
+        # placeholder and differs between the two (a clock reading, a made-up id, a text
+        # derived from an argument) is not a constant.
+        others = [_sentinel(v, i + len(flat)) for i, v in enumerate(flat)]
+        other_sql, other_params = (
+            self._build(*_rebuild(values, others)).query.get_compiler(using=db).as_sql()
+        )
+        if other_sql != sql or len(other_params) != len(params):
+            raise NotCompilable("the statement's text depends on its arguments' values")
+        slots: list[_Slot | None] = []
+        constants: list[object] = []
+        for param, other in zip(params, other_params, strict=True):
+            slot = None
+            for index, sentinel in enumerate(sentinels):
+                if (bind := _bind_of(param, sentinel, db)) is not None:
+                    if _bind_of(other, others[index], db) != bind:
+                        raise NotCompilable("an argument is not bound as itself")
+                    slot = _Slot(index, bind)
+                    break
+            if slot is None and (
+                other != param
+                or not isinstance(param, _CONSTANT_TYPES)
+                or _mentions(param, sentinels)
+                or _looks_made_up(param)
+            ):
+                raise NotCompilable(
+                    f"the statement binds {param!r}, which is not one of the read's "
+                    "arguments: pass every value the read depends on (a `now` too)"
+                )
+            slots.append(slot)
+            constants.append(None if slot else param)
+        if {s.arg for s in slots if s is not None} != set(range(len(sentinels))):
+            raise NotCompilable("an argument is not bound as itself in the statement")
+        return _Plan(
+            sql,
+            slots,
+            constants,
+            compiler,
+            bool(queryset.query.select_for_update)
+            and connections[db].features.has_select_for_update,
+            db,
+            queryset._fetch_mode,  # type: ignore[attr-defined]
+        )
+
+    def _rows(self, values: Sequence[object], db: str) -> tuple[_Plan, list[tuple[Any, ...]]]:
+        plan, flat = self._plan(db, values)
+        connection = connections[db]
+        if plan.for_update and connection.get_autocommit():
+            raise TransactionManagementError(
+                "select_for_update cannot be used outside of a transaction."
+            )
+        with connection.cursor() as cursor:
+            cursor.execute(plan.sql, plan.params(flat))
+            rows = cursor.fetchall()
+        compiler = plan.compiler
+        if compiler.has_extra_select:
+            rows = [row[: compiler.col_count] for row in rows]
+        return plan, list(compiler.results_iter(results=[rows], tuple_expected=True))
+
+    def all(self, *values: object, using: str = DEFAULT_DB_ALIAS) -> list[M]:
+        """The model instances of the read, as iterating its QuerySet would give them."""
+        plan, rows = self._rows(values, using)
+        compiler = plan.compiler
+        select, klass_info = compiler.select, compiler.klass_info
+        annotations = compiler.annotation_col_map or {}
+        model: type[M] = klass_info["model"]
+        start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+        names = [f[0].target.attname for f in select[start:end]]
+        fetch_mode = plan.fetch_mode
+        populators = get_related_populators(klass_info, select, using, fetch_mode)
+        out: list[M] = []
+        for row in rows:
+            obj = model.from_db(using, names, row[start:end], fetch_mode=fetch_mode)
+            for populator in populators:
+                populator.populate(row, obj)
+            for name, position in annotations.items():
+                setattr(obj, name, row[position])
+            out.append(obj)
+        if fetch_mode.track_peers:  # (FETCH_PEERS: each instance knows the others)
+            peers: list[Any] = [weak_ref(obj) for obj in out]
+            for obj in out:
+                obj._state.peers = peers
+        return out
+
+    def first(self, *values: object, using: str = DEFAULT_DB_ALIAS) -> M | None:
+        """The first instance of the read (build it ordered and sliced), or None."""
+        found = self.all(*values, using=using)
+        return found[0] if found else None
+
+    def tuples(self, *values: object, using: str = DEFAULT_DB_ALIAS) -> list[tuple[Any, ...]]:
+        """The rows of a values_list() read, converted as the ORM converts them."""
+        return self._rows(values, using)[1]

@@ -1,0 +1,126 @@
+"""dispatcher.compiled: a hot read compiled once gives what its QuerySet gives, every time,
+on both backends, and refuses a read whose SQL would freeze a value it was not given."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.db.models import Model
+from django.db.transaction import TransactionManagementError
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from audit.models import AuditChain
+from dispatcher import agents
+from dispatcher.compiled import Compiled, NotCompilable
+from dispatcher.models import ToolCall
+from dispatcher.policy.models import SessionGrant
+from tests.conftest import make_agent, submit_one
+
+pytestmark = pytest.mark.django_db
+
+
+def fields_of(obj: Model) -> dict[str, Any]:
+    return {k: v for k, v in obj.__dict__.items() if not k.startswith("_")}
+
+
+def test_the_session_read_gives_the_querysets_instances_and_related_objects() -> None:
+    fx = make_agent(mode="trusted")
+    session = agents.start_session(agent=fx.agent)
+    prefix = fx.agent.token_prefix
+    compiled = Compiled(lambda p, pk: agents._loaded_sessions(p).filter(pk=pk)[:1])
+    for _ in range(2):  # the compile, then a run of the kept plan
+        got = compiled.first(prefix, session.pk)
+        want = agents._loaded_sessions(prefix).filter(pk=session.pk).first()
+        assert got is not None and want is not None
+        assert fields_of(got) == fields_of(want)
+        assert fields_of(got.agent) == fields_of(want.agent)
+        assert fields_of(got.agent.owner) == fields_of(want.agent.owner)
+        profile, wanted = got.agent.owner.permission_profile, want.agent.owner.permission_profile
+        assert fields_of(profile) == fields_of(wanted)
+        assert isinstance(got.pk, uuid.UUID) and got.has_grants is False  # type: ignore[attr-defined]
+
+
+def test_values_are_never_frozen_by_the_first_compile() -> None:
+    """Other arguments give other rows; a grant given, then revoked, shows at once."""
+    one, two = make_agent(mode="trusted"), make_agent(mode="trusted")
+    first = agents.start_session(agent=one.agent)
+    second = agents.start_session(agent=two.agent)
+    assert agents.session_for_token(one.token, first.pk) == first
+    assert agents.session_for_token(two.token, second.pk) == second
+    assert agents.session_for_token(one.token, second.pk) is None  # another agent's session
+    assert agents.session_for_token(two.token, first.pk) is None
+    grant = SessionGrant.objects.create(session=first, rule="run_command(make)", tool="x")
+    assert agents.session_for_token(one.token, first.pk).has_grants is True  # type: ignore[union-attr]
+    SessionGrant.objects.filter(pk=grant.pk).update(revoked_at=timezone.now())
+    assert agents.session_for_token(one.token, first.pk).has_grants is False  # type: ignore[union-attr]
+    one.agent.is_active = False
+    one.agent.save()
+    assert agents.session_for_token(one.token, first.pk) is None  # a revoked agent's token
+
+
+def test_a_list_argument_has_a_plan_per_length() -> None:
+    fx = make_agent(mode="trusted")
+    session = agents.start_session(agent=fx.agent)
+    calls = [
+        submit_one(session, "list_directory", {"path": "."}, tool_use_id=f"t{i}") for i in range(3)
+    ]
+    compiled = Compiled(lambda ids: ToolCall.objects.filter(pk__in=ids).order_by("batch_index"))
+    assert [c.pk for c in compiled.all([calls[0].pk])] == [calls[0].pk]
+    assert {c.pk for c in compiled.all([calls[2].pk, calls[1].pk])} == {calls[1].pk, calls[2].pk}
+    assert len(compiled.all([c.pk for c in calls])) == 3
+    assert compiled.all([uuid.uuid4()]) == []
+    got = compiled.all([calls[1].pk])[0]
+    assert fields_of(got) == fields_of(ToolCall.objects.get(pk=calls[1].pk))  # JSON, datetimes
+
+
+def test_a_run_is_one_statement() -> None:
+    fx = make_agent(mode="trusted")
+    session = agents.start_session(agent=fx.agent)
+    agents.session_for_token(fx.token, session.pk)
+    with CaptureQueriesContext(connection) as queries:
+        assert agents.session_for_token(fx.token, session.pk) == session
+    assert len(queries) == 1, queries.captured_queries
+
+
+def test_values_a_builder_makes_up_are_refused_when_compiled() -> None:
+    """A clock read, a derived pattern or a made-up id would otherwise be replayed forever."""
+    clock = Compiled(
+        lambda session_id: ToolCall.objects.filter(
+            session_id=session_id, created_at__lt=timezone.now()
+        )
+    )
+    with pytest.raises(NotCompilable, match="not one of the read's arguments"):
+        clock.all(uuid.uuid4())
+    pattern = Compiled(lambda name: ToolCall.objects.filter(name__contains=name))
+    with pytest.raises(NotCompilable):
+        pattern.all("list")
+    made_up = Compiled(lambda name: ToolCall.objects.filter(name=name, batch_id=uuid.uuid4()))
+    with pytest.raises(NotCompilable):
+        made_up.all("list")
+    with pytest.raises(NotCompilable, match="bool"):
+        Compiled(lambda flag: ToolCall.objects.filter(is_error=flag)).all(True)
+    # Passed in, the clock is a value of each run:
+    now = Compiled(
+        lambda session_id, at: ToolCall.objects.filter(session_id=session_id, created_at__lt=at)
+    )
+    fx = make_agent(mode="trusted")
+    session = agents.start_session(agent=fx.agent)
+    call = submit_one(session, "list_directory", {"path": "."})
+    assert now.all(session.pk, call.created_at) == []
+    assert now.all(session.pk, timezone.now()) == [call]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_locking_read_still_needs_a_transaction() -> None:
+    head = Compiled(lambda chain: AuditChain.objects.select_for_update().filter(chain=chain)[:1])
+    fx = make_agent(mode="trusted")
+    session = agents.start_session(agent=fx.agent)
+    with transaction.atomic():
+        assert head.first(str(session.pk)) is not None
+    if connection.features.has_select_for_update:
+        with pytest.raises(TransactionManagementError):
+            head.first(str(session.pk))
