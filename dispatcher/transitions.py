@@ -21,6 +21,7 @@ from django.utils import timezone
 from audit import kinds
 from audit.services import EventSpec, record_events
 from dispatcher import batches, notify
+from dispatcher.compiled import Compiled
 from dispatcher.errors import ServiceError
 from dispatcher.models import TERMINAL_STATUSES, TRANSITIONS, Executor, Status, ToolCall
 from dispatcher.policy.context import Decision
@@ -371,8 +372,12 @@ def report_result(
     produced by Harness. False if the call was not released (reported already, lease
     passed, or never allowed): a report never changes a finished call. `extra` joins the
     event's payload (e.g. whether the input the client reports is the one it was allowed)."""
+    try:
+        pk = uuid.UUID(str(call_id))
+    except ValueError:  # not a call's id: no call to report on
+        return False
     with transaction.atomic():
-        call = ToolCall.objects.select_for_update().filter(pk=call_id).first()
+        call = _LOCKED_CALL.first(pk)
         if call is None or call.status != Status.RELEASED:
             return False
         return transition(
@@ -390,6 +395,10 @@ def report_result(
             is_error=is_error,
             provenance={**call.provenance, "result": {"reported_by": source}},
         )
+
+
+# Read and locked by every client report (dispatcher.compiled).
+_LOCKED_CALL = Compiled(lambda pk: ToolCall.objects.select_for_update().filter(pk=pk)[:1])
 
 
 def mark_unreported(call: ToolCall) -> bool:

@@ -30,6 +30,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Router
 
 from dispatcher import agents, transitions
+from dispatcher.compiled import Compiled
 from dispatcher.gateways.dialects import MAX_ID_LENGTH
 from dispatcher.models import Agent, AgentSession, Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
@@ -154,17 +155,35 @@ def _admit(
     return session, admitted
 
 
+# The call a report is about, by the id the client gave it (dispatcher.compiled).
+_BY_TOOL_USE_ID = Compiled(
+    lambda session_id, tool_use_id: ToolCall.objects.filter(
+        session_id=session_id, tool_use_id=tool_use_id
+    ).order_by()[:1]
+)
+
+
 def _reported_call(
     session: AgentSession, tool: tuple[str, dict[str, Any], str], dialect: HookDialect
 ) -> ToolCall | None:
     name, tool_input, tool_use_id = tool
-    calls = ToolCall.objects.filter(session=session)
     if dialect.ids:
-        return calls.filter(tool_use_id=tool_use_id).first()
+        return _BY_TOOL_USE_ID.first(session.pk, tool_use_id)
+    calls = ToolCall.objects.filter(session=session)
     # No ids: the oldest released call of this tool with exactly this input.
     digest = digest_of(ProposedCall("", name, canonical_json(tool_input), tool_input))
     released = calls.filter(name=name, digest=digest, status=Status.RELEASED)
     return released.order_by("created_at").first()
+
+
+def _session_and_report(
+    token: str, hook: Hook, tool: tuple[str, dict[str, Any], str], dialect: HookDialect
+) -> AgentSession | None:
+    """A report's session (None: a bad token) and the report, in one hop to the ORM's thread."""
+    session = _session(token, hook, dialect)
+    if session is not None:
+        _report(session.agent, session, hook, tool, dialect)
+    return session
 
 
 def _report(
@@ -246,11 +265,13 @@ async def handle_hook(
         session, call = admitted
         verdict = await verdict_after(call, session, hook_wait(wait))
         return JsonResponse(dialect.answer(verdict))
+    if tool is not None:
+        if await sync_to_async(_session_and_report)(token, hook, tool, dialect) is None:
+            return unauthorized()
+        return JsonResponse({})
     found = await sync_to_async(_session)(token, hook, dialect)
     if found is None:
         return unauthorized()
-    if tool is not None:
-        await sync_to_async(_report)(found.agent, found, hook, tool, dialect)
-    elif hook.event in dialect.recorded:
+    if hook.event in dialect.recorded:
         await sync_to_async(_record)(found, hook, dialect)
     return JsonResponse({})

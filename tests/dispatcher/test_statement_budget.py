@@ -115,3 +115,44 @@ def test_an_auto_allowed_pre_tool_use_is_answered_in_five_statements_and_one_com
     assert len(data) == (5 if connection.vendor == "postgresql" else 6), data
     if connection.vendor == "postgresql":
         assert [s for s in sql if s.startswith(control)] == ["BEGIN", "COMMIT"], sql
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_post_tool_use_report_is_recorded_in_six_statements_and_one_commit() -> None:
+    fx = make_agent(mode="standard")
+    client = Client(headers=fx.headers)
+    url = "/api/v1/hooks/claude-code?wait=0"
+
+    def hook(event: str, tool_use_id: str, **extra: object) -> dict[str, object]:
+        return {
+            "session_id": "cc-budget-post",
+            "cwd": "/home/dev/project",
+            "hook_event_name": event,
+            "tool_name": "Read",
+            "tool_input": {"file_path": "/home/dev/project/src/app.py"},
+            "tool_use_id": tool_use_id,
+            **extra,
+        }
+
+    for tool_use_id in ("t1", "t2"):
+        allowed = client.post(
+            url, json.dumps(hook("PreToolUse", tool_use_id)), content_type="application/json"
+        )
+        assert allowed.json()["hookSpecificOutput"]["permissionDecision"] == "allow"
+    first = hook("PostToolUse", "t1", tool_response={"content": "one"})
+    assert client.post(url, json.dumps(first), content_type="application/json").json() == {}
+    with CaptureQueriesContext(connection) as queries:
+        second = hook("PostToolUse", "t2", tool_response={"content": "print('hi')"})
+        response = client.post(url, json.dumps(second), content_type="application/json")
+    assert response.status_code == 200 and response.json() == {}
+    call = ToolCall.objects.get(tool_use_id="t2")
+    assert call.status == Status.REPORTED and "print('hi')" in call.content
+    sql = statements(queries)
+    control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
+    data = [s for s in sql if not s.startswith(control)]
+    # The session (token checked) with its agent; the call by its tool_use_id; the call
+    # locked; its conditional update; the chain head lock; the event and head update in
+    # one statement (two on SQLite).
+    assert len(data) == (6 if connection.vendor == "postgresql" else 7), data
+    if connection.vendor == "postgresql":
+        assert [s for s in sql if s.startswith(control)] == ["BEGIN", "COMMIT"], sql
