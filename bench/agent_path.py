@@ -200,6 +200,13 @@ def scenario_end_to_end(
             for _ in range(m):
                 call()
             cpu = cpu_per_call(before, cpu_snapshot(server, worker), m)
+            # The same for B: the CPU the floors themselves cost in the same processes.
+            before = cpu_snapshot(server, worker)
+            for _ in range(m):
+                floors.http_round_trip()
+                floors.celery_round_trip()
+                floors.durable_insert()
+            floor_cpu = cpu_per_call(before, cpu_snapshot(server, worker), m)
         med.notes.append(
             "B's parts (medians of the per-pair medians): HTTP round trip "
             f"{statistics.median(parts['http']):.2f} ms, Celery no-op round trip "
@@ -213,7 +220,10 @@ def scenario_end_to_end(
             f"S0 CPU per call, one in flight, over {m} calls, in every process on its path: "
             f"{total:.2f} ms in all (target <= 6 ms) = "
             + ", ".join(f"{k} {v:.2f} ms" for k, v in cpu.items())
-            + " (postgres: every PostgreSQL process, background ones included)"
+            + " (postgres: every PostgreSQL process, background ones included); the floors "
+            f"alone (B: bare HTTP round trip + Celery no-op round trip + one INSERT): "
+            f"{sum(floor_cpu.values()):.2f} ms = "
+            + ", ".join(f"{k} {v:.2f} ms" for k, v in floor_cpu.items())
         )
         med.notes.append(rss_note([server]))
         med.notes.append(worker.rss_note())

@@ -14,6 +14,7 @@ printed for trend-watching.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -720,61 +722,49 @@ def main() -> int:
     )
 
     results: list[Result] = []
+    took: list[str] = []
+
+    def run(key: str, scenario: Callable[[], list[Result]]) -> None:
+        t = time.monotonic()
+        for r in scenario():
+            print_result(r)
+            results.append(r)
+        took.append(f"{key} {time.monotonic() - t:.0f} s")
+
+    from bench import agent_path, auditlog, live, mcp
+
     if not only or "validation" in only:
-        results += scenario_validation(args.pairs, args.quick)
-        for r in results:
-            print_result(r)
+        run("validation", lambda: scenario_validation(args.pairs, args.quick))
     if not only or "admit" in only:
-        r = scenario_admit(env, token, args.pairs, warmup, seconds)
-        print_result(r)
-        results.append(r)
+        run("admit", lambda: [scenario_admit(env, token, args.pairs, warmup, seconds)])
         if not args.quick:  # S1b: full run only (the quick run has no time left)
-            r = scenario_admit(env, token, args.pairs, warmup, seconds, enqueue=False)
-            print_result(r)
-            results.append(r)
+            run(
+                "admit-no-enqueue",
+                lambda: [scenario_admit(env, token, args.pairs, warmup, seconds, enqueue=False)],
+            )
     if not only or "overhead" in only:
-        r = scenario_overhead(env, args.pairs, warmup, seconds)
-        print_result(r)
-        results.append(r)
+        run("overhead", lambda: [scenario_overhead(env, args.pairs, warmup, seconds)])
     if not only or "push" in only:
-        from bench import live
-
-        for r in live.scenario_push(env, creds, args.pairs, args.quick):
-            print_result(r)
-            results.append(r)
+        run("push", lambda: live.scenario_push(env, creds, args.pairs, args.quick))
     if not only or "worker" in only:
-        from bench import live
-
-        for r in live.scenario_worker(env, creds, args.pairs, args.quick):
-            print_result(r)
-            results.append(r)
+        run("worker", lambda: live.scenario_worker(env, creds, args.pairs, args.quick))
     # S7/S8 run in the full suite only (the quick run has no time left in its 2 minutes).
-    # In the whole suite S8 exports 100,000 rows (10 minutes); `--only export` 1,000,000.
+    # In the whole suite S8 exports 100,000 rows; `--only export` 1,000,000.
     if (not only and not args.quick) or "timeline" in only:
-        from bench import auditlog
-
-        for r in auditlog.scenario_timeline(env, args.pairs, args.quick):
-            print_result(r)
-            results.append(r)
+        run("timeline", lambda: auditlog.scenario_timeline(env, args.pairs, args.quick))
     if (not only and not args.quick) or "export" in only:
-        from bench import auditlog
-
-        for r in auditlog.scenario_export(env, args.pairs, args.quick, "export" in only):
-            print_result(r)
-            results.append(r)
+        run(
+            "export",
+            lambda: auditlog.scenario_export(env, args.pairs, args.quick, "export" in only),
+        )
     for key in ("e2e", "hook", "cli"):
         if not only or key in only:
-            from bench import agent_path
-
-            for r in agent_path.SCENARIOS[key](env, creds, args.pairs, args.quick):
-                print_result(r)
-                results.append(r)
+            run(
+                key,
+                functools.partial(agent_path.SCENARIOS[key], env, creds, args.pairs, args.quick),
+            )
     if not only or "mcp" in only:
-        from bench import mcp
-
-        r = mcp.scenario_mcp(env, creds, args.pairs, args.quick)
-        print_result(r)
-        results.append(r)
+        run("mcp", lambda: [mcp.scenario_mcp(env, creds, args.pairs, args.quick)])
     if args.quick and not only:
         print(
             "\n  S7 (timeline) and S8 (export): full run only (make bench; S8 at 1M rows: --only export)"
@@ -793,6 +783,7 @@ def main() -> int:
             f"| {short} | {fmt(statistics.median(r.b))} {r.unit} | {fmt(statistics.median(r.p))} {r.unit} "
             f"| {statistics.median(rs):.2f} [{min(rs):.2f}, {max(rs):.2f}] | {r.target} | {r.verdict()} |"
         )
+    print("time per scenario: " + ", ".join(took))
     print(
         f"total time {time.monotonic() - started:.0f} s; load average at end "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
