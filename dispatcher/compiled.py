@@ -18,7 +18,8 @@ Only reads whose SQL depends on nothing but their arguments qualify. Every value
 statement is built with must come from an argument (a clock reading included: pass `now`
 in), which is checked when the read is compiled: a value the builder made up itself (a
 date, an id, a text derived from an argument) is an error there, never a frozen value
-in every later run. Arguments may be str, int, UUID, aware datetime, or a list of those.
+in every later run. Arguments may be str, int, UUID, aware datetime, or a list of those (an empty list
+matches nothing, as in the ORM, without a query).
 """
 
 from __future__ import annotations
@@ -217,7 +218,11 @@ class Compiled(Generic[M]):  # noqa: UP046 (mypy and django-stubs read the TypeV
             queryset._fetch_mode,  # type: ignore[attr-defined]
         )
 
-    def _rows(self, values: Sequence[object], db: str) -> tuple[_Plan, list[tuple[Any, ...]]]:
+    def _rows(
+        self, values: Sequence[object], db: str
+    ) -> tuple[_Plan | None, list[tuple[Any, ...]]]:
+        if any(isinstance(v, list | tuple) and not v for v in values):
+            return None, []  # `__in` an empty list matches nothing: the ORM sends no query
         plan, flat = self._plan(db, values)
         connection = connections[db]
         if plan.for_update and connection.get_autocommit():
@@ -235,6 +240,8 @@ class Compiled(Generic[M]):  # noqa: UP046 (mypy and django-stubs read the TypeV
     def all(self, *values: object, using: str = DEFAULT_DB_ALIAS) -> list[M]:
         """The model instances of the read, as iterating its QuerySet would give them."""
         plan, rows = self._rows(values, using)
+        if plan is None:
+            return []
         compiler = plan.compiler
         select, klass_info = compiler.select, compiler.klass_info
         annotations = compiler.annotation_col_map or {}

@@ -124,3 +124,11 @@ def test_a_locking_read_still_needs_a_transaction() -> None:
     if connection.features.has_select_for_update:
         with pytest.raises(TransactionManagementError):
             head.first(str(session.pk))
+
+
+def test_an_empty_list_matches_nothing_without_a_query() -> None:
+    compiled = Compiled(lambda ids: ToolCall.objects.filter(pk__in=ids).order_by())
+    with CaptureQueriesContext(connection) as queries:
+        assert compiled.all([]) == []
+    assert queries.captured_queries == []
+    assert list(ToolCall.objects.filter(pk__in=[])) == []  # as the ORM answers it
