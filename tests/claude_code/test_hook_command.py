@@ -219,6 +219,10 @@ def test_the_printed_settings_use_command_hooks_and_hold_no_secret(agent: AgentF
     assert ask["type"] == "command"  # an http hook would let the tool run when Harness is down
     assert ask["command"] == "harness-hook --url https://harness.example --wait 570"
     assert ask["timeout"] > 570
+    assert "async" not in ask  # the decision blocks the tool; only reports go on in the background
+    for event in ("PostToolUse", "PostToolUseFailure"):
+        [(report)] = [h for g in hooks[event] for h in g["hooks"]]
+        assert report["async"] is True and report["command"].endswith("--wait 0")
     assert all(
         h["type"] == "command" for group in hooks.values() for g in group for h in g["hooks"]
     )

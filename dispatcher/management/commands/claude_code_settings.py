@@ -31,10 +31,15 @@ def hook_settings(url: str, command: str, wait: float) -> dict[str, Any]:
     base = f"{command} --url {shlex.quote(url)}"
     ask = {"type": "command", "command": f"{base} --wait {wait:g}", "timeout": int(wait) + MARGIN}
     report = {"type": "command", "command": f"{base} --wait 0", "timeout": REPORT_TIMEOUT}
+    # A tool's result is reported in the background ("async": Claude Code goes on without
+    # waiting): it decides nothing, and waiting for it cost every tool call a second hook
+    # round trip (docs/benchmarks.md, S13). A report that never arrives leaves the call
+    # `unreported` when its lease ends, never `completed`.
+    result = {**report, "async": True}
     hooks: dict[str, Any] = {
         "PreToolUse": [{"matcher": "*", "hooks": [ask]}],
-        "PostToolUse": [{"matcher": "*", "hooks": [report]}],
-        "PostToolUseFailure": [{"matcher": "*", "hooks": [report]}],
+        "PostToolUse": [{"matcher": "*", "hooks": [result]}],
+        "PostToolUseFailure": [{"matcher": "*", "hooks": [result]}],
     }
     for event in RECORDED_EVENTS:
         hooks[event] = [{"hooks": [report]}]

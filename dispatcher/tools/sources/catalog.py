@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
+from dispatcher.compiled import Compiled
 from dispatcher.tools.base import Tool
 from dispatcher.tools.sources import services, upstream
 from dispatcher.tools.sources.definitions import risk_flags
@@ -23,10 +24,15 @@ _lock = threading.Lock()
 _cache: dict[str, Any] = {"generation": None, "tools": (), "by_name": {}}
 
 
+# Read by every lookup of an upstream tool, several times per call (dispatcher.compiled).
+_GENERATION = Compiled(lambda pk: Generation.objects.filter(pk=pk).values_list("value")[:1])
+
+
 def generation() -> int | None:
     """The current generation (None when the tables cannot be read: no upstream tools)."""
     try:
-        return Generation.objects.filter(pk=1).values_list("value", flat=True).first() or 0
+        rows = _GENERATION.tuples(1)
+        return rows[0][0] if rows else 0
     except DatabaseError:
         logger.warning("upstream tools unavailable: cannot read the sources tables", exc_info=True)
         return None
