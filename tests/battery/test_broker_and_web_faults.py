@@ -395,10 +395,14 @@ def test_c_web_a_killed_daphne_loses_and_duplicates_nothing(stack: Stack) -> Non
     stack.worker(2)
     stack.beat()
     clear_queue()
-    fx = make_agent(mode="standard")
     agents_count = size(8, 40)
-    with stack.agent_client(second, fx.headers) as setup:
-        sessions = [start_session(setup) for _ in range(agents_count)]
+    # One agent (token) each: waits are capped per agent (HARNESS_MAX_WAITS_PER_AGENT, 8),
+    # so 40 waits of one token would be 32 answers 429 and never an ask.
+    fxs = [make_agent(mode="standard") for _ in range(agents_count)]
+    sessions = []
+    for fx in fxs:
+        with stack.agent_client(second, fx.headers) as setup:
+            sessions.append(start_session(setup))
     reviewer = reviewer_client(first)
     cookie = "; ".join(f"{k}={v}" for k, v in reviewer.cookies.items())
 
@@ -417,7 +421,7 @@ def test_c_web_a_killed_daphne_loses_and_duplicates_nothing(stack: Stack) -> Non
         path = f"/api/v1/sessions/{sessions[index]['id']}/calls"
         for base in (first, second, second, second):
             try:
-                with httpx.Client(base_url=base, headers=fx.headers, timeout=70) as client:
+                with httpx.Client(base_url=base, headers=fxs[index].headers, timeout=70) as client:
                     response = client.post(path, params={"wait": 45}, json=body)
                 if response.status_code == 200:
                     outcomes[index] = response.json()
