@@ -134,7 +134,7 @@ def scenario_end_to_end(
     server = Server("S0", env)
     worker = Worker(env)
     floors = Floors(server, worker, env["DATABASE_URL"])
-    n, warm = (30, 10) if quick else (200, 50)
+    n, warm = (20, 10) if quick else (200, 50)
     med = Result(
         "S0 auto-allowed call as the agent sees it (POST .../calls?wait=30, list_directory, "
         "trusted mode -> 200 with the result) vs the sum of the floors in the same run (HTTP "
@@ -260,7 +260,7 @@ def scenario_hook(
     import httpx
 
     server = Server("S12", env)
-    n, warm = (40, 20) if quick else (200, 50)
+    n, warm = (30, 15) if quick else (200, 50)
     res = Result(
         "S12 Claude Code hook: an auto-allowed PreToolUse answered (POST "
         "/api/v1/hooks/claude-code, a Read in standard mode -> allow) vs S1's baseline view "

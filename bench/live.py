@@ -139,7 +139,7 @@ def scenario_push(
 ) -> list[Result]:
     import httpx
 
-    n, warm = (20, 10) if quick else (200, 50)
+    n, warm = (12, 6) if quick else (200, 50)
     server = Server("S4", env)
     results: list[Result] = []
     try:
@@ -346,7 +346,7 @@ def scenario_worker(
     worker = Worker(env)
     results: list[Result] = []
     try:
-        n, warm = (20, 10) if quick else (200, 50)
+        n, warm = (12, 6) if quick else (200, 50)
         r5 = asyncio.run(_approve(server, worker, creds, pairs, n, warm, aioredis))
         for r in r5:
             r.notes.append(rss_note([server]))
@@ -356,7 +356,7 @@ def scenario_worker(
                     f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)"
                 )
         results += r5
-        drain = 40 if quick else 150
+        drain = 30 if quick else 150
         r6 = asyncio.run(_drain(server, worker, creds, pairs, drain, aioredis))
         r6.notes.append(worker.rss_note())
         results.append(r6)
