@@ -18,13 +18,13 @@ pipeline's share from the MCP gateway's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
-from bench.run import PY, ROOT, Result, Server, cleanup_redis, rss_note
+from bench.run import ROOT, Result, Server, cleanup_redis, rss_note
 
 UPSTREAM = "bench11"
 TOOL = "word_count"
@@ -32,28 +32,22 @@ SCRIPT = ROOT / "dispatcher" / "tools" / "demo_mcp_server.py"
 
 
 def register(env: dict[str, str]) -> None:
-    subprocess.run(
-        [PY, "manage.py", "remove_mcp_server", UPSTREAM],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        check=False,
-    )
-    subprocess.run(
-        [
-            PY,
-            "manage.py",
-            "add_mcp_server",
-            UPSTREAM,
-            "--command",
-            f"{sys.executable} {SCRIPT}",
-            "--trust-annotations",
-        ],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
+    """The demo server as upstream `bench11`, registered in this process (the bench's
+    environment is this process's; a manage.py subprocess would pay Django's start-up)."""
+    import io
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with contextlib.suppress(CommandError):
+        call_command("remove_mcp_server", UPSTREAM, stdout=io.StringIO(), stderr=io.StringIO())
+    call_command(
+        "add_mcp_server",
+        UPSTREAM,
+        "--command",
+        f"{sys.executable} {SCRIPT}",
+        "--trust-annotations",
+        stdout=io.StringIO(),
     )
 
 
