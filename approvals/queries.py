@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from uuid import UUID
 
-from django.db.models import Q
+from django.db.models import Q, prefetch_related_objects
 
+from dispatcher.compiled import Compiled
 from dispatcher.models import ToolCall
 
 from .models import ApprovalRequest
@@ -54,15 +55,21 @@ def pending_by_id(approval_id: int) -> ApprovalRequest | None:
     )
 
 
-def pending_for_call(call_id: str) -> ApprovalRequest | None:
-    approval = (
+# Read for every ask pushed to the open queues (dispatcher.compiled).
+_PENDING_FOR_CALL = Compiled(
+    lambda call_id: (
         ApprovalRequest.objects.pending()
         .select_related("call__session__agent")
-        .prefetch_related("votes__voter")
-        .filter(call_id=UUID(call_id))
-        .first()
+        .filter(call_id=call_id)
+        .order_by("pk")[:1]
     )
+)
+
+
+def pending_for_call(call_id: str) -> ApprovalRequest | None:
+    approval = _PENDING_FOR_CALL.first(UUID(call_id))
     if approval is not None:
+        prefetch_related_objects([approval], "votes__voter")
         attach_history([approval])
     return approval
 
@@ -75,20 +82,19 @@ def attach_history(approvals: Iterable[ApprovalRequest]) -> None:
     """
     for approval in approvals:
         call = approval.call
-        earlier = (
-            ToolCall.objects.filter(session_id=call.session_id)
-            .filter(Q(created_at__lt=call.created_at) | Q(batch_id=call.batch_id))
-            .exclude(pk=call.pk)
-            .only(
-                "id",
-                "session_id",
-                "batch_id",
-                "name",
-                "status",
-                "decided_by",
-                "reason",
-                "created_at",
-            )
-            .order_by("-created_at", "-batch_index")[:HISTORY_LIMIT]
-        )
+        earlier = _HISTORY.all(call.session_id, call.created_at, call.batch_id, call.pk)
         approval.history = list(reversed(earlier))  # type: ignore[attr-defined]
+
+
+# Read for every request shown or pushed (dispatcher.compiled).
+_HISTORY = Compiled(
+    lambda session_id, created_at, batch_id, pk: (
+        ToolCall.objects.filter(session_id=session_id)
+        .filter(Q(created_at__lt=created_at) | Q(batch_id=batch_id))
+        .exclude(pk=pk)
+        .only(
+            "id", "session_id", "batch_id", "name", "status", "decided_by", "reason", "created_at"
+        )
+        .order_by("-created_at", "-batch_index")[:HISTORY_LIMIT]
+    )
+)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 import django_stubs_ext
@@ -170,17 +171,33 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+
+def _redis_db(url: str) -> int:
+    """The database number of a Redis URL (`redis://host:6379/13`, `...?db=13`); 0 if none."""
+    parts = urlsplit(url)
+    query = dict(pair.split("=", 1) for pair in parts.query.split("&") if "=" in pair)
+    path = parts.path.strip("/") if parts.scheme in ("redis", "rediss") else ""
+    number = query.get("db") or path or "0"
+    return int(number) if number.isdigit() else 0
+
+
+# Redis pub/sub channels belong to the whole server, not to a database: a PUBLISH on
+# database 13 reaches subscribers on database 0. The channel layer (reviewers' pushes,
+# with what agents sent) and the wake-ups are pub/sub only, so by default their prefixes
+# carry the database number: two deployments on one Redis server with different
+# databases never see each other's pushes or wake-ups (database 0 keeps the plain names).
+_PUBSUB_SCOPE = f":db{_redis_db(REDIS_URL)}" if _redis_db(REDIS_URL) else ""
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {
             "hosts": [REDIS_URL],
-            "prefix": env("HARNESS_CHANNEL_PREFIX", "harness"),
+            "prefix": env("HARNESS_CHANNEL_PREFIX", f"harness{_PUBSUB_SCOPE}"),
         },
     }
 }
 # Prefix of the Redis pub/sub channels that wake long-polling agent requests.
-HARNESS_WAKE_PREFIX = env("HARNESS_WAKE_PREFIX", "harness:wake")
+HARNESS_WAKE_PREFIX = env("HARNESS_WAKE_PREFIX", f"harness{_PUBSUB_SCOPE}:wake")
 
 # --- Auth, sessions, security --------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -64,3 +64,33 @@ def test_importing_settings_starts_no_redis(tmp_path: Path) -> None:
     )
     assert not (tmp_path / "redis.sock").exists()
     assert not (tmp_path / "redis.pid").exists()
+
+
+def _pubsub_names(redis_url: str) -> tuple[str, str]:
+    env = {**os.environ, "REDIS_URL": redis_url}
+    env.pop("HARNESS_CHANNEL_PREFIX", None)
+    env.pop("HARNESS_WAKE_PREFIX", None)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import harness_site.settings as s; "
+            "print(s.CHANNEL_LAYERS['default']['CONFIG']['prefix'], s.HARNESS_WAKE_PREFIX)",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ).stdout.split()
+    return out[0], out[1]
+
+
+def test_deployments_on_other_redis_databases_never_share_pushes_or_wake_ups() -> None:
+    """Redis pub/sub ignores the database number: a reviewer's socket of one deployment
+    would otherwise receive another's asks (with what its agents sent)."""
+    assert _pubsub_names("redis://127.0.0.1:6379") == ("harness", "harness:wake")
+    assert _pubsub_names("redis://127.0.0.1:6379/0") == ("harness", "harness:wake")
+    assert _pubsub_names("redis://127.0.0.1:6379/13") == ("harness:db13", "harness:db13:wake")
+    assert _pubsub_names("redis://h:6379?db=7") == ("harness:db7", "harness:db7:wake")
+    assert _pubsub_names("redis://127.0.0.1:6379/12") != _pubsub_names("redis://127.0.0.1:6379/13")
