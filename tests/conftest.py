@@ -43,6 +43,46 @@ def embedded_redis_server() -> Iterator[None]:
         embedded_redis.stop(Path(settings.DATA_DIR))
 
 
+# --- Tests no backend can change ----------------------------------------------------------
+
+# `make test` runs the suite on both backends; a test that touches neither the database nor
+# Redis (a reader, a table of rules, a subprocess with its own environment) proves the same
+# thing on both, so it carries `pytest.mark.backend_independent` and `make test-pg`
+# deselects it (`make test-embedded` and a plain `pytest` run it). The mark is checked:
+# such a test may not ask for the database, and connecting to Redis fails it.
+DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "live_stack", "live_db", "live_agent", "agent", "reviewer"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("backend_independent") is None:
+            continue
+        uses = DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses or item.get_closest_marker("django_db"):
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked backend_independent but uses the database"
+                f" ({', '.join(sorted(uses)) or 'django_db'}): drop the mark"
+            )
+
+
+@pytest.fixture(autouse=True)
+def _backend_independent_touches_no_redis(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if request.node.get_closest_marker("backend_independent") is None:
+        return
+    import redis.asyncio.connection
+    import redis.connection
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a backend_independent test connected to Redis: drop the mark")
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "connect", refuse)
+    monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "connect", refuse)
+
+
 # --- Personas ---------------------------------------------------------------------------
 
 
