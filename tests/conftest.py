@@ -275,11 +275,16 @@ def start_worker(
     return proc
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    """SIGTERM every process first, then wait for each (a Celery worker's warm shutdown and
+    daphne's overlap instead of adding up); SIGKILL whatever is left after 10 s."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
         proc.terminate()
+    deadline = time.monotonic() + 10
+    for proc in running:
         try:
-            proc.wait(10)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -318,9 +323,7 @@ def live_stack(
         yield stack
         worker = stack.worker
     finally:
-        stop(daphne)
-        if worker is not None:
-            stop(worker)
+        stop(daphne, *([worker] if worker is not None else []))
 
 
 @pytest.fixture
