@@ -91,9 +91,11 @@ test: $(STAMP) browser sandbox coding-agents mcp-servers
 	$(MAKE) test-pg
 	$(MAKE) test-embedded
 
+# Tests marked backend_independent touch neither the database nor Redis (tests/conftest.py
+# checks it): they prove the same on both backends, so only test-embedded runs them.
 test-pg: $(STAMP)
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
-	  $(BIN)/pytest -m "not slow" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+	  $(BIN)/pytest -m "not slow and not backend_independent" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 
 # The session stops the embedded Redis it started; the last line makes sure of it even
 # when pytest itself was killed.

@@ -43,6 +43,46 @@ def embedded_redis_server() -> Iterator[None]:
         embedded_redis.stop(Path(settings.DATA_DIR))
 
 
+# --- Tests no backend can change ----------------------------------------------------------
+
+# `make test` runs the suite on both backends; a test that touches neither the database nor
+# Redis (a reader, a table of rules, a subprocess with its own environment) proves the same
+# thing on both, so it carries `pytest.mark.backend_independent` and `make test-pg`
+# deselects it (`make test-embedded` and a plain `pytest` run it). The mark is checked:
+# such a test may not ask for the database, and connecting to Redis fails it.
+DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "live_stack", "live_db", "live_agent", "agent", "reviewer"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("backend_independent") is None:
+            continue
+        uses = DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses or item.get_closest_marker("django_db"):
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked backend_independent but uses the database"
+                f" ({', '.join(sorted(uses)) or 'django_db'}): drop the mark"
+            )
+
+
+@pytest.fixture(autouse=True)
+def _backend_independent_touches_no_redis(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if request.node.get_closest_marker("backend_independent") is None:
+        return
+    import redis.asyncio.connection
+    import redis.connection
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a backend_independent test connected to Redis: drop the mark")
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "connect", refuse)
+    monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "connect", refuse)
+
+
 # --- Personas ---------------------------------------------------------------------------
 
 
@@ -235,11 +275,16 @@ def start_worker(
     return proc
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    """SIGTERM every process first, then wait for each (a Celery worker's warm shutdown and
+    daphne's overlap instead of adding up); SIGKILL whatever is left after 10 s."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
         proc.terminate()
+    deadline = time.monotonic() + 10
+    for proc in running:
         try:
-            proc.wait(10)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -278,9 +323,7 @@ def live_stack(
         yield stack
         worker = stack.worker
     finally:
-        stop(daphne)
-        if worker is not None:
-            stop(worker)
+        stop(daphne, *([worker] if worker is not None else []))
 
 
 @pytest.fixture

@@ -41,3 +41,7 @@ if os.environ.get("CI") != "true" and "HARNESS_SANDBOX" not in os.environ:
     HARNESS_SANDBOX = "bwrap" if shutil.which("bwrap") else "off"
 # Small tools/list pages, so MCP clients in tests page through them.
 HARNESS_MCP_PAGE_SIZE = 4
+
+# Test processes (and the daphne and workers they start, which load these settings too)
+# hash passwords with few PBKDF2 iterations: see tests/support/hashers.py.
+PASSWORD_HASHERS = ["tests.support.hashers.QuickPBKDF2PasswordHasher"]

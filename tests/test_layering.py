@@ -9,6 +9,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("audit", "dispatcher", "approvals", "harness_site")
 

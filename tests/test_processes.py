@@ -6,7 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support import processes
+
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
 
 
 def alive(pid: int) -> bool:

@@ -250,7 +250,8 @@ def test_the_beat_job_writes_the_configured_file_and_posts_to_the_url(tmp_path: 
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # Polled every 50 ms, not 0.5 s: shutdown() waits for one poll.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     path = tmp_path / "beat.jsonl"
     chain = write_chain(2)[0].chain

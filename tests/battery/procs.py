@@ -1,8 +1,8 @@
 """Processes the battery starts, breaks and restarts: Redis, daphne, Celery workers and beat.
 
 Every process runs in its own process group (a worker's pool children with it), so
-`stop` ends all of it; a ProcessGroup stops everything it started, in reverse order, when
-its fixture is finalized, also after a failure.
+`stop` ends all of it; a ProcessGroup stops everything it started (the servers together,
+then their Redis) when its fixture is finalized, also after a failure.
 """
 
 from __future__ import annotations
@@ -86,14 +86,24 @@ class Proc:
             self.popen.wait(10)
 
     def stop(self, grace: float = 10) -> None:
-        if self.alive():
-            self.signal_group(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(grace)
-        # Whatever is left of the group (a pool child orphaned by a kill -9 of its parent).
-        self.signal_group(signal.SIGKILL)
+        stop_together([self], grace)
+
+
+def stop_together(procs: list[Proc], grace: float = 10) -> None:
+    """SIGTERM every group, then wait for all of them within one `grace` (their shutdowns
+    overlap); then SIGKILL whatever is left of each group (a pool child orphaned by a
+    kill -9 of its parent)."""
+    running = [proc for proc in procs if proc.alive()]
+    for proc in running:
+        proc.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in running:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(10)
+            proc.popen.wait(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        proc.signal_group(signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.popen.wait(10)
 
 
 class ProcessGroup:
@@ -108,8 +118,11 @@ class ProcessGroup:
         return proc
 
     def stop_all(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
+        """daphnes, workers and beat together, then the Redis they use (so that none of them
+        spends its shutdown reconnecting to it)."""
+        redis = [proc for proc in self.procs if proc.name.startswith("redis-")]
+        stop_together([proc for proc in reversed(self.procs) if proc not in redis])
+        stop_together(redis)
 
 
 class RedisServer:

@@ -34,7 +34,7 @@ from tests.conftest import make_agent
 
 AGENTS = size(10, 50)
 REVIEWERS = size(2, 5)
-SECONDS = size(20, 300)
+SECONDS = size(10, 300)
 SETTLE = 60
 FORM = re.compile(r'action="/approvals/(\d+)/decide".*?name="digest" value="([0-9a-f]{64})"', re.S)
 

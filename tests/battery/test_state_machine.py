@@ -47,7 +47,7 @@ from tests.battery import figures
 from tests.battery.conftest import FULL, seed_for, size
 from tests.conftest import make_agent, make_user, submit_one, unique
 
-EXAMPLES = size(10, 200)
+EXAMPLES = size(5, 200)
 STEPS = size(20, 50)
 # Mostly the digest the reviewer was shown (the simplest value first, so that the early,
 # simple examples decide rather than all meet a digest mismatch).

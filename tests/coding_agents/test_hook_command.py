@@ -41,7 +41,8 @@ def harness() -> Iterator[Harness]:
     fake = FakeHarness()
     server = ThreadingHTTPServer(("127.0.0.1", 0), fake.handler())
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # Polled every 50 ms, not 0.5 s: shutdown() waits for one poll.
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     yield fake, f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()

@@ -14,6 +14,9 @@ from dispatcher.tools.base import command_argv
 from dispatcher.tools.codex import patch_paths
 from dispatcher.tools.registry import get_tool, validator_for
 
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
+
 # Tool inputs as Codex 0.171.0 sent them to its PreToolUse hook (measured).
 CODEX_SENT = [
     ("Bash", {"command": "echo hi > out.txt"}),

@@ -46,7 +46,8 @@ class Collector:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # Polled every 50 ms, not 0.5 s: shutdown() waits for one poll.
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def spans(self) -> list[Any]:
         out = []

@@ -18,7 +18,9 @@ import pytest
 
 from tests.conftest import ROOT, free_port
 
-pytestmark = pytest.mark.live
+# Its own environment (the embedded default in a fresh data directory), whichever backend
+# the suite runs on: the same on both (tests/conftest.py).
+pytestmark = [pytest.mark.live, pytest.mark.backend_independent]
 
 
 @pytest.fixture

@@ -15,6 +15,9 @@ from dispatcher.tools.read_file import TOOL as READ_FILE
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
 from dispatcher.tools.write_file import TOOL as WRITE_FILE
 
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
+
 
 def make_call(tool: Tool, arguments: dict[str, Any], workspace: Path) -> CallContext:
     return CallContext(

@@ -18,6 +18,9 @@ from dispatcher.tools.run_command import TOOL as RUN_COMMAND
 from dispatcher.tools.search_files import TOOL as SEARCH_FILES
 from dispatcher.tools.write_file import TOOL as WRITE_FILE
 
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
+
 TOOLS = (RUN_COMMAND, READ_FILE, WRITE_FILE, SEARCH_FILES, LIST_DIRECTORY)
 
 

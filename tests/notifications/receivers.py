@@ -90,7 +90,8 @@ def http_server(respond: Any) -> Iterator[Server]:
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state["server"] = Server(f"http://127.0.0.1:{httpd.server_address[1]}")
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # Polled every 50 ms, not 0.5 s: shutdown() waits for one poll.
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield state["server"]

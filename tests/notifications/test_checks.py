@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from django.test import override_settings
 
 from approvals.checks import check_links_and_channels
+
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
 
 
 def ids() -> list[str]:

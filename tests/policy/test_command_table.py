@@ -30,6 +30,9 @@ from .command_table import (
     ordinary_commands,
 )
 
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
+
 ORDINARY = ordinary_commands()
 SHAPES = dangerous_shapes()
 DENIED = deny_variants()

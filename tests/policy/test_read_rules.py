@@ -17,6 +17,9 @@ from dispatcher.tools.list_directory import TOOL as LIST_DIRECTORY
 from dispatcher.tools.read_file import TOOL as READ_FILE
 from dispatcher.tools.search_files import TOOL as SEARCH_FILES
 
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
+
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:

@@ -26,7 +26,11 @@ import pytest
 from dispatcher.policy.parts import command_parts
 from dispatcher.policy.reading import read_command
 
-pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = [
+    pytest.mark.backend_independent,
+    pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed"),
+]
 
 PLAIN = "abcxyzABC0123456789-_./:%+,=@^!#"
 PRINTABLE = PLAIN + " ;|&<>()$`\"'*?[]{}~\\"

@@ -19,6 +19,9 @@ from dispatcher.policy.waterfall import permission_mode, run_guards, run_waterfa
 from dispatcher.tools.claude_code import BASH
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
 
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
+
 
 def make_call(command: Any, mode: str, tool: Any = RUN_COMMAND, **rules: Any) -> CallContext:
     profile = Profile(

@@ -50,7 +50,8 @@ class FakeAnthropic:
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # Polled every 50 ms, not 0.5 s: shutdown() waits for one poll.
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:

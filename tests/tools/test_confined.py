@@ -27,6 +27,9 @@ from dispatcher.tools import _confined, delete_file, list_directory, read_file, 
 from dispatcher.tools import write_file as write_file_module
 from dispatcher.tools.base import ExecutionContext, ToolError
 
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
+
 SECRET = "OUTSIDE-SECRET"
 # the refusals: the path changed under the tool, or (checked again) now leads outside
 REFUSED = "changed while the tool was using it|outside the session workspace"
