@@ -116,7 +116,7 @@ def scenario_mcp(env: dict[str, str], creds: dict[str, str], pairs: int, quick: 
     register(env)
     server = Server("S11", env)
     worker = Worker(env)
-    n, warm = (15, 5) if quick else (100, 20)
+    n, warm = (15, 5) if quick else (60, 20)
     result = Result(
         name=f"S11 upstream MCP call: Harness /mcp/ (P) vs direct to the server (B), {n} sequential calls per side",
         unit="us/call",

@@ -681,7 +681,7 @@ def main() -> int:
     if args.pairs < 5:
         parser.error("the protocol needs at least 5 pairs")
     only = set(filter(None, args.only.split(",")))
-    warmup, seconds = (0.5, 1.0) if args.quick else (2.0, 6.0)
+    warmup, seconds = (0.5, 1.0) if args.quick else (2.0, 4.0)
     if shutil.which("wrk") is None:
         print("wrk not found: apt-get install wrk (Debian) -- needed for the HTTP scenarios")
         return 2
