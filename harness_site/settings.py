@@ -186,7 +186,8 @@ def _redis_db(url: str) -> int:
 # with what agents sent) and the wake-ups are pub/sub only, so by default their prefixes
 # carry the database number: two deployments on one Redis server with different
 # databases never see each other's pushes or wake-ups (database 0 keeps the plain names).
-_PUBSUB_SCOPE = f":db{_redis_db(REDIS_URL)}" if _redis_db(REDIS_URL) else ""
+_REDIS_DB = _redis_db(REDIS_URL)
+_PUBSUB_SCOPE = f":db{_REDIS_DB}" if _REDIS_DB else ""
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -14,20 +13,26 @@ from tests.support import processes
 pytestmark = pytest.mark.backend_independent
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+def gone(pid: int) -> bool:
+    deadline = time.monotonic() + 5
+    while processes.alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not processes.alive(pid)
 
 
 def test_what_a_run_left_in_the_background_is_killed() -> None:
     done = processes.run(
         ["bash", "-c", "timeout -k 2 90 bash -c 'sleep 60' >/dev/null 2>&1 & echo $!"], timeout=30
     )
-    left = int(done.stdout.split()[-1])
-    deadline = time.monotonic() + 5
-    while alive(left) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(left)
+    assert gone(int(done.stdout.split()[-1]))
+
+
+def test_what_a_run_left_in_a_session_of_its_own_is_killed() -> None:
+    """Codex's exec_command left `timeout -k 2 90 bash -c ...` running after a live test
+    although the CLI's session was killed: a command in a new session is found by the
+    environment marker it inherited."""
+    done = processes.run(
+        ["bash", "-c", "setsid timeout -k 2 90 bash -c 'sleep 60' >/dev/null 2>&1 & echo $!"],
+        timeout=30,
+    )
+    assert gone(int(done.stdout.split()[-1]))

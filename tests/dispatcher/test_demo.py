@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, free_port
+from tests.support import processes
 
 # Its own environment (the embedded default in a fresh data directory), whichever backend
 # the suite runs on: the same on both (tests/conftest.py).
@@ -33,27 +34,11 @@ def data_dir() -> Iterator[Path]:
 
 def processes_of(data_dir: Path) -> list[str]:
     """Live processes whose environment points at this data directory (ours share it)."""
-    marker = f"HARNESS_DATA_DIR={data_dir}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                stat = (entry / "stat").read_text()
-                if stat.rsplit(")", 1)[1].split()[0] != "Z":
-                    found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()!r}")
-        except OSError:
-            continue
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return [
+        f"{pid}: {Path(f'/proc/{pid}/cmdline').read_bytes()!r}"
+        for pid in processes.holding(f"HARNESS_DATA_DIR={data_dir}")
+        if Path(f"/proc/{pid}").exists()
+    ]
 
 
 def demo_env(data_dir: Path) -> dict[str, str]:
@@ -130,7 +115,7 @@ def test_run_demo_shows_every_outcome_and_leaves_nothing_running(data_dir: Path)
     # Nothing it started is left running: the printed pids, the Redis, any pool child.
     pids = {int(p) for p in re.findall(r"\(pid (\d+)", out)}
     assert len(pids) == 3, out  # redis, daphne, the worker
-    assert [p for p in pids if alive(p)] == []
+    assert [p for p in pids if processes.alive(p)] == []
     assert "Stopped the embedded Redis." in out
     assert not (data_dir / "redis.sock").exists()
     assert processes_of(data_dir) == []
@@ -164,6 +149,6 @@ def test_ctrl_c_while_waiting_for_a_reviewer_stops_everything(data_dir: Path) ->
     assert "/approvals/ and approve write_file" in text
     pids = {int(p) for p in re.findall(r"\(pid (\d+)", text)}
     assert len(pids) == 3, text
-    assert [p for p in pids if alive(p)] == []
+    assert [p for p in pids if processes.alive(p)] == []
     assert "Stopped the embedded Redis." in text
     assert processes_of(data_dir) == []

@@ -23,6 +23,19 @@ def statements(queries: CaptureQueriesContext) -> list[str]:
     return [q["sql"] for q in queries.captured_queries]
 
 
+def hook_body(session_id: str, event: str, tool_use_id: str, **extra: object) -> dict[str, object]:
+    """Claude Code's hook input for a Read of one project file."""
+    return {
+        "session_id": session_id,
+        "cwd": "/home/dev/project",
+        "hook_event_name": event,
+        "tool_name": "Read",
+        "tool_input": {"file_path": "/home/dev/project/src/app.py"},
+        "tool_use_id": tool_use_id,
+        **extra,
+    }
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_auto_allowed_call_is_admitted_in_five_statements_and_one_commit() -> None:
     fx = make_agent(mode="trusted")
@@ -91,14 +104,7 @@ def test_an_auto_allowed_pre_tool_use_is_answered_in_five_statements_and_one_com
     client = Client(headers=fx.headers)
 
     def pre_tool_use(tool_use_id: str) -> dict[str, object]:
-        return {
-            "session_id": "cc-budget",
-            "cwd": "/home/dev/project",
-            "hook_event_name": "PreToolUse",
-            "tool_name": "Read",
-            "tool_input": {"file_path": "/home/dev/project/src/app.py"},
-            "tool_use_id": tool_use_id,
-        }
+        return hook_body("cc-budget", "PreToolUse", tool_use_id)
 
     url = "/api/v1/hooks/claude-code?wait=0"
     first = client.post(url, json.dumps(pre_tool_use("t1")), content_type="application/json")
@@ -124,15 +130,7 @@ def test_a_post_tool_use_report_is_recorded_in_six_statements_and_one_commit() -
     url = "/api/v1/hooks/claude-code?wait=0"
 
     def hook(event: str, tool_use_id: str, **extra: object) -> dict[str, object]:
-        return {
-            "session_id": "cc-budget-post",
-            "cwd": "/home/dev/project",
-            "hook_event_name": event,
-            "tool_name": "Read",
-            "tool_input": {"file_path": "/home/dev/project/src/app.py"},
-            "tool_use_id": tool_use_id,
-            **extra,
-        }
+        return hook_body("cc-budget-post", event, tool_use_id, **extra)
 
     for tool_use_id in ("t1", "t2"):
         allowed = client.post(

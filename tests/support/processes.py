@@ -2,9 +2,10 @@
 
 A CLI runs its tools in children of its own (Claude Code's Bash, Codex's exec_command
 wrapped in `timeout -k 2 90 bash -c ...`), and `timeout` moves itself into a process
-group of its own, so killing the CLI or its group leaves them running. The CLI is started
-as the leader of a new session instead, and when it is done every process still in that
-session is killed.
+group of its own, so killing the CLI or its group leaves them running; a tool command may
+also start a session of its own (setsid). The CLI is started as the leader of a new
+session, with a marker in its environment that its children inherit, and when it is done
+every process still in that session or holding that marker is killed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -31,25 +33,65 @@ def _session_members(session: int) -> list[int]:
     return members
 
 
-def kill_session(session: int) -> None:
-    """SIGKILL every process left in `session` (a CLI's, started by `start`)."""
-    for pid in _session_members(session):
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def holding(marker: str) -> list[int]:
+    """Live processes other than this one whose environment has the entry `marker`."""
+    entry_bytes = marker.encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if entry_bytes in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return [pid for pid in found if alive(pid)]
+
+
+def kill(pids: list[int]) -> None:
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
 
 
+def kill_session(session: int) -> None:
+    """SIGKILL every process left in `session` (a CLI's, started by `start`)."""
+    kill(_session_members(session))
+
+
+MARKER = "HARNESS_TEST_RUN"
+_markers: dict[int, str] = {}  # pid of a started CLI -> the marker its children inherit
+
+
 def start(argv: list[str], **kwargs: Any) -> subprocess.Popen[str]:
-    """Popen(argv) as the leader of a new session; end it with `finish`."""
-    return subprocess.Popen(argv, start_new_session=True, text=True, **kwargs)
+    """Popen(argv) as the leader of a new session, its environment marked; end it with
+    `finish`."""
+    marker = f"{MARKER}={uuid.uuid4().hex}"
+    env = dict(kwargs.pop("env", None) or os.environ)
+    env[MARKER] = marker.split("=", 1)[1]
+    process = subprocess.Popen(argv, start_new_session=True, text=True, env=env, **kwargs)
+    _markers[process.pid] = marker
+    return process
 
 
 def finish(process: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
-    """The process's output once it exits; then whatever it left in its session is killed."""
+    """The process's output once it exits; then whatever it left in its session, or
+    anywhere with its environment marker, is killed."""
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     finally:
         process.kill()
         kill_session(process.pid)
+        kill(holding(_markers.pop(process.pid, f"{MARKER}=-")))
     return stdout, stderr
 
 
