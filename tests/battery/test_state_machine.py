@@ -236,7 +236,18 @@ class Lifecycle(RuleBasedStateMachine):
         if not hasattr(self, "asker"):
             return
         sessions = list(self.sessions.values())
-        calls = {str(c.pk): c for c in ToolCall.objects.filter(session__in=sessions)}
+        calls = {
+            str(c.pk): c
+            for c in ToolCall.objects.filter(session__in=sessions).select_related("session")
+        }
+        # One read of every request with its votes (a read per call made the invariant most
+        # of B7's time at full size).
+        approvals_by_call = {
+            str(a.call_id): a
+            for a in ApprovalRequest.objects.filter(call__session__in=sessions)
+            .select_related("call")
+            .prefetch_related("votes")
+        }
         replacements: dict[str, list[ToolCall]] = {}
         for call in calls.values():
             if call.edited_from_id is not None:
@@ -267,7 +278,7 @@ class Lifecycle(RuleBasedStateMachine):
                 )
             if kinds["call.started"] > 1:
                 self.violation(f"{cid}: started {kinds['call.started']} times")
-            approval = self._approval(cid)
+            approval = approvals_by_call.get(cid)
             if kinds["call.started"]:
                 allowed = kinds["call.allowed"] == 1 and approval is None
                 approved = (
