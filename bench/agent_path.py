@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.live import Worker, pct
-from bench.run import PY, QUEUE, REDIS_URL, ROOT, Result, Server, rss_note
+from bench.run import PY, QUEUE, REDIS_URL, ROOT, Result, Server, rss_note, stop_all
 
 # --- CPU of every process on the path -------------------------------------------------
 
@@ -131,10 +131,11 @@ def scenario_end_to_end(
     from bench.run import cleanup_redis
 
     cleanup_redis()
-    server = Server("S0", env)
-    worker = Worker(env)
+    server, worker = Server("S0", env, wait=False), Worker(env, wait=False)
+    server.ready()
+    worker.ready()
     floors = Floors(server, worker, env["DATABASE_URL"])
-    n, warm = (20, 10) if quick else (200, 50)
+    n, warm = (15, 5) if quick else (200, 50)
     med = Result(
         "S0 auto-allowed call as the agent sees it (POST .../calls?wait=30, list_directory, "
         "trusted mode -> 200 with the result) vs the sum of the floors in the same run (HTTP "
@@ -195,7 +196,7 @@ def scenario_end_to_end(
                     parts[k].append(statistics.median(samples[k]) * 1e3)
                 all_p += samples["p"]
             # CPU per call in every process on the path, P alone (no floors in between).
-            m = 40 if quick else 200
+            m = 25 if quick else 200
             before = cpu_snapshot(server, worker)
             for _ in range(m):
                 call()
@@ -230,8 +231,7 @@ def scenario_end_to_end(
         return [med, p99]
     finally:
         floors.close()
-        worker.stop()
-        server.stop()
+        stop_all([worker, server])
 
 
 # --- S12 ------------------------------------------------------------------------------
@@ -260,7 +260,7 @@ def scenario_hook(
     import httpx
 
     server = Server("S12", env)
-    n, warm = (30, 15) if quick else (200, 50)
+    n, warm = (20, 5) if quick else (200, 50)
     res = Result(
         "S12 Claude Code hook: an auto-allowed PreToolUse answered (POST "
         "/api/v1/hooks/claude-code, a Read in standard mode -> allow) vs S1's baseline view "

@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import time
@@ -31,6 +30,7 @@ from bench.run import (
     django_script,
     login,
     rss_note,
+    stop_all,
 )
 
 
@@ -139,7 +139,7 @@ def scenario_push(
 ) -> list[Result]:
     import httpx
 
-    n, warm = (12, 6) if quick else (200, 50)
+    n, warm = (12, 3) if quick else (200, 50)
     server = Server("S4", env)
     results: list[Result] = []
     try:
@@ -249,7 +249,8 @@ def push_queries_note(env: dict[str, str], creds: dict[str, str], server: Server
 class Worker:
     """A Celery prefork worker (-c 2) on the bench queue, started and stopped by PID."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], wait: bool = True) -> None:
+        """Started; answering pings on return unless `wait=False` (then call `ready()`)."""
         from harness_site.celery import app
 
         self.app = app
@@ -282,12 +283,16 @@ class Worker:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
+        if wait:
+            self.ready()
+
+    def ready(self) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""
                 raise RuntimeError(f"celery worker exited: {err[-2000:]}")
-            if app.control.ping(destination=[self.name], timeout=0.5):
+            if self.app.control.ping(destination=[self.name], timeout=0.5):
                 return
         self.stop()
         raise RuntimeError("celery worker did not answer a ping")
@@ -323,13 +328,7 @@ class Worker:
         )
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: only what we started
-                self.proc.wait()
+        stop_all([self])
 
 
 # --- S5 and S6 ------------------------------------------------------------------------------
@@ -342,11 +341,12 @@ def scenario_worker(
 
     cleanup = __import__("bench.run", fromlist=["cleanup_redis"]).cleanup_redis
     cleanup()
-    server = Server("S5/S6", env)
-    worker = Worker(env)
+    server, worker = Server("S5/S6", env, wait=False), Worker(env, wait=False)
     results: list[Result] = []
     try:
-        n, warm = (12, 6) if quick else (200, 50)
+        server.ready()
+        worker.ready()
+        n, warm = (12, 3) if quick else (200, 50)
         r5 = asyncio.run(_approve(server, worker, creds, pairs, n, warm, aioredis))
         for r in r5:
             r.notes.append(rss_note([server]))
@@ -356,13 +356,12 @@ def scenario_worker(
                     f"quick mode: {n} samples per side per pair (not the 1,000 of the protocol)"
                 )
         results += r5
-        drain = 30 if quick else 150
+        drain = 24 if quick else 150
         r6 = asyncio.run(_drain(server, worker, creds, pairs, drain, aioredis))
         r6.notes.append(worker.rss_note())
         results.append(r6)
     finally:
-        worker.stop()
-        server.stop()
+        stop_all([worker, server])
     return results
 
 

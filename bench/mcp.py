@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from bench.run import ROOT, Result, Server, cleanup_redis, rss_note
+from bench.run import ROOT, Result, Server, cleanup_redis, rss_note, stop_all
 
 UPSTREAM = "bench11"
 TOOL = "word_count"
@@ -114,9 +114,10 @@ def scenario_mcp(env: dict[str, str], creds: dict[str, str], pairs: int, quick: 
 
     cleanup_redis()
     register(env)
-    server = Server("S11", env)
-    worker = Worker(env)
-    n, warm = (15, 5) if quick else (60, 20)
+    server, worker = Server("S11", env, wait=False), Worker(env, wait=False)
+    server.ready()
+    worker.ready()
+    n, warm = (10, 3) if quick else (60, 20)
     result = Result(
         name=f"S11 upstream MCP call: Harness /mcp/ (P) vs direct to the server (B), {n} sequential calls per side",
         unit="us/call",
@@ -139,6 +140,5 @@ def scenario_mcp(env: dict[str, str], creds: dict[str, str], pairs: int, quick: 
         result.notes.append(rss_note([server]))
         result.notes.append(worker.rss_note())
     finally:
-        worker.stop()
-        server.stop()
+        stop_all([worker, server])
     return result

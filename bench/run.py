@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -308,7 +308,9 @@ def free_port() -> int:
 class Server:
     """One daphne process on loopback, started and killed by PID."""
 
-    def __init__(self, label: str, env: dict[str, str]) -> None:
+    def __init__(self, label: str, env: dict[str, str], wait: bool = True) -> None:
+        """Started; listening on return unless `wait=False` (then call `ready()`, so that
+        several processes start side by side)."""
         self.label = label
         self.port = free_port()
         daphne = shutil.which("daphne", path=str(Path(PY).parent)) or "daphne"
@@ -320,19 +322,22 @@ class Server:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
+        if wait:
+            self.ready()
+
+    def ready(self) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                raise RuntimeError(f"daphne {label} exited: {err[-2000:]}")
+                raise RuntimeError(f"daphne {self.label} exited: {err[-2000:]}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                break
+                return
             except OSError:
-                time.sleep(0.1)
-        else:
-            self.stop()
-            raise RuntimeError(f"daphne {label} did not listen on {self.port}")
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"daphne {self.label} did not listen on {self.port}")
 
     @property
     def url(self) -> str:
@@ -356,13 +361,22 @@ class Server:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_all([self])
+
+
+def stop_all(processes: Iterable[Any]) -> None:
+    """SIGTERM to every bench process (daphne, Celery worker) at once, then a 20 s grace for
+    each; what is left is killed with its process group (its own session: only what the
+    bench started)."""
+    running = [p for p in processes if p.proc.poll() is None]
+    for p in running:
+        p.proc.send_signal(signal.SIGTERM)
+    for p in running:
+        try:
+            p.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.proc.pid, signal.SIGKILL)
+            p.proc.wait()
 
 
 def rss_note(servers: list[Server]) -> str:
@@ -575,8 +589,10 @@ def scenario_admit(
     """S1, or S1b (`enqueue=False`): the same admission on a P server whose Celery
     messages are dropped (bench/asgi.py, BENCH_NO_ENQUEUE), everything else identical."""
     p_env = env if enqueue else {**env, "BENCH_NO_ENQUEUE": "1"}
-    servers = [Server("B", env), Server("P", p_env)]
+    servers = [Server("B", env, wait=False), Server("P", p_env, wait=False)]
     try:
+        for s in servers:
+            s.ready()
         sessions = start_sessions(servers[1], token, CONCURRENCY)
         extra = {"BENCH_TOKEN": token, "BENCH_SESSIONS": ",".join(sessions)}
         what = "enqueue" if enqueue else "no enqueue: the Celery message is not sent"
@@ -601,8 +617,7 @@ def scenario_admit(
         res.notes.append(queries_note(env, token, sessions[0]))
         return res
     finally:
-        for s in servers:
-            s.stop()
+        stop_all(servers)
 
 
 QUERY_SCRIPT = """
@@ -631,8 +646,10 @@ def queries_note(env: dict[str, str], token: str, session: str) -> str:
 
 
 def scenario_overhead(env: dict[str, str], pairs: int, warmup: float, seconds: float) -> Result:
-    servers = [Server("B", env), Server("P", env)]
+    servers = [Server("B", env, wait=False), Server("P", env, wait=False)]
     try:
+        for s in servers:
+            s.ready()
         res = Result(
             "S10 middleware and server overhead: trivial async view through the agent-API handler "
             f"(/api/bench/trivial) vs the same view with no middleware (/bare/trivial), GET at c={CONCURRENCY}",
@@ -652,8 +669,7 @@ def scenario_overhead(env: dict[str, str], pairs: int, warmup: float, seconds: f
         res.notes.append(rss_note(servers))
         return res
     finally:
-        for s in servers:
-            s.stop()
+        stop_all(servers)
 
 
 def cleanup_redis() -> None:

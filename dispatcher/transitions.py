@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from audit import kinds
@@ -48,13 +48,47 @@ def transition(
     """
     _check_transition(call, to, fields)
     previous = call.status
-    if not ToolCall.objects.filter(pk=call.pk, status=previous).update(status=to, **fields):
+    if not _move(call.pk, previous, {"status": to, **fields}):
         return False
     spec = _apply(call, to, kind=kind, actor=actor, payload=payload, fields=fields, at=None)
     record_events([spec], session_id=call.session_id)  # timed under the chain lock
     if publish:
         publish_after_commit(call, previous)
     return True
+
+
+def _move(pk: uuid.UUID, previous: str, values: dict[str, Any]) -> bool:
+    """`UPDATE ... SET <values> WHERE id = pk AND status = previous`: whether it matched.
+
+    What `ToolCall.objects.filter(pk=pk, status=previous).update(**values)` sends, with the
+    statement's text built once per set of columns (building and compiling the ORM's
+    UPDATE cost ~0.7 ms of CPU per transition, more than the statement itself).
+    """
+    names = tuple(values)
+    if any(name not in _FIELDS or _FIELDS[name].is_relation for name in names):
+        return bool(ToolCall.objects.filter(pk=pk, status=previous).update(**values))
+    sql = _UPDATES.get((connection.vendor, names))
+    if sql is None:
+        quote = connection.ops.quote_name
+        sets = ", ".join(f"{quote(_FIELDS[name].column)} = %s" for name in names)
+        sql = (
+            f"UPDATE {quote(ToolCall._meta.db_table)} SET {sets} "  # noqa: S608 (names only)
+            f"WHERE {quote(_FIELDS['id'].column)} = %s AND {quote(_FIELDS['status'].column)} = %s"
+        )
+        _UPDATES[(connection.vendor, names)] = sql
+    params = [_FIELDS[name].get_db_prep_save(values[name], connection) for name in names]
+    params += [
+        _FIELDS["id"].get_db_prep_save(pk, connection),
+        _FIELDS["status"].get_db_prep_save(previous, connection),
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return bool(cursor.rowcount)
+
+
+# The call's concrete fields by name, and the UPDATE texts built so far.
+_FIELDS: dict[str, Any] = {f.name: f for f in ToolCall._meta.concrete_fields}
+_UPDATES: dict[tuple[str, tuple[str, ...]], str] = {}
 
 
 def _check_transition(call: ToolCall, to: Status, fields: dict[str, Any]) -> None:
