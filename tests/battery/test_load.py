@@ -36,13 +36,13 @@ AGENTS = size(10, 50)
 REVIEWERS = size(2, 5)
 SECONDS = size(10, 300)
 SETTLE = 60
-# p95 gates, calibrated as the design says (its 0.25 s and 0.30 s were "first guesses for a
-# 2-core box ... calibrate them on the first green run, then gate on regressions (+20%)"):
-# the first green full-size D3 on an idle 2-core machine (2026-12-01 17:30, 49 requests a
-# second, the machine near saturation) measured p95 submit 0.563 s and approve 0.659 s;
-# the gates are those +20%. docs/reliability.md keeps the calibration run.
-P95_SUBMIT = 0.68
-P95_APPROVE = 0.79
+# p95 gates. The design's first guesses for a 2-core box were 0.25 s and 0.30 s, "calibrate
+# them on the first green run, then gate on regressions (+20%)". The first green full-size
+# run (2026-12-01 18:30, an idle 2-core machine, 60 requests a second) measured p95 submit
+# 0.204 s and approve 0.209 s; +20% is 0.245 s and 0.251 s, about the design's values,
+# which stay the gates. docs/reliability.md keeps the calibration run.
+P95_SUBMIT = 0.25
+P95_APPROVE = 0.30
 FORM = re.compile(r'action="/approvals/(\d+)/decide".*?name="digest" value="([0-9a-f]{64})"', re.S)
 
 
@@ -228,7 +228,7 @@ def test_d3_bounded_load_on_two_daphnes_and_two_workers(stack: Stack) -> None:
         "D3",
         "p95 submit (s)",
         round(p95(tally.submit), 3),
-        f"< {P95_SUBMIT} (calibrated, +20%)",
+        f"< {P95_SUBMIT} (calibrated)",
         p95(tally.submit) < P95_SUBMIT,
         submits=len(tally.submit),
     )
@@ -236,7 +236,7 @@ def test_d3_bounded_load_on_two_daphnes_and_two_workers(stack: Stack) -> None:
         "D3",
         "p95 approve (s)",
         round(p95(tally.approve), 3),
-        f"< {P95_APPROVE} (calibrated, +20%)",
+        f"< {P95_APPROVE} (calibrated)",
         p95(tally.approve) < P95_APPROVE,
         approvals=len(tally.approve),
         conflicts=tally.conflicts,
