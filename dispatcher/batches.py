@@ -53,10 +53,12 @@ def startable(calls: list[ToolCall]) -> list[ToolCall]:
 # calls, and of them only what `startable` and the sending need (a batch of 20 read whole,
 # JSON columns and all, cost more than the finish it followed).
 _UNFINISHED = Compiled(
-    lambda batch_id: ToolCall.objects.filter(batch_id=batch_id)
-    .exclude(status__in=sorted(TERMINAL_STATUSES))
-    .only("id", "name", "status", "enqueued_at", "batch_index")
-    .order_by("batch_index")
+    lambda batch_id: (
+        ToolCall.objects.filter(batch_id=batch_id)
+        .exclude(status__in=sorted(TERMINAL_STATUSES))
+        .only("id", "name", "status", "enqueued_at", "batch_index")
+        .order_by("batch_index")
+    )
 )
 
 

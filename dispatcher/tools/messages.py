@@ -29,7 +29,9 @@ def invalid_arguments(tool_name: str, errors: list[ValidationError]) -> str:
         except TypeError:
             errors = sorted(errors, key=lambda e: [str(p) for p in e.path])
     lines = "".join([f"\n- {_json_path(error)}: {_describe(error)}" for error in errors])
-    return f"Invalid arguments for '{tool_name}':{lines}\nFix these arguments and call the tool again."
+    return (
+        f"Invalid arguments for '{tool_name}':{lines}\nFix these arguments and call the tool again."
+    )
 
 
 def _json_path(error: ValidationError) -> str:
