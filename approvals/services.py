@@ -17,6 +17,7 @@ from audit.roles import REVIEWER, has_role
 from audit.services import record_event
 from dispatcher import admission, errors, transitions
 from dispatcher.admission import context_of
+from dispatcher.compiled import Compiled
 from dispatcher.models import Executor, Status, ToolCall
 from dispatcher.policy import grants
 from dispatcher.proposals import ProposedCall, canonical_json
@@ -84,12 +85,7 @@ def decide(
         raise DecisionRefused("Only reviewers can decide tool calls.", 403)
     with transaction.atomic():
         # Lock order everywhere: the approval row, then the call (dispatcher locks it).
-        approval = (
-            ApprovalRequest.objects.select_for_update(of=("self",))
-            .select_related("call__session__agent")
-            .filter(pk=approval_id)
-            .first()
-        )
+        approval = _LOCKED_REQUEST.first(int(approval_id))
         if approval is None:
             raise DecisionRefused("This approval request does not exist.", 404)
         now = timezone.now()  # the decision's time: checked against the deadline, recorded
@@ -102,6 +98,17 @@ def decide(
     if refusal is not None:
         raise refusal
     return approval
+
+
+# The request every decision reads and locks, with its call (dispatcher.compiled).
+_LOCKED_REQUEST = Compiled(
+    lambda pk: (
+        ApprovalRequest.objects.select_for_update(of=("self",))
+        .select_related("call__session__agent")
+        .filter(pk=pk)
+        .order_by()[:1]
+    )
+)
 
 
 def _refusal(

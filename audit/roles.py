@@ -31,6 +31,8 @@ from django.db import transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 
+from dispatcher.compiled import Compiled
+
 from . import kinds
 from .services import record_event
 
@@ -62,7 +64,13 @@ def has_role(user: Any, role: str) -> bool:
         raise ValueError(f"Unknown role '{role}'. Roles: {', '.join(sorted(ROLES))}.")
     if user is None or not user.is_authenticated or not user.is_active:
         return False
-    return bool(user.is_superuser or user.groups.filter(name=role).exists())
+    return bool(user.is_superuser or _HOLDS.tuples(user.pk, role))
+
+
+# Asked on every reviewer request and decision (dispatcher.compiled): a fixed-shape read.
+_HOLDS = Compiled(
+    lambda user_id, role: Group.objects.filter(user__id=user_id, name=role).values_list("pk")[:1]
+)
 
 
 def role_required(

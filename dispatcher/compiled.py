@@ -56,7 +56,9 @@ def _sentinel(value: object, serial: int) -> object:
     if isinstance(value, str):
         return f"\x1fcompiled:{serial}\x1f"
     if isinstance(value, int):
-        return 7_340_032_000_000_000 + serial * 7919
+        # Within a 32-bit integer column's range: Django answers a lookup with a value out
+        # of the column's range with no query at all (EmptyResultSet), not a statement.
+        return 1_900_000_003 + serial * 7919
     if isinstance(value, uuid.UUID):
         return uuid.UUID(int=(0xC0_41_1E_D0 << 96) + serial)
     if isinstance(value, dt.datetime) and value.tzinfo is not None:

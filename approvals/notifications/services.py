@@ -21,6 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.roles import REVIEWER
+from dispatcher.compiled import Compiled
 
 from .. import links
 from ..models import ApprovalRequest
@@ -132,10 +133,16 @@ def enqueue_ask(approval_id: int) -> None:
 
 def enqueue_outcome(call_id: str) -> None:
     """After a call left pending: a second event where the ask was delivered."""
-    if Delivery.objects.filter(
-        approval__call_id=UUID(call_id), event=Delivery.Event.ASKED
-    ).exists():
+    if _ASK_DELIVERED.tuples(UUID(call_id)):
         _send_task(PLAN_OUTCOME_TASK, call_id)
+
+
+# Read after every decision (dispatcher.compiled).
+_ASK_DELIVERED = Compiled(
+    lambda call_id: Delivery.objects.filter(
+        approval__call_id=call_id, event=Delivery.Event.ASKED
+    ).values_list("pk")[:1]
+)
 
 
 def notify_ask(approval_id: int) -> None:
