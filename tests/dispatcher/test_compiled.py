@@ -86,6 +86,26 @@ def test_a_run_is_one_statement() -> None:
     assert len(queries) == 1, queries.captured_queries
 
 
+def test_an_integer_argument_of_a_32_bit_column_is_a_statement_that_matches() -> None:
+    """The placeholder an int is compiled with must fit the column: Django answers a lookup
+    outside an integer column's range with no statement at all, and a plan compiled that
+    way would answer nothing for every later value (every reviewer refused)."""
+    from django.contrib.auth.models import Group
+
+    from tests.conftest import make_user
+
+    user = make_user("compiled-int", groups=("reviewer",))
+    holds = Compiled(
+        lambda user_id, role: Group.objects.filter(user__id=user_id, name=role).values_list("name")[
+            :1
+        ]
+    )
+    with CaptureQueriesContext(connection) as queries:
+        assert holds.tuples(user.pk, "reviewer") == [("reviewer",)]
+        assert holds.tuples(user.pk, "admin") == []
+    assert len(queries) == 2, queries.captured_queries
+
+
 def test_values_a_builder_makes_up_are_refused_when_compiled() -> None:
     """A clock read, a derived pattern or a made-up id would otherwise be replayed forever."""
     clock = Compiled(
