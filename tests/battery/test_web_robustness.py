@@ -129,8 +129,9 @@ def test_d1_schemathesis_finds_no_server_error_or_schema_violation(
     url = stack.daphne()
     fx = make_agent(mode="trusted")
     report = tmp_path / "events.ndjson"
-    # schemathesis drops repeated inputs: 500 per operation gave 7,887 requests (2026-12-01)
-    examples = size(40, 650)
+    # schemathesis drops repeated inputs, and how many depends on the seed: 500 per
+    # operation gave 7,887 requests and 650 gave 9,995 (2026-12-01); 800 leaves a margin.
+    examples = size(40, 800)
     argv = [sys.executable, "-m", "schemathesis.cli", "run", f"{url}/api/v1/openapi.json"]
     argv += ["-H", f"Authorization: Bearer {fx.token}", "--checks", "all", "-n", str(examples)]
     argv += ["--seed", str(seed), "--report", "ndjson", "--report-ndjson-path", str(report)]
