@@ -25,7 +25,7 @@ from django.utils import timezone
 from audit import kinds
 from audit.masking import premask
 from audit.services import EventSpec, record_events
-from dispatcher import batches, notify
+from dispatcher import batches, compiled, notify
 from dispatcher.agents import mode_and_profile
 from dispatcher.compiled import Compiled
 from dispatcher.errors import ServiceError
@@ -134,7 +134,7 @@ def _admit(
             now = timezone.now()
             for call in sent:
                 call.enqueued_at = now
-            ToolCall.objects.bulk_create(admission.calls)
+            compiled.insert(admission.calls)
             record_events(admission.events, session_id=session.pk)
             for call, presentation in admission.asks:
                 notify.approval_requested.send(

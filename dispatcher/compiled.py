@@ -274,3 +274,55 @@ class Compiled(Generic[M]):  # noqa: UP046 (mypy and django-stubs read the TypeV
     def tuples(self, *values: object, using: str = DEFAULT_DB_ALIAS) -> list[tuple[Any, ...]]:
         """The rows of a values_list() read, converted as the ORM converts them."""
         return self._rows(values, using)[1]
+
+
+# --- Writes -------------------------------------------------------------------------------
+
+_INSERTS: dict[tuple[str, type[Model], int], str] = {}
+
+
+def insert(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
+    """INSERT `objs` (new rows of one model, primary keys set: UUIDs made in Python) in one
+    statement, as `bulk_create` would write them (each field's pre_save, e.g. auto_now_add,
+    and its database value), with the statement's text built once per model and row count.
+
+    Raises what the statement raises, as Django's errors (an IntegrityError for a unique
+    constraint). For models with a database-made key, use bulk_create.
+    """
+    if not objs:
+        return
+    model = type(objs[0])
+    meta = model._meta
+    assert all(type(obj) is model for obj in objs), "one model per insert"
+    assert not meta.auto_field, "a database-made key: use bulk_create"
+    connection = connections[using]
+    fields = [f for f in meta.concrete_fields if not f.generated]
+    if (
+        any(obj.pk is None for obj in objs)
+        or any(f.has_db_default() for f in fields)
+        or connection.ops.bulk_batch_size(fields, objs) < len(objs)
+    ):
+        model._default_manager.db_manager(using).bulk_create(objs)  # the general case
+        return
+    for obj in objs:
+        obj._prepare_related_fields_for_save(operation_name="insert")  # type: ignore[attr-defined]
+    key = (connection.vendor, model, len(objs))
+    sql = _INSERTS.get(key)
+    if sql is None:
+        quote = connection.ops.quote_name
+        row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        sql = (
+            f"INSERT INTO {quote(meta.db_table)} "  # noqa: S608 (the model's names only)
+            f"({', '.join(quote(str(f.column)) for f in fields)}) VALUES "
+            + ", ".join([row] * len(objs))
+        )
+        _INSERTS[key] = sql
+    params: list[Any] = []
+    for obj in objs:
+        for f in fields:
+            params.append(f.get_db_prep_save(f.pre_save(obj, True), connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    for obj in objs:
+        obj._state.adding = False
+        obj._state.db = using

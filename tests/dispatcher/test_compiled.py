@@ -152,3 +152,34 @@ def test_an_empty_list_matches_nothing_without_a_query() -> None:
         assert compiled.all([]) == []
     assert queries.captured_queries == []
     assert list(ToolCall.objects.filter(pk__in=[])) == []  # as the ORM answers it
+
+
+def test_insert_writes_the_rows_bulk_create_would_and_keeps_unique_errors() -> None:
+    from django.db import IntegrityError
+
+    from dispatcher import compiled
+
+    fx = make_agent(mode="trusted")
+    session = agents.start_session(agent=fx.agent)
+    model = submit_one(session, "list_directory", {"path": "."}, "model-call")
+    fresh = ToolCall.objects.get(pk=model.pk)
+
+    def copy(tool_use_id: str) -> ToolCall:
+        values = {f.attname: getattr(fresh, f.attname) for f in ToolCall._meta.concrete_fields}
+        values.update(id=uuid.uuid4(), tool_use_id=tool_use_id)
+        return ToolCall(**values)
+
+    ours, theirs = [copy("ours-1"), copy("ours-2")], [copy("theirs-1"), copy("theirs-2")]
+    with CaptureQueriesContext(connection) as queries:
+        compiled.insert(ours)
+    assert len([q for q in queries.captured_queries if "INSERT" in q["sql"]]) == 1
+    ToolCall.objects.bulk_create(theirs)
+    for a, b in zip(ours, theirs, strict=True):
+        mine, other = ToolCall.objects.get(pk=a.pk), ToolCall.objects.get(pk=b.pk)
+        skip = {"id", "tool_use_id", "created_at", "updated_at"}
+        assert {k: v for k, v in fields_of(mine).items() if k not in skip} == {
+            k: v for k, v in fields_of(other).items() if k not in skip
+        }
+        assert not a._state.adding
+    with pytest.raises(IntegrityError), transaction.atomic():
+        compiled.insert([copy("ours-1")])  # one call per (session, tool_use_id)
