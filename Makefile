@@ -134,4 +134,4 @@ clean:
 battery: $(STAMP) browser
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) HARNESS_BATTERY_SCALE=full \
 	  $(BIN)/pytest tests/battery -m battery --create-db -p no:cacheprovider -p no:logging -q -s --durations=30 $(PYTEST_ARGS); status=$$?; \
-	  $(BIN)/python -m tests.battery.report; exit $$status
+	  $(BIN)/python -m tests.battery.report || status=1; exit $$status
