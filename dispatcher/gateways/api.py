@@ -270,11 +270,14 @@ async def wait_until_terminal(
                         break
                     if await wakeup.wait(remaining):
                         calls = await reload()
+        if all(settled(c) for c in calls):
+            return calls  # read after the last wake-up: nothing newer to read
     except notify.WakeUnavailable:
         # The calls are stored and decided; only the wake-up channel failed. Answer with
         # their state now (202 if unfinished); the agent waits again by resubmitting.
         logger.warning("wake-up channel unavailable; answering without waiting", exc_info=True)
-    # A last read: a wake-up lost in transit delays an answer, it never makes it stale.
+    # A last read when the time ran out: a wake-up lost in transit delays an answer, it
+    # never makes it stale.
     return await reload()
 
 
