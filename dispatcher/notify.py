@@ -56,6 +56,11 @@ def _redis(url: str) -> redis.Redis:
     return redis.Redis.from_url(url)
 
 
+def redis_at(url: str) -> redis.Redis:
+    """This process's client of the Redis server at `url` (one pool per URL)."""
+    return _redis(url)
+
+
 def publish_change(call_id: str, session_id: str, status: str, previous: str = "") -> None:
     try:
         with _redis(settings.REDIS_URL).pipeline(transaction=False) as pipe:

@@ -1,0 +1,62 @@
+"""The worker's message pushed directly (batches.enqueue) is the message Celery's send_task
+sends: same envelope, same headers and properties, same body; only the ids and the
+sender's name differ. A Celery upgrade that changes its message fails here."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+from celery import current_app
+
+from dispatcher import batches, notify
+
+VARYING = {"id", "root_id", "origin", "correlation_id", "reply_to", "delivery_tag"}
+
+
+def _shape(message: dict[str, object]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in message.items():
+        if isinstance(value, dict):
+            out[key] = _shape(value)
+        elif key in VARYING:
+            out[key] = type(value).__name__
+        else:
+            out[key] = value
+    return out
+
+
+def test_the_pushed_message_is_the_message_send_task_sends() -> None:
+    target = batches._raw_target()
+    assert target is not None, "the test settings' broker is Redis: the direct push applies"
+    url, _ = target
+    queue = f"test-enqueue-{uuid.uuid4().hex}"  # no worker consumes it
+    client = notify.redis_at(url)
+    call_id = str(uuid.uuid4())
+    try:
+        current_app.send_task(batches.EXECUTE_TASK, args=(call_id,), queue=queue)
+        client.lpush(queue, batches.task_message(call_id, queue))
+        ours_raw, theirs_raw = client.lrange(queue, 0, 1)  # LPUSH: newest first
+    finally:
+        client.delete(queue)
+    ours, theirs = json.loads(ours_raw), json.loads(theirs_raw)
+    assert _shape(ours) == _shape(theirs)
+    assert base64.b64decode(ours["body"]) == base64.b64decode(theirs["body"])
+    assert (
+        ours["headers"]["id"] == ours["headers"]["root_id"] == ours["properties"]["correlation_id"]
+    )
+    assert ours["headers"]["task"] == "dispatcher.tasks.execute_call"
+    assert json.loads(base64.b64decode(ours["body"]))[0] == [call_id]
+
+
+def test_another_broker_is_sent_to_by_celery() -> None:
+    conf = current_app.conf
+    before = conf.broker_url
+    try:
+        conf.broker_url = "amqp://guest@127.0.0.1//"
+        assert batches._raw_target() is None
+        conf.broker_url = "redis+socket:///tmp/x.sock?virtual_host=2"
+        assert batches._raw_target() is None
+    finally:
+        conf.broker_url = before
