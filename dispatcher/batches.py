@@ -42,10 +42,15 @@ def enqueue(call_id: str) -> None:
 
 def _raw_target() -> tuple[str, str] | None:
     """The broker's Redis URL (as redis-py reads it) and the queue's list name when the
-    message can be pushed directly; None otherwise (read each time: tests and operators may
-    point Celery at another broker)."""
+    message can be pushed directly; None otherwise. Worked out once per broker URL (a
+    test or an operator may point Celery at another broker; Celery's settings cost ~8 us
+    a read)."""
+    return _target_for(str(current_app.conf.broker_url or ""))
+
+
+@functools.cache
+def _target_for(url: str) -> tuple[str, str] | None:
     conf = current_app.conf
-    url = str(conf.broker_url or "")
     if url.startswith("redis+socket://"):  # (the embedded Redis: no options in the URL)
         url = "unix://" + url.removeprefix("redis+socket://")
         if "?" in url:
