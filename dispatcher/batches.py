@@ -52,16 +52,24 @@ def _raw_target() -> tuple[str, str] | None:
 @functools.cache
 def _target_for(url: str) -> tuple[str, str] | None:
     conf = current_app.conf
-    if url.startswith("redis+socket://"):  # (the embedded Redis: no options in the URL)
+    configured = url
+    if url.startswith("redis+socket://"):  # (the embedded Redis)
         url = "unix://" + url.removeprefix("redis+socket://")
-        if "?" in url:
-            return None
+    # Only a plain URL, which redis-py and kombu read alike: no TLS (`rediss://`: they
+    # default and parse its certificate options differently), no options in a query
+    # string, no failover list, no separate write broker.
     plain = (
-        url.startswith(("redis://", "rediss://", "unix://"))
+        url.startswith(("redis://", "unix://"))
+        and "?" not in url
+        and ";" not in url
+        and conf.broker_write_url in (None, "", configured)  # (Celery's default: the same)
         and set(conf.broker_transport_options or {}) <= {"visibility_timeout"}
         and not conf.broker_use_ssl
         and not conf.task_routes
         and not conf.task_queues
+        and conf.task_default_priority is None
+        and not conf.task_send_sent_event
+        and not conf.task_compression
         and conf.task_protocol == 2
         and conf.task_serializer == "json"
         and not conf.task_always_eager
@@ -73,8 +81,13 @@ _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
 
 def task_message(call_id: str, queue: str) -> str:
-    """Celery's message for `execute_call(call_id)`, as send_task builds and kombu wraps it."""
+    """Celery's message for `execute_call(call_id)`, as send_task builds and kombu wraps it
+    (inside a worker's task, with that task as its parent and its root, as send_task does)."""
     task_id = str(uuid.uuid4())
+    root_id, parent_id = task_id, None
+    current = current_app.current_worker_task
+    if current is not None and current.request.id:
+        root_id, parent_id = current.request.root_id or current.request.id, current.request.id
     body = json.dumps([[call_id], {}, _EMBED]).encode()
     return json.dumps(
         {
@@ -92,8 +105,8 @@ def task_message(call_id: str, queue: str) -> str:
                 "group_index": None,
                 "retries": 0,
                 "timelimit": [None, None],
-                "root_id": task_id,
-                "parent_id": None,
+                "root_id": root_id,
+                "parent_id": parent_id,
                 "argsrepr": repr((call_id,)),
                 "kwargsrepr": "{}",
                 "origin": _origin(),

@@ -300,6 +300,9 @@ def insert(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
     if (
         any(obj.pk is None for obj in objs)
         or any(f.has_db_default() for f in fields)
+        or any(
+            hasattr(getattr(obj, f.attname), "resolve_expression") for obj in objs for f in fields
+        )
         or connection.ops.bulk_batch_size(fields, objs) < len(objs)
     ):
         model._default_manager.db_manager(using).bulk_create(objs)  # the general case

@@ -65,7 +65,9 @@ def _move(pk: uuid.UUID, previous: str, values: dict[str, Any]) -> bool:
     UPDATE cost ~0.7 ms of CPU per transition, more than the statement itself).
     """
     names = tuple(values)
-    if any(name not in _FIELDS or _FIELDS[name].is_relation for name in names):
+    if any(name not in _FIELDS or _FIELDS[name].is_relation for name in names) or any(
+        hasattr(value, "resolve_expression") for value in values.values()
+    ):  # (a relation or an expression: the ORM compiles those)
         return bool(ToolCall.objects.filter(pk=pk, status=previous).update(**values))
     sql = _UPDATES.get((connection.vendor, names))
     if sql is None:

@@ -209,6 +209,11 @@ def test_unknown_request_is_404(reviewer_client: Client) -> None:
     assert reviewer_client.get("/approvals/999999/").status_code == 404
     response = reviewer_client.post("/approvals/999999/decide", {"action": "approve"})
     assert response.status_code == 404
+    # An id no integer column holds (the URL takes any number of digits) is unknown too,
+    # never a 500.
+    huge = "9" * 30
+    response = reviewer_client.post(f"/approvals/{huge}/decide", {"action": "approve"})
+    assert response.status_code == 404
 
 
 def test_decided_call_page_shows_the_outcome_without_buttons(

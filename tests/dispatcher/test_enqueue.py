@@ -54,9 +54,20 @@ def test_another_broker_is_sent_to_by_celery() -> None:
     conf = current_app.conf
     before = conf.broker_url
     try:
-        conf.broker_url = "amqp://guest@127.0.0.1//"
-        assert batches._raw_target() is None
-        conf.broker_url = "redis+socket:///tmp/x.sock?virtual_host=2"
-        assert batches._raw_target() is None
+        # Anything redis-py and kombu may read differently goes through send_task: another
+        # transport, TLS (certificate options default and parse differently), options in
+        # the query string, a failover list.
+        for url in (
+            "amqp://guest@127.0.0.1//",
+            "rediss://127.0.0.1:6380/0",
+            "rediss://127.0.0.1:6380/0?ssl_cert_reqs=CERT_REQUIRED",
+            "redis://127.0.0.1:6379/0?socket_timeout=3",
+            "redis://127.0.0.1:6379/0;redis://127.0.0.1:6380/0",
+            "redis+socket:///tmp/x.sock?virtual_host=2",
+        ):
+            conf.broker_url = url
+            assert batches._raw_target() is None, url
+        conf.broker_url = "redis+socket:///tmp/x.sock"
+        assert batches._raw_target() == ("unix:///tmp/x.sock", conf.task_default_queue)
     finally:
         conf.broker_url = before
