@@ -83,11 +83,12 @@ def decide(
     """
     if not has_role(user, REVIEWER):
         raise DecisionRefused("Only reviewers can decide tool calls.", 403)
-    if not -(2**63) <= int(approval_id) < 2**63:  # no such row (and no 64-bit value to bind)
+    pk = int(approval_id)
+    if not -(2**63) <= pk < 2**63:  # no such row (and no 64-bit value to bind)
         raise DecisionRefused("This approval request does not exist.", 404)
     with transaction.atomic():
         # Lock order everywhere: the approval row, then the call (dispatcher locks it).
-        approval = _LOCKED_REQUEST.first(int(approval_id))
+        approval = _LOCKED_REQUEST.first(pk)
         if approval is None:
             raise DecisionRefused("This approval request does not exist.", 404)
         now = timezone.now()  # the decision's time: checked against the deadline, recorded

@@ -52,18 +52,14 @@ def session_channel(session_id: str) -> str:
 
 
 @functools.cache
-def _redis(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)
-
-
 def redis_at(url: str) -> redis.Redis:
     """This process's client of the Redis server at `url` (one pool per URL)."""
-    return _redis(url)
+    return redis.Redis.from_url(url)
 
 
 def publish_change(call_id: str, session_id: str, status: str, previous: str = "") -> None:
     try:
-        with _redis(settings.REDIS_URL).pipeline(transaction=False) as pipe:
+        with redis_at(settings.REDIS_URL).pipeline(transaction=False) as pipe:
             pipe.publish(wake_channel(call_id), status)
             pipe.publish(session_channel(session_id), call_id)
             pipe.execute()

@@ -16,22 +16,21 @@ from jsonschema.exceptions import ValidationError
 def invalid_arguments(tool_name: str, errors: list[ValidationError]) -> str:
     """The model-facing text for a call whose arguments failed validation: one line per
     error, by path. (Paid on every rejected call: kept cheap; see bench S2.)"""
-    if len(errors) == 2:  # the common case of several: no sort call (deques compare in C)
-        first, second = errors
-        try:
-            if second.path < first.path:
-                errors = [second, first]
-        except TypeError:  # an index and a key at the same depth
-            errors = sorted(errors, key=lambda e: [str(p) for p in e.path])
-    elif len(errors) > 2:
-        try:
-            errors = sorted(errors, key=attrgetter("path"))
-        except TypeError:
-            errors = sorted(errors, key=lambda e: [str(p) for p in e.path])
+    if len(errors) > 1:
+        errors = _by_path(errors)
     lines = "".join([f"\n- {_json_path(error)}: {_describe(error)}" for error in errors])
     return (
         f"Invalid arguments for '{tool_name}':{lines}\nFix these arguments and call the tool again."
     )
+
+
+def _by_path(errors: list[ValidationError]) -> list[ValidationError]:
+    try:
+        if len(errors) == 2:  # the common case of several: no sort call (deques compare in C)
+            return [errors[1], errors[0]] if errors[1].path < errors[0].path else errors
+        return sorted(errors, key=attrgetter("path"))
+    except TypeError:  # an index and a key at the same depth
+        return sorted(errors, key=lambda e: [str(p) for p in e.path])
 
 
 def _json_path(error: ValidationError) -> str:
