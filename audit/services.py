@@ -7,6 +7,7 @@ calls by it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Sequence
@@ -85,13 +86,18 @@ def record_event(
 
 
 def record_events(
-    specs: Sequence[EventSpec], *, session_id: UUID | str | None = None
+    specs: Sequence[EventSpec],
+    *,
+    session_id: UUID | str | None = None,
+    locked_head: AuditChain | None = None,
 ) -> list[AuditEvent]:
     """Append events to one chain, in order: one head lock, one INSERT, one head update
     (three statements whatever the number of events). Same rules as record_event.
 
     Payloads are masked before the chain is locked (text already masked with
     audit.masking.premask, e.g. before the caller's transaction opened, is kept as it is).
+    `locked_head`: the chain's head as `write_and_lock_head` locked it in this transaction
+    (the lock is then not taken again).
     """
     if not connection.in_atomic_block:
         raise transaction.TransactionManagementError(
@@ -103,7 +109,9 @@ def record_events(
         kinds.get(spec.kind)  # UnknownKind: nothing is written under a misspelt kind
     payloads = [audit_copy(spec.payload or {}) for spec in specs]
     chain = str(session_id) if session_id else GLOBAL_CHAIN
-    head = _locked_head(chain)
+    if locked_head is not None and locked_head.chain != chain:
+        raise ValueError("the locked head is another chain's")
+    head = locked_head or _locked_head(chain)
     # UTC always: the hashed text is isoformat(), and exports write it in UTC. Never
     # earlier than the event before it: times only move forward along a chain, also when
     # `at` was taken before another process's append won the chain lock.
@@ -181,6 +189,75 @@ def _locked_head(chain: str) -> AuditChain | None:
 
 # Read and locked by every append (dispatcher.compiled).
 _HEAD = Compiled(lambda chain: AuditChain.objects.select_for_update().filter(chain=chain)[:1])
+
+
+def write_and_lock_head(
+    statement: str, params: Sequence[Any], *, session_id: UUID | str | None
+) -> tuple[int, AuditChain | None]:
+    """Run `statement` (an INSERT or UPDATE without RETURNING) and, when it wrote a row,
+    lock the head of the chain its events go to, in one statement on PostgreSQL.
+
+    Returns how many rows the statement wrote and the locked head (None when it wrote
+    nothing, or the chain has no head yet: record_events locks it then). Pass the head to
+    record_events as `locked_head`. The write comes first, then the lock (the head's scan
+    waits for the write: a one-time filter on its row count), in the order a transition
+    takes them as two statements, so the fold adds no lock-order inversion. On other
+    backends the two stay separate: the statement runs here, record_events locks.
+    """
+    if not connection.in_atomic_block:
+        raise transaction.TransactionManagementError(
+            "write_and_lock_head must run inside transaction.atomic()"
+        )
+    chain = str(session_id) if session_id else GLOBAL_CHAIN
+    with connection.cursor() as cursor:
+        if connection.vendor != "postgresql":
+            cursor.execute(statement, params)
+            return cursor.rowcount, None
+        cursor.execute(_gated_head_sql(statement), [*params, chain])
+        written, *row = cursor.fetchone()
+    if not written or row[0] is None:
+        return written, None
+    for index, converters in _head_converters(connection.vendor):
+        value = row[index]
+        if value is not None:
+            col = _HEAD_FIELDS[index].get_col(AuditChain._meta.db_table)
+            for converter in converters:
+                value = converter(value, col, connection)
+            row[index] = value
+    return written, AuditChain.from_db(connection.alias, _HEAD_NAMES, row)
+
+
+_HEAD_FIELDS = [f for f in AuditChain._meta.concrete_fields]
+_HEAD_NAMES = [f.attname for f in _HEAD_FIELDS]
+
+
+@functools.cache
+def _gated_head_sql(statement: str) -> str:
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(f.column)) for f in _HEAD_FIELDS)
+    table, key = quote(AuditChain._meta.db_table), quote(str(_concrete(AuditChain, "chain").column))
+    # Only the caller's statement text and the model's quoted names are in the text; every
+    # value is a parameter.
+    return (
+        f"WITH written AS ({statement} RETURNING 1) "  # noqa: S608
+        "SELECT (SELECT count(*) FROM written), head.* FROM (SELECT 1) AS one "
+        f"LEFT JOIN LATERAL (SELECT {columns} FROM {table} WHERE {key} = %s "
+        "AND (SELECT count(*) FROM written) > 0 FOR UPDATE) AS head ON true"
+    )
+
+
+@functools.cache
+def _head_converters(vendor: str) -> list[tuple[int, list[Any]]]:
+    """The head's columns that have converters (as the ORM applies them to a read), with
+    them: none on PostgreSQL for these column types today, so rows are used as they come."""
+    del vendor  # (the cache key: converters depend on the backend)
+    out = []
+    for index, field in enumerate(_HEAD_FIELDS):
+        col = field.get_col(AuditChain._meta.db_table)
+        converters = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
+        if converters:
+            out.append((index, converters))
+    return out
 
 
 def audit_copy(payload: dict[str, Any]) -> dict[str, Any]:

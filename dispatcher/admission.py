@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
 from audit import kinds
 from audit.masking import premask
-from audit.services import EventSpec, record_events
+from audit.models import AuditChain
+from audit.services import EventSpec, record_events, write_and_lock_head
 from dispatcher import batches, compiled, notify
 from dispatcher.agents import mode_and_profile
 from dispatcher.compiled import Compiled
@@ -134,8 +135,8 @@ def _admit(
             now = timezone.now()
             for call in sent:
                 call.enqueued_at = now
-            compiled.insert(admission.calls)
-            record_events(admission.events, session_id=session.pk)
+            head = _insert_calls(admission.calls, session.pk)
+            record_events(admission.events, session_id=session.pk, locked_head=head)
             for call, presentation in admission.asks:
                 notify.approval_requested.send(
                     sender=ToolCall, call=call, presentation=presentation
@@ -144,6 +145,20 @@ def _admit(
                 batches.dispatch_ready(batch_id)
             _after_admission(admission.calls, sent)
     return calls
+
+
+def _insert_calls(calls: list[ToolCall], session_id: uuid.UUID) -> AuditChain | None:
+    """INSERT the message's calls and (PostgreSQL) lock the session chain's head in the same
+    statement: the head for record_events, or None when it must lock it itself."""
+    statement = compiled.insert_statement(calls)
+    if statement is None:
+        compiled.insert(calls)  # (bulk_create's general case)
+        return None
+    written, head = write_and_lock_head(*statement, session_id=session_id)
+    if written != len(calls):  # an INSERT writes every row or raises
+        raise DatabaseError("the calls' INSERT did not write every call")
+    compiled.inserted(calls)
+    return head
 
 
 def _after_admission(calls: list[ToolCall], sent: list[ToolCall]) -> None:

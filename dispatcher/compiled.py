@@ -291,6 +291,21 @@ def insert(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
     """
     if not objs:
         return
+    statement = insert_statement(objs, using)
+    if statement is None:
+        type(objs[0])._default_manager.db_manager(using).bulk_create(objs)  # the general case
+        return
+    with connections[using].cursor() as cursor:
+        cursor.execute(*statement)
+    inserted(objs, using)
+
+
+def insert_statement(
+    objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS
+) -> tuple[str, list[Any]] | None:
+    """The INSERT `insert` sends for `objs`, with its parameters, for a caller that sends
+    it itself (then calls `inserted`); None when bulk_create must write them (a database
+    default, an expression, more rows than one statement takes, a missing key)."""
     model = type(objs[0])
     meta = model._meta
     assert all(type(obj) is model for obj in objs), "one model per insert"
@@ -305,8 +320,7 @@ def insert(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
         )
         or connection.ops.bulk_batch_size(fields, objs) < len(objs)
     ):
-        model._default_manager.db_manager(using).bulk_create(objs)  # the general case
-        return
+        return None
     for obj in objs:
         obj._prepare_related_fields_for_save(operation_name="insert")  # type: ignore[attr-defined]
     key = (connection.vendor, model, len(objs))
@@ -324,8 +338,11 @@ def insert(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
     for obj in objs:
         for f in fields:
             params.append(f.get_db_prep_save(f.pre_save(obj, True), connection))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    return sql, params
+
+
+def inserted(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
+    """Mark `objs` as saved rows (after their `insert_statement` ran), as bulk_create does."""
     for obj in objs:
         obj._state.adding = False
         obj._state.db = using

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from audit import kinds
-from audit.services import EventSpec, record_events
+from audit.services import EventSpec, record_events, write_and_lock_head
 from dispatcher import batches, notify
 from dispatcher.compiled import Compiled
 from dispatcher.errors import ServiceError
@@ -48,17 +48,28 @@ def transition(
     """
     _check_transition(call, to, fields)
     previous = call.status
-    if not _move(call.pk, previous, {"status": to, **fields}):
+    values = {"status": to, **fields}
+    statement = _update_statement(call.pk, previous, values)
+    if statement is None:  # (a relation or an expression: the ORM's UPDATE, then the lock)
+        moved = ToolCall.objects.filter(pk=call.pk, status=previous).update(**values)
+        head = None
+    else:  # the conditional UPDATE and the chain head's lock in one statement
+        moved, head = write_and_lock_head(*statement, session_id=call.session_id)
+    if not moved:
         return False
     spec = _apply(call, to, kind=kind, actor=actor, payload=payload, fields=fields, at=None)
-    record_events([spec], session_id=call.session_id)  # timed under the chain lock
+    # Timed under the chain lock.
+    record_events([spec], session_id=call.session_id, locked_head=head)
     if publish:
         publish_after_commit(call, previous)
     return True
 
 
-def _move(pk: uuid.UUID, previous: str, values: dict[str, Any]) -> bool:
-    """`UPDATE ... SET <values> WHERE id = pk AND status = previous`: whether it matched.
+def _update_statement(
+    pk: uuid.UUID, previous: str, values: dict[str, Any]
+) -> tuple[str, list[Any]] | None:
+    """`UPDATE ... SET <values> WHERE id = pk AND status = previous`, with its parameters;
+    None when a value is a relation or an expression (the ORM compiles those).
 
     What `ToolCall.objects.filter(pk=pk, status=previous).update(**values)` sends, with the
     statement's text built once per set of columns (building and compiling the ORM's
@@ -67,8 +78,8 @@ def _move(pk: uuid.UUID, previous: str, values: dict[str, Any]) -> bool:
     names = tuple(values)
     if any(name not in _FIELDS or _FIELDS[name].is_relation for name in names) or any(
         hasattr(value, "resolve_expression") for value in values.values()
-    ):  # (a relation or an expression: the ORM compiles those)
-        return bool(ToolCall.objects.filter(pk=pk, status=previous).update(**values))
+    ):
+        return None
     sql = _UPDATES.get((connection.vendor, names))
     if sql is None:
         quote = connection.ops.quote_name
@@ -83,9 +94,7 @@ def _move(pk: uuid.UUID, previous: str, values: dict[str, Any]) -> bool:
         _FIELDS["id"].get_db_prep_save(pk, connection),
         _FIELDS["status"].get_db_prep_save(previous, connection),
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return bool(cursor.rowcount)
+    return sql, params
 
 
 # The call's concrete fields by name, and the UPDATE texts built so far.

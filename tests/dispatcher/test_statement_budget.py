@@ -37,7 +37,7 @@ def hook_body(session_id: str, event: str, tool_use_id: str, **extra: object) ->
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_auto_allowed_call_is_admitted_in_five_statements_and_one_commit() -> None:
+def test_an_auto_allowed_call_is_admitted_in_four_statements_and_one_commit() -> None:
     fx = make_agent(mode="trusted")
     session = agents.start_session(agent=fx.agent)
     client = Client(headers=fx.headers)
@@ -51,10 +51,12 @@ def test_an_auto_allowed_call_is_admitted_in_five_statements_and_one_commit() ->
     control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
     data = [s for s in sql if not s.startswith(control)]
     # token + session + owner + profile + grants in one read, the repeat count, the call
-    # (no idempotency read: a known tool_use_id fails the INSERT and is read then), the
-    # chain head lock, then both events and the head update in one statement (two on
-    # SQLite, which has no data-modifying WITH).
-    assert len(data) == (5 if connection.vendor == "postgresql" else 6), data
+    # (no idempotency read: a known tool_use_id fails the INSERT and is read then) with
+    # the chain head's lock in one statement, then both events and the head update in one
+    # statement (on SQLite, which has no data-modifying WITH, four statements for those).
+    assert len(data) == (4 if connection.vendor == "postgresql" else 6), data
+    if connection.vendor == "postgresql":
+        assert data[2].startswith('WITH written AS (INSERT INTO "dispatcher_toolcall"'), data
     if connection.vendor == "postgresql":  # SQLite's BEGIN is not a captured query
         assert [s for s in sql if s.startswith(control)] == ["BEGIN", "COMMIT"], sql
     kinds = AuditEvent.objects.filter(chain=str(session.pk)).order_by("seq")
@@ -75,12 +77,15 @@ def test_a_finished_call_does_not_touch_the_rest_of_its_batch(db: None) -> None:
     with CaptureQueriesContext(connection) as queries:
         execution.execute_call(str(calls[0].pk))
     assert ToolCall.objects.get(pk=calls[0].pk).status == Status.COMPLETED
-    updates = [s for s in statements(queries) if s.startswith('UPDATE "dispatcher_toolcall"')]
+    updates = [s for s in statements(queries) if 'UPDATE "dispatcher_toolcall"' in s]
     assert len(updates) == 2, updates  # the claim and the result, nothing for the other 19
-    # The read; the claim and the result, each its conditional UPDATE, the chain head lock
-    # and the audit append (one statement on PostgreSQL, two on SQLite) in a savepoint
-    # (the test's transaction; a real worker commits); the batch read for what is next.
-    assert len(queries) == (12 if connection.vendor == "postgresql" else 14), statements(queries)
+    # The read; the claim and the result, each in a savepoint (the test's transaction; a
+    # real worker commits): on PostgreSQL the conditional UPDATE with the chain head's lock
+    # in one statement, then the audit append in one; on SQLite the UPDATE, the head read,
+    # the events' INSERT and the head's UPDATE. Then the batch read for what is next.
+    assert len(queries) == (10 if connection.vendor == "postgresql" else 14), statements(queries)
+    if connection.vendor == "postgresql":
+        assert all(s.startswith("WITH written AS (UPDATE") for s in updates), updates
 
 
 def test_an_approval_reuses_the_call_read_under_the_approvals_lock(db: None) -> None:
@@ -99,7 +104,7 @@ def test_an_approval_reuses_the_call_read_under_the_approvals_lock(db: None) -> 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_auto_allowed_pre_tool_use_is_answered_in_five_statements_and_one_commit() -> None:
+def test_an_auto_allowed_pre_tool_use_is_answered_in_four_statements_and_one_commit() -> None:
     fx = make_agent(mode="standard")
     client = Client(headers=fx.headers)
 
@@ -116,15 +121,15 @@ def test_an_auto_allowed_pre_tool_use_is_answered_in_five_statements_and_one_com
     control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
     data = [s for s in sql if not s.startswith(control)]
     # The session with its agent (the token checked), owner, profile and grants in one
-    # read; the repeat count; the call; the chain head lock; the events and head update
-    # in one statement (two on SQLite).
-    assert len(data) == (5 if connection.vendor == "postgresql" else 6), data
+    # read; the repeat count; the call with the chain head's lock (two statements on
+    # SQLite); the events and head update in one statement (two on SQLite).
+    assert len(data) == (4 if connection.vendor == "postgresql" else 6), data
     if connection.vendor == "postgresql":
         assert [s for s in sql if s.startswith(control)] == ["BEGIN", "COMMIT"], sql
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_post_tool_use_report_is_recorded_in_six_statements_and_one_commit() -> None:
+def test_a_post_tool_use_report_is_recorded_in_five_statements_and_one_commit() -> None:
     fx = make_agent(mode="standard")
     client = Client(headers=fx.headers)
     url = "/api/v1/hooks/claude-code?wait=0"
@@ -149,8 +154,8 @@ def test_a_post_tool_use_report_is_recorded_in_six_statements_and_one_commit() -
     control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
     data = [s for s in sql if not s.startswith(control)]
     # The session (token checked) with its agent; the call by its tool_use_id; the call
-    # locked; its conditional update; the chain head lock; the event and head update in
-    # one statement (two on SQLite).
-    assert len(data) == (6 if connection.vendor == "postgresql" else 7), data
+    # locked; its conditional update with the chain head's lock (two statements on
+    # SQLite); the event and head update in one statement (two on SQLite).
+    assert len(data) == (5 if connection.vendor == "postgresql" else 7), data
     if connection.vendor == "postgresql":
         assert [s for s in sql if s.startswith(control)] == ["BEGIN", "COMMIT"], sql
