@@ -69,7 +69,8 @@ _PENDING_FOR_CALL = Compiled(
 def pending_for_call(call_id: str) -> ApprovalRequest | None:
     approval = _PENDING_FOR_CALL.first(UUID(call_id))
     if approval is not None:
-        prefetch_related_objects([approval], "votes__voter")
+        if approval.is_quorum:  # (only a quorum's request has votes, or shows them)
+            prefetch_related_objects([approval], "votes__voter")
         attach_history([approval])
     return approval
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from audit import kinds
 from audit.roles import REVIEWER, has_role
 from audit.services import record_event
-from dispatcher import admission, errors, transitions
+from dispatcher import admission, compiled, errors, transitions
 from dispatcher.admission import context_of
 from dispatcher.compiled import Compiled
 from dispatcher.models import Executor, Status, ToolCall
@@ -227,7 +227,9 @@ def _apply(
     approval.decided_at = now
     approval.feedback = feedback
     approval.digest_seen = digest
-    approval.save(update_fields=["decision", "decided_by", "decided_at", "feedback", "digest_seen"])
+    compiled.save_fields(
+        approval, ["decision", "decided_by", "decided_at", "feedback", "digest_seen"]
+    )
 
 
 def _record_vote(approval: ApprovalRequest, actor: str, extra: dict[str, Any]) -> None:
@@ -371,7 +373,9 @@ def _replace(
     approval.decision, approval.decided_at = Decision.EDITED, now
     approval.decided_by = user  # type: ignore[assignment]
     approval.feedback, approval.digest_seen = comment, call.digest
-    approval.save(update_fields=["decision", "decided_by", "decided_at", "feedback", "digest_seen"])
+    compiled.save_fields(
+        approval, ["decision", "decided_by", "decided_at", "feedback", "digest_seen"]
+    )
     replacement_approval = None
     if new.status == Status.PENDING_APPROVAL:
         replacement_approval = (

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from weakref import ref as weak_ref
 
-from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Model, QuerySet
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db.models import Field, Model, QuerySet, signals
 from django.db.models.query import get_related_populators
 from django.db.transaction import TransactionManagementError
 
@@ -346,3 +346,55 @@ def inserted(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
     for obj in objs:
         obj._state.adding = False
         obj._state.db = using
+
+
+_UPDATES: dict[tuple[str, type[Model], tuple[str, ...]], str] = {}
+
+
+def save_fields(obj: Model, names: Sequence[str], using: str = DEFAULT_DB_ALIAS) -> None:
+    """What `obj.save(update_fields=names)` writes for a saved row (an UPDATE by primary
+    key of those columns, each field's pre_save applied), with the statement's text built
+    once per model and set of fields. Falls back to `save` whenever save would do more:
+    a model with its own save() or with save signal receivers, an expression value, a
+    relation or a name that is not a concrete column.
+
+    Raises DatabaseError when no row was updated, as save does.
+    """
+    model = type(obj)
+    meta = model._meta
+    fields: list[Field[Any, Any]] = []
+    for name in names:
+        field = meta.get_field(name)
+        if not isinstance(field, Field) or not field.concrete or field.primary_key:
+            fields = []
+            break
+        fields.append(field)
+    if (
+        not fields
+        or obj._state.adding
+        or model.save is not Model.save
+        or signals.pre_save.has_listeners(model)
+        or signals.post_save.has_listeners(model)
+        or any(hasattr(getattr(obj, f.attname), "resolve_expression") for f in fields)
+    ):
+        obj.save(using=using, update_fields=list(names))
+        return
+    obj._prepare_related_fields_for_save(operation_name="save")  # type: ignore[attr-defined]
+    connection = connections[using]
+    key = (connection.vendor, model, tuple(names))
+    sql = _UPDATES.get(key)
+    if sql is None:
+        quote = connection.ops.quote_name
+        sets = ", ".join(f"{quote(str(f.column))} = %s" for f in fields)
+        sql = (
+            f"UPDATE {quote(meta.db_table)} SET {sets} "  # noqa: S608 (the model's names only)
+            f"WHERE {quote(str(meta.pk.column))} = %s"
+        )
+        _UPDATES[key] = sql
+    params = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in fields]
+    params.append(meta.pk.get_db_prep_save(obj.pk, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if cursor.rowcount != 1:
+            raise DatabaseError("Save with update_fields did not affect any rows.")
+    obj._state.db = using

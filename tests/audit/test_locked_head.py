@@ -132,9 +132,7 @@ def test_the_write_comes_before_the_head_lock_and_a_miss_locks_nothing() -> None
             def transition() -> None:
                 try:
                     with transaction.atomic():
-                        result.append(
-                            write_and_lock_head(*deny_statement(call), session_id=chain)
-                        )
+                        result.append(write_and_lock_head(*deny_statement(call), session_id=chain))
                 finally:
                     connection.close()
 

@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Model
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audit.models import AuditChain
 from dispatcher import agents
-from dispatcher.compiled import Compiled, NotCompilable
+from dispatcher.compiled import Compiled, NotCompilable, save_fields
 from dispatcher.models import ToolCall
 from dispatcher.policy.models import SessionGrant
 from tests.conftest import make_agent, submit_one
@@ -183,3 +183,29 @@ def test_insert_writes_the_rows_bulk_create_would_and_keeps_unique_errors() -> N
         assert not a._state.adding
     with pytest.raises(IntegrityError), transaction.atomic():
         compiled.insert([copy("ours-1")])  # one call per (session, tool_use_id)
+
+
+def test_save_fields_writes_those_columns_as_save_would_and_nothing_else() -> None:
+    from approvals.models import ApprovalRequest
+
+    session = agents.start_session(agent=make_agent(mode="standard").agent)
+    call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
+    approval = ApprovalRequest.objects.get(call=call)
+    reviewer = make_agent().owner
+    names = ["decision", "decided_by", "decided_at", "feedback", "digest_seen"]
+    approval.decision, approval.decided_by, approval.decided_at = (
+        "approved",
+        reviewer,
+        timezone.now(),
+    )
+    approval.feedback, approval.digest_seen = "fine <b>", call.digest
+    approval.reason = "not written: not among the names"
+    with CaptureQueriesContext(connection) as queries:
+        save_fields(approval, names)
+    assert len(queries) == 1 and queries[0]["sql"].startswith('UPDATE "approvals_approvalrequest"')
+    stored = ApprovalRequest.objects.get(pk=approval.pk)
+    assert {n: getattr(stored, n) for n in names} == {n: getattr(approval, n) for n in names}
+    assert stored.reason != approval.reason
+    ApprovalRequest.objects.filter(pk=approval.pk).delete()
+    with pytest.raises(DatabaseError, match="did not affect any rows"):
+        save_fields(approval, names)
