@@ -117,11 +117,20 @@ class Wakeup:
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self.error: BaseException | None = None
+        self._news: set[str] = set()
 
-    def wake(self, error: BaseException | None = None) -> None:
+    def wake(self, error: BaseException | None = None, news: str | None = None) -> None:
         if error is not None:
             self.error = error
+        if news is not None:
+            self._news.add(news)
         self._event.set()
+
+    def take_news(self) -> set[str]:
+        """What the messages since the last call said (a call's wake-up says its new
+        status); empty when a wake-up said nothing."""
+        news, self._news = self._news, set()
+        return news
 
     async def wait(self, timeout: float) -> bool:
         """True when woken within `timeout` seconds. Raises WakeUnavailable when the
@@ -266,8 +275,10 @@ class _Hub:
                     if future is not None and not future.done():
                         future.set_result(None)
                 elif message["type"] == "message":
+                    data = message["data"]
+                    news = data.decode(errors="replace") if isinstance(data, bytes) else str(data)
                     for wakeup in list(self.waiters.get(channel, ())):
-                        wakeup.wake()
+                        wakeup.wake(news=news)
         except asyncio.CancelledError:
             if not self.closed:  # the event loop is ending (asyncio.run's clean-up)
                 self.closed = True

@@ -239,6 +239,10 @@ def is_terminal(call: ToolCall) -> bool:
     return call.status in TERMINAL_STATUSES
 
 
+# The statuses a call's wake-up may say without any watched call being done by it.
+_UNFINISHED = frozenset(str(s) for s in Status if s not in TERMINAL_STATUSES)
+
+
 async def wait_until_terminal(
     call_ids: list[str],
     seconds: float,
@@ -247,9 +251,15 @@ async def wait_until_terminal(
     settled: Callable[[ToolCall], bool] = is_done,
 ) -> list[ToolCall]:
     """Sleep until every call is done (or `settled`) or `seconds` pass; wake only on a
-    change push. A reviewer's edit: the replacement's changes answer the call from then on."""
+    change push. A reviewer's edit: the replacement's changes answer the call from then on.
+
+    Waiting for done calls, a wake-up that only says watched calls moved to unfinished
+    states (queued, running) reads nothing: none of them can be done by it, and the
+    change that finishes one sends its own wake-up (or the last read at the deadline sees
+    it, if that one is lost)."""
     if seconds <= 0 or all(settled(c) for c in calls):
         return calls
+    quiet = _UNFINISHED if settled is is_done else frozenset()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     watched = set(call_ids)
@@ -269,6 +279,9 @@ async def wait_until_terminal(
                     if remaining <= 0:
                         break
                     if await wakeup.wait(remaining):
+                        news = wakeup.take_news()
+                        if news and news <= quiet:
+                            continue  # (the deadline is checked again above)
                         calls = await reload()
         if all(settled(c) for c in calls):
             return calls  # read after the last wake-up: nothing newer to read

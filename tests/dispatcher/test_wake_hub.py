@@ -89,3 +89,63 @@ def test_wait_slots_cap_each_agent_separately() -> None:
     slots.release("a")
     assert slots.reserve("a", 2)
     assert slots.held("a") == 2
+
+
+def test_a_wait_for_a_result_reads_only_when_a_wake_up_can_finish_a_call() -> None:
+    from dispatcher.gateways.api import wait_until_terminal
+    from dispatcher.models import Status, ToolCall
+
+    call_id = str(uuid.uuid4())
+    channel = notify.wake_channel(call_id)
+    publisher = redis.Redis.from_url(settings.REDIS_URL)
+    statuses = [Status.QUEUED]  # what each read finds
+    reads: list[str] = []
+
+    async def reload() -> list[ToolCall]:
+        reads.append(statuses[-1])
+        return [ToolCall(id=uuid.UUID(call_id), status=statuses[-1])]
+
+    async def scenario() -> list[ToolCall]:
+        waiting = asyncio.create_task(
+            wait_until_terminal([call_id], 5, reload, [ToolCall(status=Status.QUEUED)])
+        )
+        while not reads:  # subscribed and read once
+            await asyncio.sleep(0.01)
+        for status in (Status.RUNNING, Status.QUEUED, Status.RUNNING):  # nothing to read for
+            statuses.append(status)
+            publisher.publish(channel, str(status))
+            await asyncio.sleep(0.05)
+        assert not waiting.done() and reads == [Status.QUEUED]
+        statuses.append(Status.COMPLETED)
+        publisher.publish(channel, str(Status.COMPLETED))
+        return await asyncio.wait_for(waiting, 5)
+
+    [call] = run_async(scenario)
+    assert call.status == Status.COMPLETED
+    assert reads == [Status.QUEUED, Status.COMPLETED]  # the first read, then the result's
+
+
+def test_a_wake_up_that_says_nothing_known_is_read_for() -> None:
+    from dispatcher.gateways.api import wait_until_terminal
+    from dispatcher.models import Status, ToolCall
+
+    call_id = str(uuid.uuid4())
+    publisher = redis.Redis.from_url(settings.REDIS_URL)
+    reads: list[int] = []
+
+    async def reload() -> list[ToolCall]:
+        reads.append(1)
+        status = Status.COMPLETED if len(reads) > 1 else Status.QUEUED
+        return [ToolCall(id=uuid.UUID(call_id), status=status)]
+
+    async def scenario() -> list[ToolCall]:
+        waiting = asyncio.create_task(
+            wait_until_terminal([call_id], 5, reload, [ToolCall(status=Status.QUEUED)])
+        )
+        while not reads:
+            await asyncio.sleep(0.01)
+        publisher.publish(notify.wake_channel(call_id), "something else")
+        return await asyncio.wait_for(waiting, 5)
+
+    [call] = run_async(scenario)
+    assert call.status == Status.COMPLETED and len(reads) == 2
