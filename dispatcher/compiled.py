@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from weakref import ref as weak_ref
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Field, Model, QuerySet, signals
 from django.db.models.query import get_related_populators
 from django.db.transaction import TransactionManagementError
@@ -358,14 +358,20 @@ def save_fields(obj: Model, names: Sequence[str], using: str = DEFAULT_DB_ALIAS)
     a model with its own save() or with save signal receivers, an expression value, a
     relation or a name that is not a concrete column.
 
-    Raises DatabaseError when no row was updated, as save does.
+    Raises the model's NotUpdated (a DatabaseError) when no row was updated, as save does.
     """
     model = type(obj)
     meta = model._meta
     fields: list[Field[Any, Any]] = []
     for name in names:
         field = meta.get_field(name)
-        if not isinstance(field, Field) or not field.concrete or field.primary_key:
+        if (
+            not isinstance(field, Field)
+            or not field.concrete
+            or field.primary_key
+            or field.generated
+            or field.model is not model  # (a parent table's column: save updates that table)
+        ):
             fields = []
             break
         fields.append(field)
@@ -393,8 +399,9 @@ def save_fields(obj: Model, names: Sequence[str], using: str = DEFAULT_DB_ALIAS)
         _UPDATES[key] = sql
     params = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in fields]
     params.append(meta.pk.get_db_prep_save(obj.pk, connection))
-    with connection.cursor() as cursor:
+    # As save: an error inside a transaction marks it for rollback.
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
         cursor.execute(sql, params)
-        if cursor.rowcount != 1:
-            raise DatabaseError("Save with update_fields did not affect any rows.")
+        if cursor.rowcount != 1:  # what save raises (a DatabaseError too)
+            raise model.NotUpdated("Save with update_fields did not affect any rows.")  # type: ignore[attr-defined]
     obj._state.db = using
