@@ -227,7 +227,7 @@ def write_and_lock_head(
     return written, AuditChain.from_db(connection.alias, _HEAD_NAMES, row)
 
 
-_HEAD_FIELDS = [f for f in AuditChain._meta.concrete_fields]
+_HEAD_FIELDS = list(AuditChain._meta.concrete_fields)
 _HEAD_NAMES = [f.attname for f in _HEAD_FIELDS]
 
 

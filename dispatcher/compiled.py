@@ -348,7 +348,24 @@ def inserted(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
         obj._state.db = using
 
 
-_UPDATES: dict[tuple[str, type[Model], tuple[str, ...]], str] = {}
+_UPDATES: dict[tuple[str, type[Model], tuple[str, ...], tuple[str, ...]], str] = {}
+
+
+def update_sql(
+    model: type[Model], columns: Sequence[str], where: Sequence[str], using: str = DEFAULT_DB_ALIAS
+) -> str:
+    """`UPDATE <table> SET <column> = %s, ... WHERE <column> = %s AND ...`, built once per
+    model and columns (only the model's quoted names are in the text; every value is a
+    parameter: the SET values first, then the WHERE ones, in the order given)."""
+    vendor = connections[using].vendor
+    key = (vendor, model, tuple(columns), tuple(where))
+    sql = _UPDATES.get(key)
+    if sql is None:
+        quote = connections[using].ops.quote_name
+        sets = ", ".join(f"{quote(c)} = %s" for c in columns)
+        conditions = " AND ".join(f"{quote(c)} = %s" for c in where)
+        sql = _UPDATES[key] = f"UPDATE {quote(model._meta.db_table)} SET {sets} WHERE {conditions}"  # noqa: S608
+    return sql
 
 
 def save_fields(obj: Model, names: Sequence[str], using: str = DEFAULT_DB_ALIAS) -> None:
@@ -387,16 +404,7 @@ def save_fields(obj: Model, names: Sequence[str], using: str = DEFAULT_DB_ALIAS)
         return
     obj._prepare_related_fields_for_save(operation_name="save")  # type: ignore[attr-defined]
     connection = connections[using]
-    key = (connection.vendor, model, tuple(names))
-    sql = _UPDATES.get(key)
-    if sql is None:
-        quote = connection.ops.quote_name
-        sets = ", ".join(f"{quote(str(f.column))} = %s" for f in fields)
-        sql = (
-            f"UPDATE {quote(meta.db_table)} SET {sets} "  # noqa: S608 (the model's names only)
-            f"WHERE {quote(str(meta.pk.column))} = %s"
-        )
-        _UPDATES[key] = sql
+    sql = update_sql(model, [str(f.column) for f in fields], [str(meta.pk.column)], using)
     params = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in fields]
     params.append(meta.pk.get_db_prep_save(obj.pk, connection))
     # As save: an error inside a transaction marks it for rollback.

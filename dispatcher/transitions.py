@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from audit import kinds
 from audit.services import EventSpec, record_events, write_and_lock_head
-from dispatcher import batches, notify
+from dispatcher import batches, compiled, notify
 from dispatcher.compiled import Compiled
 from dispatcher.errors import ServiceError
 from dispatcher.models import TERMINAL_STATUSES, TRANSITIONS, Executor, Status, ToolCall
@@ -80,15 +80,8 @@ def _update_statement(
         hasattr(value, "resolve_expression") for value in values.values()
     ):
         return None
-    sql = _UPDATES.get((connection.vendor, names))
-    if sql is None:
-        quote = connection.ops.quote_name
-        sets = ", ".join(f"{quote(_FIELDS[name].column)} = %s" for name in names)
-        sql = (
-            f"UPDATE {quote(ToolCall._meta.db_table)} SET {sets} "  # noqa: S608 (names only)
-            f"WHERE {quote(_FIELDS['id'].column)} = %s AND {quote(_FIELDS['status'].column)} = %s"
-        )
-        _UPDATES[(connection.vendor, names)] = sql
+    columns = [_FIELDS[name].column for name in names]
+    sql = compiled.update_sql(ToolCall, columns, [_FIELDS["id"].column, _FIELDS["status"].column])
     params = [_FIELDS[name].get_db_prep_save(values[name], connection) for name in names]
     params += [
         _FIELDS["id"].get_db_prep_save(pk, connection),
@@ -97,9 +90,8 @@ def _update_statement(
     return sql, params
 
 
-# The call's concrete fields by name, and the UPDATE texts built so far.
+# The call's concrete fields by name.
 _FIELDS: dict[str, Any] = {f.name: f for f in ToolCall._meta.concrete_fields}
-_UPDATES: dict[tuple[str, tuple[str, ...]], str] = {}
 
 
 def _check_transition(call: ToolCall, to: Status, fields: dict[str, Any]) -> None:
