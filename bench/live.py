@@ -62,6 +62,40 @@ def latency_results(
     return [med, p99]
 
 
+def floor_result(
+    label: str,
+    unit: str,
+    higher_is_better: bool,
+    target: float,
+    b: list[float],
+    f: list[float],
+    p: list[float],
+) -> Result:
+    """F (bench/floor.py: the guarantees alone) against the same baseline as P, per pair.
+
+    Its verdict says whether the target is reachable at all on this stack: a target that
+    F / B misses cannot be met without giving up a guarantee."""
+    sign = ">=" if higher_is_better else "<="
+    res = Result(
+        f"{label}f floor of {label}: the guarantees alone (bench/floor.py: two durable "
+        "transitions with their audit appends, raw SQL, on the same worker; S5 also the "
+        "decision's) vs the same baseline",
+        unit,
+        higher_is_better,
+        f"{sign} {target}x",
+        target,
+        b=list(b),
+        p=list(f),
+    )
+    above = sorted(x / y if not higher_is_better else y / x for x, y in zip(p, f, strict=True))
+    res.notes.append(
+        "Harness above its guarantees, P / F per pair "
+        f"({'time' if not higher_is_better else 'throughput F / P'}): median "
+        f"{statistics.median(above):.2f}x (min {above[0]:.2f}, max {above[-1]:.2f})"
+    )
+    return res
+
+
 def login_cookie(server: Server) -> str:
     """The bench reviewer's session cookie, as a Cookie header."""
     return "; ".join(f"{k}={v}" for k, v in login(server, *REVIEWER).items())
@@ -200,7 +234,9 @@ def scenario_push(
                         f"(write_file submit, standard mode -> pending_approval -> pushed fragment"
                         f"{', time to the last socket' if count > 1 else ''}) vs one INSERT + raw "
                         f"group_send of the same size ({int(statistics.median(sizes))} B)",
-                        (1.3, 1.5),
+                        # Issue 16's target for one socket is a median of 2.5x; the rest
+                        # stay the earlier round's.
+                        (1.3 if count > 1 else 2.5, 1.5),
                         bs,
                         ps,
                     )
@@ -358,11 +394,38 @@ def scenario_worker(
         results += r5
         drain = 24 if quick else 150
         r6 = asyncio.run(_drain(server, worker, creds, pairs, drain, aioredis))
-        r6.notes.append(worker.rss_note())
-        results.append(r6)
+        r6[0].notes.append(worker.rss_note())
+        results += r6
     finally:
         stop_all([worker, server])
     return results
+
+
+def floor_calls(session: str, n: int, status: str) -> list[str]:
+    """`n` calls of `session` in `status`, written directly: the rows F's transitions move
+    (outside the timed window). Returns their ids."""
+    from dispatcher.models import Dialect, ToolCall
+
+    batch = uuid.uuid4()
+    now = __import__("django.utils.timezone", fromlist=["now"]).now()
+    rows = ToolCall.objects.bulk_create(
+        ToolCall(
+            session_id=session,
+            tool_use_id=f"f-{uuid.uuid4().hex}",
+            name="bench_noop",
+            raw_arguments=json.dumps({"n": i}),
+            arguments={"n": i},
+            digest=uuid.uuid4().hex * 2,
+            dialect=Dialect.NATIVE,
+            batch_id=batch,
+            batch_index=i,
+            status=status,
+            decision="allow" if status == "queued" else "ask",
+            queued_at=now if status == "queued" else None,
+        )
+        for i in range(n)
+    )
+    return [str(row.pk) for row in rows]
 
 
 async def _approve(
@@ -405,15 +468,26 @@ async def _approve(
     def send_noop() -> None:
         worker.app.send_task("bench.tasks.noop", args=[channel], queue=QUEUE)
 
+    def floor_decide(call_id: str, chain: str) -> None:
+        from bench import floor
+
+        floor.transition(call_id, chain, "pending_approval", "queued")
+        worker.app.send_task("bench.tasks.floor_execute", args=[call_id, chain, channel], queue=QUEUE)
+
+    floor_rows: list[str] = []
+
     async with httpx.AsyncClient(
         base_url=server.url, headers={"Authorization": f"Bearer {creds['std_token']}"}, timeout=60
     ) as client:
         session = await new_session(client, "S5")
 
         async def sample(side: str) -> float:
-            if side == "B":
+            if side in ("B", "F"):
                 t0 = time.perf_counter()
-                await asyncio.to_thread(send_noop)
+                if side == "B":
+                    await asyncio.to_thread(send_noop)
+                else:
+                    await asyncio.to_thread(floor_decide, floor_rows.pop(), session)
                 while (
                     await pubsub.get_message(ignore_subscribe_messages=True, timeout=30)
                 ) is None:
@@ -437,24 +511,41 @@ async def _approve(
                 raise RuntimeError(f"S5 P: HTTP {r.status_code}: {r.text[:300]}")
             return t1 - t0
 
+        floor_rows += await asyncio.to_thread(
+            floor_calls, session, warm + pairs * n, "pending_approval"
+        )
         for _ in range(warm):
             await sample("B")
             await sample("P")
+            await sample("F")
         decide_times.clear()
         bs: list[list[float]] = []
         ps: list[list[float]] = []
+        fs: list[list[float]] = []
         for _ in range(pairs):
             bs.append([await sample("B") for _ in range(n)])
             ps.append([await sample("P") for _ in range(n)])
+            fs.append([await sample("F") for _ in range(n)])
     await pubsub.aclose()
     await redis.aclose()
     rs = latency_results(
         "S5 approve reaches the agent's waiting request (POST ...?wait=30, approvals.services.decide "
         "in the bench process -> Celery write_file -> wake-up) vs raw Celery no-op round trip "
         "(send_task, result by Redis pub/sub)",
-        (3.0, 4.0),
+        (6.0, 4.0),  # issue 16: median 6x (from 3x); p99 the earlier round's
         bs,
         ps,
+    )
+    rs.append(
+        floor_result(
+            "S5",
+            "ms",
+            False,
+            6.0,
+            [statistics.median(x) * 1e3 for x in bs],
+            [statistics.median(x) * 1e3 for x in fs],
+            [statistics.median(x) * 1e3 for x in ps],
+        )
     )
     rs[0].notes.append(
         f"of P: services.decide() itself (lock, transition, audit, commit, on_commit enqueue and "
@@ -466,7 +557,7 @@ async def _approve(
 
 async def _drain(
     server: Server, worker: Worker, creds: dict[str, str], pairs: int, n: int, aioredis: Any
-) -> Result:
+) -> list[Result]:
     import httpx
 
     redis = aioredis.from_url(REDIS_URL)
@@ -475,8 +566,8 @@ async def _drain(
         f"drained by prefork -c 2 vs {n} raw Celery no-op tasks, same worker",
         "calls/s",
         True,
-        ">= 0.5x",
-        0.5,
+        ">= 0.3x",  # issue 16's target (from 0.5x)
+        0.3,
     )
     batch = 20
 
@@ -504,6 +595,18 @@ async def _drain(
                     r = await client.post(f"/api/v1/sessions/{session}/calls", json=body)
                     if r.status_code != 202:
                         raise RuntimeError(f"S6 P: HTTP {r.status_code}: {r.text[:300]}")
+            elif label == "F":
+                key = f"harness_bench:s6f:{uuid.uuid4().hex}"
+                await pubsub.subscribe(key)
+                ids = await asyncio.to_thread(floor_calls, session, n, "queued")
+
+                def send_floor() -> None:
+                    for call_id in ids:
+                        worker.app.send_task(
+                            "bench.tasks.floor_execute", args=[call_id, session, key], queue=QUEUE
+                        )
+
+                await asyncio.to_thread(send_floor)
             else:
                 key = f"harness_bench:s6:{uuid.uuid4().hex}"
                 await pubsub.subscribe(key)
@@ -517,7 +620,7 @@ async def _drain(
             t0 = time.perf_counter()
             await asyncio.to_thread(worker.consume, True)
             done = 0
-            target = n if label == "P" else 1
+            target = 1 if label == "B" else n
             while done < target:
                 msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=60)
                 if msg is None:
@@ -534,12 +637,15 @@ async def _drain(
 
         await side("B")  # warm-up
         await side("P")
+        await side("F")
+        fs: list[float] = []
         for _ in range(pairs):
             res.b.append(await side("B"))
             res.p.append(await side("P"))
+            fs.append(await side("F"))
     await redis.aclose()
     res.notes.append(
         "each side: consumer cancelled, N messages queued (P: admitted through the API in batches "
         f"of {batch}), then add_consumer and time until the N-th completion is published"
     )
-    return res
+    return [res, floor_result("S6", "calls/s", True, 0.3, res.b, fs, res.p)]

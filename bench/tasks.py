@@ -29,3 +29,13 @@ def noop_count(key: str, n: int) -> None:
     r = _redis()
     if r.incr(key) == n:
         r.publish(key, "done")
+
+
+@shared_task(name="bench.tasks.floor_execute", ignore_result=True)
+def floor_execute(call_id: str, chain: str, channel: str) -> None:
+    """S5/S6 floor: the claim and the result as durable transitions, then one wake-up."""
+    from bench import floor
+
+    floor.transition(call_id, chain, "queued", "running")
+    floor.transition(call_id, chain, "running", "completed")
+    _redis().publish(channel, "completed")
