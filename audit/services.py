@@ -18,7 +18,7 @@ from uuid import UUID
 from django.db import DatabaseError, connection, models, transaction
 from django.utils import timezone
 
-from dispatcher.compiled import Compiled
+from dispatcher.compiled import Compiled, fixed_cursor
 
 from . import kinds
 from .masking import Masked, contains_masked, mask_secrets, storable
@@ -55,7 +55,7 @@ def chain_hash(prev_hash: str, canonical: str) -> str:
 def _lock_chain(chain: str) -> None:
     """Serialize appends to one chain. SQLite's IMMEDIATE transactions already do."""
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+        with fixed_cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [chain])
 
 
@@ -209,7 +209,7 @@ def write_and_lock_head(
             "write_and_lock_head must run inside transaction.atomic()"
         )
     chain = str(session_id) if session_id else GLOBAL_CHAIN
-    with connection.cursor() as cursor:
+    with fixed_cursor() as cursor:
         if connection.vendor != "postgresql":
             cursor.execute(statement, params)
             return cursor.rowcount, None
@@ -363,7 +363,7 @@ def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed
         '(SELECT "id" FROM new_events WHERE "seq" = %s) WHERE "chain" = %s RETURNING 1) '
         'SELECT "id", "seq", (SELECT count(*) FROM moved) FROM new_events'
     )
-    with connection.cursor() as cursor:
+    with fixed_cursor() as cursor:
         cursor.execute(sql, params)
         inserted = cursor.fetchall()
     ids = {seq: pk for pk, seq, _moved in inserted}

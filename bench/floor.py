@@ -61,7 +61,9 @@ def transition(call_id: str, chain: str, before: str, after: str) -> None:
         cur.execute(LOCK.format(column=COLUMN[after]), (after, now, call_id, before, chain))
         head = cur.fetchone()
         if head is None:
-            raise RuntimeError(f"floor: call {call_id} was not {before} (or chain {chain} has no head)")
+            raise RuntimeError(
+                f"floor: call {call_id} was not {before} (or chain {chain} has no head)"
+            )
         seq, prev = head[0] + 1, head[1]
         kind, payload = KIND[after], {"call": call_id, "status": after}
         created = now.isoformat()

@@ -403,10 +403,11 @@ def scenario_worker(
 
 def floor_calls(session: str, n: int, status: str) -> list[str]:
     """`n` calls of `session` in `status`, written directly: the rows F's transitions move
-    (outside the timed window). Returns their ids."""
+    (outside the timed window), in batches of 20 as S6's P admits its calls. Returns their
+    ids."""
     from dispatcher.models import Dialect, ToolCall
 
-    batch = uuid.uuid4()
+    batches = [uuid.uuid4() for _ in range(0, n, 20)]
     now = __import__("django.utils.timezone", fromlist=["now"]).now()
     rows = ToolCall.objects.bulk_create(
         ToolCall(
@@ -417,11 +418,12 @@ def floor_calls(session: str, n: int, status: str) -> list[str]:
             arguments={"n": i},
             digest=uuid.uuid4().hex * 2,
             dialect=Dialect.NATIVE,
-            batch_id=batch,
-            batch_index=i,
+            batch_id=batches[i // 20],
+            batch_index=i % 20,
             status=status,
             decision="allow" if status == "queued" else "ask",
             queued_at=now if status == "queued" else None,
+            enqueued_at=now if status == "queued" else None,
         )
         for i in range(n)
     )
@@ -472,7 +474,9 @@ async def _approve(
         from bench import floor
 
         floor.transition(call_id, chain, "pending_approval", "queued")
-        worker.app.send_task("bench.tasks.floor_execute", args=[call_id, chain, channel], queue=QUEUE)
+        worker.app.send_task(
+            "bench.tasks.floor_execute", args=[call_id, chain, channel], queue=QUEUE
+        )
 
     floor_rows: list[str] = []
 
@@ -555,6 +559,29 @@ async def _approve(
     return rs
 
 
+def drain_cpu(worker: Worker) -> dict[str, float]:
+    """Seconds of CPU so far of the worker (main and children), PostgreSQL and Redis."""
+    from bench.agent_path import _cpu_of, _postgres_pids
+
+    redis_pids = [
+        int(e.name)
+        for e in Path("/proc").iterdir()
+        if e.name.isdigit() and _comm(e) == "redis-server"
+    ]
+    return {
+        "worker": sum(map(_cpu_of, worker.pids())),
+        "postgres": sum(map(_cpu_of, _postgres_pids())),
+        "redis": sum(map(_cpu_of, redis_pids)),
+    }
+
+
+def _comm(entry: Path) -> str:
+    try:
+        return (entry / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 async def _drain(
     server: Server, worker: Worker, creds: dict[str, str], pairs: int, n: int, aioredis: Any
 ) -> list[Result]:
@@ -570,6 +597,7 @@ async def _drain(
         0.3,
     )
     batch = 20
+    cpu: dict[str, dict[str, list[float]]] = {}
 
     async with httpx.AsyncClient(
         base_url=server.url, headers={"Authorization": f"Bearer {creds['token']}"}, timeout=60
@@ -617,6 +645,7 @@ async def _drain(
 
                 await asyncio.to_thread(send)
             queued = await redis.llen(QUEUE)
+            cpu0 = drain_cpu(worker)
             t0 = time.perf_counter()
             await asyncio.to_thread(worker.consume, True)
             done = 0
@@ -630,6 +659,9 @@ async def _drain(
                 if label == "B" or msg["data"] == b"completed":
                     done += 1
             elapsed = time.perf_counter() - t0
+            cpu1 = drain_cpu(worker)
+            for k in cpu0:
+                cpu.setdefault(label, {}).setdefault(k, []).append((cpu1[k] - cpu0[k]) / n * 1e3)
             await pubsub.aclose()
             if queued < n - 4:  # prefetch may hold a few before the consumer was cancelled
                 res.notes.append(f"WARNING: {label} found only {queued} of {n} messages queued")
@@ -647,5 +679,15 @@ async def _drain(
     res.notes.append(
         "each side: consumer cancelled, N messages queued (P: admitted through the API in batches "
         f"of {batch}), then add_consumer and time until the N-th completion is published"
+    )
+    res.notes.append(
+        "CPU per call during the drain (ms, median of the pairs; the worker's main process and "
+        "pool children, every PostgreSQL process, the Redis server): "
+        + "; ".join(
+            f"{label} "
+            + ", ".join(f"{k} {statistics.median(v[1:]):.2f}" for k, v in cpu[label].items())
+            + f", all {statistics.median([sum(x) for x in zip(*cpu[label].values(), strict=True)][1:]):.2f}"
+            for label in ("B", "P", "F")
+        )
     )
     return [res, floor_result("S6", "calls/s", True, 0.3, res.b, fs, res.p)]

@@ -25,6 +25,7 @@ matches nothing, as in the ORM, without a query).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import threading
 import uuid
@@ -33,12 +34,86 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from weakref import ref as weak_ref
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Field, Model, QuerySet, signals
 from django.db.models.query import get_related_populators
 from django.db.transaction import TransactionManagementError
 
 M = TypeVar("M", bound=Model)
+
+# --- Prepared statements -----------------------------------------------------------------
+
+
+def fixed_cursor(using: str = DEFAULT_DB_ALIAS) -> CursorWrapper:
+    """The connection's cursor, for statements whose text is fixed (built once: the
+    compiled reads, the transitions' writes, the audit appends).
+
+    On PostgreSQL (psycopg 3) with HARNESS_DB_PREPARE on, its statements are bound on the
+    server and prepared: PostgreSQL parses and plans each text once per connection, then
+    only binds and executes it (planning was most of its CPU per call: docs/benchmarks.md).
+    Anywhere else, and for any other statement, Django's cursor as it is (client-side
+    binding, nothing prepared, as Django sets psycopg up to keep poolers working).
+
+    Either way it is Django's cursor wrapper, so query logging, execute wrappers, error
+    translation and the statement budgets of the tests see every statement.
+    """
+    connection = connections[using]
+    cursor = connection.cursor()  # (connects, checks the thread, as for any cursor)
+    if connection.vendor != "postgresql" or not settings.HARNESS_DB_PREPARE:
+        return cursor
+    cursor.cursor.close()
+    preparing = _preparing_cursor(connection)
+    if isinstance(cursor, CursorDebugWrapper):
+        return _LoggedPreparingCursor(preparing, connection)
+    cursor.cursor = preparing
+    return cursor
+
+
+class _LoggedPreparingCursor(CursorDebugWrapper):
+    """What Django's debug cursor logs for a server-binding one (the statement with its
+    values, as with `server_side_binding`), read before it runs."""
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        logged = self.db.ops.compose_sql(sql, params) if params is not None else sql
+        with self.debug_sql(logged, params):
+            return self._execute_with_wrappers(sql, params, many=False, executor=self._execute)
+
+
+def _preparing_cursor(connection: Any) -> Any:
+    """A server-binding cursor on `connection` that prepares what it executes, with the
+    time zone's loader Django's own cursors get."""
+    from django.db.backends.postgresql import psycopg_any
+
+    if not psycopg_any.is_psycopg3:  # (psycopg2 binds on the client only)
+        return connection.create_cursor()
+    import psycopg
+    from psycopg.pq import Format
+
+    raw = _preparing_class()(connection.connection)
+    timestamptz = psycopg.adapters.types["timestamptz"].oid
+    loader = connection.connection.adapters.get_loader(timestamptz, Format.TEXT)
+    if connection.timezone != loader.timezone:
+        psycopg_any.register_tzloader(connection.timezone, raw)
+    return raw
+
+
+@functools.cache
+def _preparing_class() -> type[Any]:
+    """Django's server-binding cursor, preparing every statement it executes (made on
+    first use: it exists only where psycopg 3 is installed)."""
+    from django.db.backends.postgresql import base
+
+    server_binding: Any = base.ServerBindingCursor
+
+    class PreparingCursor(server_binding):  # type: ignore[misc]
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            kwargs.setdefault("prepare", True)
+            return super().execute(query, params, **kwargs)
+
+    return PreparingCursor
+
 
 # Constants the ORM may bind itself (a status literal, a flag); anything else must come
 # from an argument.
@@ -231,7 +306,7 @@ class Compiled(Generic[M]):  # noqa: UP046 (mypy and django-stubs read the TypeV
             raise TransactionManagementError(
                 "select_for_update cannot be used outside of a transaction."
             )
-        with connection.cursor() as cursor:
+        with fixed_cursor(db) as cursor:
             cursor.execute(plan.sql, plan.params(flat))
             rows = cursor.fetchall()
         compiler = plan.compiler
@@ -295,7 +370,7 @@ def insert(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
     if statement is None:
         type(objs[0])._default_manager.db_manager(using).bulk_create(objs)  # the general case
         return
-    with connections[using].cursor() as cursor:
+    with fixed_cursor(using) as cursor:
         cursor.execute(*statement)
     inserted(objs, using)
 
@@ -408,7 +483,7 @@ def save_fields(obj: Model, names: Sequence[str], using: str = DEFAULT_DB_ALIAS)
     params = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in fields]
     params.append(meta.pk.get_db_prep_save(obj.pk, connection))
     # As save: an error inside a transaction marks it for rollback.
-    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(using), fixed_cursor(using) as cursor:
         cursor.execute(sql, params)
         if cursor.rowcount != 1:  # what save raises (a DatabaseError too)
             raise model.NotUpdated("Save with update_fields did not affect any rows.")  # type: ignore[attr-defined]

@@ -101,6 +101,12 @@ TEMPLATES = [
 ]
 
 # --- Database -----------------------------------------------------------------------
+# PostgreSQL: the hot paths' fixed statements (dispatcher.compiled.fixed_cursor) are
+# prepared once per connection and then only bound and executed: planning them was most of
+# PostgreSQL's CPU per call (docs/benchmarks.md). Turn off behind a pooler in transaction
+# mode that does not carry prepared statements (PgBouncer before 1.21, or without
+# max_prepared_statements).
+HARNESS_DB_PREPARE = env_bool("HARNESS_DB_PREPARE", True)
 if env("DATABASE_URL"):
     DATABASES = {"default": dj_database_url.parse(env("DATABASE_URL"))}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
@@ -112,6 +118,11 @@ if env("DATABASE_URL"):
             "max_size": int(env("HARNESS_DB_POOL_MAX", "20")),
             "timeout": 10,
         }
+        if HARNESS_DB_PREPARE:
+            # Django turns psycopg's preparing off (prepare_threshold None) for poolers.
+            # Only fixed_cursor's server-binding cursors prepare (Django's own cursors
+            # bind on the client and never do).
+            DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 5
 else:
     DATABASES = {
         "default": {
