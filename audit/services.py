@@ -192,7 +192,11 @@ _HEAD = Compiled(lambda chain: AuditChain.objects.select_for_update().filter(cha
 
 
 def write_and_lock_head(
-    statement: str, params: Sequence[Any], *, session_id: UUID | str | None
+    statement: str,
+    params: Sequence[Any],
+    *,
+    session_id: UUID | str | None,
+    prepare: bool | None = True,
 ) -> tuple[int, AuditChain | None]:
     """Run `statement` (an INSERT or UPDATE without RETURNING) and, when it wrote a row,
     lock the head of the chain its events go to, in one statement on PostgreSQL.
@@ -203,13 +207,15 @@ def write_and_lock_head(
     waits for the write: a one-time filter on its row count), in the order a transition
     takes them as two statements, so the fold adds no lock-order inversion. On other
     backends the two stay separate: the statement runs here, record_events locks.
+    `prepare` as for dispatcher.compiled.fixed_cursor (None for a statement of many
+    texts: an INSERT of N rows).
     """
     if not connection.in_atomic_block:
         raise transaction.TransactionManagementError(
             "write_and_lock_head must run inside transaction.atomic()"
         )
     chain = str(session_id) if session_id else GLOBAL_CHAIN
-    with fixed_cursor() as cursor:
+    with fixed_cursor(prepare=prepare) as cursor:
         if connection.vendor != "postgresql":
             cursor.execute(statement, params)
             return cursor.rowcount, None
@@ -363,7 +369,9 @@ def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed
         '(SELECT "id" FROM new_events WHERE "seq" = %s) WHERE "chain" = %s RETURNING 1) '
         'SELECT "id", "seq", (SELECT count(*) FROM moved) FROM new_events'
     )
-    with fixed_cursor() as cursor:
+    # (one text per event count and changed counters: prepared at once for one event, at
+    # psycopg's count for more)
+    with fixed_cursor(prepare=True if len(events) == 1 else None) as cursor:
         cursor.execute(sql, params)
         inserted = cursor.fetchall()
     ids = {seq: pk for pk, seq, _moved in inserted}

@@ -154,7 +154,10 @@ def _insert_calls(calls: list[ToolCall], session_id: uuid.UUID) -> AuditChain | 
     if statement is None:
         compiled.insert(calls)  # (bulk_create's general case)
         return None
-    written, head = write_and_lock_head(*statement, session_id=session_id)
+    # (prepared at once for one call; for more, at psycopg's count: see fixed_cursor)
+    written, head = write_and_lock_head(
+        *statement, session_id=session_id, prepare=True if len(calls) == 1 else None
+    )
     if written != len(calls):  # an INSERT writes every row or raises
         raise DatabaseError("the calls' INSERT did not write every call")
     compiled.inserted(calls)

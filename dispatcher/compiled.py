@@ -46,25 +46,35 @@ M = TypeVar("M", bound=Model)
 # --- Prepared statements -----------------------------------------------------------------
 
 
-def fixed_cursor(using: str = DEFAULT_DB_ALIAS) -> CursorWrapper:
-    """The connection's cursor, for statements whose text is fixed (built once: the
-    compiled reads, the transitions' writes, the audit appends).
+def fixed_cursor(using: str = DEFAULT_DB_ALIAS, *, prepare: bool | None = True) -> CursorWrapper:
+    """The connection's cursor, for statements whose text is built once (the compiled
+    reads, the transitions' writes, the audit appends, the decision's row).
 
     On PostgreSQL (psycopg 3) with HARNESS_DB_PREPARE on, its statements are bound on the
     server and prepared: PostgreSQL parses and plans each text once per connection, then
     only binds and executes it (planning was most of its CPU per call: docs/benchmarks.md).
-    Anywhere else, and for any other statement, Django's cursor as it is (client-side
-    binding, nothing prepared, as Django sets psycopg up to keep poolers working).
+    `prepare=True` prepares at the first run: for statements of a few texts. `None` leaves
+    it to psycopg's count (the fifth run of the same text with the same parameter types):
+    for statements whose text or types vary with their rows (an INSERT of N rows, each
+    NULL a type of its own), which would otherwise fill the connection's cache of prepared
+    statements (100) with statements run once. Anywhere else, Django's cursor as it is
+    (client-side binding, nothing prepared, as Django sets psycopg up for poolers).
 
     Either way it is Django's cursor wrapper, so query logging, execute wrappers, error
     translation and the statement budgets of the tests see every statement.
     """
     connection = connections[using]
     cursor = connection.cursor()  # (connects, checks the thread, as for any cursor)
-    if connection.vendor != "postgresql" or not settings.HARNESS_DB_PREPARE:
+    if (
+        connection.vendor != "postgresql"
+        or not settings.HARNESS_DB_PREPARE
+        # (psycopg prepares nothing with no threshold: settings set one; a settings
+        # module of its own may not)
+        or getattr(connection.connection, "prepare_threshold", None) is None
+    ):
         return cursor
     cursor.cursor.close()
-    preparing = _preparing_cursor(connection)
+    preparing = _preparing_cursor(connection, prepare)
     if isinstance(cursor, CursorDebugWrapper):
         return _LoggedPreparingCursor(preparing, connection)
     cursor.cursor = preparing
@@ -73,25 +83,24 @@ def fixed_cursor(using: str = DEFAULT_DB_ALIAS) -> CursorWrapper:
 
 class _LoggedPreparingCursor(CursorDebugWrapper):
     """What Django's debug cursor logs for a server-binding one (the statement with its
-    values, as with `server_side_binding`), read before it runs."""
+    values, as with `server_side_binding`)."""
 
     def execute(self, sql: Any, params: Any = None) -> Any:
-        logged = self.db.ops.compose_sql(sql, params) if params is not None else sql
+        with self.db.wrap_database_errors:
+            logged = self.db.ops.compose_sql(sql, params) if params is not None else sql
         with self.debug_sql(logged, params):
             return self._execute_with_wrappers(sql, params, many=False, executor=self._execute)
 
 
-def _preparing_cursor(connection: Any) -> Any:
+def _preparing_cursor(connection: Any, prepare: bool | None) -> Any:
     """A server-binding cursor on `connection` that prepares what it executes, with the
     time zone's loader Django's own cursors get."""
-    from django.db.backends.postgresql import psycopg_any
-
-    if not psycopg_any.is_psycopg3:  # (psycopg2 binds on the client only)
-        return connection.create_cursor()
     import psycopg
+    from django.db.backends.postgresql import psycopg_any
     from psycopg.pq import Format
 
     raw = _preparing_class()(connection.connection)
+    raw.harness_prepare = prepare
     timestamptz = psycopg.adapters.types["timestamptz"].oid
     loader = connection.connection.adapters.get_loader(timestamptz, Format.TEXT)
     if connection.timezone != loader.timezone:
@@ -99,18 +108,42 @@ def _preparing_cursor(connection: Any) -> Any:
     return raw
 
 
+# What PostgreSQL says when a prepared statement's result columns changed type (a
+# migration altered a column it reads).
+STALE_PLAN = "cached plan must not change result type"
+
+
 @functools.cache
 def _preparing_class() -> type[Any]:
-    """Django's server-binding cursor, preparing every statement it executes (made on
-    first use: it exists only where psycopg 3 is installed)."""
+    """Django's server-binding cursor, preparing what it executes (made on first use: it
+    exists only where psycopg 3 is installed)."""
+    import psycopg
     from django.db.backends.postgresql import base
+    from psycopg.pq import TransactionStatus
 
     server_binding: Any = base.ServerBindingCursor
 
     class PreparingCursor(server_binding):  # type: ignore[misc]
+        harness_prepare: bool | None = True
+
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            kwargs.setdefault("prepare", True)
-            return super().execute(query, params, **kwargs)
+            kwargs.setdefault("prepare", self.harness_prepare)
+            try:
+                return super().execute(query, params, **kwargs)
+            except psycopg.errors.FeatureNotSupported as error:
+                if error.diag.message_primary != STALE_PLAN:
+                    raise
+                # A migration changed a column this connection's statements read: forget
+                # them all, here and on the server (psycopg itself forgets them only on a
+                # rollback). Outside a transaction, run the statement again (prepared
+                # anew); inside one, the transaction has failed: its rollback is the
+                # caller's, and the next statement prepares anew.
+                conn = self.connection
+                if conn.info.transaction_status != TransactionStatus.IDLE:
+                    raise
+                conn._prepared.clear()
+                conn.wait(conn._prepared.maintain_gen(conn))  # DEALLOCATE ALL, now
+                return super().execute(query, params, **kwargs)
 
     return PreparingCursor
 
@@ -370,7 +403,9 @@ def insert(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
     if statement is None:
         type(objs[0])._default_manager.db_manager(using).bulk_create(objs)  # the general case
         return
-    with fixed_cursor(using) as cursor:
+    # (one text and set of parameter types per row count and NULLs: prepared at once for
+    # one row, at psycopg's count for more)
+    with fixed_cursor(using, prepare=True if len(objs) == 1 else None) as cursor:
         cursor.execute(*statement)
     inserted(objs, using)
 

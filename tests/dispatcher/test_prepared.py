@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 
+import psycopg
 import pytest
 from django.db import connection
 from django.test import override_settings
@@ -80,3 +81,71 @@ def test_the_query_log_shows_a_prepared_statement_with_its_values() -> None:
         f.attname: getattr(orm, f.attname) for f in ToolCall._meta.concrete_fields
     }
     assert found[0].created_at.tzinfo is not None
+
+
+def test_an_insert_of_many_rows_is_prepared_only_once_it_recurs() -> None:
+    # An INSERT's text and parameter types vary with its rows (each NULL a type of its
+    # own): one of several rows waits for psycopg's count instead of filling the cache of
+    # prepared statements with statements run once.
+    session = agents.start_session(agent=make_agent(mode="trusted").agent)
+    before = [
+        t for t in prepared() if t.startswith('WITH written AS (INSERT INTO "dispatcher_toolcall"')
+    ]
+    submit_many(session, 3)
+    after = [
+        t for t in prepared() if t.startswith('WITH written AS (INSERT INTO "dispatcher_toolcall"')
+    ]
+    assert len(after) == len(before)
+    submit_many(session, 1)
+    single = [
+        t for t in prepared() if t.startswith('WITH written AS (INSERT INTO "dispatcher_toolcall"')
+    ]
+    assert len(single) == len(after) + 1
+
+
+def submit_many(session: object, n: int) -> None:
+    from dispatcher import admission
+    from dispatcher.gateways.dialects import ProposedCall, canonical_json
+
+    token = uuid.uuid4().hex
+    proposed = [
+        ProposedCall(
+            f"m-{token}-{i}", "list_directory", canonical_json({"path": "."}), {"path": "."}
+        )
+        for i in range(n)
+    ]
+    admission.submit_calls(session=session, dialect="native", proposed=proposed)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_migration_that_changes_a_column_type_does_not_break_the_connection() -> None:
+    # PostgreSQL refuses a prepared statement whose result columns changed type
+    # ("cached plan must not change result type"); psycopg forgets its statements only on
+    # a rollback. Outside a transaction the statement runs again, prepared anew; inside
+    # one the transaction fails once, and the next one works.
+    from django.db import DatabaseError, transaction
+
+    from dispatcher.models import Agent
+
+    agent = make_agent(mode="trusted").agent
+    read = Compiled(lambda pk: Agent.objects.filter(pk=pk))
+    assert [a.pk for a in read.all(agent.pk)] == [agent.pk]
+    alter(101)  # (by another connection, as a migration would)
+    try:
+        assert [a.name for a in read.all(agent.pk)] == [agent.name]  # autocommit: again
+        alter(102)
+        with pytest.raises(DatabaseError), transaction.atomic():
+            read.all(agent.pk)
+        with transaction.atomic():
+            assert [a.name for a in read.all(agent.pk)] == [agent.name]
+    finally:
+        alter(100)
+
+
+def alter(length: int) -> None:
+    """Change the agent's name column's type from another connection."""
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute(f'ALTER TABLE "dispatcher_agent" ALTER COLUMN "name" TYPE varchar({length})')
