@@ -405,10 +405,12 @@ def floor_calls(session: str, n: int, status: str) -> list[str]:
     """`n` calls of `session` in `status`, written directly: the rows F's transitions move
     (outside the timed window), in batches of 20 as S6's P admits its calls. Returns their
     ids."""
+    from django.utils import timezone
+
     from dispatcher.models import Dialect, ToolCall
 
     batches = [uuid.uuid4() for _ in range(0, n, 20)]
-    now = __import__("django.utils.timezone", fromlist=["now"]).now()
+    now = timezone.now()
     rows = ToolCall.objects.bulk_create(
         ToolCall(
             session_id=session,

@@ -74,7 +74,7 @@ def fixed_cursor(using: str = DEFAULT_DB_ALIAS, *, prepare: bool | None = True) 
     ):
         return cursor
     cursor.cursor.close()
-    preparing = _preparing_cursor(connection, prepare)
+    preparing = _preparing_class().open(connection, prepare)
     if isinstance(cursor, CursorDebugWrapper):
         return _LoggedPreparingCursor(preparing, connection)
     cursor.cursor = preparing
@@ -92,22 +92,6 @@ class _LoggedPreparingCursor(CursorDebugWrapper):
             return self._execute_with_wrappers(sql, params, many=False, executor=self._execute)
 
 
-def _preparing_cursor(connection: Any, prepare: bool | None) -> Any:
-    """A server-binding cursor on `connection` that prepares what it executes, with the
-    time zone's loader Django's own cursors get."""
-    import psycopg
-    from django.db.backends.postgresql import psycopg_any
-    from psycopg.pq import Format
-
-    raw = _preparing_class()(connection.connection)
-    raw.harness_prepare = prepare
-    timestamptz = psycopg.adapters.types["timestamptz"].oid
-    loader = connection.connection.adapters.get_loader(timestamptz, Format.TEXT)
-    if connection.timezone != loader.timezone:
-        psycopg_any.register_tzloader(connection.timezone, raw)
-    return raw
-
-
 # What PostgreSQL says when a prepared statement's result columns changed type (a
 # migration altered a column it reads).
 STALE_PLAN = "cached plan must not change result type"
@@ -116,15 +100,28 @@ STALE_PLAN = "cached plan must not change result type"
 @functools.cache
 def _preparing_class() -> type[Any]:
     """Django's server-binding cursor, preparing what it executes (made on first use: it
-    exists only where psycopg 3 is installed)."""
+    exists only where psycopg 3 is installed; its imports and lookups are done once here,
+    not per statement)."""
     import psycopg
-    from django.db.backends.postgresql import base
-    from psycopg.pq import TransactionStatus
+    from django.db.backends.postgresql import base, psycopg_any
+    from psycopg.pq import Format, TransactionStatus
 
     server_binding: Any = base.ServerBindingCursor
+    timestamptz = psycopg.adapters.types["timestamptz"].oid
 
     class PreparingCursor(server_binding):  # type: ignore[misc]
         harness_prepare: bool | None = True
+
+        @classmethod
+        def open(cls, connection: Any, prepare: bool | None) -> Any:
+            """One on `connection` (Django's), with the time zone's loader Django's own
+            cursors get."""
+            raw = cls(connection.connection)
+            raw.harness_prepare = prepare
+            loader = connection.connection.adapters.get_loader(timestamptz, Format.TEXT)
+            if connection.timezone != loader.timezone:
+                psycopg_any.register_tzloader(connection.timezone, raw)
+            return raw
 
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             kwargs.setdefault("prepare", self.harness_prepare)
