@@ -63,9 +63,12 @@ def publish_change(call_id: str, session_id: str, status: str, previous: str = "
             pipe.publish(wake_channel(call_id), status)
             pipe.publish(session_channel(session_id), call_id)
             pipe.execute()
-    except redis.RedisError:
+    except Exception:
         # Waiting requests also re-read the database when their wait ends; a lost wake-up
-        # delays an answer, it never changes one.
+        # delays an answer, it never changes one. Any failure of the client, not only a
+        # RedisError: under load redis-py's connect has raised ValueError ("I/O operation
+        # on closed file") from this after-commit hook, which turned an admitted call's
+        # request into a 500.
         logger.warning("could not publish wake-up for call %s", call_id, exc_info=True)
     call_changed.send(
         sender=None, call_id=call_id, session_id=session_id, status=status, previous=previous
