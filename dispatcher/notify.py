@@ -1,10 +1,14 @@
 """Pushes after commit: wake long-polling agent requests, and tell other apps a call changed.
 
-Publishing runs after commit (callers schedule it with transaction.on_commit). Waiting
-requests of one process share one Redis subscription (`wake_on`): one connection per
-event loop, whatever the number of waits, with a reader that fans each wake-up out to
-the requests waiting on its channel. `wait_slots` caps how many requests of one agent may
-wait at once in this process (HARNESS_MAX_WAITS_PER_AGENT).
+Publishing runs after commit (callers schedule it with transaction.on_commit): one
+message per change, on its session's channel, saying which call and its new status.
+Waiting requests of one process share one Redis subscription (`wake_on`): one connection
+per event loop, whatever the number of waits, with a reader that fans each wake-up out
+to the requests waiting on its channel. A channel stays subscribed for
+HARNESS_WAKE_LINGER seconds
+after its last waiter, so the next wait of the same session joins it at once
+(`join_subscribed`, no round trip to Redis). `wait_slots` caps how many requests of one
+agent may wait at once in this process (HARNESS_MAX_WAITS_PER_AGENT).
 """
 
 from __future__ import annotations
@@ -40,15 +44,22 @@ SUBSCRIBE_TIMEOUT = 5.0
 # another would otherwise open a new Redis connection for every wait (measured: a fifth
 # of daphne's CPU per call, most of it redis-py's connection set-up).
 IDLE_CLOSE_AFTER = 30.0
-
-
-def wake_channel(call_id: str) -> str:
-    return f"{settings.HARNESS_WAKE_PREFIX}:{call_id}"
+# At most this many channels linger per hub (the oldest is unsubscribed first): every
+# message on a lingering channel still reaches the hub's reader.
+MAX_LINGERING = 1000
 
 
 def session_channel(session_id: str) -> str:
-    """Where every change of a session's calls is announced (live audit timelines)."""
+    """Where every change of a session's calls is announced: waiting agent requests, MCP
+    gateway calls and live audit timelines listen here. Each message is "<call id> <status>"
+    (`parse_news`)."""
     return f"{settings.HARNESS_WAKE_PREFIX}:session:{session_id}"
+
+
+def parse_news(news: str) -> tuple[str, str]:
+    """A wake-up's (call id, new status); ("", "") when it says neither."""
+    call_id, _, status = news.partition(" ")
+    return (call_id, status) if status else ("", "")
 
 
 @functools.cache
@@ -59,10 +70,7 @@ def redis_at(url: str) -> redis.Redis:
 
 def publish_change(call_id: str, session_id: str, status: str, previous: str = "") -> None:
     try:
-        with redis_at(settings.REDIS_URL).pipeline(transaction=False) as pipe:
-            pipe.publish(wake_channel(call_id), status)
-            pipe.publish(session_channel(session_id), call_id)
-            pipe.execute()
+        redis_at(settings.REDIS_URL).publish(session_channel(session_id), f"{call_id} {status}")
     except Exception:
         # Waiting requests also re-read the database when their wait ends; a lost wake-up
         # delays an answer, it never changes one. Any failure of the client, not only a
@@ -130,8 +138,8 @@ class Wakeup:
         self._event.set()
 
     def take_news(self) -> set[str]:
-        """What the messages since the last call said (a call's wake-up says its new
-        status); empty when a wake-up said nothing."""
+        """What the messages since the last call said ("<call id> <status>" each,
+        `parse_news`); empty when a wake-up said nothing."""
         news, self._news = self._news, set()
         return news
 
@@ -168,6 +176,32 @@ async def wake_on(channels: Iterable[str]) -> AsyncIterator[Wakeup]:
         await hub.remove(wakeup, names)
 
 
+class Joined:
+    """A wait registered on an already subscribed channel (`join_subscribed`); `leave()`
+    when done, in every case."""
+
+    def __init__(self, hub: _Hub, wakeup: Wakeup, channel: str) -> None:
+        self.hub, self.wakeup, self.channel = hub, wakeup, channel
+
+    async def leave(self) -> None:
+        await self.hub.remove(self.wakeup, [self.channel])
+
+
+def join_subscribed(channel: str) -> Joined | None:
+    """Wait on `channel` from now on if this process's subscription already has it
+    confirmed (another wait, or one that just ended: HARNESS_WAKE_LINGER): no round trip to Redis, so a
+    request can join before it knows whether it will wait, ahead of anything it writes.
+    None when the channel is not subscribed (then `wake_on`, after authenticating).
+
+    Never subscribes anything: a request that has not proved who it is yet costs Redis
+    nothing, and only `wake_on` (called after authentication) makes channels linger."""
+    hub = _hubs.get(asyncio.get_running_loop())
+    if hub is None:
+        return None
+    wakeup = Wakeup()
+    return Joined(hub, wakeup, channel) if hub.join(wakeup, channel) else None
+
+
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub] = weakref.WeakKeyDictionary()
 
 
@@ -187,10 +221,12 @@ def open_subscriptions() -> int:
 class _Hub:
     """One pub/sub connection and its reader, for every waiter of one event loop.
 
-    Channels are reference-counted: the first waiter on a channel subscribes, the last
-    one out unsubscribes; the connection closes when nobody has waited for
-    IDLE_CLOSE_AFTER seconds, or when its event loop ends (the next waiter opens a new
-    one). A Redis failure wakes every waiter with the error and retires the hub.
+    Channels are reference-counted: the first waiter on a channel subscribes; after the
+    last one leaves, the channel lingers (stays subscribed) for HARNESS_WAKE_LINGER
+    seconds, then is
+    unsubscribed. The connection closes when nobody has waited for IDLE_CLOSE_AFTER
+    seconds, or when its event loop ends (the next waiter opens a new one). A Redis
+    failure wakes every waiter with the error and retires the hub.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -207,6 +243,24 @@ class _Hub:
         self.reader: asyncio.Task[None] | None = None
         self.closed = False
         self.idle: asyncio.TimerHandle | None = None
+        # Subscribed and confirmed channels nobody waits on: channel -> when it expires
+        # (insertion order is expiry order).
+        self.lingering: dict[str, float] = {}
+        self.sweep: asyncio.TimerHandle | None = None
+
+    def join(self, wakeup: Wakeup, channel: str) -> bool:
+        """Register `wakeup` on `channel` if it is subscribed and confirmed (waited on or
+        lingering); False otherwise (nothing registered)."""
+        if self.closed or channel in self.confirmed:
+            return False
+        if channel not in self.waiters and channel not in self.lingering:
+            return False
+        self.lingering.pop(channel, None)
+        self.waiters.setdefault(channel, set()).add(wakeup)
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
+        return True
 
     async def add(self, wakeup: Wakeup, channels: list[str]) -> bool:
         """Register `wakeup` on `channels`, subscribing the new ones; False if this hub has
@@ -217,6 +271,8 @@ class _Hub:
             if self.idle is not None:
                 self.idle.cancel()
                 self.idle = None
+            for channel in channels:  # lingering: subscribed and confirmed already
+                self.lingering.pop(channel, None)
             new = [c for c in channels if c not in self.waiters]
             for channel in channels:
                 self.waiters.setdefault(channel, set()).add(wakeup)
@@ -257,13 +313,47 @@ class _Hub:
             if not self.waiters and self.idle is None:
                 self.idle = self.loop.call_later(IDLE_CLOSE_AFTER, self._close_if_idle)
             gone = [c for c in channels if c not in self.waiters]
+            # Confirmed channels linger; one still unconfirmed (its waiter gave up) goes.
+            linger = settings.HARNESS_WAKE_LINGER
+            expires = self.loop.time() + linger
             for channel in gone:
-                self.confirmed.pop(channel, None)
-            if gone:
-                try:
-                    await self.pubsub.unsubscribe(*gone)
-                except (redis.RedisError, OSError) as error:
-                    self._fail(error)
+                if linger > 0 and channel not in self.confirmed and channel not in self.lingering:
+                    self.lingering[channel] = expires
+            if self.lingering and self.sweep is None:
+                self.sweep = self.loop.call_later(linger, self._sweep)
+            gone = [c for c in gone if c not in self.lingering]
+            while len(self.lingering) > MAX_LINGERING:
+                gone.append(next(iter(self.lingering)))
+                del self.lingering[gone[-1]]
+            await self._unsubscribe(gone)
+
+    async def _unsubscribe(self, gone: list[str]) -> None:
+        """(Under the lock.) Unsubscribe `gone`, which nobody waits on or lingers on."""
+        for channel in gone:
+            self.confirmed.pop(channel, None)
+        if gone:
+            try:
+                await self.pubsub.unsubscribe(*gone)
+            except (redis.RedisError, OSError) as error:
+                self._fail(error)
+
+    def _sweep(self) -> None:
+        self.sweep = None
+        if not self.closed:
+            self.loop.create_task(self._expire_lingering())
+
+    async def _expire_lingering(self) -> None:
+        async with self.lock:
+            if self.closed:
+                return
+            now = self.loop.time()
+            gone = [c for c, expires in self.lingering.items() if expires <= now]
+            for channel in gone:
+                del self.lingering[channel]
+            if self.lingering and self.sweep is None:
+                first = next(iter(self.lingering.values()))
+                self.sweep = self.loop.call_later(max(first - now, 0.01), self._sweep)
+            await self._unsubscribe(gone)
 
     async def _read(self) -> None:
         try:
@@ -297,6 +387,7 @@ class _Hub:
         """Wake every waiter with `error` and retire this hub (the next waiter opens a new
         one); the connection is closed in the background."""
         self._detach()
+        self.lingering.clear()
         for waiting in self.waiters.values():
             for wakeup in waiting:
                 wakeup.wake(error)
@@ -327,6 +418,10 @@ class _Hub:
         if self.idle is not None:
             self.idle.cancel()
             self.idle = None
+        if self.sweep is not None:
+            self.sweep.cancel()
+            self.sweep = None
+        self.lingering.clear()
         self.closed = True
         self._detach()
         await self._disconnect()

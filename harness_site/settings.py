@@ -210,6 +210,9 @@ CHANNEL_LAYERS = {
 }
 # Prefix of the Redis pub/sub channels that wake long-polling agent requests.
 HARNESS_WAKE_PREFIX = env("HARNESS_WAKE_PREFIX", f"harness{_PUBSUB_SCOPE}:wake")
+# Seconds a session's wake-up channel stays subscribed in a process after its last wait
+# (dispatcher.notify): the session's next waiting call starts waiting before it is written.
+HARNESS_WAKE_LINGER = float(env("HARNESS_WAKE_LINGER", "10"))
 
 # --- Auth, sessions, security --------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -215,6 +215,8 @@ def live_env(tmp: Path) -> dict[str, str]:
         HARNESS_SECRET_KEY=settings.SECRET_KEY,
         HARNESS_CELERY_QUEUE=settings.CELERY_TASK_DEFAULT_QUEUE,
         HARNESS_LEASE_GRACE=str(settings.HARNESS_LEASE_GRACE),
+        # Short, so tests see lingering subscriptions end (test_no_freeze).
+        HARNESS_WAKE_LINGER="1",
         PYTHONPATH=str(ROOT),
     )
     if db["ENGINE"].endswith("postgresql"):

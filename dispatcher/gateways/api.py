@@ -1,14 +1,16 @@
 """The agent API (docs/api.md): async views, bearer tokens, three dialects.
 
 Each request makes at most two hops to the ORM thread (authenticate, then one service
-call); a request that waits sleeps on the process's shared Redis subscription
-(dispatcher.notify.wake_on) and re-reads the calls only when one of them changed: no
-polling. At most HARNESS_MAX_WAITS_PER_AGENT requests of one agent wait at once (429).
+call); a request that waits sleeps on the process's shared Redis subscription to its
+session's channel (dispatcher.notify) and re-reads the calls only when a change can have
+finished one of them: no polling. At most HARNESS_MAX_WAITS_PER_AGENT requests of one
+agent wait at once (429).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -35,7 +37,7 @@ from dispatcher.gateways.dialects import (
     parse_submission,
 )
 from dispatcher.models import TERMINAL_STATUSES, Agent, AgentSession, Status, ToolCall
-from dispatcher.notify import wake_channel
+from dispatcher.notify import parse_news, session_channel
 from dispatcher.policy.models import Mode
 from dispatcher.tools.base import model_facing_schema
 from dispatcher.tools.registry import all_tools
@@ -243,46 +245,69 @@ def is_terminal(call: ToolCall) -> bool:
 _UNFINISHED = frozenset(str(s) for s in Status if s not in TERMINAL_STATUSES)
 
 
+def _needs_read(news: set[str], watched: set[str], quiet: frozenset[str]) -> bool:
+    """Whether a wake-up's messages can have changed what the waiter answers: one says a
+    watched call moved to a status outside `quiet`, or one says nothing readable."""
+    if not news:
+        return True  # a wake-up that said nothing
+    for item in news:
+        call_id, status = parse_news(item)
+        if not call_id or (call_id in watched and status not in quiet):
+            return True
+    return False
+
+
 async def wait_until_terminal(
     call_ids: list[str],
     seconds: float,
     reload: Callable[[], Awaitable[list[ToolCall]]],
     calls: list[ToolCall],
     settled: Callable[[ToolCall], bool] = is_done,
+    joined: notify.Joined | None = None,
 ) -> list[ToolCall]:
     """Sleep until every call is done (or `settled`) or `seconds` pass; wake only on a
     change push. A reviewer's edit: the replacement's changes answer the call from then on.
 
-    Waiting for done calls, a wake-up that only says watched calls moved to unfinished
-    states (queued, running) reads nothing: none of them can be done by it, and the
-    change that finishes one sends its own wake-up (or the last read at the deadline sees
-    it, if that one is lost)."""
+    Wakes come from the sessions' channels, which announce every call of the session; a
+    wake-up that says only other calls changed, or (waiting for done calls) that watched
+    calls moved to unfinished states (queued, running), reads nothing: none of them can
+    be done by it, and the change that finishes one sends its own wake-up (or the last
+    read at the deadline sees it, if that one is lost).
+
+    `joined`: a wait already registered on the calls' session channel before they were
+    written (`notify.join_subscribed`): nothing published since can have been missed, so
+    `calls` are as fresh as a read would make them and the first read is skipped. The
+    caller leaves it.
+    """
     if seconds <= 0 or all(settled(c) for c in calls):
         return calls
     quiet = _UNFINISHED if settled is is_done else frozenset()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     watched = set(call_ids)
+    # (A reviewer's edit admits the replacement in its call's session: same channels.)
+    channels = {session_channel(str(c.session_id)) for c in calls}
     try:
-        replaced = True
-        while replaced:  # a reviewer's edit: wait on the replacement's changes from then on
-            replaced = False
-            async with notify.wake_on(wake_channel(cid) for cid in watched) as wakeup:
+        if joined is not None and channels == {joined.channel}:
+            watch: contextlib.AbstractAsyncContextManager[notify.Wakeup] = contextlib.nullcontext(
+                joined.wakeup
+            )
+        else:
+            watch, joined = notify.wake_on(channels), None
+        async with watch as wakeup:
+            if joined is None:
                 calls = await reload()  # re-read after subscribing: nothing in between is lost
-                while not all(settled(c) for c in calls):
-                    replacements = {str(answer_of(c).pk) for c in calls} - watched
-                    if replacements:
-                        watched |= replacements
-                        replaced = True
-                        break
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        break
-                    if await wakeup.wait(remaining):
-                        news = wakeup.take_news()
-                        if news and news <= quiet:
-                            continue  # (the deadline is checked again above)
-                        calls = await reload()
+            while not all(settled(c) for c in calls):
+                replacements = {str(answer_of(c).pk) for c in calls} - watched
+                if replacements:  # a reviewer's edit: the replacement answers from now on
+                    watched |= replacements
+                    calls = await reload()  # (what it did before it was watched is read now)
+                    continue
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                if await wakeup.wait(remaining) and _needs_read(wakeup.take_news(), watched, quiet):
+                    calls = await reload()
         if all(settled(c) for c in calls):
             return calls  # read after the last wake-up: nothing newer to read
     except notify.WakeUnavailable:
@@ -356,6 +381,8 @@ def _submit(
         if slot is not None:
             notify.wait_slots.release(slot)
         return outcome
+    if waits and not connection.in_atomic_block:  # (the test client's wrapping transaction)
+        connection.close()  # back to the pool: a waiting request holds no connection
     return (*outcome, slot)
 
 
@@ -416,16 +443,24 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
     """
     token: str = request.auth  # type: ignore[attr-defined]  # verified by _submit
     seconds = clamp_wait(wait)
-    outcome = await sync_to_async(_submit)(token, session_id, request, seconds > 0)
-    if isinstance(outcome, JsonResponse):
-        return outcome
-    dialect, calls, slot = outcome
-    ids = [str(c.pk) for c in calls]
+    # When this process is subscribed to the session's channel already (the agent's last
+    # call waited here moments ago), wait on it from before the calls are written: then
+    # nothing needs reading again before sleeping. Joining asks Redis nothing.
+    joined = notify.join_subscribed(session_channel(str(session_id))) if seconds > 0 else None
     try:
-        calls = await wait_until_terminal(ids, seconds, reloader(ids), calls)
+        outcome = await sync_to_async(_submit)(token, session_id, request, seconds > 0)
+        if isinstance(outcome, JsonResponse):
+            return outcome
+        dialect, calls, slot = outcome
+        ids = [str(c.pk) for c in calls]
+        try:
+            calls = await wait_until_terminal(ids, seconds, reloader(ids), calls, joined=joined)
+        finally:
+            if slot is not None:
+                notify.wait_slots.release(slot)
     finally:
-        if slot is not None:
-            notify.wait_slots.release(slot)
+        if joined is not None:
+            await joined.leave()
     status, payload = batch_json(calls, dialect)
     return JsonResponse(payload, status=status)
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import redis.asyncio as aioredis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
@@ -35,11 +34,11 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import McpError
 
-from dispatcher import admission, agents
+from dispatcher import admission, agents, notify
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
-from dispatcher.notify import wake_channel
+from dispatcher.notify import parse_news, session_channel
 from dispatcher.policy import rules
 from dispatcher.policy.models import Mode
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
@@ -308,39 +307,44 @@ def reload(call_id: str) -> ToolCall:
 async def hold(
     call: ToolCall, progress: Progress, *, settled: Callable[[ToolCall], bool]
 ) -> ToolCall:
-    """Wait until `settled(call)`: asleep on the wake channel of the call (and of the
-    call a reviewer's edit replaced it with, once there is one), re-reading it only when
-    it changed, with a progress notification (and a re-read) every
-    HARNESS_MCP_PROGRESS_INTERVAL seconds. Returns the call as it is then, edits
-    followed."""
+    """Wait until `settled(call)`: asleep on the process's shared subscription to the
+    call's session channel (dispatcher.notify), re-reading the call only when a wake-up
+    says it (or the call a reviewer's edit replaced it with) changed, with a progress
+    notification (and a re-read) at each change and every HARNESS_MCP_PROGRESS_INTERVAL
+    seconds. Without Redis, it re-reads at that interval. Returns the call as it is
+    then, edits followed."""
     if settled(call):
         return call
     interval = settings.HARNESS_MCP_PROGRESS_INTERVAL
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
-    pubsub = client.pubsub()
-    watched: set[str] = set()
+    read = db(reload)
     try:
-        while True:
-            tip = str(answer_of(call).pk)
-            if tip not in watched:  # first, or a reviewer's edit: wait on the replacement
-                watched.add(tip)
-                await pubsub.subscribe(wake_channel(tip))
-                call = await db(reload)(str(call.pk))  # a change before subscribing is not lost
-                continue
-            if settled(call):
-                break
+        async with notify.wake_on([session_channel(str(call.session_id))]) as wakeup:
+            call = await read(str(call.pk))  # a change before subscribing is not lost
+            watched = {str(call.pk)}
+            while not settled(call):
+                watched.add(str(answer_of(call).pk))  # a replacement's changes count too
+                await progress.waiting(answer_of(call))
+                await _next_change(wakeup, watched, interval)
+                call = await read(str(call.pk))
+    except notify.WakeUnavailable:
+        logger.warning("wake-up channel unavailable; re-reading the call", exc_info=True)
+        while not settled(call):
             await progress.waiting(answer_of(call))
-            try:
-                await pubsub.get_message(ignore_subscribe_messages=True, timeout=interval)
-            except aioredis.RedisError:
-                logger.warning("wake-up channel unavailable; re-reading the call", exc_info=True)
-                await anyio.sleep(interval)
-            call = await db(reload)(str(call.pk))
-    finally:
-        with contextlib.suppress(aioredis.RedisError):
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
-            await client.aclose()
+            await anyio.sleep(interval)
+            call = await read(str(call.pk))
     return call
+
+
+async def _next_change(wakeup: notify.Wakeup, watched: set[str], interval: float) -> None:
+    """Sleep until a wake-up says a watched call changed (or says nothing readable), or
+    `interval` seconds pass: changes of the session's other calls sleep on."""
+    now = anyio.current_time
+    until = now() + interval
+    while (remaining := until - now()) > 0 and await wakeup.wait(remaining):
+        for item in wakeup.take_news() or {""}:
+            call_id, _ = parse_news(item)
+            if not call_id or call_id in watched:
+                return
 
 
 # --- Claude Code's permission prompt: a decide-only call -----------------------------------

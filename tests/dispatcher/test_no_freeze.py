@@ -15,12 +15,15 @@ import redis
 from django.conf import settings
 
 from audit.models import AuditEvent
+from dispatcher import notify
 from dispatcher.models import ToolCall
 from tests.conftest import AgentFixture, LiveStack, make_agent
 
 pytestmark = pytest.mark.live
 
 ANSWER_WITHIN = 1.0  # seconds
+# After a session's first wait subscribed, the time given to the waits sent with it.
+SETTLE = 0.5  # seconds
 # The largest argument a body under HARNESS_MAX_BODY_BYTES can carry.
 MEGABYTE = 1_000_000 - 200
 
@@ -103,6 +106,13 @@ def test_a_hostile_argument_leaves_the_server_answering(
     assert len(received.payload["arguments"]) >= len(argument)  # logged whole, not cut
 
 
+def subscribed(session: dict[str, Any]) -> bool:
+    """Whether a server process listens on the session's wake-up channel."""
+    channel = notify.session_channel(session["id"])
+    [(_, count)] = redis.Redis.from_url(settings.REDIS_URL).pubsub_numsub(channel)
+    return bool(count)
+
+
 def wake_clients() -> list[dict[str, Any]]:
     clients = redis.Redis.from_url(settings.REDIS_URL).client_list()
     return [c for c in clients if str(c.get("name", "")).startswith("harness-wake-")]
@@ -132,12 +142,18 @@ def test_many_waits_share_one_connection_are_capped_per_agent_and_leave_the_serv
     per_agent = settings.HARNESS_MAX_WAITS_PER_AGENT
     agents = [make_agent(mode="standard") for _ in range(3)]
     calls: dict[str, list[str]] = {}
+    sessions = []
     for agent in agents:
         with live_stack.client(agent) as client:
-            session = start(client)
-            calls[agent.token] = [pending_call(client, session, n) for n in range(per_agent + 1)]
+            sessions.append(start(client))
+            calls[agent.token] = [
+                pending_call(client, sessions[-1], n) for n in range(per_agent + 1)
+            ]
     extra = {a.token: calls[a.token].pop() for a in agents}  # one call each beyond the cap
     waits = len(agents) * per_agent
+    deadline = time.monotonic() + 5  # other tests' channels stop lingering (1 s in tests)
+    while [c for c in wake_clients() if int(c["sub"]) > 0] and time.monotonic() < deadline:
+        time.sleep(0.05)
     before = {c["id"] for c in wake_clients()}  # other tests' hubs, idle (kept 30 s)
 
     outcome: dict[str, Any] = {}
@@ -149,14 +165,16 @@ def test_many_waits_share_one_connection_are_capped_per_agent_and_leave_the_serv
     thread.start()
     try:
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            shared = [c for c in wake_clients() if int(c["sub"]) > 0]
-            if shared and int(shared[0]["sub"]) >= waits:
-                break
+        while time.monotonic() < deadline and not all(subscribed(s) for s in sessions):
             time.sleep(0.05)
-        # Every waiting request of the process listens on one connection.
+        shared = [c for c in wake_clients() if int(c["sub"]) > 0]
+        # Every waiting request of the process listens on one connection, on its session's
+        # channel (one per session, whatever the number of waits in it).
         assert len(shared) == 1, shared
-        assert int(shared[0]["sub"]) == waits
+        assert int(shared[0]["sub"]) == len(agents)
+        # (Each session's first wait subscribed; the rest were sent with it. A probe that
+        # waits would take one of the slots it probes.)
+        time.sleep(SETTLE)
         with live_stack.client(agents[0]) as client:
             began = time.monotonic()
             refused = client.get(f"/api/v1/calls/{extra[agents[0].token]}", params={"wait": 5})
@@ -174,8 +192,9 @@ def test_many_waits_share_one_connection_are_capped_per_agent_and_leave_the_serv
         thread.join(30)
     assert [r.status_code for r in outcome["responses"]] == [200] * waits
     assert {r.json()["status"] for r in outcome["responses"]} == {"pending_approval"}
-    # The slots are given back when the waits end, and nothing stays subscribed; the hub's
-    # connection stays open while idle (notify.IDLE_CLOSE_AFTER), at most one more than before.
+    # The slots are given back when the waits end, and nothing stays subscribed once the
+    # channels' linger ends (HARNESS_WAKE_LINGER, 1 s in tests); the hub's connection stays
+    # open while idle (notify.IDLE_CLOSE_AFTER), at most one more than before.
     with live_stack.client(agents[0]) as client:
         again = client.get(f"/api/v1/calls/{extra[agents[0].token]}", params={"wait": 0.2})
         assert again.status_code == 200, again.text
@@ -203,10 +222,9 @@ def test_a_submission_beyond_the_cap_is_refused_before_anything_is_recorded(
     thread.start()
     try:
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not any(
-            int(c["sub"]) >= per_agent for c in wake_clients()
-        ):
+        while time.monotonic() < deadline and not subscribed(session):
             time.sleep(0.05)
+        time.sleep(SETTLE)  # (the session's first wait subscribed; the rest came with it)
         with live_stack.client(agent) as client:
             body = {"calls": [{"id": "late", "name": "read_file", "arguments": {"path": "x"}}]}
             refused = client.post(

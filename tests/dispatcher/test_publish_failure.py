@@ -11,23 +11,9 @@ import pytest
 from dispatcher import notify
 
 
-class BrokenPipeline:
-    def __enter__(self) -> BrokenPipeline:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def publish(self, *args: Any) -> None:
-        return None
-
-    def execute(self) -> None:
-        raise ValueError("I/O operation on closed file.")
-
-
 class BrokenClient:
-    def pipeline(self, transaction: bool = False) -> BrokenPipeline:
-        return BrokenPipeline()
+    def publish(self, *args: Any) -> None:
+        raise ValueError("I/O operation on closed file.")
 
 
 def test_a_client_failure_is_logged_and_the_signal_still_sent(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 
 import pytest
@@ -22,7 +23,7 @@ def own_wake_clients() -> list[dict[str, str]]:
 
 
 def test_many_waits_use_one_connection_and_wake_only_their_channel() -> None:
-    channels = [notify.wake_channel(f"hub-{uuid.uuid4()}") for _ in range(30)]
+    channels = [notify.session_channel(f"hub-{uuid.uuid4()}") for _ in range(30)]
     publisher = redis.Redis.from_url(settings.REDIS_URL)
 
     async def scenario() -> tuple[list[dict[str, str]], list[bool], list[bool]]:
@@ -58,7 +59,7 @@ def test_one_wait_after_another_keeps_one_connection_until_it_is_idle(
     async def scenario() -> tuple[list[str], list[bool], list[dict[str, str]]]:
         ids, woken = [], []
         for _ in range(3):
-            channel = notify.wake_channel(f"hub-{uuid.uuid4()}")
+            channel = notify.session_channel(f"hub-{uuid.uuid4()}")
             async with notify.wake_on([channel]) as wakeup:
                 ids += [c["id"] for c in own_wake_clients()]
                 publisher.publish(channel, "queued")
@@ -95,29 +96,35 @@ def test_a_wait_for_a_result_reads_only_when_a_wake_up_can_finish_a_call() -> No
     from dispatcher.gateways.api import wait_until_terminal
     from dispatcher.models import Status, ToolCall
 
-    call_id = str(uuid.uuid4())
-    channel = notify.wake_channel(call_id)
+    call_id, session_id = str(uuid.uuid4()), uuid.uuid4()
+    channel = notify.session_channel(str(session_id))
     publisher = redis.Redis.from_url(settings.REDIS_URL)
     statuses = [Status.QUEUED]  # what each read finds
     reads: list[str] = []
 
+    def call_in(status: str) -> ToolCall:
+        return ToolCall(id=uuid.UUID(call_id), session_id=session_id, status=status)
+
     async def reload() -> list[ToolCall]:
         reads.append(statuses[-1])
-        return [ToolCall(id=uuid.UUID(call_id), status=statuses[-1])]
+        return [call_in(statuses[-1])]
 
     async def scenario() -> list[ToolCall]:
         waiting = asyncio.create_task(
-            wait_until_terminal([call_id], 5, reload, [ToolCall(status=Status.QUEUED)])
+            wait_until_terminal([call_id], 5, reload, [call_in(Status.QUEUED)])
         )
         while not reads:  # subscribed and read once
             await asyncio.sleep(0.01)
         for status in (Status.RUNNING, Status.QUEUED, Status.RUNNING):  # nothing to read for
             statuses.append(status)
-            publisher.publish(channel, str(status))
+            publisher.publish(channel, f"{call_id} {status}")
             await asyncio.sleep(0.05)
+        # Another call of the session finished: nothing to read for either.
+        publisher.publish(channel, f"{uuid.uuid4()} {Status.COMPLETED}")
+        await asyncio.sleep(0.05)
         assert not waiting.done() and reads == [Status.QUEUED]
         statuses.append(Status.COMPLETED)
-        publisher.publish(channel, str(Status.COMPLETED))
+        publisher.publish(channel, f"{call_id} {Status.COMPLETED}")
         return await asyncio.wait_for(waiting, 5)
 
     [call] = run_async(scenario)
@@ -129,23 +136,119 @@ def test_a_wake_up_that_says_nothing_known_is_read_for() -> None:
     from dispatcher.gateways.api import wait_until_terminal
     from dispatcher.models import Status, ToolCall
 
-    call_id = str(uuid.uuid4())
+    call_id, session_id = str(uuid.uuid4()), uuid.uuid4()
     publisher = redis.Redis.from_url(settings.REDIS_URL)
     reads: list[int] = []
 
     async def reload() -> list[ToolCall]:
         reads.append(1)
         status = Status.COMPLETED if len(reads) > 1 else Status.QUEUED
-        return [ToolCall(id=uuid.UUID(call_id), status=status)]
+        return [ToolCall(id=uuid.UUID(call_id), session_id=session_id, status=status)]
 
     async def scenario() -> list[ToolCall]:
-        waiting = asyncio.create_task(
-            wait_until_terminal([call_id], 5, reload, [ToolCall(status=Status.QUEUED)])
-        )
+        queued = ToolCall(id=uuid.UUID(call_id), session_id=session_id, status=Status.QUEUED)
+        waiting = asyncio.create_task(wait_until_terminal([call_id], 5, reload, [queued]))
         while not reads:
             await asyncio.sleep(0.01)
-        publisher.publish(notify.wake_channel(call_id), "something else")
+        publisher.publish(notify.session_channel(str(session_id)), "something-else")
         return await asyncio.wait_for(waiting, 5)
 
     [call] = run_async(scenario)
     assert call.status == Status.COMPLETED and len(reads) == 2
+
+
+def sub_count() -> int:
+    return sum(int(c["sub"]) for c in own_wake_clients())
+
+
+@override_settings(HARNESS_WAKE_LINGER=0.3)
+def test_a_channel_lingers_after_its_wait_and_the_next_wait_joins_it_without_redis() -> None:
+    channel = notify.session_channel(f"hub-{uuid.uuid4()}")
+    never = notify.session_channel(f"hub-{uuid.uuid4()}")
+    publisher = redis.Redis.from_url(settings.REDIS_URL)
+
+    async def scenario() -> dict[str, object]:
+        seen: dict[str, object] = {}
+        seen["before any wait"] = notify.join_subscribed(channel)
+        async with notify.wake_on([channel]):
+            pass
+        seen["lingering"] = sub_count()
+        seen["never subscribed"] = notify.join_subscribed(never)
+        seen["after joining nothing"] = sub_count()
+        joined = notify.join_subscribed(channel)
+        assert joined is not None
+        publisher.publish(channel, "c-1 completed")
+        seen["woken"] = await joined.wakeup.wait(1)
+        seen["news"] = joined.wakeup.take_news()
+        await joined.leave()
+        await asyncio.sleep(0.6)  # past the linger
+        seen["after the linger"] = sub_count()
+        seen["joined after the linger"] = notify.join_subscribed(channel)
+        return seen
+
+    seen = run_async(scenario)
+    assert seen["before any wait"] is None  # no hub yet: nothing subscribed, nothing asked
+    assert seen["lingering"] == 1
+    assert seen["never subscribed"] is None and seen["after joining nothing"] == 1
+    assert seen["woken"] is True and seen["news"] == {"c-1 completed"}
+    assert seen["after the linger"] == 0
+    assert seen["joined after the linger"] is None
+
+
+def test_at_most_max_lingering_channels_stay_subscribed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(notify, "MAX_LINGERING", 2)
+
+    async def scenario() -> int:
+        for _ in range(5):
+            async with notify.wake_on([notify.session_channel(f"hub-{uuid.uuid4()}")]):
+                pass
+        return sub_count()
+
+    assert run_async(scenario) == 2
+
+
+def test_a_wait_joined_before_the_write_misses_no_change_and_reads_only_for_one() -> None:
+    """The agent API joins the session's channel before admitting the calls: a change
+    published while the request was still admitting (a fast worker) is not lost, and the
+    wait reads the calls only when a wake-up can have finished one (not once up front)."""
+    from dispatcher.gateways.api import wait_until_terminal
+    from dispatcher.models import Status, ToolCall
+
+    call_id, session_id = str(uuid.uuid4()), uuid.uuid4()
+    channel = notify.session_channel(str(session_id))
+    publisher = redis.Redis.from_url(settings.REDIS_URL)
+    stored = [Status.QUEUED]  # the call's status in the database
+    reads: list[str] = []
+
+    async def reload() -> list[ToolCall]:
+        reads.append(stored[-1])
+        return [ToolCall(id=uuid.UUID(call_id), session_id=session_id, status=stored[-1])]
+
+    async def finish_later() -> None:
+        await asyncio.sleep(0.2)
+        stored.append(Status.COMPLETED)
+        publisher.publish(channel, f"{call_id} {Status.COMPLETED}")
+
+    async def scenario() -> list[ToolCall]:
+        async with notify.wake_on([channel]):  # an earlier wait of the session
+            pass
+        joined = notify.join_subscribed(channel)
+        assert joined is not None
+        try:
+            # While "admitting": the call is queued, and a worker starts it at once.
+            stored.append(Status.RUNNING)
+            publisher.publish(channel, f"{call_id} {Status.RUNNING}")
+            await asyncio.sleep(0.05)
+            queued = ToolCall(id=uuid.UUID(call_id), session_id=session_id, status=Status.QUEUED)
+            finishing = asyncio.create_task(finish_later())
+            result = await wait_until_terminal([call_id], 5, reload, [queued], joined=joined)
+            await finishing
+            return result
+        finally:
+            await joined.leave()
+
+    began = time.monotonic()
+    [call] = run_async(scenario)
+    assert call.status == Status.COMPLETED
+    assert time.monotonic() - began < 2  # woken, not the 5 s deadline
+    assert reads == [Status.COMPLETED]  # no read up front, none for "running"
