@@ -129,6 +129,9 @@ def _admit(
             )
             admission.events.append(_decide(call, item, session, mode, profile, admission))
         calls.append(call)
+    if place is None:
+        for call in admission.calls:
+            call.batch_size = len(admission.calls)
     if admission.calls:
         with transaction.atomic():
             sent = batches.startable(admission.calls) if place is None else []

@@ -191,3 +191,10 @@ def dispatch_ready(batch_id: uuid.UUID) -> None:
                 pk=call.pk, status=Status.QUEUED, enqueued_at__isnull=True
             ).update(enqueued_at=timezone.now()):
                 enqueue_after_commit(str(call.pk))
+
+
+def dispatch_after(call: ToolCall) -> None:
+    """`call` just finished: send what may start next in its batch. A batch of one has
+    nothing next (its size is recorded at admission), so nothing is read for it."""
+    if call.batch_size != 1:
+        dispatch_ready(call.batch_id)

@@ -188,6 +188,28 @@ class _Plan:
     for_update: bool
     db: str
     fetch_mode: Any  # the QuerySet's (Django's FETCH_ONE unless the builder chose another)
+    # The columns' converters, found once (results_iter finds them again for every run);
+    # None when a composite column needs the ORM's own reshaping.
+    converters: list[tuple[int, tuple[list[Any], Any]]] | None = None
+
+    def convert(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The rows as the ORM's results_iter(tuple_expected=True) gives them."""
+        compiler = self.compiler
+        if self.converters is None:
+            return list(compiler.results_iter(results=[rows], tuple_expected=True))
+        if not self.converters:
+            return rows
+        connection = compiler.connection
+        out = []
+        for row in rows:
+            values = list(row)
+            for position, (functions, expression) in self.converters:
+                value = values[position]
+                for function in functions:
+                    value = function(value, expression, connection)
+                values[position] = value
+            out.append(tuple(values))
+        return out
 
     def params(self, flat: list[object]) -> list[Any]:
         out: list[Any] = []
@@ -314,6 +336,7 @@ class Compiled(Generic[M]):  # noqa: UP046 (mypy and django-stubs read the TypeV
             constants.append(None if slot else param)
         if {s.arg for s in slots if s is not None} != set(range(len(sentinels))):
             raise NotCompilable("an argument is not bound as itself in the statement")
+        columns = [s[0] for s in compiler.select[0 : compiler.col_count]]
         return _Plan(
             sql,
             slots,
@@ -323,6 +346,9 @@ class Compiled(Generic[M]):  # noqa: UP046 (mypy and django-stubs read the TypeV
             and connections[db].features.has_select_for_update,
             db,
             queryset._fetch_mode,  # type: ignore[attr-defined]
+            None
+            if compiler.has_composite_fields(columns)
+            else list(compiler.get_converters(columns).items()),
         )
 
     def _rows(
@@ -342,7 +368,7 @@ class Compiled(Generic[M]):  # noqa: UP046 (mypy and django-stubs read the TypeV
         compiler = plan.compiler
         if compiler.has_extra_select:
             rows = [row[: compiler.col_count] for row in rows]
-        return plan, list(compiler.results_iter(results=[rows], tuple_expected=True))
+        return plan, plan.convert(rows)
 
     def all(self, *values: object, using: str = DEFAULT_DB_ALIAS) -> list[M]:
         """The model instances of the read, as iterating its QuerySet would give them."""

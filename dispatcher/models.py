@@ -167,6 +167,10 @@ class ToolCall(models.Model):
     dialect = models.CharField(max_length=16, choices=Dialect.choices)
     batch_id = models.UUIDField(db_index=True)
     batch_index = models.PositiveIntegerField()
+    # How many calls the message admitted into the batch; 0 when not known (a reviewer's
+    # edit puts its replacement into an existing batch). A finished call of a batch of one
+    # has nothing after it to start.
+    batch_size = models.PositiveIntegerField(default=0)
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.HARNESS)
     # An edited call's replacement points at the call it replaced.
     edited_from = models.ForeignKey(

@@ -330,7 +330,7 @@ def deny_before_run(call: ToolCall, denial: GuardDenial) -> None:
             content=content,
             is_error=True,
         )
-    batches.dispatch_ready(call.batch_id)
+    batches.dispatch_after(call)
 
 
 def claim(call: ToolCall, tool: Tool) -> bool:
@@ -363,7 +363,7 @@ def finish(call: ToolCall, status: Status, content: str, is_error: bool, seconds
             is_error=is_error,
             timings={**call.timings, "execute_s": round(seconds, 4)},
         )
-    batches.dispatch_ready(call.batch_id)
+    batches.dispatch_after(call)
 
 
 def mark_outcome_unknown(call: ToolCall) -> bool:
@@ -379,7 +379,7 @@ def mark_outcome_unknown(call: ToolCall) -> bool:
             is_error=True,
             reason="The worker's lease expired before it reported a result.",
         )
-    batches.dispatch_ready(call.batch_id)
+    batches.dispatch_after(call)
     return done
 
 

@@ -88,6 +88,21 @@ def test_a_finished_call_does_not_touch_the_rest_of_its_batch(db: None) -> None:
         assert all(s.startswith("WITH written AS (UPDATE") for s in updates), updates
 
 
+def test_a_finished_call_alone_in_its_batch_reads_nothing_after_its_result(db: None) -> None:
+    """The usual call (one per message): the worker's read, the claim and the result; no
+    read of the batch for what is next, since nothing is."""
+    session = agents.start_session(agent=make_agent(mode="trusted").agent)
+    proposed = [ProposedCall("one", "list_directory", canonical_json({"path": "."}), {"path": "."})]
+    [call] = admission.submit_calls(session=session, dialect="native", proposed=proposed)
+    assert call.batch_size == 1
+    with CaptureQueriesContext(connection) as queries:
+        execution.execute_call(str(call.pk))
+    assert ToolCall.objects.get(pk=call.pk).status == Status.COMPLETED
+    # As above, less the batch read: 9 on PostgreSQL, 13 on SQLite.
+    assert len(queries) == (9 if connection.vendor == "postgresql" else 13), statements(queries)
+    assert not [s for s in statements(queries) if "batch_id" in s.split("WHERE")[-1]]
+
+
 def test_an_approval_reuses_the_call_read_under_the_approvals_lock(db: None) -> None:
     fx = make_agent(mode="standard")
     session = agents.start_session(agent=fx.agent)
