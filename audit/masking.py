@@ -17,6 +17,7 @@ feeds each pattern the inputs that made the old patterns backtrack.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -249,6 +250,16 @@ RULES: list[_Rule] = [
 ]
 
 
+def _any_of(literals: set[str]) -> re.Pattern[str]:
+    return re.compile("|".join(sorted(map(re.escape, literals))) or r"(?!)")
+
+
+# Whether any rule can apply, in one pass over the text (and one over its lower case):
+# most texts (ids, names, short paths) hold none of the rules' literals.
+_PLAIN_NEEDS = _any_of({n for rule in RULES if not rule.folded for n in rule.needs})
+_FOLDED_NEEDS = _any_of({n for rule in RULES if rule.folded for n in rule.needs})
+
+
 class Masked(str):
     """Text that is already the audit copy (see `premask`): `mask_secrets` keeps it."""
 
@@ -261,13 +272,24 @@ class Masked(str):
 
 
 def is_secret_key(key: str) -> bool:
+    # (The same few keys come again and again: call_id, path, content. Long ones are not
+    # kept: an agent's keys are its own, of any size.)
+    return _is_secret_short(key) if len(key) <= 64 else _is_secret(key)
+
+
+def _is_secret(key: str) -> bool:
     return bool(SECRET_KEY.search(key.lower().replace("-", "_")))
+
+
+_is_secret_short = functools.lru_cache(maxsize=4096)(_is_secret)
 
 
 def mask_text(text: str) -> str:
     if isinstance(text, Masked):
         return text
     lowered = text.lower()
+    if _PLAIN_NEEDS.search(text) is None and _FOLDED_NEEDS.search(lowered) is None:
+        return text  # no rule's literal: no rule applies
     for rule in RULES:
         if rule.applies(text, lowered):
             text = rule.apply(text)
