@@ -189,9 +189,13 @@ def _decide_pending(
     commit). False if it was no longer pending.
 
     Joins the caller's transaction when there is one (the approvals app records its own
-    row in the same commit, and passes the `call` it read under its approval's lock).
+    row in the same commit, and passes the `call` it read under its approval's lock),
+    without a savepoint: a failure here fails the whole decision.
+
+    The only call of its batch, queued: its message is marked sent in the transition
+    itself (`approve_call`), and nothing else of the batch is read.
     """
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         if call is None:
             call = ToolCall.objects.select_for_update().get(pk=call_id)
         if call.status != Status.PENDING_APPROVAL:
@@ -209,7 +213,10 @@ def _decide_pending(
         if done:
             # In the same transaction (one commit); the messages still leave after it,
             # the worker's first, then the pushes to agents and reviewers.
-            batches.dispatch_ready(call.batch_id)
+            if call.batch_size != 1:
+                batches.dispatch_ready(call.batch_id)
+            elif call.status == Status.QUEUED:
+                batches.enqueue_after_commit(str(call.pk))  # (enqueued_at set with it)
             publish_after_commit(call, Status.PENDING_APPROVAL)
         return done
 
@@ -225,13 +232,16 @@ def approve_call(
     """Approve a pending call: queued for a worker, or released to the client that runs
     it (decide-only). False if it was no longer pending."""
     decision = Decision("allow", actor, reason or "Approved by a reviewer.")
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         if call is None:
             call = ToolCall.objects.select_for_update().get(pk=call_id)
         if call.executor == Executor.CLIENT:
             to, fields = Status.RELEASED, release_fields()
         else:
-            to, fields = Status.QUEUED, {"queued_at": timezone.now()}
+            now = timezone.now()
+            to, fields = Status.QUEUED, {"queued_at": now}
+            if call.batch_size == 1:  # the batch's only call: its message leaves now
+                fields["enqueued_at"] = now
         return _decide_pending(
             call_id, to, decision, kinds.CALL_APPROVED, None, extra, call=call, **fields
         )

@@ -103,7 +103,8 @@ def test_a_finished_call_alone_in_its_batch_reads_nothing_after_its_result(db: N
     assert not [s for s in statements(queries) if "batch_id" in s.split("WHERE")[-1]]
 
 
-def test_an_approval_reuses_the_call_read_under_the_approvals_lock(db: None) -> None:
+@pytest.mark.django_db(transaction=True)
+def test_an_approval_reuses_the_call_read_under_the_approvals_lock() -> None:
     fx = make_agent(mode="standard")
     session = agents.start_session(agent=fx.agent)
     call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
@@ -111,11 +112,19 @@ def test_an_approval_reuses_the_call_read_under_the_approvals_lock(db: None) -> 
     reviewer = make_user("budget-reviewer", groups=("reviewer",))
     with CaptureQueriesContext(connection) as queries:
         approvals.decide(approval_id=approval.pk, user=reviewer, approve=True, digest=call.digest)
-    assert ToolCall.objects.get(pk=call.pk).status == Status.QUEUED
+    stored = ToolCall.objects.get(pk=call.pk)
+    assert stored.status == Status.QUEUED and stored.enqueued_at is not None
     call_reads = [s for s in statements(queries) if s.startswith('SELECT "dispatcher_toolcall"')]
-    # Only dispatch_ready's read of the batch: the call was read (and is held) under the
-    # approval's lock, and moves by a conditional update.
-    assert len(call_reads) == 1, call_reads
+    # No read of the call: it was read (and is held) under the approval's lock, and moves
+    # by a conditional update; alone in its batch, its message is marked sent in that same
+    # update, so the batch is not read either. No savepoints: one transaction.
+    assert call_reads == []
+    assert not [s for s in statements(queries) if "SAVEPOINT" in s]
+    if connection.vendor == "postgresql":
+        # The reviewer's role, BEGIN, the approval's lock (with its call), the call's
+        # update with the head's lock, the audit append, the approval's row, COMMIT, and
+        # after it the notifications' read for the outcome event.
+        assert len(queries) == 8, statements(queries)
 
 
 @pytest.mark.django_db(transaction=True)
