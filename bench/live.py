@@ -610,7 +610,8 @@ async def _drain(
             await asyncio.to_thread(worker.consume, False)
             pubsub = redis.pubsub()
             if label == "P":
-                await pubsub.psubscribe("harness_bench:wake:*")
+                # Every change of the session's calls, "<call id> <status>" (dispatcher.notify)
+                await pubsub.subscribe(f"harness_bench:wake:session:{session}")
                 for start in range(0, n, batch):
                     body = {
                         "calls": [
@@ -658,7 +659,8 @@ async def _drain(
                     if time.perf_counter() - t0 > 120:
                         raise RuntimeError(f"S6 {label}: drained {done} of {target}")
                     continue
-                if label == "B" or msg["data"] == b"completed":
+                data = msg["data"]  # P: "<call id> completed"; F: "completed"
+                if label == "B" or data.split(b" ")[-1] == b"completed":
                     done += 1
             elapsed = time.perf_counter() - t0
             cpu1 = drain_cpu(worker)
