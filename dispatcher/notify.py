@@ -180,11 +180,22 @@ class Joined:
     """A wait registered on an already subscribed channel (`join_subscribed`); `leave()`
     when done, in every case."""
 
-    def __init__(self, hub: _Hub, wakeup: Wakeup, channel: str) -> None:
+    def __init__(self, hub: _Hub, wakeup: Wakeup, channel: str, expires: float | None) -> None:
         self.hub, self.wakeup, self.channel = hub, wakeup, channel
+        self.expires = expires  # when the channel stopped lingering for this join (or None)
 
-    async def leave(self) -> None:
-        await self.hub.remove(self.wakeup, [self.channel])
+    @property
+    def usable(self) -> bool:
+        """Still listening: its hub has not failed or closed since the join."""
+        return not self.hub.closed and self.wakeup.error is None
+
+    async def leave(self, *, served: bool = True) -> None:
+        """Leave the channel. `served`: the request was authenticated and answered; when
+        it was not (401, 404, 429, a malformed body), the channel lingers only as long as
+        it would have without this request."""
+        await self.hub.remove(
+            self.wakeup, [self.channel], linger_until=None if served else self.expires
+        )
 
 
 def join_subscribed(channel: str) -> Joined | None:
@@ -199,7 +210,8 @@ def join_subscribed(channel: str) -> Joined | None:
     if hub is None:
         return None
     wakeup = Wakeup()
-    return Joined(hub, wakeup, channel) if hub.join(wakeup, channel) else None
+    joined, expires = hub.join(wakeup, channel)
+    return Joined(hub, wakeup, channel, expires) if joined else None
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub] = weakref.WeakKeyDictionary()
@@ -243,24 +255,21 @@ class _Hub:
         self.reader: asyncio.Task[None] | None = None
         self.closed = False
         self.idle: asyncio.TimerHandle | None = None
-        # Subscribed and confirmed channels nobody waits on: channel -> when it expires
-        # (insertion order is expiry order).
+        # Subscribed and confirmed channels nobody waits on: channel -> when it expires.
         self.lingering: dict[str, float] = {}
         self.sweep: asyncio.TimerHandle | None = None
 
-    def join(self, wakeup: Wakeup, channel: str) -> bool:
+    def join(self, wakeup: Wakeup, channel: str) -> tuple[bool, float | None]:
         """Register `wakeup` on `channel` if it is subscribed and confirmed (waited on or
-        lingering); False otherwise (nothing registered)."""
+        lingering): (True, when its linger would have ended, if it lingered); (False, None)
+        otherwise (nothing registered). Touches no timer: a join is not yet a wait."""
         if self.closed or channel in self.confirmed:
-            return False
+            return False, None
         if channel not in self.waiters and channel not in self.lingering:
-            return False
-        self.lingering.pop(channel, None)
+            return False, None
+        expires = self.lingering.pop(channel, None)
         self.waiters.setdefault(channel, set()).add(wakeup)
-        if self.idle is not None:
-            self.idle.cancel()
-            self.idle = None
-        return True
+        return True, expires
 
     async def add(self, wakeup: Wakeup, channels: list[str]) -> bool:
         """Register `wakeup` on `channels`, subscribing the new ones; False if this hub has
@@ -271,10 +280,10 @@ class _Hub:
             if self.idle is not None:
                 self.idle.cancel()
                 self.idle = None
-            for channel in channels:  # lingering: subscribed and confirmed already
-                self.lingering.pop(channel, None)
-            new = [c for c in channels if c not in self.waiters]
+            # New: neither waited on nor lingering (a lingering one is subscribed already).
+            new = [c for c in channels if c not in self.waiters and c not in self.lingering]
             for channel in channels:
+                self.lingering.pop(channel, None)
                 self.waiters.setdefault(channel, set()).add(wakeup)
             try:
                 if new:
@@ -285,6 +294,19 @@ class _Hub:
                         self.reader = asyncio.create_task(self._read(), name="wake-reader")
             except (redis.RedisError, OSError) as error:
                 self._fail(error)
+            except BaseException:
+                # Cancelled mid-subscribe (the client went away while a new hub connected):
+                # this waiter leaves, and its new channels' pending confirmations with it,
+                # so that the next waiter subscribes them again instead of waiting for a
+                # confirmation that never comes.
+                for channel in new:
+                    future = self.confirmed.get(channel)
+                    if future is not None and not future.done():
+                        future.cancel()
+                gone = self._forget(wakeup, channels)
+                if gone:  # (perhaps subscribed after all: unsubscribed once the lock is free)
+                    self.loop.create_task(self._unsubscribe_unused(gone))
+                raise
             pending = [self.confirmed[c] for c in channels if c in self.confirmed]
         try:
             async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
@@ -300,32 +322,54 @@ class _Hub:
             raise WakeUnavailable(str(wakeup.error)) from wakeup.error
         return True
 
-    async def remove(self, wakeup: Wakeup, channels: list[str]) -> None:
+    def _forget(
+        self, wakeup: Wakeup, channels: list[str], linger_until: float | None = None
+    ) -> list[str]:
+        """(Synchronous: nothing can cut it short.) Take `wakeup` off `channels`; the ones
+        left without waiters linger (until `linger_until`, or HARNESS_WAKE_LINGER from
+        now) or are returned to be unsubscribed."""
         for channel in channels:
             waiting = self.waiters.get(channel)
             if waiting is not None:
                 waiting.discard(wakeup)
                 if not waiting:
                     del self.waiters[channel]
+        if self.closed:
+            return []
+        if not self.waiters and self.idle is None:
+            self.idle = self.loop.call_later(IDLE_CLOSE_AFTER, self._close_if_idle)
+        gone = [c for c in channels if c not in self.waiters]
+        # Confirmed channels linger; one still unconfirmed (its waiter gave up) goes.
+        linger = settings.HARNESS_WAKE_LINGER
+        expires = self.loop.time() + linger if linger_until is None else linger_until
+        for channel in gone:
+            if linger > 0 and channel not in self.confirmed and channel not in self.lingering:
+                self.lingering[channel] = expires
+        if self.lingering and self.sweep is None:
+            self.sweep = self.loop.call_later(max(linger, 0.01), self._sweep)
+        gone = [c for c in gone if c not in self.lingering]
+        while len(self.lingering) > MAX_LINGERING:
+            oldest = next(iter(self.lingering))
+            del self.lingering[oldest]
+            gone.append(oldest)
+        for channel in gone:
+            self.confirmed.pop(channel, None)
+        return gone
+
+    async def remove(
+        self, wakeup: Wakeup, channels: list[str], linger_until: float | None = None
+    ) -> None:
+        gone = self._forget(wakeup, channels, linger_until)
+        if gone:
+            # Shielded: a cancelled request still unsubscribes what nobody listens to.
+            await asyncio.shield(self._unsubscribe_unused(gone))
+
+    async def _unsubscribe_unused(self, channels: list[str]) -> None:
         async with self.lock:
-            if self.closed:
-                return
-            if not self.waiters and self.idle is None:
-                self.idle = self.loop.call_later(IDLE_CLOSE_AFTER, self._close_if_idle)
-            gone = [c for c in channels if c not in self.waiters]
-            # Confirmed channels linger; one still unconfirmed (its waiter gave up) goes.
-            linger = settings.HARNESS_WAKE_LINGER
-            expires = self.loop.time() + linger
-            for channel in gone:
-                if linger > 0 and channel not in self.confirmed and channel not in self.lingering:
-                    self.lingering[channel] = expires
-            if self.lingering and self.sweep is None:
-                self.sweep = self.loop.call_later(linger, self._sweep)
-            gone = [c for c in gone if c not in self.lingering]
-            while len(self.lingering) > MAX_LINGERING:
-                gone.append(next(iter(self.lingering)))
-                del self.lingering[gone[-1]]
-            await self._unsubscribe(gone)
+            if not self.closed:
+                await self._unsubscribe(
+                    [c for c in channels if c not in self.waiters and c not in self.lingering]
+                )
 
     async def _unsubscribe(self, gone: list[str]) -> None:
         """(Under the lock.) Unsubscribe `gone`, which nobody waits on or lingers on."""
@@ -351,7 +395,7 @@ class _Hub:
             for channel in gone:
                 del self.lingering[channel]
             if self.lingering and self.sweep is None:
-                first = next(iter(self.lingering.values()))
+                first = min(self.lingering.values())
                 self.sweep = self.loop.call_later(max(first - now, 0.01), self._sweep)
             await self._unsubscribe(gone)
 

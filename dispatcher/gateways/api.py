@@ -288,7 +288,7 @@ async def wait_until_terminal(
     # (A reviewer's edit admits the replacement in its call's session: same channels.)
     channels = {session_channel(str(c.session_id)) for c in calls}
     try:
-        if joined is not None and channels == {joined.channel}:
+        if joined is not None and channels == {joined.channel} and joined.usable:
             watch: contextlib.AbstractAsyncContextManager[notify.Wakeup] = contextlib.nullcontext(
                 joined.wakeup
             )
@@ -447,10 +447,12 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
     # call waited here moments ago), wait on it from before the calls are written: then
     # nothing needs reading again before sleeping. Joining asks Redis nothing.
     joined = notify.join_subscribed(session_channel(str(session_id))) if seconds > 0 else None
+    served = False  # (a refused request leaves the channel as it found it)
     try:
         outcome = await sync_to_async(_submit)(token, session_id, request, seconds > 0)
         if isinstance(outcome, JsonResponse):
             return outcome
+        served = True
         dialect, calls, slot = outcome
         ids = [str(c.pk) for c in calls]
         try:
@@ -460,7 +462,7 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
                 notify.wait_slots.release(slot)
     finally:
         if joined is not None:
-            await joined.leave()
+            await joined.leave(served=served)
     status, payload = batch_json(calls, dialect)
     return JsonResponse(payload, status=status)
 

@@ -4,6 +4,7 @@ wake-up delivered to the waits on its channel only."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import uuid
@@ -252,3 +253,96 @@ def test_a_wait_joined_before_the_write_misses_no_change_and_reads_only_for_one(
     assert call.status == Status.COMPLETED
     assert time.monotonic() - began < 2  # woken, not the 5 s deadline
     assert reads == [Status.COMPLETED]  # no read up front, none for "running"
+
+
+def subscribes_so_far() -> int:
+    stats = redis.Redis.from_url(settings.REDIS_URL).info("commandstats")
+    return int(stats.get("cmdstat_subscribe", {}).get("calls", 0))
+
+
+def test_a_wait_cancelled_while_a_new_hub_subscribes_leaves_nothing_behind() -> None:
+    """(Review: a client gone during the first subscribe of a fresh hub left a waiter and
+    a confirmation that never came, and every later wait on the channel timed out.)"""
+    channel = notify.session_channel(f"hub-{uuid.uuid4()}")
+    publisher = redis.Redis.from_url(settings.REDIS_URL)
+
+    async def wait_forever() -> None:
+        async with notify.wake_on([channel]) as wakeup:
+            await wakeup.wait(30)
+
+    async def scenario() -> bool:
+        first = asyncio.create_task(wait_forever())
+        for _ in range(3):  # the hub is connecting: cancel the wait there
+            await asyncio.sleep(0)
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        async with asyncio.timeout(3), notify.wake_on([channel]) as wakeup:
+            publisher.publish(channel, "c-1 completed")
+            return await wakeup.wait(2)
+
+    assert run_async(scenario) is True
+
+
+@override_settings(HARNESS_WAKE_LINGER=0.2)
+def test_a_wait_cancelled_while_leaving_still_unsubscribes() -> None:
+    """(Review: a cancellation while the hub's lock was busy left a channel subscribed in
+    Redis that nothing tracked.)"""
+    channel = notify.session_channel(f"hub-{uuid.uuid4()}")
+
+    async def scenario() -> tuple[int, bool]:
+        entered = asyncio.Event()
+
+        async def waiter() -> None:
+            async with notify.wake_on([channel]):
+                entered.set()
+                await asyncio.sleep(30)
+
+        task = asyncio.create_task(waiter())
+        await entered.wait()
+        hub = notify._hub()
+        async with hub.lock:  # busy: the leaving waiter must wait for it
+            task.cancel()
+            await asyncio.sleep(0.05)
+            task.cancel()  # again, while it leaves (anyio, the MCP SDK's, cancels so)
+            await asyncio.sleep(0.05)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.6)  # past the linger
+        return sub_count(), channel in hub.waiters or channel in hub.lingering
+
+    assert run_async(scenario) == (0, False)
+
+
+def test_waiting_again_on_a_lingering_channel_asks_redis_nothing() -> None:
+    channel = notify.session_channel(f"hub-{uuid.uuid4()}")
+
+    async def scenario() -> int:
+        async with notify.wake_on([channel]):
+            pass
+        before = subscribes_so_far()
+        async with notify.wake_on([channel]):
+            pass
+        return subscribes_so_far() - before
+
+    assert run_async(scenario) == 0
+
+
+@override_settings(HARNESS_WAKE_LINGER=5)
+def test_a_refused_request_does_not_keep_a_channel_lingering() -> None:
+    """(Review: a request with a bad token joined and left, and so renewed the linger.)"""
+    channel = notify.session_channel(f"hub-{uuid.uuid4()}")
+
+    async def scenario() -> tuple[float, float]:
+        async with notify.wake_on([channel]):
+            pass
+        hub = notify._hub()
+        expires = hub.lingering[channel]
+        await asyncio.sleep(0.05)
+        joined = notify.join_subscribed(channel)
+        assert joined is not None and channel not in hub.lingering
+        await joined.leave(served=False)
+        return expires, hub.lingering[channel]
+
+    before, after = run_async(scenario)
+    assert after == before
