@@ -247,6 +247,7 @@ class _Hub:
             settings.REDIS_URL,
             client_name=f"harness-wake-{os.getpid()}",
             retry=Retry(NoBackoff(), 0),  # a broken connection fails its waiters at once
+            socket_connect_timeout=SUBSCRIBE_TIMEOUT,
         )
         self.pubsub = self.client.pubsub()
         self.waiters: dict[str, set[Wakeup]] = {}
@@ -254,6 +255,7 @@ class _Hub:
         self.lock = asyncio.Lock()
         self.reader: asyncio.Task[None] | None = None
         self.closed = False
+        self.failure: BaseException | None = None  # why it was retired, when Redis failed
         self.idle: asyncio.TimerHandle | None = None
         # Subscribed and confirmed channels nobody waits on: channel -> when it expires.
         self.lingering: dict[str, float] = {}
@@ -273,10 +275,30 @@ class _Hub:
 
     async def add(self, wakeup: Wakeup, channels: list[str]) -> bool:
         """Register `wakeup` on `channels`, subscribing the new ones; False if this hub has
-        closed meanwhile. Returns when every channel's subscription is confirmed."""
+        closed meanwhile. Returns when every channel's subscription is confirmed; raises
+        WakeUnavailable when Redis does not answer within SUBSCRIBE_TIMEOUT (the hub is
+        retired then: a Redis that accepts connections and answers nothing must not hold
+        waits past their deadlines, nor the next ones)."""
+        try:
+            async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
+                pending = await self._register(wakeup, channels)
+        except TimeoutError as error:
+            self._fail(WakeUnavailable("Redis did not answer the subscription in time"))
+            raise WakeUnavailable("Redis did not answer the subscription in time") from error
+        if pending is None:
+            return False
+        return await self._confirmed(wakeup, channels, pending)
+
+    async def _register(
+        self, wakeup: Wakeup, channels: list[str]
+    ) -> list[asyncio.Future[None]] | None:
+        """(`add`'s first half, under the lock.) The confirmations to wait for; None when
+        the hub has closed."""
         async with self.lock:
+            if self.failure is not None:  # failed while this waiter queued: fail it too
+                raise WakeUnavailable(str(self.failure)) from self.failure
             if self.closed:
-                return False
+                return None
             if self.idle is not None:
                 self.idle.cancel()
                 self.idle = None
@@ -307,7 +329,11 @@ class _Hub:
                 if gone:  # (perhaps subscribed after all: unsubscribed once the lock is free)
                     self.loop.create_task(self._unsubscribe_unused(gone))
                 raise
-            pending = [self.confirmed[c] for c in channels if c in self.confirmed]
+            return [self.confirmed[c] for c in channels if c in self.confirmed]
+
+    async def _confirmed(
+        self, wakeup: Wakeup, channels: list[str], pending: list[asyncio.Future[None]]
+    ) -> bool:
         try:
             async with asyncio.timeout(SUBSCRIBE_TIMEOUT):
                 for future in pending:
@@ -432,6 +458,8 @@ class _Hub:
         one); the connection is closed in the background."""
         self._detach()
         self.lingering.clear()
+        if self.failure is None:
+            self.failure = error
         for waiting in self.waiters.values():
             for wakeup in waiting:
                 wakeup.wake(error)

@@ -346,3 +346,50 @@ def test_a_refused_request_does_not_keep_a_channel_lingering() -> None:
 
     before, after = run_async(scenario)
     assert after == before
+
+
+def test_a_redis_that_accepts_and_never_answers_fails_waits_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(Review: the hub's connect and the wait for its lock had no deadline, so a Redis
+    that accepted the connection and answered nothing held every wait of the process.)"""
+    import socket
+    import threading
+
+    monkeypatch.setattr(notify, "SUBSCRIBE_TIMEOUT", 0.5)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                accepted.append(server.accept()[0])  # and never a byte back
+
+    threading.Thread(target=accept, daemon=True).start()
+    mute = override_settings(REDIS_URL=f"redis://127.0.0.1:{server.getsockname()[1]}/0")
+
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+
+        async def one() -> float:
+            with contextlib.suppress(notify.WakeUnavailable):
+                async with notify.wake_on([notify.session_channel(f"hub-{uuid.uuid4()}")]):
+                    pass
+            return loop.time() - began
+
+        return list(await asyncio.gather(*(one() for _ in range(3))))
+
+    try:
+        with mute:
+            took = run_async(scenario)
+    finally:
+        stop.set()
+        for conn in accepted:
+            conn.close()
+        server.close()
+    assert max(took) < 1.0, took  # all gave up at SUBSCRIBE_TIMEOUT, not one after another
