@@ -80,10 +80,10 @@ def generate_calls(
     json_empty = "'{}'::jsonb" if pg else "'{}'"
     sql = f"""
         INSERT INTO {table} (id, session_id, tool_use_id, name, raw_arguments, arguments, digest,
-            dialect, batch_id, batch_index, executor, status, decision, decided_by, reason,
+            dialect, batch_id, batch_index, batch_size, executor, status, decision, decided_by, reason,
             provenance, content, is_error, repeat_count, created_at, attempts, timings)
         SELECT {ids[0]}, CAST(CASE n.i %% {len(sessions)} {session_arms} END AS {"uuid" if pg else "char(32)"}), 't' || n.i,
-            CASE n.i %% 4 {tool_arms} END, '{{}}', {json_empty}, '', 'native', {ids[1]}, 0,
+            CASE n.i %% 4 {tool_arms} END, '{{}}', {json_empty}, '', 'native', {ids[1]}, 0, 1,
             'harness', {outcome_sql[0]}, {outcome_sql[1]}, {outcome_sql[2]}, '',
             {json_empty}, '', {outcome_sql[3]}, 1, {created}, 0, {json_empty}
         FROM {series}
