@@ -193,6 +193,17 @@ def dispatch_ready(batch_id: uuid.UUID) -> None:
                 enqueue_after_commit(str(call.pk))
 
 
+def dispatch_decided(call: ToolCall) -> None:
+    """`call` just left pending_approval (in the transaction that moved it): send what may
+    start now. The only call of its batch starts if it was queued: its approval marked
+    its message sent in the same update (`transitions.approve_call`), so only the message
+    is left to send, and nothing is read."""
+    if call.batch_size != 1:
+        dispatch_ready(call.batch_id)
+    elif call.status == Status.QUEUED:
+        enqueue_after_commit(str(call.pk))
+
+
 def dispatch_after(call: ToolCall) -> None:
     """`call` just finished: send what may start next in its batch. A batch of one has
     nothing next (its size is recorded at admission), so nothing is read for it."""

@@ -62,6 +62,19 @@ def parse_news(news: str) -> tuple[str, str]:
     return (call_id, status) if status else ("", "")
 
 
+def needs_read(news: set[str], watched: set[str], quiet: frozenset[str] = frozenset()) -> bool:
+    """Whether a wake-up's messages (`Wakeup.take_news`) can have changed what a waiter
+    on the calls `watched` answers: one says a watched call moved to a status outside
+    `quiet`, or one says nothing readable (so does a wake-up with no message)."""
+    if not news:
+        return True
+    for item in news:
+        call_id, status = parse_news(item)
+        if not call_id or (call_id in watched and status not in quiet):
+            return True
+    return False
+
+
 @functools.cache
 def redis_at(url: str) -> redis.Redis:
     """This process's client of the Redis server at `url` (one pool per URL)."""
@@ -200,9 +213,10 @@ class Joined:
 
 def join_subscribed(channel: str) -> Joined | None:
     """Wait on `channel` from now on if this process's subscription already has it
-    confirmed (another wait, or one that just ended: HARNESS_WAKE_LINGER): no round trip to Redis, so a
-    request can join before it knows whether it will wait, ahead of anything it writes.
-    None when the channel is not subscribed (then `wake_on`, after authenticating).
+    confirmed (another wait, or one that just ended: HARNESS_WAKE_LINGER): no round trip
+    to Redis, so a request can join before it knows whether it will wait, ahead of
+    anything it writes. None when the channel is not subscribed (then `wake_on`, after
+    authenticating).
 
     Never subscribes anything: a request that has not proved who it is yet costs Redis
     nothing, and only `wake_on` (called after authentication) makes channels linger."""
@@ -235,8 +249,7 @@ class _Hub:
 
     Channels are reference-counted: the first waiter on a channel subscribes; after the
     last one leaves, the channel lingers (stays subscribed) for HARNESS_WAKE_LINGER
-    seconds, then is
-    unsubscribed. The connection closes when nobody has waited for IDLE_CLOSE_AFTER
+    seconds, then is unsubscribed. The connection closes when nobody has waited for IDLE_CLOSE_AFTER
     seconds, or when its event loop ends (the next waiter opens a new one). A Redis
     failure wakes every waiter with the error and retires the hub.
     """
@@ -398,9 +411,8 @@ class _Hub:
                 )
 
     async def _unsubscribe(self, gone: list[str]) -> None:
-        """(Under the lock.) Unsubscribe `gone`, which nobody waits on or lingers on."""
-        for channel in gone:
-            self.confirmed.pop(channel, None)
+        """(Under the lock.) Unsubscribe `gone`, which nobody waits on or lingers on (and
+        has no confirmation pending: `_forget` dropped it, and lingering ones have none)."""
         if gone:
             try:
                 await self.pubsub.unsubscribe(*gone)

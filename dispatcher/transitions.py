@@ -213,10 +213,7 @@ def _decide_pending(
         if done:
             # In the same transaction (one commit); the messages still leave after it,
             # the worker's first, then the pushes to agents and reviewers.
-            if call.batch_size != 1:
-                batches.dispatch_ready(call.batch_id)
-            elif call.status == Status.QUEUED:
-                batches.enqueue_after_commit(str(call.pk))  # (enqueued_at set with it)
+            batches.dispatch_decided(call)
             publish_after_commit(call, Status.PENDING_APPROVAL)
         return done
 

@@ -37,7 +37,7 @@ from dispatcher.gateways.dialects import (
     parse_submission,
 )
 from dispatcher.models import TERMINAL_STATUSES, Agent, AgentSession, Status, ToolCall
-from dispatcher.notify import parse_news, session_channel
+from dispatcher.notify import session_channel
 from dispatcher.policy.models import Mode
 from dispatcher.tools.base import model_facing_schema
 from dispatcher.tools.registry import all_tools
@@ -245,18 +245,6 @@ def is_terminal(call: ToolCall) -> bool:
 _UNFINISHED = frozenset(str(s) for s in Status if s not in TERMINAL_STATUSES)
 
 
-def _needs_read(news: set[str], watched: set[str], quiet: frozenset[str]) -> bool:
-    """Whether a wake-up's messages can have changed what the waiter answers: one says a
-    watched call moved to a status outside `quiet`, or one says nothing readable."""
-    if not news:
-        return True  # a wake-up that said nothing
-    for item in news:
-        call_id, status = parse_news(item)
-        if not call_id or (call_id in watched and status not in quiet):
-            return True
-    return False
-
-
 async def wait_until_terminal(
     call_ids: list[str],
     seconds: float,
@@ -306,7 +294,9 @@ async def wait_until_terminal(
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
-                if await wakeup.wait(remaining) and _needs_read(wakeup.take_news(), watched, quiet):
+                if await wakeup.wait(remaining) and notify.needs_read(
+                    wakeup.take_news(), watched, quiet
+                ):
                     calls = await reload()
         if all(settled(c) for c in calls):
             return calls  # read after the last wake-up: nothing newer to read

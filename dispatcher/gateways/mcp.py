@@ -38,7 +38,7 @@ from dispatcher import admission, agents, notify
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
-from dispatcher.notify import parse_news, session_channel
+from dispatcher.notify import session_channel
 from dispatcher.policy import rules
 from dispatcher.policy.models import Mode
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
@@ -341,10 +341,8 @@ async def _next_change(wakeup: notify.Wakeup, watched: set[str], interval: float
     now = anyio.current_time
     until = now() + interval
     while (remaining := until - now()) > 0 and await wakeup.wait(remaining):
-        for item in wakeup.take_news() or {""}:
-            call_id, _ = parse_news(item)
-            if not call_id or call_id in watched:
-                return
+        if notify.needs_read(wakeup.take_news(), watched):
+            return
 
 
 # --- Claude Code's permission prompt: a decide-only call -----------------------------------
