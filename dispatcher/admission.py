@@ -138,6 +138,9 @@ def _admit(
             now = timezone.now()
             for call in sent:
                 call.enqueued_at = now
+            if place is None and batches.all_sent(admission.calls, sent):
+                for call in admission.calls:
+                    call.batch_all_sent = True
             head = _insert_calls(admission.calls, session.pk)
             record_events(admission.events, session_id=session.pk, locked_head=head)
             for call, presentation in admission.asks:

@@ -204,8 +204,16 @@ def dispatch_decided(call: ToolCall) -> None:
         enqueue_after_commit(str(call.pk))
 
 
+def all_sent(calls: list[ToolCall], sent: list[ToolCall]) -> bool:
+    """Whether `sent` (the calls of a new batch whose messages leave at admission) is every
+    call of the batch that is not finished: then no call of it ever waits for another."""
+    sent_ids = {id(c) for c in sent}
+    return all(id(c) in sent_ids or c.status in TERMINAL_STATUSES for c in calls)
+
+
 def dispatch_after(call: ToolCall) -> None:
-    """`call` just finished: send what may start next in its batch. A batch of one has
-    nothing next (its size is recorded at admission), so nothing is read for it."""
-    if call.batch_size != 1:
+    """`call` just finished: send what may start next in its batch. Nothing is read when
+    nothing can be next: a batch of one, or a batch whose every call was sent at admission
+    (both recorded at admission)."""
+    if call.batch_size != 1 and not call.batch_all_sent:
         dispatch_ready(call.batch_id)

@@ -447,7 +447,8 @@ def insert_statement(
     fields = [f for f in meta.concrete_fields if not f.generated]
     if (
         any(obj.pk is None for obj in objs)
-        or any(f.has_db_default() for f in fields)
+        # (a value left to a database default is an expression, DatabaseDefault: a field
+        # with both a Python and a database default carries the Python one here)
         or any(
             hasattr(getattr(obj, f.attname), "resolve_expression") for obj in objs for f in fields
         )

@@ -167,10 +167,16 @@ class ToolCall(models.Model):
     dialect = models.CharField(max_length=16, choices=Dialect.choices)
     batch_id = models.UUIDField(db_index=True)
     batch_index = models.PositiveIntegerField()
+    # (Both columns have database defaults: a process of the release before them, during a
+    # rolling upgrade, still inserts calls.)
     # How many calls the message admitted into the batch; 0 when not known (a reviewer's
     # edit puts its replacement into an existing batch). A finished call of a batch of one
     # has nothing after it to start.
-    batch_size = models.PositiveIntegerField(default=0)
+    batch_size = models.PositiveIntegerField(default=0, db_default=0)
+    # Every call of the batch that will run was sent to the workers at admission (all
+    # auto-allowed, one concurrency-safe run, none waiting for a reviewer): a finished
+    # call has nothing after it to start, and nothing of the batch is read after it.
+    batch_all_sent = models.BooleanField(default=False, db_default=False)
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.HARNESS)
     # An edited call's replacement points at the call it replaced.
     edited_from = models.ForeignKey(

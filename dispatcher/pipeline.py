@@ -20,7 +20,10 @@ admission.submit_calls and execution.execute_call run them in order.
 from __future__ import annotations
 
 import logging
+import os
+import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -51,22 +54,68 @@ def execute(tool: Tool, ctx: ExecutionContext, arguments: dict[str, Any]) -> Out
     """Run the tool inside the execute wrapper with its host-only timeout.
 
     The tool's own timeout (e.g. run_command killing its process group) fires first; the
-    thread join is the backstop for a body that ignores it.
+    wait is the backstop for a body that ignores it. The body runs on the process's tool
+    runner thread (one thread reused call after call, not a new one per call); a body that
+    outlives its timeout keeps that thread, and the next call gets a new runner.
     """
     wrapper = import_string(settings.HARNESS_EXECUTE_WRAPPER)
     outcome = Outcome()
+    done = threading.Event()
 
     def target() -> None:
+        threading.current_thread().name = f"tool-{ctx.call_id}"
         try:
             outcome.value = wrapper(tool, ctx, arguments)
         except BaseException as exc:  # noqa: BLE001 - every failure becomes an answer
             outcome.error = exc
+        finally:
+            done.set()
 
-    thread = threading.Thread(target=target, name=f"tool-{ctx.call_id}", daemon=True)
-    thread.start()
-    thread.join(tool.timeout + 1.0)
-    outcome.timed_out = thread.is_alive() or isinstance(outcome.error, TimeoutError)
+    runner = _runner()
+    runner.put(target)
+    if not done.wait(tool.timeout + 1.0):
+        _retire(runner)  # (the hung body keeps its thread; nothing else is queued on it)
+        outcome.timed_out = True
+    else:
+        outcome.timed_out = isinstance(outcome.error, TimeoutError)
     return outcome
+
+
+class _Runner:
+    """A daemon thread running queued bodies one at a time, for one process (a forked
+    child starts its own: threads do not survive fork)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="tool-runner", daemon=True).start()
+
+    def put(self, job: Callable[[], None]) -> None:
+        self.jobs.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            self.jobs.get()()
+
+
+_runners: dict[int, _Runner] = {}  # by the thread that waits for it (a worker thread)
+_runners_lock = threading.Lock()
+
+
+def _runner() -> _Runner:
+    key = threading.get_ident()
+    runner = _runners.get(key)
+    if runner is None or runner.pid != os.getpid():
+        with _runners_lock:
+            runner = _runners[key] = _Runner()
+    return runner
+
+
+def _retire(runner: _Runner) -> None:
+    with _runners_lock:
+        for key, value in list(_runners.items()):
+            if value is runner:
+                del _runners[key]
 
 
 def project_content(tool: Tool, outcome: Outcome) -> tuple[str, bool]:

@@ -185,6 +185,30 @@ def test_insert_writes_the_rows_bulk_create_would_and_keeps_unique_errors() -> N
         compiled.insert([copy("ours-1")])  # one call per (session, tool_use_id)
 
 
+def test_a_value_left_to_the_database_default_goes_to_bulk_create() -> None:
+    """A column with a database default is compiled while the object carries a value; one
+    left to the database (DatabaseDefault) is bulk_create's, which writes DEFAULT."""
+    from django.db.models import Value
+    from django.db.models.expressions import DatabaseDefault
+
+    from dispatcher import compiled
+
+    session = agents.start_session(agent=make_agent(mode="trusted").agent)
+    fresh = ToolCall.objects.get(pk=submit_one(session, "list_directory", {"path": "."}).pk)
+
+    def copy(**changes: Any) -> ToolCall:
+        values = {f.attname: getattr(fresh, f.attname) for f in ToolCall._meta.concrete_fields}
+        values.update(id=uuid.uuid4(), tool_use_id=uuid.uuid4().hex, **changes)
+        return ToolCall(**values)
+
+    assert compiled.insert_statement([copy()]) is not None
+    assert compiled.insert_statement([copy(batch_all_sent=DatabaseDefault(Value(False)))]) is None
+    left = copy(batch_all_sent=DatabaseDefault(Value(False)), batch_size=DatabaseDefault(Value(0)))
+    compiled.insert([left])
+    stored = ToolCall.objects.get(pk=left.pk)
+    assert stored.batch_all_sent is False and stored.batch_size == 0
+
+
 def test_save_fields_writes_those_columns_as_save_would_and_nothing_else() -> None:
     from approvals.models import ApprovalRequest
 

@@ -82,10 +82,41 @@ def test_a_finished_call_does_not_touch_the_rest_of_its_batch(db: None) -> None:
     # The read; the claim and the result, each in a savepoint (the test's transaction; a
     # real worker commits): on PostgreSQL the conditional UPDATE with the chain head's lock
     # in one statement, then the audit append in one; on SQLite the UPDATE, the head read,
-    # the events' INSERT and the head's UPDATE. Then the batch read for what is next.
-    assert len(queries) == (10 if connection.vendor == "postgresql" else 14), statements(queries)
+    # the events' INSERT and the head's UPDATE. No batch read for what is next: every call
+    # of the batch was sent at admission, so nothing can be.
+    assert all(c.batch_all_sent for c in ToolCall.objects.filter(batch_id=calls[0].batch_id))
+    assert len(queries) == (9 if connection.vendor == "postgresql" else 13), statements(queries)
+    assert not [s for s in statements(queries) if "batch_id" in s.split("WHERE")[-1]]
     if connection.vendor == "postgresql":
         assert all(s.startswith("WITH written AS (UPDATE") for s in updates), updates
+
+
+def test_a_call_that_waits_in_its_batch_is_sent_when_the_run_before_it_finishes(
+    db: None,
+) -> None:
+    """Two reads, then a write: the write waits for both reads (it is not concurrency-safe),
+    so the batch is not all sent at admission, and the finish of the last read reads the
+    batch and sends it."""
+    session = agents.start_session(agent=make_agent(mode="trusted").agent)
+    listing = canonical_json({"path": "."})
+    writing = {"path": "out.txt", "content": "x"}
+    proposed = [
+        ProposedCall("r1", "list_directory", listing, {"path": "."}),
+        ProposedCall("r2", "list_directory", listing, {"path": "."}),
+        ProposedCall("w", "write_file", canonical_json(writing), writing),
+    ]
+    first, second, write = admission.submit_calls(
+        session=session, dialect="native", proposed=proposed
+    )
+    assert [c.status for c in (first, second, write)] == [Status.QUEUED] * 3
+    assert first.enqueued_at and second.enqueued_at and write.enqueued_at is None
+    assert not any(c.batch_all_sent for c in (first, second, write))
+    execution.execute_call(str(first.pk))
+    assert ToolCall.objects.get(pk=write.pk).enqueued_at is None  # the second still runs
+    with CaptureQueriesContext(connection) as queries:
+        execution.execute_call(str(second.pk))
+    assert ToolCall.objects.get(pk=write.pk).enqueued_at is not None
+    assert [s for s in statements(queries) if "batch_id" in s.split("WHERE")[-1]]
 
 
 def test_a_finished_call_alone_in_its_batch_reads_nothing_after_its_result(db: None) -> None:

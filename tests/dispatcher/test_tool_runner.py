@@ -1,0 +1,84 @@
+"""Stage 6's runner (dispatcher.pipeline.execute): the tool body runs on a thread the
+process reuses call after call; a body past its timeout keeps its thread, is answered as
+timed out, and the next call runs on a new runner without waiting for it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from dispatcher import pipeline
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError
+
+PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": True}
+
+
+def tool(body: Any, timeout: float = 2.0) -> Tool:
+    return Tool(name="t", description="test", parameters=PARAMETERS, execute=body, timeout=timeout)
+
+
+def context(call_id: str, tmp_path: Path, timeout: float = 2.0) -> ExecutionContext:
+    return ExecutionContext(
+        workspace=tmp_path, call_id=call_id, timeout=timeout, output_limit=1000, raw_arguments="{}"
+    )
+
+
+def test_calls_run_on_one_reused_thread_named_for_the_call(tmp_path: Path) -> None:
+    seen: list[tuple[int, str]] = []
+
+    def body(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+        current = threading.current_thread()
+        seen.append((current.ident or 0, current.name))
+        return "ok"
+
+    for n in range(3):
+        outcome = pipeline.execute(tool(body), context(f"c{n}", tmp_path), {})
+        assert outcome.value == "ok" and outcome.error is None and not outcome.timed_out
+    assert len({ident for ident, _ in seen}) == 1, seen  # one thread, reused
+    assert seen[0][0] != threading.get_ident()  # not the caller's
+    assert [name for _, name in seen] == ["tool-c0", "tool-c1", "tool-c2"]
+
+
+def test_errors_become_the_outcome_and_the_runner_keeps_going(tmp_path: Path) -> None:
+    def fails(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+        raise ToolError("no such file")
+
+    def crashes(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+        raise SystemExit(3)  # even this is an answer, not the end of the runner
+
+    assert isinstance(pipeline.execute(tool(fails), context("e1", tmp_path), {}).error, ToolError)
+    assert isinstance(pipeline.execute(tool(crashes), context("e2", tmp_path), {}).error, SystemExit)
+    ok = pipeline.execute(tool(lambda ctx, args: "after"), context("e3", tmp_path), {})
+    assert ok.value == "after" and ok.error is None
+
+
+def test_a_body_past_its_timeout_is_left_behind_and_the_next_call_gets_a_new_runner(
+    tmp_path: Path,
+) -> None:
+    release = threading.Event()
+    threads: list[int] = []
+
+    def hangs(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+        threads.append(threading.get_ident())
+        release.wait(30)  # ignores its own timeout
+        return "too late"
+
+    started = time.monotonic()
+    outcome = pipeline.execute(tool(hangs, timeout=0.1), context("h", tmp_path, 0.1), {})
+    assert outcome.timed_out and outcome.value is None
+    assert time.monotonic() - started < 3  # the backstop: its timeout + 1 s
+
+    def quick(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+        threads.append(threading.get_ident())
+        return "next"
+
+    try:
+        began = time.monotonic()
+        nxt = pipeline.execute(tool(quick), context("n", tmp_path), {})
+        assert nxt.value == "next" and not nxt.timed_out
+        assert time.monotonic() - began < 1  # not queued behind the hung body
+        assert threads[0] != threads[1]
+    finally:
+        release.set()
