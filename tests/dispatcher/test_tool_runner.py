@@ -49,7 +49,9 @@ def test_errors_become_the_outcome_and_the_runner_keeps_going(tmp_path: Path) ->
         raise SystemExit(3)  # even this is an answer, not the end of the runner
 
     assert isinstance(pipeline.execute(tool(fails), context("e1", tmp_path), {}).error, ToolError)
-    assert isinstance(pipeline.execute(tool(crashes), context("e2", tmp_path), {}).error, SystemExit)
+    assert isinstance(
+        pipeline.execute(tool(crashes), context("e2", tmp_path), {}).error, SystemExit
+    )
     ok = pipeline.execute(tool(lambda ctx, args: "after"), context("e3", tmp_path), {})
     assert ok.value == "after" and ok.error is None
 
