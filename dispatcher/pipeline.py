@@ -87,35 +87,32 @@ class _Runner:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         threading.Thread(target=self._loop, name="tool-runner", daemon=True).start()
 
-    def put(self, job: Callable[[], None]) -> None:
+    def put(self, job: Callable[[], None] | None) -> None:
         self.jobs.put(job)
 
     def _loop(self) -> None:
-        while True:
-            self.jobs.get()()
+        while (job := self.jobs.get()) is not None:  # None: retired, end after the body
+            job()
 
 
-_runners: dict[int, _Runner] = {}  # by the thread that waits for it (a worker thread)
-_runners_lock = threading.Lock()
+_local = threading.local()  # each waiting thread's runner (a worker thread's)
 
 
 def _runner() -> _Runner:
-    key = threading.get_ident()
-    runner = _runners.get(key)
+    runner: _Runner | None = getattr(_local, "runner", None)
     if runner is None or runner.pid != os.getpid():
-        with _runners_lock:
-            runner = _runners[key] = _Runner()
+        runner = _local.runner = _Runner()
     return runner
 
 
 def _retire(runner: _Runner) -> None:
-    with _runners_lock:
-        for key, value in list(_runners.items()):
-            if value is runner:
-                del _runners[key]
+    """Leave `runner` to its hung body, and its thread to end when the body does; the
+    waiting thread's next call starts a new runner."""
+    runner.put(None)
+    _local.runner = None
 
 
 def project_content(tool: Tool, outcome: Outcome) -> tuple[str, bool]:

@@ -61,9 +61,11 @@ def test_a_body_past_its_timeout_is_left_behind_and_the_next_call_gets_a_new_run
 ) -> None:
     release = threading.Event()
     threads: list[int] = []
+    hung: list[threading.Thread] = []
 
     def hangs(ctx: ExecutionContext, args: dict[str, Any]) -> str:
         threads.append(threading.get_ident())
+        hung.append(threading.current_thread())
         release.wait(30)  # ignores its own timeout
         return "too late"
 
@@ -84,3 +86,6 @@ def test_a_body_past_its_timeout_is_left_behind_and_the_next_call_gets_a_new_run
         assert threads[0] != threads[1]
     finally:
         release.set()
+    # The left-behind thread ends once its body returns (it is not kept idle forever).
+    hung[0].join(5)
+    assert not hung[0].is_alive()
