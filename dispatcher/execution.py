@@ -66,7 +66,12 @@ def execute_call(call_id: str) -> None:
         output_limit=settings.HARNESS_OUTPUT_LIMIT,
         raw_arguments=call.raw_arguments,
     )
-    outcome = pipeline.execute(tool, exec_ctx, call.arguments or {})
+    outcome = pipeline.execute(
+        tool,
+        exec_ctx,
+        call.arguments or {},
+        while_running=lambda: transitions.announce_running(call),
+    )
     if outcome.timed_out:
         status, content, is_error = (
             Status.TIMED_OUT,

@@ -23,6 +23,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,13 +51,27 @@ class Outcome:
         self.value, self.error, self.timed_out = value, error, timed_out
 
 
-def execute(tool: Tool, ctx: ExecutionContext, arguments: dict[str, Any]) -> Outcome:
+# How long a body runs before the worker announces its call as running (`while_running`).
+RUNNING_NOTICE_AFTER = 0.05
+
+
+def execute(
+    tool: Tool,
+    ctx: ExecutionContext,
+    arguments: dict[str, Any],
+    *,
+    while_running: Callable[[], None] | None = None,
+) -> Outcome:
     """Run the tool inside the execute wrapper with its host-only timeout.
 
     The tool's own timeout (e.g. run_command killing its process group) fires first; the
     wait is the backstop for a body that ignores it. The body runs on the process's tool
     runner thread (one thread reused call after call, not a new one per call); a body that
     outlives its timeout keeps that thread, and the next call gets a new runner.
+
+    `while_running` is called (on this thread) once the body has run RUNNING_NOTICE_AFTER
+    seconds and has not returned: the worker's wake-up saying the call is running. A body
+    that returns sooner has nothing to announce: the result's wake-up follows at once.
     """
     wrapper = import_string(settings.HARNESS_EXECUTE_WRAPPER)
     outcome = Outcome()
@@ -71,9 +86,15 @@ def execute(tool: Tool, ctx: ExecutionContext, arguments: dict[str, Any]) -> Out
         finally:
             done.set()
 
+    deadline = time.monotonic() + tool.timeout + 1.0
     runner = _runner()
     runner.put(target)
-    if not done.wait(tool.timeout + 1.0):
+    if while_running is not None and not done.wait(RUNNING_NOTICE_AFTER):
+        try:
+            while_running()
+        except Exception:  # a lost notice must not lose the body's outcome
+            logger.warning("could not announce call %s as running", ctx.call_id, exc_info=True)
+    if not done.wait(max(0.0, deadline - time.monotonic())):
         _retire(runner)  # (the hung body keeps its thread; nothing else is queued on it)
         outcome.timed_out = True
     else:

@@ -341,7 +341,15 @@ def deny_before_run(call: ToolCall, denial: GuardDenial) -> None:
 
 
 def claim(call: ToolCall, tool: Tool) -> bool:
-    """The one conditional update that lets exactly one worker run the call."""
+    """The one conditional update that lets exactly one worker run the call.
+
+    Publishes nothing: the worker announces the call as running only if its body is
+    still running a moment later (`announce_running`, pipeline.execute's
+    `while_running`). For most calls the next wake-up, the result's, follows within a
+    millisecond or two, and a wake-up in between would only cost a Redis round trip on
+    the worker's path: no waiting agent reads on "running", and a timeline open on the
+    session shows the claim's event with the result's.
+    """
     now = timezone.now()
     with transaction.atomic():
         return transition(
@@ -350,10 +358,16 @@ def claim(call: ToolCall, tool: Tool) -> bool:
             kind=kinds.CALL_STARTED,
             actor="worker",
             payload={"attempt": call.attempts + 1, "timeout": tool.timeout},
+            publish=False,
             started_at=now,
             attempts=call.attempts + 1,
             lease_until=now + timedelta(seconds=tool.timeout + settings.HARNESS_LEASE_GRACE),
         )
+
+
+def announce_running(call: ToolCall) -> None:
+    """The claimed call's wake-up (it was committed running by `claim`)."""
+    notify.publish_change(str(call.pk), str(call.session_id), Status.RUNNING, Status.QUEUED)
 
 
 def finish(call: ToolCall, status: Status, content: str, is_error: bool, seconds: float) -> None:

@@ -1,0 +1,91 @@
+"""The worker's "running" wake-up: sent only for a body still running a moment after its
+claim (pipeline.RUNNING_NOTICE_AFTER). A call that finishes sooner wakes its session once,
+with its result; its claim is in the audit log all the same."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+
+from audit.models import AuditEvent
+from dispatcher import agents, execution, notify, pipeline
+from dispatcher.models import Status, ToolCall
+from dispatcher.tools.base import ExecutionContext, Tool
+from tests.conftest import make_agent, submit_one
+
+
+def session_news(pubsub: Any, seconds: float = 0.5) -> list[str]:
+    """Every "<call id> <status>" published on the subscribed channel in the next `seconds`."""
+    news, end = [], time.monotonic() + seconds
+    while time.monotonic() < end:
+        message = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.05)
+        if message is not None:
+            news.append(message["data"].decode())
+    return news
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_quick_call_wakes_its_session_once_a_slow_one_also_while_it_runs(
+    tmp_path: Path,
+) -> None:
+    fx = make_agent(mode="trusted", workspace=str(tmp_path))
+    session = agents.start_session(agent=fx.agent)
+    pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub()
+    pubsub.subscribe(notify.session_channel(str(session.pk)))
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"
+    quick = submit_one(session, "list_directory", {"path": "."}, "quick")
+    slow = submit_one(session, "sleep", {"seconds": 0.4}, "slow")
+    session_news(pubsub, 0.2)  # (the admissions' own wake-ups)
+
+    execution.execute_call(str(quick.pk))
+    assert session_news(pubsub) == [f"{quick.pk} completed"]
+
+    began = time.monotonic()
+    execution.execute_call(str(slow.pk))
+    assert time.monotonic() - began >= 0.4
+    assert session_news(pubsub) == [f"{slow.pk} running", f"{slow.pk} completed"]
+    pubsub.close()
+
+    for call in (quick, slow):
+        assert ToolCall.objects.get(pk=call.pk).status == Status.COMPLETED
+        kinds = AuditEvent.objects.filter(subject=f"call:{call.pk}").order_by("seq")
+        assert [e.kind for e in kinds][-2:] == ["call.started", "call.completed"]
+
+
+def test_the_notice_comes_while_the_body_runs_and_a_failing_one_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    seen: list[str] = []
+
+    def body(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+        time.sleep(args["seconds"])
+        seen.append("returned")
+        return "done"
+
+    def notice() -> None:
+        seen.append("notice")
+        raise RuntimeError("Redis is gone")
+
+    tool = Tool(
+        name="t",
+        description="test",
+        parameters={"type": "object"},
+        execute=body,
+        timeout=2.0,
+    )
+    ctx = ExecutionContext(
+        workspace=tmp_path, call_id="n", timeout=2.0, output_limit=1000, raw_arguments="{}"
+    )
+    quick = pipeline.execute(tool, ctx, {"seconds": 0}, while_running=notice)
+    assert (quick.value, seen) == ("done", ["returned"])
+    seen.clear()
+    slow = pipeline.execute(
+        tool, ctx, {"seconds": pipeline.RUNNING_NOTICE_AFTER * 4}, while_running=notice
+    )
+    assert (slow.value, slow.error, slow.timed_out) == ("done", None, False)
+    assert seen == ["notice", "returned"]
