@@ -8,7 +8,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from audit.consumers import BoundToSignIn
-from audit.roles import REVIEWER
+from audit.roles import CLOSE_SOCKETS, REVIEWER
 
 from . import live
 
@@ -18,8 +18,11 @@ class ApprovalQueueConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ign
     and only while they are: removing the role or signing out closes the socket.
 
     On every (re)connect it sends the whole current queue, so a dropped connection misses
-    nothing; then it forwards the fragments rendered once per event by `live.push_change`.
+    nothing; then it forwards the fragments rendered once per event by `live.push_change`
+    (at once: forwarding touches no database).
     """
+
+    database_free = frozenset({CLOSE_SOCKETS, "websocket.receive", "queue.push"})
 
     async def connect(self) -> None:
         if not await self.authorize(REVIEWER):

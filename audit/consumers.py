@@ -19,6 +19,7 @@ import contextlib
 from typing import Any
 
 import redis.asyncio as aioredis
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -40,12 +41,28 @@ def session_channel(session_id: str) -> str:
 class BoundToSignIn:
     """A socket that lives only as long as its user's role and sign-in: it joins the user's
     and the sign-in's groups *before* its role is checked (so a removal that lands between
-    the check and the join still reaches it), and closes on audit.roles' close message."""
+    the check and the join still reaches it), and closes on audit.roles' close message.
+
+    Messages of the types in `database_free` are handled at once. Channels runs
+    close_old_connections before every handler, in a thread: the process's one shared
+    sync thread, which any other socket's database call may hold (a push to 50 reviewers
+    was 50 hops through it, one after another). Handlers of these types touch no database;
+    the others go through channels' dispatch, and every read here is a
+    database_sync_to_async, which closes stale connections itself.
+    """
 
     scope: dict[str, Any]
     channel_layer: Any
     channel_name: str
     sign_in_groups: list[str]
+    # (what a browser sends is ignored: push-only, and none of it reaches the sync thread)
+    database_free: frozenset[str] = frozenset({CLOSE_SOCKETS, "websocket.receive"})
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        if message.get("type") in self.database_free:
+            await getattr(self, get_handler_name(message))(message)
+            return
+        await super().dispatch(message)  # type: ignore[misc]  # channels' AsyncConsumer
 
     async def authorize(self, role: str) -> bool:
         """Join the groups, then check `role`; False (groups left) when the user lacks it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
 from django.test import Client
@@ -118,3 +119,35 @@ def test_socket_ignores_what_the_browser_sends(live_stack: LiveStack, live_db: N
         return nothing
 
     assert run_async(scenario) is True
+
+
+def test_a_push_reaches_the_socket_while_the_process_sync_thread_is_busy(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    """A forwarded fragment touches no database: it does not wait for the process's
+    shared sync thread (channels closes old connections there before every handler), which
+    a slow database call of any other socket may hold."""
+    from asgiref.sync import sync_to_async
+    from channels.layers import get_channel_layer
+
+    from approvals import live
+
+    cookie = (b"cookie", session_cookie(signed_in("reviewer")))
+
+    async def scenario() -> float:
+        communicator, connected = await open_socket(ORIGIN, cookie)
+        assert connected
+        await communicator.receive_from(timeout=3)  # the catch-up
+        busy = asyncio.create_task(sync_to_async(time.sleep)(1.5))  # holds the sync thread
+        await asyncio.sleep(0.1)
+        began = time.monotonic()
+        marker = f"<p id='busy-{unique('m')}'></p>"
+        await get_channel_layer().group_send(live.GROUP, {"type": "queue.push", "html": marker})
+        got = await receive_until(communicator, re.escape(marker), seconds=3)
+        took = time.monotonic() - began
+        assert marker in got
+        await busy
+        await communicator.disconnect()
+        return took
+
+    assert run_async(scenario) < 0.5
