@@ -56,6 +56,8 @@ class BoundToSignIn:
     channel_name: str
     sign_in_groups: list[str]
     # (what a browser sends is ignored: push-only, and none of it reaches the sync thread)
+    # Only types whose handlers never touch the database belong here: a handler that did,
+    # other than through database_sync_to_async, would lose channels' clean-up quietly.
     database_free: frozenset[str] = frozenset({CLOSE_SOCKETS, "websocket.receive"})
 
     async def dispatch(self, message: dict[str, Any]) -> None:

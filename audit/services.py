@@ -347,28 +347,14 @@ def _concrete(model: type[models.Model], name: str) -> models.Field[Any, Any]:
 
 
 def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed: set[str]) -> None:
-    quote = connection.ops.quote_name
-    event_fields = [_concrete(AuditEvent, name) for name in EVENT_COLUMNS]
-    head_fields = [_concrete(AuditChain, name) for name in sorted(changed - {"last_event_id"})]
-    row = "(" + ", ".join(["%s"] * len(event_fields)) + ")"
+    sql, event_fields, head_fields = _append_sql(
+        len(events), tuple(sorted(changed - {"last_event_id"}))
+    )
     params: list[Any] = []
     for event in events:
         params += [f.get_db_prep_save(getattr(event, f.attname), connection) for f in event_fields]
     params += [f.get_db_prep_save(getattr(head, f.attname), connection) for f in head_fields]
     params += [events[-1].seq, head.chain]
-    sets = "".join(f"{quote(str(f.column))} = %s, " for f in head_fields)
-    events_table, heads_table = quote(AuditEvent._meta.db_table), quote(AuditChain._meta.db_table)
-    columns = ", ".join(quote(str(f.column)) for f in event_fields)
-    rows = ", ".join([row] * len(events))
-    # Only the models' quoted table and column names are in the text; every value is a
-    # parameter.
-    sql = (
-        f"WITH new_events AS (INSERT INTO {events_table} ({columns}) VALUES {rows} "  # noqa: S608
-        'RETURNING "id", "seq"), '
-        f'moved AS (UPDATE {heads_table} SET {sets}"last_event_id" = '
-        '(SELECT "id" FROM new_events WHERE "seq" = %s) WHERE "chain" = %s RETURNING 1) '
-        'SELECT "id", "seq", (SELECT count(*) FROM moved) FROM new_events'
-    )
     # (one text per event count and changed counters: prepared at once for one event, at
     # psycopg's count for more)
     with fixed_cursor(prepare=True if len(events) == 1 else None) as cursor:
@@ -382,6 +368,33 @@ def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed
     for event in events:
         event.pk = ids[event.seq]
     head.last_event_id = events[-1].pk
+
+
+@functools.lru_cache(maxsize=256)  # (a shape per event count: bounded all the same)
+def _append_sql(
+    count: int, head_names: tuple[str, ...]
+) -> tuple[str, list[models.Field[Any, Any]], list[models.Field[Any, Any]]]:
+    """The append's statement for `count` events and the head's changed columns
+    `head_names`, with the fields whose values it binds, in order (built once per shape:
+    a few per process)."""
+    quote = connection.ops.quote_name
+    event_fields = [_concrete(AuditEvent, name) for name in EVENT_COLUMNS]
+    head_fields = [_concrete(AuditChain, name) for name in head_names]
+    row = "(" + ", ".join(["%s"] * len(event_fields)) + ")"
+    sets = "".join(f"{quote(str(f.column))} = %s, " for f in head_fields)
+    events_table, heads_table = quote(AuditEvent._meta.db_table), quote(AuditChain._meta.db_table)
+    columns = ", ".join(quote(str(f.column)) for f in event_fields)
+    rows = ", ".join([row] * count)
+    # Only the models' quoted table and column names are in the text; every value is a
+    # parameter.
+    sql = (
+        f"WITH new_events AS (INSERT INTO {events_table} ({columns}) VALUES {rows} "  # noqa: S608
+        'RETURNING "id", "seq"), '
+        f'moved AS (UPDATE {heads_table} SET {sets}"last_event_id" = '
+        '(SELECT "id" FROM new_events WHERE "seq" = %s) WHERE "chain" = %s RETURNING 1) '
+        'SELECT "id", "seq", (SELECT count(*) FROM moved) FROM new_events'
+    )
+    return sql, event_fields, head_fields
 
 
 def _advance_head(

@@ -40,12 +40,14 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Field, Model, QuerySet, signals
 from django.db.models.query import get_related_populators
 from django.db.transaction import TransactionManagementError
+from django.utils.asyncio import async_unsafe
 
 M = TypeVar("M", bound=Model)
 
 # --- Prepared statements -----------------------------------------------------------------
 
 
+@async_unsafe
 def fixed_cursor(using: str = DEFAULT_DB_ALIAS, *, prepare: bool | None = True) -> CursorWrapper:
     """The connection's cursor, for statements whose text is built once (the compiled
     reads, the transitions' writes, the audit appends, the decision's row).
@@ -64,21 +66,22 @@ def fixed_cursor(using: str = DEFAULT_DB_ALIAS, *, prepare: bool | None = True) 
     translation and the statement budgets of the tests see every statement.
     """
     connection = connections[using]
-    cursor = connection.cursor()  # (connects, checks the thread, as for any cursor)
-    if (
-        connection.vendor != "postgresql"
-        or not settings.HARNESS_DB_PREPARE
-        # (psycopg prepares nothing with no threshold: settings set one; a settings
-        # module of its own may not)
-        or getattr(connection.connection, "prepare_threshold", None) is None
-    ):
-        return cursor
-    cursor.cursor.close()
-    preparing = _preparing_class().open(connection, prepare)
-    if isinstance(cursor, CursorDebugWrapper):
+    if connection.vendor != "postgresql" or not settings.HARNESS_DB_PREPARE:
+        return connection.cursor()
+    # What connection.cursor() does (BaseDatabaseWrapper._cursor), with this cursor in
+    # place of the one it would open (and this one would then replace).
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    # (psycopg prepares nothing with no threshold: settings set one; a settings module of
+    # its own may not)
+    if getattr(connection.connection, "prepare_threshold", None) is None:
+        return connection.cursor()
+    connection.validate_thread_sharing()
+    with connection.wrap_database_errors:
+        preparing = _preparing_class().open(connection, prepare)
+    if connection.queries_logged:
         return _LoggedPreparingCursor(preparing, connection)
-    cursor.cursor = preparing
-    return cursor
+    return CursorWrapper(preparing, connection)
 
 
 class _LoggedPreparingCursor(CursorDebugWrapper):
