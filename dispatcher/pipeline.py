@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.db import connections
 from django.utils.module_loading import import_string
 
 from dispatcher.policy.context import CallContext
@@ -51,8 +52,11 @@ class Outcome:
         self.value, self.error, self.timed_out = value, error, timed_out
 
 
-# How long a body runs before the worker announces its call as running (`while_running`).
+# How long a body runs before the worker announces its call as running (`while_running`),
+# and how long the result then waits for that notice to have gone out (so the two arrive
+# in order) before it goes on without it.
 RUNNING_NOTICE_AFTER = 0.05
+NOTICE_JOIN = 1.0
 
 
 def execute(
@@ -69,9 +73,11 @@ def execute(
     runner thread (one thread reused call after call, not a new one per call); a body that
     outlives its timeout keeps that thread, and the next call gets a new runner.
 
-    `while_running` is called (on this thread) once the body has run RUNNING_NOTICE_AFTER
-    seconds and has not returned: the worker's wake-up saying the call is running. A body
-    that returns sooner has nothing to announce: the result's wake-up follows at once.
+    `while_running` is called once the body has run RUNNING_NOTICE_AFTER seconds and has
+    not returned: the worker's wake-up saying the call is running. It runs on a thread of
+    its own, so a publish that hangs (Redis unresponsive) never holds up the timeout's
+    backstop. A body that returns sooner has nothing to announce: the result's wake-up
+    follows at once.
     """
     wrapper = import_string(settings.HARNESS_EXECUTE_WRAPPER)
     outcome = Outcome()
@@ -89,17 +95,32 @@ def execute(
     deadline = time.monotonic() + tool.timeout + 1.0
     runner = _runner()
     runner.put(target)
+    notice = None
     if while_running is not None and not done.wait(RUNNING_NOTICE_AFTER):
-        try:
-            while_running()
-        except Exception:  # a lost notice must not lose the body's outcome
-            logger.warning("could not announce call %s as running", ctx.call_id, exc_info=True)
+        notice = threading.Thread(
+            target=_announce,
+            args=(while_running, ctx.call_id),
+            name=f"notice-{ctx.call_id}",
+            daemon=True,
+        )
+        notice.start()
     if not done.wait(max(0.0, deadline - time.monotonic())):
         _retire(runner)  # (the hung body keeps its thread; nothing else is queued on it)
         outcome.timed_out = True
     else:
         outcome.timed_out = isinstance(outcome.error, TimeoutError)
+    if notice is not None:
+        notice.join(NOTICE_JOIN)
     return outcome
+
+
+def _announce(while_running: Callable[[], None], call_id: str) -> None:
+    try:
+        while_running()
+    except Exception:  # a lost notice must not lose the body's outcome
+        logger.warning("could not announce call %s as running", call_id, exc_info=True)
+    finally:
+        connections.close_all()  # (this thread's own, if a receiver of the notice read)
 
 
 class _Runner:

@@ -7,8 +7,11 @@ import re
 import time
 
 import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.test import Client
 
+from approvals import live
 from approvals.models import ApprovalRequest
 from tests.approvals.conftest import closing_connections, open_socket, run_async, session_cookie
 from tests.conftest import AgentFixture, LiveStack, make_user, unique
@@ -127,11 +130,6 @@ def test_a_push_reaches_the_socket_while_the_process_sync_thread_is_busy(
     """A forwarded fragment touches no database: it does not wait for the process's
     shared sync thread (channels closes old connections there before every handler), which
     a slow database call of any other socket may hold."""
-    from asgiref.sync import sync_to_async
-    from channels.layers import get_channel_layer
-
-    from approvals import live
-
     cookie = (b"cookie", session_cookie(signed_in("reviewer")))
 
     async def scenario() -> float:

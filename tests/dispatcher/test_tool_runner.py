@@ -89,3 +89,61 @@ def test_a_body_past_its_timeout_is_left_behind_and_the_next_call_gets_a_new_run
     # The left-behind thread ends once its body returns (it is not kept idle forever).
     hung[0].join(5)
     assert not hung[0].is_alive()
+
+
+def test_the_running_notice_comes_while_the_body_runs_and_a_failing_one_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    seen: list[str] = []
+
+    def body(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+        time.sleep(args["seconds"])
+        seen.append("returned")
+        return "done"
+
+    def notice() -> None:
+        seen.append("notice")
+        raise RuntimeError("Redis is gone")
+
+    quick = pipeline.execute(
+        tool(body), context("n", tmp_path), {"seconds": 0}, while_running=notice
+    )
+    assert (quick.value, seen) == ("done", ["returned"])
+    seen.clear()
+    slow = pipeline.execute(
+        tool(body),
+        context("n", tmp_path),
+        {"seconds": pipeline.RUNNING_NOTICE_AFTER * 4},
+        while_running=notice,
+    )
+    assert (slow.value, slow.error, slow.timed_out) == ("done", None, False)
+    assert seen == ["notice", "returned"]
+
+
+def test_a_notice_that_hangs_holds_up_neither_the_timeout_nor_the_result(tmp_path: Path) -> None:
+    """Redis unresponsive: the notice's publish blocks, and the backstop still fires on time."""
+    release, unblock = threading.Event(), threading.Event()
+
+    def hangs(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+        release.wait(30)
+        return "too late"
+
+    began = time.monotonic()
+    try:
+        outcome = pipeline.execute(
+            tool(hangs, timeout=0.2),
+            context("hn", tmp_path, 0.2),
+            {},
+            while_running=lambda: unblock.wait(30),
+        )
+        took = time.monotonic() - began
+        assert outcome.timed_out
+        # the timeout and its 1 s backstop, then at most NOTICE_JOIN for the notice
+        assert took < 0.2 + 1.0 + pipeline.NOTICE_JOIN + 0.5, took
+        done = pipeline.execute(
+            tool(lambda ctx, args: "quick"), context("hq", tmp_path), {}, while_running=unblock.wait
+        )
+        assert done.value == "quick"
+    finally:
+        release.set()
+        unblock.set()
