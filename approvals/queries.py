@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from uuid import UUID
 
 from django.db.models import Q, prefetch_related_objects
@@ -75,16 +76,28 @@ def pending_for_call(call_id: str) -> ApprovalRequest | None:
     return approval
 
 
+@dataclass(frozen=True, slots=True)
+class EarlierCall:
+    """One earlier call of a request's session, as its session context shows it."""
+
+    tool_use_id: str
+    name: str
+    status: str
+    decided_by: str
+    reason: str
+
+
 def attach_history(approvals: Iterable[ApprovalRequest]) -> None:
     """Set `.history` on each request: the latest HISTORY_LIMIT earlier calls of its session
-    (and the other calls of its batch), with their outcomes, oldest first.
+    (and the other calls of its batch), with their outcomes, oldest first, as EarlierCall
+    rows (plain values: no model instance is built for a row that is only shown).
 
     One small indexed query per request, whatever the size of its session.
     """
     for approval in approvals:
         call = approval.call
-        earlier = _HISTORY.all(call.session_id, call.created_at, call.batch_id, call.pk)
-        approval.history = list(reversed(earlier))  # type: ignore[attr-defined]
+        earlier = _HISTORY.tuples(call.session_id, call.created_at, call.batch_id, call.pk)
+        approval.history = [EarlierCall(*row) for row in reversed(earlier)]  # type: ignore[attr-defined]
 
 
 # Read for every request shown or pushed (dispatcher.compiled).
@@ -93,9 +106,7 @@ _HISTORY = Compiled(
         ToolCall.objects.filter(session_id=session_id)
         .filter(Q(created_at__lt=created_at) | Q(batch_id=batch_id))
         .exclude(pk=pk)
-        .only(
-            "id", "session_id", "batch_id", "name", "status", "decided_by", "reason", "created_at"
-        )
-        .order_by("-created_at", "-batch_index")[:HISTORY_LIMIT]
+        .order_by("-created_at", "-batch_index")
+        .values_list("tool_use_id", "name", "status", "decided_by", "reason")[:HISTORY_LIMIT]
     )
 )

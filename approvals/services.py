@@ -40,7 +40,7 @@ def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalReq
     A quorum (more than one approval, or approvals from a group) comes from the decision
     that asked, recorded in the call's provenance (and its call.approval_requested event).
     """
-    return ApprovalRequest.objects.create(
+    approval = ApprovalRequest(
         call=call,
         reason=call.reason,
         asked_by=call.decided_by,
@@ -50,6 +50,8 @@ def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalReq
         approvals_required=max(1, int(call.provenance.get("approvals", 1))),
         group=str(call.provenance.get("group", "")),
     )
+    compiled.create(approval)  # (one prepared INSERT ... RETURNING: every ask writes one)
+    return approval
 
 
 def decide(

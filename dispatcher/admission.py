@@ -143,13 +143,15 @@ def _admit(
                     call.batch_all_sent = True
             head = _insert_calls(admission.calls, session.pk)
             record_events(admission.events, session_id=session.pk, locked_head=head)
+            if place is not None:
+                batches.dispatch_ready(batch_id)
+            _after_admission(admission.calls, sent)
+            # After the wake-ups are planned: what the receivers plan for after commit
+            # (an ask's notifications) comes after the asks reach the open queues.
             for call, presentation in admission.asks:
                 notify.approval_requested.send(
                     sender=ToolCall, call=call, presentation=presentation
                 )
-            if place is not None:
-                batches.dispatch_ready(batch_id)
-            _after_admission(admission.calls, sent)
     return calls
 
 

@@ -478,6 +478,48 @@ def insert_statement(
     return sql, params
 
 
+def create(obj: Model, using: str = DEFAULT_DB_ALIAS) -> None:
+    """INSERT one new row of a model whose key the database makes (an AutoField), as
+    `Model.objects.create` would write it, and set its key from the statement's RETURNING:
+    one prepared statement, its text built once per model. Falls back to `save` whenever
+    save would do more (a model with its own save() or with save signal receivers, an
+    expression value, a database without RETURNING)."""
+    model = type(obj)
+    meta = model._meta
+    connection = connections[using]
+    auto = meta.auto_field
+    fields = [f for f in meta.concrete_fields if not f.generated and f is not auto]
+    if (
+        auto is None
+        or obj.pk is not None
+        or not connection.features.can_return_columns_from_insert
+        or model.save is not Model.save
+        or signals.pre_save.has_listeners(model)
+        or signals.post_save.has_listeners(model)
+        or any(hasattr(getattr(obj, f.attname), "resolve_expression") for f in fields)
+    ):
+        obj.save(force_insert=True, using=using)
+        return
+    obj._prepare_related_fields_for_save(operation_name="save")  # type: ignore[attr-defined]
+    key = (connection.vendor, model, 0)
+    sql = _INSERTS.get(key)
+    if sql is None:
+        quote = connection.ops.quote_name
+        sql = _INSERTS[key] = (
+            f"INSERT INTO {quote(meta.db_table)} "  # noqa: S608 (the model's names only)
+            f"({', '.join(quote(str(f.column)) for f in fields)}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {quote(str(auto.column))}"
+        )
+    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    # As save: an error inside a transaction marks it for rollback.
+    with transaction.mark_for_rollback_on_error(using), fixed_cursor(using) as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    obj.pk = row[0]
+    obj._state.adding = False
+    obj._state.db = using
+
+
 def inserted(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
     """Mark `objs` as saved rows (after their `insert_statement` ran), as bulk_create does."""
     for obj in objs:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.template import Context, Template
 from django.test import Client
 
 from approvals import display
 from approvals.models import ApprovalRequest, Decision
+from approvals.queries import EarlierCall
 from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 from tests.approvals.conftest import ask, start_session
@@ -121,6 +124,28 @@ def test_session_context_lists_earlier_calls_with_outcomes(
     page = reviewer_client.get(f"/approvals/{later.pk}/").content.decode()
     assert "Session context: 1 earlier call<" in page
     assert 'class="status status-denied">Denied</span>' in page
+
+
+def test_session_context_is_what_the_template_loop_rendered_and_escapes_every_part() -> None:
+    """The session context is built in Python for speed (approval_tags.session_context):
+    byte for byte what the template loop it replaced rendered, for hostile values too."""
+    loop = Template(
+        "{% load approval_tags %}{% for earlier in history %}<li><code>{{ earlier.name|visible }}"
+        '</code> <span class="status status-{{ earlier.status }}">{{ earlier.label }}</span> '
+        '<span class="muted">{{ earlier.decided_by|visible }}</span>{% if earlier.reason %}: '
+        "{{ earlier.reason|visible|truncatechars:300 }}{% endif %}</li>{% endfor %}"
+    )
+    tag = Template("{% load approval_tags %}{% session_context history %}")
+    reasons = ["", "short", "<b>x</b>\u202e&", "e\u0301" * 250 + "x" * 100, "é" * 301, "a" * 300]
+    history = [
+        EarlierCall(f"t{i}", "<script>n</script>\u200b", status, '"who" & <why>', reason)
+        for i, (status, reason) in enumerate(zip(list(Status) * 2, reasons * 3, strict=False))
+    ]
+    labelled = [{**asdict(earlier), "label": Status(earlier.status).label} for earlier in history]
+    assert tag.render(Context({"history": history})) == loop.render(Context({"history": labelled}))
+    html = tag.render(Context({"history": history}))
+    assert "<script>" not in html and "&lt;script&gt;n&lt;/script&gt;\\u200b" in html
+    assert "&lt;b&gt;x&lt;/b&gt;\\u202e&amp;" in html and "…" in html
 
 
 def test_approve_queues_the_call_and_audits_reviewer_digest_and_time(

@@ -7,14 +7,15 @@ import uuid
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import Model
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from approvals.models import ApprovalRequest
 from audit.models import AuditChain
-from dispatcher import agents
+from dispatcher import agents, compiled
 from dispatcher.compiled import Compiled, NotCompilable, save_fields
 from dispatcher.models import ToolCall
 from dispatcher.policy.models import SessionGrant
@@ -234,3 +235,26 @@ def test_save_fields_writes_those_columns_as_save_would_and_nothing_else() -> No
     with pytest.raises(ApprovalRequest.NotUpdated, match="did not affect any rows"):
         save_fields(approval, names)
     assert issubclass(ApprovalRequest.NotUpdated, DatabaseError)  # (as save raises it)
+
+
+def test_create_writes_the_row_objects_create_would_in_one_statement() -> None:
+    """compiled.create (an ask's approval row): one INSERT ... RETURNING, the same row as
+    `objects.create`, the key set from the database, errors as save raises them."""
+    session = agents.start_session(agent=make_agent(mode="standard").agent)
+    theirs = ApprovalRequest.objects.get(
+        call=submit_one(session, "write_file", {"path": "a.txt", "content": "x"})
+    )
+    trusted = agents.start_session(agent=make_agent(mode="trusted").agent)
+    call = submit_one(trusted, "list_directory", {"path": "."})  # (asks for no approval)
+    skip = {"id", "call_id", "created_at"}
+    values = {k: v for k, v in fields_of(theirs).items() if k not in skip}
+    ours = ApprovalRequest(call=call, **values)
+    with CaptureQueriesContext(connection) as queries:
+        compiled.create(ours)
+    assert len(queries) == 1 and "RETURNING" in queries[0]["sql"]
+    assert isinstance(ours.pk, int) and ours.pk > theirs.pk and not ours._state.adding
+    stored = ApprovalRequest.objects.get(pk=ours.pk)
+    assert {k: v for k, v in fields_of(stored).items() if k not in skip} == values
+    assert stored.call_id == call.pk and stored.created_at == ours.created_at
+    with pytest.raises(IntegrityError), transaction.atomic():
+        compiled.create(ApprovalRequest(call=call, **values))  # one request per call
