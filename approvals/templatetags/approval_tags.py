@@ -1,14 +1,15 @@
-"""Filters for showing agent-supplied data. None of them marks anything safe."""
+"""Filters for showing agent-supplied data. None of them marks anything safe; the one tag,
+`session_context`, escapes every value it puts in its markup."""
 
 from __future__ import annotations
 
+import html
 import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
 from django import template
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from approvals import display
@@ -70,31 +71,27 @@ def diff_lines(diff: str) -> list[tuple[str, str]]:
 @register.simple_tag
 def session_context(history: Iterable[Any]) -> SafeString:
     """The `<li>` of each earlier call of a request's session: its tool, outcome, who
-    decided and why (the reason cut at 300 characters, as `truncatechars:300`), every part
-    escaped.
+    decided and why (the reason cut at 300 characters, as `truncatechars:300`).
 
-    Built here rather than by a template loop: every pushed ask renders it (20 rows), and
-    the loop, with `get_status_display` and `Truncator` per row, was most of the fragment's
-    render (1.4 of 2.3 ms, docs/benchmarks.md)."""
-    return format_html_join(
-        "",
-        '<li><code>{}</code> <span class="status status-{}">{}</span> '
-        '<span class="muted">{}</span>{}</li>',
-        (
-            (
-                display.visible(call.name),
-                call.status,
-                _STATUS_LABELS.get(call.status, call.status),
-                display.visible(call.decided_by or ""),
-                format_html(": {}", _first_chars(display.visible(call.reason), 300))
-                if call.reason
-                else "",
-            )
-            for call in history
-        ),
-    )
+    The one helper here that returns markup: every value in it goes through `html.escape`,
+    which is what Django's `escape` (and so autoescaping) runs, after `visible`. Built here
+    rather than by a template loop, and with f-strings rather than `format_html`: every
+    pushed ask renders it (20 rows), and the loop was most of the fragment's render
+    (1.4 of 2.3 ms; `format_html` 0.52 ms, this 0.11 ms: docs/benchmarks.md).
+    """
+    parts = []
+    for call in history:
+        reason = f": {_escape(_first_chars(_visible(call.reason), 300))}" if call.reason else ""
+        parts.append(
+            f"<li><code>{_escape(_visible(call.name))}</code> "
+            f'<span class="status status-{_escape(call.status)}">'
+            f"{_escape(_STATUS_LABELS.get(call.status, call.status))}</span> "
+            f'<span class="muted">{_escape(_visible(call.decided_by or ""))}</span>{reason}</li>'
+        )
+    return mark_safe("".join(parts))  # noqa: S308 (every part escaped above)
 
 
+_escape, _visible = html.escape, display.visible
 _STATUS_LABELS = {value: str(label) for value, label in Status.choices}
 
 
