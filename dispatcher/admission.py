@@ -174,13 +174,16 @@ def _insert_calls(calls: list[ToolCall], session_id: uuid.UUID) -> AuditChain | 
 
 def _after_admission(calls: list[ToolCall], sent: list[ToolCall]) -> None:
     """After commit: the workers' messages first, then the wake-ups and pushes. A message
-    the broker refuses is logged and left to the reconciler (the call stays queued)."""
+    the broker refuses is logged and left to the reconciler (the call stays queued).
+
+    The wake-ups are robust hooks: one whose receiver raises is logged, and the hooks
+    planned after it (an ask's notifications: see _admit) still run."""
     for call in sent:
         batches.enqueue_after_commit(str(call.pk))
     session_id = str(calls[0].session_id)
     for call in calls:
         change = (str(call.pk), session_id, str(call.status), Status.RECEIVED)
-        transaction.on_commit(functools.partial(notify.publish_change, *change))
+        transaction.on_commit(functools.partial(notify.publish_change, *change), robust=True)
 
 
 def _repeat_counts(session: AgentSession, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:

@@ -37,7 +37,7 @@ from weakref import ref as weak_ref
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
-from django.db.models import Field, Model, QuerySet, signals
+from django.db.models import NOT_PROVIDED, Field, Model, QuerySet, signals
 from django.db.models.query import get_related_populators
 from django.db.transaction import TransactionManagementError
 from django.utils.asyncio import async_unsafe
@@ -479,28 +479,39 @@ def insert_statement(
 
 
 def create(obj: Model, using: str = DEFAULT_DB_ALIAS) -> None:
-    """INSERT one new row of a model whose key the database makes (an AutoField), as
-    `Model.objects.create` would write it, and set its key from the statement's RETURNING:
-    one prepared statement, its text built once per model. Falls back to `save` whenever
-    save would do more (a model with its own save() or with save signal receivers, an
-    expression value, a database without RETURNING)."""
+    """INSERT one new row of a plain model whose key the database makes (an AutoField),
+    with the values `Model.objects.create` would write (each field's pre_save, e.g.
+    auto_now_add, and its database value), and set its key from the statement's RETURNING:
+    one prepared statement, its text built once per model (an ask's approval row).
+
+    Falls back to `save` for anything it does not do itself: a model with its own save()
+    or save machinery, save signal receivers, a parent table, `order_with_respect_to`, a
+    column the database returns besides the key (a generated or database-default one), an
+    expression value, a database without RETURNING. The database alias is `using`, as
+    everywhere in this module (no router). Any error marks the transaction for rollback,
+    as save's do.
+    """
     model = type(obj)
     meta = model._meta
     connection = connections[using]
     auto = meta.auto_field
-    fields = [f for f in meta.concrete_fields if not f.generated and f is not auto]
+    fields = [f for f in meta.concrete_fields if f is not auto]
     if (
-        auto is None
+        auto is None  # (also a child model: its key is the parent's link)
         or obj.pk is not None
+        or meta.parents
+        or meta.order_with_respect_to
         or not connection.features.can_return_columns_from_insert
+        or any(f.generated or f.db_returning or f.db_default is not NOT_PROVIDED for f in fields)
         or model.save is not Model.save
+        or model.save_base is not Model.save_base
+        or model._do_insert is not Model._do_insert  # type: ignore[attr-defined]
         or signals.pre_save.has_listeners(model)
         or signals.post_save.has_listeners(model)
         or any(hasattr(getattr(obj, f.attname), "resolve_expression") for f in fields)
     ):
         obj.save(force_insert=True, using=using)
         return
-    obj._prepare_related_fields_for_save(operation_name="save")  # type: ignore[attr-defined]
     key = (connection.vendor, model, 0)
     sql = _INSERTS.get(key)
     if sql is None:
@@ -510,12 +521,13 @@ def create(obj: Model, using: str = DEFAULT_DB_ALIAS) -> None:
             f"({', '.join(quote(str(f.column)) for f in fields)}) "
             f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {quote(str(auto.column))}"
         )
-    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
-    # As save: an error inside a transaction marks it for rollback.
-    with transaction.mark_for_rollback_on_error(using), fixed_cursor(using) as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    obj.pk = row[0]
+    with transaction.mark_for_rollback_on_error(using):
+        obj._prepare_related_fields_for_save(operation_name="save")  # type: ignore[attr-defined]
+        params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+        with fixed_cursor(using) as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+    obj.pk = auto.to_python(row[0])
     obj._state.adding = False
     obj._state.db = using
 

@@ -77,7 +77,8 @@ def session_context(history: Iterable[Any]) -> SafeString:
     which is what Django's `escape` (and so autoescaping) runs, after `visible`. Built here
     rather than by a template loop, and with f-strings rather than `format_html`: every
     pushed ask renders it (20 rows), and the loop was most of the fragment's render
-    (1.4 of 2.3 ms; `format_html` 0.52 ms, this 0.11 ms: docs/benchmarks.md).
+    (1.4 of 2.3 ms; with `format_html` 0.52 ms for 20 rows, this 0.11 ms: docs/benchmarks.md,
+    "After the full run").
     """
     parts = []
     for call in history:

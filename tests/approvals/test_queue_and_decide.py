@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -129,11 +128,12 @@ def test_session_context_lists_earlier_calls_with_outcomes(
 def test_session_context_is_what_the_template_loop_rendered_and_escapes_every_part() -> None:
     """The session context is built in Python for speed (approval_tags.session_context):
     byte for byte what the template loop it replaced rendered, for hostile values too."""
+    # The loop as queue.html had it, over the model instances it was given then.
     loop = Template(
         "{% load approval_tags %}{% for earlier in history %}<li><code>{{ earlier.name|visible }}"
-        '</code> <span class="status status-{{ earlier.status }}">{{ earlier.label }}</span> '
-        '<span class="muted">{{ earlier.decided_by|visible }}</span>{% if earlier.reason %}: '
-        "{{ earlier.reason|visible|truncatechars:300 }}{% endif %}</li>{% endfor %}"
+        '</code> <span class="status status-{{ earlier.status }}">{{ earlier.get_status_display }}'
+        '</span> <span class="muted">{{ earlier.decided_by|visible }}</span>{% if earlier.reason %}'
+        ": {{ earlier.reason|visible|truncatechars:300 }}{% endif %}</li>{% endfor %}"
     )
     tag = Template("{% load approval_tags %}{% session_context history %}")
     reasons = ["", "short", "<b>x</b>\u202e&", "e\u0301" * 250 + "x" * 100, "é" * 301, "a" * 300]
@@ -141,8 +141,11 @@ def test_session_context_is_what_the_template_loop_rendered_and_escapes_every_pa
         EarlierCall(f"t{i}", "<script>n</script>\u200b", status, '"who" & <why>', reason)
         for i, (status, reason) in enumerate(zip(list(Status) * 2, reasons * 3, strict=False))
     ]
-    labelled = [{**asdict(earlier), "label": Status(earlier.status).label} for earlier in history]
-    assert tag.render(Context({"history": history})) == loop.render(Context({"history": labelled}))
+    instances = [
+        ToolCall(name=e.name, status=e.status, decided_by=e.decided_by, reason=e.reason)
+        for e in history
+    ]
+    assert tag.render(Context({"history": history})) == loop.render(Context({"history": instances}))
     html = tag.render(Context({"history": history}))
     assert "<script>" not in html and "&lt;script&gt;n&lt;/script&gt;\\u200b" in html
     assert "&lt;b&gt;x&lt;/b&gt;\\u202e&amp;" in html and "…" in html

@@ -32,3 +32,36 @@ def test_a_client_failure_is_logged_and_the_signal_still_sent(
         notify.call_changed.disconnect(dispatch_uid="test-publish-failure")
     assert seen == ["c-1"]
     assert "could not publish wake-up for call c-1" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_raising_receiver_of_an_asks_wake_up_loses_neither_the_call_nor_its_notifications(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ask's notifications are planned after its wake-ups (the push to the open queues
+    comes first): a wake-up hook whose receiver raises is logged, and the plan still goes
+    to the broker."""
+    from approvals.models import ApprovalRequest
+    from approvals.notifications import services as notifications
+    from approvals.notifications.models import Channel
+    from dispatcher import agents
+    from dispatcher.models import Status
+    from tests.conftest import make_agent, submit_one
+
+    Channel.objects.create(name="ops", kind="webhook", config={"url": "http://127.0.0.1:9/"})
+    sent: list[tuple[str, object]] = []
+    monkeypatch.setattr(notifications, "_send_task", lambda name, arg: sent.append((name, arg)))
+
+    def broken(sender: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a receiver that fails")
+
+    session = agents.start_session(agent=make_agent(mode="standard").agent)
+    notify.call_changed.connect(broken, dispatch_uid="test-broken-receiver")
+    try:
+        call = submit_one(session, "write_file", {"path": "a.txt", "content": "x"})  # no raise
+    finally:
+        notify.call_changed.disconnect(dispatch_uid="test-broken-receiver")
+    assert call.status == Status.PENDING_APPROVAL
+    approval = ApprovalRequest.objects.get(call=call)
+    assert sent == [(notifications.PLAN_ASK_TASK, approval.pk)]
+    assert "a receiver that fails" in caplog.text
