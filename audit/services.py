@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from django.db import DatabaseError, connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models, transaction
 from django.utils import timezone
 
 from dispatcher.compiled import Compiled, fixed_cursor
@@ -350,10 +350,11 @@ def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed
     sql, event_fields, head_fields = _append_sql(
         len(events), tuple(sorted(changed - {"last_event_id"}))
     )
+    db = connections[DEFAULT_DB_ALIAS]  # (once: each use of the `connection` proxy is a lookup)
     params: list[Any] = []
     for event in events:
-        params += [f.get_db_prep_save(getattr(event, f.attname), connection) for f in event_fields]
-    params += [f.get_db_prep_save(getattr(head, f.attname), connection) for f in head_fields]
+        params += [f.get_db_prep_save(getattr(event, f.attname), db) for f in event_fields]
+    params += [f.get_db_prep_save(getattr(head, f.attname), db) for f in head_fields]
     params += [events[-1].seq, head.chain]
     # (one text per event count and changed counters: prepared at once for one event, at
     # psycopg's count for more)

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from audit import kinds
@@ -82,10 +82,11 @@ def _update_statement(
         return None
     columns = [_FIELDS[name].column for name in names]
     sql = compiled.update_sql(ToolCall, columns, [_FIELDS["id"].column, _FIELDS["status"].column])
-    params = [_FIELDS[name].get_db_prep_save(values[name], connection) for name in names]
+    db = connections[DEFAULT_DB_ALIAS]  # (once: each use of the `connection` proxy is a lookup)
+    params = [_FIELDS[name].get_db_prep_save(values[name], db) for name in names]
     params += [
-        _FIELDS["id"].get_db_prep_save(pk, connection),
-        _FIELDS["status"].get_db_prep_save(previous, connection),
+        _FIELDS["id"].get_db_prep_save(pk, db),
+        _FIELDS["status"].get_db_prep_save(previous, db),
     ]
     return sql, params
 
