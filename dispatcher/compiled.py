@@ -412,7 +412,7 @@ class Compiled(Generic[M]):  # noqa: UP046 (mypy and django-stubs read the TypeV
 
 # --- Writes -------------------------------------------------------------------------------
 
-_INSERTS: dict[tuple[str, type[Model], int], str] = {}
+_INSERTS: dict[tuple[str, type[Model], int, str], str] = {}
 
 
 def insert(objs: Sequence[Model], using: str = DEFAULT_DB_ALIAS) -> None:
@@ -460,22 +460,50 @@ def insert_statement(
         return None
     for obj in objs:
         obj._prepare_related_fields_for_save(operation_name="insert")  # type: ignore[attr-defined]
-    key = (connection.vendor, model, len(objs))
-    sql = _INSERTS.get(key)
-    if sql is None:
-        quote = connection.ops.quote_name
-        row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-        sql = (
-            f"INSERT INTO {quote(meta.db_table)} "  # noqa: S608 (the model's names only)
-            f"({', '.join(quote(str(f.column)) for f in fields)}) VALUES "
-            + ", ".join([row] * len(objs))
-        )
-        _INSERTS[key] = sql
+    sql = _insert_sql(using, model, fields, len(objs))
     params: list[Any] = []
     for obj in objs:
         for f in fields:
             params.append(f.get_db_prep_save(f.pre_save(obj, True), connection))
     return sql, params
+
+
+def _insert_sql(
+    using: str,
+    model: type[Model],
+    fields: Sequence[Field[Any, Any]],
+    rows: int,
+    returning: Field[Any, Any] | None = None,
+) -> str:
+    """`INSERT INTO <table> (<fields>) VALUES (%s, ...), ...` for `rows` rows (then
+    `RETURNING <returning>`), built once per model, row count and returned column (only
+    the model's quoted names are in the text; every value is a parameter)."""
+    vendor = connections[using].vendor
+    key = (vendor, model, rows, str(returning.column) if returning else "")
+    sql = _INSERTS.get(key)
+    if sql is None:
+        quote = connections[using].ops.quote_name
+        row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        sql = (
+            f"INSERT INTO {quote(model._meta.db_table)} "  # noqa: S608 (the model's names only)
+            f"({', '.join(quote(str(f.column)) for f in fields)}) VALUES "
+            + ", ".join([row] * rows)
+            + (f" RETURNING {quote(str(returning.column))}" if returning else "")
+        )
+        _INSERTS[key] = sql
+    return sql
+
+
+def _save_does_more(obj: Model, fields: Sequence[Field[Any, Any]]) -> bool:
+    """Whether `save` would do more than write these fields' values: a model with its own
+    save(), save signal receivers, or an expression among the values."""
+    model = type(obj)
+    return (
+        model.save is not Model.save
+        or signals.pre_save.has_listeners(model)
+        or signals.post_save.has_listeners(model)
+        or any(hasattr(getattr(obj, f.attname), "resolve_expression") for f in fields)
+    )
 
 
 def create(obj: Model, using: str = DEFAULT_DB_ALIAS) -> None:
@@ -503,24 +531,13 @@ def create(obj: Model, using: str = DEFAULT_DB_ALIAS) -> None:
         or meta.order_with_respect_to
         or not connection.features.can_return_columns_from_insert
         or any(f.generated or f.db_returning or f.db_default is not NOT_PROVIDED for f in fields)
-        or model.save is not Model.save
         or model.save_base is not Model.save_base
         or model._do_insert is not Model._do_insert  # type: ignore[attr-defined]
-        or signals.pre_save.has_listeners(model)
-        or signals.post_save.has_listeners(model)
-        or any(hasattr(getattr(obj, f.attname), "resolve_expression") for f in fields)
+        or _save_does_more(obj, fields)
     ):
         obj.save(force_insert=True, using=using)
         return
-    key = (connection.vendor, model, 0)
-    sql = _INSERTS.get(key)
-    if sql is None:
-        quote = connection.ops.quote_name
-        sql = _INSERTS[key] = (
-            f"INSERT INTO {quote(meta.db_table)} "  # noqa: S608 (the model's names only)
-            f"({', '.join(quote(str(f.column)) for f in fields)}) "
-            f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING {quote(str(auto.column))}"
-        )
+    sql = _insert_sql(using, model, fields, 1, returning=auto)
     with transaction.mark_for_rollback_on_error(using):
         obj._prepare_related_fields_for_save(operation_name="save")  # type: ignore[attr-defined]
         params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
@@ -583,14 +600,7 @@ def save_fields(obj: Model, names: Sequence[str], using: str = DEFAULT_DB_ALIAS)
             fields = []
             break
         fields.append(field)
-    if (
-        not fields
-        or obj._state.adding
-        or model.save is not Model.save
-        or signals.pre_save.has_listeners(model)
-        or signals.post_save.has_listeners(model)
-        or any(hasattr(getattr(obj, f.attname), "resolve_expression") for f in fields)
-    ):
+    if not fields or obj._state.adding or _save_does_more(obj, fields):
         obj.save(using=using, update_fields=list(names))
         return
     obj._prepare_related_fields_for_save(operation_name="save")  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.template import Context, Template
+from django.template.loader import render_to_string
 from django.test import Client
 
 from approvals import display
@@ -126,8 +127,9 @@ def test_session_context_lists_earlier_calls_with_outcomes(
 
 
 def test_session_context_is_what_the_template_loop_rendered_and_escapes_every_part() -> None:
-    """The session context is built in Python for speed (approval_tags.session_context):
-    byte for byte what the template loop it replaced rendered, for hostile values too."""
+    """The session context's rows are prepared in one Python pass for speed
+    (approval_tags.session_rows) and autoescaped by queue.html: byte for byte what the
+    template loop it replaced rendered, for hostile values too."""
     # The loop as queue.html had it, over the model instances it was given then.
     loop = Template(
         "{% load approval_tags %}{% for earlier in history %}<li><code>{{ earlier.name|visible }}"
@@ -135,7 +137,6 @@ def test_session_context_is_what_the_template_loop_rendered_and_escapes_every_pa
         '</span> <span class="muted">{{ earlier.decided_by|visible }}</span>{% if earlier.reason %}'
         ": {{ earlier.reason|visible|truncatechars:300 }}{% endif %}</li>{% endfor %}"
     )
-    tag = Template("{% load approval_tags %}{% session_context history %}")
     reasons = ["", "short", "<b>x</b>\u202e&", "e\u0301" * 250 + "x" * 100, "é" * 301, "a" * 300]
     history = [
         EarlierCall(f"t{i}", "<script>n</script>\u200b", status, '"who" & <why>', reason)
@@ -145,8 +146,10 @@ def test_session_context_is_what_the_template_loop_rendered_and_escapes_every_pa
         ToolCall(name=e.name, status=e.status, decided_by=e.decided_by, reason=e.reason)
         for e in history
     ]
-    assert tag.render(Context({"history": history})) == loop.render(Context({"history": instances}))
-    html = tag.render(Context({"history": history}))
+    html = render_to_string(
+        "approvals/queue.html#session_context", {"approval": {"history": history}}
+    )
+    assert html == loop.render(Context({"history": instances}))
     assert "<script>" not in html and "&lt;script&gt;n&lt;/script&gt;\\u200b" in html
     assert "&lt;b&gt;x&lt;/b&gt;\\u202e&amp;" in html and "…" in html
 
