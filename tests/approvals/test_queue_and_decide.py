@@ -137,9 +137,16 @@ def test_session_context_is_what_the_template_loop_rendered_and_escapes_every_pa
         '</span> <span class="muted">{{ earlier.decided_by|visible }}</span>{% if earlier.reason %}'
         ": {{ earlier.reason|visible|truncatechars:300 }}{% endif %}</li>{% endfor %}"
     )
-    reasons = ["", "short", "<b>x</b>\u202e&", "e\u0301" * 250 + "x" * 100, "é" * 301, "a" * 300]
+    reasons = [
+        "",
+        "short e\u0301",
+        "<b>x</b>\u202e&",
+        "e\u0301" * 250 + "x" * 100,
+        "é" * 301,
+        "a" * 300,
+    ]
     history = [
-        EarlierCall(f"t{i}", "<script>n</script>\u200b", status, '"who" & <why>', reason)
+        EarlierCall(f"t{i}", "<script>n</script>\u200b", status, '"who" & <why>\u202e', reason)
         for i, (status, reason) in enumerate(zip(list(Status) * 2, reasons * 3, strict=False))
     ]
     instances = [

@@ -238,23 +238,34 @@ def test_save_fields_writes_those_columns_as_save_would_and_nothing_else() -> No
 
 
 def test_create_writes_the_row_objects_create_would_in_one_statement() -> None:
-    """compiled.create (an ask's approval row): one INSERT ... RETURNING, the same row as
-    `objects.create`, the key set from the database, errors as save raises them."""
-    session = agents.start_session(agent=make_agent(mode="standard").agent)
-    theirs = ApprovalRequest.objects.get(
-        call=submit_one(session, "write_file", {"path": "a.txt", "content": "x"})
-    )
+    """compiled.create (an ask's approval row): its own one INSERT ... RETURNING, the same
+    row as `objects.create` writes, the key set from the database, errors as save raises."""
     trusted = agents.start_session(agent=make_agent(mode="trusted").agent)
-    call = submit_one(trusted, "list_directory", {"path": "."})  # (asks for no approval)
-    skip = {"id", "call_id", "created_at"}
-    values = {k: v for k, v in fields_of(theirs).items() if k not in skip}
-    ours = ApprovalRequest(call=call, **values)
+    mine, other = (
+        submit_one(trusted, "list_directory", {"path": "."}, name)  # (ask for no approval)
+        for name in ("mine", "other")
+    )
+    values: dict[str, Any] = {
+        "reason": "asks <b>",
+        "asked_by": "rule:7",
+        "presentation": {"kind": "diff", "n": [1]},
+        "digest": "d" * 64,
+        "expires_at": timezone.now(),
+        "approvals_required": 2,
+        "group": "ops",
+    }
+    theirs = ApprovalRequest.objects.create(call=other, **values)
+    ours = ApprovalRequest(call=mine, **values)
     with CaptureQueriesContext(connection) as queries:
         compiled.create(ours)
-    assert len(queries) == 1 and "RETURNING" in queries[0]["sql"]
+    # Its own statement (the ORM's ends with a table-qualified `RETURNING "...".id`).
+    assert len(queries) == 1 and queries[0]["sql"].endswith('RETURNING "id"')
     assert isinstance(ours.pk, int) and ours.pk > theirs.pk and not ours._state.adding
+    skip = {"id", "call_id", "created_at"}
     stored = ApprovalRequest.objects.get(pk=ours.pk)
-    assert {k: v for k, v in fields_of(stored).items() if k not in skip} == values
-    assert stored.call_id == call.pk and stored.created_at == ours.created_at
+    assert {k: v for k, v in fields_of(stored).items() if k not in skip} == {
+        k: v for k, v in fields_of(theirs).items() if k not in skip
+    }
+    assert stored.call_id == mine.pk and stored.created_at == ours.created_at
     with pytest.raises(IntegrityError), transaction.atomic():
-        compiled.create(ApprovalRequest(call=call, **values))  # one request per call
+        compiled.create(ApprovalRequest(call=mine, **values))  # one request per call

@@ -52,7 +52,8 @@ def test_a_raising_receiver_of_an_asks_wake_up_loses_neither_the_call_nor_its_no
     sent: list[tuple[str, object]] = []
     monkeypatch.setattr(notifications, "_send_task", lambda name, arg: sent.append((name, arg)))
 
-    def broken(sender: Any, **kwargs: Any) -> None:
+    def broken(sender: Any, status: str, **kwargs: Any) -> None:
+        sent.append(("wake-up", status))  # (after the push to the open queues: connected later)
         raise RuntimeError("a receiver that fails")
 
     session = agents.start_session(agent=make_agent(mode="standard").agent)
@@ -63,5 +64,9 @@ def test_a_raising_receiver_of_an_asks_wake_up_loses_neither_the_call_nor_its_no
         notify.call_changed.disconnect(dispatch_uid="test-broken-receiver")
     assert call.status == Status.PENDING_APPROVAL
     approval = ApprovalRequest.objects.get(call=call)
-    assert sent == [(notifications.PLAN_ASK_TASK, approval.pk)]
+    # The ask reached the open queues first, then its notifications were planned.
+    assert sent == [
+        ("wake-up", Status.PENDING_APPROVAL),
+        (notifications.PLAN_ASK_TASK, approval.pk),
+    ]
     assert "a receiver that fails" in caplog.text
