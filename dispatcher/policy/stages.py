@@ -24,12 +24,27 @@ from dispatcher.tools.registry import (
 
 
 class Rejection(Exception):
-    """Stage 2 or 3 ended the call: `message` is what the model reads."""
+    """Stage 2 or 3 ended the call: `Rejection(stage, message)`, where `message` is what
+    the model reads.
 
-    def __init__(self, stage: str, message: str) -> None:
-        super().__init__(message)
-        self.stage = stage
-        self.message = message
+    No `__init__` of its own: the exception keeps its two values in `args`, set by
+    BaseException's constructor in C. A Python-level constructor (a frame, a call to
+    super, an instance dictionary) was 1-2 us of S2's invalid path, on a 30 us baseline
+    (docs/benchmarks.md).
+    """
+
+    args: tuple[str, str]
+
+    @property
+    def stage(self) -> str:
+        return self.args[0]
+
+    @property
+    def message(self) -> str:
+        return self.args[1]
+
+    def __str__(self) -> str:
+        return self.args[1]
 
 
 def resolve(name: str, client: str = API_CLIENT) -> Tool:
