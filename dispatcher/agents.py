@@ -249,6 +249,20 @@ def client_session_for_token(
     )
 
 
+def loaded_client_session(token: str, client: str, external_id: str) -> AgentSession | None:
+    """The existing client session `external_id` of the active agent holding `token`, read
+    with what admission needs (agent, owner, the owner's profile, whether it holds any
+    grant) in one query; None for a bad token or no such session of that agent (the
+    caller tells them apart with authenticate_token). Starts nothing."""
+    prefix = token_prefix(token)
+    if prefix is None:
+        return None
+    session = _SESSION_BY_CLIENT_ID.first(prefix, client, external_id)
+    if session is None or not _token_matches(session.agent, token):
+        return None
+    return session
+
+
 def _client_session(agent: Agent, client: str, external_id: str) -> AgentSession | None:
     session = (
         AgentSession.objects.annotate(

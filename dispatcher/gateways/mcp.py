@@ -59,6 +59,9 @@ class Caller:
     agent: Agent
     session: AgentSession
     base_url: str
+    # The session was read with the owner's profile and its grants (agents.
+    # loaded_client_session): admission reads neither again.
+    loaded: bool = False
 
 
 _caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("mcp_caller")
@@ -211,7 +214,7 @@ async def admit_and_hold(name: str, arguments: dict[str, Any]) -> types.ServerRe
     if name == APPROVAL_PROMPT:
         return types.ServerResult(await approval_prompt(caller, arguments, tool_use_id, progress))
     proposed = ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
-    call = await db(submit)(caller.session, proposed)
+    call = await db(submit)(caller.session, proposed, preloaded=caller.loaded)
     call = await hold(call, progress, settled=is_done)  # a reviewer's edit is followed
     return types.ServerResult(tool_result(call))
 
@@ -229,12 +232,15 @@ def mcp_tool_use_id(request_id: types.RequestId) -> str:
     return text
 
 
-def submit(session: AgentSession, proposed: ProposedCall) -> ToolCall:
+def submit(session: AgentSession, proposed: ProposedCall, *, preloaded: bool = False) -> ToolCall:
     """The call (a request sent again finds its call, perhaps edited since: followed).
+    `preloaded`: the session was read with its owner's profile (Caller.loaded).
 
     Raises McpError when the request id names an earlier call with another tool or other
     arguments: that call's decision and result are not this request's."""
-    [call] = admission.submit_calls(session=session, dialect=Dialect.MCP, proposed=[proposed])
+    [call] = admission.submit_calls(
+        session=session, dialect=Dialect.MCP, proposed=[proposed], profile_preloaded=preloaded
+    )
     if call.name != proposed.name or call.digest != digest_of(proposed):
         raise refuse(
             types.INVALID_PARAMS,
@@ -378,7 +384,7 @@ async def approval_prompt(
         )
     proposed = await db(decide_only_proposal)(tool_name, tool_input, tool_use_id)
     try:
-        call = await db(submit)(caller.session, proposed)
+        call = await db(submit)(caller.session, proposed, preloaded=caller.loaded)
     except McpError as reused:  # an id already decided for other input allows nothing else
         return prompt_answer({"behavior": "deny", "message": reused.error.message})
     call = await hold(

@@ -6,8 +6,9 @@ The SDK's `StreamableHTTPServerTransport` and the protocol's server
 no ASGI lifespan, so nothing here lives longer than a request, and any daphne process can
 serve any request of any session, as for the agent API.
 
-A request is authenticated with the agent's bearer token first (nothing it sent is read
-before). Harness issues the `Mcp-Session-Id` itself when a client initializes and keeps it
+A request is authenticated with the agent's bearer token first (nothing of its body is
+read before; after initialize, the token and the session it names are read in one query,
+`authenticate`). Harness issues the `Mcp-Session-Id` itself when a client initializes and keeps it
 as its own session's `external_id` (client "mcp"): one MCP session is one Harness session,
 with its timeline, replay and export; a later request's session id is checked against the
 agent's sessions. `notifications/cancelled` is read here, before the SDK sees it, so it
@@ -17,6 +18,7 @@ cancels the call whichever process holds its request.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import secrets
@@ -31,6 +33,7 @@ from django.db import DatabaseError
 from django.db.models import Q
 from django.http.request import split_domain_port, validate_host
 from mcp import types
+from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from starlette.types import Message, Receive, Scope, Send
 
@@ -71,7 +74,12 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
     if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
         return await answer(send, 400, "bad_host", f"Host {host!r} is not an allowed host.")
     kind, _, token = headers.get("authorization", "").partition(" ")
-    agent = await db(agents.authenticate_token)(token.strip()) if kind.lower() == "bearer" else None
+    session_id = headers.get(SESSION_HEADER, "")
+    agent, known = (
+        await db(authenticate)(token.strip(), session_id)
+        if kind.lower() == "bearer"
+        else (None, None)
+    )
     if agent is None:
         return await answer(
             send,
@@ -97,20 +105,45 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         return await answer(send, 413, "body_too_large", f"The body is larger than {limit} bytes.")
     messages = parse_messages(body)
     scheme = "https" if scope.get("scheme") == "https" else "http"
-    session = await session_for(agent, headers.get(SESSION_HEADER, ""), messages)
+    session = await session_for(agent, session_id, messages, known)
     if isinstance(session, tuple):
         return await answer(send, *session)
     if method == "POST":
         await cancel_requested(agent, session, messages)
-    caller = Caller(agent=agent, session=session, base_url=f"{scheme}://{host}")
+    caller = Caller(
+        agent=agent, session=session, base_url=f"{scheme}://{host}", loaded=session is known
+    )
     await run_transport(caller, scope, replay(body, receive), send)
 
 
+# The longest Mcp-Session-Id read together with the token: Harness issues 32 hex digits.
+_SESSION_ID_MAX = 200
+
+
+def authenticate(token: str, session_id: str) -> tuple[Agent | None, AgentSession | None]:
+    """The agent holding `token` and the agent's MCP session the request names, read in one
+    query (with what admission needs: the owner's profile, the session's grants) when
+    there is such a session: the path of every call after initialize, as the agent API's
+    and the hooks' are. Else the agent alone (None for a bad token) and no session.
+
+    The session id is only a key of that read, beside the token that must match it; an id
+    Harness could not have issued is not sent with it."""
+    if 0 < len(session_id) <= _SESSION_ID_MAX and session_id.isascii() and session_id.isprintable():
+        session = agents.loaded_client_session(token, CLIENT, session_id)
+        if session is not None:
+            return session.agent, session
+    return agents.authenticate_token(token), None
+
+
 async def session_for(
-    agent: Agent, session_id: str, messages: list[types.JSONRPCMessage]
+    agent: Agent,
+    session_id: str,
+    messages: list[types.JSONRPCMessage],
+    known: AgentSession | None = None,
 ) -> AgentSession | tuple[int, str, str]:
     """The Harness session of this request: a new one for an initialize request, else the
-    agent's session with that Mcp-Session-Id. (status, code, message) when there is none."""
+    agent's session with that Mcp-Session-Id (`known`, when `authenticate` read it).
+    (status, code, message) when there is none."""
     initialize = next(
         (m.root for m in messages if getattr(m.root, "method", "") == "initialize"), None
     )
@@ -123,7 +156,7 @@ async def session_for(
             "No Mcp-Session-Id header: send an initialize request first and pass back "
             "the session id it answers with.",
         )
-    found = await db(find_session)(agent, session_id)
+    found = known or await db(find_session)(agent, session_id)
     if found is None:
         return (
             404,
@@ -209,10 +242,7 @@ async def run_transport(caller: Caller, scope: Scope, receive: Receive, send: Se
                 async with transport.connect() as (read_stream, write_stream):
                     task_status.started()
                     await server.run(
-                        read_stream,
-                        write_stream,
-                        server.create_initialization_options(),
-                        stateless=True,
+                        read_stream, write_stream, initialization_options(), stateless=True
                     )
 
             await group.start(run_server)
@@ -221,6 +251,14 @@ async def run_transport(caller: Caller, scope: Scope, receive: Receive, send: Se
             finally:
                 with anyio.CancelScope(shield=True):
                     await transport.terminate()
+
+
+@functools.cache
+def initialization_options() -> InitializationOptions:
+    """What the server answers to initialize, the same for every request: built once per
+    process (the SDK reads its own version from the package metadata each time it builds
+    them, a scan of the environment's distributions: 1-2 ms of every request)."""
+    return server.create_initialization_options()
 
 
 def parse_messages(body: bytes) -> list[types.JSONRPCMessage]:

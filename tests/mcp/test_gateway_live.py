@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -10,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.db import connection
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
@@ -490,3 +492,67 @@ def test_a_request_id_used_again_with_other_input_gets_no_earlier_decision(
     assert "already used" in reused["error"]["message"]
     calls = ToolCall.objects.filter(session__agent=trusted.agent)
     assert sorted(c.tool_use_id for c in calls) == ["mcp:7/t1", "mcp:9"]
+
+
+def test_a_session_is_read_with_its_token_and_its_owners_profile_at_each_request(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    """After initialize, a request's token and session are read together (with the owner's
+    profile and the session's grants): a wrong or revoked token with a real session id is
+    still 401, an id Harness could not have issued is 404, and a profile changed between
+    two requests of one session decides the next call."""
+    from dispatcher.agents import revoke_agent
+
+    fx = make_agent(mode="standard")
+    update_profile(user=fx.owner, mode="standard", allow=[], ask=[], deny=[], actor="test")
+    stranger = make_agent(mode="trusted")
+    progress: list[str] = []
+
+    def deny_listing() -> None:
+        try:
+            update_profile(
+                user=fx.owner,
+                mode="standard",
+                allow=[],
+                ask=[],
+                deny=["list_directory"],
+                actor="test",
+            )
+        finally:
+            connection.close()
+
+    async def scenario() -> tuple[types.CallToolResult, types.CallToolResult, str | None]:
+        async with mcp_session(live_stack, fx) as (session, session_id):
+            first = await session.call_tool("list_directory", {"path": "."})
+            await asyncio.to_thread(deny_listing)
+            progress.append("profile changed")
+            second = await session.call_tool("list_directory", {"path": "."})
+            return first, second, session_id()
+
+    first, second, session_id = run(scenario)
+    assert progress == ["profile changed"]
+    assert first.isError is False
+    assert second.isError is True and "denied by policy" in text_of(second)
+    calls = ToolCall.objects.filter(session__external_id=session_id).order_by("created_at")
+    assert [c.status for c in calls] == [Status.COMPLETED, Status.DENIED]
+
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream"}
+
+    def post(token: str, sid: str) -> httpx.Response:
+        headers = {**accept, "Authorization": f"Bearer {token}", "Mcp-Session-Id": sid}
+        encoded = {k: v.encode("latin-1") for k, v in headers.items()}
+        return httpx.post(live_stack.url + "/mcp/", json=body, headers=encoded)
+
+    assert session_id
+    assert post(fx.token, session_id).status_code == 200
+    for token in (fx.token[:-2] + "xx", stranger.token[:12] + fx.token[12:]):
+        refused = post(token, session_id)
+        assert refused.status_code == 401 and "Bearer <token>" in refused.text
+    foreign = post(stranger.token, session_id)
+    assert foreign.status_code == 404 and "Initialize again" in foreign.text
+    for odd in ("x" * 5000, session_id + "\u00e9", session_id + " x"):
+        unknown = post(fx.token, odd)
+        assert unknown.status_code == 404 and "Traceback" not in unknown.text
+    revoke_agent(agent=fx.agent, actor="test")
+    assert post(fx.token, session_id).status_code == 401
