@@ -97,21 +97,31 @@ def _token_matches(agent: Agent, token: str) -> bool:
     return hmac.compare_digest(agent.token_hash, _hash_token(token))
 
 
-def _loaded_sessions(prefix: str) -> QuerySet[AgentSession]:
-    """Sessions of the active agent whose token has `prefix`, read with what admission
-    needs: agent, owner, the owner's profile, and whether the session holds any grant."""
+def _loaded_sessions(prefix: str, digest: str) -> QuerySet[AgentSession]:
+    """Sessions of the active agent whose token has `prefix` and hashes to `digest`, read
+    with what admission needs: agent, owner, the owner's profile, and whether the session
+    holds any grant.
+
+    The hash is part of the read, so a bad token finds no session whether or not the
+    session it names exists: its request then costs the same (this read, then
+    authenticate_token's) either way, and its timing tells nothing about the session id.
+    The callers still compare the hash in constant time."""
     return (
         AgentSession.objects.select_related("agent__owner__permission_profile")
         .annotate(has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))))
-        .filter(agent__token_prefix=prefix, agent__is_active=True)
+        .filter(agent__token_prefix=prefix, agent__token_hash=digest, agent__is_active=True)
     )
 
 
 # The two reads every agent call starts with, compiled once (dispatcher.compiled).
-_SESSION_BY_ID = Compiled(lambda prefix, pk: _loaded_sessions(prefix).filter(pk=pk)[:1])
+_SESSION_BY_ID = Compiled(
+    lambda prefix, digest, pk: _loaded_sessions(prefix, digest).filter(pk=pk)[:1]
+)
 _SESSION_BY_CLIENT_ID = Compiled(
-    lambda prefix, client, external_id: (
-        _loaded_sessions(prefix).filter(client=client, external_id=external_id).order_by("pk")[:1]
+    lambda prefix, digest, client, external_id: (
+        _loaded_sessions(prefix, digest)
+        .filter(client=client, external_id=external_id)
+        .order_by("pk")[:1]
     )
 )
 
@@ -124,7 +134,7 @@ def session_for_token(token: str, session_id: uuid.UUID) -> AgentSession | None:
     prefix = token_prefix(token)
     if prefix is None:
         return None
-    session = _SESSION_BY_ID.first(prefix, session_id)
+    session = _SESSION_BY_ID.first(prefix, _hash_token(token), session_id)
     if session is None or not _token_matches(session.agent, token):
         return None
     return session
@@ -238,7 +248,7 @@ def client_session_for_token(
     prefix = token_prefix(token)
     if prefix is None:
         return None
-    session = _SESSION_BY_CLIENT_ID.first(prefix, client, external_id)
+    session = _SESSION_BY_CLIENT_ID.first(prefix, _hash_token(token), client, external_id)
     if session is not None:
         return session if _token_matches(session.agent, token) else None
     agent = authenticate_token(token)
@@ -257,7 +267,7 @@ def loaded_client_session(token: str, client: str, external_id: str) -> AgentSes
     prefix = token_prefix(token)
     if prefix is None:
         return None
-    session = _SESSION_BY_CLIENT_ID.first(prefix, client, external_id)
+    session = _SESSION_BY_CLIENT_ID.first(prefix, _hash_token(token), client, external_id)
     if session is None or not _token_matches(session.agent, token):
         return None
     return session

@@ -31,11 +31,11 @@ def fields_of(obj: Model) -> dict[str, Any]:
 def test_the_session_read_gives_the_querysets_instances_and_related_objects() -> None:
     fx = make_agent(mode="trusted")
     session = agents.start_session(agent=fx.agent)
-    prefix = fx.agent.token_prefix
-    compiled = Compiled(lambda p, pk: agents._loaded_sessions(p).filter(pk=pk)[:1])
+    prefix, digest = fx.agent.token_prefix, fx.agent.token_hash
+    compiled = Compiled(lambda p, d, pk: agents._loaded_sessions(p, d).filter(pk=pk)[:1])
     for _ in range(2):  # the compile, then a run of the kept plan
-        got = compiled.first(prefix, session.pk)
-        want = agents._loaded_sessions(prefix).filter(pk=session.pk).first()
+        got = compiled.first(prefix, digest, session.pk)
+        want = agents._loaded_sessions(prefix, digest).filter(pk=session.pk).first()
         assert got is not None and want is not None
         assert fields_of(got) == fields_of(want)
         assert fields_of(got.agent) == fields_of(want.agent)
