@@ -4,7 +4,8 @@ Both sides use the same client (the official `mcp` ClientSession, one session ke
 for the whole side) and the same upstream server (the bundled demo MCP server,
 `dispatcher/tools/demo_mcp_server.py`, stdio):
 
-- B: the client starts the upstream server itself and calls `word_count` directly.
+- B: the client starts the upstream server itself, once for the whole side (as the
+  worker keeps its own session open), and calls `word_count` directly.
 - P: the client calls `bench11__word_count` on Harness's /mcp/ (daphne): admission
   (stages 1-5, a trusted-mode agent, the call and its events written), the Celery
   message, a prefork worker that claims it and calls the same upstream server over its
@@ -64,16 +65,6 @@ async def _timed(session: Any, name: str, n: int, warm: int, tag: str) -> list[f
     return samples
 
 
-async def direct(n: int, warm: int, tag: str) -> list[float]:
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
-    params = StdioServerParameters(command=sys.executable, args=[str(SCRIPT)])
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        return await _timed(session, TOOL, n, warm, tag)
-
-
 async def through_harness(url: str, token: str, n: int, warm: int, tag: str) -> list[float]:
     import httpx
     from mcp import ClientSession
@@ -85,6 +76,28 @@ async def through_harness(url: str, token: str, n: int, warm: int, tag: str) -> 
         async with ClientSession(read, write) as session:
             await session.initialize()
             return await _timed(session, f"{UPSTREAM}__{TOOL}", n, warm, tag)
+
+
+async def _pairs(url: str, token: str, pairs: int, n: int, warm: int, result: Result) -> None:
+    """B P B P ...: B on one session with the upstream server, started once for the whole
+    side (as the worker keeps its own), P on a new /mcp/ session per pair."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=[str(SCRIPT)])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as direct:
+        await direct.initialize()
+        for pair in range(pairs):
+            b = await _timed(direct, TOOL, n, warm, f"b{pair}")
+            p = await through_harness(url, token, n, warm, f"p{pair}")
+            result.b.append(statistics.median(b))
+            result.p.append(statistics.median(p))
+            api = await asyncio.to_thread(through_api, url, token, n, warm, f"a{pair}")
+            result.notes.append(
+                f"pair {pair + 1} p95: B {sorted(b)[int(0.95 * len(b))]:.0f} us, "
+                f"P {sorted(p)[int(0.95 * len(p))]:.0f} us; the same call through the agent "
+                f"API (?wait=30): median {statistics.median(api):.0f} us"
+            )
 
 
 def through_api(url: str, token: str, n: int, warm: int, tag: str) -> list[float]:
@@ -126,17 +139,7 @@ def scenario_mcp(env: dict[str, str], creds: dict[str, str], pairs: int, quick: 
         target_value=4.0,
     )
     try:
-        for pair in range(pairs):
-            b = asyncio.run(direct(n, warm, f"b{pair}"))
-            p = asyncio.run(through_harness(server.url, creds["token"], n, warm, f"p{pair}"))
-            result.b.append(statistics.median(b))
-            result.p.append(statistics.median(p))
-            api = through_api(server.url, creds["token"], n, warm, f"a{pair}")
-            result.notes.append(
-                f"pair {pair + 1} p95: B {sorted(b)[int(0.95 * len(b))]:.0f} us, "
-                f"P {sorted(p)[int(0.95 * len(p))]:.0f} us; the same call through the agent "
-                f"API (?wait=30): median {statistics.median(api):.0f} us"
-            )
+        asyncio.run(_pairs(server.url, creds["token"], pairs, n, warm, result))
         result.notes.append(rss_note([server]))
         result.notes.append(worker.rss_note())
     finally:
