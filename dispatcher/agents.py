@@ -245,12 +245,9 @@ def client_session_for_token(
     first sight, as client_session does), read with what admission needs (agent, owner,
     the owner's profile, whether it holds any grant) in one query once it exists: the hook
     path authenticates and loads in one read. None for a bad token."""
-    prefix = token_prefix(token)
-    if prefix is None:
-        return None
-    session = _SESSION_BY_CLIENT_ID.first(prefix, _hash_token(token), client, external_id)
+    session = loaded_client_session(token, client, external_id)
     if session is not None:
-        return session if _token_matches(session.agent, token) else None
+        return session
     agent = authenticate_token(token)
     if agent is None:
         return None

@@ -142,7 +142,7 @@ async def session_for(
     known: AgentSession | None = None,
 ) -> AgentSession | tuple[int, str, str]:
     """The Harness session of this request: a new one for an initialize request, else the
-    agent's session with that Mcp-Session-Id (`known`, when `authenticate` read it).
+    agent's session with that Mcp-Session-Id (`known`: `authenticate` read it).
     (status, code, message) when there is none."""
     initialize = next(
         (m.root for m in messages if getattr(m.root, "method", "") == "initialize"), None
@@ -156,14 +156,15 @@ async def session_for(
             "No Mcp-Session-Id header: send an initialize request first and pass back "
             "the session id it answers with.",
         )
-    found = known or await db(find_session)(agent, session_id)
-    if found is None:
+    # (`authenticate` read the agent's session with that id, if there is one: the agent and
+    # the id are the same keys a second read would use.)
+    if known is None:
         return (
             404,
             "unknown_session",
             "Session not found: it belongs to another agent or never existed. Initialize again.",
         )
-    return found
+    return known
 
 
 def open_session(agent: Agent, params: dict[str, Any]) -> AgentSession:
@@ -177,17 +178,6 @@ def open_session(agent: Agent, params: dict[str, Any]) -> AgentSession:
         client=CLIENT,
         external_id=secrets.token_hex(16),
     )
-
-
-def find_session(agent: Agent, session_id: str) -> AgentSession | None:
-    session = (
-        AgentSession.objects.filter(agent=agent, client=CLIENT, external_id=session_id)
-        .select_related("agent__owner")
-        .first()
-    )
-    if session is not None:
-        session.agent = agent
-    return session
 
 
 async def cancel_requested(
