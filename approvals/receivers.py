@@ -1,4 +1,5 @@
-"""The approvals app's side of the dispatcher's signals (dispatcher never imports approvals)."""
+"""The approvals app's side of the dispatcher's after-commit signal (dispatcher never imports
+approvals). The ask's request row is not written here: see settings.HARNESS_ASK_RECORDER."""
 
 from __future__ import annotations
 
@@ -8,18 +9,12 @@ from typing import Any
 from django.dispatch import receiver
 
 from dispatcher.models import Status
-from dispatcher.notify import approval_requested, call_changed
+from dispatcher.notify import call_changed
 
 from . import live, services
 from .notifications import services as notifications
 
 logger = logging.getLogger(__name__)
-
-
-@receiver(approval_requested)
-def record_request(sender: Any, call: Any, presentation: dict[str, Any], **kwargs: Any) -> None:
-    approval = services.open_request(call=call, presentation=presentation)
-    notifications.enqueue_ask(approval.pk)  # after commit: never holds up admission
 
 
 @receiver(call_changed)

@@ -12,12 +12,12 @@ def expire_approvals() -> None:
     services.expire_due()
 
 
-@shared_task(name="approvals.tasks.notify_ask", ignore_result=True, time_limit=120)
+@shared_task(name=notifications.PLAN_ASK_TASK, ignore_result=True, time_limit=120)
 def notify_ask(approval_id: int) -> None:
     notifications.notify_ask(approval_id)
 
 
-@shared_task(name="approvals.tasks.notify_outcome", ignore_result=True, time_limit=120)
+@shared_task(name=notifications.PLAN_OUTCOME_TASK, ignore_result=True, time_limit=120)
 def notify_outcome(call_id: str) -> None:
     notifications.notify_outcome(call_id)
 
@@ -25,7 +25,7 @@ def notify_outcome(call_id: str) -> None:
 # Retried with exponential backoff (2 s, 4 s, ... at most 5 minutes, with jitter) while the
 # channel fails; services.deliver records each attempt and gives up after MAX_ATTEMPTS.
 @shared_task(
-    name="approvals.tasks.deliver",
+    name=notifications.DELIVER_TASK,
     ignore_result=True,
     time_limit=60,
     autoretry_for=(DeliveryFailed,),

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from audit import kinds
 from audit.masking import premask
@@ -146,13 +147,23 @@ def _admit(
             if place is not None:
                 batches.dispatch_ready(batch_id)
             _after_admission(admission.calls, sent)
-            # After the wake-ups are planned: what the receivers plan for after commit
+            # After the wake-ups are planned: what the recorder plans for after commit
             # (an ask's notifications) comes after the asks reach the open queues.
-            for call, presentation in admission.asks:
-                notify.approval_requested.send(
-                    sender=ToolCall, call=call, presentation=presentation
-                )
+            if admission.asks:
+                record_ask = ask_recorder()
+                for call, presentation in admission.asks:
+                    record_ask(call=call, presentation=presentation)
     return calls
+
+
+def ask_recorder() -> Any:
+    """settings.HARNESS_ASK_RECORDER, imported once per value (dispatcher.E013 checks it)."""
+    return _import_recorder(settings.HARNESS_ASK_RECORDER)
+
+
+@functools.cache
+def _import_recorder(path: str) -> Any:
+    return import_string(path)
 
 
 def _insert_calls(calls: list[ToolCall], session_id: uuid.UUID) -> AuditChain | None:

@@ -3,8 +3,10 @@ the sandbox and the worker's time limit."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, register
 from django.utils.module_loading import import_string
@@ -89,6 +91,22 @@ def check_policy_chain(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         import_string(settings.HARNESS_EXECUTE_WRAPPER)
     except ImportError as exc:
         errors.append(Error(f"HARNESS_EXECUTE_WRAPPER: {exc}", id="dispatcher.E011"))
+    try:
+        recorder = import_string(settings.HARNESS_ASK_RECORDER)
+    except ImportError as exc:
+        recorder = None
+        problem = str(exc)
+    else:
+        problem = "" if callable(recorder) else "it is not callable"
+    if recorder is None or problem:
+        errors.append(
+            Error(
+                f"HARNESS_ASK_RECORDER '{settings.HARNESS_ASK_RECORDER}': {problem}",
+                hint="Name the function that writes an ask's request row, e.g. "
+                "'approvals.asks.record_ask'; without it no ask could be decided.",
+                id="dispatcher.E013",
+            )
+        )
     if settings.HARNESS_DEFAULT_MODE not in Mode.values:
         errors.append(
             Error(
@@ -263,3 +281,36 @@ def check_client_tools(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                     )
                 )
     return errors
+
+
+@register()
+def check_task_names(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Every task Harness sends by name (the lifecycle never imports the tasks that run it,
+    and the beat schedule names them too) is one the Celery app registers."""
+    from approvals.notifications import services as notifications
+    from dispatcher.batches import EXECUTE_TASK
+    from harness_site.celery import app
+
+    for config in apps.get_app_configs():  # what autodiscover_tasks imports, without the
+        try:  # loader's signal (Celery's Django fixup runs the checks again from it)
+            importlib.import_module(f"{config.name}.tasks")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{config.name}.tasks":
+                raise
+    sent = {
+        EXECUTE_TASK: "dispatcher.batches.EXECUTE_TASK",
+        notifications.PLAN_ASK_TASK: "PLAN_ASK_TASK",
+        notifications.PLAN_OUTCOME_TASK: "PLAN_OUTCOME_TASK",
+        notifications.DELIVER_TASK: "DELIVER_TASK",
+    }
+    for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
+        sent.setdefault(str(entry["task"]), f"CELERY_BEAT_SCHEDULE['{name}']")
+    return [
+        Error(
+            f"{where} sends the task '{name}', which no Celery task registers.",
+            hint="Name a task declared with @shared_task(name=...) in a tasks module.",
+            id="dispatcher.E014",
+        )
+        for name, where in sent.items()
+        if name not in app.tasks
+    ]

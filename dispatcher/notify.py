@@ -34,9 +34,6 @@ logger = logging.getLogger(__name__)
 # Sent after commit whenever a call changes state: kwargs call_id, session_id, status,
 # previous (the status it left).
 call_changed = Signal()
-# Sent inside the transaction that puts a call in pending_approval, so the approvals app
-# records its request atomically with the transition: kwargs call, presentation.
-approval_requested = Signal()
 
 # How long a waiter waits for Redis to confirm its subscription before giving up.
 SUBSCRIBE_TIMEOUT = 5.0

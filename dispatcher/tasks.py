@@ -3,9 +3,10 @@
 from celery import shared_task
 
 from dispatcher import execution
+from dispatcher.batches import EXECUTE_TASK
 
 
-@shared_task(name="dispatcher.tasks.execute_call", ignore_result=True)
+@shared_task(name=EXECUTE_TASK, ignore_result=True)
 def execute_call(call_id: str) -> None:
     execution.execute_call(call_id)
 

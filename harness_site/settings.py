@@ -290,6 +290,10 @@ HARNESS_GUARDS = [
 # Stage 8: `(call, content) -> content`; may replace the result content, never arguments.
 # hide_read_denied: a search or listing never shows what a read rule denies (docs/rules.md).
 HARNESS_POST_EXECUTE: list[str] = ["dispatcher.policy.results.hide_read_denied"]
+# Stage 4's ask, recorded: `(*, call, presentation) -> None`, called inside the transaction
+# that puts a call in pending_approval (the approval's request row); checked at start-up
+# (dispatcher.E013). Not a signal: an ask without its request row must fail, not pass.
+HARNESS_ASK_RECORDER = "approvals.asks.record_ask"
 # Stage 6: wraps every tool execution (budgets, retries, metrics belong here).
 HARNESS_EXECUTE_WRAPPER = "dispatcher.pipeline.default_execute_wrapper"
 

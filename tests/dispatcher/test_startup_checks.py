@@ -90,3 +90,30 @@ def test_manage_py_check_stops_with_a_clear_message() -> None:
     )
     assert result.returncode != 0
     assert "dispatcher.E021" in result.stderr and "HARNESS_REPEAT_THRESHOLDS" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "recorder, text",
+    [
+        ("approvals.services.no_such_recorder", "approvals.services.no_such_recorder"),
+        ("approvals.services.REVIEWER", "not callable"),
+    ],
+)
+def test_an_ask_recorder_that_does_not_resolve_fails_the_checks(
+    settings: Any, recorder: str, text: str
+) -> None:
+    settings.HARNESS_ASK_RECORDER = recorder
+    errors = [e for e in run_checks() if e.id == "dispatcher.E013"]
+    assert errors and text in errors[0].msg
+
+
+def test_a_task_sent_by_a_name_no_task_registers_fails_the_checks(settings: Any) -> None:
+    settings.CELERY_BEAT_SCHEDULE = {
+        **settings.CELERY_BEAT_SCHEDULE,
+        "typo": {"task": "approvals.tasks.expire_aprovals", "schedule": 15.0},
+    }
+    errors = [e for e in run_checks() if e.id == "dispatcher.E014"]
+    assert [e.msg for e in errors] == [
+        "CELERY_BEAT_SCHEDULE['typo'] sends the task 'approvals.tasks.expire_aprovals', "
+        "which no Celery task registers."
+    ]
