@@ -4,11 +4,12 @@ the sandbox and the worker's time limit."""
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
 from typing import Any
 
 from django.apps import apps
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
 from django.utils.module_loading import import_string
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -314,3 +315,36 @@ def check_task_names(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         for name, where in sent.items()
         if name not in app.tasks
     ]
+
+
+@register()
+def check_fast_path_versions(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """The fast paths lean on library internals (the ORM's compiler, kombu's Redis QoS,
+    Celery's message envelope): each names the lines it was verified against."""
+    from dispatcher import batches, compiled
+    from harness_site import broker
+
+    warnings = []
+    for module in (compiled, batches, broker):
+        for package, line in module.VERIFIED_WITH.items():
+            installed = _installed_line(package)
+            if installed != line:
+                warnings.append(
+                    Warning(
+                        f"{module.__name__} was verified against {package} {line}.x; "
+                        f"{package} {installed or 'is not installed'} is installed.",
+                        hint="Run the test suite (make test) on this combination before "
+                        "production, then update VERIFIED_WITH in that module.",
+                        id="dispatcher.W015",
+                    )
+                )
+    return warnings
+
+
+def _installed_line(package: str) -> str:
+    """The installed `major.minor` of a distribution, or "" when it is not installed."""
+    try:
+        version = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
+    return ".".join(version.split(".")[:2])

@@ -117,3 +117,18 @@ def test_a_task_sent_by_a_name_no_task_registers_fails_the_checks(settings: Any)
         "CELERY_BEAT_SCHEDULE['typo'] sends the task 'approvals.tasks.expire_aprovals', "
         "which no Celery task registers."
     ]
+
+
+def test_the_fast_paths_verified_lines_match_what_is_installed() -> None:
+    assert [e.msg for e in run_checks() if e.id == "dispatcher.W015"] == []
+
+
+def test_a_fast_path_verified_against_another_line_is_named(monkeypatch: Any) -> None:
+    from dispatcher import compiled
+
+    monkeypatch.setitem(compiled.VERIFIED_WITH, "psycopg", "3.2")
+    warnings = [e.msg for e in run_checks() if e.id == "dispatcher.W015"]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(
+        "dispatcher.compiled was verified against psycopg 3.2.x; psycopg 3.3"
+    )
