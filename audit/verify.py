@@ -185,17 +185,25 @@ def verify_events(
         state.expected_seq = event["seq"] + 1
         state.prev_hash = event["hash"]
     report.chains = len(states)
+    _compare_heads(report, states)
+    _compare_checkpoints(report, wanted, seen, last_seq)
+    if signers and len(set(signers)) == 1 and signers[0]:
+        report.wrong_key = signers[0]  # every signature names one other key
+    return report
+
+
+def _compare_heads(report: Report, states: dict[str, _ChainState]) -> None:
+    """A problem for each recorded head whose chain has no events, or whose chain (read
+    without a problem) ends elsewhere than the head says."""
     for chain, head in report.heads.items():
-        chain_state = states.get(chain)
-        if chain_state is None:
+        state = states.get(chain)
+        if state is None:
             report.problems.append(
                 Problem(chain, None, None, f"the head records seq {head.seq} but no events exist")
             )
-        elif not chain_state.failed and (chain_state.expected_seq - 1, chain_state.prev_hash) != (
-            head.seq,
-            head.hash,
-        ):
-            last = chain_state.expected_seq - 1
+            continue
+        last = state.expected_seq - 1
+        if not state.failed and (last, state.prev_hash) != (head.seq, head.hash):
             report.problems.append(
                 Problem(
                     chain,
@@ -205,10 +213,6 @@ def verify_events(
                     f"{head.seq} (events at the end were deleted or replaced)",
                 )
             )
-    _compare_checkpoints(report, wanted, seen, last_seq)
-    if signers and len(set(signers)) == 1 and signers[0]:
-        report.wrong_key = signers[0]  # every signature names one other key
-    return report
 
 
 def _check_head_signatures(report: Report, signers: list[str]) -> None:
