@@ -13,6 +13,7 @@ import json
 import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
@@ -222,83 +223,7 @@ class DemoAgent:
         names = [t["name"] for t in self.client.tools("native")]
         self.say(f"Tools offered to the model: {', '.join(names)}")
         note = f"demo-{session['id'][:8]}.txt"
-        ok: list[bool] = []
-
-        def check(call: dict[str, Any], status: str, label: str) -> None:
-            good = call["status"] == status
-            ok.append(good)
-            self.say(f"    {'OK' if good else 'UNEXPECTED'}: {label}")
-
-        c = self.call(
-            "ALLOW: list the workspace", "allowed", "openai", "list_directory", {"path": "."}
-        )
-        check(c, "completed", "allowed by standard mode (read-only tool)")
-        c = self.call(
-            "ALLOW, tool error: read a file that does not exist yet",
-            "a useful error",
-            "native",
-            "read_file",
-            {"path": note},
-        )
-        check(c, "completed", "ran, and the model gets an error it can act on")
-        ok[-1] = ok[-1] and bool(c["is_error"])
-        c = self.call(
-            "ASK: write a file (a reviewer must approve)",
-            "approved, then written",
-            "anthropic",
-            "write_file",
-            {"path": note, "content": "Written by the Harness demo agent.\n"},
-        )
-        check(c, "completed", "approved by a reviewer, then executed by the worker")
-        c = self.call(
-            "ALLOW: read the file just written",
-            "its content",
-            "openai",
-            "read_file",
-            {"path": note},
-        )
-        check(c, "completed", "the content the approved write produced")
-        c = self.call(
-            "DENY: delete a file",
-            "denied by standard mode",
-            "native",
-            "delete_file",
-            {"path": note},
-        )
-        check(c, "denied", "destructive tools are denied in standard mode")
-        c = self.call(
-            "REJECT: an unknown tool",
-            "rejected with a suggestion",
-            "anthropic",
-            "readFile",
-            {"path": note},
-        )
-        check(c, "rejected", "unknown tool, with the closest name suggested")
-        c = self.call(
-            "REJECT: invalid arguments",
-            "rejected: path must be a string",
-            "openai",
-            "read_file",
-            '{"path": 5}',
-        )
-        check(c, "rejected", "arguments do not match the schema")
-        c = self.call(
-            "DENY: a path escape",
-            "denied by the workspace guard",
-            "native",
-            "read_file",
-            {"path": "../../etc/passwd"},
-        )
-        check(c, "denied", "the workspace confinement guard")
-        c = self.call(
-            "DENY: a blocked command",
-            "denied by the command guard",
-            "anthropic",
-            "run_command",
-            {"argv": ["sudo", "ls"]},
-        )
-        check(c, "denied", "the command blocklist guard")
-
+        ok = [self._scenario(scenario, note) for scenario in SCENARIOS]
         mcp = self.mcp_call(
             "ALLOW over MCP: a tool of the bundled upstream MCP server",
             MCP_TOOL,
@@ -309,11 +234,122 @@ class DemoAgent:
             self.say(
                 f"    {'OK' if mcp else 'UNEXPECTED'}: read-only upstream tool, run by the worker"
             )
-
         self.say(RULE)
         self.say(f"Demo finished: {sum(ok)}/{len(ok)} scenarios ended as expected.")
         self.say(f"Audit trail: {self.dashboard}/audit/sessions/{session['id']}/")
         return all(ok)
+
+    def _scenario(self, scenario: Scenario, note: str) -> bool:
+        """Submit one scenario's call; True when it ended as the scenario expects."""
+        arguments = scenario.arguments(note)
+        call = self.call(
+            scenario.label, scenario.expect, scenario.dialect, scenario.tool, arguments
+        )
+        good = call["status"] == scenario.status and (
+            not scenario.is_error or bool(call["is_error"])
+        )
+        self.say(f"    {'OK' if good else 'UNEXPECTED'}: {scenario.outcome}")
+        return good
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One demo call: what it shows, how it is sent, and how it must end."""
+
+    label: str
+    expect: str
+    dialect: str
+    tool: str
+    arguments: Callable[[str], Any]  # the session's note file name -> the arguments
+    status: str
+    outcome: str
+    is_error: bool = False
+
+
+SCENARIOS = (
+    Scenario(
+        "ALLOW: list the workspace",
+        "allowed",
+        "openai",
+        "list_directory",
+        lambda note: {"path": "."},
+        "completed",
+        "allowed by standard mode (read-only tool)",
+    ),
+    Scenario(
+        "ALLOW, tool error: read a file that does not exist yet",
+        "a useful error",
+        "native",
+        "read_file",
+        lambda note: {"path": note},
+        "completed",
+        "ran, and the model gets an error it can act on",
+        is_error=True,
+    ),
+    Scenario(
+        "ASK: write a file (a reviewer must approve)",
+        "approved, then written",
+        "anthropic",
+        "write_file",
+        lambda note: {"path": note, "content": "Written by the Harness demo agent.\n"},
+        "completed",
+        "approved by a reviewer, then executed by the worker",
+    ),
+    Scenario(
+        "ALLOW: read the file just written",
+        "its content",
+        "openai",
+        "read_file",
+        lambda note: {"path": note},
+        "completed",
+        "the content the approved write produced",
+    ),
+    Scenario(
+        "DENY: delete a file",
+        "denied by standard mode",
+        "native",
+        "delete_file",
+        lambda note: {"path": note},
+        "denied",
+        "destructive tools are denied in standard mode",
+    ),
+    Scenario(
+        "REJECT: an unknown tool",
+        "rejected with a suggestion",
+        "anthropic",
+        "readFile",
+        lambda note: {"path": note},
+        "rejected",
+        "unknown tool, with the closest name suggested",
+    ),
+    Scenario(
+        "REJECT: invalid arguments",
+        "rejected: path must be a string",
+        "openai",
+        "read_file",
+        lambda note: '{"path": 5}',
+        "rejected",
+        "arguments do not match the schema",
+    ),
+    Scenario(
+        "DENY: a path escape",
+        "denied by the workspace guard",
+        "native",
+        "read_file",
+        lambda note: {"path": "../../etc/passwd"},
+        "denied",
+        "the workspace confinement guard",
+    ),
+    Scenario(
+        "DENY: a blocked command",
+        "denied by the command guard",
+        "anthropic",
+        "run_command",
+        lambda note: {"argv": ["sudo", "ls"]},
+        "denied",
+        "the command blocklist guard",
+    ),
+)
 
 
 def run(
