@@ -15,14 +15,14 @@ from uuid import UUID
 
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.vary import vary_on_headers
 
 from . import export
 from .models import AuditChain, AuditEvent
-from .roles import AUDITOR, role_required
+from .roles import AUDITOR, HtmxHttpRequest, role_required
 from .timeline import (
     OUTCOME_FILTERS,
     CallPage,
@@ -88,7 +88,7 @@ def filtered_sessions(params: Any) -> QuerySet[AuditChain]:
 
 
 @role_required(AUDITOR)
-def session_list(request: HttpRequest) -> HttpResponse:
+def session_list(request: HtmxHttpRequest) -> HttpResponse:
     page = Paginator(filtered_sessions(request.GET), PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -151,7 +151,7 @@ def _page(chain: str, params: Any, filters: dict[str, str]) -> CallPage:
 
 @role_required(AUDITOR)
 @vary_on_headers("HX-Request")  # one URL, two bodies: a cache never hands a page load the fragment
-def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
+def session_detail(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
     """One page of the session's calls, and its summary from the chain's head row.
 
     A constant number of queries whatever the session's length. An htmx request (the
@@ -177,7 +177,7 @@ def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
         "outcomes": list(OUTCOME_FILTERS),
         "tools": head.tools.split(),
     }
-    htmx = request.htmx  # type: ignore[attr-defined]
+    htmx = request.htmx
     if htmx and not htmx.history_restore_request:
         # A page change (pager, filters) also moves the live refresh to the new page.
         context["refresh_oob"] = htmx.trigger != "audit-refresh"
@@ -187,7 +187,7 @@ def session_detail(request: HttpRequest, session_id: UUID) -> HttpResponse:
 
 
 @role_required(AUDITOR)
-def session_replay(request: HttpRequest, session_id: UUID) -> HttpResponse:
+def session_replay(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
     timeline = _timeline(session_id)
     context = {"timeline": timeline, "session_id": session_id, "events": replay_events(timeline)}
     return render(request, "audit/replay.html", context)
@@ -197,7 +197,7 @@ TRANSCRIPTS = {"openai": openai_messages, "anthropic": anthropic_messages}
 
 
 @role_required(AUDITOR)
-def session_transcript(request: HttpRequest, session_id: UUID) -> HttpResponse:
+def session_transcript(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
     timeline = _timeline(session_id)
     fmt = request.GET.get("format", "")
     if fmt in TRANSCRIPTS:
@@ -222,13 +222,13 @@ def _stream(events: QuerySet[AuditEvent], fmt: str, name: str) -> StreamingHttpR
 
 
 @role_required(AUDITOR)
-def session_export(request: HttpRequest, session_id: UUID, fmt: str) -> StreamingHttpResponse:
+def session_export(request: HtmxHttpRequest, session_id: UUID, fmt: str) -> StreamingHttpResponse:
     events = AuditEvent.objects.filter(chain=str(session_id))
     return _stream(events, fmt, f"audit-{session_id}")
 
 
 @role_required(AUDITOR)
-def filtered_export(request: HttpRequest) -> StreamingHttpResponse:
+def filtered_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
     chains = filtered_sessions(request.GET).values("chain")
     events = AuditEvent.objects.filter(chain__in=chains)
     return _stream(events, request.GET.get("format", "jsonl"), "audit-export")

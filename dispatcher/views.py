@@ -14,12 +14,12 @@ from django.contrib import messages
 from django.contrib.auth.models import User
 from django.db import IntegrityError
 from django.db.models import Count, Max, OuterRef, Subquery
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from audit.roles import ADMIN, role_required
+from audit.roles import ADMIN, HtmxHttpRequest, role_required
 from dispatcher import agents
 from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession, ToolCall
@@ -29,7 +29,7 @@ RECENT_SESSIONS = 20
 MAX_NAME = 100
 
 
-def _actor(request: HttpRequest) -> str:
+def _actor(request: HtmxHttpRequest) -> str:
     return f"user:{request.user.get_username()}"
 
 
@@ -40,7 +40,7 @@ def _owners() -> list[User]:
 @role_required(ADMIN)
 @require_http_methods(["GET", "POST"])
 @never_cache
-def agent_list(request: HttpRequest) -> HttpResponse:
+def agent_list(request: HtmxHttpRequest) -> HttpResponse:
     """GET: every agent with its owner, sessions and state. POST: create one (its token
     shown once on the answer), or re-render with what to fix (400)."""
     form = {"name": "", "owner": request.user.get_username(), "workspace": ""}
@@ -53,7 +53,7 @@ def agent_list(request: HttpRequest) -> HttpResponse:
     return _list(request, form)
 
 
-def _create(request: HttpRequest, form: dict[str, str]) -> tuple[Agent | None, str, str]:
+def _create(request: HtmxHttpRequest, form: dict[str, str]) -> tuple[Agent | None, str, str]:
     if not form["name"] or len(form["name"]) > MAX_NAME:
         return None, "", f"Give the agent a name of 1 to {MAX_NAME} characters."
     owner = User.objects.filter(username=form["owner"], is_active=True).first()
@@ -73,7 +73,7 @@ def _create(request: HttpRequest, form: dict[str, str]) -> tuple[Agent | None, s
 
 
 def _list(
-    request: HttpRequest, form: dict[str, str], *, error: str = "", status: int = 200
+    request: HtmxHttpRequest, form: dict[str, str], *, error: str = "", status: int = 200
 ) -> HttpResponse:
     rows = (
         Agent.objects.select_related("owner")
@@ -87,12 +87,12 @@ def _list(
 @role_required(ADMIN)
 @require_GET
 @never_cache
-def agent_detail(request: HttpRequest, agent_id: int) -> HttpResponse:
+def agent_detail(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
     agent = get_object_or_404(Agent.objects.select_related("owner"), pk=agent_id)
     return _detail(request, agent)
 
 
-def _detail(request: HttpRequest, agent: Agent, *, token: str = "") -> HttpResponse:
+def _detail(request: HtmxHttpRequest, agent: Agent, *, token: str = "") -> HttpResponse:
     """The agent's page: state, owner's mode, its newest sessions with their last call,
     and how to connect. `token` (just made) is shown once."""
     last_call = ToolCall.objects.filter(session=OuterRef("pk")).order_by("-created_at")
@@ -129,7 +129,7 @@ def _detail(request: HttpRequest, agent: Agent, *, token: str = "") -> HttpRespo
 
 @role_required(ADMIN)
 @require_POST
-def agent_rotate(request: HttpRequest, agent_id: int) -> HttpResponse:
+def agent_rotate(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
     """A new token for the agent, shown once; the old one stops working now."""
     agent = get_object_or_404(Agent.objects.select_related("owner"), pk=agent_id)
     try:
@@ -142,7 +142,7 @@ def agent_rotate(request: HttpRequest, agent_id: int) -> HttpResponse:
 
 @role_required(ADMIN)
 @require_POST
-def agent_revoke(request: HttpRequest, agent_id: int) -> HttpResponse:
+def agent_revoke(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
     agent = get_object_or_404(Agent, pk=agent_id)
     agents.revoke_agent(agent=agent, actor=_actor(request))
     messages.success(request, f"Revoked agent '{agent.name}': its token no longer works.")

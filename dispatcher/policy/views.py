@@ -12,17 +12,15 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from audit.roles import ADMIN, REFUSALS, has_role
+from audit.roles import ADMIN, HtmxHttpRequest, role_required
 from dispatcher import analytics, simulation
 from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession, ToolCall
@@ -34,12 +32,6 @@ from dispatcher.tools.registry import all_tools
 
 PAGE = "permissions/user.html"
 RECENT_CALLS = 50
-
-
-def _require_admin(request: HttpRequest) -> User:
-    if not has_role(request.user, ADMIN):
-        raise PermissionDenied(REFUSALS[ADMIN])
-    return request.user  # type: ignore[return-value]
 
 
 def preview(arguments: Any, limit: int = 120) -> str:
@@ -65,10 +57,9 @@ def diff_lines(diff: dict[str, Any]) -> list[tuple[str, str]]:
 # --- Index ------------------------------------------------------------------------------
 
 
-@login_required
+@role_required(ADMIN)
 @require_GET
-def index(request: HttpRequest) -> HttpResponse:
-    _require_admin(request)
+def index(request: HtmxHttpRequest) -> HttpResponse:
     users = User.objects.order_by("username").select_related("permission_profile")
     agents: dict[int, list[Agent]] = {}
     for agent in Agent.objects.order_by("name"):
@@ -136,7 +127,7 @@ def _same(a: Profile, b: Profile) -> bool:
 
 
 def _page(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     subject: User,
     form: dict[str, str] | None = None,
     status: int = 200,
@@ -172,11 +163,11 @@ def _page(
     return render(request, PAGE, context, status=status)
 
 
-@login_required
+@role_required(ADMIN)
 @require_http_methods(["GET", "POST"])
-def user_profile(request: HttpRequest, user_id: int) -> HttpResponse:
+def user_profile(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """GET the editor; POST saves (PRG), or re-renders with each bad pattern named (400/409)."""
-    actor = _require_admin(request)
+    actor = request.user
     subject = get_object_or_404(User, pk=user_id)
     if request.method == "GET":
         return _page(request, subject)
@@ -207,20 +198,19 @@ def user_profile(request: HttpRequest, user_id: int) -> HttpResponse:
 
 
 def _partial_or_page(
-    request: HttpRequest, subject: User, form: dict[str, str], partial: str, **extra: Any
+    request: HtmxHttpRequest, subject: User, form: dict[str, str], partial: str, **extra: Any
 ) -> HttpResponse:
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         return render(request, f"{PAGE}#{partial}", {"subject": subject, **extra})
     return _page(request, subject, form, **extra)
 
 
-@login_required
+@role_required(ADMIN)
 @require_POST
 @vary_on_headers("HX-Request")  # an htmx request gets a fragment
-def simulate(request: HttpRequest, user_id: int) -> HttpResponse:
+def simulate(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """Decide one call (typed, or a past call of this user) under the saved rules and, when
     the form's rules differ, under those too. Stores nothing."""
-    _require_admin(request)
     subject = get_object_or_404(User, pk=user_id)
     form = _form_from_post(request.POST)
     extra: dict[str, Any] = {
@@ -277,12 +267,11 @@ def _call_of(subject: User, call_id: str) -> ToolCall:
     return call
 
 
-@login_required
+@role_required(ADMIN)
 @require_POST
 @vary_on_headers("HX-Request")  # an htmx request gets a fragment
-def backtest(request: HttpRequest, user_id: int) -> HttpResponse:
+def backtest(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """The past calls whose decision would change under the form's (unsaved) rules."""
-    _require_admin(request)
     subject = get_object_or_404(User, pk=user_id)
     form = _form_from_post(request.POST)
     extra: dict[str, Any] = {}
@@ -295,32 +284,30 @@ def backtest(request: HttpRequest, user_id: int) -> HttpResponse:
     return _partial_or_page(request, subject, form, "backtest", **extra)
 
 
-@login_required
+@role_required(ADMIN)
 @require_POST
 @vary_on_headers("HX-Request")  # an htmx request gets a fragment
-def check_rules(request: HttpRequest, user_id: int) -> HttpResponse:
+def check_rules(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """Check the editor's rows as saving would, each on its own row (the rule named as the
     server names it), with the examples for each row's tool. Stores nothing."""
-    _require_admin(request)
     subject = get_object_or_404(User, pk=user_id)
     rows = editor.check_rows(editor.rows_from_post(request.POST))
     choices = {c["name"]: c for c in editor.tool_choices(rows)}
     context = {"subject": subject, "rows": rows, "choices": choices}
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         return render(request, f"{PAGE}#checks", context)
     form = _form_from_post(request.POST)
     problems = [p for row in rows for p in row.problems]
     return _page(request, subject, form, rows=rows, errors=problems or None)
 
 
-@login_required
+@role_required(ADMIN)
 @require_GET
 @vary_on_headers("HX-Request")  # an htmx request gets a fragment
-def blank_row(request: HttpRequest, user_id: int) -> HttpResponse:
+def blank_row(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """One empty rule row for the editor (htmx); a page load goes to the editor."""
-    _require_admin(request)
     subject = get_object_or_404(User, pk=user_id)
-    if not request.htmx:  # type: ignore[attr-defined]
+    if not request.htmx:
         return redirect("permissions:user", user_id=subject.pk)
     action = request.GET.get("action", "allow")
     row = editor.Row(action if action in editor.ACTIONS else "allow", "")
@@ -336,12 +323,11 @@ def blank_row(request: HttpRequest, user_id: int) -> HttpResponse:
 # --- Approval analytics -----------------------------------------------------------------
 
 
-@login_required
+@role_required(ADMIN)
 @require_GET
-def approval_analytics(request: HttpRequest) -> HttpResponse:
+def approval_analytics(request: HtmxHttpRequest) -> HttpResponse:
     """What reviewers decided lately, the rules that would spare them (with backtests, one
     click to apply) and reviewers whose decisions look like rubber stamping."""
-    _require_admin(request)
     context = analytics.report()
     context["fast_seconds"] = analytics.FAST_SECONDS
     context["suggestion_rows"] = [
@@ -351,12 +337,12 @@ def approval_analytics(request: HttpRequest) -> HttpResponse:
     return render(request, "permissions/analytics.html", context)
 
 
-@login_required
+@role_required(ADMIN)
 @require_POST
-def apply_suggestion(request: HttpRequest) -> HttpResponse:
+def apply_suggestion(request: HtmxHttpRequest) -> HttpResponse:
     """Add a suggested rule to its owner's profile (a new version, audited); refused with
     the reason when the rule is bad or the profile changed since the page was drawn."""
-    actor = _require_admin(request)
+    actor = request.user
     subject = get_object_or_404(User, pk=request.POST.get("user", "").strip() or 0)
     rule, action = request.POST.get("rule", ""), request.POST.get("action", "")
     try:
@@ -380,17 +366,17 @@ def apply_suggestion(request: HttpRequest) -> HttpResponse:
 # --- Grants -----------------------------------------------------------------------------
 
 
-@login_required
+@role_required(ADMIN)
 @require_POST
 @vary_on_headers("HX-Request")  # an htmx request gets a fragment
-def revoke(request: HttpRequest, grant_id: int) -> HttpResponse:
-    actor = _require_admin(request)
+def revoke(request: HtmxHttpRequest, grant_id: int) -> HttpResponse:
+    actor = request.user
     try:
         grants.revoke_grant(grant_id=grant_id, actor=actor)
     except ServiceError as problem:
         return HttpResponse(str(problem), status=404, content_type="text/plain")
     grant = _grants(SessionGrant.objects.filter(pk=grant_id))[0]
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         return render(request, "permissions/index.html#grant_row", {"grant": grant})
     messages.success(request, f"Revoked '{grant.rule}'.")
     target = request.POST.get("next", "")
@@ -399,11 +385,10 @@ def revoke(request: HttpRequest, grant_id: int) -> HttpResponse:
     return redirect(target)
 
 
-@login_required
+@role_required(ADMIN)
 @require_GET
-def session_grants(request: HttpRequest, session_id: UUID) -> HttpResponse:
+def session_grants(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
     """Every grant of one session, active and revoked."""
-    _require_admin(request)
     session = get_object_or_404(AgentSession.objects.select_related("agent__owner"), pk=session_id)
     grants = _grants(SessionGrant.objects.filter(session=session))
     return render(
