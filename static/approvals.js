@@ -1,5 +1,6 @@
-// The approvals queue: keyboard shortcuts, opt-in notifications, live ages, and showing
-// refusals (403/409) that htmx would otherwise drop. Nothing here builds HTML from data.
+// The approvals queue: keyboard shortcuts, opt-in notifications and live ages (refusals,
+// 400/403/404/409, are swapped by htmx's responseHandling in base.html). Nothing here
+// builds HTML from data.
 (function () {
   "use strict";
 
@@ -9,15 +10,6 @@
   function items() {
     return Array.prototype.slice.call(document.querySelectorAll("article.approval"));
   }
-
-  // --- Refusals are answers too: show "Already decided by X" and digest mismatches. ---
-  document.body.addEventListener("htmx:beforeSwap", function (event) {
-    var status = event.detail.xhr.status;
-    if (status === 400 || status === 403 || status === 404 || status === 409) {
-      event.detail.shouldSwap = true;
-      event.detail.isError = false;
-    }
-  });
 
   // --- Keyboard: a / d decide the focused call, j / k move between calls. ---
   document.addEventListener("keydown", function (event) {
