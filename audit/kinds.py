@@ -117,11 +117,6 @@ MCP_TOOL_ACCEPTED = register("mcp_tool.accepted", "changed MCP tool definition a
 MCP_TOOL_CHANGED = register("mcp_tool.changed", "MCP tool listed otherwise upstream: held")
 
 
-def counters() -> dict[str, str]:
-    """Event kind -> the AuditChain counter it increments."""
-    return {k.name: k.counter for k in REGISTRY.values() if k.counter}
-
-
 def names_where(role: str) -> frozenset[str]:
     """The kinds playing a timeline role: "decision", "review" or "result"."""
     return frozenset(k.name for k in REGISTRY.values() if getattr(k, role))

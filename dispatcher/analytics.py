@@ -108,10 +108,6 @@ class Pattern:
     def median_seconds(self) -> float:
         return statistics.median(self.seconds) if self.seconds else 0.0
 
-    @property
-    def approval_rate(self) -> float:
-        return self.approved / self.decisions if self.decisions else 0.0
-
 
 @dataclass
 class Suggestion:

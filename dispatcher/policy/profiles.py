@@ -319,21 +319,6 @@ def entry_line(entry: Entry) -> str:
     return entry
 
 
-def editor_lines(profile: Profile, name: str) -> list[str]:
-    """The lines of one list as the editor shows it: quorum ask rules as their objects."""
-    quorum = {q.rule: q for q in profile.quorum} if name == "ask" else {}
-    lines = []
-    for text in getattr(profile, name):
-        q = quorum.get(text)
-        entry: Entry = text
-        if q is not None:
-            entry = {"rule": q.rule, "approvals": q.approvals} | (
-                {"group": q.group} if q.group else {}
-            )
-        lines.append(entry_line(entry))
-    return lines
-
-
 def rules_document(user: User) -> dict[str, Any]:
     """`user`'s mode and rules as the rules file holds them:
     {"mode", "allow", "ask", "deny"}, each entry a rule text or a quorum object."""
