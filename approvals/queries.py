@@ -8,8 +8,8 @@ from uuid import UUID
 
 from django.db.models import Q, prefetch_related_objects
 
-from dispatcher.compiled import Compiled
 from dispatcher.models import ToolCall
+from floor.compiled import Compiled
 
 from .models import ApprovalRequest
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.dispatch import receiver
 
 from dispatcher.models import Status
-from dispatcher.notify import call_changed
+from dispatcher.signals import call_changed
 
 from . import live, services
 from .notifications import services as notifications

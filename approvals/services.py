@@ -15,12 +15,13 @@ from django.utils import timezone
 from audit import kinds
 from audit.roles import REVIEWER, has_role
 from audit.services import record_event
-from dispatcher import admission, compiled, errors, transitions
+from dispatcher import admission, transitions
 from dispatcher.admission import context_of
-from dispatcher.compiled import Compiled
 from dispatcher.models import Executor, Status, ToolCall
 from dispatcher.policy import grants
 from dispatcher.proposals import ProposedCall, canonical_json
+from floor import compiled, errors
+from floor.compiled import Compiled
 
 from . import live
 from .models import ApprovalRequest, Decision, Vote

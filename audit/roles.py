@@ -32,7 +32,7 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django_htmx.middleware import HtmxDetails
 
-from dispatcher.compiled import Compiled
+from floor.compiled import Compiled
 
 from . import kinds
 from .services import record_event

@@ -18,7 +18,7 @@ from uuid import UUID
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models, transaction
 from django.utils import timezone
 
-from dispatcher.compiled import Compiled, fixed_cursor
+from floor.compiled import Compiled, fixed_cursor
 
 from . import kinds
 from .masking import Masked, contains_masked, mask_secrets, storable

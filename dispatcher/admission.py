@@ -27,10 +27,8 @@ from audit import kinds
 from audit.masking import premask
 from audit.models import AuditChain
 from audit.services import EventSpec, record_events, write_and_lock_head
-from dispatcher import batches, compiled, notify
+from dispatcher import batches, wakeups
 from dispatcher.agents import mode_and_profile
-from dispatcher.compiled import Compiled
-from dispatcher.errors import ServiceError
 from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import stages
 from dispatcher.policy.context import CallContext, Decision, Profile
@@ -38,6 +36,9 @@ from dispatcher.proposals import ProposedCall, digest_of
 from dispatcher.tools import messages
 from dispatcher.tools.registry import get_tool
 from dispatcher.transitions import decision_fields, new_transition, release_fields
+from floor import compiled
+from floor.compiled import Compiled
+from floor.errors import ServiceError
 
 
 def submit_calls(
@@ -194,7 +195,7 @@ def _after_admission(calls: list[ToolCall], sent: list[ToolCall]) -> None:
     session_id = str(calls[0].session_id)
     for call in calls:
         change = (str(call.pk), session_id, str(call.status), Status.RECEIVED)
-        transaction.on_commit(functools.partial(notify.publish_change, *change), robust=True)
+        transaction.on_commit(functools.partial(wakeups.publish_change, *change), robust=True)
 
 
 def _repeat_counts(session: AgentSession, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:

@@ -22,12 +22,12 @@ from django.utils import timezone
 
 from audit import kinds
 from audit.services import record_event
-from dispatcher.compiled import Compiled
-from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narrower_mode
 from dispatcher.policy.profiles import default_profile, profile_for
+from floor.compiled import Compiled
+from floor.errors import ServiceError
 
 TOKEN_PREFIX = "hrn"
 

@@ -4,136 +4,31 @@ workers' messages for them (only the call id, sent after commit).
 
 from __future__ import annotations
 
-import base64
 import functools
-import json
-import os
-import socket
 import uuid
 
 from celery import current_app
 from django.db import transaction
 from django.utils import timezone
 
-from dispatcher import notify
-from dispatcher.compiled import Compiled
 from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
 from dispatcher.tools.registry import get_tool
+from floor import celery_message
+from floor.compiled import Compiled
+from floor.redis_clients import redis_at
 
 EXECUTE_TASK = "dispatcher.tasks.execute_call"
-# `task_message` writes Celery's protocol-2 envelope as kombu's Redis transport would; the
-# lines it was verified against (dispatcher.W015 warns at start-up when they differ).
-VERIFIED_WITH = {"celery": "5.7", "kombu": "5.7"}
 
 
 def enqueue(call_id: str) -> None:
-    """Send the worker's message for one call, by task name (no import of the tasks).
-
-    On the Redis broker Harness runs on, the message is pushed the way kombu's Redis
-    transport pushes it (one LPUSH of Celery's protocol-2 JSON envelope onto the queue's
-    list): `send_task` cost 435 us of CPU per message in-process against 76 us, most of it
-    kombu's producer machinery (docs/benchmarks.md). Any other broker, or a broker set up
-    beyond a plain URL (TLS options, routes, custom queues, priorities), uses `send_task`.
-    tests/dispatcher/test_enqueue.py holds the two messages side by side.
-    """
-    target = _raw_target()
+    """Send the worker's message for one call, by task name (no import of the tasks):
+    pushed directly where floor.celery_message can (a plain Redis broker), else send_task."""
+    target = celery_message.raw_target()
     if target is None:
         current_app.send_task(EXECUTE_TASK, args=(call_id,))
     else:
         url, queue = target
-        notify.redis_at(url).lpush(queue, task_message(call_id, queue))
-
-
-def _raw_target() -> tuple[str, str] | None:
-    """The broker's Redis URL (as redis-py reads it) and the queue's list name when the
-    message can be pushed directly; None otherwise. Worked out once per broker URL (a
-    test or an operator may point Celery at another broker; Celery's settings cost ~8 us
-    a read)."""
-    return _target_for(str(current_app.conf.broker_url or ""))
-
-
-@functools.cache
-def _target_for(url: str) -> tuple[str, str] | None:
-    conf = current_app.conf
-    configured = url
-    if url.startswith("redis+socket://"):  # (the embedded Redis)
-        url = "unix://" + url.removeprefix("redis+socket://")
-    # Only a plain URL, which redis-py and kombu read alike: no TLS (`rediss://`: they
-    # default and parse its certificate options differently), no options in a query
-    # string, no failover list, no separate write broker.
-    plain = (
-        url.startswith(("redis://", "unix://"))
-        and "?" not in url
-        and ";" not in url
-        and conf.broker_write_url in (None, "", configured)  # (Celery's default: the same)
-        and set(conf.broker_transport_options or {}) <= {"visibility_timeout"}
-        and not conf.broker_use_ssl
-        and not conf.task_routes
-        and not conf.task_queues
-        and conf.task_default_priority is None
-        and not conf.task_send_sent_event
-        and not conf.task_compression
-        and conf.task_protocol == 2
-        and conf.task_serializer == "json"
-        and not conf.task_always_eager
-    )
-    return (url, str(conf.task_default_queue)) if plain else None
-
-
-_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
-
-
-def task_message(call_id: str, queue: str) -> str:
-    """Celery's message for `execute_call(call_id)`, as send_task builds and kombu wraps it
-    (inside a worker's task, with that task as its parent and its root, as send_task does)."""
-    task_id = str(uuid.uuid4())
-    root_id, parent_id = task_id, None
-    current = current_app.current_worker_task
-    if current is not None and current.request.id:
-        root_id, parent_id = current.request.root_id or current.request.id, current.request.id
-    body = json.dumps([[call_id], {}, _EMBED]).encode()
-    return json.dumps(
-        {
-            "body": base64.b64encode(body).decode(),
-            "content-encoding": "utf-8",
-            "content-type": "application/json",
-            "headers": {
-                "lang": "py",
-                "task": EXECUTE_TASK,
-                "id": task_id,
-                "shadow": None,
-                "eta": None,
-                "expires": None,
-                "group": None,
-                "group_index": None,
-                "retries": 0,
-                "timelimit": [None, None],
-                "root_id": root_id,
-                "parent_id": parent_id,
-                "argsrepr": repr((call_id,)),
-                "kwargsrepr": "{}",
-                "origin": _origin(),
-                "ignore_result": None,
-                "replaced_task_nesting": 0,
-                "stamped_headers": None,
-                "stamps": {},
-            },
-            "properties": {
-                "correlation_id": task_id,
-                "reply_to": _origin(),
-                "delivery_mode": 2,
-                "delivery_info": {"exchange": "", "routing_key": queue},
-                "priority": 0,
-                "body_encoding": "base64",
-                "delivery_tag": str(uuid.uuid4()),
-            },
-        }
-    )
-
-
-def _origin() -> str:
-    """Who sent it, as Celery names an anonymous sender: gen<pid>@<host>."""
-    return f"gen{os.getpid()}@{socket.gethostname()}"
+        redis_at(url).lpush(queue, celery_message.task_message(EXECUTE_TASK, call_id, queue))
 
 
 def enqueue_after_commit(call_id: str) -> None:

@@ -321,11 +321,10 @@ def check_task_names(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 def check_fast_path_versions(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """The fast paths lean on library internals (the ORM's compiler, kombu's Redis QoS,
     Celery's message envelope): each names the lines it was verified against."""
-    from dispatcher import batches, compiled
-    from harness_site import broker
+    from floor import broker, celery_message, compiled
 
     warnings = []
-    for module in (compiled, batches, broker):
+    for module in (compiled, celery_message, broker):
         for package, line in module.VERIFIED_WITH.items():
             installed = _installed_line(package)
             if installed != line:

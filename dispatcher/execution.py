@@ -17,11 +17,11 @@ from django.utils import timezone
 from dispatcher import batches, pipeline, transitions
 from dispatcher.admission import call_context
 from dispatcher.agents import mode_and_profile
-from dispatcher.compiled import Compiled
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import stages
 from dispatcher.tools import messages
 from dispatcher.tools.base import ExecutionContext
+from floor.compiled import Compiled
 
 logger = logging.getLogger(__name__)
 

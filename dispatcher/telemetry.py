@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections
 
-from dispatcher import notify
+from dispatcher import signals
 from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def install() -> bool:
             "pip install 'harness[otel]'. No spans are exported."
         )
         return False
-    notify.call_changed.connect(_on_call_changed, dispatch_uid="harness-otel")
+    signals.call_changed.connect(_on_call_changed, dispatch_uid="harness-otel")
     return True
 
 

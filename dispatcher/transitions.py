@@ -20,14 +20,15 @@ from django.utils import timezone
 
 from audit import kinds
 from audit.services import EventSpec, record_events, write_and_lock_head
-from dispatcher import batches, compiled, notify
-from dispatcher.compiled import Compiled
-from dispatcher.errors import ServiceError
+from dispatcher import batches, wakeups
 from dispatcher.models import TERMINAL_STATUSES, TRANSITIONS, Executor, Status, ToolCall
 from dispatcher.policy.context import Decision
 from dispatcher.policy.stages import GuardDenial
 from dispatcher.tools import messages
 from dispatcher.tools.base import Tool
+from floor import compiled
+from floor.compiled import Compiled
+from floor.errors import ServiceError
 
 
 def transition(
@@ -142,7 +143,7 @@ def _apply(
 def publish_after_commit(call: ToolCall, previous: str) -> None:
     """Announce the call's change (from `previous` to its status now) once committed."""
     call_id, session_id, to = str(call.pk), str(call.session_id), str(call.status)
-    transaction.on_commit(lambda: notify.publish_change(call_id, session_id, to, previous))
+    transaction.on_commit(lambda: wakeups.publish_change(call_id, session_id, to, previous))
 
 
 def _finish_text(call: ToolCall, text: str) -> str:
@@ -368,7 +369,7 @@ def claim(call: ToolCall, tool: Tool) -> bool:
 
 def announce_running(call: ToolCall) -> None:
     """The claimed call's wake-up (it was committed running by `claim`)."""
-    notify.publish_change(str(call.pk), str(call.session_id), Status.RUNNING, Status.QUEUED)
+    wakeups.publish_change(str(call.pk), str(call.session_id), Status.RUNNING, Status.QUEUED)
 
 
 def finish(call: ToolCall, status: Status, content: str, is_error: bool, seconds: float) -> None:

@@ -21,9 +21,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from audit.roles import ADMIN, HtmxHttpRequest, role_required
 from dispatcher import agents
-from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession, ToolCall
 from dispatcher.policy.profiles import profile_for
+from floor.errors import ServiceError
 
 RECENT_SESSIONS = 20
 MAX_NAME = 100

@@ -6,7 +6,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import beat_init, task_postrun, task_prerun, worker_init
 
-from harness_site import broker
+from floor import broker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 # A worker that loses Redis while it holds a prefetched message must not exit (kombu 5.7).

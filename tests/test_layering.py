@@ -1,5 +1,6 @@
-"""Dependencies point one way: audit <- tools <- policy <- lifecycle <- gateways, with
-approvals beside the gateways (told by the lifecycle through signals), and the pages,
+"""Dependencies point one way: floor <- audit <- tools <- policy <- lifecycle <- gateways,
+with approvals beside the gateways (the lifecycle reaches it through a named hook and
+after-commit signals), and the pages,
 commands and wiring of every app on top. No two modules import each other, not even
 through an import inside a function. docs/architecture.md draws the same picture.
 """
@@ -15,11 +16,11 @@ import pytest
 pytestmark = pytest.mark.backend_independent
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("audit", "dispatcher", "approvals", "harness_site")
+PACKAGES = ("floor", "audit", "dispatcher", "approvals", "harness_site")
 
 # Lower numbers are lower layers; a module may import its own layer and those below.
 LAYERS = {
-    "errors": 0,
+    "floor": -1,
     "audit": 0,
     "tools": 1,
     "policy": 2,
@@ -47,12 +48,10 @@ def layer_of(module: str) -> str:
         return "interface"
     if parts[-1] in INTERFACE_LEAVES:
         return "interface"
-    if parts[0] == "audit":
-        return "audit"
+    if parts[0] in ("floor", "audit"):
+        return parts[0]
     if parts[0] == "approvals":
         return "approvals"
-    if module in ("dispatcher.errors", "dispatcher.compiled"):
-        return "errors"
     if len(parts) > 1 and parts[1] in ("tools", "policy", "gateways"):
         return parts[1]
     return "lifecycle"

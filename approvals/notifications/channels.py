@@ -12,7 +12,7 @@ from django.db import transaction
 
 from audit import kinds
 from audit.services import record_event
-from dispatcher.errors import ServiceError
+from floor.errors import ServiceError
 
 from .models import Channel, Delivery, Kind, PushSubscription
 

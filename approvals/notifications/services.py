@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.roles import REVIEWER
-from dispatcher.compiled import Compiled
+from floor.compiled import Compiled
 
 from .. import links
 from ..models import ApprovalRequest

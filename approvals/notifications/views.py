@@ -17,7 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from audit.roles import ADMIN, REVIEWER, has_role, role_required
-from dispatcher.errors import ServiceError
+from floor.errors import ServiceError
 
 from . import channels as channels_service
 from . import services

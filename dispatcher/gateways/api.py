@@ -26,9 +26,8 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from dispatcher import admission, agents, errors, notify, transitions
+from dispatcher import admission, agents, transitions, wakeups
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
-from dispatcher.compiled import Compiled
 from dispatcher.gateways.dialects import (
     DialectError,
     UnstorableJSON,
@@ -41,6 +40,8 @@ from dispatcher.notify import session_channel
 from dispatcher.policy.models import Mode
 from dispatcher.tools.base import model_facing_schema
 from dispatcher.tools.registry import all_tools
+from floor import errors
+from floor.compiled import Compiled
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ def clamp_wait(wait: float) -> float:
 def reserve_wait(agent_id: object) -> str | None:
     """Take one of the agent's wait slots: its key, or None when all are in use."""
     key = str(agent_id)
-    return key if notify.wait_slots.reserve(key, settings.HARNESS_MAX_WAITS_PER_AGENT) else None
+    return key if wakeups.wait_slots.reserve(key, settings.HARNESS_MAX_WAITS_PER_AGENT) else None
 
 
 def too_many_waits() -> JsonResponse:
@@ -251,7 +252,7 @@ async def wait_until_terminal(
     reload: Callable[[], Awaitable[list[ToolCall]]],
     calls: list[ToolCall],
     settled: Callable[[ToolCall], bool] = is_done,
-    joined: notify.Joined | None = None,
+    joined: wakeups.Joined | None = None,
 ) -> list[ToolCall]:
     """Sleep until every call is done (or `settled`) or `seconds` pass; wake only on a
     change push. A reviewer's edit: the replacement's changes answer the call from then on.
@@ -263,7 +264,7 @@ async def wait_until_terminal(
     read at the deadline sees it, if that one is lost).
 
     `joined`: a wait already registered on the calls' session channel before they were
-    written (`notify.join_subscribed`): nothing published since can have been missed, so
+    written (`wakeups.join_subscribed`): nothing published since can have been missed, so
     `calls` are as fresh as a read would make them and the first read is skipped. The
     caller leaves it.
     """
@@ -277,11 +278,11 @@ async def wait_until_terminal(
     channels = {session_channel(str(c.session_id)) for c in calls}
     try:
         if joined is not None and channels == {joined.channel} and joined.usable:
-            watch: contextlib.AbstractAsyncContextManager[notify.Wakeup] = contextlib.nullcontext(
+            watch: contextlib.AbstractAsyncContextManager[wakeups.Wakeup] = contextlib.nullcontext(
                 joined.wakeup
             )
         else:
-            watch, joined = notify.wake_on(channels), None
+            watch, joined = wakeups.wake_on(channels), None
         async with watch as wakeup:
             if joined is None:
                 calls = await reload()  # re-read after subscribing: nothing in between is lost
@@ -294,13 +295,13 @@ async def wait_until_terminal(
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
-                if await wakeup.wait(remaining) and notify.needs_read(
+                if await wakeup.wait(remaining) and wakeups.needs_read(
                     wakeup.take_news(), watched, quiet
                 ):
                     calls = await reload()
         if all(settled(c) for c in calls):
             return calls  # read after the last wake-up: nothing newer to read
-    except notify.WakeUnavailable:
+    except wakeups.WakeUnavailable:
         # The calls are stored and decided; only the wake-up channel failed. Answer with
         # their state now (202 if unfinished); the agent waits again by resubmitting.
         logger.warning("wake-up channel unavailable; answering without waiting", exc_info=True)
@@ -365,11 +366,11 @@ def _submit(
         outcome = _read_and_admit(session, request)
     except BaseException:
         if slot is not None:
-            notify.wait_slots.release(slot)
+            wakeups.wait_slots.release(slot)
         raise
     if isinstance(outcome, JsonResponse):
         if slot is not None:
-            notify.wait_slots.release(slot)
+            wakeups.wait_slots.release(slot)
         return outcome
     if waits and not connection.in_atomic_block:  # (the test client's wrapping transaction)
         connection.close()  # back to the pool: a waiting request holds no connection
@@ -436,7 +437,7 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
     # When this process is subscribed to the session's channel already (the agent's last
     # call waited here moments ago), wait on it from before the calls are written: then
     # nothing needs reading again before sleeping. Joining asks Redis nothing.
-    joined = notify.join_subscribed(session_channel(str(session_id))) if seconds > 0 else None
+    joined = wakeups.join_subscribed(session_channel(str(session_id))) if seconds > 0 else None
     served = False  # (a refused request leaves the channel as it found it)
     try:
         outcome = await sync_to_async(_submit)(token, session_id, request, seconds > 0)
@@ -449,7 +450,7 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
             calls = await wait_until_terminal(ids, seconds, reloader(ids), calls, joined=joined)
         finally:
             if slot is not None:
-                notify.wait_slots.release(slot)
+                wakeups.wait_slots.release(slot)
     finally:
         if joined is not None:
             await joined.leave(served=served)
@@ -481,7 +482,7 @@ async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> Http
     try:
         calls = await wait_until_terminal(ids, seconds, reloader(ids), [call])
     finally:
-        notify.wait_slots.release(slot)
+        wakeups.wait_slots.release(slot)
     return JsonResponse(call_json(calls[0]))
 
 

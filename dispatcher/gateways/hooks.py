@@ -30,10 +30,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Router
 
 from dispatcher import agents, transitions
-from dispatcher.compiled import Compiled
 from dispatcher.gateways.dialects import MAX_ID_LENGTH
 from dispatcher.models import Agent, AgentSession, Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
+from floor.compiled import Compiled
 
 from .api import BodyError, SubmitToken, error, read_json, unauthorized
 from .client_calls import Verdict, admit_client_call, verdict_after

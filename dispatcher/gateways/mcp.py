@@ -34,7 +34,7 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import McpError
 
-from dispatcher import admission, agents, notify
+from dispatcher import admission, agents, wakeups
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
@@ -324,7 +324,7 @@ async def hold(
     interval = settings.HARNESS_MCP_PROGRESS_INTERVAL
     read = db(reload)
     try:
-        async with notify.wake_on([session_channel(str(call.session_id))]) as wakeup:
+        async with wakeups.wake_on([session_channel(str(call.session_id))]) as wakeup:
             call = await read(str(call.pk))  # a change before subscribing is not lost
             watched = {str(call.pk)}
             while not settled(call):
@@ -332,7 +332,7 @@ async def hold(
                 await progress.waiting(answer_of(call))
                 await _next_change(wakeup, watched, interval)
                 call = await read(str(call.pk))
-    except notify.WakeUnavailable:
+    except wakeups.WakeUnavailable:
         logger.warning("wake-up channel unavailable; re-reading the call", exc_info=True)
         while not settled(call):
             await progress.waiting(answer_of(call))
@@ -341,13 +341,13 @@ async def hold(
     return call
 
 
-async def _next_change(wakeup: notify.Wakeup, watched: set[str], interval: float) -> None:
+async def _next_change(wakeup: wakeups.Wakeup, watched: set[str], interval: float) -> None:
     """Sleep until a wake-up says a watched call changed (or says nothing readable), or
     `interval` seconds pass: changes of the session's other calls sleep on."""
     now = anyio.current_time
     until = now() + interval
     while (remaining := until - now()) > 0 and await wakeup.wait(remaining):
-        if notify.needs_read(wakeup.take_news(), watched):
+        if wakeups.needs_read(wakeup.take_news(), watched):
             return
 
 

@@ -20,12 +20,12 @@ from django.utils import timezone
 
 from audit import kinds
 from audit.services import record_event
-from dispatcher.errors import ServiceError
 from dispatcher.policy import rules
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.models import SessionGrant
 from dispatcher.tools._paths import lexical_relative
 from dispatcher.tools.base import command_argv
+from floor.errors import ServiceError
 
 GLOB = re.compile(r"([*?\[])")
 IN_CWD = " in cwd "

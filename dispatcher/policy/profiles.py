@@ -18,11 +18,11 @@ from django.db import transaction
 
 from audit import kinds
 from audit.services import record_event
-from dispatcher.errors import ServiceError
 from dispatcher.policy import rules
 from dispatcher.policy.context import Profile, Quorum
 from dispatcher.policy.models import Mode, PermissionProfile, ProfileVersion
 from dispatcher.tools.base import Tool
+from floor.errors import ServiceError
 
 LISTS = ("allow", "ask", "deny")
 # A rule entry: a rule text, or (ask list only) a quorum object

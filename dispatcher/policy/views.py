@@ -22,13 +22,13 @@ from django.views.decorators.vary import vary_on_headers
 
 from audit.roles import ADMIN, HtmxHttpRequest, role_required
 from dispatcher import analytics, simulation
-from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession, ToolCall
 from dispatcher.policy import editor, grants, profiles
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, ProfileVersion, SessionGrant
 from dispatcher.policy.profiles import profile_for
 from dispatcher.tools.registry import all_tools
+from floor.errors import ServiceError
 
 PAGE = "permissions/user.html"
 RECENT_CALLS = 50

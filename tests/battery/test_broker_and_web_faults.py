@@ -68,7 +68,7 @@ def _flow(
 
 
 # Found a worker that exited when Redis died while it held a prefetched message (kombu;
-# harness_site/broker.py, docs/reliability.md defect 4).
+# floor/broker.py, docs/reliability.md defect 4).
 @pytest.mark.timeout(900)
 def test_c4_redis_killed_and_restarted_while_calls_flow(stack: Stack) -> None:
     rng = random.Random(seed_for("C4"))

@@ -11,8 +11,8 @@ from django.test import Client
 from audit import kinds
 from audit.models import AuditEvent
 from dispatcher import agents
-from dispatcher.errors import ServiceError
 from dispatcher.models import Agent, AgentSession
+from floor.errors import ServiceError
 from tests.conftest import make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db

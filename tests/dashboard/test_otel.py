@@ -17,7 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
     ExportTraceServiceRequest,
 )
 
-from dispatcher import agents, notify, telemetry, transitions  # noqa: E402
+from dispatcher import agents, signals, telemetry, transitions  # noqa: E402
 from dispatcher.models import Status, ToolCall  # noqa: E402
 from dispatcher.tools.registry import get_tool  # noqa: E402
 from tests.conftest import make_agent, submit_one  # noqa: E402
@@ -75,7 +75,7 @@ def collector(settings: Any) -> Iterator[Collector]:
     telemetry.reset()
     assert telemetry.install()
     yield stand_in
-    notify.call_changed.disconnect(dispatch_uid="harness-otel")
+    signals.call_changed.disconnect(dispatch_uid="harness-otel")
     telemetry.reset()
     stand_in.server.shutdown()
 
@@ -116,7 +116,7 @@ def test_finished_calls_arrive_as_execute_tool_spans(collector: Collector) -> No
 def test_off_by_default_and_never_in_the_way(settings: Any) -> None:
     settings.HARNESS_OTEL_ENDPOINT = ""
     assert telemetry.install() is False
-    assert notify.call_changed.disconnect(dispatch_uid="harness-otel") is False  # none there
+    assert signals.call_changed.disconnect(dispatch_uid="harness-otel") is False  # none there
 
 
 def test_an_unreachable_collector_changes_nothing(settings: Any) -> None:
@@ -132,5 +132,5 @@ def test_an_unreachable_collector_changes_nothing(settings: Any) -> None:
         assert ToolCall.objects.get(pk=call.pk).status == Status.REJECTED
         telemetry.flush(timeout=2)  # the export fails, logged, and nothing else happens
     finally:
-        notify.call_changed.disconnect(dispatch_uid="harness-otel")
+        signals.call_changed.disconnect(dispatch_uid="harness-otel")
         telemetry.reset()

@@ -15,10 +15,11 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from audit.models import AuditChain
-from dispatcher import agents, compiled
-from dispatcher.compiled import Compiled, NotCompilable, save_fields
+from dispatcher import agents
 from dispatcher.models import ToolCall
 from dispatcher.policy.models import SessionGrant
+from floor import compiled
+from floor.compiled import Compiled, NotCompilable, save_fields
 from tests.conftest import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
@@ -158,7 +159,7 @@ def test_an_empty_list_matches_nothing_without_a_query() -> None:
 def test_insert_writes_the_rows_bulk_create_would_and_keeps_unique_errors() -> None:
     from django.db import IntegrityError
 
-    from dispatcher import compiled
+    from floor import compiled
 
     fx = make_agent(mode="trusted")
     session = agents.start_session(agent=fx.agent)
@@ -192,7 +193,7 @@ def test_a_value_left_to_the_database_default_goes_to_bulk_create() -> None:
     from django.db.models import Value
     from django.db.models.expressions import DatabaseDefault
 
-    from dispatcher import compiled
+    from floor import compiled
 
     session = agents.start_session(agent=make_agent(mode="trusted").agent)
     fresh = ToolCall.objects.get(pk=submit_one(session, "list_directory", {"path": "."}).pk)

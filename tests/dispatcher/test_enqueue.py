@@ -10,7 +10,9 @@ import uuid
 
 from celery import current_app
 
-from dispatcher import batches, notify
+from dispatcher import batches
+from floor import celery_message
+from floor.redis_clients import redis_at
 
 VARYING = {"id", "root_id", "origin", "correlation_id", "reply_to", "delivery_tag"}
 
@@ -28,15 +30,15 @@ def _shape(message: dict[str, object]) -> dict[str, object]:
 
 
 def test_the_pushed_message_is_the_message_send_task_sends() -> None:
-    target = batches._raw_target()
+    target = celery_message.raw_target()
     assert target is not None, "the test settings' broker is Redis: the direct push applies"
     url, _ = target
     queue = f"test-enqueue-{uuid.uuid4().hex}"  # no worker consumes it
-    client = notify.redis_at(url)
+    client = redis_at(url)
     call_id = str(uuid.uuid4())
     try:
         current_app.send_task(batches.EXECUTE_TASK, args=(call_id,), queue=queue)
-        client.lpush(queue, batches.task_message(call_id, queue))
+        client.lpush(queue, celery_message.task_message(batches.EXECUTE_TASK, call_id, queue))
         ours_raw, theirs_raw = client.lrange(queue, 0, 1)  # LPUSH: newest first
     finally:
         client.delete(queue)
@@ -66,8 +68,8 @@ def test_another_broker_is_sent_to_by_celery() -> None:
             "redis+socket:///tmp/x.sock?virtual_host=2",
         ):
             conf.broker_url = url
-            assert batches._raw_target() is None, url
+            assert celery_message.raw_target() is None, url
         conf.broker_url = "redis+socket:///tmp/x.sock"
-        assert batches._raw_target() == ("unix:///tmp/x.sock", conf.task_default_queue)
+        assert celery_message.raw_target() == ("unix:///tmp/x.sock", conf.task_default_queue)
     finally:
         conf.broker_url = before

@@ -15,7 +15,7 @@ import redis
 from django.conf import settings
 
 from audit.models import AuditEvent
-from dispatcher import notify
+from dispatcher import wakeups
 from dispatcher.models import ToolCall
 from tests.conftest import AgentFixture, LiveStack, make_agent
 
@@ -108,7 +108,7 @@ def test_a_hostile_argument_leaves_the_server_answering(
 
 def subscribed(session: dict[str, Any]) -> bool:
     """Whether a server process listens on the session's wake-up channel."""
-    channel = notify.session_channel(session["id"])
+    channel = wakeups.session_channel(session["id"])
     [(_, count)] = redis.Redis.from_url(settings.REDIS_URL).pubsub_numsub(channel)
     return bool(count)
 
@@ -194,7 +194,7 @@ def test_many_waits_share_one_connection_are_capped_per_agent_and_leave_the_serv
     assert {r.json()["status"] for r in outcome["responses"]} == {"pending_approval"}
     # The slots are given back when the waits end, and nothing stays subscribed once the
     # channels' linger ends (HARNESS_WAKE_LINGER, 1 s in tests); the hub's connection stays
-    # open while idle (notify.IDLE_CLOSE_AFTER), at most one more than before.
+    # open while idle (wakeups.IDLE_CLOSE_AFTER), at most one more than before.
     with live_stack.client(agents[0]) as client:
         again = client.get(f"/api/v1/calls/{extra[agents[0].token]}", params={"wait": 0.2})
         assert again.status_code == 200, again.text

@@ -15,8 +15,8 @@ from django.test.utils import CaptureQueriesContext
 
 from audit.verify import verify_database
 from dispatcher import agents, execution
-from dispatcher.compiled import Compiled
 from dispatcher.models import Status, ToolCall
+from floor.compiled import Compiled
 from tests.conftest import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db

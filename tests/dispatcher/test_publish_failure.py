@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher import notify
+from dispatcher import signals, wakeups
 
 
 class BrokenClient:
@@ -19,17 +19,17 @@ class BrokenClient:
 def test_a_client_failure_is_logged_and_the_signal_still_sent(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(notify, "redis_at", lambda url: BrokenClient())
+    monkeypatch.setattr(wakeups, "redis_at", lambda url: BrokenClient())
     seen: list[str] = []
 
     def receiver(sender: Any, call_id: str, **kwargs: Any) -> None:
         seen.append(call_id)
 
-    notify.call_changed.connect(receiver, dispatch_uid="test-publish-failure")
+    signals.call_changed.connect(receiver, dispatch_uid="test-publish-failure")
     try:
-        notify.publish_change("c-1", "s-1", "completed", "running")  # does not raise
+        wakeups.publish_change("c-1", "s-1", "completed", "running")  # does not raise
     finally:
-        notify.call_changed.disconnect(dispatch_uid="test-publish-failure")
+        signals.call_changed.disconnect(dispatch_uid="test-publish-failure")
     assert seen == ["c-1"]
     assert "could not publish wake-up for call c-1" in caplog.text
 
@@ -57,11 +57,11 @@ def test_a_raising_receiver_of_an_asks_wake_up_loses_neither_the_call_nor_its_no
         raise RuntimeError("a receiver that fails")
 
     session = agents.start_session(agent=make_agent(mode="standard").agent)
-    notify.call_changed.connect(broken, dispatch_uid="test-broken-receiver")
+    signals.call_changed.connect(broken, dispatch_uid="test-broken-receiver")
     try:
         call = submit_one(session, "write_file", {"path": "a.txt", "content": "x"})  # no raise
     finally:
-        notify.call_changed.disconnect(dispatch_uid="test-broken-receiver")
+        signals.call_changed.disconnect(dispatch_uid="test-broken-receiver")
     assert call.status == Status.PENDING_APPROVAL
     approval = ApprovalRequest.objects.get(call=call)
     # The ask reached the open queues first, then its notifications were planned.

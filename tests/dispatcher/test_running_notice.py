@@ -14,7 +14,7 @@ import redis
 from django.conf import settings
 
 from audit.models import AuditEvent
-from dispatcher import agents, execution, notify, pipeline
+from dispatcher import agents, execution, pipeline, wakeups
 from dispatcher.models import Status, ToolCall
 from tests.conftest import make_agent, submit_one
 
@@ -39,7 +39,7 @@ def test_a_quick_call_wakes_its_session_once_a_slow_one_also_while_it_runs(
     fx = make_agent(mode="trusted", workspace=str(tmp_path))
     session = agents.start_session(agent=fx.agent)
     pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub()
-    pubsub.subscribe(notify.session_channel(str(session.pk)))
+    pubsub.subscribe(wakeups.session_channel(str(session.pk)))
     assert pubsub.get_message(timeout=2)["type"] == "subscribe"
     quick = submit_one(session, "list_directory", {"path": "."}, "quick")
     slow = submit_one(session, "sleep", {"seconds": 0.9}, "slow")

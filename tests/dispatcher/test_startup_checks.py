@@ -124,7 +124,7 @@ def test_the_fast_paths_verified_lines_match_what_is_installed() -> None:
 
 
 def test_a_fast_path_verified_against_another_line_is_named(monkeypatch: Any) -> None:
-    from dispatcher import compiled
+    from floor import compiled
 
     monkeypatch.setitem(compiled.VERIFIED_WITH, "psycopg", "3.2")
     warnings = [e.msg for e in run_checks() if e.id == "dispatcher.W015"]

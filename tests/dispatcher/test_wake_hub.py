@@ -14,7 +14,7 @@ import redis
 from django.conf import settings
 from django.test import override_settings
 
-from dispatcher import notify
+from dispatcher import wakeups
 from tests.approvals.conftest import run_async
 
 
@@ -24,18 +24,18 @@ def own_wake_clients() -> list[dict[str, str]]:
 
 
 def test_many_waits_use_one_connection_and_wake_only_their_channel() -> None:
-    channels = [notify.session_channel(f"hub-{uuid.uuid4()}") for _ in range(30)]
+    channels = [wakeups.session_channel(f"hub-{uuid.uuid4()}") for _ in range(30)]
     publisher = redis.Redis.from_url(settings.REDIS_URL)
 
     async def scenario() -> tuple[list[dict[str, str]], list[bool], list[bool]]:
-        async with notify.wake_on(channels[:1]) as first:
+        async with wakeups.wake_on(channels[:1]) as first:
             waits = []
             for channel in channels:  # 30 more waits, one of them on the first's channel too
-                waits.append(notify.wake_on([channel]))
-            wakeups = [await w.__aenter__() for w in waits]
+                waits.append(wakeups.wake_on([channel]))
+            entered = [await w.__aenter__() for w in waits]
             connections = own_wake_clients()
             publisher.publish(channels[3], "queued")
-            woken = await asyncio.gather(*[w.wait(0.5) for w in wakeups])
+            woken = await asyncio.gather(*[w.wait(0.5) for w in entered])
             first_woken = [await first.wait(0.01)]
             for w in waits:
                 await w.__aexit__(None, None, None)
@@ -47,21 +47,21 @@ def test_many_waits_use_one_connection_and_wake_only_their_channel() -> None:
     assert woken == [n == 3 for n in range(len(channels))]
     assert first_woken == [False]  # channels[0] was not published to
     assert own_wake_clients() == []  # the loop ended: the connection is closed
-    assert notify.open_subscriptions() == 0
+    assert wakeups.open_subscriptions() == 0
 
 
 def test_one_wait_after_another_keeps_one_connection_until_it_is_idle(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An agent making one call after another must not open a connection per wait."""
-    monkeypatch.setattr(notify, "IDLE_CLOSE_AFTER", 0.3)
+    monkeypatch.setattr(wakeups, "IDLE_CLOSE_AFTER", 0.3)
     publisher = redis.Redis.from_url(settings.REDIS_URL)
 
     async def scenario() -> tuple[list[str], list[bool], list[dict[str, str]]]:
         ids, woken = [], []
         for _ in range(3):
-            channel = notify.session_channel(f"hub-{uuid.uuid4()}")
-            async with notify.wake_on([channel]) as wakeup:
+            channel = wakeups.session_channel(f"hub-{uuid.uuid4()}")
+            async with wakeups.wake_on([channel]) as wakeup:
                 ids += [c["id"] for c in own_wake_clients()]
                 publisher.publish(channel, "queued")
                 woken.append(await wakeup.wait(1))
@@ -76,16 +76,16 @@ def test_one_wait_after_another_keeps_one_connection_until_it_is_idle(
 
 def test_a_broken_subscription_answers_instead_of_hanging() -> None:
     async def scenario() -> None:
-        async with notify.wake_on(["hub-unreachable"]) as wakeup:
+        async with wakeups.wake_on(["hub-unreachable"]) as wakeup:
             await wakeup.wait(1)
 
     unreachable = override_settings(REDIS_URL="redis://127.0.0.1:9/0")  # nothing listens
-    with unreachable, pytest.raises(notify.WakeUnavailable):
+    with unreachable, pytest.raises(wakeups.WakeUnavailable):
         run_async(scenario)
 
 
 def test_wait_slots_cap_each_agent_separately() -> None:
-    slots = notify.WaitSlots()
+    slots = wakeups.WaitSlots()
     assert [slots.reserve("a", 2) for _ in range(3)] == [True, True, False]
     assert slots.reserve("b", 2)
     slots.release("a")
@@ -98,7 +98,7 @@ def test_a_wait_for_a_result_reads_only_when_a_wake_up_can_finish_a_call() -> No
     from dispatcher.models import Status, ToolCall
 
     call_id, session_id = str(uuid.uuid4()), uuid.uuid4()
-    channel = notify.session_channel(str(session_id))
+    channel = wakeups.session_channel(str(session_id))
     publisher = redis.Redis.from_url(settings.REDIS_URL)
     statuses = [Status.QUEUED]  # what each read finds
     reads: list[str] = []
@@ -151,7 +151,7 @@ def test_a_wake_up_that_says_nothing_known_is_read_for() -> None:
         waiting = asyncio.create_task(wait_until_terminal([call_id], 5, reload, [queued]))
         while not reads:
             await asyncio.sleep(0.01)
-        publisher.publish(notify.session_channel(str(session_id)), "something-else")
+        publisher.publish(wakeups.session_channel(str(session_id)), "something-else")
         return await asyncio.wait_for(waiting, 5)
 
     [call] = run_async(scenario)
@@ -164,19 +164,19 @@ def sub_count() -> int:
 
 @override_settings(HARNESS_WAKE_LINGER=0.3)
 def test_a_channel_lingers_after_its_wait_and_the_next_wait_joins_it_without_redis() -> None:
-    channel = notify.session_channel(f"hub-{uuid.uuid4()}")
-    never = notify.session_channel(f"hub-{uuid.uuid4()}")
+    channel = wakeups.session_channel(f"hub-{uuid.uuid4()}")
+    never = wakeups.session_channel(f"hub-{uuid.uuid4()}")
     publisher = redis.Redis.from_url(settings.REDIS_URL)
 
     async def scenario() -> dict[str, object]:
         seen: dict[str, object] = {}
-        seen["before any wait"] = notify.join_subscribed(channel)
-        async with notify.wake_on([channel]):
+        seen["before any wait"] = wakeups.join_subscribed(channel)
+        async with wakeups.wake_on([channel]):
             pass
         seen["lingering"] = sub_count()
-        seen["never subscribed"] = notify.join_subscribed(never)
+        seen["never subscribed"] = wakeups.join_subscribed(never)
         seen["after joining nothing"] = sub_count()
-        joined = notify.join_subscribed(channel)
+        joined = wakeups.join_subscribed(channel)
         assert joined is not None
         publisher.publish(channel, "c-1 completed")
         seen["woken"] = await joined.wakeup.wait(1)
@@ -184,7 +184,7 @@ def test_a_channel_lingers_after_its_wait_and_the_next_wait_joins_it_without_red
         await joined.leave()
         await asyncio.sleep(0.6)  # past the linger
         seen["after the linger"] = sub_count()
-        seen["joined after the linger"] = notify.join_subscribed(channel)
+        seen["joined after the linger"] = wakeups.join_subscribed(channel)
         return seen
 
     seen = run_async(scenario)
@@ -197,11 +197,11 @@ def test_a_channel_lingers_after_its_wait_and_the_next_wait_joins_it_without_red
 
 
 def test_at_most_max_lingering_channels_stay_subscribed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(notify, "MAX_LINGERING", 2)
+    monkeypatch.setattr(wakeups, "MAX_LINGERING", 2)
 
     async def scenario() -> int:
         for _ in range(5):
-            async with notify.wake_on([notify.session_channel(f"hub-{uuid.uuid4()}")]):
+            async with wakeups.wake_on([wakeups.session_channel(f"hub-{uuid.uuid4()}")]):
                 pass
         return sub_count()
 
@@ -216,7 +216,7 @@ def test_a_wait_joined_before_the_write_misses_no_change_and_reads_only_for_one(
     from dispatcher.models import Status, ToolCall
 
     call_id, session_id = str(uuid.uuid4()), uuid.uuid4()
-    channel = notify.session_channel(str(session_id))
+    channel = wakeups.session_channel(str(session_id))
     publisher = redis.Redis.from_url(settings.REDIS_URL)
     stored = [Status.QUEUED]  # the call's status in the database
     reads: list[str] = []
@@ -231,9 +231,9 @@ def test_a_wait_joined_before_the_write_misses_no_change_and_reads_only_for_one(
         publisher.publish(channel, f"{call_id} {Status.COMPLETED}")
 
     async def scenario() -> list[ToolCall]:
-        async with notify.wake_on([channel]):  # an earlier wait of the session
+        async with wakeups.wake_on([channel]):  # an earlier wait of the session
             pass
-        joined = notify.join_subscribed(channel)
+        joined = wakeups.join_subscribed(channel)
         assert joined is not None
         try:
             # While "admitting": the call is queued, and a worker starts it at once.
@@ -263,11 +263,11 @@ def subscribes_so_far() -> int:
 def test_a_wait_cancelled_while_a_new_hub_subscribes_leaves_nothing_behind() -> None:
     """(Review: a client gone during the first subscribe of a fresh hub left a waiter and
     a confirmation that never came, and every later wait on the channel timed out.)"""
-    channel = notify.session_channel(f"hub-{uuid.uuid4()}")
+    channel = wakeups.session_channel(f"hub-{uuid.uuid4()}")
     publisher = redis.Redis.from_url(settings.REDIS_URL)
 
     async def wait_forever() -> None:
-        async with notify.wake_on([channel]) as wakeup:
+        async with wakeups.wake_on([channel]) as wakeup:
             await wakeup.wait(30)
 
     async def scenario() -> bool:
@@ -277,7 +277,7 @@ def test_a_wait_cancelled_while_a_new_hub_subscribes_leaves_nothing_behind() -> 
         first.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await first
-        async with asyncio.timeout(3), notify.wake_on([channel]) as wakeup:
+        async with asyncio.timeout(3), wakeups.wake_on([channel]) as wakeup:
             publisher.publish(channel, "c-1 completed")
             return await wakeup.wait(2)
 
@@ -288,19 +288,19 @@ def test_a_wait_cancelled_while_a_new_hub_subscribes_leaves_nothing_behind() -> 
 def test_a_wait_cancelled_while_leaving_still_unsubscribes() -> None:
     """(Review: a cancellation while the hub's lock was busy left a channel subscribed in
     Redis that nothing tracked.)"""
-    channel = notify.session_channel(f"hub-{uuid.uuid4()}")
+    channel = wakeups.session_channel(f"hub-{uuid.uuid4()}")
 
     async def scenario() -> tuple[int, bool]:
         entered = asyncio.Event()
 
         async def waiter() -> None:
-            async with notify.wake_on([channel]):
+            async with wakeups.wake_on([channel]):
                 entered.set()
                 await asyncio.sleep(30)
 
         task = asyncio.create_task(waiter())
         await entered.wait()
-        hub = notify._hub()
+        hub = wakeups._hub()
         async with hub.lock:  # busy: the leaving waiter must wait for it
             task.cancel()
             await asyncio.sleep(0.05)
@@ -315,13 +315,13 @@ def test_a_wait_cancelled_while_leaving_still_unsubscribes() -> None:
 
 
 def test_waiting_again_on_a_lingering_channel_asks_redis_nothing() -> None:
-    channel = notify.session_channel(f"hub-{uuid.uuid4()}")
+    channel = wakeups.session_channel(f"hub-{uuid.uuid4()}")
 
     async def scenario() -> int:
-        async with notify.wake_on([channel]):
+        async with wakeups.wake_on([channel]):
             pass
         before = subscribes_so_far()
-        async with notify.wake_on([channel]):
+        async with wakeups.wake_on([channel]):
             pass
         return subscribes_so_far() - before
 
@@ -331,15 +331,15 @@ def test_waiting_again_on_a_lingering_channel_asks_redis_nothing() -> None:
 @override_settings(HARNESS_WAKE_LINGER=5)
 def test_a_refused_request_does_not_keep_a_channel_lingering() -> None:
     """(Review: a request with a bad token joined and left, and so renewed the linger.)"""
-    channel = notify.session_channel(f"hub-{uuid.uuid4()}")
+    channel = wakeups.session_channel(f"hub-{uuid.uuid4()}")
 
     async def scenario() -> tuple[float, float]:
-        async with notify.wake_on([channel]):
+        async with wakeups.wake_on([channel]):
             pass
-        hub = notify._hub()
+        hub = wakeups._hub()
         expires = hub.lingering[channel]
         await asyncio.sleep(0.05)
-        joined = notify.join_subscribed(channel)
+        joined = wakeups.join_subscribed(channel)
         assert joined is not None and channel not in hub.lingering
         await joined.leave(served=False)
         return expires, hub.lingering[channel]
@@ -356,7 +356,7 @@ def test_a_redis_that_accepts_and_never_answers_fails_waits_in_time(
     import socket
     import threading
 
-    monkeypatch.setattr(notify, "SUBSCRIBE_TIMEOUT", 0.5)
+    monkeypatch.setattr(wakeups, "SUBSCRIBE_TIMEOUT", 0.5)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(16)
@@ -377,8 +377,8 @@ def test_a_redis_that_accepts_and_never_answers_fails_waits_in_time(
         began = loop.time()
 
         async def one() -> float:
-            with contextlib.suppress(notify.WakeUnavailable):
-                async with notify.wake_on([notify.session_channel(f"hub-{uuid.uuid4()}")]):
+            with contextlib.suppress(wakeups.WakeUnavailable):
+                async with wakeups.wake_on([wakeups.session_channel(f"hub-{uuid.uuid4()}")]):
                     pass
             return loop.time() - began
 

@@ -16,10 +16,10 @@ import pytest
 from django.conf import settings as django_settings
 
 from audit.signing import audit_key
-from dispatcher.errors import ServiceError
 from dispatcher.tools import sandbox
 from dispatcher.tools.sources import services, upstream
 from dispatcher.tools.sources.upstream import Endpoint
+from floor.errors import ServiceError
 from tests.conftest import ROOT, unique
 from tests.mcp.conftest import filesystem_server, text_of
 from tests.tools.support import require_bwrap

@@ -9,10 +9,10 @@ from django.contrib.auth.models import User
 
 from audit.models import AuditEvent
 from dispatcher.admission import context_of
-from dispatcher.errors import ServiceError
 from dispatcher.models import AgentSession
 from dispatcher.policy import grants, profiles
 from dispatcher.policy.models import SessionGrant
+from floor.errors import ServiceError
 from tests.conftest import AgentFixture
 
 from .conftest import start_session, submit

@@ -12,11 +12,11 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from dispatcher.compiled import Compiled
 from dispatcher.tools.base import Tool
 from dispatcher.tools.sources import services, upstream
 from dispatcher.tools.sources.definitions import risk_flags
 from dispatcher.tools.sources.models import SEPARATOR, Generation, McpTool, ToolState
+from floor.compiled import Compiled
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from django.utils import timezone
 
 from audit import kinds
 from audit.services import record_event
-from dispatcher.errors import ServiceError
 from dispatcher.tools import sandbox
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources import upstream
@@ -37,6 +36,7 @@ from dispatcher.tools.sources.models import (
     ToolState,
     Transport,
 )
+from floor.errors import ServiceError
 
 
 @dataclass

@@ -14,10 +14,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from audit.roles import ADMIN, role_required
-from dispatcher.errors import ServiceError
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.management.report import LINES
 from dispatcher.tools.sources.models import McpServer, McpTool, ServerVersion, ToolState
+from floor.errors import ServiceError
 
 
 def _actor(request: HttpRequest) -> str:

@@ -3,9 +3,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatcher.errors import ServiceError
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.management.report import write_report
+from floor.errors import ServiceError
 
 
 class Command(BaseCommand):

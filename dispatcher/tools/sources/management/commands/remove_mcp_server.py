@@ -2,8 +2,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatcher.errors import ServiceError
 from dispatcher.tools.sources import services
+from floor.errors import ServiceError
 
 
 class Command(BaseCommand):

@@ -1,4 +1,5 @@
-"""Pushes after commit: wake long-polling agent requests, and tell other apps a call changed.
+"""Wake-ups after commit: wake long-polling agent requests when a call of their session
+changes (and tell other apps, through dispatcher.signals.call_changed).
 
 Publishing runs after commit (callers schedule it with transaction.on_commit): one
 message per change, on its session's channel, saying which call and its new status.
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import threading
@@ -25,15 +25,13 @@ from collections.abc import AsyncIterator, Iterable
 import redis
 import redis.asyncio as aioredis
 from django.conf import settings
-from django.dispatch import Signal
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-logger = logging.getLogger(__name__)
+from dispatcher.signals import call_changed
+from floor.redis_clients import redis_at
 
-# Sent after commit whenever a call changes state: kwargs call_id, session_id, status,
-# previous (the status it left).
-call_changed = Signal()
+logger = logging.getLogger(__name__)
 
 # How long a waiter waits for Redis to confirm its subscription before giving up.
 SUBSCRIBE_TIMEOUT = 5.0
@@ -70,12 +68,6 @@ def needs_read(news: set[str], watched: set[str], quiet: frozenset[str] = frozen
         if not call_id or (call_id in watched and status not in quiet):
             return True
     return False
-
-
-@functools.cache
-def redis_at(url: str) -> redis.Redis:
-    """This process's client of the Redis server at `url` (one pool per URL)."""
-    return redis.Redis.from_url(url)
 
 
 def publish_change(call_id: str, session_id: str, status: str, previous: str = "") -> None:

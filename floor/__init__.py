@@ -1,0 +1,12 @@
+"""The floor beneath every app: what the others stand on and that knows none of them.
+
+- `errors.py`: ServiceError, the one exception every service raises for a request it refuses.
+- `compiled.py`: fixed-shape ORM reads and writes compiled once (the hot paths' statements).
+- `celery_message.py`: a call's Celery message pushed onto the Redis broker directly.
+- `redis_clients.py`: this process's Redis clients, one pool per URL.
+- `broker.py`: one repair to kombu's Redis transport, installed by harness_site.celery.
+
+The fast paths here lean on library internals, so each names the library lines it was
+verified against (`VERIFIED_WITH`; dispatcher.W015 warns at start-up when they differ).
+Nothing here imports a project module (tests/test_layering.py).
+"""

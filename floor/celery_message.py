@@ -1,0 +1,117 @@
+"""Celery's message for one task with one id, pushed onto the broker's Redis list directly.
+
+On the Redis broker Harness runs on, a call's message is pushed the way kombu's Redis
+transport pushes it (one LPUSH of Celery's protocol-2 JSON envelope onto the queue's list):
+`send_task` costs several times the CPU per message, most of it kombu's producer machinery
+(docs/benchmarks.md). Any other broker, or a broker set up beyond a plain URL (TLS
+options, routes, custom queues, priorities), uses `send_task`: `raw_target` says which.
+tests/dispatcher/test_enqueue.py holds the two messages side by side.
+
+Verified against Celery 5.7 and kombu 5.7 (`VERIFIED_WITH`; dispatcher.W015 warns at
+start-up when another line is installed).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import socket
+import uuid
+
+from celery import current_app
+
+VERIFIED_WITH = {"celery": "5.7", "kombu": "5.7"}
+
+
+def raw_target() -> tuple[str, str] | None:
+    """The broker's Redis URL (as redis-py reads it) and the queue's list name when the
+    message can be pushed directly; None otherwise. Worked out once per broker URL (a
+    test or an operator may point Celery at another broker; Celery's settings cost ~8 us
+    a read)."""
+    return target_for(str(current_app.conf.broker_url or ""))
+
+
+@functools.cache
+def target_for(url: str) -> tuple[str, str] | None:
+    conf = current_app.conf
+    configured = url
+    if url.startswith("redis+socket://"):  # (the embedded Redis)
+        url = "unix://" + url.removeprefix("redis+socket://")
+    # Only a plain URL, which redis-py and kombu read alike: no TLS (`rediss://`: they
+    # default and parse its certificate options differently), no options in a query
+    # string, no failover list, no separate write broker.
+    plain = (
+        url.startswith(("redis://", "unix://"))
+        and "?" not in url
+        and ";" not in url
+        and conf.broker_write_url in (None, "", configured)  # (Celery's default: the same)
+        and set(conf.broker_transport_options or {}) <= {"visibility_timeout"}
+        and not conf.broker_use_ssl
+        and not conf.task_routes
+        and not conf.task_queues
+        and conf.task_default_priority is None
+        and not conf.task_send_sent_event
+        and not conf.task_compression
+        and conf.task_protocol == 2
+        and conf.task_serializer == "json"
+        and not conf.task_always_eager
+    )
+    return (url, str(conf.task_default_queue)) if plain else None
+
+
+_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+
+
+def task_message(task: str, call_id: str, queue: str) -> str:
+    """Celery's message for `task(call_id)`, as send_task builds and kombu wraps it
+    (inside a worker's task, with that task as its parent and its root, as send_task does)."""
+    task_id = str(uuid.uuid4())
+    root_id, parent_id = task_id, None
+    current = current_app.current_worker_task
+    if current is not None and current.request.id:
+        root_id, parent_id = current.request.root_id or current.request.id, current.request.id
+    body = json.dumps([[call_id], {}, _EMBED]).encode()
+    return json.dumps(
+        {
+            "body": base64.b64encode(body).decode(),
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": {
+                "lang": "py",
+                "task": task,
+                "id": task_id,
+                "shadow": None,
+                "eta": None,
+                "expires": None,
+                "group": None,
+                "group_index": None,
+                "retries": 0,
+                "timelimit": [None, None],
+                "root_id": root_id,
+                "parent_id": parent_id,
+                "argsrepr": repr((call_id,)),
+                "kwargsrepr": "{}",
+                "origin": _origin(),
+                "ignore_result": None,
+                "replaced_task_nesting": 0,
+                "stamped_headers": None,
+                "stamps": {},
+            },
+            "properties": {
+                "correlation_id": task_id,
+                "reply_to": _origin(),
+                "delivery_mode": 2,
+                "delivery_info": {"exchange": "", "routing_key": queue},
+                "priority": 0,
+                "body_encoding": "base64",
+                "delivery_tag": str(uuid.uuid4()),
+            },
+        }
+    )
+
+
+def _origin() -> str:
+    """Who sent it, as Celery names an anonymous sender: gen<pid>@<host>."""
+    return f"gen{os.getpid()}@{socket.gethostname()}"
