@@ -56,7 +56,7 @@ def pending_by_id(approval_id: int) -> ApprovalRequest | None:
     )
 
 
-# Read for every ask pushed to the open queues (dispatcher.compiled).
+# Read for every ask pushed to the open queues (floor.compiled).
 _PENDING_FOR_CALL = Compiled(
     lambda call_id: (
         ApprovalRequest.objects.pending()
@@ -100,7 +100,7 @@ def attach_history(approvals: Iterable[ApprovalRequest]) -> None:
         approval.history = [EarlierCall(*row) for row in reversed(earlier)]  # type: ignore[attr-defined]
 
 
-# Read for every request shown or pushed (dispatcher.compiled).
+# Read for every request shown or pushed (floor.compiled).
 _HISTORY = Compiled(
     lambda session_id, created_at, batch_id, pk: (
         ToolCall.objects.filter(session_id=session_id)

@@ -106,7 +106,7 @@ def decide(
     return approval
 
 
-# The request every decision reads and locks, with its call (dispatcher.compiled).
+# The request every decision reads and locks, with its call (floor.compiled).
 _LOCKED_REQUEST = Compiled(
     lambda pk: (
         ApprovalRequest.objects.select_for_update(of=("self",))

@@ -68,7 +68,7 @@ def has_role(user: Any, role: str) -> bool:
     return bool(user.is_superuser or _HOLDS.tuples(user.pk, role))
 
 
-# Asked on every reviewer request and decision (dispatcher.compiled): a fixed-shape read.
+# Asked on every reviewer request and decision (floor.compiled): a fixed-shape read.
 _HOLDS = Compiled(
     lambda user_id, role: Group.objects.filter(user__id=user_id, name=role).values_list("pk")[:1]
 )

@@ -187,7 +187,7 @@ def _locked_head(chain: str) -> AuditChain | None:
     return head
 
 
-# Read and locked by every append (dispatcher.compiled).
+# Read and locked by every append (floor.compiled).
 _HEAD = Compiled(lambda chain: AuditChain.objects.select_for_update().filter(chain=chain)[:1])
 
 
@@ -207,7 +207,7 @@ def write_and_lock_head(
     waits for the write: a one-time filter on its row count), in the order a transition
     takes them as two statements, so the fold adds no lock-order inversion. On other
     backends the two stay separate: the statement runs here, record_events locks.
-    `prepare` as for dispatcher.compiled.fixed_cursor (None for a statement of many
+    `prepare` as for floor.compiled.fixed_cursor (None for a statement of many
     texts: an INSERT of N rows).
     """
     if not connection.in_atomic_block:

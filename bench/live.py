@@ -610,7 +610,7 @@ async def _drain(
             await asyncio.to_thread(worker.consume, False)
             pubsub = redis.pubsub()
             if label == "P":
-                # Every change of the session's calls, "<call id> <status>" (dispatcher.notify)
+                # Every change of the session's calls, "<call id> <status>" (dispatcher.wakeups)
                 await pubsub.subscribe(f"harness_bench:wake:session:{session}")
                 for start in range(0, n, batch):
                     body = {

@@ -208,7 +208,7 @@ def _repeat_counts(session: AgentSession, keys: set[tuple[str, str]]) -> dict[tu
     return {(name, digest): n for name, digest, n in rows}
 
 
-# One per message (dispatcher.compiled; one plan per number of distinct digests).
+# One per message (floor.compiled; one plan per number of distinct digests).
 _REPEATS = Compiled(
     lambda session_id, digests: (
         ToolCall.objects.filter(session_id=session_id, digest__in=digests)

@@ -113,7 +113,7 @@ def _loaded_sessions(prefix: str, digest: str) -> QuerySet[AgentSession]:
     )
 
 
-# The two reads every agent call starts with, compiled once (dispatcher.compiled).
+# The two reads every agent call starts with, compiled once (floor.compiled).
 _SESSION_BY_ID = Compiled(
     lambda prefix, digest, pk: _loaded_sessions(prefix, digest).filter(pk=pk)[:1]
 )

@@ -57,7 +57,7 @@ def startable(calls: list[ToolCall]) -> list[ToolCall]:
     return [c for c in group if c.status == Status.QUEUED]
 
 
-# Read after every call a worker finishes (dispatcher.compiled): the batch's unfinished
+# Read after every call a worker finishes (floor.compiled): the batch's unfinished
 # calls, and of them only what `startable` and the sending need (a batch of 20 read whole,
 # JSON columns and all, cost more than the finish it followed).
 _UNFINISHED = Compiled(

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 # --- Stage 6 to 10 -----------------------------------------------------------------------
 
 
-# The worker's first read of every call, compiled once (dispatcher.compiled).
+# The worker's first read of every call, compiled once (floor.compiled).
 _CALL_WITH_SESSION = Compiled(
     lambda pk: (
         ToolCall.objects.select_related("session__agent__owner__permission_profile")

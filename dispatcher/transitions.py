@@ -457,7 +457,7 @@ def report_result(
         )
 
 
-# Read and locked by every client report (dispatcher.compiled).
+# Read and locked by every client report (floor.compiled).
 _LOCKED_CALL = Compiled(lambda pk: ToolCall.objects.select_for_update().filter(pk=pk)[:1])
 
 

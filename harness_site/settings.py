@@ -101,7 +101,7 @@ TEMPLATES = [
 ]
 
 # --- Database -----------------------------------------------------------------------
-# PostgreSQL: the hot paths' fixed statements (dispatcher.compiled.fixed_cursor) are
+# PostgreSQL: the hot paths' fixed statements (floor.compiled.fixed_cursor) are
 # prepared once per connection and then only bound and executed: planning them was most of
 # PostgreSQL's CPU per call (docs/benchmarks.md). Turn off behind a pooler in transaction
 # mode that does not carry prepared statements (PgBouncer before 1.21, or without
@@ -211,7 +211,7 @@ CHANNEL_LAYERS = {
 # Prefix of the Redis pub/sub channels that wake long-polling agent requests.
 HARNESS_WAKE_PREFIX = env("HARNESS_WAKE_PREFIX", f"harness{_PUBSUB_SCOPE}:wake")
 # Seconds a session's wake-up channel stays subscribed in a process after its last wait
-# (dispatcher.notify): the session's next waiting call starts waiting before it is written.
+# (dispatcher.wakeups): the session's next waiting call starts waiting before it is written.
 HARNESS_WAKE_LINGER = float(env("HARNESS_WAKE_LINGER", "10"))
 
 # --- Auth, sessions, security --------------------------------------------------------

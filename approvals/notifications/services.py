@@ -137,7 +137,7 @@ def enqueue_outcome(call_id: str) -> None:
         _send_task(PLAN_OUTCOME_TASK, call_id)
 
 
-# Read after every decision (dispatcher.compiled).
+# Read after every decision (floor.compiled).
 _ASK_DELIVERED = Compiled(
     lambda call_id: Delivery.objects.filter(
         approval__call_id=call_id, event=Delivery.Event.ASKED

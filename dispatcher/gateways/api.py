@@ -2,7 +2,7 @@
 
 Each request makes at most two hops to the ORM thread (authenticate, then one service
 call); a request that waits sleeps on the process's shared Redis subscription to its
-session's channel (dispatcher.notify) and re-reads the calls only when a change can have
+session's channel (dispatcher.wakeups) and re-reads the calls only when a change can have
 finished one of them: no polling. At most HARNESS_MAX_WAITS_PER_AGENT requests of one
 agent wait at once (429).
 """
@@ -36,10 +36,10 @@ from dispatcher.gateways.dialects import (
     parse_submission,
 )
 from dispatcher.models import TERMINAL_STATUSES, Agent, AgentSession, Status, ToolCall
-from dispatcher.notify import session_channel
 from dispatcher.policy.models import Mode
 from dispatcher.tools.base import model_facing_schema
 from dispatcher.tools.registry import all_tools
+from dispatcher.wakeups import session_channel
 from floor import errors
 from floor.compiled import Compiled
 
@@ -326,7 +326,7 @@ def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
     return session
 
 
-# Read again after every wake-up (dispatcher.compiled; one plan per number of calls).
+# Read again after every wake-up (floor.compiled; one plan per number of calls).
 _CALLS = Compiled(lambda ids: ToolCall.objects.filter(pk__in=ids).order_by())
 
 

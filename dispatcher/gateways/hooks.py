@@ -155,7 +155,7 @@ def _admit(
     return session, admitted
 
 
-# The call a report is about, by the id the client gave it (dispatcher.compiled).
+# The call a report is about, by the id the client gave it (floor.compiled).
 _BY_TOOL_USE_ID = Compiled(
     lambda session_id, tool_use_id: ToolCall.objects.filter(
         session_id=session_id, tool_use_id=tool_use_id

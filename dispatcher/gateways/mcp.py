@@ -38,13 +38,13 @@ from dispatcher import admission, agents, wakeups
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
-from dispatcher.notify import session_channel
 from dispatcher.policy import rules
 from dispatcher.policy.models import Mode
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 from dispatcher.tools import client_tool
 from dispatcher.tools.base import model_facing_schema
 from dispatcher.tools.registry import all_tools, get_tool
+from dispatcher.wakeups import session_channel
 
 logger = logging.getLogger(__name__)
 
@@ -314,7 +314,7 @@ async def hold(
     call: ToolCall, progress: Progress, *, settled: Callable[[ToolCall], bool]
 ) -> ToolCall:
     """Wait until `settled(call)`: asleep on the process's shared subscription to the
-    call's session channel (dispatcher.notify), re-reading the call only when a wake-up
+    call's session channel (dispatcher.wakeups), re-reading the call only when a wake-up
     says it (or the call a reviewer's edit replaced it with) changed, with a progress
     notification (and a re-read) at each change and every HARNESS_MCP_PROGRESS_INTERVAL
     seconds. Without Redis, it re-reads at that interval. Returns the call as it is

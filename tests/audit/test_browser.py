@@ -11,7 +11,7 @@ from django.db import connection
 from audit.models import AuditChain
 from audit.timeline import PAGE_CALLS
 from audit.verify import verify_file
-from dispatcher.notify import publish_change
+from dispatcher.wakeups import publish_change
 from tests.audit.test_timeline_pages import bulk_session
 from tests.conftest import LiveStack, login, make_agent, make_user, unique
 

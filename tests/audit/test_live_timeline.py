@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from dispatcher.notify import publish_change
+from dispatcher.wakeups import publish_change
 from tests.approvals.conftest import run_async, session_cookie
 from tests.audit.test_timeline_pages import bulk_session
 from tests.conftest import LiveStack, make_user, unique

@@ -1,4 +1,4 @@
-"""dispatcher.compiled: a hot read compiled once gives what its QuerySet gives, every time,
+"""floor.compiled: a hot read compiled once gives what its QuerySet gives, every time,
 on both backends, and refuses a read whose SQL would freeze a value it was not given."""
 
 from __future__ import annotations

@@ -21,7 +21,11 @@ from tests.conftest import AgentFixture, LiveStack, make_agent
 
 pytestmark = pytest.mark.live
 
-ANSWER_WITHIN = 1.0  # seconds
+ANSWER_WITHIN = 1.0  # seconds, on an idle machine
+# On a loaded machine (another `make test` beside this one) the bound grows with the answer
+# time measured just before the attack: a frozen loop is held for the whole admission
+# (tens of seconds when it froze), far past either.
+LOADED_FACTOR = 20
 # After a session's first wait subscribed, the time given to the waits sent with it.
 SETTLE = 0.5  # seconds
 # The largest argument a body under HARNESS_MAX_BODY_BYTES can carry.
@@ -74,6 +78,10 @@ def test_a_hostile_argument_leaves_the_server_answering(
     attacker = make_agent(mode="locked")  # an unknown tool in locked mode is enough
     probe = live_stack.client(make_agent(mode="standard"), timeout=120)
     call_id = pending_call(probe, start(probe), 0)
+    idle = threading.Event()
+    idle.set()
+    before = sorted(answer_times(probe, call_id, idle) for _ in range(9))
+    bound = max(ANSWER_WITHIN, LOADED_FACTOR * before[4][0])
     done = threading.Event()
     result: dict[str, Any] = {}
 
@@ -99,7 +107,7 @@ def test_a_hostile_argument_leaves_the_server_answering(
     response = result["response"]
     assert response.status_code == 200, response.text
     assert response.json()["calls"][0]["status"] == "rejected"
-    assert max(times) < ANSWER_WITHIN, (max(times), result["seconds"])
+    assert max(times) < bound, (max(times), bound, result["seconds"])
     received = AuditEvent.objects.get(
         subject=f"call:{response.json()['calls'][0]['id']}", kind="call.received"
     )

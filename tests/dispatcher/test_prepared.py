@@ -1,4 +1,4 @@
-"""The hot paths' fixed statements are prepared on PostgreSQL (dispatcher.compiled.
+"""The hot paths' fixed statements are prepared on PostgreSQL (floor.compiled.
 fixed_cursor, HARNESS_DB_PREPARE): PostgreSQL plans each once per connection, and they
 still give what they gave, still show in the query log with their values, and are still
 counted by the statement budgets. Nothing is prepared with the setting off."""

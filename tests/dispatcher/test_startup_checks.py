@@ -129,6 +129,4 @@ def test_a_fast_path_verified_against_another_line_is_named(monkeypatch: Any) ->
     monkeypatch.setitem(compiled.VERIFIED_WITH, "psycopg", "3.2")
     warnings = [e.msg for e in run_checks() if e.id == "dispatcher.W015"]
     assert len(warnings) == 1
-    assert warnings[0].startswith(
-        "dispatcher.compiled was verified against psycopg 3.2.x; psycopg 3.3"
-    )
+    assert warnings[0].startswith("floor.compiled was verified against psycopg 3.2.x; psycopg 3.3")

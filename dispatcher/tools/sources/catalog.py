@@ -24,7 +24,7 @@ _lock = threading.Lock()
 _cache: dict[str, Any] = {"generation": None, "tools": (), "by_name": {}}
 
 
-# Read by every lookup of an upstream tool, several times per call (dispatcher.compiled).
+# Read by every lookup of an upstream tool, several times per call (floor.compiled).
 _GENERATION = Compiled(lambda pk: Generation.objects.filter(pk=pk).values_list("value")[:1])
 
 
