@@ -48,7 +48,10 @@ def pages(
                 {
                     "id": "w1",
                     "name": "write_file",
-                    "arguments": {"path": "src/a/rather/long/path/for/a/phone/notes.txt", "content": "x\n"},
+                    "arguments": {
+                        "path": "src/a/rather/long/path/for/a/phone/notes.txt",
+                        "content": "x\n",
+                    },
                 },
                 {"id": "n1", "name": "no_such_tool", "arguments": {}},
             ]
@@ -141,4 +144,3 @@ def test_no_page_scrolls_sideways_on_a_phone(
     finally:
         visitor.context.close()
     assert not wide, f"pages wider than a {PHONE[0]} px phone: {wide}"
-
