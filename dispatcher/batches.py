@@ -28,8 +28,8 @@ def enqueue(call_id: str) -> None:
 
     On the Redis broker Harness runs on, the message is pushed the way kombu's Redis
     transport pushes it (one LPUSH of Celery's protocol-2 JSON envelope onto the queue's
-    list): `send_task` cost 435 us of CPU per message in-process against 76 us, most of it
-    kombu's producer machinery (docs/benchmarks.md). Any other broker, or a broker set up
+    list): `send_task` costs several times the CPU per message, most of it kombu's
+    producer machinery (docs/benchmarks.md has the figures). Any other broker, or a broker set up
     beyond a plain URL (TLS options, routes, custom queues, priorities), uses `send_task`.
     tests/dispatcher/test_enqueue.py holds the two messages side by side.
     """
@@ -44,8 +44,8 @@ def enqueue(call_id: str) -> None:
 def _raw_target() -> tuple[str, str] | None:
     """The broker's Redis URL (as redis-py reads it) and the queue's list name when the
     message can be pushed directly; None otherwise. Worked out once per broker URL (a
-    test or an operator may point Celery at another broker; Celery's settings cost ~8 us
-    a read)."""
+    test or an operator may point Celery at another broker; reading Celery's settings is
+    not free on a hot path)."""
     return _target_for(str(current_app.conf.broker_url or ""))
 
 
