@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
+from audit.models import CheckpointRun
 from dispatcher.models import AgentSession, ToolCall
 from harness_site import charts, overview
 from tests.audit.chains import write_chain
@@ -193,6 +194,11 @@ def test_checkpoint_card_shows_the_last_real_run(
     assert f"({len(lines)} heads signed)" in card
     assert f"Newest checkpoint: {newest:%Y-%m-%d %H:%M} UTC." in card
     assert f"To {tmp_path / 'checkpoints.jsonl'}, every 5 min (beat)." in card
+    assert "is beat running?" not in card
+    # Three intervals later with no run since: the card says beat may not be running.
+    CheckpointRun.objects.update(finished_at=timezone.now() - timedelta(minutes=16))
+    card = _safety_nets(admin_client.get("/").content.decode())
+    assert "heads signed): none since; is beat running?" in card
 
 
 def test_checkpoint_card_shows_a_failed_run_and_keeps_the_newest_checkpoint(
