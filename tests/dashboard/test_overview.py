@@ -145,6 +145,7 @@ def test_sandbox_and_checkpoint_status_never_fail(settings: Any) -> None:
     assert overview.checkpoint_status()["path"] == str(settings.HARNESS_CHECKPOINT_PATH)
 
 
+@pytest.mark.heavy
 def test_queries_are_bounded_and_fast_on_a_large_history(
     admin_client: Client, django_assert_max_num_queries: Any
 ) -> None:
