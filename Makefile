@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
-.PHONY: venv demo test test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery
+.PHONY: venv demo test test-fast test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -105,6 +105,18 @@ test-embedded: $(STAMP)
 	env -u DATABASE_URL -u REDIS_URL $(TEST_ENV) HARNESS_DATA_DIR=$(CURDIR)/var/test-embedded \
 	  $(BIN)/pytest -m "not slow and not battery" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS); status=$$?; \
 	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; r.stop(pathlib.Path('$(CURDIR)/var/test-embedded'))"; \
+	  exit $$status
+
+# The loop to run while editing (README, "Development"): every test not live, browser, slow,
+# battery or heavy, on the embedded default with the sandbox off, so it needs no npm
+# package, Chromium or bubblewrap (their tests skip); its database is kept between runs
+# (migrations still run). `make test` runs everything this leaves out.
+test-fast: $(STAMP)
+	env -u DATABASE_URL -u REDIS_URL $(TEST_ENV) HARNESS_SANDBOX=off HARNESS_TEST_RUN=fast \
+	  HARNESS_DATA_DIR=$(CURDIR)/var/test-fast \
+	  $(BIN)/pytest -m "not live and not browser and not slow and not battery and not heavy" \
+	  --ignore=tests/battery --reuse-db -p no:cacheprovider -q --durations=5 $(PYTEST_ARGS); status=$$?; \
+	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; r.stop(pathlib.Path('$(CURDIR)/var/test-fast'))"; \
 	  exit $$status
 
 test-all: $(STAMP) browser sandbox coding-agents mcp-servers

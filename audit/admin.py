@@ -3,7 +3,7 @@ from django.contrib.auth.models import Group, User
 
 from harness_site.admin import ReadOnlyAdmin
 
-from .models import AuditEvent
+from .models import AuditEvent, CheckpointRun
 
 
 @admin.register(AuditEvent)
@@ -12,6 +12,13 @@ class AuditEventAdmin(ReadOnlyAdmin):
 
     list_display = ["id", "chain", "seq", "kind", "actor", "subject", "created_at"]
     list_filter = ["kind"]
+
+
+@admin.register(CheckpointRun)
+class CheckpointRunAdmin(ReadOnlyAdmin):
+    """Read-only: each checkpoint run replaces its file's row (audit.checkpoints.write)."""
+
+    list_display = ["path", "finished_at", "succeeded", "written", "refused", "error"]
 
 
 # Users and their roles, read-only: roles change through audit.roles, with their events.

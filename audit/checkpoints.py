@@ -21,6 +21,7 @@ import fcntl
 import json
 import logging
 import os
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import signing
-from .models import AuditChain
+from .models import AuditChain, CheckpointRun
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +92,23 @@ def take(*, since: datetime | None = None, chain: str | None = None) -> Run:
 
 def write(path: Path, *, all_chains: bool = False, url: str = "", chain: str | None = None) -> Run:
     """Append this run's checkpoints to `path` (and POST them to `url`, if given); only
-    `chain`'s when given.
+    `chain`'s when given. Each run, failed or not, replaces `path`'s `CheckpointRun` row
+    (what the overview shows); a head refused counts as a failed run.
 
     Raises OSError when the file cannot be written and urllib's URLError when the URL
     refuses them (after the file was written).
     """
+    try:
+        run = _append(path, all_chains=all_chains, url=url, chain=chain)
+    except Exception as error:
+        _record(path, url, error=f"{type(error).__name__}: {error}")
+        raise
+    refused = f"{len(run.refused)} heads did not verify and were not signed" if run.refused else ""
+    _record(path, url, run=run, error=refused)
+    return run
+
+
+def _append(path: Path, *, all_chains: bool, url: str, chain: str | None) -> Run:
     since = None if all_chains else _last_time(path)
     run = take(since=since - OVERLAP if since else None, chain=chain)
     text = "".join(checkpoint.line() for checkpoint in run.written)
@@ -108,6 +121,32 @@ def write(path: Path, *, all_chains: bool = False, url: str = "", chain: str | N
     if url and text:
         post(url, text)
     return run
+
+
+def _record(path: Path, url: str, *, run: Run | None = None, error: str = "") -> None:
+    """Replace `path`'s CheckpointRun row with this run's outcome."""
+    try:
+        newest = _last_time(path)
+    except OSError:
+        newest = None  # unreadable: the row says why the run failed
+    parts = urllib.parse.urlsplit(url) if url else None
+    CheckpointRun.objects.update_or_create(
+        path=str(path)[:500],
+        defaults={
+            "url": f"{parts.scheme}://{parts.hostname}" if parts and parts.hostname else "",
+            "finished_at": timezone.now(),
+            "succeeded": run is not None and not error,
+            "written": len(run.written) if run else 0,
+            "refused": len(run.refused) if run else 0,
+            "error": error[:500],
+            "last_checkpoint_at": newest,
+        },
+    )
+
+
+def last_run() -> CheckpointRun | None:
+    """The configured destination's last run (None: never run against it)."""
+    return CheckpointRun.objects.filter(path=str(settings.HARNESS_CHECKPOINT_PATH)[:500]).first()
 
 
 def run_configured() -> Run:

@@ -121,3 +121,26 @@ class AuditChain(models.Model):
 
     def __str__(self) -> str:
         return f"{self.chain} (seq {self.last_seq})"
+
+
+class CheckpointRun(models.Model):
+    """The last checkpoint run to each destination file: when it ran, whether it
+    succeeded, what it wrote, and the newest checkpoint in the file after it.
+
+    Written only by `audit.checkpoints.write` (beat's job and `audit_checkpoint`), one
+    row per file, replaced by each run; the overview reads it. A status, not evidence:
+    the evidence is the file itself.
+    """
+
+    path = models.CharField(max_length=500, primary_key=True)
+    url = models.CharField(max_length=200, blank=True, default="")  # scheme://host only
+    finished_at = models.DateTimeField()
+    succeeded = models.BooleanField()
+    written = models.PositiveIntegerField(default=0)
+    refused = models.PositiveIntegerField(default=0)
+    error = models.CharField(max_length=500, blank=True, default="")
+    # The time of the newest checkpoint line in the file (None: none written yet).
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.path} at {self.finished_at} ({'ok' if self.succeeded else 'failed'})"

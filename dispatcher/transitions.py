@@ -74,7 +74,7 @@ def _update_statement(
 
     What `ToolCall.objects.filter(pk=pk, status=previous).update(**values)` sends, with the
     statement's text built once per set of columns (building and compiling the ORM's
-    UPDATE cost ~0.7 ms of CPU per transition, more than the statement itself).
+    UPDATE cost more CPU per transition than the statement itself: docs/benchmarks.md).
     """
     names = tuple(values)
     if any(name not in _FIELDS or _FIELDS[name].is_relation for name in names) or any(

@@ -36,8 +36,8 @@ logger = logging.getLogger(__name__)
 # How long a waiter waits for Redis to confirm its subscription before giving up.
 SUBSCRIBE_TIMEOUT = 5.0
 # How long a hub keeps its connection once nobody waits: an agent making one call after
-# another would otherwise open a new Redis connection for every wait (measured: a fifth
-# of daphne's CPU per call, most of it redis-py's connection set-up).
+# another would otherwise open a new Redis connection for every wait, and redis-py's
+# connection set-up was a large share of daphne's CPU per call (docs/benchmarks.md).
 IDLE_CLOSE_AFTER = 30.0
 # At most this many channels linger per hub (the oldest is unsubscribed first): every
 # message on a lingering channel still reaches the hub's reader.

@@ -28,8 +28,8 @@ VERIFIED_WITH = {"celery": "5.7", "kombu": "5.7"}
 def raw_target() -> tuple[str, str] | None:
     """The broker's Redis URL (as redis-py reads it) and the queue's list name when the
     message can be pushed directly; None otherwise. Worked out once per broker URL (a
-    test or an operator may point Celery at another broker; Celery's settings cost ~8 us
-    a read)."""
+    test or an operator may point Celery at another broker; reading Celery's settings is
+    not free on a hot path)."""
     return target_for(str(current_app.conf.broker_url or ""))
 
 

@@ -3,9 +3,8 @@
 Django builds and compiles a QuerySet's SQL every time one is evaluated. On the paths an
 agent pays on every call (its session read with agent, owner, profile and grants; the
 chain-head lock of each audit append; the call read again after its wake-up; the worker's
-claim and result) that is most of a read's CPU: the session read costs ~2.5 ms of CPU of
-which the statement and its rows are ~0.2 ms and the rest is building and compiling the
-query (docs/benchmarks.md, "Where S0's time goes").
+claim and result) that is most of a read's CPU: far more than the statement and its rows
+(docs/benchmarks.md, "Where S0's time goes", has the figures).
 
 `Compiled(build)` compiles `build(*values)` once per database and per shape of its
 arguments (a list's length is part of its shape), with placeholder values, and keeps the

@@ -13,8 +13,8 @@ import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
-from django.apps import apps
 from django.conf import settings
 from django.db import connection
 from django.db.models import (
@@ -32,8 +32,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from audit import kinds
-from audit.models import AuditEvent
+from audit import checkpoints
 from dispatcher.models import Status, ToolCall
 
 # The outcome series, in stacking order, with how each reads.
@@ -252,29 +251,28 @@ def sandbox_status() -> dict[str, Any]:
 
 
 def checkpoint_status() -> dict[str, Any]:
-    """Signed audit checkpoints, if this version has them: any audit model or event kind
-    named for checkpoints, and the newest of each. Never raises: a missing or changed
-    feature reads as "none"."""
-    status: dict[str, Any] = {"kinds": [], "latest": None, "count": None, "model": ""}
-    try:
-        names = sorted(k for k in kinds.REGISTRY if "checkpoint" in k)
-        status["kinds"] = names
-        if names:
-            event = AuditEvent.objects.filter(kind__in=names).order_by("-id").first()
-            if event is not None:
-                status["latest"] = event.created_at
-        for model in apps.get_app_config("audit").get_models():
-            if "checkpoint" in model.__name__.lower():
-                status["model"] = model._meta.verbose_name
-                status["count"] = model._default_manager.count()
-                newest = model._default_manager.order_by("-pk").first()
-                at = getattr(newest, "created_at", None)
-                if isinstance(at, datetime) and (status["latest"] is None or at > status["latest"]):
-                    status["latest"] = at
-                break
-    except Exception:  # noqa: BLE001  # a feature of another version: show nothing, never fail
-        status["error"] = "Checkpoint status could not be read."
-    return status
+    """Signed audit checkpoints as configured, and the last run to the configured file
+    (audit.checkpoints): where they go, how often beat writes them, when the last run
+    finished and whether it succeeded, and the newest checkpoint in the file."""
+    url = str(settings.HARNESS_CHECKPOINT_URL or "")
+    parts = urlsplit(url) if url else None
+    interval = float(settings.HARNESS_CHECKPOINT_INTERVAL)
+    last = checkpoints.last_run()
+    # Beat runs it every `interval`: three intervals without a run means no beat is running.
+    late = (
+        last is not None
+        and interval > 0
+        and timezone.now() - last.finished_at > timedelta(seconds=3 * interval)
+    )
+    return {
+        "path": str(settings.HARNESS_CHECKPOINT_PATH),
+        "url": f"{parts.scheme}://{parts.hostname}" if parts and parts.hostname else "",
+        "every": (f"{interval / 60:g} min" if interval >= 60 else f"{interval:g} s")
+        if interval > 0
+        else "",
+        "last": last,
+        "late": late,
+    }
 
 
 def overview(now: datetime | None = None) -> dict[str, Any]:

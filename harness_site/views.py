@@ -15,6 +15,8 @@ from audit.roles import roles_of
 from . import charts
 from .overview import OUTCOMES, Series, overview
 
+# Buckets are cut in UTC by the database ("YYYY-MM-DD HH:00:00"); the captions say so.
+
 
 def _hour(bucket: str) -> str:
     return bucket[11:16]
@@ -22,6 +24,14 @@ def _hour(bucket: str) -> str:
 
 def _day(bucket: str) -> str:
     return datetime.fromisoformat(bucket).strftime("%a %d")
+
+
+def _hour_of_day(bucket: str) -> str:
+    return f"{_day(bucket)} {_hour(bucket)}"
+
+
+def _midnight(bucket: str) -> bool:
+    return bucket.endswith(" 00:00:00")
 
 
 def _per_day(week: Series) -> list[tuple[str, list[int], int]]:
@@ -52,24 +62,34 @@ def home(request: HttpRequest) -> HttpResponse:
     week, day = figures["week"], figures["day"]
     values = week.counts.get
     decisions = figures["decisions"]
+    days = [d.day + " 00:00:00" for d in decisions]
     context = {
         **figures,
         "outcomes": OUTCOMES,
         "day_chart": charts.stacked(
-            day.buckets, lambda b: values(b, {}), list(OUTCOMES), label=_hour
+            day.buckets,
+            lambda b: values(b, {}),
+            list(OUTCOMES),
+            label=_hour,
+            ticks=charts.bar_ticks(day.buckets, _hour, every=4),
         ),
         "week_chart": charts.stacked(
-            week.buckets, lambda b: values(b, {}), list(OUTCOMES), label=_day, ticks=7
+            week.buckets,
+            lambda b: values(b, {}),
+            list(OUTCOMES),
+            label=_hour_of_day,
+            ticks=charts.boundary_ticks(week.buckets, _midnight, _day),
         ),
         "day_total": sum(day.totals().values()),
         "day_legend": [(k, label, day.totals()[k]) for k, label in OUTCOMES.items()],
         "day_rows": day.rows(),
         "week_rows": _per_day(week),
         "decision_chart": charts.paired(
-            [d.day + " 00:00:00" for d in decisions],
+            days,
             [d.p50 for d in decisions],
             [d.p90 for d in decisions],
             label=_day,
+            ticks=charts.bar_ticks(days, _day, every=2),
         ),
         "agents": _share(figures["busiest"]["agents"]),
         "tools": _share(figures["busiest"]["tools"]),

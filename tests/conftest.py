@@ -269,7 +269,7 @@ def start_worker(
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 120  # a loaded 2-core machine: a cold start took > 30 s
+    deadline = time.monotonic() + 120  # a cold start on a loaded 2-core machine is slow
     while "ready." not in log.read_text():
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"Celery worker did not start:\n{log.read_text()[-3000:]}")

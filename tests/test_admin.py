@@ -20,6 +20,7 @@ pytestmark = pytest.mark.django_db
         "approvals/approvalrequest",
         "sources/mcpserver",
         "sources/mcptool",
+        "audit/checkpointrun",
     ],
 )
 def test_admin_cannot_change_or_add(client: Client, model: str) -> None:

@@ -86,6 +86,7 @@ def _pubsub_names(redis_url: str) -> tuple[str, str]:
     return out[0], out[1]
 
 
+@pytest.mark.heavy
 def test_deployments_on_other_redis_databases_never_share_pushes_or_wake_ups() -> None:
     """Redis pub/sub ignores the database number: a reviewer's socket of one deployment
     would otherwise receive another's asks (with what its agents sent)."""

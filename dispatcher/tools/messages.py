@@ -1,4 +1,4 @@
-"""What the model reads when a call does not simply succeed (DESIGN principle 6).
+"""What the model reads when a call does not simply succeed (docs/api.md, "Call states").
 
 Each text says what happened and what to do next; none carries a traceback.
 """

@@ -91,6 +91,7 @@ def hashed_chain(specs: list[tuple[datetime, str, dict[str, Any]]], session: boo
     return chain
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(600)  # inserting 120,000 events takes a while on a busy machine
 def test_exporting_100k_events_uses_no_more_memory_than_20k() -> None:
     small, large = bulk_chain(20_000), bulk_chain(100_000)

@@ -46,6 +46,7 @@ def bulk_sessions(count: int) -> str:
     return agent
 
 
+@pytest.mark.heavy
 def test_session_list_over_100k_sessions(client: Client) -> None:
     agent = bulk_sessions(SESSIONS)
     auditor = make_user(unique("auditor"), groups=("auditor",))

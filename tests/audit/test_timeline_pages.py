@@ -166,6 +166,7 @@ def test_a_call_decided_long_after_it_arrived_shows_its_result_on_its_page(
     assert "the late result" in first and "user:rev" in first  # the reviewer
 
 
+@pytest.mark.heavy
 def test_queries_and_page_size_do_not_grow_with_the_session(auditor: Client) -> None:
     small, small_ids = bulk_session(PAGE_CALLS)  # 1 + 4 x 25 = 101 events
     big, big_ids = bulk_session(1000)  # 4,001 events

@@ -119,6 +119,7 @@ def test_off_by_default_and_never_in_the_way(settings: Any) -> None:
     assert signals.call_changed.disconnect(dispatch_uid="harness-otel") is False  # none there
 
 
+@pytest.mark.heavy
 def test_an_unreachable_collector_changes_nothing(settings: Any) -> None:
     settings.HARNESS_OTEL_ENDPOINT = "http://127.0.0.1:9"  # nothing listens there
     telemetry.reset()

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
+from audit.models import CheckpointRun
 from dispatcher.models import AgentSession, ToolCall
-from harness_site import overview
-from tests.conftest import make_agent, make_user, unique
+from harness_site import charts, overview
+from tests.audit.chains import write_chain
+from tests.conftest import free_port, make_agent, make_user, unique
 from tests.dashboard.history import OUTCOME_OF, generate_calls, generate_decisions
 
 pytestmark = pytest.mark.django_db
@@ -136,9 +142,10 @@ def test_sandbox_and_checkpoint_status_never_fail(settings: Any) -> None:
     settings.HARNESS_SANDBOX = "no-such-sandbox-binary"
     status = overview.sandbox_status()
     assert status["enabled"] and status["found"] is None
-    assert "error" not in overview.checkpoint_status()
+    assert overview.checkpoint_status()["path"] == str(settings.HARNESS_CHECKPOINT_PATH)
 
 
+@pytest.mark.heavy
 def test_queries_are_bounded_and_fast_on_a_large_history(
     admin_client: Client, django_assert_max_num_queries: Any
 ) -> None:
@@ -162,3 +169,103 @@ def test_a_million_calls(admin_client: Client) -> None:
     seconds = time.perf_counter() - started
     print(f"overview over 1,000,000 calls: {seconds:.2f} s")
     assert seconds < 20, seconds
+
+
+def _safety_nets(html: str) -> str:
+    """The text of the Safety nets card's checkpoint row, tags stripped."""
+    row = html.split("<dt>Audit checkpoints</dt>", 1)[1].split("</dd>", 1)[0]
+    return " ".join(re.sub(r"<[^>]+>", "", row).split())
+
+
+def test_checkpoint_card_shows_the_last_real_run(
+    admin_client: Client, settings: Any, tmp_path: Path
+) -> None:
+    settings.HARNESS_CHECKPOINT_PATH = str(tmp_path / "checkpoints.jsonl")
+    settings.HARNESS_CHECKPOINT_URL = ""
+    settings.HARNESS_CHECKPOINT_INTERVAL = 300
+    card = _safety_nets(admin_client.get("/").content.decode())
+    assert card.startswith("no run yet.") and "every 5 min (beat)" in card
+
+    write_chain(2)
+    call_command("audit_checkpoint", stdout=io.StringIO())
+    lines = (tmp_path / "checkpoints.jsonl").read_text().splitlines()
+    newest = datetime.fromisoformat(json.loads(lines[-1])["time"])
+    card = _safety_nets(admin_client.get("/").content.decode())
+    assert card.startswith("last run succeeded at "), card
+    assert f"({len(lines)} heads signed)" in card
+    assert f"Newest checkpoint: {newest:%Y-%m-%d %H:%M} UTC." in card
+    assert f"To {tmp_path / 'checkpoints.jsonl'}, every 5 min (beat)." in card
+    assert "is beat running?" not in card
+    # Three intervals later with no run since: the card says beat may not be running.
+    CheckpointRun.objects.update(finished_at=timezone.now() - timedelta(minutes=16))
+    card = _safety_nets(admin_client.get("/").content.decode())
+    assert "heads signed): none since; is beat running?" in card
+
+
+def test_checkpoint_card_shows_a_failed_run_and_keeps_the_newest_checkpoint(
+    admin_client: Client, settings: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "checkpoints.jsonl"
+    settings.HARNESS_CHECKPOINT_PATH = str(path)
+    settings.HARNESS_CHECKPOINT_INTERVAL = 0
+    write_chain(1)
+    call_command("audit_checkpoint", stdout=io.StringIO())
+    newest = datetime.fromisoformat(json.loads(path.read_text().splitlines()[-1])["time"])
+    # The next run cannot reach its URL: the file is written, the run failed.
+    settings.HARNESS_CHECKPOINT_URL = f"http://127.0.0.1:{free_port()}/checkpoints?token=secret"
+    write_chain(1)
+    with pytest.raises(CommandError, match="Could not write the checkpoint"):
+        call_command("audit_checkpoint", stdout=io.StringIO())
+    card = _safety_nets(admin_client.get("/").content.decode())
+    assert card.startswith("last run failed: URLError: "), card
+    assert "Connection refused" in card and "secret" not in card
+    assert "Newest checkpoint: " in card and "none in the file yet" not in card
+    assert f"{newest:%Y-%m-%d %H:%M}" <= card.split("Newest checkpoint: ")[1][:16]
+    assert "and http://127.0.0.1, not scheduled (HARNESS_CHECKPOINT_INTERVAL is 0)." in card
+
+
+def _axis(html: str, chart: str) -> tuple[list[tuple[float, str]], list[str]]:
+    """A chart's ticks (x %, label) and its bars' titles, in order."""
+    figure = html.split(f'id="{chart}-caption"', 1)[1].split("</figure>", 1)[0]
+    titles = re.findall(r"<title>([^<]*): \d+</title>", figure)
+    ticks = re.findall(r'<line x1="([\d.]+)%".*?<text [^>]*>([^<]*)</text>', figure)
+    return [(float(x), label) for x, label in ticks], titles
+
+
+def test_chart_ticks_stand_at_their_times_and_label_the_current_hour_and_today(
+    admin_client: Client,
+) -> None:
+    history(50)  # calls in the last minute: every chart is drawn
+    for _attempt in range(3):
+        before = timezone.now()
+        html = admin_client.get("/").content.decode()
+        if timezone.now().hour == before.hour:
+            break  # not cut by the turn of an hour
+    now = before.astimezone(UTC)
+    assert "Last 24 hours, hours in UTC" in html and "Last 7 days, days in UTC" in html
+
+    ticks, titles = _axis(html, "day")
+    assert len(titles) == 24 and titles[-1] == f"{now:%H}:00"
+    assert ticks[-1] == (pytest.approx(100 * 23.5 / 24, abs=0.01), f"{now:%H}:00")
+    for x, label in ticks:  # each under the middle of the bar of its hour
+        assert x == pytest.approx(100 * (titles.index(label) + 0.5) / 24, abs=0.01)
+    assert [label for _, label in ticks] == titles[3::4]
+
+    ticks, titles = _axis(html, "week")
+    assert len(titles) == 168 and titles[-1] == f"{now:%a %d %H}:00"
+    midnights = [i for i, title in enumerate(titles) if title.endswith(" 00:00")]
+    assert [label for _, label in ticks] == [titles[i][:-6] for i in midnights]
+    assert ticks[-1][1] == f"{now:%a %d}"  # today is labelled
+    for (x, _label), i in zip(ticks, midnights, strict=True):  # at midnight, its time
+        assert x == pytest.approx(100 * i / 168, abs=0.01)
+
+
+def test_edge_labels_stay_inside_the_chart_and_the_newest_day_is_labelled() -> None:
+    days = [f"2026-12-{d:02d} 00:00:00" for d in range(1, 15)]
+    ticks = charts.bar_ticks(days, lambda b: b[8:10], every=2)
+    assert [t.label for t in ticks] == ["02", "04", "06", "08", "10", "12", "14"]
+    assert ticks[-1] == charts.Tick(96.429, "14", 100.0, "end")
+    assert ticks[0] == charts.Tick(10.714, "02", 10.714, "middle")
+    hours = [f"2026-12-01 {h:02d}:00:00" for h in range(24)]
+    first = charts.bar_ticks(hours, lambda b: b[11:16], every=1)[0]
+    assert (first.x, first.text_x, first.anchor) == (2.083, 0.0, "start")

@@ -1,4 +1,4 @@
-"""No decision or execution without its committed audit event (DESIGN principle 7).
+"""No decision or execution without its committed audit event (docs/audit.md).
 
 A trigger makes every audit INSERT fail; each state change must then fail with it and
 leave nothing behind: no call stored, no decision taken, nothing executed.

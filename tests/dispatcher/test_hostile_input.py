@@ -99,6 +99,7 @@ def body(rng: random.Random, i: int) -> bytes:
     return json.dumps({"calls": calls}, default=str).encode("utf-8", "surrogatepass")
 
 
+@pytest.mark.heavy
 def test_a_thousand_hostile_requests_get_no_500(client: Client, agent: AgentFixture) -> None:
     rng = random.Random(20261130)
     session = client.post(

@@ -79,6 +79,7 @@ def test_unknown_default_mode_fails_the_checks(settings: Any) -> None:
     assert "dispatcher.E012" in ids(run_checks())
 
 
+@pytest.mark.heavy
 def test_manage_py_check_stops_with_a_clear_message() -> None:
     env = {
         **__import__("os").environ,

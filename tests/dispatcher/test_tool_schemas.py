@@ -1,4 +1,4 @@
-"""No host-only field of a tool can reach a model (DESIGN principle 2)."""
+"""No host-only field of a tool can reach a model (docs/operations.md, "Tools")."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ from dispatcher.tools.sources.definitions import Definition
 from dispatcher.tools.sources.models import McpServer, McpTool, ServerVersion
 from tests.conftest import make_agent, submit_one
 
-pytestmark = pytest.mark.django_db
+# Each test starts an MCP server process or several: `make test-fast` leaves them out.
+pytestmark = [pytest.mark.django_db, pytest.mark.heavy]
 
 UPSTREAM = Path(__file__).resolve().parent.parent / "support" / "mcp_upstream.py"
 

@@ -38,6 +38,7 @@ def test_only_admins_see_or_change_tool_sources() -> None:
     assert signed_in("admin").get("/tools/").status_code == 200
 
 
+@pytest.mark.heavy
 def test_an_admin_registers_refreshes_and_removes_a_server(tmp_path: Path) -> None:
     admin = signed_in("admin")
     variant = tmp_path / "variant.json"
@@ -74,6 +75,7 @@ def test_a_bad_registration_is_shown_with_its_reason() -> None:
     assert page.status_code == 200 and "must start with a letter" in page.content.decode()
 
 
+@pytest.mark.heavy
 def test_the_review_shows_both_definitions_escaped_and_accepting_pins_the_new_one(
     tmp_path: Path,
 ) -> None:

@@ -409,10 +409,14 @@ def test_confines_only_with_bwrap_and_no_network(sandbox_on: None, settings: Any
 def test_a_missing_bwrap_skips_here_and_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(support.shutil, "which", lambda name: None)
     monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("HARNESS_SANDBOX", raising=False)
     with pytest.raises(pytest.skip.Exception, match="apt-get install bubblewrap"):
         support.require_bwrap()
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI=true and Sandbox tests need"):
+        support.require_bwrap()
+    monkeypatch.setenv("HARNESS_SANDBOX", "off")  # turned off for the run: skipped, even in CI
+    with pytest.raises(pytest.skip.Exception, match="make test-fast"):
         support.require_bwrap()
 
 
