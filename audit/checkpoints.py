@@ -21,7 +21,6 @@ import fcntl
 import json
 import logging
 import os
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,6 +29,8 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
+
+from dispatcher import outbound
 
 from . import signing
 from .models import AuditChain
@@ -93,7 +94,7 @@ def write(path: Path, *, all_chains: bool = False, url: str = "", chain: str | N
     """Append this run's checkpoints to `path` (and POST them to `url`, if given); only
     `chain`'s when given.
 
-    Raises OSError when the file cannot be written and urllib's URLError when the URL
+    Raises OSError when the file cannot be written and outbound.OutboundRefused when the URL
     refuses them (after the file was written).
     """
     since = None if all_chains else _last_time(path)
@@ -120,13 +121,16 @@ def run_configured() -> Run:
 
 
 def post(url: str, text: str) -> None:
+    """POST the lines through the outbound door (dispatcher.outbound: address policy, no
+    redirects, timeouts). Raises ValueError for a URL that is not http(s),
+    OutboundRefused for a refused or failed request or an answer other than 2xx."""
     if not url.startswith(("https://", "http://")):
         raise ValueError(f"HARNESS_CHECKPOINT_URL must be an http(s) URL, not '{url[:40]}'.")
-    request = urllib.request.Request(  # noqa: S310  (scheme checked above)
-        url, data=text.encode(), method="POST", headers={"Content-Type": "application/x-ndjson"}
+    answer = outbound.send(
+        "POST", url, content=text.encode(), headers={"Content-Type": "application/x-ndjson"}
     )
-    with urllib.request.urlopen(request, timeout=30):  # noqa: S310  # raises on 4xx/5xx
-        pass
+    if not 200 <= answer.status < 300:
+        raise outbound.OutboundRefused(f"HTTP {answer.status}")
 
 
 def _last_time(path: Path) -> datetime | None:

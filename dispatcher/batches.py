@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import uuid
+from typing import Any
 
 from celery import current_app
 from django.db import transaction
@@ -65,7 +66,7 @@ def _target_for(url: str) -> tuple[str, str] | None:
         and conf.broker_write_url in (None, "", configured)  # (Celery's default: the same)
         and set(conf.broker_transport_options or {}) <= {"visibility_timeout"}
         and not conf.broker_use_ssl
-        and not conf.task_routes
+        and _execution_unrouted(conf.task_routes)
         and not conf.task_queues
         and conf.task_default_priority is None
         and not conf.task_send_sent_event
@@ -75,6 +76,16 @@ def _target_for(url: str) -> tuple[str, str] | None:
         and not conf.task_always_eager
     )
     return (url, str(conf.task_default_queue)) if plain else None
+
+
+def _execution_unrouted(routes: Any) -> bool:
+    """Whether no task route takes the worker's message off the default queue: the
+    background lane's routes (settings.BACKGROUND_TASKS) name other tasks only, so the
+    execution lane stays the default queue and the direct push stays right."""
+    from celery.app.routes import MapRoute, prepare
+
+    routers = prepare(routes)
+    return all(isinstance(r, MapRoute) and r(EXECUTE_TASK) is None for r in routers)
 
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}

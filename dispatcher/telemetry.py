@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections
 
-from dispatcher import notify
+from dispatcher import notify, outbound
 from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
 
 logger = logging.getLogger(__name__)
@@ -105,7 +105,10 @@ def _tracer() -> Any:
         resource = Resource.create({"service.name": settings.HARNESS_OTEL_SERVICE_NAME})
         provider = TracerProvider(resource=resource)
         provider.add_span_processor(
-            BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=10))
+            BatchSpanProcessor(
+                # Through the outbound door (address policy, no redirects, size cap).
+                OTLPSpanExporter(endpoint=endpoint, timeout=10, session=outbound.requests_session())
+            )
         )
         _state["provider"] = provider
     return provider.get_tracer("harness")

@@ -51,7 +51,7 @@ def layer_of(module: str) -> str:
         return "audit"
     if parts[0] == "approvals":
         return "approvals"
-    if module in ("dispatcher.errors", "dispatcher.compiled"):
+    if module in ("dispatcher.errors", "dispatcher.compiled", "dispatcher.outbound"):
         return "errors"
     if len(parts) > 1 and parts[1] in ("tools", "policy", "gateways"):
         return parts[1]

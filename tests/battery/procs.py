@@ -170,6 +170,7 @@ class Stack:
         self.env.update(
             REDIS_URL=redis.url,
             HARNESS_CELERY_QUEUE=f"battery-{tag}",
+            HARNESS_CELERY_BACKGROUND_QUEUE=f"battery-{tag}-background",
             HARNESS_CHANNEL_PREFIX=f"battery-{tag}",
             HARNESS_WAKE_PREFIX=f"battery:{tag}:wake",
             HARNESS_RECONCILE_INTERVAL="1",
@@ -200,7 +201,8 @@ class Stack:
     def worker(self, concurrency: int = 2, **env: str) -> Proc:
         argv = [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "-P", "prefork"]
         argv += ["-c", str(concurrency), "-l", "INFO", "--without-gossip", "--without-mingle"]
-        argv += ["--without-heartbeat", "-Q", self.env["HARNESS_CELERY_QUEUE"]]
+        lanes = (self.env["HARNESS_CELERY_QUEUE"], self.env["HARNESS_CELERY_BACKGROUND_QUEUE"])
+        argv += ["--without-heartbeat", "-Q", ",".join(lanes)]
         argv += ["-n", f"w{uuid.uuid4().hex[:6]}@%h"]
         proc = self.group.start("worker", argv, {**self.env, **env})
 

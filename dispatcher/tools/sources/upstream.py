@@ -34,6 +34,7 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
+from dispatcher import outbound
 from dispatcher.tools import sandbox
 from dispatcher.tools._paths import cap_text
 from dispatcher.tools.base import ExecutionContext, ToolError
@@ -144,10 +145,10 @@ async def open_session(endpoint: Endpoint) -> AsyncIterator[ClientSession]:
                 await session.initialize()
                 yield session
         return
-    http = httpx.AsyncClient(
+    # Through the outbound door: the address policy, no redirects (dispatcher.outbound).
+    http = outbound.async_client(
         headers=dict(endpoint.headers),
         timeout=httpx.Timeout(CONNECT_TIMEOUT, read=endpoint.timeout + 5),
-        follow_redirects=True,
     )
     async with http, streamable_http_client(endpoint.url, http_client=http) as streams:
         read, write, _ = streams
@@ -215,6 +216,8 @@ def describe(exc: BaseException) -> str:
         return f"{exc.error.message} (MCP error {exc.error.code})"
     if isinstance(exc, TimeoutError):
         return "it did not answer in time"
+    if isinstance(exc, outbound.OutboundRefused):
+        return f"{exc} (Harness's outbound policy; an admin may list it in HARNESS_OUTBOUND_ALLOW)"
     if isinstance(exc, ToolError):  # written for the reader already (the sandbox's)
         return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -342,6 +345,7 @@ class Pool:
             except (
                 OSError,
                 httpx.HTTPError,
+                outbound.OutboundRefused,
                 anyio.ClosedResourceError,
                 anyio.BrokenResourceError,
             ) as exc:
