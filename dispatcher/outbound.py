@@ -328,7 +328,7 @@ def _read_capped(response: httpx.Response, limit: int, deadline: float) -> bytes
         raise OutboundRefused(f"answer larger than {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    for chunk in response.iter_raw(65536):
+    for chunk in response.iter_raw():  # as it arrives: the deadline is checked per piece
         size += len(chunk)
         if size > limit:
             raise OutboundRefused(f"answer larger than {limit} bytes")
