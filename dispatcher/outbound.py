@@ -123,7 +123,7 @@ def _allowance(entries: tuple[str, ...]) -> Allowance:
 
 
 def allowance() -> Allowance:
-    """This deployment's allowance (checked at start-up: dispatcher.E060)."""
+    """This deployment's allowance (checked at start-up: harness.E001)."""
     return _allowance(tuple(settings.HARNESS_OUTBOUND_ALLOW))
 
 
