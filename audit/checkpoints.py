@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,6 +30,8 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
+
+from floor import outbound
 
 from . import signing
 from .models import AuditChain, CheckpointRun
@@ -95,7 +96,7 @@ def write(path: Path, *, all_chains: bool = False, url: str = "", chain: str | N
     `chain`'s when given. Each run, failed or not, replaces `path`'s `CheckpointRun` row
     (what the overview shows); a head refused counts as a failed run.
 
-    Raises OSError when the file cannot be written and urllib's URLError when the URL
+    Raises OSError when the file cannot be written and outbound.OutboundRefused when the URL
     refuses them (after the file was written).
     """
     try:
@@ -159,13 +160,16 @@ def run_configured() -> Run:
 
 
 def post(url: str, text: str) -> None:
+    """POST the lines through the outbound door (floor.outbound: address policy, no
+    redirects, timeouts). Raises ValueError for a URL that is not http(s),
+    OutboundRefused for a refused or failed request or an answer other than 2xx."""
     if not url.startswith(("https://", "http://")):
         raise ValueError(f"HARNESS_CHECKPOINT_URL must be an http(s) URL, not '{url[:40]}'.")
-    request = urllib.request.Request(  # noqa: S310  (scheme checked above)
-        url, data=text.encode(), method="POST", headers={"Content-Type": "application/x-ndjson"}
+    answer = outbound.send(
+        "POST", url, content=text.encode(), headers={"Content-Type": "application/x-ndjson"}
     )
-    with urllib.request.urlopen(request, timeout=30):  # noqa: S310  # raises on 4xx/5xx
-        pass
+    if not 200 <= answer.status < 300:
+        raise outbound.OutboundRefused(f"HTTP {answer.status}")
 
 
 def _last_time(path: Path) -> datetime | None:

@@ -54,11 +54,12 @@ def _key(configured: str, key_file: str) -> bytes:
 def _key_file(path: Path) -> bytes:
     """The key in `path`, created (mode 0600, atomically) when it does not exist yet."""
     try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        text = _create_key_file(path)
+        text = secret_file(path, "audit key")
     except OSError as error:
-        raise AuditKeyError(f"Cannot read the audit key file {path}: {error}.") from error
+        raise AuditKeyError(
+            f"Cannot read or create the audit key file {path}: {error}. Set "
+            "HARNESS_AUDIT_KEY or make the data directory writable."
+        ) from error
     if len(text) < MIN_KEY_LENGTH:
         raise AuditKeyError(
             f"The audit key file {path} holds fewer than {MIN_KEY_LENGTH} characters; "
@@ -67,27 +68,28 @@ def _key_file(path: Path) -> bytes:
     return text.encode()
 
 
-def _create_key_file(path: Path) -> str:
-    """Write a new random key next to `path` and link it into place: another process that
-    creates it at the same moment wins or loses as a whole, never half a key."""
-    text = secrets.token_hex(32)
+def secret_file(path: Path, what: str) -> str:
+    """The secret stored in `path`, created with 64 random hex digits when the file does
+    not exist yet (mode 0600, linked into place atomically: another process that creates
+    it at the same moment wins or loses as a whole, never half a key). Raises OSError when
+    it can be neither read nor created. Used for the audit key and, on the embedded
+    default, Django's SECRET_KEY (harness_site.settings)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as out:
-            out.write(text + "\n")
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            text = path.read_text().strip()  # another process was first: use its key
-        finally:
-            temporary.unlink()
-    except OSError as error:
-        raise AuditKeyError(
-            f"Cannot create the audit key file {path}: {error}. Set HARNESS_AUDIT_KEY or "
-            "make the data directory writable."
-        ) from error
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    text = secrets.token_hex(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text + "\n")
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        text = path.read_text().strip()  # another process was first: use theirs
+    finally:
+        temporary.unlink()
     return text
 
 

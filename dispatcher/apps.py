@@ -10,5 +10,6 @@ class DispatcherConfig(AppConfig):
             checks,  # noqa: F401  (registers the system checks)
             telemetry,
         )
+        from harness_site import checks as promises  # noqa: F401  (settings that weaken one)
 
         telemetry.install()  # OpenTelemetry spans, when HARNESS_OTEL_ENDPOINT is set

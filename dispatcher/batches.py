@@ -23,7 +23,7 @@ EXECUTE_TASK = "dispatcher.tasks.execute_call"
 def enqueue(call_id: str) -> None:
     """Send the worker's message for one call, by task name (no import of the tasks):
     pushed directly where floor.celery_message can (a plain Redis broker), else send_task."""
-    target = celery_message.raw_target()
+    target = celery_message.raw_target(EXECUTE_TASK)
     if target is None:
         current_app.send_task(EXECUTE_TASK, args=(call_id,))
     else:

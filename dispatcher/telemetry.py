@@ -27,6 +27,7 @@ from django.db import close_old_connections
 
 from dispatcher import signals
 from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
+from floor import outbound
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +106,10 @@ def _tracer() -> Any:
         resource = Resource.create({"service.name": settings.HARNESS_OTEL_SERVICE_NAME})
         provider = TracerProvider(resource=resource)
         provider.add_span_processor(
-            BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=10))
+            BatchSpanProcessor(
+                # Through the outbound door (address policy, no redirects, size cap).
+                OTLPSpanExporter(endpoint=endpoint, timeout=10, session=outbound.requests_session())
+            )
         )
         _state["provider"] = provider
     return provider.get_tracer("harness")

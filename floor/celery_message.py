@@ -19,22 +19,23 @@ import json
 import os
 import socket
 import uuid
+from typing import Any
 
 from celery import current_app
 
 VERIFIED_WITH = {"celery": "5.7", "kombu": "5.7"}
 
 
-def raw_target() -> tuple[str, str] | None:
+def raw_target(task: str) -> tuple[str, str] | None:
     """The broker's Redis URL (as redis-py reads it) and the queue's list name when the
     message can be pushed directly; None otherwise. Worked out once per broker URL (a
     test or an operator may point Celery at another broker; reading Celery's settings is
     not free on a hot path)."""
-    return target_for(str(current_app.conf.broker_url or ""))
+    return target_for(str(current_app.conf.broker_url or ""), task)
 
 
 @functools.cache
-def target_for(url: str) -> tuple[str, str] | None:
+def target_for(url: str, task: str) -> tuple[str, str] | None:
     conf = current_app.conf
     configured = url
     if url.startswith("redis+socket://"):  # (the embedded Redis)
@@ -49,7 +50,7 @@ def target_for(url: str) -> tuple[str, str] | None:
         and conf.broker_write_url in (None, "", configured)  # (Celery's default: the same)
         and set(conf.broker_transport_options or {}) <= {"visibility_timeout"}
         and not conf.broker_use_ssl
-        and not conf.task_routes
+        and _unrouted(conf.task_routes, task)
         and not conf.task_queues
         and conf.task_default_priority is None
         and not conf.task_send_sent_event
@@ -59,6 +60,16 @@ def target_for(url: str) -> tuple[str, str] | None:
         and not conf.task_always_eager
     )
     return (url, str(conf.task_default_queue)) if plain else None
+
+
+def _unrouted(routes: Any, task: str) -> bool:
+    """Whether no task route takes `task`'s message off the default queue: the background
+    lane's routes (settings.BACKGROUND_TASKS) name other tasks only, so the execution lane
+    stays the default queue and the direct push stays right."""
+    from celery.app.routes import MapRoute, prepare
+
+    routers = prepare(routes)
+    return all(isinstance(r, MapRoute) and r(task) is None for r in routers)
 
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}

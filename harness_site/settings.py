@@ -38,15 +38,28 @@ def env_list(name: str, default: str = "") -> list[str]:
 
 
 DEBUG = env_bool("HARNESS_DEBUG", False)
-SECRET_KEY = env("HARNESS_SECRET_KEY") or (
-    "insecure-dev-key-only-for-the-embedded-default" if DEBUG or not env("DATABASE_URL") else ""
-)
-if not SECRET_KEY:
-    raise ImproperlyConfigured("Set HARNESS_SECRET_KEY (a long random string) in production.")
-
 ALLOWED_HOSTS = env_list("HARNESS_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("HARNESS_CSRF_TRUSTED_ORIGINS")
 DATA_DIR = Path(env("HARNESS_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+# SECRET_KEY signs sessions, CSRF tokens and one-tap links: never a constant in the source.
+# Set HARNESS_SECRET_KEY (the same in every process); without it, the embedded default
+# (and HARNESS_DEBUG) generates a random key on first start and keeps it beside the audit
+# key, mode 0600 (docs/security.md, "Secrets").
+SECRET_KEY_FILE = DATA_DIR / "secret.key"
+SECRET_KEY = env("HARNESS_SECRET_KEY")
+if not SECRET_KEY and (DEBUG or not env("DATABASE_URL")):
+    from audit.signing import secret_file
+
+    try:
+        SECRET_KEY = secret_file(SECRET_KEY_FILE, "secret key")
+    except OSError as error:
+        raise ImproperlyConfigured(
+            f"Cannot read or create {SECRET_KEY_FILE}: {error}. Make HARNESS_DATA_DIR "
+            "writable or set HARNESS_SECRET_KEY (a long random string)."
+        ) from error
+if not SECRET_KEY:
+    raise ImproperlyConfigured("Set HARNESS_SECRET_KEY (a long random string) in production.")
 
 INSTALLED_APPS = [
     "daphne",
@@ -171,6 +184,14 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_DB_REUSE_MAX = 1000
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_DEFAULT_QUEUE = env("HARNESS_CELERY_QUEUE", "harness")
+# Two lanes (docs/operations.md, "Lanes"): the default queue carries tool execution and
+# nothing else; notifications and housekeeping go to the background queue, so a flood of
+# asks with a slow receiver never holds a worker an auto-allowed call is waiting for.
+HARNESS_CELERY_BACKGROUND_QUEUE = (
+    env("HARNESS_CELERY_BACKGROUND_QUEUE") or f"{CELERY_TASK_DEFAULT_QUEUE}-background"
+)
+BACKGROUND_TASKS = ("approvals.tasks.*", "audit.tasks.*", "dispatcher.tasks.reconcile")
+CELERY_TASK_ROUTES = {task: {"queue": HARNESS_CELERY_BACKGROUND_QUEUE} for task in BACKGROUND_TASKS}
 CELERY_BEAT_SCHEDULE = {
     "reconcile-calls": {
         "task": "dispatcher.tasks.reconcile",
@@ -380,12 +401,31 @@ HARNESS_HOOK_DEFAULT_WAIT = float(env("HARNESS_HOOK_DEFAULT_WAIT", "50"))
 # Tools per tools/list page, and seconds between progress notifications of a held call.
 HARNESS_MCP_PAGE_SIZE = int(env("HARNESS_MCP_PAGE_SIZE", "100"))
 HARNESS_MCP_PROGRESS_INTERVAL = float(env("HARNESS_MCP_PROGRESS_INTERVAL", "10"))
+# --- Outbound requests (docs/security.md, "Outbound requests") -------------------------
+# Every request Harness makes goes through floor.outbound: loopback, private,
+# link-local, CGNAT, multicast, reserved and metadata addresses are refused unless listed
+# here (hosts, host:port, addresses, networks, address:port; comma-separated).
+HARNESS_OUTBOUND_ALLOW = env_list("HARNESS_OUTBOUND_ALLOW")
+# Seconds one outbound exchange may take in all, and the largest answer read.
+HARNESS_OUTBOUND_TIMEOUT = float(env("HARNESS_OUTBOUND_TIMEOUT", "10"))
+HARNESS_OUTBOUND_MAX_BYTES = int(env("HARNESS_OUTBOUND_MAX_BYTES", str(1024 * 1024)))
 # --- Reviewers anywhere: one-tap links and notification channels (docs/notifications.md)
 # The address reviewers reach this Harness at: the base of every link a notification carries.
 HARNESS_PUBLIC_URL = env("HARNESS_PUBLIC_URL", "http://localhost:8000")
 # A one-tap link decides only for its recipient signed in; false lets the link alone
 # stand for the recipient (whoever holds it can decide, once).
 HARNESS_LINKS_REQUIRE_LOGIN = env_bool("HARNESS_LINKS_REQUIRE_LOGIN", True)
+# Then whoever can sign a link decides as its recipient: refuse to start on a key that is
+# not a real secret (a known constant, short, or Django's insecure placeholder).
+if not HARNESS_LINKS_REQUIRE_LOGIN:
+    from harness_site.secret_key import weak_secret_key
+
+    if reason := weak_secret_key(SECRET_KEY):
+        raise ImproperlyConfigured(
+            f"HARNESS_LINKS_REQUIRE_LOGIN is false, so a one-tap link decides without a "
+            f"login, but the secret key {reason}. Set HARNESS_SECRET_KEY to a long random "
+            "string (or unset it on the embedded default to use a generated one)."
+        )
 # Channels created at start-up, each sending every ask to every reviewer.
 HARNESS_WEBHOOK_URL = env("HARNESS_WEBHOOK_URL")
 HARNESS_WEBHOOK_SECRET = env("HARNESS_WEBHOOK_SECRET")

@@ -214,7 +214,11 @@ def live_env(tmp: Path) -> dict[str, str]:
         HARNESS_WORKSPACE_ROOT=str(tmp / "workspaces"),
         HARNESS_SECRET_KEY=settings.SECRET_KEY,
         HARNESS_CELERY_QUEUE=settings.CELERY_TASK_DEFAULT_QUEUE,
+        HARNESS_CELERY_BACKGROUND_QUEUE=settings.HARNESS_CELERY_BACKGROUND_QUEUE,
         HARNESS_LEASE_GRACE=str(settings.HARNESS_LEASE_GRACE),
+        # The live tests' receivers and upstream MCP servers listen on loopback ports made
+        # after the stack starts: the outbound door lets this run's processes reach 127.0.0.1.
+        HARNESS_OUTBOUND_ALLOW="127.0.0.1",
         # Short, so tests see lingering subscriptions end (test_no_freeze).
         HARNESS_WAKE_LINGER="1",
         PYTHONPATH=str(ROOT),
@@ -242,9 +246,13 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, seconds: 
 
 
 def start_worker(
-    env: dict[str, str], log_dir: Path, concurrency: int = 4
+    env: dict[str, str], log_dir: Path, concurrency: int = 4, queues: str = ""
 ) -> subprocess.Popen[bytes]:
+    """A worker on `queues` (comma-separated), by default both lanes of `env`."""
     log = log_dir / f"worker-{time.monotonic_ns()}.log"
+    queues = queues or ",".join(
+        (env["HARNESS_CELERY_QUEUE"], env["HARNESS_CELERY_BACKGROUND_QUEUE"])
+    )
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -262,7 +270,7 @@ def start_worker(
             "--without-gossip",
             "--without-mingle",
             "-Q",
-            env["HARNESS_CELERY_QUEUE"],
+            queues,
         ],
         env=env,
         cwd=ROOT,

@@ -17,6 +17,11 @@ HARNESS_TOOLS = [
 
 # Each test run gets its own Celery queue on the shared Redis; live processes inherit it.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("HARNESS_CELERY_QUEUE") or f"harness-test-{os.getpid()}"
+# ... and its own background lane, derived from it (live workers consume both).
+HARNESS_CELERY_BACKGROUND_QUEUE = (
+    os.environ.get("HARNESS_CELERY_BACKGROUND_QUEUE") or f"{CELERY_TASK_DEFAULT_QUEUE}-background"
+)
+CELERY_TASK_ROUTES = {task: {"queue": HARNESS_CELERY_BACKGROUND_QUEUE} for task in BACKGROUND_TASKS}  # noqa: F405
 
 # Short leases so a killed worker's call ends outcome_unknown within seconds in tests.
 HARNESS_LEASE_GRACE = 1.0

@@ -154,7 +154,8 @@ def _audit(actor: User, channel: Channel, change: str, details: dict[str, Any]) 
 
 
 def subscribe(*, user: User, endpoint: str, keys: Any) -> PushSubscription:
-    """Store (or move to `user`) one browser's push subscription. ServiceError if invalid."""
+    """Store (or refresh the keys of) `user`'s subscription at `endpoint`; another
+    person's subscription at the same endpoint is never touched. ServiceError if invalid."""
     try:
         URL(endpoint)
     except ValidationError:
@@ -164,8 +165,9 @@ def subscribe(*, user: User, endpoint: str, keys: Any) -> PushSubscription:
     ):
         raise ServiceError("The subscription needs its p256dh and auth keys.")
     subscription, _ = PushSubscription.objects.update_or_create(
+        user=user,
         endpoint=endpoint,
-        defaults={"user": user, "keys": {"p256dh": keys["p256dh"], "auth": keys["auth"]}},
+        defaults={"keys": {"p256dh": keys["p256dh"], "auth": keys["auth"]}},
     )
     return subscription
 

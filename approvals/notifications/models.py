@@ -98,9 +98,16 @@ class PushSubscription(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="push_subscriptions"
     )
-    endpoint = models.URLField(max_length=1000, unique=True)
+    endpoint = models.URLField(max_length=1000)
     keys = models.JSONField(default=dict)  # {"p256dh", "auth"} from the browser
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # Keyed by person and endpoint: registering someone else's endpoint makes a row of
+        # one's own, never moves theirs (issue 31).
+        constraints = [
+            models.UniqueConstraint(fields=["user", "endpoint"], name="push_user_endpoint")
+        ]
 
     def __str__(self) -> str:
         return f"push for {self.user}"

@@ -257,7 +257,11 @@ def test_the_beat_job_writes_the_configured_file_and_posts_to_the_url(tmp_path: 
     chain = write_chain(2)[0].chain
     url = f"http://127.0.0.1:{server.server_port}/checkpoints"
     try:
-        with override_settings(HARNESS_CHECKPOINT_PATH=str(path), HARNESS_CHECKPOINT_URL=url):
+        with override_settings(
+            HARNESS_CHECKPOINT_PATH=str(path),
+            HARNESS_CHECKPOINT_URL=url,
+            HARNESS_OUTBOUND_ALLOW=[f"127.0.0.1:{server.server_port}"],
+        ):
             write_checkpoint()
     finally:
         server.shutdown()

@@ -170,6 +170,7 @@ class Stack:
         self.env.update(
             REDIS_URL=redis.url,
             HARNESS_CELERY_QUEUE=f"battery-{tag}",
+            HARNESS_CELERY_BACKGROUND_QUEUE=f"battery-{tag}-background",
             HARNESS_CHANNEL_PREFIX=f"battery-{tag}",
             HARNESS_WAKE_PREFIX=f"battery:{tag}:wake",
             HARNESS_RECONCILE_INTERVAL="1",
@@ -197,10 +198,12 @@ class Stack:
         self.daphnes.append((proc, url))
         return url
 
-    def worker(self, concurrency: int = 2, **env: str) -> Proc:
+    def worker(self, concurrency: int = 2, queues: str = "", **env: str) -> Proc:
+        """A worker on `queues` (comma-separated), by default both lanes."""
         argv = [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "-P", "prefork"]
         argv += ["-c", str(concurrency), "-l", "INFO", "--without-gossip", "--without-mingle"]
-        argv += ["--without-heartbeat", "-Q", self.env["HARNESS_CELERY_QUEUE"]]
+        lanes = (self.env["HARNESS_CELERY_QUEUE"], self.env["HARNESS_CELERY_BACKGROUND_QUEUE"])
+        argv += ["--without-heartbeat", "-Q", queues or ",".join(lanes)]
         argv += ["-n", f"w{uuid.uuid4().hex[:6]}@%h"]
         proc = self.group.start("worker", argv, {**self.env, **env})
 

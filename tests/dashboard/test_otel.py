@@ -72,6 +72,8 @@ def values(span: Any) -> dict[str, Any]:
 def collector(settings: Any) -> Iterator[Collector]:
     stand_in = Collector()
     settings.HARNESS_OTEL_ENDPOINT = stand_in.url
+    # The export goes through the outbound door: this loopback port is allowed.
+    settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{stand_in.server.server_port}"]
     telemetry.reset()
     assert telemetry.install()
     yield stand_in

@@ -114,7 +114,7 @@ def test_run_demo_shows_every_outcome_and_leaves_nothing_running(data_dir: Path)
 
     # Nothing it started is left running: the printed pids, the Redis, any pool child.
     pids = {int(p) for p in re.findall(r"\(pid (\d+)", out)}
-    assert len(pids) == 3, out  # redis, daphne, the worker
+    assert len(pids) == 4, out  # redis, daphne, the two lanes' workers
     assert [p for p in pids if processes.alive(p)] == []
     assert "Stopped the embedded Redis." in out
     assert not (data_dir / "redis.sock").exists()

@@ -30,7 +30,7 @@ def _shape(message: dict[str, object]) -> dict[str, object]:
 
 
 def test_the_pushed_message_is_the_message_send_task_sends() -> None:
-    target = celery_message.raw_target()
+    target = celery_message.raw_target(batches.EXECUTE_TASK)
     assert target is not None, "the test settings' broker is Redis: the direct push applies"
     url, _ = target
     queue = f"test-enqueue-{uuid.uuid4().hex}"  # no worker consumes it
@@ -68,8 +68,11 @@ def test_another_broker_is_sent_to_by_celery() -> None:
             "redis+socket:///tmp/x.sock?virtual_host=2",
         ):
             conf.broker_url = url
-            assert celery_message.raw_target() is None, url
+            assert celery_message.raw_target(batches.EXECUTE_TASK) is None, url
         conf.broker_url = "redis+socket:///tmp/x.sock"
-        assert celery_message.raw_target() == ("unix:///tmp/x.sock", conf.task_default_queue)
+        assert celery_message.raw_target(batches.EXECUTE_TASK) == (
+            "unix:///tmp/x.sock",
+            conf.task_default_queue,
+        )
     finally:
         conf.broker_url = before

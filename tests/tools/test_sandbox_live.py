@@ -140,7 +140,7 @@ def test_a_worker_child_past_the_task_time_limit_is_killed_and_its_call_never_re
             batches.EXECUTE_TASK, args=(call_id,), queue=queue, time_limit=None
         ),
     )
-    worker = start_worker(env, tmp_path, concurrency=1)
+    worker = start_worker(env, tmp_path, concurrency=1, queues=queue)
     try:
         fx = make_agent(mode="trusted")
         session = agents.start_session(agent=fx.agent, title="hog")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import urllib.error
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from audit import checkpoints, signing
+from floor import outbound
 
 
 class Command(BaseCommand):
@@ -46,7 +46,7 @@ class Command(BaseCommand):
             )
         except signing.AuditKeyError as error:
             raise CommandError(f"Cannot read the audit key: {error}") from error
-        except (OSError, ValueError, urllib.error.URLError) as error:
+        except (OSError, ValueError, outbound.OutboundRefused) as error:
             raise CommandError(f"Could not write the checkpoint: {error}") from error
         for refusal in run.refused:
             self.stderr.write(f"NOT SIGNED {refusal}")

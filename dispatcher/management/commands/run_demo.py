@@ -114,7 +114,9 @@ class Command(BaseCommand):
             logs.mkdir(parents=True, exist_ok=True)
             url = f"http://127.0.0.1:{port}"
             self.start_daphne(port, logs)
-            self.start_worker(logs, data_dir)
+            # Two lanes, as in production (docs/operations.md): tools, and the rest.
+            self.start_worker(logs, data_dir, settings.CELERY_TASK_DEFAULT_QUEUE)
+            self.start_worker(logs, data_dir, settings.HARNESS_CELERY_BACKGROUND_QUEUE)
             self.say("")
             self.say(f"Harness is up at {url}")
             self.say(f"  Reviewer dashboard: {url}/approvals/  (sign in as reviewer / reviewer)")
@@ -216,6 +218,7 @@ class Command(BaseCommand):
         env = dict(os.environ)
         env["HARNESS_DATA_DIR"] = str(settings.DATA_DIR)
         env["HARNESS_CELERY_QUEUE"] = settings.CELERY_TASK_DEFAULT_QUEUE
+        env["HARNESS_CELERY_BACKGROUND_QUEUE"] = settings.HARNESS_CELERY_BACKGROUND_QUEUE
         env["DJANGO_SETTINGS_MODULE"] = os.environ.get(
             "DJANGO_SETTINGS_MODULE", "harness_site.settings"
         )
@@ -260,32 +263,17 @@ class Command(BaseCommand):
                 raise CommandError(f"daphne did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.1)
 
-    def start_worker(self, logs: Path, data_dir: Path) -> None:
-        log = logs / "worker.log"
+    def start_worker(self, logs: Path, data_dir: Path, queue: str) -> None:
+        """A worker on one lane; the background lane's also runs beat (its jobs go there)."""
+        background = queue == settings.HARNESS_CELERY_BACKGROUND_QUEUE
+        log = logs / ("worker-background.log" if background else "worker.log")
         start = log.stat().st_size if log.exists() else 0
-        proc = self.spawn(
-            "celery worker (with beat)",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "harness_site",
-                "worker",
-                "-B",
-                "-c",
-                "2",
-                "-l",
-                "INFO",
-                "-Q",
-                settings.CELERY_TASK_DEFAULT_QUEUE,
-                "-s",
-                str(data_dir / "celerybeat-schedule"),
-                "--without-gossip",
-                "--without-mingle",
-            ],
-            log,
-        )
+        argv = [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "-c", "2"]
+        argv += ["-l", "INFO", "-Q", queue, "-n", f"{queue}@%h"]
+        argv += ["--without-gossip", "--without-mingle"]
+        if background:
+            argv += ["-B", "-s", str(data_dir / "celerybeat-schedule")]
+        proc = self.spawn(f"celery worker ({queue})", argv, log)
         deadline = time.monotonic() + 60
         while "ready." not in log.read_bytes()[start:].decode(errors="replace"):
             if proc.poll() is not None or time.monotonic() > deadline:

@@ -39,6 +39,7 @@ from dispatcher.tools._paths import cap_text
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources.definitions import Definition
 from dispatcher.tools.sources.models import McpServer
+from floor import outbound
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +145,10 @@ async def open_session(endpoint: Endpoint) -> AsyncIterator[ClientSession]:
                 await session.initialize()
                 yield session
         return
-    http = httpx.AsyncClient(
+    # Through the outbound door: the address policy, no redirects (floor.outbound).
+    http = outbound.async_client(
         headers=dict(endpoint.headers),
         timeout=httpx.Timeout(CONNECT_TIMEOUT, read=endpoint.timeout + 5),
-        follow_redirects=True,
     )
     async with http, streamable_http_client(endpoint.url, http_client=http) as streams:
         read, write, _ = streams
@@ -215,6 +216,8 @@ def describe(exc: BaseException) -> str:
         return f"{exc.error.message} (MCP error {exc.error.code})"
     if isinstance(exc, TimeoutError):
         return "it did not answer in time"
+    if isinstance(exc, outbound.OutboundRefused):
+        return f"{exc} (Harness's outbound policy; an admin may list it in HARNESS_OUTBOUND_ALLOW)"
     if isinstance(exc, ToolError):  # written for the reader already (the sandbox's)
         return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -342,6 +345,7 @@ class Pool:
             except (
                 OSError,
                 httpx.HTTPError,
+                outbound.OutboundRefused,
                 anyio.ClosedResourceError,
                 anyio.BrokenResourceError,
             ) as exc:

@@ -1,0 +1,389 @@
+"""The one door every request Harness makes goes through (docs/security.md, "Outbound
+requests"): webhooks, Slack, Web Push, the audit checkpoint URL, OpenTelemetry export and
+HTTP upstream MCP servers.
+
+What the door does, whoever calls it:
+- an address policy: loopback, private, link-local, shared (CGNAT), multicast, reserved,
+  unspecified and cloud metadata addresses are refused unless `HARNESS_OUTBOUND_ALLOW`
+  names the destination (a host name, `host:port`, an address or a network, `addr:port`).
+  The policy is applied where the connection is made: the name is resolved once, every
+  address it resolves to is checked, and the socket connects to a checked address (TLS
+  still names the host), so a name that answers differently the second time (DNS
+  rebinding) reaches nothing it was not allowed to;
+- no redirects (a 3xx is an answer like any other), no proxies from the environment;
+- timeouts on every phase and a deadline on the whole exchange;
+- a cap on the answer's size, read in chunks: a larger answer is cut, never held whole;
+- failures as `OutboundRefused` with a short, fixed-size reason that never carries what
+  the remote end sent.
+
+Web Push endpoints must also belong to a known push service unless listed in
+`HARNESS_OUTBOUND_ALLOW`. It sits on the floor of the layering (beside `dispatcher.errors`),
+so audit, tools and approvals all use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+import socket
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpcore
+import httpx
+import requests
+import requests.adapters
+from django.conf import settings
+from requests.structures import CaseInsensitiveDict
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Push services of the browsers Harness's dashboard supports (RFC 8030 endpoints).
+PUSH_SERVICES = ("fcm.googleapis.com", "updates.push.services.mozilla.com")
+PUSH_SERVICE_SUFFIXES = (".push.apple.com", ".notify.windows.com")
+# Named even though the classification below already refuses them: the reason says so.
+METADATA = tuple(
+    ipaddress.ip_network(n)
+    for n in ("169.254.169.254/32", "fd00:ec2::254/128", "100.100.100.200/32")
+)
+_HOST = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
+
+
+class OutboundRefused(Exception):
+    """The request was not made or did not complete. `str()` is a short fixed-size reason
+    ("refused: a loopback address", "timed out", "HTTP 500", ...), never remote content."""
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """The destinations an admin allowed (HARNESS_OUTBOUND_ALLOW), parsed."""
+
+    hosts: frozenset[str] = frozenset()
+    host_ports: frozenset[tuple[str, int]] = frozenset()
+    networks: tuple[Network, ...] = ()
+    network_ports: tuple[tuple[Network, int], ...] = field(default=())
+
+    def names(self, host: str, port: int) -> bool:
+        """Whether the host name itself (any address it resolves to) is allowed."""
+        host = host.lower().rstrip(".")
+        return host in self.hosts or (host, port) in self.host_ports
+
+    def covers(self, address: Address, port: int) -> bool:
+        return any(address in n for n in self.networks) or any(
+            address in n and port == p for n, p in self.network_ports
+        )
+
+
+def parse_allow(entries: Iterable[str]) -> Allowance:
+    """Parse `host`, `host:port`, `address`, `network` (CIDR), `address:port` and
+    `[v6-address]:port` entries. Raises ValueError naming the first entry it cannot read."""
+    hosts: set[str] = set()
+    host_ports: set[tuple[str, int]] = set()
+    networks: list[Network] = []
+    network_ports: list[tuple[Network, int]] = []
+    for raw in entries:
+        entry = raw.strip().lower().rstrip(".")
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+            continue
+        except ValueError:
+            pass
+        host, port = _split_port(entry, raw)
+        try:
+            network = ipaddress.ip_network(host.strip("[]"))
+        except ValueError:
+            if not _HOST.match(host):
+                raise ValueError(f"'{raw}' is not a host, host:port, address or network") from None
+            (hosts.add(host) if port is None else host_ports.add((host, port)))
+            continue
+        if port is None:
+            raise ValueError(f"'{raw}' is not a host, host:port, address or network")
+        network_ports.append((network, port))
+    return Allowance(frozenset(hosts), frozenset(host_ports), tuple(networks), tuple(network_ports))
+
+
+def _split_port(entry: str, raw: str) -> tuple[str, int | None]:
+    host, colon, port = entry.rpartition(":")
+    if not colon or (host.count(":") and not host.endswith("]")):
+        return entry, None
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"'{raw}' has a port that is not a number from 1 to 65535")
+    return host, int(port)
+
+
+@functools.lru_cache(maxsize=8)
+def _allowance(entries: tuple[str, ...]) -> Allowance:
+    return parse_allow(entries)
+
+
+def allowance() -> Allowance:
+    """This deployment's allowance (checked at start-up: harness.E001)."""
+    return _allowance(tuple(settings.HARNESS_OUTBOUND_ALLOW))
+
+
+def kind_of(address: Address) -> str:
+    """What kind of non-public address this is ("a loopback address"), "" when public."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    if any(address in n for n in METADATA):
+        return "a cloud metadata address"
+    for kind, test in (
+        ("an unspecified address", address.is_unspecified),
+        ("a loopback address", address.is_loopback),
+        ("a link-local address", address.is_link_local),
+        ("a multicast address", address.is_multicast),
+        ("a private address", address.is_private),
+        ("a reserved address", address.is_reserved),
+    ):
+        if test:
+            return kind
+    return "" if address.is_global else "a shared or reserved address"
+
+
+def refusal(host: str, address: str, port: int, allowed: Allowance) -> str:
+    """Why connecting to `address` (which `host` resolved to) is refused, "" if it is not."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if allowed.names(host, port) or allowed.covers(ip, port):
+        return ""
+    kind = kind_of(ip)
+    return f"refused: {kind} ({ip})" if kind else ""
+
+
+def _checked(host: str, port: int, infos: Iterable[tuple[Any, ...]]) -> list[str]:
+    """The addresses to connect to, in order; OutboundRefused when any one is refused (a
+    name that also resolves inward is not trusted with its outward addresses either)."""
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not addresses:
+        raise OutboundRefused("refused: the name resolves to no address")
+    allowed = allowance()
+    for address in addresses:
+        if reason := refusal(host, address, port, allowed):
+            raise OutboundRefused(reason)
+    return addresses
+
+
+def checked_addresses(host: str, port: int) -> list[str]:
+    """Resolve `host` once and check every address (raises OutboundRefused)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        raise OutboundRefused("the name does not resolve") from None
+    return _checked(host, port, infos)
+
+
+class _GuardedBackend(httpcore.SyncBackend):
+    """httpcore's socket backend, connecting only to checked addresses."""
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        error: Exception = OutboundRefused("connection failed")
+        for address in checked_addresses(host, port):
+            try:
+                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+            except httpcore.ConnectError as failed:
+                error = failed
+        raise error
+
+
+class _AsyncGuardedBackend(httpcore.AnyIOBackend):
+    """The same for asyncio (HTTP upstream MCP servers)."""
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError:
+            raise OutboundRefused("the name does not resolve") from None
+        error: Exception = OutboundRefused("connection failed")
+        for address in _checked(host, port, infos):
+            try:
+                return await super().connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                )
+            except httpcore.ConnectError as failed:
+                error = failed
+        raise error
+
+
+def transport() -> httpx.HTTPTransport:
+    """An httpx transport whose connections pass the address policy."""
+    guarded = httpx.HTTPTransport(trust_env=False)
+    # httpx builds its pool without a way to pass a network backend; the pool is rebuilt
+    # with the same SSL context and the guarded backend (TLS still names the host).
+    guarded._pool = httpcore.ConnectionPool(
+        ssl_context=httpx.create_ssl_context(trust_env=False),
+        network_backend=_GuardedBackend(),
+    )
+    return guarded
+
+
+def async_transport() -> httpx.AsyncHTTPTransport:
+    guarded = httpx.AsyncHTTPTransport(trust_env=False)
+    guarded._pool = httpcore.AsyncConnectionPool(
+        ssl_context=httpx.create_ssl_context(trust_env=False),
+        network_backend=_AsyncGuardedBackend(),
+    )
+    return guarded
+
+
+def async_client(**kwargs: Any) -> httpx.AsyncClient:
+    """An httpx.AsyncClient through the door (no redirects, no proxies from the
+    environment); for streams whose answers the caller reads incrementally (MCP)."""
+    return httpx.AsyncClient(
+        transport=async_transport(), follow_redirects=False, trust_env=False, **kwargs
+    )
+
+
+def is_push_service(host: str) -> bool:
+    host = host.lower().rstrip(".")
+    return host in PUSH_SERVICES or host.endswith(PUSH_SERVICE_SUFFIXES)
+
+
+def check_url(url: str, *, push: bool = False) -> tuple[str, int]:
+    """The (host, port) of an http(s) URL the door may try; raises OutboundRefused.
+    With `push`, the host must be a known push service (https) or listed in the
+    allowance by name, address or network."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        raise OutboundRefused("refused: not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise OutboundRefused("refused: not an http(s) URL")
+    port = port or (443 if parts.scheme == "https" else 80)
+    if push and not (parts.scheme == "https" and is_push_service(host)) and not _listed(host, port):
+        raise OutboundRefused("refused: not a known push service")
+    return host, port
+
+
+def _listed(host: str, port: int) -> bool:
+    allowed = allowance()
+    if allowed.names(host, port):
+        return True
+    try:
+        return allowed.covers(ipaddress.ip_address(host.strip("[]")), port)
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+def send(
+    method: str,
+    url: str,
+    *,
+    content: bytes = b"",
+    headers: Mapping[str, str] | None = None,
+    push: bool = False,
+    timeout: float | None = None,
+    limit: int | None = None,
+) -> Answer:
+    """Make one request through the door and return its answer (any status: the caller
+    decides what a 4xx means). Raises OutboundRefused for a refused destination, a
+    timeout (each phase, and the whole exchange past `timeout` seconds), an answer
+    larger than `limit` bytes, or a failed connection."""
+    timeout = settings.HARNESS_OUTBOUND_TIMEOUT if timeout is None else timeout
+    limit = settings.HARNESS_OUTBOUND_MAX_BYTES if limit is None else limit
+    check_url(url, push=push)
+    deadline = time.monotonic() + timeout
+    client = httpx.Client(
+        transport=transport(), follow_redirects=False, trust_env=False, timeout=timeout
+    )
+    try:
+        with client, client.stream(method, url, content=content, headers=headers) as response:
+            body = _read_capped(response, limit, deadline)
+            return Answer(response.status_code, dict(response.headers), body)
+    except httpx.TimeoutException:
+        raise OutboundRefused("timed out") from None
+    except httpx.HTTPError:
+        raise OutboundRefused("connection failed") from None
+
+
+def _read_capped(response: httpx.Response, limit: int, deadline: float) -> bytes:
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise OutboundRefused(f"answer larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_raw():  # as it arrives: the deadline is checked per piece
+        size += len(chunk)
+        if size > limit:
+            raise OutboundRefused(f"answer larger than {limit} bytes")
+        if time.monotonic() > deadline:
+            raise OutboundRefused("timed out")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+class _DoorAdapter(requests.adapters.BaseAdapter):
+    """A requests adapter that sends through the door (for libraries that take a
+    requests.Session: pywebpush, the OTLP/HTTP exporter)."""
+
+    def __init__(self, push: bool) -> None:
+        super().__init__()
+        self.push = push
+
+    def send(
+        self, request: requests.PreparedRequest, *args: Any, **kwargs: Any
+    ) -> requests.Response:
+        body = request.body or b""
+        if not isinstance(body, (str, bytes)):
+            raise OutboundRefused("refused: a streamed request body")  # none of ours streams
+        answer = send(
+            request.method or "GET",
+            request.url or "",
+            content=body.encode() if isinstance(body, str) else body,
+            headers={str(k): _text(v) for k, v in request.headers.items()},
+            push=self.push,
+        )
+        response = requests.Response()
+        response.status_code = answer.status
+        # Without Location, requests never follows a redirect either.
+        response.headers = CaseInsensitiveDict(
+            {k: v for k, v in answer.headers.items() if k.lower() != "location"}
+        )
+        response._content = answer.body
+        response.url = request.url or ""
+        response.request = request
+        response.reason = ""
+        return response
+
+    def close(self) -> None:
+        pass
+
+
+def requests_session(*, push: bool = False) -> requests.Session:
+    """A requests.Session whose every request goes through the door."""
+    session = requests.Session()
+    session.trust_env = False
+    adapter = _DoorAdapter(push)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session

@@ -1,0 +1,127 @@
+"""Start-up checks that name every setting weakening one of Harness's promises (DESIGN
+principle 13): a warning each, an error where the setting cannot be run at all. No
+database access. Registered by dispatcher.apps."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+
+from floor import outbound
+from harness_site.secret_key import weak_secret_key
+
+
+@register()
+def check_outbound(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """HARNESS_OUTBOUND_ALLOW must parse; its inward entries are named."""
+    try:
+        allowed = outbound.parse_allow(settings.HARNESS_OUTBOUND_ALLOW)
+    except ValueError as error:
+        return [
+            Error(
+                f"HARNESS_OUTBOUND_ALLOW: {error}.",
+                hint="List hosts, host:port pairs, addresses or networks, comma-separated, "
+                "e.g. 'hooks.internal,127.0.0.1:8025,10.1.0.0/16'.",
+                id="harness.E001",
+            )
+        ]
+    problems: list[CheckMessage] = []
+    if settings.HARNESS_OUTBOUND_TIMEOUT <= 0 or settings.HARNESS_OUTBOUND_MAX_BYTES <= 0:
+        problems.append(
+            Error(
+                "HARNESS_OUTBOUND_TIMEOUT and HARNESS_OUTBOUND_MAX_BYTES must be positive.",
+                id="harness.E002",
+            )
+        )
+    inward = [str(n) for n in allowed.networks if _inward(n)]
+    inward += [
+        f"{n.network_address if n.num_addresses == 1 else n}:{p}"
+        for n, p in allowed.network_ports
+        if _inward(n)
+    ]
+    inward += sorted(allowed.hosts) + sorted(f"{h}:{p}" for h, p in allowed.host_ports)
+    if inward:
+        problems.append(
+            Warning(
+                "HARNESS_OUTBOUND_ALLOW lets Harness's requests (webhooks, Web Push, MCP "
+                f"servers, ...) reach {', '.join(inward)}: names are trusted whatever they "
+                "resolve to, and these addresses may be internal.",
+                hint="List only the destinations Harness must reach, as host:port where you can.",
+                id="harness.W003",
+            )
+        )
+    return problems
+
+
+def _inward(network: outbound.Network) -> bool:
+    return bool(outbound.kind_of(network.network_address)) or network.prefixlen < (
+        8 if isinstance(network, ipaddress.IPv4Network) else 16
+    )
+
+
+@register()
+def check_weakened_promises(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every other setting that weakens a promise, named."""
+    problems: list[CheckMessage] = []
+    weak = weak_secret_key(settings.SECRET_KEY)
+    if weak and not settings.HARNESS_LINKS_REQUIRE_LOGIN:
+        # settings.py already refuses to start; kept for settings changed in a process.
+        problems.append(
+            Error(
+                f"HARNESS_LINKS_REQUIRE_LOGIN is false and the secret key {weak}: anyone "
+                "who knows the key can sign a link that decides.",
+                hint="Set HARNESS_SECRET_KEY to a long random string.",
+                id="harness.E003",
+            )
+        )
+    elif weak:
+        problems.append(
+            Warning(
+                f"HARNESS_SECRET_KEY {weak}: sessions, CSRF tokens and links can be forged.",
+                hint="Set a long random string, or unset it on the embedded default.",
+                id="harness.W001",
+            )
+        )
+    for check_id, name, weakened, what in _switches():
+        if weakened:
+            problems.append(Warning(f"{name}: {what}.", id=check_id))
+    return problems
+
+
+def _switches() -> list[tuple[str, str, bool, str]]:
+    """(check id, setting, whether it is set so, what it weakens)."""
+    return [
+        (
+            "harness.W010",
+            "HARNESS_LINKS_REQUIRE_LOGIN=false",
+            not settings.HARNESS_LINKS_REQUIRE_LOGIN,
+            "whoever holds a one-tap link decides as its recipient, without signing in",
+        ),
+        (
+            "harness.W011",
+            "HARNESS_SANDBOX=off",
+            settings.HARNESS_SANDBOX == "off",
+            "programs tools start run without the sandbox, with Harness's own access",
+        ),
+        (
+            "harness.W012",
+            "HARNESS_SANDBOX_NETWORK=true",
+            settings.HARNESS_SANDBOX_NETWORK,
+            "sandboxed programs can reach the network",
+        ),
+        (
+            "harness.W013",
+            "HARNESS_DEBUG=true",
+            settings.DEBUG,
+            "error pages show settings and code to anyone",
+        ),
+        (
+            "harness.W014",
+            "HARNESS_ALLOW_DESTRUCTIVE=true",
+            settings.HARNESS_ALLOW_DESTRUCTIVE,
+            "the standard mode asks for destructive tools instead of denying them",
+        ),
+    ]

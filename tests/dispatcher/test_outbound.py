@@ -1,0 +1,268 @@
+"""The outbound door (floor.outbound): a loopback listener that must never be reached
+(directly, through a redirect from an allowed host, through a name that resolves to
+loopback, on a port not allowed), the size cap and the timeout, against real sockets."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import anyio
+import pytest
+
+from floor import outbound
+from floor.outbound import OutboundRefused
+
+# No database, no Redis: the same on both backends (tests/conftest.py).
+pytestmark = pytest.mark.backend_independent
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class Listener:
+    port: int
+    hits: list[str] = field(default_factory=list)
+    sent: list[int] = field(default_factory=lambda: [0])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@contextmanager
+def listener(answer: str = "ok", location: str = "", size: int = 0) -> Iterator[Listener]:
+    """An HTTP server on 127.0.0.1 that records every request it gets. `answer`: "ok",
+    "redirect" (to `location`), "big" (`size` bytes, no Content-Length), "dribble" (a
+    byte every 0.2 s, forever), "silent" (never answers)."""
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+            state.hits.append(self.path)
+            if answer == "silent":
+                stop.wait(30)
+                return
+            if answer == "redirect":
+                self.send_response(302)
+                self.send_header("Location", location)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client hung up: the cap, the timeout
+                self._body()
+
+        def _body(self) -> None:
+            if answer == "big":
+                chunk = b"x" * 65536
+                while state.sent[0] < size:
+                    self.wfile.write(chunk)
+                    state.sent[0] += len(chunk)
+            elif answer == "dribble":
+                while not stop.is_set():
+                    self.wfile.write(b".")
+                    self.wfile.flush()
+                    stop.wait(0.2)
+            else:
+                self.wfile.write(b"fine")
+
+        do_POST = do_GET  # noqa: N815
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state = Listener(server.server_port)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_loopback_listener_is_never_reached_directly(settings: Any) -> None:
+    settings.HARNESS_OUTBOUND_ALLOW = []
+    with listener() as target:
+        for url in (target.url, f"http://[::ffff:127.0.0.1]:{target.port}/"):
+            with pytest.raises(OutboundRefused, match="refused: a loopback address"):
+                outbound.send("GET", url)
+        with pytest.raises(OutboundRefused, match="refused: an unspecified address"):
+            outbound.send("GET", f"http://0.0.0.0:{target.port}/")  # Linux: loopback
+    assert target.hits == []
+
+
+def test_a_name_that_resolves_to_loopback_is_refused_where_it_connects(settings: Any) -> None:
+    """Nothing is checked before the connection but the URL's form: the address refused
+    is the one the name resolved to as the socket was made (no second lookup to rebind)."""
+    settings.HARNESS_OUTBOUND_ALLOW = []
+    with listener() as target:
+        with pytest.raises(OutboundRefused, match="refused: a loopback address"):
+            outbound.send("GET", f"http://localhost:{target.port}/")
+        with pytest.raises(OutboundRefused, match="refused: a loopback address"):
+            outbound.requests_session().get(f"http://localhost:{target.port}/")
+    assert target.hits == []
+
+
+def test_a_redirect_from_an_allowed_host_is_not_followed(settings: Any) -> None:
+    with listener() as target, listener("redirect", location="") as allowed:
+        settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{allowed.port}"]
+        for location in (target.url + "/inner", f"http://localhost:{target.port}/inner"):
+            with listener("redirect", location=location) as hop:
+                settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{hop.port}"]
+                answer = outbound.send("POST", hop.url + "/hook", content=b"{}")
+                assert answer.status == 302  # an answer like any other, not followed
+                session_answer = outbound.requests_session().post(hop.url + "/hook", data=b"{}")
+                assert session_answer.status_code == 302
+                assert hop.hits == ["/hook", "/hook"]
+    assert target.hits == []
+
+
+def test_an_allowed_host_port_allows_that_port_only(settings: Any) -> None:
+    with listener() as allowed, listener() as other:
+        settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{allowed.port}"]
+        assert outbound.send("GET", allowed.url + "/a").body == b"fine"
+        with pytest.raises(OutboundRefused, match="loopback"):
+            outbound.send("GET", other.url + "/b")
+        settings.HARNESS_OUTBOUND_ALLOW = [f"localhost:{allowed.port}"]
+        assert outbound.send("GET", f"http://localhost:{allowed.port}/c").status == 200
+        with pytest.raises(OutboundRefused, match="loopback"):
+            outbound.send("GET", f"http://localhost:{other.port}/d")
+    assert allowed.hits == ["/a", "/c"] and other.hits == []
+
+
+def test_an_answer_larger_than_the_cap_is_cut_not_read_whole(settings: Any) -> None:
+    with listener("big", size=30 * MIB) as big:
+        settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{big.port}"]
+        settings.HARNESS_OUTBOUND_MAX_BYTES = MIB
+        with pytest.raises(OutboundRefused, match=f"answer larger than {MIB} bytes"):
+            outbound.send("GET", big.url)
+        # The server could not write its 30 MiB: the client stopped reading and hung up.
+        deadline = time.monotonic() + 10
+        while big.sent[0] < 30 * MIB and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert big.sent[0] < 30 * MIB
+
+
+@pytest.mark.parametrize("answer", ["dribble", "silent"])
+@pytest.mark.timeout(30)
+def test_a_slow_endpoint_is_cut_at_the_timeout(settings: Any, answer: str) -> None:
+    with listener(answer) as slow:
+        settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{slow.port}"]
+        settings.HARNESS_OUTBOUND_TIMEOUT = 1.0
+        started = time.monotonic()
+        with pytest.raises(OutboundRefused, match="^timed out$"):
+            outbound.send("GET", slow.url)
+        assert time.monotonic() - started < 5  # the timeout's second, not the endpoint's hour
+        assert slow.hits == ["/"]
+
+
+def test_the_async_client_of_mcp_servers_keeps_the_same_policy(settings: Any) -> None:
+    settings.HARNESS_OUTBOUND_ALLOW = []
+
+    async def fetch(url: str) -> int:
+        async with outbound.async_client(timeout=5) as client:
+            return (await client.get(url)).status_code
+
+    with listener() as target, listener("redirect", location=target.url) as hop:
+        with pytest.raises(OutboundRefused, match="loopback"):
+            anyio.run(fetch, f"http://localhost:{target.port}/")
+        settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{hop.port}"]
+        assert anyio.run(fetch, hop.url) == 302
+    assert target.hits == []
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "100.64.0.1",
+        "169.254.169.254",
+        "224.0.0.1",
+        "240.0.0.1",
+        "0.0.0.0",  # noqa: S104  (an address refused, not bound)
+        "::1",
+        "fe80::1",
+        "fc00::1",
+        "fd00:ec2::254",
+        "ff02::1",
+        "::ffff:10.0.0.1",
+    ],
+)
+def test_every_inward_address_is_refused(address: str) -> None:
+    assert outbound.refusal("x", address, 80, outbound.Allowance()).startswith("refused: ")
+    assert outbound.kind_of(ipaddress.ip_address("169.254.169.254")) == "a cloud metadata address"
+
+
+def test_public_addresses_pass_and_networks_can_be_allowed() -> None:
+    assert outbound.refusal("x", "93.184.216.34", 443, outbound.Allowance()) == ""
+    assert outbound.refusal("x", "2606:4700::1111", 443, outbound.Allowance()) == ""
+    allowed = outbound.parse_allow(["10.1.0.0/16", "[::1]:8025", "Hooks.Internal."])
+    assert outbound.refusal("x", "10.1.2.3", 80, allowed) == ""
+    assert outbound.refusal("x", "10.2.0.1", 80, allowed) != ""
+    assert outbound.refusal("x", "::1", 8025, allowed) == ""
+    assert outbound.refusal("x", "::1", 8026, allowed) != ""
+    assert outbound.refusal("hooks.internal", "10.9.9.9", 1234, allowed) == ""
+
+
+@pytest.mark.parametrize("entry", ["http://x", "host:0", "host:99999", "a b", "[::1]"])
+def test_an_unreadable_allow_entry_is_named(entry: str) -> None:
+    with pytest.raises(ValueError, match="'"):
+        outbound.parse_allow([entry])
+
+
+def test_web_push_goes_only_to_known_push_services(settings: Any) -> None:
+    settings.HARNESS_OUTBOUND_ALLOW = []
+    for url in (
+        "https://fcm.googleapis.com/fcm/send/abc",
+        "https://updates.push.services.mozilla.com/wpush/v2/abc",
+        "https://web.push.apple.com/QGx",
+        "https://wns2-by3p.notify.windows.com/w/?token=abc",
+    ):
+        assert outbound.check_url(url, push=True)
+    for url in (
+        "https://evil.example/push",
+        "http://fcm.googleapis.com/fcm/send/abc",
+        "https://push.apple.com.evil.example/",
+    ):
+        with pytest.raises(OutboundRefused, match="not a known push service"):
+            outbound.check_url(url, push=True)
+    settings.HARNESS_OUTBOUND_ALLOW = ["push.internal:8443"]
+    assert outbound.check_url("https://push.internal:8443/p", push=True)
+
+
+def test_the_failure_reason_has_a_fixed_size(settings: Any) -> None:
+    """Whatever the URL or the remote end: a handful of fixed texts, with an address."""
+    settings.HARNESS_OUTBOUND_ALLOW = []
+    reasons = set()
+    for url in ("ftp://x/", "http://localhost:1/" + "a" * 5000, "http://[::1]:1/"):
+        with pytest.raises(OutboundRefused) as refused:
+            outbound.send("GET", url)
+        reasons.add(str(refused.value))
+    assert all(len(reason) < 80 for reason in reasons), reasons
+
+
+def test_socket_check_runs_on_every_address_a_name_has() -> None:
+    """A name resolving to a public and an inward address is refused as a whole."""
+    infos = [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", 80)),
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 80)),
+    ]
+    with pytest.raises(OutboundRefused, match="loopback"):
+        outbound._checked("mixed.example", 80, infos)
