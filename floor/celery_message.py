@@ -99,7 +99,7 @@ def task_message(task: str, call_id: str, queue: str) -> str:
                 "group": None,
                 "group_index": None,
                 "retries": 0,
-                "timelimit": [None, None],
+                "timelimit": _time_limits(task),
                 "root_id": root_id,
                 "parent_id": parent_id,
                 "argsrepr": repr((call_id,)),
@@ -121,6 +121,15 @@ def task_message(task: str, call_id: str, queue: str) -> str:
             },
         }
     )
+
+
+def _time_limits(task: str) -> list[float | None]:
+    """The limits send_task puts in the header: the registered task's own (Celery 5.7 merges
+    a registered task's execution options), none when this process has not registered it."""
+    registered = current_app.tasks.get(task)
+    if registered is None:
+        return [None, None]
+    return [registered.time_limit, registered.soft_time_limit]
 
 
 def _origin() -> str:
