@@ -303,6 +303,9 @@ except json.JSONDecodeError as exc:
 HARNESS_ALLOW_DESTRUCTIVE = env_bool("HARNESS_ALLOW_DESTRUCTIVE", False)
 HARNESS_WORKSPACE_ROOT = Path(env("HARNESS_WORKSPACE_ROOT", str(DATA_DIR / "workspaces")))
 HARNESS_MAX_BODY_BYTES = int(env("HARNESS_MAX_BODY_BYTES", str(1024 * 1024)))
+# Seconds a client has to send one whole request (line, headers, body) to daphne; past it
+# the connection is answered 408 and closed (harness_site.slow_clients; 0: no bound).
+HARNESS_REQUEST_RECEIVE_TIMEOUT = float(env("HARNESS_REQUEST_RECEIVE_TIMEOUT", "30"))
 HARNESS_MAX_CALLS_PER_BATCH = int(env("HARNESS_MAX_CALLS_PER_BATCH", "64"))
 HARNESS_MAX_WAIT = 60
 HARNESS_OUTPUT_LIMIT = int(env("HARNESS_OUTPUT_LIMIT", "30000"))
