@@ -28,6 +28,13 @@ _HIDDEN = re.compile(
 )
 
 
+# A queue item folds logged arguments longer than FOLD_AT characters: it shows the first
+# FOLD_PREVIEW of them, and "Show all" loads the whole item (the call's own page shows
+# everything). Each item of a long queue then stays a few kilobytes.
+FOLD_AT = 4000
+FOLD_PREVIEW = 1000
+
+
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

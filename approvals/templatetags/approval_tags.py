@@ -97,3 +97,15 @@ def _first_chars(text: str, length: int) -> str:
     if len(normalized) <= length:
         return normalized
     return Truncator(normalized).chars(length)
+
+
+@register.filter
+def folds(raw: str) -> bool:
+    """Whether a queue item shows these logged arguments folded (display.FOLD_AT)."""
+    return len(raw) > display.FOLD_AT
+
+
+@register.filter
+def fold_preview(raw: str) -> str:
+    """The first display.FOLD_PREVIEW characters of the logged arguments, as logged."""
+    return raw[: display.FOLD_PREVIEW]

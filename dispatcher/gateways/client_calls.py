@@ -121,6 +121,17 @@ async def verdict_after(
 
 
 async def _wait_for_decision(call: ToolCall, session: AgentSession, seconds: float) -> ToolCall:
+    try:
+        return await _wait_with_slot(call, session, seconds)
+    except asyncio.CancelledError:
+        # The client went away (Claude Code killed its hook, the user interrupted): the
+        # call must not stay approvable. Shielded, so the cancellation runs to the end.
+        reason = "The client stopped waiting for the decision (its hook was interrupted)."
+        await asyncio.shield(sync_to_async(_give_up)(call, session, reason))
+        raise
+
+
+async def _wait_with_slot(call: ToolCall, session: AgentSession, seconds: float) -> ToolCall:
     """Hold one of the agent's wait slots (dispatcher.limits) while waiting; with none free,
     the call is cancelled at once (recorded, with why) and the client told so."""
     if seconds <= 0:  # nothing is held: the call is given up at once
@@ -137,20 +148,13 @@ async def _wait_for_decision(call: ToolCall, session: AgentSession, seconds: flo
     try:
         return await _wait_holding_slot(call, session, seconds)
     finally:
-        await sync_to_async(limits.release_wait, thread_sensitive=False)(slot)
+        await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
 
 
 async def _wait_holding_slot(call: ToolCall, session: AgentSession, seconds: float) -> ToolCall:
     ids = [str(call.pk)]
     started = time.monotonic()
-    try:
-        [call] = await wait_until_terminal(ids, seconds, reloader(ids), [call], settled=_decided)
-    except asyncio.CancelledError:
-        # The client went away (Claude Code killed its hook, the user interrupted): the
-        # call must not stay approvable. Shielded, so the cancellation runs to the end.
-        reason = "The client stopped waiting for the decision (its hook was interrupted)."
-        await asyncio.shield(sync_to_async(_give_up)(call, session, reason))
-        raise
+    [call] = await wait_until_terminal(ids, seconds, reloader(ids), [call], settled=_decided)
     if not _pending(call):
         return call
     waited = time.monotonic() - started
