@@ -106,6 +106,6 @@ def folds(raw: str) -> bool:
 
 
 @register.filter
-def fold_preview(raw: str) -> str:
-    """The first display.FOLD_PREVIEW characters of the logged arguments, as logged."""
-    return raw[: display.FOLD_PREVIEW]
+def folded_arguments(raw: str) -> tuple[list[tuple[str, str, int]], list[str]]:
+    """See display.folded_arguments."""
+    return display.folded_arguments(raw)
