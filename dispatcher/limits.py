@@ -137,8 +137,9 @@ class TooManySessions(Exception):
 
 
 def count_new_session(agent_id: object) -> None:
-    """Count one new session of the agent in this minute. Raises TooManySessions (nothing
-    counted that matters: the minute's counter only grows) when it is over the cap."""
+    """Count one new session of the agent in this calendar minute (one counter per agent
+    and minute). Raises TooManySessions when this one passes the cap: the caller starts
+    nothing. Refused attempts count too, so retrying at once does not help."""
     limit = settings.HARNESS_MAX_SESSIONS_PER_MINUTE
     if limit <= 0:
         return

@@ -460,7 +460,8 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
             calls = await wait_until_terminal(ids, seconds, reloader(ids), calls, joined=joined)
         finally:
             if slot is not None:
-                await sync_to_async(limits.release_wait, thread_sensitive=False)(slot)
+                release = sync_to_async(limits.release_wait, thread_sensitive=False)
+                await asyncio.shield(release(slot))
     finally:
         if joined is not None:
             await joined.leave(served=served)
@@ -492,7 +493,7 @@ async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> Http
     try:
         calls = await wait_until_terminal(ids, seconds, reloader(ids), [call])
     finally:
-        await sync_to_async(limits.release_wait, thread_sensitive=False)(slot)
+        await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
     return JsonResponse(call_json(calls[0]))
 
 

@@ -15,6 +15,7 @@ decide-only call of the client's tool, answered allow (with the same input) or d
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
@@ -226,8 +227,8 @@ async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
             "Harness could not record this call (its database refused the write), so nothing "
             "was decided or run. Send the same request again later.",
         ) from None
-    finally:
-        await sync_to_async(limits.release_wait, thread_sensitive=False)(slot)
+    finally:  # (shielded: a cancelled request still gives its slot back)
+        await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
 
 
 async def admit_and_hold(name: str, arguments: dict[str, Any]) -> types.ServerResult:
