@@ -28,6 +28,43 @@ _HIDDEN = re.compile(
 )
 
 
+# A queue item folds logged arguments longer than FOLD_AT characters: it shows the first
+# FOLD_PREVIEW of them, and "Show all" loads the whole item (the call's own page shows
+# everything). Each item of a long queue then stays a few kilobytes.
+FOLD_AT = 4000
+FOLD_PREVIEW = 1000
+FOLD_VALUE = 300  # characters shown of each argument of a folded item
+
+
+def folded_arguments(raw: str) -> tuple[list[tuple[str, str, int]], list[str]]:
+    """A folded item's arguments: (name, the first FOLD_VALUE characters of its value,
+    how many more there are) for each top-level argument, in the logged order (a string
+    as itself, any other value as JSON), and any keys the text repeats (the last value is
+    the one shown: it is the one that runs). Text that is not a JSON object is one row
+    without a name. Nothing is escaped here: the template shows every part `visible`."""
+    duplicates: list[str] = []
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                duplicates.append(key)
+            result[key] = value
+        return result
+
+    try:
+        parsed = json.loads(raw, object_pairs_hook=hook)
+    except (ValueError, RecursionError):
+        parsed = None
+    if not isinstance(parsed, dict):
+        return [("", raw[:FOLD_PREVIEW], max(0, len(raw) - FOLD_PREVIEW))], []
+    rows = []
+    for key, value in parsed.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        rows.append((key, text[:FOLD_VALUE], max(0, len(text) - FOLD_VALUE)))
+    return rows, sorted(set(duplicates))
+
+
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

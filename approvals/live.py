@@ -28,8 +28,7 @@ LEAVING = frozenset({Status.QUEUED, Status.DENIED, Status.EXPIRED, Status.CANCEL
 
 def render_queue() -> str:
     """The whole pending queue, sent to a socket when it (re)connects."""
-    approvals, more = queries.review_queue()
-    return render_to_string(QUEUE + "#items", {"approvals": approvals, "more": more})
+    return render_to_string(QUEUE + "#items", queries.queue_context())
 
 
 def render_change(call_id: str, status: str, previous: str = "") -> str | None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
-from django.db.models import Q, prefetch_related_objects
+from django.db.models import Count, F, Q, Window, prefetch_related_objects
+from django.db.models.functions import RowNumber
 
 from dispatcher.models import ToolCall
 from floor.compiled import Compiled
@@ -20,18 +22,53 @@ QUEUE_LIMIT = 50
 
 
 def review_queue() -> tuple[list[ApprovalRequest], int]:
-    """The oldest QUEUE_LIMIT pending requests, each with `.history` (earlier calls of its
-    session), and how many more are pending beyond them."""
+    """At most QUEUE_LIMIT pending requests, taken fairly: each agent's oldest first, then
+    each agent's second oldest, and so on (a burst from one agent never hides another
+    agent's ask), each with `.history` (earlier calls of its session); and how many more
+    are pending beyond them."""
     limit = QUEUE_LIMIT
     pending = ApprovalRequest.objects.pending()
-    approvals = list(
-        pending.select_related("call__session__agent")
-        .prefetch_related("votes__voter")
-        .order_by("created_at", "pk")[:limit]
+    turn = Window(
+        RowNumber(),
+        partition_by=[F("call__session__agent_id")],
+        order_by=[F("created_at").asc(), F("pk").asc()],
     )
+    # The choice reads narrow rows only; then the chosen requests are read whole (their
+    # calls' arguments and presentations may be large).
+    chosen = list(
+        pending.annotate(turn=turn)
+        .order_by("turn", "created_at", "pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+    by_pk = {
+        a.pk: a
+        for a in ApprovalRequest.objects.filter(pk__in=chosen)
+        .select_related("call__session__agent")
+        .prefetch_related("votes__voter")
+    }
+    approvals = [by_pk[pk] for pk in chosen if pk in by_pk]
     more = pending.count() - len(approvals) if len(approvals) == limit else 0
     attach_history(approvals)
     return approvals, more
+
+
+def queue_context() -> dict[str, Any]:
+    """What the queue's items fragment shows: the requests, how many more wait, and (when
+    some are left out) how many each agent has pending."""
+    approvals, more = review_queue()
+    return {"approvals": approvals, "more": more, "per_agent": pending_per_agent() if more else []}
+
+
+def pending_per_agent() -> list[tuple[str, int]]:
+    """(agent name, pending requests) for every agent with any, the most first: what a
+    queue that shows only QUEUE_LIMIT of them says it leaves out."""
+    rows = (
+        ApprovalRequest.objects.pending()
+        .values_list("call__session__agent__name")
+        .annotate(count=Count("pk"))
+        .order_by("-count", "call__session__agent__name")
+    )
+    return [(name, count) for name, count in rows]
 
 
 def one_request(approval_id: int) -> ApprovalRequest | None:

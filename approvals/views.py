@@ -39,11 +39,9 @@ def _require_reviewer(request: HttpRequest) -> None:
 @vary_on_headers("HX-Request")  # an htmx request gets the items fragment
 def queue(request: HttpRequest) -> HttpResponse:
     _require_reviewer(request)
-    approvals, more = queries.review_queue()
     template = QUEUE + "#items" if request.htmx else QUEUE  # type: ignore[attr-defined]
     context = {
-        "approvals": approvals,
-        "more": more,
+        **queries.queue_context(),
         "vapid_public_key": settings.HARNESS_VAPID_PUBLIC_KEY,
     }
     return render(request, template, context)
@@ -56,7 +54,18 @@ def detail(request: HttpRequest, approval_id: int) -> HttpResponse:
     approval = queries.one_request(approval_id)
     if approval is None:
         raise Http404("No such approval request.")
-    return render(request, "approvals/detail.html", {"approval": approval})
+    return render(request, "approvals/detail.html", {"approval": approval, "full": True})
+
+
+@login_required
+@require_GET
+def full_item(request: HttpRequest, approval_id: int) -> HttpResponse:
+    """One queue item with its large values unfolded (the queue's "Show all")."""
+    _require_reviewer(request)
+    approval = queries.one_request(approval_id)
+    if approval is None:
+        raise Http404("No such approval request.")
+    return render(request, QUEUE + "#item", {"approval": approval, "full": True})
 
 
 @login_required

@@ -27,7 +27,7 @@ from audit import kinds
 from audit.masking import premask
 from audit.models import AuditChain
 from audit.services import EventSpec, record_events, write_and_lock_head
-from dispatcher import batches, wakeups
+from dispatcher import batches, limits, wakeups
 from dispatcher.agents import mode_and_profile
 from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import stages
@@ -83,6 +83,10 @@ class _Admission:
     asks: list[tuple[ToolCall, dict[str, Any]]] = field(default_factory=list)
     # The audit copy of each call's raw arguments, masked before the transaction opens.
     masked_arguments: dict[str, str] = field(default_factory=dict)
+    # Whether asks count against HARNESS_MAX_PENDING_ASKS_PER_AGENT (a reviewer's edit,
+    # which replaces a pending call, does not), and the agent's pending calls when read.
+    caps_asks: bool = True
+    pending_asks: int | None = None
 
 
 def _admit(
@@ -120,7 +124,7 @@ def _admit(
         session,
         {(p.name, digests[p.tool_use_id]) for p in proposed if p.tool_use_id in digests},
     )
-    admission = _Admission(masked_arguments=masked)
+    admission = _Admission(masked_arguments=masked, caps_asks=place is None)
     calls = []
     for index, item in enumerate(proposed):
         call = known.get(item.tool_use_id)
@@ -334,8 +338,28 @@ def _decide(
     if denial:
         return _settle(call, Status.DENIED, denial.decision, kinds.CALL_DENIED, denial.message)
     if decision.action == "ask":
+        if _over_ask_cap(session, admission):
+            reason = limits.too_many_asks_message()
+            capped = Decision("deny", "limit:pending_asks", reason)
+            return _settle(call, Status.DENIED, capped, kinds.CALL_DENIED, reason)
         return _ask(call, decision, ctx, admission)
     return _allow(call, decision)
+
+
+def _over_ask_cap(session: AgentSession, admission: _Admission) -> bool:
+    """Would one more ask pass the agent's HARNESS_MAX_PENDING_ASKS_PER_AGENT, counting its
+    calls pending approval in every session and the asks of this message? Read once per
+    message, and only when a call would ask: auto-allowed calls never pay for it. Two
+    messages admitted at the same moment may each see the other's asks not yet committed,
+    so the cap may be passed by the asks of messages admitted concurrently."""
+    limit = settings.HARNESS_MAX_PENDING_ASKS_PER_AGENT
+    if not admission.caps_asks or limit <= 0:
+        return False
+    if admission.pending_asks is None:
+        admission.pending_asks = ToolCall.objects.filter(
+            session__agent_id=session.agent_id, status=Status.PENDING_APPROVAL
+        ).count()
+    return admission.pending_asks + len(admission.asks) >= limit
 
 
 def _ask(call: ToolCall, decision: Decision, ctx: CallContext, admission: _Admission) -> EventSpec:

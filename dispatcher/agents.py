@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from audit import kinds
 from audit.services import record_event
+from dispatcher import limits
 from dispatcher.models import Agent, AgentSession
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narrower_mode
@@ -184,7 +185,9 @@ def start_session(
     """Start a session. Its mode may only narrow the owner's; its workspace is never the agent's choice.
 
     `client` and `external_id` name the way it came in and the client's own id for it
-    (an MCP session id): one client session is one Harness session."""
+    (an MCP session id): one client session is one Harness session. Raises
+    TooManySessions (nothing started) past HARNESS_MAX_SESSIONS_PER_MINUTE."""
+    limits.count_new_session(agent.pk)
     owner_mode = profile_for(agent.owner).mode
     if mode is not None and mode not in Mode.values:
         raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
@@ -287,6 +290,7 @@ def _client_session(agent: Agent, client: str, external_id: str) -> AgentSession
 def _start_client_session(
     agent: Agent, client: str, external_id: str, project_dir: str
 ) -> AgentSession:
+    limits.count_new_session(agent.pk)  # raises TooManySessions: nothing started
     mode = profile_for(agent.owner).mode
     session = AgentSession.objects.create(
         agent=agent,

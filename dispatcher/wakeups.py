@@ -8,8 +8,8 @@ per event loop, whatever the number of waits, with a reader that fans each wake-
 to the requests waiting on its channel. A channel stays subscribed for
 HARNESS_WAKE_LINGER seconds
 after its last waiter, so the next wait of the same session joins it at once
-(`join_subscribed`, no round trip to Redis). `wait_slots` caps how many requests of one
-agent may wait at once in this process (HARNESS_MAX_WAITS_PER_AGENT).
+(`join_subscribed`, no round trip to Redis). How many requests of one agent may wait at
+once is dispatcher.limits's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import threading
 import weakref
 from collections.abc import AsyncIterator, Iterable
 
@@ -86,38 +85,6 @@ def publish_change(call_id: str, session_id: str, status: str, previous: str = "
 
 
 # --- Waiting ------------------------------------------------------------------------------
-
-
-class WaitSlots:
-    """How many requests of each agent wait at once in this process (any thread)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: dict[str, int] = {}
-
-    def reserve(self, agent: str, limit: int) -> bool:
-        """Take one of `agent`'s `limit` slots; False (nothing taken) when all are held."""
-        with self._lock:
-            held = self._held.get(agent, 0)
-            if held >= limit:
-                return False
-            self._held[agent] = held + 1
-            return True
-
-    def release(self, agent: str) -> None:
-        with self._lock:
-            held = self._held.get(agent, 0) - 1
-            if held > 0:
-                self._held[agent] = held
-            else:
-                self._held.pop(agent, None)
-
-    def held(self, agent: str) -> int:
-        with self._lock:
-            return self._held.get(agent, 0)
-
-
-wait_slots = WaitSlots()
 
 
 class WakeUnavailable(Exception):

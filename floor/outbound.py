@@ -17,7 +17,7 @@ What the door does, whoever calls it:
   the remote end sent.
 
 Web Push endpoints must also belong to a known push service unless listed in
-`HARNESS_OUTBOUND_ALLOW`. It sits on the floor of the layering (beside `dispatcher.errors`),
+`HARNESS_OUTBOUND_ALLOW`. It sits on the floor of the layering (floor/, beside `floor.errors`),
 so audit, tools and approvals all use it.
 """
 

@@ -17,14 +17,17 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 django_asgi_app = get_asgi_application()
 
+from django.conf import settings  # noqa: E402
+
 from harness_site.embedded_redis import start_if_embedded  # noqa: E402
+from harness_site.slow_clients import install as bound_slow_clients  # noqa: E402
 
 start_if_embedded()
+bound_slow_clients(settings.HARNESS_REQUEST_RECEIVE_TIMEOUT)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.conf import settings  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 from django.utils.module_loading import import_string  # noqa: E402

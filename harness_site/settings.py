@@ -328,6 +328,9 @@ except json.JSONDecodeError as exc:
 HARNESS_ALLOW_DESTRUCTIVE = env_bool("HARNESS_ALLOW_DESTRUCTIVE", False)
 HARNESS_WORKSPACE_ROOT = Path(env("HARNESS_WORKSPACE_ROOT", str(DATA_DIR / "workspaces")))
 HARNESS_MAX_BODY_BYTES = int(env("HARNESS_MAX_BODY_BYTES", str(1024 * 1024)))
+# Seconds a client has to send one whole request (line, headers, body) to daphne; past it
+# the connection is answered 408 and closed (harness_site.slow_clients; 0: no bound).
+HARNESS_REQUEST_RECEIVE_TIMEOUT = float(env("HARNESS_REQUEST_RECEIVE_TIMEOUT", "30"))
 HARNESS_MAX_CALLS_PER_BATCH = int(env("HARNESS_MAX_CALLS_PER_BATCH", "64"))
 HARNESS_MAX_WAIT = 60
 HARNESS_OUTPUT_LIMIT = int(env("HARNESS_OUTPUT_LIMIT", "30000"))
@@ -382,8 +385,14 @@ if HARNESS_CHECKPOINT_INTERVAL > 0:
         "task": "audit.tasks.write_checkpoint",
         "schedule": HARNESS_CHECKPOINT_INTERVAL,
     }
-# Requests of one agent that may wait (?wait=) at once in one web process (429 beyond).
+# Fair shares per agent across every gateway and web process (dispatcher.limits,
+# docs/security.md): requests held waiting at once (agent API ?wait=, hook requests, MCP
+# calls), calls pending approval, new sessions per minute (0: no cap). Counted in Redis
+# under HARNESS_LIMITS_PREFIX (pending asks: in the database).
 HARNESS_MAX_WAITS_PER_AGENT = int(env("HARNESS_MAX_WAITS_PER_AGENT", "8"))
+HARNESS_MAX_PENDING_ASKS_PER_AGENT = int(env("HARNESS_MAX_PENDING_ASKS_PER_AGENT", "50"))
+HARNESS_MAX_SESSIONS_PER_MINUTE = int(env("HARNESS_MAX_SESSIONS_PER_MINUTE", "30"))
+HARNESS_LIMITS_PREFIX = env("HARNESS_LIMITS_PREFIX", "harness:limits")
 # Decide-only tool sets: the tools each client runs itself, resolved only for that
 # client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md and
 # docs/coding-agents.md.

@@ -97,3 +97,15 @@ def _first_chars(text: str, length: int) -> str:
     if len(normalized) <= length:
         return normalized
     return Truncator(normalized).chars(length)
+
+
+@register.filter
+def folds(raw: str) -> bool:
+    """Whether a queue item shows these logged arguments folded (display.FOLD_AT)."""
+    return len(raw) > display.FOLD_AT
+
+
+@register.filter
+def folded_arguments(raw: str) -> tuple[list[tuple[str, str, int]], list[str]]:
+    """See display.folded_arguments."""
+    return display.folded_arguments(raw)

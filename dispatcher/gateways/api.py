@@ -4,7 +4,8 @@ Each request makes at most two hops to the ORM thread (authenticate, then one se
 call); a request that waits sleeps on the process's shared Redis subscription to its
 session's channel (dispatcher.wakeups) and re-reads the calls only when a change can have
 finished one of them: no polling. At most HARNESS_MAX_WAITS_PER_AGENT requests of one
-agent wait at once (429).
+agent wait at once, counted with its hook and MCP waits in every process
+(dispatcher.limits; 429 beyond).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from dispatcher import admission, agents, transitions, wakeups
+from dispatcher import admission, agents, limits, transitions, wakeups
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import (
     DialectError,
@@ -175,22 +176,31 @@ def clamp_wait(wait: float) -> float:
     return max(0.0, min(float(wait), settings.HARNESS_MAX_WAIT))
 
 
-def reserve_wait(agent_id: object) -> str | None:
-    """Take one of the agent's wait slots: its key, or None when all are in use."""
-    key = str(agent_id)
-    return key if wakeups.wait_slots.reserve(key, settings.HARNESS_MAX_WAITS_PER_AGENT) else None
+def reserve_wait(agent_id: object, seconds: float) -> str | None:
+    """Take one of the agent's wait slots (dispatcher.limits): the slot, or None when the
+    agent holds all of them."""
+    return limits.reserve_wait(agent_id, seconds)
 
 
 def too_many_waits() -> JsonResponse:
-    limit = settings.HARNESS_MAX_WAITS_PER_AGENT
-    return error(
+    """429: nothing of the request was recorded, so sending it again later creates it once."""
+    response = error(
         429,
         "too_many_waits",
-        f"This agent already has {limit} requests waiting for results on this server "
-        "(HARNESS_MAX_WAITS_PER_AGENT), so nothing in this request was recorded or waited "
-        "for. Wait until one of them answers, or send this request with wait=0 and ask "
-        "for the results later with GET /api/v1/calls/{id}?wait=N.",
+        limits.too_many_waits_message(
+            "Nothing in this request was recorded or waited for. Wait until one of them "
+            "answers, or send this request with wait=0 and ask for the results later with "
+            "GET /api/v1/calls/{id}?wait=N."
+        ),
     )
+    response["Retry-After"] = str(limits.retry_after_wait())
+    return response
+
+
+def too_many_sessions(refusal: limits.TooManySessions) -> JsonResponse:
+    response = error(429, "too_many_sessions", str(refusal))
+    response["Retry-After"] = str(refusal.retry_after)
+    return response
 
 
 # --- Views of calls -----------------------------------------------------------------------
@@ -345,11 +355,12 @@ def _reload(call_ids: list[str]) -> list[ToolCall]:
 
 
 def _submit(
-    token: str, session_id: UUID, request: HttpRequest, waits: bool = False
+    token: str, session_id: UUID, request: HttpRequest, seconds: float = 0
 ) -> tuple[str, list[ToolCall], str | None] | JsonResponse:
     """Verify the token (with the session, in one read), then read the body: an unknown
-    token is answered 401 before anything it sent is parsed. With `waits`, one of the
-    agent's wait slots is taken first (its key is returned; 429 when none is free)."""
+    token is answered 401 before anything it sent is parsed. With `seconds` to wait, one
+    of the agent's wait slots is taken first (it is returned; 429 when none is free)."""
+    waits = seconds > 0
     session = agents.session_for_token(token, session_id)
     if session is None:
         if agents.authenticate_token(token) is None:
@@ -360,17 +371,17 @@ def _submit(
             f"Session {session_id} does not exist or belongs to another agent.",
         )
     slot = None
-    if waits and (slot := reserve_wait(session.agent_id)) is None:
+    if waits and (slot := reserve_wait(session.agent_id, seconds)) is None:
         return too_many_waits()
     try:
         outcome = _read_and_admit(session, request)
     except BaseException:
         if slot is not None:
-            wakeups.wait_slots.release(slot)
+            limits.release_wait(slot)
         raise
     if isinstance(outcome, JsonResponse):
         if slot is not None:
-            wakeups.wait_slots.release(slot)
+            limits.release_wait(slot)
         return outcome
     if waits and not connection.in_atomic_block:  # (the test client's wrapping transaction)
         connection.close()  # back to the pool: a waiting request holds no connection
@@ -440,7 +451,7 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
     joined = wakeups.join_subscribed(session_channel(str(session_id))) if seconds > 0 else None
     served = False  # (a refused request leaves the channel as it found it)
     try:
-        outcome = await sync_to_async(_submit)(token, session_id, request, seconds > 0)
+        outcome = await sync_to_async(_submit)(token, session_id, request, seconds)
         if isinstance(outcome, JsonResponse):
             return outcome
         served = True
@@ -450,7 +461,8 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
             calls = await wait_until_terminal(ids, seconds, reloader(ids), calls, joined=joined)
         finally:
             if slot is not None:
-                wakeups.wait_slots.release(slot)
+                release = sync_to_async(limits.release_wait, thread_sensitive=False)
+                await asyncio.shield(release(slot))
     finally:
         if joined is not None:
             await joined.leave(served=served)
@@ -475,14 +487,14 @@ async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> Http
     seconds = clamp_wait(wait)
     if seconds <= 0 or call.status in TERMINAL_STATUSES:
         return JsonResponse(call_json(call))
-    slot = reserve_wait(agent_of(request).pk)
+    slot = await sync_to_async(reserve_wait, thread_sensitive=False)(agent_of(request).pk, seconds)
     if slot is None:
         return too_many_waits()
     ids = [str(call.pk)]
     try:
         calls = await wait_until_terminal(ids, seconds, reloader(ids), [call])
     finally:
-        wakeups.wait_slots.release(slot)
+        await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
     return JsonResponse(call_json(calls[0]))
 
 
@@ -547,6 +559,8 @@ def _start(agent: Agent, body: Any) -> dict[str, Any] | JsonResponse:
         return error(422, "invalid_request", f"Invalid session request: {exc}")
     try:
         session = agents.start_session(agent=agent, title=data.title, mode=data.mode)
+    except limits.TooManySessions as refusal:
+        return too_many_sessions(refusal)
     except errors.ServiceError as exc:
         return error(422, "invalid_request", str(exc))
     return session_json(session)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 
-from dispatcher import admission, transitions
+from dispatcher import admission, limits, transitions
 from dispatcher.models import AgentSession, Dialect, Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 
@@ -121,16 +121,40 @@ async def verdict_after(
 
 
 async def _wait_for_decision(call: ToolCall, session: AgentSession, seconds: float) -> ToolCall:
-    ids = [str(call.pk)]
-    started = time.monotonic()
     try:
-        [call] = await wait_until_terminal(ids, seconds, reloader(ids), [call], settled=_decided)
+        return await _wait_with_slot(call, session, seconds)
     except asyncio.CancelledError:
         # The client went away (Claude Code killed its hook, the user interrupted): the
         # call must not stay approvable. Shielded, so the cancellation runs to the end.
         reason = "The client stopped waiting for the decision (its hook was interrupted)."
         await asyncio.shield(sync_to_async(_give_up)(call, session, reason))
         raise
+
+
+async def _wait_with_slot(call: ToolCall, session: AgentSession, seconds: float) -> ToolCall:
+    """Hold one of the agent's wait slots (dispatcher.limits) while waiting; with none free,
+    the call is cancelled at once (recorded, with why) and the client told so."""
+    if seconds <= 0:  # nothing is held: the call is given up at once
+        return await _wait_holding_slot(call, session, seconds)
+    slot = await sync_to_async(limits.reserve_wait, thread_sensitive=False)(
+        session.agent_id, seconds
+    )
+    if slot is None:
+        reason = limits.too_many_waits_message(
+            "So this call was not held for a reviewer and did not run. Wait until one of "
+            "the agent's waiting calls is decided, then propose this call again."
+        )
+        return await sync_to_async(_give_up)(call, session, reason)
+    try:
+        return await _wait_holding_slot(call, session, seconds)
+    finally:
+        await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
+
+
+async def _wait_holding_slot(call: ToolCall, session: AgentSession, seconds: float) -> ToolCall:
+    ids = [str(call.pk)]
+    started = time.monotonic()
+    [call] = await wait_until_terminal(ids, seconds, reloader(ids), [call], settled=_decided)
     if not _pending(call):
         return call
     waited = time.monotonic() - started

@@ -29,13 +29,13 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Router
 
-from dispatcher import agents, transitions
+from dispatcher import agents, limits, transitions
 from dispatcher.gateways.dialects import MAX_ID_LENGTH
 from dispatcher.models import Agent, AgentSession, Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 from floor.compiled import Compiled
 
-from .api import BodyError, SubmitToken, error, read_json, unauthorized
+from .api import BodyError, SubmitToken, error, read_json, too_many_sessions, unauthorized
 from .client_calls import Verdict, admit_client_call, verdict_after
 
 logger = logging.getLogger(__name__)
@@ -248,7 +248,18 @@ async def handle_hook(
     request: HttpRequest, dialect: HookDialect, wait: float | None
 ) -> HttpResponse:
     """One hook request of `dialect`'s client: the pre-tool event's decision in the client's
-    format; a report or a session event recorded (answered `{}`); other events ignored."""
+    format; a report or a session event recorded (answered `{}`); other events ignored.
+    A hook that would start the agent's session past HARNESS_MAX_SESSIONS_PER_MINUTE is
+    answered 429, nothing recorded (harness-hook then blocks the tool, saying why)."""
+    try:
+        return await _handle_hook(request, dialect, wait)
+    except limits.TooManySessions as refusal:
+        return too_many_sessions(refusal)
+
+
+async def _handle_hook(
+    request: HttpRequest, dialect: HookDialect, wait: float | None
+) -> HttpResponse:
     token = str(request.auth)  # type: ignore[attr-defined]
     tool_events = (dialect.pre_event, *dialect.reports)
     try:

@@ -15,6 +15,7 @@ decide-only call of the client's tool, answered allow (with the same input) or d
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
@@ -34,7 +35,7 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import McpError
 
-from dispatcher import admission, agents, wakeups
+from dispatcher import admission, agents, limits, wakeups
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
@@ -192,9 +193,31 @@ def storable(name: str, arguments: dict[str, Any]) -> None:
         raise refuse(types.INVALID_PARAMS, text) from None
 
 
+# The JSON-RPC error of a call refused for the agent's wait cap (implementation-defined
+# server error range): nothing of it was recorded.
+TOO_MANY_WAITS = -32029
+# How long past an approval's life a held call's slot lasts if never given back (its run).
+HOLD_RUN_MARGIN = 3600.0
+
+
 async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
     name, arguments = request.params.name, request.params.arguments or {}
     storable(name, arguments)
+    # A held call may wait for a reviewer as long as an approval lives, then for its run.
+    longest = settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN
+    agent_id = _caller.get().session.agent_id
+    slot = await sync_to_async(limits.reserve_wait, thread_sensitive=False)(agent_id, longest)
+    if slot is None:
+        raise McpError(
+            types.ErrorData(
+                code=TOO_MANY_WAITS,
+                message=limits.too_many_waits_message(
+                    "Nothing of this request was recorded. Wait until one of its calls is "
+                    f"answered, then send it again (retry after {limits.retry_after_wait()} s)."
+                ),
+                data={"retry_after": limits.retry_after_wait()},
+            )
+        )
     try:
         return await admit_and_hold(name, arguments)
     except DatabaseError:
@@ -204,6 +227,8 @@ async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
             "Harness could not record this call (its database refused the write), so nothing "
             "was decided or run. Send the same request again later.",
         ) from None
+    finally:  # (shielded: a cancelled request still gives its slot back)
+        await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
 
 
 async def admit_and_hold(name: str, arguments: dict[str, Any]) -> types.ServerResult:

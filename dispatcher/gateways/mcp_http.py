@@ -37,7 +37,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from starlette.types import Message, Receive, Scope, Send
 
-from dispatcher import agents, transitions
+from dispatcher import agents, limits, transitions
 from dispatcher.answers import answer_of, follow_edits
 from dispatcher.gateways.mcp import CLIENT, Caller, caller_context, db, mcp_tool_use_id, server
 from dispatcher.models import Agent, AgentSession, ToolCall
@@ -140,15 +140,24 @@ async def session_for(
     session_id: str,
     messages: list[types.JSONRPCMessage],
     known: AgentSession | None = None,
-) -> AgentSession | tuple[int, str, str]:
+) -> AgentSession | tuple[int, str, str] | tuple[int, str, str, dict[str, str]]:
     """The Harness session of this request: a new one for an initialize request, else the
     agent's session with that Mcp-Session-Id (`known`: `authenticate` read it).
-    (status, code, message) when there is none."""
+    (status, code, message[, headers]) when there is none: 429 with Retry-After past
+    HARNESS_MAX_SESSIONS_PER_MINUTE (nothing started)."""
     initialize = next(
         (m.root for m in messages if getattr(m.root, "method", "") == "initialize"), None
     )
     if isinstance(initialize, types.JSONRPCRequest):
-        return await db(open_session)(agent, initialize.params or {})
+        try:
+            return await db(open_session)(agent, initialize.params or {})
+        except limits.TooManySessions as refusal:
+            return (
+                429,
+                "too_many_sessions",
+                str(refusal),
+                {"retry-after": str(refusal.retry_after)},
+            )
     if not session_id:
         return (
             400,

@@ -143,3 +143,23 @@ def assert_shown_as_text(item: Any) -> None:
     assert "\\u202eevil.txt" in arguments and "\u202e" not in arguments
     assert "\\u202eevil.txt" in item.locator("pre.diff").inner_text()
     assert item.locator("img, script, [hx-get]").count() == 0
+
+
+def test_a_large_ask_is_folded_and_show_all_unfolds_it_in_place(
+    open_reviewers: list[Any], live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    reviewer = open_reviewers[0]()
+    content = "".join(f"row {i}\n" for i in range(2000)) + HOSTILE
+    agent = WaitingAgent(live_stack, live_agent, "large.txt", content)
+    item = reviewer.item("large.txt")
+    item.wait_for(timeout=3000)  # pushed live, folded
+    assert "row 1999" not in item.inner_text() and "folded" in item.inner_text()
+    assert item.locator("form.edit").count() == 0
+    item.get_by_role("button", name="Show all").click()
+    unfolded = reviewer.item("row 1999")
+    unfolded.wait_for(timeout=3000)  # the whole item, in place of the folded one
+    assert_shown_as_text(unfolded)
+    assert unfolded.locator("form.edit").count() == 1 and reviewer.dialogs == []
+    unfolded.get_by_role("button", name="Approve", exact=True).click()
+    assert agent.result()["is_error"] is False
+    assert not [e for e in reviewer.console_errors if "Content Security Policy" in e]

@@ -189,7 +189,7 @@ def test_many_waits_share_one_connection_are_capped_per_agent_and_leave_the_serv
             assert time.monotonic() - began < ANSWER_WITHIN
         assert refused.status_code == 429
         assert refused.json()["error"]["code"] == "too_many_waits"
-        assert f"already has {per_agent} requests waiting" in refused.json()["error"]["message"]
+        assert f"already holds {per_agent} requests waiting" in refused.json()["error"]["message"]
         assert "wait=0" in refused.json()["error"]["message"]
         with live_stack.client(make_agent(mode="standard")) as client:
             began = time.monotonic()

@@ -1,0 +1,115 @@
+"""Slow clients are cut: a real daphne with HARNESS_REQUEST_RECEIVE_TIMEOUT short, and raw
+sockets that send a request a byte at a time (harness_site.slow_clients)."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, free_port, live_env, stop, wait_for_port
+
+BOUND = 2.0  # seconds: the test daphne's HARNESS_REQUEST_RECEIVE_TIMEOUT
+DRIP = 0.25  # seconds between two bytes of a slow client: well within Twisted's idle timeout
+
+
+@pytest.fixture(scope="module")
+def bounded_daphne(
+    django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[int]:
+    """A daphne of this run's settings whose requests must arrive within BOUND seconds."""
+    tmp: Path = tmp_path_factory.mktemp("slow")
+    env = {**live_env(tmp), "HARNESS_REQUEST_RECEIVE_TIMEOUT": str(BOUND)}
+    port = free_port()
+    log = tmp / "daphne.log"
+    daphne = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+        + ["harness_site.asgi:application"],
+        env=env,
+        cwd=ROOT,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_port(port, daphne, log)
+        yield port
+    finally:
+        stop(daphne)
+
+
+def drip(port: int, data: bytes) -> tuple[bytes, float]:
+    """Send `data` one byte every DRIP seconds until the server answers or closes; what it
+    answered and after how many seconds."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.settimeout(DRIP)
+        answer = b""
+        for byte in data:
+            try:
+                sock.sendall(bytes([byte]))
+                chunk = sock.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:  # reset by the server after it answered
+                break
+            if not chunk:
+                break
+            answer += chunk
+        sock.settimeout(10)
+        try:
+            while chunk := sock.recv(4096):
+                answer += chunk
+        except OSError:
+            pass
+    return answer, time.monotonic() - started
+
+
+BODY = b'{"title": "' + b"x" * 200 + b'"}'
+SLOW_BODY = (
+    b"POST /api/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    b"Authorization: Bearer hk_nope\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+)
+SLOW_HEADERS = b"GET /api/v1/tools HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Slow: " + b"y" * 200
+
+
+def test_a_body_sent_a_byte_at_a_time_is_answered_408_within_the_bound(
+    bounded_daphne: int,
+) -> None:
+    answer, took = drip(bounded_daphne, SLOW_BODY)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b"HARNESS_REQUEST_RECEIVE_TIMEOUT" in answer
+    assert BOUND <= took < BOUND + 3  # cut, not served after the whole drip (~60 s)
+
+
+def test_headers_sent_a_byte_at_a_time_are_answered_408_within_the_bound(
+    bounded_daphne: int,
+) -> None:
+    answer, took = drip(bounded_daphne, SLOW_HEADERS)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert BOUND <= took < BOUND + 3
+
+
+def test_a_silent_connection_is_closed_and_a_prompt_one_is_served_and_kept_alive(
+    bounded_daphne: int,
+) -> None:
+    with socket.create_connection(("127.0.0.1", bounded_daphne)) as sock:
+        sock.settimeout(BOUND + 5)
+        started = time.monotonic()
+        assert sock.recv(4096) == b""  # closed quietly: it asked nothing
+        assert time.monotonic() - started < BOUND + 3
+    connection = http.client.HTTPConnection("127.0.0.1", bounded_daphne, timeout=10)
+    try:
+        for _ in range(2):  # two requests on one kept-alive connection, each answered
+            connection.request("GET", "/api/v1/tools")
+            response = connection.getresponse()
+            assert response.status == 401 and b"invalid_token" in response.read()
+        assert connection.sock is not None  # (still the same, open connection)
+    finally:
+        connection.close()
