@@ -14,7 +14,8 @@ from . import live
 
 
 class ApprovalQueueConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
-    """Accepts active reviewers only (the origin is checked by AllowedHostsOriginValidator),
+    """Accepts active reviewers only (the origin, scheme, host and port, is checked by
+    harness_site.websocket_origin),
     and only while they are: removing the role or signing out closes the socket.
 
     On every (re)connect it sends the whole current queue, so a dropped connection misses
