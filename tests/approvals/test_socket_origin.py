@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from django.test import Client
@@ -47,7 +46,7 @@ def test_daphne_refuses_another_port_or_scheme_of_the_same_host(
 ) -> None:
     cookie = cookie_of_a_reviewer_and_auditor()
     url = live_stack.url  # http://127.0.0.1:<port>
-    port = urlsplit(url).port
+    port = int(url.rsplit(":", 1)[1])
     outcomes = {
         origin: daphne_handshake(url, PATHS[socket], cookie, origin)
         for origin in (
