@@ -103,6 +103,7 @@ NOTIFICATION_CHANNEL_CHANGED = register(
 )
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
+USER_DEACTIVATED = register("user.deactivated", "user deactivated: sockets closed, links void")
 
 # --- What a client that runs its own tools tells about its session (Claude Code's hooks) --
 CLIENT_SESSION_STARTED = register("client.session_started", "client session started")
