@@ -28,6 +28,7 @@ SHORT_ARGUMENTS = 90
 DECISION_KINDS = kinds.names_where("decision")
 REVIEW_KINDS = kinds.names_where("review")
 RESULT_KINDS = kinds.names_where("result")
+NOTE_KINDS = kinds.names_where("note")
 # The calls' terminal statuses, as their result events name them (audit imports nothing
 # from the lifecycle: these are the status strings of dispatcher.models.TERMINAL_STATUSES,
 # which tests/audit keep equal).
@@ -43,6 +44,26 @@ TERMINAL = {
     "unreported",
     "edited",
 }
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line on the call's card: a vote, a discarded vote, a refused decision, a report
+    that does not match; `reads` is the kind's registered reading."""
+
+    kind: str
+    reads: str
+    actor: str
+    at: datetime
+    detail: str
+
+
+def _note(event: AuditEvent) -> Note:
+    p = event.payload
+    parts = [str(p[key]) for key in ("reviewer", "reason", "summary") if p.get(key)]
+    return Note(
+        event.kind, kinds.get(event.kind).reads, event.actor, event.created_at, ": ".join(parts)
+    )
 
 
 @dataclass
@@ -64,6 +85,7 @@ class Call:
     times: dict[str, datetime] = field(default_factory=dict)
     seconds: float | None = None
     events: list[AuditEvent] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
     @property
     def is_terminal(self) -> bool:
@@ -132,6 +154,9 @@ def _apply(call: Call, event: AuditEvent) -> None:
         call.batch_id = p.get("batch_id", "")
         call.batch_index = p.get("batch_index", 0)
         call.times["received"] = at
+        return
+    if kind in NOTE_KINDS:
+        call.notes.append(_note(event))
         return
     call.status = p.get("to", call.status)
     provenance = {k: p.get(k, "") for k in ("action", "by", "reason", "rule", "stage")}
