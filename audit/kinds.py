@@ -116,6 +116,11 @@ CLIENT_SESSION_STARTED = register("client.session_started", "client session star
 CLIENT_PROMPT = register("client.prompt", "the user sent a prompt")
 CLIENT_STOPPED = register("client.stopped", "the client finished its answer")
 CLIENT_SESSION_ENDED = register("client.session_ended", "client session ended")
+CLIENT_REPORT_ORPHANED = register(
+    "client.report_orphaned",
+    "the client reported a tool run that matches no call Harness allowed",
+    note=True,
+)
 # --- Tool sources: upstream MCP servers ----------------------------------------------------
 MCP_SERVER_ADDED = register("mcp_server.added", "MCP server registered")
 MCP_SERVER_REFRESHED = register("mcp_server.refreshed", "MCP server's tools listed again")

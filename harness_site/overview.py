@@ -239,6 +239,17 @@ def pending(now: datetime) -> dict[str, Any]:
     return {"count": found["n"], "oldest": oldest, "waited": (now - oldest) if oldest else None}
 
 
+def client_reports(now: datetime, days: int = 7) -> dict[str, int]:
+    """Reports of clients that run their own tools, last `days` days, that do not match:
+    of other input than the call was allowed, and matching no call. One read of the
+    audit log's (created_at) index range, counted by kind."""
+    counts = AuditEvent.objects.filter(created_at__gte=now - timedelta(days=days)).aggregate(
+        mismatched=Count("id", filter=Q(kind=kinds.CALL_REPORTED, payload__input_matches=False)),
+        orphaned=Count("id", filter=Q(kind=kinds.CLIENT_REPORT_ORPHANED)),
+    )
+    return {"mismatched": counts["mismatched"], "orphaned": counts["orphaned"], "days": days}
+
+
 def sandbox_status() -> dict[str, Any]:
     """What the sandbox setting asks for and whether this host has it."""
     kind = str(getattr(settings, "HARNESS_SANDBOX", "") or "none")
@@ -288,5 +299,6 @@ def overview(now: datetime | None = None) -> dict[str, Any]:
         "decisions": decision_times(now),
         "busiest": busiest(now),
         "sandbox": sandbox_status(),
+        "client_reports": client_reports(now),
         "checkpoints": checkpoint_status(),
     }
