@@ -55,7 +55,7 @@ class BoundToSignIn:
     channel_layer: Any
     channel_name: str
     sign_in_groups: list[str]
-    user_id: object = None
+    user_id: int | None = None
     # (what a browser sends is ignored: push-only, and none of it reaches the sync thread)
     # Only types whose handlers never touch the database belong here: a handler that did,
     # other than through database_sync_to_async, would lose channels' clean-up quietly.

@@ -191,7 +191,7 @@ def close_deactivated_sockets(sender: Any, instance: User, **kwargs: Any) -> Non
         transaction.on_commit(functools.partial(close_sockets, user_group(instance.pk)))
 
 
-def still_active(user_id: object) -> bool:
+def still_active(user_id: int) -> bool:
     """Is the user still active? One read by primary key, for a socket before a push."""
     return User.objects.filter(pk=user_id, is_active=True).exists()
 
