@@ -14,12 +14,13 @@ from . import live
 
 
 class ApprovalQueueConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
-    """Accepts active reviewers only (the origin is checked by AllowedHostsOriginValidator),
+    """Accepts active reviewers only (the origin, scheme, host and port, is checked by
+    harness_site.websocket_origin),
     and only while they are: removing the role or signing out closes the socket.
 
     On every (re)connect it sends the whole current queue, so a dropped connection misses
     nothing; then it forwards the fragments rendered once per event by `live.push_change`
-    (at once: forwarding touches no database).
+    (at once: forwarding reads only the user's `is_active`, off the shared sync thread).
     """
 
     database_free = frozenset({CLOSE_SOCKETS, "websocket.receive", "queue.push"})
@@ -40,4 +41,5 @@ class ApprovalQueueConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ign
         """Ignored: nothing a browser sends over this socket changes anything."""
 
     async def queue_push(self, event: dict[str, Any]) -> None:
-        await self.send(text_data=event["html"])
+        if await self.still_active():
+            await self.send(text_data=event["html"])

@@ -8,24 +8,84 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from typing import Any
 
 from dispatcher.policy.parts import command_parts
 from dispatcher.policy.reading import read_command
 
-# Characters that change how text looks without being visible themselves: C0/C1 controls
-# (tab and newline are kept as layout), soft hyphen, combining grapheme joiner, Arabic
-# letter mark, Hangul fillers (choseong/jungseong, the compatibility and halfwidth fillers:
-# blank, yet letters to a parser), Khmer inherent vowels, Mongolian vowel separator,
-# zero-width and joiner characters, line/paragraph separators, bidi embeddings, overrides
-# and isolates, word joiner and invisible operators, variation selectors (both blocks),
-# BOM, interlinear annotation marks, and the Unicode tag block (used to smuggle hidden
-# ASCII).
-_HIDDEN = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180e"
-    "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff"
-    "\uffa0\ufff9-\ufffb\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
+# What is shown escaped is decided from Unicode properties of the database Python ships
+# (unicodedata), not from a hand list, so a character a list forgot cannot slip through:
+# - general categories Cc (controls; tab and newline are kept as layout), Cf (format:
+#   zero-width and joiner characters, bidi controls, soft hyphen, the tag block, BOM,
+#   interlinear annotation marks, ...), Cs (lone surrogates), Zl and Zp (line and
+#   paragraph separators);
+# - every space character (Zs) but the plain space: a no-break or thin space reads as a
+#   space on the page and is not one to a shell or a parser;
+# - bidi controls by bidirectional class (LRE ... PDI), and LRM, RLM, ALM;
+# - the default-ignorable code points (DerivedCoreProperties: Other_Default_Ignorable +
+#   Cf + Variation_Selector). unicodedata has neither of the two source properties, so
+#   their rows of PropList.txt are below, code points that no general category names:
+#   the combining grapheme joiner, the Hangul fillers (blank, yet letters to a parser),
+#   Khmer inherent vowels, the Mongolian free variation selectors, both blocks of
+#   variation selectors, and the reserved default-ignorable ranges (unassigned today,
+#   invisible the day they are assigned);
+# - U+2800 Braille pattern blank, a "letter" that renders as a space.
+_OTHER_DEFAULT_IGNORABLE = (  # PropList.txt: Other_Default_Ignorable_Code_Point
+    (0x034F, 0x034F),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x2065, 0x2065),
+    (0x3164, 0x3164),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0xE0000, 0xE0FFF),  # E0000, E0002..E001F, E0080..E00FF, E01F0..E0FFF and the tags
 )
+_VARIATION_SELECTORS = ((0x180B, 0x180F), (0xFE00, 0xFE0F), (0xE0100, 0xE01EF))
+_LOOKS_LIKE_SPACE = ((0x2800, 0x2800),)
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Zs"})
+_BIDI_CONTROLS = frozenset({"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"})
+_LAYOUT = frozenset({"\t", "\n", " "})
+# Where categories are looked up: planes 0-1 and 14. Planes 2-3 hold only CJK ideographs,
+# 4-13 are unassigned and 15-16 private use (tests/approvals walks all seventeen).
+_PLANES = (range(0x0000, 0x20000), range(0xE0000, 0xF0000))
+
+
+def _by_property(char: str) -> bool:
+    category = unicodedata.category(char)
+    if category in _HIDDEN_CATEGORIES:
+        return char not in _LAYOUT
+    return unicodedata.bidirectional(char) in _BIDI_CONTROLS
+
+
+def _listed() -> set[int]:
+    ranges = (*_OTHER_DEFAULT_IGNORABLE, *_VARIATION_SELECTORS, *_LOOKS_LIKE_SPACE)
+    return {code for low, high in ranges for code in range(low, high + 1)}
+
+
+def is_hidden(char: str) -> bool:
+    """Is `char` invisible, or does it change how text around it looks (see above)?"""
+    return _by_property(char) or ord(char) in _LISTED
+
+
+def _hidden_pattern() -> re.Pattern[str]:
+    """One character class of every hidden code point, built once at import."""
+    codes = _LISTED | {code for plane in _PLANES for code in plane if _by_property(chr(code))}
+    ranges: list[tuple[int, int]] = []
+    for code in sorted(codes):
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    parts = (
+        re.escape(chr(low)) if low == high else f"{re.escape(chr(low))}-{re.escape(chr(high))}"
+        for low, high in ranges
+    )
+    return re.compile("[" + "".join(parts) + "]")
+
+
+_LISTED = _listed()
+_HIDDEN = _hidden_pattern()
 
 
 # A queue item folds logged arguments longer than FOLD_AT characters: it shows the first

@@ -6,7 +6,8 @@ and call ids, the digest of the arguments it was made for, the recipient, the ve
 the call; the POST that confirms decides, through `services.decide` like the queue, and
 records the nonce (UsedLink, unique) in the same transaction: a link decides at most
 once. A link whose signature does not verify, whose call changed or is decided, whose
-request expired, or whose nonce was used, decides nothing and says which.
+request expired, whose nonce was used, or whose recipient was deactivated or lost the
+reviewer role (checked again when the POST decides), decides nothing and says which.
 
 With HARNESS_LINKS_REQUIRE_LOGIN (the default) the person must also be signed in as the
 recipient. Without it the link alone stands for the recipient, for that one decision:
@@ -101,9 +102,15 @@ def read(token: str) -> Claim:
         .filter(pk=approval_id)
         .first()
     )
-    recipient = User.objects.filter(pk=recipient_id, is_active=True).first()
+    recipient = User.objects.filter(pk=recipient_id).first()
     if approval is None or str(approval.call_id) != call_id or recipient is None:
         raise LinkRefused("This link names a call or a person that no longer exists.", 404)
+    if not recipient.is_active:
+        raise LinkRefused(
+            f"{recipient.get_username()}'s account is deactivated: this link decides nothing. "
+            "An active reviewer can decide the call from the queue.",
+            403,
+        )
     if verdict not in VERDICTS:
         raise LinkRefused("This link is not valid. Open the call from the queue.", 400)
     claim = Claim(approval, recipient, verdict, digest, nonce)

@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import transaction
 from django.utils import timezone
 
@@ -73,7 +73,9 @@ def decide(
 
     Quorum: when the request needs more than one approval (or approvals from a group), an
     approval is one vote, audited (approval.vote) and bound to `digest`; the vote that
-    completes the quorum approves the call. A deny from any reviewer ends the call. The
+    completes the quorum approves the call. Only votes of people who are, when a vote is
+    counted, active, reviewers and in the group count: an earlier vote of someone who left
+    is discarded (approval.vote_discarded). A deny from any reviewer ends the call. The
     returned request has `decision` "" while it still waits for votes. `via` records how
     the decision came (queue, link, edit).
 
@@ -196,6 +198,7 @@ def _apply(
                 comment=feedback,
                 via=via,
             )
+            _discard_departed_votes(approval)
         voters = approval.approvers()
         extra |= {"approvals": voters, "required": approval.approvals_required}
         if approve and len(voters) < approval.approvals_required:
@@ -233,6 +236,44 @@ def _apply(
     compiled.save_fields(
         approval, ["decision", "decided_by", "decided_at", "feedback", "digest_seen"]
     )
+
+
+def _departure(approval: ApprovalRequest, voter: User) -> str:
+    """Why `voter`'s earlier vote no longer counts ("" when it still does)."""
+    if not voter.is_active:
+        return "their account was deactivated"
+    if not has_role(voter, REVIEWER):
+        return "they are no longer a reviewer"
+    if approval.group and not voter.groups.filter(name=approval.group).exists():
+        return f"they are no longer in the group '{approval.group}'"
+    return ""
+
+
+def _discard_departed_votes(approval: ApprovalRequest) -> None:
+    """A quorum counts only votes of people who are, when it is counted, active,
+    reviewers and in its group: each other vote is deleted and audited
+    (approval.vote_discarded), in the deciding transaction (the request row is locked)."""
+    for vote in approval.votes.select_related("voter").order_by("created_at", "pk"):
+        reason = _departure(approval, vote.voter)
+        if not reason:
+            continue
+        name = vote.voter.get_username()
+        vote.delete()
+        record_event(
+            kind=kinds.APPROVAL_VOTE_DISCARDED,
+            actor="harness",
+            subject=f"call:{approval.call_id}",
+            session_id=approval.call.session_id,
+            payload={
+                "call_id": str(approval.call_id),
+                "reviewer": name,
+                "reason": reason,
+                "digest_seen": vote.digest_seen,
+                "voted_at": vote.created_at.isoformat(),
+                "via": vote.via,
+                "group": approval.group,
+            },
+        )
 
 
 def _record_vote(approval: ApprovalRequest, actor: str, extra: dict[str, Any]) -> None:

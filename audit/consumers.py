@@ -26,7 +26,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 
 from .models import AuditChain
-from .roles import AUDITOR, CLOSE_SOCKETS, has_role, sign_in_group, user_group
+from .roles import AUDITOR, CLOSE_SOCKETS, has_role, sign_in_group, still_active, user_group
 
 SUMMARY = "audit/session.html#summary"
 
@@ -55,6 +55,7 @@ class BoundToSignIn:
     channel_layer: Any
     channel_name: str
     sign_in_groups: list[str]
+    user_id: int | None = None
     # (what a browser sends is ignored: push-only, and none of it reaches the sync thread)
     # Only types whose handlers never touch the database belong here: a handler that did,
     # other than through database_sync_to_async, would lose channels' clean-up quietly.
@@ -72,6 +73,7 @@ class BoundToSignIn:
         session = self.scope.get("session")
         self.sign_in_groups = []
         if user is not None and user.is_authenticated:
+            self.user_id = user.pk
             self.sign_in_groups.append(user_group(user.pk))
             if session is not None and session.session_key:
                 self.sign_in_groups.append(sign_in_group(session.session_key))
@@ -87,9 +89,23 @@ class BoundToSignIn:
             await self.channel_layer.group_discard(group, self.channel_name)
         self.sign_in_groups = []
 
+    async def still_active(self) -> bool:
+        """Re-read the user's `is_active` before a push; close the socket (False) if they
+        were deactivated. The close message covers every deactivation a save or
+        audit.roles.deactivate makes; this covers the ones no signal sees (a bulk update).
+        The read runs off channels' one shared sync thread (thread_sensitive=False), so
+        a push to many sockets does not queue their reads one behind another there."""
+        if self.user_id is not None and await _still_active(self.user_id):
+            return True
+        await self.close(code=CLOSED_FOR_ACCESS)  # type: ignore[attr-defined]
+        return False
+
     async def sockets_close(self, event: dict[str, Any]) -> None:
         assert event["type"] == CLOSE_SOCKETS
         await self.close(code=CLOSED_FOR_ACCESS)  # type: ignore[attr-defined]
+
+
+_still_active = database_sync_to_async(still_active, thread_sensitive=False)
 
 
 def render_summary(session_id: str) -> str:
@@ -110,6 +126,8 @@ class SessionTimelineConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: i
         self.listener = asyncio.create_task(self.listen(session_id))
 
     async def changed(self, session_id: str) -> None:
+        if not await self.still_active():
+            return
         await self.send(text_data=await database_sync_to_async(render_summary)(session_id))
 
     async def listen(self, session_id: str) -> None:

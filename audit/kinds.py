@@ -2,7 +2,7 @@
 
 A kind has a name (what is stored), the AuditChain counter it increments (if any), how it
 reads in a timeline, and the timeline roles it plays (a decision, a reviewer's answer, the
-call's result). Code names kinds by these constants (`kinds.CALL_RECEIVED`), so a typo is an
+call's result, a note on the call's card). Code names kinds by these constants (`kinds.CALL_RECEIVED`), so a typo is an
 import error; `record_event` refuses a name that is not registered, so no event with a
 misspelt kind is ever written. Registered the way pretix registers its log entry types.
 """
@@ -20,6 +20,7 @@ class Kind:
     decision: bool = False  # a decision at admission (the call's first answer)
     review: bool = False  # a reviewer's, the expiry's or the agent's answer to an ask
     result: bool = False  # the call's last event: what the model received
+    note: bool = False  # shown on the call's card as a line of its own (votes, mismatches)
 
     def __str__(self) -> str:
         return self.name
@@ -92,9 +93,14 @@ PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
 GRANT_CREATED = register("grant.created", "allowed for the session")
 GRANT_REVOKED = register("grant.revoked", "session grant revoked")
 APPROVAL_DIGEST_MISMATCH = register(
-    "approval.digest_mismatch", "decision refused: the arguments changed"
+    "approval.digest_mismatch", "decision refused: the arguments changed", note=True
 )
-APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum")
+APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum", note=True)
+APPROVAL_VOTE_DISCARDED = register(
+    "approval.vote_discarded",
+    "vote discarded: its reviewer left before the quorum completed",
+    note=True,
+)
 APPROVAL_EDIT_REFUSED = register(
     "approval.edit_refused", "edit refused: the edited call would not be allowed"
 )
@@ -103,12 +109,18 @@ NOTIFICATION_CHANNEL_CHANGED = register(
 )
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
+USER_DEACTIVATED = register("user.deactivated", "user deactivated: sockets closed, links void")
 
 # --- What a client that runs its own tools tells about its session (Claude Code's hooks) --
 CLIENT_SESSION_STARTED = register("client.session_started", "client session started")
 CLIENT_PROMPT = register("client.prompt", "the user sent a prompt")
 CLIENT_STOPPED = register("client.stopped", "the client finished its answer")
 CLIENT_SESSION_ENDED = register("client.session_ended", "client session ended")
+CLIENT_REPORT_ORPHANED = register(
+    "client.report_orphaned",
+    "the client reported a tool run that matches no call Harness allowed",
+    note=True,
+)
 # --- Tool sources: upstream MCP servers ----------------------------------------------------
 MCP_SERVER_ADDED = register("mcp_server.added", "MCP server registered")
 MCP_SERVER_REFRESHED = register("mcp_server.refreshed", "MCP server's tools listed again")
@@ -118,5 +130,5 @@ MCP_TOOL_CHANGED = register("mcp_tool.changed", "MCP tool listed otherwise upstr
 
 
 def names_where(role: str) -> frozenset[str]:
-    """The kinds playing a timeline role: "decision", "review" or "result"."""
+    """The kinds playing a timeline role: "decision", "review", "result" or "note"."""
     return frozenset(k.name for k in REGISTRY.values() if getattr(k, role))

@@ -11,6 +11,10 @@ Open sockets are bound to the role and the sign-in they were opened with: each j
 user's group and its sign-in's group on the channel layer, and `remove_role` (after
 commit) and signing out (`close_signed_out_sockets`, on user_logged_out) send those
 groups a close, so a removed reviewer or a signed-out browser stops receiving at once.
+Deactivating a user does the same: `deactivate` (audited), and any save of an inactive
+user (`close_deactivated_sockets`, on post_save: the shell, an identity provider's sync);
+a deactivation no signal sees (a bulk update) is caught by the sockets themselves, which
+re-read `is_active` before every push (audit.consumers.BoundToSignIn).
 """
 
 from __future__ import annotations
@@ -170,6 +174,36 @@ def close_sockets(group: str) -> None:
         async_to_sync(layer.group_send)(group, {"type": CLOSE_SOCKETS})
     except Exception:
         logger.warning("could not close the sockets of %s", group, exc_info=True)
+
+
+@transaction.atomic
+def deactivate(*, user: User, actor: str) -> bool:
+    """Deactivate `user`: they hold no role from now on, their one-tap links decide
+    nothing (approvals.links reads `is_active`), and after commit every socket they have
+    open is closed. False (and no event) if they were inactive already."""
+    if not User.objects.filter(pk=user.pk, is_active=True).update(is_active=False):
+        return False
+    user.is_active = False
+    record_event(
+        kind=kinds.USER_DEACTIVATED,
+        actor=actor,
+        subject=f"user:{user.get_username()}",
+        payload={"user": user.get_username()},
+    )
+    transaction.on_commit(functools.partial(close_sockets, user_group(user.pk)))
+    return True
+
+
+def close_deactivated_sockets(sender: Any, instance: User, **kwargs: Any) -> None:
+    """post_save of a user: an inactive user's sockets close after commit (a save that
+    leaves them inactive closes none, since they could not open any)."""
+    if not instance.is_active:
+        transaction.on_commit(functools.partial(close_sockets, user_group(instance.pk)))
+
+
+def still_active(user_id: int) -> bool:
+    """Is the user still active? One read by primary key, for a socket before a push."""
+    return User.objects.filter(pk=user_id, is_active=True).exists()
 
 
 def close_signed_out_sockets(

@@ -28,6 +28,7 @@ SHORT_ARGUMENTS = 90
 DECISION_KINDS = kinds.names_where("decision")
 REVIEW_KINDS = kinds.names_where("review")
 RESULT_KINDS = kinds.names_where("result")
+NOTE_KINDS = kinds.names_where("note")
 # The calls' terminal statuses, as their result events name them (audit imports nothing
 # from the lifecycle: these are the status strings of dispatcher.models.TERMINAL_STATUSES,
 # which tests/audit keep equal).
@@ -43,6 +44,26 @@ TERMINAL = {
     "unreported",
     "edited",
 }
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line on the call's card: a vote, a discarded vote, a refused decision, a report
+    that does not match; `reads` is the kind's registered reading."""
+
+    kind: str
+    reads: str
+    actor: str
+    at: datetime
+    detail: str
+
+
+def _note(event: AuditEvent) -> Note:
+    p = event.payload
+    parts = [str(p[key]) for key in ("reviewer", "reason", "summary") if p.get(key)]
+    return Note(
+        event.kind, kinds.get(event.kind).reads, event.actor, event.created_at, ": ".join(parts)
+    )
 
 
 @dataclass
@@ -64,6 +85,9 @@ class Call:
     times: dict[str, datetime] = field(default_factory=dict)
     seconds: float | None = None
     events: list[AuditEvent] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    # The client's report names other input than the call was allowed: {"tool", "input"}.
+    report_mismatch: dict[str, str] | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -133,6 +157,9 @@ def _apply(call: Call, event: AuditEvent) -> None:
         call.batch_index = p.get("batch_index", 0)
         call.times["received"] = at
         return
+    if kind in NOTE_KINDS:
+        call.notes.append(_note(event))
+        return
     call.status = p.get("to", call.status)
     provenance = {k: p.get(k, "") for k in ("action", "by", "reason", "rule", "stage")}
     if kind in REVIEW_KINDS and "asked" in call.times:
@@ -148,6 +175,11 @@ def _apply(call: Call, event: AuditEvent) -> None:
         call.times["queued"] = at
     if kind == kinds.CALL_STARTED:
         call.times["started"] = at
+    if kind == kinds.CALL_REPORTED and p.get("input_matches") is False:
+        call.report_mismatch = {
+            "tool": str(p.get("reported_tool", "")),
+            "input": str(p.get("reported_input", "")),
+        }
     if kind in RESULT_KINDS:
         call.times["finished"] = at
         call.is_error = bool(p.get("is_error", kind != kinds.CALL_COMPLETED))
@@ -197,6 +229,16 @@ def build_timeline(chain: str) -> Timeline | None:
     return Timeline(chain=chain, session=session, calls=list(calls.values()), events=events)
 
 
+# A session's reports that no call took, shown on its page (most recent first).
+ORPHANS_SHOWN = 20
+
+
+def orphan_reports(chain: str) -> list[AuditEvent]:
+    """The session's client.report_orphaned events that name no call, newest first."""
+    found = AuditEvent.objects.filter(chain=chain, kind=kinds.CLIENT_REPORT_ORPHANED)
+    return [e for e in found.order_by("-seq")[:ORPHANS_SHOWN] if not e.payload.get("call_id")]
+
+
 def session_started(chain: str) -> dict[str, Any]:
     """The session.started payload (agent, owner, mode, workspace ...): the chain's first
     event, read by its (chain, seq) key; empty if the chain does not start with one."""
@@ -240,6 +282,8 @@ OUTCOME_FILTERS: dict[str, Q] = {
     "cancelled": Q(kind=kinds.CALL_CANCELLED),
     "expired": Q(kind=kinds.CALL_EXPIRED),
     "edited": Q(kind=kinds.CALL_EDITED),
+    # A client's report of other input than the call was allowed.
+    "mismatch": Q(kind=kinds.CALL_REPORTED, payload__input_matches=False),
 }
 
 

@@ -31,6 +31,7 @@ from .timeline import (
     build_timeline,
     call_page,
     openai_messages,
+    orphan_reports,
     received_seq,
     replay_events,
     session_started,
@@ -183,6 +184,7 @@ def session_detail(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
         context["refresh_oob"] = htmx.trigger != "audit-refresh"
         return render(request, "audit/session.html#calls", context)
     context["session"] = session_started(chain)
+    context["orphans"] = orphan_reports(chain)
     return render(request, "audit/session.html", context)
 
 

@@ -306,14 +306,17 @@ def _start_client_session(
 
 
 @transaction.atomic
-def record_client_event(*, session: AgentSession, kind: str, payload: dict[str, Any]) -> None:
-    """What a client tells about its session besides tool calls (a prompt, a stop), in the
-    session's audit chain, for the timeline. `kind` is one of the client.* kinds."""
+def record_client_event(
+    *, session: AgentSession, kind: str, payload: dict[str, Any], subject: str = ""
+) -> None:
+    """What a client tells about its session besides tool calls (a prompt, a stop, a
+    report no call takes), in the session's audit chain, for the timeline. `kind` is one
+    of the client.* kinds; `subject` defaults to the session (a call's, to show on it)."""
     record_event(
         kind=kind,
         actor=f"agent:{session.agent.name}",
         session_id=session.pk,
-        subject=f"session:{session.pk}",
+        subject=subject or f"session:{session.pk}",
         payload=payload,
     )
 

@@ -27,7 +27,6 @@ bound_slow_clients(settings.HARNESS_REQUEST_RECEIVE_TIMEOUT)
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 from django.utils.module_loading import import_string  # noqa: E402
@@ -35,6 +34,7 @@ from django.utils.module_loading import import_string  # noqa: E402
 from approvals.routing import websocket_urlpatterns as approvals_ws  # noqa: E402
 from audit.routing import websocket_urlpatterns as audit_ws  # noqa: E402
 from dispatcher.gateways.mcp_http import application as mcp_gateway  # noqa: E402
+from harness_site.websocket_origin import SameOriginValidator  # noqa: E402
 
 
 class AgentAPIHandler(ASGIHandler):
@@ -63,7 +63,7 @@ async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
 application = ProtocolTypeRouter(
     {
         "http": http_router,
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": SameOriginValidator(
             AuthMiddlewareStack(URLRouter([*approvals_ws, *audit_ws]))
         ),
     }

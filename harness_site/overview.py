@@ -32,7 +32,8 @@ from django.db.models import (
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from audit import checkpoints
+from audit import checkpoints, kinds
+from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 
 # The outcome series, in stacking order, with how each reads.
@@ -238,6 +239,21 @@ def pending(now: datetime) -> dict[str, Any]:
     return {"count": found["n"], "oldest": oldest, "waited": (now - oldest) if oldest else None}
 
 
+def client_reports(now: datetime, days: int = 7) -> dict[str, int]:
+    """Reports of clients that run their own tools, last `days` days, that do not match:
+    of other input than the call was allowed, and matching no call. One read of the two
+    kinds' rows (the audit log's kind index: only client sessions write them), counted."""
+    reports = AuditEvent.objects.filter(
+        kind__in=[kinds.CALL_REPORTED, kinds.CLIENT_REPORT_ORPHANED],
+        created_at__gte=now - timedelta(days=days),
+    )
+    counts = reports.aggregate(
+        mismatched=Count("id", filter=Q(kind=kinds.CALL_REPORTED, payload__input_matches=False)),
+        orphaned=Count("id", filter=Q(kind=kinds.CLIENT_REPORT_ORPHANED)),
+    )
+    return {"mismatched": counts["mismatched"], "orphaned": counts["orphaned"], "days": days}
+
+
 def sandbox_status() -> dict[str, Any]:
     """What the sandbox setting asks for and whether this host has it."""
     kind = str(getattr(settings, "HARNESS_SANDBOX", "") or "none")
@@ -286,5 +302,6 @@ def overview(now: datetime | None = None) -> dict[str, Any]:
         "decisions": decision_times(now),
         "busiest": busiest(now),
         "sandbox": sandbox_status(),
+        "client_reports": client_reports(now),
         "checkpoints": checkpoint_status(),
     }

@@ -22,6 +22,8 @@
       if (p.by) call.by = p.by + (p.reason ? ": " + p.reason : "");
       if (e.kind === "call.approval_requested") call.presentation = p.presentation;
       if (p.content != null) call.content = p.content;
+      // A client's report of other input than the call was allowed: marked, never blended in.
+      if (e.kind === "call.reported" && p.input_matches === false) call.mismatch = true;
     }
     return order.map(function (id) { return calls[id]; });
   }
@@ -51,7 +53,8 @@
         }
         var row = document.createElement("tr");
         row.appendChild(text("td", c.tool));
-        row.appendChild(text("td", c.status, "status-" + c.status));
+        row.appendChild(text("td", c.status + (c.mismatch ? ": input differs" : ""),
+          "status-" + c.status + (c.mismatch ? " report-mismatch" : "")));
         row.appendChild(text("td", c.by));
         var result = text("td", "");
         if (c.content != null) result.appendChild(text("pre", c.content));

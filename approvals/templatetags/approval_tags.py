@@ -50,9 +50,10 @@ def shell_reading(command: str) -> dict[str, object]:
 
 @register.filter
 def diff_lines(diff: str) -> list[tuple[str, str]]:
-    """(css class, line) for each line of a unified diff."""
+    """(css class, line) for each line of a unified diff. Lines end at newlines only: a
+    line or paragraph separator, form feed or the like inside a line is shown escaped."""
     lines = []
-    for line in str(diff).splitlines():
+    for line in str(diff).removesuffix("\n").split("\n") if diff else []:
         if line.startswith(("+++", "---", "@@")):
             kind = "meta"
         elif line.startswith("+"):

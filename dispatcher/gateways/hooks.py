@@ -29,6 +29,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Router
 
+from audit import kinds
 from dispatcher import agents, limits, transitions
 from dispatcher.gateways.dialects import MAX_ID_LENGTH
 from dispatcher.models import Agent, AgentSession, Status, ToolCall
@@ -193,25 +194,68 @@ def _report(
     tool: tuple[str, dict[str, Any], str],
     dialect: HookDialect,
 ) -> None:
-    """The tool ran on the client: its result becomes the call's, marked as reported."""
+    """The tool ran on the client: its result becomes the call's, marked as reported, with
+    whether the input the client reports is the one it was allowed (and, when not, the
+    input it reports). A report that finds no released call is recorded in the session as
+    an orphan (client.report_orphaned): it is never dropped without a trace."""
     name, tool_input, tool_use_id = tool
     call = _reported_call(session, tool, dialect)
-    if call is None:
-        logger.warning(
-            "%s reported %s %s, which Harness never decided", dialect.label, name, tool_use_id
-        )
-        return
     content, is_error = dialect.reports[hook.event](hook.body)
     reported = ProposedCall(tool_use_id, name, canonical_json(tool_input), tool_input)
-    transitions.report_result(
+    if call is None:
+        _record_orphan(session, hook, reported, content, is_error, None)
+        return
+    matches = name == call.name and digest_of(reported) == call.digest
+    extra: dict[str, Any] = {"input_matches": matches}
+    if not matches:  # what the client says it ran, for the auditor to compare
+        extra |= {"reported_tool": name, "reported_input": reported.raw_arguments}
+    filed = transitions.report_result(
         call_id=call.pk,
         content=content,
         is_error=is_error,
         actor=f"agent:{agent.name}",
         source=f"{dialect.client}:{hook.event}",
-        # The input the client says it ran is the input it was allowed (the same digest).
-        extra={"input_matches": name == call.name and digest_of(reported) == call.digest},
+        extra=extra,
     )
+    if not filed:  # reported already, past its lease, or never allowed
+        _record_orphan(session, hook, reported, content, is_error, call)
+
+
+def _record_orphan(
+    session: AgentSession,
+    hook: Hook,
+    reported: ProposedCall,
+    content: str,
+    is_error: bool,
+    call: ToolCall | None,
+) -> None:
+    """A report no released call takes, in the session's chain; on the call's card when it
+    names a call that was not released (`call`), else on the session's page."""
+    if call is not None:
+        why = f"the call it names was {call.status}, not released"
+    elif hook.body.get("tool_use_id"):
+        why = "no call of this session has this id"
+    else:
+        why = "no released call of this session has this tool and exact input"
+    payload: dict[str, Any] = {
+        "event": hook.event,
+        "tool_name": reported.name,
+        "tool_use_id": reported.tool_use_id,
+        "tool_input": reported.raw_arguments,
+        "input_digest": digest_of(reported),
+        "content": content[:TEXT_LIMIT],
+        "is_error": is_error,
+        "reason": why,
+    }
+    if call is not None:
+        payload["call_id"] = str(call.pk)
+    agents.record_client_event(
+        session=session,
+        kind=kinds.CLIENT_REPORT_ORPHANED,
+        payload=payload,
+        subject=f"call:{call.pk}" if call is not None else "",
+    )
+    logger.warning("%s reported %s %s: %s", hook.label, reported.name, reported.tool_use_id, why)
 
 
 def _record(session: AgentSession, hook: Hook, dialect: HookDialect) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from dispatcher.tools._paths import lexical_relative
 from dispatcher.tools.base import ClientToolset, Tool
+from dispatcher.tools.write_file import newline_lines
 
 CLIENT = "claude-code"
 # A Claude Code tool name, and an MCP tool as Claude Code names it (mcp__server__tool).
@@ -60,7 +61,8 @@ def _shown_path(path: str, project: Path) -> str:
 
 
 def _lines(text: str) -> list[str]:
-    return [line if line.endswith("\n") else line + "\n" for line in text.splitlines()]
+    # Cut at newlines only: a U+2028 or form feed inside a line stays in it, shown escaped.
+    return [line if line.endswith("\n") else line + "\n" for line in newline_lines(text)]
 
 
 def _diff(old: str, new: str, path: str, project: Path) -> str:

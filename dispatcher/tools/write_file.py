@@ -60,6 +60,13 @@ def _write(workspace: Path, path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+def newline_lines(text: str) -> list[str]:
+    """`text` cut after each newline and only there (str.splitlines also cuts at U+2028,
+    form feed and the like, which would then never reach the reviewer's diff)."""
+    parts = text.split("\n")
+    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
 def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
     """What a reviewer sees: a unified diff of the current file against the new content.
 
@@ -70,8 +77,8 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
     current = _current_text(relative, workspace)
     new_file = current is None
     diff = difflib.unified_diff(
-        (current or "").splitlines(keepends=True),
-        content.splitlines(keepends=True),
+        newline_lines(current or ""),
+        newline_lines(content),
         fromfile="/dev/null" if new_file else f"a/{relative}",
         tofile=f"b/{relative}",
     )

@@ -63,10 +63,19 @@ def session_cookie(client: Client) -> bytes:
     return f"{name}={client.cookies[name].value}".encode()
 
 
+HOST = (b"host", b"127.0.0.1")
+
+
+def with_host(headers: tuple[tuple[bytes, bytes], ...]) -> list[tuple[bytes, bytes]]:
+    """`headers` with the Host a browser sends (127.0.0.1) unless one is given: the Origin
+    check compares the Origin with the socket's own scheme and Host."""
+    return [*headers] if any(name == b"host" for name, _ in headers) else [HOST, *headers]
+
+
 async def open_socket(*headers: tuple[bytes, bytes]) -> tuple[WebsocketCommunicator, bool]:
     from harness_site.asgi import application
 
-    communicator = WebsocketCommunicator(application, "/ws/approvals/", headers=list(headers))
+    communicator = WebsocketCommunicator(application, "/ws/approvals/", headers=with_host(headers))
     connected, _ = await communicator.connect(timeout=5)
     return communicator, connected
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from approvals import links
 from approvals.models import ApprovalRequest, UsedLink
+from audit import roles
 from audit.models import AuditEvent
 from dispatcher.models import Status
 from tests.approvals.conftest import ask
@@ -166,3 +167,23 @@ def test_a_link_of_someone_no_longer_a_reviewer_decides_nothing(agent: AgentFixt
     response = confirm(signed_in(person), url, approval.call.digest)
     assert response.status_code == 403  # type: ignore[attr-defined]
     assert status_of(approval) == Status.PENDING_APPROVAL
+
+
+@pytest.mark.parametrize("login_required", [True, False], ids=["signed-in", "link-alone"])
+def test_a_link_of_a_deactivated_reviewer_decides_nothing(
+    reviewer: User, agent: AgentFixture, login_required: bool
+) -> None:
+    approval = ask(agent, {"path": "notes.txt", "content": "x"})
+    url = links.make_url(approval, reviewer, "approve")
+    client = signed_in(reviewer)
+    assert client.get(path_of(url)).status_code == 200  # the link worked a moment ago
+    roles.deactivate(user=reviewer, actor="user:admin")
+    with override_settings(HARNESS_LINKS_REQUIRE_LOGIN=login_required):
+        response = confirm(client if login_required else Client(), url, approval.call.digest)
+        with pytest.raises(links.LinkRefused, match="deactivated: this link decides nothing"):
+            links.use(
+                token=url.rstrip("/").rsplit("/", 1)[1], user=None, digest=approval.call.digest
+            )
+    assert response.status_code in (302, 403)  # type: ignore[attr-defined]  # (302: signed out)
+    assert status_of(approval) == Status.PENDING_APPROVAL
+    assert not UsedLink.objects.exists()

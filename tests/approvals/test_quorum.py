@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client, override_settings
 
 from approvals.models import ApprovalRequest, Vote
+from audit import roles
 from audit.models import AuditEvent
 from dispatcher.models import Status
 from dispatcher.policy import profiles
@@ -178,3 +180,56 @@ def test_expiry_ends_the_whole_request_with_votes_in_it() -> None:
     )
     assert services.expire_due() == 1
     assert status_of(approval) == Status.EXPIRED
+
+
+def leave_role(user: User, group: str) -> None:
+    roles.remove_role(user=user, role="reviewer", actor="user:admin")
+
+
+def leave_group(user: User, group: str) -> None:
+    user.groups.remove(Group.objects.get(name=group))
+
+
+def deactivated(user: User, group: str) -> None:
+    roles.deactivate(user=user, actor="user:admin")
+
+
+@pytest.mark.parametrize(
+    ("leaves", "reason"),
+    [
+        (leave_role, "they are no longer a reviewer"),
+        (leave_group, "they are no longer in the group"),
+        (deactivated, "their account was deactivated"),
+    ],
+    ids=["role", "group", "deactivated"],
+)
+def test_a_vote_of_someone_who_left_is_discarded_and_audited(
+    leaves: Callable[[User, str], None], reason: str
+) -> None:
+    group = unique("sre")
+    approval = ask(quorum_agent(approvals=2, group=group), WRITE)
+    first, first_client = reviewer(group)
+    _, second_client = reviewer(group)
+    _, third_client = reviewer(group)
+    assert vote(first_client, approval).status_code == 200
+    leaves(first, group)
+    second = vote(second_client, approval)
+    assert second.status_code == 200
+    assert status_of(approval) == Status.PENDING_APPROVAL  # 1 of 2: the first vote is gone
+    assert "counts: 1 of 2" in second.content.decode()
+    discarded = AuditEvent.objects.get(
+        subject=f"call:{approval.call_id}", kind="approval.vote_discarded"
+    )
+    assert discarded.actor == "harness"
+    assert discarded.payload["reviewer"] == first.username
+    assert discarded.payload["reason"].startswith(reason)
+    assert discarded.payload["digest_seen"] == approval.call.digest
+    assert [v.voter_id for v in Vote.objects.filter(approval=approval)] != [first.pk]
+    assert vote(third_client, approval).status_code == 200
+    assert status_of(approval) == Status.QUEUED
+    approved = AuditEvent.objects.get(subject=f"call:{approval.call_id}", kind="call.approved")
+    assert first.username not in approved.payload["approvals"]
+    auditor = Client()
+    auditor.force_login(make_user(unique("auditor"), groups=("auditor",)))
+    timeline = auditor.get(f"/audit/sessions/{approval.call.session_id}/").content.decode()
+    assert "vote discarded: its reviewer left before the quorum completed" in timeline

@@ -10,7 +10,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from dispatcher.wakeups import publish_change
-from tests.approvals.conftest import run_async, session_cookie
+from tests.approvals.conftest import run_async, session_cookie, with_host
 from tests.audit.test_timeline_pages import bulk_session
 from tests.conftest import LiveStack, make_user, unique
 
@@ -31,7 +31,7 @@ async def open_timeline(
     from harness_site.asgi import application
 
     communicator = WebsocketCommunicator(
-        application, f"/ws/audit/sessions/{session_id}/", headers=list(headers)
+        application, f"/ws/audit/sessions/{session_id}/", headers=with_host(headers)
     )
     connected, _ = await communicator.connect(timeout=5)
     return communicator, connected

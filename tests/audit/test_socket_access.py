@@ -1,5 +1,6 @@
-"""A dashboard socket lives only as long as its user's role and sign-in: removing the role
-or signing out closes the approval queue and the audit timeline sockets at once."""
+"""A dashboard socket lives only as long as its user's role, sign-in and account: removing
+the role, signing out or deactivating the user closes the approval queue and the audit
+timeline sockets at once."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ from django.test import Client
 
 from audit import roles
 from audit.consumers import CLOSED_FOR_ACCESS
-from tests.approvals.conftest import closing_connections, open_socket, run_async, session_cookie
+from audit.models import AuditEvent
+from tests.approvals.conftest import (
+    ask,
+    closing_connections,
+    open_socket,
+    run_async,
+    session_cookie,
+)
 from tests.audit.test_live_timeline import open_timeline
-from tests.conftest import LiveStack, make_user, unique
+from tests.conftest import AgentFixture, LiveStack, make_user, unique
 
 pytestmark = pytest.mark.live
 
@@ -133,3 +141,53 @@ def test_removing_one_role_closes_the_other_roles_socket_which_reopens(
     got, reconnected = run_async(run)
     assert got == {"type": "websocket.close", "code": CLOSED_FOR_ACCESS}
     assert reconnected
+
+
+def deactivate_by_service(client: Client, user: User) -> object:
+    return roles.deactivate(user=user, actor="user:admin")
+
+
+def deactivate_by_save(client: Client, user: User) -> object:
+    user.is_active = False  # as the shell or an identity provider's sync would
+    user.save()
+    return None
+
+
+@pytest.mark.parametrize("socket", SOCKETS)
+@pytest.mark.parametrize(
+    "how", [deactivate_by_service, deactivate_by_save], ids=["service", "save"]
+)
+def test_deactivating_the_user_closes_the_open_socket(
+    live_stack: LiveStack, live_db: None, socket: str, how: Callable[[Client, User], object]
+) -> None:
+    connected, got, reconnected = scenario(socket, how)
+    assert connected
+    assert got == {"type": "websocket.close", "code": CLOSED_FOR_ACCESS}
+    assert not reconnected
+
+
+def test_deactivation_is_audited_once(live_stack: LiveStack, live_db: None) -> None:
+    user = make_user(unique("reviewer"), groups=("reviewer",))
+    assert roles.deactivate(user=user, actor="user:admin")
+    assert not roles.deactivate(user=user, actor="user:admin")
+    events = AuditEvent.objects.filter(kind="user.deactivated", subject=f"user:{user.username}")
+    assert [(event.actor, event.payload) for event in events] == [
+        ("user:admin", {"user": user.username})
+    ]
+    assert not roles.has_role(User.objects.get(pk=user.pk), "reviewer")
+
+
+def test_a_deactivation_no_signal_sees_closes_the_socket_at_the_next_push(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    """A bulk update sends no post_save: the socket re-reads is_active before a push, and
+    closes instead of sending the new ask to a deactivated user."""
+
+    def deactivate_then_ask(client: Client, user: User) -> object:
+        User.objects.filter(pk=user.pk).update(is_active=False)
+        return ask(live_agent, {"path": "after.txt", "content": "x"})
+
+    connected, got, reconnected = scenario("queue", deactivate_then_ask)
+    assert connected
+    assert got == {"type": "websocket.close", "code": CLOSED_FOR_ACCESS}
+    assert not reconnected
