@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 import uuid
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -134,6 +135,13 @@ class TooManySessions(Exception):
             f"(HARNESS_MAX_SESSIONS_PER_MINUTE), so no new session was started. Go on in a "
             f"session it already has, or start one after {retry_after} seconds."
         )
+
+
+def agent_key(agent: Any) -> str:
+    """How an agent's counters are keyed: its id and its token's visible prefix (unique
+    and never reused), so a new agent that gets a deleted one's id (SQLite reuses ids of
+    rolled-back rows) starts with counters of its own."""
+    return f"{agent.pk}-{agent.token_prefix}"
 
 
 def count_new_session(agent_id: object) -> None:
