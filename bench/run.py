@@ -58,6 +58,10 @@ def bench_env() -> dict[str, str]:
         HARNESS_LOG_LEVEL="ERROR",
         # bench.tools.NOOP (S6): for the web servers, the worker and this process alike.
         HARNESS_EXTRA_TOOLS="bench.tools.NOOP",
+        # The rows measure paths, not the caps per agent: one token starts a session per
+        # pair and may leave many asks pending (docs/security.md, "Fair shares per agent").
+        HARNESS_MAX_SESSIONS_PER_MINUTE="0",
+        HARNESS_MAX_PENDING_ASKS_PER_AGENT="0",
         PYTHONPATH=str(ROOT),
     )
     return env

@@ -187,7 +187,7 @@ def start_session(
     `client` and `external_id` name the way it came in and the client's own id for it
     (an MCP session id): one client session is one Harness session. Raises
     TooManySessions (nothing started) past HARNESS_MAX_SESSIONS_PER_MINUTE."""
-    limits.count_new_session(limits.agent_key(agent))
+    limits.count_new_session(agent)
     owner_mode = profile_for(agent.owner).mode
     if mode is not None and mode not in Mode.values:
         raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
@@ -290,7 +290,7 @@ def _client_session(agent: Agent, client: str, external_id: str) -> AgentSession
 def _start_client_session(
     agent: Agent, client: str, external_id: str, project_dir: str
 ) -> AgentSession:
-    limits.count_new_session(limits.agent_key(agent))  # raises TooManySessions: nothing started
+    limits.count_new_session(agent)  # raises TooManySessions: nothing started
     mode = profile_for(agent.owner).mode
     session = AgentSession.objects.create(
         agent=agent,

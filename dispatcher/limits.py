@@ -26,10 +26,11 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
 
 import redis
 from django.conf import settings
+
+from dispatcher.models import Agent
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +59,13 @@ def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
-def _key(*parts: object) -> str:
-    return ":".join([settings.HARNESS_LIMITS_PREFIX, *map(str, parts)])
+def _key(kind: str, agent: Agent, *parts: object) -> str:
+    """An agent's counter. The agent is named by its id and its token's random prefix: an
+    id alone names another agent in another database on the same Redis (a second
+    deployment, a test run), or after a rolled-back insert. (A rotated token starts a
+    fresh count: the agent's admin gave it a new credential.)"""
+    name = f"{agent.pk}-{agent.token_prefix}"
+    return ":".join([settings.HARNESS_LIMITS_PREFIX, kind, name, *map(str, parts)])
 
 
 class LocalSlots:
@@ -89,39 +95,38 @@ class LocalSlots:
 _local = LocalSlots()
 
 
-def reserve_wait(agent_id: object, seconds: float) -> str | None:
+def reserve_wait(agent: Agent, seconds: float) -> str | None:
     """Take one of the agent's HARNESS_MAX_WAITS_PER_AGENT wait slots for a wait of up to
     `seconds` (it lapses LAPSE_MARGIN later if never released); the slot to give back
     with release_wait, or None when the agent holds all of them (nothing taken)."""
-    agent, limit = str(agent_id), settings.HARNESS_MAX_WAITS_PER_AGENT
+    key, limit = _key("waits", agent), settings.HARNESS_MAX_WAITS_PER_AGENT
     member = uuid.uuid4().hex
     now = time.time()
     try:
         taken = _client(settings.REDIS_URL).eval(
-            _RESERVE, 1, _key("waits", agent), now, now + seconds + LAPSE_MARGIN, limit, member
+            _RESERVE, 1, key, now, now + seconds + LAPSE_MARGIN, limit, member
         )
     except Exception:
         logger.warning("wait slots unavailable in Redis; counting in this process", exc_info=True)
-        return f"local:{agent}" if _local.reserve(agent, limit) else None
-    return f"{agent}:{member}" if taken else None
+        return f"local {key}" if _local.reserve(key, limit) else None
+    return f"{key} {member}" if taken else None
 
 
 def release_wait(slot: str) -> None:
     """Give a slot back (reserve_wait's answer). Never raises: an unreleased slot lapses."""
-    agent, _, member = slot.partition(":")
-    if agent == "local":
+    key, _, member = slot.partition(" ")
+    if key == "local":
         _local.release(member)
         return
     try:
-        _client(settings.REDIS_URL).zrem(_key("waits", agent), member)
+        _client(settings.REDIS_URL).zrem(key, member)
     except Exception:
-        logger.warning("could not release a wait slot of agent %s", agent, exc_info=True)
+        logger.warning("could not release the wait slot %s", slot, exc_info=True)
 
 
-def waits_held(agent_id: object) -> int:
+def waits_held(agent: Agent) -> int:
     """How many wait slots the agent holds now (in every process)."""
-    key = _key("waits", agent_id)
-    return int(_client(settings.REDIS_URL).zcount(key, time.time(), "+inf"))
+    return int(_client(settings.REDIS_URL).zcount(_key("waits", agent), time.time(), "+inf"))
 
 
 class TooManySessions(Exception):
@@ -137,14 +142,7 @@ class TooManySessions(Exception):
         )
 
 
-def agent_key(agent: Any) -> str:
-    """How an agent's counters are keyed: its id and its token's visible prefix (unique
-    and never reused), so a new agent that gets a deleted one's id (SQLite reuses ids of
-    rolled-back rows) starts with counters of its own."""
-    return f"{agent.pk}-{agent.token_prefix}"
-
-
-def count_new_session(agent_id: object) -> None:
+def count_new_session(agent: Agent) -> None:
     """Count one new session of the agent in this calendar minute (one counter per agent
     and minute). Raises TooManySessions when this one passes the cap: the caller starts
     nothing. Refused attempts count too, so retrying at once does not help."""
@@ -154,9 +152,7 @@ def count_new_session(agent_id: object) -> None:
     now = time.time()
     minute = int(now // 60)
     try:
-        started = int(
-            _client(settings.REDIS_URL).eval(_COUNT, 1, _key("sessions", agent_id, minute))
-        )
+        started = int(_client(settings.REDIS_URL).eval(_COUNT, 1, _key("sessions", agent, minute)))
     except Exception:
         logger.warning("session counter unavailable in Redis; not counted", exc_info=True)
         return

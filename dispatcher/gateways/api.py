@@ -176,10 +176,10 @@ def clamp_wait(wait: float) -> float:
     return max(0.0, min(float(wait), settings.HARNESS_MAX_WAIT))
 
 
-def reserve_wait(agent_id: object, seconds: float) -> str | None:
+def reserve_wait(agent: Agent, seconds: float) -> str | None:
     """Take one of the agent's wait slots (dispatcher.limits): the slot, or None when the
     agent holds all of them."""
-    return limits.reserve_wait(agent_id, seconds)
+    return limits.reserve_wait(agent, seconds)
 
 
 def too_many_waits() -> JsonResponse:
@@ -371,7 +371,7 @@ def _submit(
             f"Session {session_id} does not exist or belongs to another agent.",
         )
     slot = None
-    if waits and (slot := reserve_wait(session.agent_id, seconds)) is None:
+    if waits and (slot := reserve_wait(session.agent, seconds)) is None:
         return too_many_waits()
     try:
         outcome = _read_and_admit(session, request)
@@ -487,7 +487,7 @@ async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> Http
     seconds = clamp_wait(wait)
     if seconds <= 0 or call.status in TERMINAL_STATUSES:
         return JsonResponse(call_json(call))
-    slot = await sync_to_async(reserve_wait, thread_sensitive=False)(agent_of(request).pk, seconds)
+    slot = await sync_to_async(reserve_wait, thread_sensitive=False)(agent_of(request), seconds)
     if slot is None:
         return too_many_waits()
     ids = [str(call.pk)]

@@ -136,9 +136,7 @@ async def _wait_with_slot(call: ToolCall, session: AgentSession, seconds: float)
     the call is cancelled at once (recorded, with why) and the client told so."""
     if seconds <= 0:  # nothing is held: the call is given up at once
         return await _wait_holding_slot(call, session, seconds)
-    slot = await sync_to_async(limits.reserve_wait, thread_sensitive=False)(
-        session.agent_id, seconds
-    )
+    slot = await sync_to_async(limits.reserve_wait, thread_sensitive=False)(session.agent, seconds)
     if slot is None:
         reason = limits.too_many_waits_message(
             "So this call was not held for a reviewer and did not run. Wait until one of "

@@ -205,8 +205,8 @@ async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
     storable(name, arguments)
     # A held call may wait for a reviewer as long as an approval lives, then for its run.
     longest = settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN
-    agent_id = _caller.get().session.agent_id
-    slot = await sync_to_async(limits.reserve_wait, thread_sensitive=False)(agent_id, longest)
+    agent = _caller.get().agent
+    slot = await sync_to_async(limits.reserve_wait, thread_sensitive=False)(agent, longest)
     if slot is None:
         raise McpError(
             types.ErrorData(

@@ -18,7 +18,7 @@ from django.test import Client
 
 from audit.models import AuditEvent
 from dispatcher import limits
-from dispatcher.models import AgentSession, Status, ToolCall
+from dispatcher.models import Agent, AgentSession, Status, ToolCall
 from tests.approvals.conftest import start_session
 from tests.claude_code.conftest import HOOK_URL, decision, pre_tool_use, send
 from tests.conftest import AgentFixture, LiveStack, make_agent
@@ -35,9 +35,9 @@ def held_slots(request: pytest.FixtureRequest) -> Iterator[list[str]]:
         limits.release_wait(slot)
 
 
-def take(agent_id: object, count: int, slots: list[str]) -> None:
+def take(agent: Agent, count: int, slots: list[str]) -> None:
     for _ in range(count):
-        slot = limits.reserve_wait(agent_id, 120)
+        slot = limits.reserve_wait(agent, 120)
         assert slot is not None
         slots.append(slot)
 
@@ -99,7 +99,7 @@ def mcp_answer(response: httpx.Response) -> dict[str, Any]:
 def test_a_hook_past_the_wait_cap_is_denied_and_its_call_recorded_as_cancelled(
     agent: AgentFixture, held_slots: list[str]
 ) -> None:
-    take(agent.agent.pk, settings.HARNESS_MAX_WAITS_PER_AGENT, held_slots)
+    take(agent.agent, settings.HARNESS_MAX_WAITS_PER_AGENT, held_slots)
     session_id = str(uuid.uuid4())
     body = pre_tool_use(session_id, "Bash", {"command": "make deploy"})
     action, reason = decision(send(agent, body, wait=20))
@@ -120,7 +120,7 @@ def test_hook_holds_and_mcp_calls_count_with_api_waits_in_every_process(
     """The test process holds all slots but one; daphne's held hook takes the last; then the
     agent API and the MCP gateway refuse to wait, recording nothing."""
     fx, limit = live_agent, settings.HARNESS_MAX_WAITS_PER_AGENT
-    take(fx.agent.pk, limit - 1, held_slots)
+    take(fx.agent, limit - 1, held_slots)
     hook_session = str(uuid.uuid4())
     answers: list[httpx.Response] = []
 
@@ -133,9 +133,9 @@ def test_hook_holds_and_mcp_calls_count_with_api_waits_in_every_process(
     thread.start()
     try:
         deadline = time.monotonic() + 20
-        while limits.waits_held(fx.agent.pk) < limit and time.monotonic() < deadline:
+        while limits.waits_held(fx.agent) < limit and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert limits.waits_held(fx.agent.pk) == limit  # the held hook is counted
+        assert limits.waits_held(fx.agent) == limit  # the held hook is counted
         with live_stack.client(fx) as client:
             session_id = client.post("/api/v1/sessions", json={}).json()["id"]
             refused = client.post(
