@@ -271,6 +271,21 @@ def test_the_beat_job_writes_the_configured_file_and_posts_to_the_url(tmp_path: 
     assert schedule["task"] == "audit.tasks.write_checkpoint"
 
 
+def test_the_checkpoint_url_goes_through_the_outbound_door(tmp_path: Path) -> None:
+    """A checkpoint URL on loopback that nobody allowed is never reached; the file still
+    gets its lines (it is written first) and the command says what was refused."""
+    from tests.dispatcher.test_outbound import listener
+
+    path = tmp_path / "door.jsonl"
+    chain = write_chain(1)[0].chain
+    with listener() as receiver, override_settings(HARNESS_OUTBOUND_ALLOW=[]):
+        for url in (receiver.url + "/checkpoints", f"http://localhost:{receiver.port}/c"):
+            with pytest.raises(CommandError, match="refused: a loopback address"):
+                call_command("audit_checkpoint", output=path, url=url, all=True)
+    assert receiver.hits == []
+    assert chain in path.read_text()
+
+
 @pytest.fixture
 def key_file(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "data" / "audit.key"

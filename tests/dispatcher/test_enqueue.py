@@ -76,3 +76,25 @@ def test_another_broker_is_sent_to_by_celery() -> None:
         )
     finally:
         conf.broker_url = before
+
+
+def test_the_background_lanes_routes_leave_the_direct_push_on_the_execution_queue() -> None:
+    """The routes send notifications and housekeeping to the background queue and name
+    no execution task: the message is still pushed directly, onto the default queue. A
+    route that takes the execution task elsewhere turns the direct push off."""
+    from django.conf import settings
+
+    conf = current_app.conf
+    assert conf.task_routes == settings.CELERY_TASK_ROUTES
+    assert conf.task_default_queue != settings.HARNESS_CELERY_BACKGROUND_QUEUE
+    assert batches._execution_unrouted(conf.task_routes)
+    moved = {**conf.task_routes, batches.EXECUTE_TASK: {"queue": "elsewhere"}}
+    assert not batches._execution_unrouted(moved)
+    router = current_app.amqp.router
+    for task in (
+        "approvals.tasks.deliver",
+        "audit.tasks.write_checkpoint",
+        "dispatcher.tasks.reconcile",
+    ):
+        assert router.route({}, task)["queue"].name == settings.HARNESS_CELERY_BACKGROUND_QUEUE
+    assert router.route({}, batches.EXECUTE_TASK)["queue"].name == conf.task_default_queue

@@ -11,9 +11,10 @@ import uuid
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from mcp import types
 
 from audit.models import AuditEvent
@@ -244,8 +245,11 @@ def test_a_definition_changed_upstream_since_the_refresh_is_refused_by_the_worke
 
 
 @pytest.fixture
-def http_upstream(tmp_path: Path) -> Iterator[str]:
+def http_upstream(tmp_path: Path, settings: Any) -> Iterator[str]:
+    """A streamable HTTP server on a loopback port, which this process (where the server
+    is registered) is allowed to reach; the live stack's worker allows 127.0.0.1."""
     port = free_port()
+    settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{port}"]
     log = tmp_path / "upstream-http.log"
     proc = subprocess.Popen(
         [sys.executable, str(UPSTREAM), "http", str(port)],
@@ -275,6 +279,16 @@ def test_a_streamable_http_upstream_server(
 
     first, second = run(scenario)
     assert text_of(first) == "echo: over http" and text_of(second) == "echo: same session"
+
+
+def test_an_http_upstream_server_on_a_loopback_address_not_allowed_is_refused(
+    live_db: None, http_upstream: str, settings: Any
+) -> None:
+    settings.HARNESS_OUTBOUND_ALLOW = []
+    port = http_upstream.split(":")[2].split("/")[0]
+    for url in (http_upstream, f"http://localhost:{port}/mcp"):
+        with pytest.raises(CommandError, match="refused: a loopback address"):
+            call_command("add_mcp_server", server_name(), "--url", url, stdout=StringIO())
 
 
 def test_the_reference_filesystem_server_from_npm(
