@@ -16,12 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.policy.git_reading import git_nested_commands
+from dispatcher.policy.git_reading import git_nested_commands, git_settings_in_variables
+from dispatcher.policy.program_facts import (
+    COMMAND_VARIABLE,
+    PRIVILEGE_WRAPPERS,
+    SHELLS,
+    WrapperSpec,
+)
 from dispatcher.policy.programs import Nested, option_values
 from dispatcher.policy.shell import (
-    SHELLS,
     UnreadableCommand,
-    WrapperSpec,
     command_name,
     dash_quoting,
     decode_ansi_c,
@@ -39,8 +43,6 @@ MAX_LAYERS = 32
 # start: quadratic). The guard blocks any shell string over shell.MAX_SHELL_TEXT.
 MAX_GUESSED_TEXT = 8 * 1024
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-# Wrappers that run their operand with more rights (the command guard blocks them anyway).
-PRIVILEGE_WRAPPERS = {"sudo": "ugChpDrtTU", "doas": "uC", "pkexec": "", "runuser": "ugGsw"}
 # `su -c STRING` / `runuser [USER] -c STRING` run a shell string.
 SU_SPEC = WrapperSpec("cgGsw", frozenset({"command", "session-command", "group", "shell"}))
 
@@ -105,12 +107,28 @@ def _started_by(argv: list[str], depth: int) -> list[Part]:
         operand = _privileged_operand(argv, PRIVILEGE_WRAPPERS[name])
         if operand:
             parts.extend(_argv_parts(operand, depth + 1))
-    for nested in nested_commands(argv):
-        if nested.text is not None:
-            parts.extend(parse_shell(nested.text, depth + 1))
-        elif nested.argv:
-            parts.extend(_argv_parts(list(nested.argv), depth + 1))
+    assignments = [arg for arg in argv[1:] if ASSIGNMENT.match(arg)] if name == "env" else []
+    for nested in [*nested_commands(argv), *variable_commands(assignments)]:
+        parts.extend(_nested_parts(nested, depth))
     return parts
+
+
+def _nested_parts(nested: Nested, depth: int) -> list[Part]:
+    if nested.text is not None:
+        return parse_shell(nested.text, depth + 1)
+    return _argv_parts(list(nested.argv), depth + 1) if nested.argv else []
+
+
+def variable_commands(assignments: Sequence[str]) -> list[Nested]:
+    """The commands variables set for a command carry: a program runs the value of
+    `GIT_SSH_COMMAND`, `PAGER`, `GIT_CONFIG_VALUE_n` ... as a command, and git runs the
+    commands of the settings in `GIT_CONFIG_PARAMETERS`."""
+    found = [
+        Nested(text=assignment.split("=", 1)[1])
+        for assignment in assignments
+        if COMMAND_VARIABLE.match(assignment)
+    ]
+    return found + git_settings_in_variables(assignments)
 
 
 def _privileged_operand(argv: list[str], with_value: str) -> list[str]:
@@ -169,6 +187,9 @@ def _walk(node: Any, parts: list[Part], depth: int) -> None:
         words = [part.word for part in node.parts if part.kind == "word"]
         if words:
             parts.extend(_argv_parts(words, depth + 1))
+        assignments = [part.word for part in node.parts if part.kind == "assignment"]
+        for nested in variable_commands(assignments):
+            parts.extend(_nested_parts(nested, depth))
     for name in ("parts", "list"):
         for child in getattr(node, name, None) or []:
             _walk(child, parts, depth)
