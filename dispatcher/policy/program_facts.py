@@ -1196,6 +1196,9 @@ GIT = GitFacts(
         "git grep -O id x",
         "git submodule foreach id",
         "git log .git/hooks/pre-commit",
+        "git log -1 --format=x --output=.git/./config",
+        "git diff -o.git/hooks/pre-commit",
+        "git show HEAD:x --output=sub/../.git//hooks/post-checkout",
         "git bisect run bash -c 'echo $x'",
     ),
     blocked=(
@@ -1261,9 +1264,20 @@ PACKAGE_RUNNER_SUBCOMMANDS: dict[str, frozenset[str]] = {
 }
 
 
-# Paths of git's own control files: a command naming one may change what git runs next
-# (a hook, `core.fsmonitor` in the config), whatever program it is (`cp x .git/hooks/y`).
-GIT_CONTROL_PATH = re.compile(r"(^|[/=])\.git/+(hooks|config|info|modules)(/|$|\.)", re.I)
+# Git's own control files: writing one changes what git runs next (a hook, `core.fsmonitor`
+# in the config, an alternate object store), whatever program writes it.
+GIT_CONTROL = re.compile(r"\.git(/(hooks|config|info|modules|objects/info)([/.].*)?)?", re.I)
+
+
+def names_git_control(word: str) -> bool:
+    """True when `word` holds a path into a git directory's control files, after lexical
+    normalisation (`.git/./hooks`, `x/../.git//config`, `-o.git/hooks/y`, a bare repository's
+    `repo.git/config`), or names a `.git` directory itself (`cp -r x .git`)."""
+    for match in re.finditer(r"\.git(?=/|$)", word, re.IGNORECASE):
+        tail = posixpath.normpath(re.sub(r"/+", "/", word[match.start() :]))
+        if GIT_CONTROL.fullmatch(tail):
+            return True
+    return False
 
 
 # --- operands that name code produced at run time -----------------------------------------------

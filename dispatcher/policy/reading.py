@@ -34,7 +34,6 @@ from dispatcher.policy.git_reading import read_git
 from dispatcher.policy.program_facts import (
     CODE_OPTIONS,
     EVALUATING_BUILTINS,
-    GIT_CONTROL_PATH,
     INLINE_CODE_OPTIONS,
     LOOKED_THROUGH_SHELLS,
     OPAQUE_PROGRAMS,
@@ -44,6 +43,7 @@ from dispatcher.policy.program_facts import (
     SHELL_FLAGS,
     SHELL_LONG_FLAGS,
     STRICT_WRAPPERS,
+    names_git_control,
     names_runtime_input,
 )
 from dispatcher.policy.programs import (
@@ -126,7 +126,7 @@ def _read_argv(argv: list[str], depth: int, *, fed: bool, appended: bool) -> lis
         return _read_shell(argv, depth, fed=fed, appended=appended)
     if name in OTHER_SHELLS:
         return _read_other_shell(argv, fed=fed, appended=appended)
-    control = next((word for word in argv if GIT_CONTROL_PATH.search(word)), None)
+    control = next((word for word in argv if names_git_control(word)), None)
     if control is not None:
         raise unreadable(
             f"'{control}' names git's hooks or configuration, which decide what git runs next"
