@@ -35,6 +35,7 @@ from dispatcher.policy.shell import (
     shell_invocation,
     shell_readings,
     unwrap_once,
+    word_value,
 )
 
 MAX_DEPTH = 8
@@ -178,25 +179,25 @@ def parse_shell(text: str, depth: int, shell: str = "sh") -> list[Part]:
         if not reading.strip():
             continue
         for tree in parse_trees(reading):  # also refuses substitutions bashlex would not show
-            _walk(tree, parts, depth)
+            _walk(tree, parts, depth, reading)
     return parts
 
 
-def _walk(node: Any, parts: list[Part], depth: int) -> None:
+def _walk(node: Any, parts: list[Part], depth: int, text: str) -> None:
     if getattr(node, "kind", "") == "command":
-        words = [part.word for part in node.parts if part.kind == "word"]
+        words = [word_value(part, text) for part in node.parts if part.kind == "word"]
         if words:
             parts.extend(_argv_parts(words, depth + 1))
-        assignments = [part.word for part in node.parts if part.kind == "assignment"]
+        assignments = [word_value(p, text) for p in node.parts if p.kind == "assignment"]
         for nested in variable_commands(assignments):
             parts.extend(_nested_parts(nested, depth))
     for name in ("parts", "list"):
         for child in getattr(node, name, None) or []:
-            _walk(child, parts, depth)
+            _walk(child, parts, depth, text)
     for name in ("command", "output", "heredoc", "body"):
         child = getattr(node, name, None)
         if child is not None and hasattr(child, "kind"):
-            _walk(child, parts, depth)
+            _walk(child, parts, depth, text)
 
 
 def nested_commands(argv: Sequence[str]) -> list[Nested]:

@@ -545,11 +545,11 @@ def parse_script(text: str) -> list[ScriptCommand]:
     trees = parse_trees(text)
     found: list[ScriptCommand] = []
     for tree in trees:
-        found.extend(_commands_in(tree, []))
+        found.extend(_commands_in(tree, [], text))
     return found
 
 
-def _commands_in(node: Any, piped_from: list[list[str]]) -> Iterator[ScriptCommand]:
+def _commands_in(node: Any, piped_from: list[list[str]], text: str) -> Iterator[ScriptCommand]:
     """Walk a bashlex tree; pipeline stages after the first know what feeds them."""
     kind = getattr(node, "kind", "")
     if kind == "pipeline":
@@ -557,19 +557,38 @@ def _commands_in(node: Any, piped_from: list[list[str]]) -> Iterator[ScriptComma
         for stage in node.parts:
             if stage.kind in ("pipe", "reservedword"):
                 continue
-            stage_commands = list(_commands_in(stage, list(upstream)))
+            stage_commands = list(_commands_in(stage, list(upstream), text))
             yield from stage_commands
             upstream.extend(command.argv for command in stage_commands)
         return
     if kind == "command":
-        words = [part.word for part in node.parts if part.kind == "word"]
-        assignments = tuple(part.word for part in node.parts if part.kind == "assignment")
+        words = [word_value(part, text) for part in node.parts if part.kind == "word"]
+        assignments = tuple(
+            word_value(part, text) for part in node.parts if part.kind == "assignment"
+        )
         redirects = [part for part in node.parts if part.kind == "redirect"]
         stdin_text = any(part.type in ("<<", "<<<") for part in redirects)
         if words:
             yield ScriptCommand(words, piped_from, stdin_text, assignments)
     for child in _children(node):
-        yield from _commands_in(child, piped_from if kind != "command" else [])
+        yield from _commands_in(child, piped_from if kind != "command" else [], text)
+
+
+def word_value(node: Any, text: str) -> str:
+    """A word's value after quote removal. bashlex removes only a word's outer quotes
+    (`'a '"'"'b c'"'"''` reads `a '"'"'b c'"'"'`), so a word holding quotes is read again
+    from its source text, as POSIX quote removal reads it; bashlex's word is kept when
+    that does not give exactly one word (an expansion with blanks inside: `$(a b)`)."""
+    word = str(node.word)
+    start, end = getattr(node, "pos", (0, 0))
+    raw = text[start:end]
+    if not any(quote in raw for quote in "'\"\\"):
+        return word
+    try:
+        tokens = shlex.split(raw)
+    except ValueError:
+        return word
+    return tokens[0] if len(tokens) == 1 else word
 
 
 def _children(node: Any) -> Iterator[Any]:
