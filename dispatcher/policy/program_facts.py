@@ -1266,6 +1266,7 @@ PACKAGE_RUNNER_SUBCOMMANDS: dict[str, frozenset[str]] = {
 
 # Git's own control files: writing one changes what git runs next (a hook, `core.fsmonitor`
 # in the config, an alternate object store), whatever program writes it.
+GIT_DIR_NAME = re.compile(r"\.git(?=/|$)", re.IGNORECASE)
 GIT_CONTROL = re.compile(r"\.git(/(hooks|config|info|modules|objects/info)([/.].*)?)?", re.I)
 
 
@@ -1273,7 +1274,9 @@ def names_git_control(word: str) -> bool:
     """True when `word` holds a path into a git directory's control files, after lexical
     normalisation (`.git/./hooks`, `x/../.git//config`, `-o.git/hooks/y`, a bare repository's
     `repo.git/config`), or names a `.git` directory itself (`cp -r x .git`)."""
-    for match in re.finditer(r"\.git(?=/|$)", word, re.IGNORECASE):
+    if "git" not in word.lower():
+        return False
+    for match in GIT_DIR_NAME.finditer(word):
         tail = posixpath.normpath(re.sub(r"/+", "/", word[match.start() :]))
         if GIT_CONTROL.fullmatch(tail):
             return True

@@ -582,8 +582,9 @@ def word_value(node: Any, text: str) -> str:
     word = str(node.word)
     start, end = getattr(node, "pos", (0, 0))
     raw = text[start:end]
-    if not any(quote in raw for quote in "'\"\\"):
-        return word
+    inner = raw[1:-1] if len(raw) > 1 and raw[0] == raw[-1] and raw[0] in "'\"" else raw
+    if not any(quote in inner for quote in "'\"\\"):
+        return word  # no quotes, or one quoted piece: bashlex's word is right
     try:
         tokens = shlex.split(raw)
     except ValueError:
