@@ -15,13 +15,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dispatcher.policy.context import CallContext
-from dispatcher.policy.parts import nested_commands
-from dispatcher.policy.programs import PUBLISH_WORDS, PUBLISHERS
+from dispatcher.policy.parts import nested_commands, variable_commands
+from dispatcher.policy.program_facts import (
+    GIT,
+    PRIVILEGE_PROGRAMS,
+    PUBLISH_WORDS,
+    PUBLISHERS,
+    SHELLS,
+    names_runtime_input,
+)
+from dispatcher.policy.programs import Nested
 from dispatcher.policy.shell import (
     BRACES,
     EXPANSIONS,
     GLOB_CHARACTERS,
-    SHELLS,
     ScriptCommand,
     UnreadableCommand,
     command_name,
@@ -40,16 +47,7 @@ logger = logging.getLogger(__name__)
 
 MAX_SHELL_DEPTH = 8
 MAX_LAYERS = 32
-PRIVILEGE_COMMANDS = frozenset(
-    {"sudo", "sudoedit", "su", "doas", "pkexec", "runuser", "run0", "ksu"}
-)
 DOWNLOADERS = frozenset({"curl", "wget"})
-# Variables whose value a program runs as a command (`GIT_SSH_COMMAND='sudo id' git fetch`).
-COMMAND_VARIABLE = re.compile(
-    r"(GIT_SSH_COMMAND|GIT_SSH|GIT_PAGER|PAGER|GIT_EDITOR|EDITOR|VISUAL|GIT_SEQUENCE_EDITOR"
-    r"|GIT_EXTERNAL_DIFF|GIT_ASKPASS|SSH_ASKPASS|SUDO_ASKPASS|GIT_PROXY_COMMAND"
-    r"|GIT_CONFIG_VALUE_\d+|PROMPT_COMMAND|MANPAGER|BROWSER|LESSOPEN|LESSCLOSE)\+?="
-)
 # Builtins that evaluate an array subscript in a string they are given: a literal
 # `a[$(cmd)]` in their arguments runs `cmd`.
 SUBSCRIPT_EVALUATORS = frozenset(
@@ -57,9 +55,6 @@ SUBSCRIPT_EVALUATORS = frozenset(
     | {"let", "unset", "mapfile", "readarray", "wait", "getopts"}
 )
 HIDDEN_SUBSTITUTION = re.compile(r"\[[^\]]*(\$\(|`)")
-GIT_OPTIONS_WITH_VALUE = frozenset(
-    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"}
-)
 
 
 def workspace_confinement(call: CallContext) -> str | None:
@@ -174,27 +169,31 @@ def _layer_reason(argv: list[str], depth: int) -> str | None:
         if reason is not None:
             return reason
     for nested in nested_commands(argv):
-        if nested.alias:
-            return _blocked(
-                f"Defining a git alias ('{nested.alias}' with 'git -c' or 'git config')",
-                "run the git subcommand by its own name.",
-            )
-        if nested.text is not None:
-            reason = _string_reason(nested.text, depth)
-        else:
-            reason = blocked_reason(list(nested.argv), depth + 1)
+        reason = _nested_reason(nested, depth)
         if reason is not None:
             return reason
     return _shell_reason(argv, depth) if name in SHELLS else None
 
 
+def _nested_reason(nested: Nested, depth: int) -> str | None:
+    if nested.alias:
+        return _blocked(
+            f"Defining a git alias ('{nested.alias}' with 'git -c', 'git config' or "
+            "GIT_CONFIG_PARAMETERS)",
+            "run the git subcommand by its own name.",
+        )
+    if nested.text is not None:
+        return _string_reason(nested.text, depth)
+    return blocked_reason(list(nested.argv), depth + 1)
+
+
 def _variables_reason(assignments: list[str], depth: int) -> str | None:
-    """A variable a program runs as a command holds a blocked command."""
-    for assignment in assignments:
-        if COMMAND_VARIABLE.match(assignment):
-            reason = _string_reason(assignment.split("=", 1)[1], depth)
-            if reason is not None:
-                return reason
+    """A variable a program runs as a command (or a git setting carried by one) holds a
+    blocked command (see `parts.variable_commands`)."""
+    for nested in variable_commands(assignments):
+        reason = _nested_reason(nested, depth)
+        if reason is not None:
+            return reason
     return None
 
 
@@ -216,7 +215,7 @@ def _blocked(pattern: str, advice: str) -> str:
 
 
 def _privilege(name: str, argv: list[str]) -> str | None:
-    if name in PRIVILEGE_COMMANDS:
+    if name in PRIVILEGE_PROGRAMS:
         return _blocked(f"'{name}'", f"run the command without {name} or ask an administrator.")
     return None
 
@@ -241,7 +240,7 @@ def _source_substitution(name: str, argv: list[str]) -> str | None:
     """`source <(...)`, `. /dev/stdin <<< 'cmd'`, `source /dev/fd/3`: commands produced at
     run time or fed on standard input."""
     operand = argv[1] if argv[1:2] else ""
-    produced = operand == "-" or operand.startswith(("<(", "/dev/stdin", "/dev/fd/", "/proc/"))
+    produced = operand.startswith("<(") or names_runtime_input(operand)
     if name in ("source", ".") and produced:
         return _blocked(
             f"'{name} {argv[1]}' (running commands produced at run time)",
@@ -360,7 +359,7 @@ def _git_push(name: str, argv: list[str]) -> str | None:
     args, i = argv[1:], 0
     while i < len(args):
         arg = args[i]
-        if arg in GIT_OPTIONS_WITH_VALUE:
+        if arg in GIT.global_loose_valued:
             i += 2
         elif arg.startswith("-"):
             i += 1
@@ -412,7 +411,7 @@ def _shell_reason(argv: list[str], depth: int) -> str | None:
     name = command_name(argv[0])
     invocation = shell_invocation(argv)
     script = invocation.script or ""
-    if script.startswith(("<(", "/dev/fd/", "/proc/")):
+    if script.startswith("<(") or (names_runtime_input(script) and script != "-"):
         return _blocked(
             f"'{name} {script}' (a script produced at run time)",
             "write the script to a file, read it, then run it.",

@@ -16,12 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.policy.git_reading import git_nested_commands
+from dispatcher.policy.git_reading import git_nested_commands, git_settings_in_variables
+from dispatcher.policy.program_facts import (
+    COMMAND_VARIABLE,
+    PRIVILEGE_WRAPPERS,
+    SHELLS,
+    WrapperSpec,
+)
 from dispatcher.policy.programs import Nested, option_values
 from dispatcher.policy.shell import (
-    SHELLS,
     UnreadableCommand,
-    WrapperSpec,
     command_name,
     dash_quoting,
     decode_ansi_c,
@@ -31,6 +35,7 @@ from dispatcher.policy.shell import (
     shell_invocation,
     shell_readings,
     unwrap_once,
+    word_value,
 )
 
 MAX_DEPTH = 8
@@ -39,8 +44,6 @@ MAX_LAYERS = 32
 # start: quadratic). The guard blocks any shell string over shell.MAX_SHELL_TEXT.
 MAX_GUESSED_TEXT = 8 * 1024
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-# Wrappers that run their operand with more rights (the command guard blocks them anyway).
-PRIVILEGE_WRAPPERS = {"sudo": "ugChpDrtTU", "doas": "uC", "pkexec": "", "runuser": "ugGsw"}
 # `su -c STRING` / `runuser [USER] -c STRING` run a shell string.
 SU_SPEC = WrapperSpec("cgGsw", frozenset({"command", "session-command", "group", "shell"}))
 
@@ -105,12 +108,28 @@ def _started_by(argv: list[str], depth: int) -> list[Part]:
         operand = _privileged_operand(argv, PRIVILEGE_WRAPPERS[name])
         if operand:
             parts.extend(_argv_parts(operand, depth + 1))
-    for nested in nested_commands(argv):
-        if nested.text is not None:
-            parts.extend(parse_shell(nested.text, depth + 1))
-        elif nested.argv:
-            parts.extend(_argv_parts(list(nested.argv), depth + 1))
+    assignments = [arg for arg in argv[1:] if ASSIGNMENT.match(arg)] if name == "env" else []
+    for nested in [*nested_commands(argv), *variable_commands(assignments)]:
+        parts.extend(_nested_parts(nested, depth))
     return parts
+
+
+def _nested_parts(nested: Nested, depth: int) -> list[Part]:
+    if nested.text is not None:
+        return parse_shell(nested.text, depth + 1)
+    return _argv_parts(list(nested.argv), depth + 1) if nested.argv else []
+
+
+def variable_commands(assignments: Sequence[str]) -> list[Nested]:
+    """The commands variables set for a command carry: a program runs the value of
+    `GIT_SSH_COMMAND`, `PAGER`, `GIT_CONFIG_VALUE_n` ... as a command, and git runs the
+    commands of the settings in `GIT_CONFIG_PARAMETERS`."""
+    found = [
+        Nested(text=assignment.split("=", 1)[1])
+        for assignment in assignments
+        if COMMAND_VARIABLE.match(assignment)
+    ]
+    return found + git_settings_in_variables(assignments)
 
 
 def _privileged_operand(argv: list[str], with_value: str) -> list[str]:
@@ -160,22 +179,25 @@ def parse_shell(text: str, depth: int, shell: str = "sh") -> list[Part]:
         if not reading.strip():
             continue
         for tree in parse_trees(reading):  # also refuses substitutions bashlex would not show
-            _walk(tree, parts, depth)
+            _walk(tree, parts, depth, reading)
     return parts
 
 
-def _walk(node: Any, parts: list[Part], depth: int) -> None:
+def _walk(node: Any, parts: list[Part], depth: int, text: str) -> None:
     if getattr(node, "kind", "") == "command":
-        words = [part.word for part in node.parts if part.kind == "word"]
+        words = [word_value(part, text) for part in node.parts if part.kind == "word"]
         if words:
             parts.extend(_argv_parts(words, depth + 1))
+        assignments = [word_value(p, text) for p in node.parts if p.kind == "assignment"]
+        for nested in variable_commands(assignments):
+            parts.extend(_nested_parts(nested, depth))
     for name in ("parts", "list"):
         for child in getattr(node, name, None) or []:
-            _walk(child, parts, depth)
+            _walk(child, parts, depth, text)
     for name in ("command", "output", "heredoc", "body"):
         child = getattr(node, name, None)
         if child is not None and hasattr(child, "kind"):
-            _walk(child, parts, depth)
+            _walk(child, parts, depth, text)
 
 
 def nested_commands(argv: Sequence[str]) -> list[Nested]:

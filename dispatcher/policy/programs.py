@@ -1,12 +1,10 @@
-"""What the command reader knows about programs: options known to be harmless, and the
-options, subcommands and arguments that make a program run code it was given inline.
+"""How the strict reader reads one program, by the facts of `program_facts`.
 
 `dispatcher.policy.reading` asks `reader_for(name)` how to read one simple command. A
 reader returns the simple commands it runs (itself, plus what it starts: `find -exec CMD`,
-`git bisect run CMD`) or raises `UnreadableCommand` naming what it cannot vouch for. Each
-table here is an allowlist where it can be (wrappers, interpreters' flags) and a list of
-known code-running forms where a program has too many harmless options to list (`git`,
-`tar`, `rsync`). The guard (`dispatcher.policy.guards`) shares the git and npm tables.
+`git bisect run CMD`) or raises `UnreadableCommand` naming what it cannot vouch for. What
+is known about each program (its harmless options, the options that carry code) is a row
+of `dispatcher.policy.program_facts`; here is only the code that applies a row.
 """
 
 from __future__ import annotations
@@ -17,6 +15,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from dispatcher.policy.program_facts import (
+    CODE_OPTIONS,
+    INLINE_CODE_OPTIONS,
+    INPUT_IS_CODE,
+    INTERPRETER_NAMES,
+    INTERPRETERS,
+    READS_CODE_FROM_STDIN,
+    SAFE_SHELL_OPTIONS,
+    SAFE_VARIABLE,
+    SHELL_FLAGS,
+    Interpreter,
+    Options,
+    names_runtime_input,
+)
 from dispatcher.policy.shell import UnreadableCommand
 
 
@@ -52,16 +64,6 @@ def unreadable(why: str) -> UnreadableCommand:
 
 # --- variables ------------------------------------------------------------------------------
 
-# Variables a command may be prefixed with (`CI=1 npm test`, `env NODE_ENV=test ...`). Any
-# other name may change which program runs or what it loads (PATH, LD_PRELOAD, GIT_*,
-# NODE_OPTIONS, PYTHONPATH, BASH_ENV, HOME ...), so the command is unreadable.
-SAFE_VARIABLE = re.compile(
-    r"(CI|NODE_ENV|FORCE_COLOR|NO_COLOR|CLICOLOR|CLICOLOR_FORCE|TERM|LANG|LANGUAGE|LC_[A-Z]+"
-    r"|TZ|COLUMNS|LINES|DEBUG|VERBOSE|RUST_BACKTRACE|RUST_LOG|PYTHONUNBUFFERED"
-    r"|PYTHONDONTWRITEBYTECODE|PYTHONHASHSEED|PYTHONIOENCODING|PYTHONUTF8|NODE_NO_WARNINGS"
-    r"|PYTEST_DISABLE_PLUGIN_AUTOLOAD|TF_CPP_MIN_LOG_LEVEL)"
-)
-
 
 def check_assignment(word: str, where: str) -> None:
     """Raise unless `word` (NAME=VALUE) sets a variable known to be harmless."""
@@ -74,16 +76,6 @@ def check_assignment(word: str, where: str) -> None:
 
 
 # --- options --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Options:
-    """A program's options known to be harmless, getopt-style. Anything else is unreadable."""
-
-    flags: str = ""  # short options without a value
-    valued: str = ""  # short options taking a value (attached or the next word)
-    long_flags: frozenset[str] = frozenset()
-    long_valued: frozenset[str] = frozenset()
 
 
 def parse_options(args: Sequence[str], spec: Options, what: str) -> tuple[list[str], int]:
@@ -149,98 +141,7 @@ def before_double_dash(args: Sequence[str]) -> list[str]:
 # --- wrappers that are looked through ---------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Wrapper:
-    """A wrapper an allow rule looks through, named exactly, with its harmless options."""
-
-    options: Options = Options()
-    operand: str = ""  # a regex for the operand before the command (timeout's DURATION)
-    needs_command: bool = False  # without a command it fails (so there is nothing to read)
-
-
-DURATION = r"\d+(\.\d*)?[smhd]?"
-WRAPPERS: dict[str, Wrapper] = {
-    "env": Wrapper(),  # no option: -i/-u/-C/-S/-0 ... change what or where it runs
-    "timeout": Wrapper(
-        Options(
-            "v",
-            "sk",
-            frozenset({"preserve-status", "foreground", "verbose"}),
-            frozenset({"signal", "kill-after"}),
-        ),
-        operand=DURATION,
-        needs_command=True,
-    ),
-    "nice": Wrapper(Options("", "n", frozenset(), frozenset({"adjustment"}))),
-    "nohup": Wrapper(needs_command=True),
-    "xargs": Wrapper(
-        Options(
-            "0rtx",
-            "nLsPd",
-            frozenset({"null", "no-run-if-empty", "verbose", "exit"}),
-            frozenset({"max-args", "max-lines", "max-chars", "max-procs", "delimiter"}),
-        )
-    ),
-    "time": Wrapper(Options("p")),
-    "stdbuf": Wrapper(
-        Options("", "ioe", frozenset(), frozenset({"input", "output", "error"})), needs_command=True
-    ),
-    "ionice": Wrapper(Options("t", "cn", frozenset({"ignore"}), frozenset({"class", "classdata"}))),
-    "taskset": Wrapper(
-        Options("c", "", frozenset({"cpu-list"})), operand=r"[0-9a-fA-Fx,:\-]+", needs_command=True
-    ),
-    "chrt": Wrapper(
-        Options(
-            "bfiordR",
-            "TPD",
-            frozenset({"batch", "fifo", "idle", "other", "rr", "deadline", "reset-on-fork"}),
-            frozenset({"sched-runtime", "sched-period", "sched-deadline"}),
-        ),
-        operand=r"\d+",
-        needs_command=True,
-    ),
-    "command": Wrapper(Options("p")),
-    "builtin": Wrapper(),
-    "exec": Wrapper(),
-    "watch": Wrapper(
-        Options(
-            "tdbegcwxp",
-            "nq",
-            frozenset(
-                {"no-title", "differences", "beep", "errexit", "chgexit", "color", "no-wrap"}
-                | {"exec", "precise", "no-color"}
-            ),
-            frozenset({"interval", "equexit"}),
-        ),
-        needs_command=True,
-    ),
-}
-
-# Shells whose `-c STRING` is read (with these options only); other shells are unreadable
-# with any option, and read as plain programs when they run a script file.
-LOOKED_THROUGH_SHELLS = frozenset({"sh", "bash", "dash"})
-OTHER_SHELLS = frozenset(
-    {"zsh", "ksh", "ksh93", "mksh", "pdksh", "ash", "fish", "csh", "tcsh", "yash", "posh"}
-    | {"osh", "ysh", "oil", "rc", "es", "elvish", "nu", "xonsh", "ion", "rbash", "lksh"}
-)
-SHELL_FLAGS = "euxvfC"  # errexit, nounset, xtrace, verbose, noglob, noclobber
-SHELL_LONG_FLAGS = frozenset({"norc", "noprofile", "posix"})
-SAFE_SHELL_OPTIONS = frozenset(
-    {"errexit", "nounset", "pipefail", "xtrace", "verbose", "noglob", "noclobber"}
-)
-
-
 # --- builtins ------------------------------------------------------------------------------
-
-# Builtins that evaluate a string as code or arithmetic (`eval`, `trap 'cmd' EXIT`, an array
-# subscript in `declare`/`read`/`unset`/`printf -v`/`test -v`), define aliases, functions
-# or lookups (`alias`, `hash -p`), or change how later words are read (`shopt`, `enable`).
-EVALUATING_BUILTINS = frozenset(
-    {"eval", "source", ".", "trap", "let", "declare", "typeset", "local", "readonly", "export"}
-    | {"read", "mapfile", "readarray", "unset", "hash", "alias", "unalias", "enable", "shopt"}
-    | {"getopts", "fc", "history", "compgen", "complete", "compopt", "bind", "coproc"}
-    | {"caller", "select", "function", "autoload", "zmodload", "emulate", "setopt"}
-)
 
 
 def read_builtin_set(argv: list[str], ctx: Context) -> list[Command]:
@@ -292,122 +193,7 @@ def read_wait(argv: list[str], ctx: Context) -> list[Command]:
 
 # --- programs that never read as allowed ------------------------------------------------------
 
-OPAQUE_PROGRAMS: dict[str, str] = {
-    **dict.fromkeys(
-        ("sudo", "sudoedit", "su", "doas", "pkexec", "runuser", "run0", "ksu"),
-        "it runs the command as another user",
-    ),
-    **dict.fromkeys(
-        ("chroot", "unshare", "nsenter", "setpriv", "capsh", "firejail", "bwrap", "systemd-run")
-        + ("machinectl", "sg", "newgrp"),
-        "it runs the command in another root, namespace, group or with other privileges",
-    ),
-    **dict.fromkeys(
-        ("script", "parallel", "tmux", "screen", "byobu", "at", "batch", "crontab", "gdb", "lldb"),
-        "it runs command strings of its own or schedules them",
-    ),
-    "busybox": "it runs the applet named by its first argument",
-    "toybox": "it runs the applet named by its first argument",
-}
-
-
 # --- interpreters given inline code -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Interpreter:
-    """An interpreter's options: code options make it unreadable; `flags`/`valued` are
-    harmless; `attached` letters take the rest of their cluster as an optional value;
-    `module` letters end the options (python -m MOD: the rest belongs to MOD)."""
-
-    code: str = ""
-    flags: str = ""
-    valued: str = ""
-    attached: str = ""
-    module: str = ""
-    long_flags: frozenset[str] = frozenset({"version", "help"})
-    long_code: frozenset[str] = frozenset()
-
-
-INTERPRETERS: dict[str, Interpreter] = {
-    "python": Interpreter(code="ci", flags="bBdEhIOPqsSuvVx", valued="WX", module="m"),
-    "perl": Interpreter(code="eEMmd", flags="acnpsStTuUwWvVh", valued="I", attached="l0ixCDF"),
-    "ruby": Interpreter(code="er", flags="acdlnpsSvwyh", valued="CIE", attached="0iWTxFK"),
-    "php": Interpreter(code="rBREadzcSa", flags="hilmnqsvwH", valued="ft"),
-    "lua": Interpreter(code="elijb", flags="vEW"),
-    "node": Interpreter(
-        code="epri",
-        flags="vhc",
-        long_flags=frozenset(
-            {"version", "help", "check", "test", "no-warnings", "enable-source-maps"}
-            | {"trace-warnings", "trace-uncaught", "no-deprecation", "throw-deprecation"}
-            | {"trace-deprecation", "experimental-vm-modules", "expose-gc", "preserve-symlinks"}
-            | {"pending-deprecation", "abort-on-uncaught-exception"}
-        ),
-    ),
-}
-INTERPRETER_NAMES = (
-    (re.compile(r"(python|pypy)[0-9.]*"), "python"),
-    (re.compile(r"perl[0-9.]*"), "perl"),
-    (re.compile(r"ruby[0-9.]*"), "ruby"),
-    (re.compile(r"php[0-9.]*(-cli)?"), "php"),
-    (re.compile(r"lua(jit)?[0-9.]*"), "lua"),
-    (re.compile(r"node(js)?"), "node"),
-)
-# Node options with a value after `=` that change nothing but limits and warnings.
-NODE_VALUED = frozenset({"max-old-space-size", "stack-trace-limit", "unhandled-rejections"})
-# `python -m MOD` modules that run code given as an argument or read from the input.
-PYTHON_CODE_MODULES = frozenset({"timeit", "pdb", "code", "IPython", "ipython", "trace"})
-
-# Other interpreters: any of these options, anywhere, is inline code.
-INLINE_CODE_OPTIONS: dict[str, frozenset[str]] = {
-    name: frozenset(options)
-    for name, options in {
-        "deno": {"eval", "repl", "-e", "--eval"},
-        "bun": {"-e", "--eval", "-p", "--print", "-r", "--preload"},
-        "Rscript": {"-e", "--default-packages"},
-        "R": {"-e"},
-        "julia": {"-e", "-E", "--eval", "--print", "-L", "--load", "-i"},
-        "osascript": {"-e"},
-        "expect": {"-c"},
-        "ghc": {"-e"},
-        "ghci": {"-e"},
-        "scala": {"-e"},
-        "groovy": {"-e"},
-        "clojure": {"-e", "--eval"},
-        "clj": {"-e", "--eval"},
-        "racket": {"-e", "--eval", "-r"},
-        "guile": {"-c"},
-        "sbcl": {"--eval"},
-        "elixir": {"-e", "--eval"},
-        "iex": {"-e"},
-        "erl": {"-eval", "-s"},
-        "bb": {"-e", "--eval"},
-        "raku": {"-e"},
-        "perl6": {"-e"},
-        "swift": {"-e"},
-        "qjs": {"-e", "--eval"},
-        "dc": {"-e", "--expression"},
-        "mysql": {"-e", "--execute"},
-        "mariadb": {"-e", "--execute"},
-        "psql": {"-c", "--command"},
-        "sqlite3": {"-cmd", "-init"},
-        "emacs": {"--eval", "-l", "--load", "-f", "--funcall", "--script", "-x", "-batch"},
-        "emacsclient": {"-e", "--eval"},
-        "nc": {"-e", "-c"},
-        "ncat": {"-e", "-c", "--exec", "--sh-exec", "--lua-exec"},
-        "netcat": {"-e", "-c"},
-        "pwsh": {"-c", "-command", "-Command", "-e", "-ec", "-EncodedCommand", "-File"},
-        "powershell": {"-c", "-command", "-Command", "-e", "-ec", "-EncodedCommand"},
-    }.items()
-}
-# Programs that read code from their standard input when given no script.
-READS_CODE_FROM_STDIN = frozenset(
-    {"R", "julia", "tclsh", "wish", "expect", "irb", "jshell", "ghci", "guile", "racket"}
-    | {"sbcl", "bb", "deno", "osascript", "jimsh", "scala", "groovy", "elixir", "iex", "erl"}
-)
-# ... and these read commands from their input even when given other operands.
-INPUT_IS_CODE = frozenset({"ed", "red", "dc", "sqlite3", "psql", "mysql", "mariadb"})
 
 
 @functools.lru_cache(maxsize=1024)
@@ -431,7 +217,7 @@ def read_interpreter(argv: list[str], ctx: Context) -> list[Command]:
             option, equals, _ = arg[2:].partition("=")
             if option in spec.long_flags and not equals:
                 continue
-            if kind == "node" and option in NODE_VALUED and equals:
+            if option in spec.long_valued and equals:
                 continue
             raise unreadable(f"'{name} {arg}' is not an option known to be harmless")
         i, done = _interpreter_cluster(name, kind, spec, arg, args, i)
@@ -440,12 +226,9 @@ def read_interpreter(argv: list[str], ctx: Context) -> list[Command]:
     operands = args[i:]
     if operands[:1] == ["--"]:
         operands = operands[1:]
-    reads_input = (
-        not operands
-        or operands[0] in ("-", "/dev/stdin")
-        or operands[0].startswith(("/dev/fd/", "/proc/"))
-    )
-    if reads_input and (ctx.fed or ctx.appended):
+    if operands and names_runtime_input(operands[0]):
+        raise unreadable(f"'{name} {operands[0]}' runs a program produced at run time")
+    if not operands and (ctx.fed or ctx.appended):
         raise unreadable(f"'{name}' reads the program it runs from its input")
     return [Command(tuple(argv), extra_args=ctx.appended)]
 
@@ -459,7 +242,7 @@ def _interpreter_cluster(
             raise unreadable(f"'{name} -{letter}' runs code given on the command line")
         if letter in spec.module:
             module = arg[position:] or (args[i] if i < len(args) else "")
-            if module in PYTHON_CODE_MODULES:
+            if module in spec.code_modules:
                 raise unreadable(f"'{name} -m {module}' runs code given as an argument")
             return i, True
         if letter in spec.attached:
@@ -488,6 +271,8 @@ def read_inline_code_options(argv: list[str], ctx: Context) -> list[Command]:
 def _plain_or_stdin(argv: list[str], ctx: Context, name: str) -> list[Command]:
     operands = [a for a in argv[1:] if not a.startswith("-")]
     fed = ctx.fed or ctx.appended
+    if name in READS_CODE_FROM_STDIN and operands and names_runtime_input(operands[0]):
+        raise unreadable(f"'{name} {operands[0]}' runs a program produced at run time")
     if fed and (name in INPUT_IS_CODE or (name in READS_CODE_FROM_STDIN and not operands)):
         raise unreadable(f"'{name}' reads what it runs from its input")
     return [Command(tuple(argv), extra_args=ctx.appended)]
@@ -541,66 +326,16 @@ def read_make(argv: list[str], ctx: Context) -> list[Command]:
             raise unreadable(
                 f"'make {arg.split('=', 1)[0]}=...' replaces a variable its recipes may run"
             )
-        if arg in ("-f-", "--file=-", "--makefile=-", "-f/dev/stdin"):
-            raise unreadable("'make -f -' reads its makefile from its input")
+        for prefix in ("-f", "--file=", "--makefile="):
+            if arg.startswith(prefix) and names_runtime_input(arg.removeprefix(prefix)):
+                raise unreadable("'make -f -' reads its makefile from its input")
     for word, after in zip(argv[1:], [*argv[2:], ""], strict=False):
-        if word in ("-f", "--file", "--makefile") and after in ("-", "/dev/stdin"):
+        if word in ("-f", "--file", "--makefile") and names_runtime_input(after):
             raise unreadable("'make -f -' reads its makefile from its input")
     return [Command(tuple(argv), extra_args=ctx.appended)]
 
 
 MAKE_ASSIGNMENT = re.compile(r"[A-Za-z_.][A-Za-z0-9_.\-]*\s*(::?|\+|\?|!)?=")
-
-
-@dataclass(frozen=True)
-class CodeOptions:
-    """Options of an ordinary program that make it run another program or a string."""
-
-    short: str = ""  # letters in a `-abc` cluster
-    long: tuple[str, ...] = ()  # long options (any GNU abbreviation of them counts)
-    words: tuple[str, ...] = ()  # exact words
-    prefixes: tuple[str, ...] = ()  # words starting with these
-    contains: tuple[str, ...] = ()  # words containing these (case-insensitive)
-
-
-CODE_OPTIONS: dict[str, CodeOptions] = {
-    "tar": CodeOptions(
-        "IF",
-        ("to-command", "use-compress-program", "checkpoint-action", "info-script")
-        + ("new-volume-script", "rsh-command", "rmt-command"),
-    ),
-    "rsync": CodeOptions("eM", ("rsh", "rsync-path", "remote-option", "daemon", "config")),
-    "ssh": CodeOptions("oF", ()),
-    "scp": CodeOptions("SoFD", ()),
-    "sftp": CodeOptions("SoFD", ()),
-    "zip": CodeOptions("", ("unzip-command",), prefixes=("-TT",)),
-    "sort": CodeOptions("", ("compress-program",)),
-    "man": CodeOptions("PHX", ("pager", "html", "browser", "gxditview")),
-    "less": CodeOptions("k", ("lesskey-file", "lesskey-src"), prefixes=("+",)),
-    "more": CodeOptions("", (), prefixes=("+",)),
-    "most": CodeOptions("", (), prefixes=("+",)),
-    "vim": CodeOptions("cSuUswWeEx", ("cmd",), prefixes=("+",)),
-    "flock": CodeOptions("c", ("command",)),
-    "strace": CodeOptions("", (), prefixes=("!", "-o!", "--output=!"), contains=("|",)),
-    "ltrace": CodeOptions("", (), prefixes=("!", "-o!"), contains=("|",)),
-    "socat": CodeOptions("", (), contains=("exec:", "system:")),
-    "wget": CodeOptions("", ("use-askpass",)),
-    "hg": CodeOptions("", ("config",)),
-    "cargo": CodeOptions("", ("config",)),
-    "go": CodeOptions("", (), prefixes=("-toolexec", "--toolexec", "-exec", "--exec")),
-    "npm": CodeOptions(
-        "c",
-        ("call", "script-shell", "shell", "node-options", "userconfig", "globalconfig")
-        + ("init-module", "editor", "browser", "viewer", "git"),
-    ),
-}
-for _alias, _base in {
-    "vi": "vim", "nvim": "vim", "view": "vim", "vimdiff": "vim", "gvim": "vim", "rvim": "vim",
-    "ex": "vim", "vim.basic": "vim", "vim.tiny": "vim", "rview": "vim", "evim": "vim",
-    "pnpm": "npm", "yarn": "npm", "yarnpkg": "npm", "npx": "npm", "pnpx": "npm",
-    "bunx": "npm", "corepack": "npm", "gtar": "tar", "bsdtar": "tar",
-}.items():  # fmt: skip
-    CODE_OPTIONS.setdefault(_alias, CODE_OPTIONS[_base])
 
 
 def read_code_options(argv: list[str], ctx: Context) -> list[Command]:
@@ -624,11 +359,6 @@ def read_code_options(argv: list[str], ctx: Context) -> list[Command]:
 
 
 # --- npm and friends: publishing -----------------------------------------------------------------
-
-PUBLISHERS = frozenset({"npm", "yarn", "yarnpkg", "pnpm", "bun", "cnpm"})
-# npm accepts any unique prefix of a command name: `npm pu`, `npm pub` ... run publish.
-PUBLISH_WORDS = frozenset({"publish", "publis", "publi", "publ", "pub", "pu"})
-
 
 # --- what a command starts, read widely (for deny and ask rules and the guard) -----------------
 

@@ -31,17 +31,22 @@ import re
 from dataclasses import dataclass
 
 from dispatcher.policy.git_reading import read_git
-from dispatcher.policy.programs import (
+from dispatcher.policy.program_facts import (
     CODE_OPTIONS,
     EVALUATING_BUILTINS,
     INLINE_CODE_OPTIONS,
     LOOKED_THROUGH_SHELLS,
     OPAQUE_PROGRAMS,
     OTHER_SHELLS,
+    READS_CODE_FROM_STDIN,
     SAFE_SHELL_OPTIONS,
     SHELL_FLAGS,
     SHELL_LONG_FLAGS,
-    WRAPPERS,
+    STRICT_WRAPPERS,
+    names_git_control,
+    names_runtime_input,
+)
+from dispatcher.policy.programs import (
     Command,
     Context,
     ProgramReader,
@@ -109,18 +114,23 @@ def _read_argv(argv: list[str], depth: int, *, fed: bool, appended: bool) -> lis
         return []
     name = argv[0]
     base = program_name(name)
-    special = base in WRAPPERS or base in LOOKED_THROUGH_SHELLS or base in OTHER_SHELLS
+    special = base in STRICT_WRAPPERS or base in LOOKED_THROUGH_SHELLS or base in OTHER_SHELLS
     if special and name != base:
         raise unreadable(
             f"'{name}' names a shell or wrapper by its path; only its exact name "
             f"('{base}') is read through"
         )
-    if name in WRAPPERS:
+    if name in STRICT_WRAPPERS:
         return _read_wrapper(argv, depth, fed=fed, appended=appended)
     if name in LOOKED_THROUGH_SHELLS:
         return _read_shell(argv, depth, fed=fed, appended=appended)
     if name in OTHER_SHELLS:
         return _read_other_shell(argv, fed=fed, appended=appended)
+    control = next((word for word in argv if names_git_control(word)), None)
+    if control is not None:
+        raise unreadable(
+            f"'{control}' names git's hooks or configuration, which decide what git runs next"
+        )
     if base in EVALUATING_BUILTINS:
         raise unreadable(f"'{base}' evaluates strings or changes how later commands are read")
     if base in OPAQUE_PROGRAMS:
@@ -140,7 +150,7 @@ def _read_argv(argv: list[str], depth: int, *, fed: bool, appended: bool) -> lis
 
 def _read_wrapper(argv: list[str], depth: int, *, fed: bool, appended: bool) -> list[Command]:
     name, args = argv[0], argv[1:]
-    spec = WRAPPERS[name]
+    spec = STRICT_WRAPPERS[name]
     if name == "nice" and args[:1] and re.fullmatch(r"-\d+", args[0]):
         args = args[1:]  # the old form `nice -10 CMD`
     seen, start = parse_options(args, spec.options, name)
@@ -220,7 +230,7 @@ def _shell_script(
     argv: list[str], operands: list[str], *, fed: bool, appended: bool
 ) -> list[Command]:
     name = argv[0]
-    if operands and operands[0].startswith(("/dev/", "/proc/")):
+    if operands and names_runtime_input(operands[0]):
         raise unreadable(f"'{name} {operands[0]}' runs a script produced at run time")
     if not operands and (fed or appended):
         raise unreadable(f"'{name}' reads the commands it runs from its input")
@@ -515,9 +525,7 @@ PROGRAM_READERS: dict[str, ProgramReader] = {
     "git": read_git,
     **dict.fromkeys(INLINE_CODE_OPTIONS, read_inline_code_options),
     **dict.fromkeys(CODE_OPTIONS, read_code_options),
-    **dict.fromkeys(
-        ("tclsh", "wish", "irb", "ed", "red", "jshell", "jimsh"), read_stdin_interpreter
-    ),
+    **dict.fromkeys(READS_CODE_FROM_STDIN - set(INLINE_CODE_OPTIONS), read_stdin_interpreter),
 }
 
 

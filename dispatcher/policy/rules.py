@@ -39,6 +39,7 @@ import pathspec
 
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.parts import command_parts
+from dispatcher.policy.program_facts import names_git_control
 from dispatcher.policy.reading import Command, Reading, read_command
 from dispatcher.policy.shell import (
     GLOB_CHARACTERS,
@@ -319,6 +320,11 @@ def _path_matches(rule: Rule, call: CallContext, strict: bool) -> bool:
     if not readings:
         return False
     if strict:
+        # a write to git's hooks or config decides what a later allowed git command runs
+        if not call.tool.read_only and any(
+            names_git_control(reading or "") for group in readings for reading in group[:2]
+        ):
+            return False
         return all(
             given is not None
             and resolved is not None

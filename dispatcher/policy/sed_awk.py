@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from dispatcher.policy.programs import Command, Context, Options, parse_options, unreadable
+from dispatcher.policy.program_facts import Options
+from dispatcher.policy.programs import Command, Context, parse_options, unreadable
 
 # --- awk and sed ------------------------------------------------------------------------------
 
@@ -22,11 +23,19 @@ AWK_OPTIONS = Options(
     ),
     frozenset({"field-separator", "assign", "file", "source", "exec", "include"}),
 )
-# What makes an awk program run or write something: system(), pipes, getline, output
-# redirection of print/printf, gawk's @load/@include and indirect calls.
-AWK_CODE = re.compile(
-    r"\bsystem\b|\bgetline\b|\|&|(?<!\|)\|(?!\|)|@|\bprintf?\b[^;}\n]*>|\bfflush\s*\(\s*\"\|"
-)
+# What makes an awk program run or write something: system(), pipes, getline, gawk's
+# @load/@include and indirect calls; and output redirection of print/printf: any `>` after
+# the first print (a statement's end cannot be found without parsing strings and regular
+# expressions, which may hold `;`, `}` or quotes).
+AWK_CODE = re.compile(r"\bsystem\b|\bgetline\b|\|&|(?<!\|)\|(?!\|)|@|\bprintf?\b.*>", re.DOTALL)
+
+
+def awk_program_problem(program: str) -> str | None:
+    """What in an awk program runs or writes something, read after awk's own line
+    joining (a backslash-newline joins two lines: `print "x" > \\<newline>"f"`), or None."""
+    joined = program.replace("\\\r\n", "").replace("\\\n", "")
+    found = AWK_CODE.search(joined)
+    return found.group(0)[:40] if found else None
 
 
 def read_awk(argv: list[str], ctx: Context) -> list[Command]:
@@ -73,11 +82,9 @@ def read_awk(argv: list[str], ctx: Context) -> list[Command]:
             raise unreadable(f"'{name}' without a program")
         programs.append(args[i])
     for program in programs:
-        found = AWK_CODE.search(program)
+        found = awk_program_problem(program)
         if found:
-            raise unreadable(
-                f"the {name} program runs commands, pipes or writes files ({found.group(0)!r})"
-            )
+            raise unreadable(f"the {name} program runs commands, pipes or writes files ({found!r})")
     return [Command(tuple(argv))]
 
 

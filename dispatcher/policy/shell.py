@@ -21,7 +21,14 @@ from typing import Any
 
 import bashlex
 
-SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "csh", "tcsh"})
+from dispatcher.policy.program_facts import (
+    PACKAGE_RUNNER,
+    PACKAGE_RUNNER_SUBCOMMANDS,
+    WIDE_WRAPPERS,
+    WrapperSpec,
+)
+from dispatcher.policy.program_facts import SHELLS as SHELLS  # what dispatcher.analytics reads
+
 # Shells that read `$'...'` as ANSI-C quoting. Any other (sh, which is dash on Debian, and
 # a string whose shell is not known) is read both ways (see `shell_readings`).
 ANSI_C_SHELLS = frozenset({"bash", "zsh", "ksh", "ksh93", "mksh", "lksh"})
@@ -54,183 +61,8 @@ class UnreadableCommand(Exception):
     """The command cannot be read statically; the message says why."""
 
 
-@dataclass(frozen=True)
-class WrapperSpec:
-    """How a wrapper's own options look, so the wrapped command can be found after them."""
-
-    short_with_value: str = ""
-    long_with_value: frozenset[str] = frozenset()
-    leading_operands: int = 0  # operands before the command (timeout's DURATION)
-    # A leading operand is skipped only when it looks like one (chrt's PRIORITY is a number).
-    leading_pattern: str = ""
-    # Why an allow rule may not look through this wrapper ("" = it may): the command runs
-    # somewhere else, as someone else, or the wrapper does more than run it.
-    opaque: str = ""
-    # With no command, the wrapper starts an interactive shell (which reads standard input).
-    shell_when_empty: bool = False
-
-
-# npm-style options that take a value (`--package foo`); others are read as flags.
-PACKAGE_RUNNER_OPTIONS = frozenset(
-    {"package", "call", "shell", "script-shell", "registry", "cache", "prefix", "userconfig"}
-    | {"workspace", "node-options", "node-arg", "loglevel"}
-)
-
-WRAPPERS: dict[str, WrapperSpec] = {
-    "env": WrapperSpec("uCS", frozenset({"unset", "chdir", "split-string"})),
-    "timeout": WrapperSpec("sk", frozenset({"signal", "kill-after"}), leading_operands=1),
-    "nice": WrapperSpec("n", frozenset({"adjustment"})),
-    "nohup": WrapperSpec(),
-    "xargs": WrapperSpec(
-        "adEILnPs",
-        frozenset(
-            {"arg-file", "delimiter", "eof", "replace", "max-lines", "max-args", "max-procs"}
-            | {"max-chars", "process-slot-var"}
-        ),
-    ),
-    "command": WrapperSpec(),
-    "builtin": WrapperSpec(),
-    "exec": WrapperSpec("a"),
-    "time": WrapperSpec("fo", frozenset({"format", "output"})),
-    "stdbuf": WrapperSpec("ioe", frozenset({"input", "output", "error"})),
-    "setsid": WrapperSpec(),
-    "busybox": WrapperSpec(),
-    "ionice": WrapperSpec("cnpPu", frozenset({"class", "classdata", "pid", "pgid", "uid"})),
-    "taskset": WrapperSpec(leading_operands=1),  # MASK
-    "chrt": WrapperSpec(
-        "TPD",
-        frozenset({"sched-runtime", "sched-period", "sched-deadline"}),
-        leading_operands=1,  # PRIORITY
-        leading_pattern=r"-?\d+",
-    ),
-    "chroot": WrapperSpec(
-        "",
-        frozenset({"userspec", "groups"}),
-        leading_operands=1,  # NEWROOT
-        opaque="it runs the program of another root directory",
-        shell_when_empty=True,
-    ),
-    "unshare": WrapperSpec(
-        "RwSG",
-        frozenset(
-            {"propagation", "setgroups", "map-user", "map-group", "map-users", "map-groups"}
-            | {"root", "wd", "setuid", "setgid", "monotonic", "boottime"}
-        ),
-        opaque="it runs the program in new namespaces",
-        shell_when_empty=True,
-    ),
-    "nsenter": WrapperSpec(
-        "tSG",
-        frozenset({"target", "setuid", "setgid"}),
-        opaque="it runs the program in another process's namespaces",
-        shell_when_empty=True,
-    ),
-    # Tracers, profilers and launchers that run their operand (`strace -f git push`).
-    "strace": WrapperSpec(
-        "abeEIoOpPsSuUX",
-        frozenset(
-            {"output", "attach", "trace-path", "string-limit", "summary-sort-by", "user"}
-            | {"env", "columns", "detach-on", "interruptible", "const-print-style", "trace"}
-            | {"signal", "status", "inject", "fault", "quiet", "decode-fds", "silence"}
-        ),
-    ),
-    "ltrace": WrapperSpec("aAeFlnopsuwxD", frozenset({"output", "library", "align", "indent"})),
-    "valgrind": WrapperSpec(),
-    "catchsegv": WrapperSpec(),
-    "nocache": WrapperSpec(),
-    "unbuffer": WrapperSpec(),
-    "numactl": WrapperSpec(
-        "imNCpPwb",
-        frozenset(
-            {"interleave", "membind", "cpunodebind", "physcpubind", "preferred"}
-            | {"preferred-many", "weighted-interleave", "balancing"}
-        ),
-    ),
-    "caffeinate": WrapperSpec("tw"),  # macOS, where Claude Code's Bash may run
-    "faketime": WrapperSpec("m", frozenset(), leading_operands=1),  # TIMESTAMP
-    "fakeroot": WrapperSpec("lsib", frozenset({"lib", "faked", "unknown-is-real"})),
-    "sshpass": WrapperSpec("pfdPe"),
-    "proxychains": WrapperSpec("f"),
-    "proxychains4": WrapperSpec("f"),
-    "torsocks": WrapperSpec("uapP", frozenset({"user", "pass", "address", "port"})),
-    "xvfb-run": WrapperSpec(
-        "efnps", frozenset({"error-file", "auth-file", "server-num", "xauth-protocol"})
-    ),
-    "dbus-run-session": WrapperSpec("", frozenset({"config-file", "dbus-daemon"})),
-    "setpriv": WrapperSpec(
-        "",
-        frozenset(
-            {"reuid", "regid", "ruid", "euid", "rgid", "egid", "groups", "inh-caps"}
-            | {"ambient-caps", "bounding-set", "securebits", "pdeathsig", "selinux-label"}
-            | {"apparmor-profile", "landlock-access", "landlock-rule"}
-        ),
-        opaque="it runs the program with other privileges",
-    ),
-    "systemd-run": WrapperSpec(
-        "pEuMHs",
-        frozenset(
-            {"unit", "property", "description", "slice", "uid", "gid", "nice", "setenv"}
-            | {"working-directory", "on-active", "on-boot", "on-startup", "on-calendar"}
-            | {"on-unit-active", "on-unit-inactive", "timer-property", "path-property"}
-            | {"socket-property", "machine", "host", "service-type"}
-        ),
-        opaque="it runs the program as a service",
-        shell_when_empty=True,
-    ),
-    "firejail": WrapperSpec(opaque="it runs the program in a sandbox of its own"),
-    "sandbox-exec": WrapperSpec("fpD", opaque="it runs the program in a sandbox of its own"),
-    "cgexec": WrapperSpec("g", opaque="it runs the program in another control group"),
-    "runcon": WrapperSpec(
-        "utrl",
-        frozenset({"user", "role", "type", "range"}),
-        opaque="it runs the program in another security context",
-    ),
-    # Wrappers read by `_unwrap_special` (the spec gives their options and opacity).
-    "flock": WrapperSpec(
-        "wE",
-        frozenset({"wait", "timeout", "conflict-exit-code"}),
-        opaque="it creates its lock file",
-    ),
-    "script": WrapperSpec(
-        "cEIOBTmo",
-        frozenset(
-            {"command", "echo", "log-in", "log-out", "log-io", "log-timing"}
-            | {"logging-format", "output-limit"}
-        ),
-        opaque="it writes a typescript file",
-        shell_when_empty=True,
-    ),
-    "watch": WrapperSpec("nq", frozenset({"interval", "equexit"})),
-    "sg": WrapperSpec(opaque="it runs the command as another group", shell_when_empty=True),
-    "npx": WrapperSpec(
-        "pc",
-        PACKAGE_RUNNER_OPTIONS,
-        opaque="it may install and run a package's program of that name",
-    ),
-    "pnpx": WrapperSpec(
-        "pc",
-        PACKAGE_RUNNER_OPTIONS,
-        opaque="it may install and run a package's program of that name",
-    ),
-    "bunx": WrapperSpec(
-        "pc",
-        PACKAGE_RUNNER_OPTIONS,
-        opaque="it may install and run a package's program of that name",
-    ),
-}
-
-# `npm exec CMD`, `npm x CMD`, `pnpm dlx CMD` ...: package managers that run a command.
-PACKAGE_RUNNER_SUBCOMMANDS: dict[str, frozenset[str]] = {
-    "npm": frozenset({"exec", "x"}),
-    "pnpm": frozenset({"exec", "dlx"}),
-    "yarn": frozenset({"exec", "dlx"}),
-    "bun": frozenset({"x"}),
-}
-PACKAGE_RUNNER_SPEC = WrapperSpec(
-    "pc",
-    PACKAGE_RUNNER_OPTIONS,
-    opaque="it may install and run a package's program of that name",
-)
+WRAPPERS = WIDE_WRAPPERS
+PACKAGE_RUNNER_SPEC = PACKAGE_RUNNER
 
 
 # What the shell would expand in a word: $VAR, ${...}, $(...), `...`, and {a,b} braces.
@@ -321,14 +153,6 @@ def unwrap_chain(argv: list[str]) -> tuple[list[str], tuple[str, ...]]:
         names.append(name)
         argv = inner
     raise UnreadableCommand(f"more than {MAX_WRAPPERS} nested wrapper commands")
-
-
-def wrapper_opacity(name: str) -> str:
-    """Why an allow rule may not look through the wrapper `name` ("" when it may)."""
-    spec = WRAPPERS.get(name)
-    if spec is None and name in PACKAGE_RUNNER_SUBCOMMANDS:
-        spec = PACKAGE_RUNNER_SPEC
-    return spec.opaque if spec is not None else ""
 
 
 def unwrap_once(argv: list[str]) -> list[str] | None:
@@ -721,11 +545,11 @@ def parse_script(text: str) -> list[ScriptCommand]:
     trees = parse_trees(text)
     found: list[ScriptCommand] = []
     for tree in trees:
-        found.extend(_commands_in(tree, []))
+        found.extend(_commands_in(tree, [], text))
     return found
 
 
-def _commands_in(node: Any, piped_from: list[list[str]]) -> Iterator[ScriptCommand]:
+def _commands_in(node: Any, piped_from: list[list[str]], text: str) -> Iterator[ScriptCommand]:
     """Walk a bashlex tree; pipeline stages after the first know what feeds them."""
     kind = getattr(node, "kind", "")
     if kind == "pipeline":
@@ -733,19 +557,39 @@ def _commands_in(node: Any, piped_from: list[list[str]]) -> Iterator[ScriptComma
         for stage in node.parts:
             if stage.kind in ("pipe", "reservedword"):
                 continue
-            stage_commands = list(_commands_in(stage, list(upstream)))
+            stage_commands = list(_commands_in(stage, list(upstream), text))
             yield from stage_commands
             upstream.extend(command.argv for command in stage_commands)
         return
     if kind == "command":
-        words = [part.word for part in node.parts if part.kind == "word"]
-        assignments = tuple(part.word for part in node.parts if part.kind == "assignment")
+        words = [word_value(part, text) for part in node.parts if part.kind == "word"]
+        assignments = tuple(
+            word_value(part, text) for part in node.parts if part.kind == "assignment"
+        )
         redirects = [part for part in node.parts if part.kind == "redirect"]
         stdin_text = any(part.type in ("<<", "<<<") for part in redirects)
         if words:
             yield ScriptCommand(words, piped_from, stdin_text, assignments)
     for child in _children(node):
-        yield from _commands_in(child, piped_from if kind != "command" else [])
+        yield from _commands_in(child, piped_from if kind != "command" else [], text)
+
+
+def word_value(node: Any, text: str) -> str:
+    """A word's value after quote removal. bashlex removes only a word's outer quotes
+    (`'a '"'"'b c'"'"''` reads `a '"'"'b c'"'"'`), so a word holding quotes is read again
+    from its source text, as POSIX quote removal reads it; bashlex's word is kept when
+    that does not give exactly one word (an expansion with blanks inside: `$(a b)`)."""
+    word = str(node.word)
+    start, end = getattr(node, "pos", (0, 0))
+    raw = text[start:end]
+    inner = raw[1:-1] if len(raw) > 1 and raw[0] == raw[-1] and raw[0] in "'\"" else raw
+    if not any(quote in inner for quote in "'\"\\"):
+        return word  # no quotes, or one quoted piece: bashlex's word is right
+    try:
+        tokens = shlex.split(raw)
+    except ValueError:
+        return word
+    return tokens[0] if len(tokens) == 1 else word
 
 
 def _children(node: Any) -> Iterator[Any]:

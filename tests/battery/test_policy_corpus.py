@@ -23,6 +23,7 @@ from dispatcher.policy import profiles
 from tests.battery import figures
 from tests.battery.conftest import FULL
 from tests.conftest import make_agent, submit_one
+from tests.policy.real_forms import FORMS
 
 pytestmark = pytest.mark.django_db
 
@@ -53,6 +54,28 @@ BASES: list[list[str]] = [
     ["sudo", "-i"],
     ["runuser", "-u", "nobody", "id"],
     ["npm", "--registry", "https://example.invalid", "publish"],
+    # issue 30: commands carried by git settings, and shells the guard did not read into
+    ["git", "-c", "core.pager=sudo id", "log"],
+    ["git", "-c", "core.fsmonitor=rm -rf /", "status"],
+    ["git", "-c", "alias.x=!sudo id", "x"],
+    ["env", "GIT_CONFIG_PARAMETERS='core.pager'='sudo id'", "git", "log"],
+    [
+        "env",
+        "GIT_CONFIG_COUNT=1",
+        "GIT_CONFIG_KEY_0=core.pager",
+        "GIT_CONFIG_VALUE_0=sudo id",
+        "git",
+        "log",
+    ],
+    ["git", "config", "--", "core.pager", "sudo id"],
+    ["git", "config", "trailer.x.command", "sudo id"],
+    ["rbash", "-c", "sudo id"],
+    ["ksh93", "-c", "sudo id"],
+    ["yash", "-c", "sudo id"],
+    ["posh", "-c", "sudo id"],
+    ["bash", "//dev/stdin"],
+    ["dash", "/dev/./stdin"],
+    [".", "//dev/fd/0"],
 ]
 
 WRAPPERS: list[list[str]] = [
@@ -153,6 +176,22 @@ STANDARD_ALLOW = [
     "run_command(xargs *)",
     "run_command(timeout *)",
 ]
+# ... and rules naming the programs of issue 30's reader forms, which must still ask.
+FORM_ALLOW = STANDARD_ALLOW + [
+    f"run_command({program} *)"
+    for program in ("bash", "dash", "rbash", "python3", "make", "printf", "awk", "cp")
+]
+
+
+def reader_forms() -> list[list[str]]:
+    """Issue 30's forms that no allow rule may allow (tests/policy/real_forms.py), as a
+    shell line and, where they are one command, as an argv."""
+    forms: list[list[str]] = []
+    for form in FORMS:
+        forms.append(["bash", "-c", form.line])
+        if not re.search(r"[|;&<>]|^\w+=", form.line):
+            forms.append(shlex.split(form.line))
+    return forms
 
 
 @pytest.mark.timeout(900)
@@ -179,6 +218,18 @@ def test_e2_no_variant_of_a_denied_command_is_auto_allowed(settings: Any) -> Non
                 counts[call.status] = counts.get(call.status, 0) + 1
                 if call.status in (Status.QUEUED, Status.RELEASED):
                     allowed.append((mode, sandbox, argv))
+    fx = make_agent(mode="standard")
+    profiles.update_profile(
+        user=fx.owner, mode="standard", allow=FORM_ALLOW, ask=[], deny=[], actor="test"
+    )
+    session = agents.start_session(agent=fx.agent)
+    counts = outcomes.setdefault("standard/reader forms", {})
+    for index, argv in enumerate(reader_forms()):
+        call = submit_one(session, "run_command", {"argv": argv}, f"f{index}")
+        tried += 1
+        counts[call.status] = counts.get(call.status, 0) + 1
+        if call.status in (Status.QUEUED, Status.RELEASED):
+            allowed.append(("standard", "forms", argv))
     if "bwrap" not in sandbox_settings():
         figures.skipped("E2", "with the sandbox on", "dispatcher.tools.sandbox not on this branch")
     figures.record(

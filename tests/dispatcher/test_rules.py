@@ -239,7 +239,6 @@ UNNAMED: list[list[str]] = [
     sh("npm test | tee log"),
     sh("npm test || chmod 777 x"),
     # wrappers an allow rule does not look through: what runs is not the `ls` it names
-    ["flock", "F", "ls"],  # creates F
     ["npx", "ls"],  # a package called `ls`
     ["npm", "exec", "--", "ls"],
 ]
@@ -414,6 +413,7 @@ UNREADABLE: list[list[str]] = [
     sh("ls && (cd /tmp && touch x)"),
     sh("while true; do touch x; done"),
     ["flock", "F", "-c", "ls"],
+    ["flock", "F", "ls"],  # creates F, then runs what an allow rule does not look through
     ["chroot", "/srv", "ls"],
     ["chroot", "/srv"],
     ["script", "-qc", "ls", "/dev/null"],  # writes a typescript
@@ -693,3 +693,21 @@ def test_check_rules_in_settings(settings: Any) -> None:
     assert [e.id for e in check_rules_in_settings()] == ["dispatcher.E030"]
     settings.HARNESS_DEFAULT_RULES = {}
     assert check_rules_in_settings() == []
+
+
+@pytest.mark.parametrize(
+    "path", ["src/.git/config", "src/.git/hooks/pre-commit", "src/x/../.git/./config", "src/.git"]
+)
+def test_a_write_rule_never_allows_git_hooks_or_config(workspace: Path, path: str) -> None:
+    """`write_file(src/**)` must not let an agent write what a later allowed `git -C src
+    status` runs (`core.fsmonitor`, hooks); reading those files stays allowed, and deny
+    rules still see the write."""
+    rule = parse_rule("write_file(src/**)")
+    write = make_call(WRITE_FILE, {"path": path, "content": "[core]\n\tfsmonitor = id"}, workspace)
+    assert rule.matches(write, "allow") is False
+    assert rule.matches(write, "deny") is True
+    assert rule.matches(
+        make_call(WRITE_FILE, {"path": "src/a.py", "content": ""}, workspace), "allow"
+    )
+    read = make_call(READ_FILE, {"path": path}, workspace)
+    assert parse_rule("read_file(src/**)").matches(read, "allow") is True
