@@ -66,6 +66,7 @@ SANDBOX_UID = 65534  # "nobody": the uid a program sees when Harness is not root
 # not in the sandbox at all.
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 SECCOMP_FD = 3  # the launcher opens the filter as this descriptor for bwrap --seccomp
+EXIT_REPORT = "harness: the sandboxed server exited with status"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What programs need of /etc; everything else there (shadow, ssh host keys, service
 # configuration with passwords, environment files) does not exist in the sandbox.
@@ -549,10 +550,12 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
-def _limit_command(limits: Limits, cgroups: Cgroups) -> list[str]:
+def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = False) -> list[str]:
     """The launcher: a shell that joins the cgroups, opens the seccomp filter as
     SECCOMP_FD and becomes prlimit (setrlimit for everything the sandbox starts), which
     becomes bwrap. A cgroup that cannot be joined stops it before anything runs (125).
+    With `report_exit` the shell stays, waits, and writes EXIT_REPORT with the status to
+    stderr (a server's log says why it ended; bwrap dies with it, --die-with-parent).
 
     Without a pids cgroup, processes are bounded by RLIMIT_NPROC, which counts every
     process and thread of Harness's uid on the host: the limit is what the uid runs now
@@ -571,9 +574,13 @@ def _limit_command(limits: Limits, cgroups: Cgroups) -> list[str]:
         prlimit.append(f"--as={limits.memory}")
     prlimit.append("--")
     joins = [str(path / "cgroup.procs") for path in cgroups.paths]
+    run = f'"$@" {SECCOMP_FD}<"$filter"'
+    if report_exit:
+        run += f'; status=$?; echo "{EXIT_REPORT} $status" >&2; exit $status'
+    else:
+        run = f"exec {run}"
     script = (
-        'filter=$0; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; '
-        f'shift; exec "$@" {SECCOMP_FD}<"$filter"'
+        f'filter=$0; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; {run}'
     )
     return ["/bin/sh", "-c", script, str(seccomp.bpf_file()), *joins, "--", *prlimit]
 
@@ -928,7 +935,7 @@ def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
     cgroups = sandbox_cgroups.make(
         SERVER_LIMITS.processes, SERVER_LIMITS.memory, name=f"server-{uuid.uuid4().hex}"
     )
-    return _limit_command(SERVER_LIMITS, cgroups) + sandbox_command(
+    return _limit_command(SERVER_LIMITS, cgroups, report_exit=True) + sandbox_command(
         argv,
         binds=binds,
         cwd=cwd,

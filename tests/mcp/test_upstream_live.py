@@ -30,7 +30,7 @@ from tests.conftest import (
     wait_for_port,
 )
 from tests.mcp.conftest import filesystem_server, mcp_session, run, text_of
-from tests.tools.support import require_bwrap
+from tests.tools.support import require_bwrap, sandbox_uid
 
 pytestmark = pytest.mark.live
 
@@ -135,7 +135,7 @@ def test_a_stdio_server_runs_in_the_sandbox_with_only_its_configured_paths(
         whoami, wrote, read, escaped = run(scenario)
     finally:
         secret.unlink()
-    assert whoami == f"uid=65534 cwd={shared}"
+    assert whoami == f"uid={sandbox_uid()} cwd={shared}"
     assert wrote == "ok: 15" and (shared / "note.txt").read_text() == "from the worker"
     assert read.startswith("blocked: FileNotFoundError"), read
     assert escaped.startswith("blocked: "), escaped

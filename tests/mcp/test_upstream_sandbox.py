@@ -22,7 +22,7 @@ from dispatcher.tools.sources import services, upstream
 from dispatcher.tools.sources.upstream import Endpoint
 from tests.conftest import ROOT, unique
 from tests.mcp.conftest import filesystem_server, text_of
-from tests.tools.support import require_bwrap
+from tests.tools.support import require_bwrap, sandbox_uid
 
 FILES_SERVER = ROOT / "tests" / "support" / "mcp_files.py"
 
@@ -97,7 +97,7 @@ def test_a_server_uses_its_configured_paths_and_reaches_nothing_else(
     assert not (elsewhere / "new.txt").exists()
     # Of Harness's code only the server's own script is there (bound alone, read-only).
     assert answers[7] == "ok: ['mcp_files.py']"
-    assert answers[8] == f"uid=65534 cwd={mine}"
+    assert answers[8] == f"uid={sandbox_uid()} cwd={mine}"
 
 
 def test_harness_state_beneath_a_configured_path_is_covered(
