@@ -903,7 +903,26 @@ def server_path_problem(entry: str) -> str | None:
             )
     if writable and any(_inside(path, Path(p)) for p in (*SYSTEM_DIRS, "/etc")):
         return f"Path {path} is a system directory; it cannot be writable."
+    if not writable and not _readable_by_sandbox_user(path):
+        return (
+            f"Path {path} cannot be read by the sandbox user ({settings.HARNESS_SANDBOX_USER}), "
+            "as whom servers run when Harness is root. Make it readable to others "
+            "(chmod o+rX), or register it writable (:rw; it is then given to that user)."
+        )
     return None
+
+
+def _readable_by_sandbox_user(path: Path) -> bool:
+    """Whether the sandbox user may read `path` (and enter it, for a directory), by its
+    mode bits; its parents are the sandbox's own directories (mode 0755). True when
+    Harness is not root: the server runs as Harness then."""
+    user = _owner()
+    if user is None:
+        return True
+    info = path.stat()
+    shift = 6 if info.st_uid == user[0] else 3 if info.st_gid == user[1] else 0
+    needed = 0o5 if stat.S_ISDIR(info.st_mode) else 0o4
+    return (info.st_mode >> shift) & needed == needed
 
 
 def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:

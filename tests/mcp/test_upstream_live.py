@@ -46,6 +46,8 @@ def register(name: str, *extra: str, variant: Path | None = None) -> None:
     # The server reads the file at start: it must be a path it may read in the sandbox.
     env = ["--env", f"UPSTREAM_VARIANT_FILE={variant}"] if variant else []
     env += ["--path", f"{variant.parent}:ro"] if variant else []
+    if variant:  # pytest makes it 0700; when Harness is root, servers run as another user
+        variant.parent.chmod(0o755)
     call_command(
         "add_mcp_server",
         name,
