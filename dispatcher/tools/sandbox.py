@@ -9,14 +9,18 @@ settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
   (BASE_DIR), /home, /root, /run, /var, nor any other workspace. A hidden path that lies
   under something bound (a workspace holding var/, an extra read-only directory) is
   covered by an empty read-only tmpfs;
-- private, size-limited /tmp and /dev/shm that vanish with the call;
-- new user, PID, IPC, UTS and cgroup namespaces, and no network unless
-  settings.HARNESS_SANDBOX_NETWORK; the program runs as uid/gid 65534 with no
-  capabilities and no_new_privs (a setuid `sudo` gains nothing), and cannot create
-  user namespaces of its own;
-- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`)
-  and on processes: a pids cgroup per call where one can be made (required when Harness
-  runs as root: the kernel does not apply RLIMIT_NPROC to uid 0), else RLIMIT_NPROC;
+- private, size-limited /tmp and /dev/shm that vanish with the call; /proc/sys and the
+  other writable kernel interfaces of /proc read-only, no /sys;
+- new PID, IPC, UTS and cgroup namespaces, and no network unless
+  settings.HARNESS_SANDBOX_NETWORK; the program is never host root: as Harness's own
+  unprivileged uid (seen as 65534 in a user namespace), or, when Harness is root, as the
+  sandbox user (settings.HARNESS_SANDBOX_USER, set by setpriv), with no capabilities
+  and no_new_privs (a setuid `sudo` gains nothing);
+- a seccomp filter (dispatcher/tools/seccomp.py) that refuses what no tool needs:
+  other processes' memory, keyrings, bpf, mounts and namespaces, modules, the clock;
+- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`),
+  on processes (a pids cgroup per call where one can be made, required when Harness runs
+  as root, else RLIMIT_NPROC) and on memory (a memory cgroup, else RLIMIT_AS);
 - the wall-clock timeout kills the whole sandbox, and nothing in it outlives the call
   (a PID namespace, bwrap --die-with-parent: `setsid -f` children die too).
 
