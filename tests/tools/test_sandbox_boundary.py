@@ -277,10 +277,16 @@ def test_files_the_worker_writes_and_files_programs_write_stay_editable_by_both(
     assert (workspace / "deep" / "by-worker.txt").read_text() == "worker\nprogram\n"
     WRITE_FILE.execute(ctx, {"path": "mine.txt", "content": "edited by the worker\n"})
     WRITE_FILE.execute(ctx, {"path": "deep/more/new.txt", "content": "new\n"})
-    done = run_in_sandbox(workspace, ["sh", "-c", "echo again >> mine.txt && rm deep/more/new.txt"])
+    WRITE_FILE.execute(ctx, {"path": "later/by-worker.txt", "content": "worker\n"})
+    script = (
+        "echo again >> mine.txt && rm deep/more/new.txt && "
+        "echo program >> later/by-worker.txt && touch later/by-program.txt"
+    )
+    done = run_in_sandbox(workspace, ["sh", "-c", script])
     assert done.returncode == 0, done.output
     assert (workspace / "mine.txt").read_text() == "edited by the worker\nagain\n"
     assert not (workspace / "deep" / "more" / "new.txt").exists()
+    assert (workspace / "later" / "by-worker.txt").read_text() == "worker\nprogram\n"
 
 
 def test_node_and_git_run_under_the_default_memory_limit(sandbox_on: None, workspace: Path) -> None:
