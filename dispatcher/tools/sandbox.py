@@ -318,11 +318,13 @@ def require_sandbox() -> None:
 
 def refuse_exposed_state(workspace: Path) -> None:
     """Refuse a workspace that is one of Harness's hidden directories, or that holds the
-    system itself (`/`, `/usr`, `/etc`): it would be bound writable."""
-    if any(_inside(Path(system), workspace) for system in (*SYSTEM_DIRS, "/etc")):
+    system itself (`/`, `/usr`, `/etc`) or every home directory (`/home`, `/root`): it
+    would be bound writable (and, when Harness is root, given to the sandbox user)."""
+    held = (*SYSTEM_DIRS, "/etc", "/home", "/root")
+    if any(_inside(Path(system), workspace) for system in held):
         raise ToolError(
-            f"The session workspace {workspace} holds system directories, which programs "
-            "may only read, so no program runs. An operator must give the agent a "
+            f"The session workspace {workspace} holds system or home directories, which "
+            "programs may not write, so no program runs. An operator must give the agent a "
             "workspace of its own."
         )
     for hidden in hidden_paths():

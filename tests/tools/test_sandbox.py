@@ -156,8 +156,8 @@ def test_a_workspace_that_is_harness_state_or_the_system_is_refused(
 ) -> None:
     with pytest.raises(ToolError, match="one of Harness's own directories"):
         run(Path(settings.DATA_DIR), ["true"])
-    for system in ("/", "/usr"):
-        with pytest.raises(ToolError, match="holds system directories"):
+    for system in ("/", "/usr", "/home", "/root"):  # as root, /home would be given away
+        with pytest.raises(ToolError, match="holds system or home directories"):
             run(Path(system), ["true"])
 
 
