@@ -24,7 +24,7 @@ import pyseccomp
 import pytest
 from django.core.checks import run_checks
 
-from dispatcher.tools import sandbox, seccomp
+from dispatcher.tools import sandbox, sandbox_servers, seccomp
 from dispatcher.tools.base import ExecutionContext
 from dispatcher.tools.write_file import TOOL as WRITE_FILE
 from tests.conftest import ROOT
@@ -229,7 +229,7 @@ def test_seen_from_the_host_a_server_program_holds_no_root_uid(
     sandbox_on: None, tmp_path: Path
 ) -> None:
     marker = f"60.{os.getpid()}"
-    argv = sandbox.sandboxed_argv(["sleep", marker], [])
+    argv = sandbox_servers.sandboxed_argv(["sleep", marker], [])
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
 

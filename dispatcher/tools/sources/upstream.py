@@ -34,7 +34,7 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-from dispatcher.tools import sandbox
+from dispatcher.tools import sandbox, sandbox_servers
 from dispatcher.tools._paths import cap_text
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources.definitions import Definition
@@ -101,9 +101,9 @@ class DefinitionChanged(Exception):
 
 def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
     """`argv` wrapped in the sandbox, with `paths` the server may use: the one place an
-    upstream stdio server is put in the sandbox (`sandbox.sandboxed_argv`, bubblewrap).
+    upstream stdio server is put in the sandbox (`sandbox_servers.sandboxed_argv`, bubblewrap).
     Raises ToolError (SandboxUnavailable among them): then nothing is started."""
-    return sandbox.sandboxed_argv(argv, paths)
+    return sandbox_servers.sandboxed_argv(argv, paths)
 
 
 def launch_argv(endpoint: Endpoint) -> tuple[list[str], dict[str, str]]:
