@@ -26,11 +26,15 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "Browser tests need Debian's chromium: sudo apt-get install chromium"; fi; }
 
-# Debian's bubblewrap: every program a tool starts runs in it (HARNESS_SANDBOX=bwrap).
+# Debian's bubblewrap: every program a tool starts runs in it (HARNESS_SANDBOX=bwrap),
+# with util-linux's prlimit and setpriv, and libseccomp for its seccomp filter; as root,
+# programs run as the system user harness-sandbox (HARNESS_SANDBOX_USER), made here.
 sandbox:
-	@command -v bwrap >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
-	  else echo "The sandbox needs Debian's bubblewrap: sudo apt-get install bubblewrap"; fi; }
+	@{ command -v bwrap && command -v setpriv && ldconfig -p | grep -q libseccomp.so.2; } >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap util-linux libseccomp2 >/dev/null; \
+	  else echo "The sandbox needs Debian's bubblewrap, util-linux and libseccomp2: sudo apt-get install bubblewrap util-linux libseccomp2"; fi; }
+	@if [ "$$(id -u)" = 0 ] && ! id -u harness-sandbox >/dev/null 2>&1; then \
+	  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin harness-sandbox; fi
 
 # The pinned Claude Code CLI for tests/claude_code (npm registry), cached under var/.
 CLAUDE_CODE_VERSION := 2.1.328

@@ -204,14 +204,25 @@ def check_sandbox(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         for path in settings.HARNESS_SANDBOX_READ_ONLY
         if not path.startswith("/")
     ]
+    try:
+        sandbox.memory_limit()
+    except ValueError as exc:
+        errors.append(
+            Error(
+                f"{exc}.",
+                hint="Set HARNESS_SANDBOX_MEMORY to bytes or a size such as 2G or 512M.",
+                id="dispatcher.E044",
+            )
+        )
     if value == "bwrap" and (problem := sandbox.probe()) is not None:
         errors.append(
             Error(
                 f"HARNESS_SANDBOX is 'bwrap' but the sandbox cannot run here: {problem}.",
                 hint=(
-                    "Install bubblewrap (apt-get install bubblewrap; `make sandbox` does it) "
-                    "and allow user namespaces; as root, give Harness a writable pids "
-                    "cgroup or run it as an unprivileged user. To run programs without the "
+                    "Install bubblewrap, util-linux and libseccomp (`make sandbox` does it, "
+                    "and creates the harness-sandbox user) and allow user namespaces; as "
+                    "root, give Harness a writable pids cgroup and a HARNESS_SANDBOX_USER, "
+                    "or run it as an unprivileged user. To run programs without the "
                     "sandbox, set HARNESS_SANDBOX=off explicitly (the dashboard shows it)."
                 ),
                 id="dispatcher.E041",

@@ -342,6 +342,12 @@ HARNESS_SANDBOX_NETWORK = env_bool("HARNESS_SANDBOX_NETWORK", False)
 # More host paths sandboxed programs may read (absolute, comma-separated), e.g. a
 # toolchain in /opt; Harness's own directories stay hidden even beneath them.
 HARNESS_SANDBOX_READ_ONLY = env_list("HARNESS_SANDBOX_READ_ONLY")
+# When Harness runs as root, sandboxed programs run as this unprivileged host user (a
+# name, or UID:GID), never as root; `make sandbox` creates the system user.
+HARNESS_SANDBOX_USER = env("HARNESS_SANDBOX_USER", "harness-sandbox")
+# Memory one sandboxed program may use, in bytes (a memory cgroup per call where one can
+# be made, else RLIMIT_AS per process); checked at start-up (dispatcher.E044).
+HARNESS_SANDBOX_MEMORY = env("HARNESS_SANDBOX_MEMORY", str(2 << 30))
 # The backstop for any tool: a worker child still inside one call this long is killed by
 # its pool (a body that holds the GIL, a hung C call). Its call, still running, ends
 # outcome_unknown when its lease expires (messages are acked early: never re-run). No

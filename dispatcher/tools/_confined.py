@@ -27,6 +27,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from dispatcher.tools import sandbox
+
 # openat2(2), Linux 5.6+: the syscall number is 437 on every architecture but alpha,
 # ia64 and mips, which have their own.
 _SYS_OPENAT2 = 437
@@ -209,6 +211,7 @@ def _make_directories(workspace: Path, path: Path) -> int:
                 with suppress(FileExistsError):  # made meanwhile: the open below checks it
                     os.mkdir(name, 0o777, dir_fd=current)
                 following = _open_nofollow(name, DIRECTORY, current)
+                sandbox.hand_over(following)  # Harness as root: programs may write in it
             os.close(current)
             current = following
     except BaseException:

@@ -9,21 +9,24 @@ settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
   (BASE_DIR), /home, /root, /run, /var, nor any other workspace. A hidden path that lies
   under something bound (a workspace holding var/, an extra read-only directory) is
   covered by an empty read-only tmpfs;
-- private, size-limited /tmp and /dev/shm that vanish with the call;
-- new user, PID, IPC, UTS and cgroup namespaces, and no network unless
-  settings.HARNESS_SANDBOX_NETWORK; the program runs as uid/gid 65534 with no
-  capabilities and no_new_privs (a setuid `sudo` gains nothing), and cannot create
-  user namespaces of its own;
-- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`)
-  and on processes: a pids cgroup per call where one can be made (required when Harness
-  runs as root: the kernel does not apply RLIMIT_NPROC to uid 0), else RLIMIT_NPROC;
+- private, size-limited /tmp and /dev/shm that vanish with the call; /proc/sys and the
+  other writable kernel interfaces of /proc read-only, no /sys;
+- new PID, IPC, UTS and cgroup namespaces, and no network unless
+  settings.HARNESS_SANDBOX_NETWORK; the program is never host root: as Harness's own
+  unprivileged uid (seen as 65534 in a user namespace), or, when Harness is root, as the
+  sandbox user (settings.HARNESS_SANDBOX_USER, set by setpriv), with no capabilities
+  and no_new_privs (a setuid `sudo` gains nothing);
+- a seccomp filter (dispatcher/tools/seccomp.py) that refuses what no tool needs:
+  other processes' memory, keyrings, bpf, mounts and namespaces, modules, the clock;
+- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`),
+  on processes (a pids cgroup per call where one can be made, required when Harness runs
+  as root, else RLIMIT_NPROC) and on memory (a memory cgroup, else RLIMIT_AS);
 - the wall-clock timeout kills the whole sandbox, and nothing in it outlives the call
   (a PID namespace, bwrap --die-with-parent: `setsid -f` children die too).
 
-`sandboxed_argv(argv, paths)` wraps the command of a program that keeps running (an
-upstream stdio MCP server, started by the worker's MCP client) in the same sandbox: its
-configured paths (read-write, or read-only with `:ro`) and what its program needs to
-start take the workspace's place.
+`sandbox_servers.sandboxed_argv(argv, paths)` wraps the command of a program that keeps
+running (an upstream stdio MCP server) in the same sandbox; the cgroups are in
+`sandbox_cgroups`, the seccomp filter in `seccomp`.
 
 "off" (chosen explicitly; the dashboard shows it) runs the program as a plain child in
 its own process group, as Harness did before the sandbox. In both modes the output is
@@ -35,27 +38,37 @@ neither the memory nor the disk.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import glob
 import math
 import os
+import pwd
+import re
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 
+from dispatcher.tools import sandbox_cgroups, seccomp
 from dispatcher.tools.base import ToolError
+from dispatcher.tools.sandbox_cgroups import Cgroups
 
 MODES = ("bwrap", "off")
-SANDBOX_UID = 65534  # "nobody": never 0 inside, whoever runs Harness
+SANDBOX_UID = 65534  # "nobody": the uid a program sees when Harness is not root
+# Writable kernel interfaces of /proc, shown read-only (bound over themselves); /sys is
+# not in the sandbox at all.
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+SECCOMP_FD = 3  # the launcher opens the filter as this descriptor for bwrap --seccomp
+EXIT_REPORT = "harness: the sandboxed server exited with status"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What programs need of /etc; everything else there (shadow, ssh host keys, service
 # configuration with passwords, environment files) does not exist in the sandbox.
@@ -112,10 +125,15 @@ class Limits:
     processes: int = 256  # processes and threads at once
     output_bytes: int = 16 << 20  # past this much output the program is stopped
     tmp_bytes: int = 256 << 20  # size of the private /tmp (and of /dev/shm, a quarter)
+    memory_bytes: int | None = None  # None: settings.HARNESS_SANDBOX_MEMORY
 
     @property
     def cpu(self) -> int:
         return self.cpu_seconds or max(1, math.ceil(self.timeout))
+
+    @property
+    def memory(self) -> int:
+        return self.memory_bytes or memory_limit()
 
 
 @dataclass(frozen=True)
@@ -126,6 +144,7 @@ class Completed:
     output: str
     sandboxed: bool
     stopped_for_output: bool = False
+    stopped_for_memory: bool = False
 
 
 class SandboxUnavailable(ToolError):
@@ -134,6 +153,91 @@ class SandboxUnavailable(ToolError):
 
 def mode() -> str:
     return str(settings.HARNESS_SANDBOX)
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+def memory_limit() -> int:
+    """settings.HARNESS_SANDBOX_MEMORY in bytes (a number, or with K, M, G or T: binary
+    multiples). Raises ValueError saying what is wrong (the start-up check, E044)."""
+    value = str(settings.HARNESS_SANDBOX_MEMORY)
+    match = _SIZE.match(value)
+    if match is None:
+        raise ValueError(f"HARNESS_SANDBOX_MEMORY {value!r} is not a size such as 2G or 512M")
+    size = int(match.group(1)) << (10 * " KMGT".index(match.group(2).upper() or " "))
+    if size < 64 << 20:
+        raise ValueError(f"HARNESS_SANDBOX_MEMORY {value!r} is below 64M; no program starts")
+    return size
+
+
+def sandbox_user() -> tuple[int, int] | None:
+    """The host (uid, gid) sandboxed programs run as, or None when Harness is not root
+    (its own uid is unprivileged; programs see it as 65534 in a user namespace).
+
+    When Harness is root: settings.HARNESS_SANDBOX_USER, a user name or `UID:GID`.
+    Raises SandboxUnavailable when it names no user, or root's uid or gid.
+    """
+    if os.geteuid() != 0:
+        return None
+    value = str(settings.HARNESS_SANDBOX_USER).strip()
+    uid_gid = re.fullmatch(r"(\d+):(\d+)", value)
+    if uid_gid:
+        user = (int(uid_gid.group(1)), int(uid_gid.group(2)))
+    else:
+        try:
+            entry = pwd.getpwnam(value)
+        except KeyError:
+            raise SandboxUnavailable(
+                f"Harness runs as root and HARNESS_SANDBOX_USER {value!r} is not a user on "
+                "this host, so no program runs. `make sandbox` creates the system user "
+                "harness-sandbox; or set HARNESS_SANDBOX_USER to an unused UID:GID."
+            ) from None
+        user = (entry.pw_uid, entry.pw_gid)
+    if 0 in user:
+        raise SandboxUnavailable(
+            f"HARNESS_SANDBOX_USER {value!r} is root's uid or gid, so no program runs. "
+            "Name an unprivileged user."
+        )
+    return user
+
+
+def hand_over(fd: int) -> None:
+    """Give a file or directory the worker made in a workspace (open as `fd`) to the
+    sandbox user, so that sandboxed programs can change it as they change their own.
+    Nothing when Harness is not root or programs are not sandboxed."""
+    user = _owner()
+    if user is not None and (os.fstat(fd).st_uid, os.fstat(fd).st_gid) != user:
+        os.fchown(fd, *user)
+
+
+def give_to_sandbox(root: Path) -> None:
+    """When Harness is root: make `root` (a workspace, a writable server path) and all it
+    holds belong to the sandbox user, once (the owner of `root` itself marks it done).
+
+    Walks with descriptors and never follows a symlink (os.fwalk), so a directory swapped
+    for a symlink meanwhile cannot lead the walk outside; a file with more than one hard
+    link keeps its owner (one of its names may lie outside `root`).
+    """
+    user = _owner()
+    if user is None or (root.lstat().st_uid, root.lstat().st_gid) == user:
+        return
+    for _, directories, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+        for name in (*directories, *files):
+            with contextlib.suppress(FileNotFoundError):
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                    continue
+                os.chown(name, *user, dir_fd=dir_fd, follow_symlinks=False)
+    os.chown(root, *user, follow_symlinks=False)
+
+
+def _owner() -> tuple[int, int] | None:
+    if mode() != "bwrap":
+        return None
+    with contextlib.suppress(SandboxUnavailable):  # no program runs then anyway
+        return sandbox_user()
+    return None
 
 
 def confines() -> bool:
@@ -158,8 +262,9 @@ def run(
     require_sandbox()
     workspace = workspace.resolve()
     refuse_exposed_state(workspace)
-    with _pids_cgroup(limits.processes) as cgroup:
-        command = _limit_command(limits, cgroup) + bwrap_command(
+    give_to_sandbox(workspace)
+    with _call_cgroups(limits) as cgroups:
+        command = _limit_command(limits, cgroups) + bwrap_command(
             argv,
             workspace=workspace,
             cwd=cwd.resolve(),
@@ -167,9 +272,30 @@ def run(
             network=bool(settings.HARNESS_SANDBOX_NETWORK),
         )
         done = _run_process(command, cwd=workspace, env=env, limits=limits, sandboxed=True)
-    if done.returncode == 1 and done.output.startswith(BWRAP_PREFIX.decode()):
-        raise _start_failure(argv, done.output.splitlines()[0])
+        out_of_memory = _oom_killed(cgroups.memory)
+    failure = _start_failure_line(done)
+    if failure is not None:
+        raise _start_failure(argv, failure)
+    if out_of_memory:
+        return dataclasses.replace(
+            done,
+            stopped_for_memory=True,
+            output=done.output
+            + f"\n[stopped: the program used more than {limits.memory} bytes of memory "
+            "(HARNESS_SANDBOX_MEMORY) and was killed]",
+        )
     return done
+
+
+def _start_failure_line(done: Completed) -> str | None:
+    """The sandbox's own complaint when it could not start the program, or None: bwrap's
+    first line, or setpriv's (which starts the program when Harness is root)."""
+    first = done.output.split("\n", 1)[0]
+    if done.returncode == 1 and first.startswith(BWRAP_PREFIX.decode()):
+        return first
+    if done.returncode in (126, 127) and first.startswith("setpriv: failed to execute "):
+        return first
+    return None
 
 
 def require_sandbox() -> None:
@@ -190,11 +316,13 @@ def require_sandbox() -> None:
 
 def refuse_exposed_state(workspace: Path) -> None:
     """Refuse a workspace that is one of Harness's hidden directories, or that holds the
-    system itself (`/`, `/usr`, `/etc`): it would be bound writable."""
-    if any(_inside(Path(system), workspace) for system in (*SYSTEM_DIRS, "/etc")):
+    system itself (`/`, `/usr`, `/etc`) or every home directory (`/home`, `/root`): it
+    would be bound writable (and, when Harness is root, given to the sandbox user)."""
+    held = (*SYSTEM_DIRS, "/etc", "/home", "/root")
+    if any(_inside(Path(system), workspace) for system in held):
         raise ToolError(
-            f"The session workspace {workspace} holds system directories, which programs "
-            "may only read, so no program runs. An operator must give the agent a "
+            f"The session workspace {workspace} holds system or home directories, which "
+            "programs may not write, so no program runs. An operator must give the agent a "
             "workspace of its own."
         )
     for hidden in hidden_paths():
@@ -207,13 +335,14 @@ def refuse_exposed_state(workspace: Path) -> None:
 
 
 def _start_failure(argv: list[str], line: str) -> ToolError:
-    if line.startswith("bwrap: execvp ") and line.endswith("No such file or directory"):
+    execute = line.startswith(("bwrap: execvp ", "setpriv: failed to execute "))
+    if execute and line.endswith("No such file or directory"):
         return ToolError(
             f"Command '{argv[0]}' was not found in the sandbox (it holds the workspace, /usr "
             "and a few system files, nothing else of the host). Check the name, or run "
             "['sh', '-c', 'command -v NAME'] to see what is installed."
         )
-    if line.startswith("bwrap: execvp ") and line.endswith("Permission denied"):
+    if execute and line.endswith("Permission denied"):
         return ToolError(f"Command '{argv[0]}' is not executable: Permission denied.")
     return SandboxUnavailable(
         f"The sandbox could not start the command ({line.removeprefix('bwrap: ')}). "
@@ -250,15 +379,18 @@ def sandbox_command(
     argv: list[str], *, binds: list[Bind], cwd: Path, limits: Limits, network: bool
 ) -> list[str]:
     """The bubblewrap command line that runs `argv` with `binds` (besides the system's and
-    HARNESS_SANDBOX_READ_ONLY) as the only host paths it sees."""
-    command = [
-        _binary("bwrap") or "bwrap",
-        "--unshare-user",
-        "--uid",
-        str(SANDBOX_UID),
-        "--gid",
-        str(SANDBOX_UID),
-        "--disable-userns",
+    HARNESS_SANDBOX_READ_ONLY) as the only host paths it sees. It expects the seccomp
+    filter open as descriptor SECCOMP_FD (see _limit_command).
+
+    When Harness is root, bwrap runs as root (so it can bind what only root may reach, a
+    virtual environment under /root say) without a user namespace, and the program is
+    started by setpriv as the sandbox user: host uid and gid unprivileged, no
+    supplementary groups, no capabilities, no_new_privs. Otherwise bwrap runs as Harness
+    (unprivileged) and maps it to 65534 in a user namespace of its own.
+    """
+    user = sandbox_user()
+    command = [_binary("bwrap") or "bwrap", *_identity_args(user)]
+    command += [
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
@@ -270,11 +402,16 @@ def sandbox_command(
     ]
     if not network:
         command.append("--unshare-net")
+    command += ["--seccomp", str(SECCOMP_FD)]
     # The sandbox's own mounts first: a host path bound later may lie under /tmp.
-    command += ["--proc", "/proc", "--dev", "/dev"]
-    command += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
-    command += ["--size", str(max(4096, limits.tmp_bytes // 4)), "--tmpfs", "/dev/shm"]  # noqa: S108
-    command += ["--dir", "/var", "--symlink", "/tmp", "/var/tmp"]  # noqa: S108
+    command += ["--proc", "/proc"]
+    for name in PROC_READ_ONLY:
+        command += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+    command += ["--dev", "/dev"]
+    command += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
+    shm = str(max(4096, limits.tmp_bytes // 4))
+    command += ["--perms", "1777", "--size", shm, "--tmpfs", "/dev/shm"]  # noqa: S108
+    command += _var_tmp(binds, limits)
     system_args, system_bound = _system_binds()
     command += system_args
     extras = [Bind(path, path, optional=True) for path in read_only_extras()]
@@ -282,8 +419,45 @@ def sandbox_command(
     command += mounts
     for path in covered:
         command += ["--remount-ro", str(path)]
-    command += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", str(cwd), "--", *argv]
-    return command
+    command += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", str(cwd), "--"]
+    return command + _as_user(user, argv)
+
+
+def _identity_args(user: tuple[int, int] | None) -> list[str]:
+    if user is None:
+        uid = str(SANDBOX_UID)
+        return ["--unshare-user", "--uid", uid, "--gid", uid, "--disable-userns"]
+    # setpriv needs these two to change uid and gid, and drops them (and all else) itself
+    return ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+
+
+def _as_user(user: tuple[int, int] | None, argv: list[str]) -> list[str]:
+    if user is None:
+        return argv
+    uid, gid = user
+    return [
+        "/usr/bin/setpriv",
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+        *argv,
+    ]
+
+
+def _var_tmp(binds: list[Bind], limits: Limits) -> list[str]:
+    """/var/tmp: a link to the private /tmp, or, when something is bound beneath it (a
+    server's path), a private tmpfs of its own with the bind where the program expects
+    it (a bind through the link would land in /tmp, not where the program looks)."""  # noqa: S108
+    var_tmp = Path("/var/tmp")  # noqa: S108
+    if any(_inside(bind.target, var_tmp) for bind in binds):
+        size = str(limits.tmp_bytes)
+        return ["--dir", "/var", "--perms", "1777", "--size", size, "--tmpfs", str(var_tmp)]
+    return ["--dir", "/var", "--symlink", "/tmp", str(var_tmp)]  # noqa: S108
 
 
 def _mounts(binds: list[Bind], system_bound: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
@@ -299,8 +473,29 @@ def _mounts(binds: list[Bind], system_bound: tuple[Path, ...]) -> tuple[list[Pat
                 covers.add(target / path.relative_to(source))
     steps: list[tuple[int, int, list[str]]] = [(len(b.target.parts), 0, b.args()) for b in binds]
     steps += [(len(path.parts), 1, ["--size", "4096", "--tmpfs", str(path)]) for path in covers]
+    inside_binds = [*system_bound, *(b.target for b in binds)]
+    for parent in _parents([b.target for b in binds], inside_binds):
+        steps.append((len(parent.parts), -1, ["--perms", "0755", "--dir", str(parent)]))
     steps.sort(key=lambda step: step[:2])
     return sorted(covers), [arg for _, _, args in steps for arg in args]
+
+
+# Made by the sandbox itself before any bind (mode and all): never made again.
+OWN_MOUNTS = tuple(Path(p) for p in ("/", "/proc", "/dev", "/tmp", "/var", "/var/tmp"))  # noqa: S108
+
+
+def _parents(targets: list[Path], bound: list[Path]) -> list[Path]:
+    """The directories above `targets` that the sandbox must make, parents first: bwrap
+    would make them mode 0700 as root, which the sandbox user could not pass through.
+    Directories inside something bound exist already (they are the host's)."""
+    parents: dict[Path, None] = {}
+    for target in targets:
+        for parent in reversed(target.parents):
+            if any(_inside(parent, root) for root in bound):
+                break
+            if parent not in OWN_MOUNTS:
+                parents[parent] = None
+    return list(parents)
 
 
 @functools.cache
@@ -315,7 +510,10 @@ def _system_binds() -> tuple[tuple[str, ...], tuple[Path, ...]]:
         elif path.is_dir():
             command += ["--ro-bind", name, name]
             bound.append(path)
-    for entry in _etc_entries():
+    entries = list(_etc_entries())
+    for parent in _parents(entries, bound):
+        command += ["--perms", "0755", "--dir", str(parent)]
+    for entry in entries:
         if entry.is_symlink() and _inside(entry.resolve(), Path("/usr")):
             command += ["--symlink", os.readlink(entry), str(entry)]
         else:
@@ -356,12 +554,17 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
-def _limit_command(limits: Limits, cgroup: Path | None) -> list[str]:
-    """setrlimit for everything the sandbox starts, and the pids cgroup when there is one.
+def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = False) -> list[str]:
+    """The launcher: a shell that joins the cgroups, opens the seccomp filter as
+    SECCOMP_FD and becomes prlimit (setrlimit for everything the sandbox starts), which
+    becomes bwrap. A cgroup that cannot be joined stops it before anything runs (125).
+    With `report_exit` the shell stays, waits, and writes EXIT_REPORT with the status to
+    stderr (a server's log says why it ended; bwrap dies with it, --die-with-parent).
 
-    Without a cgroup, processes are bounded by RLIMIT_NPROC, which counts every process
-    and thread of Harness's uid on the host: the limit is what the uid runs now plus
-    `limits.processes`.
+    Without a pids cgroup, processes are bounded by RLIMIT_NPROC, which counts every
+    process and thread of Harness's uid on the host: the limit is what the uid runs now
+    plus `limits.processes`. Without a memory cgroup, memory is bounded by RLIMIT_AS, per
+    process.
     """
     prlimit = [
         _binary("prlimit") or "prlimit",
@@ -369,14 +572,21 @@ def _limit_command(limits: Limits, cgroup: Path | None) -> list[str]:
         f"--fsize={limits.file_bytes}",
         "--core=0",
     ]
-    if cgroup is None:
+    if cgroups.pids is None:
         prlimit.append(f"--nproc={_tasks_of(os.getuid()) + limits.processes}")
+    if cgroups.memory is None:
+        prlimit.append(f"--as={limits.memory}")
     prlimit.append("--")
-    if cgroup is None:
-        return prlimit
-    # The shell moves itself into the cgroup, then becomes prlimit, then bwrap.
-    join = 'echo $$ > "$0" && exec "$@"'
-    return ["/bin/sh", "-c", join, str(cgroup / "cgroup.procs"), *prlimit]
+    joins = [str(path / "cgroup.procs") for path in cgroups.paths]
+    run = f'"$@" {SECCOMP_FD}<"$filter"'
+    if report_exit:
+        run += f'; status=$?; echo "{EXIT_REPORT} $status" >&2; exit $status'
+    else:
+        run = f"exec {run}"
+    script = (
+        f'filter=$0; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; {run}'
+    )
+    return ["/bin/sh", "-c", script, str(seccomp.bpf_file()), *joins, "--", *prlimit]
 
 
 def _tasks_of(uid: int) -> int:
@@ -397,144 +607,137 @@ def _binary(name: str) -> str | None:
     return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), os.defpath]))
 
 
-# --- Processes: the pids cgroup (Harness as root) -------------------------------------------
+# --- Processes and memory: cgroups ----------------------------------------------------------
 
 
 @contextlib.contextmanager
-def _pids_cgroup(processes: int) -> Iterator[Path | None]:
-    """A fresh pids cgroup limited to `processes` (+ the wrappers), when one can be made.
+def _call_cgroups(limits: Limits) -> Iterator[Cgroups]:
+    """The cgroups of one call (see sandbox_cgroups). A pids cgroup is required when
+    Harness is root: the kernel does not apply RLIMIT_NPROC to uid 0 (the launcher and
+    bwrap run as root), and without a user namespace the program's processes would count
+    against the sandbox user shared by every call."""
+    _require_pids_cgroup()
+    with sandbox_cgroups.for_call(limits.processes, limits.memory) as cgroups:
+        yield cgroups
 
-    Required when Harness is root: the kernel never applies RLIMIT_NPROC to uid 0, and
-    inside the sandbox's user namespace the program still is uid 0 to the host. Any other
-    uid falls back to RLIMIT_NPROC.
-    """
-    root = pids_cgroup_root()
-    if root is None and os.geteuid() != 0:
-        yield None  # RLIMIT_NPROC binds (see _limit_command)
-        return
-    if root is None:
+
+def _require_pids_cgroup() -> None:
+    if os.geteuid() == 0 and pids_cgroup_root() is None:
         raise SandboxUnavailable(
             "Harness runs as root and no pids cgroup is writable, so the number of "
             "processes cannot be limited; no program runs. An operator must run Harness "
             "as an unprivileged user, or give it a writable pids cgroup."
         )
-    path = root / uuid.uuid4().hex
-    path.mkdir()
-    try:
-        (path / "pids.max").write_text(str(processes + 4))  # sh/prlimit/bwrap, pid 1
-        yield path
-    finally:
-        _remove_cgroup(path)
 
 
-def _remove_cgroup(path: Path) -> None:
-    """rmdir once the killed processes are gone (the kernel reaps them asynchronously)."""
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            path.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                return  # left behind empty-to-be; harmless, and swept by the next probe
-            time.sleep(0.02)
-
-
-@functools.cache
 def pids_cgroup_root() -> Path | None:
     """A directory where this process may create pids cgroups, or None."""
-    for candidate in _pids_cgroup_candidates():
-        root = candidate / CGROUP_PREFIX
-        try:
-            root.mkdir(exist_ok=True)
-            if not (root / "cgroup.procs").exists():
-                continue
-            if (candidate / "cgroup.subtree_control").exists():  # cgroup v2
-                with contextlib.suppress(OSError):
-                    (candidate / "cgroup.subtree_control").write_text("+pids")
-                (root / "cgroup.subtree_control").write_text("+pids")
-            probe = Path(tempfile.mkdtemp(prefix="probe-", dir=root))
-            (probe / "pids.max").write_text("8")
-            probe.rmdir()
-        except OSError:
-            continue
-        _sweep(root)
-        return root
-    return None
+    return sandbox_cgroups.root_for("pids")
 
 
-def _pids_cgroup_candidates() -> Iterator[Path]:
-    """This process's own cgroup in a v1 pids hierarchy, or in the v2 hierarchy."""
-    try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
-        memberships = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return
-    own: dict[str, str] = {}
-    for line in memberships:
-        _, controllers, path = line.split(":", 2)
-        for controller in controllers.split(",") if controllers else ["<v2>"]:
-            own[controller] = path.lstrip("/")
-    for line in mounts:
-        fields = line.split()
-        if len(fields) < 4:
-            continue
-        mountpoint, fstype, options = fields[1], fields[2], fields[3].split(",")
-        if fstype == "cgroup" and "pids" in options:
-            yield Path(mountpoint) / own.get("pids", "")
-        elif fstype == "cgroup2":
-            base = Path(mountpoint) / own.get("<v2>", "")
-            with contextlib.suppress(OSError):
-                if "pids" in (base / "cgroup.controllers").read_text().split():
-                    yield base
-
-
-def _sweep(root: Path) -> None:
-    """Remove cgroups that earlier runs left (a killed worker); busy or recent ones stay."""
-    old = time.time() - 600
-    for child in root.iterdir():
-        with contextlib.suppress(OSError):
-            if child.is_dir() and child.stat().st_mtime < old:
-                child.rmdir()
+def _oom_killed(path: Path | None) -> bool:
+    return sandbox_cgroups.oom_killed(path)
 
 
 # --- Probe (the start-up check and every run) ----------------------------------------------
 
 
 def probe() -> str | None:
-    """Why the bwrap sandbox cannot run here, or None when it can. Cached per process."""
-    return _probe(bool(settings.HARNESS_SANDBOX_NETWORK))
+    """Why the bwrap sandbox cannot run here with every guarantee it gives, or None when
+    it can. Cached per process and per setting it depends on."""
+    return _probe(
+        bool(settings.HARNESS_SANDBOX_NETWORK),
+        str(settings.HARNESS_SANDBOX_USER),
+        str(settings.HARNESS_SANDBOX_MEMORY),
+        os.geteuid(),
+    )
+
+
+# Run by sh inside a real sandbox; prints one line per guarantee that does not hold.
+PROBE_SCRIPT = r"""
+touch "$0/owner" || echo "the workspace is not writable by the sandboxed program"
+[ -w /proc/sys/kernel/core_pattern ] && echo "/proc/sys is writable"
+grep -q " /proc/sys proc ro," /proc/self/mounts || echo "/proc/sys is not mounted read-only"
+grep -Eq "^Seccomp:[[:space:]]+2" /proc/self/status || echo "no seccomp filter is loaded"
+setarch "$(uname -m)" -R true 2>/dev/null && echo "the seccomp filter let personality() through"
+exit 0
+"""
 
 
 @functools.cache
-def _probe(network: bool) -> str | None:
-    for name in ("bwrap", "prlimit"):
+def _probe(network: bool, user: str, memory: str, euid: int) -> str | None:
+    """Starts a real sandbox and checks from inside and from the host side: the program
+    is not host root (the owner of a file it made), /proc/sys is read-only, the seccomp
+    filter is loaded and refuses, and memory is limited (a memory cgroup whose limit
+    reads back, or RLIMIT_AS seen from inside)."""
+    for name in ("bwrap", "prlimit", *(("setpriv",) if euid == 0 else ())):
         if _binary(name) is None:
             package = "bubblewrap" if name == "bwrap" else "util-linux"
             return f"`{name}` is not installed (Debian package {package})"
-    if os.geteuid() == 0 and pids_cgroup_root() is None:
+    try:
+        limits = Limits(timeout=10, output_chars=2000, memory_bytes=memory_limit())
+        owner = sandbox_user()
+        seccomp.bpf_file()
+    except (ValueError, SandboxUnavailable) as error:
+        return str(error).split(", so no program runs")[0]
+    except OSError as error:
+        return f"libseccomp could not build the seccomp filter ({error})"
+    if euid == 0 and pids_cgroup_root() is None:
         return "Harness runs as root and no pids cgroup is writable"
     with tempfile.TemporaryDirectory(prefix="harness-sandbox-probe-") as scratch:
         workspace = Path(scratch)
-        limits = Limits(timeout=10, output_chars=2000)
-        command = _limit_command(limits, None) + bwrap_command(
-            ["true"], workspace=workspace, cwd=workspace, limits=limits, network=network
-        )
-        try:
-            done = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=10,
-                env={"PATH": os.defpath},
+        give_to_sandbox(workspace)
+        with sandbox_cgroups.for_call(limits.processes, limits.memory) as cgroups:
+            script = PROBE_SCRIPT
+            if cgroups.memory is None:
+                script += f'grep -Eq "^Max address space +{limits.memory} " /proc/self/limits'
+                script += ' || echo "RLIMIT_AS is not set"\n'
+            argv = ["sh", "-c", script, str(workspace)]
+            command = _limit_command(limits, cgroups) + bwrap_command(
+                argv, workspace=workspace, cwd=workspace, limits=limits, network=network
             )
-        except (OSError, subprocess.TimeoutExpired) as error:
-            return f"bwrap could not run: {error}"
+            failure = _run_probe(command)
+            failure = failure or _memory_cgroup_problem(cgroups.memory, limits.memory)
+        failure = failure or _owner_problem(workspace / "owner", owner)
+    return failure
+
+
+def _run_probe(command: list[str]) -> str | None:
+    try:
+        done = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+            env={"PATH": os.defpath},
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bwrap could not run: {error}"
     if done.returncode != 0:
         reason = (done.stderr or done.stdout).decode(errors="replace").strip()
         return f"bwrap cannot create its namespaces: {reason or f'exit code {done.returncode}'}"
+    problems = done.stdout.decode(errors="replace").strip().splitlines()
+    return "; ".join(problems) or None
+
+
+def _memory_cgroup_problem(path: Path | None, memory: int) -> str | None:
+    if path is None:
+        return None  # RLIMIT_AS, checked from inside
+    for name in ("memory.max", "memory.limit_in_bytes"):
+        with contextlib.suppress(OSError):
+            if int((path / name).read_text()) == memory:
+                return None
+    return "the memory cgroup's limit did not hold"
+
+
+def _owner_problem(made: Path, owner: tuple[int, int] | None) -> str | None:
+    try:
+        uid = made.lstat().st_uid
+    except OSError:
+        return None  # reported from inside already
+    expected = owner[0] if owner is not None else os.geteuid()
+    if uid == 0 or uid != expected:
+        return f"a sandboxed program's file belongs to host uid {uid}, not {expected}"
     return None
 
 
@@ -659,176 +862,3 @@ def describe_exit(returncode: int, *, sandboxed: bool) -> str:
         prefix = f"128+{signum}: " if returncode > 0 else ""
         return f"{returncode} ({prefix}killed by {name}{why.get(name, '')})"
     return str(returncode)
-
-
-# --- Programs that keep running: upstream stdio MCP servers -------------------------------
-
-# A server lives across calls, so the per-call wall clock does not apply (the worker's
-# pool applies each call's timeout and replaces a server that ran past it); CPU time is
-# bounded per process by a generous ceiling instead: past it the server is killed and
-# started again at the next call.
-SERVER_LIMITS = Limits(timeout=3600, output_chars=0, cpu_seconds=3600)
-READ_ONLY_SUFFIX = ":ro"
-READ_WRITE_SUFFIX = ":rw"
-SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
-# Never given to a server, even read-only: a socket stays connectable on a read-only bind.
-KERNEL_AND_SOCKET_DIRS = ("/proc", "/sys", "/dev", "/run")
-
-
-def parse_server_path(entry: str) -> tuple[Path, bool]:
-    """A configured server path, `PATH` or `PATH:rw` (read-write) or `PATH:ro`
-    (read-only): (the path, writable)."""
-    if entry.endswith(READ_ONLY_SUFFIX):
-        return Path(entry.removesuffix(READ_ONLY_SUFFIX)), False
-    return Path(entry.removesuffix(READ_WRITE_SUFFIX)), True
-
-
-def server_path_problem(entry: str) -> str | None:
-    """Why a configured server path cannot be given to a server, or None."""
-    path, writable = parse_server_path(entry)
-    if not path.is_absolute():
-        return f"Path {entry!r} must be absolute (optionally ending in :ro or :rw)."
-    if not path.exists():
-        return f"Path {path} does not exist on this host."
-    path = path.resolve()
-    if path == Path("/") or any(_inside(Path(p), path) for p in (*SYSTEM_DIRS, "/etc")):
-        return f"Path {path} holds system directories; a server may only read those."
-    if any(_inside(path, Path(p)) for p in KERNEL_AND_SOCKET_DIRS):
-        return f"Path {path} is a kernel or socket directory (/proc, /sys, /dev, /run)."
-    workspace_root = Path(settings.HARNESS_WORKSPACE_ROOT).resolve()
-    for hidden in hidden_paths():
-        if path == hidden or (_inside(path, hidden) and not _inside(path, workspace_root)):
-            return (
-                f"Path {path} is Harness's own state (data, settings, database or "
-                "workspace root), which sandboxed programs never see."
-            )
-    if writable and any(_inside(path, Path(p)) for p in (*SYSTEM_DIRS, "/etc")):
-        return f"Path {path} is a system directory; it cannot be writable."
-    return None
-
-
-def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
-    """`argv` (a long-running server's command) wrapped in the sandbox, seeing only
-    `paths` (see parse_server_path) and what its program needs to start (program_binds).
-
-    The same sandbox as `run` (namespaces, no network unless HARNESS_SANDBOX_NETWORK,
-    uid 65534, limits), started by the caller. With HARNESS_SANDBOX=off, `argv` as it is.
-    Raises SandboxUnavailable when the sandbox cannot run here and ToolError for a path
-    that cannot be given: nothing is started unsandboxed.
-    """
-    if mode() == "off":
-        return list(argv)
-    require_sandbox()
-    binds: list[Bind] = []
-    for entry in paths:
-        problem = server_path_problem(entry)
-        if problem:
-            raise ToolError(f"{problem} The server was not started; an admin must fix it.")
-        path, writable = parse_server_path(entry)
-        binds.append(Bind(path.resolve(), path.resolve(), writable=writable))
-    binds += program_binds(argv)
-    directories = [b.target for b in binds[: len(paths)] if b.source.is_dir()]
-    cwd = directories[0] if directories else Path("/tmp")  # noqa: S108 - the private one
-    cgroup = _server_cgroup(SERVER_LIMITS.processes)
-    return _limit_command(SERVER_LIMITS, cgroup) + sandbox_command(
-        argv,
-        binds=binds,
-        cwd=cwd,
-        limits=SERVER_LIMITS,
-        network=bool(settings.HARNESS_SANDBOX_NETWORK),
-    )
-
-
-def program_binds(argv: list[str]) -> list[Bind]:
-    """Read-only binds for what the program needs to start, found from its absolute-path
-    arguments that are files the sandbox would not show otherwise:
-
-    - a file inside a Python virtual environment (a `pyvenv.cfg` above it): the
-      environment, and the installation of its base interpreter (`home` in pyvenv.cfg);
-    - a file inside `node_modules`: the directory holding the outermost `node_modules`
-      (an npm prefix: package.json and the packages);
-    - an executable or a script (`.py`, `.js`, ...): that file alone;
-    and the same for the file a symlink argument points to. Data files are never bound
-    this way (a server's data are its configured paths), nor anything that is or holds
-    Harness's own state.
-    """
-    binds: dict[Path, Bind] = {}
-    for arg in argv:
-        path = Path(arg)
-        if not path.is_absolute() or not path.is_file():
-            continue
-        for candidate in dict.fromkeys([path, path.resolve()]):
-            if any(_inside(candidate, bound) for bound in binds):
-                continue  # shown already (a venv's interpreter, say)
-            for bind in _runtime_of(candidate):
-                binds.setdefault(bind.target, bind)
-    return list(binds.values())
-
-
-def _runtime_of(path: Path) -> list[Bind]:
-    if _visible(path):
-        return []
-    for parent in path.parents:
-        config = parent / "pyvenv.cfg"
-        if config.is_file():
-            return [_bind_tree(parent), *_base_interpreter(config)]
-    parts = path.parts
-    if "node_modules" in parts:
-        prefix = Path(*parts[: parts.index("node_modules")])
-        return [_bind_tree(prefix)]
-    if os.access(path, os.X_OK) or path.suffix in SCRIPT_SUFFIXES:
-        return [Bind(path.resolve(), path)]
-    return []
-
-
-def _base_interpreter(config: Path) -> list[Bind]:
-    """The installation a virtual environment's interpreter comes from (its `home`'s
-    parent, e.g. /root/.pyenv/versions/3.12.1), unless the sandbox shows it already."""
-    for line in config.read_text(errors="replace").splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "home" and value.strip():
-            home = Path(value.strip())
-            prefix = home.parent if home.name == "bin" else home
-            if prefix.is_absolute() and prefix.is_dir() and not _visible(prefix):
-                return [_bind_tree(prefix)]
-    return []
-
-
-def _bind_tree(path: Path) -> Bind:
-    """A read-only bind of a directory a program needs; refused when it is or holds
-    Harness's own state or a home directory."""
-    source = path.resolve()
-    refused = [*hidden_paths(), Path("/"), Path("/root"), Path("/home"), Path.home()]
-    if any(_inside(hidden, source) for hidden in refused):
-        raise ToolError(
-            f"The server's program lies in {path}, which holds Harness's own state or a "
-            "home directory, so it cannot be shown to the sandbox and the server was not "
-            "started. An admin must install it elsewhere (a virtual environment, an npm "
-            "prefix) and register that path."
-        )
-    return Bind(source, path)
-
-
-def _visible(path: Path) -> bool:
-    """Whether the sandbox shows `path` without a bind of its own (system, extras)."""
-    roots = [Path(name) for name in SYSTEM_DIRS if not Path(name).is_symlink()]
-    return any(_inside(path, root) for root in (*roots, *read_only_extras()))
-
-
-def _server_cgroup(processes: int) -> Path | None:
-    """A pids cgroup for a server's whole life (see _pids_cgroup). Left behind when the
-    server ends, and removed by a later start once empty and ten minutes old."""
-    root = pids_cgroup_root()
-    if root is None and os.geteuid() != 0:
-        return None
-    if root is None:
-        raise SandboxUnavailable(
-            "Harness runs as root and no pids cgroup is writable, so the number of "
-            "processes cannot be limited; the server was not started. An operator must "
-            "run Harness as an unprivileged user, or give it a writable pids cgroup."
-        )
-    _sweep(root)
-    path = root / f"server-{uuid.uuid4().hex}"
-    path.mkdir()
-    (path / "pids.max").write_text(str(processes + 4))
-    return path

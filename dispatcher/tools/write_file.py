@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from dispatcher.tools import sandbox
 from dispatcher.tools._confined import (
     READ,
     changed,
@@ -55,6 +56,7 @@ def _write(workspace: Path, path: Path, data: bytes) -> None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
+        sandbox.hand_over(fd)  # Harness as root: sandboxed programs may change it too
         write_all(fd, data)
     finally:
         os.close(fd)

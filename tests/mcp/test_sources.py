@@ -53,6 +53,7 @@ def add(name: str, variant: Path, *extra: str) -> str:
 
 @pytest.fixture
 def variant(tmp_path: Path) -> Path:
+    tmp_path.chmod(0o755)  # pytest makes it 0700; as root, servers run as another user
     path = tmp_path / "variant.json"
     path.write_text("{}")
     return path

@@ -41,6 +41,7 @@ def test_only_admins_see_or_change_tool_sources() -> None:
 @pytest.mark.heavy
 def test_an_admin_registers_refreshes_and_removes_a_server(tmp_path: Path) -> None:
     admin = signed_in("admin")
+    tmp_path.chmod(0o755)  # pytest makes it 0700; as root, servers run as another user
     variant = tmp_path / "variant.json"
     variant.write_text("{}")
     response = admin.post(
@@ -79,6 +80,7 @@ def test_a_bad_registration_is_shown_with_its_reason() -> None:
 def test_the_review_shows_both_definitions_escaped_and_accepting_pins_the_new_one(
     tmp_path: Path,
 ) -> None:
+    tmp_path.chmod(0o755)  # pytest makes it 0700; as root, servers run as another user
     variant = tmp_path / "variant.json"
     variant.write_text("{}")
     services.add_server(

@@ -31,7 +31,7 @@ from tests.conftest import (
     wait_for_port,
 )
 from tests.mcp.conftest import filesystem_server, mcp_session, run, text_of
-from tests.tools.support import require_bwrap
+from tests.tools.support import require_bwrap, sandbox_uid
 
 pytestmark = pytest.mark.live
 
@@ -47,6 +47,8 @@ def register(name: str, *extra: str, variant: Path | None = None) -> None:
     # The server reads the file at start: it must be a path it may read in the sandbox.
     env = ["--env", f"UPSTREAM_VARIANT_FILE={variant}"] if variant else []
     env += ["--path", f"{variant.parent}:ro"] if variant else []
+    if variant:  # pytest makes it 0700; when Harness is root, servers run as another user
+        variant.parent.chmod(0o755)
     call_command(
         "add_mcp_server",
         name,
@@ -136,7 +138,7 @@ def test_a_stdio_server_runs_in_the_sandbox_with_only_its_configured_paths(
         whoami, wrote, read, escaped = run(scenario)
     finally:
         secret.unlink()
-    assert whoami == f"uid=65534 cwd={shared}"
+    assert whoami == f"uid={sandbox_uid()} cwd={shared}"
     assert wrote == "ok: 15" and (shared / "note.txt").read_text() == "from the worker"
     assert read.startswith("blocked: FileNotFoundError"), read
     assert escaped.startswith("blocked: "), escaped

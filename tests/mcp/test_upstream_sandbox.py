@@ -5,8 +5,11 @@ workers', tries to reach what it must not, and says what happened."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import socket
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +25,7 @@ from dispatcher.tools.sources.upstream import Endpoint
 from floor.errors import ServiceError
 from tests.conftest import ROOT, unique
 from tests.mcp.conftest import filesystem_server, text_of
-from tests.tools.support import require_bwrap
+from tests.tools.support import require_bwrap, sandbox_uid
 
 FILES_SERVER = ROOT / "tests" / "support" / "mcp_files.py"
 
@@ -97,7 +100,7 @@ def test_a_server_uses_its_configured_paths_and_reaches_nothing_else(
     assert not (elsewhere / "new.txt").exists()
     # Of Harness's code only the server's own script is there (bound alone, read-only).
     assert answers[7] == "ok: ['mcp_files.py']"
-    assert answers[8] == f"uid=65534 cwd={mine}"
+    assert answers[8] == f"uid={sandbox_uid()} cwd={mine}"
 
 
 def test_harness_state_beneath_a_configured_path_is_covered(
@@ -230,3 +233,50 @@ def test_a_program_whose_installation_holds_harness_state_is_not_started(
     with pytest.raises(upstream.UpstreamError, match="holds Harness's own state"):
         upstream.list_definitions(endpoint(command=(str(program),)))
     assert not (tmp_path / "started").exists()
+
+
+def test_a_server_with_a_path_under_var_tmp_starts_and_finds_it_there(sandbox_on: None) -> None:
+    # /var/tmp is the sandbox's link to its private /tmp; a path beneath it is bound where
+    # the server expects it, on a private /var/tmp of its own.
+    shared = Path(tempfile.mkdtemp(prefix="harness-var-tmp-", dir="/var/tmp"))  # noqa: S108
+    try:
+        (shared / "note.txt").write_text("under /var/tmp\n")
+        answers = ask(
+            endpoint(str(shared)),
+            ("read", {"path": str(shared / "note.txt")}),
+            ("write", {"path": str(shared / "out.txt"), "text": "written"}),
+            ("write", {"path": "/var/tmp/beside.txt", "text": "private"}),  # noqa: S108
+        )
+        assert answers == ["ok: under /var/tmp\n", "ok: 7", "ok: 7"]
+        assert (shared / "out.txt").read_text() == "written"
+        assert not Path("/var/tmp/beside.txt").exists()  # noqa: S108 - the sandbox's own
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_a_server_that_fails_to_start_is_reported_with_its_status_and_last_lines(
+    sandbox_on: None,
+) -> None:
+    crash = (
+        "import sys; print('loading the configuration', file=sys.stderr); "
+        "print('fatal: no configuration in /etc/example', file=sys.stderr); sys.exit(3)"
+    )
+    with pytest.raises(upstream.UpstreamError) as failure:
+        upstream.list_definitions(endpoint(command=(sys.executable, "-c", crash)))
+    message = str(failure.value)
+    assert "The server did not start: Connection closed" in message
+    assert "It exited with status 3." in message
+    assert message.endswith(
+        "The last lines it wrote to stderr:\n  loading the configuration\n"
+        "  fatal: no configuration in /etc/example"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="servers run as another user only under root")
+def test_a_read_only_path_the_sandbox_user_cannot_read_is_refused_with_the_reason(
+    sandbox_on: None, tmp_path: Path
+) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    with pytest.raises(upstream.UpstreamError, match="cannot be read by the sandbox user"):
+        upstream.list_definitions(endpoint(f"{private}:ro"))

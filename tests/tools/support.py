@@ -20,6 +20,13 @@ NEEDS_BWRAP = (
 )
 
 
+def sandbox_uid() -> int:
+    """The uid a sandboxed program has: the sandbox user's host uid when Harness is root
+    (no user namespace), else 65534 in the program's own user namespace."""
+    user = sandbox.sandbox_user()
+    return user[0] if user else sandbox.SANDBOX_UID
+
+
 def require_bwrap() -> None:
     """Skip (saying how to enable) unless bwrap works here; under CI=true, fail instead.
     A run that turns the sandbox off in its environment (`make test-fast`) skips them."""

@@ -16,6 +16,7 @@ from django.conf import settings
 from dispatcher import agents, batches, execution
 from dispatcher.models import Status, ToolCall
 from tests.conftest import LiveStack, make_agent, start_worker, stop, submit_one, unique
+from tests.tools import support
 from tests.tools.support import PROBE_SCRIPT, probe_results, require_bwrap
 
 pytestmark = pytest.mark.live
@@ -72,7 +73,7 @@ def test_a_command_on_the_worker_reaches_none_of_harness_state(live_sandbox: Liv
         )
     assert call["status"] == "completed", call
     found = probe_results(call["content"])
-    assert found.pop("uid") == 65534
+    assert found.pop("uid") == support.sandbox_uid()
     if Path(mine["workspace"]).is_relative_to(tempfile.gettempdir()):
         found.pop("write workspace root")  # lands in the private /tmp (checked below)
     assert found and all(value.startswith("blocked") for value in found.values()), found

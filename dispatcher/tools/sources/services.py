@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from audit import kinds
 from audit.services import record_event
-from dispatcher.tools import sandbox
+from dispatcher.tools import sandbox_servers
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources import upstream
 from dispatcher.tools.sources.definitions import (
@@ -128,7 +128,7 @@ def add_server(
     if paths and not command:
         raise ServiceError("Paths are for stdio servers (the sandbox they run in).")
     for path in paths or []:
-        problem = sandbox.server_path_problem(path)
+        problem = sandbox_servers.server_path_problem(path)
         if problem:
             raise ServiceError(problem)
     if McpServer.objects.filter(name=name).exists():

@@ -34,7 +34,7 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-from dispatcher.tools import sandbox
+from dispatcher.tools import sandbox, sandbox_servers
 from dispatcher.tools._paths import cap_text
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources.definitions import Definition
@@ -102,9 +102,9 @@ class DefinitionChanged(Exception):
 
 def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
     """`argv` wrapped in the sandbox, with `paths` the server may use: the one place an
-    upstream stdio server is put in the sandbox (`sandbox.sandboxed_argv`, bubblewrap).
+    upstream stdio server is put in the sandbox (`sandbox_servers.sandboxed_argv`, bubblewrap).
     Raises ToolError (SandboxUnavailable among them): then nothing is started."""
-    return sandbox.sandboxed_argv(argv, paths)
+    return sandbox_servers.sandboxed_argv(argv, paths)
 
 
 def launch_argv(endpoint: Endpoint) -> tuple[list[str], dict[str, str]]:
@@ -124,6 +124,33 @@ def launch_argv(endpoint: Endpoint) -> tuple[list[str], dict[str, str]]:
     return sandboxed_argv([*scrub, program, *args], list(endpoint.paths)), env
 
 
+START_FAILURE_LINES = 12
+
+
+def start_failure(exc: BaseException, log: Path, start: int) -> str:
+    """What registration and a call say when a stdio server did not start: the error,
+    the exit status the sandbox's launcher wrote, and the last lines the server wrote to
+    stderr (read back from its log, from where this start began)."""
+    try:
+        with log.open("rb") as lines:
+            lines.seek(start)
+            written = lines.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        written = []
+    status = [line for line in written if line.startswith(sandbox.EXIT_REPORT)]
+    written = [line for line in written if line.strip() and line not in status]
+    message = f"The server did not start: {describe(exc)}."
+    if status:
+        message += f" It exited with status {status[-1].removeprefix(sandbox.EXIT_REPORT).strip()}."
+    if written:
+        tail = "\n".join(f"  {line}" for line in written[-START_FAILURE_LINES:])
+        hint = "an admin can read the whole log in the data directory's mcp-servers/"
+        message += f" The last lines it wrote to stderr:\n{cap_text(tail, 4000, hint)}"
+    else:
+        message += " It wrote nothing to stderr."
+    return message
+
+
 def _stderr_log(endpoint: Endpoint) -> TextIO:
     folder = Path(settings.DATA_DIR) / "mcp-servers"
     folder.mkdir(parents=True, exist_ok=True)
@@ -138,12 +165,20 @@ async def open_session(endpoint: Endpoint) -> AsyncIterator[ClientSession]:
         argv, env = launch_argv(endpoint)
         params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
         with _stderr_log(endpoint) as errlog:
-            async with (
-                stdio_client(params, errlog=errlog) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                yield session
+            start = errlog.tell()
+            started = False
+            try:
+                async with (
+                    stdio_client(params, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    await session.initialize()
+                    started = True
+                    yield session
+            except Exception as exc:
+                if started:
+                    raise
+                raise ToolError(start_failure(exc, Path(errlog.name), start)) from exc
         return
     # Through the outbound door: the address policy, no redirects (floor.outbound).
     http = outbound.async_client(

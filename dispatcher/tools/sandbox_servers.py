@@ -1,0 +1,210 @@
+"""The sandbox of programs that keep running: upstream stdio MCP servers.
+
+`sandboxed_argv(argv, paths)` wraps a server's command in the same sandbox as
+`sandbox.run` (dispatcher/tools/sandbox.py: namespaces, the sandbox user, the seccomp
+filter, limits): its configured paths (read-write, or read-only with `:ro`) and what its
+program needs to start take the workspace's place. The worker's MCP client starts it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+
+from dispatcher.tools import sandbox_cgroups
+from dispatcher.tools.base import ToolError
+from dispatcher.tools.sandbox import (
+    SYSTEM_DIRS,
+    Bind,
+    Limits,
+    _inside,
+    _limit_command,
+    _owner,
+    _require_pids_cgroup,
+    give_to_sandbox,
+    hidden_paths,
+    mode,
+    read_only_extras,
+    require_sandbox,
+    sandbox_command,
+)
+
+# A server lives across calls, so the per-call wall clock does not apply (the worker's
+# pool applies each call's timeout and replaces a server that ran past it); CPU time is
+# bounded per process by a generous ceiling instead: past it the server is killed and
+# started again at the next call.
+SERVER_LIMITS = Limits(timeout=3600, output_chars=0, cpu_seconds=3600)
+READ_ONLY_SUFFIX = ":ro"
+READ_WRITE_SUFFIX = ":rw"
+SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
+# Never given to a server, even read-only: a socket stays connectable on a read-only bind.
+KERNEL_AND_SOCKET_DIRS = ("/proc", "/sys", "/dev", "/run")
+
+
+def parse_server_path(entry: str) -> tuple[Path, bool]:
+    """A configured server path, `PATH` or `PATH:rw` (read-write) or `PATH:ro`
+    (read-only): (the path, writable)."""
+    if entry.endswith(READ_ONLY_SUFFIX):
+        return Path(entry.removesuffix(READ_ONLY_SUFFIX)), False
+    return Path(entry.removesuffix(READ_WRITE_SUFFIX)), True
+
+
+def server_path_problem(entry: str) -> str | None:
+    """Why a configured server path cannot be given to a server, or None."""
+    path, writable = parse_server_path(entry)
+    if not path.is_absolute():
+        return f"Path {entry!r} must be absolute (optionally ending in :ro or :rw)."
+    if not path.exists():
+        return f"Path {path} does not exist on this host."
+    path = path.resolve()
+    if path == Path("/") or any(_inside(Path(p), path) for p in (*SYSTEM_DIRS, "/etc")):
+        return f"Path {path} holds system directories; a server may only read those."
+    if any(_inside(path, Path(p)) for p in KERNEL_AND_SOCKET_DIRS):
+        return f"Path {path} is a kernel or socket directory (/proc, /sys, /dev, /run)."
+    workspace_root = Path(settings.HARNESS_WORKSPACE_ROOT).resolve()
+    for hidden in hidden_paths():
+        if path == hidden or (_inside(path, hidden) and not _inside(path, workspace_root)):
+            return (
+                f"Path {path} is Harness's own state (data, settings, database or "
+                "workspace root), which sandboxed programs never see."
+            )
+    if writable and any(_inside(path, Path(p)) for p in (*SYSTEM_DIRS, "/etc")):
+        return f"Path {path} is a system directory; it cannot be writable."
+    if not writable and not _readable_by_sandbox_user(path):
+        return (
+            f"Path {path} cannot be read by the sandbox user ({settings.HARNESS_SANDBOX_USER}), "
+            "as whom servers run when Harness is root. Make it readable to others "
+            "(chmod o+rX), or register it writable (:rw; it is then given to that user)."
+        )
+    return None
+
+
+def _readable_by_sandbox_user(path: Path) -> bool:
+    """Whether the sandbox user may read `path` (and enter it, for a directory), by its
+    mode bits; its parents are the sandbox's own directories (mode 0755). True when
+    Harness is not root: the server runs as Harness then."""
+    user = _owner()
+    if user is None:
+        return True
+    info = path.stat()
+    shift = 6 if info.st_uid == user[0] else 3 if info.st_gid == user[1] else 0
+    needed = 0o5 if stat.S_ISDIR(info.st_mode) else 0o4
+    return (info.st_mode >> shift) & needed == needed
+
+
+def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
+    """`argv` (a long-running server's command) wrapped in the sandbox, seeing only
+    `paths` (see parse_server_path) and what its program needs to start (program_binds).
+
+    The same sandbox as `run` (namespaces, the sandbox user, seccomp, no network unless
+    HARNESS_SANDBOX_NETWORK, limits), started by the caller; a writable path is given to
+    the sandbox user when Harness is root (give_to_sandbox). With HARNESS_SANDBOX=off,
+    `argv` as it is. Raises SandboxUnavailable when the sandbox cannot run here and
+    ToolError for a path that cannot be given: nothing is started unsandboxed.
+    """
+    if mode() == "off":
+        return list(argv)
+    require_sandbox()
+    binds: list[Bind] = []
+    for entry in paths:
+        problem = server_path_problem(entry)
+        if problem:
+            raise ToolError(f"{problem} The server was not started; an admin must fix it.")
+        path, writable = parse_server_path(entry)
+        binds.append(Bind(path.resolve(), path.resolve(), writable=writable))
+        if writable:
+            give_to_sandbox(path.resolve())
+    binds += program_binds(argv)
+    directories = [b.target for b in binds[: len(paths)] if b.source.is_dir()]
+    cwd = directories[0] if directories else Path("/tmp")  # noqa: S108 - the private one
+    _require_pids_cgroup()
+    cgroups = sandbox_cgroups.make(
+        SERVER_LIMITS.processes, SERVER_LIMITS.memory, name=f"server-{uuid.uuid4().hex}"
+    )
+    return _limit_command(SERVER_LIMITS, cgroups, report_exit=True) + sandbox_command(
+        argv,
+        binds=binds,
+        cwd=cwd,
+        limits=SERVER_LIMITS,
+        network=bool(settings.HARNESS_SANDBOX_NETWORK),
+    )
+
+
+def program_binds(argv: list[str]) -> list[Bind]:
+    """Read-only binds for what the program needs to start, found from its absolute-path
+    arguments that are files the sandbox would not show otherwise:
+
+    - a file inside a Python virtual environment (a `pyvenv.cfg` above it): the
+      environment, and the installation of its base interpreter (`home` in pyvenv.cfg);
+    - a file inside `node_modules`: the directory holding the outermost `node_modules`
+      (an npm prefix: package.json and the packages);
+    - an executable or a script (`.py`, `.js`, ...): that file alone;
+    and the same for the file a symlink argument points to. Data files are never bound
+    this way (a server's data are its configured paths), nor anything that is or holds
+    Harness's own state.
+    """
+    binds: dict[Path, Bind] = {}
+    for arg in argv:
+        path = Path(arg)
+        if not path.is_absolute() or not path.is_file():
+            continue
+        for candidate in dict.fromkeys([path, path.resolve()]):
+            if any(_inside(candidate, bound) for bound in binds):
+                continue  # shown already (a venv's interpreter, say)
+            for bind in _runtime_of(candidate):
+                binds.setdefault(bind.target, bind)
+    return list(binds.values())
+
+
+def _runtime_of(path: Path) -> list[Bind]:
+    if _visible(path):
+        return []
+    for parent in path.parents:
+        config = parent / "pyvenv.cfg"
+        if config.is_file():
+            return [_bind_tree(parent), *_base_interpreter(config)]
+    parts = path.parts
+    if "node_modules" in parts:
+        prefix = Path(*parts[: parts.index("node_modules")])
+        return [_bind_tree(prefix)]
+    if os.access(path, os.X_OK) or path.suffix in SCRIPT_SUFFIXES:
+        return [Bind(path.resolve(), path)]
+    return []
+
+
+def _base_interpreter(config: Path) -> list[Bind]:
+    """The installation a virtual environment's interpreter comes from (its `home`'s
+    parent, e.g. /root/.pyenv/versions/3.12.1), unless the sandbox shows it already."""
+    for line in config.read_text(errors="replace").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            home = Path(value.strip())
+            prefix = home.parent if home.name == "bin" else home
+            if prefix.is_absolute() and prefix.is_dir() and not _visible(prefix):
+                return [_bind_tree(prefix)]
+    return []
+
+
+def _bind_tree(path: Path) -> Bind:
+    """A read-only bind of a directory a program needs; refused when it is or holds
+    Harness's own state or a home directory."""
+    source = path.resolve()
+    refused = [*hidden_paths(), Path("/"), Path("/root"), Path("/home"), Path.home()]
+    if any(_inside(hidden, source) for hidden in refused):
+        raise ToolError(
+            f"The server's program lies in {path}, which holds Harness's own state or a "
+            "home directory, so it cannot be shown to the sandbox and the server was not "
+            "started. An admin must install it elsewhere (a virtual environment, an npm "
+            "prefix) and register that path."
+        )
+    return Bind(source, path)
+
+
+def _visible(path: Path) -> bool:
+    """Whether the sandbox shows `path` without a bind of its own (system, extras)."""
+    roots = [Path(name) for name in SYSTEM_DIRS if not Path(name).is_symlink()]
+    return any(_inside(path, root) for root in (*roots, *read_only_extras()))

@@ -1,0 +1,162 @@
+"""The seccomp filter of the sandbox: the system calls no tool needs, refused.
+
+Built with libseccomp (through `pyseccomp`, a ctypes binding with the API of libseccomp's
+own Python module, on the system's libseccomp.so.2), exported as BPF and handed to
+bubblewrap's `--seccomp FD`, which loads it in the sandbox right before the program
+starts (after its own setup, so bwrap's mounts are not affected).
+
+Everything not listed is allowed: the namespaces, the read-only system, the uid and the
+limits already bound the program; the filter takes away the kernel interfaces through
+which a program reaches past them (other processes' memory, keyrings, BPF, mounts and
+namespaces, modules, the clock, the terminal's input queue). A refused call fails with
+EPERM, except `clone3`, which fails with ENOSYS so that libc falls back to `clone`,
+whose flags the filter can read. System calls of another architecture (32-bit x86 on
+x86_64) kill the process (libseccomp's default for a foreign architecture), so no call
+slips through a second table.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import functools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pyseccomp as seccomp
+
+# Refused with EPERM whatever their arguments. What each reaches, in docs/security.md.
+REFUSED = (
+    # other processes: their memory, descriptors and state
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "kcmp",
+    # the kernel's keyrings
+    "keyctl",
+    "add_key",
+    "request_key",
+    # programs loaded into the kernel, and its performance and fault interfaces
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    # mounts and namespaces
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
+    "name_to_handle_at",
+    "open_by_handle_at",
+    "fanotify_init",
+    "quotactl",
+    "quotactl_fd",
+    # the kernel itself: replacing it, its modules, its log, its swap, power
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "syslog",
+    "acct",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "vhangup",
+    "iopl",
+    "ioperm",
+    "uselib",
+    "lookup_dcookie",
+    # the clock
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    # memory placement of the whole machine
+    "move_pages",
+    "migrate_pages",
+    "mbind",
+    "set_mempolicy",
+)
+# clone with any of these flags (a new namespace) is refused; clone3 carries its flags in
+# memory the filter cannot read, so it is refused as a whole (ENOSYS: libc falls back).
+NAMESPACE_FLAGS = {
+    "CLONE_NEWNS": 0x00020000,
+    "CLONE_NEWCGROUP": 0x02000000,
+    "CLONE_NEWUTS": 0x04000000,
+    "CLONE_NEWIPC": 0x08000000,
+    "CLONE_NEWUSER": 0x10000000,
+    "CLONE_NEWPID": 0x20000000,
+    "CLONE_NEWNET": 0x40000000,
+}
+# ioctls refused on any descriptor: pushing input into a terminal (TIOCSTI) and the Linux
+# console's own commands (TIOCLINUX, which can paste the selection as input too).
+REFUSED_IOCTLS = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C}
+# personality(2): the plain Linux personalities (PER_LINUX, PER_LINUX32, UNAME26) are
+# allowed; every value above them sets a flag that weakens the process
+# (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, MMAP_PAGE_ZERO, ...). The query (0xffffffff) is
+# refused too: libseccomp compares an argument once per rule, so "above, but not the
+# query" cannot be said, and refusing a query costs a program nothing it needs.
+PERSONALITY_SAFE_MAX = 0x0020008  # PER_LINUX32 | UNAME26
+AF_UNIX = 1
+# socket(AF_UNIX) is refused (as Claude Code's sandbox runtime does): with the network
+# allowed, abstract sockets of the host's network namespace are reachable, and a socket
+# file left in a writable path could lead to a host service. socketpair() stays allowed
+# (pipes between a program's own processes).
+
+
+def build() -> seccomp.SyscallFilter:
+    """The filter (native architecture only; see the module docstring)."""
+    refuse = seccomp.ERRNO(errno.EPERM)
+    allowed = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in REFUSED:
+        allowed.add_rule(refuse, name)
+    allowed.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    for flag in NAMESPACE_FLAGS.values():
+        allowed.add_rule(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+    for request in REFUSED_IOCTLS.values():
+        # the request is an unsigned int: compare its low 32 bits only
+        allowed.add_rule(refuse, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, request))
+    allowed.add_rule(refuse, "personality", seccomp.Arg(0, seccomp.GT, PERSONALITY_SAFE_MAX))
+    allowed.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.EQ, AF_UNIX))
+    return allowed
+
+
+def bpf_file() -> Path:
+    """A file holding the filter as BPF, written once per process in a private directory
+    (mode 0700, Harness's own uid) and removed at exit; the launcher opens it as bwrap's
+    `--seccomp` FD. Per process id, so a forked worker never removes its parent's.
+
+    Raises OSError when libseccomp cannot build or export it (the start-up probe reports
+    it as a sandbox that cannot run)."""
+    return _bpf_file(os.getpid())
+
+
+@functools.cache
+def _bpf_file(pid: int) -> Path:
+    directory = Path(tempfile.mkdtemp(prefix="harness-seccomp-"))
+    atexit.register(_remove, directory, pid)
+    path = directory / "filter.bpf"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o400)
+    with os.fdopen(fd, "wb") as out:
+        build().export_bpf(out)
+    return path
+
+
+def _remove(directory: Path, pid: int) -> None:
+    if os.getpid() == pid:
+        shutil.rmtree(directory, ignore_errors=True)
