@@ -139,26 +139,35 @@ def _admit(
         for call in admission.calls:
             call.batch_size = len(admission.calls)
     if admission.calls:
-        with transaction.atomic():
-            sent = batches.startable(admission.calls) if place is None else []
-            now = timezone.now()
-            for call in sent:
-                call.enqueued_at = now
-            if place is None and batches.all_sent(admission.calls, sent):
-                for call in admission.calls:
-                    call.batch_all_sent = True
-            head = _insert_calls(admission.calls, session.pk)
-            record_events(admission.events, session_id=session.pk, locked_head=head)
-            if place is not None:
-                batches.dispatch_ready(batch_id)
-            _after_admission(admission.calls, sent)
-            # After the wake-ups are planned: what the recorder plans for after commit
-            # (an ask's notifications) comes after the asks reach the open queues.
-            if admission.asks:
-                record_ask = ask_recorder()
-                for call, presentation in admission.asks:
-                    record_ask(call=call, presentation=presentation)
+        _write(admission, session.pk, batch_id, continuing=place is not None)
     return calls
+
+
+def _write(
+    admission: _Admission, session_id: uuid.UUID, batch_id: uuid.UUID, *, continuing: bool
+) -> None:
+    """One transaction for the message's new calls: inserted already decided, their events
+    appended (received first), the runnable ones planned for after commit and the asks
+    recorded. `continuing`: the calls join a batch already sent (its next ready call goes)."""
+    with transaction.atomic():
+        sent = [] if continuing else batches.startable(admission.calls)
+        now = timezone.now()
+        for call in sent:
+            call.enqueued_at = now
+        if not continuing and batches.all_sent(admission.calls, sent):
+            for call in admission.calls:
+                call.batch_all_sent = True
+        head = _insert_calls(admission.calls, session_id)
+        record_events(admission.events, session_id=session_id, locked_head=head)
+        if continuing:
+            batches.dispatch_ready(batch_id)
+        _after_admission(admission.calls, sent)
+        # After the wake-ups are planned: what the recorder plans for after commit
+        # (an ask's notifications) comes after the asks reach the open queues.
+        if admission.asks:
+            record_ask = ask_recorder()
+            for call, presentation in admission.asks:
+                record_ask(call=call, presentation=presentation)
 
 
 def ask_recorder() -> Any:
