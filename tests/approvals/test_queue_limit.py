@@ -33,6 +33,7 @@ def test_queue_shows_the_oldest_requests_and_counts_the_rest(
     assert "2 more are waiting" in live.render_queue()
 
 
+@pytest.mark.heavy
 def test_history_of_a_long_session_is_bounded_and_costs_one_query(agent: AgentFixture) -> None:
     session = start_session(agent)
     for i in range(30):

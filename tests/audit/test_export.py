@@ -215,6 +215,7 @@ def test_an_unknown_format_is_refused_before_any_query() -> None:
         export.export_chunks(AuditEvent.objects.none(), "xml")
 
 
+@pytest.mark.heavy
 def test_export_command_writes_a_file_with_a_progress_bar(tmp_path: Path) -> None:
     events = write_chain(1200)
     out, err = io.StringIO(), io.StringIO()

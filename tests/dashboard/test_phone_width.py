@@ -18,11 +18,10 @@ from dispatcher.policy import profiles
 from dispatcher.policy.models import SessionGrant
 from dispatcher.tools.sources.models import McpServer, McpTool, ServerVersion
 from tests.conftest import LiveStack, make_agent, unique
-from tests.dashboard.test_browser import Visitor, dashboard_data, shots
+from tests.dashboard.test_browser import Visitor
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
-__all__ = ["dashboard_data", "shots"]  # shared fixtures: a week of calls, a timeline
 
 PHONE = (390, 844)
 RULES = {
