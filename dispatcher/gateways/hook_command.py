@@ -145,7 +145,7 @@ def _post(
     timeout: float,
 ) -> bytes:
     """POST with http.client: urllib's default opener loads the system's CA store on every
-    run (~30 ms of each hook) even for http:// URLs; an https:// URL loads it here, once."""
+    run (a large part of each hook's time) even for http:// URLs; an https:// URL loads it here, once."""
     try:
         if parsed.scheme == "https":
             connection: http.client.HTTPConnection = http.client.HTTPSConnection(

@@ -1,4 +1,4 @@
-"""The MCP gateway (DESIGN section 6), its protocol: the official `mcp` SDK's low-level
+"""The MCP gateway (docs/mcp.md), its protocol: the official `mcp` SDK's low-level
 `Server` with Harness's handlers. The HTTP side (authentication, sessions, the SDK's
 Streamable HTTP transport per request) is `dispatcher.gateways.mcp_http`.
 

@@ -1,4 +1,4 @@
-"""The MCP gateway's HTTP side (DESIGN section 6): Streamable HTTP at /mcp/ on the same
+"""The MCP gateway's HTTP side (docs/mcp.md): Streamable HTTP at /mcp/ on the same
 daphne (harness_site.asgi mounts `application`).
 
 The SDK's `StreamableHTTPServerTransport` and the protocol's server
@@ -256,7 +256,7 @@ async def run_transport(caller: Caller, scope: Scope, receive: Receive, send: Se
 def initialization_options() -> InitializationOptions:
     """What the server answers to initialize, the same for every request: built once per
     process (the SDK reads its own version from the package metadata each time it builds
-    them, a scan of the environment's distributions: 1-2 ms of every request)."""
+    them, a scan of the environment's distributions, on every request)."""
     return server.create_initialization_options()
 
 

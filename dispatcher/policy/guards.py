@@ -1,4 +1,4 @@
-"""Guards: always-on checks that can only take permission away (DESIGN section 1, principle 4).
+"""Guards: always-on checks that can only take permission away (docs/rules.md, "Guards").
 
 A guard is `guard(call: CallContext) -> str | None`: None lets the call go on, a string
 denies it and is the reason the model reads. Guards run at admission and again in the

@@ -73,7 +73,7 @@ logger = logging.getLogger(__name__)
 
 MAX_DEPTH = 8
 MAX_TEXT = 32 * 1024  # as the wide reading (shell.MAX_SHELL_TEXT)
-MAX_COMMANDS = 1000  # simple commands in one string (each costs ~60 us to read)
+MAX_COMMANDS = 1000  # simple commands in one string (reading each has a cost)
 
 __all__ = ["Command", "Reading", "read_command", "split_shell"]
 

@@ -1,4 +1,4 @@
-"""Permission rules: `Tool` or `Tool(specifier)` in allow / ask / deny lists (DESIGN section 3).
+"""Permission rules: `Tool` or `Tool(specifier)` in allow / ask / deny lists (docs/rules.md).
 
 A specifier is read according to the tool it names:
 

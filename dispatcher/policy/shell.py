@@ -33,7 +33,7 @@ from dispatcher.policy.program_facts import SHELLS as SHELLS  # what dispatcher.
 # a string whose shell is not known) is read both ways (see `shell_readings`).
 ANSI_C_SHELLS = frozenset({"bash", "zsh", "ksh", "ksh93", "mksh", "lksh"})
 MAX_WRAPPERS = 32
-# The largest shell string the wide reading parses: bashlex costs 30 to 300 us a character
+# The largest shell string the wide reading parses: bashlex is slow per character
 # (most for many short words, operators and expansions: `a;a;a;...`), so a longer string,
 # or one of more words, operators and expansions, is unreadable and the guard blocks it
 # (a string under both limits costs about half a second at most).

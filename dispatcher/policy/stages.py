@@ -29,8 +29,8 @@ class Rejection(Exception):
 
     No `__init__` of its own: the exception keeps its two values in `args`, set by
     BaseException's constructor in C. A Python-level constructor (a frame, a call to
-    super, an instance dictionary) was 1-2 us of S2's invalid path, on a 30 us baseline
-    (docs/benchmarks.md).
+    super, an instance dictionary) was a measurable part of S2's invalid path
+    (docs/benchmarks.md has the figures).
     """
 
     args: tuple[str, str]

@@ -1,4 +1,4 @@
-"""The sandbox every program a tool starts runs in (DESIGN section 1, principle 11).
+"""The sandbox every program a tool starts runs in (docs/security.md, "The sandbox").
 
 `run(argv, ...)` starts one program and returns its exit code and output. With
 settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
