@@ -36,7 +36,7 @@ sandbox:
 	@if [ "$$(id -u)" = 0 ] && ! id -u harness-sandbox >/dev/null 2>&1; then \
 	  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin harness-sandbox; fi
 
-# The pinned Claude Code CLI for tests/claude_code (npm registry), cached under var/.
+# The pinned Claude Code CLI for tests/coding_agents (npm registry), cached under var/.
 CLAUDE_CODE_VERSION := 2.1.328
 CLAUDE_CODE_DIR := var/claude-code
 CLAUDE_CODE_STAMP := $(CLAUDE_CODE_DIR)/.installed-$(CLAUDE_CODE_VERSION)

@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from dispatcher.policy.models import PermissionProfile
-from tests.conftest import make_agent
+from tests.support.factories import make_agent
 
 pytestmark = pytest.mark.django_db
 

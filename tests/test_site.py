@@ -11,7 +11,7 @@ import django
 import httpx
 import pytest
 
-from tests.conftest import LiveStack
+from tests.support.live import LiveStack
 
 
 def test_runs_on_django_6_or_later() -> None:

@@ -14,7 +14,7 @@ from django.db import connections
 from django.test import Client
 
 from approvals.models import ApprovalRequest
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 
 def start_session(fx: AgentFixture, title: str = "review me") -> str:

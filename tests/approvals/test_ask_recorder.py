@@ -12,7 +12,7 @@ from django.test import Client
 from approvals.models import ApprovalRequest
 from dispatcher.models import ToolCall
 from tests.approvals.conftest import ask, start_session
-from tests.conftest import make_agent
+from tests.support.factories import make_agent
 
 pytestmark = pytest.mark.django_db
 

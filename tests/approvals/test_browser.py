@@ -9,7 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import AgentFixture, LiveStack, login, make_user, unique
+from tests.support.browser import login
+from tests.support.factories import AgentFixture, make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

@@ -14,7 +14,8 @@ from approvals import links
 from approvals.models import ApprovalRequest
 from dispatcher.policy import profiles
 from tests.approvals.test_browser import Reviewer, WaitingAgent
-from tests.conftest import AgentFixture, LiveStack, make_agent
+from tests.support.factories import AgentFixture, make_agent
+from tests.support.live import LiveStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

@@ -17,7 +17,8 @@ from approvals.models import ApprovalRequest
 from audit.models import AuditEvent
 from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
 from tests.approvals.conftest import session_cookie
-from tests.conftest import AgentFixture, LiveStack, make_user, unique
+from tests.support.factories import AgentFixture, make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = pytest.mark.live
 

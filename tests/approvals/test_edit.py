@@ -17,7 +17,7 @@ from dispatcher import execution
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
 from tests.approvals.conftest import ask, start_session
-from tests.conftest import AgentFixture, make_agent, make_user, unique
+from tests.support.factories import AgentFixture, make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

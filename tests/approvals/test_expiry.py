@@ -13,7 +13,7 @@ from approvals.models import ApprovalRequest, Decision
 from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 from tests.approvals.conftest import ask
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 pytestmark = pytest.mark.django_db
 

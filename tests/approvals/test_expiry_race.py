@@ -17,7 +17,7 @@ from approvals.models import ApprovalRequest
 from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 from tests.approvals.conftest import ask, start_session
-from tests.conftest import make_agent, make_user, unique
+from tests.support.factories import make_agent, make_user, unique
 
 CALLS = 20
 

@@ -15,7 +15,7 @@ from django.test import Client
 
 from approvals import display
 from tests.approvals.conftest import ask
-from tests.conftest import AgentFixture, make_user, unique
+from tests.support.factories import AgentFixture, make_user, unique
 
 # PropList.txt (Unicode 15): Other_Default_Ignorable_Code_Point and Variation_Selector.
 OTHER_DEFAULT_IGNORABLE = [

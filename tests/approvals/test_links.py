@@ -16,7 +16,7 @@ from audit.models import AuditEvent
 from dispatcher.models import Status
 from tests.approvals.conftest import ask
 from tests.approvals.test_quorum import quorum_agent
-from tests.conftest import AgentFixture, make_user, unique
+from tests.support.factories import AgentFixture, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,8 @@ from django.test import Client
 from approvals import live
 from approvals.models import ApprovalRequest
 from tests.approvals.conftest import closing_connections, open_socket, run_async, session_cookie
-from tests.conftest import AgentFixture, LiveStack, make_user, unique
+from tests.support.factories import AgentFixture, make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = pytest.mark.live
 

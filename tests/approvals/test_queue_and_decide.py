@@ -17,7 +17,7 @@ from approvals.queries import EarlierCall
 from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 from tests.approvals.conftest import ask, start_session
-from tests.conftest import AgentFixture, make_agent, make_user, unique
+from tests.support.factories import AgentFixture, make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from approvals.models import ApprovalRequest
 from dispatcher import admission, agents
 from dispatcher.proposals import ProposedCall, canonical_json
 from tests.approvals.conftest import ask
-from tests.conftest import AgentFixture, make_agent
+from tests.support.factories import AgentFixture, make_agent
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals import live, queries
 from tests.approvals.conftest import ask, start_session
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from audit.models import AuditEvent
 from dispatcher.models import Status
 from dispatcher.policy import profiles
 from tests.approvals.conftest import ask
-from tests.conftest import AgentFixture, make_agent, make_user, unique
+from tests.support.factories import AgentFixture, make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,8 @@ from audit.models import AuditEvent
 from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
 from dispatcher.policy import profiles
 from tests.approvals.test_concurrent_decisions import reviewer_client
-from tests.conftest import LiveStack, make_agent
+from tests.support.factories import make_agent
+from tests.support.live import LiveStack
 
 pytestmark = [
     pytest.mark.live,

@@ -14,7 +14,7 @@ from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
 from tests.approvals.conftest import ask, closing_connections
-from tests.conftest import make_agent, make_user, unique
+from tests.support.factories import make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

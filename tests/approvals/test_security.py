@@ -8,7 +8,7 @@ from django.test import Client
 
 from dispatcher.models import Status, ToolCall
 from tests.approvals.conftest import ask, open_socket, run_async
-from tests.conftest import AgentFixture, make_user, unique
+from tests.support.factories import AgentFixture, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,8 @@ from websockets.sync.client import connect
 
 from tests.approvals.conftest import open_socket, run_async, session_cookie
 from tests.audit.test_live_timeline import open_timeline
-from tests.conftest import LiveStack, make_user, unique
+from tests.support.factories import make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = pytest.mark.live
 

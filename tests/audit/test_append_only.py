@@ -10,7 +10,7 @@ from django.test import Client, RequestFactory
 from audit.models import AppendOnlyError, AuditEvent
 from audit.services import record_event
 from tests.audit.tamper import sql
-from tests.conftest import make_user
+from tests.support.factories import make_user
 
 pytestmark = pytest.mark.django_db
 

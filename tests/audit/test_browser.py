@@ -15,8 +15,10 @@ from audit.verify import verify_file
 from dispatcher.models import AgentSession
 from dispatcher.wakeups import publish_change
 from tests.audit.test_timeline_pages import bulk_session
-from tests.claude_code.conftest import HOOK_URL, pre_tool_use
-from tests.conftest import LiveStack, login, make_agent, make_user, unique
+from tests.support.browser import login
+from tests.support.claude_code_hooks import HOOK_URL, pre_tool_use
+from tests.support.factories import make_agent, make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

@@ -23,7 +23,7 @@ from audit.services import EventSpec, linked_events, record_event
 from audit.verify import EVENT_FIELDS, verify_events, verify_file
 from dispatcher import agents
 from tests.audit.chains import bulk_chain, write_chain
-from tests.conftest import AgentFixture, submit_one
+from tests.support.factories import AgentFixture, submit_one
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,8 @@ from django.test import Client
 from dispatcher.wakeups import publish_change
 from tests.approvals.conftest import run_async, session_cookie, with_host
 from tests.audit.test_timeline_pages import bulk_session
-from tests.conftest import LiveStack, make_user, unique
+from tests.support.factories import make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = pytest.mark.live
 

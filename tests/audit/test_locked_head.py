@@ -18,7 +18,7 @@ from audit.services import EventSpec, record_events, write_and_lock_head
 from audit.verify import verify_database
 from dispatcher import agents, transitions
 from dispatcher.models import Status, ToolCall
-from tests.conftest import make_agent, submit_one
+from tests.support.factories import make_agent, submit_one
 
 
 def pending_call() -> ToolCall:

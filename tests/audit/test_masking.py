@@ -13,7 +13,7 @@ from audit.masking import MASK, mask_secrets, mask_text
 from audit.models import AuditEvent
 from audit.services import record_event
 from dispatcher.models import ToolCall
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ from audit import masking
 from audit.masking import mask_text
 from audit.models import AuditEvent
 from dispatcher import agents
-from tests.conftest import make_agent, submit_one
+from tests.support.factories import make_agent, submit_one
 
 # Pieces of what each pattern looks for, repeated or mixed: where a backtracking pattern
 # would try again and again from every position.

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from audit.models import AuditChain
-from tests.conftest import make_user, unique
+from tests.support.factories import make_user, unique
 
 pytestmark = pytest.mark.django_db
 

@@ -24,7 +24,8 @@ from tests.approvals.conftest import (
     session_cookie,
 )
 from tests.audit.test_live_timeline import open_timeline
-from tests.conftest import AgentFixture, LiveStack, make_user, unique
+from tests.support.factories import AgentFixture, make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = pytest.mark.live
 

@@ -10,7 +10,7 @@ from django.test import Client
 
 from audit.models import AuditChain
 from tests.audit.test_timeline_pages import Step, write_session
-from tests.conftest import make_user, unique
+from tests.support.factories import make_user, unique
 
 pytestmark = pytest.mark.django_db
 

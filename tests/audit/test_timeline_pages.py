@@ -18,7 +18,7 @@ from django.utils import timezone
 from audit.models import AuditChain, AuditEvent
 from audit.services import GENESIS_HASH, canonical_event, chain_hash
 from audit.timeline import PAGE_CALLS
-from tests.conftest import make_user, unique
+from tests.support.factories import make_user, unique
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from django.test import Client
 
 from audit.models import AuditChain
 from audit.verify import verify_events
-from tests.conftest import AgentFixture, make_user
+from tests.support.factories import AgentFixture, make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -21,7 +21,7 @@ from django.test import Client
 
 from tests.battery import figures
 from tests.battery.procs import ProcessGroup, RedisServer, Stack
-from tests.conftest import make_user, unique
+from tests.support.factories import make_user, unique
 
 FULL = figures.scale() == "full"
 POSTGRES = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")

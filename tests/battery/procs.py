@@ -21,7 +21,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.conftest import ROOT, free_port, live_env
+from tests.support.live import free_port, live_env
+from tests.support.paths import ROOT
 
 REDIS_SERVER = "/usr/bin/redis-server"
 

@@ -26,7 +26,7 @@ from dispatcher import agents
 from dispatcher.models import Status, ToolCall
 from tests.battery import figures
 from tests.battery.conftest import POSTGRES, size
-from tests.conftest import make_agent, make_user, unique
+from tests.support.factories import make_agent, make_user, unique
 
 CALLS = size(40, 200)
 WRITERS = 16

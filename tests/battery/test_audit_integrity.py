@@ -28,7 +28,7 @@ from audit.verify import Report, database_events, database_heads, verify_databas
 from dispatcher.models import AgentSession
 from tests.battery import figures
 from tests.battery.conftest import POSTGRES, seed_for, size
-from tests.conftest import make_agent, submit_one
+from tests.support.factories import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
 

@@ -34,7 +34,7 @@ from tests.battery.live import (
 )
 from tests.battery.procs import Stack
 from tests.battery.tools import EXTRA_TOOLS
-from tests.conftest import make_agent
+from tests.support.factories import make_agent
 
 SETTLE = 90
 

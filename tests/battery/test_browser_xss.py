@@ -15,7 +15,8 @@ from tests.battery import figures
 from tests.battery.conftest import size
 from tests.battery.live import clear_queue, native, start_session
 from tests.battery.procs import Stack
-from tests.conftest import login, make_agent, make_user, unique
+from tests.support.browser import login
+from tests.support.factories import make_agent, make_user, unique
 
 pytestmark = [pytest.mark.browser]
 

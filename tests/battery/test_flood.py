@@ -24,8 +24,8 @@ from tests.battery import figures
 from tests.battery.conftest import FULL, reviewer_client, size
 from tests.battery.live import clear_queue, native, start_session
 from tests.battery.procs import Stack, wait_until
-from tests.conftest import make_agent, unique
 from tests.notifications import receivers
+from tests.support.factories import make_agent, unique
 
 TIMED = size(12, 60)
 ASKS = size(60, 200)  # past HARNESS_MAX_PENDING_ASKS_PER_AGENT (set to 20 below)

@@ -30,7 +30,7 @@ from tests.battery.conftest import FULL, reviewer_client, seed_for, size
 from tests.battery.live import clear_queue, native, start_session, started_counts
 from tests.battery.procs import Stack
 from tests.battery.tools import EXTRA_TOOLS
-from tests.conftest import make_agent
+from tests.support.factories import make_agent
 
 AGENTS = size(10, 50)
 REVIEWERS = size(2, 5)

@@ -22,8 +22,8 @@ from dispatcher.models import Status
 from dispatcher.policy import profiles
 from tests.battery import figures
 from tests.battery.conftest import FULL
-from tests.conftest import make_agent, submit_one
 from tests.policy.real_forms import FORMS
+from tests.support.factories import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
 

@@ -45,7 +45,7 @@ from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
 from dispatcher.policy import profiles
 from tests.battery import figures
 from tests.battery.conftest import FULL, seed_for, size
-from tests.conftest import make_agent, make_user, submit_one, unique
+from tests.support.factories import make_agent, make_user, submit_one, unique
 
 EXAMPLES = size(5, 200)
 STEPS = size(20, 50)

@@ -24,7 +24,7 @@ from tests.battery.conftest import reviewer_client, seed_for, size
 from tests.battery.live import native, start_session, started_counts, wait_terminal
 from tests.battery.procs import Stack
 from tests.battery.tools import EXTRA_TOOLS
-from tests.conftest import make_agent
+from tests.support.factories import make_agent
 
 ASKS = size(6, 200)
 

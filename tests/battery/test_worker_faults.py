@@ -19,7 +19,7 @@ from tests.battery.conftest import seed_for, size
 from tests.battery.live import native, start_session, started_counts, status_counts, wait_terminal
 from tests.battery.procs import Stack
 from tests.battery.tools import EXTRA_TOOLS
-from tests.conftest import make_agent
+from tests.support.factories import make_agent
 
 CALLS = size(40, 200)
 KILLS = size(3, 12)

@@ -17,7 +17,7 @@ from audit.models import AuditEvent
 from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import profiles
 from tests.approvals.conftest import closing_connections
-from tests.coding_agents.conftest import (
+from tests.support.coding_agent_hooks import (
     CODEX_URL,
     PROJECT,
     codex_decision,
@@ -26,7 +26,7 @@ from tests.coding_agents.conftest import (
     post,
     sid,
 )
-from tests.conftest import AgentFixture, make_agent, make_user, unique
+from tests.support.factories import AgentFixture, make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

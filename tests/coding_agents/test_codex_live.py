@@ -31,9 +31,11 @@ from approvals.models import ApprovalRequest
 from dispatcher import agents
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
-from tests.conftest import ROOT, AgentFixture, LiveStack, free_port, make_user, unique
 from tests.support import processes
+from tests.support.factories import AgentFixture, make_user, unique
 from tests.support.fake_openai import FakeOpenAI, Step, call, custom_call, say
+from tests.support.live import LiveStack, free_port
+from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.live]
 

@@ -13,7 +13,7 @@ from approvals.models import ApprovalRequest
 from audit.models import AuditEvent
 from dispatcher.models import AgentSession, Status, ToolCall
 from dispatcher.policy import profiles
-from tests.coding_agents.conftest import (
+from tests.support.coding_agent_hooks import (
     GEMINI_URL,
     PROJECT,
     gemini_decision,
@@ -22,7 +22,7 @@ from tests.coding_agents.conftest import (
     post,
     sid,
 )
-from tests.conftest import AgentFixture, make_agent
+from tests.support.factories import AgentFixture, make_agent
 
 pytestmark = pytest.mark.django_db
 

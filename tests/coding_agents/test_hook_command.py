@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.claude_code.test_hook_command import FakeHarness, run_hook
-from tests.coding_agents.conftest import codex_input, codex_tool, gemini_input, gemini_tool
-from tests.conftest import AgentFixture, free_port
+from tests.coding_agents.test_claude_code_hook_command import FakeHarness, run_hook
+from tests.support.coding_agent_hooks import codex_input, codex_tool, gemini_input, gemini_tool
+from tests.support.factories import AgentFixture
+from tests.support.live import free_port
 
 CODEX_PRE = json.dumps(codex_tool("s1", "Bash", "make")).encode()
 GEMINI_PRE = json.dumps(gemini_tool("s1", "run_shell_command", {"command": "make"})).encode()
@@ -37,7 +38,7 @@ Harness = tuple[FakeHarness, str]
 
 @pytest.fixture
 def harness() -> Iterator[Harness]:
-    """A fake Harness on loopback (tests/claude_code/test_hook_command.py's FakeHarness)."""
+    """A fake Harness on loopback (tests/coding_agents/test_claude_code_hook_command.py's FakeHarness)."""
     fake = FakeHarness()
     server = ThreadingHTTPServer(("127.0.0.1", 0), fake.handler())
     server.daemon_threads = True

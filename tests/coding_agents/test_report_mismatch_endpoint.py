@@ -20,8 +20,8 @@ from audit import export
 from audit.models import AuditEvent
 from dispatcher.models import AgentSession, Status, ToolCall
 from dispatcher.policy import profiles
-from tests.claude_code.conftest import HOOK_URL, hook_input, pre_tool_use
-from tests.coding_agents.conftest import (
+from tests.support.claude_code_hooks import HOOK_URL, hook_input, pre_tool_use
+from tests.support.coding_agent_hooks import (
     CODEX_URL,
     GEMINI_URL,
     PROJECT,
@@ -29,7 +29,7 @@ from tests.coding_agents.conftest import (
     gemini_tool,
     post,
 )
-from tests.conftest import AgentFixture, make_user, unique
+from tests.support.factories import AgentFixture, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

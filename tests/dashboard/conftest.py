@@ -14,9 +14,10 @@ from django.utils import timezone
 
 from dispatcher.models import AgentSession
 from tests.audit.test_timeline_compact import mixed_session
-from tests.conftest import LiveStack, make_agent, make_user, unique
 from tests.dashboard.history import generate_calls, generate_decisions
 from tests.dashboard.test_analytics import NPM, History
+from tests.support.factories import make_agent, make_user, unique
+from tests.support.live import LiveStack
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from audit.models import AuditEvent
 from dispatcher import agents
 from dispatcher.models import Agent, AgentSession
 from floor.errors import ServiceError
-from tests.conftest import make_agent, make_user, unique
+from tests.support.factories import make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

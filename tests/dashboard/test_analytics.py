@@ -19,7 +19,7 @@ from audit.models import AuditEvent
 from dispatcher import analytics
 from dispatcher.models import AgentSession, ToolCall
 from dispatcher.policy.models import PermissionProfile
-from tests.conftest import make_agent, make_user, unique
+from tests.support.factories import make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,9 @@ import pytest
 from django.db import connection
 from playwright.sync_api import expect
 
-from tests.conftest import LiveStack, login, make_user, unique
+from tests.support.browser import login
+from tests.support.factories import make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

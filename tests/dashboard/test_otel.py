@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 from dispatcher import agents, signals, telemetry, transitions  # noqa: E402
 from dispatcher.models import Status, ToolCall  # noqa: E402
 from dispatcher.tools.registry import get_tool  # noqa: E402
-from tests.conftest import make_agent, submit_one  # noqa: E402
+from tests.support.factories import make_agent, submit_one  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

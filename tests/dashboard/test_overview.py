@@ -19,8 +19,9 @@ from audit.models import CheckpointRun
 from dispatcher.models import AgentSession, ToolCall
 from harness_site import charts, overview
 from tests.audit.chains import write_chain
-from tests.conftest import free_port, make_agent, make_user, unique
 from tests.dashboard.history import OUTCOME_OF, generate_calls, generate_decisions
+from tests.support.factories import make_agent, make_user, unique
+from tests.support.live import free_port
 
 pytestmark = pytest.mark.django_db
 

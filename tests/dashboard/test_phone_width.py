@@ -17,8 +17,9 @@ from dispatcher.models import AgentSession
 from dispatcher.policy import profiles
 from dispatcher.policy.models import SessionGrant
 from dispatcher.tools.sources.models import McpServer, McpTool, ServerVersion
-from tests.conftest import LiveStack, make_agent, unique
 from tests.dashboard.test_browser import Visitor
+from tests.support.factories import make_agent, unique
+from tests.support.live import LiveStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

@@ -14,8 +14,8 @@ from audit import kinds
 from audit.models import AuditEvent
 from dispatcher.policy import editor, rules
 from dispatcher.policy.models import PermissionProfile
-from tests.conftest import AgentFixture, make_user, unique
 from tests.policy.conftest import start_session, submit
+from tests.support.factories import AgentFixture, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

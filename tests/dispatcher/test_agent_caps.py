@@ -20,8 +20,9 @@ from audit.models import AuditEvent
 from dispatcher import limits
 from dispatcher.models import Agent, AgentSession, Status, ToolCall
 from tests.approvals.conftest import start_session
-from tests.claude_code.conftest import HOOK_URL, decision, pre_tool_use, send
-from tests.conftest import AgentFixture, LiveStack, make_agent
+from tests.support.claude_code_hooks import HOOK_URL, decision, pre_tool_use, send
+from tests.support.factories import AgentFixture, make_agent
+from tests.support.live import LiveStack
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 

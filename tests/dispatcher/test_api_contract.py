@@ -12,7 +12,7 @@ from audit.models import AuditEvent
 from audit.verify import verify_database
 from dispatcher import agents, transitions
 from dispatcher.models import Status, ToolCall
-from tests.conftest import AgentFixture, make_agent
+from tests.support.factories import AgentFixture, make_agent
 
 pytestmark = pytest.mark.django_db
 

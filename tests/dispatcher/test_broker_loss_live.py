@@ -23,7 +23,7 @@ from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
 from tests.battery.live import native, start_session, started_counts
 from tests.battery.procs import ProcessGroup, RedisServer, Stack, wait_until
 from tests.battery.tools import EXTRA_TOOLS
-from tests.conftest import make_agent
+from tests.support.factories import make_agent
 
 pytestmark = pytest.mark.live
 

@@ -16,7 +16,8 @@ from approvals.models import ApprovalRequest
 from approvals.services import decide
 from dispatcher.gateways.client import HarnessClient, HarnessError
 from dispatcher.models import ToolCall
-from tests.conftest import AgentFixture, LiveStack, make_agent, make_user, unique
+from tests.support.factories import AgentFixture, make_agent, make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = pytest.mark.live
 

@@ -10,7 +10,7 @@ from django.test import Client
 
 from dispatcher.models import Agent
 from dispatcher.policy.models import PermissionProfile
-from tests.conftest import make_user
+from tests.support.factories import make_user
 
 pytestmark = pytest.mark.django_db
 

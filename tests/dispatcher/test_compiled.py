@@ -20,7 +20,7 @@ from dispatcher.models import ToolCall
 from dispatcher.policy.models import SessionGrant
 from floor import compiled
 from floor.compiled import Compiled, NotCompilable, save_fields
-from tests.conftest import make_agent, submit_one
+from tests.support.factories import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
 
@@ -94,7 +94,7 @@ def test_an_integer_argument_of_a_32_bit_column_is_a_statement_that_matches() ->
     way would answer nothing for every later value (every reviewer refused)."""
     from django.contrib.auth.models import Group
 
-    from tests.conftest import make_user
+    from tests.support.factories import make_user
 
     user = make_user("compiled-int", groups=("reviewer",))
     holds = Compiled(

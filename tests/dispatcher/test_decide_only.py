@@ -13,7 +13,7 @@ from audit.models import AuditEvent
 from dispatcher import execution, transitions
 from dispatcher.agents import start_session
 from dispatcher.models import Executor, Status, ToolCall
-from tests.conftest import make_agent, make_user, submit_one
+from tests.support.factories import make_agent, make_user, submit_one
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, free_port
 from tests.support import processes
+from tests.support.live import free_port
+from tests.support.paths import ROOT
 
 # Its own environment (the embedded default in a fresh data directory), whichever backend
 # the suite runs on: the same on both (tests/conftest.py).

@@ -21,7 +21,8 @@ from django.db import connection
 from audit.models import AuditEvent
 from dispatcher import execution, transitions
 from dispatcher.models import Status, ToolCall
-from tests.conftest import AgentFixture, LiveStack, make_agent
+from tests.support.factories import AgentFixture, make_agent
+from tests.support.live import LiveStack
 
 pytestmark = pytest.mark.live
 

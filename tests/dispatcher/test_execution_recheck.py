@@ -11,7 +11,7 @@ from dispatcher import agents, execution, transitions
 from dispatcher.agents import start_session
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
-from tests.conftest import make_agent, submit_one
+from tests.support.factories import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
 

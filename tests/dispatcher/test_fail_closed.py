@@ -18,7 +18,7 @@ from django.test import Client
 
 from dispatcher import agents, execution, transitions
 from dispatcher.models import Status, ToolCall
-from tests.conftest import make_agent, submit_one
+from tests.support.factories import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
 

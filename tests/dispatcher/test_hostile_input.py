@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,8 @@ from django.conf import settings
 from audit.models import AuditEvent
 from dispatcher import wakeups
 from dispatcher.models import ToolCall
-from tests.conftest import AgentFixture, LiveStack, make_agent
+from tests.support.factories import AgentFixture, make_agent
+from tests.support.live import LiveStack
 
 pytestmark = pytest.mark.live
 

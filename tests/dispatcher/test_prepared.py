@@ -17,7 +17,7 @@ from audit.verify import verify_database
 from dispatcher import agents, execution
 from dispatcher.models import Status, ToolCall
 from floor.compiled import Compiled
-from tests.conftest import make_agent, submit_one
+from tests.support.factories import make_agent, submit_one
 
 pytestmark = pytest.mark.django_db
 

@@ -46,7 +46,7 @@ def test_a_raising_receiver_of_an_asks_wake_up_loses_neither_the_call_nor_its_no
     from approvals.notifications.models import Channel
     from dispatcher import agents
     from dispatcher.models import Status
-    from tests.conftest import make_agent, submit_one
+    from tests.support.factories import make_agent, submit_one
 
     Channel.objects.create(name="ops", kind="webhook", config={"url": "http://127.0.0.1:9/"})
     sent: list[tuple[str, object]] = []

@@ -16,7 +16,7 @@ from django.conf import settings
 from audit.models import AuditEvent
 from dispatcher import agents, execution, pipeline, wakeups
 from dispatcher.models import Status, ToolCall
-from tests.conftest import make_agent, submit_one
+from tests.support.factories import make_agent, submit_one
 
 
 def session_news(pubsub: Any, seconds: float = 0.5) -> list[str]:

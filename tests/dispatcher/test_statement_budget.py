@@ -16,7 +16,7 @@ from audit.models import AuditEvent
 from dispatcher import admission, agents, execution
 from dispatcher.gateways.dialects import ProposedCall, canonical_json
 from dispatcher.models import Status, ToolCall
-from tests.conftest import make_agent, make_user, submit_one
+from tests.support.factories import make_agent, make_user, submit_one
 
 
 def statements(queries: CaptureQueriesContext) -> list[str]:

@@ -11,7 +11,7 @@ from django.test import Client
 
 from dispatcher.tools.base import Tool, model_facing_schema
 from dispatcher.tools.registry import all_tools
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 MODEL_FACING = {"name", "description", "parameters", "defer_loading"}
 HOST_ONLY = {f.name for f in dataclasses.fields(Tool)} - MODEL_FACING

@@ -19,7 +19,9 @@ from mcp.client.streamable_http import streamable_http_client
 from approvals.models import ApprovalRequest
 from approvals.services import decide
 from dispatcher.models import ToolCall
-from tests.conftest import ROOT, AgentFixture, LiveStack
+from tests.support.factories import AgentFixture
+from tests.support.live import LiveStack
+from tests.support.paths import ROOT
 
 FILESYSTEM = (
     ROOT

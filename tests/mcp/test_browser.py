@@ -13,8 +13,10 @@ from django.core.management import call_command
 from mcp import types
 
 from tests.approvals.test_browser import Reviewer
-from tests.conftest import ROOT, AgentFixture, LiveStack
 from tests.mcp.conftest import mcp_session, run, text_of
+from tests.support.factories import AgentFixture
+from tests.support.live import LiveStack
+from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

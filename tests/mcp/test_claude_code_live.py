@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 
 from dispatcher.models import Status, ToolCall
-from tests.conftest import ROOT, AgentFixture, LiveStack, make_user, unique
 from tests.mcp.conftest import review
 from tests.support import processes
+from tests.support.factories import AgentFixture, make_user, unique
+from tests.support.live import LiveStack
+from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.live]
 

@@ -22,8 +22,9 @@ from dispatcher.models import AgentSession, Status, ToolCall
 from dispatcher.policy.profiles import update_profile
 from dispatcher.policy.stages import Rejection, resolve, validate
 from dispatcher.tools.registry import get_tool
-from tests.conftest import AgentFixture, LiveStack, make_agent, make_user, unique
 from tests.mcp.conftest import mcp_session, review, run, text_of, wait_for_pending
+from tests.support.factories import AgentFixture, make_agent, make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = pytest.mark.live
 

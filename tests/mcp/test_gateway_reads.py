@@ -16,7 +16,7 @@ from dispatcher.models import Status
 from dispatcher.policy import grants
 from dispatcher.policy.models import PermissionProfile, SessionGrant
 from dispatcher.proposals import ProposedCall, canonical_json
-from tests.conftest import make_agent
+from tests.support.factories import make_agent
 
 pytestmark = pytest.mark.django_db
 

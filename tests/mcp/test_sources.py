@@ -22,7 +22,7 @@ from dispatcher.tools.registry import all_tools, get_tool, unknown_tool_message
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.definitions import Definition
 from dispatcher.tools.sources.models import McpServer, McpTool, ServerVersion
-from tests.conftest import make_agent, submit_one
+from tests.support.factories import make_agent, submit_one
 
 # Each test starts an MCP server process or several: `make test-fast` leaves them out.
 pytestmark = [pytest.mark.django_db, pytest.mark.heavy]
@@ -197,7 +197,7 @@ def test_an_mcp_session_has_its_timeline_replay_transcript_and_export() -> None:
     from dispatcher import admission
     from dispatcher.gateways.mcp_http import open_session
     from dispatcher.proposals import ProposedCall
-    from tests.conftest import make_user, unique
+    from tests.support.factories import make_user, unique
 
     fx = make_agent(mode="trusted")
     session = open_session(fx.agent, {"clientInfo": {"name": "claude-code", "version": "2.1"}})

@@ -14,7 +14,7 @@ from audit.models import AuditEvent
 from dispatcher.tools.registry import get_tool
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.models import McpServer, McpTool
-from tests.conftest import make_agent, make_user, unique
+from tests.support.factories import make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

@@ -21,16 +21,10 @@ from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.models import McpTool
-from tests.conftest import (
-    ROOT,
-    AgentFixture,
-    LiveStack,
-    free_port,
-    make_agent,
-    stop,
-    wait_for_port,
-)
 from tests.mcp.conftest import filesystem_server, mcp_session, run, text_of
+from tests.support.factories import AgentFixture, make_agent
+from tests.support.live import LiveStack, free_port, stop, wait_for_port
+from tests.support.paths import ROOT
 from tests.tools.support import require_bwrap, sandbox_uid
 
 pytestmark = pytest.mark.live

@@ -23,8 +23,9 @@ from dispatcher.tools import sandbox
 from dispatcher.tools.sources import services, upstream
 from dispatcher.tools.sources.upstream import Endpoint
 from floor.errors import ServiceError
-from tests.conftest import ROOT, unique
 from tests.mcp.conftest import filesystem_server, text_of
+from tests.support.factories import unique
+from tests.support.paths import ROOT
 from tests.tools.support import require_bwrap, sandbox_uid
 
 FILES_SERVER = ROOT / "tests" / "support" / "mcp_files.py"

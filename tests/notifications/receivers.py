@@ -175,7 +175,7 @@ def smtp_server() -> Iterator[Mailbox]:
             mailbox.envelopes.append(list(envelope.rcpt_tos))
             return "250 OK"
 
-    from tests.conftest import free_port
+    from tests.support.live import free_port
 
     mailbox.port = free_port()
     controller = Controller(Handler(), hostname="127.0.0.1", port=mailbox.port)

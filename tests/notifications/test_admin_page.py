@@ -8,7 +8,7 @@ from django.test import Client
 
 from approvals.models import Channel
 from audit.models import AuditEvent
-from tests.conftest import make_user, unique
+from tests.support.factories import make_user, unique
 
 pytestmark = pytest.mark.django_db
 

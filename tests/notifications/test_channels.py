@@ -19,8 +19,8 @@ from approvals.models import ApprovalRequest, Channel, Delivery, PushSubscriptio
 from approvals.notifications import senders
 from approvals.notifications import services as notifications
 from tests.approvals.conftest import ask
-from tests.conftest import AgentFixture, make_user, unique
 from tests.notifications import receivers
+from tests.support.factories import AgentFixture, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

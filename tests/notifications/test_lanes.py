@@ -13,8 +13,8 @@ import pytest
 from approvals.models import Channel, Delivery
 from tests.battery.conftest import battery_db, procs, redis_server  # noqa: F401  (fixtures)
 from tests.battery.procs import ProcessGroup, RedisServer, Stack, wait_until
-from tests.conftest import make_agent, unique
 from tests.notifications import receivers
+from tests.support.factories import make_agent, unique
 
 pytestmark = pytest.mark.live
 

@@ -11,8 +11,9 @@ import pytest
 from django.test import Client
 
 from approvals.models import ApprovalRequest, Channel, Delivery
-from tests.conftest import AgentFixture, LiveStack, make_user, unique
 from tests.notifications import receivers
+from tests.support.factories import AgentFixture, make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = pytest.mark.live
 

@@ -13,9 +13,9 @@ from django.test import Client
 
 from approvals.models import Channel, Delivery, PushSubscription
 from tests.approvals.conftest import ask
-from tests.conftest import AgentFixture, make_user, unique
 from tests.notifications import receivers
 from tests.notifications.test_channels import _subscription_keys, send_all
+from tests.support.factories import AgentFixture, make_user, unique
 
 pytestmark = pytest.mark.django_db
 

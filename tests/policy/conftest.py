@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from dispatcher.models import ToolCall
-from tests.conftest import AgentFixture, make_user, unique
+from tests.support.factories import AgentFixture, make_user, unique
 
 
 @pytest.fixture

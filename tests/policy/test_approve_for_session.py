@@ -9,7 +9,7 @@ from django.test import Client
 from approvals.models import ApprovalRequest
 from audit.models import AuditEvent
 from dispatcher.policy.models import SessionGrant
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 from .conftest import start_session, submit
 

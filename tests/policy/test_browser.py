@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from approvals.models import ApprovalRequest
-from tests.conftest import AgentFixture, LiveStack, login, make_user, unique
+from tests.support.browser import login
+from tests.support.factories import AgentFixture, make_user, unique
+from tests.support.live import LiveStack
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

@@ -16,9 +16,9 @@ from django.test import Client
 from approvals.models import ApprovalRequest
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
-from tests.claude_code.conftest import HOOK_URL as CLAUDE_URL
-from tests.claude_code.conftest import decision, pre_tool_use
-from tests.coding_agents.conftest import (
+from tests.support.claude_code_hooks import HOOK_URL as CLAUDE_URL
+from tests.support.claude_code_hooks import decision, pre_tool_use
+from tests.support.coding_agent_hooks import (
     CODEX_URL,
     GEMINI_URL,
     codex_decision,
@@ -26,7 +26,7 @@ from tests.coding_agents.conftest import (
     gemini_decision,
     gemini_tool,
 )
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 from .conftest import start_session, submit
 from .real_forms import FORMS, Form

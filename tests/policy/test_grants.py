@@ -13,7 +13,7 @@ from dispatcher.models import AgentSession
 from dispatcher.policy import grants, profiles
 from dispatcher.policy.models import SessionGrant
 from floor.errors import ServiceError
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 from .conftest import start_session, submit
 

@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from audit.models import AuditEvent
 from dispatcher.policy import profiles
 from dispatcher.policy.models import PermissionProfile, ProfileVersion
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 from .conftest import start_session, submit
 

@@ -15,7 +15,7 @@ from django.test import Client
 from audit.models import AuditEvent
 from dispatcher.policy import profiles
 from dispatcher.policy.models import ProfileVersion
-from tests.conftest import make_user, unique
+from tests.support.factories import make_user, unique
 
 pytestmark = pytest.mark.django_db
 

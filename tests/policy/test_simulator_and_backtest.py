@@ -9,7 +9,7 @@ from audit.models import AuditEvent
 from dispatcher import simulation
 from dispatcher.models import ToolCall
 from dispatcher.policy import profiles
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 from .conftest import start_session, submit
 

@@ -9,7 +9,7 @@ from django.test import Client
 from dispatcher.admission import context_of
 from dispatcher.policy import grants, profiles
 from dispatcher.policy.models import PermissionProfile, SessionGrant
-from tests.conftest import AgentFixture, make_user, unique
+from tests.support.factories import AgentFixture, make_user, unique
 
 from .conftest import start_session, submit
 

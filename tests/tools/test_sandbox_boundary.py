@@ -27,7 +27,7 @@ from django.core.checks import run_checks
 from dispatcher.tools import sandbox, sandbox_servers, seccomp
 from dispatcher.tools.base import ExecutionContext
 from dispatcher.tools.write_file import TOOL as WRITE_FILE
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tests.tools import support
 from tests.tools.support import require_bwrap
 

@@ -15,7 +15,8 @@ from django.conf import settings
 
 from dispatcher import agents, batches, execution
 from dispatcher.models import Status, ToolCall
-from tests.conftest import LiveStack, make_agent, start_worker, stop, submit_one, unique
+from tests.support.factories import make_agent, submit_one, unique
+from tests.support.live import LiveStack, start_worker, stop
 from tests.tools import support
 from tests.tools.support import PROBE_SCRIPT, probe_results, require_bwrap
 

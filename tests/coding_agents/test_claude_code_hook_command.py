@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.claude_code.conftest import pre_tool_use
-from tests.conftest import ROOT, AgentFixture, free_port
+from tests.support.claude_code_hooks import pre_tool_use
+from tests.support.factories import AgentFixture
+from tests.support.live import free_port
+from tests.support.paths import ROOT
 
 SCRIPT = ROOT / "dispatcher" / "gateways" / "hook_command.py"
 ALLOW = {

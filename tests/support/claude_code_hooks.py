@@ -8,7 +8,7 @@ from typing import Any
 
 from django.test import Client
 
-from tests.conftest import AgentFixture
+from tests.support.factories import AgentFixture
 
 PROJECT = "/home/dev/project"
 HOOK_URL = "/api/v1/hooks/claude-code"

@@ -14,8 +14,8 @@ from approvals.models import ApprovalRequest
 from dispatcher import admission, agents
 from dispatcher.models import Status
 from dispatcher.proposals import ProposedCall, canonical_json
-from tests.claude_code.conftest import PROJECT, pre_tool_use, send
-from tests.conftest import AgentFixture
+from tests.support.claude_code_hooks import PROJECT, pre_tool_use, send
+from tests.support.factories import AgentFixture
 
 pytestmark = pytest.mark.django_db
 

@@ -29,9 +29,12 @@ from django.core.management import call_command
 from approvals.models import ApprovalRequest
 from dispatcher import agents
 from dispatcher.models import Status, ToolCall
-from tests.conftest import ROOT, AgentFixture, LiveStack, free_port, login, make_user, unique
 from tests.support import processes
+from tests.support.browser import login
+from tests.support.factories import AgentFixture, make_user, unique
 from tests.support.fake_anthropic import FakeAnthropic, Step, say, tool_use
+from tests.support.live import LiveStack, free_port
+from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.live]
 

@@ -23,8 +23,8 @@ from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import profiles
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 from tests.approvals.conftest import closing_connections
-from tests.claude_code.conftest import PROJECT, decision, hook_input, pre_tool_use, send
-from tests.conftest import AgentFixture, make_agent, make_user, unique
+from tests.support.claude_code_hooks import PROJECT, decision, hook_input, pre_tool_use, send
+from tests.support.factories import AgentFixture, make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db
 
