@@ -11,16 +11,14 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from audit.roles import REVIEWER, has_role
+from audit.roles import REVIEWER, HtmxHttpRequest, role_required
 from dispatcher.models import Status
 
 from . import links, queries, services
@@ -29,17 +27,11 @@ from .models import ApprovalRequest
 QUEUE = "approvals/queue.html"
 
 
-def _require_reviewer(request: HttpRequest) -> None:
-    if not has_role(request.user, REVIEWER):
-        raise PermissionDenied("Only reviewers can see and decide tool calls.")
-
-
-@login_required
+@role_required(REVIEWER)
 @require_GET
 @vary_on_headers("HX-Request")  # an htmx request gets the items fragment
-def queue(request: HttpRequest) -> HttpResponse:
-    _require_reviewer(request)
-    template = QUEUE + "#items" if request.htmx else QUEUE  # type: ignore[attr-defined]
+def queue(request: HtmxHttpRequest) -> HttpResponse:
+    template = QUEUE + "#items" if request.htmx else QUEUE
     context = {
         **queries.queue_context(),
         "vapid_public_key": settings.HARNESS_VAPID_PUBLIC_KEY,
@@ -47,40 +39,37 @@ def queue(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-@login_required
+@role_required(REVIEWER)
 @require_GET
-def detail(request: HttpRequest, approval_id: int) -> HttpResponse:
-    _require_reviewer(request)
+def detail(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     approval = queries.one_request(approval_id)
     if approval is None:
         raise Http404("No such approval request.")
     return render(request, "approvals/detail.html", {"approval": approval, "full": True})
 
 
-@login_required
+@role_required(REVIEWER)
 @require_GET
-def full_item(request: HttpRequest, approval_id: int) -> HttpResponse:
+def full_item(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     """One queue item with its large values unfolded (the queue's "Show all")."""
-    _require_reviewer(request)
     approval = queries.one_request(approval_id)
     if approval is None:
         raise Http404("No such approval request.")
     return render(request, QUEUE + "#item", {"approval": approval, "full": True})
 
 
-@login_required
+@role_required(REVIEWER)
 @require_POST
 @vary_on_headers("HX-Request")  # an htmx request gets the decision fragment
-def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
+def decide(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     """Approve or deny with the digest the reviewer saw. 200/302, or 403/404/409 with why."""
-    _require_reviewer(request)
     action = request.POST.get("action")
     if action not in ("approve", "approve_session", "deny"):
         return _answer(request, approval_id, "Choose Approve or Deny.", status=400)
     try:
         approval = services.decide(
             approval_id=approval_id,
-            user=request.user,  # type: ignore[arg-type]
+            user=request.user,
             approve=action != "deny",
             digest=request.POST.get("digest", ""),
             feedback=request.POST.get("feedback", "").strip(),
@@ -96,18 +85,17 @@ def decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     grant = getattr(approval, "grant", None)
     if grant is not None:
         message += f" Allowed '{grant.rule}' for the rest of this session."
-    if not request.htmx:  # type: ignore[attr-defined]
+    if not request.htmx:
         messages.success(request, message)
         return redirect("approvals:queue")
     return _fragment(request, approval, message, ok=True, status=200)
 
 
-@login_required
+@role_required(REVIEWER)
 @require_POST
-def edit(request: HttpRequest, approval_id: int) -> HttpResponse:
+def edit(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     """Replace the call by a new one with edited arguments (the JSON text, or for
     write_file the new content). 200/302, or 400/403/404/409 with why."""
-    _require_reviewer(request)
     approval = queries.one_request(approval_id)
     if approval is None:
         raise Http404("No such approval request.")
@@ -115,7 +103,7 @@ def edit(request: HttpRequest, approval_id: int) -> HttpResponse:
         arguments = edited_arguments(approval, request.POST)
         outcome = services.edit(
             approval_id=approval_id,
-            user=request.user,  # type: ignore[arg-type]
+            user=request.user,
             digest=request.POST.get("digest", ""),
             arguments=arguments,
             comment=request.POST.get("feedback", "").strip(),
@@ -127,7 +115,7 @@ def edit(request: HttpRequest, approval_id: int) -> HttpResponse:
     if outcome.replacement_approval is not None and new.status == Status.PENDING_APPROVAL:
         progress = outcome.replacement_approval.progress()
         message += f" Your edit counts as your approval ({progress})." if progress else ""
-    if not request.htmx:  # type: ignore[attr-defined]
+    if not request.htmx:
         messages.success(request, message)
         return redirect("approvals:queue")
     return _fragment(request, outcome.approval, message, ok=True, status=200)
@@ -148,12 +136,12 @@ def edited_arguments(approval: ApprovalRequest, data: Any) -> Any:
 
 
 def _answer(
-    request: HttpRequest, approval_id: int, message: str, *, status: int, ok: bool = False
+    request: HtmxHttpRequest, approval_id: int, message: str, *, status: int, ok: bool = False
 ) -> HttpResponse:
     approval = queries.one_request(approval_id)
     if approval is None:
         raise Http404("No such approval request.")
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         return _fragment(request, approval, message, ok=ok, status=status)
     if ok:
         messages.success(request, message)
@@ -163,7 +151,7 @@ def _answer(
 
 
 def _fragment(
-    request: HttpRequest, approval: ApprovalRequest, message: str, *, ok: bool, status: int
+    request: HtmxHttpRequest, approval: ApprovalRequest, message: str, *, ok: bool, status: int
 ) -> HttpResponse:
     context = {
         "approval": approval,

@@ -101,6 +101,8 @@ def role_required(
                 raise PermissionDenied(REFUSALS[role])
             return view(request, *args, **kwargs)
 
+        # Read by tests/test_view_access.py: every page says its role.
+        wrapped.required_role = role  # type: ignore[attr-defined]
         return wrapped
 
     return decorate

@@ -9,14 +9,12 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from audit.roles import ADMIN, REVIEWER, has_role, role_required
+from audit.roles import ADMIN, REVIEWER, HtmxHttpRequest, role_required
 from floor.errors import ServiceError
 
 from . import channels as channels_service
@@ -61,7 +59,7 @@ def _form_of(channel: Channel) -> dict[str, str]:
     }
 
 
-def _page(request: HttpRequest, status: int = 200, **extra: Any) -> HttpResponse:
+def _page(request: HtmxHttpRequest, status: int = 200, **extra: Any) -> HttpResponse:
     services.sync_env_channels()
     channels = Channel.objects.prefetch_related("users", "groups")
     context = {
@@ -76,7 +74,7 @@ def _page(request: HttpRequest, status: int = 200, **extra: Any) -> HttpResponse
 
 @role_required(ADMIN)
 @require_http_methods(["GET", "POST"])
-def channels(request: HttpRequest) -> HttpResponseBase:
+def channels(request: HtmxHttpRequest) -> HttpResponseBase:
     """GET the channels and deliveries; POST creates or (with `channel_id`) changes one."""
     if request.method == "GET":
         editing = request.GET.get("edit", "")
@@ -94,7 +92,7 @@ def channels(request: HttpRequest) -> HttpResponseBase:
                 data[secret] = existing.config[secret]
     try:
         channel = channels_service.save_channel(
-            actor=request.user,  # type: ignore[arg-type]
+            actor=request.user,
             data=data,
             channel_id=existing.pk if existing else None,
         )
@@ -106,27 +104,24 @@ def channels(request: HttpRequest) -> HttpResponseBase:
 
 @role_required(ADMIN)
 @require_POST
-def toggle(request: HttpRequest, channel_id: int) -> HttpResponseBase:
+def toggle(request: HtmxHttpRequest, channel_id: int) -> HttpResponseBase:
     channel = get_object_or_404(Channel, pk=channel_id)
     channels_service.set_enabled(
-        actor=request.user,  # type: ignore[arg-type]
+        actor=request.user,
         channel_id=channel.pk,
         enabled=not channel.enabled,
     )
     return redirect("approvals:channels")
 
 
-@login_required
+@role_required(REVIEWER)
 @require_POST
-def subscribe(request: HttpRequest) -> HttpResponse:
+def subscribe(request: HtmxHttpRequest) -> HttpResponse:
     """A reviewer's browser subscription (the JSON of PushSubscription.toJSON())."""
-    if not has_role(request.user, REVIEWER):
-        return JsonResponse({"error": "Only reviewers receive push notifications."}, status=403)
     try:
         body = json.loads(request.body or b"{}")
-        user: User = request.user  # type: ignore[assignment]
         channels_service.subscribe(
-            user=user, endpoint=str(body.get("endpoint", "")), keys=body.get("keys")
+            user=request.user, endpoint=str(body.get("endpoint", "")), keys=body.get("keys")
         )
     except (ValueError, AttributeError):
         return JsonResponse({"error": "Send the subscription as JSON."}, status=400)
