@@ -169,6 +169,37 @@ def _vote_refusal(
     return None
 
 
+def _vote(
+    approval: ApprovalRequest,
+    user: AbstractBaseUser,
+    approve: bool,
+    digest: str,
+    feedback: str,
+    via: str,
+    actor: str,
+    extra: dict[str, Any],
+) -> bool:
+    """A quorum's vote: an approval is recorded (votes of people who left are discarded
+    first) and the count joins `extra`. True when the quorum is still short (the vote is
+    audited and the call waits); False when the decision goes ahead (a denial, or the last
+    approval needed)."""
+    if approve:
+        Vote.objects.create(
+            approval=approval,
+            voter=user,  # type: ignore[misc]
+            digest_seen=digest,
+            comment=feedback,
+            via=via,
+        )
+        _discard_departed_votes(approval)
+    voters = approval.approvers()
+    extra |= {"approvals": voters, "required": approval.approvals_required}
+    if approve and len(voters) < approval.approvals_required:
+        _record_vote(approval, actor, extra)
+        return True
+    return False
+
+
 def _apply(
     approval: ApprovalRequest,
     user: AbstractBaseUser,
@@ -189,21 +220,8 @@ def _apply(
     }
     if via != "queue":
         extra["via"] = via
-    if approval.is_quorum:
-        if approve:
-            Vote.objects.create(
-                approval=approval,
-                voter=user,  # type: ignore[misc]
-                digest_seen=digest,
-                comment=feedback,
-                via=via,
-            )
-            _discard_departed_votes(approval)
-        voters = approval.approvers()
-        extra |= {"approvals": voters, "required": approval.approvals_required}
-        if approve and len(voters) < approval.approvals_required:
-            _record_vote(approval, actor, extra)
-            return
+    if approval.is_quorum and _vote(approval, user, approve, digest, feedback, via, actor, extra):
+        return  # one vote of a quorum: the call still waits
     if allow_session:
         try:
             extra["session_grant"] = grants.narrow_rule(context_of(call))
