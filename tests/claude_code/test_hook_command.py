@@ -230,7 +230,7 @@ def test_the_printed_settings_use_command_hooks_and_hold_no_secret(agent: AgentF
     assert "async" not in ask  # the decision blocks the tool; only reports go on in the background
     for event in ("PostToolUse", "PostToolUseFailure"):
         [(report)] = [h for g in hooks[event] for h in g["hooks"]]
-        assert report["async"] is True and report["command"].endswith("--wait 0")
+        assert report["async"] is True and "--wait 0);" in report["command"]
     assert all(
         h["type"] == "command" for group in hooks.values() for g in group for h in g["hooks"]
     )
@@ -307,3 +307,23 @@ def test_the_printed_command_passes_on_the_hooks_answer_and_its_own_block(
     done = run_printed(f"{hook} --url {url} --wait 1", "/usr/bin:/bin")
     assert done.returncode == 2 and "refused the agent token" in done.stderr
     assert "did not run or gave no decision" not in done.stderr  # the hook's own reason only
+
+
+@pytest.mark.parametrize("script", [None, "#!/bin/sh\nexit 2\n", "#!/bin/sh\nexit 0\n"])
+def test_a_reporting_hook_that_cannot_run_fails_without_blocking(
+    tmp_path: Any, script: str | None
+) -> None:
+    from dispatcher.management.commands._hook_settings import reporting
+
+    if script is not None:
+        executable(tmp_path / "harness-hook", script)
+    done = subprocess.run(
+        ["/bin/bash", "-c", reporting("harness-hook --url http://127.0.0.1:1 --wait 0")],
+        input='{"hook_event_name": "Stop"}',
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == (0 if script and "exit 0" in script else 1)
+    assert (done.returncode == 1) == ("nothing was recorded" in done.stderr)

@@ -50,10 +50,11 @@ def checked(agent: str, url: str, wait: float) -> tuple[str, str]:
 
 
 def hook_commands(command: str, agent: str, url: str, wait: float) -> tuple[str, str]:
-    """(the pre-tool hook's command line, wrapped by `fail_closed`; the reporting hooks'):
+    """(the pre-tool hook's command line, wrapped by `fail_closed`; the reporting hooks',
+    wrapped by `reporting`):
     the URL is on it, the token never is (HARNESS_TOKEN)."""
     base = f"{command} --agent {agent} --url {shlex.quote(url)}"
-    return fail_closed(f"{base} --wait {wait:g}"), f"{base} --wait 0"
+    return fail_closed(f"{base} --wait {wait:g}"), reporting(f"{base} --wait 0")
 
 
 # Why a wrapper: each client runs a hook's command in a shell and blocks the tool only on
@@ -72,6 +73,9 @@ NO_DECISION = (
     "these settings again with --command naming it by its absolute path, and export "
     "HARNESS_TOKEN."
 )
+NOT_RECORDED = NO_DECISION.replace("did not run or gave no decision", "did not run").replace(
+    "so the tool was not run", "so nothing was recorded"
+)
 
 
 def fail_closed(line: str) -> str:
@@ -81,5 +85,18 @@ def fail_closed(line: str) -> str:
         f"out=$({line}); status=$?; "
         'if [ "$status" -eq 0 ] && [ -n "$out" ]; then printf "%s" "$out"; exit 0; fi; '
         f'if [ "$status" -ne 2 ]; then echo "{NO_DECISION}" >&2; fi; exit 2'
+    )
+    return f"/bin/sh -c {shlex.quote(script)}"
+
+
+def reporting(line: str) -> str:
+    """`line` (a reporting hook's command) wrapped so that any failure exits 1 with the
+    fix: a report blocks nothing (exit 2 on Stop would keep Claude Code from stopping), and
+    Gemini CLI reads a 127 with text on stderr as a deny that stops the whole prompt
+    without naming the fix; the tools stay blocked by the pre-tool hook."""
+    script = (
+        f"out=$({line}); status=$?; "
+        'if [ "$status" -eq 0 ]; then printf "%s" "$out"; exit 0; fi; '
+        f'if [ "$status" -ne 1 ]; then echo "{NOT_RECORDED}" >&2; fi; exit 1'
     )
     return f"/bin/sh -c {shlex.quote(script)}"

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dispatcher.models import Agent
 
-from ._hook_settings import fail_closed
+from ._hook_settings import fail_closed, reporting
 
 # PreToolUse may wait this long for a reviewer; Claude Code's hook timeout is set above it.
 DEFAULT_WAIT = 570
@@ -33,7 +33,8 @@ def hook_settings(url: str, command: str, wait: float) -> dict[str, Any]:
     base = f"{command} --url {shlex.quote(url)}"
     ask_line = fail_closed(f"{base} --wait {wait:g}")
     ask = {"type": "command", "command": ask_line, "timeout": int(wait) + MARGIN}
-    report = {"type": "command", "command": f"{base} --wait 0", "timeout": REPORT_TIMEOUT}
+    report_line = reporting(f"{base} --wait 0")
+    report = {"type": "command", "command": report_line, "timeout": REPORT_TIMEOUT}
     # A tool's result is reported in the background ("async": Claude Code goes on without
     # waiting): it decides nothing, and waiting for it cost every tool call a second hook
     # round trip (docs/benchmarks.md, S13). A report that never arrives leaves the call
