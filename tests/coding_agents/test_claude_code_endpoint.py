@@ -199,6 +199,17 @@ def test_a_path_outside_the_project_is_denied_lexically(
     assert call.decided_by == "guard:workspace_confinement"
 
 
+@pytest.mark.parametrize("character", ["\u2028", "\u2029", "\x85", "\x1b", "\x7f", "\u202e"])
+def test_a_path_with_a_control_or_separator_character_is_denied(
+    agent: AgentFixture, character: str
+) -> None:
+    session_id = sid()
+    body = {"file_path": f"{PROJECT}/a{character}/../../../etc/x", "content": "x"}
+    action, reason = decision(send(agent, pre_tool_use(session_id, "Write", body)))
+    assert action == "deny" and f"U+{ord(character):04X}" in reason
+    assert only_call(session_id).decided_by == "guard:workspace_confinement"
+
+
 def test_paths_are_never_resolved_on_the_harness_host(agent: AgentFixture, tmp_path: Any) -> None:
     """A symlink on this host is not the client's: the project is read as text only."""
     project = tmp_path / "project"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import subprocess
 import sys
 import threading
@@ -224,12 +225,14 @@ def test_the_printed_settings_use_command_hooks_and_hold_no_secret(agent: AgentF
     assert pre["matcher"] == "*"
     [ask] = pre["hooks"]
     assert ask["type"] == "command"  # an http hook would let the tool run when Harness is down
-    assert ask["command"] == "harness-hook --url https://harness.example --wait 570"
+    sh, dash_c, script = shlex.split(ask["command"])  # wrapped to fail closed (tested below)
+    assert (sh, dash_c) == ("/bin/sh", "-c")
+    assert script.startswith("out=$(harness-hook --url https://harness.example --wait 570);")
     assert ask["timeout"] > 570
     assert "async" not in ask  # the decision blocks the tool; only reports go on in the background
     for event in ("PostToolUse", "PostToolUseFailure"):
         [(report)] = [h for g in hooks[event] for h in g["hooks"]]
-        assert report["async"] is True and report["command"].endswith("--wait 0")
+        assert report["async"] is True and "--wait 0);" in report["command"]
     assert all(
         h["type"] == "command" for group in hooks.values() for g in group for h in g["hooks"]
     )
@@ -239,3 +242,90 @@ def test_the_printed_settings_use_command_hooks_and_hold_no_secret(agent: AgentF
 def test_settings_for_an_unknown_agent_say_how_to_make_one() -> None:
     with pytest.raises(CommandError, match="create_agent"):
         settings_for("--agent", "nobody")
+
+
+# --- The printed command fails closed however the hook ends -----------------------------------
+
+
+def test_a_hook_that_crashes_blocks_the_tool() -> None:
+    """An URL that urllib cannot even split raised ValueError past every handler: exit 1."""
+    done = run_hook(PRE, "http://[::1")
+    assert done.returncode == 2 and "the tool was not run" in done.stderr
+    assert "ValueError" in done.stderr
+
+
+def run_printed(line: str, path: str, stdin: bytes = PRE) -> subprocess.CompletedProcess[str]:
+    """The pre-tool hook's command as printed for `line`, run by bash as Claude Code runs it,
+    with PATH=`path` (the PATH the client sees)."""
+    from dispatcher.management.commands._hook_settings import fail_closed
+
+    return subprocess.run(
+        ["/bin/bash", "-c", fail_closed(line)],
+        input=stdin.decode(),
+        env={"PATH": path, "HARNESS_TOKEN": "hrn_test_token"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def executable(path: Any, text: str) -> str:
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path.parent)
+
+
+@pytest.mark.parametrize(
+    "script, status",
+    [
+        (None, 127),  # not on the PATH the client sees
+        ("#!/nonexistent/python3\n", 127),  # a broken interpreter (dash: not found)
+        (f"#!{sys.executable}\nraise SystemExit(1)\n", 1),  # a crash
+        (f"#!{sys.executable}\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", 137),
+        ("#!/bin/sh\nexit 0\n", 0),  # exit 0 with no decision
+    ],
+)
+def test_the_printed_command_blocks_when_the_hook_cannot_answer(
+    tmp_path: Any, script: str | None, status: int
+) -> None:
+    directory = str(tmp_path)
+    if script is not None:
+        directory = executable(tmp_path / "harness-hook", script)
+    done = run_printed(
+        "harness-hook --url http://127.0.0.1:1 --wait 1", f"{directory}:/usr/bin:/bin"
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"(exit status {status})" in done.stderr and "--command" in done.stderr
+
+
+def test_the_printed_command_passes_on_the_hooks_answer_and_its_own_block(
+    harness: tuple[FakeHarness, str], tmp_path: Any
+) -> None:
+    fake, url = harness
+    hook = f"{sys.executable} -I -S {SCRIPT}"
+    done = run_printed(f"{hook} --url {url} --wait 1", "/usr/bin:/bin")
+    assert done.returncode == 0 and json.loads(done.stdout) == ALLOW
+    fake.status, fake.body = 401, b'{"error": {"code": "bad_token", "message": "No."}}'
+    done = run_printed(f"{hook} --url {url} --wait 1", "/usr/bin:/bin")
+    assert done.returncode == 2 and "refused the agent token" in done.stderr
+    assert "did not run or gave no decision" not in done.stderr  # the hook's own reason only
+
+
+@pytest.mark.parametrize("script", [None, "#!/bin/sh\nexit 2\n", "#!/bin/sh\nexit 0\n"])
+def test_a_reporting_hook_that_cannot_run_fails_without_blocking(
+    tmp_path: Any, script: str | None
+) -> None:
+    from dispatcher.management.commands._hook_settings import reporting
+
+    if script is not None:
+        executable(tmp_path / "harness-hook", script)
+    done = subprocess.run(
+        ["/bin/bash", "-c", reporting("harness-hook --url http://127.0.0.1:1 --wait 0")],
+        input='{"hook_event_name": "Stop"}',
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == (0 if script and "exit 0" in script else 1)
+    assert (done.returncode == 1) == ("nothing was recorded" in done.stderr)

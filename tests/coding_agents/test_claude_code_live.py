@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -290,6 +291,28 @@ def test_with_the_token_revoked_nothing_runs(claude: Claude, live_agent: AgentFi
     told = result_for(fake, 0)
     assert told["is_error"] is True and "refused the agent token" in text_of(told)
     assert not ToolCall.objects.filter(session__agent=live_agent.agent).exists()
+
+
+@pytest.mark.parametrize("hook", ["missing", "broken interpreter", "crash"])
+def test_with_the_hook_unable_to_run_nothing_runs(
+    claude: Claude, tmp_path: Path, hook: str
+) -> None:
+    """The PATH Claude Code sees lacks harness-hook, or it names an interpreter that is not
+    there, or it crashes: command not found (127) and a crash (1) do not block in Claude
+    Code, so the printed command turns them into exit 2."""
+    claude.hook_bin = tmp_path / "bin"
+    claude.hook_bin.mkdir()
+    script = {"broken interpreter": "#!/nonexistent/python3\n", "crash": "#!/bin/sh\nexit 1\n"}
+    if hook in script:
+        (claude.hook_bin / "harness-hook").write_text(script[hook])
+        (claude.hook_bin / "harness-hook").chmod(0o755)
+    path = f"{claude.hook_bin}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+    assert (shutil.which("harness-hook", path=path) is None) == (hook == "missing")
+    result, fake = claude.run([tool_use("Bash", command="touch ran.txt")])
+    assert not (claude.project / "ran.txt").exists()
+    told = result_for(fake, 0)
+    assert told["is_error"] is True and "did not run or gave no decision" in text_of(told)
+    assert "--command" in text_of(told)  # the fix is named
 
 
 def test_every_tool_the_cli_offers_is_known_or_asks_on_purpose(claude: Claude) -> None:

@@ -209,6 +209,8 @@ def test_a_patch_naming_a_file_outside_the_project_is_denied_without_asking(
         (patch("*** Add File: a", "+a", "*** Copy File: /etc/shadow"), "not a patch header"),
         (patch("*** Add File:   ", "+a"), "names no file"),
         (patch(), "names no file"),
+        (patch("*** Add File: x\u2028/../../escaped.txt", "+a"), "U+2028 (LINE SEPARATOR)"),
+        (patch("*** Delete File: a\x1b[2Kb.txt"), "U+001B"),
     ],
 )
 def test_a_patch_harness_cannot_read_completely_is_denied_with_the_reason(

@@ -32,6 +32,7 @@ from dispatcher import agents
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
 from tests.support import processes
+from tests.support.coding_agent_hooks import unable_hook_bin
 from tests.support.factories import AgentFixture, make_user, unique
 from tests.support.fake_openai import FakeOpenAI, Step, call, custom_call, say
 from tests.support.live import LiveStack, free_port
@@ -279,6 +280,24 @@ def test_with_harness_stopped_nothing_runs(codex: Codex, live_agent: AgentFixtur
     outputs = told(fake)
     assert len(outputs) == 2
     assert all("blocked by PreToolUse hook" in o and "cannot be reached" in o for o in outputs)
+
+
+@pytest.mark.parametrize("hook", ["missing", "broken interpreter", "crash"])
+def test_with_the_hook_unable_to_run_nothing_runs(codex: Codex, tmp_path: Path, hook: str) -> None:
+    """Codex blocks only on exit 2 with a reason on stderr: command not found (127) or a
+    crash (1) would let the tool run, so the printed command turns them into exit 2."""
+    codex.hook_bin = unable_hook_bin(tmp_path, hook)
+    fake = codex.run(
+        [
+            call("exec_command", cmd="touch ran.txt"),
+            custom_call("apply_patch", patch("*** Add File: written.txt", "+x")),
+        ]
+    )
+    assert not (codex.project / "ran.txt").exists()
+    assert not (codex.project / "written.txt").exists()
+    outputs = told(fake)
+    assert len(outputs) == 2
+    assert all("blocked by PreToolUse hook" in o and "--command" in o for o in outputs)
 
 
 def test_with_the_token_revoked_nothing_runs(codex: Codex, live_agent: AgentFixture) -> None:

@@ -32,6 +32,7 @@ from approvals.models import ApprovalRequest
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
 from tests.support import processes
+from tests.support.coding_agent_hooks import unable_hook_bin
 from tests.support.factories import AgentFixture, make_user, unique
 from tests.support.fake_gemini import FakeGemini, Step, call, say
 from tests.support.live import LiveStack, free_port
@@ -233,6 +234,28 @@ def test_with_harness_stopped_nothing_runs(gemini: Gemini, live_agent: AgentFixt
     responses = told(fake)
     assert len(responses) == 2
     assert all("cannot be reached" in response["error"] for response in responses)
+
+
+@pytest.mark.parametrize("hook", ["missing", "broken interpreter", "crash"])
+def test_with_the_hook_unable_to_run_nothing_runs(
+    gemini: Gemini, tmp_path: Path, hook: str
+) -> None:
+    """Gemini CLI lets a tool run when its hook exits 1 (a crash: 'non-blocking error'),
+    and when it exits without output; the printed command turns each into exit 2. (The
+    reporting hooks fail with exit 1, so the prompt goes on and each tool is refused with
+    the fix, rather than the whole prompt with 'command not found'.)"""
+    gemini.hook_bin = unable_hook_bin(tmp_path, hook)
+    _, fake = gemini.run(
+        [
+            call("run_shell_command", command="touch ran.txt"),
+            call("write_file", file_path=str(gemini.project / "written.txt"), content="x"),
+        ]
+    )
+    assert not (gemini.project / "ran.txt").exists()
+    assert not (gemini.project / "written.txt").exists()
+    responses = told(fake)
+    assert len(responses) == 2
+    assert all("--command" in response["error"] for response in responses)
 
 
 def test_every_tool_the_cli_offers_is_known_or_asks_on_purpose(gemini: Gemini) -> None:

@@ -180,15 +180,11 @@ def test_codex_settings_are_config_toml_command_hooks_with_no_secret(agent: Agen
     [pre] = hooks["PreToolUse"]
     assert pre["matcher"] == "*"
     [ask] = pre["hooks"]
-    assert shlex.split(ask["command"]) == [
-        "harness-hook",
-        "--agent",
-        "codex",
-        "--url",
-        "https://h.example",
-        "--wait",
-        "570",
-    ]
+    sh, dash_c, script = shlex.split(ask["command"])  # wrapped to fail closed
+    assert (sh, dash_c) == ("/bin/sh", "-c")
+    assert script.startswith(
+        "out=$(harness-hook --agent codex --url https://h.example --wait 570);"
+    )
     assert ask["timeout"] == 600  # seconds, above the hook's own deadline (570 + 15)
     assert all(h["type"] == "command" for h in hook_lines(hooks))
     as_json = json.loads(
@@ -216,8 +212,9 @@ def test_gemini_settings_are_command_hooks_on_every_tool_with_no_secret(
     [group] = hooks["BeforeTool"]
     assert "matcher" not in group  # no matcher: every tool
     [ask] = group["hooks"]
-    assert ask["command"].startswith("harness-hook --agent gemini --url http://127.0.0.1:8000")
-    assert ask["command"].endswith("--wait 60") and ask["timeout"] == 90_000  # milliseconds
+    script = shlex.split(ask["command"])[2]  # /bin/sh -c SCRIPT: wrapped to fail closed
+    assert script.startswith("out=$(harness-hook --agent gemini --url http://127.0.0.1:8000 ")
+    assert "--wait 60);" in script and ask["timeout"] == 90_000  # milliseconds
     assert all(h["type"] == "command" for h in hook_lines(hooks))
 
 

@@ -133,6 +133,9 @@ def test_a_patch_that_cannot_be_read_completely_is_an_error(patch: str, error: s
         patch_paths(patch)
 
 
-def test_headers_are_read_with_surrounding_whitespace_removed_as_codex_reads_them() -> None:
-    patch = "  *** Begin Patch\n\t*** Update File:   ../x.py  \n@@\n-a\n+b\n*** End Patch  \n"
+def test_headers_are_trimmed_as_codex_trims_them_and_padded_paths_are_refused() -> None:
+    patch = "  *** Begin Patch\n\t*** Update File: ../x.py  \n@@\n-a\n+b\n*** End Patch  \n"
     assert patch_paths(patch) == ("../x.py",)
+    padded = "*** Begin Patch\n*** Update File:   ../x.py\n@@\n-a\n+b\n*** End Patch"
+    with pytest.raises(ValueError, match="begins or ends with whitespace"):
+        patch_paths(padded)  # Codex would use '  ../x.py', a directory named '  ..'

@@ -94,6 +94,32 @@ def test_annotations_relax_nothing_unless_the_server_is_trusted(variant: Path) -
     assert call.status == Status.DENIED
 
 
+def test_a_trusted_tool_marked_read_only_and_destructive_is_destructive(variant: Path) -> None:
+    both = {"readOnlyHint": True, "destructiveHint": True}
+    variant.write_text(json.dumps({"echo_annotations": both}))
+    add("trusted", variant, "--trust-annotations")
+    echo = get_tool("trusted__echo")
+    assert echo is not None and (echo.read_only, echo.destructive) == (False, True)
+    session = start_session(agent=make_agent(mode="standard").agent)
+    call = submit_one(session, "trusted__echo", {"text": "a"})
+    assert call.status in (Status.DENIED, Status.PENDING_APPROVAL)  # never run as a read
+    read_only = start_session(agent=make_agent(mode="read_only").agent)
+    assert submit_one(read_only, "trusted__echo", {"text": "a"}).status == Status.DENIED
+
+
+def test_a_changed_annotation_is_a_changed_definition(variant: Path) -> None:
+    add("trusted", variant, "--trust-annotations")
+    variant.write_text(
+        json.dumps({"echo_annotations": {"readOnlyHint": True, "destructiveHint": True}})
+    )
+    out = StringIO()
+    call_command("refresh_mcp_server", "trusted", stdout=out)
+    assert "trusted__echo: HELD: its definition changed" in out.getvalue()
+    assert get_tool("trusted__echo") is None
+    row = McpTool.objects.get(exposed_name="trusted__echo")
+    assert row.annotations == {"readOnlyHint": True} and row.seen_fingerprint
+
+
 def test_rules_name_upstream_tools_and_their_arguments(variant: Path) -> None:
     add("up", variant)
     assert validate_rules({"allow": ["up__write_note(path:src/**)"]}) == []

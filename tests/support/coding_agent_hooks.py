@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import uuid
+from pathlib import Path
 from typing import Any
 
 from django.test import Client
@@ -96,3 +99,19 @@ def gemini_decision(response: Any) -> tuple[str, str]:
     assert set(answer) == {"decision", "reason"}, answer  # never a changed tool_input
     assert answer["decision"] in ("allow", "deny")
     return answer["decision"], answer["reason"]
+
+
+HOOK_SCRIPTS = {"broken interpreter": "#!/nonexistent/python3\n", "crash": "#!/bin/sh\nexit 1\n"}
+
+
+def unable_hook_bin(tmp_path: Path, hook: str) -> Path:
+    """A directory for the front of PATH where harness-hook is missing, names an
+    interpreter that is not there, or crashes (exit 1)."""
+    directory = tmp_path / "unable-bin"
+    directory.mkdir()
+    if hook in HOOK_SCRIPTS:
+        (directory / "harness-hook").write_text(HOOK_SCRIPTS[hook])
+        (directory / "harness-hook").chmod(0o755)
+    path = f"{directory}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+    assert (shutil.which("harness-hook", path=path) is None) == (hook == "missing")
+    return directory

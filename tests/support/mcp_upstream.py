@@ -4,7 +4,8 @@
     python tests/support/mcp_upstream.py http PORT
 
 A test changes what it lists through the JSON file named by UPSTREAM_VARIANT_FILE, read
-at start: {"echo_description": "...", "hide": ["pid"]} (a changed definition, a tool gone).
+at start: {"echo_description": "...", "hide": ["pid"]} (a changed definition, a tool gone),
+"echo_annotations": {...} (echo's annotations instead of readOnlyHint alone).
 `environment` answers the names of the variables the process got, `pid` its process id.
 """
 
@@ -23,12 +24,13 @@ variant_file = Path(os.environ.get("UPSTREAM_VARIANT_FILE") or "/nonexistent")
 VARIANT = json.loads(variant_file.read_text()) if variant_file.is_file() else {}
 ECHO_DESCRIPTION = VARIANT.get("echo_description", "Echo the text back.")
 HIDE = set(VARIANT.get("hide", []))
+ECHO_ANNOTATIONS = ToolAnnotations(**VARIANT.get("echo_annotations", {"readOnlyHint": True}))
 
 port = int(sys.argv[2]) if len(sys.argv) > 2 else 8000
 server = FastMCP("upstream-test", host="127.0.0.1", port=port, log_level="WARNING")
 
 
-@server.tool(description=ECHO_DESCRIPTION, annotations=ToolAnnotations(readOnlyHint=True))
+@server.tool(description=ECHO_DESCRIPTION, annotations=ECHO_ANNOTATIONS)
 def echo(text: str) -> str:
     return f"echo: {text}"
 

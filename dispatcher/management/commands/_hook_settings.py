@@ -50,7 +50,53 @@ def checked(agent: str, url: str, wait: float) -> tuple[str, str]:
 
 
 def hook_commands(command: str, agent: str, url: str, wait: float) -> tuple[str, str]:
-    """(the pre-tool hook's command line, the reporting hooks'): the URL is on it, the
-    token never is (HARNESS_TOKEN)."""
+    """(the pre-tool hook's command line, wrapped by `fail_closed`; the reporting hooks',
+    wrapped by `reporting`):
+    the URL is on it, the token never is (HARNESS_TOKEN)."""
     base = f"{command} --agent {agent} --url {shlex.quote(url)}"
-    return f"{base} --wait {wait:g}", f"{base} --wait 0"
+    return fail_closed(f"{base} --wait {wait:g}"), reporting(f"{base} --wait 0")
+
+
+# Why a wrapper: each client runs a hook's command in a shell and blocks the tool only on
+# exit 2 (Claude Code, Codex: exit 2 with a reason on stderr; Gemini CLI: any status but
+# 0 and 1 with a message). A hook that is not on the PATH the client sees exits 127, a
+# broken interpreter 126 or 127, a crash 1, a killed one 128+N: each of those lets the
+# tool run. The wrapper passes on the hook's answer only when it exited 0 and printed one,
+# and turns every other ending into exit 2 with the fix on stderr. It is POSIX sh run by
+# /bin/sh itself, so it reads the same whatever shell the client uses ($SHELL for Codex,
+# bash for the others); its text holds no backslash, backquote or dollar-quote that
+# another shell (fish, zsh) would read differently inside the single quotes.
+NO_DECISION = (
+    "Harness: the hook command did not run or gave no decision (exit status $status), "
+    "so the tool was not run. Fix: install harness-hook where the agent runs (pip install "
+    "Harness's package, or copy dispatcher/gateways/hook_command.py and run it with python3), print "
+    "these settings again with --command naming it by its absolute path, and export "
+    "HARNESS_TOKEN."
+)
+NOT_RECORDED = NO_DECISION.replace("did not run or gave no decision", "did not run").replace(
+    "so the tool was not run", "so nothing was recorded"
+)
+
+
+def fail_closed(line: str) -> str:
+    """`line` (the pre-tool hook's command) wrapped so that the client blocks the tool
+    however it ends: its answer when it exited 0 with one, else exit 2 with the fix."""
+    script = (
+        f"out=$({line}); status=$?; "
+        'if [ "$status" -eq 0 ] && [ -n "$out" ]; then printf "%s" "$out"; exit 0; fi; '
+        f'if [ "$status" -ne 2 ]; then echo "{NO_DECISION}" >&2; fi; exit 2'
+    )
+    return f"/bin/sh -c {shlex.quote(script)}"
+
+
+def reporting(line: str) -> str:
+    """`line` (a reporting hook's command) wrapped so that any failure exits 1 with the
+    fix: a report blocks nothing (exit 2 on Stop would keep Claude Code from stopping), and
+    Gemini CLI reads a 127 with text on stderr as a deny that stops the whole prompt
+    without naming the fix; the tools stay blocked by the pre-tool hook."""
+    script = (
+        f"out=$({line}); status=$?; "
+        'if [ "$status" -eq 0 ]; then printf "%s" "$out"; exit 0; fi; '
+        f'if [ "$status" -ne 1 ]; then echo "{NOT_RECORDED}" >&2; fi; exit 1'
+    )
+    return f"/bin/sh -c {shlex.quote(script)}"

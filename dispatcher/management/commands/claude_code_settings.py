@@ -18,6 +18,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dispatcher.models import Agent
 
+from ._hook_settings import fail_closed, reporting
+
 # PreToolUse may wait this long for a reviewer; Claude Code's hook timeout is set above it.
 DEFAULT_WAIT = 570
 MARGIN = 30  # seconds between Harness's deadline and Claude Code's hook timeout
@@ -29,8 +31,10 @@ def hook_settings(url: str, command: str, wait: float) -> dict[str, Any]:
     """The settings object: every tool asks Harness first; results and session events are
     reported. The URL is on the hook's command line; the token never is (HARNESS_TOKEN)."""
     base = f"{command} --url {shlex.quote(url)}"
-    ask = {"type": "command", "command": f"{base} --wait {wait:g}", "timeout": int(wait) + MARGIN}
-    report = {"type": "command", "command": f"{base} --wait 0", "timeout": REPORT_TIMEOUT}
+    ask_line = fail_closed(f"{base} --wait {wait:g}")
+    ask = {"type": "command", "command": ask_line, "timeout": int(wait) + MARGIN}
+    report_line = reporting(f"{base} --wait 0")
+    report = {"type": "command", "command": report_line, "timeout": REPORT_TIMEOUT}
     # A tool's result is reported in the background ("async": Claude Code goes on without
     # waiting): it decides nothing, and waiting for it cost every tool call a second hook
     # round trip (docs/benchmarks.md, S13). A report that never arrives leaves the call

@@ -111,13 +111,14 @@ def unusable(server: str, definition: Definition) -> str | None:
 def risk_flags(annotations: dict[str, Any], trusted: bool) -> dict[str, bool]:
     """The Tool's risk flags from MCP annotations. Untrusted hints relax nothing: such a
     tool is never read-only and may reach the outside world; a hint that restricts
-    (destructiveHint true) is honoured either way."""
+    (destructiveHint true) is honoured either way, and wins over a trusted readOnlyHint:
+    hints that contradict each other never relax anything."""
     destructive = annotations.get("destructiveHint") is True
     if not trusted:
         return {"read_only": False, "destructive": destructive, "open_world": True}
-    read_only = annotations.get("readOnlyHint") is True
+    read_only = annotations.get("readOnlyHint") is True and not destructive
     return {
         "read_only": read_only,
-        "destructive": destructive and not read_only,
+        "destructive": destructive,
         "open_world": annotations.get("openWorldHint") is not False,
     }
