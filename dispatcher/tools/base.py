@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +121,45 @@ class ClientToolset:
     tools: tuple[Tool, ...]
     fallback: Callable[[str], Tool | None] = field(default=lambda name: None)
     rule_fallback: Callable[[str], Tool | None] = field(default=lambda name: None)
+
+
+def open_object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A client tool's object schema: it allows the fields a later client version adds."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": True,
+    }
+
+
+def unlisted_fallbacks(
+    *,
+    client: str,
+    mcp_name: re.Pattern[str],
+    tool_name: re.Pattern[str],
+    describe_mcp: Callable[[str], str],
+    make_tool: Callable[..., Tool],
+) -> tuple[Callable[[str], Tool | None], Callable[[str], Tool | None]]:
+    """A ClientToolset's `fallback` and `rule_fallback`, the same for every client: a name
+    matching `mcp_name` is an MCP tool the client runs (open-world), one matching
+    `tool_name` another tool of the client (neither read-only, so standard mode asks);
+    other names are unknown. Rules may name any MCP tool but no other unlisted name."""
+
+    @functools.lru_cache(maxsize=1024)  # bounded: names come from the client
+    def resolve_unknown(name: str) -> Tool | None:
+        if mcp_name.match(name):
+            return make_tool(name, describe_mcp(name), open_object({}), open_world=True)
+        if tool_name.match(name):
+            return make_tool(
+                name, f"{client}'s tool '{name}' (not known to Harness).", open_object({})
+            )
+        return None
+
+    def resolve_mcp(name: str) -> Tool | None:
+        return resolve_unknown(name) if mcp_name.match(name) else None
+
+    return resolve_unknown, resolve_mcp
 
 
 def model_facing_schema(tool: Tool, format: str = "native") -> dict[str, Any]:

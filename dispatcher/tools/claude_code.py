@@ -21,29 +21,18 @@ the Harness host (see dispatcher.tools._paths.lexical_relative).
 from __future__ import annotations
 
 import difflib
-import functools
 import re
 from pathlib import Path
 from typing import Any
 
 from dispatcher.tools._paths import lexical_relative
-from dispatcher.tools.base import ClientToolset, Tool
+from dispatcher.tools.base import ClientToolset, Tool, open_object, unlisted_fallbacks
 from dispatcher.tools.write_file import newline_lines
 
 CLIENT = "claude-code"
 # A Claude Code tool name, and an MCP tool as Claude Code names it (mcp__server__tool).
 TOOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 MCP_NAME = re.compile(r"^mcp__[A-Za-z0-9_-]{1,64}__[A-Za-z0-9_.-]{1,128}$")
-
-
-def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """An object schema that allows fields Claude Code adds in later versions."""
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(required),
-        "additionalProperties": True,
-    }
 
 
 STRING: dict[str, Any] = {"type": "string"}
@@ -166,7 +155,7 @@ def _tool(name: str, description: str, parameters: dict[str, Any], **host: Any) 
 BASH = _tool(
     "Bash",
     "Claude Code runs a shell command (one string, in bash) on the developer's machine.",
-    _object(
+    open_object(
         {
             "command": {"type": "string", "minLength": 1},
             "description": STRING,
@@ -184,7 +173,7 @@ BASH = _tool(
 READ = _tool(
     "Read",
     "Claude Code reads a file.",
-    _object(
+    open_object(
         {"file_path": PATH, "offset": NUMBER, "limit": NUMBER, "pages": STRING},
         ("file_path",),
     ),
@@ -194,7 +183,7 @@ READ = _tool(
 WRITE = _tool(
     "Write",
     "Claude Code creates or overwrites a file with the whole new content.",
-    _object({"file_path": PATH, "content": STRING}, ("file_path", "content")),
+    open_object({"file_path": PATH, "content": STRING}, ("file_path", "content")),
     path_arguments=("file_path",),
     rule_aliases=("Edit",),
     present_call=present_write,
@@ -202,7 +191,7 @@ WRITE = _tool(
 EDIT = _tool(
     "Edit",
     "Claude Code replaces old_string with new_string in a file.",
-    _object(
+    open_object(
         {"file_path": PATH, "old_string": STRING, "new_string": STRING, "replace_all": BOOLEAN},
         ("file_path", "old_string", "new_string"),
     ),
@@ -212,12 +201,12 @@ EDIT = _tool(
 MULTI_EDIT = _tool(
     "MultiEdit",
     "Claude Code makes several replacements in one file.",
-    _object(
+    open_object(
         {
             "file_path": PATH,
             "edits": {
                 "type": "array",
-                "items": _object(
+                "items": open_object(
                     {"old_string": STRING, "new_string": STRING, "replace_all": BOOLEAN},
                     ("old_string", "new_string"),
                 ),
@@ -232,7 +221,7 @@ MULTI_EDIT = _tool(
 NOTEBOOK_EDIT = _tool(
     "NotebookEdit",
     "Claude Code replaces, inserts or deletes a cell of a Jupyter notebook.",
-    _object(
+    open_object(
         {
             "notebook_path": PATH,
             "new_source": STRING,
@@ -250,7 +239,7 @@ NOTEBOOK_EDIT = _tool(
 GLOB = _tool(
     "Glob",
     "Claude Code lists the files matching a glob pattern.",
-    _object({"pattern": {"type": "string", "minLength": 1}, "path": PATH}, ("pattern",)),
+    open_object({"pattern": {"type": "string", "minLength": 1}, "path": PATH}, ("pattern",)),
     read_only=True,
     path_arguments=("path", "pattern"),  # an absolute or ../ pattern reaches other files
     rule_aliases=("Read",),
@@ -258,7 +247,7 @@ GLOB = _tool(
 GREP = _tool(
     "Grep",
     "Claude Code searches file contents for a regular expression (ripgrep).",
-    _object({"pattern": STRING, "path": PATH, "glob": STRING}, ("pattern",)),
+    open_object({"pattern": STRING, "path": PATH, "glob": STRING}, ("pattern",)),
     read_only=True,
     path_arguments=("path",),
     rule_aliases=("Read",),
@@ -266,7 +255,7 @@ GREP = _tool(
 LS = _tool(
     "LS",
     "Claude Code lists a directory.",
-    _object({"path": PATH, "ignore": {"type": "array", "items": STRING}}, ("path",)),
+    open_object({"path": PATH, "ignore": {"type": "array", "items": STRING}}, ("path",)),
     read_only=True,
     path_arguments=("path",),
     rule_aliases=("Read",),
@@ -277,13 +266,13 @@ LS = _tool(
 WEB_FETCH = _tool(
     "WebFetch",
     "Claude Code fetches a URL and reads it with a prompt.",
-    _object({"url": STRING, "prompt": STRING}, ("url",)),
+    open_object({"url": STRING, "prompt": STRING}, ("url",)),
     open_world=True,
 )
 WEB_SEARCH = _tool(
     "WebSearch",
     "Claude Code searches the web.",
-    _object(
+    open_object(
         {
             "query": STRING,
             "allowed_domains": {"type": "array", "items": STRING},
@@ -293,7 +282,7 @@ WEB_SEARCH = _tool(
     ),
     open_world=True,
 )
-_AGENT_PARAMETERS = _object(
+_AGENT_PARAMETERS = open_object(
     {
         "description": STRING,
         "prompt": STRING,
@@ -315,7 +304,7 @@ TASK = _tool(
 TODO_WRITE = _tool(
     "TodoWrite",
     "Claude Code updates its own todo list.",
-    _object({"todos": {"type": "array"}}, ("todos",)),
+    open_object({"todos": {"type": "array"}}, ("todos",)),
     read_only=True,
 )
 
@@ -335,7 +324,7 @@ SESSION_ONLY = (
     "ToolSearch",
 )
 SESSION_TOOLS = tuple(
-    _tool(name, f"Claude Code's {name} (its own state only).", _object({}), read_only=True)
+    _tool(name, f"Claude Code's {name} (its own state only).", open_object({}), read_only=True)
     for name in SESSION_ONLY
 )
 
@@ -358,28 +347,18 @@ TOOLS: tuple[Tool, ...] = (
 )
 
 
-@functools.lru_cache(maxsize=1024)  # bounded: names come from the client
-def resolve_unknown(name: str) -> Tool | None:
-    """A tool for a name not listed above: an MCP tool (`mcp__server__tool`, open-world)
-    or another Claude Code tool; neither is read-only, so standard mode asks. None (the
-    call is rejected as unknown) for a name of neither form."""
-    if MCP_NAME.match(name):
-        server, _, tool = name[len("mcp__") :].partition("__")
-        return _tool(
-            name,
-            f"The tool '{tool}' of the MCP server '{server}', run by Claude Code.",
-            _object({}),
-            open_world=True,
-        )
-    if TOOL_NAME.match(name):
-        return _tool(name, f"Claude Code's tool '{name}' (not known to Harness).", _object({}))
-    return None
+def _describe_mcp(name: str) -> str:
+    server, _, tool = name[len("mcp__") :].partition("__")
+    return f"The tool '{tool}' of the MCP server '{server}', run by Claude Code."
 
 
-def resolve_mcp(name: str) -> Tool | None:
-    """Rules may name any MCP tool (`mcp__github__create_issue`), but no other unlisted name."""
-    return resolve_unknown(name) if MCP_NAME.match(name) else None
-
+resolve_unknown, resolve_mcp = unlisted_fallbacks(
+    client="Claude Code",
+    mcp_name=MCP_NAME,
+    tool_name=TOOL_NAME,
+    describe_mcp=_describe_mcp,
+    make_tool=_tool,
+)
 
 TOOLSET = ClientToolset(
     client=CLIENT, tools=TOOLS, fallback=resolve_unknown, rule_fallback=resolve_mcp

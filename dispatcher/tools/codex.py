@@ -16,13 +16,12 @@ Harness cannot read completely is denied, never guessed at.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from dispatcher.tools._paths import lexical_relative, unsafe_character
-from dispatcher.tools.base import ClientToolset, Tool
+from dispatcher.tools.base import ClientToolset, Tool, open_object, unlisted_fallbacks
 from dispatcher.tools.claude_code import MCP_NAME, TOOL_NAME, present_bash
 
 CLIENT = "codex"
@@ -39,15 +38,6 @@ OTHER_MARKERS = (BEGIN, END, "*** End of File")
 RUST_WHITESPACE = "".join(
     chr(c) for c in range(0x3001) if chr(c).isspace() and not 0x1C <= c <= 0x1F
 )
-
-
-def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(required),
-        "additionalProperties": True,
-    }
 
 
 def rust_lines(text: str) -> list[str]:
@@ -146,7 +136,7 @@ def _tool(name: str, description: str, parameters: dict[str, Any], **host: Any) 
 BASH = _tool(
     "Bash",
     "Codex runs a shell command (one string, in bash) on the developer's machine.",
-    _object({"command": {"type": "string", "minLength": 1}}, ("command",)),
+    open_object({"command": {"type": "string", "minLength": 1}}, ("command",)),
     command_argument="command",
     command_shell="bash",
     open_world=True,
@@ -155,7 +145,7 @@ BASH = _tool(
 APPLY_PATCH = _tool(
     "apply_patch",
     "Codex adds, changes, moves or deletes files with a patch in its own format.",
-    _object({"command": {"type": "string", "minLength": 1}}, ("command",)),
+    open_object({"command": {"type": "string", "minLength": 1}}, ("command",)),
     embedded_paths=_patch_argument_paths,
     present_call=present_patch,
 )
@@ -163,26 +153,18 @@ APPLY_PATCH = _tool(
 TOOLS: tuple[Tool, ...] = (BASH, APPLY_PATCH)
 
 
-@functools.lru_cache(maxsize=1024)  # bounded: names come from the client
-def resolve_unknown(name: str) -> Tool | None:
-    """An MCP tool as Codex names it (`mcp__server__tool`, open-world), or another tool of
-    a newer Codex; neither is read-only, so standard mode asks. None for other names."""
-    if MCP_NAME.match(name):
-        server, _, tool = name[len("mcp__") :].partition("__")
-        return _tool(
-            name,
-            f"The tool '{tool}' of the MCP server '{server}', run by Codex.",
-            _object({}),
-            open_world=True,
-        )
-    if TOOL_NAME.match(name):
-        return _tool(name, f"Codex's tool '{name}' (not known to Harness).", _object({}))
-    return None
+def _describe_mcp(name: str) -> str:
+    server, _, tool = name[len("mcp__") :].partition("__")
+    return f"The tool '{tool}' of the MCP server '{server}', run by Codex."
 
 
-def resolve_mcp(name: str) -> Tool | None:
-    return resolve_unknown(name) if MCP_NAME.match(name) else None
-
+resolve_unknown, resolve_mcp = unlisted_fallbacks(
+    client="Codex",
+    mcp_name=MCP_NAME,
+    tool_name=TOOL_NAME,
+    describe_mcp=_describe_mcp,
+    make_tool=_tool,
+)
 
 TOOLSET = ClientToolset(
     client=CLIENT, tools=TOOLS, fallback=resolve_unknown, rule_fallback=resolve_mcp

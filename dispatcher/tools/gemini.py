@@ -15,12 +15,11 @@ named `mcp_<server>_<tool>` by Gemini CLI and are open-world).
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from dispatcher.tools.base import ClientToolset, Tool
+from dispatcher.tools.base import ClientToolset, Tool, open_object, unlisted_fallbacks
 from dispatcher.tools.claude_code import TOOL_NAME, present_bash, present_edit, present_write
 
 CLIENT = "gemini-cli"
@@ -31,16 +30,6 @@ PATH: dict[str, Any] = {"type": "string", "description": "A path on the client."
 BOOLEAN: dict[str, Any] = {"type": "boolean"}
 NUMBER: dict[str, Any] = {"type": "number"}
 STRINGS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
-
-
-def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    """An object schema that allows fields Gemini CLI adds in later versions."""
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(required),
-        "additionalProperties": True,
-    }
 
 
 def _tool(name: str, description: str, parameters: dict[str, Any], **host: Any) -> Tool:
@@ -60,7 +49,7 @@ def _included_paths(arguments: Mapping[str, Any]) -> tuple[str, ...]:
 RUN_SHELL_COMMAND = _tool(
     "run_shell_command",
     "Gemini CLI runs a shell command (one string, with bash -c) on the developer's machine.",
-    _object(
+    open_object(
         {
             "command": {"type": "string", "minLength": 1},
             "description": STRING,
@@ -79,14 +68,14 @@ RUN_SHELL_COMMAND = _tool(
 READ_FILE = _tool(
     "read_file",
     "Gemini CLI reads a file.",
-    _object({"file_path": PATH, "start_line": NUMBER, "end_line": NUMBER}, ("file_path",)),
+    open_object({"file_path": PATH, "start_line": NUMBER, "end_line": NUMBER}, ("file_path",)),
     read_only=True,
     path_arguments=("file_path",),
 )
 READ_MANY_FILES = _tool(
     "read_many_files",
     "Gemini CLI reads the files matching paths or glob patterns.",
-    _object(
+    open_object(
         {
             "include": STRINGS,
             "exclude": STRINGS,
@@ -102,7 +91,7 @@ READ_MANY_FILES = _tool(
 LIST_DIRECTORY = _tool(
     "list_directory",
     "Gemini CLI lists a directory.",
-    _object({"dir_path": PATH, "ignore": STRINGS}, ("dir_path",)),
+    open_object({"dir_path": PATH, "ignore": STRINGS}, ("dir_path",)),
     read_only=True,
     path_arguments=("dir_path",),
     rule_aliases=("read_file",),
@@ -110,7 +99,7 @@ LIST_DIRECTORY = _tool(
 GLOB = _tool(
     "glob",
     "Gemini CLI lists the files matching a glob pattern.",
-    _object(
+    open_object(
         {
             "pattern": {"type": "string", "minLength": 1},
             "dir_path": PATH,
@@ -125,7 +114,7 @@ GLOB = _tool(
 GREP_SEARCH = _tool(
     "grep_search",
     "Gemini CLI searches file contents for a regular expression.",
-    _object(
+    open_object(
         {"pattern": STRING, "dir_path": PATH, "include_pattern": STRING, "exclude_pattern": STRING},
         ("pattern",),
     ),
@@ -136,7 +125,7 @@ GREP_SEARCH = _tool(
 WRITE_FILE = _tool(
     "write_file",
     "Gemini CLI creates or overwrites a file with the whole new content.",
-    _object({"file_path": PATH, "content": STRING}, ("file_path", "content")),
+    open_object({"file_path": PATH, "content": STRING}, ("file_path", "content")),
     path_arguments=("file_path",),
     rule_aliases=("replace",),
     present_call=present_write,
@@ -144,7 +133,7 @@ WRITE_FILE = _tool(
 REPLACE = _tool(
     "replace",
     "Gemini CLI replaces old_string with new_string in a file.",
-    _object(
+    open_object(
         {
             "file_path": PATH,
             "instruction": STRING,
@@ -161,20 +150,20 @@ REPLACE = _tool(
 WEB_FETCH = _tool(
     "web_fetch",
     "Gemini CLI fetches the URLs in a prompt and reads them.",
-    _object({"prompt": STRING}, ("prompt",)),
+    open_object({"prompt": STRING}, ("prompt",)),
     open_world=True,
 )
 GOOGLE_WEB_SEARCH = _tool(
     "google_web_search",
     "Gemini CLI searches the web.",
-    _object({"query": STRING}, ("query",)),
+    open_object({"query": STRING}, ("query",)),
     open_world=True,
 )
 # Writes Gemini CLI's memory file in the user's home, outside the project.
 SAVE_MEMORY = _tool(
     "save_memory",
     "Gemini CLI saves a fact to its memory file (~/.gemini/GEMINI.md).",
-    _object({"fact": STRING}, ("fact",)),
+    open_object({"fact": STRING}, ("fact",)),
 )
 
 # Gemini CLI's own bookkeeping: they change nothing outside the Gemini CLI session.
@@ -197,7 +186,7 @@ SESSION_ONLY = (
     "write_todos",
 )
 SESSION_TOOLS = tuple(
-    _tool(name, f"Gemini CLI's {name} (its own state only).", _object({}), read_only=True)
+    _tool(name, f"Gemini CLI's {name} (its own state only).", open_object({}), read_only=True)
     for name in SESSION_ONLY
 )
 
@@ -217,22 +206,13 @@ TOOLS: tuple[Tool, ...] = (
 )
 
 
-@functools.lru_cache(maxsize=1024)  # bounded: names come from the client
-def resolve_unknown(name: str) -> Tool | None:
-    """An MCP tool (`mcp_server_tool`, open-world) or another Gemini CLI tool (a subagent,
-    a newer tool); neither is read-only, so standard mode asks. None for other names."""
-    if MCP_PREFIX.match(name):
-        return _tool(
-            name, f"The MCP tool '{name}', run by Gemini CLI.", _object({}), open_world=True
-        )
-    if TOOL_NAME.match(name):
-        return _tool(name, f"Gemini CLI's tool '{name}' (not known to Harness).", _object({}))
-    return None
-
-
-def resolve_mcp(name: str) -> Tool | None:
-    return resolve_unknown(name) if MCP_PREFIX.match(name) else None
-
+resolve_unknown, resolve_mcp = unlisted_fallbacks(
+    client="Gemini CLI",
+    mcp_name=MCP_PREFIX,
+    tool_name=TOOL_NAME,
+    describe_mcp=lambda name: f"The MCP tool '{name}', run by Gemini CLI.",
+    make_tool=_tool,
+)
 
 TOOLSET = ClientToolset(
     client=CLIENT, tools=TOOLS, fallback=resolve_unknown, rule_fallback=resolve_mcp
