@@ -14,16 +14,10 @@ import json
 import shlex
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from dispatcher.models import Agent
+from ._hook_settings import MARGIN, REPORT_TIMEOUT, add_arguments, checked, fail_closed, reporting
 
-from ._hook_settings import fail_closed, reporting
-
-# PreToolUse may wait this long for a reviewer; Claude Code's hook timeout is set above it.
-DEFAULT_WAIT = 570
-MARGIN = 30  # seconds between Harness's deadline and Claude Code's hook timeout
-REPORT_TIMEOUT = 30
 RECORDED_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd")
 
 
@@ -57,38 +51,13 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--agent", required=True, help="Name of the agent Claude Code acts as.")
-        parser.add_argument(
-            "--url", default="http://127.0.0.1:8000", help="Harness's base URL, as clients see it."
-        )
-        parser.add_argument(
-            "--wait",
-            type=float,
-            default=DEFAULT_WAIT,
-            help="Seconds a tool call may wait for a reviewer before it is denied.",
-        )
-        parser.add_argument(
-            "--command",
-            default="harness-hook",
-            help="How the developer's machine runs the hook (default: the harness-hook script).",
-        )
+        add_arguments(parser, "Claude Code")
 
     def handle(
         self, *args: Any, agent: str, url: str, wait: float, command: str, **options: Any
     ) -> None:
-        found = Agent.objects.filter(name=agent).select_related("owner").order_by("-created_at")
-        active = [a for a in found if a.is_active]
-        if not active:
-            raise CommandError(
-                f"No active agent named '{agent}'. Create one with "
-                f"`manage.py create_agent {agent} --owner USER` and keep its token."
-            )
-        if not url.startswith(("http://", "https://")):
-            raise CommandError(f"--url must be an http(s) URL, not {url!r}.")
-        if wait < 0:
-            raise CommandError("--wait must be zero or more seconds.")
-        self.stdout.write(json.dumps(hook_settings(url.rstrip("/"), command, wait), indent=2))
-        owners = ", ".join(sorted({a.owner.get_username() for a in active}))
+        url, owners = checked(agent, url, wait)
+        self.stdout.write(json.dumps(hook_settings(url, command, wait), indent=2))
         self.stderr.write(
             f"Claude Code acts as agent '{agent}' (owner {owners}): export HARNESS_TOKEN with "
             "that agent's token before starting claude."

@@ -28,7 +28,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from audit import roles
 from dispatcher import agents
 from dispatcher.management import demo_agent
-from dispatcher.management.commands.claude_code_settings import DEFAULT_WAIT, hook_settings
+from dispatcher.management.commands._hook_settings import DEFAULT_WAIT
+from dispatcher.management.commands.claude_code_settings import hook_settings
 from dispatcher.models import Agent
 from dispatcher.policy import profiles
 from dispatcher.tools.sources import services as sources
