@@ -2,7 +2,7 @@
 
 Both sides use the same client (the official `mcp` ClientSession, one session kept open
 for the whole side) and the same upstream server (the bundled demo MCP server,
-`dispatcher/tools/demo_mcp_server.py`, stdio):
+`demo/mcp_server.py`, stdio):
 
 - B: the client starts the upstream server itself, once for the whole side (as the
   worker keeps its own session open), and calls `word_count` directly.
@@ -29,7 +29,7 @@ from bench.run import ROOT, Result, Server, cleanup_redis, rss_note, stop_all
 
 UPSTREAM = "bench11"
 TOOL = "word_count"
-SCRIPT = ROOT / "dispatcher" / "tools" / "demo_mcp_server.py"
+SCRIPT = ROOT / "demo" / "mcp_server.py"
 
 
 def register(env: dict[str, str]) -> None:

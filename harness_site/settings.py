@@ -76,6 +76,7 @@ INSTALLED_APPS = [
     "dispatcher.policy",
     "dispatcher.tools.sources",
     "approvals",
+    "demo",  # manage.py run_demo and demo_agent (demo/)
 ]
 
 MIDDLEWARE = [

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatcher.management import demo_agent
+from demo import agent as demo_agent
 
 
 class Command(BaseCommand):

@@ -26,8 +26,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from audit import roles
+from demo import agent as demo_agent
 from dispatcher import agents
-from dispatcher.management import demo_agent
 from dispatcher.management.commands._hook_settings import DEFAULT_WAIT
 from dispatcher.management.commands.claude_code_settings import hook_settings
 from dispatcher.models import Agent
@@ -202,7 +202,7 @@ class Command(BaseCommand):
         """The bundled upstream MCP server, registered afresh (its tools pinned as they are)."""
         if McpServer.objects.filter(name=DEMO_MCP_SERVER).exists():
             sources.remove_server(name=DEMO_MCP_SERVER, actor="run_demo")
-        script = ROOT / "dispatcher" / "tools" / "demo_mcp_server.py"
+        script = ROOT / "demo" / "mcp_server.py"
         _, report = sources.add_server(
             name=DEMO_MCP_SERVER,
             actor="run_demo",

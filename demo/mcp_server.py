@@ -3,7 +3,7 @@
 `manage.py run_demo` registers it as the server `demo` (annotations trusted), so its
 read-only `word_count` runs in standard mode without asking and `shout` asks a reviewer:
 
-    python dispatcher/tools/demo_mcp_server.py
+    python demo/mcp_server.py
 """
 
 from __future__ import annotations
