@@ -296,19 +296,7 @@ async def wait_until_terminal(
         async with watch as wakeup:
             if joined is None:
                 calls = await reload()  # re-read after subscribing: nothing in between is lost
-            while not all(settled(c) for c in calls):
-                replacements = {str(answer_of(c).pk) for c in calls} - watched
-                if replacements:  # a reviewer's edit: the replacement answers from now on
-                    watched |= replacements
-                    calls = await reload()  # (what it did before it was watched is read now)
-                    continue
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                if await wakeup.wait(remaining) and wakeups.needs_read(
-                    wakeup.take_news(), watched, quiet
-                ):
-                    calls = await reload()
+            calls = await _follow(wakeup, calls, watched, settled, quiet, deadline, reload)
         if all(settled(c) for c in calls):
             return calls  # read after the last wake-up: nothing newer to read
     except wakeups.WakeUnavailable:
@@ -318,6 +306,33 @@ async def wait_until_terminal(
     # A last read when the time ran out: a wake-up lost in transit delays an answer, it
     # never makes it stale.
     return await reload()
+
+
+async def _follow(
+    wakeup: wakeups.Wakeup,
+    calls: list[ToolCall],
+    watched: set[str],
+    settled: Callable[[ToolCall], bool],
+    quiet: frozenset[str],
+    deadline: float,
+    reload: Callable[[], Awaitable[list[ToolCall]]],
+) -> list[ToolCall]:
+    """The calls re-read on every wake-up that can have changed what is watched, until all
+    are settled or `deadline` (the loop's clock) passes; a reviewer's edit adds its
+    replacement to `watched`."""
+    loop = asyncio.get_running_loop()
+    while not all(settled(c) for c in calls):
+        replacements = {str(answer_of(c).pk) for c in calls} - watched
+        if replacements:  # a reviewer's edit: the replacement answers from now on
+            watched |= replacements
+            calls = await reload()  # (what it did before it was watched is read now)
+            continue
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        if await wakeup.wait(remaining) and wakeups.needs_read(wakeup.take_news(), watched, quiet):
+            calls = await reload()
+    return calls
 
 
 def agent_of(request: HttpRequest) -> Agent:
