@@ -347,7 +347,8 @@ def read_code_options(argv: list[str], ctx: Context) -> list[Command]:
             or arg.startswith(spec.prefixes)
             or any(text in arg.lower() for text in spec.contains)
             or (spec.short and short_cluster_has(arg, spec.short))
-            or (spec.long and long_prefix(arg, *spec.long, shortest=3))
+            # GNU getopt takes any unique prefix: `sort --co=X` is --compress-program
+            or (spec.long and long_prefix(arg, *spec.long, shortest=1))
         ):
             raise unreadable(f"'{name} {arg}' makes it run another program or code it was given")
     old_style = name in ("tar", "gtar", "bsdtar") and argv[1:2] and argv[1][:1] != "-"
