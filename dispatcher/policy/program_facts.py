@@ -887,8 +887,16 @@ PROGRAMS: tuple[Program, ...] = (
     Program(
         ("tar", "gtar", "bsdtar"),
         code_options=TAR_CODE,
-        readable=("tar -czf x.tgz src", "tar xf a.tar"),
-        unreadable=("tar -I 'sh -c id' -cf x src", "tar --to-command=id -xf a", "tar xIf x a"),
+        readable=("tar -czf x.tgz src", "tar tf a.tar", "tar -tzvf a.tgz"),
+        unreadable=("tar -I 'sh -c id' -cf x src", "tar --to-command=id -xf a", "tar xIf x a")
+        # extracting writes what the archive names (`.git/config`, a hook), and a transform
+        # renames members into .git (`--transform=s,^,.gi,`) however it is spelled
+        + ("tar xf a.tar", "tar -xzf a.tgz", "tar --extract -f a", "tar --get -f a")
+        + (
+            "tar -cf a.tar t --transform=s,^t,.git,",
+            "tar -cf a t --xform=x",
+            "tar -cf a --tra=x t",
+        ),
     ),  # fmt: skip
     Program(
         ("rsync",),
@@ -919,6 +927,13 @@ PROGRAMS: tuple[Program, ...] = (
         code_options=CodeOptions("", ("compress-program",)),
         readable=("sort -u f",),
         unreadable=("sort --compress-program=x f", "sort --co=./x -S 1M f"),
+    ),
+    Program(
+        ("unzip", "cpio", "7z", "7za", "7zr", "patch"),
+        # (tar's row reads tar: it only lists or creates without a transform)
+        opaque="the archive or patch, which the agent may have written, names the files it "
+        "writes (`.git/config`, a hook)",
+        unreadable=("unzip a.zip", "unzip -l a.zip", "cpio -id", "7z x a.7z", "patch -p1 -i x"),
     ),
     Program(
         ("split",),

@@ -142,3 +142,37 @@ def test_a_program_run_through_an_option_is_not_allowed(
     subprocess.run(shlex.split(command), cwd=tmp_path, capture_output=True, timeout=60, check=False)
     assert proof.exists(), "the real program did not run the probe"
     assert outcome(make_call(command, "standard", BASH, allow=[rule]))[0] == "ask"
+
+
+# --- archives and patches that name the files they write ----------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs patch")
+def test_a_patch_naming_git_config_is_not_applied_by_an_allow_rule(tmp_path: Path) -> None:
+    proof = tmp_path / "pwned"
+    subprocess.run(["git", "init", "-q", str(tmp_path / "ws")], check=True)
+    ws = tmp_path / "ws"
+    hunk = f'@@ -1 +1,2 @@\n [core]\n+\tfsmonitor = "touch {proof}; false"\n'
+    (ws / "x.patch").write_text("--- a/.git/config\n+++ b/.git/config\n" + hunk)
+    subprocess.run(["patch", "-p1", "-i", "x.patch"], cwd=ws, capture_output=True, check=True)
+    assert git_status_runs_fsmonitor(ws, proof)
+    assert outcome(make_call("patch -p1 -i x.patch", "standard", BASH, allow=["Bash(patch *)"]))[
+        0
+    ] == ("ask")
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="needs tar")
+def test_tar_does_not_extract_a_transformed_git_config(tmp_path: Path) -> None:
+    proof = tmp_path / "pwned"
+    subprocess.run(["git", "init", "-q", str(tmp_path / "ws")], check=True)
+    ws = tmp_path / "ws"
+    (ws / "t").mkdir()
+    (ws / "t" / "config").write_text(FSMONITOR.format(f"touch {proof}; false"))
+    create = "tar -cf a.tar t/config"
+    extract = "tar -xf a.tar --transform=s,^,.gi,"
+    for command in (create, extract):
+        subprocess.run(shlex.split(command), cwd=ws, check=True)
+    assert git_status_runs_fsmonitor(ws, proof)
+    assert outcome(make_call(create, "standard", BASH, allow=["Bash(tar *)"]))[0] == "allow"
+    for command in (extract, "tar xf a.tar", "tar -cf b.tar t --transform=s,^t,.git,"):
+        assert outcome(make_call(command, "standard", BASH, allow=["Bash(tar *)"]))[0] == "ask"
