@@ -1265,6 +1265,7 @@ GIT = GitFacts(
     blocked=(
         "git push",
         "GIT push",
+        "bash -c 'git status; /usr/lib/git-core/git-push origin'",
         "Git -c core.pager='sudo id' log",
         "git -c alias.x='!sudo id' x",
         "git -c core.pager='rm -rf /' log",

@@ -163,6 +163,9 @@ def unwrap_once(argv: list[str]) -> list[str] | None:
 
 def _unwrap_once(name: str, rest: list[str]) -> list[str] | None:
     """What the wrapper `name` with arguments `rest` runs, or None when it is no wrapper."""
+    if name.startswith("git-") and len(name) > 4:
+        # git's own programs (`/usr/lib/git-core/git-push` is git): `git-X` runs `git X`
+        return ["git", name[4:], *rest]
     if name == "corepack":
         return _corepack_command(rest)
     if name == "jobs":

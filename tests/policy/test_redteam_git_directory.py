@@ -176,3 +176,25 @@ def test_tar_does_not_extract_a_transformed_git_config(tmp_path: Path) -> None:
     assert outcome(make_call(create, "standard", BASH, allow=["Bash(tar *)"]))[0] == "allow"
     for command in (extract, "tar xf a.tar", "tar -cf b.tar t --transform=s,^t,.git,"):
         assert outcome(make_call(command, "standard", BASH, allow=["Bash(tar *)"]))[0] == "ask"
+
+
+# --- git's own programs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command", ["/usr/lib/git-core/git-push origin", "git-push", "env git-http-push x"]
+)
+def test_the_guard_blocks_git_push_by_its_program_name(command: str) -> None:
+    action, reason = outcome(make_call(command, "trusted", BASH))
+    assert action == "deny" and ("git push" in reason or "http-push" in reason), reason
+    denied = make_call(command, "trusted", BASH, deny=["Bash(git push *)", "Bash(git http-push *)"])
+    assert outcome(denied)[0] == "deny"
+
+
+def test_git_core_git_push_is_git_push(tmp_path: Path) -> None:
+    program = Path("/usr/lib/git-core/git-push")
+    if not program.exists():
+        pytest.skip("needs git's /usr/lib/git-core")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    ran = subprocess.run([str(program)], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert "push destination" in ran.stderr  # it is git push, refusing for want of a remote
