@@ -198,3 +198,18 @@ def test_git_core_git_push_is_git_push(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     ran = subprocess.run([str(program)], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert "push destination" in ran.stderr  # it is git push, refusing for want of a remote
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: a program an allow rule lets write files (tee, cp, mv) may write HEAD; "
+    "refusing every word named HEAD would refuse `grep HEAD f`, `head` ... (report of the "
+    "red-team, issue 30)",
+)
+@pytest.mark.parametrize(
+    ("command", "rule"),
+    [("echo 'ref: refs/heads/m' | tee HEAD", "Bash(tee *)"), ("cp x HEAD", "Bash(cp *)")],
+)
+def test_an_allowed_writer_does_not_write_head(command: str, rule: str) -> None:
+    call = make_call(command, "standard", BASH, allow=[rule, "Bash(echo *)"])
+    assert outcome(call)[0] == "ask"
