@@ -213,3 +213,15 @@ def test_git_core_git_push_is_git_push(tmp_path: Path) -> None:
 def test_an_allowed_writer_does_not_write_head(command: str, rule: str) -> None:
     call = make_call(command, "standard", BASH, allow=[rule, "Bash(echo *)"])
     assert outcome(call)[0] == "ask"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: the guard's blocklist goes by program name; a copy or link of git or sudo "
+    "under another name runs unblocked in trusted mode (red-team report, issue 30)",
+)
+@pytest.mark.parametrize(
+    "command", ["cp /usr/bin/git g && ./g push", "ln -s /usr/bin/sudo s && ./s id"]
+)
+def test_the_guard_blocks_a_renamed_copy_of_a_blocked_program(command: str) -> None:
+    assert outcome(make_call(command, "trusted", BASH))[0] == "deny"
