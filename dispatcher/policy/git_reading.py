@@ -72,6 +72,12 @@ def _git_subcommand(subcommand: str, rest: list[str], ctx: Context) -> list[Comm
             arg, GIT.writing_short.get(subcommand, "")
         ):
             raise unreadable(f"'git {subcommand} {arg}' writes a file")
+    for arg in options:
+        if long_prefix(arg, *GIT.git_dir_options.get(subcommand, ()), shortest=2):
+            raise unreadable(
+                f"'git {subcommand} {arg}' makes a git directory not named .git, whose "
+                "config an allowed write may change"
+            )
     if subcommand == "config":
         _read_config(rest)
     return []

@@ -352,7 +352,7 @@ def _sweeping_target(target: str) -> str | None:
 
 
 def _git_push(name: str, argv: list[str]) -> str | None:
-    """`git push` (and `send-pack`) after any global options. (Aliases defined inline or
+    """`git push` (and `send-pack`, `http-push`) after any global options. (Aliases defined inline or
     with `git config` are blocked by `_layer_reason`.)"""
     if name != "git":
         return None
@@ -365,7 +365,7 @@ def _git_push(name: str, argv: list[str]) -> str | None:
             i += 1
         else:
             break
-    for subcommand in ("push", "send-pack"):
+    for subcommand in ("push", "send-pack", "http-push"):
         if i < len(args) and could_be(args[i], subcommand):
             pattern = _pattern(f"git {args[i]}", f"git {subcommand}")
             return _blocked(pattern, "commit locally and ask a person to push.")

@@ -163,7 +163,7 @@ PROGRAMS: tuple[Program, ...] = (
             "bash ../../../../../../../../dev/stdin",
             "./bash -c ls",
         ),
-        blocked=("bash -c 'sudo id'", "dash -c 'git push'", "bash /dev/fd/3"),
+        blocked=("bash -c 'sudo id'", "dash -c 'git push'", "bash /dev/fd/3", "BASH -c 'sudo id'"),
         sees=(("bash -c 'ls; rm -rf x'", "rm -rf x"),),
     ),
     Program(
@@ -190,7 +190,8 @@ PROGRAMS: tuple[Program, ...] = (
         privilege_valued="ugChpDrtTU",
         opaque=AS_ANOTHER_USER,
         unreadable=("sudo ls",),
-        blocked=("sudo ls", "sudo -u root id", "/usr/bin/sudo id", "env sudo id"),
+        blocked=("sudo ls", "sudo -u root id", "/usr/bin/sudo id", "env sudo id", "SUDO id")
+        + ("/usr/bin/Sudo id", "Env sudo id"),  # a case-insensitive disk (macOS) runs sudo
         sees=(("sudo -u root git push", "git push"),),
     ),
     Program(
@@ -886,8 +887,16 @@ PROGRAMS: tuple[Program, ...] = (
     Program(
         ("tar", "gtar", "bsdtar"),
         code_options=TAR_CODE,
-        readable=("tar -czf x.tgz src", "tar xf a.tar"),
-        unreadable=("tar -I 'sh -c id' -cf x src", "tar --to-command=id -xf a", "tar xIf x a"),
+        readable=("tar -czf x.tgz src", "tar tf a.tar", "tar -tzvf a.tgz"),
+        unreadable=("tar -I 'sh -c id' -cf x src", "tar --to-command=id -xf a", "tar xIf x a")
+        # extracting writes what the archive names (`.git/config`, a hook), and a transform
+        # renames members into .git (`--transform=s,^,.gi,`) however it is spelled
+        + ("tar xf a.tar", "tar -xzf a.tgz", "tar --extract -f a", "tar --get -f a")
+        + (
+            "tar -cf a.tar t --transform=s,^t,.git,",
+            "tar -cf a t --xform=x",
+            "tar -cf a --tra=x t",
+        ),
     ),  # fmt: skip
     Program(
         ("rsync",),
@@ -917,7 +926,44 @@ PROGRAMS: tuple[Program, ...] = (
         ("sort",),
         code_options=CodeOptions("", ("compress-program",)),
         readable=("sort -u f",),
-        unreadable=("sort --compress-program=x f",),
+        unreadable=("sort --compress-program=x f", "sort --co=./x -S 1M f"),
+    ),
+    Program(
+        ("unzip", "cpio", "7z", "7za", "7zr", "patch"),
+        # (tar's row reads tar: it only lists or creates without a transform)
+        opaque="the archive or patch, which the agent may have written, names the files it "
+        "writes (`.git/config`, a hook)",
+        unreadable=("unzip a.zip", "unzip -l a.zip", "cpio -id", "7z x a.7z", "patch -p1 -i x"),
+    ),
+    Program(
+        ("split",),
+        code_options=CodeOptions("", ("filter",)),  # `--filter=CMD`: each piece goes to CMD
+        readable=("split -l 100 f part-",),
+        unreadable=("split --filter='sh -c id' f", "split --f=id f"),
+    ),
+    Program(
+        ("rg",),
+        # `--pre CMD` runs CMD on every file searched; `--hostname-bin` runs a program
+        code_options=CodeOptions("", ("pre", "hostname-bin")),
+        readable=("rg -n TODO src", "rg --pre-glob '*.pdf' x"),
+        unreadable=("rg --pre ./x TODO", "rg --pre=id x", "rg --hostname-bin=./x x"),
+    ),
+    Program(
+        ("fd", "fdfind"),
+        code_options=CodeOptions("xX", ("exec", "exec-batch")),
+        readable=("fd -e py src", "fd -H -t f x"),
+        unreadable=("fd -x id", "fd -X id", "fdfind --exec id", "fd --exec-batch=id"),
+    ),
+    Program(
+        ("pandoc",),
+        code_options=CodeOptions("FL", ("filter", "lua-filter")),
+        readable=("pandoc -o out.html a.md",),
+        unreadable=("pandoc --filter ./x a.md", "pandoc -L x.lua a.md"),
+    ),
+    Program(
+        ("rename", "file-rename", "prename", "perl-rename"),
+        opaque="its expression is Perl code (`s/x/`id`/e`)",
+        unreadable=("rename 's/a/b/' f", "rename 's/x/`id`/e' f"),
     ),
     Program(
         ("man",),
@@ -1045,6 +1091,7 @@ class GitFacts:
     writing_options: tuple[str, ...]
     writing_short: dict[str, str]  # per subcommand: short letters that write (`archive -o`)
     configured_running_options: tuple[str, ...]
+    git_dir_options: dict[str, tuple[str, ...]]
     safe_config_key: re.Pattern[str]  # keys an allow rule may set: they run nothing
     command_key: re.Pattern[str]  # keys whose value git runs as a command
     readable: tuple[str, ...] = ()
@@ -1074,7 +1121,9 @@ RUNS_CONFIGURED = "it runs programs named by git configuration or strings given 
 
 GIT = GitFacts(
     global_flags=frozenset(
-        {"-p", "-P", "--paginate", "--no-pager", "--no-replace-objects", "--bare", "-v", "-h"}
+        # not --bare: it makes the working directory the git directory, whose `config` and
+        # `HEAD` an allowed write may have made (see names_git_directory_file)
+        {"-p", "-P", "--paginate", "--no-pager", "--no-replace-objects", "-v", "-h"}
         | {"--literal-pathspecs", "--glob-pathspecs", "--noglob-pathspecs"}
         | {"--icase-pathspecs", "--no-optional-locks", "--no-advice", "--version", "--help"}
     ),
@@ -1124,6 +1173,11 @@ GIT = GitFacts(
     writing_options=("output", "output-directory"),
     # options of any subcommand that make git run commands set in its configuration
     configured_running_options=("trailer",),
+    # options that make a git directory not named `.git` (its `config` is an ordinary path)
+    git_dir_options={
+        "init": ("bare", "separate-git-dir"),
+        "clone": ("bare", "mirror", "separate-git-dir"),
+    },
     writing_short={"archive": "o", "format-patch": "o", "diagnose": "o", "bugreport": "o"},
     # Keys that change only names, text, colours and how output looks or merges: none
     # runs or loads anything, none names a file git reads later.
@@ -1181,6 +1235,13 @@ GIT = GitFacts(
         "git config -e",
         "git config set core.editor vi",
         "git log --output=.git/config",
+        "git --bare status",
+        "git init --bare .",
+        "git init --ba x",
+        "git clone --mirror u x",
+        "git init --separate-git-dir=x",
+        "git show HEAD:x --output=.git/commondir",
+        "git log --format=%H -1 .git/HEAD",
         "git log --outp=.git/config",
         "git diff --output x",
         "git show --output-directory=x",
@@ -1203,6 +1264,9 @@ GIT = GitFacts(
     ),
     blocked=(
         "git push",
+        "GIT push",
+        "bash -c 'git status; /usr/lib/git-core/git-push origin'",
+        "Git -c core.pager='sudo id' log",
         "git -c alias.x='!sudo id' x",
         "git -c core.pager='rm -rf /' log",
         "git -c core.fsmonitor='sudo id' status",
@@ -1267,7 +1331,13 @@ PACKAGE_RUNNER_SUBCOMMANDS: dict[str, frozenset[str]] = {
 # Git's own control files: writing one changes what git runs next (a hook, `core.fsmonitor`
 # in the config, an alternate object store), whatever program writes it.
 GIT_DIR_NAME = re.compile(r"\.git(?=/|$)", re.IGNORECASE)
-GIT_CONTROL = re.compile(r"\.git(/(hooks|config|info|modules|objects/info)([/.].*)?)?", re.I)
+# Every file in a git directory counts, not only hooks and config: `.git/commondir` names
+# the directory git takes its config from, `.git/HEAD` and the refs what it checks out.
+GIT_CONTROL = re.compile(r"\.git(/.*)?", re.I)
+# A file git looks for when it decides a directory is a git directory (a bare repository
+# has `HEAD`, `config`, `objects/`, `refs/` and no `.git` in its path). Compared
+# lower-cased: a client's disk may be case-insensitive.
+GIT_DIRECTORY_FILES = frozenset({"head", "commondir", "gitdir"})
 
 
 def names_git_control(word: str) -> bool:
@@ -1281,6 +1351,14 @@ def names_git_control(word: str) -> bool:
         if GIT_CONTROL.fullmatch(tail):
             return True
     return False
+
+
+def names_git_directory_file(path: str) -> bool:
+    """True when a write to `path` could make its directory a git directory (a file named
+    `HEAD`, `commondir` or `gitdir`): then `git status` run there reads the `config` beside
+    it, which the agent may also have written, and runs its `core.fsmonitor`."""
+    name = posixpath.basename(posixpath.normpath(path or ".")).lower()
+    return name in GIT_DIRECTORY_FILES
 
 
 # --- operands that name code produced at run time -----------------------------------------------
@@ -1377,7 +1455,9 @@ def check_table(rows: tuple[Program, ...] = PROGRAMS, git: GitFacts = GIT) -> li
             except ValueError as error:
                 check.errors.append(f"{label}: example {example!r} does not parse ({error})")
                 continue
-            named = any(posixpath.basename(w) in row.names or _family(row, w) for w in words)
+            named = any(
+                posixpath.basename(w).lower() in row.names or _family(row, w) for w in words
+            )  # lower-cased: the guard reads `SUDO` as sudo (a case-insensitive disk)
             check.expect(
                 named
                 or any(

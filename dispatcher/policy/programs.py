@@ -347,15 +347,32 @@ def read_code_options(argv: list[str], ctx: Context) -> list[Command]:
             or arg.startswith(spec.prefixes)
             or any(text in arg.lower() for text in spec.contains)
             or (spec.short and short_cluster_has(arg, spec.short))
-            or (spec.long and long_prefix(arg, *spec.long, shortest=3))
+            # GNU getopt takes any unique prefix: `sort --co=X` is --compress-program
+            or (spec.long and long_prefix(arg, *spec.long, shortest=1))
         ):
             raise unreadable(f"'{name} {arg}' makes it run another program or code it was given")
-    old_style = name in ("tar", "gtar", "bsdtar") and argv[1:2] and argv[1][:1] != "-"
-    if old_style and set(argv[1]) & set("IF"):
-        raise unreadable(f"'{name} {argv[1]}' makes it run another program")
+    if name in ("tar", "gtar", "bsdtar"):
+        _read_tar(name, argv[1:])
     if name in ("ex", "vim", "vi", "nvim") and (ctx.fed or ctx.appended):
         raise unreadable(f"'{name}' reads editor commands from its input")
     return [Command(tuple(argv), extra_args=ctx.appended)]
+
+
+def _read_tar(name: str, args: list[str]) -> None:
+    """tar: never extracting (the archive, which the agent may have made, names the files
+    written: `.git/config`, a hook) nor renaming members (`--transform` can spell `.git`
+    in pieces); the old-style first word (`xIf`) is a cluster of letters too."""
+    old_style = args[:1] and args[0][:1] != "-"
+    if old_style and set(args[0]) & set("IFx"):
+        raise unreadable(f"'{name} {args[0]}' runs another program or extracts files")
+    for arg in before_double_dash(args):
+        if short_cluster_has(arg, "x") or long_prefix(
+            arg, "extract", "get", "transform", "xform", shortest=1
+        ):
+            raise unreadable(
+                f"'{name} {arg}' writes the files the archive names or renames them, "
+                "git's configuration and hooks among them"
+            )
 
 
 # --- npm and friends: publishing -----------------------------------------------------------------

@@ -39,7 +39,7 @@ import pathspec
 
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.parts import command_parts
-from dispatcher.policy.program_facts import names_git_control
+from dispatcher.policy.program_facts import names_git_control, names_git_directory_file
 from dispatcher.policy.reading import Command, Reading, read_command
 from dispatcher.policy.shell import (
     GLOB_CHARACTERS,
@@ -321,8 +321,11 @@ def _path_matches(rule: Rule, call: CallContext, strict: bool) -> bool:
         return False
     if strict:
         # a write to git's hooks or config decides what a later allowed git command runs
+        # and a file named HEAD (or commondir) makes its directory a git directory
         if not call.tool.read_only and any(
-            names_git_control(reading or "") for group in readings for reading in group[:2]
+            names_git_control(reading or "") or names_git_directory_file(reading or "")
+            for group in readings
+            for reading in group[:2]
         ):
             return False
         return all(
@@ -361,15 +364,15 @@ class CommandPattern:
             return False
         argv = list(argv)
         if loose:
+            # the name compares lower-cased (command_name): `RM -rf x` runs rm on macOS
             argv[0] = command_name(argv[0]) or argv[0]
-            if not _word_matches(self.words[0], argv[0], True):
+            pattern = (self.words[0].lower(), *self.words[1:])
+            if not _word_matches(pattern[0], argv[0], True):
                 return False  # the quick answer for most deny rules
             words = tuple(argv)
             if self.needed and not self.needed <= set(words) and not _any_special(words):
                 return False
-            return _match_words(self.words, words, True, True) or _matches_any_order(
-                self.words, words
-            )
+            return _match_words(pattern, words, True, True) or _matches_any_order(pattern, words)
         if extra_args and not self.open_ended:
             return False
         if not _word_matches(self.words[0], argv[0], False):

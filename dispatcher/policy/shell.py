@@ -98,10 +98,11 @@ def is_computed(word: str) -> bool:
 
 def command_name(word: str) -> str:
     """The name a command is known by: `/usr/bin/sudo` counts as `sudo`, and so does zsh's
-    `=sudo` (which zsh expands to sudo's path)."""
+    `=sudo` (which zsh expands to sudo's path). Lower-cased: on a case-insensitive file
+    system (macOS's default, where a hook's command runs) `SUDO` and `Git` run sudo and git."""
     if word.startswith("=") and len(word) > 1:
         word = word[1:]
-    return posixpath.basename(word.rstrip("/")) if word else ""
+    return posixpath.basename(word.rstrip("/")).lower() if word else ""
 
 
 def skip_options(args: list[str], spec: WrapperSpec) -> int:
@@ -162,6 +163,9 @@ def unwrap_once(argv: list[str]) -> list[str] | None:
 
 def _unwrap_once(name: str, rest: list[str]) -> list[str] | None:
     """What the wrapper `name` with arguments `rest` runs, or None when it is no wrapper."""
+    if name.startswith("git-") and len(name) > 4:
+        # git's own programs (`/usr/lib/git-core/git-push` is git): `git-X` runs `git X`
+        return ["git", name[4:], *rest]
     if name == "corepack":
         return _corepack_command(rest)
     if name == "jobs":
