@@ -35,6 +35,8 @@ sandbox:
 	  else echo "The sandbox needs Debian's bubblewrap, util-linux and libseccomp2: sudo apt-get install bubblewrap util-linux libseccomp2"; fi; }
 	@if [ "$$(id -u)" = 0 ] && ! id -u harness-sandbox >/dev/null 2>&1; then \
 	  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin harness-sandbox; fi
+	@# ripgrep: tests/policy runs the real rg to show what `rg --pre` runs.
+	@command -v rg >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep >/dev/null; } || true
 
 # The pinned Claude Code CLI for tests/coding_agents (npm registry), cached under var/.
 CLAUDE_CODE_VERSION := 2.1.328
