@@ -116,21 +116,7 @@ def add_server(
 ) -> tuple[McpServer, RefreshReport]:
     """Register a server: connect, list its tools, pin each definition. Raises
     ServiceError (bad name or configuration, name taken, server unreachable)."""
-    problem = server_name_problem(name)
-    if problem:
-        raise ServiceError(problem)
-    if bool(command) == bool(url):
-        raise ServiceError("Give exactly one of a command (stdio) or a URL (streamable HTTP).")
-    if url and not url.startswith(("http://", "https://")):
-        raise ServiceError(f"URL {url!r} must start with http:// or https://.")
-    if not 0 < timeout <= 3600:
-        raise ServiceError("The timeout must be between 0 and 3600 seconds.")
-    if paths and not command:
-        raise ServiceError("Paths are for stdio servers (the sandbox they run in).")
-    for path in paths or []:
-        problem = sandbox_servers.server_path_problem(path)
-        if problem:
-            raise ServiceError(problem)
+    _check_configuration(name, command, url, paths, timeout)
     if McpServer.objects.filter(name=name).exists():
         raise ServiceError(f"An MCP server named '{name}' is registered already.")
     server = McpServer(
@@ -166,6 +152,27 @@ def add_server(
             (report.unusable if problem else report.unchanged).append(definition.name)
         _record(server, "added", kinds.MCP_SERVER_ADDED, actor, {"tools": report.as_payload()})
     return server, report
+
+
+def _check_configuration(
+    name: str, command: list[str] | None, url: str, paths: list[str] | None, timeout: float
+) -> None:
+    """Raises ServiceError naming the first thing wrong with a server's configuration."""
+    problem = server_name_problem(name)
+    if problem:
+        raise ServiceError(problem)
+    if bool(command) == bool(url):
+        raise ServiceError("Give exactly one of a command (stdio) or a URL (streamable HTTP).")
+    if url and not url.startswith(("http://", "https://")):
+        raise ServiceError(f"URL {url!r} must start with http:// or https://.")
+    if not 0 < timeout <= 3600:
+        raise ServiceError("The timeout must be between 0 and 3600 seconds.")
+    if paths and not command:
+        raise ServiceError("Paths are for stdio servers (the sandbox they run in).")
+    for path in paths or []:
+        problem = sandbox_servers.server_path_problem(path)
+        if problem:
+            raise ServiceError(problem)
 
 
 def _fetch(server: McpServer) -> list[Definition]:
