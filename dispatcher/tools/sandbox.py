@@ -207,7 +207,12 @@ def hand_over(fd: int) -> None:
     sandbox user, so that sandboxed programs can change it as they change their own.
     Nothing when Harness is not root or programs are not sandboxed."""
     user = _owner()
-    if user is not None and (os.fstat(fd).st_uid, os.fstat(fd).st_gid) != user:
+    if user is None:
+        return
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        return  # as in give_to_sandbox: another of its names may lie outside the workspace
+    if (info.st_uid, info.st_gid) != user:
         os.fchown(fd, *user)
 
 
@@ -217,12 +222,16 @@ def give_to_sandbox(root: Path) -> None:
 
     Walks with descriptors and never follows a symlink (os.fwalk), so a directory swapped
     for a symlink meanwhile cannot lead the walk outside; a file with more than one hard
-    link keeps its owner (one of its names may lie outside `root`).
+    link keeps its owner (one of its names may lie outside `root`); Harness's own
+    directories (hidden_paths: data, settings, workspace root) are neither entered nor
+    given, wherever an admin put them beneath `root`.
     """
     user = _owner()
     if user is None or (root.lstat().st_uid, root.lstat().st_gid) == user:
         return
-    for _, directories, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+    hidden = set(hidden_paths())
+    for top, directories, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+        directories[:] = [d for d in directories if Path(top, d) not in hidden]  # not entered
         for name in (*directories, *files):
             with contextlib.suppress(FileNotFoundError):
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

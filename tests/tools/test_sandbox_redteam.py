@@ -1,0 +1,76 @@
+"""A red-team read of the sandbox as Harness runs here (root): what the sandbox user may
+be given on the host. Each test is a hole that was found and closed; the real walk, the
+real write_file and a real sandboxed program, seen from the host."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatcher.tools import sandbox
+from dispatcher.tools.base import ExecutionContext
+from dispatcher.tools.write_file import TOOL as WRITE_FILE
+from tests.tools.support import require_bwrap
+
+
+@pytest.fixture
+def as_root_sandbox(settings: Any, tmp_path: Path) -> Path:
+    require_bwrap()
+    if os.geteuid() != 0:
+        pytest.skip("the hand-over to the sandbox user happens only when Harness is root")
+    settings.HARNESS_SANDBOX = "bwrap"
+    settings.HARNESS_SANDBOX_NETWORK = False
+    settings.HARNESS_WORKSPACE_ROOT = tmp_path / "workspaces"
+    workspace = tmp_path / "workspaces" / "mine"
+    workspace.mkdir(parents=True)
+    return workspace
+
+
+def run(workspace: Path, script: str) -> sandbox.Completed:
+    return sandbox.run(
+        ["sh", "-c", script],
+        workspace=workspace,
+        cwd=workspace,
+        env={"PATH": "/usr/bin:/bin"},
+        limits=sandbox.Limits(timeout=30, output_chars=20_000),
+    )
+
+
+def test_a_workspace_holding_harness_data_does_not_give_the_data_away(
+    as_root_sandbox: Path, settings: Any
+) -> None:
+    # An admin gave an agent a workspace that holds Harness's data directory (a project
+    # checkout with var/ inside, say): the first run's walk must not hand the audit key
+    # and the database to the sandbox user.
+    data = as_root_sandbox / "var" / "data"
+    data.mkdir(parents=True)
+    settings.DATA_DIR = data
+    key = data / "audit.key"
+    key.write_bytes(b"secret")
+    key.chmod(0o600)
+    done = run(as_root_sandbox, "cat var/data/audit.key; echo rc=$?; touch mine.txt")
+    assert done.returncode == 0, done.output
+    assert "secret" not in done.output
+    assert key.stat().st_uid == 0 and data.stat().st_uid == 0
+    assert (as_root_sandbox / "mine.txt").stat().st_uid == sandbox.sandbox_user()[0]  # type: ignore[index]
+
+
+def test_write_file_keeps_the_owner_of_a_file_with_another_name_outside(
+    as_root_sandbox: Path, tmp_path: Path
+) -> None:
+    # A file hard-linked into the workspace (git clone --local, a pnpm store) keeps its
+    # owner in the first run's walk; write_file must not give it away either.
+    outside = tmp_path / "host-file"
+    outside.write_text("host\n")
+    outside.chmod(0o644)
+    os.link(outside, as_root_sandbox / "linked.txt")
+    assert run(as_root_sandbox, "true").returncode == 0
+    ctx = ExecutionContext(workspace=as_root_sandbox, call_id="t", timeout=20, output_limit=2000)
+    WRITE_FILE.execute(ctx, {"path": "linked.txt", "content": "edited\n"})
+    assert outside.stat().st_uid == 0
+    done = run(as_root_sandbox, "echo program >> linked.txt; echo rc=$?")
+    assert "rc=0" not in done.output
+    assert outside.read_text() == "edited\n"
