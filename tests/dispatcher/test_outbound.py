@@ -42,7 +42,8 @@ class Listener:
 def listener(answer: str = "ok", location: str = "", size: int = 0) -> Iterator[Listener]:
     """An HTTP server on 127.0.0.1 that records every request it gets. `answer`: "ok",
     "redirect" (to `location`), "big" (`size` bytes, no Content-Length), "dribble" (a
-    byte every 0.2 s, forever), "silent" (never answers)."""
+    byte every 0.2 s, forever), "dribble-headers" (the same inside a header), "silent"
+    (never answers)."""
     stop = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
@@ -52,6 +53,14 @@ def listener(answer: str = "ok", location: str = "", size: int = 0) -> Iterator[
             state.hits.append(self.path)
             if answer == "silent":
                 stop.wait(30)
+                return
+            if answer == "dribble-headers":  # a status line, then one header a byte at a time
+                with contextlib.suppress(OSError):
+                    self.wfile.write(b"HTTP/1.0 200 OK\r\nX-Slow: ")
+                    while not stop.is_set():
+                        self.wfile.write(b"x")
+                        self.wfile.flush()
+                        stop.wait(0.2)
                 return
             if answer == "redirect":
                 self.send_response(302)
@@ -158,7 +167,7 @@ def test_an_answer_larger_than_the_cap_is_cut_not_read_whole(settings: Any) -> N
     assert big.sent[0] < 30 * MIB
 
 
-@pytest.mark.parametrize("answer", ["dribble", "silent"])
+@pytest.mark.parametrize("answer", ["dribble", "silent", "dribble-headers"])
 @pytest.mark.timeout(30)
 def test_a_slow_endpoint_is_cut_at_the_timeout(settings: Any, answer: str) -> None:
     with listener(answer) as slow:
@@ -266,3 +275,10 @@ def test_socket_check_runs_on_every_address_a_name_has() -> None:
     ]
     with pytest.raises(OutboundRefused, match="loopback"):
         outbound._checked("mixed.example", 80, infos)
+
+
+@pytest.mark.parametrize("url", ["http://0177.0.0.1/", "http://1.2.3.04/"])
+def test_a_url_only_httpx_refuses_is_a_refusal_not_a_crash(settings: Any, url: str) -> None:
+    settings.HARNESS_OUTBOUND_ALLOW = []
+    with pytest.raises(OutboundRefused, match="^refused: not a valid URL$"):
+        outbound.send("GET", url)
