@@ -28,7 +28,7 @@ import ipaddress
 import re
 import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -285,8 +285,55 @@ def transport(deadline: float | None = None) -> httpx.HTTPTransport:
     return guarded
 
 
-def async_transport() -> httpx.AsyncHTTPTransport:
-    guarded = httpx.AsyncHTTPTransport(trust_env=False)
+class _CappedBody(httpx.AsyncByteStream):
+    """An answer's body that fails with OutboundRefused past `limit` bytes, as it arrives."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, limit: int) -> None:
+        self._stream = stream
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self._stream:
+            size += len(chunk)
+            if size > self._limit:
+                raise OutboundRefused(f"answer larger than {self._limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _CappedAsyncTransport(httpx.AsyncHTTPTransport):
+    """Each answer capped at `limit` bytes and never decompressed (a compressed answer is
+    refused: a small gzip body would decode past any cap)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(trust_env=False)
+        self.limit = limit
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers["Accept-Encoding"] = "identity"
+        response = await super().handle_async_request(request)
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        declared = response.headers.get("content-length", "")
+        problem = ""
+        if encoding not in ("", "identity"):
+            problem = "refused: a compressed answer"
+        elif declared.isdigit() and int(declared) > self.limit:
+            problem = f"answer larger than {self.limit} bytes"
+        if problem:
+            await response.aclose()
+            raise OutboundRefused(problem)
+        assert isinstance(response.stream, httpx.AsyncByteStream)  # noqa: S101 - httpx's own
+        response.stream = _CappedBody(response.stream, self.limit)
+        return response
+
+
+def async_transport(limit: int | None = None) -> httpx.AsyncHTTPTransport:
+    """The async transport: the address policy, and each answer capped at `limit` bytes
+    (HARNESS_OUTBOUND_MAX_BYTES by default)."""
+    guarded = _CappedAsyncTransport(settings.HARNESS_OUTBOUND_MAX_BYTES if limit is None else limit)
     guarded._pool = httpcore.AsyncConnectionPool(
         ssl_context=httpx.create_ssl_context(trust_env=False),
         network_backend=_AsyncGuardedBackend(),
@@ -294,11 +341,12 @@ def async_transport() -> httpx.AsyncHTTPTransport:
     return guarded
 
 
-def async_client(**kwargs: Any) -> httpx.AsyncClient:
+def async_client(*, limit: int | None = None, **kwargs: Any) -> httpx.AsyncClient:
     """An httpx.AsyncClient through the door (no redirects, no proxies from the
-    environment); for streams whose answers the caller reads incrementally (MCP)."""
+    environment, each answer capped at `limit` bytes and never decompressed); for streams
+    whose answers the caller reads incrementally (MCP)."""
     return httpx.AsyncClient(
-        transport=async_transport(), follow_redirects=False, trust_env=False, **kwargs
+        transport=async_transport(limit), follow_redirects=False, trust_env=False, **kwargs
     )
 
 
