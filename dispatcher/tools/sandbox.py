@@ -669,6 +669,10 @@ touch "$0/owner" || echo "the workspace is not writable by the sandboxed program
 grep -q " /proc/sys proc ro," /proc/self/mounts || echo "/proc/sys is not mounted read-only"
 grep -Eq "^Seccomp:[[:space:]]+2" /proc/self/status || echo "no seccomp filter is loaded"
 setarch "$(uname -m)" -R true 2>/dev/null && echo "the seccomp filter let personality() through"
+for set in CapPrm CapEff CapAmb; do
+  grep -Eq "^$set:[[:space:]]+0+$" /proc/self/status || echo "the program holds capabilities ($set)"
+done
+grep -Eq "^NoNewPrivs:[[:space:]]+1$" /proc/self/status || echo "no_new_privs is not set"
 exit 0
 """
 

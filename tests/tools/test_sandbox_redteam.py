@@ -5,6 +5,7 @@ real write_file and a real sandboxed program, seen from the host."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +75,33 @@ def test_write_file_keeps_the_owner_of_a_file_with_another_name_outside(
     done = run(as_root_sandbox, "echo program >> linked.txt; echo rc=$?")
     assert "rc=0" not in done.output
     assert outside.read_text() == "edited\n"
+
+
+@pytest.fixture
+def uncached_probe() -> Iterator[None]:
+    sandbox._probe.cache_clear()
+    yield
+    sandbox._probe.cache_clear()
+
+
+def test_the_probe_refuses_a_program_that_keeps_capabilities(
+    as_root_sandbox: Path, uncached_probe: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A launcher that changes the uid but lets CAP_SETUID through (ambient): the file owner, /proc/sys and the filter all look right, and the
+    # program can setuid(0). The probe must say so.
+    def keeps_caps(user: tuple[int, int] | None, argv: list[str]) -> list[str]:
+        uid, gid = user or (0, 0)
+        return [
+            "/usr/bin/setpriv",
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            "--inh-caps=+setuid,+setgid",
+            "--ambient-caps=+setuid,+setgid",
+            "--",
+            *argv,
+        ]
+
+    monkeypatch.setattr(sandbox, "_as_user", keeps_caps)
+    problem = sandbox.probe()
+    assert problem is not None and "the program holds capabilities (CapEff)" in problem
