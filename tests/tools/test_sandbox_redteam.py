@@ -105,3 +105,30 @@ def test_the_probe_refuses_a_program_that_keeps_capabilities(
     monkeypatch.setattr(sandbox, "_as_user", keeps_caps)
     problem = sandbox.probe()
     assert problem is not None and "the program holds capabilities (CapEff)" in problem
+
+
+# The family is an int; the kernel reads its low 32 bits. Run by the system's python3.
+UNIX_SOCKET_SCRIPT = r"""
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+for family in (1, 0x100000001, 0xFFFFFFFF00000001):
+    ctypes.set_errno(0)
+    fd = libc.syscall(ctypes.c_long(41), ctypes.c_ulong(family), ctypes.c_long(1), ctypes.c_long(0))
+    print(hex(family), "made" if fd >= 0 else errno.errorcode[ctypes.get_errno()])
+"""
+
+
+def test_an_af_unix_socket_is_refused_whatever_the_high_bits_of_the_family(
+    as_root_sandbox: Path,
+) -> None:
+    if os.uname().machine != "x86_64":
+        pytest.skip("the script calls socket(2) by its x86_64 number")
+    (as_root_sandbox / "unix.py").write_text(UNIX_SOCKET_SCRIPT)
+    done = run(as_root_sandbox, "python3 unix.py")
+    assert done.returncode == 0, done.output
+    assert done.output.split("\n")[:3] == [
+        "0x1 EPERM",
+        "0x100000001 EPERM",
+        "0xffffffff00000001 EPERM",
+    ]
