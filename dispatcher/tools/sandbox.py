@@ -324,8 +324,8 @@ def require_sandbox() -> None:
 
 
 def refuse_exposed_state(workspace: Path) -> None:
-    """Refuse a workspace that is one of Harness's hidden directories, or that holds the
-    system itself (`/`, `/usr`, `/etc`) or every home directory (`/home`, `/root`): it
+    """Refuse a workspace that is one of Harness's hidden directories or holds one below
+    its own entries, or that holds the system itself (`/`, `/usr`, `/etc`) or every home directory (`/home`, `/root`): it
     would be bound writable (and, when Harness is root, given to the sandbox user)."""
     held = (*SYSTEM_DIRS, "/etc", "/home", "/root")
     if any(_inside(Path(system), workspace) for system in held):
@@ -340,6 +340,17 @@ def refuse_exposed_state(workspace: Path) -> None:
                 f"The session workspace {workspace} is one of Harness's own directories "
                 "(data, settings or workspace root), which programs may never see, so no "
                 "program runs. An operator must give the agent a workspace of its own."
+            )
+        # Deeper than a workspace's own entries, the tmpfs that hides it covers a path, not
+        # a directory: the program renames a parent it owns (var/ of var/data), and the
+        # next run shows the data under the new name. A direct entry is a mount point the
+        # program cannot rename or remove.
+        if _inside(hidden, workspace) and hidden.parent != workspace:
+            raise ToolError(
+                f"The session workspace {workspace} holds Harness's own directories "
+                f"({hidden}: data, settings or workspace root), which programs may never "
+                "see, so no program runs. An operator must give the agent a workspace "
+                "that does not hold them."
             )
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dispatcher.tools import sandbox
-from dispatcher.tools.base import ExecutionContext
+from dispatcher.tools import sandbox, sandbox_servers
+from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.write_file import TOOL as WRITE_FILE
 from tests.tools.support import require_bwrap
 
@@ -52,9 +52,8 @@ def test_a_workspace_holding_harness_data_does_not_give_the_data_away(
     key = data / "audit.key"
     key.write_bytes(b"secret")
     key.chmod(0o600)
-    done = run(as_root_sandbox, "cat var/data/audit.key; echo rc=$?; touch mine.txt")
-    assert done.returncode == 0, done.output
-    assert "secret" not in done.output
+    (as_root_sandbox / "mine.txt").write_text("mine\n")
+    sandbox.give_to_sandbox(as_root_sandbox)  # what a run (or a server's :rw path) starts with
     assert key.stat().st_uid == 0 and data.stat().st_uid == 0
     assert (as_root_sandbox / "mine.txt").stat().st_uid == sandbox.sandbox_user()[0]  # type: ignore[index]
 
@@ -132,3 +131,45 @@ def test_an_af_unix_socket_is_refused_whatever_the_high_bits_of_the_family(
         "0x100000001 EPERM",
         "0xffffffff00000001 EPERM",
     ]
+
+
+def test_a_workspace_holding_harness_data_is_refused(as_root_sandbox: Path, settings: Any) -> None:
+    # Hidden by a tmpfs at its path, the data directory was still reachable: a first run
+    # renames its parent (the program's own directory), and at the next run the tmpfs
+    # covers the old path while the data sits, visible, under the new name.
+    data = as_root_sandbox / "var" / "data"
+    data.mkdir(parents=True)
+    settings.DATA_DIR = data
+    (data / "harness.sqlite3").write_text("the database\n")
+    (data / "harness.sqlite3").chmod(0o644)
+    with pytest.raises(ToolError, match="holds Harness's own directories"):
+        run(as_root_sandbox, "mv var moved")
+    with pytest.raises(ToolError, match="holds Harness's own directories"):
+        run(as_root_sandbox, "cat moved/data/harness.sqlite3")
+    assert (data / "harness.sqlite3").read_text() == "the database\n"
+
+
+def test_a_writable_server_path_holding_harness_data_is_refused(
+    as_root_sandbox: Path, settings: Any
+) -> None:
+    data = as_root_sandbox / "var" / "data"
+    data.mkdir(parents=True)
+    settings.DATA_DIR = data
+    problem = sandbox_servers.server_path_problem(f"{as_root_sandbox}:rw")
+    assert problem is not None and "holds Harness's own state" in problem
+    assert sandbox_servers.server_path_problem(f"{as_root_sandbox}:ro") is None
+
+
+def test_a_hidden_directory_directly_in_the_workspace_cannot_be_renamed_into_view(
+    as_root_sandbox: Path, settings: Any
+) -> None:
+    state = as_root_sandbox / "var"
+    state.mkdir()
+    settings.DATA_DIR = state
+    (state / "harness.sqlite3").write_text("the database\n")
+    (state / "harness.sqlite3").chmod(0o644)
+    first = run(as_root_sandbox, "mv var moved; echo mv=$?")
+    assert "mv=0" not in first.output
+    second = run(as_root_sandbox, "cat moved/harness.sqlite3 var/harness.sqlite3")
+    assert "the database" not in second.output
+    assert state.stat().st_uid == 0
