@@ -28,7 +28,7 @@ import ipaddress
 import re
 import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -177,8 +177,53 @@ def checked_addresses(host: str, port: int) -> list[str]:
     return _checked(host, port, infos)
 
 
+def _left(deadline: float | None, timeout: float | None) -> float | None:
+    """`timeout` cut to what is left before `deadline`; ReadTimeout once it has passed."""
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise httpcore.ReadTimeout("past the deadline")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A stream whose every read and write ends by the exchange's deadline: a server that
+    sends its status line and headers a byte at a time (each read within the per-phase
+    timeout) is cut off there, not after 16 KiB of header bytes."""
+
+    def __init__(self, stream: httpcore.NetworkStream, deadline: float | None) -> None:
+        self._stream = stream
+        self._deadline = deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _left(self._deadline, timeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _left(self._deadline, timeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self,
+        ssl_context: Any,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        tls = self._stream.start_tls(ssl_context, server_hostname, _left(self._deadline, timeout))
+        return _DeadlineStream(tls, self._deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
 class _GuardedBackend(httpcore.SyncBackend):
-    """httpcore's socket backend, connecting only to checked addresses."""
+    """httpcore's socket backend, connecting only to checked addresses, every stream
+    bounded by `deadline` (time.monotonic) when one is given."""
+
+    def __init__(self, deadline: float | None = None) -> None:
+        self.deadline = deadline
 
     def connect_tcp(
         self,
@@ -191,9 +236,13 @@ class _GuardedBackend(httpcore.SyncBackend):
         error: Exception = OutboundRefused("connection failed")
         for address in checked_addresses(host, port):
             try:
-                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+                stream = super().connect_tcp(
+                    address, port, _left(self.deadline, timeout), local_address, socket_options
+                )
             except httpcore.ConnectError as failed:
                 error = failed
+            else:
+                return _DeadlineStream(stream, self.deadline)
         raise error
 
 
@@ -223,20 +272,68 @@ class _AsyncGuardedBackend(httpcore.AnyIOBackend):
         raise error
 
 
-def transport() -> httpx.HTTPTransport:
-    """An httpx transport whose connections pass the address policy."""
+def transport(deadline: float | None = None) -> httpx.HTTPTransport:
+    """An httpx transport whose connections pass the address policy (and end by
+    `deadline`, a time.monotonic value, when one is given)."""
     guarded = httpx.HTTPTransport(trust_env=False)
     # httpx builds its pool without a way to pass a network backend; the pool is rebuilt
     # with the same SSL context and the guarded backend (TLS still names the host).
     guarded._pool = httpcore.ConnectionPool(
         ssl_context=httpx.create_ssl_context(trust_env=False),
-        network_backend=_GuardedBackend(),
+        network_backend=_GuardedBackend(deadline),
     )
     return guarded
 
 
-def async_transport() -> httpx.AsyncHTTPTransport:
-    guarded = httpx.AsyncHTTPTransport(trust_env=False)
+class _CappedBody(httpx.AsyncByteStream):
+    """An answer's body that fails with OutboundRefused past `limit` bytes, as it arrives."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, limit: int) -> None:
+        self._stream = stream
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self._stream:
+            size += len(chunk)
+            if size > self._limit:
+                raise OutboundRefused(f"answer larger than {self._limit} bytes")
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _CappedAsyncTransport(httpx.AsyncHTTPTransport):
+    """Each answer capped at `limit` bytes and never decompressed (a compressed answer is
+    refused: a small gzip body would decode past any cap)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(trust_env=False)
+        self.limit = limit
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.headers["Accept-Encoding"] = "identity"
+        response = await super().handle_async_request(request)
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        declared = response.headers.get("content-length", "")
+        problem = ""
+        if encoding not in ("", "identity"):
+            problem = "refused: a compressed answer"
+        elif declared.isdigit() and int(declared) > self.limit:
+            problem = f"answer larger than {self.limit} bytes"
+        if problem:
+            await response.aclose()
+            raise OutboundRefused(problem)
+        assert isinstance(response.stream, httpx.AsyncByteStream)  # noqa: S101 - httpx's own
+        response.stream = _CappedBody(response.stream, self.limit)
+        return response
+
+
+def async_transport(limit: int | None = None) -> httpx.AsyncHTTPTransport:
+    """The async transport: the address policy, and each answer capped at `limit` bytes
+    (HARNESS_OUTBOUND_MAX_BYTES by default)."""
+    guarded = _CappedAsyncTransport(settings.HARNESS_OUTBOUND_MAX_BYTES if limit is None else limit)
     guarded._pool = httpcore.AsyncConnectionPool(
         ssl_context=httpx.create_ssl_context(trust_env=False),
         network_backend=_AsyncGuardedBackend(),
@@ -244,11 +341,12 @@ def async_transport() -> httpx.AsyncHTTPTransport:
     return guarded
 
 
-def async_client(**kwargs: Any) -> httpx.AsyncClient:
+def async_client(*, limit: int | None = None, **kwargs: Any) -> httpx.AsyncClient:
     """An httpx.AsyncClient through the door (no redirects, no proxies from the
-    environment); for streams whose answers the caller reads incrementally (MCP)."""
+    environment, each answer capped at `limit` bytes and never decompressed); for streams
+    whose answers the caller reads incrementally (MCP)."""
     return httpx.AsyncClient(
-        transport=async_transport(), follow_redirects=False, trust_env=False, **kwargs
+        transport=async_transport(limit), follow_redirects=False, trust_env=False, **kwargs
     )
 
 
@@ -310,7 +408,7 @@ def send(
     check_url(url, push=push)
     deadline = time.monotonic() + timeout
     client = httpx.Client(
-        transport=transport(), follow_redirects=False, trust_env=False, timeout=timeout
+        transport=transport(deadline), follow_redirects=False, trust_env=False, timeout=timeout
     )
     try:
         with client, client.stream(method, url, content=content, headers=headers) as response:
@@ -318,6 +416,8 @@ def send(
             return Answer(response.status_code, dict(response.headers), body)
     except httpx.TimeoutException:
         raise OutboundRefused("timed out") from None
+    except httpx.InvalidURL:  # what urlsplit took and httpx does not (`0177.0.0.1`)
+        raise OutboundRefused("refused: not a valid URL") from None
     except httpx.HTTPError:
         raise OutboundRefused("connection failed") from None
 

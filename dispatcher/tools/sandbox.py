@@ -207,7 +207,12 @@ def hand_over(fd: int) -> None:
     sandbox user, so that sandboxed programs can change it as they change their own.
     Nothing when Harness is not root or programs are not sandboxed."""
     user = _owner()
-    if user is not None and (os.fstat(fd).st_uid, os.fstat(fd).st_gid) != user:
+    if user is None:
+        return
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        return  # as in give_to_sandbox: another of its names may lie outside the workspace
+    if (info.st_uid, info.st_gid) != user:
         os.fchown(fd, *user)
 
 
@@ -217,12 +222,16 @@ def give_to_sandbox(root: Path) -> None:
 
     Walks with descriptors and never follows a symlink (os.fwalk), so a directory swapped
     for a symlink meanwhile cannot lead the walk outside; a file with more than one hard
-    link keeps its owner (one of its names may lie outside `root`).
+    link keeps its owner (one of its names may lie outside `root`); Harness's own
+    directories (hidden_paths: data, settings, workspace root) are neither entered nor
+    given, wherever an admin put them beneath `root`.
     """
     user = _owner()
     if user is None or (root.lstat().st_uid, root.lstat().st_gid) == user:
         return
-    for _, directories, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+    hidden = set(hidden_paths())
+    for top, directories, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+        directories[:] = [d for d in directories if Path(top, d) not in hidden]  # not entered
         for name in (*directories, *files):
             with contextlib.suppress(FileNotFoundError):
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -315,8 +324,8 @@ def require_sandbox() -> None:
 
 
 def refuse_exposed_state(workspace: Path) -> None:
-    """Refuse a workspace that is one of Harness's hidden directories, or that holds the
-    system itself (`/`, `/usr`, `/etc`) or every home directory (`/home`, `/root`): it
+    """Refuse a workspace that is one of Harness's hidden directories or holds one below
+    its own entries, or that holds the system itself (`/`, `/usr`, `/etc`) or every home directory (`/home`, `/root`): it
     would be bound writable (and, when Harness is root, given to the sandbox user)."""
     held = (*SYSTEM_DIRS, "/etc", "/home", "/root")
     if any(_inside(Path(system), workspace) for system in held):
@@ -331,6 +340,17 @@ def refuse_exposed_state(workspace: Path) -> None:
                 f"The session workspace {workspace} is one of Harness's own directories "
                 "(data, settings or workspace root), which programs may never see, so no "
                 "program runs. An operator must give the agent a workspace of its own."
+            )
+        # Deeper than a workspace's own entries, the tmpfs that hides it covers a path, not
+        # a directory: the program renames a parent it owns (var/ of var/data), and the
+        # next run shows the data under the new name. A direct entry is a mount point the
+        # program cannot rename or remove.
+        if _inside(hidden, workspace) and hidden.parent != workspace:
+            raise ToolError(
+                f"The session workspace {workspace} holds Harness's own directories "
+                f"({hidden}: data, settings or workspace root), which programs may never "
+                "see, so no program runs. An operator must give the agent a workspace "
+                "that does not hold them."
             )
 
 
@@ -660,6 +680,10 @@ touch "$0/owner" || echo "the workspace is not writable by the sandboxed program
 grep -q " /proc/sys proc ro," /proc/self/mounts || echo "/proc/sys is not mounted read-only"
 grep -Eq "^Seccomp:[[:space:]]+2" /proc/self/status || echo "no seccomp filter is loaded"
 setarch "$(uname -m)" -R true 2>/dev/null && echo "the seccomp filter let personality() through"
+for set in CapPrm CapEff CapAmb; do
+  grep -Eq "^$set:[[:space:]]+0+$" /proc/self/status || echo "the program holds capabilities ($set)"
+done
+grep -Eq "^NoNewPrivs:[[:space:]]+1$" /proc/self/status || echo "no_new_privs is not set"
 exit 0
 """
 

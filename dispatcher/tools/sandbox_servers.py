@@ -72,6 +72,12 @@ def server_path_problem(entry: str) -> str | None:
                 f"Path {path} is Harness's own state (data, settings, database or "
                 "workspace root), which sandboxed programs never see."
             )
+        # the server could rename a parent it owns, as in sandbox.refuse_exposed_state
+        if writable and _inside(hidden, path) and hidden.parent != path:
+            return (
+                f"Path {path} holds Harness's own state ({hidden}), which sandboxed "
+                "programs never see; it cannot be writable."
+            )
     if writable and any(_inside(path, Path(p)) for p in (*SYSTEM_DIRS, "/etc")):
         return f"Path {path} is a system directory; it cannot be writable."
     if not writable and not _readable_by_sandbox_user(path):

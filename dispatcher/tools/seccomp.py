@@ -132,7 +132,9 @@ def build() -> seccomp.SyscallFilter:
         # the request is an unsigned int: compare its low 32 bits only
         allowed.add_rule(refuse, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, request))
     allowed.add_rule(refuse, "personality", seccomp.Arg(0, seccomp.GT, PERSONALITY_SAFE_MAX))
-    allowed.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.EQ, AF_UNIX))
+    # the family is an int: compare its low 32 bits only (the kernel ignores the rest, so
+    # an equality on all 64 bits let socket(0x100000001, ...) make an AF_UNIX socket)
+    allowed.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, AF_UNIX))
     return allowed
 
 

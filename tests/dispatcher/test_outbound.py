@@ -5,6 +5,7 @@ loopback, on a port not allowed), the size cap and the timeout, against real soc
 from __future__ import annotations
 
 import contextlib
+import gzip
 import ipaddress
 import socket
 import threading
@@ -42,7 +43,8 @@ class Listener:
 def listener(answer: str = "ok", location: str = "", size: int = 0) -> Iterator[Listener]:
     """An HTTP server on 127.0.0.1 that records every request it gets. `answer`: "ok",
     "redirect" (to `location`), "big" (`size` bytes, no Content-Length), "dribble" (a
-    byte every 0.2 s, forever), "silent" (never answers)."""
+    byte every 0.2 s, forever), "dribble-headers" (the same inside a header), "silent"
+    (never answers)."""
     stop = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
@@ -52,6 +54,14 @@ def listener(answer: str = "ok", location: str = "", size: int = 0) -> Iterator[
             state.hits.append(self.path)
             if answer == "silent":
                 stop.wait(30)
+                return
+            if answer == "dribble-headers":  # a status line, then one header a byte at a time
+                with contextlib.suppress(OSError):
+                    self.wfile.write(b"HTTP/1.0 200 OK\r\nX-Slow: ")
+                    while not stop.is_set():
+                        self.wfile.write(b"x")
+                        self.wfile.flush()
+                        stop.wait(0.2)
                 return
             if answer == "redirect":
                 self.send_response(302)
@@ -158,7 +168,7 @@ def test_an_answer_larger_than_the_cap_is_cut_not_read_whole(settings: Any) -> N
     assert big.sent[0] < 30 * MIB
 
 
-@pytest.mark.parametrize("answer", ["dribble", "silent"])
+@pytest.mark.parametrize("answer", ["dribble", "silent", "dribble-headers"])
 @pytest.mark.timeout(30)
 def test_a_slow_endpoint_is_cut_at_the_timeout(settings: Any, answer: str) -> None:
     with listener(answer) as slow:
@@ -266,3 +276,58 @@ def test_socket_check_runs_on_every_address_a_name_has() -> None:
     ]
     with pytest.raises(OutboundRefused, match="loopback"):
         outbound._checked("mixed.example", 80, infos)
+
+
+@pytest.mark.parametrize("url", ["http://0177.0.0.1/", "http://1.2.3.04/"])
+def test_a_url_only_httpx_refuses_is_a_refusal_not_a_crash(settings: Any, url: str) -> None:
+    settings.HARNESS_OUTBOUND_ALLOW = []
+    with pytest.raises(OutboundRefused, match="^refused: not a valid URL$"):
+        outbound.send("GET", url)
+
+
+def test_the_async_client_cuts_an_answer_past_its_cap_as_it_arrives(settings: Any) -> None:
+    # The HTTP upstream MCP path reads answers through this client: a server's 30 MiB
+    # answer must not be held whole in the worker.
+    async def fetch(url: str) -> int:
+        async with outbound.async_client(limit=MIB, timeout=10) as client:
+            return len((await client.get(url)).content)
+
+    with listener("big", size=30 * MIB) as big:
+        settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{big.port}"]
+        with pytest.raises(OutboundRefused, match=f"^answer larger than {MIB} bytes$"):
+            anyio.run(fetch, big.url)
+        deadline = time.monotonic() + 10
+        while big.sent[0] < 30 * MIB and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert big.sent[0] < 30 * MIB
+
+
+def test_the_async_client_refuses_a_compressed_answer(settings: Any) -> None:
+    # 1 KiB of gzip decodes to 1 MiB and more: a cap on the bytes read would not hold.
+    bomb = gzip.compress(b"\0" * (8 * MIB))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.write(bomb)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{server.server_port}"]
+
+    async def fetch() -> int:
+        async with outbound.async_client(limit=MIB, timeout=10) as client:
+            return len((await client.get(f"http://127.0.0.1:{server.server_port}/")).content)
+
+    try:
+        with pytest.raises(OutboundRefused, match="^refused: a compressed answer$"):
+            anyio.run(fetch)
+    finally:
+        server.shutdown()
+        server.server_close()

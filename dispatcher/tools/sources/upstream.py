@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 30.0
 MAX_PAGES = 100
+# The largest answer an HTTP server may send to one request (a tool result, a page of
+# tools); the door refuses more as it arrives rather than hold it whole in the worker.
+HTTP_ANSWER_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,7 @@ async def open_session(endpoint: Endpoint) -> AsyncIterator[ClientSession]:
         return
     # Through the outbound door: the address policy, no redirects (floor.outbound).
     http = outbound.async_client(
+        limit=HTTP_ANSWER_BYTES,
         headers=dict(endpoint.headers),
         timeout=httpx.Timeout(CONNECT_TIMEOUT, read=endpoint.timeout + 5),
     )
