@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.test import Client
 
 from approvals import live, queries
@@ -79,12 +78,6 @@ def test_a_large_argument_is_folded_in_the_queue_and_shown_whole_on_demand(
     assert small.pk != approval.pk
 
 
-@pytest.mark.skipif(
-    connection.vendor == "sqlite",
-    reason="not met on the embedded SQLite backend (measured 2.7 s of CPU): SQLite reads "
-    "through each call's large arguments to reach the columns each item's session context "
-    "shows (docs/security.md, 'Fair shares per agent')",
-)
 def test_500_asks_of_100_kb_render_under_a_second(
     client: Client, reviewer: User, settings: Any
 ) -> None:
