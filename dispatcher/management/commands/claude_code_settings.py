@@ -41,7 +41,13 @@ def hook_settings(url: str, command: str, wait: float) -> dict[str, Any]:
     }
     for event in RECORDED_EVENTS:
         hooks[event] = [{"hooks": [report]}]
-    return {"hooks": hooks}
+    # Claude Code's own sandbox (bubblewrap + seccomp on Linux) confines the Bash tool's
+    # commands; failIfUnavailable makes claude refuse to start rather than run them
+    # unconfined, and allowUnsandboxedCommands=false ignores the model's
+    # dangerouslyDisableSandbox. Outside it: the hooks (harness-hook), MCP servers, and the
+    # file tools (Read/Edit/Write), which Harness's hook still gates (docs/security.md).
+    sandbox = {"enabled": True, "failIfUnavailable": True, "allowUnsandboxedCommands": False}
+    return {"hooks": hooks, "sandbox": sandbox}
 
 
 class Command(BaseCommand):

@@ -38,7 +38,8 @@ def hook_settings(url: str, command: str, wait: float) -> dict[str, Any]:
     }
     for event in RECORDED_EVENTS:
         hooks[event] = [{"hooks": [report]}]
-    return {"hooks": hooks}
+    # Codex's workspace-write sandbox: commands write only inside the project (and tmp).
+    return {"sandbox_mode": "workspace-write", "hooks": hooks}
 
 
 def _toml_value(value: Any) -> str:
@@ -48,7 +49,12 @@ def _toml_value(value: Any) -> str:
 
 def as_toml(settings: dict[str, Any]) -> str:
     """The hooks as config.toml arrays of tables (`[[hooks.PreToolUse]]` ...)."""
-    lines = ["# Harness: every Codex tool call asks Harness first (docs/coding-agents.md)."]
+    lines = [
+        "# Harness: every Codex tool call asks Harness first (docs/coding-agents.md).",
+        "# Codex's own sandbox (Landlock + seccomp on Linux) confines shell commands to the",
+        "# project; outside it: the hooks, MCP servers and the network rules (docs/security.md).",
+        f"sandbox_mode = {_toml_value(settings['sandbox_mode'])}",
+    ]
     for event, groups in settings["hooks"].items():
         for group in groups:
             lines += ["", f"[[hooks.{event}]]"]
@@ -80,7 +86,8 @@ class Command(BaseCommand):
     ) -> None:
         url, owners = checked(agent, url, wait)
         settings = hook_settings(url, command, wait)
-        text = json.dumps(settings, indent=2) if format == "json" else as_toml(settings)
+        hooks_only = {"hooks": settings["hooks"]}  # hooks.json holds hooks only
+        text = json.dumps(hooks_only, indent=2) if format == "json" else as_toml(settings)
         self.stdout.write(text)
         self.stderr.write(
             f"Codex acts as agent '{agent}' (owner {owners}): export HARNESS_TOKEN with that "

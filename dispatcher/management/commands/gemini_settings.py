@@ -6,6 +6,10 @@ Prints one JSON object, ready to be `.gemini/settings.json` (or merged into
 organization). No secret: the hook reads the agent's token from HARNESS_TOKEN. Command
 hooks (`harness-hook --agent gemini`), the only kind Gemini CLI has; it blocks a tool only
 when the hook exits 2 or answers deny, which the hook does on any failure.
+
+Gemini CLI's own sandbox (`tools.sandbox`) runs in docker or podman; where neither exists
+Gemini CLI refuses to start with it on, so it is left off here: add
+`"tools": {"sandbox": "docker"}` where docker or podman is installed (docs/coding-agents.md).
 """
 
 from __future__ import annotations
