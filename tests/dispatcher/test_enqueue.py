@@ -87,9 +87,9 @@ def test_the_background_lanes_routes_leave_the_direct_push_on_the_execution_queu
     conf = current_app.conf
     assert conf.task_routes == settings.CELERY_TASK_ROUTES
     assert conf.task_default_queue != settings.HARNESS_CELERY_BACKGROUND_QUEUE
-    assert batches._execution_unrouted(conf.task_routes)
+    assert celery_message._unrouted(conf.task_routes, batches.EXECUTE_TASK)
     moved = {**conf.task_routes, batches.EXECUTE_TASK: {"queue": "elsewhere"}}
-    assert not batches._execution_unrouted(moved)
+    assert not celery_message._unrouted(moved, batches.EXECUTE_TASK)
     router = current_app.amqp.router
     for task in (
         "approvals.tasks.deliver",
