@@ -96,12 +96,9 @@ FOLD_PREVIEW = 1000
 FOLD_VALUE = 300  # characters shown of each argument of a folded item
 
 
-def folded_arguments(raw: str) -> tuple[list[tuple[str, str, int]], list[str]]:
-    """A folded item's arguments: (name, the first FOLD_VALUE characters of its value,
-    how many more there are) for each top-level argument, in the logged order (a string
-    as itself, any other value as JSON), and any keys the text repeats (the last value is
-    the one shown: it is the one that runs). Text that is not a JSON object is one row
-    without a name. Nothing is escaped here: the template shows every part `visible`."""
+def _parsed_noting_repeats(raw: str) -> tuple[Any, list[str]]:
+    """The JSON text parsed (NOT_JSON when it is not JSON) and the keys an object in it
+    repeats (JSON parsers keep the last value, the one that runs)."""
     duplicates: list[str] = []
 
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -113,9 +110,21 @@ def folded_arguments(raw: str) -> tuple[list[tuple[str, str, int]], list[str]]:
         return result
 
     try:
-        parsed = json.loads(raw, object_pairs_hook=hook)
+        return json.loads(raw, object_pairs_hook=hook), duplicates
     except (ValueError, RecursionError):
-        parsed = None
+        return NOT_JSON, []
+
+
+NOT_JSON = object()
+
+
+def folded_arguments(raw: str) -> tuple[list[tuple[str, str, int]], list[str]]:
+    """A folded item's arguments: (name, the first FOLD_VALUE characters of its value,
+    how many more there are) for each top-level argument, in the logged order (a string
+    as itself, any other value as JSON), and any keys the text repeats (the last value is
+    the one shown: it is the one that runs). Text that is not a JSON object is one row
+    without a name. Nothing is escaped here: the template shows every part `visible`."""
+    parsed, duplicates = _parsed_noting_repeats(raw)
     if not isinstance(parsed, dict):
         return [("", raw[:FOLD_PREVIEW], max(0, len(raw) - FOLD_PREVIEW))], []
     rows = []
@@ -142,19 +151,8 @@ def pretty_arguments(raw: str) -> tuple[str, list[str]]:
     text is always shown next to it, so nothing is hidden). A repeated key matters: JSON
     parsers keep the last value, which is the one that runs.
     """
-    duplicates: list[str] = []
-
-    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in result:
-                duplicates.append(key)
-            result[key] = value
-        return result
-
-    try:
-        parsed = json.loads(raw, object_pairs_hook=hook)
-    except (ValueError, RecursionError):
+    parsed, duplicates = _parsed_noting_repeats(raw)
+    if parsed is NOT_JSON:
         return "", []
     return json.dumps(parsed, indent=2, ensure_ascii=False), sorted(set(duplicates))
 

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from io import StringIO
@@ -56,22 +55,6 @@ def claude_cli() -> Path:
             pytest.fail("CI=true and " + message)
         pytest.skip(message)
     return CLI
-
-
-@pytest.fixture(scope="session")
-def hook_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory with `harness-hook` as pip installs the console script (this checkout's)."""
-    directory = tmp_path_factory.mktemp("bin")
-    script = directory / "harness-hook"
-    script.write_text(
-        f"#!{sys.executable}\n"
-        "import sys\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from dispatcher.gateways.hook_command import main\n"
-        "sys.exit(main())\n"
-    )
-    script.chmod(0o755)
-    return directory
 
 
 @dataclass
