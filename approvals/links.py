@@ -35,6 +35,10 @@ from .models import ApprovalRequest, UsedLink
 
 SALT = "harness.approvals.one-tap-link"
 VERDICTS = ("approve", "deny")
+STEP_UP_MESSAGE = (
+    "This call must be signed with your passkey, so a link cannot decide it: open the "
+    "call's page, choose there and touch your passkey when the browser asks."
+)
 
 
 class LinkRefused(Exception):
@@ -151,6 +155,8 @@ def use(*, token: str, user: Any, digest: str, comment: str = "") -> ApprovalReq
     LinkRefused (with services.DecisionRefused's answer when the decision is refused)."""
     claim = read(token)
     person = person_for(claim, user)
+    if claim.approval.needs_key(claim.verdict):
+        raise LinkRefused(STEP_UP_MESSAGE, 400)
     if digest != claim.digest:
         raise LinkRefused("The arguments you confirmed are not the ones this link is for.", 409)
     try:

@@ -95,6 +95,9 @@ GRANT_REVOKED = register("grant.revoked", "session grant revoked")
 APPROVAL_DIGEST_MISMATCH = register(
     "approval.digest_mismatch", "decision refused: the arguments changed", note=True
 )
+APPROVAL_STEP_UP_REFUSED = register(
+    "approval.step_up_refused", "decision refused: no valid passkey signature", note=True
+)
 APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum", note=True)
 APPROVAL_VOTE_DISCARDED = register(
     "approval.vote_discarded",

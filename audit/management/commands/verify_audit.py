@@ -55,9 +55,10 @@ class Command(BaseCommand):
                 "bad event of each chain is listed above."
             )
         against = f", {report.checkpoints} checkpoints matched" if options["against"] else ""
+        signed = f", {report.assertions} passkey signatures" if report.assertions else ""
         self.stdout.write(
             self.style.SUCCESS(
-                f"OK: {report.chains} chains, {report.events} events verified{against}."
+                f"OK: {report.chains} chains, {report.events} events verified{against}{signed}."
             )
         )
 
