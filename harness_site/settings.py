@@ -71,6 +71,16 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    # People: allauth's accounts, single sign-on (OIDC, SAML) and second factors
+    # (docs/identity.md); Harness's own part (SSO from env, break-glass, sessions) is
+    # identity/.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "allauth.socialaccount.providers.saml",
+    "allauth.mfa",
+    "identity",
     "audit",
     "dispatcher",
     "dispatcher.policy",
@@ -89,6 +99,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
@@ -240,9 +251,25 @@ HARNESS_WAKE_LINGER = float(env("HARNESS_WAKE_LINGER", "10"))
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
-LOGIN_URL = "/accounts/login/"
+# Sign-in is allauth's (docs/identity.md): a password Harness keeps, or single sign-on.
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
+# Accounts are made by admins (or by single sign-on): nobody signs up; a username and a
+# password sign in, the session lasts as Django's does (no "remember me" choice).
+ACCOUNT_ADAPTER = "identity.adapters.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "identity.adapters.SocialAccountAdapter"
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_SESSION_REMEMBER = True
+ACCOUNT_LOGOUT_ON_GET = False
+ACCOUNT_LOGOUT_REDIRECT_URL = LOGOUT_REDIRECT_URL
+ACCOUNT_USER_DISPLAY = "identity.adapters.display_name"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = env_bool("HARNESS_SECURE_COOKIES", False)
