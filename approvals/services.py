@@ -277,7 +277,7 @@ def _apply(
     if via != "queue":
         extra["via"] = via
     if signature is not None:
-        extra["step_up"] = signature
+        extra["step_up_signature"] = signature
     if approval.is_quorum and _vote(approval, user, approve, digest, feedback, via, actor, extra):
         return  # one vote of a quorum: the call still waits
     if allow_session:

@@ -160,7 +160,7 @@ def verify_events(
     its signature, a head recomputed without the key. A checkpoint catches a chain
     rewritten or cut short since it was taken, heads and signatures included.
 
-    Every verdict signed with a passkey (a payload's "step_up") is checked on its own,
+    Every verdict signed with a passkey (a payload's "step_up_signature") is checked on its own,
     whatever the chain: its assertion must verify over the challenge recomputed from the
     event, against the passkey registered under its credential id (`keys`; the key the
     event recorded when it is not registered, or for an export read alone). This holds
@@ -217,9 +217,9 @@ def _signed_verdict_problem(
     The record must name this event's call, digest and verdict (an assertion moved here
     from another event is named), and its assertion must verify."""
     payload = event.get("payload")
-    if not isinstance(payload, dict) or "step_up" not in payload:
+    if not isinstance(payload, dict) or "step_up_signature" not in payload:
         return None
-    stored = payload["step_up"]
+    stored = payload["step_up_signature"]
     what = assertions.problem_in(stored, keys)
     if what is None:
         expected = (

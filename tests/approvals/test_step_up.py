@@ -140,7 +140,7 @@ def test_approving_needs_a_signature_and_a_signed_approval_is_kept_and_audited()
     assert (vote.voter, vote.verdict, vote.digest) == (user, "approve", approval.call.digest)
     assert vote.signature and vote.authenticator_data and vote.client_data and vote.credential_id
     event = AuditEvent.objects.get(subject=f"call:{approval.call_id}", kind="call.approved")
-    record = event.payload["step_up"]
+    record = event.payload["step_up_signature"]
     assert record["signature"] == vote.signature and record["digest"] == approval.call.digest
     assert record["verdict"] == "approve" and record["reviewer_id"] == user.pk
     assert record["passkey"] == "test key" and "masked" not in event.payload
@@ -174,10 +174,15 @@ def test_a_replayed_assertion_is_refused() -> None:
     second = ask(agent, {**WRITE, "path": "other.tf"}, call_id="w2")
     _, client, key = reviewer_with_key()
     used = key.assertion(challenge(client, first))
-    assert decide(client, first, used).status_code == 302
+    sent = client.post(
+        f"/approvals/{first.pk}/decide",
+        {"action": "approve", "digest": "0" * 64, "assertion": json.dumps(used)},
+    )
+    assert sent.status_code == 409  # refused (the digest), but the challenge was used up
     # The same assertion again: its one-time challenge is gone.
     again = decide(client, first, used)
     assert again.status_code == 403 and "a replay" in again.content.decode()
+    assert decide(client, first, key.assertion(challenge(client, first))).status_code == 302
     # ...and on another call, whose challenge this session did ask for.
     challenge(client, second)
     elsewhere = decide(client, second, used)
@@ -245,7 +250,7 @@ def test_a_step_up_deny_is_signed_too() -> None:
     assert response.status_code == 302
     assert status_of(approval) == Status.DENIED
     event = AuditEvent.objects.get(subject=f"call:{approval.call_id}", kind="call.denied")
-    assert event.payload["step_up"]["verdict"] == "deny"
+    assert event.payload["step_up_signature"]["verdict"] == "deny"
     # An approve-only rule leaves the deny as it was: no key.
     plain = ask(step_up_agent(), {**WRITE, "path": "x.tf"})
     assert decide(client, plain, action="deny").status_code == 302
@@ -260,7 +265,7 @@ def test_a_quorum_of_signed_votes_keeps_each_vote() -> None:
     assert status_of(approval) == Status.QUEUED
     assert SignedVerdict.objects.filter(approval=approval).count() == 2
     vote = AuditEvent.objects.get(subject=f"call:{approval.call_id}", kind="approval.vote")
-    assert vote.payload["step_up"]["verdict"] == "approve"
+    assert vote.payload["step_up_signature"]["verdict"] == "approve"
     assert verify_audit()[0]
 
 
@@ -350,7 +355,7 @@ def test_verify_audit_detects_a_tampered_stored_assertion(change: Any, problem: 
     assert verify_audit()[0]
     event = AuditEvent.objects.get(subject=f"call:{approval.call_id}", kind="call.approved")
     payload = dict(event.payload)
-    payload["step_up"] = change(dict(payload["step_up"]))
+    payload["step_up_signature"] = change(dict(payload["step_up_signature"]))
     rewrite_payload(event, payload)
     ok, out = verify_audit()
     assert not ok and "step-up signature" in out and problem in out, out
