@@ -100,6 +100,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "identity.mfa.RequireSecondFactor",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
@@ -270,6 +271,15 @@ ACCOUNT_SESSION_REMEMBER = True
 ACCOUNT_LOGOUT_ON_GET = False
 ACCOUNT_LOGOUT_REDIRECT_URL = LOGOUT_REDIRECT_URL
 ACCOUNT_USER_DISPLAY = "identity.adapters.display_name"
+# Second factors for everyone (allauth.mfa): an authenticator app (TOTP), passkeys and
+# recovery codes; a discoverable passkey signs in without a password. The passkeys are
+# also the keys that sign step-up approvals (approvals.stepup). HARNESS_MFA_REQUIRED makes
+# a factor mandatory: none, admins, reviewers (and admins) or all; a person it names who
+# has none is sent to the set-up page first (identity.mfa).
+MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
+MFA_PASSKEY_LOGIN_ENABLED = True
+MFA_TOTP_ISSUER = "Harness"
+HARNESS_MFA_REQUIRED = env("HARNESS_MFA_REQUIRED", "none")
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = env_bool("HARNESS_SECURE_COOKIES", False)

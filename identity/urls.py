@@ -7,6 +7,10 @@ from django.urls import path, re_path
 from . import views
 
 urlpatterns = [
+    # A person's own page (their passkeys and other factors), and the second-factor
+    # set-up that HARNESS_MFA_REQUIRED sends people to.
+    path("me/", views.me, name="identity_me"),
+    path("second-factor/", views.mfa_setup, name="identity_mfa_setup"),
     # Closed: nobody signs up, resets a password by email or changes their email here.
     path("signup/", views.not_offered),
     path("email/", views.not_offered),

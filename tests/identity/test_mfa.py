@@ -1,0 +1,82 @@
+"""Second factors: HARNESS_MFA_REQUIRED sends the people it names to set one up before any
+other page; a person's page lists their passkeys and other factors."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.checks import run_checks
+from django.test import Client, override_settings
+
+from tests.support.factories import make_user, unique
+from tests.support.passkeys import SoftPasskey
+
+pytestmark = pytest.mark.django_db
+
+
+def signed_in(*roles: str) -> tuple[Client, object]:
+    user = make_user(unique("p"), groups=roles)
+    client = Client()
+    client.force_login(user)
+    return client, user
+
+
+@override_settings(HARNESS_MFA_REQUIRED="reviewers")
+def test_a_reviewer_without_a_factor_is_sent_to_set_one_up_first() -> None:
+    client, user = signed_in("reviewer")
+    queue = client.get("/approvals/")
+    assert queue.status_code == 302
+    assert queue["Location"] == "/accounts/second-factor/?next=%2Fapprovals%2F"
+    page = client.get(queue["Location"]).content.decode()
+    assert "Your role requires a second factor" in page and "Add a passkey" in page
+    # A decision cannot slip past the page either.
+    assert client.post("/approvals/1/decide", {"action": "deny"}).status_code == 403
+    # Signing out and the factor pages stay open.
+    assert client.get("/accounts/2fa/webauthn/add/").status_code in (200, 302)
+    SoftPasskey().register(user, "laptop")  # type: ignore[arg-type]
+    assert client.get("/approvals/").status_code == 200
+    done = client.get("/accounts/second-factor/?next=/approvals/").content.decode()
+    assert "Your account has a second factor." in done and 'href="/approvals/"' in done
+
+
+@override_settings(HARNESS_MFA_REQUIRED="reviewers")
+def test_the_set_up_page_never_sends_a_person_elsewhere() -> None:
+    client, user = signed_in("reviewer")
+    SoftPasskey().register(user)  # type: ignore[arg-type]
+    page = client.get("/accounts/second-factor/?next=https://evil.example/").content.decode()
+    assert "evil.example" not in page
+
+
+@pytest.mark.parametrize(
+    ("level", "roles", "sent"),
+    [
+        ("none", ("admin",), False),
+        ("admins", ("reviewer",), False),
+        ("admins", ("admin",), True),
+        ("reviewers", (), False),
+        ("reviewers", ("admin",), True),
+        ("all", (), True),
+    ],
+)
+def test_the_level_names_who_must_have_a_factor(
+    level: str, roles: tuple[str, ...], sent: bool
+) -> None:
+    client, _ = signed_in(*roles)
+    with override_settings(HARNESS_MFA_REQUIRED=level):
+        response = client.get("/")
+    assert (response.status_code == 302 and "second-factor" in response["Location"]) is sent
+
+
+def test_an_unknown_level_fails_at_start_up() -> None:
+    with override_settings(HARNESS_MFA_REQUIRED="sometimes"):
+        errors = [e for e in run_checks() if e.id == "identity.E101"]
+    assert errors and "none, admins, reviewers, all" in str(errors[0].hint)
+
+
+def test_a_persons_page_lists_their_passkeys() -> None:
+    client, user = signed_in("reviewer")
+    page = client.get("/accounts/me/").content.decode()
+    assert "No passkey yet." in page
+    SoftPasskey().register(user, "YubiKey 5C")  # type: ignore[arg-type]
+    page = client.get("/accounts/me/").content.decode()
+    assert "YubiKey 5C" in page and "No passkey yet." not in page
+    assert Client().get("/accounts/me/").status_code == 302  # signed in only
