@@ -97,7 +97,7 @@ def test_register_sign_in_with_a_passkey_and_approve_a_step_up_call(
         assert "signed with your passkey" in form.inner_text()
         form.locator("button.approve").click()
         page.wait_for_url(f"{base}/approvals/")
-        assert f"Approved write_file." in page.locator("main").inner_text()
+        assert "Approved write_file." in page.locator("main").inner_text()
         signed = SignedVerdict.objects.get(approval=approval)
         assert signed.voter.username == username and signed.verdict == "approve"
         event = AuditEvent.objects.get(subject=f"call:{approval.call_id}", kind="call.approved")
