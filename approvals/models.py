@@ -122,6 +122,8 @@ class SignedVerdict(models.Model):
     authenticator_data = models.TextField()
     client_data = models.TextField()
     signature = models.TextField()
+    # The COSE public key it was checked against, as registered then (base64url).
+    public_key = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

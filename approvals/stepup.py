@@ -118,6 +118,7 @@ def check(
         digest=digest,
         nonce=signed.nonce,
         rp_id=signed.rp_id,
+        public_key=kept["public_key"],
         **{k: kept[k] for k in assertions.SIGNED_FIELDS},
     )
     name = keys[credential.credential_id].name
@@ -138,4 +139,28 @@ def _parse(response: Any) -> Any:
     try:
         return assertions.parse(response)
     except assertions.AssertionRefused as refused:
-        raise StepUpRefused(str(refused)) from None
+        raise StepUpRefused(str(refused), 400) from None
+
+
+def kept_problems() -> list[str]:
+    """One line per kept signed verdict (SignedVerdict) whose assertion does not prove
+    it, checked like the audit event's copy (audit.assertions.problem_in): verify_audit
+    reads the votes too, which the hash chain does not cover."""
+    keys = assertions.registered_keys()
+    problems = []
+    for row in SignedVerdict.objects.select_related("approval").order_by("pk").iterator():
+        stored = {
+            "approval": row.approval_id,
+            "call_id": str(row.approval.call_id),
+            "digest": row.digest,
+            "verdict": row.verdict,
+            "nonce": row.nonce,
+            "rp_id": row.rp_id,
+            "reviewer_id": row.voter_id,
+            "public_key": row.public_key,
+            **{k: getattr(row, k) for k in assertions.SIGNED_FIELDS},
+        }
+        what = assertions.problem_in(stored, keys)
+        if what is not None:
+            problems.append(f"signed vote {row.pk} (call {row.approval.call_id}): {what}")
+    return problems

@@ -191,7 +191,10 @@ def recorded_key(stored: Mapping[str, Any]) -> AttestedCredentialData:
     """The public key the event recorded, as a credential fido2 checks against."""
     from fido2 import cbor
 
-    key = CoseKey.parse(cbor.decode(websafe_decode(str(stored["public_key"]))))
+    decoded = cbor.decode(websafe_decode(str(stored["public_key"])))
+    if not isinstance(decoded, Mapping):
+        raise ValueError("the recorded public key is not a COSE key")
+    key = CoseKey.parse(decoded)
     raw_id = websafe_decode(str(stored["credential_id"]))
     return AttestedCredentialData.create(b"\0" * 16, raw_id, key)
 
@@ -218,7 +221,7 @@ def problem_in(stored: Any, registered: Mapping[bytes, Registered] | None) -> st
         )
         credential = recorded_key(stored)
         rp_id = str(stored["rp_id"])
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, IndexError) as error:  # (IndexError: bad CBOR)
         return f"the step-up record is incomplete or unreadable ({error})"
     known = (registered or {}).get(credential.credential_id)
     if known is not None:

@@ -44,7 +44,7 @@ def has_factor(user: Any) -> bool:
     from allauth.mfa.models import Authenticator
 
     types = (Authenticator.Type.TOTP, Authenticator.Type.WEBAUTHN)
-    return Authenticator.objects.filter(user_id=user.pk, type__in=types).exists()
+    return bool(Authenticator.objects.filter(user_id=user.pk, type__in=types).exists())
 
 
 def factors_of(user: Any) -> dict[str, Any]:

@@ -148,6 +148,19 @@ def test_approving_needs_a_signature_and_a_signed_approval_is_kept_and_audited()
     assert ok and "passkey signatures" in out, out
 
 
+@pytest.mark.parametrize("sent", ["not json", "[]", '{"id": "AA"}'])
+def test_an_unreadable_assertion_is_a_clear_400(sent: str) -> None:
+    approval = ask(step_up_agent(), WRITE)
+    _, client, _ = reviewer_with_key()
+    challenge(client, approval)
+    response = client.post(
+        f"/approvals/{approval.pk}/decide",
+        {"action": "approve", "digest": approval.call.digest, "assertion": sent},
+    )
+    assert response.status_code == 400 and "missing or unreadable" in response.content.decode()
+    assert status_of(approval) == Status.PENDING_APPROVAL
+
+
 def test_a_passkey_of_another_person_does_not_sign_for_you() -> None:
     approval = ask(step_up_agent(), WRITE)
     _, client, _ = reviewer_with_key()
@@ -346,6 +359,8 @@ def rewrite_payload(event: AuditEvent, payload: dict[str, Any]) -> None:
         (lambda r: r | {"digest": "0" * 64}, "another challenge"),
         (lambda r: r | {"signature": r["signature"][:-6] + "AAAAAA"}, "does not verify"),
         (lambda r: r | {"reviewer_id": 999999}, "registered to another person"),
+        (lambda r: r | {"public_key": "AA"}, "incomplete or unreadable"),
+        (lambda r: r | {"authenticator_data": r["authenticator_data"][:-4]}, "unreadable"),
     ],
 )
 def test_verify_audit_detects_a_tampered_stored_assertion(change: Any, problem: str) -> None:
@@ -359,3 +374,13 @@ def test_verify_audit_detects_a_tampered_stored_assertion(change: Any, problem: 
     rewrite_payload(event, payload)
     ok, out = verify_audit()
     assert not ok and "step-up signature" in out and problem in out, out
+
+
+def test_verify_audit_detects_a_tampered_signed_vote() -> None:
+    approval = ask(step_up_agent(), WRITE)
+    _, client, key = reviewer_with_key()
+    assert decide(client, approval, key.assertion(challenge(client, approval))).status_code == 302
+    row = SignedVerdict.objects.get(approval=approval)
+    SignedVerdict.objects.filter(pk=row.pk).update(digest="f" * 64)  # the vote row, not the log
+    ok, out = verify_audit()
+    assert not ok and f"signed vote {row.pk}" in out and "another challenge" in out, out
