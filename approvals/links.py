@@ -82,7 +82,13 @@ def make_url(approval: ApprovalRequest, recipient: User, verdict: str) -> str:
 
 
 def links_for(approval: ApprovalRequest, recipient: User) -> dict[str, str]:
-    return {verdict: make_url(approval, recipient, verdict) for verdict in VERDICTS}
+    """The recipient's link per verdict; a verdict a step-up rule asks a passkey for gets
+    the call's page instead (it is signed there, never decided by a link)."""
+    page = settings.HARNESS_PUBLIC_URL.rstrip("/") + reverse("approvals:detail", args=[approval.pk])
+    return {
+        verdict: page if approval.needs_key(verdict) else make_url(approval, recipient, verdict)
+        for verdict in VERDICTS
+    }
 
 
 def read(token: str) -> Claim:

@@ -384,3 +384,11 @@ def test_verify_audit_detects_a_tampered_signed_vote() -> None:
     SignedVerdict.objects.filter(pk=row.pk).update(digest="f" * 64)  # the vote row, not the log
     ok, out = verify_audit()
     assert not ok and f"signed vote {row.pk}" in out and "another challenge" in out, out
+
+
+def test_notifications_offer_the_page_for_a_signed_verdict() -> None:
+    approval = ask(step_up_agent(), WRITE)
+    user, _, _ = reviewer_with_key()
+    made = links.links_for(approval, user)
+    assert urlsplit(made["approve"]).path == f"/approvals/{approval.pk}/"
+    assert "/approvals/links/" in made["deny"]  # an approve-only rule: deny by link as ever
