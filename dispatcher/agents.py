@@ -29,6 +29,7 @@ from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narr
 from dispatcher.policy.profiles import default_profile, profile_for
 from floor.compiled import Compiled
 from floor.errors import ServiceError
+from teams.models import Team
 
 TOKEN_PREFIX = "hrn"
 
@@ -44,15 +45,27 @@ def _new_token() -> tuple[str, str]:
 
 
 @transaction.atomic
-def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> tuple[Agent, str]:
-    """Create an agent and return it with its token. The token is never stored or shown again."""
+def create_agent(
+    *,
+    owner: User,
+    name: str,
+    workspace: str = "",
+    actor: str,
+    team: Team | None = None,
+    sponsor: User | None = None,
+) -> tuple[Agent, str]:
+    """Create an agent of `team` (the default team when none is named) and return it with
+    its token. The token is never stored or shown again."""
     if workspace:
         path = Path(workspace).expanduser().resolve()
         path.mkdir(parents=True, exist_ok=True)
         workspace = str(path)
+    team = team or Team.objects.default()
     token, prefix = _new_token()
     agent = Agent.objects.create(
         owner=owner,
+        team=team,
+        sponsor=sponsor,
         name=name,
         token_prefix=prefix,
         token_hash=_hash_token(token),
@@ -66,11 +79,56 @@ def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> 
         payload={
             "name": name,
             "owner": owner.get_username(),
+            "team": team.name,
+            "sponsor": sponsor.get_username() if sponsor else None,
             "token_prefix": prefix,
             "workspace": workspace,
         },
     )
     return agent, token
+
+
+@transaction.atomic
+def transfer_agent(
+    *,
+    agent: Agent,
+    actor: str,
+    owner: User | None = None,
+    team: Team | None = None,
+    sponsor: User | None = None,
+    clear_sponsor: bool = False,
+) -> bool:
+    """Change who owns `agent`, which team it works for, or who sponsors it; False (and no
+    event) when nothing changes. The event names the before and after of each."""
+    before = {
+        "owner": agent.owner.get_username(),
+        "team": agent.team.name,
+        "sponsor": agent.sponsor.get_username() if agent.sponsor else None,
+    }
+    if owner is not None:
+        agent.owner = owner
+        PermissionProfile.objects.get_or_create(user=owner, defaults=default_profile())
+    if team is not None:
+        agent.team = team
+    if sponsor is not None:
+        agent.sponsor = sponsor
+    elif clear_sponsor:
+        agent.sponsor = None
+    after = {
+        "owner": agent.owner.get_username(),
+        "team": agent.team.name,
+        "sponsor": agent.sponsor.get_username() if agent.sponsor else None,
+    }
+    if after == before:
+        return False
+    agent.save(update_fields=["owner", "team", "sponsor"])
+    record_event(
+        kind=kinds.AGENT_TRANSFERRED,
+        actor=actor,
+        subject=f"agent:{agent.pk}",
+        payload={"name": agent.name, "before": before, "after": after},
+    )
+    return True
 
 
 def token_prefix(token: str) -> str | None:

@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "audit",
+    "teams",
     "dispatcher",
     "dispatcher.policy",
     "dispatcher.tools.sources",
