@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import secrets
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +362,52 @@ def _start_client_session(
     session.has_grants = False  # type: ignore[attr-defined]
     _record_started(session, requested_mode=None)
     return session
+
+
+def join_run(
+    *, agent: Agent, client: str, title: str, key: str = "", idle: float
+) -> tuple[AgentSession, bool]:
+    """The Harness session of a run whose client keeps no transport session for all of
+    it: one that opens a new one per call, or speaks a revision without sessions; and
+    whether it started now.
+
+    With a run `key` the client chose (the same for every request of one run), the
+    agent's session of that key, started on first sight. Without one, the agent's latest
+    session of `client` titled `title` (the same client program) that was joined within
+    `idle` seconds; else a new one. Joining marks the session used now. Raises
+    TooManySessions (nothing started) past HARNESS_MAX_SESSIONS_PER_MINUTE."""
+    if key:
+        external_id = f"run:{key}"
+        found = AgentSession.objects.filter(
+            agent=agent, client=client, external_id=external_id
+        ).first()
+        if found is None:
+            try:
+                return start_session(
+                    agent=agent, title=title, client=client, external_id=external_id
+                ), True
+            except IntegrityError:  # a concurrent first request of the same run won
+                found = AgentSession.objects.get(
+                    agent=agent, client=client, external_id=external_id
+                )
+    elif idle > 0:
+        since = timezone.now() - timedelta(seconds=idle)
+        found = (
+            AgentSession.objects.filter(
+                agent=agent, client=client, title=title[:200], updated_at__gte=since
+            )
+            .order_by("-updated_at")
+            .first()
+        )
+    else:
+        found = None
+    if found is None:
+        return start_session(
+            agent=agent, title=title, client=client, external_id=secrets.token_hex(16)
+        ), True
+    AgentSession.objects.filter(pk=found.pk).update(updated_at=timezone.now())
+    found.agent = agent
+    return found, False
 
 
 @transaction.atomic
