@@ -90,7 +90,15 @@ coding-agents: claude-code codex gemini-cli
 MCP_FILESYSTEM_VERSION := 2026.8.31
 MCP_FILESYSTEM := var/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
 
-mcp-servers: $(MCP_FILESYSTEM)
+# The MCP Inspector's CLI (a new MCP session per call): tests/mcp/test_runs_live.py.
+MCP_INSPECTOR_VERSION := 2.12.0
+MCP_INSPECTOR := var/mcp-inspector/.installed-$(MCP_INSPECTOR_VERSION)
+
+mcp-servers: $(MCP_FILESYSTEM) $(MCP_INSPECTOR)
+
+$(MCP_INSPECTOR):
+	@command -v npm >/dev/null || { echo "The MCP Inspector test needs npm (apt-get install npm)."; exit 0; }
+	npm install --prefix var/mcp-inspector --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@$(MCP_INSPECTOR_VERSION) && touch $@
 
 $(MCP_FILESYSTEM):
 	@command -v npm >/dev/null || { echo "The MCP tests need npm (apt-get install npm) for @modelcontextprotocol/server-filesystem."; exit 0; }
