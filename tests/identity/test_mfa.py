@@ -80,3 +80,41 @@ def test_a_persons_page_lists_their_passkeys() -> None:
     page = client.get("/accounts/me/").content.decode()
     assert "YubiKey 5C" in page and "No passkey yet." not in page
     assert Client().get("/accounts/me/").status_code == 302  # signed in only
+
+
+def password_sign_in(username: str) -> tuple[Client, object]:
+    client = Client()
+    response = client.post("/accounts/login/", {"login": username, "password": "pw-" + username})
+    return client, response
+
+
+def test_an_authenticator_app_and_recovery_codes_complete_a_password_sign_in() -> None:
+    from allauth.mfa.recovery_codes.internal.auth import RecoveryCodes
+    from allauth.mfa.totp.internal.auth import (
+        TOTP,
+        format_hotp_value,
+        generate_totp_secret,
+        hotp_value,
+        yield_hotp_counters_from_time,
+    )
+
+    user = make_user(unique("p"), groups=("reviewer",))
+    secret = generate_totp_secret()
+    TOTP.activate(user, secret)
+    codes = RecoveryCodes.activate(user).get_unused_codes()
+    client, response = password_sign_in(user.username)
+    assert response["Location"] == "/accounts/2fa/authenticate/"  # type: ignore[index]
+    assert client.get("/approvals/").status_code == 302  # not signed in yet
+    wrong = client.post("/accounts/2fa/authenticate/", {"code": "000000"})
+    assert wrong.status_code == 200 and "Incorrect code" in wrong.content.decode()
+    code = format_hotp_value(hotp_value(secret, next(yield_hotp_counters_from_time())))
+    done = client.post("/accounts/2fa/authenticate/", {"code": code})
+    assert done.status_code == 302 and client.get("/approvals/").status_code == 200
+    # A recovery code works once, in place of the app.
+    again, _ = password_sign_in(user.username)
+    assert again.post("/accounts/2fa/authenticate/", {"code": codes[0]}).status_code == 302
+    assert again.get("/approvals/").status_code == 200
+    third, _ = password_sign_in(user.username)
+    assert third.post("/accounts/2fa/authenticate/", {"code": codes[0]}).status_code == 200
+    page = third.get("/accounts/me/")
+    assert page.status_code == 302  # still not signed in
