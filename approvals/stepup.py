@@ -52,7 +52,7 @@ def begin(
     if not keys:
         raise StepUpRefused(
             "This call must be signed with a passkey, and you have none: add one on your "
-            "page (Account, then Passkeys), then come back to this call."
+            "page (your name, top right: Add a passkey), then come back to this call."
         )
     nonce = secrets.token_urlsafe(24)
     challenge = assertions.challenge_for(

@@ -99,7 +99,8 @@ STEP_UP_NONCES = "harness.step_up"  # session key: {"<approval>:<verdict>": nonc
 @require_POST
 def step_up(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     """The passkey challenge for one verdict (POST verdict=approve|deny): JSON
-    {"publicKey": options} for navigator.credentials.get, or {"error": why} with 400/404.
+    {"publicKey": options} for navigator.credentials.get, or {"error": why} with
+    400/404/409 (409: the call is no longer waiting).
     The one-time nonce stays in the person's session until the decision uses it."""
     verdict = request.POST.get("verdict", "")
     approval = queries.one_request(approval_id)
@@ -107,6 +108,8 @@ def step_up(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
         return JsonResponse({"error": "This approval request does not exist."}, status=404)
     if verdict not in ("approve", "deny"):
         return JsonResponse({"error": "Choose approve or deny."}, status=400)
+    if approval.call.status != Status.PENDING_APPROVAL:
+        return JsonResponse({"error": services.already_decided(approval)}, status=409)
     try:
         nonce, options = stepup.begin(
             approval=approval, user=request.user, verdict=verdict, rp_id=_rp_id(request)

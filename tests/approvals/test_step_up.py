@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from io import StringIO
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -392,3 +393,40 @@ def test_notifications_offer_the_page_for_a_signed_verdict() -> None:
     made = links.links_for(approval, user)
     assert urlsplit(made["approve"]).path == f"/approvals/{approval.pk}/"
     assert "/approvals/links/" in made["deny"]  # an approve-only rule: deny by link as ever
+
+
+def test_an_export_proves_its_signed_approvals_on_its_own(tmp_path: Path) -> None:
+    from audit.verify import verify_file
+
+    approval = ask(step_up_agent(), WRITE)
+    _, client, key = reviewer_with_key()
+    assert decide(client, approval, key.assertion(challenge(client, approval))).status_code == 302
+    path = tmp_path / "session.jsonl"
+    call_command("export_audit", "--session", str(approval.call.session_id), "--output", str(path))
+    report = verify_file(path)
+    assert report.ok and report.assertions == 1, report.problems
+    # The same export with the signature changed (and the hashes recomputed, as someone
+    # holding the log could): the chain may be rebuilt, the passkey's signature cannot.
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for event in lines:
+        if event["kind"] == "call.approved":
+            signed = event["payload"]["step_up_signature"]
+            signed["signature"] = signed["signature"][:-8] + "AAAAAAAA"
+    prev = "0" * 64
+    for event in lines:
+        event["prev_hash"] = prev
+        event["hash"] = prev = chain_hash(
+            prev,
+            canonical_event(
+                **{
+                    k: event[k]
+                    for k in ("chain", "seq", "kind", "actor", "subject", "payload", "created_at")
+                }
+            ),
+        )
+    path.write_text("".join(json.dumps(event) + "\n" for event in lines))
+    report = verify_file(path)
+    assert [p.what for p in report.problems] == [
+        "step-up signature: the signed assertion does not verify: The passkey's signature "
+        "does not verify against its public key."
+    ]
