@@ -124,6 +124,8 @@ class SignedVerdict(models.Model):
     signature = models.TextField()
     # The COSE public key it was checked against, as registered then (base64url).
     public_key = models.TextField()
+    # The authenticator's signature counter (0: a passkey that keeps none, as synced ones).
+    sign_count = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -110,7 +110,9 @@ def check(
         raise StepUpRefused(str(refused)) from None
     if SignedVerdict.objects.filter(nonce=signed.nonce).exists():
         raise StepUpRefused("This signature was used before; sign again.")
+    count = response.response.authenticator_data.counter
     kept = assertions.record(response, credential=credential)
+    _check_counter(kept["credential_id"], count)
     SignedVerdict.objects.create(
         approval=approval,
         voter=user,  # type: ignore[misc]
@@ -119,6 +121,7 @@ def check(
         nonce=signed.nonce,
         rp_id=signed.rp_id,
         public_key=kept["public_key"],
+        sign_count=count,
         **{k: kept[k] for k in assertions.SIGNED_FIELDS},
     )
     name = keys[credential.credential_id].name
@@ -133,6 +136,24 @@ def check(
         "passkey": name,
         **kept,
     }
+
+
+def _check_counter(credential_id: str, count: int) -> None:
+    """A key that counts its signatures must count up: a counter at or below one this
+    passkey signed a verdict with before means two copies of the key (a clone)."""
+    if count == 0:
+        return  # a passkey that keeps no counter (synced passkeys)
+    last = (
+        SignedVerdict.objects.filter(credential_id=credential_id)
+        .order_by("-sign_count")
+        .values_list("sign_count", flat=True)
+        .first()
+    )
+    if last is not None and count <= last:
+        raise StepUpRefused(
+            f"This passkey's signature counter went back ({count}, after {last}): the key "
+            "may have been copied. Nothing was decided; ask an admin to check the passkey."
+        )
 
 
 def _parse(response: Any) -> Any:

@@ -430,3 +430,20 @@ def test_an_export_proves_its_signed_approvals_on_its_own(tmp_path: Path) -> Non
         "step-up signature: the signed assertion does not verify: The passkey's signature "
         "does not verify against its public key."
     ]
+
+
+def test_a_signature_counter_that_goes_back_is_refused_as_a_cloned_key() -> None:
+    agent = step_up_agent()
+    first = ask(agent, WRITE)
+    second = ask(agent, {**WRITE, "path": "b.tf"}, call_id="w2")
+    _, client, key = reviewer_with_key()
+    key.counter = 41
+    assert decide(client, first, key.assertion(challenge(client, first))).status_code == 302
+    assert SignedVerdict.objects.get(approval=first).sign_count == 42
+    key.counter = 10  # a copy of the key, with its own count
+    refused = decide(client, second, key.assertion(challenge(client, second)))
+    assert (
+        refused.status_code == 403
+        and "counter went back (11, after 42)" in refused.content.decode()
+    )
+    assert status_of(second) == Status.PENDING_APPROVAL
