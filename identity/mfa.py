@@ -92,6 +92,33 @@ class RequireSecondFactor:
         return self.get_response(request)
 
 
+class SecondFactorSocketGate:
+    """ASGI middleware for the reviewers' sockets (inside AuthMiddlewareStack): a person
+    RequireSecondFactor would send to the set-up page opens no live socket either (the
+    queue's pushes carry the calls a page would show)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> Any:
+        if settings.HARNESS_MFA_REQUIRED != "none" and scope["type"] == "websocket":
+            user = scope.get("user")
+            if user is not None and await _lacks_factor(user):
+                await receive()  # the handshake's websocket.connect
+                await send({"type": "websocket.close", "code": 4403})
+                return None
+        return await self.inner(scope, receive, send)
+
+
+async def _lacks_factor(user: Any) -> bool:
+    from asgiref.sync import sync_to_async
+
+    def lacks() -> bool:
+        return factor_required(user) and not has_factor(user)
+
+    return bool(await sync_to_async(lacks)())
+
+
 @register()
 def check_mfa_required(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     if settings.HARNESS_MFA_REQUIRED in LEVELS:

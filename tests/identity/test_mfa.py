@@ -118,3 +118,26 @@ def test_an_authenticator_app_and_recovery_codes_complete_a_password_sign_in() -
     assert third.post("/accounts/2fa/authenticate/", {"code": codes[0]}).status_code == 200
     page = third.get("/accounts/me/")
     assert page.status_code == 302  # still not signed in
+
+
+@pytest.mark.django_db(transaction=True)  # the socket's thread reads committed rows
+def test_no_live_socket_before_the_factor_is_set_up() -> None:
+    from tests.approvals.conftest import open_socket, run_async, session_cookie
+
+    client, user = signed_in("reviewer")
+    cookie = (b"cookie", session_cookie(client))
+    origin = (b"origin", b"http://127.0.0.1")
+
+    def connects() -> bool:
+        async def attempt() -> bool:
+            communicator, connected = await open_socket(cookie, origin)
+            await communicator.disconnect()
+            return connected
+
+        return run_async(attempt)
+
+    with override_settings(HARNESS_MFA_REQUIRED="reviewers"):
+        assert connects() is False
+        SoftPasskey().register(user)  # type: ignore[arg-type]
+        assert connects() is True
+    assert connects() is True
