@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.contrib.auth.models import Group
-from django.db.models import Model, QuerySet
+from django.contrib.auth.models import User
+from django.db.models import FilteredRelation, Model, Q, QuerySet
 
-from .models import Membership
+from floor.compiled import Compiled
 
 M = TypeVar("M", bound=Model)
 
@@ -40,6 +40,16 @@ class Scope:
             return rows
         return rows.filter(**{f"{team_field}__in": sorted(self.team_ids)})
 
+    def filter_via(
+        self, rows: QuerySet[M], field: str, owners: QuerySet[Any], team_field: str
+    ) -> QuerySet[M]:
+        """`rows` whose `field` is the key of one of `owners` this reach covers: for rows
+        that name their session or agent without a foreign key (the audit log's chains
+        name sessions by id). A subquery, never another statement."""
+        if self.everything:
+            return rows
+        return rows.filter(**{f"{field}__in": self.filter(owners, team_field).values("pk")})
+
 
 NOTHING = Scope(everything=False, team_ids=frozenset())
 EVERYTHING = Scope(everything=True, team_ids=frozenset())
@@ -47,16 +57,37 @@ EVERYTHING = Scope(everything=True, team_ids=frozenset())
 
 def org_holds(user: Any, role: str) -> bool:
     """Does `user` hold `role` organization-wide (a superuser holds every role)?"""
-    if user is None or not user.is_authenticated or not user.is_active:
-        return False
-    return bool(user.is_superuser or Group.objects.filter(user__id=user.pk, name=role).exists())
+    return scope_of(user, role).everything
 
 
 def scope_of(user: Any, role: str) -> Scope:
-    """The teams `user` reaches with `role` now (nothing unless signed in and active)."""
+    """The teams `user` reaches with `role` now (nothing unless signed in and active).
+
+    One statement, whatever the number of teams: the organization's group and the teams'
+    memberships are read together (`_REACH`), so a page, a socket or a decision that
+    checks the role learns its reach in the same read (the statement budgets of the hot
+    paths count it once)."""
     if user is None or not user.is_authenticated or not user.is_active:
         return NOTHING
-    if org_holds(user, role):
+    if user.is_superuser:
         return EVERYTHING
-    teams = Membership.objects.filter(user_id=user.pk, role=role).values_list("team_id", flat=True)
-    return Scope(everything=False, team_ids=frozenset(teams))
+    rows = _REACH.tuples(user.pk, role)
+    if any(group is not None for group, _ in rows):
+        return EVERYTHING
+    return Scope(everything=False, team_ids=frozenset(t for _, t in rows if t is not None))
+
+
+# Asked on every page, socket and decision of a role (floor.compiled): the user's row with
+# the organization's group of that name and their memberships with that role, both left
+# joins, so one row (NULL, NULL) says "neither" and one row per team otherwise.
+_REACH = Compiled(
+    lambda user_id, role: (
+        User.objects.filter(pk=user_id)
+        .annotate(
+            org=FilteredRelation("groups", condition=Q(groups__name=role)),
+            member=FilteredRelation("team_memberships", condition=Q(team_memberships__role=role)),
+        )
+        .order_by()
+        .values_list("org__id", "member__team_id")
+    )
+)
