@@ -81,7 +81,7 @@ def one_request(approval_id: int, reach: Scope) -> ApprovalRequest | None:
     """The request, if `reach` covers its agent's team (None otherwise, as for a request
     that does not exist: another team's asks are not shown, not even as refused)."""
     approval = (
-        reach.filter(ApprovalRequest.objects, TEAM)
+        reach.filter(ApprovalRequest.objects.all(), TEAM)
         .select_related("call__session__agent", "decided_by")
         .prefetch_related("votes__voter")
         .filter(pk=approval_id)

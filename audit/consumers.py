@@ -116,8 +116,12 @@ class BoundToSignIn:
 _still_active = database_sync_to_async(still_active, thread_sensitive=False)
 
 
-@database_sync_to_async
-def reaches(reach: Scope, session_id: str) -> bool:
+async def reaches(reach: Scope, session_id: str) -> bool:
+    """(On the ORM thread: `_reaches`.)"""
+    return bool(await database_sync_to_async(_reaches)(reach, session_id))
+
+
+def _reaches(reach: Scope, session_id: str) -> bool:
     """Does `reach` cover the session's agent's team (teams.scope)? An auditor of another
     team is refused the socket as the page refuses them (a session they cannot see)."""
     if reach.everything:

@@ -49,14 +49,23 @@ def _teams(request: HtmxHttpRequest) -> list[Team]:
     return list(request.reach.filter(Team.objects.all(), "pk"))
 
 
+def _default_team(request: HtmxHttpRequest) -> Team | None:
+    """The team a form names by default: the default team when this admin reaches it,
+    else their only team (None: they must choose)."""
+    if request.reach.everything:
+        return Team.objects.default()
+    teams = _teams(request)
+    default = next((t for t in teams if t.is_default), None)
+    return default or (teams[0] if len(teams) == 1 else None)
+
+
 @role_required(ADMIN)
 @require_http_methods(["GET", "POST"])
 @never_cache
 def agent_list(request: HtmxHttpRequest) -> HttpResponse:
     """GET: every agent with its owner, sessions and state. POST: create one (its token
     shown once on the answer), or re-render with what to fix (400)."""
-    teams = _teams(request)
-    default = next((t for t in teams if t.is_default), teams[0] if teams else None)
+    default = _default_team(request)
     form = {
         "name": "",
         "owner": request.user.get_username(),
@@ -65,6 +74,7 @@ def agent_list(request: HtmxHttpRequest) -> HttpResponse:
     }
     if request.method == "POST":
         form = {k: request.POST.get(k, "").strip() for k in form}
+        form["team"] = form["team"] or (default.name if default else "")
         agent, token, error = _create(request, form)
         if agent is not None:
             return _detail(request, agent, token=token)

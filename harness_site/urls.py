@@ -20,6 +20,7 @@ urlpatterns = [
     path("permissions/", include("dispatcher.policy.urls")),
     path("agents/", include("dispatcher.urls")),
     path("tools/", include("dispatcher.tools.sources.urls")),
+    path("teams/", include("teams.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

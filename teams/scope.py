@@ -40,6 +40,18 @@ class Scope:
             return rows
         return rows.filter(**{f"{team_field}__in": sorted(self.team_ids)})
 
+    def filter_any(self, rows: QuerySet[M], *team_fields: str) -> QuerySet[M]:
+        """`rows` reached by any of `team_fields` (distinct): the people of a team are its
+        members and the owners of its agents (`team_memberships__team_id`,
+        `agents__team_id`)."""
+        if self.everything:
+            return rows
+        ids = sorted(self.team_ids)
+        either = Q()
+        for field in team_fields:
+            either |= Q(**{f"{field}__in": ids})
+        return rows.filter(either).distinct()
+
     def filter_via(
         self, rows: QuerySet[M], field: str, owners: QuerySet[Any], team_field: str
     ) -> QuerySet[M]:
@@ -86,6 +98,34 @@ _REACH = Compiled(
         .annotate(
             org=FilteredRelation("groups", condition=Q(groups__name=role)),
             member=FilteredRelation("team_memberships", condition=Q(team_memberships__role=role)),
+        )
+        .order_by()
+        .values_list("org__id", "member__team_id")
+    )
+)
+
+
+def scope_of_any(user: Any, roles: list[str]) -> Scope:
+    """The teams `user` reaches with any of `roles` (the overview, which every role
+    opens, shows the union): one statement, as `scope_of`."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return NOTHING
+    if user.is_superuser:
+        return EVERYTHING
+    rows = _REACH_ANY.tuples(user.pk, sorted(roles))
+    if any(group is not None for group, _ in rows):
+        return EVERYTHING
+    return Scope(everything=False, team_ids=frozenset(t for _, t in rows if t is not None))
+
+
+_REACH_ANY = Compiled(
+    lambda user_id, roles: (
+        User.objects.filter(pk=user_id)
+        .annotate(
+            org=FilteredRelation("groups", condition=Q(groups__name__in=roles)),
+            member=FilteredRelation(
+                "team_memberships", condition=Q(team_memberships__role__in=roles)
+            ),
         )
         .order_by()
         .values_list("org__id", "member__team_id")
