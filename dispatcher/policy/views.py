@@ -31,6 +31,7 @@ from dispatcher.policy import editor, grants, profiles
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, ProfileVersion, SessionGrant
 from dispatcher.policy.profiles import profile_for
+from dispatcher.tools.base import Tool
 from dispatcher.tools.registry import all_tools
 from floor.errors import ServiceError
 from teams.scope import Scope
@@ -71,6 +72,15 @@ def _people(reach: Scope) -> Any:
 def _subject(request: HtmxHttpRequest, user_id: int | str) -> User:
     subject: User = get_object_or_404(_people(request.reach), pk=user_id)
     return subject
+
+
+def _tools(reach: Scope) -> tuple[Tool, ...]:
+    """The tools this admin's people may be given rules for: a team admin does not see the
+    names of another team's MCP servers' tools."""
+    if reach.everything:
+        return all_tools()
+    by_name = {t.name: t for team in sorted(reach.team_ids) for t in all_tools(team)}
+    return tuple(by_name.values())
 
 
 def _team_agents(reach: Scope) -> Any:
@@ -187,10 +197,10 @@ def _page(
             _team_grants(request.reach).active().filter(session__agent__owner=subject)
         ),
         "calls": [(c, preview(c.arguments, 60)) for c in calls],
-        "tools": [tool.name for tool in all_tools()],
+        "tools": [tool.name for tool in _tools(request.reach)],
         "rows": rows,
         "actions": editor.ACTIONS,
-        "tool_choices": editor.tool_choices(rows),
+        "tool_choices": editor.tool_choices(rows, _tools(request.reach)),
         "next": request.path,
         **extra,
     }
@@ -329,7 +339,7 @@ def check_rules(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     server names it), with the examples for each row's tool. Stores nothing."""
     subject = _subject(request, user_id)
     rows = editor.check_rows(editor.rows_from_post(request.POST))
-    choices = {c["name"]: c for c in editor.tool_choices(rows)}
+    choices = {c["name"]: c for c in editor.tool_choices(rows, _tools(request.reach))}
     context = {"subject": subject, "rows": rows, "choices": choices}
     if request.htmx:
         return render(request, f"{PAGE}#checks", context)
@@ -352,7 +362,7 @@ def blank_row(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
         "subject": subject,
         "row": row,
         "actions": editor.ACTIONS,
-        "tool_choices": editor.tool_choices([]),
+        "tool_choices": editor.tool_choices([], _tools(request.reach)),
     }
     return render(request, f"{PAGE}#rule_row", context)
 

@@ -322,3 +322,14 @@ def test_a_team_admin_makes_agents_for_their_team_only(teams: tuple[TeamWorld, T
     assert made.status_code == 200
     assert re.search(r"hrn_[0-9a-f]{8}_", body(made))
     assert pay.team.agents.filter(name="x2").exists()
+
+
+def test_a_team_admins_rules_editor_names_no_tool_of_another_teams_server(
+    teams: tuple[TeamWorld, TeamWorld],
+) -> None:
+    pay, infra = teams
+    page = body(infra.client("admin").get(f"/permissions/users/{infra.agent.owner.pk}/"))
+    assert infra.tool.exposed_name in page
+    assert pay.server.name not in page
+    everything = body(org_client("admin").get(f"/permissions/users/{infra.agent.owner.pk}/"))
+    assert pay.tool.exposed_name in everything and infra.tool.exposed_name in everything
