@@ -5,8 +5,9 @@ A role is held organization-wide (the Django group of that name: `reviewer` deci
 calls, `auditor` reads the log, `admin` changes modes, rules and agents; a superuser holds
 all three) or in teams (teams.Membership). Holding a role anywhere opens its pages;
 which agents, sessions and asks a page then shows is the role's reach (teams.scope).
-Only an active user holds any role. Views use `role_required`, sockets and services `has_role`, templates the
-`roles` context value; granting and removing go through `grant_role` / `remove_role`,
+Only an active user holds any role. Views use `role_required` (which sets the role's reach
+on the request, `request.reach`), sockets and services `reach` (or `has_role` when the reach
+does not matter), templates the `roles` context value; granting and removing go through `grant_role` / `remove_role`,
 each with its audit event (the admin shows users and groups read-only).
 
 Open sockets are bound to the role and the sign-in they were opened with: each joins its
