@@ -283,6 +283,9 @@ def test_only_organization_admins_make_teams_and_team_admins_change_their_teams_
     teams: tuple[TeamWorld, TeamWorld],
 ) -> None:
     pay, infra = teams
+    page = body(pay.client("admin").get(f"/teams/{pay.team.pk}/"))
+    assert pay.agent.agent.name in page and pay.members["auditor"].username in page
+    assert 'name="csrfmiddlewaretoken"' in page
     before = Team.objects.count()
     response = pay.client("admin").post("/teams/create", {"name": "rogue"})
     assert response.status_code == 403 and Team.objects.count() == before
