@@ -7,7 +7,8 @@ the call; the POST that confirms decides, through `services.decide` like the que
 records the nonce (UsedLink, unique) in the same transaction: a link decides at most
 once. A link whose signature does not verify, whose call changed or is decided, whose
 request expired, whose nonce was used, or whose recipient was deactivated or lost the
-reviewer role (checked again when the POST decides), decides nothing and says which.
+reviewer role in the agent's team (checked again when the POST decides), decides
+nothing and says which.
 
 With HARNESS_LINKS_REQUIRE_LOGIN (the default) the person must also be signed in as the
 recipient. Without it the link alone stands for the recipient, for that one decision:
@@ -27,7 +28,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from audit.roles import REVIEWER, has_role
+from audit.roles import REVIEWER, reach
 from dispatcher.models import Status
 
 from . import services
@@ -123,6 +124,14 @@ def read(token: str) -> Claim:
         )
     if verdict not in VERDICTS:
         raise LinkRefused("This link is not valid. Open the call from the queue.", 400)
+    # Before anything of the call is said: a link of someone who does not (or no longer)
+    # review the agent's team decides and shows nothing (teams.scope).
+    if not reach(recipient, REVIEWER).covers(approval.call.session.agent.team_id):
+        raise LinkRefused(
+            f"{recipient.get_username()} does not review this agent's team: this link "
+            "decides nothing.",
+            403,
+        )
     claim = Claim(approval, recipient, verdict, digest, nonce)
     if UsedLink.objects.filter(nonce=nonce).exists():
         raise LinkRefused("This link was already used; a link decides only once.", 409)
@@ -137,12 +146,8 @@ def read(token: str) -> Claim:
 
 def person_for(claim: Claim, user: Any) -> User:
     """Who decides through this link: the signed-in recipient, or with
-    HARNESS_LINKS_REQUIRE_LOGIN off, the recipient the link names. Raises LinkRefused."""
-    if not has_role(claim.recipient, REVIEWER):
-        raise LinkRefused(
-            f"{claim.recipient.get_username()} is no longer a reviewer: this link decides nothing.",
-            403,
-        )
+    HARNESS_LINKS_REQUIRE_LOGIN off, the recipient the link names (whose role in the
+    agent's team `read` checked). Raises LinkRefused."""
     if user is not None and user.is_authenticated:
         if user.pk != claim.recipient.pk:
             raise LinkRefused(

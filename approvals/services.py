@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit import kinds
-from audit.roles import REVIEWER, has_role
+from audit.roles import REVIEWER, reach
 from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
@@ -22,6 +22,7 @@ from dispatcher.policy import grants
 from dispatcher.proposals import ProposedCall, canonical_json
 from floor import compiled, errors
 from floor.compiled import Compiled
+from teams.scope import Scope
 
 from . import live, stepup
 from .models import ApprovalRequest, Decision, Vote
@@ -90,11 +91,14 @@ def decide(
     Exactly one decision per call whatever the races: the approval row is locked (votes
     on one request are serialized by it) and the call moves by a conditional update.
     Raises DecisionRefused: 400 (a session grant asked for a quorum call), 403 (not a
-    reviewer; the agent's owner under separation of duties; not in the quorum's group),
+    reviewer; not a reviewer of the agent's team (teams.scope: the reach is read with the
+    role, in one statement); the agent's owner under separation of duties; not in the
+    quorum's group),
     404 (no such request), 409 (already decided, naming by whom; already voted; or a
     digest mismatch, which is audited).
     """
-    if not has_role(user, REVIEWER):
+    scope = reach(user, REVIEWER)
+    if scope.empty:
         raise DecisionRefused("Only reviewers can decide tool calls.", 403)
     pk = int(approval_id)
     if not -(2**63) <= pk < 2**63:  # no such row (and no 64-bit value to bind)
@@ -105,7 +109,7 @@ def decide(
         if approval is None:
             raise DecisionRefused("This approval request does not exist.", 404)
         now = timezone.now()  # the decision's time: checked against the deadline, recorded
-        refusal = _refusal(approval, user, digest, now)
+        refusal = _outside(approval, scope) or _refusal(approval, user, digest, now)
         if refusal is None and approve:
             refusal = _vote_refusal(approval, user, allow_session)
         signature: dict[str, Any] | None = None
@@ -138,6 +142,20 @@ _LOCKED_REQUEST = Compiled(
         .order_by()[:1]
     )
 )
+
+
+OUTSIDE = (
+    "This call is of another team's agent: only that team's reviewers and organization "
+    "reviewers can decide it."
+)
+
+
+def _outside(approval: ApprovalRequest, scope: Scope) -> DecisionRefused | None:
+    """The refusal for a reviewer whose reach does not cover the call's agent's team,
+    before anything of the call is checked or recorded."""
+    if scope.covers(approval.call.session.agent.team_id):
+        return None
+    return DecisionRefused(OUTSIDE, 403)
 
 
 def _refusal(
@@ -318,8 +336,8 @@ def _departure(approval: ApprovalRequest, voter: User) -> str:
     """Why `voter`'s earlier vote no longer counts ("" when it still does)."""
     if not voter.is_active:
         return "their account was deactivated"
-    if not has_role(voter, REVIEWER):
-        return "they are no longer a reviewer"
+    if not reach(voter, REVIEWER).covers(approval.call.session.agent.team_id):
+        return "they are no longer a reviewer of the agent's team"
     if approval.group and not voter.groups.filter(name=approval.group).exists():
         return f"they are no longer in the group '{approval.group}'"
     return ""
@@ -403,7 +421,8 @@ def edit(
     Raises DecisionRefused: 400 (not a JSON object, unchanged, a tool the client runs, or
     refused by policy), 403, 404, 409 as `decide`.
     """
-    if not has_role(user, REVIEWER):
+    scope = reach(user, REVIEWER)
+    if scope.empty:
         raise DecisionRefused("Only reviewers can edit tool calls.", 403)
     if not isinstance(arguments, dict):
         raise DecisionRefused("The edited arguments must be a JSON object.", 400)
@@ -417,7 +436,11 @@ def edit(
         if approval is None:
             raise DecisionRefused("This approval request does not exist.", 404)
         now = timezone.now()
-        refusal = _refusal(approval, user, digest, now) or _edit_refusal(approval, arguments)
+        refusal = (
+            _outside(approval, scope)
+            or _refusal(approval, user, digest, now)
+            or _edit_refusal(approval, arguments)
+        )
         outcome = None
         if refusal is None:
             try:

@@ -33,7 +33,7 @@ QUEUE = "approvals/queue.html"
 def queue(request: HtmxHttpRequest) -> HttpResponse:
     template = QUEUE + "#items" if request.htmx else QUEUE
     context = {
-        **queries.queue_context(),
+        **queries.queue_context(request.reach),
         "vapid_public_key": settings.HARNESS_VAPID_PUBLIC_KEY,
     }
     return render(request, template, context)
@@ -42,7 +42,7 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
 @role_required(REVIEWER)
 @require_GET
 def detail(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
-    approval = queries.one_request(approval_id)
+    approval = queries.one_request(approval_id, request.reach)
     if approval is None:
         raise Http404("No such approval request.")
     return render(request, "approvals/detail.html", {"approval": approval, "full": True})
@@ -52,7 +52,7 @@ def detail(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
 @require_GET
 def full_item(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     """One queue item with its large values unfolded (the queue's "Show all")."""
-    approval = queries.one_request(approval_id)
+    approval = queries.one_request(approval_id, request.reach)
     if approval is None:
         raise Http404("No such approval request.")
     return render(request, QUEUE + "#item", {"approval": approval, "full": True})
@@ -143,7 +143,7 @@ def _signed(request: HttpRequest, approval_id: int, verdict: str) -> stepup.Sign
 def edit(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     """Replace the call by a new one with edited arguments (the JSON text, or for
     write_file the new content). 200/302, or 400/403/404/409 with why."""
-    approval = queries.one_request(approval_id)
+    approval = queries.one_request(approval_id, request.reach)
     if approval is None:
         raise Http404("No such approval request.")
     try:
@@ -185,8 +185,11 @@ def edited_arguments(approval: ApprovalRequest, data: Any) -> Any:
 def _answer(
     request: HtmxHttpRequest, approval_id: int, message: str, *, status: int, ok: bool = False
 ) -> HttpResponse:
-    approval = queries.one_request(approval_id)
+    approval = queries.one_request(approval_id, request.reach)
     if approval is None:
+        # Another team's call: the refusal says why, and shows nothing of the call.
+        if status == 403:
+            return HttpResponse(message, status=403, content_type="text/plain; charset=utf-8")
         raise Http404("No such approval request.")
     if request.htmx:
         return _fragment(request, approval, message, ok=ok, status=status)

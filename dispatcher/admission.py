@@ -330,7 +330,8 @@ def _decide(
         )
         return _reject(call, message, "receive")
     try:
-        stages.validate(stages.resolve(call.name, session.client), call.arguments or {})
+        tool = stages.resolve(call.name, session.client, session.agent.team_id)
+        stages.validate(tool, call.arguments or {})
     except stages.Rejection as rejection:
         return _reject(call, rejection.message, rejection.stage)
     ctx = call_context(call, session, mode, profile)

@@ -76,7 +76,8 @@ def simulate(
             f"The arguments of '{tool}' must be a JSON object.",
         )
     try:
-        definition = stages.resolve(tool, session.client if session else API_CLIENT)
+        client = session.client if session else API_CLIENT
+        definition = stages.resolve(tool, client, session.agent.team_id if session else None)
         stages.validate(definition, arguments)
     except stages.Rejection as rejection:
         return answer("reject", rejection.stage, f"stage:{rejection.stage}", rejection.message)

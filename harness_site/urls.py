@@ -22,5 +22,6 @@ urlpatterns = [
     # Signing in and out, single sign-on and second factors: allauth (docs/identity.md).
     path("accounts/", include("identity.urls")),
     path("accounts/", include("allauth.urls")),
+    path("teams/", include("teams.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -131,7 +131,8 @@ def offered_tools(session: AgentSession) -> list[types.Tool]:
 
     Left out: client-executed tools (the client's own), every tool in locked mode, tools
     that can change things in read_only mode (the mode ceiling denies them whatever a rule
-    says), and tools the owner's deny list names without a specifier. Admission still
+    says), tools of another team's MCP servers, and tools the owner's deny list names
+    without a specifier. Admission still
     decides each call; this only spares the model tools that can never run.
     """
     mode, profile = agents.mode_and_profile(session)
@@ -143,7 +144,7 @@ def offered_tools(session: AgentSession) -> list[types.Tool]:
                 denied.add(rule.tool)
     tools = [
         types.Tool.model_validate(model_facing_schema(tool, "mcp"))
-        for tool in all_tools()
+        for tool in all_tools(session.agent.team_id)
         if not tool.client_executed
         and tool.name not in denied
         and mode != Mode.LOCKED
