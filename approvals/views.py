@@ -74,6 +74,7 @@ def decide(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
             digest=request.POST.get("digest", ""),
             feedback=request.POST.get("feedback", "").strip(),
             allow_session=action == "approve_session",
+            effect_digest=request.POST.get("effect_digest", ""),
         )
     except services.DecisionRefused as refusal:
         return _answer(request, approval_id, str(refusal), status=refusal.status)
@@ -195,6 +196,7 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
             user=request.user,
             digest=request.POST.get("digest", ""),
             comment=request.POST.get("feedback", "").strip(),
+            effect_digest=request.POST.get("effect_digest", ""),
         )
     except links.LinkRefused as refused:
         return render(request, LINK, {"refused": str(refused)}, status=refused.status)

@@ -280,9 +280,7 @@ def _run_in_namespace(
         script = [*prefix, "/bin/sh", "-c", NAMESPACE_SCRIPT, str(mount_point)]
         script += [str(workspace), str(store), cap, timeout, options, "--", *inner]
         try:
-            done = sandbox._run_process(
-                script, cwd=store, env=env, limits=limits, sandboxed=True
-            )
+            done = sandbox._run_process(script, cwd=store, env=env, limits=limits, sandboxed=True)
         except TimeoutError:
             raise PreviewUnavailable(
                 "The preview's namespace did not end in time; the command asks without one."

@@ -25,13 +25,16 @@ def lock_path(workspace: Path) -> Path:
 
 
 @contextlib.contextmanager
-def held(workspace: Path, *, shared: bool = False) -> Iterator[None]:
-    """Hold the workspace's lock (exclusive, or `shared`) for the block; waits for it."""
+def held(workspace: Path, *, shared: bool = False, wait: bool = True) -> Iterator[None]:
+    """Hold the workspace's lock (exclusive, or `shared`) for the block; waits for it,
+    or, without `wait`, raises BlockingIOError when it is held."""
     path = lock_path(workspace)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        fcntl.flock(
+            fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB)
+        )
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -87,7 +87,9 @@ def _apply_matches_real_run(workspace: Path, argv: list[str], tmp_path: Path) ->
 
 
 def test_sed_in_place_is_a_diff_and_applies_exactly(workspace: Path, tmp_path: Path) -> None:
-    effect = _apply_matches_real_run(workspace, ["sed", "-i", "s/beta/BETA/", "notes.txt"], tmp_path)
+    effect = _apply_matches_real_run(
+        workspace, ["sed", "-i", "s/beta/BETA/", "notes.txt"], tmp_path
+    )
     change = _by_path(effect)["notes.txt"]
     assert change["change"] == "changed"
     assert "-beta\n+BETA\n" in change["diff"]
