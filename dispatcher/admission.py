@@ -354,7 +354,14 @@ def _decide(
             reason = limits.too_many_asks_message()
             capped = Decision("deny", "limit:pending_asks", reason)
             return _settle(call, Status.DENIED, capped, kinds.CALL_DENIED, reason)
-        return _ask(call, decision, ctx, admission)
+        made = previews.preview_for(ctx)  # the command run over a copy-on-write workspace
+        if made is not None:
+            admission.previews.append((call, made))
+            lifted = made.lifted(ctx, decision)  # an effect rule (dispatcher.policy.effect_rules)
+            if lifted is not None:
+                call.provenance = {**call.provenance, "effect_digest": made.digest}
+                return _allow(call, lifted)
+        return _ask(call, decision, ctx, admission, made)
     return _allow(call, decision)
 
 
@@ -374,13 +381,18 @@ def _over_ask_cap(session: AgentSession, admission: _Admission) -> bool:
     return admission.pending_asks + len(admission.asks) >= limit
 
 
-def _ask(call: ToolCall, decision: Decision, ctx: CallContext, admission: _Admission) -> EventSpec:
-    """The call waits for a reviewer, who will see `presentation` (also in the audit)."""
+def _ask(
+    call: ToolCall,
+    decision: Decision,
+    ctx: CallContext,
+    admission: _Admission,
+    made: previews.Made | None = None,
+) -> EventSpec:
+    """The call waits for a reviewer, who will see `presentation` (also in the audit),
+    with the previewed effect when there is one."""
     presentation = ctx.tool.present_call(call.arguments or {}, ctx.workspace)
-    made = previews.preview_for(ctx)  # the command run over a copy-on-write workspace
     if made is not None:
         presentation = {**presentation, "preview": made.presentation()}
-        admission.previews.append((call, made))
     admission.asks.append((call, presentation))
     return new_transition(
         call,

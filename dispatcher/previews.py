@@ -27,7 +27,8 @@ from django.db import transaction
 
 from dispatcher import transitions
 from dispatcher.models import Preview, Status, ToolCall
-from dispatcher.policy.context import CallContext
+from dispatcher.policy import effect_rules
+from dispatcher.policy.context import CallContext, Decision
 from dispatcher.proposals import ProposedCall
 from dispatcher.tools import preview, preview_apply, workspace_lock
 from dispatcher.tools._paths import resolve_in_workspace
@@ -56,6 +57,17 @@ class Made:
             "appliable": self.effect.appliable,
             "note": self.note,
         }
+
+    @property
+    def digest(self) -> str:
+        return self.effect.digest if self.effect is not None else ""
+
+    def lifted(self, ctx: CallContext, decision: Decision) -> Decision | None:
+        """An effect rule's allow in place of the ask `decision`, or None."""
+        if self.effect is None:
+            return None
+        document = {**self.effect.document(), "appliable": self.effect.appliable}
+        return effect_rules.decide(ctx, decision, document)
 
     def row(self, call: ToolCall) -> Preview:
         effect = self.effect

@@ -175,7 +175,7 @@ def summary_of(document: dict[str, Any]) -> str:
     for change in document.get("changes", []):
         if change.get("kind") != "dir" or change.get("change") == "mode":
             counts[str(change.get("change"))] = counts.get(str(change.get("change")), 0) + 1
-    parts = []
+    parts: list[str] = []
     words = (("changed", "change"), ("created", "create"), ("deleted", "delete"))
     for key, verb in words:
         if counts[key]:
