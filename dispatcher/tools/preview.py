@@ -600,20 +600,31 @@ def _hidden_by_opaque(
 
 def fingerprint_of(workspace: Path) -> str:
     """A digest of every entry of `workspace` by kind, mode, size, mtime, ctime and inode
-    (Harness's hidden directories left out: the sandbox never shows them)."""
+    (Harness's hidden directories left out: the sandbox never shows them). Symlinks are
+    read as links, never followed."""
     hidden = {str(path) for path in sandbox.hidden_paths()}
     digest = hashlib.sha256()
     root = str(workspace.resolve())
-    for top, directories, files, dir_fd in os.fwalk(root, follow_symlinks=False):
-        directories[:] = sorted(d for d in directories if os.path.join(top, d) not in hidden)
-        for name in sorted([*directories, *files]):
+    pending = [(root, "")]
+    while pending:
+        top, prefix = pending.pop()
+        try:
+            with os.scandir(top) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.path in hidden:
+                continue
             with contextlib.suppress(FileNotFoundError):
-                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                rel = os.path.relpath(os.path.join(top, name), root)
+                info = entry.stat(follow_symlinks=False)
+                rel = prefix + entry.name
                 digest.update(
                     f"{rel}\0{info.st_mode:o} {info.st_size} {info.st_mtime_ns} "
                     f"{info.st_ctime_ns} {info.st_ino}\n".encode(errors="surrogateescape")
                 )
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append((entry.path, rel + "/"))
     top_info = os.lstat(root)
     digest.update(f".\0{top_info.st_mode:o} {top_info.st_mtime_ns} {top_info.st_ctime_ns}".encode())
     return digest.hexdigest()
