@@ -25,6 +25,7 @@ printed with the medians.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import statistics
@@ -85,12 +86,12 @@ def scenario_preview(pairs: int, quick: bool) -> list[Result]:
             def plain(w: Path = workspace, e: dict[str, str] = env) -> object:
                 return sandbox.run(COMMAND, workspace=w, cwd=w, env=e, limits=limits)
 
-            def previewed(w: Path = workspace, e: dict[str, str] = env) -> object:
+            def previewed(
+                w: Path = workspace, e: dict[str, str] = env, label: str = label
+            ) -> object:
                 with workspace_lock.held(w):
                     effect = preview.run_preview(COMMAND, cwd=w, workspace=w, env=e)
-                disk.setdefault(label, []).append(
-                    (Path(effect.store) / "upper.tar").stat().st_size
-                )
+                disk.setdefault(label, []).append((Path(effect.store) / "upper.tar").stat().st_size)
                 preview.discard(effect.store)
                 return effect
 
@@ -115,11 +116,15 @@ def scenario_preview(pairs: int, quick: bool) -> list[Result]:
         )
         for _ in range(pairs):
             apply_result.b.append(
-                _timed(lambda: sandbox.run(COMMAND, workspace=large, cwd=large, env=env, limits=limits))
+                _timed(
+                    lambda: sandbox.run(COMMAND, workspace=large, cwd=large, env=env, limits=limits)
+                )
             )
             with workspace_lock.held(large):
-                effect = preview.run_preview(COMMAND, cwd=large, workspace=large, env=env)
-                apply_result.p.append(_timed(lambda: preview_apply.apply(effect, large)))
+                effect: preview.Effect = preview.run_preview(
+                    COMMAND, cwd=large, workspace=large, env=env
+                )
+                apply_result.p.append(_timed(functools.partial(preview_apply.apply, effect, large)))
             preview.discard(effect.store)
         results.append(apply_result)
     finally:
