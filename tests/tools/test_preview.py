@@ -219,3 +219,13 @@ def test_the_digest_covers_the_effect(workspace: Path) -> None:
     for done in (one, two):
         preview.discard(done.store)
         assert not Path(done.store).exists()
+
+
+def test_bad_preview_settings_fail_at_start_up(settings: Any) -> None:
+    from dispatcher import checks
+
+    settings.HARNESS_PREVIEW_TIMEOUT = 0
+    settings.HARNESS_PREVIEW_MAX_BYTES = 1000
+    errors = checks.check_previews()
+    assert [e.id for e in errors] == ["dispatcher.E045", "dispatcher.E045"]
+    assert "HARNESS_PREVIEW_TIMEOUT must be a positive number" in errors[0].msg
