@@ -63,7 +63,7 @@ from typing import Any
 
 from django.conf import settings
 
-from dispatcher.tools import sandbox, sandbox_cgroups
+from dispatcher.tools import _confined, sandbox, sandbox_cgroups
 from dispatcher.tools.base import ToolError
 
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
@@ -138,6 +138,8 @@ class Effect:
     @property
     def appliable(self) -> bool:
         """Whether approving may apply this effect instead of running the command."""
+        if any(change["kind"] == "special" for change in self.changes):
+            return False
         return not self.limit and not self.network_attempted and not self.more_changes
 
     def why_not_appliable(self) -> str:
@@ -153,6 +155,8 @@ class Effect:
             return "the command tried to reach the network, which a preview does not have"
         if self.more_changes:
             return "the effect has more changes than a preview lists"
+        if any(change["kind"] == "special" for change in self.changes):
+            return "the command made a special file (a FIFO or a socket), which is not applied"
         return ""
 
     def counts(self) -> dict[str, int]:
@@ -433,10 +437,27 @@ def read_changes(tar_path: Path, workspace: Path) -> tuple[list[dict[str, Any]],
 
 
 def _lower(workspace: Path, rel: str) -> os.stat_result | None:
+    """What the workspace holds at `rel`, never through a symlink: a path below a symlink
+    (or below anything but a directory) does not exist in the workspace."""
     try:
-        return os.lstat(workspace / rel) if rel else os.lstat(workspace)
+        if not rel:
+            return os.lstat(workspace)
+        parts = rel.split("/")
+        for depth in range(1, len(parts)):
+            if not stat.S_ISDIR(os.lstat(workspace.joinpath(*parts[:depth])).st_mode):
+                return None
+        return os.lstat(workspace / rel)
     except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+def _lower_bytes(workspace: Path, rel: str) -> bytes:
+    """A regular file of the workspace, opened with no symlink followed (_confined)."""
+    with _confined.opened(workspace, workspace / rel, _confined.READ) as fd:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
 
 
 def _changes_of(
@@ -461,6 +482,9 @@ def _changes_of(
             yield _change(rel, "mode", "dir", stat.S_IMODE(lower.st_mode), member.mode)
         if _is_opaque(member) and lower is not None:
             yield from _hidden_by_opaque(workspace, rel, members)
+        return
+    if not (member.isfile() or member.islnk() or member.issym()):
+        yield _change(rel, "created", "special", None, member.mode)  # a FIFO: not applied
         return
     if member.issym():
         before = os.readlink(workspace / rel) if lower is not None else None
@@ -508,7 +532,7 @@ def _file_change(
         after = _member_bytes(tar, tar.getmember(member.linkname))
     else:
         after = _member_bytes(tar, member)
-    before = (workspace / rel).read_bytes() if lower is not None else None
+    before = _lower_bytes(workspace, rel) if lower is not None else None
     mode_before = stat.S_IMODE(lower.st_mode) if lower is not None else None
     if before == after and mode_before == member.mode:
         return  # copied up, unchanged (touched)
@@ -580,7 +604,7 @@ def _deleted_one(workspace: Path, rel: str, info: os.stat_result) -> Iterator[di
         yield _change(rel, "deleted", "symlink", None, None)
     else:
         change = _change(rel, "deleted", "file", info.st_mode, None)
-        before = (workspace / rel).read_bytes() if stat.S_ISREG(info.st_mode) else b""
+        before = _lower_bytes(workspace, rel) if stat.S_ISREG(info.st_mode) else b""
         yield change | _content(before, None)
 
 

@@ -37,6 +37,7 @@ class NotAppliable(Exception):
 
 def check(effect: Effect, workspace: Path) -> str | None:
     """Why `effect` may not be applied to `workspace` now, or None."""
+    workspace = workspace.resolve()
     if not effect.appliable:
         return effect.why_not_appliable()
     tar_path = Path(effect.store) / "upper.tar"
@@ -49,14 +50,14 @@ def check(effect: Effect, workspace: Path) -> str | None:
         return "the workspace changed since the preview"
     for change in effect.changes:
         before = change.get("sha256_before")
-        if before and _sha256_of(workspace / change["path"]) != before:
+        if before and _sha256_of(workspace, change["path"]) != before:
             return f"{change['path']} changed since the preview"
     return None
 
 
-def _sha256_of(path: Path) -> str | None:
+def _sha256_of(workspace: Path, rel: str) -> str | None:
     try:
-        with _confined.opened(path.parent, path, _confined.READ) as fd:
+        with _confined.opened(workspace, workspace / rel, _confined.READ) as fd:
             digest = hashlib.sha256()
             while chunk := os.read(fd, 1 << 20):
                 digest.update(chunk)
@@ -113,7 +114,13 @@ def _apply_member(
             _remove(name, dir_fd, existing)
             source = workspace / member_path(tar.getmember(member.linkname))
             with _confined.directory_beneath(workspace, source.parent) as source_fd:
-                os.link(source.name, name, src_dir_fd=source_fd, dst_dir_fd=dir_fd)
+                os.link(
+                    source.name,
+                    name,
+                    src_dir_fd=source_fd,
+                    dst_dir_fd=dir_fd,
+                    follow_symlinks=False,
+                )
         elif member.isfile():
             _write_file(tar, member, name, dir_fd, existing)
 
@@ -164,7 +171,10 @@ def _write_file(
     try:
         _confined.write_all(fd, data)
         sandbox.hand_over(fd)
-        os.fchmod(fd, member.mode)
+        mode = member.mode
+        if os.fstat(fd).st_uid == 0:  # never a set-id file of root's (no sandbox user)
+            mode &= ~(stat.S_ISUID | stat.S_ISGID)
+        os.fchmod(fd, mode)
         os.utime(fd, ns=(int(member.mtime * 1e9), int(member.mtime * 1e9)))
     finally:
         os.close(fd)

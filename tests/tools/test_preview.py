@@ -229,3 +229,28 @@ def test_bad_preview_settings_fail_at_start_up(settings: Any) -> None:
     errors = checks.check_previews()
     assert [e.id for e in errors] == ["dispatcher.E045", "dispatcher.E045"]
     assert "HARNESS_PREVIEW_TIMEOUT must be a positive number" in errors[0].msg
+
+
+def test_a_symlink_swapped_for_a_directory_never_reads_or_writes_the_host(
+    workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "etc").symlink_to("/etc")
+    shadow = Path("/etc/shadow").read_bytes()
+    effect = _apply_matches_real_run(
+        workspace, ["sh", "-c", "rm etc && mkdir etc && echo mine > etc/shadow"], tmp_path
+    )
+    changes = _by_path(effect)
+    etc = [(c["change"], c["kind"]) for c in effect.changes if c["path"] == "etc"]
+    assert sorted(etc) == [("created", "dir"), ("deleted", "symlink")]
+    assert changes["etc/shadow"]["change"] == "created"
+    assert changes["etc/shadow"]["diff"].endswith("+mine\n")
+    assert "root:" not in str(effect.document())  # the host's file was never read
+    assert (workspace / "etc" / "shadow").read_text() == "mine\n"
+    assert Path("/etc/shadow").read_bytes() == shadow
+
+
+def test_a_fifo_is_shown_and_makes_the_effect_run_for_real(workspace: Path) -> None:
+    effect = _preview(workspace, ["mkfifo", "pipe"])
+    assert _by_path(effect)["pipe"]["kind"] == "special"
+    assert not effect.appliable and "special file" in effect.why_not_appliable()
+    preview.discard(effect.store)
