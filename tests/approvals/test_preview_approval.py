@@ -207,3 +207,35 @@ def test_a_preview_that_needed_the_network_runs_for_real(
     completed = AuditEvent.objects.get(subject=f"call:{call.pk}", kind="call.completed")
     assert completed.payload["effect"]["outcome"] == "ran"
     assert completed.payload["effect"]["effect_digest"] == approval.effect_digest
+
+
+def test_another_call_of_the_session_changing_a_file_asks_again(
+    previews_on: None, agent: AgentFixture, reviewer_client: Client
+) -> None:
+    approval = _ask_script(agent)
+    session_id = str(approval.call.session_id)
+    assert _approve(reviewer_client, approval, approval.effect_digest).status_code in (200, 302)
+    writer = ask(
+        agent,
+        {"path": "other.txt", "content": "rewritten by another call\n"},
+        session_id=session_id,
+        call_id="w2",
+    )
+    data = {"action": "approve", "digest": writer.call.digest}
+    assert reviewer_client.post(f"/approvals/{writer.pk}/decide", data).status_code in (200, 302)
+    execution.execute_call(str(writer.call_id))
+    execution.execute_call(str(approval.call_id))
+
+    original = ToolCall.objects.get(pk=approval.call_id)
+    assert original.status == Status.EDITED
+    again = ToolCall.objects.get(edited_from=original)
+    assert again.status == Status.PENDING_APPROVAL
+    workspace = _workspace(agent)
+    assert (workspace / "other.txt").read_text() == "rewritten by another call\n"
+    assert (workspace / "notes.txt").read_text() == "alpha\nbeta\n"
+    # The agent's answer for its call follows the chain to the new ask.
+    response = Client().get(f"/api/v1/calls/{original.pk}", headers=agent.headers)
+    answer = response.json()
+    assert answer["status"] == "pending_approval"
+    assert answer["edited"]["tool_use_id"] == "c1#preview1"
+    assert answer["edited"]["by"] == "harness:preview"
