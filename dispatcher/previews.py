@@ -217,15 +217,33 @@ def _repreview_id(call: ToolCall) -> str:
     return f"{root}#preview{n}"
 
 
+ORPHAN_AGE = 3600.0  # seconds: a store no row names, older than this, is an orphan
+
+
 def sweep() -> int:
     """Remove the kept upper layers of calls that ended (denied, expired, cancelled, run
-    for real): the reconciler calls it. Returns how many were removed."""
+    for real), and stores no call names (an admission that was rolled back) once they are
+    an hour old: the reconciler calls it. Returns how many were removed."""
     removed = 0
+    named: set[str] = set()
     for row in Preview.objects.filter(kept=True).select_related("call"):
+        store = str(row.effect.get("store", ""))
         if row.call.is_terminal or row.outcome:
-            preview.discard(str(row.effect.get("store", "")))
+            preview.discard(store)
             Preview.objects.filter(pk=row.pk).update(kept=False)
             removed += 1
+        else:
+            named.add(store)
+    root = preview.store_root()
+    if root.is_dir():
+        now = time.time()
+        for path in root.iterdir():
+            if path.name == "mnt" or str(path) in named:
+                continue
+            with contextlib.suppress(OSError):
+                if now - path.stat().st_mtime > ORPHAN_AGE:
+                    preview.discard(str(path))
+                    removed += 1
     return removed
 
 

@@ -239,3 +239,23 @@ def test_another_call_of_the_session_changing_a_file_asks_again(
     assert answer["status"] == "pending_approval"
     assert answer["edited"]["tool_use_id"] == "c1#preview1"
     assert answer["edited"]["by"] == "harness:preview"
+
+
+def test_the_reconciler_removes_the_upper_layers_of_ended_calls_and_orphans(
+    previews_on: None, agent: AgentFixture, reviewer_client: Client
+) -> None:
+    approval = _ask_script(agent)
+    store = Path(Preview.objects.get(call=approval.call).effect["store"])
+    orphan = store.parent / ("0" * 32)
+    orphan.mkdir()
+    os.utime(orphan, (1, 1))  # long ago
+    kept = store.parent / ("1" * 32)
+    kept.mkdir()  # young: perhaps a preview still being made
+    execution.reconcile()
+    assert store.exists() and not orphan.exists() and kept.exists()  # the ask still waits
+    data = {"action": "deny", "digest": approval.call.digest}
+    assert reviewer_client.post(f"/approvals/{approval.pk}/decide", data).status_code in (200, 302)
+    assert execution.reconcile()["previews_removed"] >= 1
+    assert not store.exists()
+    assert not Preview.objects.get(call=approval.call).kept
+    kept.rmdir()
