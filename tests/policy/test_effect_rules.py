@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from dispatcher import execution
+from dispatcher import execution, simulation
 from dispatcher.models import AgentSession, Preview, Status, ToolCall
 from dispatcher.policy import effect_rules, profiles, rules
 from tests.approvals.conftest import start_session
@@ -106,3 +106,21 @@ def test_allows_a_build_under_build_and_asks_for_one_touching_src(
     assert not (workspace / "build" / "y").exists()
     offline = _submit(previewing, session_id, "b3", "getent hosts example.com > build/ip || true")
     assert offline["status"] == "pending_approval"  # tried the network: never by an effect rule
+
+
+def test_the_backtest_reads_effect_rules_over_recorded_previews(previewing: AgentFixture) -> None:
+    session_id = start_session(previewing)
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    (workspace / "src").mkdir()
+    (workspace / "src" / "main.c").write_text("int x;\n")
+    _submit(previewing, session_id, "b1", "mkdir -p build && cp src/main.c build/main.o")
+    touching = _submit(previewing, session_id, "b2", "echo // >> src/main.c")
+    assert touching["status"] == "pending_approval"
+    proposed = profiles.snapshot_of(
+        {"mode": "standard", "allow": ["effect(write: build/** src/**)"], "ask": [], "deny": []}
+    )
+    result = simulation.backtest(user=previewing.owner, proposed=proposed)
+    changed = {str(change.call.pk): change for change in result.changes}
+    assert list(changed) == [touching["id"]]
+    after = changed[touching["id"]].after
+    assert after.action == "allow" and after.rule == "effect(write: build/** src/**)"
