@@ -250,6 +250,7 @@ class Preview(models.Model):
 
     class Outcome(models.TextChoices):
         APPLIED = "applied"
+        APPLY_FAILED = "apply_failed"  # the workspace changed under the apply: said so
         RAN = "ran"
         REPREVIEWED = "repreviewed"
 

@@ -30,7 +30,7 @@ from dispatcher.models import Preview, Status, ToolCall
 from dispatcher.policy import effect_rules
 from dispatcher.policy.context import CallContext, Decision
 from dispatcher.proposals import ProposedCall
-from dispatcher.tools import preview, preview_apply, workspace_lock
+from dispatcher.tools import messages, preview, preview_apply, workspace_lock
 from dispatcher.tools._paths import resolve_in_workspace
 from dispatcher.tools.base import Tool, ToolError
 from dispatcher.tools.run_command import scrubbed_environment
@@ -149,8 +149,10 @@ def settle(call: ToolCall, tool: Tool, row: Preview, workspace: Path) -> tuple[s
     run for real (the preview hit a limit or needed the network)."""
     try:
         effect = preview_apply.effect_from(row.effect)
-    except (preview_apply.NotAppliable, TypeError) as error:
-        return "run", _mark(row, Preview.Outcome.RAN, f"the stored effect is unreadable ({error})")
+    except (preview_apply.NotAppliable, TypeError):
+        effect = None
+    if effect is None or effect.digest != row.effect_digest:  # fail closed: ask again
+        return "repreview", "the stored effect does not match the approved effect digest"
     if not effect.appliable:
         return "run", _mark(row, Preview.Outcome.RAN, effect.why_not_appliable())
     reason = preview_apply.check(effect, workspace)
@@ -159,16 +161,22 @@ def settle(call: ToolCall, tool: Tool, row: Preview, workspace: Path) -> tuple[s
     if not transitions.claim(call, tool):
         return "gone", ""
     started = time.monotonic()
-    preview_apply.apply(effect, workspace)
+    outcome, content, failed = Preview.Outcome.APPLIED, preview_apply.result_text(effect), False
+    try:
+        preview_apply.apply(effect, workspace, checked=True)  # checked above, same lock hold
+    except (OSError, preview_apply.NotAppliable) as error:
+        # Something outside Harness changed the workspace under the lock: said, not hidden.
+        outcome, failed = Preview.Outcome.APPLY_FAILED, True
+        content = messages.apply_failed(call.name, str(error))
     with transaction.atomic():
-        Preview.objects.filter(pk=row.pk).update(outcome=Preview.Outcome.APPLIED, kept=False)
+        Preview.objects.filter(pk=row.pk).update(outcome=outcome, kept=False)
         transitions.finish(
             call,
             Status.COMPLETED,
-            preview_apply.result_text(effect),
-            False,
+            content,
+            failed,
             time.monotonic() - started,
-            audit={"effect": {"outcome": "applied", **digests(row)}},
+            audit={"effect": {"outcome": str(outcome), **digests(row)}},
         )
     preview.discard(effect.store)
     return "applied", ""

@@ -148,3 +148,13 @@ def repreviewed(tool_name: str, tool_use_id: str, reason: str) -> str:
         f"call '{tool_use_id}', which a reviewer must approve again. What follows is that "
         "call's result.]"
     )
+
+
+def apply_failed(tool_name: str, error: str) -> str:
+    """Applying an approved previewed effect failed partway: the workspace changed under
+    it from outside Harness. What the model reads: the workspace may hold part of it."""
+    return (
+        f"Applying the approved effect of this '{tool_name}' call failed partway ({error}): "
+        "something outside Harness changed the workspace meanwhile, so it may hold part of "
+        "the effect. Look at the files involved before calling again."
+    )

@@ -66,9 +66,11 @@ def _sha256_of(workspace: Path, rel: str) -> str | None:
         return None
 
 
-def apply(effect: Effect, workspace: Path) -> None:
-    """Write the previewed upper layer over `workspace`. Raises NotAppliable (see check)."""
-    reason = check(effect, workspace)
+def apply(effect: Effect, workspace: Path, *, checked: bool = False) -> None:
+    """Write the previewed upper layer over `workspace`. Raises NotAppliable (see check)
+    unless `checked` (the caller ran `check` under the same hold of the lock), and
+    OSError when the workspace changes under it."""
+    reason = None if checked else check(effect, workspace)
     if reason is not None:
         raise NotAppliable(reason)
     workspace = workspace.resolve()
