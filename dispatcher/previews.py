@@ -98,6 +98,9 @@ def preview_for(ctx: CallContext) -> Made | None:
         return Made(None, "No preview: another call was running in the workspace.")
     except ToolError as error:
         return Made(None, f"No preview: {error}")
+    except OSError as error:  # a preview never breaks admission: the call asks without one
+        logger.warning("preview of call %s failed: %s", ctx.call_id, error)
+        return Made(None, f"No preview: it failed on this host ({error.strerror or error}).")
     return Made(effect, "" if effect.appliable else effect.why_not_appliable())
 
 

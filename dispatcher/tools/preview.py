@@ -339,10 +339,15 @@ def _effect(
         limit = limit or "output"
     if start_failure is not None:
         limit = limit or "start"
-    if "tar failed" in facts.get("tar", "") or not (store / "upper.tar").exists():
-        raise PreviewUnavailable("The preview's upper layer could not be read.")
     tar_path = store / "upper.tar"
-    changes, more = read_changes(tar_path, workspace)
+    if facts.get("tar") == "failed" or not tar_path.exists():
+        raise PreviewUnavailable("The preview's upper layer could not be read.")
+    try:
+        changes, more = read_changes(tar_path, workspace)
+    except (tarfile.TarError, OSError) as error:
+        raise PreviewUnavailable(
+            f"The preview's upper layer could not be read ({error})."
+        ) from None
     return Effect(
         changes=changes,
         more_changes=more,
@@ -544,8 +549,7 @@ def _file_change(
     yield change
 
 
-def _member_bytes(tar: tarfile.TarInfo | tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
-    assert isinstance(tar, tarfile.TarFile)
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
     handle = tar.extractfile(member)
     return handle.read() if handle is not None else b""
 

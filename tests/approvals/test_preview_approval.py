@@ -259,3 +259,23 @@ def test_the_reconciler_removes_the_upper_layers_of_ended_calls_and_orphans(
     assert not store.exists()
     assert not Preview.objects.get(call=approval.call).kept
     kept.rmdir()
+
+
+def test_a_busy_workspace_asks_without_a_preview_and_says_so(
+    previews_on: None, agent: AgentFixture, reviewer_client: Client
+) -> None:
+    from dispatcher.tools import workspace_lock
+    from tests.approvals.conftest import start_session
+
+    session_id = start_session(agent)
+    workspace = _workspace(agent)
+    with workspace_lock.held(workspace):  # another call runs there
+        approval = ask(agent, {"argv": ["touch", "x"]}, session_id=session_id, name="run_command")
+    assert approval.effect_digest == ""
+    page = reviewer_client.get(f"/approvals/{approval.pk}/").content.decode()
+    assert "No preview: another call was running in the workspace." in page
+    assert "Approving runs the command for real." in page
+    assert _approve(reviewer_client, approval, "").status_code in (200, 302)
+    execution.execute_call(str(approval.call_id))
+    assert ToolCall.objects.get(pk=approval.call_id).status == Status.COMPLETED
+    assert (workspace / "x").exists()
