@@ -83,7 +83,7 @@ mount -t tmpfs -o "size=$cap,mode=0700" harness-preview "$mnt" || exit 125
 mkdir "$mnt/upper" "$mnt/work" || exit 125
 chown --reference="$ws" "$mnt/upper" && chmod --reference="$ws" "$mnt/upper" || exit 125
 mount -t overlay harness-preview \
-  -o "lowerdir=$ws,upperdir=$mnt/upper,workdir=$mnt/work,redirect_dir=off,index=off,metacopy=off$opts" \
+  -o "lowerdir=$ws,upperdir=$mnt/upper,workdir=$mnt/work,index=off,metacopy=off$opts" \
   "$ws" || exit 125
 ip link set lo up 2>/dev/null
 timeout -k 2 "$limit" "$@"
@@ -260,9 +260,10 @@ def _mount_point(workspace: Path) -> Path:
 
 def _namespace_prefix() -> tuple[list[str], str]:
     unshare = ["unshare", "--mount", "--net", "--propagation", "private"]
-    if os.geteuid() != 0:  # kernel overlayfs in a user namespace (Linux 5.11+)
+    if os.geteuid() != 0:  # kernel overlayfs in a user namespace (Linux 5.11+), whose
+        # userxattr makes no redirects already (and refuses redirect_dir=off)
         return ["unshare", "--user", "--map-root-user", *unshare[1:]], ",userxattr"
-    return unshare, ""
+    return unshare, ",redirect_dir=off"  # a renamed directory is copied, never redirected
 
 
 def _run_in_namespace(
