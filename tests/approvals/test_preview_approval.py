@@ -279,3 +279,24 @@ def test_a_busy_workspace_asks_without_a_preview_and_says_so(
     execution.execute_call(str(approval.call_id))
     assert ToolCall.objects.get(pk=approval.call_id).status == Status.COMPLETED
     assert (workspace / "x").exists()
+
+
+def test_a_preview_that_hit_its_time_limit_says_it_will_run_for_real(
+    previews_on: None, settings: Any, agent: AgentFixture, reviewer_client: Client
+) -> None:
+    from tests.approvals.conftest import start_session
+
+    settings.HARNESS_PREVIEW_TIMEOUT = 1
+    session_id = start_session(agent)
+    approval = ask(
+        agent,
+        {"argv": ["sh", "-c", "echo working; while :; do :; done"]},
+        session_id=session_id,
+        name="run_command",
+    )
+    assert not Preview.objects.get(call=approval.call).appliable
+    page = reviewer_client.get(f"/approvals/{approval.pk}/").content.decode()
+    assert "This preview cannot be applied (the preview hit its time limit)" in page
+    assert "approving runs the command for real" in page
+    assert "killed at the preview&#x27;s time limit (1 s)" in page
+    assert "stopped at the preview&#x27;s time limit" in page
