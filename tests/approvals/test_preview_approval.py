@@ -299,4 +299,4 @@ def test_a_preview_that_hit_its_time_limit_says_it_will_run_for_real(
     assert "This preview cannot be applied (the preview hit its time limit)" in page
     assert "approving runs the command for real" in page
     assert "killed at the preview&#x27;s time limit (1 s)" in page
-    assert "stopped at the preview&#x27;s time limit" in page
+    assert "stopped at the preview's time limit" in page
