@@ -161,8 +161,11 @@ def person_for(claim: Claim, user: Any) -> User:
     return claim.recipient
 
 
-def use(*, token: str, user: Any, digest: str, comment: str = "") -> ApprovalRequest:
-    """Decide with a link, once: `digest` is the one the confirm page showed. Raises
+def use(
+    *, token: str, user: Any, digest: str, comment: str = "", effect_digest: str = ""
+) -> ApprovalRequest:
+    """Decide with a link, once: `digest` (and for a previewed command `effect_digest`)
+    the one the confirm page showed. Raises
     LinkRefused (with services.DecisionRefused's answer when the decision is refused)."""
     claim = read(token)
     person = person_for(claim, user)
@@ -190,6 +193,7 @@ def use(*, token: str, user: Any, digest: str, comment: str = "") -> ApprovalReq
                 digest=digest,
                 feedback=comment,
                 via="link",
+                effect_digest=effect_digest,
             )
     except services.DecisionRefused as refusal:
         raise LinkRefused(str(refusal), refusal.status) from None

@@ -31,6 +31,10 @@ class ApprovalRequest(models.Model):
     asked_by = models.CharField(max_length=200)
     presentation = models.JSONField(default=dict, help_text="The tool's present_call output.")
     digest = models.CharField(max_length=64, help_text="Digest of the logged arguments.")
+    # A previewed command: the digest of the effect the reviewer is shown (issue 36). An
+    # approval counts only with this digest too; "" when nothing was previewed. (A
+    # database default: a process of the release before it still inserts requests.)
+    effect_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     # Quorum: how many distinct reviewers must approve (of `group`, when set).

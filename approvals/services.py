@@ -48,6 +48,7 @@ def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalReq
         asked_by=call.decided_by,
         presentation=presentation,
         digest=call.digest,
+        effect_digest=str((presentation.get("preview") or {}).get("digest", "")),
         expires_at=timezone.now() + timedelta(seconds=settings.HARNESS_APPROVAL_TIMEOUT),
         approvals_required=max(1, int(call.provenance.get("approvals", 1))),
         group=str(call.provenance.get("group", "")),
@@ -67,8 +68,13 @@ def decide(
     allow_session: bool = False,
     via: str = "queue",
     signed: stepup.Signed | None = None,
+    effect_digest: str = "",
 ) -> ApprovalRequest:
     """Approve or deny one pending call as `user`, who saw arguments with `digest`.
+
+    A previewed command (the request has an `effect_digest`) is approved only with the
+    digest of the effect the reviewer saw as `effect_digest` too (409 otherwise, audited
+    like an arguments mismatch); a deny needs no effect digest.
 
     With `allow_session` (approve only), the same transaction also grants the narrowest
     rule naming this call (its exact command or path) for the rest of its session; when no
@@ -110,6 +116,8 @@ def decide(
             raise DecisionRefused("This approval request does not exist.", 404)
         now = timezone.now()  # the decision's time: checked against the deadline, recorded
         refusal = _outside(approval, scope) or _refusal(approval, user, digest, now)
+        if refusal is None and approve:
+            refusal = _effect_refusal(approval, user, effect_digest)
         if refusal is None and approve:
             refusal = _vote_refusal(approval, user, allow_session)
         signature: dict[str, Any] | None = None
@@ -207,6 +215,30 @@ def _signature(
             payload={"call_id": str(approval.call_id), "verdict": verdict, "reason": str(refused)},
         )
         return None, DecisionRefused(str(refused), refused.status)
+
+
+def _effect_refusal(
+    approval: ApprovalRequest, user: AbstractBaseUser, effect_digest: str
+) -> DecisionRefused | None:
+    """An approval binds to the previewed effect as well as to the arguments."""
+    if not approval.effect_digest or effect_digest == approval.effect_digest:
+        return None
+    record_event(
+        kind=kinds.APPROVAL_DIGEST_MISMATCH,
+        actor=f"user:{user.get_username()}",
+        subject=f"call:{approval.call_id}",
+        session_id=approval.call.session_id,
+        payload={
+            "call_id": str(approval.call_id),
+            "effect_digest_seen": effect_digest,
+            "effect_digest_previewed": approval.effect_digest,
+        },
+    )
+    return DecisionRefused(
+        "The effect you reviewed is not the previewed effect of this command (effect digest "
+        "mismatch). Reload the call and review what it would do again.",
+        409,
+    )
 
 
 def _vote_refusal(
@@ -526,8 +558,11 @@ def _replace(
             .select_related("call__session__agent")
             .get(call=new)
         )
-        if _vote_refusal(replacement_approval, user, False) is None and not (
-            replacement_approval.needs_key("approve")
+        # A previewed command's effect was not seen yet: it asks the editor again.
+        if (
+            not replacement_approval.effect_digest
+            and _vote_refusal(replacement_approval, user, False) is None
+            and not replacement_approval.needs_key("approve")
         ):
             # The edit is the editor's approval of what they wrote (unless a passkey must
             # sign it: the editor then approves the new call from the queue, signing it).

@@ -75,6 +75,7 @@ def decide(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
             feedback=request.POST.get("feedback", "").strip(),
             allow_session=action == "approve_session",
             signed=_signed(request, approval_id, "deny" if action == "deny" else "approve"),
+            effect_digest=request.POST.get("effect_digest", ""),
         )
     except services.DecisionRefused as refusal:
         return _answer(request, approval_id, str(refusal), status=refusal.status)
@@ -249,6 +250,7 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
             user=request.user,
             digest=request.POST.get("digest", ""),
             comment=request.POST.get("feedback", "").strip(),
+            effect_digest=request.POST.get("effect_digest", ""),
         )
     except links.LinkRefused as refused:
         return render(request, LINK, {"refused": str(refused)}, status=refused.status)

@@ -83,6 +83,11 @@ CALL_UNREPORTED = register(
     "call.unreported", "never reported by the client", counter="outcome_unknown", result=True
 )
 CALL_EDITED = register("call.edited", "edited by a reviewer", review=True, result=True)
+# The workspace changed between a command's preview and the apply of its approved effect:
+# nothing applied, nothing run; a linked new call previews it again and asks again.
+CALL_REPREVIEWED = register(
+    "call.repreviewed", "previewed again: the workspace changed", result=True
+)
 
 # --- Agents, sessions, policy, reviewers, roles -----------------------------------------
 AGENT_CREATED = register("agent.created", "agent created")

@@ -121,6 +121,9 @@ def approve_pending(result: Result, username: str, out: Out) -> None:
             continue
         row = ToolCall.objects.get(pk=call["id"])
         approval = ApprovalRequest.objects.get(call_id=row.pk)
+        preview = approval.presentation.get("preview") or {}
+        if preview.get("summary"):
+            out.write(f"  (the reviewer sees, above the command: {preview['summary']})\n")
         if approval.needs_key("approve"):
             # A step-up rule: no approval without a passkey, and the demo holds none.
             try:
@@ -142,6 +145,7 @@ def approve_pending(result: Result, username: str, out: Out) -> None:
             approve=True,
             digest=row.digest,
             feedback="Approved automatically by the demo (--auto-approve-as).",
+            effect_digest=approval.effect_digest,  # the previewed effect it was shown
         )
         out.write(f"  (auto-approved {call['name']} as reviewer '{username}')\n")
 
@@ -338,6 +342,16 @@ SCENARIOS = (
         lambda note: {"path": STEP_UP_PATH, "content": "Release on Friday.\n"},
         ("completed", "denied"),
         "a step-up rule: only an approval signed with a passkey lets it run",
+    ),
+    Scenario(
+        "ASK with a preview: sed -i on the file (the reviewer sees its effect)",
+        "previewed, approved, the previewed effect applied",
+        "native",
+        "run_command",
+        lambda note: {"argv": ["sed", "-i", "s/demo agent/demo agent, edited by sed/", note]},
+        "completed",
+        "the reviewer saw 'This command would: change 1 file' and its diff; approving "
+        "applied exactly that",
     ),
     Scenario(
         "DENY: delete a file",

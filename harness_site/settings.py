@@ -387,6 +387,12 @@ HARNESS_SANDBOX_USER = env("HARNESS_SANDBOX_USER", "harness-sandbox")
 # Memory one sandboxed program may use, in bytes (a memory cgroup per call where one can
 # be made, else RLIMIT_AS per process); checked at start-up (dispatcher.E044).
 HARNESS_SANDBOX_MEMORY = env("HARNESS_SANDBOX_MEMORY", str(2 << 30))
+# Previews (docs/security.md, "Previews"): a run_command that asks first runs over a
+# copy-on-write view of the workspace, with no network, for at most this many seconds and
+# writing at most this many bytes; the reviewer sees its effect, and approving applies it.
+HARNESS_PREVIEW = env_bool("HARNESS_PREVIEW", True)
+HARNESS_PREVIEW_TIMEOUT = float(env("HARNESS_PREVIEW_TIMEOUT", "10"))
+HARNESS_PREVIEW_MAX_BYTES = int(env("HARNESS_PREVIEW_MAX_BYTES", str(64 << 20)))
 # The backstop for any tool: a worker child still inside one call this long is killed by
 # its pool (a body that holds the GIL, a hung C call). Its call, still running, ends
 # outcome_unknown when its lease expires (messages are acked early: never re-run). No

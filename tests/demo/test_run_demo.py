@@ -95,6 +95,9 @@ def test_run_demo_shows_every_outcome_and_leaves_nothing_running(data_dir: Path)
         r"write_file\(\{\"path\": \"release-plan.md\".*\n.*auto-approve refused: This call must "
         r"be signed with your passkey.*\n.*denied write_file.*\n.*status=denied decision=deny "
         r"decided_by=user:reviewer",
+        # A command previewed: the reviewer sees its effect; approving applies it.
+        r"run_command\(.*\n.*the reviewer sees, above the command: This command would: "
+        r"change 1 file\)\n.*auto-approved run_command.*\n.*status=completed",
         r"delete_file\(.*\n.*status=denied decision=deny decided_by=mode:standard",
         r"Tool 'readFile' does not exist\..*Did you mean 'read_file'\?",
         r"\$\.path: expected string",
