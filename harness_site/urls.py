@@ -20,6 +20,9 @@ urlpatterns = [
     path("permissions/", include("dispatcher.policy.urls")),
     path("agents/", include("dispatcher.urls")),
     path("tools/", include("dispatcher.tools.sources.urls")),
+    # OAuth for agents: metadata, authorize (consent), token, device (agentauth/).
+    path("", include("agentauth.urls")),
+    path("account/agents/", include("agentauth.account_urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
