@@ -49,3 +49,10 @@ if settings.HARNESS_OAUTH_DYNAMIC_REGISTRATION:
             name="dcr-register",
         )
     )
+
+# A person's own agents (namespace "agentauth", mounted at /account/agents/).
+account_urlpatterns = [
+    path("", views.my_agents, name="mine"),
+    path("<int:agent_id>/sign-out", views.sign_out, name="sign-out"),
+    path("<int:agent_id>/revoke", views.revoke, name="revoke"),
+]

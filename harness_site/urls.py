@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from agentauth.urls import account_urlpatterns
 from dispatcher.gateways import claude_code, codex, gemini
 from dispatcher.gateways.api import api
 
@@ -22,7 +23,7 @@ urlpatterns = [
     path("tools/", include("dispatcher.tools.sources.urls")),
     # OAuth for agents: metadata, authorize (consent), token, device (agentauth/).
     path("", include("agentauth.urls")),
-    path("account/agents/", include("agentauth.account_urls")),
+    path("account/agents/", include((account_urlpatterns, "agentauth"))),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
