@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from oauth2_provider.models import AccessToken, RefreshToken
+from oauth2_provider.models import AccessToken, RefreshToken, get_application_model
 
 from agentauth.models import AgentClient, PendingAgent, Registration
 from audit import kinds
@@ -97,9 +97,8 @@ def _free_name(owner: User, wanted: str) -> str:
 def approve_device(*, owner: User, device_grant: Any, mode: str, actor: str) -> Agent:
     """A device code (harness-hook login) approved by `owner`: its agent, as
     authorize_agent makes it, is the one the device's tokens will stand for."""
-    agent = authorize_agent(
-        owner=owner, application=device_grant.application, mode=mode, actor=actor
-    )
+    application = get_application_model().objects.get(client_id=device_grant.client_id)
+    agent = authorize_agent(owner=owner, application=application, mode=mode, actor=actor)
     PendingAgent.objects.update_or_create(device_grant=device_grant, defaults={"agent": agent})
     return agent
 

@@ -13,14 +13,15 @@ import hashlib
 import secrets
 from typing import Any
 
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from agentauth.models import AgentToken
+from dispatcher import agents
 from dispatcher.models import Agent, AgentSession
 from dispatcher.policy.models import SessionGrant
 from floor.compiled import Compiled
 
+HOOKS_PATH = "/api/v1/hooks/"
 ACCESS_PREFIX = "hro_"
 REFRESH_PREFIX = "hrr_"
 
@@ -107,5 +108,18 @@ def agent_for(token: str, audience: str) -> Agent | None:
     return agent
 
 
-def tokens_of(agent: Agent) -> QuerySet[AgentToken]:
-    return AgentToken.objects.filter(agent=agent)
+def client_session_for_token(
+    *, token: str, audience: str, client: str, external_id: str, project_dir: str
+) -> AgentSession | None:
+    """The hooks' read for an access token, as dispatcher.agents.client_session_for_token
+    is for a bearer token: the client session `external_id` (started on first sight) of
+    the agent the token for `audience` was issued to. None for a bad token."""
+    session = loaded_session(token, client, external_id, audience)
+    if session is not None:
+        return session  # type: ignore[no-any-return]
+    agent = agent_for(token, audience)
+    if agent is None:
+        return None
+    return agents.client_session(
+        agent=agent, client=client, external_id=external_id, project_dir=project_dir
+    )

@@ -36,7 +36,7 @@ urlpatterns = [
     path("oauth/revoke/", oauth.RevokeTokenView.as_view(), name="revoke-token"),
     path(
         "oauth/device-authorization/",
-        oauth.DeviceAuthorizationView.as_view(),
+        views.device_authorization,
         name="device-authorization",
     ),
     path("oauth/device/", views.device, name="device"),

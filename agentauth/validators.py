@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest
+from oauth2_provider.models import DeviceGrant
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
 
 from agentauth.models import AgentToken, PendingAgent
+from agentauth.tokens import HOOKS_PATH
 
 MCP_PATH = "/mcp/"
-HOOKS_PATH = "/api/v1/hooks/"
 
 
 def resources_of(origin: str) -> tuple[str, str]:
@@ -97,6 +98,28 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         access_token = super()._create_access_token(expires, request, token, source_refresh_token)
         AgentToken.objects.create(access_token=access_token, agent_id=agent_id)
         return access_token
+
+    def validate_device_code(
+        self, client_id: str, code: str, request: Any, *args: Any, **kwargs: Any
+    ) -> str | None:
+        """oauthlib 4 asks the validator for a device code's status (RFC 8628 3.5), which
+        django-oauth-toolkit 3.4.1 does not implement (its token view checks the status
+        itself first, then oauthlib 4 calls this): the code's status, and the person who
+        approved it on the request. None: no such code of this client."""
+        grant = DeviceGrant.objects.filter(device_code=code, client_id=client_id).first()
+        if grant is None:
+            return None
+        if grant.status == DeviceGrant.AUTHORIZED and grant.user_id is not None:
+            if grant.is_expired():
+                return "expired_token"
+            request.user = grant.user
+            request.scopes = grant.scope.split() if grant.scope else []
+            return "authorized"
+        return {
+            DeviceGrant.AUTHORIZATION_PENDING: "authorization_pending",
+            DeviceGrant.DENIED: "access_denied",
+            DeviceGrant.EXPIRED: "expired_token",
+        }.get(grant.status)
 
 
 def device_agent(request: Any) -> None:

@@ -23,6 +23,7 @@ from django.utils import timezone
 from django.utils.csp import CSP
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
+from oauth2_provider import views as oauth_views
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.models import AccessToken, DeviceGrant, get_application_model
 from oauth2_provider.views import AuthorizationView
@@ -238,3 +239,20 @@ class ResourceMetadataView(OAuthProtectedResourceMetadataView):  # type: ignore[
 
 
 resource_metadata = ResourceMetadataView.as_view()
+
+
+class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ignore[misc]
+    """/oauth/device-authorization/ (RFC 8628), django-oauth-toolkit's, made to work with
+    oauthlib 4: oauthlib 4.0 adds `scope` to the device authorization response, which
+    django-oauth-toolkit 3.4.1's DeviceCodeResponse does not take (a TypeError, a 500, on
+    every request). The scope is not an RFC 8628 field; the grant keeps the requested or
+    default scope either way."""
+
+    def create_device_authorization_response(self, request: HttpRequest) -> Any:
+        headers, response, status = super().create_device_authorization_response(request)
+        if status == 200 and isinstance(response, dict):
+            response.pop("scope", None)
+        return headers, response, status
+
+
+device_authorization = DeviceAuthorizationView.as_view()

@@ -6,7 +6,6 @@ tools/list and a call, in a session of the agent the person approved."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -21,21 +20,11 @@ from agentauth.models import AgentClient
 from dispatcher.models import AgentSession
 from tests.mcp.conftest import run, text_of
 from tests.support.factories import make_user, unique
-from tests.support.live import LiveStack
-from tests.support.oauth import DocumentServer, document_server
-from tests.support.oauth_live import OAuthStack, Person, oauth_daphne, query_of
+from tests.support.oauth import DocumentServer
+from tests.support.oauth_live import OAuthStack, Person, query_of
 
 pytestmark = pytest.mark.live
 CALLBACK = "http://127.0.0.1:33418/callback"
-
-
-@pytest.fixture(scope="module")
-def oauth_stack(
-    live_stack: LiveStack, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OAuthStack]:
-    tmp = tmp_path_factory.mktemp("oauth")
-    with document_server(tmp) as documents, oauth_daphne(live_stack, documents, tmp) as stack:
-        yield stack
 
 
 class Memory:
