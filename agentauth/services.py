@@ -109,7 +109,8 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
     Returns how many access tokens ended. Audited as agent.signed_out."""
     access = AccessToken.objects.filter(harness__agent=agent)
     RefreshToken.objects.filter(access_token__in=access).delete()
-    count, _ = access.delete()
+    _, deleted = access.delete()
+    count = deleted.get(AccessToken._meta.label, 0)
     record_event(
         kind=kinds.AGENT_SIGNED_OUT,
         actor=actor,

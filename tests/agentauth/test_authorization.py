@@ -270,3 +270,40 @@ def test_bearer_tokens_from_create_agent_keep_working() -> None:
     fixture = make_agent()
     agent, _ = mcp_http.authenticate(fixture.token, "", MCP)
     assert agent is not None and agent.pk == fixture.agent.pk
+
+
+def test_the_printed_hook_settings_say_the_hooks_use_the_sign_in(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from django.core.management import call_command
+
+    for command, client in (
+        ("claude_code_settings", "Claude Code"),
+        ("codex_settings", "Codex"),
+        ("gemini_settings", "Gemini CLI"),
+    ):
+        call_command(command, "--url", "https://harness.example")
+        err = capsys.readouterr().err
+        assert f"{client} acts as the agent each developer approves with" in err
+        assert "harness-hook login --url https://harness.example" in err
+        assert "HARNESS_TOKEN is unset" in err
+
+
+def test_a_person_sees_and_revokes_their_own_agents_only(documents: DocumentServer) -> None:
+    person, other = make_user(unique("dev")), make_user(unique("dev"))
+    client_id, answer = sign_in_agent(documents, person)
+    agent = mcp_http.authenticate(answer["access_token"], "", MCP)[0]
+    assert agent is not None
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(person)
+    page = browser.get("/account/agents/")
+    assert agent.name in page.content.decode() and "Claude Test" in page.content.decode()
+    assert browser.post(f"/account/agents/{agent.pk}/sign-out").status_code == 403  # CSRF
+    stranger = signed_in(other)
+    assert stranger.post(f"/account/agents/{agent.pk}/sign-out").status_code == 404
+    assert mcp_http.authenticate(answer["access_token"], "", MCP)[0] is not None
+    assert signed_in(person).post(f"/account/agents/{agent.pk}/sign-out").status_code == 302
+    assert mcp_http.authenticate(answer["access_token"], "", MCP) == (None, None)
+    assert refresh(client_id, answer["refresh_token"]).status_code == 400
+    event = AuditEvent.objects.get(kind="agent.signed_out", subject=f"agent:{agent.pk}")
+    assert event.payload["tokens"] == 1
