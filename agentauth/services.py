@@ -110,7 +110,7 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
     access = AccessToken.objects.filter(harness__agent=agent)
     RefreshToken.objects.filter(access_token__in=access).delete()
     _, deleted = access.delete()
-    count = deleted.get(AccessToken._meta.label, 0)
+    count = int(deleted.get(AccessToken._meta.label, 0))
     record_event(
         kind=kinds.AGENT_SIGNED_OUT,
         actor=actor,

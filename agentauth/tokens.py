@@ -95,7 +95,7 @@ def loaded_session(token: str, client: str, external_id: str, audience: str) -> 
     session = _SESSION.first(checksum(token), timezone.now(), client, external_id)
     if session is None or not audience_matches(session.token_audience, audience):
         return None
-    session.agent.mode_ceiling = session.mode_ceiling
+    session.agent.mode_ceiling = session.mode_ceiling  # type: ignore[attr-defined]
     return session
 
 

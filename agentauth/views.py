@@ -31,6 +31,7 @@ from oauth2_provider.views.device import DeviceGrantForm
 from oauth2_provider.views.metadata import OAuthProtectedResourceMetadataView
 
 from agentauth import services
+from audit.roles import HtmxHttpRequest
 from agentauth.models import AgentClient
 from agentauth.validators import MCP_PATH
 from dispatcher.models import Agent
@@ -143,7 +144,7 @@ consent = login_required(ConsentView.as_view())
 @login_required
 @require_http_methods(["GET", "POST"])
 @never_cache
-def device(request: HttpRequest) -> HttpResponse:
+def device(request: HtmxHttpRequest) -> HttpResponse:
     """/oauth/device/: a signed-in person types the code `harness-hook login` showed and
     approves the device as their agent, with the profile it runs under."""
     modes = _modes(request.user)
@@ -180,7 +181,7 @@ def device(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET"])
 @never_cache
-def my_agents(request: HttpRequest) -> HttpResponse:
+def my_agents(request: HtmxHttpRequest) -> HttpResponse:
     """/account/agents/: the signed-in person's own agents, how each was made, and the
     OAuth tokens alive for each."""
     agents = list(Agent.objects.filter(owner=request.user).order_by("-is_active", "name"))
@@ -208,13 +209,13 @@ def my_agents(request: HttpRequest) -> HttpResponse:
     return render(request, "agentauth/mine.html", {"rows": rows})
 
 
-def _own_agent(request: HttpRequest, agent_id: int) -> Agent:
+def _own_agent(request: HtmxHttpRequest, agent_id: int) -> Agent:
     return get_object_or_404(Agent, pk=agent_id, owner=request.user)
 
 
 @login_required
 @require_POST
-def sign_out(request: HttpRequest, agent_id: int) -> HttpResponse:
+def sign_out(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
     agent = _own_agent(request, agent_id)
     count = services.sign_out_agent(agent=agent, actor=_actor(request))
     messages.success(request, f"Signed '{agent.name}' out: {count} token(s) revoked.")
@@ -223,7 +224,7 @@ def sign_out(request: HttpRequest, agent_id: int) -> HttpResponse:
 
 @login_required
 @require_POST
-def revoke(request: HttpRequest, agent_id: int) -> HttpResponse:
+def revoke(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
     agent = _own_agent(request, agent_id)
     services.revoke_agent(agent=agent, actor=_actor(request))
     messages.success(request, f"Agent '{agent.name}' revoked: none of its tokens works now.")
