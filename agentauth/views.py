@@ -31,9 +31,9 @@ from oauth2_provider.views.device import DeviceGrantForm
 from oauth2_provider.views.metadata import OAuthProtectedResourceMetadataView
 
 from agentauth import services
-from audit.roles import HtmxHttpRequest
 from agentauth.models import AgentClient
 from agentauth.validators import MCP_PATH
+from audit.roles import HtmxHttpRequest
 from dispatcher.models import Agent
 from dispatcher.policy.models import Mode, narrower_mode
 from dispatcher.policy.profiles import profile_for

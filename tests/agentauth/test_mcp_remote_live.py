@@ -80,12 +80,14 @@ def test_mcp_remote_signs_in_through_consent_and_calls_tools(
     )
 
     async def scenario() -> tuple[list[str], str]:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                tools = [t.name for t in (await session.list_tools()).tools]
-                result = await session.call_tool("list_directory", {"path": "."})
-                return tools, text_of(result)
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            tools = [t.name for t in (await session.list_tools()).tools]
+            result = await session.call_tool("list_directory", {"path": "."})
+            return tools, text_of(result)
 
     helper = threading.Thread(target=browser, daemon=True)
     helper.start()
