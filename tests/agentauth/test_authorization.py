@@ -307,3 +307,40 @@ def test_a_person_sees_and_revokes_their_own_agents_only(documents: DocumentServ
     assert refresh(client_id, answer["refresh_token"]).status_code == 400
     event = AuditEvent.objects.get(kind="agent.signed_out", subject=f"agent:{agent.pk}")
     assert event.payload["tokens"] == 1
+
+
+def test_an_oauth_token_costs_the_same_one_read_as_a_bearer_token(
+    documents: DocumentServer, django_assert_num_queries: Any
+) -> None:
+    from dispatcher import agents
+
+    person = make_user(unique("dev"))
+    _, answer = sign_in_agent(documents, person)
+    oauth_agent = mcp_http.authenticate(answer["access_token"], "", MCP)[0]
+    bearer = make_agent()
+    assert oauth_agent is not None
+    for agent, token in ((oauth_agent, answer["access_token"]), (bearer.agent, bearer.token)):
+        session = agents.start_session(agent=agent, client="mcp", external_id=unique("mcp"))
+        with django_assert_num_queries(1):
+            found, known = mcp_http.authenticate(token, session.external_id, MCP)
+        assert known is not None and known.pk == session.pk and found is not None
+        with django_assert_num_queries(0):  # what admission needs came with it
+            assert found.owner.permission_profile is not None
+        with django_assert_num_queries(1):
+            assert mcp_http.authenticate(token, "", MCP)[0] is not None
+
+
+def test_iss_names_the_issuer_the_request_reached(documents: DocumentServer) -> None:
+    """RFC 9207: the `iss` of an authorization response is the issuer of the metadata at
+    the same origin; a client that started its sign-in at another issuer sees the
+    difference (a mix-up) and drops the code."""
+    person = make_user(unique("dev"))
+    client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
+    _, challenge = pkce()
+    browser = Client(HTTP_HOST="localhost")
+    browser.force_login(person)
+    params = authorize_params(client_id, challenge, resource="http://localhost/mcp/")
+    query = code_from(consent(browser, params))
+    assert query["iss"] == ["http://localhost"] != ["http://testserver"]
+    metadata = Client(HTTP_HOST="localhost").get("/.well-known/oauth-authorization-server")
+    assert metadata.json()["issuer"] == "http://localhost"
