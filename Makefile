@@ -95,7 +95,15 @@ $(MCP_REMOTE_STAMP):
 	    mcp-remote@$(MCP_REMOTE_VERSION) && touch $@; \
 	else echo "The mcp-remote test needs node and npm (apt-get install nodejs npm)."; fi
 
-mcp-servers: $(MCP_FILESYSTEM) $(MCP_REMOTE_STAMP)
+# The MCP Inspector's CLI (a new MCP session per call): tests/mcp/test_runs_live.py.
+MCP_INSPECTOR_VERSION := 2.12.0
+MCP_INSPECTOR := var/mcp-inspector/.installed-$(MCP_INSPECTOR_VERSION)
+
+mcp-servers: $(MCP_FILESYSTEM) $(MCP_INSPECTOR) $(MCP_REMOTE_STAMP)
+
+$(MCP_INSPECTOR):
+	@command -v npm >/dev/null || { echo "The MCP Inspector test needs npm (apt-get install npm)."; exit 0; }
+	npm install --prefix var/mcp-inspector --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@$(MCP_INSPECTOR_VERSION) && touch $@
 
 $(MCP_FILESYSTEM):
 	@command -v npm >/dev/null || { echo "The MCP tests need npm (apt-get install npm) for @modelcontextprotocol/server-filesystem."; exit 0; }

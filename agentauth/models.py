@@ -3,7 +3,7 @@
 django-oauth-toolkit keeps the clients (`Application`), codes (`Grant`, `DeviceGrant`)
 and tokens; these rows tie them to Harness's agents. An agent made by consent
 (`AgentClient`) has a person behind it: the owner who approved the client, the client,
-the profile it runs under and how the client was registered. Every code and access token
+the team it works for, the profile it runs under and how the client was registered. Every code and access token
 names its agent (`PendingAgent`, `AgentToken`), so a token resolves to exactly the agent
 the person approved, and revoking that agent (or deactivating its owner) stops every
 token at once.
@@ -35,6 +35,8 @@ class AgentClient(models.Model):
     application = models.ForeignKey(
         "oauth2_provider.Application", on_delete=models.CASCADE, related_name="harness_agents"
     )
+    # The team the agent works for (the person is a member of it).
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="+")
     # The profile the agent runs under: its owner's, with the mode narrowed to this one.
     mode = models.CharField(max_length=16, choices=Mode.choices)
     registered_via = models.CharField(max_length=16, choices=Registration.choices)
@@ -43,7 +45,8 @@ class AgentClient(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["owner", "application"], name="agentclient_one_per_owner_and_client"
+                fields=["owner", "application", "team"],
+                name="agentclient_one_per_owner_client_and_team",
             )
         ]
 

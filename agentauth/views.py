@@ -17,7 +17,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.csp import CSP
@@ -38,6 +38,7 @@ from dispatcher.models import Agent
 from dispatcher.policy.models import Mode, narrower_mode
 from dispatcher.policy.profiles import profile_for
 from floor.errors import ServiceError
+from teams.models import Team
 
 
 def _actor(request: HttpRequest) -> str:
@@ -52,6 +53,22 @@ def _modes(user: Any) -> list[tuple[str, str]]:
 
 class ConsentForm(AllowForm):  # type: ignore[misc]
     mode = forms.ChoiceField(choices=Mode.choices, required=False)
+    team = forms.IntegerField(required=False)
+
+
+def _team(person: Any, chosen: Any) -> Team:
+    """The team the person chose (by id); ServiceError naming the fix when it is none of
+    theirs (authorize_agent checks the membership again, in its transaction)."""
+    team = Team.objects.filter(pk=int(chosen)).first() if str(chosen).isdigit() else None
+    if team is None:
+        mine = list(services.teams_for(person).values_list("name", flat=True))
+        if not mine:
+            raise ServiceError(
+                "You are not a member of any team, so you cannot approve an agent. Ask an "
+                "admin to add you to a team."
+            )
+        raise ServiceError(f"Choose the team the agent works for: one of {', '.join(mine)}.")
+    return team
 
 
 class _Refused(Exception):
@@ -86,6 +103,7 @@ class ConsentView(AuthorizationView):  # type: ignore[misc]
             context["registered_via"] = services.registration_of(application)
         context["modes"] = _modes(self.request.user)
         context["own_mode"] = profile_for(self.request.user).mode
+        context["teams"] = list(services.teams_for(self.request.user))
         return context
 
     def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
@@ -112,6 +130,7 @@ class ConsentView(AuthorizationView):  # type: ignore[misc]
                 agent = services.authorize_agent(
                     owner=self.request.user,
                     application=application,
+                    team=_team(self.request.user, form.cleaned_data.get("team")),
                     mode=form.cleaned_data.get("mode") or profile_for(self.request.user).mode,
                     actor=_actor(self.request),
                 )
@@ -123,7 +142,7 @@ class ConsentView(AuthorizationView):  # type: ignore[misc]
         except _Refused as refused:
             return refused.response
         except ServiceError as error:
-            return HttpResponseBadRequest(str(error), content_type="text/plain")
+            return HttpResponseForbidden(str(error), content_type="text/plain")
         return response
 
     def create_authorization_response(
@@ -148,7 +167,11 @@ def device(request: HtmxHttpRequest) -> HttpResponse:
     """/oauth/device/: a signed-in person types the code `harness-hook login` showed and
     approves the device as their agent, with the profile it runs under."""
     modes = _modes(request.user)
-    context: dict[str, Any] = {"modes": modes, "own_mode": profile_for(request.user).mode}
+    context: dict[str, Any] = {
+        "modes": modes,
+        "own_mode": profile_for(request.user).mode,
+        "teams": list(services.teams_for(request.user)),
+    }
     if request.method == "GET":
         context["user_code"] = request.GET.get("user_code", "")
         return render(request, "agentauth/device.html", context)
@@ -166,14 +189,18 @@ def device(request: HtmxHttpRequest) -> HttpResponse:
     try:
         with transaction.atomic():
             agent = services.approve_device(
-                owner=request.user, device_grant=grant, mode=mode, actor=_actor(request)
+                owner=request.user,
+                device_grant=grant,
+                team=_team(request.user, request.POST.get("team")),
+                mode=mode,
+                actor=_actor(request),
             )
             DeviceGrant.objects.filter(pk=grant.pk).update(
                 status=DeviceGrant.AUTHORIZED, user=request.user
             )
     except ServiceError as error:
         context["error"] = str(error)
-        return render(request, "agentauth/device.html", context, status=400)
+        return render(request, "agentauth/device.html", context, status=403)
     context["approved"] = agent
     return render(request, "agentauth/device.html", context)
 
@@ -184,7 +211,11 @@ def device(request: HtmxHttpRequest) -> HttpResponse:
 def my_agents(request: HtmxHttpRequest) -> HttpResponse:
     """/account/agents/: the signed-in person's own agents, how each was made, and the
     OAuth tokens alive for each."""
-    agents = list(Agent.objects.filter(owner=request.user).order_by("-is_active", "name"))
+    agents = list(
+        Agent.objects.filter(owner=request.user)
+        .select_related("team")
+        .order_by("-is_active", "name")
+    )
     links = {
         link.agent_id: link
         for link in AgentClient.objects.filter(owner=request.user).select_related("application")

@@ -88,6 +88,7 @@ CALL_EDITED = register("call.edited", "edited by a reviewer", review=True, resul
 AGENT_CREATED = register("agent.created", "agent created")
 AGENT_REVOKED = register("agent.revoked", "agent revoked")
 AGENT_TOKEN_ROTATED = register("agent.token_rotated", "agent token rotated")
+AGENT_TRANSFERRED = register("agent.transferred", "agent's owner, team or sponsor changed")
 AGENT_AUTHORIZED = register("agent.authorized", "agent authorized by its owner (OAuth)")
 AGENT_SIGNED_OUT = register("agent.signed_out", "agent's OAuth tokens revoked")
 SESSION_STARTED = register("session.started", "session started")
@@ -111,6 +112,9 @@ NOTIFICATION_CHANNEL_CHANGED = register(
 )
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
+TEAM_CREATED = register("team.created", "team created")
+TEAM_MEMBER_ADDED = register("team.member_added", "team role given")
+TEAM_MEMBER_REMOVED = register("team.member_removed", "team role taken")
 USER_DEACTIVATED = register("user.deactivated", "user deactivated: sockets closed, links void")
 
 # --- What a client that runs its own tools tells about its session (Claude Code's hooks) --

@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "audit",
+    "teams",
     "dispatcher",
     "dispatcher.policy",
     "dispatcher.tools.sources",
@@ -404,6 +405,11 @@ HARNESS_MAX_WAITS_PER_AGENT = int(env("HARNESS_MAX_WAITS_PER_AGENT", "8"))
 HARNESS_MAX_PENDING_ASKS_PER_AGENT = int(env("HARNESS_MAX_PENDING_ASKS_PER_AGENT", "50"))
 HARNESS_MAX_SESSIONS_PER_MINUTE = int(env("HARNESS_MAX_SESSIONS_PER_MINUTE", "30"))
 HARNESS_LIMITS_PREFIX = env("HARNESS_LIMITS_PREFIX", "harness:limits")
+# MCP clients that open a transport session per call, or none (protocol 2026-07-28), stay
+# in one Harness session per run: the agent's last MCP session from the same client is
+# joined while it was used within this many seconds (0: every initialize starts a new
+# one). docs/mcp.md, "Which session a request joins".
+HARNESS_MCP_RUN_IDLE = float(env("HARNESS_MCP_RUN_IDLE", "900"))
 # Decide-only tool sets: the tools each client runs itself, resolved only for that
 # client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md and
 # docs/coding-agents.md.

@@ -17,6 +17,8 @@ from django.test import Client, override_settings
 from agentauth.models import AgentClient
 from audit.models import AuditEvent
 from dispatcher.gateways import mcp_http
+from teams.models import Team
+from teams.services import add_member, create_team
 from tests.support.factories import make_agent, make_user, unique
 from tests.support.oauth import DocumentServer, document_server, pkce
 
@@ -56,12 +58,25 @@ def authorize_params(client_id: str, challenge: str, **extra: str) -> dict[str, 
     }
 
 
-def consent(browser: Client, params: dict[str, str], mode: str = "standard") -> Any:
+def consent(
+    browser: Client, params: dict[str, str], mode: str = "standard", team: Team | None = None
+) -> Any:
     page = browser.get("/oauth/authorize/", params)
     assert page.status_code == 200, page.content[:500]
     form = {k: v for k, v in params.items()}
-    form.update(scope=" ".join(page.context["scopes"]), allow="Authorize", mode=mode)
+    chosen = team or page.context["teams"][0]
+    form.update(
+        scope=" ".join(page.context["scopes"]), allow="Authorize", mode=mode, team=str(chosen.pk)
+    )
     return browser.post("/oauth/authorize/", form)
+
+
+def member(team: Team | None = None) -> User:
+    """A person who is a member of `team` (a new one by default)."""
+    person = make_user(unique("dev"))
+    team = team or create_team(name=unique("team"), actor="test")
+    add_member(team=team, user=person, role="reviewer", actor="test")
+    return person
 
 
 def code_from(response: Any) -> dict[str, list[str]]:
@@ -116,7 +131,7 @@ def test_metadata_documents_are_where_mcp_clients_look() -> None:
 def test_consent_names_the_client_and_makes_an_agent_owned_by_the_person(
     documents: DocumentServer,
 ) -> None:
-    person = make_user(unique("dev"))
+    person = member()
     client_id = documents.client(f"/{unique('c')}.json", [REDIRECT], name="Claude <Test>")
     verifier, challenge = pkce()
     browser = signed_in(person)
@@ -168,7 +183,7 @@ def test_consent_needs_a_signed_in_person(documents: DocumentServer) -> None:
 
 
 def test_pkce_plain_is_refused(documents: DocumentServer) -> None:
-    person = make_user(unique("dev"))
+    person = member()
     client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
     params = authorize_params(client_id, "x" * 50, code_challenge_method="plain")
     page = signed_in(person).get("/oauth/authorize/", params)
@@ -181,7 +196,7 @@ def test_pkce_plain_is_refused(documents: DocumentServer) -> None:
 
 
 def test_a_redirect_not_in_the_document_is_refused(documents: DocumentServer) -> None:
-    person = make_user(unique("dev"))
+    person = member()
     client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
     _, challenge = pkce()
     params = authorize_params(client_id, challenge, redirect_uri="https://evil.example/cb")
@@ -191,7 +206,7 @@ def test_a_redirect_not_in_the_document_is_refused(documents: DocumentServer) ->
 
 
 def test_a_document_at_loopback_is_refused_unless_allowed(documents: DocumentServer) -> None:
-    person = make_user(unique("dev"))
+    person = member()
     client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
     _, challenge = pkce()
     with override_settings(HARNESS_OUTBOUND_ALLOW=[]):
@@ -201,7 +216,7 @@ def test_a_document_at_loopback_is_refused_unless_allowed(documents: DocumentSer
 
 
 def test_tokens_carry_the_mcp_audience_and_mcp_refuses_another(documents: DocumentServer) -> None:
-    person = make_user(unique("dev"))
+    person = member()
     client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
     verifier, challenge = pkce()
     query = code_from(consent(signed_in(person), authorize_params(client_id, challenge)))
@@ -230,7 +245,7 @@ def refresh(client_id: str, refresh_token: str) -> Any:
 def test_refresh_tokens_rotate_and_a_reused_one_revokes_the_family(
     documents: DocumentServer,
 ) -> None:
-    person = make_user(unique("dev"))
+    person = member()
     client_id, first = sign_in_agent(documents, person)
     second = refresh(client_id, first["refresh_token"])
     assert second.status_code == 200
@@ -251,7 +266,7 @@ def test_revoking_the_agent_or_deactivating_its_owner_stops_every_token(
 ) -> None:
     from agentauth import services
 
-    person = make_user(unique("dev"))
+    person = member()
     _, one = sign_in_agent(documents, person)
     _, two = sign_in_agent(documents, person)
     for answer in (one, two):
@@ -290,7 +305,7 @@ def test_the_printed_hook_settings_say_the_hooks_use_the_sign_in(
 
 
 def test_a_person_sees_and_revokes_their_own_agents_only(documents: DocumentServer) -> None:
-    person, other = make_user(unique("dev")), make_user(unique("dev"))
+    person, other = member(), member()
     client_id, answer = sign_in_agent(documents, person)
     agent = mcp_http.authenticate(answer["access_token"], "", MCP)[0]
     assert agent is not None
@@ -314,7 +329,7 @@ def test_an_oauth_token_costs_the_same_one_read_as_a_bearer_token(
 ) -> None:
     from dispatcher import agents
 
-    person = make_user(unique("dev"))
+    person = member()
     _, answer = sign_in_agent(documents, person)
     oauth_agent = mcp_http.authenticate(answer["access_token"], "", MCP)[0]
     bearer = make_agent()
@@ -334,7 +349,7 @@ def test_iss_names_the_issuer_the_request_reached(documents: DocumentServer) -> 
     """RFC 9207: the `iss` of an authorization response is the issuer of the metadata at
     the same origin; a client that started its sign-in at another issuer sees the
     difference (a mix-up) and drops the code."""
-    person = make_user(unique("dev"))
+    person = member()
     client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
     _, challenge = pkce()
     browser = Client(HTTP_HOST="localhost")
@@ -344,3 +359,42 @@ def test_iss_names_the_issuer_the_request_reached(documents: DocumentServer) -> 
     assert query["iss"] == ["http://localhost"] != ["http://testserver"]
     metadata = Client(HTTP_HOST="localhost").get("/.well-known/oauth-authorization-server")
     assert metadata.json()["issuer"] == "http://localhost"
+
+
+def test_consent_for_a_team_the_person_is_not_in_is_refused(documents: DocumentServer) -> None:
+    person, outsider = member(), member()
+    their_team = Team.objects.get(memberships__user=outsider)
+    client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
+    _, challenge = pkce()
+    answer = consent(signed_in(person), authorize_params(client_id, challenge), team=their_team)
+    assert answer.status_code == 403 and b"not a member of team" in answer.content
+    assert "code=" not in answer.get("Location", "")
+    assert not AgentClient.objects.filter(owner=person).exists()
+
+    nobody = make_user(unique("dev"))  # in no team at all
+    page = signed_in(nobody).get("/oauth/authorize/", authorize_params(client_id, challenge))
+    assert b"you are in no team" in page.content
+    form = {**authorize_params(client_id, challenge), "scope": "agent", "allow": "Authorize"}
+    refused = signed_in(nobody).post("/oauth/authorize/", form)
+    assert refused.status_code == 403 and b"not a member of any team" in refused.content
+
+
+def test_the_agent_works_for_the_team_chosen_and_is_reused_per_team(
+    documents: DocumentServer,
+) -> None:
+    first = create_team(name=unique("team"), actor="test")
+    second = create_team(name=unique("team"), actor="test")
+    person = member(first)
+    add_member(team=second, user=person, role="auditor", actor="test")
+    client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
+    agents_seen = []
+    for team in (first, second, first):
+        verifier, challenge = pkce()
+        query = code_from(
+            consent(signed_in(person), authorize_params(client_id, challenge), team=team)
+        )
+        answer = token(client_id, query["code"][0], verifier).json()
+        agent = mcp_http.authenticate(answer["access_token"], "", MCP)[0]
+        assert agent is not None and agent.team_id == team.pk
+        agents_seen.append(agent.pk)
+    assert agents_seen[0] == agents_seen[2] != agents_seen[1]

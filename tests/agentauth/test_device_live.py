@@ -18,8 +18,8 @@ import pytest
 from agentauth.models import AgentClient
 from dispatcher.models import AgentSession
 from tests.support.claude_code_hooks import pre_tool_use
-from tests.support.factories import make_user, unique
-from tests.support.oauth_live import OAuthStack, Person
+from tests.support.factories import unique
+from tests.support.oauth_live import OAuthStack, Person, team_member
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.live
@@ -48,7 +48,7 @@ def run_hook(
 def test_login_with_a_device_code_then_a_hook_call_with_its_token(
     oauth_stack: OAuthStack, live_db: None, tmp_path: Path
 ) -> None:
-    owner = make_user(unique("dev"))
+    owner = team_member()
     person = Person(oauth_stack.url, owner.username, "pw-" + owner.username)
     credentials = tmp_path / "config" / "harness" / "credentials.json"
     login = subprocess.Popen(

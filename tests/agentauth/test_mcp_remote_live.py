@@ -20,9 +20,9 @@ from mcp.client.stdio import stdio_client
 
 from agentauth.models import AgentClient
 from tests.mcp.conftest import run, text_of
-from tests.support.factories import make_user, unique
+from tests.support.factories import unique
 from tests.support.live import free_port
-from tests.support.oauth_live import OAuthStack, Person
+from tests.support.oauth_live import OAuthStack, Person, team_member
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.live
@@ -42,7 +42,7 @@ def test_mcp_remote_signs_in_through_consent_and_calls_tools(
     oauth_stack: OAuthStack, live_db: None, tmp_path: Path
 ) -> None:
     needs_mcp_remote()
-    owner = make_user(unique("dev"))
+    owner = team_member()
     person = Person(oauth_stack.url, owner.username, "pw-" + owner.username)
     port = free_port()
     callback = f"http://localhost:{port}/oauth/callback"

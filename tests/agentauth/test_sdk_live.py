@@ -19,9 +19,9 @@ from pydantic import AnyUrl
 from agentauth.models import AgentClient
 from dispatcher.models import AgentSession
 from tests.mcp.conftest import run, text_of
-from tests.support.factories import make_user, unique
+from tests.support.factories import unique
 from tests.support.oauth import DocumentServer
-from tests.support.oauth_live import OAuthStack, Person, query_of
+from tests.support.oauth_live import OAuthStack, Person, query_of, team_member
 
 pytestmark = pytest.mark.live
 CALLBACK = "http://127.0.0.1:33418/callback"
@@ -96,7 +96,7 @@ def test_mcp_without_a_token_points_at_the_resource_metadata(oauth_stack: OAuthS
 def test_the_sdk_signs_in_through_consent_and_calls_tools(
     oauth_stack: OAuthStack, live_db: None
 ) -> None:
-    owner = make_user(unique("dev"))
+    owner = team_member()
     person = Person(oauth_stack.url, owner.username, "pw-" + owner.username)
     client_id = publish_client(oauth_stack.documents)
     store = Memory()

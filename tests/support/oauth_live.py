@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -21,6 +22,7 @@ from tests.support.oauth import DocumentServer
 from tests.support.paths import ROOT
 
 _HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"')
+_FIRST_TEAM = re.compile(r'<select name="team"[^>]*>\s*<option value="(\d+)"')
 
 
 @dataclass
@@ -90,6 +92,8 @@ class Person:
         form = {name: html.unescape(value) for name, value in _HIDDEN.findall(page.text)}
         if mode:
             form["mode"] = mode
+        if team := _FIRST_TEAM.search(page.text):
+            form["team"] = team.group(1)
         if allow:
             form["allow"] = "Authorize"
         path = urlsplit(authorization_url).path
@@ -101,6 +105,8 @@ class Person:
         page = self.http.get("/oauth/device/")
         token = dict(_HIDDEN.findall(page.text))["csrfmiddlewaretoken"]
         data = {"user_code": user_code, "action": "accept", "csrfmiddlewaretoken": token}
+        if team := _FIRST_TEAM.search(page.text):
+            data["team"] = team.group(1)
         if mode:
             data["mode"] = mode
         answer = self.http.post("/oauth/device/", data=data, headers={"Referer": str(page.url)})
@@ -110,3 +116,14 @@ class Person:
 
 def query_of(url: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
+def team_member() -> Any:
+    """A person who is a member of a new team (consent needs one), committed."""
+    from teams.services import add_member, create_team
+    from tests.support.factories import make_user, unique
+
+    person = make_user(unique("dev"))
+    team = create_team(name=unique("team"), actor="test")
+    add_member(team=team, user=person, role="reviewer", actor="test")
+    return person
