@@ -121,5 +121,9 @@ def client_session_for_token(
     if agent is None:
         return None
     return agents.client_session(
-        agent=agent, client=client, external_id=external_id, project_dir=project_dir
+        agent=agent,
+        client=client,
+        external_id=external_id,
+        project_dir=project_dir,
+        mode=getattr(agent, "mode_ceiling", None),
     )

@@ -278,12 +278,14 @@ def mode_and_profile(session: AgentSession, *, preloaded: bool = False) -> tuple
 
 
 def client_session(
-    *, agent: Agent, client: str, external_id: str, project_dir: str
+    *, agent: Agent, client: str, external_id: str, project_dir: str, mode: str | None = None
 ) -> AgentSession:
     """The Harness session of one client session (a Claude Code session_id), started on
     first sight: titled and confined by the client's project directory, which is on the
     client's disk (never created or resolved here). Later calls with the same id get the
-    same session, whatever directory they name (the first one confines it).
+    same session, whatever directory they name (the first one confines it). A new
+    session's mode is the owner's, narrowed to `mode` when given (an OAuth agent's
+    chosen profile).
 
     Idempotent under concurrent first requests (one row per agent, client and id).
     """
@@ -291,7 +293,7 @@ def client_session(
     if found is not None:
         return found
     try:
-        return _start_client_session(agent, client, external_id, project_dir)
+        return _start_client_session(agent, client, external_id, project_dir, mode)
     except IntegrityError:
         # A concurrent first request of the same session won; use its row.
         found = _client_session(agent, client, external_id)
@@ -347,10 +349,12 @@ def _client_session(agent: Agent, client: str, external_id: str) -> AgentSession
 
 @transaction.atomic
 def _start_client_session(
-    agent: Agent, client: str, external_id: str, project_dir: str
+    agent: Agent, client: str, external_id: str, project_dir: str, ceiling: str | None = None
 ) -> AgentSession:
     limits.count_new_session(agent)  # raises TooManySessions: nothing started
     mode = profile_for(agent.owner).mode
+    if ceiling is not None:
+        mode = narrower_mode(ceiling, mode)
     session = AgentSession.objects.create(
         agent=agent,
         title=project_dir[:200],

@@ -398,3 +398,37 @@ def test_the_agent_works_for_the_team_chosen_and_is_reused_per_team(
         assert agent is not None and agent.team_id == team.pk
         agents_seen.append(agent.pk)
     assert agents_seen[0] == agents_seen[2] != agents_seen[1]
+
+
+def test_a_hooks_token_reaches_the_hooks_in_the_profile_chosen(documents: DocumentServer) -> None:
+    """A token for the hooks API (harness-hook login's audience) answers a hook, in a
+    session narrowed to the mode the person chose; an MCP token does not reach the hooks."""
+    from dispatcher.models import AgentSession
+    from tests.support.claude_code_hooks import HOOK_URL, pre_tool_use
+
+    person = member()
+    client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
+    issued = {}
+    for resource in (HOOKS, MCP):
+        verifier, challenge = pkce()
+        params = authorize_params(client_id, challenge, resource=resource)
+        query = code_from(consent(signed_in(person), params, mode="read_only"))
+        issued[resource] = token(client_id, query["code"][0], verifier, resource=resource).json()
+    session_id = unique("cc")
+    body = pre_tool_use(
+        session_id, "Write", {"file_path": "/home/dev/project/a.txt", "content": "x"}
+    )
+
+    def hook(access_token: str) -> Any:
+        return Client().post(
+            f"{HOOK_URL}?wait=0",
+            data=body,
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {access_token}"},
+        )
+
+    assert hook(issued[MCP]["access_token"]).status_code == 401
+    answer = hook(issued[HOOKS]["access_token"])
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["hookSpecificOutput"]["permissionDecision"] == "deny"  # read_only
+    assert AgentSession.objects.get(external_id=session_id).mode == "read_only"
