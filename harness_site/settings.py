@@ -87,6 +87,10 @@ INSTALLED_APPS = [
     "dispatcher.policy",
     "dispatcher.tools.sources",
     "approvals",
+    # OAuth for agents (docs/mcp.md, "Sign in"): django-oauth-toolkit is the
+    # authorization server; agentauth ties its tokens to agents and asks for consent.
+    "oauth2_provider",
+    "agentauth",
     "demo",  # manage.py run_demo and demo_agent (demo/)
 ]
 
@@ -474,9 +478,88 @@ HARNESS_OUTBOUND_ALLOW = env_list("HARNESS_OUTBOUND_ALLOW")
 # Seconds one outbound exchange may take in all, and the largest answer read.
 HARNESS_OUTBOUND_TIMEOUT = float(env("HARNESS_OUTBOUND_TIMEOUT", "10"))
 HARNESS_OUTBOUND_MAX_BYTES = int(env("HARNESS_OUTBOUND_MAX_BYTES", str(1024 * 1024)))
+# A PEM file of extra certificate authorities the door trusts besides the public ones (a
+# private CA of internal services); empty: only the public ones (certifi).
+HARNESS_OUTBOUND_CA_FILE = env("HARNESS_OUTBOUND_CA_FILE")
+# --- OAuth for agents (docs/mcp.md, "Sign in"; docs/security.md, "OAuth tokens") ---------
+# Harness is the authorization server of its own MCP endpoint and hooks API, on
+# django-oauth-toolkit. Access tokens are short-lived; refresh tokens rotate on every use
+# and a reused one revokes its whole family. Tokens are stored hashed.
+HARNESS_OAUTH_ACCESS_TOKEN_SECONDS = int(env("HARNESS_OAUTH_ACCESS_TOKEN_SECONDS", "3600"))
+HARNESS_OAUTH_REFRESH_TOKEN_SECONDS = int(
+    env("HARNESS_OAUTH_REFRESH_TOKEN_SECONDS", str(30 * 24 * 3600))
+)
+# Clients name themselves with a Client ID Metadata Document (an https URL Harness fetches
+# through the outbound door). Dynamic client registration (RFC 7591) is off unless this
+# switch turns it on (then any signed-in person may register a client).
+HARNESS_OAUTH_DYNAMIC_REGISTRATION = env_bool("HARNESS_OAUTH_DYNAMIC_REGISTRATION", False)
+# django-oauth-toolkit's own models, named (its models are swappable: a relation to one
+# resolves through these settings).
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth2_provider.AccessToken"
+OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL = "oauth2_provider.RefreshToken"
+OAUTH2_PROVIDER_GRANT_MODEL = "oauth2_provider.Grant"
+OAUTH2_PROVIDER_DEVICE_GRANT_MODEL = "oauth2_provider.DeviceGrant"
+OAUTH2_PROVIDER_ID_TOKEN_MODEL = "oauth2_provider.IDToken"
+
+
+def _device_agent(request: object) -> None:
+    """The device code grant's pre-token step (a function here: settings cannot import
+    the apps): the person who approved the code, and the agent they approved it for."""
+    from agentauth.device import before_token
+
+    before_token(request)
+
+
+OAUTH2_PROVIDER = {
+    "SCOPES": {"agent": "Act as an agent through Harness (tool calls, hooks)"},
+    "DEFAULT_SCOPES": ["agent"],
+    "ACCESS_TOKEN_EXPIRE_SECONDS": HARNESS_OAUTH_ACCESS_TOKEN_SECONDS,
+    "REFRESH_TOKEN_EXPIRE_SECONDS": HARNESS_OAUTH_REFRESH_TOKEN_SECONDS,
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    "ACCESS_TOKEN_GENERATOR": "agentauth.tokens.new_access_token",
+    "REFRESH_TOKEN_GENERATOR": "agentauth.tokens.new_refresh_token",
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": 0,
+    "PKCE_REQUIRED": True,
+    # RFC 9700: S256 only, `iss` in authorization responses, no implicit or password
+    # grant, tokens only in the Authorization header, tokens hashed at rest.
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
+    "COMPLIANT_BCP_RFC9700_REDIRECT_URI_SCHEME": True,
+    "COMPLIANT_BCP_RFC9700_REDIRECT_URI_MATCHING": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+    # Native clients (Claude Code, Codex, mcp-remote) listen on a loopback port of their
+    # choosing (RFC 8252 7.3): any port of a loopback redirect in the document matches.
+    "ALLOW_LOCALHOST_LOOPBACK": True,
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
+    "REQUEST_APPROVAL_PROMPT": "force",
+    "OAUTH2_VALIDATOR_CLASS": "agentauth.validators.AgentValidator",
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": [
+        "authorization_code",
+        "refresh_token",
+        "urn:ietf:params:oauth:grant-type:device_code",
+    ],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none"],
+    "CIMD_ENABLED": True,
+    "CIMD_METADATA_FETCHER": "agentauth.cimd.DoorFetcher",
+    "DCR_ENABLED": HARNESS_OAUTH_DYNAMIC_REGISTRATION,
+    "DEVICE_FLOW_INTERVAL": 5,
+    "OAUTH_PRE_TOKEN_VALIDATION": [_device_agent],
+    "OAUTH2_PROTECTED_RESOURCE_NAME": "Harness",
+}
 # --- Reviewers anywhere: one-tap links and notification channels (docs/notifications.md)
 # The address reviewers reach this Harness at: the base of every link a notification carries.
 HARNESS_PUBLIC_URL = env("HARNESS_PUBLIC_URL", "http://localhost:8000")
+# Where `harness-hook login` sends a person to approve its device code.
+OAUTH2_PROVIDER["OAUTH_DEVICE_VERIFICATION_URI"] = HARNESS_PUBLIC_URL.rstrip("/") + "/oauth/device/"
 # A one-tap link decides only for its recipient signed in; false lets the link alone
 # stand for the recipient (whoever holds it can decide, once).
 HARNESS_LINKS_REQUIRE_LOGIN = env_bool("HARNESS_LINKS_REQUIRE_LOGIN", True)

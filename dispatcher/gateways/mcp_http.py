@@ -38,6 +38,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from starlette.types import Message, Receive, Scope, Send
 
+from agentauth import tokens
 from dispatcher import agents, limits, transitions
 from dispatcher.answers import answer_of, follow_edits
 from dispatcher.gateways.mcp import CLIENT, Caller, caller_context, db, mcp_tool_use_id, server
@@ -77,8 +78,10 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
     kind, _, token = headers.get("authorization", "").partition(" ")
     session_id = headers.get(SESSION_HEADER, "")
     external_id, transport = split_session_id(session_id)
+    scheme = "https" if scope.get("scheme") == "https" else "http"
+    origin = f"{scheme}://{host}"
     agent, known = (
-        await db(authenticate)(token.strip(), external_id)
+        await db(authenticate)(token.strip(), external_id, origin + "/mcp/")
         if kind.lower() == "bearer"
         else (None, None)
     )
@@ -87,9 +90,10 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
             send,
             401,
             "invalid_token",
-            "Missing, malformed, revoked or unknown agent token. Send 'Authorization: Bearer "
+            "Missing, malformed, expired, revoked or unknown token. Sign in with OAuth (the "
+            "resource metadata is named in WWW-Authenticate) or send 'Authorization: Bearer "
             "<token>' with a token from `manage.py create_agent`.",
-            {"www-authenticate": 'Bearer realm="harness"'},
+            {"www-authenticate": challenge(origin, sent=bool(token.strip()))},
         )
     method = scope["method"]
     if method not in ("POST", "DELETE"):
@@ -106,7 +110,6 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         limit = settings.HARNESS_MAX_BODY_BYTES
         return await answer(send, 413, "body_too_large", f"The body is larger than {limit} bytes.")
     messages = parse_messages(body)
-    scheme = "https" if scope.get("scheme") == "https" else "http"
     found = await session_for(agent, session_id, messages, known)
     if not isinstance(found, Joined):
         return await answer(send, *found)
@@ -120,7 +123,7 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
     caller = Caller(
         agent=agent,
         session=session,
-        base_url=f"{scheme}://{host}",
+        base_url=origin,
         loaded=session is known,
         transport=transport,
     )
@@ -131,19 +134,38 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
 _SESSION_ID_MAX = 200
 
 
-def authenticate(token: str, session_id: str) -> tuple[Agent | None, AgentSession | None]:
+def authenticate(
+    token: str, session_id: str, audience: str = ""
+) -> tuple[Agent | None, AgentSession | None]:
     """The agent holding `token` and the agent's MCP session the request names, read in one
     query (with what admission needs: the owner's profile, the session's grants) when
     there is such a session: the path of every call after initialize, as the agent API's
     and the hooks' are. Else the agent alone (None for a bad token) and no session.
 
+    `token` is an agent's bearer token or an OAuth access token (agentauth.tokens: the
+    same one read, which also checks that the token was issued for `audience`, this
+    endpoint, and has not expired, and that its agent and owner are active).
+
     The session id is only a key of that read, beside the token that must match it; an id
     Harness could not have issued is not sent with it."""
+    oauth = tokens.is_access_token(token)
     if 0 < len(session_id) <= _SESSION_ID_MAX and session_id.isascii() and session_id.isprintable():
-        session = agents.loaded_client_session(token, CLIENT, session_id)
+        session = (
+            tokens.loaded_session(token, CLIENT, session_id, audience)
+            if oauth
+            else agents.loaded_client_session(token, CLIENT, session_id)
+        )
         if session is not None:
             return session.agent, session
-    return agents.authenticate_token(token), None
+    return (tokens.agent_for(token, audience) if oauth else agents.authenticate_token(token)), None
+
+
+def challenge(origin: str, *, sent: bool) -> str:
+    """The 401's WWW-Authenticate: where the protected-resource metadata is (RFC 9728),
+    and `invalid_token` when a token was sent (RFC 6750)."""
+    metadata = f"{origin}/.well-known/oauth-protected-resource/mcp/"
+    error = ', error="invalid_token"' if sent else ""
+    return f'Bearer realm="harness", resource_metadata="{metadata}"{error}'
 
 
 # Harness's Mcp-Session-Id: the Harness session's external id, then (when a run is
@@ -213,6 +235,7 @@ async def session_for(
             title=run_title(params),
             key=run_key(params),
             idle=settings.HARNESS_MCP_RUN_IDLE,
+            mode=getattr(agent, "mode_ceiling", None),  # an OAuth agent's chosen profile
         )
     except limits.TooManySessions as refusal:
         return (
