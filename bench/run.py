@@ -695,7 +695,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated scenario keys: validation,admit,admit-no-enqueue (S1b),overhead,push,worker,timeline,export,e2e,hook,cli,mcp",
+        help="comma-separated scenario keys: validation,admit,admit-no-enqueue (S1b),overhead,push,worker,timeline,export,e2e,hook,cli,mcp,peer",
     )
     args = parser.parse_args()
     if args.pairs < 5:
@@ -751,7 +751,7 @@ def main() -> int:
             results.append(r)
         took.append(f"{key} {time.monotonic() - t:.0f} s")
 
-    from bench import agent_path, auditlog, live, mcp
+    from bench import agent_path, auditlog, live, mcp, peer
 
     if not only or "validation" in only:
         run("validation", lambda: scenario_validation(args.pairs, args.quick))
@@ -787,6 +787,8 @@ def main() -> int:
             )
     if not only or "mcp" in only:
         run("mcp", lambda: [mcp.scenario_mcp(env, creds, args.pairs, args.quick)])
+    if not only or "peer" in only:
+        run("peer", lambda: peer.scenario_peer(env, creds, args.pairs, args.quick))
     if args.quick and not only:
         print(
             "\n  S7 (timeline) and S8 (export): full run only (make bench; S8 at 1M rows: --only export)"
