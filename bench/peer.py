@@ -120,7 +120,9 @@ def cpu_ms_per_call(
 
 
 @contextlib.asynccontextmanager
-async def client_session(url: str, token: str | None) -> AsyncIterator[Any]:
+async def client_session(
+    url: str, token: str | None, ids: list[str] | None = None
+) -> AsyncIterator[Any]:
     import httpx
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
@@ -128,9 +130,11 @@ async def client_session(url: str, token: str | None) -> AsyncIterator[Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     http = httpx.AsyncClient(headers=headers, timeout=60)
     async with http, streamable_http_client(url, http_client=http) as streams:
-        read, write, _ = streams
+        read, write, session_id = streams
         async with ClientSession(read, write) as session:
             await session.initialize()
+            if ids is not None:
+                ids.append(session_id() or "")
             yield session
 
 
@@ -141,10 +145,11 @@ async def _call(session: Any, name: str, text: str) -> None:
 
 
 async def latency(
-    url: str, token: str | None, name: str, n: int, warm: int, tag: str
+    url: str, token: str | None, name: str, n: int, warm: int, tag: str, ids: list[str]
 ) -> list[float]:
-    """`n` sequential calls on one open session after `warm`; microseconds each."""
-    async with client_session(url, token) as session:
+    """`n` sequential calls on one open session after `warm`; microseconds each. The
+    session's Mcp-Session-Id is appended to `ids`."""
+    async with client_session(url, token, ids) as session:
         for i in range(warm):
             await _call(session, name, f"warm {tag} {i}")
         samples = []
@@ -213,35 +218,41 @@ def scenario_peer(
     allow = f"127.0.0.1:{upstream.port}"
     env = {**env, "HARNESS_OUTBOUND_ALLOW": allow}  # (this scenario's servers only)
     server, worker = Server("S14", env, wait=False), Worker(env, wait=False)
+    queued = Server("S14-H0", {**env, "BENCH_NO_INLINE": "1"}, wait=False)
     n, warm, seconds = (20, 5, 1.5) if quick else (60, 15, 3.0)
     try:
         proxy.ready()
         register(upstream.url, allow)
         server.ready()
+        queued.ready()
         worker.ready()
         token = creds["token"]
         sides: dict[str, tuple[str, str | None, str, dict[str, Any]]] = {
             "U": (upstream.url, None, TOOL, {"U": [upstream.proc.pid]}),
             "F": (proxy.url, None, TOOL, {"F": [proxy.proc.pid], "U": [upstream.proc.pid]}),
             "H": (server.url + "/mcp/", token, f"{UPSTREAM}__{TOOL}", {}),
+            "H0": (queued.url + "/mcp/", token, f"{UPSTREAM}__{TOOL}", {}),
         }
         p50: dict[str, list[float]] = {k: [] for k in sides}
         rate: dict[str, list[float]] = {k: [] for k in sides}
         cost: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+        session_ids: dict[str, list[str]] = {k: [] for k in sides}
         for round_ in range(pairs):
             for key, (url, tok, name, groups) in sides.items():
 
                 def measure(key: str = key, groups: dict[str, Any] = groups) -> Any:
-                    if key == "H":
+                    if key in ("H", "H0"):
                         groups = {
-                            "daphne": [server.proc.pid],
+                            "daphne": [(server if key == "H" else queued).proc.pid],
                             "worker": worker.pids(),
                             "postgres": _backends(),
                             "U": [upstream.proc.pid],
                         }
                     return cpu(groups)
 
-                samples = asyncio.run(latency(url, tok, name, n, warm, f"{key}{round_}"))
+                samples = asyncio.run(
+                    latency(url, tok, name, n, warm, f"{key}{round_}", session_ids[key])
+                )
                 p50[key].append(statistics.median(samples))
                 per_s, calls, (before, after) = asyncio.run(
                     throughput(url, tok, name, seconds, f"t{key}{round_}", measure)
@@ -249,8 +260,57 @@ def scenario_peer(
                 rate[key].append(per_s)
                 cost[key].append(cpu_ms_per_call(before, after, calls))
     finally:
-        stop_all([worker, server, proxy, upstream])
-    return _results(p50, rate, cost, n, seconds)
+        stop_all([worker, server, queued, proxy, upstream])
+    results = _results(p50, rate, cost, n, seconds)
+    for key in ("H", "H0"):
+        results[0].notes.append(
+            f"{key}: " + stages_note(session_ids[key], statistics.median(p50[key]))
+        )
+    return results
+
+
+def stages_note(external_ids: list[str], p50_us: float) -> str:
+    """Where H's time goes, from its own audit times (the latency rounds' calls, medians):
+    admission (call.received to call.allowed), to the claim (allowed to call.started: for
+    a worker, the commit, the message, the pickup and the claim's own transaction), the
+    run (started to call.completed: the upstream call and the result's transaction), and
+    the rest of the client's p50 (the way in before the call is received and the way out
+    after its result is written)."""
+    from audit.models import AuditEvent
+    from dispatcher.models import ToolCall
+
+    calls = ToolCall.objects.filter(
+        session__external_id__in=external_ids, name=f"{UPSTREAM}__{TOOL}"
+    ).values_list("pk", flat=True)
+    times: dict[str, dict[str, Any]] = {}
+    events = AuditEvent.objects.filter(
+        subject__in=[f"call:{pk}" for pk in calls],
+        kind__in=["call.received", "call.allowed", "call.started", "call.completed"],
+    ).values_list("subject", "kind", "created_at")
+    for subject, kind, at in events:
+        times.setdefault(subject, {})[kind] = at
+    spans: dict[str, list[float]] = {
+        "admission": [],
+        "to the claim": [],
+        "the run": [],
+        "in all": [],
+    }
+    for t in times.values():
+        if len(t) < 4:
+            continue
+        spans["admission"].append((t["call.allowed"] - t["call.received"]).total_seconds())
+        spans["to the claim"].append((t["call.started"] - t["call.allowed"]).total_seconds())
+        spans["the run"].append((t["call.completed"] - t["call.started"]).total_seconds())
+        spans["in all"].append((t["call.completed"] - t["call.received"]).total_seconds())
+    if not spans["in all"]:
+        return "H's stages: no audit times found"
+    med = {k: statistics.median(v) * 1e3 for k, v in spans.items()}
+    return (
+        f"H's time from its audit events ({len(spans['in all'])} calls, medians): admission "
+        f"{med['admission']:.2f} ms, to the claim {med['to the claim']:.2f} ms, the run (upstream "
+        f"call and result) {med['the run']:.2f} ms, received to completed {med['in all']:.2f} ms; "
+        f"the rest of the p50 (way in and way out) {p50_us / 1e3 - med['in all']:.2f} ms"
+    )
 
 
 def _own(side: str, c: dict[str, float]) -> float:
@@ -294,22 +354,32 @@ def _results(
         return med([x / y for x, y in zip(a, b, strict=True)])
 
     u_cpu = [_own("U", c) for c in cost["U"]]
+    h0_cpu = [_own("H0", c) for c in cost["H0"]]
     lat.notes.append(
-        f"the upstream directly (U): p50 {med(p50['U']) / 1e3:.2f} ms; F/U {ratio(p50['F'], p50['U']):.2f}x, "
-        f"H/U {ratio(p50['H'], p50['U']):.2f}x (medians of the rounds' ratios)"
+        f"U, the upstream directly: p50 {med(p50['U']) / 1e3:.2f} ms; F/U {ratio(p50['F'], p50['U']):.2f}x, "
+        f"H/U {ratio(p50['H'], p50['U']):.2f}x (medians of the rounds' ratios); H0, Harness "
+        f"without the inline lane (every call through the queue and the worker): p50 "
+        f"{med(p50['H0']) / 1e3:.2f} ms, H0/F {ratio(p50['H0'], p50['F']):.2f}x, "
+        f"H/H0 {ratio(p50['H'], p50['H0']):.2f}x"
     )
     thr.notes.append(
         f"U: {med(rate['U']):.0f} calls/s; F/U {ratio(rate['F'], rate['U']):.2f}x, "
-        f"H/U {ratio(rate['H'], rate['U']):.2f}x"
+        f"H/U {ratio(rate['H'], rate['U']):.2f}x; H0: {med(rate['H0']):.1f} calls/s, "
+        f"H0/F {ratio(rate['H0'], rate['F']):.2f}x, H/H0 {ratio(rate['H'], rate['H0']):.2f}x"
     )
-    parts = {
-        k: statistics.median(c.get(k, 0.0) for c in cost["H"])
-        for k in ("daphne", "worker", "postgres", "U")
-    }
+    for key in ("H", "H0"):
+        parts = {
+            k: statistics.median(c.get(k, 0.0) for c in cost[key])
+            for k in ("daphne", "worker", "postgres", "U")
+        }
+        cpu_r.notes.append(
+            f"{key} by process: daphne {parts['daphne']:.2f}, worker {parts['worker']:.2f}, "
+            f"PostgreSQL backends of the bench database {parts['postgres']:.2f} ms; the "
+            f"upstream's in {key}'s rounds {parts['U']:.2f} ms"
+        )
     cpu_r.notes.append(
-        f"U (the upstream alone, its own calls): {med(u_cpu):.2f} ms; the upstream's CPU per call "
-        f"in F's rounds {med([c['U'] for c in cost['F']]):.2f} ms, in H's {parts['U']:.2f} ms; "
-        f"H by process: daphne {parts['daphne']:.2f}, worker {parts['worker']:.2f}, "
-        f"PostgreSQL backends of the bench database {parts['postgres']:.2f} ms"
+        f"U, the upstream alone (its own calls): {med(u_cpu):.2f} ms; the upstream's in F's "
+        f"rounds {med([c['U'] for c in cost['F']]):.2f} ms; H0 {med(h0_cpu):.2f} ms, "
+        f"H0/F {ratio(h0_cpu, cpu_r.b):.2f}x"
     )
     return [lat, thr, cpu_r]

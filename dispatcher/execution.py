@@ -8,10 +8,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
 from dispatcher import batches, pipeline, transitions
@@ -19,6 +21,7 @@ from dispatcher.admission import call_context
 from dispatcher.agents import mode_and_profile
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import stages
+from dispatcher.policy.context import CallContext
 from dispatcher.tools import messages
 from dispatcher.tools.base import ExecutionContext
 from floor.compiled import Compiled
@@ -55,9 +58,46 @@ def execute_call(call_id: str) -> None:
     denial = stages.guards(ctx)  # re-run: time has passed since admission
     if denial:
         return transitions.deny_before_run(call, denial)
+    _claim_and_run(call, ctx)
+
+
+def run_inline(call: ToolCall, ctx: CallContext) -> None:
+    """Stages 6 to 10 in the request that admitted `call` a moment ago, claimed
+    (admission.admit_message's `inline`), as the worker would run it, without the queue:
+    the same host-only timeout, the same result and its event. `ctx` is what policy saw
+    at admission, in this process, an instant ago (the worker re-runs the guards because
+    time has passed since). When the result cannot be written, the call stays running
+    and its lease ends it as outcome_unknown, as for a worker that died running it:
+    this raises then."""
+    _run_claimed(call, ctx, before_body=_give_back_connection, announce=False)
+
+
+def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
+    if transitions.claim(call, ctx.tool):
+        _run_claimed(call, ctx)
+
+
+def _give_back_connection() -> None:
+    """A pooled database connection goes back to the pool while an inline call's body
+    runs (an upstream call may take its whole timeout: a web process's requests must not
+    run out of connections meanwhile). The worker keeps its own."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
+        connection.close()
+
+
+def _run_claimed(
+    call: ToolCall,
+    ctx: CallContext,
+    *,
+    before_body: Callable[[], None] | None = None,
+    announce: bool = True,
+) -> None:
+    """Stages 6 to 10 of a call this process claimed."""
+    session = call.session
     tool = ctx.tool
-    if not transitions.claim(call, tool):
-        return None
+    if before_body is not None:
+        before_body()
     started = time.monotonic()
     exec_ctx = ExecutionContext(
         workspace=Path(session.workspace),
@@ -70,7 +110,8 @@ def execute_call(call_id: str) -> None:
         tool,
         exec_ctx,
         call.arguments or {},
-        while_running=lambda: transitions.announce_running(call),
+        # (inline: its admission's wake-up already said it is running)
+        while_running=(lambda: transitions.announce_running(call)) if announce else None,
     )
     if outcome.timed_out:
         status, content, is_error = (
@@ -87,7 +128,6 @@ def execute_call(call_id: str) -> None:
         tool, content, repeat_count=call.repeat_count, raw_arguments=call.raw_arguments
     )
     transitions.finish(call, status, content, is_error, time.monotonic() - started)
-    return None
 
 
 # --- Reconciler --------------------------------------------------------------------------

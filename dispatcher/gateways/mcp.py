@@ -22,7 +22,10 @@ import functools
 import hashlib
 import json
 import logging
+import os
+import threading
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +38,7 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import McpError
 
-from dispatcher import admission, agents, limits, wakeups
+from dispatcher import admission, agents, execution, limits, wakeups
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
@@ -44,7 +47,7 @@ from dispatcher.policy.models import Mode
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 from dispatcher.tools import client_tool
 from dispatcher.tools.base import model_facing_schema
-from dispatcher.tools.registry import all_tools, get_tool
+from dispatcher.tools.registry import all_tools, get_tool, one_generation
 from dispatcher.wakeups import session_channel
 
 logger = logging.getLogger(__name__)
@@ -78,9 +81,30 @@ def caller_context(caller: Caller) -> Iterator[None]:
         _caller.reset(token)
 
 
+# The gateway's ORM work runs on one pool of threads per process, reused request after
+# request. (A thread of its own per request, asgiref's ThreadSensitiveContext as Django's
+# handler uses, cost more CPU to start and end than the admission it ran: docs/
+# benchmarks.md, S14.) Each piece of work gives its database connection back when it
+# ends, so a thread holds none between requests. A call run inline (execution.
+# run_inline) holds its thread while its upstream answers; past ORM_THREADS such
+# requests at once, the next wait for a thread.
+ORM_THREADS = 32
+_orm_pool: tuple[int, ThreadPoolExecutor] | None = None
+_orm_lock = threading.Lock()
+
+
+def orm_threads() -> ThreadPoolExecutor:
+    global _orm_pool
+    with _orm_lock:
+        if _orm_pool is None or _orm_pool[0] != os.getpid():
+            pool = ThreadPoolExecutor(ORM_THREADS, thread_name_prefix="mcp-orm")
+            _orm_pool = (os.getpid(), pool)
+        return _orm_pool[1]
+
+
 def db[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
-    """`function` on the request's ORM thread, handing its connection back afterwards
-    (this app runs outside Django's handler, which would otherwise do it)."""
+    """`function` on one of the gateway's ORM threads, handing its connection back
+    afterwards (this app runs outside Django's handler, which would otherwise do it)."""
 
     @functools.wraps(function)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -89,7 +113,14 @@ def db[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
         finally:
             close_old_connections()
 
-    return sync_to_async(run)
+    @functools.wraps(function)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        # (sync_to_async's own executor argument, which keeps the caller's context vars)
+        return await sync_to_async(run, thread_sensitive=False, executor=orm_threads())(
+            *args, **kwargs
+        )
+
+    return call
 
 
 # --- The protocol: the SDK's low-level server with Harness's handlers ----------------------
@@ -263,15 +294,28 @@ def submit(session: AgentSession, proposed: ProposedCall, *, preloaded: bool = F
 
     Raises McpError when the request id names an earlier call with another tool or other
     arguments: that call's decision and result are not this request's."""
-    [call] = admission.submit_calls(
-        session=session, dialect=Dialect.MCP, proposed=[proposed], profile_preloaded=preloaded
-    )
-    if call.name != proposed.name or call.digest != digest_of(proposed):
-        raise refuse(
-            types.INVALID_PARAMS,
-            "This request id was already used in this session for another call; Harness "
-            "decides each input once. Send the call again with a new request id.",
+    with one_generation():  # (its admission and its inline run: one list of tools)
+        [call], kept = admission.admit_message(
+            session=session,
+            dialect=Dialect.MCP,
+            proposed=[proposed],
+            profile_preloaded=preloaded,
+            inline=True,
         )
+        if call.name != proposed.name or call.digest != digest_of(proposed):
+            raise refuse(
+                types.INVALID_PARAMS,
+                "This request id was already used in this session for another call; Harness "
+                "decides each input once. Send the call again with a new request id.",
+            )
+        for claimed, ctx in kept:  # allowed, claimed, and it may run here: it runs now
+            try:
+                execution.run_inline(claimed, ctx)
+            except Exception:
+                # Its result was not written: it is still running in the database, and
+                # its lease ends it as outcome_unknown; the request waits for that.
+                logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
+                claimed.status = Status.RUNNING
     follow_edits([call])
     return call
 

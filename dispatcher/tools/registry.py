@@ -62,6 +62,11 @@ def client_toolsets() -> list[ClientToolset]:
     return [_toolset(path) for path in settings.HARNESS_CLIENT_TOOLS.values()]
 
 
+# Inside, upstream tools are looked up in one list (catalog.one_generation): one message's
+# admission and its inline run.
+one_generation = catalog.one_generation
+
+
 def get_tool(name: str, client: str = API_CLIENT) -> Tool | None:
     """The tool `name` as a session of `client` resolves it (see the module docstring)."""
     toolset = client_toolset(client) if client != API_CLIENT else None
