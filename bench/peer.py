@@ -217,8 +217,17 @@ def scenario_peer(
     proxy = Peer("proxy", "proxy", upstream.url)
     allow = f"127.0.0.1:{upstream.port}"
     env = {**env, "HARNESS_OUTBOUND_ALLOW": allow}  # (this scenario's servers only)
-    server, worker = Server("S14", env, wait=False), Worker(env, wait=False)
-    queued = Server("S14-H0", {**env, "BENCH_NO_INLINE": "1"}, wait=False)
+    # H0: this checkout without the inline lane, or another checkout (the code before a
+    # change: BENCH_PEER_BASELINE=PATH), whose worker then serves both (H sends it none).
+    baseline = Path(os.environ.get("BENCH_PEER_BASELINE") or ROOT)
+    server = Server("S14", env, wait=False)
+    worker = Worker({**env, "PYTHONPATH": str(baseline)}, wait=False, root=baseline)
+    queued = Server(
+        "S14-H0",
+        {**env, "BENCH_NO_INLINE": "1", "PYTHONPATH": str(baseline)},
+        wait=False,
+        root=baseline,
+    )
     n, warm, seconds = (20, 5, 1.5) if quick else (60, 15, 3.0)
     try:
         proxy.ready()
@@ -262,6 +271,8 @@ def scenario_peer(
     finally:
         stop_all([worker, server, queued, proxy, upstream])
     results = _results(p50, rate, cost, n, seconds)
+    if baseline != ROOT:
+        results[0].notes.append(f"H0 ran the checkout at {baseline} (BENCH_PEER_BASELINE)")
     for key in ("H", "H0"):
         results[0].notes.append(
             f"{key}: " + stages_note(session_ids[key], statistics.median(p50[key]))

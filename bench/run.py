@@ -312,15 +312,18 @@ def free_port() -> int:
 class Server:
     """One daphne process on loopback, started and killed by PID."""
 
-    def __init__(self, label: str, env: dict[str, str], wait: bool = True) -> None:
+    def __init__(
+        self, label: str, env: dict[str, str], wait: bool = True, root: Path = ROOT
+    ) -> None:
         """Started; listening on return unless `wait=False` (then call `ready()`, so that
-        several processes start side by side)."""
+        several processes start side by side). `root`: the checkout it runs (S14's
+        baseline may be another)."""
         self.label = label
         self.port = free_port()
         daphne = shutil.which("daphne", path=str(Path(PY).parent)) or "daphne"
         self.proc = subprocess.Popen(
             [daphne, "-b", "127.0.0.1", "-p", str(self.port), "bench.asgi:application"],
-            cwd=ROOT,
+            cwd=root,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

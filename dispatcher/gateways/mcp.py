@@ -249,8 +249,9 @@ async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
                 data={"retry_after": limits.retry_after_wait()},
             )
         )
+    held = [slot]  # (emptied when the slot was given back with the call's admission)
     try:
-        return await admit_and_hold(name, arguments)
+        return await admit_and_hold(name, arguments, held)
     except DatabaseError:
         logger.exception("MCP gateway storage error")
         raise refuse(
@@ -259,10 +260,16 @@ async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
             "was decided or run. Send the same request again later.",
         ) from None
     finally:  # (shielded: a cancelled request still gives its slot back)
-        await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
+        if held:
+            await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
 
 
-async def admit_and_hold(name: str, arguments: dict[str, Any]) -> types.ServerResult:
+async def admit_and_hold(
+    name: str, arguments: dict[str, Any], held: list[str] | None = None
+) -> types.ServerResult:
+    """The call admitted (and run, in the inline lane), then held until it is done.
+    `held`: the request's wait slot, given back on the admission's own trip to an ORM
+    thread when the call is done at once (emptied then)."""
     context = server.request_context
     caller = _caller.get()
     tool_use_id = mcp_tool_use_id(context.request_id)
@@ -270,7 +277,7 @@ async def admit_and_hold(name: str, arguments: dict[str, Any]) -> types.ServerRe
     if name == APPROVAL_PROMPT:
         return types.ServerResult(await approval_prompt(caller, arguments, tool_use_id, progress))
     proposed = ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
-    call = await db(submit)(caller.session, proposed, preloaded=caller.loaded)
+    call = await db(submit)(caller.session, proposed, preloaded=caller.loaded, held=held)
     call = await hold(call, progress, settled=is_done)  # a reviewer's edit is followed
     return types.ServerResult(tool_result(call))
 
@@ -288,9 +295,18 @@ def mcp_tool_use_id(request_id: types.RequestId) -> str:
     return text
 
 
-def submit(session: AgentSession, proposed: ProposedCall, *, preloaded: bool = False) -> ToolCall:
+def submit(
+    session: AgentSession,
+    proposed: ProposedCall,
+    *,
+    preloaded: bool = False,
+    held: list[str] | None = None,
+) -> ToolCall:
     """The call (a request sent again finds its call, perhaps edited since: followed).
-    `preloaded`: the session was read with its owner's profile (Caller.loaded).
+    `preloaded`: the session was read with its owner's profile (Caller.loaded). A call
+    allowed at once whose tool may run in this process is run now (the inline lane:
+    admission.admit_message, execution.run_inline). `held`: the request's wait slot,
+    given back here when the call is done (emptied).
 
     Raises McpError when the request id names an earlier call with another tool or other
     arguments: that call's decision and result are not this request's."""
@@ -317,6 +333,8 @@ def submit(session: AgentSession, proposed: ProposedCall, *, preloaded: bool = F
                 logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
                 claimed.status = Status.RUNNING
     follow_edits([call])
+    if held and is_done(call):  # nothing to wait for: the slot goes back on this trip
+        limits.release_wait(held.pop())
     return call
 
 
