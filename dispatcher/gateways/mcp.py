@@ -231,27 +231,55 @@ TOO_MANY_WAITS = -32029
 HOLD_RUN_MARGIN = 3600.0
 
 
+class WaitSlot:
+    """One of the agent's wait slots (dispatcher.limits) for one tools/call request: taken
+    on the admission's own trip to an ORM thread (`take`), before anything is recorded,
+    and given back there when the call is done at once (allowed and run inline, denied,
+    rejected), else by the request when it ends; by whichever comes last when the request
+    ends while its admission is still running."""
+
+    def __init__(self, agent: Agent, seconds: float) -> None:
+        self.agent, self.seconds = agent, seconds
+        self.value: str | None = None
+        self.ended = False
+        self.lock = threading.Lock()
+
+    def take(self) -> None:
+        """Raises McpError (TOO_MANY_WAITS) when the agent holds all of its slots."""
+        slot = limits.reserve_wait(self.agent, self.seconds)
+        if slot is None:
+            raise McpError(
+                types.ErrorData(
+                    code=TOO_MANY_WAITS,
+                    message=limits.too_many_waits_message(
+                        "Nothing of this request was recorded. Wait until one of its calls "
+                        "is answered, then send it again (retry after "
+                        f"{limits.retry_after_wait()} s)."
+                    ),
+                    data={"retry_after": limits.retry_after_wait()},
+                )
+            )
+        with self.lock:
+            self.value = slot
+            ended = self.ended
+        if ended:  # the request ended meanwhile: nobody else gives it back
+            self.give_back()
+
+    def give_back(self) -> None:
+        """Once, whoever calls it (never raises: an unreleased slot lapses)."""
+        with self.lock:
+            slot, self.value, self.ended = self.value, None, True
+        if slot is not None:
+            limits.release_wait(slot)
+
+
 async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
     name, arguments = request.params.name, request.params.arguments or {}
     storable(name, arguments)
     # A held call may wait for a reviewer as long as an approval lives, then for its run.
-    longest = settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN
-    agent = _caller.get().agent
-    slot = await sync_to_async(limits.reserve_wait, thread_sensitive=False)(agent, longest)
-    if slot is None:
-        raise McpError(
-            types.ErrorData(
-                code=TOO_MANY_WAITS,
-                message=limits.too_many_waits_message(
-                    "Nothing of this request was recorded. Wait until one of its calls is "
-                    f"answered, then send it again (retry after {limits.retry_after_wait()} s)."
-                ),
-                data={"retry_after": limits.retry_after_wait()},
-            )
-        )
-    held = [slot]  # (emptied when the slot was given back with the call's admission)
+    slot = WaitSlot(_caller.get().agent, settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN)
     try:
-        return await admit_and_hold(name, arguments, held)
+        return await admit_and_hold(name, arguments, slot)
     except DatabaseError:
         logger.exception("MCP gateway storage error")
         raise refuse(
@@ -260,24 +288,28 @@ async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
             "was decided or run. Send the same request again later.",
         ) from None
     finally:  # (shielded: a cancelled request still gives its slot back)
-        if held:
-            await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
+        if slot.value is not None:
+            await asyncio.shield(sync_to_async(slot.give_back, thread_sensitive=False)())
+        else:
+            slot.give_back()  # (none held: only marks the request ended)
 
 
 async def admit_and_hold(
-    name: str, arguments: dict[str, Any], held: list[str] | None = None
+    name: str, arguments: dict[str, Any], slot: WaitSlot | None = None
 ) -> types.ServerResult:
     """The call admitted (and run, in the inline lane), then held until it is done.
-    `held`: the request's wait slot, given back on the admission's own trip to an ORM
-    thread when the call is done at once (emptied then)."""
+    `slot`: the request's wait slot, taken and (when the call is done at once) given back
+    on the admission's own trip to an ORM thread."""
     context = server.request_context
     caller = _caller.get()
     tool_use_id = mcp_tool_use_id(context.request_id)
     progress = Progress(context, caller)
     if name == APPROVAL_PROMPT:
-        return types.ServerResult(await approval_prompt(caller, arguments, tool_use_id, progress))
+        return types.ServerResult(
+            await approval_prompt(caller, arguments, tool_use_id, progress, slot)
+        )
     proposed = ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
-    call = await db(submit)(caller.session, proposed, preloaded=caller.loaded, held=held)
+    call = await db(submit)(caller.session, proposed, preloaded=caller.loaded, slot=slot)
     call = await hold(call, progress, settled=is_done)  # a reviewer's edit is followed
     return types.ServerResult(tool_result(call))
 
@@ -300,16 +332,19 @@ def submit(
     proposed: ProposedCall,
     *,
     preloaded: bool = False,
-    held: list[str] | None = None,
+    slot: WaitSlot | None = None,
 ) -> ToolCall:
     """The call (a request sent again finds its call, perhaps edited since: followed).
     `preloaded`: the session was read with its owner's profile (Caller.loaded). A call
     allowed at once whose tool may run in this process is run now (the inline lane:
-    admission.admit_message, execution.run_inline). `held`: the request's wait slot,
-    given back here when the call is done (emptied).
+    admission.admit_message, execution.run_inline). `slot`: the request's wait slot,
+    taken first (McpError when none is free: nothing recorded), given back here when the
+    call is done.
 
     Raises McpError when the request id names an earlier call with another tool or other
     arguments: that call's decision and result are not this request's."""
+    if slot is not None:
+        slot.take()
     with one_generation():  # (its admission and its inline run: one list of tools)
         [call], kept = admission.admit_message(
             session=session,
@@ -333,8 +368,8 @@ def submit(
                 logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
                 claimed.status = Status.RUNNING
     follow_edits([call])
-    if held and is_done(call):  # nothing to wait for: the slot goes back on this trip
-        limits.release_wait(held.pop())
+    if slot is not None and is_done(call):  # nothing to wait for: given back on this trip
+        slot.give_back()
     return call
 
 
@@ -455,7 +490,11 @@ def decide_only_proposal(
 
 
 async def approval_prompt(
-    caller: Caller, arguments: dict[str, Any], fallback_id: str, progress: Progress
+    caller: Caller,
+    arguments: dict[str, Any],
+    fallback_id: str,
+    progress: Progress,
+    slot: WaitSlot | None = None,
 ) -> types.CallToolResult:
     tool_name, tool_input = arguments.get("tool_name"), arguments.get("input")
     client_id = arguments.get("tool_use_id")
@@ -471,8 +510,10 @@ async def approval_prompt(
         )
     proposed = await db(decide_only_proposal)(tool_name, tool_input, tool_use_id)
     try:
-        call = await db(submit)(caller.session, proposed, preloaded=caller.loaded)
+        call = await db(submit)(caller.session, proposed, preloaded=caller.loaded, slot=slot)
     except McpError as reused:  # an id already decided for other input allows nothing else
+        if reused.error.code == TOO_MANY_WAITS:  # (the request is refused: nothing recorded)
+            raise
         return prompt_answer({"behavior": "deny", "message": reused.error.message})
     call = await hold(
         call, progress, settled=lambda c: c.status == Status.RELEASED or c.is_terminal
