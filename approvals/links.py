@@ -35,6 +35,10 @@ from .models import ApprovalRequest, UsedLink
 
 SALT = "harness.approvals.one-tap-link"
 VERDICTS = ("approve", "deny")
+STEP_UP_MESSAGE = (
+    "This call must be signed with your passkey, so a link cannot decide it: open the "
+    "call's page, choose there and touch your passkey when the browser asks."
+)
 
 
 class LinkRefused(Exception):
@@ -78,7 +82,13 @@ def make_url(approval: ApprovalRequest, recipient: User, verdict: str) -> str:
 
 
 def links_for(approval: ApprovalRequest, recipient: User) -> dict[str, str]:
-    return {verdict: make_url(approval, recipient, verdict) for verdict in VERDICTS}
+    """The recipient's link per verdict; a verdict a step-up rule asks a passkey for gets
+    the call's page instead (it is signed there, never decided by a link)."""
+    page = settings.HARNESS_PUBLIC_URL.rstrip("/") + reverse("approvals:detail", args=[approval.pk])
+    return {
+        verdict: page if approval.needs_key(verdict) else make_url(approval, recipient, verdict)
+        for verdict in VERDICTS
+    }
 
 
 def read(token: str) -> Claim:
@@ -151,6 +161,8 @@ def use(*, token: str, user: Any, digest: str, comment: str = "") -> ApprovalReq
     LinkRefused (with services.DecisionRefused's answer when the decision is refused)."""
     claim = read(token)
     person = person_for(claim, user)
+    if claim.approval.needs_key(claim.verdict):
+        raise LinkRefused(STEP_UP_MESSAGE, 400)
     if digest != claim.digest:
         raise LinkRefused("The arguments you confirmed are not the ones this link is for.", 409)
     try:

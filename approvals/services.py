@@ -23,7 +23,7 @@ from dispatcher.proposals import ProposedCall, canonical_json
 from floor import compiled, errors
 from floor.compiled import Compiled
 
-from . import live
+from . import live, stepup
 from .models import ApprovalRequest, Decision, Vote
 
 
@@ -50,6 +50,7 @@ def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalReq
         expires_at=timezone.now() + timedelta(seconds=settings.HARNESS_APPROVAL_TIMEOUT),
         approvals_required=max(1, int(call.provenance.get("approvals", 1))),
         group=str(call.provenance.get("group", "")),
+        step_up=[str(v) for v in call.provenance.get("step_up", [])],
     )
     compiled.create(approval)  # (one prepared INSERT ... RETURNING: every ask writes one)
     return approval
@@ -64,6 +65,7 @@ def decide(
     feedback: str = "",
     allow_session: bool = False,
     via: str = "queue",
+    signed: stepup.Signed | None = None,
 ) -> ApprovalRequest:
     """Approve or deny one pending call as `user`, who saw arguments with `digest`.
 
@@ -78,6 +80,12 @@ def decide(
     is discarded (approval.vote_discarded). A deny from any reviewer ends the call. The
     returned request has `decision` "" while it still waits for votes. `via` records how
     the decision came (queue, link, edit).
+
+    Step-up: when a rule asks a passkey for this verdict, `signed` must hold `user`'s
+    assertion over this request, digest, verdict and nonce (approvals.stepup); it is
+    verified, kept (SignedVerdict) and carried by the audit event, or the decision is
+    refused (400 nothing signed, 403 a signature that does not prove it; audited as
+    approval.step_up_refused).
 
     Exactly one decision per call whatever the races: the approval row is locked (votes
     on one request are serialized by it) and the call moves by a conditional update.
@@ -100,8 +108,21 @@ def decide(
         refusal = _refusal(approval, user, digest, now)
         if refusal is None and approve:
             refusal = _vote_refusal(approval, user, allow_session)
+        signature: dict[str, Any] | None = None
         if refusal is None:
-            _apply(approval, user, approve, digest, feedback, now, allow_session and approve, via)
+            signature, refusal = _signature(approval, user, approve, digest, signed)
+        if refusal is None:
+            _apply(
+                approval,
+                user,
+                approve,
+                digest,
+                feedback,
+                now,
+                allow_session and approve,
+                via,
+                signature,
+            )
     # Raised after commit so that the audit event of a digest mismatch is kept.
     if refusal is not None:
         raise refusal
@@ -142,10 +163,44 @@ def _refusal(
     return None
 
 
+def _signature(
+    approval: ApprovalRequest,
+    user: AbstractBaseUser,
+    approve: bool,
+    digest: str,
+    signed: stepup.Signed | None,
+) -> tuple[dict[str, Any] | None, DecisionRefused | None]:
+    """The verified step-up record of this verdict (None when no rule asks a passkey for
+    it), or the refusal, audited (approval.step_up_refused)."""
+    verdict = "approve" if approve else "deny"
+    if not approval.needs_key(verdict):
+        return None, None
+    try:
+        with transaction.atomic():  # a refused signature leaves no row behind
+            return stepup.check(
+                approval=approval, user=user, verdict=verdict, digest=digest, signed=signed
+            ), None
+    except stepup.StepUpRefused as refused:
+        record_event(
+            kind=kinds.APPROVAL_STEP_UP_REFUSED,
+            actor=f"user:{user.get_username()}",
+            subject=f"call:{approval.call_id}",
+            session_id=approval.call.session_id,
+            payload={"call_id": str(approval.call_id), "verdict": verdict, "reason": str(refused)},
+        )
+        return None, DecisionRefused(str(refused), refused.status)
+
+
 def _vote_refusal(
     approval: ApprovalRequest, user: AbstractBaseUser, allow_session: bool
 ) -> DecisionRefused | None:
     """Why `user`'s approval cannot count towards this request, or None."""
+    if allow_session and approval.step_up:
+        return DecisionRefused(
+            "This call must be signed with a passkey, so it cannot be allowed for the rest "
+            "of the session. Approve it on its own.",
+            400,
+        )
     if not approval.is_quorum:
         return None
     if allow_session:
@@ -209,6 +264,7 @@ def _apply(
     now: datetime,
     allow_session: bool = False,
     via: str = "queue",
+    signature: dict[str, Any] | None = None,
 ) -> None:
     call = approval.call
     actor = f"user:{user.get_username()}"
@@ -220,6 +276,8 @@ def _apply(
     }
     if via != "queue":
         extra["via"] = via
+    if signature is not None:
+        extra["step_up_signature"] = signature
     if approval.is_quorum and _vote(approval, user, approve, digest, feedback, via, actor, extra):
         return  # one vote of a quorum: the call still waits
     if allow_session:
@@ -445,8 +503,11 @@ def _replace(
             .select_related("call__session__agent")
             .get(call=new)
         )
-        if _vote_refusal(replacement_approval, user, False) is None:
-            # The edit is the editor's approval of what they wrote.
+        if _vote_refusal(replacement_approval, user, False) is None and not (
+            replacement_approval.needs_key("approve")
+        ):
+            # The edit is the editor's approval of what they wrote (unless a passkey must
+            # sign it: the editor then approves the new call from the queue, signing it).
             _apply(replacement_approval, user, True, new.digest, comment, now, via="edit")
     return Edit(approval, new, replacement_approval)
 

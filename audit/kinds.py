@@ -88,12 +88,16 @@ CALL_EDITED = register("call.edited", "edited by a reviewer", review=True, resul
 AGENT_CREATED = register("agent.created", "agent created")
 AGENT_REVOKED = register("agent.revoked", "agent revoked")
 AGENT_TOKEN_ROTATED = register("agent.token_rotated", "agent token rotated")
+AGENT_TRANSFERRED = register("agent.transferred", "agent's owner, team or sponsor changed")
 SESSION_STARTED = register("session.started", "session started")
 PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
 GRANT_CREATED = register("grant.created", "allowed for the session")
 GRANT_REVOKED = register("grant.revoked", "session grant revoked")
 APPROVAL_DIGEST_MISMATCH = register(
     "approval.digest_mismatch", "decision refused: the arguments changed", note=True
+)
+APPROVAL_STEP_UP_REFUSED = register(
+    "approval.step_up_refused", "decision refused: no valid passkey signature", note=True
 )
 APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum", note=True)
 APPROVAL_VOTE_DISCARDED = register(
@@ -109,6 +113,9 @@ NOTIFICATION_CHANNEL_CHANGED = register(
 )
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
+TEAM_CREATED = register("team.created", "team created")
+TEAM_MEMBER_ADDED = register("team.member_added", "team role given")
+TEAM_MEMBER_REMOVED = register("team.member_removed", "team role taken")
 USER_DEACTIVATED = register("user.deactivated", "user deactivated: sockets closed, links void")
 
 # --- What a client that runs its own tools tells about its session (Claude Code's hooks) --

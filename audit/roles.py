@@ -1,9 +1,11 @@
 """Who may do what: the three roles, checked in one place and changed through one
 audited service.
 
-Roles are Django groups (`reviewer` decides calls, `auditor` reads the log, `admin`
-changes modes, rules and agents); a superuser holds all three. Only an active user holds
-any role. Views use `role_required`, sockets and services `has_role`, templates the
+A role is held organization-wide (the Django group of that name: `reviewer` decides
+calls, `auditor` reads the log, `admin` changes modes, rules and agents; a superuser holds
+all three) or in teams (teams.Membership). Holding a role anywhere opens its pages;
+which agents, sessions and asks a page then shows is the role's reach (teams.scope).
+Only an active user holds any role. Views use `role_required`, sockets and services `has_role`, templates the
 `roles` context value; granting and removing go through `grant_role` / `remove_role`,
 each with its audit event (the admin shows users and groups read-only).
 
@@ -32,11 +34,13 @@ from django.contrib.auth.models import Group, User
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Q
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django_htmx.middleware import HtmxDetails
 
 from floor.compiled import Compiled
+from teams.models import Membership
 
 from . import kinds
 from .services import record_event
@@ -61,7 +65,9 @@ def roles_of(user: Any) -> frozenset[str]:
         return frozenset()
     if user.is_superuser:
         return ROLES
-    return frozenset(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+    org = user.groups.filter(name__in=ROLES).values_list("name", flat=True)
+    teams = Membership.objects.filter(user_id=user.pk).order_by().values_list("role", flat=True)
+    return frozenset(org.order_by().union(teams))
 
 
 def has_role(user: Any, role: str) -> bool:
@@ -72,9 +78,14 @@ def has_role(user: Any, role: str) -> bool:
     return bool(user.is_superuser or _HOLDS.tuples(user.pk, role))
 
 
-# Asked on every reviewer request and decision (floor.compiled): a fixed-shape read.
+# Asked on every reviewer request and decision (floor.compiled): a fixed-shape read of
+# the organization's group and the teams' memberships at once.
 _HOLDS = Compiled(
-    lambda user_id, role: Group.objects.filter(user__id=user_id, name=role).values_list("pk")[:1]
+    lambda user_id, role: (
+        User.objects.filter(pk=user_id)
+        .filter(Q(groups__name=role) | Q(team_memberships__role=role))
+        .values_list("pk")[:1]
+    )
 )
 
 

@@ -295,7 +295,7 @@ def login(server: Server, username: str, password: str) -> dict[str, str]:
             raise RuntimeError("no CSRF token in the login form")
         r = c.post(
             "/accounts/login/",
-            data={"username": username, "password": password, "csrfmiddlewaretoken": m.group(1)},
+            data={"login": username, "password": password, "csrfmiddlewaretoken": m.group(1)},
             headers={"Referer": server.url + "/accounts/login/"},
         )
         if r.status_code != 302 or "sessionid" not in c.cookies:

@@ -18,6 +18,17 @@ class Agent(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agents"
     )
+    # The team the agent works for: its reviewers decide its asks, its auditors read its
+    # sessions, its admins manage it (teams.scope).
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="agents")
+    # The person accountable when the owner leaves (optional).
+    sponsor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="sponsored_agents",
+    )
     name = models.CharField(max_length=100)
     token_prefix = models.CharField(max_length=16, unique=True)
     token_hash = models.CharField(max_length=64)

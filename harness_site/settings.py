@@ -71,7 +71,18 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    # People: allauth's accounts, single sign-on (OIDC, SAML) and second factors
+    # (docs/identity.md); Harness's own part (SSO from env, break-glass, sessions) is
+    # identity/.
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "allauth.socialaccount.providers.saml",
+    "allauth.mfa",
+    "identity",
     "audit",
+    "teams",
     "dispatcher",
     "dispatcher.policy",
     "dispatcher.tools.sources",
@@ -89,6 +100,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    "identity.mfa.RequireSecondFactor",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
@@ -240,9 +253,34 @@ HARNESS_WAKE_LINGER = float(env("HARNESS_WAKE_LINGER", "10"))
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
-LOGIN_URL = "/accounts/login/"
+# Sign-in is allauth's (docs/identity.md): a password Harness keeps, or single sign-on.
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
+# Accounts are made by admins (or by single sign-on): nobody signs up; a username and a
+# password sign in, the session lasts as Django's does (no "remember me" choice).
+ACCOUNT_ADAPTER = "identity.adapters.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "identity.adapters.SocialAccountAdapter"
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_SESSION_REMEMBER = True
+ACCOUNT_LOGOUT_ON_GET = False
+ACCOUNT_LOGOUT_REDIRECT_URL = LOGOUT_REDIRECT_URL
+ACCOUNT_USER_DISPLAY = "identity.adapters.display_name"
+# Second factors for everyone (allauth.mfa): an authenticator app (TOTP), passkeys and
+# recovery codes; a discoverable passkey signs in without a password. The passkeys are
+# also the keys that sign step-up approvals (approvals.stepup). HARNESS_MFA_REQUIRED makes
+# a factor mandatory: none, admins, reviewers (and admins) or all; a person it names who
+# has none is sent to the set-up page first (identity.mfa).
+MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
+MFA_PASSKEY_LOGIN_ENABLED = True
+MFA_TOTP_ISSUER = "Harness"
+HARNESS_MFA_REQUIRED = env("HARNESS_MFA_REQUIRED", "none")
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = env_bool("HARNESS_SECURE_COOKIES", False)
@@ -400,6 +438,11 @@ HARNESS_MAX_WAITS_PER_AGENT = int(env("HARNESS_MAX_WAITS_PER_AGENT", "8"))
 HARNESS_MAX_PENDING_ASKS_PER_AGENT = int(env("HARNESS_MAX_PENDING_ASKS_PER_AGENT", "50"))
 HARNESS_MAX_SESSIONS_PER_MINUTE = int(env("HARNESS_MAX_SESSIONS_PER_MINUTE", "30"))
 HARNESS_LIMITS_PREFIX = env("HARNESS_LIMITS_PREFIX", "harness:limits")
+# MCP clients that open a transport session per call, or none (protocol 2026-07-28), stay
+# in one Harness session per run: the agent's last MCP session from the same client is
+# joined while it was used within this many seconds (0: every initialize starts a new
+# one). docs/mcp.md, "Which session a request joins".
+HARNESS_MCP_RUN_IDLE = float(env("HARNESS_MCP_RUN_IDLE", "900"))
 # Decide-only tool sets: the tools each client runs itself, resolved only for that
 # client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md and
 # docs/coding-agents.md.

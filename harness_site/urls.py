@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from dispatcher.gateways import claude_code, codex, gemini
@@ -20,7 +19,8 @@ urlpatterns = [
     path("permissions/", include("dispatcher.policy.urls")),
     path("agents/", include("dispatcher.urls")),
     path("tools/", include("dispatcher.tools.sources.urls")),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Signing in and out, single sign-on and second factors: allauth (docs/identity.md).
+    path("accounts/", include("identity.urls")),
+    path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -180,6 +180,8 @@ def email_body(approval: ApprovalRequest, links: dict[str, str] | None) -> str:
     if approval.is_quorum:
         lines.append(f"Needs {approval.approvals_required} approvals ({approval.progress()}).")
     lines += ["", f"Open the call: {detail_url(approval)}"]
+    if approval.step_up:
+        lines.append("Deciding it is signed with your passkey, on the call's page.")
     if links:
         lines += [
             "",

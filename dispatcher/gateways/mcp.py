@@ -66,6 +66,9 @@ class Caller:
     # The session was read with the owner's profile and its grants (agents.
     # loaded_client_session): admission reads neither again.
     loaded: bool = False
+    # Which of the run's transport sessions (or sessionless requests) sent it: request ids
+    # are unique only within one (docs/mcp.md, "Which session a request joins").
+    transport: str = ""
 
 
 _caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("mcp_caller")
@@ -302,7 +305,7 @@ async def admit_and_hold(
     on the admission's own trip to an ORM thread."""
     context = server.request_context
     caller = _caller.get()
-    tool_use_id = mcp_tool_use_id(context.request_id)
+    tool_use_id = mcp_tool_use_id(context.request_id, caller.transport)
     progress = Progress(context, caller)
     if name == APPROVAL_PROMPT:
         return types.ServerResult(
@@ -318,10 +321,11 @@ server.request_handlers[types.ListToolsRequest] = list_tools
 server.request_handlers[types.CallToolRequest] = call_tool
 
 
-def mcp_tool_use_id(request_id: types.RequestId) -> str:
+def mcp_tool_use_id(request_id: types.RequestId, transport: str = "") -> str:
     """The call's id in its session: the JSON-RPC request id (an int 5 and a string "5"
-    stay apart). A client that sends the same request again finds the same call."""
-    text = "mcp:" + json.dumps(request_id)
+    stay apart), within the transport session that sent it when the run has several. A
+    client that sends the same request again on the same transport finds the same call."""
+    text = "mcp:" + (transport + ":" if transport else "") + json.dumps(request_id)
     if len(text) > 160:  # a long string id: its digest keeps it one id, and storable
         text = "mcp:sha256:" + hashlib.sha256(text.encode()).hexdigest()
     return text

@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -74,8 +75,9 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         return await answer(send, 400, "bad_host", f"Host {host!r} is not an allowed host.")
     kind, _, token = headers.get("authorization", "").partition(" ")
     session_id = headers.get(SESSION_HEADER, "")
+    external_id, transport = split_session_id(session_id)
     agent, known = (
-        await db(authenticate)(token.strip(), session_id)
+        await db(authenticate)(token.strip(), external_id)
         if kind.lower() == "bearer"
         else (None, None)
     )
@@ -104,15 +106,24 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         return await answer(send, 413, "body_too_large", f"The body is larger than {limit} bytes.")
     messages = parse_messages(body)
     scheme = "https" if scope.get("scheme") == "https" else "http"
-    session = await session_for(agent, session_id, messages, known)
-    if isinstance(session, tuple):
-        return await answer(send, *session)
+    found = await session_for(agent, session_id, messages, known)
+    if not isinstance(found, Joined):
+        return await answer(send, *found)
+    session = found.session
+    if found.header is None:
+        transport = secrets.token_hex(8)  # no session: its request ids are its own
+    elif found.header != session_id:
+        transport = split_session_id(found.header)[1]  # an initialize: the id it is given
     if method == "POST":
-        await cancel_requested(agent, session, messages)
+        await cancel_requested(agent, session, messages, transport)
     caller = Caller(
-        agent=agent, session=session, base_url=f"{scheme}://{host}", loaded=session is known
+        agent=agent,
+        session=session,
+        base_url=f"{scheme}://{host}",
+        loaded=session is known,
+        transport=transport,
     )
-    await run_transport(caller, scope, replay(body, receive), send)
+    await run_transport(caller, scope, replay(body, receive), send, session_header=found.header)
 
 
 # The longest Mcp-Session-Id read together with the token: Harness issues 32 hex digits.
@@ -134,62 +145,120 @@ def authenticate(token: str, session_id: str) -> tuple[Agent | None, AgentSessio
     return agents.authenticate_token(token), None
 
 
+# Harness's Mcp-Session-Id: the Harness session's external id, then (when a run is
+# joined by another transport session) "~" and that transport session's own part.
+TRANSPORT_MARK = "~"
+
+
+def split_session_id(session_id: str) -> tuple[str, str]:
+    """(the Harness session's external id, the transport session's part or "")."""
+    external, mark, transport = session_id.rpartition(TRANSPORT_MARK)
+    return (external, transport) if mark else (session_id, "")
+
+
+@dataclass(frozen=True)
+class Joined:
+    """The Harness session a request belongs to, and the Mcp-Session-Id its answer
+    carries (None: the client keeps no session, none is sent)."""
+
+    session: AgentSession
+    header: str | None
+
+
 async def session_for(
     agent: Agent,
     session_id: str,
     messages: list[types.JSONRPCMessage],
     known: AgentSession | None = None,
-) -> AgentSession | tuple[int, str, str] | tuple[int, str, str, dict[str, str]]:
-    """The Harness session of this request: a new one for an initialize request, else the
-    agent's session with that Mcp-Session-Id (`known`: `authenticate` read it).
+) -> Joined | tuple[int, str, str] | tuple[int, str, str, dict[str, str]]:
+    """The Harness session of this request (docs/mcp.md, "Which session a request joins"):
+
+    - with an Mcp-Session-Id (not an initialize): the agent's session with that id
+      (`known`: `authenticate` read it), else 404;
+    - else (an initialize, or a request of a client that keeps no session): the run it
+      belongs to, `join_run`: by the run key in its `_meta` (`harness/run`) when it sends
+      one, else the agent's latest session of the same client program used within
+      HARNESS_MCP_RUN_IDLE seconds, else a new one.
+
     (status, code, message[, headers]) when there is none: 429 with Retry-After past
     HARNESS_MAX_SESSIONS_PER_MINUTE (nothing started)."""
     initialize = next(
         (m.root for m in messages if getattr(m.root, "method", "") == "initialize"), None
     )
-    if isinstance(initialize, types.JSONRPCRequest):
-        try:
-            return await db(open_session)(agent, initialize.params or {})
-        except limits.TooManySessions as refusal:
+    if session_id and not isinstance(initialize, types.JSONRPCRequest):
+        # (`authenticate` read the agent's session with that id, if there is one: the
+        # agent and the id are the same keys a second read would use.)
+        if known is None:
             return (
-                429,
-                "too_many_sessions",
-                str(refusal),
-                {"retry-after": str(refusal.retry_after)},
+                404,
+                "unknown_session",
+                "Session not found: it belongs to another agent or never existed. "
+                "Initialize again.",
             )
-    if not session_id:
+        return Joined(known, session_id)
+    first = next((m.root for m in messages if isinstance(m.root, types.JSONRPCRequest)), None)
+    if first is None:
         return (
             400,
             "missing_session",
-            "No Mcp-Session-Id header: send an initialize request first and pass back "
-            "the session id it answers with.",
+            "No Mcp-Session-Id header and no request: send an initialize request (or a "
+            "request) first.",
         )
-    # (`authenticate` read the agent's session with that id, if there is one: the agent and
-    # the id are the same keys a second read would use.)
-    if known is None:
+    params = first.params if isinstance(first.params, dict) else {}
+    try:
+        session, started = await db(agents.join_run)(
+            agent=agent,
+            client=CLIENT,
+            title=run_title(params),
+            key=run_key(params),
+            idle=settings.HARNESS_MCP_RUN_IDLE,
+        )
+    except limits.TooManySessions as refusal:
         return (
-            404,
-            "unknown_session",
-            "Session not found: it belongs to another agent or never existed. Initialize again.",
+            429,
+            "too_many_sessions",
+            str(refusal),
+            {"retry-after": str(refusal.retry_after)},
         )
-    return known
+    if not isinstance(initialize, types.JSONRPCRequest):
+        return Joined(session, None)
+    if started:
+        return Joined(session, session.external_id)
+    # Another transport session of a run: its own request ids, the run's session.
+    return Joined(session, session.external_id + TRANSPORT_MARK + secrets.token_hex(8))
 
 
-def open_session(agent: Agent, params: dict[str, Any]) -> AgentSession:
-    info = params.get("clientInfo") if isinstance(params, dict) else None
+# Where a client names its run (any request's params._meta): one run, one session.
+RUN_KEY = "harness/run"
+# Where a client without an initialize (protocol 2026-07-28) names itself.
+CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
+
+
+def run_key(params: dict[str, Any]) -> str:
+    """The run key the client sent, if it is one Harness can keep (1-190 printable ASCII
+    characters); "" otherwise."""
+    meta = params.get("_meta")
+    key = meta.get(RUN_KEY) if isinstance(meta, dict) else None
+    if isinstance(key, str) and 0 < len(key) <= 190 and key.isascii() and key.isprintable():
+        return key
+    return ""
+
+
+def run_title(params: dict[str, Any]) -> str:
+    """ "MCP: <client name> <version>" from an initialize's clientInfo (or a sessionless
+    request's `_meta`): the same client program gets the same title."""
+    info = params.get("clientInfo")
+    meta = params.get("_meta")
+    if not isinstance(info, dict) and isinstance(meta, dict):
+        info = meta.get(CLIENT_INFO_META)
     name = ""
     if isinstance(info, dict):
         name = " ".join(str(info.get(k, "")) for k in ("name", "version")).strip()
-    return agents.start_session(
-        agent=agent,
-        title=f"MCP: {name}" if name else "MCP session",
-        client=CLIENT,
-        external_id=secrets.token_hex(16),
-    )
+    return f"MCP: {name}"[:200] if name else "MCP session"
 
 
 async def cancel_requested(
-    agent: Agent, session: AgentSession, messages: list[types.JSONRPCMessage]
+    agent: Agent, session: AgentSession, messages: list[types.JSONRPCMessage], transport: str
 ) -> None:
     """`notifications/cancelled` for a tools/call of this session cancels its call if it
     is still pending (a call already running or done is not affected)."""
@@ -203,13 +272,13 @@ async def cancel_requested(
         if not isinstance(request_id, str | int):
             continue
         reason = str(root.params.get("reason") or "")[:500]
-        await db(cancel_by_request)(agent, session, request_id, reason)
+        await db(cancel_by_request)(agent, session, request_id, reason, transport)
 
 
 def cancel_by_request(
-    agent: Agent, session: AgentSession, request_id: types.RequestId, reason: str
+    agent: Agent, session: AgentSession, request_id: types.RequestId, reason: str, transport: str
 ) -> None:
-    tool_use_id = mcp_tool_use_id(request_id)
+    tool_use_id = mcp_tool_use_id(request_id, transport)
     call = (
         ToolCall.objects.filter(session=session)
         .filter(Q(tool_use_id=tool_use_id) | Q(tool_use_id__startswith=tool_use_id + "/"))
@@ -225,11 +294,14 @@ def cancel_by_request(
     )
 
 
-async def run_transport(caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
+async def run_transport(
+    caller: Caller, scope: Scope, receive: Receive, send: Send, *, session_header: str | None
+) -> None:
     """The SDK's transport and server for this one request (stateless: the session lives
-    in the database, not in this process)."""
+    in the database, not in this process). `session_header`: the Mcp-Session-Id of the
+    transport session (None: the client keeps none)."""
     transport = StreamableHTTPServerTransport(
-        mcp_session_id=caller.session.external_id, is_json_response_enabled=False
+        mcp_session_id=session_header, is_json_response_enabled=False
     )
     with caller_context(caller):
         async with anyio.create_task_group() as group:

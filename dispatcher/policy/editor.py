@@ -126,7 +126,9 @@ def profile_entries(profile: Profile, action: str) -> list[Any]:
             entries.append(text)
         else:
             entries.append(
-                {"rule": q.rule, "approvals": q.approvals} | ({"group": q.group} if q.group else {})
+                {"rule": q.rule, "approvals": q.approvals}
+                | ({"group": q.group} if q.group else {})
+                | ({"step_up": list(q.step_up)} if q.step_up else {})
             )
     return entries
 
