@@ -290,8 +290,10 @@ def stages_note(external_ids: list[str], p50_us: float) -> str:
     from audit.models import AuditEvent
     from dispatcher.models import ToolCall
 
+    # (An Mcp-Session-Id may add "~" and its transport session's part to the session's id.)
+    external = {sid.rpartition("~")[0] or sid for sid in external_ids}
     calls = ToolCall.objects.filter(
-        session__external_id__in=external_ids, name=f"{UPSTREAM}__{TOOL}"
+        session__external_id__in=external, name=f"{UPSTREAM}__{TOOL}"
     ).values_list("pk", flat=True)
     times: dict[str, dict[str, Any]] = {}
     events = AuditEvent.objects.filter(

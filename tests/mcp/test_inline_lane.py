@@ -22,9 +22,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from dispatcher import admission, batches, execution
+from dispatcher import admission, agents, batches, execution
 from dispatcher.gateways import mcp
-from dispatcher.gateways.mcp_http import authenticate, open_session
+from dispatcher.gateways.mcp_http import authenticate
 from dispatcher.models import Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json
 from floor import celery_message
@@ -63,6 +63,11 @@ def http_server(tmp_path: Path, settings: Any) -> Iterator[str]:
         yield name
     finally:
         stop(proc)
+
+
+def open_session(agent: Any, params: dict[str, Any]) -> Any:
+    """A new MCP session of `agent`, as an initialize with no run to join starts one."""
+    return agents.join_run(agent=agent, client=mcp.CLIENT, title="MCP session", idle=0)[0]
 
 
 def proposed(tool_use_id: str, name: str, arguments: dict[str, Any]) -> ProposedCall:
