@@ -28,7 +28,6 @@ from typing import Any
 import anyio
 import pydantic
 from anyio.abc import TaskStatus
-from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Q
@@ -53,21 +52,21 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     """The ASGI app mounted at /mcp/ (harness_site.asgi)."""
     if scope["type"] != "http":
         return
-    async with ThreadSensitiveContext():
-        try:
-            await serve(scope, receive, send)
-        except DatabaseError:
-            # Fail closed: nothing was decided without its record. (If the response had
-            # started, the connection simply ends.)
-            logger.exception("MCP gateway storage error")
-            with contextlib.suppress(Exception):
-                await answer(
-                    send,
-                    503,
-                    "storage_unavailable",
-                    "Harness could not record this request, so nothing was decided or run. "
-                    "Retry it later.",
-                )
+    # (The ORM work runs on the gateway's pool of threads: mcp.db.)
+    try:
+        await serve(scope, receive, send)
+    except DatabaseError:
+        # Fail closed: nothing was decided without its record. (If the response had
+        # started, the connection simply ends.)
+        logger.exception("MCP gateway storage error")
+        with contextlib.suppress(Exception):
+            await answer(
+                send,
+                503,
+                "storage_unavailable",
+                "Harness could not record this request, so nothing was decided or run. "
+                "Retry it later.",
+            )
 
 
 async def serve(scope: Scope, receive: Receive, send: Send) -> None:
