@@ -400,6 +400,11 @@ HARNESS_MAX_WAITS_PER_AGENT = int(env("HARNESS_MAX_WAITS_PER_AGENT", "8"))
 HARNESS_MAX_PENDING_ASKS_PER_AGENT = int(env("HARNESS_MAX_PENDING_ASKS_PER_AGENT", "50"))
 HARNESS_MAX_SESSIONS_PER_MINUTE = int(env("HARNESS_MAX_SESSIONS_PER_MINUTE", "30"))
 HARNESS_LIMITS_PREFIX = env("HARNESS_LIMITS_PREFIX", "harness:limits")
+# Requests per second of one agent across every gateway (a token bucket in Redis holding
+# up to BURST requests), checked once its token is verified and before admission; 429
+# with Retry-After beyond (0: no rate).
+HARNESS_AGENT_REQUESTS_PER_SECOND = float(env("HARNESS_AGENT_REQUESTS_PER_SECOND", "20"))
+HARNESS_AGENT_REQUEST_BURST = int(env("HARNESS_AGENT_REQUEST_BURST", "60"))
 # Decide-only tool sets: the tools each client runs itself, resolved only for that
 # client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md and
 # docs/coding-agents.md.

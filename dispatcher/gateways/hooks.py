@@ -36,7 +36,15 @@ from dispatcher.models import Agent, AgentSession, Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 from floor.compiled import Compiled
 
-from .api import BodyError, SubmitToken, error, read_json, too_many_sessions, unauthorized
+from .api import (
+    BodyError,
+    SubmitToken,
+    error,
+    read_json,
+    too_many_requests,
+    too_many_sessions,
+    unauthorized,
+)
 from .client_calls import Verdict, admit_client_call, verdict_after
 
 logger = logging.getLogger(__name__)
@@ -131,9 +139,18 @@ def hook_wait(wait: float | None) -> float:
 
 def _session(token: str, hook: Hook, dialect: HookDialect) -> AgentSession | None:
     """The hook's session, with its agent, owner and profile (one read once it exists);
-    None when the token is not an active agent's."""
-    return agents.client_session_for_token(
-        token=token, client=dialect.client, external_id=hook.session_id, project_dir=hook.cwd
+    None when the token is not an active agent's. The agent's request rate is taken before
+    a session is started or anything admitted (raises limits.TooManyRequests)."""
+    session = agents.loaded_client_session(token, dialect.client, hook.session_id)
+    if session is not None:
+        limits.take_request(session.agent, token)
+        return session
+    agent = agents.authenticate_token(token)
+    if agent is None:
+        return None
+    limits.take_request(agent, token)
+    return agents.client_session(
+        agent=agent, client=dialect.client, external_id=hook.session_id, project_dir=hook.cwd
     )
 
 
@@ -299,6 +316,8 @@ async def handle_hook(
         return await _handle_hook(request, dialect, wait)
     except limits.TooManySessions as refusal:
         return too_many_sessions(refusal)
+    except limits.TooManyRequests as refusal:
+        return too_many_requests(refusal)
 
 
 async def _handle_hook(

@@ -75,6 +75,10 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         return await answer(send, 400, "bad_host", f"Host {host!r} is not an allowed host.")
     kind, _, token = headers.get("authorization", "").partition(" ")
     session_id = headers.get(SESSION_HEADER, "")
+    if (early := limits.refused_early(token.strip())) is not None:
+        return await answer(
+            send, 429, "too_many_requests", str(early), {"retry-after": str(early.retry_after)}
+        )
     agent, known = (
         await db(authenticate)(token.strip(), session_id)
         if kind.lower() == "bearer"
@@ -88,6 +92,10 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
             "Missing, malformed, revoked or unknown agent token. Send 'Authorization: Bearer "
             "<token>' with a token from `manage.py create_agent`.",
             {"www-authenticate": 'Bearer realm="harness"'},
+        )
+    if (refusal := await limits.request_refusal(agent, token.strip())) is not None:
+        return await answer(
+            send, 429, "too_many_requests", str(refusal), {"retry-after": str(refusal.retry_after)}
         )
     method = scope["method"]
     if method not in ("POST", "DELETE"):
