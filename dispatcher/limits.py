@@ -62,7 +62,9 @@ return n
 # Take one request from the agent's bucket: KEYS[1] the bucket (a hash of tokens and when
 # they were counted), ARGV[1] tokens per second, ARGV[2] the bucket's size. Redis's own
 # clock, so every web process sees the same time. {1, 0} when taken; {0, ms} when empty,
-# with how long until a token is back.
+# with how long until a token is back. A refused request counts too, down to a debt of
+# one bucket: an agent that knocks again at once waits longer (up to twice the bucket's
+# refill time), one that waits as told gets through.
 _BUCKET = """
 local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
 local clock = redis.call('TIME')
@@ -75,10 +77,11 @@ local taken, wait = 0, 0
 if tokens >= 1 then
   tokens, taken = tokens - 1, 1
 else
+  if tokens > -burst then tokens = tokens - 1 end
   wait = math.ceil((1 - tokens) / rate * 1000)
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
 return {taken, wait}
 """
 # A slot outlives its wait by this much before it lapses on its own (a slow release).
@@ -245,11 +248,13 @@ def _bucket_script(url: str) -> Any:
 
 # Refusals this process has answered, by the digest of the token refused: until the
 # bucket can hold a token again, the same token is refused here without a database read
-# or a Redis call (a refused request takes nothing, and only this agent's own requests take
-# from its bucket, so the answer cannot change before then). Only a token verified and
+# or a Redis call (only this agent's own requests take from its bucket, so the answer
+# cannot change before then; these refusals are not counted in Redis). Only a token verified and
 # refused by `take_request` is ever remembered: another token is never refused by it.
 _refused_until: dict[str, float] = {}
 _REMEMBERED = 10_000
+# How long an early refusal is held before it is answered (harness_site.asgi), in seconds.
+EARLY_HOLD = 1.0
 
 
 def _digest(token: str) -> str:
@@ -297,6 +302,17 @@ def refused_early(token: str) -> TooManyRequests | None:
         _refused_until.pop(_digest(token), None)
         return None
     return TooManyRequests(math.ceil(left * 1000))
+
+
+def refused_scope(scope: dict[str, Any]) -> TooManyRequests | None:
+    """`refused_early` for an ASGI request's bearer token (None without one)."""
+    if not _refused_until:
+        return None
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"authorization":
+            kind, _, token = value.decode("latin-1").partition(" ")
+            return refused_early(token.strip()) if kind.lower() == "bearer" else None
+    return None
 
 
 async def request_refusal(agent: Agent, token: str) -> TooManyRequests | None:

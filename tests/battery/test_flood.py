@@ -36,7 +36,7 @@ TIMED = size(12, 60)
 WAITERS = size(12, 30)  # past HARNESS_MAX_WAITS_PER_AGENT (4 below)
 KNOCKERS = 4  # threads sending requests back to back
 PENDING_CAP, WAIT_CAP, SESSION_RATE = 20, 4, 6
-RATE, BURST = 20, 40  # HARNESS_AGENT_REQUESTS_PER_SECOND, HARNESS_AGENT_REQUEST_BURST
+RATE, BURST = 20, 60  # the defaults of HARNESS_AGENT_REQUESTS_PER_SECOND and _BURST
 # The other agent's pace: a model's turn between two calls (it stays below RATE).
 PACE = 0.1
 # On a loaded 2-core machine (make test beside another run) a p95 of a few tens of ms
