@@ -27,6 +27,8 @@ from dispatcher.policy.program_facts import (
     PUBLISHERS,
     SHELLS,
     WIDE_WRAPPERS,
+    guard_known,
+    names_known_program,
     names_runtime_input,
 )
 from dispatcher.policy.programs import Nested
@@ -412,26 +414,15 @@ def _known_program_named(word: str, *, copier: bool) -> str | None:
     a glob that could match it, or a command substitution that mentions it)."""
     if copier and is_computed(word):
         mentioned = re.findall(r"[\w.+-]+", word.lower())
-        return next((m for m in mentioned if _guard_known(m)), None)
-    candidates = [word, word.partition("=")[2]]
-    if word.startswith("-") and not word.startswith("--"):
-        candidates.append(word[2:])
-    for candidate in candidates:
-        if not candidate or ("/" not in candidate and not copier):
-            continue
-        base = command_name(candidate)
-        if _guard_known(base):
-            return base
-        if copier and GLOB_CHARACTERS.search(base):
-            known = sorted(GUARD_KNOWN_PROGRAMS | {"git-push"})
-            match = next((p for p in known if fnmatch.fnmatchcase(p, base)), None)
-            if match is not None:
-                return match
+        return next((m for m in mentioned if guard_known(m)), None)
+    named = names_known_program(word, bare=copier)
+    if named is not None or not copier:
+        return named
+    base = command_name(word.partition("=")[2] or word)
+    if GLOB_CHARACTERS.search(base):
+        known = sorted(GUARD_KNOWN_PROGRAMS | {"git-push"})
+        return next((p for p in known if fnmatch.fnmatchcase(p, base)), None)
     return None
-
-
-def _guard_known(base: str) -> bool:
-    return base in GUARD_KNOWN_PROGRAMS or base.startswith("git-")
 
 
 def _pattern(written: str, blocked: str) -> str:

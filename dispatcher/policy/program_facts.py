@@ -1496,6 +1496,27 @@ INSPECTING_PROGRAMS = frozenset(
     | {"md5sum", "sha1sum", "sha256sum", "sha512sum", "b2sum", "cksum", "ldd", "du", "wc"}
     | {"dpkg", "rpm", "apt", "apt-get", "apt-cache", "brew", "whereis", "man", "help", "info"}
 )
+
+
+def guard_known(name: str) -> bool:
+    """A program name the guard knows (lower-cased basename), `git-*` included."""
+    return name in GUARD_KNOWN_PROGRAMS or name.startswith("git-")
+
+
+def names_known_program(word: str, *, bare: bool) -> str | None:
+    """The guard-known program `word` names by a path (`/usr/bin/git`, `if=/usr/bin/sudo`,
+    `--target-directory=/bin/bash`, `-t/bin/sh`), or, with `bare`, by its name alone."""
+    candidates = [word, word.partition("=")[2]]
+    if word.startswith("-") and not word.startswith("--"):
+        candidates.append(word[2:])
+    for candidate in candidates:
+        if candidate and ("/" in candidate or bare):
+            name = posixpath.basename(candidate.rstrip("/")).lower()
+            if guard_known(name):
+                return name
+    return None
+
+
 COPY_EXAMPLES = (  # (command, blocked by the guard)
     ("cp /usr/bin/git g && ./g push", True),
     ("ln -s /usr/bin/sudo s && ./s id", True),

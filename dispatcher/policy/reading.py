@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from dispatcher.policy.git_reading import read_git
 from dispatcher.policy.program_facts import (
     CODE_OPTIONS,
+    COPYING_PROGRAMS,
     EVALUATING_BUILTINS,
     INLINE_CODE_OPTIONS,
+    INSPECTING_PROGRAMS,
     LOOKED_THROUGH_SHELLS,
     OPAQUE_PROGRAMS,
     OTHER_SHELLS,
@@ -46,6 +48,7 @@ from dispatcher.policy.program_facts import (
     WRITES_NO_NAMED_FILE,
     names_git_control,
     names_git_directory_operand,
+    names_known_program,
     names_runtime_input,
 )
 from dispatcher.policy.programs import (
@@ -135,6 +138,14 @@ def _read_argv(argv: list[str], depth: int, *, fed: bool, appended: bool) -> lis
         )
     if base not in WRITES_NO_NAMED_FILE and base != "git":  # git: git_reading (`git mv`)
         _check_git_directory_operands(argv, base, appended=appended)
+    if base not in INSPECTING_PROGRAMS:
+        copier = base.lower() in COPYING_PROGRAMS
+        known = next((n for w in argv[1:] if (n := names_known_program(w, bare=copier))), None)
+        if known is not None:
+            raise unreadable(
+                f"'{base}' on the program '{known}': a copy under another name would not be "
+                "read as that program"
+            )
     if base in EVALUATING_BUILTINS:
         raise unreadable(f"'{base}' evaluates strings or changes how later commands are read")
     if base in OPAQUE_PROGRAMS:

@@ -297,5 +297,7 @@ def test_copying_a_program_the_guard_knows_is_blocked(command: str, blocked: boo
 
 def test_the_two_red_team_forms_are_denied_in_trusted_mode() -> None:
     for command in ("cp /usr/bin/git g && ./g push", "ln -s /usr/bin/sudo s && ./s id"):
-        action, reason = outcome(make_call(command, "trusted", BASH))
-        assert action == "deny" and "copy under another name" in reason, reason
+        call = make_call(command, "trusted", BASH)
+        reason = command_blocklist(call)  # (admission denies on it whatever the mode says:
+        assert reason is not None and "copy under another name" in reason, reason
+        assert outcome(call)[0] != "allow"  # tests/policy/test_forms_at_endpoints.py shows it)
