@@ -269,18 +269,20 @@ def initialization_options() -> InitializationOptions:
 
 
 def parse_messages(body: bytes) -> list[types.JSONRPCMessage]:
-    """The JSON-RPC messages of a POST body, read with the SDK's types ([] if it cannot
-    be read: the transport then answers the parse error itself)."""
+    """The JSON-RPC message of a POST body, read with the SDK's types ([] if it cannot
+    be read: the transport then answers the error itself). An array is not read: the
+    protocol has no batches since 2025-06-18 and the SDK refuses them, and reading one
+    message by message would let one request (one from the agent's rate) do the work of
+    thousands (a cancellation each)."""
     try:
         data = json.loads(body) if body.strip() else None
     except (ValueError, RecursionError):
         return []
-    items = data if isinstance(data, list) else [data]
-    found = []
-    for item in items:
-        with contextlib.suppress(pydantic.ValidationError):
-            found.append(types.JSONRPCMessage.model_validate(item))
-    return found
+    if isinstance(data, list):
+        return []
+    with contextlib.suppress(pydantic.ValidationError):
+        return [types.JSONRPCMessage.model_validate(data)]
+    return []
 
 
 async def read_body(receive: Receive) -> bytes | None:

@@ -11,6 +11,7 @@ import time
 import uuid
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from django.conf import settings as django_settings
@@ -18,9 +19,10 @@ from django.test import Client
 
 from audit.models import AuditEvent
 from dispatcher import limits
-from dispatcher.models import AgentSession, ToolCall
+from dispatcher.models import AgentSession, Status, ToolCall
 from tests.approvals.conftest import start_session
 from tests.coding_agents.test_claude_code_hook_command import run_hook
+from tests.mcp.conftest import mcp_session, run, wait_for_pending
 from tests.support.claude_code_hooks import decision, pre_tool_use, send
 from tests.support.factories import AgentFixture, make_agent
 from tests.support.live import LiveStack
@@ -217,3 +219,45 @@ def test_harness_hook_waits_out_a_short_retry_after_once(
     ran = run_hook(body, live_stack.url, token=live_agent.token)
     assert ran.returncode == 2
     assert "429 too_many_requests" in ran.stderr and "the tool was not run" in ran.stderr
+
+
+def test_an_mcp_body_of_many_messages_does_no_work_per_message(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    """One HTTP request takes one request from the rate: a JSON array of thousands of
+    `notifications/cancelled` (a read each) must not be read message by message. The SDK
+    refuses arrays (the protocol has no batches since 2025-06-18), so Harness reads none:
+    a cancellation inside one cancels nothing, and a lone one still cancels."""
+
+    async def scenario() -> tuple[ToolCall, int]:
+        import anyio
+
+        async with mcp_session(live_stack, live_agent) as (session, session_id):
+            request_id = session._request_id
+            async with anyio.create_task_group() as group:
+                group.start_soon(session.call_tool, "write_file", {"path": "n.txt", "content": "x"})
+                call = await anyio.to_thread.run_sync(
+                    lambda: wait_for_pending(session_id() or "", tool="write_file")
+                )
+                cancel = {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": request_id, "reason": "in an array"},
+                }
+                headers = {
+                    **live_agent.headers,
+                    **MCP_HEADERS,
+                    "Mcp-Session-Id": session_id() or "",
+                }
+                async with httpx.AsyncClient(base_url=live_stack.url, timeout=30) as http:
+                    batch = await http.post("/mcp/", json=[cancel] * 5000, headers=headers)
+                await anyio.sleep(0.5)
+                await anyio.to_thread.run_sync(call.refresh_from_db)
+                still = call.status
+                group.cancel_scope.cancel()
+            assert still == Status.PENDING_APPROVAL, still
+            return call, batch.status_code
+
+    call, status = run(scenario)
+    assert status == 400  # the SDK's answer to an array
+    assert not AuditEvent.objects.filter(subject=f"call:{call.pk}", kind="call.cancelled").exists()
