@@ -16,8 +16,9 @@ look (Redis for the two that change on every request, the database for the third
 And before any of them, a request rate (HARNESS_AGENT_REQUESTS_PER_SECOND, with bursts of
 HARNESS_AGENT_REQUEST_BURST): a token bucket per agent in Redis, taken by every gateway
 (agent API, hooks, MCP) once the token is verified and before the request's body is
-admitted (`take_request`), so a flooding agent costs one read and one Redis script per
-refused request, not an admission.
+admitted (`take_request`). A refusal is remembered by the process that answered it, so
+the same token is refused again without a read (`refused_early`; harness_site.asgi holds
+it up to EARLY_HOLD first): a flood costs the web process next to nothing.
 
 When Redis cannot be reached, waits fall back to this process's own count (the cap then
 holds per process, as it did before it was shared) and sessions are not counted: a lost
@@ -249,8 +250,8 @@ def _bucket_script(url: str) -> Any:
 # Refusals this process has answered, by the digest of the token refused: until the
 # bucket can hold a token again, the same token is refused here without a database read
 # or a Redis call (only this agent's own requests take from its bucket, so the answer
-# cannot change before then; these refusals are not counted in Redis). Only a token verified and
-# refused by `take_request` is ever remembered: another token is never refused by it.
+# cannot change before then; these refusals are not counted in Redis). Only a token
+# verified and refused by `take_request` is remembered: no other token is refused by it.
 _refused_until: dict[str, float] = {}
 _REMEMBERED = 10_000
 # How long an early refusal is held before it is answered (harness_site.asgi), in seconds.
@@ -265,7 +266,8 @@ def take_request(agent: Agent, token: str) -> None:
     """Take one request from the agent's bucket (every gateway, once `token` is verified as
     the agent's, before anything of the request is admitted). Raises TooManyRequests when
     the bucket is empty: the caller answers 429 with Retry-After and records nothing. A
-    refused request takes nothing, so an agent that waits as told gets through. Off when
+    refused request counts too (`_BUCKET`), yet an agent that waits as told gets through,
+    and this process answers the same token from memory until then. Off when
     the rate is 0; when Redis cannot be reached the request goes on (a lost count never
     refuses an agent within its share)."""
     rate = settings.HARNESS_AGENT_REQUESTS_PER_SECOND

@@ -1495,6 +1495,7 @@ INSPECTING_PROGRAMS = frozenset(
     {"ls", "stat", "file", "which", "type", "command", "readlink", "realpath", "test", "["}
     | {"md5sum", "sha1sum", "sha256sum", "sha512sum", "b2sum", "cksum", "ldd", "du", "wc"}
     | {"dpkg", "rpm", "apt", "apt-get", "apt-cache", "brew", "whereis", "man", "help", "info"}
+    | {"echo", "printf", "basename", "dirname", "grep", "rg", "diff", "cmp"}
 )
 
 
@@ -1541,6 +1542,8 @@ COPY_EXAMPLES = (  # (command, blocked by the guard)
     ("ls -l /usr/bin/git", False),
     ("sha256sum /usr/bin/git", False),
     ("env /usr/bin/git status", False),
+    ("echo /bin/sh", False),
+    ("grep -c x /usr/bin/git", False),
     ("cat env.example", False),
     ('cp "$src" dst', False),
 )
