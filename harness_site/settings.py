@@ -453,6 +453,11 @@ HARNESS_LIMITS_PREFIX = env("HARNESS_LIMITS_PREFIX", "harness:limits")
 # joined while it was used within this many seconds (0: every initialize starts a new
 # one). docs/mcp.md, "Which session a request joins".
 HARNESS_MCP_RUN_IDLE = float(env("HARNESS_MCP_RUN_IDLE", "900"))
+# Requests per second of one agent across every gateway (a token bucket in Redis holding
+# up to BURST requests), checked once its token is verified and before admission; 429
+# with Retry-After beyond (0: no rate).
+HARNESS_AGENT_REQUESTS_PER_SECOND = float(env("HARNESS_AGENT_REQUESTS_PER_SECOND", "20"))
+HARNESS_AGENT_REQUEST_BURST = int(env("HARNESS_AGENT_REQUEST_BURST", "60"))
 # Decide-only tool sets: the tools each client runs itself, resolved only for that
 # client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md and
 # docs/coding-agents.md.
