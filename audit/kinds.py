@@ -91,6 +91,11 @@ AGENT_TOKEN_ROTATED = register("agent.token_rotated", "agent token rotated")
 AGENT_TRANSFERRED = register("agent.transferred", "agent's owner, team or sponsor changed")
 SESSION_STARTED = register("session.started", "session started")
 PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
+POLICY_CHANGED = register("policy.changed", "organization's or team's policy changed")
+POLICY_PROPOSED = register("policy.proposed", "organization's policy change proposed")
+POLICY_PROPOSAL_ACCEPTED = register(
+    "policy.proposal_accepted", "organization's policy change accepted by a second admin"
+)
 GRANT_CREATED = register("grant.created", "allowed for the session")
 GRANT_REVOKED = register("grant.revoked", "session grant revoked")
 APPROVAL_DIGEST_MISMATCH = register(
