@@ -36,7 +36,7 @@ from dispatcher.policy.models import (
 from dispatcher.policy.profiles import LISTS, InvalidProfile, StaleProfile
 from floor.errors import ServiceError
 from teams.models import Team
-from teams.scope import org_holds
+from teams.scope import org_holds, scope_of
 
 KEYS = ("max_mode", *LISTS)
 
@@ -119,6 +119,17 @@ def layer_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]
     return diff
 
 
+def _check_may_change(actor: User | str, team: Team | None) -> None:
+    """A person changes the organization's layer as an org admin, a team's as an admin of
+    that team (or an org admin); a command ("cli") is the operator's."""
+    if isinstance(actor, str):
+        return
+    if team is None and not org_holds(actor, "admin"):
+        raise NotAllowed("Only an org admin changes the organization's policy.")
+    if team is not None and not scope_of(actor, "admin").covers(team.pk):
+        raise NotAllowed(f"Only an admin of team {team.name} changes its policy.")
+
+
 def _actor_name(actor: User | str) -> str:
     return actor if isinstance(actor, str) else f"user:{actor.get_username()}"
 
@@ -141,6 +152,7 @@ def set_layer(
     changes nothing (Outcome.changed False).
     """
     reason = reason.strip()
+    _check_may_change(actor, team)
     if team is None and not reason:
         raise InvalidProfile(["A change to the organization's policy needs a reason (--reason)."])
     current = layer_document(team)
@@ -198,6 +210,10 @@ def _apply(
         reason=reason,
         diff=diff,
     )
+    if team is None:  # what was proposed on an older version can no longer apply
+        LayerProposal.objects.filter(
+            status=ProposalStatus.PENDING, base_version__lt=row.version
+        ).update(status=ProposalStatus.SUPERSEDED, decided_at=timezone.now())
     record_event(
         kind=kinds.POLICY_CHANGED,
         actor=_actor_name(actor),
@@ -252,9 +268,14 @@ def accept_proposal(*, proposal_id: int, user: User) -> PolicyLayer:
     """Apply a pending proposal as the organization's next version, accepted by `user`.
 
     Raises NotAllowed when `user` is not an org admin or proposed it themselves,
-    ServiceError when it is not pending, StaleProfile (and marks it superseded) when the
-    organization's policy changed since it was proposed."""
+    ServiceError when it is not pending, StaleProfile when the organization's policy
+    changed since it was proposed (the change that did marked it superseded)."""
     proposal = LayerProposal.objects.select_for_update().filter(pk=proposal_id).first()
+    if proposal is not None and proposal.status == ProposalStatus.SUPERSEDED:
+        raise StaleProfile(
+            f"The organization's policy changed since proposal {proposal.pk} was made "
+            f"(on v{proposal.base_version}); propose the change again."
+        )
     if proposal is None or proposal.status != ProposalStatus.PENDING:
         raise ServiceError(f"There is no pending policy proposal {proposal_id}.")
     if not org_holds(user, "admin"):
@@ -264,9 +285,6 @@ def accept_proposal(*, proposal_id: int, user: User) -> PolicyLayer:
             "You proposed this change: another org admin must accept it (two-person rule)."
         )
     if proposal.base_version != layer_version(None):
-        LayerProposal.objects.filter(pk=proposal.pk).update(
-            status=ProposalStatus.SUPERSEDED, decided_at=timezone.now()
-        )
         raise StaleProfile(
             f"The organization's policy changed since proposal {proposal.pk} was made "
             f"(on v{proposal.base_version}); propose the change again."
