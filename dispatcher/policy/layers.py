@@ -140,9 +140,9 @@ def rule_reason(layer: Layer, action: str, rule: str) -> str:
 def with_trial(layers: tuple[Layer, ...], index: int, trial: Trial) -> tuple[Layer, ...]:
     """The stack with one log-only rule made active, at the end of its layer's list."""
     layer = layers[index]
-    active = dataclasses.replace(
-        layer, **{trial.action: (*getattr(layer, trial.action), trial.rule)}
-    )
+    lists = {name: getattr(layer, name) for name in ("allow", "ask", "deny")}
+    lists[trial.action] = (*lists[trial.action], trial.rule)
+    active = dataclasses.replace(layer, allow=lists["allow"], ask=lists["ask"], deny=lists["deny"])
     return (*layers[:index], active, *layers[index + 1 :])
 
 

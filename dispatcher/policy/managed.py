@@ -338,8 +338,15 @@ def activate_rule(*, layer: str, action: str, rule: str, actor: User, reason: st
             raise InvalidProfile([f"No user named '{name}'."])
         saved = profiles.rules_document(subject)
         lists = _activated(saved, action, rule)
-        row = profiles.update_profile(user=subject, mode=saved["mode"], actor=actor, **lists)
-        return Outcome(changed=row is not None)
+        profiles.update_profile(
+            user=subject,
+            mode=saved["mode"],
+            actor=actor,
+            allow=lists["allow"],
+            ask=lists["ask"],
+            deny=lists["deny"],
+        )
+        return Outcome()
     team = None
     if kind == "team":
         team = Team.objects.filter(name=name).first()

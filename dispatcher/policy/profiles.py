@@ -106,7 +106,10 @@ def quorum_of_entries(entries: Iterable[Any]) -> tuple[Quorum, ...]:
 
 def trial_of(document: Mapping[str, Any]) -> tuple[Trial, ...]:
     return tuple(
-        Trial(name, entry_rule(e)) for name in LISTS for e in document.get(name, []) if is_log_only(e)
+        Trial(name, entry_rule(e))
+        for name in LISTS
+        for e in document.get(name, [])
+        if is_log_only(e)
     )
 
 

@@ -125,7 +125,9 @@ def _proposed(subject: User, form: dict[str, str], data: QueryDict | None = None
 
 
 def _same(a: Profile, b: Profile) -> bool:
-    return all(getattr(a, n) == getattr(b, n) for n in ("mode", "quorum", *profiles.LISTS))
+    return all(
+        getattr(a, n) == getattr(b, n) for n in ("mode", "quorum", "trial", *profiles.LISTS)
+    )
 
 
 def _page(
@@ -449,9 +451,7 @@ def activate_rule(request: HtmxHttpRequest) -> HttpResponse:
     layer = request.POST.get("layer", "")
     action, rule = request.POST.get("action", ""), request.POST.get("rule", "")
     try:
-        outcome = managed.activate_rule(
-            layer=layer, action=action, rule=rule, actor=request.user
-        )
+        outcome = managed.activate_rule(layer=layer, action=action, rule=rule, actor=request.user)
     except profiles.InvalidProfile as invalid:
         messages.error(request, " ".join(invalid.problems))
     except ServiceError as refused:

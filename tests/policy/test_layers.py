@@ -115,7 +115,7 @@ def test_every_combination_of_layers_decides_and_names_its_layer(
         if got != want:
             wrong.append(f"org={org} team={team} user={user} grant={grant}: {got} != {want}")
         if decision.by.startswith("rule:"):
-            layer = {l.key: l for l in layers.stack(ctx)}[decision.layer]
+            layer = {each.key: each for each in layers.stack(ctx)}[decision.layer]
             assert decision.reason.startswith(
                 f"Rule '{RULE}' in {layer.whose} {decision.action} list ({layer.label})."
             ), decision.reason
@@ -129,7 +129,9 @@ def test_a_decision_names_the_layer_and_its_version_in_words(granted_session: st
     assert decision.as_provenance()["layer"] == "org"
     assert decision.as_provenance()["layer_version"] == 7
     decision = _decide(_context(granted_session, None, "deny", "allow"))
-    assert decision.reason == f"Rule '{RULE}' in team payments's deny list (team payments policy v3)."
+    assert (
+        decision.reason == f"Rule '{RULE}' in team payments's deny list (team payments policy v3)."
+    )
 
 
 # (org max_mode, team max_mode, owner's mode, owner's rule, grant) -> (action, by, layer)
@@ -217,7 +219,9 @@ def test_the_organizations_ask_binds_an_owner_who_allows(db: None) -> None:
     session_id = start_session(fx)
     call = submit(fx, session_id, "c1", "write_file", ARGS)
     assert call.status == "pending_approval"
-    assert call.reason == "Rule 'write_file(src/**)' in the organization's ask list (org policy v1)."
+    assert (
+        call.reason == "Rule 'write_file(src/**)' in the organization's ask list (org policy v1)."
+    )
     assert call.provenance["layer"] == "org" and call.provenance["layer_version"] == 1
     assert call.provenance["layers"] == {"org": 1}
 
@@ -246,3 +250,16 @@ def test_an_org_ceiling_makes_trusted_unavailable_and_a_team_rule_denies(db: Non
     later = start_session(fx)
     allowed = submit(fx, later, "c3", "write_file", {"path": "b.txt", "content": ""})
     assert (allowed.status, allowed.decided_by) == ("queued", "mode:trusted")
+
+
+def test_no_session_grant_is_made_for_a_call_an_ask_rule_of_any_layer_matches(
+    granted_session: str,
+) -> None:
+    from dispatcher.policy import grants
+    from floor.errors import ServiceError
+
+    assert grants.narrow_rule(_context(granted_session, None, None, None)) == GRANT
+    with pytest.raises(ServiceError, match=r"in team payments's ask list \(team payments policy"):
+        grants.narrow_rule(_context(granted_session, None, "ask", "allow"))
+    with pytest.raises(ServiceError, match="in alice's ask list"):
+        grants.narrow_rule(_context(granted_session, None, None, "ask"))

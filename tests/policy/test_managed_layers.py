@@ -96,7 +96,13 @@ def test_a_two_person_change_waits_for_another_org_admin(
     with pytest.raises(CommandError, match="proposed by an org admin"):
         _run("set_rules", "--org", _file(tmp_path, change), "--reason", "no destroy")
     out = _run(
-        "set_rules", "--org", _file(tmp_path, change), "--reason", "no destroy", "--by", ann.username
+        "set_rules",
+        "--org",
+        _file(tmp_path, change),
+        "--reason",
+        "no destroy",
+        "--by",
+        ann.username,
     )
     proposal = LayerProposal.objects.get()
     assert f"proposal {proposal.pk}" in out
@@ -194,7 +200,9 @@ def test_a_log_only_rule_records_decides_nothing_and_is_made_active_in_one_click
     assert managed.layer_document(None)["ask"] == ["write_file(src/**)"]
     asked = submit(fx, session_id, "c3", "write_file", {"path": "src/c.py", "content": ""})
     assert asked.status == "pending_approval"
-    assert asked.reason == "Rule 'write_file(src/**)' in the organization's ask list (org policy v2)."
+    assert (
+        asked.reason == "Rule 'write_file(src/**)' in the organization's ask list (org policy v2)."
+    )
 
 
 def test_a_log_only_rule_of_a_users_profile_is_made_active_by_its_admin(client: Client) -> None:
@@ -224,3 +232,27 @@ def test_a_log_only_rule_of_a_users_profile_is_made_active_by_its_admin(client: 
     assert owner.permission_profile.allow == ["write_file(docs/**)"]
     allowed = submit(fx, session_id, "c2", "write_file", {"path": "docs/b.md", "content": ""})
     assert allowed.status == "queued"
+
+
+def test_the_rules_editor_keeps_a_log_only_rule_when_the_profile_is_saved(
+    client: Client,
+) -> None:
+    from dispatcher.policy import editor, profiles
+
+    owner = make_user(unique("owner"))
+    profiles.update_profile(
+        user=owner,
+        mode="standard",
+        allow=["read_file"],
+        ask=[{"rule": "write_file(src/**)", "log_only": True}],
+        deny=[],
+        actor="test",
+    )
+    rows = editor.rows_from_profile(profiles.profile_for(owner))
+    [trial] = [row for row in rows if row.action == "ask"]
+    assert trial.entry == {"rule": "write_file(src/**)", "log_only": True}
+    assert trial.extra_reads == "log-only: recorded, decides nothing"
+    admin = make_user(unique("admin"), groups=("admin",))
+    client.force_login(admin)
+    page = client.get(f"/permissions/users/{owner.pk}/")
+    assert b"log-only: recorded, decides nothing" in page.content

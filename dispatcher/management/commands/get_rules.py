@@ -34,7 +34,9 @@ class Command(BaseCommand):
             document = managed.layer_document(team)
         else:
             if not username:
-                raise CommandError("Usage: get_rules USER | get_rules --org | get_rules --team TEAM.")
+                raise CommandError(
+                    "Usage: get_rules USER | get_rules --org | get_rules --team TEAM."
+                )
             user = get_user_model().objects.filter(username=username).first()
             if user is None:
                 raise CommandError(f"No user named '{username}'.")
