@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -267,11 +268,19 @@ def layer_of_row(row: PolicyLayer) -> Layer | None:
     return layer
 
 
+def _norm(revision: Any) -> str:
+    """A revision as read from either backend (a UUID, or SQLite's hex text)."""
+    try:
+        return uuid.UUID(str(revision)).hex
+    except ValueError:
+        return str(revision)
+
+
 def _cached(key: str, revision: Any) -> Any:
     if revision is None:
         return None  # no such layer
     entry = _cache.get(key)
-    if entry is not None and entry[0] == str(revision):
+    if entry is not None and entry[0] == _norm(revision):
         return entry[1]
     return _MISS
 
@@ -292,7 +301,7 @@ def managed_layers(team_id: int | None, revisions: tuple[Any, Any] | None) -> tu
         for row in rows.select_related("team"):
             key = "org" if row.kind == LayerKind.ORG else f"team:{row.team_id}"
             found[key] = layer_of_row(row)
-            _cache[key] = (str(row.revision), found[key])
+            _cache[key] = (_norm(row.revision), found[key])
     return tuple(layer for layer in (found["org"], found[team_key]) if layer is not None)
 
 
