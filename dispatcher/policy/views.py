@@ -125,9 +125,7 @@ def _proposed(subject: User, form: dict[str, str], data: QueryDict | None = None
 
 
 def _same(a: Profile, b: Profile) -> bool:
-    return all(
-        getattr(a, n) == getattr(b, n) for n in ("mode", "quorum", "trial", *profiles.LISTS)
-    )
+    return all(getattr(a, n) == getattr(b, n) for n in ("mode", "quorum", "trial", *profiles.LISTS))
 
 
 def _page(

@@ -256,3 +256,29 @@ def test_the_rules_editor_keeps_a_log_only_rule_when_the_profile_is_saved(
     client.force_login(admin)
     page = client.get(f"/permissions/users/{owner.pk}/")
     assert b"log-only: recorded, decides nothing" in page.content
+
+
+def test_the_simulator_and_the_backtest_read_the_layers(tmp_path: Path) -> None:
+    from dispatcher import simulation
+    from dispatcher.policy import profiles
+
+    fx = make_agent(mode="trusted")
+    session_id = start_session(fx)
+    submit(fx, session_id, "c1", "write_file", {"path": "src/a.py", "content": ""})
+    _run(
+        "set_rules",
+        "--org",
+        _file(tmp_path, {"ask": ["write_file(src/**)"], "max_mode": "standard"}),
+        "--reason",
+        "review source",
+    )
+    result = simulation.simulate(
+        user=fx.owner, tool="write_file", arguments={"path": "src/b.py", "content": ""}
+    )
+    assert (result.action, result.layer, result.mode) == ("ask", "org v1", "standard")
+    assert result.reason.startswith("Rule 'write_file(src/**)' in the organization's ask list")
+    # Under the organization's ask (and ceiling), the owner's own mode changes nothing:
+    # without the layers, trusted -> standard would turn the past write from allow to ask.
+    proposed = profiles.proposed_profile(fx.owner, "standard", [], [], [])
+    test = simulation.backtest(user=fx.owner, proposed=proposed)
+    assert test.checked == 1 and test.changes == []
