@@ -282,3 +282,27 @@ def test_the_simulator_and_the_backtest_read_the_layers(tmp_path: Path) -> None:
     proposed = profiles.proposed_profile(fx.owner, "standard", [], [], [])
     test = simulation.backtest(user=fx.owner, proposed=proposed)
     assert test.checked == 1 and test.changes == []
+
+
+def test_a_person_changes_only_the_layers_their_role_reaches() -> None:
+    payments = team_services.create_team(name="payments", actor="test")
+    infra = team_services.create_team(name="infra", actor="test")
+    dana = make_user("dana-payments-admin")
+    team_services.add_member(team=payments, user=dana, role="admin", actor="test")
+    saved = managed.set_layer(team=payments, document={"deny": ["write_file"]}, actor=dana)
+    assert saved.layer is not None and saved.layer.version == 1
+    with pytest.raises(managed.NotAllowed, match="Only an admin of team infra"):
+        managed.set_layer(team=infra, document={"deny": ["write_file"]}, actor=dana)
+    with pytest.raises(managed.NotAllowed, match="Only an org admin"):
+        managed.set_layer(team=None, document={"deny": ["write_file"]}, actor=dana, reason="x")
+    assert not PolicyLayer.objects.filter(team=infra).exists()
+    assert managed.layer_version(None) == 0
+
+
+def test_pending_proposals_are_listed_by_the_command(tmp_path: Path, settings: Any) -> None:
+    settings.HARNESS_POLICY_TWO_PERSON = True
+    make_user("erin-org-admin", groups=("admin",))
+    change = _file(tmp_path, {"ask": ["write_file"]})
+    _run("set_rules", "--org", change, "--reason", "ask writes", "--by", "erin-org-admin")
+    listing = _run("accept_policy_proposal")
+    assert "by erin-org-admin" in listing and "ask writes" in listing and "on v0" in listing
