@@ -103,7 +103,11 @@ def _form_from_post(data: QueryDict) -> dict[str, str]:
 
 
 def _form_from_profile(profile: Profile) -> dict[str, str]:
-    form = {n: "\n".join(editor.rule_text(e) for e in getattr(profile, n)) for n in profiles.LISTS}
+    # Objects (quorum, log-only) as one line of JSON each, as clean_rules reads them back.
+    form = {
+        n: "\n".join(profiles.entry_line(e) for e in editor.profile_entries(profile, n))
+        for n in profiles.LISTS
+    }
     return form | {"mode": profile.mode, "version": str(profile.version)}
 
 

@@ -256,6 +256,15 @@ def test_the_rules_editor_keeps_a_log_only_rule_when_the_profile_is_saved(
     client.force_login(admin)
     page = client.get(f"/permissions/users/{owner.pk}/")
     assert b"log-only: recorded, decides nothing" in page.content
+    # The text form holds it as one line of JSON, and saving that text keeps it.
+    line = '{"rule": "write_file(src/**)", "log_only": true}'
+    assert line.replace('"', "&quot;").encode() in page.content
+    client.post(
+        f"/permissions/users/{owner.pk}/",
+        {"mode": "standard", "allow": "read_file", "ask": line, "deny": "", "version": "2"},
+    )
+    saved = profiles.profile_for(owner)
+    assert saved.version == 2 and saved.ask == () and saved.trial[0].rule == "write_file(src/**)"
 
 
 def test_the_simulator_and_the_backtest_read_the_layers(tmp_path: Path) -> None:
