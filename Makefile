@@ -10,15 +10,22 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
-.PHONY: venv demo test test-fast test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery
+.PHONY: venv demo test test-fast test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery xmlsec
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml | xmlsec
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# Debian's xmlsec for SAML sign-in (python3-saml's xmlsec binding signs and checks
+# assertions with it; pip builds the binding against it where no wheel fits).
+xmlsec:
+	@{ pkg-config --exists xmlsec1-openssl && ldconfig -p | grep -q libxmlsec1-openssl.so; } 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libxmlsec1-dev libxmlsec1-openssl libxml2-dev pkg-config >/dev/null; \
+	  else echo "SAML sign-in needs Debian's xmlsec: sudo apt-get install libxmlsec1-dev libxmlsec1-openssl libxml2-dev pkg-config"; fi; }
 
 # Debian's chromium for the browser tests (never a browser download).
 browser:
@@ -83,7 +90,27 @@ coding-agents: claude-code codex gemini-cli
 MCP_FILESYSTEM_VERSION := 2026.8.31
 MCP_FILESYSTEM := var/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
 
-mcp-servers: $(MCP_FILESYSTEM)
+# mcp-remote (a stdio bridge to a remote MCP server, with its own OAuth sign-in) for
+# tests/agentauth: pinned, from the npm registry, under var/.
+MCP_REMOTE_VERSION := 0.15.1
+MCP_REMOTE_DIR := var/mcp-remote
+MCP_REMOTE_STAMP := $(MCP_REMOTE_DIR)/.installed-$(MCP_REMOTE_VERSION)
+
+$(MCP_REMOTE_STAMP):
+	@if command -v npm >/dev/null; then \
+	  npm install --prefix $(MCP_REMOTE_DIR) --no-audit --no-fund --loglevel=error \
+	    mcp-remote@$(MCP_REMOTE_VERSION) && touch $@; \
+	else echo "The mcp-remote test needs node and npm (apt-get install nodejs npm)."; fi
+
+# The MCP Inspector's CLI (a new MCP session per call): tests/mcp/test_runs_live.py.
+MCP_INSPECTOR_VERSION := 2.12.0
+MCP_INSPECTOR := var/mcp-inspector/.installed-$(MCP_INSPECTOR_VERSION)
+
+mcp-servers: $(MCP_FILESYSTEM) $(MCP_INSPECTOR) $(MCP_REMOTE_STAMP)
+
+$(MCP_INSPECTOR):
+	@command -v npm >/dev/null || { echo "The MCP Inspector test needs npm (apt-get install npm)."; exit 0; }
+	npm install --prefix var/mcp-inspector --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@$(MCP_INSPECTOR_VERSION) && touch $@
 
 $(MCP_FILESYSTEM):
 	@command -v npm >/dev/null || { echo "The MCP tests need npm (apt-get install npm) for @modelcontextprotocol/server-filesystem."; exit 0; }

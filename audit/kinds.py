@@ -83,12 +83,19 @@ CALL_UNREPORTED = register(
     "call.unreported", "never reported by the client", counter="outcome_unknown", result=True
 )
 CALL_EDITED = register("call.edited", "edited by a reviewer", review=True, result=True)
+# The workspace changed between a command's preview and the apply of its approved effect:
+# nothing applied, nothing run; a linked new call previews it again and asks again.
+CALL_REPREVIEWED = register(
+    "call.repreviewed", "previewed again: the workspace changed", result=True
+)
 
 # --- Agents, sessions, policy, reviewers, roles -----------------------------------------
 AGENT_CREATED = register("agent.created", "agent created")
 AGENT_REVOKED = register("agent.revoked", "agent revoked")
 AGENT_TOKEN_ROTATED = register("agent.token_rotated", "agent token rotated")
 AGENT_TRANSFERRED = register("agent.transferred", "agent's owner, team or sponsor changed")
+AGENT_AUTHORIZED = register("agent.authorized", "agent authorized by its owner (OAuth)")
+AGENT_SIGNED_OUT = register("agent.signed_out", "agent's OAuth tokens revoked")
 SESSION_STARTED = register("session.started", "session started")
 PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
 POLICY_CHANGED = register("policy.changed", "organization's or team's policy changed")
@@ -100,6 +107,9 @@ GRANT_CREATED = register("grant.created", "allowed for the session")
 GRANT_REVOKED = register("grant.revoked", "session grant revoked")
 APPROVAL_DIGEST_MISMATCH = register(
     "approval.digest_mismatch", "decision refused: the arguments changed", note=True
+)
+APPROVAL_STEP_UP_REFUSED = register(
+    "approval.step_up_refused", "decision refused: no valid passkey signature", note=True
 )
 APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum", note=True)
 APPROVAL_VOTE_DISCARDED = register(

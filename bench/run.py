@@ -295,7 +295,7 @@ def login(server: Server, username: str, password: str) -> dict[str, str]:
             raise RuntimeError("no CSRF token in the login form")
         r = c.post(
             "/accounts/login/",
-            data={"username": username, "password": password, "csrfmiddlewaretoken": m.group(1)},
+            data={"login": username, "password": password, "csrfmiddlewaretoken": m.group(1)},
             headers={"Referer": server.url + "/accounts/login/"},
         )
         if r.status_code != 302 or "sessionid" not in c.cookies:
@@ -695,7 +695,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated scenario keys: validation,admit,admit-no-enqueue (S1b),overhead,push,worker,timeline,export,e2e,hook,cli,mcp",
+        help="comma-separated scenario keys: validation,admit,admit-no-enqueue (S1b),overhead,push,worker,timeline,export,e2e,hook,cli,mcp,preview",
     )
     args = parser.parse_args()
     if args.pairs < 5:
@@ -751,7 +751,7 @@ def main() -> int:
             results.append(r)
         took.append(f"{key} {time.monotonic() - t:.0f} s")
 
-    from bench import agent_path, auditlog, live, mcp
+    from bench import agent_path, auditlog, live, mcp, preview
 
     if not only or "validation" in only:
         run("validation", lambda: scenario_validation(args.pairs, args.quick))
@@ -787,6 +787,8 @@ def main() -> int:
             )
     if not only or "mcp" in only:
         run("mcp", lambda: [mcp.scenario_mcp(env, creds, args.pairs, args.quick)])
+    if not only or "preview" in only:
+        run("preview", lambda: preview.scenario_preview(args.pairs, args.quick))
     if args.quick and not only:
         print(
             "\n  S7 (timeline) and S8 (export): full run only (make bench; S8 at 1M rows: --only export)"

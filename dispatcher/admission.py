@@ -27,7 +27,7 @@ from audit import kinds
 from audit.masking import premask
 from audit.models import AuditChain
 from audit.services import EventSpec, record_events, write_and_lock_head
-from dispatcher import batches, limits, wakeups
+from dispatcher import batches, limits, previews, wakeups
 from dispatcher.agents import mode_and_profile
 from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import layers, stages
@@ -81,6 +81,8 @@ class _Admission:
     calls: list[ToolCall] = field(default_factory=list)
     events: list[EventSpec] = field(default_factory=list)
     asks: list[tuple[ToolCall, dict[str, Any]]] = field(default_factory=list)
+    # Previews of asking commands (dispatcher.previews), written with their calls.
+    previews: list[tuple[ToolCall, previews.Made]] = field(default_factory=list)
     # The audit copy of each call's raw arguments, masked before the transaction opens.
     masked_arguments: dict[str, str] = field(default_factory=dict)
     # Whether asks count against HARNESS_MAX_PENDING_ASKS_PER_AGENT (a reviewer's edit,
@@ -159,6 +161,7 @@ def _write(
                 call.batch_all_sent = True
         head = _insert_calls(admission.calls, session_id)
         record_events(admission.events, session_id=session_id, locked_head=head)
+        previews.record(admission.previews)
         if continuing:
             batches.dispatch_ready(batch_id)
         _after_admission(admission.calls, sent)
@@ -330,7 +333,8 @@ def _decide(
         )
         return _reject(call, message, "receive")
     try:
-        stages.validate(stages.resolve(call.name, session.client), call.arguments or {})
+        tool = stages.resolve(call.name, session.client, session.agent.team_id)
+        stages.validate(tool, call.arguments or {})
     except stages.Rejection as rejection:
         return _reject(call, rejection.message, rejection.stage)
     ctx = call_context(call, session, mode, profile)
@@ -353,7 +357,14 @@ def _decide(
             reason = limits.too_many_asks_message()
             capped = Decision("deny", "limit:pending_asks", reason)
             return _settle(call, Status.DENIED, capped, kinds.CALL_DENIED, reason)
-        return _ask(call, decision, ctx, admission)
+        made = previews.preview_for(ctx)  # the command run over a copy-on-write workspace
+        if made is not None:
+            admission.previews.append((call, made))
+            lifted = made.lifted(ctx, decision)  # an effect rule (dispatcher.policy.effect_rules)
+            if lifted is not None:
+                call.provenance = {**call.provenance, "effect_digest": made.digest}
+                return _allow(call, lifted)
+        return _ask(call, decision, ctx, admission, made)
     return _allow(call, decision)
 
 
@@ -373,9 +384,18 @@ def _over_ask_cap(session: AgentSession, admission: _Admission) -> bool:
     return admission.pending_asks + len(admission.asks) >= limit
 
 
-def _ask(call: ToolCall, decision: Decision, ctx: CallContext, admission: _Admission) -> EventSpec:
-    """The call waits for a reviewer, who will see `presentation` (also in the audit)."""
+def _ask(
+    call: ToolCall,
+    decision: Decision,
+    ctx: CallContext,
+    admission: _Admission,
+    made: previews.Made | None = None,
+) -> EventSpec:
+    """The call waits for a reviewer, who will see `presentation` (also in the audit),
+    with the previewed effect when there is one."""
     presentation = ctx.tool.present_call(call.arguments or {}, ctx.workspace)
+    if made is not None:
+        presentation = {**presentation, "preview": made.presentation()}
     admission.asks.append((call, presentation))
     return new_transition(
         call,

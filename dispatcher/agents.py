@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import secrets
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -294,12 +295,14 @@ def mode_and_profile(
 
 
 def client_session(
-    *, agent: Agent, client: str, external_id: str, project_dir: str
+    *, agent: Agent, client: str, external_id: str, project_dir: str, mode: str | None = None
 ) -> AgentSession:
     """The Harness session of one client session (a Claude Code session_id), started on
     first sight: titled and confined by the client's project directory, which is on the
     client's disk (never created or resolved here). Later calls with the same id get the
-    same session, whatever directory they name (the first one confines it).
+    same session, whatever directory they name (the first one confines it). A new
+    session's mode is the owner's, narrowed to `mode` when given (an OAuth agent's
+    chosen profile).
 
     Idempotent under concurrent first requests (one row per agent, client and id).
     """
@@ -307,7 +310,7 @@ def client_session(
     if found is not None:
         return found
     try:
-        return _start_client_session(agent, client, external_id, project_dir)
+        return _start_client_session(agent, client, external_id, project_dir, mode)
     except IntegrityError:
         # A concurrent first request of the same session won; use its row.
         found = _client_session(agent, client, external_id)
@@ -363,10 +366,12 @@ def _client_session(agent: Agent, client: str, external_id: str) -> AgentSession
 
 @transaction.atomic
 def _start_client_session(
-    agent: Agent, client: str, external_id: str, project_dir: str
+    agent: Agent, client: str, external_id: str, project_dir: str, ceiling: str | None = None
 ) -> AgentSession:
     limits.count_new_session(agent)  # raises TooManySessions: nothing started
     mode = layers.effective_mode(Mode.TRUSTED, layers.policy_for(agent.owner, agent.team_id))
+    if ceiling is not None:
+        mode = narrower_mode(ceiling, mode)
     session = AgentSession.objects.create(
         agent=agent,
         title=project_dir[:200],
@@ -378,6 +383,57 @@ def _start_client_session(
     session.has_grants = False  # type: ignore[attr-defined]
     _record_started(session, requested_mode=None)
     return session
+
+
+def join_run(
+    *, agent: Agent, client: str, title: str, key: str = "", idle: float, mode: str | None = None
+) -> tuple[AgentSession, bool]:
+    """The Harness session of a run whose client keeps no transport session for all of
+    it: one that opens a new one per call, or speaks a revision without sessions; and
+    whether it started now.
+
+    With a run `key` the client chose (the same for every request of one run), the
+    agent's session of that key, started on first sight. Without one, the agent's latest
+    session of `client` titled `title` (the same client program) that was joined within
+    `idle` seconds; else a new one (its mode narrowed to `mode` when given: an OAuth
+    agent's chosen profile). Joining marks the session used now. Raises
+    TooManySessions (nothing started) past HARNESS_MAX_SESSIONS_PER_MINUTE."""
+    if key:
+        external_id = f"run:{key}"
+        found = AgentSession.objects.filter(
+            agent=agent, client=client, external_id=external_id
+        ).first()
+        if found is None:
+            try:
+                return start_session(
+                    agent=agent, title=title, client=client, external_id=external_id, mode=mode
+                ), True
+            except IntegrityError:  # a concurrent first request of the same run won
+                found = AgentSession.objects.get(
+                    agent=agent, client=client, external_id=external_id
+                )
+    elif idle > 0:
+        since = timezone.now() - timedelta(seconds=idle)
+        found = (
+            AgentSession.objects.filter(
+                agent=agent, client=client, title=title[:200], updated_at__gte=since
+            )
+            .order_by("-updated_at")
+            .first()
+        )
+    else:
+        found = None
+    if found is None:
+        return start_session(
+            agent=agent,
+            title=title,
+            client=client,
+            external_id=secrets.token_hex(16),
+            mode=mode,
+        ), True
+    AgentSession.objects.filter(pk=found.pk).update(updated_at=timezone.now())
+    found.agent = agent
+    return found, False
 
 
 @transaction.atomic

@@ -14,11 +14,12 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
-from dispatcher import batches, pipeline, transitions
+from dispatcher import admission, batches, pipeline, previews, transitions
 from dispatcher.admission import call_context
 from dispatcher.agents import mode_and_profile
-from dispatcher.models import Status, ToolCall
+from dispatcher.models import Preview, Status, ToolCall
 from dispatcher.policy import layers, stages
+from dispatcher.policy.context import CallContext
 from dispatcher.tools import messages
 from dispatcher.tools.base import ExecutionContext
 from floor.compiled import Compiled
@@ -60,11 +61,39 @@ def execute_call(call_id: str) -> None:
     if denial:
         return transitions.deny_before_run(call, denial)
     tool = ctx.tool
+    workspace = Path(session.workspace)
+    row = previews.kept_preview(call) if tool.previewable else None
+    reason = ""
+    with previews.lock_for(tool, workspace):
+        if row is not None:
+            outcome, reason = previews.settle(call, tool, row, workspace)
+            if outcome in ("applied", "gone"):
+                return None
+        if row is None or outcome == "run":
+            _run(call, ctx, row)
+            return None
+    # The workspace changed since the approved preview: previewed again, asking again
+    # (outside the lock, which the new preview takes).
+    assert row is not None
+    proposed = previews.repreview(call, row, reason)
+    if proposed is not None:
+        admission.submit_calls(
+            session=session,
+            dialect=call.dialect,
+            proposed=[proposed],
+            place=(call.batch_id, call.batch_index),
+        )
+    return None
+
+
+def _run(call: ToolCall, ctx: CallContext, row: Preview | None) -> None:
+    """Claim the call and run it (stages 6 to 10), under the caller's workspace lock."""
+    tool = ctx.tool
     if not transitions.claim(call, tool):
         return None
     started = time.monotonic()
     exec_ctx = ExecutionContext(
-        workspace=Path(session.workspace),
+        workspace=Path(call.session.workspace),
         call_id=str(call.pk),
         timeout=tool.timeout,
         output_limit=settings.HARNESS_OUTPUT_LIMIT,
@@ -90,7 +119,8 @@ def execute_call(call_id: str) -> None:
     content = pipeline.finalize_content(
         tool, content, repeat_count=call.repeat_count, raw_arguments=call.raw_arguments
     )
-    transitions.finish(call, status, content, is_error, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    transitions.finish(call, status, content, is_error, seconds, audit=previews.ran_audit(row))
     return None
 
 
@@ -119,4 +149,10 @@ def reconcile() -> dict[str, int]:
             batch_id=batch_id, status=Status.QUEUED, enqueued_at__lt=stale
         ).update(enqueued_at=None)
         batches.dispatch_ready(batch_id)
-    return {"outcome_unknown": unknown, "unreported": unreported, "resent": resent}
+    swept = previews.sweep()
+    return {
+        "outcome_unknown": unknown,
+        "unreported": unreported,
+        "resent": resent,
+        "previews_removed": swept,
+    }

@@ -1,7 +1,7 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from agentauth.urls import account_urlpatterns
 from dispatcher.gateways import claude_code, codex, gemini
 from dispatcher.gateways.api import api
 
@@ -20,7 +20,12 @@ urlpatterns = [
     path("permissions/", include("dispatcher.policy.urls")),
     path("agents/", include("dispatcher.urls")),
     path("tools/", include("dispatcher.tools.sources.urls")),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Signing in and out, single sign-on and second factors: allauth (docs/identity.md).
+    path("accounts/", include("identity.urls")),
+    path("accounts/", include("allauth.urls")),
+    path("teams/", include("teams.urls")),
+    # OAuth for agents: metadata, authorize (consent), token, device (agentauth/).
+    path("", include("agentauth.urls")),
+    path("account/agents/", include((account_urlpatterns, "agentauth"))),
     path("admin/", admin.site.urls),
 ]

@@ -58,7 +58,9 @@ def team_named(name: str) -> Team:
 def add_member(
     *, team: Team, user: User, role: str, actor: str, source: str = Source.MANUAL
 ) -> bool:
-    """Give `user` the role in `team`; False (and no event) if they hold it already."""
+    """Give `user` the role in `team`; False (and no event) if they hold it already.
+    Their sockets close after commit: a page reopens its socket with the wider reach (a
+    queue socket joins the groups of the teams it reaches when it opens)."""
     _role(role)
     _, created = Membership.objects.get_or_create(
         team=team, user=user, role=role, defaults={"source": source}
@@ -71,6 +73,7 @@ def add_member(
         subject=f"team:{team.pk}",
         payload={"team": team.name, "user": user.get_username(), "role": role, "source": source},
     )
+    transaction.on_commit(functools.partial(close_sockets, user_group(user.pk)))
     return True
 
 

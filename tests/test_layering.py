@@ -16,7 +16,16 @@ import pytest
 pytestmark = pytest.mark.backend_independent
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("floor", "audit", "teams", "dispatcher", "approvals", "harness_site", "demo")
+PACKAGES = (
+    "floor",
+    "audit",
+    "teams",
+    "dispatcher",
+    "approvals",
+    "harness_site",
+    "demo",
+    "agentauth",
+)
 
 # Lower numbers are lower layers; a module may import its own layer and those below.
 LAYERS = {

@@ -63,6 +63,9 @@ class Caller:
     # The session was read with the owner's profile and its grants (agents.
     # loaded_client_session): admission reads neither again.
     loaded: bool = False
+    # Which of the run's transport sessions (or sessionless requests) sent it: request ids
+    # are unique only within one (docs/mcp.md, "Which session a request joins").
+    transport: str = ""
 
 
 _caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("mcp_caller")
@@ -128,7 +131,8 @@ def offered_tools(session: AgentSession) -> list[types.Tool]:
 
     Left out: client-executed tools (the client's own), every tool in locked mode, tools
     that can change things in read_only mode (the mode ceiling denies them whatever a rule
-    says), and tools a deny list of any layer names without a specifier. Admission still
+    says), tools of another team's MCP servers, and tools a deny list of any layer names
+    without a specifier. Admission still
     decides each call; this only spares the model tools that can never run.
     """
     mode, profile = agents.mode_and_profile(session)
@@ -140,7 +144,7 @@ def offered_tools(session: AgentSession) -> list[types.Tool]:
                 denied.add(rule.tool)
     tools = [
         types.Tool.model_validate(model_facing_schema(tool, "mcp"))
-        for tool in all_tools()
+        for tool in all_tools(session.agent.team_id)
         if not tool.client_executed
         and tool.name not in denied
         and mode != Mode.LOCKED
@@ -234,7 +238,7 @@ async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
 async def admit_and_hold(name: str, arguments: dict[str, Any]) -> types.ServerResult:
     context = server.request_context
     caller = _caller.get()
-    tool_use_id = mcp_tool_use_id(context.request_id)
+    tool_use_id = mcp_tool_use_id(context.request_id, caller.transport)
     progress = Progress(context, caller)
     if name == APPROVAL_PROMPT:
         return types.ServerResult(await approval_prompt(caller, arguments, tool_use_id, progress))
@@ -248,10 +252,11 @@ server.request_handlers[types.ListToolsRequest] = list_tools
 server.request_handlers[types.CallToolRequest] = call_tool
 
 
-def mcp_tool_use_id(request_id: types.RequestId) -> str:
+def mcp_tool_use_id(request_id: types.RequestId, transport: str = "") -> str:
     """The call's id in its session: the JSON-RPC request id (an int 5 and a string "5"
-    stay apart). A client that sends the same request again finds the same call."""
-    text = "mcp:" + json.dumps(request_id)
+    stay apart), within the transport session that sent it when the run has several. A
+    client that sends the same request again on the same transport finds the same call."""
+    text = "mcp:" + (transport + ":" if transport else "") + json.dumps(request_id)
     if len(text) > 160:  # a long string id: its digest keeps it one id, and storable
         text = "mcp:sha256:" + hashlib.sha256(text.encode()).hexdigest()
     return text

@@ -19,6 +19,8 @@ class Quorum:
     rule: str
     approvals: int
     group: str = ""
+    # The verdicts ("approve", "deny") a reviewer must sign with a passkey (step-up).
+    step_up: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ class Decision:
     layer_version: int = 0
     # What log-only rules would have done (dispatcher.policy.layers.trials), recorded only.
     log_only: tuple[dict[str, Any], ...] = ()
+    # The verdicts a reviewer must sign with a passkey (a step-up rule).
+    step_up: tuple[str, ...] = ()
 
     def as_provenance(self) -> dict[str, Any]:
         provenance: dict[str, Any] = {
@@ -140,4 +144,6 @@ class Decision:
             provenance |= {"layer": self.layer, "layer_version": self.layer_version}
         if self.log_only:
             provenance["log_only"] = list(self.log_only)
+        if self.step_up:
+            provenance["step_up"] = list(self.step_up)
         return provenance

@@ -111,7 +111,7 @@ def quorum_of(call: CallContext) -> tuple[Quorum, Layer] | None:
     Every quorum rule is tried, not only the first ask rule that matched: a compound
     command caught by a plain ask rule still needs the approvals of a quorum rule that
     another part of it matches. The most approvals win; on a tie, one naming a group,
-    then the higher layer.
+    then the higher layer. Step-up adds up over every matching rule.
     """
     matching = [
         (q, layer)
@@ -121,7 +121,13 @@ def quorum_of(call: CallContext) -> tuple[Quorum, Layer] | None:
     ]
     if not matching:
         return None
-    return max(matching, key=lambda m: (m[0].approvals, bool(m[0].group), -matching.index(m)))
+    quorum, layer = max(
+        matching, key=lambda m: (m[0].approvals, bool(m[0].group), -matching.index(m))
+    )
+    # Step-up adds up: a verdict any matching rule of any layer asks a passkey for needs one.
+    signed = {verdict for q, _ in matching for verdict in q.step_up}
+    step_up = tuple(v for v in ("approve", "deny") if v in signed)
+    return dataclasses.replace(quorum, step_up=step_up), layer
 
 
 def blocks_grant(call: CallContext) -> Verdict:

@@ -26,10 +26,13 @@ from floor.errors import ServiceError
 
 LISTS = ("allow", "ask", "deny")
 # A rule entry: a rule text, or an object: (ask list only) a quorum
-# {"rule": "run_command(terraform apply *)", "approvals": 2, "group": "sre"}, and (any list)
-# a log-only rule {"rule": "...", "log_only": true}: evaluated and recorded, deciding nothing.
+# {"rule": "run_command(terraform apply *)", "approvals": 2, "group": "sre"}, which may
+# also ask for step-up: "step_up": true (approving needs a passkey), or a list of the
+# verdicts that do (["approve", "deny"]); and (any list) a log-only rule
+# {"rule": "...", "log_only": true}: evaluated and recorded, deciding nothing.
 Entry = str | dict[str, Any]
-QUORUM_KEYS = frozenset({"rule", "approvals", "group", "log_only"})
+QUORUM_KEYS = frozenset({"rule", "approvals", "group", "step_up", "log_only"})
+STEP_UP_VERDICTS = ("approve", "deny")
 # The keys an object of the allow or deny list may have.
 PLAIN_KEYS = frozenset({"rule", "log_only"})
 MAX_APPROVALS = 10
@@ -98,7 +101,12 @@ def active_lists(document: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
 
 def quorum_of_entries(entries: Iterable[Any]) -> tuple[Quorum, ...]:
     return tuple(
-        Quorum(str(e["rule"]), int(e.get("approvals", 1)), str(e.get("group", "")))
+        Quorum(
+            str(e["rule"]),
+            int(e.get("approvals", 1)),
+            str(e.get("group", "")),
+            step_up_verdicts(e.get("step_up")),
+        )
         for e in entries
         if isinstance(e, dict) and not is_log_only(e)
     )
@@ -111,6 +119,27 @@ def trial_of(document: Mapping[str, Any]) -> tuple[Trial, ...]:
         for e in document.get(name, [])
         if is_log_only(e)
     )
+
+
+def step_up_verdicts(value: Any) -> tuple[str, ...]:
+    """The verdicts a quorum object's "step_up" asks a passkey for: true is ("approve",);
+    a list names them (in STEP_UP_VERDICTS order); anything else, none."""
+    if value is True:
+        return ("approve",)
+    if isinstance(value, list):
+        return tuple(v for v in STEP_UP_VERDICTS if v in value)
+    return ()
+
+
+def _step_up_problem(shown: str, value: Any) -> list[str]:
+    if value is True or value is False:
+        return []
+    if isinstance(value, list) and value and all(v in STEP_UP_VERDICTS for v in value):
+        return []
+    return [
+        f'ask: {shown}: "step_up" must be true (approving needs a passkey) or a list of '
+        'the verdicts that need one: ["approve"], ["deny"] or ["approve", "deny"].'
+    ]
 
 
 # --- Editing ----------------------------------------------------------------------------
@@ -143,6 +172,8 @@ def _clean_entry(item: Any) -> Any:
         entry.pop("group", None)
     if entry.get("log_only") is False:
         entry.pop("log_only")
+    if entry.get("step_up") in (False, None):
+        entry.pop("step_up", None)
     plain = set(entry) <= {"rule", "approvals"} and type(entry.get("approvals", 1)) is int
     if plain and entry.get("approvals", 1) == 1 and isinstance(entry.get("rule"), str):
         return str(entry["rule"])
@@ -203,7 +234,7 @@ def _quorum_problems(action: str, entry: dict[str, Any]) -> list[str]:
     if unknown:
         problems.append(
             f"ask: {shown}: unknown key(s) {', '.join(unknown)} "
-            "(use rule, approvals, group, log_only)."
+            "(use rule, approvals, group, step_up, log_only)."
         )
     if not isinstance(entry.get("rule"), str) or not entry["rule"].strip():
         problems.append(f'ask: {shown}: "rule" must be a rule text such as "run_command(make *)".')
@@ -215,7 +246,7 @@ def _quorum_problems(action: str, entry: dict[str, Any]) -> list[str]:
     group = entry.get("group", "")
     if not isinstance(group, str) or (group and not GROUP_NAME.match(group)):
         problems.append(f'ask: {shown}: "group" must be the name of a group of reviewers.')
-    return problems
+    return problems + _step_up_problem(shown, entry.get("step_up", False))
 
 
 def check_profile(mode: str, lists: dict[str, list[Entry]]) -> None:

@@ -173,15 +173,21 @@ def quorum_of(call: CallContext) -> Quorum | None:
 def _quorum_decision(quorum: Quorum, layer: Layer, reason: str) -> Decision:
     who = f" from the group '{quorum.group}'" if quorum.group else ""
     count = f"{quorum.approvals} approval{'s' if quorum.approvals > 1 else ''}"
+    if quorum.approvals > 1 or quorum.group:
+        reason += f" It needs {count} from distinct reviewers{who}."
+    if quorum.step_up:
+        verdicts = " and ".join(f"{v}s" if v == "deny" else "approvals" for v in quorum.step_up)
+        reason += f" Its {verdicts} must be signed with a reviewer's passkey (step-up)."
     return Decision(
         "ask",
         f"rule:ask:{quorum.rule}",
-        f"{reason} It needs {count} from distinct reviewers{who}.",
+        reason,
         rule=quorum.rule,
         approvals=quorum.approvals,
         group=quorum.group,
         layer=layer.key,
         layer_version=layer.version,
+        step_up=quorum.step_up,
     )
 
 

@@ -78,6 +78,9 @@ class Tool:
     # Harness decides, never executes, and records what the client reports. Its paths are
     # on the client's disk: they are confined lexically, never resolved here.
     client_executed: bool = False
+    # An ask is previewed first (dispatcher.previews): argv run over a copy-on-write
+    # view of the workspace, its effect shown, approved and then applied.
+    previewable: bool = False
     # Other tool names whose rules also cover this tool (Claude Code's `Edit(src/**)`
     # also covers Write, as in Claude Code's own permission rules).
     rule_aliases: tuple[str, ...] = ()

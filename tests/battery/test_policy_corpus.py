@@ -257,6 +257,14 @@ PUBLIC = {
     "admin/logout/",
     "",
     "approvals/sw.js",
+    # allauth's pages around signing in: an inactive account's notice, a cancelled single
+    # sign-on, and allauth's old paths that redirect to the new ones (docs/identity.md).
+    "accounts/inactive/",
+    "accounts/3rdparty/login/cancelled/",
+    "accounts/social/login/cancelled/",
+    "accounts/social/login/error/",
+    "accounts/social/signup/",
+    "accounts/social/connections/",
 }
 # One-tap links authenticate by their signature: a bad one is refused with 400, which is
 # a refusal, not a page reached (a valid link needs its recipient signed in by default).

@@ -20,7 +20,7 @@ CHROMIUM_ARGS = [
 def login(page: object, base_url: str, username: str) -> None:
     """Sign in through the real login form (password is 'pw-' + username, see make_user)."""
     page.goto(f"{base_url}/accounts/login/")  # type: ignore[attr-defined]
-    page.fill("input[name=username]", username)  # type: ignore[attr-defined]
-    page.fill("input[name=password]", "pw-" + username)  # type: ignore[attr-defined]
-    page.click("button[type=submit]")  # type: ignore[attr-defined]
+    page.fill("#password-sign-in input[name=login]", username)  # type: ignore[attr-defined]
+    page.fill("#password-sign-in input[name=password]", "pw-" + username)  # type: ignore[attr-defined]
+    page.click("#password-sign-in button[type=submit]")  # type: ignore[attr-defined]
     page.wait_for_load_state()  # type: ignore[attr-defined]
