@@ -104,7 +104,7 @@ def step_up(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     400/404/409 (409: the call is no longer waiting).
     The one-time nonce stays in the person's session until the decision uses it."""
     verdict = request.POST.get("verdict", "")
-    approval = queries.one_request(approval_id)
+    approval = queries.one_request(approval_id, request.reach)
     if approval is None:
         return JsonResponse({"error": "This approval request does not exist."}, status=404)
     if verdict not in ("approve", "deny"):
