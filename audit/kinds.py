@@ -98,6 +98,11 @@ AGENT_AUTHORIZED = register("agent.authorized", "agent authorized by its owner (
 AGENT_SIGNED_OUT = register("agent.signed_out", "agent's OAuth tokens revoked")
 SESSION_STARTED = register("session.started", "session started")
 PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
+POLICY_CHANGED = register("policy.changed", "organization's or team's policy changed")
+POLICY_PROPOSED = register("policy.proposed", "organization's policy change proposed")
+POLICY_PROPOSAL_ACCEPTED = register(
+    "policy.proposal_accepted", "organization's policy change accepted by a second admin"
+)
 GRANT_CREATED = register("grant.created", "allowed for the session")
 GRANT_REVOKED = register("grant.revoked", "session grant revoked")
 APPROVAL_DIGEST_MISMATCH = register(

@@ -30,7 +30,7 @@ from audit.services import EventSpec, record_events, write_and_lock_head
 from dispatcher import batches, limits, previews, wakeups
 from dispatcher.agents import mode_and_profile
 from dispatcher.models import AgentSession, Executor, Status, ToolCall
-from dispatcher.policy import stages
+from dispatcher.policy import layers, stages
 from dispatcher.policy.context import CallContext, Decision, Profile
 from dispatcher.proposals import ProposedCall, digest_of
 from dispatcher.tools import messages
@@ -396,6 +396,8 @@ def _decide(
     ctx = call_context(call, session, mode, profile)
     assert ctx is not None
     call.provenance = {"mode": mode, "profile_version": profile.version}
+    if profile.layers:
+        call.provenance["layers"] = layers.versions(profile)
     decision = stages.pre_execute(ctx)
     if decision.action == "deny":
         text = messages.policy_denied(decision.reason)

@@ -20,7 +20,7 @@ from dispatcher import admission, batches, pipeline, previews, transitions
 from dispatcher.admission import call_context
 from dispatcher.agents import mode_and_profile
 from dispatcher.models import Preview, Status, ToolCall
-from dispatcher.policy import stages
+from dispatcher.policy import layers, stages
 from dispatcher.policy.context import CallContext
 from dispatcher.tools import messages
 from dispatcher.tools.base import ExecutionContext
@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 _CALL_WITH_SESSION = Compiled(
     lambda pk: (
         ToolCall.objects.select_related("session__agent__owner__permission_profile")
+        .annotate(**layers.session_revisions("session__agent__team_id"))
         .filter(pk=pk)
         .order_by()[:1]
     )
@@ -51,7 +52,10 @@ def execute_call(call_id: str) -> None:
     if call is None or call.status != Status.QUEUED:
         return
     session = call.session
-    ctx = call_context(call, session, *mode_and_profile(session, preloaded=True))
+    revisions = layers.revisions_of(call)
+    ctx = call_context(
+        call, session, *mode_and_profile(session, preloaded=True, revisions=revisions)
+    )
     if ctx is None:
         gone = stages.GuardDenial((("registry", "The tool is no longer registered."),))
         return transitions.deny_before_run(call, gone)

@@ -418,6 +418,9 @@ HARNESS_REPEAT_EXCLUDED_TOOLS = env_list("HARNESS_REPEAT_EXCLUDED_TOOLS")
 HARNESS_APPROVAL_TIMEOUT = float(env("HARNESS_APPROVAL_TIMEOUT", "900"))
 HARNESS_EXPIRY_ACTION = env("HARNESS_EXPIRY_ACTION", "deny")
 HARNESS_FORBID_SELF_APPROVAL = env_bool("HARNESS_FORBID_SELF_APPROVAL", False)
+# A change to the organization's policy layer waits as a proposal until a second org
+# admin accepts it (docs/rules.md, "Two-person changes").
+HARNESS_POLICY_TWO_PERSON = env_bool("HARNESS_POLICY_TWO_PERSON", False)
 
 
 # The agent API's middleware (async-native only; see harness_site.asgi).

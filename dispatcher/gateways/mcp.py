@@ -162,13 +162,13 @@ def offered_tools(session: AgentSession) -> list[types.Tool]:
 
     Left out: client-executed tools (the client's own), every tool in locked mode, tools
     that can change things in read_only mode (the mode ceiling denies them whatever a rule
-    says), tools of another team's MCP servers, and tools the owner's deny list names
+    says), tools of another team's MCP servers, and tools a deny list of any layer names
     without a specifier. Admission still
     decides each call; this only spares the model tools that can never run.
     """
     mode, profile = agents.mode_and_profile(session)
     denied = set()
-    for text in profile.deny:
+    for text in (*profile.deny, *(t for layer in profile.layers for t in layer.deny)):
         with contextlib.suppress(rules.RuleError):
             rule = rules.parse_rule(text)
             if rule.specifier is None:
