@@ -109,7 +109,20 @@ NOTIFICATION_CHANNEL_CHANGED = register(
 )
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
-USER_DEACTIVATED = register("user.deactivated", "user deactivated: sockets closed, links void")
+USER_DEACTIVATED = register(
+    "user.deactivated",
+    "user deactivated: sockets closed, votes and links void, agents' tokens revoked or handed over",
+)
+# --- People signing in (identity/, docs/identity.md) ---------------------------------------
+USER_SIGNED_IN_SSO = register("user.signed_in_sso", "signed in through single sign-on")
+USER_BREAK_GLASS = register(
+    "user.break_glass", "signed in with a break-glass password (single sign-on only): admins told"
+)
+SSO_REFUSED = register(
+    "sso.refused", "single sign-on refused: an unverified email matches an existing account"
+)
+USER_SIGNED_OUT_EVERYWHERE = register("user.signed_out_everywhere", "signed out everywhere")
+SESSION_EXPIRED = register("user.session_expired", "sign-in ended: idle or too old")
 
 # --- What a client that runs its own tools tells about its session (Claude Code's hooks) --
 CLIENT_SESSION_STARTED = register("client.session_started", "client session started")

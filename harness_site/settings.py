@@ -120,6 +120,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "harness_site.context_processors.roles",
                 "harness_site.context_processors.sandbox",
+                "identity.context_processors.sign_in",
             ],
         },
     }
@@ -202,7 +203,12 @@ CELERY_TASK_DEFAULT_QUEUE = env("HARNESS_CELERY_QUEUE", "harness")
 HARNESS_CELERY_BACKGROUND_QUEUE = (
     env("HARNESS_CELERY_BACKGROUND_QUEUE") or f"{CELERY_TASK_DEFAULT_QUEUE}-background"
 )
-BACKGROUND_TASKS = ("approvals.tasks.*", "audit.tasks.*", "dispatcher.tasks.reconcile")
+BACKGROUND_TASKS = (
+    "approvals.tasks.*",
+    "audit.tasks.*",
+    "identity.tasks.*",
+    "dispatcher.tasks.reconcile",
+)
 CELERY_TASK_ROUTES = {task: {"queue": HARNESS_CELERY_BACKGROUND_QUEUE} for task in BACKGROUND_TASKS}
 CELERY_BEAT_SCHEDULE = {
     "reconcile-calls": {
@@ -252,10 +258,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 # Sign-in is allauth's (docs/identity.md): a password Harness keeps, or single sign-on.
-AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
-    "allauth.account.auth_backends.AuthenticationBackend",
-]
+# One backend: allauth's (username and password), refusing passwords when single sign-on
+# is the only way in (HARNESS_SSO_ONLY) except for the break-glass accounts.
+AUTHENTICATION_BACKENDS = ["identity.backends.PasswordBackend"]
 LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -270,6 +275,26 @@ ACCOUNT_SESSION_REMEMBER = True
 ACCOUNT_LOGOUT_ON_GET = False
 ACCOUNT_LOGOUT_REDIRECT_URL = LOGOUT_REDIRECT_URL
 ACCOUNT_USER_DISPLAY = "identity.adapters.display_name"
+
+# Single sign-on (docs/identity.md): one OIDC provider by HARNESS_OIDC_*, more (OIDC or
+# SAML 2.0) by HARNESS_SSO_PROVIDERS (JSON). Whoever the provider signs in has an
+# account; an existing account is linked only by an email the provider says is verified.
+from identity.sso_config import providers_from_env, socialaccount_providers  # noqa: E402
+
+HARNESS_SSO = providers_from_env(os.environ)
+SOCIALACCOUNT_PROVIDERS = socialaccount_providers(HARNESS_SSO)
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_LOGIN_ON_GET = False
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_REQUESTS_TIMEOUT = 10
+# Password sign-in only as break-glass: with HARNESS_SSO_ONLY, only these local accounts
+# (usernames, comma-separated) may sign in with a password; each such sign-in is audited
+# and the org admins are told.
+HARNESS_SSO_ONLY = env_bool("HARNESS_SSO_ONLY", False)
+HARNESS_BREAK_GLASS_USERS = env_list("HARNESS_BREAK_GLASS_USERS")
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = env_bool("HARNESS_SECURE_COOKIES", False)
