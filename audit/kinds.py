@@ -88,6 +88,9 @@ CALL_EDITED = register("call.edited", "edited by a reviewer", review=True, resul
 AGENT_CREATED = register("agent.created", "agent created")
 AGENT_REVOKED = register("agent.revoked", "agent revoked")
 AGENT_TOKEN_ROTATED = register("agent.token_rotated", "agent token rotated")
+AGENT_HANDED_OVER = register(
+    "agent.handed_over", "agent handed over to a sponsor: its owner was deactivated"
+)
 SESSION_STARTED = register("session.started", "session started")
 PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
 GRANT_CREATED = register("grant.created", "allowed for the session")

@@ -155,6 +155,44 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
 
 
 @transaction.atomic
+def hand_over_agent(*, agent: Agent, to: User, actor: str) -> str:
+    """Give an active agent to another owner (its token keeps working, now answering to
+    `to`'s mode and rules); its name, suffixed if `to` has one like it. Returns the name."""
+    name = agent.name
+    if Agent.objects.filter(owner=to, name=name).exclude(pk=agent.pk).exists():
+        name = f"{agent.name[:80]}-from-{agent.owner.get_username()[:15]}"
+    previous = agent.owner.get_username()
+    Agent.objects.filter(pk=agent.pk).update(owner=to, name=name)
+    PermissionProfile.objects.get_or_create(user=to, defaults=default_profile())
+    record_event(
+        kind=kinds.AGENT_HANDED_OVER,
+        actor=actor,
+        subject=f"agent:{agent.pk}",
+        payload={"name": name, "from": previous, "to": to.get_username()},
+    )
+    agent.owner, agent.name = to, name
+    return name
+
+
+def release_agents_of(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:
+    """A deactivation step (settings.HARNESS_DEACTIVATION_STEPS, inside audit.roles.
+    deactivate's transaction): each active agent `user` owns is handed to `sponsor`, or
+    without one revoked (its token refused from the commit on)."""
+    agents = list(
+        Agent.objects.select_for_update().filter(owner=user, is_active=True).order_by("pk")
+    )
+    if sponsor is not None and sponsor.is_active:
+        return {
+            "agents_handed_over": [
+                hand_over_agent(agent=a, to=sponsor, actor=actor) for a in agents
+            ]
+        }
+    for agent in agents:
+        revoke_agent(agent=agent, actor=actor)
+    return {"agents_revoked": [a.name for a in agents]}
+
+
+@transaction.atomic
 def rotate_token(*, agent: Agent, actor: str) -> str:
     """Give an active agent a new token and return it (shown once); the old one stops
     working at once. Raises ServiceError for a revoked agent (revoked is final)."""

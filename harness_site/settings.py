@@ -368,6 +368,13 @@ HARNESS_POST_EXECUTE: list[str] = ["dispatcher.policy.results.hide_read_denied"]
 # that puts a call in pending_approval (the approval's request row); checked at start-up
 # (dispatcher.E013). Not a signal: an ask without its request row must fail, not pass.
 HARNESS_ASK_RECORDER = "approvals.asks.record_ask"
+# What deactivating a person does beside taking their roles (audit.roles.deactivate),
+# each `(*, user, actor, sponsor) -> dict` inside its transaction, what it returns joining
+# the audit event; checked at start-up (audit.E010).
+HARNESS_DEACTIVATION_STEPS = [
+    "approvals.services.void_votes_of",
+    "dispatcher.agents.release_agents_of",
+]
 # Stage 6: wraps every tool execution (budgets, retries, metrics belong here).
 HARNESS_EXECUTE_WRAPPER = "dispatcher.pipeline.default_execute_wrapper"
 
