@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "allauth.socialaccount.providers.openid_connect",
     "allauth.socialaccount.providers.saml",
     "allauth.mfa",
+    "allauth.usersessions",
     "identity",
     "audit",
     "dispatcher",
@@ -100,6 +101,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "identity.middleware.SessionLifetime",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
@@ -215,6 +217,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "dispatcher.tasks.reconcile",
         "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")),
     },
+    "end-stale-sign-ins": {
+        "task": "identity.tasks.end_stale_sign_ins",
+        "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")) * 4,
+    },
     "expire-approvals": {
         "task": "approvals.tasks.expire_approvals",
         "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")),
@@ -295,6 +301,15 @@ SOCIALACCOUNT_REQUESTS_TIMEOUT = 10
 # and the org admins are told.
 HARNESS_SSO_ONLY = env_bool("HARNESS_SSO_ONLY", False)
 HARNESS_BREAK_GLASS_USERS = env_list("HARNESS_BREAK_GLASS_USERS")
+# A sign-in ends after HARNESS_SESSION_IDLE seconds without a page request, and
+# HARNESS_SESSION_MAX_AGE seconds after it began, whatever happens (0: never); its sockets
+# close with it (identity.middleware, identity.tasks.end_stale_sign_ins).
+HARNESS_SESSION_IDLE = float(env("HARNESS_SESSION_IDLE", str(12 * 3600)))
+HARNESS_SESSION_MAX_AGE = float(env("HARNESS_SESSION_MAX_AGE", str(7 * 24 * 3600)))
+SESSION_COOKIE_AGE = int(HARNESS_SESSION_MAX_AGE) or 14 * 24 * 3600
+# Each person's sign-ins, listed on their own page (/accounts/sessions/); their activity
+# is noted by identity.middleware, at most once a minute, not on every request.
+USERSESSIONS_TRACK_ACTIVITY = False
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = env_bool("HARNESS_SECURE_COOKIES", False)

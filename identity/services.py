@@ -4,12 +4,17 @@ transaction (docs/identity.md)."""
 from __future__ import annotations
 
 import functools
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 
 from audit import kinds
+from audit.roles import close_sockets, sign_in_group
 from audit.services import record_event
 
 
@@ -56,3 +61,117 @@ def refuse_unverified_email(*, provider: str, uid: str, email: str) -> None:
 
 def request_address(request: Any) -> str:
     return str(getattr(request, "META", {}).get("REMOTE_ADDR", "")) if request else ""
+
+
+# --- Sign-ins that end (docs/identity.md, "Sessions") ------------------------------------
+
+SIGNED_IN_AT = "harness.signed_in_at"
+SEEN_AT = "harness.seen_at"
+# How often a sign-in's last activity is written (the session and its UserSession row):
+# at most once a minute per sign-in, not on every request.
+SEEN_EVERY = 60.0
+
+
+def expiry_reason(session: Any, now: float) -> str:
+    """Why this signed-in session must end now ("" if it may go on): idle longer than
+    HARNESS_SESSION_IDLE, or older than HARNESS_SESSION_MAX_AGE (0 turns either off)."""
+    signed_in = float(session.get(SIGNED_IN_AT, now))
+    seen = float(session.get(SEEN_AT, signed_in))
+    idle, max_age = settings.HARNESS_SESSION_IDLE, settings.HARNESS_SESSION_MAX_AGE
+    if idle and now - seen > idle:
+        return f"idle for more than {_duration(idle)}"
+    if max_age and now - signed_in > max_age:
+        return f"signed in more than {_duration(max_age)} ago"
+    return ""
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        hours = int(seconds // 3600)
+        return f"{hours} hour" + ("s" if hours != 1 else "")
+    minutes = max(1, round(seconds / 60))
+    return f"{minutes} minute" + ("s" if minutes != 1 else "")
+
+
+def note_activity(request: Any, now: float) -> None:
+    """The signed-in person did something: the session and its UserSession row say when
+    (at most once a minute), the row made if missing (a sign-in from before, or through
+    the admin), so every sign-in is on the person's list and ends with "everywhere"."""
+    from allauth.usersessions.models import UserSession
+
+    session = request.session
+    session.setdefault(SIGNED_IN_AT, now)
+    if now - float(session.get(SEEN_AT, 0)) < SEEN_EVERY:
+        return
+    session[SEEN_AT] = now
+    if not session.session_key:
+        session.save()
+    UserSession.objects.create_from_request(request, user=request.user, session=session)
+
+
+@transaction.atomic
+def end_sign_ins(*, user: User, session_keys: list[str], actor: str, kind: str, reason: str) -> int:
+    """End these sign-ins of `user`: their sessions are deleted (the next request is
+    signed out), their rows go, one audit event says why, and after commit their sockets
+    close. Returns how many ended."""
+    from allauth.usersessions.models import UserSession
+    from django.contrib.sessions.backends.db import SessionStore
+
+    keys = sorted(set(session_keys))
+    if not keys:
+        return 0
+    store = SessionStore()
+    for key in keys:
+        store.delete(key)
+    UserSession.objects.filter(user=user, session_key__in=keys).delete()
+    record_event(
+        kind=kind,
+        actor=actor,
+        subject=_subject(user),
+        payload={"user": user.get_username(), "sign_ins": len(keys), "reason": reason},
+    )
+    for key in keys:
+        transaction.on_commit(functools.partial(close_sockets, sign_in_group(key)))
+    return len(keys)
+
+
+def sign_out_everywhere(*, user: User, current: str | None) -> int:
+    """Every sign-in of `user` ends, this one (`current`) included."""
+    from allauth.usersessions.models import UserSession
+
+    keys = list(UserSession.objects.filter(user=user).values_list("session_key", flat=True))
+    return end_sign_ins(
+        user=user,
+        session_keys=[*keys, *([current] if current else [])],
+        actor=_subject(user),
+        kind=kinds.USER_SIGNED_OUT_EVERYWHERE,
+        reason="signed out everywhere",
+    )
+
+
+def end_stale_sign_ins(now: float | None = None) -> int:
+    """Beat: sign-ins idle or too old end even if their browser never asks again (their
+    sockets close). Returns how many ended."""
+    from allauth.usersessions.models import UserSession
+
+    moment = datetime.fromtimestamp(now if now is not None else time.time(), UTC)
+    idle, max_age = settings.HARNESS_SESSION_IDLE, settings.HARNESS_SESSION_MAX_AGE
+    stale = Q(pk__in=[])
+    if idle:
+        stale |= Q(last_seen_at__lt=moment - timedelta(seconds=idle))
+    if max_age:
+        stale |= Q(created_at__lt=moment - timedelta(seconds=max_age))
+    ended = 0
+    rows = UserSession.objects.filter(stale).select_related("user").order_by("user_id")
+    by_user: dict[int, tuple[User, list[str]]] = {}
+    for row in rows[:1000]:
+        by_user.setdefault(row.user_id, (row.user, []))[1].append(row.session_key)
+    for person, keys in by_user.values():
+        ended += end_sign_ins(
+            user=person,
+            session_keys=keys,
+            actor="harness",
+            kind=kinds.SESSION_EXPIRED,
+            reason="idle or too old",
+        )
+    return ended

@@ -2,9 +2,14 @@
 
 from celery import shared_task
 
-from . import notify
+from . import notify, services
 
 
 @shared_task(name="identity.tasks.notify_break_glass", ignore_result=True, time_limit=120)
 def notify_break_glass(event_id: str) -> None:
     notify.notify_break_glass(int(event_id))
+
+
+@shared_task(name="identity.tasks.end_stale_sign_ins", ignore_result=True, time_limit=120)
+def end_stale_sign_ins() -> None:
+    services.end_stale_sign_ins()

@@ -6,7 +6,14 @@ from django.urls import path, re_path
 
 from . import views
 
+app_name = "identity"
+
 urlpatterns = [
+    # The person's own sign-ins (in place of allauth's list: ending one here is audited
+    # and closes its sockets).
+    path("sessions/", views.sessions, name="sessions"),
+    path("sessions/<int:sign_in_id>/end/", views.end_sign_in, name="end_sign_in"),
+    path("sessions/everywhere/", views.sign_out_everywhere, name="sign_out_everywhere"),
     # Closed: nobody signs up, resets a password by email or changes their email here.
     path("signup/", views.not_offered),
     path("email/", views.not_offered),

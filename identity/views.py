@@ -1,11 +1,20 @@
-"""People's own pages: what allauth offers that Harness does not, and (later) sessions."""
+"""People's own pages: what allauth offers that Harness does not, and their sign-ins."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import logout
+from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from audit import kinds
+
+from . import services
 
 NOT_OFFERED = (
     "Harness does not offer this: accounts, passwords and email addresses are managed by "
@@ -20,3 +29,53 @@ def not_offered(request: HttpRequest, **kwargs: Any) -> HttpResponse:
     else's single sign-on (allauth links a verified IdP email to the account holding it).
     """
     return render(request, "identity/not_offered.html", {"reason": NOT_OFFERED}, status=404)
+
+
+@login_required
+def sessions(request: HttpRequest) -> HttpResponse:
+    """The signed-in person's own page: where they are signed in, and signing out there."""
+    from allauth.usersessions.models import UserSession
+
+    current = request.session.session_key
+    rows = UserSession.objects.purge_and_list(request.user)
+    rows.sort(key=lambda row: (row.session_key != current, -row.created_at.timestamp()))
+    context = {
+        "sign_ins": rows,
+        "current": current,
+        "idle": settings.HARNESS_SESSION_IDLE,
+        "max_age": settings.HARNESS_SESSION_MAX_AGE,
+    }
+    return render(request, "identity/sessions.html", context)
+
+
+@login_required
+@require_POST
+def end_sign_in(request: HttpRequest, sign_in_id: int) -> HttpResponse:
+    """End one of the person's own sign-ins (another browser, a lost laptop)."""
+    from allauth.usersessions.models import UserSession
+
+    row = UserSession.objects.filter(pk=sign_in_id, user=request.user).first()
+    if row is None:
+        return HttpResponse("No such sign-in of yours.", status=404, content_type="text/plain")
+    if row.session_key == request.session.session_key:
+        return redirect("account_logout")
+    services.end_sign_ins(
+        user=request.user,  # type: ignore[arg-type]
+        session_keys=[row.session_key],
+        actor=f"user:{request.user.get_username()}",
+        kind=kinds.USER_SIGNED_OUT_EVERYWHERE,
+        reason="ended from the sessions page",
+    )
+    messages.success(request, "That sign-in has ended.")
+    return redirect("identity:sessions")
+
+
+@login_required
+@require_POST
+def sign_out_everywhere(request: HttpRequest) -> HttpResponse:
+    """Every sign-in of the person ends, this one included; their sockets close."""
+    user = request.user
+    services.sign_out_everywhere(user=user, current=request.session.session_key)  # type: ignore[arg-type]
+    logout(request)
+    messages.success(request, "You are signed out everywhere.")
+    return redirect("account_login")
