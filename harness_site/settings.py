@@ -285,7 +285,11 @@ ACCOUNT_USER_DISPLAY = "identity.adapters.display_name"
 # Single sign-on (docs/identity.md): one OIDC provider by HARNESS_OIDC_*, more (OIDC or
 # SAML 2.0) by HARNESS_SSO_PROVIDERS (JSON). Whoever the provider signs in has an
 # account; an existing account is linked only by an email the provider says is verified.
-from identity.sso_config import providers_from_env, socialaccount_providers  # noqa: E402
+from identity.sso_config import (  # noqa: E402
+    form_action_origins,
+    providers_from_env,
+    socialaccount_providers,
+)
 
 HARNESS_SSO = providers_from_env(os.environ)
 SOCIALACCOUNT_PROVIDERS = socialaccount_providers(HARNESS_SSO)
@@ -329,7 +333,8 @@ SECURE_CSP = {
     "object-src": [CSP.NONE],
     "base-uri": [CSP.NONE],
     "frame-ancestors": [CSP.NONE],
-    "form-action": [CSP.SELF],
+    # Signing in with an identity provider posts here, then redirects there.
+    "form-action": [CSP.SELF, *form_action_origins(HARNESS_SSO)],
 }
 
 LANGUAGE_CODE = "en-us"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import urlsplit
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,19 @@ class Provider:
     groups_claim: str
     trust_emails: bool
     config: dict[str, Any] = field(default_factory=dict)  # the allauth app entry
+    # Where "Sign in with ..." sends the browser (the CSP's form-action must name it).
+    origins: tuple[str, ...] = ()
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def form_action_origins(providers: list[Provider]) -> list[str]:
+    """The identity providers' origins, for SECURE_CSP's form-action: pressing "Sign in
+    with ..." posts to Harness, which redirects the browser there."""
+    return sorted({origin for p in providers for origin in p.origins})
 
 
 def _required(entry: Mapping[str, Any], key: str, where: str) -> str:
@@ -88,7 +102,10 @@ def _oidc(entry: Mapping[str, Any], where: str, groups_claim: str) -> Provider:
             **({"verified_email": True} if trust else {}),
         },
     }
-    return Provider("oidc", pid, name, claim, trust, config)
+    extra = entry.get("form_action") or []
+    return Provider(
+        "oidc", pid, name, claim, trust, config, (_origin(issuer), *map(_origin, extra))
+    )
 
 
 def _saml(entry: Mapping[str, Any], where: str, public_url: str) -> Provider:
@@ -127,7 +144,7 @@ def _saml(entry: Mapping[str, Any], where: str, public_url: str) -> Provider:
             **({"verified_email": True} if trust else {}),
         },
     }
-    return Provider("saml", pid, name, claim, trust, config)
+    return Provider("saml", pid, name, claim, trust, config, (_origin(idp["sso_url"]),))
 
 
 def providers_from_env(environ: Mapping[str, str]) -> list[Provider]:
