@@ -4,10 +4,12 @@ transaction (docs/identity.md)."""
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -16,6 +18,8 @@ from django.db.models import Q
 from audit import kinds
 from audit.roles import close_sockets, sign_in_group
 from audit.services import record_event
+
+logger = logging.getLogger(__name__)
 
 
 def _subject(user: User) -> str:
@@ -37,15 +41,25 @@ def record_sso_sign_in(*, user: User, provider: str, uid: str) -> None:
 def record_break_glass(*, user: User, address: str) -> None:
     """A break-glass password sign-in while single sign-on is the only way in: audited as
     such, and after commit every org admin is told over the notification channels."""
-    from . import tasks
-
     event = record_event(
         kind=kinds.USER_BREAK_GLASS,
         actor=_subject(user),
         subject=_subject(user),
         payload={"user": user.get_username(), "address": address},
     )
-    transaction.on_commit(functools.partial(tasks.notify_break_glass.delay, str(event.pk)))
+    transaction.on_commit(functools.partial(_send_task, NOTIFY_BREAK_GLASS_TASK, str(event.pk)))
+
+
+NOTIFY_BREAK_GLASS_TASK = "identity.tasks.notify_break_glass"
+
+
+def _send_task(name: str, argument: Any) -> None:
+    """One Celery message, never retried here: a broker that is down costs the notice
+    (logged; the audit event stays), never the sign-in."""
+    try:
+        current_app.send_task(name, args=(argument,), retry=False)
+    except Exception:
+        logger.warning("could not enqueue %s(%s)", name, argument, exc_info=True)
 
 
 @transaction.atomic

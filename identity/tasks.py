@@ -5,7 +5,7 @@ from celery import shared_task
 from . import notify, services
 
 
-@shared_task(name="identity.tasks.notify_break_glass", ignore_result=True, time_limit=120)
+@shared_task(name=services.NOTIFY_BREAK_GLASS_TASK, ignore_result=True, time_limit=120)
 def notify_break_glass(event_id: str) -> None:
     notify.notify_break_glass(int(event_id))
 

@@ -16,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.backend_independent
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("floor", "audit", "dispatcher", "approvals", "harness_site", "demo")
+PACKAGES = ("floor", "audit", "dispatcher", "approvals", "harness_site", "demo", "identity")
 
 # Lower numbers are lower layers; a module may import its own layer and those below.
 LAYERS = {
@@ -44,7 +44,11 @@ def module_name(path: Path) -> str:
 
 def layer_of(module: str) -> str:
     parts = module.split(".")
-    if parts[0] in ("harness_site", "demo") or "management" in parts or "migrations" in parts:
+    if (
+        parts[0] in ("harness_site", "demo", "identity")
+        or "management" in parts
+        or "migrations" in parts
+    ):
         return "interface"
     if parts[-1] in INTERFACE_LEAVES:
         return "interface"
