@@ -5,7 +5,6 @@ an account; a tampered assertion is refused."""
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 from typing import Any
 
 import pytest
