@@ -305,6 +305,9 @@ SOCIALACCOUNT_REQUESTS_TIMEOUT = 10
 # and the org admins are told.
 HARNESS_SSO_ONLY = env_bool("HARNESS_SSO_ONLY", False)
 HARNESS_BREAK_GLASS_USERS = env_list("HARNESS_BREAK_GLASS_USERS")
+# The identity provider says a person is gone: POST /accounts/deprovision/ signed with
+# this secret deactivates the account linked to them (empty: the endpoint answers 404).
+HARNESS_DEPROVISION_SECRET = env("HARNESS_DEPROVISION_SECRET")
 # A sign-in ends after HARNESS_SESSION_IDLE seconds without a page request, and
 # HARNESS_SESSION_MAX_AGE seconds after it began, whatever happens (0: never); its sockets
 # close with it (identity.middleware, identity.tasks.end_stale_sign_ins).

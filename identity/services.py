@@ -4,6 +4,8 @@ transaction (docs/identity.md)."""
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -16,7 +18,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from audit import kinds
-from audit.roles import close_sockets, sign_in_group
+from audit.roles import close_sockets, deactivate, sign_in_group
 from audit.services import record_event
 
 logger = logging.getLogger(__name__)
@@ -189,3 +191,48 @@ def end_stale_sign_ins(now: float | None = None) -> int:
             reason="idle or too old",
         )
     return ended
+
+
+# --- The identity provider says a person is gone ------------------------------------------
+
+DEPROVISION_WINDOW = 300  # seconds a signed deprovisioning request stays acceptable
+
+
+class DeprovisionRefused(Exception):
+    """The request does not deactivate anyone; `status` for the view."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def check_deprovision_signature(*, timestamp: str, signature: str, body: bytes) -> None:
+    """`X-Harness-Signature: sha256=<hex>` of HMAC-SHA256 over "<timestamp>.<body>" with
+    HARNESS_DEPROVISION_SECRET (the scheme of Harness's own webhooks), the timestamp
+    within five minutes. Raises DeprovisionRefused."""
+    secret = settings.HARNESS_DEPROVISION_SECRET
+    if not secret:
+        raise DeprovisionRefused("Deprovisioning is off: set HARNESS_DEPROVISION_SECRET.", 404)
+    if not timestamp.isdigit() or abs(time.time() - int(timestamp)) > DEPROVISION_WINDOW:
+        raise DeprovisionRefused("Missing or stale X-Harness-Timestamp.", 401)
+    expected = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    if not hmac.compare_digest("sha256=" + expected.hexdigest(), signature):
+        raise DeprovisionRefused("Bad X-Harness-Signature.", 401)
+
+
+def deprovision(*, provider: str, subject: str) -> tuple[str, bool]:
+    """The identity provider `provider` says its person `subject` is gone: the Harness
+    account linked to them is deactivated (audit.roles.deactivate: sockets, votes, links,
+    agents), in the provider's name. Returns (username, whether anything changed). Raises
+    DeprovisionRefused for an unknown provider or person."""
+    from allauth.socialaccount.models import SocialAccount
+
+    if provider not in {p.id for p in settings.HARNESS_SSO}:
+        raise DeprovisionRefused(f"No identity provider '{provider}' is configured.", 404)
+    account = (
+        SocialAccount.objects.select_related("user").filter(provider=provider, uid=subject).first()
+    )
+    if account is None:
+        raise DeprovisionRefused(f"Nobody has signed in as '{subject}' through '{provider}'.", 404)
+    changed = deactivate(user=account.user, actor=f"sso:{provider}")
+    return account.user.get_username(), changed

@@ -14,6 +14,8 @@ urlpatterns = [
     path("sessions/", views.sessions, name="sessions"),
     path("sessions/<int:sign_in_id>/end/", views.end_sign_in, name="end_sign_in"),
     path("sessions/everywhere/", views.sign_out_everywhere, name="sign_out_everywhere"),
+    # The identity provider says a person is gone (signed; no session).
+    path("deprovision/", views.deprovision, name="deprovision"),
     # Closed: nobody signs up, resets a password by email or changes their email here.
     path("signup/", views.not_offered),
     path("email/", views.not_offered),

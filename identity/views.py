@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from audit import kinds
@@ -79,3 +81,31 @@ def sign_out_everywhere(request: HttpRequest) -> HttpResponse:
     logout(request)
     messages.success(request, "You are signed out everywhere.")
     return redirect("account_login")
+
+
+@csrf_exempt
+@require_POST
+def deprovision(request: HttpRequest) -> HttpResponse:
+    """POST /accounts/deprovision/: the identity provider (its workflow, a hook) says a
+    person is gone: {"provider": ID, "subject": SUB}, signed with
+    HARNESS_DEPROVISION_SECRET. No session and no CSRF token: the signature is the
+    authentication (docs/identity.md, "Leaving")."""
+    try:
+        services.check_deprovision_signature(
+            timestamp=request.headers.get("X-Harness-Timestamp", ""),
+            signature=request.headers.get("X-Harness-Signature", ""),
+            body=request.body,
+        )
+        data = json.loads(request.body)
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(key), str) and data[key] for key in ("provider", "subject")
+        ):
+            raise services.DeprovisionRefused(
+                'The body must be {"provider": "<id>", "subject": "<the IdP\'s subject>"}.', 400
+            )
+        username, changed = services.deprovision(provider=data["provider"], subject=data["subject"])
+    except json.JSONDecodeError:
+        return JsonResponse({"error": "The body is not JSON."}, status=400)
+    except services.DeprovisionRefused as refused:
+        return JsonResponse({"error": str(refused)}, status=refused.status)
+    return JsonResponse({"user": username, "deactivated": changed})
