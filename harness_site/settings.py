@@ -292,6 +292,11 @@ from identity.sso_config import (  # noqa: E402
 )
 
 HARNESS_SSO = providers_from_env(os.environ)
+# IdP groups → teams and roles (JSON: {"group": "team:NAME:reviewer" | "org:admin" | [...]});
+# parsed here, a bad entry named at start-up (identity/group_map.py).
+from identity.group_map import parse_group_map  # noqa: E402
+
+HARNESS_SSO_GROUP_MAP = parse_group_map(env("HARNESS_SSO_GROUP_MAP"))
 SOCIALACCOUNT_PROVIDERS = socialaccount_providers(HARNESS_SSO)
 SOCIALACCOUNT_AUTO_SIGNUP = True
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
