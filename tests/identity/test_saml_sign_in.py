@@ -8,9 +8,11 @@ import base64
 from typing import Any
 
 import pytest
+from allauth.socialaccount.models import SocialAccount
 from django.contrib.auth.models import User
 from django.test import Client
 
+from identity.group_map import groups_in
 from identity.sso_config import providers_from_env, socialaccount_providers
 from tests.support import saml_idp
 from tests.support.factories import make_user, unique
@@ -59,6 +61,9 @@ def test_a_signed_assertion_signs_a_new_person_in(settings: Any, idp: saml_idp.S
     sign_in(client, idp, "erin", "erin-pw")
     user = client.get("/").wsgi_request.user
     assert user.is_authenticated and user.email == "erin@corp.test"
+    account = SocialAccount.objects.get(user=user, provider="nano")
+    [nano] = settings.HARNESS_SSO
+    assert groups_in(account.extra_data, nano.kind, nano.groups_claim) == ["sre"]
 
 
 def test_a_tampered_assertion_is_refused(settings: Any, idp: saml_idp.SamlIdp) -> None:
