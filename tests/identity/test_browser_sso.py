@@ -4,14 +4,15 @@ real OpenID provider on loopback), with password sign-in closed but for break-gl
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
+from approvals.models import Channel
 from audit.models import AuditEvent
+from tests.notifications import receivers
 from tests.support import oidc
 from tests.support.browser import login
 from tests.support.factories import make_user, unique
@@ -19,6 +20,8 @@ from tests.support.live import LiveStack
 from tests.support.sso_site import daphne_with
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
+
+SECRET = "a-webhook-secret-of-some-length"
 
 
 @pytest.fixture(scope="module")
@@ -75,24 +78,33 @@ def test_a_password_is_refused_to_an_ordinary_account(
         page.close()
 
 
-def test_the_break_glass_account_signs_in_and_it_is_audited(
-    sso: tuple[str, oidc.Provider], live_db: None, browser: Any, tmp_path: Path
+def test_the_break_glass_account_signs_in_it_is_audited_and_the_admins_are_told(
+    sso: tuple[str, oidc.Provider], live_db: None, browser: Any
 ) -> None:
+    """End to end: the sign-in in the browser, the audit event, and the notice delivered by
+    the live Celery worker to a webhook channel on loopback."""
     url, _ = sso
     glass = User.objects.filter(username="glass-admin").first() or make_user(
         "glass-admin", groups=("admin",)
     )
     before = AuditEvent.objects.filter(kind="user.break_glass", subject="user:glass-admin").count()
-    connection.close()
-    page = browser.new_page()
-    try:
-        login(page, url, glass.username)
-        page.wait_for_url(f"{url}/")
-        assert page.inner_text("header a[title='Your sign-ins']") == glass.username
-    finally:
-        page.close()
-    connection.close()
-    assert (
-        AuditEvent.objects.filter(kind="user.break_glass", subject="user:glass-admin").count()
-        == before + 1
-    )
+    with receivers.webhook_receiver(SECRET) as hook:
+        channel = Channel.objects.create(
+            name=unique("glass-hook"), kind="webhook", config={"url": hook.url, "secret": SECRET}
+        )
+        connection.close()
+        page = browser.new_page()
+        try:
+            login(page, url, glass.username)
+            page.wait_for_url(f"{url}/")
+            assert page.inner_text("header a[title='Your sign-ins']") == glass.username
+            [notice] = hook.wait_for(1)
+        finally:
+            page.close()
+            Channel.objects.filter(pk=channel.pk).update(enabled=False)
+            connection.close()
+    events = AuditEvent.objects.filter(kind="user.break_glass", subject="user:glass-admin")
+    assert events.count() == before + 1
+    body = notice.json()
+    assert body["event"] == "user.break_glass" and body["user"] == "glass-admin"
+    assert body["audit_event"] == events.last().pk  # type: ignore[union-attr]
