@@ -102,7 +102,27 @@ coding-agents: claude-code codex gemini-cli
 MCP_FILESYSTEM_VERSION := 2026.8.31
 MCP_FILESYSTEM := var/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
 
-mcp-servers: $(MCP_FILESYSTEM)
+# mcp-remote (a stdio bridge to a remote MCP server, with its own OAuth sign-in) for
+# tests/agentauth: pinned, from the npm registry, under var/.
+MCP_REMOTE_VERSION := 0.15.1
+MCP_REMOTE_DIR := var/mcp-remote
+MCP_REMOTE_STAMP := $(MCP_REMOTE_DIR)/.installed-$(MCP_REMOTE_VERSION)
+
+$(MCP_REMOTE_STAMP):
+	@if command -v npm >/dev/null; then \
+	  npm install --prefix $(MCP_REMOTE_DIR) --no-audit --no-fund --loglevel=error \
+	    mcp-remote@$(MCP_REMOTE_VERSION) && touch $@; \
+	else echo "The mcp-remote test needs node and npm (apt-get install nodejs npm)."; fi
+
+# The MCP Inspector's CLI (a new MCP session per call): tests/mcp/test_runs_live.py.
+MCP_INSPECTOR_VERSION := 2.12.0
+MCP_INSPECTOR := var/mcp-inspector/.installed-$(MCP_INSPECTOR_VERSION)
+
+mcp-servers: $(MCP_FILESYSTEM) $(MCP_INSPECTOR) $(MCP_REMOTE_STAMP)
+
+$(MCP_INSPECTOR):
+	@command -v npm >/dev/null || { echo "The MCP Inspector test needs npm (apt-get install npm)."; exit 0; }
+	npm install --prefix var/mcp-inspector --no-audit --no-fund --loglevel=error @modelcontextprotocol/inspector@$(MCP_INSPECTOR_VERSION) && touch $@
 
 $(MCP_FILESYSTEM):
 	@command -v npm >/dev/null || { echo "The MCP tests need npm (apt-get install npm) for @modelcontextprotocol/server-filesystem."; exit 0; }

@@ -16,7 +16,9 @@ from . import live
 class ApprovalQueueConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     """Accepts active reviewers only (the origin, scheme, host and port, is checked by
     harness_site.websocket_origin),
-    and only while they are: removing the role or signing out closes the socket.
+    and only while they are: removing the role or signing out closes the socket. It
+    joins the queue groups of the reviewer's reach (approvals.live.groups_of), so it
+    carries the asks of their teams' agents only (all of them for an organization role).
 
     On every (re)connect it sends the whole current queue, so a dropped connection misses
     nothing; then it forwards the fragments rendered once per event by `live.push_change`
@@ -29,13 +31,18 @@ class ApprovalQueueConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ign
         if not await self.authorize(REVIEWER):
             await self.close()
             return
-        await self.channel_layer.group_add(live.GROUP, self.channel_name)
+        # The reviewer's reach, read with the role: the queue groups of their teams (or
+        # the organization's), and a queue of those teams' asks only.
+        self.queue_groups = live.groups_of(self.reach)
+        for group in self.queue_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        await self.send(text_data=await database_sync_to_async(live.render_queue)())
+        await self.send(text_data=await database_sync_to_async(live.render_queue)(self.reach))
 
     async def disconnect(self, code: int) -> None:
         await self.leave_sign_in_groups()
-        await self.channel_layer.group_discard(live.GROUP, self.channel_name)
+        for group in getattr(self, "queue_groups", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Ignored: nothing a browser sends over this socket changes anything."""

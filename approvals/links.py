@@ -7,7 +7,8 @@ the call; the POST that confirms decides, through `services.decide` like the que
 records the nonce (UsedLink, unique) in the same transaction: a link decides at most
 once. A link whose signature does not verify, whose call changed or is decided, whose
 request expired, whose nonce was used, or whose recipient was deactivated or lost the
-reviewer role (checked again when the POST decides), decides nothing and says which.
+reviewer role in the agent's team (checked again when the POST decides), decides
+nothing and says which.
 
 With HARNESS_LINKS_REQUIRE_LOGIN (the default) the person must also be signed in as the
 recipient. Without it the link alone stands for the recipient, for that one decision:
@@ -28,7 +29,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from audit.roles import REVIEWER, deactivated_since, has_role
+from audit.roles import REVIEWER, deactivated_since, reach
 from dispatcher.models import Status
 
 from . import services
@@ -36,6 +37,10 @@ from .models import ApprovalRequest, UsedLink
 
 SALT = "harness.approvals.one-tap-link"
 VERDICTS = ("approve", "deny")
+STEP_UP_MESSAGE = (
+    "This call must be signed with your passkey, so a link cannot decide it: open the "
+    "call's page, choose there and touch your passkey when the browser asks."
+)
 
 
 class LinkRefused(Exception):
@@ -80,7 +85,13 @@ def make_url(approval: ApprovalRequest, recipient: User, verdict: str) -> str:
 
 
 def links_for(approval: ApprovalRequest, recipient: User) -> dict[str, str]:
-    return {verdict: make_url(approval, recipient, verdict) for verdict in VERDICTS}
+    """The recipient's link per verdict; a verdict a step-up rule asks a passkey for gets
+    the call's page instead (it is signed there, never decided by a link)."""
+    page = settings.HARNESS_PUBLIC_URL.rstrip("/") + reverse("approvals:detail", args=[approval.pk])
+    return {
+        verdict: page if approval.needs_key(verdict) else make_url(approval, recipient, verdict)
+        for verdict in VERDICTS
+    }
 
 
 def read(token: str) -> Claim:
@@ -122,6 +133,14 @@ def read(token: str) -> Claim:
         )
     if verdict not in VERDICTS:
         raise LinkRefused("This link is not valid. Open the call from the queue.", 400)
+    # Before anything of the call is said: a link of someone who does not (or no longer)
+    # review the agent's team decides and shows nothing (teams.scope).
+    if not reach(recipient, REVIEWER).covers(approval.call.session.agent.team_id):
+        raise LinkRefused(
+            f"{recipient.get_username()} does not review this agent's team: this link "
+            "decides nothing.",
+            403,
+        )
     claim = Claim(approval, recipient, verdict, digest, nonce)
     if UsedLink.objects.filter(nonce=nonce).exists():
         raise LinkRefused("This link was already used; a link decides only once.", 409)
@@ -136,12 +155,8 @@ def read(token: str) -> Claim:
 
 def person_for(claim: Claim, user: Any) -> User:
     """Who decides through this link: the signed-in recipient, or with
-    HARNESS_LINKS_REQUIRE_LOGIN off, the recipient the link names. Raises LinkRefused."""
-    if not has_role(claim.recipient, REVIEWER):
-        raise LinkRefused(
-            f"{claim.recipient.get_username()} is no longer a reviewer: this link decides nothing.",
-            403,
-        )
+    HARNESS_LINKS_REQUIRE_LOGIN off, the recipient the link names (whose role in the
+    agent's team `read` checked). Raises LinkRefused."""
     if user is not None and user.is_authenticated:
         if user.pk != claim.recipient.pk:
             raise LinkRefused(
@@ -155,11 +170,16 @@ def person_for(claim: Claim, user: Any) -> User:
     return claim.recipient
 
 
-def use(*, token: str, user: Any, digest: str, comment: str = "") -> ApprovalRequest:
-    """Decide with a link, once: `digest` is the one the confirm page showed. Raises
+def use(
+    *, token: str, user: Any, digest: str, comment: str = "", effect_digest: str = ""
+) -> ApprovalRequest:
+    """Decide with a link, once: `digest` (and for a previewed command `effect_digest`)
+    the one the confirm page showed. Raises
     LinkRefused (with services.DecisionRefused's answer when the decision is refused)."""
     claim = read(token)
     person = person_for(claim, user)
+    if claim.approval.needs_key(claim.verdict):
+        raise LinkRefused(STEP_UP_MESSAGE, 400)
     if digest != claim.digest:
         raise LinkRefused("The arguments you confirmed are not the ones this link is for.", 409)
     try:
@@ -182,6 +202,7 @@ def use(*, token: str, user: Any, digest: str, comment: str = "") -> ApprovalReq
                 digest=digest,
                 feedback=comment,
                 via="link",
+                effect_digest=effect_digest,
             )
     except services.DecisionRefused as refusal:
         raise LinkRefused(str(refusal), refusal.status) from None

@@ -1,7 +1,13 @@
-"""Live queue pushes: render a fragment once per event and send the same HTML to every socket.
+"""Live queue pushes: render a fragment once per event and send the same HTML to every
+socket that may see it.
 
 Only HTML built from the database crosses the channel layer, and it is rendered once per
 call transition, never once per socket. Runs after commit (see receivers).
+
+Sockets join groups by reach (teams.scope): an organization reviewer's socket joins
+`GROUP`, a team reviewer's the group of each of their teams (`team_group`). Every push
+about a call goes to `GROUP` and to its agent's team's group only, so a socket never
+carries another team's asks, not even a removal naming one.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import threading
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
-from dispatcher.models import Status
+from dispatcher.models import AgentSession, Status, ToolCall
+from teams.scope import Scope
 
 from . import queries
 
@@ -26,13 +33,32 @@ QUEUE = "approvals/queue.html"
 LEAVING = frozenset({Status.QUEUED, Status.DENIED, Status.EXPIRED, Status.CANCELLED, Status.EDITED})
 
 
-def render_queue() -> str:
-    """The whole pending queue, sent to a socket when it (re)connects."""
-    return render_to_string(QUEUE + "#items", queries.queue_context())
+def team_group(team_id: int) -> str:
+    """The open queues of one team's reviewers."""
+    return f"{GROUP}.team.{team_id}"
+
+
+def groups_of(reach: Scope) -> list[str]:
+    """The groups a reviewer's socket joins: everything's, or one per team reached."""
+    if reach.everything:
+        return [GROUP]
+    return [team_group(team_id) for team_id in sorted(reach.team_ids)]
+
+
+def render_queue(reach: Scope) -> str:
+    """The pending queue `reach` sees, sent to a socket when it (re)connects."""
+    return render_to_string(QUEUE + "#items", queries.queue_context(reach))
 
 
 def render_change(call_id: str, status: str, previous: str = "") -> str | None:
-    """The fragment for one call transition, or None when no queue shows a difference.
+    """The fragment for one call transition, or None when no queue shows a difference."""
+    rendered = _render_change(call_id, status, previous)
+    return rendered[0] if rendered is not None else None
+
+
+def _render_change(call_id: str, status: str, previous: str = "") -> tuple[str, int | None] | None:
+    """The fragment for one call transition, with the team of the call's agent when the
+    read gave it (None: not read), or None when no queue shows a difference.
 
     `previous` (the status the call left) is optional: without it every status a pending
     call can move to sends a removal, which is harmless for calls that never asked.
@@ -42,43 +68,68 @@ def render_change(call_id: str, status: str, previous: str = "") -> str | None:
     if status == Status.PENDING_APPROVAL:
         approval = queries.pending_for_call(call_id)
         if approval is not None:
-            return render_to_string(QUEUE + "#pushed_item", {"approval": approval})
+            html = render_to_string(QUEUE + "#pushed_item", {"approval": approval})
+            return html, approval.call.session.agent.team_id
         status = Status.CANCELLED  # left pending before we rendered it: remove it
     if status in LEAVING:
-        return render_to_string(QUEUE + "#removed", {"call_id": call_id})
+        return render_to_string(QUEUE + "#removed", {"call_id": call_id}), None
     return None
 
 
-def push_change(call_id: str, status: str, previous: str = "") -> None:
-    """Tell every open queue about one call transition. Never raises: a lost push is
-    repaired by the next reconnect, and a push must not break the caller's on_commit."""
+def push_change(call_id: str, status: str, previous: str = "", team_id: int | None = None) -> None:
+    """Tell the open queues that may see it about one call transition (`team_id`: the
+    team of the call's agent when the caller read it already). Never raises: a lost push
+    is repaired by the next reconnect, and a push must not break the caller's on_commit."""
     try:
-        html = render_change(call_id, status, previous)
-        if html is not None:
-            _group_send({"type": "queue.push", "html": html})
+        rendered = _render_change(call_id, status, previous)
+        if rendered is not None:
+            html, team = rendered
+            team = team if team is not None else team_id
+            if team is None:
+                team = team_of_call(call_id)
+            _send_to(team, {"type": "queue.push", "html": html})
     except Exception:
         logger.warning("could not push approval queue change for call %s", call_id, exc_info=True)
 
 
-def render_progress(approval_id: int) -> str | None:
-    """The quorum progress of one pending request ("1 of 2: alice"), swapped in place."""
+def team_of_call(call_id: str) -> int | None:
+    """The team of a call's agent (None: no such call): for a removal whose caller did
+    not read it."""
+    session = ToolCall.objects.filter(pk=call_id).values("session_id")
+    row = AgentSession.objects.filter(pk__in=session).values_list("agent__team_id").first()
+    return row[0] if row else None
+
+
+def _send_to(team_id: int | None, message: dict[str, str]) -> None:
+    """`message` to the organization's queues and to those of the team (if any)."""
+    _group_send(GROUP, message)
+    if team_id is not None:
+        _group_send(team_group(team_id), message)
+
+
+def render_progress(approval_id: int) -> tuple[str, int] | None:
+    """The quorum progress of one pending request ("1 of 2: alice"), swapped in place,
+    with the team of its agent."""
     approval = queries.pending_by_id(approval_id)
     if approval is None:
         return None
-    return render_to_string(QUEUE + "#progress_push", {"approval": approval})
+    html = render_to_string(QUEUE + "#progress_push", {"approval": approval})
+    return html, approval.call.session.agent.team_id
 
 
 def push_progress(approval_id: int) -> None:
-    """Tell every open queue that a vote counted. Never raises (see push_change)."""
+    """Tell the open queues that see the request that a vote counted. Never raises (see
+    push_change)."""
     try:
-        html = render_progress(approval_id)
-        if html is not None:
-            _group_send({"type": "queue.push", "html": html})
+        rendered = render_progress(approval_id)
+        if rendered is not None:
+            html, team_id = rendered
+            _send_to(team_id, {"type": "queue.push", "html": html})
     except Exception:
         logger.warning("could not push quorum progress of approval %s", approval_id, exc_info=True)
 
 
-def _group_send(message: dict[str, str]) -> None:
+def _group_send(group: str, message: dict[str, str]) -> None:
     """Send on the channel layer from sync code, on this process's own event loop thread.
 
     One long-lived loop per process (created lazily, again after a fork) keeps one channel
@@ -88,7 +139,7 @@ def _group_send(message: dict[str, str]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    future = asyncio.run_coroutine_threadsafe(layer.group_send(GROUP, message), _send_loop())
+    future = asyncio.run_coroutine_threadsafe(layer.group_send(group, message), _send_loop())
     try:
         future.result(timeout=10)
     except TimeoutError:

@@ -31,11 +31,17 @@ class ApprovalRequest(models.Model):
     asked_by = models.CharField(max_length=200)
     presentation = models.JSONField(default=dict, help_text="The tool's present_call output.")
     digest = models.CharField(max_length=64, help_text="Digest of the logged arguments.")
+    # A previewed command: the digest of the effect the reviewer is shown (issue 36). An
+    # approval counts only with this digest too; "" when nothing was previewed. (A
+    # database default: a process of the release before it still inserts requests.)
+    effect_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     # Quorum: how many distinct reviewers must approve (of `group`, when set).
     approvals_required = models.PositiveSmallIntegerField(default=1)
     group = models.CharField(max_length=150, blank=True)
+    # Step-up: the verdicts ("approve", "deny") a reviewer must sign with a passkey.
+    step_up = models.JSONField(default=list, blank=True)
 
     decision = models.CharField(max_length=16, choices=Decision.choices, blank=True)
     decided_by = models.ForeignKey(
@@ -56,6 +62,10 @@ class ApprovalRequest(models.Model):
     @property
     def is_quorum(self) -> bool:
         return self.approvals_required > 1 or bool(self.group)
+
+    def needs_key(self, verdict: str) -> bool:
+        """True when `verdict` ("approve" or "deny") must be signed with a passkey."""
+        return verdict in (self.step_up or [])
 
     def approvers(self) -> list[str]:
         """Usernames of the approvals counted so far, in order (reads `votes`)."""
@@ -98,6 +108,42 @@ class Vote(models.Model):
         return f"{self.voter} {self.verdict} {self.approval_id}"
 
 
+class SignedVerdict(models.Model):
+    """A reviewer's verdict signed with a passkey (step-up): the WebAuthn assertion exactly
+    as the authenticator made it, over a challenge derived from the request, the call's
+    digest, the verdict and a one-time nonce (audit.assertions.challenge_for). One per
+    reviewer and verdict on a request; the audit event of the decision carries the same
+    fields, and verify_audit checks them against the passkey's registered public key."""
+
+    approval = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="+")
+    voter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    verdict = models.CharField(max_length=16)
+    digest = models.CharField(max_length=64)
+    nonce = models.CharField(max_length=64, unique=True)
+    rp_id = models.CharField(max_length=253)
+    # base64url, as WebAuthn's JSON carries them
+    credential_id = models.TextField()
+    authenticator_data = models.TextField()
+    client_data = models.TextField()
+    signature = models.TextField()
+    # The COSE public key it was checked against, as registered then (base64url).
+    public_key = models.TextField()
+    # The authenticator's signature counter (0: a passkey that keeps none, as synced ones).
+    sign_count = models.PositiveBigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["approval", "voter", "verdict"], name="one_signed_verdict_per_reviewer"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.voter} signed {self.verdict} on {self.approval_id}"
+
+
 class UsedLink(models.Model):
     """A one-tap link that decided: its nonce, so the same link never decides twice."""
 
@@ -122,6 +168,7 @@ __all__ = [
     "Decision",
     "Delivery",
     "PushSubscription",
+    "SignedVerdict",
     "UsedLink",
     "Vote",
 ]

@@ -12,8 +12,12 @@ from django.db.models.functions import RowNumber
 
 from dispatcher.models import ToolCall
 from floor.compiled import Compiled
+from teams.scope import Scope
 
 from .models import ApprovalRequest
+
+# The path from a request to the team of its call's agent (teams.scope reads it).
+TEAM = "call__session__agent__team_id"
 
 HISTORY_LIMIT = 20
 # The most requests one page or one (re)connect carries: a socket message must stay well
@@ -21,13 +25,14 @@ HISTORY_LIMIT = 20
 QUEUE_LIMIT = 50
 
 
-def review_queue() -> tuple[list[ApprovalRequest], int]:
-    """At most QUEUE_LIMIT pending requests, taken fairly: each agent's oldest first, then
+def review_queue(reach: Scope) -> tuple[list[ApprovalRequest], int]:
+    """At most QUEUE_LIMIT pending requests of agents `reach` covers, taken fairly: each
+    agent's oldest first, then
     each agent's second oldest, and so on (a burst from one agent never hides another
     agent's ask), each with `.history` (earlier calls of its session); and how many more
     are pending beyond them."""
     limit = QUEUE_LIMIT
-    pending = ApprovalRequest.objects.pending()
+    pending = reach.filter(ApprovalRequest.objects.pending(), TEAM)
     turn = Window(
         RowNumber(),
         partition_by=[F("call__session__agent_id")],
@@ -52,18 +57,19 @@ def review_queue() -> tuple[list[ApprovalRequest], int]:
     return approvals, more
 
 
-def queue_context() -> dict[str, Any]:
-    """What the queue's items fragment shows: the requests, how many more wait, and (when
-    some are left out) how many each agent has pending."""
-    approvals, more = review_queue()
-    return {"approvals": approvals, "more": more, "per_agent": pending_per_agent() if more else []}
+def queue_context(reach: Scope) -> dict[str, Any]:
+    """What the queue's items fragment shows to a reviewer of `reach`: the requests, how
+    many more wait, and (when some are left out) how many each agent has pending."""
+    approvals, more = review_queue(reach)
+    per_agent = pending_per_agent(reach) if more else []
+    return {"approvals": approvals, "more": more, "per_agent": per_agent}
 
 
-def pending_per_agent() -> list[tuple[str, int]]:
-    """(agent name, pending requests) for every agent with any, the most first: what a
-    queue that shows only QUEUE_LIMIT of them says it leaves out."""
+def pending_per_agent(reach: Scope) -> list[tuple[str, int]]:
+    """(agent name, pending requests) for every agent `reach` covers with any, the most
+    first: what a queue that shows only QUEUE_LIMIT of them says it leaves out."""
     rows = (
-        ApprovalRequest.objects.pending()
+        reach.filter(ApprovalRequest.objects.pending(), TEAM)
         .values_list("call__session__agent__name")
         .annotate(count=Count("pk"))
         .order_by("-count", "call__session__agent__name")
@@ -71,9 +77,12 @@ def pending_per_agent() -> list[tuple[str, int]]:
     return [(name, count) for name, count in rows]
 
 
-def one_request(approval_id: int) -> ApprovalRequest | None:
+def one_request(approval_id: int, reach: Scope) -> ApprovalRequest | None:
+    """The request, if `reach` covers its agent's team (None otherwise, as for a request
+    that does not exist: another team's asks are not shown, not even as refused)."""
     approval = (
-        ApprovalRequest.objects.select_related("call__session__agent", "decided_by")
+        reach.filter(ApprovalRequest.objects.all(), TEAM)
+        .select_related("call__session__agent", "decided_by")
         .prefetch_related("votes__voter")
         .filter(pk=approval_id)
         .first()

@@ -24,9 +24,11 @@ def push_to_open_queues(
     """Sent after commit: new asks appear in, and decided calls leave, every open queue."""
     if status == Status.CANCELLED and previous == Status.PENDING_APPROVAL:
         services.record_cancel(call_id=call_id)
-    live.push_change(call_id, status, previous)
+    team_id = None
     if previous == Status.PENDING_APPROVAL and status != Status.PENDING_APPROVAL:
         try:
-            notifications.enqueue_outcome(call_id)
+            # (its read also gives the call's team, which the removal is sent to)
+            team_id = notifications.enqueue_outcome(call_id)
         except Exception:  # a lost second event must not break the other receivers
             logger.warning("could not plan the outcome event of %s", call_id, exc_info=True)
+    live.push_change(call_id, status, previous, team_id=team_id)

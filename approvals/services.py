@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit import kinds
-from audit.roles import REVIEWER, has_role
+from audit.roles import REVIEWER, reach
 from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
@@ -22,8 +22,9 @@ from dispatcher.policy import grants
 from dispatcher.proposals import ProposedCall, canonical_json
 from floor import compiled, errors
 from floor.compiled import Compiled
+from teams.scope import Scope
 
-from . import live
+from . import live, stepup
 from .models import ApprovalRequest, Decision, Vote
 
 
@@ -47,9 +48,11 @@ def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalReq
         asked_by=call.decided_by,
         presentation=presentation,
         digest=call.digest,
+        effect_digest=str((presentation.get("preview") or {}).get("digest", "")),
         expires_at=timezone.now() + timedelta(seconds=settings.HARNESS_APPROVAL_TIMEOUT),
         approvals_required=max(1, int(call.provenance.get("approvals", 1))),
         group=str(call.provenance.get("group", "")),
+        step_up=[str(v) for v in call.provenance.get("step_up", [])],
     )
     compiled.create(approval)  # (one prepared INSERT ... RETURNING: every ask writes one)
     return approval
@@ -64,8 +67,14 @@ def decide(
     feedback: str = "",
     allow_session: bool = False,
     via: str = "queue",
+    signed: stepup.Signed | None = None,
+    effect_digest: str = "",
 ) -> ApprovalRequest:
     """Approve or deny one pending call as `user`, who saw arguments with `digest`.
+
+    A previewed command (the request has an `effect_digest`) is approved only with the
+    digest of the effect the reviewer saw as `effect_digest` too (409 otherwise, audited
+    like an arguments mismatch); a deny needs no effect digest.
 
     With `allow_session` (approve only), the same transaction also grants the narrowest
     rule naming this call (its exact command or path) for the rest of its session; when no
@@ -79,14 +88,23 @@ def decide(
     returned request has `decision` "" while it still waits for votes. `via` records how
     the decision came (queue, link, edit).
 
+    Step-up: when a rule asks a passkey for this verdict, `signed` must hold `user`'s
+    assertion over this request, digest, verdict and nonce (approvals.stepup); it is
+    verified, kept (SignedVerdict) and carried by the audit event, or the decision is
+    refused (400 nothing signed, 403 a signature that does not prove it; audited as
+    approval.step_up_refused).
+
     Exactly one decision per call whatever the races: the approval row is locked (votes
     on one request are serialized by it) and the call moves by a conditional update.
     Raises DecisionRefused: 400 (a session grant asked for a quorum call), 403 (not a
-    reviewer; the agent's owner under separation of duties; not in the quorum's group),
+    reviewer; not a reviewer of the agent's team (teams.scope: the reach is read with the
+    role, in one statement); the agent's owner under separation of duties; not in the
+    quorum's group),
     404 (no such request), 409 (already decided, naming by whom; already voted; or a
     digest mismatch, which is audited).
     """
-    if not has_role(user, REVIEWER):
+    scope = reach(user, REVIEWER)
+    if scope.empty:
         raise DecisionRefused("Only reviewers can decide tool calls.", 403)
     pk = int(approval_id)
     if not -(2**63) <= pk < 2**63:  # no such row (and no 64-bit value to bind)
@@ -97,11 +115,26 @@ def decide(
         if approval is None:
             raise DecisionRefused("This approval request does not exist.", 404)
         now = timezone.now()  # the decision's time: checked against the deadline, recorded
-        refusal = _refusal(approval, user, digest, now)
+        refusal = _outside(approval, scope) or _refusal(approval, user, digest, now)
+        if refusal is None and approve:
+            refusal = _effect_refusal(approval, user, effect_digest)
         if refusal is None and approve:
             refusal = _vote_refusal(approval, user, allow_session)
+        signature: dict[str, Any] | None = None
         if refusal is None:
-            _apply(approval, user, approve, digest, feedback, now, allow_session and approve, via)
+            signature, refusal = _signature(approval, user, approve, digest, signed)
+        if refusal is None:
+            _apply(
+                approval,
+                user,
+                approve,
+                digest,
+                feedback,
+                now,
+                allow_session and approve,
+                via,
+                signature,
+            )
     # Raised after commit so that the audit event of a digest mismatch is kept.
     if refusal is not None:
         raise refusal
@@ -117,6 +150,20 @@ _LOCKED_REQUEST = Compiled(
         .order_by()[:1]
     )
 )
+
+
+OUTSIDE = (
+    "This call is of another team's agent: only that team's reviewers and organization "
+    "reviewers can decide it."
+)
+
+
+def _outside(approval: ApprovalRequest, scope: Scope) -> DecisionRefused | None:
+    """The refusal for a reviewer whose reach does not cover the call's agent's team,
+    before anything of the call is checked or recorded."""
+    if scope.covers(approval.call.session.agent.team_id):
+        return None
+    return DecisionRefused(OUTSIDE, 403)
 
 
 def _refusal(
@@ -142,10 +189,68 @@ def _refusal(
     return None
 
 
+def _signature(
+    approval: ApprovalRequest,
+    user: AbstractBaseUser,
+    approve: bool,
+    digest: str,
+    signed: stepup.Signed | None,
+) -> tuple[dict[str, Any] | None, DecisionRefused | None]:
+    """The verified step-up record of this verdict (None when no rule asks a passkey for
+    it), or the refusal, audited (approval.step_up_refused)."""
+    verdict = "approve" if approve else "deny"
+    if not approval.needs_key(verdict):
+        return None, None
+    try:
+        with transaction.atomic():  # a refused signature leaves no row behind
+            return stepup.check(
+                approval=approval, user=user, verdict=verdict, digest=digest, signed=signed
+            ), None
+    except stepup.StepUpRefused as refused:
+        record_event(
+            kind=kinds.APPROVAL_STEP_UP_REFUSED,
+            actor=f"user:{user.get_username()}",
+            subject=f"call:{approval.call_id}",
+            session_id=approval.call.session_id,
+            payload={"call_id": str(approval.call_id), "verdict": verdict, "reason": str(refused)},
+        )
+        return None, DecisionRefused(str(refused), refused.status)
+
+
+def _effect_refusal(
+    approval: ApprovalRequest, user: AbstractBaseUser, effect_digest: str
+) -> DecisionRefused | None:
+    """An approval binds to the previewed effect as well as to the arguments."""
+    if not approval.effect_digest or effect_digest == approval.effect_digest:
+        return None
+    record_event(
+        kind=kinds.APPROVAL_DIGEST_MISMATCH,
+        actor=f"user:{user.get_username()}",
+        subject=f"call:{approval.call_id}",
+        session_id=approval.call.session_id,
+        payload={
+            "call_id": str(approval.call_id),
+            "effect_digest_seen": effect_digest,
+            "effect_digest_previewed": approval.effect_digest,
+        },
+    )
+    return DecisionRefused(
+        "The effect you reviewed is not the previewed effect of this command (effect digest "
+        "mismatch). Reload the call and review what it would do again.",
+        409,
+    )
+
+
 def _vote_refusal(
     approval: ApprovalRequest, user: AbstractBaseUser, allow_session: bool
 ) -> DecisionRefused | None:
     """Why `user`'s approval cannot count towards this request, or None."""
+    if allow_session and approval.step_up:
+        return DecisionRefused(
+            "This call must be signed with a passkey, so it cannot be allowed for the rest "
+            "of the session. Approve it on its own.",
+            400,
+        )
     if not approval.is_quorum:
         return None
     if allow_session:
@@ -209,6 +314,7 @@ def _apply(
     now: datetime,
     allow_session: bool = False,
     via: str = "queue",
+    signature: dict[str, Any] | None = None,
 ) -> None:
     call = approval.call
     actor = f"user:{user.get_username()}"
@@ -220,6 +326,8 @@ def _apply(
     }
     if via != "queue":
         extra["via"] = via
+    if signature is not None:
+        extra["step_up_signature"] = signature
     if approval.is_quorum and _vote(approval, user, approve, digest, feedback, via, actor, extra):
         return  # one vote of a quorum: the call still waits
     if allow_session:
@@ -260,8 +368,8 @@ def _departure(approval: ApprovalRequest, voter: User) -> str:
     """Why `voter`'s earlier vote no longer counts ("" when it still does)."""
     if not voter.is_active:
         return "their account was deactivated"
-    if not has_role(voter, REVIEWER):
-        return "they are no longer a reviewer"
+    if not reach(voter, REVIEWER).covers(approval.call.session.agent.team_id):
+        return "they are no longer a reviewer of the agent's team"
     if approval.group and not voter.groups.filter(name=approval.group).exists():
         return f"they are no longer in the group '{approval.group}'"
     return ""
@@ -378,7 +486,8 @@ def edit(
     Raises DecisionRefused: 400 (not a JSON object, unchanged, a tool the client runs, or
     refused by policy), 403, 404, 409 as `decide`.
     """
-    if not has_role(user, REVIEWER):
+    scope = reach(user, REVIEWER)
+    if scope.empty:
         raise DecisionRefused("Only reviewers can edit tool calls.", 403)
     if not isinstance(arguments, dict):
         raise DecisionRefused("The edited arguments must be a JSON object.", 400)
@@ -392,7 +501,11 @@ def edit(
         if approval is None:
             raise DecisionRefused("This approval request does not exist.", 404)
         now = timezone.now()
-        refusal = _refusal(approval, user, digest, now) or _edit_refusal(approval, arguments)
+        refusal = (
+            _outside(approval, scope)
+            or _refusal(approval, user, digest, now)
+            or _edit_refusal(approval, arguments)
+        )
         outcome = None
         if refusal is None:
             try:
@@ -478,8 +591,14 @@ def _replace(
             .select_related("call__session__agent")
             .get(call=new)
         )
-        if _vote_refusal(replacement_approval, user, False) is None:
-            # The edit is the editor's approval of what they wrote.
+        # A previewed command's effect was not seen yet: it asks the editor again.
+        if (
+            not replacement_approval.effect_digest
+            and _vote_refusal(replacement_approval, user, False) is None
+            and not replacement_approval.needs_key("approve")
+        ):
+            # The edit is the editor's approval of what they wrote (unless a passkey must
+            # sign it: the editor then approves the new call from the queue, signing it).
             _apply(replacement_approval, user, True, new.digest, comment, now, via="edit")
     return Edit(approval, new, replacement_approval)
 

@@ -9,6 +9,7 @@ urlpatterns = [
     path("<int:approval_id>/", views.detail, name="detail"),
     path("<int:approval_id>/full", views.full_item, name="full"),
     path("<int:approval_id>/decide", views.decide, name="decide"),
+    path("<int:approval_id>/step-up", views.step_up, name="step_up"),
     path("<int:approval_id>/edit", views.edit, name="edit"),
     path("links/<str:token>/", views.link, name="link"),
     path("notifications/", notification_views.channels, name="channels"),

@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -21,7 +21,7 @@ from django.views.decorators.vary import vary_on_headers
 from audit.roles import REVIEWER, HtmxHttpRequest, role_required
 from dispatcher.models import Status
 
-from . import links, queries, services
+from . import links, queries, services, stepup
 from .models import ApprovalRequest
 
 QUEUE = "approvals/queue.html"
@@ -33,7 +33,7 @@ QUEUE = "approvals/queue.html"
 def queue(request: HtmxHttpRequest) -> HttpResponse:
     template = QUEUE + "#items" if request.htmx else QUEUE
     context = {
-        **queries.queue_context(),
+        **queries.queue_context(request.reach),
         "vapid_public_key": settings.HARNESS_VAPID_PUBLIC_KEY,
     }
     return render(request, template, context)
@@ -42,7 +42,7 @@ def queue(request: HtmxHttpRequest) -> HttpResponse:
 @role_required(REVIEWER)
 @require_GET
 def detail(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
-    approval = queries.one_request(approval_id)
+    approval = queries.one_request(approval_id, request.reach)
     if approval is None:
         raise Http404("No such approval request.")
     return render(request, "approvals/detail.html", {"approval": approval, "full": True})
@@ -52,7 +52,7 @@ def detail(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
 @require_GET
 def full_item(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     """One queue item with its large values unfolded (the queue's "Show all")."""
-    approval = queries.one_request(approval_id)
+    approval = queries.one_request(approval_id, request.reach)
     if approval is None:
         raise Http404("No such approval request.")
     return render(request, QUEUE + "#item", {"approval": approval, "full": True})
@@ -74,6 +74,8 @@ def decide(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
             digest=request.POST.get("digest", ""),
             feedback=request.POST.get("feedback", "").strip(),
             allow_session=action == "approve_session",
+            signed=_signed(request, approval_id, "deny" if action == "deny" else "approve"),
+            effect_digest=request.POST.get("effect_digest", ""),
         )
     except services.DecisionRefused as refusal:
         return _answer(request, approval_id, str(refusal), status=refusal.status)
@@ -91,12 +93,58 @@ def decide(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     return _fragment(request, approval, message, ok=True, status=200)
 
 
+STEP_UP_NONCES = "harness.step_up"  # session key: {"<approval>:<verdict>": nonce}
+
+
+@role_required(REVIEWER)
+@require_POST
+def step_up(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
+    """The passkey challenge for one verdict (POST verdict=approve|deny): JSON
+    {"publicKey": options} for navigator.credentials.get, or {"error": why} with
+    400/404/409 (409: the call is no longer waiting).
+    The one-time nonce stays in the person's session until the decision uses it."""
+    verdict = request.POST.get("verdict", "")
+    approval = queries.one_request(approval_id, request.reach)
+    if approval is None:
+        return JsonResponse({"error": "This approval request does not exist."}, status=404)
+    if verdict not in ("approve", "deny"):
+        return JsonResponse({"error": "Choose approve or deny."}, status=400)
+    if approval.call.status != Status.PENDING_APPROVAL:
+        return JsonResponse({"error": services.already_decided(approval)}, status=409)
+    try:
+        nonce, options = stepup.begin(
+            approval=approval, user=request.user, verdict=verdict, rp_id=_rp_id(request)
+        )
+    except stepup.StepUpRefused as refused:
+        return JsonResponse({"error": str(refused)}, status=400)
+    nonces = dict(request.session.get(STEP_UP_NONCES, {}))
+    nonces[f"{approval_id}:{verdict}"] = nonce
+    request.session[STEP_UP_NONCES] = dict(list(nonces.items())[-20:])  # the latest few
+    return JsonResponse({"publicKey": options})
+
+
+def _rp_id(request: HttpRequest) -> str:
+    """The WebAuthn relying party: the host the page is on (as allauth.mfa registers)."""
+    return request.get_host().partition(":")[0]
+
+
+def _signed(request: HttpRequest, approval_id: int, verdict: str) -> stepup.Signed | None:
+    """The assertion a step-up form sent, with the nonce of this session's challenge,
+    which is used up here: an assertion sent again meets no nonce, or another one."""
+    nonces = dict(request.session.get(STEP_UP_NONCES, {}))
+    nonce = nonces.pop(f"{approval_id}:{verdict}", "")
+    if "assertion" not in request.POST:
+        return None
+    request.session[STEP_UP_NONCES] = nonces
+    return stepup.Signed(request.POST["assertion"], str(nonce), _rp_id(request))
+
+
 @role_required(REVIEWER)
 @require_POST
 def edit(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     """Replace the call by a new one with edited arguments (the JSON text, or for
     write_file the new content). 200/302, or 400/403/404/409 with why."""
-    approval = queries.one_request(approval_id)
+    approval = queries.one_request(approval_id, request.reach)
     if approval is None:
         raise Http404("No such approval request.")
     try:
@@ -138,8 +186,11 @@ def edited_arguments(approval: ApprovalRequest, data: Any) -> Any:
 def _answer(
     request: HtmxHttpRequest, approval_id: int, message: str, *, status: int, ok: bool = False
 ) -> HttpResponse:
-    approval = queries.one_request(approval_id)
+    approval = queries.one_request(approval_id, request.reach)
     if approval is None:
+        # Another team's call: the refusal says why, and shows nothing of the call.
+        if status == 403:
+            return HttpResponse(message, status=403, content_type="text/plain; charset=utf-8")
         raise Http404("No such approval request.")
     if request.htmx:
         return _fragment(request, approval, message, ok=ok, status=status)
@@ -181,6 +232,10 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
         if refused.status == 401:
             return redirect_to_login(request.get_full_path())
         return render(request, LINK, {"refused": str(refused)}, status=refused.status)
+    if claim.approval.needs_key(claim.verdict):
+        # A step-up verdict is signed on the call's page, never by a link alone.
+        messages.info(request, links.STEP_UP_MESSAGE)
+        return redirect("approvals:detail", claim.approval.pk)
     if request.method == "GET":
         queries.attach_history([claim.approval])
         context = {
@@ -195,6 +250,7 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
             user=request.user,
             digest=request.POST.get("digest", ""),
             comment=request.POST.get("feedback", "").strip(),
+            effect_digest=request.POST.get("effect_digest", ""),
         )
     except links.LinkRefused as refused:
         return render(request, LINK, {"refused": str(refused)}, status=refused.status)

@@ -25,8 +25,11 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
+from dispatcher.models import AgentSession
+from teams.scope import NOTHING, Scope
+
 from .models import AuditChain
-from .roles import AUDITOR, CLOSE_SOCKETS, has_role, sign_in_group, still_active, user_group
+from .roles import AUDITOR, CLOSE_SOCKETS, reach, sign_in_group, still_active, user_group
 
 SUMMARY = "audit/session.html#summary"
 
@@ -56,6 +59,7 @@ class BoundToSignIn:
     channel_name: str
     sign_in_groups: list[str]
     user_id: int | None = None
+    reach: Scope = NOTHING
     # (what a browser sends is ignored: push-only, and none of it reaches the sync thread)
     # Only types whose handlers never touch the database belong here: a handler that did,
     # other than through database_sync_to_async, would lose channels' clean-up quietly.
@@ -68,7 +72,8 @@ class BoundToSignIn:
         await super().dispatch(message)  # type: ignore[misc]  # channels' AsyncConsumer
 
     async def authorize(self, role: str) -> bool:
-        """Join the groups, then check `role`; False (groups left) when the user lacks it."""
+        """Join the groups, then check `role`; False (groups left) when the user lacks it.
+        The role's reach (teams.scope), read with it, is kept as `self.reach`."""
         user = self.scope.get("user")
         session = self.scope.get("session")
         self.sign_in_groups = []
@@ -79,7 +84,10 @@ class BoundToSignIn:
                 self.sign_in_groups.append(sign_in_group(session.session_key))
         for group in self.sign_in_groups:
             await self.channel_layer.group_add(group, self.channel_name)
-        if user is None or not await database_sync_to_async(has_role)(user, role):
+        self.reach = NOTHING
+        if user is not None:
+            self.reach = await database_sync_to_async(reach)(user, role)
+        if self.reach.empty:
             await self.leave_sign_in_groups()
             return False
         return True
@@ -108,6 +116,20 @@ class BoundToSignIn:
 _still_active = database_sync_to_async(still_active, thread_sensitive=False)
 
 
+async def reaches(reach: Scope, session_id: str) -> bool:
+    """(On the ORM thread: `_reaches`.)"""
+    return bool(await database_sync_to_async(_reaches)(reach, session_id))
+
+
+def _reaches(reach: Scope, session_id: str) -> bool:
+    """Does `reach` cover the session's agent's team (teams.scope)? An auditor of another
+    team is refused the socket as the page refuses them (a session they cannot see)."""
+    if reach.everything:
+        return True
+    sessions = reach.filter(AgentSession.objects.all(), "agent__team_id")
+    return bool(sessions.filter(pk=session_id).exists())
+
+
 def render_summary(session_id: str) -> str:
     """The session's summary fragment (its counts, from the chain's head row: one read)."""
     head = AuditChain.objects.filter(chain=session_id).first()
@@ -118,11 +140,12 @@ def render_summary(session_id: str) -> str:
 
 class SessionTimelineConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     async def connect(self) -> None:
-        if not await self.authorize(AUDITOR):
+        session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
+        if not await self.authorize(AUDITOR) or not await reaches(self.reach, session_id):
+            await self.leave_sign_in_groups()
             await self.close()
             return
         await self.accept()
-        session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
         self.listener = asyncio.create_task(self.listen(session_id))
 
     async def changed(self, session_id: str) -> None:

@@ -83,6 +83,11 @@ CALL_UNREPORTED = register(
     "call.unreported", "never reported by the client", counter="outcome_unknown", result=True
 )
 CALL_EDITED = register("call.edited", "edited by a reviewer", review=True, result=True)
+# The workspace changed between a command's preview and the apply of its approved effect:
+# nothing applied, nothing run; a linked new call previews it again and asks again.
+CALL_REPREVIEWED = register(
+    "call.repreviewed", "previewed again: the workspace changed", result=True
+)
 
 # --- Agents, sessions, policy, reviewers, roles -----------------------------------------
 AGENT_CREATED = register("agent.created", "agent created")
@@ -91,12 +96,18 @@ AGENT_TOKEN_ROTATED = register("agent.token_rotated", "agent token rotated")
 AGENT_HANDED_OVER = register(
     "agent.handed_over", "agent handed over to a sponsor: its owner was deactivated"
 )
+AGENT_TRANSFERRED = register("agent.transferred", "agent's owner, team or sponsor changed")
+AGENT_AUTHORIZED = register("agent.authorized", "agent authorized by its owner (OAuth)")
+AGENT_SIGNED_OUT = register("agent.signed_out", "agent's OAuth tokens revoked")
 SESSION_STARTED = register("session.started", "session started")
 PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
 GRANT_CREATED = register("grant.created", "allowed for the session")
 GRANT_REVOKED = register("grant.revoked", "session grant revoked")
 APPROVAL_DIGEST_MISMATCH = register(
     "approval.digest_mismatch", "decision refused: the arguments changed", note=True
+)
+APPROVAL_STEP_UP_REFUSED = register(
+    "approval.step_up_refused", "decision refused: no valid passkey signature", note=True
 )
 APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum", note=True)
 APPROVAL_VOTE_DISCARDED = register(
@@ -112,6 +123,9 @@ NOTIFICATION_CHANNEL_CHANGED = register(
 )
 ROLE_GRANTED = register("role.granted", "role granted")
 ROLE_REMOVED = register("role.removed", "role removed")
+TEAM_CREATED = register("team.created", "team created")
+TEAM_MEMBER_ADDED = register("team.member_added", "team role given")
+TEAM_MEMBER_REMOVED = register("team.member_removed", "team role taken")
 USER_DEACTIVATED = register(
     "user.deactivated",
     "user deactivated: sockets closed, votes and links void, agents' tokens revoked or handed over",

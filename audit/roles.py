@@ -1,10 +1,13 @@
 """Who may do what: the three roles, checked in one place and changed through one
 audited service.
 
-Roles are Django groups (`reviewer` decides calls, `auditor` reads the log, `admin`
-changes modes, rules and agents); a superuser holds all three. Only an active user holds
-any role. Views use `role_required`, sockets and services `has_role`, templates the
-`roles` context value; granting and removing go through `grant_role` / `remove_role`,
+A role is held organization-wide (the Django group of that name: `reviewer` decides
+calls, `auditor` reads the log, `admin` changes modes, rules and agents; a superuser holds
+all three) or in teams (teams.Membership). Holding a role anywhere opens its pages;
+which agents, sessions and asks a page then shows is the role's reach (teams.scope).
+Only an active user holds any role. Views use `role_required` (which sets the role's reach
+on the request, `request.reach`), sockets and services `reach` (or `has_role` when the reach
+does not matter), templates the `roles` context value; granting and removing go through `grant_role` / `remove_role`,
 each with its audit event (the admin shows users and groups read-only).
 
 Open sockets are bound to the role and the sign-in they were opened with: each joins its
@@ -39,7 +42,8 @@ from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from django_htmx.middleware import HtmxDetails
 
-from floor.compiled import Compiled
+from teams.models import Membership
+from teams.scope import Scope, scope_of
 
 from . import kinds
 from .models import AuditEvent
@@ -65,21 +69,24 @@ def roles_of(user: Any) -> frozenset[str]:
         return frozenset()
     if user.is_superuser:
         return ROLES
-    return frozenset(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+    org = user.groups.filter(name__in=ROLES).values_list("name", flat=True)
+    teams = Membership.objects.filter(user_id=user.pk).order_by().values_list("role", flat=True)
+    return frozenset(org.order_by().union(teams))
 
 
 def has_role(user: Any, role: str) -> bool:
+    """Does `user` hold `role` in the organization or in any team (the read that also
+    gives its reach: `reach`)?"""
+    return not reach(user, role).empty
+
+
+def reach(user: Any, role: str) -> Scope:
+    """The teams `user` reaches with `role` (teams.scope): empty when they lack it. One
+    statement; pages get it from `role_required` as `request.reach`, so a page's scoping
+    costs nothing beyond its role check."""
     if role not in ROLES:
         raise ValueError(f"Unknown role '{role}'. Roles: {', '.join(sorted(ROLES))}.")
-    if user is None or not user.is_authenticated or not user.is_active:
-        return False
-    return bool(user.is_superuser or _HOLDS.tuples(user.pk, role))
-
-
-# Asked on every reviewer request and decision (floor.compiled): a fixed-shape read.
-_HOLDS = Compiled(
-    lambda user_id, role: Group.objects.filter(user__id=user_id, name=role).values_list("pk")[:1]
-)
+    return scope_of(user, role)
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -89,6 +96,8 @@ class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
     # role_required lets no anonymous user through.
     user: User
+    # The teams the page's role reaches (teams.scope), read with the role check.
+    reach: Scope
 
 
 def role_required(
@@ -101,8 +110,10 @@ def role_required(
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
-            if not has_role(request.user, role):
+            scope = reach(request.user, role)
+            if scope.empty:
                 raise PermissionDenied(REFUSALS[role])
+            request.reach = scope  # type: ignore[attr-defined]
             return view(request, *args, **kwargs)
 
         # Read by tests/test_view_access.py: every page says its role.

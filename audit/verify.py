@@ -21,7 +21,7 @@ from django.db import connections
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from . import signing
+from . import assertions, signing
 from .checkpoints import Checkpoint
 from .models import AuditChain, AuditEvent
 from .services import GENESIS_HASH, canonical_event, chain_hash
@@ -78,6 +78,8 @@ class Report:
     # The key id named by signatures that were made with another key, when every
     # signature checked was (the wrong key is configured, not a forgery everywhere).
     wrong_key: str = ""
+    # Verdicts signed with a passkey (step-up) whose assertion was checked.
+    assertions: int = 0
 
     @property
     def ok(self) -> bool:
@@ -148,6 +150,7 @@ def verify_events(
     events: Iterable[dict[str, Any]],
     heads: dict[str, Head] | None = None,
     checkpoints: Iterable[Checkpoint] = (),
+    keys: dict[bytes, assertions.Registered] | None = None,
 ) -> Report:
     """Check `events` (each chain in seq order; chains may interleave) against `heads`
     and `checkpoints`.
@@ -156,6 +159,12 @@ def verify_events(
     when the chain was written) also catches events removed from, or added to, the end;
     its signature, a head recomputed without the key. A checkpoint catches a chain
     rewritten or cut short since it was taken, heads and signatures included.
+
+    Every verdict signed with a passkey (a payload's "step_up_signature") is checked on its own,
+    whatever the chain: its assertion must verify over the challenge recomputed from the
+    event, against the passkey registered under its credential id (`keys`; the key the
+    event recorded when it is not registered, or for an export read alone). This holds
+    even against someone holding the audit key.
     """
     report = Report(heads=dict(heads or {}))
     signers: list[str] = []  # per signature checked: the other key it names, or ""
@@ -167,6 +176,11 @@ def verify_events(
     for event in events:
         report.events += 1
         chain = event["chain"]
+        signed = _signed_verdict_problem(event, keys)
+        if signed is not None:
+            report.assertions += 1
+            if signed:
+                report.problems.append(Problem(chain, event["seq"], event.get("id"), signed))
         if chain in wanted:
             seen[(chain, event["seq"])] = event["hash"]
             last_seq[chain] = max(last_seq.get(chain, 0), event["seq"])
@@ -190,6 +204,33 @@ def verify_events(
     if signers and len(set(signers)) == 1 and signers[0]:
         report.wrong_key = signers[0]  # every signature names one other key
     return report
+
+
+# The verdict each event kind that can carry a step-up record stands for.
+SIGNED_KINDS = {"call.approved": "approve", "approval.vote": "approve", "call.denied": "deny"}
+
+
+def _signed_verdict_problem(
+    event: dict[str, Any], keys: dict[bytes, assertions.Registered] | None
+) -> str | None:
+    """None: no step-up record here; "": one that proves its verdict; else the problem.
+    The record must name this event's call, digest and verdict (an assertion moved here
+    from another event is named), and its assertion must verify."""
+    payload = event.get("payload")
+    if not isinstance(payload, dict) or "step_up_signature" not in payload:
+        return None
+    stored = payload["step_up_signature"]
+    what = assertions.problem_in(stored, keys)
+    if what is None:
+        expected = (
+            event.get("subject"),
+            payload.get("digest_seen"),
+            SIGNED_KINDS.get(event.get("kind", "")),
+        )
+        recorded = (f"call:{stored.get('call_id')}", stored.get("digest"), stored.get("verdict"))
+        if recorded != expected:
+            what = "the signed assertion is for another call, digest or verdict than this event"
+    return f"step-up signature: {what}" if what else ""
 
 
 def _compare_heads(report: Report, states: dict[str, _ChainState]) -> None:
@@ -335,7 +376,12 @@ def verify_database(chain: str | None = None, against: Iterable[Checkpoint] = ()
     Raises signing.AuditKeyError when the audit key cannot be read.
     """
     signing.audit_key()
-    return verify_events(database_events(chain), database_heads(chain), _only(against, chain))
+    return verify_events(
+        database_events(chain),
+        database_heads(chain),
+        _only(against, chain),
+        assertions.registered_keys(),
+    )
 
 
 def _only(checkpoints: Iterable[Checkpoint], chain: str | None) -> Iterable[Checkpoint]:
@@ -357,4 +403,6 @@ def verify_file(path: Path, chain: str | None = None, against: Iterable[Checkpoi
     events = file_events(path)
     if chain is not None:
         events = (e for e in events if e["chain"] == chain)
-    return verify_events(events, checkpoints=_only(against, chain))
+    return verify_events(
+        events, checkpoints=_only(against, chain), keys=assertions.registered_keys()
+    )

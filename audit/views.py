@@ -1,7 +1,10 @@
 """Auditor screens: session list, timeline, replay, transcript, exports.
 
 Session authentication only (an agent's bearer token is never looked at here), and only
-auditors (group "auditor") or superusers get in.
+auditors (group "auditor", a team's auditors, or superusers) get in. A team's auditor
+reads the sessions of their teams' agents only (`request.reach`, read with the role by
+`role_required`; teams.scope): another team's session is not found (404), and lists and
+exports leave it out. `manage.py export_audit` stays the organization's whole log.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.vary import vary_on_headers
+
+from dispatcher.models import AgentSession
+from teams.scope import Scope
 
 from . import export
 from .models import AuditChain, AuditEvent
@@ -69,8 +75,14 @@ def _day(text: str) -> datetime | None:
         return None
 
 
-def filtered_sessions(params: Any) -> QuerySet[AuditChain]:
-    sessions = AuditChain.objects.sessions()
+def chains_in(reach: Scope, chains: QuerySet[AuditChain]) -> QuerySet[AuditChain]:
+    """`chains` of sessions whose agent's team `reach` covers (a subquery: no statement
+    of its own)."""
+    return reach.filter_via(chains, "session_id", AgentSession.objects.all(), "agent__team_id")
+
+
+def filtered_sessions(params: Any, reach: Scope) -> QuerySet[AuditChain]:
+    sessions = chains_in(reach, AuditChain.objects.sessions())
     if agent := params.get("agent", "").strip():
         sessions = sessions.filter(agent=agent)
     if owner := params.get("user", "").strip():
@@ -90,7 +102,9 @@ def filtered_sessions(params: Any) -> QuerySet[AuditChain]:
 
 @role_required(AUDITOR)
 def session_list(request: HtmxHttpRequest) -> HttpResponse:
-    page = Paginator(filtered_sessions(request.GET), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = Paginator(filtered_sessions(request.GET, request.reach), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
     query = request.GET.copy()
     query.pop("page", None)
     context = {
@@ -103,11 +117,27 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "audit/sessions.html", context)
 
 
-def _timeline(session_id: UUID) -> Timeline:
+def _timeline(request: HtmxHttpRequest, session_id: UUID) -> Timeline:
+    _reached(request, session_id)
     timeline = build_timeline(str(session_id))
     if timeline is None:
         raise Http404("No audit events for this session.")
     return timeline
+
+
+def _head(request: HtmxHttpRequest, session_id: UUID) -> AuditChain:
+    """The session's chain head, if the auditor's reach covers it (404 otherwise, as for
+    a session that does not exist)."""
+    chains = chains_in(request.reach, AuditChain.objects.filter(chain=str(session_id)))
+    head = chains.first()
+    if head is None:
+        raise Http404("No audit events for this session.")
+    return head
+
+
+def _reached(request: HtmxHttpRequest, session_id: UUID) -> None:
+    if not request.reach.everything:
+        _head(request, session_id)
 
 
 def _cursor(params: Any, name: str) -> int | None:
@@ -160,9 +190,7 @@ def session_detail(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
     restores a page missing from its history cache: that needs the whole page.
     """
     chain = str(session_id)
-    head = AuditChain.objects.filter(chain=chain).first()
-    if head is None:
-        raise Http404("No audit events for this session.")
+    head = _head(request, session_id)
     filters = _filters(head, request.GET)
     query = urlencode({k: v for k, v in filters.items() if v})
     latest = reverse("audit:session", args=[session_id]) + (f"?{query}" if query else "")
@@ -190,7 +218,7 @@ def session_detail(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
 
 @role_required(AUDITOR)
 def session_replay(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
-    timeline = _timeline(session_id)
+    timeline = _timeline(request, session_id)
     context = {"timeline": timeline, "session_id": session_id, "events": replay_events(timeline)}
     return render(request, "audit/replay.html", context)
 
@@ -200,7 +228,7 @@ TRANSCRIPTS = {"openai": openai_messages, "anthropic": anthropic_messages}
 
 @role_required(AUDITOR)
 def session_transcript(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
-    timeline = _timeline(session_id)
+    timeline = _timeline(request, session_id)
     fmt = request.GET.get("format", "")
     if fmt in TRANSCRIPTS:
         body = json.dumps(TRANSCRIPTS[fmt](timeline), indent=2, ensure_ascii=False)
@@ -225,12 +253,13 @@ def _stream(events: QuerySet[AuditEvent], fmt: str, name: str) -> StreamingHttpR
 
 @role_required(AUDITOR)
 def session_export(request: HtmxHttpRequest, session_id: UUID, fmt: str) -> StreamingHttpResponse:
+    _reached(request, session_id)
     events = AuditEvent.objects.filter(chain=str(session_id))
     return _stream(events, fmt, f"audit-{session_id}")
 
 
 @role_required(AUDITOR)
 def filtered_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
-    chains = filtered_sessions(request.GET).values("chain")
+    chains = filtered_sessions(request.GET, request.reach).values("chain")
     events = AuditEvent.objects.filter(chain__in=chains)
     return _stream(events, request.GET.get("format", "jsonl"), "audit-export")

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from bench import oauth
 from bench.live import Worker, pct
 from bench.run import PY, QUEUE, REDIS_URL, ROOT, Result, Server, rss_note, stop_all
 
@@ -272,10 +273,10 @@ def scenario_hook(
     )
     all_p: list[float] = []
     try:
+        token = oauth.token_for(env, creds["std_token"], server.url)
+        res.notes.append(f"P's token: {oauth.kind()} (BENCH_TOKEN_KIND)")
         with httpx.Client(
-            base_url=server.url,
-            headers={"Authorization": f"Bearer {creds['std_token']}"},
-            timeout=30,
+            base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
         ) as client:
             session_id = str(uuid.uuid4())
 

@@ -25,6 +25,7 @@ import sys
 import time
 from typing import Any
 
+from bench import oauth
 from bench.run import ROOT, Result, Server, cleanup_redis, rss_note, stop_all
 
 UPSTREAM = "bench11"
@@ -78,7 +79,9 @@ async def through_harness(url: str, token: str, n: int, warm: int, tag: str) -> 
             return await _timed(session, f"{UPSTREAM}__{TOOL}", n, warm, tag)
 
 
-async def _pairs(url: str, token: str, pairs: int, n: int, warm: int, result: Result) -> None:
+async def _pairs(
+    url: str, token: str, pairs: int, n: int, warm: int, result: Result, bearer: str = ""
+) -> None:
     """B P B P ...: B on one session with the upstream server, started once for the whole
     side (as the worker keeps its own), P on a new /mcp/ session per pair."""
     from mcp import ClientSession, StdioServerParameters
@@ -92,7 +95,7 @@ async def _pairs(url: str, token: str, pairs: int, n: int, warm: int, result: Re
             p = await through_harness(url, token, n, warm, f"p{pair}")
             result.b.append(statistics.median(b))
             result.p.append(statistics.median(p))
-            api = await asyncio.to_thread(through_api, url, token, n, warm, f"a{pair}")
+            api = await asyncio.to_thread(through_api, url, bearer or token, n, warm, f"a{pair}")
             result.notes.append(
                 f"pair {pair + 1} p95: B {sorted(b)[int(0.95 * len(b))]:.0f} us, "
                 f"P {sorted(p)[int(0.95 * len(p))]:.0f} us; the same call through the agent "
@@ -139,7 +142,9 @@ def scenario_mcp(env: dict[str, str], creds: dict[str, str], pairs: int, quick: 
         target_value=4.0,
     )
     try:
-        asyncio.run(_pairs(server.url, creds["token"], pairs, n, warm, result))
+        token = oauth.token_for(env, creds["token"], server.url)
+        result.notes.append(f"P's token: {oauth.kind()} (BENCH_TOKEN_KIND)")
+        asyncio.run(_pairs(server.url, token, pairs, n, warm, result, creds["token"]))
         result.notes.append(rss_note([server]))
         result.notes.append(worker.rss_note())
     finally:

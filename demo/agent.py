@@ -112,7 +112,7 @@ def approve_pending(result: Result, username: str, out: Out) -> None:
     from django.contrib.auth import get_user_model
 
     from approvals.models import ApprovalRequest
-    from approvals.services import decide
+    from approvals.services import DecisionRefused, decide
     from dispatcher.models import ToolCall
 
     user = get_user_model().objects.get(username=username)
@@ -121,12 +121,31 @@ def approve_pending(result: Result, username: str, out: Out) -> None:
             continue
         row = ToolCall.objects.get(pk=call["id"])
         approval = ApprovalRequest.objects.get(call_id=row.pk)
+        preview = approval.presentation.get("preview") or {}
+        if preview.get("summary"):
+            out.write(f"  (the reviewer sees, above the command: {preview['summary']})\n")
+        if approval.needs_key("approve"):
+            # A step-up rule: no approval without a passkey, and the demo holds none.
+            try:
+                decide(approval_id=approval.pk, user=user, approve=True, digest=row.digest)
+            except DecisionRefused as refused:
+                out.write(f"  (auto-approve refused: {refused})\n")
+            decide(
+                approval_id=approval.pk,
+                user=user,
+                approve=False,
+                digest=row.digest,
+                feedback="The demo's reviewer holds no passkey, so it cannot approve this.",
+            )
+            out.write(f"  (denied {call['name']} as reviewer '{username}' instead)\n")
+            continue
         decide(
             approval_id=approval.pk,
             user=user,
             approve=True,
             digest=row.digest,
             feedback="Approved automatically by the demo (--auto-approve-as).",
+            effect_digest=approval.effect_digest,  # the previewed effect it was shown
         )
         out.write(f"  (auto-approved {call['name']} as reviewer '{username}')\n")
 
@@ -171,6 +190,13 @@ class DemoAgent:
                         f"    Waiting for a reviewer: open {self.dashboard}/approvals/ and approve "
                         f"{name} (call {pending['id']}); sign in as reviewer / reviewer."
                     )
+                    if "passkey" in pending.get("reason", ""):
+                        local = self.dashboard.replace("127.0.0.1", "localhost")
+                        self.say(
+                            f"    This call needs a passkey (step-up): sign in at {local}/ "
+                            "(WebAuthn needs a host name), add a passkey on your page "
+                            "(your name, top right), then approve it there."
+                        )
             result = self.client.wait_for(message)
         call = result.calls[0]
         self.say(
@@ -245,11 +271,15 @@ class DemoAgent:
         call = self.call(
             scenario.label, scenario.expect, scenario.dialect, scenario.tool, arguments
         )
-        good = call["status"] == scenario.status and (
-            not scenario.is_error or bool(call["is_error"])
-        )
+        wanted = scenario.status if isinstance(scenario.status, tuple) else (scenario.status,)
+        good = call["status"] in wanted and (not scenario.is_error or bool(call["is_error"]))
         self.say(f"    {'OK' if good else 'UNEXPECTED'}: {scenario.outcome}")
         return good
+
+
+# The demo owner's step-up rule (run_demo sets it): writing this file needs a passkey.
+STEP_UP_PATH = "release-plan.md"
+STEP_UP_RULE = {"rule": f"write_file({STEP_UP_PATH})", "step_up": True}
 
 
 @dataclass(frozen=True)
@@ -261,7 +291,7 @@ class Scenario:
     dialect: str
     tool: str
     arguments: Callable[[str], Any]  # the session's note file name -> the arguments
-    status: str
+    status: str | tuple[str, ...]  # the status it must end in (or any of them)
     outcome: str
     is_error: bool = False
 
@@ -303,6 +333,25 @@ SCENARIOS = (
         lambda note: {"path": note},
         "completed",
         "the content the approved write produced",
+    ),
+    Scenario(
+        "ASK with step-up: write the release plan (approving needs a reviewer's passkey)",
+        "approved with a passkey, or denied",
+        "native",
+        "write_file",
+        lambda note: {"path": STEP_UP_PATH, "content": "Release on Friday.\n"},
+        ("completed", "denied"),
+        "a step-up rule: only an approval signed with a passkey lets it run",
+    ),
+    Scenario(
+        "ASK with a preview: sed -i on the file (the reviewer sees its effect)",
+        "previewed, approved, the previewed effect applied",
+        "native",
+        "run_command",
+        lambda note: {"argv": ["sed", "-i", "s/demo agent/demo agent, edited by sed/", note]},
+        "completed",
+        "the reviewer saw 'This command would: change 1 file' and its diff; approving "
+        "applied exactly that",
     ),
     Scenario(
         "DENY: delete a file",

@@ -27,15 +27,15 @@ from audit import kinds
 from audit.masking import premask
 from audit.models import AuditChain
 from audit.services import EventSpec, record_events, write_and_lock_head
-from dispatcher import batches, limits, wakeups
+from dispatcher import batches, limits, previews, wakeups
 from dispatcher.agents import mode_and_profile
 from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import stages
 from dispatcher.policy.context import CallContext, Decision, Profile
 from dispatcher.proposals import ProposedCall, digest_of
 from dispatcher.tools import messages
-from dispatcher.tools.registry import get_tool
-from dispatcher.transitions import decision_fields, new_transition, release_fields
+from dispatcher.tools.registry import get_tool, one_generation
+from dispatcher.transitions import claim_new, decision_fields, new_transition, release_fields
 from floor import compiled
 from floor.compiled import Compiled
 from floor.errors import ServiceError
@@ -58,12 +58,52 @@ def submit_calls(
     reviewer's edit puts its replacement where the original stood, so the batch keeps
     its order (the whole batch is then dispatched, not only the new calls).
     """
+    calls, _ = admit_message(
+        session=session,
+        dialect=dialect,
+        proposed=proposed,
+        profile_preloaded=profile_preloaded,
+        place=place,
+    )
+    return calls
+
+
+def admit_message(
+    *,
+    session: AgentSession,
+    dialect: str,
+    proposed: list[ProposedCall],
+    profile_preloaded: bool = False,
+    place: tuple[uuid.UUID, int] | None = None,
+    inline: bool = False,
+) -> tuple[list[ToolCall], list[tuple[ToolCall, CallContext]]]:
+    """`submit_calls`, and the calls this process keeps to run itself (`inline`: the
+    request waits for its answer and runs it, execution.run_inline), each with what
+    policy saw of it: a new call allowed at once that is the only call of its message,
+    whose tool may run inline (`Tool.inline`). It is written claimed (running, its lease
+    set, its call.started after its decision's event, in the same commit), and no Celery
+    message is sent for it. If this process ends before its result is written, its
+    lease ends it as outcome_unknown, as for a worker that died running it."""
+    with one_generation():  # the message's upstream tools from one read
+        return _admit_once(session, dialect, proposed, profile_preloaded, place, inline)
+
+
+def _admit_once(
+    session: AgentSession,
+    dialect: str,
+    proposed: list[ProposedCall],
+    profile_preloaded: bool,
+    place: tuple[uuid.UUID, int] | None,
+    inline: bool,
+) -> tuple[list[ToolCall], list[tuple[ToolCall, CallContext]]]:
     mode, profile = mode_and_profile(session, preloaded=profile_preloaded)
     try:
         # Optimistic: a message's calls are almost always new, so the first attempt does
         # not look for them; the unique (session, tool_use_id) constraint catches those
         # that are not, and nothing of the attempt is kept.
-        return _admit(session, dialect, proposed, mode, profile, place, look_up=False)
+        return _admit(
+            session, dialect, proposed, mode, profile, place, look_up=False, inline=inline
+        )
     except IntegrityError:
         # A resubmitted message, or the same message submitted concurrently whose other
         # request won (one call per tool_use_id): admitting again finds its calls. Any other
@@ -71,7 +111,7 @@ def submit_calls(
         ids = [p.tool_use_id for p in proposed]
         if not ToolCall.objects.filter(session=session, tool_use_id__in=ids).exists():
             raise
-        return _admit(session, dialect, proposed, mode, profile, place, look_up=True)
+        return _admit(session, dialect, proposed, mode, profile, place, look_up=True, inline=inline)
 
 
 @dataclass
@@ -81,12 +121,18 @@ class _Admission:
     calls: list[ToolCall] = field(default_factory=list)
     events: list[EventSpec] = field(default_factory=list)
     asks: list[tuple[ToolCall, dict[str, Any]]] = field(default_factory=list)
+    # Previews of asking commands (dispatcher.previews), written with their calls.
+    previews: list[tuple[ToolCall, previews.Made]] = field(default_factory=list)
     # The audit copy of each call's raw arguments, masked before the transaction opens.
     masked_arguments: dict[str, str] = field(default_factory=dict)
     # Whether asks count against HARNESS_MAX_PENDING_ASKS_PER_AGENT (a reviewer's edit,
     # which replaces a pending call, does not), and the agent's pending calls when read.
     caps_asks: bool = True
     pending_asks: int | None = None
+    # The calls this process runs itself (admit_message's `inline`), written claimed,
+    # with what policy saw of each: no Celery message.
+    kept: list[tuple[ToolCall, CallContext]] = field(default_factory=list)
+    allowed: dict[uuid.UUID, CallContext] = field(default_factory=dict)
 
 
 def _admit(
@@ -98,7 +144,8 @@ def _admit(
     place: tuple[uuid.UUID, int] | None = None,
     *,
     look_up: bool,
-) -> list[ToolCall]:
+    inline: bool = False,
+) -> tuple[list[ToolCall], list[tuple[ToolCall, CallContext]]]:
     """The message's calls decided in memory, then one transaction (one commit) for the
     whole message: the calls are inserted already decided, with their call.received and
     decision events in one append (received first, timed when it was received), then the
@@ -139,12 +186,17 @@ def _admit(
         for call in admission.calls:
             call.batch_size = len(admission.calls)
     if admission.calls:
-        _write(admission, session.pk, batch_id, continuing=place is not None)
-    return calls
+        _write(admission, session.pk, batch_id, continuing=place is not None, inline=inline)
+    return calls, admission.kept
 
 
 def _write(
-    admission: _Admission, session_id: uuid.UUID, batch_id: uuid.UUID, *, continuing: bool
+    admission: _Admission,
+    session_id: uuid.UUID,
+    batch_id: uuid.UUID,
+    *,
+    continuing: bool,
+    inline: bool = False,
 ) -> None:
     """One transaction for the message's new calls: inserted already decided, their events
     appended (received first), the runnable ones planned for after commit and the asks
@@ -157,8 +209,15 @@ def _write(
         if not continuing and batches.all_sent(admission.calls, sent):
             for call in admission.calls:
                 call.batch_all_sent = True
+        if inline and len(admission.calls) == 1 and sent:
+            ctx = admission.allowed.get(sent[0].pk)
+            if ctx is not None and ctx.tool.inline and sent[0].executor == Executor.HARNESS:
+                # Claimed in this commit, after its decision: durable before it runs.
+                admission.events.append(claim_new(sent[0], ctx.tool))
+                admission.kept, sent = [(sent[0], ctx)], []
         head = _insert_calls(admission.calls, session_id)
         record_events(admission.events, session_id=session_id, locked_head=head)
+        previews.record(admission.previews)
         if continuing:
             batches.dispatch_ready(batch_id)
         _after_admission(admission.calls, sent)
@@ -330,7 +389,8 @@ def _decide(
         )
         return _reject(call, message, "receive")
     try:
-        stages.validate(stages.resolve(call.name, session.client), call.arguments or {})
+        tool = stages.resolve(call.name, session.client, session.agent.team_id)
+        stages.validate(tool, call.arguments or {})
     except stages.Rejection as rejection:
         return _reject(call, rejection.message, rejection.stage)
     ctx = call_context(call, session, mode, profile)
@@ -351,7 +411,15 @@ def _decide(
             reason = limits.too_many_asks_message()
             capped = Decision("deny", "limit:pending_asks", reason)
             return _settle(call, Status.DENIED, capped, kinds.CALL_DENIED, reason)
-        return _ask(call, decision, ctx, admission)
+        made = previews.preview_for(ctx)  # the command run over a copy-on-write workspace
+        if made is not None:
+            admission.previews.append((call, made))
+            lifted = made.lifted(ctx, decision)  # an effect rule (dispatcher.policy.effect_rules)
+            if lifted is not None:
+                call.provenance = {**call.provenance, "effect_digest": made.digest}
+                return _allow(call, lifted)
+        return _ask(call, decision, ctx, admission, made)
+    admission.allowed[call.pk] = ctx
     return _allow(call, decision)
 
 
@@ -371,9 +439,18 @@ def _over_ask_cap(session: AgentSession, admission: _Admission) -> bool:
     return admission.pending_asks + len(admission.asks) >= limit
 
 
-def _ask(call: ToolCall, decision: Decision, ctx: CallContext, admission: _Admission) -> EventSpec:
-    """The call waits for a reviewer, who will see `presentation` (also in the audit)."""
+def _ask(
+    call: ToolCall,
+    decision: Decision,
+    ctx: CallContext,
+    admission: _Admission,
+    made: previews.Made | None = None,
+) -> EventSpec:
+    """The call waits for a reviewer, who will see `presentation` (also in the audit),
+    with the previewed effect when there is one."""
     presentation = ctx.tool.present_call(call.arguments or {}, ctx.workspace)
+    if made is not None:
+        presentation = {**presentation, "preview": made.presentation()}
     admission.asks.append((call, presentation))
     return new_transition(
         call,

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import secrets
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narr
 from dispatcher.policy.profiles import default_profile, profile_for
 from floor.compiled import Compiled
 from floor.errors import ServiceError
+from teams.models import Team
 
 TOKEN_PREFIX = "hrn"
 
@@ -44,15 +46,27 @@ def _new_token() -> tuple[str, str]:
 
 
 @transaction.atomic
-def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> tuple[Agent, str]:
-    """Create an agent and return it with its token. The token is never stored or shown again."""
+def create_agent(
+    *,
+    owner: User,
+    name: str,
+    workspace: str = "",
+    actor: str,
+    team: Team | None = None,
+    sponsor: User | None = None,
+) -> tuple[Agent, str]:
+    """Create an agent of `team` (the default team when none is named) and return it with
+    its token. The token is never stored or shown again."""
     if workspace:
         path = Path(workspace).expanduser().resolve()
         path.mkdir(parents=True, exist_ok=True)
         workspace = str(path)
+    team = team or Team.objects.default()
     token, prefix = _new_token()
     agent = Agent.objects.create(
         owner=owner,
+        team=team,
+        sponsor=sponsor,
         name=name,
         token_prefix=prefix,
         token_hash=_hash_token(token),
@@ -66,11 +80,56 @@ def create_agent(*, owner: User, name: str, workspace: str = "", actor: str) -> 
         payload={
             "name": name,
             "owner": owner.get_username(),
+            "team": team.name,
+            "sponsor": sponsor.get_username() if sponsor else None,
             "token_prefix": prefix,
             "workspace": workspace,
         },
     )
     return agent, token
+
+
+@transaction.atomic
+def transfer_agent(
+    *,
+    agent: Agent,
+    actor: str,
+    owner: User | None = None,
+    team: Team | None = None,
+    sponsor: User | None = None,
+    clear_sponsor: bool = False,
+) -> bool:
+    """Change who owns `agent`, which team it works for, or who sponsors it; False (and no
+    event) when nothing changes. The event names the before and after of each."""
+    before = {
+        "owner": agent.owner.get_username(),
+        "team": agent.team.name,
+        "sponsor": agent.sponsor.get_username() if agent.sponsor else None,
+    }
+    if owner is not None:
+        agent.owner = owner
+        PermissionProfile.objects.get_or_create(user=owner, defaults=default_profile())
+    if team is not None:
+        agent.team = team
+    if sponsor is not None:
+        agent.sponsor = sponsor
+    elif clear_sponsor:
+        agent.sponsor = None
+    after = {
+        "owner": agent.owner.get_username(),
+        "team": agent.team.name,
+        "sponsor": agent.sponsor.get_username() if agent.sponsor else None,
+    }
+    if after == before:
+        return False
+    agent.save(update_fields=["owner", "team", "sponsor"])
+    record_event(
+        kind=kinds.AGENT_TRANSFERRED,
+        actor=actor,
+        subject=f"agent:{agent.pk}",
+        payload={"name": agent.name, "before": before, "after": after},
+    )
+    return True
 
 
 def token_prefix(token: str) -> str | None:
@@ -176,20 +235,25 @@ def hand_over_agent(*, agent: Agent, to: User, actor: str) -> str:
 
 def release_agents_of(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:
     """A deactivation step (settings.HARNESS_DEACTIVATION_STEPS, inside audit.roles.
-    deactivate's transaction): each active agent `user` owns is handed to `sponsor`, or
-    without one revoked (its token refused from the commit on)."""
+    deactivate's transaction): each active agent `user` owns is handed to `sponsor`, else
+    to the agent's own sponsor (Agent.sponsor) when that person is active, else revoked
+    (its token refused from the commit on)."""
     agents = list(
-        Agent.objects.select_for_update().filter(owner=user, is_active=True).order_by("pk")
+        Agent.objects.select_for_update(of=("self",))
+        .select_related("sponsor")
+        .filter(owner=user, is_active=True)
+        .order_by("pk")
     )
-    if sponsor is not None and sponsor.is_active:
-        return {
-            "agents_handed_over": [
-                hand_over_agent(agent=a, to=sponsor, actor=actor) for a in agents
-            ]
-        }
+    handed: list[str] = []
+    revoked: list[str] = []
     for agent in agents:
-        revoke_agent(agent=agent, actor=actor)
-    return {"agents_revoked": [a.name for a in agents]}
+        to = sponsor if sponsor is not None and sponsor.is_active else agent.sponsor
+        if to is not None and to.is_active and to.pk != user.pk:
+            handed.append(hand_over_agent(agent=agent, to=to, actor=actor))
+        else:
+            revoke_agent(agent=agent, actor=actor)
+            revoked.append(agent.name)
+    return {"agents_revoked": revoked, **({"agents_handed_over": handed} if handed else {})}
 
 
 @transaction.atomic
@@ -257,12 +321,14 @@ def mode_and_profile(session: AgentSession, *, preloaded: bool = False) -> tuple
 
 
 def client_session(
-    *, agent: Agent, client: str, external_id: str, project_dir: str
+    *, agent: Agent, client: str, external_id: str, project_dir: str, mode: str | None = None
 ) -> AgentSession:
     """The Harness session of one client session (a Claude Code session_id), started on
     first sight: titled and confined by the client's project directory, which is on the
     client's disk (never created or resolved here). Later calls with the same id get the
-    same session, whatever directory they name (the first one confines it).
+    same session, whatever directory they name (the first one confines it). A new
+    session's mode is the owner's, narrowed to `mode` when given (an OAuth agent's
+    chosen profile).
 
     Idempotent under concurrent first requests (one row per agent, client and id).
     """
@@ -270,7 +336,7 @@ def client_session(
     if found is not None:
         return found
     try:
-        return _start_client_session(agent, client, external_id, project_dir)
+        return _start_client_session(agent, client, external_id, project_dir, mode)
     except IntegrityError:
         # A concurrent first request of the same session won; use its row.
         found = _client_session(agent, client, external_id)
@@ -326,10 +392,12 @@ def _client_session(agent: Agent, client: str, external_id: str) -> AgentSession
 
 @transaction.atomic
 def _start_client_session(
-    agent: Agent, client: str, external_id: str, project_dir: str
+    agent: Agent, client: str, external_id: str, project_dir: str, ceiling: str | None = None
 ) -> AgentSession:
     limits.count_new_session(agent)  # raises TooManySessions: nothing started
     mode = profile_for(agent.owner).mode
+    if ceiling is not None:
+        mode = narrower_mode(ceiling, mode)
     session = AgentSession.objects.create(
         agent=agent,
         title=project_dir[:200],
@@ -341,6 +409,57 @@ def _start_client_session(
     session.has_grants = False  # type: ignore[attr-defined]
     _record_started(session, requested_mode=None)
     return session
+
+
+def join_run(
+    *, agent: Agent, client: str, title: str, key: str = "", idle: float, mode: str | None = None
+) -> tuple[AgentSession, bool]:
+    """The Harness session of a run whose client keeps no transport session for all of
+    it: one that opens a new one per call, or speaks a revision without sessions; and
+    whether it started now.
+
+    With a run `key` the client chose (the same for every request of one run), the
+    agent's session of that key, started on first sight. Without one, the agent's latest
+    session of `client` titled `title` (the same client program) that was joined within
+    `idle` seconds; else a new one (its mode narrowed to `mode` when given: an OAuth
+    agent's chosen profile). Joining marks the session used now. Raises
+    TooManySessions (nothing started) past HARNESS_MAX_SESSIONS_PER_MINUTE."""
+    if key:
+        external_id = f"run:{key}"
+        found = AgentSession.objects.filter(
+            agent=agent, client=client, external_id=external_id
+        ).first()
+        if found is None:
+            try:
+                return start_session(
+                    agent=agent, title=title, client=client, external_id=external_id, mode=mode
+                ), True
+            except IntegrityError:  # a concurrent first request of the same run won
+                found = AgentSession.objects.get(
+                    agent=agent, client=client, external_id=external_id
+                )
+    elif idle > 0:
+        since = timezone.now() - timedelta(seconds=idle)
+        found = (
+            AgentSession.objects.filter(
+                agent=agent, client=client, title=title[:200], updated_at__gte=since
+            )
+            .order_by("-updated_at")
+            .first()
+        )
+    else:
+        found = None
+    if found is None:
+        return start_session(
+            agent=agent,
+            title=title,
+            client=client,
+            external_id=secrets.token_hex(16),
+            mode=mode,
+        ), True
+    AgentSession.objects.filter(pk=found.pk).update(updated_at=timezone.now())
+    found.agent = agent
+    return found, False
 
 
 @transaction.atomic

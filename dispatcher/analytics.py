@@ -35,6 +35,7 @@ from dispatcher.policy.models import PermissionProfile
 from dispatcher.policy.profiles import profile_for
 from dispatcher.policy.shell import SHELLS
 from dispatcher.tools.registry import get_tool
+from teams.scope import EVERYTHING, Scope
 
 DAYS = 30
 MAX_DECISIONS = 5000  # newest reviewer decisions read
@@ -181,10 +182,14 @@ def candidate_specifier(tool_name: str, arguments: Any) -> str | None:
     return ""
 
 
-def reviewer_decisions(since: datetime, limit: int = MAX_DECISIONS) -> list[Decision]:
-    """The newest `limit` calls a person decided since `since`, oldest first."""
+def reviewer_decisions(
+    since: datetime, limit: int = MAX_DECISIONS, reach: Scope = EVERYTHING
+) -> list[Decision]:
+    """The newest `limit` calls a person decided since `since` of agents `reach` covers
+    (teams.scope), oldest first."""
     rows = (
-        ToolCall.objects.filter(
+        reach.filter(ToolCall.objects.all(), "session__agent__team_id")
+        .filter(
             created_at__gte=since, decided_by__startswith="user:", decision__in=["allow", "deny"]
         )
         .filter(Q(queued_at__isnull=False) | Q(finished_at__isnull=False))
@@ -306,9 +311,13 @@ def reviewer_stats(decisions: Iterable[Decision]) -> list[ReviewerStats]:
     return sorted(stats.values(), key=lambda s: (-len(s.reasons), -s.decisions, s.reviewer))
 
 
-def report(now: datetime | None = None, days: int = DAYS) -> dict[str, Any]:
+def report(
+    now: datetime | None = None, days: int = DAYS, reach: Scope = EVERYTHING
+) -> dict[str, Any]:
+    """The analytics of the calls of agents `reach` covers (a team admin's page: their
+    teams' only; the organization's whole traffic by default)."""
     now = now or timezone.now()
-    decisions = reviewer_decisions(now - timedelta(days=days))
+    decisions = reviewer_decisions(now - timedelta(days=days), reach=reach)
     found = patterns(decisions)
     return {
         "days": days,

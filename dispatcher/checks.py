@@ -232,6 +232,21 @@ def check_sandbox(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 @register()
+def check_previews(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """HARNESS_PREVIEW_TIMEOUT and HARNESS_PREVIEW_MAX_BYTES (docs/security.md, "Previews")."""
+    from dispatcher import previews
+
+    return [
+        Error(
+            f"{problem}.",
+            hint="Set it in the environment (README: the env-var table).",
+            id="dispatcher.E045",
+        )
+        for problem in previews.preview_setting_problems()
+    ]
+
+
+@register()
 def check_task_time_limit(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """The worker's time limit (the backstop) must never cut a tool inside its own timeout."""
     from dispatcher.tools.registry import builtin_tools

@@ -18,6 +18,17 @@ class Agent(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agents"
     )
+    # The team the agent works for: its reviewers decide its asks, its auditors read its
+    # sessions, its admins manage it (teams.scope).
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="agents")
+    # The person accountable when the owner leaves (optional).
+    sponsor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="sponsored_agents",
+    )
     name = models.CharField(max_length=100)
     token_prefix = models.CharField(max_length=16, unique=True)
     token_hash = models.CharField(max_length=64)
@@ -131,6 +142,9 @@ TRANSITIONS = frozenset(
         (Status.RELEASED, Status.REPORTED),
         (Status.RELEASED, Status.UNREPORTED),
         (Status.PENDING_APPROVAL, Status.EDITED),
+        # The workspace changed between a preview and its apply: previewed again as a
+        # linked new call that asks again (dispatcher.previews).
+        (Status.QUEUED, Status.EDITED),
     }
 )
 
@@ -234,3 +248,32 @@ class ToolCall(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+class Preview(models.Model):
+    """What a run_command that asked would do, previewed before a reviewer saw it
+    (dispatcher.tools.preview; issue 36): the effect they approve and Harness applies.
+
+    `effect_digest` is empty when no preview could be made (`note` says why); `outcome`
+    says what happened after approval: the effect applied, the command run for real (the
+    preview hit a limit or needed the network), or previewed again (the workspace
+    changed). `kept`: the upper layer is still on disk (removed once the call ends)."""
+
+    class Outcome(models.TextChoices):
+        APPLIED = "applied"
+        APPLY_FAILED = "apply_failed"  # the workspace changed under the apply: said so
+        RAN = "ran"
+        REPREVIEWED = "repreviewed"
+
+    call = models.OneToOneField(ToolCall, on_delete=models.PROTECT, related_name="preview")
+    command_digest = models.CharField(max_length=64)
+    effect_digest = models.CharField(max_length=64, blank=True)
+    effect = models.JSONField(default=dict, blank=True)
+    appliable = models.BooleanField(default=False)
+    note = models.TextField(blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
+    kept = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"preview of {self.call_id} ({self.effect_digest[:12] or 'none'})"

@@ -14,8 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from dispatcher.models import AgentSession, ToolCall
-from dispatcher.policy import stages
+from dispatcher.models import AgentSession, Preview, ToolCall
+from dispatcher.policy import effect_rules, stages
 from dispatcher.policy.context import CallContext, Profile
 from dispatcher.policy.models import narrower_mode
 from dispatcher.policy.profiles import profile_for
@@ -76,7 +76,8 @@ def simulate(
             f"The arguments of '{tool}' must be a JSON object.",
         )
     try:
-        definition = stages.resolve(tool, session.client if session else API_CLIENT)
+        client = session.client if session else API_CLIENT
+        definition = stages.resolve(tool, client, session.agent.team_id if session else None)
         stages.validate(definition, arguments)
     except stages.Rejection as rejection:
         return answer("reject", rejection.stage, f"stage:{rejection.stage}", rejection.message)
@@ -102,14 +103,35 @@ def simulate(
 
 
 def simulate_call(call: ToolCall, profile: Profile | None = None) -> Simulation:
-    """Decide a past call again, in its own session, under `profile` (default: saved)."""
+    """Decide a past call again, in its own session, under `profile` (default: saved).
+    A mode's ask of a call with a recorded preview is read against the effect rules too
+    (over the recorded effect: nothing runs again)."""
     session = call.session
-    return simulate(
+    profile = profile or profile_for(session.agent.owner)
+    result = simulate(
         user=session.agent.owner,
         tool=call.name,
         arguments=call.arguments,
         session=session,
         profile=profile,
+    )
+    return _by_recorded_effect(call, result, profile)
+
+
+def _by_recorded_effect(call: ToolCall, result: Simulation, profile: Profile) -> Simulation:
+    if result.action != "ask" or not result.by.startswith("mode:"):
+        return result
+    recorded = Preview.objects.filter(call=call).exclude(effect_digest="").first()
+    if recorded is None:
+        return result
+    rule = effect_rules.matching(
+        profile.allow, {**recorded.effect, "appliable": recorded.appliable}
+    )
+    if rule is None:
+        return result
+    reason = f"Effect rule '{rule}' allows the recorded preview's effect."
+    return Simulation(
+        "allow", "pre_execute", f"rule:allow:{rule}", reason, rule, result.mode, profile.version
     )
 
 

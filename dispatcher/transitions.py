@@ -321,6 +321,30 @@ def edit_call(
         return done
 
 
+def repreview_call(
+    *, call: ToolCall, replacement: str, reason: str, digests: dict[str, str]
+) -> bool:
+    """The workspace changed between the preview a reviewer approved and its apply: the
+    queued call ends `edited` (nothing applied, nothing run), and its content is the note
+    the model reads; the caller admits `replacement` (the new call's tool_use_id), which
+    is previewed again and asks again. False if the call was no longer queued."""
+    decision = Decision("deny", "harness:preview", f"Previewed again: {reason}.")
+    with transaction.atomic():
+        fields = decision_fields(call, decision)
+        fields["decision"] = "repreview"
+        fields["provenance"] = {**call.provenance, "action": "repreview"}
+        return transition(
+            call,
+            Status.EDITED,
+            kind=kinds.CALL_REPREVIEWED,
+            actor="harness:preview",
+            payload={"reason": reason, "replacement": replacement, **digests},
+            content=messages.repreviewed(call.name, replacement, reason),
+            is_error=False,
+            **fields,
+        )
+
+
 def deny_before_run(call: ToolCall, denial: GuardDenial) -> None:
     """The worker's re-check of the guards denied a queued call: it ends denied, unrun."""
     decision = denial.decision
@@ -367,13 +391,39 @@ def claim(call: ToolCall, tool: Tool) -> bool:
         )
 
 
+def claim_new(call: ToolCall, tool: Tool) -> EventSpec:
+    """The claim of a call not yet written, applied in memory: admission writes a call
+    the request runs itself (execution.run_inline) already running, with this event after
+    its decision's in the same commit, so the claim is durable before the tool runs."""
+    now = timezone.now()
+    return new_transition(
+        call,
+        Status.RUNNING,
+        kind=kinds.CALL_STARTED,
+        actor="inline",
+        payload={"attempt": call.attempts + 1, "timeout": tool.timeout},
+        started_at=now,
+        attempts=call.attempts + 1,
+        lease_until=now + timedelta(seconds=tool.timeout + settings.HARNESS_LEASE_GRACE),
+    )
+
+
 def announce_running(call: ToolCall) -> None:
     """The claimed call's wake-up (it was committed running by `claim`)."""
     wakeups.publish_change(str(call.pk), str(call.session_id), Status.RUNNING, Status.QUEUED)
 
 
-def finish(call: ToolCall, status: Status, content: str, is_error: bool, seconds: float) -> None:
-    """Stage 10: freeze the result, audit it, deliver it (wake-up after commit), start what is next."""
+def finish(
+    call: ToolCall,
+    status: Status,
+    content: str,
+    is_error: bool,
+    seconds: float,
+    *,
+    audit: dict[str, Any] | None = None,
+) -> None:
+    """Stage 10: freeze the result, audit it, deliver it (wake-up after commit), start what
+    is next. `audit`: more for the result's event (a previewed effect applied or run)."""
     kind = kinds.CALL_COMPLETED if status == Status.COMPLETED else kinds.CALL_TIMED_OUT
     with transaction.atomic():
         transition(
@@ -381,7 +431,12 @@ def finish(call: ToolCall, status: Status, content: str, is_error: bool, seconds
             status,
             kind=kind,
             actor="worker",
-            payload={"is_error": is_error, "content": content, "seconds": round(seconds, 4)},
+            payload={
+                "is_error": is_error,
+                "content": content,
+                "seconds": round(seconds, 4),
+                **(audit or {}),
+            },
             content=content,
             is_error=is_error,
             timings={**call.timings, "execute_s": round(seconds, 4)},

@@ -1,4 +1,5 @@
-"""/agents/: agents and their tokens, for admins.
+"""/agents/: agents and their tokens, for admins: an organization admin's every agent, a
+team admin's their teams' agents only (the reach `role_required` read, teams.scope).
 
 Every change goes through `dispatcher.agents` (the service the management commands call),
 which writes its audit event. A token is shown once, in the answer to the POST that made
@@ -24,6 +25,7 @@ from dispatcher import agents
 from dispatcher.models import Agent, AgentSession, ToolCall
 from dispatcher.policy.profiles import profile_for
 from floor.errors import ServiceError
+from teams.models import Team
 
 RECENT_SESSIONS = 20
 MAX_NAME = 100
@@ -37,15 +39,42 @@ def _owners() -> list[User]:
     return list(User.objects.filter(is_active=True).order_by("username"))
 
 
+def _agents(request: HtmxHttpRequest) -> Any:
+    """The agents this admin manages (another team's agent is not found, 404)."""
+    return request.reach.filter(Agent.objects.all(), "team_id")
+
+
+def _teams(request: HtmxHttpRequest) -> list[Team]:
+    """The teams this admin may make agents for."""
+    return list(request.reach.filter(Team.objects.all(), "pk"))
+
+
+def _default_team(request: HtmxHttpRequest) -> Team | None:
+    """The team a form names by default: the default team when this admin reaches it,
+    else their only team (None: they must choose)."""
+    if request.reach.everything:
+        return Team.objects.default()
+    teams = _teams(request)
+    default = next((t for t in teams if t.is_default), None)
+    return default or (teams[0] if len(teams) == 1 else None)
+
+
 @role_required(ADMIN)
 @require_http_methods(["GET", "POST"])
 @never_cache
 def agent_list(request: HtmxHttpRequest) -> HttpResponse:
     """GET: every agent with its owner, sessions and state. POST: create one (its token
     shown once on the answer), or re-render with what to fix (400)."""
-    form = {"name": "", "owner": request.user.get_username(), "workspace": ""}
+    default = _default_team(request)
+    form = {
+        "name": "",
+        "owner": request.user.get_username(),
+        "workspace": "",
+        "team": default.name if default else "",
+    }
     if request.method == "POST":
         form = {k: request.POST.get(k, "").strip() for k in form}
+        form["team"] = form["team"] or (default.name if default else "")
         agent, token, error = _create(request, form)
         if agent is not None:
             return _detail(request, agent, token=token)
@@ -59,11 +88,18 @@ def _create(request: HtmxHttpRequest, form: dict[str, str]) -> tuple[Agent | Non
     owner = User.objects.filter(username=form["owner"], is_active=True).first()
     if owner is None:
         return None, "", "Choose the user who owns the agent (an active user)."
+    team = next((t for t in _teams(request) if t.name == form["team"]), None)
+    if team is None:
+        return None, "", "Choose the agent's team (one of the teams you administer)."
     if Agent.objects.filter(owner=owner, name=form["name"]).exists():
         return None, "", f"{owner.get_username()} already has an agent named '{form['name']}'."
     try:
         agent, token = agents.create_agent(
-            owner=owner, name=form["name"], workspace=form["workspace"], actor=_actor(request)
+            owner=owner,
+            name=form["name"],
+            workspace=form["workspace"],
+            actor=_actor(request),
+            team=team,
         )
     except IntegrityError:
         return None, "", f"{owner.get_username()} already has an agent named '{form['name']}'."
@@ -76,11 +112,18 @@ def _list(
     request: HtmxHttpRequest, form: dict[str, str], *, error: str = "", status: int = 200
 ) -> HttpResponse:
     rows = (
-        Agent.objects.select_related("owner")
+        _agents(request)
+        .select_related("owner", "team")
         .annotate(session_count=Count("sessions"), last_session=Max("sessions__created_at"))
         .order_by("-is_active", "owner__username", "name")
     )
-    context = {"agents": rows, "form": form, "error": error, "owners": _owners()}
+    context = {
+        "agents": rows,
+        "form": form,
+        "error": error,
+        "owners": _owners(),
+        "teams": _teams(request),
+    }
     return render(request, "agents/index.html", context, status=status)
 
 
@@ -88,7 +131,7 @@ def _list(
 @require_GET
 @never_cache
 def agent_detail(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
-    agent = get_object_or_404(Agent.objects.select_related("owner"), pk=agent_id)
+    agent = get_object_or_404(_agents(request).select_related("owner", "team"), pk=agent_id)
     return _detail(request, agent)
 
 
@@ -131,7 +174,7 @@ def _detail(request: HtmxHttpRequest, agent: Agent, *, token: str = "") -> HttpR
 @require_POST
 def agent_rotate(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
     """A new token for the agent, shown once; the old one stops working now."""
-    agent = get_object_or_404(Agent.objects.select_related("owner"), pk=agent_id)
+    agent = get_object_or_404(_agents(request).select_related("owner", "team"), pk=agent_id)
     try:
         token = agents.rotate_token(agent=agent, actor=_actor(request))
     except ServiceError as problem:
@@ -143,7 +186,7 @@ def agent_rotate(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
 @role_required(ADMIN)
 @require_POST
 def agent_revoke(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
-    agent = get_object_or_404(Agent, pk=agent_id)
+    agent = get_object_or_404(_agents(request), pk=agent_id)
     agents.revoke_agent(agent=agent, actor=_actor(request))
     messages.success(request, f"Revoked agent '{agent.name}': its token no longer works.")
     return redirect("agents:detail", agent_id=agent.pk)

@@ -27,6 +27,7 @@ import functools
 import ipaddress
 import re
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -272,6 +273,15 @@ class _AsyncGuardedBackend(httpcore.AnyIOBackend):
         raise error
 
 
+def ssl_context() -> ssl.SSLContext:
+    """The public certificate authorities (certifi), and those of HARNESS_OUTBOUND_CA_FILE
+    when it names a PEM file (a private CA); never the environment's."""
+    context = httpx.create_ssl_context(trust_env=False)
+    if settings.HARNESS_OUTBOUND_CA_FILE:
+        context.load_verify_locations(cafile=settings.HARNESS_OUTBOUND_CA_FILE)
+    return context
+
+
 def transport(deadline: float | None = None) -> httpx.HTTPTransport:
     """An httpx transport whose connections pass the address policy (and end by
     `deadline`, a time.monotonic value, when one is given)."""
@@ -279,7 +289,7 @@ def transport(deadline: float | None = None) -> httpx.HTTPTransport:
     # httpx builds its pool without a way to pass a network backend; the pool is rebuilt
     # with the same SSL context and the guarded backend (TLS still names the host).
     guarded._pool = httpcore.ConnectionPool(
-        ssl_context=httpx.create_ssl_context(trust_env=False),
+        ssl_context=ssl_context(),
         network_backend=_GuardedBackend(deadline),
     )
     return guarded
@@ -335,7 +345,7 @@ def async_transport(limit: int | None = None) -> httpx.AsyncHTTPTransport:
     (HARNESS_OUTBOUND_MAX_BYTES by default)."""
     guarded = _CappedAsyncTransport(settings.HARNESS_OUTBOUND_MAX_BYTES if limit is None else limit)
     guarded._pool = httpcore.AsyncConnectionPool(
-        ssl_context=httpx.create_ssl_context(trust_env=False),
+        ssl_context=ssl_context(),
         network_backend=_AsyncGuardedBackend(),
     )
     return guarded

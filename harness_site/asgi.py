@@ -35,6 +35,7 @@ from approvals.routing import websocket_urlpatterns as approvals_ws  # noqa: E40
 from audit.routing import websocket_urlpatterns as audit_ws  # noqa: E402
 from dispatcher.gateways.mcp_http import application as mcp_gateway  # noqa: E402
 from harness_site.websocket_origin import SameOriginValidator  # noqa: E402
+from identity.mfa import SecondFactorSocketGate  # noqa: E402
 
 
 class AgentAPIHandler(ASGIHandler):
@@ -64,7 +65,7 @@ application = ProtocolTypeRouter(
     {
         "http": http_router,
         "websocket": SameOriginValidator(
-            AuthMiddlewareStack(URLRouter([*approvals_ws, *audit_ws]))
+            AuthMiddlewareStack(SecondFactorSocketGate(URLRouter([*approvals_ws, *audit_ws])))
         ),
     }
 )

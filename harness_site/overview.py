@@ -34,7 +34,11 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from audit import checkpoints, kinds
 from audit.models import AuditEvent
-from dispatcher.models import Status, ToolCall
+from dispatcher.models import AgentSession, Status, ToolCall
+from teams.scope import EVERYTHING, Scope
+
+# The path from a call to its agent's team (teams.scope filters by it).
+CALL_TEAM = "session__agent__team_id"
 
 # The outcome series, in stacking order, with how each reads.
 OUTCOMES = {
@@ -130,12 +134,13 @@ class Series:
         ]
 
 
-def calls_by_hour(now: datetime, hours: int) -> Series:
+def calls_by_hour(now: datetime, hours: int, reach: Scope = EVERYTHING) -> Series:
     """Calls received in the last `hours` hours, per hour and outcome: one GROUP BY."""
     since = (now - timedelta(hours=hours - 1)).replace(minute=0, second=0, microsecond=0)
     buckets = [_bucket(since + timedelta(hours=i), "hour") for i in range(hours)]
     rows = (
-        ToolCall.objects.filter(created_at__gte=since, created_at__lte=now)
+        reach.filter(ToolCall.objects.all(), CALL_TEAM)
+        .filter(created_at__gte=since, created_at__lte=now)
         .annotate(bucket=Trunc("created_at", "hour"), outcome=outcome_case())
         .values_list("bucket", "outcome")
         .annotate(n=Count("id"))
@@ -161,7 +166,9 @@ class DecisionTimes:
     p90: float
 
 
-def decision_times(now: datetime, days: int = DECISION_DAYS) -> list[DecisionTimes]:
+def decision_times(
+    now: datetime, days: int = DECISION_DAYS, reach: Scope = EVERYTHING
+) -> list[DecisionTimes]:
     """Seconds from ask to a reviewer's decision, p50 and p90 per day (of the decision).
 
     One query: a window function ranks each day's waits (CUME_DIST), the outer GROUP BY
@@ -169,7 +176,8 @@ def decision_times(now: datetime, days: int = DECISION_DAYS) -> list[DecisionTim
     """
     since = (now - timedelta(days=days - 1)).replace(hour=0, minute=0, second=0, microsecond=0)
     inner = (
-        ApprovalRequest.objects.filter(
+        reach.filter(ApprovalRequest.objects.all(), "call__" + CALL_TEAM)
+        .filter(
             decided_at__gte=since,
             decided_at__lte=now,
             decision__in=["approved", "denied"],
@@ -218,11 +226,15 @@ class SecondsBetween(Func):
         return self.as_sql(compiler, connection, template=template, arg_joiner=") - julianday(")
 
 
-def busiest(now: datetime, days: int = 7) -> dict[str, list[tuple[str, int]]]:
+def busiest(
+    now: datetime, days: int = 7, reach: Scope = EVERYTHING
+) -> dict[str, list[tuple[str, int]]]:
     """The agents and the tools with the most calls in the last `days` days."""
-    recent = ToolCall.objects.filter(
-        created_at__gte=now - timedelta(days=days), created_at__lte=now
-    ).order_by()
+    recent = (
+        reach.filter(ToolCall.objects.all(), CALL_TEAM)
+        .filter(created_at__gte=now - timedelta(days=days), created_at__lte=now)
+        .order_by()
+    )
     tools = recent.values_list("name").annotate(n=Count("id")).order_by("-n", "name")[:BUSIEST]
     agents = (
         recent.values_list("session__agent__name")
@@ -232,20 +244,27 @@ def busiest(now: datetime, days: int = 7) -> dict[str, list[tuple[str, int]]]:
     return {"agents": list(agents), "tools": list(tools)}
 
 
-def pending(now: datetime) -> dict[str, Any]:
+def pending(now: datetime, reach: Scope = EVERYTHING) -> dict[str, Any]:
     """Asks waiting now and how long the oldest has waited: one read of the status index."""
-    found = ToolCall.objects.awaiting_approval().aggregate(n=Count("id"), oldest=Min("created_at"))
+    found = reach.filter(ToolCall.objects.awaiting_approval(), CALL_TEAM).aggregate(
+        n=Count("id"), oldest=Min("created_at")
+    )
     oldest = found["oldest"]
     return {"count": found["n"], "oldest": oldest, "waited": (now - oldest) if oldest else None}
 
 
-def client_reports(now: datetime, days: int = 7) -> dict[str, int]:
+def client_reports(now: datetime, days: int = 7, reach: Scope = EVERYTHING) -> dict[str, int]:
     """Reports of clients that run their own tools, last `days` days, that do not match:
     of other input than the call was allowed, and matching no call. One read of the two
     kinds' rows (the audit log's kind index: only client sessions write them), counted."""
-    reports = AuditEvent.objects.filter(
-        kind__in=[kinds.CALL_REPORTED, kinds.CLIENT_REPORT_ORPHANED],
-        created_at__gte=now - timedelta(days=days),
+    reports = reach.filter_via(
+        AuditEvent.objects.filter(
+            kind__in=[kinds.CALL_REPORTED, kinds.CLIENT_REPORT_ORPHANED],
+            created_at__gte=now - timedelta(days=days),
+        ),
+        "session_id",
+        AgentSession.objects.all(),
+        "agent__team_id",
     )
     counts = reports.aggregate(
         mismatched=Count("id", filter=Q(kind=kinds.CALL_REPORTED, payload__input_matches=False)),
@@ -291,17 +310,19 @@ def checkpoint_status() -> dict[str, Any]:
     }
 
 
-def overview(now: datetime | None = None) -> dict[str, Any]:
+def overview(now: datetime | None = None, reach: Scope = EVERYTHING) -> dict[str, Any]:
+    """The figures of the agents `reach` covers (teams.scope): a team member's overview
+    counts their teams' calls and asks only."""
     now = now or timezone.now()
-    week = calls_by_hour(now, 24 * 7)
+    week = calls_by_hour(now, 24 * 7, reach)
     return {
         "now": now,
-        "pending": pending(now),
+        "pending": pending(now, reach),
         "week": week,
         "day": day_of(week),
-        "decisions": decision_times(now),
-        "busiest": busiest(now),
+        "decisions": decision_times(now, reach=reach),
+        "busiest": busiest(now, reach=reach),
         "sandbox": sandbox_status(),
-        "client_reports": client_reports(now),
+        "client_reports": client_reports(now, reach=reach),
         "checkpoints": checkpoint_status(),
     }

@@ -83,10 +83,15 @@ INSTALLED_APPS = [
     "allauth.usersessions",
     "identity",
     "audit",
+    "teams",
     "dispatcher",
     "dispatcher.policy",
     "dispatcher.tools.sources",
     "approvals",
+    # OAuth for agents (docs/mcp.md, "Sign in"): django-oauth-toolkit is the
+    # authorization server; agentauth ties its tokens to agents and asks for consent.
+    "oauth2_provider",
+    "agentauth",
     "demo",  # manage.py run_demo and demo_agent (demo/)
 ]
 
@@ -102,6 +107,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "identity.middleware.SessionLifetime",
+    "identity.mfa.RequireSecondFactor",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
@@ -322,6 +328,15 @@ SESSION_COOKIE_AGE = int(HARNESS_SESSION_MAX_AGE) or 14 * 24 * 3600
 # Each person's sign-ins, listed on their own page (/accounts/sessions/); their activity
 # is noted by identity.middleware, at most once a minute, not on every request.
 USERSESSIONS_TRACK_ACTIVITY = False
+# Second factors for everyone (allauth.mfa): an authenticator app (TOTP), passkeys and
+# recovery codes; a discoverable passkey signs in without a password. The passkeys are
+# also the keys that sign step-up approvals (approvals.stepup). HARNESS_MFA_REQUIRED makes
+# a factor mandatory: none, admins, reviewers (and admins) or all; a person it names who
+# has none is sent to the set-up page first (identity.mfa).
+MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
+MFA_PASSKEY_LOGIN_ENABLED = True
+MFA_TOTP_ISSUER = "Harness"
+HARNESS_MFA_REQUIRED = env("HARNESS_MFA_REQUIRED", "none")
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = env_bool("HARNESS_SECURE_COOKIES", False)
@@ -436,6 +451,12 @@ HARNESS_SANDBOX_USER = env("HARNESS_SANDBOX_USER", "harness-sandbox")
 # Memory one sandboxed program may use, in bytes (a memory cgroup per call where one can
 # be made, else RLIMIT_AS per process); checked at start-up (dispatcher.E044).
 HARNESS_SANDBOX_MEMORY = env("HARNESS_SANDBOX_MEMORY", str(2 << 30))
+# Previews (docs/security.md, "Previews"): a run_command that asks first runs over a
+# copy-on-write view of the workspace, with no network, for at most this many seconds and
+# writing at most this many bytes; the reviewer sees its effect, and approving applies it.
+HARNESS_PREVIEW = env_bool("HARNESS_PREVIEW", True)
+HARNESS_PREVIEW_TIMEOUT = float(env("HARNESS_PREVIEW_TIMEOUT", "10"))
+HARNESS_PREVIEW_MAX_BYTES = int(env("HARNESS_PREVIEW_MAX_BYTES", str(64 << 20)))
 # The backstop for any tool: a worker child still inside one call this long is killed by
 # its pool (a body that holds the GIL, a hung C call). Its call, still running, ends
 # outcome_unknown when its lease expires (messages are acked early: never re-run). No
@@ -487,6 +508,11 @@ HARNESS_MAX_WAITS_PER_AGENT = int(env("HARNESS_MAX_WAITS_PER_AGENT", "8"))
 HARNESS_MAX_PENDING_ASKS_PER_AGENT = int(env("HARNESS_MAX_PENDING_ASKS_PER_AGENT", "50"))
 HARNESS_MAX_SESSIONS_PER_MINUTE = int(env("HARNESS_MAX_SESSIONS_PER_MINUTE", "30"))
 HARNESS_LIMITS_PREFIX = env("HARNESS_LIMITS_PREFIX", "harness:limits")
+# MCP clients that open a transport session per call, or none (protocol 2026-07-28), stay
+# in one Harness session per run: the agent's last MCP session from the same client is
+# joined while it was used within this many seconds (0: every initialize starts a new
+# one). docs/mcp.md, "Which session a request joins".
+HARNESS_MCP_RUN_IDLE = float(env("HARNESS_MCP_RUN_IDLE", "900"))
 # Decide-only tool sets: the tools each client runs itself, resolved only for that
 # client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md and
 # docs/coding-agents.md.
@@ -512,9 +538,88 @@ HARNESS_OUTBOUND_ALLOW = env_list("HARNESS_OUTBOUND_ALLOW")
 # Seconds one outbound exchange may take in all, and the largest answer read.
 HARNESS_OUTBOUND_TIMEOUT = float(env("HARNESS_OUTBOUND_TIMEOUT", "10"))
 HARNESS_OUTBOUND_MAX_BYTES = int(env("HARNESS_OUTBOUND_MAX_BYTES", str(1024 * 1024)))
+# A PEM file of extra certificate authorities the door trusts besides the public ones (a
+# private CA of internal services); empty: only the public ones (certifi).
+HARNESS_OUTBOUND_CA_FILE = env("HARNESS_OUTBOUND_CA_FILE")
+# --- OAuth for agents (docs/mcp.md, "Sign in"; docs/security.md, "OAuth tokens") ---------
+# Harness is the authorization server of its own MCP endpoint and hooks API, on
+# django-oauth-toolkit. Access tokens are short-lived; refresh tokens rotate on every use
+# and a reused one revokes its whole family. Tokens are stored hashed.
+HARNESS_OAUTH_ACCESS_TOKEN_SECONDS = int(env("HARNESS_OAUTH_ACCESS_TOKEN_SECONDS", "3600"))
+HARNESS_OAUTH_REFRESH_TOKEN_SECONDS = int(
+    env("HARNESS_OAUTH_REFRESH_TOKEN_SECONDS", str(30 * 24 * 3600))
+)
+# Clients name themselves with a Client ID Metadata Document (an https URL Harness fetches
+# through the outbound door). Dynamic client registration (RFC 7591) is off unless this
+# switch turns it on (then any signed-in person may register a client).
+HARNESS_OAUTH_DYNAMIC_REGISTRATION = env_bool("HARNESS_OAUTH_DYNAMIC_REGISTRATION", False)
+# django-oauth-toolkit's own models, named (its models are swappable: a relation to one
+# resolves through these settings).
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth2_provider.AccessToken"
+OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL = "oauth2_provider.RefreshToken"
+OAUTH2_PROVIDER_GRANT_MODEL = "oauth2_provider.Grant"
+OAUTH2_PROVIDER_DEVICE_GRANT_MODEL = "oauth2_provider.DeviceGrant"
+OAUTH2_PROVIDER_ID_TOKEN_MODEL = "oauth2_provider.IDToken"
+
+
+def _device_agent(request: object) -> None:
+    """The device code grant's pre-token step (a function here: settings cannot import
+    the apps): the person who approved the code, and the agent they approved it for."""
+    from agentauth.device import before_token
+
+    before_token(request)
+
+
+OAUTH2_PROVIDER = {
+    "SCOPES": {"agent": "Act as an agent through Harness (tool calls, hooks)"},
+    "DEFAULT_SCOPES": ["agent"],
+    "ACCESS_TOKEN_EXPIRE_SECONDS": HARNESS_OAUTH_ACCESS_TOKEN_SECONDS,
+    "REFRESH_TOKEN_EXPIRE_SECONDS": HARNESS_OAUTH_REFRESH_TOKEN_SECONDS,
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    "ACCESS_TOKEN_GENERATOR": "agentauth.tokens.new_access_token",
+    "REFRESH_TOKEN_GENERATOR": "agentauth.tokens.new_refresh_token",
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "REFRESH_TOKEN_GRACE_PERIOD_SECONDS": 0,
+    "PKCE_REQUIRED": True,
+    # RFC 9700: S256 only, `iss` in authorization responses, no implicit or password
+    # grant, tokens only in the Authorization header, tokens hashed at rest.
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_REFRESH_TOKEN": True,
+    "COMPLIANT_BCP_RFC9700_REDIRECT_URI_SCHEME": True,
+    "COMPLIANT_BCP_RFC9700_REDIRECT_URI_MATCHING": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_REQUIRED": True,
+    # Native clients (Claude Code, Codex, mcp-remote) listen on a loopback port of their
+    # choosing (RFC 8252 7.3): any port of a loopback redirect in the document matches.
+    "ALLOW_LOCALHOST_LOOPBACK": True,
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
+    "REQUEST_APPROVAL_PROMPT": "force",
+    "OAUTH2_VALIDATOR_CLASS": "agentauth.validators.AgentValidator",
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": [
+        "authorization_code",
+        "refresh_token",
+        "urn:ietf:params:oauth:grant-type:device_code",
+    ],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none"],
+    "CIMD_ENABLED": True,
+    "CIMD_METADATA_FETCHER": "agentauth.cimd.DoorFetcher",
+    "DCR_ENABLED": HARNESS_OAUTH_DYNAMIC_REGISTRATION,
+    "DEVICE_FLOW_INTERVAL": 5,
+    "OAUTH_PRE_TOKEN_VALIDATION": [_device_agent],
+    "OAUTH2_PROTECTED_RESOURCE_NAME": "Harness",
+}
 # --- Reviewers anywhere: one-tap links and notification channels (docs/notifications.md)
 # The address reviewers reach this Harness at: the base of every link a notification carries.
 HARNESS_PUBLIC_URL = env("HARNESS_PUBLIC_URL", "http://localhost:8000")
+# Where `harness-hook login` sends a person to approve its device code.
+OAUTH2_PROVIDER["OAUTH_DEVICE_VERIFICATION_URI"] = HARNESS_PUBLIC_URL.rstrip("/") + "/oauth/device/"
 # A one-tap link decides only for its recipient signed in; false lets the link alone
 # stand for the recipient (whoever holds it can decide, once).
 HARNESS_LINKS_REQUIRE_LOGIN = env_bool("HARNESS_LINKS_REQUIRE_LOGIN", True)

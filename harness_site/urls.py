@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from agentauth.urls import account_urlpatterns
 from dispatcher.gateways import claude_code, codex, gemini
 from dispatcher.gateways.api import api
 
@@ -22,5 +23,9 @@ urlpatterns = [
     # Signing in and out, single sign-on and second factors: allauth (docs/identity.md).
     path("accounts/", include("identity.urls")),
     path("accounts/", include("allauth.urls")),
+    path("teams/", include("teams.urls")),
+    # OAuth for agents: metadata, authorize (consent), token, device (agentauth/).
+    path("", include("agentauth.urls")),
+    path("account/agents/", include((account_urlpatterns, "agentauth"))),
     path("admin/", admin.site.urls),
 ]

@@ -10,7 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from audit.roles import roles_of
+from audit.roles import ROLES
+from teams.scope import scope_of_any
 
 from . import charts
 from .overview import OUTCOMES, Series, overview
@@ -53,12 +54,14 @@ def _share(rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
 
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    """Signed-in users with a role see the overview; others are sent to sign in."""
+    """Signed-in users with a role see the overview of the teams their roles reach (every
+    team's for an organization role); others are sent to sign in."""
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
-    if not roles_of(request.user):
+    reach = scope_of_any(request.user, sorted(ROLES))
+    if reach.empty:
         return render(request, "overview/index.html", {"no_role": True})
-    figures = overview()
+    figures = overview(reach=reach)
     week, day = figures["week"], figures["day"]
     values = week.counts.get
     decisions = figures["decisions"]

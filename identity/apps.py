@@ -12,5 +12,7 @@ class IdentityConfig(AppConfig):
         from identity import checks  # noqa: F401  (registers the system checks)
         from identity.signals import on_signed_in, on_sso_signed_in
 
+        from . import mfa  # noqa: F401  (the HARNESS_MFA_REQUIRED start-up check)
+
         user_logged_in.connect(on_signed_in, dispatch_uid="identity.signed_in")
         allauth_signals.user_logged_in.connect(on_sso_signed_in, dispatch_uid="identity.sso")

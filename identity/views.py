@@ -11,12 +11,13 @@ from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from audit import kinds
 
-from . import services
+from . import mfa, services
 
 NOT_OFFERED = (
     "Harness does not offer this: accounts, passwords and email addresses are managed by "
@@ -69,7 +70,7 @@ def end_sign_in(request: HttpRequest, sign_in_id: int) -> HttpResponse:
         reason="ended from the sessions page",
     )
     messages.success(request, "That sign-in has ended.")
-    return redirect("identity:sessions")
+    return redirect("identity_sessions")
 
 
 @login_required
@@ -109,3 +110,28 @@ def deprovision(request: HttpRequest) -> HttpResponse:
     except services.DeprovisionRefused as refused:
         return JsonResponse({"error": str(refused)}, status=refused.status)
     return JsonResponse({"user": username, "deactivated": changed})
+
+
+@login_required
+@require_GET
+def me(request: HttpRequest) -> HttpResponse:
+    """A person's own page: their second factors (passkeys, authenticator app, recovery
+    codes), with the links to manage them."""
+    return render(request, "identity/me.html", mfa.factors_of(request.user))
+
+
+@login_required
+@require_GET
+def mfa_setup(request: HttpRequest) -> HttpResponse:
+    """Where HARNESS_MFA_REQUIRED sends a person who must have a second factor and has
+    none: what to set up, and (once they have one) the way back to where they were."""
+    wanted = request.GET.get("next", "")
+    safe = url_has_allowed_host_and_scheme(
+        wanted, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    context = mfa.factors_of(request.user) | {
+        "required": mfa.factor_required(request.user),
+        "done": mfa.has_factor(request.user),
+        "next": wanted if safe and wanted.startswith("/") else "/",
+    }
+    return render(request, "identity/mfa_setup.html", context)

@@ -36,6 +36,20 @@ def embedded_redis_server() -> Iterator[None]:
         embedded_redis.stop(Path(settings.DATA_DIR))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def preview_stores_removed() -> Iterator[None]:
+    """The upper layers that the session's previews kept (asks that never ended, which the
+    reconciler would sweep in a deployment) are removed at the end."""
+    from dispatcher.tools import preview
+
+    root = preview.store_root()
+    before = set(root.iterdir()) if root.is_dir() else set()
+    yield
+    if root.is_dir():
+        for path in set(root.iterdir()) - before:
+            preview.discard(str(path))
+
+
 # --- Tests no backend can change ----------------------------------------------------------
 
 # `make test` runs the suite on both backends; a test that touches neither the database nor

@@ -16,12 +16,23 @@ import pytest
 pytestmark = pytest.mark.backend_independent
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("floor", "audit", "dispatcher", "approvals", "harness_site", "demo", "identity")
+PACKAGES = (
+    "floor",
+    "audit",
+    "teams",
+    "dispatcher",
+    "approvals",
+    "harness_site",
+    "demo",
+    "agentauth",
+    "identity",
+)
 
 # Lower numbers are lower layers; a module may import its own layer and those below.
 LAYERS = {
     "floor": -1,
     "audit": 0,
+    "teams": 0,
     "tools": 1,
     "policy": 2,
     "lifecycle": 3,
@@ -52,7 +63,7 @@ def layer_of(module: str) -> str:
         return "interface"
     if parts[-1] in INTERFACE_LEAVES:
         return "interface"
-    if parts[0] in ("floor", "audit"):
+    if parts[0] in ("floor", "audit", "teams"):
         return parts[0]
     if parts[0] == "approvals":
         return "approvals"

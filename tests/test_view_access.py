@@ -14,15 +14,21 @@ from django.urls import URLPattern, URLResolver, get_resolver
 pytestmark = pytest.mark.backend_independent
 
 # Paths of views with an authentication of their own: the agent API and its hooks (agent
-# tokens, never a session), Django's admin (staff only) and the people's pages under
+# tokens, never a session), Django's admin (staff only), the people's pages under
 # accounts/ (allauth's signing in and out, single sign-on, second factors, sessions: each
-# is for anyone signing in, or for the signed-in person's own account).
-OWN_AUTHENTICATION = ("api/", "admin/", "accounts/")
+# is for anyone signing in, or for the signed-in person's own account), and OAuth
+# (agentauth/: public metadata, the token endpoints authenticated by code, PKCE or token,
+# and the consent and device pages, which need any signed-in person: a person approves
+# their own agent).
+OWN_AUTHENTICATION = ("api/", "admin/", "accounts/", ".well-known/", "oauth/")
 # Human views reachable without a role, and why.
 WITHOUT_A_ROLE = {
     "harness_site.views.home": "the overview: a signed-in user without a role sees a page saying so",
     "approvals.views.link": "one-tap links: the signed token names the person and the call",
     "approvals.notifications.views.service_worker": "the push service worker's static script",
+    "agentauth.views.my_agents": "any signed-in person: their own agents",
+    "agentauth.views.sign_out": "any signed-in person: their own agent's tokens",
+    "agentauth.views.revoke": "any signed-in person: their own agent",
 }
 
 

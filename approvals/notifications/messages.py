@@ -27,7 +27,19 @@ def detail_url(approval: ApprovalRequest) -> str:
 def summary(approval: ApprovalRequest) -> str:
     """One line: what asks. Names come from the registry and the database, not the model."""
     call = approval.call
-    return f"{call.session.agent.name} asks to run {call.name}"
+    text = f"{call.session.agent.name} asks to run {call.name}"
+    effect = preview_summary(approval)
+    return f"{text}. {effect}" if effect else text
+
+
+def preview_summary(approval: ApprovalRequest) -> str:
+    """ "This command would: change 2 files, create 1" for a previewed command, else ""."""
+    preview = (approval.presentation or {}).get("preview") or {}
+    if preview.get("summary"):
+        return str(preview["summary"]) + (
+            "" if preview.get("appliable") else " (will run for real)"
+        )
+    return str(preview.get("note", ""))
 
 
 def what_it_does(approval: ApprovalRequest) -> str:
@@ -36,7 +48,8 @@ def what_it_does(approval: ApprovalRequest) -> str:
     if p.get("kind") == "diff":
         return f"Change to {p.get('path', '')}:\n{p.get('diff', '') or '(no change)'}"
     if p.get("kind") == "command":
-        return (
+        effect = preview_summary(approval)
+        return (effect + "\n" if effect else "") + (
             f"Command: {json.dumps(p.get('argv', []), ensure_ascii=False)}\nin {p.get('cwd', '')}"
         )
     return f"Arguments: {approval.call.raw_arguments}"
@@ -180,6 +193,8 @@ def email_body(approval: ApprovalRequest, links: dict[str, str] | None) -> str:
     if approval.is_quorum:
         lines.append(f"Needs {approval.approvals_required} approvals ({approval.progress()}).")
     lines += ["", f"Open the call: {detail_url(approval)}"]
+    if approval.step_up:
+        lines.append("Deciding it is signed with your passkey, on the call's page.")
     if links:
         lines += [
             "",

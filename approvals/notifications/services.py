@@ -17,11 +17,13 @@ from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from audit.roles import REVIEWER
+from dispatcher.models import ToolCall
 from floor.compiled import Compiled
+from teams.models import Membership
 
 from .. import links
 from ..models import ApprovalRequest
@@ -36,11 +38,13 @@ MAX_ATTEMPTS = 6
 # --- Who hears of an ask ------------------------------------------------------------------
 
 
-def reviewers() -> Any:
-    """Active users holding the reviewer role (superusers hold every role)."""
+def reviewers(team_id: int) -> Any:
+    """Active users who review the team's agents: the team's reviewers and the
+    organization's (superusers hold every role), as teams.scope reaches them."""
+    team_reviewers = Membership.objects.filter(team_id=team_id, role=REVIEWER).values("user_id")
     return (
         User.objects.filter(is_active=True)
-        .filter(Q(is_superuser=True) | Q(groups__name=REVIEWER))
+        .filter(Q(is_superuser=True) | Q(groups__name=REVIEWER) | Q(pk__in=team_reviewers))
         .distinct()
     )
 
@@ -56,9 +60,11 @@ def matches(channel: Channel, approval: ApprovalRequest) -> bool:
 
 
 def recipients(channel: Channel, approval: ApprovalRequest) -> list[User]:
-    """The channel's users and members of its groups who are reviewers (every reviewer
-    when it names none), less the agent's owner when self-approval is forbidden."""
-    people = reviewers()
+    """The channel's users and members of its groups who review the agent's team (every
+    such reviewer when it names none), less the agent's owner when self-approval is
+    forbidden. A reviewer of another team is never a recipient, whatever the channel
+    names: they would get a call they cannot see and a link that decides nothing."""
+    people = reviewers(approval.call.session.agent.team_id)
     named_users = list(channel.users.values_list("pk", flat=True))
     named_groups = list(channel.groups.values_list("pk", flat=True))
     if named_users or named_groups:
@@ -131,17 +137,34 @@ def enqueue_ask(approval_id: int) -> None:
     transaction.on_commit(send, robust=True)
 
 
-def enqueue_outcome(call_id: str) -> None:
-    """After a call left pending: a second event where the ask was delivered."""
-    if _ASK_DELIVERED.tuples(UUID(call_id)):
+def enqueue_outcome(call_id: str) -> int | None:
+    """After a call left pending: a second event where the ask was delivered. Returns
+    the team of the call's agent, read in the same statement, for the live queues'
+    removal (approvals.live): one read after every decision serves both."""
+    rows = _OUTCOME_FACTS.tuples(UUID(call_id))
+    if not rows:
+        return None
+    team_id, asked = rows[0]
+    if asked:
         _send_task(PLAN_OUTCOME_TASK, call_id)
+    return int(team_id)
 
 
-# Read after every decision (floor.compiled).
-_ASK_DELIVERED = Compiled(
-    lambda call_id: Delivery.objects.filter(
-        approval__call_id=call_id, event=Delivery.Event.ASKED
-    ).values_list("pk")[:1]
+# Read after every decision (floor.compiled): the call's team, and whether its ask was
+# delivered anywhere.
+_OUTCOME_FACTS = Compiled(
+    lambda call_id: (
+        ToolCall.objects.filter(pk=call_id)
+        .annotate(
+            asked=Exists(
+                Delivery.objects.filter(
+                    approval__call_id=OuterRef("pk"), event=Delivery.Event.ASKED
+                )
+            )
+        )
+        .order_by()
+        .values_list("session__agent__team_id", "asked")[:1]
+    )
 )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
@@ -59,6 +60,19 @@ def _form_of(channel: Channel) -> dict[str, str]:
     }
 
 
+ORG_ONLY = (
+    "Notification channels and their deliveries are the organization's: only "
+    "organization admins see and change them."
+)
+
+
+def _organization_admin(request: HtmxHttpRequest) -> None:
+    """Channels serve every team (their deliveries name every team's asks): a team's
+    admin is refused (403), as teams.scope reaches them to their teams only."""
+    if not request.reach.everything:
+        raise PermissionDenied(ORG_ONLY)
+
+
 def _page(request: HtmxHttpRequest, status: int = 200, **extra: Any) -> HttpResponse:
     services.sync_env_channels()
     channels = Channel.objects.prefetch_related("users", "groups")
@@ -76,6 +90,7 @@ def _page(request: HtmxHttpRequest, status: int = 200, **extra: Any) -> HttpResp
 @require_http_methods(["GET", "POST"])
 def channels(request: HtmxHttpRequest) -> HttpResponseBase:
     """GET the channels and deliveries; POST creates or (with `channel_id`) changes one."""
+    _organization_admin(request)
     if request.method == "GET":
         editing = request.GET.get("edit", "")
         if editing.isdigit():
@@ -105,6 +120,7 @@ def channels(request: HtmxHttpRequest) -> HttpResponseBase:
 @role_required(ADMIN)
 @require_POST
 def toggle(request: HtmxHttpRequest, channel_id: int) -> HttpResponseBase:
+    _organization_admin(request)
     channel = get_object_or_404(Channel, pk=channel_id)
     channels_service.set_enabled(
         actor=request.user,

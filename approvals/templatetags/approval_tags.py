@@ -10,7 +10,7 @@ from django import template
 from django.utils.text import Truncator
 
 from approvals import display
-from dispatcher.models import Status
+from dispatcher.models import Preview, Status, ToolCall
 
 register = template.Library()
 
@@ -46,6 +46,15 @@ def repeated_keys(raw: str) -> list[str]:
 def shell_reading(command: str) -> dict[str, object]:
     """The parts of a shell command string (see display.shell_reading)."""
     return display.shell_reading(command)
+
+
+@register.filter
+def call_preview(call: ToolCall) -> Preview | None:
+    """The call's previewed effect (dispatcher.previews), or None."""
+    try:
+        return call.preview
+    except Preview.DoesNotExist:
+        return None
 
 
 @register.filter

@@ -625,7 +625,8 @@ async def list_tools(request: HttpRequest, format: str = "native") -> HttpRespon
             400, "unknown_format", f"Unknown format '{format}'. Use native, openai or anthropic."
         )
     # all_tools reads the upstream MCP servers' tools (a database read): on the ORM thread.
-    tools = await sync_to_async(all_tools)()
+    # (the agent's team's and the organization's servers only)
+    tools = await sync_to_async(all_tools)(agent_of(request).team_id)
     return JsonResponse([model_facing_schema(tool, format) for tool in tools], safe=False)
 
 

@@ -12,6 +12,12 @@ server cannot be reached does not block, and each of them lets the tool run when
 command hook fails any other way: exit 1, a timeout, output it cannot parse. That is why
 this is a command hook that always exits 2 itself, well before the agent's timeout.)
 
+Without HARNESS_TOKEN, the hook uses the token `harness-hook login [--url URL]` stored for
+that URL: an OAuth device sign-in (a code shown here, approved in the browser by a signed-in
+person, whose agent the hook then acts as), kept in a file only the user can read
+($HARNESS_CREDENTIALS, default ~/.config/harness/credentials.json) and refreshed when it
+expires (under a file lock, so hooks running side by side refresh it once).
+
 Only the pre-tool event (PreToolUse, Gemini CLI's BeforeTool) fails with exit 2. For the
 other events a failure exits 1 (the agent shows it and goes on): exit 2 on Stop would keep
 Claude Code from ever stopping, and on a prompt event would refuse every prompt, while the
@@ -24,11 +30,16 @@ Python 3 need to be.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import http.client
 import json
 import os
 import sys
+import time
 import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 ENDPOINT = "/api/v1/hooks/claude-code"
@@ -50,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     """The exit status: 0 with the answer on stdout; 2 (the pre-tool event: the client
     blocks the tool) or 1 (other events) with why on stderr. Any exception, not only a
     HookFailure, ends this way: a crash must block, never exit 1 and let the tool run."""
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["login"]:
+        return login_main((argv if argv is not None else sys.argv[1:])[1:])
     options = _options(argv)
     asks = True  # until the input says it is another event
     try:
@@ -122,10 +135,12 @@ def ask_harness(
 ) -> dict[str, Any]:
     """Harness's answer to the hook input `raw` from `agent`; raises HookFailure with why
     there is none."""
-    token = os.environ.get("HARNESS_TOKEN", "")
+    token = os.environ.get("HARNESS_TOKEN", "") or signed_in_token(url, timeout)
     if not token:
         raise HookFailure(
-            "HARNESS_TOKEN is not set (export the agent token `manage.py create_agent` printed)"
+            "HARNESS_TOKEN is not set and this machine is not signed in to "
+            f"{url or 'Harness'} (run `harness-hook login --url URL` once, or export the "
+            "agent token `manage.py create_agent` printed)"
         )
     if not event:
         raise HookFailure("the hook input on standard input is not a JSON object with an event")
@@ -240,6 +255,197 @@ def _gemini_decision(answer: dict[str, Any]) -> dict[str, Any]:
     ):
         return answer
     raise HookFailure("Harness's answer is not an allow or deny decision for Gemini CLI")
+
+
+# --- Sign-in: the OAuth device authorization grant (RFC 8628) ------------------------------
+
+CLIENT_ID = "harness-hook"
+DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
+HOOKS_RESOURCE = "/api/v1/hooks/"
+EARLY = 60  # seconds before expiry that a token counts as expired
+
+
+def credentials_path() -> Path:
+    configured = os.environ.get("HARNESS_CREDENTIALS", "")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CONFIG_HOME", "") or str(Path.home() / ".config")
+    return Path(base) / "harness" / "credentials.json"
+
+
+def _base(url: str) -> str:
+    return url.rstrip("/")
+
+
+def _read_all() -> dict[str, Any]:
+    try:
+        data = json.loads(credentials_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_all(data: dict[str, Any]) -> None:
+    """Replace the credentials file atomically, readable by the user only (0600, in a
+    0700 directory)."""
+    path = credentials_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + f".{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(data, out, indent=2)
+    os.chmod(temporary, 0o600)
+    os.replace(temporary, path)
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    path = credentials_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _store(url: str, answer: dict[str, Any]) -> None:
+    data = _read_all()
+    data[_base(url)] = {
+        "access_token": answer["access_token"],
+        "refresh_token": answer.get("refresh_token", ""),
+        "expires_at": time.time() + float(answer.get("expires_in", 3600)),
+    }
+    _write_all(data)
+
+
+def signed_in_token(url: str, timeout: float) -> str:
+    """The access token `harness-hook login` stored for `url` ("" if none), refreshed
+    first when it has expired (once, under the file lock: a refresh token is single-use,
+    and Harness revokes the whole sign-in when one is used twice)."""
+    if not url:
+        return ""
+    entry = _read_all().get(_base(url))
+    if not isinstance(entry, dict):
+        return ""
+    if float(entry.get("expires_at", 0)) - EARLY > time.time():
+        return str(entry.get("access_token", ""))
+    with _locked():
+        entry = _read_all().get(_base(url)) or {}
+        if float(entry.get("expires_at", 0)) - EARLY > time.time():
+            return str(entry.get("access_token", ""))  # another hook refreshed it
+        status, answer = _form(
+            url,
+            "/oauth/token/",
+            {
+                "grant_type": "refresh_token",
+                "client_id": CLIENT_ID,
+                "refresh_token": str(entry.get("refresh_token", "")),
+                "resource": _base(url) + HOOKS_RESOURCE,
+            },
+            timeout,
+        )
+        if status != 200 or "access_token" not in answer:
+            raise HookFailure(
+                f"the sign-in to {url} has ended ({answer.get('error', status)}); run "
+                "`harness-hook login` again"
+            )
+        _store(url, answer)
+        return str(answer["access_token"])
+
+
+def _form(
+    url: str, path: str, fields: dict[str, str], timeout: float
+) -> tuple[int, dict[str, Any]]:
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise HookFailure(
+            f"the URL is {url!r}; give Harness's address, e.g. https://harness.example"
+        )
+    connection: http.client.HTTPConnection = (
+        http.client.HTTPSConnection(parsed.netloc, timeout=timeout)
+        if parsed.scheme == "https"
+        else http.client.HTTPConnection(parsed.netloc, timeout=timeout)
+    )
+    try:
+        connection.request(
+            "POST",
+            parsed.path.rstrip("/") + path,
+            body=urllib.parse.urlencode(fields),
+            headers={
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Accept": "application/json",
+            },
+        )
+        response = connection.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException) as failed:
+        raise HookFailure(f"Harness at {url} cannot be reached ({failed})") from None
+    finally:
+        connection.close()
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = {}
+    return response.status, answer if isinstance(answer, dict) else {}
+
+
+def login_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="harness-hook login",
+        description="Sign this machine in to Harness: a code to approve in the browser; the "
+        "hooks then use the token when HARNESS_TOKEN is unset.",
+    )
+    parser.add_argument("--url", default=None, help="Harness's base URL (default: $HARNESS_URL)")
+    options = parser.parse_args(argv)
+    url = _base(options.url or os.environ.get("HARNESS_URL", ""))
+    try:
+        login(url)
+    except HookFailure as failure:
+        print(f"Harness: {failure}.", file=sys.stderr)
+        return 1
+    return 0
+
+
+def login(url: str, timeout: float = 30) -> None:
+    """The device authorization grant: show the code, wait for its approval, store the
+    token (raises HookFailure saying why not)."""
+    status, device = _form(url, "/oauth/device-authorization/", {"client_id": CLIENT_ID}, timeout)
+    if status != 200 or "device_code" not in device:
+        raise HookFailure(f"Harness refused to start a sign-in ({device.get('error', status)})")
+    where = device.get("verification_uri_complete") or device.get("verification_uri")
+    print(
+        f"To sign this machine in to {url}, open {where}\nand enter the code: {device['user_code']}",
+        flush=True,
+    )
+    interval = float(device.get("interval", 5))
+    deadline = time.monotonic() + float(device.get("expires_in", 600))
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        status, answer = _form(
+            url,
+            "/oauth/token/",
+            {
+                "grant_type": DEVICE_GRANT,
+                "client_id": CLIENT_ID,
+                "device_code": str(device["device_code"]),
+                "resource": url + HOOKS_RESOURCE,
+            },
+            timeout,
+        )
+        error = answer.get("error", "")
+        if status == 200 and "access_token" in answer:
+            with _locked():
+                _store(url, answer)
+            print(f"Signed in. Hooks use this sign-in for {url} when HARNESS_TOKEN is unset.")
+            return
+        if error == "slow_down":
+            interval += 5
+        elif error != "authorization_pending":
+            raise HookFailure(f"the sign-in was not approved ({error or status})")
+    raise HookFailure("the code expired before it was approved; run `harness-hook login` again")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Router
 
+from agentauth import tokens
 from audit import kinds
 from dispatcher import agents, limits, transitions
 from dispatcher.gateways.dialects import MAX_ID_LENGTH
@@ -49,12 +50,22 @@ class HookError(ValueError):
     """The hook input cannot be used; the message says which field and what it needs."""
 
 
+class HookToken(SubmitToken):
+    """A hook's auth: an agent's bearer token, or an OAuth access token (`harness-hook
+    login`), by its form only; the hook verifies it in its session's read."""
+
+    async def authenticate(self, request: HttpRequest, token: str) -> str | None:
+        return (
+            token if tokens.is_access_token(token) else await super().authenticate(request, token)
+        )
+
+
 def hook_router() -> Router:
     """A hook endpoint's router. Its auth checks only the token's form: the hook verifies
     the token in the same read as its session (agents.client_session_for_token), so a
     pre-tool hook makes one hop to the ORM's thread; a bad token still answers 401, with
     nothing recorded."""
-    return Router(tags=["hooks"], auth=SubmitToken())
+    return Router(tags=["hooks"], auth=HookToken())
 
 
 def text_result(value: Any) -> str:
@@ -129,20 +140,34 @@ def hook_wait(wait: float | None) -> float:
     return max(0.0, min(float(seconds), settings.HARNESS_HOOK_MAX_WAIT))
 
 
-def _session(token: str, hook: Hook, dialect: HookDialect) -> AgentSession | None:
+def _session(token: str, hook: Hook, dialect: HookDialect, audience: str) -> AgentSession | None:
     """The hook's session, with its agent, owner and profile (one read once it exists);
-    None when the token is not an active agent's."""
+    None when the token is not an active agent's. `token` is an agent's bearer token or
+    an OAuth access token issued for `audience`, this Harness's hooks API (`harness-hook
+    login`: agentauth.tokens)."""
+    if tokens.is_access_token(token):
+        return tokens.client_session_for_token(
+            token=token,
+            audience=audience,
+            client=dialect.client,
+            external_id=hook.session_id,
+            project_dir=hook.cwd,
+        )
     return agents.client_session_for_token(
         token=token, client=dialect.client, external_id=hook.session_id, project_dir=hook.cwd
     )
 
 
 def _admit(
-    token: str, hook: Hook, tool: tuple[str, dict[str, Any], str], dialect: HookDialect
+    token: str,
+    hook: Hook,
+    tool: tuple[str, dict[str, Any], str],
+    dialect: HookDialect,
+    audience: str,
 ) -> tuple[AgentSession, ToolCall | Verdict] | None:
     """A pre-tool hook's session and its admitted call, in one hop to the ORM's thread:
     the token checked in the session's read, the profile read with it. None: a bad token."""
-    session = _session(token, hook, dialect)
+    session = _session(token, hook, dialect, audience)
     if session is None:
         return None
     name, tool_input, tool_use_id = tool
@@ -178,10 +203,14 @@ def _reported_call(
 
 
 def _session_and_report(
-    token: str, hook: Hook, tool: tuple[str, dict[str, Any], str], dialect: HookDialect
+    token: str,
+    hook: Hook,
+    tool: tuple[str, dict[str, Any], str],
+    dialect: HookDialect,
+    audience: str,
 ) -> AgentSession | None:
     """A report's session (None: a bad token) and the report, in one hop to the ORM's thread."""
-    session = _session(token, hook, dialect)
+    session = _session(token, hook, dialect, audience)
     if session is not None:
         _report(session.agent, session, hook, tool, dialect)
     return session
@@ -305,6 +334,7 @@ async def _handle_hook(
     request: HttpRequest, dialect: HookDialect, wait: float | None
 ) -> HttpResponse:
     token = str(request.auth)  # type: ignore[attr-defined]
+    audience = request.build_absolute_uri(tokens.HOOKS_PATH)  # an OAuth token's
     tool_events = (dialect.pre_event, *dialect.reports)
     try:
         hook = parse_hook(read_json(request), dialect.label)
@@ -314,17 +344,17 @@ async def _handle_hook(
     except HookError as exc:
         return error(422, "invalid_hook_input", str(exc))
     if tool is not None and hook.event == dialect.pre_event:
-        admitted = await sync_to_async(_admit)(token, hook, tool, dialect)
+        admitted = await sync_to_async(_admit)(token, hook, tool, dialect, audience)
         if admitted is None:
             return unauthorized()
         session, call = admitted
         verdict = await verdict_after(call, session, hook_wait(wait))
         return JsonResponse(dialect.answer(verdict))
     if tool is not None:
-        if await sync_to_async(_session_and_report)(token, hook, tool, dialect) is None:
+        if await sync_to_async(_session_and_report)(token, hook, tool, dialect, audience) is None:
             return unauthorized()
         return JsonResponse({})
-    found = await sync_to_async(_session)(token, hook, dialect)
+    found = await sync_to_async(_session)(token, hook, dialect, audience)
     if found is None:
         return unauthorized()
     if hook.event in dialect.recorded:

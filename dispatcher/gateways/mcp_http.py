@@ -22,12 +22,12 @@ import functools
 import json
 import logging
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import pydantic
 from anyio.abc import TaskStatus
-from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Q
@@ -37,6 +37,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from starlette.types import Message, Receive, Scope, Send
 
+from agentauth import tokens
 from dispatcher import agents, limits, transitions
 from dispatcher.answers import answer_of, follow_edits
 from dispatcher.gateways.mcp import CLIENT, Caller, caller_context, db, mcp_tool_use_id, server
@@ -51,21 +52,21 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     """The ASGI app mounted at /mcp/ (harness_site.asgi)."""
     if scope["type"] != "http":
         return
-    async with ThreadSensitiveContext():
-        try:
-            await serve(scope, receive, send)
-        except DatabaseError:
-            # Fail closed: nothing was decided without its record. (If the response had
-            # started, the connection simply ends.)
-            logger.exception("MCP gateway storage error")
-            with contextlib.suppress(Exception):
-                await answer(
-                    send,
-                    503,
-                    "storage_unavailable",
-                    "Harness could not record this request, so nothing was decided or run. "
-                    "Retry it later.",
-                )
+    # (The ORM work runs on the gateway's pool of threads: mcp.db.)
+    try:
+        await serve(scope, receive, send)
+    except DatabaseError:
+        # Fail closed: nothing was decided without its record. (If the response had
+        # started, the connection simply ends.)
+        logger.exception("MCP gateway storage error")
+        with contextlib.suppress(Exception):
+            await answer(
+                send,
+                503,
+                "storage_unavailable",
+                "Harness could not record this request, so nothing was decided or run. "
+                "Retry it later.",
+            )
 
 
 async def serve(scope: Scope, receive: Receive, send: Send) -> None:
@@ -75,8 +76,11 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         return await answer(send, 400, "bad_host", f"Host {host!r} is not an allowed host.")
     kind, _, token = headers.get("authorization", "").partition(" ")
     session_id = headers.get(SESSION_HEADER, "")
+    external_id, transport = split_session_id(session_id)
+    scheme = "https" if scope.get("scheme") == "https" else "http"
+    origin = f"{scheme}://{host}"
     agent, known = (
-        await db(authenticate)(token.strip(), session_id)
+        await db(authenticate)(token.strip(), external_id, origin + "/mcp/")
         if kind.lower() == "bearer"
         else (None, None)
     )
@@ -85,9 +89,10 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
             send,
             401,
             "invalid_token",
-            "Missing, malformed, revoked or unknown agent token. Send 'Authorization: Bearer "
+            "Missing, malformed, expired, revoked or unknown token. Sign in with OAuth (the "
+            "resource metadata is named in WWW-Authenticate) or send 'Authorization: Bearer "
             "<token>' with a token from `manage.py create_agent`.",
-            {"www-authenticate": 'Bearer realm="harness"'},
+            {"www-authenticate": challenge(origin, sent=bool(token.strip()))},
         )
     method = scope["method"]
     if method not in ("POST", "DELETE"):
@@ -104,35 +109,82 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         limit = settings.HARNESS_MAX_BODY_BYTES
         return await answer(send, 413, "body_too_large", f"The body is larger than {limit} bytes.")
     messages = parse_messages(body)
-    scheme = "https" if scope.get("scheme") == "https" else "http"
-    session = await session_for(agent, session_id, messages, known)
-    if isinstance(session, tuple):
-        return await answer(send, *session)
+    found = await session_for(agent, session_id, messages, known)
+    if not isinstance(found, Joined):
+        return await answer(send, *found)
+    session = found.session
+    if found.header is None:
+        transport = secrets.token_hex(8)  # no session: its request ids are its own
+    elif found.header != session_id:
+        transport = split_session_id(found.header)[1]  # an initialize: the id it is given
     if method == "POST":
-        await cancel_requested(agent, session, messages)
+        await cancel_requested(agent, session, messages, transport)
     caller = Caller(
-        agent=agent, session=session, base_url=f"{scheme}://{host}", loaded=session is known
+        agent=agent,
+        session=session,
+        base_url=origin,
+        loaded=session is known,
+        transport=transport,
     )
-    await run_transport(caller, scope, replay(body, receive), send)
+    await run_transport(caller, scope, replay(body, receive), send, session_header=found.header)
 
 
 # The longest Mcp-Session-Id read together with the token: Harness issues 32 hex digits.
 _SESSION_ID_MAX = 200
 
 
-def authenticate(token: str, session_id: str) -> tuple[Agent | None, AgentSession | None]:
+def authenticate(
+    token: str, session_id: str, audience: str = ""
+) -> tuple[Agent | None, AgentSession | None]:
     """The agent holding `token` and the agent's MCP session the request names, read in one
     query (with what admission needs: the owner's profile, the session's grants) when
     there is such a session: the path of every call after initialize, as the agent API's
     and the hooks' are. Else the agent alone (None for a bad token) and no session.
 
+    `token` is an agent's bearer token or an OAuth access token (agentauth.tokens: the
+    same one read, which also checks that the token was issued for `audience`, this
+    endpoint, and has not expired, and that its agent and owner are active).
+
     The session id is only a key of that read, beside the token that must match it; an id
     Harness could not have issued is not sent with it."""
+    oauth = tokens.is_access_token(token)
     if 0 < len(session_id) <= _SESSION_ID_MAX and session_id.isascii() and session_id.isprintable():
-        session = agents.loaded_client_session(token, CLIENT, session_id)
+        session = (
+            tokens.loaded_session(token, CLIENT, session_id, audience)
+            if oauth
+            else agents.loaded_client_session(token, CLIENT, session_id)
+        )
         if session is not None:
             return session.agent, session
-    return agents.authenticate_token(token), None
+    return (tokens.agent_for(token, audience) if oauth else agents.authenticate_token(token)), None
+
+
+def challenge(origin: str, *, sent: bool) -> str:
+    """The 401's WWW-Authenticate: where the protected-resource metadata is (RFC 9728),
+    and `invalid_token` when a token was sent (RFC 6750)."""
+    metadata = f"{origin}/.well-known/oauth-protected-resource/mcp/"
+    error = ', error="invalid_token"' if sent else ""
+    return f'Bearer realm="harness", resource_metadata="{metadata}"{error}'
+
+
+# Harness's Mcp-Session-Id: the Harness session's external id, then (when a run is
+# joined by another transport session) "~" and that transport session's own part.
+TRANSPORT_MARK = "~"
+
+
+def split_session_id(session_id: str) -> tuple[str, str]:
+    """(the Harness session's external id, the transport session's part or "")."""
+    external, mark, transport = session_id.rpartition(TRANSPORT_MARK)
+    return (external, transport) if mark else (session_id, "")
+
+
+@dataclass(frozen=True)
+class Joined:
+    """The Harness session a request belongs to, and the Mcp-Session-Id its answer
+    carries (None: the client keeps no session, none is sent)."""
+
+    session: AgentSession
+    header: str | None
 
 
 async def session_for(
@@ -140,57 +192,96 @@ async def session_for(
     session_id: str,
     messages: list[types.JSONRPCMessage],
     known: AgentSession | None = None,
-) -> AgentSession | tuple[int, str, str] | tuple[int, str, str, dict[str, str]]:
-    """The Harness session of this request: a new one for an initialize request, else the
-    agent's session with that Mcp-Session-Id (`known`: `authenticate` read it).
+) -> Joined | tuple[int, str, str] | tuple[int, str, str, dict[str, str]]:
+    """The Harness session of this request (docs/mcp.md, "Which session a request joins"):
+
+    - with an Mcp-Session-Id (not an initialize): the agent's session with that id
+      (`known`: `authenticate` read it), else 404;
+    - else (an initialize, or a request of a client that keeps no session): the run it
+      belongs to, `join_run`: by the run key in its `_meta` (`harness/run`) when it sends
+      one, else the agent's latest session of the same client program used within
+      HARNESS_MCP_RUN_IDLE seconds, else a new one.
+
     (status, code, message[, headers]) when there is none: 429 with Retry-After past
     HARNESS_MAX_SESSIONS_PER_MINUTE (nothing started)."""
     initialize = next(
         (m.root for m in messages if getattr(m.root, "method", "") == "initialize"), None
     )
-    if isinstance(initialize, types.JSONRPCRequest):
-        try:
-            return await db(open_session)(agent, initialize.params or {})
-        except limits.TooManySessions as refusal:
+    if session_id and not isinstance(initialize, types.JSONRPCRequest):
+        # (`authenticate` read the agent's session with that id, if there is one: the
+        # agent and the id are the same keys a second read would use.)
+        if known is None:
             return (
-                429,
-                "too_many_sessions",
-                str(refusal),
-                {"retry-after": str(refusal.retry_after)},
+                404,
+                "unknown_session",
+                "Session not found: it belongs to another agent or never existed. "
+                "Initialize again.",
             )
-    if not session_id:
+        return Joined(known, session_id)
+    first = next((m.root for m in messages if isinstance(m.root, types.JSONRPCRequest)), None)
+    if first is None:
         return (
             400,
             "missing_session",
-            "No Mcp-Session-Id header: send an initialize request first and pass back "
-            "the session id it answers with.",
+            "No Mcp-Session-Id header and no request: send an initialize request (or a "
+            "request) first.",
         )
-    # (`authenticate` read the agent's session with that id, if there is one: the agent and
-    # the id are the same keys a second read would use.)
-    if known is None:
+    params = first.params if isinstance(first.params, dict) else {}
+    try:
+        session, started = await db(agents.join_run)(
+            agent=agent,
+            client=CLIENT,
+            title=run_title(params),
+            key=run_key(params),
+            idle=settings.HARNESS_MCP_RUN_IDLE,
+            mode=getattr(agent, "mode_ceiling", None),  # an OAuth agent's chosen profile
+        )
+    except limits.TooManySessions as refusal:
         return (
-            404,
-            "unknown_session",
-            "Session not found: it belongs to another agent or never existed. Initialize again.",
+            429,
+            "too_many_sessions",
+            str(refusal),
+            {"retry-after": str(refusal.retry_after)},
         )
-    return known
+    if not isinstance(initialize, types.JSONRPCRequest):
+        return Joined(session, None)
+    if started:
+        return Joined(session, session.external_id)
+    # Another transport session of a run: its own request ids, the run's session.
+    return Joined(session, session.external_id + TRANSPORT_MARK + secrets.token_hex(8))
 
 
-def open_session(agent: Agent, params: dict[str, Any]) -> AgentSession:
-    info = params.get("clientInfo") if isinstance(params, dict) else None
+# Where a client names its run (any request's params._meta): one run, one session.
+RUN_KEY = "harness/run"
+# Where a client without an initialize (protocol 2026-07-28) names itself.
+CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo"
+
+
+def run_key(params: dict[str, Any]) -> str:
+    """The run key the client sent, if it is one Harness can keep (1-190 printable ASCII
+    characters); "" otherwise."""
+    meta = params.get("_meta")
+    key = meta.get(RUN_KEY) if isinstance(meta, dict) else None
+    if isinstance(key, str) and 0 < len(key) <= 190 and key.isascii() and key.isprintable():
+        return key
+    return ""
+
+
+def run_title(params: dict[str, Any]) -> str:
+    """ "MCP: <client name> <version>" from an initialize's clientInfo (or a sessionless
+    request's `_meta`): the same client program gets the same title."""
+    info = params.get("clientInfo")
+    meta = params.get("_meta")
+    if not isinstance(info, dict) and isinstance(meta, dict):
+        info = meta.get(CLIENT_INFO_META)
     name = ""
     if isinstance(info, dict):
         name = " ".join(str(info.get(k, "")) for k in ("name", "version")).strip()
-    return agents.start_session(
-        agent=agent,
-        title=f"MCP: {name}" if name else "MCP session",
-        client=CLIENT,
-        external_id=secrets.token_hex(16),
-    )
+    return f"MCP: {name}"[:200] if name else "MCP session"
 
 
 async def cancel_requested(
-    agent: Agent, session: AgentSession, messages: list[types.JSONRPCMessage]
+    agent: Agent, session: AgentSession, messages: list[types.JSONRPCMessage], transport: str
 ) -> None:
     """`notifications/cancelled` for a tools/call of this session cancels its call if it
     is still pending (a call already running or done is not affected)."""
@@ -204,13 +295,13 @@ async def cancel_requested(
         if not isinstance(request_id, str | int):
             continue
         reason = str(root.params.get("reason") or "")[:500]
-        await db(cancel_by_request)(agent, session, request_id, reason)
+        await db(cancel_by_request)(agent, session, request_id, reason, transport)
 
 
 def cancel_by_request(
-    agent: Agent, session: AgentSession, request_id: types.RequestId, reason: str
+    agent: Agent, session: AgentSession, request_id: types.RequestId, reason: str, transport: str
 ) -> None:
-    tool_use_id = mcp_tool_use_id(request_id)
+    tool_use_id = mcp_tool_use_id(request_id, transport)
     call = (
         ToolCall.objects.filter(session=session)
         .filter(Q(tool_use_id=tool_use_id) | Q(tool_use_id__startswith=tool_use_id + "/"))
@@ -226,11 +317,14 @@ def cancel_by_request(
     )
 
 
-async def run_transport(caller: Caller, scope: Scope, receive: Receive, send: Send) -> None:
+async def run_transport(
+    caller: Caller, scope: Scope, receive: Receive, send: Send, *, session_header: str | None
+) -> None:
     """The SDK's transport and server for this one request (stateless: the session lives
-    in the database, not in this process)."""
+    in the database, not in this process). `session_header`: the Mcp-Session-Id of the
+    transport session (None: the client keeps none)."""
     transport = StreamableHTTPServerTransport(
-        mcp_session_id=caller.session.external_id, is_json_response_enabled=False
+        mcp_session_id=session_header, is_json_response_enabled=False
     )
     with caller_context(caller):
         async with anyio.create_task_group() as group:

@@ -19,6 +19,8 @@ class Quorum:
     rule: str
     approvals: int
     group: str = ""
+    # The verdicts ("approve", "deny") a reviewer must sign with a passkey (step-up).
+    step_up: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ class Decision:
     # An ask that needs more than one reviewer (quorum), optionally from a named group.
     approvals: int = 1
     group: str = ""
+    # The verdicts a reviewer must sign with a passkey (a step-up rule).
+    step_up: tuple[str, ...] = ()
 
     def as_provenance(self) -> dict[str, Any]:
         provenance: dict[str, Any] = {
@@ -78,4 +82,6 @@ class Decision:
         }
         if self.approvals > 1 or self.group:
             provenance |= {"approvals": self.approvals, "group": self.group}
+        if self.step_up:
+            provenance["step_up"] = list(self.step_up)
         return provenance

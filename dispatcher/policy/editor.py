@@ -126,7 +126,9 @@ def profile_entries(profile: Profile, action: str) -> list[Any]:
             entries.append(text)
         else:
             entries.append(
-                {"rule": q.rule, "approvals": q.approvals} | ({"group": q.group} if q.group else {})
+                {"rule": q.rule, "approvals": q.approvals}
+                | ({"group": q.group} if q.group else {})
+                | ({"step_up": list(q.step_up)} if q.step_up else {})
             )
     return entries
 
@@ -195,10 +197,11 @@ def examples(tool: Tool) -> list[str]:
     return out
 
 
-def tool_choices(rows: Iterable[Row]) -> list[dict[str, Any]]:
-    """The registry's tools with their examples, plus any tool a saved rule names that the
-    registry no longer has (so such a rule shows, and is flagged, rather than vanishing)."""
-    registered = all_tools()
+def tool_choices(rows: Iterable[Row], tools: Sequence[Tool] | None = None) -> list[dict[str, Any]]:
+    """The registry's tools (or `tools`: those serving a team admin's teams) with their
+    examples, plus any tool a saved rule names that the registry no longer has (so such a
+    rule shows, and is flagged, rather than vanishing)."""
+    registered = tools if tools is not None else all_tools()
     choices = [
         {"name": t.name, "examples": examples(t), "registered": True, "kind": _kind(t)}
         for t in registered

@@ -26,9 +26,12 @@ from floor.errors import ServiceError
 
 LISTS = ("allow", "ask", "deny")
 # A rule entry: a rule text, or (ask list only) a quorum object
-# {"rule": "run_command(terraform apply *)", "approvals": 2, "group": "sre"}.
+# {"rule": "run_command(terraform apply *)", "approvals": 2, "group": "sre"}, which may
+# also ask for step-up: "step_up": true (approving needs a passkey), or a list of the
+# verdicts that do (["approve", "deny"]).
 Entry = str | dict[str, Any]
-QUORUM_KEYS = frozenset({"rule", "approvals", "group"})
+QUORUM_KEYS = frozenset({"rule", "approvals", "group", "step_up"})
+STEP_UP_VERDICTS = ("approve", "deny")
 MAX_APPROVALS = 10
 GROUP_NAME = re.compile(r"^[\w.@+\- ]{1,150}$")
 
@@ -70,7 +73,12 @@ def snapshot_of(document: Mapping[str, Any], version: int = 1) -> Profile:
     """The Profile policy reads from stored entries: rule texts in the lists, and the ask
     entries that are quorum objects in `quorum` as well."""
     quorum = tuple(
-        Quorum(str(e["rule"]), int(e.get("approvals", 1)), str(e.get("group", "")))
+        Quorum(
+            str(e["rule"]),
+            int(e.get("approvals", 1)),
+            str(e.get("group", "")),
+            step_up_verdicts(e.get("step_up")),
+        )
         for e in document.get("ask", [])
         if isinstance(e, dict)
     )
@@ -82,6 +90,27 @@ def snapshot_of(document: Mapping[str, Any], version: int = 1) -> Profile:
         version=version,
         quorum=quorum,
     )
+
+
+def step_up_verdicts(value: Any) -> tuple[str, ...]:
+    """The verdicts a quorum object's "step_up" asks a passkey for: true is ("approve",);
+    a list names them (in STEP_UP_VERDICTS order); anything else, none."""
+    if value is True:
+        return ("approve",)
+    if isinstance(value, list):
+        return tuple(v for v in STEP_UP_VERDICTS if v in value)
+    return ()
+
+
+def _step_up_problem(shown: str, value: Any) -> list[str]:
+    if value is True or value is False:
+        return []
+    if isinstance(value, list) and value and all(v in STEP_UP_VERDICTS for v in value):
+        return []
+    return [
+        f'ask: {shown}: "step_up" must be true (approving needs a passkey) or a list of '
+        'the verdicts that need one: ["approve"], ["deny"] or ["approve", "deny"].'
+    ]
 
 
 # --- Editing ----------------------------------------------------------------------------
@@ -112,6 +141,8 @@ def _clean_entry(item: Any) -> Any:
         entry["rule"] = entry["rule"].strip()
     if entry.get("group") in ("", None):
         entry.pop("group", None)
+    if entry.get("step_up") in (False, None):
+        entry.pop("step_up", None)
     plain = set(entry) <= {"rule", "approvals"} and type(entry.get("approvals", 1)) is int
     if plain and entry.get("approvals", 1) == 1 and isinstance(entry.get("rule"), str):
         return str(entry["rule"])
@@ -162,7 +193,8 @@ def _quorum_problems(action: str, entry: dict[str, Any]) -> list[str]:
     unknown = sorted(set(entry) - QUORUM_KEYS)
     if unknown:
         problems.append(
-            f"ask: {shown}: unknown key(s) {', '.join(unknown)} (use rule, approvals, group)."
+            f"ask: {shown}: unknown key(s) {', '.join(unknown)} "
+            "(use rule, approvals, group, step_up)."
         )
     if not isinstance(entry.get("rule"), str) or not entry["rule"].strip():
         problems.append(f'ask: {shown}: "rule" must be a rule text such as "run_command(make *)".')
@@ -174,7 +206,7 @@ def _quorum_problems(action: str, entry: dict[str, Any]) -> list[str]:
     group = entry.get("group", "")
     if not isinstance(group, str) or (group and not GROUP_NAME.match(group)):
         problems.append(f'ask: {shown}: "group" must be the name of a group of reviewers.')
-    return problems
+    return problems + _step_up_problem(shown, entry.get("step_up", False))
 
 
 def check_profile(mode: str, lists: dict[str, list[Entry]]) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 
 import pathspec
 
+from dispatcher.policy import effect_rules
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.parts import command_parts
 from dispatcher.policy.program_facts import names_git_control, names_git_directory_file
@@ -209,6 +210,9 @@ def validate_rules(
             )
             continue
         for text in texts:
+            if effect_rules.is_effect_rule(text):  # read by what a preview shows
+                problems.extend(effect_rules.problems(action, text))
+                continue
             try:
                 rule = parse_rule(text)
                 tool = by_name.get(rule.tool) or lookup(rule.tool)

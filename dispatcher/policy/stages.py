@@ -47,11 +47,12 @@ class Rejection(Exception):
         return self.args[1]
 
 
-def resolve(name: str, client: str = API_CLIENT) -> Tool:
-    """The tool `name` in the tool set of the session's `client` (see the registry)."""
-    tool = get_tool(name, client)
+def resolve(name: str, client: str = API_CLIENT, team_id: int | None = None) -> Tool:
+    """The tool `name` in the tool set of the session's `client`, as an agent of
+    `team_id` sees it (another team's MCP server is no tool of it; see the registry)."""
+    tool = get_tool(name, client, team_id)
     if tool is None:
-        raise Rejection("resolve", unknown_tool_message(name, client))
+        raise Rejection("resolve", unknown_tool_message(name, client, team_id))
     return tool
 
 

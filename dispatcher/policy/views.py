@@ -1,7 +1,11 @@
 """/permissions/: users' modes and rules, history, simulator, backtest and session grants.
 
-Admins only (superuser or the "admin" group), by Django session. Agent bearer tokens are
-never looked at here, so an agent reaches these URLs as an anonymous user.
+Admins only (superuser, the "admin" group, or a team's admins), by Django session. Agent
+bearer tokens are never looked at here, so an agent reaches these URLs as an anonymous
+user. A team's admin reaches the people of their teams (members, and owners of the
+teams' agents), those teams' agents, calls and grants, and nothing of another team
+(`request.reach`, read with the role; teams.scope): another team's person, session or
+grant is not found (404).
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from dispatcher.policy import editor, grants, profiles
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, ProfileVersion, SessionGrant
 from dispatcher.policy.profiles import profile_for
+from dispatcher.tools.base import Tool
 from dispatcher.tools.registry import all_tools
 from floor.errors import ServiceError
+from teams.scope import Scope
 
 PAGE = "permissions/user.html"
 RECENT_CALLS = 50
@@ -54,15 +60,46 @@ def diff_lines(diff: dict[str, Any]) -> list[tuple[str, str]]:
     return lines
 
 
+# --- Reach ------------------------------------------------------------------------------
+
+
+def _people(reach: Scope) -> Any:
+    """The people whose rules this admin manages: their teams' members and the owners of
+    their teams' agents (everyone for an organization admin)."""
+    return reach.filter_any(User.objects.all(), "team_memberships__team_id", "agents__team_id")
+
+
+def _subject(request: HtmxHttpRequest, user_id: int | str) -> User:
+    subject: User = get_object_or_404(_people(request.reach), pk=user_id)
+    return subject
+
+
+def _tools(reach: Scope) -> tuple[Tool, ...]:
+    """The tools this admin's people may be given rules for: a team admin does not see the
+    names of another team's MCP servers' tools."""
+    if reach.everything:
+        return all_tools()
+    by_name = {t.name: t for team in sorted(reach.team_ids) for t in all_tools(team)}
+    return tuple(by_name.values())
+
+
+def _team_agents(reach: Scope) -> Any:
+    return reach.filter(Agent.objects.all(), "team_id")
+
+
+def _team_grants(reach: Scope) -> Any:
+    return reach.filter(SessionGrant.objects.all(), "session__agent__team_id")
+
+
 # --- Index ------------------------------------------------------------------------------
 
 
 @role_required(ADMIN)
 @require_GET
 def index(request: HtmxHttpRequest) -> HttpResponse:
-    users = User.objects.order_by("username").select_related("permission_profile")
+    users = _people(request.reach).order_by("username").select_related("permission_profile")
     agents: dict[int, list[Agent]] = {}
-    for agent in Agent.objects.order_by("name"):
+    for agent in _team_agents(request.reach).order_by("name"):
         agents.setdefault(agent.owner_id, []).append(agent)
     rows = []
     for user in users:
@@ -78,7 +115,11 @@ def index(request: HtmxHttpRequest) -> HttpResponse:
     return render(
         request,
         "permissions/index.html",
-        {"rows": rows, "grants": _grants(SessionGrant.objects.active()), "next": request.path},
+        {
+            "rows": rows,
+            "grants": _grants(_team_grants(request.reach).active()),
+            "next": request.path,
+        },
     )
 
 
@@ -140,7 +181,8 @@ def _page(
     rows = rows + [editor.Row("allow", "") for _ in range(editor.BLANK_ROWS)]
     history = ProfileVersion.objects.filter(user=subject).select_related("changed_by")
     calls = (
-        ToolCall.objects.filter(session__agent__owner=subject)
+        request.reach.filter(ToolCall.objects.all(), "session__agent__team_id")
+        .filter(session__agent__owner=subject)
         .exclude(arguments__isnull=True)
         .order_by("-created_at")[:RECENT_CALLS]
     )
@@ -150,13 +192,15 @@ def _page(
         "form": form or _form_from_profile(profile),
         "modes": Mode.choices,
         "history": [(v, diff_lines(v.diff)) for v in history],
-        "agents": Agent.objects.filter(owner=subject).order_by("name"),
-        "grants": _grants(SessionGrant.objects.active().filter(session__agent__owner=subject)),
+        "agents": _team_agents(request.reach).filter(owner=subject).order_by("name"),
+        "grants": _grants(
+            _team_grants(request.reach).active().filter(session__agent__owner=subject)
+        ),
         "calls": [(c, preview(c.arguments, 60)) for c in calls],
-        "tools": [tool.name for tool in all_tools()],
+        "tools": [tool.name for tool in _tools(request.reach)],
         "rows": rows,
         "actions": editor.ACTIONS,
-        "tool_choices": editor.tool_choices(rows),
+        "tool_choices": editor.tool_choices(rows, _tools(request.reach)),
         "next": request.path,
         **extra,
     }
@@ -168,7 +212,7 @@ def _page(
 def user_profile(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """GET the editor; POST saves (PRG), or re-renders with each bad pattern named (400/409)."""
     actor = request.user
-    subject = get_object_or_404(User, pk=user_id)
+    subject = _subject(request, user_id)
     if request.method == "GET":
         return _page(request, subject)
     form = _form_from_post(request.POST)
@@ -211,25 +255,27 @@ def _partial_or_page(
 def simulate(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """Decide one call (typed, or a past call of this user) under the saved rules and, when
     the form's rules differ, under those too. Stores nothing."""
-    subject = get_object_or_404(User, pk=user_id)
+    subject = _subject(request, user_id)
     form = _form_from_post(request.POST)
     extra: dict[str, Any] = {
         "sim_tool": request.POST.get("tool", ""),
         "sim_arguments": request.POST.get("arguments", ""),
     }
     try:
-        extra |= _simulations(subject, request.POST, form)
+        extra |= _simulations(subject, request.POST, form, request.reach)
     except (ServiceError, ValueError) as problem:
         extra["sim_errors"] = getattr(problem, "problems", None) or [str(problem)]
     return _partial_or_page(request, subject, form, "simulation", **extra)
 
 
-def _simulations(subject: User, data: QueryDict, form: dict[str, str]) -> dict[str, Any]:
+def _simulations(
+    subject: User, data: QueryDict, form: dict[str, str], reach: Scope
+) -> dict[str, Any]:
     saved = profile_for(subject)
     proposed = _proposed(subject, form, data) if form["mode"] else saved
     call_id = data.get("call", "").strip()
     if call_id:
-        call = _call_of(subject, call_id)
+        call = _call_of(subject, call_id, reach)
         run = functools.partial(simulation.simulate_call, call)
         what = f"past call {call.name} {preview(call.arguments)} ({call.pk})"
     else:
@@ -252,13 +298,14 @@ def _simulate_typed(
     return simulation.simulate(user=subject, tool=tool, arguments=arguments, profile=profile)
 
 
-def _call_of(subject: User, call_id: str) -> ToolCall:
+def _call_of(subject: User, call_id: str, reach: Scope) -> ToolCall:
     try:
         uuid = UUID(call_id)
     except ValueError:
         raise ServiceError(f"'{call_id}' is not a call id.") from None
     call = (
-        ToolCall.objects.filter(pk=uuid, session__agent__owner=subject)
+        reach.filter(ToolCall.objects.all(), "session__agent__team_id")
+        .filter(pk=uuid, session__agent__owner=subject)
         .select_related("session__agent__owner")
         .first()
     )
@@ -272,7 +319,7 @@ def _call_of(subject: User, call_id: str) -> ToolCall:
 @vary_on_headers("HX-Request")  # an htmx request gets a fragment
 def backtest(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """The past calls whose decision would change under the form's (unsaved) rules."""
-    subject = get_object_or_404(User, pk=user_id)
+    subject = _subject(request, user_id)
     form = _form_from_post(request.POST)
     extra: dict[str, Any] = {}
     try:
@@ -290,9 +337,9 @@ def backtest(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
 def check_rules(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """Check the editor's rows as saving would, each on its own row (the rule named as the
     server names it), with the examples for each row's tool. Stores nothing."""
-    subject = get_object_or_404(User, pk=user_id)
+    subject = _subject(request, user_id)
     rows = editor.check_rows(editor.rows_from_post(request.POST))
-    choices = {c["name"]: c for c in editor.tool_choices(rows)}
+    choices = {c["name"]: c for c in editor.tool_choices(rows, _tools(request.reach))}
     context = {"subject": subject, "rows": rows, "choices": choices}
     if request.htmx:
         return render(request, f"{PAGE}#checks", context)
@@ -306,7 +353,7 @@ def check_rules(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
 @vary_on_headers("HX-Request")  # an htmx request gets a fragment
 def blank_row(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """One empty rule row for the editor (htmx); a page load goes to the editor."""
-    subject = get_object_or_404(User, pk=user_id)
+    subject = _subject(request, user_id)
     if not request.htmx:
         return redirect("permissions:user", user_id=subject.pk)
     action = request.GET.get("action", "allow")
@@ -315,7 +362,7 @@ def blank_row(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
         "subject": subject,
         "row": row,
         "actions": editor.ACTIONS,
-        "tool_choices": editor.tool_choices([]),
+        "tool_choices": editor.tool_choices([], _tools(request.reach)),
     }
     return render(request, f"{PAGE}#rule_row", context)
 
@@ -328,7 +375,7 @@ def blank_row(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
 def approval_analytics(request: HtmxHttpRequest) -> HttpResponse:
     """What reviewers decided lately, the rules that would spare them (with backtests, one
     click to apply) and reviewers whose decisions look like rubber stamping."""
-    context = analytics.report()
+    context = analytics.report(reach=request.reach)
     context["fast_seconds"] = analytics.FAST_SECONDS
     context["suggestion_rows"] = [
         (s, [(c, preview(c.call.arguments)) for c in s.backtest.changes[:10]])
@@ -343,7 +390,7 @@ def apply_suggestion(request: HtmxHttpRequest) -> HttpResponse:
     """Add a suggested rule to its owner's profile (a new version, audited); refused with
     the reason when the rule is bad or the profile changed since the page was drawn."""
     actor = request.user
-    subject = get_object_or_404(User, pk=request.POST.get("user", "").strip() or 0)
+    subject = _subject(request, request.POST.get("user", "").strip() or 0)
     rule, action = request.POST.get("rule", ""), request.POST.get("action", "")
     try:
         version = int(request.POST.get("version", ""))
@@ -371,6 +418,8 @@ def apply_suggestion(request: HtmxHttpRequest) -> HttpResponse:
 @vary_on_headers("HX-Request")  # an htmx request gets a fragment
 def revoke(request: HtmxHttpRequest, grant_id: int) -> HttpResponse:
     actor = request.user
+    if not _team_grants(request.reach).filter(pk=grant_id).exists():
+        return HttpResponse("No such grant.", status=404, content_type="text/plain")
     try:
         grants.revoke_grant(grant_id=grant_id, actor=actor)
     except ServiceError as problem:
@@ -389,7 +438,8 @@ def revoke(request: HtmxHttpRequest, grant_id: int) -> HttpResponse:
 @require_GET
 def session_grants(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
     """Every grant of one session, active and revoked."""
-    session = get_object_or_404(AgentSession.objects.select_related("agent__owner"), pk=session_id)
+    sessions = request.reach.filter(AgentSession.objects.all(), "agent__team_id")
+    session = get_object_or_404(sessions.select_related("agent__owner"), pk=session_id)
     grants = _grants(SessionGrant.objects.filter(session=session))
     return render(
         request,

@@ -6,6 +6,7 @@ passes on by returning `next(call)`. The chain is settings.HARNESS_PRE_EXECUTE, 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -157,25 +158,37 @@ def quorum_of(call: CallContext) -> Quorum | None:
     Every quorum rule is tried, not only the first ask rule that matched: a compound
     command caught by a plain ask rule still needs the approvals of a quorum rule that
     another part of it matches. The most approvals win; on a tie, one naming a group.
+    Step-up adds up: a verdict any matching rule asks a passkey for needs one.
     """
     matching = [
         q
         for q in call.profile.quorum
         if rules.evaluate(call, allow=(), ask=(q.rule,), deny=()).action == "ask"
     ]
-    return max(matching, key=lambda q: (q.approvals, bool(q.group)), default=None)
+    strictest = max(matching, key=lambda q: (q.approvals, bool(q.group)), default=None)
+    if strictest is None:
+        return None
+    signed = {verdict for q in matching for verdict in q.step_up}
+    step_up = tuple(v for v in ("approve", "deny") if v in signed)
+    return dataclasses.replace(strictest, step_up=step_up)
 
 
 def _quorum_decision(quorum: Quorum, reason: str) -> Decision:
     who = f" from the group '{quorum.group}'" if quorum.group else ""
     count = f"{quorum.approvals} approval{'s' if quorum.approvals > 1 else ''}"
+    if quorum.approvals > 1 or quorum.group:
+        reason += f" It needs {count} from distinct reviewers{who}."
+    if quorum.step_up:
+        verdicts = " and ".join(f"{v}s" if v == "deny" else "approvals" for v in quorum.step_up)
+        reason += f" Its {verdicts} must be signed with a reviewer's passkey (step-up)."
     return Decision(
         "ask",
         f"rule:ask:{quorum.rule}",
-        f"{reason} It needs {count} from distinct reviewers{who}.",
+        reason,
         rule=quorum.rule,
         approvals=quorum.approvals,
         group=quorum.group,
+        step_up=quorum.step_up,
     )
 
 

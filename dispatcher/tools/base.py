@@ -59,6 +59,11 @@ class Tool:
     finalize_content: Callable[[str], str] = default_finalize_content
     timeout: float = 30.0
     is_concurrency_safe: bool = False
+    # I/O-bound and safe to run in the web process that admitted the call (an upstream
+    # MCP server's tool over HTTP: a request on an open session, nothing started or read
+    # on this host): the request that waits for it may claim and run it itself, without
+    # the queue (execution.run_inline; the worker is the fallback).
+    inline: bool = False
     present_call: Callable[[dict[str, Any], Path], dict[str, Any]] = default_present_call
     present_result: Callable[[str], dict[str, Any]] = default_present_result
     # Risk annotations: modes are built on these, never on tool names.
@@ -78,6 +83,9 @@ class Tool:
     # Harness decides, never executes, and records what the client reports. Its paths are
     # on the client's disk: they are confined lexically, never resolved here.
     client_executed: bool = False
+    # An ask is previewed first (dispatcher.previews): argv run over a copy-on-write
+    # view of the workspace, its effect shown, approved and then applied.
+    previewable: bool = False
     # Other tool names whose rules also cover this tool (Claude Code's `Edit(src/**)`
     # also covers Write, as in Claude Code's own permission rules).
     rule_aliases: tuple[str, ...] = ()

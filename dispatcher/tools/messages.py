@@ -137,3 +137,24 @@ def edited(reviewer: str, tool_name: str, tool_use_id: str, arguments_json: str)
         f"run as call '{tool_use_id}' of '{tool_name}' with these arguments instead: "
         f"{arguments_json}. What follows is that call's result.]"
     )
+
+
+def repreviewed(tool_name: str, tool_use_id: str, reason: str) -> str:
+    """The note the model reads when an approved preview could not be applied because the
+    workspace changed: nothing ran; the same call was previewed again and asks again."""
+    return (
+        f"[A reviewer approved the previewed effect of this '{tool_name}' call, but {reason}, "
+        "so nothing was applied and the command did not run. Harness previewed it again as "
+        f"call '{tool_use_id}', which a reviewer must approve again. What follows is that "
+        "call's result.]"
+    )
+
+
+def apply_failed(tool_name: str, error: str) -> str:
+    """Applying an approved previewed effect failed partway: the workspace changed under
+    it from outside Harness. What the model reads: the workspace may hold part of it."""
+    return (
+        f"Applying the approved effect of this '{tool_name}' call failed partway ({error}): "
+        "something outside Harness changed the workspace meanwhile, so it may hold part of "
+        "the effect. Look at the files involved before calling again."
+    )

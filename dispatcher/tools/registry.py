@@ -8,6 +8,10 @@ A session resolves names in one set only, chosen by the way it came in
 resolves that set; every other session (the agent API, the MCP gateway) the
 HARNESS_TOOLS and the upstream tools. So `Bash` is no tool of an API session, and
 `run_command` none of a Claude Code session.
+
+A session also names its agent's team (`team_id`): an upstream server registered for
+another team is no tool of it (catalog.serves). `team_id=None` is no session's view: every
+tool (rules, the simulator without a session, the worker once a call was admitted).
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ def builtin_tools() -> tuple[Tool, ...]:
     return _load(tuple(settings.HARNESS_TOOLS))
 
 
-def all_tools() -> tuple[Tool, ...]:
-    """Every tool a session of the agent API may call: the built-in ones, then the offered
-    upstream tools (a tool held for review or gone upstream is not among them)."""
-    return builtin_tools() + catalog.upstream_tools()
+def all_tools(team_id: int | None = None) -> tuple[Tool, ...]:
+    """Every tool a session of the agent API (of an agent of `team_id`) may call: the
+    built-in ones, then the offered upstream tools that serve the team (a tool held for
+    review or gone upstream is not among them)."""
+    return builtin_tools() + catalog.upstream_tools(team_id)
 
 
 @functools.cache
@@ -62,12 +67,18 @@ def client_toolsets() -> list[ClientToolset]:
     return [_toolset(path) for path in settings.HARNESS_CLIENT_TOOLS.values()]
 
 
-def get_tool(name: str, client: str = API_CLIENT) -> Tool | None:
-    """The tool `name` as a session of `client` resolves it (see the module docstring)."""
+# Inside, upstream tools are looked up in one list (catalog.one_generation): one message's
+# admission and its inline run.
+one_generation = catalog.one_generation
+
+
+def get_tool(name: str, client: str = API_CLIENT, team_id: int | None = None) -> Tool | None:
+    """The tool `name` as a session of `client`, of an agent of `team_id`, resolves it
+    (see the module docstring)."""
     toolset = client_toolset(client) if client != API_CLIENT else None
     if toolset is not None:
         return _by_name(toolset.tools).get(name) or toolset.fallback(name)
-    return _by_name(builtin_tools()).get(name) or catalog.upstream_tool(name)
+    return _by_name(builtin_tools()).get(name) or catalog.upstream_tool(name, team_id)
 
 
 def rule_tool(name: str) -> Tool | None:
@@ -80,9 +91,9 @@ def rule_tool(name: str) -> Tool | None:
     return tool
 
 
-def tool_names(client: str = API_CLIENT) -> list[str]:
+def tool_names(client: str = API_CLIENT, team_id: int | None = None) -> list[str]:
     toolset = client_toolset(client) if client != API_CLIENT else None
-    return [tool.name for tool in (toolset.tools if toolset else all_tools())]
+    return [tool.name for tool in (toolset.tools if toolset else all_tools(team_id))]
 
 
 @functools.lru_cache(maxsize=4096)  # bounded: clients' fallback tools are made per name
@@ -91,12 +102,12 @@ def validator_for(tool: Tool) -> Draft202012Validator:
     return Draft202012Validator(tool.parameters, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
-def unknown_tool_message(name: str, client: str = API_CLIENT) -> str:
+def unknown_tool_message(name: str, client: str = API_CLIENT, team_id: int | None = None) -> str:
     if client_toolset(client) is None:
-        held = catalog.held_message(name)
+        held = catalog.held_message(name, team_id)
         if held is not None:
             return held
-    names = tool_names(client)
+    names = tool_names(client, team_id)
     message = f"Tool '{name}' does not exist. Available tools: {', '.join(names)}."
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.5) or difflib.get_close_matches(
         name.lower().replace("-", "_"), names, n=1, cutoff=0.5

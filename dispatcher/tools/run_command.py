@@ -93,4 +93,5 @@ TOOL = Tool(
     open_world=True,
     path_arguments=("cwd",),
     command_argument="argv",
+    previewable=True,
 )

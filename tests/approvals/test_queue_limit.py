@@ -12,6 +12,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from approvals import live, queries
+from teams.scope import EVERYTHING
 from tests.approvals.conftest import ask, start_session
 from tests.support.factories import AgentFixture
 
@@ -30,7 +31,7 @@ def test_queue_shows_the_oldest_requests_and_counts_the_rest(
     assert page.count('class="approval') >= 3
     assert "f0.txt" in page and "f2.txt" in page and "f3.txt" not in page
     assert "2 more are waiting" in page
-    assert "2 more are waiting" in live.render_queue()
+    assert "2 more are waiting" in live.render_queue(EVERYTHING)
 
 
 @pytest.mark.heavy
@@ -38,7 +39,7 @@ def test_history_of_a_long_session_is_bounded_and_costs_one_query(agent: AgentFi
     session = start_session(agent)
     for i in range(30):
         ask(agent, {"path": f"f{i}.txt", "content": "x"}, session_id=session, call_id=f"c{i}")
-    approvals, _ = queries.review_queue()
+    approvals, _ = queries.review_queue(EVERYTHING)
     last = approvals[-1]
     with CaptureQueriesContext(connection) as captured:
         queries.attach_history([last])

@@ -92,6 +92,12 @@ def test_run_demo_shows_every_outcome_and_leaves_nothing_running(data_dir: Path)
         r"write_file\(.*\n.*auto-approved write_file.*\n.*status=completed decision=allow "
         r"decided_by=user:reviewer",
         r"\| Written by the Harness demo agent\.",  # the approved write's content, read back
+        r"write_file\(\{\"path\": \"release-plan.md\".*\n.*auto-approve refused: This call must "
+        r"be signed with your passkey.*\n.*denied write_file.*\n.*status=denied decision=deny "
+        r"decided_by=user:reviewer",
+        # A command previewed: the reviewer sees its effect; approving applies it.
+        r"run_command\(.*\n.*the reviewer sees, above the command: This command would: "
+        r"change 1 file\)\n.*auto-approved run_command.*\n.*status=completed",
         r"delete_file\(.*\n.*status=denied decision=deny decided_by=mode:standard",
         r"Tool 'readFile' does not exist\..*Did you mean 'read_file'\?",
         r"\$\.path: expected string",
@@ -99,7 +105,7 @@ def test_run_demo_shows_every_outcome_and_leaves_nothing_running(data_dir: Path)
         r"'sudo' is blocked by the command guard",
         r"Upstream MCP server 'demo' registered: demo__word_count, demo__shout\.",
         r"demo__word_count\(.*\n.*isError=False\n.*\n.*\| 7 words, 2 lines, 49 characters",
-        r"Demo finished: 10/10 scenarios ended as expected\.",
+        r"Demo finished: 11/11 scenarios ended as expected\.",
     ]
     for pattern in expected:
         assert re.search(pattern, out), f"missing {pattern!r} in:\n{out}"

@@ -67,7 +67,8 @@ def within_one_minute() -> None:
         time.sleep(61 - time.time() % 60)
 
 
-def mcp_initialize(client: httpx.Client, fx: AgentFixture) -> httpx.Response:
+def mcp_initialize(client: httpx.Client, fx: AgentFixture, run: str = "") -> httpx.Response:
+    """An initialize; with `run`, of that run (a new run key starts a new session)."""
     return client.post(
         "/mcp/",
         json={
@@ -78,6 +79,7 @@ def mcp_initialize(client: httpx.Client, fx: AgentFixture) -> httpx.Response:
                 "protocolVersion": "2025-06-18",
                 "capabilities": {},
                 "clientInfo": {"name": "caps", "version": "1"},
+                **({"_meta": {"harness/run": run}} if run else {}),
             },
         },
         headers={**fx.headers, **MCP_HEADERS},
@@ -241,8 +243,8 @@ def test_an_mcp_initialize_past_the_session_cap_gets_429(
     within_one_minute()
     with live_stack.client(live_agent) as client:
         answers = [
-            mcp_initialize(client, live_agent)
-            for _ in range(settings.HARNESS_MAX_SESSIONS_PER_MINUTE + 1)
+            mcp_initialize(client, live_agent, run=f"run-{n}")
+            for n in range(settings.HARNESS_MAX_SESSIONS_PER_MINUTE + 1)
         ]
     assert [a.status_code for a in answers[:-1]] == [200] * settings.HARNESS_MAX_SESSIONS_PER_MINUTE
     assert answers[-1].status_code == 429

@@ -134,3 +134,16 @@ def test_the_command_deactivates_with_a_sponsor() -> None:
     assert "deactivated" in out.getvalue()
     assert not User.objects.get(pk=fx.owner.pk).is_active
     assert agents.authenticate_token(fx.token).owner == sponsor  # type: ignore[union-attr]
+
+
+def test_an_agent_with_a_sponsor_of_its_own_goes_to_that_sponsor() -> None:
+    fx = make_agent(mode="standard")
+    sponsor = make_user(unique("sponsor"))
+    type(fx.agent).objects.filter(pk=fx.agent.pk).update(sponsor=sponsor)
+    other = make_agent(owner=fx.owner)  # no sponsor: revoked
+    assert roles.deactivate(user=fx.owner, actor="user:admin")
+    assert agents.authenticate_token(fx.token).owner == sponsor  # type: ignore[union-attr]
+    assert agents.authenticate_token(other.token) is None
+    event = AuditEvent.objects.get(kind="user.deactivated", subject=f"user:{fx.owner.username}")
+    assert event.payload["agents_revoked"] == [other.agent.name]
+    assert len(event.payload["agents_handed_over"]) == 1

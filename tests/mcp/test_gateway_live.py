@@ -414,8 +414,14 @@ def test_unstorable_or_foreign_requests_are_refused_without_a_trace(
     foreign = httpx.post(live_stack.url + "/mcp/", json=body, headers=headers)
     assert foreign.status_code == 404 and "Initialize again" in foreign.text
     headers.pop("Mcp-Session-Id")
-    missing = httpx.post(live_stack.url + "/mcp/", json=body, headers=headers)
-    assert missing.status_code == 400 and "initialize request first" in missing.text
+    # Without a session id a request joins its agent's run (docs/mcp.md): it is answered,
+    # and no session id comes back (the client keeps none).
+    sessionless = httpx.post(live_stack.url + "/mcp/", json=body, headers=headers)
+    assert sessionless.status_code == 200 and "mcp-session-id" not in sessionless.headers
+    assert "read_file" in sessionless.text
+    notification = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    alone = httpx.post(live_stack.url + "/mcp/", json=notification, headers=headers)
+    assert alone.status_code == 400 and "no request" in alone.text
     assert httpx.get(live_stack.url + "/mcp/", headers=headers).status_code == 405
     garbage = httpx.post(live_stack.url + "/mcp/", content=b"[" * 100000, headers=headers)
     assert garbage.status_code == 400 and "Traceback" not in garbage.text

@@ -4,6 +4,8 @@ the owner's profile and the session's grants, and nothing a bad token could time
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -11,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from dispatcher import agents
 from dispatcher.admission import context_of
 from dispatcher.gateways import mcp
-from dispatcher.gateways.mcp_http import authenticate, open_session
+from dispatcher.gateways.mcp_http import authenticate
 from dispatcher.models import Status
 from dispatcher.policy import grants
 from dispatcher.policy.models import PermissionProfile, SessionGrant
@@ -19,6 +21,12 @@ from dispatcher.proposals import ProposedCall, canonical_json
 from tests.support.factories import make_agent
 
 pytestmark = pytest.mark.django_db
+
+
+def open_session(agent: Any, params: dict[str, Any]) -> Any:
+    """A new MCP session of `agent`, as an initialize with no run to join starts one."""
+    return agents.join_run(agent=agent, client=mcp.CLIENT, title="MCP session", idle=0)[0]
+
 
 PROFILES = PermissionProfile._meta.db_table
 

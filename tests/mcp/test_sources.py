@@ -221,12 +221,14 @@ def test_an_mcp_session_has_its_timeline_replay_transcript_and_export() -> None:
     from django.test import Client
 
     from dispatcher import admission
-    from dispatcher.gateways.mcp_http import open_session
+    from dispatcher.agents import join_run
+    from dispatcher.gateways.mcp_http import run_title
     from dispatcher.proposals import ProposedCall
     from tests.support.factories import make_user, unique
 
     fx = make_agent(mode="trusted")
-    session = open_session(fx.agent, {"clientInfo": {"name": "claude-code", "version": "2.1"}})
+    title = run_title({"clientInfo": {"name": "claude-code", "version": "2.1"}})
+    session, _ = join_run(agent=fx.agent, client="mcp", title=title, idle=900)
     assert (session.client, session.title) == ("mcp", "MCP: claude-code 2.1")
     proposed = ProposedCall("mcp:1", "list_directory", '{"path":"."}', {"path": "."})
     [call] = admission.submit_calls(session=session, dialect="mcp", proposed=[proposed])

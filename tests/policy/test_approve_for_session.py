@@ -21,7 +21,8 @@ def _decide(reviewer: User, approval: ApprovalRequest, action: str) -> Client:
     client.force_login(reviewer)
     response = client.post(
         f"/approvals/{approval.pk}/decide",
-        {"action": action, "digest": approval.call.digest},
+        # (as the page posts them: a previewed command's effect digest too)
+        {"action": action, "digest": approval.call.digest, "effect_digest": approval.effect_digest},
         headers={"HX-Request": "true"},
     )
     return response  # type: ignore[return-value]

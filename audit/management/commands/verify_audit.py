@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from approvals import stepup
 from audit import checkpoints, signing
 from audit.verify import Report, verify_database, verify_file
 
@@ -48,16 +49,23 @@ class Command(BaseCommand):
                 self.stdout.write(f"{name} seq={head.seq} hash={head.hash}")
         for problem in report.problems:
             self.stderr.write(f"BAD {problem}")
+        # The signed votes (step-up) in the database, beside their events' copies.
+        kept = [] if options["file"] else stepup.kept_problems()
+        for line in kept:
+            self.stderr.write(f"BAD {line}")
+        if kept and report.ok:
+            raise CommandError(f"{len(kept)} signed votes do not verify (listed above).")
         if not report.ok:
             raise CommandError(
-                f"{len(report.problems)} problems in {report.chains} chains "
+                f"{len(report.problems) + len(kept)} problems in {report.chains} chains "
                 f"({report.events} events, {report.checkpoints} checkpoints read). The first "
                 "bad event of each chain is listed above."
             )
         against = f", {report.checkpoints} checkpoints matched" if options["against"] else ""
+        signed = f", {report.assertions} passkey signatures" if report.assertions else ""
         self.stdout.write(
             self.style.SUCCESS(
-                f"OK: {report.chains} chains, {report.events} events verified{against}."
+                f"OK: {report.chains} chains, {report.events} events verified{against}{signed}."
             )
         )
 

@@ -171,7 +171,15 @@ class Command(BaseCommand):
         if not owner.has_usable_password():
             owner.set_unusable_password()
             owner.save()
-        profiles.set_mode(user=owner, mode="standard", actor="run_demo")
+        # Standard mode, and one step-up rule: approving that write needs a passkey.
+        profiles.update_profile(
+            user=owner,
+            mode="standard",
+            allow=[],
+            ask=[demo_agent.STEP_UP_RULE],
+            deny=[],
+            actor="run_demo",
+        )
         for old in Agent.objects.filter(owner=owner, name=AGENT_NAME, is_active=True):
             agents.revoke_agent(agent=old, actor="run_demo")
         self.register_demo_mcp_server()

@@ -15,7 +15,12 @@ REPORT_TIMEOUT = 30
 
 
 def add_arguments(parser: CommandParser, client: str) -> None:
-    parser.add_argument("--agent", required=True, help=f"Name of the agent {client} acts as.")
+    parser.add_argument(
+        "--agent",
+        default="",
+        help=f"Name of the agent {client} acts as with HARNESS_TOKEN (leave it out when "
+        "developers sign in with `harness-hook login`: their approved agent).",
+    )
     parser.add_argument(
         "--url", default="http://127.0.0.1:8000", help="Harness's base URL, as clients see it."
     )
@@ -35,6 +40,8 @@ def add_arguments(parser: CommandParser, client: str) -> None:
 def checked(agent: str, url: str, wait: float) -> tuple[str, str]:
     """(the URL without a trailing slash, the agent's owners); raises CommandError naming
     what is wrong (no such active agent, not an http(s) URL, a negative wait)."""
+    if not agent:
+        return _checked_url(url, wait), ""
     found = Agent.objects.filter(name=agent).select_related("owner").order_by("-created_at")
     active = [a for a in found if a.is_active]
     if not active:
@@ -42,11 +49,29 @@ def checked(agent: str, url: str, wait: float) -> tuple[str, str]:
             f"No active agent named '{agent}'. Create one with "
             f"`manage.py create_agent {agent} --owner USER` and keep its token."
         )
+    return _checked_url(url, wait), ", ".join(sorted({a.owner.get_username() for a in active}))
+
+
+def _checked_url(url: str, wait: float) -> str:
     if not url.startswith(("http://", "https://")):
         raise CommandError(f"--url must be an http(s) URL, not {url!r}.")
     if wait < 0:
         raise CommandError("--wait must be zero or more seconds.")
-    return url.rstrip("/"), ", ".join(sorted({a.owner.get_username() for a in active}))
+    return url.rstrip("/")
+
+
+def credentials_note(client: str, program: str, agent: str, owners: str, url: str) -> str:
+    """What the settings commands say on stderr: where the hook's token comes from."""
+    login = (
+        f"`harness-hook login --url {shlex.quote(url)}` (once per machine: a code approved "
+        "in the browser; the hooks use that sign-in whenever HARNESS_TOKEN is unset)"
+    )
+    if not agent:
+        return f"{client} acts as the agent each developer approves with {login}."
+    return (
+        f"{client} acts as agent '{agent}' (owner {owners}): export HARNESS_TOKEN with that "
+        f"agent's token before starting {program}, or leave it unset and sign in with {login}."
+    )
 
 
 def hook_commands(command: str, agent: str, url: str, wait: float) -> tuple[str, str]:
@@ -71,7 +96,7 @@ NO_DECISION = (
     "so the tool was not run. Fix: install harness-hook where the agent runs (pip install "
     "Harness's package, or copy dispatcher/gateways/hook_command.py and run it with python3), print "
     "these settings again with --command naming it by its absolute path, and export "
-    "HARNESS_TOKEN."
+    "HARNESS_TOKEN or run harness-hook login."
 )
 NOT_RECORDED = NO_DECISION.replace("did not run or gave no decision", "did not run").replace(
     "so the tool was not run", "so nothing was recorded"

@@ -16,7 +16,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ._hook_settings import MARGIN, REPORT_TIMEOUT, add_arguments, checked, fail_closed, reporting
+from ._hook_settings import (
+    MARGIN,
+    REPORT_TIMEOUT,
+    add_arguments,
+    checked,
+    credentials_note,
+    fail_closed,
+    reporting,
+)
 
 RECORDED_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "SessionEnd")
 
@@ -64,7 +72,4 @@ class Command(BaseCommand):
     ) -> None:
         url, owners = checked(agent, url, wait)
         self.stdout.write(json.dumps(hook_settings(url, command, wait), indent=2))
-        self.stderr.write(
-            f"Claude Code acts as agent '{agent}' (owner {owners}): export HARNESS_TOKEN with "
-            "that agent's token before starting claude."
-        )
+        self.stderr.write(credentials_note("Claude Code", "claude", agent, owners, url))

@@ -15,7 +15,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ._hook_settings import MARGIN, REPORT_TIMEOUT, add_arguments, checked, hook_commands
+from ._hook_settings import (
+    MARGIN,
+    REPORT_TIMEOUT,
+    add_arguments,
+    checked,
+    credentials_note,
+    hook_commands,
+)
 
 TOOL_EVENTS = ("PreToolUse", "PostToolUse")
 RECORDED_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop")
@@ -90,7 +97,7 @@ class Command(BaseCommand):
         text = json.dumps(hooks_only, indent=2) if format == "json" else as_toml(settings)
         self.stdout.write(text)
         self.stderr.write(
-            f"Codex acts as agent '{agent}' (owner {owners}): export HARNESS_TOKEN with that "
-            "agent's token before starting codex, and trust the hooks (/hooks in codex) or "
-            "install them as managed hooks: an untrusted hook does not run."
+            credentials_note("Codex", "codex", agent, owners, url)
+            + " Trust the hooks (/hooks in codex) or install them as managed hooks: an "
+            "untrusted hook does not run."
         )

@@ -19,7 +19,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ._hook_settings import MARGIN, REPORT_TIMEOUT, add_arguments, checked, hook_commands
+from ._hook_settings import (
+    MARGIN,
+    REPORT_TIMEOUT,
+    add_arguments,
+    checked,
+    credentials_note,
+    hook_commands,
+)
 
 RECORDED_EVENTS = ("SessionStart", "BeforeAgent", "AfterAgent", "SessionEnd")
 
@@ -64,7 +71,4 @@ class Command(BaseCommand):
     ) -> None:
         url, owners = checked(agent, url, wait)
         self.stdout.write(json.dumps(hook_settings(url, command, wait), indent=2))
-        self.stderr.write(
-            f"Gemini CLI acts as agent '{agent}' (owner {owners}): export HARNESS_TOKEN with "
-            "that agent's token before starting gemini."
-        )
+        self.stderr.write(credentials_note("Gemini CLI", "gemini", agent, owners, url))

@@ -1,13 +1,21 @@
 """The upstream tools the registry offers: built from the pinned rows, cached per process
 until the generation changes (every change of servers or tools bumps it in its own
 transaction, so a stale list is never used once the change is committed).
+
+A server registered for a team serves that team's agents only; a server of no team
+serves every agent. Lookups for a session name its agent's team (`team_id`): another
+team's tool is then not offered, not resolved, and not even named as held, exactly as a
+name nobody registered. `team_id=None` (no session: rules, the worker after admission)
+sees every tool.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import DatabaseError
@@ -21,7 +29,7 @@ from floor.compiled import Compiled
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_cache: dict[str, Any] = {"generation": None, "tools": (), "by_name": {}}
+_cache: dict[str, Any] = {"generation": None, "tools": (), "by_name": {}, "teams": {}}
 
 
 # Read by every lookup of an upstream tool, several times per call (floor.compiled).
@@ -29,42 +37,80 @@ _GENERATION = Compiled(lambda pk: Generation.objects.filter(pk=pk).values_list("
 
 
 def generation() -> int | None:
-    """The current generation (None when the tables cannot be read: no upstream tools)."""
+    """The current generation (None when the tables cannot be read: no upstream tools);
+    inside `one_generation`, the one read at its first lookup."""
+    pinned: list[int | None] | None = getattr(_pinned, "value", None)
+    if pinned:
+        return pinned[0]
     try:
         rows = _GENERATION.tuples(1)
-        return rows[0][0] if rows else 0
+        current = rows[0][0] if rows else 0
     except DatabaseError:
         logger.warning("upstream tools unavailable: cannot read the sources tables", exc_info=True)
         return None
+    if pinned is not None:
+        pinned.append(current)
+    return current
 
 
-def upstream_tools() -> tuple[Tool, ...]:
-    """Every offered upstream tool, by server and name."""
+# The generation one_generation() read, per thread: [] until its first lookup.
+_pinned = threading.local()
+
+
+@contextlib.contextmanager
+def one_generation() -> Iterator[None]:
+    """Inside, the generation is read once, at the first lookup of an upstream tool, and
+    kept: one message's admission (and the inline run of its call) looks its tools up
+    several times, and sees one list, as of that read. A change committed meanwhile
+    applies from the next message on, as if it had been committed just after the read."""
+    outer = getattr(_pinned, "value", None)
+    _pinned.value = outer if outer is not None else []
+    try:
+        yield
+    finally:
+        _pinned.value = outer
+
+
+def serves(server_team: int | None, team_id: int | None) -> bool:
+    """Does a server of `server_team` (None: the organization's) serve an agent of
+    `team_id` (None: no agent named, every server)?"""
+    return server_team is None or team_id is None or server_team == team_id
+
+
+def upstream_tools(team_id: int | None = None) -> tuple[Tool, ...]:
+    """Every offered upstream tool that serves `team_id`'s agents, by server and name."""
     current = generation()
     if current is None:
         return ()
     with _lock:
         if _cache["generation"] != current:
-            tools = _build()
-            _cache.update(generation=current, tools=tools, by_name={t.name: t for t in tools})
-        return tuple(_cache["tools"])
+            tools, teams = _build()
+            _cache.update(
+                generation=current, tools=tools, by_name={t.name: t for t in tools}, teams=teams
+            )
+        teams = _cache["teams"]
+        return tuple(t for t in _cache["tools"] if serves(teams.get(t.name), team_id))
 
 
-def upstream_tool(name: str) -> Tool | None:
+def upstream_tool(name: str, team_id: int | None = None) -> Tool | None:
     if SEPARATOR not in name:
         return None
     upstream_tools()
     with _lock:
+        if not serves(_cache["teams"].get(name), team_id):
+            return None
         tool: Tool | None = _cache["by_name"].get(name)
         return tool
 
 
-def _build() -> tuple[Tool, ...]:
+def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
     rows = McpTool.objects.offered().select_related("server").order_by("server__name", "name")
     endpoints: dict[int, upstream.Endpoint] = {}
     tools = []
+    teams: dict[str, int | None] = {}
     for row in rows:
         server = row.server
+        teams[row.exposed_name] = server.team_id
         endpoint = endpoints.setdefault(server.pk, upstream.endpoint_of(server))
         flags = risk_flags(row.annotations, server.trust_annotations)
         tools.append(
@@ -74,24 +120,27 @@ def _build() -> tuple[Tool, ...]:
                 parameters=row.input_schema,
                 execute=functools.partial(services.run_tool, endpoint, row.name, row.fingerprint),
                 timeout=server.timeout,
+                # A request to an HTTP server (stdio servers are processes: the worker's).
+                inline=server.transport != "stdio",
                 read_only=flags["read_only"],
                 destructive=flags["destructive"],
                 open_world=flags["open_world"],
             )
         )
-    return tuple(tools)
+    return tuple(tools), teams
 
 
-def held_message(name: str) -> str | None:
+def held_message(name: str, team_id: int | None = None) -> str | None:
     """What the model reads when it calls an upstream tool that is not offered now
-    (held for review, gone upstream, or unusable), or None for a name nobody registered."""
+    (held for review, gone upstream, or unusable), or None for a name nobody registered
+    (or a server that does not serve `team_id`'s agents)."""
     if SEPARATOR not in name:
         return None
     try:
         row = McpTool.objects.select_related("server").filter(exposed_name=name).first()
     except DatabaseError:
         return None
-    if row is None:
+    if row is None or not serves(row.server.team_id, team_id):
         return None
     server = row.server.name
     if row.state in (ToolState.CHANGED, ToolState.NEW):

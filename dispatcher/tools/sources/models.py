@@ -20,6 +20,10 @@ class Transport(models.TextChoices):
 
 class McpServer(models.Model):
     name = models.CharField(max_length=32, unique=True)
+    # A team's server serves that team's agents only; none serves every agent.
+    team = models.ForeignKey(
+        "teams.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="mcp_servers"
+    )
     transport = models.CharField(max_length=8, choices=Transport.choices)
     command = models.JSONField(default=list, blank=True, help_text="stdio: the argv.")
     url = models.CharField(max_length=1000, blank=True, help_text="http: the endpoint.")

@@ -37,6 +37,7 @@ from dispatcher.tools.sources.models import (
     Transport,
 )
 from floor.errors import ServiceError
+from teams.models import Team
 
 
 @dataclass
@@ -113,8 +114,10 @@ def add_server(
     paths: list[str] | None = None,
     trust_annotations: bool = False,
     timeout: float = 60.0,
+    team: Team | None = None,
 ) -> tuple[McpServer, RefreshReport]:
-    """Register a server: connect, list its tools, pin each definition. Raises
+    """Register a server: connect, list its tools, pin each definition. With `team`, its
+    tools serve that team's agents only (catalog.serves); without, every agent. Raises
     ServiceError (bad name or configuration, name taken, server unreachable)."""
     _check_configuration(name, command, url, paths, timeout)
     if McpServer.objects.filter(name=name).exists():
@@ -130,6 +133,7 @@ def add_server(
         trust_annotations=trust_annotations,
         timeout=timeout,
         created_by=actor,
+        team=team,
     )
     definitions = _fetch(server)
     report = RefreshReport(server=name)
@@ -150,7 +154,8 @@ def add_server(
                 problem or "",
             )
             (report.unusable if problem else report.unchanged).append(definition.name)
-        _record(server, "added", kinds.MCP_SERVER_ADDED, actor, {"tools": report.as_payload()})
+        extra = {"tools": report.as_payload(), "team": team.name if team else None}
+        _record(server, "added", kinds.MCP_SERVER_ADDED, actor, extra)
     return server, report
 
 

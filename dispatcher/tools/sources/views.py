@@ -1,5 +1,10 @@
 """The /tools/ pages (admins only): upstream MCP servers, their tools, and the side-by-side
-review of a held definition. Every change is a POST through `services`."""
+review of a held definition. Every change is a POST through `services`.
+
+An organization admin sees and changes every server and registers servers for a team or
+for everyone; a team's admin sees and changes their teams' servers only, and registers
+servers for their teams (`request.reach`, read with the role; teams.scope). Another
+team's server is not found."""
 
 from __future__ import annotations
 
@@ -8,35 +13,63 @@ import shlex
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from audit.roles import ADMIN, role_required
+from audit.roles import ADMIN, HtmxHttpRequest, role_required
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.management.report import LINES
 from dispatcher.tools.sources.models import McpServer, McpTool, ServerVersion, ToolState
 from floor.errors import ServiceError
+from teams.models import Team
 
 
 def _actor(request: HttpRequest) -> str:
     return f"user:{request.user.get_username()}"
 
 
+def _servers(request: HtmxHttpRequest) -> Any:
+    """The servers this admin manages: a team admin's teams' (the organization's servers
+    are the organization admins')."""
+    return request.reach.filter(McpServer.objects.all(), "team_id")
+
+
+def _reached(request: HtmxHttpRequest, name: str) -> None:
+    if not _servers(request).filter(name=name).exists():
+        raise Http404(f"No MCP server named '{name}' is registered for your teams.")
+
+
 @role_required(ADMIN)
-def index(request: HttpRequest) -> HttpResponse:
-    servers = McpServer.objects.prefetch_related("tools")
+def index(request: HtmxHttpRequest) -> HttpResponse:
+    servers = _servers(request).select_related("team").prefetch_related("tools")
+    versions = ServerVersion.objects.order_by("-created_at")
+    if not request.reach.everything:  # (a removed server's history is the organization's)
+        versions = versions.filter(server_name__in=servers.values("name"))
     return render(
         request,
         "sources/index.html",
         {
             "servers": servers,
-            "held": McpTool.objects.held().select_related("server"),
-            "versions": ServerVersion.objects.order_by("-created_at")[:20],
+            "held": McpTool.objects.held().filter(server__in=servers).select_related("server"),
+            "versions": versions[:20],
+            "teams": list(request.reach.filter(Team.objects.all(), "pk")),
+            "everyone": request.reach.everything,
             "form": request.POST if request.method == "POST" else {},
         },
     )
+
+
+def _team(request: HtmxHttpRequest, name: str) -> Team | None:
+    """The team a new server is for (None: every team's agents, organization admins
+    only). Raises ServiceError for a team this admin does not reach."""
+    if not name and request.reach.everything:
+        return None
+    team = request.reach.filter(Team.objects.all(), "pk").filter(name=name).first()
+    if team is None:
+        raise ServiceError("Choose the team whose agents the server serves (one of yours).")
+    return team
 
 
 def _lines(text: str) -> list[str]:
@@ -45,9 +78,10 @@ def _lines(text: str) -> list[str]:
 
 @require_POST
 @role_required(ADMIN)
-def add(request: HttpRequest) -> HttpResponseBase:
+def add(request: HtmxHttpRequest) -> HttpResponseBase:
     data = request.POST
     try:
+        team = _team(request, data.get("team", "").strip())
         command = shlex.split(data.get("command", "")) if data.get("transport") == "stdio" else []
         server, report = services.add_server(
             name=data.get("name", "").strip(),
@@ -59,6 +93,7 @@ def add(request: HttpRequest) -> HttpResponseBase:
             paths=_lines(data.get("paths", "")),
             trust_annotations=data.get("trust_annotations") == "on",
             timeout=float(data.get("timeout") or 60),
+            team=team,
         )
     except (ServiceError, ValueError) as exc:
         messages.error(request, str(exc))
@@ -71,7 +106,8 @@ def add(request: HttpRequest) -> HttpResponseBase:
 
 @require_POST
 @role_required(ADMIN)
-def refresh(request: HttpRequest, name: str) -> HttpResponse:
+def refresh(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    _reached(request, name)
     try:
         report = services.refresh_server(name=name, actor=_actor(request))
     except ServiceError as exc:
@@ -84,7 +120,8 @@ def refresh(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 @role_required(ADMIN)
-def remove(request: HttpRequest, name: str) -> HttpResponse:
+def remove(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    _reached(request, name)
     try:
         services.remove_server(name=name, actor=_actor(request))
     except ServiceError as exc:
@@ -99,8 +136,9 @@ def _pretty(value: Any) -> str:
 
 
 @role_required(ADMIN)
-def review(request: HttpRequest, exposed: str) -> HttpResponse:
-    tool = get_object_or_404(McpTool.objects.select_related("server"), exposed_name=exposed)
+def review(request: HtmxHttpRequest, exposed: str) -> HttpResponse:
+    tools = McpTool.objects.filter(server__in=_servers(request)).select_related("server")
+    tool = get_object_or_404(tools, exposed_name=exposed)
     if request.method == "POST":
         try:
             services.accept_tool(

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.management.report import write_report
 from floor.errors import ServiceError
+from teams.services import TeamError, team_named
 
 
 class Command(BaseCommand):
@@ -36,10 +37,16 @@ class Command(BaseCommand):
         )
         parser.add_argument("--timeout", type=float, default=60.0, help="Seconds per call.")
         parser.add_argument("--actor", default="cli", help="Who is registering it (audit).")
+        parser.add_argument(
+            "--team",
+            default="",
+            help="The team whose agents its tools serve (default: every team's agents).",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         try:
             command = shlex.split(opts["command"]) if opts["command"] else None
+            team = team_named(opts["team"]) if opts["team"] else None
             server, report = services.add_server(
                 name=opts["name"],
                 actor=f"cli:{opts['actor']}",
@@ -50,8 +57,9 @@ class Command(BaseCommand):
                 paths=opts["path"],
                 trust_annotations=opts["trust_annotations"],
                 timeout=opts["timeout"],
+                team=team,
             )
-        except (ServiceError, ValueError) as exc:
+        except (ServiceError, TeamError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"Registered MCP server '{server.name}' ({server.transport}).")
         write_report(self.stdout, report)

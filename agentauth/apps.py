@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class AgentAuthConfig(AppConfig):
+    name = "agentauth"
+    verbose_name = "Agent sign-in (OAuth)"

@@ -1,0 +1,48 @@
+"""Client ID Metadata Documents fetched through Harness's one outbound door
+(floor.outbound): the same address policy as every other request Harness makes (a
+document at a loopback, private or metadata address is refused unless
+HARNESS_OUTBOUND_ALLOW lists it), no redirects, the door's timeout, and a small cap on
+the answer. django-oauth-toolkit validates what comes back (the document's client_id is
+its own URL, a public client, its redirect URIs) and caches it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from oauth2_provider.cimd import CIMDError, _effective_max_age, _validate_client_id_url
+from oauth2_provider.settings import oauth2_settings
+
+from floor import outbound
+
+
+class DoorFetcher:
+    """CIMD_METADATA_FETCHER: `fetch(client_id)` -> (metadata, max_age) or CIMDError."""
+
+    def fetch(self, client_id: str) -> tuple[dict[str, Any], int]:
+        _validate_client_id_url(client_id)
+        limit = oauth2_settings.CIMD_MAX_DOCUMENT_SIZE
+        try:
+            answer = outbound.send(
+                "GET",
+                client_id,
+                headers={"Accept": "application/json"},
+                timeout=float(oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS),
+                limit=limit,
+            )
+        except outbound.OutboundRefused as refused:
+            raise CIMDError(f"client metadata document not fetched: {refused}") from None
+        if answer.status != 200:
+            raise CIMDError(f"client metadata document answered HTTP {answer.status}")
+        media = answer.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/json" and not (
+            media.startswith("application/") and media.endswith("+json")
+        ):
+            raise CIMDError("client metadata document is not JSON")
+        try:
+            data = json.loads(answer.body)
+        except ValueError:
+            raise CIMDError("client metadata document is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise CIMDError("client metadata document is not a JSON object")
+        return data, _effective_max_age(answer.headers.get("cache-control"))

@@ -1,0 +1,147 @@
+"""Consent and revocation: every change with its audit event (audit.kinds)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import QuerySet
+from oauth2_provider.models import AccessToken, RefreshToken, get_application_model
+
+from agentauth.models import AgentClient, PendingAgent, Registration
+from audit import kinds
+from audit.roles import ADMIN
+from audit.services import record_event
+from dispatcher import agents
+from dispatcher.models import Agent
+from dispatcher.policy.models import Mode, narrower_mode
+from dispatcher.policy.profiles import profile_for
+from floor.errors import ServiceError
+from teams.models import Team
+from teams.scope import org_holds
+
+
+def client_name(application: Any) -> str:
+    """What a person is shown for a client: its metadata document's name, else its host."""
+    name = str(application.name or "").strip()
+    if name:
+        return name[:80]
+    return urlsplit(str(application.client_id)).hostname or str(application.client_id)[:80]
+
+
+def registration_of(application: Any) -> str:
+    source = str(getattr(application, "registration_source", "") or "")
+    if source == "cimd":
+        return Registration.CIMD
+    if source == "dcr":
+        return Registration.DYNAMIC
+    if application.authorization_grant_type == "urn:ietf:params:oauth:grant-type:device_code":
+        return Registration.DEVICE
+    return Registration.MANUAL
+
+
+def teams_for(person: User) -> QuerySet[Team]:
+    """The teams `person` may approve an agent for: those they are a member of (any
+    role); every team for a superuser or an organization-wide admin."""
+    if person.is_superuser or org_holds(person, ADMIN):
+        return Team.objects.all()
+    return Team.objects.filter(memberships__user=person).distinct()
+
+
+@transaction.atomic
+def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, actor: str) -> Agent:
+    """The agent `owner` approves `application` as: their agent for that client in
+    `team` (made on first consent, reused after for the same person, client and team; a
+    revoked one is replaced by a new one, revoked is final), running under the owner's
+    profile with its mode narrowed to `mode`. Audited as agent.authorized. Raises
+    ServiceError for an inactive owner, a team the owner is not in, or an unknown mode."""
+    if not owner.is_active:
+        raise ServiceError("This account is deactivated; it cannot approve agents.")
+    if not teams_for(owner).filter(pk=team.pk).exists():
+        raise ServiceError(
+            f"You are not a member of team '{team.name}', so you cannot approve an agent "
+            "for it. Choose one of your teams, or ask an admin to add you to it."
+        )
+    if mode not in Mode.values:
+        raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
+    mode = narrower_mode(mode, profile_for(owner).mode)
+    link = (
+        AgentClient.objects.select_for_update()
+        .select_related("agent")
+        .filter(owner=owner, application=application, team=team)
+        .first()
+    )
+    if link is None or not link.agent.is_active:
+        agent, _token = agents.create_agent(
+            owner=owner, name=_free_name(owner, client_name(application)), team=team, actor=actor
+        )
+        if link is None:
+            link = AgentClient(owner=owner, application=application, team=team, agent=agent)
+        link.agent = agent
+        link.registered_via = registration_of(application)
+    link.mode = mode
+    link.save()
+    record_event(
+        kind=kinds.AGENT_AUTHORIZED,
+        actor=actor,
+        subject=f"agent:{link.agent.pk}",
+        payload={
+            "agent": link.agent.name,
+            "owner": owner.get_username(),
+            "client_id": str(application.client_id),
+            "client_name": client_name(application),
+            "team": team.name,
+            "registered_via": link.registered_via,
+            "mode": mode,
+        },
+    )
+    return link.agent
+
+
+def _free_name(owner: User, wanted: str) -> str:
+    taken = set(
+        Agent.objects.filter(owner=owner, name__startswith=wanted[:90]).values_list(
+            "name", flat=True
+        )
+    )
+    name, n = wanted[:90], 2
+    while name in taken:
+        name, n = f"{wanted[:90]} ({n})", n + 1
+    return name
+
+
+@transaction.atomic
+def approve_device(*, owner: User, device_grant: Any, team: Team, mode: str, actor: str) -> Agent:
+    """A device code (harness-hook login) approved by `owner` for `team`: its agent, as
+    authorize_agent makes it, is the one the device's tokens will stand for."""
+    application = get_application_model().objects.get(client_id=device_grant.client_id)
+    agent = authorize_agent(owner=owner, application=application, team=team, mode=mode, actor=actor)
+    PendingAgent.objects.update_or_create(device_grant=device_grant, defaults={"agent": agent})
+    return agent
+
+
+@transaction.atomic
+def sign_out_agent(*, agent: Agent, actor: str) -> int:
+    """Revoke every OAuth token of `agent` at once (access and refresh); the agent stays.
+    Returns how many access tokens ended. Audited as agent.signed_out."""
+    access = AccessToken.objects.filter(harness__agent=agent)
+    RefreshToken.objects.filter(access_token__in=access).delete()
+    _, deleted = access.delete()
+    count = int(deleted.get(AccessToken._meta.label, 0))
+    record_event(
+        kind=kinds.AGENT_SIGNED_OUT,
+        actor=actor,
+        subject=f"agent:{agent.pk}",
+        payload={"agent": agent.name, "tokens": count},
+    )
+    return count
+
+
+@transaction.atomic
+def revoke_agent(*, agent: Agent, actor: str) -> None:
+    """Revoke the agent (its bearer token and every OAuth token stop at once)."""
+    agents.revoke_agent(agent=agent, actor=actor)
+    if AccessToken.objects.filter(harness__agent=agent).exists():
+        sign_out_agent(agent=agent, actor=actor)

@@ -1,0 +1,136 @@
+"""django-oauth-toolkit's validator with Harness's rules (settings.OAUTH2_PROVIDER):
+
+- every code, device code and access token names the agent the person approved
+  (agentauth.models); a token request whose code names none is refused (fail closed);
+- a refreshed token inherits its predecessor's agent;
+- a token's audience (RFC 8707 resource) is one of this Harness's own resources: its MCP
+  endpoint (the default when the client names none) or its hooks API.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest
+from oauth2_provider.models import DeviceGrant
+from oauth2_provider.oauth2_validators import OAuth2Validator
+from oauthlib.oauth2.rfc6749 import errors
+
+from agentauth.models import AgentToken, PendingAgent
+from agentauth.tokens import HOOKS_PATH
+
+MCP_PATH = "/mcp/"
+
+
+def resources_of(origin: str) -> tuple[str, str]:
+    """The audiences a token of this Harness may carry, at `origin` (scheme://host)."""
+    return origin + MCP_PATH, origin + HOOKS_PATH
+
+
+def _origin(request: Any) -> str:
+    """This Harness's origin as the token request reached it (django-oauth-toolkit hands
+    the oauthlib request the Django request's META as headers; the host is checked
+    against ALLOWED_HOSTS by get_host, as for any Django request)."""
+    django_request = HttpRequest()
+    django_request.META = dict(request.headers)
+    secure = request.headers.get("X_DJANGO_OAUTH_TOOLKIT_SECURE")
+    return f"{'https' if secure else 'http'}://{django_request.get_host()}"
+
+
+class AgentValidator(OAuth2Validator):  # type: ignore[misc]
+    def _create_authorization_code(self, request: Any, code: Any, expires: Any = None) -> Any:
+        agent_id = getattr(request, "harness_agent_id", None)
+        if agent_id is None:
+            raise errors.AccessDeniedError(description="No agent was approved.", request=request)
+        grant = super()._create_authorization_code(request, code, expires)
+        PendingAgent.objects.create(grant=grant, agent_id=agent_id)
+        return grant
+
+    def validate_code(
+        self, client_id: str, code: str, client: Any, request: Any, *args: Any, **kwargs: Any
+    ) -> bool:
+        if not super().validate_code(client_id, code, client, request, *args, **kwargs):
+            return False
+        agent_id = (
+            PendingAgent.objects.filter(grant__code=code, grant__application=client)
+            .values_list("agent_id", flat=True)
+            .first()
+        )
+        request.harness_agent_id = agent_id
+        return agent_id is not None
+
+    def validate_refresh_token(
+        self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any
+    ) -> bool:
+        if not super().validate_refresh_token(refresh_token, client, request, *args, **kwargs):
+            return False
+        previous = request.refresh_token_instance.access_token_id
+        agent_id = (
+            AgentToken.objects.filter(access_token_id=previous)
+            .values_list("agent_id", flat=True)
+            .first()
+        )
+        request.harness_agent_id = agent_id
+        return agent_id is not None
+
+    def _check_and_set_request_resource(self, request: Any) -> None:
+        super()._check_and_set_request_resource(request)
+        own = resources_of(_origin(request))
+        if not request.resource:
+            request.resource = [own[0]]
+        for resource in request.resource:
+            if resource not in own:
+                raise errors.CustomOAuth2Error(
+                    error="invalid_target",
+                    description=(
+                        f"The resource '{resource}' is not served by this Harness; "
+                        f"ask for {own[0]} (MCP) or {own[1]} (hooks)."
+                    ),
+                    request=request,
+                )
+
+    def _create_access_token(
+        self, expires: Any, request: Any, token: Any, source_refresh_token: Any = None
+    ) -> Any:
+        agent_id = getattr(request, "harness_agent_id", None)
+        if agent_id is None:
+            raise errors.AccessDeniedError(description="No agent was approved.", request=request)
+        access_token = super()._create_access_token(expires, request, token, source_refresh_token)
+        AgentToken.objects.create(access_token=access_token, agent_id=agent_id)
+        return access_token
+
+    def validate_device_code(
+        self, client_id: str, code: str, request: Any, *args: Any, **kwargs: Any
+    ) -> str | None:
+        """oauthlib 4 asks the validator for a device code's status (RFC 8628 3.5), which
+        django-oauth-toolkit 3.4.1 does not implement (its token view checks the status
+        itself first, then oauthlib 4 calls this): the code's status, and the person who
+        approved it on the request. None: no such code of this client."""
+        grant = DeviceGrant.objects.filter(device_code=code, client_id=client_id).first()
+        if grant is None:
+            return None
+        if grant.status == DeviceGrant.AUTHORIZED and grant.user_id is not None:
+            if grant.is_expired():
+                return "expired_token"
+            request.user = grant.user
+            request.scopes = grant.scope.split() if grant.scope else []
+            return "authorized"
+        return {
+            DeviceGrant.AUTHORIZATION_PENDING: "authorization_pending",
+            DeviceGrant.DENIED: "access_denied",
+            DeviceGrant.EXPIRED: "expired_token",
+        }.get(grant.status)
+
+
+def device_agent(request: Any) -> None:
+    """A pre-token step of the device code grant (OAUTH_PRE_TOKEN_VALIDATION): the agent
+    the person approved the device code for. Refuses a code approved for none."""
+    device_code = request._params.get("device_code", "")
+    agent_id = (
+        PendingAgent.objects.filter(device_grant__device_code=device_code)
+        .values_list("agent_id", flat=True)
+        .first()
+    )
+    if agent_id is None:
+        raise errors.AccessDeniedError(description="No agent was approved.", request=request)
+    request.harness_agent_id = agent_id

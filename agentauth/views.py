@@ -1,0 +1,290 @@
+"""The pages of agent sign-in: consent to a client, approval of a device code, and a
+person's own agents; and the protected-resource metadata of the MCP endpoint.
+
+Consent needs a signed-in person (settings.LOGIN_URL; whatever signs people in), names
+the client from its metadata document (name, URL, redirect) and asks which profile the
+agent runs under; approving makes (or reuses) that person's agent for the client
+(agentauth.services). Every POST carries Django's CSRF token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.csp import CSP
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST
+from oauth2_provider import views as oauth_views
+from oauth2_provider.forms import AllowForm
+from oauth2_provider.models import AccessToken, DeviceGrant, get_application_model
+from oauth2_provider.views import AuthorizationView
+from oauth2_provider.views.device import DeviceGrantForm
+from oauth2_provider.views.metadata import OAuthProtectedResourceMetadataView
+
+from agentauth import services
+from agentauth.models import AgentClient
+from agentauth.validators import MCP_PATH
+from audit.roles import HtmxHttpRequest
+from dispatcher.models import Agent
+from dispatcher.policy.models import Mode, narrower_mode
+from dispatcher.policy.profiles import profile_for
+from floor.errors import ServiceError
+from teams.models import Team
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"user:{request.user.get_username()}"
+
+
+def _modes(user: Any) -> list[tuple[str, str]]:
+    """The modes a person may give an agent: their own and narrower ones."""
+    own = profile_for(user).mode
+    return [(m.value, m.label) for m in Mode if narrower_mode(m.value, own) == m.value]
+
+
+class ConsentForm(AllowForm):  # type: ignore[misc]
+    mode = forms.ChoiceField(choices=Mode.choices, required=False)
+    team = forms.IntegerField(required=False)
+
+
+def _team(person: Any, chosen: Any) -> Team:
+    """The team the person chose (by id); ServiceError naming the fix when it is none of
+    theirs (authorize_agent checks the membership again, in its transaction)."""
+    team = Team.objects.filter(pk=int(chosen)).first() if str(chosen).isdigit() else None
+    if team is None:
+        mine = list(services.teams_for(person).values_list("name", flat=True))
+        if not mine:
+            raise ServiceError(
+                "You are not a member of any team, so you cannot approve an agent. Ask an "
+                "admin to add you to a team."
+            )
+        raise ServiceError(f"Choose the team the agent works for: one of {', '.join(mine)}.")
+    return team
+
+
+class _Refused(Exception):
+    def __init__(self, response: HttpResponse) -> None:
+        self.response = response
+
+
+class ConsentView(AuthorizationView):  # type: ignore[misc]
+    """/oauth/authorize/: django-oauth-toolkit's authorization endpoint with Harness's
+    consent page."""
+
+    template_name = "agentauth/authorize.html"
+    form_class = ConsentForm
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        method = request.GET.get("code_challenge_method", "")
+        if method and method != "S256":
+            return HttpResponseBadRequest(
+                "Harness accepts PKCE with code_challenge_method=S256 only; 'plain' and "
+                "other methods are refused. Start the sign-in again with S256.",
+                content_type="text/plain",
+            )
+        return super().get(request, *args, **kwargs)  # type: ignore[no-any-return]
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context: dict[str, Any] = super().get_context_data(**kwargs)
+        application = context.get("application")
+        if application is not None:
+            context["client_name"] = services.client_name(application)
+            context["client_url"] = str(application.client_id)
+            context["client_host"] = urlsplit(str(application.client_id)).hostname or ""
+            context["registered_via"] = services.registration_of(application)
+        context["modes"] = _modes(self.request.user)
+        context["own_mode"] = profile_for(self.request.user).mode
+        context["teams"] = list(services.teams_for(self.request.user))
+        return context
+
+    def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
+        """The page, with the form allowed to go on to the client's redirect URI (the
+        browser holds a form's redirect to CSP's form-action too); that URI was checked
+        against the client's metadata before the page was rendered."""
+        response: HttpResponse = super().render_to_response(context, **kwargs)
+        target = urlsplit(str(context.get("redirect_uri") or ""))
+        if target.scheme in ("http", "https") and target.netloc:
+            response._csp_config = {  # type: ignore[attr-defined]
+                **settings.SECURE_CSP,
+                "form-action": [CSP.SELF, f"{target.scheme}://{target.netloc}"],
+            }
+        return response
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        if not form.cleaned_data.get("allow"):
+            return super().form_valid(form)  # type: ignore[no-any-return]
+        application = get_object_or_404(
+            get_application_model(), client_id=form.cleaned_data["client_id"]
+        )
+        try:
+            with transaction.atomic():
+                agent = services.authorize_agent(
+                    owner=self.request.user,
+                    application=application,
+                    team=_team(self.request.user, form.cleaned_data.get("team")),
+                    mode=form.cleaned_data.get("mode") or profile_for(self.request.user).mode,
+                    actor=_actor(self.request),
+                )
+                self.harness_agent_id = agent.pk
+                self.harness_refused = False
+                response: HttpResponse = super().form_valid(form)
+                if self.harness_refused:
+                    raise _Refused(response)  # nothing approved stays
+        except _Refused as refused:
+            return refused.response
+        except ServiceError as error:
+            return HttpResponseForbidden(str(error), content_type="text/plain")
+        return response
+
+    def create_authorization_response(
+        self, request: HttpRequest, scopes: Any, credentials: dict[str, Any], allow: bool
+    ) -> Any:
+        if allow:
+            credentials["harness_agent_id"] = getattr(self, "harness_agent_id", None)
+        return super().create_authorization_response(request, scopes, credentials, allow)
+
+    def error_response(self, error: Any, application: Any, **kwargs: Any) -> HttpResponse:
+        self.harness_refused = True
+        return super().error_response(error, application, **kwargs)  # type: ignore[no-any-return]
+
+
+consent = login_required(ConsentView.as_view())
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@never_cache
+def device(request: HtmxHttpRequest) -> HttpResponse:
+    """/oauth/device/: a signed-in person types the code `harness-hook login` showed and
+    approves the device as their agent, with the profile it runs under."""
+    modes = _modes(request.user)
+    context: dict[str, Any] = {
+        "modes": modes,
+        "own_mode": profile_for(request.user).mode,
+        "teams": list(services.teams_for(request.user)),
+    }
+    if request.method == "GET":
+        context["user_code"] = request.GET.get("user_code", "")
+        return render(request, "agentauth/device.html", context)
+    form = DeviceGrantForm(request.POST)
+    context["user_code"] = request.POST.get("user_code", "")
+    if not form.is_valid():
+        context["error"] = " ".join(e for errs in form.errors.values() for e in errs)
+        return render(request, "agentauth/device.html", context, status=400)
+    grant: DeviceGrant = form.cleaned_data["device_grant"]
+    if request.POST.get("action") != "accept":
+        DeviceGrant.objects.filter(pk=grant.pk).update(status=DeviceGrant.DENIED)
+        context["denied"] = True
+        return render(request, "agentauth/device.html", context)
+    mode = request.POST.get("mode") or profile_for(request.user).mode
+    try:
+        with transaction.atomic():
+            agent = services.approve_device(
+                owner=request.user,
+                device_grant=grant,
+                team=_team(request.user, request.POST.get("team")),
+                mode=mode,
+                actor=_actor(request),
+            )
+            DeviceGrant.objects.filter(pk=grant.pk).update(
+                status=DeviceGrant.AUTHORIZED, user=request.user
+            )
+    except ServiceError as error:
+        context["error"] = str(error)
+        return render(request, "agentauth/device.html", context, status=403)
+    context["approved"] = agent
+    return render(request, "agentauth/device.html", context)
+
+
+@login_required
+@require_http_methods(["GET"])
+@never_cache
+def my_agents(request: HtmxHttpRequest) -> HttpResponse:
+    """/account/agents/: the signed-in person's own agents, how each was made, and the
+    OAuth tokens alive for each."""
+    agents = list(
+        Agent.objects.filter(owner=request.user)
+        .select_related("team")
+        .order_by("-is_active", "name")
+    )
+    links = {
+        link.agent_id: link
+        for link in AgentClient.objects.filter(owner=request.user).select_related("application")
+    }
+    now = timezone.now()
+    live: dict[int, int] = {}
+    for agent_id in AccessToken.objects.filter(
+        harness__agent__owner=request.user, expires__gt=now
+    ).values_list("harness__agent_id", flat=True):
+        live[agent_id] = live.get(agent_id, 0) + 1
+    rows = [
+        {
+            "agent": agent,
+            "link": links.get(agent.pk),
+            "client": services.client_name(links[agent.pk].application)
+            if agent.pk in links
+            else "",
+            "tokens": live.get(agent.pk, 0),
+        }
+        for agent in agents
+    ]
+    return render(request, "agentauth/mine.html", {"rows": rows})
+
+
+def _own_agent(request: HtmxHttpRequest, agent_id: int) -> Agent:
+    return get_object_or_404(Agent, pk=agent_id, owner=request.user)
+
+
+@login_required
+@require_POST
+def sign_out(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
+    agent = _own_agent(request, agent_id)
+    count = services.sign_out_agent(agent=agent, actor=_actor(request))
+    messages.success(request, f"Signed '{agent.name}' out: {count} token(s) revoked.")
+    return redirect("agentauth:mine")
+
+
+@login_required
+@require_POST
+def revoke(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
+    agent = _own_agent(request, agent_id)
+    services.revoke_agent(agent=agent, actor=_actor(request))
+    messages.success(request, f"Agent '{agent.name}' revoked: none of its tokens works now.")
+    return redirect("agentauth:mine")
+
+
+class ResourceMetadataView(OAuthProtectedResourceMetadataView):  # type: ignore[misc]
+    """RFC 9728 metadata of the MCP endpoint, at /.well-known/oauth-protected-resource
+    and /.well-known/oauth-protected-resource/mcp/ (where MCP clients look)."""
+
+    def get_resource(self, request: HttpRequest) -> str:
+        return request.build_absolute_uri(MCP_PATH)
+
+
+resource_metadata = ResourceMetadataView.as_view()
+
+
+class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ignore[misc]
+    """/oauth/device-authorization/ (RFC 8628), django-oauth-toolkit's, made to work with
+    oauthlib 4: oauthlib 4.0 adds `scope` to the device authorization response, which
+    django-oauth-toolkit 3.4.1's DeviceCodeResponse does not take (a TypeError, a 500, on
+    every request). The scope is not an RFC 8628 field; the grant keeps the requested or
+    default scope either way."""
+
+    def create_device_authorization_response(self, request: HttpRequest) -> Any:
+        headers, response, status = super().create_device_authorization_response(request)
+        if status == 200 and isinstance(response, dict):
+            response.pop("scope", None)
+        return headers, response, status
+
+
+device_authorization = DeviceAuthorizationView.as_view()

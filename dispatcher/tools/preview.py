@@ -1,0 +1,667 @@
+"""Previews: a `run_command` run in the real sandbox over a copy-on-write view of the
+workspace, whose effect a reviewer sees and Harness later applies instead of running
+the command again (docs/security.md, "Previews"; issue 36).
+
+`run_preview(argv, cwd=..., workspace=..., store=...)` returns an `Effect`:
+
+- The command runs in the same sandbox as a real run (sandbox.sandbox_command: the same
+  binds, seccomp filter, cgroups, rlimits, setpriv to the sandbox user), inside a private
+  mount and network namespace of its own (`unshare --mount --net`, Harness being root; a
+  user namespace as well when it is not). There a size-capped tmpfs holds the upper and
+  work directories of a kernel overlayfs mounted over the workspace's own path, so the
+  program sees the workspace at its usual path, every hidden path covered as in a real
+  run, and every write lands in the tmpfs. The workspace itself is never written.
+- The network namespace holds only loopback: the program has no network. Whether it
+  tried is read from the namespace's own counters (/proc/net/snmp OutNoRoutes, v4 and
+  v6): a connect or a DNS query towards any address but loopback finds no route.
+- Limits: HARNESS_PREVIEW_TIMEOUT seconds of wall-clock time (coreutils `timeout`, then
+  SIGKILL), HARNESS_PREVIEW_MAX_BYTES for everything written (the tmpfs size, and the
+  largest file), and the usual output cap.
+- After the program ends, still inside the namespace, the upper layer is written as a
+  tar stream (whiteouts and opaque directories included) to a file in `store`, which
+  Harness keeps until the call ends; the tmpfs and the overlay vanish with the namespace,
+  whatever happens to the worker (the kernel drops them), so no upper layer outlives a
+  preview. `Effect` is then read from that tar against the untouched workspace.
+
+Kernel overlayfs or fuse-overlayfs (Debian's 1.10), measured on the development machine
+(2 cores, ext4, kernel 6.18; a workspace of 10,000 files of 160 bytes in 100
+directories; median of 5 runs of mount + work + tar of the upper layer, in a private
+mount namespace):
+
+    work                         plain   kernel (root)   kernel (userns)   fuse-overlayfs
+    nothing (`true`)             0.8 ms      14 ms           8 ms              10 ms
+    read every file (`cat`)      160 ms     301 ms         338 ms            1011 ms
+    `sed -i` on 100 files          -        131 ms         128 ms             304 ms
+
+Kernel overlayfs costs the same to set up and is 2.3 to 3.4 times faster under load,
+needs no FUSE device in the sandbox host and no daemon to clean up: chosen.
+
+What the effect is compared with later (`Effect.fingerprint`): every entry of the
+workspace by kind, mode, size, mtime, ctime and inode (a program outside the sandbox
+cannot change a file's content without changing its ctime), and the content hash of
+every path the preview changed. Harness cannot see which files a program only read
+(overlayfs reads the lower layer with O_NOATIME), so it treats every file as read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from dispatcher.tools import _confined, sandbox, sandbox_cgroups
+from dispatcher.tools.base import ToolError
+
+DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
+DIFF_LINES = 400  # per file
+LIST_CHANGES = 2000  # changes listed; more are counted
+OPAQUE_KEYS = ("SCHILY.xattr.trusted.overlay.opaque", "SCHILY.xattr.user.overlay.opaque")
+NAMESPACE_FAILED = 125
+
+# Inside the private namespaces (sh, as root there): $0 the tmpfs mount point, $1 the
+# workspace, $2 the preview's directory, $3 the size cap, $4 the time limit, $5 more
+# overlay options; then "--" and the sandbox's own launcher. The results are opened
+# before the overlay hides anything.
+NAMESPACE_SCRIPT = r"""
+mnt=$0; ws=$1; out=$2; cap=$3; limit=$4; opts=$5; shift 6
+exec 5>"$out/upper.tar" 6>"$out/facts" 7>"$out/net" || exit 125
+mount -t tmpfs -o "size=$cap,mode=0700" harness-preview "$mnt" || exit 125
+mkdir "$mnt/upper" "$mnt/work" || exit 125
+chown --reference="$ws" "$mnt/upper" && chmod --reference="$ws" "$mnt/upper" || exit 125
+mount -t overlay harness-preview \
+  -o "lowerdir=$ws,upperdir=$mnt/upper,workdir=$mnt/work,index=off,metacopy=off$opts" \
+  "$ws" || exit 125
+ip link set lo up 2>/dev/null
+timeout -k 2 "$limit" "$@"
+echo "status $?" >&6
+stat -f -c "free %a %S" "$mnt" >&6
+cat /proc/net/snmp /proc/net/snmp6 >&7 2>/dev/null
+tar -C "$mnt/upper" --xattrs --xattrs-include='trusted.overlay.*' \
+  --xattrs-include='user.overlay.*' --numeric-owner -cf - . >&5 || echo "tar failed" >&6
+exit 0
+"""
+
+
+class PreviewUnavailable(ToolError):
+    """No preview could be made here (no overlayfs, the namespace refused); nothing ran."""
+
+
+@dataclass
+class Effect:
+    """What a previewed command would do. `document()` is what the reviewer sees and what
+    `digest` covers; `fingerprint` (the workspace it was made over) and `store` (where
+    the upper layer is kept) are Harness's own."""
+
+    changes: list[dict[str, Any]]
+    exit_status: int | None
+    exit_text: str
+    output: str
+    network_attempted: bool
+    limit: str  # "" or what stopped it: time, size, output, memory, start
+    upper_sha256: str
+    more_changes: int = 0
+    fingerprint: str = ""
+    store: str = ""
+    seconds: float = 0.0
+    digest: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.digest:
+            self.digest = digest_of(self.document())
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "changes": self.changes,
+            "more_changes": self.more_changes,
+            "exit_status": self.exit_status,
+            "exit_text": self.exit_text,
+            "output": self.output,
+            "network_attempted": self.network_attempted,
+            "limit": self.limit,
+            "upper_sha256": self.upper_sha256,
+        }
+
+    @property
+    def appliable(self) -> bool:
+        """Whether approving may apply this effect instead of running the command."""
+        if any(change["kind"] == "special" for change in self.changes):
+            return False
+        return not self.limit and not self.network_attempted and not self.more_changes
+
+    def why_not_appliable(self) -> str:
+        if self.limit:
+            return {
+                "time": "the preview hit its time limit",
+                "size": "the preview wrote more than its size cap",
+                "output": "the preview wrote more output than it may",
+                "memory": "the preview used more memory than it may",
+                "start": "the command could not start in the preview",
+            }.get(self.limit, f"the preview hit a limit ({self.limit})")
+        if self.network_attempted:
+            return "the command tried to reach the network, which a preview does not have"
+        if self.more_changes:
+            return "the effect has more changes than a preview lists"
+        if any(change["kind"] == "special" for change in self.changes):
+            return "the command made a special file (a FIFO or a socket), which is not applied"
+        return ""
+
+    def counts(self) -> dict[str, int]:
+        counts = {"changed": 0, "created": 0, "deleted": 0, "mode": 0}
+        for change in self.changes:
+            if change["kind"] != "dir" or change["change"] == "mode":
+                counts[change["change"]] += 1
+        return counts
+
+    def summary(self) -> str:
+        """ "This command would: change 2 files, create 1, delete 1" (and the rest)."""
+        return summary_of(self.document())
+
+    def stored(self) -> dict[str, Any]:
+        return {**asdict(self), "appliable": self.appliable}
+
+
+def summary_of(document: dict[str, Any]) -> str:
+    counts = {"changed": 0, "created": 0, "deleted": 0, "mode": 0}
+    for change in document.get("changes", []):
+        if change.get("kind") != "dir" or change.get("change") == "mode":
+            counts[str(change.get("change"))] = counts.get(str(change.get("change")), 0) + 1
+    parts: list[str] = []
+    words = (("changed", "change"), ("created", "create"), ("deleted", "delete"))
+    for key, verb in words:
+        if counts[key]:
+            noun = " files" if not parts and counts[key] != 1 else " file" if not parts else ""
+            parts.append(f"{verb} {counts[key]}{noun}")
+    if counts["mode"]:
+        parts.append(f"change the mode of {counts['mode']}")
+    text = "This command would: " + (", ".join(parts) if parts else "change no files")
+    if document.get("more_changes"):
+        text += f" (and {document['more_changes']} more changes not listed)"
+    if document.get("network_attempted"):
+        text += "; it tried to reach the network (the preview has none)"
+    if document.get("limit"):
+        text += f"; the preview stopped at a limit ({document['limit']})"
+    return text
+
+
+def digest_of(document: dict[str, Any]) -> str:
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def store_root() -> Path:
+    return Path(settings.DATA_DIR) / "previews"
+
+
+def enabled() -> bool:
+    """Whether asks of run_command are previewed: the setting, and the bwrap sandbox."""
+    return bool(settings.HARNESS_PREVIEW) and sandbox.mode() == "bwrap"
+
+
+# --- Running ------------------------------------------------------------------------------
+
+
+def run_preview(argv: list[str], *, cwd: Path, workspace: Path, env: dict[str, str]) -> Effect:
+    """Preview `argv` run in `cwd` over `workspace`. The caller holds the workspace lock.
+
+    Raises PreviewUnavailable when no preview can be made (nothing ran, nothing kept), and
+    SandboxUnavailable/ToolError as sandbox.run does before anything starts.
+    """
+    sandbox.require_sandbox()
+    workspace = workspace.resolve()
+    sandbox.refuse_exposed_state(workspace)
+    sandbox.give_to_sandbox(workspace)
+    timeout = float(settings.HARNESS_PREVIEW_TIMEOUT)
+    cap = int(settings.HARNESS_PREVIEW_MAX_BYTES)
+    limits = sandbox.Limits(
+        timeout=timeout + 15,  # the namespace's own bound; `timeout` stops the program
+        output_chars=int(settings.HARNESS_OUTPUT_LIMIT),
+        cpu_seconds=max(1, int(timeout) + 1),
+        file_bytes=cap,
+        output_bytes=4 << 20,
+    )
+    store = store_root() / uuid.uuid4().hex
+    mount_point = _mount_point(workspace)
+    store.mkdir(mode=0o700, parents=True)
+    try:
+        fingerprint = fingerprint_of(workspace)
+        started = time.monotonic()
+        done, oom = _run_in_namespace(argv, cwd, workspace, store, mount_point, env, limits)
+        seconds = time.monotonic() - started
+        return _effect(done, oom, store, workspace, fingerprint, seconds, timeout, cap)
+    except BaseException:
+        shutil.rmtree(store, ignore_errors=True)
+        raise
+
+
+def _mount_point(workspace: Path) -> Path:
+    point = store_root() / "mnt"
+    point.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if point.resolve().is_relative_to(workspace):
+        raise PreviewUnavailable(
+            "Harness's data directory lies inside the session workspace, so no preview can "
+            "be made; the command asks without one."
+        )
+    return point.resolve()
+
+
+def _namespace_prefix() -> tuple[list[str], str]:
+    unshare = ["unshare", "--mount", "--net", "--propagation", "private"]
+    if os.geteuid() != 0:  # kernel overlayfs in a user namespace (Linux 5.11+), whose
+        # userxattr makes no redirects already (and refuses redirect_dir=off)
+        return ["unshare", "--user", "--map-root-user", *unshare[1:]], ",userxattr"
+    return unshare, ",redirect_dir=off"  # a renamed directory is copied, never redirected
+
+
+def _run_in_namespace(
+    argv: list[str],
+    cwd: Path,
+    workspace: Path,
+    store: Path,
+    mount_point: Path,
+    env: dict[str, str],
+    limits: sandbox.Limits,
+) -> tuple[sandbox.Completed, bool]:
+    prefix, options = _namespace_prefix()
+    timeout = str(float(settings.HARNESS_PREVIEW_TIMEOUT))
+    cap = str(int(settings.HARNESS_PREVIEW_MAX_BYTES))
+    with sandbox._call_cgroups(limits) as cgroups:
+        inner = sandbox._limit_command(limits, cgroups) + sandbox.bwrap_command(
+            argv, workspace=workspace, cwd=cwd.resolve(), limits=limits, network=True
+        )
+        script = [*prefix, "/bin/sh", "-c", NAMESPACE_SCRIPT, str(mount_point)]
+        script += [str(workspace), str(store), cap, timeout, options, "--", *inner]
+        try:
+            done = sandbox._run_process(script, cwd=store, env=env, limits=limits, sandboxed=True)
+        except TimeoutError:
+            raise PreviewUnavailable(
+                "The preview's namespace did not end in time; the command asks without one."
+            ) from None
+        oom = sandbox_cgroups.oom_killed(cgroups.memory)
+    return done, oom
+
+
+def _facts(store: Path) -> dict[str, str]:
+    facts: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for line in (store / "facts").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            facts[key] = value
+    return facts
+
+
+def _effect(
+    done: sandbox.Completed,
+    oom: bool,
+    store: Path,
+    workspace: Path,
+    fingerprint: str,
+    seconds: float,
+    timeout: float,
+    cap: int,
+) -> Effect:
+    facts = _facts(store)
+    if "status" not in facts:
+        if done.stopped_for_output:
+            return _stopped(done, store, fingerprint, seconds, "output")
+        raise PreviewUnavailable(
+            "No preview could be made on this host (overlayfs in a private namespace: "
+            f"{done.output.strip()[:300] or f'exit {done.returncode}'}); the command asks "
+            "without one."
+        )
+    status = int(facts["status"])
+    output = done.output
+    limit = ""
+    start_failure = sandbox._start_failure_line(done)
+    if status == 124 and seconds >= timeout:
+        limit = "time"
+        status_text = f"killed at the preview's time limit ({timeout:g} s)"
+    else:
+        status_text = sandbox.describe_exit(status, sandboxed=True)
+    free = facts.get("free", "").split()
+    if len(free) == 2 and int(free[0]) * int(free[1]) < 128 << 10 or "SIGXFSZ" in status_text:
+        limit = limit or "size"
+    if oom:
+        limit = limit or "memory"
+    if done.stopped_for_output:
+        limit = limit or "output"
+    if start_failure is not None:
+        limit = limit or "start"
+    tar_path = store / "upper.tar"
+    if facts.get("tar") == "failed" or not tar_path.exists():
+        raise PreviewUnavailable("The preview's upper layer could not be read.")
+    try:
+        changes, more = read_changes(tar_path, workspace)
+    except (tarfile.TarError, OSError) as error:
+        raise PreviewUnavailable(
+            f"The preview's upper layer could not be read ({error})."
+        ) from None
+    return Effect(
+        changes=changes,
+        more_changes=more,
+        exit_status=status,
+        exit_text=status_text,
+        output=output,
+        network_attempted=_tried_network(store / "net"),
+        limit=limit,
+        upper_sha256=_file_sha256(tar_path),
+        fingerprint=fingerprint,
+        store=str(store),
+        seconds=round(seconds, 3),
+    )
+
+
+def _stopped(
+    done: sandbox.Completed, store: Path, fingerprint: str, seconds: float, limit: str
+) -> Effect:
+    return Effect(
+        changes=[],
+        exit_status=None,
+        exit_text="stopped",
+        output=done.output,
+        network_attempted=False,
+        limit=limit,
+        upper_sha256="",
+        fingerprint=fingerprint,
+        store=str(store),
+        seconds=round(seconds, 3),
+    )
+
+
+def _tried_network(path: Path) -> bool:
+    """Whether anything in the namespace looked for a route it had not (v4 or v6)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return False
+    lines = [line.split() for line in text.splitlines()]
+    for names, values in zip(lines, lines[1:], strict=False):
+        if names[:1] == ["Ip:"] and values[:1] == ["Ip:"] and "OutNoRoutes" in names:
+            with contextlib.suppress(ValueError, IndexError):
+                if int(values[names.index("OutNoRoutes")]) > 0:
+                    return True
+    for words in lines:
+        if words[:1] == ["Ip6OutNoRoutes"] and len(words) == 2 and words[1] != "0":
+            return True
+    return False
+
+
+def discard(effect_store: str) -> None:
+    """Remove a kept upper layer (idempotent). Only directories under store_root()."""
+    if not effect_store:
+        return
+    path = Path(effect_store)
+    if path.parent == store_root() and re.fullmatch(r"[0-9a-f]{32}", path.name):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# --- Reading the upper layer --------------------------------------------------------------
+
+
+def _is_whiteout(member: tarfile.TarInfo) -> bool:
+    return member.ischr() and member.devmajor == 0 and member.devminor == 0
+
+
+def _is_opaque(member: tarfile.TarInfo) -> bool:
+    return member.isdir() and any(member.pax_headers.get(k) == "y" for k in OPAQUE_KEYS)
+
+
+def member_path(member: tarfile.TarInfo) -> str:
+    """The member's path relative to the workspace ("" for the root), refused when it
+    could leave it."""
+    name = os.path.normpath(member.name)
+    if name == ".":
+        return ""
+    if name.startswith(("/", "../")) or name == "..":
+        raise PreviewUnavailable(f"The preview's upper layer holds a strange path {name!r}.")
+    return name
+
+
+def read_changes(tar_path: Path, workspace: Path) -> tuple[list[dict[str, Any]], int]:
+    """Every change the upper layer makes to `workspace`, in path order (at most
+    LIST_CHANGES, and the count of the rest)."""
+    changes: list[dict[str, Any]] = []
+    with tarfile.open(tar_path) as tar:
+        members = {member_path(m): m for m in tar.getmembers()}
+        for rel, member in members.items():
+            changes.extend(_changes_of(rel, member, members, tar, workspace))
+    changes.sort(key=lambda change: change["path"])
+    return changes[:LIST_CHANGES], max(0, len(changes) - LIST_CHANGES)
+
+
+def _lower(workspace: Path, rel: str) -> os.stat_result | None:
+    """What the workspace holds at `rel`, never through a symlink: a path below a symlink
+    (or below anything but a directory) does not exist in the workspace."""
+    try:
+        if not rel:
+            return os.lstat(workspace)
+        parts = rel.split("/")
+        for depth in range(1, len(parts)):
+            if not stat.S_ISDIR(os.lstat(workspace.joinpath(*parts[:depth])).st_mode):
+                return None
+        return os.lstat(workspace / rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _lower_bytes(workspace: Path, rel: str) -> bytes:
+    """A regular file of the workspace, opened with no symlink followed (_confined)."""
+    with _confined.opened(workspace, workspace / rel, _confined.READ) as fd:
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _changes_of(
+    rel: str,
+    member: tarfile.TarInfo,
+    members: dict[str, tarfile.TarInfo],
+    tar: tarfile.TarFile,
+    workspace: Path,
+) -> Iterator[dict[str, Any]]:
+    lower = _lower(workspace, rel)
+    if _is_whiteout(member):
+        if lower is not None:
+            yield from _deleted_tree(workspace, rel, lower)
+        return
+    if lower is not None and not _same_kind(member, lower):
+        yield from _deleted_tree(workspace, rel, lower)
+        lower = None
+    if member.isdir():
+        if lower is None:
+            yield _change(rel, "created", "dir", None, member.mode)
+        elif stat.S_IMODE(lower.st_mode) != member.mode:
+            yield _change(rel, "mode", "dir", stat.S_IMODE(lower.st_mode), member.mode)
+        if _is_opaque(member) and lower is not None:
+            yield from _hidden_by_opaque(workspace, rel, members)
+        return
+    if not (member.isfile() or member.islnk() or member.issym()):
+        yield _change(rel, "created", "special", None, member.mode)  # a FIFO: not applied
+        return
+    if member.issym():
+        before = os.readlink(workspace / rel) if lower is not None else None
+        if before != member.linkname:
+            yield {
+                **_change(rel, "changed" if before else "created", "symlink", None, None),
+                "target": member.linkname,
+            }
+        return
+    yield from _file_change(rel, member, lower, tar, workspace)
+
+
+def _same_kind(member: tarfile.TarInfo, lower: os.stat_result) -> bool:
+    if member.isdir():
+        return stat.S_ISDIR(lower.st_mode)
+    if member.issym():
+        return stat.S_ISLNK(lower.st_mode)
+    return stat.S_ISREG(lower.st_mode)
+
+
+def _change(
+    rel: str, change: str, kind: str, mode_before: int | None, mode_after: int | None
+) -> dict[str, Any]:
+    return {
+        "path": rel,
+        "change": change,
+        "kind": kind,
+        "mode_before": _octal(mode_before),
+        "mode_after": _octal(mode_after),
+    }
+
+
+def _octal(mode: int | None) -> str | None:
+    return None if mode is None else f"{stat.S_IMODE(mode):04o}"
+
+
+def _file_change(
+    rel: str,
+    member: tarfile.TarInfo,
+    lower: os.stat_result | None,
+    tar: tarfile.TarFile,
+    workspace: Path,
+) -> Iterator[dict[str, Any]]:
+    if member.islnk():
+        after = _member_bytes(tar, tar.getmember(member.linkname))
+    else:
+        after = _member_bytes(tar, member)
+    before = _lower_bytes(workspace, rel) if lower is not None else None
+    mode_before = stat.S_IMODE(lower.st_mode) if lower is not None else None
+    if before == after and mode_before == member.mode:
+        return  # copied up, unchanged (touched)
+    kind = "changed" if before is not None else "created"
+    if before == after:
+        kind = "mode"
+    change = _change(rel, kind, "file", mode_before, member.mode)
+    change |= _content(before, after)
+    yield change
+
+
+def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    handle = tar.extractfile(member)
+    return handle.read() if handle is not None else b""
+
+
+def _content(before: bytes | None, after: bytes | None) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "size_before": None if before is None else len(before),
+        "size_after": None if after is None else len(after),
+        "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
+        "sha256_after": None if after is None else hashlib.sha256(after).hexdigest(),
+    }
+    old, new = _text(before), _text(after)
+    if old is None or new is None or before == after:
+        facts["diff"] = None
+        facts["binary"] = before != after and (old is None or new is None)
+        return facts
+    lines = list(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), "before", "after"
+        )
+    )
+    if len(lines) > DIFF_LINES:
+        lines = [*lines[:DIFF_LINES], f"... {len(lines) - DIFF_LINES} more lines of diff\n"]
+    facts["diff"] = "".join(lines)
+    facts["binary"] = False
+    return facts
+
+
+def _text(data: bytes | None) -> str | None:
+    """Text to diff, or None: binary (a NUL, not UTF-8) or larger than DIFF_BYTES."""
+    if data is None:
+        return ""
+    if len(data) > DIFF_BYTES or b"\0" in data:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _deleted_tree(workspace: Path, rel: str, lower: os.stat_result) -> Iterator[dict[str, Any]]:
+    """A deleted path; for a directory, everything in it too (deepest last)."""
+    yield from _deleted_one(workspace, rel, lower)
+    if stat.S_ISDIR(lower.st_mode):
+        for top, directories, files, _ in os.fwalk(workspace / rel, follow_symlinks=False):
+            for name in sorted([*directories, *files]):
+                path = os.path.relpath(os.path.join(top, name), workspace)
+                info = os.lstat(workspace / path)
+                yield from _deleted_one(workspace, path, info)
+
+
+def _deleted_one(workspace: Path, rel: str, info: os.stat_result) -> Iterator[dict[str, Any]]:
+    if stat.S_ISDIR(info.st_mode):
+        yield _change(rel, "deleted", "dir", info.st_mode, None)
+    elif stat.S_ISLNK(info.st_mode):
+        yield _change(rel, "deleted", "symlink", None, None)
+    else:
+        change = _change(rel, "deleted", "file", info.st_mode, None)
+        before = _lower_bytes(workspace, rel) if stat.S_ISREG(info.st_mode) else b""
+        yield change | _content(before, None)
+
+
+def _hidden_by_opaque(
+    workspace: Path, rel: str, members: dict[str, tarfile.TarInfo]
+) -> Iterator[dict[str, Any]]:
+    """What an opaque directory (removed and made again) drops of the lower one."""
+    with os.scandir(workspace / rel) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            path = os.path.join(rel, entry.name)
+            if path not in members:
+                yield from _deleted_tree(workspace, path, entry.stat(follow_symlinks=False))
+
+
+# --- The world the preview saw --------------------------------------------------------------
+
+
+def fingerprint_of(workspace: Path) -> str:
+    """A digest of every entry of `workspace` by kind, mode, size, mtime, ctime and inode
+    (Harness's hidden directories left out: the sandbox never shows them). Symlinks are
+    read as links, never followed."""
+    hidden = {str(path) for path in sandbox.hidden_paths()}
+    digest = hashlib.sha256()
+    root = str(workspace.resolve())
+    pending = [(root, "")]
+    while pending:
+        top, prefix = pending.pop()
+        try:
+            with os.scandir(top) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.path in hidden:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                info = entry.stat(follow_symlinks=False)
+                rel = prefix + entry.name
+                digest.update(
+                    f"{rel}\0{info.st_mode:o} {info.st_size} {info.st_mtime_ns} "
+                    f"{info.st_ctime_ns} {info.st_ino}\n".encode(errors="surrogateescape")
+                )
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append((entry.path, rel + "/"))
+    top_info = os.lstat(root)
+    digest.update(f".\0{top_info.st_mode:o} {top_info.st_mtime_ns} {top_info.st_ctime_ns}".encode())
+    return digest.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,199 @@
+"""Applying a previewed effect to the workspace, or refusing because the world changed
+(docs/security.md, "Previews"). The caller holds the workspace lock (workspace_lock).
+
+`check(effect, workspace)` says why the effect may no longer be applied (None: it may):
+the workspace's fingerprint differs from the preview's, a changed path's content hash
+differs, or the kept upper layer is not the one previewed. `apply(effect, workspace)`
+then writes exactly the upper layer: files (content, mode, mtime), directories (mode),
+symlinks, hard links, and removes what the preview removed. Every path is reached
+through descriptors with no symlink followed (`_confined`), so a workspace changed under
+the apply can make it fail, never write outside.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from dispatcher.tools import _confined, sandbox
+from dispatcher.tools.preview import (
+    Effect,
+    _file_sha256,
+    _is_opaque,
+    _is_whiteout,
+    fingerprint_of,
+    member_path,
+)
+
+
+class NotAppliable(Exception):
+    """The effect may not be applied; the message says why (for the audit and the model)."""
+
+
+def check(effect: Effect, workspace: Path) -> str | None:
+    """Why `effect` may not be applied to `workspace` now, or None."""
+    workspace = workspace.resolve()
+    if not effect.appliable:
+        return effect.why_not_appliable()
+    tar_path = Path(effect.store) / "upper.tar"
+    try:
+        if _file_sha256(tar_path) != effect.upper_sha256:
+            return "the kept upper layer is not the one previewed"
+    except OSError:
+        return "the kept upper layer is gone"
+    if fingerprint_of(workspace) != effect.fingerprint:
+        return "the workspace changed since the preview"
+    for change in effect.changes:
+        before = change.get("sha256_before")
+        if before and _sha256_of(workspace, change["path"]) != before:
+            return f"{change['path']} changed since the preview"
+    return None
+
+
+def _sha256_of(workspace: Path, rel: str) -> str | None:
+    try:
+        with _confined.opened(workspace, workspace / rel, _confined.READ) as fd:
+            digest = hashlib.sha256()
+            while chunk := os.read(fd, 1 << 20):
+                digest.update(chunk)
+            return digest.hexdigest()
+    except OSError:
+        return None
+
+
+def apply(effect: Effect, workspace: Path, *, checked: bool = False) -> None:
+    """Write the previewed upper layer over `workspace`. Raises NotAppliable (see check)
+    unless `checked` (the caller ran `check` under the same hold of the lock), and
+    OSError when the workspace changes under it."""
+    reason = None if checked else check(effect, workspace)
+    if reason is not None:
+        raise NotAppliable(reason)
+    workspace = workspace.resolve()
+    modes: list[tuple[str, int]] = []
+    with tarfile.open(Path(effect.store) / "upper.tar") as tar:
+        for member in tar.getmembers():
+            rel = member_path(member)
+            if rel:
+                _apply_member(tar, member, rel, workspace, modes)
+            else:
+                modes.append(("", member.mode))
+    for rel, mode in reversed(modes):  # deepest first: a read-only directory last
+        with _confined.directory_beneath(workspace, workspace / rel) as fd:
+            os.fchmod(fd, mode)
+
+
+def _apply_member(
+    tar: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    rel: str,
+    workspace: Path,
+    modes: list[tuple[str, int]],
+) -> None:
+    parent, name = os.path.split(rel)
+    with _confined.directory_beneath(workspace, workspace / parent) as dir_fd:
+        existing = _lstat(name, dir_fd)
+        if _is_whiteout(member):
+            _remove(name, dir_fd, existing)
+        elif member.isdir():
+            if existing is not None and (not stat.S_ISDIR(existing.st_mode) or _is_opaque(member)):
+                _remove(name, dir_fd, existing)
+                existing = None
+            if existing is None:
+                os.mkdir(name, 0o700, dir_fd=dir_fd)
+                _hand_over(name, dir_fd)
+            modes.append((rel, member.mode))
+        elif member.issym():
+            _remove(name, dir_fd, existing)
+            os.symlink(member.linkname, name, dir_fd=dir_fd)
+            if os.geteuid() == 0 and (owner := sandbox._owner()) is not None:
+                os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
+        elif member.islnk():
+            _remove(name, dir_fd, existing)
+            source = workspace / member_path(tar.getmember(member.linkname))
+            with _confined.directory_beneath(workspace, source.parent) as source_fd:
+                os.link(
+                    source.name,
+                    name,
+                    src_dir_fd=source_fd,
+                    dst_dir_fd=dir_fd,
+                    follow_symlinks=False,
+                )
+        elif member.isfile():
+            _write_file(tar, member, name, dir_fd, existing)
+
+
+def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _remove(name: str, dir_fd: int, existing: os.stat_result | None) -> None:
+    if existing is None:
+        return
+    if stat.S_ISDIR(existing.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)  # descriptor-based: never follows a symlink
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _hand_over(name: str, dir_fd: int) -> None:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        sandbox.hand_over(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(
+    tar: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    name: str,
+    dir_fd: int,
+    existing: os.stat_result | None,
+) -> None:
+    """The file's bytes written beside it, then renamed over it (atomic per file)."""
+    if existing is not None and stat.S_ISDIR(existing.st_mode):
+        _remove(name, dir_fd, existing)
+    temporary = f".{name}.harness-apply"
+    source = tar.extractfile(member)
+    data = source.read() if source is not None else b""
+    fd = os.open(
+        temporary,
+        os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+        dir_fd=dir_fd,
+    )
+    try:
+        _confined.write_all(fd, data)
+        sandbox.hand_over(fd)
+        mode = member.mode
+        if os.fstat(fd).st_uid == 0:  # never a set-id file of root's (no sandbox user)
+            mode &= ~(stat.S_ISUID | stat.S_ISGID)
+        os.fchmod(fd, mode)
+        os.utime(fd, ns=(int(member.mtime * 1e9), int(member.mtime * 1e9)))
+    finally:
+        os.close(fd)
+    os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def result_text(effect: Effect) -> str:
+    """The call's result when the effect was applied: what the previewed run printed, in
+    run_command's own shape."""
+    return f"exit code {effect.exit_text}\n{effect.output}"
+
+
+def effect_from(stored: dict[str, Any]) -> Effect:
+    """The Effect kept with a call (Effect.stored()), its digest checked."""
+    fields = {k: v for k, v in stored.items() if k != "appliable"}
+    effect = Effect(**fields)
+    recomputed = Effect(**{**fields, "digest": ""}).digest
+    if recomputed != effect.digest:
+        raise NotAppliable("the stored effect does not match its digest")
+    return effect

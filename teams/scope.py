@@ -1,0 +1,133 @@
+"""Who sees and decides what: a person's reach for one role, decided here and nowhere else.
+
+A role held organization-wide (the Django group of that name, or a superuser) reaches
+every team; a role held in teams reaches those teams' agents, their sessions, calls and
+asks. Views, sockets, exports, notifications and links ask `scope_of` and filter with it;
+none decides reach on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.contrib.auth.models import User
+from django.db.models import FilteredRelation, Model, Q, QuerySet
+
+from floor.compiled import Compiled
+
+M = TypeVar("M", bound=Model)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The teams a person reaches with one role: all of them, or `team_ids`."""
+
+    everything: bool
+    team_ids: frozenset[int]
+
+    @property
+    def empty(self) -> bool:
+        return not self.everything and not self.team_ids
+
+    def covers(self, team_id: int | None) -> bool:
+        return self.everything or (team_id is not None and team_id in self.team_ids)
+
+    def filter(self, rows: QuerySet[M], team_field: str) -> QuerySet[M]:
+        """`rows` narrowed to this reach; `team_field` is the path to the team's id
+        (`agent__team_id` for sessions, `session__agent__team_id` for calls)."""
+        if self.everything:
+            return rows
+        return rows.filter(**{f"{team_field}__in": sorted(self.team_ids)})
+
+    def filter_any(self, rows: QuerySet[M], *team_fields: str) -> QuerySet[M]:
+        """`rows` reached by any of `team_fields` (distinct): the people of a team are its
+        members and the owners of its agents (`team_memberships__team_id`,
+        `agents__team_id`)."""
+        if self.everything:
+            return rows
+        ids = sorted(self.team_ids)
+        either = Q()
+        for field in team_fields:
+            either |= Q(**{f"{field}__in": ids})
+        return rows.filter(either).distinct()
+
+    def filter_via(
+        self, rows: QuerySet[M], field: str, owners: QuerySet[Any], team_field: str
+    ) -> QuerySet[M]:
+        """`rows` whose `field` is the key of one of `owners` this reach covers: for rows
+        that name their session or agent without a foreign key (the audit log's chains
+        name sessions by id). A subquery, never another statement."""
+        if self.everything:
+            return rows
+        return rows.filter(**{f"{field}__in": self.filter(owners, team_field).values("pk")})
+
+
+NOTHING = Scope(everything=False, team_ids=frozenset())
+EVERYTHING = Scope(everything=True, team_ids=frozenset())
+
+
+def org_holds(user: Any, role: str) -> bool:
+    """Does `user` hold `role` organization-wide (a superuser holds every role)?"""
+    return scope_of(user, role).everything
+
+
+def scope_of(user: Any, role: str) -> Scope:
+    """The teams `user` reaches with `role` now (nothing unless signed in and active).
+
+    One statement, whatever the number of teams: the organization's group and the teams'
+    memberships are read together (`_REACH`), so a page, a socket or a decision that
+    checks the role learns its reach in the same read (the statement budgets of the hot
+    paths count it once)."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return NOTHING
+    if user.is_superuser:
+        return EVERYTHING
+    rows = _REACH.tuples(user.pk, role)
+    if any(group is not None for group, _ in rows):
+        return EVERYTHING
+    return Scope(everything=False, team_ids=frozenset(t for _, t in rows if t is not None))
+
+
+# Asked on every page, socket and decision of a role (floor.compiled): the user's row with
+# the organization's group of that name and their memberships with that role, both left
+# joins, so one row (NULL, NULL) says "neither" and one row per team otherwise.
+_REACH = Compiled(
+    lambda user_id, role: (
+        User.objects.filter(pk=user_id)
+        .annotate(
+            org=FilteredRelation("groups", condition=Q(groups__name=role)),
+            member=FilteredRelation("team_memberships", condition=Q(team_memberships__role=role)),
+        )
+        .order_by()
+        .values_list("org__id", "member__team_id")
+    )
+)
+
+
+def scope_of_any(user: Any, roles: list[str]) -> Scope:
+    """The teams `user` reaches with any of `roles` (the overview, which every role
+    opens, shows the union): one statement, as `scope_of`."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return NOTHING
+    if user.is_superuser:
+        return EVERYTHING
+    rows = _REACH_ANY.tuples(user.pk, sorted(roles))
+    if any(group is not None for group, _ in rows):
+        return EVERYTHING
+    return Scope(everything=False, team_ids=frozenset(t for _, t in rows if t is not None))
+
+
+_REACH_ANY = Compiled(
+    lambda user_id, roles: (
+        User.objects.filter(pk=user_id)
+        .annotate(
+            org=FilteredRelation("groups", condition=Q(groups__name__in=roles)),
+            member=FilteredRelation(
+                "team_memberships", condition=Q(team_memberships__role__in=roles)
+            ),
+        )
+        .order_by()
+        .values_list("org__id", "member__team_id")
+    )
+)

@@ -1,0 +1,100 @@
+"""Every change to a team or its members, each with its audit event.
+
+A membership given by the identity provider's group map says so (`source="sso"`): the map
+removes only what it gave, and a role given by hand is never taken by a sign-in.
+Removing a member's last role closes their sockets after commit (as `audit.roles` does
+for organization roles), so a socket never outlives the role it was opened with.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from audit import kinds
+from audit.roles import close_sockets, user_group
+from audit.services import record_event
+
+from .models import TEAM_NAME, Membership, Source, Team, TeamRole
+
+
+class TeamError(ValueError):
+    """A team change that cannot be made, with the reason a person can act on."""
+
+
+def _role(role: str) -> str:
+    if role not in TeamRole.values:
+        raise TeamError(f"Unknown team role '{role}'. Roles: {', '.join(TeamRole.values)}.")
+    return role
+
+
+@transaction.atomic
+def create_team(*, name: str, actor: str) -> Team:
+    try:
+        TEAM_NAME(name)
+    except ValidationError as error:
+        raise TeamError(" ".join(error.messages)) from None
+    if Team.objects.filter(name__iexact=name).exists():
+        raise TeamError(f"A team named '{name}' exists already.")
+    team = Team.objects.create(name=name)
+    record_event(
+        kind=kinds.TEAM_CREATED, actor=actor, subject=f"team:{team.pk}", payload={"team": name}
+    )
+    return team
+
+
+def team_named(name: str) -> Team:
+    team = Team.objects.filter(name=name).first()
+    if team is None:
+        known = ", ".join(Team.objects.values_list("name", flat=True)) or "none"
+        raise TeamError(f"No team named '{name}'. Teams: {known}.")
+    return team
+
+
+@transaction.atomic
+def add_member(
+    *, team: Team, user: User, role: str, actor: str, source: str = Source.MANUAL
+) -> bool:
+    """Give `user` the role in `team`; False (and no event) if they hold it already.
+    Their sockets close after commit: a page reopens its socket with the wider reach (a
+    queue socket joins the groups of the teams it reaches when it opens)."""
+    _role(role)
+    _, created = Membership.objects.get_or_create(
+        team=team, user=user, role=role, defaults={"source": source}
+    )
+    if not created:
+        return False
+    record_event(
+        kind=kinds.TEAM_MEMBER_ADDED,
+        actor=actor,
+        subject=f"team:{team.pk}",
+        payload={"team": team.name, "user": user.get_username(), "role": role, "source": source},
+    )
+    transaction.on_commit(functools.partial(close_sockets, user_group(user.pk)))
+    return True
+
+
+@transaction.atomic
+def remove_member(
+    *, team: Team, user: User, role: str, actor: str, source: str | None = None
+) -> bool:
+    """Take the role in `team` from `user`; False (and no event) if they did not hold it
+    (or, with `source`, did not hold it from that source). Their sockets close after
+    commit: a page still within another role reopens its socket and is checked again."""
+    _role(role)
+    rows = Membership.objects.filter(team=team, user=user, role=role)
+    if source is not None:
+        rows = rows.filter(source=source)
+    if not rows.delete()[0]:
+        return False
+    record_event(
+        kind=kinds.TEAM_MEMBER_REMOVED,
+        actor=actor,
+        subject=f"team:{team.pk}",
+        payload={"team": team.name, "user": user.get_username(), "role": role},
+    )
+    transaction.on_commit(functools.partial(close_sockets, user_group(user.pk)))
+    return True
