@@ -219,6 +219,49 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
 
 
 @transaction.atomic
+def hand_over_agent(*, agent: Agent, to: User, actor: str) -> str:
+    """Give an active agent to another owner (its token keeps working, now answering to
+    `to`'s mode and rules); its name, suffixed if `to` has one like it. Returns the name."""
+    name = agent.name
+    if Agent.objects.filter(owner=to, name=name).exclude(pk=agent.pk).exists():
+        name = f"{agent.name[:80]}-from-{agent.owner.get_username()[:15]}"
+    previous = agent.owner.get_username()
+    Agent.objects.filter(pk=agent.pk).update(owner=to, name=name)
+    PermissionProfile.objects.get_or_create(user=to, defaults=default_profile())
+    record_event(
+        kind=kinds.AGENT_HANDED_OVER,
+        actor=actor,
+        subject=f"agent:{agent.pk}",
+        payload={"name": name, "from": previous, "to": to.get_username()},
+    )
+    agent.owner, agent.name = to, name
+    return name
+
+
+def release_agents_of(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:
+    """A deactivation step (settings.HARNESS_DEACTIVATION_STEPS, inside audit.roles.
+    deactivate's transaction): each active agent `user` owns is handed to `sponsor`, else
+    to the agent's own sponsor (Agent.sponsor) when that person is active, else revoked
+    (its token refused from the commit on)."""
+    agents = list(
+        Agent.objects.select_for_update(of=("self",))
+        .select_related("sponsor")
+        .filter(owner=user, is_active=True)
+        .order_by("pk")
+    )
+    handed: list[str] = []
+    revoked: list[str] = []
+    for agent in agents:
+        to = sponsor if sponsor is not None and sponsor.is_active else agent.sponsor
+        if to is not None and to.is_active and to.pk != user.pk:
+            handed.append(hand_over_agent(agent=agent, to=to, actor=actor))
+        else:
+            revoke_agent(agent=agent, actor=actor)
+            revoked.append(agent.name)
+    return {"agents_revoked": revoked, **({"agents_handed_over": handed} if handed else {})}
+
+
+@transaction.atomic
 def rotate_token(*, agent: Agent, actor: str) -> str:
     """Give an active agent a new token and return it (shown once); the old one stops
     working at once. Raises ServiceError for a revoked agent (revoked is final)."""
