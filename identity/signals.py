@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import services
+from . import groups, services
 
 
 def on_signed_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
@@ -21,8 +21,11 @@ def on_signed_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 
 
 def on_sso_signed_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
-    """allauth's user_logged_in: a sign-in through an identity provider is audited."""
+    """allauth's user_logged_in: a sign-in through an identity provider is audited, and
+    the person's groups become their teams and roles (identity.groups)."""
     sociallogin = kwargs.get("sociallogin")
     if sociallogin is not None:
         account = sociallogin.account
         services.record_sso_sign_in(user=user, provider=account.provider, uid=account.uid)
+        # Groups become teams and roles (HARNESS_SSO_GROUP_MAP), on every sign-in.
+        groups.apply(user=user, provider_id=account.provider, extra_data=account.extra_data)

@@ -83,3 +83,49 @@ def test_a_real_provider_s_groups_claim_is_what_the_map_reads(settings: Any) -> 
     groups = groups_in(account.extra_data, sso.kind, sso.groups_claim)
     assert groups == ["platform-sre", "security"]
     assert Grant("reviewer", "sre") in grants_for(groups, parse_group_map(json.dumps(MAP)))
+
+
+@pytest.mark.django_db
+def test_each_sign_in_gives_what_the_groups_grant_and_takes_what_they_no_longer_do(
+    settings: Any,
+) -> None:
+    from django.contrib.auth.models import User
+
+    from audit import roles
+    from audit.models import AuditEvent
+    from teams.models import Membership
+    from teams.scope import scope_of
+    from teams.services import add_member, create_team
+
+    settings.HARNESS_SSO_GROUP_MAP = parse_group_map(json.dumps(MAP))
+    ops = create_team(name="ops", actor="test")
+    with oidc.oidc_provider() as provider:
+        oidc.configure(settings, provider)
+        sub = unique("grp")
+        provider.set_person(
+            sub, email=f"{sub}@corp.test", email_verified=True, groups=["platform-sre", "security"]
+        )
+        assert oidc.sign_in(Client(), provider, sub).status_code == 302
+        person = User.objects.get(email=f"{sub}@corp.test")
+        sre = Membership.objects.get(user=person, role="reviewer").team
+        assert sre.name == "sre"  # made by the map, audited as the provider's
+        assert scope_of(person, "reviewer").team_ids == {sre.pk}
+        assert roles.has_role(person, "auditor") and scope_of(person, "auditor").everything
+        # A role given by hand is the map's neither to give nor to take.
+        add_member(team=ops, user=person, role="reviewer", actor="admin")
+        provider.set_person(
+            sub, email=f"{sub}@corp.test", email_verified=True, groups=["platform-sre"]
+        )
+        assert oidc.sign_in(Client(), provider, sub).status_code == 302
+        assert not roles.has_role(person, "auditor")  # the security group went away
+        assert scope_of(person, "reviewer").team_ids == {sre.pk, ops.pk}
+        provider.set_person(sub, email=f"{sub}@corp.test", email_verified=True, groups=[])
+        assert oidc.sign_in(Client(), provider, sub).status_code == 302
+        assert scope_of(person, "reviewer").team_ids == {ops.pk}
+    actors = set(
+        AuditEvent.objects.filter(
+            kind__in=["team.member_added", "team.member_removed", "role.granted", "role.removed"],
+            payload__user=person.username,
+        ).values_list("actor", flat=True)
+    )
+    assert actors == {"sso:sso", "admin"}
