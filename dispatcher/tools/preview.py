@@ -75,7 +75,8 @@ NAMESPACE_FAILED = 125
 # Inside the private namespaces (sh, as root there): $0 the tmpfs mount point, $1 the
 # workspace, $2 the preview's directory, $3 the size cap, $4 the time limit, $5 more
 # overlay options; then "--" and the sandbox's own launcher. The results are opened
-# before the overlay hides anything.
+# before the overlay hides anything, and closed for the program: it must never write
+# the upper layer's tar (a tar of its choosing would be what is shown and applied).
 NAMESPACE_SCRIPT = r"""
 mnt=$0; ws=$1; out=$2; cap=$3; limit=$4; opts=$5; shift 6
 exec 5>"$out/upper.tar" 6>"$out/facts" 7>"$out/net" || exit 125
@@ -86,7 +87,7 @@ mount -t overlay harness-preview \
   -o "lowerdir=$ws,upperdir=$mnt/upper,workdir=$mnt/work,index=off,metacopy=off$opts" \
   "$ws" || exit 125
 ip link set lo up 2>/dev/null
-timeout -k 2 "$limit" "$@"
+timeout -k 2 "$limit" "$@" 5>&- 6>&- 7>&-
 echo "status $?" >&6
 stat -f -c "free %a %S" "$mnt" >&6
 cat /proc/net/snmp /proc/net/snmp6 >&7 2>/dev/null
@@ -435,7 +436,13 @@ def read_changes(tar_path: Path, workspace: Path) -> tuple[list[dict[str, Any]],
     LIST_CHANGES, and the count of the rest)."""
     changes: list[dict[str, Any]] = []
     with tarfile.open(tar_path) as tar:
-        members = {member_path(m): m for m in tar.getmembers()}
+        members: dict[str, tarfile.TarInfo] = {}
+        for member in tar.getmembers():
+            rel = member_path(member)
+            if rel in members:  # GNU tar of a directory names each path once; the apply
+                # writes every member, so a tar that does not is never read
+                raise PreviewUnavailable(f"The preview's upper layer names {rel!r} twice.")
+            members[rel] = member
         for rel, member in members.items():
             changes.extend(_changes_of(rel, member, members, tar, workspace))
     changes.sort(key=lambda change: change["path"])

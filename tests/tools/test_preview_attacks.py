@@ -1,0 +1,70 @@
+"""A red team's attacks on previews (issue 36), as an agent that controls every argument
+of run_command and every byte its command writes. Each attack runs a real program in the
+real preview sandbox over a real workspace; the ones that once worked fail now, and the
+ones that always failed are kept here so that they stay failing."""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatcher.policy import effect_rules
+from dispatcher.tools import preview, preview_apply, workspace_lock
+from tests.tools.test_preview import _by_path, _preview, _tree, workspace
+
+__all__ = ["workspace"]  # the fixture, shared with test_preview
+
+
+def _apply(effect: preview.Effect, workspace: Path) -> None:
+    with workspace_lock.held(workspace):
+        preview_apply.apply(effect, workspace)
+
+
+def _forged_upper_layer() -> bytes:
+    """A tar that, read as the last member per path, says "nothing", and applied member by
+    member deletes src/ and makes the workspace world-writable."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, kind, mode in (
+            (".", tarfile.DIRTYPE, 0o777),
+            ("./src", tarfile.CHRTYPE, 0),  # a whiteout: src and all it holds removed
+            ("./src", tarfile.DIRTYPE, 0o755),
+            (".", tarfile.DIRTYPE, 0o755),
+        ):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = kind, mode
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
+def test_the_program_cannot_write_the_kept_upper_layer(workspace: Path) -> None:
+    """The namespace's own descriptors (the upper layer's tar, the facts, the network
+    counters) were inherited by the sandboxed program: it wrote a tar of its own choosing
+    first, which the reviewer saw as no change and the apply turned into a deletion."""
+    (workspace / "forged.tar").write_bytes(_forged_upper_layer())
+    os.chmod(workspace, 0o755)
+    effect = _preview(
+        workspace,
+        ["sh", "-c", "echo $(ls /proc/self/fd); cat forged.tar >&5; echo 'status 0' >&6"],
+    )
+    assert effect.output.splitlines()[0] == "0 1 2 3"  # 5, 6 and 7 closed (3: ls's own)
+    assert effect.changes == []
+    _apply(effect, workspace)
+    assert (workspace / "src" / "a.py").exists()
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o755
+    preview.discard(effect.store)
+
+
+def test_an_upper_layer_naming_a_path_twice_is_refused(workspace: Path, tmp_path: Path) -> None:
+    """GNU tar of a directory names each path once; a tar that does not is not read (its
+    shown effect would be the last member's, its applied effect every member's)."""
+    forged = tmp_path / "upper.tar"
+    forged.write_bytes(_forged_upper_layer())
+    with pytest.raises(preview.PreviewUnavailable, match="twice"):
+        preview.read_changes(forged, workspace)
