@@ -445,8 +445,22 @@ def read_changes(tar_path: Path, workspace: Path) -> tuple[list[dict[str, Any]],
             members[rel] = member
         for rel, member in members.items():
             changes.extend(_changes_of(rel, member, members, tar, workspace))
+    for change in changes:  # the effect is JSON text, its digest over UTF-8
+        for key in ("path", "target", "link"):
+            if isinstance(change.get(key), str) and not _is_utf8(change[key]):
+                raise PreviewUnavailable(
+                    f"The effect holds a file name that is not UTF-8 ({change[key]!r})."
+                )
     changes.sort(key=lambda change: change["path"])
     return changes[:LIST_CHANGES], max(0, len(changes) - LIST_CHANGES)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # bytes tarfile and os kept as surrogates
+        return False
+    return True
 
 
 def _lower(workspace: Path, rel: str) -> os.stat_result | None:
@@ -541,18 +555,28 @@ def _file_change(
     tar: tarfile.TarFile,
     workspace: Path,
 ) -> Iterator[dict[str, Any]]:
-    if member.islnk():
-        after = _member_bytes(tar, tar.getmember(member.linkname))
+    link = None
+    if member.islnk():  # applied as a hard link: shown with the path it shares a file with
+        try:
+            source = tar.getmember(member.linkname)
+        except KeyError:
+            raise PreviewUnavailable(
+                f"The preview's upper layer links {rel!r} to a path it does not hold."
+            ) from None
+        link = member_path(source)
+        after = _member_bytes(tar, source)
     else:
         after = _member_bytes(tar, member)
     before = _lower_bytes(workspace, rel) if lower is not None else None
     mode_before = stat.S_IMODE(lower.st_mode) if lower is not None else None
-    if before == after and mode_before == member.mode:
+    if before == after and mode_before == member.mode and link is None:
         return  # copied up, unchanged (touched)
     kind = "changed" if before is not None else "created"
-    if before == after:
+    if before == after and mode_before != member.mode:
         kind = "mode"
     change = _change(rel, kind, "file", mode_before, member.mode)
+    if link is not None:
+        change["link"] = link
     change |= _content(before, after)
     yield change
 

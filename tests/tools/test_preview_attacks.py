@@ -68,3 +68,34 @@ def test_an_upper_layer_naming_a_path_twice_is_refused(workspace: Path, tmp_path
     forged.write_bytes(_forged_upper_layer())
     with pytest.raises(preview.PreviewUnavailable, match="twice"):
         preview.read_changes(forged, workspace)
+
+
+def test_a_name_that_is_not_utf8_or_holds_a_newline(workspace: Path) -> None:
+    """A file name of raw bytes (not UTF-8) failed admission (the effect's digest could
+    not be taken): now there is no preview, and the call asks saying why. A newline in a
+    name is shown and applied as it is."""
+    argv = ["sh", "-c", "printf x > \"$(printf 'bad\\377name')\""]
+    with pytest.raises(preview.PreviewUnavailable, match="not UTF-8"):
+        _preview(workspace, argv)
+    assert os.listdir(preview.store_root()) == ["mnt"]  # nothing kept
+    effect = _preview(workspace, ["sh", "-c", "printf x > 'two\nlines'"])
+    assert _by_path(effect)["two\nlines"]["change"] == "created"
+    _apply(effect, workspace)
+    assert (workspace / "two\nlines").read_text() == "x"
+    preview.discard(effect.store)
+
+
+def test_a_hard_link_out_of_an_effect_rules_paths_is_not_allowed(workspace: Path) -> None:
+    """`ln src/a.py build/a.py` shows as "create build/a.py", but what is applied links it
+    with src/a.py, a path `write: build/**` does not name: a later write to build/a.py by
+    a run for real changes src/a.py. The change names its link, and the rule asks."""
+    (workspace / "build").mkdir()
+    effect = _preview(workspace, ["ln", "src/a.py", "build/a.py"])
+    links = {frozenset((c["path"], c["link"])) for c in effect.changes if "link" in c}
+    assert links == {frozenset(("build/a.py", "src/a.py"))}  # in the tar's own order
+    rule = effect_rules.parse("effect(write: build/**)")
+    assert not rule.allows({**effect.document(), "appliable": effect.appliable})
+    inside = _preview(workspace, ["sh", "-c", "echo x > build/one; ln build/one build/two"])
+    assert rule.allows({**inside.document(), "appliable": inside.appliable})
+    for done in (effect, inside):
+        preview.discard(done.store)
