@@ -16,7 +16,9 @@ the command again (docs/security.md, "Previews"; issue 36).
   v6): a connect or a DNS query towards any address but loopback finds no route.
 - Limits: HARNESS_PREVIEW_TIMEOUT seconds of wall-clock time (coreutils `timeout`, then
   SIGKILL), HARNESS_PREVIEW_MAX_BYTES for everything written (the tmpfs size, and the
-  largest file), and the usual output cap.
+  largest file), MAX_ENTRIES inodes in the tmpfs (empty files and directories cost it
+  no bytes: 50,000 of them in 5 s made an 80 MiB tar and a 22 s admission), a bound on
+  the kept tar (`prlimit --fsize`), and the usual output cap.
 - After the program ends, still inside the namespace, the upper layer is written as a
   tar stream (whiteouts and opaque directories included) to a file in `store`, which
   Harness keeps until the call ends; the tmpfs and the overlay vanish with the namespace,
@@ -69,18 +71,20 @@ from dispatcher.tools.base import ToolError
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
 DIFF_LINES = 400  # per file
 LIST_CHANGES = 2000  # changes listed; more are counted
+MAX_ENTRIES = 4 * LIST_CHANGES  # inodes of the upper layer's tmpfs (empty files cost no bytes)
+ENTRY_TAR_BYTES = 8 << 10  # the kept tar's bound: the size cap plus this per entry
 OPAQUE_KEYS = ("SCHILY.xattr.trusted.overlay.opaque", "SCHILY.xattr.user.overlay.opaque")
 NAMESPACE_FAILED = 125
 
 # Inside the private namespaces (sh, as root there): $0 the tmpfs mount point, $1 the
 # workspace, $2 the preview's directory, $3 the size cap, $4 the time limit, $5 more
-# overlay options; then "--" and the sandbox's own launcher. The results are opened
+# overlay options, $6 the most inodes of the tmpfs, $7 the most bytes of the kept tar; then "--" and the sandbox's own launcher. The results are opened
 # before the overlay hides anything, and closed for the program: it must never write
 # the upper layer's tar (a tar of its choosing would be what is shown and applied).
 NAMESPACE_SCRIPT = r"""
-mnt=$0; ws=$1; out=$2; cap=$3; limit=$4; opts=$5; shift 6
+mnt=$0; ws=$1; out=$2; cap=$3; limit=$4; opts=$5; inodes=$6; tarcap=$7; shift 8
 exec 5>"$out/upper.tar" 6>"$out/facts" 7>"$out/net" || exit 125
-mount -t tmpfs -o "size=$cap,mode=0700" harness-preview "$mnt" || exit 125
+mount -t tmpfs -o "size=$cap,nr_inodes=$inodes,mode=0700" harness-preview "$mnt" || exit 125
 mkdir "$mnt/upper" "$mnt/work" || exit 125
 chown --reference="$ws" "$mnt/upper" && chmod --reference="$ws" "$mnt/upper" || exit 125
 mount -t overlay harness-preview \
@@ -89,9 +93,9 @@ mount -t overlay harness-preview \
 ip link set lo up 2>/dev/null
 timeout -k 2 "$limit" "$@" 5>&- 6>&- 7>&-
 echo "status $?" >&6
-stat -f -c "free %a %S" "$mnt" >&6
+stat -f -c "free %a %S %d" "$mnt" >&6
 cat /proc/net/snmp /proc/net/snmp6 >&7 2>/dev/null
-tar -C "$mnt/upper" --xattrs --xattrs-include='trusted.overlay.*' \
+prlimit --fsize="$tarcap" tar -C "$mnt/upper" --xattrs --xattrs-include='trusted.overlay.*' \
   --xattrs-include='user.overlay.*' --numeric-owner -cf - . >&5 || echo "tar failed" >&6
 exit 0
 """
@@ -148,6 +152,7 @@ class Effect:
             return {
                 "time": "the preview hit its time limit",
                 "size": "the preview wrote more than its size cap",
+                "files": "the preview made more files than it may",
                 "output": "the preview wrote more output than it may",
                 "memory": "the preview used more memory than it may",
                 "start": "the command could not start in the preview",
@@ -284,7 +289,9 @@ def _run_in_namespace(
             argv, workspace=workspace, cwd=cwd.resolve(), limits=limits, network=True
         )
         script = [*prefix, "/bin/sh", "-c", NAMESPACE_SCRIPT, str(mount_point)]
-        script += [str(workspace), str(store), cap, timeout, options, "--", *inner]
+        tar_bytes = str(int(cap) + MAX_ENTRIES * ENTRY_TAR_BYTES)
+        script += [str(workspace), str(store), cap, timeout, options]
+        script += [str(MAX_ENTRIES), tar_bytes, "--", *inner]
         try:
             done = sandbox._run_process(script, cwd=store, env=env, limits=limits, sandboxed=True)
         except TimeoutError:
@@ -333,8 +340,10 @@ def _effect(
     else:
         status_text = sandbox.describe_exit(status, sandboxed=True)
     free = facts.get("free", "").split()
-    if len(free) == 2 and int(free[0]) * int(free[1]) < 128 << 10 or "SIGXFSZ" in status_text:
+    if len(free) >= 2 and int(free[0]) * int(free[1]) < 128 << 10 or "SIGXFSZ" in status_text:
         limit = limit or "size"
+    if len(free) >= 3 and int(free[2]) < 16:
+        limit = limit or "files"
     if oom:
         limit = limit or "memory"
     if done.stopped_for_output:

@@ -99,3 +99,21 @@ def test_a_hard_link_out_of_an_effect_rules_paths_is_not_allowed(workspace: Path
     assert rule.allows({**inside.document(), "appliable": inside.appliable})
     for done in (effect, inside):
         preview.discard(done.store)
+
+
+def test_many_empty_files_stop_at_the_inode_limit(workspace: Path) -> None:
+    """Empty files cost a tmpfs no bytes: 50,000 of them with long names in 5 s made an
+    80 MiB tar kept on disk and a 22 s admission. The tmpfs has MAX_ENTRIES inodes."""
+    code = (
+        "import os\nn = 0\ntry:\n while True:\n"
+        "  d = 'd%d' % (n // 1000)\n  os.makedirs(d, exist_ok=True)\n"
+        "  open(d + '/' + 'x' * 200 + str(n), 'w').close()\n  n += 1\n"
+        "except OSError as e:\n print(n, e.strerror)\n"
+    )
+    effect = _preview(workspace, ["python3", "-c", code])
+    assert effect.limit == "files"
+    assert "No space left on device" in effect.output
+    assert int(effect.output.split()[0]) < preview.MAX_ENTRIES
+    assert not effect.appliable and "more files" in effect.why_not_appliable()
+    assert (Path(effect.store) / "upper.tar").stat().st_size < 20 << 20
+    preview.discard(effect.store)
