@@ -72,6 +72,7 @@ DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
 DIFF_LINES = 400  # per file
 LIST_CHANGES = 2000  # changes listed; more are counted
 MAX_ENTRIES = 4 * LIST_CHANGES  # inodes of the upper layer's tmpfs (empty files cost no bytes)
+APPLY_PATH_BYTES = 3800  # a longer path cannot be reached beneath the workspace (PATH_MAX)
 ENTRY_TAR_BYTES = 8 << 10  # the kept tar's bound: the size cap plus this per entry
 OPAQUE_KEYS = ("SCHILY.xattr.trusted.overlay.opaque", "SCHILY.xattr.user.overlay.opaque")
 NAMESPACE_FAILED = 125
@@ -143,7 +144,7 @@ class Effect:
     @property
     def appliable(self) -> bool:
         """Whether approving may apply this effect instead of running the command."""
-        if any(change["kind"] == "special" for change in self.changes):
+        if self.unappliable_change():
             return False
         return not self.limit and not self.network_attempted and not self.more_changes
 
@@ -161,8 +162,18 @@ class Effect:
             return "the command tried to reach the network, which a preview does not have"
         if self.more_changes:
             return "the effect has more changes than a preview lists"
-        if any(change["kind"] == "special" for change in self.changes):
-            return "the command made a special file (a FIFO or a socket), which is not applied"
+        return self.unappliable_change()
+
+    def unappliable_change(self) -> str:
+        """Why one of the changes is never applied (Harness applies as root), or ""."""
+        for change in self.changes:
+            if change["kind"] == "special":
+                return "the command made a special file (a FIFO or a socket), which is not applied"
+            mode = int(change.get("mode_after") or "0", 8)
+            if change["kind"] == "file" and mode & (stat.S_ISUID | stat.S_ISGID):
+                return f"the command made a set-user-ID or set-group-ID file ({change['path']})"
+            if len(str(change["path"]).encode(errors="surrogateescape")) > APPLY_PATH_BYTES:
+                return "the command made a path longer than Harness can apply"
         return ""
 
     def counts(self) -> dict[str, int]:

@@ -117,3 +117,34 @@ def test_many_empty_files_stop_at_the_inode_limit(workspace: Path) -> None:
     assert not effect.appliable and "more files" in effect.why_not_appliable()
     assert (Path(effect.store) / "upper.tar").stat().st_size < 20 << 20
     preview.discard(effect.store)
+
+
+def test_a_set_id_file_is_shown_and_never_applied(workspace: Path) -> None:
+    """`chmod 6755` on a copy of a program: the apply (as root) made a set-user-ID and
+    set-group-ID file of the sandbox user's, and the page showed a created file's mode
+    nowhere. The mode is in the effect, and such an effect runs for real if approved."""
+    effect = _preview(workspace, ["sh", "-c", "cp /bin/true su && chmod 6755 su"])
+    assert _by_path(effect)["su"]["mode_after"] == "6755"
+    assert not effect.appliable
+    assert "set-user-ID" in effect.why_not_appliable()
+    with workspace_lock.held(workspace), pytest.raises(preview_apply.NotAppliable):
+        preview_apply.apply(effect, workspace)
+    assert not (workspace / "su").exists()
+    preview.discard(effect.store)
+
+
+def test_a_path_longer_than_path_max_is_never_half_applied(workspace: Path) -> None:
+    """Twenty directories of 250-byte names, a file at the bottom: the apply wrote the
+    rest and failed on that path (ENAMETOOLONG), leaving half an effect."""
+    script = (
+        "echo x > first; deep=$(printf 'y%.0s' $(seq 250)); "
+        "for i in $(seq 20); do mkdir $deep && cd $deep || break; done; echo hi > f"
+    )
+    effect = _preview(workspace, ["sh", "-c", script])
+    assert "first" in _by_path(effect)
+    assert not effect.appliable and "longer" in effect.why_not_appliable()
+    before = _tree(workspace)
+    with workspace_lock.held(workspace), pytest.raises(preview_apply.NotAppliable):
+        preview_apply.apply(effect, workspace)
+    assert _tree(workspace) == before
+    preview.discard(effect.store)
