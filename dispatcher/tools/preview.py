@@ -73,7 +73,8 @@ DIFF_LINES = 400  # per file
 LIST_CHANGES = 2000  # changes listed; more are counted
 MAX_ENTRIES = 4 * LIST_CHANGES  # inodes of the upper layer's tmpfs (empty files cost no bytes)
 APPLY_PATH_BYTES = 3800  # a longer path cannot be reached beneath the workspace (PATH_MAX)
-ENTRY_TAR_BYTES = 8 << 10  # the kept tar's bound: the size cap plus this per entry
+ENTRY_TAR_BYTES = 8 << 10
+KEPT_FACTOR = 16  # kept upper layers of all calls awaiting decisions: at most this many caps  # the kept tar's bound: the size cap plus this per entry
 OPAQUE_KEYS = ("SCHILY.xattr.trusted.overlay.opaque", "SCHILY.xattr.user.overlay.opaque")
 NAMESPACE_FAILED = 125
 
@@ -252,16 +253,36 @@ def run_preview(argv: list[str], *, cwd: Path, workspace: Path, env: dict[str, s
     )
     store = store_root() / uuid.uuid4().hex
     mount_point = _mount_point(workspace)
+    _refuse_past_kept_budget(cap)
     store.mkdir(mode=0o700, parents=True)
     try:
         fingerprint = fingerprint_of(workspace)
         started = time.monotonic()
         done, oom = _run_in_namespace(argv, cwd, workspace, store, mount_point, env, limits)
         seconds = time.monotonic() - started
-        return _effect(done, oom, store, workspace, fingerprint, seconds, timeout, cap)
+        effect = _effect(done, oom, store, workspace, fingerprint, seconds, timeout, cap)
+        if not effect.appliable:  # never applied: its upper layer is not kept on disk
+            shutil.rmtree(store, ignore_errors=True)
+            effect.store = ""
+        return effect
     except BaseException:
         shutil.rmtree(store, ignore_errors=True)
         raise
+
+
+def _refuse_past_kept_budget(cap: int) -> None:
+    """No new preview while the kept upper layers (one per call awaiting a decision, up
+    to the cap each, times the asks every agent may have pending) fill KEPT_FACTOR caps."""
+    kept = 0
+    with contextlib.suppress(FileNotFoundError):
+        for path in store_root().iterdir():
+            with contextlib.suppress(OSError):
+                kept += (path / "upper.tar").stat().st_size
+    if kept > cap * KEPT_FACTOR:
+        raise PreviewUnavailable(
+            f"the previews kept for calls awaiting a decision already hold {kept >> 20} MiB; "
+            "the command asks without one."
+        )
 
 
 def _mount_point(workspace: Path) -> Path:

@@ -115,8 +115,7 @@ def test_many_empty_files_stop_at_the_inode_limit(workspace: Path) -> None:
     assert "No space left on device" in effect.output
     assert int(effect.output.split()[0]) < preview.MAX_ENTRIES
     assert not effect.appliable and "more files" in effect.why_not_appliable()
-    assert (Path(effect.store) / "upper.tar").stat().st_size < 20 << 20
-    preview.discard(effect.store)
+    assert effect.store == ""  # never applied, so not kept
 
 
 def test_a_set_id_file_is_shown_and_never_applied(workspace: Path) -> None:
@@ -148,3 +147,20 @@ def test_a_path_longer_than_path_max_is_never_half_applied(workspace: Path) -> N
         preview_apply.apply(effect, workspace)
     assert _tree(workspace) == before
     preview.discard(effect.store)
+
+
+def test_kept_upper_layers_are_bounded(workspace: Path, monkeypatch: Any) -> None:
+    """Every asking call kept its upper layer until decided (up to the cap each, 50 asks
+    per agent): a preview that hit the cap is never applied and is not kept now, and past
+    KEPT_FACTOR caps of kept layers a new call asks without a preview."""
+    capped = _preview(workspace, ["sh", "-c", "head -c 8000000 /dev/zero > big"])
+    assert capped.limit == "size" and capped.store == ""
+    monkeypatch.setattr(preview, "KEPT_FACTOR", 1)
+    write = ["sh", "-c", "head -c 3000000 /dev/urandom > part"]
+    first = _preview(workspace, write)
+    second = _preview(workspace, write)
+    with pytest.raises(preview.PreviewUnavailable, match="already hold"):
+        _preview(workspace, write)
+    for done in (first, second):
+        preview.discard(done.store)
+    preview.discard(_preview(workspace, write).store)
