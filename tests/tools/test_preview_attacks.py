@@ -70,10 +70,13 @@ def test_an_upper_layer_naming_a_path_twice_is_refused(workspace: Path, tmp_path
         preview.read_changes(forged, workspace)
 
 
-def test_a_name_that_is_not_utf8_or_holds_a_newline(workspace: Path) -> None:
+def test_a_name_that_is_not_utf8_or_holds_a_newline(
+    workspace: Path, settings: Any, tmp_path: Path
+) -> None:
     """A file name of raw bytes (not UTF-8) failed admission (the effect's digest could
     not be taken): now there is no preview, and the call asks saying why. A newline in a
     name is shown and applied as it is."""
+    settings.DATA_DIR = tmp_path / "data"  # its own preview store, to see nothing kept
     argv = ["sh", "-c", "printf x > \"$(printf 'bad\\377name')\""]
     with pytest.raises(preview.PreviewUnavailable, match="not UTF-8"):
         _preview(workspace, argv)
@@ -164,3 +167,118 @@ def test_kept_upper_layers_are_bounded(workspace: Path, monkeypatch: Any) -> Non
     for done in (first, second):
         preview.discard(done.store)
     preview.discard(_preview(workspace, write).store)
+
+
+# --- Attacks that already failed, kept failing --------------------------------------------
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_never_followed(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The check passed; then something outside the lock swaps src/ for a symlink to a
+    host directory: the apply replaces the symlink with the directory the effect holds
+    (descriptors, no symlink followed) and writes nothing outside."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    effect = _preview(workspace, ["sh", "-c", "echo planted > src/new.py"])
+    with workspace_lock.held(workspace):
+        assert preview_apply.check(effect, workspace) is None
+        (workspace / "src").rename(workspace / "src-moved")
+        (workspace / "src").symlink_to(outside)
+        preview_apply.apply(effect, workspace, checked=True)
+    assert list(outside.iterdir()) == []
+    assert not (workspace / "src").is_symlink()
+    assert (workspace / "src" / "new.py").read_text() == "planted\n"
+    preview.discard(effect.store)
+
+
+def test_a_symlink_made_by_the_command_is_applied_as_a_link_only(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """`ln -s HOSTDIR out; echo x > out/f`: in the preview the write went to the sandbox's
+    own view (it failed or landed in the private /tmp); what is shown and applied is the
+    symlink, never a file in the host directory."""
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o777)
+    effect = _preview(workspace, ["sh", "-c", f"ln -s {outside} out; echo x > out/f; ls out"])
+    assert [(c["path"], c["kind"]) for c in effect.changes] == [("out", "symlink")]
+    _apply(effect, workspace)
+    assert os.readlink(workspace / "out") == str(outside)
+    assert list(outside.iterdir()) == []
+    preview.discard(effect.store)
+
+
+def test_two_previews_of_one_workspace_apply_once(workspace: Path) -> None:
+    """Two calls of a session previewed over the same workspace: once the first is
+    applied, the second's world changed and it is never applied."""
+    one = _preview(workspace, ["sh", "-c", "echo one > shared.txt"])
+    two = _preview(workspace, ["sh", "-c", "echo two > shared.txt; rm notes.txt"])
+    _apply(one, workspace)
+    with workspace_lock.held(workspace):
+        assert preview_apply.check(two, workspace) == "the workspace changed since the preview"
+    assert (workspace / "shared.txt").read_text() == "one\n"
+    assert (workspace / "notes.txt").exists()
+    for done in (one, two):
+        preview.discard(done.store)
+
+
+def test_a_file_changed_on_disk_with_its_mtime_put_back_is_seen(workspace: Path) -> None:
+    """Same size, mtime restored: the ctime (and the content hash) still give it away."""
+    effect = _preview(workspace, ["sed", "-i", "s/alpha/ALPHA/", "notes.txt"])
+    target = workspace / "src" / "a.py"
+    info = target.stat()
+    target.write_text("print('A')\n")
+    os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
+    with workspace_lock.held(workspace):
+        assert preview_apply.check(effect, workspace) is not None
+    preview.discard(effect.store)
+
+
+def test_a_whiteout_or_socket_made_by_the_command(workspace: Path) -> None:
+    """A character device 0:0 (which overlayfs reads as a deletion, and Linux lets anyone
+    make) and a Unix socket: the seccomp filter refuses both in the preview as in a real
+    run, and what is shown and applied is the deletion alone."""
+    code = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('sock')\n"
+    script = f"rm notes.txt; mknod notes.txt c 0 0; python3 -c \"{code}\""
+    effect = _preview(workspace, ["sh", "-c", script])
+    assert "mknod: notes.txt: Operation not permitted" in effect.output
+    assert "PermissionError" in effect.output
+    assert [(c["path"], c["change"]) for c in effect.changes] == [("notes.txt", "deleted")]
+    _apply(effect, workspace)
+    assert not os.path.lexists(workspace / "notes.txt")
+    assert not os.path.lexists(workspace / "sock")
+    preview.discard(effect.store)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "mkdir -p build && mv src/a.py build/a.py",  # a rename: a delete outside build/
+        "rm -r src; mkdir -p build",  # a delete counted as a write?
+        "mkdir -p build && chmod 0777 src",  # a mode change outside
+        "mkdir -p build && ln -s ../src build/src && echo x > build/src/x.py",  # through
+        "mkdir -p build && echo x > ./build/../notes.txt",  # dots in the command's path
+    ],
+)
+def test_an_effect_rule_does_not_allow_a_write_outside_its_paths(
+    workspace: Path, script: str
+) -> None:
+    effect = _preview(workspace, ["sh", "-c", script])
+    assert effect.appliable, effect.why_not_appliable()
+    rule = effect_rules.parse("effect(write: build/**, network: none)")
+    assert not rule.allows({**effect.document(), "appliable": effect.appliable})
+    preview.discard(effect.store)
+
+
+def test_an_effect_rule_allows_a_symlink_under_its_paths_but_not_what_goes_through(
+    workspace: Path,
+) -> None:
+    rule = effect_rules.parse("effect(write: build/**)")
+    made = _preview(workspace, ["sh", "-c", "mkdir build && ln -s ../src build/src"])
+    assert rule.allows({**made.document(), "appliable": made.appliable})
+    _apply(made, workspace)
+    through = _preview(workspace, ["sh", "-c", "echo x > build/src/x.py"])
+    assert [c["path"] for c in through.changes] == ["src/x.py"]
+    assert not rule.allows({**through.document(), "appliable": through.appliable})
+    for done in (made, through):
+        preview.discard(done.store)
