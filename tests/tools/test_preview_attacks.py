@@ -282,3 +282,34 @@ def test_an_effect_rule_allows_a_symlink_under_its_paths_but_not_what_goes_throu
     assert not rule.allows({**through.document(), "appliable": through.appliable})
     for done in (made, through):
         preview.discard(done.store)
+
+
+def test_the_apply_never_writes_through_a_file_waiting_at_its_temporary_name(
+    workspace: Path,
+) -> None:
+    """An earlier run left `build/.out.harness-apply` as a hard link to src/a.py. The
+    apply of "create build/out" (all an effect rule `write: build/**` looks at) opened
+    that name with O_TRUNC and wrote through it into src/a.py."""
+    (workspace / "build").mkdir()
+    os.link(workspace / "src" / "a.py", workspace / "build" / ".out.harness-apply")
+    effect = _preview(workspace, ["sh", "-c", "echo replaced > build/out"])
+    assert [c["path"] for c in effect.changes] == ["build/out"]
+    assert effect_rules.parse("effect(write: build/**)").allows(
+        {**effect.document(), "appliable": effect.appliable}
+    )
+    _apply(effect, workspace)
+    assert (workspace / "src" / "a.py").read_text() == "print('a')\n"
+    assert (workspace / "build" / "out").read_text() == "replaced\n"
+    preview.discard(effect.store)
+
+
+def test_a_file_with_a_255_byte_name_is_applied(workspace: Path) -> None:
+    """The temporary name beside it was 16 bytes longer than the file's: a name of 240
+    bytes or more failed the apply halfway (ENAMETOOLONG)."""
+    name = "n" * 255
+    effect = _preview(workspace, ["sh", "-c", f"echo first > a-first; echo x > {name}"])
+    assert effect.appliable
+    _apply(effect, workspace)
+    assert (workspace / name).read_text() == "x\n"
+    assert sorted(p.name for p in workspace.iterdir() if "harness" in p.name) == []
+    preview.discard(effect.store)
