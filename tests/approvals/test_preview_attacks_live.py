@@ -52,7 +52,7 @@ def test_a_forged_upper_layer_is_neither_shown_nor_applied(
     (workspace / "src").mkdir()
     (workspace / "src" / "keep.py").write_text("keep\n")
     (workspace / "forged.tar").write_bytes(_forged_upper_layer())
-    os.chmod(workspace, 0o755)
+    os.chmod(workspace, 0o700)
     approval = ask(
         agent,
         {"argv": ["sh", "-c", "cat forged.tar >&5; echo done"]},
@@ -70,7 +70,7 @@ def test_a_forged_upper_layer_is_neither_shown_nor_applied(
     assert call.status == Status.COMPLETED
     assert Preview.objects.get(call=call).outcome == "applied"
     assert (workspace / "src" / "keep.py").read_text() == "keep\n"
-    assert stat.S_IMODE(workspace.stat().st_mode) == 0o755
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
 
 
 def test_a_name_that_is_not_utf8_asks_without_a_preview(

@@ -48,7 +48,7 @@ def test_the_program_cannot_write_the_kept_upper_layer(workspace: Path) -> None:
     counters) were inherited by the sandboxed program: it wrote a tar of its own choosing
     first, which the reviewer saw as no change and the apply turned into a deletion."""
     (workspace / "forged.tar").write_bytes(_forged_upper_layer())
-    os.chmod(workspace, 0o755)
+    os.chmod(workspace, 0o700)
     effect = _preview(
         workspace,
         ["sh", "-c", "echo $(ls /proc/self/fd); cat forged.tar >&5; echo 'status 0' >&6"],
@@ -57,7 +57,7 @@ def test_the_program_cannot_write_the_kept_upper_layer(workspace: Path) -> None:
     assert effect.changes == []
     _apply(effect, workspace)
     assert (workspace / "src" / "a.py").exists()
-    assert stat.S_IMODE(workspace.stat().st_mode) == 0o755
+    assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
     preview.discard(effect.store)
 
 
@@ -239,7 +239,7 @@ def test_a_whiteout_or_socket_made_by_the_command(workspace: Path) -> None:
     make) and a Unix socket: the seccomp filter refuses both in the preview as in a real
     run, and what is shown and applied is the deletion alone."""
     code = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('sock')\n"
-    script = f"rm notes.txt; mknod notes.txt c 0 0; python3 -c \"{code}\""
+    script = f'rm notes.txt; mknod notes.txt c 0 0; python3 -c "{code}"'
     effect = _preview(workspace, ["sh", "-c", script])
     assert "mknod: notes.txt: Operation not permitted" in effect.output
     assert "PermissionError" in effect.output
