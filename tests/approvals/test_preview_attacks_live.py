@@ -88,3 +88,22 @@ def test_a_name_that_is_not_utf8_asks_without_a_preview(
     assert "not UTF-8" in approval.presentation["preview"]["note"]
     page = reviewer_client.get(f"/approvals/{approval.pk}/").content.decode()
     assert "not UTF-8" in page and "Approving runs the command for real" in page
+
+
+def test_a_world_writable_workspace_is_shown_by_name(
+    previews_on: None, agent: AgentFixture, reviewer_client: Client
+) -> None:
+    """`chmod 0777 .` changed the mode of the path "", which the page showed as an empty
+    name before "mode 0700 → 0777"."""
+    session_id = start_session(agent)
+    os.chmod(_workspace(agent), 0o700)
+    approval = ask(
+        agent,
+        {"argv": ["chmod", "0777", "."]},
+        session_id=session_id,
+        name="run_command",
+        call_id="open",
+    )
+    page = reviewer_client.get(f"/approvals/{approval.pk}/").content.decode()
+    assert "<code>(the workspace itself)</code>" in page
+    assert "mode 0700 → 0777" in page
