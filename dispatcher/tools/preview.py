@@ -519,13 +519,38 @@ def _lower(workspace: Path, rel: str) -> os.stat_result | None:
         return None
 
 
-def _lower_bytes(workspace: Path, rel: str) -> bytes:
+@dataclass(frozen=True)
+class _Large:
+    """A workspace file past DIFF_BYTES: hashed as it is read, never held whole (one
+    deleted or truncated file of the workspace may be any size)."""
+
+    size: int
+    sha256: str
+
+
+def _lower_bytes(workspace: Path, rel: str) -> bytes | _Large:
     """A regular file of the workspace, opened with no symlink followed (_confined)."""
     with _confined.opened(workspace, workspace / rel, _confined.READ) as fd:
-        chunks = []
+        chunks: list[bytes] = []
+        digest, size = hashlib.sha256(), 0
         while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+            digest.update(chunk)
+            size += len(chunk)
+            if size <= DIFF_BYTES:
+                chunks.append(chunk)
+        return b"".join(chunks) if size <= DIFF_BYTES else _Large(size, digest.hexdigest())
+
+
+def _size_and_sha256(data: bytes | _Large) -> tuple[int, str]:
+    if isinstance(data, _Large):
+        return data.size, data.sha256
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+def _same(before: bytes | _Large | None, after: bytes | None) -> bool:
+    if isinstance(before, _Large) and after is not None:
+        return _size_and_sha256(before) == _size_and_sha256(after)
+    return before == after
 
 
 def _changes_of(
@@ -610,10 +635,10 @@ def _file_change(
         after = _member_bytes(tar, member)
     before = _lower_bytes(workspace, rel) if lower is not None else None
     mode_before = stat.S_IMODE(lower.st_mode) if lower is not None else None
-    if before == after and mode_before == member.mode and link is None:
+    if _same(before, after) and mode_before == member.mode and link is None:
         return  # copied up, unchanged (touched)
     kind = "changed" if before is not None else "created"
-    if before == after and mode_before != member.mode:
+    if _same(before, after) and mode_before != member.mode:
         kind = "mode"
     change = _change(rel, kind, "file", mode_before, member.mode)
     if link is not None:
@@ -627,17 +652,20 @@ def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
     return handle.read() if handle is not None else b""
 
 
-def _content(before: bytes | None, after: bytes | None) -> dict[str, Any]:
+def _content(before: bytes | _Large | None, after: bytes | None) -> dict[str, Any]:
+    size_before, sha256_before = _size_and_sha256(before) if before is not None else (None, None)
+    size_after, sha256_after = _size_and_sha256(after) if after is not None else (None, None)
     facts: dict[str, Any] = {
-        "size_before": None if before is None else len(before),
-        "size_after": None if after is None else len(after),
-        "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
-        "sha256_after": None if after is None else hashlib.sha256(after).hexdigest(),
+        "size_before": size_before,
+        "size_after": size_after,
+        "sha256_before": sha256_before,
+        "sha256_after": sha256_after,
     }
     old, new = _text(before), _text(after)
-    if old is None or new is None or before == after:
+    same = _same(before, after)
+    if old is None or new is None or same:
         facts["diff"] = None
-        facts["binary"] = before != after and (old is None or new is None)
+        facts["binary"] = not same and (old is None or new is None)
         return facts
     lines = list(
         difflib.unified_diff(
@@ -651,11 +679,11 @@ def _content(before: bytes | None, after: bytes | None) -> dict[str, Any]:
     return facts
 
 
-def _text(data: bytes | None) -> str | None:
+def _text(data: bytes | _Large | None) -> str | None:
     """Text to diff, or None: binary (a NUL, not UTF-8) or larger than DIFF_BYTES."""
     if data is None:
         return ""
-    if len(data) > DIFF_BYTES or b"\0" in data:
+    if isinstance(data, _Large) or len(data) > DIFF_BYTES or b"\0" in data:
         return None
     try:
         return data.decode("utf-8")

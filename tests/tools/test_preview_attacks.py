@@ -313,3 +313,23 @@ def test_a_file_with_a_255_byte_name_is_applied(workspace: Path) -> None:
     assert (workspace / name).read_text() == "x\n"
     assert sorted(p.name for p in workspace.iterdir() if "harness" in p.name) == []
     preview.discard(effect.store)
+
+
+def test_deleting_a_huge_file_never_reads_it_into_memory(workspace: Path) -> None:
+    """`rm big` (or `: > big`, which overlayfs copies up without its data): the effect's
+    "before" was the whole file read into memory at admission, whatever its size."""
+    import resource
+
+    with (workspace / "big").open("wb") as handle:
+        handle.truncate(768 << 20)  # sparse: no disk, but 768 MiB to read
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    effect = _preview(workspace, ["sh", "-c", "rm big; : > notes.txt"])
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak  # KiB
+    assert grown < 200 << 10, f"the preview grew the process by {grown >> 10} MiB"
+    big = _by_path(effect)["big"]
+    assert (big["change"], big["size_before"], big["diff"]) == ("deleted", 768 << 20, None)
+    assert big["sha256_before"] and big["binary"] is True
+    assert _by_path(effect)["notes.txt"]["diff"].startswith("--- before")
+    _apply(effect, workspace)
+    assert not (workspace / "big").exists()
+    preview.discard(effect.store)
