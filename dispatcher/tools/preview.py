@@ -70,6 +70,7 @@ from dispatcher.tools.base import ToolError
 
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
 DIFF_LINES = 400  # per file
+DIFF_TOTAL = 1 << 20  # characters of diff in one effect; past it, sizes and hashes only
 LIST_CHANGES = 2000  # changes listed; more are counted
 MAX_ENTRIES = 4 * LIST_CHANGES  # inodes of the upper layer's tmpfs (empty files cost no bytes)
 APPLY_PATH_BYTES = 3800  # a longer path cannot be reached beneath the workspace (PATH_MAX)
@@ -484,8 +485,14 @@ def read_changes(tar_path: Path, workspace: Path) -> tuple[list[dict[str, Any]],
                 # writes every member, so a tar that does not is never read
                 raise PreviewUnavailable(f"The preview's upper layer names {rel!r} twice.")
             members[rel] = member
+        budget = DIFF_TOTAL
         for rel, member in members.items():
-            changes.extend(_changes_of(rel, member, members, tar, workspace))
+            for change in _changes_of(rel, member, members, tar, workspace):
+                if change.get("diff") and len(change["diff"]) > budget:
+                    change["diff"], change["diff_omitted"] = None, True
+                elif change.get("diff"):
+                    budget -= len(change["diff"])
+                changes.append(change)
     for change in changes:  # the effect is JSON text, its digest over UTF-8
         for key in ("path", "target", "link"):
             if isinstance(change.get(key), str) and not _is_utf8(change[key]):

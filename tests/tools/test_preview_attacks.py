@@ -333,3 +333,18 @@ def test_deleting_a_huge_file_never_reads_it_into_memory(workspace: Path) -> Non
     _apply(effect, workspace)
     assert not (workspace / "big").exists()
     preview.discard(effect.store)
+
+
+def test_huge_diffs_are_bounded_and_say_so(workspace: Path) -> None:
+    """Deleting 40 one-line text files of 200 KiB made 8 MiB of diff in the effect (the
+    database row, the digest, the reviewer's page), so large the page could not be read.
+    Past DIFF_TOTAL a file shows sizes and hashes, marked as such."""
+    for n in range(40):
+        (workspace / f"min{n:02}.js").write_text("x" * (200 << 10))
+    effect = _preview(workspace, ["sh", "-c", "rm min*.js"])
+    diffs = [c for c in effect.changes if c.get("diff")]
+    omitted = [c for c in effect.changes if c.get("diff_omitted")]
+    assert sum(len(c["diff"]) for c in diffs) <= preview.DIFF_TOTAL
+    assert len(diffs) + len(omitted) == 40 and omitted
+    assert all(c["sha256_before"] and c["size_before"] == 200 << 10 for c in omitted)
+    preview.discard(effect.store)
