@@ -107,3 +107,19 @@ def test_a_world_writable_workspace_is_shown_by_name(
     page = reviewer_client.get(f"/approvals/{approval.pk}/").content.decode()
     assert "<code>(the workspace itself)</code>" in page
     assert "mode 0700 → 0777" in page
+
+
+def test_invisible_characters_in_names_and_contents_are_shown(
+    previews_on: None, agent: AgentFixture, reviewer_client: Client
+) -> None:
+    """A right-to-left override in a created name and a zero-width space in a diff line:
+    the page shows both as escapes, never as what they pretend to be."""
+    approval = ask(
+        agent,
+        {"argv": ["sh", "-c", "printf 'ok\\342\\200\\213\\n' > 'notes\u202etxt.sh'"]},
+        name="run_command",
+        call_id="hidden",
+    )
+    page = reviewer_client.get(f"/approvals/{approval.pk}/").content.decode()
+    assert "notes\\u202etxt.sh" in page and "\u202e" not in page
+    assert "+ok\\u200b" in page and "\u200b" not in page
