@@ -348,3 +348,22 @@ def test_huge_diffs_are_bounded_and_say_so(workspace: Path) -> None:
     assert len(diffs) + len(omitted) == 40 and omitted
     assert all(c["sha256_before"] and c["size_before"] == 200 << 10 for c in omitted)
     preview.discard(effect.store)
+
+
+def test_a_program_that_ignores_signals_and_hides_in_a_new_session_is_stopped(
+    workspace: Path,
+) -> None:
+    """SIGTERM ignored, a child in its own session still writing: the preview ends at its
+    time limit (then SIGKILL, the sandbox's PID namespace gone), and nothing is applied."""
+    import time
+
+    script = (
+        "trap '' TERM; setsid sh -c \"trap '' TERM; while :; do echo x >> late; sleep 0.1;"
+        ' done" & while :; do sleep 1; done'
+    )
+    started = time.monotonic()
+    effect = _preview(workspace, ["sh", "-c", script])
+    assert time.monotonic() - started < 5 + 2 + 10
+    assert effect.limit == "time" and not effect.appliable
+    time.sleep(0.5)
+    assert not (workspace / "late").exists()
