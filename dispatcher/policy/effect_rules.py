@@ -8,7 +8,8 @@ An effect rule sits in an allow list. Clauses, comma-separated, each at most onc
 
 - `write: PATTERN...` (required): gitignore-style patterns relative to the workspace,
   separated by spaces; every path the effect creates, changes, deletes or re-modes must
-  match one (a directory matches when a pattern matches what it holds).
+  match one (a directory matches when a pattern matches what it holds), and so must the
+  other name of every hard link it makes.
 - `network: none` (the default, and the only value): the preview did not try the network.
 - `exit: 0`: the previewed command exited 0.
 
@@ -64,6 +65,8 @@ class EffectRule:
         return all(self._covers(change) for change in effect.get("changes", []))
 
     def _covers(self, change: dict[str, Any]) -> bool:
+        if change.get("link") is not None and not self._covers({"path": change["link"]}):
+            return False  # a hard link: a write to one name is a write to the other
         path = str(change.get("path", ""))
         if not path or path.startswith("/") or path == ".." or path.startswith("../"):
             return False

@@ -16,7 +16,9 @@ the command again (docs/security.md, "Previews"; issue 36).
   v6): a connect or a DNS query towards any address but loopback finds no route.
 - Limits: HARNESS_PREVIEW_TIMEOUT seconds of wall-clock time (coreutils `timeout`, then
   SIGKILL), HARNESS_PREVIEW_MAX_BYTES for everything written (the tmpfs size, and the
-  largest file), and the usual output cap.
+  largest file), MAX_ENTRIES inodes in the tmpfs (empty files and directories cost it
+  no bytes: 50,000 of them in 5 s made an 80 MiB tar and a 22 s admission), a bound on
+  the kept tar (`prlimit --fsize`), and the usual output cap.
 - After the program ends, still inside the namespace, the upper layer is written as a
   tar stream (whiteouts and opaque directories included) to a file in `store`, which
   Harness keeps until the call ends; the tmpfs and the overlay vanish with the namespace,
@@ -68,29 +70,35 @@ from dispatcher.tools.base import ToolError
 
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
 DIFF_LINES = 400  # per file
+DIFF_TOTAL = 1 << 20  # characters of diff in one effect; past it, sizes and hashes only
 LIST_CHANGES = 2000  # changes listed; more are counted
+MAX_ENTRIES = 4 * LIST_CHANGES  # inodes of the upper layer's tmpfs (empty files cost no bytes)
+APPLY_PATH_BYTES = 3800  # a longer path cannot be reached beneath the workspace (PATH_MAX)
+ENTRY_TAR_BYTES = 8 << 10
+KEPT_FACTOR = 16  # kept upper layers of all calls awaiting decisions: at most this many caps  # the kept tar's bound: the size cap plus this per entry
 OPAQUE_KEYS = ("SCHILY.xattr.trusted.overlay.opaque", "SCHILY.xattr.user.overlay.opaque")
 NAMESPACE_FAILED = 125
 
 # Inside the private namespaces (sh, as root there): $0 the tmpfs mount point, $1 the
 # workspace, $2 the preview's directory, $3 the size cap, $4 the time limit, $5 more
-# overlay options; then "--" and the sandbox's own launcher. The results are opened
-# before the overlay hides anything.
+# overlay options, $6 the most inodes of the tmpfs, $7 the most bytes of the kept tar; then "--" and the sandbox's own launcher. The results are opened
+# before the overlay hides anything, and closed for the program: it must never write
+# the upper layer's tar (a tar of its choosing would be what is shown and applied).
 NAMESPACE_SCRIPT = r"""
-mnt=$0; ws=$1; out=$2; cap=$3; limit=$4; opts=$5; shift 6
+mnt=$0; ws=$1; out=$2; cap=$3; limit=$4; opts=$5; inodes=$6; tarcap=$7; shift 8
 exec 5>"$out/upper.tar" 6>"$out/facts" 7>"$out/net" || exit 125
-mount -t tmpfs -o "size=$cap,mode=0700" harness-preview "$mnt" || exit 125
+mount -t tmpfs -o "size=$cap,nr_inodes=$inodes,mode=0700" harness-preview "$mnt" || exit 125
 mkdir "$mnt/upper" "$mnt/work" || exit 125
 chown --reference="$ws" "$mnt/upper" && chmod --reference="$ws" "$mnt/upper" || exit 125
 mount -t overlay harness-preview \
   -o "lowerdir=$ws,upperdir=$mnt/upper,workdir=$mnt/work,index=off,metacopy=off$opts" \
   "$ws" || exit 125
 ip link set lo up 2>/dev/null
-timeout -k 2 "$limit" "$@"
+timeout -k 2 "$limit" "$@" 5>&- 6>&- 7>&-
 echo "status $?" >&6
-stat -f -c "free %a %S" "$mnt" >&6
+stat -f -c "free %a %S %d" "$mnt" >&6
 cat /proc/net/snmp /proc/net/snmp6 >&7 2>/dev/null
-tar -C "$mnt/upper" --xattrs --xattrs-include='trusted.overlay.*' \
+prlimit --fsize="$tarcap" tar -C "$mnt/upper" --xattrs --xattrs-include='trusted.overlay.*' \
   --xattrs-include='user.overlay.*' --numeric-owner -cf - . >&5 || echo "tar failed" >&6
 exit 0
 """
@@ -138,7 +146,7 @@ class Effect:
     @property
     def appliable(self) -> bool:
         """Whether approving may apply this effect instead of running the command."""
-        if any(change["kind"] == "special" for change in self.changes):
+        if self.unappliable_change():
             return False
         return not self.limit and not self.network_attempted and not self.more_changes
 
@@ -147,6 +155,7 @@ class Effect:
             return {
                 "time": "the preview hit its time limit",
                 "size": "the preview wrote more than its size cap",
+                "files": "the preview made more files than it may",
                 "output": "the preview wrote more output than it may",
                 "memory": "the preview used more memory than it may",
                 "start": "the command could not start in the preview",
@@ -155,8 +164,18 @@ class Effect:
             return "the command tried to reach the network, which a preview does not have"
         if self.more_changes:
             return "the effect has more changes than a preview lists"
-        if any(change["kind"] == "special" for change in self.changes):
-            return "the command made a special file (a FIFO or a socket), which is not applied"
+        return self.unappliable_change()
+
+    def unappliable_change(self) -> str:
+        """Why one of the changes is never applied (Harness applies as root), or ""."""
+        for change in self.changes:
+            if change["kind"] == "special":
+                return "the command made a special file (a FIFO or a socket), which is not applied"
+            mode = int(change.get("mode_after") or "0", 8)
+            if change["kind"] == "file" and mode & (stat.S_ISUID | stat.S_ISGID):
+                return f"the command made a set-user-ID or set-group-ID file ({change['path']})"
+            if len(str(change["path"]).encode(errors="surrogateescape")) > APPLY_PATH_BYTES:
+                return "the command made a path longer than Harness can apply"
         return ""
 
     def counts(self) -> dict[str, int]:
@@ -235,16 +254,36 @@ def run_preview(argv: list[str], *, cwd: Path, workspace: Path, env: dict[str, s
     )
     store = store_root() / uuid.uuid4().hex
     mount_point = _mount_point(workspace)
+    _refuse_past_kept_budget(cap)
     store.mkdir(mode=0o700, parents=True)
     try:
         fingerprint = fingerprint_of(workspace)
         started = time.monotonic()
         done, oom = _run_in_namespace(argv, cwd, workspace, store, mount_point, env, limits)
         seconds = time.monotonic() - started
-        return _effect(done, oom, store, workspace, fingerprint, seconds, timeout, cap)
+        effect = _effect(done, oom, store, workspace, fingerprint, seconds, timeout, cap)
+        if not effect.appliable:  # never applied: its upper layer is not kept on disk
+            shutil.rmtree(store, ignore_errors=True)
+            effect.store = ""
+        return effect
     except BaseException:
         shutil.rmtree(store, ignore_errors=True)
         raise
+
+
+def _refuse_past_kept_budget(cap: int) -> None:
+    """No new preview while the kept upper layers (one per call awaiting a decision, up
+    to the cap each, times the asks every agent may have pending) fill KEPT_FACTOR caps."""
+    kept = 0
+    with contextlib.suppress(FileNotFoundError):
+        for path in store_root().iterdir():
+            with contextlib.suppress(OSError):
+                kept += (path / "upper.tar").stat().st_size
+    if kept > cap * KEPT_FACTOR:
+        raise PreviewUnavailable(
+            f"the previews kept for calls awaiting a decision already hold {kept >> 20} MiB; "
+            "the command asks without one."
+        )
 
 
 def _mount_point(workspace: Path) -> Path:
@@ -283,7 +322,9 @@ def _run_in_namespace(
             argv, workspace=workspace, cwd=cwd.resolve(), limits=limits, network=True
         )
         script = [*prefix, "/bin/sh", "-c", NAMESPACE_SCRIPT, str(mount_point)]
-        script += [str(workspace), str(store), cap, timeout, options, "--", *inner]
+        tar_bytes = str(int(cap) + MAX_ENTRIES * ENTRY_TAR_BYTES)
+        script += [str(workspace), str(store), cap, timeout, options]
+        script += [str(MAX_ENTRIES), tar_bytes, "--", *inner]
         try:
             done = sandbox._run_process(script, cwd=store, env=env, limits=limits, sandboxed=True)
         except TimeoutError:
@@ -332,8 +373,10 @@ def _effect(
     else:
         status_text = sandbox.describe_exit(status, sandboxed=True)
     free = facts.get("free", "").split()
-    if len(free) == 2 and int(free[0]) * int(free[1]) < 128 << 10 or "SIGXFSZ" in status_text:
+    if len(free) >= 2 and int(free[0]) * int(free[1]) < 128 << 10 or "SIGXFSZ" in status_text:
         limit = limit or "size"
+    if len(free) >= 3 and int(free[2]) < 16:
+        limit = limit or "files"
     if oom:
         limit = limit or "memory"
     if done.stopped_for_output:
@@ -435,11 +478,37 @@ def read_changes(tar_path: Path, workspace: Path) -> tuple[list[dict[str, Any]],
     LIST_CHANGES, and the count of the rest)."""
     changes: list[dict[str, Any]] = []
     with tarfile.open(tar_path) as tar:
-        members = {member_path(m): m for m in tar.getmembers()}
+        members: dict[str, tarfile.TarInfo] = {}
+        for member in tar.getmembers():
+            rel = member_path(member)
+            if rel in members:  # GNU tar of a directory names each path once; the apply
+                # writes every member, so a tar that does not is never read
+                raise PreviewUnavailable(f"The preview's upper layer names {rel!r} twice.")
+            members[rel] = member
+        budget = DIFF_TOTAL
         for rel, member in members.items():
-            changes.extend(_changes_of(rel, member, members, tar, workspace))
+            for change in _changes_of(rel, member, members, tar, workspace):
+                if change.get("diff") and len(change["diff"]) > budget:
+                    change["diff"], change["diff_omitted"] = None, True
+                elif change.get("diff"):
+                    budget -= len(change["diff"])
+                changes.append(change)
+    for change in changes:  # the effect is JSON text, its digest over UTF-8
+        for key in ("path", "target", "link"):
+            if isinstance(change.get(key), str) and not _is_utf8(change[key]):
+                raise PreviewUnavailable(
+                    f"The effect holds a file name that is not UTF-8 ({change[key]!r})."
+                )
     changes.sort(key=lambda change: change["path"])
     return changes[:LIST_CHANGES], max(0, len(changes) - LIST_CHANGES)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # bytes tarfile and os kept as surrogates
+        return False
+    return True
 
 
 def _lower(workspace: Path, rel: str) -> os.stat_result | None:
@@ -457,13 +526,38 @@ def _lower(workspace: Path, rel: str) -> os.stat_result | None:
         return None
 
 
-def _lower_bytes(workspace: Path, rel: str) -> bytes:
+@dataclass(frozen=True)
+class _Large:
+    """A workspace file past DIFF_BYTES: hashed as it is read, never held whole (one
+    deleted or truncated file of the workspace may be any size)."""
+
+    size: int
+    sha256: str
+
+
+def _lower_bytes(workspace: Path, rel: str) -> bytes | _Large:
     """A regular file of the workspace, opened with no symlink followed (_confined)."""
     with _confined.opened(workspace, workspace / rel, _confined.READ) as fd:
-        chunks = []
+        chunks: list[bytes] = []
+        digest, size = hashlib.sha256(), 0
         while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
+            digest.update(chunk)
+            size += len(chunk)
+            if size <= DIFF_BYTES:
+                chunks.append(chunk)
+        return b"".join(chunks) if size <= DIFF_BYTES else _Large(size, digest.hexdigest())
+
+
+def _size_and_sha256(data: bytes | _Large) -> tuple[int, str]:
+    if isinstance(data, _Large):
+        return data.size, data.sha256
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+def _same(before: bytes | _Large | None, after: bytes | None) -> bool:
+    if isinstance(before, _Large) and after is not None:
+        return _size_and_sha256(before) == _size_and_sha256(after)
+    return before == after
 
 
 def _changes_of(
@@ -534,18 +628,28 @@ def _file_change(
     tar: tarfile.TarFile,
     workspace: Path,
 ) -> Iterator[dict[str, Any]]:
-    if member.islnk():
-        after = _member_bytes(tar, tar.getmember(member.linkname))
+    link = None
+    if member.islnk():  # applied as a hard link: shown with the path it shares a file with
+        try:
+            source = tar.getmember(member.linkname)
+        except KeyError:
+            raise PreviewUnavailable(
+                f"The preview's upper layer links {rel!r} to a path it does not hold."
+            ) from None
+        link = member_path(source)
+        after = _member_bytes(tar, source)
     else:
         after = _member_bytes(tar, member)
     before = _lower_bytes(workspace, rel) if lower is not None else None
     mode_before = stat.S_IMODE(lower.st_mode) if lower is not None else None
-    if before == after and mode_before == member.mode:
+    if _same(before, after) and mode_before == member.mode and link is None:
         return  # copied up, unchanged (touched)
     kind = "changed" if before is not None else "created"
-    if before == after:
+    if _same(before, after) and mode_before != member.mode:
         kind = "mode"
     change = _change(rel, kind, "file", mode_before, member.mode)
+    if link is not None:
+        change["link"] = link
     change |= _content(before, after)
     yield change
 
@@ -555,17 +659,20 @@ def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
     return handle.read() if handle is not None else b""
 
 
-def _content(before: bytes | None, after: bytes | None) -> dict[str, Any]:
+def _content(before: bytes | _Large | None, after: bytes | None) -> dict[str, Any]:
+    size_before, sha256_before = _size_and_sha256(before) if before is not None else (None, None)
+    size_after, sha256_after = _size_and_sha256(after) if after is not None else (None, None)
     facts: dict[str, Any] = {
-        "size_before": None if before is None else len(before),
-        "size_after": None if after is None else len(after),
-        "sha256_before": None if before is None else hashlib.sha256(before).hexdigest(),
-        "sha256_after": None if after is None else hashlib.sha256(after).hexdigest(),
+        "size_before": size_before,
+        "size_after": size_after,
+        "sha256_before": sha256_before,
+        "sha256_after": sha256_after,
     }
     old, new = _text(before), _text(after)
-    if old is None or new is None or before == after:
+    same = _same(before, after)
+    if old is None or new is None or same:
         facts["diff"] = None
-        facts["binary"] = before != after and (old is None or new is None)
+        facts["binary"] = not same and (old is None or new is None)
         return facts
     lines = list(
         difflib.unified_diff(
@@ -579,11 +686,11 @@ def _content(before: bytes | None, after: bytes | None) -> dict[str, Any]:
     return facts
 
 
-def _text(data: bytes | None) -> str | None:
+def _text(data: bytes | _Large | None) -> str | None:
     """Text to diff, or None: binary (a NUL, not UTF-8) or larger than DIFF_BYTES."""
     if data is None:
         return ""
-    if len(data) > DIFF_BYTES or b"\0" in data:
+    if isinstance(data, _Large) or len(data) > DIFF_BYTES or b"\0" in data:
         return None
     try:
         return data.decode("utf-8")

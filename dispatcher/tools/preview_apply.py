@@ -12,8 +12,10 @@ the apply can make it fail, never write outside.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import secrets
 import shutil
 import stat
 import tarfile
@@ -161,26 +163,30 @@ def _write_file(
     """The file's bytes written beside it, then renamed over it (atomic per file)."""
     if existing is not None and stat.S_ISDIR(existing.st_mode):
         _remove(name, dir_fd, existing)
-    temporary = f".{name}.harness-apply"
+    # A new name of fixed length, made with O_EXCL: never a file already there (a hard
+    # link to another path would be written through), never longer than NAME_MAX.
+    temporary = f".harness-apply-{secrets.token_hex(8)}"
     source = tar.extractfile(member)
     data = source.read() if source is not None else b""
     fd = os.open(
         temporary,
-        os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
         0o600,
         dir_fd=dir_fd,
     )
     try:
         _confined.write_all(fd, data)
         sandbox.hand_over(fd)
-        mode = member.mode
-        if os.fstat(fd).st_uid == 0:  # never a set-id file of root's (no sandbox user)
-            mode &= ~(stat.S_ISUID | stat.S_ISGID)
-        os.fchmod(fd, mode)
+        # Never a set-id file (such an effect is not appliable: Effect.unappliable_change)
+        os.fchmod(fd, member.mode & ~(stat.S_ISUID | stat.S_ISGID))
         os.utime(fd, ns=(int(member.mtime * 1e9), int(member.mtime * 1e9)))
+        os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=dir_fd)
+        raise
     finally:
         os.close(fd)
-    os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def result_text(effect: Effect) -> str:
