@@ -34,7 +34,7 @@ class ApprovalRequest(models.Model):
     # A previewed command: the digest of the effect the reviewer is shown (issue 36). An
     # approval counts only with this digest too; "" when nothing was previewed. (A
     # database default: a process of the release before it still inserts requests.)
-    effect_digest = models.CharField(max_length=64, blank=True, default="", db_default="")
+    effect_digest = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     # Quorum: how many distinct reviewers must approve (of `group`, when set).

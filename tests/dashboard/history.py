@@ -107,12 +107,13 @@ def generate_decisions(reviewer_id: int) -> int:
         else f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', c.created_at, '+' || (({number} %% 60) + 1) || ' seconds')"
     )
     json_empty = "'{}'::jsonb" if pg else "'{}'"
+    json_list = "'[]'::jsonb" if pg else "'[]'"
     sql = f"""
         INSERT INTO {table} (call_id, reason, asked_by, presentation, digest, created_at,
             expires_at, approvals_required, "group", decision, decided_by_id, decided_at,
-            feedback, digest_seen)
+            feedback, digest_seen, effect_digest, step_up)
         SELECT c.id, 'asked', 'mode:standard', {json_empty}, '', c.created_at, c.created_at,
-            1, '', 'approved', %s, {decided}, '', ''
+            1, '', 'approved', %s, {decided}, '', '', '', {json_list}
         FROM {calls} c WHERE c.decided_by = 'user:rev'
     """  # noqa: S608  # a test's own generated SQL
     with connection.cursor() as cursor:
