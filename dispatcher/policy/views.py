@@ -323,7 +323,9 @@ def backtest(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     form = _form_from_post(request.POST)
     extra: dict[str, Any] = {}
     try:
-        result = simulation.backtest(user=subject, proposed=_proposed(subject, form, request.POST))
+        result = simulation.backtest(
+            user=subject, proposed=_proposed(subject, form, request.POST), reach=request.reach
+        )
         extra["backtest"] = result
         extra["changes"] = [(c, preview(c.call.arguments)) for c in result.changes]
     except profiles.InvalidProfile as invalid:

@@ -1,0 +1,81 @@
+"""Red-team attacks across teams (issue 33): a person in two teams is the bridge; what a
+team's admin, reviewer or auditor reaches through them."""
+
+from __future__ import annotations
+
+import pytest
+
+from teams.services import add_member
+from tests.teams.world import TeamWorld, make_team
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def teams() -> tuple[TeamWorld, TeamWorld]:
+    pay, infra = make_team("pay"), make_team("infra")
+    # infra's agent's owner is also in pay: pay's admin manages their rules.
+    add_member(team=pay.team, user=infra.agent.owner, role="auditor", actor="test")
+    return pay, infra
+
+
+def test_a_backtest_by_a_team_admin_reads_no_call_of_another_teams_agent(
+    teams: tuple[TeamWorld, TeamWorld],
+) -> None:
+    pay, infra = teams
+    owner = infra.agent.owner
+    admin = pay.client("admin")
+    page = admin.get(f"/permissions/users/{owner.pk}/")
+    assert page.status_code == 200 and infra.secret not in page.content.decode()
+    # Rules under which the other team's ask (a write_file) would be denied.
+    answer = admin.post(
+        f"/permissions/users/{owner.pk}/backtest",
+        {"mode": "standard", "allow": "", "ask": "", "deny": "write_file"},
+    )
+    assert answer.status_code == 200
+    assert infra.secret not in answer.content.decode()
+    assert answer.context["backtest"].checked == 0
+    # The organization's admin, who reaches infra, sees it change.
+    from tests.teams.world import org_client
+
+    org = org_client("admin").post(
+        f"/permissions/users/{owner.pk}/backtest",
+        {"mode": "standard", "allow": "", "ask": "", "deny": "write_file"},
+    )
+    assert infra.secret in org.content.decode()
+
+
+def test_a_team_admins_suggestions_backtest_no_call_of_another_teams_agent() -> None:
+    from django.conf import settings
+
+    from dispatcher import agents, analytics
+    from dispatcher.models import Agent, AgentSession
+    from teams.scope import Scope
+    from teams.services import create_team
+    from tests.dashboard.test_analytics import NPM, History
+    from tests.support.factories import unique
+
+    pay = create_team(name=unique("pay"), actor="test")
+    infra = create_team(name=unique("infra"), actor="test")
+    history = History()
+    Agent.objects.filter(pk=history.fx.agent.pk).update(team=pay)
+    for i in range(20):
+        history.decide("run_command", NPM, "alice", True, 8 + i % 5)
+    owner = history.save()
+    # The same person's agent in infra made a call the suggested rule would change.
+    other, _ = agents.create_agent(owner=owner, name=unique("infra-agent"), team=infra, actor="t")
+    elsewhere = History()
+    elsewhere.fx = type(history.fx)(other, "", owner)
+    elsewhere.session = AgentSession.objects.create(
+        agent=other, mode="standard", workspace=str(settings.HARNESS_WORKSPACE_ROOT)
+    )
+    elsewhere.decide("run_command", {"argv": ["npm", "test", "--", "infra-secret"]}, "x", True, 9)
+    elsewhere.save()
+
+    mine = analytics.report(reach=Scope(everything=False, team_ids=frozenset({pay.pk})))
+    [npm] = [s for s in mine["suggestions"] if s.rule == "run_command(npm test *)"]
+    assert {c.call.session.agent.team_id for c in npm.backtest.changes} == {pay.pk}
+    assert len(npm.backtest.changes) == 20
+    everything = analytics.report()
+    [npm] = [s for s in everything["suggestions"] if s.rule == "run_command(npm test *)"]
+    assert len(npm.backtest.changes) == 21
