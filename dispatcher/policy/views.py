@@ -17,7 +17,7 @@ from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.http import HttpResponse, QueryDict
+from django.http import HttpResponse, HttpResponseForbidden, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -72,6 +72,28 @@ def _people(reach: Scope) -> Any:
 def _subject(request: HtmxHttpRequest, user_id: int | str) -> User:
     subject: User = get_object_or_404(_people(request.reach), pk=user_id)
     return subject
+
+
+OTHER_TEAMS = (
+    "{name} is also in another team (a member, or the owner of its agents), and their "
+    "rules govern their agents there too: only an organization admin changes them."
+)
+
+
+def _refusal_to_change(request: HtmxHttpRequest, subject: User) -> str:
+    """Whether this admin may change `subject`'s rules: one of their people (`_subject`)
+    who is in no team, and owns no agent of a team, outside this admin's reach. A person's rules
+    apply to all of their agents, so a team admin who could change those of someone in
+    another team (any team admin can add anyone to their own team) would change that
+    team's agents. Returns why not ("" when this admin may)."""
+    if request.reach.everything:
+        return ""
+    mine = sorted(request.reach.team_ids)
+    elsewhere = (
+        Agent.objects.filter(owner=subject).exclude(team_id__in=mine).exists()
+        or subject.team_memberships.exclude(team_id__in=mine).exists()
+    )
+    return OTHER_TEAMS.format(name=subject.get_username()) if elsewhere else ""
 
 
 def _tools(reach: Scope) -> tuple[Tool, ...]:
@@ -216,6 +238,8 @@ def user_profile(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     if request.method == "GET":
         return _page(request, subject)
     form = _form_from_post(request.POST)
+    if refusal := _refusal_to_change(request, subject):
+        return _page(request, subject, form, status=403, errors=[refusal])
     rows = editor.rows_from_post(request.POST) if request.POST.get("rows") else None
     # Errors in the text form open it again; errors in the rows show on their rows.
     where: dict[str, Any] = {"rows": rows} if rows is not None else {"text_open": True}
@@ -393,6 +417,8 @@ def apply_suggestion(request: HtmxHttpRequest) -> HttpResponse:
     the reason when the rule is bad or the profile changed since the page was drawn."""
     actor = request.user
     subject = _subject(request, request.POST.get("user", "").strip() or 0)
+    if refusal := _refusal_to_change(request, subject):
+        return HttpResponseForbidden(refusal, content_type="text/plain; charset=utf-8")
     rule, action = request.POST.get("rule", ""), request.POST.get("action", "")
     try:
         version = int(request.POST.get("version", ""))

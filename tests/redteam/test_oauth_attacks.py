@@ -37,9 +37,7 @@ __all__ = ["documents"]
 def _code(documents: DocumentServer, **extra: str) -> tuple[str, str, str]:
     client_id = documents.client(f"/{unique('client')}.json", [REDIRECT])
     verifier, challenge = pkce()
-    query = code_from(
-        consent(signed_in(member()), authorize_params(client_id, challenge, **extra))
-    )
+    query = code_from(consent(signed_in(member()), authorize_params(client_id, challenge, **extra)))
     return client_id, query["code"][0], verifier
 
 

@@ -79,3 +79,38 @@ def test_a_team_admins_suggestions_backtest_no_call_of_another_teams_agent() -> 
     everything = analytics.report()
     [npm] = [s for s in everything["suggestions"] if s.rule == "run_command(npm test *)"]
     assert len(npm.backtest.changes) == 21
+
+
+def test_a_team_admin_cannot_loosen_another_teams_agent_by_adding_its_owner_to_their_team() -> None:
+    from dispatcher.policy.profiles import profile_for
+    from tests.teams.world import org_client
+
+    pay, infra = make_team("pay"), make_team("infra")
+    owner = infra.agent.owner
+    admin = pay.client("admin")
+    # Any team admin may add anyone to their own team...
+    added = admin.post(
+        f"/teams/{pay.team.pk}/members/add", {"user": owner.username, "role": "auditor"}
+    )
+    assert added.status_code == 302
+    before = profile_for(owner)
+    # ...but does not thereby manage the rules that govern that person's agents in infra.
+    loosened = {"mode": "trusted", "allow": "write_file", "ask": "", "deny": "", "version": ""}
+    answer = admin.post(f"/permissions/users/{owner.pk}/", loosened)
+    assert answer.status_code == 403
+    assert "only an organization admin" in answer.content.decode()
+    after = profile_for(owner)
+    assert (after.mode, after.version) == (before.mode, before.version)
+    applied = admin.post(
+        "/permissions/analytics/apply",
+        {"user": owner.pk, "rule": "write_file", "action": "allow", "version": before.version},
+    )
+    assert applied.status_code == 403 and profile_for(owner).version == before.version
+    # Reading stays: the page, with nothing of infra.
+    page = admin.get(f"/permissions/users/{owner.pk}/")
+    assert page.status_code == 200 and infra.secret not in page.content.decode()
+    # A person in pay alone is pay's admin's to change; the organization's admin changes any.
+    own = pay.members["reviewer"]
+    assert admin.post(f"/permissions/users/{own.pk}/", loosened).status_code == 302
+    assert org_client("admin").post(f"/permissions/users/{owner.pk}/", loosened).status_code == 302
+    assert profile_for(owner).mode == "trusted"
