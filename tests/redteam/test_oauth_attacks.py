@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from oauth2_provider.cimd import CIMDError
+from oauth2_provider.models import DeviceGrant
 
 from agentauth.cimd import DoorFetcher
 from agentauth.models import PendingAgent
 from dispatcher.gateways import mcp_http
 from dispatcher.models import Agent
-from oauth2_provider.cimd import CIMDError
-from oauth2_provider.models import DeviceGrant
 from teams.services import create_team
 from tests.agentauth.test_authorization import (
     HOOKS,
@@ -127,7 +127,7 @@ def test_an_agent_access_token_opens_no_human_page_or_agent_api(
         {
             "session_id": "s-1",
             "hook_event_name": "PreToolUse",
-            "cwd": "/tmp",
+            "cwd": "/work/project",
             "tool_name": "Bash",
             "tool_input": {"command": "ls"},
             "tool_use_id": "t-1",
@@ -149,7 +149,7 @@ def test_an_agent_access_token_opens_no_human_page_or_agent_api(
         "0x7f000001",
         "127.1",
         "0177.0.0.1",
-        "0.0.0.0",
+        "0.0.0.0",  # noqa: S104 - an address a client document must not name
         "[::]",
         "localhost.",
     ],
