@@ -34,7 +34,7 @@ from dispatcher.policy.profiles import profile_for
 from dispatcher.tools.base import Tool
 from dispatcher.tools.registry import all_tools
 from floor.errors import ServiceError
-from teams.scope import Scope
+from teams.scope import Scope, wholly_within
 
 PAGE = "permissions/user.html"
 RECENT_CALLS = 50
@@ -75,25 +75,19 @@ def _subject(request: HtmxHttpRequest, user_id: int | str) -> User:
 
 
 OTHER_TEAMS = (
-    "{name} is also in another team (a member, or the owner of its agents), and their "
-    "rules govern their agents there too: only an organization admin changes them."
+    "{name} is also in another team (a member, or the owner of its agents) or holds an "
+    "organization role, and their rules govern all of their agents: only an organization "
+    "admin changes them."
 )
 
 
 def _refusal_to_change(request: HtmxHttpRequest, subject: User) -> str:
-    """Whether this admin may change `subject`'s rules: one of their people (`_subject`)
-    who is in no team, and owns no agent of a team, outside this admin's reach. A person's rules
-    apply to all of their agents, so a team admin who could change those of someone in
-    another team (any team admin can add anyone to their own team) would change that
-    team's agents. Returns why not ("" when this admin may)."""
-    if request.reach.everything:
+    """Why this admin may not change `subject`'s rules ("" when they may): a team admin
+    changes those of people wholly inside their teams only (teams.scope.wholly_within),
+    since a person's rules govern all of their agents."""
+    if wholly_within(request.reach, subject):
         return ""
-    mine = sorted(request.reach.team_ids)
-    elsewhere = (
-        Agent.objects.filter(owner=subject).exclude(team_id__in=mine).exists()
-        or subject.team_memberships.exclude(team_id__in=mine).exists()
-    )
-    return OTHER_TEAMS.format(name=subject.get_username()) if elsewhere else ""
+    return OTHER_TEAMS.format(name=subject.get_username())
 
 
 def _tools(reach: Scope) -> tuple[Tool, ...]:

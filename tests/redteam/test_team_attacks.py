@@ -114,3 +114,32 @@ def test_a_team_admin_cannot_loosen_another_teams_agent_by_adding_its_owner_to_t
     assert admin.post(f"/permissions/users/{own.pk}/", loosened).status_code == 302
     assert org_client("admin").post(f"/permissions/users/{owner.pk}/", loosened).status_code == 302
     assert profile_for(owner).mode == "trusted"
+
+
+def test_a_team_admin_makes_no_agent_owned_by_another_teams_person_or_an_org_role() -> None:
+    from dispatcher.models import Agent
+    from tests.support.factories import make_user, unique
+    from tests.teams.world import org_client
+
+    pay, infra = make_team("pay"), make_team("infra")
+    admin = pay.client("admin")
+    boss = make_user(unique("org-admin"), groups=("admin",))
+    for outsider in (infra.agent.owner, infra.members["reviewer"], boss):
+        # Even once added to the admin's own team, their rules are not the team's to lend.
+        add_member(team=pay.team, user=outsider, role="auditor", actor="test")
+        name = unique("borrowed")
+        answer = admin.post(
+            "/agents/", {"name": name, "owner": outsider.username, "team": pay.team.name}
+        )
+        assert answer.status_code == 400, outsider
+        assert "only an organization admin makes agents they own" in answer.content.decode()
+        assert not Agent.objects.filter(name=name).exists()
+    mine = admin.post(
+        "/agents/",
+        {"name": "own", "owner": pay.members["reviewer"].username, "team": pay.team.name},
+    )
+    assert mine.status_code == 200
+    org = org_client("admin").post(
+        "/agents/", {"name": "lent", "owner": boss.username, "team": pay.team.name}
+    )
+    assert org.status_code == 200
