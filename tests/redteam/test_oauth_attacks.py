@@ -116,11 +116,11 @@ def test_an_agent_access_token_opens_no_human_page_or_agent_api(
     client_id, code, verifier = _code(documents)
     access = token(client_id, code, verifier).json()["access_token"]
     assert mcp_http.authenticate(access, "", MCP)[0] is not None
-    bearer = {"HTTP_AUTHORIZATION": f"Bearer {access}"}
+    bearer = {"Authorization": f"Bearer {access}"}
     for path in ("/", "/approvals/", "/teams/", "/account/agents/", "/oauth/device/"):
-        page = Client().get(path, **bearer)
+        page = Client().get(path, headers=bearer)
         assert page.status_code == 302 and "/accounts/login/" in page["Location"], path
-    assert Client().get("/api/v1/tools", **bearer).status_code == 401
+    assert Client().get("/api/v1/tools", headers=bearer).status_code == 401
     # An MCP token is no hooks token either.
     hook = Client().post(
         "/api/v1/hooks/claude-code",
@@ -133,7 +133,7 @@ def test_an_agent_access_token_opens_no_human_page_or_agent_api(
             "tool_use_id": "t-1",
         },
         content_type="application/json",
-        **bearer,
+        headers=bearer,
     )
     assert hook.status_code == 401, hook.content
 
