@@ -14,6 +14,7 @@ from agentauth.cimd import DoorFetcher
 from agentauth.models import PendingAgent
 from dispatcher.gateways import mcp_http
 from dispatcher.models import Agent
+from floor.errors import ServiceError
 from teams.services import create_team
 from tests.agentauth.test_authorization import (
     HOOKS,
@@ -210,3 +211,32 @@ def test_a_device_code_approved_once_cannot_be_taken_over_by_another_person() ->
     grant = DeviceGrant.objects.get(user_code=code["user_code"])
     assert grant.status == DeviceGrant.AUTHORIZED and grant.user == first
     assert PendingAgent.objects.get(device_grant=grant).agent.owner == first
+
+
+def test_of_two_people_approving_one_device_code_at_once_the_second_changes_nothing() -> None:
+    """The page reads the code as pending, then approves it: a second person whose page
+    read it as pending before the first approved must not take the code over."""
+    from agentauth import services
+
+    first, second = member(), member()
+    code = _device_code()
+    read_by_both = DeviceGrant.objects.get(user_code=code["user_code"])  # both read: pending
+    services.approve_device(
+        owner=first,
+        device_grant=read_by_both,
+        team=first.team_memberships.get().team,
+        mode="standard",
+        actor="test",
+    )
+    with pytest.raises(ServiceError, match="approved or denied already"):
+        services.approve_device(
+            owner=second,
+            device_grant=read_by_both,
+            team=second.team_memberships.get().team,
+            mode="standard",
+            actor="test",
+        )
+    grant = DeviceGrant.objects.get(pk=read_by_both.pk)
+    assert grant.status == DeviceGrant.AUTHORIZED and grant.user == first
+    assert PendingAgent.objects.get(device_grant=grant).agent.owner == first
+    assert not Agent.objects.filter(owner=second).exists()
