@@ -240,3 +240,19 @@ def test_of_two_people_approving_one_device_code_at_once_the_second_changes_noth
     assert grant.status == DeviceGrant.AUTHORIZED and grant.user == first
     assert PendingAgent.objects.get(device_grant=grant).agent.owner == first
     assert not Agent.objects.filter(owner=second).exists()
+
+
+def test_another_persons_agent_is_not_signed_out_or_revoked_by_counting_ids_up(
+    documents: DocumentServer,
+) -> None:
+    client_id, code, verifier = _code(documents)
+    access = token(client_id, code, verifier).json()["access_token"]
+    victim = mcp_http.authenticate(access, "", MCP)[0]
+    assert victim is not None
+    thief = signed_in(member())
+    for agent_id in range(max(1, victim.pk - 3), victim.pk + 4):
+        for action in ("sign-out", "revoke"):
+            answer = thief.post(f"/account/agents/{agent_id}/{action}")
+            assert answer.status_code == 404, (agent_id, action)
+    assert victim.name not in thief.get("/account/agents/").content.decode()
+    assert mcp_http.authenticate(access, "", MCP)[0] is not None
