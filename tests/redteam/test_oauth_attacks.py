@@ -163,9 +163,22 @@ def test_a_client_document_at_a_loopback_address_in_any_spelling_is_not_fetched(
 
 
 def test_a_client_document_that_redirects_is_not_followed(documents: DocumentServer) -> None:
-    documents.documents["/moved.json"] = None
-    with pytest.raises(CIMDError):
-        DoorFetcher().fetch(documents.url("/nothing-here.json"))
+    """A client_id URL on an allowed host that answers 302 (to a document of its own, or to
+    an address the door would refuse) is not followed, and no client is registered."""
+    real = documents.client(f"/{unique('client')}.json", [REDIRECT])
+    for target in (real, "https://localhost:9/x.json"):
+        path = f"/{unique('moved')}.json"
+        documents.documents[path] = {"$redirect": target}
+        before = len(documents.fetched)
+        with pytest.raises(CIMDError, match="HTTP 302"):
+            DoorFetcher().fetch(documents.url(path))
+        assert documents.fetched[before:] == [path]
+        verifier, challenge = pkce()
+        page = signed_in(member()).get(
+            "/oauth/authorize/", authorize_params(documents.url(path), challenge)
+        )
+        assert page.status_code in (400, 403) or "error=" in page.get("Location", "")
+        assert "code=" not in page.get("Location", "")
 
 
 def _device_code() -> dict[str, Any]:
