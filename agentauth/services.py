@@ -8,7 +8,12 @@ from urllib.parse import urlsplit
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
-from oauth2_provider.models import AccessToken, RefreshToken, get_application_model
+from oauth2_provider.models import (
+    AccessToken,
+    DeviceGrant,
+    RefreshToken,
+    get_application_model,
+)
 
 from agentauth.models import AgentClient, PendingAgent, Registration
 from audit import kinds
@@ -115,7 +120,17 @@ def _free_name(owner: User, wanted: str) -> str:
 @transaction.atomic
 def approve_device(*, owner: User, device_grant: Any, team: Team, mode: str, actor: str) -> Agent:
     """A device code (harness-hook login) approved by `owner` for `team`: its agent, as
-    authorize_agent makes it, is the one the device's tokens will stand for."""
+    authorize_agent makes it, is the one the device's tokens will stand for. The code
+    moves from pending to authorized by a conditional update, so of two people approving
+    the same code at once one wins and the other gets ServiceError (nothing changes)."""
+    pending = DeviceGrant.objects.filter(
+        pk=device_grant.pk, status=DeviceGrant.AUTHORIZATION_PENDING
+    )
+    if not pending.update(status=DeviceGrant.AUTHORIZED, user=owner):
+        raise ServiceError(
+            "This code was approved or denied already. Run `harness-hook login` again for "
+            "a new code."
+        )
     application = get_application_model().objects.get(client_id=device_grant.client_id)
     agent = authorize_agent(owner=owner, application=application, team=team, mode=mode, actor=actor)
     PendingAgent.objects.update_or_create(device_grant=device_grant, defaults={"agent": agent})

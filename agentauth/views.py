@@ -182,7 +182,8 @@ def device(request: HtmxHttpRequest) -> HttpResponse:
         return render(request, "agentauth/device.html", context, status=400)
     grant: DeviceGrant = form.cleaned_data["device_grant"]
     if request.POST.get("action") != "accept":
-        DeviceGrant.objects.filter(pk=grant.pk).update(status=DeviceGrant.DENIED)
+        pending = DeviceGrant.objects.filter(pk=grant.pk, status=DeviceGrant.AUTHORIZATION_PENDING)
+        pending.update(status=DeviceGrant.DENIED)  # (an approval that won meanwhile stays)
         context["denied"] = True
         return render(request, "agentauth/device.html", context)
     mode = request.POST.get("mode") or profile_for(request.user).mode
@@ -194,9 +195,6 @@ def device(request: HtmxHttpRequest) -> HttpResponse:
                 team=_team(request.user, request.POST.get("team")),
                 mode=mode,
                 actor=_actor(request),
-            )
-            DeviceGrant.objects.filter(pk=grant.pk).update(
-                status=DeviceGrant.AUTHORIZED, user=request.user
             )
     except ServiceError as error:
         context["error"] = str(error)

@@ -260,10 +260,11 @@ def _already(profile: Profile, rule: str) -> bool:
     return False
 
 
-def suggestions(found: Iterable[Pattern]) -> list[Suggestion]:
+def suggestions(found: Iterable[Pattern], reach: Scope = EVERYTHING) -> list[Suggestion]:
     """Allow rules for what reviewers always approved, deny rules for what they always
     denied, each valid for its tool, new to its owner, and with its backtest (a rule that
-    would change none of the owner's recent calls is not suggested)."""
+    would change none of the owner's recent calls is not suggested). The backtest reads
+    only the calls of agents `reach` covers (a team admin's page shows no other team's)."""
     out: list[Suggestion] = []
     for pattern in found:
         if len(out) >= MAX_SUGGESTIONS:
@@ -285,7 +286,9 @@ def suggestions(found: Iterable[Pattern]) -> list[Suggestion]:
             )
         except profiles.InvalidProfile:
             continue
-        test = simulation.backtest(user=pattern.owner, proposed=proposed, limit=BACKTEST_CALLS)
+        test = simulation.backtest(
+            user=pattern.owner, proposed=proposed, limit=BACKTEST_CALLS, reach=reach
+        )
         if not test.changes:
             continue  # the mode or a rule decides these already: the rule would change nothing
         out.append(Suggestion(pattern, action, test, saved.version))
@@ -323,7 +326,7 @@ def report(
         "days": days,
         "decisions": len(decisions),
         "patterns": found,
-        "suggestions": suggestions(found),
+        "suggestions": suggestions(found, reach),
         "reviewers": reviewer_stats(decisions),
         "log_only": log_only_rules(now - timedelta(days=days)),
     }

@@ -20,6 +20,7 @@ from dispatcher.policy.context import CallContext, Decision, Profile
 from dispatcher.policy.profiles import profile_for
 from dispatcher.tools.registry import API_CLIENT, get_tool
 from teams.models import Team
+from teams.scope import EVERYTHING, Scope
 
 BACKTEST_LIMIT = 500
 
@@ -189,12 +190,17 @@ class Backtest:
     changes: list[Change]
 
 
-def backtest(*, user: User, proposed: Profile, limit: int = BACKTEST_LIMIT) -> Backtest:
-    """The past calls of `user` (newest `limit`) whose decision (allow / ask / deny) would
-    change from the saved profile to `proposed`. Both sides are decided now, in each call's
-    own session, so only the rule change makes a difference. Writes nothing."""
+def backtest(
+    *, user: User, proposed: Profile, limit: int = BACKTEST_LIMIT, reach: Scope = EVERYTHING
+) -> Backtest:
+    """The past calls of `user`'s agents that `reach` covers (newest `limit`: a team
+    admin reads no call of another team's agent of the same person) whose decision (allow
+    / ask / deny) would change from the saved profile to `proposed`. Both sides are
+    decided now, in each call's own session, so only the rule change makes a difference.
+    Writes nothing."""
     calls = (
-        ToolCall.objects.filter(session__agent__owner=user, arguments__isnull=False)
+        reach.filter(ToolCall.objects.all(), "session__agent__team_id")
+        .filter(session__agent__owner=user, arguments__isnull=False)
         .exclude(status="rejected")
         .select_related("session__agent__owner")
         .order_by("-created_at")[:limit]

@@ -26,6 +26,7 @@ from dispatcher.models import Agent, AgentSession, ToolCall
 from dispatcher.policy.profiles import profile_for
 from floor.errors import ServiceError
 from teams.models import Team
+from teams.scope import wholly_within
 
 RECENT_SESSIONS = 20
 MAX_NAME = 100
@@ -91,6 +92,16 @@ def _create(request: HtmxHttpRequest, form: dict[str, str]) -> tuple[Agent | Non
     team = next((t for t in _teams(request) if t.name == form["team"]), None)
     if team is None:
         return None, "", "Choose the agent's team (one of the teams you administer)."
+    if not wholly_within(request.reach, owner):
+        # The agent would run under that person's rules, which no team admin manages.
+        return (
+            None,
+            "",
+            (
+                f"{owner.get_username()} is also in another team or holds an organization role: "
+                "only an organization admin makes agents they own. Choose a person of your teams."
+            ),
+        )
     if Agent.objects.filter(owner=owner, name=form["name"]).exists():
         return None, "", f"{owner.get_username()} already has an agent named '{form['name']}'."
     try:

@@ -63,6 +63,22 @@ class Scope:
         return rows.filter(**{f"{field}__in": self.filter(owners, team_field).values("pk")})
 
 
+def wholly_within(scope: Scope, person: Any) -> bool:
+    """Whether everything `person` is and owns lies inside `scope`: no organization role,
+    and no membership or agent in a team it does not cover. A team admin acts on behalf of
+    such a person only (changes their rules, makes agents they own): a person's rules
+    govern all of their agents, and any team admin can add anyone to their own team."""
+    if scope.everything:
+        return True
+    if person.is_superuser or person.groups.exists():
+        return False
+    ids = sorted(scope.team_ids)
+    return not (
+        person.team_memberships.exclude(team_id__in=ids).exists()
+        or person.agents.exclude(team_id__in=ids).exists()
+    )
+
+
 NOTHING = Scope(everything=False, team_ids=frozenset())
 EVERYTHING = Scope(everything=True, team_ids=frozenset())
 

@@ -18,7 +18,7 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.http import HttpResponse, QueryDict
+from django.http import HttpResponse, HttpResponseForbidden, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -35,7 +35,7 @@ from dispatcher.policy.profiles import profile_for
 from dispatcher.tools.base import Tool
 from dispatcher.tools.registry import all_tools
 from floor.errors import ServiceError
-from teams.scope import Scope, org_holds
+from teams.scope import Scope, org_holds, wholly_within
 
 PAGE = "permissions/user.html"
 RECENT_CALLS = 50
@@ -73,6 +73,22 @@ def _people(reach: Scope) -> Any:
 def _subject(request: HtmxHttpRequest, user_id: int | str) -> User:
     subject: User = get_object_or_404(_people(request.reach), pk=user_id)
     return subject
+
+
+OTHER_TEAMS = (
+    "{name} is also in another team (a member, or the owner of its agents) or holds an "
+    "organization role, and their rules govern all of their agents: only an organization "
+    "admin changes them."
+)
+
+
+def _refusal_to_change(request: HtmxHttpRequest, subject: User) -> str:
+    """Why this admin may not change `subject`'s rules ("" when they may): a team admin
+    changes those of people wholly inside their teams only (teams.scope.wholly_within),
+    since a person's rules govern all of their agents."""
+    if wholly_within(request.reach, subject):
+        return ""
+    return OTHER_TEAMS.format(name=subject.get_username())
 
 
 def _tools(reach: Scope) -> tuple[Tool, ...]:
@@ -221,6 +237,8 @@ def user_profile(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     if request.method == "GET":
         return _page(request, subject)
     form = _form_from_post(request.POST)
+    if refusal := _refusal_to_change(request, subject):
+        return _page(request, subject, form, status=403, errors=[refusal])
     rows = editor.rows_from_post(request.POST) if request.POST.get("rows") else None
     # Errors in the text form open it again; errors in the rows show on their rows.
     where: dict[str, Any] = {"rows": rows} if rows is not None else {"text_open": True}
@@ -328,7 +346,9 @@ def backtest(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     form = _form_from_post(request.POST)
     extra: dict[str, Any] = {}
     try:
-        result = simulation.backtest(user=subject, proposed=_proposed(subject, form, request.POST))
+        result = simulation.backtest(
+            user=subject, proposed=_proposed(subject, form, request.POST), reach=request.reach
+        )
         extra["backtest"] = result
         extra["changes"] = [(c, preview(c.call.arguments)) for c in result.changes]
     except profiles.InvalidProfile as invalid:
@@ -396,6 +416,8 @@ def apply_suggestion(request: HtmxHttpRequest) -> HttpResponse:
     the reason when the rule is bad or the profile changed since the page was drawn."""
     actor = request.user
     subject = _subject(request, request.POST.get("user", "").strip() or 0)
+    if refusal := _refusal_to_change(request, subject):
+        return HttpResponseForbidden(refusal, content_type="text/plain; charset=utf-8")
     rule, action = request.POST.get("rule", ""), request.POST.get("action", "")
     try:
         version = int(request.POST.get("version", ""))

@@ -59,6 +59,12 @@ def document_server(tmp: Path) -> Iterator[DocumentServer]:
             docs = server_box["s"]
             docs.fetched.append(self.path)
             document = docs.documents.get(self.path)
+            if isinstance(document, dict) and "$redirect" in document:  # a 302 elsewhere
+                self.send_response(302)
+                self.send_header("Location", str(document["$redirect"]))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             body = json.dumps(document).encode() if document is not None else b"{}"
             self.send_response(200 if document is not None else 404)
             self.send_header("Content-Type", "application/json")

@@ -1,0 +1,145 @@
+"""Red-team attacks across teams (issue 33): a person in two teams is the bridge; what a
+team's admin, reviewer or auditor reaches through them."""
+
+from __future__ import annotations
+
+import pytest
+
+from teams.services import add_member
+from tests.teams.world import TeamWorld, make_team
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def teams() -> tuple[TeamWorld, TeamWorld]:
+    pay, infra = make_team("pay"), make_team("infra")
+    # infra's agent's owner is also in pay: pay's admin manages their rules.
+    add_member(team=pay.team, user=infra.agent.owner, role="auditor", actor="test")
+    return pay, infra
+
+
+def test_a_backtest_by_a_team_admin_reads_no_call_of_another_teams_agent(
+    teams: tuple[TeamWorld, TeamWorld],
+) -> None:
+    pay, infra = teams
+    owner = infra.agent.owner
+    admin = pay.client("admin")
+    page = admin.get(f"/permissions/users/{owner.pk}/")
+    assert page.status_code == 200 and infra.secret not in page.content.decode()
+    # Rules under which the other team's ask (a write_file) would be denied.
+    answer = admin.post(
+        f"/permissions/users/{owner.pk}/backtest",
+        {"mode": "standard", "allow": "", "ask": "", "deny": "write_file"},
+    )
+    assert answer.status_code == 200
+    assert infra.secret not in answer.content.decode()
+    assert answer.context["backtest"].checked == 0
+    # The organization's admin, who reaches infra, sees it change.
+    from tests.teams.world import org_client
+
+    org = org_client("admin").post(
+        f"/permissions/users/{owner.pk}/backtest",
+        {"mode": "standard", "allow": "", "ask": "", "deny": "write_file"},
+    )
+    assert infra.secret in org.content.decode()
+
+
+def test_a_team_admins_suggestions_backtest_no_call_of_another_teams_agent() -> None:
+    from django.conf import settings
+
+    from dispatcher import agents, analytics
+    from dispatcher.models import Agent, AgentSession
+    from teams.scope import Scope
+    from teams.services import create_team
+    from tests.dashboard.test_analytics import NPM, History
+    from tests.support.factories import unique
+
+    pay = create_team(name=unique("pay"), actor="test")
+    infra = create_team(name=unique("infra"), actor="test")
+    history = History()
+    Agent.objects.filter(pk=history.fx.agent.pk).update(team=pay)
+    for i in range(20):
+        history.decide("run_command", NPM, "alice", True, 8 + i % 5)
+    owner = history.save()
+    # The same person's agent in infra made a call the suggested rule would change.
+    other, _ = agents.create_agent(owner=owner, name=unique("infra-agent"), team=infra, actor="t")
+    elsewhere = History()
+    elsewhere.fx = type(history.fx)(other, "", owner)
+    elsewhere.session = AgentSession.objects.create(
+        agent=other, mode="standard", workspace=str(settings.HARNESS_WORKSPACE_ROOT)
+    )
+    elsewhere.decide("run_command", {"argv": ["npm", "test", "--", "infra-secret"]}, "x", True, 9)
+    elsewhere.save()
+
+    mine = analytics.report(reach=Scope(everything=False, team_ids=frozenset({pay.pk})))
+    [npm] = [s for s in mine["suggestions"] if s.rule == "run_command(npm test *)"]
+    assert {c.call.session.agent.team_id for c in npm.backtest.changes} == {pay.pk}
+    assert len(npm.backtest.changes) == 20
+    everything = analytics.report()
+    [npm] = [s for s in everything["suggestions"] if s.rule == "run_command(npm test *)"]
+    assert len(npm.backtest.changes) == 21
+
+
+def test_a_team_admin_cannot_loosen_another_teams_agent_by_adding_its_owner_to_their_team() -> None:
+    from dispatcher.policy.profiles import profile_for
+    from tests.teams.world import org_client
+
+    pay, infra = make_team("pay"), make_team("infra")
+    owner = infra.agent.owner
+    admin = pay.client("admin")
+    # Any team admin may add anyone to their own team...
+    added = admin.post(
+        f"/teams/{pay.team.pk}/members/add", {"user": owner.username, "role": "auditor"}
+    )
+    assert added.status_code == 302
+    before = profile_for(owner)
+    # ...but does not thereby manage the rules that govern that person's agents in infra.
+    loosened = {"mode": "trusted", "allow": "write_file", "ask": "", "deny": "", "version": ""}
+    answer = admin.post(f"/permissions/users/{owner.pk}/", loosened)
+    assert answer.status_code == 403
+    assert "only an organization admin" in answer.content.decode()
+    after = profile_for(owner)
+    assert (after.mode, after.version) == (before.mode, before.version)
+    applied = admin.post(
+        "/permissions/analytics/apply",
+        {"user": owner.pk, "rule": "write_file", "action": "allow", "version": before.version},
+    )
+    assert applied.status_code == 403 and profile_for(owner).version == before.version
+    # Reading stays: the page, with nothing of infra.
+    page = admin.get(f"/permissions/users/{owner.pk}/")
+    assert page.status_code == 200 and infra.secret not in page.content.decode()
+    # A person in pay alone is pay's admin's to change; the organization's admin changes any.
+    own = pay.members["reviewer"]
+    assert admin.post(f"/permissions/users/{own.pk}/", loosened).status_code == 302
+    assert org_client("admin").post(f"/permissions/users/{owner.pk}/", loosened).status_code == 302
+    assert profile_for(owner).mode == "trusted"
+
+
+def test_a_team_admin_makes_no_agent_owned_by_another_teams_person_or_an_org_role() -> None:
+    from dispatcher.models import Agent
+    from tests.support.factories import make_user, unique
+    from tests.teams.world import org_client
+
+    pay, infra = make_team("pay"), make_team("infra")
+    admin = pay.client("admin")
+    boss = make_user(unique("org-admin"), groups=("admin",))
+    for outsider in (infra.agent.owner, infra.members["reviewer"], boss):
+        # Even once added to the admin's own team, their rules are not the team's to lend.
+        add_member(team=pay.team, user=outsider, role="auditor", actor="test")
+        name = unique("borrowed")
+        answer = admin.post(
+            "/agents/", {"name": name, "owner": outsider.username, "team": pay.team.name}
+        )
+        assert answer.status_code == 400, outsider
+        assert "only an organization admin makes agents they own" in answer.content.decode()
+        assert not Agent.objects.filter(name=name).exists()
+    mine = admin.post(
+        "/agents/",
+        {"name": "own", "owner": pay.members["reviewer"].username, "team": pay.team.name},
+    )
+    assert mine.status_code == 200
+    org = org_client("admin").post(
+        "/agents/", {"name": "lent", "owner": boss.username, "team": pay.team.name}
+    )
+    assert org.status_code == 200
