@@ -17,7 +17,7 @@ from audit.roles import REVIEWER, reach
 from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
-from dispatcher.models import Executor, Status, ToolCall
+from dispatcher.models import Agent, Executor, Status, ToolCall
 from dispatcher.policy import grants
 from dispatcher.proposals import ProposedCall, canonical_json
 from floor import compiled, errors
@@ -52,6 +52,10 @@ def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalReq
         expires_at=timezone.now() + timedelta(seconds=settings.HARNESS_APPROVAL_TIMEOUT),
         approvals_required=max(1, int(call.provenance.get("approvals", 1))),
         group=str(call.provenance.get("group", "")),
+        groups=[
+            {"group": str(g["group"]), "count": int(g["count"])}
+            for g in call.provenance.get("groups", [])
+        ],
         step_up=[str(v) for v in call.provenance.get("step_up", [])],
     )
     compiled.create(approval)  # (one prepared INSERT ... RETURNING: every ask writes one)
@@ -98,7 +102,8 @@ def decide(
     on one request are serialized by it) and the call moves by a conditional update.
     Raises DecisionRefused: 400 (a session grant asked for a quorum call), 403 (not a
     reviewer; not a reviewer of the agent's team (teams.scope: the reach is read with the
-    role, in one statement); the agent's owner under separation of duties; not in the
+    role, in one statement); under separation of duties, one of the people behind the
+    agent (`people_behind`: its owner, sponsor, or the person who started its sessions); not in the
     quorum's group),
     404 (no such request), 409 (already decided, naming by whom; already voted; or a
     digest mismatch, which is audited).
@@ -141,11 +146,28 @@ def decide(
     return approval
 
 
+def people_behind(agent: Agent) -> dict[Any, str]:
+    """The people an agent acts for, who may not approve its calls under separation of
+    duties (HARNESS_FORBID_SELF_APPROVAL), by user id, each with what they are: its owner,
+    its sponsor, and the person whose OAuth consent started its sessions (agentauth's
+    AgentClient: every session of an OAuth agent runs on that person's token). Reads
+    nothing when the caller selected `oauth_client` with the agent (the decision's read
+    does)."""
+    people: dict[Any, str] = {}
+    client = getattr(agent, "oauth_client", None)  # None: not an OAuth agent
+    if client is not None:
+        people[client.owner_id] = "the person whose sign-in started this agent's sessions"
+    if agent.sponsor_id is not None:
+        people[agent.sponsor_id] = "this agent's sponsor"
+    people[agent.owner_id] = "this agent's owner"
+    return people
+
+
 # The request every decision reads and locks, with its call (floor.compiled).
 _LOCKED_REQUEST = Compiled(
     lambda pk: (
         ApprovalRequest.objects.select_for_update(of=("self",))
-        .select_related("call__session__agent")
+        .select_related("call__session__agent__oauth_client")
         .filter(pk=pk)
         .order_by()[:1]
     )
@@ -177,8 +199,12 @@ def _refusal(
         # no decision can land after the deadline whatever the scheduler's delay.
         _expire(approval)
         return DecisionRefused(already_decided(approval), 409)
-    if settings.HARNESS_FORBID_SELF_APPROVAL and call.session.agent.owner_id == user.pk:
-        return DecisionRefused("You own this agent; another reviewer must decide its calls.", 403)
+    if settings.HARNESS_FORBID_SELF_APPROVAL and user.pk in people_behind(call.session.agent):
+        return DecisionRefused(
+            f"You are {people_behind(call.session.agent)[user.pk]}; another reviewer must "
+            "decide its calls.",
+            403,
+        )
     if digest != call.digest:
         _audit_mismatch(approval, user, digest)
         return DecisionRefused(
@@ -271,7 +297,71 @@ def _vote_refusal(
             "must approve it too.",
             409,
         )
+    if approval.groups:
+        return _groups_refusal(approval, user)
     return None
+
+
+def _groups_refusal(approval: ApprovalRequest, user: AbstractBaseUser) -> DecisionRefused | None:
+    """A several-groups request: `user` must be in one of its groups, and their vote must
+    meet a count no vote meets yet (one vote counts towards one group only)."""
+    counts = approval.counts()
+    mine = set(user.groups.filter(name__in=list(counts)).values_list("name", flat=True))  # type: ignore[attr-defined]
+    if not mine:
+        named = " and ".join(f"{n} of '{g}'" for g, n in counts.items())
+        return DecisionRefused(
+            f"This call needs approvals from {named}, and you are in none of these groups. "
+            "You can still deny it.",
+            403,
+        )
+    memberships = _memberships(approval) | {user.pk: mine}
+    before = len(assign(counts, _voters(approval), memberships))
+    if len(assign(counts, [*_voters(approval), user.pk], memberships)) > before:
+        return None
+    return DecisionRefused(
+        f"Your groups ({', '.join(sorted(mine))}) already have the approvals they need "
+        f"({approval.progress()}); the call waits for the others.",
+        409,
+    )
+
+
+def _voters(approval: ApprovalRequest) -> list[Any]:
+    return [v.voter_id for v in approval.votes.order_by("created_at", "pk")]
+
+
+def _memberships(approval: ApprovalRequest) -> dict[Any, set[str]]:
+    """{voter id: the request's groups they are in} for its voters (one statement)."""
+    rows = User.groups.through.objects.filter(
+        user_id__in=approval.votes.values("voter_id"), group__name__in=list(approval.counts())
+    ).values_list("user_id", "group__name")
+    out: dict[Any, set[str]] = {}
+    for user_id, name in rows:
+        out.setdefault(user_id, set()).add(name)
+    return out
+
+
+def assign(
+    counts: dict[str, int], voters: list[Any], memberships: dict[Any, set[str]]
+) -> dict[Any, str]:
+    """{voter: group} counting as many votes as possible, each towards one group of theirs
+    with a count left (a maximum bipartite matching of voters to the groups' places, by
+    augmenting paths; earlier voters first, so an assignment moves only when it must)."""
+    places = [(group, i) for group, count in counts.items() for i in range(count)]
+    holder: dict[tuple[str, int], Any] = {}
+
+    def place(voter: Any, seen: set[tuple[str, int]]) -> bool:
+        for spot in places:
+            if spot[0] not in memberships.get(voter, set()) or spot in seen:
+                continue
+            seen.add(spot)
+            if spot not in holder or place(holder[spot], seen):
+                holder[spot] = voter
+                return True
+        return False
+
+    for voter in voters:
+        place(voter, set())
+    return {voter: spot[0] for spot, voter in holder.items()}
 
 
 def _vote(
@@ -299,10 +389,31 @@ def _vote(
         _discard_departed_votes(approval)
     voters = approval.approvers()
     extra |= {"approvals": voters, "required": approval.approvals_required}
-    if approve and len(voters) < approval.approvals_required:
+    short = len(voters) < approval.approvals_required
+    if approval.groups:
+        short = _count_groups(approval, extra)
+    if approve and short:
         _record_vote(approval, actor, extra)
         return True
     return False
+
+
+def _count_groups(approval: ApprovalRequest, extra: dict[str, Any]) -> bool:
+    """Assign each counted vote of a several-groups request to one group (Vote.group, kept
+    for the queue's progress), add the progress per group to `extra`; True while a count
+    is not met."""
+    counts = approval.counts()
+    votes = list(approval.votes.select_related("voter").order_by("created_at", "pk"))
+    chosen = assign(counts, [v.voter_id for v in votes], _memberships(approval))
+    for vote in votes:
+        if vote.group != chosen.get(vote.voter_id, ""):
+            vote.group = chosen.get(vote.voter_id, "")
+            vote.save(update_fields=["group"])
+    extra["groups"] = [
+        {"group": group, "count": count, "approvals": names}
+        for group, count, names in approval.group_progress()
+    ]
+    return len(chosen) < sum(counts.values())
 
 
 def _apply(
@@ -372,6 +483,8 @@ def _departure(approval: ApprovalRequest, voter: User) -> str:
         return "they are no longer a reviewer of the agent's team"
     if approval.group and not voter.groups.filter(name=approval.group).exists():
         return f"they are no longer in the group '{approval.group}'"
+    if approval.groups and not voter.groups.filter(name__in=list(approval.counts())).exists():
+        return f"they are no longer in any of the groups {', '.join(approval.counts())}"
     return ""
 
 
@@ -461,7 +574,7 @@ def edit(
     with transaction.atomic():
         approval = (
             ApprovalRequest.objects.select_for_update(of=("self",))
-            .select_related("call__session__agent__owner")
+            .select_related("call__session__agent__owner", "call__session__agent__oauth_client")
             .filter(pk=approval_id)
             .first()
         )

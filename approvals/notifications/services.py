@@ -26,6 +26,7 @@ from floor.compiled import Compiled
 from teams.models import Membership
 
 from .. import links
+from ..services import people_behind
 from ..models import ApprovalRequest
 from . import messages, senders
 from .models import Channel, Delivery, Kind, PushSubscription
@@ -61,8 +62,8 @@ def matches(channel: Channel, approval: ApprovalRequest) -> bool:
 
 def recipients(channel: Channel, approval: ApprovalRequest) -> list[User]:
     """The channel's users and members of its groups who review the agent's team (every
-    such reviewer when it names none), less the agent's owner when self-approval is
-    forbidden. A reviewer of another team is never a recipient, whatever the channel
+    such reviewer when it names none), less the people behind the agent (owner, sponsor,
+    the person who started its sessions) when self-approval is forbidden. A reviewer of another team is never a recipient, whatever the channel
     names: they would get a call they cannot see and a link that decides nothing."""
     people = reviewers(approval.call.session.agent.team_id)
     named_users = list(channel.users.values_list("pk", flat=True))
@@ -70,7 +71,7 @@ def recipients(channel: Channel, approval: ApprovalRequest) -> list[User]:
     if named_users or named_groups:
         people = people.filter(Q(pk__in=named_users) | Q(groups__pk__in=named_groups)).distinct()
     if settings.HARNESS_FORBID_SELF_APPROVAL:
-        people = people.exclude(pk=approval.call.session.agent.owner_id)
+        people = people.exclude(pk__in=list(people_behind(approval.call.session.agent)))
     return list(people.order_by("username"))
 
 
@@ -239,7 +240,7 @@ def plan_outcome(approval_id: int) -> list[str]:
 
 def _approval(approval_id: int) -> ApprovalRequest | None:
     return (
-        ApprovalRequest.objects.select_related("call__session__agent")
+        ApprovalRequest.objects.select_related("call__session__agent__oauth_client")
         .prefetch_related("votes__voter")
         .filter(pk=approval_id)
         .first()

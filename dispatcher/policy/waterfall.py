@@ -165,7 +165,9 @@ def quorum_of(call: CallContext) -> Quorum | None:
         for q in call.profile.quorum
         if rules.evaluate(call, allow=(), ask=(q.rule,), deny=()).action == "ask"
     ]
-    strictest = max(matching, key=lambda q: (q.approvals, bool(q.group)), default=None)
+    strictest = max(
+        matching, key=lambda q: (q.approvals, len(q.groups), bool(q.group)), default=None
+    )
     if strictest is None:
         return None
     signed = {verdict for q in matching for verdict in q.step_up}
@@ -176,7 +178,10 @@ def quorum_of(call: CallContext) -> Quorum | None:
 def _quorum_decision(quorum: Quorum, reason: str) -> Decision:
     who = f" from the group '{quorum.group}'" if quorum.group else ""
     count = f"{quorum.approvals} approval{'s' if quorum.approvals > 1 else ''}"
-    if quorum.approvals > 1 or quorum.group:
+    if quorum.groups:
+        counts = " and ".join(f"{n} of the group '{g}'" for g, n in quorum.groups)
+        reason += f" It needs approvals from distinct reviewers: {counts}."
+    elif quorum.approvals > 1 or quorum.group:
         reason += f" It needs {count} from distinct reviewers{who}."
     if quorum.step_up:
         verdicts = " and ".join(f"{v}s" if v == "deny" else "approvals" for v in quorum.step_up)
@@ -189,6 +194,7 @@ def _quorum_decision(quorum: Quorum, reason: str) -> Decision:
         approvals=quorum.approvals,
         group=quorum.group,
         step_up=quorum.step_up,
+        groups=quorum.groups,
     )
 
 
