@@ -22,7 +22,7 @@ from dispatcher.policy import grants
 from dispatcher.proposals import ProposedCall, canonical_json
 from floor import compiled, errors
 from floor.compiled import Compiled
-from teams.scope import Scope
+from teams.scope import Scope, ask_teams
 
 from . import live, stepup
 from .models import ApprovalRequest, Decision, Vote
@@ -183,7 +183,7 @@ OUTSIDE = (
 def _outside(approval: ApprovalRequest, scope: Scope) -> DecisionRefused | None:
     """The refusal for a reviewer whose reach does not cover the call's agent's team,
     before anything of the call is checked or recorded."""
-    if scope.covers(approval.call.session.agent.team_id):
+    if scope.covers_any(*ask_teams(approval)):
         return None
     return DecisionRefused(OUTSIDE, 403)
 
@@ -479,7 +479,7 @@ def _departure(approval: ApprovalRequest, voter: User) -> str:
     """Why `voter`'s earlier vote no longer counts ("" when it still does)."""
     if not voter.is_active:
         return "their account was deactivated"
-    if not reach(voter, REVIEWER).covers(approval.call.session.agent.team_id):
+    if not reach(voter, REVIEWER).covers_any(*ask_teams(approval)):
         return "they are no longer a reviewer of the agent's team"
     if approval.group and not voter.groups.filter(name=approval.group).exists():
         return f"they are no longer in the group '{approval.group}'"
@@ -718,6 +718,61 @@ def _audit_mismatch(approval: ApprovalRequest, user: AbstractBaseUser, digest: s
             "digest_logged": approval.call.digest,
         },
     )
+
+
+def escalate_due(now: datetime | None = None) -> list[int]:
+    """Offer every pending ask that no one decided within its agent's team's escalation
+    delay (teams.Team.escalation_after) to the next tier as well (Team.escalate_to, or the
+    organization's reviewers): recorded on the request (which puts it within that team's
+    reach, teams.scope.ASK_TEAMS), audited (approval.escalated), pushed to the next
+    tier's queues after commit. Once per ask; an ask already past its expiry is left to
+    the expiry. `now`: the clock (tests pass theirs). Returns the escalated requests' ids
+    (approvals.asks.escalate_due tells their next tiers through the channels)."""
+    now = now or timezone.now()
+    candidates = (
+        ApprovalRequest.objects.pending()
+        .filter(escalated_at__isnull=True, expires_at__gt=now)
+        .filter(call__session__agent__team__escalation_after__isnull=False)
+        .values_list("pk", "created_at", "call__session__agent__team__escalation_after")
+    )
+    escalated: list[int] = []
+    for approval_id, created_at, after in list(candidates):
+        if created_at + timedelta(seconds=after) > now:
+            continue
+        with transaction.atomic():
+            approval = (
+                ApprovalRequest.objects.select_for_update(of=("self",))
+                .select_related("call__session__agent__team__escalate_to")
+                .filter(pk=approval_id, escalated_at__isnull=True)
+                .first()
+            )
+            if approval is None or approval.call.status != Status.PENDING_APPROVAL:
+                continue  # decided or escalated meanwhile
+            _escalate(approval, now)
+        escalated.append(approval_id)
+    return escalated
+
+
+def _escalate(approval: ApprovalRequest, now: datetime) -> None:
+    team = approval.call.session.agent.team
+    to = team.escalate_to
+    approval.escalated_at, approval.escalated_to = now, to
+    compiled.save_fields(approval, ["escalated_at", "escalated_to"])
+    record_event(
+        kind=kinds.APPROVAL_ESCALATED,
+        actor="harness",
+        subject=f"call:{approval.call_id}",
+        session_id=approval.call.session_id,
+        payload={
+            "call_id": str(approval.call_id),
+            "team": team.name,
+            "after_seconds": team.escalation_after,
+            "to": to.name if to is not None else "organization reviewers",
+            "waited_seconds": round((now - approval.created_at).total_seconds(), 3),
+        },
+    )
+    approval_id = approval.pk
+    transaction.on_commit(lambda: live.push_escalation(approval_id))
 
 
 def expire_due() -> int:
