@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Count, F, Q, Window, prefetch_related_objects
+from django.db.models import Count, F, Q, QuerySet, Window, prefetch_related_objects
 from django.db.models.functions import RowNumber
 
 from dispatcher.models import ToolCall
@@ -20,7 +20,7 @@ from .models import ApprovalRequest
 TEAM = "call__session__agent__team_id"
 
 
-def reached(rows: Any, reach: Scope) -> Any:
+def reached(rows: QuerySet[ApprovalRequest], reach: Scope) -> QuerySet[ApprovalRequest]:
     """The requests `reach` decides: of its teams' agents, or escalated to its teams
     (teams.scope.ASK_TEAMS)."""
     return reach.filter_either(rows, *ASK_TEAMS)

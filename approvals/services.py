@@ -737,7 +737,7 @@ def escalate_due(now: datetime | None = None) -> list[int]:
     )
     escalated: list[int] = []
     for approval_id, created_at, after in list(candidates):
-        if created_at + timedelta(seconds=after) > now:
+        if after is None or created_at + timedelta(seconds=after) > now:
             continue
         with transaction.atomic():
             approval = (
