@@ -199,11 +199,10 @@ def _refusal(
         # no decision can land after the deadline whatever the scheduler's delay.
         _expire(approval)
         return DecisionRefused(already_decided(approval), 409)
-    if settings.HARNESS_FORBID_SELF_APPROVAL and user.pk in people_behind(call.session.agent):
+    behind = people_behind(call.session.agent) if settings.HARNESS_FORBID_SELF_APPROVAL else {}
+    if user.pk in behind:
         return DecisionRefused(
-            f"You are {people_behind(call.session.agent)[user.pk]}; another reviewer must "
-            "decide its calls.",
-            403,
+            f"You are {behind[user.pk]}; another reviewer must decide its calls.", 403
         )
     if digest != call.digest:
         _audit_mismatch(approval, user, digest)
