@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
-.PHONY: venv demo test test-fast test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery xmlsec
+.PHONY: venv demo test test-fast test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery xmlsec nanoidp
 
 $(STAMP): pyproject.toml | xmlsec
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,18 @@ xmlsec:
 	@{ pkg-config --exists xmlsec1-openssl && ldconfig -p | grep -q libxmlsec1-openssl.so; } 2>/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libxmlsec1-dev libxmlsec1-openssl libxml2-dev pkg-config >/dev/null; \
 	  else echo "SAML sign-in needs Debian's xmlsec: sudo apt-get install libxmlsec1-dev libxmlsec1-openssl libxml2-dev pkg-config"; fi; }
+
+# nanoidp, a real SAML 2.0 (and OIDC) identity provider for tests/identity, in a
+# virtualenv of its own under var/ (it needs the MCP SDK's v2; Harness pins v1).
+NANOIDP_VERSION := 3.4.0
+NANOIDP_DIR := var/nanoidp
+NANOIDP_STAMP := $(NANOIDP_DIR)/.installed-$(NANOIDP_VERSION)
+
+$(NANOIDP_STAMP):
+	$(PYTHON) -m venv $(NANOIDP_DIR)
+	$(NANOIDP_DIR)/bin/python -m pip install -q 'nanoidp==$(NANOIDP_VERSION)' && touch $@
+
+nanoidp: $(NANOIDP_STAMP)
 
 # Debian's chromium for the browser tests (never a browser download).
 browser:
@@ -120,7 +132,7 @@ demo: $(STAMP) sandbox
 	$(BIN)/python manage.py run_demo
 
 # The whole suite on PostgreSQL + Redis, then on the embedded default (SQLite + own Redis).
-test: $(STAMP) browser sandbox coding-agents mcp-servers
+test: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp
 	$(MAKE) test-pg
 	$(MAKE) test-embedded
 
@@ -155,7 +167,7 @@ test-fast: $(STAMP)
 	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; r.stop(pathlib.Path('$(CURDIR)/var/test-fast'))"; \
 	  exit $$status
 
-test-all: $(STAMP) browser sandbox coding-agents mcp-servers
+test-all: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --create-db
 
 # Benchmarks (never run by CI): ratios against baselines measured in the same run.

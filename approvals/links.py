@@ -18,6 +18,7 @@ whoever holds it can decide (see docs/notifications.md).
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from audit.roles import REVIEWER, reach
+from audit.roles import REVIEWER, deactivated_since, reach
 from dispatcher.models import Status
 from teams.scope import ask_teams
 
@@ -72,6 +73,7 @@ def make_token(approval: ApprovalRequest, recipient: User, verdict: str) -> str:
         "u": recipient.pk,
         "v": verdict,
         "e": int(approval.expires_at.timestamp()),
+        "t": time.time(),  # issued: a deactivation after it voids the link for good
         "n": secrets.token_hex(16),
     }
     return signing.dumps(payload, salt=SALT, compress=True)
@@ -107,6 +109,7 @@ def read(token: str) -> Claim:
         approval_id, call_id, digest = int(payload["a"]), str(payload["c"]), str(payload["d"])
         recipient_id, verdict, nonce = int(payload["u"]), str(payload["v"]), str(payload["n"])
         expires = float(payload["e"])
+        issued = float(payload.get("t", 0))  # links made before "t" existed: issued at 0
     except (KeyError, TypeError, ValueError):
         raise LinkRefused("This link is not valid. Open the call from the queue.", 400) from None
     approval = (
@@ -121,6 +124,12 @@ def read(token: str) -> Claim:
         raise LinkRefused(
             f"{recipient.get_username()}'s account is deactivated: this link decides nothing. "
             "An active reviewer can decide the call from the queue.",
+            403,
+        )
+    if deactivated_since(recipient, issued):
+        raise LinkRefused(
+            f"{recipient.get_username()}'s account was deactivated after this link was sent: "
+            "it decides nothing. An active reviewer can decide the call from the queue.",
             403,
         )
     if verdict not in VERDICTS:

@@ -514,6 +514,39 @@ def _discard_departed_votes(approval: ApprovalRequest) -> None:
         )
 
 
+def void_votes_of(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:
+    """A deactivation step (settings.HARNESS_DEACTIVATION_STEPS, inside audit.roles.
+    deactivate's transaction): every vote `user` gave to a call still pending is deleted
+    and audited (approval.vote_discarded), its request row locked as a decision locks it.
+    The call waits for the votes it still lacks."""
+    pending = ApprovalRequest.objects.select_for_update().filter(
+        votes__voter=user, call__status=Status.PENDING_APPROVAL
+    )
+    voided: list[str] = []
+    for approval in pending.select_related("call").order_by("pk"):
+        vote = approval.votes.filter(voter=user).first()
+        if vote is None:
+            continue
+        vote.delete()
+        record_event(
+            kind=kinds.APPROVAL_VOTE_DISCARDED,
+            actor=actor,
+            subject=f"call:{approval.call_id}",
+            session_id=approval.call.session_id,
+            payload={
+                "call_id": str(approval.call_id),
+                "reviewer": user.get_username(),
+                "reason": "their account was deactivated",
+                "digest_seen": vote.digest_seen,
+                "voted_at": vote.created_at.isoformat(),
+                "via": vote.via,
+                "group": approval.group,
+            },
+        )
+        voided.append(str(approval.call_id))
+    return {"votes_voided": voided}
+
+
 def _record_vote(approval: ApprovalRequest, actor: str, extra: dict[str, Any]) -> None:
     """A vote that does not complete the quorum: audited, and shown live in every queue."""
     record_event(

@@ -53,3 +53,28 @@ def check_audit_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
             )
         )
     return messages
+
+
+@register()
+def check_deactivation_steps(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Each HARNESS_DEACTIVATION_STEPS entry imports to a callable: a deactivation that
+    cannot run a step fails (its transaction rolls back), so a bad name must fail here."""
+    from django.utils.module_loading import import_string
+
+    problems: list[CheckMessage] = []
+    for path in settings.HARNESS_DEACTIVATION_STEPS:
+        try:
+            ok = callable(import_string(path))
+        except ImportError as error:
+            ok, reason = False, str(error)
+        else:
+            reason = "not callable"
+        if not ok:
+            problems.append(
+                Error(
+                    f"HARNESS_DEACTIVATION_STEPS '{path}': {reason}.",
+                    hint="Name functions `(*, user, actor, sponsor) -> dict` (settings.py).",
+                    id="audit.E010",
+                )
+            )
+    return problems

@@ -93,11 +93,19 @@ CALL_REPREVIEWED = register(
 AGENT_CREATED = register("agent.created", "agent created")
 AGENT_REVOKED = register("agent.revoked", "agent revoked")
 AGENT_TOKEN_ROTATED = register("agent.token_rotated", "agent token rotated")
+AGENT_HANDED_OVER = register(
+    "agent.handed_over", "agent handed over to a sponsor: its owner was deactivated"
+)
 AGENT_TRANSFERRED = register("agent.transferred", "agent's owner, team or sponsor changed")
 AGENT_AUTHORIZED = register("agent.authorized", "agent authorized by its owner (OAuth)")
 AGENT_SIGNED_OUT = register("agent.signed_out", "agent's OAuth tokens revoked")
 SESSION_STARTED = register("session.started", "session started")
 PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
+POLICY_CHANGED = register("policy.changed", "organization's or team's policy changed")
+POLICY_PROPOSED = register("policy.proposed", "organization's policy change proposed")
+POLICY_PROPOSAL_ACCEPTED = register(
+    "policy.proposal_accepted", "organization's policy change accepted by a second admin"
+)
 GRANT_CREATED = register("grant.created", "allowed for the session")
 GRANT_REVOKED = register("grant.revoked", "session grant revoked")
 APPROVAL_DIGEST_MISMATCH = register(
@@ -129,7 +137,20 @@ TEAM_CREATED = register("team.created", "team created")
 TEAM_MEMBER_ADDED = register("team.member_added", "team role given")
 TEAM_MEMBER_REMOVED = register("team.member_removed", "team role taken")
 TEAM_ESCALATION_SET = register("team.escalation_set", "team escalation changed")
-USER_DEACTIVATED = register("user.deactivated", "user deactivated: sockets closed, links void")
+USER_DEACTIVATED = register(
+    "user.deactivated",
+    "user deactivated: sockets closed, votes and links void, agents' tokens revoked or handed over",
+)
+# --- People signing in (identity/, docs/identity.md) ---------------------------------------
+USER_SIGNED_IN_SSO = register("user.signed_in_sso", "signed in through single sign-on")
+USER_BREAK_GLASS = register(
+    "user.break_glass", "signed in with a break-glass password (single sign-on only): admins told"
+)
+SSO_REFUSED = register(
+    "sso.refused", "single sign-on refused: an unverified email matches an existing account"
+)
+USER_SIGNED_OUT_EVERYWHERE = register("user.signed_out_everywhere", "signed out everywhere")
+SESSION_EXPIRED = register("user.session_expired", "sign-in ended: idle or too old")
 
 # --- What a client that runs its own tools tells about its session (Claude Code's hooks) --
 CLIENT_SESSION_STARTED = register("client.session_started", "client session started")

@@ -26,23 +26,27 @@ import functools
 import hashlib
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import wraps
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
+from django.utils.module_loading import import_string
 from django_htmx.middleware import HtmxDetails
 
 from teams.models import Membership
 from teams.scope import Scope, scope_of
 
 from . import kinds
+from .models import AuditEvent
 from .services import record_event
 
 logger = logging.getLogger(__name__)
@@ -190,21 +194,52 @@ def close_sockets(group: str) -> None:
 
 
 @transaction.atomic
-def deactivate(*, user: User, actor: str) -> bool:
-    """Deactivate `user`: they hold no role from now on, their one-tap links decide
-    nothing (approvals.links reads `is_active`), and after commit every socket they have
-    open is closed. False (and no event) if they were inactive already."""
+def deactivate(*, user: User, actor: str, sponsor: User | None = None) -> bool:
+    """Deactivate `user`, in one transaction with its audit event: they hold no role from
+    now on; each step in settings.HARNESS_DEACTIVATION_STEPS runs (their votes on pending
+    calls are voided, their agents revoked or, with `sponsor`, handed to the sponsor);
+    their one-tap links decide nothing, now or if the account comes back (approvals.links
+    reads `is_active` and this event); and after commit every socket they have open is
+    closed. False (and no event) if they were inactive already."""
     if not User.objects.filter(pk=user.pk, is_active=True).update(is_active=False):
         return False
     user.is_active = False
+    payload: dict[str, Any] = {"user": user.get_username()}
+    if sponsor is not None:
+        payload["sponsor"] = sponsor.get_username()
+    for step in deactivation_steps():
+        payload |= step(user=user, actor=actor, sponsor=sponsor)
     record_event(
         kind=kinds.USER_DEACTIVATED,
         actor=actor,
         subject=f"user:{user.get_username()}",
-        payload={"user": user.get_username()},
+        payload=payload,
     )
     transaction.on_commit(functools.partial(close_sockets, user_group(user.pk)))
     return True
+
+
+def deactivation_steps() -> list[Callable[..., dict[str, Any]]]:
+    """settings.HARNESS_DEACTIVATION_STEPS, imported (named there, not imported here: the
+    steps live in the apps above audit; checked at start-up, audit.E010)."""
+    return [_import_step(path) for path in settings.HARNESS_DEACTIVATION_STEPS]
+
+
+@functools.cache
+def _import_step(path: str) -> Callable[..., dict[str, Any]]:
+    step: Callable[..., dict[str, Any]] = import_string(path)
+    return step
+
+
+def deactivated_since(user: User, when: float) -> bool:
+    """Was `user` deactivated (by `deactivate`) at or after the Unix time `when`? What a
+    one-tap link made before then reads: it never decides again, even if the account is
+    made active again."""
+    return AuditEvent.objects.filter(
+        kind=kinds.USER_DEACTIVATED,
+        subject=f"user:{user.get_username()}",
+        created_at__gte=datetime.fromtimestamp(when, UTC),
+    ).exists()
 
 
 def close_deactivated_sockets(sender: Any, instance: User, **kwargs: Any) -> None:

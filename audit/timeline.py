@@ -166,7 +166,7 @@ def _apply(call: Call, event: AuditEvent) -> None:
         call.review = {**provenance, "actor": event.actor, **_extra(p)}
         call.times["reviewed"] = at
     elif kind in DECISION_KINDS:
-        call.decision = {**provenance, "actor": event.actor}
+        call.decision = {**provenance, "actor": event.actor, **_layering(p)}
         call.times["decided"] = at
     if kind == kinds.CALL_APPROVAL_REQUESTED:
         call.presentation = p.get("presentation")
@@ -187,6 +187,20 @@ def _apply(call: Call, event: AuditEvent) -> None:
         if call.content is None:
             call.content = p.get("reason") or None
         call.seconds = p.get("seconds", call.seconds)
+
+
+def _layering(payload: dict[str, Any]) -> dict[str, Any]:
+    """Which layer of policy decided (`org`, `team:payments`, `user:alice`, `grant`) and
+    its version, and what log-only rules would have done (their notes), when recorded."""
+    out: dict[str, Any] = {}
+    if payload.get("layer"):
+        out["layer"] = str(payload["layer"])
+        if payload.get("layer_version"):
+            out["layer"] += f" v{payload['layer_version']}"
+    trials = payload.get("log_only")
+    if isinstance(trials, list):
+        out["log_only"] = [str(t.get("note", "")) for t in trials if isinstance(t, dict)]
+    return out
 
 
 def _extra(payload: dict[str, Any]) -> dict[str, Any]:

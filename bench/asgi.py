@@ -19,6 +19,18 @@ if os.environ.get("BENCH_NO_ENQUEUE") == "1":
 
     batches.enqueue = lambda call_id: None
 
+if os.environ.get("BENCH_NO_INLINE") == "1":
+    # S14's H0: Harness as it was before the inline lane (issue 37), in the same run:
+    # every allowed call goes through the queue and the worker (this server process only).
+    from dispatcher import admission  # noqa: E402
+
+    _admit_message = admission.admit_message
+
+    def _queued_only(**kwargs: Any) -> Any:
+        return _admit_message(**{**kwargs, "inline": False})
+
+    admission.admit_message = _queued_only
+
 
 class BareHandler(ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:

@@ -285,8 +285,9 @@ def push_queries_note(env: dict[str, str], creds: dict[str, str], server: Server
 class Worker:
     """A Celery prefork worker (-c 2) on the bench queue, started and stopped by PID."""
 
-    def __init__(self, env: dict[str, str], wait: bool = True) -> None:
-        """Started; answering pings on return unless `wait=False` (then call `ready()`)."""
+    def __init__(self, env: dict[str, str], wait: bool = True, root: Path = ROOT) -> None:
+        """Started; answering pings on return unless `wait=False` (then call `ready()`).
+        `root`: the checkout it runs (S14's baseline may be another)."""
         from harness_site.celery import app
 
         self.app = app
@@ -313,7 +314,7 @@ class Worker:
                 "-n",
                 f"bench-{os.getpid()}@%h",
             ],
-            cwd=ROOT,
+            cwd=root,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -62,6 +62,9 @@ def bench_env() -> dict[str, str]:
         # pair and may leave many asks pending (docs/security.md, "Fair shares per agent").
         HARNESS_MAX_SESSIONS_PER_MINUTE="0",
         HARNESS_MAX_PENDING_ASKS_PER_AGENT="0",
+        # Each MCP client of S11 and S14 is its own run (docs/mcp.md, "Which session a
+        # request joins"): 8 clients of one agent are 8 sessions, as 8 runs would be.
+        HARNESS_MCP_RUN_IDLE="0",
         PYTHONPATH=str(ROOT),
     )
     return env
@@ -312,15 +315,18 @@ def free_port() -> int:
 class Server:
     """One daphne process on loopback, started and killed by PID."""
 
-    def __init__(self, label: str, env: dict[str, str], wait: bool = True) -> None:
+    def __init__(
+        self, label: str, env: dict[str, str], wait: bool = True, root: Path = ROOT
+    ) -> None:
         """Started; listening on return unless `wait=False` (then call `ready()`, so that
-        several processes start side by side)."""
+        several processes start side by side). `root`: the checkout it runs (S14's
+        baseline may be another)."""
         self.label = label
         self.port = free_port()
         daphne = shutil.which("daphne", path=str(Path(PY).parent)) or "daphne"
         self.proc = subprocess.Popen(
             [daphne, "-b", "127.0.0.1", "-p", str(self.port), "bench.asgi:application"],
-            cwd=ROOT,
+            cwd=root,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -695,7 +701,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated scenario keys: validation,admit,admit-no-enqueue (S1b),overhead,push,worker,timeline,export,e2e,hook,cli,mcp,preview",
+        help="comma-separated scenario keys: validation,admit,admit-no-enqueue (S1b),overhead,push,worker,timeline,export,e2e,hook,cli,mcp,preview,peer",
     )
     args = parser.parse_args()
     if args.pairs < 5:
@@ -751,7 +757,7 @@ def main() -> int:
             results.append(r)
         took.append(f"{key} {time.monotonic() - t:.0f} s")
 
-    from bench import agent_path, auditlog, live, mcp, preview
+    from bench import agent_path, auditlog, live, mcp, peer, preview
 
     if not only or "validation" in only:
         run("validation", lambda: scenario_validation(args.pairs, args.quick))
@@ -789,6 +795,8 @@ def main() -> int:
         run("mcp", lambda: [mcp.scenario_mcp(env, creds, args.pairs, args.quick)])
     if not only or "preview" in only:
         run("preview", lambda: preview.scenario_preview(args.pairs, args.quick))
+    if not only or "peer" in only:
+        run("peer", lambda: peer.scenario_peer(env, creds, args.pairs, args.quick))
     if args.quick and not only:
         print(
             "\n  S7 (timeline) and S8 (export): full run only (make bench; S8 at 1M rows: --only export)"

@@ -30,12 +30,12 @@ from audit.services import EventSpec, record_events, write_and_lock_head
 from dispatcher import batches, limits, previews, wakeups
 from dispatcher.agents import mode_and_profile
 from dispatcher.models import AgentSession, Executor, Status, ToolCall
-from dispatcher.policy import stages
+from dispatcher.policy import layers, stages
 from dispatcher.policy.context import CallContext, Decision, Profile
 from dispatcher.proposals import ProposedCall, digest_of
 from dispatcher.tools import messages
-from dispatcher.tools.registry import get_tool
-from dispatcher.transitions import decision_fields, new_transition, release_fields
+from dispatcher.tools.registry import get_tool, one_generation
+from dispatcher.transitions import claim_new, decision_fields, new_transition, release_fields
 from floor import compiled
 from floor.compiled import Compiled
 from floor.errors import ServiceError
@@ -58,12 +58,52 @@ def submit_calls(
     reviewer's edit puts its replacement where the original stood, so the batch keeps
     its order (the whole batch is then dispatched, not only the new calls).
     """
+    calls, _ = admit_message(
+        session=session,
+        dialect=dialect,
+        proposed=proposed,
+        profile_preloaded=profile_preloaded,
+        place=place,
+    )
+    return calls
+
+
+def admit_message(
+    *,
+    session: AgentSession,
+    dialect: str,
+    proposed: list[ProposedCall],
+    profile_preloaded: bool = False,
+    place: tuple[uuid.UUID, int] | None = None,
+    inline: bool = False,
+) -> tuple[list[ToolCall], list[tuple[ToolCall, CallContext]]]:
+    """`submit_calls`, and the calls this process keeps to run itself (`inline`: the
+    request waits for its answer and runs it, execution.run_inline), each with what
+    policy saw of it: a new call allowed at once that is the only call of its message,
+    whose tool may run inline (`Tool.inline`). It is written claimed (running, its lease
+    set, its call.started after its decision's event, in the same commit), and no Celery
+    message is sent for it. If this process ends before its result is written, its
+    lease ends it as outcome_unknown, as for a worker that died running it."""
+    with one_generation():  # the message's upstream tools from one read
+        return _admit_once(session, dialect, proposed, profile_preloaded, place, inline)
+
+
+def _admit_once(
+    session: AgentSession,
+    dialect: str,
+    proposed: list[ProposedCall],
+    profile_preloaded: bool,
+    place: tuple[uuid.UUID, int] | None,
+    inline: bool,
+) -> tuple[list[ToolCall], list[tuple[ToolCall, CallContext]]]:
     mode, profile = mode_and_profile(session, preloaded=profile_preloaded)
     try:
         # Optimistic: a message's calls are almost always new, so the first attempt does
         # not look for them; the unique (session, tool_use_id) constraint catches those
         # that are not, and nothing of the attempt is kept.
-        return _admit(session, dialect, proposed, mode, profile, place, look_up=False)
+        return _admit(
+            session, dialect, proposed, mode, profile, place, look_up=False, inline=inline
+        )
     except IntegrityError:
         # A resubmitted message, or the same message submitted concurrently whose other
         # request won (one call per tool_use_id): admitting again finds its calls. Any other
@@ -71,7 +111,7 @@ def submit_calls(
         ids = [p.tool_use_id for p in proposed]
         if not ToolCall.objects.filter(session=session, tool_use_id__in=ids).exists():
             raise
-        return _admit(session, dialect, proposed, mode, profile, place, look_up=True)
+        return _admit(session, dialect, proposed, mode, profile, place, look_up=True, inline=inline)
 
 
 @dataclass
@@ -89,6 +129,10 @@ class _Admission:
     # which replaces a pending call, does not), and the agent's pending calls when read.
     caps_asks: bool = True
     pending_asks: int | None = None
+    # The calls this process runs itself (admit_message's `inline`), written claimed,
+    # with what policy saw of each: no Celery message.
+    kept: list[tuple[ToolCall, CallContext]] = field(default_factory=list)
+    allowed: dict[uuid.UUID, CallContext] = field(default_factory=dict)
 
 
 def _admit(
@@ -100,7 +144,8 @@ def _admit(
     place: tuple[uuid.UUID, int] | None = None,
     *,
     look_up: bool,
-) -> list[ToolCall]:
+    inline: bool = False,
+) -> tuple[list[ToolCall], list[tuple[ToolCall, CallContext]]]:
     """The message's calls decided in memory, then one transaction (one commit) for the
     whole message: the calls are inserted already decided, with their call.received and
     decision events in one append (received first, timed when it was received), then the
@@ -141,12 +186,17 @@ def _admit(
         for call in admission.calls:
             call.batch_size = len(admission.calls)
     if admission.calls:
-        _write(admission, session.pk, batch_id, continuing=place is not None)
-    return calls
+        _write(admission, session.pk, batch_id, continuing=place is not None, inline=inline)
+    return calls, admission.kept
 
 
 def _write(
-    admission: _Admission, session_id: uuid.UUID, batch_id: uuid.UUID, *, continuing: bool
+    admission: _Admission,
+    session_id: uuid.UUID,
+    batch_id: uuid.UUID,
+    *,
+    continuing: bool,
+    inline: bool = False,
 ) -> None:
     """One transaction for the message's new calls: inserted already decided, their events
     appended (received first), the runnable ones planned for after commit and the asks
@@ -159,6 +209,12 @@ def _write(
         if not continuing and batches.all_sent(admission.calls, sent):
             for call in admission.calls:
                 call.batch_all_sent = True
+        if inline and len(admission.calls) == 1 and sent:
+            ctx = admission.allowed.get(sent[0].pk)
+            if ctx is not None and ctx.tool.inline and sent[0].executor == Executor.HARNESS:
+                # Claimed in this commit, after its decision: durable before it runs.
+                admission.events.append(claim_new(sent[0], ctx.tool))
+                admission.kept, sent = [(sent[0], ctx)], []
         head = _insert_calls(admission.calls, session_id)
         record_events(admission.events, session_id=session_id, locked_head=head)
         previews.record(admission.previews)
@@ -340,6 +396,8 @@ def _decide(
     ctx = call_context(call, session, mode, profile)
     assert ctx is not None
     call.provenance = {"mode": mode, "profile_version": profile.version}
+    if profile.layers:
+        call.provenance["layers"] = layers.versions(profile)
     decision = stages.pre_execute(ctx)
     if decision.action == "deny":
         text = messages.policy_denied(decision.reason)
@@ -363,6 +421,7 @@ def _decide(
                 call.provenance = {**call.provenance, "effect_digest": made.digest}
                 return _allow(call, lifted)
         return _ask(call, decision, ctx, admission, made)
+    admission.allowed[call.pk] = ctx
     return _allow(call, decision)
 
 

@@ -25,6 +25,7 @@ from audit import kinds
 from audit.services import record_event
 from dispatcher import limits
 from dispatcher.models import Agent, AgentSession
+from dispatcher.policy import layers
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narrower_mode
 from dispatcher.policy.profiles import default_profile, profile_for
@@ -160,7 +161,8 @@ def _token_matches(agent: Agent, token: str) -> bool:
 def _loaded_sessions(prefix: str, digest: str) -> QuerySet[AgentSession]:
     """Sessions of the active agent whose token has `prefix` and hashes to `digest`, read
     with what admission needs: agent, owner, the owner's profile, and whether the session
-    holds any grant.
+    holds any grant, and the revisions of the organization's and the team's policy layers
+    (dispatcher.policy.layers: parsed layers are kept by revision, so none is read here).
 
     The hash is part of the read, so a bad token finds no session whether or not the
     session it names exists: its request then costs the same (this read, then
@@ -168,7 +170,10 @@ def _loaded_sessions(prefix: str, digest: str) -> QuerySet[AgentSession]:
     The callers still compare the hash in constant time."""
     return (
         AgentSession.objects.select_related("agent__owner__permission_profile")
-        .annotate(has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))))
+        .annotate(
+            has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))),
+            **layers.session_revisions("agent__team_id"),
+        )
         .filter(agent__token_prefix=prefix, agent__token_hash=digest, agent__is_active=True)
     )
 
@@ -214,6 +219,49 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
 
 
 @transaction.atomic
+def hand_over_agent(*, agent: Agent, to: User, actor: str) -> str:
+    """Give an active agent to another owner (its token keeps working, now answering to
+    `to`'s mode and rules); its name, suffixed if `to` has one like it. Returns the name."""
+    name = agent.name
+    if Agent.objects.filter(owner=to, name=name).exclude(pk=agent.pk).exists():
+        name = f"{agent.name[:80]}-from-{agent.owner.get_username()[:15]}"
+    previous = agent.owner.get_username()
+    Agent.objects.filter(pk=agent.pk).update(owner=to, name=name)
+    PermissionProfile.objects.get_or_create(user=to, defaults=default_profile())
+    record_event(
+        kind=kinds.AGENT_HANDED_OVER,
+        actor=actor,
+        subject=f"agent:{agent.pk}",
+        payload={"name": name, "from": previous, "to": to.get_username()},
+    )
+    agent.owner, agent.name = to, name
+    return name
+
+
+def release_agents_of(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:
+    """A deactivation step (settings.HARNESS_DEACTIVATION_STEPS, inside audit.roles.
+    deactivate's transaction): each active agent `user` owns is handed to `sponsor`, else
+    to the agent's own sponsor (Agent.sponsor) when that person is active, else revoked
+    (its token refused from the commit on)."""
+    agents = list(
+        Agent.objects.select_for_update(of=("self",))
+        .select_related("sponsor")
+        .filter(owner=user, is_active=True)
+        .order_by("pk")
+    )
+    handed: list[str] = []
+    revoked: list[str] = []
+    for agent in agents:
+        to = sponsor if sponsor is not None and sponsor.is_active else agent.sponsor
+        if to is not None and to.is_active and to.pk != user.pk:
+            handed.append(hand_over_agent(agent=agent, to=to, actor=actor))
+        else:
+            revoke_agent(agent=agent, actor=actor)
+            revoked.append(agent.name)
+    return {"agents_revoked": revoked, **({"agents_handed_over": handed} if handed else {})}
+
+
+@transaction.atomic
 def rotate_token(*, agent: Agent, actor: str) -> str:
     """Give an active agent a new token and return it (shown once); the old one stops
     working at once. Raises ServiceError for a revoked agent (revoked is final)."""
@@ -247,7 +295,7 @@ def start_session(
     (an MCP session id): one client session is one Harness session. Raises
     TooManySessions (nothing started) past HARNESS_MAX_SESSIONS_PER_MINUTE."""
     limits.count_new_session(agent)
-    owner_mode = profile_for(agent.owner).mode
+    owner_mode = layers.effective_mode(Mode.TRUSTED, layers.policy_for(agent.owner, agent.team_id))
     if mode is not None and mode not in Mode.values:
         raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
     effective = narrower_mode(mode, owner_mode) if mode else owner_mode
@@ -270,11 +318,23 @@ def start_session(
     return session
 
 
-def mode_and_profile(session: AgentSession, *, preloaded: bool = False) -> tuple[str, Profile]:
-    """The owner's profile (one read, none when `preloaded`: see profile_for), and the
-    session's mode narrowed further if the owner's mode was narrowed since the session started."""
-    profile = profile_for(session.agent.owner, preloaded=preloaded)
-    return narrower_mode(session.mode, profile.mode), profile
+def mode_and_profile(
+    session: AgentSession, *, preloaded: bool = False, revisions: Any = None
+) -> tuple[str, Profile]:
+    """The owner's profile with the managed layers of the agent's team (one read; none
+    when `preloaded`: see profile_for, with the layers' revisions read alongside the
+    session or given as `revisions`), and the session's mode narrowed further by the
+    owner's mode and every layer's ceiling (dispatcher.policy.layers.effective_mode)."""
+    agent = session.agent
+    if preloaded:
+        profile = layers.with_layers(
+            profile_for(agent.owner, preloaded=True),
+            agent.team_id,
+            revisions if revisions is not None else layers.revisions_of(session),
+        )
+    else:
+        profile = layers.policy_for(agent.owner, agent.team_id)
+    return layers.effective_mode(session.mode, profile), profile
 
 
 def client_session(
@@ -352,7 +412,7 @@ def _start_client_session(
     agent: Agent, client: str, external_id: str, project_dir: str, ceiling: str | None = None
 ) -> AgentSession:
     limits.count_new_session(agent)  # raises TooManySessions: nothing started
-    mode = profile_for(agent.owner).mode
+    mode = layers.effective_mode(Mode.TRUSTED, layers.policy_for(agent.owner, agent.team_id))
     if ceiling is not None:
         mode = narrower_mode(ceiling, mode)
     session = AgentSession.objects.create(

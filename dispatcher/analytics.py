@@ -31,7 +31,7 @@ from dispatcher import simulation
 from dispatcher.models import ToolCall
 from dispatcher.policy import profiles, rules
 from dispatcher.policy.context import Profile
-from dispatcher.policy.models import PermissionProfile
+from dispatcher.policy.models import PermissionProfile, PolicyLayer
 from dispatcher.policy.profiles import profile_for
 from dispatcher.policy.shell import SHELLS
 from dispatcher.tools.registry import get_tool
@@ -325,7 +325,74 @@ def report(
         "patterns": found,
         "suggestions": suggestions(found),
         "reviewers": reviewer_stats(decisions),
+        "log_only": log_only_rules(now - timedelta(days=days)),
     }
+
+
+# --- Log-only rules over live traffic ----------------------------------------------------
+
+
+@dataclass
+class TrialStats:
+    """One log-only rule of one layer, and what it would have done to the calls admitted
+    since the period began: the calls it would have decided, and how many of those it
+    would have decided otherwise than what did (`changed`, by the action that decided)."""
+
+    layer: str  # org | team:<name> | user:<name>
+    action: str
+    rule: str
+    version: int = 0
+    matched: int = 0
+    changed: dict[str, int] = field(default_factory=dict)
+    examples: list[ToolCall] = field(default_factory=list)
+
+    @property
+    def changed_total(self) -> int:
+        return sum(self.changed.values())
+
+
+def _stored_trials() -> dict[tuple[str, str, str], TrialStats]:
+    """Every log-only rule stored now, in every layer."""
+    found: dict[tuple[str, str, str], TrialStats] = {}
+    for row in PolicyLayer.objects.select_related("team"):
+        layer = "org" if row.team is None else f"team:{row.team.name}"
+        for trial in profiles.trial_of({n: getattr(row, n) for n in profiles.LISTS}):
+            found[(layer, trial.action, trial.rule)] = TrialStats(
+                layer, trial.action, trial.rule, row.version
+            )
+    for saved in PermissionProfile.objects.select_related("user"):
+        layer = f"user:{saved.user.get_username()}"
+        for trial in profiles.trial_of({n: getattr(saved, n) for n in profiles.LISTS}):
+            found[(layer, trial.action, trial.rule)] = TrialStats(
+                layer, trial.action, trial.rule, saved.version
+            )
+    return found
+
+
+def log_only_rules(since: datetime, limit: int = MAX_DECISIONS) -> list[TrialStats]:
+    """The log-only rules stored now, each with what it would have done to the calls
+    admitted since `since` (the newest `limit` calls that recorded any log-only rule)."""
+    found = _stored_trials()
+    calls = (
+        ToolCall.objects.filter(created_at__gte=since, provenance__has_key="log_only")
+        .order_by("-created_at")
+        .only("id", "name", "arguments", "decision", "provenance", "session_id")[:limit]
+    )
+    for call in calls:
+        for entry in call.provenance.get("log_only") or []:
+            if not isinstance(entry, Mapping):
+                continue
+            key = (str(entry.get("layer")), str(entry.get("list")), str(entry.get("rule")))
+            stats = found.get(key)
+            if stats is None:
+                continue  # made active or removed since
+            stats.matched += 1
+            if entry.get("would") != entry.get("instead_of"):
+                was = str(entry.get("instead_of"))
+                stats.changed[was] = stats.changed.get(was, 0) + 1
+            if len(stats.examples) < 5:
+                stats.examples.append(call)
+    return sorted(found.values(), key=lambda s: (-s.matched, s.layer, s.rule))
 
 
 def apply_suggestion(

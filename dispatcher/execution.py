@@ -8,17 +8,19 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
 from dispatcher import admission, batches, pipeline, previews, transitions
 from dispatcher.admission import call_context
 from dispatcher.agents import mode_and_profile
 from dispatcher.models import Preview, Status, ToolCall
-from dispatcher.policy import stages
+from dispatcher.policy import layers, stages
 from dispatcher.policy.context import CallContext
 from dispatcher.tools import messages
 from dispatcher.tools.base import ExecutionContext
@@ -34,6 +36,7 @@ logger = logging.getLogger(__name__)
 _CALL_WITH_SESSION = Compiled(
     lambda pk: (
         ToolCall.objects.select_related("session__agent__owner__permission_profile")
+        .annotate(**layers.session_revisions("session__agent__team_id"))
         .filter(pk=pk)
         .order_by()[:1]
     )
@@ -49,13 +52,35 @@ def execute_call(call_id: str) -> None:
     if call is None or call.status != Status.QUEUED:
         return
     session = call.session
-    ctx = call_context(call, session, *mode_and_profile(session, preloaded=True))
+    revisions = layers.revisions_of(call)
+    ctx = call_context(
+        call, session, *mode_and_profile(session, preloaded=True, revisions=revisions)
+    )
     if ctx is None:
         gone = stages.GuardDenial((("registry", "The tool is no longer registered."),))
         return transitions.deny_before_run(call, gone)
     denial = stages.guards(ctx)  # re-run: time has passed since admission
     if denial:
         return transitions.deny_before_run(call, denial)
+    _claim_and_run(call, ctx)
+
+
+def run_inline(call: ToolCall, ctx: CallContext) -> None:
+    """Stages 6 to 10 in the request that admitted `call` a moment ago, claimed
+    (admission.admit_message's `inline`), as the worker would run it, without the queue:
+    the same host-only timeout, the same result and its event. `ctx` is what policy saw
+    at admission, in this process, an instant ago (the worker re-runs the guards because
+    time has passed since). When the result cannot be written, the call stays running
+    and its lease ends it as outcome_unknown, as for a worker that died running it:
+    this raises then."""
+    _run_claimed(call, ctx, before_body=_give_back_connection, announce=False)
+
+
+def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
+    """A queued call in the worker: its approved preview's effect applied when the
+    workspace is as previewed, else claimed and run; under the workspace's lock
+    (dispatcher.previews) so no other call of the session runs in between."""
+    session = call.session
     tool = ctx.tool
     workspace = Path(session.workspace)
     row = previews.kept_preview(call) if tool.previewable else None
@@ -66,7 +91,8 @@ def execute_call(call_id: str) -> None:
             if outcome in ("applied", "gone"):
                 return None
         if row is None or outcome == "run":
-            _run(call, ctx, row)
+            if transitions.claim(call, tool):
+                _run_claimed(call, ctx, row=row)
             return None
     # The workspace changed since the approved preview: previewed again, asking again
     # (outside the lock, which the new preview takes).
@@ -82,11 +108,28 @@ def execute_call(call_id: str) -> None:
     return None
 
 
-def _run(call: ToolCall, ctx: CallContext, row: Preview | None) -> None:
-    """Claim the call and run it (stages 6 to 10), under the caller's workspace lock."""
+def _give_back_connection() -> None:
+    """A pooled database connection goes back to the pool while an inline call's body
+    runs (an upstream call may take its whole timeout: a web process's requests must not
+    run out of connections meanwhile). The worker keeps its own."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
+        connection.close()
+
+
+def _run_claimed(
+    call: ToolCall,
+    ctx: CallContext,
+    *,
+    row: Preview | None = None,
+    before_body: Callable[[], None] | None = None,
+    announce: bool = True,
+) -> None:
+    """Stages 6 to 10 of a call this process claimed (`row`: its approved preview, which
+    could not be applied: the audit says the command ran)."""
     tool = ctx.tool
-    if not transitions.claim(call, tool):
-        return None
+    if before_body is not None:
+        before_body()
     started = time.monotonic()
     exec_ctx = ExecutionContext(
         workspace=Path(call.session.workspace),
@@ -99,7 +142,8 @@ def _run(call: ToolCall, ctx: CallContext, row: Preview | None) -> None:
         tool,
         exec_ctx,
         call.arguments or {},
-        while_running=lambda: transitions.announce_running(call),
+        # (inline: its admission's wake-up already said it is running)
+        while_running=(lambda: transitions.announce_running(call)) if announce else None,
     )
     if outcome.timed_out:
         status, content, is_error = (
@@ -117,7 +161,6 @@ def _run(call: ToolCall, ctx: CallContext, row: Preview | None) -> None:
     )
     seconds = time.monotonic() - started
     transitions.finish(call, status, content, is_error, seconds, audit=previews.ran_audit(row))
-    return None
 
 
 # --- Reconciler --------------------------------------------------------------------------

@@ -13,6 +13,13 @@ look (Redis for the two that change on every request, the database for the third
 - calls pending approval (HARNESS_MAX_PENDING_ASKS_PER_AGENT): counted in the database by
   admission, only for a call that would ask (dispatcher.admission).
 
+And before any of them, a request rate (HARNESS_AGENT_REQUESTS_PER_SECOND, with bursts of
+HARNESS_AGENT_REQUEST_BURST): a token bucket per agent in Redis, taken by every gateway
+(agent API, hooks, MCP) once the token is verified and before the request's body is
+admitted (`take_request`). A refusal is remembered by the process that answered it, so
+the same token is refused again without a read (`refused_early`; harness_site.asgi holds
+it up to EARLY_HOLD first): a flood costs the web process next to nothing.
+
 When Redis cannot be reached, waits fall back to this process's own count (the cap then
 holds per process, as it did before it was shared) and sessions are not counted: a lost
 count never refuses an agent that is within its share, and nothing runs without Redis
@@ -22,12 +29,16 @@ anyway (it is the broker).
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
+import math
 import threading
 import time
 import uuid
+from typing import Any
 
 import redis
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from dispatcher.models import Agent
@@ -49,6 +60,31 @@ local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('EXPIRE', KEYS[1], 120) end
 return n
 """
+# Take one request from the agent's bucket: KEYS[1] the bucket (a hash of tokens and when
+# they were counted), ARGV[1] tokens per second, ARGV[2] the bucket's size. Redis's own
+# clock, so every web process sees the same time. {1, 0} when taken; {0, ms} when empty,
+# with how long until a token is back. A refused request counts too, down to a debt of
+# one bucket: an agent that knocks again at once waits longer (up to twice the bucket's
+# refill time), one that waits as told gets through.
+_BUCKET = """
+local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local held = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens, at = tonumber(held[1]), tonumber(held[2])
+if tokens == nil or at == nil then tokens, at = burst, now end
+tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
+local taken, wait = 0, 0
+if tokens >= 1 then
+  tokens, taken = tokens - 1, 1
+else
+  if tokens > -burst then tokens = tokens - 1 end
+  wait = math.ceil((1 - tokens) / rate * 1000)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
+return {taken, wait}
+"""
 # A slot outlives its wait by this much before it lapses on its own (a slow release).
 LAPSE_MARGIN = 60.0
 
@@ -59,13 +95,18 @@ def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
+def agent_key(agent: Agent) -> str:
+    """How every cap names an agent: its id and its token's random prefix, both read from
+    the database with the verified token (never from what the request says). An id alone
+    names another agent in another database on the same Redis (a second deployment, a
+    test run), or after a rolled-back insert. (A rotated token starts a fresh count: the
+    agent's admin gave it a new credential, and the old one no longer authenticates.)"""
+    return f"{agent.pk}-{agent.token_prefix}"
+
+
 def _key(kind: str, agent: Agent, *parts: object) -> str:
-    """An agent's counter. The agent is named by its id and its token's random prefix: an
-    id alone names another agent in another database on the same Redis (a second
-    deployment, a test run), or after a rolled-back insert. (A rotated token starts a
-    fresh count: the agent's admin gave it a new credential.)"""
-    name = f"{agent.pk}-{agent.token_prefix}"
-    return ":".join([settings.HARNESS_LIMITS_PREFIX, kind, name, *map(str, parts)])
+    """An agent's counter of `kind` (`agent_key` names the agent)."""
+    return ":".join([settings.HARNESS_LIMITS_PREFIX, kind, agent_key(agent), *map(str, parts)])
 
 
 class LocalSlots:
@@ -182,3 +223,104 @@ def too_many_asks_message() -> str:
         "for a reviewer's decision (HARNESS_MAX_PENDING_ASKS_PER_AGENT). Wait until some of "
         "them are decided, then propose this call again."
     )
+
+
+class TooManyRequests(Exception):
+    """The agent sent more than its HARNESS_AGENT_REQUESTS_PER_SECOND (after its burst)."""
+
+    def __init__(self, retry_after_ms: int) -> None:
+        self.retry_after_ms = retry_after_ms
+        self.retry_after = max(1, math.ceil(retry_after_ms / 1000))
+        rate = settings.HARNESS_AGENT_REQUESTS_PER_SECOND
+        burst = settings.HARNESS_AGENT_REQUEST_BURST
+        super().__init__(
+            f"This agent sent requests faster than {rate:g} per second (bursts of {burst}; "
+            "HARNESS_AGENT_REQUESTS_PER_SECOND, counted across the agent API, hooks and MCP), "
+            f"so this request was not read and nothing was recorded. Send it again after "
+            f"{self.retry_after} second{'s' if self.retry_after != 1 else ''}, and space "
+            "out requests (wait for results with ?wait= rather than polling)."
+        )
+
+
+@functools.cache
+def _bucket_script(url: str) -> Any:
+    return _client(url).register_script(_BUCKET)
+
+
+# Refusals this process has answered, by the digest of the token refused: until the
+# bucket can hold a token again, the same token is refused here without a database read
+# or a Redis call (only this agent's own requests take from its bucket, so the answer
+# cannot change before then; these refusals are not counted in Redis). Only a token
+# verified and refused by `take_request` is remembered: no other token is refused by it.
+_refused_until: dict[str, float] = {}
+_REMEMBERED = 10_000
+# How long an early refusal is held before it is answered (harness_site.asgi), in seconds.
+EARLY_HOLD = 1.0
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def take_request(agent: Agent, token: str) -> None:
+    """Take one request from the agent's bucket (every gateway, once `token` is verified as
+    the agent's, before anything of the request is admitted). Raises TooManyRequests when
+    the bucket is empty: the caller answers 429 with Retry-After and records nothing. A
+    refused request counts too (`_BUCKET`), yet an agent that waits as told gets through,
+    and this process answers the same token from memory until then. Off when
+    the rate is 0; when Redis cannot be reached the request goes on (a lost count never
+    refuses an agent within its share)."""
+    rate = settings.HARNESS_AGENT_REQUESTS_PER_SECOND
+    if rate <= 0:
+        return
+    burst = max(1, settings.HARNESS_AGENT_REQUEST_BURST)
+    try:
+        taken, wait = _bucket_script(settings.REDIS_URL)(
+            keys=[_key("rate", agent)], args=[rate, burst]
+        )
+    except Exception:
+        logger.warning("request rate unavailable in Redis; not counted", exc_info=True)
+        return
+    if not int(taken):
+        if len(_refused_until) >= _REMEMBERED:
+            now = time.monotonic()
+            for digest in [d for d, until in _refused_until.items() if until <= now]:
+                _refused_until.pop(digest, None)
+        if len(_refused_until) < _REMEMBERED:
+            _refused_until[_digest(token)] = time.monotonic() + int(wait) / 1000
+        raise TooManyRequests(int(wait))
+
+
+def refused_early(token: str) -> TooManyRequests | None:
+    """The refusal this process answered `token` with moments ago, while it still holds
+    (checked before the token is even read from the database); None otherwise."""
+    if not _refused_until or settings.HARNESS_AGENT_REQUESTS_PER_SECOND <= 0:
+        return None
+    until = _refused_until.get(_digest(token))
+    if until is None:
+        return None
+    left = until - time.monotonic()
+    if left <= 0:
+        _refused_until.pop(_digest(token), None)
+        return None
+    return TooManyRequests(math.ceil(left * 1000))
+
+
+def refused_scope(scope: dict[str, Any]) -> TooManyRequests | None:
+    """`refused_early` for an ASGI request's bearer token (None without one)."""
+    if not _refused_until:
+        return None
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"authorization":
+            kind, _, token = value.decode("latin-1").partition(" ")
+            return refused_early(token.strip()) if kind.lower() == "bearer" else None
+    return None
+
+
+async def request_refusal(agent: Agent, token: str) -> TooManyRequests | None:
+    """`take_request` for an async gateway (off the event loop): the refusal, or None."""
+    try:
+        await sync_to_async(take_request, thread_sensitive=False)(agent, token)
+    except TooManyRequests as refusal:
+        return refusal
+    return None

@@ -69,9 +69,9 @@ def execute(
     """Run the tool inside the execute wrapper with its host-only timeout.
 
     The tool's own timeout (e.g. run_command killing its process group) fires first; the
-    wait is the backstop for a body that ignores it. The body runs on the process's tool
-    runner thread (one thread reused call after call, not a new one per call); a body that
-    outlives its timeout keeps that thread, and the next call gets a new runner.
+    wait is the backstop for a body that ignores it. The body runs on one of the process's
+    tool runner threads (reused call after call, not a new one per call); a body that
+    outlives its timeout keeps its thread, and the next call gets another runner.
 
     `while_running` is called once the body has run RUNNING_NOTICE_AFTER seconds and has
     not returned: the worker's wake-up saying the call is running. It runs on a thread of
@@ -108,6 +108,7 @@ def execute(
         _retire(runner)  # (the hung body keeps its thread; nothing else is queued on it)
         outcome.timed_out = True
     else:
+        _give_back(runner)
         outcome.timed_out = isinstance(outcome.error, TimeoutError)
     if notice is not None:
         notice.join(NOTICE_JOIN)
@@ -140,21 +141,32 @@ class _Runner:
             job()
 
 
-_local = threading.local()  # each waiting thread's runner (a worker thread's)
+# The process's idle runners: a call takes one (or starts one) and gives it back when its
+# body returned in time. A worker's one waiting thread reuses one runner call after call;
+# a web process running calls inline (execution.run_inline) from many request threads
+# keeps as many as ran at once, never one per request.
+_idle: list[_Runner] = []
+_idle_lock = threading.Lock()
 
 
 def _runner() -> _Runner:
-    runner: _Runner | None = getattr(_local, "runner", None)
-    if runner is None or runner.pid != os.getpid():
-        runner = _local.runner = _Runner()
-    return runner
+    with _idle_lock:
+        while _idle:
+            runner = _idle.pop()
+            if runner.pid == os.getpid():
+                return runner
+    return _Runner()
+
+
+def _give_back(runner: _Runner) -> None:
+    with _idle_lock:
+        _idle.append(runner)
 
 
 def _retire(runner: _Runner) -> None:
-    """Leave `runner` to its hung body, and its thread to end when the body does; the
-    waiting thread's next call starts a new runner."""
+    """Leave `runner` to its hung body, and its thread to end when the body does (it is
+    not given back: the next call takes another runner)."""
     runner.put(None)
-    _local.runner = None
 
 
 def project_content(tool: Tool, outcome: Outcome) -> tuple[str, bool]:

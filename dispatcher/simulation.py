@@ -14,12 +14,12 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from dispatcher.models import AgentSession, Preview, ToolCall
-from dispatcher.policy import effect_rules, stages
-from dispatcher.policy.context import CallContext, Profile
-from dispatcher.policy.models import narrower_mode
+from dispatcher.models import Agent, AgentSession, Preview, ToolCall
+from dispatcher.policy import effect_rules, layers, stages
+from dispatcher.policy.context import CallContext, Decision, Profile
 from dispatcher.policy.profiles import profile_for
 from dispatcher.tools.registry import API_CLIENT, get_tool
+from teams.models import Team
 
 BACKTEST_LIMIT = 500
 
@@ -36,6 +36,8 @@ class Simulation:
     mode: str = ""
     profile_version: int = 0
     guards: tuple[str, ...] = field(default=())
+    layer: str = ""  # the layer of policy whose rule or ceiling decided, with its version
+    log_only: tuple[str, ...] = field(default=())  # what log-only rules would have done
 
     @property
     def summary(self) -> str:
@@ -54,19 +56,39 @@ def simulate(
     arguments: Any,
     session: AgentSession | None = None,
     profile: Profile | None = None,
+    layered: bool = False,
 ) -> Simulation:
     """Decide a call as admission would (stages 2 to 5), storing nothing.
 
     `profile` defaults to `user`'s saved profile; pass a proposed one to try rules before
-    saving. With `session`, its workspace, narrowed mode and active grants are used.
+    saving. The organization's and the team's layers bind it as they bind admission (the
+    team of the session's agent, else of the user's newest agent); `layered`: `profile`
+    already holds them. With `session`, its workspace, narrowed mode and active grants are
+    used.
     """
     profile = profile or profile_for(user)
-    mode = narrower_mode(session.mode, profile.mode) if session else profile.mode
+    if not layered:
+        profile = layers.with_layers(profile, team_of(user, session))
+    mode = layers.effective_mode(session.mode if session else profile.mode, profile)
 
     def answer(
-        action: str, stage: str, by: str, reason: str, rule: str = "", guards: tuple[str, ...] = ()
+        action: str,
+        stage: str,
+        by: str,
+        reason: str,
+        rule: str = "",
+        guards: tuple[str, ...] = (),
+        decision: Decision | None = None,
     ) -> Simulation:
-        return Simulation(action, stage, by, reason, rule, mode, profile.version, guards)
+        layer = ""
+        if decision is not None and decision.layer:
+            layer = decision.layer
+            if decision.layer_version:
+                layer += f" v{decision.layer_version}"
+        notes = tuple(str(t["note"]) for t in decision.log_only) if decision else ()
+        return Simulation(
+            action, stage, by, reason, rule, mode, profile.version, guards, layer, notes
+        )
 
     if not isinstance(arguments, dict):
         return answer(
@@ -99,10 +121,28 @@ def simulate(
         if denial:
             guard = denial.decision
             return answer("deny", "guards", guard.by, guard.reason, guards=denial.names)
-    return answer(decision.action, "pre_execute", decision.by, decision.reason, decision.rule)
+    return answer(
+        decision.action,
+        "pre_execute",
+        decision.by,
+        decision.reason,
+        decision.rule,
+        decision=decision,
+    )
 
 
-def simulate_call(call: ToolCall, profile: Profile | None = None) -> Simulation:
+def team_of(user: User, session: AgentSession | None) -> int | None:
+    """The team whose layer binds a simulation: the session's agent's, else that of the
+    user's newest agent, else the default team."""
+    if session is not None:
+        return session.agent.team_id
+    newest = Agent.objects.filter(owner=user).order_by("-created_at").values("team_id").first()
+    return newest["team_id"] if newest else Team.objects.default().pk
+
+
+def simulate_call(
+    call: ToolCall, profile: Profile | None = None, *, layered: bool = False
+) -> Simulation:
     """Decide a past call again, in its own session, under `profile` (default: saved).
     A mode's ask of a call with a recorded preview is read against the effect rules too
     (over the recorded effect: nothing runs again)."""
@@ -114,6 +154,7 @@ def simulate_call(call: ToolCall, profile: Profile | None = None) -> Simulation:
         arguments=call.arguments,
         session=session,
         profile=profile,
+        layered=layered,
     )
     return _by_recorded_effect(call, result, profile)
 
@@ -159,12 +200,22 @@ def backtest(*, user: User, proposed: Profile, limit: int = BACKTEST_LIMIT) -> B
         .order_by("-created_at")[:limit]
     )
     saved = profile_for(user)
+    # The layers of each agent's team, read once per team (not once per call).
+    bound: dict[int | None, tuple[Profile, Profile]] = {}
     checked, changes = 0, []
     for call in calls:
         if get_tool(call.name, call.session.client) is None:
             continue
         checked += 1
-        before, after = simulate_call(call, saved), simulate_call(call, proposed)
+        team_id = call.session.agent.team_id
+        if team_id not in bound:
+            bound[team_id] = (
+                layers.with_layers(saved, team_id),
+                layers.with_layers(proposed, team_id),
+            )
+        old, new = bound[team_id]
+        before = simulate_call(call, old, layered=True)
+        after = simulate_call(call, new, layered=True)
         if before.action != after.action:
             changes.append(Change(call, before, after))
     return Backtest(checked, changes)

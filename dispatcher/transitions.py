@@ -391,6 +391,23 @@ def claim(call: ToolCall, tool: Tool) -> bool:
         )
 
 
+def claim_new(call: ToolCall, tool: Tool) -> EventSpec:
+    """The claim of a call not yet written, applied in memory: admission writes a call
+    the request runs itself (execution.run_inline) already running, with this event after
+    its decision's in the same commit, so the claim is durable before the tool runs."""
+    now = timezone.now()
+    return new_transition(
+        call,
+        Status.RUNNING,
+        kind=kinds.CALL_STARTED,
+        actor="inline",
+        payload={"attempt": call.attempts + 1, "timeout": tool.timeout},
+        started_at=now,
+        attempts=call.attempts + 1,
+        lease_until=now + timedelta(seconds=tool.timeout + settings.HARNESS_LEASE_GRACE),
+    )
+
+
 def announce_running(call: ToolCall) -> None:
     """The claimed call's wake-up (it was committed running by `claim`)."""
     wakeups.publish_change(str(call.pk), str(call.session_id), Status.RUNNING, Status.QUEUED)

@@ -9,6 +9,8 @@ keep the full chain of settings.MIDDLEWARE.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 from typing import Any
 
@@ -33,6 +35,7 @@ from django.utils.module_loading import import_string  # noqa: E402
 
 from approvals.routing import websocket_urlpatterns as approvals_ws  # noqa: E402
 from audit.routing import websocket_urlpatterns as audit_ws  # noqa: E402
+from dispatcher import limits  # noqa: E402
 from dispatcher.gateways.mcp_http import application as mcp_gateway  # noqa: E402
 from harness_site.websocket_origin import SameOriginValidator  # noqa: E402
 from identity.mfa import SecondFactorSocketGate  # noqa: E402
@@ -54,11 +57,35 @@ agent_api_app = AgentAPIHandler()
 
 async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
     path = scope["path"]
+    if path.startswith(("/api/", "/mcp")) and (refusal := limits.refused_scope(scope)):
+        # The agent's token was refused for its rate moments ago, and still would be: the
+        # answer costs no handler, no read and no Redis call (dispatcher.limits). It is
+        # held up to EARLY_HOLD (a second, or what is left of the refusal; then, if the
+        # refusal has run out, served as usual): a client that retries at once on every
+        # connection it opens sends one request a second on each, not as many as this
+        # process can answer.
+        await asyncio.sleep(min(limits.EARLY_HOLD, refusal.retry_after_ms / 1000))
+        if (still := limits.refused_scope(scope)) is not None:
+            await answer_too_many_requests(send, still)
+            return
     if path == "/mcp" or path.startswith("/mcp/"):
         await mcp_gateway(scope, receive, send)
         return
     app = agent_api_app if path.startswith("/api/") else django_asgi_app
     await app(scope, receive, send)
+
+
+async def answer_too_many_requests(send: Any, refusal: limits.TooManyRequests) -> None:
+    """429 as the agent API and the MCP gateway send it (`too_many_requests`)."""
+    error = {"code": "too_many_requests", "message": str(refusal)}
+    body = json.dumps({"error": {**error, "retry_after_ms": refusal.retry_after_ms}}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(refusal.retry_after).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 application = ProtocolTypeRouter(

@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "allauth.socialaccount.providers.openid_connect",
     "allauth.socialaccount.providers.saml",
     "allauth.mfa",
+    "allauth.usersessions",
     "identity",
     "audit",
     "teams",
@@ -105,6 +106,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "identity.middleware.SessionLifetime",
     "identity.mfa.RequireSecondFactor",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -126,6 +128,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "harness_site.context_processors.roles",
                 "harness_site.context_processors.sandbox",
+                "identity.context_processors.sign_in",
             ],
         },
     }
@@ -208,12 +211,21 @@ CELERY_TASK_DEFAULT_QUEUE = env("HARNESS_CELERY_QUEUE", "harness")
 HARNESS_CELERY_BACKGROUND_QUEUE = (
     env("HARNESS_CELERY_BACKGROUND_QUEUE") or f"{CELERY_TASK_DEFAULT_QUEUE}-background"
 )
-BACKGROUND_TASKS = ("approvals.tasks.*", "audit.tasks.*", "dispatcher.tasks.reconcile")
+BACKGROUND_TASKS = (
+    "approvals.tasks.*",
+    "audit.tasks.*",
+    "identity.tasks.*",
+    "dispatcher.tasks.reconcile",
+)
 CELERY_TASK_ROUTES = {task: {"queue": HARNESS_CELERY_BACKGROUND_QUEUE} for task in BACKGROUND_TASKS}
 CELERY_BEAT_SCHEDULE = {
     "reconcile-calls": {
         "task": "dispatcher.tasks.reconcile",
         "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")),
+    },
+    "end-stale-sign-ins": {
+        "task": "identity.tasks.end_stale_sign_ins",
+        "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")) * 4,
     },
     "expire-approvals": {
         "task": "approvals.tasks.expire_approvals",
@@ -262,10 +274,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 # Sign-in is allauth's (docs/identity.md): a password Harness keeps, or single sign-on.
-AUTHENTICATION_BACKENDS = [
-    "django.contrib.auth.backends.ModelBackend",
-    "allauth.account.auth_backends.AuthenticationBackend",
-]
+# One backend: allauth's (username and password), refusing passwords when single sign-on
+# is the only way in (HARNESS_SSO_ONLY) except for the break-glass accounts.
+AUTHENTICATION_BACKENDS = ["identity.backends.PasswordBackend"]
 LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -280,6 +291,47 @@ ACCOUNT_SESSION_REMEMBER = True
 ACCOUNT_LOGOUT_ON_GET = False
 ACCOUNT_LOGOUT_REDIRECT_URL = LOGOUT_REDIRECT_URL
 ACCOUNT_USER_DISPLAY = "identity.adapters.display_name"
+
+# Single sign-on (docs/identity.md): one OIDC provider by HARNESS_OIDC_*, more (OIDC or
+# SAML 2.0) by HARNESS_SSO_PROVIDERS (JSON). Whoever the provider signs in has an
+# account; an existing account is linked only by an email the provider says is verified.
+from identity.sso_config import (  # noqa: E402
+    form_action_origins,
+    providers_from_env,
+    socialaccount_providers,
+)
+
+HARNESS_SSO = providers_from_env(os.environ)
+# IdP groups → teams and roles (JSON: {"group": "team:NAME:reviewer" | "org:admin" | [...]});
+# parsed here, a bad entry named at start-up (identity/group_map.py).
+from identity.group_map import parse_group_map  # noqa: E402
+
+HARNESS_SSO_GROUP_MAP = parse_group_map(env("HARNESS_SSO_GROUP_MAP"))
+SOCIALACCOUNT_PROVIDERS = socialaccount_providers(HARNESS_SSO)
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_LOGIN_ON_GET = False
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_REQUESTS_TIMEOUT = 10
+# Password sign-in only as break-glass: with HARNESS_SSO_ONLY, only these local accounts
+# (usernames, comma-separated) may sign in with a password; each such sign-in is audited
+# and the org admins are told.
+HARNESS_SSO_ONLY = env_bool("HARNESS_SSO_ONLY", False)
+HARNESS_BREAK_GLASS_USERS = env_list("HARNESS_BREAK_GLASS_USERS")
+# The identity provider says a person is gone: POST /accounts/deprovision/ signed with
+# this secret deactivates the account linked to them (empty: the endpoint answers 404).
+HARNESS_DEPROVISION_SECRET = env("HARNESS_DEPROVISION_SECRET")
+# A sign-in ends after HARNESS_SESSION_IDLE seconds without a page request, and
+# HARNESS_SESSION_MAX_AGE seconds after it began, whatever happens (0: never); its sockets
+# close with it (identity.middleware, identity.tasks.end_stale_sign_ins).
+HARNESS_SESSION_IDLE = float(env("HARNESS_SESSION_IDLE", str(12 * 3600)))
+HARNESS_SESSION_MAX_AGE = float(env("HARNESS_SESSION_MAX_AGE", str(7 * 24 * 3600)))
+SESSION_COOKIE_AGE = int(HARNESS_SESSION_MAX_AGE) or 14 * 24 * 3600
+# Each person's sign-ins, listed on their own page (/accounts/sessions/); their activity
+# is noted by identity.middleware, at most once a minute, not on every request.
+USERSESSIONS_TRACK_ACTIVITY = False
 # Second factors for everyone (allauth.mfa): an authenticator app (TOTP), passkeys and
 # recovery codes; a discoverable passkey signs in without a password. The passkeys are
 # also the keys that sign step-up approvals (approvals.stepup). HARNESS_MFA_REQUIRED makes
@@ -308,7 +360,8 @@ SECURE_CSP = {
     "object-src": [CSP.NONE],
     "base-uri": [CSP.NONE],
     "frame-ancestors": [CSP.NONE],
-    "form-action": [CSP.SELF],
+    # Signing in with an identity provider posts here, then redirects there.
+    "form-action": [CSP.SELF, *form_action_origins(HARNESS_SSO)],
 }
 
 LANGUAGE_CODE = "en-us"
@@ -362,6 +415,13 @@ HARNESS_POST_EXECUTE: list[str] = ["dispatcher.policy.results.hide_read_denied"]
 # that puts a call in pending_approval (the approval's request row); checked at start-up
 # (dispatcher.E013). Not a signal: an ask without its request row must fail, not pass.
 HARNESS_ASK_RECORDER = "approvals.asks.record_ask"
+# What deactivating a person does beside taking their roles (audit.roles.deactivate),
+# each `(*, user, actor, sponsor) -> dict` inside its transaction, what it returns joining
+# the audit event; checked at start-up (audit.E010).
+HARNESS_DEACTIVATION_STEPS = [
+    "approvals.services.void_votes_of",
+    "dispatcher.agents.release_agents_of",
+]
 # Stage 6: wraps every tool execution (budgets, retries, metrics belong here).
 HARNESS_EXECUTE_WRAPPER = "dispatcher.pipeline.default_execute_wrapper"
 
@@ -422,6 +482,9 @@ HARNESS_REPEAT_EXCLUDED_TOOLS = env_list("HARNESS_REPEAT_EXCLUDED_TOOLS")
 HARNESS_APPROVAL_TIMEOUT = float(env("HARNESS_APPROVAL_TIMEOUT", "900"))
 HARNESS_EXPIRY_ACTION = env("HARNESS_EXPIRY_ACTION", "deny")
 HARNESS_FORBID_SELF_APPROVAL = env_bool("HARNESS_FORBID_SELF_APPROVAL", False)
+# A change to the organization's policy layer waits as a proposal until a second org
+# admin accepts it (docs/rules.md, "Two-person changes").
+HARNESS_POLICY_TWO_PERSON = env_bool("HARNESS_POLICY_TWO_PERSON", False)
 
 
 # The agent API's middleware (async-native only; see harness_site.asgi).
@@ -457,6 +520,11 @@ HARNESS_LIMITS_PREFIX = env("HARNESS_LIMITS_PREFIX", "harness:limits")
 # joined while it was used within this many seconds (0: every initialize starts a new
 # one). docs/mcp.md, "Which session a request joins".
 HARNESS_MCP_RUN_IDLE = float(env("HARNESS_MCP_RUN_IDLE", "900"))
+# Requests per second of one agent across every gateway (a token bucket in Redis holding
+# up to BURST requests), checked once its token is verified and before admission; 429
+# with Retry-After beyond (0: no rate).
+HARNESS_AGENT_REQUESTS_PER_SECOND = float(env("HARNESS_AGENT_REQUESTS_PER_SECOND", "20"))
+HARNESS_AGENT_REQUEST_BURST = int(env("HARNESS_AGENT_REQUEST_BURST", "60"))
 # Decide-only tool sets: the tools each client runs itself, resolved only for that
 # client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md and
 # docs/coding-agents.md.

@@ -2,6 +2,9 @@
 
 Nobody signs up with a password: accounts are made by admins (the admin, `manage.py
 createsuperuser`) or by single sign-on, where the identity provider says who someone is.
+An identity provider's person is linked to an existing account only by an email the
+provider says is verified; an unverified one that matches an account is refused, never
+made into a second account beside it nor linked to it.
 """
 
 from __future__ import annotations
@@ -9,8 +12,22 @@ from __future__ import annotations
 from typing import Any
 
 from allauth.account.adapter import DefaultAccountAdapter
+from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest
+from django.shortcuts import render
+
+from floor import outbound
+
+from . import services
+
+SSO_ONLY_REFUSAL = (
+    "Password sign-in is off: sign in with your organization's identity provider. "
+    "(Break-glass accounts: check the username and password.)"
+)
 
 
 def display_name(user: Any) -> str:
@@ -22,8 +39,42 @@ class AccountAdapter(DefaultAccountAdapter):  # type: ignore[misc]  # allauth is
         """Closed: a password account is made by an admin, never by the person."""
         return False
 
+    def authentication_failed(self, request: HttpRequest, **credentials: Any) -> None:
+        """With single sign-on the only way in, one answer for every refused password
+        (the same for a break-glass name: the list of them is not for guessing)."""
+        if settings.HARNESS_SSO_ONLY:
+            raise ValidationError(SSO_ONLY_REFUSAL)
+
 
 class SocialAccountAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
     def is_open_for_signup(self, request: HttpRequest, sociallogin: Any) -> bool:
         """Open: whoever the organization's identity provider signs in has an account."""
         return True
+
+    def get_requests_session(self) -> Any:
+        """Every request to an identity provider goes through the outbound door (an IdP
+        on a private network is listed in HARNESS_OUTBOUND_ALLOW)."""
+        return outbound.requests_session()
+
+    def pre_social_login(self, request: HttpRequest, sociallogin: Any) -> None:
+        """A new identity whose email is an existing account's, unverified by its
+        provider: refused (audited), so it neither takes the account over nor gets a
+        look-alike account beside it."""
+        if sociallogin.is_existing:
+            return
+        verified = {a.email.lower() for a in sociallogin.email_addresses if a.verified}
+        for address in sociallogin.email_addresses:
+            email = address.email.lower()
+            if email in verified or not User.objects.filter(email__iexact=email).exists():
+                continue
+            services.refuse_unverified_email(
+                provider=sociallogin.account.provider, uid=sociallogin.account.uid, email=email
+            )
+            raise ImmediateHttpResponse(
+                render(
+                    request,
+                    "identity/sso_refused.html",
+                    {"email": address.email},
+                    status=403,
+                )
+            )

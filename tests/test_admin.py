@@ -17,6 +17,8 @@ pytestmark = pytest.mark.django_db
     [
         "dispatcher/agent",
         "policy/permissionprofile",
+        "policy/policylayer",
+        "policy/layerproposal",
         "approvals/approvalrequest",
         "sources/mcpserver",
         "sources/mcptool",

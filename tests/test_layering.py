@@ -25,6 +25,7 @@ PACKAGES = (
     "harness_site",
     "demo",
     "agentauth",
+    "identity",
 )
 
 # Lower numbers are lower layers; a module may import its own layer and those below.
@@ -54,7 +55,11 @@ def module_name(path: Path) -> str:
 
 def layer_of(module: str) -> str:
     parts = module.split(".")
-    if parts[0] in ("harness_site", "demo") or "management" in parts or "migrations" in parts:
+    if (
+        parts[0] in ("harness_site", "demo", "identity")
+        or "management" in parts
+        or "migrations" in parts
+    ):
         return "interface"
     if parts[-1] in INTERFACE_LEAVES:
         return "interface"

@@ -49,7 +49,18 @@ logger = logging.getLogger(__name__)
 
 class AgentToken(HttpBearer):
     async def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
-        return await sync_to_async(agents.authenticate_token)(token)
+        if (refusal := limits.refused_early(token)) is not None:
+            raise refusal
+        return await sync_to_async(_counted_agent)(token)
+
+
+def _counted_agent(token: str) -> Agent | None:
+    """The token's agent, once it has taken a request from its rate (raises
+    limits.TooManyRequests, answered 429 by `_too_many_requests`)."""
+    agent = agents.authenticate_token(token)
+    if agent is not None:
+        limits.take_request(agent, token)
+    return agent
 
 
 class SubmitToken(HttpBearer):
@@ -58,6 +69,8 @@ class SubmitToken(HttpBearer):
     one hop to the ORM thread and one query for both. A bad token still answers 401."""
 
     async def authenticate(self, request: HttpRequest, token: str) -> str | None:
+        if (refusal := limits.refused_early(token)) is not None:
+            raise refusal
         return token if agents.token_prefix(token) else None
 
 
@@ -87,6 +100,18 @@ def unauthorized() -> JsonResponse:
         "Missing, malformed, revoked or unknown agent token. Send 'Authorization: Bearer <token>' "
         "with a token from `manage.py create_agent`.",
     )
+
+
+@api.exception_handler(limits.TooManyRequests)
+def _too_many_requests(request: HttpRequest, exc: limits.TooManyRequests) -> HttpResponse:
+    return too_many_requests(exc)
+
+
+def too_many_requests(refusal: limits.TooManyRequests) -> JsonResponse:
+    """429: the agent is past its request rate; nothing of the request was read."""
+    response = error(429, "too_many_requests", str(refusal), retry_after_ms=refusal.retry_after_ms)
+    response["Retry-After"] = str(refusal.retry_after)
+    return response
 
 
 @api.exception_handler(ValidationError)
@@ -385,6 +410,10 @@ def _submit(
             "unknown_session",
             f"Session {session_id} does not exist or belongs to another agent.",
         )
+    try:
+        limits.take_request(session.agent, token)
+    except limits.TooManyRequests as refusal:
+        return too_many_requests(refusal)
     slot = None
     if waits and (slot := reserve_wait(session.agent, seconds)) is None:
         return too_many_waits()

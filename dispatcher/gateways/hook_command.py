@@ -57,6 +57,18 @@ class HookFailure(Exception):
     """Why Harness gave no usable answer (the message is what Claude Code shows)."""
 
 
+class RateRefused(HookFailure):
+    """429 with Retry-After: sent again once after that pause, when it is short."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# The longest Retry-After the hook waits out before sending its request again (once).
+MAX_RATE_PAUSE = 5
+
+
 def main(argv: list[str] | None = None) -> int:
     """The exit status: 0 with the answer on stdout; 2 (the pre-tool event: the client
     blocks the tool) or 1 (other events) with why on stderr. Any exception, not only a
@@ -152,7 +164,13 @@ def ask_harness(
     query = urllib.parse.urlencode({"wait": f"{wait:g}"})
     path = f"{parsed.path.rstrip('/')}{AGENTS[agent][0]}?{query}"
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    body = _post(parsed, path, raw, headers, url, timeout)
+    try:
+        body = _post(parsed, path, raw, headers, url, timeout)
+    except RateRefused as refused:  # past the agent's request rate: pause once, as told
+        if refused.retry_after > min(MAX_RATE_PAUSE, timeout):
+            raise HookFailure(str(refused)) from None
+        time.sleep(refused.retry_after)
+        body = _post(parsed, path, raw, headers, url, timeout)
     try:
         answer = json.loads(body)
     except ValueError:
@@ -187,6 +205,9 @@ def _post(
         raise HookFailure(f"Harness at {url} did not answer within {timeout:g} s") from None
     except (OSError, http.client.HTTPException) as failed:
         raise HookFailure(f"Harness at {url} cannot be reached ({failed})") from None
+    if response.status == 429 and (response.getheader("Retry-After") or "").isdigit():
+        retry_after = int(response.getheader("Retry-After") or "0")
+        raise RateRefused(_refusal(response.status, response.reason, body), retry_after)
     if response.status >= 400:
         raise HookFailure(_refusal(response.status, response.reason, body))
     return bytes(body)

@@ -37,7 +37,15 @@ from dispatcher.models import Agent, AgentSession, Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 from floor.compiled import Compiled
 
-from .api import BodyError, SubmitToken, error, read_json, too_many_sessions, unauthorized
+from .api import (
+    BodyError,
+    SubmitToken,
+    error,
+    read_json,
+    too_many_requests,
+    too_many_sessions,
+    unauthorized,
+)
 from .client_calls import Verdict, admit_client_call, verdict_after
 
 logger = logging.getLogger(__name__)
@@ -144,17 +152,34 @@ def _session(token: str, hook: Hook, dialect: HookDialect, audience: str) -> Age
     """The hook's session, with its agent, owner and profile (one read once it exists);
     None when the token is not an active agent's. `token` is an agent's bearer token or
     an OAuth access token issued for `audience`, this Harness's hooks API (`harness-hook
-    login`: agentauth.tokens)."""
+    login`: agentauth.tokens). The agent's request rate is taken before a session is
+    started or anything admitted (raises limits.TooManyRequests)."""
     if tokens.is_access_token(token):
-        return tokens.client_session_for_token(
-            token=token,
-            audience=audience,
+        found = tokens.loaded_session(token, dialect.client, hook.session_id, audience)
+        if found is not None:
+            limits.take_request(found.agent, token)
+            return found  # type: ignore[no-any-return]
+        agent = tokens.agent_for(token, audience)
+        if agent is None:
+            return None
+        limits.take_request(agent, token)
+        return agents.client_session(
+            agent=agent,
             client=dialect.client,
             external_id=hook.session_id,
             project_dir=hook.cwd,
+            mode=getattr(agent, "mode_ceiling", None),
         )
-    return agents.client_session_for_token(
-        token=token, client=dialect.client, external_id=hook.session_id, project_dir=hook.cwd
+    session = agents.loaded_client_session(token, dialect.client, hook.session_id)
+    if session is not None:
+        limits.take_request(session.agent, token)
+        return session
+    agent = agents.authenticate_token(token)
+    if agent is None:
+        return None
+    limits.take_request(agent, token)
+    return agents.client_session(
+        agent=agent, client=dialect.client, external_id=hook.session_id, project_dir=hook.cwd
     )
 
 
@@ -328,6 +353,8 @@ async def handle_hook(
         return await _handle_hook(request, dialect, wait)
     except limits.TooManySessions as refusal:
         return too_many_sessions(refusal)
+    except limits.TooManyRequests as refusal:
+        return too_many_requests(refusal)
 
 
 async def _handle_hook(

@@ -22,7 +22,10 @@ import functools
 import hashlib
 import json
 import logging
+import os
+import threading
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +38,7 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import McpError
 
-from dispatcher import admission, agents, limits, wakeups
+from dispatcher import admission, agents, execution, limits, wakeups
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
@@ -44,7 +47,7 @@ from dispatcher.policy.models import Mode
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 from dispatcher.tools import client_tool
 from dispatcher.tools.base import model_facing_schema
-from dispatcher.tools.registry import all_tools, get_tool
+from dispatcher.tools.registry import all_tools, get_tool, one_generation
 from dispatcher.wakeups import session_channel
 
 logger = logging.getLogger(__name__)
@@ -81,9 +84,30 @@ def caller_context(caller: Caller) -> Iterator[None]:
         _caller.reset(token)
 
 
+# The gateway's ORM work runs on one pool of threads per process, reused request after
+# request. (A thread of its own per request, asgiref's ThreadSensitiveContext as Django's
+# handler uses, cost more CPU to start and end than the admission it ran: docs/
+# benchmarks.md, S14.) Each piece of work gives its database connection back when it
+# ends, so a thread holds none between requests. A call run inline (execution.
+# run_inline) holds its thread while its upstream answers; past ORM_THREADS such
+# requests at once, the next wait for a thread.
+ORM_THREADS = 32
+_orm_pool: tuple[int, ThreadPoolExecutor] | None = None
+_orm_lock = threading.Lock()
+
+
+def orm_threads() -> ThreadPoolExecutor:
+    global _orm_pool
+    with _orm_lock:
+        if _orm_pool is None or _orm_pool[0] != os.getpid():
+            pool = ThreadPoolExecutor(ORM_THREADS, thread_name_prefix="mcp-orm")
+            _orm_pool = (os.getpid(), pool)
+        return _orm_pool[1]
+
+
 def db[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
-    """`function` on the request's ORM thread, handing its connection back afterwards
-    (this app runs outside Django's handler, which would otherwise do it)."""
+    """`function` on one of the gateway's ORM threads, handing its connection back
+    afterwards (this app runs outside Django's handler, which would otherwise do it)."""
 
     @functools.wraps(function)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -92,7 +116,14 @@ def db[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
         finally:
             close_old_connections()
 
-    return sync_to_async(run)
+    @functools.wraps(function)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        # (sync_to_async's own executor argument, which keeps the caller's context vars)
+        return await sync_to_async(run, thread_sensitive=False, executor=orm_threads())(
+            *args, **kwargs
+        )
+
+    return call
 
 
 # --- The protocol: the SDK's low-level server with Harness's handlers ----------------------
@@ -131,13 +162,13 @@ def offered_tools(session: AgentSession) -> list[types.Tool]:
 
     Left out: client-executed tools (the client's own), every tool in locked mode, tools
     that can change things in read_only mode (the mode ceiling denies them whatever a rule
-    says), tools of another team's MCP servers, and tools the owner's deny list names
+    says), tools of another team's MCP servers, and tools a deny list of any layer names
     without a specifier. Admission still
     decides each call; this only spares the model tools that can never run.
     """
     mode, profile = agents.mode_and_profile(session)
     denied = set()
-    for text in profile.deny:
+    for text in (*profile.deny, *(t for layer in profile.layers for t in layer.deny)):
         with contextlib.suppress(rules.RuleError):
             rule = rules.parse_rule(text)
             if rule.specifier is None:
@@ -204,26 +235,55 @@ TOO_MANY_WAITS = -32029
 HOLD_RUN_MARGIN = 3600.0
 
 
+class WaitSlot:
+    """One of the agent's wait slots (dispatcher.limits) for one tools/call request: taken
+    on the admission's own trip to an ORM thread (`take`), before anything is recorded,
+    and given back there when the call is done at once (allowed and run inline, denied,
+    rejected), else by the request when it ends; by whichever comes last when the request
+    ends while its admission is still running."""
+
+    def __init__(self, agent: Agent, seconds: float) -> None:
+        self.agent, self.seconds = agent, seconds
+        self.value: str | None = None
+        self.ended = False
+        self.lock = threading.Lock()
+
+    def take(self) -> None:
+        """Raises McpError (TOO_MANY_WAITS) when the agent holds all of its slots."""
+        slot = limits.reserve_wait(self.agent, self.seconds)
+        if slot is None:
+            raise McpError(
+                types.ErrorData(
+                    code=TOO_MANY_WAITS,
+                    message=limits.too_many_waits_message(
+                        "Nothing of this request was recorded. Wait until one of its calls "
+                        "is answered, then send it again (retry after "
+                        f"{limits.retry_after_wait()} s)."
+                    ),
+                    data={"retry_after": limits.retry_after_wait()},
+                )
+            )
+        with self.lock:
+            self.value = slot
+            ended = self.ended
+        if ended:  # the request ended meanwhile: nobody else gives it back
+            self.give_back()
+
+    def give_back(self) -> None:
+        """Once, whoever calls it (never raises: an unreleased slot lapses)."""
+        with self.lock:
+            slot, self.value, self.ended = self.value, None, True
+        if slot is not None:
+            limits.release_wait(slot)
+
+
 async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
     name, arguments = request.params.name, request.params.arguments or {}
     storable(name, arguments)
     # A held call may wait for a reviewer as long as an approval lives, then for its run.
-    longest = settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN
-    agent = _caller.get().agent
-    slot = await sync_to_async(limits.reserve_wait, thread_sensitive=False)(agent, longest)
-    if slot is None:
-        raise McpError(
-            types.ErrorData(
-                code=TOO_MANY_WAITS,
-                message=limits.too_many_waits_message(
-                    "Nothing of this request was recorded. Wait until one of its calls is "
-                    f"answered, then send it again (retry after {limits.retry_after_wait()} s)."
-                ),
-                data={"retry_after": limits.retry_after_wait()},
-            )
-        )
+    slot = WaitSlot(_caller.get().agent, settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN)
     try:
-        return await admit_and_hold(name, arguments)
+        return await admit_and_hold(name, arguments, slot)
     except DatabaseError:
         logger.exception("MCP gateway storage error")
         raise refuse(
@@ -232,18 +292,28 @@ async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
             "was decided or run. Send the same request again later.",
         ) from None
     finally:  # (shielded: a cancelled request still gives its slot back)
-        await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
+        if slot.value is not None:
+            await asyncio.shield(sync_to_async(slot.give_back, thread_sensitive=False)())
+        else:
+            slot.give_back()  # (none held: only marks the request ended)
 
 
-async def admit_and_hold(name: str, arguments: dict[str, Any]) -> types.ServerResult:
+async def admit_and_hold(
+    name: str, arguments: dict[str, Any], slot: WaitSlot | None = None
+) -> types.ServerResult:
+    """The call admitted (and run, in the inline lane), then held until it is done.
+    `slot`: the request's wait slot, taken and (when the call is done at once) given back
+    on the admission's own trip to an ORM thread."""
     context = server.request_context
     caller = _caller.get()
     tool_use_id = mcp_tool_use_id(context.request_id, caller.transport)
     progress = Progress(context, caller)
     if name == APPROVAL_PROMPT:
-        return types.ServerResult(await approval_prompt(caller, arguments, tool_use_id, progress))
+        return types.ServerResult(
+            await approval_prompt(caller, arguments, tool_use_id, progress, slot)
+        )
     proposed = ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
-    call = await db(submit)(caller.session, proposed, preloaded=caller.loaded)
+    call = await db(submit)(caller.session, proposed, preloaded=caller.loaded, slot=slot)
     call = await hold(call, progress, settled=is_done)  # a reviewer's edit is followed
     return types.ServerResult(tool_result(call))
 
@@ -262,22 +332,49 @@ def mcp_tool_use_id(request_id: types.RequestId, transport: str = "") -> str:
     return text
 
 
-def submit(session: AgentSession, proposed: ProposedCall, *, preloaded: bool = False) -> ToolCall:
+def submit(
+    session: AgentSession,
+    proposed: ProposedCall,
+    *,
+    preloaded: bool = False,
+    slot: WaitSlot | None = None,
+) -> ToolCall:
     """The call (a request sent again finds its call, perhaps edited since: followed).
-    `preloaded`: the session was read with its owner's profile (Caller.loaded).
+    `preloaded`: the session was read with its owner's profile (Caller.loaded). A call
+    allowed at once whose tool may run in this process is run now (the inline lane:
+    admission.admit_message, execution.run_inline). `slot`: the request's wait slot,
+    taken first (McpError when none is free: nothing recorded), given back here when the
+    call is done.
 
     Raises McpError when the request id names an earlier call with another tool or other
     arguments: that call's decision and result are not this request's."""
-    [call] = admission.submit_calls(
-        session=session, dialect=Dialect.MCP, proposed=[proposed], profile_preloaded=preloaded
-    )
-    if call.name != proposed.name or call.digest != digest_of(proposed):
-        raise refuse(
-            types.INVALID_PARAMS,
-            "This request id was already used in this session for another call; Harness "
-            "decides each input once. Send the call again with a new request id.",
+    if slot is not None:
+        slot.take()
+    with one_generation():  # (its admission and its inline run: one list of tools)
+        [call], kept = admission.admit_message(
+            session=session,
+            dialect=Dialect.MCP,
+            proposed=[proposed],
+            profile_preloaded=preloaded,
+            inline=True,
         )
+        if call.name != proposed.name or call.digest != digest_of(proposed):
+            raise refuse(
+                types.INVALID_PARAMS,
+                "This request id was already used in this session for another call; Harness "
+                "decides each input once. Send the call again with a new request id.",
+            )
+        for claimed, ctx in kept:  # allowed, claimed, and it may run here: it runs now
+            try:
+                execution.run_inline(claimed, ctx)
+            except Exception:
+                # Its result was not written: it is still running in the database, and
+                # its lease ends it as outcome_unknown; the request waits for that.
+                logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
+                claimed.status = Status.RUNNING
     follow_edits([call])
+    if slot is not None and is_done(call):  # nothing to wait for: given back on this trip
+        slot.give_back()
     return call
 
 
@@ -398,7 +495,11 @@ def decide_only_proposal(
 
 
 async def approval_prompt(
-    caller: Caller, arguments: dict[str, Any], fallback_id: str, progress: Progress
+    caller: Caller,
+    arguments: dict[str, Any],
+    fallback_id: str,
+    progress: Progress,
+    slot: WaitSlot | None = None,
 ) -> types.CallToolResult:
     tool_name, tool_input = arguments.get("tool_name"), arguments.get("input")
     client_id = arguments.get("tool_use_id")
@@ -414,8 +515,10 @@ async def approval_prompt(
         )
     proposed = await db(decide_only_proposal)(tool_name, tool_input, tool_use_id)
     try:
-        call = await db(submit)(caller.session, proposed, preloaded=caller.loaded)
+        call = await db(submit)(caller.session, proposed, preloaded=caller.loaded, slot=slot)
     except McpError as reused:  # an id already decided for other input allows nothing else
+        if reused.error.code == TOO_MANY_WAITS:  # (the request is refused: nothing recorded)
+            raise
         return prompt_answer({"behavior": "deny", "message": reused.error.message})
     call = await hold(
         call, progress, settled=lambda c: c.status == Status.RELEASED or c.is_terminal

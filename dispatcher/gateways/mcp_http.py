@@ -28,7 +28,6 @@ from typing import Any
 import anyio
 import pydantic
 from anyio.abc import TaskStatus
-from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import Q
@@ -53,21 +52,21 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     """The ASGI app mounted at /mcp/ (harness_site.asgi)."""
     if scope["type"] != "http":
         return
-    async with ThreadSensitiveContext():
-        try:
-            await serve(scope, receive, send)
-        except DatabaseError:
-            # Fail closed: nothing was decided without its record. (If the response had
-            # started, the connection simply ends.)
-            logger.exception("MCP gateway storage error")
-            with contextlib.suppress(Exception):
-                await answer(
-                    send,
-                    503,
-                    "storage_unavailable",
-                    "Harness could not record this request, so nothing was decided or run. "
-                    "Retry it later.",
-                )
+    # (The ORM work runs on the gateway's pool of threads: mcp.db.)
+    try:
+        await serve(scope, receive, send)
+    except DatabaseError:
+        # Fail closed: nothing was decided without its record. (If the response had
+        # started, the connection simply ends.)
+        logger.exception("MCP gateway storage error")
+        with contextlib.suppress(Exception):
+            await answer(
+                send,
+                503,
+                "storage_unavailable",
+                "Harness could not record this request, so nothing was decided or run. "
+                "Retry it later.",
+            )
 
 
 async def serve(scope: Scope, receive: Receive, send: Send) -> None:
@@ -77,6 +76,10 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         return await answer(send, 400, "bad_host", f"Host {host!r} is not an allowed host.")
     kind, _, token = headers.get("authorization", "").partition(" ")
     session_id = headers.get(SESSION_HEADER, "")
+    if (early := limits.refused_early(token.strip())) is not None:
+        return await answer(
+            send, 429, "too_many_requests", str(early), {"retry-after": str(early.retry_after)}
+        )
     external_id, transport = split_session_id(session_id)
     scheme = "https" if scope.get("scheme") == "https" else "http"
     origin = f"{scheme}://{host}"
@@ -94,6 +97,10 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
             "resource metadata is named in WWW-Authenticate) or send 'Authorization: Bearer "
             "<token>' with a token from `manage.py create_agent`.",
             {"www-authenticate": challenge(origin, sent=bool(token.strip()))},
+        )
+    if (refusal := await limits.request_refusal(agent, token.strip())) is not None:
+        return await answer(
+            send, 429, "too_many_requests", str(refusal), {"retry-after": str(refusal.retry_after)}
         )
     method = scope["method"]
     if method not in ("POST", "DELETE"):
@@ -356,18 +363,20 @@ def initialization_options() -> InitializationOptions:
 
 
 def parse_messages(body: bytes) -> list[types.JSONRPCMessage]:
-    """The JSON-RPC messages of a POST body, read with the SDK's types ([] if it cannot
-    be read: the transport then answers the parse error itself)."""
+    """The JSON-RPC message of a POST body, read with the SDK's types ([] if it cannot
+    be read: the transport then answers the error itself). An array is not read: the
+    protocol has no batches since 2025-06-18 and the SDK refuses them, and reading one
+    message by message would let one request (one from the agent's rate) do the work of
+    thousands (a cancellation each)."""
     try:
         data = json.loads(body) if body.strip() else None
     except (ValueError, RecursionError):
         return []
-    items = data if isinstance(data, list) else [data]
-    found = []
-    for item in items:
-        with contextlib.suppress(pydantic.ValidationError):
-            found.append(types.JSONRPCMessage.model_validate(item))
-    return found
+    if isinstance(data, list):
+        return []
+    with contextlib.suppress(pydantic.ValidationError):
+        return [types.JSONRPCMessage.model_validate(data)]
+    return []
 
 
 async def read_body(receive: Receive) -> bytes | None:

@@ -27,11 +27,62 @@ class Quorum:
 
 
 @dataclass(frozen=True)
-class Profile:
-    """A snapshot of the owner's permission profile, taken when the call is admitted.
+class Trial:
+    """A log-only rule: evaluated and recorded ("would have asked"), deciding nothing."""
 
-    The lists hold rule texts only (what the rule engine reads); the ask rules stored as
-    quorum objects are also in `quorum`, with their requirement.
+    action: str  # the list it sits in: allow | ask | deny
+    rule: str
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of policy above the owner's profile (the organization's, a team's), or the
+    owner's own as the layers see it (dispatcher.policy.layers.stack). Active rule texts
+    in the lists, quorum asks also in `quorum`, log-only rules in `trial`; `max_mode` is
+    the layer's mode ceiling ("" for none)."""
+
+    kind: str  # org | team | user
+    name: str  # the team's name, the owner's username; "" for the organization
+    version: int
+    max_mode: str = ""
+    allow: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    quorum: tuple[Quorum, ...] = ()
+    trial: tuple[Trial, ...] = ()
+
+    @property
+    def whose(self) -> str:
+        """`Rule 'x' in {whose} deny list`."""
+        if self.kind == "org":
+            return "the organization's"
+        if self.kind == "team":
+            return f"team {self.name}'s"
+        return f"{self.name}'s"
+
+    @property
+    def label(self) -> str:
+        """The layer and its version, as a decision names it: `org policy v7`."""
+        if self.kind == "org":
+            return f"org policy v{self.version}"
+        if self.kind == "team":
+            return f"team {self.name} policy v{self.version}"
+        return f"profile v{self.version}"
+
+    @property
+    def key(self) -> str:
+        """How provenance names the layer: `org`, `team:payments`, `user:alice`."""
+        return "org" if self.kind == "org" else f"{self.kind}:{self.name}"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A snapshot of the owner's permission profile, taken when the call is admitted, with
+    the managed layers that bind it (`layers`: the organization's, then the team's).
+
+    The lists hold active rule texts only (what the rule engine reads); the ask rules
+    stored as quorum objects are also in `quorum`, with their requirement; log-only rules
+    are in `trial` only.
     """
 
     mode: str
@@ -40,6 +91,8 @@ class Profile:
     deny: tuple[str, ...] = ()
     version: int = 1
     quorum: tuple[Quorum, ...] = ()
+    trial: tuple[Trial, ...] = ()
+    layers: tuple[Layer, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +126,11 @@ class Decision:
     # An ask that needs more than one reviewer (quorum), optionally from a named group.
     approvals: int = 1
     group: str = ""
+    # The layer whose rule decided (`org`, `team:payments`, `user:alice`) and its version.
+    layer: str = ""
+    layer_version: int = 0
+    # What log-only rules would have done (dispatcher.policy.layers.trials), recorded only.
+    log_only: tuple[dict[str, Any], ...] = ()
     # The verdicts a reviewer must sign with a passkey (a step-up rule).
     step_up: tuple[str, ...] = ()
     # Approvals from several groups, each with its count (Quorum.groups).
@@ -89,6 +147,10 @@ class Decision:
             provenance |= {"approvals": self.approvals, "group": self.group}
         if self.groups:
             provenance["groups"] = [{"group": g, "count": n} for g, n in self.groups]
+        if self.layer:
+            provenance |= {"layer": self.layer, "layer_version": self.layer_version}
+        if self.log_only:
+            provenance["log_only"] = list(self.log_only)
         if self.step_up:
             provenance["step_up"] = list(self.step_up)
         return provenance

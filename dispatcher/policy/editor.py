@@ -90,7 +90,10 @@ class Row:
             parts.append(f"needs {self.extra['approvals']} approvals{who}")
         elif "group" in self.extra:
             parts.append(f"asks group {self.extra['group']}")
-        others = {k: v for k, v in self.extra.items() if k not in ("approvals", "group")}
+        if self.extra.get("log_only") is True:
+            parts.append("log-only: recorded, decides nothing")
+        skip = ("approvals", "group", "log_only")
+        others = {k: v for k, v in self.extra.items() if k not in skip}
         parts += [f"{k}: {json.dumps(v)}" for k, v in sorted(others.items())]
         return ", ".join(parts)
 
@@ -116,8 +119,9 @@ def rows_from_lists(lists: Mapping[str, Iterable[Any]]) -> list[Row]:
 
 def profile_entries(profile: Profile, action: str) -> list[Any]:
     """One list of `profile` as entries: quorum ask rules as their objects (the profile
-    keeps their texts in `ask` and the requirement in `quorum`), so saving the rows keeps
-    the quorum."""
+    keeps their texts in `ask` and the requirement in `quorum`), and log-only rules (kept
+    in `trial` only) as `{"rule", "log_only": true}` after the active ones, so saving the
+    rows keeps both."""
     quorum = {q.rule: q for q in profile.quorum} if action == "ask" else {}
     entries: list[Any] = []
     for text in getattr(profile, action):
@@ -135,6 +139,7 @@ def profile_entries(profile: Profile, action: str) -> list[Any]:
                 | ({"group": q.group} if q.group else {})
                 | ({"step_up": list(q.step_up)} if q.step_up else {})
             )
+    entries += [{"rule": t.rule, "log_only": True} for t in profile.trial if t.action == action]
     return entries
 
 

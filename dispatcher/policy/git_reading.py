@@ -13,7 +13,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from dispatcher.policy.program_facts import GIT, GIT_CONFIG_PARAMETERS
+from dispatcher.policy.program_facts import GIT, GIT_CONFIG_PARAMETERS, names_git_directory_operand
 from dispatcher.policy.programs import (
     Command,
     Context,
@@ -80,6 +80,12 @@ def _git_subcommand(subcommand: str, rest: list[str], ctx: Context) -> list[Comm
             )
     if subcommand == "config":
         _read_config(rest)
+    if subcommand == "mv":  # `git mv x HEAD` makes a file that makes a git directory
+        named = next((arg for arg in rest if names_git_directory_operand(arg)), None)
+        if named is not None:
+            raise unreadable(
+                f"'git mv ... {named}' writes a file that makes its directory a git directory"
+            )
     return []
 
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from audit import kinds
 from audit.services import record_event
-from dispatcher.policy import rules
+from dispatcher.policy import layers, rules
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.models import SessionGrant
 from dispatcher.tools._paths import lexical_relative
@@ -47,7 +47,8 @@ def narrow_rule(ctx: CallContext) -> str:
     working directory, or its exact path.
 
     Raises ServiceError when the call cannot be named that narrowly (no command or single
-    path argument, or a rule that would not match the call itself).
+    path argument, or a rule that would not match the call itself), or when a deny or ask
+    rule of any layer matches the call (a grant would never apply: see layers).
     """
     tool, args, name = ctx.tool, ctx.arguments, ctx.name
     alone = "Approve it without a session grant."
@@ -81,6 +82,13 @@ def narrow_rule(ctx: CallContext) -> str:
     text = rule + suffix
     if rules.validate_rules({"allow": [rule]}) or not grant_matches(text, ctx):
         raise ServiceError(f"No exact rule can name this call ('{text}' does not). {alone}")
+    blocked = layers.blocks_grant(ctx)
+    if blocked.action is not None and blocked.layer is not None:
+        raise ServiceError(
+            f"A session grant never lifts a deny or ask rule: '{blocked.verdict.rule}' in "
+            f"{blocked.layer.whose} {blocked.action} list ({blocked.layer.label}) matches "
+            f"this call. {alone}"
+        )
     return text
 
 

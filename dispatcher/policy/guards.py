@@ -7,6 +7,7 @@ worker just before execution; rules, modes and reviewers cannot override them.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import logging
 import posixpath
@@ -17,11 +18,17 @@ from pathlib import Path
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.parts import nested_commands, variable_commands
 from dispatcher.policy.program_facts import (
+    COPYING_PROGRAMS,
     GIT,
+    GUARD_KNOWN_PROGRAMS,
+    INSPECTING_PROGRAMS,
     PRIVILEGE_PROGRAMS,
     PUBLISH_WORDS,
     PUBLISHERS,
     SHELLS,
+    WIDE_WRAPPERS,
+    guard_known,
+    names_known_program,
     names_runtime_input,
 )
 from dispatcher.policy.programs import Nested
@@ -384,6 +391,40 @@ def _publish(name: str, argv: list[str]) -> str | None:
     return None
 
 
+def _copies_known_program(name: str, argv: list[str]) -> str | None:
+    """A copy, link or rename of a program the guard knows by name (`cp /usr/bin/git g`,
+    `ln -s /usr/bin/sudo s`, `dd if=/usr/bin/sudo of=s`, `cp "$(which sudo)" s`): under
+    its new name the copy would run unblocked (see program_facts.GUARD_KNOWN_PROGRAMS)."""
+    if name in INSPECTING_PROGRAMS or name in WIDE_WRAPPERS or name in SHELLS or name == "find":
+        return None
+    copier = name in COPYING_PROGRAMS
+    for word in argv[1:]:
+        program = _known_program_named(word, copier=copier)
+        if program is not None:
+            return _blocked(
+                f"'{name}' on the program '{program}' (a copy under another name would run "
+                "without the command guard's check)",
+                f"run '{program}' by its own name.",
+            )
+    return None
+
+
+def _known_program_named(word: str, *, copier: bool) -> str | None:
+    """The guard-known program `word` names as a path (or, for a copier, by its bare name,
+    a glob that could match it, or a command substitution that mentions it)."""
+    if copier and is_computed(word):
+        mentioned = re.findall(r"[\w.+-]+", word.lower())
+        return next((m for m in mentioned if guard_known(m)), None)
+    named = names_known_program(word, bare=copier)
+    if named is not None or not copier:
+        return named
+    base = command_name(word.partition("=")[2] or word)
+    if GLOB_CHARACTERS.search(base):
+        known = sorted(GUARD_KNOWN_PROGRAMS | {"git-push"})
+        return next((p for p in known if fnmatch.fnmatchcase(p, base)), None)
+    return None
+
+
 def _pattern(written: str, blocked: str) -> str:
     """How a denial names what it blocked: "'git push'", or "'git $x' (could be 'git push')"."""
     return f"'{blocked}'" if written == blocked else f"'{written}' (could be '{blocked}')"
@@ -403,6 +444,7 @@ RULES: tuple[Callable[[str, list[str]], str | None], ...] = (
     _git_push,
     _publish,
     _subscript_substitution,
+    _copies_known_program,
 )
 
 

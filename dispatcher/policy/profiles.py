@@ -19,19 +19,22 @@ from django.db import transaction
 from audit import kinds
 from audit.services import record_event
 from dispatcher.policy import rules
-from dispatcher.policy.context import Profile, Quorum
+from dispatcher.policy.context import Profile, Quorum, Trial
 from dispatcher.policy.models import Mode, PermissionProfile, ProfileVersion
 from dispatcher.tools.base import Tool
 from floor.errors import ServiceError
 
 LISTS = ("allow", "ask", "deny")
-# A rule entry: a rule text, or (ask list only) a quorum object
+# A rule entry: a rule text, or an object: (ask list only) a quorum
 # {"rule": "run_command(terraform apply *)", "approvals": 2, "group": "sre"}, which may
 # also ask for step-up: "step_up": true (approving needs a passkey), or a list of the
-# verdicts that do (["approve", "deny"]).
+# verdicts that do (["approve", "deny"]); and (any list) a log-only rule
+# {"rule": "...", "log_only": true}: evaluated and recorded, deciding nothing.
 Entry = str | dict[str, Any]
-QUORUM_KEYS = frozenset({"rule", "approvals", "group", "step_up"})
+QUORUM_KEYS = frozenset({"rule", "approvals", "group", "step_up", "log_only"})
 STEP_UP_VERDICTS = ("approve", "deny")
+# The keys an object of the allow or deny list may have.
+PLAIN_KEYS = frozenset({"rule", "log_only"})
 MAX_APPROVALS = 10
 GROUP_NAME = re.compile(r"^[\w.@+\- ]{1,150}$")
 
@@ -70,16 +73,42 @@ def profile_for(user: User, *, preloaded: bool = False) -> Profile:
 
 
 def snapshot_of(document: Mapping[str, Any], version: int = 1) -> Profile:
-    """The Profile policy reads from stored entries: rule texts in the lists, and the ask
-    entries that are quorum objects in `quorum` as well."""
-    quorum = tuple(_quorum_of_entry(e) for e in document.get("ask", []) if isinstance(e, dict))
+    """The Profile policy reads from stored entries: active rule texts in the lists, the
+    ask entries that are quorum objects in `quorum` as well, log-only entries in `trial`."""
+    lists = active_lists(document)
     return Profile(
         mode=document["mode"],
-        allow=tuple(entry_rule(e) for e in document.get("allow", [])),
-        ask=tuple(entry_rule(e) for e in document.get("ask", [])),
-        deny=tuple(entry_rule(e) for e in document.get("deny", [])),
+        allow=lists["allow"],
+        ask=lists["ask"],
+        deny=lists["deny"],
         version=version,
-        quorum=quorum,
+        quorum=quorum_of_entries(document.get("ask", [])),
+        trial=trial_of(document),
+    )
+
+
+def is_log_only(entry: Any) -> bool:
+    return isinstance(entry, dict) and entry.get("log_only") is True
+
+
+def active_lists(document: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """The rule texts of the active entries of each list (log-only ones left out)."""
+    return {
+        name: tuple(entry_rule(e) for e in document.get(name, []) if not is_log_only(e))
+        for name in LISTS
+    }
+
+
+def quorum_of_entries(entries: Iterable[Any]) -> tuple[Quorum, ...]:
+    return tuple(_quorum_of_entry(e) for e in entries if isinstance(e, dict) and not is_log_only(e))
+
+
+def trial_of(document: Mapping[str, Any]) -> tuple[Trial, ...]:
+    return tuple(
+        Trial(name, entry_rule(e))
+        for name in LISTS
+        for e in document.get(name, [])
+        if is_log_only(e)
     )
 
 
@@ -157,6 +186,8 @@ def _clean_entry(item: Any) -> Any:
         entry["rule"] = entry["rule"].strip()
     if entry.get("group") in ("", None):
         entry.pop("group", None)
+    if entry.get("log_only") is False:
+        entry.pop("log_only")
     if entry.get("step_up") in (False, None):
         entry.pop("step_up", None)
     plain = set(entry) <= {"rule", "approvals"} and type(entry.get("approvals", 1)) is int
@@ -203,14 +234,23 @@ def entry_problems(
 
 def _quorum_problems(action: str, entry: dict[str, Any]) -> list[str]:
     shown = json.dumps(entry, ensure_ascii=True)[:200]
-    if action != "ask":
-        return [f"{action}: {shown}: only ask rules can require approvals; write the rule text."]
     problems = []
+    if "log_only" in entry and not isinstance(entry["log_only"], bool):
+        problems.append(f'{action}: {shown}: "log_only" must be true or false.')
+    if action != "ask":
+        if not set(entry) <= PLAIN_KEYS:
+            return [
+                f"{action}: {shown}: only ask rules can require approvals; write the rule "
+                'text (or {"rule": ..., "log_only": true}).'
+            ]
+        if not isinstance(entry.get("rule"), str) or not entry["rule"].strip():
+            problems.append(f'{action}: {shown}: "rule" must be a rule text.')
+        return problems
     unknown = sorted(set(entry) - QUORUM_KEYS)
     if unknown:
         problems.append(
             f"ask: {shown}: unknown key(s) {', '.join(unknown)} "
-            "(use rule, approvals, group, step_up)."
+            "(use rule, approvals, group, step_up, log_only)."
         )
     if not isinstance(entry.get("rule"), str) or not entry["rule"].strip():
         problems.append(f'ask: {shown}: "rule" must be a rule text such as "run_command(make *)".')
@@ -260,15 +300,22 @@ def check_profile(mode: str, lists: dict[str, list[Entry]]) -> None:
     problems = []
     if mode not in Mode.values:
         problems.append(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
-    problems += entry_problems(lists)
+    problems += list_problems(lists)
+    if problems:
+        raise InvalidProfile(problems)
+
+
+def list_problems(lists: Mapping[str, list[Entry]]) -> list[str]:
+    """Every problem of cleaned rule lists: the entries (entry_problems), and quorum
+    groups that do not exist."""
+    problems = entry_problems(lists)
     groups = {name for e in lists.get("ask", []) for name in quorum_groups(e)}
     known = set(Group.objects.filter(name__in=groups).values_list("name", flat=True))
     problems += [
         f"ask: the group '{name}' does not exist; create it (and add reviewers to it) first."
         for name in sorted(groups - known)
     ]
-    if problems:
-        raise InvalidProfile(problems)
+    return problems
 
 
 def profile_diff(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -406,10 +453,15 @@ def set_rules(*, user: User, document: Any, actor: User | str) -> PermissionProf
         raise InvalidProfile(
             ['The rules file must be a JSON object: {"mode", "allow", "ask", "deny"}.']
         )
-    unknown = sorted(set(document) - {"mode", *LISTS})
+    unknown = sorted(set(document) - {"mode", "max_mode", *LISTS})
     problems = (
         [f"Unknown key(s) {', '.join(unknown)}: use mode, allow, ask, deny."] if unknown else []
     )
+    if "max_mode" in document:
+        problems.append(
+            "'max_mode' belongs in the organization's or a team's file (set_rules --org, "
+            "--team); a user's 'mode' is already the ceiling of their agents' sessions."
+        )
     lists: dict[str, list[Any]] = {}
     for name in LISTS:
         value = document.get(name, [])

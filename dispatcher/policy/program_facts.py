@@ -1361,6 +1361,61 @@ def names_git_directory_file(path: str) -> bool:
     return name in GIT_DIRECTORY_FILES
 
 
+# Programs that write no file named by an operand (they read, print or delete): only these
+# may take an operand naming `HEAD`, `commondir` or `gitdir` (`grep HEAD f`), or words
+# appended at run time by xargs, under an allow rule. Any other program (`cp x HEAD`,
+# `tee HEAD`, `mv`, `install`, `ln -s refs/heads/m HEAD`, `dd of=HEAD`, `sort -o HEAD`,
+# `tar -cf HEAD`, `curl -o HEAD`) may create the file that makes a directory a git
+# directory, so such a command is unreadable. git is read by its own reader (`git mv`).
+WRITES_NO_NAMED_FILE = frozenset(
+    {"cat", "head", "tail", "less", "more", "wc", "ls", "stat", "file", "diff", "cmp"}
+    | {"grep", "egrep", "fgrep", "rg", "ag", "echo", "printf", "test", "[", "true", "false"}
+    | {"basename", "dirname", "realpath", "readlink", "du", "nl", "od", "jq", "yq", "bat"}
+    | {"md5sum", "sha1sum", "sha256sum", "sha512sum", "b2sum", "cksum", "strings", "hexdump"}
+    | {"which", "type", "tree", "column", "cut", "tr", "fold", "fmt", "rev", "tac", "comm"}
+    | {"rm", "rmdir", "unlink", "mkdir", "touch", "chmod", "pwd", "id", "date", "uname"}
+)
+WRITES_NO_NAMED_FILE_EXAMPLES = (  # (command, readable under `Bash(PROGRAM *)`)
+    ("grep HEAD f", True),
+    ("cat sub/HEAD", True),
+    ("rm HEAD", True),
+    ("git show HEAD", True),
+    ("git diff HEAD~1", True),
+    ("ls | xargs grep -l TODO", True),
+    ("cp x HEAD", False),
+    ("cp x sub/HEAD/", False),
+    ("cp x head", False),
+    ("cp -t d x/HEAD", False),
+    ("cp --target-directory=d x/commondir", False),
+    ("mv x HEAD", False),
+    ("install -D x d/HEAD", False),
+    ("ln -s refs/heads/m HEAD", False),
+    ("ln x gitdir", False),
+    ("dd if=x of=HEAD", False),
+    ("tee -a HEAD", False),
+    ("sort -oHEAD x", False),
+    ("uniq x HEAD", False),
+    ("rsync x HEAD", False),
+    ("tar -cf HEAD x", False),
+    ("curl -o HEAD u", False),
+    ("wget -O HEAD u", False),
+    ("git mv x HEAD", False),
+    ("echo HEAD | xargs cp x", False),
+)
+
+
+def names_git_directory_operand(word: str) -> bool:
+    """True when `word`, an argument of a program that may write the files it names, names
+    `HEAD`, `commondir` or `gitdir`: as itself, as an option's value (`of=HEAD`,
+    `--target-directory=x/HEAD`) or attached to a short option (`-oHEAD`)."""
+    if not any(name in word.lower() for name in GIT_DIRECTORY_FILES):
+        return False
+    candidates = [word, word.partition("=")[2]]
+    if word.startswith("-") and not word.startswith("--"):
+        candidates += [word[index:] for index in range(2, len(word))]
+    return any(names_git_directory_file(candidate) for candidate in candidates if candidate)
+
+
 # --- operands that name code produced at run time -----------------------------------------------
 
 RUNTIME_INPUT = re.compile(r"(dev|proc)(/.*)?")
@@ -1419,6 +1474,79 @@ CODE_OPTIONS: dict[str, CodeOptions] = {
     n: r.code_options for r in PROGRAMS if r.code_options for n in r.names
 }
 EVALUATING_BUILTINS = _names("evaluates")
+
+
+# --- copies of the programs the guard knows by name ---------------------------------------------
+# The guard knows programs by name: a copy, link or rename of one under another name (`cp
+# /usr/bin/git g && ./g push`, `ln -s /usr/bin/sudo s && ./s id`) would run unblocked, so
+# making one is blocked itself. Copiers take the program by its bare name too (after `cd
+# /usr/bin`); any other program only by a path (`/lib64/ld-linux-x86-64.so.2 /usr/bin/sudo`).
+GUARD_KNOWN_PROGRAMS = (
+    SHELLS | PRIVILEGE_PROGRAMS | PUBLISHERS | frozenset(WIDE_WRAPPERS) | {"git", "rm", "find"}
+)
+COPYING_PROGRAMS = frozenset(
+    {"cp", "mv", "ln", "link", "install", "rsync", "dd", "cat", "tac", "scp", "cpio", "pax"}
+    | {"base64", "base32", "basenc", "xxd", "uuencode", "gzip", "bzip2", "xz", "zstd", "lz4"}
+    | {"tar", "bsdtar", "zip", "7z", "objcopy", "strip", "sed", "awk", "gawk", "mawk", "tee"}
+    | {"head", "tail", "split", "csplit", "rename", "od", "hexdump", "openssl", "sort"}
+)
+# Programs that only look at a program file (name, size, type, hash) and copy nothing.
+INSPECTING_PROGRAMS = frozenset(
+    {"ls", "stat", "file", "which", "type", "command", "readlink", "realpath", "test", "["}
+    | {"md5sum", "sha1sum", "sha256sum", "sha512sum", "b2sum", "cksum", "ldd", "du", "wc"}
+    | {"dpkg", "rpm", "apt", "apt-get", "apt-cache", "brew", "whereis", "man", "help", "info"}
+    | {"echo", "printf", "basename", "dirname", "grep", "rg", "diff", "cmp"}
+)
+
+
+def guard_known(name: str) -> bool:
+    """A program name the guard knows (lower-cased basename), `git-*` included."""
+    return name in GUARD_KNOWN_PROGRAMS or name.startswith("git-")
+
+
+def names_known_program(word: str, *, bare: bool) -> str | None:
+    """The guard-known program `word` names by a path (`/usr/bin/git`, `if=/usr/bin/sudo`,
+    `--target-directory=/bin/bash`, `-t/bin/sh`), or, with `bare`, by its name alone."""
+    candidates = [word, word.partition("=")[2]]
+    if word.startswith("-") and not word.startswith("--"):
+        candidates.append(word[2:])
+    for candidate in candidates:
+        if candidate and ("/" in candidate or bare):
+            name = posixpath.basename(candidate.rstrip("/")).lower()
+            if guard_known(name):
+                return name
+    return None
+
+
+COPY_EXAMPLES = (  # (command, blocked by the guard)
+    ("cp /usr/bin/git g && ./g push", True),
+    ("ln -s /usr/bin/sudo s && ./s id", True),
+    ("cp -- /bin/bash b", True),
+    ("install -m 755 /usr/bin/env e", True),
+    ("mv /tmp/sudo s", True),
+    ("ln /usr/bin/git g", True),
+    ("rsync -a /usr/bin/git g", True),
+    ("dd if=/usr/bin/sudo of=s", True),
+    ("cat /usr/bin/sudo > s", True),
+    ("base64 /usr/bin/git > g.b64", True),
+    ("cp -t . /usr/lib/git-core/git-push", True),
+    ("cp --target-directory=. /usr/bin/SUDO", True),
+    ("cd /usr/bin && cp sudo /tmp/s", True),
+    ("cp /usr/bin/su?o s", True),
+    ("cp /usr/bin/g* d/", True),
+    ('cp "$(which sudo)" s', True),
+    ("ln -s `command -v git` g", True),
+    ("/lib64/ld-linux-x86-64.so.2 /usr/bin/sudo id", True),
+    ("cp a.txt b.txt", False),
+    ("cp -r src/ dst/", False),
+    ("ls -l /usr/bin/git", False),
+    ("sha256sum /usr/bin/git", False),
+    ("env /usr/bin/git status", False),
+    ("echo /bin/sh", False),
+    ("grep -c x /usr/bin/git", False),
+    ("cat env.example", False),
+    ('cp "$src" dst', False),
+)
 
 
 # --- validation when the table loads ------------------------------------------------------------

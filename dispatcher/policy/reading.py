@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from dispatcher.policy.git_reading import read_git
 from dispatcher.policy.program_facts import (
     CODE_OPTIONS,
+    COPYING_PROGRAMS,
     EVALUATING_BUILTINS,
     INLINE_CODE_OPTIONS,
+    INSPECTING_PROGRAMS,
     LOOKED_THROUGH_SHELLS,
     OPAQUE_PROGRAMS,
     OTHER_SHELLS,
@@ -43,7 +45,10 @@ from dispatcher.policy.program_facts import (
     SHELL_FLAGS,
     SHELL_LONG_FLAGS,
     STRICT_WRAPPERS,
+    WRITES_NO_NAMED_FILE,
     names_git_control,
+    names_git_directory_operand,
+    names_known_program,
     names_runtime_input,
 )
 from dispatcher.policy.programs import (
@@ -131,6 +136,16 @@ def _read_argv(argv: list[str], depth: int, *, fed: bool, appended: bool) -> lis
         raise unreadable(
             f"'{control}' names git's hooks or configuration, which decide what git runs next"
         )
+    if base not in WRITES_NO_NAMED_FILE and base != "git":  # git: git_reading (`git mv`)
+        _check_git_directory_operands(argv, base, appended=appended)
+    if base not in INSPECTING_PROGRAMS:
+        copier = base.lower() in COPYING_PROGRAMS
+        known = next((n for w in argv[1:] if (n := names_known_program(w, bare=copier))), None)
+        if known is not None:
+            raise unreadable(
+                f"'{base}' on the program '{known}': a copy under another name would not be "
+                "read as that program"
+            )
     if base in EVALUATING_BUILTINS:
         raise unreadable(f"'{base}' evaluates strings or changes how later commands are read")
     if base in OPAQUE_PROGRAMS:
@@ -143,6 +158,23 @@ def _read_argv(argv: list[str], depth: int, *, fed: bool, appended: bool) -> lis
         return _read_argv(argv, depth + 1, fed=fed, appended=appended)
 
     return reader(argv, Context(recurse, fed, appended))
+
+
+def _check_git_directory_operands(argv: list[str], base: str, *, appended: bool) -> None:
+    """A program that may write the files it names must not name `HEAD`, `commondir` or
+    `gitdir` (nor take names xargs appends at run time): such a file makes its directory
+    a git directory, whose `config` (an ordinary file name, freely written) then decides
+    what an allowed `git status` runs (see program_facts.WRITES_NO_NAMED_FILE)."""
+    named = next((word for word in argv[1:] if names_git_directory_operand(word)), None)
+    if named is not None:
+        raise unreadable(
+            f"'{base} ... {named}' may write a file that makes its directory a git directory"
+        )
+    if appended:
+        raise unreadable(
+            f"'xargs {base}': the names appended at run time may make a directory a git "
+            "directory (only programs that write no file they name are read under xargs)"
+        )
 
 
 # --- wrappers and shells ------------------------------------------------------------------------

@@ -21,11 +21,13 @@ LINE_NUMBER = re.compile(r":\d+: ")
 
 
 def hide_read_denied(call: CallContext, content: str) -> str:
-    """`content` without the lines a read rule would deny or ask for; unchanged for other
-    tools and for owners without such rules."""
+    """`content` without the lines a read rule of any layer would deny or ask for;
+    unchanged for other tools and when no layer holds such rules."""
     if call.name not in READ_SCOPE_TOOLS:
         return content
-    texts = [*call.profile.deny, *call.profile.ask]
+    profile = call.profile
+    texts = [*profile.deny, *profile.ask]
+    texts += [t for layer in profile.layers for t in (*layer.deny, *layer.ask)]
     if not any(text.strip().startswith(READ_TOOL) for text in texts):
         return content
     lines = content.split("\n")

@@ -644,9 +644,12 @@ def _binds_read_scope(rule: Rule, call: CallContext) -> bool:
 
 
 def read_rule_hiding(call: CallContext, path: str) -> str | None:
-    """The owner's deny or ask rule on reading that a read of `path` (relative to the
-    workspace) would meet, or None: what a search or listing must not show."""
-    for _, rule in _parsed([*call.profile.deny, *call.profile.ask]):
+    """The deny or ask rule on reading, of any layer of policy (the organization's, the
+    team's, the owner's), that a read of `path` (relative to the workspace) would meet, or
+    None: what a search or listing must not show."""
+    profile = call.profile
+    texts = [t for layer in profile.layers for t in (*layer.deny, *layer.ask)]
+    for _, rule in _parsed([*texts, *profile.deny, *profile.ask]):
         if rule is None or rule.tool != READ_TOOL:
             continue
         spec = _read_path_spec(rule) if rule.specifier is not None else None

@@ -6,11 +6,13 @@ that are never stored.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from jsonschema.exceptions import ValidationError
 
+from dispatcher.policy import layers
 from dispatcher.policy.context import CallContext, Decision
 from dispatcher.policy.waterfall import run_guards, run_waterfall
 from dispatcher.tools import messages
@@ -63,7 +65,14 @@ def validate(tool: Tool, arguments: dict[str, Any]) -> None:
 
 
 def pre_execute(call: CallContext) -> Decision:
-    return run_waterfall(call)
+    """The waterfall's decision, with what the layers' log-only rules would have done
+    (recorded on it, deciding nothing)."""
+    decision = run_waterfall(call)
+    if layers.has_trials(call):
+        found = layers.trials(call, decision)
+        if found:
+            return dataclasses.replace(decision, log_only=found)
+    return decision
 
 
 def guards(call: CallContext) -> GuardDenial | None:

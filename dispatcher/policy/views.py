@@ -15,6 +15,7 @@ import json
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.http import HttpResponse, QueryDict
@@ -27,14 +28,14 @@ from django.views.decorators.vary import vary_on_headers
 from audit.roles import ADMIN, HtmxHttpRequest, role_required
 from dispatcher import analytics, simulation
 from dispatcher.models import Agent, AgentSession, ToolCall
-from dispatcher.policy import editor, grants, profiles
+from dispatcher.policy import editor, grants, managed, profiles
 from dispatcher.policy.context import Profile
-from dispatcher.policy.models import Mode, ProfileVersion, SessionGrant
+from dispatcher.policy.models import Mode, PolicyLayer, ProfileVersion, SessionGrant
 from dispatcher.policy.profiles import profile_for
 from dispatcher.tools.base import Tool
 from dispatcher.tools.registry import all_tools
 from floor.errors import ServiceError
-from teams.scope import Scope
+from teams.scope import Scope, org_holds
 
 PAGE = "permissions/user.html"
 RECENT_CALLS = 50
@@ -142,7 +143,11 @@ def _form_from_post(data: QueryDict) -> dict[str, str]:
 
 
 def _form_from_profile(profile: Profile) -> dict[str, str]:
-    form = {n: "\n".join(editor.rule_text(e) for e in getattr(profile, n)) for n in profiles.LISTS}
+    # Objects (quorum, log-only) as one line of JSON each, as clean_rules reads them back.
+    form = {
+        n: "\n".join(profiles.entry_line(e) for e in editor.profile_entries(profile, n))
+        for n in profiles.LISTS
+    }
     return form | {"mode": profile.mode, "version": str(profile.version)}
 
 
@@ -164,7 +169,7 @@ def _proposed(subject: User, form: dict[str, str], data: QueryDict | None = None
 
 
 def _same(a: Profile, b: Profile) -> bool:
-    return all(getattr(a, n) == getattr(b, n) for n in ("mode", "quorum", *profiles.LISTS))
+    return all(getattr(a, n) == getattr(b, n) for n in ("mode", "quorum", "trial", *profiles.LISTS))
 
 
 def _page(
@@ -446,3 +451,69 @@ def session_grants(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
         "permissions/session.html",
         {"session": session, "grants": grants, "next": request.path},
     )
+
+
+# --- Managed layers: the organization's and the teams' policy, proposals, log-only ------
+
+
+@role_required(ADMIN)
+@require_GET
+def policy_layers(request: HtmxHttpRequest) -> HttpResponse:
+    """The organization's and every team's layer (rules as code: set_rules --org/--team),
+    their history, and the organization's changes waiting for a second admin."""
+    rows = PolicyLayer.objects.select_related("team").prefetch_related("versions")
+    layers = sorted(rows, key=lambda r: (r.kind != "org", r.team.name if r.team else ""))
+    return render(
+        request,
+        "permissions/policy.html",
+        {
+            "layers": [
+                (row, json.dumps(managed.layer_document(row.team), indent=2), row.versions.all())
+                for row in layers
+            ],
+            "proposals": managed.pending_proposals(),
+            "two_person": settings.HARNESS_POLICY_TWO_PERSON,
+            "is_org_admin": org_holds(request.user, ADMIN),
+        },
+    )
+
+
+@role_required(ADMIN)
+@require_POST
+def accept_proposal(request: HtmxHttpRequest, proposal_id: int) -> HttpResponse:
+    """A second org admin accepts a proposed change to the organization's policy."""
+    try:
+        layer = managed.accept_proposal(proposal_id=proposal_id, user=request.user)
+    except ServiceError as refused:
+        messages.error(request, str(refused))
+    else:
+        messages.success(
+            request,
+            f"Accepted proposal {proposal_id}: the organization's policy is now v{layer.version}.",
+        )
+    return redirect("permissions:policy")
+
+
+@role_required(ADMIN)
+@require_POST
+def activate_rule(request: HtmxHttpRequest) -> HttpResponse:
+    """Make a log-only rule active (a new, audited version of its layer; for the
+    organization's under HARNESS_POLICY_TWO_PERSON, a proposal)."""
+    layer = request.POST.get("layer", "")
+    action, rule = request.POST.get("action", ""), request.POST.get("rule", "")
+    try:
+        outcome = managed.activate_rule(layer=layer, action=action, rule=rule, actor=request.user)
+    except profiles.InvalidProfile as invalid:
+        messages.error(request, " ".join(invalid.problems))
+    except ServiceError as refused:
+        messages.error(request, str(refused) or "Reload the page and try again.")
+    else:
+        if outcome.proposal is not None:
+            messages.success(
+                request,
+                f"Proposed making {action} rule '{rule}' active (proposal "
+                f"{outcome.proposal.pk}); another org admin must accept it.",
+            )
+        else:
+            messages.success(request, f"The {action} rule '{rule}' of {layer} is now active.")
+    return redirect("permissions:analytics")

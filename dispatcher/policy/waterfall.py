@@ -14,8 +14,8 @@ from collections.abc import Callable
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from dispatcher.policy import grants, rules
-from dispatcher.policy.context import CallContext, Decision, Quorum
+from dispatcher.policy import grants, layers
+from dispatcher.policy.context import CallContext, Decision, Layer, Quorum
 from dispatcher.policy.models import Mode, SessionGrant
 
 logger = logging.getLogger(__name__)
@@ -61,14 +61,16 @@ def run_waterfall(call: CallContext, listeners: list[Listener] | None = None) ->
 
 
 def session_grants(call: CallContext, next: Next) -> Decision:
-    """Grants a reviewer gave for the rest of a session ("allow this for the session").
+    """Grants a reviewer gave for the rest of a session ("allow this for the session"), the
+    lowest layer of policy (dispatcher.policy.layers).
 
     An active grant of the call's session that matches (read as an allow rule, in its
     working directory, naming exactly its path: `grants.grant_matches`) allows, by
-    "grant:<rule>". Never above deny rules: a call one of the owner's deny
-    rules matches passes on (user_rules denies it). Only in standard and trusted modes: a
-    session narrowed to read_only or locked since the grant is not widened by it. Guards
-    still run after. A revoked grant is not read, so it stops at once.
+    "grant:<rule>". Never above a deny or ask rule of any layer (organization, team,
+    owner): such a call passes on and user_rules decides it. Only in standard and trusted
+    modes, after every ceiling: a session narrowed to read_only or locked since the grant
+    is not widened by it. Guards still run after. A revoked grant is not read, so it stops
+    at once.
     """
     if (
         not call.session_id
@@ -84,16 +86,17 @@ def session_grants(call: CallContext, next: Next) -> Decision:
     rule = next_matching(texts, call)
     if rule is None:
         return next(call)
-    profile = call.profile
-    if rules.evaluate(call, allow=(), ask=(), deny=profile.deny).action == "deny":
+    if layers.blocks_grant(call).action is not None:
         return next(call)
-    if quorum_of(call) is not None:
+    if layers.quorum_of(call) is not None:
         return next(call)  # one reviewer's grant never stands in for a quorum
+    profile = call.profile
     return Decision(
         "allow",
         f"grant:{rule}",
         f"A reviewer allowed '{rule}' for the rest of this session (profile v{profile.version}).",
         rule=rule,
+        layer="grant",
     )
 
 
@@ -114,33 +117,41 @@ def sandbox_bounds(call: CallContext) -> bool:
 
 
 def user_rules(call: CallContext, next: Next) -> Decision:
-    """The owner's allow / ask / deny rules: deny first, then ask, then allow; first match decides.
+    """The rules of every layer (organization, team, owner: dispatcher.policy.layers):
+    deny rules of all layers first, then ask rules, then allow rules; the first match
+    decides, the highest layer first, and the decision names the layer and its version.
 
     A command the reader cannot read completely never matches an allow rule. If no deny
     or ask rule caught it and the rest of the chain (trusted mode) would allow it, it runs
     only where the sandbox bounds it (`sandbox_bounds`); otherwise it is asked.
     """
     profile = call.profile
-    verdict = rules.evaluate(call, allow=profile.allow, ask=profile.ask, deny=profile.deny)
-    if verdict.action is not None:
-        action, rule = verdict.action, verdict.rule
-        reason = f"Rule '{rule}' in {call.username}'s {action} list (profile v{profile.version})."
+    found = layers.evaluate(call)
+    verdict = found.verdict
+    if verdict.action is not None and found.layer is not None:
+        action, rule, layer = verdict.action, verdict.rule, found.layer
+        reason = layers.rule_reason(layer, action, rule)
         if verdict.also:
             others = ", ".join(f"'{other}'" for other in verdict.also)
             reason += f" Other parts of the command were allowed by {others}."
-        quorum = quorum_of(call) if action == "ask" else None
+        quorum = layers.quorum_of(call) if action == "ask" else None
         if quorum is not None:
-            return _quorum_decision(quorum, reason)
-        return Decision(action, f"rule:{action}:{rule}", reason, rule=rule)  # type: ignore[arg-type]
+            return _quorum_decision(*quorum, reason)
+        return Decision(
+            action,  # type: ignore[arg-type]
+            f"rule:{action}:{rule}",
+            reason,
+            rule=rule,
+            layer=layer.key,
+            layer_version=layer.version,
+        )
     decision = next(call)
     if verdict.unreadable is not None and decision.action == "allow":
         if sandbox_bounds(call):
-            return Decision(
-                "allow",
-                decision.by,
-                f"{decision.reason} The command could not be read completely "
+            return dataclasses.replace(
+                decision,
+                reason=f"{decision.reason} The command could not be read completely "
                 f"({verdict.unreadable}); it runs in the sandbox, without network.",
-                rule=decision.rule,
             )
         return Decision(
             "ask",
@@ -153,29 +164,13 @@ def user_rules(call: CallContext, next: Next) -> Decision:
 
 
 def quorum_of(call: CallContext) -> Quorum | None:
-    """The strictest quorum ask rule matching `call`, or None.
-
-    Every quorum rule is tried, not only the first ask rule that matched: a compound
-    command caught by a plain ask rule still needs the approvals of a quorum rule that
-    another part of it matches. The most approvals win; on a tie, one naming a group.
-    Step-up adds up: a verdict any matching rule asks a passkey for needs one.
-    """
-    matching = [
-        q
-        for q in call.profile.quorum
-        if rules.evaluate(call, allow=(), ask=(q.rule,), deny=()).action == "ask"
-    ]
-    strictest = max(
-        matching, key=lambda q: (q.approvals, len(q.groups), bool(q.group)), default=None
-    )
-    if strictest is None:
-        return None
-    signed = {verdict for q in matching for verdict in q.step_up}
-    step_up = tuple(v for v in ("approve", "deny") if v in signed)
-    return dataclasses.replace(strictest, step_up=step_up)
+    """The strictest quorum ask rule of any layer matching `call`, or None
+    (dispatcher.policy.layers.quorum_of, without the layer)."""
+    found = layers.quorum_of(call)
+    return found[0] if found is not None else None
 
 
-def _quorum_decision(quorum: Quorum, reason: str) -> Decision:
+def _quorum_decision(quorum: Quorum, layer: Layer, reason: str) -> Decision:
     who = f" from the group '{quorum.group}'" if quorum.group else ""
     count = f"{quorum.approvals} approval{'s' if quorum.approvals > 1 else ''}"
     if quorum.groups:
@@ -193,6 +188,8 @@ def _quorum_decision(quorum: Quorum, reason: str) -> Decision:
         rule=quorum.rule,
         approvals=quorum.approvals,
         group=quorum.group,
+        layer=layer.key,
+        layer_version=layer.version,
         step_up=quorum.step_up,
         groups=quorum.groups,
     )
@@ -200,6 +197,19 @@ def _quorum_decision(quorum: Quorum, reason: str) -> Decision:
 
 def permission_mode(call: CallContext, next: Next) -> Decision:
     """The mode's answer, built on tool annotations, never on tool names. Always decides."""
+    decision = _mode_answer(call)
+    ceiling = layers.ceiling_of(call)
+    if ceiling is None:
+        return decision
+    return dataclasses.replace(
+        decision,
+        reason=decision.reason + layers.ceiling_note(call),
+        layer=ceiling.key,
+        layer_version=ceiling.version,
+    )
+
+
+def _mode_answer(call: CallContext) -> Decision:
     tool, mode, by = call.tool, call.mode, f"mode:{call.mode}"
     if mode == Mode.LOCKED:
         return Decision("deny", by, "The session is in locked mode: no tool runs.")

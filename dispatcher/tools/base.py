@@ -59,6 +59,11 @@ class Tool:
     finalize_content: Callable[[str], str] = default_finalize_content
     timeout: float = 30.0
     is_concurrency_safe: bool = False
+    # I/O-bound and safe to run in the web process that admitted the call (an upstream
+    # MCP server's tool over HTTP: a request on an open session, nothing started or read
+    # on this host): the request that waits for it may claim and run it itself, without
+    # the queue (execution.run_inline; the worker is the fallback).
+    inline: bool = False
     present_call: Callable[[dict[str, Any], Path], dict[str, Any]] = default_present_call
     present_result: Callable[[str], dict[str, Any]] = default_present_result
     # Risk annotations: modes are built on these, never on tool names.

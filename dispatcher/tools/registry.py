@@ -67,6 +67,11 @@ def client_toolsets() -> list[ClientToolset]:
     return [_toolset(path) for path in settings.HARNESS_CLIENT_TOOLS.values()]
 
 
+# Inside, upstream tools are looked up in one list (catalog.one_generation): one message's
+# admission and its inline run.
+one_generation = catalog.one_generation
+
+
 def get_tool(name: str, client: str = API_CLIENT, team_id: int | None = None) -> Tool | None:
     """The tool `name` as a session of `client`, of an agent of `team_id`, resolves it
     (see the module docstring)."""

@@ -173,7 +173,7 @@ def test_deactivation_is_audited_once(live_stack: LiveStack, live_db: None) -> N
     assert not roles.deactivate(user=user, actor="user:admin")
     events = AuditEvent.objects.filter(kind="user.deactivated", subject=f"user:{user.username}")
     assert [(event.actor, event.payload) for event in events] == [
-        ("user:admin", {"user": user.username})
+        ("user:admin", {"user": user.username, "votes_voided": [], "agents_revoked": []})
     ]
     assert not roles.has_role(User.objects.get(pk=user.pk), "reviewer")
 

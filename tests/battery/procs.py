@@ -178,9 +178,10 @@ class Stack:
             HARNESS_REQUEUE_AFTER="3",
             HARNESS_LOG_LEVEL="WARNING",
             # The rows load one agent far past the per-agent caps on purpose (B1's sessions,
-            # B7's asks); D9, the row about the caps, sets its own.
+            # B7's asks, every row's request rate); D9, the row about the caps, sets its own.
             HARNESS_MAX_SESSIONS_PER_MINUTE="0",
             HARNESS_MAX_PENDING_ASKS_PER_AGENT="0",
+            HARNESS_AGENT_REQUESTS_PER_SECOND="0",
         )
         self.env.update(env)
         self.daphnes: list[tuple[Proc, str]] = []

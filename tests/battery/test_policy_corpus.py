@@ -76,6 +76,10 @@ BASES: list[list[str]] = [
     ["bash", "//dev/stdin"],
     ["dash", "/dev/./stdin"],
     [".", "//dev/fd/0"],
+    # the red-team's renamed copies of programs the guard knows by name
+    ["bash", "-c", "cp /usr/bin/git g && ./g push"],
+    ["bash", "-c", "ln -s /usr/bin/sudo s && ./s id"],
+    ["dd", "if=/usr/bin/sudo", "of=s"],
 ]
 
 WRAPPERS: list[list[str]] = [
@@ -179,7 +183,8 @@ STANDARD_ALLOW = [
 # ... and rules naming the programs of issue 30's reader forms, which must still ask.
 FORM_ALLOW = STANDARD_ALLOW + [
     f"run_command({program} *)"
-    for program in ("bash", "dash", "rbash", "python3", "make", "printf", "awk", "cp")
+    for program in ("bash", "dash", "rbash", "python3", "make", "printf", "awk", "cp", "tee")
+    + ("ln", "dd")
 ]
 
 

@@ -80,18 +80,21 @@ class Codex:
         )
         self.hooks = out.getvalue()
 
-    def start(self, fake: FakeOpenAI, prompt: str = "Do the task.") -> subprocess.Popen[str]:
+    def start(
+        self, fake: FakeOpenAI, prompt: str = "Do the task.", own_sandbox: bool = False
+    ) -> subprocess.Popen[str]:
+        """`own_sandbox`: without --dangerously-bypass-approvals-and-sandbox, so Codex's own
+        sandbox (the `sandbox_mode` codex_settings prints) bounds what it runs."""
+        top = f'model = "{MODEL}"\nmodel_provider = "fake"\ncheck_for_update_on_startup = false\n'
         provider = (
-            f'model = "{MODEL}"\n'
-            'model_provider = "fake"\n'
-            "check_for_update_on_startup = false\n\n"
-            "[model_providers.fake]\n"
+            "\n[model_providers.fake]\n"
             'name = "fake"\n'
             f'base_url = "{fake.url}"\n'
             'wire_api = "responses"\n'
-            'env_key = "FAKE_OPENAI_KEY"\n\n'
+            'env_key = "FAKE_OPENAI_KEY"\n'
         )
-        (self.home / "config.toml").write_text(provider + self.hooks)
+        # The printed block's `sandbox_mode` must stay above every table (as it says).
+        (self.home / "config.toml").write_text(top + self.hooks + provider)
         env = {
             "PATH": f"{self.hook_bin}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
             "HOME": str(self.home.parent),
@@ -105,7 +108,7 @@ class Codex:
                 "exec",
                 "--skip-git-repo-check",
                 "--dangerously-bypass-hook-trust",
-                "--dangerously-bypass-approvals-and-sandbox",
+                *([] if own_sandbox else ["--dangerously-bypass-approvals-and-sandbox"]),
                 prompt,
             ],
             cwd=self.project,
@@ -120,9 +123,9 @@ class Codex:
         assert process.returncode == 0, stderr[-3000:]
         return stderr
 
-    def run(self, steps: list[Step]) -> FakeOpenAI:
+    def run(self, steps: list[Step], own_sandbox: bool = False) -> FakeOpenAI:
         with FakeOpenAI(steps) as fake:
-            self.finish(self.start(fake))
+            self.finish(self.start(fake, own_sandbox=own_sandbox))
         return fake
 
     def calls(self) -> list[ToolCall]:

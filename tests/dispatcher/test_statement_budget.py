@@ -214,3 +214,49 @@ def test_a_post_tool_use_report_is_recorded_in_five_statements_and_one_commit() 
     assert len(data) == (5 if connection.vendor == "postgresql" else 7), data
     if connection.vendor == "postgresql":
         assert [s for s in sql if s.startswith(control)] == ["BEGIN", "COMMIT"], sql
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_organizations_and_teams_layers_cost_no_statement_once_parsed() -> None:
+    """The layers' revisions are read with the session; parsed layers are kept by revision,
+    so admission with an organization's and a team's layer costs what it did without."""
+    from dispatcher.policy import managed
+    from teams.models import Team
+
+    fx = make_agent(mode="trusted")
+    managed.set_layer(
+        team=None, document={"deny": ["read_file(**/.env)"]}, actor="cli", reason="budget"
+    )
+    managed.set_layer(team=Team.objects.default(), document={"max_mode": "trusted"}, actor="cli")
+    session = agents.start_session(agent=fx.agent)
+    client = Client(headers=fx.headers)
+    url = f"/api/v1/sessions/{session.pk}/calls"
+
+    def post(call_id: str) -> list[str]:
+        body = {"calls": [{"id": call_id, "name": "list_directory", "arguments": {"path": "."}}]}
+        with CaptureQueriesContext(connection) as queries:
+            response = client.post(url, json.dumps(body), content_type="application/json")
+        assert response.json()["calls"][0]["status"] in ("queued", "denied"), response.content
+        control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
+        return [s for s in statements(queries) if not s.startswith(control)]
+
+    post("warm")  # (a process that has not seen these revisions reads the layers once)
+    data = post("b1")
+    assert len(data) == (4 if connection.vendor == "postgresql" else 6), data
+    call = ToolCall.objects.get(session=session, tool_use_id="b1")
+    assert call.provenance["layers"] == {"org": 1, "team:default": 1}
+    # A changed layer is read again, once, and decides at once.
+    managed.set_layer(
+        team=None, document={"deny": ["list_directory"]}, actor="cli", reason="budget 2"
+    )
+    body = {"calls": [{"id": "b2", "name": "list_directory", "arguments": {"path": "."}}]}
+    response = client.post(url, json.dumps(body), content_type="application/json")
+    assert response.json()["calls"][0]["status"] == "denied"
+    # The worker's read carries the revisions too, and a ceiling lowered since admission
+    # stops the queued call (the mode ceiling guard).
+    managed.set_layer(team=None, document={"max_mode": "locked"}, actor="cli", reason="stop")
+    execution.execute_call(str(call.pk))
+    stopped = ToolCall.objects.get(pk=call.pk)
+    assert stopped.status == Status.DENIED, stopped.reason
+    assert "capped at locked by the organization's max_mode (org policy v3)" in stopped.reason
+    post("after")  # (parsed again, once)

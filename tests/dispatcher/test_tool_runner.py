@@ -147,3 +147,38 @@ def test_a_notice_that_hangs_holds_up_neither_the_timeout_nor_the_result(tmp_pat
     finally:
         release.set()
         unblock.set()
+
+
+def test_waiting_threads_share_the_processs_runners(tmp_path: Path) -> None:
+    """Many short-lived waiting threads (a web process's requests running calls inline)
+    take runners from the process's idle ones: as many runner threads as ran at once,
+    never one per waiting thread."""
+    runners: set[int] = set()
+    lock = threading.Lock()
+    gate = threading.Barrier(3)
+
+    def body(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+        with lock:
+            runners.add(threading.get_ident())
+        return "ok"
+
+    def blocking(ctx: ExecutionContext, args: dict[str, Any]) -> str:
+        body(ctx, args)
+        gate.wait(5)  # three bodies at once: three runners
+        return "ok"
+
+    def request(n: int, fn: Any) -> None:
+        outcome = pipeline.execute(tool(fn), context(f"r{n}", tmp_path), {})
+        assert outcome.value == "ok", outcome.error
+
+    for _ in range(2):
+        threads = [threading.Thread(target=request, args=(i, blocking)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+    for i in range(20):  # one request thread after another, each new
+        t = threading.Thread(target=request, args=(100 + i, body))
+        t.start()
+        t.join(10)
+    assert len(runners) == 3, runners

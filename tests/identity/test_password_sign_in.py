@@ -50,3 +50,16 @@ def test_sign_up_password_reset_and_email_changes_are_not_offered(path: str) -> 
     assert response.status_code == 404
     assert b"managed by an administrator" in response.content
     assert Client().post(path, {"username": "x", "email": "x@example.com"}).status_code == 404
+
+
+def test_repeated_wrong_passwords_are_slowed_down() -> None:
+    user = make_user(unique("pw"))
+    client = Client()
+    for _ in range(5):
+        client.post("/accounts/login/", {"login": user.username, "password": "nope"})
+    response = client.post(
+        "/accounts/login/", {"login": user.username, "password": "pw-" + user.username}
+    )
+    assert response.status_code in (200, 429)
+    assert "Too many failed login attempts" in response.content.decode()
+    assert client.get("/approvals/").status_code == 302

@@ -16,6 +16,12 @@ from pathlib import Path
 
 HOOK = "#!/bin/sh\ntouch pwned\n"
 FSMONITOR = "'touch pwned; false'"
+# A directory `sub` that a file named HEAD turns into a git directory running fsmonitor.
+GIT_DIRECTORY = (
+    "mkdir -p sub/objects sub/refs/heads && printf 'ref: refs/heads/m\\n' > x && printf "
+    "'[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n"
+    '\\tfsmonitor = "touch pwned; false"\\n\' > sub/config'
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,20 @@ FORMS = [
     Form("awk redirect after a quoted ;", "awk 'BEGIN{print \"a;\" > \"pwned\"}'"),
     Form("awk redirect after a newline", "awk 'BEGIN{print \"a\",\n\"b\" > \"pwned\"}'"),
     Form("rbash -c", "rbash -c 'touch pwned'", seen="touch pwned", needs="rbash"),
+    # the red-team's open forms: a writer making `HEAD` (a git directory without .git in
+    # its path), and a renamed copy of a program the guard knows by name
+    Form("tee writes HEAD", "echo 'ref: refs/heads/m' | tee sub/HEAD", setup=GIT_DIRECTORY,
+         after="git -C sub status", effect="sub/pwned"),
+    Form("cp writes HEAD", "cp x sub/HEAD", setup=GIT_DIRECTORY, after="git -C sub status",
+         effect="sub/pwned"),
+    Form("ln -s makes HEAD", "ln -s refs/heads/m sub/HEAD", setup=GIT_DIRECTORY,
+         after="git -C sub status", effect="sub/pwned"),
+    Form("dd of=HEAD", "dd if=x of=sub/HEAD status=none", setup=GIT_DIRECTORY,
+         after="git -C sub status", effect="sub/pwned"),
+    Form("a renamed copy of git", f"cp /usr/bin/git g && ./g -c core.fsmonitor={FSMONITOR} status",
+         blocked=True),
+    Form("a link to git", f"ln -s /usr/bin/git g && ./g -c core.fsmonitor={FSMONITOR} status",
+         blocked=True),
 ]  # fmt: skip
 
 

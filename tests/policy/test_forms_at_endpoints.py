@@ -34,7 +34,7 @@ from .real_forms import FORMS, Form
 pytestmark = pytest.mark.django_db
 
 PROGRAMS = ["git", "echo", "bash", "dash", "python3", "make", "printf", "awk", "cp", "env"]
-PROGRAMS += ["rbash"]
+PROGRAMS += ["rbash", "tee", "ln", "dd"]
 
 
 def post(url: str, fx: AgentFixture, body: dict[str, Any]) -> Any:

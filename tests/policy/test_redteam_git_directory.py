@@ -14,7 +14,11 @@ from pathlib import Path
 import pytest
 
 from dispatcher.policy.context import CallContext, Profile
+from dispatcher.policy.guards import blocked_reason, command_blocklist
+from dispatcher.policy.program_facts import COPY_EXAMPLES, WRITES_NO_NAMED_FILE_EXAMPLES
+from dispatcher.policy.reading import read_command
 from dispatcher.tools.claude_code import BASH, WRITE
+from dispatcher.tools.run_command import TOOL as RUN_COMMAND_TOOL
 
 from .test_redteam_reader import make_call, outcome
 
@@ -200,28 +204,100 @@ def test_git_core_git_push_is_git_push(tmp_path: Path) -> None:
     assert "push destination" in ran.stderr  # it is git push, refusing for want of a remote
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a program an allow rule lets write files (tee, cp, mv) may write HEAD; "
-    "refusing every word named HEAD would refuse `grep HEAD f`, `head` ... (report of the "
-    "red-team, issue 30)",
-)
-@pytest.mark.parametrize(
-    ("command", "rule"),
-    [("echo 'ref: refs/heads/m' | tee HEAD", "Bash(tee *)"), ("cp x HEAD", "Bash(cp *)")],
-)
-def test_an_allowed_writer_does_not_write_head(command: str, rule: str) -> None:
+# --- a writer an allow rule lets run making `HEAD` (the red-team's open forms, closed) ------------
+# Each writes HEAD beside a `config`, `objects/` and `refs/` the agent wrote: with the real
+# programs the directory becomes a git directory whose `core.fsmonitor` `git status` runs.
+HEAD_WRITERS = [
+    ("echo 'ref: refs/heads/m' | tee HEAD", "Bash(tee *)"),
+    ("cp x HEAD", "Bash(cp *)"),
+    ("mv x HEAD", "Bash(mv *)"),
+    ("install -m 644 x HEAD", "Bash(install *)"),
+    ("ln -s refs/heads/m HEAD", "Bash(ln *)"),
+    ("ln x HEAD", "Bash(ln *)"),
+    ("dd if=x of=HEAD", "Bash(dd *)"),
+    ("sort -oHEAD x", "Bash(sort *)"),
+    ("cp -t . d/HEAD", "Bash(cp *)"),
+    ("cp --target-directory=. d/HEAD", "Bash(cp *)"),
+    ("echo HEAD | xargs cp x", "Bash(cp *)"),
+    ("git mv x HEAD", "Bash(git *)"),
+]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+@pytest.mark.parametrize(("command", "rule"), HEAD_WRITERS)
+def test_an_allowed_writer_does_not_write_head(command: str, rule: str, tmp_path: Path) -> None:
+    ws, proof = tmp_path / "ws", tmp_path / "pwned"
+    sub = ws / "sub"  # the directory the writer turns into a git directory
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)  # (for `git mv`)
+    for name, text in {
+        "config": FSMONITOR.format(f"touch {proof}; false") + "\tworktree = .\n",
+        "objects/.keep": "",
+        "refs/heads/.keep": "",
+        "x": "ref: refs/heads/m\n",
+        "d/HEAD": "ref: refs/heads/m\n",
+    }.items():
+        (sub / name).parent.mkdir(parents=True, exist_ok=True)
+        (sub / name).write_text(text)
+    if command.startswith("git mv"):
+        subprocess.run(["git", "add", "sub/x"], cwd=ws, check=True)
+        subprocess.run(["git", "mv", "sub/x", "sub/HEAD"], cwd=ws, check=True)
+    else:
+        subprocess.run(
+            ["bash", "-c", command], cwd=sub, capture_output=True, timeout=30, check=True
+        )
+    assert git_status_runs_fsmonitor(sub, proof), "the real program made no git directory"
     call = make_call(command, "standard", BASH, allow=[rule, "Bash(echo *)"])
     assert outcome(call)[0] == "ask"
+    why = read_command(("bash", "-c", command)).unreadable
+    assert why is not None and "git directory" in why, why
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the guard's blocklist goes by program name; a copy or link of git or sudo "
-    "under another name runs unblocked in trusted mode (red-team report, issue 30)",
-)
+def test_the_writers_table_examples_hold() -> None:
+    for command, readable in WRITES_NO_NAMED_FILE_EXAMPLES:
+        why = read_command(("bash", "-c", command)).unreadable
+        assert (why is None) == readable, (command, why)
+
+
+# --- a renamed copy of a program the guard blocks by name ------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 @pytest.mark.parametrize(
-    "command", ["cp /usr/bin/git g && ./g push", "ln -s /usr/bin/sudo s && ./s id"]
+    "command",
+    [
+        "cp {git} g && ./g version",
+        "ln -s {git} g && ./g version",
+        "install -m 755 {git} g && ./g version",
+        "dd if={git} of=g status=none && chmod +x g && ./g version",
+        "cat {git} > g && chmod +x g && ./g version",
+        "cp {git} g; mv g h && ./h version",
+        'cp "$(command -v git)" g && ./g version',
+        "ln -s `command -v git` g && ./g version",
+    ],
 )
-def test_the_guard_blocks_a_renamed_copy_of_a_blocked_program(command: str) -> None:
-    assert outcome(make_call(command, "trusted", BASH))[0] == "deny"
+def test_the_guard_blocks_a_renamed_copy_of_a_blocked_program(command: str, tmp_path: Path) -> None:
+    git = shutil.which("git")
+    assert git is not None
+    text = command.format(git=git)
+    ran = subprocess.run(["bash", "-c", text], cwd=tmp_path, capture_output=True, text=True)
+    assert "git version" in ran.stdout, ran.stderr  # the copy is git under another name
+    pushing = text.replace("version", "push origin main")
+    reason = command_blocklist(make_call(["bash", "-c", pushing], "trusted", RUN_COMMAND_TOOL))
+    assert reason is not None and "copy under another name" in reason, reason
+    assert outcome(make_call(pushing, "trusted", BASH))[0] != "allow"
+
+
+@pytest.mark.parametrize(("command", "blocked"), COPY_EXAMPLES)
+def test_copying_a_program_the_guard_knows_is_blocked(command: str, blocked: bool) -> None:
+    reason = blocked_reason(["bash", "-c", command])
+    assert (reason is not None) == blocked, reason
+    if blocked:
+        assert "copy under another name" in reason or "blocked" in reason
+
+
+def test_the_two_red_team_forms_are_denied_in_trusted_mode() -> None:
+    for command in ("cp /usr/bin/git g && ./g push", "ln -s /usr/bin/sudo s && ./s id"):
+        call = make_call(command, "trusted", BASH)
+        reason = command_blocklist(call)  # (admission denies on it whatever the mode says:
+        assert reason is not None and "copy under another name" in reason, reason
+        assert outcome(call)[0] != "allow"  # tests/policy/test_forms_at_endpoints.py shows it)

@@ -638,6 +638,8 @@ def test_precedence_deny_ask_allow(workspace: Path) -> None:
         "rule:deny:write_file(src/.env)",
         "Rule 'write_file(src/.env)' in u's deny list (profile v7).",
         rule="write_file(src/.env)",
+        layer="user:u",
+        layer_version=7,
     )
     both["deny"] = []
     assert user_rules(make_call(WRITE_FILE, args, workspace, **both), mode_allows).action == "ask"

@@ -70,7 +70,7 @@ def oauth_daphne(
 
 
 class Person:
-    """Someone signed in to Harness over HTTP (Django's sign-in form, with its CSRF token)."""
+    """Someone signed in to Harness over HTTP (the sign-in form, allauth's, with its CSRF token)."""
 
     def __init__(self, base_url: str, username: str, password: str) -> None:
         self.http = httpx.Client(base_url=base_url, timeout=30)
@@ -78,7 +78,7 @@ class Person:
         token = dict(_HIDDEN.findall(page.text))["csrfmiddlewaretoken"]
         answer = self.http.post(
             "/accounts/login/",
-            data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+            data={"login": username, "password": password, "csrfmiddlewaretoken": token},
             headers={"Referer": base_url + "/accounts/login/"},
         )
         assert answer.status_code == 302, answer.text[:500]

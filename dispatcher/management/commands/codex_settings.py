@@ -58,8 +58,10 @@ def as_toml(settings: dict[str, Any]) -> str:
     """The hooks as config.toml arrays of tables (`[[hooks.PreToolUse]]` ...)."""
     lines = [
         "# Harness: every Codex tool call asks Harness first (docs/coding-agents.md).",
-        "# Codex's own sandbox (Landlock + seccomp on Linux) confines shell commands to the",
-        "# project; outside it: the hooks, MCP servers and the network rules (docs/security.md).",
+        "# Codex's own sandbox (bubblewrap or Landlock, and seccomp, on Linux) confines shell",
+        "# commands' writes to the project; outside it: the hooks, MCP servers and the network",
+        "# rules (docs/security.md). Keep sandbox_mode above every [table] of config.toml:",
+        "# under a table it is that table's key, and Codex keeps its default sandbox.",
         f"sandbox_mode = {_toml_value(settings['sandbox_mode'])}",
     ]
     for event, groups in settings["hooks"].items():

@@ -11,9 +11,11 @@ sees every tool.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import DatabaseError
@@ -35,13 +37,38 @@ _GENERATION = Compiled(lambda pk: Generation.objects.filter(pk=pk).values_list("
 
 
 def generation() -> int | None:
-    """The current generation (None when the tables cannot be read: no upstream tools)."""
+    """The current generation (None when the tables cannot be read: no upstream tools);
+    inside `one_generation`, the one read at its first lookup."""
+    pinned: list[int | None] | None = getattr(_pinned, "value", None)
+    if pinned:
+        return pinned[0]
     try:
         rows = _GENERATION.tuples(1)
-        return rows[0][0] if rows else 0
+        current = rows[0][0] if rows else 0
     except DatabaseError:
         logger.warning("upstream tools unavailable: cannot read the sources tables", exc_info=True)
         return None
+    if pinned is not None:
+        pinned.append(current)
+    return current
+
+
+# The generation one_generation() read, per thread: [] until its first lookup.
+_pinned = threading.local()
+
+
+@contextlib.contextmanager
+def one_generation() -> Iterator[None]:
+    """Inside, the generation is read once, at the first lookup of an upstream tool, and
+    kept: one message's admission (and the inline run of its call) looks its tools up
+    several times, and sees one list, as of that read. A change committed meanwhile
+    applies from the next message on, as if it had been committed just after the read."""
+    outer = getattr(_pinned, "value", None)
+    _pinned.value = outer if outer is not None else []
+    try:
+        yield
+    finally:
+        _pinned.value = outer
 
 
 def serves(server_team: int | None, team_id: int | None) -> bool:
@@ -93,6 +120,8 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
                 parameters=row.input_schema,
                 execute=functools.partial(services.run_tool, endpoint, row.name, row.fingerprint),
                 timeout=server.timeout,
+                # A request to an HTTP server (stdio servers are processes: the worker's).
+                inline=server.transport != "stdio",
                 read_only=flags["read_only"],
                 destructive=flags["destructive"],
                 open_world=flags["open_world"],

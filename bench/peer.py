@@ -1,0 +1,398 @@
+"""S14, Harness against its peer (issue 37): the same read-only `echo` tool of one FastMCP
+upstream server (Streamable HTTP, bench/peer_servers.py) called three ways, with one client
+library, the official `mcp` SDK (`streamable_http_client` + `ClientSession`):
+
+- U: the upstream directly;
+- F: FastMCP's proxy of it, keeping one upstream session (a connected `Client` handed to
+  `create_proxy`);
+- H: Harness's /mcp/ (daphne, a prefork -c 2 worker, PostgreSQL), the upstream registered
+  as `up` with `--trust-annotations`, a trusted-mode agent: `up__echo` is auto-allowed.
+
+In interleaved rounds (U F H, U F H, ...), each side per round: the latency of sequential
+calls on one open session (p50), then the throughput of 8 clients (8 sessions, each one
+call in flight) for a fixed time, and the CPU per call of the side's own processes during
+that time, read from /proc: U the upstream; F the proxy; H the daphne, the worker (main
+and pool children) and the PostgreSQL backends connected to the bench database. The
+upstream's own CPU per call in F's and H's rounds is printed beside them. Ratios H/F per
+round; the median of the rounds against issue 37's targets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from bench.run import DB_NAME, PG_ADMIN_URL, ROOT, Result, Server, cleanup_redis, stop_all
+
+UPSTREAM = "up"
+TOOL = "echo"
+CLIENTS = 8
+
+
+class Peer:
+    """A bench/peer_servers.py process on loopback, started and stopped by PID."""
+
+    def __init__(self, label: str, *args: str) -> None:
+        self.label = label
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.peer_servers", args[0], str(self.port), *args[1:]],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "FASTMCP_LOG_LEVEL": "ERROR"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def ready(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"{self.label} exited: {err[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"{self.label} did not listen on {self.port}")
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _backends() -> list[int]:
+    """The PostgreSQL backends connected to the bench database (not the machine's others:
+    other engineers' tests share this PostgreSQL)."""
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (DB_NAME,)
+        ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+def cpu(groups: dict[str, list[int]]) -> dict[str, dict[int, float]]:
+    return {name: {pid: _cpu_of(pid) for pid in pids} for name, pids in groups.items()}
+
+
+def cpu_ms_per_call(
+    before: dict[str, dict[int, float]], after: dict[str, dict[int, float]], calls: int
+) -> dict[str, float]:
+    """Per group, the CPU its processes used between the snapshots, per call (a process
+    that appeared in between counts from zero)."""
+    return {
+        name: sum(t - before[name].get(pid, 0.0) for pid, t in after[name].items()) / calls * 1e3
+        for name in after
+    }
+
+
+# --- the client: the official SDK, one session per client -----------------------------------
+
+
+@contextlib.asynccontextmanager
+async def client_session(
+    url: str, token: str | None, ids: list[str] | None = None
+) -> AsyncIterator[Any]:
+    import httpx
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    http = httpx.AsyncClient(headers=headers, timeout=60)
+    async with http, streamable_http_client(url, http_client=http) as streams:
+        read, write, session_id = streams
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            if ids is not None:
+                ids.append(session_id() or "")
+            yield session
+
+
+async def _call(session: Any, name: str, text: str) -> None:
+    result = await session.call_tool(name, {"text": text})
+    if result.isError:
+        raise RuntimeError(f"{name} failed: {result.content}")
+
+
+async def latency(
+    url: str, token: str | None, name: str, n: int, warm: int, tag: str, ids: list[str]
+) -> list[float]:
+    """`n` sequential calls on one open session after `warm`; microseconds each. The
+    session's Mcp-Session-Id is appended to `ids`."""
+    async with client_session(url, token, ids) as session:
+        for i in range(warm):
+            await _call(session, name, f"warm {tag} {i}")
+        samples = []
+        for i in range(n):
+            started = time.perf_counter()
+            await _call(session, name, f"{tag} call {i}")
+            samples.append((time.perf_counter() - started) * 1e6)
+    return samples
+
+
+async def throughput(
+    url: str, token: str | None, name: str, seconds: float, tag: str, measure: Any
+) -> tuple[float, int, Any]:
+    """CLIENTS sessions, opened first, then each one call in flight for `seconds`:
+    (calls/s, calls, what `measure()` returned around the timed part)."""
+    async with contextlib.AsyncExitStack() as stack:
+        sessions = [
+            await stack.enter_async_context(client_session(url, token)) for _ in range(CLIENTS)
+        ]
+        for i, s in enumerate(sessions):  # each session warm
+            await _call(s, name, f"warm {tag} {i}")
+        done = [0] * CLIENTS
+        before = measure()
+        started = time.perf_counter()
+        until = started + seconds
+
+        async def loop(k: int) -> None:
+            while time.perf_counter() < until:
+                await _call(sessions[k], name, f"{tag} c{k} {done[k]}")
+                done[k] += 1
+
+        await asyncio.gather(*(loop(k) for k in range(CLIENTS)))
+        took = time.perf_counter() - started
+        after = measure()
+    calls = sum(done)
+    return calls / took, calls, (before, after)
+
+
+# --- the scenario --------------------------------------------------------------------------
+
+
+def register(url: str, allow: str) -> None:
+    """The upstream as `up` (its annotations trusted: `echo` is read-only), in this process,
+    its loopback address allowed (floor.outbound refuses loopback otherwise)."""
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+    from django.test import override_settings
+
+    with override_settings(HARNESS_OUTBOUND_ALLOW=[allow]):
+        with contextlib.suppress(CommandError):
+            call_command("remove_mcp_server", UPSTREAM, stdout=io.StringIO(), stderr=io.StringIO())
+        call_command(
+            "add_mcp_server", UPSTREAM, "--url", url, "--trust-annotations", stdout=io.StringIO()
+        )
+
+
+def scenario_peer(
+    env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool
+) -> list[Result]:
+    from bench.live import Worker
+
+    cleanup_redis()
+    upstream = Peer("upstream", "upstream")
+    upstream.ready()
+    proxy = Peer("proxy", "proxy", upstream.url)
+    allow = f"127.0.0.1:{upstream.port}"
+    env = {**env, "HARNESS_OUTBOUND_ALLOW": allow}  # (this scenario's servers only)
+    # H0: this checkout without the inline lane, or another checkout (the code before a
+    # change: BENCH_PEER_BASELINE=PATH), whose worker then serves both (H sends it none).
+    baseline = Path(os.environ.get("BENCH_PEER_BASELINE") or ROOT)
+    server = Server("S14", env, wait=False)
+    worker = Worker({**env, "PYTHONPATH": str(baseline)}, wait=False, root=baseline)
+    queued = Server(
+        "S14-H0",
+        {**env, "BENCH_NO_INLINE": "1", "PYTHONPATH": str(baseline)},
+        wait=False,
+        root=baseline,
+    )
+    n, warm, seconds = (20, 5, 1.5) if quick else (60, 15, 3.0)
+    try:
+        proxy.ready()
+        register(upstream.url, allow)
+        server.ready()
+        queued.ready()
+        worker.ready()
+        token = creds["token"]
+        sides: dict[str, tuple[str, str | None, str, dict[str, Any]]] = {
+            "U": (upstream.url, None, TOOL, {"U": [upstream.proc.pid]}),
+            "F": (proxy.url, None, TOOL, {"F": [proxy.proc.pid], "U": [upstream.proc.pid]}),
+            "H": (server.url + "/mcp/", token, f"{UPSTREAM}__{TOOL}", {}),
+            "H0": (queued.url + "/mcp/", token, f"{UPSTREAM}__{TOOL}", {}),
+        }
+        p50: dict[str, list[float]] = {k: [] for k in sides}
+        rate: dict[str, list[float]] = {k: [] for k in sides}
+        cost: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+        session_ids: dict[str, list[str]] = {k: [] for k in sides}
+        for round_ in range(pairs):
+            for key, (url, tok, name, groups) in sides.items():
+
+                def measure(key: str = key, groups: dict[str, Any] = groups) -> Any:
+                    if key in ("H", "H0"):
+                        groups = {
+                            "daphne": [(server if key == "H" else queued).proc.pid],
+                            "worker": worker.pids(),
+                            "postgres": _backends(),
+                            "U": [upstream.proc.pid],
+                        }
+                    return cpu(groups)
+
+                samples = asyncio.run(
+                    latency(url, tok, name, n, warm, f"{key}{round_}", session_ids[key])
+                )
+                p50[key].append(statistics.median(samples))
+                per_s, calls, (before, after) = asyncio.run(
+                    throughput(url, tok, name, seconds, f"t{key}{round_}", measure)
+                )
+                rate[key].append(per_s)
+                cost[key].append(cpu_ms_per_call(before, after, calls))
+    finally:
+        stop_all([worker, server, queued, proxy, upstream])
+    results = _results(p50, rate, cost, n, seconds)
+    if baseline != ROOT:
+        results[0].notes.append(f"H0 ran the checkout at {baseline} (BENCH_PEER_BASELINE)")
+    for key in ("H", "H0"):
+        results[0].notes.append(
+            f"{key}: " + stages_note(session_ids[key], statistics.median(p50[key]))
+        )
+    return results
+
+
+def stages_note(external_ids: list[str], p50_us: float) -> str:
+    """Where H's time goes, from its own audit times (the latency rounds' calls, medians):
+    admission (call.received to call.allowed), to the claim (allowed to call.started: for
+    a worker, the commit, the message, the pickup and the claim's own transaction), the
+    run (started to call.completed: the upstream call and the result's transaction), and
+    the rest of the client's p50 (the way in before the call is received and the way out
+    after its result is written)."""
+    from audit.models import AuditEvent
+    from dispatcher.models import ToolCall
+
+    # (An Mcp-Session-Id may add "~" and its transport session's part to the session's id.)
+    external = {sid.rpartition("~")[0] or sid for sid in external_ids}
+    calls = ToolCall.objects.filter(
+        session__external_id__in=external, name=f"{UPSTREAM}__{TOOL}"
+    ).values_list("pk", flat=True)
+    times: dict[str, dict[str, Any]] = {}
+    events = AuditEvent.objects.filter(
+        subject__in=[f"call:{pk}" for pk in calls],
+        kind__in=["call.received", "call.allowed", "call.started", "call.completed"],
+    ).values_list("subject", "kind", "created_at")
+    for subject, kind, at in events:
+        times.setdefault(subject, {})[kind] = at
+    spans: dict[str, list[float]] = {
+        "admission": [],
+        "to the claim": [],
+        "the run": [],
+        "in all": [],
+    }
+    for t in times.values():
+        if len(t) < 4:
+            continue
+        spans["admission"].append((t["call.allowed"] - t["call.received"]).total_seconds())
+        spans["to the claim"].append((t["call.started"] - t["call.allowed"]).total_seconds())
+        spans["the run"].append((t["call.completed"] - t["call.started"]).total_seconds())
+        spans["in all"].append((t["call.completed"] - t["call.received"]).total_seconds())
+    if not spans["in all"]:
+        return "H's stages: no audit times found"
+    med = {k: statistics.median(v) * 1e3 for k, v in spans.items()}
+    return (
+        f"H's time from its audit events ({len(spans['in all'])} calls, medians): admission "
+        f"{med['admission']:.2f} ms, to the claim {med['to the claim']:.2f} ms, the run (upstream "
+        f"call and result) {med['the run']:.2f} ms, received to completed {med['in all']:.2f} ms; "
+        f"the rest of the p50 (way in and way out) {p50_us / 1e3 - med['in all']:.2f} ms"
+    )
+
+
+def _own(side: str, c: dict[str, float]) -> float:
+    """CPU per call of the side's own processes (the upstream's is not the side's)."""
+    return sum(v for k, v in c.items() if k != "U" or side == "U")
+
+
+def _results(
+    p50: dict[str, list[float]],
+    rate: dict[str, list[float]],
+    cost: dict[str, list[dict[str, float]]],
+    n: int,
+    seconds: float,
+) -> list[Result]:
+    what = (
+        "Harness /mcp/ auto-allowed up__echo (P) vs FastMCP's proxy keeping one upstream "
+        "session (B), same upstream, official mcp client"
+    )
+    lat = Result(
+        f"S14 peer p50 latency ({n} sequential calls): {what}", "us/call", False, "<= 1.5x", 1.5
+    )
+    thr = Result(
+        f"S14 peer throughput ({CLIENTS} clients, {seconds:g} s): {what}",
+        "calls/s",
+        True,
+        ">= 0.7x",
+        0.7,
+    )
+    cpu_r = Result(
+        f"S14 peer CPU per call (own processes): {what}", "ms/call", False, "<= 2.0x", 2.0
+    )
+    lat.b, lat.p = p50["F"], p50["H"]
+    thr.b, thr.p = rate["F"], rate["H"]
+    cpu_r.b = [_own("F", c) for c in cost["F"]]
+    cpu_r.p = [_own("H", c) for c in cost["H"]]
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs)
+
+    def ratio(a: list[float], b: list[float]) -> float:
+        return med([x / y for x, y in zip(a, b, strict=True)])
+
+    u_cpu = [_own("U", c) for c in cost["U"]]
+    h0_cpu = [_own("H0", c) for c in cost["H0"]]
+    lat.notes.append(
+        f"U, the upstream directly: p50 {med(p50['U']) / 1e3:.2f} ms; F/U {ratio(p50['F'], p50['U']):.2f}x, "
+        f"H/U {ratio(p50['H'], p50['U']):.2f}x (medians of the rounds' ratios); H0, Harness "
+        f"without the inline lane (every call through the queue and the worker): p50 "
+        f"{med(p50['H0']) / 1e3:.2f} ms, H0/F {ratio(p50['H0'], p50['F']):.2f}x, "
+        f"H/H0 {ratio(p50['H'], p50['H0']):.2f}x"
+    )
+    thr.notes.append(
+        f"U: {med(rate['U']):.0f} calls/s; F/U {ratio(rate['F'], rate['U']):.2f}x, "
+        f"H/U {ratio(rate['H'], rate['U']):.2f}x; H0: {med(rate['H0']):.1f} calls/s, "
+        f"H0/F {ratio(rate['H0'], rate['F']):.2f}x, H/H0 {ratio(rate['H'], rate['H0']):.2f}x"
+    )
+    for key in ("H", "H0"):
+        parts = {
+            k: statistics.median(c.get(k, 0.0) for c in cost[key])
+            for k in ("daphne", "worker", "postgres", "U")
+        }
+        cpu_r.notes.append(
+            f"{key} by process: daphne {parts['daphne']:.2f}, worker {parts['worker']:.2f}, "
+            f"PostgreSQL backends of the bench database {parts['postgres']:.2f} ms; the "
+            f"upstream's in {key}'s rounds {parts['U']:.2f} ms"
+        )
+    cpu_r.notes.append(
+        f"U, the upstream alone (its own calls): {med(u_cpu):.2f} ms; the upstream's in F's "
+        f"rounds {med([c['U'] for c in cost['F']]):.2f} ms; H0 {med(h0_cpu):.2f} ms, "
+        f"H0/F {ratio(h0_cpu, cpu_r.b):.2f}x"
+    )
+    return [lat, thr, cpu_r]

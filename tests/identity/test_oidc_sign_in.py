@@ -1,0 +1,96 @@
+"""Signing in through a real OpenID provider on loopback (oidc-provider-mock): a new
+person gets an account, a verified email links an existing one, an unverified email never
+takes one over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from audit.models import AuditEvent
+from tests.support import oidc
+from tests.support.factories import make_user, unique
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def provider(settings: Any) -> Any:
+    with oidc.oidc_provider() as running:
+        oidc.configure(settings, running)
+        yield running
+
+
+def test_the_login_page_offers_the_provider_by_its_name(provider: oidc.Provider) -> None:
+    page = Client().get("/accounts/login/").content.decode()
+    assert "Sign in with Test IdP" in page
+    assert 'action="/accounts/oidc/sso/login/?process=login"' in page
+    assert 'id="password-sign-in"' in page  # without HARNESS_SSO_ONLY, passwords too
+
+
+def test_a_new_person_signs_in_and_gets_an_account(provider: oidc.Provider) -> None:
+    sub = unique("sub")
+    provider.set_person(sub, email=f"{sub}@corp.test", email_verified=True, preferred_username=sub)
+    client = Client()
+    response = oidc.sign_in(client, provider, sub)
+    assert response.status_code == 302 and response["Location"] == "/"
+    user = User.objects.get(email=f"{sub}@corp.test")
+    assert user.username == sub
+    assert client.get("/").wsgi_request.user == user
+    event = AuditEvent.objects.filter(kind="user.signed_in_sso", subject=f"user:{sub}").get()
+    assert event.payload["provider"] == "sso"
+    assert event.payload["uid"] == sub
+
+
+def test_a_verified_email_links_the_existing_account(provider: oidc.Provider) -> None:
+    alice = make_user(unique("alice"), groups=("reviewer",))
+    alice.email = f"{alice.username}@corp.test"
+    alice.save()
+    sub = unique("sub")
+    provider.set_person(sub, email=alice.email, email_verified=True, preferred_username="alice")
+    client = Client()
+    assert oidc.sign_in(client, provider, sub).status_code == 302
+    assert client.get("/approvals/").status_code == 200  # as alice, a reviewer
+    assert client.get("/").wsgi_request.user.pk == alice.pk
+    assert User.objects.filter(email=alice.email).count() == 1
+
+
+@pytest.mark.parametrize("verified", [False, None])
+def test_an_unverified_email_never_takes_over_an_account(
+    provider: oidc.Provider, verified: bool | None
+) -> None:
+    alice = make_user(unique("alice"), groups=("reviewer",))
+    alice.email = f"{alice.username}@corp.test"
+    alice.save()
+    sub = unique("mallory")
+    claims: dict[str, Any] = {"email": alice.email.upper(), "preferred_username": alice.username}
+    if verified is not None:
+        claims["email_verified"] = verified
+    provider.set_person(sub, **claims)
+    client = Client()
+    response = oidc.sign_in(client, provider, sub)
+    assert response.status_code == 403
+    assert "did not say this email is verified" in response.content.decode()
+    assert not client.get("/").wsgi_request.user.is_authenticated
+    assert client.get("/approvals/").status_code == 302  # to the login page
+    assert User.objects.filter(email__iexact=alice.email).count() == 1  # no look-alike
+    refused = AuditEvent.objects.filter(kind="sso.refused", subject=f"sso:sso:{sub}")
+    assert refused.get().payload["email"] == alice.email.lower()
+
+
+def test_a_username_the_provider_proposes_never_names_an_existing_account(
+    provider: oidc.Provider,
+) -> None:
+    alice = make_user(unique("alice"), groups=("reviewer",))
+    sub = unique("sub")
+    provider.set_person(
+        sub, email=f"{sub}@elsewhere.test", email_verified=True, preferred_username=alice.username
+    )
+    client = Client()
+    assert oidc.sign_in(client, provider, sub).status_code == 302
+    person = client.get("/").wsgi_request.user
+    assert person.pk != alice.pk and person.username != alice.username
+    assert client.get("/approvals/").status_code == 403  # not alice's role

@@ -1,0 +1,203 @@
+"""The inline lane (issue 37; docs/mcp.md, "The inline lane"): an auto-allowed call of an
+upstream HTTP server's tool is claimed and run by the request that admitted it, without
+the queue, with the same records as the worker's run; everything else goes to the worker."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from audit.models import AuditEvent
+from dispatcher import admission, agents, batches, execution
+from dispatcher.gateways import mcp
+from dispatcher.gateways.mcp_http import authenticate
+from dispatcher.models import Status, ToolCall
+from dispatcher.proposals import ProposedCall, canonical_json
+from floor import celery_message
+from floor.redis_clients import redis_at
+from tests.support.factories import make_agent
+from tests.support.live import free_port, stop, wait_for_port
+from tests.support.paths import ROOT
+
+UPSTREAM = ROOT / "tests" / "support" / "mcp_upstream.py"
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def http_server(tmp_path: Path, settings: Any) -> Iterator[str]:
+    """A streamable HTTP upstream registered as a server with a fresh name; its name."""
+    port = free_port()
+    settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{port}"]
+    log = tmp_path / "upstream-http.log"
+    proc = subprocess.Popen(
+        [sys.executable, str(UPSTREAM), "http", str(port)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_port(port, proc, log)
+        name = "s" + uuid.uuid4().hex[:8]
+        call_command(
+            "add_mcp_server",
+            name,
+            "--url",
+            f"http://127.0.0.1:{port}/mcp",
+            "--trust-annotations",
+            stdout=StringIO(),
+        )
+        yield name
+    finally:
+        stop(proc)
+
+
+def open_session(agent: Any, params: dict[str, Any]) -> Any:
+    """A new MCP session of `agent`, as an initialize with no run to join starts one."""
+    return agents.join_run(agent=agent, client=mcp.CLIENT, title="MCP session", idle=0)[0]
+
+
+def proposed(tool_use_id: str, name: str, arguments: dict[str, Any]) -> ProposedCall:
+    return ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
+
+
+def data_statements(queries: CaptureQueriesContext) -> list[str]:
+    control = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")
+    return [q["sql"] for q in queries.captured_queries if not q["sql"].startswith(control)]
+
+
+def queued_messages() -> list[str]:
+    """The call ids of the execution messages waiting in the broker's queue."""
+    target = celery_message.raw_target(batches.EXECUTE_TASK)
+    assert target is not None, "the test settings' broker is Redis"
+    url, queue = target
+    ids = []
+    for raw in redis_at(url).lrange(queue, 0, -1):
+        body = json.loads(base64.b64decode(json.loads(raw)["body"]))
+        ids.extend(body[0])
+    return ids
+
+
+def loaded_session(token: str, external_id: str) -> Any:
+    _, loaded = authenticate(token, external_id)
+    assert loaded is not None
+    return loaded
+
+
+def test_an_allowed_upstream_http_call_runs_in_the_request_with_the_workers_records(
+    http_server: str,
+) -> None:
+    fx = make_agent(mode="trusted")
+    session = open_session(fx.agent, {})
+    name = f"{http_server}__echo"
+    mcp.submit(
+        loaded_session(fx.token, session.external_id),
+        proposed("mcp:0", name, {"text": "warm"}),
+        preloaded=True,
+    )
+    loaded = loaded_session(fx.token, session.external_id)
+    with CaptureQueriesContext(connection) as queries:
+        call = mcp.submit(loaded, proposed("mcp:1", name, {"text": "inline"}), preloaded=True)
+    # Answered from the request's own run: nothing left for a worker, nothing to re-read.
+    assert call.status == Status.COMPLETED and call.content == "echo: inline"
+    stored = ToolCall.objects.get(pk=call.pk)
+    assert (stored.status, stored.content, stored.attempts) == (Status.COMPLETED, call.content, 1)
+    assert str(call.pk) not in queued_messages()
+    events = list(
+        AuditEvent.objects.filter(subject=f"call:{call.pk}")
+        .order_by("seq")
+        .values_list("kind", "actor", "payload")
+    )
+    assert [kind for kind, _, _ in events] == [
+        "call.received",
+        "call.allowed",
+        "call.started",
+        "call.completed",
+    ]
+    assert events[0][2]["digest"] == stored.digest  # stored with its digest, then decided
+    assert events[2][1] == "inline" and events[3][2]["content"] == "echo: inline"
+    sql = data_statements(queries)
+    commits = [q for q in queries.captured_queries if q["sql"] == "COMMIT"]
+    if connection.vendor == "postgresql":
+        # The repeat count, the generation of the upstream tools (once for the message),
+        # the call INSERT with the chain head's lock, its three events (received,
+        # allowed, started: the claim) in one append; the result's UPDATE with the lock,
+        # its event: two commits, the claim durable in the first, before the tool runs.
+        assert len(sql) == 6, sql
+        assert sql[2].startswith('WITH written AS (INSERT INTO "dispatcher_toolcall"'), sql
+        assert sql[4].startswith('WITH written AS (UPDATE "dispatcher_toolcall"'), sql
+        assert len(commits) == 2
+    else:  # (SQLite: no data-modifying WITH, so the lock, append and head are their own)
+        assert len(sql) == 10, sql
+        assert len(commits) == 2
+
+
+def test_only_an_upstream_http_tool_alone_in_its_message_is_kept(http_server: str) -> None:
+    """A built-in tool, an upstream tool in a message of two, and an ask go to the queue
+    (or the reviewer) as before: the lane is for one I/O-bound call the request waits for."""
+    fx = make_agent(mode="trusted")
+    session = open_session(fx.agent, {})
+    echo = f"{http_server}__echo"
+    for proposals in (
+        [proposed("a", "list_directory", {"path": "."})],
+        [proposed("b", echo, {"text": "one"}), proposed("c", echo, {"text": "two"})],
+    ):
+        calls, kept = admission.admit_message(
+            session=session, dialect="mcp", proposed=proposals, inline=True
+        )
+        assert kept == [] and {c.status for c in calls} == {Status.QUEUED}
+        assert str(calls[0].pk) in queued_messages()  # (the next waits for it: batch order)
+    std = make_agent(mode="standard")
+    asked = open_session(std.agent, {})
+    calls, kept = admission.admit_message(
+        session=asked,
+        dialect="mcp",
+        proposed=[proposed("d", f"{http_server}__write_note", {"path": "n", "text": "t"})],
+        inline=True,
+    )
+    assert kept == [] and calls[0].status == Status.PENDING_APPROVAL
+
+
+def test_a_kept_call_whose_process_died_ends_outcome_unknown_and_never_runs_twice(
+    http_server: str,
+) -> None:
+    """The request's process dies after the admission's commit (the claim is in it): no
+    worker message exists, a late delivery does nothing, and the reconciler ends the call
+    as outcome_unknown once its lease has passed, as for a worker that died running it."""
+    fx = make_agent(mode="trusted")
+    session = open_session(fx.agent, {})
+    [call], kept = admission.admit_message(
+        session=session,
+        dialect="mcp",
+        proposed=[proposed("mcp:9", f"{http_server}__echo", {"text": "lost"})],
+        inline=True,
+    )
+    assert kept and kept[0][0] is call  # (and the process "dies" here: it never runs it)
+    stored = ToolCall.objects.get(pk=call.pk)
+    assert (stored.status, stored.attempts) == (Status.RUNNING, 1)
+    assert stored.lease_until is not None and str(call.pk) not in queued_messages()
+    execution.execute_call(str(call.pk))  # a stray delivery: not queued, so nothing
+    assert ToolCall.objects.get(pk=call.pk).status == Status.RUNNING
+    ToolCall.objects.filter(pk=call.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert execution.reconcile()["outcome_unknown"] == 1
+    ended = ToolCall.objects.get(pk=call.pk)
+    assert ended.status == Status.OUTCOME_UNKNOWN and ended.attempts == 1
+    kinds = list(
+        AuditEvent.objects.filter(subject=f"call:{call.pk}")
+        .order_by("seq")
+        .values_list("kind", flat=True)
+    )
+    assert kinds == ["call.received", "call.allowed", "call.started", "call.outcome_unknown"]
