@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from audit.roles import REVIEWER, deactivated_since, reach
 from dispatcher.models import Status
+from teams.scope import ask_teams
 
 from . import services
 from .models import ApprovalRequest, UsedLink
@@ -135,7 +136,7 @@ def read(token: str) -> Claim:
         raise LinkRefused("This link is not valid. Open the call from the queue.", 400)
     # Before anything of the call is said: a link of someone who does not (or no longer)
     # review the agent's team decides and shows nothing (teams.scope).
-    if not reach(recipient, REVIEWER).covers(approval.call.session.agent.team_id):
+    if not reach(recipient, REVIEWER).covers_any(*ask_teams(approval)):
         raise LinkRefused(
             f"{recipient.get_username()} does not review this agent's team: this link "
             "decides nothing.",

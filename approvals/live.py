@@ -20,8 +20,8 @@ import threading
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
 
-from dispatcher.models import AgentSession, Status, ToolCall
-from teams.scope import Scope
+from dispatcher.models import Status, ToolCall
+from teams.scope import Scope, ask_teams
 
 from . import queries
 
@@ -56,9 +56,16 @@ def render_change(call_id: str, status: str, previous: str = "") -> str | None:
     return rendered[0] if rendered is not None else None
 
 
-def _render_change(call_id: str, status: str, previous: str = "") -> tuple[str, int | None] | None:
-    """The fragment for one call transition, with the team of the call's agent when the
-    read gave it (None: not read), or None when no queue shows a difference.
+# The teams whose queues see an ask (teams.scope.ask_teams: its agent's team, and the
+# team it escalated to); None in it: none.
+Teams = tuple[int | None, ...]
+
+
+def _render_change(
+    call_id: str, status: str, previous: str = ""
+) -> tuple[str, Teams | None] | None:
+    """The fragment for one call transition, with the teams whose queues see the call when
+    the read gave them (None: not read), or None when no queue shows a difference.
 
     `previous` (the status the call left) is optional: without it every status a pending
     call can move to sends a removal, which is harmless for calls that never asked.
@@ -69,16 +76,18 @@ def _render_change(call_id: str, status: str, previous: str = "") -> tuple[str, 
         approval = queries.pending_for_call(call_id)
         if approval is not None:
             html = render_to_string(QUEUE + "#pushed_item", {"approval": approval})
-            return html, approval.call.session.agent.team_id
+            return html, ask_teams(approval)
         status = Status.CANCELLED  # left pending before we rendered it: remove it
     if status in LEAVING:
         return render_to_string(QUEUE + "#removed", {"call_id": call_id}), None
     return None
 
 
-def push_change(call_id: str, status: str, previous: str = "", team_id: int | None = None) -> None:
+def push_change(
+    call_id: str, status: str, previous: str = "", team_id: Teams | None = None
+) -> None:
     """Tell the open queues that may see it about one call transition (`team_id`: the
-    team of the call's agent when the caller read it already). Never raises: a lost push
+    teams that see the call, when the caller read them already). Never raises: a lost push
     is repaired by the next reconnect, and a push must not break the caller's on_commit."""
     try:
         rendered = _render_change(call_id, status, previous)
@@ -92,29 +101,46 @@ def push_change(call_id: str, status: str, previous: str = "", team_id: int | No
         logger.warning("could not push approval queue change for call %s", call_id, exc_info=True)
 
 
-def team_of_call(call_id: str) -> int | None:
-    """The team of a call's agent (None: no such call): for a removal whose caller did
-    not read it."""
-    session = ToolCall.objects.filter(pk=call_id).values("session_id")
-    row = AgentSession.objects.filter(pk__in=session).values_list("agent__team_id").first()
-    return row[0] if row else None
+def team_of_call(call_id: str) -> Teams | None:
+    """The teams that see a call (its agent's, and the one its ask escalated to; None: no
+    such call): for a removal whose caller did not read them."""
+    row = (
+        ToolCall.objects.filter(pk=call_id)
+        .values_list("session__agent__team_id", "approval__escalated_to_id")
+        .first()
+    )
+    return tuple(row) if row else None
 
 
-def _send_to(team_id: int | None, message: dict[str, str]) -> None:
-    """`message` to the organization's queues and to those of the team (if any)."""
+def _send_to(teams: Teams | None, message: dict[str, str]) -> None:
+    """`message` to the organization's queues and to those of the teams (if any)."""
     _group_send(GROUP, message)
-    if team_id is not None:
+    for team_id in sorted({t for t in teams or () if t is not None}):
         _group_send(team_group(team_id), message)
 
 
-def render_progress(approval_id: int) -> tuple[str, int] | None:
+def push_escalation(approval_id: int) -> None:
+    """An ask escalated: shown anew (marked escalated) to every queue that sees it now,
+    the next tier's included. Never raises (see push_change)."""
+    try:
+        approval = queries.pending_by_id(approval_id)
+        if approval is None:
+            return
+        queries.attach_history([approval])
+        html = render_to_string(QUEUE + "#pushed_item", {"approval": approval})
+        _send_to(ask_teams(approval), {"type": "queue.push", "html": html})
+    except Exception:
+        logger.warning("could not push the escalation of approval %s", approval_id, exc_info=True)
+
+
+def render_progress(approval_id: int) -> tuple[str, Teams] | None:
     """The quorum progress of one pending request ("1 of 2: alice"), swapped in place,
     with the team of its agent."""
     approval = queries.pending_by_id(approval_id)
     if approval is None:
         return None
     html = render_to_string(QUEUE + "#progress_push", {"approval": approval})
-    return html, approval.call.session.agent.team_id
+    return html, ask_teams(approval)
 
 
 def push_progress(approval_id: int) -> None:

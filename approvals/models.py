@@ -40,6 +40,16 @@ class ApprovalRequest(models.Model):
     # Quorum: how many distinct reviewers must approve (of `group`, when set).
     approvals_required = models.PositiveSmallIntegerField(default=1)
     group = models.CharField(max_length=150, blank=True)
+    # Several groups as several counts: [{"group": ..., "count": ...}] ("1 of
+    # payments-oncall and 1 of security"); `approvals_required` is their sum, `group` "".
+    groups = models.JSONField(default=list, blank=True)
+    # Escalation (teams.Team.escalation_after): when no one decided in time, the ask is
+    # offered to the next tier as well, the team `escalated_to` (None with `escalated_at`
+    # set: the organization's reviewers). Within that team's reach from then on.
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    escalated_to = models.ForeignKey(
+        "teams.Team", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # Step-up: the verdicts ("approve", "deny") a reviewer must sign with a passkey.
     step_up = models.JSONField(default=list, blank=True)
 
@@ -61,7 +71,11 @@ class ApprovalRequest(models.Model):
 
     @property
     def is_quorum(self) -> bool:
-        return self.approvals_required > 1 or bool(self.group)
+        return self.approvals_required > 1 or bool(self.group) or bool(self.groups)
+
+    def counts(self) -> dict[str, int]:
+        """{group: count} of a request that needs several groups (empty otherwise)."""
+        return {str(g["group"]): int(g["count"]) for g in self.groups or []}
 
     def needs_key(self, verdict: str) -> bool:
         """True when `verdict` ("approve" or "deny") must be signed with a passkey."""
@@ -73,10 +87,25 @@ class ApprovalRequest(models.Model):
             v.voter.get_username() for v in self.votes.all() if v.verdict == Vote.Verdict.APPROVE
         ]
 
+    def group_progress(self) -> list[tuple[str, int, list[str]]]:
+        """(group, count, usernames counted towards it) per group of a several-groups
+        request, in the rule's order (reads `votes`: each vote counts towards the one group
+        the decision assigned it, Vote.group)."""
+        votes = [v for v in self.votes.all() if v.verdict == Vote.Verdict.APPROVE]
+        return [
+            (group, count, [v.voter.get_username() for v in votes if v.group == group])
+            for group, count in self.counts().items()
+        ]
+
     def progress(self) -> str:
         """ "1 of 2: alice" (empty for a request that needs one approval from anyone)."""
         if not self.is_quorum:
             return ""
+        if self.groups:
+            return "; ".join(
+                f"{group} {len(names)} of {count}" + (f": {', '.join(names)}" if names else "")
+                for group, count, names in self.group_progress()
+            )
         names = self.approvers()
         text = f"{len(names)} of {self.approvals_required}"
         return f"{text}: {', '.join(names)}" if names else text
@@ -96,6 +125,9 @@ class Vote(models.Model):
     comment = models.TextField(blank=True)
     # How the vote came: the queue, a one-tap link, or a reviewer's edit of the call.
     via = models.CharField(max_length=16, default="queue")
+    # A several-groups request: the one group this vote counts towards (the decision
+    # assigns votes to groups so that as many counts as possible are met).
+    group = models.CharField(max_length=150, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

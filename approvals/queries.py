@@ -7,17 +7,24 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Count, F, Q, Window, prefetch_related_objects
+from django.db.models import Count, F, Q, QuerySet, Window, prefetch_related_objects
 from django.db.models.functions import RowNumber
 
 from dispatcher.models import ToolCall
 from floor.compiled import Compiled
-from teams.scope import Scope
+from teams.scope import ASK_TEAMS, Scope
 
 from .models import ApprovalRequest
 
 # The path from a request to the team of its call's agent (teams.scope reads it).
 TEAM = "call__session__agent__team_id"
+
+
+def reached(rows: QuerySet[ApprovalRequest], reach: Scope) -> QuerySet[ApprovalRequest]:
+    """The requests `reach` decides: of its teams' agents, or escalated to its teams
+    (teams.scope.ASK_TEAMS)."""
+    return reach.filter_either(rows, *ASK_TEAMS)
+
 
 HISTORY_LIMIT = 20
 # The most requests one page or one (re)connect carries: a socket message must stay well
@@ -32,7 +39,7 @@ def review_queue(reach: Scope) -> tuple[list[ApprovalRequest], int]:
     agent's ask), each with `.history` (earlier calls of its session); and how many more
     are pending beyond them."""
     limit = QUEUE_LIMIT
-    pending = reach.filter(ApprovalRequest.objects.pending(), TEAM)
+    pending = reached(ApprovalRequest.objects.pending(), reach)
     turn = Window(
         RowNumber(),
         partition_by=[F("call__session__agent_id")],
@@ -69,7 +76,7 @@ def pending_per_agent(reach: Scope) -> list[tuple[str, int]]:
     """(agent name, pending requests) for every agent `reach` covers with any, the most
     first: what a queue that shows only QUEUE_LIMIT of them says it leaves out."""
     rows = (
-        reach.filter(ApprovalRequest.objects.pending(), TEAM)
+        reached(ApprovalRequest.objects.pending(), reach)
         .values_list("call__session__agent__name")
         .annotate(count=Count("pk"))
         .order_by("-count", "call__session__agent__name")
@@ -81,7 +88,7 @@ def one_request(approval_id: int, reach: Scope) -> ApprovalRequest | None:
     """The request, if `reach` covers its agent's team (None otherwise, as for a request
     that does not exist: another team's asks are not shown, not even as refused)."""
     approval = (
-        reach.filter(ApprovalRequest.objects.all(), TEAM)
+        reached(ApprovalRequest.objects.all(), reach)
         .select_related("call__session__agent", "decided_by")
         .prefetch_related("votes__voter")
         .filter(pk=approval_id)

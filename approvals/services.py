@@ -17,12 +17,12 @@ from audit.roles import REVIEWER, reach
 from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
-from dispatcher.models import Executor, Status, ToolCall
+from dispatcher.models import Agent, Executor, Status, ToolCall
 from dispatcher.policy import grants
 from dispatcher.proposals import ProposedCall, canonical_json
 from floor import compiled, errors
 from floor.compiled import Compiled
-from teams.scope import Scope
+from teams.scope import Scope, ask_teams
 
 from . import live, stepup
 from .models import ApprovalRequest, Decision, Vote
@@ -52,6 +52,10 @@ def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalReq
         expires_at=timezone.now() + timedelta(seconds=settings.HARNESS_APPROVAL_TIMEOUT),
         approvals_required=max(1, int(call.provenance.get("approvals", 1))),
         group=str(call.provenance.get("group", "")),
+        groups=[
+            {"group": str(g["group"]), "count": int(g["count"])}
+            for g in call.provenance.get("groups", [])
+        ],
         step_up=[str(v) for v in call.provenance.get("step_up", [])],
     )
     compiled.create(approval)  # (one prepared INSERT ... RETURNING: every ask writes one)
@@ -98,7 +102,8 @@ def decide(
     on one request are serialized by it) and the call moves by a conditional update.
     Raises DecisionRefused: 400 (a session grant asked for a quorum call), 403 (not a
     reviewer; not a reviewer of the agent's team (teams.scope: the reach is read with the
-    role, in one statement); the agent's owner under separation of duties; not in the
+    role, in one statement); under separation of duties, one of the people behind the
+    agent (`people_behind`: its owner, sponsor, or the person who started its sessions); not in the
     quorum's group),
     404 (no such request), 409 (already decided, naming by whom; already voted; or a
     digest mismatch, which is audited).
@@ -141,11 +146,28 @@ def decide(
     return approval
 
 
+def people_behind(agent: Agent) -> dict[Any, str]:
+    """The people an agent acts for, who may not approve its calls under separation of
+    duties (HARNESS_FORBID_SELF_APPROVAL), by user id, each with what they are: its owner,
+    its sponsor, and the person whose OAuth consent started its sessions (agentauth's
+    AgentClient: every session of an OAuth agent runs on that person's token). Reads
+    nothing when the caller selected `oauth_client` with the agent (the decision's read
+    does)."""
+    people: dict[Any, str] = {}
+    client = getattr(agent, "oauth_client", None)  # None: not an OAuth agent
+    if client is not None:
+        people[client.owner_id] = "the person whose sign-in started this agent's sessions"
+    if agent.sponsor_id is not None:
+        people[agent.sponsor_id] = "this agent's sponsor"
+    people[agent.owner_id] = "this agent's owner"
+    return people
+
+
 # The request every decision reads and locks, with its call (floor.compiled).
 _LOCKED_REQUEST = Compiled(
     lambda pk: (
         ApprovalRequest.objects.select_for_update(of=("self",))
-        .select_related("call__session__agent")
+        .select_related("call__session__agent__oauth_client")
         .filter(pk=pk)
         .order_by()[:1]
     )
@@ -161,7 +183,7 @@ OUTSIDE = (
 def _outside(approval: ApprovalRequest, scope: Scope) -> DecisionRefused | None:
     """The refusal for a reviewer whose reach does not cover the call's agent's team,
     before anything of the call is checked or recorded."""
-    if scope.covers(approval.call.session.agent.team_id):
+    if scope.covers_any(*ask_teams(approval)):
         return None
     return DecisionRefused(OUTSIDE, 403)
 
@@ -177,8 +199,11 @@ def _refusal(
         # no decision can land after the deadline whatever the scheduler's delay.
         _expire(approval)
         return DecisionRefused(already_decided(approval), 409)
-    if settings.HARNESS_FORBID_SELF_APPROVAL and call.session.agent.owner_id == user.pk:
-        return DecisionRefused("You own this agent; another reviewer must decide its calls.", 403)
+    behind = people_behind(call.session.agent) if settings.HARNESS_FORBID_SELF_APPROVAL else {}
+    if user.pk in behind:
+        return DecisionRefused(
+            f"You are {behind[user.pk]}; another reviewer must decide its calls.", 403
+        )
     if digest != call.digest:
         _audit_mismatch(approval, user, digest)
         return DecisionRefused(
@@ -271,7 +296,71 @@ def _vote_refusal(
             "must approve it too.",
             409,
         )
+    if approval.groups:
+        return _groups_refusal(approval, user)
     return None
+
+
+def _groups_refusal(approval: ApprovalRequest, user: AbstractBaseUser) -> DecisionRefused | None:
+    """A several-groups request: `user` must be in one of its groups, and their vote must
+    meet a count no vote meets yet (one vote counts towards one group only)."""
+    counts = approval.counts()
+    mine = set(user.groups.filter(name__in=list(counts)).values_list("name", flat=True))  # type: ignore[attr-defined]
+    if not mine:
+        named = " and ".join(f"{n} of '{g}'" for g, n in counts.items())
+        return DecisionRefused(
+            f"This call needs approvals from {named}, and you are in none of these groups. "
+            "You can still deny it.",
+            403,
+        )
+    memberships = _memberships(approval) | {user.pk: mine}
+    before = len(assign(counts, _voters(approval), memberships))
+    if len(assign(counts, [*_voters(approval), user.pk], memberships)) > before:
+        return None
+    return DecisionRefused(
+        f"Your groups ({', '.join(sorted(mine))}) already have the approvals they need "
+        f"({approval.progress()}); the call waits for the others.",
+        409,
+    )
+
+
+def _voters(approval: ApprovalRequest) -> list[Any]:
+    return [v.voter_id for v in approval.votes.order_by("created_at", "pk")]
+
+
+def _memberships(approval: ApprovalRequest) -> dict[Any, set[str]]:
+    """{voter id: the request's groups they are in} for its voters (one statement)."""
+    rows = User.groups.through.objects.filter(
+        user_id__in=approval.votes.values("voter_id"), group__name__in=list(approval.counts())
+    ).values_list("user_id", "group__name")
+    out: dict[Any, set[str]] = {}
+    for user_id, name in rows:
+        out.setdefault(user_id, set()).add(name)
+    return out
+
+
+def assign(
+    counts: dict[str, int], voters: list[Any], memberships: dict[Any, set[str]]
+) -> dict[Any, str]:
+    """{voter: group} counting as many votes as possible, each towards one group of theirs
+    with a count left (a maximum bipartite matching of voters to the groups' places, by
+    augmenting paths; earlier voters first, so an assignment moves only when it must)."""
+    places = [(group, i) for group, count in counts.items() for i in range(count)]
+    holder: dict[tuple[str, int], Any] = {}
+
+    def place(voter: Any, seen: set[tuple[str, int]]) -> bool:
+        for spot in places:
+            if spot[0] not in memberships.get(voter, set()) or spot in seen:
+                continue
+            seen.add(spot)
+            if spot not in holder or place(holder[spot], seen):
+                holder[spot] = voter
+                return True
+        return False
+
+    for voter in voters:
+        place(voter, set())
+    return {voter: spot[0] for spot, voter in holder.items()}
 
 
 def _vote(
@@ -299,10 +388,31 @@ def _vote(
         _discard_departed_votes(approval)
     voters = approval.approvers()
     extra |= {"approvals": voters, "required": approval.approvals_required}
-    if approve and len(voters) < approval.approvals_required:
+    short = len(voters) < approval.approvals_required
+    if approval.groups:
+        short = _count_groups(approval, extra)
+    if approve and short:
         _record_vote(approval, actor, extra)
         return True
     return False
+
+
+def _count_groups(approval: ApprovalRequest, extra: dict[str, Any]) -> bool:
+    """Assign each counted vote of a several-groups request to one group (Vote.group, kept
+    for the queue's progress), add the progress per group to `extra`; True while a count
+    is not met."""
+    counts = approval.counts()
+    votes = list(approval.votes.select_related("voter").order_by("created_at", "pk"))
+    chosen = assign(counts, [v.voter_id for v in votes], _memberships(approval))
+    for vote in votes:
+        if vote.group != chosen.get(vote.voter_id, ""):
+            vote.group = chosen.get(vote.voter_id, "")
+            vote.save(update_fields=["group"])
+    extra["groups"] = [
+        {"group": group, "count": count, "approvals": names}
+        for group, count, names in approval.group_progress()
+    ]
+    return len(chosen) < sum(counts.values())
 
 
 def _apply(
@@ -368,10 +478,12 @@ def _departure(approval: ApprovalRequest, voter: User) -> str:
     """Why `voter`'s earlier vote no longer counts ("" when it still does)."""
     if not voter.is_active:
         return "their account was deactivated"
-    if not reach(voter, REVIEWER).covers(approval.call.session.agent.team_id):
+    if not reach(voter, REVIEWER).covers_any(*ask_teams(approval)):
         return "they are no longer a reviewer of the agent's team"
     if approval.group and not voter.groups.filter(name=approval.group).exists():
         return f"they are no longer in the group '{approval.group}'"
+    if approval.groups and not voter.groups.filter(name__in=list(approval.counts())).exists():
+        return f"they are no longer in any of the groups {', '.join(approval.counts())}"
     return ""
 
 
@@ -494,7 +606,7 @@ def edit(
     with transaction.atomic():
         approval = (
             ApprovalRequest.objects.select_for_update(of=("self",))
-            .select_related("call__session__agent__owner")
+            .select_related("call__session__agent__owner", "call__session__agent__oauth_client")
             .filter(pk=approval_id)
             .first()
         )
@@ -638,6 +750,61 @@ def _audit_mismatch(approval: ApprovalRequest, user: AbstractBaseUser, digest: s
             "digest_logged": approval.call.digest,
         },
     )
+
+
+def escalate_due(now: datetime | None = None) -> list[int]:
+    """Offer every pending ask that no one decided within its agent's team's escalation
+    delay (teams.Team.escalation_after) to the next tier as well (Team.escalate_to, or the
+    organization's reviewers): recorded on the request (which puts it within that team's
+    reach, teams.scope.ASK_TEAMS), audited (approval.escalated), pushed to the next
+    tier's queues after commit. Once per ask; an ask already past its expiry is left to
+    the expiry. `now`: the clock (tests pass theirs). Returns the escalated requests' ids
+    (approvals.asks.escalate_due tells their next tiers through the channels)."""
+    now = now or timezone.now()
+    candidates = (
+        ApprovalRequest.objects.pending()
+        .filter(escalated_at__isnull=True, expires_at__gt=now)
+        .filter(call__session__agent__team__escalation_after__isnull=False)
+        .values_list("pk", "created_at", "call__session__agent__team__escalation_after")
+    )
+    escalated: list[int] = []
+    for approval_id, created_at, after in list(candidates):
+        if after is None or created_at + timedelta(seconds=after) > now:
+            continue
+        with transaction.atomic():
+            approval = (
+                ApprovalRequest.objects.select_for_update(of=("self",))
+                .select_related("call__session__agent__team__escalate_to")
+                .filter(pk=approval_id, escalated_at__isnull=True)
+                .first()
+            )
+            if approval is None or approval.call.status != Status.PENDING_APPROVAL:
+                continue  # decided or escalated meanwhile
+            _escalate(approval, now)
+        escalated.append(approval_id)
+    return escalated
+
+
+def _escalate(approval: ApprovalRequest, now: datetime) -> None:
+    team = approval.call.session.agent.team
+    to = team.escalate_to
+    approval.escalated_at, approval.escalated_to = now, to
+    compiled.save_fields(approval, ["escalated_at", "escalated_to"])
+    record_event(
+        kind=kinds.APPROVAL_ESCALATED,
+        actor="harness",
+        subject=f"call:{approval.call_id}",
+        session_id=approval.call.session_id,
+        payload={
+            "call_id": str(approval.call_id),
+            "team": team.name,
+            "after_seconds": team.escalation_after,
+            "to": to.name if to is not None else "organization reviewers",
+            "waited_seconds": round((now - approval.created_at).total_seconds(), 3),
+        },
+    )
+    approval_id = approval.pk
+    transaction.on_commit(lambda: live.push_escalation(approval_id))
 
 
 def expire_due() -> int:

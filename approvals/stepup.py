@@ -1,7 +1,8 @@
 """Step-up: a verdict a rule asks a passkey for is signed over what is decided.
 
 `begin` gives the browser a challenge for one verdict on one request (the request, its
-call, the digest shown, the verdict and a one-time nonce: audit.assertions.challenge_for);
+call, the digest shown, the verdict, a one-time nonce and, for a previewed command, the
+digest of the effect shown: audit.assertions.challenge_for);
 the page keeps the nonce in the person's session. `check`, run by services.decide inside
 the deciding transaction (the request locked, its digest already compared), verifies the
 assertion against the reviewer's own passkeys (allauth.mfa) and records it
@@ -61,6 +62,7 @@ def begin(
         digest=approval.call.digest,
         verdict=verdict,
         nonce=nonce,
+        effect_digest=approval.effect_digest,
     )
     options = assertions.request_options(challenge=challenge, rp_id=rp_id, credentials=list(keys))
     return nonce, options
@@ -96,6 +98,7 @@ def check(
         digest=digest,
         verdict=verdict,
         nonce=signed.nonce,
+        effect_digest=approval.effect_digest,
     )
     keys = assertions.registered_keys(user.pk)
     try:
@@ -134,6 +137,7 @@ def check(
         "rp_id": signed.rp_id,
         "reviewer_id": user.pk,
         "passkey": name,
+        **({"effect_digest": approval.effect_digest} if approval.effect_digest else {}),
         **kept,
     }
 
@@ -179,6 +183,7 @@ def kept_problems() -> list[str]:
             "rp_id": row.rp_id,
             "reviewer_id": row.voter_id,
             "public_key": row.public_key,
+            "effect_digest": row.approval.effect_digest,
             **{k: getattr(row, k) for k in assertions.SIGNED_FIELDS},
         }
         what = assertions.problem_in(stored, keys)

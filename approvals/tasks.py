@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from . import services
+from . import asks, services
 from .notifications import services as notifications
 from .notifications.senders import DeliveryFailed
 
@@ -10,6 +10,16 @@ from .notifications.senders import DeliveryFailed
 @shared_task(name="approvals.tasks.expire_approvals", ignore_result=True)
 def expire_approvals() -> None:
     services.expire_due()
+
+
+@shared_task(name="approvals.tasks.escalate_approvals", ignore_result=True)
+def escalate_approvals() -> None:
+    asks.escalate_due()
+
+
+@shared_task(name=notifications.PLAN_ESCALATION_TASK, ignore_result=True, time_limit=120)
+def notify_escalation(approval_id: int) -> None:
+    notifications.notify_escalation(approval_id)
 
 
 @shared_task(name=notifications.PLAN_ASK_TASK, ignore_result=True, time_limit=120)

@@ -72,11 +72,21 @@ class Registered:
 
 
 def challenge_for(
-    *, approval_id: int, call_id: str, digest: str, verdict: str, nonce: str
+    *,
+    approval_id: int,
+    call_id: str,
+    digest: str,
+    verdict: str,
+    nonce: str,
+    effect_digest: str = "",
 ) -> bytes:
     """The 32-byte challenge a passkey signs for one verdict: SHA-256 of the canonical
-    JSON of what is decided. An auditor recomputes it from the audit event."""
-    statement = {
+    JSON of what is decided. An auditor recomputes it from the audit event.
+
+    A previewed command's request binds the digest of the effect shown as well
+    (`effect_digest`); it is in the statement only when there is one, so a verdict signed
+    on a call without a preview proves the same statement as before previews."""
+    statement: dict[str, Any] = {
         "approval": int(approval_id),
         "call": str(call_id),
         "digest": digest,
@@ -84,6 +94,8 @@ def challenge_for(
         "verdict": verdict,
         "version": VERSION,
     }
+    if effect_digest:
+        statement["effect"] = effect_digest
     text = json.dumps(statement, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).digest()
 
@@ -203,7 +215,7 @@ def problem_in(stored: Any, registered: Mapping[bytes, Registered] | None) -> st
     """Why a stored step-up record does not prove its verdict, or None when it does.
 
     `stored` holds the decision (approval, call_id, digest, verdict, nonce, rp_id,
-    reviewer_id) and the assertion (SIGNED_FIELDS, public_key). The challenge is
+    reviewer_id, and effect_digest for a previewed command) and the assertion (SIGNED_FIELDS, public_key). The challenge is
     recomputed from the decision; the signature is checked against the passkey registered
     under its credential id (`registered`, from the database), which must be the key the
     event recorded; when the passkey was removed since (or `registered` is None, an export
@@ -218,6 +230,7 @@ def problem_in(stored: Any, registered: Mapping[bytes, Registered] | None) -> st
             digest=str(stored["digest"]),
             verdict=str(stored["verdict"]),
             nonce=str(stored["nonce"]),
+            effect_digest=str(stored.get("effect_digest") or ""),
         )
         credential = recorded_key(stored)
         rp_id = str(stored["rp_id"])

@@ -115,6 +115,11 @@ APPROVAL_STEP_UP_REFUSED = register(
     "approval.step_up_refused", "decision refused: no valid passkey signature", note=True
 )
 APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum", note=True)
+APPROVAL_ESCALATED = register(
+    "approval.escalated",
+    "escalated: no one decided in time, the next tier is asked too",
+    note=True,
+)
 APPROVAL_VOTE_DISCARDED = register(
     "approval.vote_discarded",
     "vote discarded: its reviewer left before the quorum completed",
@@ -131,6 +136,7 @@ ROLE_REMOVED = register("role.removed", "role removed")
 TEAM_CREATED = register("team.created", "team created")
 TEAM_MEMBER_ADDED = register("team.member_added", "team role given")
 TEAM_MEMBER_REMOVED = register("team.member_removed", "team role taken")
+TEAM_ESCALATION_SET = register("team.escalation_set", "team escalation changed")
 USER_DEACTIVATED = register(
     "user.deactivated",
     "user deactivated: sockets closed, votes and links void, agents' tokens revoked or handed over",

@@ -231,6 +231,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.tasks.expire_approvals",
         "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")),
     },
+    "escalate-approvals": {
+        "task": "approvals.tasks.escalate_approvals",
+        "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")),
+    },
 }
 
 

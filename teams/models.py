@@ -34,6 +34,13 @@ class Team(models.Model):
     name = models.CharField(max_length=63, unique=True, validators=[TEAM_NAME])
     is_default = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Escalation: an ask of this team's agents that no one decided within this many
+    # seconds is offered to the next tier as well: `escalate_to` (another team), or the
+    # organization's reviewers when it is empty. None: no escalation.
+    escalation_after = models.PositiveIntegerField(null=True, blank=True)
+    escalate_to = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     objects = TeamQuerySet.as_manager()
 

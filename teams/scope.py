@@ -33,6 +33,23 @@ class Scope:
     def covers(self, team_id: int | None) -> bool:
         return self.everything or (team_id is not None and team_id in self.team_ids)
 
+    def covers_any(self, *team_ids: int | None) -> bool:
+        """Does this reach cover any of `team_ids` (an escalated ask belongs to its agent's
+        team and to the team it was escalated to: `ask_teams`)?"""
+        return any(self.covers(team_id) for team_id in team_ids)
+
+    def filter_either(self, rows: QuerySet[M], *team_fields: str) -> QuerySet[M]:
+        """`rows` whose team by any of `team_fields` (paths from one row, so no row is
+        repeated and no DISTINCT is needed) this reach covers: an ask is reached through
+        its agent's team or the team it was escalated to (`ASK_TEAMS`)."""
+        if self.everything:
+            return rows
+        ids = sorted(self.team_ids)
+        either = Q()
+        for field in team_fields:
+            either |= Q(**{f"{field}__in": ids})
+        return rows.filter(either)
+
     def filter(self, rows: QuerySet[M], team_field: str) -> QuerySet[M]:
         """`rows` narrowed to this reach; `team_field` is the path to the team's id
         (`agent__team_id` for sessions, `session__agent__team_id` for calls)."""
@@ -63,6 +80,10 @@ class Scope:
         return rows.filter(**{f"{field}__in": self.filter(owners, team_field).values("pk")})
 
 
+# The organization's roles, as Django groups (audit.roles.ROLES; quorum groups are others).
+ORG_ROLE_GROUPS = ("reviewer", "auditor", "admin")
+
+
 def wholly_within(scope: Scope, person: Any) -> bool:
     """Whether everything `person` is and owns lies inside `scope`: no organization role,
     and no membership or agent in a team it does not cover. A team admin acts on behalf of
@@ -70,13 +91,25 @@ def wholly_within(scope: Scope, person: Any) -> bool:
     govern all of their agents, and any team admin can add anyone to their own team."""
     if scope.everything:
         return True
-    if person.is_superuser or person.groups.exists():
+    if person.is_superuser or person.groups.filter(name__in=ORG_ROLE_GROUPS).exists():
         return False
     ids = sorted(scope.team_ids)
     return not (
         person.team_memberships.exclude(team_id__in=ids).exists()
         or person.agents.exclude(team_id__in=ids).exists()
     )
+
+
+# The paths from an approval request to the teams that decide it: its agent's team, and
+# once it escalated (approvals.services.escalate_due), the next tier's team. Every view,
+# socket, link and decision of an ask reaches it through both (ask_teams for a row read).
+ASK_TEAMS = ("call__session__agent__team_id", "escalated_to_id")
+
+
+def ask_teams(approval: Any) -> tuple[int | None, int | None]:
+    """The teams whose reviewers decide `approval` (an approvals.ApprovalRequest read with
+    its call's session's agent): its agent's team, and the team it escalated to."""
+    return approval.call.session.agent.team_id, approval.escalated_to_id
 
 
 NOTHING = Scope(everything=False, team_ids=frozenset())

@@ -98,3 +98,48 @@ def remove_member(
     )
     transaction.on_commit(functools.partial(close_sockets, user_group(user.pk)))
     return True
+
+
+MAX_ESCALATION_AFTER = 7 * 24 * 3600  # a week: longer is a typo, not a delay
+
+
+@transaction.atomic
+def set_escalation(*, team: Team, after: int | None, to: Team | None, actor: str) -> bool:
+    """Escalate `team`'s asks that no one decided within `after` seconds to `to` (another
+    team; None: the organization's reviewers); `after` None turns escalation off. False
+    (and no event) when nothing changes."""
+    if after is not None and not 1 <= after <= MAX_ESCALATION_AFTER:
+        raise TeamError(
+            f"The escalation delay is a number of seconds from 1 to {MAX_ESCALATION_AFTER}."
+        )
+    if to is not None and to.pk == team.pk:
+        raise TeamError("A team cannot escalate to itself: name another team, or none.")
+    to = to if after is not None else None
+    if (team.escalation_after, team.escalate_to_id) == (after, to.pk if to else None):
+        return False
+    before = {
+        "after": team.escalation_after,
+        "to": team.escalate_to.name if team.escalate_to_id and team.escalate_to else None,
+    }
+    team.escalation_after, team.escalate_to = after, to
+    team.save(update_fields=["escalation_after", "escalate_to"])
+    record_event(
+        kind=kinds.TEAM_ESCALATION_SET,
+        actor=actor,
+        subject=f"team:{team.pk}",
+        payload={
+            "team": team.name,
+            "after": after,
+            "to": to.name if to else None,
+            "before": before,
+        },
+    )
+    return True
+
+
+def escalation_text(team: Team) -> str:
+    """How a team escalates, as its page and the command say it."""
+    if team.escalation_after is None:
+        return "No escalation: an undecided ask waits for this team's reviewers until it expires."
+    to = f"the team {team.escalate_to.name}" if team.escalate_to else "the organization's reviewers"
+    return f"After {team.escalation_after} s without a decision, an ask is offered to {to} too."

@@ -78,6 +78,7 @@ def detail(request: HtmxHttpRequest, team_id: int) -> HttpResponse:
         "members": team.memberships.select_related("user").order_by("user__username", "role"),
         "agents": team.agents.select_related("owner").order_by("name"),
         "team_roles": TeamRole.values,
+        "escalation": services.escalation_text(team),
         "users": User.objects.filter(is_active=True).order_by("username"),
     }
     return render(request, "teams/detail.html", context)

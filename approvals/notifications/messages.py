@@ -81,6 +81,7 @@ def webhook_body(
         "asked_by": approval.asked_by,
         "approvals_required": approval.approvals_required,
         "group": approval.group,
+        "groups": approval.groups,
         "expires_at": approval.expires_at.isoformat(),
         "url": detail_url(approval),
     }
@@ -142,6 +143,10 @@ def slack_blocks(
     if approval.is_quorum:
         text = f"Needs {approval.approvals_required} approvals"
         text += f" from {slack_escape(approval.group)}" if approval.group else ""
+        if approval.groups:
+            text = "Needs approvals from " + " and ".join(
+                f"{n} of {slack_escape(g)}" for g, n in approval.counts().items()
+            )
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
     if decided:
         blocks.append(

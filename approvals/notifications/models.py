@@ -55,6 +55,8 @@ class Delivery(models.Model):
     class Event(models.TextChoices):
         ASKED = "asked"
         DECIDED = "decided"
+        # No one decided within the team's escalation delay: the next tier is told.
+        ESCALATED = "escalated"
 
     class State(models.TextChoices):
         PENDING = "pending"

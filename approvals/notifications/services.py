@@ -27,6 +27,7 @@ from teams.models import Membership
 
 from .. import links
 from ..models import ApprovalRequest
+from ..services import people_behind
 from . import messages, senders
 from .models import Channel, Delivery, Kind, PushSubscription
 
@@ -49,6 +50,17 @@ def reviewers(team_id: int) -> Any:
     )
 
 
+def next_tier(escalated_to: int | None) -> Any:
+    """Active users of an escalation's next tier: the reviewers of the team it escalated
+    to, or (no team) the organization's reviewers."""
+    if escalated_to is not None:
+        team_reviewers = Membership.objects.filter(team_id=escalated_to, role=REVIEWER)
+        people = User.objects.filter(pk__in=team_reviewers.values("user_id"))
+    else:
+        people = User.objects.filter(Q(is_superuser=True) | Q(groups__name=REVIEWER))
+    return User.objects.filter(is_active=True, pk__in=people.values("pk"))
+
+
 def matches(channel: Channel, approval: ApprovalRequest) -> bool:
     call = approval.call
     rule = str(call.provenance.get("rule", ""))
@@ -59,18 +71,23 @@ def matches(channel: Channel, approval: ApprovalRequest) -> bool:
     )
 
 
-def recipients(channel: Channel, approval: ApprovalRequest) -> list[User]:
+def recipients(channel: Channel, approval: ApprovalRequest, tier: bool = False) -> list[User]:
     """The channel's users and members of its groups who review the agent's team (every
-    such reviewer when it names none), less the agent's owner when self-approval is
-    forbidden. A reviewer of another team is never a recipient, whatever the channel
-    names: they would get a call they cannot see and a link that decides nothing."""
-    people = reviewers(approval.call.session.agent.team_id)
+    such reviewer when it names none), less the people behind the agent (owner, sponsor,
+    the person who started its sessions) when self-approval is forbidden. A reviewer of
+    another team is never a recipient, whatever the channel names: they would get a call
+    they cannot see and a link that decides nothing. `tier`: the ask escalated, and its
+    next tier (`next_tier`) is told."""
+    if tier:
+        people = next_tier(approval.escalated_to_id)
+    else:
+        people = reviewers(approval.call.session.agent.team_id)
     named_users = list(channel.users.values_list("pk", flat=True))
     named_groups = list(channel.groups.values_list("pk", flat=True))
     if named_users or named_groups:
         people = people.filter(Q(pk__in=named_users) | Q(groups__pk__in=named_groups)).distinct()
     if settings.HARNESS_FORBID_SELF_APPROVAL:
-        people = people.exclude(pk=approval.call.session.agent.owner_id)
+        people = people.exclude(pk__in=list(people_behind(approval.call.session.agent)))
     return list(people.order_by("username"))
 
 
@@ -113,6 +130,7 @@ def sync_env_channels() -> None:
 
 PLAN_ASK_TASK = "approvals.tasks.notify_ask"
 PLAN_OUTCOME_TASK = "approvals.tasks.notify_outcome"
+PLAN_ESCALATION_TASK = "approvals.tasks.notify_escalation"
 DELIVER_TASK = "approvals.tasks.deliver"
 
 
@@ -137,17 +155,18 @@ def enqueue_ask(approval_id: int) -> None:
     transaction.on_commit(send, robust=True)
 
 
-def enqueue_outcome(call_id: str) -> int | None:
+def enqueue_outcome(call_id: str) -> tuple[int | None, ...] | None:
     """After a call left pending: a second event where the ask was delivered. Returns
-    the team of the call's agent, read in the same statement, for the live queues'
-    removal (approvals.live): one read after every decision serves both."""
+    the teams that saw the call (its agent's, and the one its ask escalated to), read in
+    the same statement, for the live queues' removal (approvals.live): one read after
+    every decision serves both."""
     rows = _OUTCOME_FACTS.tuples(UUID(call_id))
     if not rows:
         return None
-    team_id, asked = rows[0]
+    team_id, escalated_to, asked = rows[0]
     if asked:
         _send_task(PLAN_OUTCOME_TASK, call_id)
-    return int(team_id)
+    return (int(team_id), escalated_to)
 
 
 # Read after every decision (floor.compiled): the call's team, and whether its ask was
@@ -163,7 +182,7 @@ _OUTCOME_FACTS = Compiled(
             )
         )
         .order_by()
-        .values_list("session__agent__team_id", "asked")[:1]
+        .values_list("session__agent__team_id", "approval__escalated_to_id", "asked")[:1]
     )
 )
 
@@ -179,8 +198,10 @@ def notify_outcome(call_id: str) -> None:
         _send_task(DELIVER_TASK, delivery_id)
 
 
-def plan_ask(approval_id: int) -> list[str]:
-    """Create the deliveries of one ask (after its commit); returns their ids to send."""
+def plan_ask(approval_id: int, event: str = Delivery.Event.ASKED) -> list[str]:
+    """Create the deliveries of one ask (after its commit), or of its escalation (`event`
+    ESCALATED: to the next tier's people, through the same channels); returns their ids
+    to send."""
     sync_env_channels()
     approval = _approval(approval_id)
     if approval is None:
@@ -189,16 +210,16 @@ def plan_ask(approval_id: int) -> list[str]:
     for channel in Channel.objects.filter(enabled=True).prefetch_related("users", "groups"):
         if not matches(channel, approval):
             continue
-        planned += _deliveries(channel, approval)
+        planned += _deliveries(channel, approval, event)
     Delivery.objects.bulk_create(planned)
     return [str(d.pk) for d in planned]
 
 
-def _deliveries(channel: Channel, approval: ApprovalRequest) -> list[Delivery]:
-    ask = {"channel": channel, "approval": approval, "event": Delivery.Event.ASKED}
+def _deliveries(channel: Channel, approval: ApprovalRequest, event: str) -> list[Delivery]:
+    ask = {"channel": channel, "approval": approval, "event": event}
     if channel.kind in (Kind.WEBHOOK, Kind.SLACK):
         return [Delivery(**ask)]
-    people = recipients(channel, approval)
+    people = recipients(channel, approval, tier=event == Delivery.Event.ESCALATED)
     if channel.kind == Kind.EMAIL:
         out = [Delivery(**ask, recipient=p, address=p.email) for p in people if p.email]
         known = {p.email.lower() for p in people if p.email}
@@ -206,6 +227,16 @@ def _deliveries(channel: Channel, approval: ApprovalRequest) -> list[Delivery]:
         return out + [Delivery(**ask, address=address) for address in extra]
     subscriptions = PushSubscription.objects.filter(user__in=people)
     return [Delivery(**ask, recipient=s.user, subscription=s) for s in subscriptions]
+
+
+def notify_escalation(approval_id: int) -> None:
+    for delivery_id in plan_ask(approval_id, event=Delivery.Event.ESCALATED):
+        _send_task(DELIVER_TASK, delivery_id)
+
+
+def enqueue_escalation(approval_id: int) -> None:
+    """After an escalation committed: plan its notifications to the next tier."""
+    _send_task(PLAN_ESCALATION_TASK, approval_id)
 
 
 def plan_outcome(approval_id: int) -> list[str]:
@@ -239,7 +270,7 @@ def plan_outcome(approval_id: int) -> list[str]:
 
 def _approval(approval_id: int) -> ApprovalRequest | None:
     return (
-        ApprovalRequest.objects.select_related("call__session__agent")
+        ApprovalRequest.objects.select_related("call__session__agent__oauth_client")
         .prefetch_related("votes__voter")
         .filter(pk=approval_id)
         .first()
@@ -295,17 +326,18 @@ def deliver(delivery_id: str) -> None:
 
 def _send(delivery: Delivery) -> tuple[int | None, dict[str, str] | None]:
     channel, approval = delivery.channel, delivery.approval
-    asked = delivery.event == Delivery.Event.ASKED
+    tier = delivery.event == Delivery.Event.ESCALATED
+    asked = delivery.event == Delivery.Event.ASKED or tier
     config = channel.config
     if channel.kind == Kind.WEBHOOK:
-        people = recipients(channel, approval) if asked else []
+        people = recipients(channel, approval, tier) if asked else []
         links_list = [
             {"reviewer": p.get_username(), **links.links_for(approval, p)} for p in people
         ]
         body = messages.webhook_body(approval, delivery.event, links_list, str(delivery.pk))
         return senders.send_webhook(config["url"], config.get("secret", ""), body), None
     if channel.kind == Kind.SLACK:
-        people = recipients(channel, approval) if asked else []
+        people = recipients(channel, approval, tier) if asked else []
         links_list = [
             {"reviewer": p.get_username(), **links.links_for(approval, p)} for p in people
         ]

@@ -21,6 +21,9 @@ class Quorum:
     group: str = ""
     # The verdicts ("approve", "deny") a reviewer must sign with a passkey (step-up).
     step_up: tuple[str, ...] = ()
+    # Several groups as several counts ("1 of payments-oncall and 1 of security"):
+    # (group, count) pairs; `approvals` is then their sum and `group` is "".
+    groups: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,8 @@ class Decision:
     log_only: tuple[dict[str, Any], ...] = ()
     # The verdicts a reviewer must sign with a passkey (a step-up rule).
     step_up: tuple[str, ...] = ()
+    # Approvals from several groups, each with its count (Quorum.groups).
+    groups: tuple[tuple[str, int], ...] = ()
 
     def as_provenance(self) -> dict[str, Any]:
         provenance: dict[str, Any] = {
@@ -140,6 +145,8 @@ class Decision:
         }
         if self.approvals > 1 or self.group:
             provenance |= {"approvals": self.approvals, "group": self.group}
+        if self.groups:
+            provenance["groups"] = [{"group": g, "count": n} for g, n in self.groups]
         if self.layer:
             provenance |= {"layer": self.layer, "layer_version": self.layer_version}
         if self.log_only:

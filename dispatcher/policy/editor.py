@@ -128,6 +128,11 @@ def profile_entries(profile: Profile, action: str) -> list[Any]:
         q = quorum.get(text)
         if q is None:
             entries.append(text)
+        elif q.groups:
+            entries.append(
+                {"rule": q.rule, "approvals": [{"group": g, "count": n} for g, n in q.groups]}
+                | ({"step_up": list(q.step_up)} if q.step_up else {})
+            )
         else:
             entries.append(
                 {"rule": q.rule, "approvals": q.approvals}

@@ -122,7 +122,8 @@ def quorum_of(call: CallContext) -> tuple[Quorum, Layer] | None:
     if not matching:
         return None
     quorum, layer = max(
-        matching, key=lambda m: (m[0].approvals, bool(m[0].group), -matching.index(m))
+        matching,
+        key=lambda m: (m[0].approvals, len(m[0].groups), bool(m[0].group), -matching.index(m)),
     )
     # Step-up adds up: a verdict any matching rule of any layer asks a passkey for needs one.
     signed = {verdict for q, _ in matching for verdict in q.step_up}

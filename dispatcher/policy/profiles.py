@@ -100,16 +100,7 @@ def active_lists(document: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
 
 
 def quorum_of_entries(entries: Iterable[Any]) -> tuple[Quorum, ...]:
-    return tuple(
-        Quorum(
-            str(e["rule"]),
-            int(e.get("approvals", 1)),
-            str(e.get("group", "")),
-            step_up_verdicts(e.get("step_up")),
-        )
-        for e in entries
-        if isinstance(e, dict) and not is_log_only(e)
-    )
+    return tuple(_quorum_of_entry(e) for e in entries if isinstance(e, dict) and not is_log_only(e))
 
 
 def trial_of(document: Mapping[str, Any]) -> tuple[Trial, ...]:
@@ -119,6 +110,31 @@ def trial_of(document: Mapping[str, Any]) -> tuple[Trial, ...]:
         for e in document.get(name, [])
         if is_log_only(e)
     )
+
+
+def _quorum_of_entry(entry: Mapping[str, Any]) -> Quorum:
+    """A quorum object's requirement. "approvals" is a count (of anyone, or of "group"),
+    or a list of {"group", "count"}: several groups as several counts."""
+    approvals = entry.get("approvals", 1)
+    step_up = step_up_verdicts(entry.get("step_up"))
+    if isinstance(approvals, list):
+        groups = tuple((str(g["group"]), int(g.get("count", 1))) for g in approvals)
+        return Quorum(str(entry["rule"]), sum(n for _, n in groups), "", step_up, groups)
+    return Quorum(str(entry["rule"]), int(approvals), str(entry.get("group", "")), step_up)
+
+
+def quorum_groups(entry: Any) -> list[str]:
+    """The group names a quorum object names (its "group", or those of its list)."""
+    if not isinstance(entry, dict):
+        return []
+    names = [entry["group"]] if isinstance(entry.get("group"), str) else []
+    if isinstance(entry.get("approvals"), list):
+        names += [
+            g["group"]
+            for g in entry["approvals"]
+            if isinstance(g, dict) and isinstance(g.get("group"), str)
+        ]
+    return names
 
 
 def step_up_verdicts(value: Any) -> tuple[str, ...]:
@@ -239,14 +255,43 @@ def _quorum_problems(action: str, entry: dict[str, Any]) -> list[str]:
     if not isinstance(entry.get("rule"), str) or not entry["rule"].strip():
         problems.append(f'ask: {shown}: "rule" must be a rule text such as "run_command(make *)".')
     approvals = entry.get("approvals", 1)
-    if type(approvals) is not int or not 1 <= approvals <= MAX_APPROVALS:
+    if isinstance(approvals, list):
+        problems += _groups_problems(shown, entry, approvals)
+    elif type(approvals) is not int or not 1 <= approvals <= MAX_APPROVALS:
         problems.append(
-            f'ask: {shown}: "approvals" must be a whole number from 1 to {MAX_APPROVALS}.'
+            f'ask: {shown}: "approvals" must be a whole number from 1 to {MAX_APPROVALS}, '
+            'or a list of {"group": ..., "count": ...}.'
         )
     group = entry.get("group", "")
     if not isinstance(group, str) or (group and not GROUP_NAME.match(group)):
         problems.append(f'ask: {shown}: "group" must be the name of a group of reviewers.')
     return problems + _step_up_problem(shown, entry.get("step_up", False))
+
+
+def _groups_problems(shown: str, entry: dict[str, Any], approvals: list[Any]) -> list[str]:
+    """The list form of "approvals": each item one group's count, no group twice."""
+    if "group" in entry:
+        return [f'ask: {shown}: name the groups in "approvals", not in "group" as well.']
+    shape = all(
+        isinstance(g, dict)
+        and set(g) <= {"group", "count"}
+        and isinstance(g.get("group"), str)
+        and GROUP_NAME.match(g["group"])
+        and type(g.get("count", 1)) is int
+        and g.get("count", 1) >= 1
+        for g in approvals
+    )
+    if not approvals or not shape:
+        return [
+            f'ask: {shown}: each item of "approvals" must be {{"group": "<group of '
+            'reviewers>", "count": <1 or more>}.'
+        ]
+    names = [g["group"] for g in approvals]
+    if len(set(names)) != len(names):
+        return [f'ask: {shown}: a group is named twice in "approvals"; add up its counts.']
+    if sum(g.get("count", 1) for g in approvals) > MAX_APPROVALS:
+        return [f'ask: {shown}: the counts of "approvals" add up to more than {MAX_APPROVALS}.']
+    return []
 
 
 def check_profile(mode: str, lists: dict[str, list[Entry]]) -> None:
@@ -264,11 +309,7 @@ def list_problems(lists: Mapping[str, list[Entry]]) -> list[str]:
     """Every problem of cleaned rule lists: the entries (entry_problems), and quorum
     groups that do not exist."""
     problems = entry_problems(lists)
-    groups = {
-        e["group"]
-        for e in lists.get("ask", [])
-        if isinstance(e, dict) and isinstance(e.get("group"), str)
-    }
+    groups = {name for e in lists.get("ask", []) for name in quorum_groups(e)}
     known = set(Group.objects.filter(name__in=groups).values_list("name", flat=True))
     problems += [
         f"ask: the group '{name}' does not exist; create it (and add reviewers to it) first."

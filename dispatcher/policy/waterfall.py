@@ -173,7 +173,10 @@ def quorum_of(call: CallContext) -> Quorum | None:
 def _quorum_decision(quorum: Quorum, layer: Layer, reason: str) -> Decision:
     who = f" from the group '{quorum.group}'" if quorum.group else ""
     count = f"{quorum.approvals} approval{'s' if quorum.approvals > 1 else ''}"
-    if quorum.approvals > 1 or quorum.group:
+    if quorum.groups:
+        counts = " and ".join(f"{n} of the group '{g}'" for g, n in quorum.groups)
+        reason += f" It needs approvals from distinct reviewers: {counts}."
+    elif quorum.approvals > 1 or quorum.group:
         reason += f" It needs {count} from distinct reviewers{who}."
     if quorum.step_up:
         verdicts = " and ".join(f"{v}s" if v == "deny" else "approvals" for v in quorum.step_up)
@@ -188,6 +191,7 @@ def _quorum_decision(quorum: Quorum, layer: Layer, reason: str) -> Decision:
         layer=layer.key,
         layer_version=layer.version,
         step_up=quorum.step_up,
+        groups=quorum.groups,
     )
 
 

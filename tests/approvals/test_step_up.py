@@ -447,3 +447,48 @@ def test_a_signature_counter_that_goes_back_is_refused_as_a_cloned_key() -> None
         and "counter went back (11, after 42)" in refused.content.decode()
     )
     assert status_of(second) == Status.PENDING_APPROVAL
+
+
+def test_a_previewed_call_binds_the_effect_digest_into_the_signed_challenge() -> None:
+    """A previewed command's signature covers the effect shown: a signature over the same
+    request without it proves nothing, and verify_audit recomputes it with it."""
+    from fido2.utils import websafe_decode
+
+    approval = ask(step_up_agent(), WRITE)
+    effect = "e" * 64  # as dispatcher.previews records it on the request
+    ApprovalRequest.objects.filter(pk=approval.pk).update(effect_digest=effect)
+    approval.refresh_from_db()
+    _, client, key = reviewer_with_key()
+    response = client.post(f"/approvals/{approval.pk}/step-up", {"verdict": "approve"})
+    nonce = client.session["harness.step_up"][f"{approval.pk}:approve"]
+    given = websafe_decode(response.json()["publicKey"]["challenge"])
+    fields = {
+        "approval_id": approval.pk,
+        "call_id": str(approval.call_id),
+        "digest": approval.call.digest,
+        "verdict": "approve",
+        "nonce": nonce,
+    }
+    assert given == challenge_for(**fields, effect_digest=effect)
+    assert given != challenge_for(**fields)
+    data = {"action": "approve", "digest": approval.call.digest, "effect_digest": effect}
+    unbound = client.post(
+        f"/approvals/{approval.pk}/decide",
+        data | {"assertion": json.dumps(key.assertion(challenge_for(**fields)))},
+    )
+    assert unbound.status_code == 403 and "another challenge" in unbound.content.decode()
+    assert status_of(approval) == Status.PENDING_APPROVAL
+
+    signed = client.post(
+        f"/approvals/{approval.pk}/decide",
+        data | {"assertion": json.dumps(key.assertion(challenge(client, approval)))},
+    )
+    assert signed.status_code == 302, signed.content.decode()
+    event = AuditEvent.objects.get(subject=f"call:{approval.call_id}", kind="call.approved")
+    assert event.payload["step_up_signature"]["effect_digest"] == effect
+    ok, out = verify_audit()
+    assert ok, out
+    # The kept vote is checked against the request's effect digest: another one fails.
+    ApprovalRequest.objects.filter(pk=approval.pk).update(effect_digest="f" * 64)
+    ok, out = verify_audit()
+    assert not ok and "signed vote" in out, out

@@ -111,9 +111,9 @@ def generate_decisions(reviewer_id: int) -> int:
     sql = f"""
         INSERT INTO {table} (call_id, reason, asked_by, presentation, digest, created_at,
             expires_at, approvals_required, "group", decision, decided_by_id, decided_at,
-            feedback, digest_seen, effect_digest, step_up)
+            feedback, digest_seen, effect_digest, step_up, groups)
         SELECT c.id, 'asked', 'mode:standard', {json_empty}, '', c.created_at, c.created_at,
-            1, '', 'approved', %s, {decided}, '', '', '', {json_list}
+            1, '', 'approved', %s, {decided}, '', '', '', {json_list}, {json_list}
         FROM {calls} c WHERE c.decided_by = 'user:rev'
     """  # noqa: S608  # a test's own generated SQL
     with connection.cursor() as cursor:
