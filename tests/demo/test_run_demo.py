@@ -105,7 +105,7 @@ def test_run_demo_shows_every_outcome_and_leaves_nothing_running(data_dir: Path)
         r"'sudo' is blocked by the command guard",
         r"Upstream MCP server 'demo' registered: demo__word_count, demo__shout\.",
         r"demo__word_count\(.*\n.*isError=False\n.*\n.*\| 7 words, 2 lines, 49 characters",
-        r"Demo finished: 11/11 scenarios ended as expected\.",
+        r"Demo finished: 12/12 scenarios ended as expected\.",
     ]
     for pattern in expected:
         assert re.search(pattern, out), f"missing {pattern!r} in:\n{out}"
