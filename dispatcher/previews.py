@@ -27,7 +27,7 @@ from django.db import transaction
 
 from dispatcher import transitions
 from dispatcher.models import Preview, Status, ToolCall
-from dispatcher.policy import effect_rules
+from dispatcher.policy import effect_rules, layers
 from dispatcher.policy.context import CallContext, Decision
 from dispatcher.proposals import ProposedCall
 from dispatcher.tools import messages, preview, preview_apply, workspace_lock
@@ -67,7 +67,7 @@ class Made:
         if self.effect is None:
             return None
         document = {**self.effect.document(), "appliable": self.effect.appliable}
-        return effect_rules.decide(ctx, decision, document)
+        return effect_rules.decide(ctx, decision, document, layers.stack(ctx))
 
     def row(self, call: ToolCall) -> Preview:
         effect = self.effect

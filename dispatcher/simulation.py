@@ -166,8 +166,12 @@ def _by_recorded_effect(call: ToolCall, result: Simulation, profile: Profile) ->
     recorded = Preview.objects.filter(call=call).exclude(effect_digest="").first()
     if recorded is None:
         return result
-    rule = effect_rules.matching(
-        profile.allow, {**recorded.effect, "appliable": recorded.appliable}
+    effect = {**recorded.effect, "appliable": recorded.appliable}
+    # Every layer's allow list, the organization's first (dispatcher.policy.layers.stack).
+    allow_lists = [*(layer.allow for layer in profile.layers), profile.allow]
+    rule = next(
+        (found for found in (effect_rules.matching(a, effect) for a in allow_lists) if found),
+        None,
     )
     if rule is None:
         return result

@@ -33,7 +33,7 @@ from typing import Any
 
 import pathspec
 
-from dispatcher.policy.context import CallContext, Decision
+from dispatcher.policy.context import CallContext, Decision, Layer
 
 NAME = "effect"
 _RULE = re.compile(r"^\s*effect\s*\((.*)\)\s*$", re.DOTALL)
@@ -148,17 +148,30 @@ def matching(texts: Iterable[str], effect: dict[str, Any]) -> str | None:
     return None
 
 
-def decide(ctx: CallContext, decision: Decision, effect: dict[str, Any]) -> Decision | None:
-    """An allow in place of `decision` (an ask) when an effect rule of the owner's allow
-    list allows the previewed `effect`, else None. Only an ask that came from the mode
-    can be lifted: an ask rule, a quorum or the unreadable-command ask stand."""
+def decide(
+    ctx: CallContext, decision: Decision, effect: dict[str, Any], layers: Iterable[Layer]
+) -> Decision | None:
+    """An allow in place of `decision` (an ask) when an effect rule in the allow list of
+    one of the call's policy `layers` (organization, team, owner: dispatcher.policy.layers.
+    stack, top first) allows the previewed `effect`, else None. Only an ask that came from
+    the mode can be lifted: an ask or deny rule of any layer, a quorum or the
+    unreadable-command ask stand (they decided before the mode)."""
     if decision.action != "ask" or not decision.by.startswith("mode:"):
         return None
-    rule = matching(ctx.profile.allow, effect)
-    if rule is None:
-        return None
-    reason = (
-        f"Effect rule '{rule}' in {ctx.username}'s allow list (profile v{ctx.profile.version}): "
-        "the previewed effect only writes where it allows, and that effect is what is applied."
-    )
-    return Decision("allow", f"rule:allow:{rule}", reason, rule=rule)
+    for layer in layers:
+        rule = matching(layer.allow, effect)
+        if rule is None:
+            continue
+        reason = (
+            f"Effect rule '{rule}' in {layer.whose} allow list ({layer.label}): the previewed "
+            "effect only writes where it allows, and that effect is what is applied."
+        )
+        return Decision(
+            "allow",
+            f"rule:allow:{rule}",
+            reason,
+            rule=rule,
+            layer=layer.key,
+            layer_version=layer.version,
+        )
+    return None

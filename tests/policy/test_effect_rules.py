@@ -124,3 +124,30 @@ def test_the_backtest_reads_effect_rules_over_recorded_previews(previewing: Agen
     assert list(changed) == [touching["id"]]
     after = changed[touching["id"]].after
     assert after.action == "allow" and after.rule == "effect(write: build/** src/**)"
+
+
+def test_an_effect_rule_in_the_teams_layer_allows_and_names_its_layer(
+    settings: Any, agent: AgentFixture
+) -> None:
+    from dispatcher.policy import managed
+
+    require_bwrap()
+    settings.HARNESS_SANDBOX = "bwrap"
+    settings.HARNESS_SANDBOX_NETWORK = False
+    settings.HARNESS_PREVIEW = True
+    profiles.update_profile(
+        user=agent.owner, mode="standard", allow=[], ask=[], deny=[], actor="test"
+    )
+    team = agent.agent.team
+    managed.set_layer(team=team, document={"allow": [RULE]}, actor="cli")
+    session_id = start_session(agent)
+    built = _submit(agent, session_id, "t1", "mkdir -p build && echo ok > build/out")
+    assert built["status"] == "queued"
+    call = ToolCall.objects.get(pk=built["id"])
+    assert call.decided_by == f"rule:allow:{RULE}"
+    assert f"team {team.name}'s allow list (team {team.name} policy v" in call.reason
+    assert call.provenance["layer"] == f"team:{team.name}"
+    # Without the team's rule the same command asks.
+    managed.set_layer(team=team, document={"allow": []}, actor="cli")
+    again = _submit(agent, session_id, "t2", "mkdir -p build && echo ok > build/out2")
+    assert again["status"] == "pending_approval"
