@@ -96,6 +96,11 @@ def reviewer_client(url: str, username: str | None = None) -> httpx.Client:
     )
     response = client.get("/approvals/")
     assert response.status_code == 200, response.text[:500]
+    # The first page saves the session (the sign-in's activity, identity.services): the
+    # server's Set-Cookie, for its host, joins the one given above; keep the latest.
+    latest = {cookie.name: cookie.value for cookie in client.cookies.jar}
+    client.cookies.clear()
+    client.cookies.update(latest)
     client.headers["X-CSRFToken"] = client.cookies["csrftoken"]
     client.headers["HX-Request"] = "true"
     return client
