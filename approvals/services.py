@@ -205,7 +205,7 @@ def _refusal(
             f"You are {behind[user.pk]}; another reviewer must decide its calls.", 403
         )
     if digest != call.digest:
-        _audit_mismatch(approval, user, digest)
+        _audit_mismatch(approval, user, digest_seen=digest, digest_logged=approval.call.digest)
         return DecisionRefused(
             "The arguments you reviewed do not match the logged arguments (digest mismatch). "
             "Reload the call and review it again.",
@@ -248,16 +248,11 @@ def _effect_refusal(
     """An approval binds to the previewed effect as well as to the arguments."""
     if not approval.effect_digest or effect_digest == approval.effect_digest:
         return None
-    record_event(
-        kind=kinds.APPROVAL_DIGEST_MISMATCH,
-        actor=f"user:{user.get_username()}",
-        subject=f"call:{approval.call_id}",
-        session_id=approval.call.session_id,
-        payload={
-            "call_id": str(approval.call_id),
-            "effect_digest_seen": effect_digest,
-            "effect_digest_previewed": approval.effect_digest,
-        },
+    _audit_mismatch(
+        approval,
+        user,
+        effect_digest_seen=effect_digest,
+        effect_digest_previewed=approval.effect_digest,
     )
     return DecisionRefused(
         "The effect you reviewed is not the previewed effect of this command (effect digest "
@@ -738,17 +733,15 @@ def already_decided(approval: ApprovalRequest) -> str:
     return f"Already decided by {who}: the call is {call.status.replace('_', ' ')}."
 
 
-def _audit_mismatch(approval: ApprovalRequest, user: AbstractBaseUser, digest: str) -> None:
+def _audit_mismatch(approval: ApprovalRequest, user: AbstractBaseUser, **seen: str) -> None:
+    """approval.digest_mismatch: what the reviewer saw against what was logged (the
+    arguments' digest, or the previewed effect's)."""
     record_event(
         kind=kinds.APPROVAL_DIGEST_MISMATCH,
         actor=f"user:{user.get_username()}",
         subject=f"call:{approval.call_id}",
         session_id=approval.call.session_id,
-        payload={
-            "call_id": str(approval.call_id),
-            "digest_seen": digest,
-            "digest_logged": approval.call.digest,
-        },
+        payload={"call_id": str(approval.call_id), **seen},
     )
 
 

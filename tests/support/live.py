@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,3 +134,22 @@ def stop(*procs: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextmanager
+def daphne(env: dict[str, str], port: int, log: Path) -> Iterator[str]:
+    """A daphne of its own on `port` with `env` (its output in `log`): its base URL while
+    it runs, stopped after."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+        + ["harness_site.asgi:application"],
+        env=env,
+        cwd=ROOT,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_port(port, proc, log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import html
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,9 +15,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from tests.support.live import LiveStack, free_port, stop, wait_for_port
+from tests.support.live import LiveStack, daphne, free_port
 from tests.support.oauth import DocumentServer
-from tests.support.paths import ROOT
 
 _HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"')
 _FIRST_TEAM = re.compile(r'<select name="team"[^>]*>\s*<option value="(\d+)"')
@@ -45,28 +42,8 @@ def oauth_daphne(
         "HARNESS_PUBLIC_URL": url,
         **extra,
     }
-    log = tmp / f"oauth-daphne-{port}.log"
-    daphne = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "harness_site.asgi:application",
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, daphne, log)
+    with daphne(env, port, tmp / f"oauth-daphne-{port}.log"):
         yield OAuthStack(url=url, documents=documents, env=env)
-    finally:
-        stop(daphne)
 
 
 class Person:
