@@ -102,6 +102,15 @@ def _create(request: HtmxHttpRequest, form: dict[str, str]) -> tuple[Agent | Non
                 "only an organization admin makes agents they own. Choose a person of your teams."
             ),
         )
+    if form["workspace"] and not request.reach.everything:
+        # A fixed workspace is a directory on the host, handed to the sandbox and written
+        # by previews' applies: where it may be is the organization's to choose.
+        return (
+            None,
+            "",
+            "Only an organization admin gives an agent a fixed workspace: leave it empty "
+            "(each session gets a fresh one).",
+        )
     if Agent.objects.filter(owner=owner, name=form["name"]).exists():
         return None, "", f"{owner.get_username()} already has an agent named '{form['name']}'."
     try:

@@ -143,3 +143,24 @@ def test_a_team_admin_makes_no_agent_owned_by_another_teams_person_or_an_org_rol
         "/agents/", {"name": "lent", "owner": boss.username, "team": pay.team.name}
     )
     assert org.status_code == 200
+
+
+def test_a_team_admin_gives_no_agent_a_fixed_workspace_on_the_host() -> None:
+    """A team admin chose any host directory as an agent's workspace (/etc/profile.d, another
+    team's fixed workspace): the sandbox user got it and the agent wrote there."""
+    from dispatcher.models import Agent
+
+    pay = make_team("pay")
+    admin = pay.client("admin")
+    owner = pay.members["reviewer"].username
+    for where in ("/etc/profile.d", "/srv/agents/another-teams-ci"):
+        answer = admin.post(
+            "/agents/", {"name": "fixed", "owner": owner, "team": pay.team.name, "workspace": where}
+        )
+        assert answer.status_code == 400
+        assert "Only an organization admin gives an agent a fixed workspace" in (
+            answer.content.decode()
+        )
+        assert not Agent.objects.filter(name="fixed").exists()
+    fresh = admin.post("/agents/", {"name": "fresh", "owner": owner, "team": pay.team.name})
+    assert fresh.status_code == 200 and Agent.objects.get(name="fresh").workspace == ""
