@@ -164,7 +164,7 @@ class SessionTimelineConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: i
                     await self.changed(session_id)
         finally:
             with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
                 await client.aclose()
 
     async def receive(self, text_data: Any = None, bytes_data: Any = None) -> None:

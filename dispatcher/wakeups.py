@@ -473,5 +473,5 @@ class _Hub:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
         with contextlib.suppress(redis.RedisError, OSError):
-            await self.pubsub.aclose()  # type: ignore[no-untyped-call]
+            await self.pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
             await self.client.aclose()
