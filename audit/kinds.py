@@ -149,6 +149,11 @@ USER_BREAK_GLASS = register(
 SSO_REFUSED = register(
     "sso.refused", "single sign-on refused: an unverified email matches an existing account"
 )
+SSO_LINK_REFUSED = register(
+    "sso.link_refused",
+    "single sign-on refused: a verified email matches a privileged account, which links "
+    "its provider itself",
+)
 USER_SIGNED_OUT_EVERYWHERE = register("user.signed_out_everywhere", "signed out everywhere")
 SESSION_EXPIRED = register("user.session_expired", "sign-in ended: idle or too old")
 
