@@ -422,6 +422,11 @@ HARNESS_DEACTIVATION_STEPS = [
     "approvals.services.void_votes_of",
     "dispatcher.agents.release_agents_of",
 ]
+# What a person's leaving a team does (teams.services.remove_member, when the role removed
+# was their last in that team: by hand, by command or by the identity provider's group map),
+# each `(*, team, user, actor) -> dict` inside its transaction, what it returns joining the
+# audit event; checked at start-up (audit.E011).
+HARNESS_TEAM_LEFT_STEPS = ["agentauth.services.stop_agents_of_leaver"]
 # Stage 6: wraps every tool execution (budgets, retries, metrics belong here).
 HARNESS_EXECUTE_WRAPPER = "dispatcher.pipeline.default_execute_wrapper"
 

@@ -432,3 +432,58 @@ def test_a_hooks_token_reaches_the_hooks_in_the_profile_chosen(documents: Docume
     assert answer.status_code == 200, answer.content
     assert answer.json()["hookSpecificOutput"]["permissionDecision"] == "deny"  # read_only
     assert AgentSession.objects.get(external_id=session_id).mode == "read_only"
+
+
+def test_a_signed_in_agent_stops_when_its_owner_leaves_its_team(documents: DocumentServer) -> None:
+    """The agents a person signed in for a team (consent, harness-hook login) act for them
+    in that team: their last role there removed, every such token is refused on /mcp/ and
+    the hooks, audited; an admin's bearer agent and their agents of other teams go on."""
+    from dispatcher import agents
+    from teams.services import remove_member
+    from tests.support.claude_code_hooks import HOOK_URL, pre_tool_use
+
+    payments, other = (create_team(name=unique("team"), actor="test") for _ in range(2))
+    person = member(payments)
+    add_member(team=payments, user=person, role="auditor", actor="test")
+    add_member(team=other, user=person, role="reviewer", actor="test")
+    client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
+    issued = {}
+    for resource, team in ((HOOKS, payments), (MCP, payments), ("other", other)):
+        verifier, challenge = pkce()
+        params = authorize_params(client_id, challenge, resource=MCP if team == other else resource)
+        query = code_from(consent(signed_in(person), params, team=team))
+        answer = token(client_id, query["code"][0], verifier, resource=params["resource"])
+        issued[resource] = answer.json()["access_token"]
+    bearer, bearer_token = agents.create_agent(
+        owner=person, name=unique("ci"), team=payments, actor="admin"
+    )
+
+    def hook() -> Any:
+        body = pre_tool_use(unique("cc"), "Read", {"file_path": "/home/dev/project/a.txt"})
+        return Client().post(
+            f"{HOOK_URL}?wait=0",
+            data=body,
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {issued[HOOKS]}"},
+        )
+
+    assert hook().status_code == 200
+    assert mcp_http.authenticate(issued[MCP], "", MCP)[0] is not None
+    # One of two roles in the team gone: still a member, the agents go on.
+    remove_member(team=payments, user=person, role="auditor", actor="test")
+    assert hook().status_code == 200
+    assert mcp_http.authenticate(issued[MCP], "", MCP)[0] is not None
+
+    remove_member(team=payments, user=person, role="reviewer", actor="admin:ops")
+    refused = hook()
+    assert refused.status_code == 401, refused.content
+    assert mcp_http.authenticate(issued[MCP], "", MCP) == (None, None)
+    assert mcp_http.authenticate(issued["other"], "", MCP)[0] is not None  # another team's
+    assert mcp_http.authenticate(bearer_token, "", MCP)[0] == bearer  # the sponsor's to stop
+    left = AuditEvent.objects.filter(kind="team.member_removed", payload__role="reviewer")
+    links = AgentClient.objects.filter(owner=person, team=payments).select_related("agent")
+    names = sorted(link.agent.name for link in links)
+    assert len(names) == 1  # one agent per person, client and team, whatever the audience
+    assert left.get(subject=f"team:{payments.pk}").payload["agents_revoked"] == names
+    revoked = AuditEvent.objects.filter(kind="agent.revoked", actor="admin:ops")
+    assert [event.payload["name"] for event in revoked] == names
