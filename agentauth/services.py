@@ -138,6 +138,18 @@ def approve_device(*, owner: User, device_grant: Any, team: Team, mode: str, act
 
 
 @transaction.atomic
+def record_device_lockout(*, person: User, attempts: int, window: int) -> None:
+    """`person` typed `attempts` wrong device codes within `window` seconds: device sign-in
+    is refused for them until the window passes (agentauth.views.device)."""
+    record_event(
+        kind=kinds.DEVICE_CODES_LOCKED,
+        actor=f"user:{person.get_username()}",
+        subject=f"user:{person.get_username()}",
+        payload={"user": person.get_username(), "attempts": attempts, "window": window},
+    )
+
+
+@transaction.atomic
 def sign_out_agent(*, agent: Agent, actor: str) -> int:
     """Revoke every OAuth token of `agent` at once (access and refresh); the agent stays.
     Returns how many access tokens ended. Audited as agent.signed_out."""

@@ -99,6 +99,9 @@ AGENT_HANDED_OVER = register(
 AGENT_TRANSFERRED = register("agent.transferred", "agent's owner, team or sponsor changed")
 AGENT_AUTHORIZED = register("agent.authorized", "agent authorized by its owner (OAuth)")
 AGENT_SIGNED_OUT = register("agent.signed_out", "agent's OAuth tokens revoked")
+DEVICE_CODES_LOCKED = register(
+    "agent.device_codes_locked", "device sign-in paused for a person: too many wrong codes"
+)
 SESSION_STARTED = register("session.started", "session started")
 PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
 POLICY_CHANGED = register("policy.changed", "organization's or team's policy changed")

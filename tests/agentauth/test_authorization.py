@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from django.contrib.auth.models import User
@@ -487,3 +487,61 @@ def test_a_signed_in_agent_stops_when_its_owner_leaves_its_team(documents: Docum
     assert left.get(subject=f"team:{payments.pk}").payload["agents_revoked"] == names
     revoked = AuditEvent.objects.filter(kind="agent.revoked", actor="admin:ops")
     assert [event.payload["name"] for event in revoked] == names
+
+
+def pending_device_code() -> str:
+    """A device code as `harness-hook login` asks for one (the client its migration
+    makes; a test database flushed by a live test before lacks it)."""
+    from oauth2_provider.models import get_application_model
+
+    get_application_model().objects.get_or_create(
+        client_id="harness-hook",
+        defaults={
+            "name": "harness-hook (coding agents' hooks)",
+            "client_type": "public",
+            "authorization_grant_type": "urn:ietf:params:oauth:grant-type:device_code",
+            "redirect_uris": "",
+            "client_secret": "",
+            "hash_client_secret": False,
+        },
+    )
+    answer = Client().post(
+        "/oauth/device-authorization/",
+        urlencode({"client_id": "harness-hook", "resource": HOOKS}),
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert answer.status_code == 200, answer.content
+    return str(answer.json()["user_code"])
+
+
+def test_guessing_device_codes_is_stopped_after_ten_wrong_ones() -> None:
+    """Another developer's pending code, guessed, would make their machine act as the
+    guesser's agent: ten wrong codes in fifteen minutes, and the guesser is refused even
+    the right one (audited once); the developer approves their own code as before."""
+    from django.core.cache import cache
+    from oauth2_provider.models import DeviceGrant
+
+    cache.clear()  # the counts are in the cache, by user id (SQLite reuses ids)
+    team = create_team(name=unique("team"), actor="test")
+    guesser, developer = member(team), member(team)
+    code = pending_device_code()
+    browser = signed_in(guesser)
+    form = {"action": "accept", "team": str(team.pk), "mode": "standard"}
+    for n in range(9):
+        wrong = browser.post("/oauth/device/", {**form, "user_code": f"WRONG{n:03}"})
+        assert wrong.status_code == 400 and "Incorrect user code" in wrong.content.decode()
+    assert not AuditEvent.objects.filter(kind="agent.device_codes_locked").exists()
+    tenth = browser.post("/oauth/device/", {**form, "user_code": "WRONG999"})
+    assert tenth.status_code == 429
+    assert "Too many wrong codes: 10 in 15 minutes" in tenth.content.decode()
+    right = browser.post("/oauth/device/", {**form, "user_code": code})
+    assert right.status_code == 429 and "even with the right code" in right.content.decode()
+    assert DeviceGrant.objects.get(user_code=code).status == DeviceGrant.AUTHORIZATION_PENDING
+    assert not AgentClient.objects.filter(owner=guesser).exists()
+    locked = AuditEvent.objects.filter(kind="agent.device_codes_locked").get()
+    assert locked.subject == f"user:{guesser.username}"
+    assert locked.payload == {"user": guesser.username, "attempts": 10, "window": 900}
+    assert browser.get("/oauth/device/").status_code == 200  # the page still opens
+    own = signed_in(developer).post("/oauth/device/", {**form, "user_code": code})
+    assert own.status_code == 200 and "Approved" in own.content.decode()
+    assert AgentClient.objects.get(owner=developer).registered_via == "device"
