@@ -327,7 +327,17 @@ def require_sandbox() -> None:
 # given to the sandbox user (/etc/profile.d runs for every login, /usr/local/bin is on
 # every PATH, /root/.ssh lets in). Inside /home a person's own project is a workspace;
 # inside /root only Harness's own workspace root is (a checkout under /root keeps it).
-SYSTEM_TREES = (*SYSTEM_DIRS, "/etc", "/boot", "/proc", "/sys", "/dev", "/root")
+SYSTEM_TREES = (
+    *SYSTEM_DIRS,
+    "/etc",
+    "/boot",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/root",
+    "/run",  # sockets and pid files of running services (/var/run leads here)
+    *("/var/lib", "/var/spool", "/var/log", "/var/mail", "/var/cache", "/var/backups"),
+)
 
 
 def system_tree_of(workspace: Path) -> str | None:
@@ -336,7 +346,7 @@ def system_tree_of(workspace: Path) -> str | None:
     for tree in SYSTEM_TREES:
         if not _inside(workspace, Path(tree)):
             continue
-        if tree == "/root" and _inside(workspace, own):
+        if _inside(workspace, own):  # e.g. a checkout in /root, data in /var/lib/harness
             continue
         return tree
     return None

@@ -489,6 +489,33 @@ def test_a_signed_in_agent_stops_when_its_owner_leaves_its_team(documents: Docum
     assert [event.payload["name"] for event in revoked] == names
 
 
+def test_an_org_admins_signed_in_agent_stops_with_the_role(documents: DocumentServer) -> None:
+    """An organization admin approves agents for any team without joining it: the role
+    taken away, their signed-in agent in a team they never joined is revoked (audited in
+    the role's event); one in a team they are a member of goes on."""
+    from audit.roles import ADMIN, grant_role, remove_role
+
+    joined, unjoined = (create_team(name=unique("team"), actor="test") for _ in range(2))
+    person = member(joined)
+    grant_role(user=person, role=ADMIN, actor="test")
+    client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
+    issued = {}
+    for team in (joined, unjoined):
+        verifier, challenge = pkce()
+        params = authorize_params(client_id, challenge)
+        query = code_from(consent(signed_in(person), params, team=team))
+        answer = token(client_id, query["code"][0], verifier, resource=params["resource"])
+        issued[team.pk] = answer.json()["access_token"]
+    assert mcp_http.authenticate(issued[unjoined.pk], "", MCP)[0] is not None
+
+    remove_role(user=person, role=ADMIN, actor="admin:ops")
+    assert mcp_http.authenticate(issued[unjoined.pk], "", MCP) == (None, None)
+    assert mcp_http.authenticate(issued[joined.pk], "", MCP)[0] is not None
+    gone = AgentClient.objects.get(owner=person, team=unjoined).agent
+    event = AuditEvent.objects.get(kind="role.removed", payload__user=person.username)
+    assert event.payload["agents_revoked"] == [gone.name]
+
+
 def pending_device_code() -> str:
     """A device code as `harness-hook login` asks for one (the client its migration
     makes; a test database flushed by a live test before lacks it)."""

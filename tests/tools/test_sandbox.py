@@ -173,6 +173,10 @@ INSIDE_SYSTEM = {
     "/sys/kernel": "/sys",
     "/dev/shm": "/dev",  # noqa: S108  (a path refused, not used)
     "/root/.ssh": "/root",
+    "/run/user": "/run",
+    "/var/lib/postgresql": "/var/lib",
+    "/var/spool/cron": "/var/spool",
+    "/var/log/x": "/var/log",
 }
 
 
@@ -190,6 +194,9 @@ def test_a_workspace_inside_a_system_directory_is_refused(settings: Any, tmp_pat
     settings.HARNESS_WORKSPACE_ROOT = Path("/root/harness/var/workspaces")
     assert sandbox.exposed_state(Path("/root/harness/var/workspaces/s-1")) is None
     assert sandbox.exposed_state(Path("/root/harness-other")) is not None
+    settings.HARNESS_WORKSPACE_ROOT = Path("/var/lib/harness/workspaces")
+    assert sandbox.exposed_state(Path("/var/lib/harness/workspaces/s-1")) is None
+    assert sandbox.exposed_state(Path("/var/lib/harness/audit")) is not None
 
 
 def test_a_program_never_runs_in_a_workspace_inside_etc(sandbox_on: None) -> None:
