@@ -22,13 +22,12 @@ PENDING = "pending_approval"
 
 @dataclass(frozen=True)
 class Step:
-    """One event as the replay shows it: its line, and its payload as indented JSON."""
+    """One event as the replay shows it: its line (seq, kind, actor, time), and its
+    payload as indented JSON."""
 
     index: int
-    seq: int
     kind: str
-    actor: str
-    at: str
+    line: str
     payload: str
 
 
@@ -74,6 +73,8 @@ class Replay:
     # Grouped by call, in the order the calls first appear, each call's states in order:
     # at any step, the states shown are one per call seen so far, in that order.
     calls: list[Shown]
+    # The states that wait for a reviewer (the pending list), and the steps where none do.
+    pending: list[Shown]
     idle: list[Span]
 
 
@@ -82,8 +83,8 @@ def _pretty(value: Any) -> str:
 
 
 def _step(index: int, event: AuditEvent) -> Step:
-    at = event.created_at.isoformat()
-    return Step(index, event.seq, event.kind, event.actor, at, _pretty(event.payload))
+    line = f"#{event.seq} {event.kind} by {event.actor} at {event.created_at.isoformat()}"
+    return Step(index, event.kind, line, _pretty(event.payload))
 
 
 def _advance(state: CallState, event: AuditEvent) -> CallState:
@@ -103,13 +104,12 @@ def _advance(state: CallState, event: AuditEvent) -> CallState:
     return replace(state, **changes)
 
 
-def _idle(calls: list[Shown], steps: int) -> list[Span]:
+def _idle(pending: list[Shown], steps: int) -> list[Span]:
     """The spans of steps at which no call waits for a reviewer."""
     change = [0] * (steps + 1)
-    for shown in calls:
-        if shown.state.pending:
-            change[shown.first] += 1
-            change[shown.last + 1] -= 1
+    for shown in pending:
+        change[shown.first] += 1
+        change[shown.last + 1] -= 1
     spans: list[Span] = []
     waiting = 0
     for index in range(steps):
@@ -141,4 +141,5 @@ def build_replay(events: Sequence[AuditEvent]) -> Replay:
         states.append(Shown(str(call_id), after, index, len(events) - 1))
     calls = [shown for states in history.values() for shown in states]
     steps = [_step(index, event) for index, event in enumerate(events)]
-    return Replay(steps, calls, _idle(calls, len(events)))
+    pending = [shown for shown in calls if shown.state.pending]
+    return Replay(steps, calls, pending, _idle(pending, len(events)))

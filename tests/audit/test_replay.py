@@ -78,7 +78,7 @@ def test_each_step_shows_each_call_as_it_stood(recorded: tuple[str, str]) -> Non
     timeline = build_timeline(sid)
     assert timeline is not None
     replay = build_replay(timeline.events)
-    assert [s.seq for s in replay.steps] == [e.seq for e in timeline.events]
+    assert [s.line.split()[0] for s in replay.steps] == [f"#{e.seq}" for e in timeline.events]
     assert replay.steps[0].kind == "session.started" and table(replay, 0) == []
 
     received = step_of(replay, "call.received", "list_directory")
@@ -89,6 +89,7 @@ def test_each_step_shows_each_call_as_it_stood(recorded: tuple[str, str]) -> Non
     assert waiting.state.by.startswith("mode:standard: ")  # who asked, and why
     assert SCRIPT in waiting.state.presentation  # what the reviewer was shown
     assert not [span for span in replay.idle if span.first <= asked <= span.last]
+    assert replay.pending == [waiting]
 
     approved = step_of(replay, "call.approved", "write_file")
     [write] = [s.state for s in shown_at(replay, approved) if s.state.tool == "write_file"]
@@ -130,3 +131,6 @@ def test_the_page_renders_every_state_escaped(recorded: tuple[str, str]) -> None
     body = page.split('data-role="calls"')[1].split("</tbody>")[0]
     assert body.count("<tr ") == len(replay.calls)
     assert body.count(" hidden>") == len([s for s in replay.calls if s.first])
+    pending = page.split('data-role="pending"')[1].split("</ul>")[0]
+    assert pending.count("is waiting for a reviewer") == len(replay.pending) == 1
+    assert pending.count(">none</li>") == len(replay.idle) == 2
