@@ -160,7 +160,7 @@ if env("DATABASE_URL"):
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": "floor.sqlite3",  # BEGIN IMMEDIATE without the sleeping busy handler
             "NAME": env("HARNESS_SQLITE_PATH", str(DATA_DIR / "harness.sqlite3")),
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
