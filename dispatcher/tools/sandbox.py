@@ -355,10 +355,11 @@ def system_tree_of(workspace: Path) -> str | None:
 def exposed_state(workspace: Path) -> str | None:
     """Why `workspace` (resolved) may not be bound writable into the sandbox, or None: it
     is one of Harness's hidden directories or holds one below its own entries, holds the
-    system itself (`/`, `/usr`, `/etc`) or every home directory (`/home`, `/root`), or lies
-    inside a system directory (SYSTEM_TREES). Each would be written by programs (and, when
-    Harness is root, given to the sandbox user)."""
-    held = (*SYSTEM_DIRS, "/etc", "/home", "/root")
+    system itself (`/`, `/usr`, `/etc`, `/var`: any of SYSTEM_TREES) or every home
+    directory (`/home`, `/root`), or lies inside a system directory (SYSTEM_TREES). Each
+    would be written by programs (and, when Harness is root, given to the sandbox user)."""
+    # Every system tree, not only /usr and /etc: `/var` holds /var/lib and /var/spool.
+    held = (*SYSTEM_TREES, "/home")
     if any(_inside(Path(system), workspace) for system in held):
         return "holds system or home directories, which programs may not write"
     tree = system_tree_of(workspace)
