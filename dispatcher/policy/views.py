@@ -18,6 +18,7 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
+from django.db.models import Q
 from django.http import HttpResponse, HttpResponseForbidden, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -494,9 +495,13 @@ def session_grants(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
 @role_required(ADMIN)
 @require_GET
 def policy_layers(request: HtmxHttpRequest) -> HttpResponse:
-    """The organization's and every team's layer (rules as code: set_rules --org/--team),
-    their history, and the organization's changes waiting for a second admin."""
+    """The organization's layer and each reached team's (rules as code: set_rules
+    --org/--team), their history, and the organization's changes waiting for a second
+    admin. Another team's layer is not shown: it says what that team's agents run and
+    allow, as its people's rules do (_refusal_to_change)."""
     rows = PolicyLayer.objects.select_related("team").prefetch_related("versions")
+    if not request.reach.everything:
+        rows = rows.filter(Q(team__isnull=True) | Q(team_id__in=sorted(request.reach.team_ids)))
     layers = sorted(rows, key=lambda r: (r.kind != "org", r.team.name if r.team else ""))
     return render(
         request,
