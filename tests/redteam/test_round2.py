@@ -4,20 +4,42 @@ reading of rules). Each test is an attack; it passes when the attack fails."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from allauth.socialaccount.models import SocialAccount
+from django.contrib.auth.models import User
 from django.test import Client
 
 from dispatcher import agents
+from dispatcher.gateways import mcp_http
 from dispatcher.models import Agent
 from dispatcher.policy import managed
 from dispatcher.tools import sandbox
 from floor.errors import ServiceError
+from teams.models import Team
+from teams.services import add_member, create_team
+from tests.agentauth.test_authorization import (
+    MCP,
+    REDIRECT,
+    authorize_params,
+    code_from,
+    consent,
+    documents,
+    member,
+    refresh,
+    signed_in,
+    token,
+)
+from tests.support import oidc
 from tests.support.factories import make_user, unique
+from tests.support.oauth import DocumentServer, pkce
 from tests.teams.world import make_team
 
 pytestmark = pytest.mark.django_db
+__all__ = ["documents"]  # the fixture, imported to be used here
 
 
 # --- A workspace that holds a system directory -------------------------------------------
@@ -58,3 +80,124 @@ def test_a_team_admin_reads_no_other_teams_policy_layer() -> None:
     org = Client()
     org.force_login(make_user(unique("org-admin"), groups=("admin",)))
     assert secret in org.get("/permissions/policy/").content.decode()
+
+
+# --- Single sign-on never links a privileged account by email ----------------------------
+
+
+@pytest.fixture
+def provider(settings: Any) -> Iterator[oidc.Provider]:
+    with oidc.oidc_provider() as running:
+        oidc.configure(settings, running)
+        yield running
+
+
+def _org_admin() -> User:
+    admin = make_user(unique("boss"), groups=("admin",))
+    admin.email = f"{admin.username}@corp.test"
+    admin.save()
+    return admin
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        str.upper,  # allauth matches addresses without case
+        lambda email: email.replace("@corp.test", "@CORP.TEST"),
+        lambda email: email + ".",  # a trailing dot: another address, never the admin
+        lambda email: email.replace("@", "+x@"),  # a tag: another address
+    ],
+)
+def test_no_spelling_of_an_admins_email_signs_in_as_the_admin(
+    provider: oidc.Provider, spelling: Any
+) -> None:
+    admin = _org_admin()
+    sub = unique("mallory")
+    provider.set_person(sub, email=spelling(admin.email), email_verified=True)
+    client = Client()
+    oidc.sign_in(client, provider, sub)
+    assert client.get("/").wsgi_request.user.pk != admin.pk
+    assert not SocialAccount.objects.filter(user=admin).exists()
+
+
+def test_a_second_address_of_an_admin_links_no_provider(provider: oidc.Provider) -> None:
+    from allauth.account.models import EmailAddress
+
+    admin = _org_admin()
+    other = f"{unique('alias')}@corp.test"
+    EmailAddress.objects.create(user=admin, email=other, verified=True, primary=False)
+    sub = unique("mallory")
+    provider.set_person(sub, email=other, email_verified=True)
+    client = Client()
+    assert oidc.sign_in(client, provider, sub).status_code == 403
+    assert not client.get("/").wsgi_request.user.is_authenticated
+    assert not SocialAccount.objects.filter(user=admin).exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: an identity linked by email to an ordinary account keeps signing in "
+    "after the account is made an organization admin (identity.adapters returns early for "
+    "an identity linked before; nothing records that the link was made by email)",
+)
+def test_an_identity_linked_by_email_does_not_sign_in_as_the_account_made_admin(
+    provider: oidc.Provider,
+) -> None:
+    """The threat 72fca5e answers (a provider vouching for someone's address) waits: the
+    identity links to the ordinary account by email, and is an admin's once the account
+    is promoted."""
+    from audit.roles import ADMIN, grant_role
+
+    person = make_user(unique("dev"))
+    person.email = f"{person.username}@corp.test"
+    person.save()
+    sub = unique("mallory")
+    provider.set_person(sub, email=person.email, email_verified=True)
+    assert oidc.sign_in(Client(), provider, sub).status_code == 302  # linked by email
+    grant_role(user=person, role=ADMIN, actor="test")
+    later = Client()
+    oidc.sign_in(later, provider, sub)
+    assert later.get("/").wsgi_request.user.pk != person.pk
+
+
+# --- A leaver's signed-in agents stay stopped --------------------------------------------
+
+
+def test_a_leavers_refresh_token_and_coming_back_bring_no_agent_back(
+    documents: DocumentServer,
+) -> None:
+    """The agent a person signed in for a team is revoked when they leave it: its refresh
+    token makes no new token, and adding them back does not revive it (a new consent makes
+    a new agent)."""
+    from agentauth.models import AgentClient
+    from teams.services import remove_member
+
+    team = create_team(name=unique("team"), actor="test")
+    person = member(team)
+    client_id, first = sign_in_agent_for(documents, person, team)
+    assert mcp_http.authenticate(first["access_token"], "", MCP)[0] is not None
+    old = AgentClient.objects.get(owner=person, team=team).agent
+
+    remove_member(team=team, user=person, role="reviewer", actor="admin:ops")
+    assert refresh(client_id, first["refresh_token"]).status_code == 400
+    add_member(team=team, user=person, role="reviewer", actor="admin:ops")
+    assert mcp_http.authenticate(first["access_token"], "", MCP) == (None, None)
+    assert refresh(client_id, first["refresh_token"]).status_code == 400
+    old.refresh_from_db()
+    assert not old.is_active
+
+    _, again = sign_in_agent_for(documents, person, team, client_id=client_id)
+    agent = mcp_http.authenticate(again["access_token"], "", MCP)[0]
+    assert agent is not None and agent.pk != old.pk
+
+
+def sign_in_agent_for(
+    documents: DocumentServer, person: User, team: Team, client_id: str = ""
+) -> tuple[str, dict[str, Any]]:
+    client_id = client_id or documents.client(f"/{unique('c')}.json", [REDIRECT])
+    verifier, challenge = pkce()
+    params = authorize_params(client_id, challenge)
+    query = code_from(consent(signed_in(person), params, team=team))
+    answer = token(client_id, query["code"][0], verifier, resource=params["resource"])
+    assert answer.status_code == 200, answer.content
+    return client_id, answer.json()
