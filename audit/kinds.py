@@ -157,6 +157,11 @@ SSO_LINK_REFUSED = register(
     "single sign-on refused: a verified email matches a privileged account, which links "
     "its provider itself",
 )
+SSO_LINKED = register(
+    "sso.linked",
+    "an identity provider's person linked to an account: by a verified email, or "
+    "connected by the account's owner",
+)
 USER_SIGNED_OUT_EVERYWHERE = register("user.signed_out_everywhere", "signed out everywhere")
 SESSION_EXPIRED = register("user.session_expired", "sign-in ended: idle or too old")
 

@@ -68,8 +68,11 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
         organization admin, a break-glass account) is refused too (audited): its owner
         signs in to it and connects the provider from there, so a provider that marks an
         attacker's address as verified cannot sign anyone in as an admin."""
-        if sociallogin.account.pk is not None:
-            return  # an identity linked before: its subject matches, not its email
+        if sociallogin.account.pk is not None:  # linked before: its subject matches
+            # ...unless the link was made by email and the account is privileged since.
+            if services.linked_by_email(sociallogin.account.pk):
+                self._refuse_privileged(request, sociallogin)
+            return
         if sociallogin.is_existing:  # allauth matched an account by a verified email
             if sociallogin.state.get("process") != AuthProcess.CONNECT:
                 self._refuse_privileged(request, sociallogin)

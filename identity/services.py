@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from audit import kinds
+from audit.models import AuditEvent
 from audit.roles import close_sockets, deactivate, sign_in_group
 from audit.services import record_event
 
@@ -85,6 +86,31 @@ def refuse_privileged_link(*, provider: str, uid: str, email: str, user: User) -
         subject=_subject(user),
         payload={"provider": provider, "uid": uid, "email": email, "user": user.get_username()},
     )
+
+
+@transaction.atomic
+def record_link(*, user: User, provider: str, uid: str, account_id: int, by: str) -> None:
+    """An identity provider's person linked to `user`'s account (`account_id`): `by`
+    "email" (allauth matched a verified email) or "connect" (the owner, signed in,
+    connected the provider). What `linked_by_email` reads."""
+    record_event(
+        kind=kinds.SSO_LINKED,
+        actor=f"sso:{provider}:{uid}" if by == "email" else _subject(user),
+        subject=_subject(user),
+        payload={"provider": provider, "uid": uid, "account": account_id, "by": by},
+    )
+
+
+def linked_by_email(account_id: int) -> bool:
+    """Was the identity link `account_id` made by a verified email rather than by its
+    account's owner connecting it? (A link made before links were recorded: no.)"""
+    last = (
+        AuditEvent.objects.filter(kind=kinds.SSO_LINKED, payload__account=account_id)
+        .order_by("-pk")
+        .values_list("payload__by", flat=True)
+        .first()
+    )
+    return last == "email"
 
 
 def request_address(request: Any) -> str:

@@ -20,6 +20,22 @@ def on_signed_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
         services.record_break_glass(user=user, address=services.request_address(request))
 
 
+def on_sso_linked(sender: Any, request: Any, sociallogin: Any, **kwargs: Any) -> None:
+    """allauth's social_account_added: how the link was made is audited, since a link made
+    by a verified email never signs anyone in to a privileged account (identity.adapters),
+    even when the account became privileged after."""
+    from allauth.socialaccount.providers.base.constants import AuthProcess
+
+    account = sociallogin.account
+    services.record_link(
+        user=sociallogin.user,
+        provider=account.provider,
+        uid=account.uid,
+        account_id=account.pk,
+        by="connect" if sociallogin.state.get("process") == AuthProcess.CONNECT else "email",
+    )
+
+
 def on_sso_signed_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     """allauth's user_logged_in: a sign-in through an identity provider is audited, and
     the person's groups become their teams and roles (identity.groups)."""

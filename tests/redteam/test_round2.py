@@ -13,6 +13,7 @@ from allauth.socialaccount.models import SocialAccount
 from django.contrib.auth.models import User
 from django.test import Client
 
+from audit.models import AuditEvent
 from dispatcher import agents
 from dispatcher.gateways import mcp_http
 from dispatcher.models import Agent
@@ -134,18 +135,13 @@ def test_a_second_address_of_an_admin_links_no_provider(provider: oidc.Provider)
     assert not SocialAccount.objects.filter(user=admin).exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: an identity linked by email to an ordinary account keeps signing in "
-    "after the account is made an organization admin (identity.adapters returns early for "
-    "an identity linked before; nothing records that the link was made by email)",
-)
 def test_an_identity_linked_by_email_does_not_sign_in_as_the_account_made_admin(
     provider: oidc.Provider,
 ) -> None:
-    """The threat 72fca5e answers (a provider vouching for someone's address) waits: the
-    identity links to the ordinary account by email, and is an admin's once the account
-    is promoted."""
+    """The threat 72fca5e answers (a provider vouching for someone's address) could wait:
+    the identity links to the ordinary account by email, and was an admin's once the
+    account was promoted. A link made by email now never signs in to a privileged
+    account; its owner connects the provider from the account instead."""
     from audit.roles import ADMIN, grant_role
 
     person = make_user(unique("dev"))
@@ -156,8 +152,24 @@ def test_an_identity_linked_by_email_does_not_sign_in_as_the_account_made_admin(
     assert oidc.sign_in(Client(), provider, sub).status_code == 302  # linked by email
     grant_role(user=person, role=ADMIN, actor="test")
     later = Client()
-    oidc.sign_in(later, provider, sub)
-    assert later.get("/").wsgi_request.user.pk != person.pk
+    assert oidc.sign_in(later, provider, sub).status_code == 403
+    assert not later.get("/").wsgi_request.user.is_authenticated
+    refused = AuditEvent.objects.filter(kind="sso.link_refused", subject=f"user:{person.username}")
+    assert refused.get().payload["uid"] == sub
+    # The owner, signed in, takes the link away and connects the provider themselves.
+    person.set_password("new-" + person.username)  # allauth wiped it when linking by email
+    person.save()
+    owner = Client()
+    assert owner.login(username=person.username, password="new-" + person.username)
+    link = SocialAccount.objects.get(user=person)
+    assert owner.post("/accounts/3rdparty/", {"account": link.pk}).status_code == 302
+    assert not SocialAccount.objects.filter(user=person).exists()
+    assert oidc.sign_in(owner, provider, sub, process="connect").status_code == 302
+    again = Client()
+    assert oidc.sign_in(again, provider, sub).status_code == 302
+    assert again.get("/").wsgi_request.user.pk == person.pk
+    made = AuditEvent.objects.filter(kind="sso.linked", subject=f"user:{person.username}")
+    assert [e.payload["by"] for e in made.order_by("pk")] == ["email", "connect"]
 
 
 # --- A leaver's signed-in agents stay stopped --------------------------------------------
