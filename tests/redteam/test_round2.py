@@ -213,3 +213,73 @@ def sign_in_agent_for(
     answer = token(client_id, query["code"][0], verifier, resource=params["resource"])
     assert answer.status_code == 200, answer.content
     return client_id, answer.json()
+
+
+def test_the_group_map_taking_a_team_and_the_org_admin_role_stops_both_agents(
+    documents: DocumentServer, settings: Any
+) -> None:
+    """One sign-in whose groups no longer grant a team role nor the organization's admin
+    role: the agent signed in for that team and the one for a team only the admin role
+    reached both stop, whichever of the two the map takes first."""
+    import json
+
+    from agentauth.models import AgentClient
+    from identity.group_map import parse_group_map
+
+    sre = unique("sre")
+    settings.HARNESS_SSO_GROUP_MAP = parse_group_map(
+        json.dumps({"sre": f"team:{sre}:admin", "harness-admins": "org:admin"})
+    )
+    unjoined = create_team(name=unique("ops"), actor="test")
+    with oidc.oidc_provider() as provider:
+        oidc.configure(settings, provider)
+        settings.HARNESS_OUTBOUND_ALLOW = ["127.0.0.1"]  # the provider and the documents
+        sub = unique("grp")
+        email = f"{sub}@corp.test"
+        provider.set_person(sub, email=email, email_verified=True, groups=["sre", "harness-admins"])
+        assert oidc.sign_in(Client(), provider, sub).status_code == 302
+        person = User.objects.get(email=email)
+        mapped = Team.objects.get(name=sre)
+        issued = {
+            team.pk: sign_in_agent_for(documents, person, team)[1]["access_token"]
+            for team in (mapped, unjoined)
+        }
+        for access in issued.values():
+            assert mcp_http.authenticate(access, "", MCP)[0] is not None
+        provider.set_person(sub, email=email, email_verified=True, groups=[])
+        assert oidc.sign_in(Client(), provider, sub).status_code == 302
+    for access in issued.values():
+        assert mcp_http.authenticate(access, "", MCP) == (None, None)
+    assert not AgentClient.objects.filter(owner=person, agent__is_active=True).exists()
+
+
+# --- Device codes: one count per person, whatever the spelling or the session -------------
+
+
+def test_device_code_guesses_count_across_sessions_spellings_and_denials() -> None:
+    """Ten wrong codes lock the person out, spread over two sign-ins, typed as accept or
+    deny, and spelled as the right code in lower case or with spaces (the code is matched
+    exactly: another spelling is a wrong code); a GET with a code tries nothing."""
+    from django.core.cache import cache
+    from oauth2_provider.models import DeviceGrant
+
+    from tests.agentauth.test_authorization import pending_device_code
+
+    cache.clear()
+    team = create_team(name=unique("team"), actor="test")
+    guesser = member(team)
+    code = pending_device_code()
+    one, two = signed_in(guesser), signed_in(guesser)
+    form = {"team": str(team.pk), "mode": "standard"}
+    spellings = [code.lower(), " ".join(code), f"{code[:4]}-{code[4:]}", f"\t{code[::-1]}"]
+    guesses = [g for g in spellings if g.strip() != code]  # a blank around it: the code
+    guesses += [f"WRONG{n:03}" for n in range(10 - len(guesses))]
+    for n, guess in enumerate(guesses):
+        browser, action = (one, "accept") if n % 2 else (two, "deny")
+        assert browser.get("/oauth/device/", {"user_code": code}).status_code == 200
+        answer = browser.post("/oauth/device/", {**form, "action": action, "user_code": guess})
+        assert answer.status_code == (429 if n == 9 else 400), (n, guess, answer.status_code)
+    refused = one.post("/oauth/device/", {**form, "action": "deny", "user_code": code})
+    assert refused.status_code == 429
+    assert DeviceGrant.objects.get(user_code=code).status == DeviceGrant.AUTHORIZATION_PENDING
+    assert AuditEvent.objects.filter(kind="agent.device_codes_locked").count() == 1
