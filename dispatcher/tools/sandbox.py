@@ -358,13 +358,9 @@ def exposed_state(workspace: Path) -> str | None:
     system itself (`/`, `/usr`, `/etc`, `/var`: any of SYSTEM_TREES) or every home
     directory (`/home`, `/root`), or lies inside a system directory (SYSTEM_TREES). Each
     would be written by programs (and, when Harness is root, given to the sandbox user)."""
-    # Every system tree, not only /usr and /etc: `/var` holds /var/lib and /var/spool.
-    held = (*SYSTEM_TREES, "/home")
-    if any(_inside(Path(system), workspace) for system in held):
-        return "holds system or home directories, which programs may not write"
-    tree = system_tree_of(workspace)
-    if tree is not None:
-        return f"lies inside the system directory {tree}, which programs may not write"
+    reason = system_problem(workspace)
+    if reason is not None:
+        return reason
     for hidden in hidden_paths():
         if workspace == hidden:
             return (
@@ -380,6 +376,19 @@ def exposed_state(workspace: Path) -> str | None:
                 f"holds Harness's own directories ({hidden}: data, settings or workspace "
                 "root), which programs may never see"
             )
+    return None
+
+
+def system_problem(path: Path) -> str | None:
+    """Why `path` (resolved) may not be given to the sandbox user to write, or None: it
+    holds a system tree or every home directory, or lies inside a system tree. The rule
+    for a workspace (exposed_state) and for a server's writable path (sandbox_servers)."""
+    # Every system tree, not only /usr and /etc: `/var` holds /var/lib and /var/spool.
+    if any(_inside(Path(system), path) for system in (*SYSTEM_TREES, "/home")):
+        return "holds system or home directories, which programs may not write"
+    tree = system_tree_of(path)
+    if tree is not None:
+        return f"lies inside the system directory {tree}, which programs may not write"
     return None
 
 

@@ -31,6 +31,7 @@ from dispatcher.tools.sandbox import (
     read_only_extras,
     require_sandbox,
     sandbox_command,
+    system_problem,
 )
 
 # A server lives across calls, so the per-call wall clock does not apply (the worker's
@@ -78,8 +79,10 @@ def server_path_problem(entry: str) -> str | None:
                 f"Path {path} holds Harness's own state ({hidden}), which sandboxed "
                 "programs never see; it cannot be writable."
             )
-    if writable and any(_inside(path, Path(p)) for p in (*SYSTEM_DIRS, "/etc")):
-        return f"Path {path} is a system directory; it cannot be writable."
+    # Given to the sandbox user when Harness is root, as a workspace is: the same rule
+    # (/root/.ssh, /var/spool's crontabs, /var/lib's databases, /boot, /home whole).
+    if writable and (reason := system_problem(path)):
+        return f"Path {path} {reason}; it cannot be writable."
     if not writable and not _readable_by_sandbox_user(path):
         return (
             f"Path {path} cannot be read by the sandbox user ({settings.HARNESS_SANDBOX_USER}), "

@@ -18,7 +18,7 @@ from dispatcher import agents
 from dispatcher.gateways import mcp_http
 from dispatcher.models import Agent
 from dispatcher.policy import managed
-from dispatcher.tools import sandbox
+from dispatcher.tools import sandbox, sandbox_servers
 from floor.errors import ServiceError
 from teams.models import Team
 from teams.services import add_member, create_team
@@ -283,3 +283,26 @@ def test_device_code_guesses_count_across_sessions_spellings_and_denials() -> No
     assert refused.status_code == 429
     assert DeviceGrant.objects.get(user_code=code).status == DeviceGrant.AUTHORIZATION_PENDING
     assert AuditEvent.objects.filter(kind="agent.device_codes_locked").count() == 1
+
+
+# --- A server's writable path is held to the workspace's rule -----------------------------
+
+
+WRITABLE_REFUSED = ("/root", "/var/spool", "/var/lib", "/var/log", "/boot", "/var", "/home")
+
+
+def test_no_server_gets_a_writable_system_directory(tmp_path: Path) -> None:
+    """A stdio server's `:rw` path is given to the sandbox user when Harness is root, as a
+    workspace is, and a team admin registers servers for their team: /root (.ssh),
+    /var/spool (crontabs), /var/lib (databases), /boot, /var and /home whole are refused
+    as a workspace is (65c141f). Checked on the rule alone: the attack, if it worked,
+    would give this host's /var to the sandbox user (it once did, running this test
+    through the page as root)."""
+    for where in WRITABLE_REFUSED:
+        if not Path(where).exists():
+            continue
+        problem = sandbox_servers.server_path_problem(f"{where}:rw")
+        assert problem is not None and "cannot be writable" in problem, (where, problem)
+    # A directory of its own stays writable, and a system directory stays readable.
+    assert sandbox_servers.server_path_problem(f"{tmp_path}:rw") is None
+    assert sandbox_servers.server_path_problem("/var/lib:ro") is None
