@@ -213,6 +213,7 @@ def test_asks_past_the_agents_cap_are_stored_and_denied_with_the_reason(
 # --- Sessions per minute -------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db
 def test_new_sessions_past_the_per_minute_cap_get_429_on_the_api_and_the_hooks(
     agent: AgentFixture, settings: Any

@@ -299,6 +299,7 @@ def test_run_command_missing_program_is_a_tool_error(workspace: Path) -> None:
         run(RUN_COMMAND, workspace, argv=["no-such-program-xyz"])
 
 
+@pytest.mark.heavy
 def test_run_command_timeout_kills_the_process_group(workspace: Path) -> None:
     # The child proves it survived by writing a file (its pid may be in another namespace).
     script = "(sleep 1; touch survived) & wait"
