@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
-.PHONY: venv demo test test-fast test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery xmlsec nanoidp
+.PHONY: venv demo screenshots test test-fast test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery xmlsec nanoidp
 
 $(STAMP): pyproject.toml | xmlsec
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -130,6 +130,10 @@ $(MCP_FILESYSTEM):
 
 demo: $(STAMP) sandbox
 	$(BIN)/python manage.py run_demo
+
+# docs/dashboard.md's timeline pictures, from a real demo run in Debian's chromium.
+screenshots: $(STAMP) sandbox browser
+	$(BIN)/python -m tests.dashboard.screenshots docs/img
 
 # The whole suite on PostgreSQL + Redis, then on the embedded default (SQLite + own Redis).
 test: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp

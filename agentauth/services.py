@@ -138,6 +138,18 @@ def approve_device(*, owner: User, device_grant: Any, team: Team, mode: str, act
 
 
 @transaction.atomic
+def record_device_lockout(*, person: User, attempts: int, window: int) -> None:
+    """`person` typed `attempts` wrong device codes within `window` seconds: device sign-in
+    is refused for them until the window passes (agentauth.views.device)."""
+    record_event(
+        kind=kinds.DEVICE_CODES_LOCKED,
+        actor=f"user:{person.get_username()}",
+        subject=f"user:{person.get_username()}",
+        payload={"user": person.get_username(), "attempts": attempts, "window": window},
+    )
+
+
+@transaction.atomic
 def sign_out_agent(*, agent: Agent, actor: str) -> int:
     """Revoke every OAuth token of `agent` at once (access and refresh); the agent stays.
     Returns how many access tokens ended. Audited as agent.signed_out."""
@@ -152,6 +164,27 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
         payload={"agent": agent.name, "tokens": count},
     )
     return count
+
+
+def stop_agents_of_leaver(*, team: Team, user: User, actor: str) -> dict[str, Any]:
+    """A step of teams.services.remove_member (settings.HARNESS_TEAM_LEFT_STEPS, inside its
+    transaction) when `user` holds no role in `team` any more: each of their agents in it
+    that a client signed in for (OAuth consent or `harness-hook login`'s device code) acted
+    for them in that team, so it is revoked (its tokens refused from the commit on). An
+    agent an admin made (create_agent's bearer token, its sponsor accountable) stays, and
+    so does everything while they may still approve agents for the team (an org admin)."""
+    if teams_for(user).filter(pk=team.pk).exists():
+        return {}
+    signed_in = (
+        Agent.objects.select_for_update(of=("self",))
+        .filter(owner=user, team=team, is_active=True, oauth_client__isnull=False)
+        .order_by("pk")
+    )
+    revoked: list[str] = []
+    for agent in signed_in:
+        revoke_agent(agent=agent, actor=actor)
+        revoked.append(agent.name)
+    return {"agents_revoked": revoked} if revoked else {}
 
 
 @transaction.atomic

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from allauth.core import ratelimit
 from django import forms
 from django.conf import settings
 from django.contrib import messages
@@ -160,6 +161,26 @@ class ConsentView(AuthorizationView):  # type: ignore[misc]
 consent = login_required(ConsentView.as_view())
 
 
+# Wrong codes are counted per person (settings.HARNESS_DEVICE_CODE_ATTEMPTS in
+# HARNESS_DEVICE_CODE_WINDOW) by allauth's rate limiter: every code refused (unknown,
+# expired, used) counts, so the answers cannot be told apart by guessing past the limit.
+DEVICE_CODE_ACTION = "harness_device_code"
+
+
+def _locked_message() -> str:
+    return (
+        f"Too many wrong codes: {settings.HARNESS_DEVICE_CODE_ATTEMPTS} in "
+        f"{settings.HARNESS_DEVICE_CODE_WINDOW // 60} minutes. Device sign-in is paused for "
+        "your account, even with the right code, until that long after the first of them. "
+        "Then run `harness-hook login` again and type the code it shows."
+    )
+
+
+def _device_locked(request: HtmxHttpRequest) -> bool:
+    """Has the person typed as many wrong device codes as the window allows?"""
+    return not ratelimit.consume(request, action=DEVICE_CODE_ACTION, dry_run=True)
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 @never_cache
@@ -175,10 +196,22 @@ def device(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "GET":
         context["user_code"] = request.GET.get("user_code", "")
         return render(request, "agentauth/device.html", context)
-    form = DeviceGrantForm(request.POST)
     context["user_code"] = request.POST.get("user_code", "")
+    if _device_locked(request):
+        context["error"] = _locked_message()
+        return render(request, "agentauth/device.html", context, status=429)
+    form = DeviceGrantForm(request.POST)
     if not form.is_valid():
         context["error"] = " ".join(e for errs in form.errors.values() for e in errs)
+        ratelimit.consume(request, action=DEVICE_CODE_ACTION)
+        if _device_locked(request):
+            services.record_device_lockout(
+                person=request.user,
+                attempts=settings.HARNESS_DEVICE_CODE_ATTEMPTS,
+                window=settings.HARNESS_DEVICE_CODE_WINDOW,
+            )
+            context["error"] = _locked_message()
+            return render(request, "agentauth/device.html", context, status=429)
         return render(request, "agentauth/device.html", context, status=400)
     grant: DeviceGrant = form.cleaned_data["device_grant"]
     if request.POST.get("action") != "accept":

@@ -57,24 +57,30 @@ def check_audit_key(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
 
 @register()
 def check_deactivation_steps(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Each HARNESS_DEACTIVATION_STEPS entry imports to a callable: a deactivation that
-    cannot run a step fails (its transaction rolls back), so a bad name must fail here."""
+    """Each HARNESS_DEACTIVATION_STEPS and HARNESS_TEAM_LEFT_STEPS entry imports to a
+    callable: a deactivation or a removal that cannot run a step fails (its transaction
+    rolls back), so a bad name must fail here."""
     from django.utils.module_loading import import_string
 
     problems: list[CheckMessage] = []
-    for path in settings.HARNESS_DEACTIVATION_STEPS:
-        try:
-            ok = callable(import_string(path))
-        except ImportError as error:
-            ok, reason = False, str(error)
-        else:
-            reason = "not callable"
-        if not ok:
-            problems.append(
-                Error(
-                    f"HARNESS_DEACTIVATION_STEPS '{path}': {reason}.",
-                    hint="Name functions `(*, user, actor, sponsor) -> dict` (settings.py).",
-                    id="audit.E010",
+    named = (
+        ("HARNESS_DEACTIVATION_STEPS", "(*, user, actor, sponsor) -> dict", "audit.E010"),
+        ("HARNESS_TEAM_LEFT_STEPS", "(*, team, user, actor) -> dict", "audit.E011"),
+    )
+    for setting, signature, check_id in named:
+        for path in getattr(settings, setting):
+            try:
+                ok = callable(import_string(path))
+            except ImportError as error:
+                ok, reason = False, str(error)
+            else:
+                reason = "not callable"
+            if not ok:
+                problems.append(
+                    Error(
+                        f"{setting} '{path}': {reason}.",
+                        hint=f"Name functions `{signature}` (settings.py).",
+                        id=check_id,
+                    )
                 )
-            )
     return problems

@@ -99,6 +99,9 @@ AGENT_HANDED_OVER = register(
 AGENT_TRANSFERRED = register("agent.transferred", "agent's owner, team or sponsor changed")
 AGENT_AUTHORIZED = register("agent.authorized", "agent authorized by its owner (OAuth)")
 AGENT_SIGNED_OUT = register("agent.signed_out", "agent's OAuth tokens revoked")
+DEVICE_CODES_LOCKED = register(
+    "agent.device_codes_locked", "device sign-in paused for a person: too many wrong codes"
+)
 SESSION_STARTED = register("session.started", "session started")
 PROFILE_CHANGED = register("profile.changed", "mode or rules changed")
 POLICY_CHANGED = register("policy.changed", "organization's or team's policy changed")
@@ -148,6 +151,11 @@ USER_BREAK_GLASS = register(
 )
 SSO_REFUSED = register(
     "sso.refused", "single sign-on refused: an unverified email matches an existing account"
+)
+SSO_LINK_REFUSED = register(
+    "sso.link_refused",
+    "single sign-on refused: a verified email matches a privileged account, which links "
+    "its provider itself",
 )
 USER_SIGNED_OUT_EVERYWHERE = register("user.signed_out_everywhere", "signed out everywhere")
 SESSION_EXPIRED = register("user.session_expired", "sign-in ended: idle or too old")

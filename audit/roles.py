@@ -155,14 +155,40 @@ def remove_role(*, user: User, role: str, actor: str) -> bool:
     if group is None or not user.groups.filter(pk=group.pk).exists():
         return False
     user.groups.remove(group)
+    payload: dict[str, Any] = {"user": user.get_username(), "role": role}
+    if role == ADMIN:
+        payload |= _left_unjoined_teams(user=user, actor=actor)
     record_event(
         kind=kinds.ROLE_REMOVED,
         actor=actor,
         subject=f"user:{user.get_username()}",
-        payload={"user": user.get_username(), "role": role},
+        payload=payload,
     )
     transaction.on_commit(functools.partial(close_sockets, user_group(user.pk)))
     return True
+
+
+def _left_unjoined_teams(*, user: User, actor: str) -> dict[str, Any]:
+    """An organization admin reaches every team without joining it: losing the role is
+    leaving each team they hold no membership of, so the steps of leaving a team
+    (settings.HARNESS_TEAM_LEFT_STEPS: their signed-in agents there stop) run for each
+    team one of their agents works for. Each step checks again what they still reach (a
+    superuser reaches all)."""
+    from teams.models import Team
+    from teams.services import team_left_steps
+
+    teams = (
+        Team.objects.filter(agents__owner=user, agents__is_active=True)
+        .exclude(memberships__user=user)
+        .distinct()
+        .order_by("pk")
+    )
+    done: dict[str, Any] = {}
+    for team in teams:
+        for step in team_left_steps():
+            for key, value in step(team=team, user=user, actor=actor).items():
+                done[key] = [*done.get(key, []), *value] if isinstance(value, list) else value
+    return done
 
 
 # --- Sockets bound to a role and a sign-in -------------------------------------------------

@@ -430,18 +430,3 @@ def anthropic_messages(timeline: Timeline) -> list[dict[str, Any]]:
         if results:
             messages.append({"role": "user", "content": results})
     return messages
-
-
-def replay_events(timeline: Timeline) -> list[dict[str, Any]]:
-    """The events as the replay script reads them (from json_script, never as HTML)."""
-    return [
-        {
-            "seq": e.seq,
-            "kind": e.kind,
-            "actor": e.actor,
-            "subject": e.subject,
-            "at": e.created_at.isoformat(),
-            "payload": e.payload,
-        }
-        for e in timeline.events
-    ]

@@ -28,6 +28,7 @@ from teams.scope import Scope
 
 from . import export
 from .models import AuditChain, AuditEvent
+from .replay import build_replay
 from .roles import AUDITOR, HtmxHttpRequest, role_required
 from .timeline import (
     OUTCOME_FILTERS,
@@ -39,7 +40,6 @@ from .timeline import (
     openai_messages,
     orphan_reports,
     received_seq,
-    replay_events,
     session_started,
 )
 
@@ -219,7 +219,11 @@ def session_detail(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
 @role_required(AUDITOR)
 def session_replay(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
     timeline = _timeline(request, session_id)
-    context = {"timeline": timeline, "session_id": session_id, "events": replay_events(timeline)}
+    context = {
+        "timeline": timeline,
+        "session_id": session_id,
+        "replay": build_replay(timeline.events),
+    }
     return render(request, "audit/replay.html", context)
 
 

@@ -181,22 +181,8 @@ class DemoAgent:
         self.say(f"    {name}({shown})  -- expect: {expect}")
         result = self.client.submit(message, wait=2)  # an ask is known at once
         if not result.done:
-            pending = result.pending[0]
-            if pending["status"] == "pending_approval":
-                if self.auto_approve_as:
-                    approve_pending(result, self.auto_approve_as, self.out)
-                else:
-                    self.say(
-                        f"    Waiting for a reviewer: open {self.dashboard}/approvals/ and approve "
-                        f"{name} (call {pending['id']}); sign in as reviewer / reviewer."
-                    )
-                    if "passkey" in pending.get("reason", ""):
-                        local = self.dashboard.replace("127.0.0.1", "localhost")
-                        self.say(
-                            f"    This call needs a passkey (step-up): sign in at {local}/ "
-                            "(WebAuthn needs a host name), add a passkey on your page "
-                            "(your name, top right), then approve it there."
-                        )
+            if result.pending[0]["status"] == "pending_approval":
+                self._review(result, name)
             result = self.client.wait_for(message)
         call = result.calls[0]
         self.say(
@@ -211,6 +197,24 @@ class DemoAgent:
             self.say("      | " + line)
         self._check_results_shape(dialect, result)
         return call
+
+    def _review(self, result: Result, name: str) -> None:
+        """An asked call: approve it in-process, or tell the person at the browser what to do."""
+        if self.auto_approve_as:
+            approve_pending(result, self.auto_approve_as, self.out)
+            return
+        pending = result.pending[0]
+        self.say(
+            f"    Waiting for a reviewer: open {self.dashboard}/approvals/ and approve "
+            f"{name} (call {pending['id']}); sign in as reviewer / reviewer."
+        )
+        if "passkey" in pending.get("reason", ""):
+            local = self.dashboard.replace("127.0.0.1", "localhost")
+            self.say(
+                f"    This call needs a passkey (step-up): sign in at {local}/ "
+                "(WebAuthn needs a host name), add a passkey on your page "
+                "(your name, top right), then approve it there."
+            )
 
     def mcp_call(self, label: str, name: str, arguments: dict[str, Any]) -> bool | None:
         """One call through the MCP gateway (/mcp/) with the official `mcp` client; None

@@ -29,6 +29,7 @@ from dispatcher.policy import layers
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narrower_mode
 from dispatcher.policy.profiles import default_profile, profile_for
+from dispatcher.tools import sandbox
 from floor.compiled import Compiled
 from floor.errors import ServiceError
 from teams.models import Team
@@ -60,6 +61,13 @@ def create_agent(
     its token. The token is never stored or shown again."""
     if workspace:
         path = Path(workspace).expanduser().resolve()
+        reason = sandbox.exposed_state(path)
+        if reason is not None:  # refused before anything is made there
+            raise ServiceError(
+                f"The workspace {path} {reason}, so it cannot be an agent's workspace. "
+                "Choose a directory of its own (a project directory), or none: each session "
+                "then gets a fresh one."
+            )
         path.mkdir(parents=True, exist_ok=True)
         workspace = str(path)
     team = team or Team.objects.default()

@@ -348,9 +348,10 @@ def check_fast_path_versions(app_configs: Any = None, **kwargs: Any) -> list[War
     """The fast paths lean on library internals (the ORM's compiler, kombu's Redis QoS,
     Celery's message envelope): each names the lines it was verified against."""
     from floor import broker, celery_message, compiled
+    from floor.sqlite3 import base as sqlite_backend
 
     warnings = []
-    for module in (compiled, celery_message, broker):
+    for module in (compiled, celery_message, broker, sqlite_backend):
         for package, line in module.VERIFIED_WITH.items():
             installed = _installed_line(package)
             if installed != line:

@@ -123,6 +123,8 @@ def _create(request: HtmxHttpRequest, form: dict[str, str]) -> tuple[Agent | Non
         )
     except IntegrityError:
         return None, "", f"{owner.get_username()} already has an agent named '{form['name']}'."
+    except ServiceError as refused:
+        return None, "", str(refused)
     except OSError as problem:
         return None, "", f"The workspace cannot be used: {problem.strerror or problem}."
     return agent, token, ""

@@ -5,6 +5,8 @@
 - `celery_message.py`: a call's Celery message pushed onto the Redis broker directly.
 - `redis_clients.py`: this process's Redis clients, one pool per URL.
 - `broker.py`: one repair to kombu's Redis transport, installed by harness_site.celery.
+- `sqlite3/`: the embedded default's database backend, taking SQLite's write lock without
+  its sleeping busy handler.
 
 The fast paths here lean on library internals, so each names the library lines it was
 verified against (`VERIFIED_WITH`; dispatcher.W015 warns at start-up when they differ).

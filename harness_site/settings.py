@@ -160,7 +160,7 @@ if env("DATABASE_URL"):
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": "floor.sqlite3",  # BEGIN IMMEDIATE without the sleeping busy handler
             "NAME": env("HARNESS_SQLITE_PATH", str(DATA_DIR / "harness.sqlite3")),
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
@@ -422,6 +422,11 @@ HARNESS_DEACTIVATION_STEPS = [
     "approvals.services.void_votes_of",
     "dispatcher.agents.release_agents_of",
 ]
+# What a person's leaving a team does (teams.services.remove_member, when the role removed
+# was their last in that team: by hand, by command or by the identity provider's group map),
+# each `(*, team, user, actor) -> dict` inside its transaction, what it returns joining the
+# audit event; checked at start-up (audit.E011).
+HARNESS_TEAM_LEFT_STEPS = ["agentauth.services.stop_agents_of_leaver"]
 # Stage 6: wraps every tool execution (budgets, retries, metrics belong here).
 HARNESS_EXECUTE_WRAPPER = "dispatcher.pipeline.default_execute_wrapper"
 
@@ -632,6 +637,15 @@ OAUTH2_PROVIDER = {
 HARNESS_PUBLIC_URL = env("HARNESS_PUBLIC_URL", "http://localhost:8000")
 # Where `harness-hook login` sends a person to approve its device code.
 OAUTH2_PROVIDER["OAUTH_DEVICE_VERIFICATION_URI"] = HARNESS_PUBLIC_URL.rstrip("/") + "/oauth/device/"
+# Wrong device codes a signed-in person may type at /oauth/device/ (agentauth.views.device)
+# before device sign-in is refused for them, a right code too, until the window passes:
+# guessing another developer's pending code would make their machine act as the guesser's
+# agent. Counted by allauth's rate limiter (ACCOUNT_RATE_LIMITS below), in Django's cache.
+HARNESS_DEVICE_CODE_ATTEMPTS = 10
+HARNESS_DEVICE_CODE_WINDOW = 15 * 60
+ACCOUNT_RATE_LIMITS = {
+    "harness_device_code": f"{HARNESS_DEVICE_CODE_ATTEMPTS}/{HARNESS_DEVICE_CODE_WINDOW}s/user"
+}
 # A one-tap link decides only for its recipient signed in; false lets the link alone
 # stand for the recipient (whoever holds it can decide, once).
 HARNESS_LINKS_REQUIRE_LOGIN = env_bool("HARNESS_LINKS_REQUIRE_LOGIN", True)

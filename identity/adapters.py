@@ -3,8 +3,10 @@
 Nobody signs up with a password: accounts are made by admins (the admin, `manage.py
 createsuperuser`) or by single sign-on, where the identity provider says who someone is.
 An identity provider's person is linked to an existing account only by an email the
-provider says is verified; an unverified one that matches an account is refused, never
-made into a second account beside it nor linked to it.
+provider says is verified, and never a privileged one (superuser, staff, organization
+admin, break-glass), whose owner connects the provider from the account itself; an
+unverified one that matches an account is refused, never made into a second account
+beside it nor linked to it.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from typing import Any
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
+from allauth.socialaccount.providers.base.constants import AuthProcess
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.shortcuts import render
 
+from audit.roles import ADMIN
 from floor import outbound
 
 from . import services
@@ -57,10 +61,18 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
         return outbound.requests_session()
 
     def pre_social_login(self, request: HttpRequest, sociallogin: Any) -> None:
-        """A new identity whose email is an existing account's, unverified by its
-        provider: refused (audited), so it neither takes the account over nor gets a
-        look-alike account beside it."""
-        if sociallogin.is_existing:
+        """A new identity whose email is an existing account's: linked only when the
+        provider says the email is verified and the account is not privileged. An
+        unverified one is refused (audited), so it neither takes the account over nor gets
+        a look-alike account beside it; a privileged account (a superuser, an
+        organization admin, a break-glass account) is refused too (audited): its owner
+        signs in to it and connects the provider from there, so a provider that marks an
+        attacker's address as verified cannot sign anyone in as an admin."""
+        if sociallogin.account.pk is not None:
+            return  # an identity linked before: its subject matches, not its email
+        if sociallogin.is_existing:  # allauth matched an account by a verified email
+            if sociallogin.state.get("process") != AuthProcess.CONNECT:
+                self._refuse_privileged(request, sociallogin)
             return
         verified = {a.email.lower() for a in sociallogin.email_addresses if a.verified}
         for address in sociallogin.email_addresses:
@@ -78,3 +90,33 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
                     status=403,
                 )
             )
+
+    def _refuse_privileged(self, request: HttpRequest, sociallogin: Any) -> None:
+        user = sociallogin.user
+        if not is_privileged(user):
+            return
+        services.refuse_privileged_link(
+            provider=sociallogin.account.provider,
+            uid=sociallogin.account.uid,
+            email=user.email.lower(),
+            user=user,
+        )
+        raise ImmediateHttpResponse(
+            render(
+                request,
+                "identity/sso_link_refused.html",
+                {"email": user.email, "provider": sociallogin.account.get_provider().name},
+                status=403,
+            )
+        )
+
+
+def is_privileged(user: User) -> bool:
+    """An account no identity provider is linked to by email alone: a superuser, a staff
+    member, an organization admin, or a break-glass account (HARNESS_BREAK_GLASS_USERS)."""
+    return (
+        user.is_superuser
+        or user.is_staff
+        or user.get_username() in settings.HARNESS_BREAK_GLASS_USERS
+        or user.groups.filter(name=ADMIN).exists()
+    )

@@ -75,6 +75,18 @@ def refuse_unverified_email(*, provider: str, uid: str, email: str) -> None:
     )
 
 
+@transaction.atomic
+def refuse_privileged_link(*, provider: str, uid: str, email: str, user: User) -> None:
+    """An identity provider's new person whose verified email is a privileged account's
+    (identity.adapters.is_privileged): not linked automatically."""
+    record_event(
+        kind=kinds.SSO_LINK_REFUSED,
+        actor=f"sso:{provider}:{uid}",
+        subject=_subject(user),
+        payload={"provider": provider, "uid": uid, "email": email, "user": user.get_username()},
+    )
+
+
 def request_address(request: Any) -> str:
     return str(getattr(request, "META", {}).get("REMOTE_ADDR", "")) if request else ""
 

@@ -16,6 +16,8 @@ from django.db.models import FilteredRelation, Model, Q, QuerySet
 
 from floor.compiled import Compiled
 
+from .models import Membership
+
 M = TypeVar("M", bound=Model)
 
 
@@ -97,6 +99,21 @@ def wholly_within(scope: Scope, person: Any) -> bool:
     return not (
         person.team_memberships.exclude(team_id__in=ids).exists()
         or person.agents.exclude(team_id__in=ids).exists()
+    )
+
+
+def wholly_within_people(scope: Scope, people: QuerySet[User]) -> QuerySet[User]:
+    """`people` narrowed to those `wholly_within` `scope`, in one statement (a list)."""
+    if scope.everything:
+        return people
+    ids = sorted(scope.team_ids)
+    # The agents' model through the relation: teams lies below the app that defines it.
+    agents: Any = User._meta.get_field("agents").related_model
+    return (
+        people.filter(is_superuser=False)
+        .exclude(groups__name__in=ORG_ROLE_GROUPS)
+        .exclude(pk__in=Membership.objects.exclude(team_id__in=ids).values("user_id"))
+        .exclude(pk__in=agents._default_manager.exclude(team_id__in=ids).values("owner_id"))
     )
 
 

@@ -3,16 +3,22 @@
 A membership given by the identity provider's group map says so (`source="sso"`): the map
 removes only what it gave, and a role given by hand is never taken by a sign-in.
 Removing a member's last role closes their sockets after commit (as `audit.roles` does
-for organization roles), so a socket never outlives the role it was opened with.
+for organization roles), so a socket never outlives the role it was opened with, and
+runs the steps of settings.HARNESS_TEAM_LEFT_STEPS when it was their last role in that
+team (the agents a person signed in for that team stop: agentauth.services).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils.module_loading import import_string
 
 from audit import kinds
 from audit.roles import close_sockets, user_group
@@ -82,22 +88,37 @@ def remove_member(
     *, team: Team, user: User, role: str, actor: str, source: str | None = None
 ) -> bool:
     """Take the role in `team` from `user`; False (and no event) if they did not hold it
-    (or, with `source`, did not hold it from that source). Their sockets close after
-    commit: a page still within another role reopens its socket and is checked again."""
+    (or, with `source`, did not hold it from that source). When it was their last role in
+    `team`, each step of settings.HARNESS_TEAM_LEFT_STEPS runs in this transaction (what it
+    returns joins the audit event). Their sockets close after commit: a page still within
+    another role reopens its socket and is checked again."""
     _role(role)
     rows = Membership.objects.filter(team=team, user=user, role=role)
     if source is not None:
         rows = rows.filter(source=source)
     if not rows.delete()[0]:
         return False
+    payload: dict[str, Any] = {"team": team.name, "user": user.get_username(), "role": role}
+    if not Membership.objects.filter(team=team, user=user).exists():
+        for step in team_left_steps():
+            payload |= step(team=team, user=user, actor=actor)
     record_event(
-        kind=kinds.TEAM_MEMBER_REMOVED,
-        actor=actor,
-        subject=f"team:{team.pk}",
-        payload={"team": team.name, "user": user.get_username(), "role": role},
+        kind=kinds.TEAM_MEMBER_REMOVED, actor=actor, subject=f"team:{team.pk}", payload=payload
     )
     transaction.on_commit(functools.partial(close_sockets, user_group(user.pk)))
     return True
+
+
+def team_left_steps() -> list[Callable[..., dict[str, Any]]]:
+    """settings.HARNESS_TEAM_LEFT_STEPS, imported (named there, not imported here: the steps
+    live in apps above teams; checked at start-up, audit.E011)."""
+    return [_import_step(path) for path in settings.HARNESS_TEAM_LEFT_STEPS]
+
+
+@functools.cache
+def _import_step(path: str) -> Callable[..., dict[str, Any]]:
+    step: Callable[..., dict[str, Any]] = import_string(path)
+    return step
 
 
 MAX_ESCALATION_AFTER = 7 * 24 * 3600  # a week: longer is a typo, not a delay

@@ -35,7 +35,7 @@ from dispatcher.policy.profiles import profile_for
 from dispatcher.tools.base import Tool
 from dispatcher.tools.registry import all_tools
 from floor.errors import ServiceError
-from teams.scope import Scope, org_holds, wholly_within
+from teams.scope import Scope, org_holds, wholly_within, wholly_within_people
 
 PAGE = "permissions/user.html"
 RECENT_CALLS = 50
@@ -78,14 +78,15 @@ def _subject(request: HtmxHttpRequest, user_id: int | str) -> User:
 OTHER_TEAMS = (
     "{name} is also in another team (a member, or the owner of its agents) or holds an "
     "organization role, and their rules govern all of their agents: only an organization "
-    "admin changes them."
+    "admin reads and changes them."
 )
 
 
 def _refusal_to_change(request: HtmxHttpRequest, subject: User) -> str:
-    """Why this admin may not change `subject`'s rules ("" when they may): a team admin
-    changes those of people wholly inside their teams only (teams.scope.wholly_within),
-    since a person's rules govern all of their agents."""
+    """Why this admin may not read or change `subject`'s rules ("" when they may): a team
+    admin reads and changes those of people wholly inside their teams only
+    (teams.scope.wholly_within), since a person's rules govern all of their agents (and
+    say what another team runs, allows and watches for)."""
     if wholly_within(request.reach, subject):
         return ""
     return OTHER_TEAMS.format(name=subject.get_username())
@@ -118,8 +119,12 @@ def index(request: HtmxHttpRequest) -> HttpResponse:
     agents: dict[int, list[Agent]] = {}
     for agent in _team_agents(request.reach).order_by("name"):
         agents.setdefault(agent.owner_id, []).append(agent)
-    rows = []
+    managed = set(wholly_within_people(request.reach, users).values_list("pk", flat=True))
+    rows: list[dict[str, Any]] = []
     for user in users:
+        if user.pk not in managed:  # named with their agents here, their rules not shown
+            rows.append({"user": user, "agents": agents.get(user.pk, [])})
+            continue
         profile = profile_for(user)
         rows.append(
             {
@@ -234,11 +239,11 @@ def user_profile(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """GET the editor; POST saves (PRG), or re-renders with each bad pattern named (400/409)."""
     actor = request.user
     subject = _subject(request, user_id)
+    if refusal := _refusal_to_change(request, subject):
+        return HttpResponseForbidden(refusal, content_type="text/plain; charset=utf-8")
     if request.method == "GET":
         return _page(request, subject)
     form = _form_from_post(request.POST)
-    if refusal := _refusal_to_change(request, subject):
-        return _page(request, subject, form, status=403, errors=[refusal])
     rows = editor.rows_from_post(request.POST) if request.POST.get("rows") else None
     # Errors in the text form open it again; errors in the rows show on their rows.
     where: dict[str, Any] = {"rows": rows} if rows is not None else {"text_open": True}
@@ -279,6 +284,8 @@ def simulate(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """Decide one call (typed, or a past call of this user) under the saved rules and, when
     the form's rules differ, under those too. Stores nothing."""
     subject = _subject(request, user_id)
+    if refusal := _refusal_to_change(request, subject):
+        return HttpResponseForbidden(refusal, content_type="text/plain; charset=utf-8")
     form = _form_from_post(request.POST)
     extra: dict[str, Any] = {
         "sim_tool": request.POST.get("tool", ""),
@@ -343,6 +350,8 @@ def _call_of(subject: User, call_id: str, reach: Scope) -> ToolCall:
 def backtest(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """The past calls whose decision would change under the form's (unsaved) rules."""
     subject = _subject(request, user_id)
+    if refusal := _refusal_to_change(request, subject):
+        return HttpResponseForbidden(refusal, content_type="text/plain; charset=utf-8")
     form = _form_from_post(request.POST)
     extra: dict[str, Any] = {}
     try:
@@ -363,6 +372,8 @@ def check_rules(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """Check the editor's rows as saving would, each on its own row (the rule named as the
     server names it), with the examples for each row's tool. Stores nothing."""
     subject = _subject(request, user_id)
+    if refusal := _refusal_to_change(request, subject):
+        return HttpResponseForbidden(refusal, content_type="text/plain; charset=utf-8")
     rows = editor.check_rows(editor.rows_from_post(request.POST))
     choices = {c["name"]: c for c in editor.tool_choices(rows, _tools(request.reach))}
     context = {"subject": subject, "rows": rows, "choices": choices}
@@ -379,6 +390,8 @@ def check_rules(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
 def blank_row(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """One empty rule row for the editor (htmx); a page load goes to the editor."""
     subject = _subject(request, user_id)
+    if refusal := _refusal_to_change(request, subject):
+        return HttpResponseForbidden(refusal, content_type="text/plain; charset=utf-8")
     if not request.htmx:
         return redirect("permissions:user", user_id=subject.pk)
     action = request.GET.get("action", "allow")

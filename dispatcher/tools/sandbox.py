@@ -323,35 +323,73 @@ def require_sandbox() -> None:
         )
 
 
-def refuse_exposed_state(workspace: Path) -> None:
-    """Refuse a workspace that is one of Harness's hidden directories or holds one below
-    its own entries, or that holds the system itself (`/`, `/usr`, `/etc`) or every home directory (`/home`, `/root`): it
-    would be bound writable (and, when Harness is root, given to the sandbox user)."""
+# No workspace lies inside these: it would be bound writable and, when Harness is root,
+# given to the sandbox user (/etc/profile.d runs for every login, /usr/local/bin is on
+# every PATH, /root/.ssh lets in). Inside /home a person's own project is a workspace;
+# inside /root only Harness's own workspace root is (a checkout under /root keeps it).
+SYSTEM_TREES = (
+    *SYSTEM_DIRS,
+    "/etc",
+    "/boot",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/root",
+    "/run",  # sockets and pid files of running services (/var/run leads here)
+    *("/var/lib", "/var/spool", "/var/log", "/var/mail", "/var/cache", "/var/backups"),
+)
+
+
+def system_tree_of(workspace: Path) -> str | None:
+    """The system directory `workspace` (resolved) lies inside, or None."""
+    own = Path(settings.HARNESS_WORKSPACE_ROOT).resolve()
+    for tree in SYSTEM_TREES:
+        if not _inside(workspace, Path(tree)):
+            continue
+        if _inside(workspace, own):  # e.g. a checkout in /root, data in /var/lib/harness
+            continue
+        return tree
+    return None
+
+
+def exposed_state(workspace: Path) -> str | None:
+    """Why `workspace` (resolved) may not be bound writable into the sandbox, or None: it
+    is one of Harness's hidden directories or holds one below its own entries, holds the
+    system itself (`/`, `/usr`, `/etc`) or every home directory (`/home`, `/root`), or lies
+    inside a system directory (SYSTEM_TREES). Each would be written by programs (and, when
+    Harness is root, given to the sandbox user)."""
     held = (*SYSTEM_DIRS, "/etc", "/home", "/root")
     if any(_inside(Path(system), workspace) for system in held):
-        raise ToolError(
-            f"The session workspace {workspace} holds system or home directories, which "
-            "programs may not write, so no program runs. An operator must give the agent a "
-            "workspace of its own."
-        )
+        return "holds system or home directories, which programs may not write"
+    tree = system_tree_of(workspace)
+    if tree is not None:
+        return f"lies inside the system directory {tree}, which programs may not write"
     for hidden in hidden_paths():
         if workspace == hidden:
-            raise ToolError(
-                f"The session workspace {workspace} is one of Harness's own directories "
-                "(data, settings or workspace root), which programs may never see, so no "
-                "program runs. An operator must give the agent a workspace of its own."
+            return (
+                "is one of Harness's own directories (data, settings or workspace root), "
+                "which programs may never see"
             )
         # Deeper than a workspace's own entries, the tmpfs that hides it covers a path, not
         # a directory: the program renames a parent it owns (var/ of var/data), and the
         # next run shows the data under the new name. A direct entry is a mount point the
         # program cannot rename or remove.
         if _inside(hidden, workspace) and hidden.parent != workspace:
-            raise ToolError(
-                f"The session workspace {workspace} holds Harness's own directories "
-                f"({hidden}: data, settings or workspace root), which programs may never "
-                "see, so no program runs. An operator must give the agent a workspace "
-                "that does not hold them."
+            return (
+                f"holds Harness's own directories ({hidden}: data, settings or workspace "
+                "root), which programs may never see"
             )
+    return None
+
+
+def refuse_exposed_state(workspace: Path) -> None:
+    """Raise ToolError for a workspace `exposed_state` refuses: no program runs in it."""
+    reason = exposed_state(workspace)
+    if reason is not None:
+        raise ToolError(
+            f"The session workspace {workspace} {reason}, so no program runs. An operator "
+            "must give the agent a workspace of its own."
+        )
 
 
 def _start_failure(argv: list[str], line: str) -> ToolError:

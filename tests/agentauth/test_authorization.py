@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from django.contrib.auth.models import User
@@ -432,3 +432,143 @@ def test_a_hooks_token_reaches_the_hooks_in_the_profile_chosen(documents: Docume
     assert answer.status_code == 200, answer.content
     assert answer.json()["hookSpecificOutput"]["permissionDecision"] == "deny"  # read_only
     assert AgentSession.objects.get(external_id=session_id).mode == "read_only"
+
+
+def test_a_signed_in_agent_stops_when_its_owner_leaves_its_team(documents: DocumentServer) -> None:
+    """The agents a person signed in for a team (consent, harness-hook login) act for them
+    in that team: their last role there removed, every such token is refused on /mcp/ and
+    the hooks, audited; an admin's bearer agent and their agents of other teams go on."""
+    from dispatcher import agents
+    from teams.services import remove_member
+    from tests.support.claude_code_hooks import HOOK_URL, pre_tool_use
+
+    payments, other = (create_team(name=unique("team"), actor="test") for _ in range(2))
+    person = member(payments)
+    add_member(team=payments, user=person, role="auditor", actor="test")
+    add_member(team=other, user=person, role="reviewer", actor="test")
+    client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
+    issued = {}
+    for resource, team in ((HOOKS, payments), (MCP, payments), ("other", other)):
+        verifier, challenge = pkce()
+        params = authorize_params(client_id, challenge, resource=MCP if team == other else resource)
+        query = code_from(consent(signed_in(person), params, team=team))
+        answer = token(client_id, query["code"][0], verifier, resource=params["resource"])
+        issued[resource] = answer.json()["access_token"]
+    bearer, bearer_token = agents.create_agent(
+        owner=person, name=unique("ci"), team=payments, actor="admin"
+    )
+
+    def hook() -> Any:
+        body = pre_tool_use(unique("cc"), "Read", {"file_path": "/home/dev/project/a.txt"})
+        return Client().post(
+            f"{HOOK_URL}?wait=0",
+            data=body,
+            content_type="application/json",
+            headers={"Authorization": f"Bearer {issued[HOOKS]}"},
+        )
+
+    assert hook().status_code == 200
+    assert mcp_http.authenticate(issued[MCP], "", MCP)[0] is not None
+    # One of two roles in the team gone: still a member, the agents go on.
+    remove_member(team=payments, user=person, role="auditor", actor="test")
+    assert hook().status_code == 200
+    assert mcp_http.authenticate(issued[MCP], "", MCP)[0] is not None
+
+    remove_member(team=payments, user=person, role="reviewer", actor="admin:ops")
+    refused = hook()
+    assert refused.status_code == 401, refused.content
+    assert mcp_http.authenticate(issued[MCP], "", MCP) == (None, None)
+    assert mcp_http.authenticate(issued["other"], "", MCP)[0] is not None  # another team's
+    assert mcp_http.authenticate(bearer_token, "", MCP)[0] == bearer  # the sponsor's to stop
+    left = AuditEvent.objects.filter(kind="team.member_removed", payload__role="reviewer")
+    links = AgentClient.objects.filter(owner=person, team=payments).select_related("agent")
+    names = sorted(link.agent.name for link in links)
+    assert len(names) == 1  # one agent per person, client and team, whatever the audience
+    assert left.get(subject=f"team:{payments.pk}").payload["agents_revoked"] == names
+    revoked = AuditEvent.objects.filter(kind="agent.revoked", actor="admin:ops")
+    assert [event.payload["name"] for event in revoked] == names
+
+
+def test_an_org_admins_signed_in_agent_stops_with_the_role(documents: DocumentServer) -> None:
+    """An organization admin approves agents for any team without joining it: the role
+    taken away, their signed-in agent in a team they never joined is revoked (audited in
+    the role's event); one in a team they are a member of goes on."""
+    from audit.roles import ADMIN, grant_role, remove_role
+
+    joined, unjoined = (create_team(name=unique("team"), actor="test") for _ in range(2))
+    person = member(joined)
+    grant_role(user=person, role=ADMIN, actor="test")
+    client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
+    issued = {}
+    for team in (joined, unjoined):
+        verifier, challenge = pkce()
+        params = authorize_params(client_id, challenge)
+        query = code_from(consent(signed_in(person), params, team=team))
+        answer = token(client_id, query["code"][0], verifier, resource=params["resource"])
+        issued[team.pk] = answer.json()["access_token"]
+    assert mcp_http.authenticate(issued[unjoined.pk], "", MCP)[0] is not None
+
+    remove_role(user=person, role=ADMIN, actor="admin:ops")
+    assert mcp_http.authenticate(issued[unjoined.pk], "", MCP) == (None, None)
+    assert mcp_http.authenticate(issued[joined.pk], "", MCP)[0] is not None
+    gone = AgentClient.objects.get(owner=person, team=unjoined).agent
+    event = AuditEvent.objects.get(kind="role.removed", payload__user=person.username)
+    assert event.payload["agents_revoked"] == [gone.name]
+
+
+def pending_device_code() -> str:
+    """A device code as `harness-hook login` asks for one (the client its migration
+    makes; a test database flushed by a live test before lacks it)."""
+    from oauth2_provider.models import get_application_model
+
+    get_application_model().objects.get_or_create(
+        client_id="harness-hook",
+        defaults={
+            "name": "harness-hook (coding agents' hooks)",
+            "client_type": "public",
+            "authorization_grant_type": "urn:ietf:params:oauth:grant-type:device_code",
+            "redirect_uris": "",
+            "client_secret": "",
+            "hash_client_secret": False,
+        },
+    )
+    answer = Client().post(
+        "/oauth/device-authorization/",
+        urlencode({"client_id": "harness-hook", "resource": HOOKS}),
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert answer.status_code == 200, answer.content
+    return str(answer.json()["user_code"])
+
+
+def test_guessing_device_codes_is_stopped_after_ten_wrong_ones() -> None:
+    """Another developer's pending code, guessed, would make their machine act as the
+    guesser's agent: ten wrong codes in fifteen minutes, and the guesser is refused even
+    the right one (audited once); the developer approves their own code as before."""
+    from django.core.cache import cache
+    from oauth2_provider.models import DeviceGrant
+
+    cache.clear()  # the counts are in the cache, by user id (SQLite reuses ids)
+    team = create_team(name=unique("team"), actor="test")
+    guesser, developer = member(team), member(team)
+    code = pending_device_code()
+    browser = signed_in(guesser)
+    form = {"action": "accept", "team": str(team.pk), "mode": "standard"}
+    for n in range(9):
+        wrong = browser.post("/oauth/device/", {**form, "user_code": f"WRONG{n:03}"})
+        assert wrong.status_code == 400 and "Incorrect user code" in wrong.content.decode()
+    assert not AuditEvent.objects.filter(kind="agent.device_codes_locked").exists()
+    tenth = browser.post("/oauth/device/", {**form, "user_code": "WRONG999"})
+    assert tenth.status_code == 429
+    assert "Too many wrong codes: 10 in 15 minutes" in tenth.content.decode()
+    right = browser.post("/oauth/device/", {**form, "user_code": code})
+    assert right.status_code == 429 and "even with the right code" in right.content.decode()
+    assert DeviceGrant.objects.get(user_code=code).status == DeviceGrant.AUTHORIZATION_PENDING
+    assert not AgentClient.objects.filter(owner=guesser).exists()
+    locked = AuditEvent.objects.filter(kind="agent.device_codes_locked").get()
+    assert locked.subject == f"user:{guesser.username}"
+    assert locked.payload == {"user": guesser.username, "attempts": 10, "window": 900}
+    assert browser.get("/oauth/device/").status_code == 200  # the page still opens
+    own = signed_in(developer).post("/oauth/device/", {**form, "user_code": code})
+    assert own.status_code == 200 and "Approved" in own.content.decode()
+    assert AgentClient.objects.get(owner=developer).registered_via == "device"

@@ -71,6 +71,12 @@ def test_timeline_replay_and_export_download(
         assert position.inner_text().startswith("Step 2 of ")
         assert "call.received" in page.locator('[data-role="event"]').inner_text()
         assert "list_directory" in page.locator('[data-role="calls"]').inner_text()
+        scrub = page.locator('[data-action="scrub"]')
+        last = scrub.get_attribute("max")
+        scrub.fill(str(last))  # to the last step: the worker's result is in
+        assert position.inner_text() == f"Step {last} of {last}"
+        assert "completed" in page.locator('[data-role="calls"]').inner_text()
+        assert page.locator('[data-role="pending"]').inner_text() == "none"
 
         with page.expect_download() as download_info:
             page.click("text=JSON Lines")

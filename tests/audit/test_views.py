@@ -102,10 +102,11 @@ def test_timeline_shows_each_call_with_provenance_and_result(auditor: Client, se
     assert "3 calls in this session" in page and "Older calls" not in page  # one page
 
 
-def test_replay_embeds_the_log_as_json_only(auditor: Client, session: str) -> None:
+def test_replay_renders_the_states_escaped(auditor: Client, session: str) -> None:
     page = auditor.get(f"/audit/sessions/{session}/replay/").content.decode()
-    assert '<script id="audit-events" type="application/json">' in page
-    assert "<script>x" not in page  # json_script escapes < inside the data
+    assert "&lt;script&gt;x&lt;/script&gt;" in page and "<script>x" not in page
+    assert SECRET not in page
+    assert "write_file is waiting for a reviewer, who sees:" in page
     assert "/static/audit.js" in page and 'nonce="' in page
 
 

@@ -49,13 +49,17 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
 
 
-def timed_calls(client: httpx.Client, session: str, prefix: str, n: int) -> list[float]:
-    """`n` auto-allowed reads, one after another at PACE, each waited for: their latencies."""
+def timed_calls(
+    client: httpx.Client, session: str, prefix: str, n: int, sent: dict[str, float]
+) -> list[float]:
+    """`n` auto-allowed reads, one after another at PACE, each waited for: their latencies
+    (and in `sent`, when each was sent, by its id)."""
     seconds = []
     for i in range(n):
         time.sleep(PACE)
         body = native(f"{prefix}{i}", "list_directory", {"path": "."})
         began = time.monotonic()
+        sent[f"{prefix}{i}"] = time.time()
         response = client.post(f"/api/v1/sessions/{session}/calls?wait=30", json=body)
         seconds.append(time.monotonic() - began)
         assert response.status_code == 200, response.text[:300]
@@ -72,6 +76,22 @@ def code_of(response: httpx.Response) -> str:
         return f"{response.status_code}:{response.json()['error']['code']}"
     except (ValueError, KeyError, TypeError):
         return str(response.status_code)
+
+
+def print_slowest(session: str, loaded: list[float], sent: dict[str, float]) -> None:
+    """Where the slowest flooded calls spent their time: in daphne before the call was
+    stored, from stored to finished (admission, queue, run), and after it finished (the
+    wake-up, the re-read, the answer)."""
+    from dispatcher.models import ToolCall
+
+    for seconds, i in sorted(((s, i) for i, s in enumerate(loaded)), reverse=True)[:5]:
+        call = ToolCall.objects.get(session_id=session, tool_use_id=f"loaded{i}")
+        before = call.created_at.timestamp() - sent[f"loaded{i}"]
+        inside = (call.finished_at - call.created_at).total_seconds()
+        print(
+            f"D9 slow call: {seconds:.3f} s = {before:.3f} before it was stored + "
+            f"{inside:.3f} to finished + {seconds - before - inside:.3f} after"
+        )
 
 
 class Flood:
@@ -242,10 +262,11 @@ def test_d9_one_agent_flooding_every_door_leaves_another_agent_its_pace(stack: S
 def run_row(stack: Stack, url: str, receiver: Any) -> None:
     victim = make_agent(mode="standard")
     asker = make_agent(mode="standard")
+    sent: dict[str, float] = {}
     with stack.agent_client(url, victim.headers, timeout=60) as client:
         session = start_session(client, "victim")["id"]
-        timed_calls(client, session, "warm", 3)
-        idle = timed_calls(client, session, "idle", TIMED)
+        timed_calls(client, session, "warm", 3, sent)
+        idle = timed_calls(client, session, "idle", TIMED, sent)
 
         flood = Flood(stack, url)
         flood.start()
@@ -264,7 +285,7 @@ def run_row(stack: Stack, url: str, receiver: Any) -> None:
                     json=native("mine", "write_file", {"path": "other-agent.txt", "content": "y"}),
                 )
             assert asked.json()["calls"][0]["status"] == "pending_approval", asked.text[:300]
-            loaded = timed_calls(client, session, "loaded", TIMED)
+            loaded = timed_calls(client, session, "loaded", TIMED, sent)
             reviewer = reviewer_client(url)  # (signed in: already open)
             try:
                 began = time.monotonic()
@@ -275,6 +296,7 @@ def run_row(stack: Stack, url: str, receiver: Any) -> None:
         finally:
             flood.stop()
 
+    print_slowest(session, loaded, sent)
     idle_p95, loaded_p95 = p95(idle), p95(loaded)
     bound = 2 * idle_p95 + (0 if FULL else CI_SLACK)
     seconds = flood.ended - flood.began

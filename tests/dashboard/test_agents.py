@@ -4,6 +4,7 @@ the same services as the management commands."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -57,6 +58,32 @@ def test_create_shows_the_token_once_and_audits(admin: tuple[Client, str]) -> No
     again = client.get(f"/agents/{agent.pk}/").content.decode()
     assert token not in again and "copy it now" not in again  # never shown again
     assert agent.token_prefix in again
+
+
+def test_no_agent_gets_a_fixed_workspace_inside_a_system_directory(
+    admin: tuple[Client, str],
+) -> None:
+    """Even an organization admin's fixed workspace is refused inside /etc, /usr or /root
+    (as root, the sandbox user would get it), before anything is made there."""
+    from django.core.management import CommandError, call_command
+
+    client, _ = admin
+    owner = make_user(unique("owner"))
+    where = f"/etc/{unique('harness-test')}/profile.d"
+    answer = client.post("/agents/", {"name": "fixed", "owner": owner.username, "workspace": where})
+    assert answer.status_code == 400
+    page = answer.content.decode()
+    assert f"The workspace {where} lies inside the system directory /etc" in page
+    assert "Choose a directory of its own" in page
+    assert not Agent.objects.filter(name="fixed").exists()
+    assert not Path(where).parent.exists()  # nothing made there
+    with pytest.raises(CommandError, match="lies inside the system directory /usr"):
+        call_command(
+            "create_agent", "fixed", "--owner", owner.username, "--workspace", "/usr/local/bin"
+        )
+    with pytest.raises(ServiceError, match="lies inside the system directory /root"):
+        agents.create_agent(owner=owner, name="fixed", workspace="/root/.ssh", actor="test")
+    assert not Agent.objects.filter(name="fixed").exists()
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,8 @@ nothing blocked, nothing wider than the screen, and a screenshot of each.
 
 Screenshots go to a temporary directory, or to HARNESS_SCREENSHOT_DIR (docs/img/ when
 the documentation's pictures are refreshed: `HARNESS_SCREENSHOT_DIR=docs/img make
-test-pg PYTEST_ARGS=tests/dashboard/test_browser.py`).
+test-pg PYTEST_ARGS=tests/dashboard/test_browser.py`); the timeline's come from a real
+demo run instead (`make screenshots`).
 """
 
 from __future__ import annotations
@@ -82,9 +83,12 @@ def test_overview(
 
 
 def test_timeline(
-    visitor: tuple[Visitor, int], dashboard_data: dict[str, Any], shots: Path
+    visitor: tuple[Visitor, int], dashboard_data: dict[str, Any], tmp_path: Path
 ) -> None:
+    """Its pictures stay out of docs/img: `make screenshots` takes those from a real demo
+    run (tests/dashboard/screenshots.py), not from this made-up session."""
     v, width = visitor
+    shots = tmp_path
     page = v.open(f"/audit/sessions/{dashboard_data['chain']}/")
     lines = page.locator("article.audit-call")
     assert lines.count() == 4

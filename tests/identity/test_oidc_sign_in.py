@@ -94,3 +94,60 @@ def test_a_username_the_provider_proposes_never_names_an_existing_account(
     person = client.get("/").wsgi_request.user
     assert person.pk != alice.pk and person.username != alice.username
     assert client.get("/approvals/").status_code == 403  # not alice's role
+
+
+def _privileged(kind: str, settings: Any) -> User:
+    user = make_user(unique(kind), groups=("admin",) if kind == "orgadmin" else ())
+    user.email = f"{user.username}@corp.test"
+    user.is_superuser = kind == "root"
+    user.is_staff = kind == "staff"
+    user.save()
+    if kind == "glass":
+        settings.HARNESS_BREAK_GLASS_USERS = [user.username]
+    return user
+
+
+@pytest.mark.parametrize("kind", ["root", "orgadmin", "glass", "staff"])
+def test_a_verified_email_never_links_a_privileged_account(
+    provider: oidc.Provider, settings: Any, kind: str
+) -> None:
+    """A provider that vouches for an admin's address (an attacker's IdP account, a
+    provider that verifies nothing) does not sign anyone in as that admin."""
+    admin = _privileged(kind, settings)
+    sub = unique("mallory")
+    provider.set_person(sub, email=admin.email, email_verified=True, preferred_username="m")
+    client = Client()
+    response = oidc.sign_in(client, provider, sub)
+    assert response.status_code == 403
+    page = response.content.decode()
+    assert "holds administrative rights" in page
+    assert "connect Test IdP" in page and 'href="/accounts/3rdparty/"' in page
+    assert not client.get("/").wsgi_request.user.is_authenticated
+    assert not admin.socialaccount_set.exists()
+    assert User.objects.filter(email__iexact=admin.email).count() == 1  # no look-alike
+    refused = AuditEvent.objects.filter(kind="sso.link_refused", subject=f"user:{admin.username}")
+    assert refused.get().payload == {
+        "provider": "sso",
+        "uid": sub,
+        "email": admin.email,
+        "user": admin.username,
+    }
+    admin.refresh_from_db()
+    assert admin.check_password("pw-" + admin.username)  # allauth's wipe never ran
+
+
+def test_a_privileged_person_connects_the_provider_from_their_account(
+    provider: oidc.Provider, settings: Any
+) -> None:
+    admin = _privileged("orgadmin", settings)
+    sub = unique("admin-sub")
+    provider.set_person(sub, email=admin.email, email_verified=True, preferred_username="a")
+    client = Client()
+    assert client.login(username=admin.username, password="pw-" + admin.username)
+    connected = oidc.sign_in(client, provider, sub, process="connect")
+    assert connected.status_code == 302, connected.content
+    assert admin.socialaccount_set.get().uid == sub
+    fresh = Client()
+    assert oidc.sign_in(fresh, provider, sub).status_code == 302
+    assert fresh.get("/").wsgi_request.user.pk == admin.pk
+    assert not AuditEvent.objects.filter(kind="sso.link_refused").exists()

@@ -66,10 +66,13 @@ def configure(settings: Any, provider: Provider, **more: str) -> None:
     settings.HARNESS_OUTBOUND_ALLOW = [provider.host_port]
 
 
-def sign_in(client: Client, provider: Provider, sub: str, provider_id: str = "sso") -> Any:
-    """Press "Sign in with ..." and sign in at the provider as `sub`; Harness's answer to
-    the redirect back (a 302 home when signed in)."""
-    start = client.post(f"/accounts/oidc/{provider_id}/login/", {"process": "login"})
+def sign_in(
+    client: Client, provider: Provider, sub: str, provider_id: str = "sso", process: str = "login"
+) -> Any:
+    """Press "Sign in with ..." (or, with process "connect", connect the provider to the
+    signed-in account) and sign in at the provider as `sub`; Harness's answer to the
+    redirect back (a 302 home when signed in)."""
+    start = client.post(f"/accounts/oidc/{provider_id}/login/", {"process": process})
     assert start.status_code == 302, start.content
     assert start["Location"].startswith(provider.issuer), start["Location"]
     back = urlsplit(provider.approve(start["Location"], sub))

@@ -338,3 +338,45 @@ def test_a_team_admins_rules_editor_names_no_tool_of_another_teams_server(
     assert pay.server.name not in page
     everything = body(org_client("admin").get(f"/permissions/users/{infra.agent.owner.pk}/"))
     assert pay.tool.exposed_name in everything and infra.tool.exposed_name in everything
+
+
+def test_a_team_admin_reads_the_rules_only_of_people_wholly_in_their_teams(
+    teams: tuple[TeamWorld, TeamWorld],
+) -> None:
+    """A person of another team added to this admin's team: their rules (which govern
+    their other team's agents too) are neither changed nor read by this team's admin;
+    a person wholly inside it is; an organization admin reads both."""
+    from dispatcher.policy import profiles
+    from teams.services import add_member
+
+    pay, infra = teams
+    shared = infra.agent.owner  # owns an agent of infra
+    add_member(team=pay.team, user=shared, role="reviewer", actor="test")
+    marker = "read_file(infra-only-secret-path/**)"
+    for person in (shared, pay.agent.owner):
+        profiles.update_profile(
+            user=person, mode="standard", allow=[marker], ask=[], deny=[], actor="test"
+        )
+    admin = pay.client("admin")
+    pages = {
+        "": "get",
+        "simulate": "post",
+        "backtest": "post",
+        "check": "post",
+        "row": "get",
+    }
+    for page, method in pages.items():
+        url = f"/permissions/users/{shared.pk}/{page}"
+        refused = getattr(admin, method)(url)
+        assert refused.status_code == 403, (url, refused.status_code)
+        assert marker not in body(refused)
+        assert "only an organization admin reads and changes them" in body(refused)
+    index = body(admin.get("/permissions/"))
+    assert shared.username in index and infra.agent.agent.name not in index
+    assert f'href="/permissions/users/{shared.pk}/"' not in index
+    assert "an organization admin reads and changes their rules" in index
+    own = admin.get(f"/permissions/users/{pay.agent.owner.pk}/")
+    assert own.status_code == 200 and marker in body(own)
+    assert f'href="/permissions/users/{pay.agent.owner.pk}/"' in index
+    everything = org_client("admin").get(f"/permissions/users/{shared.pk}/")
+    assert everything.status_code == 200 and marker in body(everything)

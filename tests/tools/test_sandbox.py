@@ -161,6 +161,53 @@ def test_a_workspace_that_is_harness_state_or_the_system_is_refused(
             run(Path(system), ["true"])
 
 
+INSIDE_SYSTEM = {
+    "/etc/profile.d": "/etc",
+    "/usr/local/bin": "/usr",
+    "/bin/x": "/bin",
+    "/sbin/x": "/sbin",
+    "/lib/x": "/lib",
+    "/lib64/x": "/lib64",
+    "/boot/grub": "/boot",
+    "/proc/sys/kernel": "/proc",
+    "/sys/kernel": "/sys",
+    "/dev/shm": "/dev",  # noqa: S108  (a path refused, not used)
+    "/root/.ssh": "/root",
+    "/run/user": "/run",
+    "/var/lib/postgresql": "/var/lib",
+    "/var/spool/cron": "/var/spool",
+    "/var/log/x": "/var/log",
+}
+
+
+def test_a_workspace_inside_a_system_directory_is_refused(settings: Any, tmp_path: Path) -> None:
+    """As root, a workspace inside /etc (profile.d runs for every login), /usr or /root
+    would be given to the sandbox user and written by it: refused, whatever resolves it."""
+    for workspace, tree in INSIDE_SYSTEM.items():
+        reason = sandbox.exposed_state(Path(workspace))
+        # /bin, /lib... may be links into /usr: refused under either name.
+        assert reason is not None and "lies inside the system directory /" in reason, workspace
+        assert tree in reason or "/usr" in reason, (workspace, reason)
+    # A person's own project in /home stays a workspace, and so does Harness's own
+    # workspace root when the checkout lies in /root.
+    assert sandbox.exposed_state(Path("/home/dev/project")) is None
+    settings.HARNESS_WORKSPACE_ROOT = Path("/root/harness/var/workspaces")
+    assert sandbox.exposed_state(Path("/root/harness/var/workspaces/s-1")) is None
+    assert sandbox.exposed_state(Path("/root/harness-other")) is not None
+    settings.HARNESS_WORKSPACE_ROOT = Path("/var/lib/harness/workspaces")
+    assert sandbox.exposed_state(Path("/var/lib/harness/workspaces/s-1")) is None
+    assert sandbox.exposed_state(Path("/var/lib/harness/audit")) is not None
+
+
+def test_a_program_never_runs_in_a_workspace_inside_etc(sandbox_on: None) -> None:
+    before = os.stat("/etc/profile.d")
+    with pytest.raises(ToolError, match="lies inside the system directory /etc"):
+        run(Path("/etc/profile.d"), ["sh", "-c", "echo owned > /etc/profile.d/x.sh"])
+    after = os.stat("/etc/profile.d")
+    assert (after.st_uid, after.st_mode) == (before.st_uid, before.st_mode)  # not given away
+    assert not Path("/etc/profile.d/x.sh").exists()
+
+
 # --- Nothing outside the workspace can be written ----------------------------------------
 
 

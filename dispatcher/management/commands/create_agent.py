@@ -5,6 +5,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dispatcher import agents
+from floor.errors import ServiceError
 from teams.models import Team
 from teams.services import TeamError, team_named
 
@@ -60,14 +61,17 @@ class Command(BaseCommand):
             raise CommandError(f"Name the agent's team with --team. Teams: {names}.")
         else:
             found = Team.objects.default()
-        agent, token = agents.create_agent(
-            owner=user,
-            name=name,
-            workspace=workspace,
-            actor="cli",
-            team=found,
-            sponsor=_user(sponsor) if sponsor else None,
-        )
+        try:
+            agent, token = agents.create_agent(
+                owner=user,
+                name=name,
+                workspace=workspace,
+                actor="cli",
+                team=found,
+                sponsor=_user(sponsor) if sponsor else None,
+            )
+        except ServiceError as refused:
+            raise CommandError(str(refused)) from None
         self.stdout.write(
             f"Created agent '{agent.name}' (prefix {agent.token_prefix}) owned by {owner}, "
             f"team '{found.name}'."
