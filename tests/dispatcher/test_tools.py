@@ -312,6 +312,24 @@ def test_run_command_timeout_kills_the_process_group(workspace: Path) -> None:
     assert not (workspace / "survived").exists(), "a background child survived the timeout"
 
 
+def test_a_program_that_closes_its_output_before_exiting_is_not_reported_killed(
+    workspace: Path,
+) -> None:
+    # As coreutils do in their exit handler (cat, pwd): the pipe closes before the exit.
+    script = "exec >&- 2>&-; sleep 0.3; exit 3"
+    assert run(RUN_COMMAND, workspace, argv=["sh", "-c", script]) == "exit code 3\n"
+
+
+def test_a_program_that_closes_its_output_and_keeps_running_is_stopped_at_the_timeout(
+    workspace: Path,
+) -> None:
+    ctx = make_ctx(workspace, timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish within 0.5 s"):
+        RUN_COMMAND.execute(ctx, {"argv": ["sh", "-c", "exec >&- 2>&-; sleep 30"]})
+    assert time.monotonic() - started < 3
+
+
 def test_run_command_kills_background_children_after_exit(workspace: Path) -> None:
     script = "(sleep 1; touch survived) & echo started"
     assert run(RUN_COMMAND, workspace, argv=["sh", "-c", script]) == "exit code 0\nstarted\n"
