@@ -42,7 +42,7 @@ from django.http.response import HttpResponseBase
 from django.utils.module_loading import import_string
 from django_htmx.middleware import HtmxDetails
 
-from teams.models import Membership
+from teams.models import Membership, Team
 from teams.scope import Scope, scope_of
 
 from . import kinds
@@ -174,9 +174,6 @@ def _left_unjoined_teams(*, user: User, actor: str) -> dict[str, Any]:
     (settings.HARNESS_TEAM_LEFT_STEPS: their signed-in agents there stop) run for each
     team one of their agents works for. Each step checks again what they still reach (a
     superuser reaches all)."""
-    from teams.models import Team
-    from teams.services import team_left_steps
-
     teams = (
         Team.objects.filter(agents__owner=user, agents__is_active=True)
         .exclude(memberships__user=user)
@@ -185,7 +182,7 @@ def _left_unjoined_teams(*, user: User, actor: str) -> dict[str, Any]:
     )
     done: dict[str, Any] = {}
     for team in teams:
-        for step in team_left_steps():
+        for step in [_import_step(path) for path in settings.HARNESS_TEAM_LEFT_STEPS]:
             for key, value in step(team=team, user=user, actor=actor).items():
                 done[key] = [*done.get(key, []), *value] if isinstance(value, list) else value
     return done

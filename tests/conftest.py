@@ -62,8 +62,15 @@ DATABASE_FIXTURES = frozenset(
 )
 
 
+# A test that starts the live stack (a real daphne and Celery worker) says so with a mark
+# `make test-fast` leaves out: unmarked, it would start both in the one-minute loop.
+LIVE_FIXTURES = frozenset({"live_stack", "live_db", "live_agent"})
+LIVE_MARKS = ("live", "browser", "slow", "battery")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
+        _check_live_mark(item)
         if item.get_closest_marker("backend_independent") is None:
             continue
         uses = DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
@@ -72,6 +79,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 f"{item.nodeid} is marked backend_independent but uses the database"
                 f" ({', '.join(sorted(uses)) or 'django_db'}): drop the mark"
             )
+
+
+def _check_live_mark(item: pytest.Item) -> None:
+    uses = LIVE_FIXTURES & set(getattr(item, "fixturenames", ()))
+    if uses and not any(item.get_closest_marker(mark) for mark in LIVE_MARKS):
+        raise pytest.UsageError(
+            f"{item.nodeid} uses the live stack ({', '.join(sorted(uses))}) but is not"
+            " marked live: add @pytest.mark.live"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ through an import inside a function. docs/architecture.md draws the same picture
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -107,8 +108,14 @@ def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 def import_graph() -> dict[str, set[str]]:
+    """A copy of the project's import graph, read once per run (every file parsed)."""
+    return {name: set(targets) for name, targets in _import_graph().items()}
+
+
+@functools.cache
+def _import_graph() -> dict[str, frozenset[str]]:
     modules = project_modules()
-    return {name: imports_of(path, modules) for name, path in modules.items()}
+    return {name: frozenset(imports_of(path, modules)) for name, path in modules.items()}
 
 
 def test_every_module_imports_only_its_layer_and_those_below() -> None:

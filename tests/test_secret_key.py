@@ -17,7 +17,7 @@ from approvals.links import SALT
 from harness_site.secret_key import KNOWN_KEYS
 
 # Separate processes on a fresh data directory: the same on both backends.
-pytestmark = pytest.mark.backend_independent
+pytestmark = [pytest.mark.backend_independent, pytest.mark.heavy]
 
 ROOT = Path(__file__).resolve().parent.parent
 

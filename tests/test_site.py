@@ -51,6 +51,7 @@ def test_agent_api_errors_are_json_without_tracebacks(live_stack: LiveStack) -> 
     assert response.headers["cache-control"] == "no-store"
 
 
+@pytest.mark.heavy
 def test_importing_settings_starts_no_redis(tmp_path: Path) -> None:
     """mypy, pytest collection and every command import settings: none may start a server."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}

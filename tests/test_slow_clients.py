@@ -16,6 +16,8 @@ import pytest
 from tests.support.live import free_port, live_env, stop, wait_for_port
 from tests.support.paths import ROOT
 
+pytestmark = pytest.mark.heavy
+
 BOUND = 2.0  # seconds: the test daphne's HARNESS_REQUEST_RECEIVE_TIMEOUT
 DRIP = 0.25  # seconds between two bytes of a slow client: well within Twisted's idle timeout
 

@@ -887,8 +887,11 @@ def _collect(process: subprocess.Popen[bytes], limits: Limits) -> tuple[bytes, i
                 chunk = os.read(fd, 65536)
             except BlockingIOError:
                 chunk = None
-            if chunk == b"":
-                break  # every writer has closed the pipe
+            if chunk == b"":  # every writer has closed the pipe
+                if drain_until is None and not _exits_by(process, deadline):
+                    _kill_group(process)
+                    raise TimeoutError(f"did not finish within {limits.timeout:g} s")
+                break
             if chunk:
                 total += len(chunk)
                 head += chunk[: max(0, keep - len(head))]
@@ -899,6 +902,17 @@ def _collect(process: subprocess.Popen[bytes], limits: Limits) -> tuple[bytes, i
             _kill_group(process)
             drain_until = time.monotonic() + 0.5
     return bytes(head), total, False
+
+
+def _exits_by(process: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Whether the program exits by the deadline. Its output closes before it exits
+    (coreutils close stdout in an exit handler): killing the group at once would report
+    a program that ended well as killed by SIGKILL."""
+    try:
+        process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

@@ -22,6 +22,7 @@ from tests.support.factories import make_agent, make_user, unique
 CALLS = 20
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_approve_racing_expiry_decides_each_call_once() -> None:
     fx = make_agent(mode="standard")

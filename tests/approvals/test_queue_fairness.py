@@ -79,6 +79,7 @@ def test_a_large_argument_is_folded_in_the_queue_and_shown_whole_on_demand(
     assert small.pk != approval.pk
 
 
+@pytest.mark.heavy
 def test_500_asks_of_100_kb_render_under_a_second(
     client: Client, reviewer: User, settings: Any
 ) -> None:

@@ -87,6 +87,7 @@ def test_8kb_of_token_token_is_masked_at_once() -> None:
     assert seconds(json.dumps({"a": text})) < 0.2
 
 
+@pytest.mark.heavy
 def test_no_input_of_256kb_takes_long() -> None:
     slowest = max((seconds(text), name) for name, text in inputs(256 * 1024, mixes=10))
     assert slowest[0] < 1.5, slowest  # linear: about 0.05 s on an idle machine

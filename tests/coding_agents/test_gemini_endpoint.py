@@ -1,6 +1,7 @@
 """POST /api/v1/hooks/gemini through Django's test client (no CLI): decisions in Gemini
-CLI's format, its tool names and paths, rules, reports found without a call id, session
-events and bad input."""
+CLI's format, its tool names and paths, rules, reports found without a call id and the bad
+input only it sees. What the three hook endpoints promise alike is in
+test_hook_endpoints.py."""
 
 from __future__ import annotations
 
@@ -52,18 +53,6 @@ def test_a_read_in_the_project_is_allowed_and_named_by_harness(agent: AgentFixtu
     assert (session.client, session.workspace) == ("gemini-cli", PROJECT)
 
 
-def test_a_shell_command_asks_and_is_denied_at_the_deadline(
-    agent: AgentFixture, django_capture_on_commit_callbacks: Any
-) -> None:
-    session_id = sid()
-    body = gemini_tool(session_id, "run_shell_command", {"command": "make", "description": "Build"})
-    with django_capture_on_commit_callbacks(execute=True):
-        action, reason = gemini_decision(send(agent, body, wait=0.3))
-    assert action == "deny" and "No reviewer decided within 0.3 seconds" in reason
-    [call] = calls(session_id)
-    assert call.status == Status.CANCELLED and ApprovalRequest.objects.filter(call=call).exists()
-
-
 def test_shell_rules_read_the_command_part_by_part(
     agent: AgentFixture, django_capture_on_commit_callbacks: Any
 ) -> None:
@@ -78,14 +67,6 @@ def test_shell_rules_read_the_command_part_by_part(
     with django_capture_on_commit_callbacks(execute=True):
         assert gemini_decision(send(agent, chained))[0] == "deny"
     assert ApprovalRequest.objects.filter(call__session__external_id=session_id).exists()
-
-
-def test_a_blocklisted_command_is_denied_without_asking(agent: AgentFixture) -> None:
-    session_id = sid()
-    body = gemini_tool(session_id, "run_shell_command", {"command": "sudo cat /etc/shadow"})
-    assert gemini_decision(send(agent, body, wait=5))[0] == "deny"
-    [call] = calls(session_id)
-    assert call.status == Status.DENIED and not ApprovalRequest.objects.filter(call=call).exists()
 
 
 @pytest.mark.parametrize(
@@ -202,31 +183,9 @@ def test_a_report_of_a_call_never_decided_changes_nothing(agent: AgentFixture) -
     assert calls(session_id) == []
 
 
-def test_session_events_are_recorded_for_the_timeline(agent: AgentFixture) -> None:
-    session_id = sid()
-    for body in (
-        gemini_input("SessionStart", session_id, source="startup"),
-        gemini_input("BeforeAgent", session_id, prompt="fix the tests"),
-        gemini_input("AfterAgent", session_id, prompt="x", prompt_response="Done."),
-        gemini_input("SessionEnd", session_id, reason="exit"),
-        gemini_input("BeforeModel", session_id, llm_request={}),  # ignored
-    ):
-        assert send(agent, body).json() == {}
-    session = AgentSession.objects.get(external_id=session_id)
-    kinds = AuditEvent.objects.filter(session_id=session.pk).order_by("seq")
-    assert list(kinds.values_list("kind", flat=True))[-4:] == [
-        "client.session_started",
-        "client.prompt",
-        "client.stopped",
-        "client.session_ended",
-    ]
-
-
 @pytest.mark.parametrize(
     "body, status, code",
     [
-        ("{not json", 400, "malformed_json"),
-        ('"BeforeTool"', 422, "invalid_hook_input"),
         (json.dumps(gemini_input("BeforeTool", "")), 422, "invalid_hook_input"),
         (json.dumps(gemini_input("BeforeTool", "s1", cwd="C:\\\\work")), 422, "invalid_hook_input"),
         (json.dumps(gemini_input("BeforeTool", "s1", tool_name="glob")), 422, "invalid_hook_input"),
@@ -235,7 +194,6 @@ def test_session_events_are_recorded_for_the_timeline(agent: AgentFixture) -> No
             422,
             "invalid_hook_input",
         ),
-        ('{"a": "\\u0000"}', 422, "unstorable_json"),
     ],
 )
 def test_malformed_hook_input_gets_a_clear_error(
@@ -253,8 +211,3 @@ def test_input_that_does_not_fit_the_schema_is_a_denial_the_model_reads(
     body = gemini_tool(sid(), "write_file", {"file_path": 7})
     action, reason = gemini_decision(send(agent, body))
     assert action == "deny" and "content" in reason
-
-
-def test_a_missing_token_is_refused(agent: AgentFixture) -> None:
-    assert send(None, gemini_tool(sid(), "read_file", {"file_path": "a"})).status_code == 401
-    assert not ToolCall.objects.exists()

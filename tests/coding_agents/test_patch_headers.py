@@ -107,6 +107,7 @@ def test_harness_names_exactly_the_files_codex_writes(
     assert harness_reads(patch) == codex_applies(codex_binary, patch, tmp_path)
 
 
+@pytest.mark.heavy
 @settings(max_examples=60, deadline=None)
 @given(
     name=st.text(

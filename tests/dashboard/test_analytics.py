@@ -21,7 +21,7 @@ from dispatcher.models import AgentSession, ToolCall
 from dispatcher.policy.models import PermissionProfile
 from tests.support.factories import make_agent, make_user, unique
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.heavy]
 
 
 class History:

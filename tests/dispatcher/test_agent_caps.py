@@ -117,6 +117,7 @@ def test_a_hook_past_the_wait_cap_is_denied_and_its_call_recorded_as_cancelled(
     assert decision(send(agent, read, wait=20))[0] == "allow"
 
 
+@pytest.mark.live
 def test_hook_holds_and_mcp_calls_count_with_api_waits_in_every_process(
     live_stack: LiveStack, live_agent: AgentFixture, held_slots: list[str]
 ) -> None:
@@ -212,6 +213,7 @@ def test_asks_past_the_agents_cap_are_stored_and_denied_with_the_reason(
 # --- Sessions per minute -------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db
 def test_new_sessions_past_the_per_minute_cap_get_429_on_the_api_and_the_hooks(
     agent: AgentFixture, settings: Any
@@ -237,6 +239,7 @@ def test_new_sessions_past_the_per_minute_cap_get_429_on_the_api_and_the_hooks(
     start_session(make_agent())
 
 
+@pytest.mark.live
 def test_an_mcp_initialize_past_the_session_cap_gets_429(
     live_stack: LiveStack, live_agent: AgentFixture
 ) -> None:

@@ -135,6 +135,7 @@ def test_a_rate_of_zero_is_off(agent: AgentFixture, settings: Any) -> None:
     assert [tools(agent).status_code for _ in range(10)] == [200] * 10
 
 
+@pytest.mark.live
 def test_the_bucket_refills_at_its_rate_with_redis_clock(live_db: None, settings: Any) -> None:
     """The script's own arithmetic: a burst, then one request per 1/rate seconds; a refused
     request counts, so the refusal says to wait for two."""
@@ -170,6 +171,7 @@ def drain(fx: AgentFixture, seconds: float) -> None:
     client.expire(key, 120)
 
 
+@pytest.mark.live
 def test_the_mcp_gateway_refuses_past_the_rate_before_reading_the_request(
     live_stack: LiveStack, live_agent: AgentFixture
 ) -> None:
@@ -203,6 +205,7 @@ def test_the_mcp_gateway_refuses_past_the_rate_before_reading_the_request(
             assert mcp_initialize(other_client, other).status_code == 200
 
 
+@pytest.mark.live
 def test_harness_hook_waits_out_a_short_retry_after_once(
     live_stack: LiveStack, live_agent: AgentFixture
 ) -> None:
@@ -221,6 +224,7 @@ def test_harness_hook_waits_out_a_short_retry_after_once(
     assert "429 too_many_requests" in ran.stderr and "the tool was not run" in ran.stderr
 
 
+@pytest.mark.live
 def test_an_mcp_body_of_many_messages_does_no_work_per_message(
     live_stack: LiveStack, live_agent: AgentFixture
 ) -> None:

@@ -29,6 +29,7 @@ def session_news(pubsub: Any, seconds: float = 0.5) -> list[str]:
     return news
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_quick_call_wakes_its_session_once_a_slow_one_also_while_it_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dispatcher import pipeline
 from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 
@@ -120,6 +122,7 @@ def test_the_running_notice_comes_while_the_body_runs_and_a_failing_one_loses_no
     assert seen == ["notice", "returned"]
 
 
+@pytest.mark.heavy
 def test_a_notice_that_hangs_holds_up_neither_the_timeout_nor_the_result(tmp_path: Path) -> None:
     """Redis unresponsive: the notice's publish blocks, and the backstop still fires on time."""
     release, unblock = threading.Event(), threading.Event()

@@ -299,6 +299,7 @@ def test_run_command_missing_program_is_a_tool_error(workspace: Path) -> None:
         run(RUN_COMMAND, workspace, argv=["no-such-program-xyz"])
 
 
+@pytest.mark.heavy
 def test_run_command_timeout_kills_the_process_group(workspace: Path) -> None:
     # The child proves it survived by writing a file (its pid may be in another namespace).
     script = "(sleep 1; touch survived) & wait"
@@ -309,6 +310,24 @@ def test_run_command_timeout_kills_the_process_group(workspace: Path) -> None:
     assert time.monotonic() - started < 3
     time.sleep(1.5)
     assert not (workspace / "survived").exists(), "a background child survived the timeout"
+
+
+def test_a_program_that_closes_its_output_before_exiting_is_not_reported_killed(
+    workspace: Path,
+) -> None:
+    # As coreutils do in their exit handler (cat, pwd): the pipe closes before the exit.
+    script = "exec >&- 2>&-; sleep 0.3; exit 3"
+    assert run(RUN_COMMAND, workspace, argv=["sh", "-c", script]) == "exit code 3\n"
+
+
+def test_a_program_that_closes_its_output_and_keeps_running_is_stopped_at_the_timeout(
+    workspace: Path,
+) -> None:
+    ctx = make_ctx(workspace, timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish within 0.5 s"):
+        RUN_COMMAND.execute(ctx, {"argv": ["sh", "-c", "exec >&- 2>&-; sleep 30"]})
+    assert time.monotonic() - started < 3
 
 
 def test_run_command_kills_background_children_after_exit(workspace: Path) -> None:

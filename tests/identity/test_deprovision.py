@@ -18,7 +18,7 @@ from dispatcher import agents
 from tests.support import oidc
 from tests.support.factories import make_agent, unique
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.heavy]
 
 SECRET = "a-deprovisioning-secret-of-some-length"
 

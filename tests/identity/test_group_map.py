@@ -85,6 +85,7 @@ def test_a_real_provider_s_groups_claim_is_what_the_map_reads(settings: Any) -> 
     assert Grant("reviewer", "sre") in grants_for(groups, parse_group_map(json.dumps(MAP)))
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db
 def test_each_sign_in_gives_what_the_groups_grant_and_takes_what_they_no_longer_do(
     settings: Any,

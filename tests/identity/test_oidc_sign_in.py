@@ -14,7 +14,7 @@ from audit.models import AuditEvent
 from tests.support import oidc
 from tests.support.factories import make_user, unique
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.heavy]
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from identity.sso_config import providers_from_env, socialaccount_providers
 from tests.support import saml_idp
 from tests.support.factories import make_user, unique
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.heavy]
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from tests.support.paths import ROOT
 
 UPSTREAM = ROOT / "tests" / "support" / "mcp_upstream.py"
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 
 
 @pytest.fixture

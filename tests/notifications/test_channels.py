@@ -92,6 +92,7 @@ def test_a_receiver_refusing_the_signature_is_a_failed_delivery_retried_later(
     assert approval.call.status == "pending_approval"
 
 
+@pytest.mark.heavy
 def test_a_failing_receiver_is_retried_until_it_answers_then_gives_up_after_max(
     agent: AgentFixture,
 ) -> None:

@@ -31,7 +31,7 @@ from tests.support.factories import AgentFixture
 from .conftest import start_session, submit
 from .real_forms import FORMS, Form
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.heavy]
 
 PROGRAMS = ["git", "echo", "bash", "dash", "python3", "make", "printf", "awk", "cp", "env"]
 PROGRAMS += ["rbash", "tee", "ln", "dd"]

@@ -7,6 +7,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+pytestmark = pytest.mark.heavy
+
 BEFORE_THE_MOVE = [("dispatcher", "0003_session_indexes")]
 
 

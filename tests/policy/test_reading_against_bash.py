@@ -163,6 +163,7 @@ def run_in(shell: str, text: str, where: Path) -> tuple[bytes, int]:
     return done.stdout, done.stderr.count(b"not found")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["bash", "dash"])
 def test_ansi_c_quoting_is_read_as_the_shell_reads_it(name: str, tmp_path: Path) -> None:
     shell = real_shell(name)

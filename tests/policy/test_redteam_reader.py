@@ -281,6 +281,7 @@ def test_a_megabyte_shell_string_is_decided_quickly(settings: Any) -> None:
     assert denial is not None and "too long" in denial
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("piece", ["a;", "a|", "a ", "${a}", "$(a)"])
 def test_a_string_of_many_short_words_is_decided_quickly(piece: str, settings: Any) -> None:
     settings.HARNESS_SANDBOX = "off"

@@ -7,18 +7,19 @@ text_delta or input_json_delta, content_block_stop, message_delta, message_stop)
 main loop's requests (those offering tools) get the scripted steps in order (a tool call
 or a text), then a closing text; requests without tools (titles, summaries) get a short
 text. Every request is recorded, so a test can read what the model was told, e.g. the
-tool_result Claude Code sent after a denial.
+tool_result Claude Code sent after a denial. The server, its log and its script are
+fake_model.py's.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.support.fake_model import FakeModel, ModelHandler
 
 MODEL = "claude-sonnet-4-5-20250929"
 
@@ -40,41 +41,15 @@ def say(text: str) -> Step:
     return Step(text=text)
 
 
-class FakeAnthropic:
+class FakeAnthropic(FakeModel[Step]):
     """Start with `with FakeAnthropic([steps]) as api:`; `api.url` is ANTHROPIC_BASE_URL."""
 
-    def __init__(self, steps: list[Step], closing: str = "All done.") -> None:
-        self.steps = list(steps)
-        self.closing = closing
-        self.requests: list[dict[str, Any]] = []  # every /v1/messages body, in order
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        # Polled every 50 ms, not 0.5 s: shutdown() waits for one poll.
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> FakeAnthropic:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
     # --- what the model was told ---------------------------------------------------------
-
-    @property
-    def main_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.requests if r.get("tools")]
 
     def tool_results(self) -> list[dict[str, Any]]:
         """Every tool_result block Claude Code sent back, in order (last request wins)."""
         results: dict[str, dict[str, Any]] = {}
-        for request in self.main_requests:
+        for request in self.main_requests():
             for message in request.get("messages", []):
                 content = message.get("content")
                 if message.get("role") != "user" or not isinstance(content, list):
@@ -85,77 +60,39 @@ class FakeAnthropic:
         return list(results.values())
 
     def tool_names_offered(self) -> set[str]:
-        return {tool.get("name", "") for r in self.main_requests for tool in r["tools"]}
+        return {tool.get("name", "") for r in self.main_requests() for tool in r["tools"]}
 
     # --- answering --------------------------------------------------------------------------
 
-    def _next(self, body: dict[str, Any]) -> Step:
-        with self.lock:
-            self.requests.append(body)
-            if not body.get("tools"):
-                return say("Harness test")
-            if self.steps:
-                return self.steps.pop(0)
-            return say(self.closing)
+    def say(self, text: str) -> Step:
+        return say(text)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
+    def error(self, status: int) -> dict[str, Any]:
+        kind = "not_found_error" if status == 404 else "invalid_request_error"
+        return {"type": "error", "error": {"type": kind}}
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    def answer_get(self, handler: ModelHandler, path: str) -> None:
+        handler.send_json(200, {"data": [], "has_more": False}, _request_id())
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
+    def answer_post(self, handler: ModelHandler, path: str, body: dict[str, Any]) -> None:
+        if path.endswith("/count_tokens"):
+            count = {"input_tokens": max(1, len(json.dumps(body)) // 4)}
+            handler.send_json(200, count, _request_id())
+        elif not path.endswith("/messages"):
+            handler.send_json(404, self.error(404), _request_id())
+        elif body.get("stream"):
+            step = self.next_step(body)
+            chunks = (
+                f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+                for event, data in _events(step, body)
+            )
+            handler.send_events(chunks, _request_id())
+        else:
+            handler.send_json(200, _message(self.next_step(body), body), _request_id())
 
-            def do_HEAD(self) -> None:
-                self._json(200, {})
 
-            def do_GET(self) -> None:
-                self._json(200, {"data": [], "has_more": False})
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError:
-                    self._json(400, {"type": "error", "error": {"type": "invalid_request_error"}})
-                    return
-                path = self.path.split("?", 1)[0]
-                if path.endswith("/count_tokens"):
-                    self._json(200, {"input_tokens": max(1, len(json.dumps(body)) // 4)})
-                    return
-                if not path.endswith("/messages"):
-                    self._json(404, {"type": "error", "error": {"type": "not_found_error"}})
-                    return
-                step = fake._next(body)
-                if body.get("stream"):
-                    self._stream(step, body)
-                else:
-                    self._json(200, _message(step, body))
-
-            def _json(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("request-id", "req_" + uuid.uuid4().hex[:12])
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, step: Step, body: dict[str, Any]) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("Connection", "close")
-                self.send_header("request-id", "req_" + uuid.uuid4().hex[:12])
-                self.end_headers()
-                for event, data in _events(step, body):
-                    chunk = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-                    self.wfile.write(chunk)
-                    self.wfile.flush()
-                self.close_connection = True
-
-        return Handler
+def _request_id() -> dict[str, str]:
+    return {"request-id": "req_" + uuid.uuid4().hex[:12]}
 
 
 def _usage(output_tokens: int) -> dict[str, int]:

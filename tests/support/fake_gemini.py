@@ -6,17 +6,18 @@ as the real API does (`data: {candidates: [...], usageMetadata: ...}` chunks);
 the main loop (those offering tools) get the scripted steps in order (a functionCall or a
 text), then a closing text; requests without tools (Gemini CLI's routing and checks) get
 a short JSON text. Every request is recorded, so a test can read what the model was told,
-e.g. the functionResponse Gemini CLI sent after a denial.
+e.g. the functionResponse Gemini CLI sent after a denial. The server, its log and its
+script are fake_model.py's.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.support.fake_model import FakeModel, ModelHandler
 
 # What Gemini CLI's utility requests (its model router, its next-speaker check) parse.
 UTILITY_ANSWER = json.dumps(
@@ -47,35 +48,12 @@ def say(text: str) -> Step:
     return Step(text=text)
 
 
-class FakeGemini:
+class FakeGemini(FakeModel[Step]):
     """Start with `with FakeGemini([steps]) as api:`; `api.url` is GOOGLE_GEMINI_BASE_URL."""
 
-    def __init__(self, steps: list[Step], closing: str = "All done.") -> None:
-        self.steps = list(steps)
-        self.closing = closing
-        self.requests: list[tuple[str, dict[str, Any]]] = []  # (path, body), in order
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        # Polled every 50 ms, not 0.5 s: shutdown() waits for one poll.
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def __enter__(self) -> FakeGemini:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    utility_answer = UTILITY_ANSWER
 
     # --- what the model was told ---------------------------------------------------------
-
-    def main_requests(self) -> list[dict[str, Any]]:
-        return [body for _, body in self.requests if body.get("tools")]
 
     def function_responses(self) -> list[dict[str, Any]]:
         """Every functionResponse Gemini CLI sent back, in order (the last request's)."""
@@ -97,65 +75,25 @@ class FakeGemini:
 
     # --- answering --------------------------------------------------------------------------
 
-    def _next(self, path: str, body: dict[str, Any]) -> Step:
-        with self.lock:
-            self.requests.append((path, body))
-            if not body.get("tools"):
-                return say(UTILITY_ANSWER)
-            if self.steps:
-                return self.steps.pop(0)
-            return say(self.closing)
+    def say(self, text: str) -> Step:
+        return say(text)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
+    def error(self, status: int) -> dict[str, Any]:
+        return {"error": {"code": status, "message": "not found" if status == 404 else "bad json"}}
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    def answer_get(self, handler: ModelHandler, path: str) -> None:
+        handler.send_json(200, {"models": []})
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self._json(200, {"models": []})
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError:
-                    self._json(400, {"error": {"code": 400, "message": "bad json"}})
-                    return
-                path = self.path.split("?", 1)[0]
-                if path.endswith(":countTokens"):
-                    self._json(200, {"totalTokens": max(1, len(json.dumps(body)) // 4)})
-                    return
-                if path.endswith(":streamGenerateContent"):
-                    self._stream(fake._next(path, body))
-                    return
-                if path.endswith(":generateContent"):
-                    self._json(200, _response(fake._next(path, body)))
-                    return
-                self._json(404, {"error": {"code": 404, "message": "not found"}})
-
-            def _json(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, step: Step) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                for chunk in _chunks(step):
-                    self.wfile.write(f"data: {json.dumps(chunk)}\r\n\r\n".encode())
-                    self.wfile.flush()
-                self.close_connection = True
-
-        return Handler
+    def answer_post(self, handler: ModelHandler, path: str, body: dict[str, Any]) -> None:
+        if path.endswith(":countTokens"):
+            handler.send_json(200, {"totalTokens": max(1, len(json.dumps(body)) // 4)})
+        elif path.endswith(":streamGenerateContent"):
+            chunks = _chunks(self.next_step(body))
+            handler.send_events(f"data: {json.dumps(chunk)}\r\n\r\n".encode() for chunk in chunks)
+        elif path.endswith(":generateContent"):
+            handler.send_json(200, _response(self.next_step(body)))
+        else:
+            handler.send_json(404, self.error(404))
 
 
 def _usage() -> dict[str, int]:

@@ -6,17 +6,18 @@ response.completed); `GET /v1/models` lists one model. The requests of the main 
 the scripted steps in order (a function call, a custom tool call such as a freeform
 `apply_patch`, or a text), then a closing text. Every request is recorded, so a test can
 read what the model was told, e.g. the function_call_output Codex sent after a denial.
+The server, its log and its script are fake_model.py's.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.support.fake_model import FakeModel, ModelHandler
 
 MODEL = "gpt-5-codex"
 
@@ -44,31 +45,10 @@ def say(text: str) -> Step:
     return Step(text=text)
 
 
-class FakeOpenAI:
+class FakeOpenAI(FakeModel[Step]):
     """Start with `with FakeOpenAI([steps]) as api:`; `api.url` is the provider's base_url."""
 
-    def __init__(self, steps: list[Step], closing: str = "All done.") -> None:
-        self.steps = list(steps)
-        self.closing = closing
-        self.requests: list[dict[str, Any]] = []  # every /v1/responses body, in order
-        self.paths: list[str] = []  # every path asked for
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        # Polled every 50 ms, not 0.5 s: shutdown() waits for one poll.
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> FakeOpenAI:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    base_path = "/v1"
 
     # --- what the model was told ---------------------------------------------------------
 
@@ -97,66 +77,28 @@ class FakeOpenAI:
 
     # --- answering --------------------------------------------------------------------------
 
-    def _next(self, body: dict[str, Any]) -> Step:
-        with self.lock:
-            self.requests.append(body)
-            if not body.get("tools"):
-                return say("Harness test")
-            if self.steps:
-                return self.steps.pop(0)
-            return say(self.closing)
+    def say(self, text: str) -> Step:
+        return say(text)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
+    def error(self, status: int) -> dict[str, Any]:
+        if status == 404:
+            return {"error": {"message": "not found", "type": "not_found"}}
+        return {"error": {"message": "bad json", "type": "invalid_request"}}
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    def answer_get(self, handler: ModelHandler, path: str) -> None:
+        if path.endswith("/models"):
+            handler.send_json(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+        else:
+            handler.send_json(404, self.error(404))
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                fake.paths.append(self.path)
-                if self.path.split("?", 1)[0].endswith("/models"):
-                    self._json(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-                    return
-                self._json(404, {"error": {"message": "not found", "type": "not_found"}})
-
-            def do_POST(self) -> None:
-                fake.paths.append(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError:
-                    self._json(400, {"error": {"message": "bad json", "type": "invalid_request"}})
-                    return
-                if not self.path.split("?", 1)[0].endswith("/responses"):
-                    self._json(404, {"error": {"message": "not found", "type": "not_found"}})
-                    return
-                step = fake._next(body)
-                self._stream(step, body)
-
-            def _json(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, step: Step, body: dict[str, Any]) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                for data in _events(step, body):
-                    chunk = f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
-                    self.wfile.write(chunk)
-                    self.wfile.flush()
-                self.close_connection = True
-
-        return Handler
+    def answer_post(self, handler: ModelHandler, path: str, body: dict[str, Any]) -> None:
+        if not path.endswith("/responses"):
+            handler.send_json(404, self.error(404))
+            return
+        events = _events(self.next_step(body), body)
+        handler.send_events(
+            f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode() for data in events
+        )
 
 
 def _item(step: Step) -> dict[str, Any]:

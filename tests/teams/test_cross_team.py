@@ -121,6 +121,7 @@ def walk(client: Client, world: TeamWorld, stranger: TeamWorld) -> tuple[int, li
     return tried, shown
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("role", TEAM_ROLES)
 def test_every_page_called_by_a_member_of_the_other_team_shows_and_decides_nothing(
     teams: tuple[TeamWorld, TeamWorld], role: str
@@ -135,6 +136,7 @@ def test_every_page_called_by_a_member_of_the_other_team_shows_and_decides_nothi
     assert shown == [] and unchanged(infra) == []
 
 
+@pytest.mark.heavy
 def test_each_team_sees_its_own_and_the_organization_sees_both(
     teams: tuple[TeamWorld, TeamWorld],
 ) -> None:

@@ -7,6 +7,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+pytestmark = pytest.mark.heavy
+
 OLD_MAIN = [("dispatcher", "0010_toolcall_history_index")]
 BEFORE_TEAMS = [*OLD_MAIN, ("teams", None)]
 

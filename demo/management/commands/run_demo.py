@@ -103,27 +103,7 @@ class Command(BaseCommand):
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         ok = True
         try:
-            self.say(f"Data directory: {data_dir}")
-            if getattr(settings, "EMBEDDED_REDIS", False):
-                who = "started by run_demo" if own_redis else "already running, left alone"
-                pidfile = data_dir / "redis.pid"
-                pid = pidfile.read_text().strip() if pidfile.exists() else "?"
-                self.say(f"Embedded Redis: {settings.REDIS_URL} (pid {pid}, {who})")
-            call_command("migrate", interactive=False, verbosity=0)
-            token, workspace = self.prepare()
-            logs = data_dir / "demo-logs"
-            logs.mkdir(parents=True, exist_ok=True)
-            url = f"http://127.0.0.1:{port}"
-            self.start_daphne(port, logs)
-            # Two lanes, as in production (docs/operations.md): tools, and the rest.
-            self.start_worker(logs, data_dir, settings.CELERY_TASK_DEFAULT_QUEUE)
-            self.start_worker(logs, data_dir, settings.HARNESS_CELERY_BACKGROUND_QUEUE)
-            self.say("")
-            self.say(f"Harness is up at {url}")
-            self.say(f"  Reviewer dashboard: {url}/approvals/  (sign in as reviewer / reviewer)")
-            self.say(f"  Demo agent workspace: {workspace}")
-            self.say(f"  Logs: {logs}")
-            self.say("")
+            url, token, logs = self.start(data_dir, own_redis, port)
             ok = demo_agent.run(
                 url,
                 token,
@@ -131,16 +111,8 @@ class Command(BaseCommand):
                 auto_approve_as=REVIEWER if auto_approve else None,
             )
             self.connect_claude_code(url, token, data_dir)
-            if no_wait:
-                return
-            self.say("")
-            self.say(f"Still serving {url} (the demo agent token: {token}).")
-            self.say("Press Ctrl-C to stop everything.")
-            while True:
-                for name, proc in self.procs:
-                    if proc.poll() is not None:
-                        raise CommandError(f"{name} exited ({proc.returncode}); see {logs}.")
-                time.sleep(1)
+            if not no_wait:
+                self.serve(url, token, logs)
         except Stop as exc:
             self.say(f"\n{exc}: stopping.")
         finally:
@@ -149,6 +121,43 @@ class Command(BaseCommand):
                 signal.signal(s, handler)
         if not ok:
             raise CommandError("Some demo scenarios did not end as expected.")
+
+    def start(self, data_dir: Path, own_redis: bool, port: int) -> tuple[str, str, Path]:
+        """Migrate, make the demo's people and agent, start daphne and both workers: the
+        URL, the demo agent's token and where the logs go."""
+        self.say(f"Data directory: {data_dir}")
+        if getattr(settings, "EMBEDDED_REDIS", False):
+            who = "started by run_demo" if own_redis else "already running, left alone"
+            pidfile = data_dir / "redis.pid"
+            pid = pidfile.read_text().strip() if pidfile.exists() else "?"
+            self.say(f"Embedded Redis: {settings.REDIS_URL} (pid {pid}, {who})")
+        call_command("migrate", interactive=False, verbosity=0)
+        token, workspace = self.prepare()
+        logs = data_dir / "demo-logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        url = f"http://127.0.0.1:{port}"
+        self.start_daphne(port, logs)
+        # Two lanes, as in production (docs/operations.md): tools, and the rest.
+        self.start_worker(logs, data_dir, settings.CELERY_TASK_DEFAULT_QUEUE)
+        self.start_worker(logs, data_dir, settings.HARNESS_CELERY_BACKGROUND_QUEUE)
+        self.say("")
+        self.say(f"Harness is up at {url}")
+        self.say(f"  Reviewer dashboard: {url}/approvals/  (sign in as reviewer / reviewer)")
+        self.say(f"  Demo agent workspace: {workspace}")
+        self.say(f"  Logs: {logs}")
+        self.say("")
+        return url, token, logs
+
+    def serve(self, url: str, token: str, logs: Path) -> None:
+        """Keep serving until Ctrl-C (Stop) or until a process exits."""
+        self.say("")
+        self.say(f"Still serving {url} (the demo agent token: {token}).")
+        self.say("Press Ctrl-C to stop everything.")
+        while True:
+            for name, proc in self.procs:
+                if proc.poll() is not None:
+                    raise CommandError(f"{name} exited ({proc.returncode}); see {logs}.")
+            time.sleep(1)
 
     def say(self, text: str) -> None:
         self.stdout.write(text)
