@@ -160,15 +160,16 @@ test-embedded: $(STAMP)
 # battery or heavy, on the embedded default with the sandbox off, so it needs no npm
 # package, Chromium or bubblewrap (their tests skip). Compiled test modules are kept:
 # without them pytest's assertion rewriting is most of the collection. The battery's
-# plugins are not loaded.
+# plugins are not loaded. Two pytest-xdist workers, one per core, each with its own data
+# directory (tests/settings.py): its own embedded Redis and SQLite files.
 # `make test` runs everything this leaves out.
 test-fast: $(STAMP)
 	env -u DATABASE_URL -u REDIS_URL -u PYTHONDONTWRITEBYTECODE $(TEST_ENV) HARNESS_SANDBOX=off \
 	  HARNESS_DATA_DIR=$(CURDIR)/var/test-fast \
-	  $(BIN)/pytest -m "not live and not browser and not slow and not battery and not heavy" \
+	  $(BIN)/pytest -n 2 -m "not live and not browser and not slow and not battery and not heavy" \
 	  --ignore=tests/battery -p no:schemathesis -p no:hypothesispytest \
 	  -p no:cacheprovider -q --durations=5 $(PYTEST_ARGS); status=$$?; \
-	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; r.stop(pathlib.Path('$(CURDIR)/var/test-fast'))"; \
+	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; [r.stop(d) for d in (pathlib.Path('$(CURDIR)/var/test-fast'), *pathlib.Path('$(CURDIR)/var/test-fast').glob('gw*'))]"; \
 	  exit $$status
 
 test-all: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp

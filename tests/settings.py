@@ -5,8 +5,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness_site.settings import *  # noqa: F403
-from harness_site.settings import HARNESS_TOOLS
+# Under pytest-xdist (`make test-fast` runs two workers), each worker is a test session of
+# its own: its own data directory, so its own embedded Redis and SQLite files.
+# (A process a worker starts inherits both and is in the worker's directory already.)
+_WORKER, _DATA = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("HARNESS_DATA_DIR")
+if _WORKER and _DATA and Path(_DATA).name != _WORKER:
+    os.environ["HARNESS_DATA_DIR"] = str(Path(_DATA) / _WORKER)
+
+from harness_site.settings import *  # noqa: E402, F403
+from harness_site.settings import HARNESS_TOOLS  # noqa: E402
 
 HARNESS_TOOLS = [
     *HARNESS_TOOLS,
