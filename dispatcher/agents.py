@@ -109,7 +109,17 @@ def transfer_agent(
     clear_sponsor: bool = False,
 ) -> bool:
     """Change who owns `agent`, which team it works for, or who sponsors it; False (and no
-    event) when nothing changes. The event names the before and after of each."""
+    event) when nothing changes. The event names the before and after of each. An agent a
+    client signed in for (OAuth consent, `harness-hook login`) is that person's in that
+    team: its owner and team never change (ServiceError; revoke it and sign in again)."""
+    moving = (owner is not None and owner != agent.owner) or (
+        team is not None and team != agent.team
+    )
+    if moving and Agent.objects.filter(pk=agent.pk, oauth_client__isnull=False).exists():
+        raise ServiceError(
+            f"Agent {agent.name!r} was signed in by its owner for its team: it cannot change "
+            "owner or team. Revoke it; the new owner signs in for the team they choose."
+        )
     before = {
         "owner": agent.owner.get_username(),
         "team": agent.team.name,

@@ -516,6 +516,27 @@ def test_an_org_admins_signed_in_agent_stops_with_the_role(documents: DocumentSe
     assert event.payload["agents_revoked"] == [gone.name]
 
 
+def test_a_signed_in_agent_never_changes_owner_or_team(documents: DocumentServer) -> None:
+    """A signed-in agent is its person's in its team: moved to a team its owner is not in,
+    leaving that team would never stop it; refused, its sponsor may still change."""
+    from dispatcher import agents
+    from floor.errors import ServiceError
+
+    person, elsewhere = member(), create_team(name=unique("team"), actor="test")
+    client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
+    verifier, challenge = pkce()
+    params = authorize_params(client_id, challenge)
+    code_from(consent(signed_in(person), params))
+    agent = AgentClient.objects.get(owner=person).agent
+    with pytest.raises(ServiceError, match="cannot change owner or team"):
+        agents.transfer_agent(agent=agent, team=elsewhere, actor="admin")
+    with pytest.raises(ServiceError, match="cannot change owner or team"):
+        agents.transfer_agent(agent=agent, owner=make_user(unique("other")), actor="admin")
+    agent.refresh_from_db()
+    assert (agent.owner, agent.team) == (person, AgentClient.objects.get(owner=person).team)
+    assert agents.transfer_agent(agent=agent, sponsor=make_user(unique("sp")), actor="admin")
+
+
 def pending_device_code() -> str:
     """A device code as `harness-hook login` asks for one (the client its migration
     makes; a test database flushed by a live test before lacks it)."""
