@@ -182,6 +182,16 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Celery worker and beat, manage.py, the test session).
 EMBEDDED_REDIS = not env("REDIS_URL")
 REDIS_URL = f"unix://{DATA_DIR / 'redis.sock'}" if EMBEDDED_REDIS else env("REDIS_URL")
+# Django's cache holds what allauth counts for its rate limits (wrong passwords, device
+# codes guessed): in Redis, every web process counts the same tries (in each process's
+# memory, N daphne processes would allow N times as many, and a restart none).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "harness-cache",
+    }
+}
 
 
 def _celery_url(url: str) -> str:

@@ -15,6 +15,11 @@ if _WORKER and _DATA and Path(_DATA).name != _WORKER:
 from harness_site.settings import *  # noqa: E402, F403
 from harness_site.settings import HARNESS_TOOLS  # noqa: E402
 
+# Tests clear the cache between them (allauth's counts); RedisCache.clear() would flush the
+# whole Redis database that other test runs on this machine share. Each test process
+# keeps its own; tests/test_site.py checks the production cache against the real Redis.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 HARNESS_TOOLS = [
     *HARNESS_TOOLS,
     "tests.support.tools.SLEEP",

@@ -96,3 +96,26 @@ def test_deployments_on_other_redis_databases_never_share_pushes_or_wake_ups() -
     assert _pubsub_names("redis://127.0.0.1:6379/13") == ("harness:db13", "harness:db13:wake")
     assert _pubsub_names("redis://h:6379?db=7") == ("harness:db7", "harness:db7:wake")
     assert _pubsub_names("redis://127.0.0.1:6379/12") != _pubsub_names("redis://127.0.0.1:6379/13")
+
+
+def test_the_production_cache_is_shared_through_redis() -> None:
+    """allauth's rate-limit counts live in Django's cache: in production settings it is
+    the Redis every process reaches, so two processes count one person's tries together
+    (the test settings keep a per-process cache that tests may clear)."""
+    from django.conf import settings
+    from django.core.cache.backends.redis import RedisCache
+
+    import harness_site.settings as production
+    from tests.support.factories import unique
+
+    conf = production.CACHES["default"]
+    assert conf["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    # Two caches as two processes would build them, on this run's Redis.
+    first, second = (RedisCache(settings.REDIS_URL, {**conf}) for _ in range(2))
+    key = unique("tries")
+    try:
+        first.set(key, 3, 60)
+        assert first.incr(key) == 4
+        assert second.get(key) == 4
+    finally:
+        first.delete(key)
