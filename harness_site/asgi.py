@@ -10,6 +10,7 @@ keep the full chain of settings.MIDDLEWARE.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 from typing import Any
@@ -31,6 +32,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
+from django.urls import get_resolver  # noqa: E402
 from django.utils.module_loading import import_string  # noqa: E402
 
 from approvals.routing import websocket_urlpatterns as approvals_ws  # noqa: E402
@@ -96,3 +98,17 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+
+def _freeze_what_start_up_loaded() -> None:
+    """Everything loaded at start-up (Django, the apps, the URLconf and the views it
+    imports: some 220,000 objects) lives as long as the process. A full garbage collection
+    walked all of it, about 110 ms during which no request of this process moved: under
+    one agent's flood, another agent's calls took several times their idle time (battery
+    row D9). Frozen, collections walk only what requests made."""
+    get_resolver().url_patterns  # noqa: B018  (imports every view now, not at a request)
+    gc.collect()
+    gc.freeze()
+
+
+_freeze_what_start_up_loaded()

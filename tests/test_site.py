@@ -119,3 +119,26 @@ def test_the_production_cache_is_shared_through_redis() -> None:
         assert second.get(key) == 4
     finally:
         first.delete(key)
+
+
+def test_daphnes_start_up_objects_are_frozen() -> None:
+    """What daphne loads at start-up is kept out of garbage collections (harness_site.asgi):
+    a full collection walking it stalled every request of the process for about 110 ms."""
+    from django.conf import settings
+
+    if getattr(settings, "EMBEDDED_REDIS", False):
+        pytest.skip("importing asgi starts the embedded Redis; the PostgreSQL run checks it")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import gc, harness_site.asgi; print(gc.get_freeze_count(), len(gc.get_objects()))",
+        ],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "harness_site.settings"},
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ).stdout.split()
+    frozen, tracked = int(out[-2]), int(out[-1])
+    assert frozen > 100_000 > tracked, (frozen, tracked)

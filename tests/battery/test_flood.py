@@ -89,7 +89,7 @@ def print_slowest(session: str, loaded: list[float], sent: dict[str, float]) -> 
         before = call.created_at.timestamp() - sent[f"loaded{i}"]
         inside = (call.finished_at - call.created_at).total_seconds()
         print(
-            f"D9 slow call: {seconds:.3f} s = {before:.3f} before it was stored + "
+            f"D9 slow call at {sent[f'loaded{i}']:.3f}: {seconds:.3f} s = {before:.3f} before it was stored + "
             f"{inside:.3f} to finished + {seconds - before - inside:.3f} after"
         )
 
