@@ -18,14 +18,23 @@ from dispatcher import wakeups
 from tests.approvals.conftest import run_async
 
 
-def own_wake_clients() -> list[dict[str, str]]:
+def own_wake_clients(besides: frozenset[str] = frozenset()) -> list[dict[str, str]]:
+    """This process's wake-hub connections, but those in `besides` (ids): a hub another
+    test's event loop still holds in this process (its idle close is 30 s away, longer
+    on a loaded machine) is not the one a test watches."""
     clients = redis.Redis.from_url(settings.REDIS_URL).client_list()
-    return [c for c in clients if c.get("name") == f"harness-wake-{os.getpid()}"]
+    name = f"harness-wake-{os.getpid()}"
+    return [c for c in clients if c.get("name") == name and c["id"] not in besides]
+
+
+def others() -> frozenset[str]:
+    return frozenset(c["id"] for c in own_wake_clients())
 
 
 def test_many_waits_use_one_connection_and_wake_only_their_channel() -> None:
     channels = [wakeups.session_channel(f"hub-{uuid.uuid4()}") for _ in range(30)]
     publisher = redis.Redis.from_url(settings.REDIS_URL)
+    before = others()
 
     async def scenario() -> tuple[list[dict[str, str]], list[bool], list[bool]]:
         async with wakeups.wake_on(channels[:1]) as first:
@@ -33,7 +42,7 @@ def test_many_waits_use_one_connection_and_wake_only_their_channel() -> None:
             for channel in channels:  # 30 more waits, one of them on the first's channel too
                 waits.append(wakeups.wake_on([channel]))
             entered = [await w.__aenter__() for w in waits]
-            connections = own_wake_clients()
+            connections = own_wake_clients(before)
             publisher.publish(channels[3], "queued")
             woken = await asyncio.gather(*[w.wait(0.5) for w in entered])
             first_woken = [await first.wait(0.01)]
@@ -46,7 +55,7 @@ def test_many_waits_use_one_connection_and_wake_only_their_channel() -> None:
     assert connections[0]["sub"] == str(len(channels))
     assert woken == [n == 3 for n in range(len(channels))]
     assert first_woken == [False]  # channels[0] was not published to
-    assert own_wake_clients() == []  # the loop ended: the connection is closed
+    assert own_wake_clients(before) == []  # the loop ended: the connection is closed
     assert wakeups.open_subscriptions() == 0
 
 
@@ -56,17 +65,18 @@ def test_one_wait_after_another_keeps_one_connection_until_it_is_idle(
     """An agent making one call after another must not open a connection per wait."""
     monkeypatch.setattr(wakeups, "IDLE_CLOSE_AFTER", 0.3)
     publisher = redis.Redis.from_url(settings.REDIS_URL)
+    before = others()
 
     async def scenario() -> tuple[list[str], list[bool], list[dict[str, str]]]:
         ids, woken = [], []
         for _ in range(3):
             channel = wakeups.session_channel(f"hub-{uuid.uuid4()}")
             async with wakeups.wake_on([channel]) as wakeup:
-                ids += [c["id"] for c in own_wake_clients()]
+                ids += [c["id"] for c in own_wake_clients(before)]
                 publisher.publish(channel, "queued")
                 woken.append(await wakeup.wait(1))
         await asyncio.sleep(0.6)  # idle past IDLE_CLOSE_AFTER
-        return ids, woken, own_wake_clients()
+        return ids, woken, own_wake_clients(before)
 
     ids, woken, after_idle = run_async(scenario)
     assert len(ids) == 3 and len(set(ids)) == 1  # the same connection for each wait
@@ -159,8 +169,8 @@ def test_a_wake_up_that_says_nothing_known_is_read_for() -> None:
     assert call.status == Status.COMPLETED and len(reads) == 2
 
 
-def sub_count() -> int:
-    return sum(int(c["sub"]) for c in own_wake_clients())
+def sub_count(besides: frozenset[str]) -> int:
+    return sum(int(c["sub"]) for c in own_wake_clients(besides))
 
 
 @override_settings(HARNESS_WAKE_LINGER=0.3)
@@ -168,15 +178,16 @@ def test_a_channel_lingers_after_its_wait_and_the_next_wait_joins_it_without_red
     channel = wakeups.session_channel(f"hub-{uuid.uuid4()}")
     never = wakeups.session_channel(f"hub-{uuid.uuid4()}")
     publisher = redis.Redis.from_url(settings.REDIS_URL)
+    before = others()
 
     async def scenario() -> dict[str, object]:
         seen: dict[str, object] = {}
         seen["before any wait"] = wakeups.join_subscribed(channel)
         async with wakeups.wake_on([channel]):
             pass
-        seen["lingering"] = sub_count()
+        seen["lingering"] = sub_count(before)
         seen["never subscribed"] = wakeups.join_subscribed(never)
-        seen["after joining nothing"] = sub_count()
+        seen["after joining nothing"] = sub_count(before)
         joined = wakeups.join_subscribed(channel)
         assert joined is not None
         publisher.publish(channel, "c-1 completed")
@@ -184,7 +195,7 @@ def test_a_channel_lingers_after_its_wait_and_the_next_wait_joins_it_without_red
         seen["news"] = joined.wakeup.take_news()
         await joined.leave()
         await asyncio.sleep(0.6)  # past the linger
-        seen["after the linger"] = sub_count()
+        seen["after the linger"] = sub_count(before)
         seen["joined after the linger"] = wakeups.join_subscribed(channel)
         return seen
 
@@ -199,12 +210,13 @@ def test_a_channel_lingers_after_its_wait_and_the_next_wait_joins_it_without_red
 
 def test_at_most_max_lingering_channels_stay_subscribed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(wakeups, "MAX_LINGERING", 2)
+    before = others()
 
     async def scenario() -> int:
         for _ in range(5):
             async with wakeups.wake_on([wakeups.session_channel(f"hub-{uuid.uuid4()}")]):
                 pass
-        return sub_count()
+        return sub_count(before)
 
     assert run_async(scenario) == 2
 
@@ -290,6 +302,7 @@ def test_a_wait_cancelled_while_leaving_still_unsubscribes() -> None:
     """(Review: a cancellation while the hub's lock was busy left a channel subscribed in
     Redis that nothing tracked.)"""
     channel = wakeups.session_channel(f"hub-{uuid.uuid4()}")
+    before = others()
 
     async def scenario() -> tuple[int, bool]:
         entered = asyncio.Event()
@@ -310,7 +323,7 @@ def test_a_wait_cancelled_while_leaving_still_unsubscribes() -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await asyncio.sleep(0.6)  # past the linger
-        return sub_count(), channel in hub.waiters or channel in hub.lingering
+        return sub_count(before), channel in hub.waiters or channel in hub.lingering
 
     assert run_async(scenario) == (0, False)
 
