@@ -62,6 +62,9 @@ def bench_env() -> dict[str, str]:
         # pair and may leave many asks pending (docs/security.md, "Fair shares per agent").
         HARNESS_MAX_SESSIONS_PER_MINUTE="0",
         HARNESS_MAX_PENDING_ASKS_PER_AGENT="0",
+        # (S14's 8 clients of one agent send hundreds of calls a second: past the request
+        # rate, its throughput would count 429s)
+        HARNESS_AGENT_REQUESTS_PER_SECOND="0",
         # Each MCP client of S11 and S14 is its own run (docs/mcp.md, "Which session a
         # request joins"): 8 clients of one agent are 8 sessions, as 8 runs would be.
         HARNESS_MCP_RUN_IDLE="0",
