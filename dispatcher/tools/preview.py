@@ -15,7 +15,8 @@ the command again (docs/security.md, "Previews"; issue 36).
   tried is read from the namespace's own counters (/proc/net/snmp OutNoRoutes, v4 and
   v6): a connect or a DNS query towards any address but loopback finds no route.
 - Limits: HARNESS_PREVIEW_TIMEOUT seconds of wall-clock time (coreutils `timeout`, then
-  SIGKILL), HARNESS_PREVIEW_MAX_BYTES for everything written (the tmpfs size, and the
+  SIGKILL; `--foreground`, so it stays in the process group Harness kills when it stops
+  a preview early, for its output, and the program with it), HARNESS_PREVIEW_MAX_BYTES for everything written (the tmpfs size, and the
   largest file), MAX_ENTRIES inodes in the tmpfs (empty files and directories cost it
   no bytes: 50,000 of them in 5 s made an 80 MiB tar and a 22 s admission), a bound on
   the kept tar (`prlimit --fsize`), and the usual output cap.
@@ -94,7 +95,7 @@ mount -t overlay harness-preview \
   -o "lowerdir=$ws,upperdir=$mnt/upper,workdir=$mnt/work,index=off,metacopy=off$opts" \
   "$ws" || exit 125
 ip link set lo up 2>/dev/null
-timeout -k 2 "$limit" "$@" 5>&- 6>&- 7>&-
+timeout --foreground -k 2 "$limit" "$@" 5>&- 6>&- 7>&-
 echo "status $?" >&6
 stat -f -c "free %a %S %d" "$mnt" >&6
 cat /proc/net/snmp /proc/net/snmp6 >&7 2>/dev/null

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,34 @@ def test_a_loop_hits_the_time_limit(workspace: Path) -> None:
     assert "time limit" in effect.why_not_appliable()
     assert "started" in effect.output
     assert "made" in _by_path(effect)
+    preview.discard(effect.store)
+
+
+def _running(word: str) -> list[int]:
+    """Processes of this machine whose command line holds `word`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and word.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def test_output_past_the_cap_ends_the_preview_and_everything_it_started(
+    workspace: Path,
+) -> None:
+    # `timeout` made itself a process group of its own, so stopping the preview for its
+    # output left the program running until the time limit, and the call waiting for it.
+    word = f"{os.getpid() % 9000 + 1000}.5"  # a `sleep` no other test runs
+    effect = _preview(workspace, ["sh", "-c", f"head -c 9000000 /dev/zero; sleep {word}"])
+    assert effect.limit == "output"
+    assert effect.seconds < 2.5  # the time limit is 5 s
+    deadline = time.monotonic() + 10
+    while _running(f"sleep {word}") and time.monotonic() < deadline:
+        time.sleep(0.05)  # a killed process is gone once the kernel has reaped it
+    assert _running(f"sleep {word}") == []
     preview.discard(effect.store)
 
 
