@@ -142,9 +142,16 @@ test: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp
 
 # Tests marked backend_independent touch neither the database nor Redis (tests/conftest.py
 # checks it): they prove the same on both backends, so only test-embedded runs them.
+# Two pytest-xdist workers, a file at a time (module fixtures start once), each with its own
+# test database, Celery queues, data directory and Redis database (tests/settings.py); the
+# battery's rows measure the machine, so they run after, alone.
+XDIST := -n 2 --dist loadfile
+
 test-pg: $(STAMP)
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
-	  $(BIN)/pytest -m "not slow and not backend_independent" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+	  $(BIN)/pytest $(XDIST) -m "not slow and not backend_independent and not battery" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	  $(BIN)/pytest tests/battery -m "battery and not slow and not backend_independent" --create-db -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
 # The session stops the embedded Redis it started; the last line makes sure of it even
 # when pytest itself was killed.
@@ -152,8 +159,8 @@ test-pg: $(STAMP)
 # on the embedded default they run in `make battery`.
 test-embedded: $(STAMP)
 	env -u DATABASE_URL -u REDIS_URL $(TEST_ENV) HARNESS_DATA_DIR=$(CURDIR)/var/test-embedded \
-	  $(BIN)/pytest -m "not slow and not battery" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS); status=$$?; \
-	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; r.stop(pathlib.Path('$(CURDIR)/var/test-embedded'))"; \
+	  $(BIN)/pytest $(XDIST) -m "not slow and not battery" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS); status=$$?; \
+	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; [r.stop(d) for d in (pathlib.Path('$(CURDIR)/var/test-embedded'), *pathlib.Path('$(CURDIR)/var/test-embedded').glob('gw*'))]"; \
 	  exit $$status
 
 # The loop to run while editing (README, "Development"): every test not live, browser, slow,

@@ -11,6 +11,15 @@ from pathlib import Path
 _WORKER, _DATA = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("HARNESS_DATA_DIR")
 if _WORKER and _DATA and Path(_DATA).name != _WORKER:
     os.environ["HARNESS_DATA_DIR"] = str(Path(_DATA) / _WORKER)
+# ... and, on a shared Redis, a database of its own (gw0 the one given, gw1 the one below):
+# keys by agent id (rates, waits held) and pub/sub names (pushes, wake-ups, which carry the
+# database number) never meet another worker's, whose agents have the same ids.
+_REDIS_URL = os.environ.get("REDIS_URL", "")
+if _WORKER and _REDIS_URL and not os.environ.get("HARNESS_TEST_REDIS_WORKER"):
+    _base, _, _number = _REDIS_URL.rpartition("/")
+    if _number.isdigit() and "://" in _base:
+        os.environ["REDIS_URL"] = f"{_base}/{(int(_number) - int(_WORKER[2:])) % 16}"
+        os.environ["HARNESS_TEST_REDIS_WORKER"] = _WORKER
 
 from harness_site.settings import *  # noqa: E402, F403
 from harness_site.settings import HARNESS_TOOLS  # noqa: E402

@@ -19,8 +19,9 @@ import pytest
 from django.conf import settings as django_settings
 
 from audit.signing import audit_key
-from dispatcher.tools import sandbox
+from dispatcher.tools import sandbox, sandbox_servers
 from dispatcher.tools.sources import services, upstream
+from dispatcher.tools.sources.models import McpServer
 from dispatcher.tools.sources.upstream import Endpoint
 from floor.errors import ServiceError
 from tests.mcp.conftest import filesystem_server, text_of
@@ -207,18 +208,24 @@ def test_with_the_sandbox_off_the_command_runs_as_configured(settings: Any) -> N
         (str(ROOT), "Harness's own state"),
     ],
 )
-def test_a_path_a_server_must_not_have_is_refused_at_registration(
+def test_a_path_a_server_must_not_have_is_refused(
     sandbox_on: None, path: str, problem: str
 ) -> None:
+    # The check alone: were it ever to let one of these through, registering the server
+    # for real would start it and, as root, hand the path to the sandbox user.
     Path(django_settings.DATA_DIR).mkdir(parents=True, exist_ok=True)
     path = str(django_settings.DATA_DIR) if path == "DATA_DIR" else path
-    with pytest.raises(ServiceError, match=problem):
+    assert problem in (sandbox_servers.server_path_problem(path) or "")
+
+
+@pytest.mark.django_db
+def test_registration_refuses_a_path_the_check_refuses(sandbox_on: None) -> None:
+    name = unique("p")[:32].replace("-", "_")
+    with pytest.raises(ServiceError, match="must be absolute"):
         services.add_server(
-            name=unique("p")[:32].replace("-", "_"),
-            actor="test",
-            command=[sys.executable, str(FILES_SERVER)],
-            paths=[path],
+            name=name, actor="test", command=[sys.executable, str(FILES_SERVER)], paths=["a/b"]
         )
+    assert not McpServer.objects.filter(name=name).exists()
 
 
 def test_a_program_whose_installation_holds_harness_state_is_not_started(
