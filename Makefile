@@ -142,10 +142,12 @@ test: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp
 
 # Tests marked backend_independent touch neither the database nor Redis (tests/conftest.py
 # checks it): they prove the same on both backends, so only test-embedded runs them.
-# Two pytest-xdist workers, a file at a time (module fixtures start once), each with its own
-# test database, Celery queues, data directory and Redis database (tests/settings.py); the
-# battery's rows measure the machine, so they run after, alone.
-XDIST := -n 2 --dist loadfile
+# Two pytest-xdist workers, each with its own test database, Celery queues, data directory
+# and Redis database (tests/settings.py). Tests go out in pytest-django's order (database
+# tests, then transactional ones, then the live tests, whose committed rows stay), so not
+# by file (`--dist loadfile` ran a file's live tests before other files' counting tests).
+# The battery's rows measure the machine, so they run after, alone.
+XDIST := -n 2
 
 test-pg: $(STAMP)
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \

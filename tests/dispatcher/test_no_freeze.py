@@ -123,8 +123,15 @@ def subscribed(session: dict[str, Any]) -> bool:
 
 
 def wake_clients() -> list[dict[str, Any]]:
-    clients = redis.Redis.from_url(settings.REDIS_URL).client_list()
-    return [c for c in clients if str(c.get("name", "")).startswith("harness-wake-")]
+    """The wake hubs of this run's processes: those on its Redis database (another test run
+    on this Redis server, such as another pytest-xdist worker, has a database of its own)."""
+    server = redis.Redis.from_url(settings.REDIS_URL)
+    db = str(server.connection_pool.connection_kwargs.get("db", 0))
+    return [
+        c
+        for c in server.client_list()
+        if str(c.get("name", "")).startswith("harness-wake-") and c.get("db") == db
+    ]
 
 
 async def hold_waits(
