@@ -35,7 +35,7 @@ from dispatcher.policy.models import PermissionProfile, PolicyLayer
 from dispatcher.policy.profiles import profile_for
 from dispatcher.policy.shell import SHELLS
 from dispatcher.tools.registry import get_tool
-from teams.scope import EVERYTHING, Scope
+from teams.scope import EVERYTHING, Scope, wholly_within_people
 
 DAYS = 30
 MAX_DECISIONS = 5000  # newest reviewer decisions read
@@ -264,11 +264,19 @@ def suggestions(found: Iterable[Pattern], reach: Scope = EVERYTHING) -> list[Sug
     """Allow rules for what reviewers always approved, deny rules for what they always
     denied, each valid for its tool, new to its owner, and with its backtest (a rule that
     would change none of the owner's recent calls is not suggested). The backtest reads
-    only the calls of agents `reach` covers (a team admin's page shows no other team's)."""
+    only the calls of agents `reach` covers (a team admin's page shows no other team's).
+    Only for owners whose rules the reach manages (teams.scope.wholly_within_people, as
+    applying one requires): of anyone else, a team admin would read whether a rule exists
+    and the profile's version, and be offered a click that is refused."""
+    found = list(found)
+    owners = User.objects.filter(pk__in={p.owner.pk for p in found})
+    managed = set(wholly_within_people(reach, owners).values_list("pk", flat=True))
     out: list[Suggestion] = []
     for pattern in found:
         if len(out) >= MAX_SUGGESTIONS:
             break
+        if pattern.owner.pk not in managed:
+            continue
         if pattern.denied == 0 and pattern.approved >= MIN_APPROVED:
             action = "allow"
         elif pattern.approved == 0 and pattern.denied >= MIN_DENIED:
