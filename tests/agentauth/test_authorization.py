@@ -27,6 +27,7 @@ from tests.support.oauth import (
     consent,
     documents,
     member,
+    no_wrong_codes_counted,
     pending_device_code,
     pkce,
     refresh,
@@ -36,7 +37,7 @@ from tests.support.oauth import (
 )
 
 pytestmark = pytest.mark.django_db
-__all__ = ["documents"]  # the fixture, shared (tests/support/oauth.py)
+__all__ = ["documents", "no_wrong_codes_counted"]  # the fixtures (tests/support/oauth.py)
 
 
 def test_metadata_documents_are_where_mcp_clients_look() -> None:
@@ -452,14 +453,14 @@ def test_a_signed_in_agent_never_changes_owner_or_team(documents: DocumentServer
     assert agents.transfer_agent(agent=agent, sponsor=make_user(unique("sp")), actor="admin")
 
 
-def test_guessing_device_codes_is_stopped_after_ten_wrong_ones() -> None:
+def test_guessing_device_codes_is_stopped_after_ten_wrong_ones(
+    no_wrong_codes_counted: None,
+) -> None:
     """Another developer's pending code, guessed, would make their machine act as the
     guesser's agent: ten wrong codes in fifteen minutes, and the guesser is refused even
     the right one (audited once); the developer approves their own code as before."""
-    from django.core.cache import cache
     from oauth2_provider.models import DeviceGrant
 
-    cache.clear()  # the counts are in the cache, by user id (SQLite reuses ids)
     team = create_team(name=unique("team"), actor="test")
     guesser, developer = member(team), member(team)
     code = pending_device_code()

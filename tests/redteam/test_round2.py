@@ -29,6 +29,7 @@ from tests.support.oauth import (
     DocumentServer,
     documents,
     member,
+    no_wrong_codes_counted,
     pending_device_code,
     refresh,
     sign_in_agent,
@@ -37,7 +38,7 @@ from tests.support.oauth import (
 from tests.teams.world import make_team
 
 pytestmark = pytest.mark.django_db
-__all__ = ["documents"]  # the fixture, imported to be used here
+__all__ = ["documents", "no_wrong_codes_counted"]  # the fixtures, imported to be used here
 
 
 # --- A workspace that holds a system directory -------------------------------------------
@@ -241,14 +242,14 @@ def test_the_group_map_taking_a_team_and_the_org_admin_role_stops_both_agents(
 # --- Device codes: one count per person, whatever the spelling or the session -------------
 
 
-def test_device_code_guesses_count_across_sessions_spellings_and_denials() -> None:
+def test_device_code_guesses_count_across_sessions_spellings_and_denials(
+    no_wrong_codes_counted: None,
+) -> None:
     """Ten wrong codes lock the person out, spread over two sign-ins, typed as accept or
     deny, and spelled as the right code in lower case or with spaces (the code is matched
     exactly: another spelling is a wrong code); a GET with a code tries nothing."""
-    from django.core.cache import cache
     from oauth2_provider.models import DeviceGrant
 
-    cache.clear()
     team = create_team(name=unique("team"), actor="test")
     guesser = member(team)
     code = pending_device_code()

@@ -240,6 +240,18 @@ def harness_hook_client() -> None:
     step.create(apps, None)
 
 
+@pytest.fixture
+def no_wrong_codes_counted() -> Iterator[None]:
+    """The device page counts wrong codes in the cache by user id, and SQLite gives a
+    rolled-back test's ids again: a test that locks someone out starts with no counts and
+    leaves none, so the lock never falls on another test's person."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
 def pending_device_code() -> str:
     """A user code as `harness-hook login` asks for one, pending (no one has approved it)."""
     harness_hook_client()
