@@ -5,10 +5,7 @@ outbound door, and what the MCP endpoint's authentication makes of the token."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from django.contrib.auth.models import User
@@ -20,93 +17,27 @@ from dispatcher.gateways import mcp_http
 from teams.models import Team
 from teams.services import add_member, create_team
 from tests.support.factories import make_agent, make_user, unique
-from tests.support.oauth import DocumentServer, document_server, pkce
+from tests.support.oauth import (
+    HOOKS,
+    MCP,
+    REDIRECT,
+    DocumentServer,
+    authorize_params,
+    code_from,
+    consent,
+    documents,
+    member,
+    no_wrong_codes_counted,
+    pending_device_code,
+    pkce,
+    refresh,
+    sign_in_agent,
+    signed_in,
+    token,
+)
 
 pytestmark = pytest.mark.django_db
-MCP = "http://testserver/mcp/"
-HOOKS = "http://testserver/api/v1/hooks/"
-REDIRECT = "http://127.0.0.1/callback"  # any port: a native client's loopback redirect
-
-
-@pytest.fixture
-def documents(tmp_path: Path) -> Iterator[DocumentServer]:
-    with (
-        document_server(tmp_path) as server,
-        override_settings(
-            HARNESS_OUTBOUND_ALLOW=["127.0.0.1"], HARNESS_OUTBOUND_CA_FILE=str(server.ca_file)
-        ),
-    ):
-        yield server
-
-
-def signed_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def authorize_params(client_id: str, challenge: str, **extra: str) -> dict[str, str]:
-    return {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": "http://127.0.0.1:5555/callback",
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "state": "st-1",
-        "resource": MCP,
-        **extra,
-    }
-
-
-def consent(
-    browser: Client, params: dict[str, str], mode: str = "standard", team: Team | None = None
-) -> Any:
-    page = browser.get("/oauth/authorize/", params)
-    assert page.status_code == 200, page.content[:500]
-    form = {k: v for k, v in params.items()}
-    chosen = team or page.context["teams"][0]
-    form.update(
-        scope=" ".join(page.context["scopes"]), allow="Authorize", mode=mode, team=str(chosen.pk)
-    )
-    return browser.post("/oauth/authorize/", form)
-
-
-def member(team: Team | None = None) -> User:
-    """A person who is a member of `team` (a new one by default)."""
-    person = make_user(unique("dev"))
-    team = team or create_team(name=unique("team"), actor="test")
-    add_member(team=team, user=person, role="reviewer", actor="test")
-    return person
-
-
-def code_from(response: Any) -> dict[str, list[str]]:
-    assert response.status_code == 302, response.content[:500]
-    return parse_qs(urlsplit(response["Location"]).query)
-
-
-def token(client_id: str, code: str, verifier: str, resource: str = MCP) -> Any:
-    return Client().post(
-        "/oauth/token/",
-        {
-            "grant_type": "authorization_code",
-            "client_id": client_id,
-            "code": code,
-            "code_verifier": verifier,
-            "redirect_uri": "http://127.0.0.1:5555/callback",
-            "resource": resource,
-        },
-    )
-
-
-def sign_in_agent(
-    documents: DocumentServer, user: User, **extra: str
-) -> tuple[str, dict[str, Any]]:
-    client_id = documents.client(f"/{unique('client')}.json", [REDIRECT], name="Claude Test")
-    verifier, challenge = pkce()
-    query = code_from(consent(signed_in(user), authorize_params(client_id, challenge, **extra)))
-    answer = token(client_id, query["code"][0], verifier)
-    assert answer.status_code == 200, answer.content
-    return client_id, answer.json()
+__all__ = ["documents", "no_wrong_codes_counted"]  # the fixtures (tests/support/oauth.py)
 
 
 def test_metadata_documents_are_where_mcp_clients_look() -> None:
@@ -162,17 +93,9 @@ def test_consent_names_the_client_and_makes_an_agent_owned_by_the_person(
     assert event.payload["registered_via"] == "cimd" and event.payload["client_id"] == client_id
 
     # A second consent by the same person for the same client reuses the agent.
-    _, again = sign_in_agent_with(documents, person, client_id)
+    _, again = sign_in_agent(documents, person, client_id=client_id)
     assert mcp_http.authenticate(again["access_token"], "", MCP)[0].pk == agent.pk  # type: ignore[union-attr]
     assert AgentClient.objects.filter(owner=person).count() == 1
-
-
-def sign_in_agent_with(
-    documents: DocumentServer, user: User, client_id: str
-) -> tuple[str, dict[str, Any]]:
-    verifier, challenge = pkce()
-    query = code_from(consent(signed_in(user), authorize_params(client_id, challenge)))
-    return client_id, token(client_id, query["code"][0], verifier).json()
 
 
 def test_consent_needs_a_signed_in_person(documents: DocumentServer) -> None:
@@ -233,13 +156,6 @@ def test_tokens_carry_the_mcp_audience_and_mcp_refuses_another(documents: Docume
     hooks = token(client_id, query["code"][0], verifier, resource=HOOKS).json()
     assert mcp_http.authenticate(hooks["access_token"], "", MCP) == (None, None)
     assert mcp_http.authenticate(hooks["access_token"], "", HOOKS)[0] is not None
-
-
-def refresh(client_id: str, refresh_token: str) -> Any:
-    return Client().post(
-        "/oauth/token/",
-        {"grant_type": "refresh_token", "client_id": client_id, "refresh_token": refresh_token},
-    )
 
 
 def test_refresh_tokens_rotate_and_a_reused_one_revokes_the_family(
@@ -334,15 +250,15 @@ def test_an_oauth_token_costs_the_same_one_read_as_a_bearer_token(
     oauth_agent = mcp_http.authenticate(answer["access_token"], "", MCP)[0]
     bearer = make_agent()
     assert oauth_agent is not None
-    for agent, token in ((oauth_agent, answer["access_token"]), (bearer.agent, bearer.token)):
+    for agent, secret in ((oauth_agent, answer["access_token"]), (bearer.agent, bearer.token)):
         session = agents.start_session(agent=agent, client="mcp", external_id=unique("mcp"))
         with django_assert_num_queries(1):
-            found, known = mcp_http.authenticate(token, session.external_id, MCP)
+            found, known = mcp_http.authenticate(secret, session.external_id, MCP)
         assert known is not None and known.pk == session.pk and found is not None
         with django_assert_num_queries(0):  # what admission needs came with it
             assert found.owner.permission_profile is not None
         with django_assert_num_queries(1):
-            assert mcp_http.authenticate(token, "", MCP)[0] is not None
+            assert mcp_http.authenticate(secret, "", MCP)[0] is not None
 
 
 def test_iss_names_the_issuer_the_request_reached(documents: DocumentServer) -> None:
@@ -537,39 +453,14 @@ def test_a_signed_in_agent_never_changes_owner_or_team(documents: DocumentServer
     assert agents.transfer_agent(agent=agent, sponsor=make_user(unique("sp")), actor="admin")
 
 
-def pending_device_code() -> str:
-    """A device code as `harness-hook login` asks for one (the client its migration
-    makes; a test database flushed by a live test before lacks it)."""
-    from oauth2_provider.models import get_application_model
-
-    get_application_model().objects.get_or_create(
-        client_id="harness-hook",
-        defaults={
-            "name": "harness-hook (coding agents' hooks)",
-            "client_type": "public",
-            "authorization_grant_type": "urn:ietf:params:oauth:grant-type:device_code",
-            "redirect_uris": "",
-            "client_secret": "",
-            "hash_client_secret": False,
-        },
-    )
-    answer = Client().post(
-        "/oauth/device-authorization/",
-        urlencode({"client_id": "harness-hook", "resource": HOOKS}),
-        content_type="application/x-www-form-urlencoded",
-    )
-    assert answer.status_code == 200, answer.content
-    return str(answer.json()["user_code"])
-
-
-def test_guessing_device_codes_is_stopped_after_ten_wrong_ones() -> None:
+def test_guessing_device_codes_is_stopped_after_ten_wrong_ones(
+    no_wrong_codes_counted: None,
+) -> None:
     """Another developer's pending code, guessed, would make their machine act as the
     guesser's agent: ten wrong codes in fifteen minutes, and the guesser is refused even
     the right one (audited once); the developer approves their own code as before."""
-    from django.core.cache import cache
     from oauth2_provider.models import DeviceGrant
 
-    cache.clear()  # the counts are in the cache, by user id (SQLite reuses ids)
     team = create_team(name=unique("team"), actor="test")
     guesser, developer = member(team), member(team)
     code = pending_device_code()

@@ -19,6 +19,7 @@ from agentauth.models import AgentClient
 from dispatcher.models import AgentSession
 from tests.support.claude_code_hooks import pre_tool_use
 from tests.support.factories import unique
+from tests.support.oauth import harness_hook_client
 from tests.support.oauth_live import OAuthStack, Person, team_member
 from tests.support.paths import ROOT
 
@@ -45,29 +46,10 @@ def run_hook(
     )
 
 
-def hook_client() -> None:
-    """The public client `harness-hook login` signs in with, as agentauth's migration 0002
-    makes it: a live test's database was flushed by the tests before it (rows made by
-    migrations go with the flush)."""
-    from oauth2_provider.models import get_application_model
-
-    get_application_model().objects.get_or_create(
-        client_id="harness-hook",
-        defaults={
-            "name": "harness-hook (coding agents' hooks)",
-            "client_type": "public",
-            "authorization_grant_type": "urn:ietf:params:oauth:grant-type:device_code",
-            "redirect_uris": "",
-            "client_secret": "",
-            "hash_client_secret": False,
-        },
-    )
-
-
 def test_login_with_a_device_code_then_a_hook_call_with_its_token(
     oauth_stack: OAuthStack, live_db: None, tmp_path: Path
 ) -> None:
-    hook_client()
+    harness_hook_client()  # a live test's database was flushed by the tests before it
     owner = team_member()
     person = Person(oauth_stack.url, owner.username, "pw-" + owner.username)
     credentials = tmp_path / "config" / "harness" / "credentials.json"

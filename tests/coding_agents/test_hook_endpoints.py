@@ -29,7 +29,7 @@ from tests.support.coding_agent_hooks import (
     codex_tool,
     gemini_decision,
     gemini_input,
-    gemini_tool,
+    gemini_shell,
     post,
     sid,
 )
@@ -106,9 +106,7 @@ GEMINI = Dialect(
     url=GEMINI_URL,
     shell_tool="run_shell_command",
     tool_event="BeforeTool",
-    shell_call=lambda session_id, command: gemini_tool(
-        session_id, "run_shell_command", {"command": command, "description": "Run"}
-    ),
+    shell_call=lambda session_id, command: gemini_shell(session_id, command, description="Run"),
     event=gemini_input,
     decision=gemini_decision,
     session_life=lambda session_id: [

@@ -3,8 +3,6 @@ test is an attack a client or a signed-in person could try, and what Harness ans
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.test import Client
 from oauth2_provider.cimd import CIMDError
@@ -16,30 +14,24 @@ from dispatcher.gateways import mcp_http
 from dispatcher.models import Agent
 from floor.errors import ServiceError
 from teams.services import create_team
-from tests.agentauth.test_authorization import (
+from tests.support.factories import unique
+from tests.support.oauth import (
     HOOKS,
     MCP,
     REDIRECT,
+    DocumentServer,
+    authorization_code,
     authorize_params,
-    code_from,
-    consent,
     documents,
     member,
+    pending_device_code,
+    pkce,
     signed_in,
     token,
 )
-from tests.support.factories import unique
-from tests.support.oauth import DocumentServer, pkce
 
 pytestmark = pytest.mark.django_db
 __all__ = ["documents"]
-
-
-def _code(documents: DocumentServer, **extra: str) -> tuple[str, str, str]:
-    client_id = documents.client(f"/{unique('client')}.json", [REDIRECT])
-    verifier, challenge = pkce()
-    query = code_from(consent(signed_in(member()), authorize_params(client_id, challenge, **extra)))
-    return client_id, query["code"][0], verifier
 
 
 def test_an_authorization_request_without_pkce_gets_no_code(documents: DocumentServer) -> None:
@@ -53,7 +45,7 @@ def test_an_authorization_request_without_pkce_gets_no_code(documents: DocumentS
 
 
 def test_a_code_with_a_wrong_verifier_or_none_gets_no_token(documents: DocumentServer) -> None:
-    client_id, code, verifier = _code(documents)
+    client_id, code, verifier = authorization_code(documents)
     assert token(client_id, code, pkce()[0]).status_code == 400
     answer = Client().post(
         "/oauth/token/",
@@ -68,7 +60,7 @@ def test_a_code_with_a_wrong_verifier_or_none_gets_no_token(documents: DocumentS
 
 
 def test_a_code_is_used_once_and_by_its_own_client_only(documents: DocumentServer) -> None:
-    client_id, code, verifier = _code(documents)
+    client_id, code, verifier = authorization_code(documents)
     other = documents.client(f"/{unique('client')}.json", [REDIRECT])
     assert token(other, code, verifier).status_code in (400, 401)
     assert token(client_id, code, verifier).status_code == 200
@@ -78,7 +70,7 @@ def test_a_code_is_used_once_and_by_its_own_client_only(documents: DocumentServe
 def test_a_code_for_the_mcp_endpoint_is_not_exchanged_for_a_hooks_token(
     documents: DocumentServer,
 ) -> None:
-    client_id, code, verifier = _code(documents)
+    client_id, code, verifier = authorization_code(documents)
     answer = token(client_id, code, verifier, resource=HOOKS)
     assert answer.status_code == 400, answer.content
     assert b"invalid_target" in answer.content, answer.content
@@ -87,7 +79,7 @@ def test_a_code_for_the_mcp_endpoint_is_not_exchanged_for_a_hooks_token(
 def test_a_refresh_token_for_the_mcp_endpoint_does_not_become_a_hooks_token(
     documents: DocumentServer,
 ) -> None:
-    client_id, code, verifier = _code(documents)
+    client_id, code, verifier = authorization_code(documents)
     first = token(client_id, code, verifier).json()
     answer = Client().post(
         "/oauth/token/",
@@ -105,7 +97,7 @@ def test_a_refresh_token_for_the_mcp_endpoint_does_not_become_a_hooks_token(
 def test_a_token_for_another_server_is_refused_at_the_token_endpoint(
     documents: DocumentServer,
 ) -> None:
-    client_id, code, verifier = _code(documents)
+    client_id, code, verifier = authorization_code(documents)
     answer = token(client_id, code, verifier, resource="https://elsewhere.example/mcp/")
     assert answer.status_code == 400, answer.content
     assert b"invalid_target" in answer.content, answer.content
@@ -114,7 +106,7 @@ def test_a_token_for_another_server_is_refused_at_the_token_endpoint(
 def test_an_agent_access_token_opens_no_human_page_or_agent_api(
     documents: DocumentServer,
 ) -> None:
-    client_id, code, verifier = _code(documents)
+    client_id, code, verifier = authorization_code(documents)
     access = token(client_id, code, verifier).json()["access_token"]
     assert mcp_http.authenticate(access, "", MCP)[0] is not None
     bearer = {"Authorization": f"Bearer {access}"}
@@ -181,27 +173,17 @@ def test_a_client_document_that_redirects_is_not_followed(documents: DocumentSer
         assert "code=" not in page.get("Location", "")
 
 
-def _device_code() -> dict[str, Any]:
-    answer = Client().post(
-        "/oauth/device-authorization/",
-        "client_id=harness-hook",
-        content_type="application/x-www-form-urlencoded",
-    )
-    assert answer.status_code == 200, answer.content
-    return dict(answer.json())
-
-
 def test_the_device_page_approves_for_no_team_the_person_is_not_in() -> None:
     theirs = create_team(name=unique("theirs"), actor="test")
     person = member()
-    code = _device_code()
+    code = pending_device_code()
     page = signed_in(person).post(
         "/oauth/device/",
-        {"user_code": code["user_code"], "action": "accept", "team": str(theirs.pk)},
+        {"user_code": code, "action": "accept", "team": str(theirs.pk)},
     )
     assert page.status_code == 403
     assert f"not a member of team '{theirs.name}'" in page.context["error"]
-    grant = DeviceGrant.objects.get(user_code=code["user_code"])
+    grant = DeviceGrant.objects.get(user_code=code)
     assert grant.status == DeviceGrant.AUTHORIZATION_PENDING
     assert not Agent.objects.filter(team=theirs).exists()
     assert not PendingAgent.objects.filter(device_grant=grant).exists()
@@ -209,19 +191,19 @@ def test_the_device_page_approves_for_no_team_the_person_is_not_in() -> None:
 
 def test_a_device_code_approved_once_cannot_be_taken_over_by_another_person() -> None:
     first, second = member(), member()
-    code = _device_code()
+    code = pending_device_code()
     mine = first.team_memberships.get().team_id
     ok = signed_in(first).post(
-        "/oauth/device/", {"user_code": code["user_code"], "action": "accept", "team": mine}
+        "/oauth/device/", {"user_code": code, "action": "accept", "team": mine}
     )
     assert ok.status_code == 200 and ok.context["approved"].owner == first
     theirs = second.team_memberships.get().team_id
     for action in ("accept", "deny"):
         again = signed_in(second).post(
-            "/oauth/device/", {"user_code": code["user_code"], "action": action, "team": theirs}
+            "/oauth/device/", {"user_code": code, "action": action, "team": theirs}
         )
         assert again.status_code == 400, action
-    grant = DeviceGrant.objects.get(user_code=code["user_code"])
+    grant = DeviceGrant.objects.get(user_code=code)
     assert grant.status == DeviceGrant.AUTHORIZED and grant.user == first
     assert PendingAgent.objects.get(device_grant=grant).agent.owner == first
 
@@ -232,8 +214,8 @@ def test_of_two_people_approving_one_device_code_at_once_the_second_changes_noth
     from agentauth import services
 
     first, second = member(), member()
-    code = _device_code()
-    read_by_both = DeviceGrant.objects.get(user_code=code["user_code"])  # both read: pending
+    code = pending_device_code()
+    read_by_both = DeviceGrant.objects.get(user_code=code)  # both read: pending
     services.approve_device(
         owner=first,
         device_grant=read_by_both,
@@ -258,7 +240,7 @@ def test_of_two_people_approving_one_device_code_at_once_the_second_changes_noth
 def test_another_persons_agent_is_not_signed_out_or_revoked_by_counting_ids_up(
     documents: DocumentServer,
 ) -> None:
-    client_id, code, verifier = _code(documents)
+    client_id, code, verifier = authorization_code(documents)
     access = token(client_id, code, verifier).json()["access_token"]
     victim = mcp_http.authenticate(access, "", MCP)[0]
     assert victim is not None

@@ -22,25 +22,23 @@ from dispatcher.tools import sandbox, sandbox_servers
 from floor.errors import ServiceError
 from teams.models import Team
 from teams.services import add_member, create_team
-from tests.agentauth.test_authorization import (
-    MCP,
-    REDIRECT,
-    authorize_params,
-    code_from,
-    consent,
-    documents,
-    member,
-    refresh,
-    signed_in,
-    token,
-)
 from tests.support import oidc
 from tests.support.factories import make_user, unique
-from tests.support.oauth import DocumentServer, pkce
+from tests.support.oauth import (
+    MCP,
+    DocumentServer,
+    documents,
+    member,
+    no_wrong_codes_counted,
+    pending_device_code,
+    refresh,
+    sign_in_agent,
+    signed_in,
+)
 from tests.teams.world import make_team
 
 pytestmark = pytest.mark.django_db
-__all__ = ["documents"]  # the fixture, imported to be used here
+__all__ = ["documents", "no_wrong_codes_counted"]  # the fixtures, imported to be used here
 
 
 # --- A workspace that holds a system directory -------------------------------------------
@@ -186,7 +184,7 @@ def test_a_leavers_refresh_token_and_coming_back_bring_no_agent_back(
 
     team = create_team(name=unique("team"), actor="test")
     person = member(team)
-    client_id, first = sign_in_agent_for(documents, person, team)
+    client_id, first = sign_in_agent(documents, person, team=team)
     assert mcp_http.authenticate(first["access_token"], "", MCP)[0] is not None
     old = AgentClient.objects.get(owner=person, team=team).agent
 
@@ -198,21 +196,9 @@ def test_a_leavers_refresh_token_and_coming_back_bring_no_agent_back(
     old.refresh_from_db()
     assert not old.is_active
 
-    _, again = sign_in_agent_for(documents, person, team, client_id=client_id)
+    _, again = sign_in_agent(documents, person, team=team, client_id=client_id)
     agent = mcp_http.authenticate(again["access_token"], "", MCP)[0]
     assert agent is not None and agent.pk != old.pk
-
-
-def sign_in_agent_for(
-    documents: DocumentServer, person: User, team: Team, client_id: str = ""
-) -> tuple[str, dict[str, Any]]:
-    client_id = client_id or documents.client(f"/{unique('c')}.json", [REDIRECT])
-    verifier, challenge = pkce()
-    params = authorize_params(client_id, challenge)
-    query = code_from(consent(signed_in(person), params, team=team))
-    answer = token(client_id, query["code"][0], verifier, resource=params["resource"])
-    assert answer.status_code == 200, answer.content
-    return client_id, answer.json()
 
 
 def test_the_group_map_taking_a_team_and_the_org_admin_role_stops_both_agents(
@@ -241,7 +227,7 @@ def test_the_group_map_taking_a_team_and_the_org_admin_role_stops_both_agents(
         person = User.objects.get(email=email)
         mapped = Team.objects.get(name=sre)
         issued = {
-            team.pk: sign_in_agent_for(documents, person, team)[1]["access_token"]
+            team.pk: sign_in_agent(documents, person, team=team)[1]["access_token"]
             for team in (mapped, unjoined)
         }
         for access in issued.values():
@@ -256,16 +242,14 @@ def test_the_group_map_taking_a_team_and_the_org_admin_role_stops_both_agents(
 # --- Device codes: one count per person, whatever the spelling or the session -------------
 
 
-def test_device_code_guesses_count_across_sessions_spellings_and_denials() -> None:
+def test_device_code_guesses_count_across_sessions_spellings_and_denials(
+    no_wrong_codes_counted: None,
+) -> None:
     """Ten wrong codes lock the person out, spread over two sign-ins, typed as accept or
     deny, and spelled as the right code in lower case or with spaces (the code is matched
     exactly: another spelling is a wrong code); a GET with a code tries nothing."""
-    from django.core.cache import cache
     from oauth2_provider.models import DeviceGrant
 
-    from tests.agentauth.test_authorization import pending_device_code
-
-    cache.clear()
     team = create_team(name=unique("team"), actor="test")
     guesser = member(team)
     code = pending_device_code()

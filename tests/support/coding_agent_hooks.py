@@ -71,6 +71,11 @@ def gemini_tool(
     return gemini_input(event, session_id, tool_name=tool, tool_input=tool_input, **f)
 
 
+def gemini_shell(session_id: str, command: str, **tool_input: Any) -> dict[str, Any]:
+    """A run_shell_command call (Gemini CLI's shell; `description` and `dir_path` optional)."""
+    return gemini_tool(session_id, "run_shell_command", {"command": command, **tool_input})
+
+
 def post(url: str, fx: AgentFixture | None, body: Any, wait: float = 0) -> Any:
     data = body if isinstance(body, str | bytes) else json.dumps(body)
     headers = fx.headers if fx is not None else {}

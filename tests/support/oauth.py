@@ -1,11 +1,13 @@
 """OAuth test parts: a client metadata document served over https from another loopback
-port (a real TLS server with a test CA, trustme), and PKCE."""
+port (a real TLS server with a test CA, trustme), PKCE, and the steps of a sign-in through
+Django's test client (consent, code, token; harness-hook's client and a device code)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import http.server
+import importlib
 import json
 import secrets
 import ssl
@@ -14,9 +16,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
+import pytest
 import trustme
+from django.contrib.auth.models import User
+from django.test import Client, override_settings
+
+from teams.services import add_member, create_team
+from tests.support.factories import make_user, unique
+
+if TYPE_CHECKING:
+    from teams.models import Team
+
+MCP = "http://testserver/mcp/"
+HOOKS = "http://testserver/api/v1/hooks/"
+REDIRECT = "http://127.0.0.1/callback"  # any port: a native client's loopback redirect
 
 
 @dataclass
@@ -94,3 +110,155 @@ def pkce() -> tuple[str, str]:
     verifier = secrets.token_urlsafe(48)
     digest = hashlib.sha256(verifier.encode()).digest()
     return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+# --- A sign-in through Django's test client ---------------------------------------------
+
+
+@pytest.fixture
+def documents(tmp_path: Path) -> Iterator[DocumentServer]:
+    """A document server the outbound door may reach (its host allowed, its CA trusted)."""
+    with (
+        document_server(tmp_path) as server,
+        override_settings(
+            HARNESS_OUTBOUND_ALLOW=["127.0.0.1"], HARNESS_OUTBOUND_CA_FILE=str(server.ca_file)
+        ),
+    ):
+        yield server
+
+
+def signed_in(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def member(team: Team | None = None) -> User:
+    """A person who is a member of `team` (a new one by default)."""
+    person = make_user(unique("dev"))
+    team = team or create_team(name=unique("team"), actor="test")
+    add_member(team=team, user=person, role="reviewer", actor="test")
+    return person
+
+
+def authorize_params(client_id: str, challenge: str, **extra: str) -> dict[str, str]:
+    return {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": "http://127.0.0.1:5555/callback",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "state": "st-1",
+        "resource": MCP,
+        **extra,
+    }
+
+
+def consent(
+    browser: Client, params: dict[str, str], mode: str = "standard", team: Team | None = None
+) -> Any:
+    page = browser.get("/oauth/authorize/", params)
+    assert page.status_code == 200, page.content[:500]
+    form = {k: v for k, v in params.items()}
+    chosen = team or page.context["teams"][0]
+    form.update(
+        scope=" ".join(page.context["scopes"]), allow="Authorize", mode=mode, team=str(chosen.pk)
+    )
+    return browser.post("/oauth/authorize/", form)
+
+
+def code_from(response: Any) -> dict[str, list[str]]:
+    assert response.status_code == 302, response.content[:500]
+    return parse_qs(urlsplit(response["Location"]).query)
+
+
+def token(client_id: str, code: str, verifier: str, resource: str = MCP) -> Any:
+    return Client().post(
+        "/oauth/token/",
+        {
+            "grant_type": "authorization_code",
+            "client_id": client_id,
+            "code": code,
+            "code_verifier": verifier,
+            "redirect_uri": "http://127.0.0.1:5555/callback",
+            "resource": resource,
+        },
+    )
+
+
+def refresh(client_id: str, refresh_token: str) -> Any:
+    return Client().post(
+        "/oauth/token/",
+        {"grant_type": "refresh_token", "client_id": client_id, "refresh_token": refresh_token},
+    )
+
+
+def authorization_code(
+    documents: DocumentServer,
+    person: User | None = None,
+    *,
+    client_id: str = "",
+    team: Team | None = None,
+    **extra: str,
+) -> tuple[str, str, str]:
+    """(client_id, code, verifier): `person` (a new member by default) consents, for `team`
+    (the first offered by default), to a client (a new document, "Claude Test", by default)."""
+    client_id = client_id or documents.client(
+        f"/{unique('client')}.json", [REDIRECT], name="Claude Test"
+    )
+    verifier, challenge = pkce()
+    params = authorize_params(client_id, challenge, **extra)
+    query = code_from(consent(signed_in(person or member()), params, team=team))
+    return client_id, query["code"][0], verifier
+
+
+def sign_in_agent(
+    documents: DocumentServer,
+    person: User,
+    *,
+    client_id: str = "",
+    team: Team | None = None,
+    **extra: str,
+) -> tuple[str, dict[str, Any]]:
+    """(client_id, the token answer): `person` signs an agent in, as authorization_code,
+    its code exchanged for the resource it was asked for."""
+    client_id, code, verifier = authorization_code(
+        documents, person, client_id=client_id, team=team, **extra
+    )
+    answer = token(client_id, code, verifier, resource=extra.get("resource", MCP))
+    assert answer.status_code == 200, answer.content
+    return client_id, answer.json()
+
+
+def harness_hook_client() -> None:
+    """The public client `harness-hook login` signs in with, made by agentauth's migration
+    0002 itself (its step is a get_or_create): a test database flushed by a live test
+    before has lost the rows the migrations made."""
+    from django.apps import apps
+
+    step = importlib.import_module("agentauth.migrations.0002_harness_hook_client")
+    step.create(apps, None)
+
+
+@pytest.fixture
+def no_wrong_codes_counted() -> Iterator[None]:
+    """The device page counts wrong codes in the cache by user id, and SQLite gives a
+    rolled-back test's ids again: a test that locks someone out starts with no counts and
+    leaves none, so the lock never falls on another test's person."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def pending_device_code() -> str:
+    """A user code as `harness-hook login` asks for one, pending (no one has approved it)."""
+    harness_hook_client()
+    answer = Client().post(
+        "/oauth/device-authorization/",
+        urlencode({"client_id": "harness-hook", "resource": HOOKS}),
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert answer.status_code == 200, answer.content
+    return str(answer.json()["user_code"])
