@@ -6,7 +6,8 @@
 A test changes what it lists through the JSON file named by UPSTREAM_VARIANT_FILE, read
 at start: {"echo_description": "...", "hide": ["pid"]} (a changed definition, a tool gone),
 "echo_annotations": {...} (echo's annotations instead of readOnlyHint alone).
-`environment` answers the names of the variables the process got, `pid` its process id.
+`environment` answers the names of the variables the process got, `pid` its process id;
+with UPSTREAM_CALLS_FILE, `slow` adds a line to that file as each call starts.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def write_note(path: str, text: str) -> str:
 
 @server.tool(description="Sleep for some seconds.", annotations=ToolAnnotations(readOnlyHint=True))
 def slow(seconds: float) -> str:
+    if calls := os.environ.get("UPSTREAM_CALLS_FILE"):  # each call it started, a line
+        with open(calls, "a") as started:
+            started.write(f"slow {seconds}\n")
     time.sleep(seconds)
     return f"slept {seconds}"
 
