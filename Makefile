@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
-.PHONY: venv demo screenshots test test-fast test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery xmlsec nanoidp
+.PHONY: venv demo screenshots test test-fast test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery xmlsec nanoidp langchain-client
 
 $(STAMP): pyproject.toml | xmlsec
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,7 +28,8 @@ xmlsec:
 	  else echo "SAML sign-in needs Debian's xmlsec: sudo apt-get install libxmlsec1-dev libxmlsec1-openssl libxml2-dev pkg-config"; fi; }
 
 # nanoidp, a real SAML 2.0 (and OIDC) identity provider for tests/identity, in a
-# virtualenv of its own under var/ (it needs the MCP SDK's v2; Harness pins v1).
+# virtualenv of its own under var/ (a program the tests start, never imported: its
+# pins stay its own).
 NANOIDP_VERSION := 3.4.0
 NANOIDP_DIR := var/nanoidp
 NANOIDP_STAMP := $(NANOIDP_DIR)/.installed-$(NANOIDP_VERSION)
@@ -38,6 +39,20 @@ $(NANOIDP_STAMP):
 	$(NANOIDP_DIR)/bin/python -m pip install -q 'nanoidp==$(NANOIDP_VERSION)' && touch $@
 
 nanoidp: $(NANOIDP_STAMP)
+
+# LangChain's MCP adapters for tests/mcp/test_runs_live.py (a new MCP session per tool
+# call, their default), in a virtualenv of their own under var/: they need the MCP SDK's
+# v1 line, Harness runs on v2. The test runs tests/support/langchain_client.py with it.
+LANGCHAIN_MCP_ADAPTERS_VERSION := 0.3.2
+LANGCHAIN_CLIENT_DIR := var/langchain-client
+LANGCHAIN_CLIENT_STAMP := $(LANGCHAIN_CLIENT_DIR)/.installed-$(LANGCHAIN_MCP_ADAPTERS_VERSION)
+
+$(LANGCHAIN_CLIENT_STAMP):
+	$(PYTHON) -m venv $(LANGCHAIN_CLIENT_DIR)
+	$(LANGCHAIN_CLIENT_DIR)/bin/python -m pip install -q \
+	  'langchain-mcp-adapters==$(LANGCHAIN_MCP_ADAPTERS_VERSION)' && touch $@
+
+langchain-client: $(LANGCHAIN_CLIENT_STAMP)
 
 # Debian's chromium for the browser tests (never a browser download).
 browser:
@@ -136,7 +151,7 @@ screenshots: $(STAMP) sandbox browser
 	$(BIN)/python -m tests.dashboard.screenshots docs/img
 
 # The whole suite on PostgreSQL + Redis, then on the embedded default (SQLite + own Redis).
-test: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp
+test: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp langchain-client
 	$(MAKE) test-pg
 	$(MAKE) test-embedded
 
@@ -181,7 +196,7 @@ test-fast: $(STAMP)
 	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; [r.stop(d) for d in (pathlib.Path('$(CURDIR)/var/test-fast'), *pathlib.Path('$(CURDIR)/var/test-fast').glob('gw*'))]"; \
 	  exit $$status
 
-test-all: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp
+test-all: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp langchain-client
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --create-db
 
 # Benchmarks (never run by CI): ratios against baselines measured in the same run.

@@ -61,19 +61,19 @@ async def _timed(session: Any, name: str, n: int, warm: int, tag: str) -> list[f
         started = time.perf_counter()
         result = await session.call_tool(name, {"text": f"{tag} call {i} of the bench"})
         samples.append((time.perf_counter() - started) * 1e6)
-        if result.isError:
+        if result.is_error:
             raise RuntimeError(f"{name} failed: {result.content}")
     return samples
 
 
 async def through_harness(url: str, token: str, n: int, warm: int, tag: str) -> list[float]:
-    import httpx
+    import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    http = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
     async with http, streamable_http_client(url + "/mcp/", http_client=http) as streams:
-        read, write, _ = streams
+        read, write = streams
         async with ClientSession(read, write) as session:
             await session.initialize()
             return await _timed(session, f"{UPSTREAM}__{TOOL}", n, warm, tag)

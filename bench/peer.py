@@ -123,24 +123,30 @@ def cpu_ms_per_call(
 async def client_session(
     url: str, token: str | None, ids: list[str] | None = None
 ) -> AsyncIterator[Any]:
-    import httpx
+    import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    http = httpx.AsyncClient(headers=headers, timeout=60)
+    seen: list[str] = []
+
+    async def keep(response: Any) -> None:  # (the SDK's v2 client hands out no session id)
+        if value := response.headers.get("mcp-session-id"):
+            seen.append(value)
+
+    http = httpx2.AsyncClient(headers=headers, timeout=60, event_hooks={"response": [keep]})
     async with http, streamable_http_client(url, http_client=http) as streams:
-        read, write, session_id = streams
+        read, write = streams
         async with ClientSession(read, write) as session:
             await session.initialize()
             if ids is not None:
-                ids.append(session_id() or "")
+                ids.append(seen[-1] if seen else "")
             yield session
 
 
 async def _call(session: Any, name: str, text: str) -> None:
     result = await session.call_tool(name, {"text": text})
-    if result.isError:
+    if result.is_error:
         raise RuntimeError(f"{name} failed: {result.content}")
 
 

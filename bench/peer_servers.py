@@ -21,7 +21,7 @@ def upstream(port: int) -> None:
 
     server = FastMCP("bench-upstream")
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
     def echo(text: str) -> str:
         """Answer the text it was sent."""
         return text

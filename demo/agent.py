@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx
-
 from dispatcher.gateways.client import HarnessClient, HarnessError, Result
 
 RULE = "-" * 72
@@ -27,28 +25,28 @@ MCP_TOOL = "demo__word_count"
 async def _mcp_call(
     base_url: str, token: str, name: str, arguments: dict[str, Any]
 ) -> tuple[bool, Any]:
-    """List the tools over MCP, then call `name` if it is offered."""
-    from mcp import ClientSession
+    """List the tools over MCP, then call `name` if it is offered. The SDK's client probes
+    `server/discover` first, so against Harness it speaks the stateless 2026-07-28
+    revision (no initialize, no Mcp-Session-Id): its calls join the agent's run."""
+    import httpx2
+    from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    http = httpx.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(30, read=300)
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300)
     )
-    async with http, streamable_http_client(base_url + "/mcp/", http_client=http) as streams:
-        read, write, _ = streams
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            names: set[str] = set()
-            cursor = None
-            while True:
-                page = await session.list_tools(cursor=cursor)
-                names |= {tool.name for tool in page.tools}
-                cursor = page.nextCursor
-                if not cursor:
-                    break
-            if name not in names:
-                return False, None
-            return True, await session.call_tool(name, arguments)
+    async with http, Client(streamable_http_client(base_url + "/mcp/", http_client=http)) as mcp:
+        names: set[str] = set()
+        cursor = None
+        while True:
+            page = await mcp.list_tools(cursor=cursor)
+            names |= {tool.name for tool in page.tools}
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        if name not in names:
+            return False, None
+        return True, await mcp.call_tool(name, arguments)
 
 
 class Out(Protocol):
@@ -234,11 +232,11 @@ class DemoAgent:
             self.say(f"    (skipped: '{name}' is not offered here; `make demo` registers it)")
             return None
         text = "\n".join(c.text for c in result.content if c.type == "text")
-        self.say(f"    => isError={result.isError}")
+        self.say(f"    => isError={result.is_error}")
         self.say("    result for the model:")
         for line in _clip(text).splitlines() or [""]:
             self.say("      | " + line)
-        return result.isError is False and "words" in text
+        return result.is_error is False and "words" in text
 
     def _check_results_shape(self, dialect: str, result: Result) -> None:
         first = result.results[0]

@@ -1,4 +1,4 @@
-"""A tiny upstream MCP server bundled for `make demo` (stdio; the `mcp` SDK's FastMCP).
+"""A tiny upstream MCP server bundled for `make demo` (stdio; the `mcp` SDK's MCPServer).
 
 `manage.py run_demo` registers it as the server `demo` (annotations trusted), so its
 read-only `word_count` runs in standard mode without asking and `shout` asks a reviewer:
@@ -8,15 +8,15 @@ read-only `word_count` runs in standard mode without asking and `shout` asks a r
 
 from __future__ import annotations
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 
-server = FastMCP("harness-demo", log_level="WARNING")
+server = MCPServer("harness-demo", log_level="WARNING")
 
 
 @server.tool(
     description="Count the words, lines and characters of a text.",
-    annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+    annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
 )
 def word_count(text: str) -> str:
     return f"{len(text.split())} words, {len(text.splitlines())} lines, {len(text)} characters"

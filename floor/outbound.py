@@ -36,7 +36,9 @@ from urllib.parse import urlsplit
 
 import anyio
 import httpcore
+import httpcore2
 import httpx
+import httpx2
 import requests
 import requests.adapters
 from django.conf import settings
@@ -247,8 +249,9 @@ class _GuardedBackend(httpcore.SyncBackend):
         raise error
 
 
-class _AsyncGuardedBackend(httpcore.AnyIOBackend):
-    """The same for asyncio (HTTP upstream MCP servers)."""
+class _AsyncGuardedBackend(httpcore2.AnyIOBackend):
+    """The same for asyncio (HTTP upstream MCP servers), on httpcore2: the MCP SDK's
+    client takes httpx2's clients only."""
 
     async def connect_tcp(
         self,
@@ -257,7 +260,7 @@ class _AsyncGuardedBackend(httpcore.AnyIOBackend):
         timeout: float | None = None,
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> httpcore2.AsyncNetworkStream:
         try:
             infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError:
@@ -268,7 +271,7 @@ class _AsyncGuardedBackend(httpcore.AnyIOBackend):
                 return await super().connect_tcp(
                     address, port, timeout, local_address, socket_options
                 )
-            except httpcore.ConnectError as failed:
+            except httpcore2.ConnectError as failed:
                 error = failed
         raise error
 
@@ -295,10 +298,10 @@ def transport(deadline: float | None = None) -> httpx.HTTPTransport:
     return guarded
 
 
-class _CappedBody(httpx.AsyncByteStream):
+class _CappedBody(httpx2.AsyncByteStream):
     """An answer's body that fails with OutboundRefused past `limit` bytes, as it arrives."""
 
-    def __init__(self, stream: httpx.AsyncByteStream, limit: int) -> None:
+    def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
         self._stream = stream
         self._limit = limit
 
@@ -314,7 +317,7 @@ class _CappedBody(httpx.AsyncByteStream):
         await self._stream.aclose()
 
 
-class _CappedAsyncTransport(httpx.AsyncHTTPTransport):
+class _CappedAsyncTransport(httpx2.AsyncHTTPTransport):
     """Each answer capped at `limit` bytes and never decompressed (a compressed answer is
     refused: a small gzip body would decode past any cap)."""
 
@@ -322,7 +325,7 @@ class _CappedAsyncTransport(httpx.AsyncHTTPTransport):
         super().__init__(trust_env=False)
         self.limit = limit
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.headers["Accept-Encoding"] = "identity"
         response = await super().handle_async_request(request)
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
@@ -335,27 +338,28 @@ class _CappedAsyncTransport(httpx.AsyncHTTPTransport):
         if problem:
             await response.aclose()
             raise OutboundRefused(problem)
-        assert isinstance(response.stream, httpx.AsyncByteStream)  # noqa: S101 - httpx's own
+        assert isinstance(response.stream, httpx2.AsyncByteStream)  # noqa: S101 - httpx2's own
         response.stream = _CappedBody(response.stream, self.limit)
         return response
 
 
-def async_transport(limit: int | None = None) -> httpx.AsyncHTTPTransport:
+def async_transport(limit: int | None = None) -> httpx2.AsyncHTTPTransport:
     """The async transport: the address policy, and each answer capped at `limit` bytes
     (HARNESS_OUTBOUND_MAX_BYTES by default)."""
     guarded = _CappedAsyncTransport(settings.HARNESS_OUTBOUND_MAX_BYTES if limit is None else limit)
-    guarded._pool = httpcore.AsyncConnectionPool(
+    guarded._pool = httpcore2.AsyncConnectionPool(
         ssl_context=ssl_context(),
         network_backend=_AsyncGuardedBackend(),
     )
     return guarded
 
 
-def async_client(*, limit: int | None = None, **kwargs: Any) -> httpx.AsyncClient:
-    """An httpx.AsyncClient through the door (no redirects, no proxies from the
+def async_client(*, limit: int | None = None, **kwargs: Any) -> httpx2.AsyncClient:
+    """An httpx2.AsyncClient through the door (no redirects, no proxies from the
     environment, each answer capped at `limit` bytes and never decompressed); for streams
-    whose answers the caller reads incrementally (MCP)."""
-    return httpx.AsyncClient(
+    whose answers the caller reads incrementally (MCP, whose SDK takes httpx2's clients;
+    the certificate authorities are still `ssl_context`'s, not the system's)."""
+    return httpx2.AsyncClient(
         transport=async_transport(limit), follow_redirects=False, trust_env=False, **kwargs
     )
 

@@ -106,6 +106,34 @@ def _backend_independent_touches_no_redis(
     monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "connect", refuse)
 
 
+# --- asgiref's one shared sync thread --------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _shared_sync_thread_left_free() -> Iterator[None]:
+    """A test leaves asgiref's process-wide sync thread free (the one thread every
+    thread-sensitive sync_to_async outside a request runs on: channels' consumers read the
+    database there, so a later test's in-process WebSocket would hang waiting for it).
+    Issue 35: two socket tests once timed out after other tests in one process; a test that
+    leaves the thread busy is named here, with every thread's stack, not three files later."""
+    yield
+    import faulthandler
+    import tempfile
+    import threading
+
+    from asgiref.sync import SyncToAsync
+
+    free = threading.Event()
+    SyncToAsync.single_thread_executor.submit(free.set)
+    if free.wait(5):
+        return
+    with tempfile.TemporaryFile("w+") as dump:
+        faulthandler.dump_traceback(file=dump, all_threads=True)
+        dump.seek(0)
+        stacks = dump.read()
+    pytest.fail(f"asgiref's shared sync thread is still busy after this test:\n{stacks}")
+
+
 # --- Personas ---------------------------------------------------------------------------
 
 

@@ -35,10 +35,11 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.urls import reverse
 from mcp import types
-from mcp.server.lowlevel import Server
-from mcp.shared.exceptions import McpError
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from dispatcher import admission, agents, execution, limits, wakeups
+from dispatcher import admission, agents, execution, limits, transitions, wakeups
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
@@ -128,7 +129,7 @@ def db[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
 
 # --- The protocol: the SDK's low-level server with Harness's handlers ----------------------
 
-server: Server[Any, Any] = Server(
+server: Server[Any] = Server(
     "harness",
     instructions=(
         "Tool calls are decided by Harness: policy, and for some calls a human reviewer. "
@@ -143,7 +144,7 @@ APPROVAL_PROMPT_TOOL = types.Tool(
         "client may run one of its own tools with this input. Answers a JSON text "
         '{"behavior": "allow", "updatedInput": ...} or {"behavior": "deny", "message": ...}.'
     ),
-    inputSchema={
+    input_schema={
         "type": "object",
         "properties": {
             "tool_name": {"type": "string"},
@@ -152,7 +153,7 @@ APPROVAL_PROMPT_TOOL = types.Tool(
         },
         "required": ["tool_name", "input"],
     },
-    annotations=types.ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+    annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
 )
 
 
@@ -185,9 +186,11 @@ def offered_tools(session: AgentSession) -> list[types.Tool]:
     return [APPROVAL_PROMPT_TOOL, *tools]
 
 
-async def list_tools(request: types.ListToolsRequest) -> types.ServerResult:
+async def list_tools(
+    context: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
     """One page of the offered tools; `nextCursor` names the next page."""
-    cursor = request.params.cursor if request.params else None
+    cursor = params.cursor if params else None
     start = 0
     if cursor:
         try:
@@ -195,28 +198,24 @@ async def list_tools(request: types.ListToolsRequest) -> types.ServerResult:
         except ValueError:
             start = -1
         if start < 0:
-            raise McpError(
-                types.ErrorData(
-                    code=types.INVALID_PARAMS,
-                    message=f"Invalid cursor {cursor!r}: pass back a nextCursor from tools/list.",
-                )
+            raise refuse(
+                types.INVALID_PARAMS,
+                f"Invalid cursor {cursor!r}: pass back a nextCursor from tools/list.",
             )
     tools = await db(offered_tools)(_caller.get().session)
     size = settings.HARNESS_MCP_PAGE_SIZE
     page = tools[start : start + size]
     more = start + size < len(tools)
-    return types.ServerResult(
-        types.ListToolsResult(tools=page, nextCursor=str(start + size) if more else None)
-    )
+    return types.ListToolsResult(tools=page, next_cursor=str(start + size) if more else None)
 
 
-def refuse(code: int, message: str) -> McpError:
-    return McpError(types.ErrorData(code=code, message=message))
+def refuse(code: int, message: str) -> MCPError:
+    return MCPError(code=code, message=message)
 
 
 def storable(name: str, arguments: dict[str, Any]) -> None:
     """What the agent API refuses with 422 is refused here as invalid params: nothing is
-    recorded. Raises McpError."""
+    recorded. Raises MCPError."""
     if not name or len(name) > MAX_ID_LENGTH:
         raise refuse(
             types.INVALID_PARAMS, f"The tool name must be 1 to {MAX_ID_LENGTH} characters."
@@ -249,19 +248,17 @@ class WaitSlot:
         self.lock = threading.Lock()
 
     def take(self) -> None:
-        """Raises McpError (TOO_MANY_WAITS) when the agent holds all of its slots."""
+        """Raises MCPError (TOO_MANY_WAITS) when the agent holds all of its slots."""
         slot = limits.reserve_wait(self.agent, self.seconds)
         if slot is None:
-            raise McpError(
-                types.ErrorData(
-                    code=TOO_MANY_WAITS,
-                    message=limits.too_many_waits_message(
-                        "Nothing of this request was recorded. Wait until one of its calls "
-                        "is answered, then send it again (retry after "
-                        f"{limits.retry_after_wait()} s)."
-                    ),
-                    data={"retry_after": limits.retry_after_wait()},
-                )
+            raise MCPError(
+                code=TOO_MANY_WAITS,
+                message=limits.too_many_waits_message(
+                    "Nothing of this request was recorded. Wait until one of its calls "
+                    "is answered, then send it again (retry after "
+                    f"{limits.retry_after_wait()} s)."
+                ),
+                data={"retry_after": limits.retry_after_wait()},
             )
         with self.lock:
             self.value = slot
@@ -277,13 +274,15 @@ class WaitSlot:
             limits.release_wait(slot)
 
 
-async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
-    name, arguments = request.params.name, request.params.arguments or {}
+async def call_tool(
+    context: ServerRequestContext[Any], params: types.CallToolRequestParams
+) -> types.CallToolResult:
+    name, arguments = params.name, params.arguments or {}
     storable(name, arguments)
     # A held call may wait for a reviewer as long as an approval lives, then for its run.
     slot = WaitSlot(_caller.get().agent, settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN)
     try:
-        return await admit_and_hold(name, arguments, slot)
+        return await admit_and_hold(context, name, arguments, slot)
     except DatabaseError:
         logger.exception("MCP gateway storage error")
         raise refuse(
@@ -299,27 +298,38 @@ async def call_tool(request: types.CallToolRequest) -> types.ServerResult:
 
 
 async def admit_and_hold(
-    name: str, arguments: dict[str, Any], slot: WaitSlot | None = None
-) -> types.ServerResult:
+    context: ServerRequestContext[Any],
+    name: str,
+    arguments: dict[str, Any],
+    slot: WaitSlot | None = None,
+) -> types.CallToolResult:
     """The call admitted (and run, in the inline lane), then held until it is done.
     `slot`: the request's wait slot, taken and (when the call is done at once) given back
     on the admission's own trip to an ORM thread."""
-    context = server.request_context
     caller = _caller.get()
+    assert context.request_id is not None  # (a request, never a notification)
     tool_use_id = mcp_tool_use_id(context.request_id, caller.transport)
     progress = Progress(context, caller)
     if name == APPROVAL_PROMPT:
-        return types.ServerResult(
-            await approval_prompt(caller, arguments, tool_use_id, progress, slot)
-        )
+        return await approval_prompt(caller, arguments, tool_use_id, progress, slot)
     proposed = ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
-    call = await db(submit)(caller.session, proposed, preloaded=caller.loaded, slot=slot)
+    call = await admitted(caller, proposed, slot)
     call = await hold(call, progress, settled=is_done)  # a reviewer's edit is followed
-    return types.ServerResult(tool_result(call))
+    return tool_result(call)
 
 
-server.request_handlers[types.ListToolsRequest] = list_tools
-server.request_handlers[types.CallToolRequest] = call_tool
+async def admitted(caller: Caller, proposed: ProposedCall, slot: WaitSlot | None) -> ToolCall:
+    """`submit`, finished even when the request is cancelled meanwhile (its ORM thread
+    would record the call anyway): the cancellation then reaches `hold`, which cancels
+    the call on 2026-07-28, so a client that closed its stream during the admission
+    leaves no call waiting for a reviewer on its behalf."""
+    with anyio.CancelScope(shield=True):
+        call = await db(submit)(caller.session, proposed, preloaded=caller.loaded, slot=slot)
+    return call
+
+
+server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)
+server.add_request_handler("tools/call", types.CallToolRequestParams, call_tool)
 
 
 def mcp_tool_use_id(request_id: types.RequestId, transport: str = "") -> str:
@@ -343,10 +353,10 @@ def submit(
     `preloaded`: the session was read with its owner's profile (Caller.loaded). A call
     allowed at once whose tool may run in this process is run now (the inline lane:
     admission.admit_message, execution.run_inline). `slot`: the request's wait slot,
-    taken first (McpError when none is free: nothing recorded), given back here when the
+    taken first (MCPError when none is free: nothing recorded), given back here when the
     call is done.
 
-    Raises McpError when the request id names an earlier call with another tool or other
+    Raises MCPError when the request id names an earlier call with another tool or other
     arguments: that call's decision and result are not this request's."""
     if slot is not None:
         slot.take()
@@ -387,7 +397,7 @@ def tool_result(call: ToolCall) -> types.CallToolResult:
         meta["replaces"] = str(call.pk)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=answer_content(call))],
-        isError=answer.is_error,
+        is_error=answer.is_error,
         _meta={"harness/call": meta},
     )
 
@@ -396,15 +406,16 @@ def tool_result(call: ToolCall) -> types.CallToolResult:
 
 
 class Progress:
-    """Progress notifications for one request (only when the client sent a progressToken)."""
+    """Progress notifications for one request (only when the client sent a progressToken),
+    and how the request is cancelled: on the stateless revision (2026-07-28), by closing
+    its stream."""
 
-    def __init__(self, context: Any, caller: Caller) -> None:
-        meta = context.meta
-        self.token = meta.progressToken if meta is not None else None
+    def __init__(self, context: ServerRequestContext[Any], caller: Caller) -> None:
+        self.token = (context.meta or {}).get("progress_token")
         self.session = context.session
-        self.request_id = context.request_id
         self.caller = caller
         self.count = 0
+        self.closing_cancels = context.protocol_version in MODERN_PROTOCOL_VERSIONS
 
     async def waiting(self, call: ToolCall) -> None:
         if self.token is None:
@@ -416,9 +427,8 @@ class Progress:
             text = f"{call.name} is {call.status}."
         self.count += 1
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await self.session.send_progress_notification(
-                self.token, self.count, message=text, related_request_id=self.request_id
-            )
+            # (on this request's own stream: its SSE response, in either era)
+            await self.session.report_progress(self.count, message=text)
 
 
 def reviewer_page(call: ToolCall, base_url: str) -> str:
@@ -448,6 +458,34 @@ async def hold(
     then, edits followed."""
     if settled(call):
         return call
+    try:
+        return await _hold(call, progress, settled)
+    except anyio.get_cancelled_exc_class():
+        # The client closed the request's stream. On 2026-07-28 that is how a client
+        # cancels (it has no notifications/cancelled to send): the pending call is
+        # cancelled, as one named by a notification is. On earlier revisions a dropped
+        # connection is not a cancellation: the call stays pending.
+        if progress.closing_cancels:
+            with anyio.CancelScope(shield=True):
+                await db(cancel_closed)(progress.caller.agent, str(call.pk))
+        raise
+
+
+def cancel_closed(agent: Agent, call_id: str) -> None:
+    """Cancel the call (the one a reviewer's edit replaced it with) if it still waits."""
+    call = reload(call_id)
+    if is_done(call):
+        return
+    transitions.cancel_call(
+        call_id=answer_of(call).pk,
+        actor=f"agent:{agent.name}",
+        reason="The client closed the request (protocol 2026-07-28: its cancellation).",
+    )
+
+
+async def _hold(
+    call: ToolCall, progress: Progress, settled: Callable[[ToolCall], bool]
+) -> ToolCall:
     interval = settings.HARNESS_MCP_PROGRESS_INTERVAL
     read = db(reload)
     try:
@@ -515,8 +553,8 @@ async def approval_prompt(
         )
     proposed = await db(decide_only_proposal)(tool_name, tool_input, tool_use_id)
     try:
-        call = await db(submit)(caller.session, proposed, preloaded=caller.loaded, slot=slot)
-    except McpError as reused:  # an id already decided for other input allows nothing else
+        call = await admitted(caller, proposed, slot)
+    except MCPError as reused:  # an id already decided for other input allows nothing else
         if reused.error.code == TOO_MANY_WAITS:  # (the request is refused: nothing recorded)
             raise
         return prompt_answer({"behavior": "deny", "message": reused.error.message})

@@ -1,10 +1,11 @@
 """The MCP gateway's HTTP side (docs/mcp.md): Streamable HTTP at /mcp/ on the same
 daphne (harness_site.asgi mounts `application`).
 
-The SDK's `StreamableHTTPServerTransport` and the protocol's server
-(`dispatcher.gateways.mcp.server`) run once per request, in stateless mode: daphne runs
-no ASGI lifespan, so nothing here lives longer than a request, and any daphne process can
-serve any request of any session, as for the agent API.
+The protocol's server (`dispatcher.gateways.mcp.server`) runs once per request, on the
+SDK's `StreamableHTTPServerTransport` for the revisions with initialize and on its
+stateless session manager for 2026-07-28 (`run_transport`): daphne runs no ASGI lifespan,
+so nothing here lives longer than a request, and any daphne process can serve any
+request of any session, as for the agent API.
 
 A request is authenticated with the agent's bearer token first (nothing of its body is
 read before; after initialize, the token and the session it names are read in one query,
@@ -33,8 +34,15 @@ from django.db import DatabaseError
 from django.db.models import Q
 from django.http.request import split_domain_port, validate_host
 from mcp import types
+from mcp.server.connection import Connection
 from mcp.server.models import InitializationOptions
+from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.transport_context import TransportContext
+from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
 from agentauth import tokens
@@ -212,9 +220,7 @@ async def session_for(
 
     (status, code, message[, headers]) when there is none: 429 with Retry-After past
     HARNESS_MAX_SESSIONS_PER_MINUTE (nothing started)."""
-    initialize = next(
-        (m.root for m in messages if getattr(m.root, "method", "") == "initialize"), None
-    )
+    initialize = next((m for m in messages if getattr(m, "method", "") == "initialize"), None)
     if session_id and not isinstance(initialize, types.JSONRPCRequest):
         # (`authenticate` read the agent's session with that id, if there is one: the
         # agent and the id are the same keys a second read would use.)
@@ -226,7 +232,7 @@ async def session_for(
                 "Initialize again.",
             )
         return Joined(known, session_id)
-    first = next((m.root for m in messages if isinstance(m.root, types.JSONRPCRequest)), None)
+    first = next((m for m in messages if isinstance(m, types.JSONRPCRequest)), None)
     if first is None:
         return (
             400,
@@ -294,15 +300,14 @@ async def cancel_requested(
     """`notifications/cancelled` for a tools/call of this session cancels its call if it
     is still pending (a call already running or done is not affected)."""
     for message in messages:
-        root = message.root
-        if not isinstance(root, types.JSONRPCNotification):
+        if not isinstance(message, types.JSONRPCNotification):
             continue
-        if root.method != "notifications/cancelled" or not isinstance(root.params, dict):
+        if message.method != "notifications/cancelled" or not isinstance(message.params, dict):
             continue
-        request_id = root.params.get("requestId")
+        request_id = message.params.get("requestId")
         if not isinstance(request_id, str | int):
             continue
-        reason = str(root.params.get("reason") or "")[:500]
+        reason = str(message.params.get("reason") or "")[:500]
         await db(cancel_by_request)(agent, session, request_id, reason, transport)
 
 
@@ -328,37 +333,95 @@ def cancel_by_request(
 async def run_transport(
     caller: Caller, scope: Scope, receive: Receive, send: Send, *, session_header: str | None
 ) -> None:
-    """The SDK's transport and server for this one request (stateless: the session lives
-    in the database, not in this process). `session_header`: the Mcp-Session-Id of the
-    transport session (None: the client keeps none)."""
+    """The SDK's server for this one request (stateless: the session lives in the
+    database, not in this process), in the era the request speaks: a request whose
+    MCP-Protocol-Version is not one of the initialize handshake's (2026-07-28, or one the
+    SDK then refuses by name) goes to the SDK's per-request entry of the stateless
+    revision, as the SDK's own session manager routes it; any other, to the handshake
+    era's transport. `session_header`: the Mcp-Session-Id of the transport session (None:
+    the client keeps none)."""
+    with caller_context(caller):
+        if modern(scope):
+            await serve_modern(scope, receive, send)
+        else:
+            await serve_handshake_era(scope, receive, send, session_header)
+
+
+def protocol_version(scope: Scope) -> str | None:
+    """The request's MCP-Protocol-Version header, if it has one."""
+    name = MCP_PROTOCOL_VERSION_HEADER.lower().encode("latin-1")
+    return next((v.decode("latin-1") for k, v in scope["headers"] if k == name), None)
+
+
+def modern(scope: Scope) -> bool:
+    """The request names a revision past the initialize handshake (the rule of the SDK's
+    `StreamableHTTPSessionManager`: no MCP-Protocol-Version header is the handshake era)."""
+    version = protocol_version(scope)
+    return version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+async def serve_modern(scope: Scope, receive: Receive, send: Send) -> None:
+    """A 2026-07-28 request: one POST, one answer, no Mcp-Session-Id. Served by the SDK's
+    session manager in stateless mode, made for this request (its run() is the task group
+    and lifespan the request needs: daphne runs no ASGI lifespan). The SDK checks the
+    version, the `_meta` envelope and its headers, and answers server/discover."""
+    manager = StreamableHTTPSessionManager(
+        app=server,
+        stateless=True,
+        json_response=False,
+        max_request_body_size=settings.HARNESS_MAX_BODY_BYTES,
+    )
+    async with manager.run():
+        await manager.handle_request(scope, receive, send)
+
+
+async def serve_handshake_era(
+    scope: Scope, receive: Receive, send: Send, session_header: str | None
+) -> None:
+    """A request of the revisions with initialize (2024-11-05 to 2025-11-25): the SDK's
+    Streamable HTTP transport, answering with Harness's Mcp-Session-Id, and a connection
+    born initialized (as the SDK's stateless manager makes it), so a request after
+    initialize is served by whichever process receives it."""
     transport = StreamableHTTPServerTransport(
         mcp_session_id=session_header, is_json_response_enabled=False
     )
-    with caller_context(caller):
-        async with anyio.create_task_group() as group:
+    # (without the header, the version the specification says to assume)
+    version = protocol_version(scope) or types.DEFAULT_NEGOTIATED_VERSION
+    async with anyio.create_task_group() as group:
 
-            async def run_server(
-                *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-            ) -> None:
-                async with transport.connect() as (read_stream, write_stream):
-                    task_status.started()
-                    await server.run(
-                        read_stream, write_stream, initialization_options(), stateless=True
-                    )
+        async def run_server(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+            async with transport.connect() as (read_stream, write_stream):
+                task_status.started()
+                dispatcher: JSONRPCDispatcher[TransportContext] = JSONRPCDispatcher(
+                    read_stream,
+                    write_stream,
+                    inline_methods=frozenset({"initialize"}),
+                    # (no server-to-client requests: their answers would reach
+                    # another process)
+                    transport_builder=lambda _: TransportContext(
+                        kind="streamable-http", can_send_request=False
+                    ),
+                )
+                await serve_connection(
+                    server,
+                    dispatcher,
+                    connection=Connection.from_envelope(version, None, None),
+                    lifespan_state={},
+                    init_options=initialization_options(),
+                )
 
-            await group.start(run_server)
-            try:
-                await transport.handle_request(scope, receive, send)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await transport.terminate()
+        await group.start(run_server)
+        try:
+            await transport.handle_request(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await transport.terminate()
 
 
 @functools.cache
 def initialization_options() -> InitializationOptions:
     """What the server answers to initialize, the same for every request: built once per
-    process (the SDK reads its own version from the package metadata each time it builds
-    them, a scan of the environment's distributions, on every request)."""
+    process."""
     return server.create_initialization_options()
 
 
@@ -375,7 +438,7 @@ def parse_messages(body: bytes) -> list[types.JSONRPCMessage]:
     if isinstance(data, list):
         return []
     with contextlib.suppress(pydantic.ValidationError):
-        return [types.JSONRPCMessage.model_validate(data)]
+        return [types.jsonrpc_message_adapter.validate_python(data)]
     return []
 
 

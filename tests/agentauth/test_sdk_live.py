@@ -9,16 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from mcp import ClientSession
-from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from pydantic import AnyUrl
 
 from agentauth.models import AgentClient
 from dispatcher.models import AgentSession
-from tests.mcp.conftest import run, text_of
+from tests.mcp.conftest import run, session_id_hook, text_of
 from tests.support.factories import unique
 from tests.support.oauth import DocumentServer
 from tests.support.oauth_live import OAuthStack, Person, query_of, team_member
@@ -56,10 +57,13 @@ def provider_for(stack: OAuthStack, person: Person, client_id: str, store: Memor
         # The person's browser: sign-in session, consent page, approve (blocking HTTP).
         redirected["to"] = await anyio.to_thread.run_sync(person.consent, url)
 
-    async def callback_handler() -> tuple[str, str | None]:
+    async def callback_handler() -> AuthorizationCodeResult:
         query = query_of(redirected["to"])
         assert query["iss"] == stack.url  # RFC 9207: the issuer the metadata names
-        return query["code"], query.get("state")
+        # (the SDK checks `iss` against the issuer too)
+        return AuthorizationCodeResult(
+            code=query["code"], state=query.get("state"), iss=query.get("iss")
+        )
 
     return OAuthClientProvider(
         server_url=stack.url + "/mcp/",
@@ -103,12 +107,17 @@ def test_the_sdk_signs_in_through_consent_and_calls_tools(
 
     async def scenario() -> tuple[list[str], str, str | None]:
         provider = provider_for(oauth_stack, person, client_id, store)
-        http = httpx.AsyncClient(auth=provider, timeout=httpx.Timeout(30, read=120))
+        keep, session_id = session_id_hook()
+        http = httpx2.AsyncClient(
+            auth=provider,
+            timeout=httpx2.Timeout(30, read=120),
+            event_hooks={"response": [keep]},
+        )
         async with (
             http,
             streamable_http_client(oauth_stack.url + "/mcp/", http_client=http) as streams,
         ):
-            read, write, session_id = streams
+            read, write = streams
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 tools = [t.name for t in (await session.list_tools()).tools]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
@@ -35,15 +35,35 @@ FILESYSTEM = (
 )
 
 
+def session_id_hook() -> tuple[
+    Callable[[httpx2.Response], Awaitable[None]], Callable[[], str | None]
+]:
+    """An httpx2 response hook that keeps the last Mcp-Session-Id the server sent, and
+    what reads it (the SDK's v2 client no longer hands it out)."""
+    seen: list[str] = []
+
+    async def keep(response: httpx2.Response) -> None:
+        if value := response.headers.get("mcp-session-id"):
+            seen.append(value)
+
+    return keep, lambda: seen[-1] if seen else None
+
+
 @asynccontextmanager
 async def mcp_session(
     stack: LiveStack, fx: AgentFixture, *, token: str | None = None
 ) -> AsyncIterator[tuple[ClientSession, Callable[[], str | None]]]:
-    """An initialized MCP client session on /mcp/ with the agent's token."""
+    """An initialized MCP client session on /mcp/ with the agent's token (the initialize
+    handshake: a 2025-11-25 session), and what reads its Mcp-Session-Id."""
     headers = {"Authorization": f"Bearer {token or fx.token}"}
-    http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=120))
+    keep, session_id = session_id_hook()
+    http = httpx2.AsyncClient(
+        headers=headers,
+        timeout=httpx2.Timeout(30, read=120),
+        event_hooks={"response": [keep]},
+    )
     async with http, streamable_http_client(stack.url + "/mcp/", http_client=http) as streams:
-        read, write, session_id = streams
+        read, write = streams
         async with ClientSession(read, write) as session:
             await session.initialize()
             yield session, session_id

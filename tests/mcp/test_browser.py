@@ -54,7 +54,7 @@ def test_an_upstream_call_asked_over_mcp_is_approved_in_the_browser(
         item.get_by_role("button", name="Approve").first.click()
         agent.join(30)
         assert outcome, "the MCP call did not return"
-        assert (outcome[0].isError, text_of(outcome[0])) == (
+        assert (outcome[0].is_error, text_of(outcome[0])) == (
             False,
             f"noted 21 characters for {path}",
         )

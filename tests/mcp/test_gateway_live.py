@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from django.db import connection
 from mcp import ClientSession, types
@@ -49,9 +50,11 @@ def test_tools_list_pages_through_the_model_facing_projection(
             pages = []
             cursor = None
             while True:
-                result = await session.list_tools(cursor=cursor)
+                result = await session.list_tools(
+                    params=types.PaginatedRequestParams(cursor=cursor)
+                )
                 pages.append(result.tools)
-                cursor = result.nextCursor
+                cursor = result.next_cursor
                 if cursor is None:
                     return pages, session_id()
 
@@ -61,10 +64,10 @@ def test_tools_list_pages_through_the_model_facing_projection(
     assert "read_file" in tools and "approval_prompt" in tools
     assert "client_note" not in tools  # the client's own tools are not offered
     read = tools["read_file"]
-    assert read.inputSchema == get_tool("read_file").parameters  # type: ignore[union-attr]
-    assert read.annotations is not None and read.annotations.readOnlyHint is True
+    assert read.input_schema == get_tool("read_file").parameters  # type: ignore[union-attr]
+    assert read.annotations is not None and read.annotations.read_only_hint is True
     # Only the four named fields (and annotations) of the definition, nothing host-only.
-    dumped = read.model_dump(exclude_none=True)
+    dumped = read.model_dump(by_alias=True, exclude_none=True)
     assert set(dumped) == {"name", "description", "inputSchema", "annotations"}
     # One MCP session is one Harness session.
     assert AgentSession.objects.filter(
@@ -80,14 +83,14 @@ def test_the_gateway_does_not_promise_list_changed_notifications(
     async def scenario() -> types.InitializeResult:
         headers = {"Authorization": f"Bearer {live_agent.token}"}
         async with (
-            httpx.AsyncClient(headers=headers, timeout=30) as http,
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
             streamable_http_client(live_stack.url + "/mcp/", http_client=http) as streams,
             ClientSession(streams[0], streams[1]) as session,
         ):
             return await session.initialize()
 
     tools = run(scenario).capabilities.tools
-    assert tools is not None and not tools.listChanged
+    assert tools is not None and not tools.list_changed
 
 
 def test_an_allowed_call_runs_in_the_worker_and_returns_its_result(
@@ -99,9 +102,10 @@ def test_an_allowed_call_runs_in_the_worker_and_returns_its_result(
             return result, session_id()
 
     result, session_id = run(scenario)
-    assert result.isError is False
+    assert result.is_error is False
     call = ToolCall.objects.get(session__external_id=session_id)
-    assert (call.status, call.dialect, call.tool_use_id) == (Status.COMPLETED, "mcp", "mcp:1")
+    # The JSON-RPC request id (the SDK's client numbers from 1: initialize, then the call).
+    assert (call.status, call.dialect, call.tool_use_id) == (Status.COMPLETED, "mcp", "mcp:2")
     assert text_of(result) == call.content
     kinds = list(
         AuditEvent.objects.filter(subject=f"call:{call.pk}")
@@ -130,7 +134,7 @@ def test_unknown_tool_and_invalid_arguments_are_error_results_with_the_api_text(
             ]
 
     unknown, invalid = run(scenario)
-    assert unknown.isError and invalid.isError
+    assert unknown.is_error and invalid.is_error
     assert "Tool 'readFile' does not exist" in text_of(unknown)
     assert "Did you mean 'read_file'?" in text_of(unknown)
     assert text_of(unknown) == _api_text(live_stack, live_agent, "readFile", {"path": "a"})
@@ -178,7 +182,7 @@ def test_an_ask_holds_the_request_with_progress_naming_the_reviewer_page(
         review(call, reviewer, approve=True)
 
     result, notes = _held_call(live_stack, live_agent, approve)
-    assert result.isError is False and text_of(result) == "Wrote 5 bytes to held.txt"
+    assert result.is_error is False and text_of(result) == "Wrote 5 bytes to held.txt"
     assert notes and "Waiting for a reviewer" in notes[0]
     assert f"{live_stack.url}/approvals/" in notes[0]
     page = notes[0].rsplit(" ", 1)[-1]
@@ -195,7 +199,7 @@ def test_a_denial_carries_the_reviewers_feedback(
         review(call, reviewer, approve=False, feedback="Write it under docs/ instead.")
 
     result, _ = _held_call(live_stack, live_agent, deny)
-    assert result.isError is True
+    assert result.is_error is True
     assert "Their feedback: Write it under docs/ instead." in text_of(result)
 
 
@@ -220,7 +224,7 @@ def test_a_reviewers_edit_answers_with_the_replacement_calls_result(
     [replacement] = replaced
     replacement.refresh_from_db()
     assert replacement.status == Status.COMPLETED
-    assert result.isError is False, text_of(result)
+    assert result.is_error is False, text_of(result)
     assert text_of(result).endswith("Wrote 8 bytes to edited.txt")
     assert "edited" in text_of(result).split("Wrote 8 bytes")[0]  # the edit's note first
     assert result.meta is not None
@@ -265,7 +269,12 @@ def test_an_edit_still_waiting_for_a_quorum_is_followed_until_it_is_decided(
 
     result, _ = _held_call(live_stack, fx, edit_then_approve)
     assert pages, "no progress notification named the replacement's reviewer page"
-    assert result.isError is False and text_of(result).endswith("Wrote 2 bytes to quorum.txt")
+    assert result.is_error is False and text_of(result).endswith("Wrote 2 bytes to quorum.txt")
+
+
+def request_id_of(call: ToolCall) -> int:
+    """The JSON-RPC id of the request that made `call` (its tool_use_id: "mcp:<id>")."""
+    return int(call.tool_use_id.removeprefix("mcp:"))
 
 
 def test_a_client_cancellation_cancels_the_pending_call(
@@ -275,7 +284,6 @@ def test_a_client_cancellation_cancels_the_pending_call(
         import anyio
 
         async with mcp_session(live_stack, live_agent) as (session, session_id):
-            request_id = session._request_id  # the id the next request will carry
             async with anyio.create_task_group() as group:
                 group.start_soon(
                     session.call_tool, "write_file", {"path": "never.txt", "content": "x"}
@@ -284,11 +292,9 @@ def test_a_client_cancellation_cancels_the_pending_call(
                     lambda: wait_for_pending(session_id() or "", tool="write_file")
                 )
                 await session.send_notification(
-                    types.ClientNotification(
-                        types.CancelledNotification(
-                            params=types.CancelledNotificationParams(
-                                requestId=request_id, reason="The user pressed Esc."
-                            )
+                    types.CancelledNotification(
+                        params=types.CancelledNotificationParams(
+                            request_id=request_id_of(call), reason="The user pressed Esc."
                         )
                     )
                 )
@@ -301,6 +307,51 @@ def test_a_client_cancellation_cancels_the_pending_call(
     assert call.status == Status.CANCELLED
     assert call.decided_by == f"agent:{live_agent.agent.name}"
     assert "The user pressed Esc." in call.content
+
+
+def test_a_2026_07_28_client_cancels_a_pending_call_by_closing_its_request(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    """The stateless revision has no notifications/cancelled: a client cancels by closing
+    the request's stream, and Harness cancels the pending call."""
+    from mcp import Client
+
+    def pending() -> ToolCall:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            found = ToolCall.objects.filter(
+                session__agent=live_agent.agent, status=Status.PENDING_APPROVAL
+            ).first()
+            if found is not None:
+                return found
+            time.sleep(0.05)
+        raise AssertionError("no pending call")
+
+    async def scenario() -> tuple[ToolCall, str]:
+        import anyio
+
+        headers = {"Authorization": f"Bearer {live_agent.token}"}
+        http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120))
+        transport = streamable_http_client(live_stack.url + "/mcp/", http_client=http)
+        async with http, Client(transport) as client:
+            async with anyio.create_task_group() as group:
+                group.start_soon(
+                    client.call_tool, "write_file", {"path": "closed.txt", "content": "x"}
+                )
+                call = await anyio.to_thread.run_sync(pending)
+                group.cancel_scope.cancel()  # the request's stream closes
+            return call, client.protocol_version
+
+    call, version = run(scenario)
+    assert version == "2026-07-28"
+    deadline = time.monotonic() + 15
+    while call.status == Status.PENDING_APPROVAL and time.monotonic() < deadline:
+        time.sleep(0.05)
+        call.refresh_from_db()
+    assert call.status == Status.CANCELLED
+    assert call.decided_by == f"agent:{live_agent.agent.name}"
+    assert "closed the request" in call.content
+    assert not (Path(call.session.workspace) / "closed.txt").exists()
 
 
 def test_a_client_cancellation_after_an_edit_cancels_the_replacement(
@@ -317,7 +368,7 @@ def test_a_client_cancellation_after_an_edit_cancels_the_replacement(
     )
     editor = make_user(unique("editor"), groups=("reviewer",))
 
-    def edit_pending(session_id: str) -> ToolCall:
+    def edit_pending(session_id: str) -> tuple[ToolCall, ToolCall]:
         call = wait_for_pending(session_id, tool="write_file")
         outcome = edit(
             approval_id=ApprovalRequest.objects.get(call=call).pk,
@@ -325,26 +376,23 @@ def test_a_client_cancellation_after_an_edit_cancels_the_replacement(
             digest=call.digest,
             arguments={"path": "never-edited.txt", "content": "x"},
         )
-        return outcome.replacement  # 1 of 2 approvals: still pending
+        return call, outcome.replacement  # 1 of 2 approvals: still pending
 
     async def scenario() -> ToolCall:
         import anyio
 
         async with mcp_session(live_stack, fx) as (session, session_id):
-            request_id = session._request_id
             async with anyio.create_task_group() as group:
                 group.start_soon(
                     session.call_tool, "write_file", {"path": "never.txt", "content": "x"}
                 )
-                replacement = await anyio.to_thread.run_sync(
+                call, replacement = await anyio.to_thread.run_sync(
                     lambda: edit_pending(session_id() or "")
                 )
                 await session.send_notification(
-                    types.ClientNotification(
-                        types.CancelledNotification(
-                            params=types.CancelledNotificationParams(
-                                requestId=request_id, reason="Not any more."
-                            )
+                    types.CancelledNotification(
+                        params=types.CancelledNotificationParams(
+                            request_id=request_id_of(call), reason="Not any more."
                         )
                     )
                 )
@@ -380,13 +428,13 @@ def test_the_permission_prompt_allows_with_the_same_input_or_denies(
     call = ToolCall.objects.get(session__agent=trusted.agent, name="client_tool")
     assert call.status == Status.RELEASED and call.executor == "client"
     assert call.arguments == {"tool_name": "Bash", "input": tool_input}
-    assert call.tool_use_id == "mcp:1/toolu_01"
+    assert call.tool_use_id == "mcp:2/toolu_01"
 
 
 def test_unstorable_or_foreign_requests_are_refused_without_a_trace(
     live_stack: LiveStack, live_agent: AgentFixture
 ) -> None:
-    from mcp.shared.exceptions import McpError
+    from mcp.shared.exceptions import MCPError
 
     async def scenario() -> tuple[list[str], str | None]:
         async with mcp_session(live_stack, live_agent) as (session, session_id):
@@ -397,7 +445,7 @@ def test_unstorable_or_foreign_requests_are_refused_without_a_trace(
             ):
                 try:
                     await session.call_tool(name, arguments)
-                except McpError as exc:
+                except MCPError as exc:
                     errors.append(exc.error.message)
             return errors, session_id()
 
@@ -431,7 +479,11 @@ def test_unstorable_or_foreign_requests_are_refused_without_a_trace(
 
 def _rpc(client: httpx.Client, headers: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
     """One JSON-RPC request on /mcp/; its response (JSON, or the last SSE data line)."""
-    response = client.post("/mcp/", json=body, headers=headers)
+    return _answer(client.post("/mcp/", json=body, headers=headers))
+
+
+def _answer(response: httpx.Response) -> dict[str, Any]:
+    """A /mcp/ response's JSON-RPC answer (JSON, or the last SSE data line)."""
     assert response.status_code == 200, response.text
     if response.headers["content-type"].startswith("text/event-stream"):
         data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
@@ -538,8 +590,8 @@ def test_a_session_is_read_with_its_token_and_its_owners_profile_at_each_request
 
     first, second, session_id = run(scenario)
     assert progress == ["profile changed"]
-    assert first.isError is False
-    assert second.isError is True and "denied by policy" in text_of(second)
+    assert first.is_error is False
+    assert second.is_error is True and "denied by policy" in text_of(second)
     calls = ToolCall.objects.filter(session__external_id=session_id).order_by("created_at")
     assert [c.status for c in calls] == [Status.COMPLETED, Status.DENIED]
 
@@ -563,3 +615,58 @@ def test_a_session_is_read_with_its_token_and_its_owners_profile_at_each_request
         assert unknown.status_code == 404 and "Traceback" not in unknown.text
     revoke_agent(agent=fx.agent, actor="test")
     assert post(fx.token, session_id).status_code == 401
+
+
+def test_protocol_versions_are_negotiated_as_the_specification_says(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    """The handshake revisions through initialize, 2026-07-28 per request (its version,
+    and the client's, in `_meta` and the MCP-Protocol-Version header; server/discover
+    names it), a version Harness does not serve refused by name: the SDK decides, Harness
+    routes by the header as the SDK's own session manager does."""
+    accept = {**live_agent.headers, "Accept": "application/json, text/event-stream"}
+
+    def initialize(version: str) -> tuple[str, str | None]:
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": {"name": "negotiator", "version": "1"},
+            },
+        }
+        answer = httpx.post(live_stack.url + "/mcp/", json=body, headers=accept, timeout=60)
+        return _answer(answer)["result"]["protocolVersion"], answer.headers.get("mcp-session-id")
+
+    assert initialize("2025-03-26")[0] == "2025-03-26"
+    # Not reachable by a handshake: the newest handshake revision is offered instead.
+    version, session_id = initialize("2026-07-28")
+    assert version == "2025-11-25" and session_id
+
+    modern = {**accept, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "negotiator", "version": "1"},
+    }
+    body = {"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": envelope}}
+    discover = httpx.post(live_stack.url + "/mcp/", json=body, headers=modern, timeout=60)
+    assert discover.status_code == 200, discover.text
+    assert "mcp-session-id" not in discover.headers
+    assert "2026-07-28" in discover.json()["result"]["supportedVersions"]
+    assert discover.json()["result"]["capabilities"]["tools"] is not None
+
+    future = {**modern, "MCP-Protocol-Version": "2099-01-01", "Mcp-Method": "tools/list"}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/list",
+        "params": {"_meta": {**envelope, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}},
+    }
+    refused = httpx.post(live_stack.url + "/mcp/", json=body, headers=future, timeout=60)
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert "2026-07-28" in json.dumps(error) and "Traceback" not in refused.text
+    assert not ToolCall.objects.filter(session__agent=live_agent.agent).exists()

@@ -1,7 +1,8 @@
 """One run of one agent is one Harness session, whatever its client does with MCP
 transport sessions (docs/mcp.md, "Which session a request joins"): LangChain's adapters
 (a new MCP session per tool call, their default), the MCP Inspector's CLI (a process, and
-a session, per call), and a client that sends no session at all. A file one call writes
+a session, per call), a client that sends no session at all, and the MCP SDK's own
+client on the stateless 2026-07-28 revision (no initialize, no session header). A file one call writes
 is there for the next, and a session grant applies to every later call."""
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 
 from dispatcher.models import AgentSession, ToolCall
-from tests.mcp.conftest import run
+from tests.mcp.conftest import run, text_of
 from tests.support.factories import AgentFixture, make_agent
 from tests.support.live import LiveStack
 from tests.support.paths import ROOT
@@ -24,38 +26,112 @@ from tests.support.paths import ROOT
 pytestmark = pytest.mark.live
 
 INSPECTOR = ROOT / "var" / "mcp-inspector" / "node_modules" / ".bin" / "mcp-inspector"
+LANGCHAIN = ROOT / "var" / "langchain-client" / "bin" / "python"
+LANGCHAIN_SCRIPT = ROOT / "tests" / "support" / "langchain_client.py"
 
 
 def sessions_of(fx: AgentFixture) -> list[AgentSession]:
     return list(AgentSession.objects.filter(agent=fx.agent, client="mcp"))
 
 
+def langchain_client() -> Path:
+    if LANGCHAIN.exists():
+        return LANGCHAIN
+    message = (
+        "LangChain's MCP adapters are not installed: run `make langchain-client` (a "
+        "virtualenv of their own in var/langchain-client; `make test` does it)."
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI=true and " + message)
+    pytest.skip(message)
+
+
 def test_langchain_adapters_with_a_session_per_call_stay_in_one_session(
     live_stack: LiveStack, live_db: None
 ) -> None:
-    from langchain_mcp_adapters.client import MultiServerMCPClient
-
+    # The adapters need the SDK's v1 line: they run in their own virtualenv, a process
+    # as an agent's would be (tests/support/langchain_client.py).
+    python = langchain_client()
     fx = make_agent(mode="trusted")
-
-    async def scenario() -> Any:
-        client = MultiServerMCPClient(
-            {
-                "harness": {
-                    "url": live_stack.url + "/mcp/",
-                    "transport": "streamable_http",
-                    "headers": {"Authorization": f"Bearer {fx.token}"},
-                }
-            }
-        )
-        tools = {tool.name: tool for tool in await client.get_tools()}
-        await tools["write_file"].ainvoke({"path": "note.txt", "content": "kept\n"})
-        return await tools["read_file"].ainvoke({"path": "note.txt"})
-
-    read = run(scenario)
-    assert "kept" in json.dumps(read, default=str)
+    steps = [
+        ["write_file", {"path": "note.txt", "content": "kept\n"}],
+        ["read_file", {"path": "note.txt"}],
+    ]
+    done = subprocess.run(
+        [str(python), str(LANGCHAIN_SCRIPT), live_stack.url + "/mcp/", fx.token, json.dumps(steps)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    _, read = json.loads(done.stdout)
+    assert "kept" in read
     [session] = sessions_of(fx)
     assert Path(session.workspace, "note.txt").read_text() == "kept\n"
     assert ToolCall.objects.filter(session=session).count() == 2
+
+
+def test_a_2026_07_28_client_lists_and_calls_in_one_session_without_initialize(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    """The SDK's own client negotiates the stateless revision (server/discover), sends no
+    initialize and keeps no Mcp-Session-Id; its calls still land in one Harness session,
+    and a run key in `_meta` names another run."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    fx = make_agent(mode="trusted")
+    sent: list[tuple[str, str, str]] = []  # (MCP-Protocol-Version, Mcp-Method, body)
+    answered: list[str | None] = []  # the Mcp-Session-Id of each answer
+
+    async def request(request: httpx2.Request) -> None:
+        headers = request.headers
+        body = request.content.decode()
+        sent.append((headers.get("mcp-protocol-version", ""), headers.get("mcp-method", ""), body))
+
+    async def response(response: httpx2.Response) -> None:
+        answered.append(response.headers.get("mcp-session-id"))
+
+    async def scenario() -> tuple[str, list[str], str, str, str]:
+        http = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {fx.token}"},
+            timeout=httpx2.Timeout(30, read=120),
+            event_hooks={"request": [request], "response": [response]},
+        )
+        transport = streamable_http_client(live_stack.url + "/mcp/", http_client=http)
+        async with http, Client(transport) as client:
+            names = []
+            cursor = None
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                names += [tool.name for tool in page.tools]
+                if (cursor := page.next_cursor) is None:
+                    break
+            await client.call_tool("write_file", {"path": "modern.txt", "content": "stateless\n"})
+            read = await client.call_tool("read_file", {"path": "modern.txt"})
+            keyed = await client.call_tool(
+                "read_file", {"path": "modern.txt"}, meta={"harness/run": "modern-7"}
+            )
+            return client.protocol_version, names, text_of(read), text_of(keyed), "ok"
+
+    version, names, read, keyed, _ = run(scenario)
+    assert version == "2026-07-28"
+    assert "write_file" in names and "read_file" in names
+    assert "stateless" in read
+    # No handshake and no transport session: every request carried its revision.
+    assert sent and all(v == "2026-07-28" for v, _, _ in sent)
+    assert not any('"method":"initialize"' in body.replace(" ", "") for *_, body in sent)
+    assert {"server/discover", "tools/list", "tools/call"} <= {m for _, m, _ in sent}
+    assert answered and not any(answered)
+    # One run, one session: the listing and both calls without a key.
+    [session] = [s for s in sessions_of(fx) if s.external_id != "run:modern-7"]
+    assert session.title.startswith("MCP: ")
+    assert Path(session.workspace, "modern.txt").read_text() == "stateless\n"
+    assert ToolCall.objects.filter(session=session).count() == 2
+    # A run key in `_meta` is another run: its own workspace, without the file.
+    other = AgentSession.objects.get(agent=fx.agent, external_id="run:modern-7")
+    assert "does not exist" in keyed
+    assert ToolCall.objects.filter(session=other).count() == 1
 
 
 def test_a_client_without_sessions_stays_in_its_run_and_a_run_key_opens_another(

@@ -70,7 +70,7 @@ def test_an_auto_allowed_upstream_call_returns_the_upstreams_result(
     name = server_name()
     register(name, "--trust-annotations")
     result = call(live_stack, live_agent, f"{name}__echo", {"text": "über <b>"})
-    assert (result.isError, text_of(result)) == (False, "echo: über <b>")
+    assert (result.is_error, text_of(result)) == (False, "echo: über <b>")
     row = ToolCall.objects.get(session__agent=live_agent.agent, name=f"{name}__echo")
     assert row.status == Status.COMPLETED and row.decided_by == "mode:standard"
     assert row.raw_arguments == '{"text":"über <b>"}'
@@ -154,10 +154,10 @@ def test_a_crash_mid_call_is_an_answer_and_the_server_is_started_again(
             ]
 
     crashed, after = run(scenario)
-    assert crashed.isError is True
+    assert crashed.is_error is True
     assert f"The MCP server '{name}' stopped while running 'crash'" in text_of(crashed)
     assert "check the state before trying again" in text_of(crashed)
-    assert (after.isError, text_of(after)) == (False, "echo: still here")
+    assert (after.is_error, text_of(after)) == (False, "echo: still here")
 
 
 def test_a_slow_upstream_past_its_timeout_times_out(live_stack: LiveStack, live_db: None) -> None:
@@ -167,7 +167,7 @@ def test_a_slow_upstream_past_its_timeout_times_out(live_stack: LiveStack, live_
     started = time.monotonic()
     result = call(live_stack, fx, f"{name}__slow", {"seconds": 20})
     assert time.monotonic() - started < 15
-    assert result.isError is True
+    assert result.is_error is True
     assert f"'{name}__slow' did not finish within its 6 s limit" in text_of(result)
     row = ToolCall.objects.get(session__agent=fx.agent, name=f"{name}__slow")
     assert row.status == Status.TIMED_OUT
@@ -182,7 +182,7 @@ def test_upstream_errors_are_results_the_model_can_use(
     register(name)
     fx = make_agent(mode="trusted")
     result = call(live_stack, fx, f"{name}__fail", {"reason": "quota"})
-    assert result.isError is True and "upstream refused: quota" in text_of(result)
+    assert result.is_error is True and "upstream refused: quota" in text_of(result)
 
 
 def test_a_changed_definition_is_not_offered_until_accepted(
@@ -201,21 +201,21 @@ def test_a_changed_definition_is_not_offered_until_accepted(
             names: set[str] = set()
             cursor = None
             while True:
-                page = await session.list_tools(cursor=cursor)
+                page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor))
                 names |= {t.name for t in page.tools}
-                cursor = page.nextCursor
+                cursor = page.next_cursor
                 if cursor is None:
                     break
             return names, await session.call_tool(f"{name}__echo", {"text": "a"})
 
     names, held = run(listed_and_called)
     assert f"{name}__echo" not in names and f"{name}__pid" in names
-    assert held.isError and f"Tool '{name}__echo' is held" in text_of(held)
+    assert held.is_error and f"Tool '{name}__echo' is held" in text_of(held)
     row = McpTool.objects.get(exposed_name=f"{name}__echo")
     services.accept_tool(exposed=row.exposed_name, fingerprint=row.seen_fingerprint, actor="t")
     names, accepted = run(listed_and_called)
     assert f"{name}__echo" in names
-    assert (accepted.isError, text_of(accepted)) == (False, "echo: a")
+    assert (accepted.is_error, text_of(accepted)) == (False, "echo: a")
 
 
 def test_a_definition_changed_upstream_since_the_refresh_is_refused_by_the_worker(
@@ -229,7 +229,7 @@ def test_a_definition_changed_upstream_since_the_refresh_is_refused_by_the_worke
     variant.write_text(json.dumps({"echo_description": "Quietly different."}))
     fx = make_agent(mode="trusted")
     result = call(live_stack, fx, f"{name}__echo", {"text": "a"})
-    assert result.isError and "describes its tool 'echo' differently" in text_of(result)
+    assert result.is_error and "describes its tool 'echo' differently" in text_of(result)
     # Held at once, as a refresh would: no longer offered, its calls rejected at admission.
     row = McpTool.objects.get(exposed_name=f"{name}__echo")
     assert row.state == "changed" and row.seen_description == "Quietly different."
@@ -312,9 +312,9 @@ def test_the_reference_filesystem_server_from_npm(
             names: set[str] = set()
             cursor = None
             while True:
-                page = await session.list_tools(cursor=cursor)
+                page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor))
                 names |= {t.name for t in page.tools}
-                cursor = page.nextCursor
+                cursor = page.next_cursor
                 if cursor is None:
                     break
             read = await session.call_tool(
@@ -326,8 +326,8 @@ def test_the_reference_filesystem_server_from_npm(
     names, read, bad = run(scenario)
     assert {f"{name}__read_text_file", f"{name}__write_file"} <= names
     # readOnlyHint trusted: standard mode runs the read without asking.
-    assert (read.isError, text_of(read)) == (False, "Hello from a real MCP server.\n")
-    assert bad.isError and "Invalid arguments" in text_of(bad)
+    assert (read.is_error, text_of(read)) == (False, "Hello from a real MCP server.\n")
+    assert bad.is_error and "Invalid arguments" in text_of(bad)
     # Its write tool is not read-only: standard mode asks (checked without waiting).
     tool = McpTool.objects.get(exposed_name=f"{name}__write_file")
     assert tool.annotations.get("readOnlyHint") is not True

@@ -1,4 +1,4 @@
-"""An upstream MCP server for the sandbox tests, written with the `mcp` SDK (FastMCP):
+"""An upstream MCP server for the sandbox tests, written with the `mcp` SDK (MCPServer):
 it tries what it is asked to and says what happened, so a test sees from inside the
 sandbox what a server can reach.
 
@@ -11,9 +11,9 @@ import os
 import socket
 from pathlib import Path
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.mcpserver import MCPServer
 
-server = FastMCP("files-test", log_level="WARNING")
+server = MCPServer("files-test", log_level="WARNING")
 
 
 def attempt(action: object) -> str:

@@ -1,4 +1,4 @@
-"""An upstream MCP server for tests, written with the `mcp` SDK (FastMCP).
+"""An upstream MCP server for tests, written with the `mcp` SDK (MCPServer).
 
     python tests/support/mcp_upstream.py stdio
     python tests/support/mcp_upstream.py http PORT
@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 variant_file = Path(os.environ.get("UPSTREAM_VARIANT_FILE") or "/nonexistent")
@@ -28,7 +29,7 @@ HIDE = set(VARIANT.get("hide", []))
 ECHO_ANNOTATIONS = ToolAnnotations(**VARIANT.get("echo_annotations", {"readOnlyHint": True}))
 
 port = int(sys.argv[2]) if len(sys.argv) > 2 else 8000
-server = FastMCP("upstream-test", host="127.0.0.1", port=port, log_level="WARNING")
+server = MCPServer("upstream-test", log_level="WARNING")
 
 
 @server.tool(description=ECHO_DESCRIPTION, annotations=ECHO_ANNOTATIONS)
@@ -41,7 +42,9 @@ def write_note(path: str, text: str) -> str:
     return f"noted {len(text)} characters for {path}"
 
 
-@server.tool(description="Sleep for some seconds.", annotations=ToolAnnotations(readOnlyHint=True))
+@server.tool(
+    description="Sleep for some seconds.", annotations=ToolAnnotations(read_only_hint=True)
+)
 def slow(seconds: float) -> str:
     if calls := os.environ.get("UPSTREAM_CALLS_FILE"):  # each call it started, a line
         with open(calls, "a") as started:
@@ -61,7 +64,7 @@ def pid() -> str:
 
 if "pid" not in HIDE:
     server.tool(
-        description="The server's process id.", annotations=ToolAnnotations(readOnlyHint=True)
+        description="The server's process id.", annotations=ToolAnnotations(read_only_hint=True)
     )(pid)
 
 
@@ -72,7 +75,9 @@ def environment() -> str:
 
 @server.tool(description="Fail with a tool error.")
 def fail(reason: str) -> str:
-    raise ValueError(f"upstream refused: {reason}")
+    # (ToolError: the SDK's server shows the model its message; any other exception is
+    # a crash it reports only as "Error executing tool fail")
+    raise ToolError(f"upstream refused: {reason}")
 
 
 if VARIANT.get("hostile"):  # what a hostile or broken server may list and answer
@@ -86,4 +91,7 @@ if VARIANT.get("hostile"):  # what a hostile or broken server may list and answe
 
 
 if __name__ == "__main__":
-    server.run("streamable-http" if sys.argv[1:2] == ["http"] else "stdio")
+    if sys.argv[1:2] == ["http"]:
+        server.run("streamable-http", host="127.0.0.1", port=port)
+    else:
+        server.run("stdio")

@@ -1,5 +1,5 @@
 """A real SAML 2.0 identity provider on loopback: nanoidp, in a virtualenv of its own
-(`make nanoidp`: it needs the MCP SDK's v2, Harness pins v1), started by the test."""
+(`make nanoidp`: a program the tests start, with pins of its own), started by the test."""
 
 from __future__ import annotations
 

@@ -40,10 +40,14 @@ class Definition:
         """From an `mcp.types.Tool` (extra fields the server sent are not pinned). Text no
         database can keep (a NUL character, a lone surrogate) is written out, and such a
         tool gets a `problem`: it is registered as unusable, never offered."""
-        annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
+        annotations = (
+            tool.annotations.model_dump(by_alias=True, exclude_none=True)
+            if tool.annotations
+            else {}
+        )
         annotations = {k: v for k, v in annotations.items() if k in HINTS}
         name, description = _clean(tool.name), _clean(tool.description or "")
-        schema = dict(tool.inputSchema)
+        schema = dict(tool.input_schema)
         problem = ""
         if name != tool.name or description != (tool.description or ""):
             problem = "Its name or description holds a NUL character or invalid Unicode."

@@ -22,17 +22,17 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
-import httpx
+import httpx2
+import pydantic
 from django.conf import settings
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import McpError
+from mcp.shared.exceptions import MCPError
 
 from dispatcher.tools import sandbox, sandbox_servers
 from dispatcher.tools._paths import cap_text
@@ -187,13 +187,15 @@ async def open_session(endpoint: Endpoint) -> AsyncIterator[ClientSession]:
     http = outbound.async_client(
         limit=HTTP_ANSWER_BYTES,
         headers=dict(endpoint.headers),
-        timeout=httpx.Timeout(CONNECT_TIMEOUT, read=endpoint.timeout + 5),
+        timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=endpoint.timeout + 5),
     )
-    async with http, streamable_http_client(endpoint.url, http_client=http) as streams:
-        read, write, _ = streams
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            yield session
+    async with (
+        http,
+        streamable_http_client(endpoint.url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 async def all_tools(session: ClientSession) -> list[types.Tool]:
@@ -201,9 +203,9 @@ async def all_tools(session: ClientSession) -> list[types.Tool]:
     tools: list[types.Tool] = []
     cursor = None
     for _ in range(MAX_PAGES):
-        result = await session.list_tools(cursor=cursor)
+        result = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor))
         tools += result.tools
-        cursor = result.nextCursor
+        cursor = result.next_cursor
         if not cursor:
             break
     return tools
@@ -251,12 +253,16 @@ def describe(exc: BaseException) -> str:
     """A short account of a failure (the first leaf of an exception group)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    if isinstance(exc, McpError):
+    if isinstance(exc, MCPError):
         return f"{exc.error.message} (MCP error {exc.error.code})"
     if isinstance(exc, TimeoutError):
         return "it did not answer in time"
     if isinstance(exc, outbound.OutboundRefused):
         return f"{exc} (Harness's outbound policy; an admin may list it in HARNESS_OUTBOUND_ALLOW)"
+    if isinstance(exc, pydantic.ValidationError):  # (its text quotes the input at length)
+        return f"it answered what is not a valid {exc.title}"
+    if isinstance(exc, RuntimeError) and str(exc):  # the SDK's account of a bad result
+        return str(exc).splitlines()[0][:300]
     if isinstance(exc, ToolError):  # written for the reader already (the sandbox's)
         return str(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -363,33 +369,52 @@ class Pool:
     async def _call(
         self, endpoint: Endpoint, tool: str, fingerprint: str, arguments: dict[str, Any]
     ) -> types.CallToolResult:
-        connection = await self._connection(endpoint)
+        # Twice at most: a call that waited its turn behind one that broke or timed out
+        # finds the connection replaced, and goes to the new one. (The SDK's client
+        # tells a server about a timed-out request before it raises, so the call behind
+        # may be let in before the replacement.)
+        for _ in range(2):
+            connection = await self._connection(endpoint)
+            async with connection.lock:  # one request at a time per session
+                if self._connections.get(endpoint.key) is connection and connection.alive:
+                    return await self._call_on(connection, tool, fingerprint, arguments)
+        raise UpstreamError("its connection broke twice while the call waited")
+
+    async def _call_on(
+        self, connection: Connection, tool: str, fingerprint: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
+        """The call on `connection`, whose lock the caller holds."""
+        endpoint = connection.endpoint
         seen = connection.definitions.get(tool)
         if seen is None or seen.fingerprint != fingerprint:
             raise DefinitionChanged(seen)
         assert connection.session is not None
-        async with connection.lock:  # one request at a time per session
-            try:
-                return await connection.session.call_tool(
-                    tool, arguments, read_timeout_seconds=timedelta(seconds=endpoint.timeout)
-                )
-            except McpError as exc:
-                if exc.error.code == httpx.codes.REQUEST_TIMEOUT:
-                    self._replace(connection)  # a stdio server stops what it was doing
-                    raise TimeoutError(exc.error.message) from exc
-                if exc.error.code == types.CONNECTION_CLOSED:
-                    self._replace(connection)
-                    raise ToolError(messages_crashed(endpoint.name, tool)) from exc
-                raise UpstreamError(describe(exc)) from exc
-            except (
-                OSError,
-                httpx.HTTPError,
-                outbound.OutboundRefused,
-                anyio.ClosedResourceError,
-                anyio.BrokenResourceError,
-            ) as exc:
+        try:
+            return await connection.session.call_tool(
+                tool, arguments, read_timeout_seconds=endpoint.timeout
+            )
+        except MCPError as exc:
+            if exc.error.code == types.REQUEST_TIMEOUT:
+                self._replace(connection)  # a stdio server stops what it was doing
+                raise TimeoutError(exc.error.message) from exc
+            if exc.error.code == types.CONNECTION_CLOSED:
                 self._replace(connection)
-                raise UpstreamError(describe(exc)) from exc
+                raise ToolError(messages_crashed(endpoint.name, tool)) from exc
+            raise UpstreamError(describe(exc)) from exc
+        except (pydantic.ValidationError, RuntimeError) as exc:
+            # What the server answered is no tool result (or not one its own output
+            # schema allows, or one that asks for input): the server's fault, told as
+            # such; the session itself still works.
+            raise UpstreamError(describe(exc)) from exc
+        except (
+            OSError,
+            httpx2.HTTPError,
+            outbound.OutboundRefused,
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+        ) as exc:
+            self._replace(connection)
+            raise UpstreamError(describe(exc)) from exc
 
     def _replace(self, connection: Connection) -> None:
         """Close a connection that timed out or broke (in the background) and start the
@@ -444,15 +469,15 @@ def result_text(result: types.CallToolResult) -> str:
         if isinstance(block, types.TextContent):
             parts.append(block.text)
         elif isinstance(block, types.ImageContent | types.AudioContent):
-            parts.append(f"[{block.type}: {block.mimeType}, {len(block.data)} base64 characters]")
+            parts.append(f"[{block.type}: {block.mime_type}, {len(block.data)} base64 characters]")
         elif isinstance(block, types.EmbeddedResource):
             resource = block.resource
             text = getattr(resource, "text", None)
             parts.append(text if isinstance(text, str) else f"[resource {resource.uri}]")
         elif isinstance(block, types.ResourceLink):
             parts.append(f"[resource link {block.uri}]")
-    if not parts and result.structuredContent is not None:
-        parts.append(json.dumps(result.structuredContent, indent=2, ensure_ascii=False))
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, indent=2, ensure_ascii=False))
     return "\n".join(parts)
 
 
@@ -471,7 +496,7 @@ def execute(
         )
         raise ToolError(storable_text(text, ctx.output_limit)) from exc
     text = storable_text(result_text(result), ctx.output_limit)
-    if result.isError:
+    if result.is_error:
         raise ToolError(text or f"The MCP server '{endpoint.name}' reported an error for '{tool}'.")
     return text
 
