@@ -6,17 +6,30 @@ passes when the attack fails."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
+from django.contrib.auth.models import User
+from django.utils import timezone
 
+from dispatcher import agents
+from dispatcher.models import Agent, AgentSession, ToolCall
+from dispatcher.policy import managed, profiles
+from dispatcher.policy.profiles import profile_for
 from dispatcher.tools import preview, sandbox, workspace_lock
 from dispatcher.tools.run_command import scrubbed_environment
+from teams.models import Team
+from teams.services import add_member
+from tests.support.factories import make_user, unique
+from tests.teams.world import TeamWorld, make_team
 from tests.tools.support import require_bwrap
 
 # --- Previews: nothing a previewed program starts outlives the preview ------------------
@@ -236,3 +249,282 @@ def test_the_scan_sees_a_previewed_program_while_it_runs(workspace: Path) -> Non
     assert seen and seen[0], "the mark was never seen: the scan would find nothing"
     assert effect.limit == "time" and took < LIMIT + SLACK
     assert _gone(mark)
+
+
+# --- Analytics: a team admin learns nothing of, and changes nothing for, an outsider -----
+
+ANALYTICS = "/permissions/analytics/"
+APPLY = "/permissions/analytics/apply"
+ACTIVATE = "/permissions/analytics/activate"
+FORM_USER = re.compile(r'name="user" value="(\d+)"')
+
+
+def _agent_in(team: Team, owner: User) -> Agent:
+    agent, _ = agents.create_agent(owner=owner, name=unique("rt3-agent"), team=team, actor="t")
+    return agent
+
+
+def _approved(agent: Agent, word: str, times: int = 6) -> str:
+    """`times` calls of `agent` running `make <word>`, each approved by a reviewer 9 s
+    after it asked (what analytics suggests an allow rule for); the rule it suggests."""
+    session = AgentSession.objects.create(
+        agent=agent, mode="standard", workspace=str(django_settings.HARNESS_WORKSPACE_ROOT)
+    )
+    start = timezone.now() - timedelta(hours=3)
+    calls, times_at = [], []
+    for i in range(times):
+        at = start + timedelta(minutes=i)
+        times_at.append(at)
+        calls.append(
+            ToolCall(
+                session=session,
+                tool_use_id=uuid.uuid4().hex,
+                name="run_command",
+                raw_arguments="{}",
+                arguments={"argv": ["make", word]},
+                digest="",
+                dialect="native",
+                batch_id=uuid.uuid4(),
+                batch_index=0,
+                status="completed",
+                decision="allow",
+                decided_by="user:rt3-reviewer",
+                created_at=at,
+                queued_at=at + timedelta(seconds=9),
+                finished_at=at + timedelta(seconds=10),
+            )
+        )
+    ToolCall.objects.bulk_create(calls)
+    for call, at in zip(calls, times_at, strict=True):  # created_at is auto_now_add
+        ToolCall.objects.filter(pk=call.pk).update(created_at=at)
+    return f"run_command(make {word})"
+
+
+def _private_rules(person: User, marker: str) -> int:
+    """Give `person` a rule only they have and a few versions; the version now."""
+    for i in range(3):
+        profiles.update_profile(
+            user=person,
+            mode="standard",
+            allow=[f"read_file({marker}-{i}/**)"],
+            ask=[],
+            deny=[],
+            actor="test",
+        )
+    return profile_for(person).version
+
+
+def _superuser(name: str) -> User:
+    person = make_user(name, mode="standard")
+    User.objects.filter(pk=person.pk).update(is_superuser=True)
+    return User.objects.get(pk=person.pk)
+
+
+def _outsiders(pay: TeamWorld, infra: TeamWorld) -> dict[str, User]:
+    """People with an agent in pay whose rules pay's admin does not manage."""
+    both = make_user(unique("both"), mode="standard")
+    add_member(team=pay.team, user=both, role="reviewer", actor="test")
+    add_member(team=infra.team, user=both, role="auditor", actor="test")
+    return {
+        "org_admin": make_user(unique("boss"), groups=("admin",), mode="standard"),
+        "org_reviewer": make_user(unique("orgrev"), groups=("reviewer",), mode="standard"),
+        "superuser": _superuser(unique("root")),
+        "member_of_two_teams": both,
+        "owner_of_an_agent_in_another_team": infra.agent.owner,
+    }
+
+
+@pytest.mark.django_db
+def test_a_team_admin_is_suggested_nothing_for_people_outside_their_teams() -> None:
+    pay, infra = make_team("pay"), make_team("infra")
+    admin = pay.client("admin")
+    outsiders = _outsiders(pay, infra)
+    rules, versions, markers = {}, {}, {}
+    for kind, person in outsiders.items():
+        markers[kind] = f"rt3-private-{uuid.uuid4().hex[:8]}"
+        versions[kind] = _private_rules(person, markers[kind])
+        rules[kind] = _approved(_agent_in(pay.team, person), f"o{uuid.uuid4().hex[:6]}")
+    own = make_user(unique("own"), mode="standard")
+    add_member(team=pay.team, user=own, role="auditor", actor="test")
+    own_rule = _approved(_agent_in(pay.team, own), f"p{uuid.uuid4().hex[:6]}")
+
+    page = admin.get(ANALYTICS)
+    assert page.status_code == 200
+    text = page.content.decode()
+    # The control: pay's own person gets their suggestion, with a click that works.
+    assert set(FORM_USER.findall(text)) == {str(own.pk)}
+    assert own_rule in text
+    for kind, person in outsiders.items():
+        assert markers[kind] not in text, kind  # their rules
+        assert f"for {person.get_username()}</span>" not in text, kind  # no suggestion
+        # pay's calls are still counted in the pattern list (pay's own traffic)...
+        assert f"<td>{person.get_username()}</td><td><code>{rules[kind]}</code>" in text, kind
+    # ...and no form carries an outsider's profile version.
+    offered = re.findall(r'name="version" value="(\d+)"', text)
+    assert offered == [str(profile_for(own).version)]
+
+    for kind, person in outsiders.items():
+        for version in (versions[kind], versions[kind] + 1, 0):
+            form = {"user": person.pk, "rule": rules[kind], "action": "allow"}
+            answer = admin.post(APPLY, {**form, "version": version})
+            assert answer.status_code == 403, (kind, answer.status_code)
+            assert "now v" not in answer.content.decode()  # no version read back
+        after = profile_for(person)
+        assert after.version == versions[kind], kind
+        assert rules[kind] not in after.allow, kind
+    # Someone of infra alone is not even found.
+    stranger = infra.members["reviewer"]
+    form = {"user": stranger.pk, "rule": "read_file", "action": "allow", "version": 0}
+    assert admin.post(APPLY, form).status_code == 404
+    assert admin.post(APPLY, {**form, "user": 10**9}).status_code == 404
+    # The control: applying pay's own suggestion works.
+    form = {"user": own.pk, "rule": own_rule, "action": "allow"}
+    assert admin.post(APPLY, {**form, "version": profile_for(own).version}).status_code == 302
+    assert own_rule in profile_for(own).allow
+
+
+@pytest.mark.django_db
+def test_an_agent_moved_to_another_team_takes_its_calls_and_suggestions_with_it() -> None:
+    pay, infra = make_team("pay"), make_team("infra")
+    mover = make_user(unique("mover"), mode="standard")
+    agent = _agent_in(pay.team, mover)
+    rule = _approved(agent, f"m{uuid.uuid4().hex[:6]}")
+    assert rule in pay.client("admin").get(ANALYTICS).content.decode()  # the control
+    agents.transfer_agent(agent=agent, team=infra.team, actor="test")
+    text = pay.client("admin").get(ANALYTICS).content.decode()
+    assert rule not in text and mover.get_username() not in text
+    answer = pay.client("admin").post(
+        APPLY, {"user": mover.pk, "rule": rule, "action": "allow", "version": 0}
+    )
+    assert answer.status_code == 404 and rule not in profile_for(mover).allow
+    # infra's admin now manages the mover (their only agent is infra's): suggested there.
+    theirs = infra.client("admin").get(ANALYTICS).content.decode()
+    assert f'name="user" value="{mover.pk}"' in theirs
+    # An agent moved into pay by someone who still owns one in infra: counted, not suggested.
+    owner = infra.agent.owner
+    incoming = _agent_in(infra.team, owner)
+    moved_rule = _approved(incoming, f"i{uuid.uuid4().hex[:6]}")
+    agents.transfer_agent(agent=incoming, team=pay.team, actor="test")
+    text = pay.client("admin").get(ANALYTICS).content.decode()
+    assert moved_rule in text  # the pattern list: the agent is pay's now, with its history
+    assert f'name="user" value="{owner.pk}"' not in text
+
+
+def _log_only_everywhere(pay: TeamWorld, infra: TeamWorld) -> dict[str, tuple[str, str]]:
+    """A log-only rule in infra's layer, in an infra person's rules and in an org admin's
+    rules (layer, rule), each with a call that recorded it."""
+    tag = uuid.uuid4().hex[:8]
+    infra_rule = f"run_command(deploy-{tag} *)"
+    managed.set_layer(
+        team=infra.team,
+        document={"deny": [{"rule": infra_rule, "log_only": True}]},
+        actor="cli",
+    )
+    owner_rule = f"write_file(infra-owner-{tag}/**)"
+    profiles.update_profile(
+        user=infra.agent.owner,
+        mode="standard",
+        allow=[{"rule": owner_rule, "log_only": True}],
+        ask=[],
+        deny=[],
+        actor="test",
+    )
+    boss = make_user(unique("boss"), groups=("admin",), mode="standard")
+    boss_rule = f"write_file(boss-{tag}/**)"
+    profiles.update_profile(
+        user=boss,
+        mode="standard",
+        allow=[{"rule": boss_rule, "log_only": True}],
+        ask=[],
+        deny=[],
+        actor="test",
+    )
+    return {
+        "infra_layer": (f"team:{infra.team.name}", infra_rule),
+        "infra_owner": (f"user:{infra.agent.owner.get_username()}", owner_rule),
+        "org_admin": (f"user:{boss.get_username()}", boss_rule),
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(
+    strict=True,
+    reason="FINDING: analytics.log_only_rules ignores the reach: a team admin's analytics "
+    "page lists every layer's and every person's log-only rules (another team's layer, an "
+    "org admin's rules) with their versions and counts over other teams' calls",
+)
+def test_a_team_admins_analytics_show_no_other_teams_or_outsiders_log_only_rules() -> None:
+    pay, infra = make_team("pay"), make_team("infra")
+    planted = _log_only_everywhere(pay, infra)
+    text = pay.client("admin").get(ANALYTICS).content.decode()
+    shown = [kind for kind, (layer, rule) in planted.items() if rule in text or layer in text]
+    assert shown == []
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(
+    strict=True,
+    reason="FINDING: /permissions/analytics/activate with layer user:<name> checks no reach: "
+    "a team admin makes an outsider's (an org admin's, another team's person's) log-only "
+    "rule active, a new version of their profile",
+)
+def test_a_team_admin_cannot_make_an_outsiders_log_only_rule_active() -> None:
+    pay, infra = make_team("pay"), make_team("infra")
+    planted = _log_only_everywhere(pay, infra)
+    admin = pay.client("admin")
+    changed = []
+    for kind in ("infra_owner", "org_admin"):
+        layer, rule = planted[kind]
+        person = User.objects.get(username=layer.removeprefix("user:"))
+        before = profile_for(person).version
+        admin.post(ACTIVATE, {"layer": layer, "action": "allow", "rule": rule})
+        if profile_for(person).version != before or rule in profile_for(person).allow:
+            changed.append(kind)
+    assert changed == []
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(
+    strict=True,
+    reason="FINDING: /permissions/analytics/activate answers a team admin differently for "
+    "an unknown user and for a person without that log-only rule: an oracle for who exists "
+    "and which log-only rules anyone has",
+)
+def test_activate_tells_a_team_admin_nothing_of_outsiders() -> None:
+    pay, infra = make_team("pay"), make_team("infra")
+    planted = _log_only_everywhere(pay, infra)
+    admin = pay.client("admin")
+    layer, rule = planted["infra_owner"]
+
+    def told(layer: str, rule: str) -> str:
+        answer = admin.post(ACTIVATE, {"layer": layer, "action": "deny", "rule": rule}, follow=True)
+        notices = re.findall(r'<p class="notice[^"]*">(.*?)</p>', answer.content.decode())
+        return " ".join(notices).replace(layer.removeprefix("user:"), "NAME")
+
+    missing = rule + "-not-there"
+    nobody = told(f"user:{unique('nobody')}", missing)
+    somebody = told(layer, missing)
+    assert nobody and nobody == somebody, (nobody, somebody)
+
+
+@pytest.mark.django_db
+def test_a_team_admin_cannot_make_another_teams_or_the_orgs_log_only_rule_active() -> None:
+    pay, infra = make_team("pay"), make_team("infra")
+    planted = _log_only_everywhere(pay, infra)
+    layer, rule = planted["infra_layer"]
+    before = managed.layer_document(infra.team)
+    pay.client("admin").post(ACTIVATE, {"layer": layer, "action": "deny", "rule": rule})
+    assert managed.layer_document(infra.team) == before
+    org_rule = f"run_command(org-{uuid.uuid4().hex[:6]} *)"
+    managed.set_layer(
+        team=None,
+        document={"deny": [{"rule": org_rule, "log_only": True}]},
+        actor="cli",
+        reason="trial",
+    )
+    org_before = managed.layer_document(None)
+    answer = pay.client("admin").post(
+        ACTIVATE, {"layer": "org", "action": "deny", "rule": org_rule}, follow=True
+    )
+    assert "Only an org admin" in answer.content.decode()
+    assert managed.layer_document(None) == org_before
