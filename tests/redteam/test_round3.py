@@ -29,7 +29,7 @@ from dispatcher.tools.run_command import scrubbed_environment
 from teams.models import Team
 from teams.services import add_member
 from tests.support.factories import make_user, unique
-from tests.teams.world import TeamWorld, make_team
+from tests.teams.world import TeamWorld, make_team, org_client
 from tests.tools.support import require_bwrap
 
 # --- Previews: nothing a previewed program starts outlives the preview ------------------
@@ -439,7 +439,19 @@ def _log_only_everywhere(pay: TeamWorld, infra: TeamWorld) -> dict[str, tuple[st
         deny=[],
         actor="test",
     )
+    own = make_user(unique("own"), mode="standard")
+    add_member(team=pay.team, user=own, role="auditor", actor="test")
+    own_rule = f"write_file(own-{tag}/**)"
+    profiles.update_profile(
+        user=own,
+        mode="standard",
+        allow=[{"rule": own_rule, "log_only": True}],
+        ask=[],
+        deny=[],
+        actor="test",
+    )
     return {
+        "own": (f"user:{own.get_username()}", own_rule),
         "infra_layer": (f"team:{infra.team.name}", infra_rule),
         "infra_owner": (f"user:{infra.agent.owner.get_username()}", owner_rule),
         "org_admin": (f"user:{boss.get_username()}", boss_rule),
@@ -447,27 +459,18 @@ def _log_only_everywhere(pay: TeamWorld, infra: TeamWorld) -> dict[str, tuple[st
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="FINDING: analytics.log_only_rules ignores the reach: a team admin's analytics "
-    "page lists every layer's and every person's log-only rules (another team's layer, an "
-    "org admin's rules) with their versions and counts over other teams' calls",
-)
 def test_a_team_admins_analytics_show_no_other_teams_or_outsiders_log_only_rules() -> None:
     pay, infra = make_team("pay"), make_team("infra")
     planted = _log_only_everywhere(pay, infra)
     text = pay.client("admin").get(ANALYTICS).content.decode()
     shown = [kind for kind, (layer, rule) in planted.items() if rule in text or layer in text]
-    assert shown == []
+    assert shown == ["own"]  # pay's own person's, and nobody else's
+    # The organization's page shows them all.
+    org = org_client("admin").get(ANALYTICS).content.decode()
+    assert all(rule in org for _, rule in planted.values())
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="FINDING: /permissions/analytics/activate with layer user:<name> checks no reach: "
-    "a team admin makes an outsider's (an org admin's, another team's person's) log-only "
-    "rule active, a new version of their profile",
-)
 def test_a_team_admin_cannot_make_an_outsiders_log_only_rule_active() -> None:
     pay, infra = make_team("pay"), make_team("infra")
     planted = _log_only_everywhere(pay, infra)
@@ -481,30 +484,31 @@ def test_a_team_admin_cannot_make_an_outsiders_log_only_rule_active() -> None:
         if profile_for(person).version != before or rule in profile_for(person).allow:
             changed.append(kind)
     assert changed == []
+    # The control: pay's own person's log-only rule is pay's admin's to make active.
+    layer, rule = planted["own"]
+    admin.post(ACTIVATE, {"layer": layer, "action": "allow", "rule": rule})
+    own = User.objects.get(username=layer.removeprefix("user:"))
+    assert rule in profile_for(own).allow
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="FINDING: /permissions/analytics/activate answers a team admin differently for "
-    "an unknown user and for a person without that log-only rule: an oracle for who exists "
-    "and which log-only rules anyone has",
-)
 def test_activate_tells_a_team_admin_nothing_of_outsiders() -> None:
     pay, infra = make_team("pay"), make_team("infra")
     planted = _log_only_everywhere(pay, infra)
     admin = pay.client("admin")
     layer, rule = planted["infra_owner"]
 
-    def told(layer: str, rule: str) -> str:
+    def told(layer: str, rule: str) -> tuple[int, str]:
         answer = admin.post(ACTIVATE, {"layer": layer, "action": "deny", "rule": rule}, follow=True)
         notices = re.findall(r'<p class="notice[^"]*">(.*?)</p>', answer.content.decode())
-        return " ".join(notices).replace(layer.removeprefix("user:"), "NAME")
+        return answer.status_code, " ".join(notices).replace(layer.removeprefix("user:"), "NAME")
 
     missing = rule + "-not-there"
     nobody = told(f"user:{unique('nobody')}", missing)
     somebody = told(layer, missing)
-    assert nobody and nobody == somebody, (nobody, somebody)
+    assert nobody == somebody, (nobody, somebody)
+    assert told(layer, rule) == nobody  # nor whether the rule is there
+    assert nobody[0] in (403, 404)
 
 
 @pytest.mark.django_db
