@@ -336,7 +336,7 @@ def report(
         "patterns": found,
         "suggestions": suggestions(found, reach),
         "reviewers": reviewer_stats(decisions),
-        "log_only": log_only_rules(now - timedelta(days=days)),
+        "log_only": log_only_rules(now - timedelta(days=days), reach=reach),
     }
 
 
@@ -362,16 +362,24 @@ class TrialStats:
         return sum(self.changed.values())
 
 
-def _stored_trials() -> dict[tuple[str, str, str], TrialStats]:
-    """Every log-only rule stored now, in every layer."""
+def _stored_trials(reach: Scope = EVERYTHING) -> dict[tuple[str, str, str], TrialStats]:
+    """Every log-only rule stored now in a layer `reach` reads: the organization's, its
+    teams', and the rules of people wholly within it (as the policy page and a person's
+    rules page show them: another team's layer and an outsider's rules say what other
+    teams' agents run and allow)."""
     found: dict[tuple[str, str, str], TrialStats] = {}
-    for row in PolicyLayer.objects.select_related("team"):
+    layers = PolicyLayer.objects.select_related("team")
+    people = PermissionProfile.objects.select_related("user")
+    if not reach.everything:
+        layers = layers.filter(Q(team__isnull=True) | Q(team_id__in=sorted(reach.team_ids)))
+        people = people.filter(user__in=wholly_within_people(reach, User.objects.all()))
+    for row in layers:
         layer = "org" if row.team is None else f"team:{row.team.name}"
         for trial in profiles.trial_of({n: getattr(row, n) for n in profiles.LISTS}):
             found[(layer, trial.action, trial.rule)] = TrialStats(
                 layer, trial.action, trial.rule, row.version
             )
-    for saved in PermissionProfile.objects.select_related("user"):
+    for saved in people:
         layer = f"user:{saved.user.get_username()}"
         for trial in profiles.trial_of({n: getattr(saved, n) for n in profiles.LISTS}):
             found[(layer, trial.action, trial.rule)] = TrialStats(
@@ -380,12 +388,16 @@ def _stored_trials() -> dict[tuple[str, str, str], TrialStats]:
     return found
 
 
-def log_only_rules(since: datetime, limit: int = MAX_DECISIONS) -> list[TrialStats]:
-    """The log-only rules stored now, each with what it would have done to the calls
-    admitted since `since` (the newest `limit` calls that recorded any log-only rule)."""
-    found = _stored_trials()
+def log_only_rules(
+    since: datetime, limit: int = MAX_DECISIONS, reach: Scope = EVERYTHING
+) -> list[TrialStats]:
+    """The log-only rules stored now that `reach` reads, each with what it would have done
+    to the calls of agents `reach` covers admitted since `since` (the newest `limit` calls
+    that recorded any log-only rule)."""
+    found = _stored_trials(reach)
     calls = (
-        ToolCall.objects.filter(created_at__gte=since, provenance__has_key="log_only")
+        reach.filter(ToolCall.objects.all(), "session__agent__team_id")
+        .filter(created_at__gte=since, provenance__has_key="log_only")
         .order_by("-created_at")
         .only("id", "name", "arguments", "decision", "provenance", "session_id")[:limit]
     )

@@ -538,9 +538,16 @@ def accept_proposal(request: HtmxHttpRequest, proposal_id: int) -> HttpResponse:
 @require_POST
 def activate_rule(request: HtmxHttpRequest) -> HttpResponse:
     """Make a log-only rule active (a new, audited version of its layer; for the
-    organization's under HARNESS_POLICY_TWO_PERSON, a proposal)."""
+    organization's under HARNESS_POLICY_TWO_PERSON, a proposal). A person's rules only as
+    their rules are changed anywhere (`_subject`, `_refusal_to_change`): someone this admin
+    does not reach is not found, whether or not they exist; the layers check their own."""
     layer = request.POST.get("layer", "")
     action, rule = request.POST.get("action", ""), request.POST.get("rule", "")
+    kind, _, name = layer.partition(":")
+    if kind == "user":
+        subject = get_object_or_404(_people(request.reach), username=name)
+        if refusal := _refusal_to_change(request, subject):
+            return HttpResponseForbidden(refusal, content_type="text/plain; charset=utf-8")
     try:
         outcome = managed.activate_rule(layer=layer, action=action, rule=rule, actor=request.user)
     except profiles.InvalidProfile as invalid:
