@@ -21,6 +21,12 @@ if _WORKER and _REDIS_URL and not os.environ.get("HARNESS_TEST_REDIS_WORKER"):
         os.environ["REDIS_URL"] = f"{_base}/{(int(_number) - int(_WORKER[2:])) % 16}"
         os.environ["HARNESS_TEST_REDIS_WORKER"] = _WORKER
 
+# ... and pub/sub names of its own (the processes it starts inherit them): two test runs on
+# one Redis database, such as two `make test`s side by side, would otherwise push into each
+# other's sockets (groups named by team and user id, which both runs' databases share).
+os.environ.setdefault("HARNESS_CHANNEL_PREFIX", f"harness-test-{os.getpid()}")
+os.environ.setdefault("HARNESS_WAKE_PREFIX", f"harness-test-{os.getpid()}:wake")
+
 from harness_site.settings import *  # noqa: E402, F403
 from harness_site.settings import HARNESS_TOOLS  # noqa: E402
 
