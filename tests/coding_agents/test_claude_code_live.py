@@ -29,6 +29,7 @@ from django.core.management import call_command
 from approvals.models import ApprovalRequest
 from dispatcher import agents
 from dispatcher.models import Status, ToolCall
+from tests.battery.procs import wait_until
 from tests.support import processes
 from tests.support.browser import login
 from tests.support.factories import AgentFixture, make_user, unique
@@ -138,9 +139,16 @@ def claude(
 
 
 def calls_of(result: dict[str, Any]) -> list[ToolCall]:
-    return list(
-        ToolCall.objects.filter(session__external_id=result["session_id"]).order_by("created_at")
+    """The session's calls, once every released call's result is in: Claude Code sends
+    PostToolUse reports in the background ("async" in claude_code_settings), so `claude -p`
+    may exit before its last report has been filed."""
+    calls = ToolCall.objects.filter(session__external_id=result["session_id"])
+    wait_until(
+        lambda: not calls.filter(status=Status.RELEASED).exists(),
+        30,
+        "Claude Code's background PostToolUse reports",
     )
+    return list(calls.order_by("created_at"))
 
 
 def result_for(fake: FakeAnthropic, index: int) -> dict[str, Any]:
