@@ -269,8 +269,10 @@ def suggestions(found: Iterable[Pattern], reach: Scope = EVERYTHING) -> list[Sug
     applying one requires): of anyone else, a team admin would read whether a rule exists
     and the profile's version, and be offered a click that is refused."""
     found = list(found)
-    owners = User.objects.filter(pk__in={p.owner.pk for p in found})
-    managed = set(wholly_within_people(reach, owners).values_list("pk", flat=True))
+    managed = {p.owner.pk for p in found}
+    if not reach.everything:  # an organization role manages everyone's: no statement
+        people = wholly_within_people(reach, User.objects.filter(pk__in=managed))
+        managed = set(people.values_list("pk", flat=True))
     out: list[Suggestion] = []
     for pattern in found:
         if len(out) >= MAX_SUGGESTIONS:
