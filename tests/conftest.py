@@ -198,7 +198,11 @@ def live_stack(
 ) -> Iterator[LiveStack]:
     """A real daphne and a real Celery worker on this run's test database and Redis."""
     tmp = tmp_path_factory.mktemp("live")
-    env = live_env(tmp)
+    # At most 6 PostgreSQL connections in each of the stack's processes (the default is
+    # 20): two `make test`s side by side run four such stacks, with their Celery children
+    # and test processes, on one server, and used up its max_connections (100: "couldn't
+    # get a connection after 10 s"). A request waits for a connection instead.
+    env = {"HARNESS_DB_POOL_MAX": "6", **live_env(tmp)}
     port = free_port()
     log = tmp / "daphne.log"
     daphne = subprocess.Popen(

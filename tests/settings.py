@@ -27,13 +27,9 @@ if _WORKER and _REDIS_URL and not os.environ.get("HARNESS_TEST_REDIS_WORKER"):
 os.environ.setdefault("HARNESS_CHANNEL_PREFIX", f"harness-test-{os.getpid()}")
 os.environ.setdefault("HARNESS_WAKE_PREFIX", f"harness-test-{os.getpid()}:wake")
 
-# ... and few PostgreSQL connections per process (the processes it starts inherit it):
-# two `make test`s side by side run four test sessions (two workers each), each with
-# its daphne, Celery children and test process, on one server, whose max_connections (100) the default pool of 20 per
-# process used up ("couldn't get a connection after 10 s"). A test's requests at once
-# take turns for a connection instead.
+# ... and one idle PostgreSQL connection per process, not two (the processes it starts
+# inherit it; the live stack's also hold fewer at most: tests/conftest.py, live_stack).
 os.environ.setdefault("HARNESS_DB_POOL_MIN", "1")
-os.environ.setdefault("HARNESS_DB_POOL_MAX", "6")
 
 from harness_site.settings import *  # noqa: E402, F403
 from harness_site.settings import HARNESS_TOOLS  # noqa: E402

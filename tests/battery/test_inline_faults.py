@@ -29,6 +29,7 @@ from tests.battery.conftest import size
 from tests.battery.procs import Stack, port_open, wait_until
 from tests.support.factories import make_agent
 from tests.support.live import free_port
+from tests.support.mcp_requests import initialize
 from tests.support.paths import ROOT
 
 UPSTREAM = ROOT / "tests" / "support" / "mcp_upstream.py"
@@ -42,18 +43,8 @@ SETTLE = 2 * (TIMEOUT + 1)
 
 
 def _initialize(base: str, headers: dict[str, str]) -> str:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "battery-inline", "version": "1"},
-        },
-    }
     with httpx.Client(base_url=base, timeout=30) as client:
-        answer = client.post("/mcp/", json=body, headers=headers)
+        answer = client.post("/mcp/", json=initialize("battery-inline"), headers=headers)
     assert answer.status_code == 200, answer.text
     return str(answer.headers["mcp-session-id"])
 

@@ -23,6 +23,7 @@ from tests.approvals.conftest import start_session
 from tests.support.claude_code_hooks import HOOK_URL, decision, pre_tool_use, send
 from tests.support.factories import AgentFixture, make_agent
 from tests.support.live import LiveStack
+from tests.support.mcp_requests import initialize
 
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
 
@@ -70,19 +71,7 @@ def within_one_minute() -> None:
 def mcp_initialize(client: httpx.Client, fx: AgentFixture, run: str = "") -> httpx.Response:
     """An initialize; with `run`, of that run (a new run key starts a new session)."""
     return client.post(
-        "/mcp/",
-        json={
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "caps", "version": "1"},
-                **({"_meta": {"harness/run": run}} if run else {}),
-            },
-        },
-        headers={**fx.headers, **MCP_HEADERS},
+        "/mcp/", json=initialize("caps", run=run), headers={**fx.headers, **MCP_HEADERS}
     )
 
 

@@ -26,6 +26,7 @@ from dispatcher.tools.registry import get_tool
 from tests.mcp.conftest import mcp_session, review, run, text_of, wait_for_pending
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
 from tests.support.live import LiveStack
+from tests.support.mcp_requests import initialize
 
 pytestmark = pytest.mark.live
 
@@ -502,20 +503,7 @@ def test_a_request_id_used_again_with_other_input_gets_no_earlier_decision(
         "Accept": "application/json, text/event-stream",
     }
     with httpx.Client(base_url=live_stack.url, timeout=60) as client:
-        init = client.post(
-            "/mcp/",
-            json={
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "reuse", "version": "1"},
-                },
-            },
-            headers=headers,
-        )
+        init = client.post("/mcp/", json=initialize("reuse"), headers=headers)
         assert init.status_code == 200, init.text
         session_headers = {**headers, "Mcp-Session-Id": init.headers["mcp-session-id"]}
 
@@ -626,23 +614,14 @@ def test_protocol_versions_are_negotiated_as_the_specification_says(
     routes by the header as the SDK's own session manager does."""
     accept = {**live_agent.headers, "Accept": "application/json, text/event-stream"}
 
-    def initialize(version: str) -> tuple[str, str | None]:
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": version,
-                "capabilities": {},
-                "clientInfo": {"name": "negotiator", "version": "1"},
-            },
-        }
+    def handshake(version: str) -> tuple[str, str | None]:
+        body = initialize("negotiator", version=version, request_id=1)
         answer = httpx.post(live_stack.url + "/mcp/", json=body, headers=accept, timeout=60)
         return _answer(answer)["result"]["protocolVersion"], answer.headers.get("mcp-session-id")
 
-    assert initialize("2025-03-26")[0] == "2025-03-26"
+    assert handshake("2025-03-26")[0] == "2025-03-26"
     # Not reachable by a handshake: the newest handshake revision is offered instead.
-    version, session_id = initialize("2026-07-28")
+    version, session_id = handshake("2026-07-28")
     assert version == "2025-11-25" and session_id
 
     modern = {**accept, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}

@@ -13,6 +13,7 @@ import pytest
 
 from dispatcher import agents
 from dispatcher.models import AgentSession, ToolCall
+from tests.support import mcp_requests
 from tests.support.factories import AgentFixture, make_agent
 from tests.support.live import LiveStack
 
@@ -42,19 +43,6 @@ def call(n: int, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def initialize(n: int) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": n,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "bare", "version": "1"},
-        },
-    }
-
-
 def test_another_agents_run_is_not_joined_by_session_id_transport_part_or_title(
     live_stack: LiveStack, live_db: None
 ) -> None:
@@ -62,7 +50,7 @@ def test_another_agents_run_is_not_joined_by_session_id_transport_part_or_title(
     assert post(live_stack, victim, call(1, "write_file", {"path": "s.txt", "content": "k"}))
     [run] = AgentSession.objects.filter(agent=victim.agent, client="mcp")
     # A transport session joining the victim's run gets "<external>~<part>".
-    joined = post(live_stack, victim, initialize(2))
+    joined = post(live_stack, victim, mcp_requests.initialize("bare", request_id=2))
     assert joined.status_code == 200, joined.text
     header = joined.headers["mcp-session-id"]
     assert header.startswith(run.external_id + "~")

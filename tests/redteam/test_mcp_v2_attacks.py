@@ -25,6 +25,7 @@ from dispatcher.models import AgentSession, Status, ToolCall
 from floor import outbound
 from floor.outbound import OutboundRefused
 from tests.mcp.conftest import review, run
+from tests.support import mcp_requests
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
 from tests.support.live import LiveStack
 
@@ -84,16 +85,7 @@ def modern_call(
 
 
 def initialize(stack: LiveStack, fx: AgentFixture) -> str:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "red-init", "version": "1"},
-        },
-    }
+    body = mcp_requests.initialize("red-init", version="2025-11-25", request_id=1)
     answer = post(stack, body, {"Accept": ACCEPT, "Authorization": f"Bearer {fx.token}"})
     assert answer.status_code == 200, answer.text
     return answer.headers["mcp-session-id"]

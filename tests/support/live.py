@@ -69,7 +69,11 @@ def live_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path, seconds: float = 30) -> None:
+def wait_for_port(
+    port: int, proc: subprocess.Popen[bytes], log: Path, seconds: float = 120
+) -> None:
+    """Until `proc` listens on `port` (a cold start on a loaded 2-core machine is slow: a
+    daphne beside two other test runs took over 30 s to import)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
