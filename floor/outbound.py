@@ -306,7 +306,7 @@ def transport(deadline: float | None = None) -> httpx.HTTPTransport:
 # goes back to the pool for the next request (a new connection per call cost a connect,
 # and the upstream an accept, every call: docs/benchmarks.md, S14); an end that does not
 # come by then closes the connection, as before.
-DRAIN_SECONDS = 1.0
+DRAIN_SECONDS = 0.25
 DRAIN_BYTES = 64 << 10
 # How long an idle connection is kept for the next request: under the idle timeouts of
 # common servers (uvicorn's 5 s), so a kept connection is not one the server is closing.
