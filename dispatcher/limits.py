@@ -38,7 +38,6 @@ import uuid
 from typing import Any
 
 import redis
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from dispatcher.models import Agent
@@ -314,13 +313,4 @@ def refused_scope(scope: dict[str, Any]) -> TooManyRequests | None:
         if name.lower() == b"authorization":
             kind, _, token = value.decode("latin-1").partition(" ")
             return refused_early(token.strip()) if kind.lower() == "bearer" else None
-    return None
-
-
-async def request_refusal(agent: Agent, token: str) -> TooManyRequests | None:
-    """`take_request` for an async gateway (off the event loop): the refusal, or None."""
-    try:
-        await sync_to_async(take_request, thread_sensitive=False)(agent, token)
-    except TooManyRequests as refusal:
-        return refusal
     return None

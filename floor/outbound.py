@@ -23,8 +23,10 @@ so audit, tools and approvals all use it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
+import math
 import re
 import socket
 import ssl
@@ -298,23 +300,58 @@ def transport(deadline: float | None = None) -> httpx.HTTPTransport:
     return guarded
 
 
+# Closing an answer whose end was not read (an MCP server's SSE answer, which the SDK stops
+# reading at the message it waited for; a 202 with no body): the rest is read first, for up
+# to DRAIN_SECONDS and DRAIN_BYTES (still within the answer's cap), so that its connection
+# goes back to the pool for the next request (a new connection per call cost a connect,
+# and the upstream an accept, every call: docs/benchmarks.md, S14); an end that does not
+# come by then closes the connection, as before.
+DRAIN_SECONDS = 0.25
+DRAIN_BYTES = 64 << 10
+# How long an idle connection is kept for the next request: under the idle timeouts of
+# common servers (uvicorn's 5 s), so a kept connection is not one the server is closing.
+KEEPALIVE_SECONDS = 2.0
+
+
 class _CappedBody(httpx2.AsyncByteStream):
-    """An answer's body that fails with OutboundRefused past `limit` bytes, as it arrives."""
+    """An answer's body that fails with OutboundRefused past `limit` bytes, as it arrives;
+    closed before its end, the rest is read (`DRAIN_SECONDS`) so the connection is kept."""
 
     def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
         self._stream = stream
         self._limit = limit
+        self._size = 0
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._ended = False
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        size = 0
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._chunks is None:
+            self._chunks = self._read()
+        return self._chunks
+
+    async def _read(self) -> AsyncIterator[bytes]:
         async for chunk in self._stream:
-            size += len(chunk)
-            if size > self._limit:
+            self._size += len(chunk)
+            if self._size > self._limit:
                 raise OutboundRefused(f"answer larger than {self._limit} bytes")
             yield chunk
+        self._ended = True
 
     async def aclose(self) -> None:
-        await self._stream.aclose()
+        try:
+            if not self._ended and anyio.current_effective_deadline() != -math.inf:
+                await self._drain()
+        finally:
+            await self._stream.aclose()
+
+    async def _drain(self) -> None:
+        """The rest of the answer read and dropped, if it ends soon (else nothing: the
+        connection is closed)."""
+        cap = self._size + DRAIN_BYTES
+        with contextlib.suppress(Exception), anyio.move_on_after(DRAIN_SECONDS):
+            async for _ in self.__aiter__():
+                if self._size > cap:
+                    return
 
 
 class _CappedAsyncTransport(httpx2.AsyncHTTPTransport):
@@ -350,6 +387,7 @@ def async_transport(limit: int | None = None) -> httpx2.AsyncHTTPTransport:
     guarded._pool = httpcore2.AsyncConnectionPool(
         ssl_context=ssl_context(),
         network_backend=_AsyncGuardedBackend(),
+        keepalive_expiry=KEEPALIVE_SECONDS,
     )
     return guarded
 

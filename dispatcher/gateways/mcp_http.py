@@ -91,10 +91,10 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
     external_id, transport = split_session_id(session_id)
     scheme = "https" if scope.get("scheme") == "https" else "http"
     origin = f"{scheme}://{host}"
-    agent, known = (
-        await db(authenticate)(token.strip(), external_id, origin + "/mcp/")
+    agent, known, refusal = (
+        await db(authenticate_and_count)(token.strip(), external_id, origin + "/mcp/")
         if kind.lower() == "bearer"
-        else (None, None)
+        else (None, None, None)
     )
     if agent is None:
         return await answer(
@@ -106,7 +106,7 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
             "<token>' with a token from `manage.py create_agent`.",
             {"www-authenticate": challenge(origin, sent=bool(token.strip()))},
         )
-    if (refusal := await limits.request_refusal(agent, token.strip())) is not None:
+    if refusal is not None:
         return await answer(
             send, 429, "too_many_requests", str(refusal), {"retry-after": str(refusal.retry_after)}
         )
@@ -173,6 +173,22 @@ def authenticate(
         if session is not None:
             return session.agent, session
     return (tokens.agent_for(token, audience) if oauth else agents.authenticate_token(token)), None
+
+
+def authenticate_and_count(
+    token: str, session_id: str, audience: str = ""
+) -> tuple[Agent | None, AgentSession | None, limits.TooManyRequests | None]:
+    """`authenticate`, then the request taken from the agent's rate (`limits.take_request`)
+    on the same trip to an ORM thread: the refusal, if any, is the third (a thread hop
+    fewer per request than a trip of its own)."""
+    agent, session = authenticate(token, session_id, audience)
+    if agent is None:
+        return None, None, None
+    try:
+        limits.take_request(agent, token)
+    except limits.TooManyRequests as refusal:
+        return agent, session, refusal
+    return agent, session, None
 
 
 def challenge(origin: str, *, sent: bool) -> str:

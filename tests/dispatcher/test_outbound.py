@@ -332,3 +332,82 @@ def test_the_async_client_refuses_a_compressed_answer(settings: Any) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def sse_server(end: bool) -> Iterator[tuple[int, list[int]]]:
+    """An HTTP/1.1 server answering each POST with one SSE event, its end (the last chunk)
+    20 ms later when `end`, else never (until the client hangs up). Yields its port and
+    the client port of each request (one port: one connection)."""
+    ports: list[int] = []
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            ports.append(self.client_address[1])
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            event = b'event: message\ndata: {"jsonrpc": "2.0", "id": 1, "result": {}}\n\n'
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+            if end:
+                time.sleep(0.02)
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            else:
+                stop.wait(10)
+                self.close_connection = True
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield server.server_port, ports
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+
+async def read_first_events(url: str, times: int) -> list[float]:
+    """`times` POSTs each read up to its first event and closed there, as the MCP SDK reads
+    an SSE answer; how long each close took."""
+    closes = []
+    async with outbound.async_client(timeout=10) as client:
+        for _ in range(times):
+            async with client.stream("POST", url, json={"jsonrpc": "2.0", "id": 1}) as response:
+                async for chunk in response.aiter_bytes():
+                    assert b"result" in chunk
+                    break
+                started = time.monotonic()
+                await response.aclose()
+                closes.append(time.monotonic() - started)
+    return closes
+
+
+def test_an_sse_answer_closed_at_its_event_leaves_its_connection_for_the_next_request(
+    settings: Any,
+) -> None:
+    # The MCP SDK stops reading an SSE answer at the message it waited for: the door reads
+    # the answer's end, so the next call to the server goes on the same connection.
+    with sse_server(end=True) as (port, ports):
+        settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{port}"]
+        anyio.run(read_first_events, f"http://127.0.0.1:{port}/mcp", 3)
+    assert len(ports) == 3
+    assert len(set(ports)) == 1
+
+
+def test_an_sse_answer_that_does_not_end_is_closed_with_its_connection(settings: Any) -> None:
+    with sse_server(end=False) as (port, ports):
+        settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{port}"]
+        closes = anyio.run(read_first_events, f"http://127.0.0.1:{port}/mcp", 2)
+    assert len(set(ports)) == 2  # a new connection for the second request
+    assert all(took < outbound.DRAIN_SECONDS + 2 for took in closes)
