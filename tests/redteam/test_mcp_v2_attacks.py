@@ -196,19 +196,25 @@ def test_a_listen_stream_is_not_held_open_past_the_caps(
 
 
 def test_new_runs_by_run_key_are_capped_per_minute(live_stack: LiveStack, live_db: None) -> None:
-    fx = make_agent(mode="trusted")
-    statuses = []
-    for n in range(settings.HARNESS_MAX_SESSIONS_PER_MINUTE + 2):
-        answer = post(
-            live_stack,
-            modern_body(n + 1, "server/discover", {}, run_key=f"key-{n}"),
-            modern_headers(fx, "server/discover"),
-        )
-        statuses.append(answer.status_code)
-        if answer.status_code == 429:
-            assert "retry-after" in answer.headers
+    # The cap counts per calendar minute: a try that ran into the next minute (a loaded
+    # machine) is not a test of it, and starts again with a new agent.
+    for _ in range(3):
+        fx = make_agent(mode="trusted")
+        minute = int(time.time() // 60)
+        statuses: list[int] = []
+        for n in range(settings.HARNESS_MAX_SESSIONS_PER_MINUTE + 2):
+            answer = post(
+                live_stack,
+                modern_body(n + 1, "server/discover", {}, run_key=f"key-{n}"),
+                modern_headers(fx, "server/discover"),
+            )
+            statuses.append(answer.status_code)
+            if answer.status_code == 429:
+                assert "retry-after" in answer.headers
+                break
+            time.sleep(0.06)  # (under the agent's request rate)
+        if statuses[-1] == 429 or int(time.time() // 60) == minute:
             break
-        time.sleep(0.06)  # (under the agent's request rate)
     assert statuses[-1] == 429, statuses
     sessions = AgentSession.objects.filter(agent=fx.agent).count()
     assert sessions <= settings.HARNESS_MAX_SESSIONS_PER_MINUTE
