@@ -23,11 +23,13 @@ django_asgi_app = get_asgi_application()
 from django.conf import settings  # noqa: E402
 
 from harness_site.embedded_redis import start_if_embedded  # noqa: E402
+from harness_site.request_threads import RequestThreads  # noqa: E402
 from harness_site.slow_clients import install as bound_slow_clients  # noqa: E402
 
 start_if_embedded()
 bound_slow_clients(settings.HARNESS_REQUEST_RECEIVE_TIMEOUT)
 
+from asgiref.sync import ThreadSensitiveContext  # noqa: E402
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
@@ -44,6 +46,18 @@ from identity.mfa import SecondFactorSocketGate  # noqa: E402
 
 
 class AgentAPIHandler(ASGIHandler):
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        # Django's own __call__, with a thread borrowed for the request's database work
+        # instead of one started (and joined) for it (harness_site.request_threads).
+        if scope["type"] != "http":
+            raise ValueError(f"The agent API serves HTTP only, not {scope['type']}.")
+        thread = request_threads.take()
+        try:
+            async with ThreadSensitiveContext(executor=thread):
+                await self.handle(scope, receive, send)
+        finally:
+            request_threads.give_back(thread)
+
     def load_middleware(self, is_async: bool = False) -> None:
         self._view_middleware: list[Any] = []
         self._template_response_middleware: list[Any] = []
@@ -54,6 +68,7 @@ class AgentAPIHandler(ASGIHandler):
         self._middleware_chain = handler
 
 
+request_threads = RequestThreads()
 agent_api_app = AgentAPIHandler()
 
 
