@@ -354,6 +354,58 @@ class _CappedBody(httpx2.AsyncByteStream):
                     return
 
 
+class _KeptConnection(httpcore2.AsyncHTTPConnection):
+    """A connection that is not reused when bytes came after its last answer's end (a
+    second answer no request asked for, or a body longer than its Content-Length): the
+    next request would read them as its own answer (HTTP response queue poisoning).
+    They are either read already (h11's buffer) or, over TLS, in a record not yet
+    decrypted; bytes that come later, while it waits in the pool, make its socket
+    readable, which httpcore2's own `has_expired` checks."""
+
+    def has_expired(self) -> bool:
+        http11 = self._connection
+        left_over = (
+            isinstance(http11, httpcore2.AsyncHTTP11Connection)
+            and http11.is_idle()
+            and (http11._h11_state.trailing_data[0] or _tls_pending(http11._network_stream))
+        )
+        return bool(left_over) or super().has_expired()
+
+
+def _tls_pending(stream: httpcore2.AsyncNetworkStream) -> bool:
+    """Whether a TLS stream holds a record it could decrypt now (read, and lost: the caller
+    closes the connection) or one that ends it."""
+    tls = stream.get_extra_info("ssl_object")
+    if tls is None:
+        return False
+    try:
+        return bool(tls.read(1))
+    except ssl.SSLWantReadError:
+        return False
+    except ssl.SSLError:
+        return True
+
+
+class _AsyncPool(httpcore2.AsyncConnectionPool):
+    """The pool of `async_transport`: HTTP/1.1 connections through the guarded backend,
+    kept idle for KEEPALIVE_SECONDS, none reused after bytes left behind an answer."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            ssl_context=ssl_context(),
+            network_backend=_AsyncGuardedBackend(),
+            keepalive_expiry=KEEPALIVE_SECONDS,
+        )
+
+    def create_connection(self, origin: httpcore2.Origin) -> httpcore2.AsyncConnectionInterface:
+        return _KeptConnection(
+            origin=origin,
+            ssl_context=self._ssl_context,
+            keepalive_expiry=self._keepalive_expiry,
+            network_backend=self._network_backend,
+        )
+
+
 class _CappedAsyncTransport(httpx2.AsyncHTTPTransport):
     """Each answer capped at `limit` bytes and never decompressed (a compressed answer is
     refused: a small gzip body would decode past any cap)."""
@@ -384,11 +436,7 @@ def async_transport(limit: int | None = None) -> httpx2.AsyncHTTPTransport:
     """The async transport: the address policy, and each answer capped at `limit` bytes
     (HARNESS_OUTBOUND_MAX_BYTES by default)."""
     guarded = _CappedAsyncTransport(settings.HARNESS_OUTBOUND_MAX_BYTES if limit is None else limit)
-    guarded._pool = httpcore2.AsyncConnectionPool(
-        ssl_context=ssl_context(),
-        network_backend=_AsyncGuardedBackend(),
-        keepalive_expiry=KEEPALIVE_SECONDS,
-    )
+    guarded._pool = _AsyncPool()
     return guarded
 
 
