@@ -131,12 +131,15 @@ def test_timeline_pages_load_in_place_and_the_back_button_returns(
     try:
         login(page, live_stack.url, auditor)
         page.goto(f"{live_stack.url}/audit/sessions/{chain}/")
+        # (htmx and the live socket up before any click or push; waits sized for a loaded
+        # CI box, where this page's swap once took over 5 s)
+        page.wait_for_selector("#live-state.on", timeout=15000)
         calls = page.locator("article.audit-call")
         assert calls.count() == PAGE_CALLS
         assert calls.nth(PAGE_CALLS - 1).get_attribute("id") == f"call-{ids[-1]}"  # newest last
         page.evaluate("window.notReloaded = true")
         page.locator("a", has_text="Older calls").first.click()
-        page.locator(f"#call-{ids[0]}").wait_for(timeout=5000)  # swapped in, no reload
+        page.locator(f"#call-{ids[0]}").wait_for(timeout=15000)  # swapped in, no reload
         assert [calls.nth(i).get_attribute("id") for i in range(calls.count())] == [
             f"call-{i}" for i in ids[:2]
         ]
@@ -145,10 +148,10 @@ def test_timeline_pages_load_in_place_and_the_back_button_returns(
         # A live refresh while on an older page reloads that page, not the newest one.
         AuditChain.objects.filter(chain=chain).update(calls=999)
         publish_change(ids[0], chain, "completed")
-        page.get_by_text("999 calls in this session").wait_for(timeout=5000)
+        page.get_by_text("999 calls in this session").wait_for(timeout=15000)
         assert calls.count() == 2 and "?before=" in page.url
         page.go_back()
-        page.locator(f"#call-{ids[-1]}").wait_for(timeout=5000)
+        page.locator(f"#call-{ids[-1]}").wait_for(timeout=15000)
         assert calls.count() == PAGE_CALLS
         assert page.url.endswith(f"/audit/sessions/{chain}/")
         assert page.evaluate("window.notReloaded") is True
