@@ -16,6 +16,7 @@ from approvals.models import ApprovalRequest
 from tests.approvals.conftest import closing_connections, open_socket, run_async, session_cookie
 from tests.support.factories import AgentFixture, make_user, unique
 from tests.support.live import LiveStack
+from tests.support.oauth import member
 
 pytestmark = pytest.mark.live
 
@@ -111,7 +112,12 @@ def test_signed_in_non_reviewer_socket_is_refused(live_stack: LiveStack, live_db
 
 
 def test_socket_ignores_what_the_browser_sends(live_stack: LiveStack, live_db: None) -> None:
-    cookie = (b"cookie", session_cookie(signed_in("reviewer")))
+    # A reviewer of a new, empty team: their socket joins that team's queue group only, so
+    # a push about another test's call (the organization's group gets every one) cannot
+    # arrive in the quiet window below and pass for an answer to what the browser sent.
+    reviewer = Client()
+    reviewer.force_login(member())
+    cookie = (b"cookie", session_cookie(reviewer))
 
     async def scenario() -> bool:
         communicator, connected = await open_socket(ORIGIN, cookie)
