@@ -20,6 +20,7 @@ import httpx
 import pytest
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
 from django.db import connection, transaction
+from django.test import override_settings
 from django.urls import get_script_prefix, get_urlconf, set_script_prefix, set_urlconf
 from django.utils import timezone, translation
 
@@ -177,6 +178,7 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) ->
 def waiting_for_lock() -> int:
     """Statements of the live stack's processes waiting on a lock now."""
     with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # (else one per transaction)
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
             " AND wait_event_type = 'Lock'"
@@ -301,3 +303,33 @@ def test_a_task_a_request_left_behind_cannot_run_on_the_next_requests_thread() -
             await left[0]
 
     async_to_sync(scenario)()
+
+
+# --- The early 429 (dispatcher.limits.refused_scope) -----------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(HARNESS_AGENT_REQUESTS_PER_SECOND=0.05, HARNESS_AGENT_REQUEST_BURST=1)
+def test_one_agents_refusal_refuses_no_other_and_strangers_cannot_fill_the_memory(
+    asgi: Any, forgetting: None
+) -> None:
+    a, b = make_agent(), make_agent()
+    tools = "/api/v1/tools"
+    assert async_to_sync(call)(asgi.application, scope(tools, bearer(a.token)))[0] == 200
+    assert async_to_sync(call)(asgi.application, scope(tools, bearer(a.token)))[0] == 429
+    assert len(limits._refused_until) == 1  # A's token, refused for its rate
+    # The same token however it is written is still A's (refused), and nothing else is:
+    # B, B next to A's refused token, and tokens that are not A's token.
+    for headers, status in [
+        ([(b"authorization", b"bearer " + a.token.encode())], 429),
+        ([bearer(b.token)], 200),
+        ([bearer(b.token), bearer(a.token)], 401),  # (Django joins them: no one's token)
+        ([bearer(a.token[:-1])], 401),
+        ([bearer(a.token + "x")], 401),
+        ([(b"authorization", b"Token " + a.token.encode())], 401),
+    ]:
+        assert async_to_sync(call)(asgi.application, scope(tools, *headers))[0] == status
+    strangers = [bearer(f"hk_{n:08d}_{'x' * 40}") for n in range(200)]
+    for header in strangers:
+        assert async_to_sync(call)(asgi.application, scope(tools, header))[0] == 401
+    assert len(limits._refused_until) == 1  # only verified, refused tokens are remembered
