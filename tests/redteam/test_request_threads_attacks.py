@@ -333,3 +333,28 @@ def test_one_agents_refusal_refuses_no_other_and_strangers_cannot_fill_the_memor
     for header in strangers:
         assert async_to_sync(call)(asgi.application, scope(tools, header))[0] == 401
     assert len(limits._refused_until) == 1  # only verified, refused tokens are remembered
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(HARNESS_AGENT_REQUESTS_PER_SECOND=0.05, HARNESS_AGENT_REQUEST_BURST=1)
+def test_a_full_memory_is_swept_while_another_thread_forgets_a_refusal(forgetting: None) -> None:
+    """The memory is swept on a request thread (take_request, when it holds _REMEMBERED
+    refusals) while the event loop's thread drops refusals that ran out (refused_early):
+    the sweep went over the dict as it changed, and the refused request failed with
+    'dictionary changed size during iteration' (a 500) instead of its 429."""
+    fx = make_agent()
+    limits.take_request(fx.agent, fx.token)  # the bucket's one request
+
+    class Interleaved(float):
+        """A refusal that ran out; looking at it, the other thread drops another one."""
+
+        def __le__(self, other: object) -> bool:
+            limits._refused_until.pop(next(reversed(limits._refused_until)), None)
+            return True
+
+    limits._refused_until.update(
+        {f"ran-out-{n}": Interleaved(0) for n in range(limits._REMEMBERED)}
+    )
+    with pytest.raises(limits.TooManyRequests):
+        limits.take_request(fx.agent, fx.token)
+    assert limits.refused_early(fx.token) is not None  # remembered once there was room
