@@ -358,3 +358,17 @@ def test_a_full_memory_is_swept_while_another_thread_forgets_a_refusal(forgettin
     with pytest.raises(limits.TooManyRequests):
         limits.take_request(fx.agent, fx.token)
     assert limits.refused_early(fx.token) is not None  # remembered once there was room
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_whose_write_the_database_refused_leaves_its_thread_clean(asgi: Any) -> None:
+    """A database error mid-request (a title with a NUL byte, which the database refuses)
+    leaves no broken transaction or connection for the thread's next request."""
+    fx = make_agent()
+    start = scope("/api/v1/sessions", bearer(fx.token), method="POST")
+    for _ in range(3):
+        body = json.dumps({"title": "a\u0000b"}).encode()
+        assert async_to_sync(call)(asgi.application, start, body)[0] == 422
+    assert all(state == (False, False, False) for state in idle_thread_state(asgi))
+    body = json.dumps({"title": "fine"}).encode()
+    assert async_to_sync(call)(asgi.application, start, body)[0] == 201
