@@ -283,7 +283,8 @@ def take_request(agent: Agent, token: str) -> None:
     if not int(taken):
         if len(_refused_until) >= _REMEMBERED:
             now = time.monotonic()
-            for digest in [d for d, until in _refused_until.items() if until <= now]:
+            # (over a copy: the event loop's thread drops refusals meanwhile, refused_early)
+            for digest in [d for d, until in list(_refused_until.items()) if until <= now]:
                 _refused_until.pop(digest, None)
         if len(_refused_until) < _REMEMBERED:
             _refused_until[_digest(token)] = time.monotonic() + int(wait) / 1000

@@ -34,6 +34,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
+from django.db import connections  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 from django.utils.module_loading import import_string  # noqa: E402
 
@@ -52,10 +53,17 @@ class AgentAPIHandler(ASGIHandler):
         if scope["type"] != "http":
             raise ValueError(f"The agent API serves HTTP only, not {scope['type']}.")
         thread = request_threads.take()
+        ended = False
         try:
             async with ThreadSensitiveContext(executor=thread):
                 await self.handle(scope, receive, send)
+            ended = True
         finally:
+            if not ended:
+                # Cancelled (daphne, a client gone) or raised before request_finished
+                # closed the request's database connection: closed on its thread once the
+                # work left there is done, and the thread then stops (never lent again).
+                thread.submit(connections.close_all)
             request_threads.give_back(thread)
 
     def load_middleware(self, is_async: bool = False) -> None:
