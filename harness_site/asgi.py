@@ -4,7 +4,8 @@ reviewer WebSockets.
 The agent API (/api/) gets its own Django handler whose middleware chain is async-native
 (settings.HARNESS_API_MIDDLEWARE): bearer-token requests need no sessions, CSRF or
 messages, and every sync middleware would cost a thread hop per request. Reviewer pages
-keep the full chain of settings.MIDDLEWARE.
+keep the full chain of settings.MIDDLEWARE. Both borrow a running thread for a request's
+synchronous work (harness_site.request_threads).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
-django_asgi_app = get_asgi_application()
+get_asgi_application()  # django.setup(); the pages get their handler below (pages_app)
 
 from django.conf import settings  # noqa: E402
 
@@ -46,12 +47,14 @@ from harness_site.websocket_origin import SameOriginValidator  # noqa: E402
 from identity.mfa import SecondFactorSocketGate  # noqa: E402
 
 
-class AgentAPIHandler(ASGIHandler):
+class BorrowingHandler(ASGIHandler):
+    """Django's ASGI handler, with a thread borrowed for the request's synchronous work
+    (its database work, a page's sync middleware) instead of one started, and joined, for
+    each request (harness_site.request_threads)."""
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        # Django's own __call__, with a thread borrowed for the request's database work
-        # instead of one started (and joined) for it (harness_site.request_threads).
         if scope["type"] != "http":
-            raise ValueError(f"The agent API serves HTTP only, not {scope['type']}.")
+            raise ValueError(f"This handler serves HTTP only, not {scope['type']}.")
         thread = request_threads.take()
         ended = False
         try:
@@ -66,6 +69,10 @@ class AgentAPIHandler(ASGIHandler):
                 thread.submit(connections.close_all)
             request_threads.give_back(thread)
 
+
+class AgentAPIHandler(BorrowingHandler):
+    """The agent API's handler: its own async-native middleware chain."""
+
     def load_middleware(self, is_async: bool = False) -> None:
         self._view_middleware: list[Any] = []
         self._template_response_middleware: list[Any] = []
@@ -78,6 +85,8 @@ class AgentAPIHandler(ASGIHandler):
 
 request_threads = RequestThreads()
 agent_api_app = AgentAPIHandler()
+# Reviewer pages: settings.MIDDLEWARE, on a borrowed thread as well.
+pages_app = BorrowingHandler()
 
 
 async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -96,7 +105,7 @@ async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if path == "/mcp" or path.startswith("/mcp/"):
         await mcp_gateway(scope, receive, send)
         return
-    app = agent_api_app if path.startswith("/api/") else django_asgi_app
+    app = agent_api_app if path.startswith("/api/") else pages_app
     await app(scope, receive, send)
 
 
