@@ -8,7 +8,10 @@ STAMP := $(VENV)/.installed
 # The machine's PostgreSQL and Redis, used by `make test` (override to point elsewhere).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
-TEST_ENV := HARNESS_SECRET_KEY=test-secret-key-not-for-production
+# Tests keep compiled modules (a shell may set PYTHONDONTWRITEBYTECODE): without them each
+# pytest process rewrites every test module's assertions again (a collection took 18 s
+# instead of 8) and each daphne, worker and manage.py a test starts compiles Harness again.
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE HARNESS_SECRET_KEY=test-secret-key-not-for-production
 
 .PHONY: venv demo screenshots test test-fast test-pg test-embedded test-all lint typecheck bench bench-quick browser sandbox claude-code codex gemini-cli coding-agents mcp-servers clean battery xmlsec nanoidp langchain-client
 
@@ -170,13 +173,17 @@ test-pg: $(STAMP)
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(BIN)/pytest tests/battery -m "battery and not slow and not backend_independent" --create-db -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
+# Browser tests and tests marked client_program (a coding-agent CLI, an OAuth client
+# driving a live stack) are about the outside program, not the storage: every page, hook
+# and token endpoint they reach is tested on both backends without them, so they run on
+# PostgreSQL only (issue 32: about three of the embedded run's minutes).
 # The session stops the embedded Redis it started; the last line makes sure of it even
 # when pytest itself was killed.
 # The battery's reduced rows run on PostgreSQL (most are about its locks and connections);
 # on the embedded default they run in `make battery`.
 test-embedded: $(STAMP)
 	env -u DATABASE_URL -u REDIS_URL $(TEST_ENV) HARNESS_DATA_DIR=$(CURDIR)/var/test-embedded \
-	  $(BIN)/pytest $(XDIST) -m "not slow and not battery" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS); status=$$?; \
+	  $(BIN)/pytest $(XDIST) -m "not slow and not battery and not browser and not client_program" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS); status=$$?; \
 	  $(BIN)/python -c "import pathlib, harness_site.embedded_redis as r; [r.stop(d) for d in (pathlib.Path('$(CURDIR)/var/test-embedded'), *pathlib.Path('$(CURDIR)/var/test-embedded').glob('gw*'))]"; \
 	  exit $$status
 
@@ -188,7 +195,7 @@ test-embedded: $(STAMP)
 # directory (tests/settings.py): its own embedded Redis and SQLite files.
 # `make test` runs everything this leaves out.
 test-fast: $(STAMP)
-	env -u DATABASE_URL -u REDIS_URL -u PYTHONDONTWRITEBYTECODE $(TEST_ENV) HARNESS_SANDBOX=off \
+	env -u DATABASE_URL -u REDIS_URL $(TEST_ENV) HARNESS_SANDBOX=off \
 	  HARNESS_DATA_DIR=$(CURDIR)/var/test-fast \
 	  $(BIN)/pytest -n 2 -m "not live and not browser and not slow and not battery and not heavy" \
 	  --ignore=tests/battery -p no:schemathesis -p no:hypothesispytest \

@@ -23,7 +23,7 @@ from tests.support.oauth import harness_hook_client
 from tests.support.oauth_live import OAuthStack, Person, team_member
 from tests.support.paths import ROOT
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.client_program]
 HOOK = [sys.executable, str(ROOT / "dispatcher" / "gateways" / "hook_command.py")]
 
 

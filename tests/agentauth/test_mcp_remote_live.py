@@ -25,7 +25,7 @@ from tests.support.live import free_port
 from tests.support.oauth_live import OAuthStack, Person, team_member
 from tests.support.paths import ROOT
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.client_program]
 MCP_REMOTE = ROOT / "var" / "mcp-remote" / "node_modules" / "mcp-remote" / "dist" / "proxy.js"
 
 

@@ -24,7 +24,7 @@ from tests.support.factories import unique
 from tests.support.oauth import DocumentServer
 from tests.support.oauth_live import OAuthStack, Person, query_of, team_member
 
-pytestmark = pytest.mark.live
+pytestmark = [pytest.mark.live, pytest.mark.client_program]
 CALLBACK = "http://127.0.0.1:33418/callback"
 
 

@@ -37,7 +37,7 @@ from tests.support.fake_anthropic import FakeAnthropic, Step, say, tool_use
 from tests.support.live import LiveStack, free_port
 from tests.support.paths import ROOT
 
-pytestmark = [pytest.mark.live]
+pytestmark = [pytest.mark.live, pytest.mark.client_program]
 
 CLI = Path(
     os.environ.get("HARNESS_CLAUDE_CLI") or ROOT / "var/claude-code/node_modules/.bin/claude"

@@ -41,7 +41,7 @@ from tests.support.fake_anthropic import tool_use
 from tests.support.fake_openai import call
 from tests.support.paths import ROOT
 
-pytestmark = [pytest.mark.live]
+pytestmark = [pytest.mark.live, pytest.mark.client_program]
 
 REFUSED = ("Read-only file system", "Permission denied", "Operation not permitted")
 

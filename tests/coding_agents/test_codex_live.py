@@ -38,7 +38,7 @@ from tests.support.fake_openai import FakeOpenAI, Step, call, custom_call, say
 from tests.support.live import LiveStack, free_port
 from tests.support.paths import ROOT
 
-pytestmark = [pytest.mark.live]
+pytestmark = [pytest.mark.live, pytest.mark.client_program]
 
 CLI = Path(os.environ.get("HARNESS_CODEX_CLI") or ROOT / "var/codex/node_modules/.bin/codex")
 # A model Codex 0.171.0 knows: it offers exec_command and a freeform apply_patch for it.

@@ -38,7 +38,7 @@ from tests.support.fake_gemini import FakeGemini, Step, call, say
 from tests.support.live import LiveStack, free_port
 from tests.support.paths import ROOT
 
-pytestmark = [pytest.mark.live]
+pytestmark = [pytest.mark.live, pytest.mark.client_program]
 
 CLI = Path(os.environ.get("HARNESS_GEMINI_CLI") or ROOT / "var/gemini-cli/node_modules/.bin/gemini")
 
