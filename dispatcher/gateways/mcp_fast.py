@@ -27,6 +27,7 @@ logging, sampling or elicitation), so the one event is the whole answer.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from dataclasses import dataclass
@@ -133,13 +134,14 @@ async def serve(
         {"type": "http.response.start", "status": 200, "headers": sse_headers(session_header)}
     )
     event: bytes | None = None
-    with caller_context(caller):
-        async with anyio.create_task_group() as group:
-            group.start_soon(_keep_alive, receive, send, group.cancel_scope)
-            try:
-                event = await _event(caller, request)
-            finally:
-                group.cancel_scope.cancel()
+    # (a plain task watches the client, lighter than a task group; the request is
+    # cancelled through an anyio scope, which keeps the handler's shielded admission)
+    with caller_context(caller), anyio.CancelScope() as hung_up:
+        watcher = asyncio.ensure_future(_keep_alive(receive, send, hung_up))
+        try:
+            event = await _event(caller, request)
+        finally:
+            watcher.cancel()
     if event is not None:
         await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -187,7 +189,11 @@ async def _keep_alive(receive: Receive, send: Send, scope: anyio.CancelScope) ->
             return
         sep = EventSourceResponse.DEFAULT_SEPARATOR
         ping = ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=sep)
-        await send({"type": "http.response.body", "body": ping.encode(), "more_body": True})
+        try:
+            await send({"type": "http.response.body", "body": ping.encode(), "more_body": True})
+        except OSError:  # the connection is gone: so is the client
+            scope.cancel()
+            return
 
 
 @functools.cache

@@ -9,6 +9,7 @@ upstream HTTP server (its echo is auto-allowed and runs in the inline lane)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -89,6 +90,7 @@ class Gateway:
 
     fx: AgentFixture
     sdk_scopes: list[Any] = field(default_factory=list)
+    sdk_methods: list[str] = field(default_factory=list)
     # Every body chunk sent, as it is sent (a reviewer thread may wait on one).
     streamed: list[bytes] = field(default_factory=list)
 
@@ -157,13 +159,25 @@ def gateway(monkeypatch: pytest.MonkeyPatch) -> Callable[[AgentFixture], Gateway
     """A Gateway per agent; each records the requests the SDK's transport served."""
     run_transport = mcp_http.run_transport
     scopes: list[Any] = []
+    methods: list[str] = []
 
     async def recording(caller: Any, scope: Any, receive: Any, send: Any, **kw: Any) -> None:
         scopes.append(scope)
-        await run_transport(caller, scope, receive, send, **kw)
+        first = await receive()  # (the body the gateway read, handed on unchanged)
+        with contextlib.suppress(ValueError, AttributeError):
+            methods.append(json.loads(first.get("body") or b"{}").get("method", ""))
+
+        async def again() -> Any:
+            nonlocal first
+            if first is not None:
+                message, first = first, None
+                return message
+            return await receive()
+
+        await run_transport(caller, scope, again, send, **kw)
 
     monkeypatch.setattr(mcp_http, "run_transport", recording)
-    return lambda fx: Gateway(fx, scopes)
+    return lambda fx: Gateway(fx, scopes, methods)
 
 
 def pending_in(session: str) -> ToolCall:
@@ -404,3 +418,39 @@ def test_a_client_that_hangs_up_ends_its_request_and_leaves_the_call_pending(
     [held] = pending
     held.refresh_from_db()
     assert held.status == Status.PENDING_APPROVAL
+
+
+def test_the_official_clients_calls_take_the_fast_path(
+    upstream: str, settings: Any, gateway: Callable[[AgentFixture], Gateway]
+) -> None:
+    """The SDK's own client (its handshake: initialize, then calls) is served the fast
+    way, and reads the answers as it reads the SDK's."""
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    fx = make_agent()
+    g = gateway(fx)
+    settings.HARNESS_MCP_FAST_PATH = True
+
+    async def scenario() -> list[Any]:
+        http = httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=mcp_http.application),
+            base_url="http://localhost",
+            headers={"Authorization": f"Bearer {fx.token}"},
+        )
+        async with (
+            http,
+            streamable_http_client("http://localhost/mcp/", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            results = [await session.call_tool(f"{upstream}__echo", {"text": "a"})]
+            results.append(await session.call_tool("readFile", {"path": "a"}))
+            return results
+
+    echoed, unknown = asyncio.run(scenario())
+    # (the client lists the tools after its first call, to read their output schemas)
+    assert "tools/list" in g.sdk_methods and "tools/call" not in g.sdk_methods
+    assert echoed.is_error is False and echoed.content[0].text == "echo: a"
+    assert unknown.is_error is True and "Tool 'readFile' does not exist" in unknown.content[0].text
