@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from io import StringIO
 from pathlib import Path
@@ -122,7 +122,7 @@ class Gateway:
             "scheme": "http",
             "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
         }
-        sent: list[dict[str, Any]] = []
+        sent: list[MutableMapping[str, Any]] = []
         arrived = [False]
 
         async def receive() -> dict[str, Any]:
@@ -133,7 +133,7 @@ class Gateway:
             await asyncio.to_thread(hang_up.wait)
             return {"type": "http.disconnect"}
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             sent.append(message)
             self.streamed.append(message.get("body", b""))
             if message["type"] == "http.response.body" and not message.get("more_body"):
