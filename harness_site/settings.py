@@ -557,6 +557,10 @@ HARNESS_HOOK_DEFAULT_WAIT = float(env("HARNESS_HOOK_DEFAULT_WAIT", "50"))
 # Tools per tools/list page, and seconds between progress notifications of a held call.
 HARNESS_MCP_PAGE_SIZE = int(env("HARNESS_MCP_PAGE_SIZE", "100"))
 HARNESS_MCP_PROGRESS_INTERVAL = float(env("HARNESS_MCP_PROGRESS_INTERVAL", "10"))
+# A tools/call that needs nothing of the SDK's per-request server (no progress token, a
+# handshake-era revision, a known session) is answered without it (docs/mcp.md, "The
+# fast path"); off: every request goes through the SDK's transport.
+HARNESS_MCP_FAST_PATH = env_bool("HARNESS_MCP_FAST_PATH", True)
 # --- Outbound requests (docs/security.md, "Outbound requests") -------------------------
 # Every request Harness makes goes through floor.outbound: loopback, private,
 # link-local, CGNAT, multicast, reserved and metadata addresses are refused unless listed

@@ -36,6 +36,7 @@ from django.db import DatabaseError, close_old_connections
 from django.urls import reverse
 from mcp import types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -277,12 +278,24 @@ class WaitSlot:
 async def call_tool(
     context: ServerRequestContext[Any], params: types.CallToolRequestParams
 ) -> types.CallToolResult:
+    """The SDK's tools/call handler."""
+    assert context.request_id is not None  # (a request, never a notification)
+    caller = _caller.get()
+    return await answer_call(context.request_id, params, Progress.of(context, caller))
+
+
+async def answer_call(
+    request_id: types.RequestId, params: types.CallToolRequestParams, progress: Progress
+) -> types.CallToolResult:
+    """A tools/call request's result: what the SDK's handler (`call_tool`) and the fast
+    path (`mcp_fast`, a request that needs no stream of its own) both answer. Raises
+    MCPError for what the client reads as a JSON-RPC error."""
     name, arguments = params.name, params.arguments or {}
     storable(name, arguments)
     # A held call may wait for a reviewer as long as an approval lives, then for its run.
-    slot = WaitSlot(_caller.get().agent, settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN)
+    slot = WaitSlot(progress.caller.agent, settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN)
     try:
-        return await admit_and_hold(context, name, arguments, slot)
+        return await admit_and_hold(request_id, progress, name, arguments, slot)
     except DatabaseError:
         logger.exception("MCP gateway storage error")
         raise refuse(
@@ -298,7 +311,8 @@ async def call_tool(
 
 
 async def admit_and_hold(
-    context: ServerRequestContext[Any],
+    request_id: types.RequestId,
+    progress: Progress,
     name: str,
     arguments: dict[str, Any],
     slot: WaitSlot | None = None,
@@ -306,10 +320,8 @@ async def admit_and_hold(
     """The call admitted (and run, in the inline lane), then held until it is done.
     `slot`: the request's wait slot, taken and (when the call is done at once) given back
     on the admission's own trip to an ORM thread."""
-    caller = _caller.get()
-    assert context.request_id is not None  # (a request, never a notification)
-    tool_use_id = mcp_tool_use_id(context.request_id, caller.transport)
-    progress = Progress(context, caller)
+    caller = progress.caller
+    tool_use_id = mcp_tool_use_id(request_id, caller.transport)
     if name == APPROVAL_PROMPT:
         return await approval_prompt(caller, arguments, tool_use_id, progress, slot)
     proposed = ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)
@@ -410,15 +422,32 @@ class Progress:
     and how the request is cancelled: on the stateless revision (2026-07-28), by closing
     its stream."""
 
-    def __init__(self, context: ServerRequestContext[Any], caller: Caller) -> None:
-        self.token = (context.meta or {}).get("progress_token")
-        self.session = context.session
+    def __init__(
+        self,
+        caller: Caller,
+        *,
+        token: types.ProgressToken | None = None,
+        session: ServerSession | None = None,
+        protocol_version: str = "",
+    ) -> None:
+        self.token = token
+        self.session = session
         self.caller = caller
         self.count = 0
-        self.closing_cancels = context.protocol_version in MODERN_PROTOCOL_VERSIONS
+        self.closing_cancels = protocol_version in MODERN_PROTOCOL_VERSIONS
+
+    @classmethod
+    def of(cls, context: ServerRequestContext[Any], caller: Caller) -> Progress:
+        """For a request served by the SDK's server."""
+        return cls(
+            caller,
+            token=(context.meta or {}).get("progress_token"),
+            session=context.session,
+            protocol_version=context.protocol_version,
+        )
 
     async def waiting(self, call: ToolCall) -> None:
-        if self.token is None:
+        if self.token is None or self.session is None:
             return
         if call.status == Status.PENDING_APPROVAL:
             page = await db(reviewer_page)(call, self.caller.base_url)

@@ -48,6 +48,7 @@ from starlette.types import Message, Receive, Scope, Send
 from agentauth import tokens
 from dispatcher import agents, limits, transitions
 from dispatcher.answers import answer_of, follow_edits
+from dispatcher.gateways import mcp_fast
 from dispatcher.gateways.mcp import CLIENT, Caller, caller_context, db, mcp_tool_use_id, server
 from dispatcher.models import Agent, AgentSession, ToolCall
 
@@ -142,6 +143,10 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         loaded=session is known,
         transport=transport,
     )
+    # A tools/call that needs nothing of the SDK's server is answered without it.
+    known_header = found.header if found.header == session_id and session is known else None
+    if (fast := mcp_fast.eligible(scope, body, known_header)) is not None and known_header:
+        return await mcp_fast.serve(caller, fast, receive, send, known_header)
     await run_transport(caller, scope, replay(body, receive), send, session_header=found.header)
 
 

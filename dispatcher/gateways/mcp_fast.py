@@ -1,0 +1,212 @@
+"""The MCP gateway's fast path (issue 37; docs/mcp.md, "The fast path"): a `tools/call`
+that needs nothing of the SDK's per-request server is answered here, without building
+the SDK's transport, dispatcher and runner for it (most of the gateway's CPU per call:
+docs/benchmarks.md, S14).
+
+A request is served here only when all of this holds; anything else goes to the SDK
+(`mcp_http.run_transport`) unchanged, so the SDK still answers every error of its own:
+
+- a POST of a known session (its Mcp-Session-Id read by `mcp_http.authenticate`), not
+  an initialize;
+- an MCP-Protocol-Version header naming one of the initialize handshake's revisions (the
+  2026-07-28 revision, or no header, goes to the SDK);
+- the headers the SDK's transport requires: Content-Type application/json (both of its
+  checks), an Accept of application/json and text/event-stream;
+- a body that is one JSON-RPC request (the SDK's own parse), method `tools/call`, params
+  valid for that revision and for `CallToolRequestParams`, and no progress token
+  (progress notifications need the SDK's stream).
+
+The call is answered by the handler the SDK's server calls (`mcp.answer_call`, in the
+same Caller context), and written as the SDK's transport writes it: the same headers,
+one SSE `message` event with the JSON-RPC response the SDK's runner and dispatcher make
+of the handler's result or exception, keep-alive pings while a call waits as long as
+sse_starlette's, and a client that goes away cancels the request as it does there.
+Harness's handler sends nothing to the client mid-call without a progress token (no
+logging, sampling or elicitation), so the one event is the whole answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import pydantic
+import pydantic_core
+from django.conf import settings
+from mcp import types
+from mcp.server.connection import Connection
+from mcp.server.runner import ServerRunner
+from mcp.server.streamable_http import CONTENT_TYPE_JSON, check_accept_headers
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types import methods
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.datastructures import Headers
+from starlette.types import Receive, Scope, Send
+
+from dispatcher.gateways.mcp import Caller, Progress, answer_call, caller_context, server
+
+logger = logging.getLogger(__name__)
+
+METHOD = "tools/call"
+
+
+@dataclass(frozen=True)
+class FastCall:
+    """An eligible request: its id, its params as the SDK's handler receives them, and
+    the revision it speaks."""
+
+    request_id: types.RequestId
+    params: types.CallToolRequestParams
+    version: str
+
+
+def eligible(scope: Scope, body: bytes, session_header: str | None) -> FastCall | None:
+    """The request, when the fast path may answer it (the module's list); else None.
+    `session_header`: the Mcp-Session-Id of the known session the request named (None
+    for anything else: an initialize, a client keeping no session)."""
+    if not settings.HARNESS_MCP_FAST_PATH or scope["method"] != "POST" or not session_header:
+        return None
+    headers = Headers(scope=scope)
+    if headers.get("mcp-session-id") != session_header:
+        return None
+    version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    if version not in HANDSHAKE_PROTOCOL_VERSIONS or not _content_type_json(headers):
+        return None
+    has_json, has_sse = check_accept_headers(_HeadersOnly(headers))  # type: ignore[arg-type]
+    if not (has_json and has_sse):
+        return None
+    return _parse(body, version)
+
+
+class _HeadersOnly:
+    """What `check_accept_headers` reads of a request."""
+
+    def __init__(self, headers: Headers) -> None:
+        self.headers = headers
+
+
+def _content_type_json(headers: Headers) -> bool:
+    """Both of the SDK's Content-Type checks (its transport security's, its transport's)."""
+    content_type = headers.get("content-type")
+    if content_type is None or not content_type.lower().startswith(CONTENT_TYPE_JSON):
+        return False
+    parts = [part.strip() for part in content_type.split(";")[0].split(",")]
+    return CONTENT_TYPE_JSON in parts
+
+
+def _parse(body: bytes, version: str) -> FastCall | None:
+    """The body read as the SDK's transport and runner read it, when it is one tools/call
+    request whose params the handler would receive as they are."""
+    try:
+        raw = pydantic_core.from_json(body)
+        message = types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
+    except (ValueError, pydantic.ValidationError):
+        return None
+    if not isinstance(message, types.JSONRPCRequest) or message.method != METHOD:
+        return None
+    params = message.params
+    if not isinstance(params, dict):
+        return None
+    meta = params.get("_meta")
+    if meta is not None and (not isinstance(meta, dict) or "progressToken" in meta):
+        return None  # progress goes on the SDK's stream
+    try:
+        methods.validate_client_request(METHOD, version, params)
+        typed = types.CallToolRequestParams.model_validate(params, by_name=False)
+    except (KeyError, ValueError, pydantic.ValidationError):
+        return None  # the SDK answers its own error
+    return FastCall(message.id, typed, version)
+
+
+async def serve(
+    caller: Caller, request: FastCall, receive: Receive, send: Send, session_header: str
+) -> None:
+    """Answer `request` as the SDK's transport would: headers first, then (pinging while
+    the call waits) its one event; nothing more when the client goes away first."""
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": sse_headers(session_header)}
+    )
+    event: bytes | None = None
+    # (a plain task watches the client, lighter than a task group; the request is
+    # cancelled through an anyio scope, which keeps the handler's shielded admission)
+    with caller_context(caller), anyio.CancelScope() as hung_up:
+        watcher = asyncio.ensure_future(_keep_alive(receive, send, hung_up))
+        try:
+            event = await _event(caller, request)
+        finally:
+            watcher.cancel()
+    if event is not None:
+        await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _event(caller: Caller, request: FastCall) -> bytes:
+    """The SSE event of the JSON-RPC response: the handler's result shaped by the SDK's
+    runner, or its exception mapped as the SDK's dispatcher maps it."""
+    message: types.JSONRPCResponse | types.JSONRPCError
+    try:
+        result = await answer_call(
+            request.request_id,
+            request.params,
+            Progress(caller, protocol_version=request.version),
+        )
+        shaped = _runner(request.version)._serialize(METHOD, request.version, result)
+        message = types.JSONRPCResponse(jsonrpc="2.0", id=request.request_id, result=shaped)
+    except Exception as exc:
+        error = handler_exception_to_error_data(exc)
+        if error is None:
+            logger.exception("handler for %r raised", METHOD)
+            error = types.ErrorData(code=0, message=str(exc))  # (the SDK's dispatcher's)
+        message = types.JSONRPCError(jsonrpc="2.0", id=request.request_id, error=error)
+    data = message.model_dump_json(by_alias=True, exclude_unset=True)
+    sep = EventSourceResponse.DEFAULT_SEPARATOR
+    return ServerSentEvent(data=data, event="message", sep=sep).encode()
+
+
+@functools.cache
+def _runner(version: str) -> ServerRunner[Any]:
+    """The SDK's runner for `version`, used only for its shaping of a result
+    (`_serialize`: cache hints, the revision's result sieve): the same wire form."""
+    return ServerRunner(server, Connection.from_envelope(version, None, None), {})
+
+
+async def _keep_alive(receive: Receive, send: Send, scope: anyio.CancelScope) -> None:
+    """sse_starlette's ping comment every DEFAULT_PING_INTERVAL seconds while the call
+    waits; the request cancelled (`scope`) when the client disconnects."""
+    interval = EventSourceResponse.DEFAULT_PING_INTERVAL
+    while True:
+        with anyio.move_on_after(interval):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            scope.cancel()
+            return
+        sep = EventSourceResponse.DEFAULT_SEPARATOR
+        ping = ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=sep)
+        try:
+            await send({"type": "http.response.body", "body": ping.encode(), "more_body": True})
+        except OSError:  # the connection is gone: so is the client
+            scope.cancel()
+            return
+
+
+@functools.cache
+def _base_headers() -> tuple[tuple[bytes, bytes], ...]:
+    """The SDK transport's SSE response headers, without the session's."""
+    sdk = {
+        "Cache-Control": "no-cache, no-transform",
+        "Connection": "keep-alive",
+        "Content-Type": "text/event-stream",
+    }
+    return tuple(EventSourceResponse(content=iter(()), headers=sdk).raw_headers)
+
+
+def sse_headers(session_header: str) -> list[tuple[bytes, bytes]]:
+    base = list(_base_headers())
+    return [*base[:3], (b"mcp-session-id", session_header.encode("latin-1")), *base[3:]]
