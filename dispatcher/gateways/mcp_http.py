@@ -79,7 +79,11 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 async def serve(scope: Scope, receive: Receive, send: Send) -> None:
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    # A header sent twice counts by its first value, as everything else reads it (the
+    # router's early refusal, starlette, the SDK's transport).
+    headers: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
     host = headers.get("host", "")
     if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
         return await answer(send, 400, "bad_host", f"Host {host!r} is not an allowed host.")

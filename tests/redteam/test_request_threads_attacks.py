@@ -414,3 +414,27 @@ def test_a_request_whose_write_the_database_refused_leaves_its_thread_clean(asgi
     assert all(state == (False, False, False) for state in idle_thread_state(asgi))
     body = json.dumps({"title": "fine"}).encode()
     assert async_to_sync(call)(asgi.application, start, body)[0] == 201
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_mcp_gateway_reads_the_first_of_two_authorization_headers(
+    asgi: Any, forgetting: None
+) -> None:
+    """The router's early refusal reads a request's first Authorization header: the MCP
+    gateway reads the same one, so a junk header put first cannot pick which check sees
+    which token. The session an initialize opens is the first token's agent's."""
+    from dispatcher.models import AgentSession
+    from tests.support.mcp_requests import initialize
+
+    first, second = make_agent(), make_agent()
+    headers = (
+        bearer(first.token),
+        bearer(second.token),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/json, text/event-stream"),
+    )
+    body = json.dumps(initialize("two-headers")).encode()
+    status, _ = async_to_sync(call)(asgi.application, scope("/mcp/", *headers, method="POST"), body)
+    assert status == 200
+    sessions = AgentSession.objects.filter(title__contains="two-headers")
+    assert [s.agent_id for s in sessions] == [first.agent.pk]
