@@ -501,3 +501,38 @@ def test_duplicate_headers(
         assert comparable(f) == comparable(s)
     else:
         assert (f.status, f.body) == (s.status, s.body)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_same_request_sent_twice_while_held_is_one_call(
+    fast: bool, settings: Any, gateway: Callable[[AgentFixture], Gateway]
+) -> None:
+    """A retry of a held call (same id, same session) joins it: one call, one decision,
+    the same answer to both requests."""
+    settings.HARNESS_MCP_FAST_PATH = fast
+    g = gateway(make_agent())
+    reviewer = make_user(unique("reviewer"), groups=("reviewer",))
+    session = g.session()
+    request = body(21, name="approval_prompt", arguments=PROMPT)
+    answers: list[Answer] = []
+
+    def retry_then_approve() -> None:
+        pending = wait_for_pending(session, tool="client_tool")
+        retried = threading.Thread(target=lambda: answers.append(g.post(request, session)))
+        retried.start()
+        deadline = time.monotonic() + 15  # (the retry is held: its wait slot is taken)
+        while limits.waits_held(g.fx.agent) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        review(pending, reviewer, approve=True)
+        retried.join(30)
+
+    t = threading.Thread(target=retry_then_approve, daemon=True)
+    t.start()
+    first = g.post(request, session)
+    t.join(30)
+    [second] = answers
+    assert first.via_sdk is not fast and second.via_sdk is not fast
+    assert comparable(first) == comparable(second)
+    assert json.loads(first.messages()[0]["result"]["content"][0]["text"])["behavior"] == "allow"
+    assert ToolCall.objects.filter(session__external_id=session).count() == 1
