@@ -1,0 +1,538 @@
+"""Red-team of the MCP gateway's fast path (issue 37; dispatcher/gateways/mcp_fast.py,
+docs/mcp.md "The fast path"). Each test is an attack; it passes when the attack fails:
+the same request sent with HARNESS_MCP_FAST_PATH on and off gets the same answer (header
+smuggling, body and params quirks, ids), the same audit events, the same wait cap; a
+client hanging up on a held fast call (in this process and on a real daphne) gives its
+wait slot back and leaves the call for its reviewer; keep-alive pings are sent alike."""
+
+# ruff: noqa: F811  (the `gateway` fixture, imported, is each test's argument)
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from sse_starlette import EventSourceResponse
+
+from audit.models import AuditEvent
+from dispatcher import limits
+from dispatcher.gateways import mcp_http
+from dispatcher.models import AgentSession, Status, ToolCall
+from tests.mcp.conftest import review, wait_for_pending
+from tests.mcp.test_fast_path import Answer, Gateway, comparable, gateway  # noqa: F401
+from tests.support.factories import AgentFixture, make_agent, make_user, unique
+from tests.support.live import LiveStack
+from tests.support.mcp_requests import initialize
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
+
+
+def body(request_id: Any = 1, **params: Any) -> dict[str, Any]:
+    params.setdefault("name", "readFile")
+    params.setdefault("arguments", {"path": "a"})
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+QUIRKS: dict[str, tuple[Any, dict[str, str]]] = {
+    "id-null": (body(None), {}),
+    "id-float": (body(1.5), {}),
+    "id-float-int": (
+        b'{"jsonrpc":"2.0","id":1.0,"method":"tools/call","params":{"name":"readFile","arguments":{}}}',
+        {},
+    ),
+    "id-bool": (body(True), {}),
+    "id-huge": (body(2**80), {}),
+    "id-neg": (body(-3), {}),
+    "id-empty": (body(""), {}),
+    "id-long": (body("x" * 5000), {}),
+    "jsonrpc-1.0": ({**body(), "jsonrpc": "1.0"}, {}),
+    "extra-top": ({**body(), "extra": 1, "result": {}}, {}),
+    "bom": (b"\xef\xbb\xbf" + json.dumps(body()).encode(), {}),
+    "latin1": (json.dumps(body(name="r\u00e9")).encode().replace(b"\\u00e9", b"\xe9"), {}),
+    "dup-id": (
+        b'{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"readFile","arguments":{}}}',
+        {},
+    ),
+    "dup-method": (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"readFile","arguments":{}}}',
+        {},
+    ),
+    "dup-name": (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"approval_prompt","name":"readFile","arguments":{}}}',
+        {},
+    ),
+    "nan-arg": (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"readFile","arguments":{"x":NaN}}}',
+        {},
+    ),
+    "inf-arg": (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"readFile","arguments":{"x":1e999}}}',
+        {},
+    ),
+    "batch-one": ([body()], {}),
+    "name-zw": (body(name="read\u200bFile"), {}),
+    "name-nul": (body(name="read\u0000File"), {}),
+    "name-surrogate": (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\ud800","arguments":{}}}',
+        {},
+    ),
+    "name-int": (body(name=5), {}),
+    "args-list": (body(arguments=[1]), {}),
+    "args-null": (body(arguments=None), {}),
+    "args-str": (body(arguments="x"), {}),
+    "no-args": (
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "readFile"}},
+        {},
+    ),
+    "meta-list": (body(_meta=[1]), {}),
+    "meta-str": (body(_meta="x"), {}),
+    "meta-null": (body(_meta=None), {}),
+    "meta-pt-null": (body(_meta={"progressToken": None}), {}),
+    "meta-pt-snake": (body(_meta={"progress_token": "p"}), {}),
+    "meta-nested": (body(_meta={"a": {"b": [1, {"c": None}]}}), {}),
+    "task": (body(task={"ttl": 1000}), {}),
+    "task-bad": (body(task="x"), {}),
+    "extra-param": (body(foo=1), {}),
+    "params-list": ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": [1]}, {}),
+    "no-params": ({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}, {}),
+    "deep-args": (body(arguments={"a": json.loads("[" * 150 + "]" * 150)}), {}),
+    "ct-charset": (body(), {"content-type": "application/json; charset=utf-8"}),
+    "ct-latin1": (body(), {"content-type": "application/json; charset=iso-8859-1"}),
+    "ct-upper": (body(), {"content-type": "Application/JSON"}),
+    "ct-list": (body(), {"content-type": "text/plain, application/json"}),
+    "ct-list2": (body(), {"content-type": "application/json, text/plain"}),
+    "ct-jsonx": (body(), {"content-type": "application/jsonx"}),
+    "ct-space": (body(), {"content-type": " application/json"}),
+    "acc-star": (body(), {"accept": "*/*"}),
+    "acc-wild": (body(), {"accept": "application/*, text/*"}),
+    "acc-upper": (body(), {"accept": "APPLICATION/JSON, TEXT/EVENT-STREAM"}),
+    "acc-q0": (body(), {"accept": "application/json;q=0, text/event-stream;q=0"}),
+    "ver-lower": (body(), {"mcp-protocol-version": "2025-03-26"}),
+    "ver-old": (body(), {"mcp-protocol-version": "2024-11-05"}),
+    "ver-bogus": (body(), {"mcp-protocol-version": "1999-01-01"}),
+    "id-5000-digits": (
+        b'{"jsonrpc":"2.0","id":'
+        + b"9" * 5000
+        + b',"method":"tools/call","params":{"name":"readFile","arguments":{}}}',
+        {},
+    ),
+    "arg-5000-digits": (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"readFile","arguments":{"x":'
+        + b"9" * 5000
+        + b"}}}",
+        {},
+    ),
+    "prompt-5000-digits": (
+        b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"approval_prompt","arguments":{"tool_name":"Bash","input":{"x":'
+        + b"9" * 5000
+        + b"}}}}",
+        {},
+    ),
+    "name-dunder": (body(name="__"), {}),
+    "name-upstream-ish": (body(name="nosuch__tool"), {}),
+    "name-upstream-empty": (body(name="a__"), {}),
+    "name-200": (body(name="s__" + "x" * 197), {}),
+    "prompt-dunder": (body(name="approval_prompt", arguments={"tool_name": "__", "input": {}}), {}),
+    "prompt-mcp-name": (
+        body(name="approval_prompt", arguments={"tool_name": "mcp__x__y", "input": {"a": 1}}),
+        {},
+    ),
+    "prompt-long-name": (
+        body(name="approval_prompt", arguments={"tool_name": "x" * 5000, "input": {}}),
+        {},
+    ),
+    "prompt-nul-name": (
+        body(name="approval_prompt", arguments={"tool_name": "a\u0000", "input": {}}),
+        {},
+    ),
+    "prompt-long-ids": (
+        body(
+            "r" * 150,
+            name="approval_prompt",
+            arguments={"tool_name": "Bash", "input": {"command": "ls"}, "tool_use_id": "t" * 150},
+        ),
+        {},
+    ),
+    "prompt-id-obj": (
+        body(
+            7,
+            name="approval_prompt",
+            arguments={
+                "tool_name": "Bash",
+                "input": {"command": "ls"},
+                "tool_use_id": {"a": [1] * 100},
+            },
+        ),
+        {},
+    ),
+    "ver-space": (body(), {"mcp-protocol-version": " 2025-06-18"}),
+}
+
+
+@pytest.mark.parametrize("quirk", list(QUIRKS))
+def test_a_quirky_request_gets_the_same_answer_both_ways(
+    quirk: str, settings: Any, gateway: Callable[[AgentFixture], Gateway]
+) -> None:
+    raw, extra = QUIRKS[quirk]
+    g = gateway(make_agent(mode="locked" if quirk.startswith("prompt-") else "standard"))
+    answers: list[Answer] = []
+    for fast in (True, False):
+        settings.HARNESS_MCP_FAST_PATH = fast
+        answers.append(g.post(raw, g.session(), extra))
+    f, s = answers
+    if f.status == 200:
+        assert comparable(f) == comparable(s)
+    else:
+        assert (f.status, f.body) == (s.status, s.body)
+
+
+# --- Beyond parsing: the record, the caps, a hang-up, DELETE -----------------------------
+
+
+PROMPT = {"tool_name": "Write", "input": {"file_path": "notes/x.txt", "content": "y"}}
+
+
+def kinds(session: str) -> list[str]:
+    pk = AgentSession.objects.get(external_id=session).pk
+    return list(
+        AuditEvent.objects.filter(session_id=pk).order_by("seq").values_list("kind", flat=True)
+    )
+
+
+@pytest.mark.parametrize("case", ["rejected", "denied", "approved", "refused-args"])
+def test_audit_kinds_same_both_ways(
+    case: str,
+    settings: Any,
+    gateway: Callable[[AgentFixture], Gateway],
+) -> None:
+    fx = make_agent(mode="read_only" if case == "denied" else "standard")
+    g = gateway(fx)
+    reviewer = make_user(unique("reviewer"), groups=("reviewer",))
+    requests = {
+        "rejected": body(3),
+        "denied": body(3, name="write_file", arguments={"path": "a", "content": "b"}),
+        "approved": body(3, name="approval_prompt", arguments=PROMPT),
+        "refused-args": body(3, name="read_file", arguments={"path": 5}),
+    }
+    seen = []
+    for fast in (True, False):
+        settings.HARNESS_MCP_FAST_PATH = fast
+        session = g.session()
+        worker = None
+        if case == "approved":
+            worker = threading.Thread(
+                target=lambda s=session: review(
+                    wait_for_pending(s, tool="client_tool"), reviewer, approve=True
+                ),
+                daemon=True,
+            )
+            worker.start()
+        answer = g.post(requests[case], session)
+        if worker:
+            worker.join(30)
+        assert answer.via_sdk is not fast
+        call_row = ToolCall.objects.get(session__external_id=session)
+        assert call_row.digest
+        seen.append(kinds(session))
+    assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_wait_cap_and_slot_given_back_after_hang_up(
+    fast: bool,
+    settings: Any,
+    gateway: Callable[[AgentFixture], Gateway],
+) -> None:
+    settings.HARNESS_MCP_FAST_PATH = fast
+    settings.HARNESS_MAX_WAITS_PER_AGENT = 1
+    fx = make_agent()
+    g = gateway(fx)
+    session = g.session()
+    hang_up = threading.Event()
+    refused: list[Answer] = []
+
+    def second_then_leave() -> None:
+        wait_for_pending(session, tool="client_tool")
+        assert limits.waits_held(fx.agent) == 1
+        refused.append(g.post(body(2, name="approval_prompt", arguments=PROMPT), session))
+        hang_up.set()
+
+    t = threading.Thread(target=second_then_leave, daemon=True)
+    t.start()
+    headers = {
+        "host": "localhost",
+        "authorization": f"Bearer {fx.token}",
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-session-id": session,
+        "mcp-protocol-version": "2025-06-18",
+    }
+    raw = json.dumps(body(1, name="approval_prompt", arguments=PROMPT)).encode()
+    first = asyncio.run(_and_what_it_left(g._exchange(raw, headers, hang_up)))
+    t.join(30)
+    assert first.messages() == []
+    [second] = refused
+    assert second.via_sdk is not fast
+    assert second.messages()[0]["error"]["code"] == -32029
+    assert limits.waits_held(fx.agent) == 0
+
+
+async def _and_what_it_left(exchange: Any) -> Answer:
+    """The exchange, then what the request left running on the loop (its slot's release,
+    shielded, ends after the request: daphne's loop runs it; asyncio.run would cancel it)."""
+    answer: Answer = await exchange
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    if others:
+        await asyncio.wait(others, timeout=15)
+    return answer
+
+
+def test_delete_then_call_same_both_ways(
+    settings: Any,
+    gateway: Callable[[AgentFixture], Gateway],
+) -> None:
+    fx = make_agent()
+    g = gateway(fx)
+    out = []
+    for fast in (True, False):
+        settings.HARNESS_MCP_FAST_PATH = fast
+        session = g.session()
+        status = asyncio.run(_delete(fx.token, session))
+        answer = g.post(body(4), session)
+        out.append((status, answer.status, answer.via_sdk))
+    # (DELETE ends no Harness session on either path: the next call is served alike)
+    assert out[0][:2] == out[1][:2] == (200, 200)
+
+
+async def _delete(token: str, session: str) -> int:
+    scope = {
+        "type": "http",
+        "method": "DELETE",
+        "path": "/mcp/",
+        "scheme": "http",
+        "headers": [
+            (b"host", b"localhost"),
+            (b"authorization", f"Bearer {token}".encode()),
+            (b"mcp-session-id", session.encode()),
+            (b"mcp-protocol-version", b"2025-06-18"),
+        ],
+    }
+    sent: list[Any] = []
+    first = [True]
+
+    async def receive() -> dict[str, Any]:
+        if first[0]:
+            first[0] = False
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await asyncio.wait_for(mcp_http.application(scope, receive, send), 30)
+    return int(sent[0]["status"])
+
+
+# --- Against a real daphne --------------------------------------------------------------
+
+
+def _raw_post(url: str, head: list[tuple[str, str]], payload: bytes) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    lines = ["POST /mcp/ HTTP/1.1", f"Host: {host}:{port}", f"Content-Length: {len(payload)}"]
+    lines += [f"{k}: {v}" for k, v in head]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+    return sock
+
+
+def _live_session(live_stack: LiveStack, fx: AgentFixture) -> str:
+    response = httpx.post(
+        live_stack.url + "/mcp/",
+        json=initialize("rt37", run=unique("run")),
+        headers={**fx.headers, "Accept": "application/json, text/event-stream"},
+    )
+    return response.headers["mcp-session-id"]
+
+
+def _read_until(sock: socket.socket, marker: bytes, seconds: float = 20) -> bytes:
+    data = b""
+    sock.settimeout(seconds)
+    while marker not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@pytest.mark.live
+def test_live_hang_up_during_a_held_fast_call_gives_the_slot_back(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    fx = live_agent
+    session = _live_session(live_stack, fx)
+    head = [
+        ("Authorization", f"Bearer {fx.token}"),
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("Mcp-Session-Id", session),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ]
+    sock = _raw_post(
+        live_stack.url,
+        head,
+        json.dumps(body(11, name="approval_prompt", arguments=PROMPT)).encode(),
+    )
+    start = _read_until(sock, b"\r\n\r\n")
+    assert start.startswith(b"HTTP/1.1 200")
+    held = wait_for_pending(session, tool="client_tool")
+    assert limits.waits_held(fx.agent) == 1
+    sock.close()
+    deadline = time.monotonic() + 20
+    while limits.waits_held(fx.agent) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert limits.waits_held(fx.agent) == 0
+    held.refresh_from_db()
+    assert held.status == Status.PENDING_APPROVAL
+    log = (live_stack.log_dir / "daphne.log").read_text(errors="replace")
+    assert "Traceback" not in log
+
+
+def test_keep_alive_pings_same_both_ways(
+    settings: Any,
+    gateway: Callable[[AgentFixture], Gateway],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(EventSourceResponse, "DEFAULT_PING_INTERVAL", 0.3)
+    g = gateway(make_agent())
+    reviewer = make_user(unique("reviewer"), groups=("reviewer",))
+    bodies = []
+    for fast in (True, False):
+        settings.HARNESS_MCP_FAST_PATH = fast
+        session = g.session()
+        g.streamed.clear()
+
+        def approve(s: str = session) -> None:
+            pending = wait_for_pending(s, tool="client_tool")
+            deadline = time.monotonic() + 15
+            while sum(c.startswith(b": ping") for c in list(g.streamed)) < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            review(pending, reviewer, approve=True)
+
+        t = threading.Thread(target=approve, daemon=True)
+        t.start()
+        answer = g.post(body(12, name="approval_prompt", arguments=PROMPT), session)
+        t.join(30)
+        assert answer.via_sdk is not fast
+        bodies.append(answer)
+
+    shapes = [re.sub(rb": ping - [^\r]*", b": ping", a.body) for a in bodies]
+    shapes = [re.sub(rb'"id":"[0-9a-f-]{36}"', b'"id":"<call>"', s) for s in shapes]
+    assert comparable(bodies[0]) == comparable(bodies[1])
+    assert shapes[0].count(b": ping") >= 2 and shapes[1].count(b": ping") >= 2
+
+
+class _Pairs(dict):  # type: ignore[type-arg]
+    """Headers with repeats, in order (Gateway._exchange reads .items())."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.pairs = pairs
+
+    def items(self) -> Any:
+        return self.pairs
+
+
+DUPLICATES = {
+    "ver-handshake-then-modern": [
+        ("mcp-protocol-version", "2025-06-18"),
+        ("mcp-protocol-version", "2026-07-28"),
+    ],
+    "ver-modern-then-handshake": [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-protocol-version", "2025-06-18"),
+    ],
+    "ct-text-then-json": [("content-type", "text/plain"), ("content-type", "application/json")],
+    "ct-json-then-text": [("content-type", "application/json"), ("content-type", "text/plain")],
+    "accept-split": [("accept", "application/json"), ("accept", "text/event-stream")],
+    "session-twice-other": [("mcp-session-id", "SELF"), ("mcp-session-id", "OTHER")],
+    "session-other-then-self": [("mcp-session-id", "OTHER"), ("mcp-session-id", "SELF")],
+    "upper-name": [("Mcp-Session-Id", "SELF")],
+}
+
+
+@pytest.mark.parametrize("case", list(DUPLICATES))
+def test_duplicate_headers(
+    case: str, settings: Any, gateway: Callable[[AgentFixture], Gateway]
+) -> None:
+    g = gateway(make_agent())
+    other_g = gateway(make_agent())
+    out = []
+    for fast in (True, False):
+        settings.HARNESS_MCP_FAST_PATH = fast
+        session, other = g.session(), other_g.session()
+        base = {
+            "host": "localhost",
+            "authorization": f"Bearer {g.fx.token}",
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-session-id": session,
+            "mcp-protocol-version": "2025-06-18",
+        }
+        extra = [
+            (k, v.replace("SELF", session).replace("OTHER", other)) for k, v in DUPLICATES[case]
+        ]
+        names = {k.lower() for k, _ in extra}
+        pairs = [(k, v) for k, v in base.items() if k not in names] + extra
+        raw = json.dumps(body(5)).encode()
+        answer = asyncio.run(g._exchange(raw, _Pairs(pairs), threading.Event()))
+        out.append(answer)
+    f, s = out
+    if f.status == 200:
+        assert comparable(f) == comparable(s)
+    else:
+        assert (f.status, f.body) == (s.status, s.body)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_same_request_sent_twice_while_held_is_one_call(
+    fast: bool, settings: Any, gateway: Callable[[AgentFixture], Gateway]
+) -> None:
+    """A retry of a held call (same id, same session) joins it: one call, one decision,
+    the same answer to both requests."""
+    settings.HARNESS_MCP_FAST_PATH = fast
+    g = gateway(make_agent())
+    reviewer = make_user(unique("reviewer"), groups=("reviewer",))
+    session = g.session()
+    request = body(21, name="approval_prompt", arguments=PROMPT)
+    answers: list[Answer] = []
+
+    def retry_then_approve() -> None:
+        pending = wait_for_pending(session, tool="client_tool")
+        retried = threading.Thread(target=lambda: answers.append(g.post(request, session)))
+        retried.start()
+        deadline = time.monotonic() + 15  # (the retry is held: its wait slot is taken)
+        while limits.waits_held(g.fx.agent) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        review(pending, reviewer, approve=True)
+        retried.join(30)
+
+    t = threading.Thread(target=retry_then_approve, daemon=True)
+    t.start()
+    first = g.post(request, session)
+    t.join(30)
+    [second] = answers
+    assert first.via_sdk is not fast and second.via_sdk is not fast
+    assert comparable(first) == comparable(second)
+    assert json.loads(first.messages()[0]["result"]["content"][0]["text"])["behavior"] == "allow"
+    assert ToolCall.objects.filter(session__external_id=session).count() == 1
