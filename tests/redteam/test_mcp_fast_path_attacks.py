@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from asgiref.sync import sync_to_async
 from sse_starlette import EventSourceResponse
 
 from audit.models import AuditEvent
@@ -275,7 +276,7 @@ def test_wait_cap_and_slot_given_back_after_hang_up(
         "mcp-protocol-version": "2025-06-18",
     }
     raw = json.dumps(body(1, name="approval_prompt", arguments=PROMPT)).encode()
-    first = asyncio.run(_and_what_it_left(g._exchange(raw, headers, hang_up)))
+    first = asyncio.run(_and_what_it_left(g._exchange(raw, headers, hang_up), fx))
     t.join(30)
     assert first.messages() == []
     [second] = refused
@@ -284,13 +285,15 @@ def test_wait_cap_and_slot_given_back_after_hang_up(
     assert limits.waits_held(fx.agent) == 0
 
 
-async def _and_what_it_left(exchange: Any) -> Answer:
-    """The exchange, then what the request left running on the loop (its slot's release,
-    shielded, ends after the request: daphne's loop runs it; asyncio.run would cancel it)."""
+async def _and_what_it_left(exchange: Any, fx: AgentFixture) -> Answer:
+    """The exchange, then the loop kept running until the agent's wait slots are given
+    back (the release, shielded, ends after the request: daphne's loop runs it;
+    asyncio.run would cancel it), for at most 15 s."""
     answer: Answer = await exchange
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    if others:
-        await asyncio.wait(others, timeout=15)
+    held = sync_to_async(limits.waits_held, thread_sensitive=False)
+    async with asyncio.timeout(15):
+        while await held(fx.agent):
+            await asyncio.sleep(0.02)
     return answer
 
 
