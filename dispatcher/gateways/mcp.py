@@ -570,8 +570,15 @@ async def approval_prompt(
 ) -> types.CallToolResult:
     tool_name, tool_input = arguments.get("tool_name"), arguments.get("input")
     client_id = arguments.get("tool_use_id")
-    # The MCP request's id first (what a cancellation names), then the client's own.
-    tool_use_id = f"{fallback_id}/{str(client_id)[:150]}" if client_id else fallback_id
+    # The MCP request's id first (what a cancellation names), then the client's own; a
+    # long one by its digest (ToolCall.tool_use_id holds 200 characters, and two ids that
+    # differ only past a cut would be one call).
+    tool_use_id = fallback_id
+    if client_id:
+        own = str(client_id)
+        if len(fallback_id) + 1 + len(own) > 200:  # (mcp_tool_use_id: at most 160)
+            own = "sha256:" + hashlib.sha256(own.encode()).hexdigest()[:32]
+        tool_use_id = f"{fallback_id}/{own}"
     if not isinstance(tool_name, str) or not tool_name or not isinstance(tool_input, dict):
         return prompt_answer(
             {

@@ -539,3 +539,35 @@ def test_the_same_request_sent_twice_while_held_is_one_call(
     assert comparable(first) == comparable(second)
     assert json.loads(first.messages()[0]["result"]["content"][0]["text"])["behavior"] == "allow"
     assert ToolCall.objects.filter(session__external_id=session).count() == 1
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_approval_prompt_with_long_ids_is_decided_not_refused_for_storage(
+    fast: bool, settings: Any, gateway: Callable[[AgentFixture], Gateway]
+) -> None:
+    """A long string request id and a long client tool_use_id made a call id past the
+    200 characters a call keeps: PostgreSQL refused it (-32603, "could not record"), SQLite
+    stored it. Now a long client id goes by its digest, and two that differ only at their
+    end stay two calls."""
+    from dispatcher.models import ToolCall
+
+    settings.HARNESS_MCP_FAST_PATH = fast
+    fx = make_agent(mode="locked")
+    g = gateway(fx)
+    session = g.session()
+    for tail in ("a", "b"):
+        arguments = {
+            "tool_name": "Bash",
+            "input": {"command": "ls"},
+            "tool_use_id": "t" * 300 + tail,
+        }
+        [message] = g.post(
+            body("r" * 150, name="approval_prompt", arguments=arguments), session
+        ).messages()
+        assert "error" not in message, message
+        decision = json.loads(message["result"]["content"][0]["text"])
+        assert decision["behavior"] in ("allow", "deny"), decision
+    ids = list(
+        ToolCall.objects.filter(session__agent=fx.agent).values_list("tool_use_id", flat=True)
+    )
+    assert len(ids) == 2 and len(set(ids)) == 2 and all(len(i) <= 200 for i in ids), ids
