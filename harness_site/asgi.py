@@ -4,8 +4,8 @@ reviewer WebSockets.
 The agent API (/api/) gets its own Django handler whose middleware chain is async-native
 (settings.HARNESS_API_MIDDLEWARE): bearer-token requests need no sessions, CSRF or
 messages, and every sync middleware would cost a thread hop per request. Reviewer pages
-keep the full chain of settings.MIDDLEWARE. Both borrow a running thread for a request's
-synchronous work (harness_site.request_threads).
+keep the full chain of settings.MIDDLEWARE. The agent API borrows a running thread for a
+request's synchronous work (harness_site.request_threads).
 """
 
 from __future__ import annotations
@@ -85,8 +85,10 @@ class AgentAPIHandler(BorrowingHandler):
 
 request_threads = RequestThreads()
 agent_api_app = AgentAPIHandler()
-# Reviewer pages: settings.MIDDLEWARE, on a borrowed thread as well.
-pages_app = BorrowingHandler()
+# Reviewer pages: settings.MIDDLEWARE on Django's own handler (a thread per request).
+# Borrowed threads there left a page's thread running after the test process's loop was
+# gone (a hang at exit): not taken until that is understood (issue 31's note).
+pages_app = ASGIHandler()
 
 
 async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -32,7 +32,9 @@ from tests.support.factories import AgentFixture, make_agent, make_user, unique
 from tests.support.live import LiveStack
 from tests.support.mcp_requests import initialize
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
+# `slow` (make test-all): 85 requests twice over, about 90 s per backend; its helper
+# threads keep their connections (tests/mcp/test_fast_path.py closes them: `closing`).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy, pytest.mark.slow]
 
 
 def body(request_id: Any = 1, **params: Any) -> dict[str, Any]:

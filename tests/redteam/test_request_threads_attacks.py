@@ -20,13 +20,13 @@ import httpx
 import pytest
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
 from django.db import connection, transaction
-from django.test import Client, override_settings
+from django.test import override_settings
 from django.urls import get_script_prefix, get_urlconf, set_script_prefix, set_urlconf
 from django.utils import timezone, translation
 
 from dispatcher import limits
 from harness_site.request_threads import RequestThreads
-from tests.support.factories import make_agent, make_user, unique
+from tests.support.factories import make_agent
 from tests.support.live import LiveStack
 
 
@@ -179,43 +179,6 @@ def test_requests_cancelled_mid_request_give_their_database_connections_back(asg
         assert checked_out() <= out_before  # every connection came back
     status, _ = async_to_sync(call)(asgi.application, scope("/api/v1/tools", bearer(other.token)))
     assert status == 200
-
-
-@pytest.mark.django_db(transaction=True)
-def test_page_requests_cancelled_mid_request_give_their_database_connections_back(
-    asgi: Any,
-) -> None:
-    """The same for a reviewer's page (settings.MIDDLEWARE: its session and user are read,
-    then the queue): pages borrow their threads as the agent API does, and a cancelled
-    page gives its connection back too. Before, each page request had a thread of its
-    own, started and joined by Django's handler; cancelled, it kept its connection."""
-    browser = Client()
-    browser.force_login(make_user(unique("reviewer"), groups=("reviewer",)))
-    cookie = (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode())
-    connection.close()
-    out_before = checked_out()  # (other tests' threads of this process may keep some)
-    before = set(threading.enumerate())
-
-    async def cancelled_after(steps: int) -> None:
-        request = asyncio.ensure_future(call(asgi.application, scope("/approvals/", cookie)))
-        for _ in range(steps):
-            await asyncio.sleep(0)
-        request.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await request
-
-    for steps in range(0, 80, 2):
-        async_to_sync(cancelled_after)(steps)
-    pooled = {t for executor in asgi.request_threads._idle for t in executor._threads}
-    for thread in set(threading.enumerate()) - before - pooled:
-        if thread.name.startswith("request"):
-            thread.join(30)
-            assert not thread.is_alive()
-    if connection.vendor == "postgresql":
-        assert checked_out() <= out_before  # every connection came back
-    status, _ = async_to_sync(call)(asgi.application, scope("/approvals/", cookie))
-    assert status == 200
-    assert all(state == (False, False, False) for state in idle_thread_state(asgi))
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
