@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import subprocess
 import sys
@@ -24,10 +25,10 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
 
 from dispatcher.gateways import mcp_http
 from dispatcher.models import Status, ToolCall
+from tests.approvals.conftest import closing_connections
 from tests.mcp.conftest import review, wait_for_pending
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
 from tests.support.live import free_port, stop, wait_for_port
@@ -37,20 +38,6 @@ from tests.support.paths import ROOT
 UPSTREAM = ROOT / "tests" / "support" / "mcp_upstream.py"
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
-
-
-def closing(function: Callable[..., Any]) -> Callable[..., None]:
-    """`function` for a helper thread: its database connection goes back to the pool when
-    it returns (a thread that ends with it open keeps it out of psycopg's pool for good,
-    and the worker's later tests ran out of connections: CI, stop 43)."""
-
-    def run(*args: Any) -> None:
-        try:
-            function(*args)
-        finally:
-            connections.close_all()
-
-    return run
 
 
 @pytest.fixture
@@ -243,7 +230,9 @@ def both_ways(
         session = g.session()
         worker = None
         if during is not None:
-            worker = threading.Thread(target=closing(during), args=(session,), daemon=True)
+            worker = threading.Thread(
+                target=closing_connections(functools.partial(during, session)), daemon=True
+            )
             worker.start()
         answers.append(g.post(body, session))
         if worker is not None:
@@ -369,7 +358,9 @@ def test_a_call_asking_for_progress_goes_to_the_sdk(
     body = call(8, "approval_prompt", prompt, meta={"progressToken": "p"})
     settings.HARNESS_MCP_FAST_PATH = True
     session = g.session()
-    reviewer_thread = threading.Thread(target=closing(approve), args=(session,), daemon=True)
+    reviewer_thread = threading.Thread(
+        target=closing_connections(functools.partial(approve, session)), daemon=True
+    )
     reviewer_thread.start()
     answer = g.post(body, session)
     reviewer_thread.join(30)
@@ -423,7 +414,9 @@ def test_a_client_that_hangs_up_ends_its_request_and_leaves_the_call_pending(
         pending.append(pending_in(session))
         hang_up.set()
 
-    thread = threading.Thread(target=closing(leave), args=(session,), daemon=True)
+    thread = threading.Thread(
+        target=closing_connections(functools.partial(leave, session)), daemon=True
+    )
     thread.start()
     prompt = {"tool_name": "Write", "input": {"file_path": "notes/x.txt", "content": "y"}}
     answer = g.post(call(9, "approval_prompt", prompt), session, hang_up=hang_up)
