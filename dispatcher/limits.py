@@ -82,7 +82,7 @@ else
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
 redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
-return {taken, wait}
+return {taken, wait, math.floor(tokens)}
 """
 # A slot outlives its wait by this much before it lapses on its own (a slow release).
 LAPSE_MARGIN = 60.0
@@ -255,6 +255,8 @@ _refused_until: dict[str, float] = {}
 _REMEMBERED = 10_000
 # How long an early refusal is held before it is answered (harness_site.asgi), in seconds.
 EARLY_HOLD = 1.0
+# The scope key of a request `refused_early` let through (its handler does not ask again).
+_LET_THROUGH = "harness.rate_let_through"
 
 
 def _digest(token: str) -> str:
@@ -274,44 +276,64 @@ def take_request(agent: Agent, token: str) -> None:
         return
     burst = max(1, settings.HARNESS_AGENT_REQUEST_BURST)
     try:
-        taken, wait = _bucket_script(settings.REDIS_URL)(
+        taken, wait, left = _bucket_script(settings.REDIS_URL)(
             keys=[_key("rate", agent)], args=[rate, burst]
         )
     except Exception:
         logger.warning("request rate unavailable in Redis; not counted", exc_info=True)
         return
-    if not int(taken):
-        if len(_refused_until) >= _REMEMBERED:
-            now = time.monotonic()
-            # (over a copy: the event loop's thread drops refusals meanwhile, refused_early)
-            for digest in [d for d, until in list(_refused_until.items()) if until <= now]:
-                _refused_until.pop(digest, None)
-        if len(_refused_until) < _REMEMBERED:
-            _refused_until[_digest(token)] = time.monotonic() + int(wait) / 1000
-        raise TooManyRequests(int(wait))
+    if int(taken):
+        if _refused_until and int(left) >= 1:
+            # The bucket has more to give: the requests held here may all go on. (At its
+            # last token the refusal stays: one request per token, refused_early.)
+            _refused_until.pop(_digest(token), None)
+        return
+    if len(_refused_until) >= _REMEMBERED:
+        now = time.monotonic()
+        # (over a copy: the event loop's thread renews refusals meanwhile, refused_early)
+        for digest in [d for d, until in list(_refused_until.items()) if until <= now]:
+            _refused_until.pop(digest, None)
+    if len(_refused_until) < _REMEMBERED:
+        _refused_until[_digest(token)] = time.monotonic() + int(wait) / 1000
+    raise TooManyRequests(int(wait))
 
 
-def refused_early(token: str) -> TooManyRequests | None:
+def refused_early(token: str, scope: dict[str, Any] | None = None) -> TooManyRequests | None:
     """The refusal this process answered `token` with moments ago, while it still holds
-    (checked before the token is even read from the database); None otherwise."""
-    if not _refused_until or settings.HARNESS_AGENT_REQUESTS_PER_SECOND <= 0:
+    (checked before the token is even read from the database); None otherwise.
+
+    When the refusal has run out, one request goes on to the bucket and the refusal is
+    renewed for the time the bucket takes to gain one token (1/rate): the requests this
+    process holds for the token (harness_site.asgi) wake together, and all of them reaching
+    the handler at once is a burst of reads and Redis calls the bucket refuses anyway
+    (battery row D9). The bucket's answer then ends the refusal (a token taken) or renews
+    it (`take_request`). A request already let through here, by the ASGI router, is not
+    checked again by its handler (`scope`)."""
+    rate = settings.HARNESS_AGENT_REQUESTS_PER_SECOND
+    if not _refused_until or rate <= 0 or (scope is not None and scope.get(_LET_THROUGH)):
         return None
-    until = _refused_until.get(_digest(token))
+    digest = _digest(token)
+    until = _refused_until.get(digest)
     if until is None:
         return None
-    left = until - time.monotonic()
-    if left <= 0:
-        _refused_until.pop(_digest(token), None)
+    now = time.monotonic()
+    if until <= now:
+        _refused_until[digest] = now + 1 / rate
+        if scope is not None:
+            scope[_LET_THROUGH] = True
         return None
-    return TooManyRequests(math.ceil(left * 1000))
+    return TooManyRequests(math.ceil((until - now) * 1000))
 
 
 def refused_scope(scope: dict[str, Any]) -> TooManyRequests | None:
-    """`refused_early` for an ASGI request's bearer token (None without one)."""
+    """`refused_early` for an ASGI request's bearer token (None without one); a request it
+    lets through is marked in `scope`, so its handler does not check it again."""
     if not _refused_until:
         return None
     for name, value in scope.get("headers", ()):
         if name.lower() == b"authorization":
             kind, _, token = value.decode("latin-1").partition(" ")
-            return refused_early(token.strip()) if kind.lower() == "bearer" else None
+            if kind.lower() != "bearer":
+                return None
+            return refused_early(token.strip(), scope)
     return None

@@ -96,14 +96,18 @@ async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if path.startswith(("/api/", "/mcp")) and (refusal := limits.refused_scope(scope)):
         # The agent's token was refused for its rate moments ago, and still would be: the
         # answer costs no handler, no read and no Redis call (dispatcher.limits). It is
-        # held up to EARLY_HOLD (a second, or what is left of the refusal; then, if the
-        # refusal has run out, served as usual): a client that retries at once on every
+        # held up to EARLY_HOLD (a second; it goes on sooner if the refusal runs out and
+        # it is the one request let through then): a client that retries at once on every
         # connection it opens sends one request a second on each, not as many as this
-        # process can answer.
-        await asyncio.sleep(min(limits.EARLY_HOLD, refusal.retry_after_ms / 1000))
-        if (still := limits.refused_scope(scope)) is not None:
-            await answer_too_many_requests(send, still)
-            return
+        # process can answer, and the held requests do not reach the handler together.
+        deadline = asyncio.get_running_loop().time() + limits.EARLY_HOLD
+        while refusal is not None:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                await answer_too_many_requests(send, refusal)
+                return
+            await asyncio.sleep(min(left, refusal.retry_after_ms / 1000))
+            refusal = limits.refused_scope(scope)
     if path == "/mcp" or path.startswith("/mcp/"):
         await mcp_gateway(scope, receive, send)
         return

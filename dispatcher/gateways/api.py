@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 class AgentToken(HttpBearer):
     async def authenticate(self, request: HttpRequest, token: str) -> Agent | None:
-        if (refusal := limits.refused_early(token)) is not None:
+        if (refusal := limits.refused_early(token, getattr(request, "scope", None))) is not None:
             raise refusal
         return await sync_to_async(_counted_agent)(token)
 
@@ -69,7 +69,7 @@ class SubmitToken(HttpBearer):
     one hop to the ORM thread and one query for both. A bad token still answers 401."""
 
     async def authenticate(self, request: HttpRequest, token: str) -> str | None:
-        if (refusal := limits.refused_early(token)) is not None:
+        if (refusal := limits.refused_early(token, getattr(request, "scope", None))) is not None:
             raise refusal
         return token if agents.token_prefix(token) else None
 

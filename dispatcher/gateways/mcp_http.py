@@ -89,7 +89,7 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         return await answer(send, 400, "bad_host", f"Host {host!r} is not an allowed host.")
     kind, _, token = headers.get("authorization", "").partition(" ")
     session_id = headers.get(SESSION_HEADER, "")
-    if (early := limits.refused_early(token.strip())) is not None:
+    if (early := limits.refused_early(token.strip(), scope)) is not None:
         return await answer(
             send, 429, "too_many_requests", str(early), {"retry-after": str(early.retry_after)}
         )

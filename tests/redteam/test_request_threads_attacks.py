@@ -18,7 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from asgiref.sync import ThreadSensitiveContext, async_to_sync, sync_to_async
+from django.conf import settings
 from django.db import connection, transaction
 from django.test import override_settings
 from django.urls import get_script_prefix, get_urlconf, set_script_prefix, set_urlconf
@@ -371,6 +373,40 @@ def test_a_full_memory_is_swept_while_another_thread_forgets_a_refusal(forgettin
     with pytest.raises(limits.TooManyRequests):
         limits.take_request(fx.agent, fx.token)
     assert limits.refused_early(fx.token) is not None  # remembered once there was room
+
+
+HELD = 20
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(HARNESS_AGENT_REQUESTS_PER_SECOND=10, HARNESS_AGENT_REQUEST_BURST=1)
+def test_requests_held_for_a_refused_token_go_on_one_per_token_not_all_at_once(
+    asgi: Any, forgetting: None
+) -> None:
+    """Battery row D9's flood: requests held for a refused token all woke when the refusal
+    ran out, and all of them reached the handler together (a read and a Redis call each):
+    one took the bucket's token and the rest drove it into debt, and their burst of work
+    slowed another agent's calls in the same process. Now one goes on per token of the
+    rate while the others stay held: the agent is served at its rate for the hold, and
+    its bucket is not left in debt by requests that were waiting as told."""
+    fx = make_agent()
+    tools = scope("/api/v1/tools", bearer(fx.token))
+    assert async_to_sync(call)(asgi.application, dict(tools))[0] == 200  # the burst of one
+    assert async_to_sync(call)(asgi.application, dict(tools))[0] == 429  # refused: remembered
+
+    async def crowd() -> list[int]:
+        answers = await asyncio.gather(*(call(asgi.application, dict(tools)) for _ in range(HELD)))
+        return [status for status, _ in answers]
+
+    statuses = async_to_sync(crowd)()
+    served = statuses.count(200)
+    assert statuses.count(429) == HELD - served
+    # At 10 a second over a hold of a second: about ten; all at once, one (the rest
+    # refused by the bucket). At most what the rate gives over the hold.
+    assert 3 <= served <= 1 + 10 * limits.EARLY_HOLD + 1, statuses
+    key = ":".join([settings.HARNESS_LIMITS_PREFIX, "rate", limits.agent_key(fx.agent)])
+    tokens = float(redis.Redis.from_url(settings.REDIS_URL).hget(key, "tokens") or 0)
+    assert tokens > -3, tokens  # (all at once: about -19)
 
 
 @pytest.mark.django_db(transaction=True)
