@@ -35,6 +35,7 @@ import math
 import threading
 import time
 import uuid
+from collections.abc import MutableMapping
 from typing import Any
 
 import redis
@@ -298,7 +299,9 @@ def take_request(agent: Agent, token: str) -> None:
     raise TooManyRequests(int(wait))
 
 
-def refused_early(token: str, scope: dict[str, Any] | None = None) -> TooManyRequests | None:
+def refused_early(
+    token: str, scope: MutableMapping[str, Any] | None = None
+) -> TooManyRequests | None:
     """The refusal this process answered `token` with moments ago, while it still holds
     (checked before the token is even read from the database); None otherwise.
 
@@ -325,7 +328,7 @@ def refused_early(token: str, scope: dict[str, Any] | None = None) -> TooManyReq
     return TooManyRequests(math.ceil((until - now) * 1000))
 
 
-def refused_scope(scope: dict[str, Any]) -> TooManyRequests | None:
+def refused_scope(scope: MutableMapping[str, Any]) -> TooManyRequests | None:
     """`refused_early` for an ASGI request's bearer token (None without one); a request it
     lets through is marked in `scope`, so its handler does not check it again."""
     if not _refused_until:
