@@ -47,10 +47,10 @@ from harness_site.websocket_origin import SameOriginValidator  # noqa: E402
 from identity.mfa import SecondFactorSocketGate  # noqa: E402
 
 
-class BorrowingHandler(ASGIHandler):
-    """Django's ASGI handler, with a thread borrowed for the request's synchronous work
-    (its database work, a page's sync middleware) instead of one started, and joined, for
-    each request (harness_site.request_threads)."""
+class AgentAPIHandler(ASGIHandler):
+    """The agent API's handler: Django's, with its own async-native middleware chain and a
+    thread borrowed for the request's synchronous work (its database work) instead of one
+    started, and joined, for each request (harness_site.request_threads)."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -68,10 +68,6 @@ class BorrowingHandler(ASGIHandler):
                 # work left there is done, and the thread then stops (never lent again).
                 thread.submit(connections.close_all)
             request_threads.give_back(thread)
-
-
-class AgentAPIHandler(BorrowingHandler):
-    """The agent API's handler: its own async-native middleware chain."""
 
     def load_middleware(self, is_async: bool = False) -> None:
         self._view_middleware: list[Any] = []

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
+from django.core.management import call_command
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
@@ -20,7 +25,7 @@ from approvals.models import ApprovalRequest
 from approvals.services import decide
 from dispatcher.models import ToolCall
 from tests.support.factories import AgentFixture
-from tests.support.live import LiveStack
+from tests.support.live import LiveStack, free_port, stop, wait_for_port
 from tests.support.paths import ROOT
 
 FILESYSTEM = (
@@ -117,3 +122,37 @@ def filesystem_server() -> Path:
     if os.environ.get("CI") == "true":
         pytest.fail("CI=true and " + message)
     pytest.skip(message)
+
+
+UPSTREAM_SERVER = ROOT / "tests" / "support" / "mcp_upstream.py"
+
+
+@pytest.fixture
+def http_upstream(tmp_path: Path, settings: Any) -> Iterator[str]:
+    """A streamable HTTP upstream server (tests/support/mcp_upstream.py) on a loopback
+    port that this process, where servers are registered, is allowed to reach (the live
+    stack's workers allow 127.0.0.1); its URL."""
+    port = free_port()
+    settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{port}"]
+    log = tmp_path / "upstream-http.log"
+    proc = subprocess.Popen(
+        [sys.executable, str(UPSTREAM_SERVER), "http", str(port)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_port(port, proc, log)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop(proc)
+
+
+@pytest.fixture
+def trusted_upstream(http_upstream: str) -> str:
+    """`http_upstream` registered as a server with a fresh name and its annotations
+    trusted (its echo is auto-allowed); its name."""
+    name = "s" + uuid.uuid4().hex[:8]
+    call_command(
+        "add_mcp_server", name, "--url", http_upstream, "--trust-annotations", stdout=StringIO()
+    )
+    return name

@@ -12,60 +12,30 @@ import asyncio
 import contextlib
 import functools
 import json
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
-from io import StringIO
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 from dispatcher.gateways import mcp_http
 from dispatcher.models import Status, ToolCall
 from tests.approvals.conftest import closing_connections
 from tests.mcp.conftest import review, wait_for_pending
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
-from tests.support.live import free_port, stop, wait_for_port
 from tests.support.mcp_requests import HANDSHAKE, initialize
-from tests.support.paths import ROOT
-
-UPSTREAM = ROOT / "tests" / "support" / "mcp_upstream.py"
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 
 
 @pytest.fixture
-def upstream(tmp_path: Path, settings: Any) -> Iterator[str]:
-    """A streamable HTTP upstream registered with its annotations trusted; its name."""
-    port = free_port()
-    settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{port}"]
+def upstream(trusted_upstream: str, settings: Any) -> str:
+    """The trusted upstream, with progress notifications every 0.2 s; its name."""
     settings.HARNESS_MCP_PROGRESS_INTERVAL = 0.2
-    log = tmp_path / "upstream-http.log"
-    proc = subprocess.Popen(
-        [sys.executable, str(UPSTREAM), "http", str(port)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, proc, log)
-        name = "s" + uuid.uuid4().hex[:8]
-        call_command(
-            "add_mcp_server",
-            name,
-            "--url",
-            f"http://127.0.0.1:{port}/mcp",
-            "--trust-annotations",
-            stdout=StringIO(),
-        )
-        yield name
-    finally:
-        stop(proc)
+    return trusted_upstream
 
 
 @dataclass

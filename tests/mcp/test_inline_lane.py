@@ -6,17 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
-from io import StringIO
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -30,39 +23,8 @@ from dispatcher.proposals import ProposedCall, canonical_json
 from floor import celery_message
 from floor.redis_clients import redis_at
 from tests.support.factories import make_agent
-from tests.support.live import free_port, stop, wait_for_port
-from tests.support.paths import ROOT
-
-UPSTREAM = ROOT / "tests" / "support" / "mcp_upstream.py"
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
-
-
-@pytest.fixture
-def http_server(tmp_path: Path, settings: Any) -> Iterator[str]:
-    """A streamable HTTP upstream registered as a server with a fresh name; its name."""
-    port = free_port()
-    settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{port}"]
-    log = tmp_path / "upstream-http.log"
-    proc = subprocess.Popen(
-        [sys.executable, str(UPSTREAM), "http", str(port)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, proc, log)
-        name = "s" + uuid.uuid4().hex[:8]
-        call_command(
-            "add_mcp_server",
-            name,
-            "--url",
-            f"http://127.0.0.1:{port}/mcp",
-            "--trust-annotations",
-            stdout=StringIO(),
-        )
-        yield name
-    finally:
-        stop(proc)
 
 
 def open_session(agent: Any, params: dict[str, Any]) -> Any:
@@ -98,11 +60,11 @@ def loaded_session(token: str, external_id: str) -> Any:
 
 
 def test_an_allowed_upstream_http_call_runs_in_the_request_with_the_workers_records(
-    http_server: str,
+    trusted_upstream: str,
 ) -> None:
     fx = make_agent(mode="trusted")
     session = open_session(fx.agent, {})
-    name = f"{http_server}__echo"
+    name = f"{trusted_upstream}__echo"
     mcp.submit(
         loaded_session(fx.token, session.external_id),
         proposed("mcp:0", name, {"text": "warm"}),
@@ -145,12 +107,12 @@ def test_an_allowed_upstream_http_call_runs_in_the_request_with_the_workers_reco
         assert len(commits) == 2
 
 
-def test_only_an_upstream_http_tool_alone_in_its_message_is_kept(http_server: str) -> None:
+def test_only_an_upstream_http_tool_alone_in_its_message_is_kept(trusted_upstream: str) -> None:
     """A built-in tool, an upstream tool in a message of two, and an ask go to the queue
     (or the reviewer) as before: the lane is for one I/O-bound call the request waits for."""
     fx = make_agent(mode="trusted")
     session = open_session(fx.agent, {})
-    echo = f"{http_server}__echo"
+    echo = f"{trusted_upstream}__echo"
     for proposals in (
         [proposed("a", "list_directory", {"path": "."})],
         [proposed("b", echo, {"text": "one"}), proposed("c", echo, {"text": "two"})],
@@ -165,14 +127,14 @@ def test_only_an_upstream_http_tool_alone_in_its_message_is_kept(http_server: st
     calls, kept = admission.admit_message(
         session=asked,
         dialect="mcp",
-        proposed=[proposed("d", f"{http_server}__write_note", {"path": "n", "text": "t"})],
+        proposed=[proposed("d", f"{trusted_upstream}__write_note", {"path": "n", "text": "t"})],
         inline=True,
     )
     assert kept == [] and calls[0].status == Status.PENDING_APPROVAL
 
 
 def test_a_kept_call_whose_process_died_ends_outcome_unknown_and_never_runs_twice(
-    http_server: str,
+    trusted_upstream: str,
 ) -> None:
     """The request's process dies after the admission's commit (the claim is in it): no
     worker message exists, a late delivery does nothing, and the reconciler ends the call
@@ -182,7 +144,7 @@ def test_a_kept_call_whose_process_died_ends_outcome_unknown_and_never_runs_twic
     [call], kept = admission.admit_message(
         session=session,
         dialect="mcp",
-        proposed=[proposed("mcp:9", f"{http_server}__echo", {"text": "lost"})],
+        proposed=[proposed("mcp:9", f"{trusted_upstream}__echo", {"text": "lost"})],
         inline=True,
     )
     assert kept and kept[0][0] is call  # (and the process "dies" here: it never runs it)

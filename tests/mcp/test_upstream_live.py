@@ -4,11 +4,9 @@ client calls Harness, the worker calls the upstream server (stdio or streamable 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -21,15 +19,14 @@ from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.models import McpTool
-from tests.mcp.conftest import filesystem_server, mcp_session, run, text_of
+from tests.mcp.conftest import UPSTREAM_SERVER, filesystem_server, mcp_session, run, text_of
 from tests.support.factories import AgentFixture, make_agent
-from tests.support.live import LiveStack, free_port, stop, wait_for_port
+from tests.support.live import LiveStack
 from tests.support.paths import ROOT
 from tests.tools.support import require_bwrap, sandbox_uid
 
 pytestmark = pytest.mark.live
 
-UPSTREAM = ROOT / "tests" / "support" / "mcp_upstream.py"
 FILES_SERVER = ROOT / "tests" / "support" / "mcp_files.py"
 
 
@@ -47,7 +44,7 @@ def register(name: str, *extra: str, variant: Path | None = None) -> None:
         "add_mcp_server",
         name,
         "--command",
-        f"{sys.executable} {UPSTREAM} stdio",
+        f"{sys.executable} {UPSTREAM_SERVER} stdio",
         *env,
         *extra,
         stdout=StringIO(),
@@ -84,7 +81,7 @@ def test_stdio_servers_get_only_their_configured_environment_and_path(
         "add_mcp_server",
         name,
         "--command",
-        f"{sys.executable} {UPSTREAM} stdio",
+        f"{sys.executable} {UPSTREAM_SERVER} stdio",
         "--env",
         "API_KEY=secret-value",
         stdout=StringIO(),
@@ -238,25 +235,6 @@ def test_a_definition_changed_upstream_since_the_refresh_is_refused_by_the_worke
     again = call(live_stack, fx, f"{name}__echo", {"text": "a"})
     assert f"Tool '{name}__echo' is held" in text_of(again)
     assert ToolCall.objects.filter(name=f"{name}__echo", status="rejected").count() == 1
-
-
-@pytest.fixture
-def http_upstream(tmp_path: Path, settings: Any) -> Iterator[str]:
-    """A streamable HTTP server on a loopback port, which this process (where the server
-    is registered) is allowed to reach; the live stack's worker allows 127.0.0.1."""
-    port = free_port()
-    settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{port}"]
-    log = tmp_path / "upstream-http.log"
-    proc = subprocess.Popen(
-        [sys.executable, str(UPSTREAM), "http", str(port)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, proc, log)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        stop(proc)
 
 
 def test_a_streamable_http_upstream_server(
