@@ -219,3 +219,34 @@ def test_a_refused_agents_held_flood_does_not_hold_another_agent(
     assert set(a_statuses) <= {200, 429} and a_statuses.count(200) <= 1 + 20 + 1
     assert [status for status, _ in b_answers] == [200, 200, 200], b_answers
     assert all(seconds < 0.5 * limits.EARLY_HOLD for _, seconds in b_answers), b_answers
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(HARNESS_AGENT_REQUESTS_PER_SECOND=0.05, HARNESS_AGENT_REQUEST_BURST=1)
+def test_an_mcp_request_without_a_bearer_token_does_not_touch_the_refusal(
+    asgi: Any, forgetting: None
+) -> None:
+    """The router reads a refused token only from a Bearer header; the MCP gateway read the
+    memory for whatever followed the scheme. `Authorization: Basic <refused token>` was
+    then answered 429 at once (never held: a flood of them is answered as fast as the
+    process can), and, when the refusal ran out, took the one request let through and
+    renewed the refusal for 1/rate (20 s here) without reaching the bucket: the agent's
+    next request, with a full bucket, was held and refused."""
+    fx = make_agent()
+    tools = scope("/api/v1/tools", bearer(fx.token))
+    assert async_to_sync(call)(asgi.application, dict(tools))[0] == 200
+    assert async_to_sync(call)(asgi.application, dict(tools))[0] == 429
+    basic = scope(
+        "/mcp/",
+        (b"authorization", b"Basic " + fx.token.encode()),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/json, text/event-stream"),
+        method="POST",
+    )
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'
+    assert async_to_sync(call)(asgi.application, dict(basic), body)[0] == 401
+    # The refusal has just run out and the bucket has its token again.
+    redis.Redis.from_url(settings.REDIS_URL).delete(bucket_key(fx.agent))
+    limits._refused_until[limits._digest(fx.token)] = time.monotonic()
+    assert async_to_sync(call)(asgi.application, dict(basic), body)[0] == 401
+    assert async_to_sync(call)(asgi.application, dict(tools))[0] == 200
