@@ -320,6 +320,14 @@ def refused_early(
     if until is None:
         return None
     now = time.monotonic()
+    if until <= now - EARLY_HOLD - 1 / rate:
+        # Ran out long enough ago that no request is held for it (each held request
+        # wakes when it runs out): the bucket has filled since, and the refusal is
+        # forgotten, or an agent refused once would have its requests let through one
+        # by one for good (and a request that never reaches the bucket, renewing it,
+        # would have the next ones refused from memory with a full bucket).
+        _refused_until.pop(digest, None)
+        return None
     if until <= now:
         _refused_until[digest] = now + 1 / rate
         if scope is not None:

@@ -87,8 +87,20 @@ agent_api_app = AgentAPIHandler()
 pages_app = ASGIHandler()
 
 
+def app_path(scope: dict[str, Any]) -> str:
+    """The request's path as Django resolves it: without its root path (FORCE_SCRIPT_NAME,
+    else the scope's, which daphne takes from any client's Daphne-Root-Path header). The
+    router decides by this path: /x/api/v1/tools with a root path of /x is the agent API
+    to Django, so it is to the router too (its early refusal, its handler)."""
+    path: str = scope["path"]
+    root = (settings.FORCE_SCRIPT_NAME or scope.get("root_path") or "").rstrip("/")
+    if root and (path == root or path.startswith(root + "/")):
+        return path[len(root) :]
+    return path
+
+
 async def http_router(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    path = scope["path"]
+    path = app_path(scope)
     if path.startswith(("/api/", "/mcp")) and (refusal := limits.refused_scope(scope)):
         # The agent's token was refused for its rate moments ago, and still would be: the
         # answer costs no handler, no read and no Redis call (dispatcher.limits). It is

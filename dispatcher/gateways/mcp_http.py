@@ -89,7 +89,9 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         return await answer(send, 400, "bad_host", f"Host {host!r} is not an allowed host.")
     kind, _, token = headers.get("authorization", "").partition(" ")
     session_id = headers.get(SESSION_HEADER, "")
-    if (early := limits.refused_early(token.strip(), scope)) is not None:
+    # (Only a Bearer token is looked up, as the router does: another scheme's credential
+    # is answered 401 below, unheld, and must not take the request let through.)
+    if kind.lower() == "bearer" and (early := limits.refused_early(token.strip(), scope)):
         return await answer(
             send, 429, "too_many_requests", str(early), {"retry-after": str(early.retry_after)}
         )
