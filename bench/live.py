@@ -458,7 +458,7 @@ async def _approve(
 
     def find(session: str, tid: str) -> tuple[int, str] | None:
         return (
-            ApprovalRequest.objects.filter(  # type: ignore[return-value]
+            ApprovalRequest.objects.filter(  # type: ignore[misc]
                 call__session_id=session, call__tool_use_id=tid
             )
             .values_list("pk", "digest")

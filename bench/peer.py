@@ -15,6 +15,15 @@ that time, read from /proc: U the upstream; F the proxy; H the daphne, the worke
 and pool children) and the PostgreSQL backends connected to the bench database. The
 upstream's own CPU per call in F's and H's rounds is printed beside them. Ratios H/F per
 round; the median of the rounds against issue 37's targets.
+
+S14f, the floor of the guarantees (bench/peer_floor.py), two more sides in the same rounds:
+Hf, a raw ASGI app on daphne doing only what Harness must do for the call (the token
+read, the call stored with its digest, decided and claimed with its three audit events in
+one durable transaction before the upstream call, the upstream call on one kept session,
+the result with its event in a second durable transaction), CPU its daphne and the
+PostgreSQL backends; and Hf-uvicorn, the same app on uvicorn (F's server). Hf/F per
+round against the same targets: a target Hf/F misses is out of reach on this stack
+without giving up a guarantee or daphne; H/Hf is Harness above its floor.
 """
 
 from __future__ import annotations
@@ -40,17 +49,26 @@ CLIENTS = 8
 
 
 class Peer:
-    """A bench/peer_servers.py process on loopback, started and stopped by PID."""
+    """A bench/peer_servers.py process on loopback (or, with `argv`, that command with
+    PORT in it replaced by the port), started and stopped by PID."""
 
-    def __init__(self, label: str, *args: str) -> None:
+    def __init__(
+        self,
+        label: str,
+        *args: str,
+        argv: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.label = label
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = int(s.getsockname()[1])
+        if argv is None:
+            argv = ["-m", "bench.peer_servers", args[0], "PORT", *args[1:]]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.peer_servers", args[0], str(self.port), *args[1:]],
+            [sys.executable, *(str(self.port) if a == "PORT" else a for a in argv)],
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "FASTMCP_LOG_LEVEL": "ERROR"},
+            env={**(env or os.environ), "PYTHONPATH": str(ROOT), "FASTMCP_LOG_LEVEL": "ERROR"},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -234,20 +252,52 @@ def scenario_peer(
         wait=False,
         root=baseline,
     )
+    # S14f: the floor of the guarantees (bench/peer_floor.py) on daphne and on uvicorn.
+    floor_env = {**env, "BENCH_FLOOR_UPSTREAM": upstream.url}
+    floor = Server("S14-Hf", floor_env, wait=False, app="bench.peer_floor:application")
+    floor_uvicorn = Peer(
+        "S14-Hf-uvicorn",
+        argv=[
+            *("-m", "uvicorn", "bench.peer_floor:application", "--host", "127.0.0.1"),
+            *("--port", "PORT", "--lifespan", "off", "--log-level", "error", "--no-access-log"),
+        ],
+        env=floor_env,
+    )
+    # On request (BENCH_PEER_PROXY_FLOOR=1), Hp: the same app with no guarantees (no
+    # database at all), a bare proxy on daphne.
+    bare = None
+    if os.environ.get("BENCH_PEER_PROXY_FLOOR") == "1":
+        bare_env = {**floor_env, "BENCH_FLOOR_GUARANTEES": "0"}
+        bare = Server("S14-Hp", bare_env, wait=False, app="bench.peer_floor:application")
     n, warm, seconds = (20, 5, 1.5) if quick else (60, 15, 3.0)
     try:
         proxy.ready()
         register(upstream.url, allow)
         server.ready()
         queued.ready()
+        floor.ready()
+        floor_uvicorn.ready()
+        if bare is not None:
+            bare.ready()
         worker.ready()
         token = creds["token"]
+        name = f"{UPSTREAM}__{TOOL}"
+        up = {"U": [upstream.proc.pid]}
         sides: dict[str, tuple[str, str | None, str, dict[str, Any]]] = {
-            "U": (upstream.url, None, TOOL, {"U": [upstream.proc.pid]}),
-            "F": (proxy.url, None, TOOL, {"F": [proxy.proc.pid], "U": [upstream.proc.pid]}),
-            "H": (server.url + "/mcp/", token, f"{UPSTREAM}__{TOOL}", {}),
-            "H0": (queued.url + "/mcp/", token, f"{UPSTREAM}__{TOOL}", {}),
+            "U": (upstream.url, None, TOOL, up),
+            "F": (proxy.url, None, TOOL, {"F": [proxy.proc.pid], **up}),
+            "H": (server.url + "/mcp/", token, name, {}),
+            "H0": (queued.url + "/mcp/", token, name, {}),
+            "Hf": (floor.url + "/mcp/", token, name, {"daphne": [floor.proc.pid], **up}),
+            "Hf-uvicorn": (
+                floor_uvicorn.url,
+                token,
+                name,
+                {"uvicorn": [floor_uvicorn.proc.pid], **up},
+            ),
         }
+        if bare is not None:
+            sides["Hp"] = (bare.url + "/mcp/", token, name, {"daphne": [bare.proc.pid], **up})
         p50: dict[str, list[float]] = {k: [] for k in sides}
         rate: dict[str, list[float]] = {k: [] for k in sides}
         cost: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
@@ -263,6 +313,8 @@ def scenario_peer(
                             "postgres": _backends(),
                             "U": [upstream.proc.pid],
                         }
+                    elif key.startswith("Hf") or key == "Hp":
+                        groups = {**groups, "postgres": _backends()}
                     return cpu(groups)
 
                 samples = asyncio.run(
@@ -275,15 +327,52 @@ def scenario_peer(
                 rate[key].append(per_s)
                 cost[key].append(cpu_ms_per_call(before, after, calls))
     finally:
-        stop_all([worker, server, queued, proxy, upstream])
-    results = _results(p50, rate, cost, n, seconds)
+        stop_all(
+            [
+                worker,
+                server,
+                queued,
+                floor,
+                floor_uvicorn,
+                *([bare] if bare else []),
+                proxy,
+                upstream,
+            ]
+        )
+    results = _results(p50, rate, cost, n, seconds) + _floor_results(p50, rate, cost)
     if baseline != ROOT:
         results[0].notes.append(f"H0 ran the checkout at {baseline} (BENCH_PEER_BASELINE)")
     for key in ("H", "H0"):
         results[0].notes.append(
             f"{key}: " + stages_note(session_ids[key], statistics.median(p50[key]))
         )
+    results[3].notes.append(floor_chains_note(session_ids["Hf"] + session_ids["Hf-uvicorn"]))
     return results
+
+
+def floor_chains_note(external_ids: list[str]) -> str:
+    """The floor's records of its latency rounds, checked as Harness's are: the calls
+    completed, and their sessions' chains verified (hashes, order, signed heads)."""
+    from audit.verify import verify_database
+    from dispatcher.models import AgentSession, ToolCall
+
+    chains = [
+        str(pk)
+        for pk in AgentSession.objects.filter(
+            client="mcp", external_id__in=external_ids
+        ).values_list("pk", flat=True)
+    ]
+    calls = ToolCall.objects.filter(session__client="mcp", session__external_id__in=external_ids)
+    completed = calls.filter(status="completed", attempts=1).count()
+    events = problems = 0
+    for chain in chains:
+        report = verify_database(chain)
+        events += report.events
+        problems += len(report.problems)
+    return (
+        f"the floor's records (latency rounds): {completed} of {calls.count()} calls completed "
+        f"once; {len(chains)} chains, {events} events verified, {problems} problems"
+    )
 
 
 def stages_note(external_ids: list[str], p50_us: float) -> str:
@@ -401,4 +490,77 @@ def _results(
         f"rounds {med([c['U'] for c in cost['F']]):.2f} ms; H0 {med(h0_cpu):.2f} ms, "
         f"H0/F {ratio(h0_cpu, cpu_r.b):.2f}x"
     )
+    return [lat, thr, cpu_r]
+
+
+def _floor_results(
+    p50: dict[str, list[float]],
+    rate: dict[str, list[float]],
+    cost: dict[str, list[dict[str, float]]],
+) -> list[Result]:
+    """S14f: Hf (the guarantees alone on daphne, bench/peer_floor.py) against F per round,
+    against the same targets: a target Hf/F misses is out of reach on this stack without
+    giving up a guarantee or daphne. Notes: H above its floor (H/Hf), and the same floor
+    on uvicorn (Hf-uvicorn/F, and Hf/Hf-uvicorn: daphne's share)."""
+    what = (
+        "the floor of H's guarantees on daphne (bench/peer_floor.py: token read, call + "
+        "3 events durable before the upstream call, result + event durable; raw SQL) (P) vs "
+        "FastMCP's proxy (B)"
+    )
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs)
+
+    def ratio(a: list[float], b: list[float]) -> float:
+        return med([x / y for x, y in zip(a, b, strict=True)])
+
+    uv = "Hf-uvicorn"
+    lat = Result(f"S14f p50 latency: {what}", "us/call", False, "<= 1.5x", 1.5)
+    lat.b, lat.p = p50["F"], p50["Hf"]
+    thr = Result(f"S14f throughput ({CLIENTS} clients): {what}", "calls/s", True, ">= 0.7x", 0.7)
+    thr.b, thr.p = rate["F"], rate["Hf"]
+    cpu_r = Result(f"S14f CPU per call (own processes): {what}", "ms/call", False, "<= 2.0x", 2.0)
+    cpu_r.b = [_own("F", c) for c in cost["F"]]
+    cpu_r.p = [_own("Hf", c) for c in cost["Hf"]]
+    h_cpu = [_own("H", c) for c in cost["H"]]
+    uv_cpu = [_own(uv, c) for c in cost[uv]]
+    lat.notes.append(
+        f"Hf p50 {med(p50['Hf']) / 1e3:.2f} ms; H/Hf {ratio(p50['H'], p50['Hf']):.2f}x (Harness "
+        f"above its floor); {uv}: p50 {med(p50[uv]) / 1e3:.2f} ms, {uv}/F "
+        f"{ratio(p50[uv], p50['F']):.2f}x, Hf/{uv} {ratio(p50['Hf'], p50[uv]):.2f}x"
+    )
+    thr.notes.append(
+        f"Hf {med(rate['Hf']):.1f} calls/s; H/Hf {ratio(rate['H'], rate['Hf']):.2f}x; {uv}: "
+        f"{med(rate[uv]):.1f} calls/s, {uv}/F {ratio(rate[uv], rate['F']):.2f}x, "
+        f"Hf/{uv} {ratio(rate['Hf'], rate[uv]):.2f}x"
+    )
+    hf_daphne = med([c["daphne"] for c in cost["Hf"]])
+    hf_pg = med([c["postgres"] for c in cost["Hf"]])
+    uv_server = med([c["uvicorn"] for c in cost[uv]])
+    uv_pg = med([c["postgres"] for c in cost[uv]])
+    cpu_r.notes.append(
+        f"Hf by process: daphne {hf_daphne:.2f}, PostgreSQL backends {hf_pg:.2f} ms; the "
+        f"upstream's in Hf's rounds {med([c['U'] for c in cost['Hf']]):.2f} ms; H/Hf "
+        f"{ratio(h_cpu, cpu_r.p):.2f}x"
+    )
+    cpu_r.notes.append(
+        f"{uv}: {med(uv_cpu):.2f} ms (uvicorn {uv_server:.2f}, PostgreSQL {uv_pg:.2f}), "
+        f"{uv}/F {ratio(uv_cpu, cpu_r.b):.2f}x, Hf/{uv} {ratio(cpu_r.p, uv_cpu):.2f}x"
+    )
+    if "Hp" in p50:  # the bare proxy on daphne (BENCH_PEER_PROXY_FLOOR=1)
+        hp_cpu = [_own("Hp", c) for c in cost["Hp"]]
+        lat.notes.append(
+            f"Hp, the same app with no guarantees (no database) on daphne: p50 "
+            f"{med(p50['Hp']) / 1e3:.2f} ms, Hp/F {ratio(p50['Hp'], p50['F']):.2f}x, "
+            f"Hf/Hp {ratio(p50['Hf'], p50['Hp']):.2f}x"
+        )
+        thr.notes.append(
+            f"Hp: {med(rate['Hp']):.1f} calls/s, Hp/F {ratio(rate['Hp'], rate['F']):.2f}x, "
+            f"Hf/Hp {ratio(rate['Hf'], rate['Hp']):.2f}x"
+        )
+        cpu_r.notes.append(
+            f"Hp: {med(hp_cpu):.2f} ms (daphne {med([c['daphne'] for c in cost['Hp']]):.2f}, "
+            f"PostgreSQL {med([c['postgres'] for c in cost['Hp']]):.2f}), Hp/F "
+            f"{ratio(hp_cpu, cpu_r.b):.2f}x, Hf/Hp {ratio(cpu_r.p, hp_cpu):.2f}x"
+        )
     return [lat, thr, cpu_r]

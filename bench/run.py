@@ -319,16 +319,21 @@ class Server:
     """One daphne process on loopback, started and killed by PID."""
 
     def __init__(
-        self, label: str, env: dict[str, str], wait: bool = True, root: Path = ROOT
+        self,
+        label: str,
+        env: dict[str, str],
+        wait: bool = True,
+        root: Path = ROOT,
+        app: str = "bench.asgi:application",
     ) -> None:
         """Started; listening on return unless `wait=False` (then call `ready()`, so that
         several processes start side by side). `root`: the checkout it runs (S14's
-        baseline may be another)."""
+        baseline may be another); `app`: the ASGI application (S14's floor has its own)."""
         self.label = label
         self.port = free_port()
         daphne = shutil.which("daphne", path=str(Path(PY).parent)) or "daphne"
         self.proc = subprocess.Popen(
-            [daphne, "-b", "127.0.0.1", "-p", str(self.port), "bench.asgi:application"],
+            [daphne, "-b", "127.0.0.1", "-p", str(self.port), app],
             cwd=root,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -711,7 +716,10 @@ def main() -> int:
         parser.error("the protocol needs at least 5 pairs")
     only = set(filter(None, args.only.split(",")))
     warmup, seconds = (0.5, 1.0) if args.quick else (2.0, 4.0)
-    if shutil.which("wrk") is None:
+    # (only S1, S1b and S10 load with wrk: the others run without it)
+    if shutil.which("wrk") is None and (
+        not only or only & {"admit", "admit-no-enqueue", "overhead"}
+    ):
         print("wrk not found: apt-get install wrk (Debian) -- needed for the HTTP scenarios")
         return 2
 
@@ -746,7 +754,7 @@ def main() -> int:
         f"settings (B and P identical): 2 daphne processes (one for B, one for P), 1 wrk thread, "
         f"c={CONCURRENCY}; {pg_conf}; DB pool min {pool.get('min_size')} max {pool.get('max_size')}; "
         f"{redis_conf}; agent-API middleware {dj.HARNESS_API_MIDDLEWARE}; channel layer "
-        f"{dj.CHANNEL_LAYERS['default']['BACKEND'].rsplit('.', 1)[-1]}; Celery queue {QUEUE} (no worker in S1; "
+        f"{str(dj.CHANNEL_LAYERS['default']['BACKEND']).rsplit('.', 1)[-1]}; Celery queue {QUEUE} (no worker in S1; "
         f"S5/S6: one prefork -c 2 worker); HTTP {warmup:.0f} s warm-up per side, {seconds:.0f} s per side, {args.pairs} pairs"
     )
 

@@ -1,0 +1,548 @@
+"""S14f, the floor of Harness's guarantees for one auto-allowed upstream `tools/call` (issue
+37): a raw ASGI application that does only what Harness must do for such a call, and
+nothing else, served by daphne (Harness's server) and, as a second side, by uvicorn (the
+server FastMCP's proxy runs on).
+
+It speaks just enough Streamable HTTP MCP for the SDK's `ClientSession`: `initialize`
+(a session row, its `session.started` event and its chain's head), the
+`notifications/initialized` notification (202), `tools/list` (the upstream's one tool as
+`up__echo`), `tools/call`, and DELETE; a GET (the server-initiated stream) is 405, as on
+Harness. Answers are plain JSON (`application/json`, which the SDK's client accepts): the
+least a server may send.
+
+Per `tools/call`, with no Harness code on the way but the audit's hash and signature
+functions (`audit.services.canonical_event`, `chain_hash`, `audit.signing.sign_head`), on
+one psycopg connection of a small pool (async, on the event loop: no thread hop),
+prepared statements against the real tables:
+
+1. the token read: the agent's session by the token's prefix and hash and the client's
+   session id, the agent and its owner active (one SELECT, as Harness's authentication
+   reads them in one statement: Harness's also loads what its policy reads);
+2. one transaction: the call INSERTed, with its arguments and their digest, already
+   `running` with its claim (`attempts = 1`, the lease), together with the chain head's
+   lock (`FOR UPDATE`) in one `WITH`, as Harness sends it; then its three events
+   (`call.received` with the digest, `call.allowed`, `call.started`: the claim), hashed
+   into the chain, INSERTed with the head's UPDATE (signed) in one `WITH`; COMMIT
+   (durable: `synchronous_commit` as configured) before the upstream is called;
+3. the upstream call on one MCP session kept per process (the SDK's
+   `streamable_http_client` + `ClientSession`, its HTTP connection kept by reading the
+   rest of each SSE answer, as Harness's outbound door does), under the call's timeout;
+4. one transaction: the result's conditional UPDATE (`status = 'running'`) with the head's
+   lock, then its `call.completed` event with the head; COMMIT (durable);
+5. the answer: the upstream's result as it came.
+
+No policy, no guards, no masking, no repeat count, no wake-up, no rate limits or waits, no
+Django request handling, no MCP SDK server: what is left is the price of the guarantees
+on this stack. bench/peer.py runs it as S14's Hf (daphne) and Hf-uvicorn.
+
+    daphne -b 127.0.0.1 -p PORT bench.peer_floor:application
+    uvicorn bench.peer_floor:application --host 127.0.0.1 --port PORT --lifespan off
+
+Environment: bench/run.py's (DATABASE_URL, DJANGO_SETTINGS_MODULE, HARNESS_DATA_DIR: the
+audit key), and BENCH_FLOOR_UPSTREAM, the upstream's URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+
+import django  # noqa: E402
+
+django.setup()  # (the audit key's settings: sign_head reads them)
+
+import httpx2  # noqa: E402
+import psycopg  # noqa: E402
+
+from audit.services import GENESIS_HASH, canonical_event, chain_hash  # noqa: E402
+from audit.signing import sign_head  # noqa: E402
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+TOOL = "up__echo"  # as Harness names the upstream `up`'s `echo`
+UPSTREAM_TOOL = "echo"
+CLIENT = "mcp"
+TIMEOUT = 60.0  # the call's host-side timeout (Harness's default for an upstream tool)
+POOL_SIZE = 8  # S14's 8 clients: one connection each at most, opened before they run
+# BENCH_FLOOR_GUARANTEES=0: no database at all, a bare proxy on the same server (S14's
+# Hp, on request: what the server and the upstream client cost without the guarantees).
+GUARANTEES = os.environ.get("BENCH_FLOOR_GUARANTEES", "1") != "0"
+
+# --- the statements -------------------------------------------------------------------------
+
+TOKEN = (
+    "SELECT s.id, s.mode, a.token_hash FROM dispatcher_agentsession s "
+    "JOIN dispatcher_agent a ON a.id = s.agent_id JOIN auth_user u ON u.id = a.owner_id "
+    "WHERE a.token_prefix = %s AND a.token_hash = %s AND a.is_active AND u.is_active "
+    "AND s.client = %s AND s.external_id = %s"
+)
+AGENT = (
+    "SELECT a.id, a.name, u.username, a.token_hash FROM dispatcher_agent a "
+    "JOIN auth_user u ON u.id = a.owner_id "
+    "WHERE a.token_prefix = %s AND a.token_hash = %s AND a.is_active AND u.is_active"
+)
+SESSION = (
+    "WITH s AS (INSERT INTO dispatcher_agentsession "
+    "(id, agent_id, title, mode, workspace, client, external_id, created_at, updated_at) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)), "
+    "e AS (INSERT INTO audit_auditevent "
+    "(chain, session_id, seq, kind, actor, subject, payload, created_at, prev_hash, hash) "
+    "VALUES (%s, %s, 1, %s, %s, %s, %s, %s, %s, %s) RETURNING id) "
+    "INSERT INTO audit_auditchain (chain, session_id, agent, owner, title, mode, first_at, "
+    "last_at, last_seq, last_hash, last_event_id, head_signature, tools, calls, allowed, "
+    "asked, approved, denied, rejected, cancelled, expired, completed, errors, timed_out, "
+    "outcome_unknown) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 1, %s, (SELECT id FROM e), %s, "
+    "'', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)"
+)
+# The call stored, decided and claimed, with the head's lock (Harness's statement's shape).
+STORE = (
+    "WITH written AS (INSERT INTO dispatcher_toolcall (id, session_id, tool_use_id, name, "
+    "raw_arguments, arguments, digest, dialect, batch_id, batch_index, batch_size, "
+    "batch_all_sent, executor, status, decision, decided_by, reason, provenance, content, "
+    "is_error, repeat_count, created_at, queued_at, enqueued_at, started_at, lease_until, "
+    "attempts, timings) VALUES (%s, %s, %s, %s, %s, %s, %s, 'mcp', %s, 0, 1, true, "
+    "'harness', 'running', 'allow', %s, %s, %s, '', false, 1, %s, %s, %s, %s, %s, 1, '{}') "
+    "RETURNING 1) "
+    "SELECT last_seq, last_hash FROM audit_auditchain "
+    "WHERE chain = %s AND (SELECT count(*) FROM written) > 0 FOR UPDATE"
+)
+FINISH = (
+    "WITH written AS (UPDATE dispatcher_toolcall SET status = 'completed', content = %s, "
+    "is_error = %s, timings = %s, finished_at = %s WHERE id = %s AND status = 'running' "
+    "RETURNING 1) "
+    "SELECT last_seq, last_hash FROM audit_auditchain "
+    "WHERE chain = %s AND (SELECT count(*) FROM written) > 0 FOR UPDATE"
+)
+_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+_APPEND = (
+    "WITH e AS (INSERT INTO audit_auditevent "
+    "(chain, session_id, seq, kind, actor, subject, payload, created_at, prev_hash, hash) "
+    "VALUES {rows} RETURNING id, seq) "
+    "UPDATE audit_auditchain SET last_seq = %s, last_hash = %s, last_at = %s, "
+    "head_signature = %s, calls = calls + %s, allowed = allowed + %s, "
+    "completed = completed + %s, last_event_id = (SELECT id FROM e ORDER BY seq DESC LIMIT 1) "
+    "WHERE chain = %s"
+)
+APPEND_3 = _APPEND.format(rows=", ".join([_ROW] * 3))
+APPEND_1 = _APPEND.format(rows=_ROW)
+
+MODE_REASON = "The session is in trusted mode: tools run unless a rule or guard stops them."
+
+
+# --- the database: a few async connections, each request one at a time ---------------------
+
+
+class Pool:
+    """POOL_SIZE psycopg connections (autocommit: each transaction is explicit), opened
+    together on first use so that none opens inside a measured window."""
+
+    def __init__(self) -> None:
+        self._free: asyncio.Queue[psycopg.AsyncConnection[Any]] | None = None
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._free is None:
+            async with self._lock:
+                if self._free is None:
+                    free: asyncio.Queue[psycopg.AsyncConnection[Any]] = asyncio.Queue()
+                    for _ in range(POOL_SIZE):
+                        free.put_nowait(
+                            await psycopg.AsyncConnection.connect(
+                                os.environ["DATABASE_URL"], autocommit=True
+                            )
+                        )
+                    self._free = free
+        conn = await self._free.get()
+        try:
+            yield conn
+        finally:
+            self._free.put_nowait(conn)
+
+
+pool = Pool()
+
+
+def _event(
+    chain: str,
+    session: uuid.UUID,
+    seq: int,
+    prev: str,
+    kind: str,
+    actor: str,
+    subject: str,
+    payload: dict[str, Any],
+    at: dt.datetime,
+) -> tuple[list[Any], str]:
+    """One event's row values (APPEND's order) and its hash."""
+    digest = chain_hash(
+        prev,
+        canonical_event(
+            chain=chain,
+            seq=seq,
+            kind=kind,
+            actor=actor,
+            subject=subject,
+            payload=payload,
+            created_at=at.isoformat(),
+        ),
+    )
+    return [
+        chain,
+        session,
+        seq,
+        kind,
+        actor,
+        subject,
+        json.dumps(payload),
+        at,
+        prev,
+        digest,
+    ], digest
+
+
+async def append(
+    cur: psycopg.AsyncCursor[Any],
+    head: tuple[int, str],
+    chain: str,
+    session: uuid.UUID,
+    events: list[tuple[str, str, str, dict[str, Any], dt.datetime]],
+    counts: tuple[int, int, int],
+) -> None:
+    """`events` (kind, actor, subject, payload, at) appended after `head` (locked), with
+    the head moved and signed, in one statement."""
+    seq, prev = head
+    values: list[Any] = []
+    for kind, actor, subject, payload, at in events:
+        seq += 1
+        row, prev = _event(chain, session, seq, prev, kind, actor, subject, payload, at)
+        values += row
+    last_at = events[-1][4]
+    values += [seq, prev, last_at, sign_head(chain, seq, prev), *counts, chain]
+    await cur.execute(APPEND_3 if len(events) == 3 else APPEND_1, values, prepare=True)
+
+
+# --- the upstream: one MCP session per process -----------------------------------------------
+
+
+class _DrainedBody(httpx2.AsyncByteStream):
+    """An answer's body that is read to its end when closed early (the SDK closes an SSE
+    answer at its message, before the last chunk), so the connection is kept."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream) -> None:
+        self._stream = stream
+        self._chunks: AsyncIterator[bytes] | None = None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._chunks is None:
+            self._chunks = self._stream.__aiter__()
+        return self._chunks
+
+    async def aclose(self) -> None:
+        try:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(0.25):
+                    async for _ in self.__aiter__():
+                        pass
+        finally:
+            await self._stream.aclose()
+
+
+class _KeptTransport(httpx2.AsyncHTTPTransport):
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await super().handle_async_request(request)
+        assert isinstance(response.stream, httpx2.AsyncByteStream)  # noqa: S101
+        response.stream = _DrainedBody(response.stream)
+        return response
+
+
+class Upstream:
+    """The upstream's MCP session, opened on first use by a task that holds it for the
+    process's life (its context must be entered and left in one task); requests use it
+    from their own tasks, as FastMCP's proxy uses its one connected client."""
+
+    def __init__(self) -> None:
+        self.session: Any = None
+        self.tool: dict[str, Any] = {}
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    async def get(self) -> Any:
+        if self.session is None:
+            async with self._lock:
+                if self.session is None:
+                    ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                    self._task = asyncio.ensure_future(self._hold(ready))
+                    await ready
+        return self.session
+
+    async def _hold(self, ready: asyncio.Future[None]) -> None:
+        from mcp import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+
+        try:
+            http = httpx2.AsyncClient(
+                transport=_KeptTransport(), timeout=httpx2.Timeout(10, read=TIMEOUT + 5)
+            )
+            url = os.environ["BENCH_FLOOR_UPSTREAM"]
+            async with (
+                http,
+                streamable_http_client(url, http_client=http) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                listed = await session.list_tools()
+                tool = next(t for t in listed.tools if t.name == UPSTREAM_TOOL)
+                self.tool = {
+                    **tool.model_dump(by_alias=True, mode="json", exclude_none=True),
+                    "name": TOOL,
+                }
+                self.session = session
+                ready.set_result(None)
+                await asyncio.Event().wait()  # held until the process ends
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+
+upstream = Upstream()
+
+
+# --- the protocol ----------------------------------------------------------------------------
+
+
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http":
+        return
+    headers: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        headers.setdefault(name.lower(), value)
+    method = scope["method"]
+    if method == "GET":
+        return await respond(send, 405, b"", [(b"allow", b"POST, DELETE")])
+    kind, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    parts = token.strip().split("_", 2)
+    if kind.lower() != "bearer" or len(parts) != 3:
+        return await respond(send, 401, b'{"error":"invalid_token"}', JSON)
+    prefix, digest = parts[1], hashlib.sha256(token.strip().encode()).hexdigest()
+    session_id = headers.get(b"mcp-session-id", b"").decode("latin-1")
+    if method == "DELETE":
+        return await respond(send, 200, b"", [])
+    body = await read_body(receive)
+    message = json.loads(body)
+    rpc = message.get("method")
+    if "id" not in message:  # a notification (notifications/initialized): nothing to say
+        return await respond(send, 202, b"", [])
+    if rpc == "initialize":
+        return await initialize(send, message, prefix, digest)
+    if rpc == "tools/list":
+        await upstream.get()
+        return await result(send, message["id"], {"tools": [upstream.tool]}, session_id)
+    if rpc == "tools/call":
+        return await tools_call(send, message, prefix, digest, session_id)
+    error = {"code": -32601, "message": f"Method not found: {rpc}"}
+    return await answer(send, {"jsonrpc": "2.0", "id": message["id"], "error": error}, session_id)
+
+
+JSON = [(b"content-type", b"application/json")]
+
+
+async def read_body(receive: Receive) -> bytes:
+    body = b""
+    while True:
+        event = await receive()
+        body += bytes(event.get("body", b""))
+        if not event.get("more_body"):
+            return body
+
+
+async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def answer(send: Send, message: dict[str, Any], session_id: str) -> None:
+    headers = [*JSON, (b"mcp-session-id", session_id.encode("latin-1"))]
+    await respond(send, 200, json.dumps(message, separators=(",", ":")).encode(), headers)
+
+
+async def result(send: Send, request_id: Any, value: dict[str, Any], session_id: str) -> None:
+    await answer(send, {"jsonrpc": "2.0", "id": request_id, "result": value}, session_id)
+
+
+async def initialize(send: Send, message: dict[str, Any], prefix: str, digest: str) -> None:
+    """A new session of the token's agent: its row, its `session.started` event, its
+    chain's head (one statement, one commit)."""
+    external = secrets.token_hex(16)
+    if GUARANTEES:
+        await start_session(prefix, digest, external)
+    await upstream.get()  # (opened before the session's first call)
+    params = message.get("params") or {}
+    value = {
+        "protocolVersion": params.get("protocolVersion"),
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": "harness-floor", "version": "0"},
+    }
+    await result(send, message["id"], value, external)
+
+
+async def start_session(prefix: str, digest: str, external: str) -> None:
+    async with pool.connection() as conn:
+        row = await (await conn.execute(AGENT, (prefix, digest), prepare=True)).fetchone()
+        if row is None or not hmac.compare_digest(row[3], digest):
+            raise PermissionError("invalid token")
+        agent_id, agent, owner = row[0], row[1], row[2]
+        session = uuid.uuid4()
+        chain = str(session)
+        now = dt.datetime.now(dt.UTC)
+        payload = {"mode": "trusted", "client": CLIENT, "external_id": external}
+        values, head = _event(
+            chain, session, 1, GENESIS_HASH, "session.started", f"agent:{agent}", "", payload, now
+        )
+        await conn.execute(
+            SESSION,
+            (
+                *(session, agent_id, "MCP session", "trusted", "", CLIENT, external, now, now),
+                *(values[0], values[1], values[3], values[4], values[5], values[6], now),
+                *(values[8], values[9]),
+                *(chain, session, agent, owner, "MCP session", "trusted", now, now, head),
+                sign_head(chain, 1, head),
+            ),
+            prepare=True,
+        )
+
+
+async def tools_call(
+    send: Send, message: dict[str, Any], prefix: str, digest: str, session_id: str
+) -> None:
+    params = message.get("params") or {}
+    request_id, name = message["id"], params.get("name")
+    arguments = params.get("arguments") or {}
+    if name != TOOL or not isinstance(arguments, dict):
+        error = {"code": -32602, "message": f"Unknown tool: {name}"}
+        return await answer(send, {"jsonrpc": "2.0", "id": request_id, "error": error}, session_id)
+    if not GUARANTEES:  # a bare proxy: the upstream's answer, nothing recorded
+        return await result(send, request_id, (await call_upstream(arguments))[0], session_id)
+    raw = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    args_digest = hashlib.sha256(raw.encode()).hexdigest()
+    call_id, batch = uuid.uuid4(), uuid.uuid4()
+    subject = f"call:{call_id}"
+    async with pool.connection() as conn:
+        # 1. the token read
+        row = await (
+            await conn.execute(TOKEN, (prefix, digest, CLIENT, session_id), prepare=True)
+        ).fetchone()
+        if row is None or not hmac.compare_digest(row[2], digest):
+            return await respond(send, 401, b'{"error":"invalid_token"}', JSON)
+        session, mode = row[0], row[1]
+        if mode != "trusted":  # the decision: only a trusted session's call is allowed here
+            error = {"code": -32603, "message": "the floor allows trusted sessions' calls only"}
+            return await answer(
+                send, {"jsonrpc": "2.0", "id": request_id, "error": error}, session_id
+            )
+        chain = str(session)
+        decided = {"mode": mode, "action": "allow", "by": f"mode:{mode}", "reason": MODE_REASON}
+        # 2. stored with its digest, decided, claimed: durable before the tool runs
+        received = dt.datetime.now(dt.UTC)
+        now = dt.datetime.now(dt.UTC)
+        async with conn.transaction(), conn.cursor() as cur:
+            await cur.execute(
+                STORE,
+                (
+                    *(call_id, session, f"mcp:{request_id}", TOOL, raw, raw, args_digest),
+                    *(batch, f"mode:{mode}", MODE_REASON, json.dumps(decided)),
+                    *(received, now, now, now, now + dt.timedelta(seconds=TIMEOUT + 1)),
+                    chain,
+                ),
+                prepare=True,
+            )
+            head = await cur.fetchone()
+            if head is None:
+                raise RuntimeError(f"no chain head for session {chain}")
+            received_payload = {
+                "call_id": str(call_id),
+                "tool_use_id": f"mcp:{request_id}",
+                "tool": TOOL,
+                "arguments": raw,
+                "digest": args_digest,
+                "dialect": "mcp",
+                "batch_id": str(batch),
+                "batch_index": 0,
+            }
+            transition = {"call_id": str(call_id), "tool": TOOL}
+            started = {**transition, "from": "queued", "to": "running", "attempt": 1}
+            await append(
+                cur,
+                head,
+                chain,
+                session,
+                [
+                    ("call.received", "agent", subject, received_payload, received),
+                    ("call.allowed", f"mode:{mode}", subject, {**transition, **decided}, now),
+                    ("call.started", "inline", subject, {**started, "timeout": TIMEOUT}, now),
+                ],
+                (1, 1, 0),
+            )
+    # 3. the upstream call, on the process's one session, under the call's timeout
+    value, content, is_error, seconds = await call_upstream(arguments)
+    # 4. the result and its event: durable before the answer
+    async with pool.connection() as conn:
+        finished = dt.datetime.now(dt.UTC)
+        async with conn.transaction(), conn.cursor() as cur:
+            await cur.execute(
+                FINISH,
+                (content, is_error, json.dumps({"execute_s": seconds}), finished, call_id, chain),
+                prepare=True,
+            )
+            head = await cur.fetchone()
+            if head is None:
+                raise RuntimeError(f"call {call_id} was not running")
+            payload = {
+                **transition,
+                "from": "running",
+                "to": "completed",
+                "content": content,
+                "is_error": is_error,
+                "seconds": seconds,
+            }
+            await append(
+                cur,
+                head,
+                chain,
+                session,
+                [("call.completed", "worker", subject, payload, finished)],
+                (0, 0, 1),
+            )
+    # 5. the answer
+    await result(send, request_id, value, session_id)
+
+
+async def call_upstream(arguments: dict[str, Any]) -> tuple[dict[str, Any], str, bool, float]:
+    """The upstream's `echo` on the process's one session, under the call's timeout: the
+    result as it came, its text, whether it is an error, and the seconds it took."""
+    began = asyncio.get_running_loop().time()
+    try:
+        session = await upstream.get()
+        async with asyncio.timeout(TIMEOUT):
+            outcome = await session.call_tool(UPSTREAM_TOOL, arguments)
+        value = outcome.model_dump(by_alias=True, mode="json", exclude_none=True)
+        is_error = bool(outcome.is_error)
+        content = "\n".join(c.text for c in outcome.content if getattr(c, "type", "") == "text")
+    except Exception as exc:  # the call's outcome, recorded as an error
+        content, is_error = f"upstream failed: {exc!r}", True
+        value = {"content": [{"type": "text", "text": content}], "isError": True}
+    return value, content, is_error, round(asyncio.get_running_loop().time() - began, 4)
