@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from approvals.models import Channel
+from dispatcher import limits
 from tests.battery import figures
 from tests.battery.conftest import FULL, reviewer_client, size
 from tests.battery.live import clear_queue, native, start_session
@@ -299,7 +300,10 @@ def run_row(stack: Stack, url: str, receiver: Any) -> None:
     print_slowest(session, loaded, sent)
     idle_p95, loaded_p95 = p95(idle), p95(loaded)
     bound = 2 * idle_p95 + (0 if FULL else CI_SLACK)
-    seconds = flood.ended - flood.began
+    # A request held in the router when the flood is told to stop may still be let
+    # through by the rate within one hold (dispatcher.limits.EARLY_HOLD): the flood's
+    # share runs until then.
+    seconds = flood.ended - flood.began + limits.EARLY_HOLD
     share = BURST + RATE * seconds
     figures.record("D9", "idle p95 of the other agent's call (s)", round(idle_p95, 4), "-", True)
     passed = figures.record(
