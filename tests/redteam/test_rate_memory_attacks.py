@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,21 +21,6 @@ from dispatcher import limits
 from tests.redteam.test_request_threads_attacks import bearer, call, scope
 from tests.support.factories import make_agent
 from tests.support.live import LiveStack
-
-
-@pytest.fixture
-def asgi() -> Any:
-    from harness_site import asgi
-
-    return asgi
-
-
-@pytest.fixture
-def forgetting() -> Iterator[None]:
-    """The refusal memory starts and ends empty (it is this process's)."""
-    limits._refused_until.clear()
-    yield
-    limits._refused_until.clear()
 
 
 def bucket_key(agent: Any) -> str:

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 import zoneinfo
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -86,21 +86,6 @@ async def call(
         return status, json.loads(body_out)
     except ValueError:  # a page
         return status, {"html": body_out.decode()}
-
-
-@pytest.fixture
-def asgi() -> Any:
-    from harness_site import asgi
-
-    return asgi
-
-
-@pytest.fixture
-def forgetting() -> Iterator[None]:
-    """The refusal memory starts and ends empty (it is this process's)."""
-    limits._refused_until.clear()
-    yield
-    limits._refused_until.clear()
 
 
 def idle_thread_state(asgi: Any) -> list[tuple[bool, bool, bool]]:
