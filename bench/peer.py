@@ -263,6 +263,14 @@ def scenario_peer(
         ],
         env=floor_env,
     )
+    # Hd: the floor's statements through Django's database layer on threads, in Harness's
+    # trips (bench/peer_floor.py, BENCH_FLOOR_DJANGO=1).
+    django_floor = Server(
+        "S14-Hd",
+        {**floor_env, "BENCH_FLOOR_DJANGO": "1"},
+        wait=False,
+        app="bench.peer_floor:application",
+    )
     # On request (BENCH_PEER_PROXY_FLOOR=1), Hp: the same app with no guarantees (no
     # database at all), a bare proxy on daphne.
     bare = None
@@ -277,6 +285,7 @@ def scenario_peer(
         queued.ready()
         floor.ready()
         floor_uvicorn.ready()
+        django_floor.ready()
         if bare is not None:
             bare.ready()
         worker.ready()
@@ -296,6 +305,12 @@ def scenario_peer(
                 {"uvicorn": [floor_uvicorn.proc.pid], **up},
             ),
         }
+        sides["Hd"] = (
+            django_floor.url + "/mcp/",
+            token,
+            name,
+            {"daphne": [django_floor.proc.pid], **up},
+        )
         if bare is not None:
             sides["Hp"] = (bare.url + "/mcp/", token, name, {"daphne": [bare.proc.pid], **up})
         p50: dict[str, list[float]] = {k: [] for k in sides}
@@ -313,7 +328,7 @@ def scenario_peer(
                             "postgres": _backends(),
                             "U": [upstream.proc.pid],
                         }
-                    elif key.startswith("Hf") or key == "Hp":
+                    elif key.startswith("Hf") or key in ("Hd", "Hp"):
                         groups = {**groups, "postgres": _backends()}
                     return cpu(groups)
 
@@ -334,6 +349,7 @@ def scenario_peer(
                 queued,
                 floor,
                 floor_uvicorn,
+                django_floor,
                 *([bare] if bare else []),
                 proxy,
                 upstream,
@@ -346,7 +362,9 @@ def scenario_peer(
         results[0].notes.append(
             f"{key}: " + stages_note(session_ids[key], statistics.median(p50[key]))
         )
-    results[3].notes.append(floor_chains_note(session_ids["Hf"] + session_ids["Hf-uvicorn"]))
+    results[3].notes.append(
+        floor_chains_note(session_ids["Hf"] + session_ids["Hf-uvicorn"] + session_ids["Hd"])
+    )
     return results
 
 
@@ -546,6 +564,22 @@ def _floor_results(
     cpu_r.notes.append(
         f"{uv}: {med(uv_cpu):.2f} ms (uvicorn {uv_server:.2f}, PostgreSQL {uv_pg:.2f}), "
         f"{uv}/F {ratio(uv_cpu, cpu_r.b):.2f}x, Hf/{uv} {ratio(cpu_r.p, uv_cpu):.2f}x"
+    )
+    hd_cpu = [_own("Hd", c) for c in cost["Hd"]]
+    hd_daphne = med([c["daphne"] for c in cost["Hd"]])
+    lat.notes.append(
+        f"Hd, the floor through Django's database layer on threads (BENCH_FLOOR_DJANGO): p50 "
+        f"{med(p50['Hd']) / 1e3:.2f} ms, Hd/F {ratio(p50['Hd'], p50['F']):.2f}x, Hd/Hf "
+        f"{ratio(p50['Hd'], p50['Hf']):.2f}x, H/Hd {ratio(p50['H'], p50['Hd']):.2f}x"
+    )
+    thr.notes.append(
+        f"Hd: {med(rate['Hd']):.1f} calls/s, Hd/F {ratio(rate['Hd'], rate['F']):.2f}x, Hd/Hf "
+        f"{ratio(rate['Hd'], rate['Hf']):.2f}x, H/Hd {ratio(rate['H'], rate['Hd']):.2f}x"
+    )
+    cpu_r.notes.append(
+        f"Hd: {med(hd_cpu):.2f} ms (daphne {hd_daphne:.2f}, PostgreSQL "
+        f"{med([c['postgres'] for c in cost['Hd']]):.2f}), Hd/F {ratio(hd_cpu, cpu_r.b):.2f}x, "
+        f"Hd/Hf {ratio(hd_cpu, cpu_r.p):.2f}x, H/Hd {ratio(h_cpu, hd_cpu):.2f}x"
     )
     if "Hp" in p50:  # the bare proxy on daphne (BENCH_PEER_PROXY_FLOOR=1)
         hp_cpu = [_own("Hp", c) for c in cost["Hp"]]

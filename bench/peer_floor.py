@@ -35,6 +35,15 @@ No policy, no guards, no masking, no repeat count, no wake-up, no rate limits or
 Django request handling, no MCP SDK server: what is left is the price of the guarantees
 on this stack. bench/peer.py runs it as S14's Hf (daphne) and Hf-uvicorn.
 
+With BENCH_FLOOR_DJANGO=1 (S14's Hd) the same statements go through Django's database
+layer as Harness's do: its psycopg pool and connection wrapper (`transaction.atomic`,
+its cursor wrapper, prepared on the server as Harness's fixed statements are:
+`floor.compiled.fixed_cursor`), on a pool of threads as Harness's gateway runs its ORM work (`sync_to_async`
+on its own executor), in Harness's trips: the token read on one; the store, the upstream
+call (handed back to the event loop, the connection given back to the pool meanwhile, as
+`execution.run_inline` does) and the result on a second. No ORM models, no policy: what
+Django's database layer and the thread hops add to the floor.
+
     daphne -b 127.0.0.1 -p PORT bench.peer_floor:application
     uvicorn bench.peer_floor:application --host 127.0.0.1 --port PORT --lifespan off
 
@@ -80,6 +89,8 @@ POOL_SIZE = 8  # S14's 8 clients: one connection each at most, opened before the
 # BENCH_FLOOR_GUARANTEES=0: no database at all, a bare proxy on the same server (S14's
 # Hp, on request: what the server and the upstream client cost without the guarantees).
 GUARANTEES = os.environ.get("BENCH_FLOOR_GUARANTEES", "1") != "0"
+# BENCH_FLOOR_DJANGO=1: the statements through Django's database layer on threads (Hd).
+THROUGH_DJANGO = os.environ.get("BENCH_FLOOR_DJANGO") == "1"
 
 # --- the statements -------------------------------------------------------------------------
 
@@ -437,6 +448,8 @@ async def tools_call(
         return await answer(send, {"jsonrpc": "2.0", "id": request_id, "error": error}, session_id)
     if not GUARANTEES:  # a bare proxy: the upstream's answer, nothing recorded
         return await result(send, request_id, (await call_upstream(arguments))[0], session_id)
+    if THROUGH_DJANGO:
+        return await tools_call_django(send, message, prefix, digest, session_id)
     raw = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     args_digest = hashlib.sha256(raw.encode()).hexdigest()
     call_id, batch = uuid.uuid4(), uuid.uuid4()
@@ -546,3 +559,167 @@ async def call_upstream(arguments: dict[str, Any]) -> tuple[dict[str, Any], str,
         content, is_error = f"upstream failed: {exc!r}", True
         value = {"content": [{"type": "text", "text": content}], "isError": True}
     return value, content, is_error, round(asyncio.get_running_loop().time() - began, 4)
+
+
+# --- Hd: the same statements through Django's database layer, on threads --------------------
+
+_threads: Any = None
+
+
+def on_thread[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """`function` on a pool of threads, its connection given back afterwards: Harness's
+    gateway's `db` (dispatcher.gateways.mcp), restated so the floor imports no gateway."""
+    from asgiref.sync import sync_to_async
+    from django.db import close_old_connections
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return function(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        global _threads
+        if _threads is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _threads = ThreadPoolExecutor(32, thread_name_prefix="floor-orm")
+        return await sync_to_async(run, thread_sensitive=False, executor=_threads)(*args, **kwargs)
+
+    return call
+
+
+def _read_token(prefix: str, digest: str, session_id: str) -> tuple[uuid.UUID, str] | None:
+    from floor.compiled import fixed_cursor
+
+    with fixed_cursor() as cur:
+        cur.execute(TOKEN, (prefix, digest, CLIENT, session_id))
+        row = cur.fetchone()
+    if row is None or not hmac.compare_digest(row[2], digest):
+        return None
+    return row[0], row[1]
+
+
+def _append_sync(
+    cur: Any,
+    head: tuple[int, str],
+    chain: str,
+    session: uuid.UUID,
+    events: list[tuple[str, str, str, dict[str, Any], dt.datetime]],
+    counts: tuple[int, int, int],
+) -> None:
+    seq, prev = head
+    values: list[Any] = []
+    for kind, actor, subject, payload, at in events:
+        seq += 1
+        row, prev = _event(chain, session, seq, prev, kind, actor, subject, payload, at)
+        values += row
+    values += [seq, prev, events[-1][4], sign_head(chain, seq, prev), *counts, chain]
+    cur.execute(APPEND_3 if len(events) == 3 else APPEND_1, values)
+
+
+def _store_run_finish(
+    loop: asyncio.AbstractEventLoop,
+    session: uuid.UUID,
+    mode: str,
+    request_id: Any,
+    arguments: dict[str, Any],
+) -> dict[str, Any]:
+    """Steps 2 to 4 on one thread, as Harness's admission and inline run take one trip."""
+    from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+    from floor.compiled import fixed_cursor
+
+    connection = connections[DEFAULT_DB_ALIAS]
+    raw = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    args_digest = hashlib.sha256(raw.encode()).hexdigest()
+    call_id, batch = uuid.uuid4(), uuid.uuid4()
+    subject, chain = f"call:{call_id}", str(session)
+    decided = {"mode": mode, "action": "allow", "by": f"mode:{mode}", "reason": MODE_REASON}
+    received = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.UTC)
+    with transaction.atomic(), fixed_cursor() as cur:
+        cur.execute(
+            STORE,
+            (
+                *(call_id, session, f"mcp:{request_id}", TOOL, raw, raw, args_digest),
+                *(batch, f"mode:{mode}", MODE_REASON, json.dumps(decided)),
+                *(received, now, now, now, now + dt.timedelta(seconds=TIMEOUT + 1)),
+                chain,
+            ),
+        )
+        head = cur.fetchone()
+        if head is None:
+            raise RuntimeError(f"no chain head for session {chain}")
+        received_payload = {
+            "call_id": str(call_id),
+            "tool_use_id": f"mcp:{request_id}",
+            "tool": TOOL,
+            "arguments": raw,
+            "digest": args_digest,
+            "dialect": "mcp",
+            "batch_id": str(batch),
+            "batch_index": 0,
+        }
+        transition = {"call_id": str(call_id), "tool": TOOL}
+        started = {**transition, "from": "queued", "to": "running", "attempt": 1}
+        _append_sync(
+            cur,
+            head,
+            chain,
+            session,
+            [
+                ("call.received", "agent", subject, received_payload, received),
+                ("call.allowed", f"mode:{mode}", subject, {**transition, **decided}, now),
+                ("call.started", "inline", subject, {**started, "timeout": TIMEOUT}, now),
+            ],
+            (1, 1, 0),
+        )
+    if getattr(connection, "pool", None) is not None:  # (given back while the tool runs)
+        connection.close()
+    value, content, is_error, seconds = asyncio.run_coroutine_threadsafe(
+        call_upstream(arguments), loop
+    ).result()
+    finished = dt.datetime.now(dt.UTC)
+    with transaction.atomic(), fixed_cursor() as cur:
+        cur.execute(
+            FINISH,
+            (content, is_error, json.dumps({"execute_s": seconds}), finished, call_id, chain),
+        )
+        head = cur.fetchone()
+        if head is None:
+            raise RuntimeError(f"call {call_id} was not running")
+        payload = {
+            **transition,
+            "from": "running",
+            "to": "completed",
+            "content": content,
+            "is_error": is_error,
+            "seconds": seconds,
+        }
+        _append_sync(
+            cur,
+            head,
+            chain,
+            session,
+            [("call.completed", "worker", subject, payload, finished)],
+            (0, 0, 1),
+        )
+    return value
+
+
+async def tools_call_django(
+    send: Send, message: dict[str, Any], prefix: str, digest: str, session_id: str
+) -> None:
+    params = message.get("params") or {}
+    request_id, arguments = message["id"], params.get("arguments") or {}
+    found = await on_thread(_read_token)(prefix, digest, session_id)
+    if found is None:
+        return await respond(send, 401, b'{"error":"invalid_token"}', JSON)
+    session, mode = found
+    if mode != "trusted":
+        error = {"code": -32603, "message": "the floor allows trusted sessions' calls only"}
+        return await answer(send, {"jsonrpc": "2.0", "id": request_id, "error": error}, session_id)
+    loop = asyncio.get_running_loop()
+    value = await on_thread(_store_run_finish)(loop, session, mode, request_id, arguments)
+    await result(send, request_id, value, session_id)
