@@ -271,6 +271,17 @@ def scenario_peer(
         wait=False,
         app="bench.peer_floor:application",
     )
+    # Ha: the same through django-async-backend's async connection, on the loop.
+    async_floor = Server(
+        "S14-Ha",
+        {
+            **floor_env,
+            "BENCH_FLOOR_ASYNC_DJANGO": "1",
+            "DJANGO_SETTINGS_MODULE": "bench.settings_async",
+        },
+        wait=False,
+        app="bench.peer_floor:application",
+    )
     # On request (BENCH_PEER_PROXY_FLOOR=1), Hp: the same app with no guarantees (no
     # database at all), a bare proxy on daphne.
     bare = None
@@ -286,6 +297,7 @@ def scenario_peer(
         floor.ready()
         floor_uvicorn.ready()
         django_floor.ready()
+        async_floor.ready()
         if bare is not None:
             bare.ready()
         worker.ready()
@@ -311,6 +323,12 @@ def scenario_peer(
             name,
             {"daphne": [django_floor.proc.pid], **up},
         )
+        sides["Ha"] = (
+            async_floor.url + "/mcp/",
+            token,
+            name,
+            {"daphne": [async_floor.proc.pid], **up},
+        )
         if bare is not None:
             sides["Hp"] = (bare.url + "/mcp/", token, name, {"daphne": [bare.proc.pid], **up})
         p50: dict[str, list[float]] = {k: [] for k in sides}
@@ -328,7 +346,7 @@ def scenario_peer(
                             "postgres": _backends(),
                             "U": [upstream.proc.pid],
                         }
-                    elif key.startswith("Hf") or key in ("Hd", "Hp"):
+                    elif key.startswith("Hf") or key in ("Hd", "Ha", "Hp"):
                         groups = {**groups, "postgres": _backends()}
                     return cpu(groups)
 
@@ -350,6 +368,7 @@ def scenario_peer(
                 floor,
                 floor_uvicorn,
                 django_floor,
+                async_floor,
                 *([bare] if bare else []),
                 proxy,
                 upstream,
@@ -363,7 +382,9 @@ def scenario_peer(
             f"{key}: " + stages_note(session_ids[key], statistics.median(p50[key]))
         )
     results[3].notes.append(
-        floor_chains_note(session_ids["Hf"] + session_ids["Hf-uvicorn"] + session_ids["Hd"])
+        floor_chains_note(
+            session_ids["Hf"] + session_ids["Hf-uvicorn"] + session_ids["Hd"] + session_ids["Ha"]
+        )
     )
     return results
 
@@ -580,6 +601,21 @@ def _floor_results(
         f"Hd: {med(hd_cpu):.2f} ms (daphne {hd_daphne:.2f}, PostgreSQL "
         f"{med([c['postgres'] for c in cost['Hd']]):.2f}), Hd/F {ratio(hd_cpu, cpu_r.b):.2f}x, "
         f"Hd/Hf {ratio(hd_cpu, cpu_r.p):.2f}x, H/Hd {ratio(h_cpu, hd_cpu):.2f}x"
+    )
+    ha_cpu = [_own("Ha", c) for c in cost["Ha"]]
+    lat.notes.append(
+        f"Ha, the floor through django-async-backend on the loop (BENCH_FLOOR_ASYNC_DJANGO): "
+        f"p50 {med(p50['Ha']) / 1e3:.2f} ms, Ha/F {ratio(p50['Ha'], p50['F']):.2f}x, Ha/Hf "
+        f"{ratio(p50['Ha'], p50['Hf']):.2f}x"
+    )
+    thr.notes.append(
+        f"Ha: {med(rate['Ha']):.1f} calls/s, Ha/F {ratio(rate['Ha'], rate['F']):.2f}x, Ha/Hf "
+        f"{ratio(rate['Ha'], rate['Hf']):.2f}x"
+    )
+    cpu_r.notes.append(
+        f"Ha: {med(ha_cpu):.2f} ms (daphne {med([c['daphne'] for c in cost['Ha']]):.2f}, "
+        f"PostgreSQL {med([c['postgres'] for c in cost['Ha']]):.2f}), Ha/F "
+        f"{ratio(ha_cpu, cpu_r.b):.2f}x, Ha/Hf {ratio(ha_cpu, cpu_r.p):.2f}x"
     )
     if "Hp" in p50:  # the bare proxy on daphne (BENCH_PEER_PROXY_FLOOR=1)
         hp_cpu = [_own("Hp", c) for c in cost["Hp"]]

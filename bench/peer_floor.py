@@ -91,6 +91,9 @@ POOL_SIZE = 8  # S14's 8 clients: one connection each at most, opened before the
 GUARANTEES = os.environ.get("BENCH_FLOOR_GUARANTEES", "1") != "0"
 # BENCH_FLOOR_DJANGO=1: the statements through Django's database layer on threads (Hd).
 THROUGH_DJANGO = os.environ.get("BENCH_FLOOR_DJANGO") == "1"
+# BENCH_FLOOR_ASYNC_DJANGO=1 (with DJANGO_SETTINGS_MODULE=bench.settings_async): through
+# django-async-backend's async connection, pool and transactions, on the loop (Ha).
+THROUGH_ASYNC_DJANGO = os.environ.get("BENCH_FLOOR_ASYNC_DJANGO") == "1"
 
 # --- the statements -------------------------------------------------------------------------
 
@@ -232,9 +235,11 @@ async def append(
     session: uuid.UUID,
     events: list[tuple[str, str, str, dict[str, Any], dt.datetime]],
     counts: tuple[int, int, int],
+    prepare: bool | None = True,
 ) -> None:
     """`events` (kind, actor, subject, payload, at) appended after `head` (locked), with
-    the head moved and signed, in one statement."""
+    the head moved and signed, in one statement (`prepare=None`: a cursor wrapper that
+    takes no `prepare`, left to its connection's count)."""
     seq, prev = head
     values: list[Any] = []
     for kind, actor, subject, payload, at in events:
@@ -243,7 +248,11 @@ async def append(
         values += row
     last_at = events[-1][4]
     values += [seq, prev, last_at, sign_head(chain, seq, prev), *counts, chain]
-    await cur.execute(APPEND_3 if len(events) == 3 else APPEND_1, values, prepare=True)
+    statement = APPEND_3 if len(events) == 3 else APPEND_1
+    if prepare is None:
+        await cur.execute(statement, values)
+    else:
+        await cur.execute(statement, values, prepare=prepare)
 
 
 # --- the upstream: one MCP session per process -----------------------------------------------
@@ -450,6 +459,8 @@ async def tools_call(
         return await result(send, request_id, (await call_upstream(arguments))[0], session_id)
     if THROUGH_DJANGO:
         return await tools_call_django(send, message, prefix, digest, session_id)
+    if THROUGH_ASYNC_DJANGO:
+        return await tools_call_async_django(send, message, prefix, digest, session_id)
     raw = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     args_digest = hashlib.sha256(raw.encode()).hexdigest()
     call_id, batch = uuid.uuid4(), uuid.uuid4()
@@ -722,4 +733,112 @@ async def tools_call_django(
         return await answer(send, {"jsonrpc": "2.0", "id": request_id, "error": error}, session_id)
     loop = asyncio.get_running_loop()
     value = await on_thread(_store_run_finish)(loop, session, mode, request_id, arguments)
+    await result(send, request_id, value, session_id)
+
+
+# --- Ha: the same statements through django-async-backend, on the event loop ----------------
+
+
+async def tools_call_async_django(
+    send: Send, message: dict[str, Any], prefix: str, digest: str, session_id: str
+) -> None:
+    """Hd's trips with no thread: the token read, then the store, the upstream call (the
+    connection given back to the pool meanwhile) and the result, each statement through
+    django-async-backend's connection wrapper and `async_atomic`."""
+    from django_async_backend.db import async_connections
+    from django_async_backend.db.transaction import async_atomic
+
+    params = message.get("params") or {}
+    request_id, arguments = message["id"], params.get("arguments") or {}
+    connection = async_connections["default"]
+    try:
+        async with await connection.cursor() as cur:
+            await cur.execute(TOKEN, (prefix, digest, CLIENT, session_id))
+            row = await cur.fetchone()
+    finally:
+        await connection.close()  # (back to the pool, as Hd's threads give theirs back)
+    if row is None or not hmac.compare_digest(row[2], digest):
+        return await respond(send, 401, b'{"error":"invalid_token"}', JSON)
+    session, mode = row[0], row[1]
+    if mode != "trusted":
+        error = {"code": -32603, "message": "the floor allows trusted sessions' calls only"}
+        return await answer(send, {"jsonrpc": "2.0", "id": request_id, "error": error}, session_id)
+    raw = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    args_digest = hashlib.sha256(raw.encode()).hexdigest()
+    call_id, batch = uuid.uuid4(), uuid.uuid4()
+    subject, chain = f"call:{call_id}", str(session)
+    decided = {"mode": mode, "action": "allow", "by": f"mode:{mode}", "reason": MODE_REASON}
+    received = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.UTC)
+    transition = {"call_id": str(call_id), "tool": TOOL}
+    try:
+        async with async_atomic(), await connection.cursor() as cur:
+            await cur.execute(
+                STORE,
+                (
+                    *(call_id, session, f"mcp:{request_id}", TOOL, raw, raw, args_digest),
+                    *(batch, f"mode:{mode}", MODE_REASON, json.dumps(decided)),
+                    *(received, now, now, now, now + dt.timedelta(seconds=TIMEOUT + 1)),
+                    chain,
+                ),
+            )
+            head = await cur.fetchone()
+            if head is None:
+                raise RuntimeError(f"no chain head for session {chain}")
+            received_payload = {
+                "call_id": str(call_id),
+                "tool_use_id": f"mcp:{request_id}",
+                "tool": TOOL,
+                "arguments": raw,
+                "digest": args_digest,
+                "dialect": "mcp",
+                "batch_id": str(batch),
+                "batch_index": 0,
+            }
+            started = {**transition, "from": "queued", "to": "running", "attempt": 1}
+            await append(
+                cur,
+                head,
+                chain,
+                session,
+                [
+                    ("call.received", "agent", subject, received_payload, received),
+                    ("call.allowed", f"mode:{mode}", subject, {**transition, **decided}, now),
+                    ("call.started", "inline", subject, {**started, "timeout": TIMEOUT}, now),
+                ],
+                (1, 1, 0),
+                prepare=None,
+            )
+    finally:
+        await connection.close()
+    value, content, is_error, seconds = await call_upstream(arguments)
+    finished = dt.datetime.now(dt.UTC)
+    try:
+        async with async_atomic(), await connection.cursor() as cur:
+            await cur.execute(
+                FINISH,
+                (content, is_error, json.dumps({"execute_s": seconds}), finished, call_id, chain),
+            )
+            head = await cur.fetchone()
+            if head is None:
+                raise RuntimeError(f"call {call_id} was not running")
+            payload = {
+                **transition,
+                "from": "running",
+                "to": "completed",
+                "content": content,
+                "is_error": is_error,
+                "seconds": seconds,
+            }
+            await append(
+                cur,
+                head,
+                chain,
+                session,
+                [("call.completed", "worker", subject, payload, finished)],
+                (0, 0, 1),
+                prepare=None,
+            )
+    finally:
+        await connection.close()
     await result(send, request_id, value, session_id)
