@@ -63,6 +63,7 @@ import os
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
@@ -228,31 +229,109 @@ def _event(
     ], digest
 
 
-async def append(
-    cur: psycopg.AsyncCursor[Any],
+Events = list[tuple[str, str, str, dict[str, Any], dt.datetime]]
+
+
+def appended(
     head: tuple[int, str],
     chain: str,
     session: uuid.UUID,
-    events: list[tuple[str, str, str, dict[str, Any], dt.datetime]],
+    events: Events,
     counts: tuple[int, int, int],
-    prepare: bool | None = True,
-) -> None:
-    """`events` (kind, actor, subject, payload, at) appended after `head` (locked), with
-    the head moved and signed, in one statement (`prepare=None`: a cursor wrapper that
-    takes no `prepare`, left to its connection's count)."""
+) -> tuple[str, list[Any]]:
+    """The statement appending `events` (kind, actor, subject, payload, at) after `head`
+    (locked), with the head moved and signed, and its values."""
     seq, prev = head
     values: list[Any] = []
     for kind, actor, subject, payload, at in events:
         seq += 1
         row, prev = _event(chain, session, seq, prev, kind, actor, subject, payload, at)
         values += row
-    last_at = events[-1][4]
-    values += [seq, prev, last_at, sign_head(chain, seq, prev), *counts, chain]
-    statement = APPEND_3 if len(events) == 3 else APPEND_1
-    if prepare is None:
-        await cur.execute(statement, values)
-    else:
-        await cur.execute(statement, values, prepare=prepare)
+    values += [seq, prev, events[-1][4], sign_head(chain, seq, prev), *counts, chain]
+    return (APPEND_3 if len(events) == 3 else APPEND_1), values
+
+
+@dataclass
+class Call:
+    """One `tools/call`'s values, the same for every side: its row, its events."""
+
+    session: uuid.UUID
+    mode: str
+    request_id: Any
+    arguments: dict[str, Any]
+    call_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    batch: uuid.UUID = field(default_factory=uuid.uuid4)
+    received: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+
+    def __post_init__(self) -> None:
+        self.raw = json.dumps(
+            self.arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        self.digest = hashlib.sha256(self.raw.encode()).hexdigest()
+        self.chain, self.subject = str(self.session), f"call:{self.call_id}"
+        self.decided = {
+            "mode": self.mode,
+            "action": "allow",
+            "by": f"mode:{self.mode}",
+            "reason": MODE_REASON,
+        }
+        self.transition = {"call_id": str(self.call_id), "tool": TOOL}
+
+    def store(self) -> tuple[str, tuple[Any, ...]]:
+        """The call stored, decided and claimed, with the chain head's lock."""
+        now = dt.datetime.now(dt.UTC)
+        self.now = now
+        return STORE, (
+            *(self.call_id, self.session, f"mcp:{self.request_id}", TOOL, self.raw, self.raw),
+            *(self.digest, self.batch, f"mode:{self.mode}", MODE_REASON),
+            *(json.dumps(self.decided), self.received, now, now, now),
+            *(now + dt.timedelta(seconds=TIMEOUT + 1), self.chain),
+        )
+
+    def admitted(self, head: tuple[int, str]) -> tuple[str, list[Any]]:
+        """Its call.received, call.allowed and call.started (the claim) after `head`."""
+        received = {
+            "call_id": str(self.call_id),
+            "tool_use_id": f"mcp:{self.request_id}",
+            "tool": TOOL,
+            "arguments": self.raw,
+            "digest": self.digest,
+            "dialect": "mcp",
+            "batch_id": str(self.batch),
+            "batch_index": 0,
+        }
+        started = {**self.transition, "from": "queued", "to": "running", "attempt": 1}
+        events: Events = [
+            ("call.received", "agent", self.subject, received, self.received),
+            (
+                "call.allowed",
+                f"mode:{self.mode}",
+                self.subject,
+                {**self.transition, **self.decided},
+                self.now,
+            ),
+            ("call.started", "inline", self.subject, {**started, "timeout": TIMEOUT}, self.now),
+        ]
+        return appended(head, self.chain, self.session, events, (1, 1, 0))
+
+    def finish(self, content: str, is_error: bool, seconds: float) -> tuple[str, tuple[Any, ...]]:
+        """The result's conditional UPDATE with the head's lock."""
+        self.finished, self.outcome = dt.datetime.now(dt.UTC), (content, is_error, seconds)
+        timings = json.dumps({"execute_s": seconds})
+        return FINISH, (content, is_error, timings, self.finished, self.call_id, self.chain)
+
+    def completed(self, head: tuple[int, str]) -> tuple[str, list[Any]]:
+        content, is_error, seconds = self.outcome
+        payload = {
+            **self.transition,
+            "from": "running",
+            "to": "completed",
+            "content": content,
+            "is_error": is_error,
+            "seconds": seconds,
+        }
+        event = ("call.completed", "worker", self.subject, payload, self.finished)
+        return appended(head, self.chain, self.session, [event], (0, 0, 1))
 
 
 # --- the upstream: one MCP session per process -----------------------------------------------
@@ -461,10 +540,6 @@ async def tools_call(
         return await tools_call_django(send, message, prefix, digest, session_id)
     if THROUGH_ASYNC_DJANGO:
         return await tools_call_async_django(send, message, prefix, digest, session_id)
-    raw = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    args_digest = hashlib.sha256(raw.encode()).hexdigest()
-    call_id, batch = uuid.uuid4(), uuid.uuid4()
-    subject = f"call:{call_id}"
     async with pool.connection() as conn:
         # 1. the token read
         row = await (
@@ -472,87 +547,37 @@ async def tools_call(
         ).fetchone()
         if row is None or not hmac.compare_digest(row[2], digest):
             return await respond(send, 401, b'{"error":"invalid_token"}', JSON)
-        session, mode = row[0], row[1]
-        if mode != "trusted":  # the decision: only a trusted session's call is allowed here
-            error = {"code": -32603, "message": "the floor allows trusted sessions' calls only"}
-            return await answer(
-                send, {"jsonrpc": "2.0", "id": request_id, "error": error}, session_id
-            )
-        chain = str(session)
-        decided = {"mode": mode, "action": "allow", "by": f"mode:{mode}", "reason": MODE_REASON}
+        if row[1] != "trusted":  # the decision: only a trusted session's call is allowed here
+            return await not_trusted(send, request_id, session_id)
+        call = Call(row[0], row[1], request_id, arguments)
         # 2. stored with its digest, decided, claimed: durable before the tool runs
-        received = dt.datetime.now(dt.UTC)
-        now = dt.datetime.now(dt.UTC)
         async with conn.transaction(), conn.cursor() as cur:
-            await cur.execute(
-                STORE,
-                (
-                    *(call_id, session, f"mcp:{request_id}", TOOL, raw, raw, args_digest),
-                    *(batch, f"mode:{mode}", MODE_REASON, json.dumps(decided)),
-                    *(received, now, now, now, now + dt.timedelta(seconds=TIMEOUT + 1)),
-                    chain,
-                ),
-                prepare=True,
-            )
-            head = await cur.fetchone()
-            if head is None:
-                raise RuntimeError(f"no chain head for session {chain}")
-            received_payload = {
-                "call_id": str(call_id),
-                "tool_use_id": f"mcp:{request_id}",
-                "tool": TOOL,
-                "arguments": raw,
-                "digest": args_digest,
-                "dialect": "mcp",
-                "batch_id": str(batch),
-                "batch_index": 0,
-            }
-            transition = {"call_id": str(call_id), "tool": TOOL}
-            started = {**transition, "from": "queued", "to": "running", "attempt": 1}
-            await append(
-                cur,
-                head,
-                chain,
-                session,
-                [
-                    ("call.received", "agent", subject, received_payload, received),
-                    ("call.allowed", f"mode:{mode}", subject, {**transition, **decided}, now),
-                    ("call.started", "inline", subject, {**started, "timeout": TIMEOUT}, now),
-                ],
-                (1, 1, 0),
-            )
+            await cur.execute(*call.store(), prepare=True)
+            await cur.execute(*call.admitted(await locked(cur, call)), prepare=True)
     # 3. the upstream call, on the process's one session, under the call's timeout
     value, content, is_error, seconds = await call_upstream(arguments)
     # 4. the result and its event: durable before the answer
-    async with pool.connection() as conn:
-        finished = dt.datetime.now(dt.UTC)
-        async with conn.transaction(), conn.cursor() as cur:
-            await cur.execute(
-                FINISH,
-                (content, is_error, json.dumps({"execute_s": seconds}), finished, call_id, chain),
-                prepare=True,
-            )
-            head = await cur.fetchone()
-            if head is None:
-                raise RuntimeError(f"call {call_id} was not running")
-            payload = {
-                **transition,
-                "from": "running",
-                "to": "completed",
-                "content": content,
-                "is_error": is_error,
-                "seconds": seconds,
-            }
-            await append(
-                cur,
-                head,
-                chain,
-                session,
-                [("call.completed", "worker", subject, payload, finished)],
-                (0, 0, 1),
-            )
+    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+        await cur.execute(*call.finish(content, is_error, seconds), prepare=True)
+        await cur.execute(*call.completed(await locked(cur, call)), prepare=True)
     # 5. the answer
     await result(send, request_id, value, session_id)
+
+
+async def locked(cur: Any, call: Call) -> tuple[int, str]:
+    """The chain head the statement just run locked (none: the write wrote nothing)."""
+    return head_of(await cur.fetchone(), call)
+
+
+def head_of(row: Any, call: Call) -> tuple[int, str]:
+    if row is None:
+        raise RuntimeError(f"call {call.call_id}: no row written, no chain head locked")
+    return (row[0], row[1])
+
+
+async def not_trusted(send: Send, request_id: Any, session_id: str) -> None:
+    error = {"code": -32603, "message": "the floor allows trusted sessions' calls only"}
+    await answer(send, {"jsonrpc": "2.0", "id": request_id, "error": error}, session_id)
 
 
 async def call_upstream(arguments: dict[str, Any]) -> tuple[dict[str, Any], str, bool, float]:
@@ -611,111 +636,23 @@ def _read_token(prefix: str, digest: str, session_id: str) -> tuple[uuid.UUID, s
     return row[0], row[1]
 
 
-def _append_sync(
-    cur: Any,
-    head: tuple[int, str],
-    chain: str,
-    session: uuid.UUID,
-    events: list[tuple[str, str, str, dict[str, Any], dt.datetime]],
-    counts: tuple[int, int, int],
-) -> None:
-    seq, prev = head
-    values: list[Any] = []
-    for kind, actor, subject, payload, at in events:
-        seq += 1
-        row, prev = _event(chain, session, seq, prev, kind, actor, subject, payload, at)
-        values += row
-    values += [seq, prev, events[-1][4], sign_head(chain, seq, prev), *counts, chain]
-    cur.execute(APPEND_3 if len(events) == 3 else APPEND_1, values)
-
-
-def _store_run_finish(
-    loop: asyncio.AbstractEventLoop,
-    session: uuid.UUID,
-    mode: str,
-    request_id: Any,
-    arguments: dict[str, Any],
-) -> dict[str, Any]:
+def _store_run_finish(loop: asyncio.AbstractEventLoop, call: Call) -> dict[str, Any]:
     """Steps 2 to 4 on one thread, as Harness's admission and inline run take one trip."""
     from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
     from floor.compiled import fixed_cursor
 
     connection = connections[DEFAULT_DB_ALIAS]
-    raw = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    args_digest = hashlib.sha256(raw.encode()).hexdigest()
-    call_id, batch = uuid.uuid4(), uuid.uuid4()
-    subject, chain = f"call:{call_id}", str(session)
-    decided = {"mode": mode, "action": "allow", "by": f"mode:{mode}", "reason": MODE_REASON}
-    received = dt.datetime.now(dt.UTC)
-    now = dt.datetime.now(dt.UTC)
     with transaction.atomic(), fixed_cursor() as cur:
-        cur.execute(
-            STORE,
-            (
-                *(call_id, session, f"mcp:{request_id}", TOOL, raw, raw, args_digest),
-                *(batch, f"mode:{mode}", MODE_REASON, json.dumps(decided)),
-                *(received, now, now, now, now + dt.timedelta(seconds=TIMEOUT + 1)),
-                chain,
-            ),
-        )
-        head = cur.fetchone()
-        if head is None:
-            raise RuntimeError(f"no chain head for session {chain}")
-        received_payload = {
-            "call_id": str(call_id),
-            "tool_use_id": f"mcp:{request_id}",
-            "tool": TOOL,
-            "arguments": raw,
-            "digest": args_digest,
-            "dialect": "mcp",
-            "batch_id": str(batch),
-            "batch_index": 0,
-        }
-        transition = {"call_id": str(call_id), "tool": TOOL}
-        started = {**transition, "from": "queued", "to": "running", "attempt": 1}
-        _append_sync(
-            cur,
-            head,
-            chain,
-            session,
-            [
-                ("call.received", "agent", subject, received_payload, received),
-                ("call.allowed", f"mode:{mode}", subject, {**transition, **decided}, now),
-                ("call.started", "inline", subject, {**started, "timeout": TIMEOUT}, now),
-            ],
-            (1, 1, 0),
-        )
+        cur.execute(*call.store())
+        cur.execute(*call.admitted(head_of(cur.fetchone(), call)))
     if getattr(connection, "pool", None) is not None:  # (given back while the tool runs)
         connection.close()
-    value, content, is_error, seconds = asyncio.run_coroutine_threadsafe(
-        call_upstream(arguments), loop
-    ).result()
-    finished = dt.datetime.now(dt.UTC)
+    future = asyncio.run_coroutine_threadsafe(call_upstream(call.arguments), loop)
+    value, content, is_error, seconds = future.result()
     with transaction.atomic(), fixed_cursor() as cur:
-        cur.execute(
-            FINISH,
-            (content, is_error, json.dumps({"execute_s": seconds}), finished, call_id, chain),
-        )
-        head = cur.fetchone()
-        if head is None:
-            raise RuntimeError(f"call {call_id} was not running")
-        payload = {
-            **transition,
-            "from": "running",
-            "to": "completed",
-            "content": content,
-            "is_error": is_error,
-            "seconds": seconds,
-        }
-        _append_sync(
-            cur,
-            head,
-            chain,
-            session,
-            [("call.completed", "worker", subject, payload, finished)],
-            (0, 0, 1),
-        )
+        cur.execute(*call.finish(content, is_error, seconds))
+        cur.execute(*call.completed(head_of(cur.fetchone(), call)))
     return value
 
 
@@ -727,12 +664,10 @@ async def tools_call_django(
     found = await on_thread(_read_token)(prefix, digest, session_id)
     if found is None:
         return await respond(send, 401, b'{"error":"invalid_token"}', JSON)
-    session, mode = found
-    if mode != "trusted":
-        error = {"code": -32603, "message": "the floor allows trusted sessions' calls only"}
-        return await answer(send, {"jsonrpc": "2.0", "id": request_id, "error": error}, session_id)
-    loop = asyncio.get_running_loop()
-    value = await on_thread(_store_run_finish)(loop, session, mode, request_id, arguments)
+    if found[1] != "trusted":
+        return await not_trusted(send, request_id, session_id)
+    call = Call(found[0], found[1], request_id, arguments)
+    value = await on_thread(_store_run_finish)(asyncio.get_running_loop(), call)
     await result(send, request_id, value, session_id)
 
 
@@ -759,86 +694,20 @@ async def tools_call_async_django(
         await connection.close()  # (back to the pool, as Hd's threads give theirs back)
     if row is None or not hmac.compare_digest(row[2], digest):
         return await respond(send, 401, b'{"error":"invalid_token"}', JSON)
-    session, mode = row[0], row[1]
-    if mode != "trusted":
-        error = {"code": -32603, "message": "the floor allows trusted sessions' calls only"}
-        return await answer(send, {"jsonrpc": "2.0", "id": request_id, "error": error}, session_id)
-    raw = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    args_digest = hashlib.sha256(raw.encode()).hexdigest()
-    call_id, batch = uuid.uuid4(), uuid.uuid4()
-    subject, chain = f"call:{call_id}", str(session)
-    decided = {"mode": mode, "action": "allow", "by": f"mode:{mode}", "reason": MODE_REASON}
-    received = dt.datetime.now(dt.UTC)
-    now = dt.datetime.now(dt.UTC)
-    transition = {"call_id": str(call_id), "tool": TOOL}
+    if row[1] != "trusted":
+        return await not_trusted(send, request_id, session_id)
+    call = Call(row[0], row[1], request_id, arguments)
     try:
         async with async_atomic(), await connection.cursor() as cur:
-            await cur.execute(
-                STORE,
-                (
-                    *(call_id, session, f"mcp:{request_id}", TOOL, raw, raw, args_digest),
-                    *(batch, f"mode:{mode}", MODE_REASON, json.dumps(decided)),
-                    *(received, now, now, now, now + dt.timedelta(seconds=TIMEOUT + 1)),
-                    chain,
-                ),
-            )
-            head = await cur.fetchone()
-            if head is None:
-                raise RuntimeError(f"no chain head for session {chain}")
-            received_payload = {
-                "call_id": str(call_id),
-                "tool_use_id": f"mcp:{request_id}",
-                "tool": TOOL,
-                "arguments": raw,
-                "digest": args_digest,
-                "dialect": "mcp",
-                "batch_id": str(batch),
-                "batch_index": 0,
-            }
-            started = {**transition, "from": "queued", "to": "running", "attempt": 1}
-            await append(
-                cur,
-                head,
-                chain,
-                session,
-                [
-                    ("call.received", "agent", subject, received_payload, received),
-                    ("call.allowed", f"mode:{mode}", subject, {**transition, **decided}, now),
-                    ("call.started", "inline", subject, {**started, "timeout": TIMEOUT}, now),
-                ],
-                (1, 1, 0),
-                prepare=None,
-            )
+            await cur.execute(*call.store())
+            await cur.execute(*call.admitted(await locked(cur, call)))
     finally:
         await connection.close()
     value, content, is_error, seconds = await call_upstream(arguments)
-    finished = dt.datetime.now(dt.UTC)
     try:
         async with async_atomic(), await connection.cursor() as cur:
-            await cur.execute(
-                FINISH,
-                (content, is_error, json.dumps({"execute_s": seconds}), finished, call_id, chain),
-            )
-            head = await cur.fetchone()
-            if head is None:
-                raise RuntimeError(f"call {call_id} was not running")
-            payload = {
-                **transition,
-                "from": "running",
-                "to": "completed",
-                "content": content,
-                "is_error": is_error,
-                "seconds": seconds,
-            }
-            await append(
-                cur,
-                head,
-                chain,
-                session,
-                [("call.completed", "worker", subject, payload, finished)],
-                (0, 0, 1),
-                prepare=None,
-            )
+            await cur.execute(*call.finish(content, is_error, seconds))
+            await cur.execute(*call.completed(await locked(cur, call)))
     finally:
         await connection.close()
     await result(send, request_id, value, session_id)
