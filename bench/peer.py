@@ -23,7 +23,9 @@ one durable transaction before the upstream call, the upstream call on one kept 
 the result with its event in a second durable transaction), CPU its daphne and the
 PostgreSQL backends; and Hf-uvicorn, the same app on uvicorn (F's server). Hf/F per
 round against the same targets: a target Hf/F misses is out of reach on this stack
-without giving up a guarantee or daphne; H/Hf is Harness above its floor.
+without giving up a guarantee or daphne; H/Hf is Harness above its floor. In the notes,
+the same floor through Django's database layer: Hd, its sync layer on threads in
+Harness's trips, and Ha, django-async-backend on the event loop (bench/README.md).
 """
 
 from __future__ import annotations
