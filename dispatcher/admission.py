@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import Count
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -35,9 +34,9 @@ from dispatcher.policy.context import CallContext, Decision, Profile
 from dispatcher.proposals import ProposedCall, digest_of
 from dispatcher.tools import messages
 from dispatcher.tools.registry import get_tool, one_generation
+from dispatcher.tools.sources import catalog
 from dispatcher.transitions import claim_new, decision_fields, new_transition, release_fields
 from floor import compiled
-from floor.compiled import Compiled
 from floor.errors import ServiceError
 
 
@@ -271,24 +270,47 @@ def _after_admission(calls: list[ToolCall], sent: list[ToolCall]) -> None:
 
 
 def _repeat_counts(session: AgentSession, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
-    """How many calls of the session had each (tool, digest) before: one query per message."""
+    """How many calls of the session had each (tool, digest) before: one query per message,
+    which also reads the upstream tools' generation for the message's lookups
+    (`catalog.pin`: the read `one_generation` would otherwise make at the first lookup)."""
     excluded = settings.HARNESS_REPEAT_EXCLUDED_TOOLS
-    digests = {digest for name, digest in keys if name not in excluded}
+    digests = sorted({digest for name, digest in keys if name not in excluded})
     if not digests:
         return {}
-    rows = _REPEATS.tuples(session.pk, sorted(digests))
-    return {(name, digest): n for name, digest, n in rows}
+    session_id = _SESSION_FIELD.get_db_prep_value(session.pk, connection)
+    sql = _repeats_sql(connection.vendor, len(digests))
+    # (prepared at once for one digest; for more, at psycopg's count: see fixed_cursor)
+    with compiled.fixed_cursor(prepare=True if len(digests) == 1 else None) as cursor:
+        cursor.execute(sql, [session_id, *digests])
+        rows = cursor.fetchall()
+    catalog.pin(rows[0][0])
+    return {(name, digest): n for _, name, digest, n in rows if name is not None}
 
 
-# One per message (floor.compiled; one plan per number of distinct digests).
-_REPEATS = Compiled(
-    lambda session_id, digests: (
-        ToolCall.objects.filter(session_id=session_id, digest__in=digests)
-        .order_by()
-        .values_list("name", "digest")
-        .annotate(n=Count("pk"))
+_SESSION_FIELD = ToolCall._meta.get_field("session").target_field
+
+
+@functools.lru_cache(maxsize=64)
+def _repeats_sql(vendor: str, count: int) -> str:
+    """One row per (tool, digest) the session called before, each with the generation;
+    one row of NULLs with it when there is none (a LEFT JOIN on one constant row). `vendor`
+    keys the cache: the text is the same for every connection of a backend."""
+    quote = connection.ops.quote_name
+    table, name, digest, session = (
+        quote(ToolCall._meta.db_table),
+        quote(str(ToolCall._meta.get_field("name").column)),
+        quote(str(ToolCall._meta.get_field("digest").column)),
+        quote(str(ToolCall._meta.get_field("session").column)),
     )
-)
+    marks = ", ".join(["%s"] * count)
+    generation = catalog.generation_sql(quote)
+    # (the models' names only; every value is a parameter)
+    return (
+        f"SELECT {generation}, c.{name}, c.{digest}, c.n FROM (SELECT 1 AS one) AS o "  # noqa: S608
+        f"LEFT JOIN (SELECT {name}, {digest}, COUNT(*) AS n FROM {table} "
+        f"WHERE {session} = %s AND {digest} IN ({marks}) GROUP BY {name}, {digest}) AS c "
+        "ON 1 = 1"
+    )
 
 
 def receive(

@@ -332,6 +332,32 @@ def test_repeat_reminder_at_thresholds(
     assert 'called 5 times in this session with identical arguments: {"x":1}' in contents[4]
 
 
+def test_repeat_counts_span_the_session_and_the_calls_of_one_message(
+    client: Client, agent: AgentFixture, session: dict[str, Any]
+) -> None:
+    """One read per message counts each (tool, arguments) the session sent before, and the
+    message counts its own calls on top, in order; the audit's call.received says the same."""
+    first = {"calls": [{"id": "p1", "name": "nope", "arguments": {"x": 1}}]}
+    post(client, calls_url(session), first, agent)
+    second = {
+        "calls": [
+            {"id": "p2", "name": "nope", "arguments": {"x": 1}},
+            {"id": "p3", "name": "nope", "arguments": {"x": 2}},
+            {"id": "p4", "name": "nope", "arguments": {"x": 1}},
+        ]
+    }
+    post(client, calls_url(session), second, agent)
+    counts = dict(
+        ToolCall.objects.filter(session_id=session["id"]).values_list("tool_use_id", "repeat_count")
+    )
+    assert counts == {"p1": 1, "p2": 2, "p3": 1, "p4": 3}
+    received = {
+        event.payload["tool_use_id"]: event.payload["repeat_count"]
+        for event in AuditEvent.objects.filter(chain=session["id"], kind="call.received")
+    }
+    assert received == counts
+
+
 @pytest.mark.parametrize(
     "body, status, code",
     [

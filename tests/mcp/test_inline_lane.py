@@ -94,17 +94,21 @@ def test_an_allowed_upstream_http_call_runs_in_the_request_with_the_workers_reco
     sql = data_statements(queries)
     commits = [q for q in queries.captured_queries if q["sql"] == "COMMIT"]
     if connection.vendor == "postgresql":
-        # The repeat count, the generation of the upstream tools (once for the message),
-        # the call INSERT with the chain head's lock, its three events (received,
-        # allowed, started: the claim) in one append; the result's UPDATE with the lock,
-        # its event: two commits, the claim durable in the first, before the tool runs.
-        assert len(sql) == 6, sql
-        assert sql[2].startswith('WITH written AS (INSERT INTO "dispatcher_toolcall"'), sql
-        assert sql[4].startswith('WITH written AS (UPDATE "dispatcher_toolcall"'), sql
+        # The repeat count with the generation of the upstream tools (one read for the
+        # message), the call INSERT with the chain head's lock, its three events
+        # (received, allowed, started: the claim) in one append; the result's UPDATE with
+        # the lock, its event: two commits, the claim durable in the first, before the
+        # tool runs.
+        assert len(sql) == 5, sql
+        assert sql[1].startswith('WITH written AS (INSERT INTO "dispatcher_toolcall"'), sql
+        assert sql[3].startswith('WITH written AS (UPDATE "dispatcher_toolcall"'), sql
         assert len(commits) == 2
     else:  # (SQLite: no data-modifying WITH, so the lock, append and head are their own)
-        assert len(sql) == 10, sql
+        assert len(sql) == 9, sql
         assert len(commits) == 2
+    # The generation is read with the repeat count, not by the tool's lookups.
+    assert '"sources_generation"' in sql[0] and "COUNT(*)" in sql[0], sql
+    assert not any('"sources_generation"' in statement for statement in sql[1:]), sql
 
 
 def test_only_an_upstream_http_tool_alone_in_its_message_is_kept(trusted_upstream: str) -> None:
