@@ -12,6 +12,7 @@ Guards run again in the worker, where the row exists.
 from __future__ import annotations
 
 import functools
+import logging
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -37,7 +39,10 @@ from dispatcher.tools.registry import get_tool, one_generation
 from dispatcher.tools.sources import catalog
 from dispatcher.transitions import claim_new, decision_fields, new_transition, release_fields
 from floor import compiled
+from floor.compiled import Compiled
 from floor.errors import ServiceError
+
+logger = logging.getLogger(__name__)
 
 
 def submit_calls(
@@ -279,12 +284,31 @@ def _repeat_counts(session: AgentSession, keys: set[tuple[str, str]]) -> dict[tu
         return {}
     session_id = _SESSION_FIELD.get_db_prep_value(session.pk, connection)
     sql = _repeats_sql(connection.vendor, len(digests))
-    # (prepared at once for one digest; for more, at psycopg's count: see fixed_cursor)
-    with compiled.fixed_cursor(prepare=True if len(digests) == 1 else None) as cursor:
-        cursor.execute(sql, [session_id, *digests])
-        rows = cursor.fetchall()
+    try:
+        # (prepared at once for one digest; for more, at psycopg's count: fixed_cursor)
+        with compiled.fixed_cursor(prepare=True if len(digests) == 1 else None) as cursor:
+            cursor.execute(sql, [session_id, *digests])
+            rows = cursor.fetchall()
+    except DatabaseError:
+        if connection.in_atomic_block:
+            raise  # (the transaction is broken: nothing more can be read in it)
+        # The sources tables unreadable: counted alone, and the lookups find no upstream
+        # tools (catalog.generation), as before the fold (docs/mcp.md, "What fails closed").
+        logger.warning("repeat counts read without the upstream tools' generation", exc_info=True)
+        return {(name, digest): n for name, digest, n in _REPEATS.tuples(session.pk, digests)}
     catalog.pin(rows[0][0])
     return {(name, digest): n for _, name, digest, n in rows if name is not None}
+
+
+# The counts alone, when the sources tables cannot be read (floor.compiled).
+_REPEATS = Compiled(
+    lambda session_id, digests: (
+        ToolCall.objects.filter(session_id=session_id, digest__in=digests)
+        .order_by()
+        .values_list("name", "digest")
+        .annotate(n=Count("pk"))
+    )
+)
 
 
 _SESSION_FIELD = ToolCall._meta.get_field("session").target_field

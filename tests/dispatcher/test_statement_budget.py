@@ -260,3 +260,40 @@ def test_the_organizations_and_teams_layers_cost_no_statement_once_parsed() -> N
     assert stopped.status == Status.DENIED, stopped.reason
     assert "capped at locked by the organization's max_mode (org policy v3)" in stopped.reason
     post("after")  # (parsed again, once)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_sources_tables_unreadable_a_message_is_still_counted_and_decided() -> None:
+    """The repeat count's read also reads the upstream tools' generation; when the sources
+    tables cannot be read, the counts are read alone and the lookups find no upstream tool
+    (docs/mcp.md, "What fails closed"): a built-in call is still admitted, an upstream
+    tool's name is unknown, and nothing is stale."""
+    fx = make_agent(mode="trusted")
+    session = agents.start_session(agent=fx.agent)
+
+    def message(tool_use_id: str, name: str) -> list[ProposedCall]:
+        arguments = {"path": "."}
+        return [ProposedCall(tool_use_id, name, canonical_json(arguments), arguments)]
+
+    admission.submit_calls(
+        session=session, dialect="native", proposed=message("b1", "list_directory")
+    )
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"ALTER TABLE {quote('sources_generation')} RENAME TO {quote('sources_away')}"
+        )
+    try:
+        [builtin] = admission.submit_calls(
+            session=session, dialect="native", proposed=message("b2", "list_directory")
+        )
+        [upstream] = admission.submit_calls(
+            session=session, dialect="native", proposed=message("u1", "up__list_directory")
+        )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"ALTER TABLE {quote('sources_away')} RENAME TO {quote('sources_generation')}"
+            )
+    assert (builtin.status, builtin.repeat_count) == (Status.QUEUED, 2)
+    assert upstream.status == Status.REJECTED and "up__list_directory" in upstream.content
