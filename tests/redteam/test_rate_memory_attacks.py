@@ -18,7 +18,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from dispatcher import limits
-from tests.redteam.test_request_threads_attacks import bearer, call, scope
+from tests.redteam.test_request_threads_attacks import bearer, call, refuse, scope
 from tests.support.factories import make_agent
 from tests.support.live import LiveStack
 
@@ -148,7 +148,7 @@ def test_a_flood_on_both_gateways_gets_no_more_than_the_rate(asgi: Any, forgetti
         method="POST",
     )
     assert async_to_sync(call)(asgi.application, dict(tools))[0] == 200
-    assert async_to_sync(call)(asgi.application, dict(tools))[0] == 429
+    refuse(asgi.application, tools)
     body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'
 
     async def flood() -> list[int]:
@@ -176,7 +176,7 @@ def test_a_refused_agents_held_flood_does_not_hold_another_agent(
     a, b = make_agent(), make_agent()
     tools = scope("/api/v1/tools", bearer(a.token))
     assert async_to_sync(call)(asgi.application, dict(tools))[0] == 200
-    assert async_to_sync(call)(asgi.application, dict(tools))[0] == 429
+    refuse(asgi.application, tools)
     held_started = asyncio.Event()
     b_answers: list[tuple[int, float]] = []
 

@@ -54,6 +54,19 @@ def bearer(token: str) -> tuple[bytes, bytes]:
     return (b"authorization", f"Bearer {token}".encode())
 
 
+def refuse(app: Any, request_scope: dict[str, Any]) -> None:
+    """The token's burst (of one) taken and its refusal remembered: a few requests at once.
+    (One after another they may fall a token's time apart on a loaded machine, 50 ms at 20
+    a second, and all be served: an embedded CI run once saw 200 where 429 was expected.)"""
+
+    async def burst() -> list[int]:
+        answers = await asyncio.gather(*(call(app, dict(request_scope)) for _ in range(3)))
+        return [status for status, _ in answers]
+
+    statuses = async_to_sync(burst)()
+    assert 429 in statuses and set(statuses) <= {200, 429}, statuses
+
+
 async def call(
     app: Any, request_scope: dict[str, Any], body: bytes = b"", disconnect: bool = False
 ) -> tuple[int, dict[str, Any]]:
@@ -376,8 +389,8 @@ def test_requests_held_for_a_refused_token_go_on_one_per_token_not_all_at_once(
     its bucket is not left in debt by requests that were waiting as told."""
     fx = make_agent()
     tools = scope("/api/v1/tools", bearer(fx.token))
-    assert async_to_sync(call)(asgi.application, dict(tools))[0] == 200  # the burst of one
-    assert async_to_sync(call)(asgi.application, dict(tools))[0] == 429  # refused: remembered
+    assert async_to_sync(call)(asgi.application, dict(tools))[0] == 200  # served
+    refuse(asgi.application, tools)  # refused: remembered
 
     async def crowd() -> list[int]:
         answers = await asyncio.gather(*(call(asgi.application, dict(tools)) for _ in range(HELD)))
