@@ -53,6 +53,46 @@ def connection() -> psycopg.Connection[Any]:
     return psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
 
 
+def event_row(
+    chain: str,
+    session: uuid.UUID,
+    seq: int,
+    prev: str,
+    kind: str,
+    actor: str,
+    subject: str,
+    payload: dict[str, Any],
+    at: dt.datetime,
+) -> tuple[list[Any], str]:
+    """One event's row values, in the order of audit_auditevent's columns in APPEND
+    (chain, session_id, seq, kind, actor, subject, payload, created_at, prev_hash, hash),
+    and its hash: chained and hashed as audit.services does."""
+    digest = chain_hash(
+        prev,
+        canonical_event(
+            chain=chain,
+            seq=seq,
+            kind=kind,
+            actor=actor,
+            subject=subject,
+            payload=payload,
+            created_at=at.isoformat(),
+        ),
+    )
+    return [
+        chain,
+        session,
+        seq,
+        kind,
+        actor,
+        subject,
+        json.dumps(payload),
+        at,
+        prev,
+        digest,
+    ], digest
+
+
 def transition(call_id: str, chain: str, before: str, after: str) -> None:
     """One durable transition of a call with its audit event, as one transaction."""
     conn = connection()
@@ -65,37 +105,8 @@ def transition(call_id: str, chain: str, before: str, after: str) -> None:
                 f"floor: call {call_id} was not {before} (or chain {chain} has no head)"
             )
         seq, prev = head[0] + 1, head[1]
-        kind, payload = KIND[after], {"call": call_id, "status": after}
-        created = now.isoformat()
-        digest = chain_hash(
-            prev,
-            canonical_event(
-                chain=chain,
-                seq=seq,
-                kind=kind,
-                actor="worker",
-                subject=call_id,
-                payload=payload,
-                created_at=created,
-            ),
+        payload = {"call": call_id, "status": after}
+        row, digest = event_row(
+            chain, uuid.UUID(chain), seq, prev, KIND[after], "worker", call_id, payload, now
         )
-        cur.execute(
-            APPEND,
-            (
-                chain,
-                uuid.UUID(chain),
-                seq,
-                kind,
-                "worker",
-                call_id,
-                json.dumps(payload),
-                now,
-                prev,
-                digest,
-                seq,
-                digest,
-                now,
-                sign_head(chain, seq, digest),
-                chain,
-            ),
-        )
+        cur.execute(APPEND, (*row, seq, digest, now, sign_head(chain, seq, digest), chain))

@@ -75,8 +75,9 @@ django.setup()  # (the audit key's settings: sign_head reads them)
 import httpx2  # noqa: E402
 import psycopg  # noqa: E402
 
-from audit.services import GENESIS_HASH, canonical_event, chain_hash  # noqa: E402
+from audit.services import GENESIS_HASH  # noqa: E402
 from audit.signing import sign_head  # noqa: E402
+from bench.floor import event_row  # noqa: E402
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -191,44 +192,6 @@ class Pool:
 pool = Pool()
 
 
-def _event(
-    chain: str,
-    session: uuid.UUID,
-    seq: int,
-    prev: str,
-    kind: str,
-    actor: str,
-    subject: str,
-    payload: dict[str, Any],
-    at: dt.datetime,
-) -> tuple[list[Any], str]:
-    """One event's row values (APPEND's order) and its hash."""
-    digest = chain_hash(
-        prev,
-        canonical_event(
-            chain=chain,
-            seq=seq,
-            kind=kind,
-            actor=actor,
-            subject=subject,
-            payload=payload,
-            created_at=at.isoformat(),
-        ),
-    )
-    return [
-        chain,
-        session,
-        seq,
-        kind,
-        actor,
-        subject,
-        json.dumps(payload),
-        at,
-        prev,
-        digest,
-    ], digest
-
-
 Events = list[tuple[str, str, str, dict[str, Any], dt.datetime]]
 
 
@@ -245,7 +208,7 @@ def appended(
     values: list[Any] = []
     for kind, actor, subject, payload, at in events:
         seq += 1
-        row, prev = _event(chain, session, seq, prev, kind, actor, subject, payload, at)
+        row, prev = event_row(chain, session, seq, prev, kind, actor, subject, payload, at)
         values += row
     values += [seq, prev, events[-1][4], sign_head(chain, seq, prev), *counts, chain]
     return (APPEND_3 if len(events) == 3 else APPEND_1), values
@@ -509,7 +472,7 @@ async def start_session(prefix: str, digest: str, external: str) -> None:
         chain = str(session)
         now = dt.datetime.now(dt.UTC)
         payload = {"mode": "trusted", "client": CLIENT, "external_id": external}
-        values, head = _event(
+        values, head = event_row(
             chain, session, 1, GENESIS_HASH, "session.started", f"agent:{agent}", "", payload, now
         )
         await conn.execute(
