@@ -248,9 +248,12 @@ def scenario_peer(
     baseline = Path(os.environ.get("BENCH_PEER_BASELINE") or ROOT)
     server = Server("S14", env, wait=False)
     worker = Worker({**env, "PYTHONPATH": str(baseline)}, wait=False, root=baseline)
+    # (BENCH_PEER_BASELINE_INLINE=1: that checkout with its inline lane, to compare
+    # two versions of H in the same rounds: H/H0 is then the change's own ratio.)
+    lane = {} if os.environ.get("BENCH_PEER_BASELINE_INLINE") == "1" else {"BENCH_NO_INLINE": "1"}
     queued = Server(
         "S14-H0",
-        {**env, "BENCH_NO_INLINE": "1", "PYTHONPATH": str(baseline)},
+        {**env, **lane, "PYTHONPATH": str(baseline)},
         wait=False,
         root=baseline,
     )

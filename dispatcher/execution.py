@@ -5,6 +5,7 @@ messages. The state changes themselves are in dispatcher.transitions.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -65,15 +66,18 @@ def execute_call(call_id: str) -> None:
     _claim_and_run(call, ctx)
 
 
-def run_inline(call: ToolCall, ctx: CallContext) -> None:
+def run_inline(
+    call: ToolCall, ctx: CallContext, loop: asyncio.AbstractEventLoop | None = None
+) -> None:
     """Stages 6 to 10 in the request that admitted `call` a moment ago, claimed
     (admission.admit_message's `inline`), as the worker would run it, without the queue:
     the same host-only timeout, the same result and its event. `ctx` is what policy saw
     at admission, in this process, an instant ago (the worker re-runs the guards because
     time has passed since). When the result cannot be written, the call stays running
     and its lease ends it as outcome_unknown, as for a worker that died running it:
-    this raises then."""
-    _run_claimed(call, ctx, before_body=_give_back_connection, announce=False)
+    this raises then. `loop`: the request's event loop, which awaits this (the body
+    may make its request there: ExecutionContext.loop)."""
+    _run_claimed(call, ctx, before_body=_give_back_connection, announce=False, loop=loop)
 
 
 def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
@@ -124,6 +128,7 @@ def _run_claimed(
     row: Preview | None = None,
     before_body: Callable[[], None] | None = None,
     announce: bool = True,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> None:
     """Stages 6 to 10 of a call this process claimed (`row`: its approved preview, which
     could not be applied: the audit says the command ran)."""
@@ -137,6 +142,7 @@ def _run_claimed(
         timeout=tool.timeout,
         output_limit=settings.HARNESS_OUTPUT_LIMIT,
         raw_arguments=call.raw_arguments,
+        loop=loop,
     )
     outcome = pipeline.execute(
         tool,

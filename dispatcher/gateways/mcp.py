@@ -335,8 +335,11 @@ async def admitted(caller: Caller, proposed: ProposedCall, slot: WaitSlot | None
     would record the call anyway): the cancellation then reaches `hold`, which cancels
     the call on 2026-07-28, so a client that closed its stream during the admission
     leaves no call waiting for a reviewer on its behalf."""
+    loop = asyncio.get_running_loop()  # (a call run inline makes its request here)
     with anyio.CancelScope(shield=True):
-        call = await db(submit)(caller.session, proposed, preloaded=caller.loaded, slot=slot)
+        call = await db(submit)(
+            caller.session, proposed, preloaded=caller.loaded, slot=slot, loop=loop
+        )
     return call
 
 
@@ -360,11 +363,13 @@ def submit(
     *,
     preloaded: bool = False,
     slot: WaitSlot | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> ToolCall:
     """The call (a request sent again finds its call, perhaps edited since: followed).
     `preloaded`: the session was read with its owner's profile (Caller.loaded). A call
     allowed at once whose tool may run in this process is run now (the inline lane:
-    admission.admit_message, execution.run_inline). `slot`: the request's wait slot,
+    admission.admit_message, execution.run_inline), its upstream request made on `loop`,
+    the request's own event loop, which awaits this. `slot`: the request's wait slot,
     taken first (MCPError when none is free: nothing recorded), given back here when the
     call is done.
 
@@ -388,7 +393,7 @@ def submit(
             )
         for claimed, ctx in kept:  # allowed, claimed, and it may run here: it runs now
             try:
-                execution.run_inline(claimed, ctx)
+                execution.run_inline(claimed, ctx, loop)
             except Exception:
                 # Its result was not written: it is still running in the database, and
                 # its lease ends it as outcome_unknown; the request waits for that.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import re
@@ -25,6 +26,10 @@ class ExecutionContext:
     output_limit: int
     # The call's arguments exactly as logged (an upstream MCP tool sends these bytes).
     raw_arguments: str = ""
+    # The event loop of the web request that runs the call inline and awaits it, so it
+    # runs until the call ends (execution.run_inline; None in a worker): an I/O body
+    # may make its request there rather than on a loop of its own.
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 def default_project_content(value: Any) -> str:

@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 
 from dispatcher.gateways import mcp_http
+from dispatcher.gateways.mcp_http import split_session_id
 from dispatcher.models import Status, ToolCall
+from dispatcher.tools.sources import upstream as upstream_module
 from tests.approvals.conftest import closing_connections
 from tests.mcp.conftest import review, wait_for_pending
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
@@ -432,3 +434,37 @@ def test_the_official_clients_calls_take_the_fast_path(
     assert "tools/list" in g.sdk_methods and "tools/call" not in g.sdk_methods
     assert echoed.is_error is False and echoed.content[0].text == "echo: a"
     assert unknown.is_error is True and "Tool 'readFile' does not exist" in unknown.content[0].text
+
+
+def test_an_inline_call_is_answered_while_the_pools_loop_thread_is_held_up(
+    gateway: Any, upstream: str
+) -> None:
+    """The inline lane's upstream request is made on the request's own event loop
+    (upstream.Pool.loop_for): with the pool's loop thread busy (a blocking callback on
+    it), the call is still run and answered."""
+    fx = make_agent(mode="trusted")
+    g = gateway(fx)
+    session = g.session()
+    held, release, gave_up = threading.Event(), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        if not release.wait(20):
+            gave_up.set()
+
+    upstream_module.POOL.loop().call_soon_threadsafe(hold)
+    assert held.wait(10), "the pool's loop did not run the blocking callback"
+    try:
+        answer = g.post(call(1, f"{upstream}__echo", {"text": "own loop"}), session)
+        answered_while_held = not gave_up.is_set()
+    finally:
+        release.set()
+    assert answered_while_held
+    [message] = answer.messages()
+    assert message["result"]["content"] == [{"type": "text", "text": "echo: own loop"}]
+    stored = ToolCall.objects.get(session__external_id=split_session_id(session)[0])
+    assert (stored.status, stored.content, stored.attempts) == (
+        Status.COMPLETED,
+        "echo: own loop",
+        1,
+    )

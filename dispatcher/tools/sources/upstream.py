@@ -3,7 +3,9 @@
 `list_definitions` opens a session once (registration, refresh). Workers call tools
 through `POOL`: one event loop thread per process and one open session per server (and
 configuration version), kept across calls; a stdio server that died is started again on
-the next call; a session whose call timed out or lost its connection is closed.
+the next call; a session whose call timed out or lost its connection is closed. A call
+run inline by a web request of an HTTP server is made on that request's own event loop,
+with a session kept there (`Pool.loop_for`).
 
 stdio servers start through `launch_argv`: a scrubbed environment (only the variables
 configured for the server, plus PATH) and `sandboxed_argv`, the one place their command
@@ -314,7 +316,9 @@ class Pool:
     def __init__(self) -> None:
         self._pid = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._connections: dict[Endpoint, Connection] = {}
+        # The open connections of each loop: the pool's own, and those of the web
+        # requests' loops (`loop_for`); a connection is used only on the loop it is on.
+        self._connections: dict[asyncio.AbstractEventLoop, dict[Endpoint, Connection]] = {}
         self._lock = threading.Lock()
 
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -328,13 +332,35 @@ class Pool:
                 ).start()
             return self._loop
 
+    def loop_for(
+        self, endpoint: Endpoint, loop: asyncio.AbstractEventLoop | None
+    ) -> asyncio.AbstractEventLoop:
+        """Where a call of `endpoint` runs: on `loop`, the event loop of the web request
+        that awaits the call (ExecutionContext.loop), for an HTTP server, rather than
+        handed to the pool's loop thread and back (docs/benchmarks.md, S14); else, and
+        for a stdio server (a process, which outlives any request), on the pool's own.
+        Never on the loop this thread runs (it would wait on itself)."""
+        if loop is None or endpoint.transport == "stdio" or not loop.is_running():
+            return self.loop()
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        return self.loop() if here is loop else loop
+
     def call(
-        self, endpoint: Endpoint, tool: str, fingerprint: str, arguments: dict[str, Any]
+        self,
+        endpoint: Endpoint,
+        tool: str,
+        fingerprint: str,
+        arguments: dict[str, Any],
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> types.CallToolResult:
-        """Call `tool` with `arguments`; raises ToolError (what the model reads),
-        TimeoutError (past the tool's timeout), DefinitionChanged or UpstreamError."""
+        """Call `tool` with `arguments` (on `loop`: `loop_for`); raises ToolError (what
+        the model reads), TimeoutError (past the tool's timeout), DefinitionChanged or
+        UpstreamError."""
         future = asyncio.run_coroutine_threadsafe(
-            self._call(endpoint, tool, fingerprint, arguments), self.loop()
+            self._call(endpoint, tool, fingerprint, arguments), self.loop_for(endpoint, loop)
         )
         try:
             return future.result(timeout=endpoint.timeout + CONNECT_TIMEOUT)
@@ -344,12 +370,13 @@ class Pool:
 
     async def _connection(self, endpoint: Endpoint) -> Connection:
         """The open connection, started again if it died (a crashed stdio server)."""
-        for key, old in list(self._connections.items()):
+        connections = self._on_this_loop()
+        for key, old in list(connections.items()):
             same_server = key.server_id == endpoint.server_id or key.name == endpoint.name
             if same_server and key != endpoint.key:  # its configuration changed
-                del self._connections[key]
+                del connections[key]
                 await old.close()
-        connection = self._connections.get(endpoint.key)
+        connection = connections.get(endpoint.key)
         if (
             connection is not None
             and connection.alive
@@ -359,10 +386,10 @@ class Pool:
         ):
             await connection.close()
         if connection is None or not connection.alive:
-            connection = self._connections[endpoint.key] = Connection(endpoint)
+            connection = connections[endpoint.key] = Connection(endpoint)
         await asyncio.wait_for(connection.ready.wait(), CONNECT_TIMEOUT)
         if connection.session is None:
-            del self._connections[endpoint.key]
+            del connections[endpoint.key]
             raise UpstreamError(describe(connection.error or RuntimeError("not connected")))
         return connection
 
@@ -376,7 +403,7 @@ class Pool:
         for _ in range(2):
             connection = await self._connection(endpoint)
             async with connection.lock:  # one request at a time per session
-                if self._connections.get(endpoint.key) is connection and connection.alive:
+                if self._on_this_loop().get(endpoint.key) is connection and connection.alive:
                     return await self._call_on(connection, tool, fingerprint, arguments)
         raise UpstreamError("its connection broke twice while the call waited")
 
@@ -420,8 +447,17 @@ class Pool:
         """Close a connection that timed out or broke (in the background) and start the
         next one now, so that the next call finds the server started again."""
         asyncio.get_running_loop().create_task(connection.close())
-        if self._connections.get(connection.endpoint.key) is connection:
-            self._connections[connection.endpoint.key] = Connection(connection.endpoint)
+        connections = self._on_this_loop()
+        if connections.get(connection.endpoint.key) is connection:
+            connections[connection.endpoint.key] = Connection(connection.endpoint)
+
+    def _on_this_loop(self) -> dict[Endpoint, Connection]:
+        """The running loop's connections (those of loops that closed are forgotten)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for other in [other for other in self._connections if other.is_closed()]:
+                del self._connections[other]
+            return self._connections.setdefault(loop, {})
 
 
 async def _answers_ping(session: ClientSession) -> bool:
@@ -488,7 +524,7 @@ def execute(
     Raises DefinitionChanged (see services.run_tool) and ToolError."""
     arguments = json.loads(ctx.raw_arguments) if ctx.raw_arguments else args
     try:
-        result = POOL.call(endpoint, tool, fingerprint, arguments)
+        result = POOL.call(endpoint, tool, fingerprint, arguments, ctx.loop)
     except UpstreamError as exc:
         text = (
             f"The MCP server '{endpoint.name}' could not run '{tool}': {exc} "
