@@ -17,6 +17,7 @@ the server's name (floor.outbound's resolver threads; a regression of 81adc54)."
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import subprocess
 import sys
@@ -28,19 +29,20 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import httpx
 import pytest
 from django.core.management import call_command
 
 from dispatcher.gateways import mcp_http
 from dispatcher.gateways.mcp_http import split_session_id
 from dispatcher.models import Status, ToolCall
-from dispatcher.tools.sources import services
+from dispatcher.tools.sources import catalog, services
 from dispatcher.tools.sources import upstream as upstream_module
 from tests.mcp.test_fast_path import Answer, call
 from tests.support.factories import AgentFixture, make_agent
-from tests.support.live import free_port, stop, wait_for_port
+from tests.support.live import LiveStack, free_port, stop, wait_for_port
 from tests.support.mcp_requests import HANDSHAKE, initialize
 from tests.support.paths import ROOT
 
@@ -500,3 +502,117 @@ def test_an_inline_call_does_not_wait_for_the_serving_loops_default_executor(
     assert echo["content"] == [{"type": "text", "text": "echo: busy"}], echo
     assert took < TIMEOUT + 1 + DB_MARGIN, took
     assert stored(session, f"{name}__echo").status == Status.COMPLETED
+
+
+def test_a_stdio_servers_call_is_never_made_on_the_serving_loop(serving: ServingLoop) -> None:
+    """A stdio server is a process that outlives any request: its auto-allowed call is not
+    run inline (it is queued for a worker), and were its body run with a request's loop,
+    its request would still go to the pool's own loop (upstream.Pool.loop_for)."""
+    name = "s" + uuid.uuid4().hex[:8]
+    call_command(
+        "add_mcp_server",
+        name,
+        "--command",
+        f"{sys.executable} {ROOT / 'tests' / 'support' / 'mcp_upstream.py'} stdio",
+        "--trust-annotations",
+        stdout=StringIO(),
+    )
+    tool = catalog.upstream_tool(f"{name}__echo")
+    assert tool is not None and tool.inline is False
+    # (functools.partial(services.run_tool, endpoint, ...))
+    endpoint = cast(functools.partial[Any], tool.execute).args[0]
+    assert endpoint.transport == "stdio"
+    pool = upstream_module.POOL
+    assert pool.loop_for(endpoint, serving.loop) is pool.loop()
+    fx = make_agent(mode="trusted")
+    session = serving.session(fx)
+    request = serving.post(fx, call(1, f"{name}__echo", {"text": "p"}), session)
+    deadline = time.monotonic() + 10
+    while not ToolCall.objects.filter(name=f"{name}__echo").exists():
+        assert time.monotonic() < deadline, "the call was not recorded"
+        time.sleep(0.05)
+    assert stored(session, f"{name}__echo").status == Status.QUEUED
+    assert [e for e in pool._connections.get(serving.loop, {}) if e.name == name] == []
+    request.hang_up()
+
+
+# --- On a real daphne -----------------------------------------------------------------------
+
+
+def live_call(stack: LiveStack, fx: AgentFixture, session: str, body: Any) -> tuple[float, Any]:
+    """A tools/call on the live daphne: how long it took, and its JSON-RPC result."""
+    started = time.monotonic()
+    response = httpx.post(
+        stack.url + "/mcp/",
+        json=body,
+        headers={
+            **fx.headers,
+            "Accept": "application/json, text/event-stream",
+            "Mcp-Session-Id": session,
+            "MCP-Protocol-Version": HANDSHAKE,
+        },
+        timeout=60,
+    )
+    took = time.monotonic() - started
+    assert response.status_code == 200, response.text[:500]
+    [data] = [
+        line[len("data: ") :] for line in response.text.splitlines() if line.startswith("data: ")
+    ]
+    return took, json.loads(data)["result"]
+
+
+@pytest.mark.live
+def test_live_a_hostile_upstream_does_not_hold_up_daphnes_other_requests(
+    hostile: Hostile, live_stack: LiveStack, live_db: None
+) -> None:
+    """On a real daphne, where the inline call's upstream request is made on the loop that
+    serves every request: one agent's call of a server that never answers, another's of
+    a 30 MB answer; meanwhile a third agent's requests are answered without a stall of a
+    second (half the tool's timeout), the first call ends at its host-only timeout and the
+    second is answered."""
+    name = register(hostile.url)
+    # (another registration of it: a session of its own, not waiting behind `never`'s)
+    big_name = register(hostile.url)
+    fx, big, other = (make_agent(mode="trusted") for _ in range(3))
+    sessions = {}
+    for agent in (fx, big):
+        answer = httpx.post(
+            live_stack.url + "/mcp/",
+            json=initialize("rtloop", run=uuid.uuid4().hex),
+            headers={**agent.headers, "Accept": "application/json, text/event-stream"},
+            timeout=60,
+        )
+        sessions[agent.token] = answer.headers["mcp-session-id"]
+    results: dict[str, tuple[float, Any]] = {}
+
+    def run(key: str, agent: AgentFixture, body: Any) -> None:
+        results[key] = live_call(live_stack, agent, sessions[agent.token], body)
+
+    threads = [
+        threading.Thread(target=run, args=("never", fx, call(1, f"{name}__never", {}))),
+        threading.Thread(
+            target=run, args=("huge", big, call(1, f"{big_name}__huge", {"megabytes": 30}))
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+    slowest = 0.0
+    with httpx.Client(base_url=live_stack.url, headers=other.headers, timeout=60) as client:
+        while any(thread.is_alive() for thread in threads):
+            started = time.monotonic()
+            assert client.get("/api/v1/tools").status_code == 200
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.02)
+    for thread in threads:
+        thread.join(60)
+    never_took, never = results["never"]
+    huge_took, huge = results["huge"]
+    print(f"live: slowest other request {slowest:.3f}s, huge {huge_took:.2f}s")
+    assert never["isError"] is True and never_took < TIMEOUT + 1 + DB_MARGIN, never_took
+    assert huge["isError"] is False and huge["content"][0]["text"].startswith("x" * 1000), str(
+        huge
+    )[:600]
+    assert huge_took < TIMEOUT + 1 + DB_MARGIN, huge_took
+    assert slowest < TIMEOUT / 2, slowest
+    log = (live_stack.log_dir / "daphne.log").read_text(errors="replace")
+    assert "Traceback" not in log
