@@ -23,15 +23,19 @@ so audit, tools and approvals all use it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import ipaddress
 import math
+import os
 import re
 import socket
 import ssl
+import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -251,6 +255,30 @@ class _GuardedBackend(httpcore.SyncBackend):
         raise error
 
 
+# The async door's name resolutions run on threads of their own, never on the running
+# loop's default executor: an upstream MCP server's request may be made on a web
+# request's loop (daphne's: upstream.Pool.loop_for), whose default executor every
+# request's short sync work shares, and a busy one must not hold up the connection.
+RESOLVER_THREADS = 4
+_resolver: tuple[int, ThreadPoolExecutor] | None = None
+_resolver_lock = threading.Lock()
+
+
+def _resolver_threads() -> ThreadPoolExecutor:
+    global _resolver
+    with _resolver_lock:
+        if _resolver is None or _resolver[0] != os.getpid():  # new, or a forked child
+            _resolver = (os.getpid(), ThreadPoolExecutor(RESOLVER_THREADS, "outbound-resolve"))
+        return _resolver[1]
+
+
+async def _resolve(host: str, port: int) -> list[Any]:
+    """`host` resolved as the sync door resolves it (`checked_addresses`), on one of
+    `_resolver_threads`."""
+    lookup = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    return await asyncio.get_running_loop().run_in_executor(_resolver_threads(), lookup)
+
+
 class _AsyncGuardedBackend(httpcore2.AnyIOBackend):
     """The same for asyncio (HTTP upstream MCP servers), on httpcore2: the MCP SDK's
     client takes httpx2's clients only."""
@@ -264,7 +292,7 @@ class _AsyncGuardedBackend(httpcore2.AnyIOBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
         try:
-            infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            infos = await _resolve(host, port)
         except OSError:
             raise OutboundRefused("the name does not resolve") from None
         error: Exception = OutboundRefused("connection failed")

@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -358,9 +359,14 @@ class Pool:
     ) -> types.CallToolResult:
         """Call `tool` with `arguments` (on `loop`: `loop_for`); raises ToolError (what
         the model reads), TimeoutError (past the tool's timeout), DefinitionChanged or
-        UpstreamError."""
+        UpstreamError. A call still waiting for its session (starting, or busy with
+        other calls) when its timeout has passed is not sent: its host has given up on
+        it (pipeline.execute's backstop, timeout + 1 s from about now) and told its
+        agent it timed out."""
+        deadline = time.monotonic() + endpoint.timeout
         future = asyncio.run_coroutine_threadsafe(
-            self._call(endpoint, tool, fingerprint, arguments), self.loop_for(endpoint, loop)
+            self._call(endpoint, tool, fingerprint, arguments, deadline),
+            self.loop_for(endpoint, loop),
         )
         try:
             return future.result(timeout=endpoint.timeout + CONNECT_TIMEOUT)
@@ -394,7 +400,12 @@ class Pool:
         return connection
 
     async def _call(
-        self, endpoint: Endpoint, tool: str, fingerprint: str, arguments: dict[str, Any]
+        self,
+        endpoint: Endpoint,
+        tool: str,
+        fingerprint: str,
+        arguments: dict[str, Any],
+        deadline: float,
     ) -> types.CallToolResult:
         # Twice at most: a call that waited its turn behind one that broke or timed out
         # finds the connection replaced, and goes to the new one. (The SDK's client
@@ -404,13 +415,24 @@ class Pool:
             connection = await self._connection(endpoint)
             async with connection.lock:  # one request at a time per session
                 if self._on_this_loop().get(endpoint.key) is connection and connection.alive:
-                    return await self._call_on(connection, tool, fingerprint, arguments)
+                    left = deadline - time.monotonic()
+                    if left <= 0:  # (`call`: its host has given up; it is not sent)
+                        raise TimeoutError("it waited past its timeout for the server")
+                    # (its answer is of no use past the host's backstop, a second on)
+                    read = min(endpoint.timeout, left + 1)
+                    return await self._call_on(connection, tool, fingerprint, arguments, read)
         raise UpstreamError("its connection broke twice while the call waited")
 
     async def _call_on(
-        self, connection: Connection, tool: str, fingerprint: str, arguments: dict[str, Any]
+        self,
+        connection: Connection,
+        tool: str,
+        fingerprint: str,
+        arguments: dict[str, Any],
+        read_timeout: float,
     ) -> types.CallToolResult:
-        """The call on `connection`, whose lock the caller holds."""
+        """The call on `connection`, whose lock the caller holds, given `read_timeout`
+        seconds to answer."""
         endpoint = connection.endpoint
         seen = connection.definitions.get(tool)
         if seen is None or seen.fingerprint != fingerprint:
@@ -418,7 +440,7 @@ class Pool:
         assert connection.session is not None
         try:
             return await connection.session.call_tool(
-                tool, arguments, read_timeout_seconds=endpoint.timeout
+                tool, arguments, read_timeout_seconds=read_timeout
             )
         except MCPError as exc:
             if exc.error.code == types.REQUEST_TIMEOUT:

@@ -1,0 +1,139 @@
+"""A hostile or broken streamable-HTTP MCP server for red-team tests, written by hand (the
+SDK's server would not misbehave): JSON answers, no session id (so no GET stream).
+
+    python tests/support/mcp_hostile_upstream.py PORT CALLS_FILE
+
+Every tool is read-only by its annotations (a trusted server's calls are auto-allowed and
+run inline). Each tools/call it receives adds a line `NAME TIME ARGUMENTS-JSON` (TIME: the
+Unix time it arrived) to CALLS_FILE before it answers. What each tool answers:
+
+  echo {text}       "echo: TEXT"
+  probe {}          the value of the X-Probe header of the request that called it
+  sleep {seconds}   "slept SECONDS", that many seconds later
+  huge {megabytes}  a text result of that many megabytes, one JSON body sent in pieces
+  never {}          nothing: the request is held open until the server stops
+  close {}          the headers and a part of the body, then the connection closed
+  garbage {}        200 application/json with bytes that are no JSON
+
+While CALLS_FILE.initialize-delay exists, each `initialize` is answered after the number
+of seconds it holds (a server slow to start a session).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+TOOLS = ["echo", "probe", "sleep", "huge", "never", "close", "garbage"]
+CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
+DELAY_FILE = Path(CALLS_FILE + ".initialize-delay")
+_written = threading.Lock()
+
+
+def tool(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": f"The hostile server's {name}.",
+        "inputSchema": {"type": "object", "properties": {}, "additionalProperties": True},
+        "annotations": {"readOnlyHint": True},
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def answer(self, body: bytes, status: int = 200, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def result(self, request_id: Any, result: dict[str, Any]) -> None:
+        self.answer(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode())
+
+    def do_GET(self) -> None:
+        self.answer(b"", 405)
+
+    def do_DELETE(self) -> None:
+        self.answer(b"", 405)
+
+    def do_POST(self) -> None:
+        message = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        method, request_id = message.get("method"), message.get("id")
+        if request_id is None:  # a notification
+            self.answer(b"", 202)
+        elif method == "initialize":
+            if DELAY_FILE.is_file():  # a server slow to start a session
+                time.sleep(float(DELAY_FILE.read_text()))
+            self.result(
+                request_id,
+                {
+                    "protocolVersion": message["params"]["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "hostile", "version": "1"},
+                },
+            )
+        elif method == "tools/list":
+            self.result(request_id, {"tools": [tool(name) for name in TOOLS]})
+        elif method == "ping":
+            self.result(request_id, {})
+        elif method == "tools/call":
+            self.call(request_id, message["params"]["name"], message["params"].get("arguments"))
+        else:
+            self.answer(b"", 404)
+
+    def call(self, request_id: Any, name: str, arguments: Any) -> None:
+        with _written, open(CALLS_FILE, "a") as calls:
+            calls.write(f"{name} {time.time()} {json.dumps(arguments, sort_keys=True)}\n")
+        arguments = arguments or {}
+        if name == "echo":
+            self.result(request_id, text(f"echo: {arguments.get('text', '')}"))
+        elif name == "probe":
+            self.result(request_id, text(self.headers.get("X-Probe", "")))
+        elif name == "sleep":
+            time.sleep(float(arguments.get("seconds", 1)))
+            self.result(request_id, text(f"slept {arguments.get('seconds', 1)}"))
+        elif name == "huge":
+            self.huge(request_id, float(arguments.get("megabytes", 1)))
+        elif name == "never":
+            time.sleep(3600)
+        elif name == "close":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b'{"jsonrpc": "2.0", "id": ')
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+        elif name == "garbage":
+            self.answer(b"\x00\xff not json {{{" * 100)
+
+    def huge(self, request_id: Any, megabytes: float) -> None:
+        payload = "x" * int(megabytes * (1 << 20))
+        message = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": text(payload)})
+        event = message.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(event)))
+        self.end_headers()
+        for start in range(0, len(event), 1 << 16):
+            self.wfile.write(event[start : start + (1 << 16)])
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": value}], "isError": False}
+
+
+if __name__ == "__main__":
+    ThreadingHTTPServer.daemon_threads = True
+    ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
