@@ -425,7 +425,9 @@ def test_two_servers_at_one_address_with_other_headers_never_share_a_session(
         for i, server in enumerate([one, two, one, two, one, two])
     ]
     texts = [result_of(a.result(60))["content"][0]["text"] for a in answers]
-    assert texts == ["one", "two"] * 3
+    # (each answer's first line: the third same call of a session may also carry the
+    # repeat reminder, depending on how the concurrent admissions interleave)
+    assert [text.split("\n")[0] for text in texts] == ["one", "two"] * 3, texts
 
 
 def register_as(name: str, url: str, *extra: str) -> None:
