@@ -232,6 +232,22 @@ def live_stack(
         stop(daphne, *([worker] if worker is not None else []))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test that used the live stack carries the end of its daphne's and its Celery
+    worker's logs: a CI run's failure (a 500, a pool that timed out) is read from the
+    report, the stack's files being gone with the machine."""
+    report = yield
+    stack = getattr(item, "funcargs", {}).get("live_stack")
+    if report.failed and isinstance(stack, LiveStack):
+        logs = [stack.log_dir / "daphne.log", *sorted(stack.log_dir.glob("worker-*.log"))]
+        for log in logs:
+            if log.is_file():
+                tail = log.read_bytes()[-6000:].decode("utf-8", "replace")
+                report.sections.append((f"live stack: end of {log.name}", tail))
+    return report
+
+
 @pytest.fixture
 def live_db(live_stack: LiveStack, django_db_blocker: object) -> Iterator[None]:
     """Database access in autocommit, so the live processes see what the test writes.

@@ -127,9 +127,15 @@ def test_backtest_lists_the_calls_that_would_change(
     page = admin_page
     _open_user(page, live_stack, live_agent)
     _fill_row(page, "allow", "write_file", "src/**")
+    page.locator("#rules-summary", has_text="all valid").wait_for(timeout=10000)
     page.click("#run-backtest")
     summary = page.locator(".backtest-summary")
-    summary.wait_for(timeout=10000)
+    # Generous: a loaded CI run once went past 10 s here (the stack's log tail is in the
+    # report of a failure, with the page's console errors below).
+    try:
+        summary.wait_for(timeout=30000)
+    except Exception as timed_out:
+        raise AssertionError(f"no backtest; console errors: {page.console_errors}") from timed_out
     assert summary.inner_text().startswith(f"1 of {live_agent.owner.username}'s last 3 calls")
     rows = page.locator("table.backtest tr.change")
     assert rows.count() == 1
