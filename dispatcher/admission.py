@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,7 +225,7 @@ def _write(
         previews.record(admission.previews)
         if continuing:
             batches.dispatch_ready(batch_id)
-        _after_admission(admission.calls, sent)
+        _after_admission(admission.calls, sent, kept=[call for call, _ in admission.kept])
         # After the wake-ups are planned: what the recorder plans for after commit
         # (an ask's notifications) comes after the asks reach the open queues.
         if admission.asks:
@@ -260,9 +261,16 @@ def _insert_calls(calls: list[ToolCall], session_id: uuid.UUID) -> AuditChain | 
     return head
 
 
-def _after_admission(calls: list[ToolCall], sent: list[ToolCall]) -> None:
+def _after_admission(
+    calls: list[ToolCall], sent: list[ToolCall], kept: Sequence[ToolCall] = ()
+) -> None:
     """After commit: the workers' messages first, then the wake-ups and pushes. A message
     the broker refuses is logged and left to the reconciler (the call stays queued).
+
+    A call this process keeps to run (`kept`, claimed) wakes nobody now: as a worker's
+    claim, it is announced as running only if its body is still running a moment later
+    (execution.run_inline), and its result's wake-up follows (one Redis round trip less
+    per inline call; nobody waits on a call another request is answering).
 
     The wake-ups are robust hooks: one whose receiver raises is logged, and the hooks
     planned after it (an ask's notifications: see _admit) still run."""
@@ -270,6 +278,8 @@ def _after_admission(calls: list[ToolCall], sent: list[ToolCall]) -> None:
         batches.enqueue_after_commit(str(call.pk))
     session_id = str(calls[0].session_id)
     for call in calls:
+        if call in kept:
+            continue
         change = (str(call.pk), session_id, str(call.status), Status.RECEIVED)
         transaction.on_commit(functools.partial(wakeups.publish_change, *change), robust=True)
 

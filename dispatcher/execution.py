@@ -77,7 +77,7 @@ def run_inline(
     and its lease ends it as outcome_unknown, as for a worker that died running it:
     this raises then. `loop`: the request's event loop, which awaits this (the body
     may make its request there: ExecutionContext.loop)."""
-    _run_claimed(call, ctx, before_body=_give_back_connection, announce=False, loop=loop)
+    _run_claimed(call, ctx, before_body=_give_back_connection, admitted=True, loop=loop)
 
 
 def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
@@ -127,11 +127,13 @@ def _run_claimed(
     *,
     row: Preview | None = None,
     before_body: Callable[[], None] | None = None,
-    announce: bool = True,
+    admitted: bool = False,
     loop: asyncio.AbstractEventLoop | None = None,
 ) -> None:
     """Stages 6 to 10 of a call this process claimed (`row`: its approved preview, which
-    could not be applied: the audit says the command ran)."""
+    could not be applied: the audit says the command ran). `admitted`: claimed by its
+    admission a moment ago (the inline lane), which woke nobody: its running notice is
+    its first."""
     tool = ctx.tool
     if before_body is not None:
         before_body()
@@ -148,8 +150,9 @@ def _run_claimed(
         tool,
         exec_ctx,
         call.arguments or {},
-        # (inline: its admission's wake-up already said it is running)
-        while_running=(lambda: transitions.announce_running(call)) if announce else None,
+        while_running=lambda: transitions.announce_running(
+            call, Status.RECEIVED if admitted else Status.QUEUED
+        ),
     )
     if outcome.timed_out:
         status, content, is_error = (

@@ -10,18 +10,21 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
+from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from dispatcher import admission, agents, batches, execution
+from dispatcher import admission, agents, batches, execution, pipeline, wakeups
 from dispatcher.gateways import mcp
 from dispatcher.gateways.mcp_http import authenticate
 from dispatcher.models import Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json
 from floor import celery_message
 from floor.redis_clients import redis_at
+from tests.dispatcher.test_running_notice import session_news
 from tests.support.factories import make_agent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
@@ -167,3 +170,35 @@ def test_a_kept_call_whose_process_died_ends_outcome_unknown_and_never_runs_twic
         .values_list("kind", flat=True)
     )
     assert kinds == ["call.received", "call.allowed", "call.started", "call.outcome_unknown"]
+
+
+def test_an_inline_call_wakes_its_session_with_its_result_a_slow_one_also_while_it_runs(
+    trusted_upstream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a worker's claim: the admission that keeps a call wakes nobody (one Redis round
+    trip less); a body still running RUNNING_NOTICE_AFTER later is announced, then its
+    result; a quick one is seen once, with its result."""
+    # (a longer notice delay than the default, so a loaded machine cannot make the quick
+    # echo outlast it)
+    monkeypatch.setattr(pipeline, "RUNNING_NOTICE_AFTER", 0.5)
+    fx = make_agent(mode="trusted")
+    session = open_session(fx.agent, {})
+    pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub()
+    pubsub.subscribe(wakeups.session_channel(str(session.pk)))
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"
+    loaded = loaded_session(fx.token, session.external_id)
+    quick = mcp.submit(
+        loaded, proposed("mcp:q", f"{trusted_upstream}__echo", {"text": "q"}), preloaded=True
+    )
+    assert quick.status == Status.COMPLETED
+    assert session_news(pubsub) == [f"{quick.pk} completed"]
+
+    loaded = loaded_session(fx.token, session.external_id)
+    slow = mcp.submit(
+        loaded, proposed("mcp:s", f"{trusted_upstream}__slow", {"seconds": 1.0}), preloaded=True
+    )
+    assert slow.status == Status.COMPLETED and slow.content == "slept 1.0"
+    assert session_news(pubsub) == [f"{slow.pk} running", f"{slow.pk} completed"]
+    pubsub.close()
+    events = AuditEvent.objects.filter(subject=f"call:{slow.pk}").order_by("seq")
+    assert [e.actor for e in events if e.kind == "call.started"] == ["inline"]

@@ -414,10 +414,13 @@ class Pool:
         for _ in range(2):
             connection = await self._connection(endpoint)
             async with connection.lock:  # one request at a time per session
+                left = deadline - time.monotonic()
+                # (`call`: its host has given up; it is not sent. Checked first: a call
+                # that waited past its timeout behind calls that timed out, each replacing
+                # the connection, timed out too; its connection did not break.)
+                if left <= 0:
+                    raise TimeoutError("it waited past its timeout for the server")
                 if self._on_this_loop().get(endpoint.key) is connection and connection.alive:
-                    left = deadline - time.monotonic()
-                    if left <= 0:  # (`call`: its host has given up; it is not sent)
-                        raise TimeoutError("it waited past its timeout for the server")
                     # (its answer is of no use past the host's backstop, a second on)
                     read = min(endpoint.timeout, left + 1)
                     return await self._call_on(connection, tool, fingerprint, arguments, read)
