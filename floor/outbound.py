@@ -28,14 +28,11 @@ import contextlib
 import functools
 import ipaddress
 import math
-import os
 import re
 import socket
 import ssl
-import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -49,6 +46,8 @@ import requests
 import requests.adapters
 from django.conf import settings
 from requests.structures import CaseInsensitiveDict
+
+from floor.threads import ProcessThreads
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -260,16 +259,7 @@ class _GuardedBackend(httpcore.SyncBackend):
 # request's loop (daphne's: upstream.Pool.loop_for), whose default executor every
 # request's short sync work shares, and a busy one must not hold up the connection.
 RESOLVER_THREADS = 4
-_resolver: tuple[int, ThreadPoolExecutor] | None = None
-_resolver_lock = threading.Lock()
-
-
-def _resolver_threads() -> ThreadPoolExecutor:
-    global _resolver
-    with _resolver_lock:
-        if _resolver is None or _resolver[0] != os.getpid():  # new, or a forked child
-            _resolver = (os.getpid(), ThreadPoolExecutor(RESOLVER_THREADS, "outbound-resolve"))
-        return _resolver[1]
+_resolver_threads = ProcessThreads(RESOLVER_THREADS, "outbound-resolve")
 
 
 async def _resolve(host: str, port: int) -> list[Any]:

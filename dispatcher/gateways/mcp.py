@@ -22,10 +22,8 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +49,7 @@ from dispatcher.tools import client_tool
 from dispatcher.tools.base import model_facing_schema
 from dispatcher.tools.registry import all_tools, get_tool, one_generation
 from dispatcher.wakeups import session_channel
+from floor.threads import ProcessThreads
 
 logger = logging.getLogger(__name__)
 
@@ -94,17 +93,7 @@ def caller_context(caller: Caller) -> Iterator[None]:
 # run_inline) holds its thread while its upstream answers; past ORM_THREADS such
 # requests at once, the next wait for a thread.
 ORM_THREADS = 32
-_orm_pool: tuple[int, ThreadPoolExecutor] | None = None
-_orm_lock = threading.Lock()
-
-
-def orm_threads() -> ThreadPoolExecutor:
-    global _orm_pool
-    with _orm_lock:
-        if _orm_pool is None or _orm_pool[0] != os.getpid():
-            pool = ThreadPoolExecutor(ORM_THREADS, thread_name_prefix="mcp-orm")
-            _orm_pool = (os.getpid(), pool)
-        return _orm_pool[1]
+orm_threads = ProcessThreads(ORM_THREADS, "mcp-orm")
 
 
 def db[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
