@@ -87,17 +87,7 @@ def register(url: str, *extra: str) -> str:
     """The server registered with a fresh name, its annotations trusted (its tools are
     auto-allowed and run inline), TIMEOUT seconds a call; its name."""
     name = "h" + uuid.uuid4().hex[:8]
-    call_command(
-        "add_mcp_server",
-        name,
-        "--url",
-        url,
-        "--trust-annotations",
-        "--timeout",
-        str(TIMEOUT),
-        *extra,
-        stdout=StringIO(),
-    )
+    register_as(name, url, *extra)
     return name
 
 
@@ -431,6 +421,7 @@ def test_two_servers_at_one_address_with_other_headers_never_share_a_session(
 
 
 def register_as(name: str, url: str, *extra: str) -> None:
+    """The server registered as `name` (see `register`)."""
     call_command(
         "add_mcp_server",
         name,
