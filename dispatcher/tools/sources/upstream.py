@@ -407,11 +407,15 @@ class Pool:
         arguments: dict[str, Any],
         deadline: float,
     ) -> types.CallToolResult:
-        # Twice at most: a call that waited its turn behind one that broke or timed out
-        # finds the connection replaced, and goes to the new one. (The SDK's client
-        # tells a server about a timed-out request before it raises, so the call behind
-        # may be let in before the replacement.)
-        for _ in range(2):
+        # A call that waited its turn behind one that broke or timed out finds the
+        # connection replaced, and goes to the new one, as long as its time lasts: each
+        # replacement is a call ahead of it that failed (two `never` calls ahead of it
+        # replace the session twice). A connection that died by itself (not replaced)
+        # counts as broken; twice, and the call is not sent. (The SDK's client tells a
+        # server about a timed-out request before it raises, so the call behind may be
+        # let in before the replacement.)
+        broken = 0
+        while True:
             connection = await self._connection(endpoint)
             async with connection.lock:  # one request at a time per session
                 left = deadline - time.monotonic()
@@ -420,11 +424,15 @@ class Pool:
                 # the connection, timed out too; its connection did not break.)
                 if left <= 0:
                     raise TimeoutError("it waited past its timeout for the server")
-                if self._on_this_loop().get(endpoint.key) is connection and connection.alive:
+                current = self._on_this_loop().get(endpoint.key)
+                if current is connection and connection.alive:
                     # (its answer is of no use past the host's backstop, a second on)
                     read = min(endpoint.timeout, left + 1)
                     return await self._call_on(connection, tool, fingerprint, arguments, read)
-        raise UpstreamError("its connection broke twice while the call waited")
+                if current is connection or current is None:  # not replaced: it broke
+                    broken += 1
+                    if broken == 2:
+                        raise UpstreamError("its connection broke twice while the call waited")
 
     async def _call_on(
         self,
