@@ -548,6 +548,7 @@ def test_an_upstream_error_or_malformed_result_reaches_the_model_as_an_error(
     text = str(error.value)
     assert "'bad'" in text, text  # names the server, as every upstream failure does
     assert f"could not run '{tool}'" in text, text  # the server's failure, not an internal one
+    assert ". Try again later" in text and ".. " not in text, text  # (one sentence, one stop)
     assert "Traceback" not in text, text
     assert len(text) <= 4000, text
 

@@ -560,8 +560,8 @@ def execute(
         result = POOL.call(endpoint, tool, fingerprint, arguments, ctx.loop)
     except UpstreamError as exc:
         text = (
-            f"The MCP server '{endpoint.name}' could not run '{tool}': {exc} "
-            "Try again later, or ask the user to check the server."
+            f"The MCP server '{endpoint.name}' could not run '{tool}': "
+            f"{str(exc).rstrip('.')}. Try again later, or ask the user to check the server."
         )
         raise ToolError(storable_text(text, ctx.output_limit)) from exc
     text = storable_text(result_text(result), ctx.output_limit)
