@@ -229,12 +229,15 @@ class WaitSlot:
     on the admission's own trip to an ORM thread (`take`), before anything is recorded,
     and given back there when the call is done at once (allowed and run inline, denied,
     rejected), else by the request when it ends; by whichever comes last when the request
-    ends while its admission is still running."""
+    ends while its admission is still running (an inline call runs in its admission: a
+    request cancelled meanwhile, as daphne cancels one 10 s after its client hung up,
+    leaves the slot taken until the call ends)."""
 
     def __init__(self, agent: Agent, seconds: float) -> None:
         self.agent, self.seconds = agent, seconds
         self.value: str | None = None
         self.ended = False
+        self.admitting = False
         self.lock = threading.Lock()
 
     def take(self) -> None:
@@ -252,9 +255,28 @@ class WaitSlot:
             )
         with self.lock:
             self.value = slot
+            self.admitting = True
             ended = self.ended
         if ended:  # the request ended meanwhile: nobody else gives it back
             self.give_back()
+
+    def admission_ended(self, done: bool) -> None:
+        """The admission (and the call's inline run) ended: the slot is given back when
+        the call is `done` or the request has ended meanwhile."""
+        with self.lock:
+            self.admitting = False
+            give = done or self.ended
+        if give:
+            self.give_back()
+
+    def request_ended(self) -> None:
+        """The request ended: the slot is given back, unless its admission still runs
+        (then `admission_ended` gives it back)."""
+        with self.lock:
+            self.ended = True
+            if self.admitting:
+                return
+        self.give_back()
 
     def give_back(self) -> None:
         """Once, whoever calls it (never raises: an unreleased slot lapses)."""
@@ -293,10 +315,10 @@ async def answer_call(
             "was decided or run. Send the same request again later.",
         ) from None
     finally:  # (shielded: a cancelled request still gives its slot back)
-        if slot.value is not None:
-            await asyncio.shield(sync_to_async(slot.give_back, thread_sensitive=False)())
+        if slot.value is not None and not slot.admitting:
+            await asyncio.shield(sync_to_async(slot.request_ended, thread_sensitive=False)())
         else:
-            slot.give_back()  # (none held: only marks the request ended)
+            slot.request_ended()  # (none held, or its admission gives it back)
 
 
 async def admit_and_hold(
@@ -366,32 +388,36 @@ def submit(
     arguments: that call's decision and result are not this request's."""
     if slot is not None:
         slot.take()
-    with one_generation():  # (its admission and its inline run: one list of tools)
-        [call], kept = admission.admit_message(
-            session=session,
-            dialect=Dialect.MCP,
-            proposed=[proposed],
-            profile_preloaded=preloaded,
-            inline=True,
-        )
-        if call.name != proposed.name or call.digest != digest_of(proposed):
-            raise refuse(
-                types.INVALID_PARAMS,
-                "This request id was already used in this session for another call; Harness "
-                "decides each input once. Send the call again with a new request id.",
+    done = False
+    try:
+        with one_generation():  # (its admission and its inline run: one list of tools)
+            [call], kept = admission.admit_message(
+                session=session,
+                dialect=Dialect.MCP,
+                proposed=[proposed],
+                profile_preloaded=preloaded,
+                inline=True,
             )
-        for claimed, ctx in kept:  # allowed, claimed, and it may run here: it runs now
-            try:
-                execution.run_inline(claimed, ctx, loop)
-            except Exception:
-                # Its result was not written: it is still running in the database, and
-                # its lease ends it as outcome_unknown; the request waits for that.
-                logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
-                claimed.status = Status.RUNNING
-    follow_edits([call])
-    if slot is not None and is_done(call):  # nothing to wait for: given back on this trip
-        slot.give_back()
-    return call
+            if call.name != proposed.name or call.digest != digest_of(proposed):
+                raise refuse(
+                    types.INVALID_PARAMS,
+                    "This request id was already used in this session for another call; Harness "
+                    "decides each input once. Send the call again with a new request id.",
+                )
+            for claimed, ctx in kept:  # allowed, claimed, and it may run here: it runs now
+                try:
+                    execution.run_inline(claimed, ctx, loop)
+                except Exception:
+                    # Its result was not written: it is still running in the database, and
+                    # its lease ends it as outcome_unknown; the request waits for that.
+                    logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
+                    claimed.status = Status.RUNNING
+        follow_edits([call])
+        done = is_done(call)  # nothing to wait for: given back on this trip
+        return call
+    finally:
+        if slot is not None:
+            slot.admission_ended(done)
 
 
 def tool_result(call: ToolCall) -> types.CallToolResult:

@@ -14,6 +14,8 @@ Unix time it arrived) to CALLS_FILE before it answers. What each tool answers:
   never {}          nothing: the request is held open until the server stops
   close {}          the headers and a part of the body, then the connection closed
   garbage {}        200 application/json with bytes that are no JSON
+  trickle {}        the headers and then a space every 0.2 s, never the body's end; when
+                    the client has closed the connection, a line `trickle-closed TIME {}`
 
 While CALLS_FILE.initialize-delay exists, each `initialize` is answered after the number
 of seconds it holds (a server slow to start a session).
@@ -29,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-TOOLS = ["echo", "probe", "sleep", "huge", "never", "close", "garbage"]
+TOOLS = ["echo", "probe", "sleep", "huge", "never", "close", "garbage", "trickle"]
 CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
 DELAY_FILE = Path(CALLS_FILE + ".initialize-delay")
 _written = threading.Lock()
@@ -117,6 +119,23 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(2)
         elif name == "garbage":
             self.answer(b"\x00\xff not json {{{" * 100)
+        elif name == "trickle":
+            self.trickle()
+
+    def trickle(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "1000000")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            while True:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except OSError:
+            with _written, open(CALLS_FILE, "a") as calls:
+                calls.write(f"trickle-closed {time.time()} {{}}\n")
 
     def huge(self, request_id: Any, megabytes: float) -> None:
         payload = "x" * int(megabytes * (1 << 20))
