@@ -178,6 +178,11 @@ def test_a_hung_inline_call_times_out_with_its_events_and_wake_ups(
     assert kinds == ["call.received", "call.allowed", "call.started", "call.timed_out"], kinds
     assert events[2].actor == "inline", events[2].actor
     assert news == [f"{row.pk} running", f"{row.pk} timed_out"], news
+    # The same request sent again is answered with that outcome at once, not run again.
+    started = time.monotonic()
+    again = result_of(post(live_stack, fx, call(1, f"{name}__never", {}), session))
+    assert text(again) == text(answer) and time.monotonic() - started < 1.0, again
+    assert len(arrived(hostile, "never")) == 1, hostile.calls()
 
 
 # --- 3. A client that hangs up, and the same request id again ------------------------------
