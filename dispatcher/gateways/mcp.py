@@ -254,11 +254,15 @@ class WaitSlot:
                 data={"retry_after": limits.retry_after_wait()},
             )
         with self.lock:
-            self.value = slot
-            self.admitting = True
             ended = self.ended
-        if ended:  # the request ended meanwhile: nobody else gives it back
-            self.give_back()
+            if not ended:
+                self.value, self.admitting = slot, True
+        if ended:  # the request ended before its admission began: nothing is admitted
+            limits.release_wait(slot)
+            raise refuse(
+                types.INVALID_REQUEST,
+                "The request ended before its call was admitted; nothing was recorded.",
+            )
 
     def admission_ended(self, done: bool) -> None:
         """The admission (and the call's inline run) ended: the slot is given back when

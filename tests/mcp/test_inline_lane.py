@@ -15,9 +15,11 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from mcp import types
+from mcp.shared.exceptions import MCPError
 
 from audit.models import AuditEvent
-from dispatcher import admission, agents, batches, execution, pipeline, wakeups
+from dispatcher import admission, agents, batches, execution, limits, pipeline, wakeups
 from dispatcher.gateways import mcp
 from dispatcher.gateways.mcp_http import authenticate
 from dispatcher.models import Status, ToolCall
@@ -202,3 +204,25 @@ def test_an_inline_call_wakes_its_session_with_its_result_a_slow_one_also_while_
     pubsub.close()
     events = AuditEvent.objects.filter(subject=f"call:{slow.pk}").order_by("seq")
     assert [e.actor for e in events if e.kind == "call.started"] == ["inline"]
+
+
+def test_a_request_that_ended_before_its_admission_began_admits_nothing(
+    trusted_upstream: str,
+) -> None:
+    """Its ORM trip starts only after the request ended (daphne cancelled it while every
+    thread was busy): the slot it takes is given back at once and nothing is admitted or
+    run, rather than run inline without a slot (past the agent's limit)."""
+    fx = make_agent(mode="trusted")
+    session = open_session(fx.agent, {})
+    slot = mcp.WaitSlot(fx.agent, 30)
+    slot.request_ended()
+    with pytest.raises(MCPError) as refused:
+        mcp.submit(
+            loaded_session(fx.token, session.external_id),
+            proposed("mcp:late", f"{trusted_upstream}__echo", {"text": "late"}),
+            preloaded=True,
+            slot=slot,
+        )
+    assert refused.value.error.code == types.INVALID_REQUEST
+    assert not ToolCall.objects.filter(session=session).exists()
+    assert limits.waits_held(fx.agent) == 0
