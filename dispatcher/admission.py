@@ -261,16 +261,15 @@ def _insert_calls(calls: list[ToolCall], session_id: uuid.UUID) -> AuditChain | 
     return head
 
 
-def _after_admission(
-    calls: list[ToolCall], sent: list[ToolCall], kept: Sequence[ToolCall] = ()
-) -> None:
+def _after_admission(calls: list[ToolCall], sent: list[ToolCall], kept: Sequence[ToolCall]) -> None:
     """After commit: the workers' messages first, then the wake-ups and pushes. A message
     the broker refuses is logged and left to the reconciler (the call stays queued).
 
     A call this process keeps to run (`kept`, claimed) wakes nobody now: as a worker's
     claim, it is announced as running only if its body is still running a moment later
     (execution.run_inline), and its result's wake-up follows (one Redis round trip less
-    per inline call; nobody waits on a call another request is answering).
+    for a call that ends within that moment, the usual one; nobody waits on a call
+    another request is answering).
 
     The wake-ups are robust hooks: one whose receiver raises is logged, and the hooks
     planned after it (an ask's notifications: see _admit) still run."""

@@ -408,7 +408,7 @@ def claim_new(call: ToolCall, tool: Tool) -> EventSpec:
     )
 
 
-def announce_running(call: ToolCall, previous: Status = Status.QUEUED) -> None:
+def announce_running(call: ToolCall, previous: Status) -> None:
     """The claimed call's wake-up (it was committed running by `claim`, or by its
     admission for an inline call: `previous` RECEIVED, its first wake-up)."""
     wakeups.publish_change(str(call.pk), str(call.session_id), Status.RUNNING, previous)

@@ -269,25 +269,21 @@ class WaitSlot:
         the call is `done` or the request has ended meanwhile."""
         with self.lock:
             self.admitting = False
-            give = done or self.ended
-        if give:
-            self.give_back()
-
-    def request_ended(self) -> None:
-        """The request ended: the slot is given back, unless its admission still runs
-        (then `admission_ended` gives it back)."""
-        with self.lock:
-            self.ended = True
-            if self.admitting:
-                return
-        self.give_back()
-
-    def give_back(self) -> None:
-        """Once, whoever calls it (never raises: an unreleased slot lapses)."""
-        with self.lock:
-            slot, self.value, self.ended = self.value, None, True
+            slot = self._detach() if done or self.ended else None
         if slot is not None:
             limits.release_wait(slot)
+
+    def request_ended(self) -> str | None:
+        """The request ended: the slot it gives back (`limits.release_wait`), or None when
+        it holds none or its admission still runs (`admission_ended` gives it back)."""
+        with self.lock:
+            self.ended = True
+            return None if self.admitting else self._detach()
+
+    def _detach(self) -> str | None:
+        """The slot, once (under `lock`)."""
+        slot, self.value = self.value, None
+        return slot
 
 
 async def call_tool(
@@ -319,10 +315,9 @@ async def answer_call(
             "was decided or run. Send the same request again later.",
         ) from None
     finally:  # (shielded: a cancelled request still gives its slot back)
-        if slot.value is not None and not slot.admitting:
-            await asyncio.shield(sync_to_async(slot.request_ended, thread_sensitive=False)())
-        else:
-            slot.request_ended()  # (none held, or its admission gives it back)
+        if (held := slot.request_ended()) is not None:
+            release = sync_to_async(limits.release_wait, thread_sensitive=False)
+            await asyncio.shield(release(held))
 
 
 async def admit_and_hold(
@@ -346,8 +341,9 @@ async def admit_and_hold(
 
 
 async def admitted(caller: Caller, proposed: ProposedCall, slot: WaitSlot | None) -> ToolCall:
-    """`submit`, finished even when the request is cancelled meanwhile (its ORM thread
-    would record the call anyway): the cancellation then reaches `hold`, which cancels
+    """`submit`, finished even when the request is cancelled meanwhile (an ORM trip that
+    has taken its slot records the call anyway; one that starts after the request ended
+    records nothing: `WaitSlot.take`): the cancellation then reaches `hold`, which cancels
     the call on 2026-07-28, so a client that closed its stream during the admission
     leaves no call waiting for a reviewer on its behalf."""
     loop = asyncio.get_running_loop()  # (a call run inline makes its request here)

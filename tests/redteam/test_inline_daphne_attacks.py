@@ -12,14 +12,12 @@ import json
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from io import StringIO
 from typing import Any
 
 import httpx
 import pytest
 import redis
 from django.conf import settings
-from django.core.management import call_command
 
 from audit.models import AuditEvent
 from dispatcher import limits, wakeups
@@ -40,18 +38,8 @@ hostile = loop_attacks.hostile  # (a hostile upstream server process, loopback)
 
 
 def register(url: str, timeout: float) -> str:
-    name = "d" + uuid.uuid4().hex[:8]
-    call_command(
-        "add_mcp_server",
-        name,
-        "--url",
-        url,
-        "--trust-annotations",
-        "--timeout",
-        str(timeout),
-        stdout=StringIO(),
-    )
-    return name
+    """The hostile server registered with a fresh name, trusted, `timeout` s a call."""
+    return loop_attacks.register(url, timeout=timeout)
 
 
 def post(

@@ -83,11 +83,11 @@ def hostile(tmp_path: Path, settings: Any) -> Iterator[Hostile]:
         stop(proc)
 
 
-def register(url: str, *extra: str) -> str:
+def register(url: str, *extra: str, timeout: float = TIMEOUT) -> str:
     """The server registered with a fresh name, its annotations trusted (its tools are
-    auto-allowed and run inline), TIMEOUT seconds a call; its name."""
+    auto-allowed and run inline), `timeout` seconds a call; its name."""
     name = "h" + uuid.uuid4().hex[:8]
-    register_as(name, url, *extra)
+    register_as(name, url, *extra, timeout=timeout)
     return name
 
 
@@ -420,7 +420,7 @@ def test_two_servers_at_one_address_with_other_headers_never_share_a_session(
     assert [text.split("\n")[0] for text in texts] == ["one", "two"] * 3, texts
 
 
-def register_as(name: str, url: str, *extra: str) -> None:
+def register_as(name: str, url: str, *extra: str, timeout: float = TIMEOUT) -> None:
     """The server registered as `name` (see `register`)."""
     call_command(
         "add_mcp_server",
@@ -429,7 +429,7 @@ def register_as(name: str, url: str, *extra: str) -> None:
         url,
         "--trust-annotations",
         "--timeout",
-        str(TIMEOUT),
+        str(timeout),
         *extra,
         stdout=StringIO(),
     )

@@ -15,14 +15,11 @@ on to the replacement while its time lasts."""
 from __future__ import annotations
 
 import time
-import uuid
-from io import StringIO
 from typing import Any
 
 import pytest
 import redis
 from django.conf import settings
-from django.core.management import call_command
 
 from dispatcher import wakeups
 from dispatcher.gateways.mcp_http import split_session_id
@@ -47,18 +44,8 @@ serving = loop_attacks.serving
 
 
 def register(url: str, timeout: float) -> str:
-    name = "w" + uuid.uuid4().hex[:8]
-    call_command(
-        "add_mcp_server",
-        name,
-        "--url",
-        url,
-        "--trust-annotations",
-        "--timeout",
-        str(timeout),
-        stdout=StringIO(),
-    )
-    return name
+    """The hostile server registered with a fresh name, trusted, `timeout` s a call."""
+    return loop_attacks.register(url, timeout=timeout)
 
 
 def test_a_call_with_time_left_behind_two_timed_out_calls_is_sent_not_refused(
