@@ -19,6 +19,7 @@ admission.submit_calls and execution.execute_call run them in order.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
@@ -80,6 +81,8 @@ def execute(
     follows at once.
     """
     wrapper = import_string(settings.HARNESS_EXECUTE_WRAPPER)
+    ends = time.monotonic() + tool.timeout  # (ExecutionContext.deadline)
+    ctx = dataclasses.replace(ctx, deadline=ends)
     outcome = Outcome()
     done = threading.Event()
 
@@ -92,7 +95,7 @@ def execute(
         finally:
             done.set()
 
-    deadline = time.monotonic() + tool.timeout + 1.0
+    deadline = ends + 1.0  # (the backstop)
     runner = _runner()
     runner.put(target)
     notice = None

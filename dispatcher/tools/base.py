@@ -30,6 +30,10 @@ class ExecutionContext:
     # runs until the call ends (execution.run_inline; None in a worker): an I/O body
     # may make its request there rather than on a loop of its own.
     loop: asyncio.AbstractEventLoop | None = None
+    # When the call's timeout ends (time.monotonic()), set by pipeline.execute as the body
+    # starts; its host's backstop answers "timed out" a second later. A body that waits
+    # before it acts (an upstream call waiting for its session) must not act past it.
+    deadline: float | None = None
 
 
 def default_project_content(value: Any) -> str:

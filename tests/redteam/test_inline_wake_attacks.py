@@ -15,6 +15,7 @@ on to the replacement while its time lasts."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,8 @@ from django.conf import settings
 from dispatcher import wakeups
 from dispatcher.gateways.mcp_http import split_session_id
 from dispatcher.models import AgentSession, Status
+from dispatcher.tools.base import ExecutionContext
+from dispatcher.tools.sources import upstream
 from tests.dispatcher.test_running_notice import session_news
 from tests.mcp.test_fast_path import call
 from tests.redteam import test_inline_loop_attacks as loop_attacks
@@ -135,3 +138,26 @@ def test_a_second_request_with_the_same_id_waits_for_the_inline_runs_result(
     assert one["content"] == two["content"] == [{"type": "text", "text": "slept 1.5"}]
     assert late < 0.5 < settings.HARNESS_MCP_PROGRESS_INTERVAL, late
     assert [line.split()[0] for line in hostile.calls()] == ["sleep"]
+
+
+def test_an_upstream_call_made_past_its_calls_deadline_is_not_sent(
+    hostile: Hostile, tmp_path: Path
+) -> None:
+    """The call's deadline is its host's (pipeline.execute sets it as the body starts),
+    not one taken again when the upstream is called: a body that reaches the upstream
+    only after it (here: a wrapper that took the whole timeout) sends nothing, and its
+    agent, told it timed out, may send it again without it running twice."""
+    endpoint = upstream.Endpoint(
+        server_id=8_000_001, version=1, name="late", transport="http", url=hostile.url, timeout=5
+    )
+    [echo] = [d for d in upstream.list_definitions(endpoint) if d.name == "echo"]
+    ctx = ExecutionContext(
+        workspace=tmp_path,
+        call_id="late",
+        timeout=5,
+        output_limit=4000,
+        deadline=time.monotonic() - 0.1,
+    )
+    with pytest.raises(TimeoutError):
+        upstream.execute(endpoint, "echo", echo.fingerprint, ctx, {"text": "late"})
+    assert not [line for line in hostile.calls() if line.startswith("echo ")], hostile.calls()

@@ -356,14 +356,16 @@ class Pool:
         fingerprint: str,
         arguments: dict[str, Any],
         loop: asyncio.AbstractEventLoop | None = None,
+        deadline: float | None = None,
     ) -> types.CallToolResult:
         """Call `tool` with `arguments` (on `loop`: `loop_for`); raises ToolError (what
         the model reads), TimeoutError (past the tool's timeout), DefinitionChanged or
         UpstreamError. A call still waiting for its session (starting, or busy with
         other calls) when its timeout has passed is not sent: its host has given up on
-        it (pipeline.execute's backstop, timeout + 1 s from about now) and told its
-        agent it timed out."""
-        deadline = time.monotonic() + endpoint.timeout
+        it (pipeline.execute's backstop, a second past `deadline`, the call's own:
+        ExecutionContext.deadline) and told its agent it timed out."""
+        ends = time.monotonic() + endpoint.timeout
+        deadline = ends if deadline is None else min(ends, deadline)
         future = asyncio.run_coroutine_threadsafe(
             self._call(endpoint, tool, fingerprint, arguments, deadline),
             self.loop_for(endpoint, loop),
@@ -557,7 +559,7 @@ def execute(
     Raises DefinitionChanged (see services.run_tool) and ToolError."""
     arguments = json.loads(ctx.raw_arguments) if ctx.raw_arguments else args
     try:
-        result = POOL.call(endpoint, tool, fingerprint, arguments, ctx.loop)
+        result = POOL.call(endpoint, tool, fingerprint, arguments, ctx.loop, ctx.deadline)
     except UpstreamError as exc:
         text = (
             f"The MCP server '{endpoint.name}' could not run '{tool}': "
