@@ -134,26 +134,67 @@ def _run_claimed(
     could not be applied: the audit says the command ran). `admitted`: claimed by its
     admission a moment ago (the inline lane), which woke nobody: its running notice is
     its first."""
-    tool = ctx.tool
     if before_body is not None:
         before_body()
     started = time.monotonic()
-    exec_ctx = ExecutionContext(
+    outcome = pipeline.execute(
+        ctx.tool,
+        _execution_context(call, ctx, loop),
+        call.arguments or {},
+        while_running=_running_notice(call, admitted),
+    )
+    record_result(call, ctx, outcome, started, row=row)
+
+
+async def run_body_async(call: ToolCall, ctx: CallContext) -> tuple[pipeline.Outcome, float]:
+    """Stage 6 of a call its admission claimed a moment ago (the inline lane) whose tool
+    runs on the loop (pipeline.runs_on_loop), awaited on the request's own loop, holding
+    no thread meanwhile: its outcome and when it started, for `record_result` (on a
+    thread: it writes). Never raises: a failure of its own is the outcome's error."""
+    started = time.monotonic()
+    try:
+        outcome = await pipeline.execute_async(
+            ctx.tool,
+            _execution_context(call, ctx, asyncio.get_running_loop()),
+            call.arguments or {},
+            while_running=_running_notice(call, admitted=True),
+        )
+    except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
+        outcome = pipeline.Outcome(error=exc)
+    return outcome, started
+
+
+def _execution_context(
+    call: ToolCall, ctx: CallContext, loop: asyncio.AbstractEventLoop | None
+) -> ExecutionContext:
+    return ExecutionContext(
         workspace=Path(call.session.workspace),
         call_id=str(call.pk),
-        timeout=tool.timeout,
+        timeout=ctx.tool.timeout,
         output_limit=settings.HARNESS_OUTPUT_LIMIT,
         raw_arguments=call.raw_arguments,
         loop=loop,
     )
-    outcome = pipeline.execute(
-        tool,
-        exec_ctx,
-        call.arguments or {},
-        while_running=lambda: transitions.announce_running(
-            call, Status.RECEIVED if admitted else Status.QUEUED
-        ),
-    )
+
+
+def _running_notice(call: ToolCall, admitted: bool) -> Callable[[], None]:
+    previous = Status.RECEIVED if admitted else Status.QUEUED
+    return lambda: transitions.announce_running(call, previous)
+
+
+def record_result(
+    call: ToolCall,
+    ctx: CallContext,
+    outcome: pipeline.Outcome,
+    started: float,
+    *,
+    row: Preview | None = None,
+) -> None:
+    """Stages 7 to 10 of a claimed call whose body ran (`outcome`) since `started`
+    (time.monotonic()): its content projected, post-executed and finalized, and its
+    result written with its event (transitions.finish). Raises when the result cannot
+    be written: the call stays running, and its lease ends it as outcome_unknown."""
+    tool = ctx.tool
     if outcome.timed_out:
         status, content, is_error = (
             Status.TIMED_OUT,

@@ -19,6 +19,8 @@ admission.submit_calls and execution.execute_call run them in order.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -116,6 +118,87 @@ def execute(
     if notice is not None:
         notice.join(NOTICE_JOIN)
     return outcome
+
+
+DEFAULT_EXECUTE_WRAPPER = "dispatcher.pipeline.default_execute_wrapper"
+
+
+def runs_on_loop(tool: Tool) -> bool:
+    """Whether a call of `tool` run inline is awaited on its request's loop
+    (`execute_async`): its tool has an async body, and no deployment's execute wrapper is
+    set, which wraps `execute` only; with one set, every call runs through it."""
+    return tool.execute_async is not None and (
+        settings.HARNESS_EXECUTE_WRAPPER == DEFAULT_EXECUTE_WRAPPER
+    )
+
+
+async def execute_async(
+    tool: Tool,
+    ctx: ExecutionContext,
+    arguments: dict[str, Any],
+    *,
+    while_running: Callable[[], None] | None = None,
+) -> Outcome:
+    """`execute` for a body awaited on the running loop (`runs_on_loop`): the same
+    timeout, its backstop a second later (the body is then cancelled and left), the same
+    running notice on a thread of its own. The loop is never blocked: nothing here waits
+    but on the loop."""
+    assert tool.execute_async is not None
+    loop = asyncio.get_running_loop()
+    ends = time.monotonic() + tool.timeout  # (ExecutionContext.deadline)
+    ctx = dataclasses.replace(ctx, deadline=ends, loop=loop)
+    outcome = Outcome()
+    body = asyncio.ensure_future(tool.execute_async(ctx, arguments))
+    noticed: asyncio.Future[None] | None = None
+    if while_running is not None:
+        await asyncio.wait({body}, timeout=RUNNING_NOTICE_AFTER)
+        if not body.done():
+            noticed = loop.create_future()
+            threading.Thread(
+                target=_announce_then,
+                args=(while_running, ctx.call_id, loop, noticed),
+                name=f"notice-{ctx.call_id}",
+                daemon=True,
+            ).start()
+    await asyncio.wait({body}, timeout=max(0.0, ends + 1.0 - time.monotonic()))
+    if not body.done():  # (the backstop: the body ignored its timeout)
+        body.cancel()
+        body.add_done_callback(_forget)
+        outcome.timed_out = True
+    elif body.cancelled():
+        outcome.error = RuntimeError("its body was cancelled")
+    else:
+        outcome.error = body.exception()
+        outcome.value = None if outcome.error is not None else body.result()
+        outcome.timed_out = isinstance(outcome.error, TimeoutError)
+    if noticed is not None:
+        await asyncio.wait({noticed}, timeout=NOTICE_JOIN)
+    return outcome
+
+
+def _forget(body: asyncio.Future[Any]) -> None:
+    """A body cancelled at its backstop: whatever it ended with is not read."""
+    if not body.cancelled():
+        body.exception()
+
+
+def _announce_then(
+    while_running: Callable[[], None],
+    call_id: str,
+    loop: asyncio.AbstractEventLoop,
+    noticed: asyncio.Future[None],
+) -> None:
+    """`_announce`, then `noticed` set on `loop` (unless it has closed meanwhile)."""
+    try:
+        _announce(while_running, call_id)
+    finally:
+        with contextlib.suppress(RuntimeError):  # (the loop closed)
+            loop.call_soon_threadsafe(_settle, noticed)
+
+
+def _settle(noticed: asyncio.Future[None]) -> None:
+    if not noticed.done():
+        noticed.set_result(None)
 
 
 def _announce(while_running: Callable[[], None], call_id: str) -> None:

@@ -38,11 +38,12 @@ from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from dispatcher import admission, agents, execution, limits, transitions, wakeups
+from dispatcher import admission, agents, execution, limits, pipeline, transitions, wakeups
 from dispatcher.answers import answer_content, answer_of, follow_edits, is_done
 from dispatcher.gateways.dialects import MAX_ID_LENGTH, UnstorableJSON, check_storable
 from dispatcher.models import Agent, AgentSession, Dialect, Status, ToolCall
 from dispatcher.policy import rules
+from dispatcher.policy.context import CallContext
 from dispatcher.policy.models import Mode
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 from dispatcher.tools import client_tool
@@ -89,9 +90,11 @@ def caller_context(caller: Caller) -> Iterator[None]:
 # request. (A thread of its own per request, asgiref's ThreadSensitiveContext as Django's
 # handler uses, cost more CPU to start and end than the admission it ran: docs/
 # benchmarks.md, S14.) Each piece of work gives its database connection back when it
-# ends, so a thread holds none between requests. A call run inline (execution.
-# run_inline) holds its thread while its upstream answers; past ORM_THREADS such
-# requests at once, the next wait for a thread.
+# ends, so a thread holds none between requests. A call run inline is awaited on its
+# request's loop between two trips here (admission, then its result: `run_pending`), so
+# a call whose server hangs holds no thread; only under a deployment's execute wrapper
+# (pipeline.runs_on_loop) does it run on its admission's thread, holding it while its
+# server answers, and past ORM_THREADS such requests at once the next wait for a thread.
 ORM_THREADS = 32
 orm_threads = ProcessThreads(ORM_THREADS, "mcp-orm")
 
@@ -341,16 +344,40 @@ async def admit_and_hold(
 
 
 async def admitted(caller: Caller, proposed: ProposedCall, slot: WaitSlot | None) -> ToolCall:
-    """`submit`, finished even when the request is cancelled meanwhile (an ORM trip that
-    has taken its slot records the call anyway; one that starts after the request ended
-    records nothing: `WaitSlot.take`): the cancellation then reaches `hold`, which cancels
-    the call on 2026-07-28, so a client that closed its stream during the admission
-    leaves no call waiting for a reviewer on its behalf."""
-    loop = asyncio.get_running_loop()  # (a call run inline makes its request here)
+    """`admit` (and the run of a call it kept for the loop, and its result), finished even
+    when the request is cancelled meanwhile, as daphne cancels one 10 s after its client
+    hung up (an ORM trip that has taken its slot records the call anyway, and a call
+    claimed for the inline lane is run and its result written; a trip that starts after
+    the request ended records nothing: `WaitSlot.take`): the cancellation then reaches
+    `hold`, which cancels the call on 2026-07-28, so a client that closed its stream
+    during the admission leaves no call waiting for a reviewer on its behalf."""
+    work = asyncio.ensure_future(_admit_and_run(caller, proposed, slot))
+    _admitting.add(work)  # (the loop keeps only a weak reference to a task)
+    work.add_done_callback(_settled)
     with anyio.CancelScope(shield=True):
-        call = await db(submit)(
-            caller.session, proposed, preloaded=caller.loaded, slot=slot, loop=loop
-        )
+        call = await asyncio.shield(work)
+    return call
+
+
+# The admissions (and inline runs) under way on this process's loops, kept to their end.
+_admitting: set[asyncio.Future[ToolCall]] = set()
+
+
+def _settled(work: asyncio.Future[ToolCall]) -> None:
+    """An admission's end: what it raised is the request's, if the request still waits
+    (read here too, for a request cancelled meanwhile: nothing is left unread)."""
+    _admitting.discard(work)
+    if not work.cancelled():
+        work.exception()
+
+
+async def _admit_and_run(caller: Caller, proposed: ProposedCall, slot: WaitSlot | None) -> ToolCall:
+    loop = asyncio.get_running_loop()  # (a call run inline makes its request here)
+    call, pending = await db(admit)(
+        caller.session, proposed, preloaded=caller.loaded, slot=slot, loop=loop, on_loop=True
+    )
+    if pending is not None:
+        call = await run_pending(call, pending, slot)
     return call
 
 
@@ -378,17 +405,41 @@ def submit(
 ) -> ToolCall:
     """The call (a request sent again finds its call, perhaps edited since: followed).
     `preloaded`: the session was read with its owner's profile (Caller.loaded). A call
-    allowed at once whose tool may run in this process is run now (the inline lane:
-    admission.admit_message, execution.run_inline), its upstream request made on `loop`,
-    the request's own event loop, which awaits this. `slot`: the request's wait slot,
-    taken first (MCPError when none is free: nothing recorded), given back here when the
-    call is done.
+    allowed at once whose tool may run in this process is run now, on this thread (the
+    inline lane: admission.admit_message, execution.run_inline), its upstream request
+    made on `loop`, the request's own event loop, which awaits this. `slot`: the
+    request's wait slot, taken first (MCPError when none is free: nothing recorded),
+    given back here when the call is done.
 
     Raises MCPError when the request id names an earlier call with another tool or other
     arguments: that call's decision and result are not this request's."""
+    call, pending = admit(session, proposed, preloaded=preloaded, slot=slot, loop=loop)
+    assert pending is None
+    return call
+
+
+# A call admitted and claimed for the inline lane whose body the request awaits on its
+# own loop (pipeline.runs_on_loop): the call, and what policy saw of it.
+Pending = tuple[ToolCall, CallContext]
+
+
+def admit(
+    session: AgentSession,
+    proposed: ProposedCall,
+    *,
+    preloaded: bool = False,
+    slot: WaitSlot | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+    on_loop: bool = False,
+) -> tuple[ToolCall, Pending | None]:
+    """`submit`; `on_loop`: a call kept for the inline lane whose tool runs on the loop
+    (pipeline.runs_on_loop) is not run here but returned, claimed, for the request to
+    await on its loop (`run_pending`) and then `finish` on a thread; its admission (and
+    `slot`'s) ends there."""
     if slot is not None:
         slot.take()
     done = False
+    pending: Pending | None = None
     try:
         with one_generation():  # (its admission and its inline run: one list of tools)
             [call], kept = admission.admit_message(
@@ -405,6 +456,9 @@ def submit(
                     "decides each input once. Send the call again with a new request id.",
                 )
             for claimed, ctx in kept:  # allowed, claimed, and it may run here: it runs now
+                if on_loop and pipeline.runs_on_loop(ctx.tool):
+                    pending = (claimed, ctx)
+                    continue
                 try:
                     execution.run_inline(claimed, ctx, loop)
                 except Exception:
@@ -412,8 +466,44 @@ def submit(
                     # its lease ends it as outcome_unknown; the request waits for that.
                     logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
                     claimed.status = Status.RUNNING
+        if pending is None:
+            follow_edits([call])
+            done = is_done(call)  # nothing to wait for: given back on this trip
+        return call, pending
+    finally:
+        if slot is not None and pending is None:
+            slot.admission_ended(done)
+
+
+async def run_pending(call: ToolCall, pending: Pending, slot: WaitSlot | None) -> ToolCall:
+    """The body of a call `admit` kept for the loop, awaited here (on the request's loop,
+    no thread held while its server answers), then its result written (`finish`, on an
+    ORM thread), which ends its admission."""
+    claimed, ctx = pending
+    outcome, started = await execution.run_body_async(claimed, ctx)
+    return await db(finish)(call, pending, outcome, started, slot)
+
+
+def finish(
+    call: ToolCall,
+    pending: Pending,
+    outcome: pipeline.Outcome,
+    started: float,
+    slot: WaitSlot | None,
+) -> ToolCall:
+    """Stages 7 to 10 of a call run on the loop (`run_pending`), and its admission's end:
+    `slot` given back when the call is done."""
+    claimed, ctx = pending
+    done = False
+    try:
+        try:
+            execution.record_result(claimed, ctx, outcome, started)
+        except Exception:
+            # (as in `admit`: the lease ends it as outcome_unknown; the request waits)
+            logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
+            claimed.status = Status.RUNNING
         follow_edits([call])
-        done = is_done(call)  # nothing to wait for: given back on this trip
+        done = is_done(call)
         return call
     finally:
         if slot is not None:

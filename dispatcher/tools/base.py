@@ -6,7 +6,7 @@ import asyncio
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,11 @@ class Tool:
     # on this host): the request that waits for it may claim and run it itself, without
     # the queue (execution.run_inline; the worker is the fallback).
     inline: bool = False
+    # An inline tool's body as a coroutine, awaited on the event loop of the request that
+    # runs the call (execution.run_body_async): it holds no thread while it waits for its
+    # server, so calls that hang hold none of the web process's threads. None: `execute`,
+    # on a thread. Both make the same request and raise the same errors.
+    execute_async: Callable[[ExecutionContext, dict[str, Any]], Awaitable[Any]] | None = None
     present_call: Callable[[dict[str, Any], Path], dict[str, Any]] = default_present_call
     present_result: Callable[[str], dict[str, Any]] = default_present_result
     # Risk annotations: modes are built on these, never on tool names.

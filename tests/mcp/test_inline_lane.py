@@ -4,6 +4,7 @@ the queue, with the same records as the worker's run; everything else goes to th
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from datetime import timedelta
@@ -226,3 +227,113 @@ def test_a_request_that_ended_before_its_admission_began_admits_nothing(
     assert refused.value.error.code == types.INVALID_REQUEST
     assert not ToolCall.objects.filter(session=session).exists()
     assert limits.waits_held(fx.agent) == 0
+
+
+# --- The body on the request's loop (pipeline.runs_on_loop) ----------------------------------
+
+WRAPPED: list[str] = []
+
+
+def recording_wrapper(tool: Any, ctx: Any, arguments: dict[str, Any]) -> Any:
+    """A deployment's execute wrapper (HARNESS_EXECUTE_WRAPPER): it sees every call."""
+    WRAPPED.append(ctx.call_id)
+    return pipeline.default_execute_wrapper(tool, ctx, arguments)
+
+
+def test_a_call_run_on_the_loop_has_the_threads_records_and_statements(
+    trusted_upstream: str,
+) -> None:
+    """The gateway's lane: admitted and claimed on one trip (`mcp.admit`, on_loop), its
+    body awaited on the request's loop (execution.run_body_async, no thread held), its
+    result written on a second trip (`mcp.finish`): the same events, the same statements
+    and commits as the run on the admission's thread, and no message for a worker."""
+    fx = make_agent(mode="trusted")
+    session = open_session(fx.agent, {})
+    name = f"{trusted_upstream}__echo"
+    mcp.submit(
+        loaded_session(fx.token, session.external_id),
+        proposed("mcp:0", name, {"text": "warm"}),
+        preloaded=True,
+    )
+    loaded = loaded_session(fx.token, session.external_id)
+    with CaptureQueriesContext(connection) as queries:
+        call, pending = mcp.admit(
+            loaded, proposed("mcp:1", name, {"text": "loop"}), preloaded=True, on_loop=True
+        )
+        assert pending is not None and call.status == Status.RUNNING
+        assert ToolCall.objects.get(pk=call.pk).status == Status.RUNNING  # claimed, durable
+        admission_statements = len(queries.captured_queries)
+        outcome, started = asyncio.run(execution.run_body_async(*pending))
+        assert len(queries.captured_queries) == admission_statements  # (no database on the loop)
+        call = mcp.finish(call, pending, outcome, started, None)
+    assert call.status == Status.COMPLETED and call.content == "echo: loop"
+    stored = ToolCall.objects.get(pk=call.pk)
+    assert (stored.status, stored.content, stored.attempts) == (Status.COMPLETED, call.content, 1)
+    assert str(call.pk) not in queued_messages()
+    events = list(
+        AuditEvent.objects.filter(subject=f"call:{call.pk}")
+        .order_by("seq")
+        .values_list("kind", "actor", "payload")
+    )
+    assert [kind for kind, _, _ in events] == [
+        "call.received",
+        "call.allowed",
+        "call.started",
+        "call.completed",
+    ]
+    assert events[2][1] == "inline" and events[3][2]["content"] == "echo: loop"
+    sql = data_statements(queries)
+    commits = [q for q in queries.captured_queries if q["sql"] == "COMMIT"]
+    # (the ToolCall read above the count's check is the test's own)
+    assert len(sql) == (6 if connection.vendor == "postgresql" else 10), sql
+    assert len(commits) == 2
+
+
+def test_a_deployments_execute_wrapper_sees_every_inline_call(
+    trusted_upstream: str, settings: Any
+) -> None:
+    """HARNESS_EXECUTE_WRAPPER wraps `execute`, not an async body: with one set, the
+    gateway runs an inline call on its admission's thread through it (nothing is kept
+    for the loop), so budgets and metrics a deployment adds there miss no call."""
+    settings.HARNESS_EXECUTE_WRAPPER = f"{__name__}.recording_wrapper"
+    WRAPPED.clear()
+    fx = make_agent(mode="trusted")
+    session = open_session(fx.agent, {})
+    call, pending = mcp.admit(
+        loaded_session(fx.token, session.external_id),
+        proposed("mcp:w", f"{trusted_upstream}__echo", {"text": "wrapped"}),
+        preloaded=True,
+        on_loop=True,
+    )
+    assert pending is None
+    assert (call.status, call.content) == (Status.COMPLETED, "echo: wrapped")
+    assert WRAPPED == [str(call.pk)]  # noqa: SIM300 - (what the wrapper saw)
+
+
+def test_a_slow_call_run_on_the_loop_is_announced_running_then_completed(
+    trusted_upstream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The running notice of a body awaited on the loop: on a thread of its own, before
+    the result's wake-up; none for a quick one."""
+    monkeypatch.setattr(pipeline, "RUNNING_NOTICE_AFTER", 0.5)
+    fx = make_agent(mode="trusted")
+    session = open_session(fx.agent, {})
+    pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub()
+    pubsub.subscribe(wakeups.session_channel(str(session.pk)))
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"
+
+    async def run(tool_use_id: str, tool: str, arguments: dict[str, Any]) -> Any:
+        loaded = await mcp.db(loaded_session)(fx.token, session.external_id)
+        call, pending = await mcp.db(mcp.admit)(
+            loaded, proposed(tool_use_id, tool, arguments), preloaded=True, on_loop=True
+        )
+        assert pending is not None
+        return await mcp.run_pending(call, pending, None)
+
+    quick = asyncio.run(run("mcp:q", f"{trusted_upstream}__echo", {"text": "q"}))
+    assert quick.status == Status.COMPLETED
+    assert session_news(pubsub) == [f"{quick.pk} completed"]
+    slow = asyncio.run(run("mcp:s", f"{trusted_upstream}__slow", {"seconds": 1.0}))
+    assert slow.status == Status.COMPLETED and slow.content == "slept 1.0"
+    assert session_news(pubsub) == [f"{slow.pk} running", f"{slow.pk} completed"]
+    pubsub.close()

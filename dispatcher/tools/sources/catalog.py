@@ -138,6 +138,11 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
                 timeout=server.timeout,
                 # A request to an HTTP server (stdio servers are processes: the worker's).
                 inline=server.transport != "stdio",
+                execute_async=(
+                    functools.partial(services.run_tool_async, endpoint, row.name, row.fingerprint)
+                    if server.transport != "stdio"
+                    else None
+                ),
                 read_only=flags["read_only"],
                 destructive=flags["destructive"],
                 open_world=flags["open_world"],

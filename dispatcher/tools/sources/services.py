@@ -9,11 +9,12 @@ dropped silently. Talking to the server happens before the transaction opens.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -369,6 +370,32 @@ def run_tool(
         if exc.definition is None:
             raise ToolError(upstream.messages_missing(endpoint.name, tool)) from None
         raise ToolError(upstream.messages_changed(endpoint.name, tool)) from None
+
+
+async def run_tool_async(
+    endpoint: upstream.Endpoint,
+    tool: str,
+    fingerprint: str,
+    ctx: ExecutionContext,
+    arguments: dict[str, Any],
+) -> str:
+    """`run_tool` awaited on the web request's loop (the inline lane: Tool.execute_async);
+    a changed definition is noted on a thread."""
+    try:
+        return await upstream.execute_async(endpoint, tool, fingerprint, ctx, arguments)
+    except upstream.DefinitionChanged as exc:
+        definition = exc.definition
+    await asyncio.to_thread(_note_listing_and_close, endpoint.server_id, tool, definition)
+    if definition is None:
+        raise ToolError(upstream.messages_missing(endpoint.name, tool))
+    raise ToolError(upstream.messages_changed(endpoint.name, tool))
+
+
+def _note_listing_and_close(server_id: int, tool: str, definition: Definition | None) -> None:
+    try:
+        note_listing(server_id=server_id, tool=tool, definition=definition)
+    finally:
+        connections.close_all()  # (this thread's own connection, back to the pool)
 
 
 def note_listing(*, server_id: int, tool: str, definition: Definition | None) -> None:

@@ -376,6 +376,29 @@ class Pool:
             future.cancel()
             raise
 
+    async def call_async(
+        self,
+        endpoint: Endpoint,
+        tool: str,
+        fingerprint: str,
+        arguments: dict[str, Any],
+        deadline: float | None = None,
+    ) -> types.CallToolResult:
+        """`call`, awaited on the running loop (the web request's, which runs the call
+        inline: Tool.execute_async), holding no thread while the server answers. A stdio
+        server's session lives on the pool's own loop: its call is made there, from a
+        thread."""
+        if endpoint.transport == "stdio":
+            return await asyncio.to_thread(
+                self.call, endpoint, tool, fingerprint, arguments, None, deadline
+            )
+        ends = time.monotonic() + endpoint.timeout
+        deadline = ends if deadline is None else min(ends, deadline)
+        return await asyncio.wait_for(
+            self._call(endpoint, tool, fingerprint, arguments, deadline),
+            endpoint.timeout + CONNECT_TIMEOUT,
+        )
+
     async def _connection(self, endpoint: Endpoint) -> Connection:
         """The open connection, started again if it died (a crashed stdio server)."""
         connections = self._on_this_loop()
@@ -561,11 +584,37 @@ def execute(
     try:
         result = POOL.call(endpoint, tool, fingerprint, arguments, ctx.loop, ctx.deadline)
     except UpstreamError as exc:
-        text = (
-            f"The MCP server '{endpoint.name}' could not run '{tool}': "
-            f"{str(exc).rstrip('.')}. Try again later, or ask the user to check the server."
-        )
-        raise ToolError(storable_text(text, ctx.output_limit)) from exc
+        raise _could_not_run(endpoint, tool, exc, ctx) from exc
+    return _answer(endpoint, tool, result, ctx)
+
+
+async def execute_async(
+    endpoint: Endpoint, tool: str, fingerprint: str, ctx: ExecutionContext, args: dict[str, Any]
+) -> str:
+    """`execute` on the running loop (the inline lane: Tool.execute_async): the same
+    request, the same errors."""
+    arguments = json.loads(ctx.raw_arguments) if ctx.raw_arguments else args
+    try:
+        result = await POOL.call_async(endpoint, tool, fingerprint, arguments, ctx.deadline)
+    except UpstreamError as exc:
+        raise _could_not_run(endpoint, tool, exc, ctx) from exc
+    return _answer(endpoint, tool, result, ctx)
+
+
+def _could_not_run(
+    endpoint: Endpoint, tool: str, exc: UpstreamError, ctx: ExecutionContext
+) -> ToolError:
+    text = (
+        f"The MCP server '{endpoint.name}' could not run '{tool}': "
+        f"{str(exc).rstrip('.')}. Try again later, or ask the user to check the server."
+    )
+    return ToolError(storable_text(text, ctx.output_limit))
+
+
+def _answer(
+    endpoint: Endpoint, tool: str, result: types.CallToolResult, ctx: ExecutionContext
+) -> str:
+    """The server's result as the model reads it; raises ToolError for an error result."""
     text = storable_text(result_text(result), ctx.output_limit)
     if result.is_error:
         raise ToolError(text or f"The MCP server '{endpoint.name}' reported an error for '{tool}'.")
