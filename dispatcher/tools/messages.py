@@ -98,7 +98,13 @@ def timed_out(tool_name: str, seconds: float) -> str:
 
 
 def tool_crashed(tool_name: str, exc: BaseException) -> str:
-    return f"'{tool_name}' failed with an internal error ({type(exc).__name__}: {exc}). Try again with other arguments."
+    """What the model reads of a body that crashed: the exception's type, never its text,
+    which may hold what the host keeps from it (an upstream server's headers in a
+    configuration's repr, a path, a credential). The text is in the host's log."""
+    return (
+        f"'{tool_name}' failed with an internal error ({type(exc).__name__}). "
+        "Try again with other arguments."
+    )
 
 
 def outcome_unknown() -> str:

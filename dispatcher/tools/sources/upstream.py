@@ -15,7 +15,6 @@ is put in the sandbox.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -24,7 +23,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -62,9 +61,10 @@ class Endpoint:
     name: str
     transport: str
     command: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    # (secrets, never in a repr: an exception's text may quote the configuration)
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     url: str = ""
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     paths: tuple[str, ...] = ()
     timeout: float = 60.0
 
@@ -306,9 +306,11 @@ class Connection:
         return not self.task.done() and not self.stop.is_set()
 
     async def close(self) -> None:
+        """The session ended (its task given 5 s, then cancelled). A caller cancelled
+        meanwhile is cancelled: its cancellation is never swallowed here."""
         self.stop.set()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(self.task, 5)
+        if not (await asyncio.wait({self.task}, timeout=5))[0]:
+            self.task.cancel()
 
 
 class Pool:
@@ -405,7 +407,8 @@ class Pool:
         for key, old in list(connections.items()):
             same_server = key.server_id == endpoint.server_id or key.name == endpoint.name
             if same_server and key != endpoint.key:  # its configuration changed
-                del connections[key]
+                if connections.get(key) is old:  # (another call may have removed it)
+                    del connections[key]
                 await old.close()
         connection = connections.get(endpoint.key)
         if (
@@ -420,7 +423,10 @@ class Pool:
             connection = connections[endpoint.key] = Connection(endpoint)
         await asyncio.wait_for(connection.ready.wait(), CONNECT_TIMEOUT)
         if connection.session is None:
-            del connections[endpoint.key]
+            # (only this one: every call that waited for it comes here, and a call may
+            # already have started the next one under the same key)
+            if connections.get(endpoint.key) is connection:
+                del connections[endpoint.key]
             raise UpstreamError(describe(connection.error or RuntimeError("not connected")))
         return connection
 
