@@ -83,7 +83,8 @@ def admit_message(
     inline: bool = False,
 ) -> tuple[list[ToolCall], list[tuple[ToolCall, CallContext]]]:
     """`submit_calls`, and the calls this process keeps to run itself (`inline`: the
-    request waits for its answer and runs it, execution.run_inline), each with what
+    request waits for its answer and runs it: execution.run_inline, or on its loop
+    execution.run_body_async), each with what
     policy saw of it: a new call allowed at once that is the only call of its message,
     whose tool may run inline (`Tool.inline`). It is written claimed (running, its lease
     set, its call.started after its decision's event, in the same commit), and no Celery
@@ -267,7 +268,7 @@ def _after_admission(calls: list[ToolCall], sent: list[ToolCall], kept: Sequence
 
     A call this process keeps to run (`kept`, claimed) wakes nobody now: as a worker's
     claim, it is announced as running only if its body is still running a moment later
-    (execution.run_inline), and its result's wake-up follows (one Redis round trip less
+    (execution.run_inline, execution.run_body_async), and its result's wake-up follows (one Redis round trip less
     for a call that ends within that moment, the usual one; nobody waits on a call
     another request is answering).
 

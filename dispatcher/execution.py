@@ -143,14 +143,15 @@ def _run_claimed(
         call.arguments or {},
         while_running=_running_notice(call, admitted),
     )
-    record_result(call, ctx, outcome, started, row=row)
+    record_result(call, ctx, outcome, started=started, row=row)
 
 
 async def run_body_async(call: ToolCall, ctx: CallContext) -> tuple[pipeline.Outcome, float]:
     """Stage 6 of a call its admission claimed a moment ago (the inline lane) whose tool
     runs on the loop (pipeline.runs_on_loop), awaited on the request's own loop, holding
-    no thread meanwhile: its outcome and when it started, for `record_result` (on a
-    thread: it writes). Never raises: a failure of its own is the outcome's error."""
+    no thread meanwhile: its outcome and how long it ran (seconds), for `record_result`
+    (on a thread: it writes). A failure of its own is the outcome's error; it raises only
+    when cancelled (its loop shutting down)."""
     started = time.monotonic()
     try:
         outcome = await pipeline.execute_async(
@@ -161,7 +162,7 @@ async def run_body_async(call: ToolCall, ctx: CallContext) -> tuple[pipeline.Out
         )
     except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
         outcome = pipeline.Outcome(error=exc)
-    return outcome, started
+    return outcome, time.monotonic() - started
 
 
 def _execution_context(
@@ -186,14 +187,16 @@ def record_result(
     call: ToolCall,
     ctx: CallContext,
     outcome: pipeline.Outcome,
-    started: float,
     *,
+    started: float | None = None,
+    seconds: float | None = None,
     row: Preview | None = None,
 ) -> None:
-    """Stages 7 to 10 of a claimed call whose body ran (`outcome`) since `started`
-    (time.monotonic()): its content projected, post-executed and finalized, and its
-    result written with its event (transitions.finish). Raises when the result cannot
-    be written: the call stays running, and its lease ends it as outcome_unknown."""
+    """Stages 7 to 10 of a claimed call whose body ran (`outcome`), since `started`
+    (time.monotonic()) or for `seconds`: its content projected, post-executed and
+    finalized, and its result written with its event (transitions.finish). Raises when
+    the result cannot be written: the call stays running, and its lease ends it as
+    outcome_unknown."""
     tool = ctx.tool
     if outcome.timed_out:
         status, content, is_error = (
@@ -209,7 +212,9 @@ def record_result(
     content = pipeline.finalize_content(
         tool, content, repeat_count=call.repeat_count, raw_arguments=call.raw_arguments
     )
-    seconds = time.monotonic() - started
+    if seconds is None:
+        assert started is not None
+        seconds = time.monotonic() - started
     transitions.finish(call, status, content, is_error, seconds, audit=previews.ran_audit(row))
 
 

@@ -229,8 +229,9 @@ class _Runner:
 
 # The process's idle runners: a call takes one (or starts one) and gives it back when its
 # body returned in time. A worker's one waiting thread reuses one runner call after call;
-# a web process running calls inline (execution.run_inline) from many request threads
-# keeps as many as ran at once, never one per request.
+# a web process running calls inline on its threads (execution.run_inline, under a
+# deployment's execute wrapper: runs_on_loop) keeps as many as ran at once, never one
+# per request.
 _idle: list[_Runner] = []
 _idle_lock = threading.Lock()
 

@@ -393,7 +393,7 @@ def claim(call: ToolCall, tool: Tool) -> bool:
 
 def claim_new(call: ToolCall, tool: Tool) -> EventSpec:
     """The claim of a call not yet written, applied in memory: admission writes a call
-    the request runs itself (execution.run_inline) already running, with this event after
+    the request runs itself (execution.run_inline, run_body_async) already running, with this event after
     its decision's in the same commit, so the claim is durable before the tool runs."""
     now = timezone.now()
     return new_transition(

@@ -230,11 +230,12 @@ HOLD_RUN_MARGIN = 3600.0
 class WaitSlot:
     """One of the agent's wait slots (dispatcher.limits) for one tools/call request: taken
     on the admission's own trip to an ORM thread (`take`), before anything is recorded,
-    and given back there when the call is done at once (allowed and run inline, denied,
-    rejected), else by the request when it ends; by whichever comes last when the request
-    ends while its admission is still running (an inline call runs in its admission: a
-    request cancelled meanwhile, as daphne cancels one 10 s after its client hung up,
-    leaves the slot taken until the call ends)."""
+    and given back when the call is done at once (denied or rejected: on that trip;
+    allowed and run inline: on its result's trip, `finish`), else by the request when it
+    ends; by whichever comes last when the request ends while its admission is still
+    running (an inline call's admission lasts until its result is written: a request
+    cancelled meanwhile, as daphne cancels one 10 s after its client hung up, leaves the
+    slot taken until the call ends)."""
 
     def __init__(self, agent: Agent, seconds: float) -> None:
         self.agent, self.seconds = agent, seconds
@@ -331,8 +332,8 @@ async def admit_and_hold(
     slot: WaitSlot | None = None,
 ) -> types.CallToolResult:
     """The call admitted (and run, in the inline lane), then held until it is done.
-    `slot`: the request's wait slot, taken and (when the call is done at once) given back
-    on the admission's own trip to an ORM thread."""
+    `slot`: the request's wait slot, taken on the admission's trip to an ORM thread and
+    (when the call is done at once) given back there or on its result's (`WaitSlot`)."""
     caller = progress.caller
     tool_use_id = mcp_tool_use_id(request_id, caller.transport)
     if name == APPROVAL_PROMPT:
@@ -480,15 +481,23 @@ async def run_pending(call: ToolCall, pending: Pending, slot: WaitSlot | None) -
     no thread held while its server answers), then its result written (`finish`, on an
     ORM thread), which ends its admission."""
     claimed, ctx = pending
-    outcome, started = await execution.run_body_async(claimed, ctx)
-    return await db(finish)(call, pending, outcome, started, slot)
+    try:
+        outcome, seconds = await execution.run_body_async(claimed, ctx)
+        return await db(finish)(call, pending, outcome, seconds, slot)
+    except BaseException:
+        # (the loop shutting down: the call's lease ends it; its slot is given back now,
+        # not when it lapses, as `finish` would have)
+        if slot is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(asyncio.to_thread(slot.admission_ended, False))
+        raise
 
 
 def finish(
     call: ToolCall,
     pending: Pending,
     outcome: pipeline.Outcome,
-    started: float,
+    seconds: float,
     slot: WaitSlot | None,
 ) -> ToolCall:
     """Stages 7 to 10 of a call run on the loop (`run_pending`), and its admission's end:
@@ -497,7 +506,7 @@ def finish(
     done = False
     try:
         try:
-            execution.record_result(claimed, ctx, outcome, started)
+            execution.record_result(claimed, ctx, outcome, seconds=seconds)
         except Exception:
             # (as in `admit`: the lease ends it as outcome_unknown; the request waits)
             logger.exception("call %s ran inline; its result was not recorded", claimed.pk)

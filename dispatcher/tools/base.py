@@ -27,8 +27,8 @@ class ExecutionContext:
     # The call's arguments exactly as logged (an upstream MCP tool sends these bytes).
     raw_arguments: str = ""
     # The event loop of the web request that runs the call inline and awaits it, so it
-    # runs until the call ends (execution.run_inline; None in a worker): an I/O body
-    # may make its request there rather than on a loop of its own.
+    # runs until the call ends (execution.run_inline, run_body_async; None in a worker):
+    # an I/O body may make its request there rather than on a loop of its own.
     loop: asyncio.AbstractEventLoop | None = None
     # When the call's timeout ends (time.monotonic()), set by pipeline.execute as the body
     # starts; its host's backstop answers "timed out" a second later. A body that waits

@@ -263,9 +263,9 @@ def test_a_call_run_on_the_loop_has_the_threads_records_and_statements(
         assert pending is not None and call.status == Status.RUNNING
         assert ToolCall.objects.get(pk=call.pk).status == Status.RUNNING  # claimed, durable
         admission_statements = len(queries.captured_queries)
-        outcome, started = asyncio.run(execution.run_body_async(*pending))
+        outcome, seconds = asyncio.run(execution.run_body_async(*pending))
         assert len(queries.captured_queries) == admission_statements  # (no database on the loop)
-        call = mcp.finish(call, pending, outcome, started, None)
+        call = mcp.finish(call, pending, outcome, seconds, None)
     assert call.status == Status.COMPLETED and call.content == "echo: loop"
     stored = ToolCall.objects.get(pk=call.pk)
     assert (stored.status, stored.content, stored.attempts) == (Status.COMPLETED, call.content, 1)

@@ -6,6 +6,7 @@ or 500 through names, arguments or session ids."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,7 @@ from django.db import close_old_connections, connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from dispatcher import admission, agents
+from dispatcher import admission, agents, execution
 from dispatcher.gateways import mcp
 from dispatcher.gateways.mcp_http import authenticate
 from dispatcher.models import Status, ToolCall
@@ -30,6 +31,17 @@ from tests.support.factories import AgentFixture, make_agent, submit_one
 from tests.teams.world import make_team
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
+
+
+def gateway_submit(session: Any, proposal: ProposedCall, *, preloaded: bool = False) -> ToolCall:
+    """The gateway's sequence for one tools/call (mcp._admit_and_run) without its thread
+    hops: admitted (and claimed) on this thread, an inline call's body awaited on a loop,
+    its result written on this thread."""
+    call, pending = mcp.admit(session, proposal, preloaded=preloaded, on_loop=True)
+    if pending is None:
+        return call
+    outcome, seconds = asyncio.run(execution.run_body_async(*pending))
+    return mcp.finish(call, pending, outcome, seconds, None)
 
 
 def proposed(tool_use_id: str, name: str, arguments: Any) -> ProposedCall:
@@ -82,11 +94,11 @@ def test_a_removed_server_is_not_run_inline_by_the_next_gateway_message(
     fx = make_agent(mode="trusted")
     session = mcp_session(fx)
     name = f"{trusted_upstream}__echo"
-    call = mcp.submit(session, proposed("mcp:0", name, {"text": "warm"}), preloaded=True)
+    call = gateway_submit(session, proposed("mcp:0", name, {"text": "warm"}), preloaded=True)
     assert call.status == Status.COMPLETED and call.content == "echo: warm"
     call_command("remove_mcp_server", trusted_upstream, stdout=StringIO())
     session = authenticate(fx.token, session.external_id)[1]
-    call = mcp.submit(session, proposed("mcp:1", name, {"text": "gone"}), preloaded=True)
+    call = gateway_submit(session, proposed("mcp:1", name, {"text": "gone"}), preloaded=True)
     assert call.status == Status.REJECTED, (call.status, call.content)
     assert "echo: gone" not in (call.content or "")
 
@@ -111,9 +123,9 @@ def test_a_change_during_a_message_applies_from_the_next_one(
         return counts
 
     monkeypatch.setattr(admission, "_repeat_counts", then_remove)
-    during = mcp.submit(session, proposed("mcp:0", name, {"text": "during"}), preloaded=True)
+    during = gateway_submit(session, proposed("mcp:0", name, {"text": "during"}), preloaded=True)
     assert removed and during.status != Status.REJECTED, (during.status, during.content)
-    after = mcp.submit(session, proposed("mcp:1", name, {"text": "after"}), preloaded=True)
+    after = gateway_submit(session, proposed("mcp:1", name, {"text": "after"}), preloaded=True)
     assert after.status == Status.REJECTED, (after.status, after.content)
 
 
@@ -134,7 +146,9 @@ def test_the_pin_does_not_outlive_its_message_on_a_reused_orm_thread(
     def one(tool_use_id: str, text: str) -> tuple[str, str, Any]:
         try:
             threads.append(threading.get_ident())
-            call = mcp.submit(session, proposed(tool_use_id, name, {"text": text}), preloaded=True)
+            call = gateway_submit(
+                session, proposed(tool_use_id, name, {"text": text}), preloaded=True
+            )
             return str(call.status), call.content or "", getattr(catalog._pinned, "value", None)
         finally:
             close_old_connections()
@@ -195,7 +209,7 @@ def test_another_teams_server_is_not_resolved_even_with_a_warm_pinned_cache(clie
     # The MCP gateway's lane: the same.
     fx = pay.agent
     loaded = mcp_session(fx)
-    gw = mcp.submit(loaded, proposed("mcp:9", infra.tool.exposed_name, {"text": "x"}), preloaded=True)  # fmt: skip
+    gw = gateway_submit(loaded, proposed("mcp:9", infra.tool.exposed_name, {"text": "x"}), preloaded=True)  # fmt: skip
     assert gw.status == Status.REJECTED and "does not exist" in gw.content
 
 

@@ -63,7 +63,7 @@ class Endpoint:
     command: tuple[str, ...] = ()
     # (secrets, never in a repr: an exception's text may quote the configuration)
     env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    url: str = ""
+    url: str = field(default="", repr=False)  # (a key may be in its path or query)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     paths: tuple[str, ...] = ()
     timeout: float = 60.0
@@ -306,11 +306,17 @@ class Connection:
         return not self.task.done() and not self.stop.is_set()
 
     async def close(self) -> None:
-        """The session ended (its task given 5 s, then cancelled). A caller cancelled
-        meanwhile is cancelled: its cancellation is never swallowed here."""
+        """The session ended (its task given 5 s, then cancelled, and a moment to end).
+        A caller cancelled meanwhile is cancelled (the task too): its cancellation is
+        never swallowed here."""
         self.stop.set()
-        if not (await asyncio.wait({self.task}, timeout=5))[0]:
+        try:
+            if not (await asyncio.wait({self.task}, timeout=5))[0]:
+                self.task.cancel()
+                await asyncio.wait({self.task}, timeout=1)
+        except asyncio.CancelledError:
             self.task.cancel()
+            raise
 
 
 class Pool:
@@ -612,9 +618,20 @@ def _could_not_run(
 ) -> ToolError:
     text = (
         f"The MCP server '{endpoint.name}' could not run '{tool}': "
-        f"{str(exc).rstrip('.')}. Try again later, or ask the user to check the server."
+        f"{without_secrets(endpoint, str(exc)).rstrip('.')}. Try again later, or ask the "
+        "user to check the server."
     )
     return ToolError(storable_text(text, ctx.output_limit))
+
+
+def without_secrets(endpoint: Endpoint, text: str) -> str:
+    """`text` (a failure's account, which may quote a request: an HTTP error names its
+    URL) without the server's URL, header values or environment values, which may hold
+    its credentials: the model reads it."""
+    secrets = [endpoint.url, *(value for _, value in (*endpoint.headers, *endpoint.env))]
+    for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+        text = text.replace(secret, "[hidden]")
+    return text
 
 
 def _answer(
