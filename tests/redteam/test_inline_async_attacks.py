@@ -247,6 +247,9 @@ def _thread_names() -> set[str]:
 
 
 def _db_backends() -> int:
+    """PostgreSQL's backends of this database (0 elsewhere: SQLite has no server)."""
+    if default_connection.vendor != "postgresql":
+        return 0
     with default_connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
         return int(cursor.fetchone()[0])
@@ -372,7 +375,7 @@ def test_every_call_run_under_a_custom_execute_wrapper_goes_through_it(
     assert {call_id for call_id, _ in wrapped} == ran, (wrapped, ran)
     assert len(wrapped) == 3 and all(thread != "serving" for _, thread in wrapped), wrapped
     assert sorted(line.split()[0] for line in hostile.calls()) == ["echo", "garbage", "sleep"]
-    assert serving.lag < 0.3, serving.lag
+    assert serving.lag < 1.0, serving.lag  # (a blocked loop would lag by seconds)
     nothing_admitting()
     until(lambda: limits.waits_held(fx.agent) == 0, 5, "a slot was never given back")
 
@@ -414,7 +417,7 @@ def test_a_changed_definition_seen_on_the_loop_is_noted_off_it_and_the_call_not_
         (Status.COMPLETED, True, 1),
     ]
     assert [line.split()[0] for line in hostile.calls()] == ["echo"], hostile.calls()
-    assert serving.lag < 0.3, serving.lag
+    assert serving.lag < 1.0, serving.lag  # (a blocked loop would lag by seconds)
     nothing_admitting()
     until(lambda: limits.waits_held(fx.agent) == 0, 5, "a slot was never given back")
     until(lambda: _db_backends() <= backends + 1, 5, "the noting thread's connection left open")
