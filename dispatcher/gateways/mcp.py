@@ -460,13 +460,7 @@ def admit(
                 if on_loop and pipeline.runs_on_loop(ctx.tool):
                     pending = (claimed, ctx)
                     continue
-                try:
-                    execution.run_inline(claimed, ctx, loop)
-                except Exception:
-                    # Its result was not written: it is still running in the database, and
-                    # its lease ends it as outcome_unknown; the request waits for that.
-                    logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
-                    claimed.status = Status.RUNNING
+                _recorded(claimed, functools.partial(execution.run_inline, claimed, ctx, loop))
         if pending is None:
             follow_edits([call])
             done = is_done(call)  # nothing to wait for: given back on this trip
@@ -493,6 +487,17 @@ async def run_pending(call: ToolCall, pending: Pending, slot: WaitSlot | None) -
         raise
 
 
+def _recorded(claimed: ToolCall, run: Callable[[], None]) -> None:
+    """`run`, which writes the inline call's result. When it cannot, the call is still
+    running in the database and its lease ends it as outcome_unknown; the request waits
+    for that."""
+    try:
+        run()
+    except Exception:
+        logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
+        claimed.status = Status.RUNNING
+
+
 def finish(
     call: ToolCall,
     pending: Pending,
@@ -505,12 +510,7 @@ def finish(
     claimed, ctx = pending
     done = False
     try:
-        try:
-            execution.record_result(claimed, ctx, outcome, seconds=seconds)
-        except Exception:
-            # (as in `admit`: the lease ends it as outcome_unknown; the request waits)
-            logger.exception("call %s ran inline; its result was not recorded", claimed.pk)
-            claimed.status = Status.RUNNING
+        _recorded(claimed, lambda: execution.record_result(claimed, ctx, outcome, seconds=seconds))
         follow_edits([call])
         done = is_done(call)
         return call

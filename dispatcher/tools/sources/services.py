@@ -367,9 +367,7 @@ def run_tool(
         return upstream.execute(endpoint, tool, fingerprint, ctx, arguments)
     except upstream.DefinitionChanged as exc:
         note_listing(server_id=endpoint.server_id, tool=tool, definition=exc.definition)
-        if exc.definition is None:
-            raise ToolError(upstream.messages_missing(endpoint.name, tool)) from None
-        raise ToolError(upstream.messages_changed(endpoint.name, tool)) from None
+        raise _not_as_pinned(endpoint, tool, exc.definition) from None
 
 
 async def run_tool_async(
@@ -386,9 +384,17 @@ async def run_tool_async(
     except upstream.DefinitionChanged as exc:
         definition = exc.definition
     await asyncio.to_thread(_note_listing_and_close, endpoint.server_id, tool, definition)
+    raise _not_as_pinned(endpoint, tool, definition)
+
+
+def _not_as_pinned(
+    endpoint: upstream.Endpoint, tool: str, definition: Definition | None
+) -> ToolError:
+    """What the model reads of a call not made: the server lists `tool` otherwise than
+    pinned (`definition`), or not at all (None)."""
     if definition is None:
-        raise ToolError(upstream.messages_missing(endpoint.name, tool))
-    raise ToolError(upstream.messages_changed(endpoint.name, tool))
+        return ToolError(upstream.messages_missing(endpoint.name, tool))
+    return ToolError(upstream.messages_changed(endpoint.name, tool))
 
 
 def _note_listing_and_close(server_id: int, tool: str, definition: Definition | None) -> None:
