@@ -329,6 +329,10 @@ DRAIN_BYTES = 64 << 10
 # How long an idle connection is kept for the next request: under the idle timeouts of
 # common servers (uvicorn's 5 s), so a kept connection is not one the server is closing.
 KEEPALIVE_SECONDS = 2.0
+# The connections one async client opens at once (httpx's own default; httpcore's pool
+# alone would allow 10): an MCP session's calls in flight, each its own POST, are capped
+# below it (upstream.HTTP_IN_FLIGHT).
+ASYNC_CONNECTIONS = 100
 
 
 class _CappedBody(httpx2.AsyncByteStream):
@@ -413,6 +417,7 @@ class _AsyncPool(httpcore2.AsyncConnectionPool):
             ssl_context=ssl_context(),
             network_backend=_AsyncGuardedBackend(),
             keepalive_expiry=KEEPALIVE_SECONDS,
+            max_connections=ASYNC_CONNECTIONS,
         )
 
     def create_connection(self, origin: httpcore2.Origin) -> httpcore2.AsyncConnectionInterface:

@@ -52,15 +52,17 @@ def register(url: str, timeout: float) -> str:
 
 
 def test_a_call_with_time_left_behind_two_timed_out_calls_is_sent_not_refused(
-    hostile: Hostile, serving: ServingLoop
+    hostile: Hostile, serving: ServingLoop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Three agents share one server's session on the serving loop (one request at a
-    time). A's `never` holds it for its whole timeout T and replaces it; B's `never`, which
+    """Three agents share one server's session on the serving loop, one request at a
+    time (here upstream.HTTP_IN_FLIGHT is 1: the queue of a session whose turns are all
+    taken). A's `never` holds it for its whole timeout T and replaces it; B's `never`, which
     queued behind A, goes to the new session with the little time it has left (its read
     is cut at its own deadline + 1 s) and replaces that one too. C's echo, queued behind
     both since T/2, still has about T/2 - 1.5 s when B is cut: it must be sent on the third
     session and answered, not refused as 'its connection broke twice' (nothing broke: two
     calls ahead of it timed out)."""
+    monkeypatch.setattr(upstream, "HTTP_IN_FLIGHT", 1)
     timeout = 5.0
     name = register(hostile.url, timeout)
     a, b, c = (make_agent(mode="trusted") for _ in range(3))

@@ -50,6 +50,13 @@ MAX_PAGES = 100
 # The largest answer an HTTP server may send to one request (a tool result, a page of
 # tools); the door refuses more as it arrives rather than hold it whole in the worker.
 HTTP_ANSWER_BYTES = 32 << 20
+# The calls one process has in flight on one HTTP server's session at once (each its own
+# POST, as the MCP client sends them); a call past them waits its turn, and is not sent
+# once its timeout has passed. Under the door's HTTP connections per client
+# (floor.outbound.ASYNC_CONNECTIONS), one of which is the session's GET stream, so no
+# request ever waits inside the HTTP client, where its deadline is not checked. A stdio
+# server gets one call at a time: a call that times out stops its process.
+HTTP_IN_FLIGHT = 64
 
 
 @dataclass(frozen=True)
@@ -275,7 +282,10 @@ def describe(exc: BaseException) -> str:
 
 
 class Connection:
-    """One open session with one server, held by a task of the pool's loop."""
+    """One open session with one server, held by a task of the loop it is on: `turns`
+    calls in flight on it at once (an HTTP server's: HTTP_IN_FLIGHT; a stdio server's:
+    one); `users`, the calls in flight now. Replaced (`retire`), it takes no new call and
+    is closed when its last call in flight has ended, not under them."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -284,7 +294,9 @@ class Connection:
         self.ready = asyncio.Event()
         self.stop = asyncio.Event()
         self.error: BaseException | None = None
-        self.lock = asyncio.Lock()
+        self.turns = asyncio.Semaphore(1 if endpoint.transport == "stdio" else HTTP_IN_FLIGHT)
+        self.users = 0
+        self.retired = False
         self.task = asyncio.create_task(self._hold(), name=f"mcp-{endpoint.name}")
 
     async def _hold(self) -> None:
@@ -304,6 +316,13 @@ class Connection:
     @property
     def alive(self) -> bool:
         return not self.task.done() and not self.stop.is_set()
+
+    def retire(self) -> None:
+        """Closed now if no call is in flight on it, else when the last one ends
+        (`Pool._call_on`), in the background."""
+        self.retired = True
+        if self.users == 0:
+            asyncio.get_running_loop().create_task(self.close())
 
     async def close(self) -> None:
         """The session ended (its task given 5 s, then cancelled, and a moment to end).
@@ -454,7 +473,7 @@ class Pool:
         broken = 0
         while True:
             connection = await self._connection(endpoint)
-            async with connection.lock:  # one request at a time per session
+            async with connection.turns:  # (HTTP_IN_FLIGHT; a stdio server's: one)
                 left = deadline - time.monotonic()
                 # (`call`: its host has given up; it is not sent. Checked first: a call
                 # that waited past its timeout behind calls that timed out, each replacing
@@ -479,13 +498,14 @@ class Pool:
         arguments: dict[str, Any],
         read_timeout: float,
     ) -> types.CallToolResult:
-        """The call on `connection`, whose lock the caller holds, given `read_timeout`
-        seconds to answer."""
+        """The call on `connection`, in one of its turns, given `read_timeout` seconds to
+        answer."""
         endpoint = connection.endpoint
         seen = connection.definitions.get(tool)
         if seen is None or seen.fingerprint != fingerprint:
             raise DefinitionChanged(seen)
         assert connection.session is not None
+        connection.users += 1
         try:
             return await connection.session.call_tool(
                 tool, arguments, read_timeout_seconds=read_timeout
@@ -512,11 +532,18 @@ class Pool:
         ) as exc:
             self._replace(connection)
             raise UpstreamError(describe(exc)) from exc
+        finally:
+            connection.users -= 1
+            if connection.retired and connection.users == 0:
+                asyncio.get_running_loop().create_task(connection.close())
 
     def _replace(self, connection: Connection) -> None:
-        """Close a connection that timed out or broke (in the background) and start the
-        next one now, so that the next call finds the server started again."""
-        asyncio.get_running_loop().create_task(connection.close())
+        """Retire a connection that timed out or broke (closed in the background once no
+        other call is in flight on it: a call of a slow tool that timed out does not cut
+        the others' calls) and start the next one now, so that the next call finds the
+        server started again. (A session that broke under all its calls has already failed
+        them: the server stopped while they ran.)"""
+        connection.retire()
         connections = self._on_this_loop()
         if connections.get(connection.endpoint.key) is connection:
             connections[connection.endpoint.key] = Connection(connection.endpoint)
