@@ -384,20 +384,26 @@ class _KeptConnection(httpcore2.AsyncHTTPConnection):
     decrypted; bytes that come later, while it waits in the pool, make its socket
     readable, which httpcore2's own `has_expired` checks."""
 
+    # (the stream's TLS object, read once: the pool asks every kept connection on every
+    # request, and anyio builds all of a stream's attributes, a getpeername() among them,
+    # for each look)
+    _tls: ssl.SSLObject | None = None
+    _tls_read = False
+
     def has_expired(self) -> bool:
         http11 = self._connection
-        left_over = (
-            isinstance(http11, httpcore2.AsyncHTTP11Connection)
-            and http11.is_idle()
-            and (http11._h11_state.trailing_data[0] or _tls_pending(http11._network_stream))
-        )
+        if not isinstance(http11, httpcore2.AsyncHTTP11Connection) or not http11.is_idle():
+            return super().has_expired()
+        if not self._tls_read:
+            self._tls = http11._network_stream.get_extra_info("ssl_object")
+            self._tls_read = True
+        left_over = http11._h11_state.trailing_data[0] or _tls_pending(self._tls)
         return bool(left_over) or super().has_expired()
 
 
-def _tls_pending(stream: httpcore2.AsyncNetworkStream) -> bool:
-    """Whether a TLS stream holds a record it could decrypt now (read, and lost: the caller
-    closes the connection) or one that ends it."""
-    tls = stream.get_extra_info("ssl_object")
+def _tls_pending(tls: ssl.SSLObject | None) -> bool:
+    """Whether a TLS stream (its `ssl_object`; None: not TLS) holds a record it could
+    decrypt now (read, and lost: the caller closes the connection) or one that ends it."""
     if tls is None:
         return False
     try:

@@ -27,6 +27,7 @@ from django.urls import get_script_prefix, get_urlconf, set_script_prefix, set_u
 from django.utils import timezone, translation
 
 from dispatcher import limits
+from dispatcher.models import Status, ToolCall
 from harness_site.request_threads import RequestThreads
 from tests.support.factories import make_agent
 from tests.support.live import LiveStack
@@ -188,6 +189,17 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) ->
         time.sleep(0.1)
 
 
+def others_busy() -> int:
+    """Backends of the live stack's processes running a statement now."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND state = 'active'"
+        )
+        return int(cursor.fetchone()[0])
+
+
 def waiting_for_lock() -> int:
     """Statements of the live stack's processes waiting on a lock now."""
     with connection.cursor() as cursor:
@@ -219,6 +231,12 @@ def test_live_clients_gone_during_a_slow_hop_leave_daphne_its_connections(
     request = (
         f"GET /api/v1/tools HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {fx.token}\r\n\r\n"
     ).encode()
+    # (The stack is shared with earlier live tests: their calls still running, e.g. hung
+    # inline calls awaiting their timeout, would take a connection of daphne's pool for
+    # their result once the table is locked and wait on the lock too, leaving this
+    # test's requests one connection short: a PoolTimeout, as CI saw once at c9abe65.)
+    wait_until(lambda: not ToolCall.objects.filter(status=Status.RUNNING).exists(), "calls to end")
+    wait_until(lambda: others_busy() == 0, "the stack's other statements to end")
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("LOCK TABLE dispatcher_agent IN ACCESS EXCLUSIVE MODE")
