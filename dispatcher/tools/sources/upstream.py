@@ -427,14 +427,16 @@ class Pool:
         )
 
     async def _connection(self, endpoint: Endpoint) -> Connection:
-        """The open connection, started again if it died (a crashed stdio server)."""
+        """The open connection, started again if it died (a crashed stdio server). One of
+        an older configuration of the server is retired: it takes no new call, and the
+        calls in flight on it end as they would have (they were sent; cutting the client
+        would not stop the server, only lose their answers); nobody waits for its close."""
         connections = self._on_this_loop()
         for key, old in list(connections.items()):
             same_server = key.server_id == endpoint.server_id or key.name == endpoint.name
             if same_server and key != endpoint.key:  # its configuration changed
-                if connections.get(key) is old:  # (another call may have removed it)
-                    del connections[key]
-                await old.close()
+                del connections[key]
+                old.retire()
         connection = connections.get(endpoint.key)
         if (
             connection is not None
