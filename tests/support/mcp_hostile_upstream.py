@@ -155,4 +155,5 @@ def text(value: str) -> dict[str, Any]:
 
 if __name__ == "__main__":
     ThreadingHTTPServer.daemon_threads = True
+    ThreadingHTTPServer.request_queue_size = 256  # (64 calls connecting at once)
     ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
