@@ -285,3 +285,40 @@ def test_an_agent_with_all_its_slots_hung_holds_up_no_other_agent(
     for request in hung:
         assert result_of(request.result(60))["isError"] is True
     assert len(arrived(hostile, "never")) == 8
+
+
+# --- A server that forgot its sessions (restarted) ----------------------------------------
+
+
+def test_a_server_that_forgot_the_session_gets_a_new_one_for_the_next_call(
+    hostile: Hostile, serving: ServingLoop
+) -> None:
+    """A server that gives session ids is restarted (it forgets them: a request naming one
+    is answered 404, which the SDK reads as "Session terminated"). The call that found the
+    session gone fails closed (it was not run); the session is replaced, so the next call
+    is answered (before, the session was kept: every later call of the server in that
+    process failed "Session terminated", until the process restarted)."""
+    from pathlib import Path
+
+    Path(f"{hostile.calls_file}.sessions").write_text("")
+    name = register(hostile.url)
+    fx = make_agent(mode="trusted")
+    session = serving.session(fx)
+    first = result_of(
+        serving.post(fx, call(1, f"{name}__echo", {"text": "one"}), session).result(60)
+    )
+    assert text(first) == "echo: one"
+    forgot = result_of(serving.post(fx, call(2, f"{name}__forget", {}), session).result(60))
+    assert text(forgot) == "forgotten"
+    gone = result_of(
+        serving.post(fx, call(3, f"{name}__echo", {"text": "two"}), session).result(60)
+    )
+    assert gone["isError"] is True and f"The MCP server '{name}'" in text(gone), gone
+    after = result_of(
+        serving.post(fx, call(4, f"{name}__echo", {"text": "three"}), session).result(60)
+    )
+    assert (after["isError"], text(after)) == (False, "echo: three"), after
+    assert [line.split(" ", 2)[2] for line in hostile.calls() if line.startswith("echo ")] == [
+        '{"text": "one"}',
+        '{"text": "three"}',
+    ]

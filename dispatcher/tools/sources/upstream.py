@@ -21,7 +21,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,9 +174,12 @@ def _stderr_log(endpoint: Endpoint) -> TextIO:
 
 
 @asynccontextmanager
-async def open_session(endpoint: Endpoint) -> AsyncIterator[ClientSession]:
+async def open_session(
+    endpoint: Endpoint, forgotten: Callable[[], None] | None = None
+) -> AsyncIterator[ClientSession]:
     """An initialized client session with the server (stdio: the process runs while it
-    is open)."""
+    is open); `forgotten` is called when an HTTP server answers a request of the session
+    404, the session unknown to it (a server restarted, or one that ended it)."""
     if endpoint.transport == "stdio":
         argv, env = launch_argv(endpoint)
         params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
@@ -196,11 +199,18 @@ async def open_session(endpoint: Endpoint) -> AsyncIterator[ClientSession]:
                     raise
                 raise ToolError(start_failure(exc, Path(errlog.name), start)) from exc
         return
+
+    async def answered(response: httpx2.Response) -> None:
+        session_id = response.request.headers.get("mcp-session-id")
+        if response.status_code == 404 and session_id and forgotten is not None:
+            forgotten()
+
     # Through the outbound door: the address policy, no redirects (floor.outbound).
     http = outbound.async_client(
         limit=HTTP_ANSWER_BYTES,
         headers=dict(endpoint.headers),
         timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=endpoint.timeout + 5),
+        event_hooks={"response": [answered]},
     )
     async with (
         http,
@@ -360,11 +370,12 @@ class Connection:
         self.turns = asyncio.Semaphore(1 if endpoint.transport == "stdio" else HTTP_IN_FLIGHT)
         self.users = 0
         self.retired = False
+        self.forgotten = False  # (the server answered 404: it no longer knows the session)
         self.task = asyncio.create_task(self._hold(), name=f"mcp-{endpoint.name}")
 
     async def _hold(self) -> None:
         try:
-            async with open_session(self.endpoint) as session:
+            async with open_session(self.endpoint, self._forgotten) as session:
                 tools = await all_tools(session)
                 self.definitions = {t.name: Definition.from_mcp(t) for t in tools}
                 self.session = session
@@ -375,6 +386,9 @@ class Connection:
         finally:
             self.session = None
             self.ready.set()
+
+    def _forgotten(self) -> None:
+        self.forgotten = True
 
     @property
     def alive(self) -> bool:
@@ -580,6 +594,8 @@ class Pool:
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._replace(connection)
                 raise ToolError(messages_crashed(endpoint.name, tool)) from exc
+            if connection.forgotten:  # (the next call gets a new session, not this one)
+                self._replace(connection)
             raise UpstreamError(describe(exc)) from exc
         except (pydantic.ValidationError, RuntimeError) as exc:
             # What the server answered is no tool result (or not one its own output
