@@ -6,23 +6,30 @@ agents sharing one session, driven through the real gateway (/mcp/) on an in-pro
 serving loop (tests/redteam/test_inline_loop_attacks.py's) against the hostile upstream
 process (tests/support/mcp_hostile_upstream.py); it passes when the attack fails.
 
-Two defects found and fixed with them (upstream._Transport): one request's POST that
+Three defects found and fixed with them. Two in upstream._Transport: one request's POST that
 failed (its connection cut, its answer past the door's cap, its read timed out) ended the
 SDK transport's task group, so every other agent's call in flight on the shared session
 was cut and answered "not known whether the call took effect"; and a call given up on
 (timed out, or cancelled at the host's backstop) kept its POST's connection open until the
 server answered (the SDK ends it at the 2026 protocol only), so that abandoned requests
 piled up beside the 64 turns, past the client's 100 connections, where a new call's request
-waits inside the HTTP client, unchecked against its deadline."""
+waits inside the HTTP client, unchecked against its deadline. And (older than f242d43) a
+server that no longer knew the session (restarted: 404) kept it in the pool, so that every
+later call of the server failed "Session terminated" until the process restarted."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
-from dispatcher.models import Status
+from dispatcher.gateways.mcp import TOO_MANY_WAITS
+from dispatcher.gateways.mcp_http import split_session_id
+from dispatcher.models import Status, ToolCall
+from dispatcher.tools.sources import services
 from dispatcher.tools.sources import upstream as upstream_module
 from tests.mcp.test_fast_path import call
 from tests.redteam import test_inline_loop_attacks as loop_attacks
@@ -147,9 +154,6 @@ def test_many_agents_calls_answered_out_of_order_each_get_their_own_result(
 
 
 def stored_all(session: str, tool: str) -> Any:
-    from dispatcher.gateways.mcp_http import split_session_id
-    from dispatcher.models import ToolCall
-
     return ToolCall.objects.filter(
         session__external_id=split_session_id(session)[0], name=tool
     ).order_by("pk")
@@ -164,8 +168,6 @@ def connections_of(serving: ServingLoop, name: str) -> list[upstream_module.Conn
 
 
 def sockets_to(port: int) -> int:
-    import psutil
-
     return sum(
         1 for c in psutil.Process().net_connections(kind="tcp") if c.raddr and c.raddr.port == port
     )
@@ -241,8 +243,6 @@ def test_a_configuration_change_under_calls_in_flight_never_serves_the_old_sessi
         for n in range(1, 4)
     ]
     until_sent(hostile, "sleep", 3)
-    from dispatcher.tools.sources import services
-
     services.remove_server(name=name, actor="rtconcurrent")
     register_as(name, hostile.url, "--header", "X-Probe=new", timeout=4.0)
     second = result_of(serving.post(a, call(2, f"{name}__probe", {}), session_a).result(60))
@@ -267,8 +267,6 @@ def test_an_agent_with_all_its_slots_hung_holds_up_no_other_agent(
     """Agent A holds its eight wait slots with calls of a server that never answers (its
     ninth is refused: too many waits, not queued); agent B's call of the same server, on
     the same session, is answered at once while A's still hang."""
-    from dispatcher.gateways.mcp import TOO_MANY_WAITS
-
     name = register(hostile.url)
     a, b = make_agent(mode="trusted"), make_agent(mode="trusted")
     session_a, session_b = serving.session(a), serving.session(b)
@@ -298,8 +296,6 @@ def test_a_server_that_forgot_the_session_gets_a_new_one_for_the_next_call(
     session gone fails closed (it was not run); the session is replaced, so the next call
     is answered (before, the session was kept: every later call of the server in that
     process failed "Session terminated", until the process restarted)."""
-    from pathlib import Path
-
     Path(f"{hostile.calls_file}.sessions").write_text("")
     name = register(hostile.url)
     fx = make_agent(mode="trusted")
