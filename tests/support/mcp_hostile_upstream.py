@@ -16,9 +16,13 @@ Unix time it arrived) to CALLS_FILE before it answers. What each tool answers:
   garbage {}        200 application/json with bytes that are no JSON
   trickle {}        the headers and then a space every 0.2 s, never the body's end; when
                     the client has closed the connection, a line `trickle-closed TIME {}`
+  forget {}         "forgotten", then every session the server gave is unknown to it (a
+                    server restarted): a request naming one is answered 404
 
 While CALLS_FILE.initialize-delay exists, each `initialize` is answered after the number
-of seconds it holds (a server slow to start a session).
+of seconds it holds (a server slow to start a session). While CALLS_FILE.sessions exists,
+each `initialize` is answered with a new Mcp-Session-Id, and a request naming no session
+the server knows is answered 404 (else the server keeps no sessions).
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-TOOLS = ["echo", "probe", "sleep", "huge", "never", "close", "garbage", "trickle"]
+TOOLS = ["echo", "probe", "sleep", "huge", "never", "close", "garbage", "trickle", "forget"]
 CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
 DELAY_FILE = Path(CALLS_FILE + ".initialize-delay")
+SESSIONS_FILE = Path(CALLS_FILE + ".sessions")
 _written = threading.Lock()
+_sessions: set[str] = set()
 
 
 def tool(name: str) -> dict[str, Any]:
@@ -52,8 +58,12 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def answer(self, body: bytes, status: int = 200, kind: str = "application/json") -> None:
+    def answer(
+        self, body: bytes, status: int = 200, kind: str = "application/json", session: str = ""
+    ) -> None:
         self.send_response(status)
+        if session:
+            self.send_header("Mcp-Session-Id", session)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -71,19 +81,28 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         message = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
         method, request_id = message.get("method"), message.get("id")
-        if request_id is None:  # a notification
+        if (
+            SESSIONS_FILE.is_file()
+            and method != "initialize"
+            and self.headers.get("Mcp-Session-Id") not in _sessions
+        ):
+            self.answer(b"", 404)  # (a session this server does not know, or forgot)
+        elif request_id is None:  # a notification
             self.answer(b"", 202)
         elif method == "initialize":
             if DELAY_FILE.is_file():  # a server slow to start a session
                 time.sleep(float(DELAY_FILE.read_text()))
-            self.result(
-                request_id,
-                {
-                    "protocolVersion": message["params"]["protocolVersion"],
-                    "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "hostile", "version": "1"},
-                },
-            )
+            session = ""
+            if SESSIONS_FILE.is_file():
+                session = f"s{len(_sessions)}-{time.time()}"
+                _sessions.add(session)
+            result = {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "hostile", "version": "1"},
+            }
+            body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
+            self.answer(body.encode(), session=session)
         elif method == "tools/list":
             self.result(request_id, {"tools": [tool(name) for name in TOOLS]})
         elif method == "ping":
@@ -121,6 +140,9 @@ class Handler(BaseHTTPRequestHandler):
             self.answer(b"\x00\xff not json {{{" * 100)
         elif name == "trickle":
             self.trickle()
+        elif name == "forget":
+            self.result(request_id, text("forgotten"))
+            _sessions.clear()
 
     def trickle(self) -> None:
         self.send_response(200)
@@ -155,4 +177,5 @@ def text(value: str) -> dict[str, Any]:
 
 if __name__ == "__main__":
     ThreadingHTTPServer.daemon_threads = True
+    ThreadingHTTPServer.request_queue_size = 256  # (64 calls connecting at once)
     ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()

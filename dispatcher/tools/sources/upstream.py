@@ -21,7 +21,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +33,11 @@ import pydantic
 from django.conf import settings
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
+from mcp.shared._context_streams import create_context_streams
 from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
+from mcp.shared.message import SessionMessage
 
 from dispatcher.tools import sandbox, sandbox_servers
 from dispatcher.tools._paths import cap_text
@@ -171,9 +174,12 @@ def _stderr_log(endpoint: Endpoint) -> TextIO:
 
 
 @asynccontextmanager
-async def open_session(endpoint: Endpoint) -> AsyncIterator[ClientSession]:
+async def open_session(
+    endpoint: Endpoint, forgotten: Callable[[], None] | None = None
+) -> AsyncIterator[ClientSession]:
     """An initialized client session with the server (stdio: the process runs while it
-    is open)."""
+    is open); `forgotten` is called when an HTTP server answers a request of the session
+    404, the session unknown to it (a server restarted, or one that ended it)."""
     if endpoint.transport == "stdio":
         argv, env = launch_argv(endpoint)
         params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
@@ -193,19 +199,86 @@ async def open_session(endpoint: Endpoint) -> AsyncIterator[ClientSession]:
                     raise
                 raise ToolError(start_failure(exc, Path(errlog.name), start)) from exc
         return
+
+    async def answered(response: httpx2.Response) -> None:
+        session_id = response.request.headers.get("mcp-session-id")
+        if response.status_code == 404 and session_id and forgotten is not None:
+            forgotten()
+
     # Through the outbound door: the address policy, no redirects (floor.outbound).
     http = outbound.async_client(
         limit=HTTP_ANSWER_BYTES,
         headers=dict(endpoint.headers),
         timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=endpoint.timeout + 5),
+        event_hooks={"response": [answered]},
     )
     async with (
         http,
-        streamable_http_client(endpoint.url, http_client=http) as (read, write),
+        _http_streams(endpoint.url, http) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
         yield session
+
+
+class _Transport(StreamableHTTPTransport):
+    """The SDK's streamable-HTTP client transport, but one request's POST fails alone:
+    its connection cut, its answer too large (the door's cap) or timed out, the request is
+    answered "connection closed" (its caller: not known whether it took effect) and the
+    other calls in flight on the session go on; the SDK's own lets the failure end the
+    session's task group, cutting every call in flight on it, those of other agents (a
+    failed notification is dropped). And a request whose caller has given up on it (timed
+    out, or cancelled) has its POST ended with the notice that cancels it, as the SDK does
+    at the 2026 protocol only: at the older ones it kept its connection until the server
+    answered, so that calls given up on piled up past HTTP_IN_FLIGHT, and past the
+    client's connections a new call's request waited inside the HTTP client, to be sent
+    once one was freed, after its agent had been told it timed out."""
+
+    async def _handle_post_request(self, ctx: RequestContext) -> None:
+        try:
+            await super()._handle_post_request(ctx)
+        except Exception as exc:  # noqa: BLE001 - this request's failure, not the session's
+            message = ctx.session_message.message
+            if isinstance(message, types.JSONRPCRequest):
+                await self._resolve_abandoned_request(
+                    ctx.read_stream_writer, message.id, describe(exc)
+                )
+            else:
+                logger.info("an MCP notification was not delivered: %s", describe(exc))
+
+    def _consume_modern_cancellation(self, session_message: SessionMessage) -> bool:
+        message = session_message.message
+        if isinstance(message, types.JSONRPCNotification) and (
+            message.method == "notifications/cancelled"
+        ):
+            request_id = cancelled_request_id_from_params(message.params)
+            post = self._in_flight_posts.get(request_id) if request_id is not None else None
+            if post is not None and not post.modern:
+                post.scope.cancel()  # (the notice itself is still sent, below)
+        return super()._consume_modern_cancellation(session_message)
+
+
+@asynccontextmanager
+async def _http_streams(url: str, http: httpx2.AsyncClient) -> AsyncIterator[Any]:
+    """`mcp.client.streamable_http.streamable_http_client(url, http_client=http)`, with
+    `_Transport`."""
+    transport = _Transport(url)
+    read_writer, read = create_context_streams[SessionMessage | Exception](0)
+    write, write_reader = create_context_streams[SessionMessage](0)
+    async with read_writer, read, write, write_reader, anyio.create_task_group() as tg:
+
+        def start_get_stream() -> None:
+            tg.start_soon(transport.handle_get_stream, http, read_writer)
+
+        tg.start_soon(
+            transport.post_writer, http, write_reader, read_writer, write, start_get_stream, tg
+        )
+        try:
+            yield read, write
+        finally:
+            if transport.session_id:
+                await transport.terminate_session(http)
+            tg.cancel_scope.cancel()
 
 
 async def all_tools(session: ClientSession) -> list[types.Tool]:
@@ -297,11 +370,12 @@ class Connection:
         self.turns = asyncio.Semaphore(1 if endpoint.transport == "stdio" else HTTP_IN_FLIGHT)
         self.users = 0
         self.retired = False
+        self.forgotten = False  # (the server answered 404: it no longer knows the session)
         self.task = asyncio.create_task(self._hold(), name=f"mcp-{endpoint.name}")
 
     async def _hold(self) -> None:
         try:
-            async with open_session(self.endpoint) as session:
+            async with open_session(self.endpoint, self._forgotten) as session:
                 tools = await all_tools(session)
                 self.definitions = {t.name: Definition.from_mcp(t) for t in tools}
                 self.session = session
@@ -312,6 +386,9 @@ class Connection:
         finally:
             self.session = None
             self.ready.set()
+
+    def _forgotten(self) -> None:
+        self.forgotten = True
 
     @property
     def alive(self) -> bool:
@@ -519,6 +596,8 @@ class Pool:
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._replace(connection)
                 raise ToolError(messages_crashed(endpoint.name, tool)) from exc
+            if connection.forgotten:  # (the next call gets a new session, not this one)
+                self._replace(connection)
             raise UpstreamError(describe(exc)) from exc
         except (pydantic.ValidationError, RuntimeError) as exc:
             # What the server answered is no tool result (or not one its own output
