@@ -585,10 +585,22 @@ class Pool:
             raise DefinitionChanged(seen)
         assert connection.session is not None
         connection.users += 1
+        # (The SDK's read timeout starts once the request is handed to its sender, which
+        # sends one notification at a time: a server holding a cancel notice holds the
+        # next request before it is sent. Bounded here too, from the start, so a request
+        # still waiting to be sent when the call's time is up is not sent: a call on the
+        # pool's loop is otherwise cancelled only CONNECT_TIMEOUT after it.)
+        bound = asyncio.timeout(read_timeout)
         try:
-            return await connection.session.call_tool(
-                tool, arguments, read_timeout_seconds=read_timeout
-            )
+            async with bound:
+                return await connection.session.call_tool(
+                    tool, arguments, read_timeout_seconds=read_timeout
+                )
+        except TimeoutError as exc:
+            self._replace(connection)
+            if not bound.expired():  # (a socket's own: as OSError, below)
+                raise UpstreamError(describe(exc)) from exc
+            raise TimeoutError("no answer within its timeout") from exc
         except MCPError as exc:
             if exc.error.code == types.REQUEST_TIMEOUT:
                 self._replace(connection)  # a stdio server stops what it was doing
