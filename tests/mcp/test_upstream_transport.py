@@ -1,0 +1,28 @@
+"""upstream._Transport extends the MCP SDK's streamable-HTTP client transport through its
+internals (docs/mcp.md, "Execution in the workers"; pyproject pins the SDK's minor). An
+SDK that renamed or dropped one of them would silently undo a defence: one request's
+failure ending the session's calls of every agent, or abandoned requests filling the HTTP
+client. This says which one is gone, at once (the behaviour itself:
+tests/redteam/test_concurrent_session_attacks.py)."""
+
+from __future__ import annotations
+
+import inspect
+
+from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
+
+from dispatcher.tools.sources import upstream
+
+EXTENDED = ("_handle_post_request", "_consume_modern_cancellation")
+USED = ("_resolve_abandoned_request", "post_writer", "handle_get_stream", "terminate_session")
+
+
+def test_the_sdk_transport_still_has_what_upstream_extends_and_uses() -> None:
+    missing = [n for n in EXTENDED + USED if not callable(getattr(StreamableHTTPTransport, n, 0))]
+    assert missing == [], f"the SDK's transport no longer has {missing}: see upstream._Transport"
+    for name in EXTENDED:  # (overridden with the SDK's own signature)
+        ours = inspect.signature(getattr(upstream._Transport, name))
+        assert ours == inspect.signature(getattr(StreamableHTTPTransport, name)), name
+    transport = upstream._Transport("http://127.0.0.1:9/mcp")
+    assert transport._in_flight_posts == {} and transport.session_id is None
+    assert {"session_message", "read_stream_writer"} <= set(RequestContext.__dataclass_fields__)
