@@ -354,6 +354,13 @@ def describe(exc: BaseException) -> str:
 # --- The worker's pool of open sessions ---------------------------------------------------
 
 
+# A call that waited for a session of its server's configuration when a call of another
+# configuration of the server (changed, or registered again) retired it: the call is not
+# sent, and no new session of the old configuration is opened for it (its URL or
+# credentials used again after the change, the new configuration's session retired for it).
+SUPERSEDED = "its configuration changed while the call waited for the server, so it was not sent"
+
+
 class Connection:
     """One open session with one server, held by a task of the loop it is on: `turns`
     calls in flight on it at once (an HTTP server's: HTTP_IN_FLIGHT; a stdio server's:
@@ -370,6 +377,9 @@ class Connection:
         self.turns = asyncio.Semaphore(1 if endpoint.transport == "stdio" else HTTP_IN_FLIGHT)
         self.users = 0
         self.retired = False
+        # (retired for a newer configuration of its server: a call that waited for it is
+        # not sent, rather than open the old configuration's session again)
+        self.superseded = False
         self.forgotten = False  # (the server answered 404: it no longer knows the session)
         self.task = asyncio.create_task(self._hold(), name=f"mcp-{endpoint.name}")
 
@@ -513,6 +523,7 @@ class Pool:
             same_server = key.server_id == endpoint.server_id or key.name == endpoint.name
             if same_server and key != endpoint.key:  # its configuration changed
                 del connections[key]
+                old.superseded = True
                 old.retire()
         connection = connections.get(endpoint.key)
         if (
@@ -526,6 +537,8 @@ class Pool:
         if connection is None or not connection.alive:
             connection = connections[endpoint.key] = Connection(endpoint)
         await asyncio.wait_for(connection.ready.wait(), CONNECT_TIMEOUT)
+        if connection.superseded:
+            raise UpstreamError(SUPERSEDED)
         if connection.session is None:
             # (only this one: every call that waited for it comes here, and a call may
             # already have started the next one under the same key)
@@ -559,6 +572,8 @@ class Pool:
                 # the connection, timed out too; its connection did not break.)
                 if left <= 0:
                     raise TimeoutError("it waited past its timeout for the server")
+                if connection.superseded:  # (not another session of the old configuration)
+                    raise UpstreamError(SUPERSEDED)
                 current = self._on_this_loop().get(endpoint.key)
                 if current is connection and connection.alive:
                     # (its answer is of no use past the host's backstop, a second on)
