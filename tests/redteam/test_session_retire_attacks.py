@@ -7,7 +7,24 @@ time is up is not sent. Each test is an attack, driven through the real gateway 
 an in-process serving loop or through the pool's two lanes (`Pool.call_async` on the
 serving loop, `Pool.call` from a thread onto the pool's own loop, as a worker's), against
 the hostile upstream process (tests/support/mcp_hostile_upstream.py); it passes when the
-attack fails."""
+attack fails.
+
+Two defects found and fixed with them. A call that waited for a session (starting, or a
+stdio server's turn) when a call of the server's new configuration retired it took the
+retired session for broken and opened a new session of the OLD configuration (its URL and
+headers, a stdio server's command and environment) after the change, retiring the new
+configuration's session for it: it is now not sent (upstream.SUPERSEDED). And a removed
+server's session (a stdio server's sandboxed process) stayed open in every process that
+had used it, until the process ended or a server of its name was registered again: the
+catalog's rebuild now retires the sessions of configurations no longer offered
+(upstream.Pool.keep_only).
+
+Held: a request held behind the SDK's sender (a cancel notice the server holds) is
+answered timed out at its timeout on both lanes and never sent afterwards (the body itself
+ends up to the SDK's _ABANDON_WRITE_TIMEOUT, 5 s, later: it writes the notice cancelling the
+request it was writing through the held sender; the host does not wait for it); the bound's
+TimeoutError is told apart from a socket's; a stdio call cut by the bound stops its process;
+a session retired while it starts, twice, is closed once started."""
 
 from __future__ import annotations
 
@@ -435,3 +452,23 @@ def test_a_removed_servers_session_is_never_used_by_a_later_registration(
     assert len(lines(hostile, "initialize")) == 1, hostile.calls()  # (a session of its own)
     assert kept not in connections_of(serving.loop, name)
     assert until_sessions(serving.loop, name, 1) == 1
+
+
+def test_a_removed_stdio_servers_process_does_not_run_on_in_the_worker(tmp_path: Path) -> None:
+    """A stdio server's session (its sandboxed process, with its configured environment)
+    is kept by the worker's pool between calls. The server is removed: once the worker
+    has seen the change (its next lookup of a tool, as its next task's), the session is
+    retired and the process stopped, not left running until the worker restarts or a
+    server of the same name is registered."""
+    pool = upstream_module.POOL
+    marker = str(40000 + uuid.uuid4().int % 20000)
+    name = "s" + uuid.uuid4().hex[:8]
+    register_stdio(name, marker, tmp_path, timeout=8)
+    echo, fingerprint = target(name, "echo")
+    assert upstream_module.result_text(pool.call(echo, "echo", fingerprint, {"text": "a"}))
+    running = processes_of(marker)
+    assert running
+    services.remove_server(name=name, actor="rtretire")
+    assert catalog.upstream_tool(f"{name}__echo") is None  # (the worker's next lookup)
+    assert psutil.wait_procs(running, timeout=10)[1] == [], "the removed server runs on"
+    assert connections_of(pool.loop(), name) == []

@@ -15,13 +15,14 @@ is put in the sandbox.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import shutil
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -655,6 +656,30 @@ class Pool:
         connections = self._on_this_loop()
         if connections.get(connection.endpoint.key) is connection:
             connections[connection.endpoint.key] = Connection(connection.endpoint)
+
+    def keep_only(self, offered: Collection[Endpoint]) -> None:
+        """Retire, on each loop, the sessions of configurations no longer offered (a server
+        removed, changed, or with none of its tools offered), as the process sees the
+        change (catalog._build): a removed server's session, a stdio server's process with
+        its environment, is not kept open until the process ends, or until a server of its
+        name is registered again. A call waiting for one is not sent (SUPERSEDED); those in
+        flight end as they would have. From any thread."""
+        keep = frozenset(offered)
+        with self._lock:
+            if self._pid and self._pid != os.getpid():  # (a forked child: its parent's loops)
+                return
+            loops = [loop for loop in self._connections if not loop.is_closed()]
+        for loop in loops:
+            with contextlib.suppress(RuntimeError):  # (it closed meanwhile)
+                loop.call_soon_threadsafe(self._retire_all_but, keep)
+
+    def _retire_all_but(self, keep: frozenset[Endpoint]) -> None:
+        connections = self._on_this_loop()
+        for key, connection in list(connections.items()):
+            if key not in keep:
+                del connections[key]
+                connection.superseded = True
+                connection.retire()
 
     def _on_this_loop(self) -> dict[Endpoint, Connection]:
         """The running loop's connections (those of loops that closed are forgotten)."""
