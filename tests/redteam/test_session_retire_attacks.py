@@ -238,6 +238,31 @@ def test_a_worker_call_held_behind_the_senders_notice_times_out_at_its_timeout_n
     assert upstream_module.result_text(result) == "echo: x"
 
 
+def test_a_worker_call_whose_session_starts_past_its_timeout_is_never_sent_afterwards(
+    hostile: Hostile, tmp_path: Path
+) -> None:
+    """The worker lane: the server takes longer than the call's timeout (+1 s) to start a
+    session; the call is answered timed out at its backstop, and is not sent once the
+    session has started (its body, on the pool's loop, is cancelled only CONNECT_TIMEOUT
+    later: it must check its deadline after its wait)."""
+    timeout = 1.5
+    name = register(hostile.url, timeout=timeout)
+    Path(f"{hostile.calls_file}.initialize-delay").write_text("3.5")
+    tool = catalog.upstream_tool(f"{name}__echo")
+    assert tool is not None
+    ctx = ExecutionContext(
+        workspace=tmp_path, call_id="rtretire", timeout=timeout, output_limit=10_000
+    )
+    started = time.monotonic()
+    outcome = pipeline.execute(tool, ctx, {"text": "late"})
+    took = time.monotonic() - started
+    answered_at = time.time()
+    assert outcome.timed_out is True and took < timeout + 1.5, (took, outcome.error)
+    while time.monotonic() < started + 3.5 + 1.0:
+        time.sleep(0.1)
+    assert [at for at, _ in lines(hostile, "echo") if at >= answered_at] == []
+
+
 def test_a_worker_calls_bound_raises_timeout_not_a_socket_error_and_is_never_sent(
     hostile: Hostile,
 ) -> None:
