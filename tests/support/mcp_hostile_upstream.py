@@ -22,7 +22,12 @@ Unix time it arrived) to CALLS_FILE before it answers. What each tool answers:
 While CALLS_FILE.initialize-delay exists, each `initialize` is answered after the number
 of seconds it holds (a server slow to start a session). While CALLS_FILE.sessions exists,
 each `initialize` is answered with a new Mcp-Session-Id, and a request naming no session
-the server knows is answered 404 (else the server keeps no sessions).
+the server knows is answered 404 (else the server keeps no sessions). While
+CALLS_FILE.cancel-delay exists, each `notifications/cancelled` is answered after the
+number of seconds it holds (the client's sender, which sends one notification at a time,
+held meanwhile), with a line `cancel-held TIME {}` when it arrives. While
+CALLS_FILE.initialize-log exists, each `initialize` adds a line `initialize TIME
+{"probe": X-PROBE}` as it arrives.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from typing import Any
 TOOLS = ["echo", "probe", "sleep", "huge", "never", "close", "garbage", "trickle", "forget"]
 CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
 DELAY_FILE = Path(CALLS_FILE + ".initialize-delay")
+CANCEL_DELAY_FILE = Path(CALLS_FILE + ".cancel-delay")
+INITIALIZE_LOG_FILE = Path(CALLS_FILE + ".initialize-log")
 SESSIONS_FILE = Path(CALLS_FILE + ".sessions")
 _written = threading.Lock()
 _sessions: set[str] = set()
@@ -88,8 +95,13 @@ class Handler(BaseHTTPRequestHandler):
         ):
             self.answer(b"", 404)  # (a session this server does not know, or forgot)
         elif request_id is None:  # a notification
+            if method == "notifications/cancelled" and CANCEL_DELAY_FILE.is_file():
+                self.note("cancel-held", {})
+                time.sleep(float(CANCEL_DELAY_FILE.read_text()))
             self.answer(b"", 202)
         elif method == "initialize":
+            if INITIALIZE_LOG_FILE.is_file():
+                self.note("initialize", {"probe": self.headers.get("X-Probe", "")})
             if DELAY_FILE.is_file():  # a server slow to start a session
                 time.sleep(float(DELAY_FILE.read_text()))
             session = ""
@@ -112,9 +124,12 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self.answer(b"", 404)
 
-    def call(self, request_id: Any, name: str, arguments: Any) -> None:
+    def note(self, name: str, arguments: Any) -> None:
         with _written, open(CALLS_FILE, "a") as calls:
             calls.write(f"{name} {time.time()} {json.dumps(arguments, sort_keys=True)}\n")
+
+    def call(self, request_id: Any, name: str, arguments: Any) -> None:
+        self.note(name, arguments)
         arguments = arguments or {}
         if name == "echo":
             self.result(request_id, text(f"echo: {arguments.get('text', '')}"))

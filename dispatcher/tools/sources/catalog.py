@@ -148,6 +148,8 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
                 open_world=flags["open_world"],
             )
         )
+    # (the sessions of servers no longer offered as they were, closed: removed, changed)
+    upstream.POOL.keep_only(endpoints.values())
     return tuple(tools), teams
 
 

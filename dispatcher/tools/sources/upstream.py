@@ -15,13 +15,14 @@ is put in the sandbox.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import shutil
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -354,6 +355,13 @@ def describe(exc: BaseException) -> str:
 # --- The worker's pool of open sessions ---------------------------------------------------
 
 
+# A call that waited for a session of its server's configuration when a call of another
+# configuration of the server (changed, or registered again) retired it: the call is not
+# sent, and no new session of the old configuration is opened for it (its URL or
+# credentials used again after the change, the new configuration's session retired for it).
+SUPERSEDED = "its configuration changed while the call waited for the server, so it was not sent"
+
+
 class Connection:
     """One open session with one server, held by a task of the loop it is on: `turns`
     calls in flight on it at once (an HTTP server's: HTTP_IN_FLIGHT; a stdio server's:
@@ -370,6 +378,9 @@ class Connection:
         self.turns = asyncio.Semaphore(1 if endpoint.transport == "stdio" else HTTP_IN_FLIGHT)
         self.users = 0
         self.retired = False
+        # (retired for a newer configuration of its server: a call that waited for it is
+        # not sent, rather than open the old configuration's session again)
+        self.superseded = False
         self.forgotten = False  # (the server answered 404: it no longer knows the session)
         self.task = asyncio.create_task(self._hold(), name=f"mcp-{endpoint.name}")
 
@@ -513,6 +524,7 @@ class Pool:
             same_server = key.server_id == endpoint.server_id or key.name == endpoint.name
             if same_server and key != endpoint.key:  # its configuration changed
                 del connections[key]
+                old.superseded = True
                 old.retire()
         connection = connections.get(endpoint.key)
         if (
@@ -526,6 +538,8 @@ class Pool:
         if connection is None or not connection.alive:
             connection = connections[endpoint.key] = Connection(endpoint)
         await asyncio.wait_for(connection.ready.wait(), CONNECT_TIMEOUT)
+        if connection.superseded:
+            raise UpstreamError(SUPERSEDED)
         if connection.session is None:
             # (only this one: every call that waited for it comes here, and a call may
             # already have started the next one under the same key)
@@ -559,6 +573,8 @@ class Pool:
                 # the connection, timed out too; its connection did not break.)
                 if left <= 0:
                     raise TimeoutError("it waited past its timeout for the server")
+                if connection.superseded:  # (not another session of the old configuration)
+                    raise UpstreamError(SUPERSEDED)
                 current = self._on_this_loop().get(endpoint.key)
                 if current is connection and connection.alive:
                     # (its answer is of no use past the host's backstop, a second on)
@@ -640,6 +656,30 @@ class Pool:
         connections = self._on_this_loop()
         if connections.get(connection.endpoint.key) is connection:
             connections[connection.endpoint.key] = Connection(connection.endpoint)
+
+    def keep_only(self, offered: Collection[Endpoint]) -> None:
+        """Retire, on each loop, the sessions of configurations no longer offered (a server
+        removed, changed, or with none of its tools offered), as the process sees the
+        change (catalog._build): a removed server's session, a stdio server's process with
+        its environment, is not kept open until the process ends, or until a server of its
+        name is registered again. A call waiting for one is not sent (SUPERSEDED); those in
+        flight end as they would have. From any thread."""
+        keep = frozenset(offered)
+        with self._lock:
+            if self._pid and self._pid != os.getpid():  # (a forked child: its parent's loops)
+                return
+            loops = [loop for loop in self._connections if not loop.is_closed()]
+        for loop in loops:
+            with contextlib.suppress(RuntimeError):  # (it closed meanwhile)
+                loop.call_soon_threadsafe(self._retire_all_but, keep)
+
+    def _retire_all_but(self, keep: frozenset[Endpoint]) -> None:
+        connections = self._on_this_loop()
+        for key, connection in list(connections.items()):
+            if key not in keep:
+                del connections[key]
+                connection.superseded = True
+                connection.retire()
 
     def _on_this_loop(self) -> dict[Endpoint, Connection]:
         """The running loop's connections (those of loops that closed are forgotten)."""
