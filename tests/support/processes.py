@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -83,11 +84,34 @@ def start(argv: list[str], **kwargs: Any) -> subprocess.Popen[str]:
     return process
 
 
-def finish(process: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
-    """The process's output once it exits; then whatever it left in its session, or
-    anywhere with its environment marker, is killed."""
+def running(pids: list[int], name: str) -> list[int]:
+    """Those of `pids` alive with `name` in their command line."""
+    found = []
+    for pid in pids:
+        try:
+            if name.encode() in Path(f"/proc/{pid}/cmdline").read_bytes() and alive(pid):
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def finish(
+    process: subprocess.Popen[str], timeout: float, let_finish: str = "", grace: float = 30
+) -> tuple[str, str]:
+    """The process's output once it exits; then, if `let_finish` names a program (a hook a
+    CLI runs in the background, which may still be filing its report when the CLI exits),
+    such processes it left are given up to `grace` seconds to end by themselves; then
+    whatever it left in its session, or anywhere with its environment marker, is killed."""
     try:
         stdout, stderr = process.communicate(timeout=timeout)
+        if let_finish:
+            marker = _markers.get(process.pid, f"{MARKER}=-")
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and running(
+                _session_members(process.pid) + holding(marker), let_finish
+            ):
+                time.sleep(0.05)
     finally:
         process.kill()
         kill_session(process.pid)
