@@ -161,14 +161,15 @@ test: $(STAMP) browser sandbox coding-agents mcp-servers nanoidp langchain-clien
 # Tests marked backend_independent touch neither the database nor Redis (tests/conftest.py
 # checks it): they prove the same on both backends, so only test-embedded runs them.
 # Two pytest-xdist workers, each with its own test database, Celery queues, data directory
-# and Redis database (tests/settings.py). Tests go out in pytest-django's order (database
+# and Redis database (tests/settings.py; the data directory only under a HARNESS_DATA_DIR
+# given, so each target gives one: one worker's end removed the other's preview in flight). Tests go out in pytest-django's order (database
 # tests, then transactional ones, then the live tests, whose committed rows stay), so not
 # by file (`--dist loadfile` ran a file's live tests before other files' counting tests).
 # The battery's rows measure the machine, so they run after, alone.
 XDIST := -n 2
 
 test-pg: $(STAMP)
-	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) HARNESS_DATA_DIR=$(CURDIR)/var/test-pg \
 	  $(BIN)/pytest $(XDIST) -m "not slow and not backend_independent and not battery" --create-db -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 	$(TEST_ENV) DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(BIN)/pytest tests/battery -m "battery and not slow and not backend_independent" --create-db -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
