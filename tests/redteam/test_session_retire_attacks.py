@@ -50,6 +50,7 @@ from dispatcher.tools.sources import catalog, services
 from dispatcher.tools.sources import upstream as upstream_module
 from tests.mcp.test_fast_path import call
 from tests.redteam import test_inline_loop_attacks as loop_attacks
+from tests.redteam.test_concurrent_session_attacks import text
 from tests.redteam.test_inline_loop_attacks import (
     DB_MARGIN,
     Hostile,
@@ -67,10 +68,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 
 hostile = loop_attacks.hostile  # (a hostile upstream server process, loopback)
 serving = loop_attacks.serving  # (one event loop serving every request, as daphne's)
-
-
-def text(result: dict[str, Any]) -> str:
-    return str(result["content"][0]["text"])
 
 
 def lines(hostile: Hostile, what: str) -> list[tuple[float, dict[str, Any]]]:
@@ -208,6 +205,21 @@ def test_an_inline_call_held_behind_the_senders_notice_is_answered_timed_out_nev
     assert (got["isError"], text(got)) == (False, "echo: c"), got
 
 
+def as_a_worker(
+    name: str, workspace: Path, timeout: float, echo: str
+) -> tuple[pipeline.Outcome, float, float]:
+    """The server `name`'s echo run as a worker runs it (pipeline.execute, the body on the
+    pool's loop): its outcome, the seconds it took, and when it started (monotonic)."""
+    tool = catalog.upstream_tool(f"{name}__echo")
+    assert tool is not None
+    ctx = ExecutionContext(
+        workspace=workspace, call_id="rtretire", timeout=timeout, output_limit=10_000
+    )
+    started = time.monotonic()
+    outcome = pipeline.execute(tool, ctx, {"text": echo})
+    return outcome, time.monotonic() - started, started
+
+
 def test_a_worker_call_held_behind_the_senders_notice_times_out_at_its_timeout_never_sent(
     hostile: Hostile, tmp_path: Path
 ) -> None:
@@ -221,14 +233,7 @@ def test_a_worker_call_held_behind_the_senders_notice_times_out_at_its_timeout_n
     name = register(hostile.url, timeout=timeout)
     pool = upstream_module.POOL
     released = hold_the_sender(hostile, pool.loop(), name)
-    tool = catalog.upstream_tool(f"{name}__echo")
-    assert tool is not None
-    ctx = ExecutionContext(
-        workspace=tmp_path, call_id="rtretire", timeout=timeout, output_limit=10_000
-    )
-    started = time.monotonic()
-    outcome = pipeline.execute(tool, ctx, {"text": "w"})
-    took = time.monotonic() - started
+    outcome, took, started = as_a_worker(name, tmp_path, timeout, "w")
     assert outcome.timed_out is True, (outcome.value, outcome.error)
     assert took < timeout + 1.5, took
     assert time.time() < released
@@ -248,14 +253,7 @@ def test_a_worker_call_whose_session_starts_past_its_timeout_is_never_sent_after
     timeout = 1.5
     name = register(hostile.url, timeout=timeout)
     Path(f"{hostile.calls_file}.initialize-delay").write_text("3.5")
-    tool = catalog.upstream_tool(f"{name}__echo")
-    assert tool is not None
-    ctx = ExecutionContext(
-        workspace=tmp_path, call_id="rtretire", timeout=timeout, output_limit=10_000
-    )
-    started = time.monotonic()
-    outcome = pipeline.execute(tool, ctx, {"text": "late"})
-    took = time.monotonic() - started
+    outcome, took, started = as_a_worker(name, tmp_path, timeout, "late")
     answered_at = time.time()
     assert outcome.timed_out is True and took < timeout + 1.5, (took, outcome.error)
     while time.monotonic() < started + 3.5 + 1.0:

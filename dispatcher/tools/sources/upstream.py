@@ -407,9 +407,22 @@ class Connection:
 
     def retire(self) -> None:
         """Closed now if no call is in flight on it, else when the last one ends
-        (`Pool._call_on`), in the background."""
+        (`leave`), in the background."""
         self.retired = True
-        if self.users == 0:
+        self._close_if_idle()
+
+    def supersede(self) -> None:
+        """Retired for a newer configuration of its server (SUPERSEDED)."""
+        self.superseded = True
+        self.retire()
+
+    def leave(self) -> None:
+        """A call in flight on it has ended."""
+        self.users -= 1
+        self._close_if_idle()
+
+    def _close_if_idle(self) -> None:
+        if self.retired and self.users == 0:
             asyncio.get_running_loop().create_task(self.close())
 
     async def close(self) -> None:
@@ -524,8 +537,7 @@ class Pool:
             same_server = key.server_id == endpoint.server_id or key.name == endpoint.name
             if same_server and key != endpoint.key:  # its configuration changed
                 del connections[key]
-                old.superseded = True
-                old.retire()
+                old.supersede()
         connection = connections.get(endpoint.key)
         if (
             connection is not None
@@ -642,9 +654,7 @@ class Pool:
             self._replace(connection)
             raise UpstreamError(describe(exc)) from exc
         finally:
-            connection.users -= 1
-            if connection.retired and connection.users == 0:
-                asyncio.get_running_loop().create_task(connection.close())
+            connection.leave()
 
     def _replace(self, connection: Connection) -> None:
         """Retire a connection that timed out or broke (closed in the background once no
@@ -678,8 +688,7 @@ class Pool:
         for key, connection in list(connections.items()):
             if key not in keep:
                 del connections[key]
-                connection.superseded = True
-                connection.retire()
+                connection.supersede()
 
     def _on_this_loop(self) -> dict[Endpoint, Connection]:
         """The running loop's connections (those of loops that closed are forgotten)."""
