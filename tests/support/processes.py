@@ -84,7 +84,7 @@ def start(argv: list[str], **kwargs: Any) -> subprocess.Popen[str]:
     return process
 
 
-def running(pids: list[int], name: str) -> list[int]:
+def _running(pids: list[int], name: str) -> list[int]:
     """Those of `pids` alive with `name` in their command line."""
     found = []
     for pid in pids:
@@ -108,7 +108,7 @@ def finish(
         if let_finish:
             marker = _markers.get(process.pid, f"{MARKER}=-")
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and running(
+            while time.monotonic() < deadline and _running(
                 _session_members(process.pid) + holding(marker), let_finish
             ):
                 time.sleep(0.05)
