@@ -24,8 +24,9 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from asgiref.sync import sync_to_async
@@ -101,8 +102,21 @@ orm_threads = ProcessThreads(ORM_THREADS, "mcp-orm")
 
 def db[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """`function` on one of the gateway's ORM threads, handing its connection back
-    afterwards (this app runs outside Django's handler, which would otherwise do it)."""
+    afterwards (this app runs outside Django's handler, which would otherwise do it).
+    Wrapped once per function (the gateway's few), and handed to the process's threads
+    by one runner per pool of threads (a fork gets its own): building asgiref's runner
+    for every trip cost about a tenth of the trip's own CPU."""
+    wrapped = _on_threads.get(function)
+    if wrapped is None:
+        wrapped = _on_threads.setdefault(function, _wrap(function))
+    return cast(Callable[P, Awaitable[R]], wrapped)
 
+
+# The gateway's functions as `db` wraps them.
+_on_threads: dict[Callable[..., Any], Any] = {}
+
+
+def _wrap[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     @functools.wraps(function)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -110,12 +124,19 @@ def db[**P, R](function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
         finally:
             close_old_connections()
 
+    runners: dict[ThreadPoolExecutor, Callable[P, Awaitable[R]]] = {}
+
     @functools.wraps(function)
     async def call(*args: P.args, **kwargs: P.kwargs) -> R:
-        # (sync_to_async's own executor argument, which keeps the caller's context vars)
-        return await sync_to_async(run, thread_sensitive=False, executor=orm_threads())(
-            *args, **kwargs
-        )
+        executor = orm_threads()
+        runner = runners.get(executor)
+        if runner is None:
+            # (sync_to_async's own executor argument, which keeps the caller's context vars)
+            runners.clear()  # (a fork's pool replaces its parent's)
+            runner = runners[executor] = sync_to_async(
+                run, thread_sensitive=False, executor=executor
+            )
+        return await runner(*args, **kwargs)
 
     return call
 

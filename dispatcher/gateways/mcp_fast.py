@@ -12,7 +12,7 @@ A request is served here only when all of this holds; anything else goes to the 
   2026-07-28 revision, or no header, goes to the SDK);
 - the headers the SDK's transport requires: Content-Type application/json (both of its
   checks), an Accept of application/json and text/event-stream;
-- a body that is one JSON-RPC request (the SDK's own parse), method `tools/call`, params
+- a body that is one JSON-RPC request (the SDK's own parse: `mcp_http.parse_messages`), method `tools/call`, params
   valid for that revision and for `CallToolRequestParams`, and no progress token
   (progress notifications need the SDK's stream).
 
@@ -36,7 +36,6 @@ from typing import Any
 
 import anyio
 import pydantic
-import pydantic_core
 from django.conf import settings
 from mcp import types
 from mcp.server.connection import Connection
@@ -67,8 +66,11 @@ class FastCall:
     version: str
 
 
-def eligible(scope: Scope, body: bytes, session_header: str | None) -> FastCall | None:
+def eligible(
+    scope: Scope, messages: list[types.JSONRPCMessage], session_header: str | None
+) -> FastCall | None:
     """The request, when the fast path may answer it (the module's list); else None.
+    `messages`: its body as the SDK's transport reads it (`mcp_http.parse_messages`).
     `session_header`: the Mcp-Session-Id of the known session the request named (None
     for anything else: an initialize, a client keeping no session)."""
     if not settings.HARNESS_MCP_FAST_PATH or scope["method"] != "POST" or not session_header:
@@ -82,7 +84,7 @@ def eligible(scope: Scope, body: bytes, session_header: str | None) -> FastCall 
     has_json, has_sse = check_accept_headers(_HeadersOnly(headers))  # type: ignore[arg-type]
     if not (has_json and has_sse):
         return None
-    return _parse(body, version)
+    return _parse(messages, version)
 
 
 class _HeadersOnly:
@@ -101,14 +103,10 @@ def _content_type_json(headers: Headers) -> bool:
     return CONTENT_TYPE_JSON in parts
 
 
-def _parse(body: bytes, version: str) -> FastCall | None:
-    """The body read as the SDK's transport and runner read it, when it is one tools/call
-    request whose params the handler would receive as they are."""
-    try:
-        raw = pydantic_core.from_json(body)
-        message = types.jsonrpc_message_adapter.validate_python(raw, by_name=False)
-    except (ValueError, pydantic.ValidationError):
-        return None
+def _parse(messages: list[types.JSONRPCMessage], version: str) -> FastCall | None:
+    """The request, when its body is one tools/call request whose params the handler
+    would receive as they are."""
+    message = messages[0] if len(messages) == 1 else None
     if not isinstance(message, types.JSONRPCRequest) or message.method != METHOD:
         return None
     params = message.params

@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 import pydantic
+import pydantic_core
 from anyio.abc import TaskStatus
 from django.conf import settings
 from django.db import DatabaseError
@@ -151,7 +152,7 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
     )
     # A tools/call that needs nothing of the SDK's server is answered without it.
     known_header = found.header if found.header == session_id and session is known else None
-    if (fast := mcp_fast.eligible(scope, body, known_header)) is not None and known_header:
+    if (fast := mcp_fast.eligible(scope, messages, known_header)) is not None and known_header:
         return await mcp_fast.serve(caller, fast, receive, send, known_header)
     await run_transport(caller, scope, replay(body, receive), send, session_header=found.header)
 
@@ -453,19 +454,21 @@ def initialization_options() -> InitializationOptions:
 
 
 def parse_messages(body: bytes) -> list[types.JSONRPCMessage]:
-    """The JSON-RPC message of a POST body, read with the SDK's types ([] if it cannot
-    be read: the transport then answers the error itself). An array is not read: the
+    """The JSON-RPC message of a POST body, read as the SDK's transport reads it
+    (`pydantic_core.from_json`, then its message types by alias), so what Harness reads
+    here (a cancellation, the fast path's call) is what the SDK would: [] if it cannot be
+    read (the transport then answers the error itself). An array is not read: the
     protocol has no batches since 2025-06-18 and the SDK refuses them, and reading one
     message by message would let one request (one from the agent's rate) do the work of
     thousands (a cancellation each)."""
     try:
-        data = json.loads(body) if body.strip() else None
-    except (ValueError, RecursionError):
+        data = pydantic_core.from_json(body) if body.strip() else None
+    except ValueError:
         return []
-    if isinstance(data, list):
+    if data is None or isinstance(data, list):
         return []
     with contextlib.suppress(pydantic.ValidationError):
-        return [types.jsonrpc_message_adapter.validate_python(data)]
+        return [types.jsonrpc_message_adapter.validate_python(data, by_name=False)]
     return []
 
 

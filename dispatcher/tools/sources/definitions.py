@@ -7,6 +7,7 @@ is a changed definition, held until an admin accepts it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -64,8 +65,11 @@ class Definition:
             "annotations": self.annotations,
         }
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
+        """The definition's digest (its pin). Kept once computed: an upstream call checks
+        its session's definition against the pin on every call (`upstream.Pool._call_on`),
+        and a frozen definition's fields are not changed after it is built."""
         text = json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
 
