@@ -29,6 +29,7 @@ a session retired while it starts, twice, is closed once started."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import sys
@@ -495,3 +496,80 @@ def test_a_removed_stdio_servers_process_does_not_run_on_in_the_worker(tmp_path:
     assert catalog.upstream_tool(f"{name}__echo") is None  # (the worker's next lookup)
     assert psutil.wait_procs(running, timeout=10)[1] == [], "the removed server runs on"
     assert connections_of(pool.loop(), name) == []
+
+
+# --- A call resolved before a configuration change, arriving after it ------------------------
+
+
+def probe_on(loop: asyncio.AbstractEventLoop, endpoint: upstream_module.Endpoint, fp: str) -> str:
+    """A `probe` call with `endpoint` on `loop` (the pool's serving-loop lane): the header
+    the server saw, or the error's text."""
+    try:
+        result = asyncio.run_coroutine_threadsafe(
+            upstream_module.POOL.call_async(endpoint, "probe", fp, {}), loop
+        ).result(30)
+    except upstream_module.UpstreamError as exc:
+        return f"UpstreamError: {exc}"
+    return upstream_module.result_text(result).split("\n")[0]
+
+
+@pytest.mark.parametrize("old_session_here", [True, False])
+def test_a_call_resolved_before_a_configuration_change_never_reopens_the_old_one(
+    hostile: Hostile, serving: ServingLoop, old_session_here: bool
+) -> None:
+    """A call whose tool was looked up before its server's configuration changed (it
+    carries the old URL and header) reaches the serving loop after a call of the new
+    configuration has opened its session there (with or without a session of the old one
+    on that loop before). It is not sent, no session with the old header is opened (the
+    old credentials used after the change), and the new configuration's session is not
+    retired for it (before the fix: the old one opened again, the new one retired, ping-
+    pong with every call of either)."""
+    calls_file = hostile.calls_file
+    name = register(hostile.url, "--header", "X-Probe=old")
+    old, old_fingerprint = target(name, "probe")
+    if old_session_here:
+        assert probe_on(serving.loop, old, old_fingerprint) == "old"
+    # The change: the server registered again under its name, with another header.
+    Path(f"{calls_file}.initialize-log").write_text("")
+    services.remove_server(name=name, actor="rtretire")
+    register_as(name, hostile.url, "--header", "X-Probe=new")
+    new, fingerprint = target(name, "probe")
+    changed_at = time.time()
+    assert probe_on(serving.loop, new, fingerprint) == "new"
+    [session] = connections_of(serving.loop, name)
+    for _ in range(3):  # the old call, and the new one after it, again and again
+        refused = probe_on(serving.loop, old, old_fingerprint)
+        assert refused == f"UpstreamError: {upstream_module.SUPERSEDED}", refused
+        assert probe_on(serving.loop, new, fingerprint) == "new"
+    # (the registration's own listing initialized before `changed_at`)
+    opened = [probe["probe"] for at, probe in lines(hostile, "initialize") if at > changed_at]
+    assert opened == ["new"], hostile.calls()  # the new one's, kept; never the old again
+    assert connections_of(serving.loop, name) == [session]
+    services.remove_server(name=name, actor="rtretire")
+
+
+def test_a_call_of_an_older_version_of_the_same_server_is_not_sent() -> None:
+    """The same server (its id) at two versions: once the newer has a session on a loop, a
+    call with the older is refused there without a session being opened, whatever the
+    loop saw before (checked on the pool's own bookkeeping, no server needed: the refusal
+    comes before any connection)."""
+    pool = upstream_module.Pool()
+    newer = upstream_module.Endpoint(
+        server_id=7, version=3, name="v", transport="http", url="http://127.0.0.1:9/new"
+    )
+    older = dataclasses.replace(newer, version=2, url="http://127.0.0.1:9/old")
+
+    async def attempt() -> str:
+        kept = pool._on_this_loop()[newer] = upstream_module.Connection(newer)
+        await asyncio.wait_for(kept.ready.wait(), 10)  # (its start over: refused, port 9)
+        try:
+            await pool._connection(older)
+        except upstream_module.UpstreamError as exc:
+            return str(exc)
+        finally:
+            assert pool._on_this_loop().get(newer) is kept and not kept.superseded
+            kept.retire()
+            await asyncio.wait({kept.task}, timeout=10)
+        return "opened"
+
+    assert asyncio.run(attempt()) == upstream_module.SUPERSEDED

@@ -360,6 +360,9 @@ def describe(exc: BaseException) -> str:
 # sent, and no new session of the old configuration is opened for it (its URL or
 # credentials used again after the change, the new configuration's session retired for it).
 SUPERSEDED = "its configuration changed while the call waited for the server, so it was not sent"
+# How many replaced configurations a loop remembers, so that a call resolved before a change
+# never reopens them (`Pool._connection`); each is a few hundred bytes.
+MAX_SUPERSEDED = 1000
 
 
 class Connection:
@@ -448,13 +451,16 @@ class Pool:
         # The open connections of each loop: the pool's own, and those of the web
         # requests' loops (`loop_for`); a connection is used only on the loop it is on.
         self._connections: dict[asyncio.AbstractEventLoop, dict[Endpoint, Connection]] = {}
+        # The configurations each loop has seen replaced by a newer one of their server
+        # (oldest first, at most MAX_SUPERSEDED): never opened again on that loop.
+        self._superseded: dict[asyncio.AbstractEventLoop, dict[Endpoint, None]] = {}
         self._lock = threading.Lock()
 
     def loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None or self._pid != os.getpid():  # new, or a forked child
                 self._pid = os.getpid()
-                self._connections = {}
+                self._connections, self._superseded = {}, {}
                 self._loop = asyncio.new_event_loop()
                 threading.Thread(
                     target=self._loop.run_forever, name="mcp-upstream", daemon=True
@@ -533,11 +539,31 @@ class Pool:
         calls in flight on it end as they would have (they were sent; cutting the client
         would not stop the server, only lose their answers); nobody waits for its close."""
         connections = self._on_this_loop()
+        superseded = self._superseded.setdefault(asyncio.get_running_loop(), {})
+        if endpoint.key in superseded:
+            # A call resolved before its server's configuration changed, arriving after a
+            # call of the new one: not sent, and the old configuration (its URL, headers,
+            # a stdio server's command and environment) not opened again, nor the new
+            # one's session retired for it.
+            raise UpstreamError(SUPERSEDED)
+        # (the same when this loop never had the old configuration's session: a newer
+        # one of the server, or of a server registered since under its name, is open
+        # here; ids and versions only grow, on SQLite too: AUTOINCREMENT)
+        mine = (endpoint.server_id, endpoint.version)
+        if any(
+            (key.server_id == endpoint.server_id or key.name == endpoint.name)
+            and (key.server_id, key.version) > mine
+            for key in connections
+        ):
+            raise UpstreamError(SUPERSEDED)
         for key, old in list(connections.items()):
             same_server = key.server_id == endpoint.server_id or key.name == endpoint.name
             if same_server and key != endpoint.key:  # its configuration changed
                 del connections[key]
                 old.supersede()
+                superseded[key] = None
+                if len(superseded) > MAX_SUPERSEDED:
+                    del superseded[next(iter(superseded))]
         connection = connections.get(endpoint.key)
         if (
             connection is not None
@@ -696,6 +722,7 @@ class Pool:
         with self._lock:
             for other in [other for other in self._connections if other.is_closed()]:
                 del self._connections[other]
+                self._superseded.pop(other, None)
             return self._connections.setdefault(loop, {})
 
 
