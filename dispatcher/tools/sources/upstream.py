@@ -549,21 +549,14 @@ class Pool:
         # (the same when this loop never had the old configuration's session: a newer
         # one of the server, or of a server registered since under its name, is open
         # here; ids and versions only grow, on SQLite too: AUTOINCREMENT)
-        mine = (endpoint.server_id, endpoint.version)
-        if any(
-            (key.server_id == endpoint.server_id or key.name == endpoint.name)
-            and (key.server_id, key.version) > mine
-            for key in connections
-        ):
+        if any(_newer(key, endpoint) for key in connections):
             raise UpstreamError(SUPERSEDED)
         for key, old in list(connections.items()):
             same_server = key.server_id == endpoint.server_id or key.name == endpoint.name
             if same_server and key != endpoint.key:  # its configuration changed
                 del connections[key]
                 old.supersede()
-                superseded[key] = None
-                if len(superseded) > MAX_SUPERSEDED:
-                    del superseded[next(iter(superseded))]
+                self._remember(key)
         connection = connections.get(endpoint.key)
         if (
             connection is not None
@@ -715,6 +708,20 @@ class Pool:
             if key not in keep:
                 del connections[key]
                 connection.supersede()
+                # Replaced by a newer configuration of its server (or of a server registered
+                # since under its name): remembered, as when a call of the new one replaces
+                # it (`_connection`), so that a call resolved before the change, arriving
+                # before any call of the new one, does not open it again. (Not one merely
+                # no longer offered: a rebuild may read rows older than a session open here.)
+                if any(_newer(other, key) for other in keep):
+                    self._remember(key)
+
+    def _remember(self, key: Endpoint) -> None:
+        """`key` replaced on the running loop: never opened there again (MAX_SUPERSEDED)."""
+        superseded = self._superseded.setdefault(asyncio.get_running_loop(), {})
+        superseded[key] = None
+        if len(superseded) > MAX_SUPERSEDED:
+            del superseded[next(iter(superseded))]
 
     def _on_this_loop(self) -> dict[Endpoint, Connection]:
         """The running loop's connections (those of loops that closed are forgotten)."""
@@ -724,6 +731,13 @@ class Pool:
                 del self._connections[other]
                 self._superseded.pop(other, None)
             return self._connections.setdefault(loop, {})
+
+
+def _newer(one: Endpoint, than: Endpoint) -> bool:
+    """`one` is a newer configuration of `than`'s server (the same id, or a server registered
+    since under its name): a greater (id, version)."""
+    same_server = one.server_id == than.server_id or one.name == than.name
+    return same_server and (one.server_id, one.version) > (than.server_id, than.version)
 
 
 async def _answers_ping(session: ClientSession) -> bool:
