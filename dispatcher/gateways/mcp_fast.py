@@ -87,6 +87,19 @@ def eligible(
     return _parse(messages, version)
 
 
+def transport_takes(scope: Scope) -> bool:
+    """The handshake era's transport would take a POST of this request (its Accept and
+    Content-Type as it requires them; the version it is routed by, one of that era's or
+    none): what Harness reads of its body before the SDK (a cancellation) is then read by
+    the SDK too. A 2026-07-28 request's entry drops the notifications posted to it."""
+    headers = Headers(scope=scope)
+    version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+    if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return False
+    has_json, has_sse = check_accept_headers(_HeadersOnly(headers))  # type: ignore[arg-type]
+    return has_json and has_sse and _content_type_json(headers)
+
+
 class _HeadersOnly:
     """What `check_accept_headers` reads of a request."""
 

@@ -132,7 +132,7 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
     if body is None:
         limit = settings.HARNESS_MAX_BODY_BYTES
         return await answer(send, 413, "body_too_large", f"The body is larger than {limit} bytes.")
-    messages = parse_messages(body)
+    messages = parse_messages(body, modern=modern(scope))
     found = await session_for(agent, session_id, messages, known)
     if not isinstance(found, Joined):
         return await answer(send, *found)
@@ -141,7 +141,7 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         transport = secrets.token_hex(8)  # no session: its request ids are its own
     elif found.header != session_id:
         transport = split_session_id(found.header)[1]  # an initialize: the id it is given
-    if method == "POST":
+    if method == "POST" and mcp_fast.transport_takes(scope):  # (else the SDK refuses it)
         await cancel_requested(agent, session, messages, transport)
     caller = Caller(
         agent=agent,
@@ -453,17 +453,20 @@ def initialization_options() -> InitializationOptions:
     return server.create_initialization_options()
 
 
-def parse_messages(body: bytes) -> list[types.JSONRPCMessage]:
+def parse_messages(body: bytes, *, modern: bool = False) -> list[types.JSONRPCMessage]:
     """The JSON-RPC message of a POST body, read as the SDK's transport reads it
-    (`pydantic_core.from_json`, then its message types by alias), so what Harness reads
+    (`pydantic_core.from_json`, then its message types by alias; a 2026-07-28 request's
+    entry, `modern`, reads it with `json.loads`, which also takes a BOM, UTF-16, a lone
+    surrogate and deeper nesting), so what Harness reads
     here (a cancellation, the fast path's call) is what the SDK would: [] if it cannot be
     read (the transport then answers the error itself). An array is not read: the
     protocol has no batches since 2025-06-18 and the SDK refuses them, and reading one
     message by message would let one request (one from the agent's rate) do the work of
     thousands (a cancellation each)."""
     try:
-        data = pydantic_core.from_json(body) if body.strip() else None
-    except ValueError:
+        read = json.loads if modern else pydantic_core.from_json
+        data = read(body) if body.strip() else None
+    except (ValueError, RecursionError):
         return []
     if data is None or isinstance(data, list):
         return []

@@ -19,14 +19,19 @@ that session is kept until the next rebuild."""
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dispatcher.models import Status
 from dispatcher.tools.sources import catalog, services
 from dispatcher.tools.sources import upstream as upstream_module
+from tests.mcp.test_fast_path import Gateway, call, gateway, pending_in
 from tests.redteam import test_inline_loop_attacks as loop_attacks
 from tests.redteam.test_inline_loop_attacks import Hostile, ServingLoop, register, register_as
 from tests.redteam.test_session_retire_attacks import (
@@ -35,9 +40,11 @@ from tests.redteam.test_session_retire_attacks import (
     probe_on,
     target,
 )
+from tests.support.factories import AgentFixture, make_agent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 
+gateway = gateway  # (the gateway in this process: tests/mcp/test_fast_path.py)
 hostile = loop_attacks.hostile
 serving = loop_attacks.serving
 
@@ -154,3 +161,83 @@ def test_a_stale_call_of_a_removed_server_never_reopens_its_session(
     assert opened_after(hostile, removed_at) == [], (answered, hostile.calls())
     assert connections_of(serving.loop, name) == []
 
+
+# --- The body read once, as the SDK reads it ---------------------------------------------
+
+MODERN = "2026-07-28"
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "rtparse", "version": "1"},
+}
+
+
+def discover(extra_meta: str = "") -> bytes:
+    """A 2026-07-28 server/discover, its `_meta` with one more member written as is."""
+    meta = json.dumps(ENVELOPE)[:-1] + (f', "x": {extra_meta}' if extra_meta else "") + "}"
+    return (
+        '{"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": '
+        + meta
+        + "}}"
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(discover(), id="plain"),
+        pytest.param(b"\xef\xbb\xbf" + discover(), id="utf8-bom"),
+        pytest.param(discover().decode().encode("utf-16"), id="utf16"),
+        pytest.param(discover('"\\ud800"'), id="lone-surrogate"),
+        pytest.param(discover("[" * 300 + "]" * 300), id="nested-300"),
+    ],
+)
+def test_a_modern_request_is_read_as_the_sdks_modern_entry_reads_it(
+    gateway: Callable[[AgentFixture], Gateway], raw: bytes
+) -> None:
+    """A 2026-07-28 request goes to the SDK's per-request entry, which reads the body with
+    `json.loads` (not `pydantic_core.from_json`, the handshake era's transport): a body it
+    reads (a BOM, UTF-16, a lone surrogate, nesting past pydantic_core's 200 levels) must
+    be read by Harness too, not answered 400 "missing_session" before the SDK sees it."""
+    g = gateway(make_agent())
+    answer = g.post(raw, extra={"mcp-protocol-version": MODERN, "mcp-method": "server/discover"})
+    assert answer.status == 200, answer.body
+    [message] = answer.messages()
+    assert MODERN in message["result"]["supportedVersions"], message
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param({"content-type": "text/plain"}, id="content-type"),
+        pytest.param({"accept": "application/json"}, id="accept-no-sse"),
+        pytest.param({"mcp-protocol-version": "2099-01-01"}, id="unsupported-version"),
+        pytest.param({"mcp-protocol-version": MODERN}, id="modern-dropped-by-the-sdk"),
+    ],
+)
+def test_a_cancellation_the_sdk_refuses_cancels_nothing(
+    gateway: Callable[[AgentFixture], Gateway], extra: dict[str, str]
+) -> None:
+    """A call held for a reviewer; a notifications/cancelled for it is posted with headers
+    the SDK's transport refuses (415, 406, an unsupported revision), or at 2026-07-28,
+    whose entry acknowledges and drops it (docs/mcp.md, "Cancellation"): the SDK does not
+    take it, so Harness must not have cancelled the call before handing it on."""
+    g = gateway(make_agent())
+    session = g.session()
+    hang_up = threading.Event()
+    prompt = {"tool_name": "Write", "input": {"file_path": "notes/x.txt", "content": "y"}}
+    held = threading.Thread(
+        target=lambda: g.post(call(9, "approval_prompt", prompt), session, hang_up=hang_up),
+        daemon=True,
+    )
+    held.start()
+    try:
+        pending = pending_in(session)
+        note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
+        refused = g.post(note, session, extra)
+        assert refused.status >= 400 or extra.get("mcp-protocol-version") == MODERN, refused
+        pending.refresh_from_db()
+        assert pending.status == Status.PENDING_APPROVAL, refused.body
+    finally:
+        hang_up.set()
+        held.join(30)
