@@ -12,9 +12,9 @@ the new configuration, opened a session of the OLD configuration again (its head
 after the change), which then retired the new one's: the rebuild's retirement now
 remembers a configuration replaced by a newer one of its server in the catalog.
 
-Found, not fixed here (strict xfail): the same stale call of a server REMOVED (not
-registered again) reopens the removed server's session after the rebuild retired it, and
-that session is kept until the next rebuild."""
+And the same stale call of a server REMOVED (not registered again) reopened the removed
+server's session after the rebuild retired it, kept until the next rebuild: the rebuild
+now tells the pool which servers it held a session of no longer exist."""
 
 from __future__ import annotations
 
@@ -114,7 +114,8 @@ def test_a_stale_worker_call_after_the_rebuild_never_reopens_the_old(hostile: Ho
 
 def test_a_configuration_a_rebuild_did_not_replace_is_not_refused() -> None:
     """No false refusal: a rebuild that no longer offers a configuration without a newer
-    one of its server (a stale rebuild, a server removed) remembers nothing, and one that
+    one of its server, its server still registered (its tools awaiting review), remembers
+    nothing, and one that
     offers an older configuration than the open one (a rebuild behind another) never makes
     the newer refused; checked on the pool's bookkeeping (port 9: nothing answers)."""
     pool = upstream_module.Pool()
@@ -127,8 +128,8 @@ def test_a_configuration_a_rebuild_did_not_replace_is_not_refused() -> None:
 
     async def scenario() -> dict[upstream_module.Endpoint, None]:
         pool._on_this_loop()[v2] = upstream_module.Connection(v2)
-        pool._retire_all_but(frozenset({v1}))  # (a rebuild that read older rows)
-        pool._retire_all_but(frozenset())  # (nothing offered)
+        pool._retire_all_but(frozenset({v1}), frozenset())  # (a rebuild that read older rows)
+        pool._retire_all_but(frozenset(), frozenset())  # (nothing offered, nothing removed)
         await asyncio.sleep(0)
         with pytest.raises(upstream_module.UpstreamError) as refused:
             await pool._connection(v2)  # (its start fails: port 9; not SUPERSEDED)
@@ -138,10 +139,6 @@ def test_a_configuration_a_rebuild_did_not_replace_is_not_refused() -> None:
     assert asyncio.run(scenario()) == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a stale call of a removed server reopens its session after the rebuild",
-)
 def test_a_stale_call_of_a_removed_server_never_reopens_its_session(
     hostile: Hostile, serving: ServingLoop
 ) -> None:

@@ -23,7 +23,7 @@ from django.db import DatabaseError
 from dispatcher.tools.base import Tool
 from dispatcher.tools.sources import services, upstream
 from dispatcher.tools.sources.definitions import risk_flags
-from dispatcher.tools.sources.models import SEPARATOR, Generation, McpTool, ToolState
+from dispatcher.tools.sources.models import SEPARATOR, Generation, McpServer, McpTool, ToolState
 from floor.compiled import Compiled
 
 logger = logging.getLogger(__name__)
@@ -148,8 +148,12 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
                 open_world=flags["open_world"],
             )
         )
-    # (the sessions of servers no longer offered as they were, closed: removed, changed)
-    upstream.POOL.keep_only(endpoints.values())
+    # (the sessions of servers no longer offered as they were, closed: removed, changed;
+    # a server held a session of and no longer offered is looked up: removed, or not)
+    gone = upstream.POOL.server_ids() - endpoints.keys()
+    if gone:
+        gone -= set(McpServer.objects.filter(pk__in=gone).values_list("pk", flat=True))
+    upstream.POOL.keep_only(endpoints.values(), removed=gone)
     return tuple(tools), teams
 
 

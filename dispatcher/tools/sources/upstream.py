@@ -686,34 +686,43 @@ class Pool:
         if connections.get(connection.endpoint.key) is connection:
             connections[connection.endpoint.key] = Connection(connection.endpoint)
 
-    def keep_only(self, offered: Collection[Endpoint]) -> None:
+    def keep_only(self, offered: Collection[Endpoint], removed: Collection[int] = ()) -> None:
         """Retire, on each loop, the sessions of configurations no longer offered (a server
         removed, changed, or with none of its tools offered), as the process sees the
         change (catalog._build): a removed server's session, a stdio server's process with
         its environment, is not kept open until the process ends, or until a server of its
         name is registered again. A call waiting for one is not sent (SUPERSEDED); those in
-        flight end as they would have. From any thread."""
-        keep = frozenset(offered)
+        flight end as they would have. `removed`: the ids of servers that no longer exist
+        (ids are never used again: a sequence, SQLite's AUTOINCREMENT). From any thread."""
+        keep, gone = frozenset(offered), frozenset(removed)
         with self._lock:
             if self._pid and self._pid != os.getpid():  # (a forked child: its parent's loops)
                 return
             loops = [loop for loop in self._connections if not loop.is_closed()]
         for loop in loops:
             with contextlib.suppress(RuntimeError):  # (it closed meanwhile)
-                loop.call_soon_threadsafe(self._retire_all_but, keep)
+                loop.call_soon_threadsafe(self._retire_all_but, keep, gone)
 
-    def _retire_all_but(self, keep: frozenset[Endpoint]) -> None:
+    def server_ids(self) -> set[int]:
+        """The servers this process holds a session of, on any loop (for catalog._build:
+        which of them were removed). From any thread."""
+        with self._lock:
+            kept = [list(connections) for connections in self._connections.values()]
+        return {key.server_id for keys in kept for key in keys}
+
+    def _retire_all_but(self, keep: frozenset[Endpoint], removed: frozenset[int]) -> None:
         connections = self._on_this_loop()
         for key, connection in list(connections.items()):
             if key not in keep:
                 del connections[key]
                 connection.supersede()
                 # Replaced by a newer configuration of its server (or of a server registered
-                # since under its name): remembered, as when a call of the new one replaces
-                # it (`_connection`), so that a call resolved before the change, arriving
-                # before any call of the new one, does not open it again. (Not one merely
-                # no longer offered: a rebuild may read rows older than a session open here.)
-                if any(_newer(other, key) for other in keep):
+                # since under its name), or its server removed: remembered, as when a call
+                # of the new one replaces it (`_connection`), so that a call resolved before
+                # the change, arriving before any call of the new one, does not open it
+                # again (the old URL and headers used after the change). Not one merely no
+                # longer offered (its tools awaiting review): it may be offered again.
+                if key.server_id in removed or any(_newer(other, key) for other in keep):
                     self._remember(key)
 
     def _remember(self, key: Endpoint) -> None:
