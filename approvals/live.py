@@ -114,9 +114,8 @@ def team_of_call(call_id: str) -> Teams | None:
 
 def _send_to(teams: Teams | None, message: dict[str, str]) -> None:
     """`message` to the organization's queues and to those of the teams (if any)."""
-    _group_send(GROUP, message)
-    for team_id in sorted({t for t in teams or () if t is not None}):
-        _group_send(team_group(team_id), message)
+    teams_groups = [team_group(t) for t in sorted({t for t in teams or () if t is not None})]
+    _group_send([GROUP, *teams_groups], message)
 
 
 def push_escalation(approval_id: int) -> None:
@@ -155,8 +154,10 @@ def push_progress(approval_id: int) -> None:
         logger.warning("could not push quorum progress of approval %s", approval_id, exc_info=True)
 
 
-def _group_send(group: str, message: dict[str, str]) -> None:
-    """Send on the channel layer from sync code, on this process's own event loop thread.
+def _group_send(groups: list[str], message: dict[str, str]) -> None:
+    """Send on the channel layer from sync code, on this process's own event loop thread,
+    to each of `groups` at once (one handoff to the loop, the publishes side by side: a
+    decision's removal goes to the organization's queues and its team's).
 
     One long-lived loop per process (created lazily, again after a fork) keeps one channel
     layer connection: `async_to_sync` outside a server would build a new loop, and with it
@@ -165,7 +166,15 @@ def _group_send(group: str, message: dict[str, str]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    future = asyncio.run_coroutine_threadsafe(layer.group_send(group, message), _send_loop())
+
+    async def send_all() -> None:
+        sent = await asyncio.gather(
+            *(layer.group_send(group, message) for group in groups), return_exceptions=True
+        )
+        if failed := next((r for r in sent if isinstance(r, BaseException)), None):
+            raise failed  # (after every group had its send: one failure loses no other)
+
+    future = asyncio.run_coroutine_threadsafe(send_all(), _send_loop())
     try:
         future.result(timeout=10)
     except TimeoutError:
