@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
@@ -365,8 +366,28 @@ def agent_of(request: HttpRequest) -> Agent:
     return request.auth  # type: ignore[attr-defined,no-any-return]
 
 
-def reloader(call_ids: list[str]) -> Callable[[], Awaitable[list[ToolCall]]]:
-    return sync_to_async(functools.partial(_reload, call_ids))
+class HeldSlot:
+    """A waiting request's wait slot (dispatcher.limits), given back once: by the read that
+    finds every call done (`reloader`: on that read's own trip to the request's thread, a
+    hop and a wait fewer before the answer), else by the request when its wait ends."""
+
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+        self._lock = threading.Lock()
+
+    def give_back(self) -> None:
+        with self._lock:
+            slot, self.value = self.value, None
+        if slot is not None:
+            limits.release_wait(slot)
+
+
+def reloader(
+    call_ids: list[str], slot: HeldSlot | None = None
+) -> Callable[[], Awaitable[list[ToolCall]]]:
+    """The calls' read, for `wait_until_terminal` (its default `settled`, is_done, when
+    `slot` is given: the read that finds them all done gives the slot back)."""
+    return sync_to_async(functools.partial(_reload, call_ids, slot))
 
 
 def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
@@ -380,14 +401,17 @@ def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
 _CALLS = Compiled(lambda ids: ToolCall.objects.filter(pk__in=ids).order_by())
 
 
-def _reload(call_ids: list[str]) -> list[ToolCall]:
+def _reload(call_ids: list[str], slot: HeldSlot | None = None) -> list[ToolCall]:
     """The calls, read again (an edited call followed to its replacement); then the
     request's database connection is given back (to the pool), so that a waiting request
-    holds none: waits never exhaust the pool."""
+    holds none: waits never exhaust the pool. When they are all done, `slot` is given
+    back here: the wait ends with this read."""
     try:
         by_id = {str(c.pk): c for c in _CALLS.all([UUID(c) for c in call_ids])}
         calls = [by_id[cid] for cid in call_ids]
         follow_edits(calls)
+        if slot is not None and all(is_done(c) for c in calls):
+            slot.give_back()
         return calls
     finally:
         if not connection.in_atomic_block:  # (the test client's wrapping transaction)
@@ -501,12 +525,15 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
         served = True
         dialect, calls, slot = outcome
         ids = [str(c.pk) for c in calls]
+        held = HeldSlot(slot)
         try:
-            calls = await wait_until_terminal(ids, seconds, reloader(ids), calls, joined=joined)
+            calls = await wait_until_terminal(
+                ids, seconds, reloader(ids, held), calls, joined=joined
+            )
         finally:
-            if slot is not None:
-                release = sync_to_async(limits.release_wait, thread_sensitive=False)
-                await asyncio.shield(release(slot))
+            if held.value is not None:  # (the last read gave it back if the calls are done)
+                release = sync_to_async(held.give_back, thread_sensitive=False)
+                await asyncio.shield(release())
     finally:
         if joined is not None:
             await joined.leave(served=served)
@@ -535,10 +562,12 @@ async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> Http
     if slot is None:
         return too_many_waits()
     ids = [str(call.pk)]
+    held = HeldSlot(slot)
     try:
-        calls = await wait_until_terminal(ids, seconds, reloader(ids), [call])
+        calls = await wait_until_terminal(ids, seconds, reloader(ids, held), [call])
     finally:
-        await asyncio.shield(sync_to_async(limits.release_wait, thread_sensitive=False)(slot))
+        if held.value is not None:  # (the last read gave it back if the call is done)
+            await asyncio.shield(sync_to_async(held.give_back, thread_sensitive=False)())
     return JsonResponse(call_json(calls[0]))
 
 

@@ -244,3 +244,56 @@ def test_an_mcp_initialize_past_the_session_cap_gets_429(
     assert int(answers[-1].headers["retry-after"]) > 0
     started = AgentSession.objects.filter(agent=live_agent.agent).count()
     assert started == settings.HARNESS_MAX_SESSIONS_PER_MINUTE
+
+
+@pytest.mark.live
+def test_a_waits_slot_is_given_back_before_its_answer_whichever_way_the_wait_ends(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    """A waiting request's slot is given back by the read that finds its calls done (on
+    that read's own trip), or by the request when its wait runs out: either way before
+    the agent reads the answer, and once (no slot left held), on POST .../calls?wait and
+    GET /calls/{id}?wait alike."""
+    fx = live_agent
+    with live_stack.client(fx) as client:
+        started = client.post("/api/v1/sessions", json={})
+        assert started.status_code == 201, started.text
+        session_id = started.json()["id"]
+        calls_url = f"/api/v1/sessions/{session_id}/calls"
+        # The wait runs out: 202, the call still pending, the slot given back.
+        out = client.post(f"{calls_url}?wait=0.3", json={"calls": [write("w1")]})
+        assert out.status_code == 202, out.text
+        assert limits.waits_held(fx.agent) == 0
+        first = out.json()["calls"][0]["id"]
+        made = client.post(calls_url, json={"calls": [write("w2")]})
+        assert made.status_code == 202, made.text
+        second = made.json()["calls"][0]["id"]
+        # Done while it waits (the agent cancels it from another request): 200, given back.
+        for call_id, method, url, body in (
+            (first, "GET", f"/api/v1/calls/{first}?wait=30", None),
+            (second, "POST", f"{calls_url}?wait=30", {"calls": [write("w2")]}),
+        ):
+            answers: list[httpx.Response] = []
+
+            def wait_on(
+                method: str = method,
+                url: str = url,
+                body: Any = body,
+                answers: list[httpx.Response] = answers,
+            ) -> None:
+                with live_stack.client(fx) as waiting:
+                    answers.append(waiting.request(method, url, json=body))
+
+            thread = threading.Thread(target=wait_on)
+            thread.start()
+            deadline = time.monotonic() + 20
+            while limits.waits_held(fx.agent) < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert limits.waits_held(fx.agent) == 1
+            assert client.post(f"/api/v1/calls/{call_id}/cancel").status_code == 200
+            thread.join(30)
+            assert answers and answers[0].status_code == 200, answers
+            answer = answers[0].json()
+            status = answer["status"] if method == "GET" else answer["calls"][0]["status"]
+            assert status == Status.CANCELLED, answer
+            assert limits.waits_held(fx.agent) == 0
