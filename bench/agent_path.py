@@ -26,6 +26,7 @@ from typing import Any
 from bench import oauth
 from bench.live import Worker, pct
 from bench.run import PY, QUEUE, REDIS_URL, ROOT, Result, Server, rss_note, stop_all
+from bench.seams import Mark, seams_note
 
 # --- CPU of every process on the path -------------------------------------------------
 
@@ -157,19 +158,19 @@ def scenario_end_to_end(
             session = client.post("/api/v1/sessions", json={"title": "S0"}).json()["id"]
             url = f"/api/v1/sessions/{session}/calls?wait=30"
 
+            marks: list[Mark] = []
+
             def call() -> float:
+                tool_use_id = uuid.uuid4().hex
                 body = {
                     "calls": [
-                        {
-                            "id": uuid.uuid4().hex,
-                            "name": "list_directory",
-                            "arguments": {"path": "."},
-                        }
+                        {"id": tool_use_id, "name": "list_directory", "arguments": {"path": "."}}
                     ]
                 }
-                t = time.perf_counter()
+                wall, t = time.time(), time.perf_counter()
                 response = client.post(url, json=body)
                 elapsed = time.perf_counter() - t
+                marks.append((tool_use_id, wall, wall + elapsed))
                 answer = response.json()["calls"][0]
                 if response.status_code != 200 or answer["status"] != "completed":
                     raise RuntimeError(f"S0 P: HTTP {response.status_code}: {response.text[:300]}")
@@ -196,6 +197,7 @@ def scenario_end_to_end(
                 for k in parts:
                     parts[k].append(statistics.median(samples[k]) * 1e3)
                 all_p += samples["p"]
+            timed = marks[warm:]  # (the pairs' calls, not the warm-up's)
             # CPU per call in every process on the path, P alone (no floors in between).
             m = 25 if quick else 200
             before = cpu_snapshot(server, worker)
@@ -226,6 +228,14 @@ def scenario_end_to_end(
             f"alone (B: bare HTTP round trip + Celery no-op round trip + one INSERT): "
             f"{sum(floor_cpu.values()):.2f} ms = "
             + ", ".join(f"{k} {v:.2f} ms" for k, v in floor_cpu.items())
+        )
+        med.notes.append(
+            seams_note(
+                "S0",
+                timed,
+                ["call.received", "call.allowed", "call.started", "call.completed"],
+                "the request",
+            )
         )
         med.notes.append(rss_note([server]))
         med.notes.append(worker.rss_note())

@@ -32,6 +32,7 @@ from bench.run import (
     rss_note,
     stop_all,
 )
+from bench.seams import Mark, seams_note
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -455,6 +456,7 @@ async def _approve(
     await pubsub.subscribe(channel)
     await pubsub.get_message(timeout=5)  # the subscribe confirmation
     decide_times: list[float] = []
+    marks: list[Mark] = []
 
     def find(session: str, tid: str) -> tuple[int, str] | None:
         return (
@@ -509,10 +511,11 @@ async def _approve(
                 await asyncio.sleep(0.003)
                 found = await asyncio.to_thread(find, session, f"w-{token}")
             await asyncio.sleep(0.01)  # the request is now in its pub/sub wait
-            t0 = time.perf_counter()
+            wall, t0 = time.time(), time.perf_counter()
             await asyncio.to_thread(decide, *found)
             r = await resp
             t1 = time.perf_counter()
+            marks.append((f"w-{token}", wall, wall + t1 - t0))
             call = r.json()["calls"][0]
             if r.status_code != 200 or call["status"] != "completed":
                 raise RuntimeError(f"S5 P: HTTP {r.status_code}: {r.text[:300]}")
@@ -526,6 +529,7 @@ async def _approve(
             await sample("P")
             await sample("F")
         decide_times.clear()
+        marks.clear()
         bs: list[list[float]] = []
         ps: list[list[float]] = []
         fs: list[list[float]] = []
@@ -552,6 +556,15 @@ async def _approve(
             [statistics.median(x) * 1e3 for x in bs],
             [statistics.median(x) * 1e3 for x in fs],
             [statistics.median(x) * 1e3 for x in ps],
+        )
+    )
+    rs[0].notes.append(
+        await asyncio.to_thread(
+            seams_note,
+            "S5",
+            marks,
+            ["call.approved", "call.started", "call.completed"],
+            "the reviewer's decision",
         )
     )
     rs[0].notes.append(
