@@ -382,6 +382,26 @@ class HeldSlot:
             limits.release_wait(slot)
 
 
+async def slot_taken[T](work: Awaitable[T], slot_of: Callable[[T], str | None]) -> T:
+    """`work`'s answer, work that takes a wait slot on a thread (`slot_of` finds it in the
+    answer). When the request is cancelled (its client gone: Django cancels the view)
+    before the answer arrives, the thread still takes the slot: it is given back once
+    the answer arrives, not held until it lapses (the wait's seconds and a minute on)."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(functools.partial(_give_back_taken, slot_of))
+        raise
+
+
+def _give_back_taken[T](slot_of: Callable[[T], str | None], done: asyncio.Future[T]) -> None:
+    if done.cancelled() or done.exception() is not None:
+        return
+    if (slot := slot_of(done.result())) is not None:
+        done.get_loop().run_in_executor(None, limits.release_wait, slot)
+
+
 def reloader(
     call_ids: list[str], slot: HeldSlot | None = None
 ) -> Callable[[], Awaitable[list[ToolCall]]]:
@@ -519,7 +539,10 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
     joined = wakeups.join_subscribed(session_channel(str(session_id))) if seconds > 0 else None
     served = False  # (a refused request leaves the channel as it found it)
     try:
-        outcome = await sync_to_async(_submit)(token, session_id, request, seconds)
+        outcome = await slot_taken(
+            sync_to_async(_submit)(token, session_id, request, seconds),
+            lambda outcome: outcome[2] if isinstance(outcome, tuple) else None,
+        )
         if isinstance(outcome, JsonResponse):
             return outcome
         served = True
@@ -558,7 +581,10 @@ async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> Http
     seconds = clamp_wait(wait)
     if seconds <= 0 or call.status in TERMINAL_STATUSES:
         return JsonResponse(call_json(call))
-    slot = await sync_to_async(reserve_wait, thread_sensitive=False)(agent_of(request), seconds)
+    slot = await slot_taken(
+        sync_to_async(reserve_wait, thread_sensitive=False)(agent_of(request), seconds),
+        lambda slot: slot,
+    )
     if slot is None:
         return too_many_waits()
     ids = [str(call.pk)]
