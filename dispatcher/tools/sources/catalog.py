@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _cache: dict[str, Any] = {"generation": None, "tools": (), "by_name": {}, "teams": {}}
+# The configurations builds offered tools of, by server, until the server is seen
+# removed (under `_lock`): a call looked up in one may reach the pool after the removal.
+_offered: dict[int, set[upstream.Endpoint]] = {}
 
 
 # Read by every lookup of an upstream tool, several times per call (floor.compiled).
@@ -149,11 +152,18 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
             )
         )
     # (the sessions of servers no longer offered as they were, closed: removed, changed;
-    # a server held a session of and no longer offered is looked up: removed, or not)
-    gone = upstream.POOL.server_ids() - endpoints.keys()
+    # a server offered before, or held a session of, and no longer offered is looked up:
+    # removed, or not; a removed one is refused on every loop, held a session or not)
+    held = upstream.POOL.held()
+    gone = ({e.server_id for e in held} | _offered.keys()) - endpoints.keys()
     if gone:
         gone -= set(McpServer.objects.filter(pk__in=gone).values_list("pk", flat=True))
-    upstream.POOL.keep_only(endpoints.values(), removed=gone)
+    removed = {e for e in held if e.server_id in gone}
+    for server_id in gone:
+        removed |= _offered.pop(server_id, set())
+    for server_id, endpoint in endpoints.items():
+        _offered.setdefault(server_id, set()).add(endpoint)
+    upstream.POOL.keep_only(endpoints.values(), removed=removed)
     return tuple(tools), teams
 
 

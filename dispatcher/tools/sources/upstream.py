@@ -454,6 +454,10 @@ class Pool:
         # The configurations each loop has seen replaced by a newer one of their server
         # (oldest first, at most MAX_SUPERSEDED): never opened again on that loop.
         self._superseded: dict[asyncio.AbstractEventLoop, dict[Endpoint, None]] = {}
+        # The configurations of servers the catalog saw removed (oldest first, at most
+        # MAX_SUPERSEDED): never opened again, on any loop, those that held no session of
+        # them when the removal was seen included.
+        self._removed: dict[Endpoint, None] = {}
         self._lock = threading.Lock()
 
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -540,7 +544,7 @@ class Pool:
         would not stop the server, only lose their answers); nobody waits for its close."""
         connections = self._on_this_loop()
         superseded = self._superseded.setdefault(asyncio.get_running_loop(), {})
-        if endpoint.key in superseded:
+        if endpoint.key in superseded or endpoint.key in self._removed:
             # A call resolved before its server's configuration changed, arriving after a
             # call of the new one: not sent, and the old configuration (its URL, headers,
             # a stdio server's command and environment) not opened again, nor the new
@@ -686,16 +690,22 @@ class Pool:
         if connections.get(connection.endpoint.key) is connection:
             connections[connection.endpoint.key] = Connection(connection.endpoint)
 
-    def keep_only(self, offered: Collection[Endpoint], removed: Collection[int] = ()) -> None:
+    def keep_only(self, offered: Collection[Endpoint], removed: Collection[Endpoint] = ()) -> None:
         """Retire, on each loop, the sessions of configurations no longer offered (a server
         removed, changed, or with none of its tools offered), as the process sees the
         change (catalog._build): a removed server's session, a stdio server's process with
         its environment, is not kept open until the process ends, or until a server of its
         name is registered again. A call waiting for one is not sent (SUPERSEDED); those in
-        flight end as they would have. `removed`: the ids of servers that no longer exist
-        (ids are never used again: a sequence, SQLite's AUTOINCREMENT). From any thread."""
-        keep, gone = frozenset(offered), frozenset(removed)
+        flight end as they would have. `removed`: the configurations (held here, or offered
+        by the catalog) of servers that no longer exist (ids are never used again: a
+        sequence, SQLite's AUTOINCREMENT), refused on every loop from now on. From any
+        thread."""
+        keep, gone = frozenset(offered), frozenset(key.server_id for key in removed)
         with self._lock:
+            for key in removed:
+                self._removed[key.key] = None
+            while len(self._removed) > MAX_SUPERSEDED:
+                del self._removed[next(iter(self._removed))]
             if self._pid and self._pid != os.getpid():  # (a forked child: its parent's loops)
                 return
             loops = [loop for loop in self._connections if not loop.is_closed()]
@@ -703,12 +713,16 @@ class Pool:
             with contextlib.suppress(RuntimeError):  # (it closed meanwhile)
                 loop.call_soon_threadsafe(self._retire_all_but, keep, gone)
 
-    def server_ids(self) -> set[int]:
-        """The servers this process holds a session of, on any loop (for catalog._build:
-        which of them were removed). From any thread."""
+    def held(self) -> set[Endpoint]:
+        """The configurations this process holds a session of, on any loop (for
+        catalog._build: which of their servers were removed). From any thread."""
         with self._lock:
             kept = [list(connections) for connections in self._connections.values()]
-        return {key.server_id for keys in kept for key in keys}
+        return {key for keys in kept for key in keys}
+
+    def server_ids(self) -> set[int]:
+        """The servers this process holds a session of, on any loop. From any thread."""
+        return {key.server_id for key in self.held()}
 
     def _retire_all_but(self, keep: frozenset[Endpoint], removed: frozenset[int]) -> None:
         connections = self._on_this_loop()
