@@ -21,7 +21,7 @@ from dispatcher import admission, limits, transitions
 from dispatcher.models import AgentSession, Dialect, Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 
-from .api import reloader, wait_until_terminal
+from .api import reloader, slot_taken, wait_until_terminal
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,10 @@ async def _wait_with_slot(call: ToolCall, session: AgentSession, seconds: float)
     the call is cancelled at once (recorded, with why) and the client told so."""
     if seconds <= 0:  # nothing is held: the call is given up at once
         return await _wait_holding_slot(call, session, seconds)
-    slot = await sync_to_async(limits.reserve_wait, thread_sensitive=False)(session.agent, seconds)
+    slot = await slot_taken(  # (a client gone meanwhile: given back when it is taken)
+        sync_to_async(limits.reserve_wait, thread_sensitive=False)(session.agent, seconds),
+        lambda slot: slot,
+    )
     if slot is None:
         reason = limits.too_many_waits_message(
             "So this call was not held for a reviewer and did not run. Wait until one of "

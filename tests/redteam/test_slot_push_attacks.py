@@ -22,9 +22,11 @@ Found and fixed:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ from tests.redteam import test_inline_loop_attacks as loop_attacks
 from tests.redteam.test_inline_loop_attacks import Hostile, ServingLoop, register
 from tests.redteam.test_pool_parse_attacks import opened_after, until_no_session
 from tests.redteam.test_session_retire_attacks import connections_of, probe_on, target
+from tests.support.claude_code_hooks import HOOK_URL, pre_tool_use
 from tests.support.factories import AgentFixture, make_agent
 
 hostile = loop_attacks.hostile
@@ -226,6 +229,36 @@ def test_a_read_whose_client_leaves_while_its_slot_is_taken_gives_it_back(
     go.set()
     waiting.future.result(15)
     assert until_held(fx.agent, 0, 5) == 0, "the slot is held until it lapses"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hook_whose_client_leaves_while_its_slot_is_taken_gives_it_back(
+    app: Any, serving: ServingLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Claude Code hook held for a reviewer (`?wait=30` of a command that asks): the
+    client goes away (its hook killed) while the slot is being taken on a thread; the
+    slot must be given back, not held until it lapses (before: as on the agent API)."""
+    fx = make_agent()
+    entered, go = threading.Event(), threading.Event()
+    original = limits.reserve_wait
+
+    def slow(agent: Agent, seconds: float) -> str | None:
+        slot = original(agent, seconds)
+        entered.set()
+        go.wait(10)
+        return slot
+
+    monkeypatch.setattr(limits, "reserve_wait", slow)
+    body = pre_tool_use(str(uuid.uuid4()), "Bash", {"command": "make deploy"})
+    waiting = request(app, serving, fx, "POST", f"{HOOK_URL}?wait=30", body)
+    assert entered.wait(10)
+    waiting.hang_up()
+    time.sleep(0.5)  # (the view cancelled meanwhile: the race the fix is for)
+    go.set()
+    with contextlib.suppress(Exception):
+        waiting.future.result(15)
+    assert until_held(fx.agent, 0, 5) == 0, "the slot is held until it lapses"
+    limits._local._held.clear()
 
 
 @pytest.mark.django_db(transaction=True)
