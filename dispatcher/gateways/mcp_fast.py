@@ -79,10 +79,7 @@ def eligible(
     if headers.get("mcp-session-id") != session_header:
         return None
     version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-    if version not in HANDSHAKE_PROTOCOL_VERSIONS or not _content_type_json(headers):
-        return None
-    has_json, has_sse = check_accept_headers(_HeadersOnly(headers))  # type: ignore[arg-type]
-    if not (has_json and has_sse):
+    if version is None or not _transport_takes(headers):  # (no header: the SDK's)
         return None
     return _parse(messages, version)
 
@@ -92,7 +89,10 @@ def transport_takes(scope: Scope) -> bool:
     Content-Type as it requires them; the version it is routed by, one of that era's or
     none): what Harness reads of its body before the SDK (a cancellation) is then read by
     the SDK too. A 2026-07-28 request's entry drops the notifications posted to it."""
-    headers = Headers(scope=scope)
+    return _transport_takes(Headers(scope=scope))
+
+
+def _transport_takes(headers: Headers) -> bool:
     version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
     if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
         return False

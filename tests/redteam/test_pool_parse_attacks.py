@@ -128,8 +128,8 @@ def test_a_configuration_a_rebuild_did_not_replace_is_not_refused() -> None:
 
     async def scenario() -> dict[upstream_module.Endpoint, None]:
         pool._on_this_loop()[v2] = upstream_module.Connection(v2)
-        pool._retire_all_but(frozenset({v1}), frozenset())  # (a rebuild that read older rows)
-        pool._retire_all_but(frozenset(), frozenset())  # (nothing offered, nothing removed)
+        pool._retire_all_but(frozenset({v1}))  # (a rebuild that read older rows)
+        pool._retire_all_but(frozenset())  # (nothing offered)
         await asyncio.sleep(0)
         with pytest.raises(upstream_module.UpstreamError) as refused:
             await pool._connection(v2)  # (its start fails: port 9; not SUPERSEDED)
@@ -139,24 +139,33 @@ def test_a_configuration_a_rebuild_did_not_replace_is_not_refused() -> None:
     assert asyncio.run(scenario()) == {}
 
 
+@pytest.mark.parametrize(("held_here", "other_loop"), [(True, False), (True, True), (False, True)])
 def test_a_stale_call_of_a_removed_server_never_reopens_its_session(
-    hostile: Hostile, serving: ServingLoop
+    hostile: Hostile, serving: ServingLoop, held_here: bool, other_loop: bool
 ) -> None:
     """The server is removed (not registered again) and the catalog rebuilt: its session
-    on the serving loop is retired. A call looked up before the removal then arrives: it
-    must not open a session of the removed registration (its URL and headers used after
-    the removal, the session then kept open until the next rebuild)."""
+    on the serving loop (`held_here`) is retired. A call looked up before the removal then
+    arrives, on that loop or on another of the process that never held a session of it:
+    it must not open a session of the removed registration (its URL and headers used
+    after the removal, the session then kept open until the next rebuild)."""
     name = register(hostile.url, "--header", "X-Probe=old")
     old, old_fingerprint = target(name, "probe")
-    assert probe_on(serving.loop, old, old_fingerprint) == "old"
-    Path(f"{hostile.calls_file}.initialize-log").write_text("")  # (initializes logged)
-    services.remove_server(name=name, actor="rtparse")
-    catalog.upstream_tools()  # (the rebuild: keep_only)
-    until_no_session(serving.loop, name)
-    removed_at = time.time()
-    answered = probe_on(serving.loop, old, old_fingerprint)
-    assert opened_after(hostile, removed_at) == [], (answered, hostile.calls())
-    assert connections_of(serving.loop, name) == []
+    other = ServingLoop() if other_loop else serving
+    try:
+        if held_here:
+            assert probe_on(serving.loop, old, old_fingerprint) == "old"
+        Path(f"{hostile.calls_file}.initialize-log").write_text("")  # (initializes logged)
+        services.remove_server(name=name, actor="rtparse")
+        catalog.upstream_tools()  # (the rebuild: keep_only)
+        until_no_session(serving.loop, name)
+        removed_at = time.time()
+        answered = probe_on(other.loop, old, old_fingerprint)
+        assert opened_after(hostile, removed_at) == [], (answered, hostile.calls())
+        assert connections_of(other.loop, name) == []
+        assert answered == f"UpstreamError: {upstream_module.SUPERSEDED}"
+    finally:
+        if other is not serving:
+            other.close()
 
 
 # --- The body read once, as the SDK reads it ---------------------------------------------

@@ -28,7 +28,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,8 +42,9 @@ from dispatcher.tools.sources import catalog, services
 from dispatcher.tools.sources import upstream as upstream_module
 from tests.redteam import test_inline_loop_attacks as loop_attacks
 from tests.redteam.test_inline_loop_attacks import Hostile, ServingLoop, register
-from tests.redteam.test_pool_parse_attacks import opened_after, until_no_session
-from tests.redteam.test_session_retire_attacks import connections_of, probe_on, target
+from tests.redteam.test_pool_parse_attacks import until_no_session
+from tests.redteam.test_request_threads_attacks import bearer, scope
+from tests.redteam.test_session_retire_attacks import probe_on, target
 from tests.support.claude_code_hooks import HOOK_URL, pre_tool_use
 from tests.support.factories import AgentFixture, make_agent
 
@@ -71,27 +71,11 @@ class Exchange:
         self.loop = loop
         self.gone = asyncio.Event()
         raw = json.dumps(body).encode() if body is not None else b""
-        raw_path, _, query = path.partition("?")
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": method,
-            "scheme": "http",
-            "path": raw_path,
-            "raw_path": raw_path.encode(),
-            "query_string": query.encode(),
-            "root_path": "",
-            "headers": [
-                (b"host", b"testserver"),
-                (b"authorization", f"Bearer {token}".encode()),
-                (b"content-type", b"application/json"),
-            ],
-            "client": ("127.0.0.1", 40000),
-            "server": ("127.0.0.1", 80),
-        }
+        request_scope = scope(
+            path, bearer(token), (b"content-type", b"application/json"), method=method
+        )
         self.sent: list[dict[str, Any]] = []
-        self.future = asyncio.run_coroutine_threadsafe(self._run(app, scope, raw), loop)
+        self.future = asyncio.run_coroutine_threadsafe(self._run(app, request_scope, raw), loop)
 
     async def _run(self, app: Any, scope: dict[str, Any], raw: bytes) -> None:
         arrived = [False]
@@ -167,6 +151,35 @@ def pending_call(
     return str(body["calls"][0]["id"])
 
 
+def held_up(
+    monkeypatch: pytest.MonkeyPatch, owner: Any, name: str
+) -> tuple[threading.Event, threading.Event]:
+    """`owner.name` (what takes the slot, or records the calls after it) held on its thread
+    until `go` is set, `entered` set once it is there: the window in which the client
+    leaves."""
+    entered, go = threading.Event(), threading.Event()
+    original = getattr(owner, name)
+
+    def slow(*args: Any) -> Any:
+        answer = original(*args)
+        entered.set()
+        go.wait(10)
+        return answer
+
+    monkeypatch.setattr(owner, name, slow)
+    return entered, go
+
+
+def leave_while_held(waiting: Exchange, entered: threading.Event, go: threading.Event) -> None:
+    """The client goes away while the slot's work is held on its thread; then it ends."""
+    assert entered.wait(10)
+    waiting.hang_up()
+    time.sleep(0.5)  # (the view cancelled meanwhile: the race the fix is for)
+    go.set()
+    with contextlib.suppress(Exception):
+        waiting.future.result(15)
+
+
 # --- 1. The wait slot ----------------------------------------------------------------------
 
 
@@ -181,23 +194,12 @@ def test_a_submission_whose_client_leaves_while_it_is_recorded_gives_its_slot_ba
     the request's thread (its slot taken just before): the slot must be given back, not
     held until it lapses (90 s on) against the agent's cap."""
     fx, session_id = agent_session
-    entered, go = threading.Event(), threading.Event()
-    original = api._read_and_admit
-
-    def slow(*args: Any) -> Any:
-        entered.set()
-        go.wait(10)
-        return original(*args)
-
-    monkeypatch.setattr(api, "_read_and_admit", slow)
+    entered, go = held_up(monkeypatch, api, "_read_and_admit")
     path = f"/api/v1/sessions/{session_id}/calls?wait=30"
     waiting = request(app, serving, fx, "POST", path, {"calls": [write("w1")]})
     assert entered.wait(10)
     assert limits.waits_held(fx.agent) == 1
-    waiting.hang_up()
-    time.sleep(0.5)  # (the view cancelled; its handler waits for the thread's work)
-    go.set()
-    waiting.future.result(15)
+    leave_while_held(waiting, entered, go)
     assert until_held(fx.agent, 0, 5) == 0, "the slot is held until it lapses"
 
 
@@ -212,22 +214,9 @@ def test_a_read_whose_client_leaves_while_its_slot_is_taken_gives_it_back(
     being taken (on a thread): the slot must be given back."""
     fx, session_id = agent_session
     call_id = pending_call(app, serving, fx, session_id, "w1")
-    entered, go = threading.Event(), threading.Event()
-    original = api.reserve_wait
-
-    def slow(agent: Agent, seconds: float) -> str | None:
-        slot = original(agent, seconds)
-        entered.set()
-        go.wait(10)
-        return slot
-
-    monkeypatch.setattr(api, "reserve_wait", slow)
+    entered, go = held_up(monkeypatch, api, "reserve_wait")
     waiting = request(app, serving, fx, "GET", f"/api/v1/calls/{call_id}?wait=30")
-    assert entered.wait(10)
-    waiting.hang_up()
-    time.sleep(0.5)
-    go.set()
-    waiting.future.result(15)
+    leave_while_held(waiting, entered, go)
     assert until_held(fx.agent, 0, 5) == 0, "the slot is held until it lapses"
 
 
@@ -239,24 +228,10 @@ def test_a_hook_whose_client_leaves_while_its_slot_is_taken_gives_it_back(
     client goes away (its hook killed) while the slot is being taken on a thread; the
     slot must be given back, not held until it lapses (before: as on the agent API)."""
     fx = make_agent()
-    entered, go = threading.Event(), threading.Event()
-    original = limits.reserve_wait
-
-    def slow(agent: Agent, seconds: float) -> str | None:
-        slot = original(agent, seconds)
-        entered.set()
-        go.wait(10)
-        return slot
-
-    monkeypatch.setattr(limits, "reserve_wait", slow)
+    entered, go = held_up(monkeypatch, limits, "reserve_wait")
     body = pre_tool_use(str(uuid.uuid4()), "Bash", {"command": "make deploy"})
     waiting = request(app, serving, fx, "POST", f"{HOOK_URL}?wait=30", body)
-    assert entered.wait(10)
-    waiting.hang_up()
-    time.sleep(0.5)  # (the view cancelled meanwhile: the race the fix is for)
-    go.set()
-    with contextlib.suppress(Exception):
-        waiting.future.result(15)
+    leave_while_held(waiting, entered, go)
     assert until_held(fx.agent, 0, 5) == 0, "the slot is held until it lapses"
     limits._local._held.clear()
 
@@ -455,36 +430,6 @@ def test_a_stuck_send_holds_its_caller_at_most_its_timeout_and_the_other_group_g
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.heavy
-@pytest.mark.parametrize("held_here", [True, False])
-def test_a_stale_call_of_a_removed_server_opens_it_on_no_loop(
-    hostile: Hostile, serving: ServingLoop, held_here: bool
-) -> None:
-    """The server is removed and the process's catalog rebuilt. A call looked up before
-    the removal then arrives on a loop that held no session of it: another loop of the
-    process while the serving loop held one (`held_here`), or when no loop held one. It
-    must not open a session of the removed registration (its URL and headers used after
-    the removal, kept until the next rebuild)."""
-    name = register(hostile.url, "--header", "X-Probe=old")
-    old, old_fingerprint = target(name, "probe")
-    other = ServingLoop()
-    try:
-        if held_here:
-            assert probe_on(serving.loop, old, old_fingerprint) == "old"
-        Path(f"{hostile.calls_file}.initialize-log").write_text("")  # (initializes logged)
-        services.remove_server(name=name, actor="rt2")
-        catalog.upstream_tools()  # (the rebuild: keep_only)
-        until_no_session(serving.loop, name)
-        removed_at = time.time()
-        answered = probe_on(other.loop, old, old_fingerprint)
-        assert opened_after(hostile, removed_at) == [], (answered, hostile.calls())
-        assert connections_of(other.loop, name) == []
-        assert answered == f"UpstreamError: {upstream_module.SUPERSEDED}"
-    finally:
-        other.close()
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.heavy
 def test_a_server_whose_tools_await_review_then_are_accepted_is_not_refused(
     hostile: Hostile, serving: ServingLoop
 ) -> None:
@@ -509,8 +454,8 @@ def test_a_server_whose_tools_await_review_then_are_accepted_is_not_refused(
     assert probe_on(serving.loop, again, again_fingerprint) == "same"
 
 
-def test_server_ids_is_safe_while_loops_open_and_retire_sessions() -> None:
-    """`server_ids` from another thread while a loop adds and removes sessions in its own
+def test_held_is_safe_while_loops_open_and_retire_sessions() -> None:
+    """`held` from another thread while a loop adds and removes sessions in its own
     dict (as `_connection` and `_retire_all_but` do): never raises, never invents an id."""
     pool = upstream_module.Pool()
     loop = asyncio.new_event_loop()
@@ -535,7 +480,7 @@ def test_server_ids_is_safe_while_loops_open_and_retire_sessions() -> None:
     try:
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
-            assert pool.server_ids() <= set(range(50))
+            assert {key.server_id for key in pool.held()} <= set(range(50))
     finally:
         stop.set()
         churning.result(10)

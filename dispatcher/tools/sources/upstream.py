@@ -700,18 +700,16 @@ class Pool:
         by the catalog) of servers that no longer exist (ids are never used again: a
         sequence, SQLite's AUTOINCREMENT), refused on every loop from now on. From any
         thread."""
-        keep, gone = frozenset(offered), frozenset(key.server_id for key in removed)
+        keep = frozenset(offered)
         with self._lock:
             for key in removed:
-                self._removed[key.key] = None
-            while len(self._removed) > MAX_SUPERSEDED:
-                del self._removed[next(iter(self._removed))]
+                _bounded_add(self._removed, key)
             if self._pid and self._pid != os.getpid():  # (a forked child: its parent's loops)
                 return
             loops = [loop for loop in self._connections if not loop.is_closed()]
         for loop in loops:
             with contextlib.suppress(RuntimeError):  # (it closed meanwhile)
-                loop.call_soon_threadsafe(self._retire_all_but, keep, gone)
+                loop.call_soon_threadsafe(self._retire_all_but, keep)
 
     def held(self) -> set[Endpoint]:
         """The configurations this process holds a session of, on any loop (for
@@ -720,31 +718,25 @@ class Pool:
             kept = [list(connections) for connections in self._connections.values()]
         return {key for keys in kept for key in keys}
 
-    def server_ids(self) -> set[int]:
-        """The servers this process holds a session of, on any loop. From any thread."""
-        return {key.server_id for key in self.held()}
-
-    def _retire_all_but(self, keep: frozenset[Endpoint], removed: frozenset[int]) -> None:
+    def _retire_all_but(self, keep: frozenset[Endpoint]) -> None:
         connections = self._on_this_loop()
         for key, connection in list(connections.items()):
             if key not in keep:
                 del connections[key]
                 connection.supersede()
                 # Replaced by a newer configuration of its server (or of a server registered
-                # since under its name), or its server removed: remembered, as when a call
-                # of the new one replaces it (`_connection`), so that a call resolved before
-                # the change, arriving before any call of the new one, does not open it
-                # again (the old URL and headers used after the change). Not one merely no
-                # longer offered (its tools awaiting review): it may be offered again.
-                if key.server_id in removed or any(_newer(other, key) for other in keep):
+                # since under its name): remembered, as when a call of the new one replaces
+                # it (`_connection`), so that a call resolved before the change, arriving
+                # before any call of the new one, does not open it again (the old URL and
+                # headers used after the change). Not one merely no longer offered (its
+                # tools awaiting review): it may be offered again. (A removed server's are
+                # in `_removed`, for every loop.)
+                if any(_newer(other, key) for other in keep):
                     self._remember(key)
 
     def _remember(self, key: Endpoint) -> None:
-        """`key` replaced on the running loop: never opened there again (MAX_SUPERSEDED)."""
-        superseded = self._superseded.setdefault(asyncio.get_running_loop(), {})
-        superseded[key] = None
-        if len(superseded) > MAX_SUPERSEDED:
-            del superseded[next(iter(superseded))]
+        """`key` replaced on the running loop: never opened there again."""
+        _bounded_add(self._superseded.setdefault(asyncio.get_running_loop(), {}), key)
 
     def _on_this_loop(self) -> dict[Endpoint, Connection]:
         """The running loop's connections (those of loops that closed are forgotten)."""
@@ -754,6 +746,13 @@ class Pool:
                 del self._connections[other]
                 self._superseded.pop(other, None)
             return self._connections.setdefault(loop, {})
+
+
+def _bounded_add(memo: dict[Endpoint, None], key: Endpoint) -> None:
+    """`key` added to `memo`, which keeps the newest MAX_SUPERSEDED (oldest dropped)."""
+    memo[key] = None
+    while len(memo) > MAX_SUPERSEDED:
+        del memo[next(iter(memo))]
 
 
 def _newer(one: Endpoint, than: Endpoint) -> bool:
