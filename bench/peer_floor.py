@@ -44,6 +44,11 @@ call (handed back to the event loop, the connection given back to the pool meanw
 `execution.run_inline` does) and the result on a second. No ORM models, no policy: what
 Django's database layer and the thread hops add to the floor.
 
+With BENCH_FLOOR_ASYNC_DJANGO=1 (S14's Ha) the statements go through django-async-backend
+on the loop; on it, S14L's ladder (bench/peer_ladder.py) adds Harness's Redis commands for
+the call (BENCH_FLOOR_REDIS=1: Har) and the MCP SDK's reading and writing of the request
+(BENCH_FLOOR_SDK=1 as well: Has), each at its cheapest.
+
     daphne -b 127.0.0.1 -p PORT bench.peer_floor:application
     uvicorn bench.peer_floor:application --host 127.0.0.1 --port PORT --lifespan off
 
@@ -96,6 +101,20 @@ THROUGH_DJANGO = os.environ.get("BENCH_FLOOR_DJANGO") == "1"
 # BENCH_FLOOR_ASYNC_DJANGO=1 (with DJANGO_SETTINGS_MODULE=bench.settings_async): through
 # django-async-backend's async connection, pool and transactions, on the loop (Ha).
 THROUGH_ASYNC_DJANGO = os.environ.get("BENCH_FLOOR_ASYNC_DJANGO") == "1"
+# The ladder above Ha (S14's Har and Has, issue 37): what two parts of Harness's own work
+# cost at their cheapest, on Ha's async connection.
+# BENCH_FLOOR_REDIS=1: Harness's Redis commands for such a call (the S14 caps it keeps on),
+# made on the loop with redis-py's asyncio client, no thread, in the fewest round trips on
+# the call's way: the agent's wait slot taken with Harness's own script
+# (dispatcher.limits._RESERVE) before the store; the claim's wake-up on the session's
+# channel (dispatcher.wakeups) sent beside the upstream call; the result's wake-up and the
+# slot given back in one pipeline before the answer.
+WITH_REDIS = os.environ.get("BENCH_FLOOR_REDIS") == "1"
+# BENCH_FLOOR_SDK=1: the request read and the answer written with the MCP SDK's types, as
+# Harness's fast path (dispatcher.gateways.mcp_fast) reads and writes them: the body by
+# the SDK's message adapter, the revision's params check and `CallToolRequestParams`; the
+# result shaped by the SDK's runner, its JSON-RPC response, one SSE `message` event.
+WITH_SDK = os.environ.get("BENCH_FLOOR_SDK") == "1"
 
 # --- the statements -------------------------------------------------------------------------
 
@@ -405,7 +424,8 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if method == "DELETE":
         return await respond(send, 200, b"", [])
     body = await read_body(receive)
-    message = json.loads(body)
+    version = headers.get(b"mcp-protocol-version", b"").decode("latin-1")
+    message = sdk_read(body, version) if WITH_SDK and version else json.loads(body)
     rpc = message.get("method")
     if "id" not in message:  # a notification (notifications/initialized): nothing to say
         return await respond(send, 202, b"", [])
@@ -415,7 +435,7 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         await upstream.get()
         return await result(send, message["id"], {"tools": [upstream.tool]}, session_id)
     if rpc == "tools/call":
-        return await tools_call(send, message, prefix, digest, session_id)
+        return await tools_call(send, message, prefix, digest, session_id, version)
     error = {"code": -32601, "message": f"Method not found: {rpc}"}
     return await answer(send, {"jsonrpc": "2.0", "id": message["id"], "error": error}, session_id)
 
@@ -489,7 +509,12 @@ async def start_session(prefix: str, digest: str, external: str) -> None:
 
 
 async def tools_call(
-    send: Send, message: dict[str, Any], prefix: str, digest: str, session_id: str
+    send: Send,
+    message: dict[str, Any],
+    prefix: str,
+    digest: str,
+    session_id: str,
+    version: str = "",
 ) -> None:
     params = message.get("params") or {}
     request_id, name = message["id"], params.get("name")
@@ -502,7 +527,7 @@ async def tools_call(
     if THROUGH_DJANGO:
         return await tools_call_django(send, message, prefix, digest, session_id)
     if THROUGH_ASYNC_DJANGO:
-        return await tools_call_async_django(send, message, prefix, digest, session_id)
+        return await tools_call_async_django(send, message, prefix, digest, session_id, version)
     async with pool.connection() as conn:
         # 1. the token read
         row = await (
@@ -546,18 +571,32 @@ async def not_trusted(send: Send, request_id: Any, session_id: str) -> None:
 async def call_upstream(arguments: dict[str, Any]) -> tuple[dict[str, Any], str, bool, float]:
     """The upstream's `echo` on the process's one session, under the call's timeout: the
     result as it came, its text, whether it is an error, and the seconds it took."""
+    outcome, content, is_error, seconds = await call_upstream_typed(arguments)
+    return (
+        outcome.model_dump(by_alias=True, mode="json", exclude_none=True),
+        content,
+        is_error,
+        seconds,
+    )
+
+
+async def call_upstream_typed(arguments: dict[str, Any]) -> tuple[Any, str, bool, float]:
+    """`call_upstream` with the result as the SDK's `CallToolResult`."""
+    from mcp import types
+
     began = asyncio.get_running_loop().time()
     try:
         session = await upstream.get()
         async with asyncio.timeout(TIMEOUT):
             outcome = await session.call_tool(UPSTREAM_TOOL, arguments)
-        value = outcome.model_dump(by_alias=True, mode="json", exclude_none=True)
         is_error = bool(outcome.is_error)
         content = "\n".join(c.text for c in outcome.content if getattr(c, "type", "") == "text")
     except Exception as exc:  # the call's outcome, recorded as an error
         content, is_error = f"upstream failed: {exc!r}", True
-        value = {"content": [{"type": "text", "text": content}], "isError": True}
-    return value, content, is_error, round(asyncio.get_running_loop().time() - began, 4)
+        outcome = types.CallToolResult(
+            content=[types.TextContent(type="text", text=content)], is_error=True
+        )
+    return outcome, content, is_error, round(asyncio.get_running_loop().time() - began, 4)
 
 
 # --- Hd: the same statements through Django's database layer, on threads --------------------
@@ -638,11 +677,17 @@ async def tools_call_django(
 
 
 async def tools_call_async_django(
-    send: Send, message: dict[str, Any], prefix: str, digest: str, session_id: str
+    send: Send,
+    message: dict[str, Any],
+    prefix: str,
+    digest: str,
+    session_id: str,
+    version: str = "",
 ) -> None:
     """Hd's trips with no thread: the token read, then the store, the upstream call (the
     connection given back to the pool meanwhile) and the result, each statement through
-    django-async-backend's connection wrapper and `async_atomic`."""
+    django-async-backend's connection wrapper and `async_atomic`. With the ladder's parts
+    (BENCH_FLOOR_REDIS, BENCH_FLOOR_SDK) on, their work in Harness's order."""
     from django_async_backend.db import async_connections
     from django_async_backend.db.transaction import async_atomic
 
@@ -660,17 +705,155 @@ async def tools_call_async_django(
     if row[1] != "trusted":
         return await not_trusted(send, request_id, session_id)
     call = Call(row[0], row[1], request_id, arguments)
+    slot = await take_slot(call) if WITH_REDIS else None
     try:
         async with async_atomic(), await connection.cursor() as cur:
             await cur.execute(*call.store())
             await cur.execute(*call.admitted(await locked(cur, call)))
     finally:
         await connection.close()
-    value, content, is_error, seconds = await call_upstream(arguments)
+    # (the wake-up of the claim sent beside the upstream call, not before it: the least
+    # it can add to the call's time)
+    woken = asyncio.ensure_future(publish(call, "running")) if WITH_REDIS else None
+    outcome, content, is_error, seconds = await call_upstream_typed(arguments)
+    if woken is not None:
+        await woken
     try:
         async with async_atomic(), await connection.cursor() as cur:
             await cur.execute(*call.finish(content, is_error, seconds))
             await cur.execute(*call.completed(await locked(cur, call)))
     finally:
         await connection.close()
+    if WITH_REDIS:  # the result's wake-up and the slot given back: one round trip
+        async with redis_client().pipeline(transaction=False) as pipe:
+            pipe.publish(*wake_up(call, "completed"))
+            if slot is not None:
+                pipe.zrem(*slot)
+            await pipe.execute()
+    if WITH_SDK and version:
+        return await sdk_answer(send, request_id, outcome, session_id, version)
+    value = outcome.model_dump(by_alias=True, mode="json", exclude_none=True)
     await result(send, request_id, value, session_id)
+
+
+# --- the ladder's parts: Harness's Redis commands, the SDK's reading and writing -------------
+
+_redis: Any = None
+
+
+def redis_client() -> Any:
+    """One asyncio Redis client per process (Harness's short timeouts)."""
+    global _redis
+    if _redis is None:
+        import redis.asyncio
+
+        _redis = redis.asyncio.Redis.from_url(
+            os.environ["REDIS_URL"], socket_timeout=2, socket_connect_timeout=2
+        )
+    return _redis
+
+
+async def take_slot(call: Call) -> tuple[str, str] | None:
+    """One of the agent's wait slots, with Harness's script and its arguments (a slot for
+    the call's timeout, lapsing LAPSE_MARGIN later); None when all are held."""
+    import time
+
+    from dispatcher.limits import _RESERVE, LAPSE_MARGIN
+
+    key, member, now = f"bench-floor:waits:{call.session}", uuid.uuid4().hex, time.time()
+    taken = await redis_client().eval(
+        _RESERVE, 1, key, now, now + TIMEOUT + LAPSE_MARGIN, 64, member
+    )
+    return (key, member) if taken else None
+
+
+async def publish(call: Call, status: str) -> None:
+    """The wake-up Harness publishes after each commit of a call's change."""
+    await redis_client().publish(*wake_up(call, status))
+
+
+def wake_up(call: Call, status: str) -> tuple[str, str]:
+    """Its channel and message (dispatcher.wakeups)."""
+    from dispatcher.wakeups import session_channel
+
+    return session_channel(str(call.session)), f"{call.call_id} {status}"
+
+
+def sdk_read(body: bytes, version: str) -> dict[str, Any]:
+    """The body read as Harness's fast path reads it with the SDK (a tools/call request's
+    params checked for the revision and read as `CallToolRequestParams`), handed on as the
+    message the floor reads."""
+    import pydantic_core
+    from mcp import types
+    from mcp_types import methods
+
+    data = pydantic_core.from_json(body)
+    message = types.jsonrpc_message_adapter.validate_python(data, by_name=False)
+    if not isinstance(message, types.JSONRPCRequest):
+        return dict(data)
+    if message.method != "tools/call" or not isinstance(message.params, dict):
+        return {
+            "jsonrpc": "2.0",
+            "id": message.id,
+            "method": message.method,
+            "params": message.params,
+        }
+    methods.validate_client_request("tools/call", version, message.params)
+    params = types.CallToolRequestParams.model_validate(message.params, by_name=False)
+    return {
+        "jsonrpc": "2.0",
+        "id": message.id,
+        "method": message.method,
+        "params": {"name": params.name, "arguments": params.arguments},
+    }
+
+
+async def sdk_answer(
+    send: Send, request_id: Any, outcome: Any, session_id: str, version: str
+) -> None:
+    """The result as Harness's fast path writes it: shaped by the SDK's runner for the
+    revision, one SSE `message` event with the JSON-RPC response, the SDK's headers."""
+    from mcp import types
+    from sse_starlette import EventSourceResponse, ServerSentEvent
+
+    shaped = _runner(version)._serialize("tools/call", version, outcome)
+    response = types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=shaped)
+    data = response.model_dump_json(by_alias=True, exclude_unset=True)
+    sep = EventSourceResponse.DEFAULT_SEPARATOR
+    event = ServerSentEvent(data=data, event="message", sep=sep).encode()
+    base = _sse_headers()
+    headers = [*base[:3], (b"mcp-session-id", session_id.encode("latin-1")), *base[3:]]
+    await respond(send, 200, event, headers)
+
+
+_runners: dict[str, Any] = {}
+_sse: list[tuple[bytes, bytes]] = []
+
+
+def _sse_headers() -> list[tuple[bytes, bytes]]:
+    """The SDK transport's SSE response headers, without the session's (as the fast path's)."""
+    if not _sse:
+        from sse_starlette import EventSourceResponse
+
+        sdk = {
+            "Cache-Control": "no-cache, no-transform",
+            "Connection": "keep-alive",
+            "Content-Type": "text/event-stream",
+        }
+        _sse.extend(EventSourceResponse(content=iter(()), headers=sdk).raw_headers)
+    return _sse
+
+
+def _runner(version: str) -> Any:
+    """The SDK's runner for `version` (for its shaping of a result only, as the fast path's)."""
+    runner = _runners.get(version)
+    if runner is None:
+        from mcp.server import Server
+        from mcp.server.connection import Connection
+        from mcp.server.runner import ServerRunner
+
+        server: Any = Server("harness-floor")
+        runner = _runners[version] = ServerRunner(
+            server, Connection.from_envelope(version, None, None), {}
+        )
+    return runner

@@ -709,7 +709,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated scenario keys: validation,admit,admit-no-enqueue (S1b),overhead,push,worker,timeline,export,e2e,hook,cli,mcp,preview,peer",
+        help="comma-separated scenario keys: validation,admit,admit-no-enqueue (S1b),overhead,push,worker,timeline,export,e2e,hook,cli,mcp,preview,peer,ladder",
     )
     args = parser.parse_args()
     if args.pairs < 5:
@@ -768,7 +768,7 @@ def main() -> int:
             results.append(r)
         took.append(f"{key} {time.monotonic() - t:.0f} s")
 
-    from bench import agent_path, auditlog, live, mcp, peer, preview
+    from bench import agent_path, auditlog, live, mcp, peer, peer_ladder, preview
 
     if not only or "validation" in only:
         run("validation", lambda: scenario_validation(args.pairs, args.quick))
@@ -808,6 +808,8 @@ def main() -> int:
         run("preview", lambda: preview.scenario_preview(args.pairs, args.quick))
     if not only or "peer" in only:
         run("peer", lambda: peer.scenario_peer(env, creds, args.pairs, args.quick))
+    if not only or "ladder" in only:
+        run("ladder", lambda: peer_ladder.scenario_ladder(env, creds, args.pairs, args.quick))
     if args.quick and not only:
         print(
             "\n  S7 (timeline) and S8 (export): full run only (make bench; S8 at 1M rows: --only export)"
