@@ -97,6 +97,24 @@ def floor_result(
     return res
 
 
+# The floor's task per side: F the guarantees alone; G with stage 6's re-check as
+# Harness's worker makes it (the call's read, its policy context, the guards).
+CHECKED = {"F": "bench.tasks.floor_execute", "G": "bench.tasks.floor_execute_checked"}
+
+
+def checked_note(b: list[float], f: list[float], g: list[float], *, higher_is_better: bool) -> str:
+    """G (the floor with the worker's re-check: bench.tasks.floor_execute_checked) per
+    pair, against the baseline and against F."""
+    gb = sorted(x / y for x, y in zip(g, b, strict=True))
+    gf = sorted(x / y for x, y in zip(g, f, strict=True))
+    return (
+        "G, the floor with stage 6's re-check as Harness's worker makes it (the call read "
+        "with its session and policy layers, its context, the guards): G/B median "
+        f"{statistics.median(gb):.2f}x (min {gb[0]:.2f}, max {gb[-1]:.2f}), G/F median "
+        f"{statistics.median(gf):.2f}x ({'higher' if higher_is_better else 'lower'} is better)"
+    )
+
+
 def login_cookie(server: Server) -> str:
     """The bench reviewer's session cookie, as a Cookie header."""
     return "; ".join(f"{k}={v}" for k, v in login(server, *REVIEWER).items())
@@ -475,13 +493,11 @@ async def _approve(
     def send_noop() -> None:
         worker.app.send_task("bench.tasks.noop", args=[channel], queue=QUEUE)
 
-    def floor_decide(call_id: str, chain: str) -> None:
+    def floor_decide(call_id: str, chain: str, task: str = "bench.tasks.floor_execute") -> None:
         from bench import floor
 
         floor.transition(call_id, chain, "pending_approval", "queued")
-        worker.app.send_task(
-            "bench.tasks.floor_execute", args=[call_id, chain, channel], queue=QUEUE
-        )
+        worker.app.send_task(task, args=[call_id, chain, channel], queue=QUEUE)
 
     floor_rows: list[str] = []
 
@@ -491,12 +507,12 @@ async def _approve(
         session = await new_session(client, "S5")
 
         async def sample(side: str) -> float:
-            if side in ("B", "F"):
+            if side in ("B", "F", "G"):
                 t0 = time.perf_counter()
                 if side == "B":
                     await asyncio.to_thread(send_noop)
                 else:
-                    await asyncio.to_thread(floor_decide, floor_rows.pop(), session)
+                    await asyncio.to_thread(floor_decide, floor_rows.pop(), session, CHECKED[side])
                 while (
                     await pubsub.get_message(ignore_subscribe_messages=True, timeout=30)
                 ) is None:
@@ -522,21 +538,24 @@ async def _approve(
             return t1 - t0
 
         floor_rows += await asyncio.to_thread(
-            floor_calls, session, warm + pairs * n, "pending_approval"
+            floor_calls, session, 2 * (warm + pairs * n), "pending_approval"
         )
         for _ in range(warm):
             await sample("B")
             await sample("P")
             await sample("F")
+            await sample("G")
         decide_times.clear()
         marks.clear()
         bs: list[list[float]] = []
         ps: list[list[float]] = []
         fs: list[list[float]] = []
+        gs: list[list[float]] = []
         for _ in range(pairs):
             bs.append([await sample("B") for _ in range(n)])
             ps.append([await sample("P") for _ in range(n)])
             fs.append([await sample("F") for _ in range(n)])
+            gs.append([await sample("G") for _ in range(n)])
     await pubsub.aclose()
     await redis.aclose()
     rs = latency_results(
@@ -556,6 +575,14 @@ async def _approve(
             [statistics.median(x) * 1e3 for x in bs],
             [statistics.median(x) * 1e3 for x in fs],
             [statistics.median(x) * 1e3 for x in ps],
+        )
+    )
+    rs[-1].notes.append(
+        checked_note(
+            [statistics.median(x) * 1e3 for x in bs],
+            [statistics.median(x) * 1e3 for x in fs],
+            [statistics.median(x) * 1e3 for x in gs],
+            higher_is_better=False,
         )
     )
     rs[0].notes.append(
@@ -640,7 +667,7 @@ async def _drain(
                     r = await client.post(f"/api/v1/sessions/{session}/calls", json=body)
                     if r.status_code != 202:
                         raise RuntimeError(f"S6 P: HTTP {r.status_code}: {r.text[:300]}")
-            elif label == "F":
+            elif label in ("F", "G"):
                 key = f"harness_bench:s6f:{uuid.uuid4().hex}"
                 await pubsub.subscribe(key)
                 ids = await asyncio.to_thread(floor_calls, session, n, "queued")
@@ -648,7 +675,7 @@ async def _drain(
                 def send_floor() -> None:
                     for call_id in ids:
                         worker.app.send_task(
-                            "bench.tasks.floor_execute", args=[call_id, session, key], queue=QUEUE
+                            CHECKED[label], args=[call_id, session, key], queue=QUEUE
                         )
 
                 await asyncio.to_thread(send_floor)
@@ -688,11 +715,14 @@ async def _drain(
         await side("B")  # warm-up
         await side("P")
         await side("F")
+        await side("G")
         fs: list[float] = []
+        gs: list[float] = []
         for _ in range(pairs):
             res.b.append(await side("B"))
             res.p.append(await side("P"))
             fs.append(await side("F"))
+            gs.append(await side("G"))
     await redis.aclose()
     res.notes.append(
         "each side: consumer cancelled, N messages queued (P: admitted through the API in batches "
@@ -705,7 +735,9 @@ async def _drain(
             f"{label} "
             + ", ".join(f"{k} {statistics.median(v[1:]):.2f}" for k, v in cpu[label].items())
             + f", all {statistics.median([sum(x) for x in zip(*cpu[label].values(), strict=True)][1:]):.2f}"
-            for label in ("B", "P", "F")
+            for label in ("B", "P", "F", "G")
         )
     )
-    return [res, floor_result("S6", "calls/s", True, 0.3, res.b, fs, res.p)]
+    floor = floor_result("S6", "calls/s", True, 0.3, res.b, fs, res.p)
+    floor.notes.append(checked_note(res.b, fs, gs, higher_is_better=True))
+    return [res, floor]

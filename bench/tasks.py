@@ -39,3 +39,32 @@ def floor_execute(call_id: str, chain: str, channel: str) -> None:
     floor.transition(call_id, chain, "queued", "running")
     floor.transition(call_id, chain, "running", "completed")
     _redis().publish(channel, "completed")
+
+
+@shared_task(name="bench.tasks.floor_execute_checked", ignore_result=True)
+def floor_execute_checked(call_id: str, chain: str, channel: str) -> None:
+    """S5g/S6g: the floor with stage 6's re-check as Harness's worker makes it before the
+    claim (dispatcher.execution.execute_call): the call read with its session, agent,
+    owner's profile and the policy layers' revisions (its compiled read), its policy
+    context, and the guards re-run; then the floor's claim, result and wake-up."""
+    import uuid
+
+    from bench import floor
+    from dispatcher.admission import call_context
+    from dispatcher.agents import mode_and_profile
+    from dispatcher.execution import _CALL_WITH_SESSION
+    from dispatcher.policy import layers, stages
+
+    call = _CALL_WITH_SESSION.first(uuid.UUID(call_id))
+    if call is None:
+        raise RuntimeError(f"call {call_id} not found")
+    session = call.session
+    revisions = layers.revisions_of(call)
+    ctx = call_context(
+        call, session, *mode_and_profile(session, preloaded=True, revisions=revisions)
+    )
+    if ctx is None or stages.guards(ctx):
+        raise RuntimeError(f"call {call_id}: its tool is gone or a guard denies it")
+    floor.transition(call_id, chain, "queued", "running")
+    floor.transition(call_id, chain, "running", "completed")
+    _redis().publish(channel, "completed")
