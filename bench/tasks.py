@@ -38,21 +38,23 @@ def floor_execute(call_id: str, chain: str, channel: str) -> None:
 
     floor.transition(call_id, chain, "queued", "running")
     floor.transition(call_id, chain, "running", "completed")
-    _redis().publish(channel, "completed")
+    _redis().publish(channel, f"{call_id} completed")
 
 
 @shared_task(name="bench.tasks.floor_execute_checked", ignore_result=True)
 def floor_execute_checked(call_id: str, chain: str, channel: str) -> None:
-    """S5g/S6g: the floor with stage 6's re-check as Harness's worker makes it before the
-    claim (dispatcher.execution.execute_call): the call read with its session, agent,
-    owner's profile and the policy layers' revisions (its compiled read), its policy
-    context, and the guards re-run; then the floor's claim, result and wake-up."""
+    """S0's, S5's and S6's G: the floor with stage 6 as Harness's worker makes it
+    (dispatcher.execution.execute_call): the call read with its session, agent, owner's
+    profile and the policy layers' revisions (its compiled read), its policy context, the
+    guards re-run before the claim; after the floor's claim, the tool's body run and its
+    content projected; then the floor's result and wake-up."""
     import uuid
 
     from bench import floor
+    from dispatcher import pipeline
     from dispatcher.admission import call_context
     from dispatcher.agents import mode_and_profile
-    from dispatcher.execution import _CALL_WITH_SESSION
+    from dispatcher.execution import _CALL_WITH_SESSION, _execution_context
     from dispatcher.policy import layers, stages
 
     call = _CALL_WITH_SESSION.first(uuid.UUID(call_id))
@@ -66,5 +68,10 @@ def floor_execute_checked(call_id: str, chain: str, channel: str) -> None:
     if ctx is None or stages.guards(ctx):
         raise RuntimeError(f"call {call_id}: its tool is gone or a guard denies it")
     floor.transition(call_id, chain, "queued", "running")
+    # the tool's body as the worker runs it (the execute wrapper and the host-only timeout
+    # on the tool runner's thread), and its content projected (not written: the floor's
+    # result transition writes the status)
+    outcome = pipeline.execute(ctx.tool, _execution_context(call, ctx, None), call.arguments or {})
+    pipeline.project_content(ctx.tool, outcome)
     floor.transition(call_id, chain, "running", "completed")
-    _redis().publish(channel, "completed")
+    _redis().publish(channel, f"{call_id} completed")
