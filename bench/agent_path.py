@@ -317,7 +317,8 @@ def scenario_end_to_end(
         fl.notes.append(
             "G, the floor with the agent's wait slot (taken before the store, given back "
             "before the answer: Harness's script, two Redis round trips) and the worker's "
-            "re-check before the claim (bench.tasks.floor_execute_checked): median "
+            "stage 6 (bench.tasks.floor_execute_checked: the re-check before the claim, the "
+            "tool's body after it): median "
             f"{statistics.median(gs):.2f} ms, G/B median {statistics.median(gb):.2f}x (min "
             f"{gb[0]:.2f}, max {gb[-1]:.2f}), G/F {statistics.median(gf):.2f}x"
         )

@@ -97,19 +97,20 @@ def floor_result(
     return res
 
 
-# The floor's task per side: F the guarantees alone; G with stage 6's re-check as
-# Harness's worker makes it (the call's read, its policy context, the guards).
+# The floor's task per side: F the guarantees alone; G with stage 6 as Harness's worker
+# makes it (the call's read, its policy context, the guards; the tool's body).
 CHECKED = {"F": "bench.tasks.floor_execute", "G": "bench.tasks.floor_execute_checked"}
 
 
 def checked_note(b: list[float], f: list[float], g: list[float], *, higher_is_better: bool) -> str:
-    """G (the floor with the worker's re-check: bench.tasks.floor_execute_checked) per
+    """G (the floor with the worker's stage 6: bench.tasks.floor_execute_checked) per
     pair, against the baseline and against F."""
     gb = sorted(x / y for x, y in zip(g, b, strict=True))
     gf = sorted(x / y for x, y in zip(g, f, strict=True))
     return (
-        "G, the floor with stage 6's re-check as Harness's worker makes it (the call read "
-        "with its session and policy layers, its context, the guards): G/B median "
+        "G, the floor with stage 6 as Harness's worker makes it (before the claim the call "
+        "read with its session and policy layers, its context, the guards; after it the "
+        "tool's body and its content): G/B median "
         f"{statistics.median(gb):.2f}x (min {gb[0]:.2f}, max {gb[-1]:.2f}), G/F median "
         f"{statistics.median(gf):.2f}x ({'higher' if higher_is_better else 'lower'} is better)"
     )
