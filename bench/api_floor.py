@@ -29,6 +29,7 @@ third side, F, in the same samples as B and P (its own daphne, the same worker).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import hashlib
 import hmac
@@ -79,6 +80,17 @@ STORE = (
 )
 APPEND_2 = _APPEND.format(rows=", ".join([_ROW] * 2))
 READ = "SELECT status, content, is_error FROM dispatcher_toolcall WHERE id = %s"
+# A call of the token's agent, with the token's check (S5's G: the agent's waiting request).
+CALL_OF = (
+    "SELECT c.status, c.content, c.is_error, a.token_hash FROM dispatcher_toolcall c "
+    "JOIN dispatcher_agentsession s ON s.id = c.session_id "
+    "JOIN dispatcher_agent a ON a.id = s.agent_id JOIN auth_user u ON u.id = a.owner_id "
+    "WHERE c.id = %s AND a.token_prefix = %s AND a.token_hash = %s AND a.is_active "
+    "AND u.is_active"
+)
+TERMINAL = frozenset(
+    {"completed", "denied", "rejected", "cancelled", "expired", "timed_out", "outcome_unknown"}
+)
 
 pool = Pool()
 
@@ -88,7 +100,7 @@ class Hub:
     the worker publishes "<call id> completed" there."""
 
     def __init__(self) -> None:
-        self.channel = f"harness_bench:s0f:{os.getpid()}"
+        self.channel = os.environ.get("BENCH_FLOOR_CHANNEL") or f"harness_bench:s0f:{os.getpid()}"
         self.waiting: dict[str, asyncio.Future[None]] = {}
         self.client: Any = None
         self.reader: asyncio.Task[None] | None = None
@@ -200,8 +212,9 @@ async def take_slot(client: Any, session: uuid.UUID) -> tuple[str, str] | None:
 async def application(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
-    parts = scope["path"].strip("/").split("/")  # api v1 sessions <id> calls
-    if scope["method"] != "POST" or len(parts) != 5 or parts[4] != "calls":
+    parts = scope["path"].strip("/").split("/")  # api v1 sessions <id> calls | api v1 calls <id>
+    waits_on = scope["method"] == "GET" and len(parts) == 4 and parts[2] == "calls"
+    if not waits_on and (scope["method"] != "POST" or len(parts) != 5 or parts[4] != "calls"):
         return await respond(send, 404, b'{"error":"not_found"}', JSON)
     headers = dict(scope["headers"])
     kind, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
@@ -214,6 +227,8 @@ async def application(scope: Any, receive: Any, send: Any) -> None:
         key, _, value = pair.partition("=")
         if key == "wait":
             wait = min(float(value), MAX_WAIT)
+    if waits_on:
+        return await wait_for_call(send, uuid.UUID(parts[3]), prefix, digest, wait)
     session = uuid.UUID(parts[3])
     [proposed] = json.loads(await read_body(receive))["calls"]
     client = await hub.ready()
@@ -246,3 +261,33 @@ async def application(scope: Any, receive: Any, send: Any) -> None:
     answer = {"id": str(call.call_id), "status": status, "content": content, "is_error": is_error}
     code = 200 if status == "completed" else 202
     await respond(send, code, json.dumps({"calls": [answer]}).encode(), JSON)
+
+
+async def wait_for_call(
+    send: Any, call_id: uuid.UUID, prefix: str, digest: str, wait: float
+) -> None:
+    """`GET /api/v1/calls/<id>?wait=N` (S5's G: the agent waiting for its call): the wake-up
+    registered, the call read with the token's check, then, unless it is done, the
+    wake-up awaited and the call read again; answered with its state."""
+    client = await hub.ready()
+    key = str(call_id)
+    done = hub.waiting[key] = asyncio.get_running_loop().create_future()
+    async with pool.connection() as conn:
+        row = await (
+            await conn.execute(CALL_OF, (call_id, prefix, digest), prepare=True)
+        ).fetchone()
+    if row is None or not hmac.compare_digest(row[3], digest):
+        hub.waiting.pop(key, None)
+        return await respond(send, 404, b'{"error":"not_found"}', JSON)
+    status, content, is_error = row[0], row[1], row[2]
+    if status not in TERMINAL:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done, wait)
+        async with pool.connection() as conn:
+            status, content, is_error = await (
+                await conn.execute(READ, (call_id,), prepare=True)
+            ).fetchone()
+    hub.waiting.pop(key, None)
+    del client
+    answer = {"id": key, "status": status, "content": content, "is_error": is_error}
+    await respond(send, 200 if status in TERMINAL else 202, json.dumps(answer).encode(), JSON)

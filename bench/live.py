@@ -399,12 +399,24 @@ def scenario_worker(
     cleanup = __import__("bench.run", fromlist=["cleanup_redis"]).cleanup_redis
     cleanup()
     server, worker = Server("S5/S6", env, wait=False), Worker(env, wait=False)
+    # S5's G: the agent's waiting request on the floor's app (bench/api_floor.py), woken
+    # by the floor task's publish on its own channel
+    floor_channel = f"harness_bench:s5g:{uuid.uuid4().hex}"
+    floor_app = Server(
+        "S5g",
+        {**env, "BENCH_FLOOR_CHECKED": "1", "BENCH_FLOOR_CHANNEL": floor_channel},
+        wait=False,
+        app="bench.api_floor:application",
+    )
     results: list[Result] = []
     try:
         server.ready()
         worker.ready()
+        floor_app.ready()
         n, warm = (12, 3) if quick else (200, 50)
-        r5 = asyncio.run(_approve(server, worker, creds, pairs, n, warm, aioredis))
+        r5 = asyncio.run(
+            _approve(server, worker, creds, pairs, n, warm, aioredis, floor_app, floor_channel)
+        )
         for r in r5:
             r.notes.append(rss_note([server]))
             r.notes.append(worker.rss_note())
@@ -418,11 +430,11 @@ def scenario_worker(
         r6[0].notes.append(worker.rss_note())
         results += r6
     finally:
-        stop_all([worker, server])
+        stop_all([worker, server, floor_app])
     return results
 
 
-def floor_calls(session: str, n: int, status: str) -> list[str]:
+def floor_calls(session: str, n: int, status: str, tool: str = "bench_noop") -> list[str]:
     """`n` calls of `session` in `status`, written directly: the rows F's transitions move
     (outside the timed window), in batches of 20 as S6's P admits its calls. Returns their
     ids."""
@@ -436,9 +448,9 @@ def floor_calls(session: str, n: int, status: str) -> list[str]:
         ToolCall(
             session_id=session,
             tool_use_id=f"f-{uuid.uuid4().hex}",
-            name="bench_noop",
-            raw_arguments=json.dumps({"n": i}),
-            arguments={"n": i},
+            name=tool,
+            raw_arguments=json.dumps(floor_arguments(tool, i)),
+            arguments=floor_arguments(tool, i),
             digest=uuid.uuid4().hex * 2,
             dialect=Dialect.NATIVE,
             batch_id=batches[i // 20],
@@ -453,6 +465,13 @@ def floor_calls(session: str, n: int, status: str) -> list[str]:
     return [str(row.pk) for row in rows]
 
 
+def floor_arguments(tool: str, i: int) -> dict[str, Any]:
+    """A floor call's arguments: S5's P writes a file (write_file), S6's runs bench_noop."""
+    if tool == "write_file":
+        return {"path": f"bench/g-{i}-{uuid.uuid4().hex}.txt", "content": "bench\n"}
+    return {"n": i}
+
+
 async def _approve(
     server: Server,
     worker: Worker,
@@ -461,6 +480,8 @@ async def _approve(
     n: int,
     warm: int,
     aioredis: Any,
+    floor_app: Server,
+    floor_channel: str,
 ) -> list[Result]:
     import httpx
     from django.contrib.auth import get_user_model
@@ -494,26 +515,41 @@ async def _approve(
     def send_noop() -> None:
         worker.app.send_task("bench.tasks.noop", args=[channel], queue=QUEUE)
 
-    def floor_decide(call_id: str, chain: str, task: str = "bench.tasks.floor_execute") -> None:
+    def floor_decide(
+        call_id: str, chain: str, task: str = "bench.tasks.floor_execute", to: str = channel
+    ) -> None:
         from bench import floor
 
         floor.transition(call_id, chain, "pending_approval", "queued")
-        worker.app.send_task(task, args=[call_id, chain, channel], queue=QUEUE)
+        worker.app.send_task(task, args=[call_id, chain, to], queue=QUEUE)
 
     floor_rows: list[str] = []
 
-    async with httpx.AsyncClient(
-        base_url=server.url, headers={"Authorization": f"Bearer {creds['std_token']}"}, timeout=60
-    ) as client:
+    agent = {"Authorization": f"Bearer {creds['std_token']}"}
+    async with (
+        httpx.AsyncClient(base_url=server.url, headers=agent, timeout=60) as client,
+        httpx.AsyncClient(base_url=floor_app.url, headers=agent, timeout=60) as floor_client,
+    ):
         session = await new_session(client, "S5")
 
         async def sample(side: str) -> float:
-            if side in ("B", "F", "G"):
+            if side == "G":  # the agent's request waits on the floor's app, as P's on Harness
+                call_id = checked_rows.pop()
+                resp = asyncio.create_task(floor_client.get(f"/api/v1/calls/{call_id}?wait=30"))
+                await asyncio.sleep(0.01)  # (as P's: the request is now in its wait)
+                t0 = time.perf_counter()
+                await asyncio.to_thread(floor_decide, call_id, session, CHECKED["G"], floor_channel)
+                r = await resp
+                t1 = time.perf_counter()
+                if r.status_code != 200 or r.json()["status"] != "completed":
+                    raise RuntimeError(f"S5 G: HTTP {r.status_code}: {r.text[:300]}")
+                return t1 - t0
+            if side in ("B", "F"):
                 t0 = time.perf_counter()
                 if side == "B":
                     await asyncio.to_thread(send_noop)
                 else:
-                    await asyncio.to_thread(floor_decide, floor_rows.pop(), session, CHECKED[side])
+                    await asyncio.to_thread(floor_decide, floor_rows.pop(), session)
                 while (
                     await pubsub.get_message(ignore_subscribe_messages=True, timeout=30)
                 ) is None:
@@ -539,7 +575,10 @@ async def _approve(
             return t1 - t0
 
         floor_rows += await asyncio.to_thread(
-            floor_calls, session, 2 * (warm + pairs * n), "pending_approval"
+            floor_calls, session, warm + pairs * n, "pending_approval"
+        )
+        checked_rows = await asyncio.to_thread(
+            floor_calls, session, warm + pairs * n, "pending_approval", "write_file"
         )
         for _ in range(warm):
             await sample("B")
@@ -585,6 +624,11 @@ async def _approve(
             [statistics.median(x) * 1e3 for x in gs],
             higher_is_better=False,
         )
+    )
+    rs[-1].notes.append(
+        "S5's G runs P's tool (write_file) and ends, as P does, at the agent's request: "
+        "GET /api/v1/calls/<id>?wait=30 waiting on the floor's app (bench/api_floor.py, its "
+        "own daphne), woken by the floor task's publish, the call read again and answered"
     )
     rs[0].notes.append(
         await asyncio.to_thread(
