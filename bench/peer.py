@@ -39,7 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +214,49 @@ async def throughput(
     return calls / took, calls, (before, after)
 
 
+Sides = dict[str, tuple[str, str | None, str, dict[str, list[int]]]]
+
+
+def rounds(
+    sides: Sides,
+    pairs: int,
+    n: int,
+    warm: int,
+    seconds: float,
+    tag: str,
+    groups_of: Callable[[str, dict[str, list[int]]], dict[str, list[int]]],
+) -> tuple[
+    dict[str, list[float]],
+    dict[str, list[float]],
+    dict[str, list[dict[str, float]]],
+    dict[str, list[str]],
+]:
+    """`pairs` interleaved rounds of every side (url, token, tool, its processes): the p50
+    of `n` sequential calls after `warm`, then the throughput of CLIENTS clients for
+    `seconds` with the CPU per call of the processes `groups_of(side, its processes)`
+    names, read around it. Per side: the p50s, the rates, the CPU, the latency sessions'
+    Mcp-Session-Ids."""
+    p50: dict[str, list[float]] = {k: [] for k in sides}
+    rate: dict[str, list[float]] = {k: [] for k in sides}
+    cost: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
+    session_ids: dict[str, list[str]] = {k: [] for k in sides}
+    for round_ in range(pairs):
+        for key, (url, tok, name, groups) in sides.items():
+
+            def measure(key: str = key, groups: dict[str, list[int]] = groups) -> Any:
+                return cpu(groups_of(key, groups))
+
+            label = f"{tag}{key}{round_}"
+            samples = asyncio.run(latency(url, tok, name, n, warm, label, session_ids[key]))
+            p50[key].append(statistics.median(samples))
+            per_s, calls, (before, after) = asyncio.run(
+                throughput(url, tok, name, seconds, f"t{label}", measure)
+            )
+            rate[key].append(per_s)
+            cost[key].append(cpu_ms_per_call(before, after, calls))
+    return p50, rate, cost, session_ids
+
+
 # --- the scenario --------------------------------------------------------------------------
 
 
@@ -336,34 +379,20 @@ def scenario_peer(
         )
         if bare is not None:
             sides["Hp"] = (bare.url + "/mcp/", token, name, {"daphne": [bare.proc.pid], **up})
-        p50: dict[str, list[float]] = {k: [] for k in sides}
-        rate: dict[str, list[float]] = {k: [] for k in sides}
-        cost: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
-        session_ids: dict[str, list[str]] = {k: [] for k in sides}
-        for round_ in range(pairs):
-            for key, (url, tok, name, groups) in sides.items():
 
-                def measure(key: str = key, groups: dict[str, Any] = groups) -> Any:
-                    if key in ("H", "H0"):
-                        groups = {
-                            "daphne": [(server if key == "H" else queued).proc.pid],
-                            "worker": worker.pids(),
-                            "postgres": _backends(),
-                            "U": [upstream.proc.pid],
-                        }
-                    elif key.startswith("Hf") or key in ("Hd", "Ha", "Hp"):
-                        groups = {**groups, "postgres": _backends()}
-                    return cpu(groups)
+        def groups_of(key: str, groups: dict[str, list[int]]) -> dict[str, list[int]]:
+            if key in ("H", "H0"):
+                return {
+                    "daphne": [(server if key == "H" else queued).proc.pid],
+                    "worker": worker.pids(),
+                    "postgres": _backends(),
+                    "U": [upstream.proc.pid],
+                }
+            if key.startswith("Hf") or key in ("Hd", "Ha", "Hp"):
+                return {**groups, "postgres": _backends()}
+            return groups
 
-                samples = asyncio.run(
-                    latency(url, tok, name, n, warm, f"{key}{round_}", session_ids[key])
-                )
-                p50[key].append(statistics.median(samples))
-                per_s, calls, (before, after) = asyncio.run(
-                    throughput(url, tok, name, seconds, f"t{key}{round_}", measure)
-                )
-                rate[key].append(per_s)
-                cost[key].append(cpu_ms_per_call(before, after, calls))
+        p50, rate, cost, session_ids = rounds(sides, pairs, n, warm, seconds, "", groups_of)
     finally:
         stop_all(
             [

@@ -35,9 +35,7 @@ in one run would pass PostgreSQL's default of 100 connections.
 
 from __future__ import annotations
 
-import asyncio
 import statistics
-from typing import Any
 
 from bench.peer import (
     CLIENTS,
@@ -46,12 +44,9 @@ from bench.peer import (
     Peer,
     _backends,
     _own,
-    cpu,
-    cpu_ms_per_call,
     floor_chains_note,
-    latency,
     register,
-    throughput,
+    rounds,
 )
 from bench.run import Result, Server, cleanup_redis, stop_all
 
@@ -108,27 +103,11 @@ def scenario_ladder(
                 for key, rung in rungs.items()
             },
         }
-        p50: dict[str, list[float]] = {k: [] for k in sides}
-        rate: dict[str, list[float]] = {k: [] for k in sides}
-        cost: dict[str, list[dict[str, float]]] = {k: [] for k in sides}
-        session_ids: dict[str, list[str]] = {k: [] for k in sides}
-        for round_ in range(pairs):
-            for key, (url, tok, tool, groups) in sides.items():
 
-                def measure(key: str = key, groups: dict[str, Any] = groups) -> Any:
-                    if key != "F":
-                        groups = {**groups, "postgres": _backends()}
-                    return cpu(groups)
+        def groups_of(key: str, groups: dict[str, list[int]]) -> dict[str, list[int]]:
+            return groups if key == "F" else {**groups, "postgres": _backends()}
 
-                samples = asyncio.run(
-                    latency(url, tok, tool, n, warm, f"L{key}{round_}", session_ids[key])
-                )
-                p50[key].append(statistics.median(samples))
-                per_s, calls, (before, after) = asyncio.run(
-                    throughput(url, tok, tool, seconds, f"tL{key}{round_}", measure)
-                )
-                rate[key].append(per_s)
-                cost[key].append(cpu_ms_per_call(before, after, calls))
+        p50, rate, cost, session_ids = rounds(sides, pairs, n, warm, seconds, "L", groups_of)
     finally:
         stop_all([server, *rungs.values(), proxy, upstream])
     results = _results(p50, rate, cost)
