@@ -103,18 +103,21 @@ THROUGH_DJANGO = os.environ.get("BENCH_FLOOR_DJANGO") == "1"
 THROUGH_ASYNC_DJANGO = os.environ.get("BENCH_FLOOR_ASYNC_DJANGO") == "1"
 # The ladder above Ha (S14's Har and Has, issue 37): what two parts of Harness's own work
 # cost at their cheapest, on Ha's async connection.
-# BENCH_FLOOR_REDIS=1: Harness's Redis commands for such a call (the S14 caps it keeps on),
-# made on the loop with redis-py's asyncio client, no thread, in the fewest round trips on
-# the call's way: the agent's wait slot taken with Harness's own script
-# (dispatcher.limits._RESERVE) before the store; the claim's wake-up on the session's
-# channel (dispatcher.wakeups) sent beside the upstream call; the result's wake-up and the
-# slot given back in one pipeline before the answer.
+# BENCH_FLOOR_REDIS=1: Harness's Redis commands for such a call (the S14 caps it keeps on:
+# the wait slot, the wake-ups), made on the loop with redis-py's asyncio client, no
+# thread, as little on the call's way as they can be: the agent's wait slot taken with
+# Harness's own script (dispatcher.limits._RESERVE) beside the token read; the result's
+# wake-up on the session's channel (dispatcher.wakeups) and the slot given back in one
+# pipeline after the answer. (No wake-up of the claim: Harness sends none for a body
+# that answers within RUNNING_NOTICE_AFTER.)
 WITH_REDIS = os.environ.get("BENCH_FLOOR_REDIS") == "1"
-# BENCH_FLOOR_SDK=1: the request read and the answer written with the MCP SDK's types, as
-# Harness's fast path (dispatcher.gateways.mcp_fast) reads and writes them: the body by
+# BENCH_FLOOR_SDK=1: the request read and the answer made with the MCP SDK's types, as
+# Harness's fast path (dispatcher.gateways.mcp_fast) reads and makes them: the body by
 # the SDK's message adapter, the revision's params check and `CallToolRequestParams`; the
-# result shaped by the SDK's runner, its JSON-RPC response, one SSE `message` event.
+# result shaped by the SDK's runner, its JSON-RPC response, answered as `application/json`
+# (with BENCH_FLOOR_SSE=1 as one SSE `message` event, as the fast path writes it today).
 WITH_SDK = os.environ.get("BENCH_FLOOR_SDK") == "1"
+SDK_SSE = os.environ.get("BENCH_FLOOR_SSE") == "1"
 
 # --- the statements -------------------------------------------------------------------------
 
@@ -458,8 +461,12 @@ async def respond(send: Send, status: int, body: bytes, headers: list[tuple[byte
 
 
 async def answer(send: Send, message: dict[str, Any], session_id: str) -> None:
+    await answer_json(send, json.dumps(message, separators=(",", ":")).encode(), session_id)
+
+
+async def answer_json(send: Send, body: bytes, session_id: str) -> None:
     headers = [*JSON, (b"mcp-session-id", session_id.encode("latin-1"))]
-    await respond(send, 200, json.dumps(message, separators=(",", ":")).encode(), headers)
+    await respond(send, 200, body, headers)
 
 
 async def result(send: Send, request_id: Any, value: dict[str, Any], session_id: str) -> None:
@@ -694,46 +701,52 @@ async def tools_call_async_django(
     params = message.get("params") or {}
     request_id, arguments = message["id"], params.get("arguments") or {}
     connection = async_connections["default"]
+    # (the wait slot taken beside the token read, keyed by the token's prefix as Harness's
+    # caps name an agent: its round trip hidden behind the read's; given back at once when
+    # the token fails)
+    taking = asyncio.ensure_future(take_slot(prefix)) if WITH_REDIS else None
     try:
         async with await connection.cursor() as cur:
             await cur.execute(TOKEN, (prefix, digest, CLIENT, session_id))
             row = await cur.fetchone()
     finally:
         await connection.close()  # (back to the pool, as Hd's threads give theirs back)
-    if row is None or not hmac.compare_digest(row[2], digest):
+    slot = await taking if taking is not None else None
+    if row is None or not hmac.compare_digest(row[2], digest) or row[1] != "trusted":
+        if slot is not None:
+            await redis_client().zrem(*slot)
+        if row is not None and hmac.compare_digest(row[2], digest):
+            return await not_trusted(send, request_id, session_id)
         return await respond(send, 401, b'{"error":"invalid_token"}', JSON)
-    if row[1] != "trusted":
-        return await not_trusted(send, request_id, session_id)
     call = Call(row[0], row[1], request_id, arguments)
-    slot = await take_slot(call) if WITH_REDIS else None
     try:
         async with async_atomic(), await connection.cursor() as cur:
             await cur.execute(*call.store())
             await cur.execute(*call.admitted(await locked(cur, call)))
     finally:
         await connection.close()
-    # (the wake-up of the claim sent beside the upstream call, not before it: the least
-    # it can add to the call's time)
-    woken = asyncio.ensure_future(publish(call, "running")) if WITH_REDIS else None
+    # (no wake-up of the claim: Harness announces a running call only once its body has
+    # run RUNNING_NOTICE_AFTER, 50 ms, and this one answers sooner)
     outcome, content, is_error, seconds = await call_upstream_typed(arguments)
-    if woken is not None:
-        await woken
     try:
         async with async_atomic(), await connection.cursor() as cur:
             await cur.execute(*call.finish(content, is_error, seconds))
             await cur.execute(*call.completed(await locked(cur, call)))
     finally:
         await connection.close()
-    if WITH_REDIS:  # the result's wake-up and the slot given back: one round trip
+    if WITH_SDK and version:
+        await sdk_answer(send, request_id, outcome, session_id, version)
+    else:
+        value = outcome.model_dump(by_alias=True, mode="json", exclude_none=True)
+        await result(send, request_id, value, session_id)
+    if WITH_REDIS:  # after the answer: the result's wake-up and the slot given back, one
+        # round trip off the call's way (a slot given back late makes the cap briefly
+        # stricter, never looser)
         async with redis_client().pipeline(transaction=False) as pipe:
             pipe.publish(*wake_up(call, "completed"))
             if slot is not None:
                 pipe.zrem(*slot)
             await pipe.execute()
-    if WITH_SDK and version:
-        return await sdk_answer(send, request_id, outcome, session_id, version)
-    value = outcome.model_dump(by_alias=True, mode="json", exclude_none=True)
-    await result(send, request_id, value, session_id)
 
 
 # --- the ladder's parts: Harness's Redis commands, the SDK's reading and writing -------------
@@ -753,23 +766,19 @@ def redis_client() -> Any:
     return _redis
 
 
-async def take_slot(call: Call) -> tuple[str, str] | None:
-    """One of the agent's wait slots, with Harness's script and its arguments (a slot for
-    the call's timeout, lapsing LAPSE_MARGIN later); None when all are held."""
+async def take_slot(prefix: str) -> tuple[str, str] | None:
+    """One of the agent's wait slots (its token's prefix names it), with Harness's script
+    and its arguments (a slot for the call's timeout, lapsing LAPSE_MARGIN later); None
+    when all are held."""
     import time
 
     from dispatcher.limits import _RESERVE, LAPSE_MARGIN
 
-    key, member, now = f"bench-floor:waits:{call.session}", uuid.uuid4().hex, time.time()
+    key, member, now = f"bench-floor:waits:{prefix}", uuid.uuid4().hex, time.time()
     taken = await redis_client().eval(
         _RESERVE, 1, key, now, now + TIMEOUT + LAPSE_MARGIN, 64, member
     )
     return (key, member) if taken else None
-
-
-async def publish(call: Call, status: str) -> None:
-    """The wake-up Harness publishes after each commit of a call's change."""
-    await redis_client().publish(*wake_up(call, status))
 
 
 def wake_up(call: Call, status: str) -> tuple[str, str]:
@@ -811,14 +820,20 @@ def sdk_read(body: bytes, version: str) -> dict[str, Any]:
 async def sdk_answer(
     send: Send, request_id: Any, outcome: Any, session_id: str, version: str
 ) -> None:
-    """The result as Harness's fast path writes it: shaped by the SDK's runner for the
-    revision, one SSE `message` event with the JSON-RPC response, the SDK's headers."""
+    """The result as Harness's fast path makes it (shaped by the SDK's runner for the
+    revision, the SDK's JSON-RPC response), answered as the SDK's transport answers in its
+    JSON mode (`application/json`), the cheaper of the two framings the protocol allows:
+    the official client reads a JSON body to its end and keeps its connection, where it
+    closes an SSE answer after its message, and reconnects for the next call. With
+    BENCH_FLOOR_SSE=1, one SSE `message` event as Harness's fast path writes it."""
     from mcp import types
     from sse_starlette import EventSourceResponse, ServerSentEvent
 
     shaped = _runner(version)._serialize("tools/call", version, outcome)
     response = types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=shaped)
     data = response.model_dump_json(by_alias=True, exclude_unset=True)
+    if not SDK_SSE:
+        return await answer_json(send, data.encode(), session_id)
     sep = EventSourceResponse.DEFAULT_SEPARATOR
     event = ServerSentEvent(data=data, event="message", sep=sep).encode()
     base = _sse_headers()

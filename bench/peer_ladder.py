@@ -1,33 +1,37 @@
-"""S14L, the ladder from S14's floor up to Harness (issue 37): what two parts of Harness's
-own work cost at their cheapest, on the fastest database path measured (Ha), against the
-same targets as S14.
+"""S14L, the ladder from S14's floor up to Harness (issue 37): what parts of Harness's own
+work cost at the least we could make them cost, on the fastest database path measured
+(Ha), against the same targets as S14.
 
 S14 (bench/peer.py) shows the guarantees alone meeting issue 37's targets through
 django-async-backend on the event loop (Ha). Whether Harness could meet them that way
 depends on what the rest of its work for one auto-allowed upstream call costs at least.
-Two parts of it are not Harness's choice of code but its contract: the caps that keep one
-agent from starving the others (a wait slot per held request, in Redis so every process
-counts it) with the wake-ups its dashboards and waiting requests listen to; and the MCP
-protocol read and written by the official SDK (a fixed choice). So the ladder adds them,
-one rung at a time, each made the cheapest way there is, on the loop, no thread
-(bench/peer_floor.py):
+The ladder adds two parts of it, one rung at a time, each on the loop with no thread and
+as little on the call's way as we could make it (bench/peer_floor.py): the caps Harness
+keeps so that one agent cannot starve the others (a wait slot per held request, in
+Redis so that every process counts it; docs/security.md) with the wake-up its
+dashboards and waiting requests listen to; and the MCP protocol read and made by the
+official SDK (a fixed choice):
 
 - Ha: the guarantees through django-async-backend (as in S14);
 - Har: Ha with Harness's Redis commands for the call (the wait slot taken with Harness's
-  own script, a wake-up published after each of the two commits, the slot given back),
-  with redis-py's asyncio client (BENCH_FLOOR_REDIS=1);
-- Has: Har with the request read and the answer written with the MCP SDK's types as
-  Harness's fast path does (BENCH_FLOOR_SDK=1);
-- H: Harness itself, for the distance left above Has (policy, the repeat count, masking,
-  the tool's lookup, Django's sync database layer and its threads, the ORM's objects).
+  own script beside the token read; the result's wake-up and the slot given back in one
+  pipeline after the answer), with redis-py's asyncio client (BENCH_FLOOR_REDIS=1);
+- Has: Har with the request read and the answer made with the MCP SDK's types as
+  Harness's fast path does, answered as `application/json` (BENCH_FLOOR_SDK=1);
+- Hass: Has answering as one SSE event, as Harness's fast path does today
+  (BENCH_FLOOR_SSE=1): the official client closes an SSE answer after its message and
+  opens a new connection for the next call, where it reads a JSON body to its end and
+  keeps the connection (F, FastMCP's proxy, answers SSE too);
+- H: Harness itself, for the distance left (policy, the repeat count, masking, the tool's
+  lookup, Django's sync database layer and its threads, the ORM's objects).
 
-The sides run in S14's interleaved rounds with F (FastMCP's proxy keeping one upstream
-session) and U (the upstream, whose own CPU is not a side's): the latency of sequential
-calls (p50), the throughput of 8 clients, the CPU per call of the side's own processes
-(its daphne and the PostgreSQL backends of the bench database; Redis's own is counted for
-no side, as in S14). Its rows are Has/F against issue 37's targets: a target Has misses
-is out of reach for Harness on this stack while it keeps those parts; the notes give each
-rung against F and against the rung below it.
+The sides run in S14's interleaved rounds (bench/peer.py's `rounds`, the same order every
+round) with F (FastMCP's proxy keeping one upstream session) and U (the upstream, whose
+own CPU is no side's): the latency of sequential calls (p50), the throughput of 8
+clients, the CPU per call of the side's own processes (its daphne and the PostgreSQL
+backends of the bench database, from /proc's clock ticks; Redis's own is counted for no
+side, as in S14). Its rows are Has/F against issue 37's targets; the notes give each rung
+against F and against the rung below it, and H against Hass.
 
 Its own scenario (`--only ladder`) rather than more sides of S14: eleven servers' pools
 in one run would pass PostgreSQL's default of 100 connections.
@@ -55,11 +59,14 @@ RUNGS: dict[str, dict[str, str]] = {
     "Ha": {},
     "Har": {"BENCH_FLOOR_REDIS": "1"},
     "Has": {"BENCH_FLOOR_REDIS": "1", "BENCH_FLOOR_SDK": "1"},
+    "Hass": {"BENCH_FLOOR_REDIS": "1", "BENCH_FLOOR_SDK": "1", "BENCH_FLOOR_SSE": "1"},
 }
 WHAT = {
     "Ha": "the guarantees through django-async-backend on the loop",
-    "Har": "Ha with Harness's Redis commands (wait slot, two wake-ups, release)",
-    "Has": "Har with the MCP SDK reading the request and writing the answer",
+    "Har": "Ha with Harness's Redis commands (the wait slot beside the token read, the "
+    "result's wake-up and the release after the answer)",
+    "Has": "Har with the MCP SDK reading the request and making the answer (JSON)",
+    "Hass": "Has answering as one SSE event, as Harness's fast path does",
     "H": "Harness",
 }
 
@@ -126,7 +133,7 @@ def _results(
     def ratio(a: list[float], b: list[float]) -> float:
         return med([x / y for x, y in zip(a, b, strict=True)])
 
-    what = f"Has, {WHAT['Has']}, on Ha's async connection (P) vs FastMCP's proxy (B)"
+    what = f"Has ({WHAT['Has']}, on Ha's async connection) (P) vs FastMCP's proxy (B)"
     lat = Result(f"S14L p50 latency: {what}", "us/call", False, "<= 1.5x", 1.5)
     thr = Result(f"S14L throughput ({CLIENTS} clients): {what}", "calls/s", True, ">= 0.7x", 0.7)
     cpu_r = Result(f"S14L CPU per call (own processes): {what}", "ms/call", False, "<= 2.0x", 2.0)
@@ -135,7 +142,7 @@ def _results(
     thr.b, thr.p = rate["F"], rate["Has"]
     cpu_r.b, cpu_r.p = own["F"], own["Has"]
     below = ""
-    for key in ("Ha", "Har", "Has", "H"):
+    for key in ("Ha", "Har", "Has", "Hass", "H"):
         step = f", {key}/{below}" if below else ""
         lat.notes.append(
             f"{key} ({WHAT[key]}): p50 {med(p50[key]) / 1e3:.2f} ms, {key}/F "
