@@ -17,12 +17,19 @@ A request is served here only when all of this holds; anything else goes to the 
   (progress notifications need the SDK's stream).
 
 The call is answered by the handler the SDK's server calls (`mcp.answer_call`, in the
-same Caller context), and written as the SDK's transport writes it: the same headers,
-one SSE `message` event with the JSON-RPC response the SDK's runner and dispatcher make
-of the handler's result or exception, keep-alive pings while a call waits as long as
-sse_starlette's, and a client that goes away cancels the request as it does there.
+same Caller context) with the JSON-RPC response the SDK's runner and dispatcher make of
+the handler's result or exception, framed as the SDK's transport frames an answer in one
+of its two modes. A call answered within JSON_WITHIN seconds (an allowed or refused call,
+a reviewer's quick decision) gets it as one `application/json` body, as the transport's
+JSON mode writes it: the protocol lets a server answer a request either way and requires
+a client to take both, and the official client reads a JSON body to its end and keeps
+its connection for the next call, where it drops the connection after an SSE answer's
+message (a new connection for every call: docs/benchmarks.md, S14L). A call still waiting
+then (for a reviewer) gets the SSE stream from then on, as the transport's SSE mode
+writes it: its headers, keep-alive pings as often as sse_starlette's, and one `message`
+event. Either way, a client that goes away cancels the request as it does there.
 Harness's handler sends nothing to the client mid-call without a progress token (no
-logging, sampling or elicitation), so the one event is the whole answer.
+logging, sampling or elicitation), so the one message is the whole answer.
 """
 
 from __future__ import annotations
@@ -54,6 +61,9 @@ from dispatcher.gateways.mcp import Caller, Progress, answer_call, caller_contex
 logger = logging.getLogger(__name__)
 
 METHOD = "tools/call"
+# How long a call may take and still be answered as one JSON body; one still waiting then
+# gets the SSE stream, whose first ping follows a ping interval later.
+JSON_WITHIN = 1.0
 
 
 @dataclass(frozen=True)
@@ -139,28 +149,74 @@ def _parse(messages: list[types.JSONRPCMessage], version: str) -> FastCall | Non
 async def serve(
     caller: Caller, request: FastCall, receive: Receive, send: Send, session_header: str
 ) -> None:
-    """Answer `request` as the SDK's transport would: headers first, then (pinging while
-    the call waits) its one event; nothing more when the client goes away first."""
-    await send(
-        {"type": "http.response.start", "status": 200, "headers": sse_headers(session_header)}
-    )
-    event: bytes | None = None
+    """Answer `request` as the SDK's transport would: as one JSON body when it is done
+    within JSON_WITHIN seconds, else on the SSE stream opened then (pinging while the call
+    waits) as one event; nothing more when the client goes away first."""
+    answer = _Answer(send, session_header)
+    message: bytes | None = None
     # (a plain task watches the client, lighter than a task group; the request is
     # cancelled through an anyio scope, which keeps the handler's shielded admission)
     with caller_context(caller), anyio.CancelScope() as hung_up:
-        watcher = asyncio.ensure_future(_keep_alive(receive, send, hung_up))
+        watcher = asyncio.ensure_future(_keep_alive(receive, answer, hung_up))
         try:
-            event = await _event(caller, request)
+            message = await _message(caller, request)
         finally:
+            answer.settled = True  # (no stream opened, no ping sent from now on)
             watcher.cancel()
-    if event is not None:
-        await send({"type": "http.response.body", "body": event, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    if message is not None:
+        await answer.write(message)
 
 
-async def _event(caller: Caller, request: FastCall) -> bytes:
-    """The SSE event of the JSON-RPC response: the handler's result shaped by the SDK's
-    runner, or its exception mapped as the SDK's dispatcher maps it."""
+class _Answer:
+    """The response's framing, decided once: one JSON body unless the watcher opened the
+    SSE stream first (`open`, after JSON_WITHIN seconds), one event on it then. Nothing
+    is opened or pinged once the call's message is in (`settled`), and the answer is
+    written after the watcher's last send has gone out, even if the watcher was
+    cancelled during it."""
+
+    def __init__(self, send: Send, session_header: str) -> None:
+        self.send, self.session_header = send, session_header
+        self.streaming = False
+        self.settled = False
+        self.pending: asyncio.Future[None] | None = None
+
+    async def open(self) -> bool:
+        """The SSE stream's headers sent, unless the answer is in (False then)."""
+        if self.settled:
+            return False
+        self.streaming = True
+        headers = sse_headers(self.session_header)
+        await self._sent({"type": "http.response.start", "status": 200, "headers": headers})
+        return True
+
+    async def ping(self, body: bytes) -> bool:
+        if self.settled:
+            return False
+        await self._sent({"type": "http.response.body", "body": body, "more_body": True})
+        return True
+
+    async def _sent(self, message: dict[str, Any]) -> None:
+        self.pending = asyncio.ensure_future(self.send(message))
+        await asyncio.shield(self.pending)
+
+    async def write(self, message: bytes) -> None:
+        """The JSON-RPC response: one SSE event on an open stream, else one JSON body."""
+        if self.pending is not None:
+            await asyncio.wait({self.pending})  # (its failure is the connection's: so be it)
+        if self.streaming:
+            sep = EventSourceResponse.DEFAULT_SEPARATOR
+            event = ServerSentEvent(data=message.decode(), event="message", sep=sep).encode()
+            await self.send({"type": "http.response.body", "body": event, "more_body": True})
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        headers = json_headers(self.session_header, len(message))
+        await self.send({"type": "http.response.start", "status": 200, "headers": headers})
+        await self.send({"type": "http.response.body", "body": message, "more_body": False})
+
+
+async def _message(caller: Caller, request: FastCall) -> bytes:
+    """The JSON-RPC response: the handler's result shaped by the SDK's runner, or its
+    exception mapped as the SDK's dispatcher maps it."""
     message: types.JSONRPCResponse | types.JSONRPCError
     try:
         result = await answer_call(
@@ -176,9 +232,7 @@ async def _event(caller: Caller, request: FastCall) -> bytes:
             logger.exception("handler for %r raised", METHOD)
             error = types.ErrorData(code=0, message=str(exc))  # (the SDK's dispatcher's)
         message = types.JSONRPCError(jsonrpc="2.0", id=request.request_id, error=error)
-    data = message.model_dump_json(by_alias=True, exclude_unset=True)
-    sep = EventSourceResponse.DEFAULT_SEPARATOR
-    return ServerSentEvent(data=data, event="message", sep=sep).encode()
+    return message.model_dump_json(by_alias=True, exclude_unset=True).encode()
 
 
 @functools.cache
@@ -188,20 +242,27 @@ def _runner(version: str) -> ServerRunner[Any]:
     return ServerRunner(server, Connection.from_envelope(version, None, None), {})
 
 
-async def _keep_alive(receive: Receive, send: Send, scope: anyio.CancelScope) -> None:
-    """sse_starlette's ping comment every DEFAULT_PING_INTERVAL seconds while the call
-    waits; the request cancelled (`scope`) when the client disconnects."""
-    interval = EventSourceResponse.DEFAULT_PING_INTERVAL
+async def _keep_alive(receive: Receive, answer: _Answer, scope: anyio.CancelScope) -> None:
+    """After JSON_WITHIN seconds, the SSE stream opened; then sse_starlette's ping comment
+    every DEFAULT_PING_INTERVAL seconds while the call waits; the request cancelled
+    (`scope`) when the client disconnects."""
+    wait = JSON_WITHIN
     while True:
-        with anyio.move_on_after(interval):
+        with anyio.move_on_after(wait):
             while (await receive())["type"] != "http.disconnect":
                 pass
             scope.cancel()
             return
-        sep = EventSourceResponse.DEFAULT_SEPARATOR
-        ping = ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=sep)
         try:
-            await send({"type": "http.response.body", "body": ping.encode(), "more_body": True})
+            if not answer.streaming:
+                if not await answer.open():
+                    return
+                wait = EventSourceResponse.DEFAULT_PING_INTERVAL
+                continue
+            sep = EventSourceResponse.DEFAULT_SEPARATOR
+            ping = ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=sep)
+            if not await answer.ping(ping.encode()):
+                return
         except OSError:  # the connection is gone: so is the client
             scope.cancel()
             return
@@ -216,6 +277,16 @@ def _base_headers() -> tuple[tuple[bytes, bytes], ...]:
         "Content-Type": "text/event-stream",
     }
     return tuple(EventSourceResponse(content=iter(()), headers=sdk).raw_headers)
+
+
+def json_headers(session_header: str, length: int) -> list[tuple[bytes, bytes]]:
+    """The SDK transport's headers for an answer in its JSON mode (a starlette Response
+    with its Content-Type and the session's header)."""
+    return [
+        (b"content-type", CONTENT_TYPE_JSON.encode()),
+        (b"mcp-session-id", session_header.encode("latin-1")),
+        (b"content-length", str(length).encode()),
+    ]
 
 
 def sse_headers(session_header: str) -> list[tuple[bytes, bytes]]:

@@ -1,7 +1,9 @@
 """The fast path of tools/call (issue 37; docs/mcp.md, "The fast path"): the same requests
-sent with HARNESS_MCP_FAST_PATH on and off get the same answers (headers, SSE framing,
-JSON-RPC content), and what needs the SDK's server (progress, batches, other revisions,
-bodies the SDK refuses) still goes to it.
+sent with HARNESS_MCP_FAST_PATH on and off get the same answers (status, JSON-RPC content),
+framed as the SDK's transport frames them (one JSON body, as in its JSON mode, for a call
+done within mcp_fast.JSON_WITHIN; its SSE stream, headers and pings for one still waiting
+then), and what needs the SDK's server (progress, batches, other revisions, bodies the SDK
+refuses) still goes to it.
 
 The gateway's ASGI app runs in this process, driven as daphne drives it, against a real
 upstream HTTP server (its echo is auto-allowed and runs in the inline lane)."""
@@ -21,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.gateways import mcp_http
+from dispatcher.gateways import mcp_fast, mcp_http
 from dispatcher.gateways.mcp_http import split_session_id
 from dispatcher.models import Status, ToolCall
 from dispatcher.tools.sources import upstream as upstream_module
@@ -114,8 +116,10 @@ class Gateway:
                 hang_up.set()
 
         await asyncio.wait_for(mcp_http.application(scope, receive, send), 60)
-        start = sent[0]
         hang_up.set()
+        if not sent:  # (a client that hung up before anything was sent)
+            return Answer(0, {}, b"", via_sdk=any(s is scope for s in self.sdk_scopes))
+        start = sent[0]
         return Answer(
             start["status"],
             {k.decode(): v.decode() for k, v in start["headers"]},
@@ -178,9 +182,9 @@ def call(request_id: Any, name: str, arguments: Any, meta: Any = None) -> dict[s
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
 
 
-def comparable(answer: Answer) -> tuple[int, dict[str, str], list[Any]]:
-    """The answer without what differs from call to call: the session id, call ids."""
-    headers = {k: v for k, v in answer.headers.items() if k != "mcp-session-id"}
+def comparable(answer: Answer) -> tuple[int, list[Any]]:
+    """The answer without what differs from call to call (call ids) or with its framing
+    (`framed_as_the_sdk_frames` compares that): its status and JSON-RPC messages."""
     messages = answer.messages()
     for message in messages:
         meta = (message.get("result") or {}).get("_meta", {}).get("harness/call")
@@ -188,7 +192,24 @@ def comparable(answer: Answer) -> tuple[int, dict[str, str], list[Any]]:
             meta["id"] = "<call>"
             if "replaces" in meta:
                 meta["replaces"] = "<call>"
-    return answer.status, headers, messages
+    return answer.status, messages
+
+
+def framed_as_the_sdk_frames(fast: Answer, sdk: Answer) -> None:
+    """The fast answer's framing is one the SDK's transport writes: one JSON body with its
+    JSON mode's headers (Content-Type, Content-Length), or the same SSE stream as the SDK's
+    answer here (its headers; one `message` event)."""
+    headers = {k: v for k, v in fast.headers.items() if k != "mcp-session-id"}
+    assert fast.headers.get("mcp-session-id") and sdk.headers.get("mcp-session-id")
+    if fast.headers.get("content-type") == "application/json":
+        assert headers == {
+            "content-type": "application/json",
+            "content-length": str(len(fast.body)),
+        }
+        assert isinstance(json.loads(fast.body), dict)  # one JSON-RPC message, not a stream
+    else:
+        assert headers == {k: v for k, v in sdk.headers.items() if k != "mcp-session-id"}
+        assert fast.body.startswith(b"event: message\r\ndata: {")
 
 
 def both_ways(
@@ -212,6 +233,7 @@ def both_ways(
     fast_answer, sdk_answer = answers
     assert sdk_answer.via_sdk  # (off: every request goes to the SDK)
     assert comparable(fast_answer) == comparable(sdk_answer)
+    framed_as_the_sdk_frames(fast_answer, sdk_answer)
     return fast_answer, sdk_answer
 
 
@@ -224,9 +246,13 @@ def test_an_allowed_call_is_answered_without_the_sdk_exactly_as_the_sdk_answers(
     [message] = fast.messages()
     assert message["id"] == 7 and message["result"]["isError"] is False
     assert message["result"]["content"] == [{"type": "text", "text": "echo: hi"}]
-    assert fast.headers["content-type"] == "text/event-stream"
-    assert fast.headers["mcp-session-id"] and fast.headers["x-accel-buffering"] == "no"
-    assert fast.body.startswith(b"event: message\r\ndata: {") and fast.body.endswith(b"\r\n\r\n")
+    # Done at once: one JSON body, as the SDK's transport answers in its JSON mode (a
+    # client reads it to its end and keeps its connection), where the SDK's path (SSE
+    # mode) answers one event on a stream.
+    assert fast.headers["content-type"] == "application/json"
+    assert fast.headers["content-length"] == str(len(fast.body))
+    assert fast.headers["mcp-session-id"] and json.loads(fast.body) == message
+    assert sdk.headers["content-type"] == "text/event-stream"
     call_row = ToolCall.objects.get(pk=message["result"]["_meta"]["harness/call"]["id"])
     assert call_row.status == Status.COMPLETED and call_row.tool_use_id == "mcp:7"
 
@@ -290,6 +316,46 @@ def test_a_call_held_for_a_reviewer_gets_the_same_answer_both_ways(
     assert not fast.via_sdk
     text = json.loads(fast.messages()[0]["result"]["content"][0]["text"])
     assert text["behavior"] == ("allow" if approve else "deny")
+
+
+def test_a_call_still_waiting_after_the_json_window_is_answered_on_the_sse_stream(
+    upstream: str,
+    settings: Any,
+    gateway: Callable[[AgentFixture], Gateway],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A call the reviewer decides after the window: the SSE stream is opened when the
+    window ends (its headers before the decision), and the answer is one event on it,
+    framed as the SDK's (the same headers as the SDK's answer to the same request)."""
+    monkeypatch.setattr(mcp_fast, "JSON_WITHIN", 0.05)
+    g = gateway(make_agent())
+    reviewer = make_user(unique("reviewer"), groups=("reviewer",))
+    prompt = {"tool_name": "Write", "input": {"file_path": "notes/x.txt", "content": "y"}}
+    answers = []
+    for fast in (True, False):
+        settings.HARNESS_MCP_FAST_PATH = fast
+        session = g.session()
+        g.streamed.clear()  # (nothing of this request is sent before the window ends)
+
+        def decide(session: str = session) -> None:
+            pending = pending_in(session)
+            deadline = time.monotonic() + 15
+            while not g.streamed:  # the stream's headers: the first message sent
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            review(pending, reviewer, approve=True)
+
+        thread = threading.Thread(target=closing_connections(decide), daemon=True)
+        thread.start()
+        answers.append(g.post(call(15, "approval_prompt", prompt), session))
+        thread.join(30)
+    fast_answer, sdk_answer = answers
+    assert not fast_answer.via_sdk and sdk_answer.via_sdk
+    assert comparable(fast_answer) == comparable(sdk_answer)
+    framed_as_the_sdk_frames(fast_answer, sdk_answer)
+    assert fast_answer.headers["content-type"] == "text/event-stream"
+    [message] = fast_answer.messages()
+    assert json.loads(message["result"]["content"][0]["text"])["behavior"] == "allow"
 
 
 def test_a_call_cancelled_by_another_request_gets_the_same_answer_both_ways(
@@ -394,7 +460,9 @@ def test_a_client_that_hangs_up_ends_its_request_and_leaves_the_call_pending(
     answer = g.post(call(9, "approval_prompt", prompt), session, hang_up=hang_up)
     thread.join(30)
     assert answer.via_sdk is not fast
-    assert answer.status == 200 and answer.messages() == []
+    # (the SDK's stream was open before the client left; the fast path, within its JSON
+    # window, had sent nothing yet, and sends nothing to a client that is gone)
+    assert (answer.status, answer.messages()) == ((0, []) if fast else (200, []))
     [held] = pending
     held.refresh_from_db()
     assert held.status == Status.PENDING_APPROVAL

@@ -1,9 +1,10 @@
 """Red-team of the MCP gateway's fast path (issue 37; dispatcher/gateways/mcp_fast.py,
 docs/mcp.md "The fast path"). Each test is an attack; it passes when the attack fails:
 the same request sent with HARNESS_MCP_FAST_PATH on and off gets the same answer (header
-smuggling, body and params quirks, ids), the same audit events, the same wait cap; a
-client hanging up on a held fast call (in this process and on a real daphne) gives its
-wait slot back and leaves the call for its reviewer; keep-alive pings are sent alike."""
+smuggling, body and params quirks, ids; framed as the SDK frames an answer), the same
+audit events, the same wait cap; a client hanging up on a held fast call (in this
+process and on a real daphne) gives its wait slot back and leaves the call for its
+reviewer; keep-alive pings are sent alike."""
 
 # ruff: noqa: F811  (the `gateway` fixture, imported, is each test's argument)
 from __future__ import annotations
@@ -27,7 +28,13 @@ from dispatcher import limits
 from dispatcher.gateways import mcp_http
 from dispatcher.models import AgentSession, Status, ToolCall
 from tests.mcp.conftest import review, wait_for_pending
-from tests.mcp.test_fast_path import Answer, Gateway, comparable, gateway  # noqa: F401
+from tests.mcp.test_fast_path import (  # noqa: F401
+    Answer,
+    Gateway,
+    comparable,
+    framed_as_the_sdk_frames,
+    gateway,
+)
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
 from tests.support.live import LiveStack
 from tests.support.mcp_requests import initialize
@@ -192,6 +199,7 @@ def test_a_quirky_request_gets_the_same_answer_both_ways(
     f, s = answers
     if f.status == 200:
         assert comparable(f) == comparable(s)
+        framed_as_the_sdk_frames(f, s)
     else:
         assert (f.status, f.body) == (s.status, s.body)
 
@@ -504,6 +512,7 @@ def test_duplicate_headers(
     f, s = out
     if f.status == 200:
         assert comparable(f) == comparable(s)
+        framed_as_the_sdk_frames(f, s)
     else:
         assert (f.status, f.body) == (s.status, s.body)
 
