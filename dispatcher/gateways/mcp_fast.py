@@ -62,7 +62,8 @@ logger = logging.getLogger(__name__)
 
 METHOD = "tools/call"
 # How long a call may take and still be answered as one JSON body; one still waiting then
-# gets the SSE stream, whose first ping follows a ping interval later.
+# gets the SSE stream, whose first ping comes when the SDK's stream sends its first (a ping
+# interval after the request began).
 JSON_WITHIN = 1.0
 
 
@@ -244,8 +245,11 @@ def _runner(version: str) -> ServerRunner[Any]:
 
 async def _keep_alive(receive: Receive, answer: _Answer, scope: anyio.CancelScope) -> None:
     """After JSON_WITHIN seconds, the SSE stream opened; then sse_starlette's ping comment
-    every DEFAULT_PING_INTERVAL seconds while the call waits; the request cancelled
-    (`scope`) when the client disconnects."""
+    every DEFAULT_PING_INTERVAL seconds from the request's start while the call waits
+    (the first when the SDK's stream sends its first: daphne writes the headers with the
+    first body, so the wire is never silent longer than on the SDK's stream); the request
+    cancelled (`scope`) when the client disconnects."""
+    interval = EventSourceResponse.DEFAULT_PING_INTERVAL
     wait = JSON_WITHIN
     while True:
         with anyio.move_on_after(wait):
@@ -257,8 +261,9 @@ async def _keep_alive(receive: Receive, answer: _Answer, scope: anyio.CancelScop
             if not answer.streaming:
                 if not await answer.open():
                     return
-                wait = EventSourceResponse.DEFAULT_PING_INTERVAL
+                wait = max(0.0, interval - JSON_WITHIN)
                 continue
+            wait = interval
             sep = EventSourceResponse.DEFAULT_SEPARATOR
             ping = ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=sep)
             if not await answer.ping(ping.encode()):
