@@ -129,16 +129,9 @@ hub = Hub()
 
 
 def task_message(call_id: str, chain: str) -> str:
-    """Celery's message for `floor_execute(call_id, chain, channel)`, as Harness builds its
-    own (floor.celery_message), with the floor task's three arguments."""
-    import base64
-
-    message = json.loads(celery_message.task_message(TASK, call_id, QUEUE))
-    args = [call_id, chain, hub.channel]
-    embed = json.loads(base64.b64decode(message["body"]))[2]
-    message["body"] = base64.b64encode(json.dumps([args, {}, embed]).encode()).decode()
-    message["headers"]["argsrepr"] = repr(tuple(args))
-    return json.dumps(message)
+    """Celery's message for `floor_execute(call_id, chain, channel)`, built as Harness
+    builds its own (floor.celery_message)."""
+    return celery_message.task_message(TASK, call_id, QUEUE, chain, hub.channel)
 
 
 class ApiCall:

@@ -275,17 +275,24 @@ def register(url: str, allow: str) -> None:
         )
 
 
-def scenario_peer(
-    env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool
-) -> list[Result]:
-    from bench.live import Worker
-
+def peers(env: dict[str, str]) -> tuple[Peer, Peer, str, dict[str, str]]:
+    """A scenario's start (Redis's bench keys cleared): the upstream (ready), FastMCP's
+    proxy of it (starting), the upstream's address for the outbound door, and `env` with
+    it allowed (this scenario's servers only)."""
     cleanup_redis()
     upstream = Peer("upstream", "upstream")
     upstream.ready()
     proxy = Peer("proxy", "proxy", upstream.url)
     allow = f"127.0.0.1:{upstream.port}"
-    env = {**env, "HARNESS_OUTBOUND_ALLOW": allow}  # (this scenario's servers only)
+    return upstream, proxy, allow, {**env, "HARNESS_OUTBOUND_ALLOW": allow}
+
+
+def scenario_peer(
+    env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool
+) -> list[Result]:
+    from bench.live import Worker
+
+    upstream, proxy, allow, env = peers(env)
     # H0: this checkout without the inline lane, or another checkout (the code before a
     # change: BENCH_PEER_BASELINE=PATH), whose worker then serves both (H sends it none).
     baseline = Path(os.environ.get("BENCH_PEER_BASELINE") or ROOT)

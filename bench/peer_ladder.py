@@ -45,14 +45,14 @@ from bench.peer import (
     CLIENTS,
     TOOL,
     UPSTREAM,
-    Peer,
     _backends,
     _own,
     floor_chains_note,
+    peers,
     register,
     rounds,
 )
-from bench.run import Result, Server, cleanup_redis, stop_all
+from bench.run import Result, Server, stop_all
 
 # Each rung's environment on top of the floor's (bench/peer_floor.py).
 RUNGS: dict[str, dict[str, str]] = {
@@ -74,12 +74,7 @@ WHAT = {
 def scenario_ladder(
     env: dict[str, str], creds: dict[str, str], pairs: int, quick: bool
 ) -> list[Result]:
-    cleanup_redis()
-    upstream = Peer("upstream", "upstream")
-    upstream.ready()
-    proxy = Peer("proxy", "proxy", upstream.url)
-    allow = f"127.0.0.1:{upstream.port}"
-    env = {**env, "HARNESS_OUTBOUND_ALLOW": allow}
+    upstream, proxy, allow, env = peers(env)
     server = Server("S14L-H", env, wait=False)
     floor_env = {
         **env,

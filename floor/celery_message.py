@@ -75,15 +75,16 @@ def _unrouted(routes: Any, task: str) -> bool:
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
 
-def task_message(task: str, call_id: str, queue: str) -> str:
-    """Celery's message for `task(call_id)`, as send_task builds and kombu wraps it
+def task_message(task: str, call_id: str, queue: str, *more: str) -> str:
+    """Celery's message for `task(call_id, *more)`, as send_task builds and kombu wraps it
     (inside a worker's task, with that task as its parent and its root, as send_task does)."""
+    args = (call_id, *more)
     task_id = str(uuid.uuid4())
     root_id, parent_id = task_id, None
     current = current_app.current_worker_task
     if current is not None and current.request.id:
         root_id, parent_id = current.request.root_id or current.request.id, current.request.id
-    body = json.dumps([[call_id], {}, _EMBED]).encode()
+    body = json.dumps([list(args), {}, _EMBED]).encode()
     return json.dumps(
         {
             "body": base64.b64encode(body).decode(),
@@ -102,7 +103,7 @@ def task_message(task: str, call_id: str, queue: str) -> str:
                 "timelimit": _time_limits(task),
                 "root_id": root_id,
                 "parent_id": parent_id,
-                "argsrepr": repr((call_id,)),
+                "argsrepr": repr(args),
                 "kwargsrepr": "{}",
                 "origin": _origin(),
                 "ignore_result": None,

@@ -154,7 +154,7 @@ async def serve(
     within JSON_WITHIN seconds, else on the SSE stream opened then (pinging while the call
     waits) as one event; nothing more when the client goes away first."""
     answer = _Answer(send, session_header)
-    message: bytes | None = None
+    message: str | None = None
     # (a plain task watches the client, lighter than a task group; the request is
     # cancelled through an anyio scope, which keeps the handler's shielded admission)
     with caller_context(caller), anyio.CancelScope() as hung_up:
@@ -200,22 +200,23 @@ class _Answer:
         self.pending = asyncio.ensure_future(self.send(message))
         await asyncio.shield(self.pending)
 
-    async def write(self, message: bytes) -> None:
+    async def write(self, message: str) -> None:
         """The JSON-RPC response: one SSE event on an open stream, else one JSON body."""
         if self.pending is not None:
             await asyncio.wait({self.pending})  # (its failure is the connection's: so be it)
         if self.streaming:
             sep = EventSourceResponse.DEFAULT_SEPARATOR
-            event = ServerSentEvent(data=message.decode(), event="message", sep=sep).encode()
+            event = ServerSentEvent(data=message, event="message", sep=sep).encode()
             await self.send({"type": "http.response.body", "body": event, "more_body": True})
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        headers = json_headers(self.session_header, len(message))
+        body = message.encode()
+        headers = json_headers(self.session_header, len(body))
         await self.send({"type": "http.response.start", "status": 200, "headers": headers})
-        await self.send({"type": "http.response.body", "body": message, "more_body": False})
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _message(caller: Caller, request: FastCall) -> bytes:
+async def _message(caller: Caller, request: FastCall) -> str:
     """The JSON-RPC response: the handler's result shaped by the SDK's runner, or its
     exception mapped as the SDK's dispatcher maps it."""
     message: types.JSONRPCResponse | types.JSONRPCError
@@ -233,7 +234,7 @@ async def _message(caller: Caller, request: FastCall) -> bytes:
             logger.exception("handler for %r raised", METHOD)
             error = types.ErrorData(code=0, message=str(exc))  # (the SDK's dispatcher's)
         message = types.JSONRPCError(jsonrpc="2.0", id=request.request_id, error=error)
-    return message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+    return message.model_dump_json(by_alias=True, exclude_unset=True)
 
 
 @functools.cache

@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 from asgiref.sync import sync_to_async
 from sse_starlette import EventSourceResponse
@@ -37,7 +36,6 @@ from tests.mcp.test_fast_path import (  # noqa: F401
 )
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
 from tests.support.live import LiveStack
-from tests.support.mcp_requests import initialize
 
 # `slow` (make test-all): 85 requests twice over, about 90 s per backend; its helper
 # threads keep their connections (tests/mcp/test_fast_path.py closes them: `closing`).
@@ -367,12 +365,7 @@ def _raw_post(url: str, head: list[tuple[str, str]], payload: bytes) -> socket.s
 
 
 def _live_session(live_stack: LiveStack, fx: AgentFixture) -> str:
-    response = httpx.post(
-        live_stack.url + "/mcp/",
-        json=initialize("rt37", run=unique("run")),
-        headers={**fx.headers, "Accept": "application/json, text/event-stream"},
-    )
-    return response.headers["mcp-session-id"]
+    return live_stack.mcp_session(fx, "rt37")
 
 
 @pytest.mark.live

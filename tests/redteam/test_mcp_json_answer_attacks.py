@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import h11
-import httpx
 import pytest
 
 from dispatcher import limits
@@ -32,7 +31,6 @@ from dispatcher.models import Status, ToolCall
 from tests.mcp.conftest import review, wait_for_pending
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
 from tests.support.live import LiveStack
-from tests.support.mcp_requests import initialize
 
 # (The live tests, each against a real daphne, take seconds to tens of seconds: `slow`.)
 
@@ -46,12 +44,7 @@ def call(request_id: Any, name: str = "approval_prompt", arguments: Any = None) 
 
 
 def session_of(stack: LiveStack, fx: AgentFixture) -> str:
-    response = httpx.post(
-        stack.url + "/mcp/",
-        json=initialize("rtjson", run=unique("run")),
-        headers={**fx.headers, "Accept": "application/json, text/event-stream"},
-    )
-    return response.headers["mcp-session-id"]
+    return stack.mcp_session(fx, "rtjson")
 
 
 def request_bytes(
@@ -708,9 +701,9 @@ def test_a_held_call_is_never_silent_longer_than_the_sdks_ping_interval(
     interval, window, answer_at = 0.5, 0.2, 1.3
     monkeypatch.setattr(mcp_fast, "JSON_WITHIN", window)
     monkeypatch.setattr(EventSourceResponse, "DEFAULT_PING_INTERVAL", interval)
-    message = b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}'
+    message = '{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}'
 
-    async def held(caller: Any, request: Any) -> bytes:
+    async def held(caller: Any, request: Any) -> str:
         await asyncio.sleep(answer_at)
         return message
 
@@ -844,7 +837,7 @@ def test_random_answer_hang_up_and_send_timings_keep_the_framing(
 
     monkeypatch.setattr(mcp_fast, "JSON_WITHIN", 0.05)
     monkeypatch.setattr(EventSourceResponse, "DEFAULT_PING_INTERVAL", 0.08)
-    message = b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}'
+    message = '{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}'
 
     async def trial(rng: random.Random) -> list[str]:
         answer_at = rng.choice([0.0, 0.049, 0.05, 0.051, rng.uniform(0, 0.2)])
@@ -855,7 +848,7 @@ def test_random_answer_hang_up_and_send_timings_keep_the_framing(
         sent: list[dict[str, Any]] = []
         problems: list[str] = []
 
-        async def answer(caller: Any, request: Any) -> bytes:
+        async def answer(caller: Any, request: Any) -> str:
             with anyio.CancelScope(shield=shielded):
                 await asyncio.sleep(answer_at)
             return message
@@ -887,7 +880,8 @@ def test_random_answer_hang_up_and_send_timings_keep_the_framing(
         bodies = [m["body"] for m in sent[1:]]
         ended = not sent[-1]["more_body"]
         if headers[b"content-type"] == b"application/json":
-            if bodies != [message] or headers[b"content-length"] != str(len(message)).encode():
+            body = message.encode()
+            if bodies != [body] or headers[b"content-length"] != str(len(body)).encode():
                 problems.append(f"JSON answer {sent}")
         else:
             events = [b for b in bodies if b and not b.startswith(b": ping")]

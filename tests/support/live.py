@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
-from tests.support.factories import AgentFixture
+from tests.support.factories import AgentFixture, unique
+from tests.support.mcp_requests import initialize
 from tests.support.paths import ROOT
 
 
@@ -35,6 +36,15 @@ class LiveStack:
 
     def client(self, fixture: AgentFixture, timeout: float = 30) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=fixture.headers, timeout=timeout)
+
+    def mcp_session(self, fixture: AgentFixture, client: str) -> str:
+        """A new MCP session of the agent on /mcp/ (an `initialize` of a new run): its id."""
+        response = httpx.post(
+            self.url + "/mcp/",
+            json=initialize(client, run=unique("run")),
+            headers={**fixture.headers, "Accept": "application/json, text/event-stream"},
+        )
+        return response.headers["mcp-session-id"]
 
     def restart_worker(self) -> None:
         self.worker = start_worker(self.env, self.log_dir)
