@@ -140,10 +140,15 @@ def scenario_end_to_end(
     checked = Server(
         "S0g", {**env, "BENCH_FLOOR_CHECKED": "1"}, wait=False, app="bench.api_floor:application"
     )
+    # L: G with the leanest stage 6 (bench.tasks.floor_execute_lean)
+    lean = Server(
+        "S0l", {**env, "BENCH_FLOOR_CHECKED": "lean"}, wait=False, app="bench.api_floor:application"
+    )
     server.ready()
     worker.ready()
     floor.ready()
     checked.ready()
+    lean.ready()
     floors = Floors(server, worker, env["DATABASE_URL"])
     n, warm = (15, 5) if quick else (200, 50)
     med = Result(
@@ -171,6 +176,7 @@ def scenario_end_to_end(
     parts: dict[str, list[float]] = {"http": [], "celery": [], "insert": []}
     all_p: list[float] = []
     gs: list[float] = []
+    ls: list[float] = []
     try:
         with (
             httpx.Client(
@@ -190,6 +196,8 @@ def scenario_end_to_end(
             floor_url = f"/api/v1/sessions/{floor_session}/calls?wait=30"
             checked_session = client.post("/api/v1/sessions", json={"title": "S0g"}).json()["id"]
             checked_url = f"{checked.url}/api/v1/sessions/{checked_session}/calls?wait=30"
+            lean_session = client.post("/api/v1/sessions", json={"title": "S0l"}).json()["id"]
+            lean_url = f"{lean.url}/api/v1/sessions/{lean_session}/calls?wait=30"
 
             def floor_call(target: str = floor_url) -> float:
                 body = {
@@ -236,6 +244,7 @@ def scenario_end_to_end(
                 floors.durable_insert()
                 floor_call()
                 floor_call(checked_url)
+                floor_call(lean_url)
             for _ in range(pairs):
                 samples: dict[str, list[float]] = {
                     "p": [],
@@ -244,6 +253,7 @@ def scenario_end_to_end(
                     "insert": [],
                     "f": [],
                     "g": [],
+                    "l": [],
                 }
                 for _ in range(n):
                     samples["http"].append(floors.http_round_trip())
@@ -252,6 +262,7 @@ def scenario_end_to_end(
                     samples["p"].append(call())
                     samples["f"].append(floor_call())
                     samples["g"].append(floor_call(checked_url))
+                    samples["l"].append(floor_call(lean_url))
                 b50 = sum(statistics.median(samples[k]) for k in parts) * 1e3
                 b99 = sum(pct(samples[k], 0.99) for k in parts) * 1e3
                 med.b.append(b50)
@@ -259,6 +270,7 @@ def scenario_end_to_end(
                 fl.b.append(b50)
                 fl.p.append(statistics.median(samples["f"]) * 1e3)
                 gs.append(statistics.median(samples["g"]) * 1e3)
+                ls.append(statistics.median(samples["l"]) * 1e3)
                 p99.b.append(b99)
                 p99.p.append(pct(samples["p"], 0.99) * 1e3)
                 for k in parts:
@@ -322,10 +334,19 @@ def scenario_end_to_end(
             f"{statistics.median(gs):.2f} ms, G/B median {statistics.median(gb):.2f}x (min "
             f"{gb[0]:.2f}, max {gb[-1]:.2f}), G/F {statistics.median(gf):.2f}x"
         )
+        lb = sorted(v / b for v, b in zip(ls, fl.b, strict=True))
+        lg = sorted(v / g for v, g in zip(ls, gs, strict=True))
+        fl.notes.append(
+            "L, G with the leanest stage 6 (bench.tasks.floor_execute_lean: the same read, "
+            "context and guards; the body on the pool child's own thread under a SIGALRM "
+            f"timer, no tool runner): median {statistics.median(ls):.2f} ms, L/B median "
+            f"{statistics.median(lb):.2f}x (min {lb[0]:.2f}, max {lb[-1]:.2f}), L/G "
+            f"{statistics.median(lg):.2f}x"
+        )
         return [med, p99, fl]
     finally:
         floors.close()
-        stop_all([worker, server, floor, checked])
+        stop_all([worker, server, floor, checked, lean])
 
 
 # --- S12 ------------------------------------------------------------------------------

@@ -57,8 +57,13 @@ QUEUE = os.environ.get("BENCH_QUEUE", "harness_bench")
 # (dispatcher.limits._RESERVE) and given back before the answer (redis-py's asyncio
 # client on the loop), and the worker's re-check before the claim
 # (bench.tasks.floor_execute_checked: the call's compiled read, its context, the guards).
-CHECKED = os.environ.get("BENCH_FLOOR_CHECKED") == "1"
-TASK = "bench.tasks.floor_execute_checked" if CHECKED else "bench.tasks.floor_execute"
+# BENCH_FLOOR_CHECKED=lean (S0's L): the same with the leanest stage 6
+# (bench.tasks.floor_execute_lean: the body on the pool child's own thread under a timer).
+CHECKED = os.environ.get("BENCH_FLOOR_CHECKED") in ("1", "lean")
+TASK = {
+    "1": "bench.tasks.floor_execute_checked",
+    "lean": "bench.tasks.floor_execute_lean",
+}.get(os.environ.get("BENCH_FLOOR_CHECKED", ""), "bench.tasks.floor_execute")
 MAX_WAIT = 60.0
 
 TOKEN = (

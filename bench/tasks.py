@@ -75,3 +75,64 @@ def floor_execute_checked(call_id: str, chain: str, channel: str) -> None:
     pipeline.project_content(ctx.tool, outcome)
     floor.transition(call_id, chain, "running", "completed")
     _redis().publish(channel, f"{call_id} completed")
+
+
+class _BodyTimedOut(Exception):
+    """The lean stage 6's host-only timeout (SIGALRM on the pool child's own thread)."""
+
+
+@shared_task(name="bench.tasks.floor_execute_lean", ignore_result=True)
+def floor_execute_lean(call_id: str, chain: str, channel: str) -> None:
+    """S0's L: G with the leanest stage 6 that keeps its guarantees, to bound what Harness's
+    worker could cost at best: the same compiled read (one statement: the call, its session,
+    agent, owner's profile and the policy layers' revisions), context and guards before the
+    claim; after it, the tool's body run on the pool child's own thread (no tool runner
+    thread, no handoff) under a host-only timer (SIGALRM at the tool's timeout), and its
+    content projected; then the floor's result and wake-up."""
+    import dataclasses
+    import signal
+    import time
+    import uuid
+
+    from bench import floor
+    from dispatcher import pipeline
+    from dispatcher.admission import call_context
+    from dispatcher.agents import mode_and_profile
+    from dispatcher.execution import _CALL_WITH_SESSION, _execution_context
+    from dispatcher.policy import layers, stages
+
+    call = _CALL_WITH_SESSION.first(uuid.UUID(call_id))
+    if call is None:
+        raise RuntimeError(f"call {call_id} not found")
+    session = call.session
+    revisions = layers.revisions_of(call)
+    ctx = call_context(
+        call, session, *mode_and_profile(session, preloaded=True, revisions=revisions)
+    )
+    if ctx is None or stages.guards(ctx):
+        raise RuntimeError(f"call {call_id}: its tool is gone or a guard denies it")
+    floor.transition(call_id, chain, "queued", "running")
+
+    def expired(signum: int, frame: object) -> None:
+        raise _BodyTimedOut
+
+    outcome = pipeline.Outcome()
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, ctx.tool.timeout + 1.0)
+    try:
+        execution_ctx = dataclasses.replace(
+            _execution_context(call, ctx, None), deadline=time.monotonic() + ctx.tool.timeout
+        )
+        outcome.value = pipeline.default_execute_wrapper(
+            ctx.tool, execution_ctx, call.arguments or {}
+        )
+    except _BodyTimedOut:
+        outcome.timed_out = True
+    except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
+        outcome.error = exc
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    pipeline.project_content(ctx.tool, outcome)
+    floor.transition(call_id, chain, "running", "completed")
+    _redis().publish(channel, f"{call_id} completed")
