@@ -981,8 +981,11 @@ PROGRAMS: tuple[Program, ...] = (
         ("vim", "vi", "nvim", "view", "vimdiff", "gvim", "rvim", "ex", "vim.basic", "vim.tiny")
         + ("rview", "evim"),
         code_options=VIM_CODE,
-        readable=("vim f",),
-        unreadable=("vim -c '!id' f", "vim '+!id' f", "sh -c 'echo x | ex f'"),
+        # HOME is the workspace in the sandbox (run_command): a `.vimrc` or a plugin under
+        # `.vim/` the agent left there runs with any `vim f`, with no option to show it
+        opaque="it runs its startup files (.vimrc, plugins under .vim/) from HOME, which "
+        "is the agent's workspace",
+        unreadable=("vim f", "vim -c '!id' f", "vim '+!id' f", "sh -c 'echo x | ex f'"),
     ),
     Program(
         ("socat",),
