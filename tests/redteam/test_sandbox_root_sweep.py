@@ -106,7 +106,7 @@ def test_git_status_runs_no_program_named_by_a_gitconfig_in_home(workspace: Path
     assert read_command(("git", "status")).unreadable is None  # an allow rule may match it
     run_command(workspace, ["git", "init", "-q"])
     marker = workspace / "ran"
-    hook = f'echo fsmonitor > {marker}; false'
+    hook = f"echo fsmonitor > {marker}; false"
     (workspace / ".gitconfig").write_text(f'[core]\n\tfsmonitor = "{hook}"\n')
     (workspace / ".config" / "git").mkdir(parents=True)
     (workspace / ".config" / "git" / "config").write_text(
@@ -165,7 +165,7 @@ def test_path_never_leads_to_the_workspace(
     program.write_text("#!/bin/sh\necho workspace program ran\n")
     program.chmod(0o755)
     (workspace / "bin").mkdir()
-    for path in (f"/usr/bin:/bin:", f".:/usr/bin", f"bin:/usr/bin", f"{workspace}:/usr/bin"):
+    for path in ("/usr/bin:/bin:", ".:/usr/bin", "bin:/usr/bin", f"{workspace}:/usr/bin"):
         monkeypatch.setenv("PATH", path)
         try:
             out = run_command(workspace, [name])
@@ -220,3 +220,64 @@ def test_no_capability_no_namespace_no_host_service(workspace: Path) -> None:
     assert out.count(" -1 1") == 3, out  # every unshare: EPERM
     assert "tcp 6379 0" not in out and "tcp 5432 0" not in out, out
     assert "fds ['0', '1', '2', '3']" in out, out  # 3: listdir's own
+
+
+# --- a workspace nested in another agent's ---------------------------------------------------
+
+
+def run_in(workspace: Path, script: str) -> sandbox.Completed:
+    return sandbox.run(
+        ["sh", "-c", script],
+        workspace=workspace,
+        cwd=workspace,
+        env={"PATH": "/usr/bin:/bin"},
+        limits=sandbox.Limits(timeout=30, output_chars=20_000),
+    )
+
+
+def test_a_nested_workspace_replaced_by_a_symlink_is_not_followed(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # Agent A's fixed workspace holds agent B's (a monorepo and one of its packages; the
+    # docs accept that A sees B's files). A's program replaces B's directory with a
+    # symlink to a host directory neither may touch (a person's home, an app in /opt, a
+    # virtualenv the worker imports from). B's next run resolved it, gave the whole tree
+    # to the sandbox user (as root: chown of every file) and bound it writable.
+    a = tmp_path / "projects" / "a"
+    b = a / "b"
+    b.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "f").write_text("original\n")
+    (victim / "f").chmod(0o644)
+    owner = victim.stat().st_uid
+    done = run_in(a, f"mv b b.old && ln -s {victim} b && echo swapped")
+    assert "swapped" in done.output, done.output
+    with pytest.raises(ToolError, match="symlink"):
+        run_in(b, "echo written > f")
+    assert (victim / "f").read_text() == "original\n"
+    assert victim.stat().st_uid == owner and (victim / "f").stat().st_uid == owner
+
+
+def test_a_workspace_swapped_for_a_symlink_after_the_check_is_not_bound(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race behind the test above: the path is resolved and checked, then another
+    # agent's program swaps the directory for a symlink before bwrap mounts it, and bwrap
+    # (as root) followed the symlink. The workspace is now bound by the descriptor that
+    # was opened, without following symlinks, after the check.
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    victim.chmod(0o777)
+    build = sandbox.bwrap_command
+
+    def build_then_swap(*args: Any, **kwargs: Any) -> list[str]:
+        command = build(*args, **kwargs)  # everything checked and resolved by now
+        workspace.rename(workspace.with_name("moved"))
+        workspace.symlink_to(victim)
+        return command
+
+    monkeypatch.setattr(sandbox, "bwrap_command", build_then_swap)
+    run_in(workspace, "echo written > f")
+    assert not (victim / "f").exists()
+    assert (workspace.with_name("moved") / "f").read_text() == "written\n"
