@@ -687,12 +687,18 @@ PROGRAMS: tuple[Program, ...] = (
     ),
     Program(
         ("perl",),
-        pattern=r"perl[0-9.]*",
+        # Debian installs perl under its arch-qualified name too (perl5.36-x86_64-linux-gnu)
+        pattern=r"perl[0-9.]*(-[a-z0-9_]+-linux-gnu[a-z0-9_]*)?",
         interpreter=Interpreter(
             code="eEMmd", flags="acnpsStTuUwWvVh", valued="I", attached="l0ixCDF"
         ),
         readable=("perl script.pl",),
-        unreadable=("perl -e 'print 1'", "perl -Mstrict x.pl", "perl //dev/fd/0"),
+        unreadable=(
+            "perl -e 'print 1'",
+            "perl -Mstrict x.pl",
+            "perl //dev/fd/0",
+            "perl5.36-x86_64-linux-gnu -e 'print 1'",
+        ),
     ),
     Program(
         ("ruby",),

@@ -281,3 +281,17 @@ def test_a_workspace_swapped_for_a_symlink_after_the_check_is_not_bound(
     run_in(workspace, "echo written > f")
     assert not (victim / "f").exists()
     assert (workspace.with_name("moved") / "f").read_text() == "written\n"
+
+
+# --- one program, two names --------------------------------------------------------------------
+
+
+def test_perl_under_its_arch_qualified_name_is_read_as_perl(workspace: Path) -> None:
+    # Debian's perl is also /usr/bin/perl5.36-x86_64-linux-gnu: under that name `-e CODE`
+    # was read as a plain program's arguments (and a deny rule on perl missed it).
+    names = sorted(p.name for p in Path("/usr/bin").glob("perl5*-linux-gnu*"))
+    name = names[0] if names else "perl5.36-x86_64-linux-gnu"
+    argv = (name, "-e", "system('id')")
+    assert read_command(argv).unreadable is not None
+    if names:  # what it would have run, in the real sandbox
+        assert "uid=" in run_command(workspace, list(argv))
