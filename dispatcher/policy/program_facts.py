@@ -1136,7 +1136,10 @@ GIT = GitFacts(
         | {"--literal-pathspecs", "--glob-pathspecs", "--noglob-pathspecs"}
         | {"--icase-pathspecs", "--no-optional-locks", "--no-advice", "--version", "--help"}
     ),
-    global_valued=frozenset({"-C", "--git-dir", "--work-tree", "--namespace"}),
+    # not --git-dir: it names a git directory by any name, whose `config` (core.fsmonitor)
+    # is then an ordinary path; `git apply`, a checkout or a merge writes the `HEAD`,
+    # `config`, `objects/` and `refs/` that make one (as `patch` and `unzip` would)
+    global_valued=frozenset({"-C", "--work-tree", "--namespace"}),
     global_loose_valued=frozenset(
         {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"}
     ),
@@ -1245,6 +1248,8 @@ GIT = GitFacts(
         "git config set core.editor vi",
         "git log --output=.git/config",
         "git --bare status",
+        "git --git-dir=x status",
+        "git --git-dir x --work-tree=. status",
         "git init --bare .",
         "git init --ba x",
         "git clone --mirror u x",

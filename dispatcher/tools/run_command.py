@@ -55,7 +55,9 @@ def scrubbed_environment(workspace: Path) -> dict[str, str]:
     rule read as harmless runs (`core.fsmonitor`, `diff.external`, `core.hooksPath`).
     Repository configuration (`.git/config`) is the command reader's to guard, and the
     system's (`/etc/gitconfig`) is the operator's. `git config --global` fails; an agent
-    sets a repository's own configuration instead (`git config user.email ...`).
+    sets a repository's own configuration instead (`git config user.email ...`). And git
+    uses a bare repository only when one is named (safe.bareRepository=explicit): `git -C x
+    status` never takes the `config` of a bare layout an allowed `git apply` wrote in x/.
     """
     root = workspace.resolve()
     return {
@@ -64,6 +66,11 @@ def scrubbed_environment(workspace: Path) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         "GIT_CONFIG_GLOBAL": os.devnull,
+        # a directory holding HEAD, config, objects/ and refs/ (which `git apply` or a
+        # checkout may write) is a git directory only when named (`--git-dir`, unreadable)
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.bareRepository",
+        "GIT_CONFIG_VALUE_0": "explicit",
     }
 
 

@@ -295,3 +295,53 @@ def test_perl_under_its_arch_qualified_name_is_read_as_perl(workspace: Path) -> 
     assert read_command(argv).unreadable is not None
     if names:  # what it would have run, in the real sandbox
         assert "uid=" in run_command(workspace, list(argv))
+
+
+# A patch `git apply` (read as harmless) turns into a git directory that is not named .git:
+# HEAD, objects/, refs/ and a config whose core.fsmonitor runs with the next `git status`.
+BARE_LAYOUT_PATCH = """\
+diff --git a/x/HEAD b/x/HEAD
+new file mode 100644
+--- /dev/null
++++ b/x/HEAD
+@@ -0,0 +1 @@
++ref: refs/heads/main
+diff --git a/x/config b/x/config
+new file mode 100644
+--- /dev/null
++++ b/x/config
+@@ -0,0 +1,3 @@
++[core]
++\tworktree = ..
++\tfsmonitor = "echo ran > {marker}; false"
+diff --git a/x/objects/info/k b/x/objects/info/k
+new file mode 100644
+--- /dev/null
++++ b/x/objects/info/k
+@@ -0,0 +1 @@
++k
+diff --git a/x/refs/heads/k b/x/refs/heads/k
+new file mode 100644
+--- /dev/null
++++ b/x/refs/heads/k
+@@ -0,0 +1 @@
++k
+"""
+
+
+def test_a_git_directory_written_by_git_apply_runs_nothing(workspace: Path) -> None:
+    marker = workspace / "ran"
+    (workspace / "evil.patch").write_text(BARE_LAYOUT_PATCH.format(marker=marker))
+    assert read_command(("git", "apply", "evil.patch")).unreadable is None
+    run_command(workspace, ["git", "init", "-q"])
+    assert run_command(workspace, ["git", "apply", "evil.patch"]).startswith("exit code 0")
+    assert (workspace / "x" / "HEAD").exists()
+    # named: never read as harmless (as `--git-dir=.git` was not either)
+    assert read_command(("git", "--git-dir=x", "status")).unreadable is not None
+    assert read_command(("git", "--git-dir", "x", "--work-tree=.", "status")).unreadable
+    # found: git -C x takes x for a bare repository only when one is named
+    argv = ["git", "-C", "x", "status"]
+    assert read_command(tuple(argv)).unreadable is None
+    out = run_command(workspace, argv)
+    assert "cannot use bare repository" in out, out  # every other bare-repository road too
+    assert not marker.exists(), out
