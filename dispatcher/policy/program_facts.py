@@ -967,6 +967,18 @@ PROGRAMS: tuple[Program, ...] = (
         unreadable=("pandoc --filter ./x a.md", "pandoc -L x.lua a.md"),
     ),
     Program(
+        # python's own tools under their script names: `pdb3 -c CMD` is `python3 -m pdb -c
+        # CMD` (code), and `pydoc3 NAME` imports NAME from the working directory
+        tuple(
+            f"{tool}{version}"
+            for tool in ("pdb", "pydoc")
+            for version in ("", "3", *(f"3.{minor}" for minor in range(6, 16)))
+        ),
+        opaque="it is python's pdb or pydoc: it runs the code it is given or imports the "
+        "named module from the working directory",
+        unreadable=("pdb3 -c '!import os' x.py", "pydoc3 x", "pdb3.11 x.py"),
+    ),
+    Program(
         ("rename", "file-rename", "prename", "perl-rename"),
         opaque="its expression is Perl code (`s/x/`id`/e`)",
         unreadable=("rename 's/a/b/' f", "rename 's/x/`id`/e' f"),

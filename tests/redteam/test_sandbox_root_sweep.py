@@ -345,3 +345,13 @@ def test_a_git_directory_written_by_git_apply_runs_nothing(workspace: Path) -> N
     out = run_command(workspace, argv)
     assert "cannot use bare repository" in out, out  # every other bare-repository road too
     assert not marker.exists(), out
+
+
+def test_python_tools_under_their_own_names_are_read_as_python(workspace: Path) -> None:
+    # `python3 -m pdb -c CMD` is unreadable; Debian's pdb3 is the same program, and
+    # `pydoc3 NAME` imports NAME from the working directory (a workspace NAME.py).
+    (workspace / "mod.py").write_text("print('workspace code')\n")
+    for argv in (("pdb3", "-c", "!print(1)", "x.py"), ("pydoc3", "mod"), ("pdb3.11", "x.py")):
+        assert read_command(argv).unreadable is not None, argv
+    if Path("/usr/bin/pydoc3").exists():
+        assert "workspace code" in run_command(workspace, ["pydoc3", "mod"])
