@@ -687,12 +687,18 @@ PROGRAMS: tuple[Program, ...] = (
     ),
     Program(
         ("perl",),
-        pattern=r"perl[0-9.]*",
+        # Debian installs perl under its arch-qualified name too (perl5.36-x86_64-linux-gnu)
+        pattern=r"perl[0-9.]*(-[a-z0-9_]+-linux-gnu[a-z0-9_]*)?",
         interpreter=Interpreter(
             code="eEMmd", flags="acnpsStTuUwWvVh", valued="I", attached="l0ixCDF"
         ),
         readable=("perl script.pl",),
-        unreadable=("perl -e 'print 1'", "perl -Mstrict x.pl", "perl //dev/fd/0"),
+        unreadable=(
+            "perl -e 'print 1'",
+            "perl -Mstrict x.pl",
+            "perl //dev/fd/0",
+            "perl5.36-x86_64-linux-gnu -e 'print 1'",
+        ),
     ),
     Program(
         ("ruby",),
@@ -961,6 +967,18 @@ PROGRAMS: tuple[Program, ...] = (
         unreadable=("pandoc --filter ./x a.md", "pandoc -L x.lua a.md"),
     ),
     Program(
+        # python's own tools under their script names: `pdb3 -c CMD` is `python3 -m pdb -c
+        # CMD` (code), and `pydoc3 NAME` imports NAME from the working directory
+        tuple(
+            f"{tool}{version}"
+            for tool in ("pdb", "pydoc")
+            for version in ("", "3", *(f"3.{minor}" for minor in range(6, 16)))
+        ),
+        opaque="it is python's pdb or pydoc: it runs the code it is given or imports the "
+        "named module from the working directory",
+        unreadable=("pdb3 -c '!import os' x.py", "pydoc3 x", "pdb3.11 x.py"),
+    ),
+    Program(
         ("rename", "file-rename", "prename", "perl-rename"),
         opaque="its expression is Perl code (`s/x/`id`/e`)",
         unreadable=("rename 's/a/b/' f", "rename 's/x/`id`/e' f"),
@@ -981,8 +999,11 @@ PROGRAMS: tuple[Program, ...] = (
         ("vim", "vi", "nvim", "view", "vimdiff", "gvim", "rvim", "ex", "vim.basic", "vim.tiny")
         + ("rview", "evim"),
         code_options=VIM_CODE,
-        readable=("vim f",),
-        unreadable=("vim -c '!id' f", "vim '+!id' f", "sh -c 'echo x | ex f'"),
+        # HOME is the workspace in the sandbox (run_command): a `.vimrc` or a plugin under
+        # `.vim/` the agent left there runs with any `vim f`, with no option to show it
+        opaque="it runs its startup files (.vimrc, plugins under .vim/) from HOME, which "
+        "is the agent's workspace",
+        unreadable=("vim f", "vim -c '!id' f", "vim '+!id' f", "sh -c 'echo x | ex f'"),
     ),
     Program(
         ("socat",),
@@ -1127,7 +1148,10 @@ GIT = GitFacts(
         | {"--literal-pathspecs", "--glob-pathspecs", "--noglob-pathspecs"}
         | {"--icase-pathspecs", "--no-optional-locks", "--no-advice", "--version", "--help"}
     ),
-    global_valued=frozenset({"-C", "--git-dir", "--work-tree", "--namespace"}),
+    # not --git-dir: it names a git directory by any name, whose `config` (core.fsmonitor)
+    # is then an ordinary path; `git apply`, a checkout or a merge writes the `HEAD`,
+    # `config`, `objects/` and `refs/` that make one (as `patch` and `unzip` would)
+    global_valued=frozenset({"-C", "--work-tree", "--namespace"}),
     global_loose_valued=frozenset(
         {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"}
     ),
@@ -1236,6 +1260,8 @@ GIT = GitFacts(
         "git config set core.editor vi",
         "git log --output=.git/config",
         "git --bare status",
+        "git --git-dir=x status",
+        "git --git-dir x --work-tree=. status",
         "git init --bare .",
         "git init --ba x",
         "git clone --mirror u x",

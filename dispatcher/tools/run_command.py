@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from pathlib import Path
@@ -17,9 +18,10 @@ def run_command(ctx: ExecutionContext, args: dict[str, Any]) -> str:
 
     The program runs in the sandbox (dispatcher.tools.sandbox, settings.HARNESS_SANDBOX).
     stdin is empty; stdout and stderr are combined, read while produced and capped to
-    ctx.output_limit. The environment holds only PATH, HOME (the workspace), LANG and
-    TERM. A non-zero exit is a normal result. Raises ToolError when the program cannot be
-    started, TimeoutError after ctx.timeout seconds (everything it started is killed first).
+    ctx.output_limit. The environment holds only PATH (no entry in the workspace), HOME
+    (the workspace), LANG, TERM and GIT_CONFIG_GLOBAL (see scrubbed_environment). A
+    non-zero exit is a normal result. Raises ToolError when the program cannot be started,
+    TimeoutError after ctx.timeout seconds (everything it started is killed first).
     """
     argv = list(args["argv"])
     relative_cwd = args.get("cwd", ".")
@@ -45,13 +47,51 @@ def run_command(ctx: ExecutionContext, args: dict[str, Any]) -> str:
 
 
 def scrubbed_environment(workspace: Path) -> dict[str, str]:
-    """The whole environment a command gets: nothing inherited except PATH."""
+    """The whole environment a command gets: nothing inherited except PATH.
+
+    HOME is the workspace, which the agent writes; so git is told to read no per-user
+    configuration (GIT_CONFIG_GLOBAL): a `.gitconfig` (or `.config/git/config`) the agent
+    left there would otherwise name programs that a `git status` or `git diff` an allow
+    rule read as harmless runs (`core.fsmonitor`, `diff.external`, `core.hooksPath`).
+    Repository configuration (`.git/config`) is the command reader's to guard, and the
+    system's (`/etc/gitconfig`) is the operator's. `git config --global` fails; an agent
+    sets a repository's own configuration instead (`git config user.email ...`). And git
+    uses a bare repository only when one is named (safe.bareRepository=explicit): `git -C x
+    status` never takes the `config` of a bare layout an allowed `git apply` wrote in x/.
+    """
+    root = workspace.resolve()
     return {
-        "PATH": os.environ.get("PATH", os.defpath),
-        "HOME": str(workspace.resolve()),
+        "PATH": program_path(os.environ.get("PATH", os.defpath), root),
+        "HOME": str(root),
         "LANG": "C.UTF-8",
         "TERM": "dumb",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        # a directory holding HEAD, config, objects/ and refs/ (which `git apply` or a
+        # checkout may write) is a git directory only when named (`--git-dir`, unreadable)
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.bareRepository",
+        "GIT_CONFIG_VALUE_0": "explicit",
     }
+
+
+def program_path(value: str, workspace: Path) -> str:
+    """`value` (the worker's PATH) without the entries that would make a bare program name
+    run a file of the workspace: empty entries and `.` (the working directory), relative
+    entries, and directories inside the workspace. The command reader reads `ls` as ls,
+    and only a directory the program cannot write may answer to that name."""
+    kept: list[str] = []
+    for entry in value.split(os.pathsep):
+        path = Path(entry)
+        if not entry or not path.is_absolute():
+            continue
+        resolved = Path(os.path.normpath(entry))
+        with contextlib.suppress(OSError, RuntimeError):
+            resolved = path.resolve()
+        if resolved == workspace or resolved.is_relative_to(workspace):
+            continue
+        if entry not in kept:
+            kept.append(entry)
+    return os.pathsep.join(kept) or os.defpath
 
 
 def present_command(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:

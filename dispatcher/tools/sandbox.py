@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import functools
 import glob
 import math
@@ -269,19 +270,34 @@ def run(
     if mode() == "off":
         return _run_process(argv, cwd=cwd, env=env, limits=limits, sandboxed=False)
     require_sandbox()
+    refuse_redirected(workspace)
     workspace = workspace.resolve()
     refuse_exposed_state(workspace)
     give_to_sandbox(workspace)
-    with _call_cgroups(limits) as cgroups:
-        command = _limit_command(limits, cgroups) + bwrap_command(
-            argv,
-            workspace=workspace,
-            cwd=cwd.resolve(),
-            limits=limits,
-            network=bool(settings.HARNESS_SANDBOX_NETWORK),
-        )
-        done = _run_process(command, cwd=workspace, env=env, limits=limits, sandboxed=True)
-        out_of_memory = _oom_killed(cgroups.memory)
+    # bwrap binds the directory checked here, by descriptor: a symlink swapped in for it
+    # (or for a directory above it) after the check is never followed by the mount
+    workspace_fd = open_directory(workspace)
+    try:
+        with _call_cgroups(limits) as cgroups:
+            command = _limit_command(limits, cgroups) + bwrap_command(
+                argv,
+                workspace=workspace,
+                cwd=cwd.resolve(),
+                limits=limits,
+                network=bool(settings.HARNESS_SANDBOX_NETWORK),
+                workspace_fd=workspace_fd,
+            )
+            done = _run_process(
+                command,
+                cwd=workspace,
+                env=env,
+                limits=limits,
+                sandboxed=True,
+                pass_fds=(workspace_fd,),
+            )
+            out_of_memory = _oom_killed(cgroups.memory)
+    finally:
+        os.close(workspace_fd)
     failure = _start_failure_line(done)
     if failure is not None:
         raise _start_failure(argv, failure)
@@ -402,6 +418,91 @@ def refuse_exposed_state(workspace: Path) -> None:
         )
 
 
+def redirection(path: Path) -> str | None:
+    """Why `path` (absolute, as configured: an agent's workspace is stored resolved) may
+    lead where a sandboxed program pointed it, or None: a symlink on it that lies in a
+    directory sandboxed programs may write. A workspace nested in another agent's is such
+    a directory's entry: that agent's program replaces it with a symlink to a person's
+    home or an application's directory, and the next run would give that tree to the
+    sandbox user and bind it writable. Symlinks an admin made (in directories programs
+    cannot write) are followed."""
+    uid = _program_uid()
+    current = Path("/")
+    for part in Path(os.path.abspath(path)).parts[1:]:
+        entry = current / part
+        try:
+            info = entry.lstat()
+        except OSError:
+            return None  # missing: nothing leads anywhere yet (the caller makes or refuses it)
+        if not stat.S_ISLNK(info.st_mode):
+            current = entry
+            continue
+        if _programs_may_place(current, info, uid):
+            return (
+                f"reaches {entry}, a symlink in a directory sandboxed programs may write "
+                "(another agent's workspace, say), so a program may have pointed it "
+                "elsewhere"
+            )
+        current = Path(os.path.realpath(entry))
+    return None
+
+
+def _program_uid() -> int:
+    """The host uid sandboxed programs write as: the sandbox user's, or Harness's own."""
+    user = _owner()
+    return user[0] if user is not None else os.geteuid()
+
+
+def _programs_may_place(directory: Path, link: os.stat_result, uid: int) -> bool:
+    """Whether a program writing as `uid` may have put the symlink `link` in `directory`."""
+    try:
+        info = directory.stat()
+    except OSError:
+        return True
+    if info.st_uid == uid:
+        return True
+    user = _owner()
+    group_writable = info.st_mode & stat.S_IWGRP and user is not None and info.st_gid == user[1]
+    if not (info.st_mode & stat.S_IWOTH or group_writable):
+        return False
+    # in a sticky directory (/tmp) only an entry's owner may replace it
+    return not info.st_mode & stat.S_ISVTX or link.st_uid == uid
+
+
+def refuse_redirected(workspace: Path) -> None:
+    """Raise ToolError for a workspace `redirection` refuses: no program runs in it."""
+    reason = redirection(workspace)
+    if reason is not None:
+        raise ToolError(
+            f"The session workspace {workspace} {reason}, so no program runs. An operator "
+            "must look at it (and not nest one agent's workspace in another's)."
+        )
+
+
+def open_directory(path: Path) -> int:
+    """An O_PATH descriptor of the directory `path` (absolute, resolved), opened one
+    component at a time from / without following any symlink, numbered 10 or above (the
+    launcher opens the seccomp filter as descriptor 3). Raises ToolError when a component
+    is a symlink now: it changed since it was resolved and checked."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    current = os.open("/", flags)
+    try:
+        for part in path.parts[1:]:
+            try:
+                following = os.open(part, flags, dir_fd=current)
+            except OSError as error:
+                raise ToolError(
+                    f"The session workspace {path} changed while the sandbox was being set "
+                    f"up ({part!r}: {error.strerror}; a symlink may stand there now), so no "
+                    "program runs. Try again; an operator must look at it if it persists."
+                ) from None
+            os.close(current)
+            current = following
+        return fcntl.fcntl(current, fcntl.F_DUPFD_CLOEXEC, 10)
+    finally:
+        os.close(current)
+
+
 def _start_failure(argv: list[str], line: str) -> ToolError:
     execute = line.startswith(("bwrap: execvp ", "setpriv: failed to execute "))
     if execute and line.endswith("No such file or directory"):
@@ -429,17 +530,31 @@ class Bind:
     target: Path
     writable: bool = False
     optional: bool = False  # bound only when it exists (--ro-bind-try)
+    fd: int | None = None  # bound by this open descriptor of `source` (--bind-fd)
 
     def args(self) -> list[str]:
+        if self.fd is not None:
+            return [
+                "--bind-fd" if self.writable else "--ro-bind-fd",
+                str(self.fd),
+                str(self.target),
+            ]
         flag = "--bind" if self.writable else "--ro-bind-try" if self.optional else "--ro-bind"
         return [flag, str(self.source), str(self.target)]
 
 
 def bwrap_command(
-    argv: list[str], *, workspace: Path, cwd: Path, limits: Limits, network: bool
+    argv: list[str],
+    *,
+    workspace: Path,
+    cwd: Path,
+    limits: Limits,
+    network: bool,
+    workspace_fd: int | None = None,
 ) -> list[str]:
-    """The bubblewrap command line that runs `argv` (see the module docstring)."""
-    writable = Bind(workspace, workspace, writable=True)
+    """The bubblewrap command line that runs `argv` (see the module docstring); the
+    workspace bound by `workspace_fd` (open_directory, passed to bwrap) when given."""
+    writable = Bind(workspace, workspace, writable=True, fd=workspace_fd)
     return sandbox_command(argv, binds=[writable], cwd=cwd, limits=limits, network=network)
 
 
@@ -817,9 +932,15 @@ def _owner_problem(made: Path, owner: tuple[int, int] | None) -> str | None:
 
 
 def _run_process(
-    command: list[str], *, cwd: Path, env: dict[str, str], limits: Limits, sandboxed: bool
+    command: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    limits: Limits,
+    sandboxed: bool,
+    pass_fds: tuple[int, ...] = (),
 ) -> Completed:
-    process = _start(command, cwd, env)
+    process = _start(command, cwd, env, pass_fds)
     try:
         head, total, stopped = _collect(process, limits)
     finally:
@@ -834,12 +955,15 @@ def _run_process(
     )
 
 
-def _start(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _start(
+    command: list[str], cwd: Path, env: dict[str, str], pass_fds: tuple[int, ...] = ()
+) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
             command,
             cwd=cwd,
             env=env,
+            pass_fds=pass_fds,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -29,6 +29,7 @@ from dispatcher.tools.sandbox import (
     hidden_paths,
     mode,
     read_only_extras,
+    redirection,
     require_sandbox,
     sandbox_command,
     system_problem,
@@ -61,6 +62,8 @@ def server_path_problem(entry: str) -> str | None:
         return f"Path {entry!r} must be absolute (optionally ending in :ro or :rw)."
     if not path.exists():
         return f"Path {path} does not exist on this host."
+    if (redirected := redirection(path)) is not None:
+        return f"Path {path} {redirected}."
     path = path.resolve()
     if path == Path("/") or any(_inside(Path(p), path) for p in (*SYSTEM_DIRS, "/etc")):
         return f"Path {path} holds system directories; a server may only read those."

@@ -8,7 +8,7 @@ starts (after its own setup, so bwrap's mounts are not affected).
 Everything not listed is allowed: the namespaces, the read-only system, the uid and the
 limits already bound the program; the filter takes away the kernel interfaces through
 which a program reaches past them (other processes' memory, keyrings, BPF, mounts and
-namespaces, modules, the clock, the terminal's input queue). A refused call fails with
+namespaces, modules, the clock, the terminal's input queue, Unix and vsock sockets). A refused call fails with
 EPERM, except `clone3`, which fails with ENOSYS so that libc falls back to `clone`,
 whose flags the filter can read. System calls of another architecture (32-bit x86 on
 x86_64) kill the process (libseccomp's default for a foreign architecture), so no call
@@ -113,10 +113,14 @@ REFUSED_IOCTLS = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C}
 # query" cannot be said, and refusing a query costs a program nothing it needs.
 PERSONALITY_SAFE_MAX = 0x0020008  # PER_LINUX32 | UNAME26
 AF_UNIX = 1
+AF_VSOCK = 40
 # socket(AF_UNIX) is refused (as Claude Code's sandbox runtime does): with the network
 # allowed, abstract sockets of the host's network namespace are reachable, and a socket
 # file left in a writable path could lead to a host service. socketpair() stays allowed
 # (pipes between a program's own processes).
+# socket(AF_VSOCK) is refused too: vsock is not network-namespaced, so --unshare-net does
+# not stop it, and in a virtual machine it reaches the hypervisor's services (CID 2) and
+# any vsock service of the host itself (CID 1, vsock_loopback).
 
 
 def build() -> seccomp.SyscallFilter:
@@ -134,7 +138,8 @@ def build() -> seccomp.SyscallFilter:
     allowed.add_rule(refuse, "personality", seccomp.Arg(0, seccomp.GT, PERSONALITY_SAFE_MAX))
     # the family is an int: compare its low 32 bits only (the kernel ignores the rest, so
     # an equality on all 64 bits let socket(0x100000001, ...) make an AF_UNIX socket)
-    allowed.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, AF_UNIX))
+    for family in (AF_UNIX, AF_VSOCK):
+        allowed.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family))
     return allowed
 
 

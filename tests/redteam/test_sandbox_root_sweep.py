@@ -1,0 +1,357 @@
+"""A red-team sweep of the sandbox as Harness runs it here (root), and of the command
+reader's knowledge of what a program it reads as harmless really runs.
+
+Every test runs a real program in a real bwrap sandbox (run_command's own environment),
+so what is asserted is what the sandboxed program could do. The defects found are fixed
+or marked xfail(strict=True) with the reason; the rest locks in what held."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatcher.policy.reading import read_command
+from dispatcher.tools import sandbox
+from dispatcher.tools.base import ExecutionContext, ToolError
+from dispatcher.tools.run_command import TOOL as RUN_COMMAND
+from dispatcher.tools.run_command import program_path
+from tests.tools.support import require_bwrap
+
+
+@pytest.fixture
+def workspace(settings: Any, tmp_path: Path) -> Path:
+    require_bwrap()
+    settings.HARNESS_SANDBOX = "bwrap"
+    settings.HARNESS_SANDBOX_NETWORK = False
+    settings.HARNESS_WORKSPACE_ROOT = tmp_path / "workspaces"
+    path = tmp_path / "workspaces" / "agent"
+    path.mkdir(parents=True)
+    return path
+
+
+def run_command(workspace: Path, argv: list[str], cwd: str = ".") -> str:
+    """run_command as the worker runs it: its environment, its sandbox."""
+    ctx = ExecutionContext(workspace=workspace, call_id="rtd", timeout=30, output_limit=20_000)
+    return str(RUN_COMMAND.execute(ctx, {"argv": argv, "cwd": cwd}))
+
+
+def python(workspace: Path, code: str) -> str:
+    return run_command(workspace, ["python3", "-c", code])
+
+
+# --- the seccomp filter ----------------------------------------------------------------------
+
+
+def test_a_vsock_socket_is_refused(workspace: Path) -> None:
+    # vsock is not network-namespaced: --unshare-net left it open, and in a virtual machine
+    # (Firecracker, cloud hypervisors) CID 2 is the hypervisor's services, CID 1 the host's
+    # own vsock listeners. socket(AF_VSOCK) used to succeed in the sandbox.
+    out = python(
+        workspace,
+        "import socket\n"
+        "try:\n"
+        "    s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)\n"
+        "    print('vsock open', s.fileno())\n"
+        "except OSError as e:\n"
+        "    print('vsock refused', e.errno)\n"
+        "try:\n"
+        "    socket.socket(0x100000000 | socket.AF_VSOCK, socket.SOCK_STREAM)\n"
+        "    print('wide vsock open')\n"
+        "except (OSError, OverflowError) as e:\n"
+        "    print('wide vsock refused')\n",
+    )
+    assert "vsock refused 1" in out, out
+    assert "open" not in out, out
+
+
+# Machine code run from an executable page, each returning to Python if the kernel lets
+# it: the 32-bit ABI (int 0x80, getpid) and the x32 ABI (syscall with bit 30 set) must
+# kill the process (SIGSYS), never reach a second, unfiltered system-call table.
+FOREIGN_ABI = r"""
+import ctypes, mmap, sys
+code = {
+    "int80": bytes.fromhex("b814000000" "cd80" "c3"),          # mov eax,20; int 0x80; ret
+    "x32": bytes.fromhex("b827000040" "0f05" "c3"),            # mov eax,0x40000027; syscall
+    "x32_unshare": bytes.fromhex("b810010040" "bf00000010" "0f05" "c3"),  # unshare(NEWUSER)
+}[sys.argv[1]]
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+print("returned", ctypes.CFUNCTYPE(ctypes.c_long)(address)(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("abi", ["int80", "x32", "x32_unshare"])
+def test_a_foreign_system_call_abi_kills_the_program(workspace: Path, abi: str) -> None:
+    if os.uname().machine != "x86_64":
+        pytest.skip("the 32-bit and x32 ABIs are x86_64's")
+    (workspace / "abi.py").write_text(FOREIGN_ABI)
+    out = run_command(workspace, ["python3", "abi.py", abi])
+    assert "returned" not in out, out
+    assert "SIGSYS" in out.splitlines()[0], out
+
+
+# --- the program's environment: HOME is the workspace ----------------------------------------
+
+
+def test_git_status_runs_no_program_named_by_a_gitconfig_in_home(workspace: Path) -> None:
+    # HOME is the workspace. The reader guards `.git/config` (core.fsmonitor runs with git
+    # status), but `~/.gitconfig` is the same file under another name: written by
+    # write_file, `cp`, `git apply` or a checkout, it made an allowed `git status` run any
+    # program. git now reads no per-user configuration (GIT_CONFIG_GLOBAL).
+    assert read_command(("git", "status")).unreadable is None  # an allow rule may match it
+    run_command(workspace, ["git", "init", "-q"])
+    marker = workspace / "ran"
+    hook = f"echo fsmonitor > {marker}; false"
+    (workspace / ".gitconfig").write_text(f'[core]\n\tfsmonitor = "{hook}"\n')
+    (workspace / ".config" / "git").mkdir(parents=True)
+    (workspace / ".config" / "git" / "config").write_text(
+        f'[diff]\n\texternal = "sh -c \\"echo diff > {marker}\\""\n'
+    )
+    (workspace / "f").write_text("a\n")
+    run_command(workspace, ["git", "add", "f"])
+    (workspace / "f").write_text("b\n")
+    out = run_command(workspace, ["git", "status", "--short"])
+    out += run_command(workspace, ["git", "diff"])
+    assert not marker.exists(), out
+    # a repository's own configuration still works
+    assert run_command(workspace, ["git", "config", "user.email", "a@b.c"]).startswith(
+        "exit code 0"
+    )
+
+
+def test_vim_is_never_read_as_harmless(workspace: Path) -> None:
+    # `vim f` runs HOME's .vimrc (and .vim/plugin/*), which the agent writes: it was read
+    # as harmless, so an allow rule for vim let a planted .vimrc run anything.
+    (workspace / ".vimrc").write_text(":call writefile(['x'], 'ran-vim')\n:qa!\n")
+    assert read_command(("vim", "f")).unreadable is not None
+    assert read_command(("view", "f")).unreadable is not None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="`python3 -m MOD` puts the working directory first on sys.path, so a workspace "
+    "json/tool.py answers to `python3 -m json.tool`; the reader reads it as the module's "
+    "(docs/rules.md lists `python3 -m pytest -x` as readable). Needs a reading decision: "
+    "`-m` readable only with -I/-P, or PYTHONSAFEPATH in the sandbox (which changes "
+    "`python3 script.py` imports).",
+)
+def test_python_m_runs_the_module_the_reader_read(workspace: Path) -> None:
+    (workspace / "json").mkdir()
+    (workspace / "json" / "__init__.py").write_text("")
+    (workspace / "json" / "tool.py").write_text("print('workspace code')\n")
+    argv = ["python3", "-m", "json.tool", "/dev/null"]
+    readable = read_command(tuple(argv)).unreadable is None
+    out = run_command(workspace, argv)
+    assert not (readable and "workspace code" in out), out
+
+
+# --- the program's PATH ----------------------------------------------------------------------
+
+
+def test_path_never_leads_to_the_workspace(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An operator's PATH with an empty entry (`PATH=$PATH:$EXTRA`, EXTRA unset) or `.` or
+    # a relative one means "the working directory": an allowed `tool` that is not
+    # installed then ran the workspace's file called `tool`, and the reader, which reads
+    # `./tool` as unreadable, read it as the program `tool`.
+    name = "harness-rtd-not-installed"
+    program = workspace / name
+    program.write_text("#!/bin/sh\necho workspace program ran\n")
+    program.chmod(0o755)
+    (workspace / "bin").mkdir()
+    for path in ("/usr/bin:/bin:", ".:/usr/bin", "bin:/usr/bin", f"{workspace}:/usr/bin"):
+        monkeypatch.setenv("PATH", path)
+        try:
+            out = run_command(workspace, [name])
+        except ToolError as error:
+            out = str(error)
+        assert "workspace program ran" not in out, (path, out)
+    assert program_path(f"/usr/bin::.:bin:{workspace}/bin:/bin", workspace.resolve()) == (
+        "/usr/bin:/bin"
+    )
+
+
+# --- what held, locked in ----------------------------------------------------------------------
+
+
+def test_a_daemon_that_double_forks_and_setsids_dies_with_the_timeout(workspace: Path) -> None:
+    script = (
+        'setsid -f sh -c "trap \\"\\" HUP TERM; sleep 3; echo late > late1"; '
+        '(sh -c "sleep 3; echo late > late2" &); '
+        'nohup sh -c "sleep 3; echo late > late3" >/dev/null 2>&1 & sleep 30'
+    )
+    limits = sandbox.Limits(timeout=1.5, output_chars=2000)
+    with pytest.raises(TimeoutError):
+        sandbox.run(
+            ["sh", "-c", script],
+            workspace=workspace,
+            cwd=workspace,
+            env={"PATH": "/usr/bin:/bin"},
+            limits=limits,
+        )
+    time.sleep(4)
+    assert not list(workspace.glob("late*"))
+
+
+def test_no_capability_no_namespace_no_host_service(workspace: Path) -> None:
+    out = python(
+        workspace,
+        "import ctypes, os, socket\n"
+        "print('fds', sorted(os.listdir('/proc/self/fd')))\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "status = open('/proc/self/status').read()\n"
+        "print([l for l in status.splitlines() if l.startswith(('CapEff', 'CapBnd', 'CapAmb'))])\n"
+        "print('uid', os.getuid())\n"
+        "for flag in (0x10000000, 0x20000, 0x40000000):\n"
+        "    print('unshare', hex(flag), libc.unshare(flag), ctypes.get_errno())\n"
+        "for port in (6379, 5432):\n"
+        "    s = socket.socket(); s.settimeout(2)\n"
+        "    print('tcp', port, s.connect_ex(('127.0.0.1', port)))\n"
+        "print('pids', sorted(p for p in os.listdir('/proc') if p.isdigit()))\n",
+    )
+    assert "CapEff:\\t0000000000000000" in out and "CapBnd:\\t0000000000000000" in out, out
+    assert "uid 0" not in out, out
+    assert out.count(" -1 1") == 3, out  # every unshare: EPERM
+    assert "tcp 6379 0" not in out and "tcp 5432 0" not in out, out
+    assert "fds ['0', '1', '2', '3']" in out, out  # 3: listdir's own
+
+
+# --- a workspace nested in another agent's ---------------------------------------------------
+
+
+def run_in(workspace: Path, script: str) -> sandbox.Completed:
+    return sandbox.run(
+        ["sh", "-c", script],
+        workspace=workspace,
+        cwd=workspace,
+        env={"PATH": "/usr/bin:/bin"},
+        limits=sandbox.Limits(timeout=30, output_chars=20_000),
+    )
+
+
+def test_a_nested_workspace_replaced_by_a_symlink_is_not_followed(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # Agent A's fixed workspace holds agent B's (a monorepo and one of its packages; the
+    # docs accept that A sees B's files). A's program replaces B's directory with a
+    # symlink to a host directory neither may touch (a person's home, an app in /opt, a
+    # virtualenv the worker imports from). B's next run resolved it, gave the whole tree
+    # to the sandbox user (as root: chown of every file) and bound it writable.
+    a = tmp_path / "projects" / "a"
+    b = a / "b"
+    b.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "f").write_text("original\n")
+    (victim / "f").chmod(0o644)
+    owner = victim.stat().st_uid
+    done = run_in(a, f"mv b b.old && ln -s {victim} b && echo swapped")
+    assert "swapped" in done.output, done.output
+    with pytest.raises(ToolError, match="symlink"):
+        run_in(b, "echo written > f")
+    assert (victim / "f").read_text() == "original\n"
+    assert victim.stat().st_uid == owner and (victim / "f").stat().st_uid == owner
+
+
+def test_a_workspace_swapped_for_a_symlink_after_the_check_is_not_bound(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race behind the test above: the path is resolved and checked, then another
+    # agent's program swaps the directory for a symlink before bwrap mounts it, and bwrap
+    # (as root) followed the symlink. The workspace is now bound by the descriptor that
+    # was opened, without following symlinks, after the check.
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    victim.chmod(0o777)
+    build = sandbox.bwrap_command
+
+    def build_then_swap(*args: Any, **kwargs: Any) -> list[str]:
+        command = build(*args, **kwargs)  # everything checked and resolved by now
+        workspace.rename(workspace.with_name("moved"))
+        workspace.symlink_to(victim)
+        return command
+
+    monkeypatch.setattr(sandbox, "bwrap_command", build_then_swap)
+    run_in(workspace, "echo written > f")
+    assert not (victim / "f").exists()
+    assert (workspace.with_name("moved") / "f").read_text() == "written\n"
+
+
+# --- one program, two names --------------------------------------------------------------------
+
+
+def test_perl_under_its_arch_qualified_name_is_read_as_perl(workspace: Path) -> None:
+    # Debian's perl is also /usr/bin/perl5.36-x86_64-linux-gnu: under that name `-e CODE`
+    # was read as a plain program's arguments (and a deny rule on perl missed it).
+    names = sorted(p.name for p in Path("/usr/bin").glob("perl5*-linux-gnu*"))
+    name = names[0] if names else "perl5.36-x86_64-linux-gnu"
+    argv = (name, "-e", "system('id')")
+    assert read_command(argv).unreadable is not None
+    if names:  # what it would have run, in the real sandbox
+        assert "uid=" in run_command(workspace, list(argv))
+
+
+# A patch `git apply` (read as harmless) turns into a git directory that is not named .git:
+# HEAD, objects/, refs/ and a config whose core.fsmonitor runs with the next `git status`.
+BARE_LAYOUT_PATCH = """\
+diff --git a/x/HEAD b/x/HEAD
+new file mode 100644
+--- /dev/null
++++ b/x/HEAD
+@@ -0,0 +1 @@
++ref: refs/heads/main
+diff --git a/x/config b/x/config
+new file mode 100644
+--- /dev/null
++++ b/x/config
+@@ -0,0 +1,3 @@
++[core]
++\tworktree = ..
++\tfsmonitor = "echo ran > {marker}; false"
+diff --git a/x/objects/info/k b/x/objects/info/k
+new file mode 100644
+--- /dev/null
++++ b/x/objects/info/k
+@@ -0,0 +1 @@
++k
+diff --git a/x/refs/heads/k b/x/refs/heads/k
+new file mode 100644
+--- /dev/null
++++ b/x/refs/heads/k
+@@ -0,0 +1 @@
++k
+"""
+
+
+def test_a_git_directory_written_by_git_apply_runs_nothing(workspace: Path) -> None:
+    marker = workspace / "ran"
+    (workspace / "evil.patch").write_text(BARE_LAYOUT_PATCH.format(marker=marker))
+    assert read_command(("git", "apply", "evil.patch")).unreadable is None
+    run_command(workspace, ["git", "init", "-q"])
+    assert run_command(workspace, ["git", "apply", "evil.patch"]).startswith("exit code 0")
+    assert (workspace / "x" / "HEAD").exists()
+    # named: never read as harmless (as `--git-dir=.git` was not either)
+    assert read_command(("git", "--git-dir=x", "status")).unreadable is not None
+    assert read_command(("git", "--git-dir", "x", "--work-tree=.", "status")).unreadable
+    # found: git -C x takes x for a bare repository only when one is named
+    argv = ["git", "-C", "x", "status"]
+    assert read_command(tuple(argv)).unreadable is None
+    out = run_command(workspace, argv)
+    assert "cannot use bare repository" in out, out  # every other bare-repository road too
+    assert not marker.exists(), out
+
+
+def test_python_tools_under_their_own_names_are_read_as_python(workspace: Path) -> None:
+    # `python3 -m pdb -c CMD` is unreadable; Debian's pdb3 is the same program, and
+    # `pydoc3 NAME` imports NAME from the working directory (a workspace NAME.py).
+    (workspace / "mod.py").write_text("print('workspace code')\n")
+    for argv in (("pdb3", "-c", "!print(1)", "x.py"), ("pydoc3", "mod"), ("pdb3.11", "x.py")):
+        assert read_command(argv).unreadable is not None, argv
+    if Path("/usr/bin/pydoc3").exists():
+        assert "workspace code" in run_command(workspace, ["pydoc3", "mod"])
