@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import functools
 import glob
@@ -221,24 +222,53 @@ def give_to_sandbox(root: Path) -> None:
     """When Harness is root: make `root` (a workspace, a writable server path) and all it
     holds belong to the sandbox user, once (the owner of `root` itself marks it done).
 
-    Walks with descriptors and never follows a symlink (os.fwalk), so a directory swapped
-    for a symlink meanwhile cannot lead the walk outside; a file with more than one hard
-    link keeps its owner (one of its names may lie outside `root`); Harness's own
-    directories (hidden_paths: data, settings, workspace root) are neither entered nor
-    given, wherever an admin put them beneath `root`.
+    Walks with descriptors and never follows a symlink (each directory opened relative to
+    its parent's descriptor with O_NOFOLLOW), so a directory swapped for a symlink
+    meanwhile cannot lead the walk outside; a file with more than one hard link keeps its
+    owner (one of its names may lie outside `root`); Harness's own directories
+    (hidden_paths: data, settings, workspace root) are neither entered nor given, wherever
+    an admin put them beneath `root`. The walk keeps a stack of its own, one descriptor a
+    level of the directory it is in (os.fwalk recurses once per level: a tree 1,200 deep,
+    a cloned repository's or an unpacked archive's, raised RecursionError at every run).
     """
     user = _owner()
     if user is None or (root.lstat().st_uid, root.lstat().st_gid) == user:
         return
     hidden = set(hidden_paths())
-    for top, directories, files, dir_fd in os.fwalk(root, follow_symlinks=False):
-        directories[:] = [d for d in directories if Path(top, d) not in hidden]  # not entered
-        for name in (*directories, *files):
-            with contextlib.suppress(FileNotFoundError):
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    top_fd = os.open(root, flags)
+    stack: list[tuple[Path, int, Iterator[str]]] = [(root, top_fd, iter(()))]
+    try:
+        stack[0] = (root, top_fd, iter(os.listdir(top_fd)))
+        while stack:
+            top, dir_fd, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
+                os.close(dir_fd)
+                continue
+            try:
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
-                    continue
-                os.chown(name, *user, dir_fd=dir_fd, follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode) and Path(top, name) in hidden:
+                    continue  # neither entered nor given
+                if not (stat.S_ISREG(info.st_mode) and info.st_nlink > 1):
+                    os.chown(name, *user, dir_fd=dir_fd, follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    child = os.open(name, flags, dir_fd=dir_fd)
+                    try:
+                        listed = os.listdir(child)
+                    except BaseException:
+                        os.close(child)
+                        raise
+                    stack.append((Path(top, name), child, iter(listed)))
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone, or swapped for something else, meanwhile
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:  # (a directory swapped for a symlink: not followed)
+                    raise
+    finally:
+        for _, dir_fd, _ in stack:
+            os.close(dir_fd)
     os.chown(root, *user, follow_symlinks=False)
 
 
