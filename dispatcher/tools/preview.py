@@ -724,12 +724,22 @@ def _deleted_one(workspace: Path, rel: str, info: os.stat_result) -> Iterator[di
 def _hidden_by_opaque(
     workspace: Path, rel: str, members: dict[str, tarfile.TarInfo]
 ) -> Iterator[dict[str, Any]]:
-    """What an opaque directory (removed and made again) drops of the lower one."""
+    """What an opaque directory (removed and made again) drops of the lower one: the apply
+    removes the whole lower directory, so a directory the upper layer made again beneath
+    it (a plain one: `mkdir -p` under the opaque one) hides nothing of the lower one's
+    content either; every lower path the upper layer does not name is deleted."""
     with os.scandir(workspace / rel) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             path = os.path.join(rel, entry.name)
-            if path not in members:
+            member = members.get(path)
+            if member is None:
                 yield from _deleted_tree(workspace, path, entry.stat(follow_symlinks=False))
+            elif (
+                member.isdir()
+                and not _is_opaque(member)  # an opaque one lists its own (_changes_of)
+                and entry.is_dir(follow_symlinks=False)
+            ):
+                yield from _hidden_by_opaque(workspace, path, members)
 
 
 # --- The world the preview saw --------------------------------------------------------------
