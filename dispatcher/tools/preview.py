@@ -68,6 +68,7 @@ from django.conf import settings
 
 from dispatcher.tools import _confined, sandbox, sandbox_cgroups
 from dispatcher.tools.base import ToolError
+from dispatcher.tools.run_command import storable_output
 
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
 DIFF_LINES = 400  # per file
@@ -365,7 +366,7 @@ def _effect(
             "without one."
         )
     status = int(facts["status"])
-    output = done.output
+    output = storable_output(done.output)  # the call's result when applied, as a run's
     limit = ""
     start_failure = sandbox._start_failure_line(done)
     if status == 124 and seconds >= timeout:
@@ -415,7 +416,7 @@ def _stopped(
         changes=[],
         exit_status=None,
         exit_text="stopped",
-        output=done.output,
+        output=storable_output(done.output),
         network_attempted=False,
         limit=limit,
         upper_sha256="",

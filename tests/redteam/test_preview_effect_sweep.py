@@ -47,3 +47,121 @@ def test_a_directory_under_a_recreated_one_hides_no_deletion(workspace: Path) ->
     assert _shown_deleted(effect) == gone  # and what the reviewer must have seen
     assert effect.summary() != "This command would: change no files"
     preview.discard(effect.store)
+
+
+# --- Through the whole path: ask, review, approve, the worker ----------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "write_file's diff (present_write) is computed at admission and bound to nothing: "
+        "the worker overwrites whatever the file holds by then. DESIGN.md principle 14 says "
+        "the approval binds to a file tool's diff as to a command's effect. The fix needs "
+        "the approval/execution path (e.g. the presentation's before-hash checked by the "
+        "worker under the workspace lock, asking again when it differs): "
+        "dispatcher/execution.py or approvals/, outside this helper's files."
+    ),
+)
+def test_a_write_files_diff_binds_like_a_previewed_effect(agent: Any, reviewer: Any) -> None:
+    """The reviewer sees a one-line diff against notes.txt; before the worker runs it the
+    file gains lines (another call, a person); approving then drops those lines, which
+    the diff never showed as removed."""
+    from django.test import Client
+
+    from dispatcher import execution
+    from dispatcher.models import AgentSession, Status, ToolCall
+    from tests.approvals.conftest import ask, start_session
+
+    session_id = start_session(agent)
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    (workspace / "notes.txt").write_text("alpha\nbeta\n")
+    approval = ask(
+        agent, {"path": "notes.txt", "content": "alpha\nBETA\n"}, session_id=session_id
+    )
+    shown = approval.presentation["diff"]
+    assert "-beta" in shown and "+BETA" in shown
+    (workspace / "notes.txt").write_text("alpha\nbeta\nkeep: the reviewer never saw me go\n")
+    client = Client()
+    client.force_login(reviewer)
+    data = {"action": "approve", "digest": approval.call.digest}
+    assert client.post(f"/approvals/{approval.pk}/decide", data).status_code in (200, 302)
+    execution.execute_call(str(approval.call_id))
+    call = ToolCall.objects.get(pk=approval.call_id)
+    # What the reviewer approved ("beta" -> "BETA", nothing else) or nothing at all.
+    assert (workspace / "notes.txt").read_text() in (
+        "alpha\nbeta\nkeep: the reviewer never saw me go\n",
+        "alpha\nBETA\nkeep: the reviewer never saw me go\n",
+    ), call.status
+    assert call.status != Status.COMPLETED or call.is_error
+
+
+NUL_SCRIPT = "printf 'name\\000'; echo made > made.txt"  # `find -print0`, `git ls-files -z`
+
+
+@pytest.fixture
+def previews_on(settings: Any) -> None:
+    from tests.tools.support import require_bwrap
+
+    require_bwrap()
+    settings.HARNESS_SANDBOX = "bwrap"
+    settings.HARNESS_SANDBOX_NETWORK = False
+    settings.HARNESS_PREVIEW = True
+    settings.HARNESS_PREVIEW_TIMEOUT = 5
+
+
+@pytest.mark.django_db
+def test_a_nul_in_a_previews_output_does_not_refuse_the_call(
+    previews_on: None, agent: Any, reviewer: Any
+) -> None:
+    """The previewed output went into the Preview row's JSON as it was: PostgreSQL refuses
+    \\u0000 in jsonb, so the whole message was refused (422 unstorable_value, nothing
+    recorded) for a command that prints a NUL. Now it asks, its preview shows the NUL
+    escaped, and approving applies the effect with that output as the result."""
+    from django.test import Client
+
+    from dispatcher import execution
+    from dispatcher.models import AgentSession, Preview, Status, ToolCall
+    from tests.approvals.conftest import ask, start_session
+
+    session_id = start_session(agent)
+    approval = ask(
+        agent, {"argv": ["sh", "-c", NUL_SCRIPT]}, session_id=session_id, name="run_command"
+    )
+    row = Preview.objects.get(call=approval.call)
+    assert row.appliable and row.effect["output"] == "name\\u0000"
+    client = Client()
+    client.force_login(reviewer)
+    data = {"action": "approve", "digest": approval.call.digest, "effect_digest": row.effect_digest}
+    assert client.post(f"/approvals/{approval.pk}/decide", data).status_code in (200, 302)
+    execution.execute_call(str(approval.call_id))
+    call = ToolCall.objects.get(pk=approval.call_id)
+    assert call.status == Status.COMPLETED and call.content == "exit code 0\nname\\u0000"
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    assert (workspace / "made.txt").read_text() == "made\n"
+
+
+@pytest.mark.django_db
+def test_a_nul_in_a_commands_output_is_recorded(settings: Any, agent: Any, reviewer: Any) -> None:
+    """Unpreviewed (previews off), the same command ran and then its result could not be
+    written (PostgreSQL text refuses NUL): the worker raised, the call stayed running
+    until its lease ended it outcome_unknown, though it had completed."""
+    from django.test import Client
+
+    from dispatcher import execution
+    from dispatcher.models import Status, ToolCall
+    from tests.approvals.conftest import ask
+    from tests.tools.support import require_bwrap
+
+    require_bwrap()
+    settings.HARNESS_SANDBOX = "bwrap"
+    settings.HARNESS_PREVIEW = False
+    approval = ask(agent, {"argv": ["sh", "-c", NUL_SCRIPT]}, name="run_command")
+    client = Client()
+    client.force_login(reviewer)
+    data = {"action": "approve", "digest": approval.call.digest}
+    assert client.post(f"/approvals/{approval.pk}/decide", data).status_code in (200, 302)
+    execution.execute_call(str(approval.call_id))
+    call = ToolCall.objects.get(pk=approval.call_id)
+    assert call.status == Status.COMPLETED and call.content == "exit code 0\nname\\u0000"
