@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dispatcher.policy import effect_rules
 from dispatcher.tools import preview, preview_apply, workspace_lock
 from tests.tools.test_preview import _by_path, _preview, _tree, workspace
 
@@ -39,13 +40,16 @@ def test_a_directory_under_a_recreated_one_hides_no_deletion(workspace: Path) ->
         "cp -a src/a.py src/b.py /tmp/ && rm -rf src && mkdir -p src/sub/deeper && "
         "cp -a /tmp/a.py /tmp/b.py src/"
     )
-    effect = _preview(workspace, ["sh", "-c", script])
+    effect = _preview(workspace, ["sh", "-c", script + " && mkdir -p build"])
+    # An effect rule for build/ alone lifted the ask: it saw no change outside build/.
+    rule = effect_rules.parse("effect(write: build/**, network: none)")
+    assert not rule.allows({**effect.document(), "appliable": effect.appliable})
     before = _tree(workspace)
     _apply(effect, workspace)
     gone = set(before) - set(_tree(workspace))
     assert gone == {"src/sub/keep.py", "src/sub/deeper/k2"}  # what the apply does
     assert _shown_deleted(effect) == gone  # and what the reviewer must have seen
-    assert effect.summary() != "This command would: change no files"
+    assert "delete 2" in effect.summary()
     preview.discard(effect.store)
 
 
