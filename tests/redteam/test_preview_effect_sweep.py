@@ -225,3 +225,32 @@ def test_write_file_never_writes_through_a_hard_link(agent: Any, settings: Any) 
     assert call.status == Status.COMPLETED  # allowed by the rule, as it should be
     assert ci.read_text() == "on: push\njobs: {test: {steps: [{run: make test}]}}\n"
     assert call.is_error and "hard link" in call.content
+
+
+def test_rm_rf_of_a_large_tree_reads_only_the_files_it_lists(
+    workspace: Path, monkeypatch: Any
+) -> None:
+    """`rm -rf node_modules` (20,000 files): every deleted file was read, hashed and diffed
+    at admission, under the workspace's lock, though the effect lists 2,000 changes and is
+    never applied past them (4.2 s, 40 s for 200,000 files: the admission and every call
+    of the session waited). Now only the listed ones are read (1.4 s with the walk)."""
+    monkeypatch.setattr(preview, "LIST_CHANGES", 50)
+    for d in range(10):
+        package = workspace / "node_modules" / f"pkg{d}"
+        package.mkdir(parents=True)
+        for f in range(40):
+            (package / f"f{f}.js").write_text(f"module.exports = {f};\n")
+    reads: list[str] = []
+    real = preview._lower_bytes
+
+    def counting(root: Path, rel: str) -> Any:
+        reads.append(rel)
+        return real(root, rel)
+
+    monkeypatch.setattr(preview, "_lower_bytes", counting)
+    effect = _preview(workspace, ["rm", "-rf", "node_modules"])
+    assert len(effect.changes) == 50 and effect.more_changes == 411 - 50
+    assert not effect.appliable
+    assert len(reads) <= 50
+    listed = [c for c in effect.changes if c["kind"] == "file"]
+    assert listed and all(c["sha256_before"] and c["diff"] for c in listed)
