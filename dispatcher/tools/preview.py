@@ -698,15 +698,23 @@ def _content(before: bytes | _Large | None, after: bytes | None) -> dict[str, An
 
 
 def _text(data: bytes | _Large | None) -> str | None:
-    """Text to diff, or None: binary (a NUL, not UTF-8) or larger than DIFF_BYTES."""
+    """Text to diff, or None: binary or larger than DIFF_BYTES. A file is binary when
+    more than ODD_BYTES (at least ODD_BYTES_MIN) of its bytes are NUL or not UTF-8; fewer
+    are shown escaped (`\\x00`, `\\xff`) in the diff: one NUL in a script's comment
+    once made its whole change sizes and hashes only (sh runs such a script)."""
     if data is None:
         return ""
-    if isinstance(data, _Large) or len(data) > DIFF_BYTES or b"\0" in data:
+    if isinstance(data, _Large) or len(data) > DIFF_BYTES:
         return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
+    valid = len(data.decode("utf-8", errors="ignore").encode())
+    odd = data.count(b"\0") + len(data) - valid
+    if odd > max(ODD_BYTES_MIN, len(data) * ODD_BYTES):
         return None
+    return data.decode("utf-8", errors="backslashreplace").replace("\0", "\\x00")
+
+
+ODD_BYTES = 0.01
+ODD_BYTES_MIN = 16
 
 
 def _deleted_tree(workspace: Path, rel: str, lower: os.stat_result) -> Iterator[dict[str, Any]]:
