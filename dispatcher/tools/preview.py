@@ -209,6 +209,21 @@ def summary_of(document: dict[str, Any]) -> str:
     if counts["mode"]:
         parts.append(f"change the mode of {counts['mode']}")
     text = "This command would: " + (", ".join(parts) if parts else "change no files")
+    # A one-tap link or a push carries this line alone: "create 1 file" must not hide that
+    # the file is another path's too (a later write to one name writes the other) or a
+    # symlink (where it leads is on the page).
+    changes = document.get("changes", [])
+    links = sum(1 for change in changes if change.get("link"))
+    symlinks = sum(
+        1 for c in changes if c.get("kind") == "symlink" and c.get("change") != "deleted"
+    )
+    extras = [
+        f"{n} {word}{'' if n == 1 else 's'}"
+        for n, word in ((links, "hard link"), (symlinks, "symlink"))
+        if n
+    ]
+    if extras:
+        text += "; it makes " + " and ".join(extras)
     if document.get("more_changes"):
         text += f" (and {document['more_changes']} more changes not listed)"
     if document.get("network_attempted"):

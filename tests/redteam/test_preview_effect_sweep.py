@@ -279,3 +279,15 @@ def test_one_nul_byte_does_not_hide_a_scripts_diff(workspace: Path) -> None:
     _apply(effect, workspace)
     assert (workspace / "deploy.sh").read_bytes().endswith(b"# \x00\n")
     preview.discard(effect.store)
+
+
+def test_the_summary_line_names_hard_links_and_symlinks(workspace: Path) -> None:
+    """A push or a one-tap link carries the summary line alone: `ln notes.txt
+    scratch/n.txt; ln -s /etc scratch/etc` read "create 2 files", though one is the same
+    file as notes.txt (a later write to scratch/n.txt rewrites it) and one leads out."""
+    effect = _preview(
+        workspace, ["sh", "-c", "mkdir scratch && ln notes.txt scratch/n.txt && ln -s /etc scratch/etc"]
+    )
+    summary = effect.summary()
+    assert "1 hard link" in summary and "1 symlink" in summary, summary
+    preview.discard(effect.store)
