@@ -127,7 +127,10 @@ def _current_text(relative: str, workspace: Path) -> str | None:
                     f"[the current file is {info.st_size} bytes, too large to diff; "
                     "it will be replaced]\n"
                 )
-            return read_at_most(fd, DIFF_LIMIT).decode("utf-8", errors="replace")
+            text = read_at_most(fd, DIFF_LIMIT).decode("utf-8", errors="replace")
+            # A NUL shown escaped: PostgreSQL keeps none in the ask's presentation (jsonb),
+            # and a write over a binary file refused its whole message.
+            return text.replace("\x00", "\\x00")
     except OSError:  # unreadable, or changed: the reviewer sees the write as if it were new
         return None
 

