@@ -338,3 +338,50 @@ def test_a_write_over_a_file_holding_a_nul_asks(agent: Any) -> None:
     assert response.status_code in (200, 202), response.content
     approval = ApprovalRequest.objects.get(call_id=response.json()["calls"][0]["id"])
     assert "-PK\x03\x04\\x00\\x00abc" in approval.presentation["diff"]
+
+
+@pytest.mark.django_db
+def test_an_effect_rule_for_build_does_not_lift_a_hidden_deletion(
+    previews_on: None, agent: Any
+) -> None:
+    """The whole path: `allow: effect(write: build/**, network: none)`; the command puts
+    src/a.py and src/b.py back after `rm -rf src` and makes build/. The effect read
+    "create build/" only, the rule allowed it, and the worker applied the removal of
+    src/sub/ with nobody asked. Now the deletions are in the effect, and it asks."""
+    import json
+
+    from django.test import Client
+
+    from dispatcher import execution
+    from dispatcher.models import AgentSession, Status, ToolCall
+    from dispatcher.policy import profiles
+    from tests.approvals.conftest import start_session
+
+    profiles.update_profile(
+        user=agent.owner, mode="standard", actor="test",
+        allow=["effect(write: build/**, network: none)"], ask=[], deny=[],
+    )
+    session_id = start_session(agent)
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    (workspace / "src" / "sub").mkdir(parents=True)
+    (workspace / "src" / "a.py").write_text("a\n")
+    (workspace / "src" / "b.py").write_text("b\n")
+    (workspace / "src" / "sub" / "keep.py").write_text("precious\n")
+    script = (
+        "cp -a src/a.py src/b.py /tmp/ && rm -rf src && mkdir -p src/sub build && "
+        "cp -a /tmp/a.py /tmp/b.py src/"
+    )
+    body = {"calls": [{"id": "e1", "name": "run_command", "arguments": {"argv": ["sh", "-c", script]}}]}
+    response = Client().post(
+        f"/api/v1/sessions/{session_id}/calls",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers=agent.headers,
+    )
+    assert response.status_code in (200, 202), response.content
+    call = ToolCall.objects.get(pk=response.json()["calls"][0]["id"])
+    if call.status == Status.QUEUED:
+        execution.execute_call(str(call.pk))
+        call.refresh_from_db()
+    assert (workspace / "src" / "sub" / "keep.py").exists(), call.status
+    assert call.status == Status.PENDING_APPROVAL
