@@ -81,9 +81,7 @@ def test_a_write_files_diff_binds_like_a_previewed_effect(agent: Any, reviewer: 
     session_id = start_session(agent)
     workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
     (workspace / "notes.txt").write_text("alpha\nbeta\n")
-    approval = ask(
-        agent, {"path": "notes.txt", "content": "alpha\nBETA\n"}, session_id=session_id
-    )
+    approval = ask(agent, {"path": "notes.txt", "content": "alpha\nBETA\n"}, session_id=session_id)
     shown = approval.presentation["diff"]
     assert "-beta" in shown and "+BETA" in shown
     (workspace / "notes.txt").write_text("alpha\nbeta\nkeep: the reviewer never saw me go\n")
@@ -191,8 +189,12 @@ def test_write_file_never_writes_through_a_hard_link(agent: Any, settings: Any) 
 
     settings.HARNESS_PREVIEW = False
     profiles.update_profile(
-        user=agent.owner, mode="standard", actor="test", allow=["write_file(scratch/**)"],
-        ask=[], deny=[],
+        user=agent.owner,
+        mode="standard",
+        actor="test",
+        allow=["write_file(scratch/**)"],
+        ask=[],
+        deny=[],
     )
     session_id = start_session(agent)
     workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
@@ -286,7 +288,8 @@ def test_the_summary_line_names_hard_links_and_symlinks(workspace: Path) -> None
     scratch/n.txt; ln -s /etc scratch/etc` read "create 2 files", though one is the same
     file as notes.txt (a later write to scratch/n.txt rewrites it) and one leads out."""
     effect = _preview(
-        workspace, ["sh", "-c", "mkdir scratch && ln notes.txt scratch/n.txt && ln -s /etc scratch/etc"]
+        workspace,
+        ["sh", "-c", "mkdir scratch && ln notes.txt scratch/n.txt && ln -s /etc scratch/etc"],
     )
     summary = effect.summary()
     assert "1 hard link" in summary and "1 symlink" in summary, summary
@@ -358,8 +361,12 @@ def test_an_effect_rule_for_build_does_not_lift_a_hidden_deletion(
     from tests.approvals.conftest import start_session
 
     profiles.update_profile(
-        user=agent.owner, mode="standard", actor="test",
-        allow=["effect(write: build/**, network: none)"], ask=[], deny=[],
+        user=agent.owner,
+        mode="standard",
+        actor="test",
+        allow=["effect(write: build/**, network: none)"],
+        ask=[],
+        deny=[],
     )
     session_id = start_session(agent)
     workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
@@ -371,7 +378,9 @@ def test_an_effect_rule_for_build_does_not_lift_a_hidden_deletion(
         "cp -a src/a.py src/b.py /tmp/ && rm -rf src && mkdir -p src/sub build && "
         "cp -a /tmp/a.py /tmp/b.py src/"
     )
-    body = {"calls": [{"id": "e1", "name": "run_command", "arguments": {"argv": ["sh", "-c", script]}}]}
+    body = {
+        "calls": [{"id": "e1", "name": "run_command", "arguments": {"argv": ["sh", "-c", script]}}]
+    }
     response = Client().post(
         f"/api/v1/sessions/{session_id}/calls",
         data=json.dumps(body),
