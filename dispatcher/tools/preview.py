@@ -732,14 +732,20 @@ ODD_BYTES_MIN = 16
 
 
 def _deleted_tree(workspace: Path, rel: str, lower: os.stat_result) -> Iterator[dict[str, Any]]:
-    """A deleted path; for a directory, everything in it too (deepest last)."""
+    """A deleted path; for a directory, everything in it too. Walked with a stack of its
+    own: os.fwalk recurses once per level (a tree 1,200 deep raised RecursionError)."""
     yield from _deleted_one(workspace, rel, lower)
-    if stat.S_ISDIR(lower.st_mode):
-        for top, directories, files, _ in os.fwalk(workspace / rel, follow_symlinks=False):
-            for name in sorted([*directories, *files]):
-                path = os.path.relpath(os.path.join(top, name), workspace)
-                info = os.lstat(workspace / path)
-                yield from _deleted_one(workspace, path, info)
+    pending = [rel] if stat.S_ISDIR(lower.st_mode) else []
+    while pending:
+        top = pending.pop()
+        with os.scandir(workspace / top) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+        for entry in entries:
+            path = os.path.join(top, entry.name)
+            info = entry.stat(follow_symlinks=False)
+            yield from _deleted_one(workspace, path, info)
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(path)
 
 
 def _deleted_one(workspace: Path, rel: str, info: os.stat_result) -> Iterator[dict[str, Any]]:
@@ -760,9 +766,13 @@ def _hidden_by_opaque(
     removes the whole lower directory, so a directory the upper layer made again beneath
     it (a plain one: `mkdir -p` under the opaque one) hides nothing of the lower one's
     content either; every lower path the upper layer does not name is deleted."""
-    with os.scandir(workspace / rel) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            path = os.path.join(rel, entry.name)
+    pending = [rel]  # a stack, not recursion: the upper layer may nest 8,000 deep
+    while pending:
+        top = pending.pop()
+        with os.scandir(workspace / top) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+        for entry in entries:
+            path = os.path.join(top, entry.name)
             member = members.get(path)
             if member is None:
                 yield from _deleted_tree(workspace, path, entry.stat(follow_symlinks=False))
@@ -771,7 +781,7 @@ def _hidden_by_opaque(
                 and not _is_opaque(member)  # an opaque one lists its own (_changes_of)
                 and entry.is_dir(follow_symlinks=False)
             ):
-                yield from _hidden_by_opaque(workspace, path, members)
+                pending.append(path)
 
 
 # --- The world the preview saw --------------------------------------------------------------

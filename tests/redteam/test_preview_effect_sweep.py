@@ -394,3 +394,70 @@ def test_an_effect_rule_for_build_does_not_lift_a_hidden_deletion(
         call.refresh_from_db()
     assert (workspace / "src" / "sub" / "keep.py").exists(), call.status
     assert call.status == Status.PENDING_APPROVAL
+
+
+DEPTH = 1200  # past Python's recursion limit (1000): os.fwalk and shutil.rmtree recurse
+
+
+def _deep_tree(parent: Path, owner: tuple[int, int] | None) -> None:
+    """parent/deep/a/a/... DEPTH directories, made through descriptors (a path this long
+    would pass PATH_MAX for os.makedirs), owned by `owner`."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in ["deep"] + ["a"] * (DEPTH - 1):
+            os.mkdir(name, dir_fd=fd)
+            if owner is not None:
+                os.chown(name, *owner, dir_fd=fd)
+            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        with open(os.open("leaf.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
+            f.write("leaf\n")
+        if owner is not None:
+            os.chown("leaf.txt", *owner, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def test_a_very_deep_tree_is_previewed_and_removed(workspace: Path) -> None:
+    """`rm -rf deep` over a tree 1,200 directories deep (the agent's own run can make
+    one): the effect's walk of what is deleted (os.fwalk) raised RecursionError, which no
+    caller expects (admission failed with it); past that, the apply's shutil.rmtree
+    raised it after the call was claimed (the worker failed, the call was left running,
+    the workspace half-applied). Both walk iteratively now."""
+    from dispatcher.tools import sandbox
+
+    sandbox.give_to_sandbox(workspace)  # once, before the tree (see the xfail below)
+    _deep_tree(workspace, sandbox._owner())
+    effect = _preview(workspace, ["rm", "-rf", "deep"])
+    assert effect.appliable, effect.why_not_appliable()
+    deleted = _shown_deleted(effect)
+    assert "deep" in deleted and len(deleted) == DEPTH + 1  # every directory, the leaf
+    _apply(effect, workspace)
+    assert not (workspace / "deep").exists()
+    preview.discard(effect.store)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason=(
+        "sandbox.give_to_sandbox walks with os.fwalk, which recurses once per level in "
+        "Python 3.12: the first run in a workspace holding a tree 1,200 deep (a cloned "
+        "repository, an unpacked archive) raises RecursionError, and so does every run "
+        "until the workspace's root is handed over. dispatcher/tools/sandbox.py is "
+        "another helper's."
+    ),
+)
+def test_the_first_run_in_a_workspace_with_a_very_deep_tree(workspace: Path) -> None:
+    from dispatcher.tools import sandbox
+
+    _deep_tree(workspace, None)
+    try:
+        sandbox.give_to_sandbox(workspace)
+    finally:  # pytest's own clean-up of tmp_path is shutil.rmtree: it would recurse too
+        fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            preview_apply._remove_tree("deep", fd)
+        finally:
+            os.close(fd)
