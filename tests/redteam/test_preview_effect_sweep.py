@@ -461,3 +461,34 @@ def test_the_first_run_in_a_workspace_with_a_very_deep_tree(workspace: Path) -> 
             preview_apply._remove_tree("deep", fd)
         finally:
             os.close(fd)
+
+
+@pytest.mark.django_db
+def test_any_failure_of_a_preview_leaves_the_call_asking(
+    previews_on: None, agent: Any, monkeypatch: Any
+) -> None:
+    """preview_for caught OSError, ToolError and TimeoutError only: anything else the
+    preview raised (RecursionError from a deep tree's walk was one) failed the agent's
+    whole message. A preview never breaks admission: the call asks without one."""
+    import json
+
+    from django.test import Client
+
+    from approvals.models import ApprovalRequest
+    from tests.approvals.conftest import start_session
+
+    def broken(*args: Any, **kwargs: Any) -> preview.Effect:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(preview, "run_preview", broken)
+    session_id = start_session(agent)
+    body = {"calls": [{"id": "r1", "name": "run_command", "arguments": {"argv": ["true"]}}]}
+    response = Client().post(
+        f"/api/v1/sessions/{session_id}/calls",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers=agent.headers,
+    )
+    assert response.status_code in (200, 202), response.content
+    approval = ApprovalRequest.objects.get(call_id=response.json()["calls"][0]["id"])
+    assert approval.presentation["preview"]["note"].startswith("No preview")
