@@ -101,6 +101,10 @@ def preview_for(ctx: CallContext) -> Made | None:
     except OSError as error:  # a preview never breaks admission: the call asks without one
         logger.warning("preview of call %s failed: %s", ctx.call_id, error)
         return Made(None, f"No preview: it failed on this host ({error.strerror or error}).")
+    except Exception:  # noqa: BLE001 - nor does anything else it raises (RecursionError
+        # from a walk once failed the agent's whole message); logged, the call asks
+        logger.exception("preview of call %s failed", ctx.call_id)
+        return Made(None, "No preview: it failed on this host.")
     return Made(effect, "" if effect.appliable else effect.why_not_appliable())
 
 

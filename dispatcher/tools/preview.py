@@ -68,10 +68,12 @@ from django.conf import settings
 
 from dispatcher.tools import _confined, sandbox, sandbox_cgroups
 from dispatcher.tools.base import ToolError
+from dispatcher.tools.run_command import storable_output
 
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
-DIFF_LINES = 400  # per file
 DIFF_TOTAL = 1 << 20  # characters of diff in one effect; past it, sizes and hashes only
+# (a file's diff is shown whole or not at all: it was once cut after 400 lines, and what
+# followed, applied all the same, was one grey line saying how many more there were)
 LIST_CHANGES = 2000  # changes listed; more are counted
 MAX_ENTRIES = 4 * LIST_CHANGES  # inodes of the upper layer's tmpfs (empty files cost no bytes)
 APPLY_PATH_BYTES = 3800  # a longer path cannot be reached beneath the workspace (PATH_MAX)
@@ -208,6 +210,21 @@ def summary_of(document: dict[str, Any]) -> str:
     if counts["mode"]:
         parts.append(f"change the mode of {counts['mode']}")
     text = "This command would: " + (", ".join(parts) if parts else "change no files")
+    # A one-tap link or a push carries this line alone: "create 1 file" must not hide that
+    # the file is another path's too (a later write to one name writes the other) or a
+    # symlink (where it leads is on the page).
+    changes = document.get("changes", [])
+    links = sum(1 for change in changes if change.get("link"))
+    symlinks = sum(
+        1 for c in changes if c.get("kind") == "symlink" and c.get("change") != "deleted"
+    )
+    extras = [
+        f"{n} {word}{'' if n == 1 else 's'}"
+        for n, word in ((links, "hard link"), (symlinks, "symlink"))
+        if n
+    ]
+    if extras:
+        text += "; it makes " + " and ".join(extras)
     if document.get("more_changes"):
         text += f" (and {document['more_changes']} more changes not listed)"
     if document.get("network_attempted"):
@@ -365,7 +382,7 @@ def _effect(
             "without one."
         )
     status = int(facts["status"])
-    output = done.output
+    output = storable_output(done.output)  # the call's result when applied, as a run's
     limit = ""
     start_failure = sandbox._start_failure_line(done)
     if status == 124 and seconds >= timeout:
@@ -415,7 +432,7 @@ def _stopped(
         changes=[],
         exit_status=None,
         exit_text="stopped",
-        output=done.output,
+        output=storable_output(done.output),
         network_attempted=False,
         limit=limit,
         upper_sha256="",
@@ -486,14 +503,8 @@ def read_changes(tar_path: Path, workspace: Path) -> tuple[list[dict[str, Any]],
                 # writes every member, so a tar that does not is never read
                 raise PreviewUnavailable(f"The preview's upper layer names {rel!r} twice.")
             members[rel] = member
-        budget = DIFF_TOTAL
         for rel, member in members.items():
-            for change in _changes_of(rel, member, members, tar, workspace):
-                if change.get("diff") and len(change["diff"]) > budget:
-                    change["diff"], change["diff_omitted"] = None, True
-                elif change.get("diff"):
-                    budget -= len(change["diff"])
-                changes.append(change)
+            changes.extend(_changes_of(rel, member, members, tar, workspace))
     for change in changes:  # the effect is JSON text, its digest over UTF-8
         for key in ("path", "target", "link"):
             if isinstance(change.get(key), str) and not _is_utf8(change[key]):
@@ -501,7 +512,22 @@ def read_changes(tar_path: Path, workspace: Path) -> tuple[list[dict[str, Any]],
                     f"The effect holds a file name that is not UTF-8 ({change[key]!r})."
                 )
     changes.sort(key=lambda change: change["path"])
-    return changes[:LIST_CHANGES], max(0, len(changes) - LIST_CHANGES)
+    listed = changes[:LIST_CHANGES]
+    budget = DIFF_TOTAL
+    for change in listed:
+        if (deleted := change.pop(_DEFERRED, None)) is not None:
+            change |= _content(_lower_bytes(workspace, deleted), None)
+        if change.get("diff") and len(change["diff"]) > budget:
+            change["diff"], change["diff_omitted"] = None, True
+        elif change.get("diff"):
+            budget -= len(change["diff"])
+    return listed, max(0, len(changes) - LIST_CHANGES)
+
+
+# A deleted file's content (size, hash, diff) is read only when it is listed: `rm -rf` of
+# a tree of 20,000 files (node_modules) read and diffed every one of them at admission,
+# under the workspace's lock, for an effect listing 2,000 (4 s; 200,000 files, 40 s).
+_DEFERRED = "_deleted_from"
 
 
 def _is_utf8(text: str) -> bool:
@@ -680,34 +706,46 @@ def _content(before: bytes | _Large | None, after: bytes | None) -> dict[str, An
             old.splitlines(keepends=True), new.splitlines(keepends=True), "before", "after"
         )
     )
-    if len(lines) > DIFF_LINES:
-        lines = [*lines[:DIFF_LINES], f"... {len(lines) - DIFF_LINES} more lines of diff\n"]
     facts["diff"] = "".join(lines)
     facts["binary"] = False
     return facts
 
 
 def _text(data: bytes | _Large | None) -> str | None:
-    """Text to diff, or None: binary (a NUL, not UTF-8) or larger than DIFF_BYTES."""
+    """Text to diff, or None: binary or larger than DIFF_BYTES. A file is binary when
+    more than ODD_BYTES (at least ODD_BYTES_MIN) of its bytes are NUL or not UTF-8; fewer
+    are shown escaped (`\\x00`, `\\xff`) in the diff: one NUL in a script's comment
+    once made its whole change sizes and hashes only (sh runs such a script)."""
     if data is None:
         return ""
-    if isinstance(data, _Large) or len(data) > DIFF_BYTES or b"\0" in data:
+    if isinstance(data, _Large) or len(data) > DIFF_BYTES:
         return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
+    valid = len(data.decode("utf-8", errors="ignore").encode())
+    odd = data.count(b"\0") + len(data) - valid
+    if odd > max(ODD_BYTES_MIN, len(data) * ODD_BYTES):
         return None
+    return data.decode("utf-8", errors="backslashreplace").replace("\0", "\\x00")
+
+
+ODD_BYTES = 0.01
+ODD_BYTES_MIN = 16
 
 
 def _deleted_tree(workspace: Path, rel: str, lower: os.stat_result) -> Iterator[dict[str, Any]]:
-    """A deleted path; for a directory, everything in it too (deepest last)."""
+    """A deleted path; for a directory, everything in it too. Walked with a stack of its
+    own: os.fwalk recurses once per level (a tree 1,200 deep raised RecursionError)."""
     yield from _deleted_one(workspace, rel, lower)
-    if stat.S_ISDIR(lower.st_mode):
-        for top, directories, files, _ in os.fwalk(workspace / rel, follow_symlinks=False):
-            for name in sorted([*directories, *files]):
-                path = os.path.relpath(os.path.join(top, name), workspace)
-                info = os.lstat(workspace / path)
-                yield from _deleted_one(workspace, path, info)
+    pending = [rel] if stat.S_ISDIR(lower.st_mode) else []
+    while pending:
+        top = pending.pop()
+        with os.scandir(workspace / top) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+        for entry in entries:
+            path = os.path.join(top, entry.name)
+            info = entry.stat(follow_symlinks=False)
+            yield from _deleted_one(workspace, path, info)
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(path)
 
 
 def _deleted_one(workspace: Path, rel: str, info: os.stat_result) -> Iterator[dict[str, Any]]:
@@ -715,21 +753,35 @@ def _deleted_one(workspace: Path, rel: str, info: os.stat_result) -> Iterator[di
         yield _change(rel, "deleted", "dir", info.st_mode, None)
     elif stat.S_ISLNK(info.st_mode):
         yield _change(rel, "deleted", "symlink", None, None)
+    elif stat.S_ISREG(info.st_mode):  # its content read once it is listed (read_changes)
+        yield _change(rel, "deleted", "file", info.st_mode, None) | {_DEFERRED: rel}
     else:
-        change = _change(rel, "deleted", "file", info.st_mode, None)
-        before = _lower_bytes(workspace, rel) if stat.S_ISREG(info.st_mode) else b""
-        yield change | _content(before, None)
+        yield _change(rel, "deleted", "file", info.st_mode, None) | _content(b"", None)
 
 
 def _hidden_by_opaque(
     workspace: Path, rel: str, members: dict[str, tarfile.TarInfo]
 ) -> Iterator[dict[str, Any]]:
-    """What an opaque directory (removed and made again) drops of the lower one."""
-    with os.scandir(workspace / rel) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            path = os.path.join(rel, entry.name)
-            if path not in members:
+    """What an opaque directory (removed and made again) drops of the lower one: the apply
+    removes the whole lower directory, so a directory the upper layer made again beneath
+    it (a plain one: `mkdir -p` under the opaque one) hides nothing of the lower one's
+    content either; every lower path the upper layer does not name is deleted."""
+    pending = [rel]  # a stack, not recursion: the upper layer may nest 8,000 deep
+    while pending:
+        top = pending.pop()
+        with os.scandir(workspace / top) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+        for entry in entries:
+            path = os.path.join(top, entry.name)
+            member = members.get(path)
+            if member is None:
                 yield from _deleted_tree(workspace, path, entry.stat(follow_symlinks=False))
+            elif (
+                member.isdir()
+                and not _is_opaque(member)  # an opaque one lists its own (_changes_of)
+                and entry.is_dir(follow_symlinks=False)
+            ):
+                pending.append(path)
 
 
 # --- The world the preview saw --------------------------------------------------------------

@@ -43,7 +43,15 @@ def run_command(ctx: ExecutionContext, args: dict[str, Any]) -> str:
             "was killed with its child processes."
         ) from None
     exit_text = sandbox.describe_exit(done.returncode, sandboxed=done.sandboxed)
-    return f"exit code {exit_text}\n{done.output}"
+    return f"exit code {exit_text}\n{storable_output(done.output)}"
+
+
+def storable_output(text: str) -> str:
+    """A program's output as text every database keeps: a NUL (`find -print0`, `git
+    ls-files -z`) written as `\\u0000`, as for an upstream server's answers. PostgreSQL
+    refuses NUL in text and jsonb: the result of a call that had run could not be
+    written (the call ended outcome_unknown), and a preview's output refused the ask."""
+    return text.replace("\x00", "\\u0000")
 
 
 def scrubbed_environment(workspace: Path) -> dict[str, str]:

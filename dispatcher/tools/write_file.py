@@ -26,8 +26,9 @@ from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     """Write `content` (UTF-8) to `path`, creating parent directories.
 
-    Returns "Wrote N bytes to path". Raises ToolError when the path is a directory or a
-    parent cannot be created. Parents and the file are made and opened through
+    Returns "Wrote N bytes to path". Raises ToolError when the path is a directory, a
+    parent cannot be created, or the file has another name (a hard link: the write would
+    change a path the rules and the reviewer's diff never named; nothing is written). Parents and the file are made and opened through
     descriptors with no symlink followed (`_confined`), so a workspace changing under
     the tool can make it fail but never write elsewhere.
     """
@@ -38,6 +39,12 @@ def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
         _write(ctx.workspace, path, data)
     except IsADirectoryError as error:
         raise ToolError(f"'{relative}' is a directory; give a file path to write to.") from error
+    except HardLinked as error:
+        raise ToolError(
+            f"'{relative}' is a hard link: the same file has another name in the workspace, "
+            "which this write would change too. Nothing was written. Delete it first "
+            "(delete_file removes this name only), then write it."
+        ) from error
     except OSError as error:
         if changed(error):
             raise ToolError(changed_message(relative)) from error
@@ -45,7 +52,13 @@ def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     return f"Wrote {len(data)} bytes to {relative}"
 
 
-WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+# No O_TRUNC: the file is truncated only once it is known to be a regular file with no
+# other name (a hard link elsewhere in the workspace would be written through).
+WRITE = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class HardLinked(OSError):
+    """The file has another name: writing it would change a path no rule or diff named."""
 
 
 def _write(workspace: Path, path: Path, data: bytes) -> None:
@@ -54,9 +67,13 @@ def _write(workspace: Path, path: Path, data: bytes) -> None:
     with directory_beneath(workspace, path.parent, create=True) as parent:
         fd = os.open(path.name, WRITE, 0o666, dir_fd=parent)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if info.st_nlink > 1:
+            raise HardLinked(errno.EMLINK, "the file has another name", str(path))
         sandbox.hand_over(fd)  # Harness as root: sandboxed programs may change it too
+        os.ftruncate(fd, 0)
         write_all(fd, data)
     finally:
         os.close(fd)
@@ -110,7 +127,10 @@ def _current_text(relative: str, workspace: Path) -> str | None:
                     f"[the current file is {info.st_size} bytes, too large to diff; "
                     "it will be replaced]\n"
                 )
-            return read_at_most(fd, DIFF_LIMIT).decode("utf-8", errors="replace")
+            text = read_at_most(fd, DIFF_LIMIT).decode("utf-8", errors="replace")
+            # A NUL shown escaped: PostgreSQL keeps none in the ask's presentation (jsonb),
+            # and a write over a binary file refused its whole message.
+            return text.replace("\x00", "\\x00")
     except OSError:  # unreadable, or changed: the reviewer sees the write as if it were new
         return None
 

@@ -69,11 +69,14 @@ def test_write_file_keeps_the_owner_of_a_file_with_another_name_outside(
     os.link(outside, as_root_sandbox / "linked.txt")
     assert run(as_root_sandbox, "true").returncode == 0
     ctx = ExecutionContext(workspace=as_root_sandbox, call_id="t", timeout=20, output_limit=2000)
-    WRITE_FILE.execute(ctx, {"path": "linked.txt", "content": "edited\n"})
+    # write_file refuses a file with another name (it would write the other name too:
+    # tests/redteam/test_preview_effect_sweep.py), so nothing is written or given away.
+    with pytest.raises(ToolError, match="hard link"):
+        WRITE_FILE.execute(ctx, {"path": "linked.txt", "content": "edited\n"})
     assert outside.stat().st_uid == 0
     done = run(as_root_sandbox, "echo program >> linked.txt; echo rc=$?")
     assert "rc=0" not in done.output
-    assert outside.read_text() == "edited\n"
+    assert outside.read_text() == "host\n"
 
 
 @pytest.fixture
