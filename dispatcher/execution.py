@@ -94,13 +94,15 @@ def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
             outcome, reason = previews.settle(call, tool, row, workspace)
             if outcome in ("applied", "gone"):
                 return None
-        if row is None or outcome == "run":
+        else:  # (a file tool's approved diff binds as a previewed effect does)
+            reason = previews.changed_since_ask(call, tool, workspace) or ""
+            outcome = "repreview" if reason else "run"
+        if outcome == "run":
             if transitions.claim(call, tool):
                 _run_claimed(call, ctx, row=row)
             return None
-    # The workspace changed since the approved preview: previewed again, asking again
-    # (outside the lock, which the new preview takes).
-    assert row is not None
+    # The workspace changed since the approved preview or diff: presented again, asking
+    # again (outside the lock, which a new preview takes).
     proposed = previews.repreview(call, row, reason)
     if proposed is not None:
         admission.submit_calls(

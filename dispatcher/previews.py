@@ -25,6 +25,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from audit import kinds
+from audit.models import AuditEvent
 from dispatcher import transitions
 from dispatcher.models import Preview, Status, ToolCall
 from dispatcher.policy import effect_rules, layers
@@ -202,18 +204,43 @@ def ran_audit(row: Preview | None) -> dict[str, Any] | None:
     return {"effect": {"outcome": "ran", "note": row.note, **digests(row)}}
 
 
-def repreview(call: ToolCall, row: Preview, reason: str) -> ProposedCall | None:
-    """The workspace changed since the approved preview: the call ends `edited` (nothing
+def changed_since_ask(call: ToolCall, tool: Tool, workspace: Path) -> str | None:
+    """Under the workspace lock (the caller holds it), for a tool whose presentation shows
+    the state it changes (`Tool.changed_since`: write_file's diff) and a call a reviewer
+    approved: why the workspace is no longer as the approved ask showed it, or None. The
+    ask's presentation is read from its `call.approval_requested` event (a call never
+    asked has none: nothing to compare)."""
+    if tool.changed_since is None or not workspace.is_dir():
+        return None
+    payload = (
+        AuditEvent.objects.filter(subject=f"call:{call.pk}", kind=kinds.CALL_APPROVAL_REQUESTED)
+        .order_by("-seq")
+        .values_list("payload", flat=True)
+        .first()
+    )
+    presentation = (payload or {}).get("presentation")
+    if not isinstance(presentation, dict):
+        return None
+    return tool.changed_since(call.arguments or {}, workspace, presentation)
+
+
+def repreview(call: ToolCall, row: Preview | None, reason: str) -> ProposedCall | None:
+    """The workspace changed since the approved preview (`row`), or since the approved
+    ask's presentation (`changed_since_ask`, no row): the call ends `edited` (nothing
     applied, nothing run). Returns the linked new call (same arguments) the caller admits
     in its place, outside any transaction (its new preview must not hold the database's
     write lock), or None when the call was no longer queued."""
     replacement = _repreview_id(call)
     if not transitions.repreview_call(
-        call=call, replacement=replacement, reason=reason, digests=digests(row)
+        call=call,
+        replacement=replacement,
+        reason=reason,
+        digests=digests(row) if row is not None else {},
     ):
         return None
-    Preview.objects.filter(pk=row.pk).update(outcome=Preview.Outcome.REPREVIEWED, kept=False)
-    preview.discard(str(row.effect.get("store", "")))
+    if row is not None:
+        Preview.objects.filter(pk=row.pk).update(outcome=Preview.Outcome.REPREVIEWED, kept=False)
+        preview.discard(str(row.effect.get("store", "")))
     return ProposedCall(
         replacement, call.name, call.raw_arguments, call.arguments, edited_from=call.pk
     )

@@ -100,6 +100,11 @@ class Tool:
     # An ask is previewed first (dispatcher.previews): argv run over a copy-on-write
     # view of the workspace, its effect shown, approved and then applied.
     previewable: bool = False
+    # For a tool whose presentation shows the state it changes (write_file's diff of the
+    # file as it is): why the workspace is no longer as the reviewer saw it (the
+    # presentation of the approved ask), or None. The worker asks under the workspace
+    # lock before it runs an approved call, and asks the reviewer again when it changed.
+    changed_since: Callable[[dict[str, Any], Path, dict[str, Any]], str | None] | None = None
     # Other tool names whose rules also cover this tool (Claude Code's `Edit(src/**)`
     # also covers Write, as in Claude Code's own permission rules).
     rule_aliases: tuple[str, ...] = ()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -101,7 +102,43 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
         fromfile="/dev/null" if new_file else f"a/{relative}",
         tofile=f"b/{relative}",
     )
-    return {"kind": "diff", "path": relative, "diff": "".join(diff), "new_file": new_file}
+    return {
+        "kind": "diff",
+        "path": relative,
+        "diff": "".join(diff),
+        "new_file": new_file,
+        # what the diff was made against, which the approval binds (`changed_since`)
+        "sha256_before": _current_sha256(relative, workspace),
+    }
+
+
+def _current_sha256(relative: str, workspace: Path) -> str | None:
+    """The SHA-256 of the whole file as it is now, or None when there is no readable
+    regular file inside the workspace (read as `_current_text` reads it)."""
+    try:
+        path = resolve_in_workspace(workspace, relative)
+        with opened(workspace, path, READ) as fd:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            digest = hashlib.sha256()
+            while chunk := os.read(fd, 1 << 20):
+                digest.update(chunk)
+            return digest.hexdigest()
+    except (ToolError, OSError):
+        return None
+
+
+def changed_since(
+    arguments: dict[str, Any], workspace: Path, presentation: dict[str, Any]
+) -> str | None:
+    """Why the file is no longer the one the approved diff was made against, or None (an
+    ask recorded before the diff carried its file's hash: nothing to compare)."""
+    if "sha256_before" not in presentation:
+        return None
+    relative = str(arguments.get("path", ""))
+    if _current_sha256(relative, workspace) != presentation["sha256_before"]:
+        return f"{relative} changed since the reviewer's diff was made"
+    return None
 
 
 DIFF_LIMIT = 1024 * 1024  # bytes of the current file read for the reviewer's diff
@@ -152,5 +189,6 @@ TOOL = Tool(
     },
     execute=write_file,
     present_call=present_write,
+    changed_since=changed_since,
     path_arguments=("path",),
 )

@@ -349,7 +349,10 @@ def test_run_command_scrubs_the_environment(
     assert "GITHUB_TOKEN" not in result and "DJANGO" not in result
     names = {line.split("=", 1)[0] for line in result.splitlines()[1:] if line}
     # bubblewrap sets PWD, to the directory the command runs in.
-    assert names - {"PWD"} == {"PATH", "HOME", "LANG", "TERM"}
+    # git's own settings: no per-user configuration (HOME is the workspace), no bare
+    # repository it is not pointed at (run_command.scrubbed_environment)
+    git = {"GIT_CONFIG_GLOBAL", "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0"}
+    assert names - {"PWD"} == {"PATH", "HOME", "LANG", "TERM"} | git
     assert "PWD" not in names or f"PWD={workspace.resolve()}" in result
     assert f"HOME={workspace.resolve()}" in result
     assert "LANG=C.UTF-8" in result and "TERM=dumb" in result

@@ -57,21 +57,10 @@ def test_a_directory_under_a_recreated_one_hides_no_deletion(workspace: Path) ->
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "write_file's diff (present_write) is computed at admission and bound to nothing: "
-        "the worker overwrites whatever the file holds by then. DESIGN.md principle 14 says "
-        "the approval binds to a file tool's diff as to a command's effect. The fix needs "
-        "the approval/execution path (e.g. the presentation's before-hash checked by the "
-        "worker under the workspace lock, asking again when it differs): "
-        "dispatcher/execution.py or approvals/, outside this helper's files."
-    ),
-)
 def test_a_write_files_diff_binds_like_a_previewed_effect(agent: Any, reviewer: Any) -> None:
     """The reviewer sees a one-line diff against notes.txt; before the worker runs it the
-    file gains lines (another call, a person); approving then drops those lines, which
-    the diff never showed as removed."""
+    file gains lines (another call, a person); approving dropped those lines, which the
+    diff never showed as removed: write_file's diff was bound to nothing."""
     from django.test import Client
 
     from dispatcher import execution
@@ -97,6 +86,14 @@ def test_a_write_files_diff_binds_like_a_previewed_effect(agent: Any, reviewer: 
         "alpha\nBETA\nkeep: the reviewer never saw me go\n",
     ), call.status
     assert call.status != Status.COMPLETED or call.is_error
+    # Nothing written: the call ends edited, and asks again with the diff against the file
+    # as it is now (DESIGN principle 14: a changed world means a new decision).
+    assert call.status == Status.EDITED, call.status
+    assert "changed since the reviewer's diff was made" in call.content
+    again = ToolCall.objects.get(edited_from=call.pk)
+    assert again.status == Status.PENDING_APPROVAL
+    shown_again = again.approval.presentation["diff"]
+    assert "-keep: the reviewer never saw me go" in shown_again and "+BETA" in shown_again
 
 
 NUL_SCRIPT = "printf 'name\\000'; echo made > made.txt"  # `find -print0`, `git ls-files -z`
@@ -438,23 +435,20 @@ def test_a_very_deep_tree_is_previewed_and_removed(workspace: Path) -> None:
     preview.discard(effect.store)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason=(
-        "sandbox.give_to_sandbox walks with os.fwalk, which recurses once per level in "
-        "Python 3.12: the first run in a workspace holding a tree 1,200 deep (a cloned "
-        "repository, an unpacked archive) raises RecursionError, and so does every run "
-        "until the workspace's root is handed over. dispatcher/tools/sandbox.py is "
-        "another helper's."
-    ),
-)
 def test_the_first_run_in_a_workspace_with_a_very_deep_tree(workspace: Path) -> None:
+    """The first run in a workspace holding a tree 1,200 deep (a cloned repository, an
+    unpacked archive) hands it all to the sandbox user: give_to_sandbox walked with
+    os.fwalk, which recursed once per level (RecursionError at every run)."""
     from dispatcher.tools import sandbox
 
     _deep_tree(workspace, None)
     try:
         sandbox.give_to_sandbox(workspace)
+        owner = sandbox._owner()
+        assert owner is not None
+        leaf = workspace / "deep" / Path(*["a"] * (DEPTH - 1)) / "leaf.txt"
+        for path in (workspace, workspace / "deep", leaf.parent, leaf):
+            assert (path.lstat().st_uid, path.lstat().st_gid) == owner, path
     finally:  # pytest's own clean-up of tmp_path is shutil.rmtree: it would recurse too
         fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
         try:
