@@ -236,6 +236,7 @@ def repreview(call: ToolCall, row: Preview | None, reason: str) -> ProposedCall 
         replacement=replacement,
         reason=reason,
         digests=digests(row) if row is not None else {},
+        diff=row is None,
     ):
         return None
     if row is not None:

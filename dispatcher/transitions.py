@@ -322,7 +322,12 @@ def edit_call(
 
 
 def repreview_call(
-    *, call: ToolCall, replacement: str, reason: str, digests: dict[str, str]
+    *,
+    call: ToolCall,
+    replacement: str,
+    reason: str,
+    digests: dict[str, str],
+    diff: bool = False,
 ) -> bool:
     """The workspace changed between the preview a reviewer approved and its apply: the
     queued call ends `edited` (nothing applied, nothing run), and its content is the note
@@ -339,7 +344,7 @@ def repreview_call(
             kind=kinds.CALL_REPREVIEWED,
             actor="harness:preview",
             payload={"reason": reason, "replacement": replacement, **digests},
-            content=messages.repreviewed(call.name, replacement, reason),
+            content=messages.repreviewed(call.name, replacement, reason, diff=diff),
             is_error=False,
             **fields,
         )

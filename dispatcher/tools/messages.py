@@ -145,9 +145,16 @@ def edited(reviewer: str, tool_name: str, tool_use_id: str, arguments_json: str)
     )
 
 
-def repreviewed(tool_name: str, tool_use_id: str, reason: str) -> str:
+def repreviewed(tool_name: str, tool_use_id: str, reason: str, *, diff: bool = False) -> str:
     """The note the model reads when an approved preview could not be applied because the
-    workspace changed: nothing ran; the same call was previewed again and asks again."""
+    workspace changed: nothing ran; the same call was previewed again and asks again.
+    `diff`: a file tool's approved diff, whose file changed: nothing was written."""
+    if diff:
+        return (
+            f"[A reviewer approved the diff of this '{tool_name}' call, but {reason}, so "
+            f"nothing was written. Harness showed it again as call '{tool_use_id}', which a "
+            "reviewer must approve again. What follows is that call's result.]"
+        )
     return (
         f"[A reviewer approved the previewed effect of this '{tool_name}' call, but {reason}, "
         "so nothing was applied and the command did not run. Harness previewed it again as "

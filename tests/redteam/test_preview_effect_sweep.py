@@ -90,6 +90,7 @@ def test_a_write_files_diff_binds_like_a_previewed_effect(agent: Any, reviewer: 
     # as it is now (DESIGN principle 14: a changed world means a new decision).
     assert call.status == Status.EDITED, call.status
     assert "changed since the reviewer's diff was made" in call.content
+    assert "nothing was written" in call.content
     again = ToolCall.objects.get(edited_from=call.pk)
     assert again.status == Status.PENDING_APPROVAL
     shown_again = again.approval.presentation["diff"]
