@@ -258,6 +258,9 @@ def run_preview(argv: list[str], *, cwd: Path, workspace: Path, env: dict[str, s
     SandboxUnavailable/ToolError as sandbox.run does before anything starts.
     """
     sandbox.require_sandbox()
+    # (as sandbox.run: a nested workspace swapped for a symlink is neither resolved, given
+    # to the sandbox user, nor read as the preview's lower layer)
+    sandbox.refuse_redirected(workspace)
     workspace = workspace.resolve()
     sandbox.refuse_exposed_state(workspace)
     sandbox.give_to_sandbox(workspace)

@@ -237,6 +237,29 @@ def run_in(workspace: Path, script: str) -> sandbox.Completed:
     )
 
 
+def test_a_preview_in_a_nested_workspace_replaced_by_a_symlink_follows_nothing(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # The same swap, then B's next command asks and is previewed: the preview resolved
+    # the path too, gave the victim's tree to the sandbox user and read it as its lower
+    # layer (its output, the reviewer's page and, once applied, the agent's result).
+    from dispatcher.tools import preview, workspace_lock
+    from dispatcher.tools.run_command import scrubbed_environment
+
+    a = tmp_path / "projects" / "a"
+    b = a / "b"
+    b.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "secret").write_text("the victim's\n")
+    (victim / "secret").chmod(0o600)
+    owner = victim.stat().st_uid
+    assert "swapped" in run_in(a, f"mv b b.old && ln -s {victim} b && echo swapped").output
+    with workspace_lock.held(a), pytest.raises(ToolError, match="symlink"):
+        preview.run_preview(["cat", "secret"], cwd=b, workspace=b, env=scrubbed_environment(b))
+    assert victim.stat().st_uid == owner and (victim / "secret").stat().st_uid == owner
+
+
 def test_a_nested_workspace_replaced_by_a_symlink_is_not_followed(
     workspace: Path, tmp_path: Path
 ) -> None:
