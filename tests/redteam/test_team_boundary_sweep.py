@@ -1,0 +1,96 @@
+"""Red-team sweep of the human surfaces (team boundary, roles, hygiene): what a signed-in
+person of one team can reach, and what bad input does to the pages. Each test is a
+defect found by the sweep, reproduced with real requests."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from approvals import links
+from audit.models import AuditEvent
+from tests.teams.world import TeamWorld, make_team, org_client, unchanged
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def pay() -> TeamWorld:
+    return make_team("pay")
+
+
+def quiet(client: Client) -> Client:
+    client.raise_request_exception = False  # a 500 is an answer here, not an exception
+    return client
+
+
+# --- No 500 on bad input ----------------------------------------------------------------
+
+
+def test_a_nul_character_in_a_form_field_or_the_path_is_a_400_never_a_500(
+    pay: TeamWorld,
+) -> None:
+    """PostgreSQL keeps no NUL in text: every page that looked up or stored a form field
+    holding one (a username, a feedback, a channel's or an agent's name, a rule, a
+    server's name in the path) answered 500 with a DataError."""
+    digest = pay.approval.digest
+    token = links.make_token(pay.approval, pay.members["reviewer"], "deny")
+    team = f"/teams/{pay.team.pk}/members"
+    owner = pay.agent.owner
+    cases = [
+        ("reviewer", f"/approvals/{pay.approval.pk}/decide",
+         {"action": "deny", "digest": digest, "feedback": "no\x00"}),
+        ("reviewer", f"/approvals/{pay.approval.pk}/edit",
+         {"digest": digest, "feedback": "x\x00", "arguments": '{"path": "b.txt", "content": "z"}'}),
+        ("reviewer", f"/approvals/{pay.approval.pk}/edit", {"digest": digest, "content": "a\x00b"}),
+        ("reviewer", f"/approvals/links/{token}/", {"digest": digest, "feedback": "no\x00"}),
+        ("admin", f"{team}/add", {"user": "a\x00b", "role": "reviewer"}),
+        ("admin", f"{team}/remove", {"user": "a\x00b", "role": "reviewer"}),
+        ("admin", "/agents/", {"name": "a\x00b", "owner": owner.username, "team": pay.team.name}),
+        ("admin", f"/permissions/users/{owner.pk}/",
+         {"mode": "standard", "allow": "read_file(a\x00)", "ask": "", "deny": "", "version": "1"}),
+        ("admin", "/tools/servers/a%00b/refresh", {}),
+        ("org-admin", "/approvals/notifications/",
+         {"name": "a\x00b", "kind": "webhook", "url": "https://hooks.example.com/"}),
+    ]
+    answers = []
+    for role, url, form in cases:
+        client = quiet(org_client("admin") if role == "org-admin" else pay.client(role))
+        answers.append((url.split("/")[1], role, client.post(url, form).status_code))
+    assert [a for a in answers if a[2] >= 500] == []
+    assert unchanged(pay) == []
+
+
+def test_an_edit_the_database_cannot_store_is_a_400(pay: TeamWorld) -> None:
+    """The edit form's JSON was read with json.loads: NaN, Infinity, a \\u0000 or a lone
+    surrogate passed and failed in the database (500); the agent API refuses them."""
+    client = quiet(pay.client("reviewer"))
+    for text in (
+        '{"path": "a\\u0000b.txt", "content": "z"}',
+        '{"path": "\\ud800.txt", "content": "z"}',
+        '{"path": "a.txt", "content": NaN}',
+        '{"path": "a.txt", "content": 1e999}',
+    ):
+        answer = client.post(
+            f"/approvals/{pay.approval.pk}/edit",
+            {"digest": pay.approval.digest, "arguments": text},
+        )
+        assert answer.status_code == 400, text
+    assert unchanged(pay) == []
+
+
+def test_session_filters_that_no_session_can_match_are_no_500(pay: TeamWorld) -> None:
+    """A NUL in the list's agent, owner or tool filter, or a call id with one on the
+    timeline, reached PostgreSQL (500); `until` the last day there is overflowed (500)."""
+    auditor = quiet(pay.client("auditor"))
+    for query in ({"tool": "a\x00"}, {"agent": "a\x00"}, {"user": "a\x00"}):
+        answer = auditor.get("/audit/sessions/", query)
+        assert answer.status_code == 200 and str(pay.session.pk) not in answer.content.decode()
+    answer = auditor.get(f"/audit/sessions/{pay.session.pk}/", {"call": "a\x00b"})
+    assert answer.status_code == 404
+    for url in ("/audit/sessions/", "/audit/export/"):
+        answer = auditor.get(url, {"until": "9999-12-31"})
+        assert answer.status_code == 200, url
+    listed = auditor.get("/audit/sessions/", {"until": "9999-12-31"}).content.decode()
+    assert str(pay.session.pk) in listed
+    assert not AuditEvent.objects.filter(kind__startswith="approval.").exists()
