@@ -698,6 +698,13 @@ def _replace(
             .select_related("call__session__agent")
             .get(call=new)
         )
+        if approval.escalated_at is not None:
+            # The edit continues an escalated ask: the next tier it was offered to (whose
+            # reviewer may have written this edit) still sees and decides it, and it is
+            # not escalated again (teams.scope.ASK_TEAMS).
+            replacement_approval.escalated_at = approval.escalated_at
+            replacement_approval.escalated_to_id = approval.escalated_to_id
+            compiled.save_fields(replacement_approval, ["escalated_at", "escalated_to"])
         # A previewed command's effect was not seen yet: it asks the editor again.
         if (
             not replacement_approval.effect_digest

@@ -41,7 +41,7 @@ class RefuseNulCharacters:
     reads it. PostgreSQL keeps no NUL in a text column, so every view that looked one up or
     stored one (a username, a feedback, a server's name, a rule) answered 500; a query
     parameter is left to its view (an unknown filter is a 404 there). Reads the form as
-    CsrfViewMiddleware does (only form bodies are parsed)."""
+    CsrfViewMiddleware does (only form bodies are parsed), after keeping the raw body."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -49,6 +49,10 @@ class RefuseNulCharacters:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path_info.startswith(NUL_EXEMPT):
             return self.get_response(request)
+        if request.method == "POST":
+            # The raw body first, kept: a view that reads it (a JSON body) still can after
+            # the form is parsed from it.
+            request.body  # noqa: B018
         if "\x00" in request.path_info or (
             request.method == "POST" and _holds_nul(request.POST)
         ):

@@ -59,6 +59,10 @@ def test_a_nul_character_in_a_form_field_or_the_path_is_a_400_never_a_500(
         answers.append((url.split("/")[1], role, client.post(url, form).status_code))
     assert [a for a in answers if a[2] >= 500] == []
     assert unchanged(pay) == []
+    # The refusal reads the form after keeping the raw body: a page that reads the body
+    # itself (JSON) still can, whatever the form's encoding.
+    reviewer = quiet(pay.client("reviewer"))
+    assert reviewer.post("/approvals/push/subscribe", {"endpoint": "x"}).status_code == 400
 
 
 def test_an_edit_the_database_cannot_store_is_a_400(pay: TeamWorld) -> None:
@@ -94,3 +98,56 @@ def test_session_filters_that_no_session_can_match_are_no_500(pay: TeamWorld) ->
     listed = auditor.get("/audit/sessions/", {"until": "9999-12-31"}).content.decode()
     assert str(pay.session.pk) in listed
     assert not AuditEvent.objects.filter(kind__startswith="approval.").exists()
+
+
+# --- Escalation survives an edit --------------------------------------------------------
+
+
+def test_an_edit_of_an_escalated_ask_stays_with_the_tier_it_was_escalated_to() -> None:
+    """The next tier's reviewer may edit an escalated ask, and the edit is their approval
+    of the new call: but the new call was not escalated, so their vote was discarded at
+    once as of "no longer a reviewer of the agent's team" (audited so), they could neither
+    see nor decide the call they wrote, and the ask went back to the team that had let it
+    wait past its delay."""
+    from datetime import timedelta
+
+    from approvals import services
+    from approvals.models import ApprovalRequest
+    from dispatcher.policy import profiles
+    from teams.services import set_escalation
+
+    pay, sec, third = make_team("pay"), make_team("sec"), make_team("third")
+    profiles.update_profile(
+        user=pay.agent.owner,
+        mode="standard",
+        allow=[],
+        ask=[{"rule": "write_file(*)", "approvals": 2}],
+        deny=[],
+        actor="test",
+    )
+    set_escalation(team=pay.team, after=30, to=sec.team, actor="test")
+    created = ApprovalRequest.objects.get(pk=pay.approval.pk).created_at
+    assert services.escalate_due(created + timedelta(seconds=31)) == [pay.approval.pk]
+    editor = sec.client("reviewer")
+    answer = editor.post(
+        f"/approvals/{pay.approval.pk}/edit",
+        {"digest": pay.approval.digest, "arguments": '{"path": "other.txt", "content": "y"}'},
+    )
+    assert answer.status_code == 302
+    new = ApprovalRequest.objects.get(call__edited_from=pay.approval.call_id)
+    assert new.escalated_to_id == sec.team.pk
+    assert list(new.votes.values_list("voter", flat=True)) == [sec.members["reviewer"].pk]
+    assert not AuditEvent.objects.filter(kind="approval.vote_discarded").exists()
+    assert sec.secret not in editor.get(f"/approvals/{new.pk}/").content.decode()
+    assert editor.get(f"/approvals/{new.pk}/").status_code == 200
+    assert "other.txt" in editor.get("/approvals/").content.decode()
+    # A third team still sees nothing of it; the owning team's reviewer completes it.
+    assert third.client("reviewer").get(f"/approvals/{new.pk}/").status_code == 404
+    done = pay.client("reviewer").post(
+        f"/approvals/{new.pk}/decide", {"action": "approve", "digest": new.digest}
+    )
+    assert done.status_code == 302
+    new.call.refresh_from_db()
+    assert new.call.status == "queued"
+    # Escalated once: the new call is not escalated again later.
+    assert services.escalate_due(created + timedelta(seconds=62)) == []
