@@ -4,14 +4,24 @@ defect found by the sweep, reproduced with real requests."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 from django.test import Client
 
 from approvals import links
 from audit.models import AuditEvent
+from dispatcher import agents
+from teams.services import remove_member
+from tests.approvals.conftest import closing_connections, open_socket, run_async
+from tests.audit.test_live_timeline import open_timeline
+from tests.support.factories import submit_one
+from tests.support.live import LiveStack
+from tests.teams.test_cross_team_sockets import ORIGIN, cookie, heard
 from tests.teams.world import TeamWorld, make_team, org_client, unchanged
 
-pytestmark = pytest.mark.django_db
+db = pytest.mark.django_db
 
 
 @pytest.fixture
@@ -27,6 +37,7 @@ def quiet(client: Client) -> Client:
 # --- No 500 on bad input ----------------------------------------------------------------
 
 
+@db
 def test_a_nul_character_in_a_form_field_or_the_path_is_a_400_never_a_500(
     pay: TeamWorld,
 ) -> None:
@@ -65,6 +76,7 @@ def test_a_nul_character_in_a_form_field_or_the_path_is_a_400_never_a_500(
     assert reviewer.post("/approvals/push/subscribe", {"endpoint": "x"}).status_code == 400
 
 
+@db
 def test_an_edit_the_database_cannot_store_is_a_400(pay: TeamWorld) -> None:
     """The edit form's JSON was read with json.loads: NaN, Infinity, a \\u0000 or a lone
     surrogate passed and failed in the database (500); the agent API refuses them."""
@@ -83,6 +95,7 @@ def test_an_edit_the_database_cannot_store_is_a_400(pay: TeamWorld) -> None:
     assert unchanged(pay) == []
 
 
+@db
 def test_session_filters_that_no_session_can_match_are_no_500(pay: TeamWorld) -> None:
     """A NUL in the list's agent, owner or tool filter, or a call id with one on the
     timeline, reached PostgreSQL (500); `until` the last day there is overflowed (500)."""
@@ -103,6 +116,7 @@ def test_session_filters_that_no_session_can_match_are_no_500(pay: TeamWorld) ->
 # --- Escalation survives an edit --------------------------------------------------------
 
 
+@db
 def test_an_edit_of_an_escalated_ask_stays_with_the_tier_it_was_escalated_to() -> None:
     """The next tier's reviewer may edit an escalated ask, and the edit is their approval
     of the new call: but the new call was not escalated, so their vote was discarded at
@@ -151,3 +165,48 @@ def test_an_edit_of_an_escalated_ask_stays_with_the_tier_it_was_escalated_to() -
     assert new.call.status == "queued"
     # Escalated once: the new call is not escalated again later.
     assert services.escalate_due(created + timedelta(seconds=62)) == []
+
+
+# --- Sockets follow the session's team --------------------------------------------------
+
+
+@pytest.mark.live
+def test_a_timeline_socket_stops_when_its_session_leaves_the_auditors_teams(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    """An auditor's open timeline socket kept receiving a session's summary (its calls,
+    asks, approvals and times, after every change) once the session's agent moved to
+    another team, which the page and a new socket refuse: the socket closes instead.
+    Push-only: what the browser sends changes nothing; the queue socket of a reviewer who
+    leaves the team closes at once."""
+    pay, infra = make_team("pay"), make_team("infra")
+    reviewer, auditor = cookie(pay.members["reviewer"]), cookie(pay.members["auditor"])
+    got: dict[str, Any] = {}
+
+    def move() -> None:
+        agents.transfer_agent(agent=pay.agent.agent, actor="test", team=infra.team)
+        submit_one(pay.session, "write_file", {"path": "moved.txt", "content": "y"}, "moved")
+
+    def leave() -> None:
+        remove_member(team=pay.team, user=pay.members["reviewer"], role="reviewer", actor="t")
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        queue, opened = await open_socket(ORIGIN, reviewer)
+        assert opened and pay.secret in await queue.receive_from(timeout=5)
+        timeline, opened = await open_timeline(str(pay.session.pk), ORIGIN, auditor)
+        assert opened and "audit-summary" in await timeline.receive_from(timeout=5)
+        for text in ('{"type": "queue.push", "html": "<b>x</b>"}', '{"type": "sockets.close"}'):
+            await queue.send_to(text_data=text)
+            await timeline.send_to(text_data=text)
+        got["queue heard"] = await heard(queue, 1)
+        got["timeline heard"] = await heard(timeline, 1)
+        await loop.run_in_executor(None, closing_connections(move))
+        got["timeline after move"] = await timeline.receive_output(timeout=5)
+        await loop.run_in_executor(None, closing_connections(leave))
+        got["queue after leaving"] = await queue.receive_output(timeout=5)
+
+    run_async(scenario)
+    assert got["queue heard"] == [] and got["timeline heard"] == []
+    assert got["timeline after move"] == {"type": "websocket.close", "code": 4403}
+    assert got["queue after leaving"] == {"type": "websocket.close", "code": 4403}
