@@ -113,6 +113,30 @@ def test_session_filters_that_no_session_can_match_are_no_500(pay: TeamWorld) ->
     assert not AuditEvent.objects.filter(kind__startswith="approval.").exists()
 
 
+@db
+def test_a_push_subscription_the_database_cannot_store_is_a_400(pay: TeamWorld) -> None:
+    """Any reviewer's browser subscription: an endpoint longer than its column, or keys
+    holding a \u0000 or a lone surrogate, answered 500; keys of any size and text were
+    stored. A browser's keys are base64url."""
+    import json
+
+    reviewer = quiet(pay.client("reviewer"))
+    endpoint = "https://push.example.com/p"
+    good = {"p256dh": "B" * 87, "auth": "a_b-c" * 4 + "AA"}
+    bodies = [
+        json.dumps({"endpoint": endpoint + "a" * 1500, "keys": good}),
+        json.dumps({"endpoint": endpoint, "keys": {**good, "p256dh": "a\u0000"}}),
+        '{"endpoint": "%s", "keys": {"p256dh": "\\ud800", "auth": "b"}}' % endpoint,
+        json.dumps({"endpoint": endpoint, "keys": {**good, "auth": "x" * 200_000}}),
+        json.dumps({"endpoint": endpoint, "keys": {**good, "auth": "<script>"}}),
+    ]
+    for body in bodies:
+        answer = reviewer.post("/approvals/push/subscribe", body, "application/json")
+        assert answer.status_code == 400, body[:80]
+    body = json.dumps({"endpoint": endpoint, "keys": good})
+    assert reviewer.post("/approvals/push/subscribe", body, "application/json").status_code == 201
+
+
 # --- Escalation survives an edit --------------------------------------------------------
 
 
