@@ -121,6 +121,8 @@ def decide(
             raise DecisionRefused("This approval request does not exist.", 404)
         now = timezone.now()  # the decision's time: checked against the deadline, recorded
         refusal = _outside(approval, scope) or _refusal(approval, user, digest, now)
+        if refusal is None and approve and allow_session:
+            refusal = _escalated_only(approval, scope)
         if refusal is None and approve:
             refusal = _effect_refusal(approval, user, effect_digest)
         if refusal is None and approve:
@@ -186,6 +188,21 @@ def _outside(approval: ApprovalRequest, scope: Scope) -> DecisionRefused | None:
     if scope.covers_any(*ask_teams(approval)):
         return None
     return DecisionRefused(OUTSIDE, 403)
+
+
+ESCALATED_ONLY = (
+    "This call was escalated to your team: approve it on its own. Only the agent's team's "
+    "reviewers and organization reviewers can allow it for the rest of its session."
+)
+
+
+def _escalated_only(approval: ApprovalRequest, scope: Scope) -> DecisionRefused | None:
+    """Escalation offers the next tier one ask, not the agent's session: a reviewer who
+    reaches the call only through its escalation decides it, but grants nothing for the
+    session's later calls (which would be decided without ever being offered to them)."""
+    if scope.covers(approval.call.session.agent.team_id):
+        return None
+    return DecisionRefused(ESCALATED_ONLY, 403)
 
 
 def _refusal(

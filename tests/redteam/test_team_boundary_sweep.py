@@ -234,3 +234,32 @@ def test_a_timeline_socket_stops_when_its_session_leaves_the_auditors_teams(
     assert got["queue heard"] == [] and got["timeline heard"] == []
     assert got["timeline after move"] == {"type": "websocket.close", "code": 4403}
     assert got["queue after leaving"] == {"type": "websocket.close", "code": 4403}
+
+
+@db
+def test_the_tier_an_ask_escalated_to_decides_it_but_grants_nothing_for_its_session() -> None:
+    """Escalation widens a reviewer's reach over one ask only (docs/teams.md); "Approve
+    for this session" by the next tier's reviewer granted a rule over the agent's session,
+    so later asks of the other team's agent were allowed without being offered to anyone."""
+    from datetime import timedelta
+
+    from approvals import services
+    from approvals.models import ApprovalRequest
+    from dispatcher.policy.models import SessionGrant
+    from teams.services import set_escalation
+
+    pay, sec = make_team("pay"), make_team("sec")
+    set_escalation(team=pay.team, after=30, to=sec.team, actor="test")
+    created = ApprovalRequest.objects.get(pk=pay.approval.pk).created_at
+    services.escalate_due(created + timedelta(seconds=31))
+    grants = SessionGrant.objects.filter(session=pay.session).count()
+    url = f"/approvals/{pay.approval.pk}/decide"
+    form = {"action": "approve_session", "digest": pay.approval.digest}
+    refused = sec.client("reviewer").post(url, form)
+    assert refused.status_code == 403 and "escalated to your team" in refused.content.decode()
+    assert SessionGrant.objects.filter(session=pay.session).count() == grants
+    assert unchanged(pay) == []
+    # They approve the ask itself; the agent's own team may still allow it for the session.
+    approved = sec.client("reviewer").post(url, {**form, "action": "approve"})
+    assert approved.status_code == 302
+    assert SessionGrant.objects.filter(session=pay.session).count() == grants
