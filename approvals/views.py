@@ -16,6 +16,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -242,6 +243,7 @@ def _fragment(
 LINK = "approvals/link.html"
 
 
+@never_cache  # (it shows the call: kept nowhere, as the role pages: audit.roles)
 @require_http_methods(["GET", "POST"])
 def link(request: HttpRequest, token: str) -> HttpResponse:
     """A signed one-tap link: GET shows the call and a confirm button; only the POST

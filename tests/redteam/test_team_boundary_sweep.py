@@ -263,3 +263,24 @@ def test_the_tier_an_ask_escalated_to_decides_it_but_grants_nothing_for_its_sess
     approved = sec.client("reviewer").post(url, {**form, "action": "approve"})
     assert approved.status_code == 302
     assert SessionGrant.objects.filter(session=pay.session).count() == grants
+
+
+@db
+def test_pages_that_show_agents_calls_are_kept_in_no_browser_cache(pay: TeamWorld) -> None:
+    """The queue, a call's page, the timeline, an export and a one-tap link's page (an
+    agent's arguments, whole) came without Cache-Control: the browser kept them in its
+    disk cache and showed them again on "back" after sign-out (docs/dashboard.md: no agent
+    data is kept in the browser)."""
+    token = links.make_token(pay.approval, pay.members["reviewer"], "approve")
+    session = pay.session.pk
+    pages = {
+        "reviewer": ["/", "/approvals/", f"/approvals/{pay.approval.pk}/", f"/approvals/links/{token}/"],
+        "auditor": [f"/audit/sessions/{session}/", f"/audit/sessions/{session}/export.jsonl"],
+        "admin": ["/permissions/", f"/teams/{pay.team.pk}/"],
+    }
+    for role, urls in pages.items():
+        client = pay.client(role)
+        for url in urls:
+            answer = client.get(url)
+            assert answer.status_code == 200, url
+            assert "no-store" in answer.get("Cache-Control", ""), url
