@@ -149,6 +149,10 @@ def edit(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     write_file the new content). 200/302, or 400/403/404/409 with why."""
     approval = queries.one_request(approval_id, request.reach)
     if approval is None:
+        if ApprovalRequest.objects.filter(pk=approval_id).exists():
+            # Another team's call: refused as a decision is (docs/teams.md), saying why
+            # and showing nothing of it.
+            return _answer(request, approval_id, services.OUTSIDE, status=403)
         raise Http404("No such approval request.")
     try:
         arguments = edited_arguments(approval, request.POST)

@@ -284,3 +284,19 @@ def test_pages_that_show_agents_calls_are_kept_in_no_browser_cache(pay: TeamWorl
             answer = client.get(url)
             assert answer.status_code == 200, url
             assert "no-store" in answer.get("Cache-Control", ""), url
+
+
+@db
+def test_editing_another_teams_call_is_refused_saying_why_as_deciding_it_is() -> None:
+    """docs/teams.md: deciding *or editing* another team's call answers 403 with the
+    reason; the edit page answered 404 (the decision 403)."""
+    pay, infra = make_team("pay"), make_team("infra")
+    answer = infra.client("reviewer").post(
+        f"/approvals/{pay.approval.pk}/edit",
+        {"digest": pay.approval.digest, "arguments": '{"path": "b.txt", "content": "z"}'},
+    )
+    assert answer.status_code == 403 and "another team's agent" in answer.content.decode()
+    assert not any(marker in answer.content.decode() for marker in pay.markers)
+    assert unchanged(pay) == []
+    missing = infra.client("reviewer").post("/approvals/987654321/edit", {"digest": "x"})
+    assert missing.status_code == 404
