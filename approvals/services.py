@@ -315,7 +315,10 @@ def _vote_refusal(
 
 def _groups_refusal(approval: ApprovalRequest, user: AbstractBaseUser) -> DecisionRefused | None:
     """A several-groups request: `user` must be in one of its groups, and their vote must
-    meet a count no vote meets yet (one vote counts towards one group only)."""
+    meet a count no vote meets yet (one vote counts towards one group only). Votes of
+    people who left are discarded first (audited, in this deciding transaction): a count
+    is never held by someone who may no longer vote."""
+    _discard_departed_votes(approval)
     counts = approval.counts()
     mine = set(user.groups.filter(name__in=list(counts)).values_list("name", flat=True))  # type: ignore[attr-defined]
     if not mine:

@@ -300,3 +300,50 @@ def test_editing_another_teams_call_is_refused_saying_why_as_deciding_it_is() ->
     assert unchanged(pay) == []
     missing = infra.client("reviewer").post("/approvals/987654321/edit", {"digest": "x"})
     assert missing.status_code == 404
+
+
+@db
+def test_a_vote_of_someone_who_left_the_team_holds_no_groups_count() -> None:
+    """A several-groups quorum ("1 of oncall and 1 of security"): a reviewer who voted
+    for oncall and then left the team still held oncall's count when the next oncall
+    reviewer of the team approved, who was refused (409, "your groups already have the
+    approvals they need"); the departed vote was discarded only when some other vote
+    was recorded."""
+    from django.contrib.auth.models import Group
+
+    from approvals.models import ApprovalRequest
+    from dispatcher.policy import profiles
+    from teams.services import add_member
+    from tests.support.factories import make_user, unique
+
+    pay = make_team("pay")
+    oncall, _ = Group.objects.get_or_create(name="oncall")
+    Group.objects.get_or_create(name="security")
+    counts = [{"group": "oncall", "count": 1}, {"group": "security", "count": 1}]
+    profiles.update_profile(
+        user=pay.agent.owner,
+        mode="standard",
+        allow=[],
+        ask=[{"rule": "write_file", "approvals": counts}],
+        deny=[],
+        actor="test",
+    )
+    call = submit_one(pay.session, "write_file", {"path": "q.txt", "content": "x"}, "q")
+    approval = ApprovalRequest.objects.get(call=call)
+    leaver, stayer = make_user(unique("leaver")), make_user(unique("stayer"))
+    for person in (leaver, stayer):
+        add_member(team=pay.team, user=person, role="reviewer", actor="test")
+        person.groups.add(oncall)
+
+    def approve(person: object) -> int:
+        client = Client()
+        client.force_login(person)  # type: ignore[arg-type]
+        form = {"action": "approve", "digest": approval.digest}
+        return client.post(f"/approvals/{approval.pk}/decide", form).status_code
+
+    assert approve(leaver) == 302
+    remove_member(team=pay.team, user=leaver, role="reviewer", actor="test")
+    assert approve(stayer) == 302
+    assert list(approval.votes.values_list("voter", flat=True)) == [stayer.pk]
+    discarded = AuditEvent.objects.get(kind="approval.vote_discarded")
+    assert discarded.payload["reviewer"] == leaver.username
