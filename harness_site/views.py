@@ -70,6 +70,8 @@ def home(request: HttpRequest) -> HttpResponse:
     days = [d.day + " 00:00:00" for d in decisions]
     context = {
         **figures,
+        # The checkpoint's count of signed heads is every team's sessions: org roles only.
+        "organization": reach.everything,
         "outcomes": OUTCOMES,
         "day_chart": charts.stacked(
             day.buckets,

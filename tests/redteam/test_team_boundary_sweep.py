@@ -347,3 +347,24 @@ def test_a_vote_of_someone_who_left_the_team_holds_no_groups_count() -> None:
     assert list(approval.votes.values_list("voter", flat=True)) == [stayer.pk]
     discarded = AuditEvent.objects.get(kind="approval.vote_discarded")
     assert discarded.payload["reviewer"] == leaver.username
+
+
+@db
+def test_a_team_members_overview_counts_no_other_teams_sessions(
+    pay: TeamWorld, settings: Any, tmp_path: Any
+) -> None:
+    """The overview shows the figures of the person's teams; the checkpoint row said how
+    many chain heads (sessions, of every team) the last run signed."""
+    import io
+
+    from django.core.management import call_command
+
+    infra = make_team("infra")
+    settings.HARNESS_CHECKPOINT_PATH = str(tmp_path / "checkpoints.jsonl")
+    settings.HARNESS_CHECKPOINT_URL = ""
+    call_command("audit_checkpoint", stdout=io.StringIO())
+    for role in ("reviewer", "auditor", "admin"):
+        page = pay.client(role).get("/").content.decode()
+        assert "last run succeeded" in page and "heads signed" not in page, role
+        assert not any(marker in page for marker in infra.markers), role
+    assert "heads signed" in org_client("auditor").get("/").content.decode()
