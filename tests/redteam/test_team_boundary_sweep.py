@@ -368,3 +368,27 @@ def test_a_team_members_overview_counts_no_other_teams_sessions(
         assert "last run succeeded" in page and "heads signed" not in page, role
         assert not any(marker in page for marker in infra.markers), role
     assert "heads signed" in org_client("auditor").get("/").content.decode()
+
+
+@db
+def test_the_replay_transcript_and_session_list_show_invisible_characters_escaped() -> None:
+    """The timeline shows an agent's text with its invisible and bidi characters escaped
+    (`visible`); the replay, the transcript and the session list showed the session's
+    title, the arguments, the tool's answer and the tool_use_id raw, so an agent could
+    hide or reorder what an auditor reads there (a right-to-left override)."""
+    from dispatcher import agents as agent_service
+
+    pay = make_team("pay")
+    hidden = "rm\u202e-rf\u200b"
+    session = agent_service.start_session(agent=pay.agent.agent, title=f"t{hidden}")
+    submit_one(session, "write_file", {"path": f"{hidden}.txt", "content": hidden}, f"id{hidden}")
+    auditor = pay.client("auditor")
+    for url in (
+        f"/audit/sessions/{session.pk}/",
+        f"/audit/sessions/{session.pk}/replay/",
+        f"/audit/sessions/{session.pk}/transcript/",
+        "/audit/sessions/",
+    ):
+        page = auditor.get(url).content.decode()
+        assert "\u202e" not in page and "\u200b" not in page, url
+        assert "\\u202e" in page, url
