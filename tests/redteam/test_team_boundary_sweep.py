@@ -375,7 +375,9 @@ def test_the_replay_transcript_and_session_list_show_invisible_characters_escape
     """The timeline shows an agent's text with its invisible and bidi characters escaped
     (`visible`); the replay, the transcript and the session list showed the session's
     title, the arguments, the tool's answer and the tool_use_id raw, so an agent could
-    hide or reorder what an auditor reads there (a right-to-left override)."""
+    hide or reorder what an auditor reads there (a right-to-left override); so did the
+    agent's page its sessions' titles. (The permissions pages, dispatcher/policy's
+    templates, still show a session's title raw: not in this sweep's reach.)"""
     from dispatcher import agents as agent_service
 
     pay = make_team("pay")
@@ -388,7 +390,28 @@ def test_the_replay_transcript_and_session_list_show_invisible_characters_escape
         f"/audit/sessions/{session.pk}/replay/",
         f"/audit/sessions/{session.pk}/transcript/",
         "/audit/sessions/",
+        f"/agents/{pay.agent.agent.pk}/",
     ):
-        page = auditor.get(url).content.decode()
+        client = pay.client("admin") if url.startswith("/agents/") else auditor
+        page = client.get(url).content.decode()
         assert "\u202e" not in page and "\u200b" not in page, url
         assert "\\u202e" in page, url
+
+
+@db
+@pytest.mark.xfail(
+    strict=True,
+    reason="dispatcher/policy/templates/permissions/{index,session}.html show a session's "
+    "title without `visible` (outside this sweep's files)",
+)
+def test_the_permissions_pages_show_a_sessions_title_escaped() -> None:
+    from dispatcher import agents as agent_service
+    from dispatcher.policy.models import SessionGrant
+
+    pay = make_team("pay")
+    session = agent_service.start_session(agent=pay.agent.agent, title="t\u202eev")
+    SessionGrant.objects.create(session=session, rule="write_file(x.txt)", tool="write_file")
+    admin = pay.client("admin")
+    for url in ("/permissions/", f"/permissions/sessions/{session.pk}/"):
+        page = admin.get(url).content.decode()
+        assert "\u202e" not in page, url
