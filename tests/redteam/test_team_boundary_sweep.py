@@ -415,3 +415,19 @@ def test_the_permissions_pages_show_a_sessions_title_escaped() -> None:
     for url in ("/permissions/", f"/permissions/sessions/{session.pk}/"):
         page = admin.get(url).content.decode()
         assert "\u202e" not in page, url
+
+
+@db
+@pytest.mark.xfail(
+    strict=True,
+    reason="allauth's mfa/webauthn/authenticator_list.html loads `humanize`, which is not "
+    "in INSTALLED_APPS (harness_site/settings.py; identity's pages)",
+)
+def test_the_passkeys_page_answers_every_signed_in_person() -> None:
+    """GET /accounts/2fa/webauthn/ (the list of one's passkeys) is a 500 for anyone
+    signed in: TemplateSyntaxError, 'humanize' is not a registered tag library."""
+    from tests.support.factories import make_user, unique
+
+    client = quiet(Client())
+    client.force_login(make_user(unique("person"), groups=("reviewer",)))
+    assert client.get("/accounts/2fa/webauthn/").status_code < 500
