@@ -431,3 +431,17 @@ def test_the_passkeys_page_answers_every_signed_in_person() -> None:
     client = quiet(Client())
     client.force_login(make_user(unique("person"), groups=("reviewer",)))
     assert client.get("/accounts/2fa/webauthn/").status_code < 500
+
+
+@db
+@pytest.mark.xfail(
+    strict=True,
+    reason="dispatcher/policy/views.apply_suggestion passes the form's `user` to "
+    "get_object_or_404 unchecked (ValueError: Field 'id' expected a number)",
+)
+def test_applying_a_suggestion_for_a_user_that_is_not_a_number_is_no_500(
+    pay: TeamWorld,
+) -> None:
+    admin = quiet(pay.client("admin"))
+    form = {"user": "b", "rule": "write_file(x.txt)", "action": "allow", "version": "1"}
+    assert admin.post("/permissions/analytics/apply", form).status_code < 500
