@@ -445,3 +445,31 @@ def test_applying_a_suggestion_for_a_user_that_is_not_a_number_is_no_500(
     admin = quiet(pay.client("admin"))
     form = {"user": "b", "rule": "write_file(x.txt)", "action": "allow", "version": "1"}
     assert admin.post("/permissions/analytics/apply", form).status_code < 500
+
+
+@pytest.mark.live
+def test_a_real_daphne_refuses_a_nul_in_a_form_and_keeps_the_json_body(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    """The refusal of NUL characters and the no-store pages, through daphne's ASGI
+    request (its body read from a spooled file, not the test client's)."""
+    import httpx
+    from django.conf import settings
+
+    pay = make_team("pay")
+    client = Client()
+    client.force_login(pay.members["reviewer"])
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    with httpx.Client(base_url=live_stack.url, timeout=30) as web:
+        web.cookies.set(settings.SESSION_COOKIE_NAME, session)
+        queue = web.get("/approvals/")
+        assert queue.status_code == 200 and "no-store" in queue.headers["cache-control"]
+        token = web.cookies[settings.CSRF_COOKIE_NAME]
+        headers = {"X-CSRFToken": token, "Origin": live_stack.url, "Referer": live_stack.url + "/"}
+        form = {"action": "deny", "digest": pay.approval.digest, "feedback": "no\x00"}
+        refused = web.post(f"/approvals/{pay.approval.pk}/decide", data=form, headers=headers)
+        assert refused.status_code == 400 and "NUL" in refused.text
+        subscription = {"endpoint": "https://push.example.com/p", "keys": {"p256dh": "B" * 87, "auth": "A" * 22}}
+        stored = web.post("/approvals/push/subscribe", json=subscription, headers=headers)
+        assert stored.status_code == 201
+    assert unchanged(pay) == []
