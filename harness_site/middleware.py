@@ -53,17 +53,12 @@ class RefuseNulCharacters:
             # The raw body first, kept: a view that reads it (a JSON body) still can after
             # the form is parsed from it.
             request.body  # noqa: B018
-        if "\x00" in request.path_info or (
-            request.method == "POST" and _holds_nul(request.POST)
-        ):
-            return HttpResponse(
-                NUL_REFUSED, status=400, content_type="text/plain; charset=utf-8"
-            )
+        if "\x00" in request.path_info or (request.method == "POST" and _holds_nul(request.POST)):
+            return HttpResponse(NUL_REFUSED, status=400, content_type="text/plain; charset=utf-8")
         return self.get_response(request)
 
 
 def _holds_nul(form: Any) -> bool:
     return any(
-        "\x00" in key or any("\x00" in value for value in values)
-        for key, values in form.lists()
+        "\x00" in key or any("\x00" in value for value in values) for key, values in form.lists()
     )

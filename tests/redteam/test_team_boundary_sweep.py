@@ -49,20 +49,42 @@ def test_a_nul_character_in_a_form_field_or_the_path_is_a_400_never_a_500(
     team = f"/teams/{pay.team.pk}/members"
     owner = pay.agent.owner
     cases = [
-        ("reviewer", f"/approvals/{pay.approval.pk}/decide",
-         {"action": "deny", "digest": digest, "feedback": "no\x00"}),
-        ("reviewer", f"/approvals/{pay.approval.pk}/edit",
-         {"digest": digest, "feedback": "x\x00", "arguments": '{"path": "b.txt", "content": "z"}'}),
+        (
+            "reviewer",
+            f"/approvals/{pay.approval.pk}/decide",
+            {"action": "deny", "digest": digest, "feedback": "no\x00"},
+        ),
+        (
+            "reviewer",
+            f"/approvals/{pay.approval.pk}/edit",
+            {
+                "digest": digest,
+                "feedback": "x\x00",
+                "arguments": '{"path": "b.txt", "content": "z"}',
+            },
+        ),
         ("reviewer", f"/approvals/{pay.approval.pk}/edit", {"digest": digest, "content": "a\x00b"}),
         ("reviewer", f"/approvals/links/{token}/", {"digest": digest, "feedback": "no\x00"}),
         ("admin", f"{team}/add", {"user": "a\x00b", "role": "reviewer"}),
         ("admin", f"{team}/remove", {"user": "a\x00b", "role": "reviewer"}),
         ("admin", "/agents/", {"name": "a\x00b", "owner": owner.username, "team": pay.team.name}),
-        ("admin", f"/permissions/users/{owner.pk}/",
-         {"mode": "standard", "allow": "read_file(a\x00)", "ask": "", "deny": "", "version": "1"}),
+        (
+            "admin",
+            f"/permissions/users/{owner.pk}/",
+            {
+                "mode": "standard",
+                "allow": "read_file(a\x00)",
+                "ask": "",
+                "deny": "",
+                "version": "1",
+            },
+        ),
         ("admin", "/tools/servers/a%00b/refresh", {}),
-        ("org-admin", "/approvals/notifications/",
-         {"name": "a\x00b", "kind": "webhook", "url": "https://hooks.example.com/"}),
+        (
+            "org-admin",
+            "/approvals/notifications/",
+            {"name": "a\x00b", "kind": "webhook", "url": "https://hooks.example.com/"},
+        ),
     ]
     answers = []
     for role, url, form in cases:
@@ -126,7 +148,7 @@ def test_a_push_subscription_the_database_cannot_store_is_a_400(pay: TeamWorld) 
     bodies = [
         json.dumps({"endpoint": endpoint + "a" * 1500, "keys": good}),
         json.dumps({"endpoint": endpoint, "keys": {**good, "p256dh": "a\u0000"}}),
-        '{"endpoint": "%s", "keys": {"p256dh": "\\ud800", "auth": "b"}}' % endpoint,
+        '{"endpoint": "' + endpoint + '", "keys": {"p256dh": "\\ud800", "auth": "b"}}',
         json.dumps({"endpoint": endpoint, "keys": {**good, "auth": "x" * 200_000}}),
         json.dumps({"endpoint": endpoint, "keys": {**good, "auth": "<script>"}}),
     ]
@@ -274,7 +296,12 @@ def test_pages_that_show_agents_calls_are_kept_in_no_browser_cache(pay: TeamWorl
     token = links.make_token(pay.approval, pay.members["reviewer"], "approve")
     session = pay.session.pk
     pages = {
-        "reviewer": ["/", "/approvals/", f"/approvals/{pay.approval.pk}/", f"/approvals/links/{token}/"],
+        "reviewer": [
+            "/",
+            "/approvals/",
+            f"/approvals/{pay.approval.pk}/",
+            f"/approvals/links/{token}/",
+        ],
         "auditor": [f"/audit/sessions/{session}/", f"/audit/sessions/{session}/export.jsonl"],
         "admin": ["/permissions/", f"/teams/{pay.team.pk}/"],
     }
@@ -469,7 +496,10 @@ def test_a_real_daphne_refuses_a_nul_in_a_form_and_keeps_the_json_body(
         form = {"action": "deny", "digest": pay.approval.digest, "feedback": "no\x00"}
         refused = web.post(f"/approvals/{pay.approval.pk}/decide", data=form, headers=headers)
         assert refused.status_code == 400 and "NUL" in refused.text
-        subscription = {"endpoint": "https://push.example.com/p", "keys": {"p256dh": "B" * 87, "auth": "A" * 22}}
+        subscription = {
+            "endpoint": "https://push.example.com/p",
+            "keys": {"p256dh": "B" * 87, "auth": "A" * 22},
+        }
         stored = web.post("/approvals/push/subscribe", json=subscription, headers=headers)
         assert stored.status_code == 201
     assert unchanged(pay) == []
