@@ -121,6 +121,8 @@ def decide(
             raise DecisionRefused("This approval request does not exist.", 404)
         now = timezone.now()  # the decision's time: checked against the deadline, recorded
         refusal = _outside(approval, scope) or _refusal(approval, user, digest, now)
+        if refusal is None and approve and allow_session:
+            refusal = _escalated_only(approval, scope)
         if refusal is None and approve:
             refusal = _effect_refusal(approval, user, effect_digest)
         if refusal is None and approve:
@@ -186,6 +188,21 @@ def _outside(approval: ApprovalRequest, scope: Scope) -> DecisionRefused | None:
     if scope.covers_any(*ask_teams(approval)):
         return None
     return DecisionRefused(OUTSIDE, 403)
+
+
+ESCALATED_ONLY = (
+    "This call was escalated to your team: approve it on its own. Only the agent's team's "
+    "reviewers and organization reviewers can allow it for the rest of its session."
+)
+
+
+def _escalated_only(approval: ApprovalRequest, scope: Scope) -> DecisionRefused | None:
+    """Escalation offers the next tier one ask, not the agent's session: a reviewer who
+    reaches the call only through its escalation decides it, but grants nothing for the
+    session's later calls (which would be decided without ever being offered to them)."""
+    if scope.covers(approval.call.session.agent.team_id):
+        return None
+    return DecisionRefused(ESCALATED_ONLY, 403)
 
 
 def _refusal(
@@ -298,7 +315,10 @@ def _vote_refusal(
 
 def _groups_refusal(approval: ApprovalRequest, user: AbstractBaseUser) -> DecisionRefused | None:
     """A several-groups request: `user` must be in one of its groups, and their vote must
-    meet a count no vote meets yet (one vote counts towards one group only)."""
+    meet a count no vote meets yet (one vote counts towards one group only). Votes of
+    people who left are discarded first (audited, in this deciding transaction): a count
+    is never held by someone who may no longer vote."""
+    _discard_departed_votes(approval)
     counts = approval.counts()
     mine = set(user.groups.filter(name__in=list(counts)).values_list("name", flat=True))  # type: ignore[attr-defined]
     if not mine:
@@ -698,6 +718,13 @@ def _replace(
             .select_related("call__session__agent")
             .get(call=new)
         )
+        if approval.escalated_at is not None:
+            # The edit continues an escalated ask: the next tier it was offered to (whose
+            # reviewer may have written this edit) still sees and decides it, and it is
+            # not escalated again (teams.scope.ASK_TEAMS).
+            replacement_approval.escalated_at = approval.escalated_at
+            replacement_approval.escalated_to_id = approval.escalated_to_id
+            compiled.save_fields(replacement_approval, ["escalated_at", "escalated_to"])
         # A previewed command's effect was not seen yet: it asks the editor again.
         if (
             not replacement_approval.effect_digest

@@ -7,6 +7,7 @@ these URLs as an anonymous user.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django.conf import settings
@@ -15,10 +16,12 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from audit.roles import REVIEWER, HtmxHttpRequest, role_required
+from dispatcher.gateways import dialects
 from dispatcher.models import Status
 
 from . import links, queries, services, stepup
@@ -146,6 +149,10 @@ def edit(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     write_file the new content). 200/302, or 400/403/404/409 with why."""
     approval = queries.one_request(approval_id, request.reach)
     if approval is None:
+        if ApprovalRequest.objects.filter(pk=approval_id).exists():
+            # Another team's call: refused as a decision is (docs/teams.md), saying why
+            # and showing nothing of it.
+            return _answer(request, approval_id, services.OUTSIDE, status=403)
         raise Http404("No such approval request.")
     try:
         arguments = edited_arguments(approval, request.POST)
@@ -173,14 +180,34 @@ def edited_arguments(approval: ApprovalRequest, data: Any) -> Any:
     """The arguments a reviewer's edit form sent: `content` replaces write_file's content;
     otherwise `arguments` is the whole JSON object. Raises DecisionRefused (400)."""
     original = approval.call.arguments or {}
-    if "content" in data and approval.call.name == "write_file":
-        return {**original, "content": data["content"].replace("\r\n", "\n")}
     try:
-        return json.loads(data.get("arguments", ""))
+        if "content" in data and approval.call.name == "write_file":
+            edited = {**original, "content": data["content"].replace("\r\n", "\n")}
+            dialects.check_storable(edited)
+            return edited
+        # The agent API's strict JSON: no NaN or Infinity (nor a number too large for a
+        # float), nothing the database would refuse (a NUL character, a lone surrogate):
+        # a bad edit is a 400, never a 500.
+        edited = json.loads(
+            data.get("arguments", ""), parse_constant=_not_a_number, parse_float=_finite
+        )
+        dialects.check_storable(edited)
+        return edited
     except (ValueError, RecursionError) as error:
         raise services.DecisionRefused(
             f"The edited arguments are not valid JSON ({error}). Fix them and send again.", 400
         ) from None
+
+
+def _not_a_number(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is too large a number")
+    return value
 
 
 def _answer(
@@ -220,6 +247,7 @@ def _fragment(
 LINK = "approvals/link.html"
 
 
+@never_cache  # (it shows the call: kept nowhere, as the role pages: audit.roles)
 @require_http_methods(["GET", "POST"])
 def link(request: HttpRequest, token: str) -> HttpResponse:
     """A signed one-tap link: GET shows the call and a confirm button; only the POST

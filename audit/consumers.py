@@ -26,7 +26,7 @@ from django.conf import settings
 from django.template.loader import render_to_string
 
 from dispatcher.models import AgentSession
-from teams.scope import NOTHING, Scope
+from teams.scope import EVERYTHING, NOTHING, Scope
 
 from .models import AuditChain
 from .roles import AUDITOR, CLOSE_SOCKETS, reach, sign_in_group, still_active, user_group
@@ -130,10 +130,22 @@ def _reaches(reach: Scope, session_id: str) -> bool:
     return bool(sessions.filter(pk=session_id).exists())
 
 
-def render_summary(session_id: str) -> str:
-    """The session's summary fragment (its counts, from the chain's head row: one read)."""
-    head = AuditChain.objects.filter(chain=session_id).first()
-    if head is None:  # no event yet: an empty summary the page can swap in all the same
+def render_summary(session_id: str, reach: Scope = EVERYTHING) -> str | None:
+    """The session's summary fragment (its counts, from the chain's head row: one read,
+    narrowed to `reach` in the same statement), or None when `reach` no longer covers the
+    session (its agent moved to another team since the socket opened: the page would
+    answer 404 now, so the socket says nothing more either)."""
+    heads = reach.filter_via(
+        AuditChain.objects.filter(chain=session_id),
+        "session_id",
+        AgentSession.objects.all(),
+        "agent__team_id",
+    )
+    head = heads.first()
+    if head is None:
+        if not _reaches(reach, session_id):
+            return None
+        # No event yet: an empty summary the page can swap in all the same.
         return '<p id="audit-summary" class="audit-counts audit-summary"></p>'
     return render_to_string(SUMMARY, {"head": head}).strip()
 
@@ -151,7 +163,11 @@ class SessionTimelineConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: i
     async def changed(self, session_id: str) -> None:
         if not await self.still_active():
             return
-        await self.send(text_data=await database_sync_to_async(render_summary)(session_id))
+        summary = await database_sync_to_async(render_summary)(session_id, self.reach)
+        if summary is None:
+            await self.close(code=CLOSED_FOR_ACCESS)
+            return
+        await self.send(text_data=summary)
 
     async def listen(self, session_id: str) -> None:
         client = aioredis.Redis.from_url(settings.REDIS_URL)

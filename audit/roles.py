@@ -39,6 +39,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
+from django.utils.cache import add_never_cache_headers
 from django.utils.module_loading import import_string
 from django_htmx.middleware import HtmxDetails
 
@@ -114,7 +115,12 @@ def role_required(
             if scope.empty:
                 raise PermissionDenied(REFUSALS[role])
             request.reach = scope  # type: ignore[attr-defined]
-            return view(request, *args, **kwargs)
+            response = view(request, *args, **kwargs)
+            # What a role's page shows (agents' arguments, the log) is read live, never
+            # kept: not in the browser's cache on disk, nor shown again by its back button
+            # after the person signed out or lost the role.
+            add_never_cache_headers(response)
+            return response
 
         # Read by tests/test_view_access.py: every page says its role.
         wrapped.required_role = role  # type: ignore[attr-defined]

@@ -83,6 +83,8 @@ def chains_in(reach: Scope, chains: QuerySet[AuditChain]) -> QuerySet[AuditChain
 
 def filtered_sessions(params: Any, reach: Scope) -> QuerySet[AuditChain]:
     sessions = chains_in(reach, AuditChain.objects.sessions())
+    if any("\x00" in params.get(name, "") for name in ("agent", "user", "tool")):
+        return sessions.none()  # no name holds a NUL (and PostgreSQL would refuse the read)
     if agent := params.get("agent", "").strip():
         sessions = sessions.filter(agent=agent)
     if owner := params.get("user", "").strip():
@@ -95,7 +97,8 @@ def filtered_sessions(params: Any, reach: Scope) -> QuerySet[AuditChain]:
         sessions = sessions.filter(DECISION_FILTERS[params["decision"]])
     if since := _day(params.get("since", "")):
         sessions = sessions.filter(last_at__gte=since)
-    if until := _day(params.get("until", "")):
+    if (until := _day(params.get("until", ""))) and until.date() < date.max:
+        # (until the last day there is: no bound; its next day is past datetime's range)
         sessions = sessions.filter(first_at__lt=until + timedelta(days=1))
     return sessions.order_by("-last_at")
 
@@ -173,7 +176,11 @@ def _page(chain: str, params: Any, filters: dict[str, str]) -> CallPage:
     if sum(p is not None for p in (before, after, call_id)) > 1:
         raise Http404("Give one of 'before', 'after' or 'call'; open the timeline without them.")
     if call_id is not None:
-        seq = received_seq(chain, call_id) if len(call_id) <= MAX_CALL_ID else None
+        seq = (
+            received_seq(chain, call_id)
+            if len(call_id) <= MAX_CALL_ID and "\x00" not in call_id
+            else None
+        )
         if seq is None:
             raise Http404("No such call in this session; open the timeline to see its calls.")
         after = seq - 1

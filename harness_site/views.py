@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from audit.roles import ROLES
@@ -52,6 +53,7 @@ def _share(rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
     ]
 
 
+@never_cache  # (the figures of the person's teams: kept nowhere, as the role pages)
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     """Signed-in users with a role see the overview of the teams their roles reach (every
@@ -68,6 +70,8 @@ def home(request: HttpRequest) -> HttpResponse:
     days = [d.day + " 00:00:00" for d in decisions]
     context = {
         **figures,
+        # The checkpoint's count of signed heads is every team's sessions: org roles only.
+        "organization": reach.everything,
         "outcomes": OUTCOMES,
         "day_chart": charts.stacked(
             day.buckets,

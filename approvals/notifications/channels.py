@@ -26,6 +26,10 @@ class InvalidChannel(ServiceError):
 
 
 URL = URLValidator(schemes=["http", "https"])
+# PushSubscription.endpoint's column; a browser's keys are base64url (a P-256 point is 87
+# characters, the auth secret 22): anything else is not a browser's and is not stored.
+ENDPOINT_MAX = PushSubscription._meta.get_field("endpoint").max_length or 1000
+PUSH_KEY = re.compile(r"[A-Za-z0-9_\-]{1,200}={0,2}")
 NAME = re.compile(r"^[\w .:@+\-]{1,100}$")
 
 
@@ -160,10 +164,15 @@ def subscribe(*, user: User, endpoint: str, keys: Any) -> PushSubscription:
         URL(endpoint)
     except ValidationError:
         raise ServiceError("The push endpoint must be an http(s) URL.") from None
+    if len(endpoint) > ENDPOINT_MAX:
+        raise ServiceError(f"The push endpoint is longer than {ENDPOINT_MAX} characters.")
     if not isinstance(keys, dict) or not all(
-        isinstance(keys.get(k), str) for k in ("p256dh", "auth")
+        isinstance(keys.get(k), str) and PUSH_KEY.fullmatch(keys[k]) for k in ("p256dh", "auth")
     ):
-        raise ServiceError("The subscription needs its p256dh and auth keys.")
+        raise ServiceError(
+            "The subscription needs its p256dh and auth keys (base64url, as the browser's "
+            "PushSubscription.toJSON() gives them)."
+        )
     subscription, _ = PushSubscription.objects.update_or_create(
         user=user,
         endpoint=endpoint,
