@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",  # (allauth.mfa's passkey list loads it)
     "channels",
     "django_htmx",
     # People: allauth's accounts, single sign-on (OIDC, SAML) and second factors

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.db.models import Q
-from django.http import HttpResponse, HttpResponseForbidden, QueryDict
+from django.http import Http404, HttpResponse, HttpResponseForbidden, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -72,6 +72,8 @@ def _people(reach: Scope) -> Any:
 
 
 def _subject(request: HtmxHttpRequest, user_id: int | str) -> User:
+    if not str(user_id).isdigit():  # (a form's `user` that names no one: 404, not a 500)
+        raise Http404("No such person.")
     subject: User = get_object_or_404(_people(request.reach), pk=user_id)
     return subject
 

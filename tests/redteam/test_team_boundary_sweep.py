@@ -426,11 +426,6 @@ def test_the_replay_transcript_and_session_list_show_invisible_characters_escape
 
 
 @db
-@pytest.mark.xfail(
-    strict=True,
-    reason="dispatcher/policy/templates/permissions/{index,session}.html show a session's "
-    "title without `visible` (outside this sweep's files)",
-)
 def test_the_permissions_pages_show_a_sessions_title_escaped() -> None:
     from dispatcher import agents as agent_service
     from dispatcher.policy.models import SessionGrant
@@ -445,11 +440,6 @@ def test_the_permissions_pages_show_a_sessions_title_escaped() -> None:
 
 
 @db
-@pytest.mark.xfail(
-    strict=True,
-    reason="allauth's mfa/webauthn/authenticator_list.html loads `humanize`, which is not "
-    "in INSTALLED_APPS (harness_site/settings.py; identity's pages)",
-)
 def test_the_passkeys_page_answers_every_signed_in_person() -> None:
     """GET /accounts/2fa/webauthn/ (the list of one's passkeys) is a 500 for anyone
     signed in: TemplateSyntaxError, 'humanize' is not a registered tag library."""
@@ -461,11 +451,6 @@ def test_the_passkeys_page_answers_every_signed_in_person() -> None:
 
 
 @db
-@pytest.mark.xfail(
-    strict=True,
-    reason="dispatcher/policy/views.apply_suggestion passes the form's `user` to "
-    "get_object_or_404 unchecked (ValueError: Field 'id' expected a number)",
-)
 def test_applying_a_suggestion_for_a_user_that_is_not_a_number_is_no_500(
     pay: TeamWorld,
 ) -> None:
