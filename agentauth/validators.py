@@ -105,12 +105,20 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         """oauthlib 4 asks the validator for a device code's status (RFC 8628 3.5), which
         django-oauth-toolkit 3.4.1 does not implement (its token view checks the status
         itself first, then oauthlib 4 calls this): the code's status, and the person who
-        approved it on the request. None: no such code of this client."""
+        approved it on the request. None: no such code of this client. An authorized code
+        is exchanged once: the exchange marks it expired."""
         grant = DeviceGrant.objects.filter(device_code=code, client_id=client_id).first()
         if grant is None:
             return None
         if grant.status == DeviceGrant.AUTHORIZED and grant.user_id is not None:
             if grant.is_expired():
+                return "expired_token"
+            # The code is used up by this exchange (a conditional update: of two requests
+            # at once one gets the tokens): it is the device's one-time proof of the
+            # approval, not a way to mint tokens again until it expires (after the
+            # person signed the agent out, say).
+            spent = DeviceGrant.objects.filter(pk=grant.pk, status=DeviceGrant.AUTHORIZED)
+            if not spent.update(status=DeviceGrant.EXPIRED):
                 return "expired_token"
             request.user = grant.user
             request.scopes = grant.scope.split() if grant.scope else []

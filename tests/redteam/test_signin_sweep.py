@@ -1,0 +1,115 @@
+"""Red-team sweep of how agents and people sign in (agentauth: the OAuth server of /mcp/
+and the hooks; identity: people's sign-in): each test is an attack and what Harness
+answers."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from django.test import Client
+from oauth2_provider.models import AccessToken, DeviceGrant
+
+from agentauth import services
+from dispatcher.gateways import mcp_http
+from tests.support.factories import unique
+from tests.support.oauth import (
+    HOOKS,
+    REDIRECT,
+    DocumentServer,
+    documents,
+    harness_hook_client,
+    member,
+    signed_in,
+)
+
+pytestmark = pytest.mark.django_db
+__all__ = ["documents"]
+
+DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
+
+
+def device_start(client_id: str = "harness-hook") -> Any:
+    harness_hook_client()
+    return Client().post(
+        "/oauth/device-authorization/",
+        urlencode({"client_id": client_id, "resource": HOOKS}),
+        content_type="application/x-www-form-urlencoded",
+    )
+
+
+def device_token(device_code: str, client_id: str = "harness-hook") -> Any:
+    return Client().post(
+        "/oauth/token/",
+        {
+            "grant_type": DEVICE_GRANT,
+            "device_code": device_code,
+            "client_id": client_id,
+            "resource": HOOKS,
+        },
+    )
+
+
+def approved_device() -> tuple[dict[str, Any], Any]:
+    """A device code `harness-hook login` asked for, approved by a new member."""
+    started = device_start()
+    assert started.status_code == 200, started.content
+    codes = started.json()
+    person = member()
+    page = signed_in(person).post(
+        "/oauth/device/",
+        {
+            "user_code": codes["user_code"],
+            "action": "accept",
+            "team": person.team_memberships.get().team_id,
+        },
+    )
+    assert page.status_code == 200, page.content[:300]
+    return codes, page.context["approved"]
+
+
+def test_a_device_code_is_exchanged_for_tokens_once_only() -> None:
+    """The device code is the device's one-time proof of the person's approval. Were it
+    good until it expires (30 minutes), whoever read it from the device (or its log) would
+    mint tokens of their own for the person's agent, and the person's "sign out" of the
+    agent (every token revoked, the agent kept) would be undone by the next exchange."""
+    codes, agent = approved_device()
+    first = device_token(codes["device_code"])
+    assert first.status_code == 200, first.content
+    assert mcp_http.authenticate(first.json()["access_token"], "", HOOKS)[0] == agent
+    again = device_token(codes["device_code"])
+    assert again.status_code == 400, again.content
+    assert again.json()["error"] in ("expired_token", "invalid_grant"), again.content
+    # Signed out: the device code does not sign the agent in again.
+    services.sign_out_agent(agent=agent, actor="test")
+    assert device_token(codes["device_code"]).status_code == 400
+    assert not AccessToken.objects.filter(harness__agent=agent).exists()
+
+
+def test_a_device_token_request_without_its_device_code_is_a_400_not_a_500() -> None:
+    answer = Client().post(
+        "/oauth/token/", {"grant_type": DEVICE_GRANT, "client_id": "harness-hook"}
+    )
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["error"] == "invalid_request"
+
+
+def test_only_a_device_client_gets_device_codes(documents: DocumentServer) -> None:
+    """The device page tells the person the code is `harness-hook login`'s. A client whose
+    metadata document registered it for authorization codes (any https URL, fetched for
+    anyone, no sign-in needed) must not get device codes: its own name ("Harness Hook
+    (official)") would become the person's agent's, approved on a page that names
+    harness-hook, and every unauthenticated request would fetch and register a document."""
+    client_id = documents.client(
+        f"/{unique('client')}.json", [REDIRECT], name="Harness Hook (official)"
+    )
+    answer = device_start(client_id)
+    assert answer.status_code in (400, 401), answer.content
+    assert answer.json()["error"] in ("unauthorized_client", "invalid_client")
+    assert not DeviceGrant.objects.filter(client_id=client_id).exists()
+    fetched = len(documents.fetched)
+    other = documents.client(f"/{unique('client')}.json", [REDIRECT])
+    assert device_start(other).status_code in (400, 401)
+    assert len(documents.fetched) == fetched  # nothing fetched for an anonymous caller
+    assert device_start().status_code == 200  # harness-hook's own client still works
