@@ -4,6 +4,7 @@ answers."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import urlencode
 
@@ -113,3 +114,63 @@ def test_only_a_device_client_gets_device_codes(documents: DocumentServer) -> No
     assert device_start(other).status_code in (400, 401)
     assert len(documents.fetched) == fetched  # nothing fetched for an anonymous caller
     assert device_start().status_code == 200  # harness-hook's own client still works
+
+
+# --- People: a passkey is no door beside the identity provider --------------------------
+
+
+def passkey_sign_in(client: Client, person: Any, key: Any) -> Any:
+    """allauth.mfa's "Sign in with a passkey": the options, then the discoverable
+    credential's assertion (its user handle names the person)."""
+    from allauth.account.utils import user_pk_to_url_str
+    from fido2.utils import websafe_decode, websafe_encode
+
+    options = client.get(
+        "/accounts/2fa/webauthn/login/", headers={"X-Requested-With": "XMLHttpRequest"}
+    )
+    assert options.status_code == 200, options.content
+    challenge = websafe_decode(options.json()["request_options"]["publicKey"]["challenge"])
+    assertion = key.assertion(challenge)
+    handle = user_pk_to_url_str(person).encode()
+    assertion["response"]["userHandle"] = websafe_encode(handle)
+    return client.post("/accounts/2fa/webauthn/login/", {"credential": json.dumps(assertion)})
+
+
+@pytest.mark.parametrize("break_glass", [False, True])
+def test_with_sso_only_a_passkey_signs_nobody_in_beside_the_identity_provider(
+    settings: Any, break_glass: bool
+) -> None:
+    """HARNESS_SSO_ONLY: people are who the identity provider says, their roles and teams
+    follow its groups on every sign-in. A passwordless passkey sign-in went around it: a
+    person the IdP disabled, or removed from the admins' group, kept signing in (with the
+    roles of their last SSO sign-in), and a break-glass account's passkey sign-in was
+    neither audited as break-glass nor told to the admins."""
+    from tests.support.factories import make_user
+    from tests.support.passkeys import SoftPasskey
+
+    person = make_user(unique("person"), groups=("admin",))
+    settings.HARNESS_SSO_ONLY = True
+    settings.HARNESS_BREAK_GLASS_USERS = [person.username] if break_glass else []
+    settings.MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = True  # the test client's http origin
+    key = SoftPasskey()
+    key.register(person)
+    client = Client()
+    answer = passkey_sign_in(client, person, key)
+    assert answer.status_code == 302 and answer["Location"].startswith("/accounts/login/")
+    assert "_auth_user_id" not in client.session
+    assert client.get("/approvals/").status_code == 302
+
+
+def test_without_sso_only_a_passkey_still_signs_its_person_in(settings: Any) -> None:
+    from tests.support.factories import make_user
+    from tests.support.passkeys import SoftPasskey
+
+    person = make_user(unique("person"), groups=("reviewer",))
+    settings.HARNESS_SSO_ONLY = False
+    settings.MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = True
+    key = SoftPasskey()
+    key.register(person)
+    client = Client()
+    answer = passkey_sign_in(client, person, key)
+    assert answer.status_code == 302 and not answer["Location"].startswith("/accounts/login/")
+    assert client.session["_auth_user_id"] == str(person.pk)
