@@ -10,14 +10,17 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.http import HttpRequest
-from oauth2_provider.models import DeviceGrant
+from oauth2_provider.models import DeviceGrant, get_application_model
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
 
 from agentauth.models import AgentToken, PendingAgent
 from agentauth.tokens import HOOKS_PATH
+
+Application = get_application_model()
 
 MCP_PATH = "/mcp/"
 
@@ -37,7 +40,29 @@ def _origin(request: Any) -> str:
     return f"{'https' if secure else 'http'}://{django_request.get_host()}"
 
 
+AUTHORIZE_PATH = "/oauth/authorize/"
+
+
+def _at_authorization_endpoint(request: Any) -> bool:
+    return urlsplit(str(getattr(request, "uri", "") or "")).path == AUTHORIZE_PATH
+
+
 class AgentValidator(OAuth2Validator):  # type: ignore[misc]
+    def _load_application(self, client_id: str, request: Any) -> Any:
+        """A client metadata document is fetched (and its client stored) on first sight at
+        the authorization endpoint only, where a signed-in person is asked to consent: the
+        token, revocation and device endpoints take anyone's request, and a client_id URL
+        no consent ever fetched names no client there (no request of Harness's to
+        wherever it points, no row stored)."""
+        if (
+            not getattr(request, "client", None)
+            and "://" in str(client_id)
+            and not _at_authorization_endpoint(request)
+            and not Application.objects.filter(client_id=client_id).exists()
+        ):
+            return None
+        return super()._load_application(client_id, request)
+
     def _create_authorization_code(self, request: Any, code: Any, expires: Any = None) -> Any:
         agent_id = getattr(request, "harness_agent_id", None)
         if agent_id is None:

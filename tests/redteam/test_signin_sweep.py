@@ -174,3 +174,36 @@ def test_without_sso_only_a_passkey_still_signs_its_person_in(settings: Any) -> 
     answer = passkey_sign_in(client, person, key)
     assert answer.status_code == 302 and not answer["Location"].startswith("/accounts/login/")
     assert client.session["_auth_user_id"] == str(person.pk)
+
+
+def test_an_anonymous_token_or_revocation_request_fetches_no_client_document(
+    documents: DocumentServer,
+) -> None:
+    """A client's metadata document is fetched when a signed-in person is asked to consent
+    to it (/oauth/authorize/). The token and revocation endpoints take anyone's request:
+    were an unknown client_id fetched there, anyone could make Harness GET any URL its
+    outbound door reaches (hosts HARNESS_OUTBOUND_ALLOW opens for its identity provider or
+    MCP servers included) and store a client for each, with no sign-in."""
+    from oauth2_provider.models import get_application_model
+
+    applications = get_application_model().objects
+    before = applications.count()
+    for n in range(3):
+        client_id = documents.client(f"/{unique('client')}.json", [REDIRECT])
+        for path, data in (
+            (
+                "/oauth/token/",
+                {
+                    "grant_type": "authorization_code",
+                    "code": "x",
+                    "code_verifier": "y" * 43,
+                    "redirect_uri": "http://127.0.0.1:5/callback",
+                },
+            ),
+            ("/oauth/token/", {"grant_type": "refresh_token", "refresh_token": "hrr_x"}),
+            ("/oauth/revoke/", {"token": "hro_x"}),
+        ):
+            answer = Client().post(path, {**data, "client_id": client_id})
+            assert answer.status_code in (200, 400, 401), (n, path, answer.content)
+    assert documents.fetched == []
+    assert applications.count() == before
