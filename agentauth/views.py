@@ -363,7 +363,27 @@ device_authorization = DeviceAuthorizationView.as_view()
 class TokenView(oauth_views.TokenView):  # type: ignore[misc]
     """/oauth/token/, django-oauth-toolkit's, with a device code grant request that names
     no device code answered as the invalid request it is (django-oauth-toolkit 3.4.1 reads
-    the parameter unguarded: a KeyError, a 500)."""
+    the parameter unguarded: a KeyError, a 500), and a refresh token another request
+    rotated at the same moment answered invalid_grant: django-oauth-toolkit answers such a
+    request with the winner's tokens as stored, which are hashed at rest (RFC 9700), then
+    looks the hashed value up as a token (a DoesNotExist, a 500)."""
+
+    def authorization_flow_token_response(
+        self, request: HttpRequest, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
+        try:
+            return super().authorization_flow_token_response(  # type: ignore[no-any-return]
+                request, *args, **kwargs
+            )
+        except AccessToken.DoesNotExist:
+            return JsonResponse(
+                {
+                    "error": "invalid_grant",
+                    "error_description": "This refresh token was used by another request "
+                    "at the same moment; use the tokens that request got.",
+                },
+                status=400,
+            )
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if request.POST.get("grant_type") == DEVICE_CODE_GRANT and not request.POST.get(

@@ -207,3 +207,47 @@ def test_an_anonymous_token_or_revocation_request_fetches_no_client_document(
             assert answer.status_code in (200, 400, 401), (n, path, answer.content)
     assert documents.fetched == []
     assert applications.count() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refresh_token_sent_by_several_requests_at_once_gets_one_answer_each(
+    documents: DocumentServer,
+) -> None:
+    """A client whose processes refresh at the same moment (or a thief racing it): one
+    request rotates the refresh token; django-oauth-toolkit hands the others its "already
+    rotated" answer, the winner's tokens as stored (hashed at rest, RFC 9700), and its
+    token view then looked the hashed value up again: a 500 for every loser. Each loser
+    gets a 400 invalid_grant, and no second token is made."""
+    import threading
+
+    from django.db import connection
+    from oauth2_provider.models import AccessToken
+
+    from tests.support.oauth import refresh, sign_in_agent
+
+    client_id, first = sign_in_agent(documents, member())
+    barrier = threading.Barrier(4)
+    answers: list[Any] = []
+
+    def race() -> None:
+        try:
+            barrier.wait()
+            answers.append(refresh(client_id, first["refresh_token"]))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=race) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(answers) == 4, "a request raised (a 500)"
+    won = [a for a in answers if a.status_code == 200]
+    assert len(won) == 1, [(a.status_code, a.content[:80]) for a in answers]
+    for lost in answers:
+        if lost.status_code != 200:
+            assert lost.status_code == 400 and lost.json()["error"] == "invalid_grant"
+    # No second token came of the one refresh token (the reuse protection may have ended
+    # the family, the winner's token with it: that is its rule for a refresh token sent
+    # twice).
+    assert AccessToken.objects.count() <= 1
