@@ -251,3 +251,33 @@ def test_a_refresh_token_sent_by_several_requests_at_once_gets_one_answer_each(
     # the family, the winner's token with it: that is its rule for a refresh token sent
     # twice).
     assert AccessToken.objects.count() <= 1
+
+
+@pytest.mark.parametrize("kind", ["oidc", "saml"])
+@pytest.mark.parametrize("written", ["false", "no", "0", 0, None, "true"])
+def test_trust_emails_written_as_anything_but_a_json_boolean_fails_at_start_up(
+    kind: str, written: Any
+) -> None:
+    """`"trust_emails": "false"` in HARNESS_SSO_PROVIDERS was read with bool(): true. The
+    provider's every email then counted as verified, and an unverified address (one a
+    person typed at the IdP) linked the account that has it: a takeover."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from identity.sso_config import providers_from_env
+
+    entry: dict[str, Any] = {"type": kind, "id": "corp", "trust_emails": written}
+    if kind == "oidc":
+        entry |= {"issuer": "https://idp.example", "client_id": "harness"}
+    else:
+        entry |= {
+            "entity_id": "https://idp.example",
+            "sso_url": "https://idp.example/sso",
+            "x509cert": "MIIC",
+        }
+    with pytest.raises(ImproperlyConfigured, match="trust_emails"):
+        providers_from_env({"HARNESS_SSO_PROVIDERS": json.dumps([entry])})
+    for value in (True, False):
+        (provider,) = providers_from_env(
+            {"HARNESS_SSO_PROVIDERS": json.dumps([entry | {"trust_emails": value}])}
+        )
+        assert provider.trust_emails is value
