@@ -281,3 +281,48 @@ def test_trust_emails_written_as_anything_but_a_json_boolean_fails_at_start_up(
             {"HARNESS_SSO_PROVIDERS": json.dumps([entry | {"trust_emails": value}])}
         )
         assert provider.trust_emails is value
+
+
+@pytest.mark.parametrize(
+    "redirect",
+    ["http://evil.example/cb", "http://10.0.0.5:8080/cb", "http://127.0.0.1.evil.example/cb"],
+)
+def test_a_client_document_with_a_cleartext_redirect_is_refused(
+    documents: DocumentServer, redirect: str
+) -> None:
+    """A client's redirect URIs are https, or http on the loopback interface only (RFC
+    8252 for native clients; MCP's authorization spec; RFC 9700 2.6). A metadata document
+    naming a plain-http redirect elsewhere had its consent page shown, and the code would
+    cross the network in the clear."""
+    from oauth2_provider.cimd import CIMDError
+
+    from agentauth.cimd import DoorFetcher
+    from tests.support.oauth import authorize_params, pkce
+
+    client_id = documents.client(f"/{unique('client')}.json", [redirect])
+    with pytest.raises(CIMDError, match="redirect"):
+        DoorFetcher().fetch(client_id)
+    page = signed_in(member()).get(
+        "/oauth/authorize/", authorize_params(client_id, pkce()[1], redirect_uri=redirect)
+    )
+    assert page.status_code == 400, page.status_code
+    assert "code=" not in page.get("Location", "")
+
+
+@pytest.mark.parametrize(
+    "redirect",
+    [
+        "http://127.0.0.1/callback",
+        "http://[::1]/callback",
+        "http://localhost/cb",
+        "https://app.example/cb",
+    ],
+)
+def test_loopback_and_https_redirects_still_register(
+    documents: DocumentServer, redirect: str
+) -> None:
+    from agentauth.cimd import DoorFetcher
+
+    client_id = documents.client(f"/{unique('client')}.json", [redirect])
+    data, _ = DoorFetcher().fetch(client_id)
+    assert data["redirect_uris"] == [redirect]
