@@ -202,7 +202,10 @@ def device(request: HtmxHttpRequest) -> HttpResponse:
         "teams": list(services.teams_for(request.user)),
     }
     if request.method == "GET":
-        context["user_code"] = request.GET.get("user_code", "")
+        # A code in the link is not filled in (RFC 8628 5.4, remote phishing): the person
+        # types the one their own terminal showed, so a link someone sent them with the
+        # sender's code approves nothing at one press.
+        context["user_code"] = ""
         return render(request, "agentauth/device.html", context)
     context["user_code"] = request.POST.get("user_code", "")
     if _device_locked(request):

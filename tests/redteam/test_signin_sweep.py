@@ -326,3 +326,19 @@ def test_loopback_and_https_redirects_still_register(
     client_id = documents.client(f"/{unique('client')}.json", [redirect])
     data, _ = DoorFetcher().fetch(client_id)
     assert data["redirect_uris"] == [redirect]
+
+
+def test_a_link_cannot_fill_in_the_device_code_for_the_person() -> None:
+    """RFC 8628 5.4 (remote phishing): an attacker runs `harness-hook login` on their own
+    machine and sends the person https://harness/oauth/device/?user_code=THEIRS. The page
+    came up with the attacker's code filled in, team and profile chosen: one press of
+    Approve made the attacker's machine the person's agent. harness-hook prints the page
+    and the code apart (no verification_uri_complete), and the page asks the person to
+    type the code their own terminal showed: a code from a link is not filled in."""
+    started = device_start()
+    code = started.json()["user_code"]
+    person = member()
+    page = signed_in(person).get("/oauth/device/", {"user_code": code})
+    assert page.status_code == 200
+    assert code not in page.content.decode()
+    assert "verification_uri_complete" not in started.json()
