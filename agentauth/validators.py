@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.http import HttpRequest
+from django.urls import reverse
 from oauth2_provider.models import DeviceGrant, get_application_model
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
@@ -40,11 +41,10 @@ def _origin(request: Any) -> str:
     return f"{'https' if secure else 'http'}://{django_request.get_host()}"
 
 
-AUTHORIZE_PATH = "/oauth/authorize/"
-
-
 def _at_authorization_endpoint(request: Any) -> bool:
-    return urlsplit(str(getattr(request, "uri", "") or "")).path == AUTHORIZE_PATH
+    """Is the oauthlib `request` one of /oauth/authorize/ (under any script prefix)?"""
+    path = urlsplit(str(getattr(request, "uri", "") or "")).path
+    return path == reverse("oauth2_provider:authorize")
 
 
 class AgentValidator(OAuth2Validator):  # type: ignore[misc]
