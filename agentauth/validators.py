@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from django.http import HttpRequest
 from django.urls import reverse
-from oauth2_provider.models import DeviceGrant, get_application_model
+from oauth2_provider.models import DeviceGrant, RefreshToken, get_application_model
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
 
@@ -97,6 +97,28 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         )
         request.harness_agent_id = agent_id
         return agent_id is not None
+
+    def _save_bearer_token(self, token: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """A refresh token is rotated once. Locked here (save_bearer_token's transaction),
+        it must still be unrevoked: django-oauth-toolkit hands a request that validated it
+        before a concurrent rotation committed the tokens that rotation made, or, once the
+        reuse protection ended the family meanwhile (a third request sent it again), a new
+        pair, alive in a family that was ended. Either way such a request gets
+        invalid_grant."""
+        instance = getattr(request, "refresh_token_instance", None)
+        if request.grant_type == "refresh_token" and instance is not None:
+            unrevoked = (
+                RefreshToken.objects.select_for_update()
+                .filter(pk=instance.pk, revoked__isnull=True)
+                .exists()
+            )
+            if not unrevoked:
+                raise errors.InvalidGrantError(
+                    description="This refresh token was used already (by another request "
+                    "at the same moment, or before); sign in again if no tokens came of it.",
+                    request=request,
+                )
+        return super()._save_bearer_token(token, request, *args, **kwargs)
 
     def _check_and_set_request_resource(self, request: Any) -> None:
         super()._check_and_set_request_resource(request)

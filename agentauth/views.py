@@ -375,7 +375,7 @@ class TokenView(oauth_views.TokenView):  # type: ignore[misc]
         self, request: HttpRequest, *args: Any, **kwargs: Any
     ) -> HttpResponse:
         try:
-            return super().authorization_flow_token_response(  # type: ignore[no-any-return]
+            response: HttpResponse = super().authorization_flow_token_response(
                 request, *args, **kwargs
             )
         except AccessToken.DoesNotExist:
@@ -387,6 +387,12 @@ class TokenView(oauth_views.TokenView):  # type: ignore[misc]
                 },
                 status=400,
             )
+        if response.status_code >= 400 and response.content.startswith(b"{"):
+            # An error the validator raised while saving the tokens comes without
+            # oauthlib's JSON headers (the refresh token rotated by another request).
+            response["Content-Type"] = "application/json"
+            response["Cache-Control"] = "no-store"
+        return response
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if request.POST.get("grant_type") == DEVICE_CODE_GRANT and not request.POST.get(

@@ -217,7 +217,10 @@ def test_a_refresh_token_sent_by_several_requests_at_once_gets_one_answer_each(
     request rotates the refresh token; django-oauth-toolkit hands the others its "already
     rotated" answer, the winner's tokens as stored (hashed at rest, RFC 9700), and its
     token view then looked the hashed value up again: a 500 for every loser. Each loser
-    gets a 400 invalid_grant, and no second token is made."""
+    gets a 400 invalid_grant, and no second token is made: without the lock on the
+    refresh token a request that validated it before the rotation committed made a new
+    pair of its own when a third request's reuse had ended the family meanwhile (two
+    200s, two live tokens of one refresh token)."""
     import threading
 
     from django.db import connection
@@ -226,7 +229,7 @@ def test_a_refresh_token_sent_by_several_requests_at_once_gets_one_answer_each(
     from tests.support.oauth import refresh, sign_in_agent
 
     client_id, first = sign_in_agent(documents, member())
-    barrier = threading.Barrier(4)
+    barrier = threading.Barrier(6)
     answers: list[Any] = []
 
     def race() -> None:
@@ -236,17 +239,18 @@ def test_a_refresh_token_sent_by_several_requests_at_once_gets_one_answer_each(
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=race) for _ in range(4)]
+    threads = [threading.Thread(target=race) for _ in range(6)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert len(answers) == 4, "a request raised (a 500)"
+    assert len(answers) == 6, "a request raised (a 500)"
     won = [a for a in answers if a.status_code == 200]
     assert len(won) == 1, [(a.status_code, a.content[:80]) for a in answers]
     for lost in answers:
         if lost.status_code != 200:
-            assert lost.status_code == 400 and lost.json()["error"] == "invalid_grant"
+            assert lost.status_code == 400, lost.content
+            assert lost.json()["error"] == "invalid_grant", lost.content
     # No second token came of the one refresh token (the reuse protection may have ended
     # the family, the winner's token with it: that is its rule for a refresh token sent
     # twice).
@@ -342,3 +346,36 @@ def test_a_link_cannot_fill_in_the_device_code_for_the_person() -> None:
     assert page.status_code == 200
     assert code not in page.content.decode()
     assert "verification_uri_complete" not in started.json()
+
+
+def test_a_refresh_validated_before_a_rotation_and_a_reuse_makes_no_live_token(
+    documents: DocumentServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving the race above hits now and then, made to happen: request B has
+    validated the refresh token; meanwhile request A rotates it and request C sends it
+    again (the reuse protection ends the family). B then saved a brand-new pair in the
+    ended family: a live token from a refresh token that was used twice."""
+    from oauth2_provider.models import AccessToken
+
+    from agentauth.validators import AgentValidator
+    from tests.support.oauth import refresh, sign_in_agent
+
+    client_id, first = sign_in_agent(documents, member())
+    validate = AgentValidator.validate_refresh_token
+    interleaved: list[Any] = []
+    started: list[bool] = []
+
+    def validate_then_interleave(self: Any, *args: Any, **kwargs: Any) -> bool:
+        ok = validate(self, *args, **kwargs)
+        if ok and not started:
+            started.append(True)
+            interleaved.append(refresh(client_id, first["refresh_token"]))  # A rotates
+            interleaved.append(refresh(client_id, first["refresh_token"]))  # C: reuse
+        return bool(ok)
+
+    monkeypatch.setattr(AgentValidator, "validate_refresh_token", validate_then_interleave)
+    late = refresh(client_id, first["refresh_token"])  # B
+    assert [a.status_code for a in interleaved] == [200, 400]
+    assert late.status_code == 400, late.content
+    assert late.json()["error"] == "invalid_grant"
+    assert not AccessToken.objects.exists()  # the family is ended, nothing minted after
