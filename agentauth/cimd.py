@@ -2,13 +2,15 @@
 (floor.outbound): the same address policy as every other request Harness makes (a
 document at a loopback, private or metadata address is refused unless
 HARNESS_OUTBOUND_ALLOW lists it), no redirects, the door's timeout, and a small cap on
-the answer. django-oauth-toolkit validates what comes back (the document's client_id is
+the answer; a redirect URI in plain http is refused unless it is a loopback one.
+django-oauth-toolkit validates what comes back (the document's client_id is
 its own URL, a public client, its redirect URIs) and caches it."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from oauth2_provider.cimd import CIMDError, _effective_max_age, _validate_client_id_url
 from oauth2_provider.settings import oauth2_settings
@@ -45,4 +47,29 @@ class DoorFetcher:
             raise CIMDError("client metadata document is not valid JSON") from None
         if not isinstance(data, dict):
             raise CIMDError("client metadata document is not a JSON object")
+        uris = data.get("redirect_uris")
+        for uri in uris if isinstance(uris, list) else []:
+            if isinstance(uri, str) and not _redirect_allowed(uri):
+                raise CIMDError(
+                    f"client metadata document names the redirect URI {uri[:200]!r}: a "
+                    "redirect must be https, or http on the loopback interface (127.0.0.1, "
+                    "[::1], localhost)"
+                )
         return data, _effective_max_age(answer.headers.get("cache-control"))
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+
+
+def _redirect_allowed(uri: str) -> bool:
+    """https anywhere; plain http only to the loopback interface (RFC 8252 7.3, RFC 9700
+    2.6): an authorization code never crosses a network in the clear. Other schemes are
+    django-oauth-toolkit's to refuse (ALLOWED_REDIRECT_URI_SCHEMES)."""
+    try:
+        parts = urlsplit(uri)
+        host = parts.hostname
+    except ValueError:
+        return False
+    if parts.scheme.lower() != "http":
+        return True
+    return host in LOOPBACK_HOSTS

@@ -32,7 +32,7 @@ urlpatterns = [
         name="oauth-resource-metadata-mcp-bare",
     ),
     path("oauth/authorize/", views.consent, name="authorize"),
-    path("oauth/token/", oauth.TokenView.as_view(), name="token"),
+    path("oauth/token/", views.token, name="token"),
     path("oauth/revoke/", oauth.RevokeTokenView.as_view(), name="revoke-token"),
     path(
         "oauth/device-authorization/",

@@ -10,14 +10,18 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.http import HttpRequest
-from oauth2_provider.models import DeviceGrant
+from django.urls import reverse
+from oauth2_provider.models import DeviceGrant, RefreshToken, get_application_model
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
 
 from agentauth.models import AgentToken, PendingAgent
 from agentauth.tokens import HOOKS_PATH
+
+Application = get_application_model()
 
 MCP_PATH = "/mcp/"
 
@@ -37,7 +41,28 @@ def _origin(request: Any) -> str:
     return f"{'https' if secure else 'http'}://{django_request.get_host()}"
 
 
+def _at_authorization_endpoint(request: Any) -> bool:
+    """Is the oauthlib `request` one of /oauth/authorize/ (under any script prefix)?"""
+    path = urlsplit(str(getattr(request, "uri", "") or "")).path
+    return path == reverse("oauth2_provider:authorize")
+
+
 class AgentValidator(OAuth2Validator):  # type: ignore[misc]
+    def _load_application(self, client_id: str, request: Any) -> Any:
+        """A client metadata document is fetched (and its client stored) on first sight at
+        the authorization endpoint only, where a signed-in person is asked to consent: the
+        token, revocation and device endpoints take anyone's request, and a client_id URL
+        no consent ever fetched names no client there (no request of Harness's to
+        wherever it points, no row stored)."""
+        if (
+            not getattr(request, "client", None)
+            and "://" in str(client_id)
+            and not _at_authorization_endpoint(request)
+            and not Application.objects.filter(client_id=client_id).exists()
+        ):
+            return None
+        return super()._load_application(client_id, request)
+
     def _create_authorization_code(self, request: Any, code: Any, expires: Any = None) -> Any:
         agent_id = getattr(request, "harness_agent_id", None)
         if agent_id is None:
@@ -73,6 +98,28 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         request.harness_agent_id = agent_id
         return agent_id is not None
 
+    def _save_bearer_token(self, token: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """A refresh token is rotated once. Locked here (save_bearer_token's transaction),
+        it must still be unrevoked: django-oauth-toolkit hands a request that validated it
+        before a concurrent rotation committed the tokens that rotation made, or, once the
+        reuse protection ended the family meanwhile (a third request sent it again), a new
+        pair, alive in a family that was ended. Either way such a request gets
+        invalid_grant."""
+        instance = getattr(request, "refresh_token_instance", None)
+        if request.grant_type == "refresh_token" and instance is not None:
+            unrevoked = (
+                RefreshToken.objects.select_for_update()
+                .filter(pk=instance.pk, revoked__isnull=True)
+                .exists()
+            )
+            if not unrevoked:
+                raise errors.InvalidGrantError(
+                    description="This refresh token was used already (by another request "
+                    "at the same moment, or before); sign in again if no tokens came of it.",
+                    request=request,
+                )
+        return super()._save_bearer_token(token, request, *args, **kwargs)
+
     def _check_and_set_request_resource(self, request: Any) -> None:
         super()._check_and_set_request_resource(request)
         own = resources_of(_origin(request))
@@ -105,12 +152,20 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         """oauthlib 4 asks the validator for a device code's status (RFC 8628 3.5), which
         django-oauth-toolkit 3.4.1 does not implement (its token view checks the status
         itself first, then oauthlib 4 calls this): the code's status, and the person who
-        approved it on the request. None: no such code of this client."""
+        approved it on the request. None: no such code of this client. An authorized code
+        is exchanged once: the exchange marks it expired."""
         grant = DeviceGrant.objects.filter(device_code=code, client_id=client_id).first()
         if grant is None:
             return None
         if grant.status == DeviceGrant.AUTHORIZED and grant.user_id is not None:
             if grant.is_expired():
+                return "expired_token"
+            # The code is used up by this exchange (a conditional update: of two requests
+            # at once one gets the tokens): it is the device's one-time proof of the
+            # approval, not a way to mint tokens again until it expires (after the
+            # person signed the agent out, say).
+            spent = DeviceGrant.objects.filter(pk=grant.pk, status=DeviceGrant.AUTHORIZED)
+            if not spent.update(status=DeviceGrant.EXPIRED):
                 return "expired_token"
             request.user = grant.user
             request.scopes = grant.scope.split() if grant.scope else []

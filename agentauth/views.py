@@ -18,7 +18,13 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseForbidden,
+    JsonResponse,
+)
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.csp import CSP
@@ -40,6 +46,8 @@ from dispatcher.policy.models import Mode, narrower_mode
 from dispatcher.policy.profiles import profile_for
 from floor.errors import ServiceError
 from teams.models import Team
+
+DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 
 
 def _actor(request: HttpRequest) -> str:
@@ -194,7 +202,10 @@ def device(request: HtmxHttpRequest) -> HttpResponse:
         "teams": list(services.teams_for(request.user)),
     }
     if request.method == "GET":
-        context["user_code"] = request.GET.get("user_code", "")
+        # A code in the link is not filled in (RFC 8628 5.4, remote phishing): the person
+        # types the one their own terminal showed, so a link someone sent them with the
+        # sender's code approves nothing at one press.
+        context["user_code"] = ""
         return render(request, "agentauth/device.html", context)
     context["user_code"] = request.POST.get("user_code", "")
     if _device_locked(request):
@@ -311,6 +322,37 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
     every request). The scope is not an RFC 8628 field; the grant keeps the requested or
     default scope either way."""
 
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        """Only a client registered for the device grant (harness-hook's, or one an admin
+        made) gets device codes: the device page names `harness-hook login`, and a client
+        whose metadata document registered it for authorization codes would have its own
+        name approved there. Looked up without fetching any document (no one is signed in
+        here)."""
+        client_id = request.POST.get("client_id", "")
+        grant_type = (
+            get_application_model()
+            .objects.filter(client_id=client_id)
+            .values_list("authorization_grant_type", flat=True)
+            .first()
+            if client_id
+            else None
+        )
+        if grant_type is None:
+            return JsonResponse(
+                {"error": "invalid_client", "error_description": "Unknown client_id."},
+                status=401,
+            )
+        if grant_type != DEVICE_CODE_GRANT:
+            return JsonResponse(
+                {
+                    "error": "unauthorized_client",
+                    "error_description": "This client is not registered for the device "
+                    "authorization grant.",
+                },
+                status=400,
+            )
+        return super().post(request, *args, **kwargs)  # type: ignore[no-any-return]
+
     def create_device_authorization_response(self, request: HttpRequest) -> Any:
         headers, response, status = super().create_device_authorization_response(request)
         if status == 200 and isinstance(response, dict):
@@ -319,3 +361,48 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
 
 
 device_authorization = DeviceAuthorizationView.as_view()
+
+
+class TokenView(oauth_views.TokenView):  # type: ignore[misc]
+    """/oauth/token/, django-oauth-toolkit's, with a device code grant request that names
+    no device code answered as the invalid request it is (django-oauth-toolkit 3.4.1 reads
+    the parameter unguarded: a KeyError, a 500), and a refresh token another request
+    rotated at the same moment answered invalid_grant: django-oauth-toolkit answers such a
+    request with the winner's tokens as stored, which are hashed at rest (RFC 9700), then
+    looks the hashed value up as a token (a DoesNotExist, a 500)."""
+
+    def authorization_flow_token_response(
+        self, request: HttpRequest, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
+        try:
+            response: HttpResponse = super().authorization_flow_token_response(
+                request, *args, **kwargs
+            )
+        except AccessToken.DoesNotExist:
+            return JsonResponse(
+                {
+                    "error": "invalid_grant",
+                    "error_description": "This refresh token was used by another request "
+                    "at the same moment; use the tokens that request got.",
+                },
+                status=400,
+            )
+        if response.status_code >= 400 and response.content.startswith(b"{"):
+            # An error the validator raised while saving the tokens comes without
+            # oauthlib's JSON headers (the refresh token rotated by another request).
+            response["Content-Type"] = "application/json"
+            response["Cache-Control"] = "no-store"
+        return response
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.POST.get("grant_type") == DEVICE_CODE_GRANT and not request.POST.get(
+            "device_code"
+        ):
+            return JsonResponse(
+                {"error": "invalid_request", "error_description": "Missing device_code."},
+                status=400,
+            )
+        return super().post(request, *args, **kwargs)  # type: ignore[no-any-return]
+
+
+token = TokenView.as_view()

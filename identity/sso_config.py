@@ -78,6 +78,18 @@ def _required(entry: Mapping[str, Any], key: str, where: str) -> str:
     return value.strip()
 
 
+def _trust_emails(entry: Mapping[str, Any], where: str) -> bool:
+    """`trust_emails`: a JSON true or false (absent: false). Anything else ("false" in
+    quotes, 0, "no") is refused at start-up: read as truthy it would link any account
+    whose email an IdP names, verified or not."""
+    value = entry.get("trust_emails", False)
+    if not isinstance(value, bool):
+        raise ImproperlyConfigured(
+            f"{where}: 'trust_emails' must be true or false (JSON, unquoted), not {value!r}."
+        )
+    return value
+
+
 def _oidc(entry: Mapping[str, Any], where: str, groups_claim: str) -> Provider:
     pid = _required(entry, "id", where)
     issuer = _required(entry, "issuer", where).rstrip("/")
@@ -87,7 +99,7 @@ def _oidc(entry: Mapping[str, Any], where: str, groups_claim: str) -> Provider:
     scopes = entry.get("scopes") or ["openid", "profile", "email"]
     if not isinstance(scopes, list) or "openid" not in scopes:
         raise ImproperlyConfigured(f"{where}: 'scopes' must be a list that includes 'openid'.")
-    trust = bool(entry.get("trust_emails", False))
+    trust = _trust_emails(entry, where)
     name = str(entry.get("name") or pid)
     config: dict[str, Any] = {
         "provider_id": pid,
@@ -121,7 +133,7 @@ def _saml(entry: Mapping[str, Any], where: str, public_url: str) -> Provider:
     if entry.get("slo_url"):
         idp["slo_url"] = str(entry["slo_url"])
     claim = str(entry.get("groups_attribute") or DEFAULT_GROUPS_CLAIM)
-    trust = bool(entry.get("trust_emails", False))
+    trust = _trust_emails(entry, where)
     mapping = {
         "uid": entry.get("uid_attribute") or SAML_UID_ATTRIBUTES,
         "email": entry.get("email_attribute") or SAML_EMAIL_ATTRIBUTES,
