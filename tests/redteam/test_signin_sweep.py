@@ -159,6 +159,9 @@ def test_with_sso_only_a_passkey_signs_nobody_in_beside_the_identity_provider(
     assert answer.status_code == 302 and answer["Location"].startswith("/accounts/login/")
     assert "_auth_user_id" not in client.session
     assert client.get("/approvals/").status_code == 302
+    # and the sign-in page offers no passkey button that could only be refused
+    page = Client().get("/accounts/login/").content.decode()
+    assert "passkey_login" not in page
 
 
 def test_without_sso_only_a_passkey_still_signs_its_person_in(settings: Any) -> None:
