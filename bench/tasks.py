@@ -6,6 +6,7 @@ Results travel by Redis pub/sub, like the product's wake-ups: no result backend,
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import redis
 from celery import shared_task
@@ -41,20 +42,15 @@ def floor_execute(call_id: str, chain: str, channel: str) -> None:
     _redis().publish(channel, f"{call_id} completed")
 
 
-@shared_task(name="bench.tasks.floor_execute_checked", ignore_result=True)
-def floor_execute_checked(call_id: str, chain: str, channel: str) -> None:
-    """S0's, S5's and S6's G: the floor with stage 6 as Harness's worker makes it
-    (dispatcher.execution.execute_call): the call read with its session, agent, owner's
-    profile and the policy layers' revisions (its compiled read), its policy context, the
-    guards re-run before the claim; after the floor's claim, the tool's body run and its
-    content projected; then the floor's result and wake-up."""
+def _rechecked(call_id: str) -> tuple[Any, Any]:
+    """Stage 6 before the claim as Harness's worker makes it (execution.execute_call): the
+    call read with its session, agent, owner's profile and the policy layers' revisions
+    (its compiled read), its policy context, the guards re-run."""
     import uuid
 
-    from bench import floor
-    from dispatcher import pipeline
     from dispatcher.admission import call_context
     from dispatcher.agents import mode_and_profile
-    from dispatcher.execution import _CALL_WITH_SESSION, _execution_context
+    from dispatcher.execution import _CALL_WITH_SESSION
     from dispatcher.policy import layers, stages
 
     call = _CALL_WITH_SESSION.first(uuid.UUID(call_id))
@@ -67,6 +63,21 @@ def floor_execute_checked(call_id: str, chain: str, channel: str) -> None:
     )
     if ctx is None or stages.guards(ctx):
         raise RuntimeError(f"call {call_id}: its tool is gone or a guard denies it")
+    return call, ctx
+
+
+@shared_task(name="bench.tasks.floor_execute_checked", ignore_result=True)
+def floor_execute_checked(call_id: str, chain: str, channel: str) -> None:
+    """S0's, S5's and S6's G: the floor with stage 6 as Harness's worker makes it
+    (dispatcher.execution.execute_call): the call read with its session, agent, owner's
+    profile and the policy layers' revisions (its compiled read), its policy context, the
+    guards re-run before the claim; after the floor's claim, the tool's body run and its
+    content projected; then the floor's result and wake-up."""
+    from bench import floor
+    from dispatcher import pipeline
+    from dispatcher.execution import _execution_context
+
+    call, ctx = _rechecked(call_id)
     floor.transition(call_id, chain, "queued", "running")
     # the tool's body as the worker runs it (the execute wrapper and the host-only timeout
     # on the tool runner's thread), and its content projected (not written: the floor's
@@ -92,25 +103,12 @@ def floor_execute_lean(call_id: str, chain: str, channel: str) -> None:
     import dataclasses
     import signal
     import time
-    import uuid
 
     from bench import floor
     from dispatcher import pipeline
-    from dispatcher.admission import call_context
-    from dispatcher.agents import mode_and_profile
-    from dispatcher.execution import _CALL_WITH_SESSION, _execution_context
-    from dispatcher.policy import layers, stages
+    from dispatcher.execution import _execution_context
 
-    call = _CALL_WITH_SESSION.first(uuid.UUID(call_id))
-    if call is None:
-        raise RuntimeError(f"call {call_id} not found")
-    session = call.session
-    revisions = layers.revisions_of(call)
-    ctx = call_context(
-        call, session, *mode_and_profile(session, preloaded=True, revisions=revisions)
-    )
-    if ctx is None or stages.guards(ctx):
-        raise RuntimeError(f"call {call_id}: its tool is gone or a guard denies it")
+    call, ctx = _rechecked(call_id)
     floor.transition(call_id, chain, "queued", "running")
 
     def expired(signum: int, frame: object) -> None:

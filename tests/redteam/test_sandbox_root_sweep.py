@@ -237,6 +237,21 @@ def run_in(workspace: Path, script: str) -> sandbox.Completed:
     )
 
 
+def swapped_nested(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """Agent A's workspace a holding agent B's, a/b, which A's own program has replaced
+    with a symlink to a host directory (victim, holding f) neither may touch."""
+    a = tmp_path / "projects" / "a"
+    b = a / "b"
+    b.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "f").write_text("original\n")
+    (victim / "f").chmod(0o644)
+    done = run_in(a, f"mv b b.old && ln -s {victim} b && echo swapped")
+    assert "swapped" in done.output, done.output
+    return a, b, victim
+
+
 def test_a_preview_in_a_nested_workspace_replaced_by_a_symlink_follows_nothing(
     workspace: Path, tmp_path: Path
 ) -> None:
@@ -246,18 +261,11 @@ def test_a_preview_in_a_nested_workspace_replaced_by_a_symlink_follows_nothing(
     from dispatcher.tools import preview, workspace_lock
     from dispatcher.tools.run_command import scrubbed_environment
 
-    a = tmp_path / "projects" / "a"
-    b = a / "b"
-    b.mkdir(parents=True)
-    victim = tmp_path / "victim"
-    victim.mkdir()
-    (victim / "secret").write_text("the victim's\n")
-    (victim / "secret").chmod(0o600)
+    a, b, victim = swapped_nested(tmp_path)
     owner = victim.stat().st_uid
-    assert "swapped" in run_in(a, f"mv b b.old && ln -s {victim} b && echo swapped").output
     with workspace_lock.held(a), pytest.raises(ToolError, match="symlink"):
-        preview.run_preview(["cat", "secret"], cwd=b, workspace=b, env=scrubbed_environment(b))
-    assert victim.stat().st_uid == owner and (victim / "secret").stat().st_uid == owner
+        preview.run_preview(["cat", "f"], cwd=b, workspace=b, env=scrubbed_environment(b))
+    assert victim.stat().st_uid == owner and (victim / "f").stat().st_uid == owner
 
 
 def test_a_nested_workspace_replaced_by_a_symlink_is_not_followed(
@@ -268,16 +276,8 @@ def test_a_nested_workspace_replaced_by_a_symlink_is_not_followed(
     # symlink to a host directory neither may touch (a person's home, an app in /opt, a
     # virtualenv the worker imports from). B's next run resolved it, gave the whole tree
     # to the sandbox user (as root: chown of every file) and bound it writable.
-    a = tmp_path / "projects" / "a"
-    b = a / "b"
-    b.mkdir(parents=True)
-    victim = tmp_path / "victim"
-    victim.mkdir()
-    (victim / "f").write_text("original\n")
-    (victim / "f").chmod(0o644)
+    _, b, victim = swapped_nested(tmp_path)
     owner = victim.stat().st_uid
-    done = run_in(a, f"mv b b.old && ln -s {victim} b && echo swapped")
-    assert "swapped" in done.output, done.output
     with pytest.raises(ToolError, match="symlink"):
         run_in(b, "echo written > f")
     assert (victim / "f").read_text() == "original\n"
