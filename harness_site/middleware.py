@@ -28,8 +28,17 @@ class APISecurityHeaders:
         return response
 
 
-# The agent-facing OAuth endpoints answer their own errors in OAuth's JSON (agentauth).
-NUL_EXEMPT = ("/oauth/token/", "/oauth/revoke/", "/oauth/device-authorization/")
+# Not pages: the agent API (its own handler in production, harness_site.asgi: its token is
+# checked before its body is read, and its JSON's NUL is refused as unstorable there), the
+# MCP endpoint, and the agent-facing OAuth endpoints, which answer their own errors in
+# OAuth's JSON (agentauth).
+NUL_EXEMPT = (
+    "/api/",
+    "/mcp/",
+    "/oauth/token/",
+    "/oauth/revoke/",
+    "/oauth/device-authorization/",
+)
 NUL_REFUSED = (
     "This request holds a NUL character (\\x00) in its address or a form field: no page "
     "accepts one. Remove it and send the request again."
