@@ -235,41 +235,111 @@ def give_to_sandbox(root: Path) -> None:
     if user is None or (root.lstat().st_uid, root.lstat().st_gid) == user:
         return
     hidden = set(hidden_paths())
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    top_fd = os.open(root, flags)
-    stack: list[tuple[Path, int, Iterator[str]]] = [(root, top_fd, iter(()))]
+    top_fd = os.open(root, _WALK_FLAGS)
+    stack: list[_Level] = []
     try:
-        stack[0] = (root, top_fd, iter(os.listdir(top_fd)))
+        stack.append(_Level(root, top_fd, iter(os.listdir(top_fd)), _identity(top_fd)))
         while stack:
-            top, dir_fd, names = stack[-1]
-            name = next(names, None)
+            level = stack[-1]
+            if level.fd is None and not _reopen(stack):
+                continue  # it changed meanwhile: _reopen dropped it and what it held
+            assert level.fd is not None
+            name = next(level.names, None)
             if name is None:
                 stack.pop()
-                os.close(dir_fd)
+                os.close(level.fd)
                 continue
             try:
-                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                if stat.S_ISDIR(info.st_mode) and Path(top, name) in hidden:
+                info = os.stat(name, dir_fd=level.fd, follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode) and Path(level.path, name) in hidden:
                     continue  # neither entered nor given
                 if not (stat.S_ISREG(info.st_mode) and info.st_nlink > 1):
-                    os.chown(name, *user, dir_fd=dir_fd, follow_symlinks=False)
+                    os.chown(name, *user, dir_fd=level.fd, follow_symlinks=False)
                 if stat.S_ISDIR(info.st_mode):
-                    child = os.open(name, flags, dir_fd=dir_fd)
+                    child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
                     try:
                         listed = os.listdir(child)
                     except BaseException:
                         os.close(child)
                         raise
-                    stack.append((Path(top, name), child, iter(listed)))
+                    stack.append(
+                        _Level(Path(level.path, name), child, iter(listed), _identity(child))
+                    )
+                    _close_far_levels(stack)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # gone, or swapped for something else, meanwhile
             except OSError as exc:
                 if exc.errno != errno.ELOOP:  # (a directory swapped for a symlink: not followed)
                     raise
     finally:
-        for _, dir_fd, _ in stack:
-            os.close(dir_fd)
+        for level in stack:
+            if level.fd is not None:
+                os.close(level.fd)
     os.chown(root, *user, follow_symlinks=False)
+
+
+_WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Descriptors give_to_sandbox keeps open at once, the levels nearest the one it is in (a
+# descriptor a level would run past a service's usual limit of 1024 in a tree that deep):
+# a level whose descriptor was closed is opened again from the nearest open one above it,
+# one name at a time with no symlink followed, and must be the same directory.
+OPEN_LEVELS = 64
+
+
+@dataclasses.dataclass
+class _Level:
+    path: Path
+    fd: int | None
+    names: Iterator[str]
+    identity: tuple[int, int]
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
+def _close_far_levels(stack: list[_Level]) -> None:
+    """Close the descriptor of the level OPEN_LEVELS above the newest (the root's stays)."""
+    far = len(stack) - 1 - OPEN_LEVELS
+    if far >= 1 and stack[far].fd is not None:
+        os.close(stack[far].fd)  # type: ignore[arg-type]
+        stack[far].fd = None
+
+
+def _reopen(stack: list[_Level]) -> bool:
+    """Open the newest level's directory again (and keep those of the OPEN_LEVELS levels
+    nearest it open) from the nearest level still open. False, with the level that
+    changed and all beneath it dropped, when one is no longer the directory it was."""
+    base = max(i for i, level in enumerate(stack) if level.fd is not None)
+    keep_from = len(stack) - OPEN_LEVELS
+    current = stack[base].fd
+    assert current is not None
+    passing: int | None = None  # a descriptor opened only to reach the next level
+    for i in range(base + 1, len(stack)):
+        try:
+            fd: int | None = os.open(stack[i].path.name, _WALK_FLAGS, dir_fd=current)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                if passing is not None:
+                    os.close(passing)
+                raise
+            fd = None
+        if fd is not None and _identity(fd) != stack[i].identity:
+            os.close(fd)
+            fd = None
+        if passing is not None:
+            os.close(passing)
+            passing = None
+        if fd is None:  # changed meanwhile: this level and those beneath it are not walked
+            del stack[i:]
+            return False
+        if i >= keep_from:
+            stack[i].fd = fd
+        else:
+            passing = fd
+        current = fd
+    return True
 
 
 def _owner() -> tuple[int, int] | None:

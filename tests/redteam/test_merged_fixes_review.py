@@ -3,10 +3,15 @@ reviewer found in a fix, reproduced with real requests and the real worker path.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.tools.test_preview import workspace
+
+__all__ = ["workspace"]
 
 
 @pytest.mark.django_db
@@ -40,3 +45,62 @@ def test_an_edited_write_binds_to_the_file_the_editor_saw(agent: Any, reviewer: 
     assert "keep: the editor never saw me go" in (workspace / "notes.txt").read_text()
     assert new.status == Status.PENDING_APPROVAL  # asked again, with the diff as it is now
     assert "-keep: the editor never saw me go" in new.approval.presentation["diff"]
+
+
+def test_give_to_sandbox_walks_a_deep_tree_under_the_usual_descriptor_limit(
+    workspace: Path,
+) -> None:
+    """7f2ca0d replaced os.fwalk's recursion with a stack holding one open descriptor a
+    level: a tree 1,200 deep needs 1,200 descriptors at once. Under the soft limit most
+    hosts give a service (1024: systemd's default, a shell's ulimit -n), the walk raised
+    EMFILE, and since the workspace's root is given last, at every run (each run failed,
+    as RecursionError did before)."""
+    import resource
+
+    from dispatcher.tools import preview_apply, sandbox
+    from tests.redteam.test_preview_effect_sweep import DEPTH, _deep_tree
+
+    _deep_tree(workspace, None)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        sandbox.give_to_sandbox(workspace)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        owner = sandbox._owner()
+        leaf = workspace / "deep" / Path(*["a"] * (DEPTH - 1)) / "leaf.txt"
+        given = (leaf.lstat().st_uid, leaf.lstat().st_gid) == owner
+        fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            preview_apply._remove_tree("deep", fd)
+        finally:
+            os.close(fd)
+    assert owner is not None and given
+
+
+def test_a_level_opened_again_must_be_the_directory_it_was(tmp_path: Path) -> None:
+    """The bounded walk opens a far level again by name: a directory swapped meanwhile
+    (for a symlink outside, or for another directory) is not walked."""
+    from dispatcher.tools import sandbox
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    fd = os.open(root, sandbox._WALK_FLAGS)
+    child = os.open(root / "a", sandbox._WALK_FLAGS)
+    stack = [
+        sandbox._Level(root, fd, iter(()), sandbox._identity(fd)),
+        sandbox._Level(root / "a", None, iter(()), sandbox._identity(child)),
+    ]
+    os.close(child)
+    try:
+        (root / "a").rename(root / "was-a")
+        (root / "a").symlink_to(outside)
+        assert not sandbox._reopen(stack) and len(stack) == 1
+        (root / "a").unlink()
+        (root / "a").mkdir()  # another directory under the same name
+        stack.append(sandbox._Level(root / "a", None, iter(()), (0, 0)))
+        assert not sandbox._reopen(stack) and len(stack) == 1
+    finally:
+        os.close(fd)
