@@ -742,17 +742,15 @@ def _replace(
 
 
 def _same_file_shown(approval: ApprovalRequest, replacement: ApprovalRequest) -> bool:
-    """Whether the replacement's presentation was made against the same file as the one
-    the editor was shown (`sha256_before`, Tool.changed_since), or neither binds one."""
+    """Whether the replacement overwrites nothing the editor was not shown: its diff
+    (Tool.changed_since's `sha256_before`) is made against no file, or against the file,
+    at the same path and with the same content, the editor's diff was made against."""
     shown = approval.presentation if isinstance(approval.presentation, dict) else {}
     now = replacement.presentation if isinstance(replacement.presentation, dict) else {}
-    if "sha256_before" not in shown and "sha256_before" not in now:
+    if now.get("sha256_before") is None:  # nothing there to lose (the worker still checks)
         return True
-    return (
-        "sha256_before" in shown
-        and "sha256_before" in now
-        and shown["sha256_before"] == now["sha256_before"]
-        and shown.get("path") == now.get("path")
+    return shown.get("sha256_before") == now["sha256_before"] and shown.get("path") == now.get(
+        "path"
     )
 
 

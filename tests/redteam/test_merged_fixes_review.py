@@ -47,6 +47,31 @@ def test_an_edited_write_binds_to_the_file_the_editor_saw(agent: Any, reviewer: 
     assert "-keep: the editor never saw me go" in new.approval.presentation["diff"]
 
 
+@pytest.mark.django_db
+def test_an_edit_naming_another_existing_file_asks_again(agent: Any, reviewer: Any) -> None:
+    """The editor saw a diff against notes.txt and edits the path to config.txt, which
+    holds content nobody showed them: the edit is not their approval of overwriting it."""
+    from django.test import Client
+
+    from dispatcher.models import AgentSession, Status, ToolCall
+    from tests.approvals.conftest import ask, start_session
+    from tests.approvals.test_edit import edit
+
+    session_id = start_session(agent)
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    (workspace / "notes.txt").write_text("alpha\n")
+    (workspace / "config.txt").write_text("never shown\n")
+    approval = ask(agent, {"path": "notes.txt", "content": "beta\n"}, session_id=session_id)
+    client = Client()
+    client.force_login(reviewer)
+    arguments = '{"path": "config.txt", "content": "beta\\n"}'
+    response = edit(client, approval, arguments=arguments)
+    assert response.status_code == 200, response.content
+    new = ToolCall.objects.get(edited_from=approval.call_id)
+    assert new.status == Status.PENDING_APPROVAL
+    assert "-never shown" in new.approval.presentation["diff"]
+
+
 def test_give_to_sandbox_walks_a_deep_tree_under_the_usual_descriptor_limit(
     workspace: Path,
 ) -> None:
@@ -104,3 +129,36 @@ def test_a_level_opened_again_must_be_the_directory_it_was(tmp_path: Path) -> No
         assert not sandbox._reopen(stack) and len(stack) == 1
     finally:
         os.close(fd)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_device_code_sent_by_several_requests_at_once_mints_one_token() -> None:
+    """b6630e7: a device code is exchanged once (a conditional update). Six requests at
+    the same moment: one pair of tokens, the others a 400, none a 500."""
+    import threading
+
+    from django.db import connection
+    from oauth2_provider.models import AccessToken
+
+    from tests.redteam.test_signin_sweep import approved_device, device_token
+
+    codes, _agent = approved_device()
+    barrier = threading.Barrier(6)
+    answers: list[Any] = []
+
+    def race() -> None:
+        try:
+            barrier.wait()
+            answers.append(device_token(codes["device_code"]))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=race) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(answers) == 6, "a request raised (a 500)"
+    codes_seen = sorted(a.status_code for a in answers)
+    assert codes_seen == [200, 400, 400, 400, 400, 400], [a.content[:120] for a in answers]
+    assert AccessToken.objects.count() == 1
