@@ -162,3 +162,46 @@ def test_a_device_code_sent_by_several_requests_at_once_mints_one_token() -> Non
     codes_seen = sorted(a.status_code for a in answers)
     assert codes_seen == [200, 400, 400, 400, 400, 400], [a.content[:120] for a in answers]
     assert AccessToken.objects.count() == 1
+
+
+def test_a_write_files_diff_and_its_bound_hash_come_from_one_read(tmp_path: Path) -> None:
+    """present_write read the file twice: once for the diff, once for the hash the
+    approval binds. Admission takes no workspace lock (a program of the session may be
+    running), so a file changing between the two reads gave a diff of one content and
+    the hash of another: the reviewer approved a diff against A, the worker's check
+    passed against B, and B's lines went unseen. Here the file flips between A and B
+    (atomic renames) while the diff is made; each diff must match its hash."""
+    import hashlib
+    import threading
+
+    from dispatcher.tools.write_file import present_write
+
+    a, b = "shown: A\n", "unseen: B\n"
+    digests = {
+        hashlib.sha256(a.encode()).hexdigest(): "-shown: A",
+        hashlib.sha256(b.encode()).hexdigest(): "-unseen: B",
+    }
+    (tmp_path / "notes.txt").write_text(a)
+    stop = threading.Event()
+
+    def flip() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            spare = tmp_path / f".spare{n % 2}"
+            spare.write_text(a if n % 2 else b)
+            os.replace(spare, tmp_path / "notes.txt")
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    torn = 0
+    try:
+        for _ in range(3000):
+            shown = present_write({"path": "notes.txt", "content": "new\n"}, tmp_path)
+            bound = shown["sha256_before"]
+            if bound is not None and digests[bound] not in shown["diff"]:
+                torn += 1
+    finally:
+        stop.set()
+        flipper.join()
+    assert torn == 0, f"{torn} of 3000 diffs were bound to content they did not show"
