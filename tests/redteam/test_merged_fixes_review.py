@@ -3,6 +3,7 @@ reviewer found in a fix, reproduced with real requests and the real worker path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -205,3 +206,66 @@ def test_a_write_files_diff_and_its_bound_hash_come_from_one_read(tmp_path: Path
         stop.set()
         flipper.join()
     assert torn == 0, f"{torn} of 3000 diffs were bound to content they did not show"
+
+
+@pytest.mark.xfail(
+    reason="not fixed: refuse_redirected checks the path, then resolve() "
+    "follows it again (a check-then-use race); see the review report",
+    strict=False,
+)
+def test_a_nested_workspace_flipped_to_a_symlink_between_check_and_resolve(
+    workspace: Path,
+) -> None:
+    """1c8fe7a/bc53f82: a nested workspace reached through a symlink a program could have
+    placed is refused (refuse_redirected walks the path with lstat), then run() resolves
+    the path again (workspace.resolve()) and gives and binds what that finds. Agent A's
+    program swaps A/x between a real directory and a symlink to a person's tree
+    (renameat2 RENAME_EXCHANGE, so a check sees a directory and the resolve a symlink):
+    agent B's run (workspace A/x/B) gives the person's tree to the sandbox user and binds
+    it as B's workspace."""
+    import ctypes
+    import threading
+    import time
+
+    from dispatcher.tools import sandbox
+    from dispatcher.tools.sandbox import Limits
+
+    owner = sandbox._owner()
+    if owner is None:
+        pytest.skip("needs Harness as root (the sandbox user)")
+    victim = workspace.parent.parent / "victim"
+    (victim / "B").mkdir(parents=True)
+    (victim / "B" / "secret").write_text("the person's\n")
+    a = workspace.parent / "A"
+    (a / "x" / "B").mkdir(parents=True)
+    sandbox.give_to_sandbox(a)
+    (a / "x-link").symlink_to(victim)
+    os.lchown(a / "x-link", *owner)
+    libc = ctypes.CDLL(None, use_errno=True)
+    stop = threading.Event()
+
+    def flip() -> None:  # what agent A's program does, in a loop
+        while not stop.is_set():
+            libc.renameat2(-100, str(a / "x").encode(), -100, str(a / "x-link").encode(), 2)
+
+    nested = a / "x" / "B"
+    limits = Limits(5, 100)
+    exchange = (str(a / "x").encode(), str(a / "x-link").encode())
+    assert libc.renameat2(-100, exchange[0], -100, exchange[1], 2) == 0
+    with pytest.raises(sandbox.ToolError, match="symlink"):  # a standing symlink: refused
+        sandbox.run(["true"], workspace=nested, cwd=nested, env={}, limits=limits)
+    assert libc.renameat2(-100, exchange[0], -100, exchange[1], 2) == 0
+    assert (victim / "B").lstat().st_uid != owner[0]
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if (victim / "B").lstat().st_uid == owner[0]:
+                break
+            with contextlib.suppress(Exception):
+                sandbox.run(["true"], workspace=nested, cwd=nested, env={}, limits=limits)
+    finally:
+        stop.set()
+        flipper.join()
+    assert (victim / "B").lstat().st_uid != owner[0], "the person's tree was given away"
