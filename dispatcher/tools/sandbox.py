@@ -218,7 +218,7 @@ def hand_over(fd: int) -> None:
         os.fchown(fd, *user)
 
 
-def give_to_sandbox(root: Path) -> None:
+def give_to_sandbox(root: Path, *, root_fd: int | None = None) -> None:
     """When Harness is root: make `root` (a workspace, a writable server path) and all it
     holds belong to the sandbox user, once (the owner of `root` itself marks it done).
 
@@ -232,10 +232,14 @@ def give_to_sandbox(root: Path) -> None:
     a cloned repository's or an unpacked archive's, raised RecursionError at every run).
     """
     user = _owner()
-    if user is None or (root.lstat().st_uid, root.lstat().st_gid) == user:
+    if user is None:
+        return
+    top = os.fstat(root_fd) if root_fd is not None else root.lstat()
+    if (top.st_uid, top.st_gid) == user:
         return
     hidden = set(hidden_paths())
-    top_fd = os.open(root, _WALK_FLAGS)
+    # `root_fd`: the directory is that descriptor's (open_unredirected), `root` its path
+    top_fd = os.open(root if root_fd is None else ".", _WALK_FLAGS, dir_fd=root_fd)
     stack: list[_Level] = []
     try:
         stack.append(_Level(root, top_fd, iter(os.listdir(top_fd)), _identity(top_fd)))
@@ -275,7 +279,10 @@ def give_to_sandbox(root: Path) -> None:
         for level in stack:
             if level.fd is not None:
                 os.close(level.fd)
-    os.chown(root, *user, follow_symlinks=False)
+    if root_fd is None:
+        os.chown(root, *user, follow_symlinks=False)
+    else:
+        os.chown(".", *user, dir_fd=root_fd, follow_symlinks=False)
 
 
 _WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -371,18 +378,23 @@ def run(
         return _run_process(argv, cwd=cwd, env=env, limits=limits, sandboxed=False)
     require_sandbox()
     refuse_redirected(workspace)
-    workspace = workspace.resolve()
-    refuse_exposed_state(workspace)
-    give_to_sandbox(workspace)
-    # bwrap binds the directory checked here, by descriptor: a symlink swapped in for it
-    # (or for a directory above it) after the check is never followed by the mount
-    workspace_fd = open_directory(workspace)
+    # The directory checked is the one given and bound: opened one component at a time,
+    # each symlink judged where it lies as it is followed (a check of the path, then a
+    # resolve of it, followed a symlink a program swapped in between), then given to the
+    # sandbox user and bound by that descriptor (--bind-fd).
+    original = Path(os.path.abspath(workspace))
+    workspace_fd = open_unredirected(original)
     try:
+        workspace = Path(os.readlink(f"/proc/self/fd/{workspace_fd}"))
+        inside = Path(os.path.relpath(os.path.abspath(cwd), original))
+        cwd = workspace / inside if inside.parts[:1] != ("..",) else cwd.resolve()
+        refuse_exposed_state(workspace)
+        give_to_sandbox(workspace, root_fd=workspace_fd)
         with _call_cgroups(limits) as cgroups:
             command = _limit_command(limits, cgroups) + bwrap_command(
                 argv,
                 workspace=workspace,
-                cwd=cwd.resolve(),
+                cwd=cwd,
                 limits=limits,
                 network=bool(settings.HARNESS_SANDBOX_NETWORK),
                 workspace_fd=workspace_fd,
@@ -559,6 +571,11 @@ def _programs_may_place(directory: Path, link: os.stat_result, uid: int) -> bool
         info = directory.stat()
     except OSError:
         return True
+    return _programs_may_place_in(info, link, uid)
+
+
+def _programs_may_place_in(info: os.stat_result, link: os.stat_result, uid: int) -> bool:
+    """`_programs_may_place` for the directory whose status is `info`."""
     if info.st_uid == uid:
         return True
     user = _owner()
@@ -601,6 +618,63 @@ def open_directory(path: Path) -> int:
         return fcntl.fcntl(current, fcntl.F_DUPFD_CLOEXEC, 10)
     finally:
         os.close(current)
+
+
+def open_unredirected(path: Path) -> int:
+    """An O_PATH descriptor of the directory `path` (absolute), numbered 10 or above,
+    opened one component at a time from / with no symlink followed blindly: a symlink is
+    followed only where `_programs_may_place` says no program could have put it (its
+    directory, as opened, is not theirs to write), else ToolError (as refuse_redirected).
+    Each directory is held by descriptor once opened, so nothing swapped in after it was
+    judged is followed."""
+    uid = _program_uid()
+    here = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+    current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    parts = list(path.parts[1:])
+    hops = 0
+    try:
+        while parts:
+            part = parts.pop(0)
+            if part in ("", "."):
+                continue
+            try:
+                following = os.open(part, here, dir_fd=current)
+                info = os.fstat(following)
+            except OSError as error:
+                raise _changed_workspace(path, part, error.strerror) from None
+            if stat.S_ISLNK(info.st_mode):
+                os.close(following)
+                hops += 1
+                if hops > 40 or _programs_may_place_in(os.fstat(current), info, uid):
+                    raise ToolError(
+                        f"The session workspace {path} reaches {part!r}, a symlink in a "
+                        "directory sandboxed programs may write (another agent's workspace, "
+                        "say), so a program may have pointed it elsewhere, so no program "
+                        "runs. An operator must look at it (and not nest one agent's "
+                        "workspace in another's)."
+                    )
+                target = os.readlink(part, dir_fd=current)
+                if target.startswith("/"):
+                    os.close(current)
+                    current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                parts = [p for p in Path(target).parts if p != "/"] + parts
+                continue
+            if not stat.S_ISDIR(info.st_mode):
+                os.close(following)
+                raise _changed_workspace(path, part, "not a directory")
+            os.close(current)
+            current = following
+        return fcntl.fcntl(current, fcntl.F_DUPFD_CLOEXEC, 10)
+    finally:
+        os.close(current)
+
+
+def _changed_workspace(path: Path, part: str, why: str | None) -> ToolError:
+    return ToolError(
+        f"The session workspace {path} changed while the sandbox was being set up "
+        f"({part!r}: {why}; a symlink may stand there now), so no program runs. Try "
+        "again; an operator must look at it if it persists."
+    )
 
 
 def _start_failure(argv: list[str], line: str) -> ToolError:

@@ -208,11 +208,6 @@ def test_a_write_files_diff_and_its_bound_hash_come_from_one_read(tmp_path: Path
     assert torn == 0, f"{torn} of 3000 diffs were bound to content they did not show"
 
 
-@pytest.mark.xfail(
-    reason="not fixed: refuse_redirected checks the path, then resolve() "
-    "follows it again (a check-then-use race); see the review report",
-    strict=False,
-)
 def test_a_nested_workspace_flipped_to_a_symlink_between_check_and_resolve(
     workspace: Path,
 ) -> None:
