@@ -208,8 +208,9 @@ def test_a_write_files_diff_and_its_bound_hash_come_from_one_read(tmp_path: Path
     assert torn == 0, f"{torn} of 3000 diffs were bound to content they did not show"
 
 
+@pytest.mark.parametrize("lane", ["run", "preview"])
 def test_a_nested_workspace_flipped_to_a_symlink_between_check_and_resolve(
-    workspace: Path,
+    workspace: Path, lane: str
 ) -> None:
     """1c8fe7a/bc53f82: a nested workspace reached through a symlink a program could have
     placed is refused (refuse_redirected walks the path with lstat), then run() resolves
@@ -222,7 +223,7 @@ def test_a_nested_workspace_flipped_to_a_symlink_between_check_and_resolve(
     import threading
     import time
 
-    from dispatcher.tools import sandbox
+    from dispatcher.tools import preview, sandbox
     from dispatcher.tools.sandbox import Limits
 
     owner = sandbox._owner()
@@ -254,12 +255,16 @@ def test_a_nested_workspace_flipped_to_a_symlink_between_check_and_resolve(
     flipper = threading.Thread(target=flip)
     flipper.start()
     try:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 8
         while time.monotonic() < deadline:
             if (victim / "B").lstat().st_uid == owner[0]:
                 break
             with contextlib.suppress(Exception):
-                sandbox.run(["true"], workspace=nested, cwd=nested, env={}, limits=limits)
+                if lane == "run":
+                    sandbox.run(["true"], workspace=nested, cwd=nested, env={}, limits=limits)
+                else:
+                    made = preview.run_preview(["true"], cwd=nested, workspace=nested, env={})
+                    preview.discard(made.store)
     finally:
         stop.set()
         flipper.join()
