@@ -725,9 +725,13 @@ def _replace(
             replacement_approval.escalated_at = approval.escalated_at
             replacement_approval.escalated_to_id = approval.escalated_to_id
             compiled.save_fields(replacement_approval, ["escalated_at", "escalated_to"])
-        # A previewed command's effect was not seen yet: it asks the editor again.
+        # A previewed command's effect was not seen yet: it asks the editor again; so
+        # does a diff made against a file other than the one the editor was shown
+        # (write_file's binding: the file changed since the ask, or the edit names
+        # another file).
         if (
             not replacement_approval.effect_digest
+            and _same_file_shown(approval, replacement_approval)
             and _vote_refusal(replacement_approval, user, False) is None
             and not replacement_approval.needs_key("approve")
         ):
@@ -735,6 +739,19 @@ def _replace(
             # sign it: the editor then approves the new call from the queue, signing it).
             _apply(replacement_approval, user, True, new.digest, comment, now, via="edit")
     return Edit(approval, new, replacement_approval)
+
+
+def _same_file_shown(approval: ApprovalRequest, replacement: ApprovalRequest) -> bool:
+    """Whether the replacement overwrites nothing the editor was not shown: its diff
+    (Tool.changed_since's `sha256_before`) is made against no file, or against the file,
+    at the same path and with the same content, the editor's diff was made against."""
+    shown = approval.presentation if isinstance(approval.presentation, dict) else {}
+    now = replacement.presentation if isinstance(replacement.presentation, dict) else {}
+    if now.get("sha256_before") is None:  # nothing there to lose (the worker still checks)
+        return True
+    return shown.get("sha256_before") == now["sha256_before"] and shown.get("path") == now.get(
+        "path"
+    )
 
 
 def _audit_edit_refused(

@@ -261,9 +261,16 @@ def run_preview(argv: list[str], *, cwd: Path, workspace: Path, env: dict[str, s
     # (as sandbox.run: a nested workspace swapped for a symlink is neither resolved, given
     # to the sandbox user, nor read as the preview's lower layer)
     sandbox.refuse_redirected(workspace)
-    workspace = workspace.resolve()
-    sandbox.refuse_exposed_state(workspace)
-    sandbox.give_to_sandbox(workspace)
+    # given by the descriptor of the directory judged (sandbox.open_unredirected): a
+    # resolve after the check followed a symlink swapped in meanwhile (the overlay's lower
+    # layer is still named by path: docs/security.md)
+    workspace_fd = sandbox.open_unredirected(Path(os.path.abspath(workspace)))
+    try:
+        workspace = Path(os.readlink(f"/proc/self/fd/{workspace_fd}"))
+        sandbox.refuse_exposed_state(workspace)
+        sandbox.give_to_sandbox(workspace, root_fd=workspace_fd)
+    finally:
+        os.close(workspace_fd)
     timeout = float(settings.HARNESS_PREVIEW_TIMEOUT)
     cap = int(settings.HARNESS_PREVIEW_MAX_BYTES)
     limits = sandbox.Limits(

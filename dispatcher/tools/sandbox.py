@@ -218,7 +218,7 @@ def hand_over(fd: int) -> None:
         os.fchown(fd, *user)
 
 
-def give_to_sandbox(root: Path) -> None:
+def give_to_sandbox(root: Path, *, root_fd: int | None = None) -> None:
     """When Harness is root: make `root` (a workspace, a writable server path) and all it
     holds belong to the sandbox user, once (the owner of `root` itself marks it done).
 
@@ -232,44 +232,121 @@ def give_to_sandbox(root: Path) -> None:
     a cloned repository's or an unpacked archive's, raised RecursionError at every run).
     """
     user = _owner()
-    if user is None or (root.lstat().st_uid, root.lstat().st_gid) == user:
+    if user is None:
+        return
+    top = os.fstat(root_fd) if root_fd is not None else root.lstat()
+    if (top.st_uid, top.st_gid) == user:
         return
     hidden = set(hidden_paths())
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    top_fd = os.open(root, flags)
-    stack: list[tuple[Path, int, Iterator[str]]] = [(root, top_fd, iter(()))]
+    # `root_fd`: the directory is that descriptor's (open_unredirected), `root` its path
+    top_fd = os.open(root if root_fd is None else ".", _WALK_FLAGS, dir_fd=root_fd)
+    stack: list[_Level] = []
     try:
-        stack[0] = (root, top_fd, iter(os.listdir(top_fd)))
+        stack.append(_Level(root, top_fd, iter(os.listdir(top_fd)), _identity(top_fd)))
         while stack:
-            top, dir_fd, names = stack[-1]
-            name = next(names, None)
+            level = stack[-1]
+            if level.fd is None and not _reopen(stack):
+                continue  # it changed meanwhile: _reopen dropped it and what it held
+            assert level.fd is not None
+            name = next(level.names, None)
             if name is None:
                 stack.pop()
-                os.close(dir_fd)
+                os.close(level.fd)
                 continue
             try:
-                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                if stat.S_ISDIR(info.st_mode) and Path(top, name) in hidden:
+                info = os.stat(name, dir_fd=level.fd, follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode) and Path(level.path, name) in hidden:
                     continue  # neither entered nor given
                 if not (stat.S_ISREG(info.st_mode) and info.st_nlink > 1):
-                    os.chown(name, *user, dir_fd=dir_fd, follow_symlinks=False)
+                    os.chown(name, *user, dir_fd=level.fd, follow_symlinks=False)
                 if stat.S_ISDIR(info.st_mode):
-                    child = os.open(name, flags, dir_fd=dir_fd)
+                    child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
                     try:
                         listed = os.listdir(child)
                     except BaseException:
                         os.close(child)
                         raise
-                    stack.append((Path(top, name), child, iter(listed)))
+                    stack.append(
+                        _Level(Path(level.path, name), child, iter(listed), _identity(child))
+                    )
+                    _close_far_levels(stack)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # gone, or swapped for something else, meanwhile
             except OSError as exc:
                 if exc.errno != errno.ELOOP:  # (a directory swapped for a symlink: not followed)
                     raise
     finally:
-        for _, dir_fd, _ in stack:
-            os.close(dir_fd)
-    os.chown(root, *user, follow_symlinks=False)
+        for level in stack:
+            if level.fd is not None:
+                os.close(level.fd)
+    if root_fd is None:
+        os.chown(root, *user, follow_symlinks=False)
+    else:
+        os.chown(".", *user, dir_fd=root_fd, follow_symlinks=False)
+
+
+_WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Descriptors give_to_sandbox keeps open at once, the levels nearest the one it is in (a
+# descriptor a level would run past a service's usual limit of 1024 in a tree that deep):
+# a level whose descriptor was closed is opened again from the nearest open one above it,
+# one name at a time with no symlink followed, and must be the same directory.
+OPEN_LEVELS = 64
+
+
+@dataclasses.dataclass
+class _Level:
+    path: Path
+    fd: int | None
+    names: Iterator[str]
+    identity: tuple[int, int]
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
+def _close_far_levels(stack: list[_Level]) -> None:
+    """Close the descriptor of the level OPEN_LEVELS above the newest (the root's stays)."""
+    far = len(stack) - 1 - OPEN_LEVELS
+    if far >= 1 and stack[far].fd is not None:
+        os.close(stack[far].fd)  # type: ignore[arg-type]
+        stack[far].fd = None
+
+
+def _reopen(stack: list[_Level]) -> bool:
+    """Open the newest level's directory again (and keep those of the OPEN_LEVELS levels
+    nearest it open) from the nearest level still open. False, with the level that
+    changed and all beneath it dropped, when one is no longer the directory it was."""
+    base = max(i for i, level in enumerate(stack) if level.fd is not None)
+    keep_from = len(stack) - OPEN_LEVELS
+    current = stack[base].fd
+    assert current is not None
+    passing: int | None = None  # a descriptor opened only to reach the next level
+    for i in range(base + 1, len(stack)):
+        try:
+            fd: int | None = os.open(stack[i].path.name, _WALK_FLAGS, dir_fd=current)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                if passing is not None:
+                    os.close(passing)
+                raise
+            fd = None
+        if fd is not None and _identity(fd) != stack[i].identity:
+            os.close(fd)
+            fd = None
+        if passing is not None:
+            os.close(passing)
+            passing = None
+        if fd is None:  # changed meanwhile: this level and those beneath it are not walked
+            del stack[i:]
+            return False
+        if i >= keep_from:
+            stack[i].fd = fd
+        else:
+            passing = fd
+        current = fd
+    return True
 
 
 def _owner() -> tuple[int, int] | None:
@@ -301,18 +378,23 @@ def run(
         return _run_process(argv, cwd=cwd, env=env, limits=limits, sandboxed=False)
     require_sandbox()
     refuse_redirected(workspace)
-    workspace = workspace.resolve()
-    refuse_exposed_state(workspace)
-    give_to_sandbox(workspace)
-    # bwrap binds the directory checked here, by descriptor: a symlink swapped in for it
-    # (or for a directory above it) after the check is never followed by the mount
-    workspace_fd = open_directory(workspace)
+    # The directory checked is the one given and bound: opened one component at a time,
+    # each symlink judged where it lies as it is followed (a check of the path, then a
+    # resolve of it, followed a symlink a program swapped in between), then given to the
+    # sandbox user and bound by that descriptor (--bind-fd).
+    original = Path(os.path.abspath(workspace))
+    workspace_fd = open_unredirected(original)
     try:
+        workspace = Path(os.readlink(f"/proc/self/fd/{workspace_fd}"))
+        inside = Path(os.path.relpath(os.path.abspath(cwd), original))
+        cwd = workspace / inside if inside.parts[:1] != ("..",) else cwd.resolve()
+        refuse_exposed_state(workspace)
+        give_to_sandbox(workspace, root_fd=workspace_fd)
         with _call_cgroups(limits) as cgroups:
             command = _limit_command(limits, cgroups) + bwrap_command(
                 argv,
                 workspace=workspace,
-                cwd=cwd.resolve(),
+                cwd=cwd,
                 limits=limits,
                 network=bool(settings.HARNESS_SANDBOX_NETWORK),
                 workspace_fd=workspace_fd,
@@ -489,6 +571,11 @@ def _programs_may_place(directory: Path, link: os.stat_result, uid: int) -> bool
         info = directory.stat()
     except OSError:
         return True
+    return _programs_may_place_in(info, link, uid)
+
+
+def _programs_may_place_in(info: os.stat_result, link: os.stat_result, uid: int) -> bool:
+    """`_programs_may_place` for the directory whose status is `info`."""
     if info.st_uid == uid:
         return True
     user = _owner()
@@ -531,6 +618,63 @@ def open_directory(path: Path) -> int:
         return fcntl.fcntl(current, fcntl.F_DUPFD_CLOEXEC, 10)
     finally:
         os.close(current)
+
+
+def open_unredirected(path: Path) -> int:
+    """An O_PATH descriptor of the directory `path` (absolute), numbered 10 or above,
+    opened one component at a time from / with no symlink followed blindly: a symlink is
+    followed only where `_programs_may_place` says no program could have put it (its
+    directory, as opened, is not theirs to write), else ToolError (as refuse_redirected).
+    Each directory is held by descriptor once opened, so nothing swapped in after it was
+    judged is followed."""
+    uid = _program_uid()
+    here = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+    current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    parts = list(path.parts[1:])
+    hops = 0
+    try:
+        while parts:
+            part = parts.pop(0)
+            if part in ("", "."):
+                continue
+            try:
+                following = os.open(part, here, dir_fd=current)
+                info = os.fstat(following)
+            except OSError as error:
+                raise _changed_workspace(path, part, error.strerror) from None
+            if stat.S_ISLNK(info.st_mode):
+                os.close(following)
+                hops += 1
+                if hops > 40 or _programs_may_place_in(os.fstat(current), info, uid):
+                    raise ToolError(
+                        f"The session workspace {path} reaches {part!r}, a symlink in a "
+                        "directory sandboxed programs may write (another agent's workspace, "
+                        "say), so a program may have pointed it elsewhere, so no program "
+                        "runs. An operator must look at it (and not nest one agent's "
+                        "workspace in another's)."
+                    )
+                target = os.readlink(part, dir_fd=current)
+                if target.startswith("/"):
+                    os.close(current)
+                    current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                parts = [p for p in Path(target).parts if p != "/"] + parts
+                continue
+            if not stat.S_ISDIR(info.st_mode):
+                os.close(following)
+                raise _changed_workspace(path, part, "not a directory")
+            os.close(current)
+            current = following
+        return fcntl.fcntl(current, fcntl.F_DUPFD_CLOEXEC, 10)
+    finally:
+        os.close(current)
+
+
+def _changed_workspace(path: Path, part: str, why: str | None) -> ToolError:
+    return ToolError(
+        f"The session workspace {path} changed while the sandbox was being set up "
+        f"({part!r}: {why}; a symlink may stand there now), so no program runs. Try "
+        "again; an operator must look at it if it persists."
+    )
 
 
 def _start_failure(argv: list[str], line: str) -> ToolError:

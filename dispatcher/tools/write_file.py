@@ -17,7 +17,6 @@ from dispatcher.tools._confined import (
     changed_message,
     directory_beneath,
     opened,
-    read_at_most,
     write_all,
 )
 from dispatcher.tools._paths import resolve_in_workspace
@@ -94,7 +93,10 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
     """
     relative = str(arguments.get("path", ""))
     content = str(arguments.get("content", ""))
-    current = _current_text(relative, workspace)
+    # The diff and the hash the approval binds from one read of one open file: read
+    # twice, a file changing in between (admission holds no workspace lock) bound the
+    # approval to content the diff never showed.
+    current, sha256_before = _current(relative, workspace)
     new_file = current is None
     diff = difflib.unified_diff(
         newline_lines(current or ""),
@@ -108,24 +110,14 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
         "diff": "".join(diff),
         "new_file": new_file,
         # what the diff was made against, which the approval binds (`changed_since`)
-        "sha256_before": _current_sha256(relative, workspace),
+        "sha256_before": sha256_before,
     }
 
 
 def _current_sha256(relative: str, workspace: Path) -> str | None:
     """The SHA-256 of the whole file as it is now, or None when there is no readable
-    regular file inside the workspace (read as `_current_text` reads it)."""
-    try:
-        path = resolve_in_workspace(workspace, relative)
-        with opened(workspace, path, READ) as fd:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            digest = hashlib.sha256()
-            while chunk := os.read(fd, 1 << 20):
-                digest.update(chunk)
-            return digest.hexdigest()
-    except (ToolError, OSError):
-        return None
+    regular file inside the workspace (read as present_write reads it: `_current`)."""
+    return _current(relative, workspace)[1]
 
 
 def changed_since(
@@ -144,8 +136,10 @@ def changed_since(
 DIFF_LIMIT = 1024 * 1024  # bytes of the current file read for the reviewer's diff
 
 
-def _current_text(relative: str, workspace: Path) -> str | None:
-    """The file's current text, or None when there is no readable file inside the workspace.
+def _current(relative: str, workspace: Path) -> tuple[str | None, str | None]:
+    """(The file's current text, the SHA-256 of the whole file), both of one read through
+    one descriptor; (None, None) when there is no readable regular file inside the
+    workspace. The text is a note past DIFF_LIMIT bytes.
 
     Read through a descriptor opened with no symlink followed (this runs in the web
     process, and the text lands in the reviewer's diff and the audit payload).
@@ -153,23 +147,28 @@ def _current_text(relative: str, workspace: Path) -> str | None:
     try:
         path = resolve_in_workspace(workspace, relative)
     except ToolError:
-        return None
+        return None, None
     try:
         with opened(workspace, path, READ) as fd:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                return None
-            if info.st_size > DIFF_LIMIT:
-                return (
-                    f"[the current file is {info.st_size} bytes, too large to diff; "
-                    "it will be replaced]\n"
-                )
-            text = read_at_most(fd, DIFF_LIMIT).decode("utf-8", errors="replace")
-            # A NUL shown escaped: PostgreSQL keeps none in the ask's presentation (jsonb),
-            # and a write over a binary file refused its whole message.
-            return text.replace("\x00", "\\x00")
+                return None, None
+            digest = hashlib.sha256()
+            head = bytearray()
+            while chunk := os.read(fd, 1 << 20):
+                digest.update(chunk)
+                if len(head) <= DIFF_LIMIT:
+                    head += chunk[: DIFF_LIMIT + 1 - len(head)]
     except OSError:  # unreadable, or changed: the reviewer sees the write as if it were new
-        return None
+        return None, None
+    if len(head) > DIFF_LIMIT:
+        size = max(info.st_size, len(head))
+        text = f"[the current file is {size} bytes, too large to diff; it will be replaced]\n"
+    else:
+        # A NUL shown escaped: PostgreSQL keeps none in the ask's presentation (jsonb),
+        # and a write over a binary file refused its whole message.
+        text = bytes(head).decode("utf-8", errors="replace").replace("\x00", "\\x00")
+    return text, digest.hexdigest()
 
 
 TOOL = Tool(
