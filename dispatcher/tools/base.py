@@ -36,6 +36,13 @@ class ExecutionContext:
     deadline: float | None = None
 
 
+def storable_text(text: str) -> str:
+    """`text` as every database keeps it as it is: a NUL character written out as
+    `\\u0000` (PostgreSQL refuses NUL in text and jsonb: `find -print0`'s output, an
+    upstream server's answer), a lone surrogate replaced."""
+    return text.replace("\x00", "\\u0000").encode("utf-8", "replace").decode("utf-8")
+
+
 def default_project_content(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
 

@@ -67,8 +67,7 @@ from typing import Any
 from django.conf import settings
 
 from dispatcher.tools import _confined, sandbox, sandbox_cgroups
-from dispatcher.tools.base import ToolError
-from dispatcher.tools.run_command import storable_output
+from dispatcher.tools.base import ToolError, storable_text
 
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
 DIFF_TOTAL = 1 << 20  # characters of diff in one effect; past it, sizes and hashes only
@@ -392,7 +391,7 @@ def _effect(
             "without one."
         )
     status = int(facts["status"])
-    output = storable_output(done.output)  # the call's result when applied, as a run's
+    output = storable_text(done.output)  # the call's result when applied, as a run's
     limit = ""
     start_failure = sandbox._start_failure_line(done)
     if status == 124 and seconds >= timeout:
@@ -442,7 +441,7 @@ def _stopped(
         changes=[],
         exit_status=None,
         exit_text="stopped",
-        output=storable_output(done.output),
+        output=storable_text(done.output),
         network_attempted=False,
         limit=limit,
         upper_sha256="",

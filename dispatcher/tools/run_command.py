@@ -10,7 +10,7 @@ from typing import Any
 
 from dispatcher.tools import sandbox
 from dispatcher.tools._paths import resolve_in_workspace
-from dispatcher.tools.base import ExecutionContext, Tool, ToolError
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError, storable_text
 
 
 def run_command(ctx: ExecutionContext, args: dict[str, Any]) -> str:
@@ -43,15 +43,7 @@ def run_command(ctx: ExecutionContext, args: dict[str, Any]) -> str:
             "was killed with its child processes."
         ) from None
     exit_text = sandbox.describe_exit(done.returncode, sandboxed=done.sandboxed)
-    return f"exit code {exit_text}\n{storable_output(done.output)}"
-
-
-def storable_output(text: str) -> str:
-    """A program's output as text every database keeps: a NUL (`find -print0`, `git
-    ls-files -z`) written as `\\u0000`, as for an upstream server's answers. PostgreSQL
-    refuses NUL in text and jsonb: the result of a call that had run could not be
-    written (the call ended outcome_unknown), and a preview's output refused the ask."""
-    return text.replace("\x00", "\\u0000")
+    return f"exit code {exit_text}\n{storable_text(done.output)}"
 
 
 def scrubbed_environment(workspace: Path) -> dict[str, str]:

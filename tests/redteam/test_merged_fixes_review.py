@@ -136,29 +136,13 @@ def test_a_level_opened_again_must_be_the_directory_it_was(tmp_path: Path) -> No
 def test_a_device_code_sent_by_several_requests_at_once_mints_one_token() -> None:
     """b6630e7: a device code is exchanged once (a conditional update). Six requests at
     the same moment: one pair of tokens, the others a 400, none a 500."""
-    import threading
 
-    from django.db import connection
     from oauth2_provider.models import AccessToken
 
-    from tests.redteam.test_signin_sweep import approved_device, device_token
+    from tests.redteam.test_signin_sweep import approved_device, at_once, device_token
 
     codes, _agent = approved_device()
-    barrier = threading.Barrier(6)
-    answers: list[Any] = []
-
-    def race() -> None:
-        try:
-            barrier.wait()
-            answers.append(device_token(codes["device_code"]))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=race) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = at_once(6, lambda: device_token(codes["device_code"]))
     assert len(answers) == 6, "a request raised (a 500)"
     codes_seen = sorted(a.status_code for a in answers)
     assert codes_seen == [200, 400, 400, 400, 400, 400], [a.content[:120] for a in answers]

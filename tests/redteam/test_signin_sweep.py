@@ -5,6 +5,7 @@ answers."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -38,6 +39,31 @@ def device_start(client_id: str = "harness-hook") -> Any:
         urlencode({"client_id": client_id, "resource": HOOKS}),
         content_type="application/x-www-form-urlencoded",
     )
+
+
+def at_once(n: int, request: Callable[[], Any]) -> list[Any]:
+    """`request` made by `n` threads released together; the answers of those that did not
+    raise (each thread gives its database connection back)."""
+    import threading
+
+    from django.db import connection
+
+    barrier = threading.Barrier(n)
+    answers: list[Any] = []
+
+    def race() -> None:
+        try:
+            barrier.wait()
+            answers.append(request())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=race) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
 
 
 def device_token(device_code: str, client_id: str = "harness-hook") -> Any:
@@ -224,29 +250,13 @@ def test_a_refresh_token_sent_by_several_requests_at_once_gets_one_answer_each(
     refresh token a request that validated it before the rotation committed made a new
     pair of its own when a third request's reuse had ended the family meanwhile (two
     200s, two live tokens of one refresh token)."""
-    import threading
 
-    from django.db import connection
     from oauth2_provider.models import AccessToken
 
     from tests.support.oauth import refresh, sign_in_agent
 
     client_id, first = sign_in_agent(documents, member())
-    barrier = threading.Barrier(6)
-    answers: list[Any] = []
-
-    def race() -> None:
-        try:
-            barrier.wait()
-            answers.append(refresh(client_id, first["refresh_token"]))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=race) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = at_once(6, lambda: refresh(client_id, first["refresh_token"]))
     assert len(answers) == 6, "a request raised (a 500)"
     won = [a for a in answers if a.status_code == 200]
     assert len(won) == 1, [(a.status_code, a.content[:80]) for a in answers]

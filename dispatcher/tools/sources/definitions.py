@@ -17,6 +17,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from dispatcher.tools.base import storable_text
 from dispatcher.tools.sources.models import SEPARATOR
 
 # A name every model SDK accepts (OpenAI: ^[a-zA-Z0-9_-]{1,64}$; Anthropic likewise).
@@ -47,7 +48,7 @@ class Definition:
             else {}
         )
         annotations = {k: v for k, v in annotations.items() if k in HINTS}
-        name, description = _clean(tool.name), _clean(tool.description or "")
+        name, description = storable_text(tool.name), storable_text(tool.description or "")
         schema = dict(tool.input_schema)
         problem = ""
         if name != tool.name or description != (tool.description or ""):
@@ -74,13 +75,9 @@ class Definition:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _clean(text: str) -> str:
-    return text.replace("\x00", "\\u0000").encode("utf-8", "replace").decode("utf-8")
-
-
 def _storable(value: Any) -> bool:
     text = json.dumps(value, ensure_ascii=False)
-    return "\\u0000" not in text and _clean(text) == text
+    return "\\u0000" not in text and storable_text(text) == text
 
 
 def exposed_name(server: str, tool: str) -> str:

@@ -40,7 +40,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
 
-from dispatcher.tools import sandbox, sandbox_servers
+from dispatcher.tools import base, sandbox, sandbox_servers
 from dispatcher.tools._paths import cap_text
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources.definitions import Definition
@@ -879,5 +879,4 @@ def _answer(
 def storable_text(text: str, limit: int) -> str:
     """What an upstream server answered, as text every database keeps as it is (NUL
     characters written out, lone surrogates replaced), cut to `limit` with a note."""
-    text = text.replace("\x00", "\\u0000").encode("utf-8", "replace").decode("utf-8")
-    return cap_text(text, limit, "ask the tool for less")
+    return cap_text(base.storable_text(text), limit, "ask the tool for less")
