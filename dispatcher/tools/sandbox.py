@@ -240,49 +240,69 @@ def give_to_sandbox(root: Path, *, root_fd: int | None = None) -> None:
     hidden = set(hidden_paths())
     # `root_fd`: the directory is that descriptor's (open_unredirected), `root` its path
     top_fd = os.open(root if root_fd is None else ".", _WALK_FLAGS, dir_fd=root_fd)
-    stack: list[_Level] = []
+    top_fd_path = os.open(".", _ENTRY_FLAGS, dir_fd=top_fd)  # (given last, through it)
     try:
-        stack.append(_Level(root, top_fd, iter(os.listdir(top_fd)), _identity(top_fd)))
-        while stack:
-            level = stack[-1]
-            if level.fd is None and not _reopen(stack):
-                continue  # it changed meanwhile: _reopen dropped it and what it held
-            assert level.fd is not None
-            name = next(level.names, None)
-            if name is None:
-                stack.pop()
-                os.close(level.fd)
-                continue
-            try:
-                info = os.stat(name, dir_fd=level.fd, follow_symlinks=False)
-                if stat.S_ISDIR(info.st_mode) and Path(level.path, name) in hidden:
-                    continue  # neither entered nor given
-                if not (stat.S_ISREG(info.st_mode) and info.st_nlink > 1):
-                    os.chown(name, *user, dir_fd=level.fd, follow_symlinks=False)
-                if stat.S_ISDIR(info.st_mode):
-                    child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
-                    try:
-                        listed = os.listdir(child)
-                    except BaseException:
-                        os.close(child)
-                        raise
-                    stack.append(
-                        _Level(Path(level.path, name), child, iter(listed), _identity(child))
-                    )
-                    _close_far_levels(stack)
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # gone, or swapped for something else, meanwhile
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:  # (a directory swapped for a symlink: not followed)
-                    raise
+        stack: list[_Level] = []
+        try:
+            stack.append(_Level(root, top_fd, iter(()), _identity(top_fd)))
+            stack[0].names = iter(os.listdir(top_fd))
+            while stack:
+                level = stack[-1]
+                if level.fd is None and not _reopen(stack):
+                    continue  # it changed meanwhile: _reopen dropped it and what it held
+                assert level.fd is not None
+                name = next(level.names, None)
+                if name is None:
+                    stack.pop()
+                    os.close(level.fd)
+                    continue
+                try:
+                    # The entry judged is the one given: held by an O_PATH descriptor, looked at
+                    # and given through it (a name looked up twice could be swapped in between
+                    # for a file hard-linked from outside: renameat2's exchange).
+                    entry = os.open(name, _ENTRY_FLAGS, dir_fd=level.fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue  # gone meanwhile
+                try:
+                    info = os.fstat(entry)
+                    if stat.S_ISLNK(info.st_mode):
+                        continue  # a symlink keeps its owner (nothing of it is read or written)
+                    if stat.S_ISDIR(info.st_mode) and Path(level.path, name) in hidden:
+                        continue  # neither entered nor given
+                    if not (stat.S_ISREG(info.st_mode) and info.st_nlink > 1):
+                        _chown_held(entry, user)
+                    if stat.S_ISDIR(info.st_mode):
+                        child = os.open(".", _WALK_FLAGS, dir_fd=entry)
+                        try:
+                            listed = os.listdir(child)
+                        except FileNotFoundError:  # removed meanwhile
+                            os.close(child)
+                            continue
+                        except BaseException:
+                            os.close(child)
+                            raise
+                        stack.append(
+                            _Level(Path(level.path, name), child, iter(listed), _identity(child))
+                        )
+                        _close_far_levels(stack)
+                finally:
+                    os.close(entry)
+        finally:
+            for level in stack:
+                if level.fd is not None:
+                    os.close(level.fd)
+        _chown_held(top_fd_path, user)  # last: it marks the whole tree given
     finally:
-        for level in stack:
-            if level.fd is not None:
-                os.close(level.fd)
-    if root_fd is None:
-        os.chown(root, *user, follow_symlinks=False)
-    else:
-        os.chown(".", *user, dir_fd=root_fd, follow_symlinks=False)
+        os.close(top_fd_path)
+
+
+_ENTRY_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _chown_held(fd: int, user: tuple[int, int]) -> None:
+    """Give the file `fd` holds (an O_PATH descriptor of anything but a symlink) to
+    `user`: through its /proc magic link, which names that very file, never a name."""
+    os.chown(f"/proc/self/fd/{fd}", *user)
 
 
 _WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -28,6 +28,7 @@ from dispatcher.tools.sandbox import (
     give_to_sandbox,
     hidden_paths,
     mode,
+    open_unredirected,
     read_only_extras,
     redirection,
     require_sandbox,
@@ -108,6 +109,25 @@ def _readable_by_sandbox_user(path: Path) -> bool:
     return (info.st_mode >> shift) & needed == needed
 
 
+def _give_checked(path: Path, checked: Path) -> None:
+    """Give the writable server path `checked` (what `path` resolved to when it was
+    checked) to the sandbox user by the descriptor of the directory judged
+    (open_unredirected), never by a path resolved again: another server's program
+    swapping a directory for a symlink after the check had root give the symlink's
+    target away. ToolError when the directory is no longer the one checked."""
+    fd = open_unredirected(Path(os.path.abspath(path)))
+    try:
+        held = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if held != checked:
+            raise ToolError(
+                f"Path {path} changed while the server was being set up (it leads to {held} "
+                f"now, not {checked}). The server was not started; an admin must look at it."
+            )
+        give_to_sandbox(held, root_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
     """`argv` (a long-running server's command) wrapped in the sandbox, seeing only
     `paths` (see parse_server_path) and what its program needs to start (program_binds).
@@ -127,9 +147,10 @@ def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
         if problem:
             raise ToolError(f"{problem} The server was not started; an admin must fix it.")
         path, writable = parse_server_path(entry)
-        binds.append(Bind(path.resolve(), path.resolve(), writable=writable))
+        checked = path.resolve()
         if writable:
-            give_to_sandbox(path.resolve())
+            _give_checked(path, checked)
+        binds.append(Bind(checked, checked, writable=writable))
     binds += program_binds(argv)
     directories = [b.target for b in binds[: len(paths)] if b.source.is_dir()]
     cwd = directories[0] if directories else Path("/tmp")  # noqa: S108 - the private one

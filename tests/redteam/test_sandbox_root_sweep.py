@@ -7,7 +7,10 @@ or marked xfail(strict=True) with the reason; the rest locks in what held."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -380,3 +383,96 @@ def test_python_tools_under_their_own_names_are_read_as_python(workspace: Path) 
         assert read_command(argv).unreadable is not None, argv
     if Path("/usr/bin/pydoc3").exists():
         assert "workspace code" in run_command(workspace, ["pydoc3", "mod"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root only")
+def test_the_walk_gives_no_file_swapped_in_for_an_entry_it_judged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # give_to_sandbox looked an entry up by name, judged it, then gave it by name again: a
+    # program exchanging two names meanwhile (renameat2 RENAME_EXCHANGE) had it give a file
+    # hard-linked from outside the workspace (`git clone --local`, `cp -al`), the case a
+    # file with another name keeps its owner for. The entry is now held by descriptor.
+    user = (65534, 65534)
+    monkeypatch.setattr(sandbox, "_owner", lambda: user)
+    monkeypatch.setattr(sandbox, "hidden_paths", lambda: [])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret"
+    secret.write_text("root's\n")
+    os.chown(secret, 0, 0)
+    ws = tmp_path / "ws"
+    d = ws / "d"
+    d.mkdir(parents=True)
+    for i in range(200):  # (many names: the walk spends its time near `x`)
+        (d / f"f{i:03}").write_text("")
+    (d / "x").write_text("the program's own\n")
+    os.link(secret, d / "hl")  # the second name lies in the workspace
+    stop = threading.Event()
+
+    def swap() -> None:  # a sandboxed program: exchanges two names it may rename
+        libc = ctypes.CDLL(None, use_errno=True)
+        a, b = str(d / "x").encode(), str(d / "hl").encode()
+        while not stop.is_set():
+            libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE
+
+    thread = threading.Thread(target=swap)
+    thread.start()
+    try:
+        for _ in range(1000):
+            os.chown(ws, 0, 0)  # not yet given: walked again
+            fd = os.open(ws, os.O_PATH | os.O_DIRECTORY)
+            try:
+                sandbox.give_to_sandbox(ws, root_fd=fd)
+            finally:
+                os.close(fd)
+            if secret.stat().st_uid != 0:
+                break
+    finally:
+        stop.set()
+        thread.join()
+    assert secret.stat().st_uid == 0, "the file outside the workspace was given away"
+
+
+def test_a_writable_server_path_swapped_after_its_check_gives_nothing_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server's writable path was checked by path, then resolved again and given by path:
+    # another server's program, whose writable path holds this one, exchanging it with a
+    # symlink in between had root give the symlink's target away. It is now given by the
+    # descriptor of the directory judged, and refused when that is not the one checked.
+    from dispatcher.tools import sandbox_servers
+    from dispatcher.tools.base import ToolError
+
+    user = (65534, 65534)
+    monkeypatch.setattr(sandbox, "_owner", lambda: user)
+    outside = tmp_path / "victim"  # a person's or an application's directory
+    outside.mkdir()
+    (outside / "f").write_text("theirs\n")
+    shared = tmp_path / "shared"  # server 1's writable path, given already
+    (shared / "sub").mkdir(parents=True)
+    os.symlink(outside, shared / "alt")
+    for p in (shared, shared / "sub"):
+        os.chown(p, *user)
+    os.lchown(shared / "alt", *user)
+    stop = threading.Event()
+
+    def swap() -> None:  # server 1's program: sub <-> a symlink, over and over
+        libc = ctypes.CDLL(None, use_errno=True)
+        a, b = str(shared / "sub").encode(), str(shared / "alt").encode()
+        while not stop.is_set():
+            libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE
+
+    thread = threading.Thread(target=swap)
+    thread.start()
+    entry = f"{shared / 'sub'}:rw"  # server 2's writable path
+    try:
+        for _ in range(3000):
+            path, _ = sandbox_servers.parse_server_path(entry)
+            with contextlib.suppress(ToolError, OSError):  # (a path mid-exchange: refused)
+                if sandbox_servers.server_path_problem(entry) is None:
+                    sandbox_servers._give_checked(path, path.resolve())
+            assert (outside / "f").stat().st_uid == 0, "the symlink's target was given away"
+    finally:
+        stop.set()
+        thread.join()
