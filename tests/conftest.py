@@ -17,7 +17,15 @@ from tests.audit.flush import keep_audit_log_on_flush
 from tests.support import kinds as _test_kinds  # noqa: F401  (registers the test kinds)
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
-from tests.support.live import LiveStack, free_port, live_env, start_worker, stop, wait_for_port
+from tests.support.live import (
+    LiveStack,
+    free_port,
+    live_env,
+    nobody_listening,
+    start_worker,
+    stop,
+    wait_for_port,
+)
 from tests.support.paths import ROOT
 
 # The audit table's triggers refuse TRUNCATE/DELETE; transactional tests' flush skips it.
@@ -135,6 +143,13 @@ def _shared_sync_thread_left_free() -> Iterator[None]:
 
 
 # --- Personas ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def down_url() -> Iterator[str]:
+    """A Harness URL nobody answers at: connections are refused for the whole test."""
+    with nobody_listening() as url:
+        yield url
 
 
 @pytest.fixture

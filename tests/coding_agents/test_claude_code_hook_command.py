@@ -21,7 +21,6 @@ from django.core.management import CommandError, call_command
 
 from tests.support.claude_code_hooks import pre_tool_use
 from tests.support.factories import AgentFixture
-from tests.support.live import free_port
 from tests.support.paths import ROOT
 
 SCRIPT = ROOT / "dispatcher" / "gateways" / "hook_command.py"
@@ -123,8 +122,8 @@ def test_without_a_token_the_tool_is_blocked(harness: tuple[FakeHarness, str]) -
     assert "HARNESS_TOKEN is not set" in done.stderr and "the tool was not run" in done.stderr
 
 
-def test_when_harness_is_down_the_tool_is_blocked() -> None:
-    done = run_hook(PRE, f"http://127.0.0.1:{free_port()}")
+def test_when_harness_is_down_the_tool_is_blocked(down_url: str) -> None:
+    done = run_hook(PRE, down_url)
     assert done.returncode == 2
     assert "cannot be reached" in done.stderr and "the tool was not run" in done.stderr
 
@@ -179,10 +178,10 @@ def test_unreadable_hook_input_blocks_the_tool(harness: tuple[FakeHarness, str])
     assert done.returncode == 2 and not harness[0].requests
 
 
-def test_other_events_fail_without_blocking_claude_code() -> None:
+def test_other_events_fail_without_blocking_claude_code(down_url: str) -> None:
     """Exit 2 on Stop would keep Claude Code from stopping: a failure there exits 1."""
     stop = json.dumps({"hook_event_name": "Stop", "session_id": "s", "cwd": "/p"}).encode()
-    done = run_hook(stop, f"http://127.0.0.1:{free_port()}")
+    done = run_hook(stop, down_url)
     assert done.returncode == 1 and "nothing was recorded" in done.stderr
 
 

@@ -34,7 +34,7 @@ from tests.support import processes
 from tests.support.browser import login
 from tests.support.factories import AgentFixture, make_user, unique
 from tests.support.fake_anthropic import FakeAnthropic, Step, say, tool_use
-from tests.support.live import LiveStack, free_port
+from tests.support.live import LiveStack
 from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.live, pytest.mark.client_program]
@@ -264,8 +264,10 @@ def test_a_bash_denied_with_feedback_does_not_run_and_the_model_reads_the_feedba
 # --- Fail closed ------------------------------------------------------------------------------------
 
 
-def test_with_harness_stopped_nothing_runs(claude: Claude, live_agent: AgentFixture) -> None:
-    claude.configure(live_agent.agent.name, f"http://127.0.0.1:{free_port()}")  # nobody listens
+def test_with_harness_stopped_nothing_runs(
+    claude: Claude, live_agent: AgentFixture, down_url: str
+) -> None:
+    claude.configure(live_agent.agent.name, down_url)
     steps = [
         tool_use("Bash", command="touch ran.txt"),
         tool_use("Write", file_path=str(claude.project / "written.txt"), content="x"),

@@ -35,7 +35,7 @@ from tests.support import processes
 from tests.support.coding_agent_hooks import unable_hook_bin
 from tests.support.factories import AgentFixture, make_user, unique
 from tests.support.fake_openai import FakeOpenAI, Step, call, custom_call, say
-from tests.support.live import LiveStack, free_port
+from tests.support.live import LiveStack
 from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.live, pytest.mark.client_program]
@@ -270,8 +270,10 @@ def test_a_command_denied_with_feedback_does_not_run_and_the_model_reads_it(code
 # --- Fail closed ------------------------------------------------------------------------------------
 
 
-def test_with_harness_stopped_nothing_runs(codex: Codex, live_agent: AgentFixture) -> None:
-    codex.configure(live_agent.agent.name, f"http://127.0.0.1:{free_port()}")  # nobody listens
+def test_with_harness_stopped_nothing_runs(
+    codex: Codex, live_agent: AgentFixture, down_url: str
+) -> None:
+    codex.configure(live_agent.agent.name, down_url)
     fake = codex.run(
         [
             call("exec_command", cmd="touch ran.txt"),
@@ -282,7 +284,9 @@ def test_with_harness_stopped_nothing_runs(codex: Codex, live_agent: AgentFixtur
     assert not (codex.project / "written.txt").exists()
     outputs = told(fake)
     assert len(outputs) == 2
-    assert all("blocked by PreToolUse hook" in o and "cannot be reached" in o for o in outputs)
+    assert all("blocked by PreToolUse hook" in o and "cannot be reached" in o for o in outputs), (
+        outputs
+    )
 
 
 @pytest.mark.parametrize("hook", ["missing", "broken interpreter", "crash"])

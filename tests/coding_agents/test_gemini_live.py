@@ -35,7 +35,7 @@ from tests.support import processes
 from tests.support.coding_agent_hooks import unable_hook_bin
 from tests.support.factories import AgentFixture, make_user, unique
 from tests.support.fake_gemini import FakeGemini, Step, call, say
-from tests.support.live import LiveStack, free_port
+from tests.support.live import LiveStack
 from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.live, pytest.mark.client_program]
@@ -221,8 +221,10 @@ def test_a_command_denied_by_a_reviewer_does_not_run_and_the_model_reads_the_fee
     assert calls_of(result)[0].status == Status.DENIED
 
 
-def test_with_harness_stopped_nothing_runs(gemini: Gemini, live_agent: AgentFixture) -> None:
-    gemini.configure(live_agent.agent.name, f"http://127.0.0.1:{free_port()}")  # nobody listens
+def test_with_harness_stopped_nothing_runs(
+    gemini: Gemini, live_agent: AgentFixture, down_url: str
+) -> None:
+    gemini.configure(live_agent.agent.name, down_url)
     _, fake = gemini.run(
         [
             call("run_shell_command", command="touch ran.txt"),
@@ -233,7 +235,7 @@ def test_with_harness_stopped_nothing_runs(gemini: Gemini, live_agent: AgentFixt
     assert not (gemini.project / "written.txt").exists()
     responses = told(fake)
     assert len(responses) == 2
-    assert all("cannot be reached" in response["error"] for response in responses)
+    assert all("cannot be reached" in response["error"] for response in responses), responses
 
 
 @pytest.mark.parametrize("hook", ["missing", "broken interpreter", "crash"])

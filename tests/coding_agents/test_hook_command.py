@@ -20,7 +20,6 @@ from django.core.management import CommandError, call_command
 from tests.coding_agents.test_claude_code_hook_command import FakeHarness, run_hook
 from tests.support.coding_agent_hooks import codex_input, codex_tool, gemini_input, gemini_tool
 from tests.support.factories import AgentFixture
-from tests.support.live import free_port
 
 CODEX_PRE = json.dumps(codex_tool("s1", "Bash", "make")).encode()
 GEMINI_PRE = json.dumps(gemini_tool("s1", "run_shell_command", {"command": "make"})).encode()
@@ -80,12 +79,12 @@ def test_it_posts_to_the_agents_endpoint_and_prints_its_decision(
     "agent, stdin", [("codex", CODEX_PRE), ("gemini", GEMINI_PRE)], ids=["codex", "gemini"]
 )
 def test_when_harness_is_down_or_the_token_is_missing_the_tool_is_blocked(
-    agent: str, stdin: bytes
+    agent: str, stdin: bytes, down_url: str
 ) -> None:
-    down = run_hook(stdin, f"http://127.0.0.1:{free_port()}", "--agent", agent)
+    down = run_hook(stdin, down_url, "--agent", agent)
     assert down.returncode == 2 and down.stdout == ""
     assert "cannot be reached" in down.stderr and "the tool was not run" in down.stderr
-    no_token = run_hook(stdin, f"http://127.0.0.1:{free_port()}", "--agent", agent, token="")
+    no_token = run_hook(stdin, down_url, "--agent", agent, token="")
     assert no_token.returncode == 2 and "HARNESS_TOKEN is not set" in no_token.stderr
 
 
@@ -141,8 +140,8 @@ def test_an_answer_that_is_not_exactly_a_gemini_decision_blocks_the_tool(
     assert "not an allow or deny decision for Gemini CLI" in done.stderr
 
 
-def test_unreadable_input_blocks_and_other_events_fail_without_blocking() -> None:
-    down = f"http://127.0.0.1:{free_port()}"
+def test_unreadable_input_blocks_and_other_events_fail_without_blocking(down_url: str) -> None:
+    down = down_url
     assert run_hook(b"not json", down, "--agent", "gemini").returncode == 2
     for agent, body in (
         ("codex", codex_input("Stop", "s")),

@@ -27,6 +27,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextmanager
+def nobody_listening() -> Iterator[str]:
+    """The URL of a loopback port that refuses every connection for as long as the block
+    runs: the port is held bound, never listened on. (A port free_port found free can be
+    handed to another test's server while a slow client is still starting; then "Harness is
+    down" meets someone else's server.)"""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
 @dataclass
 class LiveStack:
     url: str
