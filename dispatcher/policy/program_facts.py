@@ -999,10 +999,9 @@ PROGRAMS: tuple[Program, ...] = (
         ("vim", "vi", "nvim", "view", "vimdiff", "gvim", "rvim", "ex", "vim.basic", "vim.tiny")
         + ("rview", "evim"),
         code_options=VIM_CODE,
-        # HOME is the workspace in the sandbox (run_command): a `.vimrc` or a plugin under
-        # `.vim/` the agent left there runs with any `vim f`, with no option to show it
-        opaque="it runs its startup files (.vimrc, plugins under .vim/) from HOME, which "
-        "is the agent's workspace",
+        # vim runs startup files with no option to show it: HOME's (an empty directory of
+        # each run now, not the workspace) and, with 'exrc', the working directory's
+        opaque="it runs startup files (.vimrc, .exrc, plugins) that no option shows",
         unreadable=("vim f", "vim -c '!id' f", "vim '+!id' f", "sh -c 'echo x | ex f'"),
     ),
     Program(

@@ -19,7 +19,8 @@ def run_command(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     The program runs in the sandbox (dispatcher.tools.sandbox, settings.HARNESS_SANDBOX).
     stdin is empty; stdout and stderr are combined, read while produced and capped to
     ctx.output_limit. The environment holds only PATH (no entry in the workspace), HOME
-    (the workspace), LANG, TERM and GIT_CONFIG_GLOBAL (see scrubbed_environment). A
+    (an empty directory of the run's own, not the workspace), LANG, TERM and git's own
+    settings (see scrubbed_environment). A
     non-zero exit is a normal result. Raises ToolError when the program cannot be started,
     TimeoutError after ctx.timeout seconds (everything it started is killed first).
     """
@@ -49,20 +50,23 @@ def run_command(ctx: ExecutionContext, args: dict[str, Any]) -> str:
 def scrubbed_environment(workspace: Path) -> dict[str, str]:
     """The whole environment a command gets: nothing inherited except PATH.
 
-    HOME is the workspace, which the agent writes; so git is told to read no per-user
-    configuration (GIT_CONFIG_GLOBAL): a `.gitconfig` (or `.config/git/config`) the agent
-    left there would otherwise name programs that a `git status` or `git diff` an allow
-    rule read as harmless runs (`core.fsmonitor`, `diff.external`, `core.hooksPath`).
-    Repository configuration (`.git/config`) is the command reader's to guard, and the
-    system's (`/etc/gitconfig`) is the operator's. `git config --global` fails; an agent
-    sets a repository's own configuration instead (`git config user.email ...`). And git
-    uses a bare repository only when one is named (safe.bareRepository=explicit): `git -C x
-    status` never takes the `config` of a bare layout an allowed `git apply` wrote in x/.
+    HOME is an empty directory of the run's own (sandbox.HOME: a private tmpfs of the
+    sandbox, which vanishes with the call), never the workspace: programs read per-user files from
+    HOME (a `.hgrc`'s hooks, a `.curlrc`'s options, a `.npmrc`'s script shell, IPython's
+    startup files, Python's user site-packages and their `.pth` lines, `.ssh/config`), and
+    in the workspace the agent writes them, so any program an allow rule read as harmless
+    would run what they name. git is told besides to read no per-user configuration
+    (GIT_CONFIG_GLOBAL) wherever HOME is. Repository configuration (`.git/config`) is the
+    command reader's to guard, and the system's (`/etc/gitconfig`) is the operator's. `git
+    config --global` fails; an agent sets a repository's own configuration instead (`git
+    config user.email ...`). And git uses a bare repository only when one is named
+    (safe.bareRepository=explicit): `git -C x status` never takes the `config` of a bare
+    layout an allowed `git apply` wrote in x/.
     """
     root = workspace.resolve()
     return {
         "PATH": program_path(os.environ.get("PATH", os.defpath), root),
-        "HOME": str(root),
+        "HOME": sandbox.HOME,
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         "GIT_CONFIG_GLOBAL": os.devnull,

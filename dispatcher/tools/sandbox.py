@@ -69,6 +69,11 @@ SANDBOX_UID = 65534  # "nobody": the uid a program sees when Harness is not root
 # Writable kernel interfaces of /proc, shown read-only (bound over themselves); /sys is
 # not in the sandbox at all.
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+# A command's HOME (run_command.scrubbed_environment): a private tmpfs of the sandbox's own,
+# empty at the start of every run and gone after it, so no per-user file an agent wrote is
+# read; under /run, where no workspace may lie (a workspace bound under /tmp shows its path
+# there). With HARNESS_SANDBOX=off, `run` gives each run a new empty directory instead.
+HOME = "/run/home"
 SECCOMP_FD = 3  # the launcher opens the filter as this descriptor for bwrap --seccomp
 EXIT_REPORT = "harness: the sandboxed server exited with status"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -395,7 +400,10 @@ def run(
     once `limits.timeout` has passed (everything the program started is killed first).
     """
     if mode() == "off":
-        return _run_process(argv, cwd=cwd, env=env, limits=limits, sandboxed=False)
+        # (no private /tmp: HOME is an empty directory made for this run alone)
+        with tempfile.TemporaryDirectory(prefix="harness-home-") as home:
+            own = {**env, "HOME": home} if env.get("HOME") == HOME else env
+            return _run_process(argv, cwd=cwd, env=own, limits=limits, sandboxed=False)
     require_sandbox()
     refuse_redirected(workspace)
     # The directory checked is the one given and bound: opened one component at a time,
@@ -786,6 +794,7 @@ def sandbox_command(
         command += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
     command += ["--dev", "/dev"]
     command += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
+    command += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", HOME]
     shm = str(max(4096, limits.tmp_bytes // 4))
     command += ["--perms", "1777", "--size", shm, "--tmpfs", "/dev/shm"]  # noqa: S108
     command += _var_tmp(binds, limits)
@@ -858,7 +867,7 @@ def _mounts(binds: list[Bind], system_bound: tuple[Path, ...]) -> tuple[list[Pat
 
 
 # Made by the sandbox itself before any bind (mode and all): never made again.
-OWN_MOUNTS = tuple(Path(p) for p in ("/", "/proc", "/dev", "/tmp", "/var", "/var/tmp"))  # noqa: S108
+OWN_MOUNTS = tuple(Path(p) for p in ("/", "/proc", "/dev", "/tmp", "/var", "/var/tmp", HOME))  # noqa: S108
 
 
 def _parents(targets: list[Path], bound: list[Path]) -> list[Path]:

@@ -349,12 +349,12 @@ def test_run_command_scrubs_the_environment(
     assert "GITHUB_TOKEN" not in result and "DJANGO" not in result
     names = {line.split("=", 1)[0] for line in result.splitlines()[1:] if line}
     # bubblewrap sets PWD, to the directory the command runs in.
-    # git's own settings: no per-user configuration (HOME is the workspace), no bare
+    # git's own settings: no per-user configuration, no bare
     # repository it is not pointed at (run_command.scrubbed_environment)
     git = {"GIT_CONFIG_GLOBAL", "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0"}
     assert names - {"PWD"} == {"PATH", "HOME", "LANG", "TERM"} | git
     assert "PWD" not in names or f"PWD={workspace.resolve()}" in result
-    assert f"HOME={workspace.resolve()}" in result
+    assert "HOME=/run/home\n" in result  # the run's own, empty (not the workspace the agent writes)
     assert "LANG=C.UTF-8" in result and "TERM=dumb" in result
 
 

@@ -98,7 +98,7 @@ def test_a_foreign_system_call_abi_kills_the_program(workspace: Path, abi: str) 
     assert "SIGSYS" in out.splitlines()[0], out
 
 
-# --- the program's environment: HOME is the workspace ----------------------------------------
+# --- the program's environment: HOME is the run's own, not the workspace ----------------------------------------
 
 
 def test_git_status_runs_no_program_named_by_a_gitconfig_in_home(workspace: Path) -> None:
@@ -125,6 +125,40 @@ def test_git_status_runs_no_program_named_by_a_gitconfig_in_home(workspace: Path
     assert run_command(workspace, ["git", "config", "user.email", "a@b.c"]).startswith(
         "exit code 0"
     )
+
+
+def test_home_is_an_empty_directory_of_each_run_not_the_workspace(workspace: Path) -> None:
+    # HOME was the workspace, where the agent writes: every program's per-user files (a
+    # `.hgrc`'s hooks, a `.curlrc`, a `.npmrc`'s script shell, IPython's startup files,
+    # Python's user site-packages) were the agent's to plant under an allowed command.
+    out = run_command(workspace, ["sh", "-c", 'echo "home=$HOME"; ls -A "$HOME"; touch "$HOME/x"'])
+    assert "home=/run/home\n" in out and out.count("\n") == 2, out  # the line and nothing listed
+    assert not (workspace / "x").exists()
+    again = run_command(workspace, ["sh", "-c", 'ls -A "$HOME"'])
+    assert again == "exit code 0\n", again  # the last run's file went with its /tmp
+
+
+def test_python_reads_no_user_site_packages_the_agent_planted(workspace: Path) -> None:
+    # A `.pth` line under HOME's user site-packages runs at every Python start: with HOME
+    # the workspace, a planted one ran inside any allowed Python program.
+    version = run_command(workspace, ["python3", "-c", "import sys; print(*sys.version_info[:2])"])
+    major, minor = version.splitlines()[1].split()
+    site = workspace / ".local" / "lib" / f"python{major}.{minor}" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "planted.pth").write_text("import os; open('ran-pth', 'w').close()\n")
+    (workspace / "hello.py").write_text("print('hello')\n")
+    out = run_command(workspace, ["python3", "hello.py"])
+    assert out == "exit code 0\nhello\n", out
+    assert not (workspace / "ran-pth").exists()
+
+
+def test_the_sandbox_off_gives_each_run_a_new_empty_home(workspace: Path, settings: Any) -> None:
+    settings.HARNESS_SANDBOX = "off"
+    (workspace / ".hgrc").write_text("[hooks]\n")
+    out = run_command(workspace, ["sh", "-c", 'echo "$HOME"; ls -A "$HOME"; touch "$HOME/x"'])
+    home = Path(out.splitlines()[1])
+    assert home != workspace.resolve() and out.count("\n") == 2, out
+    assert not home.exists()  # removed after the run
 
 
 def test_vim_is_never_read_as_harmless(workspace: Path) -> None:
