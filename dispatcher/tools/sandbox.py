@@ -671,7 +671,10 @@ def open_unredirected(path: Path) -> int:
             except OSError as error:
                 raise _changed_workspace(path, part, error.strerror) from None
             if stat.S_ISLNK(info.st_mode):
-                os.close(following)
+                try:  # the link judged, read by its descriptor (its name may be another's now)
+                    target = os.readlink("", dir_fd=following)
+                finally:
+                    os.close(following)
                 hops += 1
                 if hops > 40 or _programs_may_place_in(os.fstat(current), info, uid):
                     raise ToolError(
@@ -681,7 +684,6 @@ def open_unredirected(path: Path) -> int:
                         "runs. An operator must look at it (and not nest one agent's "
                         "workspace in another's)."
                     )
-                target = os.readlink(part, dir_fd=current)
                 if target.startswith("/"):
                     os.close(current)
                     current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)

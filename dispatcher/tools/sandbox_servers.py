@@ -1,15 +1,23 @@
 """The sandbox of programs that keep running: upstream stdio MCP servers.
 
-`sandboxed_argv(argv, paths)` wraps a server's command in the same sandbox as
+`sandboxed_argv(argv, paths, held)` wraps a server's command in the same sandbox as
 `sandbox.run` (dispatcher/tools/sandbox.py: namespaces, the sandbox user, the seccomp
 filter, limits): its configured paths (read-write, or read-only with `:ro`) and what its
 program needs to start take the workspace's place. The worker's MCP client starts it.
+
+A writable path is bound by the descriptor of the directory judged, as the workspace is:
+the MCP client starts the server and passes it no descriptor, so this process holds it
+(`held`) and the launcher opens it again through /proc/<this process>/fd/<n> (REOPEN)
+before bwrap, which binds it with --bind-fd (and checks that what it mounted is that
+directory). A path swapped for a symlink after the check binds nothing else.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import sys
 import uuid
 from pathlib import Path
 
@@ -46,6 +54,24 @@ READ_WRITE_SUFFIX = ":rw"
 SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
 # Never given to a server, even read-only: a socket stays connectable on a read-only bind.
 KERNEL_AND_SOCKET_DIRS = ("/proc", "/sys", "/dev", "/run")
+# The launcher's step that takes the writable paths' descriptors this process holds: each
+# "SOURCE=N" opens SOURCE (/proc/<pid>/fd/<fd>: the very directory held, whatever its path
+# leads to now) as descriptor N, then the rest of the command runs with them.
+REOPEN = """
+import os, sys
+args = sys.argv[1:]
+cut = args.index("--")
+for spec in args[:cut]:
+    source, number = spec.rsplit("=", 1)
+    try:
+        fd = os.open(source, os.O_PATH | os.O_DIRECTORY)
+    except OSError as error:
+        sys.exit(f"harness: the server's path held as {source} is gone ({error.strerror})")
+    os.dup2(fd, int(number))
+    os.close(fd)
+os.execv(args[cut + 1], args[cut + 1:])
+"""
+FIRST_PATH_FD = 10  # the launcher's descriptors for the writable paths (0-3 are taken)
 
 
 def parse_server_path(entry: str) -> tuple[Path, bool]:
@@ -58,6 +84,13 @@ def parse_server_path(entry: str) -> tuple[Path, bool]:
 
 def server_path_problem(entry: str) -> str | None:
     """Why a configured server path cannot be given to a server, or None."""
+    try:
+        return _path_problem(entry)
+    except (OSError, RuntimeError) as error:  # (a symlink on it changing while it is read)
+        return f"Path {entry!r} changed while it was being checked ({error})."
+
+
+def _path_problem(entry: str) -> str | None:
     path, writable = parse_server_path(entry)
     if not path.is_absolute():
         return f"Path {entry!r} must be absolute (optionally ending in :ro or :rw)."
@@ -109,12 +142,13 @@ def _readable_by_sandbox_user(path: Path) -> bool:
     return (info.st_mode >> shift) & needed == needed
 
 
-def _give_checked(path: Path, checked: Path) -> None:
+def _give_checked(path: Path, checked: Path) -> int:
     """Give the writable server path `checked` (what `path` resolved to when it was
     checked) to the sandbox user by the descriptor of the directory judged
     (open_unredirected), never by a path resolved again: another server's program
     swapping a directory for a symlink after the check had root give the symlink's
-    target away. ToolError when the directory is no longer the one checked."""
+    target away. Returns that descriptor, for the bind (the caller closes it). ToolError
+    when the directory is no longer the one checked."""
     fd = open_unredirected(Path(os.path.abspath(path)))
     try:
         held = Path(os.readlink(f"/proc/self/fd/{fd}"))
@@ -124,33 +158,48 @@ def _give_checked(path: Path, checked: Path) -> None:
                 f"now, not {checked}). The server was not started; an admin must look at it."
             )
         give_to_sandbox(held, root_fd=fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
-def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
+def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack) -> list[str]:
     """`argv` (a long-running server's command) wrapped in the sandbox, seeing only
     `paths` (see parse_server_path) and what its program needs to start (program_binds).
 
     The same sandbox as `run` (namespaces, the sandbox user, seccomp, no network unless
     HARNESS_SANDBOX_NETWORK, limits), started by the caller; a writable path is given to
-    the sandbox user when Harness is root (give_to_sandbox). With HARNESS_SANDBOX=off,
-    `argv` as it is. Raises SandboxUnavailable when the sandbox cannot run here and
-    ToolError for a path that cannot be given: nothing is started unsandboxed.
+    the sandbox user when Harness is root (give_to_sandbox) and bound by the descriptor
+    of the directory judged, which `held` keeps open: start the command before `held`
+    closes, in this process (the module's docstring). With HARNESS_SANDBOX=off, `argv`
+    as it is. Raises SandboxUnavailable when the sandbox cannot run here and ToolError
+    for a path that cannot be given: nothing is started unsandboxed.
     """
     if mode() == "off":
         return list(argv)
     require_sandbox()
     binds: list[Bind] = []
+    reopen: list[str] = []
     for entry in paths:
         problem = server_path_problem(entry)
         if problem:
             raise ToolError(f"{problem} The server was not started; an admin must fix it.")
         path, writable = parse_server_path(entry)
-        checked = path.resolve()
+        try:
+            checked = path.resolve()
+        except (OSError, RuntimeError) as error:  # (a symlink on it changing meanwhile)
+            raise ToolError(
+                f"Path {path} changed while the server was being set up ({error}). The "
+                "server was not started; an admin must look at it."
+            ) from None
+        fd = None
         if writable:
-            _give_checked(path, checked)
-        binds.append(Bind(checked, checked, writable=writable))
+            own = _give_checked(path, checked)
+            held.callback(os.close, own)
+            fd = FIRST_PATH_FD + len(reopen)
+            reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}")
+        binds.append(Bind(checked, checked, writable=writable, fd=fd))
     binds += program_binds(argv)
     directories = [b.target for b in binds[: len(paths)] if b.source.is_dir()]
     cwd = directories[0] if directories else Path("/tmp")  # noqa: S108 - the private one
@@ -158,12 +207,17 @@ def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
     cgroups = sandbox_cgroups.make(
         SERVER_LIMITS.processes, SERVER_LIMITS.memory, name=f"server-{uuid.uuid4().hex}"
     )
-    return _limit_command(SERVER_LIMITS, cgroups, report_exit=True) + sandbox_command(
-        argv,
-        binds=binds,
-        cwd=cwd,
-        limits=SERVER_LIMITS,
-        network=bool(settings.HARNESS_SANDBOX_NETWORK),
+    steps = [sys.executable, "-I", "-S", "-c", REOPEN, *reopen, "--"] if reopen else []
+    return (
+        _limit_command(SERVER_LIMITS, cgroups, report_exit=True)
+        + steps
+        + sandbox_command(
+            argv,
+            binds=binds,
+            cwd=cwd,
+            limits=SERVER_LIMITS,
+            network=bool(settings.HARNESS_SANDBOX_NETWORK),
+        )
     )
 
 
@@ -185,7 +239,11 @@ def program_binds(argv: list[str]) -> list[Bind]:
         path = Path(arg)
         if not path.is_absolute() or not path.is_file():
             continue
-        for candidate in dict.fromkeys([path, path.resolve()]):
+        try:
+            resolved = path.resolve()
+        except (OSError, RuntimeError):  # (a symlink on it changing meanwhile: not shown)
+            resolved = path
+        for candidate in dict.fromkeys([path, resolved]):
             if any(_inside(candidate, bound) for bound in binds):
                 continue  # shown already (a venv's interpreter, say)
             for bind in _runtime_of(candidate):

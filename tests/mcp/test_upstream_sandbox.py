@@ -5,6 +5,7 @@ workers', tries to reach what it must not, and says what happened."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -190,7 +191,7 @@ def test_a_server_is_not_started_when_the_sandbox_cannot_run(
 
 def test_with_the_sandbox_off_the_command_runs_as_configured(settings: Any) -> None:
     settings.HARNESS_SANDBOX = "off"
-    argv, env = upstream.launch_argv(endpoint("/tmp"))  # noqa: S108
+    argv, env = upstream.launch_argv(endpoint("/tmp"), contextlib.ExitStack())  # noqa: S108
     assert argv[-2:] == [sys.executable, str(FILES_SERVER)]
     assert argv[0].endswith("/env") and env["PATH"]
 

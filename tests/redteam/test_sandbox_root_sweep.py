@@ -505,8 +505,58 @@ def test_a_writable_server_path_swapped_after_its_check_gives_nothing_away(
             path, _ = sandbox_servers.parse_server_path(entry)
             with contextlib.suppress(ToolError, OSError):  # (a path mid-exchange: refused)
                 if sandbox_servers.server_path_problem(entry) is None:
-                    sandbox_servers._give_checked(path, path.resolve())
+                    os.close(sandbox_servers._give_checked(path, path.resolve()))
             assert (outside / "f").stat().st_uid == 0, "the symlink's target was given away"
     finally:
         stop.set()
         thread.join()
+
+
+def test_a_writable_server_path_swapped_before_the_bind_binds_nothing_else(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # The server's writable path was given by descriptor, but bwrap bound the path the
+    # command named: a program exchanging it with a symlink at that moment had another
+    # directory bound writable in the server's sandbox. It is bound by the descriptor of
+    # the directory judged now (held here, opened again by the launcher from /proc).
+    import subprocess
+
+    from dispatcher.tools import sandbox_servers
+    from dispatcher.tools.base import ToolError
+
+    outside = tmp_path / "victim"  # a person's directory, readable by all
+    outside.mkdir()
+    (outside / "f").write_text("theirs\n")
+    shared = tmp_path / "shared"  # another server's writable path, holding this one
+    (shared / "sub").mkdir(parents=True)
+    os.symlink(outside, shared / "alt")
+    stop = threading.Event()
+    swaps = [0]
+
+    def swap() -> None:  # that server's program: sub <-> a symlink, over and over
+        libc = ctypes.CDLL(None, use_errno=True)
+        a, b = str(shared / "sub").encode(), str(shared / "alt").encode()
+        while not stop.is_set():
+            libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE
+            swaps[0] += 1
+
+    thread = threading.Thread(target=swap)
+    thread.start()
+    target = shared / "sub"
+    started = 0
+    try:
+        for _ in range(120):
+            with contextlib.ExitStack() as held:
+                try:
+                    argv = sandbox_servers.sandboxed_argv(
+                        ["/bin/sh", "-c", 'cat "$0/f"', str(target)], [f"{target}:rw"], held
+                    )
+                except ToolError:  # (judged mid-exchange: refused, nothing started)
+                    continue
+                done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+            assert b"theirs" not in done.stdout, "another directory was bound for the server"
+            started += b"No such file" in done.stderr  # the judged directory, bound
+    finally:
+        stop.set()
+        thread.join()
+    assert swaps[0] > 1000 and started > 5, (swaps, started)

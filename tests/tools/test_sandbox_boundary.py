@@ -229,7 +229,7 @@ def test_seen_from_the_host_a_server_program_holds_no_root_uid(
     sandbox_on: None, tmp_path: Path
 ) -> None:
     marker = f"60.{os.getpid()}"
-    argv = sandbox_servers.sandboxed_argv(["sleep", marker], [])
+    argv = sandbox_servers.sandboxed_argv(["sleep", marker], [], contextlib.ExitStack())
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
 

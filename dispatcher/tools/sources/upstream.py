@@ -117,14 +117,15 @@ class DefinitionChanged(Exception):
 # --- Launching stdio servers -------------------------------------------------------------
 
 
-def sandboxed_argv(argv: list[str], paths: list[str]) -> list[str]:
+def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack) -> list[str]:
     """`argv` wrapped in the sandbox, with `paths` the server may use: the one place an
-    upstream stdio server is put in the sandbox (`sandbox_servers.sandboxed_argv`, bubblewrap).
+    upstream stdio server is put in the sandbox (`sandbox_servers.sandboxed_argv`, bubblewrap;
+    `held` keeps the writable paths' descriptors open until the server has started).
     Raises ToolError (SandboxUnavailable among them): then nothing is started."""
-    return sandbox_servers.sandboxed_argv(argv, paths)
+    return sandbox_servers.sandboxed_argv(argv, paths, held)
 
 
-def launch_argv(endpoint: Endpoint) -> tuple[list[str], dict[str, str]]:
+def launch_argv(endpoint: Endpoint, held: contextlib.ExitStack) -> tuple[list[str], dict[str, str]]:
     """The argv and environment a stdio server starts with: only its configured variables
     plus PATH. (The SDK adds HOME, USER and a few others to any environment it is given,
     bubblewrap adds PWD; `env -u`, run inside the sandbox, takes those out again unless
@@ -138,7 +139,7 @@ def launch_argv(endpoint: Endpoint) -> tuple[list[str], dict[str, str]]:
     program, *args = endpoint.command
     if "/" not in program:
         program = shutil.which(program, path=env["PATH"]) or program
-    return sandboxed_argv([*scrub, program, *args], list(endpoint.paths)), env
+    return sandboxed_argv([*scrub, program, *args], list(endpoint.paths), held), env
 
 
 START_FAILURE_LINES = 12
@@ -182,9 +183,11 @@ async def open_session(
     is open); `forgotten` is called when an HTTP server answers a request of the session
     404, the session unknown to it (a server restarted, or one that ended it)."""
     if endpoint.transport == "stdio":
-        argv, env = launch_argv(endpoint)
-        params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
-        with _stderr_log(endpoint) as errlog:
+        # (the writable paths' descriptors stay open while the server runs: its launcher
+        # opens them again from this process when it starts)
+        with contextlib.ExitStack() as held, _stderr_log(endpoint) as errlog:
+            argv, env = launch_argv(endpoint, held)
+            params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
             start = errlog.tell()
             started = False
             try:
