@@ -49,4 +49,9 @@ class ApprovalQueueConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ign
 
     async def queue_push(self, event: dict[str, Any]) -> None:
         if await self.still_active():
-            await self.send(text_data=event["html"])
+            # An escalated ask's second rendering, for a reviewer who sees it only through
+            # the escalation (no "allow for the session": live._pushed_item)
+            html = event["html"]
+            if "escalated_html" in event and not self.reach.covers(event.get("team")):
+                html = event["escalated_html"]
+            await self.send(text_data=html)

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import threading
+from typing import Any
 
 from channels.layers import get_channel_layer
 from django.template.loader import render_to_string
@@ -24,6 +25,7 @@ from dispatcher.models import Status, ToolCall
 from teams.scope import Scope, ask_teams
 
 from . import queries
+from .models import ApprovalRequest
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ def render_queue(reach: Scope) -> str:
 def render_change(call_id: str, status: str, previous: str = "") -> str | None:
     """The fragment for one call transition, or None when no queue shows a difference."""
     rendered = _render_change(call_id, status, previous)
-    return rendered[0] if rendered is not None else None
+    return rendered[0]["html"] if rendered is not None else None
 
 
 # The teams whose queues see an ask (teams.scope.ask_teams: its agent's team, and the
@@ -63,9 +65,10 @@ Teams = tuple[int | None, ...]
 
 def _render_change(
     call_id: str, status: str, previous: str = ""
-) -> tuple[str, Teams | None] | None:
-    """The fragment for one call transition, with the teams whose queues see the call when
-    the read gave them (None: not read), or None when no queue shows a difference.
+) -> tuple[dict[str, Any], Teams | None] | None:
+    """The push for one call transition (a `queue.push` message), with the teams whose
+    queues see the call when the read gave them (None: not read), or None when no queue
+    shows a difference.
 
     `previous` (the status the call left) is optional: without it every status a pending
     call can move to sends a removal, which is harmless for calls that never asked.
@@ -75,12 +78,32 @@ def _render_change(
     if status == Status.PENDING_APPROVAL:
         approval = queries.pending_for_call(call_id)
         if approval is not None:
-            html = render_to_string(QUEUE + "#pushed_item", {"approval": approval})
-            return html, ask_teams(approval)
+            return _pushed_item(approval), ask_teams(approval)
         status = Status.CANCELLED  # left pending before we rendered it: remove it
     if status in LEAVING:
-        return render_to_string(QUEUE + "#removed", {"call_id": call_id}), None
+        removed = render_to_string(QUEUE + "#removed", {"call_id": call_id})
+        return {"type": "queue.push", "html": removed}, None
     return None
+
+
+def _pushed_item(approval: ApprovalRequest) -> dict[str, Any]:
+    """The queue push of a pending ask. One that escalated to another team carries a second
+    rendering for the reviewers who see it only through the escalation (without "allow for
+    the session", which they may not grant: services._escalated_only); each queue socket
+    forwards the one its reviewer's reach calls for (consumers.ApprovalQueueConsumer)."""
+    html = render_to_string(QUEUE + "#pushed_item", {"approval": approval})
+    message: dict[str, Any] = {"type": "queue.push", "html": html}
+    team = approval.call.session.agent.team_id
+    if approval.escalated_to_id is not None and approval.escalated_to_id != team:
+        approval.escalated_only = True
+        try:
+            message["escalated_html"] = render_to_string(
+                QUEUE + "#pushed_item", {"approval": approval}
+            )
+        finally:
+            approval.escalated_only = False
+        message["team"] = team
+    return message
 
 
 def push_change(
@@ -92,11 +115,11 @@ def push_change(
     try:
         rendered = _render_change(call_id, status, previous)
         if rendered is not None:
-            html, team = rendered
+            message, team = rendered
             team = team if team is not None else team_id
             if team is None:
                 team = team_of_call(call_id)
-            _send_to(team, {"type": "queue.push", "html": html})
+            _send_to(team, message)
     except Exception:
         logger.warning("could not push approval queue change for call %s", call_id, exc_info=True)
 
@@ -112,7 +135,7 @@ def team_of_call(call_id: str) -> Teams | None:
     return tuple(row) if row else None
 
 
-def _send_to(teams: Teams | None, message: dict[str, str]) -> None:
+def _send_to(teams: Teams | None, message: dict[str, Any]) -> None:
     """`message` to the organization's queues and to those of the teams (if any)."""
     teams_groups = [team_group(t) for t in sorted({t for t in teams or () if t is not None})]
     _group_send([GROUP, *teams_groups], message)
@@ -126,8 +149,7 @@ def push_escalation(approval_id: int) -> None:
         if approval is None:
             return
         queries.attach_history([approval])
-        html = render_to_string(QUEUE + "#pushed_item", {"approval": approval})
-        _send_to(ask_teams(approval), {"type": "queue.push", "html": html})
+        _send_to(ask_teams(approval), _pushed_item(approval))
     except Exception:
         logger.warning("could not push the escalation of approval %s", approval_id, exc_info=True)
 
@@ -154,7 +176,7 @@ def push_progress(approval_id: int) -> None:
         logger.warning("could not push quorum progress of approval %s", approval_id, exc_info=True)
 
 
-def _group_send(groups: list[str], message: dict[str, str]) -> None:
+def _group_send(groups: list[str], message: dict[str, Any]) -> None:
     """Send on the channel layer from sync code, on this process's own event loop thread,
     to each of `groups` at once (one handoff to the loop, the publishes side by side: a
     decision's removal goes to the organization's queues and its team's).

@@ -77,6 +77,10 @@ class ApprovalRequest(models.Model):
         """{group: count} of a request that needs several groups (empty otherwise)."""
         return {str(g["group"]): int(g["count"]) for g in self.groups or []}
 
+    # Not stored: set for one viewer (approvals.queries.mark_escalated_only) when they see
+    # the ask only through its escalation, and may not allow it for the agent's session.
+    escalated_only = False
+
     def needs_key(self, verdict: str) -> bool:
         """True when `verdict` ("approve" or "deny") must be signed with a passkey."""
         return verdict in (self.step_up or [])

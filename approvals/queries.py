@@ -68,6 +68,7 @@ def queue_context(reach: Scope) -> dict[str, Any]:
     """What the queue's items fragment shows to a reviewer of `reach`: the requests, how
     many more wait, and (when some are left out) how many each agent has pending."""
     approvals, more = review_queue(reach)
+    mark_escalated_only(approvals, reach)
     per_agent = pending_per_agent(reach) if more else []
     return {"approvals": approvals, "more": more, "per_agent": per_agent}
 
@@ -96,7 +97,16 @@ def one_request(approval_id: int, reach: Scope) -> ApprovalRequest | None:
     )
     if approval is not None:
         attach_history([approval])
+        mark_escalated_only([approval], reach)
     return approval
+
+
+def mark_escalated_only(approvals: Iterable[ApprovalRequest], reach: Scope) -> None:
+    """Set `.escalated_only` on each request `reach` sees only through its escalation: its
+    reviewer decides the ask but may not allow it for the agent's session
+    (services._escalated_only), so the queue offers them no such button."""
+    for approval in approvals:
+        approval.escalated_only = not reach.covers(approval.call.session.agent.team_id)
 
 
 def pending_by_id(approval_id: int) -> ApprovalRequest | None:

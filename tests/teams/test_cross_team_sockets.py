@@ -123,3 +123,61 @@ def test_an_auditor_of_another_team_cannot_open_a_sessions_timeline(
         "org": True,
         "org other": True,
     }
+
+
+def test_the_tier_an_ask_escalated_to_is_offered_no_session_grant(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    """The next tier decides an escalated ask but may not allow it for the agent's session
+    (the server refuses: approvals.services._escalated_only); their queue offered the
+    button anyway, on the page, on the socket's queue and in the escalation's push. The
+    agent's own team and the organization still get it."""
+    from datetime import timedelta
+
+    from approvals import live
+    from approvals.models import ApprovalRequest
+    from teams.services import set_escalation
+
+    pay, sec = make_team("pay"), make_team("sec")
+    set_escalation(team=pay.team, after=30, to=sec.team, actor="test")
+    created = ApprovalRequest.objects.get(pk=pay.approval.pk).created_at
+    approvals.escalate_due(created + timedelta(seconds=31))
+    grant = 'value="approve_session"'
+    item = f'id="call-{pay.approval.call_id}"'
+
+    def item_of(html: str) -> str:
+        assert item in html, html[:2000]
+        return html.split(item, 1)[1].split("</article>", 1)[0]
+
+    pages = {
+        name: client.get("/approvals/").content.decode()
+        for name, client in (("pay", pay.client("reviewer")), ("sec", sec.client("reviewer")))
+    }
+    assert grant in item_of(pages["pay"]) and grant not in item_of(pages["sec"])
+    cookies = {
+        "pay": cookie(pay.members["reviewer"]),
+        "sec": cookie(sec.members["reviewer"]),
+        "org": cookie(make_user(unique("org-reviewer"), groups=("reviewer",))),
+    }
+
+    async def scenario() -> dict[str, list[str]]:
+        sockets = {}
+        for name, value in cookies.items():
+            socket, connected = await open_socket(ORIGIN, value)
+            assert connected, name
+            sockets[name] = socket
+        got = {name: [await s.receive_from(timeout=5)] for name, s in sockets.items()}
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(
+            None, closing_connections(lambda: live.push_escalation(pay.approval.pk))
+        )
+        for name, socket in sockets.items():
+            got[name] += await heard(socket)
+            await socket.disconnect()
+        return got
+
+    got = run_async(scenario)
+    for name, (queue, *pushed) in got.items():
+        # (the organization's socket also hears other tests' asks, run alongside)
+        offered = grant in item_of(queue), [grant in item_of(h) for h in pushed if item in h]
+        assert offered == ((name != "sec"), [name != "sec"]), (name, offered)
