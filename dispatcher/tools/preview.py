@@ -321,7 +321,9 @@ def _preview(
             argv, cwd, workspace, identity, store, mount_point, env, limits
         )
         seconds = time.monotonic() - started
-        effect = _effect(done, oom, store, workspace, fingerprint, seconds, timeout, cap)
+        # the effect's `before` side is read from the directory held, never the path
+        lower = Path(f"/proc/self/fd/{workspace_fd}")
+        effect = _effect(done, oom, store, lower, fingerprint, seconds, timeout, cap)
         if not effect.appliable:  # never applied: its upper layer is not kept on disk
             shutil.rmtree(store, ignore_errors=True)
             effect.store = ""
@@ -414,16 +416,17 @@ def _effect(
     done: sandbox.Completed,
     oom: bool,
     store: Path,
-    workspace: Path,
+    lower: Path,
     fingerprint: str,
     seconds: float,
     timeout: float,
     cap: int,
 ) -> Effect:
+    """The effect of the namespace's run; `lower` names the workspace's directory as held."""
     facts = _facts(store)
     if facts.get("workspace") == "changed":
         raise PreviewUnavailable(
-            f"The session workspace {workspace} changed while its preview was being set up "
+            "The session workspace changed while its preview was being set up "
             "(a symlink may stand on its path now: a program of the workspace it lies in "
             "may have swapped one in), so no preview was made; the command asks without one."
         )
@@ -459,7 +462,7 @@ def _effect(
     if facts.get("tar") == "failed" or not tar_path.exists():
         raise PreviewUnavailable("The preview's upper layer could not be read.")
     try:
-        changes, more = read_changes(tar_path, workspace)
+        changes, more = read_changes(tar_path, lower)
     except (tarfile.TarError, OSError) as error:
         raise PreviewUnavailable(
             f"The preview's upper layer could not be read ({error})."
@@ -596,8 +599,8 @@ def _lower(workspace: Path, rel: str) -> os.stat_result | None:
     """What the workspace holds at `rel`, never through a symlink: a path below a symlink
     (or below anything but a directory) does not exist in the workspace."""
     try:
-        if not rel:
-            return os.lstat(workspace)
+        if not rel:  # followed: `workspace` may be a held descriptor's /proc/self/fd link
+            return os.stat(workspace)
         parts = rel.split("/")
         for depth in range(1, len(parts)):
             if not stat.S_ISDIR(os.lstat(workspace.joinpath(*parts[:depth])).st_mode):
@@ -618,7 +621,7 @@ class _Large:
 
 def _lower_bytes(workspace: Path, rel: str) -> bytes | _Large:
     """A regular file of the workspace, opened with no symlink followed (_confined)."""
-    with _confined.opened(workspace, workspace / rel, _confined.READ) as fd:
+    with _opened_beneath(workspace, rel) as fd:
         chunks: list[bytes] = []
         digest, size = hashlib.sha256(), 0
         while chunk := os.read(fd, 1 << 20):
@@ -627,6 +630,24 @@ def _lower_bytes(workspace: Path, rel: str) -> bytes | _Large:
             if size <= DIFF_BYTES:
                 chunks.append(chunk)
         return b"".join(chunks) if size <= DIFF_BYTES else _Large(size, digest.hexdigest())
+
+
+@contextlib.contextmanager
+def _opened_beneath(workspace: Path, rel: str) -> Iterator[int]:
+    """`rel` opened for reading beneath the directory `workspace` names, as
+    _confined.opened does, without resolving `workspace` to a path first: a held
+    descriptor's /proc/self/fd link (run_preview) stays the directory it holds."""
+    root_fd = os.open(workspace, _confined.DIRECTORY)
+    try:
+        fd = _confined._openat2(root_fd, rel, _confined.READ, 0)
+        if fd is None:
+            fd = _confined._walk_open(root_fd, tuple(rel.split("/")), _confined.READ, 0)
+    finally:
+        os.close(root_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _size_and_sha256(data: bytes | _Large) -> tuple[int, str]:

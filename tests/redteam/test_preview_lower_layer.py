@@ -5,12 +5,14 @@ B's own files or none, never the person's."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from dispatcher.tools import preview, sandbox
+from dispatcher.tools.base import ToolError
 from tests.tools.test_preview import workspace
 
 __all__ = ["workspace"]
@@ -28,6 +30,9 @@ while True:
     libc.renameat2(-100, first, -100, second, 2)
 """
 
+# B's command: it reads B's file (the output) and rewrites it (the effect: a diff against
+# the file as it was, read by Harness after the namespace ended)
+COMMAND = ["sh", "-c", "cat secret; echo new > secret"]
 ATTEMPTS = 3000  # at most; it stops once RAN previews ran and CHANGED were refused
 RAN = 20
 CHANGED = 3  # refused in the namespace: the path led elsewhere than the directory judged
@@ -56,29 +61,32 @@ def test_a_flipping_nested_workspace_never_shows_another_directorys_files(
         stdout=subprocess.PIPE,
     )
     assert flipper.stdout is not None
-    outputs: list[str] = []
+    shown: list[preview.Effect] = []  # what a reviewer would see
     changed = 0
     try:
         assert flipper.stdout.readline() == b"flipping\n"
         for _ in range(ATTEMPTS):
             try:
-                made = preview.run_preview(["cat", "secret"], cwd=nested, workspace=nested, env={})
+                made = preview.run_preview(COMMAND, cwd=nested, workspace=nested, env={})
             except preview.PreviewUnavailable as error:
                 assert "changed while its preview was being set up" in str(error), error
                 changed += 1
-            except sandbox.ToolError as error:  # refused before: a symlink stood there
+            except ToolError as error:  # refused before: a symlink stood there
                 assert "symlink" in str(error), error
             else:
                 preview.discard(made.store)
-                outputs.append(made.output)
-                if "the person's" in made.output:
+                shown.append(made)
+                if "the person's" in json.dumps(made.document()):
                     break
-            if len(outputs) >= RAN and changed >= CHANGED:
+            if len(shown) >= RAN and changed >= CHANGED:
                 break
     finally:
         flipper.kill()
         flipper.wait()
-    leaked = [output for output in outputs if "the person's" in output]
-    assert not leaked, f"{len(leaked)} of {len(outputs)} previews showed the person's file"
-    assert set(outputs) == {"B's own\n"}, set(outputs)
-    assert len(outputs) >= RAN and changed >= CHANGED, (len(outputs), changed)
+    leaked = [made for made in shown if "the person's" in json.dumps(made.document())]
+    assert not leaked, f"{len(leaked)} of {len(shown)} previews showed the person's file"
+    assert {made.output for made in shown} == {"B's own\n"}
+    for made in shown:  # B's own file, before and after
+        assert [change["path"] for change in made.changes] == ["secret"], made.changes
+        assert "\n-B's own\n+new\n" in made.changes[0]["diff"], made.changes
+    assert len(shown) >= RAN and changed >= CHANGED, (len(shown), changed)
