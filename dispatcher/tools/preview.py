@@ -8,9 +8,10 @@ the command again (docs/security.md, "Previews"; issue 36).
   binds, seccomp filter, cgroups, rlimits, setpriv to the sandbox user), inside a private
   mount and network namespace of its own (`unshare --mount --net`, Harness being root; a
   user namespace as well when it is not). There a size-capped tmpfs holds the upper and
-  work directories of a kernel overlayfs mounted over the workspace's own path, so the
-  program sees the workspace at its usual path, every hidden path covered as in a real
-  run, and every write lands in the tmpfs. The workspace itself is never written.
+  work directories of a kernel overlayfs over the workspace (the very directory Harness
+  judged and holds: NAMESPACE_SCRIPT), which the sandbox binds at the workspace's own
+  path, so the program sees the workspace at its usual path, every hidden path covered as
+  in a real run, and every write lands in the tmpfs. The workspace itself is never written.
 - The network namespace holds only loopback: the program has no network. Whether it
   tried is read from the namespace's own counters (/proc/net/snmp OutNoRoutes, v4 and
   v6): a connect or a DNS query towards any address but loopback finds no route.
@@ -83,18 +84,33 @@ NAMESPACE_FAILED = 125
 
 # Inside the private namespaces (sh, as root there): $0 the tmpfs mount point, $1 the
 # workspace, $2 the preview's directory, $3 the size cap, $4 the time limit, $5 more
-# overlay options, $6 the most inodes of the tmpfs, $7 the most bytes of the kept tar; then "--" and the sandbox's own launcher. The results are opened
-# before the overlay hides anything, and closed for the program: it must never write
-# the upper layer's tar (a tar of its choosing would be what is shown and applied).
+# overlay options, $6 the most inodes of the tmpfs, $7 the most bytes of the kept tar, $8
+# the device and inode ("%d:%i") of the workspace Harness judged and holds open; then "--"
+# and the sandbox's own launcher. The results are opened before anything is mounted, and
+# closed for the program: it must never write the upper layer's tar (a tar of its
+# choosing would be what is shown and applied).
+#
+# The workspace's path is walked once more here (a descriptor Harness opened belongs to
+# its own mount namespace, and overlayfs refuses a lower layer from another one: "failed
+# to clone lowerpath"), so a program that swapped a component of it for a symlink meanwhile
+# (one agent's workspace nested in another's) may have led the walk elsewhere. The shell's
+# working directory, once there, is held and compared with the directory judged; the
+# overlay's lower layer is that held directory (/proc/self/cwd: the kernel follows the
+# magic link to it, never the path again), and its upper layer takes owner and mode from
+# it. A directory elsewhere ends the namespace ("workspace changed") before anything is
+# mounted over it or shown. The overlay is mounted on a directory of the tmpfs, never on
+# the workspace's path, and the sandbox binds it by descriptor (MERGED_FD, --bind-fd).
 NAMESPACE_SCRIPT = r"""
-mnt=$0; ws=$1; out=$2; cap=$3; limit=$4; opts=$5; inodes=$6; tarcap=$7; shift 8
+mnt=$0; ws=$1; out=$2; cap=$3; limit=$4; opts=$5; inodes=$6; tarcap=$7; held=$8; shift 9
 exec 5>"$out/upper.tar" 6>"$out/facts" 7>"$out/net" || exit 125
 mount -t tmpfs -o "size=$cap,nr_inodes=$inodes,mode=0700" harness-preview "$mnt" || exit 125
-mkdir "$mnt/upper" "$mnt/work" || exit 125
-chown --reference="$ws" "$mnt/upper" && chmod --reference="$ws" "$mnt/upper" || exit 125
+mkdir "$mnt/upper" "$mnt/work" "$mnt/merged" || exit 125
+cd -P "$ws" && [ "$(stat -c %d:%i .)" = "$held" ] || { echo "workspace changed" >&6; exit 125; }
+chown --reference=. "$mnt/upper" && chmod --reference=. "$mnt/upper" || exit 125
 mount -t overlay harness-preview \
-  -o "lowerdir=$ws,upperdir=$mnt/upper,workdir=$mnt/work,index=off,metacopy=off$opts" \
-  "$ws" || exit 125
+  -o "lowerdir=/proc/self/cwd,upperdir=$mnt/upper,workdir=$mnt/work,index=off,metacopy=off$opts" \
+  "$mnt/merged" || exit 125
+cd / && exec 8<"$mnt/merged" || exit 125
 ip link set lo up 2>/dev/null
 timeout --foreground -k 2 "$limit" "$@" 5>&- 6>&- 7>&-
 echo "status $?" >&6
@@ -104,6 +120,7 @@ prlimit --fsize="$tarcap" tar -C "$mnt/upper" --xattrs --xattrs-include='trusted
   --xattrs-include='user.overlay.*' --numeric-owner -cf - . >&5 || echo "tar failed" >&6
 exit 0
 """
+MERGED_FD = 8  # the overlay, opened by NAMESPACE_SCRIPT, bound by bwrap (which closes it)
 
 
 class PreviewUnavailable(ToolError):
@@ -260,16 +277,29 @@ def run_preview(argv: list[str], *, cwd: Path, workspace: Path, env: dict[str, s
     # (as sandbox.run: a nested workspace swapped for a symlink is neither resolved, given
     # to the sandbox user, nor read as the preview's lower layer)
     sandbox.refuse_redirected(workspace)
-    # given by the descriptor of the directory judged (sandbox.open_unredirected): a
-    # resolve after the check followed a symlink swapped in meanwhile (the overlay's lower
-    # layer is still named by path: docs/security.md)
-    workspace_fd = sandbox.open_unredirected(Path(os.path.abspath(workspace)))
+    # given by the descriptor of the directory judged (sandbox.open_unredirected), held
+    # open until the namespace ends (its inode number names no other directory meanwhile),
+    # and compared there with what the overlay takes as its lower layer (NAMESPACE_SCRIPT)
+    original = Path(os.path.abspath(workspace))
+    workspace_fd = sandbox.open_unredirected(original)
     try:
         workspace = Path(os.readlink(f"/proc/self/fd/{workspace_fd}"))
+        # the working directory named below the directory judged, as sandbox.run does: a
+        # resolve of its path (through another agent's workspace) may meet the symlink
+        inside = Path(os.path.relpath(os.path.abspath(cwd), original))
+        cwd = workspace / inside if inside.parts[:1] != ("..",) else cwd.resolve()
         sandbox.refuse_exposed_state(workspace)
         sandbox.give_to_sandbox(workspace, root_fd=workspace_fd)
+        return _preview(argv, cwd, workspace, workspace_fd, env)
     finally:
         os.close(workspace_fd)
+
+
+def _preview(
+    argv: list[str], cwd: Path, workspace: Path, workspace_fd: int, env: dict[str, str]
+) -> Effect:
+    """run_preview's work over the workspace held open as `workspace_fd`."""
+    held = os.fstat(workspace_fd)
     timeout = float(settings.HARNESS_PREVIEW_TIMEOUT)
     cap = int(settings.HARNESS_PREVIEW_MAX_BYTES)
     limits = sandbox.Limits(
@@ -284,11 +314,16 @@ def run_preview(argv: list[str], *, cwd: Path, workspace: Path, env: dict[str, s
     _refuse_past_kept_budget(cap)
     store.mkdir(mode=0o700, parents=True)
     try:
-        fingerprint = fingerprint_of(workspace)
+        fingerprint = fingerprint_of(workspace, root_fd=workspace_fd)
+        identity = f"{held.st_dev}:{held.st_ino}"
         started = time.monotonic()
-        done, oom = _run_in_namespace(argv, cwd, workspace, store, mount_point, env, limits)
+        done, oom = _run_in_namespace(
+            argv, cwd, workspace, identity, store, mount_point, env, limits
+        )
         seconds = time.monotonic() - started
-        effect = _effect(done, oom, store, workspace, fingerprint, seconds, timeout, cap)
+        # the effect's `before` side is read from the directory held, never the path
+        lower = Path(f"/proc/self/fd/{workspace_fd}")
+        effect = _effect(done, oom, store, lower, fingerprint, seconds, timeout, cap)
         if not effect.appliable:  # never applied: its upper layer is not kept on disk
             shutil.rmtree(store, ignore_errors=True)
             effect.store = ""
@@ -336,6 +371,7 @@ def _run_in_namespace(
     argv: list[str],
     cwd: Path,
     workspace: Path,
+    held: str,
     store: Path,
     mount_point: Path,
     env: dict[str, str],
@@ -346,12 +382,17 @@ def _run_in_namespace(
     cap = str(int(settings.HARNESS_PREVIEW_MAX_BYTES))
     with sandbox._call_cgroups(limits) as cgroups:
         inner = sandbox._limit_command(limits, cgroups) + sandbox.bwrap_command(
-            argv, workspace=workspace, cwd=cwd.resolve(), limits=limits, network=True
+            argv,
+            workspace=workspace,
+            cwd=cwd,
+            limits=limits,
+            network=True,
+            workspace_fd=MERGED_FD,
         )
         script = [*prefix, "/bin/sh", "-c", NAMESPACE_SCRIPT, str(mount_point)]
         tar_bytes = str(int(cap) + MAX_ENTRIES * ENTRY_TAR_BYTES)
         script += [str(workspace), str(store), cap, timeout, options]
-        script += [str(MAX_ENTRIES), tar_bytes, "--", *inner]
+        script += [str(MAX_ENTRIES), tar_bytes, held, "--", *inner]
         try:
             done = sandbox._run_process(script, cwd=store, env=env, limits=limits, sandboxed=True)
         except TimeoutError:
@@ -375,13 +416,20 @@ def _effect(
     done: sandbox.Completed,
     oom: bool,
     store: Path,
-    workspace: Path,
+    lower: Path,
     fingerprint: str,
     seconds: float,
     timeout: float,
     cap: int,
 ) -> Effect:
+    """The effect of the namespace's run; `lower` names the workspace's directory as held."""
     facts = _facts(store)
+    if facts.get("workspace") == "changed":
+        raise PreviewUnavailable(
+            "The session workspace changed while its preview was being set up "
+            "(a symlink may stand on its path now: a program of the workspace it lies in "
+            "may have swapped one in), so no preview was made; the command asks without one."
+        )
     if "status" not in facts:
         if done.stopped_for_output:
             return _stopped(done, store, fingerprint, seconds, "output")
@@ -414,7 +462,7 @@ def _effect(
     if facts.get("tar") == "failed" or not tar_path.exists():
         raise PreviewUnavailable("The preview's upper layer could not be read.")
     try:
-        changes, more = read_changes(tar_path, workspace)
+        changes, more = read_changes(tar_path, lower)
     except (tarfile.TarError, OSError) as error:
         raise PreviewUnavailable(
             f"The preview's upper layer could not be read ({error})."
@@ -551,8 +599,8 @@ def _lower(workspace: Path, rel: str) -> os.stat_result | None:
     """What the workspace holds at `rel`, never through a symlink: a path below a symlink
     (or below anything but a directory) does not exist in the workspace."""
     try:
-        if not rel:
-            return os.lstat(workspace)
+        if not rel:  # followed: `workspace` may be a held descriptor's /proc/self/fd link
+            return os.stat(workspace)
         parts = rel.split("/")
         for depth in range(1, len(parts)):
             if not stat.S_ISDIR(os.lstat(workspace.joinpath(*parts[:depth])).st_mode):
@@ -573,7 +621,7 @@ class _Large:
 
 def _lower_bytes(workspace: Path, rel: str) -> bytes | _Large:
     """A regular file of the workspace, opened with no symlink followed (_confined)."""
-    with _confined.opened(workspace, workspace / rel, _confined.READ) as fd:
+    with _opened_beneath(workspace, rel) as fd:
         chunks: list[bytes] = []
         digest, size = hashlib.sha256(), 0
         while chunk := os.read(fd, 1 << 20):
@@ -582,6 +630,24 @@ def _lower_bytes(workspace: Path, rel: str) -> bytes | _Large:
             if size <= DIFF_BYTES:
                 chunks.append(chunk)
         return b"".join(chunks) if size <= DIFF_BYTES else _Large(size, digest.hexdigest())
+
+
+@contextlib.contextmanager
+def _opened_beneath(workspace: Path, rel: str) -> Iterator[int]:
+    """`rel` opened for reading beneath the directory `workspace` names, as
+    _confined.opened does, without resolving `workspace` to a path first: a held
+    descriptor's /proc/self/fd link (run_preview) stays the directory it holds."""
+    root_fd = os.open(workspace, _confined.DIRECTORY)
+    try:
+        fd = _confined._openat2(root_fd, rel, _confined.READ, 0)
+        if fd is None:
+            fd = _confined._walk_open(root_fd, tuple(rel.split("/")), _confined.READ, 0)
+    finally:
+        os.close(root_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _size_and_sha256(data: bytes | _Large) -> tuple[int, str]:
@@ -796,14 +862,16 @@ def _hidden_by_opaque(
 # --- The world the preview saw --------------------------------------------------------------
 
 
-def fingerprint_of(workspace: Path) -> str:
+def fingerprint_of(workspace: Path, *, root_fd: int | None = None) -> str:
     """A digest of every entry of `workspace` by kind, mode, size, mtime, ctime and inode
     (Harness's hidden directories left out: the sandbox never shows them). Symlinks are
-    read as links, never followed."""
+    read as links, never followed. With `root_fd` (a descriptor of `workspace`, resolved)
+    the walk starts at the directory it holds, never at the path, which a program may
+    have redirected since (a nested workspace's preview)."""
     hidden = {str(path) for path in sandbox.hidden_paths()}
     digest = hashlib.sha256()
-    root = str(workspace.resolve())
-    pending = [(root, "")]
+    root = str(workspace.resolve()) if root_fd is None else str(workspace)
+    pending = [(root if root_fd is None else f"/proc/self/fd/{root_fd}", "")]
     while pending:
         top, prefix = pending.pop()
         try:
@@ -812,7 +880,7 @@ def fingerprint_of(workspace: Path) -> str:
         except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in entries:
-            if entry.path in hidden:
+            if os.path.join(root, prefix + entry.name) in hidden:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 info = entry.stat(follow_symlinks=False)
@@ -823,7 +891,7 @@ def fingerprint_of(workspace: Path) -> str:
                 )
                 if stat.S_ISDIR(info.st_mode):
                     pending.append((entry.path, rel + "/"))
-    top_info = os.lstat(root)
+    top_info = os.lstat(root) if root_fd is None else os.fstat(root_fd)
     digest.update(f".\0{top_info.st_mode:o} {top_info.st_mtime_ns} {top_info.st_ctime_ns}".encode())
     return digest.hexdigest()
 
