@@ -62,6 +62,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -198,7 +199,7 @@ class Effect:
         return ""
 
     def counts(self) -> dict[str, int]:
-        counts = {"changed": 0, "created": 0, "deleted": 0, "mode": 0}
+        counts = {"changed": 0, "created": 0, "deleted": 0, "mode": 0, "touched": 0}
         for change in self.changes:
             if change["kind"] != "dir" or change["change"] == "mode":
                 counts[change["change"]] += 1
@@ -213,12 +214,17 @@ class Effect:
 
 
 def summary_of(document: dict[str, Any]) -> str:
-    counts = {"changed": 0, "created": 0, "deleted": 0, "mode": 0}
+    counts = {"changed": 0, "created": 0, "deleted": 0, "mode": 0, "touched": 0}
     for change in document.get("changes", []):
         if change.get("kind") != "dir" or change.get("change") == "mode":
             counts[str(change.get("change"))] = counts.get(str(change.get("change")), 0) + 1
     parts: list[str] = []
-    words = (("changed", "change"), ("created", "create"), ("deleted", "delete"))
+    words = (
+        ("changed", "change"),
+        ("created", "create"),
+        ("deleted", "delete"),
+        ("touched", "touch"),
+    )
     for key, verb in words:
         if counts[key]:
             noun = " files" if not parts and counts[key] != 1 else " file" if not parts else ""
@@ -719,6 +725,11 @@ def _change(
     }
 
 
+def _when(seconds: float) -> str:
+    """A modification time as the effect shows it: UTC, to the second (a tar's precision)."""
+    return datetime.fromtimestamp(int(seconds), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _octal(mode: int | None) -> str | None:
     return None if mode is None else f"{stat.S_IMODE(mode):04o}"
 
@@ -745,7 +756,15 @@ def _file_change(
     before = _lower_bytes(workspace, rel) if lower is not None else None
     mode_before = stat.S_IMODE(lower.st_mode) if lower is not None else None
     if _same(before, after) and mode_before == member.mode and link is None:
-        return  # copied up, unchanged (touched)
+        # Copied up with its content and mode unchanged: applying it still sets its
+        # modification time (preview_apply), an effect a build tool reads, so a new one
+        # is shown ("touched"), never applied unseen.
+        if lower is not None and int(member.mtime) != int(lower.st_mtime):
+            change = _change(rel, "touched", "file", mode_before, member.mode)
+            change["mtime_before"] = _when(lower.st_mtime)
+            change["mtime_after"] = _when(member.mtime)
+            yield change
+        return
     kind = "changed" if before is not None else "created"
     if _same(before, after) and mode_before != member.mode:
         kind = "mode"

@@ -99,6 +99,21 @@ def test_sed_in_place_is_a_diff_and_applies_exactly(workspace: Path, tmp_path: P
     assert (workspace / "notes.txt").read_text() == "alpha\nBETA\ngamma\n"
 
 
+def test_a_file_only_touched_is_shown_and_applies_its_time(workspace: Path, tmp_path: Path) -> None:
+    # Its content and mode unchanged, a touched file was applied (its modification time
+    # set, which make and other build tools read) but never shown: the effect said
+    # "change no files".
+    argv = ["touch", "-d", "2001-02-03 04:05:06 UTC", "notes.txt"]
+    effect = _apply_matches_real_run(workspace, argv, tmp_path)
+    change = _by_path(effect)["notes.txt"]
+    assert change["change"] == "touched" and change["mtime_after"] == "2001-02-03 04:05:06 UTC"
+    assert change["mtime_before"] != change["mtime_after"]
+    assert effect.summary() == "This command would: touch 1 file"
+    assert int((workspace / "notes.txt").stat().st_mtime) == 981173106
+    # A file only read is not copied up: nothing to show.
+    assert _preview(workspace, ["cat", "notes.txt"]).changes == []
+
+
 def test_rm_mkdir_mv_chmod_and_a_script(workspace: Path, tmp_path: Path) -> None:
     script = (
         "rm notes.txt; mkdir -p build/out/deep; mv src/b.py src/c.py; chmod 0700 src/a.py; "
