@@ -192,6 +192,24 @@ def test_a_write_files_diff_and_its_bound_hash_come_from_one_read(tmp_path: Path
     assert torn == 0, f"{torn} of 3000 diffs were bound to content they did not show"
 
 
+def nested_beside_a_victim(workspace: Path, own: str | None = None) -> tuple[Path, Path]:
+    """Agent A's workspace A (given to the sandbox user) holding agent B's, A/x/B (with its
+    file `secret` reading `own`, when given), beside a person's tree (victim/B/secret), and
+    A/x-link, a symlink to that tree that A's program may exchange with A/x: (A, victim)."""
+    from dispatcher.tools import sandbox
+
+    victim = workspace.parent.parent / "victim"
+    (victim / "B").mkdir(parents=True)
+    (victim / "B" / "secret").write_text("the person's\n")
+    a = workspace.parent / "A"
+    (a / "x" / "B").mkdir(parents=True)
+    if own is not None:
+        (a / "x" / "B" / "secret").write_text(own)
+    sandbox.give_to_sandbox(a)
+    (a / "x-link").symlink_to(victim)
+    return a, victim
+
+
 @pytest.mark.parametrize("lane", ["run", "preview"])
 def test_a_nested_workspace_flipped_to_a_symlink_between_check_and_resolve(
     workspace: Path, lane: str
@@ -213,13 +231,7 @@ def test_a_nested_workspace_flipped_to_a_symlink_between_check_and_resolve(
     owner = sandbox._owner()
     if owner is None:
         pytest.skip("needs Harness as root (the sandbox user)")
-    victim = workspace.parent.parent / "victim"
-    (victim / "B").mkdir(parents=True)
-    (victim / "B" / "secret").write_text("the person's\n")
-    a = workspace.parent / "A"
-    (a / "x" / "B").mkdir(parents=True)
-    sandbox.give_to_sandbox(a)
-    (a / "x-link").symlink_to(victim)
+    a, victim = nested_beside_a_victim(workspace)
     os.lchown(a / "x-link", *owner)
     libc = ctypes.CDLL(None, use_errno=True)
     stop = threading.Event()

@@ -13,6 +13,7 @@ import pytest
 
 from dispatcher.tools import preview, sandbox
 from dispatcher.tools.base import ToolError
+from tests.redteam.test_merged_fixes_review import nested_beside_a_victim
 from tests.tools.test_preview import workspace
 
 __all__ = ["workspace"]
@@ -47,14 +48,7 @@ def test_a_flipping_nested_workspace_never_shows_another_directorys_files(
     owner = sandbox._owner()
     if owner is None:
         pytest.skip("needs Harness as root (the sandbox user)")
-    victim = workspace.parent.parent / "victim"
-    (victim / "B").mkdir(parents=True)
-    (victim / "B" / "secret").write_text("the person's\n")
-    a = workspace.parent / "A"
-    (a / "x" / "B").mkdir(parents=True)
-    (a / "x" / "B" / "secret").write_text("B's own\n")
-    sandbox.give_to_sandbox(a)
-    (a / "x-link").symlink_to(victim)
+    a, _ = nested_beside_a_victim(workspace, own="B's own\n")
     nested = a / "x" / "B"
     flipper = subprocess.Popen(
         ["/usr/bin/python3", "-c", FLIPPER, str(a / "x"), str(a / "x-link")],

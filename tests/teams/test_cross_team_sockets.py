@@ -37,6 +37,18 @@ async def heard(socket: WebsocketCommunicator, seconds: float = 1.5) -> list[str
     return got
 
 
+async def queues_of(
+    cookies: dict[str, tuple[bytes, bytes]],
+) -> tuple[dict[str, WebsocketCommunicator], dict[str, list[str]]]:
+    """A queue socket per signed-in reviewer, each with the queue it was sent first."""
+    sockets = {}
+    for name, value in cookies.items():
+        socket, connected = await open_socket(ORIGIN, value)
+        assert connected, name
+        sockets[name] = socket
+    return sockets, {name: [await s.receive_from(timeout=5)] for name, s in sockets.items()}
+
+
 def test_queue_sockets_carry_only_their_teams_asks(live_stack: LiveStack, live_db: None) -> None:
     pay, infra = make_team("pay"), make_team("infra")
     cookies = {
@@ -58,12 +70,7 @@ def test_queue_sockets_carry_only_their_teams_asks(live_stack: LiveStack, live_d
         )
 
     async def scenario() -> dict[str, list[str]]:
-        sockets = {}
-        for name, value in cookies.items():
-            socket, connected = await open_socket(ORIGIN, value)
-            assert connected, name
-            sockets[name] = socket
-        got = {name: [await s.receive_from(timeout=5)] for name, s in sockets.items()}
+        sockets, got = await queues_of(cookies)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, closing_connections(ask_again))
         await loop.run_in_executor(None, closing_connections(decide_first))
@@ -161,12 +168,7 @@ def test_the_tier_an_ask_escalated_to_is_offered_no_session_grant(
     }
 
     async def scenario() -> dict[str, list[str]]:
-        sockets = {}
-        for name, value in cookies.items():
-            socket, connected = await open_socket(ORIGIN, value)
-            assert connected, name
-            sockets[name] = socket
-        got = {name: [await s.receive_from(timeout=5)] for name, s in sockets.items()}
+        sockets, got = await queues_of(cookies)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(
             None, closing_connections(lambda: live.push_escalation(pay.approval.pk))
