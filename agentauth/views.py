@@ -17,6 +17,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db import transaction
 from django.http import (
     HttpRequest,
@@ -315,12 +316,86 @@ class ResourceMetadataView(OAuthProtectedResourceMetadataView):  # type: ignore[
 resource_metadata = ResourceMetadataView.as_view()
 
 
+# Device codes asked for, counted per address by allauth's rate limiter (settings:
+# HARNESS_DEVICE_AUTHORIZATIONS in HARNESS_DEVICE_AUTHORIZATION_WINDOW seconds; the address
+# as HARNESS_TRUSTED_PROXY_COUNT or HARNESS_TRUSTED_CLIENT_IP_HEADER says to read it).
+DEVICE_AUTHORIZATION_ACTION = "harness_device_authorization"
+
+
+def _try_again_later(description: str, retry_after: int) -> JsonResponse:
+    """A refused request for a device code: 429 with an OAuth error body (RFC 6749 5.2's
+    shape; `slow_down` is the token endpoint's) and the seconds to wait in Retry-After."""
+    return JsonResponse(
+        {"error": "too_many_requests", "error_description": description},
+        status=429,
+        headers={"Retry-After": str(max(retry_after, 1)), "Cache-Control": "no-store"},
+    )
+
+
+def _address_refused(request: HttpRequest) -> JsonResponse | None:
+    """The answer to a request from an address that asked for too many device codes in
+    the window (the request is counted otherwise), or from one Harness cannot read: the
+    proxy settings name a header or more X-Forwarded-For entries than the request has
+    (allauth raises; a request that did not come through the proxy), a 400 saying so."""
+    try:
+        allowed = ratelimit.consume(request, action=DEVICE_AUTHORIZATION_ACTION)
+    except (ImproperlyConfigured, PermissionDenied):
+        return JsonResponse(
+            {
+                "error": "invalid_request",
+                "error_description": "Harness cannot tell this request's address: it is set "
+                "to read it from a reverse proxy (HARNESS_TRUSTED_PROXY_COUNT or "
+                "HARNESS_TRUSTED_CLIENT_IP_HEADER), and this request does not carry what "
+                "that proxy adds. Use Harness's address through the proxy.",
+            },
+            status=400,
+        )
+    if allowed:
+        return None
+    window = settings.HARNESS_DEVICE_AUTHORIZATION_WINDOW
+    return _try_again_later(
+        f"Too many device codes asked for from this address: "
+        f"{settings.HARNESS_DEVICE_AUTHORIZATIONS} in {window} seconds. Try again in "
+        f"{window} seconds.",
+        window,
+    )
+
+
+def _pending_full(client_id: str) -> JsonResponse | None:
+    """The answer when the client has HARNESS_DEVICE_PENDING_MAX device codes waiting for
+    approval (not expired, not yet approved or denied), from any number of addresses.
+    Counted with a LIMIT, over DeviceGrant's client_id index: requests at the same moment
+    may each pass the count, so the cap may be passed by the requests in flight."""
+    cap = settings.HARNESS_DEVICE_PENDING_MAX
+    if not cap:
+        return None
+    pending = DeviceGrant.objects.filter(
+        client_id=client_id,
+        status=DeviceGrant.AUTHORIZATION_PENDING,
+        expires__gt=timezone.now(),
+    )
+    if pending[:cap].count() < cap:
+        return None
+    oldest = pending.order_by("expires").values_list("expires", flat=True).first()
+    wait = int((oldest - timezone.now()).total_seconds()) + 1 if oldest else 1
+    return _try_again_later(
+        f"Too many device codes of this client are waiting for approval: {cap} at once. "
+        f"Try again in {wait} seconds, when the oldest expires (or sooner, once one of them "
+        "is approved or denied).",
+        wait,
+    )
+
+
 class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ignore[misc]
     """/oauth/device-authorization/ (RFC 8628), django-oauth-toolkit's, made to work with
     oauthlib 4: oauthlib 4.0 adds `scope` to the device authorization response, which
     django-oauth-toolkit 3.4.1's DeviceCodeResponse does not take (a TypeError, a 500, on
     every request). The scope is not an RFC 8628 field; the grant keeps the requested or
-    default scope either way."""
+    default scope either way.
+
+    No one is signed in here and every code is a row pending for 30 minutes, so codes are
+    bounded twice: per address (allauth's rate limiter, in the cache) and per client in the
+    database (HARNESS_DEVICE_PENDING_MAX pending at once, which needs no address)."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         """Only a client registered for the device grant (harness-hook's, or one an admin
@@ -328,6 +403,9 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
         whose metadata document registered it for authorization codes would have its own
         name approved there. Looked up without fetching any document (no one is signed in
         here)."""
+        refused = _address_refused(request)
+        if refused is not None:
+            return refused
         client_id = request.POST.get("client_id", "")
         grant_type = (
             get_application_model()
@@ -351,6 +429,9 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
                 },
                 status=400,
             )
+        full = _pending_full(client_id)
+        if full is not None:
+            return full
         return super().post(request, *args, **kwargs)  # type: ignore[no-any-return]
 
     def create_device_authorization_response(self, request: HttpRequest) -> Any:

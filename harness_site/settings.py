@@ -298,6 +298,24 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 ACCOUNT_ADAPTER = "identity.adapters.AccountAdapter"
 SOCIALACCOUNT_ADAPTER = "identity.adapters.SocialAccountAdapter"
 ACCOUNT_LOGIN_METHODS = {"username"}
+# Whose address a request is, for allauth's per-address rate limits (sign-in attempts,
+# device codes asked for: docs/identity.md, "Behind a reverse proxy"). Unset, it is the
+# connection's peer: behind a reverse proxy that is the proxy, for everyone at once, so one
+# person's wrong passwords or a flood of `harness-hook login`s would refuse everybody.
+# HARNESS_TRUSTED_PROXY_COUNT: how many proxies of yours append to X-Forwarded-For (the
+# address that many entries from its end is the client's; any before it may be forged).
+# HARNESS_TRUSTED_CLIENT_IP_HEADER: a header your proxy sets to the client's address
+# instead (X-Real-IP, CF-Connecting-IP); it wins over the count. Only set either when
+# every request comes through that proxy, which must overwrite what clients send.
+HARNESS_TRUSTED_PROXY_COUNT = int(env("HARNESS_TRUSTED_PROXY_COUNT", "0"))
+HARNESS_TRUSTED_CLIENT_IP_HEADER = env("HARNESS_TRUSTED_CLIENT_IP_HEADER") or None
+if HARNESS_TRUSTED_PROXY_COUNT < 0:
+    raise ImproperlyConfigured(
+        f"HARNESS_TRUSTED_PROXY_COUNT is {HARNESS_TRUSTED_PROXY_COUNT}: set it to the number "
+        "of reverse proxies of yours in front of Harness (0 for none)."
+    )
+ALLAUTH_TRUSTED_PROXY_COUNT = HARNESS_TRUSTED_PROXY_COUNT
+ALLAUTH_TRUSTED_CLIENT_IP_HEADER = HARNESS_TRUSTED_CLIENT_IP_HEADER
 ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = "none"
 ACCOUNT_SESSION_REMEMBER = True
@@ -662,8 +680,24 @@ OAUTH2_PROVIDER["OAUTH_DEVICE_VERIFICATION_URI"] = HARNESS_PUBLIC_URL.rstrip("/"
 # agent. Counted by allauth's rate limiter (ACCOUNT_RATE_LIMITS below), in Django's cache.
 HARNESS_DEVICE_CODE_ATTEMPTS = 10
 HARNESS_DEVICE_CODE_WINDOW = 15 * 60
+# Device codes asked for (POST /oauth/device-authorization/, agentauth.views): no one is
+# signed in there and each code is a row pending for 30 minutes. Per address, as many as
+# allauth's sign-ins (30 a minute), so an organization behind one NAT still logs in
+# (behind a proxy, see HARNESS_TRUSTED_PROXY_COUNT); and at most HARNESS_DEVICE_PENDING_MAX
+# codes of one client pending at once, however many addresses ask.
+HARNESS_DEVICE_AUTHORIZATIONS = 30
+HARNESS_DEVICE_AUTHORIZATION_WINDOW = 60
+HARNESS_DEVICE_PENDING_MAX = int(env("HARNESS_DEVICE_PENDING_MAX", "300"))  # 0: no cap
+if HARNESS_DEVICE_PENDING_MAX < 0:
+    raise ImproperlyConfigured(
+        f"HARNESS_DEVICE_PENDING_MAX is {HARNESS_DEVICE_PENDING_MAX}: set the number of "
+        "device codes of one client that may wait for approval at once (0: no cap)."
+    )
 ACCOUNT_RATE_LIMITS = {
-    "harness_device_code": f"{HARNESS_DEVICE_CODE_ATTEMPTS}/{HARNESS_DEVICE_CODE_WINDOW}s/user"
+    "harness_device_code": f"{HARNESS_DEVICE_CODE_ATTEMPTS}/{HARNESS_DEVICE_CODE_WINDOW}s/user",
+    "harness_device_authorization": (
+        f"{HARNESS_DEVICE_AUTHORIZATIONS}/{HARNESS_DEVICE_AUTHORIZATION_WINDOW}s/ip"
+    ),
 }
 # A one-tap link decides only for its recipient signed in; false lets the link alone
 # stand for the recipient (whoever holds it can decide, once).

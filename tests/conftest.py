@@ -114,6 +114,23 @@ def _backend_independent_touches_no_redis(
     monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "connect", refuse)
 
 
+@pytest.fixture(autouse=True)
+def _device_code_counts_cleared(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Device codes asked for are counted per address (agentauth.views), and every test
+    client asks from 127.0.0.1, in this process's cache: a test that can ask for codes (one
+    with the database: tests/agentauth, tests/redteam) starts and ends with none counted
+    there, so it is never refused for the codes tests before it asked for."""
+    uses = DATABASE_FIXTURES & set(getattr(request.node, "fixturenames", ()))
+    if not uses and request.node.get_closest_marker("django_db") is None:
+        yield
+        return
+    from tests.agentauth.device_counts import TEST_CLIENT_ADDRESS, clear_device_code_counts
+
+    clear_device_code_counts(TEST_CLIENT_ADDRESS)
+    yield
+    clear_device_code_counts(TEST_CLIENT_ADDRESS)
+
+
 # --- asgiref's one shared sync thread --------------------------------------------------
 
 

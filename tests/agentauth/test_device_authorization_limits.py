@@ -1,0 +1,185 @@
+"""Device codes are asked for with no one signed in, and each one is a row pending for 30
+minutes: they are bounded per address (allauth's rate limiter, the address read through
+the proxy Harness is told about) and per client in the database (however many addresses
+ask), each refusal a 429 with an OAuth error body saying when to try again."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from django.utils import timezone
+from oauth2_provider.models import DeviceGrant, get_application_model
+
+from tests.agentauth.device_counts import clear_device_code_counts
+from tests.support.factories import unique
+from tests.support.oauth import HOOKS, harness_hook_client
+from tests.support.paths import ROOT
+
+# Addresses of the documentation ranges (RFC 5737), only these tests' own.
+FLOODER, NEIGHBOUR = "203.0.113.70", "203.0.113.71"
+PROXY = "10.0.0.2"
+SPREAD = [f"198.51.100.{n}" for n in range(1, 6)]
+
+
+@pytest.fixture
+def own_counts() -> Iterator[None]:
+    """These tests' addresses start and end with no codes counted."""
+    addresses = (FLOODER, NEIGHBOUR, PROXY, *SPREAD)
+    clear_device_code_counts(*addresses)
+    yield
+    clear_device_code_counts(*addresses)
+
+
+def ask(client_id: str = "harness-hook", **meta: Any) -> Any:
+    """A device code asked for as `harness-hook login` asks, with the request's META."""
+    return Client().post(
+        "/oauth/device-authorization/",
+        urlencode({"client_id": client_id, "resource": HOOKS}),
+        content_type="application/x-www-form-urlencoded",
+        **meta,
+    )
+
+
+def through_proxy(address: str) -> dict[str, str]:
+    """A request that came through one reverse proxy, which added the client's address."""
+    return {"REMOTE_ADDR": PROXY, "HTTP_X_FORWARDED_FOR": address}
+
+
+def assert_try_again(answer: Any, says: str) -> None:
+    assert answer.status_code == 429, answer.content
+    assert answer["Content-Type"] == "application/json"
+    assert int(answer["Retry-After"]) >= 1
+    body = answer.json()
+    assert body["error"] == "too_many_requests"
+    assert says in body["error_description"]
+    assert "try again in" in body["error_description"].lower()
+
+
+@pytest.mark.django_db
+def test_a_flood_from_one_address_is_refused_and_another_behind_the_proxy_gets_codes(
+    own_counts: None, settings: Any
+) -> None:
+    """Behind one proxy (HARNESS_TRUSTED_PROXY_COUNT=1), every request reaches Harness from
+    the proxy's address: the limit falls on the address the proxy names, so one machine
+    that floods the endpoint is refused and its neighbour still signs in."""
+    settings.ALLAUTH_TRUSTED_PROXY_COUNT = 1
+    harness_hook_client()
+    for _ in range(settings.HARNESS_DEVICE_AUTHORIZATIONS):
+        assert ask(**through_proxy(FLOODER)).status_code == 200
+    before = DeviceGrant.objects.count()
+    refused = ask(**through_proxy(FLOODER))
+    assert_try_again(refused, "Too many device codes asked for from this address")
+    assert refused["Retry-After"] == str(settings.HARNESS_DEVICE_AUTHORIZATION_WINDOW)
+    assert DeviceGrant.objects.count() == before  # no row for the refused request
+    # A forged X-Forwarded-For entry before the proxy's does not change the address.
+    forged = ask(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=f"192.0.2.9, {FLOODER}")
+    assert forged.status_code == 429
+    neighbour = ask(**through_proxy(NEIGHBOUR))
+    assert neighbour.status_code == 200, neighbour.content
+    assert neighbour.json()["user_code"]
+
+
+@pytest.mark.django_db
+def test_a_trusted_client_ip_header_names_the_address(own_counts: None, settings: Any) -> None:
+    settings.ALLAUTH_TRUSTED_CLIENT_IP_HEADER = "X-Real-IP"
+    harness_hook_client()
+    for _ in range(settings.HARNESS_DEVICE_AUTHORIZATIONS):
+        assert ask(REMOTE_ADDR=PROXY, HTTP_X_REAL_IP=FLOODER).status_code == 200
+    assert ask(REMOTE_ADDR=PROXY, HTTP_X_REAL_IP=FLOODER).status_code == 429
+    assert ask(REMOTE_ADDR=PROXY, HTTP_X_REAL_IP=NEIGHBOUR).status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_request_that_did_not_come_through_the_proxy_is_a_400_not_a_500(
+    own_counts: None, settings: Any
+) -> None:
+    """Told of two proxies, a request with one X-Forwarded-For entry (allauth raises
+    ImproperlyConfigured), or told of a header, a request without it (PermissionDenied):
+    Harness cannot tell the address, and says so."""
+    harness_hook_client()
+    settings.ALLAUTH_TRUSTED_PROXY_COUNT = 2
+    short = ask(**through_proxy(FLOODER))
+    settings.ALLAUTH_TRUSTED_PROXY_COUNT = 0
+    settings.ALLAUTH_TRUSTED_CLIENT_IP_HEADER = "X-Real-IP"
+    headless = ask(REMOTE_ADDR=PROXY)
+    for answer in (short, headless):
+        assert answer.status_code == 400, answer.content
+        assert answer.json()["error"] == "invalid_request"
+        assert "cannot tell this request's address" in answer.json()["error_description"]
+
+
+def device_client() -> str:
+    """A device client of this test's own (no other test's codes pending for it)."""
+    client_id = unique("device")
+    get_application_model().objects.create(
+        client_id=client_id,
+        name=client_id,
+        client_type="public",
+        authorization_grant_type="urn:ietf:params:oauth:grant-type:device_code",
+        redirect_uris="",
+        client_secret="",
+        hash_client_secret=False,
+    )
+    return client_id
+
+
+@pytest.mark.django_db
+def test_pending_codes_per_client_are_capped_whatever_the_address(
+    own_counts: None, settings: Any
+) -> None:
+    """HARNESS_DEVICE_PENDING_MAX bounds the rows without any address: codes asked for
+    from many addresses stop at the cap; one approved, denied or expired frees a place."""
+    settings.HARNESS_DEVICE_PENDING_MAX = 3
+    client_id = device_client()
+    for address in SPREAD[:3]:
+        assert ask(client_id, REMOTE_ADDR=address).status_code == 200
+    refused = ask(client_id, REMOTE_ADDR=SPREAD[3])
+    assert_try_again(refused, "Too many device codes of this client are waiting")
+    assert 1700 <= int(refused["Retry-After"]) <= 1801  # when the oldest expires (30 min)
+    assert DeviceGrant.objects.filter(client_id=client_id).count() == 3
+    # Another client's codes are not this one's.
+    harness_hook_client()
+    assert ask(REMOTE_ADDR=SPREAD[3]).status_code == 200
+
+    grants = list(DeviceGrant.objects.filter(client_id=client_id).order_by("pk"))
+    DeviceGrant.objects.filter(pk=grants[0].pk).update(status=DeviceGrant.DENIED)
+    assert ask(client_id, REMOTE_ADDR=SPREAD[3]).status_code == 200
+    DeviceGrant.objects.filter(pk=grants[1].pk).update(expires=timezone.now() - timedelta(1))
+    assert ask(client_id, REMOTE_ADDR=SPREAD[4]).status_code == 200
+    assert ask(client_id, REMOTE_ADDR=SPREAD[4]).status_code == 429
+
+
+@pytest.mark.backend_independent
+def test_the_proxy_settings_are_allauths() -> None:
+    """HARNESS_TRUSTED_PROXY_COUNT and HARNESS_TRUSTED_CLIENT_IP_HEADER are what allauth
+    reads for every per-address limit (people's sign-ins too); a negative count is refused
+    at start-up."""
+    code = (
+        "from django.conf import settings as s; "
+        "print(s.ALLAUTH_TRUSTED_PROXY_COUNT, s.ALLAUTH_TRUSTED_CLIENT_IP_HEADER)"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "harness_site.settings",
+        "HARNESS_TRUSTED_PROXY_COUNT": "2",
+        "HARNESS_TRUSTED_CLIENT_IP_HEADER": "X-Real-IP",
+    }
+    read = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert read.stdout.split() == ["2", "X-Real-IP"], read.stderr
+    env["HARNESS_TRUSTED_PROXY_COUNT"] = "-1"
+    bad = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True
+    )
+    assert bad.returncode != 0 and "HARNESS_TRUSTED_PROXY_COUNT is -1" in bad.stderr
+    assert settings.ALLAUTH_TRUSTED_PROXY_COUNT == settings.HARNESS_TRUSTED_PROXY_COUNT
