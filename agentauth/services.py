@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
+from django.utils import timezone
 from oauth2_provider.models import (
     AccessToken,
     DeviceGrant,
@@ -193,3 +195,18 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
     agents.revoke_agent(agent=agent, actor=actor)
     if AccessToken.objects.filter(harness__agent=agent).exists():
         sign_out_agent(agent=agent, actor=actor)
+
+
+# How long an expired device code is kept: a `harness-hook login` still polling it is told
+# "expired_token" (what RFC 8628 says), not that no such code exists.
+DEVICE_CODES_KEPT_AFTER_EXPIRY = timedelta(hours=1)
+
+
+def clear_device_codes(now: datetime | None = None) -> int:
+    """Delete the device codes expired for over DEVICE_CODES_KEPT_AFTER_EXPIRY, whatever
+    their status (django-oauth-toolkit's cleartokens leaves them: every `harness-hook
+    login`, and every unauthenticated request to the device authorization endpoint, left a
+    row for ever). The number deleted."""
+    cutoff = (now or timezone.now()) - DEVICE_CODES_KEPT_AFTER_EXPIRY
+    deleted, _ = DeviceGrant.objects.filter(expires__lt=cutoff).delete()
+    return int(deleted)

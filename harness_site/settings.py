@@ -225,6 +225,7 @@ HARNESS_CELERY_BACKGROUND_QUEUE = (
     env("HARNESS_CELERY_BACKGROUND_QUEUE") or f"{CELERY_TASK_DEFAULT_QUEUE}-background"
 )
 BACKGROUND_TASKS = (
+    "agentauth.tasks.*",
     "approvals.tasks.*",
     "audit.tasks.*",
     "identity.tasks.*",
@@ -248,6 +249,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "approvals.tasks.escalate_approvals",
         "schedule": float(env("HARNESS_RECONCILE_INTERVAL", "15")),
     },
+    "clear-device-codes": {"task": "agentauth.tasks.clear_device_codes", "schedule": 3600.0},
 }
 
 

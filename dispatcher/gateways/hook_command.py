@@ -435,7 +435,11 @@ def login(url: str, timeout: float = 30) -> None:
     token (raises HookFailure saying why not)."""
     status, device = _form(url, "/oauth/device-authorization/", {"client_id": CLIENT_ID}, timeout)
     if status != 200 or "device_code" not in device:
-        raise HookFailure(f"Harness refused to start a sign-in ({device.get('error', status)})")
+        refusal = f"Harness refused to start a sign-in ({device.get('error', status)})"
+        why = device.get("error_description")
+        if isinstance(why, str) and why:  # (shown on a terminal: printable characters only)
+            refusal += ": " + "".join(c if c.isprintable() else "?" for c in why[:300])
+        raise HookFailure(refusal)
     where = device.get("verification_uri_complete") or device.get("verification_uri")
     print(
         f"To sign this machine in to {url}, open {where}\nand enter the code: {device['user_code']}",

@@ -158,6 +158,37 @@ def test_pending_codes_per_client_are_capped_whatever_the_address(
     assert ask(client_id, REMOTE_ADDR=SPREAD[4]).status_code == 429
 
 
+@pytest.mark.django_db
+def test_device_codes_long_expired_are_cleared_by_the_hourly_task() -> None:
+    """Every request to the endpoint left a row for ever (cleartokens leaves device codes):
+    the beat's hourly task deletes those expired for over an hour, whatever their status,
+    and keeps the rest (a login still polling an expired code is told it expired)."""
+    from agentauth import services
+    from harness_site.celery import app
+
+    now = timezone.now()
+    client_id = device_client()
+
+    def grant(expires_in: timedelta, status: str = DeviceGrant.AUTHORIZATION_PENDING) -> int:
+        return DeviceGrant.objects.create(
+            client_id=client_id,
+            device_code=unique("device"),
+            user_code=unique("user")[-8:],
+            expires=now + expires_in,
+            status=status,
+        ).pk
+
+    waiting, just_expired = grant(timedelta(minutes=20)), grant(-timedelta(minutes=30))
+    old = [grant(-timedelta(hours=2)), grant(-timedelta(days=3), DeviceGrant.AUTHORIZED)]
+    assert services.clear_device_codes(now) == 2
+    left = set(DeviceGrant.objects.filter(client_id=client_id).values_list("pk", flat=True))
+    assert left == {waiting, just_expired} and not left & set(old)
+    schedule = settings.CELERY_BEAT_SCHEDULE["clear-device-codes"]
+    assert schedule == {"task": "agentauth.tasks.clear_device_codes", "schedule": 3600.0}
+    app.loader.import_default_modules()  # (what a worker does at start: autodiscovery)
+    assert "agentauth.tasks.clear_device_codes" in app.tasks
+
+
 @pytest.mark.backend_independent
 def test_the_proxy_settings_are_allauths() -> None:
     """HARNESS_TRUSTED_PROXY_COUNT and HARNESS_TRUSTED_CLIENT_IP_HEADER are what allauth

@@ -114,3 +114,43 @@ def test_login_with_a_device_code_then_a_hook_call_with_its_token(
         },
     )
     assert refused.status_code == 401
+
+
+def test_login_refused_at_the_pending_cap_says_why_and_when(
+    oauth_stack: OAuthStack, live_db: None, tmp_path: Path
+) -> None:
+    """At HARNESS_DEVICE_PENDING_MAX waiting codes the endpoint answers 429 with its
+    reason; `harness-hook login` printed only the error code (too_many_requests)."""
+    from datetime import timedelta
+    from uuid import uuid4
+
+    from django.conf import settings
+    from django.utils import timezone
+    from oauth2_provider.models import DeviceGrant
+
+    harness_hook_client()
+    expires = timezone.now() + timedelta(minutes=30)
+    waiting = [
+        DeviceGrant(
+            client_id="harness-hook",
+            device_code=uuid4().hex,
+            user_code=uuid4().hex[:8],
+            expires=expires,
+            status=DeviceGrant.AUTHORIZATION_PENDING,
+        )
+        for _ in range(settings.HARNESS_DEVICE_PENDING_MAX)
+    ]
+    DeviceGrant.objects.bulk_create(waiting)
+    try:
+        login = subprocess.run(
+            [*HOOK, "login", "--url", oauth_stack.url],
+            env=hook_env(tmp_path / "credentials.json"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        DeviceGrant.objects.filter(device_code__in=[g.device_code for g in waiting]).delete()
+    assert login.returncode == 1 and login.stdout == ""
+    assert "refused to start a sign-in (too_many_requests): Too many device codes" in login.stderr
+    assert "Try again in" in login.stderr, login.stderr

@@ -92,6 +92,7 @@ def test_the_background_lanes_routes_leave_the_direct_push_on_the_execution_queu
     assert not celery_message._unrouted(moved, batches.EXECUTE_TASK)
     router = current_app.amqp.router
     for task in (
+        "agentauth.tasks.clear_device_codes",
         "approvals.tasks.deliver",
         "audit.tasks.write_checkpoint",
         "dispatcher.tasks.reconcile",
