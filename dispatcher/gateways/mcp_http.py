@@ -264,6 +264,14 @@ async def session_for(
             )
         return Joined(known, session_id)
     first = next((m for m in messages if isinstance(m, types.JSONRPCRequest)), None)
+    if first is None and not messages:  # (a session's request goes on to the SDK's error)
+        return (
+            400,
+            "unreadable_message",
+            "The body is not one JSON-RPC message: it is not JSON, is nested too deeply, is "
+            "an array (a batch: no revision since 2025-06-18 has them) or lacks jsonrpc and "
+            "method. Send one request, such as initialize.",
+        )
     if first is None:
         return (
             400,

@@ -154,3 +154,24 @@ def test_a_notification_sent_with_an_id_is_still_a_notification(
     answered = mcp_post(live_stack, live_agent, session, json.dumps(message).encode())
 
     assert answered.status_code == 202
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(b"{", id="not-json"),
+        pytest.param(b'[{"jsonrpc": "2.0", "id": 1, "method": "initialize"}]', id="batch"),
+        pytest.param(b"[" * 5000 + b"]" * 5000, id="deep"),
+        pytest.param(b'{"id": 1}', id="no-method"),
+    ],
+)
+def test_an_unreadable_body_without_a_session_is_named_as_such(
+    live_stack: LiveStack, live_agent: AgentFixture, payload: bytes
+) -> None:
+    """Not "no Mcp-Session-Id header and no request: send an initialize", which a client
+    that sent one (malformed) cannot act on."""
+    headers = {**live_agent.headers, **MCP_HEADERS}
+    answered = httpx.post(live_stack.url + "/mcp/", headers=headers, content=payload, timeout=30)
+
+    assert answered.status_code == 400
+    assert answered.json()["error"]["code"] == "unreadable_message"
