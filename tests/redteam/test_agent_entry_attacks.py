@@ -11,11 +11,17 @@ and loses nothing. Each test is an attack; it passes when the attack fails.
   -32603 "could not record, send it again later" that no retry could ever pass.
 - An MCP request whose id is null, 1.5 or true was read as a notification: 202, nothing
   run, and the client left waiting for an answer that never comes.
+- harness-hook set up without its --agent (Gemini CLI's BeforeTool sent to the Claude Code
+  hook, or Claude Code's PreToolUse to `--agent gemini`) posted an event that endpoint does
+  not ask about, was answered `{}` and exited 0: the agent ran the tool unasked.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -175,3 +181,43 @@ def test_an_unreadable_body_without_a_session_is_named_as_such(
 
     assert answered.status_code == 400
     assert answered.json()["error"]["code"] == "unreadable_message"
+
+
+HOOK = Path(__file__).resolve().parents[2] / "dispatcher" / "gateways" / "hook_command.py"
+
+
+@pytest.mark.parametrize(
+    "event, tool, arguments",
+    [
+        pytest.param("BeforeTool", "run_shell_command", [], id="gemini-input-default-hook"),
+        pytest.param("PreToolUse", "Bash", ["--agent", "gemini"], id="claude-input-gemini-hook"),
+    ],
+)
+def test_a_hook_set_up_for_another_agent_blocks(
+    live_stack: LiveStack, live_agent: AgentFixture, event: str, tool: str, arguments: list[str]
+) -> None:
+    hook_input = {
+        "session_id": unique("wrong-agent"),
+        "cwd": "/home/dev/project",
+        "hook_event_name": event,
+        "tool_name": tool,
+        "tool_input": {"command": "rm -rf build"},
+        "tool_use_id": "toolu_rm",
+    }
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HARNESS_URL": live_stack.url,
+        "HARNESS_TOKEN": live_agent.token,
+    }
+    ran = subprocess.run(  # noqa: S603 - this repository's hook, as a developer runs it
+        [sys.executable, "-I", "-S", str(HOOK), *arguments],
+        input=json.dumps(hook_input),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert ran.returncode == 2, (ran.stdout, ran.stderr)
+    assert ran.stdout == ""
+    assert "--agent" in ran.stderr
