@@ -167,8 +167,9 @@ class BodyError(Exception):
         self.response = response
 
 
-def read_json(request: HttpRequest) -> Any:
-    """The JSON body, or BodyError with 413 (too large) or 400 (not JSON)."""
+def read_json(request: HttpRequest, *, checked: bool = True) -> Any:
+    """The JSON body, or BodyError with 413 (too large), 400 (not JSON) or 422 (text or a
+    number no database keeps; not checked when `checked` is False: dialects.loads)."""
     limit = settings.HARNESS_MAX_BODY_BYTES
     too_big = error(
         413,
@@ -186,7 +187,7 @@ def read_json(request: HttpRequest) -> Any:
     if not raw.strip():
         return {}
     try:
-        return loads(raw)
+        return loads(raw, checked=checked)
     except RecursionError:
         message = "The body is nested too deeply to read; send a flatter message."
         raise BodyError(error(400, "malformed_json", message)) from None

@@ -7,6 +7,7 @@ objects: fields the contract does not name are ignored, never an error.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from dispatcher.models import Dialect
@@ -28,12 +29,15 @@ def _reject_constant(name: str) -> Any:
     raise UnstorableJSON(f"{name} is not a JSON number; send a finite number or a string.")
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes, *, checked: bool = True) -> Any:
     """Strict JSON: no NaN/Infinity, and nothing PostgreSQL or SQLite would refuse or alter
-    (NUL characters, lone UTF-16 surrogates). Raises ValueError (JSONDecodeError or
-    UnstorableJSON) or RecursionError for nesting Python cannot follow."""
+    (NUL characters, lone UTF-16 surrogates, a number too large for a float), unless
+    `checked` is False (the caller checks or cleans it: `check_storable`,
+    `storable_copy`). Raises ValueError (JSONDecodeError or UnstorableJSON) or
+    RecursionError for nesting Python cannot follow."""
     value = json.loads(text, parse_constant=_reject_constant)
-    check_storable(value)
+    if checked:
+        check_storable(value)
     return value
 
 
@@ -49,6 +53,28 @@ def check_storable(value: Any) -> None:
                 stack.append(child)
         elif isinstance(item, list):
             stack.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            # (1e400 is valid JSON that Python reads as infinity, which jsonb refuses)
+            raise UnstorableJSON(
+                "A number is too large to store (such as 1e400); send a smaller number or a string."
+            )
+
+
+def storable_copy(value: Any) -> Any:
+    """`value` with its text made storable: a NUL character or a lone UTF-16 surrogate
+    becomes U+FFFD. For what a client reports (a tool's output, a prompt): it is kept
+    as near as it can be, where refusing it would lose it."""
+    if isinstance(value, str):
+        return (
+            value.replace("\x00", "\ufffd")
+            .encode("utf-16", "surrogatepass")
+            .decode("utf-16", "replace")
+        )
+    if isinstance(value, dict):
+        return {storable_copy(key): storable_copy(child) for key, child in value.items()}
+    if isinstance(value, list):
+        return [storable_copy(child) for child in value]
+    return value
 
 
 def _check_text(text: str) -> None:

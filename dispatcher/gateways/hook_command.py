@@ -51,6 +51,10 @@ AGENTS = {
     "codex": ("/api/v1/hooks/codex", "PreToolUse"),
     "gemini": ("/api/v1/hooks/gemini", "BeforeTool"),
 }
+# Every agent's pre-tool event: one reaching the hook of another agent (a hook set up
+# without its --agent) blocks, as it would be answered `{}`, an event not asked about,
+# which the running agent takes as no objection.
+PRE_TOOL_EVENTS = frozenset(event for _, event in AGENTS.values())
 
 
 class HookFailure(Exception):
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raw = sys.stdin.buffer.read()
         event = _event(raw)
-        asks = event in (AGENTS[options.agent][1], "")
+        asks = event in (*PRE_TOOL_EVENTS, "")
         answer = ask_harness(
             raw, event, options.url, options.wait, options.timeout, agent=options.agent
         )
@@ -156,6 +160,12 @@ def ask_harness(
         )
     if not event:
         raise HookFailure("the hook input on standard input is not a JSON object with an event")
+    if event in PRE_TOOL_EVENTS and event != AGENTS[agent][1]:
+        raise HookFailure(
+            f"the hook input is a {event} event, which the {agent} hook does not ask "
+            f"about (its event is {AGENTS[agent][1]}); run harness-hook with the --agent "
+            "of the program that runs it"
+        )
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise HookFailure(

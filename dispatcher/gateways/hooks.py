@@ -32,7 +32,12 @@ from ninja import Router
 from agentauth import tokens
 from audit import kinds
 from dispatcher import agents, limits, transitions
-from dispatcher.gateways.dialects import MAX_ID_LENGTH
+from dispatcher.gateways.dialects import (
+    MAX_ID_LENGTH,
+    UnstorableJSON,
+    check_storable,
+    storable_copy,
+)
 from dispatcher.models import Agent, AgentSession, Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json, digest_of
 from floor.compiled import Compiled
@@ -357,6 +362,23 @@ async def handle_hook(
         return too_many_requests(refusal)
 
 
+def read_hook_input(request: HttpRequest, dialect: HookDialect) -> Any:
+    """The hook input. The pre-tool event's must be stored exactly as sent (its input is
+    what is decided; UnstorableJSON says what to change); any other event's text is made
+    storable instead (dialects.storable_copy): a tool's output or a prompt with a NUL
+    character is the client's to report, not to change, and refusing it would lose the
+    report (the agent could then hide what a tool returned). Raises BodyError."""
+    body = read_json(request, checked=False)
+    if isinstance(body, dict) and body.get("hook_event_name") == dialect.pre_event:
+        check_storable(body)
+        return body
+    try:
+        return storable_copy(body)
+    except RecursionError:
+        message = "The body is nested too deeply to read; send a flatter message."
+        raise BodyError(error(400, "malformed_json", message)) from None
+
+
 async def _handle_hook(
     request: HttpRequest, dialect: HookDialect, wait: float | None
 ) -> HttpResponse:
@@ -364,12 +386,14 @@ async def _handle_hook(
     audience = request.build_absolute_uri(tokens.HOOKS_PATH)  # an OAuth token's
     tool_events = (dialect.pre_event, *dialect.reports)
     try:
-        hook = parse_hook(read_json(request), dialect.label)
+        hook = parse_hook(read_hook_input(request, dialect), dialect.label)
         tool = hook.tool_call(dialect.ids) if hook.event in tool_events else None
     except BodyError as exc:
         return exc.response
     except HookError as exc:
         return error(422, "invalid_hook_input", str(exc))
+    except UnstorableJSON as exc:
+        return error(422, "unstorable_json", str(exc))
     if tool is not None and hook.event == dialect.pre_event:
         admitted = await sync_to_async(_admit)(token, hook, tool, dialect, audience)
         if admitted is None:

@@ -132,7 +132,10 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
     if body is None:
         limit = settings.HARNESS_MAX_BODY_BYTES
         return await answer(send, 413, "body_too_large", f"The body is larger than {limit} bytes.")
-    messages = parse_messages(body, modern=modern(scope))
+    try:
+        messages = parse_messages(body, modern=modern(scope))
+    except UnnamedRequest as exc:
+        return await answer_invalid_request(send, str(exc))
     found = await session_for(agent, session_id, messages, known)
     if not isinstance(found, Joined):
         return await answer(send, *found)
@@ -261,6 +264,14 @@ async def session_for(
             )
         return Joined(known, session_id)
     first = next((m for m in messages if isinstance(m, types.JSONRPCRequest)), None)
+    if first is None and not messages:  # (a session's request goes on to the SDK's error)
+        return (
+            400,
+            "unreadable_message",
+            "The body is not one JSON-RPC message: it is not JSON, is nested too deeply, is "
+            "an array (a batch: no revision since 2025-06-18 has them) or lacks jsonrpc and "
+            "method. Send one request, such as initialize.",
+        )
     if first is None:
         return (
             400,
@@ -471,8 +482,39 @@ def parse_messages(body: bytes, *, modern: bool = False) -> list[types.JSONRPCMe
     if data is None or isinstance(data, list):
         return []
     with contextlib.suppress(pydantic.ValidationError):
-        return [types.jsonrpc_message_adapter.validate_python(data, by_name=False)]
+        message = types.jsonrpc_message_adapter.validate_python(data, by_name=False)
+        if (
+            isinstance(message, types.JSONRPCNotification)
+            and "id" in data
+            and not message.method.startswith("notifications/")
+        ):
+            # The SDK reads a request whose id is not a string or an integer (null, 1.5,
+            # true) as a notification: answered 202 and never run, its client waiting
+            # for an answer that never comes. (A notification sent with an id is still
+            # read as one.)
+            raise UnnamedRequest(
+                f"The request's id is {json.dumps(data['id'])[:100]}; a request's id must "
+                "be a string or an integer (MCP), and a notification has none. Nothing "
+                "was run."
+            )
+        return [message]
     return []
+
+
+class UnnamedRequest(ValueError):
+    """A request with an id the protocol does not allow: it can be answered by none."""
+
+
+async def answer_invalid_request(send: Send, message: str) -> None:
+    """400 with the JSON-RPC error Invalid Request (id null: the request's own id is not one
+    to answer), as the SDK's transport answers a body it cannot read."""
+    error = types.JSONRPCError(
+        jsonrpc="2.0", id=None, error=types.ErrorData(code=types.INVALID_REQUEST, message=message)
+    )
+    body = error.model_dump_json(by_alias=True, exclude_unset=True).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def read_body(receive: Receive) -> bytes | None:

@@ -215,7 +215,15 @@ BAD_BODIES: list[tuple[str, Callable[[Dialect], str], int, str]] = [
         422,
         "invalid_hook_input",
     ),
-    ("nul-character", lambda d: '{"a": "\\u0000"}', 422, "unstorable_json"),
+    # (the pre-tool input only: a report's or an event's text is made storable instead)
+    (
+        "nul-character",
+        lambda d: json.dumps(
+            d.event(d.tool_event, "s1", tool_name=d.shell_tool, tool_input={"command": "a\0"})
+        ),
+        422,
+        "unstorable_json",
+    ),
 ]
 
 
