@@ -648,13 +648,14 @@ def open_directory(path: Path) -> int:
         os.close(current)
 
 
-def open_unredirected(path: Path) -> int:
+def open_unredirected(path: Path, *, file_ok: bool = False) -> int:
     """An O_PATH descriptor of the directory `path` (absolute), numbered 10 or above,
     opened one component at a time from / with no symlink followed blindly: a symlink is
     followed only where `_programs_may_place` says no program could have put it (its
     directory, as opened, is not theirs to write), else ToolError (as refuse_redirected).
     Each directory is held by descriptor once opened, so nothing swapped in after it was
-    judged is followed."""
+    judged is followed. With `file_ok` the last component may be a file (a server's
+    read-only path)."""
     uid = _program_uid()
     here = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
     current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -689,7 +690,7 @@ def open_unredirected(path: Path) -> int:
                     current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
                 parts = [p for p in Path(target).parts if p != "/"] + parts
                 continue
-            if not stat.S_ISDIR(info.st_mode):
+            if not stat.S_ISDIR(info.st_mode) and not (file_ok and not parts):
                 os.close(following)
                 raise _changed_workspace(path, part, "not a directory")
             os.close(current)

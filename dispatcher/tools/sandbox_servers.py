@@ -5,11 +5,13 @@
 filter, limits): its configured paths (read-write, or read-only with `:ro`) and what its
 program needs to start take the workspace's place. The worker's MCP client starts it.
 
-A writable path is bound by the descriptor of the directory judged, as the workspace is:
-the MCP client starts the server and passes it no descriptor, so this process holds it
-(`held`) and the launcher opens it again through /proc/<this process>/fd/<n> (REOPEN)
-before bwrap, which binds it with --bind-fd (and checks that what it mounted is that
-directory). A path swapped for a symlink after the check binds nothing else.
+Every configured path, writable or read-only, is bound by the descriptor of what was
+judged, as the workspace is: the MCP client starts the server and passes it no
+descriptor, so this process holds it (`held`) and the launcher opens it again through
+/proc/<this process>/fd/<n> (REOPEN) before bwrap, which binds it with --bind-fd or
+--ro-bind-fd (and checks that what it mounted is that one). A path swapped for a symlink
+after the check binds nothing else: bound by path, a read-only path a program exchanged
+with a symlink at the right moment had bwrap, as root, show the server any directory.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ READ_WRITE_SUFFIX = ":rw"
 SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
 # Never given to a server, even read-only: a socket stays connectable on a read-only bind.
 KERNEL_AND_SOCKET_DIRS = ("/proc", "/sys", "/dev", "/run")
-# The launcher's step that takes the writable paths' descriptors this process holds: each
-# "SOURCE=N" opens SOURCE (/proc/<pid>/fd/<fd>: the very directory held, whatever its path
-# leads to now) as descriptor N, then the rest of the command runs with them.
+# The launcher's step that takes the paths' descriptors this process holds: each
+# "SOURCE=N" opens SOURCE (/proc/<pid>/fd/<fd>: the very directory or file held, whatever
+# its path leads to now) as descriptor N, then the rest of the command runs with them.
 REOPEN = """
 import os, sys
 args = sys.argv[1:]
@@ -64,14 +66,14 @@ cut = args.index("--")
 for spec in args[:cut]:
     source, number = spec.rsplit("=", 1)
     try:
-        fd = os.open(source, os.O_PATH | os.O_DIRECTORY)
+        fd = os.open(source, os.O_PATH)
     except OSError as error:
         sys.exit(f"harness: the server's path held as {source} is gone ({error.strerror})")
     os.dup2(fd, int(number))
     os.close(fd)
 os.execv(args[cut + 1], args[cut + 1:])
 """
-FIRST_PATH_FD = 10  # the launcher's descriptors for the writable paths (0-3 are taken)
+FIRST_PATH_FD = 10  # the launcher's descriptors for the paths (0-3 are taken)
 
 
 def parse_server_path(entry: str) -> tuple[Path, bool]:
@@ -142,14 +144,12 @@ def _readable_by_sandbox_user(path: Path) -> bool:
     return (info.st_mode >> shift) & needed == needed
 
 
-def _give_checked(path: Path, checked: Path) -> int:
-    """Give the writable server path `checked` (what `path` resolved to when it was
-    checked) to the sandbox user by the descriptor of the directory judged
-    (open_unredirected), never by a path resolved again: another server's program
-    swapping a directory for a symlink after the check had root give the symlink's
-    target away. Returns that descriptor, for the bind (the caller closes it). ToolError
-    when the directory is no longer the one checked."""
-    fd = open_unredirected(Path(os.path.abspath(path)))
+def _hold_checked(path: Path, checked: Path) -> int:
+    """A descriptor of the server path `checked` (what `path` resolved to when it was
+    checked), opened with no symlink a program could have placed followed
+    (open_unredirected), for the bind (the caller closes it). ToolError when what it
+    opens is no longer what was checked."""
+    fd = open_unredirected(Path(os.path.abspath(path)), file_ok=True)
     try:
         held = Path(os.readlink(f"/proc/self/fd/{fd}"))
         if held != checked:
@@ -157,7 +157,27 @@ def _give_checked(path: Path, checked: Path) -> int:
                 f"Path {path} changed while the server was being set up (it leads to {held} "
                 f"now, not {checked}). The server was not started; an admin must look at it."
             )
-        give_to_sandbox(held, root_fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _give_checked(path: Path, checked: Path) -> int:
+    """Give the writable server path `checked` (what `path` resolved to when it was
+    checked) to the sandbox user by the descriptor of the directory judged
+    (_hold_checked), never by a path resolved again: another server's program swapping a
+    directory for a symlink after the check had root give the symlink's target away.
+    Returns that descriptor, for the bind (the caller closes it). ToolError when the
+    directory is no longer the one checked."""
+    fd = _hold_checked(path, checked)
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise ToolError(
+                f"Path {path} is not a directory, and only a directory can be a server's "
+                "writable path. The server was not started; an admin must fix it."
+            )
+        give_to_sandbox(checked, root_fd=fd)
     except BaseException:
         os.close(fd)
         raise
@@ -193,12 +213,10 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
                 f"Path {path} changed while the server was being set up ({error}). The "
                 "server was not started; an admin must look at it."
             ) from None
-        fd = None
-        if writable:
-            own = _give_checked(path, checked)
-            held.callback(os.close, own)
-            fd = FIRST_PATH_FD + len(reopen)
-            reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}")
+        own = _give_checked(path, checked) if writable else _hold_checked(path, checked)
+        held.callback(os.close, own)
+        fd = FIRST_PATH_FD + len(reopen)
+        reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}")
         binds.append(Bind(checked, checked, writable=writable, fd=fd))
     binds += program_binds(argv)
     directories = [b.target for b in binds[: len(paths)] if b.source.is_dir()]

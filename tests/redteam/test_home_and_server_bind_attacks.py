@@ -1,0 +1,122 @@
+"""Red-team attacks on two sandbox changes: HOME as a private tmpfs of each run
+(sandbox.HOME), and a stdio MCP server's paths bound by the descriptor of the directory
+judged (sandbox_servers.sandboxed_argv, REOPEN). Real programs in the real sandbox."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatcher.tools import sandbox, sandbox_servers
+from dispatcher.tools.base import ToolError
+from tests.redteam.test_sandbox_root_sweep import run_command, workspace  # noqa: F401
+from tests.tools.support import require_bwrap
+
+
+@pytest.fixture
+def sandbox_on(settings: Any) -> None:
+    require_bwrap()
+    settings.HARNESS_SANDBOX = "bwrap"
+    settings.HARNESS_SANDBOX_NETWORK = False
+
+
+def exchanging(a: Path, b: Path) -> tuple[threading.Event, threading.Thread, list[int]]:
+    """Another sandboxed program, whose writable directory holds `a` and `b`: it
+    exchanges them over and over (renameat2 RENAME_EXCHANGE) until the event is set."""
+    stop = threading.Event()
+    swaps = [0]
+
+    def swap() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        while not stop.is_set():
+            libc.renameat2(-100, bytes(a), -100, bytes(b), 2)
+            swaps[0] += 1
+
+    thread = threading.Thread(target=swap)
+    thread.start()
+    return stop, thread, swaps
+
+
+# --- a server's read-only path -------------------------------------------------------------
+
+
+def test_a_read_only_server_path_swapped_before_the_bind_shows_nothing_else(
+    sandbox_on: None, tmp_path: Path
+) -> None:
+    # A read-only path was bound by path (bwrap --ro-bind, as root): a program that can
+    # write the directory holding it (another server's writable path, an agent's
+    # workspace) exchanging it with a symlink between the check and the mount had bwrap,
+    # root, bind the symlink's target: any directory of the host, read by the server.
+    outside = tmp_path / "victim"  # a person's directory (say /root/.ssh), readable by all
+    outside.mkdir()
+    (outside / "f").write_text("theirs\n")
+    shared = tmp_path / "shared"  # another server's writable path, holding this one
+    (shared / "sub").mkdir(parents=True)
+    os.symlink(outside, shared / "alt")
+    user = sandbox._owner()
+    if user is not None:  # given to the sandbox user, as a writable server path is
+        for p in (shared, shared / "sub"):
+            os.chown(p, *user)
+        os.lchown(shared / "alt", *user)
+    stop, thread, swaps = exchanging(shared / "sub", shared / "alt")
+    target = shared / "sub"
+    leaked = started = 0
+    try:
+        for _ in range(150):
+            with contextlib.ExitStack() as held:
+                try:
+                    argv = sandbox_servers.sandboxed_argv(
+                        ["/bin/sh", "-c", 'cat "$0/f"', str(target)], [f"{target}:ro"], held
+                    )
+                except ToolError:  # (judged mid-exchange: refused, nothing started)
+                    continue
+                done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+            leaked += b"theirs" in done.stdout
+            started += b"No such file" in done.stderr  # the judged directory, bound
+    finally:
+        stop.set()
+        thread.join()
+    assert leaked == 0, f"another directory was shown to the server {leaked} times"
+    assert swaps[0] > 1000 and started >= 3, (swaps, started)
+
+
+def test_a_server_with_several_paths_sees_each_and_holds_no_descriptor_of_them(
+    sandbox_on: None, tmp_path: Path
+) -> None:
+    # Every path is bound by a descriptor the launcher opens as root (10 and up, beside
+    # the seccomp filter's 3): none may stay open in the server (a descriptor of a
+    # directory outlives the bind and leads to its parent with openat("..")).
+    one, two, docs = tmp_path / "one", tmp_path / "two", tmp_path / "docs"
+    for folder in (one, two, docs):
+        folder.mkdir()
+    (docs / "d").write_text("doc\n")
+    note = tmp_path / "note.txt"
+    note.write_text("note\n")
+    for path in (docs, tmp_path):
+        path.chmod(0o755)
+    note.chmod(0o644)
+    script = (
+        'ls /proc/self/fd; echo a > "$0/a" && echo b > "$1/b" && cat "$2/d" "$3"; '
+        'echo x > "$2/x" 2>/dev/null || echo docs-read-only; '
+        'echo x > "$3" 2>/dev/null || echo note-read-only; pwd'
+    )
+    paths = [str(one), f"{two}:rw", f"{docs}:ro", f"{note}:ro"]
+    with contextlib.ExitStack() as held:
+        argv = sandbox_servers.sandboxed_argv(
+            ["/bin/sh", "-c", script, str(one), str(two), str(docs), str(note)], paths, held
+        )
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    out = done.stdout.decode()
+    assert done.returncode == 0, (out, done.stderr)
+    fds, rest = out.split("\n", 4)[:4], out.split("\n", 4)[4]
+    assert fds == ["0", "1", "2", "3"], out  # 3: ls's own reading of /proc/self/fd
+    assert rest == f"doc\nnote\ndocs-read-only\nnote-read-only\n{one}\n", out
+    assert (one / "a").read_text() == "a\n" and (two / "b").read_text() == "b\n"
+    assert not (docs / "x").exists() and note.read_text() == "note\n"
