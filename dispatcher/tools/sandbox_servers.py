@@ -34,6 +34,7 @@ from dispatcher.tools.sandbox import (
     _inside,
     _limit_command,
     _owner,
+    _programs_may_place_in,
     _require_pids_cgroup,
     give_to_sandbox,
     hidden_paths,
@@ -218,7 +219,7 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
         fd = FIRST_PATH_FD + len(reopen)
         reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}")
         binds.append(Bind(checked, checked, writable=writable, fd=fd))
-    binds += program_binds(argv)
+    binds += program_binds(argv, [b.source for b in binds if b.writable])
     directories = [b.target for b in binds[: len(paths)] if b.source.is_dir()]
     cwd = directories[0] if directories else Path("/tmp")  # noqa: S108 - the private one
     _require_pids_cgroup()
@@ -239,7 +240,7 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
     )
 
 
-def program_binds(argv: list[str]) -> list[Bind]:
+def program_binds(argv: list[str], writable: list[Path] | None = None) -> list[Bind]:
     """Read-only binds for what the program needs to start, found from its absolute-path
     arguments that are files the sandbox would not show otherwise:
 
@@ -264,18 +265,18 @@ def program_binds(argv: list[str]) -> list[Bind]:
         for candidate in dict.fromkeys([path, resolved]):
             if any(_inside(candidate, bound) for bound in binds):
                 continue  # shown already (a venv's interpreter, say)
-            for bind in _runtime_of(candidate):
+            for bind in _runtime_of(candidate, writable or []):
                 binds.setdefault(bind.target, bind)
     return list(binds.values())
 
 
-def _runtime_of(path: Path) -> list[Bind]:
+def _runtime_of(path: Path, writable: list[Path]) -> list[Bind]:
     if _visible(path):
         return []
     for parent in path.parents:
         config = parent / "pyvenv.cfg"
         if config.is_file():
-            return [_bind_tree(parent), *_base_interpreter(config)]
+            return [_bind_tree(parent), *_base_interpreter(config, writable)]
     parts = path.parts
     if "node_modules" in parts:
         prefix = Path(*parts[: parts.index("node_modules")])
@@ -285,17 +286,60 @@ def _runtime_of(path: Path) -> list[Bind]:
     return []
 
 
-def _base_interpreter(config: Path) -> list[Bind]:
+def _base_interpreter(config: Path, writable: list[Path]) -> list[Bind]:
     """The installation a virtual environment's interpreter comes from (its `home`'s
-    parent, e.g. /root/.pyenv/versions/3.12.1), unless the sandbox shows it already."""
+    parent, e.g. /root/.pyenv/versions/3.12.1), unless the sandbox shows it already.
+
+    Refused (ToolError) when a sandboxed program may have written the pyvenv.cfg
+    (_programs_may_write): its `home` had bwrap, as root, show the server whatever
+    directory it named at the next start (another agent's workspace, /run's sockets), and
+    a server that writes its own venv starts again whenever it exits."""
     for line in config.read_text(errors="replace").splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "home" and value.strip():
             home = Path(value.strip())
             prefix = home.parent if home.name == "bin" else home
             if prefix.is_absolute() and prefix.is_dir() and not _visible(prefix):
+                if _programs_may_write(config, writable):
+                    raise ToolError(
+                        f"The server's virtual environment {config.parent} lies where "
+                        "sandboxed programs write (a server's writable path, an agent's "
+                        f"workspace), so the interpreter its pyvenv.cfg names ({home}) may "
+                        "be theirs to choose, and the server was not started. An admin "
+                        "must install the environment elsewhere, where only admins write."
+                    )
                 return [_bind_tree(prefix)]
     return []
+
+
+def _programs_may_write(path: Path, writable: list[Path]) -> bool:
+    """Whether a sandboxed program may have written the file `path` or put it where it
+    is: it lies in a writable path of the server or in the workspace root, or it or a
+    directory above it is the sandbox user's or writable by it (when Harness is root;
+    otherwise programs write as Harness, whose own files all are, so only directories
+    writable by others count)."""
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return True
+    places = [*writable, Path(settings.HARNESS_WORKSPACE_ROOT).resolve()]
+    if any(_inside(resolved, place) for place in places):
+        return True
+    user = _owner()
+    uid = user[0] if user is not None else -1  # (-1: no file is a program's by owner)
+    try:
+        info = resolved.stat()
+        group = user is not None and info.st_gid == user[1] and info.st_mode & stat.S_IWGRP
+        if info.st_uid == uid or info.st_mode & stat.S_IWOTH or group:
+            return True
+        for parent in resolved.parents:
+            above = parent.stat()
+            if _programs_may_place_in(above, info, uid):
+                return True
+            info = above
+    except OSError:
+        return True
+    return False
 
 
 def _bind_tree(path: Path) -> Bind:

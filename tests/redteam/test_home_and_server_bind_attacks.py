@@ -69,7 +69,9 @@ def test_a_read_only_server_path_swapped_before_the_bind_shows_nothing_else(
     target = shared / "sub"
     leaked = started = 0
     try:
-        for _ in range(150):
+        for attempt in range(500):  # (most are refused mid-exchange: a few start)
+            if attempt >= 150 and started >= 3:
+                break
             with contextlib.ExitStack() as held:
                 try:
                     argv = sandbox_servers.sandboxed_argv(
@@ -120,3 +122,37 @@ def test_a_server_with_several_paths_sees_each_and_holds_no_descriptor_of_them(
     assert rest == f"doc\nnote\ndocs-read-only\nnote-read-only\n{one}\n", out
     assert (one / "a").read_text() == "a\n" and (two / "b").read_text() == "b\n"
     assert not (docs / "x").exists() and note.read_text() == "note\n"
+
+
+# --- what a server's program needs, found from its command ------------------------------------
+
+
+def test_a_venv_the_server_may_write_names_no_directory_to_show_it(
+    sandbox_on: None, settings: Any, tmp_path: Path
+) -> None:
+    # program_binds shows a virtual environment's base interpreter, the `home` its
+    # pyvenv.cfg names. A venv inside a directory sandboxed programs write (the server's
+    # own writable path, an agent's workspace) has a pyvenv.cfg they write: its `home`
+    # had bwrap, as root, show the server any directory of the host at the next start
+    # (another agent's workspace, /run's sockets), which the server can force by exiting.
+    settings.HARNESS_WORKSPACE_ROOT = tmp_path / "workspaces"
+    other = tmp_path / "workspaces" / "other-agent"  # another agent's workspace
+    other.mkdir(parents=True)
+    (other / "f").write_text("theirs\n")
+    sandbox.give_to_sandbox(other)
+    mine = tmp_path / "server"  # the server's writable path, holding its venv
+    (mine / "venv" / "bin").mkdir(parents=True)
+    tool = mine / "venv" / "bin" / "tool"
+    tool.write_text('#!/bin/sh\ncat "$1/f"\n')
+    tool.chmod(0o755)
+    # (written by the server's program at its last start: the path is its own)
+    (mine / "venv" / "pyvenv.cfg").write_text(f"home = {other}/bin\n")
+    with contextlib.ExitStack() as held:
+        try:
+            argv = sandbox_servers.sandboxed_argv([str(tool), str(other)], [str(mine)], held)
+        except ToolError as error:
+            assert "pyvenv.cfg" in str(error), error
+            return
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    assert b"theirs" not in done.stdout, "another agent's workspace was shown to the server"
+    assert b"No such file" in done.stderr, done.stderr
