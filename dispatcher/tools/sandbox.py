@@ -513,10 +513,18 @@ def exposed_state(workspace: Path) -> str | None:
     is one of Harness's hidden directories or holds one below its own entries, holds the
     system itself (`/`, `/usr`, `/etc`, `/var`: any of SYSTEM_TREES) or every home
     directory (`/home`, `/root`), or lies inside a system directory (SYSTEM_TREES). Each
-    would be written by programs (and, when Harness is root, given to the sandbox user)."""
+    would be written by programs (and, when Harness is root, given to the sandbox user).
+    Nor may it lie in HOME (sandbox.HOME)."""
     reason = system_problem(workspace)
     if reason is not None:
         return reason
+    # (Harness's own workspace root is let inside /run: not inside HOME, where programs
+    # read their per-user files, .config/pip/pip.conf of a workspace named `pip`, say)
+    if _inside(workspace, Path(HOME)):
+        return (
+            f"lies in {HOME}, the directory programs get as HOME, where they read their "
+            "per-user configuration (the agent would write it)"
+        )
     for hidden in hidden_paths():
         if workspace == hidden:
             return (

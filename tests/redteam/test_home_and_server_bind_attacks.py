@@ -16,7 +16,7 @@ import pytest
 
 from dispatcher.tools import sandbox, sandbox_servers
 from dispatcher.tools.base import ToolError
-from tests.redteam.test_sandbox_root_sweep import run_command, workspace  # noqa: F401
+from tests.redteam.test_sandbox_root_sweep import run_command
 from tests.tools.support import require_bwrap
 
 
@@ -156,3 +156,40 @@ def test_a_venv_the_server_may_write_names_no_directory_to_show_it(
         done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
     assert b"theirs" not in done.stdout, "another agent's workspace was shown to the server"
     assert b"No such file" in done.stderr, done.stderr
+
+
+# --- HOME -------------------------------------------------------------------------------------
+
+
+def test_no_workspace_lies_in_the_runs_home(sandbox_on: None, settings: Any) -> None:
+    # HOME is a tmpfs at /run/home "where no workspace may lie", but a workspace inside
+    # Harness's own workspace root passed the system-directory rule (/run): with the root
+    # at /run/home/.config, an agent's workspace `pip` (or `hg`, `git`...) was where
+    # programs read their per-user configuration, written by the agent.
+    root = Path(sandbox.HOME) / ".config"
+    settings.HARNESS_WORKSPACE_ROOT = root
+    for place in (root / "pip", root / "a" / "b"):
+        reason = sandbox.exposed_state(place)
+        assert reason is not None and "as HOME" in reason, (place, reason)
+
+
+def test_a_workspace_in_the_runs_home_runs_nothing(sandbox_on: None, settings: Any) -> None:
+    home = Path(sandbox.HOME)
+    if home.exists():
+        pytest.skip(f"{home} exists on this host")
+    root = home / ".config"
+    settings.HARNESS_WORKSPACE_ROOT = root
+    workspace = root / "pip"
+    workspace.mkdir(parents=True)
+    try:
+        (workspace / "pip.conf").write_text("[global]\nindex-url = http://planted.invalid/\n")
+        try:
+            out = run_command(workspace, ["python3", "-m", "pip", "config", "list"])
+        except ToolError as error:
+            assert "as HOME" in str(error), error
+            return
+        assert "planted" not in out, out
+    finally:
+        import shutil
+
+        shutil.rmtree(home)
