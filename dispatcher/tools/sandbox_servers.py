@@ -262,10 +262,22 @@ def program_binds(argv: list[str], writable: list[Path] | None = None) -> list[B
             resolved = path.resolve()
         except (OSError, RuntimeError):  # (a symlink on it changing meanwhile: not shown)
             resolved = path
+        # A file a program may have put there (a link in the server's writable path,
+        # node_modules/.bin/server) leads where that program chose: only to what the
+        # server's writable paths show anyway, never to a directory bound for it.
+        theirs = _programs_may_write(path, writable or [])
         for candidate in dict.fromkeys([path, resolved]):
             if any(_inside(candidate, bound) for bound in binds):
                 continue  # shown already (a venv's interpreter, say)
             for bind in _runtime_of(candidate, writable or []):
+                if theirs and not any(_inside(bind.source, w) for w in writable or []):
+                    raise ToolError(
+                        f"The server's program {path} lies where sandboxed programs write "
+                        "(a server's writable path, an agent's workspace) and leads to "
+                        f"{bind.source}, which the sandbox would have to show; the server "
+                        "was not started. An admin must install the program elsewhere, "
+                        "where only admins write."
+                    )
                 binds.setdefault(bind.target, bind)
     return list(binds.values())
 
@@ -313,27 +325,28 @@ def _base_interpreter(config: Path, writable: list[Path]) -> list[Bind]:
 
 
 def _programs_may_write(path: Path, writable: list[Path]) -> bool:
-    """Whether a sandboxed program may have written the file `path` or put it where it
-    is: it lies in a writable path of the server or in the workspace root, or it or a
-    directory above it is the sandbox user's or writable by it (when Harness is root;
-    otherwise programs write as Harness, whose own files all are, so only directories
-    writable by others count)."""
+    """Whether a sandboxed program may have written the entry `path` (as named: a symlink
+    not followed) or put it where it is: it lies in a writable path of the server or in
+    the workspace root, or it or a directory above it is the sandbox user's or writable
+    by it (when Harness is root; otherwise programs write as Harness, whose own files all
+    are, so only what others may write counts)."""
     try:
-        resolved = path.resolve(strict=True)
+        parent = path.parent.resolve(strict=True)
+        info = os.lstat(path)
     except (OSError, RuntimeError):
         return True
     places = [*writable, Path(settings.HARNESS_WORKSPACE_ROOT).resolve()]
-    if any(_inside(resolved, place) for place in places):
+    if any(_inside(parent / path.name, place) for place in places):
         return True
     user = _owner()
     uid = user[0] if user is not None else -1  # (-1: no file is a program's by owner)
+    group = user is not None and info.st_gid == user[1] and info.st_mode & stat.S_IWGRP
+    writable_file = not stat.S_ISLNK(info.st_mode) and (info.st_mode & stat.S_IWOTH or group)
+    if info.st_uid == uid or writable_file:
+        return True
     try:
-        info = resolved.stat()
-        group = user is not None and info.st_gid == user[1] and info.st_mode & stat.S_IWGRP
-        if info.st_uid == uid or info.st_mode & stat.S_IWOTH or group:
-            return True
-        for parent in resolved.parents:
-            above = parent.stat()
+        for directory in (parent, *parent.parents):
+            above = directory.stat()
             if _programs_may_place_in(above, info, uid):
                 return True
             info = above

@@ -193,3 +193,33 @@ def test_a_workspace_in_the_runs_home_runs_nothing(sandbox_on: None, settings: A
         import shutil
 
         shutil.rmtree(home)
+
+
+def test_a_program_link_the_server_may_write_leads_to_no_directory_shown(
+    sandbox_on: None, tmp_path: Path
+) -> None:
+    # program_binds shows the npm prefix of a named file inside node_modules, for the
+    # file as named and for what its symlinks lead to. A link in the server's writable
+    # path (an npm prefix it installs into: node_modules/.bin/server) is the server's to
+    # point anywhere: at the next start bwrap, as root, showed the project around any
+    # node_modules of the host (another agent's workspace, a project under /root, its .env).
+    victim = tmp_path / "project"  # someone's project, with its secrets
+    (victim / "node_modules" / "x").mkdir(parents=True)
+    (victim / "node_modules" / "x" / "index.js").write_text("//\n")
+    (victim / ".env").write_text("SECRET=theirs\n")
+    mine = tmp_path / "server"  # the server's writable path, an npm prefix
+    (mine / "node_modules" / ".bin").mkdir(parents=True)
+    link = mine / "node_modules" / ".bin" / "server"
+    # (made by the server's program at its last start: the path is its own)
+    os.symlink(victim / "node_modules" / "x" / "index.js", link)
+    script = 'cat "$1/.env"'
+    with contextlib.ExitStack() as held:
+        try:
+            argv = sandbox_servers.sandboxed_argv(
+                ["/bin/sh", "-c", script, str(link), str(victim)], [str(mine)], held
+            )
+        except ToolError as error:
+            assert "sandboxed programs" in str(error), error
+            return
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    assert b"theirs" not in done.stdout, "a directory the link led to was shown to the server"
