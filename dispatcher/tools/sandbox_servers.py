@@ -219,7 +219,15 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
         fd = FIRST_PATH_FD + len(reopen)
         reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}")
         binds.append(Bind(checked, checked, writable=writable, fd=fd))
-    binds += program_binds(argv, [b.source for b in binds if b.writable])
+    configured = list(binds)
+    for bind in program_binds(argv, [b.source for b in configured if b.writable]):
+        # What a configured path shows already at its own place (a program inside the
+        # server's writable path) is not bound again: by path and read-only, over the
+        # bind of the descriptor judged, it hid the writable one and followed a symlink
+        # exchanged in at the mount.
+        if bind.source == bind.target and any(_inside(bind.source, c.source) for c in configured):
+            continue
+        binds.append(bind)
     directories = [b.target for b in binds[: len(paths)] if b.source.is_dir()]
     cwd = directories[0] if directories else Path("/tmp")  # noqa: S108 - the private one
     _require_pids_cgroup()
