@@ -58,18 +58,23 @@ SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
 # Never given to a server, even read-only: a socket stays connectable on a read-only bind.
 KERNEL_AND_SOCKET_DIRS = ("/proc", "/sys", "/dev", "/run")
 # The launcher's step that takes the paths' descriptors this process holds: each
-# "SOURCE=N" opens SOURCE (/proc/<pid>/fd/<fd>: the very directory or file held, whatever
-# its path leads to now) as descriptor N, then the rest of the command runs with them.
+# "SOURCE=N=DEV:INO" opens SOURCE (/proc/<pid>/fd/<fd>: the very directory or file held,
+# whatever its path leads to now) as descriptor N, then the rest of the command runs with
+# them. DEV:INO is what was judged: a descriptor closed meanwhile (the session over, its
+# number reused for another file or directory of this process) stops the start.
 REOPEN = """
 import os, sys
 args = sys.argv[1:]
 cut = args.index("--")
 for spec in args[:cut]:
-    source, number = spec.rsplit("=", 1)
+    source, number, identity = spec.rsplit("=", 2)
     try:
         fd = os.open(source, os.O_PATH)
+        info = os.fstat(fd)
     except OSError as error:
         sys.exit(f"harness: the server's path held as {source} is gone ({error.strerror})")
+    if f"{info.st_dev}:{info.st_ino}" != identity:
+        sys.exit(f"harness: the server's path held as {source} is gone (another file)")
     os.dup2(fd, int(number))
     os.close(fd)
 os.execv(args[cut + 1], args[cut + 1:])
@@ -217,7 +222,8 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
         own = _give_checked(path, checked) if writable else _hold_checked(path, checked)
         held.callback(os.close, own)
         fd = FIRST_PATH_FD + len(reopen)
-        reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}")
+        judged = os.fstat(own)
+        reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}={judged.st_dev}:{judged.st_ino}")
         binds.append(Bind(checked, checked, writable=writable, fd=fd))
     configured = list(binds)
     for bind in program_binds(argv, [b.source for b in configured if b.writable]):

@@ -240,3 +240,57 @@ def test_a_server_whose_program_lies_in_its_writable_path_writes_it(
         done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
     assert f"--ro-bind {mine} " not in " ".join(argv) + " ", argv
     assert done.stdout == b"written\n", done
+
+
+# --- what held, locked in ----------------------------------------------------------------------
+
+
+def test_a_server_started_after_its_descriptors_closed_fails_closed_at_once(
+    sandbox_on: None, tmp_path: Path
+) -> None:
+    # The launcher opens this process's descriptors again by number: once one is closed
+    # (the session over) and its number reused for another directory of this process,
+    # the launcher bound that one writable. It must stop before bwrap, saying so.
+    mine, other = tmp_path / "server", tmp_path / "other"
+    for folder in (mine, other):
+        folder.mkdir()
+    other.chmod(0o777)  # (writable by all: what is bound shows in what is written)
+    with contextlib.ExitStack() as held:
+        argv = sandbox_servers.sandboxed_argv(
+            ["/bin/sh", "-c", 'echo x > "$0/planted"', str(mine)], [str(mine)], held
+        )
+    spec = next(arg for arg in argv if arg.startswith(f"/proc/{os.getpid()}/fd/"))
+    number = int(spec.split("/")[4].split("=")[0])
+    reused = os.open(other, os.O_PATH | os.O_DIRECTORY)
+    try:
+        os.dup2(reused, number)  # (another directory under the number held)
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    finally:
+        os.close(reused)
+        if number != reused:
+            os.close(number)
+    assert not (other / "planted").exists(), "the number's new directory was bound"
+    assert done.returncode != 0 and b"is gone" in done.stderr, done
+    with contextlib.ExitStack() as held:  # and with the number free: gone, at once
+        argv = sandbox_servers.sandboxed_argv(["/bin/true"], [str(mine)], held)
+    done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    assert done.returncode != 0, done
+
+
+def test_many_server_paths_take_descriptors_past_the_filters(
+    sandbox_on: None, tmp_path: Path
+) -> None:
+    # Descriptors 10 and up, one a path: none may land on the seccomp filter's 3.
+    folders = [tmp_path / f"p{i}" for i in range(12)]
+    for folder in folders:
+        folder.mkdir()
+    paths = [str(f) if i % 2 else f"{f}:ro" for i, f in enumerate(folders)]
+    for folder in folders:
+        folder.chmod(0o755)
+    script = 'for d in "$@"; do [ -d "$d" ] || exit 9; done; ls /proc/self/fd | wc -l'
+    with contextlib.ExitStack() as held:
+        argv = sandbox_servers.sandboxed_argv(
+            ["/bin/sh", "-c", script, "sh", *map(str, folders)], paths, held
+        )
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == b"4", done
