@@ -400,8 +400,12 @@ def run(
     once `limits.timeout` has passed (everything the program started is killed first).
     """
     if mode() == "off":
-        # (no private /tmp: HOME is an empty directory made for this run alone)
-        with tempfile.TemporaryDirectory(prefix="harness-home-") as home:
+        # (no private /tmp: HOME is an empty directory made for this run alone; removed
+        # as far as it can be: a program left running may still write in it, and the
+        # result stands)
+        with tempfile.TemporaryDirectory(
+            prefix="harness-home-", ignore_cleanup_errors=True
+        ) as home:
             own = {**env, "HOME": home} if env.get("HOME") == HOME else env
             return _run_process(argv, cwd=cwd, env=own, limits=limits, sandboxed=False)
     require_sandbox()

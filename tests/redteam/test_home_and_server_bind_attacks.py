@@ -16,7 +16,7 @@ import pytest
 
 from dispatcher.tools import sandbox, sandbox_servers
 from dispatcher.tools.base import ToolError
-from tests.redteam.test_sandbox_root_sweep import run_command
+from tests.redteam.test_sandbox_root_sweep import run_command, workspace  # noqa: F401
 from tests.tools.support import require_bwrap
 
 
@@ -179,12 +179,12 @@ def test_a_workspace_in_the_runs_home_runs_nothing(sandbox_on: None, settings: A
         pytest.skip(f"{home} exists on this host")
     root = home / ".config"
     settings.HARNESS_WORKSPACE_ROOT = root
-    workspace = root / "pip"
-    workspace.mkdir(parents=True)
+    inside = root / "pip"
+    inside.mkdir(parents=True)
     try:
-        (workspace / "pip.conf").write_text("[global]\nindex-url = http://planted.invalid/\n")
+        (inside / "pip.conf").write_text("[global]\nindex-url = http://planted.invalid/\n")
         try:
-            out = run_command(workspace, ["python3", "-m", "pip", "config", "list"])
+            out = run_command(inside, ["python3", "-m", "pip", "config", "list"])
         except ToolError as error:
             assert "as HOME" in str(error), error
             return
@@ -294,3 +294,20 @@ def test_many_server_paths_take_descriptors_past_the_filters(
         )
         done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
     assert done.returncode == 0 and done.stdout.strip() == b"4", done
+
+
+def test_a_home_left_busy_with_the_sandbox_off_still_gives_the_result(
+    workspace: Path,  # noqa: F811 - the fixture
+    settings: Any,
+) -> None:
+    # With HARNESS_SANDBOX=off nothing ends what a program left running: one still writing
+    # in the run's HOME made its removal fail, and the call ended in an OSError, not its
+    # result. The result stands; the directory is removed as far as it can be.
+    settings.HARNESS_SANDBOX = "off"
+    script = (
+        'setsid sh -c \'i=0; while [ $i -lt 3000 ]; do mkdir -p "$HOME/a$i"; '
+        "i=$((i+1)); done' 2>/dev/null & "
+        'for i in $(seq 20); do mkdir -p "$HOME/x$i/y/z"; done; echo done'
+    )
+    out = run_command(workspace, ["sh", "-c", script])
+    assert out == "exit code 0\ndone\n", out
