@@ -69,10 +69,11 @@ SANDBOX_UID = 65534  # "nobody": the uid a program sees when Harness is not root
 # Writable kernel interfaces of /proc, shown read-only (bound over themselves); /sys is
 # not in the sandbox at all.
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
-# A command's HOME (run_command.scrubbed_environment): a private tmpfs of the sandbox's own,
-# empty at the start of every run and gone after it, so no per-user file an agent wrote is
-# read; under /run, where no workspace may lie (a workspace bound under /tmp shows its path
-# there). With HARNESS_SANDBOX=off, `run` gives each run a new empty directory instead.
+# A command's HOME (run_command.scrubbed_environment): an empty read-only directory of the
+# sandbox's own, so no per-user file an agent wrote is read, nor one a program of the same
+# command copied there; under /run, where no workspace may lie (a workspace bound under
+# /tmp shows its path there). With HARNESS_SANDBOX=off, `run` gives each run a new empty
+# directory instead.
 HOME = "/run/home"
 SECCOMP_FD = 3  # the launcher opens the filter as this descriptor for bwrap --seccomp
 EXIT_REPORT = "harness: the sandboxed server exited with status"
@@ -809,7 +810,10 @@ def sandbox_command(
         command += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
     command += ["--dev", "/dev"]
     command += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
-    command += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", HOME]
+    # HOME: empty and read-only (the root is remounted so at the end), never a tmpfs the
+    # program writes: a per-user file copied there by one program of a command (`cp -r
+    # dot/. /run/home/`, allowed as cp) was read by the next (`hg status`, its hooks).
+    command += ["--perms", "0555", "--dir", HOME]
     shm = str(max(4096, limits.tmp_bytes // 4))
     command += ["--perms", "1777", "--size", shm, "--tmpfs", "/dev/shm"]  # noqa: S108
     command += _var_tmp(binds, limits)

@@ -311,3 +311,14 @@ def test_a_home_left_busy_with_the_sandbox_off_still_gives_the_result(
     )
     out = run_command(workspace, ["sh", "-c", script])
     assert out == "exit code 0\ndone\n", out
+
+
+def test_no_per_user_file_is_planted_in_home_within_the_run(workspace: Path) -> None:  # noqa: F811
+    # HOME is new at every run, but it was writable: one command an allow rule for `cp`
+    # and one for `hg status` let run (`sh -c 'cp -r dot/. /run/home/ && hg status'`,
+    # read as those two) copied the agent's .hgrc, .curlrc or user site-packages there
+    # and the next program read it. HOME is empty and read-only; caches go to /tmp.
+    (workspace / "dot").mkdir()
+    (workspace / "dot" / ".curlrc").write_text("output = /tmp/x\n")
+    out = run_command(workspace, ["sh", "-c", 'cp -r dot/. "$HOME"/; ls -A "$HOME"'])
+    assert ".curlrc" not in out.splitlines(), out
