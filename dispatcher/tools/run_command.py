@@ -50,8 +50,8 @@ def run_command(ctx: ExecutionContext, args: dict[str, Any]) -> str:
 def scrubbed_environment(workspace: Path) -> dict[str, str]:
     """The whole environment a command gets: nothing inherited except PATH.
 
-    HOME is an empty directory of the run's own (sandbox.HOME: a private tmpfs of the
-    sandbox, which vanishes with the call), never the workspace: programs read per-user files from
+    HOME is an empty read-only directory of the sandbox's own (sandbox.HOME; caches go to
+    the private /tmp), never the workspace: programs read per-user files from
     HOME (a `.hgrc`'s hooks, a `.curlrc`'s options, a `.npmrc`'s script shell, IPython's
     startup files, Python's user site-packages and their `.pth` lines, `.ssh/config`), and
     in the workspace the agent writes them, so any program an allow rule read as harmless
@@ -70,6 +70,9 @@ def scrubbed_environment(workspace: Path) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "TERM": "dumb",
         "GIT_CONFIG_GLOBAL": os.devnull,
+        # HOME is read-only (sandbox.HOME): caches go to the private /tmp instead
+        "XDG_CACHE_HOME": "/tmp/.cache",  # noqa: S108
+        "npm_config_cache": "/tmp/.npm",  # noqa: S108
         # a directory holding HEAD, config, objects/ and refs/ (which `git apply` or a
         # checkout may write) is a git directory only when named (`--git-dir`, unreadable)
         "GIT_CONFIG_COUNT": "1",

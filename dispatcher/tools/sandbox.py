@@ -69,10 +69,11 @@ SANDBOX_UID = 65534  # "nobody": the uid a program sees when Harness is not root
 # Writable kernel interfaces of /proc, shown read-only (bound over themselves); /sys is
 # not in the sandbox at all.
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
-# A command's HOME (run_command.scrubbed_environment): a private tmpfs of the sandbox's own,
-# empty at the start of every run and gone after it, so no per-user file an agent wrote is
-# read; under /run, where no workspace may lie (a workspace bound under /tmp shows its path
-# there). With HARNESS_SANDBOX=off, `run` gives each run a new empty directory instead.
+# A command's HOME (run_command.scrubbed_environment): an empty read-only directory of the
+# sandbox's own, so no per-user file an agent wrote is read, nor one a program of the same
+# command copied there; under /run, where no workspace may lie (a workspace bound under
+# /tmp shows its path there). With HARNESS_SANDBOX=off, `run` gives each run a new empty
+# directory instead.
 HOME = "/run/home"
 SECCOMP_FD = 3  # the launcher opens the filter as this descriptor for bwrap --seccomp
 EXIT_REPORT = "harness: the sandboxed server exited with status"
@@ -400,8 +401,12 @@ def run(
     once `limits.timeout` has passed (everything the program started is killed first).
     """
     if mode() == "off":
-        # (no private /tmp: HOME is an empty directory made for this run alone)
-        with tempfile.TemporaryDirectory(prefix="harness-home-") as home:
+        # (no private /tmp: HOME is an empty directory made for this run alone; removed
+        # as far as it can be: a program left running may still write in it, and the
+        # result stands)
+        with tempfile.TemporaryDirectory(
+            prefix="harness-home-", ignore_cleanup_errors=True
+        ) as home:
             own = {**env, "HOME": home} if env.get("HOME") == HOME else env
             return _run_process(argv, cwd=cwd, env=own, limits=limits, sandboxed=False)
     require_sandbox()
@@ -513,10 +518,18 @@ def exposed_state(workspace: Path) -> str | None:
     is one of Harness's hidden directories or holds one below its own entries, holds the
     system itself (`/`, `/usr`, `/etc`, `/var`: any of SYSTEM_TREES) or every home
     directory (`/home`, `/root`), or lies inside a system directory (SYSTEM_TREES). Each
-    would be written by programs (and, when Harness is root, given to the sandbox user)."""
+    would be written by programs (and, when Harness is root, given to the sandbox user).
+    Nor may it lie in HOME (sandbox.HOME)."""
     reason = system_problem(workspace)
     if reason is not None:
         return reason
+    # (Harness's own workspace root is let inside /run: not inside HOME, where programs
+    # read their per-user files, .config/pip/pip.conf of a workspace named `pip`, say)
+    if _inside(workspace, Path(HOME)):
+        return (
+            f"lies in {HOME}, the directory programs get as HOME, where they read their "
+            "per-user configuration (the agent would write it)"
+        )
     for hidden in hidden_paths():
         if workspace == hidden:
             return (
@@ -648,13 +661,14 @@ def open_directory(path: Path) -> int:
         os.close(current)
 
 
-def open_unredirected(path: Path) -> int:
+def open_unredirected(path: Path, *, file_ok: bool = False) -> int:
     """An O_PATH descriptor of the directory `path` (absolute), numbered 10 or above,
     opened one component at a time from / with no symlink followed blindly: a symlink is
     followed only where `_programs_may_place` says no program could have put it (its
     directory, as opened, is not theirs to write), else ToolError (as refuse_redirected).
     Each directory is held by descriptor once opened, so nothing swapped in after it was
-    judged is followed."""
+    judged is followed. With `file_ok` the last component may be a file (a server's
+    read-only path)."""
     uid = _program_uid()
     here = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
     current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -689,7 +703,7 @@ def open_unredirected(path: Path) -> int:
                     current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
                 parts = [p for p in Path(target).parts if p != "/"] + parts
                 continue
-            if not stat.S_ISDIR(info.st_mode):
+            if not stat.S_ISDIR(info.st_mode) and not (file_ok and not parts):
                 os.close(following)
                 raise _changed_workspace(path, part, "not a directory")
             os.close(current)
@@ -796,7 +810,10 @@ def sandbox_command(
         command += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
     command += ["--dev", "/dev"]
     command += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
-    command += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", HOME]
+    # HOME: empty and read-only (the root is remounted so at the end), never a tmpfs the
+    # program writes: a per-user file copied there by one program of a command (`cp -r
+    # dot/. /run/home/`, allowed as cp) was read by the next (`hg status`, its hooks).
+    command += ["--perms", "0555", "--dir", HOME]
     shm = str(max(4096, limits.tmp_bytes // 4))
     command += ["--perms", "1777", "--size", shm, "--tmpfs", "/dev/shm"]  # noqa: S108
     command += _var_tmp(binds, limits)

@@ -5,11 +5,13 @@
 filter, limits): its configured paths (read-write, or read-only with `:ro`) and what its
 program needs to start take the workspace's place. The worker's MCP client starts it.
 
-A writable path is bound by the descriptor of the directory judged, as the workspace is:
-the MCP client starts the server and passes it no descriptor, so this process holds it
-(`held`) and the launcher opens it again through /proc/<this process>/fd/<n> (REOPEN)
-before bwrap, which binds it with --bind-fd (and checks that what it mounted is that
-directory). A path swapped for a symlink after the check binds nothing else.
+Every configured path, writable or read-only, is bound by the descriptor of what was
+judged, as the workspace is: the MCP client starts the server and passes it no
+descriptor, so this process holds it (`held`) and the launcher opens it again through
+/proc/<this process>/fd/<n> (REOPEN) before bwrap, which binds it with --bind-fd or
+--ro-bind-fd (and checks that what it mounted is that one). A path swapped for a symlink
+after the check binds nothing else: bound by path, a read-only path a program exchanged
+with a symlink at the right moment had bwrap, as root, show the server any directory.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dispatcher.tools.sandbox import (
     _inside,
     _limit_command,
     _owner,
+    _programs_may_place_in,
     _require_pids_cgroup,
     give_to_sandbox,
     hidden_paths,
@@ -54,24 +57,29 @@ READ_WRITE_SUFFIX = ":rw"
 SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".sh")
 # Never given to a server, even read-only: a socket stays connectable on a read-only bind.
 KERNEL_AND_SOCKET_DIRS = ("/proc", "/sys", "/dev", "/run")
-# The launcher's step that takes the writable paths' descriptors this process holds: each
-# "SOURCE=N" opens SOURCE (/proc/<pid>/fd/<fd>: the very directory held, whatever its path
-# leads to now) as descriptor N, then the rest of the command runs with them.
+# The launcher's step that takes the paths' descriptors this process holds: each
+# "SOURCE=N=DEV:INO" opens SOURCE (/proc/<pid>/fd/<fd>: the very directory or file held,
+# whatever its path leads to now) as descriptor N, then the rest of the command runs with
+# them. DEV:INO is what was judged: a descriptor closed meanwhile (the session over, its
+# number reused for another file or directory of this process) stops the start.
 REOPEN = """
 import os, sys
 args = sys.argv[1:]
 cut = args.index("--")
 for spec in args[:cut]:
-    source, number = spec.rsplit("=", 1)
+    source, number, identity = spec.rsplit("=", 2)
     try:
-        fd = os.open(source, os.O_PATH | os.O_DIRECTORY)
+        fd = os.open(source, os.O_PATH)
+        info = os.fstat(fd)
     except OSError as error:
         sys.exit(f"harness: the server's path held as {source} is gone ({error.strerror})")
+    if f"{info.st_dev}:{info.st_ino}" != identity:
+        sys.exit(f"harness: the server's path held as {source} is gone (another file)")
     os.dup2(fd, int(number))
     os.close(fd)
 os.execv(args[cut + 1], args[cut + 1:])
 """
-FIRST_PATH_FD = 10  # the launcher's descriptors for the writable paths (0-3 are taken)
+FIRST_PATH_FD = 10  # the launcher's descriptors for the paths (0-3 are taken)
 
 
 def parse_server_path(entry: str) -> tuple[Path, bool]:
@@ -142,14 +150,12 @@ def _readable_by_sandbox_user(path: Path) -> bool:
     return (info.st_mode >> shift) & needed == needed
 
 
-def _give_checked(path: Path, checked: Path) -> int:
-    """Give the writable server path `checked` (what `path` resolved to when it was
-    checked) to the sandbox user by the descriptor of the directory judged
-    (open_unredirected), never by a path resolved again: another server's program
-    swapping a directory for a symlink after the check had root give the symlink's
-    target away. Returns that descriptor, for the bind (the caller closes it). ToolError
-    when the directory is no longer the one checked."""
-    fd = open_unredirected(Path(os.path.abspath(path)))
+def _hold_checked(path: Path, checked: Path) -> int:
+    """A descriptor of the server path `checked` (what `path` resolved to when it was
+    checked), opened with no symlink a program could have placed followed
+    (open_unredirected), for the bind (the caller closes it). ToolError when what it
+    opens is no longer what was checked."""
+    fd = open_unredirected(Path(os.path.abspath(path)), file_ok=True)
     try:
         held = Path(os.readlink(f"/proc/self/fd/{fd}"))
         if held != checked:
@@ -157,7 +163,27 @@ def _give_checked(path: Path, checked: Path) -> int:
                 f"Path {path} changed while the server was being set up (it leads to {held} "
                 f"now, not {checked}). The server was not started; an admin must look at it."
             )
-        give_to_sandbox(held, root_fd=fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _give_checked(path: Path, checked: Path) -> int:
+    """Give the writable server path `checked` (what `path` resolved to when it was
+    checked) to the sandbox user by the descriptor of the directory judged
+    (_hold_checked), never by a path resolved again: another server's program swapping a
+    directory for a symlink after the check had root give the symlink's target away.
+    Returns that descriptor, for the bind (the caller closes it). ToolError when the
+    directory is no longer the one checked."""
+    fd = _hold_checked(path, checked)
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise ToolError(
+                f"Path {path} is not a directory, and only a directory can be a server's "
+                "writable path. The server was not started; an admin must fix it."
+            )
+        give_to_sandbox(checked, root_fd=fd)
     except BaseException:
         os.close(fd)
         raise
@@ -193,14 +219,21 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
                 f"Path {path} changed while the server was being set up ({error}). The "
                 "server was not started; an admin must look at it."
             ) from None
-        fd = None
-        if writable:
-            own = _give_checked(path, checked)
-            held.callback(os.close, own)
-            fd = FIRST_PATH_FD + len(reopen)
-            reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}")
+        own = _give_checked(path, checked) if writable else _hold_checked(path, checked)
+        held.callback(os.close, own)
+        fd = FIRST_PATH_FD + len(reopen)
+        judged = os.fstat(own)
+        reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}={judged.st_dev}:{judged.st_ino}")
         binds.append(Bind(checked, checked, writable=writable, fd=fd))
-    binds += program_binds(argv)
+    configured = list(binds)
+    for bind in program_binds(argv, [b.source for b in configured if b.writable]):
+        # What a configured path shows already at its own place (a program inside the
+        # server's writable path) is not bound again: by path and read-only, over the
+        # bind of the descriptor judged, it hid the writable one and followed a symlink
+        # exchanged in at the mount.
+        if bind.source == bind.target and any(_inside(bind.source, c.source) for c in configured):
+            continue
+        binds.append(bind)
     directories = [b.target for b in binds[: len(paths)] if b.source.is_dir()]
     cwd = directories[0] if directories else Path("/tmp")  # noqa: S108 - the private one
     _require_pids_cgroup()
@@ -221,7 +254,7 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
     )
 
 
-def program_binds(argv: list[str]) -> list[Bind]:
+def program_binds(argv: list[str], writable: list[Path] | None = None) -> list[Bind]:
     """Read-only binds for what the program needs to start, found from its absolute-path
     arguments that are files the sandbox would not show otherwise:
 
@@ -243,21 +276,33 @@ def program_binds(argv: list[str]) -> list[Bind]:
             resolved = path.resolve()
         except (OSError, RuntimeError):  # (a symlink on it changing meanwhile: not shown)
             resolved = path
+        # A file a program may have put there (a link in the server's writable path,
+        # node_modules/.bin/server) leads where that program chose: only to what the
+        # server's writable paths show anyway, never to a directory bound for it.
+        theirs = _programs_may_write(path, writable or [])
         for candidate in dict.fromkeys([path, resolved]):
             if any(_inside(candidate, bound) for bound in binds):
                 continue  # shown already (a venv's interpreter, say)
-            for bind in _runtime_of(candidate):
+            for bind in _runtime_of(candidate, writable or []):
+                if theirs and not any(_inside(bind.source, w) for w in writable or []):
+                    raise ToolError(
+                        f"The server's program {path} lies where sandboxed programs write "
+                        "(a server's writable path, an agent's workspace) and leads to "
+                        f"{bind.source}, which the sandbox would have to show; the server "
+                        "was not started. An admin must install the program elsewhere, "
+                        "where only admins write."
+                    )
                 binds.setdefault(bind.target, bind)
     return list(binds.values())
 
 
-def _runtime_of(path: Path) -> list[Bind]:
+def _runtime_of(path: Path, writable: list[Path]) -> list[Bind]:
     if _visible(path):
         return []
     for parent in path.parents:
         config = parent / "pyvenv.cfg"
         if config.is_file():
-            return [_bind_tree(parent), *_base_interpreter(config)]
+            return [_bind_tree(parent), *_base_interpreter(config, writable)]
     parts = path.parts
     if "node_modules" in parts:
         prefix = Path(*parts[: parts.index("node_modules")])
@@ -267,17 +312,61 @@ def _runtime_of(path: Path) -> list[Bind]:
     return []
 
 
-def _base_interpreter(config: Path) -> list[Bind]:
+def _base_interpreter(config: Path, writable: list[Path]) -> list[Bind]:
     """The installation a virtual environment's interpreter comes from (its `home`'s
-    parent, e.g. /root/.pyenv/versions/3.12.1), unless the sandbox shows it already."""
+    parent, e.g. /root/.pyenv/versions/3.12.1), unless the sandbox shows it already.
+
+    Refused (ToolError) when a sandboxed program may have written the pyvenv.cfg
+    (_programs_may_write): its `home` had bwrap, as root, show the server whatever
+    directory it named at the next start (another agent's workspace, /run's sockets), and
+    a server that writes its own venv starts again whenever it exits."""
     for line in config.read_text(errors="replace").splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "home" and value.strip():
             home = Path(value.strip())
             prefix = home.parent if home.name == "bin" else home
             if prefix.is_absolute() and prefix.is_dir() and not _visible(prefix):
+                if _programs_may_write(config, writable):
+                    raise ToolError(
+                        f"The server's virtual environment {config.parent} lies where "
+                        "sandboxed programs write (a server's writable path, an agent's "
+                        f"workspace), so the interpreter its pyvenv.cfg names ({home}) may "
+                        "be theirs to choose, and the server was not started. An admin "
+                        "must install the environment elsewhere, where only admins write."
+                    )
                 return [_bind_tree(prefix)]
     return []
+
+
+def _programs_may_write(path: Path, writable: list[Path]) -> bool:
+    """Whether a sandboxed program may have written the entry `path` (as named: a symlink
+    not followed) or put it where it is: it lies in a writable path of the server or in
+    the workspace root, or it or a directory above it is the sandbox user's or writable
+    by it (when Harness is root; otherwise programs write as Harness, whose own files all
+    are, so only what others may write counts)."""
+    try:
+        parent = path.parent.resolve(strict=True)
+        info = os.lstat(path)
+    except (OSError, RuntimeError):
+        return True
+    places = [*writable, Path(settings.HARNESS_WORKSPACE_ROOT).resolve()]
+    if any(_inside(parent / path.name, place) for place in places):
+        return True
+    user = _owner()
+    uid = user[0] if user is not None else -1  # (-1: no file is a program's by owner)
+    group = user is not None and info.st_gid == user[1] and info.st_mode & stat.S_IWGRP
+    writable_file = not stat.S_ISLNK(info.st_mode) and (info.st_mode & stat.S_IWOTH or group)
+    if info.st_uid == uid or writable_file:
+        return True
+    try:
+        for directory in (parent, *parent.parents):
+            above = directory.stat()
+            if _programs_may_place_in(above, info, uid):
+                return True
+            info = above
+    except OSError:
+        return True
+    return False
 
 
 def _bind_tree(path: Path) -> Bind:

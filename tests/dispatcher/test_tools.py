@@ -352,7 +352,8 @@ def test_run_command_scrubs_the_environment(
     # git's own settings: no per-user configuration, no bare
     # repository it is not pointed at (run_command.scrubbed_environment)
     git = {"GIT_CONFIG_GLOBAL", "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0"}
-    assert names - {"PWD"} == {"PATH", "HOME", "LANG", "TERM"} | git
+    caches = {"XDG_CACHE_HOME", "npm_config_cache"}  # (HOME is read-only)
+    assert names - {"PWD"} == {"PATH", "HOME", "LANG", "TERM"} | git | caches
     assert "PWD" not in names or f"PWD={workspace.resolve()}" in result
     assert "HOME=/run/home\n" in result  # the run's own, empty (not the workspace the agent writes)
     assert "LANG=C.UTF-8" in result and "TERM=dumb" in result

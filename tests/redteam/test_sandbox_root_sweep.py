@@ -131,11 +131,12 @@ def test_home_is_an_empty_directory_of_each_run_not_the_workspace(workspace: Pat
     # HOME was the workspace, where the agent writes: every program's per-user files (a
     # `.hgrc`'s hooks, a `.curlrc`, a `.npmrc`'s script shell, IPython's startup files,
     # Python's user site-packages) were the agent's to plant under an allowed command.
+    # HOME is empty and read-only (a per-user file copied there within the run would be
+    # read as well: tests/redteam/test_home_and_server_bind_attacks.py).
     out = run_command(workspace, ["sh", "-c", 'echo "home=$HOME"; ls -A "$HOME"; touch "$HOME/x"'])
-    assert "home=/run/home\n" in out and out.count("\n") == 2, out  # the line and nothing listed
+    assert out.startswith("exit code 1\nhome=/run/home\ntouch: "), out  # nothing listed
+    assert "Read-only file system" in out, out
     assert not (workspace / "x").exists()
-    again = run_command(workspace, ["sh", "-c", 'ls -A "$HOME"'])
-    assert again == "exit code 0\n", again  # the last run's file went with its /tmp
 
 
 def test_python_reads_no_user_site_packages_the_agent_planted(workspace: Path) -> None:
