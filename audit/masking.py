@@ -502,8 +502,9 @@ def contains_masked(value: Any) -> bool:
 def storable(value: Any) -> Any:
     """A copy that reads back from the database exactly as written, so its hash stays valid.
 
-    PostgreSQL's jsonb refuses NUL characters and NaN/Infinity and turns 1e+20 into an
-    integer; such values are made plain here, before hashing. Pre-masked text is kept.
+    PostgreSQL's jsonb refuses NUL characters and NaN/Infinity, turns 1e+20 into an
+    integer and -0.0 into 0.0 (its numeric has no negative zero); such values are made
+    plain here, before hashing. Pre-masked text is kept.
     """
     if isinstance(value, dict):
         return {storable(str(k)): storable(v) for k, v in value.items()}
@@ -518,4 +519,6 @@ def storable(value: Any) -> Any:
             return str(value)
         if value.is_integer() and "e" in repr(value):
             return int(value)
+        if value == 0:
+            return 0.0  # (-0.0 == 0: both become 0.0)
     return value
