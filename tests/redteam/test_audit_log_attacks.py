@@ -1,0 +1,55 @@
+"""Red team, the audit log: what an agent sends must neither forge nor break a chain, and
+what a database user changes must be reported (real requests, PostgreSQL and SQLite)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from audit.models import AuditChain, AuditEvent
+from audit.verify import verify_database
+from dispatcher.models import AgentSession
+from tests.audit.chains import write_chain
+from tests.audit.tamper import sql, triggers_disabled
+from tests.support import claude_code_hooks as claude
+from tests.support.coding_agent_hooks import post, sid
+from tests.support.factories import AgentFixture
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_negative_zero_in_a_hook_leaves_the_chain_verifiable(agent: AgentFixture) -> None:
+    """PostgreSQL's jsonb keeps no negative zero: -0.0 reads back as 0.0, so an event
+    hashed with "-0.0" no longer matched its hash once stored. Any agent could make its own
+    session's chain read as edited (and hide a real edit after it: the verifier names the
+    first bad event of a chain only)."""
+    session_id = sid()
+    body = json.dumps(claude.hook_input("SessionStart", session_id, source=-0.0))
+    assert '"source": -0.0' in body
+    answer = post(claude.HOOK_URL, agent, body)
+    assert answer.status_code == 200, answer.content
+    session = AgentSession.objects.get(external_id=session_id)
+    event = AuditEvent.objects.get(session_id=session.pk, kind="client.session_started")
+    assert event.payload["source"] == 0
+    report = verify_database(str(session.pk))
+    assert report.ok, [str(p) for p in report.problems]
+
+
+def test_deleting_a_chains_head_with_its_last_events_is_reported() -> None:
+    """A database user without the audit key cut a session's last events and deleted its
+    head row: no older signed head is needed for that, and verify_audit said OK (a chain
+    was compared with a head only when it had one). The session also left the auditors'
+    list and its timeline (both read the head). Every chain written by Harness has a head,
+    so a chain with events and no head is reported."""
+    events = write_chain(5)
+    chain = events[0].chain
+    with triggers_disabled():
+        sql("DELETE FROM audit_auditevent WHERE chain = %s AND seq > 3", [chain])
+    AuditChain.objects.filter(chain=chain).delete()
+    report = verify_database(chain)
+    assert [str(p) for p in report.problems] == [
+        f"chain {chain} end of chain: events exist up to seq 3 but the chain has no head "
+        "(its head was deleted: events at the end may have been deleted with it)"
+    ]
+    assert not verify_database().ok
