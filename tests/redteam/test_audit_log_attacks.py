@@ -3,9 +3,15 @@ what a database user changes must be reported (real requests, PostgreSQL and SQL
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.test import Client
 
 from audit.models import AuditChain, AuditEvent
 from audit.verify import verify_database
@@ -14,7 +20,7 @@ from tests.audit.chains import write_chain
 from tests.audit.tamper import sql, triggers_disabled
 from tests.support import claude_code_hooks as claude
 from tests.support.coding_agent_hooks import post, sid
-from tests.support.factories import AgentFixture
+from tests.support.factories import AgentFixture, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -53,3 +59,52 @@ def test_deleting_a_chains_head_with_its_last_events_is_reported() -> None:
         "(its head was deleted: events at the end may have been deleted with it)"
     ]
     assert not verify_database().ok
+
+
+def _api(client: Client, url: str, body: Any, fx: AgentFixture) -> Any:
+    return client.post(
+        url, data=json.dumps(body), content_type="application/json", headers=fx.headers
+    )
+
+
+def _streamed(response: Any) -> str:
+    async def read() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(read)().decode()
+
+
+def test_a_weak_masked_secret_is_recoverable_from_an_export_and_the_docs_say_so(
+    client: Client, agent: AgentFixture
+) -> None:
+    """The marker's hash is keyed so that a masked secret cannot be guessed from the log;
+    but call.received also keeps the SHA-256 of the exact arguments (unkeyed: approvals
+    and passkey signatures are bound to it), and the rest of the arguments is visible. So
+    whoever reads an export can try candidate secrets offline until the digest matches.
+    That cannot change without breaking the proof of signed approvals; the docs must say
+    it, so that nobody relies on masking to hide a guessable secret from auditors."""
+    sid = _api(client, "/api/v1/sessions", {"title": "t"}, agent).json()["id"]
+    arguments = {"path": "db.env", "content": "PGPASSWORD=summer2024"}
+    calls = {"calls": [{"id": "t1", "name": "write_file", "arguments": arguments}]}
+    assert _api(client, f"/api/v1/sessions/{sid}/calls", calls, agent).status_code in (200, 202)
+    make_user("rta-aud", groups=("auditor",))
+    client.login(username="rta-aud", password="pw-rta-aud")
+    lines = _streamed(client.get(f"/audit/sessions/{sid}/export.jsonl")).splitlines()
+    received = next(e for e in map(json.loads, lines) if e["kind"] == "call.received")
+    payload = received["payload"]
+    masked = payload["arguments"]
+    assert "summer2024" not in masked and "[masked:password#" in masked
+    marker = re.search(r"\[masked:password#[0-9a-f]{8}\]", masked)
+    assert marker is not None
+    words = [
+        f"{season}{year}" for season in ("spring", "summer", "autumn") for year in range(2000, 2030)
+    ]
+    found = [
+        w
+        for w in words
+        if hashlib.sha256(masked.replace(marker.group(0), w).encode()).hexdigest()
+        == payload["digest"]
+    ]
+    assert found == ["summer2024"]  # the attack works: what follows is what the docs say
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "audit.md").read_text()
+    assert "guessable secret can be found" in docs
