@@ -108,3 +108,34 @@ def test_a_weak_masked_secret_is_recoverable_from_an_export_and_the_docs_say_so(
     assert found == ["summer2024"]  # the attack works: what follows is what the docs say
     docs = (Path(__file__).resolve().parents[2] / "docs" / "audit.md").read_text()
     assert "guessable secret can be found" in docs
+
+
+def test_arguments_under_every_secret_key_name_are_masked_in_the_export(
+    client: Client, agent: AgentFixture
+) -> None:
+    """docs/audit.md: values under keys named like authorization, credentials, private_key,
+    cookie are masked. A call's arguments reach the log as JSON text, where only names
+    ending in token, secret, password, pwd or api key were read as secret: an agent's
+    `{"Cookie": ...}` or `{"credentials": ...}` was stored and exported in clear."""
+    sid = _api(client, "/api/v1/sessions", {"title": "t"}, agent).json()["id"]
+    secrets = {
+        "headers": {"Cookie": "sid=c00kie-value-1", "Authorization": "auth-value-2"},
+        "credentials": "cred-value-3",
+        "private_key": "0xdeadbeefcafe4",
+        "session-key": "sess-value-5",
+        "auth": "plain-auth-6",
+        "oauth": "kept-oauth",  # not a secret name: (^|_)auth$ only
+    }
+    calls = {"calls": [{"id": "t1", "name": "http_fetch", "arguments": secrets}]}
+    assert _api(client, f"/api/v1/sessions/{sid}/calls", calls, agent).status_code in (200, 202)
+    make_user("rta-aud2", groups=("auditor",))
+    client.login(username="rta-aud2", password="pw-rta-aud2")
+    export = _streamed(client.get(f"/audit/sessions/{sid}/export.jsonl"))
+    received = next(e for e in map(json.loads, export.splitlines()) if e["kind"] == "call.received")
+    arguments = json.loads(received["payload"]["arguments"])  # still JSON
+    assert received["payload"]["masked"] is True
+    for value in ("c00kie-value-1", "auth-value-2", "cred-value-3", "deadbeef", "sess-value-5"):
+        assert value not in export, value
+    assert "plain-auth-6" not in export
+    assert arguments["oauth"] == "kept-oauth"
+    assert arguments["headers"]["Cookie"].startswith("[masked:")
