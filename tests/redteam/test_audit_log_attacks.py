@@ -139,3 +139,26 @@ def test_arguments_under_every_secret_key_name_are_masked_in_the_export(
     assert "plain-auth-6" not in export
     assert arguments["oauth"] == "kept-oauth"
     assert arguments["headers"]["Cookie"].startswith("[masked:")
+
+
+def test_a_made_up_tool_name_cannot_list_a_session_under_another_tool(
+    client: Client, agent: AgentFixture
+) -> None:
+    """The session summary keeps the tools called as words (" read_file run_command "). A
+    call of a tool named "nope run_command\\u2028x" (rejected: no such tool, nothing ran)
+    added three words, so the auditors' list filtered by run_command showed the session,
+    and its page offered run_command as a tool it had called."""
+    sid = _api(client, "/api/v1/sessions", {"title": "t"}, agent).json()["id"]
+    names = ["nope run_command\u2028x", "nope run_command y"]
+    calls = {
+        "calls": [{"id": f"t{n}", "name": name, "arguments": {}} for n, name in enumerate(names)]
+    }
+    answer = _api(client, f"/api/v1/sessions/{sid}/calls", calls, agent)
+    assert {c["status"] for c in answer.json()["calls"]} == {"rejected"}
+    received = AuditEvent.objects.filter(chain=sid, kind="call.received").order_by("seq")
+    assert [e.payload["tool"] for e in received] == names  # the events keep what was asked
+    assert "run_command" not in AuditChain.objects.get(chain=sid).tools.split()
+    make_user("rta-aud3", groups=("auditor",))
+    client.login(username="rta-aud3", password="pw-rta-aud3")
+    assert sid not in client.get("/audit/sessions/?tool=run_command").content.decode()
+    assert client.get(f"/audit/sessions/{sid}/?tool=run_command").status_code == 404
