@@ -374,13 +374,15 @@ def database_events(chain: str | None = None) -> Iterator[dict[str, Any]]:
 
 def _iso_time(value: Any) -> str:
     """The hashed text of a stored time (isoformat of the UTC time); an unreadable stored
-    value gives a text no hash matches, so the verifier names that event."""
+    value gives a text no hash matches, so the verifier names that event. SQLite's text
+    holds no offset; one written into it is read as Django reads it (it moves the time)."""
     if isinstance(value, datetime):
         return value.isoformat()
     try:
-        return datetime.fromisoformat(str(value)).replace(tzinfo=UTC).isoformat()
+        stored = datetime.fromisoformat(str(value))
     except ValueError:
         return f"unreadable time {value!r}"
+    return (stored if stored.tzinfo else stored.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
 
 
 def database_heads(chain: str | None = None) -> dict[str, Head]:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.db import connection
 from django.test import Client
 
 from audit.models import AuditChain, AuditEvent
@@ -162,3 +164,28 @@ def test_a_made_up_tool_name_cannot_list_a_session_under_another_tool(
     client.login(username="rta-aud3", password="pw-rta-aud3")
     assert sid not in client.get("/audit/sessions/?tool=run_command").content.decode()
     assert client.get(f"/audit/sessions/{sid}/?tool=run_command").status_code == 404
+
+
+def test_a_time_offset_written_into_sqlite_is_reported() -> None:
+    """SQLite keeps times as text. Adding an offset ("+05:00") to a stored time moves the
+    event for every reader (Django reads the offset: five hours earlier in the timeline),
+    but the verifier replaced the offset by UTC and found the hashed text again: OK."""
+    events = write_chain(3)
+    chain, target = events[0].chain, events[1]
+    if connection.vendor == "postgresql":
+        with triggers_disabled():
+            sql(
+                "UPDATE audit_auditevent SET created_at = created_at - interval '5 hours' "
+                "WHERE id = %s",
+                [target.pk],
+            )
+    else:
+        with triggers_disabled():
+            sql(
+                "UPDATE audit_auditevent SET created_at = created_at || '+05:00' WHERE id = %s",
+                [target.pk],
+            )
+    moved = AuditEvent.objects.get(pk=target.pk).created_at
+    assert target.created_at - moved == timedelta(hours=5)
+    report = verify_database(chain)
+    assert [(p.seq, p.what.split(":")[0]) for p in report.problems] == [(2, "hash mismatch")]
