@@ -189,3 +189,19 @@ def test_a_time_offset_written_into_sqlite_is_reported() -> None:
     assert target.created_at - moved == timedelta(hours=5)
     report = verify_database(chain)
     assert [(p.seq, p.what.split(":")[0]) for p in report.problems] == [(2, "hash mismatch")]
+
+
+def test_the_tool_filter_shows_a_tool_name_with_its_bidi_characters_escaped(
+    client: Client, agent: AgentFixture
+) -> None:
+    """Everything else on the session page shows an agent's text through `visible`; the
+    tool filter's choices (the session's tool names) showed a right-to-left override raw."""
+    sid = _api(client, "/api/v1/sessions", {"title": "t"}, agent).json()["id"]
+    calls = {"calls": [{"id": "t1", "name": "fr\u202eelif_daer", "arguments": {}}]}
+    assert _api(client, f"/api/v1/sessions/{sid}/calls", calls, agent).status_code == 200
+    make_user("rta-aud4", groups=("auditor",))
+    client.login(username="rta-aud4", password="pw-rta-aud4")
+    page = client.get(f"/audit/sessions/{sid}/").content.decode()
+    options = re.findall(r"<option value=\"[^\"]*\"(?: selected)?>([^<]*)</option>", page)
+    assert "fr\\u202eelif_daer" in options
+    assert not [o for o in options if "\u202e" in o]
