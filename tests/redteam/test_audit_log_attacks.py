@@ -205,3 +205,27 @@ def test_the_tool_filter_shows_a_tool_name_with_its_bidi_characters_escaped(
     options = re.findall(r"<option value=\"[^\"]*\"(?: selected)?>([^<]*)</option>", page)
     assert "fr\\u202eelif_daer" in options
     assert not [o for o in options if "\u202e" in o]
+
+
+def test_a_call_allowed_by_a_long_session_grant_is_recorded(client: Client, tmp_path: Path) -> None:
+    """A reviewer's session grant names the call's exact command ("grant:run_command(...)"),
+    and a command is often longer than the 200 characters that ToolCall.decided_by and
+    the audit actor hold. On PostgreSQL every later call the grant allowed failed (500,
+    value too long); SQLite kept the text whole. The decision's `by` is cut to fit; its
+    rule stays whole in the provenance."""
+    from dispatcher.policy.models import SessionGrant
+    from tests.support.factories import make_agent
+
+    fx = make_agent(mode="standard", workspace=str(tmp_path))
+    sid = _api(client, "/api/v1/sessions", {"title": "t"}, fx).json()["id"]
+    word = "x" * 230
+    rule = f"run_command(echo {word})"
+    SessionGrant.objects.create(session_id=sid, rule=rule, tool="run_command")
+    calls = {"calls": [{"id": "t1", "name": "run_command", "arguments": {"argv": ["echo", word]}}]}
+    answer = _api(client, f"/api/v1/sessions/{sid}/calls", calls, fx)
+    assert answer.status_code in (200, 202), answer.content[:300]
+    [call] = answer.json()["calls"]
+    assert call["decision"] == "allow" and call["decided_by"].startswith("grant:run_command(echo x")
+    decided = AuditEvent.objects.get(chain=sid, kind="call.allowed")
+    assert len(decided.actor) <= 200 and decided.payload["rule"] == rule
+    assert verify_database(sid).ok
