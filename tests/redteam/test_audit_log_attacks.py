@@ -195,7 +195,8 @@ def test_the_tool_filter_shows_a_tool_name_with_its_bidi_characters_escaped(
     client: Client, agent: AgentFixture
 ) -> None:
     """Everything else on the session page shows an agent's text through `visible`; the
-    tool filter's choices (the session's tool names) showed a right-to-left override raw."""
+    tool filter's choices (the session's tool names) showed a right-to-left override raw,
+    and so did the session list's Tools column."""
     sid = _api(client, "/api/v1/sessions", {"title": "t"}, agent).json()["id"]
     calls = {"calls": [{"id": "t1", "name": "fr\u202eelif_daer", "arguments": {}}]}
     assert _api(client, f"/api/v1/sessions/{sid}/calls", calls, agent).status_code == 200
@@ -205,6 +206,8 @@ def test_the_tool_filter_shows_a_tool_name_with_its_bidi_characters_escaped(
     options = re.findall(r"<option value=\"[^\"]*\"(?: selected)?>([^<]*)</option>", page)
     assert "fr\\u202eelif_daer" in options
     assert not [o for o in options if "\u202e" in o]
+    listed = client.get("/audit/sessions/").content.decode()
+    assert "fr\\u202eelif_daer" in listed and "\u202e" not in listed
 
 
 def test_a_call_allowed_by_a_long_session_grant_is_recorded(client: Client, tmp_path: Path) -> None:
