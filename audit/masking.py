@@ -83,6 +83,30 @@ _ENDS_SECRET = (
     )
     + ")"
 )
+# A JSON key (between its quotes) that SECRET_KEY reads as a secret and _ENDS_SECRET does
+# not: a whole word after the start of the name, "-" or "_" (`"Cookie"`, `"x_auth"`, not
+# `"oauth"`), so that arguments, which reach the log as JSON text, are masked as a payload's
+# keys are.
+_JSON_KEY_ENDS = (
+    "(?:"
+    + _ENDS_SECRET
+    + "|"
+    + "|".join(
+        f'(?<=(?i:[-_"]{word}))'
+        for word in (
+            "authorization",
+            "auth",
+            "credential",
+            "credentials",
+            "private_key",
+            "private-key",
+            "cookie",
+            "session_key",
+            "session-key",
+        )
+    )
+    + ")"
+)
 # Between an option and its value: spaces (shell text), or the end of one JSON string and
 # the start of the next (an argument list in JSON text: "--password", "hunter2").
 _ARG_SEP = r"""(?:\s{1,8}+|"\s{0,4}+,\s{0,4}+"|'\s{0,4}+,\s{0,4}+')"""
@@ -299,14 +323,15 @@ RULES: list[_Rule] = [
         _masking("private-key", is_key_body),
         ("-----BEGIN",),
     ),
-    # "password": "..." inside JSON text (raw arguments, tool output).
+    # "password": "..." inside JSON text (raw arguments, tool output), under every key
+    # name SECRET_KEY reads as a secret too.
     _Rule(
         r'(?P<name>"[\w.-]'
         + f"{{1,{MAX_NAME}}}+"
-        + _ENDS_SECRET
+        + _JSON_KEY_ENDS
         + r'"\s{0,16}+:\s{0,16}+)(?P<v>(?P<dq>")(?:[^"\\\n]++|\\.)++")',
         _masking(_kind_of_name),
-        _SECRET_WORDS,
+        (*_SECRET_WORDS, "auth", "credential", "private", "cookie", "session"),
         folded=True,
     ),
     # Authorization: Bearer xyz / Basic xyz / token xyz (headers, curl -H ...).
@@ -502,8 +527,9 @@ def contains_masked(value: Any) -> bool:
 def storable(value: Any) -> Any:
     """A copy that reads back from the database exactly as written, so its hash stays valid.
 
-    PostgreSQL's jsonb refuses NUL characters and NaN/Infinity and turns 1e+20 into an
-    integer; such values are made plain here, before hashing. Pre-masked text is kept.
+    PostgreSQL's jsonb refuses NUL characters and NaN/Infinity, turns 1e+20 into an
+    integer and -0.0 into 0.0 (its numeric has no negative zero); such values are made
+    plain here, before hashing. Pre-masked text is kept.
     """
     if isinstance(value, dict):
         return {storable(str(k)): storable(v) for k, v in value.items()}
@@ -518,4 +544,6 @@ def storable(value: Any) -> Any:
             return str(value)
         if value.is_integer() and "e" in repr(value):
             return int(value)
+        if value == 0:
+            return 0.0  # (-0.0 == 0: both become 0.0)
     return value

@@ -436,9 +436,13 @@ def _summarize(head: AuditChain, event: AuditEvent, changed: set[str] | None) ->
         head.errors += 1
         fields.append("errors")
     tool = payload.get("tool")
+    # One word only: the summary is a list of words, and an agent's made-up name "x
+    # run_command y" (rejected, never run) would list its session under run_command.
+    # Every tool Harness can run has such a name; the events keep whatever was asked.
     if (
         event.kind == kinds.CALL_RECEIVED
         and isinstance(tool, str)
+        and tool.split() == [tool]
         and f" {tool} " not in head.tools
     ):
         head.tools = (head.tools or " ") + tool + " "

@@ -363,12 +363,14 @@ def _calls_of(chain: str, received: list[AuditEvent]) -> list[Call]:
         # By subject alone, so that both PostgreSQL and SQLite read the subject index (with
         # the chain in the query, either may walk the chain's (chain, seq) range instead);
         # the chain and order are then checked here.
-        later = (
-            AuditEvent.objects.filter(subject__in=subjects)
-            .exclude(kind=kinds.CALL_RECEIVED)
-            .order_by("seq")
-        )
-        for event in later:
+        named = AuditEvent.objects.filter(subject__in=subjects)
+        later = named.exclude(
+            kind__in=[kinds.CALL_RECEIVED, kinds.CLIENT_REPORT_ORPHANED]
+        ).order_by("seq")
+        # A client can report a finished call again and again, each report a note on its
+        # card: the page's newest few only, so that a page costs the same however many.
+        reports = named.filter(kind=kinds.CLIENT_REPORT_ORPHANED).order_by("-seq")
+        for event in sorted([*later, *reports[:ORPHANS_SHOWN]], key=lambda e: e.seq):
             call = calls.get(event.payload.get("call_id"))
             if call is not None and event.chain == chain and event.seq > received[0].seq:
                 _apply(call, event)

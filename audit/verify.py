@@ -151,6 +151,8 @@ def verify_events(
     heads: dict[str, Head] | None = None,
     checkpoints: Iterable[Checkpoint] = (),
     keys: dict[bytes, assertions.Registered] | None = None,
+    *,
+    every_chain_headed: bool = False,
 ) -> Report:
     """Check `events` (each chain in seq order; chains may interleave) against `heads`
     and `checkpoints`.
@@ -159,6 +161,9 @@ def verify_events(
     when the chain was written) also catches events removed from, or added to, the end;
     its signature, a head recomputed without the key. A checkpoint catches a chain
     rewritten or cut short since it was taken, heads and signatures included.
+    `every_chain_headed` (the database: every append writes its chain's head): a chain
+    with events and no head is a problem, since deleting the head with the chain's last
+    events would otherwise pass.
 
     Every verdict signed with a passkey (a payload's "step_up_signature") is checked on its own,
     whatever the chain: its assertion must verify over the challenge recomputed from the
@@ -199,7 +204,7 @@ def verify_events(
         state.expected_seq = event["seq"] + 1
         state.prev_hash = event["hash"]
     report.chains = len(states)
-    _compare_heads(report, states)
+    _compare_heads(report, states, every_chain_headed)
     _compare_checkpoints(report, wanted, seen, last_seq)
     if signers and len(set(signers)) == 1 and signers[0]:
         report.wrong_key = signers[0]  # every signature names one other key
@@ -233,9 +238,25 @@ def _signed_verdict_problem(
     return f"step-up signature: {what}" if what else ""
 
 
-def _compare_heads(report: Report, states: dict[str, _ChainState]) -> None:
+def _compare_heads(
+    report: Report, states: dict[str, _ChainState], every_chain_headed: bool
+) -> None:
     """A problem for each recorded head whose chain has no events, or whose chain (read
-    without a problem) ends elsewhere than the head says."""
+    without a problem) ends elsewhere than the head says; with `every_chain_headed`, for
+    each chain (read without a problem) that has no head."""
+    if every_chain_headed:
+        for chain, read in states.items():
+            if chain not in report.heads and not read.failed:
+                report.problems.append(
+                    Problem(
+                        chain,
+                        None,
+                        None,
+                        f"events exist up to seq {read.expected_seq - 1} but the chain has "
+                        "no head (its head was deleted: events at the end may have been "
+                        "deleted with it)",
+                    )
+                )
     for chain, head in report.heads.items():
         state = states.get(chain)
         if state is None:
@@ -353,13 +374,15 @@ def database_events(chain: str | None = None) -> Iterator[dict[str, Any]]:
 
 def _iso_time(value: Any) -> str:
     """The hashed text of a stored time (isoformat of the UTC time); an unreadable stored
-    value gives a text no hash matches, so the verifier names that event."""
+    value gives a text no hash matches, so the verifier names that event. SQLite's text
+    holds no offset; one written into it is read as Django reads it (it moves the time)."""
     if isinstance(value, datetime):
         return value.isoformat()
     try:
-        return datetime.fromisoformat(str(value)).replace(tzinfo=UTC).isoformat()
+        stored = datetime.fromisoformat(str(value))
     except ValueError:
         return f"unreadable time {value!r}"
+    return (stored if stored.tzinfo else stored.replace(tzinfo=UTC)).astimezone(UTC).isoformat()
 
 
 def database_heads(chain: str | None = None) -> dict[str, Head]:
@@ -381,6 +404,7 @@ def verify_database(chain: str | None = None, against: Iterable[Checkpoint] = ()
         database_heads(chain),
         _only(against, chain),
         assertions.registered_keys(),
+        every_chain_headed=True,
     )
 
 

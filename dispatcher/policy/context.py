@@ -115,6 +115,9 @@ class CallContext:
     may_have_grants: bool = True
 
 
+BY_LENGTH = 200
+
+
 @dataclass(frozen=True)
 class Decision:
     """What a pre-execute listener answered, and who/why (provenance)."""
@@ -135,6 +138,13 @@ class Decision:
     step_up: tuple[str, ...] = ()
     # Approvals from several groups, each with its count (Quorum.groups).
     groups: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        # `by` is kept in 200 characters (ToolCall.decided_by, the audit event's actor;
+        # PostgreSQL refuses more): a rule or a session grant naming a long command is
+        # longer. `rule` keeps it whole.
+        if len(self.by) > BY_LENGTH:
+            object.__setattr__(self, "by", self.by[: BY_LENGTH - 1] + "\u2026")
 
     def as_provenance(self) -> dict[str, Any]:
         provenance: dict[str, Any] = {
