@@ -5,11 +5,9 @@ judged (sandbox_servers.sandboxed_argv, REOPEN). Real programs in the real sandb
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,11 @@ import pytest
 
 from dispatcher.tools import sandbox, sandbox_servers
 from dispatcher.tools.base import ToolError
-from tests.redteam.test_sandbox_root_sweep import run_command, workspace  # noqa: F401
+from tests.redteam.test_sandbox_root_sweep import (  # noqa: F401
+    exchanging,
+    run_command,
+    workspace,
+)
 from tests.tools.support import require_bwrap
 
 
@@ -27,23 +29,6 @@ def sandbox_on(settings: Any) -> None:
     require_bwrap()
     settings.HARNESS_SANDBOX = "bwrap"
     settings.HARNESS_SANDBOX_NETWORK = False
-
-
-def exchanging(a: Path, b: Path) -> tuple[threading.Event, threading.Thread, list[int]]:
-    """Another sandboxed program, whose writable directory holds `a` and `b`: it
-    exchanges them over and over (renameat2 RENAME_EXCHANGE) until the event is set."""
-    stop = threading.Event()
-    swaps = [0]
-
-    def swap() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        while not stop.is_set():
-            libc.renameat2(-100, bytes(a), -100, bytes(b), 2)
-            swaps[0] += 1
-
-    thread = threading.Thread(target=swap)
-    thread.start()
-    return stop, thread, swaps
 
 
 # --- a server's read-only path -------------------------------------------------------------

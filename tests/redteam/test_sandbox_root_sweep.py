@@ -36,6 +36,24 @@ def workspace(settings: Any, tmp_path: Path) -> Path:
     return path
 
 
+def exchanging(a: Path, b: Path) -> tuple[threading.Event, threading.Thread, list[int]]:
+    """Another sandboxed program, whose writable directory holds `a` and `b`: it
+    exchanges them over and over (renameat2 RENAME_EXCHANGE) until the event is set.
+    (The event, its thread, and how many exchanges it made so far.)"""
+    stop = threading.Event()
+    swaps = [0]
+
+    def swap() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        while not stop.is_set():
+            libc.renameat2(-100, bytes(a), -100, bytes(b), 2)
+            swaps[0] += 1
+
+    thread = threading.Thread(target=swap)
+    thread.start()
+    return stop, thread, swaps
+
+
 def run_command(workspace: Path, argv: list[str], cwd: str = ".") -> str:
     """run_command as the worker runs it: its environment, its sandbox."""
     ctx = ExecutionContext(workspace=workspace, call_id="rtd", timeout=30, output_limit=20_000)
@@ -443,16 +461,8 @@ def test_the_walk_gives_no_file_swapped_in_for_an_entry_it_judged(
         (d / f"f{i:03}").write_text("")
     (d / "x").write_text("the program's own\n")
     os.link(secret, d / "hl")  # the second name lies in the workspace
-    stop = threading.Event()
-
-    def swap() -> None:  # a sandboxed program: exchanges two names it may rename
-        libc = ctypes.CDLL(None, use_errno=True)
-        a, b = str(d / "x").encode(), str(d / "hl").encode()
-        while not stop.is_set():
-            libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE
-
-    thread = threading.Thread(target=swap)
-    thread.start()
+    # a sandboxed program: exchanges two names it may rename
+    stop, thread, _ = exchanging(d / "x", d / "hl")
     try:
         for _ in range(1000):
             os.chown(ws, 0, 0)  # not yet given: walked again
@@ -490,16 +500,8 @@ def test_a_writable_server_path_swapped_after_its_check_gives_nothing_away(
     for p in (shared, shared / "sub"):
         os.chown(p, *user)
     os.lchown(shared / "alt", *user)
-    stop = threading.Event()
-
-    def swap() -> None:  # server 1's program: sub <-> a symlink, over and over
-        libc = ctypes.CDLL(None, use_errno=True)
-        a, b = str(shared / "sub").encode(), str(shared / "alt").encode()
-        while not stop.is_set():
-            libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE
-
-    thread = threading.Thread(target=swap)
-    thread.start()
+    # server 1's program: sub <-> a symlink, over and over
+    stop, thread, _ = exchanging(shared / "sub", shared / "alt")
     entry = f"{shared / 'sub'}:rw"  # server 2's writable path
     try:
         for _ in range(3000):
@@ -531,18 +533,8 @@ def test_a_writable_server_path_swapped_before_the_bind_binds_nothing_else(
     shared = tmp_path / "shared"  # another server's writable path, holding this one
     (shared / "sub").mkdir(parents=True)
     os.symlink(outside, shared / "alt")
-    stop = threading.Event()
-    swaps = [0]
-
-    def swap() -> None:  # that server's program: sub <-> a symlink, over and over
-        libc = ctypes.CDLL(None, use_errno=True)
-        a, b = str(shared / "sub").encode(), str(shared / "alt").encode()
-        while not stop.is_set():
-            libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE
-            swaps[0] += 1
-
-    thread = threading.Thread(target=swap)
-    thread.start()
+    # that server's program: sub <-> a symlink, over and over
+    stop, thread, swaps = exchanging(shared / "sub", shared / "alt")
     target = shared / "sub"
     started = 0
     try:
