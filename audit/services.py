@@ -409,8 +409,15 @@ def _advance_head(
         changed: set[str] | None = None  # insert every column
     else:
         changed = {"last_at", "last_seq", "last_hash", "last_event_id", "head_signature"}
+    # Calls whose name never resolved to a tool (rejected at receive or resolve, in the
+    # same append as their call.received): their names are not listed (_summarize).
+    unresolved = {
+        event.subject
+        for event in events
+        if event.kind == kinds.CALL_REJECTED and event.payload.get("stage") in _UNRESOLVED
+    }
     for event in events:
-        changed = _summarize(head, event, changed)
+        changed = _summarize(head, event, changed, unresolved)
     head.last_at = last.created_at
     head.last_seq = last.seq
     head.last_hash = last.hash
@@ -418,7 +425,13 @@ def _advance_head(
     return head, changed
 
 
-def _summarize(head: AuditChain, event: AuditEvent, changed: set[str] | None) -> set[str] | None:
+# The stages before a call's name is known to be a tool (dispatcher.admission._decide).
+_UNRESOLVED = frozenset({"receive", "resolve"})
+
+
+def _summarize(
+    head: AuditChain, event: AuditEvent, changed: set[str] | None, unresolved: set[str]
+) -> set[str] | None:
     """Count `event` into the session summary; returns the changed columns (None: all)."""
     payload = event.payload
     fields: list[str] = []
@@ -436,11 +449,13 @@ def _summarize(head: AuditChain, event: AuditEvent, changed: set[str] | None) ->
         head.errors += 1
         fields.append("errors")
     tool = payload.get("tool")
-    # One word only: the summary is a list of words, and an agent's made-up name "x
-    # run_command y" (rejected, never run) would list its session under run_command.
-    # Every tool Harness can run has such a name; the events keep whatever was asked.
+    # Only the names of tools Harness knows: a call rejected before its name resolved is
+    # kept in the events only, so an agent cannot grow the list with made-up names (and
+    # hide a real one among them). One word only: the summary is a list of words, and a
+    # made-up name "x run_command y" would list its session under run_command.
     if (
         event.kind == kinds.CALL_RECEIVED
+        and event.subject not in unresolved
         and isinstance(tool, str)
         and tool.split() == [tool]
         and f" {tool} " not in head.tools

@@ -166,6 +166,32 @@ def test_a_made_up_tool_name_cannot_list_a_session_under_another_tool(
     assert client.get(f"/audit/sessions/{sid}/?tool=run_command").status_code == 404
 
 
+def test_made_up_tool_names_are_not_listed_in_the_session_summary(
+    client: Client, agent: AgentFixture
+) -> None:
+    """Each distinct one-word name an agent made up (rejected: no such tool) was added to
+    the session summary's tools: the list grew without bound, and the session page's tool
+    filter offered every made-up name beside the real ones. Only names that resolved to a
+    tool are listed now (a call rejected at receive, unreadable, never resolved either);
+    the events keep every name asked."""
+    sid = _api(client, "/api/v1/sessions", {"title": "t"}, agent).json()["id"]
+    made_up = [f"made_up_{n}" for n in range(30)]
+    calls = [{"id": f"m{n}", "name": name, "arguments": {}} for n, name in enumerate(made_up)]
+    calls.append({"id": "real", "name": "read_file", "arguments": {"path": "missing.txt"}})
+    calls.append({"id": "unreadable", "name": "made_up_raw", "arguments": "{not json"})
+    answer = _api(client, f"/api/v1/sessions/{sid}/calls", {"calls": calls}, agent)
+    statuses = {c["tool_use_id"]: c["status"] for c in answer.json()["calls"]}
+    assert statuses["m0"] == statuses["unreadable"] == "rejected", statuses
+    assert statuses["real"] != "rejected", statuses
+    received = AuditEvent.objects.filter(chain=sid, kind="call.received")
+    assert {e.payload["tool"] for e in received} >= {*made_up, "read_file"}
+    assert AuditChain.objects.get(chain=sid).tools.split() == ["read_file"]
+    make_user("rta-aud6", groups=("auditor",))
+    client.login(username="rta-aud6", password="pw-rta-aud6")
+    assert client.get(f"/audit/sessions/{sid}/?tool=made_up_3").status_code == 404
+    assert client.get(f"/audit/sessions/{sid}/?tool=read_file").status_code == 200
+
+
 def test_a_time_offset_written_into_sqlite_is_reported() -> None:
     """SQLite keeps times as text. Adding an offset ("+05:00") to a stored time moves the
     event for every reader (Django reads the offset: five hours earlier in the timeline),
@@ -200,8 +226,12 @@ def test_the_tool_filter_shows_a_tool_name_with_its_bidi_characters_escaped(
     sid = _api(client, "/api/v1/sessions", {"title": "t"}, agent).json()["id"]
     calls = {"calls": [{"id": "t1", "name": "fr\u202eelif_daer", "arguments": {}}]}
     assert _api(client, f"/api/v1/sessions/{sid}/calls", calls, agent).status_code == 200
-    make_user("rta-aud4", groups=("auditor",))
-    client.login(username="rta-aud4", password="pw-rta-aud4")
+    # Such a name never resolves, so it is no longer listed; a summary written before
+    # that (or any name the list holds) is still shown escaped.
+    assert AuditChain.objects.get(chain=sid).tools.split() == []
+    AuditChain.objects.filter(chain=sid).update(tools=" fr\u202eelif_daer ")
+    make_user("rta-aud5", groups=("auditor",))
+    client.login(username="rta-aud5", password="pw-rta-aud5")
     page = client.get(f"/audit/sessions/{sid}/").content.decode()
     options = re.findall(r"<option value=\"[^\"]*\"(?: selected)?>([^<]*)</option>", page)
     assert "fr\\u202eelif_daer" in options
