@@ -20,6 +20,7 @@ from dispatcher.admission import context_of
 from dispatcher.models import Agent, Executor, Status, ToolCall
 from dispatcher.policy import grants
 from dispatcher.proposals import ProposedCall, canonical_json
+from dispatcher.tools.write_file import bound_before
 from floor import compiled, errors
 from floor.compiled import Compiled
 from teams.scope import Scope, ask_teams
@@ -747,11 +748,9 @@ def _same_file_shown(approval: ApprovalRequest, replacement: ApprovalRequest) ->
     at the same path and with the same content, the editor's diff was made against."""
     shown = approval.presentation if isinstance(approval.presentation, dict) else {}
     now = replacement.presentation if isinstance(replacement.presentation, dict) else {}
-    if now.get("sha256_before") is None:  # nothing there to lose (the worker still checks)
+    if bound_before(now) == (None, None):  # nothing there to lose (the worker still checks)
         return True
-    return shown.get("sha256_before") == now["sha256_before"] and shown.get("path") == now.get(
-        "path"
-    )
+    return bound_before(shown) == bound_before(now) and shown.get("path") == now.get("path")
 
 
 def _audit_edit_refused(

@@ -96,7 +96,7 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
     # The diff and the hash the approval binds from one read of one open file: read
     # twice, a file changing in between (admission holds no workspace lock) bound the
     # approval to content the diff never showed.
-    current, sha256_before = _current(relative, workspace)
+    current, sha256_before, file_before = _current(relative, workspace)
     new_file = current is None
     diff = difflib.unified_diff(
         newline_lines(current or ""),
@@ -111,13 +111,14 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
         "new_file": new_file,
         # what the diff was made against, which the approval binds (`changed_since`)
         "sha256_before": sha256_before,
+        **({"file_before": file_before} if file_before is not None else {}),
     }
 
 
-def _current_sha256(relative: str, workspace: Path) -> str | None:
-    """The SHA-256 of the whole file as it is now, or None when there is no readable
-    regular file inside the workspace (read as present_write reads it: `_current`)."""
-    return _current(relative, workspace)[1]
+def bound_before(presentation: dict[str, Any]) -> tuple[Any, Any]:
+    """What an ask's presentation binds of the file it would overwrite: its SHA-256, or
+    for a file past HASH_LIMIT its identity (`file_before`); (None, None) for no file."""
+    return presentation.get("sha256_before"), presentation.get("file_before")
 
 
 def changed_since(
@@ -128,18 +129,41 @@ def changed_since(
     if "sha256_before" not in presentation:
         return None
     relative = str(arguments.get("path", ""))
-    if _current_sha256(relative, workspace) != presentation["sha256_before"]:
+    _, sha256_now, file_now = _current(relative, workspace)
+    if (sha256_now, file_now) != bound_before(presentation):
         return f"{relative} changed since the reviewer's diff was made"
     return None
 
 
 DIFF_LIMIT = 1024 * 1024  # bytes of the current file read for the reviewer's diff
+# Past this size a file is bound by its identity, not hashed: an ask (and its check
+# before the write) would otherwise read the whole of any file an agent names, in the web
+# process, as often as it asks. Such a file is past DIFF_LIMIT too, so the reviewer was
+# shown no content of it, only that it will be replaced.
+HASH_LIMIT = 64 * 1024 * 1024
 
 
-def _current(relative: str, workspace: Path) -> tuple[str | None, str | None]:
-    """(The file's current text, the SHA-256 of the whole file), both of one read through
-    one descriptor; (None, None) when there is no readable regular file inside the
-    workspace. The text is a note past DIFF_LIMIT bytes.
+def identity(info: os.stat_result) -> dict[str, int]:
+    """A file past HASH_LIMIT as its ask binds it. Its change time (ctime) is set by the
+    kernel at every change of its content or metadata, and no program can set it back
+    (utimensat sets only the access and modification times); a new file under the name
+    has a new inode or a new ctime."""
+    return {
+        "device": info.st_dev,
+        "inode": info.st_ino,
+        "size": info.st_size,
+        "mtime_ns": info.st_mtime_ns,
+        "ctime_ns": info.st_ctime_ns,
+    }
+
+
+def _current(
+    relative: str, workspace: Path
+) -> tuple[str | None, str | None, dict[str, int] | None]:
+    """(The file's current text, the SHA-256 of the whole file, None), all of one read
+    through one descriptor; for a file past HASH_LIMIT (text, None, its `identity`),
+    read no further than its size; (None, None, None) when there is no readable regular
+    file inside the workspace. The text is a note past DIFF_LIMIT bytes.
 
     Read through a descriptor opened with no symlink followed (this runs in the web
     process, and the text lands in the reviewer's diff and the audit payload).
@@ -147,28 +171,38 @@ def _current(relative: str, workspace: Path) -> tuple[str | None, str | None]:
     try:
         path = resolve_in_workspace(workspace, relative)
     except ToolError:
-        return None, None
+        return None, None, None
     try:
         with opened(workspace, path, READ) as fd:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                return None, None
+                return None, None, None
+            if info.st_size > HASH_LIMIT:
+                note = _too_large(info.st_size)
+                return note, None, identity(info)
             digest = hashlib.sha256()
             head = bytearray()
+            read = 0
             while chunk := os.read(fd, 1 << 20):
+                read += len(chunk)
+                if read > HASH_LIMIT:  # grown since its size was read
+                    return _too_large(read), None, identity(os.fstat(fd))
                 digest.update(chunk)
                 if len(head) <= DIFF_LIMIT:
                     head += chunk[: DIFF_LIMIT + 1 - len(head)]
     except OSError:  # unreadable, or changed: the reviewer sees the write as if it were new
-        return None, None
+        return None, None, None
     if len(head) > DIFF_LIMIT:
-        size = max(info.st_size, len(head))
-        text = f"[the current file is {size} bytes, too large to diff; it will be replaced]\n"
+        text = _too_large(max(info.st_size, read))
     else:
         # A NUL shown escaped: PostgreSQL keeps none in the ask's presentation (jsonb),
         # and a write over a binary file refused its whole message.
         text = bytes(head).decode("utf-8", errors="replace").replace("\x00", "\\x00")
-    return text, digest.hexdigest()
+    return text, digest.hexdigest(), None
+
+
+def _too_large(size: int) -> str:
+    return f"[the current file is {size} bytes, too large to diff; it will be replaced]\n"
 
 
 TOOL = Tool(

@@ -100,6 +100,64 @@ def test_a_write_files_diff_binds_like_a_previewed_effect(agent: Any, reviewer: 
     assert "-keep: the reviewer never saw me go" in shown_again and "+BETA" in shown_again
 
 
+def _bytes_read() -> int:
+    """What this process has read so far, from /proc (rchar: every read, cached or not)."""
+    io = Path("/proc/self/io").read_text()
+    return int(next(line.split()[1] for line in io.splitlines() if line.startswith("rchar:")))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("change", ["none", "content", "content, mtime put back"])
+def test_a_write_over_a_huge_file_binds_it_without_reading_it(
+    agent: Any, reviewer: Any, change: str
+) -> None:
+    """An ask of write_file hashed the whole file it would overwrite, in the web process,
+    at every ask (and again before the write): an agent naming a file of many GiB in its
+    workspace kept a thread hashing for seconds per ask, as often as it asked. A file past
+    HASH_LIMIT (shown to the reviewer only as "too large to diff") is bound by its
+    identity instead, change time included, which no program can set back: a change of
+    its content still makes the approved write ask again."""
+    from dispatcher import execution
+    from dispatcher.models import AgentSession, Status, ToolCall
+    from dispatcher.tools import write_file
+    from tests.approvals.conftest import start_session
+
+    session_id = start_session(agent)
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    huge = workspace / "huge.bin"
+    with huge.open("wb") as f:  # sparse: 8 GiB on no disk
+        f.truncate(8 << 30)
+    before = _bytes_read()
+    approval = ask(agent, {"path": "huge.bin", "content": "small\n"}, session_id=session_id)
+    assert _bytes_read() - before < 4 * write_file.DIFF_LIMIT
+    shown = approval.presentation
+    assert "too large to diff; it will be replaced" in shown["diff"]
+    assert shown["sha256_before"] is None and shown["file_before"]["size"] == 8 << 30
+    if change != "none":
+        info = huge.stat()
+        with huge.open("r+b") as f:
+            f.seek(4 << 30)
+            f.write(b"x")
+        if change == "content, mtime put back":
+            os.utime(huge, ns=(info.st_atime_ns, info.st_mtime_ns))
+        assert huge.stat().st_size == 8 << 30
+    client = Client()
+    client.force_login(reviewer)
+    data = {"action": "approve", "digest": approval.call.digest}
+    assert client.post(f"/approvals/{approval.pk}/decide", data).status_code in (200, 302)
+    execution.execute_call(str(approval.call_id))
+    call = ToolCall.objects.get(pk=approval.call_id)
+    if change == "none":
+        assert call.status == Status.COMPLETED and not call.is_error, call.content
+        assert huge.read_text() == "small\n"
+        return
+    assert call.status == Status.EDITED, call.status
+    assert "changed since the reviewer's diff was made" in call.content
+    assert huge.stat().st_size == 8 << 30  # nothing written
+    again = ToolCall.objects.get(edited_from=call.pk)
+    assert again.status == Status.PENDING_APPROVAL
+
+
 def _submitted_and_run(agent: Any, session_id: str, name: str, arguments: Any) -> Any:
     """One call sent through the agent API, run by the worker when it was queued (this
     process, at once); the call as it ends up."""
@@ -447,3 +505,32 @@ def test_any_failure_of_a_preview_leaves_the_call_asking(
         agent, {"argv": ["true"]}, session_id=session_id, name="run_command", call_id="r1"
     )
     assert approval.presentation["preview"]["note"].startswith("No preview")
+
+
+@pytest.mark.django_db
+def test_an_edited_write_over_a_huge_file_binds_to_the_file_the_editor_saw(
+    agent: Any, reviewer: Any
+) -> None:
+    """The edit's side of the identity binding: a file past HASH_LIMIT changed after the
+    ask; the editor's edit is not their approval (they were shown another file), so the
+    replacement asks again and nothing is written."""
+    from dispatcher.models import AgentSession, Status, ToolCall
+    from tests.approvals.conftest import start_session
+    from tests.approvals.test_edit import edit
+
+    session_id = start_session(agent)
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    huge = workspace / "huge.bin"
+    with huge.open("wb") as f:
+        f.truncate(8 << 30)
+    approval = ask(agent, {"path": "huge.bin", "content": "small\n"}, session_id=session_id)
+    assert approval.presentation["file_before"]["size"] == 8 << 30
+    with huge.open("r+b") as f:
+        f.seek(1 << 30)
+        f.write(b"added after the ask")
+    client = Client()
+    client.force_login(reviewer)
+    assert edit(client, approval, content="smaller\n").status_code == 200
+    new = ToolCall.objects.get(edited_from=approval.call_id)
+    assert new.status == Status.PENDING_APPROVAL, new.status
+    assert huge.stat().st_size == 8 << 30
