@@ -53,7 +53,7 @@ class EffectRule:
 
     @functools.cached_property
     def spec(self) -> pathspec.PathSpec[Any]:
-        return pathspec.PathSpec.from_lines("gitwildmatch", self.write)
+        return pathspec.PathSpec.from_lines("gitignore", self.write)
 
     def allows(self, effect: dict[str, Any]) -> bool:
         """Whether the effect document (preview.Effect.document(), with `appliable`) is
@@ -116,7 +116,7 @@ def parse(text: str) -> EffectRule:
                 "workspace (relative, no '..', no '!')."
             )
     try:
-        pathspec.PathSpec.from_lines("gitwildmatch", patterns)
+        pathspec.PathSpec.from_lines("gitignore", patterns)
     except ValueError as error:
         raise EffectRuleError(f"Effect rule '{text.strip()}': {error}") from None
     return EffectRule(text.strip(), patterns, exit_zero="exit" in seen)

@@ -52,6 +52,18 @@ def test_matches_only_effects_inside_its_patterns() -> None:
     assert not rule.allows(_effect("../build/a.o"))
 
 
+def test_a_pattern_reads_as_in_a_path_rule() -> None:
+    """Effect rules read their patterns as path rules do (pathspec's `gitignore` style):
+    `out/*` covers what lies directly in out/, not out/sub/deeper (with the deprecated
+    `gitwildmatch` style it covered every depth, wider than the same pattern in
+    `write_file(out/*)`)."""
+    rule = effect_rules.parse("effect(write: out/*)")
+    assert rule.allows(_effect("out/a.o"))
+    assert not rule.allows(_effect("out/sub/deeper"))
+    assert rules.path_spec("out/*").match_file("out/a.o")
+    assert not rules.path_spec("out/*").match_file("out/sub/deeper")
+
+
 @pytest.fixture
 def previewing(settings: Any, agent: AgentFixture) -> AgentFixture:
     require_bwrap()
