@@ -147,9 +147,10 @@ def identity(info: os.stat_result) -> dict[str, int]:
     """A file past HASH_LIMIT as its ask binds it. Its change time (ctime) is set by the
     kernel at every change of its content or metadata, and no program can set it back
     (utimensat sets only the access and modification times); a new file under the name
-    has a new inode or a new ctime."""
+    has a new inode or a new ctime. No device number: the web process that asks and the
+    worker that checks may be other hosts sharing the workspace, and each numbers its
+    mounts for itself."""
     return {
-        "device": info.st_dev,
         "inode": info.st_ino,
         "size": info.st_size,
         "mtime_ns": info.st_mtime_ns,
