@@ -932,7 +932,14 @@ PROGRAMS: tuple[Program, ...] = (
         ("sort",),
         code_options=CodeOptions("", ("compress-program",)),
         readable=("sort -u f",),
-        unreadable=("sort --compress-program=x f", "sort --co=./x -S 1M f"),
+        unreadable=(
+            "sort --compress-program=x f",
+            "sort --co=./x -S 1M f",
+            "sort -o f g",
+            "sort -uof g",
+            "sort --out=f g",
+            "sort g --output f",
+        ),
     ),
     Program(
         ("unzip", "cpio", "7z", "7za", "7zr", "patch"),
