@@ -949,6 +949,12 @@ PROGRAMS: tuple[Program, ...] = (
         unreadable=("unzip a.zip", "unzip -l a.zip", "cpio -id", "7z x a.7z", "patch -p1 -i x"),
     ),
     Program(
+        ("diff3", "sdiff"),
+        code_options=CodeOptions("", ("diff-program",)),  # runs PROGRAM to compare the files
+        readable=("diff3 a b c", "sdiff -s a b"),
+        unreadable=("diff3 --diff-program=./x a b c", "sdiff --diff-prog ./x a b"),
+    ),
+    Program(
         ("split",),
         code_options=CodeOptions("", ("filter",)),  # `--filter=CMD`: each piece goes to CMD
         readable=("split -l 100 f part-",),

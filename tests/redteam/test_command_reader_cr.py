@@ -192,3 +192,21 @@ def test_deny_rules_and_the_guard_read_sh_ampersand_redirect_as_dash(
     workspace: Path, argv: list[str], deny: list[str]
 ) -> None:
     assert decide_trusted(workspace, argv, deny) == "deny"
+
+
+# --- diff3 and sdiff run the diff program they are given --------------------------------------------
+
+
+@pytest.mark.parametrize("program", ["diff3", "sdiff"])
+def test_diff_program_is_not_allowed_by_a_rule(workspace: Path, program: str) -> None:
+    script = workspace / "x"
+    script.write_text("#!/bin/sh\ntouch diff-program-ran\n")
+    script.chmod(0o755)
+    files = ["a", "b", "c"] if program == "diff3" else ["a", "b"]
+    for name in files:
+        (workspace / name).write_text(name + "\n")
+    argv = [program, "--diff-prog=./x", *files]
+    assert decide(workspace, argv, [f"{program} *"]) == "ask"
+    assert decide(workspace, [program, *files], [f"{program} *"]) == "allow"
+    run(workspace, argv)  # the premise: it ran ./x
+    assert (workspace / "diff-program-ran").exists()
