@@ -25,6 +25,7 @@ from dispatcher.policy.program_facts import (
     SAFE_SHELL_OPTIONS,
     SAFE_VARIABLE,
     SHELL_FLAGS,
+    WRITES_NO_NAMED_FILE,
     Interpreter,
     Options,
     names_runtime_input,
@@ -308,10 +309,28 @@ def read_find(argv: list[str], ctx: Context) -> list[Command]:
                 raise unreadable(f"'find {arg}' without a command ended by ';' or '{{}} +'")
             if command[0] == "{}" or any("{}" in word and word != "{}" for word in command):
                 raise unreadable(f"'find {arg}' puts file names inside a word or runs them")
+            _check_found_names(arg, command)
             found.extend(ctx.read(command, fed=False, appended=False))
             i = end
         i += 1
     return found
+
+
+def _check_found_names(action: str, command: Sequence[str]) -> None:
+    """The names find passes (`{}`) and the directory `-execdir` runs in are chosen at run
+    time, as xargs's are: `-path '*/.gi?/config' -exec sed -i ... {} ;` and `-name
+    pre-commit.sample -execdir cp x pre-commit ;` write git's configuration and hooks,
+    whose names the reader never saw. Only programs that write no file they name are read
+    there (see program_facts.WRITES_NO_NAMED_FILE)."""
+    if "{}" not in command and action not in ("-execdir", "-okdir"):
+        return
+    base = command[0].rstrip("/").rsplit("/", 1)[-1]
+    if base not in WRITES_NO_NAMED_FILE:
+        raise unreadable(
+            f"'find {action} {command[0]}': the files find gives it are chosen at run time "
+            "and may be git's configuration or hooks (only programs that write no file "
+            "they name are read there)"
+        )
 
 
 def _find_exec_end(action: str, args: Sequence[str], start: int) -> int:

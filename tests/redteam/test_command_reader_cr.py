@@ -210,3 +210,23 @@ def test_diff_program_is_not_allowed_by_a_rule(workspace: Path, program: str) ->
     assert decide(workspace, [program, *files], [f"{program} *"]) == "allow"
     run(workspace, argv)  # the premise: it ran ./x
     assert (workspace / "diff-program-ran").exists()
+
+
+# --- names find chooses at run time ---------------------------------------------------------------
+# `{}` and -execdir's directory are chosen at run time, as xargs's names are: the words the
+# reader checks for `.git` never name what is written.
+
+
+def test_find_exec_on_found_names_is_not_allowed_for_a_writer(workspace: Path) -> None:
+    git_init(workspace)
+    argv = ["find", ".", "-path", "*/.gi?/config", "-exec", "sed", "-i", FSMONITOR_EDIT, "{}", ";"]
+    assert decide(workspace, argv, ["find *", "sed *"]) == "ask"
+    hook = ["find", ".", "-name", "pre-commit.sample", "-execdir", "cp", "x", "pre-commit", ";"]
+    assert decide(workspace, hook, ["find *", "cp *"]) == "ask"
+    # programs that write no file they name still read on found names
+    for program in (["wc", "-l"], ["grep", "-n", "x"], ["rm"]):
+        found = ["find", ".", "-name", "*.pyc", "-exec", *program, "{}", "+"]
+        assert decide(workspace, found, ["find *", f"{program[0]} *"]) == "allow", program
+    run(workspace, argv)  # the premise, in the real sandbox
+    run(workspace, ["git", "status"])
+    assert (workspace / "fsmonitor-ran").exists()
