@@ -230,3 +230,26 @@ def test_find_exec_on_found_names_is_not_allowed_for_a_writer(workspace: Path) -
     run(workspace, argv)  # the premise, in the real sandbox
     run(workspace, ["git", "status"])
     assert (workspace / "fsmonitor-ran").exists()
+
+
+# --- git apply --unsafe-paths writes into .git --------------------------------------------------
+
+HOOK_PATCH = """diff --git a/.git/hooks/pre-commit b/.git/hooks/pre-commit
+new file mode 100755
+--- /dev/null
++++ b/.git/hooks/pre-commit
+@@ -0,0 +1,2 @@
++#!/bin/sh
++touch hook-ran
+"""
+
+
+def test_git_apply_unsafe_paths_is_not_allowed_by_a_rule(workspace: Path) -> None:
+    git_init(workspace)
+    (workspace / "x.patch").write_text(HOOK_PATCH)
+    for option in ("--unsafe-paths", "--unsafe", "--uns"):
+        assert decide(workspace, ["git", "apply", option, "x.patch"], ["git apply *"]) == "ask"
+    assert decide(workspace, ["git", "apply", "x.patch"], ["git apply *"]) == "allow"
+    assert "invalid path" in run(workspace, ["git", "apply", "x.patch"])  # git refuses it
+    run(workspace, ["git", "apply", "--unsafe-paths", "x.patch"])  # the premise: it writes
+    assert (workspace / ".git/hooks/pre-commit").read_text().endswith("touch hook-ran\n")
