@@ -73,6 +73,11 @@ def _git_subcommand(subcommand: str, rest: list[str], ctx: Context) -> list[Comm
         ):
             raise unreadable(f"'git {subcommand} {arg}' writes a file")
     for arg in options:
+        if subcommand == "apply" and long_prefix(arg, "unsafe-paths", shortest=2):
+            raise unreadable(
+                f"'git apply {arg}' writes the paths the patch names, `.git/hooks/...` and "
+                "`.git/config` among them (git refuses them only without it)"
+            )
         if long_prefix(arg, *GIT.git_dir_options.get(subcommand, ()), shortest=2):
             raise unreadable(
                 f"'git {subcommand} {arg}' makes a git directory not named .git, whose "

@@ -208,7 +208,7 @@ def nested_commands(argv: Sequence[str]) -> list[Nested]:
     if not argv:
         return []
     name, args = command_name(argv[0]), list(argv[1:])
-    if name == "find":
+    if name in ("find", "gfind"):
         return [Nested(tuple(command)) for command in find_exec_commands(list(argv))]
     if name == "git":
         return git_nested_commands(args)

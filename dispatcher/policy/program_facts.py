@@ -932,7 +932,14 @@ PROGRAMS: tuple[Program, ...] = (
         ("sort",),
         code_options=CodeOptions("", ("compress-program",)),
         readable=("sort -u f",),
-        unreadable=("sort --compress-program=x f", "sort --co=./x -S 1M f"),
+        unreadable=(
+            "sort --compress-program=x f",
+            "sort --co=./x -S 1M f",
+            "sort -o f g",
+            "sort -uof g",
+            "sort --out=f g",
+            "sort g --output f",
+        ),
     ),
     Program(
         ("unzip", "cpio", "7z", "7za", "7zr", "patch"),
@@ -940,6 +947,12 @@ PROGRAMS: tuple[Program, ...] = (
         opaque="the archive or patch, which the agent may have written, names the files it "
         "writes (`.git/config`, a hook)",
         unreadable=("unzip a.zip", "unzip -l a.zip", "cpio -id", "7z x a.7z", "patch -p1 -i x"),
+    ),
+    Program(
+        ("diff3", "sdiff"),
+        code_options=CodeOptions("", ("diff-program",)),  # runs PROGRAM to compare the files
+        readable=("diff3 a b c", "sdiff -s a b"),
+        unreadable=("diff3 --diff-program=./x a b c", "sdiff --diff-prog ./x a b"),
     ),
     Program(
         ("split",),

@@ -25,6 +25,7 @@ from dispatcher.policy.program_facts import (
     SAFE_SHELL_OPTIONS,
     SAFE_VARIABLE,
     SHELL_FLAGS,
+    WRITES_NO_NAMED_FILE,
     Interpreter,
     Options,
     names_runtime_input,
@@ -302,18 +303,58 @@ def read_find(argv: list[str], ctx: Context) -> list[Command]:
         if arg in FIND_WRITES:
             raise unreadable(f"'find {arg}' deletes or writes files")
         if arg in FIND_EXECS:
-            end = i + 1
-            while end < len(args) and args[end] not in (";", "+"):
-                end += 1
+            end = _find_exec_end(arg, args, i + 1)
             command = args[i + 1 : end]
             if end == len(args) or not command:
-                raise unreadable(f"'find {arg}' without a command ended by ';' or '+'")
+                raise unreadable(f"'find {arg}' without a command ended by ';' or '{{}} +'")
             if command[0] == "{}" or any("{}" in word and word != "{}" for word in command):
                 raise unreadable(f"'find {arg}' puts file names inside a word or runs them")
+            _check_found_names(arg, command)
             found.extend(ctx.read(command, fed=False, appended=False))
             i = end
         i += 1
     return found
+
+
+def _check_found_names(action: str, command: Sequence[str]) -> None:
+    """The names find passes (`{}`) and the directory `-execdir` runs in are chosen at run
+    time, as xargs's are: `-path '*/.gi?/config' -exec sed -i ... {} ;` and `-name
+    pre-commit.sample -execdir cp x pre-commit ;` write git's configuration and hooks,
+    whose names the reader never saw. Only programs that write no file they name are read
+    there (see program_facts.WRITES_NO_NAMED_FILE)."""
+    if "{}" not in command and action not in ("-execdir", "-okdir"):
+        return
+    base = command[0].rstrip("/").rsplit("/", 1)[-1]
+    if base not in WRITES_NO_NAMED_FILE:
+        raise unreadable(
+            f"'find {action} {command[0]}': the files find gives it are chosen at run time "
+            "and may be git's configuration or hooks (only programs that write no file "
+            "they name are read there)"
+        )
+
+
+def _find_exec_end(action: str, args: Sequence[str], start: int) -> int:
+    """Index of the word ending the command of `find ACTION` that starts at `start`: `;`,
+    or `+` right after `{}` (-exec and -execdir only). GNU find reads any other `+` as an
+    argument (`-exec make test + --eval=X ;` runs `make test + --eval=X`), BSD find ends
+    the command at any word starting with `;`: such a word is unreadable."""
+    end = start
+    while end < len(args):
+        word = args[end]
+        if word == ";":
+            return end
+        if word == "+" and end > start and args[end - 1] == "{}" and action in FIND_PLUS:
+            return end
+        if word == "+" or word.startswith(";"):
+            raise unreadable(
+                f"'find {action} ... {word}': find does not end the command there the same "
+                "way everywhere (only ';' or '{} +' do)"
+            )
+        end += 1
+    return end
+
+
+FIND_PLUS = frozenset({"-exec", "-execdir"})
 
 
 def read_make(argv: list[str], ctx: Context) -> list[Command]:
@@ -353,9 +394,21 @@ def read_code_options(argv: list[str], ctx: Context) -> list[Command]:
             raise unreadable(f"'{name} {arg}' makes it run another program or code it was given")
     if name in ("tar", "gtar", "bsdtar"):
         _read_tar(name, argv[1:])
+    if name == "sort":
+        _read_sort(argv[1:])
     if name in ("ex", "vim", "vi", "nvim") and (ctx.fed or ctx.appended):
         raise unreadable(f"'{name}' reads editor commands from its input")
     return [Command(tuple(argv), extra_args=ctx.appended)]
+
+
+def _read_sort(args: list[str]) -> None:
+    """sort: never `-o FILE` / `--output=FILE` (any abbreviation), which writes, or empties,
+    the file it names: a rule for sorting (`sort *`) is one for reading, as `find *` and
+    `git log *` are (`-delete`, `--output`). A cluster holding `o` counts even where `o`
+    is another option's value (`-to`): fail closed."""
+    for arg in before_double_dash(args):
+        if short_cluster_has(arg, "o") or long_prefix(arg, "output", shortest=1):
+            raise unreadable(f"'sort {arg}' writes the file it names")
 
 
 def _read_tar(name: str, args: list[str]) -> None:

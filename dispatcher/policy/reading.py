@@ -375,6 +375,10 @@ class _Splitter:
             self.i += 2
             self._finish(allow_empty=False)
             self.dangling = two
+        elif two == "&>" and not self.ansi_c:
+            # dash (sh) has no `&>`: `ls &>/dev/null rm -rf x` runs `ls` in the background,
+            # then `rm -rf x` with its output to /dev/null
+            raise unreadable("'&>' in a string for sh (dash reads it as '&' and '>')")
         elif two == "&>":
             self._redirect(None)
         elif char == "&":

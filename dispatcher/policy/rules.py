@@ -528,7 +528,38 @@ def command_reading(call: CallContext) -> Reading:
     argv = _command_argv(call)
     if argv is None:
         return Reading((), "the command is not a list of strings")
+    where = _git_directory_where(call)
+    if where is not None:
+        return Reading(
+            (),
+            f"it runs in '{where}', inside a git directory, where plain file names "
+            "(`config`, `hooks/pre-commit`) are git's configuration and hooks",
+        )
     return read_command(argv)
+
+
+def _git_directory_where(call: CallContext) -> str | None:
+    """The directory a command tool runs in (run_command's `cwd`, Gemini's `dir_path`)
+    when it lies in a git directory, else None. The reader keeps an allow rule from
+    writing git's control files by the words that name them (`sed -i ... .git/config`);
+    run in `.git`, `sed -i ... config` names none. Read lexically, and for a command run
+    here also with symlinks followed (a link to `.git`)."""
+    for name in call.tool.path_arguments:
+        value = call.arguments.get(name)
+        if not isinstance(value, str):
+            continue
+        if names_git_control(value):
+            return value
+        if call.tool.client_executed:
+            continue
+        try:
+            root = call.workspace.resolve()
+            relative = (root / value).resolve().relative_to(root)
+        except (OSError, ValueError, RuntimeError):
+            continue  # outside the workspace or unresolvable: the confinement guard denies
+        if names_git_control(relative.as_posix()):
+            return value
+    return None
 
 
 def loose_parts(call: CallContext) -> tuple[tuple[str, ...], ...]:

@@ -606,18 +606,22 @@ def _children(node: Any) -> Iterator[Any]:
 
 
 def find_exec_commands(argv: list[str]) -> list[list[str]]:
-    """The commands `find ... -exec CMD ... ;` (and -execdir, -ok, -okdir) would run."""
+    """The commands `find ... -exec CMD ... ;` (and -execdir, -ok, -okdir) could run, read
+    widely: CMD ends at `;`, but GNU find ends it at a `+` only right after `{}` (any
+    other `+` is an argument: `-exec env -u + sudo id ;` runs `env -u + sudo id`) and BSD
+    find at any word starting with `;`, so CMD is taken to each such word and to `;`, and
+    the words after the first end are searched for more actions too."""
     found: list[list[str]] = []
     args = argv[1:]
-    i = 0
-    while i < len(args):
-        if args[i] in ("-exec", "-execdir", "-ok", "-okdir"):
-            end = i + 1
-            while end < len(args) and args[end] not in (";", "+"):
-                end += 1
-            found.append(args[i + 1 : end])
-            i = end
-        i += 1
+    for i, arg in enumerate(args):
+        if arg not in ("-exec", "-execdir", "-ok", "-okdir"):
+            continue
+        end = i + 1
+        while end < len(args) and args[end] != ";":
+            if args[end] == "+" or args[end].startswith(";"):
+                found.append(args[i + 1 : end])
+            end += 1
+        found.append(args[i + 1 : end])
     return found
 
 
@@ -639,15 +643,19 @@ def shell_readings(text: str, shell: str = "sh") -> list[str]:
     if too_big is not None:
         raise UnreadableCommand(too_big)
     decoded = decode_ansi_c(text)
-    if shell in ANSI_C_SHELLS:
+    if shell in ("bash", "zsh"):
         return [decoded]
+    if shell in ANSI_C_SHELLS:  # ksh's family: `&>` may be `&` and `>` (see dash_quoting)
+        split = dash_quoting(decoded)
+        return [decoded] if split == decoded else [decoded, split]
     plain = dash_quoting(text)
     return [decoded] if plain == decoded else [decoded, plain]
 
 
 def dash_quoting(text: str) -> str:
     """`text` as dash reads it, spelled for bash: dash has no `$'...'` nor `$"..."`, so an
-    unquoted `$'` or `$"` is a literal `$` and a quote (`\\$'`, `\\$"` for bash)."""
+    unquoted `$'` or `$"` is a literal `$` and a quote (`\\$'`, `\\$"` for bash); nor
+    `&>`, which it reads as `&` and `>` (`true &>/dev/null sudo id` runs `sudo id`)."""
     out: list[str] = []
     i, n = 0, len(text)
     quote: str | None = None
@@ -663,6 +671,10 @@ def dash_quoting(text: str) -> str:
             quote = None if char == '"' else quote
         elif char == "$" and text[i + 1 : i + 2] in ("'", '"'):
             out.append("\\$")
+            i += 1
+            continue
+        elif char == "&" and text[i + 1 : i + 2] == ">" and text[i - 1 : i] != ">":
+            out.append("& ")
             i += 1
             continue
         elif char in "'\"":
