@@ -161,14 +161,30 @@ def open_beneath(workspace: Path, path: Path, flags: int, mode: int = 0o666) -> 
     root, parts = _relative_parts(workspace, path)
     root_fd = os.open(root, DIRECTORY)
     try:
-        if not parts:
-            return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=root_fd)
-        fd = _openat2(root_fd, "/".join(parts), flags | os.O_CLOEXEC, mode)
-        if fd is not None:
-            return fd
-        return _walk_open(root_fd, parts, flags, mode)
+        return _open_parts(root_fd, parts, flags, mode)
     finally:
         os.close(root_fd)
+
+
+def open_below(root_fd: int, relative: str, flags: int, mode: int = 0o666) -> int:
+    """`open_beneath` from a descriptor of the root held since it was judged (an O_PATH
+    one will do), never from its path: `relative` ("" for the root itself) is opened
+    below it with no symlink followed. A program that swaps a directory on the root's
+    own path for a symlink meanwhile (a workspace nested in another agent's) leads it
+    nowhere else. Raises OSError as `open_beneath` does."""
+    parts = tuple(part for part in relative.split("/") if part not in ("", "."))
+    if ".." in parts:
+        raise OSError(errno.EXDEV, "path is not inside the workspace", relative)
+    return _open_parts(root_fd, parts, flags, mode)
+
+
+def _open_parts(root_fd: int, parts: tuple[str, ...], flags: int, mode: int) -> int:
+    if not parts:
+        return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=root_fd)
+    fd = _openat2(root_fd, "/".join(parts), flags | os.O_CLOEXEC, mode)
+    if fd is not None:
+        return fd
+    return _walk_open(root_fd, parts, flags, mode)
 
 
 @contextmanager
@@ -194,6 +210,17 @@ def directory_beneath(workspace: Path, path: Path, *, create: bool = False) -> I
         if not create:
             raise
         fd = _make_directories(workspace, path)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def directory_below(root_fd: int, relative: str) -> Iterator[int]:
+    """`directory_beneath` (never creating) from a held descriptor of the root, as
+    `open_below`: a descriptor of the directory `relative` ("" for the root itself)."""
+    fd = open_below(root_fd, relative, DIRECTORY)
     try:
         yield fd
     finally:
