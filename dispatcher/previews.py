@@ -164,15 +164,34 @@ def settle(call: ToolCall, tool: Tool, row: Preview, workspace: Path) -> tuple[s
         return "repreview", "the stored effect does not match the approved effect digest"
     if not effect.appliable:
         return "run", _mark(row, Preview.Outcome.RAN, effect.why_not_appliable())
-    reason = preview_apply.check(effect, workspace)
+    # checked and applied from one descriptor of the workspace, never its path again (a
+    # workspace nested in another agent's, whose program swaps a symlink onto its path)
+    with contextlib.ExitStack() as stack:
+        try:
+            root_fd = stack.enter_context(preview_apply.held(workspace))
+        except preview_apply.NotAppliable as error:
+            return "repreview", str(error)
+        return _apply_held(call, tool, row, effect, workspace, root_fd)
+
+
+def _apply_held(
+    call: ToolCall,
+    tool: Tool,
+    row: Preview,
+    effect: preview.Effect,
+    workspace: Path,
+    root_fd: int,
+) -> tuple[str, str]:
+    """settle's check and apply, from the workspace's descriptor `root_fd`."""
+    reason = preview_apply.check(effect, workspace, root_fd=root_fd)
     if reason is not None:
         return "repreview", reason
     if not transitions.claim(call, tool):
         return "gone", ""
     started = time.monotonic()
     outcome, content, failed = Preview.Outcome.APPLIED, preview_apply.result_text(effect), False
-    try:
-        preview_apply.apply(effect, workspace, checked=True)  # checked above, same lock hold
+    try:  # checked above, same lock hold, same descriptor
+        preview_apply.apply(effect, workspace, checked=True, root_fd=root_fd)
     except (OSError, preview_apply.NotAppliable) as error:
         # Something outside Harness changed the workspace under the lock: said, not hidden.
         outcome, failed = Preview.Outcome.APPLY_FAILED, True

@@ -6,7 +6,10 @@ of the path for a symlink to `/`. So the tools never reopen a checked path by na
 they open the *resolved* path relative to a descriptor of the workspace root with no
 symlink followed at all (`openat2` with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 RESOLVE_NO_MAGICLINKS, or a walk of `O_NOFOLLOW` opens one component at a time where
-`openat2` is missing), then read, write, list or unlink through that descriptor.
+`openat2` is missing), then read, write, list or unlink through that descriptor. The
+root's own descriptor is opened as the sandbox opens a workspace (`_open_root`), never
+by its path resolved a moment before: another agent's program may flip a directory on
+the path of a workspace nested in its own.
 
 The resolved path has no symlinks and no `..` when it was checked, so a symlink found
 now means the workspace changed since the check: the open fails with ELOOP and nothing
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatcher.tools import sandbox
+from dispatcher.tools.base import ToolError
 
 # openat2(2), Linux 5.6+: the syscall number is 437 on every architecture but alpha,
 # ia64 and mips, which have their own.
@@ -84,9 +88,31 @@ def changed_message(relative: str) -> str:
     )
 
 
-def _relative_parts(workspace: Path, path: Path) -> tuple[Path, tuple[str, ...]]:
-    """The resolved workspace root and `path`'s components below it."""
-    root = workspace.resolve()
+def _open_root(workspace: Path) -> tuple[int, Path]:
+    """A descriptor (O_PATH) of the workspace root and the path it has, opened as the
+    sandbox opens a workspace (sandbox.open_unredirected: no symlink a sandboxed program
+    may have placed is followed), never by a path resolved a moment before: in a
+    workspace nested in another agent's, that agent's program swaps a directory on the
+    path for a symlink to a person's tree, and a resolve-then-open of the path led every
+    file tool there. Raises OSError: ELOOP when such a symlink stands on it (see
+    `changed`), ENOENT when the workspace is not there."""
+    original = Path(os.path.abspath(workspace))
+    try:
+        fd = sandbox.open_unredirected(original)
+    except ToolError as error:
+        if not os.path.isdir(original):
+            missing = errno.ENOENT
+            raise FileNotFoundError(missing, os.strerror(missing), str(original)) from error
+        raise OSError(
+            errno.ELOOP, "a symlink stands on the workspace's path", str(original)
+        ) from error
+    return fd, Path(os.readlink(f"/proc/self/fd/{fd}"))
+
+
+def _relative_parts(root: Path, path: Path) -> tuple[str, ...]:
+    """`path`'s components below `root` (the path of the root as opened). A path resolved
+    through another directory (the workspace's path led elsewhere while it was resolved)
+    is not below it: EXDEV, as a path outside."""
     try:
         relative = path.relative_to(root)
     except ValueError:
@@ -94,7 +120,7 @@ def _relative_parts(workspace: Path, path: Path) -> tuple[Path, tuple[str, ...]]
     parts = relative.parts
     if ".." in parts:  # a resolved path has none; refuse rather than walk up
         raise OSError(errno.EXDEV, "path is not inside the workspace", str(path))
-    return root, parts
+    return parts
 
 
 def _openat2(dir_fd: int, relative: str, flags: int, mode: int) -> int | None:
@@ -158,17 +184,32 @@ def open_beneath(workspace: Path, path: Path, flags: int, mode: int = 0o666) -> 
     Raises OSError: ELOOP when a component is a symlink now (see `changed`), EXDEV when
     `path` is not below the root, and the usual ENOENT, ENOTDIR, EISDIR, EACCES...
     """
-    root, parts = _relative_parts(workspace, path)
-    root_fd = os.open(root, DIRECTORY)
+    root_fd, root = _open_root(workspace)
     try:
-        if not parts:
-            return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=root_fd)
-        fd = _openat2(root_fd, "/".join(parts), flags | os.O_CLOEXEC, mode)
-        if fd is not None:
-            return fd
-        return _walk_open(root_fd, parts, flags, mode)
+        return _open_parts(root_fd, _relative_parts(root, path), flags, mode)
     finally:
         os.close(root_fd)
+
+
+def open_below(root_fd: int, relative: str, flags: int, mode: int = 0o666) -> int:
+    """`open_beneath` from a descriptor of the root held since it was judged (an O_PATH
+    one will do), never from its path: `relative` ("" for the root itself) is opened
+    below it with no symlink followed. A program that swaps a directory on the root's
+    own path for a symlink meanwhile (a workspace nested in another agent's) leads it
+    nowhere else. Raises OSError as `open_beneath` does."""
+    parts = tuple(part for part in relative.split("/") if part not in ("", "."))
+    if ".." in parts:
+        raise OSError(errno.EXDEV, "path is not inside the workspace", relative)
+    return _open_parts(root_fd, parts, flags, mode)
+
+
+def _open_parts(root_fd: int, parts: tuple[str, ...], flags: int, mode: int) -> int:
+    if not parts:
+        return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=root_fd)
+    fd = _openat2(root_fd, "/".join(parts), flags | os.O_CLOEXEC, mode)
+    if fd is not None:
+        return fd
+    return _walk_open(root_fd, parts, flags, mode)
 
 
 @contextmanager
@@ -200,11 +241,25 @@ def directory_beneath(workspace: Path, path: Path, *, create: bool = False) -> I
         os.close(fd)
 
 
-def _make_directories(workspace: Path, path: Path) -> int:
-    root, parts = _relative_parts(workspace, path)
-    current = os.open(root, DIRECTORY)
+@contextmanager
+def directory_below(root_fd: int, relative: str) -> Iterator[int]:
+    """`directory_beneath` (never creating) from a held descriptor of the root, as
+    `open_below`: a descriptor of the directory `relative` ("" for the root itself)."""
+    fd = open_below(root_fd, relative, DIRECTORY)
     try:
-        for name in parts:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _make_directories(workspace: Path, path: Path) -> int:
+    root_fd, root = _open_root(workspace)
+    try:  # (the root's own descriptor is O_PATH: one that can be read is opened below it)
+        current = os.open(".", DIRECTORY, dir_fd=root_fd)
+    finally:
+        os.close(root_fd)
+    try:
+        for name in _relative_parts(root, path):
             try:
                 following = _open_nofollow(name, DIRECTORY, current)
             except FileNotFoundError:

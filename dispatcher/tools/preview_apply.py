@@ -5,9 +5,13 @@
 the workspace's fingerprint differs from the preview's, a changed path's content hash
 differs, or the kept upper layer is not the one previewed. `apply(effect, workspace)`
 then writes exactly the upper layer: files (content, mode, mtime), directories (mode),
-symlinks, hard links, and removes what the preview removed. Every path is reached
-through descriptors with no symlink followed (`_confined`), so a workspace changed under
-the apply can make it fail, never write outside.
+symlinks, hard links, and removes what the preview removed. Both work from one
+descriptor of the workspace (`held`), opened as a preview opens it and held from the
+check to the end of the apply, never from its path again: a workspace nested in another
+agent's, whose program swaps a directory on its path for a symlink meanwhile, gets the
+effect or nothing, and no other directory is read or written. Every path below it is
+reached through descriptors with no symlink followed (`_confined.open_below`), so a
+workspace changed under the apply can make it fail, never write outside.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ import os
 import secrets
 import stat
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from dispatcher.tools import _confined, sandbox
+from dispatcher.tools.base import ToolError
 from dispatcher.tools.preview import (
     Effect,
     _file_sha256,
@@ -37,67 +43,107 @@ class NotAppliable(Exception):
     """The effect may not be applied; the message says why (for the audit and the model)."""
 
 
-def check(effect: Effect, workspace: Path) -> str | None:
-    """Why `effect` may not be applied to `workspace` now, or None."""
-    workspace = workspace.resolve()
+@contextlib.contextmanager
+def held(workspace: Path) -> Iterator[int]:
+    """A descriptor (O_PATH) of the directory `workspace` names, opened once as a preview
+    opens it (sandbox.open_unredirected: no symlink a program may have placed is
+    followed), for `check` and `apply`. Raises NotAppliable when such a symlink stands on
+    its path now: a program of the workspace it is nested in may have pointed it elsewhere."""
+    try:
+        sandbox.refuse_redirected(workspace)
+        fd = sandbox.open_unredirected(Path(os.path.abspath(workspace)))
+    except ToolError as error:
+        raise NotAppliable(
+            "the workspace's path changed since the preview (a symlink a sandboxed program "
+            f"may have placed stands on it now: {error})"
+        ) from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def check(effect: Effect, workspace: Path, *, root_fd: int | None = None) -> str | None:
+    """Why `effect` may not be applied to `workspace` now, or None. `root_fd`: the
+    workspace as `held` opened it (else it is opened here, for this check alone)."""
     if not effect.appliable:
         return effect.why_not_appliable()
+    if root_fd is None:
+        try:
+            with held(workspace) as fd:
+                return check(effect, workspace, root_fd=fd)
+        except NotAppliable as error:
+            return str(error)
     tar_path = Path(effect.store) / "upper.tar"
     try:
         if _file_sha256(tar_path) != effect.upper_sha256:
             return "the kept upper layer is not the one previewed"
     except OSError:
         return "the kept upper layer is gone"
-    if fingerprint_of(workspace) != effect.fingerprint:
+    # as run_preview took it: from the held directory, named by its path for the hidden
+    # directories the walk leaves out
+    named = Path(os.readlink(f"/proc/self/fd/{root_fd}"))
+    if fingerprint_of(named, root_fd=root_fd) != effect.fingerprint:
         return "the workspace changed since the preview"
     for change in effect.changes:
         before = change.get("sha256_before")
-        if before and _sha256_of(workspace, change["path"]) != before:
+        if before and _sha256_of(root_fd, change["path"]) != before:
             return f"{change['path']} changed since the preview"
     return None
 
 
-def _sha256_of(workspace: Path, rel: str) -> str | None:
+def _sha256_of(root_fd: int, rel: str) -> str | None:
     try:
-        with _confined.opened(workspace, workspace / rel, _confined.READ) as fd:
-            digest = hashlib.sha256()
-            while chunk := os.read(fd, 1 << 20):
-                digest.update(chunk)
-            return digest.hexdigest()
+        fd = _confined.open_below(root_fd, rel, _confined.READ)
     except OSError:
         return None
+    try:
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+        return digest.hexdigest()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
-def apply(effect: Effect, workspace: Path, *, checked: bool = False) -> None:
-    """Write the previewed upper layer over `workspace`. Raises NotAppliable (see check)
-    unless `checked` (the caller ran `check` under the same hold of the lock), and
-    OSError when the workspace changes under it."""
-    reason = None if checked else check(effect, workspace)
+def apply(
+    effect: Effect, workspace: Path, *, checked: bool = False, root_fd: int | None = None
+) -> None:
+    """Write the previewed upper layer over `workspace` (`root_fd`: as `held` opened it,
+    else it is opened here). Raises NotAppliable (see check) unless `checked` (the caller
+    ran `check` with the same `root_fd` under the same hold of the lock), and OSError when
+    the workspace changes under it."""
+    if root_fd is None:
+        with held(workspace) as fd:
+            return apply(effect, workspace, checked=checked, root_fd=fd)
+    reason = None if checked else check(effect, workspace, root_fd=root_fd)
     if reason is not None:
         raise NotAppliable(reason)
-    workspace = workspace.resolve()
     modes: list[tuple[str, int]] = []
     with tarfile.open(Path(effect.store) / "upper.tar") as tar:
         for member in tar.getmembers():
             rel = member_path(member)
             if rel:
-                _apply_member(tar, member, rel, workspace, modes)
+                _apply_member(tar, member, rel, root_fd, modes)
             else:
                 modes.append(("", member.mode))
     for rel, mode in reversed(modes):  # deepest first: a read-only directory last
-        with _confined.directory_beneath(workspace, workspace / rel) as fd:
+        with _confined.directory_below(root_fd, rel) as fd:
             os.fchmod(fd, mode)
+    return None
 
 
 def _apply_member(
     tar: tarfile.TarFile,
     member: tarfile.TarInfo,
     rel: str,
-    workspace: Path,
+    root_fd: int,
     modes: list[tuple[str, int]],
 ) -> None:
     parent, name = os.path.split(rel)
-    with _confined.directory_beneath(workspace, workspace / parent) as dir_fd:
+    with _confined.directory_below(root_fd, parent) as dir_fd:
         existing = _lstat(name, dir_fd)
         if _is_whiteout(member):
             _remove(name, dir_fd, existing)
@@ -116,10 +162,10 @@ def _apply_member(
                 os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
         elif member.islnk():
             _remove(name, dir_fd, existing)
-            source = workspace / member_path(tar.getmember(member.linkname))
-            with _confined.directory_beneath(workspace, source.parent) as source_fd:
+            source_parent, source_name = os.path.split(member_path(tar.getmember(member.linkname)))
+            with _confined.directory_below(root_fd, source_parent) as source_fd:
                 os.link(
-                    source.name,
+                    source_name,
                     name,
                     src_dir_fd=source_fd,
                     dst_dir_fd=dir_fd,
