@@ -59,14 +59,25 @@ def test_a_directory_under_a_recreated_one_hides_no_deletion(workspace: Path) ->
 # --- Through the whole path: ask, review, approve, the worker ----------------------------
 
 
+def _approved_and_run(reviewer: Any, approval: Any) -> Any:
+    """`reviewer` approves the ask on the queue, the worker runs its call; the call."""
+    from dispatcher import execution
+    from dispatcher.models import ToolCall
+
+    client = Client()
+    client.force_login(reviewer)
+    data = {"action": "approve", "digest": approval.call.digest}
+    assert client.post(f"/approvals/{approval.pk}/decide", data).status_code in (200, 302)
+    execution.execute_call(str(approval.call_id))
+    return ToolCall.objects.get(pk=approval.call_id)
+
+
 @pytest.mark.django_db
 def test_a_write_files_diff_binds_like_a_previewed_effect(agent: Any, reviewer: Any) -> None:
     """The reviewer sees a one-line diff against notes.txt; before the worker runs it the
     file gains lines (another call, a person); approving dropped those lines, which the
     diff never showed as removed: write_file's diff was bound to nothing."""
-    from django.test import Client
 
-    from dispatcher import execution
     from dispatcher.models import AgentSession, Status, ToolCall
     from tests.approvals.conftest import ask, start_session
 
@@ -77,12 +88,7 @@ def test_a_write_files_diff_binds_like_a_previewed_effect(agent: Any, reviewer: 
     shown = approval.presentation["diff"]
     assert "-beta" in shown and "+BETA" in shown
     (workspace / "notes.txt").write_text("alpha\nbeta\nkeep: the reviewer never saw me go\n")
-    client = Client()
-    client.force_login(reviewer)
-    data = {"action": "approve", "digest": approval.call.digest}
-    assert client.post(f"/approvals/{approval.pk}/decide", data).status_code in (200, 302)
-    execution.execute_call(str(approval.call_id))
-    call = ToolCall.objects.get(pk=approval.call_id)
+    call = _approved_and_run(reviewer, approval)
     # What the reviewer approved ("beta" -> "BETA", nothing else) or nothing at all.
     assert (workspace / "notes.txt").read_text() in (
         "alpha\nbeta\nkeep: the reviewer never saw me go\n",
@@ -117,7 +123,6 @@ def test_a_write_over_a_huge_file_binds_it_without_reading_it(
     HASH_LIMIT (shown to the reviewer only as "too large to diff") is bound by its
     identity instead, change time included, which no program can set back: a change of
     its content still makes the approved write ask again."""
-    from dispatcher import execution
     from dispatcher.models import AgentSession, Status, ToolCall
     from dispatcher.tools import write_file
     from tests.approvals.conftest import start_session
@@ -141,12 +146,7 @@ def test_a_write_over_a_huge_file_binds_it_without_reading_it(
         if change == "content, mtime put back":
             os.utime(huge, ns=(info.st_atime_ns, info.st_mtime_ns))
         assert huge.stat().st_size == 8 << 30
-    client = Client()
-    client.force_login(reviewer)
-    data = {"action": "approve", "digest": approval.call.digest}
-    assert client.post(f"/approvals/{approval.pk}/decide", data).status_code in (200, 302)
-    execution.execute_call(str(approval.call_id))
-    call = ToolCall.objects.get(pk=approval.call_id)
+    call = _approved_and_run(reviewer, approval)
     if change == "none":
         assert call.status == Status.COMPLETED and not call.is_error, call.content
         assert huge.read_text() == "small\n"
@@ -229,10 +229,8 @@ def test_a_nul_in_a_commands_output_is_recorded(settings: Any, agent: Any, revie
     """Unpreviewed (previews off), the same command ran and then its result could not be
     written (PostgreSQL text refuses NUL): the worker raised, the call stayed running
     until its lease ended it outcome_unknown, though it had completed."""
-    from django.test import Client
 
-    from dispatcher import execution
-    from dispatcher.models import Status, ToolCall
+    from dispatcher.models import Status
     from tests.approvals.conftest import ask
     from tests.tools.support import require_bwrap
 
@@ -240,12 +238,7 @@ def test_a_nul_in_a_commands_output_is_recorded(settings: Any, agent: Any, revie
     settings.HARNESS_SANDBOX = "bwrap"
     settings.HARNESS_PREVIEW = False
     approval = ask(agent, {"argv": ["sh", "-c", NUL_SCRIPT]}, name="run_command")
-    client = Client()
-    client.force_login(reviewer)
-    data = {"action": "approve", "digest": approval.call.digest}
-    assert client.post(f"/approvals/{approval.pk}/decide", data).status_code in (200, 302)
-    execution.execute_call(str(approval.call_id))
-    call = ToolCall.objects.get(pk=approval.call_id)
+    call = _approved_and_run(reviewer, approval)
     assert call.status == Status.COMPLETED and call.content == "exit code 0\nname\\u0000"
 
 
