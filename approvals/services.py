@@ -87,8 +87,9 @@ def decide(
     Quorum: when the request needs more than one approval (or approvals from a group), an
     approval is one vote, audited (approval.vote) and bound to `digest`; the vote that
     completes the quorum approves the call. Only votes of people who are, when a vote is
-    counted, active, reviewers and in the group count: an earlier vote of someone who left
-    is discarded (approval.vote_discarded). A deny from any reviewer ends the call. The
+    counted, active, reviewers, in the group and (under separation of duties) none of the
+    people behind the agent count: an earlier vote of someone who left, or whom the agent
+    was handed to since, is discarded (approval.vote_discarded). A deny from any reviewer ends the call. The
     returned request has `decision` "" while it still waits for votes. `via` records how
     the decision came (queue, link, edit).
 
@@ -493,6 +494,12 @@ def _departure(approval: ApprovalRequest, voter: User) -> str:
     """Why `voter`'s earlier vote no longer counts ("" when it still does)."""
     if not voter.is_active:
         return "their account was deactivated"
+    if settings.HARNESS_FORBID_SELF_APPROVAL:
+        # Separation of duties binds every vote counted, not only the one cast last: a
+        # voter the agent was handed to, or who became its sponsor, since their vote.
+        behind = people_behind(approval.call.session.agent)
+        if voter.pk in behind:
+            return f"they are now {behind[voter.pk]}"
     if not reach(voter, REVIEWER).covers_any(*ask_teams(approval)):
         return "they are no longer a reviewer of the agent's team"
     if approval.group and not voter.groups.filter(name=approval.group).exists():
@@ -504,7 +511,8 @@ def _departure(approval: ApprovalRequest, voter: User) -> str:
 
 def _discard_departed_votes(approval: ApprovalRequest) -> None:
     """A quorum counts only votes of people who are, when it is counted, active,
-    reviewers and in its group: each other vote is deleted and audited
+    reviewers, in its group and (under separation of duties) none of the people behind
+    the agent: each other vote is deleted and audited
     (approval.vote_discarded), in the deciding transaction (the request row is locked)."""
     for vote in approval.votes.select_related("voter").order_by("created_at", "pk"):
         reason = _departure(approval, vote.voter)
