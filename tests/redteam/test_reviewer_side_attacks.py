@@ -8,18 +8,25 @@ Found and fixed with these tests:
   handed over to them, or they became its sponsor): the owner's own vote approved their
   agent's call. Such a vote is now discarded when the quorum is counted, as a leaver's is
   (services._departure).
+- A one-tap link confirmed with an effect digest other than the previewed one was refused,
+  but its audit event (approval.digest_mismatch) was rolled back with the link's
+  transaction, where the queue keeps it (links.use).
 """
 
 from __future__ import annotations
 
 import pytest
-from django.test import override_settings
+from django.contrib.auth.models import User
+from django.test import Client, override_settings
 
-from approvals.models import Vote
+from approvals import links
+from approvals.models import UsedLink, Vote
 from audit.models import AuditEvent
 from dispatcher import agents
 from tests.approvals.conftest import ask
+from tests.approvals.test_preview_approval import _ask_script, previews_on  # noqa: F401
 from tests.approvals.test_quorum import WRITE, quorum_agent, reviewer, status_of, vote
+from tests.support.factories import AgentFixture
 
 pytestmark = pytest.mark.django_db
 
@@ -55,3 +62,41 @@ def test_a_vote_of_someone_who_since_stands_behind_the_agent_does_not_count(
     _, third_client = reviewer()
     assert vote(third_client, approval).status_code == 200
     assert status_of(approval) == "queued"
+
+
+def _path(url: str) -> str:
+    return "/" + url.split("/", 3)[3]
+
+
+@pytest.mark.usefixtures("previews_on")
+def test_a_link_confirmed_for_another_effect_is_refused_and_audited_as_the_queue_does(
+    agent: AgentFixture, reviewer: User
+) -> None:
+    approval = _ask_script(agent)
+    assert approval.effect_digest
+    client = Client()
+    client.force_login(reviewer)
+    link = _path(links.make_url(approval, reviewer, "approve"))
+    other_effect = "0" * 64
+
+    refused = client.post(link, {"digest": approval.call.digest, "effect_digest": other_effect})
+
+    assert refused.status_code == 409 and "effect digest mismatch" in refused.content.decode()
+    assert status_of(approval) == "pending_approval"
+    mismatch = AuditEvent.objects.get(
+        subject=f"call:{approval.call_id}", kind="approval.digest_mismatch"
+    )
+    assert mismatch.actor == f"user:{reviewer.username}"
+    assert mismatch.payload["effect_digest_seen"] == other_effect
+    # Nothing was decided, so the link is still unused: confirmed with the effect shown,
+    # it decides, once.
+    assert not UsedLink.objects.filter(approval=approval).exists()
+    done = client.post(
+        link, {"digest": approval.call.digest, "effect_digest": approval.effect_digest}
+    )
+    assert done.status_code == 200 and "Approved run_command." in done.content.decode()
+    assert status_of(approval) == "queued"
+    again = client.post(
+        link, {"digest": approval.call.digest, "effect_digest": approval.effect_digest}
+    )
+    assert again.status_code == 409
