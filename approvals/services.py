@@ -18,7 +18,8 @@ from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
 from dispatcher.models import Agent, Executor, Status, ToolCall
-from dispatcher.policy import grants
+from dispatcher.policy import grants, stages
+from dispatcher.policy.stages import GuardDenial
 from dispatcher.proposals import ProposedCall, canonical_json
 from floor import compiled, errors
 from floor.compiled import Compiled
@@ -456,12 +457,17 @@ def _apply(
         extra["step_up_signature"] = signature
     if approval.is_quorum and _vote(approval, user, approve, digest, feedback, via, actor, extra):
         return  # one vote of a quorum: the call still waits
+    refused = _release_denial(call) if approve else None
+    if refused is not None:
+        allow_session = False  # (a call that does not run grants nothing)
     if allow_session:
         try:
             extra["session_grant"] = grants.narrow_rule(context_of(call))
         except errors.ServiceError as problem:
             raise DecisionRefused(str(problem), 400) from None
-    if approve:
+    if refused is not None:
+        done = transitions.deny_at_release(call=call, denial=refused, extra=extra)
+    elif approve:
         done = transitions.approve_call(
             call_id=call.pk, actor=actor, reason=feedback, extra=extra, call=call
         )
@@ -488,6 +494,20 @@ def _apply(
     compiled.save_fields(
         approval, ["decision", "decided_by", "decided_at", "feedback", "digest_seen"]
     )
+
+
+def _release_denial(call: ToolCall) -> GuardDenial | None:
+    """For a call its client runs (decide-only), what the guards say now: approving it
+    releases it to the client at once, and no worker re-runs them before it runs, as it
+    does for every other call (an agent revoked, a mode locked, while the call waited).
+    None for any other call, and for one the guards let through."""
+    if call.executor != Executor.CLIENT:
+        return None
+    try:
+        ctx = context_of(call)
+    except errors.ServiceError:
+        return GuardDenial((("registry", "The tool is no longer registered."),))
+    return stages.guards(ctx)
 
 
 def _departure(approval: ApprovalRequest, voter: User) -> str:

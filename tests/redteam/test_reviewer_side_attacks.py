@@ -11,22 +11,36 @@ Found and fixed with these tests:
 - A one-tap link confirmed with an effect digest other than the previewed one was refused,
   but its audit event (approval.digest_mismatch) was rolled back with the link's
   transaction, where the queue keeps it (links.use).
+- A call its client runs (a coding agent's hook, decide-only) was released to the client
+  the moment a reviewer approved it, with no re-check of the guards, where the worker
+  re-runs them before any other call runs: an agent revoked, or an owner's mode locked,
+  while its hook waited still got "allow", and the client ran the command. The guards now
+  run when such a call is approved; one that denies ends it denied, the reviewer told why
+  (services._release_denial, transitions.deny_at_release).
 """
 
 from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
 from approvals import links
-from approvals.models import UsedLink, Vote
+from approvals.models import ApprovalRequest, UsedLink, Vote
 from audit.models import AuditEvent
 from dispatcher import agents
-from tests.approvals.conftest import ask
+from dispatcher.models import Status, ToolCall
+from dispatcher.policy import profiles
+from tests.approvals.conftest import ask, closing_connections
 from tests.approvals.test_preview_approval import _ask_script, previews_on  # noqa: F401
 from tests.approvals.test_quorum import WRITE, quorum_agent, reviewer, status_of, vote
-from tests.support.factories import AgentFixture
+from tests.support.claude_code_hooks import decision, pre_tool_use, send
+from tests.support.factories import AgentFixture, make_agent, make_user, unique
 
 pytestmark = pytest.mark.django_db
 
@@ -100,3 +114,89 @@ def test_a_link_confirmed_for_another_effect_is_refused_and_audited_as_the_queue
         link, {"digest": approval.call.digest, "effect_digest": approval.effect_digest}
     )
     assert again.status_code == 409
+
+
+def _while_the_hook_waits(session_id: str, before: Any, reviewer: User) -> dict[str, Any]:
+    """In another thread: once the hook's call asks, `before(agent)`, then the reviewer
+    approves it on the queue; what they were answered lands in the returned dict."""
+    seen: dict[str, Any] = {}
+
+    @closing_connections
+    def act() -> None:
+        for _ in range(200):
+            approval = (
+                ApprovalRequest.objects.filter(call__session__external_id=session_id)
+                .select_related("call__session__agent__owner")
+                .first()
+            )
+            if approval is not None:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the call never asked")
+        before(approval.call.session.agent)
+        client = Client()
+        client.force_login(reviewer)
+        answer = client.post(
+            f"/approvals/{approval.pk}/decide",
+            {"action": "approve", "digest": approval.call.digest},
+            headers={"HX-Request": "true"},
+        )
+        seen.update(status=answer.status_code, text=answer.content.decode(), id=approval.pk)
+
+    thread = threading.Thread(target=act)
+    thread.start()
+    seen["thread"] = thread
+    return seen
+
+
+def _revoke(agent: Any) -> None:
+    agents.revoke_agent(agent=agent, actor="owner")
+
+
+def _lock(agent: Any) -> None:
+    profiles.set_mode(user=agent.owner, mode="locked", actor="owner")
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [(_revoke, "was revoked; none of its calls run any more"), (_lock, "in locked mode")],
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_client_run_call_approved_after_its_agent_was_stopped_is_not_released(
+    change: Any, why: str
+) -> None:
+    fx = make_agent(mode="standard")
+    reviewer_user = make_user(unique("rev"), groups=("reviewer",))
+    session_id = str(uuid.uuid4())
+    seen = _while_the_hook_waits(session_id, change, reviewer_user)
+
+    body = pre_tool_use(session_id, "Bash", {"command": "rm -rf build"})
+    action, reason = decision(send(fx, body, wait=20))
+    seen["thread"].join()
+
+    assert action == "deny" and why in reason
+    assert seen["status"] == 200 and "It will not run:" in seen["text"] and why in seen["text"]
+    call = ToolCall.objects.get(session__external_id=session_id)
+    assert call.status == Status.DENIED
+    denied = AuditEvent.objects.get(subject=f"call:{call.pk}", kind="call.denied")
+    assert denied.payload["stage"] == "release"
+    assert denied.payload["reviewer"] == reviewer_user.username
+    assert not AuditEvent.objects.filter(subject=f"call:{call.pk}", kind="call.approved").exists()
+    assert ApprovalRequest.objects.get(pk=seen["id"]).decided_by == reviewer_user
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_client_run_call_approved_while_its_agent_runs_is_still_released() -> None:
+    fx = make_agent(mode="standard")
+    reviewer_user = make_user(unique("rev"), groups=("reviewer",))
+    session_id = str(uuid.uuid4())
+    seen = _while_the_hook_waits(session_id, lambda agent: None, reviewer_user)
+
+    body = pre_tool_use(session_id, "Bash", {"command": "rm -rf build"})
+    action, reason = decision(send(fx, body, wait=20))
+    seen["thread"].join()
+
+    assert (action, reason) == ("allow", f"Approved by {reviewer_user.username} in Harness.")
+    assert seen["status"] == 200 and "It will not run" not in seen["text"]
+    assert ToolCall.objects.get(session__external_id=session_id).status == Status.RELEASED
