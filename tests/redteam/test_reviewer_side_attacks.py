@@ -17,6 +17,11 @@ Found and fixed with these tests:
   while its hook waited still got "allow", and the client ran the command. The guards now
   run when such a call is approved; one that denies ends it denied, the reviewer told why
   (services._release_denial, transitions.deny_at_release).
+- Where quorum rules of several layers matched a call, only the one asking the most
+  approvals counted: an agent's owner (their own profile) or a team admin (the team's
+  layer) adding `{"rule": "write_file", "approvals": 2}` dropped the organization's "1 of
+  sre": two reviewers outside sre approved. Every matching rule now holds together
+  (dispatcher.policy.layers.combined).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import uuid
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.test import Client, override_settings
 
 from approvals import links
@@ -35,7 +40,7 @@ from approvals.models import ApprovalRequest, UsedLink, Vote
 from audit.models import AuditEvent
 from dispatcher import agents
 from dispatcher.models import Status, ToolCall
-from dispatcher.policy import profiles
+from dispatcher.policy import managed, profiles
 from tests.approvals.conftest import ask, closing_connections
 from tests.approvals.test_preview_approval import _ask_script, previews_on  # noqa: F401
 from tests.approvals.test_quorum import WRITE, quorum_agent, reviewer, status_of, vote
@@ -200,3 +205,61 @@ def test_a_client_run_call_approved_while_its_agent_runs_is_still_released() -> 
     assert (action, reason) == ("allow", f"Approved by {reviewer_user.username} in Harness.")
     assert seen["status"] == 200 and "It will not run" not in seen["text"]
     assert ToolCall.objects.get(session__external_id=session_id).status == Status.RELEASED
+
+
+def _org_asks(*entries: dict[str, Any]) -> None:
+    for entry in entries:
+        for group in [entry.get("group", ""), *entry.get("groups", {})]:
+            if group:
+                Group.objects.get_or_create(name=group)
+    managed.set_layer(team=None, document={"ask": list(entries)}, actor="org-admin", reason="x")
+
+
+@pytest.mark.parametrize("who", ["owner", "team admin"])
+def test_a_lower_layers_larger_quorum_does_not_drop_the_organizations_group(who: str) -> None:
+    _org_asks({"rule": "write_file", "approvals": 1, "group": "sre"})
+    fx = make_agent(mode="standard")
+    looser = {"rule": "write_file", "approvals": 2}
+    if who == "owner":
+        profiles.update_profile(
+            user=fx.owner, mode="standard", allow=[], ask=[looser], deny=[], actor="owner"
+        )
+    else:
+        managed.set_layer(team=fx.agent.team, document={"ask": [looser]}, actor="team-admin")
+    approval = ask(fx, WRITE)
+    _, first = reviewer()
+    _, second = reviewer()
+
+    for client in (first, second):
+        refused = vote(client, approval)
+        assert refused.status_code == 403
+        assert "needs approvals from the group &#x27;sre&#x27;" in refused.content.decode()
+    assert status_of(approval) == "pending_approval"
+    # Both rules hold: two approvals, each from sre (the stricter reading of "1 of sre and
+    # 2 in all"); never two from anyone.
+    assert (approval.approvals_required, approval.group) == (2, "sre")
+    assert "2 approvals from distinct reviewers from the group 'sre'" in approval.reason
+    _, sre_one = reviewer("sre")
+    _, sre_two = reviewer("sre")
+    assert vote(sre_one, approval).status_code == 200
+    assert status_of(approval) == "pending_approval"
+    assert vote(sre_two, approval).status_code == 200
+    assert status_of(approval) == "queued"
+
+
+def test_group_rules_of_two_layers_both_hold() -> None:
+    _org_asks({"rule": "write_file", "approvals": 1, "group": "sre"})
+    fx = make_agent(mode="standard")
+    Group.objects.get_or_create(name="security")
+    team_rule = {"rule": "write_file", "approvals": 1, "group": "security"}
+    managed.set_layer(team=fx.agent.team, document={"ask": [team_rule]}, actor="team-admin")
+    approval = ask(fx, WRITE)
+    assert approval.groups == [{"group": "sre", "count": 1}, {"group": "security", "count": 1}]
+    _, sre_one = reviewer("sre")
+    _, sre_two = reviewer("sre")
+    assert vote(sre_one, approval).status_code == 200
+    assert vote(sre_two, approval).status_code == 409  # sre's count is met; security's not
+    assert status_of(approval) == "pending_approval"
+    _, security = reviewer("security")
+    assert vote(security, approval).status_code == 200
+    assert status_of(approval) == "queued"
