@@ -683,6 +683,14 @@ def _edit_refusal(approval: ApprovalRequest, arguments: dict[str, Any]) -> Decis
             "deny it with feedback instead, and the agent can call again.",
             400,
         )
+    if approval.needs_key("deny"):
+        # An edit ends the call unrun, as a denial does; a rule asks that to be signed.
+        return DecisionRefused(
+            "Denying this call must be signed with your passkey, and an edit ends it as a "
+            "denial does: deny it (signed) with feedback for the agent instead, and the "
+            "agent can call again.",
+            400,
+        )
     if canonical_json(arguments) == canonical_json(call.arguments):
         return DecisionRefused("The arguments are unchanged: approve the call instead.", 400)
     return None

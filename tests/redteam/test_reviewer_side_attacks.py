@@ -22,10 +22,14 @@ Found and fixed with these tests:
   layer) adding `{"rule": "write_file", "approvals": 2}` dropped the organization's "1 of
   sre": two reviewers outside sre approved. Every matching rule now holds together
   (dispatcher.policy.layers.combined).
+- A call whose denial a step-up rule asks to be signed could be ended unsigned by an
+  edit (the original ends `edited`, unrun, as by a denial): such a call is now not
+  editable; it is denied, signed, with feedback (services._edit_refusal).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -263,3 +267,22 @@ def test_group_rules_of_two_layers_both_hold() -> None:
     _, security = reviewer("security")
     assert vote(security, approval).status_code == 200
     assert status_of(approval) == "queued"
+
+
+def test_an_edit_does_not_end_unsigned_a_call_whose_denial_must_be_signed() -> None:
+    from tests.approvals.test_step_up import step_up_agent
+
+    approval = ask(step_up_agent(["approve", "deny"]), WRITE)
+    _, client = reviewer()
+    edited = {**WRITE, "content": "something else"}
+    refused = client.post(
+        f"/approvals/{approval.pk}/edit",
+        {"digest": approval.call.digest, "arguments": json.dumps(edited)},
+        headers={"HX-Request": "true"},
+    )
+    assert refused.status_code == 400
+    assert "Denying this call must be signed with your passkey" in refused.content.decode()
+    assert status_of(approval) == "pending_approval"
+    assert ToolCall.objects.filter(session=approval.call.session).count() == 1
+    page = client.get(f"/approvals/{approval.pk}/").content.decode()
+    assert "Edit the arguments instead" not in page
