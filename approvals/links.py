@@ -183,19 +183,19 @@ def use(
         raise LinkRefused(STEP_UP_MESSAGE, 400)
     if digest != claim.digest:
         raise LinkRefused("The arguments you confirmed are not the ones this link is for.", 409)
-    try:
-        with transaction.atomic():
-            try:
-                with transaction.atomic():
-                    UsedLink.objects.create(
-                        nonce=claim.nonce,
-                        approval=claim.approval,
-                        recipient=person,
-                        verdict=claim.verdict,
-                    )
-            except IntegrityError:
-                message = "This link was already used; a link decides only once."
-                raise LinkRefused(message, 409) from None
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                used = UsedLink.objects.create(
+                    nonce=claim.nonce,
+                    approval=claim.approval,
+                    recipient=person,
+                    verdict=claim.verdict,
+                )
+        except IntegrityError:
+            message = "This link was already used; a link decides only once."
+            raise LinkRefused(message, 409) from None
+        try:
             return services.decide(
                 approval_id=claim.approval.pk,
                 user=person,
@@ -205,5 +205,10 @@ def use(
                 via="link",
                 effect_digest=effect_digest,
             )
-    except services.DecisionRefused as refusal:
-        raise LinkRefused(str(refusal), refusal.status) from None
+        except services.DecisionRefused as refused:
+            # Nothing was decided: the link stays unused, and what the refusal recorded
+            # (an effect digest mismatch's audit event, as the queue's) is committed, not
+            # rolled back with it.
+            used.delete()
+            refusal = refused
+    raise LinkRefused(str(refusal), refusal.status)

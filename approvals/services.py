@@ -18,7 +18,8 @@ from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
 from dispatcher.models import Agent, Executor, Status, ToolCall
-from dispatcher.policy import grants
+from dispatcher.policy import grants, stages
+from dispatcher.policy.stages import GuardDenial
 from dispatcher.proposals import ProposedCall, canonical_json
 from dispatcher.tools.write_file import bound_before
 from floor import compiled, errors
@@ -88,8 +89,9 @@ def decide(
     Quorum: when the request needs more than one approval (or approvals from a group), an
     approval is one vote, audited (approval.vote) and bound to `digest`; the vote that
     completes the quorum approves the call. Only votes of people who are, when a vote is
-    counted, active, reviewers and in the group count: an earlier vote of someone who left
-    is discarded (approval.vote_discarded). A deny from any reviewer ends the call. The
+    counted, active, reviewers, in the group and (under separation of duties) none of the
+    people behind the agent count: an earlier vote of someone who left, or whom the agent
+    was handed to since, is discarded (approval.vote_discarded). A deny from any reviewer ends the call. The
     returned request has `decision` "" while it still waits for votes. `via` records how
     the decision came (queue, link, edit).
 
@@ -456,12 +458,17 @@ def _apply(
         extra["step_up_signature"] = signature
     if approval.is_quorum and _vote(approval, user, approve, digest, feedback, via, actor, extra):
         return  # one vote of a quorum: the call still waits
+    refused = _release_denial(call) if approve else None
+    if refused is not None:
+        allow_session = False  # (a call that does not run grants nothing)
     if allow_session:
         try:
             extra["session_grant"] = grants.narrow_rule(context_of(call))
         except errors.ServiceError as problem:
             raise DecisionRefused(str(problem), 400) from None
-    if approve:
+    if refused is not None:
+        done = transitions.deny_at_release(call=call, denial=refused, extra=extra)
+    elif approve:
         done = transitions.approve_call(
             call_id=call.pk, actor=actor, reason=feedback, extra=extra, call=call
         )
@@ -490,10 +497,30 @@ def _apply(
     )
 
 
+def _release_denial(call: ToolCall) -> GuardDenial | None:
+    """For a call its client runs (decide-only), what the guards say now: approving it
+    releases it to the client at once, and no worker re-runs them before it runs, as it
+    does for every other call (an agent revoked, a mode locked, while the call waited).
+    None for any other call, and for one the guards let through."""
+    if call.executor != Executor.CLIENT:
+        return None
+    try:
+        ctx = context_of(call)
+    except errors.ServiceError:
+        return GuardDenial((("registry", "The tool is no longer registered."),))
+    return stages.guards(ctx)
+
+
 def _departure(approval: ApprovalRequest, voter: User) -> str:
     """Why `voter`'s earlier vote no longer counts ("" when it still does)."""
     if not voter.is_active:
         return "their account was deactivated"
+    if settings.HARNESS_FORBID_SELF_APPROVAL:
+        # Separation of duties binds every vote counted, not only the one cast last: a
+        # voter the agent was handed to, or who became its sponsor, since their vote.
+        behind = people_behind(approval.call.session.agent)
+        if voter.pk in behind:
+            return f"they are now {behind[voter.pk]}"
     if not reach(voter, REVIEWER).covers_any(*ask_teams(approval)):
         return "they are no longer a reviewer of the agent's team"
     if approval.group and not voter.groups.filter(name=approval.group).exists():
@@ -505,7 +532,8 @@ def _departure(approval: ApprovalRequest, voter: User) -> str:
 
 def _discard_departed_votes(approval: ApprovalRequest) -> None:
     """A quorum counts only votes of people who are, when it is counted, active,
-    reviewers and in its group: each other vote is deleted and audited
+    reviewers, in its group and (under separation of duties) none of the people behind
+    the agent: each other vote is deleted and audited
     (approval.vote_discarded), in the deciding transaction (the request row is locked)."""
     for vote in approval.votes.select_related("voter").order_by("created_at", "pk"):
         reason = _departure(approval, vote.voter)
@@ -654,6 +682,14 @@ def _edit_refusal(approval: ApprovalRequest, arguments: dict[str, Any]) -> Decis
         return DecisionRefused(
             "This call's tool runs on the client, which runs only the arguments it sent: "
             "deny it with feedback instead, and the agent can call again.",
+            400,
+        )
+    if approval.needs_key("deny"):
+        # An edit ends the call unrun, as a denial does; a rule asks that to be signed.
+        return DecisionRefused(
+            "Denying this call must be signed with your passkey, and an edit ends it as a "
+            "denial does: deny it (signed) with feedback for the agent instead, and the "
+            "agent can call again.",
             400,
         )
     if canonical_json(arguments) == canonical_json(call.arguments):

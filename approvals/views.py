@@ -83,7 +83,7 @@ def decide(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     except services.DecisionRefused as refusal:
         return _answer(request, approval_id, str(refusal), status=refusal.status)
     verb = "Denied" if action == "deny" else "Approved"
-    message = f"{verb} {approval.call.name}."
+    message = f"{verb} {approval.call.name}." + _not_run(approval, action != "deny")
     if not approval.decision:  # one vote of a quorum: the call still waits
         message = f"Your approval of {approval.call.name} counts: {approval.progress()}."
         return _answer(request, approval_id, message, status=200, ok=True)
@@ -94,6 +94,14 @@ def decide(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
         messages.success(request, message)
         return redirect("approvals:queue")
     return _fragment(request, approval, message, ok=True, status=200)
+
+
+def _not_run(approval: ApprovalRequest, approve: bool) -> str:
+    """What an approval says when the guards, re-run as it released the call to its client,
+    denied it (services._release_denial)."""
+    if approve and approval.decision and approval.call.status == Status.DENIED:
+        return f" It will not run: {approval.call.reason}"
+    return ""
 
 
 STEP_UP_NONCES = "harness.step_up"  # session key: {"<approval>:<verdict>": nonce}
@@ -286,7 +294,7 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
         done = f"Your approval of {approval.call.name} counts."
     else:
         verb = "Approved" if claim.verdict == "approve" else "Denied"
-        done = f"{verb} {approval.call.name}."
+        done = f"{verb} {approval.call.name}." + _not_run(approval, claim.verdict == "approve")
     return render(
         request, LINK, {"done": done, "approval": approval, "progress": approval.progress()}
     )

@@ -263,6 +263,25 @@ def deny_call(
     )
 
 
+def deny_at_release(
+    *, call: ToolCall, denial: GuardDenial, extra: dict[str, Any] | None = None
+) -> bool:
+    """A reviewer approved a pending call its client runs (decide-only), and the guards,
+    re-run at that moment, deny it (the agent revoked, the mode locked while it waited):
+    it ends denied, never released; the worker's re-check (`deny_before_run`) for a call
+    no worker runs. False if it was no longer pending."""
+    payload = {**(extra or {}), "stage": "release"}
+    return _decide_pending(
+        call.pk,
+        Status.DENIED,
+        denial.decision,
+        kinds.CALL_DENIED,
+        denial.message,
+        payload,
+        call=call,
+    )
+
+
 def cancel_call(*, call_id: uuid.UUID | str, actor: str, reason: str = "") -> bool:
     decision = Decision("cancel", actor, reason or "Cancelled.")
     text = messages.cancelled(actor, reason)

@@ -5,8 +5,8 @@ agent owner's profile, and the session's grants. Each holds allow / ask / deny r
 may hold a mode ceiling (`max_mode`; the owner's ceiling is their profile's mode).
 
 - Deny and ask rules of every layer apply: a deny anywhere denies, else an ask anywhere
-  asks (the strictest quorum of any layer counts). The decision names the highest layer
-  whose rule matched.
+  asks (and what every matching quorum rule of any layer needs holds together:
+  `combined`). The decision names the highest layer whose rule matched.
 - Only then may an allow rule of any layer allow; so an allow of a lower layer never lifts
   a deny or an ask of a higher one. A session grant (the lowest layer) allows only when
   no layer denies or asks (dispatcher.policy.waterfall.session_grants).
@@ -106,12 +106,14 @@ def holder(layers: tuple[Layer, ...], action: str, rule: str) -> Layer:
 
 
 def quorum_of(call: CallContext) -> tuple[Quorum, Layer] | None:
-    """The strictest quorum ask rule of any layer matching `call`, with its layer.
+    """What every quorum ask rule of any layer matching `call` needs, together, with the
+    layer of the strictest one (named in the decision).
 
     Every quorum rule is tried, not only the first ask rule that matched: a compound
     command caught by a plain ask rule still needs the approvals of a quorum rule that
-    another part of it matches. The most approvals win; on a tie, one naming a group,
-    then the higher layer. Step-up adds up over every matching rule.
+    another part of it matches. Each rule must still hold (`combined`): a lower layer's
+    rule asking more approvals from anyone never drops a higher layer's group. Step-up
+    adds up over every matching rule.
     """
     matching = [
         (q, layer)
@@ -128,7 +130,41 @@ def quorum_of(call: CallContext) -> tuple[Quorum, Layer] | None:
     # Step-up adds up: a verdict any matching rule of any layer asks a passkey for needs one.
     signed = {verdict for q, _ in matching for verdict in q.step_up}
     step_up = tuple(v for v in ("approve", "deny") if v in signed)
-    return dataclasses.replace(quorum, step_up=step_up), layer
+    return combined(quorum, [q for q, _ in matching], step_up), layer
+
+
+def combined(strictest: Quorum, matching: list[Quorum], step_up: tuple[str, ...]) -> Quorum:
+    """One requirement that meets every rule of `matching` (highest layer first): each
+    group named by any of them, with the most approvals any of them asks of it (distinct
+    people: one vote counts towards one group), and at least the most approvals any of
+    them asks in all. Where that total is more than the groups' counts, the extra
+    approvals are asked of the first group named: stricter than a rule asking them of
+    anyone, never looser (an organization's "1 of sre" beside an owner's "2 approvals"
+    needs 2 of sre, never 2 from anyone)."""
+    named: dict[str, int] = {}
+    for q in matching:
+        pairs = q.groups or (((q.group, q.approvals),) if q.group else ())
+        for group, count in pairs:
+            named[group] = max(named.get(group, 0), count)
+    total = max(q.approvals for q in matching)
+    if not named:
+        return dataclasses.replace(strictest, approvals=total, group="", groups=(), step_up=step_up)
+    counts = list(named.items())
+    short = total - sum(count for _, count in counts)
+    if short > 0:
+        counts[0] = (counts[0][0], counts[0][1] + short)
+    if len(counts) == 1:
+        [(group, count)] = counts
+        return dataclasses.replace(
+            strictest, approvals=count, group=group, groups=(), step_up=step_up
+        )
+    return dataclasses.replace(
+        strictest,
+        approvals=sum(count for _, count in counts),
+        group="",
+        groups=tuple(counts),
+        step_up=step_up,
+    )
 
 
 def blocks_grant(call: CallContext) -> Verdict:
