@@ -30,7 +30,9 @@
     if (!item || (key !== "a" && key !== "d")) return;
     var form = item.querySelector("form.decide");
     if (!form) return;
+    // A folded item offers no Approve until "Show all" shows it whole: then `a` does nothing.
     var button = form.querySelector(key === "a" ? "button.approve" : "button.deny");
+    if (!button) return;
     event.preventDefault();
     button.click();  // a click, so htmx sends the button's name=value like a pointer click
   });

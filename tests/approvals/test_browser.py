@@ -142,6 +142,37 @@ def test_hostile_arguments_are_shown_as_text_and_run_nothing(
     assert "denied" in agent.result()["content"]
 
 
+def test_a_folded_ask_offers_no_approve_and_a_does_nothing_until_shown_whole(
+    open_reviewers: list[Any], live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    reviewer = open_reviewers[0]()
+    page_errors: list[str] = []
+    reviewer.page.on("pageerror", lambda error: page_errors.append(str(error)))
+    content = "".join(f"row {i}\n" for i in range(2000))
+    agent = WaitingAgent(live_stack, live_agent, "folded.txt", content)
+    item = reviewer.item("folded.txt")
+    item.wait_for(timeout=3000)  # pushed live, folded
+    assert "row 1999" not in item.inner_text() and "folded" in item.inner_text()
+    # Neither Approve nor "Approve and allow for the rest of this session": Deny, Show all.
+    assert item.get_by_role("button", name="Approve").count() == 0
+    assert item.get_by_role("button", name="Deny").count() == 1
+    assert item.get_by_text("Approve after reading it whole").is_visible()
+    item.focus()
+    reviewer.page.keyboard.press("a")  # does nothing on a folded item
+    item.get_by_role("button", name="Show all").click()
+    unfolded = reviewer.item("row 1999")
+    unfolded.wait_for(timeout=3000)  # the whole item, after anything `a` might have sent
+    assert not [r for r in reviewer.requests if r.startswith("POST") and "/decide" in r]
+    assert agent.is_alive() and page_errors == []
+    assert unfolded.get_by_text("Approve after reading it whole").count() == 0
+    assert unfolded.get_by_role("button", name="Approve and allow").count() == 1
+    unfolded.focus()
+    reviewer.page.keyboard.press("a")  # shown whole: `a` approves
+    result = agent.result()
+    assert result["is_error"] is False and result["content"].startswith("Wrote ")
+    assert page_errors == []
+
+
 def assert_shown_as_text(item: Any) -> None:
     arguments = item.locator("pre.arguments").first.inner_text()
     assert "<script>alert('script')</script>" in arguments

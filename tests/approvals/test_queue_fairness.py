@@ -79,6 +79,49 @@ def test_a_large_argument_is_folded_in_the_queue_and_shown_whole_on_demand(
     assert small.pk != approval.pk
 
 
+def item_of(html: str, approval: ApprovalRequest) -> str:
+    """The one queue item of `approval` in a page or fragment."""
+    start = html.index(f'<article id="call-{approval.call_id}"')
+    return html[start : html.index("</article>", start)]
+
+
+def test_a_folded_item_offers_only_deny_and_show_all_until_shown_whole(
+    client: Client, reviewer: User, agent: AgentFixture
+) -> None:
+    value = "".join(f"line {i}\n" for i in range(3000))
+    approval = ask(agent, {"path": "big.txt", "content": value})
+    small = ask(agent, {"path": "small.txt", "content": "tiny"}, call_id="w2")
+    client.force_login(reviewer)
+    page = client.get("/approvals/").content.decode()
+    pushed = live.render_change(str(approval.call_id), "pending_approval")
+    assert pushed is not None
+    for folded in (item_of(page, approval), item_of(pushed, approval)):  # page and socket
+        assert 'value="approve"' not in folded and 'value="approve_session"' not in folded
+        assert 'value="deny"' in folded and "show-all" in folded
+        assert "Approve after reading it whole" in folded
+    shown = item_of(page, small)  # a small one is shown whole: Approve as ever
+    assert 'value="approve"' in shown and 'value="approve_session"' in shown
+    assert "Approve after reading it whole" not in shown
+    for whole in (
+        client.get(f"/approvals/{approval.pk}/full", headers={"HX-Request": "true"}),
+        client.get(f"/approvals/{approval.pk}/"),  # the call's own page: always whole
+    ):
+        assert whole.status_code == 200
+        unfolded = item_of(whole.content.decode(), approval)
+        assert "line 2999" in unfolded and 'value="approve"' in unfolded
+        assert 'value="approve_session"' in unfolded
+        assert "Approve after reading it whole" not in unfolded
+    # The server does not refuse an approval for what a page showed (it cannot know what
+    # was read): the digest the form sends binds the exact call.
+    decided = client.post(
+        f"/approvals/{approval.pk}/decide",
+        {"action": "approve", "digest": approval.call.digest},
+    )
+    assert decided.status_code == 302
+    approval.call.refresh_from_db()
+    assert approval.call.status == "queued"
+
+
 @pytest.mark.heavy
 def test_500_asks_of_100_kb_render_under_a_second(
     client: Client, reviewer: User, settings: Any
