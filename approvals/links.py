@@ -12,7 +12,10 @@ nothing and says which.
 
 With HARNESS_LINKS_REQUIRE_LOGIN (the default) the person must also be signed in as the
 recipient. Without it the link alone stands for the recipient, for that one decision:
-whoever holds it can decide (see docs/notifications.md).
+whoever holds it can decide (see docs/notifications.md). Either way a recipient whom
+HARNESS_MFA_REQUIRED names and who has no second factor yet decides nothing by a link
+(signed in, they would reach no page but the set-up one: identity.mfa); a confirm refused
+so is audited (approval.second_factor_missing).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from audit.roles import REVIEWER, deactivated_since, reach
+from audit import kinds
+from audit.roles import REVIEWER, deactivated_since, lacks_required_factor, reach
+from audit.services import record_event
 from dispatcher.models import Status
 from teams.scope import ask_teams
 
@@ -50,6 +55,19 @@ class LinkRefused(Exception):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+class SecondFactorMissing(LinkRefused):
+    """The recipient must have a second factor (HARNESS_MFA_REQUIRED) and has none."""
+
+    def __init__(self, recipient: User) -> None:
+        super().__init__(
+            f"{recipient.get_username()} must set up a second factor (an authenticator app "
+            "or a passkey) before deciding: this organization requires one of them. Sign "
+            f"in, set one up at {reverse('identity_mfa_setup')}, then use this link or the "
+            "approval queue.",
+            403,
+        )
 
 
 @dataclass(frozen=True)
@@ -154,10 +172,12 @@ def read(token: str) -> Claim:
     return claim
 
 
-def person_for(claim: Claim, user: Any) -> User:
+def person_for(claim: Claim, user: Any, *, confirming: bool = False) -> User:
     """Who decides through this link: the signed-in recipient, or with
     HARNESS_LINKS_REQUIRE_LOGIN off, the recipient the link names (whose role in the
-    agent's team `read` checked). Raises LinkRefused."""
+    agent's team `read` checked). Raises LinkRefused (SecondFactorMissing when
+    HARNESS_MFA_REQUIRED asks the recipient for a second factor they do not have yet,
+    audited when `confirming`: a POST that would decide)."""
     if user is not None and user.is_authenticated:
         if user.pk != claim.recipient.pk:
             raise LinkRefused(
@@ -165,9 +185,15 @@ def person_for(claim: Claim, user: Any) -> User:
                 f"as {user.get_username()}. Open the call from your own queue instead.",
                 403,
             )
-        return claim.recipient
-    if settings.HARNESS_LINKS_REQUIRE_LOGIN:
+    elif settings.HARNESS_LINKS_REQUIRE_LOGIN:
         raise LinkRefused("Sign in to use this link.", 401)
+    # Signed in, such a person reaches no page but the set-up one (identity.mfa); the link
+    # alone must not decide for them either.
+    if lacks_required_factor(claim.recipient):
+        refused = SecondFactorMissing(claim.recipient)
+        if confirming:
+            _audit_second_factor_missing(claim, refused)
+        raise refused
     return claim.recipient
 
 
@@ -178,7 +204,7 @@ def use(
     the one the confirm page showed. Raises
     LinkRefused (with services.DecisionRefused's answer when the decision is refused)."""
     claim = read(token)
-    person = person_for(claim, user)
+    person = person_for(claim, user, confirming=True)
     if claim.approval.needs_key(claim.verdict):
         raise LinkRefused(STEP_UP_MESSAGE, 400)
     if digest != claim.digest:
@@ -212,3 +238,23 @@ def use(
             used.delete()
             refusal = refused
     raise LinkRefused(str(refusal), refusal.status)
+
+
+def _audit_second_factor_missing(claim: Claim, refused: SecondFactorMissing) -> None:
+    """approval.second_factor_missing: a confirm refused for the recipient's missing second
+    factor, committed on its own (nothing else changed). Opening the link (GET) is refused
+    the same way but not recorded: a mail scanner or a link preview fetches it unasked."""
+    approval = claim.approval
+    with transaction.atomic():
+        record_event(
+            kind=kinds.APPROVAL_SECOND_FACTOR_MISSING,
+            actor=f"user:{claim.recipient.get_username()}",
+            subject=f"call:{approval.call_id}",
+            session_id=approval.call.session_id,
+            payload={
+                "call_id": str(approval.call_id),
+                "verdict": claim.verdict,
+                "via": "link",
+                "reason": str(refused),
+            },
+        )

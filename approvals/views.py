@@ -263,11 +263,11 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
     HARNESS_LINKS_REQUIRE_LOGIN is off: the link stands for its recipient, once."""
     try:
         claim = links.read(token)
-        links.person_for(claim, request.user)
+        links.person_for(claim, request.user, confirming=request.method == "POST")
     except links.LinkRefused as refused:
         if refused.status == 401:
             return redirect_to_login(request.get_full_path())
-        return render(request, LINK, {"refused": str(refused)}, status=refused.status)
+        return _link_refused(request, refused)
     if claim.approval.needs_key(claim.verdict):
         # A step-up verdict is signed on the call's page, never by a link alone.
         messages.info(request, links.STEP_UP_MESSAGE)
@@ -289,7 +289,7 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
             effect_digest=request.POST.get("effect_digest", ""),
         )
     except links.LinkRefused as refused:
-        return render(request, LINK, {"refused": str(refused)}, status=refused.status)
+        return _link_refused(request, refused)
     if not approval.decision:
         done = f"Your approval of {approval.call.name} counts."
     else:
@@ -298,3 +298,12 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
     return render(
         request, LINK, {"done": done, "approval": approval, "progress": approval.progress()}
     )
+
+
+def _link_refused(request: HttpRequest, refused: links.LinkRefused) -> HttpResponse:
+    """The page of a link that decides nothing, saying why (and where to set up a second
+    factor, when that is why)."""
+    context = {"refused": str(refused)}
+    if isinstance(refused, links.SecondFactorMissing):
+        context["setup"] = reverse("identity_mfa_setup")
+    return render(request, LINK, context, status=refused.status)

@@ -117,6 +117,11 @@ APPROVAL_DIGEST_MISMATCH = register(
 APPROVAL_STEP_UP_REFUSED = register(
     "approval.step_up_refused", "decision refused: no valid passkey signature", note=True
 )
+APPROVAL_SECOND_FACTOR_MISSING = register(
+    "approval.second_factor_missing",
+    "decision refused: a link for a person who must have a second factor and has none",
+    note=True,
+)
 APPROVAL_VOTE = register("approval.vote", "approved: one vote towards the quorum", note=True)
 APPROVAL_ESCALATED = register(
     "approval.escalated",

@@ -90,6 +90,36 @@ def reach(user: Any, role: str) -> Scope:
     return scope_of(user, role)
 
 
+def factor_required(user: Any) -> bool:
+    """True when HARNESS_MFA_REQUIRED names `user`'s roles (unknown values: everyone,
+    failing closed; identity.E101 names them). Read by identity.mfa's gates, and by a
+    one-tap link deciding for a person who is not signed in (approvals.links)."""
+    level = settings.HARNESS_MFA_REQUIRED
+    if level == "none" or not user.is_authenticated:
+        return False
+    if level == "admins":
+        return has_role(user, ADMIN)
+    if level == "reviewers":
+        return has_role(user, REVIEWER) or has_role(user, ADMIN)
+    return True
+
+
+def has_factor(user: Any) -> bool:
+    """An authenticator app or a passkey (recovery codes alone are not a factor)."""
+    from allauth.mfa.models import Authenticator
+
+    types = (Authenticator.Type.TOTP, Authenticator.Type.WEBAUTHN)
+    return bool(Authenticator.objects.filter(user_id=user.pk, type__in=types).exists())
+
+
+def lacks_required_factor(user: Any) -> bool:
+    """A person HARNESS_MFA_REQUIRED names who has no second factor yet: signed in, they
+    reach no page but the set-up one (identity.mfa.RequireSecondFactor)."""
+    return (
+        settings.HARNESS_MFA_REQUIRED != "none" and factor_required(user) and not has_factor(user)
+    )
+
+
 class HtmxHttpRequest(HttpRequest):
     """A request as a view behind `role_required` gets it: django-htmx's details, and the
     signed-in user (django-htmx's example types its views the same way)."""

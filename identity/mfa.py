@@ -4,7 +4,9 @@ A person the setting names (none; admins; reviewers, admins included; all) who h
 second factor yet (an authenticator app or a passkey, allauth.mfa) is sent to the set-up
 page before any other page: their first sign-in ends there. Their own pages under
 /accounts/ (adding the factor, signing out) stay open, and so do the agent API and the
-static files, which no person's session reaches.
+static files, which no person's session reaches. Who must have one and whether they do
+is read in audit.roles (`lacks_required_factor`), where a one-tap link deciding for a
+person who is not signed in reads it too (approvals.links).
 """
 
 from __future__ import annotations
@@ -19,32 +21,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 
-from audit.roles import ADMIN, REVIEWER, has_role
+from audit.roles import lacks_required_factor
 
 LEVELS = ("none", "admins", "reviewers", "all")
 # Paths a person without their required factor may still reach.
 OPEN_PATHS = ("/accounts/", "/static/", "/api/")
-
-
-def factor_required(user: Any) -> bool:
-    """True when HARNESS_MFA_REQUIRED names `user`'s roles (unknown values: everyone,
-    failing closed; the start-up check names them)."""
-    level = settings.HARNESS_MFA_REQUIRED
-    if level == "none" or not user.is_authenticated:
-        return False
-    if level == "admins":
-        return has_role(user, ADMIN)
-    if level == "reviewers":
-        return has_role(user, REVIEWER) or has_role(user, ADMIN)
-    return True
-
-
-def has_factor(user: Any) -> bool:
-    """An authenticator app or a passkey (recovery codes alone are not a factor)."""
-    from allauth.mfa.models import Authenticator
-
-    types = (Authenticator.Type.TOTP, Authenticator.Type.WEBAUTHN)
-    return bool(Authenticator.objects.filter(user_id=user.pk, type__in=types).exists())
 
 
 def factors_of(user: Any) -> dict[str, Any]:
@@ -81,8 +62,7 @@ class RequireSecondFactor:
         if (
             settings.HARNESS_MFA_REQUIRED != "none"
             and not request.path.startswith(OPEN_PATHS)
-            and factor_required(request.user)
-            and not has_factor(request.user)
+            and lacks_required_factor(request.user)
         ):
             setup = reverse("identity_mfa_setup")
             if request.method != "GET" or request.headers.get("HX-Request"):
@@ -113,10 +93,7 @@ class SecondFactorSocketGate:
 async def _lacks_factor(user: Any) -> bool:
     from asgiref.sync import sync_to_async
 
-    def lacks() -> bool:
-        return factor_required(user) and not has_factor(user)
-
-    return bool(await sync_to_async(lacks)())
+    return bool(await sync_to_async(lacks_required_factor)(user))
 
 
 @register()

@@ -16,6 +16,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from audit import kinds
+from audit.roles import factor_required, has_factor
 
 from . import mfa, services
 
@@ -130,8 +131,8 @@ def mfa_setup(request: HttpRequest) -> HttpResponse:
         wanted, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     )
     context = mfa.factors_of(request.user) | {
-        "required": mfa.factor_required(request.user),
-        "done": mfa.has_factor(request.user),
+        "required": factor_required(request.user),
+        "done": has_factor(request.user),
         "next": wanted if safe and wanted.startswith("/") else "/",
     }
     return render(request, "identity/mfa_setup.html", context)

@@ -17,6 +17,7 @@ from dispatcher.models import Status
 from tests.approvals.conftest import ask
 from tests.approvals.test_quorum import quorum_agent
 from tests.support.factories import AgentFixture, make_user, unique
+from tests.support.passkeys import SoftPasskey
 
 pytestmark = pytest.mark.django_db
 
@@ -135,6 +136,51 @@ def test_without_login_the_link_alone_decides_for_its_recipient_once(
     approval.call.refresh_from_db()
     assert approval.call.status == Status.DENIED and "not today" in approval.call.content
     assert approval.call.decided_by == f"user:{reviewer.username}"
+
+
+@override_settings(HARNESS_LINKS_REQUIRE_LOGIN=False, HARNESS_MFA_REQUIRED="reviewers")
+def test_a_link_alone_decides_nothing_for_a_reviewer_who_lacks_a_required_second_factor(
+    reviewer: User, agent: AgentFixture
+) -> None:
+    approval = ask(agent, {"path": "notes.txt", "content": "x"})
+    approve, deny = (links.make_url(approval, reviewer, v) for v in ("approve", "deny"))
+    # Signed in, the same person is refused a decision until they set up a factor.
+    signed = signed_in(reviewer).post(
+        f"/approvals/{approval.pk}/decide", {"action": "approve", "digest": approval.call.digest}
+    )
+    assert signed.status_code == 403
+    client = Client()
+    for response in (client.get(path_of(approve)), client.get(path_of(deny))):
+        page = response.content.decode()
+        assert response.status_code == 403 and "This link decides nothing" in page
+        assert f"{reviewer.username} must set up a second factor" in page
+        assert 'href="/accounts/second-factor/"' in page
+        assert approval.call.digest not in page  # nothing of the call is shown
+    refused = confirm(client, approve, approval.call.digest)
+    assert refused.status_code == 403  # type: ignore[attr-defined]
+    assert "must set up a second factor" in refused.content.decode()  # type: ignore[attr-defined]
+    assert status_of(approval) == Status.PENDING_APPROVAL and not UsedLink.objects.exists()
+    event = AuditEvent.objects.get(
+        subject=f"call:{approval.call_id}", kind="approval.second_factor_missing"
+    )
+    assert event.actor == f"user:{reviewer.username}"
+    assert event.payload["via"] == "link" and event.payload["verdict"] == "approve"
+    # With a factor set up, the same link decides, once.
+    SoftPasskey().register(reviewer)
+    done = confirm(client, approve, approval.call.digest)
+    assert done.status_code == 200 and "Approved write_file." in done.content.decode()  # type: ignore[attr-defined]
+    assert status_of(approval) == Status.QUEUED
+
+
+@override_settings(HARNESS_LINKS_REQUIRE_LOGIN=False, HARNESS_MFA_REQUIRED="admins")
+def test_a_link_alone_still_decides_for_a_reviewer_the_setting_does_not_name(
+    reviewer: User, agent: AgentFixture
+) -> None:
+    approval = ask(agent, {"path": "notes.txt", "content": "x"})
+    url = links.make_url(approval, reviewer, "deny")
+    done = confirm(Client(), url, approval.call.digest)
+    assert done.status_code == 200 and "Denied write_file." in done.content.decode()  # type: ignore[attr-defined]
+    assert not AuditEvent.objects.filter(kind="approval.second_factor_missing").exists()
 
 
 def test_a_confirm_must_carry_the_digest_shown(reviewer: User, agent: AgentFixture) -> None:
