@@ -2,6 +2,9 @@
 log, the agent entry points), diff by diff. Each test is an attack; it passes when the
 attack fails.
 
+- A NUL character in a field of the unauthenticated OAuth endpoints (`client_id` at
+  /oauth/device-authorization/, `device_code` or `client_id` at /oauth/token/, also inside
+  HTTP Basic credentials) reached PostgreSQL, which refuses it: a 500 for anyone.
 - Served on a dual-stack socket (`daphne -b ::`), every IPv4 client's address arrives as
   an IPv4-mapped IPv6 address (::ffff:203.0.113.9), which allauth counts by its /64: every
   IPv4 client shared one count ("::"), so one machine asking for device codes (or typing
@@ -10,15 +13,20 @@ attack fails.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
+from django.test import Client
+from oauth2_provider.models import DeviceGrant
 
 from tests.agentauth.device_counts import clear_device_code_counts
 from tests.agentauth.test_device_authorization_limits import ask
 from tests.support.oauth import harness_hook_client
 
+DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 # IPv4 clients as a dual-stack socket shows them (RFC 5737 addresses, these tests' own).
 MAPPED_FLOODER, MAPPED_NEIGHBOUR = "::ffff:203.0.113.80", "::ffff:198.51.100.81"
 
@@ -29,6 +37,45 @@ def own_counts() -> Iterator[None]:
     clear_device_code_counts(*addresses)
     yield
     clear_device_code_counts(*addresses)
+
+
+def form(path: str, fields: dict[str, str], **meta: Any) -> Any:
+    return Client(raise_request_exception=False).post(
+        path, urlencode(fields), content_type="application/x-www-form-urlencoded", **meta
+    )
+
+
+@pytest.mark.django_db
+def test_a_nul_in_an_oauth_field_is_a_400_not_a_500(own_counts: None) -> None:
+    harness_hook_client()
+    basic = base64.b64encode(b"harness\x00hook:x").decode()
+    answers = [
+        form("/oauth/device-authorization/", {"client_id": "harness\x00hook"}),
+        form("/oauth/device-authorization/", {"client_id": "harness-hook", "scope": "a\x00"}),
+        form(
+            "/oauth/token/",
+            {"grant_type": DEVICE_GRANT, "client_id": "harness-hook", "device_code": "a\x00b"},
+        ),
+        form(
+            "/oauth/token/",
+            {"grant_type": "refresh_token", "client_id": "harness\x00hook", "refresh_token": "r"},
+        ),
+        form(
+            "/oauth/token/",
+            {"grant_type": "refresh_token", "refresh_token": "r"},
+            HTTP_AUTHORIZATION=f"Basic {basic}",
+        ),
+        form("/oauth/revoke/", {"token": "t", "client_id": "harness\x00hook"}),
+    ]
+    for answer in answers:
+        assert answer.status_code == 400, answer.content
+        assert answer["Content-Type"] == "application/json"
+        assert answer.json()["error"] in ("invalid_request", "invalid_scope")
+    assert (
+        not DeviceGrant.objects.filter(client_id__contains="harness")
+        .exclude(client_id="harness-hook")
+        .exists()
+    )
 
 
 @pytest.mark.django_db
