@@ -9,11 +9,21 @@ attack fails.
   an IPv4-mapped IPv6 address (::ffff:203.0.113.9), which allauth counts by its /64: every
   IPv4 client shared one count ("::"), so one machine asking for device codes (or typing
   wrong passwords) refused everyone's.
+- `harness-hook login` showed only the endpoint's error_description as printable
+  characters: the error code itself, the verification URI, the user code and the token
+  endpoint's error reached the terminal raw, escape sequences and all (a server, or
+  anyone on the way to an http:// one, could retitle the terminal, clear or rewrite what
+  it shows, set the clipboard). A NaN interval crashed it with a traceback.
 """
 
 from __future__ import annotations
 
 import base64
+import http.server
+import json
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
@@ -25,6 +35,7 @@ from oauth2_provider.models import DeviceGrant
 from tests.agentauth.device_counts import clear_device_code_counts
 from tests.agentauth.test_device_authorization_limits import ask
 from tests.support.oauth import harness_hook_client
+from tests.support.paths import ROOT
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 # IPv4 clients as a dual-stack socket shows them (RFC 5737 addresses, these tests' own).
@@ -92,3 +103,84 @@ def test_ipv4_clients_on_a_dual_stack_socket_are_counted_apart(own_counts: None)
     assert ask(REMOTE_ADDR="203.0.113.80").status_code == 429
     neighbour = ask(REMOTE_ADDR=MAPPED_NEIGHBOUR)
     assert neighbour.status_code == 200, neighbour.content
+
+
+HOOK = ROOT / "dispatcher" / "gateways" / "hook_command.py"
+# Escape sequences a hostile server sends for a terminal: retitle it (OSC 0), clear it
+# (CSI 2J), write the clipboard (OSC 52), a C1 CSI, a right-to-left override.
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b]52;c;ZWNobyBoaQ==\x07\x9b31m\u202e"
+
+
+def hostile_server(answers: dict[str, tuple[int, dict[str, Any]]]) -> http.server.HTTPServer:
+    """An endpoint that answers each path with its (status, JSON body)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            status, body = answers[self.path]
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        pytest.param(
+            {"/oauth/device-authorization/": (400, {"error": ESCAPES})}, id="refused-error"
+        ),
+        pytest.param(
+            {
+                "/oauth/device-authorization/": (
+                    200,
+                    {
+                        "device_code": "d",
+                        "user_code": "AB" + ESCAPES,
+                        "verification_uri": "http://x/" + ESCAPES,
+                        "interval": float("nan"),
+                        "expires_in": 30,
+                    },
+                ),
+                "/oauth/token/": (400, {"error": ESCAPES}),
+            },
+            id="code-then-token-error",
+        ),
+    ],
+)
+def test_harness_hook_login_shows_no_escape_sequence_a_server_sends(
+    answers: dict[str, tuple[int, dict[str, Any]]], tmp_path: Any
+) -> None:
+    server = hostile_server(answers)
+    try:
+        login = subprocess.run(  # noqa: S603 - this repository's hook, as a developer runs it
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                str(HOOK),
+                "login",
+                "--url",
+                f"http://127.0.0.1:{server.server_port}",
+            ],
+            env={"PATH": "/usr/bin:/bin", "HARNESS_CREDENTIALS": str(tmp_path / "c.json")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.shutdown()
+    shown = login.stdout + login.stderr
+    assert login.returncode == 1, shown
+    assert "Traceback" not in shown
+    assert "Harness: " in login.stderr and "owned" in login.stderr
+    assert not any(c in shown for c in "\x1b\x07\x9b\u202e"), repr(shown)
