@@ -14,6 +14,11 @@ attack fails.
   endpoint's error reached the terminal raw, escape sequences and all (a server, or
   anyone on the way to an http:// one, could retitle the terminal, clear or rewrite what
   it shows, set the clipboard). A NaN interval crashed it with a traceback.
+- The MCP gateway checked a tools/call's arguments for text no database keeps, not its
+  tool name: a NUL in the name failed the call's write, answered -32603 "send the same
+  request again later", which no retry could pass. A NUL or a lone surrogate in the
+  client's name (initialize's clientInfo, a 2026-07-28 request's _meta) failed the
+  session's write: a 503 "retry it later" or a 500.
 """
 
 from __future__ import annotations
@@ -28,12 +33,18 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
+import httpx
 import pytest
 from django.test import Client
 from oauth2_provider.models import DeviceGrant
 
+from dispatcher.models import AgentSession, ToolCall
 from tests.agentauth.device_counts import clear_device_code_counts
 from tests.agentauth.test_device_authorization_limits import ask
+from tests.redteam.test_agent_entry_attacks import MCP_HEADERS, mcp_post
+from tests.redteam.test_mcp_v2_attacks import modern_body, modern_headers
+from tests.support.factories import AgentFixture, unique
+from tests.support.live import LiveStack
 from tests.support.oauth import harness_hook_client
 from tests.support.paths import ROOT
 
@@ -184,3 +195,62 @@ def test_harness_hook_login_shows_no_escape_sequence_a_server_sends(
     assert "Traceback" not in shown
     assert "Harness: " in login.stderr and "owned" in login.stderr
     assert not any(c in shown for c in "\x1b\x07\x9b\u202e"), repr(shown)
+
+
+@pytest.mark.slow
+def test_an_mcp_tool_name_with_a_nul_is_invalid_params_not_retry_later(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    session = live_stack.mcp_session(live_agent, "rt2-name")
+    payload = (
+        b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": '
+        b'"read\\u0000file", "arguments": {"path": "a"}}}'
+    )
+    answered = mcp_post(live_stack, live_agent, session, payload)
+    error = json.loads(answered.text.split("data: ")[-1])["error"]
+    assert error["code"] == -32602, error
+    assert "NUL" in error["message"] and "again later" not in error["message"]
+    assert not ToolCall.objects.filter(session__external_id=session.split("~")[0]).exists()
+
+
+@pytest.mark.slow
+def test_an_mcp_client_name_with_a_nul_or_a_lone_surrogate_is_kept_storable(
+    live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    """Initialize's clientInfo and a 2026-07-28 request's clientInfo become the session's
+    title, made storable (U+FFFD), as a hook's session events are."""
+    name = unique("rt2-client")
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": name + "\u0000nul", "version": "1"},
+        },
+    }
+    headers = {**live_agent.headers, **MCP_HEADERS}
+    body = json.dumps(initialize).encode()
+    started = httpx.post(live_stack.url + "/mcp/", headers=headers, content=body, timeout=30)
+    assert started.status_code == 200, started.text
+    titled = AgentSession.objects.get(agent=live_agent.agent, title__startswith=f"MCP: {name}")
+    assert titled.title == f"MCP: {name}\ufffdnul 1"
+
+    modern = modern_body(2, "tools/call", {"name": "read_file", "arguments": {"path": "a"}})
+    modern["params"]["_meta"]["io.modelcontextprotocol/clientInfo"] = {
+        "name": name + "-v2\ud800",
+        "version": "2\u0000",
+    }
+    answered = httpx.post(
+        live_stack.url + "/mcp/",
+        headers={
+            **modern_headers(live_agent, "tools/call", "read_file"),
+            "Content-Type": "application/json",
+        },
+        content=json.dumps(modern).encode(),
+        timeout=60,
+    )
+    assert answered.status_code == 200, answered.text
+    run = AgentSession.objects.get(agent=live_agent.agent, title__startswith=f"MCP: {name}-v2")
+    assert run.title == f"MCP: {name}-v2\ufffd 2\ufffd"
