@@ -103,6 +103,8 @@ _JSON_KEY_ENDS = (
             "cookie",
             "session_key",
             "session-key",
+            "secret_key",
+            "secret-key",
         )
     )
     + ")"

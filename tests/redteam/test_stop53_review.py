@@ -19,6 +19,9 @@ attack fails.
   request again later", which no retry could pass. A NUL or a lone surrogate in the
   client's name (initialize's clientInfo, a 2026-07-28 request's _meta) failed the
   session's write: a 503 "retry it later" or a 500.
+- A call's arguments reach the log as JSON text, where a string under a key that names a
+  secret is masked: every name SECRET_KEY reads as one but `secret_key` (SECRET_KEY,
+  aws_secret_key, django-secret-key), stored and exported in clear.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import base64
 import http.server
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -42,8 +46,9 @@ from dispatcher.models import AgentSession, ToolCall
 from tests.agentauth.device_counts import clear_device_code_counts
 from tests.agentauth.test_device_authorization_limits import ask
 from tests.redteam.test_agent_entry_attacks import MCP_HEADERS, mcp_post
+from tests.redteam.test_audit_log_attacks import _api, _streamed
 from tests.redteam.test_mcp_v2_attacks import modern_body, modern_headers
-from tests.support.factories import AgentFixture, unique
+from tests.support.factories import AgentFixture, make_user, unique
 from tests.support.live import LiveStack
 from tests.support.oauth import harness_hook_client
 from tests.support.paths import ROOT
@@ -254,3 +259,53 @@ def test_an_mcp_client_name_with_a_nul_or_a_lone_surrogate_is_kept_storable(
     assert answered.status_code == 200, answered.text
     run = AgentSession.objects.get(agent=live_agent.agent, title__startswith=f"MCP: {name}-v2")
     assert run.title == f"MCP: {name}-v2\ufffd 2\ufffd"
+
+
+@pytest.mark.django_db
+def test_arguments_under_a_secret_key_name_are_masked_in_the_export(
+    client: Client, agent: AgentFixture
+) -> None:
+    """Every key name that masks a payload's own value masks it in a call's arguments."""
+    sid = _api(client, "/api/v1/sessions", {"title": "t"}, agent).json()["id"]
+    secrets = {
+        "SECRET_KEY": "django-value-1x",
+        "aws_secret_key": "aws-value-2x",
+        "settings": {"secret-key": "nested-value-3x"},
+        "key": "kept-key",  # not a secret name
+    }
+    calls = {"calls": [{"id": "s1", "name": "http_fetch", "arguments": secrets}]}
+    assert _api(client, f"/api/v1/sessions/{sid}/calls", calls, agent).status_code in (200, 202)
+    make_user("rt2-aud", groups=("auditor",))
+    client.login(username="rt2-aud", password="pw-rt2-aud")
+    export = _streamed(client.get(f"/audit/sessions/{sid}/export.jsonl"))
+    received = next(e for e in map(json.loads, export.splitlines()) if e["kind"] == "call.received")
+    arguments = json.loads(received["payload"]["arguments"])
+    for value in ("django-value-1x", "aws-value-2x", "nested-value-3x"):
+        assert value not in export, value
+    assert arguments["SECRET_KEY"].startswith("[masked:")
+    assert arguments["key"] == "kept-key"
+
+
+def secret_key_names() -> list[str]:
+    """Every name SECRET_KEY reads as a secret (its alternation, `credentials?` as both)."""
+    from audit.masking import SECRET_KEY
+
+    words = re.search(r"\(\^\|_\)\((.*)\)\$", SECRET_KEY.pattern)
+    assert words is not None
+    names = []
+    for word in words.group(1).split("|"):
+        names += [word[:-2], word[:-1]] if word.endswith("s?") else [word]
+    return names
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("name", secret_key_names())
+def test_every_secret_key_name_masks_its_value_in_json_text(name: str) -> None:
+    """JSON text (a call's arguments) is masked under every key name a payload's own keys
+    are, as written, upper case, with "-" and after a prefix."""
+    from audit.masking import is_secret_key, mask_text
+    from dispatcher.proposals import canonical_json
+
+    for key in (name, name.upper(), name.replace("_", "-"), "x_" + name, "X-" + name):
+        assert is_secret_key(key), key
+        assert "v4lue-x9" not in mask_text(canonical_json({key: "v4lue-x9"})), key
