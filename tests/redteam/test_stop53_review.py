@@ -22,6 +22,10 @@ attack fails.
 - A call's arguments reach the log as JSON text, where a string under a key that names a
   secret is masked: every name SECRET_KEY reads as one but `secret_key` (SECRET_KEY,
   aws_secret_key, django-secret-key), stored and exported in clear.
+- A timeline page showed the newest 20 reports that came for its calls once they were
+  done (client.report_orphaned), counted across the page: a client that ran a call it was
+  denied, then reported an allowed call again 20 times, had the note "the call it names
+  was denied, not released" gone from the denied call's card.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import re
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
@@ -309,3 +314,29 @@ def test_every_secret_key_name_masks_its_value_in_json_text(name: str) -> None:
     for key in (name, name.upper(), name.replace("_", "-"), "x_" + name, "X-" + name):
         assert is_secret_key(key), key
         assert "v4lue-x9" not in mask_text(canonical_json({key: "v4lue-x9"})), key
+
+
+@pytest.mark.django_db
+def test_reports_on_one_call_do_not_push_another_calls_report_off_its_card(
+    client: Client, agent: AgentFixture
+) -> None:
+    from audit.timeline import ORPHANS_SHOWN
+    from tests.support import claude_code_hooks as claude
+
+    session = str(uuid.uuid4())
+    denied = claude.pre_tool_use(session, "Bash", {"command": "sudo rm -rf /srv"}, "toolu_deny")
+    assert claude.decision(claude.send(agent, denied))[0] == "deny"
+    ran_anyway = {**denied, "hook_event_name": "PostToolUse", "tool_response": {"stdout": ""}}
+    assert claude.send(agent, ran_anyway).status_code == 200
+    read = claude.pre_tool_use(session, "Read", {"file_path": "/home/dev/project/a"}, "toolu_r")
+    assert claude.decision(claude.send(agent, read))[0] == "allow"
+    report = {**read, "hook_event_name": "PostToolUse", "tool_response": {"content": "a"}}
+    for _ in range(ORPHANS_SHOWN + 2):  # the first is taken; each one after is a note
+        assert claude.send(agent, report).status_code == 200
+
+    sid = AgentSession.objects.get(external_id=session).pk
+    make_user("rt2-aud3", groups=("auditor",))
+    client.login(username="rt2-aud3", password="pw-rt2-aud3")
+    page = client.get(f"/audit/sessions/{sid}/").content.decode()
+    assert "the call it names was denied, not released" in page
+    assert page.count("the call it names was reported, not released") == ORPHANS_SHOWN
