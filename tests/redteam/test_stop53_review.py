@@ -22,6 +22,9 @@ attack fails.
 - A call's arguments reach the log as JSON text, where a string under a key that names a
   secret is masked: every name SECRET_KEY reads as one but `secret_key` (SECRET_KEY,
   aws_secret_key, django-secret-key), stored and exported in clear.
+- docs/audit.md: "Masked JSON text stays valid JSON". It did not when a string ended in
+  `password=` or `token:` and another followed (`["password=", "x"]`): the `","` between
+  them was read as a quoted value and masked, the comma with it.
 - A timeline page showed the newest 20 reports that came for its calls once they were
   done (client.report_orphaned), counted across the page: a client that ran a call it was
   denied, then reported an allowed call again 20 times, had the note "the call it names
@@ -340,3 +343,25 @@ def test_reports_on_one_call_do_not_push_another_calls_report_off_its_card(
     page = client.get(f"/audit/sessions/{sid}/").content.decode()
     assert "the call it names was denied, not released" in page
     assert page.count("the call it names was reported, not released") == ORPHANS_SHOWN
+
+
+@pytest.mark.django_db
+def test_masked_arguments_stay_json_when_a_string_ends_in_a_secret_name(
+    client: Client, agent: AgentFixture
+) -> None:
+    sid = _api(client, "/api/v1/sessions", {"title": "t"}, agent).json()["id"]
+    arguments = {
+        "args": ["--env", "PASSWORD=", "x"],
+        "note": "api_token:",
+        "next": {"k": "v"},
+        "secret": "hunter2-value-7x",
+    }
+    calls = {"calls": [{"id": "j1", "name": "http_fetch", "arguments": arguments}]}
+    assert _api(client, f"/api/v1/sessions/{sid}/calls", calls, agent).status_code in (200, 202)
+    make_user("rt2-aud4", groups=("auditor",))
+    client.login(username="rt2-aud4", password="pw-rt2-aud4")
+    export = _streamed(client.get(f"/audit/sessions/{sid}/export.jsonl"))
+    received = next(e for e in map(json.loads, export.splitlines()) if e["kind"] == "call.received")
+    masked = json.loads(received["payload"]["arguments"])  # still JSON
+    assert masked["args"] == ["--env", "PASSWORD=", "x"] and masked["note"] == "api_token:"
+    assert masked["next"] == {"k": "v"} and masked["secret"].startswith("[masked:")
