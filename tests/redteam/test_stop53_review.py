@@ -365,3 +365,49 @@ def test_masked_arguments_stay_json_when_a_string_ends_in_a_secret_name(
     masked = json.loads(received["payload"]["arguments"])  # still JSON
     assert masked["args"] == ["--env", "PASSWORD=", "x"] and masked["note"] == "api_token:"
     assert masked["next"] == {"k": "v"} and masked["secret"].startswith("[masked:")
+
+
+@pytest.mark.django_db
+def test_a_decisions_by_and_rule_on_the_timeline_show_a_right_to_left_override(
+    client: Client, tmp_path: Any
+) -> None:
+    """A session grant names the call it was made from (grants.narrow_rule): the agent's
+    command words or path. Its 'Decided by' and 'Rule' on the session page were shown
+    raw, where the rest of the page goes through visible: a right-to-left override in the
+    agent's word reversed what the auditor read there."""
+    from dispatcher.policy.models import SessionGrant
+    from tests.support.factories import make_agent
+
+    fx = make_agent(mode="standard", workspace=str(tmp_path))
+    sid = _api(client, "/api/v1/sessions", {"title": "t"}, fx).json()["id"]
+    word = "report\u202etxt.exe"
+    SessionGrant.objects.create(
+        session_id=sid, rule=f"run_command(echo {word})", tool="run_command"
+    )
+    calls = {"calls": [{"id": "g1", "name": "run_command", "arguments": {"argv": ["echo", word]}}]}
+    answer = _api(client, f"/api/v1/sessions/{sid}/calls", calls, fx)
+    assert answer.json()["calls"][0]["decided_by"].startswith("grant:"), answer.content
+    make_user("rt2-aud6", groups=("auditor",))
+    client.login(username="rt2-aud6", password="pw-rt2-aud6")
+    page = client.get(f"/audit/sessions/{sid}/").content.decode()
+    assert "report\\u202etxt.exe" in page
+    assert "\u202e" not in page
+
+
+@pytest.mark.django_db
+def test_a_hook_sessions_workspace_on_the_timeline_shows_a_right_to_left_override(
+    client: Client, agent: AgentFixture
+) -> None:
+    """The workspace of a coding agent's session is the `cwd` its client sent."""
+    from tests.support import claude_code_hooks as claude
+
+    session = str(uuid.uuid4())
+    body = claude.pre_tool_use(session, "Read", {"file_path": "/home/dev/\u202ejorp/a"}, "t_w")
+    body["cwd"] = "/home/dev/\u202ejorp"
+    assert claude.send(agent, body).status_code == 200
+    sid = AgentSession.objects.get(external_id=session).pk
+    make_user("rt2-aud7", groups=("auditor",))
+    client.login(username="rt2-aud7", password="pw-rt2-aud7")
+    page = client.get(f"/audit/sessions/{sid}/").content.decode()
+    assert "/home/dev/\\u202ejorp" in page
+    assert "\u202e" not in page
