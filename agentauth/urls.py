@@ -33,7 +33,7 @@ urlpatterns = [
     ),
     path("oauth/authorize/", views.consent, name="authorize"),
     path("oauth/token/", views.token, name="token"),
-    path("oauth/revoke/", oauth.RevokeTokenView.as_view(), name="revoke-token"),
+    path("oauth/revoke/", views.revoke_token, name="revoke-token"),
     path(
         "oauth/device-authorization/",
         views.device_authorization,

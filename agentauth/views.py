@@ -9,8 +9,10 @@ agent runs under; approving makes (or reuses) that person's agent for the client
 
 from __future__ import annotations
 
+import base64
+import contextlib
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from allauth.core import ratelimit
 from django import forms
@@ -361,6 +363,29 @@ def _address_refused(request: HttpRequest) -> JsonResponse | None:
     )
 
 
+def _holds_nul(request: HttpRequest) -> JsonResponse | None:
+    """A 400 for a request whose form fields or HTTP Basic credentials hold a NUL character
+    (`client_id=a%00b`), which PostgreSQL refuses in any lookup: a 500 otherwise, on
+    endpoints open to anyone."""
+    fields = [v for _, values in (*request.GET.lists(), *request.POST.lists()) for v in values]
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "basic":
+        # (not Basic credentials, a ValueError: django-oauth-toolkit answers them)
+        with contextlib.suppress(ValueError):
+            fields.append(unquote(base64.b64decode(credentials).decode("utf-8", "replace")))
+    if not any("\x00" in field for field in fields):
+        return None
+    return JsonResponse(
+        {
+            "error": "invalid_request",
+            "error_description": "A parameter holds a NUL character (%00); no client, code "
+            "or token has one.",
+        },
+        status=400,
+        headers={"Cache-Control": "no-store"},
+    )
+
+
 def _pending_full(client_id: str) -> JsonResponse | None:
     """The answer when the client has HARNESS_DEVICE_PENDING_MAX device codes waiting for
     approval (not expired, not yet approved or denied), from any number of addresses.
@@ -403,7 +428,7 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
         whose metadata document registered it for authorization codes would have its own
         name approved there. Looked up without fetching any document (no one is signed in
         here)."""
-        refused = _address_refused(request)
+        refused = _address_refused(request) or _holds_nul(request)
         if refused is not None:
             return refused
         client_id = request.POST.get("client_id", "")
@@ -476,6 +501,9 @@ class TokenView(oauth_views.TokenView):  # type: ignore[misc]
         return response
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        refused = _holds_nul(request)  # (PostgreSQL refuses it in a lookup: a 500)
+        if refused is not None:
+            return refused
         if request.POST.get("grant_type") == DEVICE_CODE_GRANT and not request.POST.get(
             "device_code"
         ):
@@ -487,3 +515,17 @@ class TokenView(oauth_views.TokenView):  # type: ignore[misc]
 
 
 token = TokenView.as_view()
+
+
+class RevokeTokenView(oauth_views.RevokeTokenView):  # type: ignore[misc]
+    """/oauth/revoke/ (RFC 7009), django-oauth-toolkit's, with a NUL character in a
+    parameter answered 400 (PostgreSQL refuses it in the client's lookup: a 500)."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        refused = _holds_nul(request)
+        if refused is not None:
+            return refused
+        return super().post(request, *args, **kwargs)  # type: ignore[no-any-return]
+
+
+revoke_token = RevokeTokenView.as_view()

@@ -103,6 +103,8 @@ _JSON_KEY_ENDS = (
             "cookie",
             "session_key",
             "session-key",
+            "secret_key",
+            "secret-key",
         )
     )
     + ")"
@@ -116,10 +118,15 @@ _ARG = r"""(?:[^\s"'\\,;&|]++|\\[^\s"'])++"""
 # The rest of a name after its secret word: stops at the next secret word, so that a name
 # holding many (tokentokentoken...) is read once, not once per word.
 _NAME_TAIL = r"(?:[^aAtTsSpP\W]++|[.-]|(?!" + _WORD + r")[aAtTsSpP])" + f"{{0,{MAX_NAME}}}+"
+# What stands between two strings of JSON text (`","`, `": "`): after NAME= it is not a
+# quoted value but where the string holding NAME= ends, and masking it broke the JSON.
+_JSON_BETWEEN = r"\s{0,16}+[,:\[\]{}]{1,4}+\s{0,16}+"
 # A value after NAME= or NAME: : JSON-escaped quotes, double or single quotes, or bare;
 # the quotes it had are captured (esc, dq, sq) so the replacement keeps them.
 _VALUE = (
-    r"""(?P<esc>\\")?(?(esc)(?:[^"\\\n]++|\\[^"\n])*+\\"|(?P<dq>")?(?(dq)[^"\n\\]++"|"""
+    r"""(?P<esc>\\")?(?(esc)(?:[^"\\\n]++|\\[^"\n])*+\\"|(?P<dq>")?(?(dq)(?!"""
+    + _JSON_BETWEEN
+    + r"""")[^"\n\\]++"|"""
     r"""(?P<sq>')?(?(sq)(?:[^'\n"\\]++|\\[^"\n])++'|(?!['"])(?:[^\s'"&;,\\]++|\\[^\s"'])++)))"""
 )
 # Values already masked are left alone (masking twice changes nothing).

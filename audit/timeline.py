@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 
 from . import kinds
 from .models import AuditEvent
@@ -368,9 +369,19 @@ def _calls_of(chain: str, received: list[AuditEvent]) -> list[Call]:
             kind__in=[kinds.CALL_RECEIVED, kinds.CLIENT_REPORT_ORPHANED]
         ).order_by("seq")
         # A client can report a finished call again and again, each report a note on its
-        # card: the page's newest few only, so that a page costs the same however many.
-        reports = named.filter(kind=kinds.CLIENT_REPORT_ORPHANED).order_by("-seq")
-        for event in sorted([*later, *reports[:ORPHANS_SHOWN]], key=lambda e: e.seq):
+        # card: each call's newest few only, so that a page costs the same however many
+        # (per call: reports of one call must not push another's off its card, such as
+        # "the call it names was denied, not released").
+        newest = (
+            named.filter(kind=kinds.CLIENT_REPORT_ORPHANED)
+            .annotate(
+                rank=Window(RowNumber(), partition_by=[F("subject")], order_by=F("seq").desc())
+            )
+            .filter(rank__lte=ORPHANS_SHOWN)
+            .values("pk")
+        )
+        reports = AuditEvent.objects.filter(pk__in=newest)
+        for event in sorted([*later, *reports], key=lambda e: e.seq):
             call = calls.get(event.payload.get("call_id"))
             if call is not None and event.chain == chain and event.seq > received[0].seq:
                 _apply(call, event)

@@ -11,6 +11,7 @@ beside it nor linked to it.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from allauth.account.adapter import DefaultAccountAdapter
@@ -48,6 +49,20 @@ class AccountAdapter(DefaultAccountAdapter):  # type: ignore[misc]  # allauth is
         (the same for a break-glass name: the list of them is not for guessing)."""
         if settings.HARNESS_SSO_ONLY:
             raise ValidationError(SSO_ONLY_REFUSAL)
+
+    def get_client_ip(self, request: HttpRequest) -> str:
+        """The client's address for allauth's per-address limits (sign-ins, device codes),
+        an IPv4 client's as IPv4: on a dual-stack socket (`daphne -b ::`) or behind a proxy
+        that listens on one, it arrives as ::ffff:a.b.c.d, which allauth counts by its /64,
+        "::", one count for every IPv4 client. Raises PermissionDenied when there is none."""
+        address = str(super().get_client_ip(request))
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            return address
+        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return address
 
 
 class SocialAccountAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]

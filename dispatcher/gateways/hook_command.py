@@ -34,6 +34,7 @@ import contextlib
 import fcntl
 import http.client
 import json
+import math
 import os
 import sys
 import time
@@ -380,7 +381,7 @@ def signed_in_token(url: str, timeout: float) -> str:
         )
         if status != 200 or "access_token" not in answer:
             raise HookFailure(
-                f"the sign-in to {url} has ended ({answer.get('error', status)}); run "
+                f"the sign-in to {url} has ended ({_shown(answer.get('error', status))}); run "
                 "`harness-hook login` again"
             )
         _store(url, answer)
@@ -423,6 +424,23 @@ def _form(
     return response.status, answer if isinstance(answer, dict) else {}
 
 
+def _shown(value: Any, limit: int = 300) -> str:
+    """What the server sent, as it may be shown on a terminal: printable characters only
+    (an escape sequence in an error, a verification URI or a user code could otherwise
+    rewrite the terminal: its title, what is on screen, the clipboard), at most `limit`."""
+    return "".join(c if c.isprintable() else "?" for c in str(value)[:limit])
+
+
+def _seconds(value: Any, default: float, most: float) -> float:
+    """A number of seconds the server sent, from 1 to `most`; `default` if it is none
+    (time.sleep refuses NaN and negative numbers, and a huge one would wait for ever)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return default
+    return min(max(seconds, 1.0), most) if math.isfinite(seconds) else default
+
+
 def login_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="harness-hook login",
@@ -445,18 +463,16 @@ def login(url: str, timeout: float = 30) -> None:
     token (raises HookFailure saying why not)."""
     status, device = _form(url, "/oauth/device-authorization/", {"client_id": CLIENT_ID}, timeout)
     if status != 200 or "device_code" not in device:
-        refusal = f"Harness refused to start a sign-in ({device.get('error', status)})"
+        refusal = f"Harness refused to start a sign-in ({_shown(device.get('error', status))})"
         why = device.get("error_description")
-        if isinstance(why, str) and why:  # (shown on a terminal: printable characters only)
-            refusal += ": " + "".join(c if c.isprintable() else "?" for c in why[:300])
+        if isinstance(why, str) and why:
+            refusal += ": " + _shown(why)
         raise HookFailure(refusal)
-    where = device.get("verification_uri_complete") or device.get("verification_uri")
-    print(
-        f"To sign this machine in to {url}, open {where}\nand enter the code: {device['user_code']}",
-        flush=True,
-    )
-    interval = float(device.get("interval", 5))
-    deadline = time.monotonic() + float(device.get("expires_in", 600))
+    where = _shown(device.get("verification_uri_complete") or device.get("verification_uri"))
+    code = _shown(device.get("user_code"))
+    print(f"To sign this machine in to {url}, open {where}\nand enter the code: {code}", flush=True)
+    interval = _seconds(device.get("interval"), 5, 60)
+    deadline = time.monotonic() + _seconds(device.get("expires_in"), 600, 3600)
     while time.monotonic() < deadline:
         time.sleep(interval)
         status, answer = _form(
@@ -479,7 +495,7 @@ def login(url: str, timeout: float = 30) -> None:
         if error == "slow_down":
             interval += 5
         elif error != "authorization_pending":
-            raise HookFailure(f"the sign-in was not approved ({error or status})")
+            raise HookFailure(f"the sign-in was not approved ({_shown(error or status)})")
     raise HookFailure("the code expired before it was approved; run `harness-hook login` again")
 
 

@@ -235,7 +235,7 @@ def storable(name: str, arguments: dict[str, Any]) -> None:
             types.INVALID_PARAMS, f"The tool name must be 1 to {MAX_ID_LENGTH} characters."
         )
     try:
-        check_storable(arguments)
+        check_storable([name, arguments])  # (a NUL in the name: the database refuses it)
     except (UnstorableJSON, RecursionError) as exc:
         text = str(exc) or "The arguments are nested too deeply; send a flatter object."
         raise refuse(types.INVALID_PARAMS, text) from None

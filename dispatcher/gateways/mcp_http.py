@@ -50,6 +50,7 @@ from agentauth import tokens
 from dispatcher import agents, limits, transitions
 from dispatcher.answers import answer_of, follow_edits
 from dispatcher.gateways import mcp_fast
+from dispatcher.gateways.dialects import storable_copy
 from dispatcher.gateways.mcp import CLIENT, Caller, caller_context, db, mcp_tool_use_id, server
 from dispatcher.models import Agent, AgentSession, ToolCall
 
@@ -330,7 +331,9 @@ def run_title(params: dict[str, Any]) -> str:
     name = ""
     if isinstance(info, dict):
         name = " ".join(str(info.get(k, "")) for k in ("name", "version")).strip()
-    return f"MCP: {name}"[:200] if name else "MCP session"
+    # (made storable: a NUL or a lone surrogate in a client's name failed the session's
+    # write, a 500 or a 503 "retry later" no retry could pass)
+    return storable_copy(f"MCP: {name}"[:200]) if name else "MCP session"
 
 
 async def cancel_requested(
