@@ -6,6 +6,7 @@ effect, run for real in the bubblewrap sandbox (see test_command_reader_cr.py)."
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,18 @@ def test_pager_options_of_reading_programs_are_not_allowed(
     program = argv[0] if argv[0] != "sh" else "ag"
     assert decide(workspace, argv, [f"{program} *", "cat *"]) == "ask"
     assert decide(workspace, [program, "f"], [f"{program} *"]) == "allow"
+
+
+@pytest.mark.skipif(shutil.which("batcat") is None, reason="needs bat (Debian's batcat)")
+def test_bat_runs_the_pager_it_is_given_without_a_terminal(workspace: Path) -> None:
+    script = workspace / "x"
+    script.write_text("#!/bin/sh\ntouch pager-ran\ncat\n")
+    script.chmod(0o755)
+    (workspace / "f").write_text("hi\n")
+    argv = ["batcat", "--paging=always", "--pager=./x", "f"]
+    assert decide(workspace, argv, ["batcat *"]) == "ask"
+    run(workspace, argv)  # the premise: it ran ./x, with no terminal
+    assert (workspace / "pager-ran").exists()
 
 
 # --- a word reaching .git through a symbolic link ---------------------------------------------------
