@@ -15,7 +15,7 @@ import functools
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -452,6 +452,9 @@ def _decide(
     ctx = call_context(call, session, mode, profile)
     assert ctx is not None
     call.provenance = {"mode": mode, "profile_version": profile.version}
+    if item.client_cwd:  # where the client runs it: policy reads it, the record keeps it
+        ctx = replace(ctx, client_cwd=item.client_cwd)
+        call.provenance["client_cwd"] = item.client_cwd
     if profile.layers:
         call.provenance["layers"] = layers.versions(profile)
     decision = stages.pre_execute(ctx)

@@ -22,6 +22,9 @@ class ProposedCall:
     parse_error: str = ""
     # A reviewer's edit: the id of the call this one replaces (admitted like any other).
     edited_from: uuid.UUID | None = None
+    # A decide-only call's directory on the client, as its hook reported it (`cwd`): not an
+    # argument (it is no part of the digest), but where the client's shell runs the call.
+    client_cwd: str = ""
 
 
 def canonical_json(value: Any) -> str:

@@ -88,11 +88,15 @@ def admit_client_call(
     tool_use_id: str,
     dialect: str = Dialect.ANTHROPIC,
     profile_preloaded: bool = False,
+    client_cwd: str = "",
 ) -> ToolCall | Verdict:
     """The admitted call, or the denial of an id already used for another call (the
-    synchronous half of decide_client_call, for a caller already on the ORM's thread)."""
+    synchronous half of decide_client_call, for a caller already on the ORM's thread).
+    `client_cwd`: the directory the client runs it in, as its hook reported it."""
     arguments = dict(tool_input)
-    proposed = ProposedCall(tool_use_id, tool_name, canonical_json(arguments), arguments)
+    proposed = ProposedCall(
+        tool_use_id, tool_name, canonical_json(arguments), arguments, client_cwd=client_cwd
+    )
     [call] = admission.submit_calls(
         session=session, dialect=dialect, proposed=[proposed], profile_preloaded=profile_preloaded
     )

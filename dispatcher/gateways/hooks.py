@@ -207,6 +207,7 @@ def _admit(
         tool_input=tool_input,
         tool_use_id=tool_use_id or f"{dialect.client}-{uuid.uuid4().hex}",
         profile_preloaded=True,
+        client_cwd=hook.cwd,
     )
     return session, admitted
 

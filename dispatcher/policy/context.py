@@ -113,6 +113,9 @@ class CallContext:
     # False when the session is known to hold no active grant (read with the session), so
     # the session_grants listener need not look.
     may_have_grants: bool = True
+    # Where a decide-only call's client runs it, as its client reported (a hook's `cwd`:
+    # Claude Code's shell keeps its directory after `cd`); "" when not reported.
+    client_cwd: str = ""
 
 
 BY_LENGTH = 200

@@ -86,6 +86,24 @@ class CodeOptions:
     contains: tuple[str, ...] = ()  # words containing these (case-insensitive)
 
 
+@dataclass(frozen=True)
+class Writes:
+    """How a program an allow rule names for reading or printing (`sort *`, `uniq *`) writes
+    a file it names instead: an option (`sort -o F`, `yq -i`) or an operand (`uniq IN
+    OUT`). Such a form is unreadable, as `find -delete` and `git log --output` are; run
+    by xargs (whose words may be those options) the program is unreadable too."""
+
+    short: str = ""  # letters in a `-abc` cluster (anywhere in it: fail closed)
+    long: tuple[str, ...] = ()  # long options (any GNU abbreviation of them counts)
+    # Letters that take the rest of their cluster as a value: the cluster is read no
+    # further (`iconv -tiso-8859-1` holds no `-o`). Only letters that always take one.
+    stops: str = ""
+    operand: int = 0  # the operand it writes, counted from 1 (`uniq IN OUT`: 2)
+    # Option words that take the next word as their value, for counting operands: only
+    # exact spellings (any other option is read as taking none, which counts more operands).
+    valued: frozenset[str] = frozenset()
+
+
 ShellKind = Literal["", "read", "other"]
 StdinCode = Literal["", "no-operands", "always"]
 
@@ -109,6 +127,7 @@ class Program:
     inline_code: frozenset[str] = frozenset()  # options (or words) that carry code
     stdin_code: StdinCode = ""  # reads code from its input (without operands, or always)
     code_options: CodeOptions | None = None
+    writes: Writes | None = None  # the forms in which it writes a file it names
     evaluates: bool = False  # a builtin that evaluates strings or changes how words read
     readable: tuple[str, ...] = ()
     unreadable: tuple[str, ...] = ()
@@ -931,6 +950,9 @@ PROGRAMS: tuple[Program, ...] = (
     Program(
         ("sort",),
         code_options=CodeOptions("", ("compress-program",)),
+        # `-o FILE` writes (or empties) the file it names; a cluster holding `o` counts even
+        # where `o` is another option's value (`-to`): fail closed
+        writes=Writes("o", ("output",)),
         readable=("sort -u f",),
         unreadable=(
             "sort --compress-program=x f",
@@ -940,6 +962,80 @@ PROGRAMS: tuple[Program, ...] = (
             "sort --out=f g",
             "sort g --output f",
         ),
+    ),
+    # --- programs for reading or printing, with forms that write a file they name
+    Program(
+        ("uniq",),
+        writes=Writes(
+            operand=2,  # `uniq [INPUT [OUTPUT]]`
+            valued=frozenset({"-f", "-s", "-w", "--skip-fields", "--skip-chars", "--check-chars"}),
+        ),
+        readable=("uniq -c f", "uniq -f 1 -s 2 f", "uniq --skip-fields 1 f", "uniq -"),
+        unreadable=("uniq f out", "uniq -c f out", "uniq -- f out", "uniq - out", "uniq -f1 f o"),
+    ),
+    Program(
+        ("xxd",),
+        writes=Writes(
+            operand=2,  # `xxd [options] [infile [outfile]]`, with -r too (it patches outfile)
+            valued=frozenset({"-c", "-g", "-l", "-n", "-o", "-s", "-R"})
+            | {"-cols", "-groupsize", "-len", "-name", "-seek"},
+        ),
+        readable=("xxd f", "xxd -l 16 -c 8 f", "xxd -s -16 f", "xxd -r f.hex"),
+        unreadable=("xxd f out", "xxd -r f.hex out", "xxd -ps -c 8 f out", "xxd f -c"),
+    ),
+    Program(
+        ("shuf",),
+        writes=Writes("o", ("output",)),
+        readable=("shuf -n 3 f", "shuf -e a b"),
+        unreadable=("shuf -o f g", "shuf -no f g", "shuf --out=f g", "shuf g --output f"),
+    ),
+    Program(
+        ("iconv",),
+        writes=Writes("o", ("output",), stops="ft"),  # -f FROM, -t TO take a value
+        readable=("iconv -f utf-8 -t latin1 f", "iconv -tiso-8859-1 f"),
+        unreadable=("iconv -o f g", "iconv -co f g", "iconv --out=f g", "iconv -t x --output f g"),
+    ),
+    Program(
+        ("tree",),
+        writes=Writes("oR", ("output",)),  # -R writes 00Tree.html in each directory
+        readable=("tree -L 2 src", "tree -a -I node_modules"),
+        unreadable=("tree -o f", "tree -aof", "tree -R -H . -L 1", "tree --output=f"),
+    ),
+    Program(
+        ("yq", "xq", "tomlq"),
+        # python-yq's `-i`/`--in-place` (argparse takes abbreviations), Go yq's `-i`/
+        # `--inplace` and `-s`/`--split-exp` (one file per document, named by an expression)
+        writes=Writes("is", ("in-place", "inplace", "split-exp")),
+        readable=("yq .a f.yaml", "yq -y .a f.yaml", "xq -r .a f.xml", "yq -- -i f"),
+        unreadable=(
+            "yq -i .a=1 f.yaml",
+            "yq -yi .a=1 f.yaml",
+            "yq --in-place .a f",
+            "yq --in-pl .a f",
+            "yq --inplace .a f",
+            "yq -s .a f",
+            "yq --split-exp .a f",
+            "tomlq -i .a f.toml",
+        ),
+    ),
+    Program(
+        ("base64",),
+        writes=Writes("o", ("output",), stops="w"),  # macOS: `base64 -o FILE`
+        readable=("base64 f", "base64 -d f", "base64 -w0 f"),
+        unreadable=("base64 -o f g", "base64 --output=f g", "base64 -do f g"),
+    ),
+    # --- programs for reading that run a pager they are given
+    Program(
+        ("bat", "batcat"),
+        code_options=CodeOptions("", ("pager",)),  # run with `--paging=always`, even unseen
+        readable=("bat f", "batcat -n f", "bat --paging=never f"),
+        unreadable=("bat --paging=always --pager=./x f", "batcat --pager ./x f"),
+    ),
+    Program(
+        ("ag",),
+        code_options=CodeOptions("", ("pager",)),  # `--pager CMD`: a shell command (popen)
+        readable=("ag TODO src", "ag --passthrough x f"),
+        unreadable=("ag --pager 'sh -c id' x", "ag --pag=./x x"),
     ),
     Program(
         ("unzip", "cpio", "7z", "7za", "7zr", "patch"),
@@ -1405,12 +1501,14 @@ def names_git_directory_file(path: str) -> bool:
 # `tee HEAD`, `mv`, `install`, `ln -s refs/heads/m HEAD`, `dd of=HEAD`, `sort -o HEAD`,
 # `tar -cf HEAD`, `curl -o HEAD`) may create the file that makes a directory a git
 # directory, so such a command is unreadable. git is read by its own reader (`git mv`).
+# Nor may a program here have an option that writes a file it names (`tree -o`, `yq -i`:
+# a `Writes` row), since the words xargs appends may be that option.
 WRITES_NO_NAMED_FILE = frozenset(
     {"cat", "head", "tail", "less", "more", "wc", "ls", "stat", "file", "diff", "cmp"}
     | {"grep", "egrep", "fgrep", "rg", "ag", "echo", "printf", "test", "[", "true", "false"}
-    | {"basename", "dirname", "realpath", "readlink", "du", "nl", "od", "jq", "yq", "bat"}
+    | {"basename", "dirname", "realpath", "readlink", "du", "nl", "od", "jq", "bat"}
     | {"md5sum", "sha1sum", "sha256sum", "sha512sum", "b2sum", "cksum", "strings", "hexdump"}
-    | {"which", "type", "tree", "column", "cut", "tr", "fold", "fmt", "rev", "tac", "comm"}
+    | {"which", "type", "column", "cut", "tr", "fold", "fmt", "rev", "tac", "comm"}
     | {"rm", "rmdir", "unlink", "mkdir", "touch", "chmod", "pwd", "id", "date", "uname"}
 )
 WRITES_NO_NAMED_FILE_EXAMPLES = (  # (command, readable under `Bash(PROGRAM *)`)
@@ -1439,6 +1537,8 @@ WRITES_NO_NAMED_FILE_EXAMPLES = (  # (command, readable under `Bash(PROGRAM *)`)
     ("wget -O HEAD u", False),
     ("git mv x HEAD", False),
     ("echo HEAD | xargs cp x", False),
+    ("printf -- '-o\\nHEAD' | xargs tree", False),
+    ("ls | xargs yq .a", False),
 )
 
 
@@ -1511,6 +1611,7 @@ INPUT_IS_CODE = frozenset(n for r in PROGRAMS if r.stdin_code == "always" for n 
 CODE_OPTIONS: dict[str, CodeOptions] = {
     n: r.code_options for r in PROGRAMS if r.code_options for n in r.names
 }
+WRITES: dict[str, Writes] = {n: r.writes for r in PROGRAMS if r.writes for n in r.names}
 EVALUATING_BUILTINS = _names("evaluates")
 
 
@@ -1650,6 +1751,7 @@ def _check_row(
             ("wrapper", row.wrapper or row.strict_wrapper),
             ("interpreter", row.interpreter or row.inline_code or row.stdin_code),
             ("code options", row.code_options),
+            ("writer", row.writes),
             ("builtin", row.evaluates),
             ("privilege", row.privilege),
         )
@@ -1663,6 +1765,10 @@ def _check_row(
     check.expect(not row.privilege or bool(row.opaque), f"{label}: privilege must be opaque")
     check.expect(not row.interpreter or bool(row.pattern), f"{label}: interpreter without names")
     check.expect(not (row.readable and row.opaque), f"{label}: opaque yet readable")
+    check.expect(
+        not (row.writes and WRITES_NO_NAMED_FILE & set(row.names)),
+        f"{label}: writes a file it names, yet listed in WRITES_NO_NAMED_FILE",
+    )
 
 
 _ERRORS = check_table()

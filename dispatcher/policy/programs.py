@@ -28,6 +28,7 @@ from dispatcher.policy.program_facts import (
     WRITES_NO_NAMED_FILE,
     Interpreter,
     Options,
+    Writes,
     names_runtime_input,
 )
 from dispatcher.policy.shell import UnreadableCommand
@@ -382,6 +383,11 @@ MAKE_ASSIGNMENT = re.compile(r"[A-Za-z_.][A-Za-z0-9_.\-]*\s*(::?|\+|\?|!)?=")
 def read_code_options(argv: list[str], ctx: Context) -> list[Command]:
     name = argv[0].rsplit("/", 1)[-1]
     spec = CODE_OPTIONS[name]
+    if ctx.appended:  # `cat list | xargs rg x`, the list holding `--pre=./x`
+        raise unreadable(
+            f"'xargs {name}': the words it appends may be the options that make it run "
+            "another program"
+        )
     for arg in before_double_dash(argv[1:]):
         if (
             arg in spec.words
@@ -394,21 +400,9 @@ def read_code_options(argv: list[str], ctx: Context) -> list[Command]:
             raise unreadable(f"'{name} {arg}' makes it run another program or code it was given")
     if name in ("tar", "gtar", "bsdtar"):
         _read_tar(name, argv[1:])
-    if name == "sort":
-        _read_sort(argv[1:])
     if name in ("ex", "vim", "vi", "nvim") and (ctx.fed or ctx.appended):
         raise unreadable(f"'{name}' reads editor commands from its input")
     return [Command(tuple(argv), extra_args=ctx.appended)]
-
-
-def _read_sort(args: list[str]) -> None:
-    """sort: never `-o FILE` / `--output=FILE` (any abbreviation), which writes, or empties,
-    the file it names: a rule for sorting (`sort *`) is one for reading, as `find *` and
-    `git log *` are (`-delete`, `--output`). A cluster holding `o` counts even where `o`
-    is another option's value (`-to`): fail closed."""
-    for arg in before_double_dash(args):
-        if short_cluster_has(arg, "o") or long_prefix(arg, "output", shortest=1):
-            raise unreadable(f"'sort {arg}' writes the file it names")
 
 
 def _read_tar(name: str, args: list[str]) -> None:
@@ -426,6 +420,55 @@ def _read_tar(name: str, args: list[str]) -> None:
                 f"'{name} {arg}' writes the files the archive names or renames them, "
                 "git's configuration and hooks among them"
             )
+
+
+# --- programs for reading that write a file they name ------------------------------------------
+
+
+def check_writes(argv: list[str], spec: Writes, *, appended: bool) -> None:
+    """Raise when `argv` is a form in which its program (`sort`, `uniq`, `yq` ...: one an
+    allow rule names for reading) writes a file it names: a writing option, anywhere before
+    `--` (GNU permutes), or the operand it writes (see program_facts.Writes)."""
+    name = argv[0].rsplit("/", 1)[-1]
+    if appended:
+        raise unreadable(f"'xargs {name}': the words it appends may make it write a file they name")
+    args = argv[1:]
+    for arg in before_double_dash(args):
+        if _cluster_holds(arg, spec.short, spec.stops) or (
+            spec.long and long_prefix(arg, *spec.long, shortest=1)
+        ):
+            raise unreadable(f"'{name} {arg}' writes the file it names")
+    if spec.operand and len(_operands(args, spec.valued)) >= spec.operand:
+        raise unreadable(f"'{name}' writes the file its operand {spec.operand} names")
+
+
+def _cluster_holds(arg: str, letters: str, stops: str) -> bool:
+    """True when `arg` is a `-abc` cluster holding one of `letters` before a letter of
+    `stops` (whose value is the rest of the cluster)."""
+    if not letters or not arg.startswith("-") or arg.startswith("--"):
+        return False
+    for letter in arg[1:]:
+        if letter in letters:
+            return True
+        if letter in stops:
+            return False
+    return False
+
+
+def _operands(args: Sequence[str], valued: frozenset[str]) -> list[str]:
+    """The operands of `args`, counted so that a miscount is one too many: an option takes
+    the next word only when spelled exactly as one of `valued`, and every word from the
+    first operand on counts (a program that does not permute, or POSIXLY_CORRECT, reads
+    `uniq IN -c` as two operands)."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return list(args[i + 1 :])
+        if not arg.startswith("-") or arg == "-":
+            return list(args[i:])
+        i += 2 if arg in valued else 1
+    return []
 
 
 # --- npm and friends: publishing -----------------------------------------------------------------

@@ -12,7 +12,9 @@ why it cannot vouch for all of it (`Reading.unreadable`). It understands only:
 - wrappers named exactly (`env`, `timeout`, `nice`, `nohup`, `xargs`, `time`, `stdbuf`,
   `ionice`, `taskset`, `chrt`, `command`, `builtin`, `exec`, `watch`) with options known
   to be harmless; `find -exec CMD` and `git bisect run CMD` add CMD;
-- programs, minus the forms `dispatcher.policy.programs` knows run code given inline.
+- programs, minus the forms `dispatcher.policy.programs` knows run code given inline or,
+  for a program an allow rule names for reading, write a file it names (`sort -o F`,
+  `uniq IN OUT`, `yq -i`).
 
 Anything else makes the whole command unreadable: every expansion (`$x`, `${x@P}`, `$(..)`,
 backticks, `$((..))`, `<(..)`, globs, braces, `~`, zsh's `=cmd`), every other
@@ -45,6 +47,7 @@ from dispatcher.policy.program_facts import (
     SHELL_FLAGS,
     SHELL_LONG_FLAGS,
     STRICT_WRAPPERS,
+    WRITES,
     WRITES_NO_NAMED_FILE,
     names_git_control,
     names_git_directory_operand,
@@ -56,6 +59,7 @@ from dispatcher.policy.programs import (
     Context,
     ProgramReader,
     check_assignment,
+    check_writes,
     interpreter_kind,
     parse_options,
     read_builtin_set,
@@ -150,6 +154,8 @@ def _read_argv(argv: list[str], depth: int, *, fed: bool, appended: bool) -> lis
         raise unreadable(f"'{base}' evaluates strings or changes how later commands are read")
     if base in OPAQUE_PROGRAMS:
         raise unreadable(f"'{base}': {OPAQUE_PROGRAMS[base]}")
+    if base in WRITES:
+        check_writes(argv, WRITES[base], appended=appended)
     reader = reader_for(base)
     if reader is None:
         return [Command(tuple(argv), extra_args=appended)]

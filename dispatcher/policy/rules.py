@@ -22,6 +22,7 @@ rule. Deny and ask rules on `read_file` also bind `search_files` and `list_direc
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import json
@@ -37,7 +38,7 @@ from typing import Any
 
 import pathspec
 
-from dispatcher.policy import effect_rules
+from dispatcher.policy import effect_rules, git_links
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.parts import command_parts
 from dispatcher.policy.program_facts import names_git_control, names_git_directory_file
@@ -524,41 +525,68 @@ def _command_argv(call: CallContext) -> tuple[str, ...] | None:
 
 
 def command_reading(call: CallContext) -> Reading:
-    """What the call's command runs, read strictly (see dispatcher.policy.reading)."""
+    """What the call's command runs, read strictly (see dispatcher.policy.reading), and
+    unreadable when the disk shows it reaching into a git directory (`disk_problem`)."""
+    reading = _lexical_reading(call)
+    if reading.unreadable is None:
+        problem = disk_problem(call, reading)
+        if problem is not None:
+            return Reading((), problem)
+    return reading
+
+
+def _lexical_reading(call: CallContext) -> Reading:
+    """The reading by the call's arguments alone: pure, so a verdict on it may be kept."""
     argv = _command_argv(call)
     if argv is None:
         return Reading((), "the command is not a list of strings")
-    where = _git_directory_where(call)
+    where = next((v for v in _path_values(call) if names_git_control(v)), None)
     if where is not None:
-        return Reading(
-            (),
-            f"it runs in '{where}', inside a git directory, where plain file names "
-            "(`config`, `hooks/pre-commit`) are git's configuration and hooks",
-        )
+        return Reading((), _in_git_directory(where))
     return read_command(argv)
 
 
-def _git_directory_where(call: CallContext) -> str | None:
-    """The directory a command tool runs in (run_command's `cwd`, Gemini's `dir_path`)
-    when it lies in a git directory, else None. The reader keeps an allow rule from
-    writing git's control files by the words that name them (`sed -i ... .git/config`);
-    run in `.git`, `sed -i ... config` names none. Read lexically, and for a command run
-    here also with symlinks followed (a link to `.git`)."""
-    for name in call.tool.path_arguments:
-        value = call.arguments.get(name)
-        if not isinstance(value, str):
-            continue
-        if names_git_control(value):
-            return value
-        if call.tool.client_executed:
-            continue
+def _path_values(call: CallContext) -> list[str]:
+    return [v for n in call.tool.path_arguments if isinstance(v := call.arguments.get(n), str)]
+
+
+def _in_git_directory(where: str) -> str:
+    return (
+        f"it runs in '{where}', inside a git directory, where plain file names "
+        "(`config`, `hooks/pre-commit`) are git's configuration and hooks"
+    )
+
+
+def disk_problem(call: CallContext, reading: Reading) -> str | None:
+    """Why a command its words leave readable reaches into a git directory after all, as
+    the disk and its client show, or None (see dispatcher.policy.git_links). Never kept:
+    links change, and the same arguments run in other directories.
+
+    The reader keeps an allow rule from writing git's control files by the words that name
+    them (`sed -i ... .git/config`); run in `.git`, `sed -i ... config` names none. So the
+    directory a command runs in counts: run_command's `cwd` (Gemini's `dir_path`) with
+    symlinks followed for a command run here, and a decide-only call's shell directory as
+    its client reported it (`client_cwd`, a hook's `cwd`); and every word of a command run
+    here is resolved (`meta/config`, `meta` a link to `.git`)."""
+    if call.client_cwd and git_links.client_cwd_in_git_directory(call.client_cwd, call.workspace):
+        return _in_git_directory(call.client_cwd)
+    if call.tool.client_executed:
+        return None  # its paths are on the client's disk
+    for value in _path_values(call):
         try:
             root = call.workspace.resolve()
             relative = (root / value).resolve().relative_to(root)
         except (OSError, ValueError, RuntimeError):
             continue  # outside the workspace or unresolvable: the confinement guard denies
         if names_git_control(relative.as_posix()):
-            return value
+            return _in_git_directory(value)
+    cwd = next(iter(_path_values(call)), ".")
+    linked = git_links.linked_git_word(reading.commands, call.workspace, cwd)
+    if linked is not None:
+        return (
+            f"'{linked}' reaches into a git directory through a symbolic link (git's "
+            "configuration and hooks decide what git runs next)"
+        )
     return None
 
 
@@ -710,7 +738,7 @@ def command_rule_decision(
     try:
         arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError):
-        return _command_rule_decision(call, allow=allow, ask=ask, deny=deny)
+        return _on_disk(call, _command_rule_decision(call, allow=allow, ask=ask, deny=deny))
     key = (call.tool, call.name, arguments, allow, ask, deny)
     verdict = _VERDICTS.get(key)
     if verdict is None:
@@ -718,7 +746,19 @@ def command_rule_decision(
         if len(_VERDICTS) >= MAX_VERDICTS:
             _VERDICTS.clear()
         _VERDICTS[key] = verdict
-    return verdict
+    return _on_disk(call, verdict)
+
+
+def _on_disk(call: CallContext, verdict: RuleVerdict) -> RuleVerdict:
+    """A kept verdict that no deny or ask rule gave, made unreadable when the disk or the
+    client shows the command reaching into a git directory (never kept: see disk_problem)."""
+    if verdict.action in ("deny", "ask") or verdict.unreadable is not None:
+        return verdict
+    reading = _lexical_reading(call)
+    problem = disk_problem(call, reading) if reading.unreadable is None else None
+    if problem is None:
+        return verdict
+    return dataclasses.replace(verdict, action=None, rule="", also=(), unreadable=problem)
 
 
 def _command_rule_decision(
@@ -739,7 +779,7 @@ def _command_rule_decision(
                     return RuleVerdict(action, rule.text)
             elif _safe_matches(rule, call, action):
                 return RuleVerdict(action, rule.text)
-    reading = command_reading(call)
+    reading = _lexical_reading(call)  # what the disk shows is read after (_on_disk)
     if reading.unreadable is not None:
         return RuleVerdict(unreadable=reading.unreadable)
     candidates = [
