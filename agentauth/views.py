@@ -356,9 +356,13 @@ def _address_refused(request: HttpRequest) -> JsonResponse | None:
         return None
     window = settings.HARNESS_DEVICE_AUTHORIZATION_WINDOW
     return _try_again_later(
-        f"Too many device codes asked for from this address: "
-        f"{settings.HARNESS_DEVICE_AUTHORIZATIONS} in {window} seconds. Try again in "
-        f"{window} seconds.",
+        f"Too many device codes asked for from this address: at most "
+        f"{settings.HARNESS_DEVICE_AUTHORIZATIONS} in {window} seconds and "
+        f"{settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE} in "
+        f"{settings.HARNESS_DEVICE_CODE_LIFE // 60} minutes (a code's life). Try again in "
+        f"{window} seconds (after the second limit, up to "
+        f"{settings.HARNESS_DEVICE_CODE_LIFE // 60} minutes), or approve or deny the codes "
+        "this address already has.",
         window,
     )
 

@@ -686,10 +686,20 @@ HARNESS_DEVICE_CODE_WINDOW = 15 * 60
 # signed in there and each code is a row pending for 30 minutes. Per address, as many as
 # allauth's sign-ins (30 a minute), so an organization behind one NAT still logs in
 # (behind a proxy, see HARNESS_TRUSTED_PROXY_COUNT); and at most HARNESS_DEVICE_PENDING_MAX
-# codes of one client pending at once, however many addresses ask.
+# codes of one client pending at once, however many addresses ask. Per address also at
+# most HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE over a code's life (oauthlib's 30 minutes),
+# so that one address holds a small share of the cap: at 30 a minute alone, one machine
+# kept the cap full for ever, and every new `harness-hook login` was refused.
 HARNESS_DEVICE_AUTHORIZATIONS = 30
 HARNESS_DEVICE_AUTHORIZATION_WINDOW = 60
-HARNESS_DEVICE_PENDING_MAX = int(env("HARNESS_DEVICE_PENDING_MAX", "300"))  # 0: no cap
+HARNESS_DEVICE_CODE_LIFE = 1800  # oauthlib's DeviceAuthorizationEndpoint expires_in
+HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE = int(env("HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE", "60"))
+if HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE < 1:
+    raise ImproperlyConfigured(
+        f"HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE is {HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE}: "
+        "set how many device codes one address may ask for in 30 minutes (1 or more)."
+    )
+HARNESS_DEVICE_PENDING_MAX = int(env("HARNESS_DEVICE_PENDING_MAX", "1000"))  # 0: no cap
 if HARNESS_DEVICE_PENDING_MAX < 0:
     raise ImproperlyConfigured(
         f"HARNESS_DEVICE_PENDING_MAX is {HARNESS_DEVICE_PENDING_MAX}: set the number of "
@@ -698,7 +708,8 @@ if HARNESS_DEVICE_PENDING_MAX < 0:
 ACCOUNT_RATE_LIMITS = {
     "harness_device_code": f"{HARNESS_DEVICE_CODE_ATTEMPTS}/{HARNESS_DEVICE_CODE_WINDOW}s/user",
     "harness_device_authorization": (
-        f"{HARNESS_DEVICE_AUTHORIZATIONS}/{HARNESS_DEVICE_AUTHORIZATION_WINDOW}s/ip"
+        f"{HARNESS_DEVICE_AUTHORIZATIONS}/{HARNESS_DEVICE_AUTHORIZATION_WINDOW}s/ip,"
+        f"{HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE}/{HARNESS_DEVICE_CODE_LIFE}s/ip"
     ),
 }
 # A one-tap link decides only for its recipient signed in; false lets the link alone

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from allauth.core.internal.ratelimit import parse_rates
 from django.conf import settings
 from django.test import Client
 from django.utils import timezone
@@ -86,6 +87,39 @@ def test_a_flood_from_one_address_is_refused_and_another_behind_the_proxy_gets_c
     neighbour = ask(**through_proxy(NEIGHBOUR))
     assert neighbour.status_code == 200, neighbour.content
     assert neighbour.json()["user_code"]
+
+
+@pytest.mark.django_db
+def test_one_address_cannot_keep_the_clients_cap_full(own_counts: None, settings: Any) -> None:
+    """Per address only 30 a minute were counted, and a code lives 30 minutes: one
+    machine filled the client's pending cap (300) in 10 minutes and refilled each slot
+    as a code expired, so every new `harness-hook login` anywhere was refused for as long
+    as it kept asking. An address may now hold HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE
+    codes over a code's life, a small share of the cap (the rates below are the
+    configured ones, scaled down so the test needs no half hour)."""
+    rates = parse_rates(settings.ACCOUNT_RATE_LIMITS["harness_device_authorization"])
+    life = settings.HARNESS_DEVICE_CODE_LIFE
+    [per_life] = [rate for rate in rates if rate.duration >= life]
+    assert per_life.amount == settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE
+    assert per_life.amount * 10 <= settings.HARNESS_DEVICE_PENDING_MAX
+    harness_hook_client()
+    settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE = 4
+    settings.HARNESS_DEVICE_PENDING_MAX = 40
+    settings.ACCOUNT_RATE_LIMITS = {
+        **settings.ACCOUNT_RATE_LIMITS,
+        "harness_device_authorization": f"1000/60s/ip,4/{life}s/ip",
+    }
+    for _ in range(4):
+        assert ask(REMOTE_ADDR=FLOODER).status_code == 200
+    refused = ask(REMOTE_ADDR=FLOODER)
+    assert_try_again(refused, "4 in 30 minutes (a code's life)")
+    # The codes live as long as the window counts them: none of the address's is dropped
+    # from the count while it is still pending.
+    grant = DeviceGrant.objects.order_by("-pk").first()
+    assert grant is not None
+    left = (grant.expires - timezone.now()).total_seconds()
+    assert life - 60 <= left <= life, left
+    assert ask(REMOTE_ADDR=NEIGHBOUR).status_code == 200
 
 
 @pytest.mark.django_db
