@@ -91,6 +91,23 @@ def check_weakened_promises(app_configs: Any = None, **kwargs: Any) -> list[Chec
     return problems
 
 
+@register(deploy=True)
+def check_self_approval(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Before going live (`check --deploy`): the default lets one person be an agent's owner
+    and the reviewer of its calls. Right for one developer on their own machine, so it
+    is named only here, not at every start."""
+    if settings.HARNESS_FORBID_SELF_APPROVAL:
+        return []
+    return [
+        Warning(
+            "HARNESS_FORBID_SELF_APPROVAL=false: an agent's owner (its sponsor, the person "
+            "whose sign-in started its sessions) may approve that agent's calls.",
+            hint="Set HARNESS_FORBID_SELF_APPROVAL=true where a second person must decide.",
+            id="harness.W015",
+        )
+    ]
+
+
 def _switches() -> list[tuple[str, str, bool, str]]:
     """(check id, setting, whether it is set so, what it weakens)."""
     return [
