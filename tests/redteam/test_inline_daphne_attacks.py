@@ -236,9 +236,14 @@ def test_many_agents_inline_at_once_on_separate_servers_beyond_the_db_pool(
         quick_took = time.monotonic() - quick_started
         results = [result_of(f.result(60)) for f in slow]
         took = time.monotonic() - started
-    assert text(quick) == "echo: quick" and quick_took < 1.0, (quick, quick_took)
+    # Side by side, not one after another (that would take count * sleep, 24 s): told by
+    # when the upstream received each call, not by how fast a loaded machine answered.
+    arrivals = [float(line.split()[1]) for line in hostile.calls() if line.startswith("sleep")]
+    assert max(arrivals) - min(arrivals) < sleep * count / 4, arrivals
+    # Not queued behind the slow calls: answered before any of them could have ended.
+    assert text(quick) == "echo: quick" and quick_took < sleep, (quick, quick_took)
     assert [text(r) for r in results] == [f"slept {sleep}"] * count, results
-    assert took < sleep + DB_MARGIN, took
+    assert took < sleep * count / 2, took
     assert sorted(line.split()[0] for line in hostile.calls()) == ["echo"] + ["sleep"] * count
 
 
