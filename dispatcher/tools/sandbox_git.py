@@ -212,14 +212,18 @@ def settle(result: Guard, output: str) -> str:
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
             continue
-        if stat.S_ISDIR(info.st_mode):
-            readable = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-            try:
-                shutil.rmtree(name, dir_fd=readable)
-            finally:
-                os.close(readable)
-        else:
-            os.unlink(name, dir_fd=dir_fd)
+        try:
+            if stat.S_ISDIR(info.st_mode):
+                _remove_tree(dir_fd, name)
+            else:
+                os.unlink(name, dir_fd=dir_fd)
+        except OSError as error:
+            raise ToolError(
+                f"The command ran without a person's approval and made '{name}' in the "
+                f"workspace's git directory, which would make git run programs, and it "
+                f"could not be removed ({error.strerror}). Do not run git in this "
+                "workspace; an operator must remove it."
+            ) from None
         removed.append(name)
     if removed:
         names = ", ".join(f"'{name}'" for name in sorted(set(removed)))
@@ -227,3 +231,34 @@ def settle(result: Guard, output: str) -> str:
     if result.entries and any(sign in output for sign in SIGNS):
         output += NOTE
     return output
+
+
+def _remove_tree(dir_fd: int, name: str) -> None:
+    """Remove the directory `name` in `dir_fd` and all it holds, never following a
+    symlink; a directory the program made unreadable (mode 000) is made the owner's
+    again first (through its O_PATH descriptor, not its name)."""
+    readable = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        try:
+            shutil.rmtree(name, dir_fd=readable)
+        except PermissionError:
+            _open_up(readable, name, depth=0)
+            shutil.rmtree(name, dir_fd=readable)
+    finally:
+        os.close(readable)
+
+
+def _open_up(dir_fd: int, name: str, depth: int) -> None:
+    fd = os.open(name, _PATH, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode) or depth > 64:
+            return
+        os.chmod(f"/proc/self/fd/{fd}", 0o700)
+        inner = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            for child in os.listdir(inner):
+                _open_up(inner, child, depth + 1)
+        finally:
+            os.close(inner)
+    finally:
+        os.close(fd)

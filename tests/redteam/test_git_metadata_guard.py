@@ -149,9 +149,8 @@ def test_hooks_and_a_new_commondir_cannot_be_planted_through_a_link(
         sample.unlink()
     hooks.rmdir()  # a repository without hooks/: nothing to bind; made, then removed
 
-    call = run_allowed(
-        fx, session_id, "plant", ["bash", "-c", "cp -r tpl out && cp -r planted/. out/meta/"]
-    )
+    script = "cp -r tpl out && cp -r planted/. out/meta/"
+    call = run_allowed(fx, session_id, "plant", ["bash", "-c", script])
     assert not (workspace / ".git" / "commondir").exists()
     assert not (workspace / ".git" / "hooks").exists()
     assert not (workspace / ".git" / "info" / "attributes").exists()
