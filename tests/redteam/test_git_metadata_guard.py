@@ -332,3 +332,48 @@ def test_an_effect_rule_never_allows_writing_the_git_metadata() -> None:
     for path in (".git/index", ".git/objects/info/packs", ".git/refs/heads/config", "config"):
         assert rule.allows(effect(path)), path
     assert rule.allows(effect(".git", "dir"))
+
+
+def test_a_checkout_that_brings_a_link_lets_the_next_call_of_its_message_plant_nothing(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """`git checkout evil` (a branch holding `meta -> .git`) and `sed -i ... meta/config`,
+    sent in one message: both are decided before either runs, when `meta` is no link."""
+    fx = agent_in_sandbox
+    allow(fx, "git *", "sed *")
+    session_id, workspace = repository(fx)
+    host_git(workspace, "commit", "--allow-empty", "-qm", "base")
+    host_git(workspace, "checkout", "-qb", "evil")
+    (workspace / "meta").symlink_to(".git")
+    host_git(workspace, "add", "meta")
+    host_git(workspace, "commit", "-qm", "link")
+    host_git(workspace, "checkout", "-q", "-")
+    assert not (workspace / "meta").exists()
+    sandbox.give_to_sandbox(workspace)
+    config = (workspace / ".git" / "config").read_bytes()
+    calls = [
+        {"id": "co", "name": "run_command", "arguments": {"argv": ["git", "checkout", "evil"]}},
+        {
+            "id": "sed",
+            "name": "run_command",
+            "arguments": {"argv": ["sed", "-i", FSMONITOR_EDIT, "meta/config"]},
+        },
+    ]
+    response = Client().post(
+        f"/api/v1/sessions/{session_id}/calls",
+        data=json.dumps({"calls": calls}),
+        content_type="application/json",
+        headers=fx.headers,
+    )
+    assert response.status_code in (200, 202), response.content
+    ids = [call["id"] for call in response.json()["calls"]]
+    assert [ToolCall.objects.get(pk=i).status for i in ids] == [Status.QUEUED] * 2
+    for call_id in ids:
+        execution.execute_call(call_id)
+    checkout, sed = (ToolCall.objects.get(pk=i) for i in ids)
+    assert checkout.content.startswith("exit code 0"), checkout.content
+    assert (workspace / "meta").is_symlink()  # the premise: the link arrived
+    assert "ran without a person's approval" in sed.content, sed.content
+    assert (workspace / ".git" / "config").read_bytes() == config
+    host_git(workspace, "status")
+    assert not (workspace / "fsmonitor-ran").exists()
