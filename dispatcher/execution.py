@@ -21,9 +21,9 @@ from dispatcher import admission, batches, pipeline, previews, transitions
 from dispatcher.admission import call_context
 from dispatcher.agents import mode_and_profile
 from dispatcher.models import Preview, Status, ToolCall
-from dispatcher.policy import layers, stages
+from dispatcher.policy import git_reading, layers, stages
 from dispatcher.policy.context import CallContext
-from dispatcher.tools import messages
+from dispatcher.tools import messages, sandbox_git
 from dispatcher.tools.base import ExecutionContext
 from floor.compiled import Compiled
 
@@ -177,7 +177,22 @@ def _execution_context(
         output_limit=settings.HARNESS_OUTPUT_LIMIT,
         raw_arguments=call.raw_arguments,
         loop=loop,
+        git_guard=git_guard(call),
     )
+
+
+def git_guard(call: ToolCall) -> str:
+    """What of the workspace's git metadata that makes git run programs the call's
+    programs may not write (dispatcher.tools.sandbox_git). A command a reviewer approved
+    runs as they saw it; any other (allowed by a rule, a session grant, a mode, an effect
+    rule) finds it read-only, whatever links it or an earlier call of its message made,
+    except `.git/config` for a git command that changes only its configuration by design
+    (git_reading.changes_only_config)."""
+    if call.decision == "allow" and call.decided_by.startswith("user:"):
+        return sandbox_git.NONE
+    argv = (call.arguments or {}).get("argv")
+    words = [str(word) for word in argv] if isinstance(argv, list) else []
+    return sandbox_git.ALL_BUT_CONFIG if git_reading.changes_only_config(words) else sandbox_git.ALL
 
 
 def _running_notice(call: ToolCall, admitted: bool) -> Callable[[], None]:

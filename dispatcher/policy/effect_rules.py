@@ -34,6 +34,7 @@ from typing import Any
 import pathspec
 
 from dispatcher.policy.context import CallContext, Decision, Layer
+from dispatcher.tools import sandbox_git
 
 NAME = "effect"
 _RULE = re.compile(r"^\s*effect\s*\((.*)\)\s*$", re.DOTALL)
@@ -70,6 +71,8 @@ class EffectRule:
         path = str(change.get("path", ""))
         if not path or path.startswith("/") or path == ".." or path.startswith("../"):
             return False
+        if sandbox_git.guarded_path(path) or (path == ".git" and change.get("kind") != "dir"):
+            return False  # what makes git run programs: only a person approves a write to it
         if self.spec.match_file(path):
             return True
         return change.get("kind") == "dir" and bool(self.spec.match_file(f"{path}/{PROBE}"))

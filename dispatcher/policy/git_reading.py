@@ -24,6 +24,7 @@ from dispatcher.policy.programs import (
     short_cluster_has,
     unreadable,
 )
+from dispatcher.policy.shell import UnreadableCommand
 
 
 def read_git(argv: list[str], ctx: Context) -> list[Command]:
@@ -113,10 +114,11 @@ CONFIG_READS = frozenset({"--list", "-l", "--get", "--get-all", "--get-regexp", 
 CONFIG_SUBCOMMANDS = {"list": True, "get": True, "set": False, "unset": False}  # True: reads
 
 
-def _read_config(args: list[str]) -> None:
+def _read_config(args: list[str]) -> bool:
     """`git config`: reading any key is readable; setting or unsetting one only when the
     key is in `GIT.safe_config_key` (it runs nothing). Options are known ones only, and
-    words after `--` are operands too (`git config -- core.pager CMD` sets core.pager)."""
+    words after `--` are operands too (`git config -- core.pager CMD` sets core.pager).
+    True when it sets or unsets a key."""
     operands: list[str] = []
     reads = False
     i = 0
@@ -141,13 +143,41 @@ def _read_config(args: list[str]) -> None:
     elif operands[:1] and operands[0] in ("rename-section", "remove-section", "edit"):
         raise unreadable(f"'git config {operands[0]}' is not read")
     if reads or len(operands) == 0:
-        return
+        return False
     key = operands[0]
     if not GIT.safe_config_key.fullmatch(key.lower()):
         raise unreadable(
             f"'git config {key}': an allow rule may set only keys that run nothing "
             "(user.name, core.autocrlf, color.* ...)"
         )
+    return True
+
+
+def changes_only_config(argv: Sequence[str]) -> bool:
+    """Whether `argv` is git alone, with no global option, changing its repository's
+    configuration by design and nothing that runs a program: `git config` setting or
+    unsetting a key that runs nothing (as read above), `git branch -u UPSTREAM [BRANCH]`
+    (`--set-upstream-to`, `--unset-upstream`). (`git remote` is never read.) Such a
+    command, allowed by a rule, runs with `.git/config` writable (the rest of the git
+    metadata stays read-only: dispatcher.tools.sandbox_git.ALL_BUT_CONFIG); any other
+    that no person approved finds it read-only."""
+    words = list(argv)
+    if len(words) < 3 or words[0] != "git":
+        return False
+    subcommand, rest = words[1], words[2:]
+    if subcommand == "config":
+        try:
+            return _read_config(rest)
+        except UnreadableCommand:
+            return False
+    operands = [word for word in rest if not word.startswith("-")]
+    if subcommand != "branch":
+        return False
+    if rest[:1] in (["-u"], ["--set-upstream-to"]):
+        return len(rest) in (2, 3) and operands == rest[1:]
+    if rest[0].startswith("--set-upstream-to=") or rest[0] == "--unset-upstream":
+        return len(rest) in (1, 2) and operands == rest[1:]
+    return False
 
 
 def _git_config_value(key: str, value: str) -> Nested | None:

@@ -34,6 +34,12 @@ class ExecutionContext:
     # starts; its host's backstop answers "timed out" a second later. A body that waits
     # before it acts (an upstream call waiting for its session) must not act past it.
     deadline: float | None = None
+    # What of the workspace's git metadata that makes git run programs (.git/config,
+    # hooks/ ...) a program it starts may not write (dispatcher.tools.sandbox_git: "all",
+    # "all-but-config", "none"). "all" unless a reviewer approved the call
+    # (execution._execution_context): a command no person saw may not plant what a later
+    # `git status` runs.
+    git_guard: str = "all"
 
 
 def storable_text(text: str) -> str:

@@ -37,6 +37,7 @@ def run_command(ctx: ExecutionContext, args: dict[str, Any]) -> str:
             cwd=cwd,
             env=scrubbed_environment(ctx.workspace),
             limits=limits,
+            git=ctx.git_guard,
         )
     except TimeoutError:
         raise TimeoutError(

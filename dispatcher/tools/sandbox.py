@@ -60,7 +60,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from dispatcher.tools import sandbox_cgroups, seccomp
+from dispatcher.tools import sandbox_cgroups, sandbox_git, seccomp
 from dispatcher.tools.base import ToolError
 from dispatcher.tools.sandbox_cgroups import Cgroups
 
@@ -392,13 +392,22 @@ def confines() -> bool:
 
 
 def run(
-    argv: list[str], *, workspace: Path, cwd: Path, env: dict[str, str], limits: Limits
+    argv: list[str],
+    *,
+    workspace: Path,
+    cwd: Path,
+    env: dict[str, str],
+    limits: Limits,
+    git: str = sandbox_git.ALL,
 ) -> Completed:
     """Run `argv` in `cwd` (inside `workspace`) under the configured sandbox.
 
-    stdin is empty; stdout and stderr are combined. Raises ToolError when the program
-    cannot be started (not found, not executable, the sandbox cannot run), TimeoutError
-    once `limits.timeout` has passed (everything the program started is killed first).
+    stdin is empty; stdout and stderr are combined. `git`: what of the workspace's git
+    metadata that makes git run programs stays writable (sandbox_git: ALL keeps all of it
+    read-only, for a command no person approved; NONE for one a reviewer approved). Raises
+    ToolError when the program cannot be started (not found, not executable, the sandbox
+    cannot run), TimeoutError once `limits.timeout` has passed (everything the program
+    started is killed first).
     """
     if mode() == "off":
         # (no private /tmp: HOME is an empty directory made for this run alone; removed
@@ -423,24 +432,31 @@ def run(
         cwd = workspace / inside if inside.parts[:1] != ("..",) else cwd.resolve()
         refuse_exposed_state(workspace)
         give_to_sandbox(workspace, root_fd=workspace_fd)
-        with _call_cgroups(limits) as cgroups:
-            command = _limit_command(limits, cgroups) + bwrap_command(
-                argv,
-                workspace=workspace,
-                cwd=cwd,
-                limits=limits,
-                network=bool(settings.HARNESS_SANDBOX_NETWORK),
-                workspace_fd=workspace_fd,
-            )
-            done = _run_process(
-                command,
-                cwd=workspace,
-                env=env,
-                limits=limits,
-                sandboxed=True,
-                pass_fds=(workspace_fd,),
-            )
-            out_of_memory = _oom_killed(cgroups.memory)
+        guard = sandbox_git.guard(workspace, workspace_fd, git)
+        try:
+            with _call_cgroups(limits) as cgroups:
+                command = _limit_command(limits, cgroups) + bwrap_command(
+                    argv,
+                    workspace=workspace,
+                    cwd=cwd,
+                    limits=limits,
+                    network=bool(settings.HARNESS_SANDBOX_NETWORK),
+                    workspace_fd=workspace_fd,
+                    inside=[Bind(e.target, e.target, e.writable, fd=e.fd) for e in guard.entries],
+                )
+                done = _run_process(
+                    command,
+                    cwd=workspace,
+                    env=env,
+                    limits=limits,
+                    sandboxed=True,
+                    pass_fds=(workspace_fd, *(e.fd for e in guard.entries)),
+                )
+                out_of_memory = _oom_killed(cgroups.memory)
+            # (before the start failure: what a program made must go even then)
+            done = dataclasses.replace(done, output=sandbox_git.settle(guard, done.output))
+        finally:
+            guard.close()
     finally:
         os.close(workspace_fd)
     failure = _start_failure_line(done)
@@ -769,11 +785,14 @@ def bwrap_command(
     limits: Limits,
     network: bool,
     workspace_fd: int | None = None,
+    inside: list[Bind] | None = None,
 ) -> list[str]:
     """The bubblewrap command line that runs `argv` (see the module docstring); the
-    workspace bound by `workspace_fd` (open_directory, passed to bwrap) when given."""
+    workspace bound by `workspace_fd` (open_directory, passed to bwrap) when given, and
+    `inside` over it (sandbox_git's binds of the git metadata)."""
     writable = Bind(workspace, workspace, writable=True, fd=workspace_fd)
-    return sandbox_command(argv, binds=[writable], cwd=cwd, limits=limits, network=network)
+    binds = [writable, *(inside or [])]
+    return sandbox_command(argv, binds=binds, cwd=cwd, limits=limits, network=network)
 
 
 def sandbox_command(

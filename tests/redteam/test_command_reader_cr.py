@@ -51,8 +51,12 @@ def decide(workspace: Path, argv: list[str], allow: list[str], cwd: str = ".") -
 
 
 def run(workspace: Path, argv: list[str], cwd: str = ".") -> str:
-    """run_command as the worker runs it: its environment, its sandbox."""
-    ctx = ExecutionContext(workspace=workspace, call_id="cr", timeout=30, output_limit=20_000)
+    """run_command as the worker runs it: its environment, its sandbox, as a reviewer
+    approved it (the premises show what the command itself does; one no person approved
+    finds the git metadata read-only besides: tests/redteam/test_git_metadata_guard.py)."""
+    ctx = ExecutionContext(
+        workspace=workspace, call_id="cr", timeout=30, output_limit=20_000, git_guard="none"
+    )
     return str(RUN_COMMAND.execute(ctx, {"argv": argv, "cwd": cwd}))
 
 

@@ -54,9 +54,12 @@ def exchanging(a: Path, b: Path) -> tuple[threading.Event, threading.Thread, lis
     return stop, thread, swaps
 
 
-def run_command(workspace: Path, argv: list[str], cwd: str = ".") -> str:
-    """run_command as the worker runs it: its environment, its sandbox."""
-    ctx = ExecutionContext(workspace=workspace, call_id="rtd", timeout=30, output_limit=20_000)
+def run_command(workspace: Path, argv: list[str], cwd: str = ".", git_guard: str = "all") -> str:
+    """run_command as the worker runs it: its environment, its sandbox (`git_guard`: as the
+    worker decides it, execution.git_guard)."""
+    ctx = ExecutionContext(
+        workspace=workspace, call_id="rtd", timeout=30, output_limit=20_000, git_guard=git_guard
+    )
     return str(RUN_COMMAND.execute(ctx, {"argv": argv, "cwd": cwd}))
 
 
@@ -140,9 +143,9 @@ def test_git_status_runs_no_program_named_by_a_gitconfig_in_home(workspace: Path
     out += run_command(workspace, ["git", "diff"])
     assert not marker.exists(), out
     # a repository's own configuration still works
-    assert run_command(workspace, ["git", "config", "user.email", "a@b.c"]).startswith(
-        "exit code 0"
-    )
+    assert run_command(
+        workspace, ["git", "config", "user.email", "a@b.c"], git_guard="all-but-config"
+    ).startswith("exit code 0")
 
 
 def test_home_is_an_empty_directory_of_each_run_not_the_workspace(workspace: Path) -> None:
