@@ -66,7 +66,12 @@ def linked_git_word(commands: Iterable[Command], workspace: Path, cwd: str) -> s
                         return word
         if base in CHANGES_DIRECTORY:
             targets = [word for word in command.argv[1:] if not word.startswith("-")]
-            directories += [posixpath.join(d, target) for d in directories for target in targets]
+            # the shell's `cd` takes `..` lexically (`cd l/../..`, `l` a link to `x/y/z`, is
+            # the directory above, not x): each one physically and logically
+            joined = [posixpath.join(d, target) for d in directories for target in targets]
+            for path in (*joined, *map(posixpath.normpath, joined)):
+                if path not in directories:
+                    directories.append(path)
             if len(directories) > MAX_DIRECTORIES:
                 return command.argv[0]
     return None

@@ -99,3 +99,21 @@ def test_a_command_crafted_to_be_slow_to_resolve_is_decided_quickly(
     started = time.monotonic()
     assert decide(workspace, argv, ["cat *", "cd *"]) == "ask"
     assert time.monotonic() - started < 3  # in the web process; before: 25 s to minutes
+
+
+# --- a shell's cd is logical ----------------------------------------------------------------------
+# bash and dash take `..` in `cd` lexically: from `a`, `cd l/../..` (`l` a link to `x/y/z`)
+# is the workspace, where `meta/config` is .git/config; resolved with links followed it was
+# `a/x`, where `meta` is nothing.
+
+
+def test_a_cd_through_a_link_and_dot_dot_is_read_as_the_shell_takes_it(workspace: Path) -> None:
+    (workspace / "a" / "x" / "y" / "z").mkdir(parents=True)
+    (workspace / "a" / "l").symlink_to("x/y/z")
+    argv = ["bash", "-c", f"cd l/../.. && sed -i '{FSMONITOR_EDIT}' meta/config"]
+    assert decide(workspace, argv, ["cd *", "sed *"], cwd="a") == "ask"
+    plain = ["bash", "-c", "cd l/../.. && sed -i s/a/b/ src/a.py"]
+    assert decide(workspace, plain, ["cd *", "sed *"], cwd="a") == "allow"
+    run(workspace, argv, cwd="a")  # the premise, in the real sandbox
+    run(workspace, ["git", "status"])
+    assert (workspace / "fsmonitor-ran").exists()
