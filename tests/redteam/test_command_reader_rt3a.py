@@ -117,3 +117,18 @@ def test_a_cd_through_a_link_and_dot_dot_is_read_as_the_shell_takes_it(workspace
     run(workspace, argv, cwd="a")  # the premise, in the real sandbox
     run(workspace, ["git", "status"])
     assert (workspace / "fsmonitor-ran").exists()
+
+
+# --- kept verdicts: bounded in size, not only in number --------------------------------------------
+
+
+def test_verdicts_kept_for_long_commands_hold_no_request_sized_keys(workspace: Path) -> None:
+    from dispatcher.policy import rules
+
+    rules._VERDICTS.clear()
+    for n in range(20):  # distinct calls of 200 kB each, every one decided
+        argv = ["cat", f"f{n}", "src/" + "b" * 200_000]
+        assert decide(workspace, argv, ["cat *"]) == "allow"
+    kept = sum(len(key[2]) for key in rules._VERDICTS)
+    assert kept < 20 * rules.MAX_KEPT_ARGUMENTS  # before: 4 MB, and 4096 of them were kept
+    assert decide(workspace, ["cat", "src/a.py"], ["cat *"]) == "allow"
