@@ -725,6 +725,9 @@ def read_rule_hiding(call: CallContext, path: str) -> str | None:
 # are kept for the next call with the same ones (rule evaluation is on every call's path).
 _VERDICTS: dict[tuple[Any, ...], RuleVerdict] = {}
 MAX_VERDICTS = 4096
+# Arguments longer than this are decided afresh each time, not kept: an agent's 4096
+# distinct calls of a request's size (1 MiB) each would keep gigabytes in the web process.
+MAX_KEPT_ARGUMENTS = 16 * 1024
 
 
 def command_rule_decision(
@@ -738,6 +741,8 @@ def command_rule_decision(
     try:
         arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
     except (TypeError, ValueError):
+        return _on_disk(call, _command_rule_decision(call, allow=allow, ask=ask, deny=deny))
+    if len(arguments) > MAX_KEPT_ARGUMENTS:
         return _on_disk(call, _command_rule_decision(call, allow=allow, ask=ask, deny=deny))
     key = (call.tool, call.name, arguments, allow, ask, deny)
     verdict = _VERDICTS.get(key)
