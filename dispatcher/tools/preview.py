@@ -928,26 +928,31 @@ def fingerprint_of(workspace: Path, *, root_fd: int | None = None) -> str:
     hidden = {str(path) for path in sandbox.hidden_paths()}
     digest = hashlib.sha256()
     root = str(workspace.resolve()) if root_fd is None else str(workspace)
-    pending = [(root if root_fd is None else f"/proc/self/fd/{root_fd}", "")]
+    # Each directory is opened below the root with no symlink followed (`_entries`), never
+    # by a path through the last: a directory swapped for a symlink to / meanwhile (a
+    # program of the workspace a nested one lies in) had the walk read the whole of it.
+    base = Path(root) if root_fd is None else Path(f"/proc/self/fd/{root_fd}")
+    pending = [""]
     while pending:
-        top, prefix = pending.pop()
+        prefix = pending.pop()
         try:
-            with os.scandir(top) as scan:
-                entries = sorted(scan, key=lambda entry: entry.name)
+            entries = _entries(base, prefix.rstrip("/"))
         except (FileNotFoundError, NotADirectoryError):
             continue
-        for entry in entries:
-            if os.path.join(root, prefix + entry.name) in hidden:
+        except OSError as error:
+            if not _confined.changed(error):
+                raise
+            continue  # a symlink now where a directory was: its own entry tells them apart
+        for name, info in entries:
+            rel = prefix + name
+            if os.path.join(root, rel) in hidden:
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                info = entry.stat(follow_symlinks=False)
-                rel = prefix + entry.name
-                digest.update(
-                    f"{rel}\0{info.st_mode:o} {info.st_size} {info.st_mtime_ns} "
-                    f"{info.st_ctime_ns} {info.st_ino}\n".encode(errors="surrogateescape")
-                )
-                if stat.S_ISDIR(info.st_mode):
-                    pending.append((entry.path, rel + "/"))
+            digest.update(
+                f"{rel}\0{info.st_mode:o} {info.st_size} {info.st_mtime_ns} "
+                f"{info.st_ctime_ns} {info.st_ino}\n".encode(errors="surrogateescape")
+            )
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(rel + "/")
     top_info = os.lstat(root) if root_fd is None else os.fstat(root_fd)
     digest.update(f".\0{top_info.st_mode:o} {top_info.st_mtime_ns} {top_info.st_ctime_ns}".encode())
     return digest.hexdigest()

@@ -82,3 +82,40 @@ def test_a_flipping_nested_workspace_never_shows_another_trees_names(workspace: 
     leaked = [text for text in shown if any(name in text for name in PERSONS)]
     assert not leaked, f"{len(leaked)} of {len(shown)} reads named the person's files: {leaked[0]}"
     assert read >= READ, (read, len(shown))
+
+
+def test_a_flipping_nested_workspace_never_leads_the_fingerprint_walk_elsewhere(
+    workspace: Path,
+) -> None:
+    """Before the fix the workspace's fingerprint (taken before each preview, and again
+    before its effect is applied) walked each directory by a path below the held one, so
+    `d` swapped for a symlink had the walk list the person's tree (a symlink to / had it
+    walk the whole machine as root, under the workspace's lock). The person's directory
+    was never read: its access time, set in the past, stays there."""
+    owner = sandbox._owner()
+    if owner is None:
+        pytest.skip("needs Harness as root (the sandbox user)")
+    a, victim = nested_beside_a_victim(workspace)
+    nested = a / "x" / "B"
+    (nested / "d" / "own-dir").mkdir(parents=True)
+    persons = victim / "B"
+    (persons / "persons-dir").mkdir()
+    (nested / "d-link").symlink_to(persons)
+    os.utime(persons, (0, persons.stat().st_mtime))  # relatime: the next read updates it
+    held = os.open(nested, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    flipper = subprocess.Popen(
+        ["/usr/bin/python3", "-c", FLIPPER, str(nested / "d"), str(nested / "d-link")],
+        stdout=subprocess.PIPE,
+    )
+    assert flipper.stdout is not None
+    walks = 0
+    try:
+        assert flipper.stdout.readline() == b"flipping\n"
+        while walks < 5_000 and persons.stat().st_atime == 0:
+            preview.fingerprint_of(nested, root_fd=held)
+            walks += 1
+    finally:
+        flipper.kill()
+        flipper.wait()
+        os.close(held)
+    assert persons.stat().st_atime == 0, f"the walk read the person's directory ({walks} walks)"
