@@ -38,7 +38,11 @@ def _checked(value: object, workspace: Path) -> tuple[str | None, Path]:
     try:
         resolved = (root / value).resolve(strict=False)
     except (OSError, RuntimeError, ValueError) as error:
-        return f"Path {value!r} cannot be resolved ({error}). Use a plain relative path.", root
+        # Said by kind only: Python's message names the path the resolve had reached (a
+        # symlink loop's), which may lie in a tree outside the workspace that Harness
+        # followed as root and the agent's sandbox never shows.
+        why = "a symlink loop" if isinstance(error, RuntimeError) else type(error).__name__
+        return f"Path {value!r} cannot be resolved ({why}). Use a plain relative path.", root
     if not resolved.is_relative_to(root):
         return (
             f"Path {value!r} resolves outside the session workspace ({root}). "
