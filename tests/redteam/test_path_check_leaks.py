@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.tools import read_file
+from dispatcher.tools import list_directory, read_file
 from dispatcher.tools._paths import path_violation
 from dispatcher.tools.base import ExecutionContext, ToolError
 
@@ -33,3 +33,18 @@ def test_a_symlink_loop_outside_is_refused_without_naming_where_it_was(tmp_path:
     with pytest.raises(ToolError) as refused:
         read_file.TOOL.execute(ctx, {"path": "a/x"})
     assert "private" not in str(refused.value), refused.value
+
+
+def test_list_directory_never_says_whether_a_path_outside_is_a_directory(tmp_path: Path) -> None:
+    """Before the fix a symlink's entry ended in "/" when its target was a directory,
+    followed wherever it led: an agent's link to /home/NAME or to another agent's
+    workspace told it which exist (its sandbox shows neither)."""
+    (tmp_path / "others" / "agent-7").mkdir(parents=True)
+    workspace = tmp_path / "workspace"
+    (workspace / "sub").mkdir(parents=True)
+    (workspace / "there").symlink_to(tmp_path / "others" / "agent-7")
+    (workspace / "not-there").symlink_to(tmp_path / "others" / "agent-8")
+    (workspace / "inside").symlink_to("sub")
+    ctx = ExecutionContext(workspace=workspace, call_id="t", timeout=10, output_limit=10_000)
+    listed = str(list_directory.TOOL.execute(ctx, {"path": "."})).splitlines()[1:]
+    assert listed == ["inside/", "not-there", "sub/", "there"], listed
