@@ -428,6 +428,15 @@ def _advance_head(
 # The stages before a call's name is known to be a tool (dispatcher.admission._decide).
 _UNRESOLVED = frozenset({"receive", "resolve"})
 
+# At most this many tool names are listed in a session's summary (the session list's Tools
+# column and filter, the session page's tool filter). A coding agent's client may name any
+# tool it has (Claude Code's mcp__server__tool, or a tool Harness does not know), and each
+# such name resolves: a client making names up grew the list without bound, every name a
+# rewrite of the head row. Past the cap the list ends in MORE_TOOLS (no tool is named so),
+# and such a session matches every tool filter (audit.views): never left out of one.
+TOOLS_LISTED = 100
+MORE_TOOLS = "\u2026"
+
 
 def _summarize(
     head: AuditChain, event: AuditEvent, changed: set[str] | None, unresolved: set[str]
@@ -459,7 +468,9 @@ def _summarize(
         and isinstance(tool, str)
         and tool.split() == [tool]
         and f" {tool} " not in head.tools
+        and f" {MORE_TOOLS} " not in head.tools
     ):
-        head.tools = (head.tools or " ") + tool + " "
+        listed = len(head.tools.split()) < TOOLS_LISTED
+        head.tools = (head.tools or " ") + (tool if listed else MORE_TOOLS) + " "
         fields.append("tools")
     return None if changed is None else changed | set(fields)

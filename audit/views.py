@@ -30,6 +30,7 @@ from . import export
 from .models import AuditChain, AuditEvent
 from .replay import build_replay
 from .roles import AUDITOR, HtmxHttpRequest, role_required
+from .services import MORE_TOOLS
 from .timeline import (
     OUTCOME_FILTERS,
     CallPage,
@@ -90,7 +91,10 @@ def filtered_sessions(params: Any, reach: Scope) -> QuerySet[AuditChain]:
     if owner := params.get("user", "").strip():
         sessions = sessions.filter(owner=owner)
     if tool := params.get("tool", "").strip():
-        sessions = sessions.filter(tools__contains=f" {tool} ")
+        # a session whose list ran past its cap may have called it (services.MORE_TOOLS)
+        sessions = sessions.filter(
+            Q(tools__contains=f" {tool} ") | Q(tools__contains=f" {MORE_TOOLS} ")
+        )
     if params.get("status") in STATUS_FILTERS:
         sessions = sessions.filter(STATUS_FILTERS[params["status"]])
     if params.get("decision") in DECISION_FILTERS:
@@ -160,7 +164,7 @@ def _filters(head: AuditChain, params: Any) -> dict[str, str]:
     Raises Http404 for values the session cannot have, naming the ones it can.
     """
     tool, outcome = params.get("tool", ""), params.get("outcome", "")
-    if tool and tool not in head.tools.split():
+    if tool and tool not in head.tools.split() and MORE_TOOLS not in head.tools.split():
         raise Http404(f"This session never called '{tool[:100]}'; it called: {head.tools.strip()}.")
     if outcome and outcome not in OUTCOME_FILTERS:
         raise Http404(f"Unknown outcome. Choose one of: {', '.join(OUTCOME_FILTERS)}.")
@@ -211,7 +215,8 @@ def session_detail(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
         "latest_url": latest,
         "here": request.get_full_path(),
         "outcomes": list(OUTCOME_FILTERS),
-        "tools": head.tools.split(),
+        "tools": [name for name in head.tools.split() if name != MORE_TOOLS],
+        "more_tools": MORE_TOOLS in head.tools.split(),
     }
     htmx = request.htmx
     if htmx and not htmx.history_restore_request:

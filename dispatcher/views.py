@@ -24,6 +24,7 @@ from audit.roles import ADMIN, HtmxHttpRequest, role_required
 from dispatcher import agents
 from dispatcher.models import Agent, AgentSession, ToolCall
 from dispatcher.policy.profiles import profile_for
+from dispatcher.tools._paths import unsafe_character
 from floor.errors import ServiceError
 from teams.models import Team
 from teams.scope import wholly_within
@@ -149,6 +150,26 @@ def _list(
     return render(request, "agents/index.html", context, status=status)
 
 
+def shell_word(text: str) -> str:
+    """`text` as one word for the shell command a person copies from the page. A name with
+    a control, format or line-separator character (an OAuth client names its agents: a
+    right-to-left override reversed the command shown) is written in bash's $'...' with
+    each such character as an escape, so the command shows what it runs and runs as is."""
+    if unsafe_character(text) is None:
+        return shlex.quote(text)
+    escaped = "".join(_escaped(char) for char in text)
+    return f"$'{escaped}'"
+
+
+def _escaped(char: str) -> str:
+    """One character of a bash $'...' word."""
+    if char in "\\'":
+        return "\\" + char
+    if unsafe_character(char) is None:
+        return char
+    return f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}"
+
+
 @role_required(ADMIN)
 @require_GET
 @never_cache
@@ -185,7 +206,7 @@ def _detail(request: HtmxHttpRequest, agent: Agent, *, token: str = "") -> HttpR
         "last_activity": max(activity, default=None),
         "owner_mode": profile_for(agent.owner).mode,
         "base_url": base,
-        "agent_arg": shlex.quote(agent.name),
+        "agent_arg": shell_word(agent.name),
     }
     response = render(request, "agents/detail.html", context)
     response["Cache-Control"] = "no-store"

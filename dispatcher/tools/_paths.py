@@ -31,20 +31,37 @@ def path_violation(value: object, workspace: Path) -> str | None:
 
 def _checked(value: object, workspace: Path) -> tuple[str | None, Path]:
     """(`path_violation`'s answer, the resolved path when there is no violation)."""
-    root = workspace.resolve()
+    try:
+        root = workspace.resolve()
+    except (OSError, RuntimeError):
+        # A symlink on the workspace's own path changed while it was read (a workspace
+        # nested in another agent's, whose program flips a directory of it): Python's
+        # resolve then raised EINVAL from a readlink of what was no longer a link.
+        return WORKSPACE_CHANGED, workspace
     problem = _violation(value, root)
     if problem is not None or not isinstance(value, str):
         return problem, root
     try:
         resolved = (root / value).resolve(strict=False)
     except (OSError, RuntimeError, ValueError) as error:
-        return f"Path {value!r} cannot be resolved ({error}). Use a plain relative path.", root
+        # Said by kind only: Python's message names the path the resolve had reached (a
+        # symlink loop's), which may lie in a tree outside the workspace that Harness
+        # followed as root and the agent's sandbox never shows.
+        why = "a symlink loop" if isinstance(error, RuntimeError) else type(error).__name__
+        return f"Path {value!r} cannot be resolved ({why}). Use a plain relative path.", root
     if not resolved.is_relative_to(root):
         return (
             f"Path {value!r} resolves outside the session workspace ({root}). "
             f"Use a path relative to the workspace, e.g. '{EXAMPLE}'."
         ), root
     return None, resolved
+
+
+WORKSPACE_CHANGED = (
+    "The session workspace's path changed while this path was checked (a symlink may "
+    "stand on it now), so nothing was done. Try again; if it persists, an operator must "
+    "look at the workspace (and not nest one agent's workspace in another's)."
+)
 
 
 def _violation(value: object, root: Path) -> str | None:

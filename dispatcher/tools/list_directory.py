@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,23 @@ def _entry_names(workspace: Path, path: Path, relative: str) -> list[str]:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             raise ToolError(f"'{relative}' is a file, not a directory. Use read_file to read it.")
         with os.scandir(fd) as entries:
-            return sorted(f"{entry.name}/" if entry.is_dir() else entry.name for entry in entries)
+            return sorted(_shown(workspace, relative, entry) for entry in entries)
+
+
+def _shown(workspace: Path, relative: str, entry: os.DirEntry[str]) -> str:
+    """An entry's name, with "/" for a directory. A symlink is followed only when it
+    resolves inside the workspace (Harness lists as root: a link to a path outside, which
+    the agent's sandbox never shows, answered whether a directory is there, an agent's
+    probe of the host's and other agents' directories)."""
+    if not entry.is_symlink():
+        return f"{entry.name}/" if entry.is_dir(follow_symlinks=False) else entry.name
+    try:
+        target = resolve_in_workspace(workspace, posixpath.join(relative, entry.name))
+        with opened(workspace, target, os.O_PATH) as fd:
+            is_directory = stat.S_ISDIR(os.fstat(fd).st_mode)
+    except (ToolError, OSError):  # outside, nowhere, or changed meanwhile: as it is
+        return entry.name
+    return f"{entry.name}/" if is_directory else entry.name
 
 
 TOOL = Tool(

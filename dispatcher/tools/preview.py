@@ -603,17 +603,60 @@ def _is_utf8(text: str) -> bool:
 
 def _lower(workspace: Path, rel: str) -> os.stat_result | None:
     """What the workspace holds at `rel`, never through a symlink: a path below a symlink
-    (or below anything but a directory) does not exist in the workspace."""
+    (or below anything but a directory) does not exist in the workspace. Its directory is
+    opened below the held one (`_directory_below`), never walked again by path: in a
+    workspace nested in another agent's, that agent's program may swap a directory of it
+    for a symlink to a person's tree at any moment."""
     try:
         if not rel:  # followed: `workspace` may be a held descriptor's /proc/self/fd link
             return os.stat(workspace)
-        parts = rel.split("/")
-        for depth in range(1, len(parts)):
-            if not stat.S_ISDIR(os.lstat(workspace.joinpath(*parts[:depth])).st_mode):
-                return None
-        return os.lstat(workspace / rel)
+        parent, name = os.path.split(rel)
+        with _directory_below(workspace, parent) as fd:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as error:
+        if _confined.changed(error):  # a symlink on the way: below it is not the workspace
+            return None
+        raise
+
+
+@contextlib.contextmanager
+def _directory_below(workspace: Path, rel: str) -> Iterator[int]:
+    """A descriptor of the directory `rel` ("" for the root) beneath the directory
+    `workspace` names (a held descriptor's /proc/self/fd link stays the directory it
+    holds), no symlink followed (_confined.open_below). Raises OSError: ELOOP when a
+    symlink stands on the way now (`_confined.changed`), ENOENT, ENOTDIR."""
+    root_fd = os.open(workspace, _confined.DIRECTORY)
+    try:
+        fd = _confined.open_below(root_fd, rel, _confined.DIRECTORY)
+    finally:
+        os.close(root_fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _entries(workspace: Path, rel: str) -> list[tuple[str, os.stat_result]]:
+    """(name, lstat) of each entry of the directory `rel` of the workspace, by name, read
+    through its descriptor (`_directory_below`): a directory swapped for a symlink since
+    it was judged one is refused (OSError ELOOP), never listed (a person's names in the
+    effect). Each entry is statted while the descriptor is open (a DirEntry of a
+    descriptor's scandir stats through that descriptor's number)."""
+    found = []
+    with _directory_below(workspace, rel) as fd, os.scandir(fd) as scan:
+        for entry in scan:
+            with contextlib.suppress(FileNotFoundError):
+                found.append((entry.name, os.stat(entry.name, dir_fd=fd, follow_symlinks=False)))
+    return sorted(found, key=lambda pair: pair[0])
+
+
+def _readlink_below(workspace: Path, rel: str) -> str:
+    """The target of the symlink `rel`, read through its directory's descriptor."""
+    parent, name = os.path.split(rel)
+    with _directory_below(workspace, parent) as fd:
+        return os.readlink(name, dir_fd=fd)
 
 
 @dataclass(frozen=True)
@@ -695,7 +738,7 @@ def _changes_of(
         yield _change(rel, "created", "special", None, member.mode)  # a FIFO: not applied
         return
     if member.issym():
-        before = os.readlink(workspace / rel) if lower is not None else None
+        before = _readlink_below(workspace, rel) if lower is not None else None
         if before != member.linkname:
             yield {
                 **_change(rel, "changed" if before else "created", "symlink", None, None),
@@ -832,11 +875,8 @@ def _deleted_tree(workspace: Path, rel: str, lower: os.stat_result) -> Iterator[
     pending = [rel] if stat.S_ISDIR(lower.st_mode) else []
     while pending:
         top = pending.pop()
-        with os.scandir(workspace / top) as scan:
-            entries = sorted(scan, key=lambda entry: entry.name)
-        for entry in entries:
-            path = os.path.join(top, entry.name)
-            info = entry.stat(follow_symlinks=False)
+        for name, info in _entries(workspace, top):
+            path = os.path.join(top, name)
             yield from _deleted_one(workspace, path, info)
             if stat.S_ISDIR(info.st_mode):
                 pending.append(path)
@@ -863,17 +903,15 @@ def _hidden_by_opaque(
     pending = [rel]  # a stack, not recursion: the upper layer may nest 8,000 deep
     while pending:
         top = pending.pop()
-        with os.scandir(workspace / top) as scan:
-            entries = sorted(scan, key=lambda entry: entry.name)
-        for entry in entries:
-            path = os.path.join(top, entry.name)
+        for name, info in _entries(workspace, top):
+            path = os.path.join(top, name)
             member = members.get(path)
             if member is None:
-                yield from _deleted_tree(workspace, path, entry.stat(follow_symlinks=False))
+                yield from _deleted_tree(workspace, path, info)
             elif (
                 member.isdir()
                 and not _is_opaque(member)  # an opaque one lists its own (_changes_of)
-                and entry.is_dir(follow_symlinks=False)
+                and stat.S_ISDIR(info.st_mode)
             ):
                 pending.append(path)
 
@@ -890,26 +928,31 @@ def fingerprint_of(workspace: Path, *, root_fd: int | None = None) -> str:
     hidden = {str(path) for path in sandbox.hidden_paths()}
     digest = hashlib.sha256()
     root = str(workspace.resolve()) if root_fd is None else str(workspace)
-    pending = [(root if root_fd is None else f"/proc/self/fd/{root_fd}", "")]
+    # Each directory is opened below the root with no symlink followed (`_entries`), never
+    # by a path through the last: a directory swapped for a symlink to / meanwhile (a
+    # program of the workspace a nested one lies in) had the walk read the whole of it.
+    base = Path(root) if root_fd is None else Path(f"/proc/self/fd/{root_fd}")
+    pending = [""]
     while pending:
-        top, prefix = pending.pop()
+        prefix = pending.pop()
         try:
-            with os.scandir(top) as scan:
-                entries = sorted(scan, key=lambda entry: entry.name)
+            entries = _entries(base, prefix.rstrip("/"))
         except (FileNotFoundError, NotADirectoryError):
             continue
-        for entry in entries:
-            if os.path.join(root, prefix + entry.name) in hidden:
+        except OSError as error:
+            if not _confined.changed(error):
+                raise
+            continue  # a symlink now where a directory was: its own entry tells them apart
+        for name, info in entries:
+            rel = prefix + name
+            if os.path.join(root, rel) in hidden:
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                info = entry.stat(follow_symlinks=False)
-                rel = prefix + entry.name
-                digest.update(
-                    f"{rel}\0{info.st_mode:o} {info.st_size} {info.st_mtime_ns} "
-                    f"{info.st_ctime_ns} {info.st_ino}\n".encode(errors="surrogateescape")
-                )
-                if stat.S_ISDIR(info.st_mode):
-                    pending.append((entry.path, rel + "/"))
+            digest.update(
+                f"{rel}\0{info.st_mode:o} {info.st_size} {info.st_mtime_ns} "
+                f"{info.st_ctime_ns} {info.st_ino}\n".encode(errors="surrogateescape")
+            )
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(rel + "/")
     top_info = os.lstat(root) if root_fd is None else os.fstat(root_fd)
     digest.update(f".\0{top_info.st_mode:o} {top_info.st_mtime_ns} {top_info.st_ctime_ns}".encode())
     return digest.hexdigest()

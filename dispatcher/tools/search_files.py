@@ -108,7 +108,10 @@ def _candidate_files(
     directory swapped for a symlink is not entered. The descriptor is valid until the
     next item.
     """
-    base = start.relative_to(workspace.resolve())
+    try:
+        base = start.relative_to(workspace.resolve())
+    except ValueError:  # the workspace's path leads elsewhere now (a nested one, flipped)
+        raise OSError(errno.EXDEV, "path is not inside the workspace", str(start)) from None
     if not stat.S_ISDIR(os.fstat(start_fd).st_mode):
         yield start_fd, "", base.as_posix()  # `start` is the file itself
         return
