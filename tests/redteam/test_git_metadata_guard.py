@@ -377,3 +377,113 @@ def test_a_checkout_that_brings_a_link_lets_the_next_call_of_its_message_plant_n
     assert (workspace / ".git" / "config").read_bytes() == config
     host_git(workspace, "status")
     assert not (workspace / "fsmonitor-ran").exists()
+
+
+def test_a_submodule_git_directory_the_command_made_is_removed(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """Only the submodules' git directories that existed were bound: `.git/modules/lib`
+    made through the link, with `core.fsmonitor` in its config, stayed, and a person's
+    `git status` (recursing into the submodule `lib`, whose `.git` file names it) ran it.
+    A directory made in `.git/modules` (or `modules` itself, `worktrees/...`) is removed."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    host_git(workspace, "commit", "--allow-empty", "-qm", "base")
+    gitlink = "160000,1111111111111111111111111111111111111111,lib"
+    host_git(workspace, "update-index", "--add", "--cacheinfo", gitlink)
+    host_git(workspace, "commit", "-qm", "submodule lib")
+    (workspace / "tpl").mkdir()
+    (workspace / "tpl" / "meta").symlink_to("../.git")
+    module = workspace / "planted" / "modules" / "lib"
+    for name in ("objects", "refs"):
+        (module / name).mkdir(parents=True)
+    (module / "HEAD").write_text("ref: refs/heads/main\n")
+    (module / "config").write_text(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
+        '\tfsmonitor = "touch ../fsmonitor-ran; true"\n\tworktree = ../../../lib\n'
+    )
+    (workspace / "lib").mkdir()  # the submodule's work tree, naming its git directory
+    (workspace / "lib" / ".git").write_text("gitdir: ../.git/modules/lib\n")
+    sandbox.give_to_sandbox(workspace)
+
+    script = "cp -r tpl out && cp -r planted/. out/meta/"
+    call = run_allowed(fx, session_id, "plant", ["bash", "-c", script])
+    assert call.content.startswith("exit code 0"), call.content
+    assert "'modules'" in call.content and "it was removed" in call.content, call.content
+    assert not (workspace / ".git" / "modules").exists()
+    host_git(workspace, "status")
+    assert not (workspace / "fsmonitor-ran").exists()
+
+
+def test_a_new_directory_in_an_existing_modules_directory_is_removed(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """With `.git/modules/lib` there (bound), `.git/modules/evil` (a git directory no one
+    judged), a link `modules/lnk`, and `modules/lib/modules/x` (a nested submodule's) made
+    by the command are removed; git's own `logs/` in a submodule's git directory stays."""
+    fx = agent_in_sandbox
+    session_id, workspace = repository(fx, module=True)
+    script = (
+        "mkdir -p .git/modules/evil/hooks .git/modules/lib/modules/x .git/modules/lib/logs"
+        " && ln -s ../../elsewhere .git/modules/lnk && echo made"
+    )
+    ctx = ExecutionContext(workspace=workspace, call_id="t", timeout=30, output_limit=20_000)
+    output = str(RUN_COMMAND.execute(ctx, {"argv": ["bash", "-c", script]}))
+    assert output.startswith("exit code 0\nmade"), output
+    assert "'modules/evil', 'modules/lib/modules', 'modules/lnk'" in output, output
+    modules = workspace / ".git" / "modules"
+    assert sorted(path.name for path in modules.iterdir()) == ["lib"]
+    assert (modules / "lib" / "logs").is_dir()
+    assert not (modules / "lib" / "modules").exists()
+
+
+def test_what_a_command_made_is_removed_even_when_it_timed_out(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """The removal ran only when the program ended by itself: planting a hook and then
+    sleeping past the timeout left `.git/hooks/pre-commit`, which a person's commit ran."""
+    fx = agent_in_sandbox
+    session_id, workspace = repository(fx)
+    hooks = workspace / ".git" / "hooks"
+    for sample in hooks.iterdir():
+        sample.unlink()
+    hooks.rmdir()
+    script = (
+        "mkdir .git/hooks && printf '#!/bin/sh\\ntouch hook-ran\\n' > .git/hooks/pre-commit"
+        " && chmod +x .git/hooks/pre-commit && echo ../elsewhere > .git/commondir && sleep 60"
+    )
+    ctx = ExecutionContext(workspace=workspace, call_id="t", timeout=3, output_limit=20_000)
+    with pytest.raises(TimeoutError):
+        RUN_COMMAND.execute(ctx, {"argv": ["bash", "-c", script]})
+    assert not hooks.exists() and not (workspace / ".git" / "commondir").exists()
+    host_git(workspace, "commit", "--allow-empty", "-qm", "x")
+    assert not (workspace / "hook-ran").exists()
+
+
+def test_a_hooks_tree_thousands_of_levels_deep_is_removed(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """shutil.rmtree recursed once per level: a made `hooks/` 5,000 levels deep ended the
+    call with a RecursionError (no message) and left `hooks/pre-commit` in place."""
+    fx = agent_in_sandbox
+    session_id, workspace = repository(fx)
+    hooks = workspace / ".git" / "hooks"
+    for sample in hooks.iterdir():
+        sample.unlink()
+    hooks.rmdir()
+    deep = "import os\nos.chdir('.git/hooks')\nfor i in range(5000):\n os.mkdir('d'); os.chdir('d')"
+    script = (
+        "mkdir .git/hooks && printf '#!/bin/sh\\ntouch hook-ran\\n' > .git/hooks/pre-commit"
+        f' && chmod +x .git/hooks/pre-commit && python3 -c "{deep}" && echo made'
+    )
+    ctx = ExecutionContext(workspace=workspace, call_id="t", timeout=30, output_limit=20_000)
+    output = str(RUN_COMMAND.execute(ctx, {"argv": ["bash", "-c", script]}))
+    assert output.startswith("exit code 0\nmade"), output
+    assert "'hooks'" in output and "it was removed" in output, output
+    assert (
+        sorted(path.name for path in (workspace / ".git").iterdir() if "removed" in path.name) == []
+    )
+    assert not hooks.exists()
+    host_git(workspace, "commit", "--allow-empty", "-qm", "x")
+    assert not (workspace / "hook-ran").exists()
