@@ -33,8 +33,10 @@ import dataclasses
 import errno
 import fcntl
 import os
+import re
 import secrets
 import stat
+import subprocess
 from pathlib import Path
 
 from dispatcher.tools.base import ToolError
@@ -120,8 +122,10 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
             raise _link(".git")
         if stat.S_ISREG(info.st_mode):  # `gitdir: PATH`: which git directory git uses
             result.entries.append(Entry(git, workspace / ".git", writable=False))
+            _refuse_git_file_inside(workspace, git)
         elif stat.S_ISDIR(info.st_mode):
             _guard_directory(git, workspace / ".git", mode, result, 0)
+            _refuse_pointers_inside(workspace, result)
     except BaseException:
         result.close()
         raise
@@ -175,6 +179,112 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
         child = _open(name, fd, result)
         if child is not None and stat.S_ISDIR(os.fstat(child).st_mode):
             _guard_directory(child, target / name, mode, result, depth + 1)
+
+
+def _refuse_git_file_inside(workspace: Path, fd: int) -> None:
+    """A `.git` file naming a git directory inside the workspace: that directory is the
+    repository's, and nothing of it is bound, so no unapproved command runs."""
+    text = _read(fd).decode("utf-8", "replace")
+    first = text.splitlines()[0] if text.strip() else ""
+    target = first.removeprefix("gitdir:").strip() if first.startswith("gitdir:") else ""
+    if not target or _inside(workspace, os.path.join(workspace, target)):
+        raise ToolError(
+            "The workspace's '.git' is a file naming a git directory inside the workspace "
+            f"({target!r}), whose configuration cannot be kept read-only for a command no "
+            "person approved, so nothing ran. A reviewer must approve this command."
+        )
+
+
+# Keys of a git configuration naming a file or directory git reads as configuration or
+# runs hooks from: one inside the workspace is one an unapproved command could write.
+_POINTER_KEYS = re.compile(r"include\.path|includeif\..*\.path|core\.hookspath", re.DOTALL)
+_READ_LIMIT = 1 << 20
+
+
+def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
+    """Each configuration bound read-only (`config`, `config.worktree`, of the repository and
+    its submodules and worktrees) that includes a file inside the workspace (`[include] path
+    = ../shared.gitconfig`, `includeIf`) or takes hooks from a directory inside it but the
+    guarded `.git/hooks` (`core.hooksPath = githooks`): the command could write that file
+    or directory, and the next `git status` (or a person's commit) would run what it
+    planted. Nothing runs then; a reviewer must approve the command. Read by git itself
+    (`git config --file - --no-includes`), not followed."""
+    hooks = os.path.normpath(workspace / ".git" / "hooks")
+    for entry in result.entries:
+        if entry.writable or entry.target.name not in ("config", "config.worktree"):
+            continue
+        for key, value in _configuration(_read(entry.fd), entry.target):
+            if not _POINTER_KEYS.fullmatch(key):
+                continue
+            if key == "core.hookspath":
+                path = os.path.join(workspace, os.path.expanduser(value))
+                if os.path.normpath(path) == hooks and entry.target.parent.name == ".git":
+                    continue
+            else:
+                path = os.path.join(entry.target.parent, os.path.expanduser(value))
+            if _inside(workspace, path):
+                shown = entry.target.relative_to(workspace)
+                raise ToolError(
+                    f"The workspace's git configuration ({shown}) sets {key} = {value!r}, "
+                    "inside the workspace: a command could change what git reads or runs "
+                    "there, so it cannot be kept read-only for a command no person "
+                    "approved, and nothing ran. A reviewer must approve this command."
+                )
+
+
+def _inside(workspace: Path, path: str) -> bool:
+    """Whether `path` lies in `workspace`, by its words or once its links are followed."""
+    root = os.path.normpath(workspace)
+    for candidate in (os.path.normpath(path), os.path.realpath(path)):
+        if candidate == root or candidate.startswith(root + "/"):
+            return True
+    return False
+
+
+def _read(fd: int) -> bytes:
+    """The content of the file held by the O_PATH descriptor `fd` (at most _READ_LIMIT)."""
+    opened = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(opened, _READ_LIMIT + 1)
+    finally:
+        os.close(opened)
+    if len(data) > _READ_LIMIT:
+        raise ToolError(
+            "The workspace's git metadata holds a file of more than 1 MiB, which cannot be "
+            "read to keep it read-only for a command no person approved, so nothing ran. A "
+            "reviewer must approve this command."
+        )
+    return data
+
+
+def _configuration(data: bytes, target: Path) -> list[tuple[str, str]]:
+    """The (key, value) pairs of a git configuration file, as git reads it."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1"}
+    env |= {"HOME": "/nonexistent", "GIT_CONFIG_GLOBAL": "/dev/null", "LC_ALL": "C"}
+    try:
+        done = subprocess.run(
+            ["git", "config", "--file", "-", "--no-includes", "--null", "--list"],
+            input=data,
+            capture_output=True,
+            cwd="/",
+            env=env,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0:
+        raise ToolError(
+            f"The workspace's git configuration ({target.name}) could not be read, so it "
+            "cannot be kept read-only for a command no person approved, and nothing ran. "
+            "A reviewer must approve this command."
+        )
+    pairs = []
+    for item in done.stdout.decode("utf-8", "replace").split("\0"):
+        if item:
+            key, _, value = item.partition("\n")
+            pairs.append((key.lower(), value))
+    return pairs
 
 
 def guarded_path(path: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -487,3 +488,68 @@ def test_a_hooks_tree_thousands_of_levels_deep_is_removed(
     assert not hooks.exists()
     host_git(workspace, "commit", "--allow-empty", "-qm", "x")
     assert not (workspace / "hook-ran").exists()
+
+
+def plant_files(workspace: Path) -> None:
+    """What the agent copies (from its repository, say): a configuration with
+    core.fsmonitor, and a hooks directory with a pre-commit hook."""
+    (workspace / "evil.gitconfig").write_text('[core]\n\tfsmonitor = "touch fsmonitor-ran; true"\n')
+    (workspace / "evilhooks").mkdir()
+    (workspace / "evilhooks" / "pre-commit").write_text("#!/bin/sh\ntouch hook-ran\n")
+    (workspace / "evilhooks" / "pre-commit").chmod(0o755)
+    os.chown(workspace, 0, 0)  # given again to the sandbox user at the run
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "plant"),
+    [
+        ("include.path", "../shared.gitconfig", ["cp", "evil.gitconfig", "shared.gitconfig"]),
+        (
+            "includeIf.gitdir:/.path",
+            "../shared.gitconfig",
+            ["cp", "evil.gitconfig", "shared.gitconfig"],
+        ),
+        ("core.hooksPath", "githooks", ["cp", "-r", "evilhooks", "githooks"]),
+    ],
+)
+def test_a_configuration_that_reads_a_file_of_the_workspace_runs_no_unapproved_command(
+    agent_in_sandbox: AgentFixture, setting: str, value: str, plant: list[str]
+) -> None:
+    """`.git/config` was bound read-only, but what it includes (`[include] path =
+    ../shared.gitconfig`) or takes hooks from (`core.hooksPath = githooks`) lay in the
+    work tree, which the command wrote: the next `git status` ran the fsmonitor it
+    planted, a person's commit its hook. No unapproved command runs in such a workspace."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    host_git(workspace, "config", setting, value)
+    plant_files(workspace)
+    call = submit(fx, session_id, "plant", plant)
+    assert call.status == Status.QUEUED, (call.status, call.reason)
+    execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    assert "A reviewer must approve this command" in call.content, call.content
+    assert f"sets {setting.lower()} = {value!r}, inside the workspace" in call.content
+    host_git(workspace, "status")
+    host_git(workspace, "commit", "--allow-empty", "-qm", "x")
+    assert not (workspace / "fsmonitor-ran").exists() and not (workspace / "hook-ran").exists()
+
+
+def test_a_git_file_naming_a_git_directory_in_the_workspace_runs_no_unapproved_command(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """A `.git` file (`gitdir: gd`) was bound read-only, and the git directory it names,
+    inside the workspace, not at all: `gd/config` took core.fsmonitor."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    shutil.rmtree(workspace / ".git")
+    host_git(workspace, "init", "-q", "--separate-git-dir=gd", ".")
+    plant_files(workspace)
+    call = submit(fx, session_id, "plant", ["cp", "evil.gitconfig", "gd/config"])
+    assert call.status == Status.QUEUED, (call.status, call.reason)
+    execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    assert "naming a git directory inside the workspace" in call.content, call.content
+    host_git(workspace, "status")
+    assert not (workspace / "fsmonitor-ran").exists()
