@@ -132,6 +132,24 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
     return result
 
 
+def unguardable(workspace: Path) -> str | None:
+    """Why the git metadata of `workspace` cannot be kept as it is for a command no person
+    approved (guard refuses: a symlinked `.git` or hook directory, a configuration that
+    reads a file of the workspace ...), or None. An effect rule allows nothing there: its
+    writes are Harness's own, outside the sandbox (effect_rules.decide)."""
+    try:
+        fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        return f"The workspace cannot be opened ({error.strerror})."
+    try:
+        guard(workspace, fd, ALL).close()
+    except (ToolError, OSError) as error:
+        return str(error)
+    finally:
+        os.close(fd)
+    return None
+
+
 def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int) -> None:
     """Bind the directory `fd` (at `target`) onto itself and its guarded entries over it;
     then, for the workspace's git directory, those in `modules/` and `worktrees/`, and

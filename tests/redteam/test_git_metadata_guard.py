@@ -553,3 +553,30 @@ def test_a_git_file_naming_a_git_directory_in_the_workspace_runs_no_unapproved_c
     assert "naming a git directory inside the workspace" in call.content, call.content
     host_git(workspace, "status")
     assert not (workspace / "fsmonitor-ran").exists()
+
+
+def test_an_effect_rule_never_writes_what_the_git_configuration_includes(
+    agent_in_sandbox: AgentFixture, settings: Any
+) -> None:
+    """An effect rule's write is Harness's own (preview_apply), outside the sandbox: with
+    `.git/config` including `../shared.gitconfig`, `effect(write: **)` applied the copy
+    of a configuration with core.fsmonitor there. The ask stands in such a workspace."""
+    fx = agent_in_sandbox
+    settings.HARNESS_PREVIEW = True
+    settings.HARNESS_PREVIEW_TIMEOUT = 5
+    profiles.update_profile(
+        user=fx.owner,
+        mode="standard",
+        allow=["effect(write: **, network: none)"],
+        ask=[],
+        deny=[],
+        actor="test",
+    )
+    session_id, workspace = repository(fx)
+    host_git(workspace, "config", "include.path", "../shared.gitconfig")
+    plant_files(workspace)
+    call = submit(fx, session_id, "plant", ["cp", "evil.gitconfig", "shared.gitconfig"])
+    assert call.status == Status.PENDING_APPROVAL, (call.status, call.decided_by)
+    assert not (workspace / "shared.gitconfig").exists()
+    host_git(workspace, "status")
+    assert not (workspace / "fsmonitor-ran").exists()
