@@ -195,7 +195,14 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
         if name in GIT_OWN:
             continue
         child = _open(name, fd, result)
-        if child is not None and stat.S_ISDIR(os.fstat(child).st_mode):
+        if child is None:
+            continue
+        kind = os.fstat(child).st_mode
+        if stat.S_ISLNK(kind) and depth <= 1:
+            # `.git/modules -> ../mods`, `modules/lib -> ../../mods/lib`: git uses the
+            # directory it names, which nothing binds
+            raise _link(str(Path(target.name, name)))
+        if stat.S_ISDIR(kind):
             _guard_directory(child, target / name, mode, result, depth + 1)
 
 

@@ -580,3 +580,38 @@ def test_an_effect_rule_never_writes_what_the_git_configuration_includes(
     assert not (workspace / "shared.gitconfig").exists()
     host_git(workspace, "status")
     assert not (workspace / "fsmonitor-ran").exists()
+
+
+@pytest.mark.parametrize("link", [".git/modules", ".git/modules/lib"])
+def test_a_symlinked_submodule_git_directory_stops_an_unapproved_command(
+    agent_in_sandbox: AgentFixture, link: str
+) -> None:
+    """`.git/modules/lib -> ../../mods/lib` (or `.git/modules -> ../mods`) was passed over:
+    git uses the directory it names, in the work tree, which nothing bound, so
+    `mods/lib/config` took core.fsmonitor and a person's `git status` ran it."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    host_git(workspace, "commit", "--allow-empty", "-qm", "base")
+    gitlink = "160000,1111111111111111111111111111111111111111,lib"
+    host_git(workspace, "update-index", "--add", "--cacheinfo", gitlink)
+    host_git(workspace, "commit", "-qm", "submodule lib")
+    git_dir = workspace / "mods" / "lib"
+    host_git(workspace, "init", "-q", "--bare", str(git_dir))
+    host_git(workspace, "--git-dir", str(git_dir), "config", "core.bare", "false")
+    host_git(workspace, "--git-dir", str(git_dir), "config", "core.worktree", "../../../lib")
+    if link == ".git/modules":
+        (workspace / ".git" / "modules").symlink_to("../mods")
+    else:
+        (workspace / ".git" / "modules").mkdir()
+        (workspace / ".git" / "modules" / "lib").symlink_to("../../mods/lib")
+    (workspace / "lib").mkdir()
+    (workspace / "lib" / ".git").write_text("gitdir: ../.git/modules/lib\n")
+    plant_files(workspace)
+    call = submit(fx, session_id, "plant", ["cp", "evil.gitconfig", "mods/lib/config"])
+    assert call.status == Status.QUEUED, (call.status, call.reason)
+    execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    assert "a symbolic link" in call.content and "A reviewer must approve" in call.content
+    host_git(workspace, "status")
+    assert not (workspace / "fsmonitor-ran").exists()
