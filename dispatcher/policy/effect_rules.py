@@ -161,6 +161,8 @@ def decide(
     unreadable-command ask stand (they decided before the mode)."""
     if decision.action != "ask" or not decision.by.startswith("mode:"):
         return None
+    if sandbox_git.unguardable(ctx.workspace) is not None:
+        return None  # its git configuration reads what the effect could write: a person decides
     for layer in layers:
         rule = matching(layer.allow, effect)
         if rule is None:

@@ -434,25 +434,33 @@ def run(
         give_to_sandbox(workspace, root_fd=workspace_fd)
         guard = sandbox_git.guard(workspace, workspace_fd, git)
         try:
-            with _call_cgroups(limits) as cgroups:
-                command = _limit_command(limits, cgroups) + bwrap_command(
-                    argv,
-                    workspace=workspace,
-                    cwd=cwd,
-                    limits=limits,
-                    network=bool(settings.HARNESS_SANDBOX_NETWORK),
-                    workspace_fd=workspace_fd,
-                    inside=[Bind(e.target, e.target, e.writable, fd=e.fd) for e in guard.entries],
-                )
-                done = _run_process(
-                    command,
-                    cwd=workspace,
-                    env=env,
-                    limits=limits,
-                    sandboxed=True,
-                    pass_fds=(workspace_fd, *(e.fd for e in guard.entries)),
-                )
-                out_of_memory = _oom_killed(cgroups.memory)
+            try:
+                git_binds = [Bind(e.target, e.target, e.writable, fd=e.fd) for e in guard.entries]
+                with _call_cgroups(limits) as cgroups:
+                    command = _limit_command(limits, cgroups) + bwrap_command(
+                        argv,
+                        workspace=workspace,
+                        cwd=cwd,
+                        limits=limits,
+                        network=bool(settings.HARNESS_SANDBOX_NETWORK),
+                        workspace_fd=workspace_fd,
+                        inside=git_binds,
+                    )
+                    done = _run_process(
+                        command,
+                        cwd=workspace,
+                        env=env,
+                        limits=limits,
+                        sandboxed=True,
+                        pass_fds=(workspace_fd, *(e.fd for e in guard.entries)),
+                    )
+                    out_of_memory = _oom_killed(cgroups.memory)
+            except BaseException:
+                # A timeout (or any failure) once the program ran: what it made must go
+                # too, after its cgroups are left (its processes gone); a removal that
+                # fails raises its own ToolError instead.
+                sandbox_git.remove_made(guard)
+                raise
             # (before the start failure: what a program made must go even then)
             done = dataclasses.replace(done, output=sandbox_git.settle(guard, done.output))
         finally:

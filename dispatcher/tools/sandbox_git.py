@@ -19,18 +19,24 @@ from `.git` down to a guarded one is bound onto itself as well: a mount point ca
 renamed or replaced inside the sandbox, so the program cannot move the guarded directory
 aside and make another in its place (and bwrap checks that what lies at each target after
 mounting is the descriptor's file). A name that did not exist (`commondir` of a main
-repository, a missing `hooks/`) cannot be bound; what the command made there is removed
-after it, before anything else runs in the workspace (the caller holds its lock).
+repository, a missing `hooks/`, `modules/`) cannot be bound; what the command made there
+is removed after it, before anything else runs in the workspace (the caller holds its
+lock), and so is a directory it added in `modules/`, `worktrees/` or a submodule's git
+directory (a git directory no one judged, which a submodule's `.git` file may name):
+also after a command that timed out or failed (`remove_made`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import os
-import shutil
+import re
+import secrets
 import stat
+import subprocess
 from pathlib import Path
 
 from dispatcher.tools.base import ToolError
@@ -46,6 +52,8 @@ FILES = ("config", "config.worktree", "commondir")
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
 MAX_DEPTH = 8
+MAX_REMOVED = 1_000_000  # entries of what a command made, removed after it; beyond, it stays aside
+ASIDE = ".harness-removed-"  # what is being removed is renamed to this first
 # A git directory's own directories, never another git directory's (not descended into)
 GIT_OWN = frozenset({*DIRECTORIES, "objects", "refs", "logs", "branches", "rr-cache", "lfs"})
 _PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -82,6 +90,10 @@ class Guard:
 
     entries: list[Entry] = dataclasses.field(default_factory=list)
     absent: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+    # Directories where a new git directory could appear (`modules/`, `worktrees/`, a
+    # submodule's git directory): the descriptor, how its entries are named in a message
+    # (`modules/`), and the names it held before the run.
+    containers: list[tuple[int, str, frozenset[str]]] = dataclasses.field(default_factory=list)
     fds: list[int] = dataclasses.field(default_factory=list)
 
     def close(self) -> None:
@@ -110,12 +122,32 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
             raise _link(".git")
         if stat.S_ISREG(info.st_mode):  # `gitdir: PATH`: which git directory git uses
             result.entries.append(Entry(git, workspace / ".git", writable=False))
+            _refuse_git_file_inside(workspace, git)
         elif stat.S_ISDIR(info.st_mode):
             _guard_directory(git, workspace / ".git", mode, result, 0)
+            _refuse_pointers_inside(workspace, result)
     except BaseException:
         result.close()
         raise
     return result
+
+
+def unguardable(workspace: Path) -> str | None:
+    """Why the git metadata of `workspace` cannot be kept as it is for a command no person
+    approved (guard refuses: a symlinked `.git` or hook directory, a configuration that
+    reads a file of the workspace ...), or None. An effect rule allows nothing there: its
+    writes are Harness's own, outside the sandbox (effect_rules.decide)."""
+    try:
+        fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        return f"The workspace cannot be opened ({error.strerror})."
+    try:
+        guard(workspace, fd, ALL).close()
+    except (ToolError, OSError) as error:
+        return str(error)
+    finally:
+        os.close(fd)
+    return None
 
 
 def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int) -> None:
@@ -143,15 +175,141 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             raise _link(str(Path(target.name, name)))
         else:
             result.entries.append(Entry(entry, target / name, writable=False))
+    if depth == 0:
+        names = ["modules", "worktrees"]
+        for name in names:
+            if _open(name, fd, result) is None:  # made by the command: removed after it
+                result.absent.append((fd, name))
+    else:
+        # A directory the command adds here (`modules/x`, `worktrees/x`, `modules/a/b`
+        # of a submodule `a/b`, a submodule's own `modules/`) is a git directory no one
+        # judged: removed after it (but git's own in a git directory: `logs/` ...).
+        names = sorted(_names(fd))
+        label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
+        result.containers.append(
+            (fd, label, frozenset(names) | (GIT_OWN if depth > 1 else frozenset()))
+        )
     if depth >= MAX_DEPTH:
         return
-    names = ["modules", "worktrees"] if depth == 0 else sorted(_names(fd))
     for name in names:
         if name in GIT_OWN:
             continue
         child = _open(name, fd, result)
-        if child is not None and stat.S_ISDIR(os.fstat(child).st_mode):
+        if child is None:
+            continue
+        kind = os.fstat(child).st_mode
+        if stat.S_ISLNK(kind) and depth <= 1:
+            # `.git/modules -> ../mods`, `modules/lib -> ../../mods/lib`: git uses the
+            # directory it names, which nothing binds
+            raise _link(str(Path(target.name, name)))
+        if stat.S_ISDIR(kind):
             _guard_directory(child, target / name, mode, result, depth + 1)
+
+
+def _refuse_git_file_inside(workspace: Path, fd: int) -> None:
+    """A `.git` file naming a git directory inside the workspace: that directory is the
+    repository's, and nothing of it is bound, so no unapproved command runs."""
+    text = _read(fd).decode("utf-8", "replace")
+    first = text.splitlines()[0] if text.strip() else ""
+    target = first.removeprefix("gitdir:").strip() if first.startswith("gitdir:") else ""
+    if not target or _inside(workspace, os.path.join(workspace, target)):
+        raise ToolError(
+            "The workspace's '.git' is a file naming a git directory inside the workspace "
+            f"({target!r}), whose configuration cannot be kept read-only for a command no "
+            "person approved, so nothing ran. A reviewer must approve this command."
+        )
+
+
+# Keys of a git configuration naming a file or directory git reads as configuration or
+# runs hooks from: one inside the workspace is one an unapproved command could write.
+_POINTER_KEYS = re.compile(r"include\.path|includeif\..*\.path|core\.hookspath", re.DOTALL)
+_READ_LIMIT = 1 << 20
+
+
+def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
+    """Each configuration bound read-only (`config`, `config.worktree`, of the repository and
+    its submodules and worktrees) that includes a file inside the workspace (`[include] path
+    = ../shared.gitconfig`, `includeIf`) or takes hooks from a directory inside it but the
+    guarded `.git/hooks` (`core.hooksPath = githooks`): the command could write that file
+    or directory, and the next `git status` (or a person's commit) would run what it
+    planted. Nothing runs then; a reviewer must approve the command. Read by git itself
+    (`git config --file - --no-includes`), not followed."""
+    hooks = os.path.normpath(workspace / ".git" / "hooks")
+    for entry in result.entries:
+        if entry.writable or entry.target.name not in ("config", "config.worktree"):
+            continue
+        for key, value in _configuration(_read(entry.fd), entry.target):
+            if not _POINTER_KEYS.fullmatch(key):
+                continue
+            if key == "core.hookspath":
+                path = os.path.join(workspace, os.path.expanduser(value))
+                if os.path.normpath(path) == hooks and entry.target.parent.name == ".git":
+                    continue
+            else:
+                path = os.path.join(entry.target.parent, os.path.expanduser(value))
+            if _inside(workspace, path):
+                shown = entry.target.relative_to(workspace)
+                raise ToolError(
+                    f"The workspace's git configuration ({shown}) sets {key} = {value!r}, "
+                    "inside the workspace: a command could change what git reads or runs "
+                    "there, so it cannot be kept read-only for a command no person "
+                    "approved, and nothing ran. A reviewer must approve this command."
+                )
+
+
+def _inside(workspace: Path, path: str) -> bool:
+    """Whether `path` lies in `workspace`, by its words or once its links are followed."""
+    root = os.path.normpath(workspace)
+    for candidate in (os.path.normpath(path), os.path.realpath(path)):
+        if candidate == root or candidate.startswith(root + "/"):
+            return True
+    return False
+
+
+def _read(fd: int) -> bytes:
+    """The content of the file held by the O_PATH descriptor `fd` (at most _READ_LIMIT)."""
+    opened = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(opened, _READ_LIMIT + 1)
+    finally:
+        os.close(opened)
+    if len(data) > _READ_LIMIT:
+        raise ToolError(
+            "The workspace's git metadata holds a file of more than 1 MiB, which cannot be "
+            "read to keep it read-only for a command no person approved, so nothing ran. A "
+            "reviewer must approve this command."
+        )
+    return data
+
+
+def _configuration(data: bytes, target: Path) -> list[tuple[str, str]]:
+    """The (key, value) pairs of a git configuration file, as git reads it."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1"}
+    env |= {"HOME": "/nonexistent", "GIT_CONFIG_GLOBAL": "/dev/null", "LC_ALL": "C"}
+    try:
+        done = subprocess.run(
+            ["git", "config", "--file", "-", "--no-includes", "--null", "--list"],
+            input=data,
+            capture_output=True,
+            cwd="/",
+            env=env,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0:
+        raise ToolError(
+            f"The workspace's git configuration ({target.name}) could not be read, so it "
+            "cannot be kept read-only for a command no person approved, and nothing ran. "
+            "A reviewer must approve this command."
+        )
+    pairs = []
+    for item in done.stdout.decode("utf-8", "replace").split("\0"):
+        if item:
+            key, _, value = item.partition("\n")
+            pairs.append((key.lower(), value))
+    return pairs
 
 
 def guarded_path(path: str) -> bool:
@@ -203,28 +361,11 @@ def _names(dir_fd: int) -> list[str]:
 
 
 def settle(result: Guard, output: str) -> str:
-    """After the run: remove what the command made where a guarded file did not exist
-    (a file or a directory, not followed), and say so; add NOTE when the output shows a
-    write that failed. Returns the output the model reads."""
-    removed: list[str] = []
-    for dir_fd, name in result.absent:
-        try:
-            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        try:
-            if stat.S_ISDIR(info.st_mode):
-                _remove_tree(dir_fd, name)
-            else:
-                os.unlink(name, dir_fd=dir_fd)
-        except OSError as error:
-            raise ToolError(
-                f"The command ran without a person's approval and made '{name}' in the "
-                f"workspace's git directory, which would make git run programs, and it "
-                f"could not be removed ({error.strerror}). Do not run git in this "
-                "workspace; an operator must remove it."
-            ) from None
-        removed.append(name)
+    """After the run: remove what the command made where a guarded name did not exist,
+    and the directories it added where a git directory could be (remove_made), and say
+    so; add NOTE when the output shows a write that failed. Returns the output the model
+    reads."""
+    removed = remove_made(result)
     if removed:
         names = ", ".join(f"'{name}'" for name in sorted(set(removed)))
         output += REMOVED.format(names=names)
@@ -233,32 +374,103 @@ def settle(result: Guard, output: str) -> str:
     return output
 
 
+def remove_made(result: Guard) -> list[str]:
+    """Remove (never following a symlink) what the command made where a guarded name did
+    not exist, and each directory or link it added in a `containers` directory; the names
+    removed. Also after a run that failed or timed out. Raises ToolError when one cannot
+    be removed."""
+    removed: list[str] = []
+    for dir_fd, name in result.absent:
+        if _remove(dir_fd, name, name, directories_only=False):
+            removed.append(name)
+    for dir_fd, label, known in result.containers:
+        try:
+            names = _names(dir_fd)
+        except OSError:
+            continue
+        for name in sorted(set(names) - known):
+            if _remove(dir_fd, name, label + name, directories_only=True):
+                removed.append(label + name)
+    return removed
+
+
+def _remove(dir_fd: int, name: str, shown: str, *, directories_only: bool) -> bool:
+    """Remove `name` in `dir_fd`: a directory is first renamed aside (so git no longer
+    finds it there, whatever happens next), then removed. False when nothing (or, with
+    `directories_only`, a regular file) has that name."""
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if directories_only and stat.S_ISREG(info.st_mode):
+        return False
+    aside = None
+    try:
+        if stat.S_ISDIR(info.st_mode):
+            aside = f"{ASIDE}{secrets.token_hex(8)}"
+            os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            _remove_tree(dir_fd, aside)
+        else:
+            os.unlink(name, dir_fd=dir_fd)
+    except OSError as error:
+        where = f" (moved aside as '{aside}')" if aside and not _exists(dir_fd, name) else ""
+        raise ToolError(
+            f"The command ran without a person's approval and made '{shown}' in the "
+            f"workspace's git directory, which would make git run programs, and it "
+            f"could not be removed{where} ({error.strerror or error}). Do not run git in "
+            "this workspace; an operator must remove it."
+        ) from None
+    return True
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
 def _remove_tree(dir_fd: int, name: str) -> None:
     """Remove the directory `name` in `dir_fd` and all it holds, never following a
-    symlink; a directory the program made unreadable (mode 000) is made the owner's
-    again first (through its O_PATH descriptor, not its name)."""
-    readable = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    symlink, with no recursion and two directories open at most (a tree thousands of
+    levels deep stopped shutil.rmtree with RecursionError): each directory that is not
+    empty has its entries moved up into the top one, and is removed. A directory the
+    program made unreadable (mode 000) is made the owner's first, through its O_PATH
+    descriptor. Past MAX_REMOVED entries it stops (OSError)."""
+    top = _open_directory(dir_fd, name)
     try:
-        try:
-            shutil.rmtree(name, dir_fd=readable)
-        except PermissionError:
-            _open_up(readable, name, depth=0)
-            shutil.rmtree(name, dir_fd=readable)
+        budget = MAX_REMOVED
+        token = secrets.token_hex(8)
+        while entries := os.listdir(top):
+            for entry in entries:
+                budget -= 1
+                if budget < 0:
+                    raise OSError(errno.E2BIG, f"more than {MAX_REMOVED} entries")
+                info = os.stat(entry, dir_fd=top, follow_symlinks=False)
+                if not stat.S_ISDIR(info.st_mode):
+                    os.unlink(entry, dir_fd=top)
+                    continue
+                inner = _open_directory(top, entry)
+                try:
+                    for child in os.listdir(inner):
+                        budget -= 1
+                        os.rename(child, f"{token}-{budget}", src_dir_fd=inner, dst_dir_fd=top)
+                finally:
+                    os.close(inner)
+                os.rmdir(entry, dir_fd=top)
     finally:
-        os.close(readable)
+        os.close(top)
+    os.rmdir(name, dir_fd=dir_fd)
 
 
-def _open_up(dir_fd: int, name: str, depth: int) -> None:
-    fd = os.open(name, _PATH, dir_fd=dir_fd)
+def _open_directory(dir_fd: int, name: str) -> int:
+    """`name` in `dir_fd` opened for listing, not followed, made the owner's (0700)."""
+    path = os.open(name, _PATH, dir_fd=dir_fd)
     try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode) or depth > 64:
-            return
-        os.chmod(f"/proc/self/fd/{fd}", 0o700)
-        inner = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
-        try:
-            for child in os.listdir(inner):
-                _open_up(inner, child, depth + 1)
-        finally:
-            os.close(inner)
+        if not stat.S_ISDIR(os.fstat(path).st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", name)
+        os.chmod(f"/proc/self/fd/{path}", 0o700)
+        return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=path)
     finally:
-        os.close(fd)
+        os.close(path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -375,5 +376,242 @@ def test_a_checkout_that_brings_a_link_lets_the_next_call_of_its_message_plant_n
     assert (workspace / "meta").is_symlink()  # the premise: the link arrived
     assert "ran without a person's approval" in sed.content, sed.content
     assert (workspace / ".git" / "config").read_bytes() == config
+    host_git(workspace, "status")
+    assert not (workspace / "fsmonitor-ran").exists()
+
+
+def test_a_submodule_git_directory_the_command_made_is_removed(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """Only the submodules' git directories that existed were bound: `.git/modules/lib`
+    made through the link, with `core.fsmonitor` in its config, stayed, and a person's
+    `git status` (recursing into the submodule `lib`, whose `.git` file names it) ran it.
+    A directory made in `.git/modules` (or `modules` itself, `worktrees/...`) is removed."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    host_git(workspace, "commit", "--allow-empty", "-qm", "base")
+    gitlink = "160000,1111111111111111111111111111111111111111,lib"
+    host_git(workspace, "update-index", "--add", "--cacheinfo", gitlink)
+    host_git(workspace, "commit", "-qm", "submodule lib")
+    (workspace / "tpl").mkdir()
+    (workspace / "tpl" / "meta").symlink_to("../.git")
+    module = workspace / "planted" / "modules" / "lib"
+    for name in ("objects", "refs"):
+        (module / name).mkdir(parents=True)
+    (module / "HEAD").write_text("ref: refs/heads/main\n")
+    (module / "config").write_text(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
+        '\tfsmonitor = "touch ../fsmonitor-ran; true"\n\tworktree = ../../../lib\n'
+    )
+    (workspace / "lib").mkdir()  # the submodule's work tree, naming its git directory
+    (workspace / "lib" / ".git").write_text("gitdir: ../.git/modules/lib\n")
+    sandbox.give_to_sandbox(workspace)
+
+    script = "cp -r tpl out && cp -r planted/. out/meta/"
+    call = run_allowed(fx, session_id, "plant", ["bash", "-c", script])
+    assert call.content.startswith("exit code 0"), call.content
+    assert "'modules'" in call.content and "it was removed" in call.content, call.content
+    assert not (workspace / ".git" / "modules").exists()
+    host_git(workspace, "status")
+    assert not (workspace / "fsmonitor-ran").exists()
+
+
+def test_a_new_directory_in_an_existing_modules_directory_is_removed(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """With `.git/modules/lib` there (bound), `.git/modules/evil` (a git directory no one
+    judged), a link `modules/lnk`, and `modules/lib/modules/x` (a nested submodule's) made
+    by the command are removed; git's own `logs/` in a submodule's git directory stays."""
+    fx = agent_in_sandbox
+    session_id, workspace = repository(fx, module=True)
+    script = (
+        "mkdir -p .git/modules/evil/hooks .git/modules/lib/modules/x .git/modules/lib/logs"
+        " && ln -s ../../elsewhere .git/modules/lnk && echo made"
+    )
+    ctx = ExecutionContext(workspace=workspace, call_id="t", timeout=30, output_limit=20_000)
+    output = str(RUN_COMMAND.execute(ctx, {"argv": ["bash", "-c", script]}))
+    assert output.startswith("exit code 0\nmade"), output
+    assert "'modules/evil', 'modules/lib/modules', 'modules/lnk'" in output, output
+    modules = workspace / ".git" / "modules"
+    assert sorted(path.name for path in modules.iterdir()) == ["lib"]
+    assert (modules / "lib" / "logs").is_dir()
+    assert not (modules / "lib" / "modules").exists()
+
+
+def test_what_a_command_made_is_removed_even_when_it_timed_out(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """The removal ran only when the program ended by itself: planting a hook and then
+    sleeping past the timeout left `.git/hooks/pre-commit`, which a person's commit ran."""
+    fx = agent_in_sandbox
+    session_id, workspace = repository(fx)
+    hooks = workspace / ".git" / "hooks"
+    for sample in hooks.iterdir():
+        sample.unlink()
+    hooks.rmdir()
+    script = (
+        "mkdir .git/hooks && printf '#!/bin/sh\\ntouch hook-ran\\n' > .git/hooks/pre-commit"
+        " && chmod +x .git/hooks/pre-commit && echo ../elsewhere > .git/commondir && sleep 60"
+    )
+    ctx = ExecutionContext(workspace=workspace, call_id="t", timeout=3, output_limit=20_000)
+    with pytest.raises(TimeoutError):
+        RUN_COMMAND.execute(ctx, {"argv": ["bash", "-c", script]})
+    assert not hooks.exists() and not (workspace / ".git" / "commondir").exists()
+    host_git(workspace, "commit", "--allow-empty", "-qm", "x")
+    assert not (workspace / "hook-ran").exists()
+
+
+def test_a_hooks_tree_thousands_of_levels_deep_is_removed(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """shutil.rmtree recursed once per level: a made `hooks/` 5,000 levels deep ended the
+    call with a RecursionError (no message) and left `hooks/pre-commit` in place."""
+    fx = agent_in_sandbox
+    session_id, workspace = repository(fx)
+    hooks = workspace / ".git" / "hooks"
+    for sample in hooks.iterdir():
+        sample.unlink()
+    hooks.rmdir()
+    deep = "import os\nos.chdir('.git/hooks')\nfor i in range(5000):\n os.mkdir('d'); os.chdir('d')"
+    script = (
+        "mkdir .git/hooks && printf '#!/bin/sh\\ntouch hook-ran\\n' > .git/hooks/pre-commit"
+        f' && chmod +x .git/hooks/pre-commit && python3 -c "{deep}" && echo made'
+    )
+    ctx = ExecutionContext(workspace=workspace, call_id="t", timeout=30, output_limit=20_000)
+    output = str(RUN_COMMAND.execute(ctx, {"argv": ["bash", "-c", script]}))
+    assert output.startswith("exit code 0\nmade"), output
+    assert "'hooks'" in output and "it was removed" in output, output
+    assert (
+        sorted(path.name for path in (workspace / ".git").iterdir() if "removed" in path.name) == []
+    )
+    assert not hooks.exists()
+    host_git(workspace, "commit", "--allow-empty", "-qm", "x")
+    assert not (workspace / "hook-ran").exists()
+
+
+def plant_files(workspace: Path) -> None:
+    """What the agent copies (from its repository, say): a configuration with
+    core.fsmonitor, and a hooks directory with a pre-commit hook."""
+    (workspace / "evil.gitconfig").write_text('[core]\n\tfsmonitor = "touch fsmonitor-ran; true"\n')
+    (workspace / "evilhooks").mkdir()
+    (workspace / "evilhooks" / "pre-commit").write_text("#!/bin/sh\ntouch hook-ran\n")
+    (workspace / "evilhooks" / "pre-commit").chmod(0o755)
+    os.chown(workspace, 0, 0)  # given again to the sandbox user at the run
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "plant"),
+    [
+        ("include.path", "../shared.gitconfig", ["cp", "evil.gitconfig", "shared.gitconfig"]),
+        (
+            "includeIf.gitdir:/.path",
+            "../shared.gitconfig",
+            ["cp", "evil.gitconfig", "shared.gitconfig"],
+        ),
+        ("core.hooksPath", "githooks", ["cp", "-r", "evilhooks", "githooks"]),
+    ],
+)
+def test_a_configuration_that_reads_a_file_of_the_workspace_runs_no_unapproved_command(
+    agent_in_sandbox: AgentFixture, setting: str, value: str, plant: list[str]
+) -> None:
+    """`.git/config` was bound read-only, but what it includes (`[include] path =
+    ../shared.gitconfig`) or takes hooks from (`core.hooksPath = githooks`) lay in the
+    work tree, which the command wrote: the next `git status` ran the fsmonitor it
+    planted, a person's commit its hook. No unapproved command runs in such a workspace."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    host_git(workspace, "config", setting, value)
+    plant_files(workspace)
+    call = submit(fx, session_id, "plant", plant)
+    assert call.status == Status.QUEUED, (call.status, call.reason)
+    execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    assert "A reviewer must approve this command" in call.content, call.content
+    assert f"sets {setting.lower()} = {value!r}, inside the workspace" in call.content
+    host_git(workspace, "status")
+    host_git(workspace, "commit", "--allow-empty", "-qm", "x")
+    assert not (workspace / "fsmonitor-ran").exists() and not (workspace / "hook-ran").exists()
+
+
+def test_a_git_file_naming_a_git_directory_in_the_workspace_runs_no_unapproved_command(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """A `.git` file (`gitdir: gd`) was bound read-only, and the git directory it names,
+    inside the workspace, not at all: `gd/config` took core.fsmonitor."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    shutil.rmtree(workspace / ".git")
+    host_git(workspace, "init", "-q", "--separate-git-dir=gd", ".")
+    plant_files(workspace)
+    call = submit(fx, session_id, "plant", ["cp", "evil.gitconfig", "gd/config"])
+    assert call.status == Status.QUEUED, (call.status, call.reason)
+    execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    assert "naming a git directory inside the workspace" in call.content, call.content
+    host_git(workspace, "status")
+    assert not (workspace / "fsmonitor-ran").exists()
+
+
+def test_an_effect_rule_never_writes_what_the_git_configuration_includes(
+    agent_in_sandbox: AgentFixture, settings: Any
+) -> None:
+    """An effect rule's write is Harness's own (preview_apply), outside the sandbox: with
+    `.git/config` including `../shared.gitconfig`, `effect(write: **)` applied the copy
+    of a configuration with core.fsmonitor there. The ask stands in such a workspace."""
+    fx = agent_in_sandbox
+    settings.HARNESS_PREVIEW = True
+    settings.HARNESS_PREVIEW_TIMEOUT = 5
+    profiles.update_profile(
+        user=fx.owner,
+        mode="standard",
+        allow=["effect(write: **, network: none)"],
+        ask=[],
+        deny=[],
+        actor="test",
+    )
+    session_id, workspace = repository(fx)
+    host_git(workspace, "config", "include.path", "../shared.gitconfig")
+    plant_files(workspace)
+    call = submit(fx, session_id, "plant", ["cp", "evil.gitconfig", "shared.gitconfig"])
+    assert call.status == Status.PENDING_APPROVAL, (call.status, call.decided_by)
+    assert not (workspace / "shared.gitconfig").exists()
+    host_git(workspace, "status")
+    assert not (workspace / "fsmonitor-ran").exists()
+
+
+@pytest.mark.parametrize("link", [".git/modules", ".git/modules/lib"])
+def test_a_symlinked_submodule_git_directory_stops_an_unapproved_command(
+    agent_in_sandbox: AgentFixture, link: str
+) -> None:
+    """`.git/modules/lib -> ../../mods/lib` (or `.git/modules -> ../mods`) was passed over:
+    git uses the directory it names, in the work tree, which nothing bound, so
+    `mods/lib/config` took core.fsmonitor and a person's `git status` ran it."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    host_git(workspace, "commit", "--allow-empty", "-qm", "base")
+    gitlink = "160000,1111111111111111111111111111111111111111,lib"
+    host_git(workspace, "update-index", "--add", "--cacheinfo", gitlink)
+    host_git(workspace, "commit", "-qm", "submodule lib")
+    git_dir = workspace / "mods" / "lib"
+    host_git(workspace, "init", "-q", "--bare", str(git_dir))
+    host_git(workspace, "--git-dir", str(git_dir), "config", "core.bare", "false")
+    host_git(workspace, "--git-dir", str(git_dir), "config", "core.worktree", "../../../lib")
+    if link == ".git/modules":
+        (workspace / ".git" / "modules").symlink_to("../mods")
+    else:
+        (workspace / ".git" / "modules").mkdir()
+        (workspace / ".git" / "modules" / "lib").symlink_to("../../mods/lib")
+    (workspace / "lib").mkdir()
+    (workspace / "lib" / ".git").write_text("gitdir: ../.git/modules/lib\n")
+    plant_files(workspace)
+    call = submit(fx, session_id, "plant", ["cp", "evil.gitconfig", "mods/lib/config"])
+    assert call.status == Status.QUEUED, (call.status, call.reason)
+    execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    assert "a symbolic link" in call.content and "A reviewer must approve" in call.content
     host_git(workspace, "status")
     assert not (workspace / "fsmonitor-ran").exists()
