@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dispatcher import limits
+from tests.tools.support import require_bwrap
 
 
 @pytest.fixture
@@ -24,3 +26,16 @@ def forgetting() -> Iterator[None]:
     limits._refused_until.clear()
     yield
     limits._refused_until.clear()
+
+
+@pytest.fixture
+def sandboxed_workspace(settings: Any, tmp_path: Path) -> Path:
+    """An agent's workspace under HARNESS_WORKSPACE_ROOT, its commands run in the real
+    bubblewrap sandbox with no network (skipped, saying how, where bwrap is missing)."""
+    require_bwrap()
+    settings.HARNESS_SANDBOX = "bwrap"
+    settings.HARNESS_SANDBOX_NETWORK = False
+    settings.HARNESS_WORKSPACE_ROOT = tmp_path / "workspaces"
+    path = tmp_path / "workspaces" / "agent"
+    path.mkdir(parents=True)
+    return path

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,18 +15,11 @@ from dispatcher.policy.context import CallContext, Profile
 from dispatcher.policy.waterfall import permission_mode, run_guards, run_waterfall, user_rules
 from dispatcher.tools.base import ExecutionContext
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
-from tests.tools.support import require_bwrap
 
 
 @pytest.fixture
-def workspace(settings: Any, tmp_path: Path) -> Path:
-    require_bwrap()
-    settings.HARNESS_SANDBOX = "bwrap"
-    settings.HARNESS_SANDBOX_NETWORK = False
-    settings.HARNESS_WORKSPACE_ROOT = tmp_path / "workspaces"
-    path = tmp_path / "workspaces" / "agent"
-    path.mkdir(parents=True)
-    return path
+def workspace(sandboxed_workspace: Path) -> Path:
+    return sandboxed_workspace
 
 
 def decide(workspace: Path, argv: list[str], allow: list[str], cwd: str = ".") -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,18 +19,11 @@ from dispatcher.policy import profiles
 from tests.redteam.test_command_reader_cr import FSMONITOR_EDIT, decide, git_init, run
 from tests.support.claude_code_hooks import decision, hook_input, pre_tool_use, send
 from tests.support.factories import AgentFixture
-from tests.tools.support import require_bwrap
 
 
 @pytest.fixture
-def workspace(settings: Any, tmp_path: Path) -> Path:
-    require_bwrap()
-    settings.HARNESS_SANDBOX = "bwrap"
-    settings.HARNESS_SANDBOX_NETWORK = False
-    settings.HARNESS_WORKSPACE_ROOT = tmp_path / "workspaces"
-    path = tmp_path / "workspaces" / "agent"
-    path.mkdir(parents=True)
-    return path
+def workspace(sandboxed_workspace: Path) -> Path:
+    return sandboxed_workspace
 
 
 # --- programs for reading that write a file they name ---------------------------------------------

@@ -9,24 +9,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.redteam.test_command_reader_cr import FSMONITOR_EDIT, decide, run
 from tests.redteam.test_command_reader_cr2 import linked_workspace
-from tests.tools.support import require_bwrap
 
 
 @pytest.fixture
-def workspace(settings: Any, tmp_path: Path) -> Path:
-    require_bwrap()
-    settings.HARNESS_SANDBOX = "bwrap"
-    settings.HARNESS_SANDBOX_NETWORK = False
-    settings.HARNESS_WORKSPACE_ROOT = tmp_path / "workspaces"
-    path = tmp_path / "workspaces" / "agent"
-    path.mkdir(parents=True)
-    return linked_workspace(path)  # `meta` a link to .git
+def workspace(sandboxed_workspace: Path) -> Path:
+    return linked_workspace(sandboxed_workspace)  # `meta` a link to .git
 
 
 # --- /proc: a process's directory is not the web process's ----------------------------------------

@@ -22,18 +22,11 @@ from dispatcher.tools import sandbox
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
 from dispatcher.tools.run_command import program_path
-from tests.tools.support import require_bwrap
 
 
 @pytest.fixture
-def workspace(settings: Any, tmp_path: Path) -> Path:
-    require_bwrap()
-    settings.HARNESS_SANDBOX = "bwrap"
-    settings.HARNESS_SANDBOX_NETWORK = False
-    settings.HARNESS_WORKSPACE_ROOT = tmp_path / "workspaces"
-    path = tmp_path / "workspaces" / "agent"
-    path.mkdir(parents=True)
-    return path
+def workspace(sandboxed_workspace: Path) -> Path:
+    return sandboxed_workspace
 
 
 def exchanging(a: Path, b: Path) -> tuple[threading.Event, threading.Thread, list[int]]:
