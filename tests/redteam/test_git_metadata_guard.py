@@ -29,6 +29,7 @@ from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
 from dispatcher.tools.run_command import scrubbed_environment
 from tests.approvals.conftest import start_session
+from tests.policy.conftest import submit as submit_call
 from tests.support.factories import AgentFixture
 from tests.tools.support import require_bwrap
 
@@ -84,15 +85,7 @@ def host_git(workspace: Path, *args: str) -> str:
 
 
 def submit(fx: AgentFixture, session_id: str, call_id: str, argv: list[str]) -> ToolCall:
-    body = {"calls": [{"id": call_id, "name": "run_command", "arguments": {"argv": argv}}]}
-    response = Client().post(
-        f"/api/v1/sessions/{session_id}/calls",
-        data=json.dumps(body),
-        content_type="application/json",
-        headers=fx.headers,
-    )
-    assert response.status_code in (200, 202), response.content
-    return ToolCall.objects.get(pk=response.json()["calls"][0]["id"])
+    return submit_call(fx, session_id, call_id, "run_command", {"argv": argv})
 
 
 def run_allowed(fx: AgentFixture, session_id: str, call_id: str, argv: list[str]) -> ToolCall:
