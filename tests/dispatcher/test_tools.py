@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from django.conf import settings
 
 from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 from dispatcher.tools.delete_file import TOOL as DELETE_FILE
@@ -355,7 +356,13 @@ def test_run_command_scrubs_the_environment(
     caches = {"XDG_CACHE_HOME", "npm_config_cache"}  # (HOME is read-only)
     assert names - {"PWD"} == {"PATH", "HOME", "LANG", "TERM"} | git | caches
     assert "PWD" not in names or f"PWD={workspace.resolve()}" in result
-    assert "HOME=/run/home\n" in result  # the run's own, empty (not the workspace the agent writes)
+    # the run's own, empty (not the workspace the agent writes): the sandbox's, or with
+    # the sandbox off a directory made for this run alone
+    home = next(line for line in result.splitlines() if line.startswith("HOME="))
+    if settings.HARNESS_SANDBOX == "off":
+        assert Path(home.removeprefix("HOME=")).name.startswith("harness-home-"), home
+    else:
+        assert home == "HOME=/run/home"
     assert "LANG=C.UTF-8" in result and "TERM=dumb" in result
 
 
