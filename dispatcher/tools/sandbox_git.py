@@ -24,6 +24,16 @@ is removed after it, before anything else runs in the workspace (the caller hold
 lock), and so is a directory it added in `modules/`, `worktrees/` or a submodule's git
 directory (a git directory no one judged, which a submodule's `.git` file may name):
 also after a command that timed out or failed (`remove_made`).
+
+The same for every repository nested in the workspace's files (`vendor/lib/.git`, found
+by a bounded walk that enters no `.git`: MAX_WALK entries, MAX_WALK_DEPTH levels; beyond,
+no unapproved command runs). A `.git` that was not there before the run (the workspace
+had none, and `git init` made one; `sub/.git`) is judged after it: one that holds more than
+git itself makes (a configuration key outside `_MADE_KEYS`, a hook that is not a
+`*.sample`, `info/` beyond `exclude`, `commondir`, a link or a `gitdir:` file) is removed.
+And a bound configuration that includes a file of the workspace, takes hooks from it, or
+has git run a command line that may run a program of it (`filter.x.clean = ./clean.sh`)
+lets no unapproved command run.
 """
 
 from __future__ import annotations
@@ -56,7 +66,7 @@ MAX_DEPTH = 8
 # repository nested in it (beyond, no unapproved command runs), and after it, for one the
 # command made (beyond, the call ends saying git must not be run there); directory levels
 # likewise.
-MAX_WALK = 200_000
+MAX_WALK = 500_000
 MAX_WALK_AFTER = 1_000_000
 MAX_WALK_DEPTH = 128
 MAX_REMOVED = 1_000_000  # entries of what a command made, removed after it; beyond, it stays aside
@@ -652,8 +662,12 @@ _MADE_DIRECTORIES = frozenset({"objects", "refs", "logs", "info", "hooks", "bran
 _MADE_KEYS = re.compile(
     r"core\.(repositoryformatversion|filemode|bare|logallrefupdates|ignorecase"
     r"|precomposeunicode|symlinks)|extensions\.(objectformat|refstorage)"
-    r"|init\.defaultbranch|user\.(name|email)|remote\..*\.(url|pushurl|fetch)"
-    r"|branch\..*\.(remote|merge|rebase)|submodule\..*\.(url|active)",
+    r"|core\.(autocrlf|eol|safecrlf|quotepath|sparsecheckout|sparsecheckoutcone)"
+    r"|extensions\.partialclone|index\.sparse|init\.defaultbranch|user\.(name|email)"
+    r"|remote\..*\.(url|pushurl|fetch|tagopt|mirror|promisor|partialclonefilter)"
+    r"|branch\..*\.(remote|merge|rebase)|submodule\..*\.(url|active)"
+    r"|pull\.(rebase|ff)|push\.(default|autosetupremote)|fetch\.prune|merge\.ff"
+    r"|(commit|tag)\.gpgsign|color\.ui",
     re.DOTALL,
 )
 
@@ -683,6 +697,11 @@ def _remove_made_repositories(result: Guard) -> None:
                 result.notes.append(MADE.format(path=path, why=why))
         finally:
             os.close(parent)
+
+
+def _regular(dir_fd: int, name: str) -> bool:
+    """Whether `name` in `dir_fd` is a regular file (not followed)."""
+    return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
 
 
 def _open_path(root: int, parts: list[str]) -> int:
@@ -729,15 +748,11 @@ def _judge_made(parent: int, where: Path) -> str | None:
                 return f"holds '{name}', which is not what git makes there"
             if name == "hooks":
                 for hook in sorted(_names(entry)):
-                    held = _open(hook, entry, result)
-                    regular = held is not None and stat.S_ISREG(os.fstat(held).st_mode)
-                    if not (regular and hook.endswith(".sample")):
+                    if not (_regular(entry, hook) and hook.endswith(".sample")):
                         return f"holds the hook 'hooks/{hook}'"
             elif name == "info":
                 for item in sorted(_names(entry)):
-                    held = _open(item, entry, result)
-                    regular = held is not None and stat.S_ISREG(os.fstat(held).st_mode)
-                    if not (regular and item == "exclude"):
+                    if not (_regular(entry, item) and item == "exclude"):
                         return f"holds 'info/{item}'"
             elif name == "config":
                 try:
