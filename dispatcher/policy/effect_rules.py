@@ -71,7 +71,8 @@ class EffectRule:
         path = str(change.get("path", ""))
         if not path or path.startswith("/") or path == ".." or path.startswith("../"):
             return False
-        if sandbox_git.guarded_path(path) or (path == ".git" and change.get("kind") != "dir"):
+        named = path.rsplit("/", 1)[-1]
+        if sandbox_git.guarded_path(path) or (named == ".git" and change.get("kind") != "dir"):
             return False  # what makes git run programs: only a person approves a write to it
         if self.spec.match_file(path):
             return True

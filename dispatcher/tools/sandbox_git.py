@@ -24,6 +24,16 @@ is removed after it, before anything else runs in the workspace (the caller hold
 lock), and so is a directory it added in `modules/`, `worktrees/` or a submodule's git
 directory (a git directory no one judged, which a submodule's `.git` file may name):
 also after a command that timed out or failed (`remove_made`).
+
+The same for every repository nested in the workspace's files (`vendor/lib/.git`, found
+by a bounded walk that enters no `.git`: MAX_WALK entries, MAX_WALK_DEPTH levels; beyond,
+no unapproved command runs). A `.git` that was not there before the run (the workspace
+had none, and `git init` made one; `sub/.git`) is judged after it: one that holds more than
+git itself makes (a configuration key outside `_MADE_KEYS`, a hook that is not a
+`*.sample`, `info/` beyond `exclude`, `commondir`, a link or a `gitdir:` file) is removed.
+And a bound configuration that includes a file of the workspace, takes hooks from it, or
+has git run a command line that may run a program of it (`filter.x.clean = ./clean.sh`)
+lets no unapproved command run.
 """
 
 from __future__ import annotations
@@ -52,6 +62,13 @@ FILES = ("config", "config.worktree", "commondir")
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
 MAX_DEPTH = 8
+# Entries of the workspace looked at, before an unapproved run, for the `.git` of a
+# repository nested in it (beyond, no unapproved command runs), and after it, for one the
+# command made (beyond, the call ends saying git must not be run there); directory levels
+# likewise.
+MAX_WALK = 500_000
+MAX_WALK_AFTER = 1_000_000
+MAX_WALK_DEPTH = 128
 MAX_REMOVED = 1_000_000  # entries of what a command made, removed after it; beyond, it stays aside
 ASIDE = ".harness-removed-"  # what is being removed is renamed to this first
 # A git directory's own directories, never another git directory's (not descended into)
@@ -66,6 +83,11 @@ NOTE = (
     ".git/commondir, and those of submodules) was read-only; a write to it fails. A "
     "command a reviewer approves may change it; an allowed `git config KEY VALUE` of a "
     "key that runs nothing may set that key when it runs alone.]"
+)
+MADE = (
+    "\n[harness: this command ran without a person's approval and made the git directory "
+    "'{path}', which {why}: git would run programs from it, so it was removed. A plain "
+    "`git init`, `add` and `commit` make none of that; a command a reviewer approves may.]"
 )
 REMOVED = (
     "\n[harness: this command ran without a person's approval and made {names} in the "
@@ -95,6 +117,14 @@ class Guard:
     # (`modules/`), and the names it held before the run.
     containers: list[tuple[int, str, frozenset[str]]] = dataclasses.field(default_factory=list)
     fds: list[int] = dataclasses.field(default_factory=list)
+    # The workspace (its path, a descriptor held) and the identities (device, inode) of
+    # the `.git` entries in it before the run, at any depth: one found after it that is
+    # not among them was made by the command, and is judged (`check_made`). None: no walk
+    # (NONE).
+    workspace: Path | None = None
+    root: int | None = None
+    known: frozenset[tuple[int, int]] | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     def close(self) -> None:
         for fd in self.fds:
@@ -114,22 +144,42 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
     if mode == NONE:
         return result
     try:
-        git = _open(".git", workspace_fd, result)
-        if git is None:
-            return result
-        info = os.fstat(git)
-        if stat.S_ISLNK(info.st_mode):
-            raise _link(".git")
-        if stat.S_ISREG(info.st_mode):  # `gitdir: PATH`: which git directory git uses
-            result.entries.append(Entry(git, workspace / ".git", writable=False))
-            _refuse_git_file_inside(workspace, git)
-        elif stat.S_ISDIR(info.st_mode):
-            _guard_directory(git, workspace / ".git", mode, result, 0)
-            _refuse_pointers_inside(workspace, result)
+        root = fcntl.fcntl(workspace_fd, fcntl.F_DUPFD_CLOEXEC, 10)
+        result.fds.append(root)
+        result.workspace, result.root = workspace, root
+        found = _git_entries(root, MAX_WALK, before=True)
+        result.known = frozenset(identity for _, identity, _ in found)
+        # the workspace's own `.git` first, then the git directories of repositories
+        # nested in it, then their `.git` files (which may name one of those)
+        order = sorted(found, key=lambda item: (item[0] != ".git", not item[2], item[0]))
+        for path, _, _ in order:
+            _guard_repository(workspace, path, mode, result)
+        _refuse_pointers_inside(workspace, result)
     except BaseException:
         result.close()
         raise
     return result
+
+
+def _guard_repository(workspace: Path, path: str, mode: str, result: Guard) -> None:
+    """Guard the `.git` at `path` (relative to the workspace): a directory as the
+    workspace's own, a file (`gitdir: ...`) read-only, naming no git directory of the
+    workspace that is not guarded; a symbolic link stops the run (ToolError)."""
+    fd = result.root
+    assert fd is not None
+    for part in path.split("/"):
+        opened = _open(part, fd, result)
+        if opened is None:
+            raise _changed(path)
+        fd = opened
+    info = os.fstat(fd)
+    if stat.S_ISLNK(info.st_mode):
+        raise _link(path)
+    if stat.S_ISREG(info.st_mode):  # `gitdir: PATH`: which git directory git uses
+        result.entries.append(Entry(fd, workspace / path, writable=False))
+        _refuse_git_file_inside(workspace, fd, workspace / path, result)
+    elif stat.S_ISDIR(info.st_mode):
+        _guard_directory(fd, workspace / path, mode, result, 0)
 
 
 def unguardable(workspace: Path) -> str | None:
@@ -206,18 +256,48 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             _guard_directory(child, target / name, mode, result, depth + 1)
 
 
-def _refuse_git_file_inside(workspace: Path, fd: int) -> None:
+def _refuse_git_file_inside(workspace: Path, fd: int, where: Path, result: Guard) -> None:
     """A `.git` file naming a git directory inside the workspace: that directory is the
-    repository's, and nothing of it is bound, so no unapproved command runs."""
+    repository's, and nothing of it is bound, so no unapproved command runs. But a nested
+    one (a submodule's work tree) may name a directory inside a guarded git directory
+    (`gitdir: ../.git/modules/lib`): its `modules/` are guarded, and a directory made
+    there is removed after the run."""
     text = _read(fd).decode("utf-8", "replace")
     first = text.splitlines()[0] if text.strip() else ""
     target = first.removeprefix("gitdir:").strip() if first.startswith("gitdir:") else ""
-    if not target or _inside(workspace, os.path.join(workspace, target)):
+    path = os.path.join(where.parent, os.path.expanduser(target))
+    if where != workspace / ".git" and target and _in_guarded_modules(path, result):
+        return
+    if not target or _inside(workspace, path):
+        shown = where.relative_to(workspace)
         raise ToolError(
-            "The workspace's '.git' is a file naming a git directory inside the workspace "
+            f"The workspace's '{shown}' is a file naming a git directory inside the workspace "
             f"({target!r}), whose configuration cannot be kept read-only for a command no "
             "person approved, so nothing ran. A reviewer must approve this command."
         )
+
+
+def _in_guarded_modules(path: str, result: Guard) -> bool:
+    """Whether `path` names a submodule's or worktree's git directory that is guarded
+    (bound, `.git/modules/lib`), or one that does not exist yet where a directory the
+    command makes is removed after it (in `.git/modules/`, a guarded one's `modules/`)."""
+    words = os.path.normpath(path)
+    if os.path.realpath(path) != words:
+        return False  # through a link
+    guarded = {
+        str(entry.target)
+        for entry in result.entries
+        if entry.writable and {"modules", "worktrees"} & set(entry.target.parts)
+    }
+    if words in guarded:
+        return True
+    tops = {
+        str(entry.target / name)
+        for entry in result.entries
+        if entry.writable and entry.target.name == ".git"
+        for name in ("modules", "worktrees")
+    }
+    return not os.path.lexists(words) and os.path.dirname(words) in guarded | tops
 
 
 # Keys of a git configuration naming a file or directory git reads as configuration or
@@ -226,35 +306,121 @@ _POINTER_KEYS = re.compile(r"include\.path|includeif\..*\.path|core\.hookspath",
 _READ_LIMIT = 1 << 20
 
 
+# Keys whose value git runs as a program or a shell command line (or hands to one).
+_COMMAND_KEYS = re.compile(
+    r"core\.(fsmonitor|pager|editor|sshcommand|askpass|gitproxy|alternaterefscommand)"
+    r"|sequence\.editor|diff\.external|interactive\.difffilter|web\.browser"
+    r"|gpg\.program|gpg\..*\.program|gpg\.ssh\.defaultkeycommand"
+    r"|credential\.helper|credential\..*\.helper|filter\..*\.(clean|smudge|process)"
+    r"|diff\..*\.(textconv|command)|merge\..*\.driver|(diff|merge)tool\..*\.(cmd|path)"
+    r"|(browser|man)\..*\.(cmd|path)|alias\..*|pager\..*|hook\..*\.command"
+    r"|trailer\..*\.(command|cmd)|sendemail\.(.*\.)?(smtpserver|sendmailcmd|tocmd|cccmd)"
+    r"|sendemail\.(.*\.)?headercmd|remote\..*\.(uploadpack|receivepack|vcs)"
+    r"|submodule\..*\.update|uploadpack\.packobjectshook|instaweb\.httpd",
+    re.DOTALL,
+)
+# What a command-valued key may hold and still run nothing of the workspace: a command
+# line of plain words (no shell syntax), whose program is a bare name (found on PATH) or
+# an absolute path outside the workspace, and whose arguments name no file: options,
+# `%f`-like placeholders, and, for a program that does not run a file it is given (a
+# shell, an interpreter, an editor ...), plain words (`git-lfs clean -- %f`).
+_SAFE_CHARACTERS = re.compile(r"[A-Za-z0-9_%,:+@=./ \t-]*")
+_PROGRAM = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]*")
+_OPTION = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9-]*(=[A-Za-z0-9_%,:+@-]*)?|--|-")
+_PLACEHOLDER = re.compile(r"%[A-Za-z0-9()]+")
+_WORD = re.compile(r"[A-Za-z0-9_%,:+@-]+")
+_RUNS_FILES = re.compile(
+    r"(ba|da|z|k|mk|c|tc|a|fi|y|r)?sh|busybox|env|exec|eval|command|source|nice|nohup"
+    r"|timeout|stdbuf|setsid|xargs|sudo|doas|su|runuser|chroot|unshare|nsenter|flock"
+    r"|watch|strace|ltrace|gdb|valgrind|time|python.*|pypy.*|perl.*|ruby.*|irb|php.*"
+    r"|lua.*|node.*|deno|bun|npx|npm|yarn|pnpm|tclsh.*|wish.*|expect|g?awk|mawk|nawk"
+    r"|sed|g?make|cmake|ninja|java|jshell|groovy|scala|kotlin|osascript|pwsh|powershell"
+    r"|rscript|r|julia|erl|escript|elixir|guile|racket|sbcl|clisp|ocaml|ghci?|runghc"
+    r"|swift|dotnet|mono|vim?|nvim|view|gvim|ex|emacs.*|nano|pico|micro|kak|hx|helix"
+    r"|joe|jed|mcedit|ed|ssh|scp|rsync|docker|podman|kubectl|find|parallel",
+    re.IGNORECASE,
+)
+
+
+def _runs_workspace_program(workspace: Path, key: str, value: str) -> bool:
+    """Whether `value` of the command-valued `key` may run a program of the workspace
+    (fail closed: whatever is not plainly a program outside it)."""
+    if key.startswith("alias.") and not value.startswith("!"):
+        # git's own subcommand and its arguments (an alias setting `-c` git refuses)
+        words = value.split()
+        return not _SAFE_CHARACTERS.fullmatch(value) or any(
+            word.startswith("--exec-path") or not (_OPTION.fullmatch(word) or _WORD.fullmatch(word))
+            for word in words
+        )
+    if key.startswith(("alias.", "credential.", "submodule.")):
+        value = value.removeprefix("!")
+    if not _SAFE_CHARACTERS.fullmatch(value):
+        return True  # shell syntax: quotes, `;`, `$`, `~` ...
+    words = value.split()
+    if not words:
+        return False
+    program, arguments = words[0], words[1:]
+    if program.startswith("/"):
+        if _inside(workspace, program):
+            return True
+    elif not _PROGRAM.fullmatch(program):
+        return True  # `./x.sh`, `tools/x`: a path relative to where git runs
+    runs_files = bool(_RUNS_FILES.fullmatch(os.path.basename(program)))
+    for word in arguments:
+        if _OPTION.fullmatch(word) or _PLACEHOLDER.fullmatch(word):
+            continue
+        if runs_files or not _WORD.fullmatch(word):
+            return True
+    return False
+
+
 def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
-    """Each configuration bound read-only (`config`, `config.worktree`, of the repository and
-    its submodules and worktrees) that includes a file inside the workspace (`[include] path
-    = ../shared.gitconfig`, `includeIf`) or takes hooks from a directory inside it but the
-    guarded `.git/hooks` (`core.hooksPath = githooks`): the command could write that file
-    or directory, and the next `git status` (or a person's commit) would run what it
-    planted. Nothing runs then; a reviewer must approve the command. Read by git itself
-    (`git config --file - --no-includes`), not followed."""
-    hooks = os.path.normpath(workspace / ".git" / "hooks")
+    """Each configuration bound read-only (`config`, `config.worktree`, of the repository,
+    of one nested in the workspace, of their submodules and worktrees) that includes a
+    file inside the workspace (`[include] path = ../shared.gitconfig`, `includeIf`), takes
+    hooks from a directory inside it but the guarded `.git/hooks` (`core.hooksPath =
+    githooks`), or has git run a command line that may run a program of the workspace
+    (`filter.x.clean = ./clean.sh`, `core.fsmonitor = sh fsmon`, `alias.t = !tools/t`:
+    `_runs_workspace_program`): the command could write that file or directory, and the
+    next `git status` (or a person's commit) would run what it planted. Nothing runs then;
+    a reviewer must approve the command. Read by git itself (`git config --file -
+    --no-includes`), not followed."""
     for entry in result.entries:
         if entry.writable or entry.target.name not in ("config", "config.worktree"):
             continue
+        git_dir = entry.target.parent
         for key, value in _configuration(_read(entry.fd), entry.target):
-            if not _POINTER_KEYS.fullmatch(key):
-                continue
-            if key == "core.hookspath":
-                path = os.path.join(workspace, os.path.expanduser(value))
-                if os.path.normpath(path) == hooks and entry.target.parent.name == ".git":
-                    continue
-            else:
-                path = os.path.join(entry.target.parent, os.path.expanduser(value))
-            if _inside(workspace, path):
+            why = _config_refusal(workspace, git_dir, key, value)
+            if why is not None:
                 shown = entry.target.relative_to(workspace)
                 raise ToolError(
                     f"The workspace's git configuration ({shown}) sets {key} = {value!r}, "
-                    "inside the workspace: a command could change what git reads or runs "
-                    "there, so it cannot be kept read-only for a command no person "
-                    "approved, and nothing ran. A reviewer must approve this command."
+                    f"{why}: a command could change what git reads or runs there, so it "
+                    "cannot be kept read-only for a command no person approved, and "
+                    "nothing ran. A reviewer must approve this command."
                 )
+
+
+def _config_refusal(workspace: Path, git_dir: Path, key: str, value: str) -> str | None:
+    """Why the setting `key = value` of the git directory `git_dir`'s configuration lets
+    a command of the workspace change what git reads or runs, or None."""
+    if _COMMAND_KEYS.fullmatch(key):
+        if _runs_workspace_program(workspace, key, value):
+            return "a command line that may run a program of the workspace"
+        return None
+    if key in ("protocol.allow", "protocol.ext.allow") and value.lower() != "never":
+        return "which lets a remote's address run a command"
+    if not _POINTER_KEYS.fullmatch(key):
+        return None
+    if key == "core.hookspath":
+        # relative to the work tree git runs hooks in
+        base = git_dir.parent if git_dir.name == ".git" else workspace
+        path = os.path.join(base, os.path.expanduser(value))
+        if git_dir.name == ".git" and os.path.normpath(path) == os.path.normpath(git_dir / "hooks"):
+            return None
+    else:
+        path = os.path.join(git_dir, os.path.expanduser(value))
+    return "inside the workspace" if _inside(workspace, path) else None
 
 
 def _inside(workspace: Path, path: str) -> bool:
@@ -312,20 +478,102 @@ def _configuration(data: bytes, target: Path) -> list[tuple[str, str]]:
     return pairs
 
 
+class _Unchecked(Exception):
+    """The workspace's tree could not be looked at whole (too many entries, too deep, a
+    directory that cannot be read): `.git` entries in it may be missed."""
+
+
+def _git_entries(root: int, limit: int, *, before: bool) -> list[tuple[str, tuple[int, int], bool]]:
+    """The `.git` entries (directory, file or link) in the workspace held by `root`, at any
+    depth, as (path relative to it, (device, inode)); none descended into, no link
+    followed. A stack of its own, one descriptor a level. ToolError past `limit` entries,
+    MAX_WALK_DEPTH levels, or a directory that cannot be read."""
+    try:
+        return _walk(root, limit)
+    except (_Unchecked, OSError) as error:
+        why = str(error) if isinstance(error, _Unchecked) else (error.strerror or str(error))
+        if before:
+            raise ToolError(
+                f"The workspace cannot be searched for the git directories of repositories "
+                f"nested in it ({why}), whose configuration must be kept read-only for a "
+                "command no person approved, so nothing ran. A reviewer must approve this "
+                "command."
+            ) from None
+        raise ToolError(
+            "The command ran without a person's approval, and the workspace could not be "
+            f"searched afterwards for a git directory it made ({why}), which could make "
+            "git run programs. Do not run git in this workspace until it is checked; an "
+            "operator must look for a '.git' it made."
+        ) from None
+
+
+def _walk(root: int, limit: int) -> list[tuple[str, tuple[int, int], bool]]:
+    found: list[tuple[str, tuple[int, int], bool]] = []
+    seen = 0
+    top = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root)
+    frames: list[tuple[int, str, list[tuple[str, bool]]]] = []
+    try:
+        frames.append((top, "", _entries(top)))
+        while frames:
+            fd, prefix, names = frames[-1]
+            if not names:
+                frames.pop()
+                os.close(fd)
+                continue
+            name, directory = names.pop()
+            seen += 1
+            if seen > limit:
+                raise _Unchecked(f"more than {limit} entries")
+            if name == ".git":
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                found.append((prefix + name, (info.st_dev, info.st_ino), directory))
+                continue
+            if not directory:
+                continue
+            if len(frames) >= MAX_WALK_DEPTH:
+                raise _Unchecked(f"more than {MAX_WALK_DEPTH} directory levels")
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            child = os.open(name, flags, dir_fd=fd)
+            try:
+                frames.append((child, f"{prefix}{name}/", _entries(child)))
+            except BaseException:
+                os.close(child)
+                raise
+    finally:
+        for fd, _, _ in frames:
+            os.close(fd)
+    return found
+
+
+def _entries(fd: int) -> list[tuple[str, bool]]:
+    """The names in the directory `fd`, each with whether it is a directory (not a link)."""
+    with os.scandir(fd) as listing:
+        return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+
+
+def _changed(path: str) -> ToolError:
+    return ToolError(
+        f"The workspace's '{path}' changed while its git metadata was being guarded, so "
+        "nothing ran; try again."
+    )
+
+
 def guarded_path(path: str) -> bool:
     """Whether `path` (relative to the workspace, `/`-separated) is git metadata `guard`
-    keeps read-only: a guarded name in the workspace's git directory, or in one under its
-    `modules/` or `worktrees/`, or what lies beneath one (never a name inside `objects/`,
-    `refs/` ...). What an effect rule may not allow (effect_rules; `.git` itself is
-    a mount point the program cannot replace, and an effect rule no file `.git`)."""
+    keeps read-only: a guarded name in the workspace's git directory or a nested
+    repository's (`sub/.git/config`), or in one under its `modules/` or `worktrees/`, or
+    what lies beneath one (never a name inside `objects/`, `refs/` ...). What an effect
+    rule may not allow (effect_rules; `.git` itself is a mount point the program cannot
+    replace, and an effect rule no file `.git`)."""
     parts = [part for part in path.split("/") if part not in ("", ".")]
-    if parts[:1] != [".git"]:
-        return False
-    for part in parts[1:]:
-        if part in FILES or part in DIRECTORIES:
-            return True
-        if part in GIT_OWN:
-            break
+    for start, first in enumerate(parts):
+        if first != ".git":
+            continue
+        for part in parts[start + 1 :]:
+            if part in FILES or part in DIRECTORIES:
+                return True
+            if part in GIT_OWN:
+                break
     return False
 
 
@@ -369,6 +617,7 @@ def settle(result: Guard, output: str) -> str:
     if removed:
         names = ", ".join(f"'{name}'" for name in sorted(set(removed)))
         output += REMOVED.format(names=names)
+    output += "".join(result.notes)
     if result.entries and any(sign in output for sign in SIGNS):
         output += NOTE
     return output
@@ -391,7 +640,133 @@ def remove_made(result: Guard) -> list[str]:
         for name in sorted(set(names) - known):
             if _remove(dir_fd, name, label + name, directories_only=True):
                 removed.append(label + name)
+    _remove_made_repositories(result)
     return removed
+
+
+# What `git init`, `clone`, `add`, `commit`, `fetch`, `merge` ... make in a git directory
+# (a new one is judged against it: `_judge_made`), and the configuration keys they set.
+MADE_NAMES = frozenset(
+    {
+        *("HEAD", "config", "description", "index", "packed-refs", "shallow", "FETCH_HEAD"),
+        *("objects", "refs", "logs", "info", "hooks", "branches", "rr-cache", "lfs"),
+        *("COMMIT_EDITMSG", "ORIG_HEAD", "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "MERGE_RR"),
+        *("AUTO_MERGE", "REBASE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "SQUASH_MSG"),
+        *("TAG_EDITMSG", "BISECT_LOG", "BISECT_START", "BISECT_TERMS", "BISECT_NAMES"),
+        *("BISECT_EXPECTED_REV", "BISECT_ANCESTORS_OK", "BISECT_HEAD", "gitk.cache"),
+        *("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "gc.pid", "gc.log"),
+        "reftable",
+    }
+)
+_MADE_DIRECTORIES = frozenset({"objects", "refs", "logs", "info", "hooks", "branches"})
+_MADE_KEYS = re.compile(
+    r"core\.(repositoryformatversion|filemode|bare|logallrefupdates|ignorecase"
+    r"|precomposeunicode|symlinks)|extensions\.(objectformat|refstorage)"
+    r"|core\.(autocrlf|eol|safecrlf|quotepath|sparsecheckout|sparsecheckoutcone)"
+    r"|extensions\.partialclone|index\.sparse|init\.defaultbranch|user\.(name|email)"
+    r"|remote\..*\.(url|pushurl|fetch|tagopt|mirror|promisor|partialclonefilter)"
+    r"|branch\..*\.(remote|merge|rebase)|submodule\..*\.(url|active)"
+    r"|pull\.(rebase|ff)|push\.(default|autosetupremote)|fetch\.prune|merge\.ff"
+    r"|(commit|tag)\.gpgsign|color\.ui",
+    re.DOTALL,
+)
+
+
+def _remove_made_repositories(result: Guard) -> None:
+    """Each `.git` in the workspace (at any depth) that was not there before the run and
+    would make git run programs (`_judge_made`) is removed, and `result.notes` says why:
+    a command no person approved made it (`git init` and `.git/config` with
+    core.fsmonitor, `sub/.git/hooks/pre-commit`), and a person's git there would run
+    it. ToolError when the workspace cannot be searched or it cannot be removed."""
+    if result.known is None or result.root is None or result.workspace is None:
+        return
+    for path, identity, _ in _git_entries(result.root, MAX_WALK_AFTER, before=False):
+        if identity in result.known:
+            continue  # one that was there (bound: moved along with its directory at most)
+        try:
+            parent = _open_path(result.root, path.split("/")[:-1])
+        except OSError as error:
+            raise ToolError(
+                f"The command ran without a person's approval and made the git directory "
+                f"'{path}', which could not be checked ({error.strerror or error}). Do not "
+                "run git in this workspace; an operator must remove it."
+            ) from None
+        try:
+            why = _judge_made(parent, result.workspace / path)
+            if why is not None and _remove(parent, ".git", path, directories_only=False):
+                result.notes.append(MADE.format(path=path, why=why))
+        finally:
+            os.close(parent)
+
+
+def _regular(dir_fd: int, name: str) -> bool:
+    """Whether `name` in `dir_fd` is a regular file (not followed)."""
+    return stat.S_ISREG(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+
+
+def _open_path(root: int, parts: list[str]) -> int:
+    """The directory `parts` under `root` (an O_PATH descriptor, opened one name at a time
+    with no link followed); the caller closes it."""
+    fd = os.open(".", _PATH, dir_fd=root)
+    try:
+        for part in parts:
+            child = os.open(part, _PATH | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _judge_made(parent: int, where: Path) -> str | None:
+    """Why the `.git` in `parent`, made by a command no person approved, would make git
+    run programs, or None for what git itself makes (`MADE_NAMES`, a configuration of
+    `_MADE_KEYS` alone, hooks that are git's `*.sample`, `info/exclude`). Fail closed:
+    whatever else is there."""
+    result = Guard()
+    try:
+        git = _open(".git", parent, result)
+        if git is None:
+            return None
+        kind = os.fstat(git).st_mode
+        if stat.S_ISLNK(kind):
+            return "is a symbolic link"
+        if not stat.S_ISDIR(kind):
+            return "is a '.git' file naming a git directory elsewhere"
+        for name in sorted(_names(git)):
+            if name not in MADE_NAMES:
+                return f"holds '{name}'"
+            entry = _open(name, git, result)
+            if entry is None:
+                continue
+            mode = os.fstat(entry).st_mode
+            expected = stat.S_ISDIR if name in _MADE_DIRECTORIES else stat.S_ISREG
+            if name in ("lfs", "rr-cache", "reftable"):
+                expected = stat.S_ISDIR
+            if not expected(mode):
+                return f"holds '{name}', which is not what git makes there"
+            if name == "hooks":
+                for hook in sorted(_names(entry)):
+                    if not (_regular(entry, hook) and hook.endswith(".sample")):
+                        return f"holds the hook 'hooks/{hook}'"
+            elif name == "info":
+                for item in sorted(_names(entry)):
+                    if not (_regular(entry, item) and item == "exclude"):
+                        return f"holds 'info/{item}'"
+            elif name == "config":
+                try:
+                    pairs = _configuration(_read(entry), where / "config")
+                except ToolError:
+                    return "has a configuration that cannot be read"
+                for key, value in pairs:
+                    if not _MADE_KEYS.fullmatch(key):
+                        return f"sets {key} = {value!r} in its configuration"
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    finally:
+        result.close()
+    return None
 
 
 def _remove(dir_fd: int, name: str, shown: str, *, directories_only: bool) -> bool:
