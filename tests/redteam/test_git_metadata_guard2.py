@@ -323,7 +323,9 @@ def test_a_configuration_that_runs_a_program_of_the_workspace_runs_no_unapproved
     assert not (workspace / program).exists()
     host_git(workspace, *person)
     assert not (workspace / "program-ran").exists()
-    # the premise: what the copy would have put there, the person's git runs
+    # the premise: what the copy would have put there, the person's git runs (a.txt
+    # changed again: `git add` of a file its index entry matches runs no filter)
+    (workspace / "a.txt").write_text("three, longer\n")
     shutil.copy(workspace / "evil.sh", workspace / program)
     host_git(workspace, *person)
     assert (workspace / "program-ran").exists()
