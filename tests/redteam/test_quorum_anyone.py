@@ -17,6 +17,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.test import Client, override_settings
 
+from approvals import live
 from approvals.models import ANYONE, ApprovalRequest, Vote
 from approvals.services import assign
 from audit.models import AuditEvent
@@ -77,6 +78,8 @@ def test_one_of_sre_beside_two_approvals_needs_one_of_sre_and_one_more_from_anyo
     said = f"1 of 2 approvals: {outsider.username}; 1 from sre still needed"
     assert said in first.content.decode()
     assert said in queue_text(outsider_client)
+    pushed = live.render_progress(approval.pk)  # what every open queue gets live
+    assert pushed is not None and said in pushed[0]
     assert status_of(approval) == "pending_approval"
     sre, sre_client = reviewer("sre")
     assert vote(sre_client, approval).status_code == 200
