@@ -105,8 +105,16 @@ def make_url(approval: ApprovalRequest, recipient: User, verdict: str) -> str:
 
 def links_for(approval: ApprovalRequest, recipient: User) -> dict[str, str]:
     """The recipient's link per verdict; a verdict a step-up rule asks a passkey for gets
-    the call's page instead (it is signed there, never decided by a link)."""
-    page = settings.HARNESS_PUBLIC_URL.rstrip("/") + reverse("approvals:detail", args=[approval.pk])
+    the call's page instead (it is signed there, never decided by a link).
+
+    A recipient whom HARNESS_MFA_REQUIRED names and who has no second factor yet gets no
+    link that decides (`use` would refuse it: SecondFactorMissing): only the call's page
+    ("open") and the set-up page ("second_factor_setup"), which a message says to use
+    first. The notifications send whatever this returns."""
+    base = settings.HARNESS_PUBLIC_URL.rstrip("/")
+    page = base + reverse("approvals:detail", args=[approval.pk])
+    if lacks_required_factor(recipient):
+        return {"open": page, "second_factor_setup": base + reverse("identity_mfa_setup")}
     return {
         verdict: page if approval.needs_key(verdict) else make_url(approval, recipient, verdict)
         for verdict in VERDICTS

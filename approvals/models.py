@@ -41,7 +41,9 @@ class ApprovalRequest(models.Model):
     approvals_required = models.PositiveSmallIntegerField(default=1)
     group = models.CharField(max_length=150, blank=True)
     # Several groups as several counts: [{"group": ..., "count": ...}] ("1 of
-    # payments-oncall and 1 of security"); `approvals_required` is their sum, `group` "".
+    # payments-oncall and 1 of security"); `group` is then "" and `approvals_required`
+    # their sum, or more: the rest are places any eligible reviewer may fill (`anyone`:
+    # rules of several layers combined, "1 of sre" and "2 approvals").
     groups = models.JSONField(default=list, blank=True)
     # Escalation (teams.Team.escalation_after): when no one decided in time, the ask is
     # offered to the next tier as well, the team `escalated_to` (None with `escalated_at`
@@ -77,6 +79,14 @@ class ApprovalRequest(models.Model):
         """{group: count} of a request that needs several groups (empty otherwise)."""
         return {str(g["group"]): int(g["count"]) for g in self.groups or []}
 
+    @property
+    def anyone(self) -> int:
+        """How many of a groups request's approvals any eligible reviewer may give (in no
+        group's place; 0 for every other request)."""
+        if not self.groups:
+            return 0
+        return max(0, self.approvals_required - sum(self.counts().values()))
+
     # Not stored: set for one viewer (approvals.queries.mark_escalated_only) when they see
     # the ask only through its escalation, and may not allow it for the agent's session.
     escalated_only = False
@@ -101,10 +111,21 @@ class ApprovalRequest(models.Model):
             for group, count in self.counts().items()
         ]
 
+    def anyone_progress(self) -> list[str]:
+        """Usernames of the votes counted in the places anyone may fill (Vote.group ANYONE)."""
+        return [
+            v.voter.get_username()
+            for v in self.votes.all()
+            if v.verdict == Vote.Verdict.APPROVE and v.group == ANYONE
+        ]
+
     def progress(self) -> str:
-        """ "1 of 2: alice" (empty for a request that needs one approval from anyone)."""
+        """ "1 of 2: alice" (empty for a request that needs one approval from anyone);
+        with places anyone may fill, "1 of 2 approvals: bob; 1 from sre still needed"."""
         if not self.is_quorum:
             return ""
+        if self.anyone:
+            return self._mixed_progress()
         if self.groups:
             return "; ".join(
                 f"{group} {len(names)} of {count}" + (f": {', '.join(names)}" if names else "")
@@ -113,6 +134,28 @@ class ApprovalRequest(models.Model):
         names = self.approvers()
         text = f"{len(names)} of {self.approvals_required}"
         return f"{text}: {', '.join(names)}" if names else text
+
+    def _mixed_progress(self) -> str:
+        """Groups' places and places anyone may fill: the count in all, who counts (and
+        for which group), then what is still needed of each group and of anyone."""
+        groups = self.group_progress()
+        anyone = self.anyone_progress()
+        names = [f"{n} ({g})" for g, _, counted in groups for n in counted] + anyone
+        counted = len(names)
+        text = f"{counted} of {self.approvals_required} approvals"
+        if names:
+            text += ": " + ", ".join(names)
+        needed = [f"{count - len(c)} from {g}" for g, count, c in groups if len(c) < count]
+        if len(anyone) < self.anyone:
+            needed.append(f"{self.anyone - len(anyone)} more from any reviewer")
+        if needed:
+            text += "; " + " and ".join(needed) + " still needed"
+        return text
+
+
+# Vote.group of a vote counted in a place any eligible reviewer may fill (never a group's
+# name: a quorum's groups match dispatcher.policy.profiles.GROUP_NAME).
+ANYONE = "*"
 
 
 class Vote(models.Model):
@@ -130,7 +173,8 @@ class Vote(models.Model):
     # How the vote came: the queue, a one-tap link, or a reviewer's edit of the call.
     via = models.CharField(max_length=16, default="queue")
     # A several-groups request: the one group this vote counts towards (the decision
-    # assigns votes to groups so that as many counts as possible are met).
+    # assigns votes to groups so that as many counts as possible are met); ANYONE for a
+    # place any eligible reviewer may fill, "" for a vote that counts nowhere.
     group = models.CharField(max_length=150, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -27,7 +27,7 @@ from floor.compiled import Compiled
 from teams.scope import Scope, ask_teams
 
 from . import live, stepup
-from .models import ApprovalRequest, Decision, Vote
+from .models import ANYONE, ApprovalRequest, Decision, Vote
 
 
 class DecisionRefused(Exception):
@@ -317,14 +317,15 @@ def _vote_refusal(
 
 
 def _groups_refusal(approval: ApprovalRequest, user: AbstractBaseUser) -> DecisionRefused | None:
-    """A several-groups request: `user` must be in one of its groups, and their vote must
-    meet a count no vote meets yet (one vote counts towards one group only). Votes of
-    people who left are discarded first (audited, in this deciding transaction): a count
-    is never held by someone who may no longer vote."""
+    """A several-groups request: `user`'s vote must fill a place no vote fills yet (one
+    vote counts towards one place only): a place of one of their groups, or one any
+    eligible reviewer may fill (`approval.anyone`). Votes of people who left are
+    discarded first (audited, in this deciding transaction): a place is never held by
+    someone who may no longer vote."""
     _discard_departed_votes(approval)
-    counts = approval.counts()
+    counts, anyone = approval.counts(), approval.anyone
     mine = set(user.groups.filter(name__in=list(counts)).values_list("name", flat=True))  # type: ignore[attr-defined]
-    if not mine:
+    if not mine and not anyone:
         named = " and ".join(f"{n} of '{g}'" for g, n in counts.items())
         return DecisionRefused(
             f"This call needs approvals from {named}, and you are in none of these groups. "
@@ -332,14 +333,51 @@ def _groups_refusal(approval: ApprovalRequest, user: AbstractBaseUser) -> Decisi
             403,
         )
     memberships = _memberships(approval) | {user.pk: mine}
-    before = len(assign(counts, _voters(approval), memberships))
-    if len(assign(counts, [*_voters(approval), user.pk], memberships)) > before:
+    before = len(assign(counts, _voters(approval), memberships, anyone))
+    if len(assign(counts, [*_voters(approval), user.pk], memberships, anyone)) > before:
         return None
+    if not mine:
+        return DecisionRefused(
+            f"The approvals any reviewer may give are given ({approval.progress()}); the "
+            "rest must come from the groups named, and you are in none of them. You can "
+            "still deny it.",
+            403,
+        )
     return DecisionRefused(
         f"Your groups ({', '.join(sorted(mine))}) already have the approvals they need "
         f"({approval.progress()}); the call waits for the others.",
         409,
     )
+
+
+def who_may_fill(approval: ApprovalRequest, user_ids: list[Any]) -> set[Any]:
+    """Of `user_ids` (people who may decide the call: the caller checks reach and
+    separation of duties), those whose approval would fill a place still open: everyone
+    for a request that names no group; the group's members for a single group; for a
+    several-groups request, whoever's vote would count more (a place of one of their
+    groups, one anyone may fill, or one a counted voter may move to), less the people who
+    voted. Reads only (the notifications route asks by it)."""
+    if not approval.group and not approval.groups:
+        return set(user_ids)
+    if approval.group:
+        members = User.groups.through.objects.filter(
+            user_id__in=user_ids, group__name=approval.group
+        ).values_list("user_id", flat=True)
+        return set(members) - set(_voters(approval))
+    counts, anyone = approval.counts(), approval.anyone
+    voters, memberships = _voters(approval), _memberships(approval)
+    theirs: dict[Any, set[str]] = {pk: set() for pk in user_ids}
+    rows = User.groups.through.objects.filter(
+        user_id__in=user_ids, group__name__in=list(counts)
+    ).values_list("user_id", "group__name")
+    for user_id, name in rows:
+        theirs[user_id].add(name)
+    before = len(assign(counts, voters, memberships, anyone))
+    grows: dict[frozenset[str], bool] = {}
+    for groups in {frozenset(g) for g in theirs.values()}:
+        trial = memberships | {"(candidate)": set(groups)}
+        grows[groups] = len(assign(counts, [*voters, "(candidate)"], trial, anyone)) > before
+    return {pk for pk, g in theirs.items() if grows[frozenset(g)]} - set(voters)
 
 
 def _voters(approval: ApprovalRequest) -> list[Any]:
@@ -358,17 +396,27 @@ def _memberships(approval: ApprovalRequest) -> dict[Any, set[str]]:
 
 
 def assign(
-    counts: dict[str, int], voters: list[Any], memberships: dict[Any, set[str]]
+    counts: dict[str, int],
+    voters: list[Any],
+    memberships: dict[Any, set[str]],
+    anyone: int = 0,
 ) -> dict[Any, str]:
-    """{voter: group} counting as many votes as possible, each towards one group of theirs
-    with a count left (a maximum bipartite matching of voters to the groups' places, by
-    augmenting paths; earlier voters first, so an assignment moves only when it must)."""
+    """{voter: group, or ANYONE} counting as many votes as possible, each in one place: a
+    place of one of their groups with a count left, or one of the `anyone` places every
+    voter may fill (a maximum bipartite matching of voters to places, by augmenting paths;
+    earlier voters first, and a group's place tried before an anyone place, so an
+    assignment moves only when it must). `voters` are only people whose vote may count
+    (the caller discards the others first): each may fill an anyone place."""
     places = [(group, i) for group, count in counts.items() for i in range(count)]
+    places += [(ANYONE, i) for i in range(anyone)]
     holder: dict[tuple[str, int], Any] = {}
+
+    def fits(voter: Any, spot: tuple[str, int]) -> bool:
+        return spot[0] == ANYONE or spot[0] in memberships.get(voter, set())
 
     def place(voter: Any, seen: set[tuple[str, int]]) -> bool:
         for spot in places:
-            if spot[0] not in memberships.get(voter, set()) or spot in seen:
+            if not fits(voter, spot) or spot in seen:
                 continue
             seen.add(spot)
             if spot not in holder or place(holder[spot], seen):
@@ -376,7 +424,7 @@ def assign(
                 return True
         return False
 
-    for voter in voters:
+    for voter in dict.fromkeys(voters):  # (one voter, one place, however often named)
         place(voter, set())
     return {voter: spot[0] for spot, voter in holder.items()}
 
@@ -416,12 +464,12 @@ def _vote(
 
 
 def _count_groups(approval: ApprovalRequest, extra: dict[str, Any]) -> bool:
-    """Assign each counted vote of a several-groups request to one group (Vote.group, kept
-    for the queue's progress), add the progress per group to `extra`; True while a count
-    is not met."""
-    counts = approval.counts()
+    """Assign each counted vote of a several-groups request to one place (Vote.group: a
+    group, or ANYONE; kept for the queue's progress), add the progress per group (and of
+    the places anyone may fill) to `extra`; True while a place is not filled."""
+    counts, anyone = approval.counts(), approval.anyone
     votes = list(approval.votes.select_related("voter").order_by("created_at", "pk"))
-    chosen = assign(counts, [v.voter_id for v in votes], _memberships(approval))
+    chosen = assign(counts, [v.voter_id for v in votes], _memberships(approval), anyone)
     for vote in votes:
         if vote.group != chosen.get(vote.voter_id, ""):
             vote.group = chosen.get(vote.voter_id, "")
@@ -430,7 +478,10 @@ def _count_groups(approval: ApprovalRequest, extra: dict[str, Any]) -> bool:
         {"group": group, "count": count, "approvals": names}
         for group, count, names in approval.group_progress()
     ]
-    return len(chosen) < sum(counts.values())
+    if anyone:
+        extra["anyone"] = {"count": anyone, "approvals": approval.anyone_progress()}
+        extra["approvals"] = [v.voter.get_username() for v in votes if v.voter_id in chosen]
+    return len(chosen) < sum(counts.values()) + anyone
 
 
 def _apply(
@@ -525,7 +576,11 @@ def _departure(approval: ApprovalRequest, voter: User) -> str:
         return "they are no longer a reviewer of the agent's team"
     if approval.group and not voter.groups.filter(name=approval.group).exists():
         return f"they are no longer in the group '{approval.group}'"
-    if approval.groups and not voter.groups.filter(name__in=list(approval.counts())).exists():
+    if (
+        approval.groups
+        and not approval.anyone  # (anyone may fill those places: the recount places them)
+        and not voter.groups.filter(name__in=list(approval.counts())).exists()
+    ):
         return f"they are no longer in any of the groups {', '.join(approval.counts())}"
     return ""
 

@@ -8,10 +8,11 @@ self.addEventListener("push", function (event) {
     body: data.body || "",
     tag: data.tag || "harness",
     data: { url: data.url || "/approvals/", approve: data.approve || "", deny: data.deny || "" },
-    actions: [
+    // No one-tap links (a recipient who must set up a second factor first): no actions.
+    actions: data.approve ? [
       { action: "approve", title: "Approve…" },
       { action: "deny", title: "Deny…" }
-    ],
+    ] : [],
     requireInteraction: true
   }));
 });

@@ -18,6 +18,12 @@ from ..models import ApprovalRequest
 SLACK_TEXT_LIMIT = 2800  # a Block Kit text field holds 3000 characters
 PUSH_TEXT_LIMIT = 300
 MAX_SLACK_LINKS = 10
+# Said instead of one-tap links to a recipient who lacks a required second factor
+# (approvals.links.links_for): a link would decide nothing for them.
+SECOND_FACTOR_FIRST = (
+    "You must set up a second factor (an authenticator app or a passkey) before you can "
+    "decide: this organization requires one."
+)
 
 
 def detail_url(approval: ApprovalRequest) -> str:
@@ -147,6 +153,11 @@ def slack_blocks(
             text = "Needs approvals from " + " and ".join(
                 f"{n} of {slack_escape(g)}" for g, n in approval.counts().items()
             )
+            if approval.anyone:
+                text += (
+                    f" and {approval.anyone} more from any reviewer "
+                    f"({approval.approvals_required} in all)"
+                )
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
     if decided:
         blocks.append(
@@ -160,7 +171,8 @@ def slack_blocks(
             "url": detail_url(approval),
         }
     ]
-    for link in links[:MAX_SLACK_LINKS]:
+    deciding = [link for link in links if "approve" in link]
+    for link in deciding[:MAX_SLACK_LINKS]:
         for verdict in ("approve", "deny"):
             buttons.append(
                 {
@@ -174,6 +186,12 @@ def slack_blocks(
                 }
             )
     blocks.append({"type": "actions", "elements": buttons[:25]})
+    unready = [link for link in links if "second_factor_setup" in link]
+    if unready:
+        names = ", ".join(slack_escape(link["reviewer"]) for link in unready)
+        setup = unready[0]["second_factor_setup"]
+        text = f"{names}: {SECOND_FACTOR_FIRST} <{setup}|Set one up>, then open the call."
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
     return blocks
 
 
@@ -200,27 +218,38 @@ def email_body(approval: ApprovalRequest, links: dict[str, str] | None) -> str:
     lines += ["", f"Open the call: {detail_url(approval)}"]
     if approval.step_up:
         lines.append("Deciding it is signed with your passkey, on the call's page.")
-    if links:
+    if links and "approve" in links:
         lines += [
             "",
             "One-tap links, for you only and usable once (each shows the call before you confirm):",
             f"Approve: {links['approve']}",
             f"Deny: {links['deny']}",
         ]
+    elif links and "second_factor_setup" in links:
+        lines += [
+            "",
+            f"{SECOND_FACTOR_FIRST} Set one up at {links['second_factor_setup']}, then open "
+            "the call above or your approval queue.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def push_payload(approval: ApprovalRequest, links: dict[str, str]) -> str:
+    """The push message: its actions open the recipient's one-tap links; for a recipient
+    who must set up a second factor first there are none (harness-sw.js then offers no
+    Approve or Deny), the body says so and `setup` is the set-up page."""
     body = visible(what_it_does(approval))
     if len(body) > PUSH_TEXT_LIMIT:
         body = body[:PUSH_TEXT_LIMIT] + "…"
-    return json.dumps(
-        {
-            "title": summary(approval),
-            "body": body,
-            "url": detail_url(approval),
-            "approve": links["approve"],
-            "deny": links["deny"],
-            "tag": f"harness-approval-{approval.pk}",
-        }
-    )
+    payload = {
+        "title": summary(approval),
+        "body": body,
+        "url": detail_url(approval),
+        "tag": f"harness-approval-{approval.pk}",
+    }
+    if "approve" in links:
+        payload |= {"approve": links["approve"], "deny": links["deny"]}
+    else:
+        payload["body"] = f"{SECOND_FACTOR_FIRST}\n{body}"
+        payload["setup"] = links.get("second_factor_setup", "")
+    return json.dumps(payload)

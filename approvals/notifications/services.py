@@ -27,7 +27,7 @@ from teams.models import Membership
 
 from .. import links
 from ..models import ApprovalRequest
-from ..services import people_behind
+from ..services import people_behind, who_may_fill
 from . import messages, senders
 from .models import Channel, Delivery, Kind, PushSubscription
 
@@ -77,7 +77,10 @@ def recipients(channel: Channel, approval: ApprovalRequest, tier: bool = False) 
     the person who started its sessions) when self-approval is forbidden. A reviewer of
     another team is never a recipient, whatever the channel names: they would get a call
     they cannot see and a link that decides nothing. `tier`: the ask escalated, and its
-    next tier (`next_tier`) is told."""
+    next tier (`next_tier`) is told. A quorum that names groups asks only the people whose
+    approval would fill one of its open places (services.who_may_fill): its groups'
+    members for the groups' places, every such reviewer while a place anyone may fill is
+    open."""
     if tier:
         people = next_tier(approval.escalated_to_id)
     else:
@@ -88,7 +91,9 @@ def recipients(channel: Channel, approval: ApprovalRequest, tier: bool = False) 
         people = people.filter(Q(pk__in=named_users) | Q(groups__pk__in=named_groups)).distinct()
     if settings.HARNESS_FORBID_SELF_APPROVAL:
         people = people.exclude(pk__in=list(people_behind(approval.call.session.agent)))
-    return list(people.order_by("username"))
+    found = list(people.order_by("username"))
+    fill = who_may_fill(approval, [p.pk for p in found])
+    return [p for p in found if p.pk in fill]
 
 
 # --- Channels from the environment ------------------------------------------------------------

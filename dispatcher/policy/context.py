@@ -22,7 +22,9 @@ class Quorum:
     # The verdicts ("approve", "deny") a reviewer must sign with a passkey (step-up).
     step_up: tuple[str, ...] = ()
     # Several groups as several counts ("1 of payments-oncall and 1 of security"):
-    # (group, count) pairs; `approvals` is then their sum and `group` is "".
+    # (group, count) pairs; `group` is then "" and `approvals` their sum, or more where
+    # rules of several layers combine (dispatcher.policy.layers.combined): the rest are
+    # places any eligible reviewer may fill ("1 of sre and 1 more from anyone").
     groups: tuple[tuple[str, int], ...] = ()
 
 

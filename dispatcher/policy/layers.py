@@ -136,11 +136,13 @@ def quorum_of(call: CallContext) -> tuple[Quorum, Layer] | None:
 def combined(strictest: Quorum, matching: list[Quorum], step_up: tuple[str, ...]) -> Quorum:
     """One requirement that meets every rule of `matching` (highest layer first): each
     group named by any of them, with the most approvals any of them asks of it (distinct
-    people: one vote counts towards one group), and at least the most approvals any of
-    them asks in all. Where that total is more than the groups' counts, the extra
-    approvals are asked of the first group named: stricter than a rule asking them of
-    anyone, never looser (an organization's "1 of sre" beside an owner's "2 approvals"
-    needs 2 of sre, never 2 from anyone)."""
+    people: one vote counts towards one place), and at least the most approvals any of
+    them asks in all. Where that total is more than the groups' counts, the rest are
+    places any eligible reviewer may fill (`approvals` is then more than the groups' sum:
+    approvals.models.ApprovalRequest.anyone): an organization's "1 of sre" beside an
+    owner's "2 approvals" needs 1 of sre and 1 more from anyone, 2 in all. Never looser
+    than any one rule: the total is at least each rule's, each group's count at least
+    each rule's count of it."""
     named: dict[str, int] = {}
     for q in matching:
         pairs = q.groups or (((q.group, q.approvals),) if q.group else ())
@@ -149,22 +151,13 @@ def combined(strictest: Quorum, matching: list[Quorum], step_up: tuple[str, ...]
     total = max(q.approvals for q in matching)
     if not named:
         return dataclasses.replace(strictest, approvals=total, group="", groups=(), step_up=step_up)
-    counts = list(named.items())
-    short = total - sum(count for _, count in counts)
-    if short > 0:
-        counts[0] = (counts[0][0], counts[0][1] + short)
-    if len(counts) == 1:
-        [(group, count)] = counts
+    counts = tuple(named.items())
+    total = max(total, sum(count for _, count in counts))
+    if len(counts) == 1 and counts[0][1] == total:
         return dataclasses.replace(
-            strictest, approvals=count, group=group, groups=(), step_up=step_up
+            strictest, approvals=total, group=counts[0][0], groups=(), step_up=step_up
         )
-    return dataclasses.replace(
-        strictest,
-        approvals=sum(count for _, count in counts),
-        group="",
-        groups=tuple(counts),
-        step_up=step_up,
-    )
+    return dataclasses.replace(strictest, approvals=total, group="", groups=counts, step_up=step_up)
 
 
 def blocks_grant(call: CallContext) -> Verdict:

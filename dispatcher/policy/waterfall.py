@@ -175,6 +175,9 @@ def _quorum_decision(quorum: Quorum, layer: Layer, reason: str) -> Decision:
     count = f"{quorum.approvals} approval{'s' if quorum.approvals > 1 else ''}"
     if quorum.groups:
         counts = " and ".join(f"{n} of the group '{g}'" for g, n in quorum.groups)
+        anyone = quorum.approvals - sum(n for _, n in quorum.groups)
+        if anyone > 0:
+            counts += f" and {anyone} more from any reviewer ({count} in all)"
         reason += f" It needs approvals from distinct reviewers: {counts}."
     elif quorum.approvals > 1 or quorum.group:
         reason += f" It needs {count} from distinct reviewers{who}."
