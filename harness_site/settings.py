@@ -699,6 +699,19 @@ if HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE < 1:
         f"HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE is {HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE}: "
         "set how many device codes one address may ask for in 30 minutes (1 or more)."
     )
+# And per network (an IPv4 address's /24, an IPv6 address's /48) at most
+# HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK over a code's life: counted per address
+# alone, 17 IPv4 addresses or the /64s of one IPv6 /56 filled the cap below, so one
+# network holds at most a fifth of it (3 addresses' worth by default).
+HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK = int(
+    env("HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK", "180")
+)
+if HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK < 1:
+    raise ImproperlyConfigured(
+        f"HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK is "
+        f"{HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK}: set how many device codes one network "
+        "(an IPv4 /24, an IPv6 /48) may ask for in 30 minutes (1 or more)."
+    )
 HARNESS_DEVICE_PENDING_MAX = int(env("HARNESS_DEVICE_PENDING_MAX", "1000"))  # 0: no cap
 if HARNESS_DEVICE_PENDING_MAX < 0:
     raise ImproperlyConfigured(
@@ -710,6 +723,10 @@ ACCOUNT_RATE_LIMITS = {
     "harness_device_authorization": (
         f"{HARNESS_DEVICE_AUTHORIZATIONS}/{HARNESS_DEVICE_AUTHORIZATION_WINDOW}s/ip,"
         f"{HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE}/{HARNESS_DEVICE_CODE_LIFE}s/ip"
+    ),
+    # keyed by the network (agentauth.views.device_network), not allauth's /64
+    "harness_device_authorization_network": (
+        f"{HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK}/{HARNESS_DEVICE_CODE_LIFE}s/key"
     ),
 }
 # A one-tap link decides only for its recipient signed in; false lets the link alone

@@ -68,10 +68,11 @@ def workspace_confinement(call: CallContext) -> str | None:
     """Deny when a path argument of the tool is not a relative path inside the workspace.
 
     Checks every name in `call.tool.path_arguments` present in the arguments: non-strings,
-    NUL bytes, `~`, absolute paths, and paths whose resolved form (symlinks followed)
-    leaves the resolved workspace. Command argv words are not paths and are not checked.
-    A decide-only call's paths are on the client's disk: checked lexically against its
-    project directory (the session workspace), never resolved here.
+    NUL bytes, `~`, absolute paths, and paths that leave the resolved workspace at any
+    step (symlinks followed inside it only: `path_violation`). Command argv words are not
+    paths and are not checked. A decide-only call's paths are on the client's disk:
+    checked lexically against its project directory (the session workspace), never
+    resolved here.
     """
     violation = lexical_path_violation if call.tool.client_executed else path_violation
     for name in call.tool.path_arguments:

@@ -9,8 +9,10 @@ changing after this check).
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
+import stat
 import unicodedata
 from pathlib import Path
 
@@ -22,9 +24,11 @@ EXAMPLE = "src/app.py"
 def path_violation(value: object, workspace: Path) -> str | None:
     """Why `value` is not a relative path that stays inside `workspace`, or None.
 
-    Symlinks are followed (in parent directories and in the final component) with
-    `Path.resolve(strict=False)`, so a path that does not exist yet is fine as long as
-    it would land inside the workspace.
+    Symlinks are followed (in parent directories and in the final component) inside the
+    workspace only (`_resolve_beneath`), so a path that does not exist yet is fine as long
+    as it would land inside the workspace, and a path that leaves the workspace at any
+    step (a `..` above it, a link to elsewhere, even one that would come back) is refused
+    with one answer, whatever the host holds outside: nothing outside is ever looked at.
     """
     return _checked(value, workspace)[0]
 
@@ -42,19 +46,108 @@ def _checked(value: object, workspace: Path) -> tuple[str | None, Path]:
     if problem is not None or not isinstance(value, str):
         return problem, root
     try:
-        resolved = (root / value).resolve(strict=False)
+        resolved = _resolve_beneath(root, Path(os.path.abspath(workspace)), value)
+    except _Changed:
+        return WORKSPACE_CHANGED, root
     except (OSError, RuntimeError, ValueError) as error:
         # Said by kind only: Python's message names the path the resolve had reached (a
         # symlink loop's), which may lie in a tree outside the workspace that Harness
         # followed as root and the agent's sandbox never shows.
         why = "a symlink loop" if isinstance(error, RuntimeError) else type(error).__name__
         return f"Path {value!r} cannot be resolved ({why}). Use a plain relative path.", root
-    if not resolved.is_relative_to(root):
+    if resolved is None:
         return (
             f"Path {value!r} resolves outside the session workspace ({root}). "
             f"Use a path relative to the workspace, e.g. '{EXAMPLE}'."
         ), root
     return None, resolved
+
+
+MAX_LINKS = 40  # symlinks followed in one path, as Linux's own limit: more is a loop
+_DIRECTORY_HELD = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class _Changed(Exception):
+    """The workspace's root stopped being the directory resolved a moment before."""
+
+
+def _resolve_beneath(root: Path, given: Path, value: str) -> Path | None:
+    """`value` resolved inside the workspace `root` (its path resolved; `given`: the path
+    it was named by), or None when a step leaves it.
+
+    Each component is looked at relative to a descriptor of its directory, held from the
+    root down, opened with no symlink followed, so nothing outside the workspace is ever
+    looked at: a symlink there is read (`readlink`) and its target followed only while it
+    stays below the root; an absolute target counts only when it is, as text, under the
+    root (or the path the workspace was given by). A `..` above the root is a step
+    outside: None, even when later steps would come back, because where they would land
+    depends on the host's directories (a link there would make it another place). A
+    component that does not exist ends the looking; the rest is read as text, as
+    `Path.resolve(strict=False)` does. Raises RuntimeError for more than MAX_LINKS links
+    (a loop), `_Changed` when the root cannot be held as a directory now.
+    """
+    try:
+        fds = [os.open(root, _DIRECTORY_HELD)]
+    except FileNotFoundError:
+        fds = []  # no workspace yet: every path is text, and nothing in it is a link
+    except OSError as error:
+        raise _Changed from error
+    names: list[str] = []  # components below the root; fds[i] holds names[:i] when opened
+    pending = value.split("/")
+    links = 0
+    try:
+        while pending:
+            part = pending.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not names:
+                    return None
+                names.pop()
+                if len(fds) > len(names) + 1:
+                    os.close(fds.pop())
+                continue
+            held = len(fds) == len(names) + 1  # this component's directory is held
+            info = _lstat(part, fds[-1]) if held else None
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                links += 1
+                if links > MAX_LINKS:
+                    raise RuntimeError("too many symlinks")
+                target = os.readlink(part, dir_fd=fds[-1])
+                if target.startswith("/"):
+                    below = _below(target, (root, given))
+                    if below is None:
+                        return None
+                    while len(fds) > 1:
+                        os.close(fds.pop())
+                    names, target = [], below
+                pending[:0] = target.split("/")
+                continue
+            names.append(part)
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                fds.append(os.open(part, _DIRECTORY_HELD, dir_fd=fds[-1]))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return root.joinpath(*names)
+
+
+def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
+    """`name`'s own status in the directory held by `dir_fd`, or None when it is not there."""
+    try:
+        return os.lstat(name, dir_fd=dir_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _below(target: str, roots: tuple[Path, ...]) -> str | None:
+    """The absolute link target `target` relative to the first of `roots` it lies under, as
+    text (its `..` are followed by the walk, which refuses one above the root), or None."""
+    for root in roots:
+        prefix = str(root).rstrip("/")
+        if target == prefix or target.startswith(prefix + "/"):
+            return target[len(prefix) :]
+    return None
 
 
 WORKSPACE_CHANGED = (

@@ -16,15 +16,24 @@ from dispatcher.tools.base import ExecutionContext, Tool, ToolError
 def delete_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     """Delete the file at `path`; a symlink inside the workspace is removed, not its target.
 
-    Raises ToolError for a missing path or a directory. The entry is looked at and
-    unlinked relative to a descriptor of its directory, opened with no symlink followed
-    (`_confined`): a workspace changing under the tool never makes it delete elsewhere.
+    Raises ToolError (never a bare OSError) for a path ending in '.' or '..', a missing
+    path, a directory, or a workspace that changed while it was used. The entry is looked
+    at and unlinked relative to a descriptor of its directory, opened with no symlink
+    followed (`_confined`): a workspace changing under the tool never makes it delete
+    elsewhere.
     """
     relative = args["path"]
-    target = resolve_in_workspace(ctx.workspace, relative)  # refuses a link leading outside
-    parent, name = _entry(ctx.workspace, relative, target)
+    if _names_a_directory(relative):
+        raise ToolError(
+            f"Refusing to delete {relative!r}: a path ending in '.' or '..' names a "
+            "directory, and delete_file only deletes files. Name the file itself, e.g. "
+            "'src/old.py'."
+        )
     try:
+        resolve_in_workspace(ctx.workspace, relative)  # refuses a link leading outside
+        parent = resolve_in_workspace(ctx.workspace, str(Path(relative).parent))
         with directory_beneath(ctx.workspace, parent) as directory:
+            name = Path(relative).name  # not resolved: a symlink is deleted, not its target
             if stat.S_ISDIR(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode):
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), relative)
             os.unlink(name, dir_fd=directory)
@@ -35,23 +44,20 @@ def delete_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     except IsADirectoryError as error:
         raise ToolError(f"'{relative}' is a directory; delete_file only deletes files.") from error
     except OSError as error:
-        if changed(error):
+        # A symlink flipped onto the path while it was used (changed), or any other error
+        # of the race (EINVAL from a readlink of what stopped being a link): a tool error.
+        if changed(error) or error.errno == errno.EINVAL:
             raise ToolError(changed_message(relative)) from error
         raise ToolError(f"Could not delete '{relative}': {error.strerror or error}.") from error
     return f"Deleted {relative}"
 
 
-def _entry(workspace: Path, relative: str, target: Path) -> tuple[Path, str]:
-    """The resolved directory holding the entry `relative` names, and the entry's name.
-
-    The name itself is not resolved: a symlink is deleted, not what it points to.
-    """
-    name = Path(relative).name
-    if name in ("", ".", ".."):  # '.', 'a/..': the path names a directory
-        if target == workspace.resolve():
-            raise ToolError(f"'{relative}' is a directory; delete_file only deletes files.")
-        return target.parent, target.name
-    return resolve_in_workspace(workspace, str(Path(relative).parent)), name
+def _names_a_directory(relative: str) -> bool:
+    """True when `relative`'s last component is '.' or '..' (or there is none): read on
+    the text as given, since pathlib folds 'a/.' into 'a'. Such a path names a directory
+    whatever the disk holds, so it is refused before anything is resolved."""
+    last = relative.rstrip("/").rsplit("/", 1)[-1]
+    return last in ("", ".", "..")
 
 
 TOOL = Tool(

@@ -7,16 +7,18 @@ from __future__ import annotations
 from allauth.core import ratelimit
 from django.test import RequestFactory, override_settings
 
-from agentauth.views import DEVICE_AUTHORIZATION_ACTION
+from agentauth.views import DEVICE_AUTHORIZATION_ACTION, DEVICE_NETWORK_ACTION, device_network
 
 # Every test client's address (Django's RequestFactory), where most tests ask from.
 TEST_CLIENT_ADDRESS = "127.0.0.1"
 
 
 def clear_device_code_counts(*addresses: str) -> None:
-    """Forget the codes asked for from each address (only this action's keys: the cache
-    holds other counts, other tests' sign-ins among them)."""
+    """Forget the codes asked for from each address and its network (only these actions'
+    keys, at the rates configured now: the cache holds other counts, other tests' sign-ins
+    among them)."""
     with override_settings(ALLAUTH_TRUSTED_PROXY_COUNT=0, ALLAUTH_TRUSTED_CLIENT_IP_HEADER=None):
         for address in addresses:
             request = RequestFactory().post("/oauth/device-authorization/", REMOTE_ADDR=address)
             ratelimit.clear(request, action=DEVICE_AUTHORIZATION_ACTION)
+            ratelimit.clear(request, action=DEVICE_NETWORK_ACTION, key=device_network(address))

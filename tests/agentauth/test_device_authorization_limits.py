@@ -248,3 +248,53 @@ def test_the_proxy_settings_are_allauths() -> None:
     )
     assert bad.returncode != 0 and "HARNESS_TRUSTED_PROXY_COUNT is -1" in bad.stderr
     assert settings.ALLAUTH_TRUSTED_PROXY_COUNT == settings.HARNESS_TRUSTED_PROXY_COUNT
+
+
+# One IPv4 /24 and one IPv6 /48 (documentation ranges), each address of them in another
+# /64 for IPv6, so allauth counts each as its own address.
+NETWORK_V4 = [f"192.0.2.{n}" for n in (10, 11, 12)]
+NETWORK_V6 = [f"2001:db8:77:{n:x}::1" for n in (1, 2, 0xFF)]
+OTHER_NETWORKS = ["192.0.3.10", "2001:db8:78::1"]
+
+
+@pytest.mark.django_db
+def test_one_network_cannot_fill_the_clients_cap_from_many_addresses(settings: Any) -> None:
+    """Counted per address alone (IPv6 by /64), 17 IPv4 addresses or the /64s of one IPv6
+    /56 filled the client's pending cap, and every `harness-hook login` got 429. A network
+    (IPv4 /24, IPv6 /48) may now ask for HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK codes
+    over a code's life, a few addresses' worth and at most a fifth of the cap (the rates
+    below are the configured ones scaled down, as above); another network still gets
+    codes."""
+    rates = parse_rates(settings.ACCOUNT_RATE_LIMITS["harness_device_authorization_network"])
+    life = settings.HARNESS_DEVICE_CODE_LIFE
+    assert [(rate.amount, rate.duration, rate.per) for rate in rates] == [
+        (settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK, life, "key")
+    ]
+    per_network = settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK
+    assert per_network > settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE
+    assert per_network * 5 <= settings.HARNESS_DEVICE_PENDING_MAX
+    harness_hook_client()
+    settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK = 5
+    settings.ACCOUNT_RATE_LIMITS = {
+        **settings.ACCOUNT_RATE_LIMITS,
+        "harness_device_authorization": f"1000/60s/ip,3/{life}s/ip",
+        "harness_device_authorization_network": f"5/{life}s/key",
+    }
+    everyone = (*NETWORK_V4, *NETWORK_V6, *OTHER_NETWORKS)
+    clear_device_code_counts(*everyone)
+    try:
+        for network in (NETWORK_V4, NETWORK_V6):
+            first, second, third = network
+            assert [ask(REMOTE_ADDR=first).status_code for _ in range(3)] == [200] * 3
+            assert_try_again(ask(REMOTE_ADDR=first), "from this address")
+            assert [ask(REMOTE_ADDR=second).status_code for _ in range(2)] == [200] * 2
+            before = DeviceGrant.objects.count()
+            for address in (second, third):
+                refused = ask(REMOTE_ADDR=address)
+                assert_try_again(refused, "Too many device codes asked for from this network")
+                assert "at most 5 in 30 minutes" in refused.json()["error_description"]
+            assert DeviceGrant.objects.count() == before  # nothing stored for the refused
+        for address in OTHER_NETWORKS:
+            assert ask(REMOTE_ADDR=address).status_code == 200
+    finally:
+        clear_device_code_counts(*everyone)  # at the scaled rates (their own cache keys)

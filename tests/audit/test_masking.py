@@ -16,7 +16,8 @@ from audit.masking import MASK, marker, mask_secrets, mask_text
 from audit.models import AuditEvent
 from audit.services import record_event
 from dispatcher.models import ToolCall
-from tests.support.factories import AgentFixture
+from tests.audit.test_views import streamed_body
+from tests.support.factories import AgentFixture, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -301,3 +302,57 @@ def test_a_key_body_is_masked_and_its_markers_kept() -> None:
 @given(secret_key=st.sampled_from(["token", "password", "api_key"]), value=HIDDEN)
 def test_a_value_under_a_secret_key_that_holds_syntax_is_kept(secret_key: str, value: str) -> None:
     assert mask_secrets({secret_key: value}) == {secret_key: value}
+
+
+# --- A secret value holding white space ------------------------------------------------------
+
+SPACED = ["hunter2-Spaced-7c1d\n", "correct Horse7c1d battery", "tab\tSep7c1d"]
+
+
+@pytest.mark.parametrize("value", SPACED, ids=["newline", "spaces", "tab"])
+def test_a_secret_keys_value_holding_white_space_is_masked_in_every_audit_view(
+    client: Client, agent: AgentFixture, value: str
+) -> None:
+    """Only a one-word value was masked, under a secret key as in free text: a password
+    with a trailing newline, a passphrase of words or a tab stayed in the audit copy, its
+    export and the auditor's timeline. A value under a key named like a secret is now
+    masked whatever white space it holds (free text keeps its rules: `TOKEN= rm` runs rm)."""
+    session = client.post(
+        "/api/v1/sessions", data="{}", content_type="application/json", headers=agent.headers
+    ).json()["id"]
+    arguments = {"path": "notes.txt", "content": "x", "password": value}
+    body = {"calls": [{"id": "c1", "name": "write_file", "arguments": arguments}]}
+    response = client.post(
+        f"/api/v1/sessions/{session}/calls",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers=agent.headers,
+    )
+    assert response.status_code in (200, 202), response.content
+    call = ToolCall.objects.get(session_id=session, tool_use_id="c1")
+    assert json.loads(call.raw_arguments)["password"] == value  # the live record: exact
+    received = AuditEvent.objects.get(subject=f"call:{call.pk}", kind="call.received")
+    assert json.loads(received.payload["arguments"])["password"] == marker("password", value)
+    # the value raw and JSON-escaped, and its word that is this test's own
+    visible = [value, json.dumps(value)[1:-1], *[w for w in value.split() if "7c1d" in w]]
+    stored = AuditEvent.objects.filter(chain=session).values_list("payload", flat=True)
+    make_user("aud-ws", groups=("auditor",))
+    client.login(username="aud-ws", password="pw-aud-ws")
+    shown = {
+        "stored": "\n".join(json.dumps(payload) for payload in stored),
+        "timeline": client.get(f"/audit/sessions/{session}/").content.decode(),
+        "export": streamed_body(client.get(f"/audit/sessions/{session}/export.jsonl")),
+    }
+    for where, text in shown.items():
+        leaked = [part for part in visible if part in text]
+        assert not leaked, f"{where} shows {leaked}"
+    assert "[masked:password#" in shown["export"]
+
+
+def test_a_secret_keys_value_with_other_syntax_is_still_kept() -> None:
+    """White space alone no longer keeps a value visible; the rest of the syntax does."""
+    for value in ("a b; rm -rf ~", "pass $(id)", "x `id`"):
+        assert mask_secrets({"password": value}) == {"password": value}
+        text = json.dumps({"password": value})
+        assert mask_text(text) == text
+    assert mask_text('DB_PASSWORD="s3cr3t two words"') == 'DB_PASSWORD="s3cr3t two words"'

@@ -76,3 +76,51 @@ def test_a_flipping_nested_workspace_never_leads_the_file_tools_elsewhere(
     leaked = [out for out in read if "the person's" in out]
     assert not leaked, f"{len(leaked)} of {len(read)} reads returned the person's file"
     assert min(reached.values()) >= DONE, reached
+
+
+DOT_PATHS = (".", "..", "./", "sub/.", "sub/..", "sub/../.")
+DOT_ROUNDS = 300
+
+
+def test_delete_file_of_a_dot_path_is_refused_cleanly_while_the_workspace_flips(
+    workspace: Path,
+) -> None:
+    """Before the fix delete_file of '.' or 'a/..' resolved the workspace's path again to
+    tell whether the path named the workspace itself; with A/x flipping, that resolve
+    raised EINVAL (a readlink of what was no longer a link), a raw OSError the worker
+    turned into an unclear error. Now such a path is refused by its text, before anything
+    is resolved, and any OSError of the race becomes a tool error."""
+    if sandbox._owner() is None:
+        pytest.skip("needs Harness as root (the sandbox user)")
+    a, victim = nested_beside_a_victim(workspace, own="B's own\n")
+    nested = a / "x" / "B"
+    (nested / "sub").mkdir()
+    persons = {path.name: path.read_bytes() for path in (victim / "B").iterdir()}
+    ctx = ExecutionContext(workspace=nested, call_id="d4e", timeout=30, output_limit=20_000)
+    flipper = subprocess.Popen(
+        ["/usr/bin/python3", "-c", FLIPPER, str(a / "x"), str(a / "x-link")],
+        stdout=subprocess.PIPE,
+    )
+    assert flipper.stdout is not None
+    escaped: list[OSError] = []
+    answers: set[str] = set()
+    try:
+        assert flipper.stdout.readline() == b"flipping\n"
+        for _ in range(DOT_ROUNDS):
+            for path in (*DOT_PATHS, "sub/gone"):
+                try:
+                    delete_file.TOOL.execute(ctx, {"path": path})
+                except ToolError as error:
+                    if path in DOT_PATHS:
+                        answers.add(str(error).split(":")[0])
+                except OSError as error:
+                    escaped.append(error)
+    finally:
+        flipper.kill()
+        flipper.wait()
+    assert not escaped, f"{len(escaped)} raw OSErrors escaped delete_file: {escaped[:3]}"
+    assert answers == {f"Refusing to delete {path!r}" for path in DOT_PATHS}
+    assert {path.name: path.read_bytes() for path in (victim / "B").iterdir()} == persons
+    # (the flipper stopped at either state: B's tree is under whichever name is no link)
+    [own] = [path / "B" for path in (a / "x", a / "x-link") if not path.is_symlink()]
+    assert (own / "sub").is_dir() and (own / "secret").read_text() == "B's own\n"
