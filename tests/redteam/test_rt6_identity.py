@@ -1,0 +1,44 @@
+"""rt6, the people side: an identity provider's verified email never links a team
+admin's account (a team admin changes their team's policy layer, its agents' tokens and
+its people's rules: privileged, as an organization admin is), through the real OpenID
+provider on loopback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from audit.models import AuditEvent
+from teams.services import add_member, create_team
+from tests.support import oidc
+from tests.support.factories import make_user, unique
+
+pytestmark = [pytest.mark.django_db, pytest.mark.heavy]
+
+
+@pytest.fixture
+def provider(settings: Any) -> Any:
+    with oidc.oidc_provider() as running:
+        oidc.configure(settings, running)
+        yield running
+
+
+def test_a_verified_email_never_links_a_team_admins_account(provider: oidc.Provider) -> None:
+    team = create_team(name=unique("pay"), actor="test")
+    admin = make_user(unique("teamadmin"))
+    admin.email = f"{admin.username}@corp.test"
+    admin.save()
+    add_member(team=team, user=admin, role="admin", actor="test")
+    sub = unique("mallory")
+    provider.set_person(sub, email=admin.email, email_verified=True, preferred_username="m")
+    client = Client()
+    response = oidc.sign_in(client, provider, sub)
+    assert response.status_code == 403
+    assert "holds administrative rights" in response.content.decode()
+    assert not client.get("/").wsgi_request.user.is_authenticated
+    assert client.get(f"/teams/{team.pk}/").status_code == 302  # to the login page
+    assert not admin.socialaccount_set.exists()
+    refused = AuditEvent.objects.filter(kind="sso.link_refused", subject=f"user:{admin.username}")
+    assert refused.get().payload["uid"] == sub
