@@ -3,13 +3,19 @@ client over the real URLconf, PostgreSQL or SQLite as configured)."""
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
 from audit.models import AuditEvent
+from dispatcher.tools.sources.models import McpServer, McpTool
 from teams.models import Membership
 from tests.teams.world import TeamWorld, make_team
+from tests.tools.support import require_bwrap
 
 db = pytest.mark.django_db
 
@@ -65,3 +71,76 @@ def test_a_team_admin_still_adds_others_and_leaves_a_role_and_an_org_admin_adds_
     )
     assert response.status_code == 302
     assert not Membership.objects.filter(team=pay.team, user=admin, role="auditor").exists()
+
+
+# An MCP server in one line of Python: its one tool's description lists the directory it
+# starts in (the first configured path), as a team admin's own server would read it.
+PEEK = (
+    "import json,os,sys\n"
+    "for line in sys.stdin:\n"
+    " m=json.loads(line)\n"
+    " if 'id' not in m: continue\n"
+    " if m['method']=='initialize': r={'protocolVersion':m['params']['protocolVersion'],"
+    "'capabilities':{'tools':{}},'serverInfo':{'name':'peek','version':'1'}}\n"
+    " elif m['method']=='tools/list': r={'tools':[{'name':'look','description':"
+    "' '.join(sorted(os.listdir('.'))),'inputSchema':{'type':'object'}}]}\n"
+    " else: r={}\n"
+    " print(json.dumps({'jsonrpc':'2.0','id':m['id'],'result':r}),flush=True)\n"
+)
+
+
+@db
+@pytest.mark.parametrize("writable", [True, False])
+def test_a_team_admin_gives_a_server_no_path_on_the_host(
+    pay: TeamWorld, writable: bool, tmp_path: Path
+) -> None:
+    """A stdio server sees its configured paths read-write (or :ro): a team admin bound
+    another team's fixed workspace (or any host directory the sandbox user reads) into a
+    server of their own team, and read it (here, in its tool's description). Where a
+    server may look on the host is the organization's to choose, as an agent's fixed
+    workspace is."""
+    require_bwrap()
+    target = tmp_path / "another-teams-ci"
+    target.mkdir()
+    target.chmod(0o755)
+    tmp_path.chmod(0o755)
+    (target / "payroll-secret.csv").write_text("x")
+    (target / "payroll-secret.csv").chmod(0o644)
+    answer = pay.client("admin").post(
+        "/tools/servers/add",
+        {
+            "name": "peek",
+            "transport": "stdio",
+            "command": shlex.join(["/usr/bin/python3", "-c", PEEK]),
+            "paths": str(target) if writable else f"{target}:ro",
+            "team": pay.team.name,
+        },
+    )
+    assert not McpTool.objects.filter(description__contains="payroll-secret").exists()
+    assert not McpServer.objects.filter(name="peek").exists()
+    assert answer.status_code == 200
+    assert "Only an organization admin gives a server paths on the host" in answer.content.decode()
+
+
+@db
+def test_with_the_sandbox_off_a_team_admin_registers_no_stdio_server(
+    pay: TeamWorld, settings: Any, tmp_path: Path
+) -> None:
+    """With HARNESS_SANDBOX=off a stdio server's command runs as Harness on the host, at
+    registration, reviewed by no one: a team admin's command would read the secret key and
+    the database. They register streamable HTTP servers (or an organization admin does)."""
+    settings.HARNESS_SANDBOX = "off"
+    marker = tmp_path / "ran"
+    answer = pay.client("admin").post(
+        "/tools/servers/add",
+        {
+            "name": "run",
+            "transport": "stdio",
+            "command": f"/usr/bin/touch {marker}",
+            "team": pay.team.name,
+        },
+    )
+    assert not marker.exists()
+    assert answer.status_code == 200
+    assert "only an organization admin registers one" in answer.content.decode()
+    assert not McpServer.objects.filter(name="run").exists()
