@@ -42,3 +42,35 @@ def test_a_verified_email_never_links_a_team_admins_account(provider: oidc.Provi
     assert not admin.socialaccount_set.exists()
     refused = AuditEvent.objects.filter(kind="sso.link_refused", subject=f"user:{admin.username}")
     assert refused.get().payload["uid"] == sub
+
+
+@pytest.mark.parametrize("factor", ["totp", "none"])
+def test_the_admin_sign_in_never_skips_the_second_factor(factor: str) -> None:
+    """Django admin's own /admin/login/ signed a superuser in with the password alone:
+    their authenticator app (allauth's second step) was never asked for, and the session
+    opened every page (the queue, decisions, permissions). It now sends the person to the
+    one sign-in page, which asks for the factor."""
+    from allauth.mfa.totp.internal.auth import TOTP, generate_totp_secret
+
+    root = make_user(unique("root"))
+    root.is_staff = root.is_superuser = True
+    root.save()
+    if factor == "totp":
+        TOTP.activate(root, generate_totp_secret())
+    client = Client()
+    password = {"username": root.username, "password": "pw-" + root.username}
+    posted = client.post("/admin/login/?next=/admin/", password)
+    assert not client.get("/").wsgi_request.user.is_authenticated
+    assert client.get("/approvals/").status_code == 302  # to the login page
+    assert posted.status_code == 302 and posted["Location"].startswith("/accounts/login/")
+    page = client.get("/admin/login/?next=/admin/")
+    assert page.status_code == 302
+    assert page["Location"].startswith("/accounts/login/?next=")
+    signed = client.post(
+        "/accounts/login/", {"login": root.username, "password": "pw-" + root.username}
+    )
+    if factor == "totp":
+        assert signed["Location"] == "/accounts/2fa/authenticate/"
+        assert client.get("/admin/").status_code == 302  # not signed in yet
+    else:
+        assert client.get("/admin/").status_code == 200  # the same sign-in opens the admin
