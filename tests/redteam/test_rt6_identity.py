@@ -74,3 +74,25 @@ def test_the_admin_sign_in_never_skips_the_second_factor(factor: str) -> None:
         assert client.get("/admin/").status_code == 302  # not signed in yet
     else:
         assert client.get("/admin/").status_code == 200  # the same sign-in opens the admin
+
+
+def test_a_team_admin_the_provider_made_signs_in_again(
+    provider: oidc.Provider, settings: Any
+) -> None:
+    """What the provider made (an account at first sign-in, its team admin role by the
+    group map) is matched by its subject after: not refused as a link by email."""
+    import json
+
+    from identity.group_map import parse_group_map
+    from teams.scope import scope_of
+
+    team = unique("sre")
+    settings.HARNESS_SSO_GROUP_MAP = parse_group_map(json.dumps({"leads": f"team:{team}:admin"}))
+    sub = unique("lead")
+    provider.set_person(sub, email=f"{sub}@corp.test", email_verified=True, groups=["leads"])
+    for _ in range(2):
+        client = Client()
+        assert oidc.sign_in(client, provider, sub).status_code == 302
+        person = client.get("/").wsgi_request.user
+        assert person.is_authenticated
+        assert not scope_of(person, "admin").empty
