@@ -3,6 +3,7 @@ client over the real URLconf, PostgreSQL or SQLite as configured)."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from django.test import Client
 from audit.models import AuditEvent
 from dispatcher.tools.sources.models import McpServer, McpTool
 from teams.models import Membership
+from tests.support.factories import unique
 from tests.teams.world import TeamWorld, make_team
 from tests.tools.support import require_bwrap
 
@@ -144,3 +146,45 @@ def test_with_the_sandbox_off_a_team_admin_registers_no_stdio_server(
     assert answer.status_code == 200
     assert "only an organization admin registers one" in answer.content.decode()
     assert not McpServer.objects.filter(name="run").exists()
+
+
+@db
+@pytest.mark.parametrize("elsewhere", ["member of another team", "organization reviewer"])
+def test_a_team_admin_rotates_no_token_of_an_agent_whose_owner_they_do_not_manage(
+    pay: TeamWorld, elsewhere: str
+) -> None:
+    """A team admin makes no agent owned by a person beyond their teams (their rules are
+    not the team admin's); rotating the token of such a person's agent (one an
+    organization admin made in the team) handed them the same: a credential that acts as
+    that person's agent, under that person's rules, in their name."""
+    from audit.roles import grant_role
+    from teams.services import add_member, create_team
+
+    owner = pay.agent.owner
+    if elsewhere == "organization reviewer":
+        grant_role(user=owner, role="reviewer", actor="test")
+    else:
+        add_member(
+            team=create_team(name=unique("infra"), actor="test"),
+            user=owner,
+            role="auditor",
+            actor="test",
+        )
+    answer = pay.client("admin").post(f"/agents/{pay.agent.agent.pk}/rotate")
+    assert answer.status_code == 403
+    assert "only an organization admin" in answer.content.decode()
+    assert not re.search(r"hrn_[0-9a-f]{8}_", answer.content.decode())
+    assert not AuditEvent.objects.filter(kind="agent.token_rotated").exists()
+    started = Client().post(
+        "/api/v1/sessions", data="{}", content_type="application/json", headers=pay.agent.headers
+    )
+    assert started.status_code == 201  # the old token still works
+
+
+@db
+def test_a_team_admin_still_rotates_the_token_of_an_agent_of_their_own_people(
+    pay: TeamWorld,
+) -> None:
+    answer = pay.client("admin").post(f"/agents/{pay.agent.agent.pk}/rotate")
+    assert answer.status_code == 200
+    assert re.search(r"hrn_[0-9a-f]{8}_", answer.content.decode())
