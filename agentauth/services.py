@@ -189,6 +189,26 @@ def stop_agents_of_leaver(*, team: Team, user: User, actor: str) -> dict[str, An
     return {"agents_revoked": revoked} if revoked else {}
 
 
+def stop_signed_in_agents_of(
+    *, user: User, actor: str, sponsor: User | None = None
+) -> dict[str, Any]:
+    """A deactivation step (settings.HARNESS_DEACTIVATION_STEPS, inside audit.roles.
+    deactivate's transaction, before the agents are handed over): each active agent a
+    client signed in for `user` (OAuth consent or `harness-hook login`'s device code;
+    whoever owns it now) is revoked, its tokens deleted. Its tokens are in the leaver's
+    client: handed to a sponsor, they would go on acting under the sponsor's rules."""
+    signed_in = (
+        Agent.objects.select_for_update(of=("self",))
+        .filter(oauth_client__owner=user, is_active=True)
+        .order_by("pk")
+    )
+    revoked: list[str] = []
+    for agent in signed_in:
+        revoke_agent(agent=agent, actor=actor)
+        revoked.append(agent.name)
+    return {"signed_in_agents_revoked": revoked} if revoked else {}
+
+
 @transaction.atomic
 def revoke_agent(*, agent: Agent, actor: str) -> None:
     """Revoke the agent (its bearer token and every OAuth token stop at once)."""

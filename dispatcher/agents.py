@@ -282,11 +282,19 @@ def release_agents_of(*, user: User, actor: str, sponsor: User | None = None) ->
 @transaction.atomic
 def rotate_token(*, agent: Agent, actor: str) -> str:
     """Give an active agent a new token and return it (shown once); the old one stops
-    working at once. Raises ServiceError for a revoked agent (revoked is final)."""
+    working at once. Raises ServiceError for a revoked agent (revoked is final), and for
+    an agent a client signed in for its owner (OAuth consent, `harness-hook login`): its
+    credentials are the tokens only that person's client holds, in the mode they
+    consented to; a bearer token would act for them beside it, in their own mode."""
     token, prefix = _new_token()
     old = Agent.objects.select_for_update().filter(pk=agent.pk, is_active=True).first()
     if old is None:
         raise ServiceError(f"Agent '{agent.name}' is revoked; create a new agent instead.")
+    if Agent.objects.filter(pk=agent.pk, oauth_client__isnull=False).exists():
+        raise ServiceError(
+            f"Agent '{agent.name}' was signed in by its owner through their client: it has "
+            "no token to rotate. Sign it out or revoke it; its owner signs in again."
+        )
     Agent.objects.filter(pk=agent.pk).update(token_prefix=prefix, token_hash=_hash_token(token))
     record_event(
         kind=kinds.AGENT_TOKEN_ROTATED,

@@ -15,7 +15,7 @@ from django.contrib import messages
 from django.contrib.auth.models import User
 from django.db import IntegrityError
 from django.db.models import Count, Max, OuterRef, Subquery
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -216,8 +216,16 @@ def _detail(request: HtmxHttpRequest, agent: Agent, *, token: str = "") -> HttpR
 @role_required(ADMIN)
 @require_POST
 def agent_rotate(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
-    """A new token for the agent, shown once; the old one stops working now."""
+    """A new token for the agent, shown once; the old one stops working now. A team admin
+    rotates the tokens only of agents whose owner is wholly inside their teams, the people
+    they make agents for (a new token is a new credential acting as that person's agent)."""
     agent = get_object_or_404(_agents(request).select_related("owner", "team"), pk=agent_id)
+    if not wholly_within(request.reach, agent.owner):
+        return HttpResponseForbidden(
+            f"{agent.owner.get_username()} is also in another team or holds an organization "
+            "role: only an organization admin makes a token for an agent they own.",
+            content_type="text/plain; charset=utf-8",
+        )
     try:
         token = agents.rotate_token(agent=agent, actor=_actor(request))
     except ServiceError as problem:

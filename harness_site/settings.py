@@ -455,6 +455,8 @@ HARNESS_ASK_RECORDER = "approvals.asks.record_ask"
 # the audit event; checked at start-up (audit.E010).
 HARNESS_DEACTIVATION_STEPS = [
     "approvals.services.void_votes_of",
+    # (before the hand-over: a signed-in agent's tokens are in the leaver's client)
+    "agentauth.services.stop_signed_in_agents_of",
     "dispatcher.agents.release_agents_of",
 ]
 # What a person's leaving a team does (teams.services.remove_member, when the role removed

@@ -1,3 +1,4 @@
+from allauth.account.decorators import secure_admin_login
 from django.contrib import admin
 from django.urls import include, path
 
@@ -11,6 +12,10 @@ from . import views
 api.add_router("/hooks", claude_code.router)
 api.add_router("/hooks", codex.router)
 api.add_router("/hooks", gemini.router)
+
+# The admin's own sign-in form would sign a person in with the password alone (allauth's
+# second factor, rate limits and sign-in rules are on /accounts/login/): it sends them there.
+admin.site.login = secure_admin_login(admin.site.login)  # type: ignore[method-assign]
 
 urlpatterns = [
     path("", views.home, name="home"),

@@ -1,8 +1,8 @@
 """The one authentication backend: allauth's username-and-password check, closed to
 everyone but the break-glass accounts while single sign-on is the only way in.
 
-Also used by Django's admin sign-in (/admin/login/), so no password door stays open
-beside the login page. Single sign-on does not authenticate through a backend: allauth
+Django's admin sign-in (/admin/login/) sends people to the login page
+(harness_site.urls), so no password door stays open beside it. Single sign-on does not authenticate through a backend: allauth
 signs the provider's person in directly (and names this backend in the session).
 """
 

@@ -13,7 +13,7 @@ from django.contrib import messages
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -23,6 +23,10 @@ from . import services
 from .models import Membership, Team, TeamRole
 
 ONLY_ORG_ADMINS = "Only organization admins make teams."
+NOT_YOURSELF = (
+    "You cannot give yourself a role in your team: an organization admin gives a team's "
+    "admins their roles (you would otherwise review or audit the agents you manage)."
+)
 
 
 def _actor(request: HtmxHttpRequest) -> str:
@@ -92,6 +96,8 @@ def _member_change(request: HtmxHttpRequest, team_id: int, *, add: bool) -> Http
     if user is None:
         messages.error(request, f"No user named '{username[:150]}'.")
         return redirect("teams:detail", team_id=team.pk)
+    if add and user.pk == request.user.pk and not request.reach.everything:
+        return HttpResponseForbidden(NOT_YOURSELF, content_type="text/plain; charset=utf-8")
     change = services.add_member if add else services.remove_member
     try:
         changed = change(team=team, user=user, role=role, actor=_actor(request))

@@ -19,6 +19,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from audit.roles import ADMIN, HtmxHttpRequest, role_required
+from dispatcher.tools import sandbox
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.management.report import LINES
 from dispatcher.tools.sources.models import McpServer, McpTool, ServerVersion, ToolState
@@ -76,6 +77,23 @@ def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def _team_admin_may_register(command: list[str], paths: list[str]) -> None:
+    """What a team's admin may not give a server (ServiceError saying why): paths on the
+    host, which the server sees (another team's fixed workspace, any directory the sandbox
+    user reads), as they give no agent a fixed workspace; and with the sandbox off, a
+    stdio command at all, which would run as Harness at registration."""
+    if paths:
+        raise ServiceError(
+            "Only an organization admin gives a server paths on the host: leave Paths empty "
+            "(the server starts in a private /tmp), or ask an organization admin."
+        )
+    if command and sandbox.mode() == "off":
+        raise ServiceError(
+            "With HARNESS_SANDBOX=off a stdio server runs as Harness on the host, so only an "
+            "organization admin registers one: register a streamable HTTP server instead."
+        )
+
+
 @require_POST
 @role_required(ADMIN)
 def add(request: HtmxHttpRequest) -> HttpResponseBase:
@@ -83,6 +101,8 @@ def add(request: HtmxHttpRequest) -> HttpResponseBase:
     try:
         team = _team(request, data.get("team", "").strip())
         command = shlex.split(data.get("command", "")) if data.get("transport") == "stdio" else []
+        if not request.reach.everything:
+            _team_admin_may_register(command, _lines(data.get("paths", "")))
         server, report = services.add_server(
             name=data.get("name", "").strip(),
             actor=_actor(request),
