@@ -299,6 +299,17 @@ def deliver(delivery_id: str) -> None:
             state=Delivery.State.GAVE_UP, last_error="The channel was disabled."
         )
         return
+    if delivery.recipient is not None and not _still_asked(delivery):
+        # (planned before the person lost the role, the team, the account or their
+        # place: a message now would show them a call they may no longer see)
+        Delivery.objects.filter(pk=delivery.pk).update(
+            state=Delivery.State.GAVE_UP,
+            last_error=(
+                f"Not sent: {delivery.recipient.get_username()} no longer reviews this call "
+                "(their account, role or team changed, or the quorum no longer needs them)."
+            ),
+        )
+        return
     attempts = delivery.attempts + 1
     try:
         status, external = _send(delivery)
@@ -327,6 +338,17 @@ def deliver(delivery_id: str) -> None:
         response_status=status,
         external=external or delivery.external,
     )  # last_error stays: the page shows what failed before it went through
+
+
+def _still_asked(delivery: Delivery) -> bool:
+    """Whether a delivery to a person is still theirs to get: the recipients are worked
+    out again at sending, as a webhook's or Slack's are (an email or a push planned
+    before a role was removed or an account deactivated is not sent)."""
+    tier = delivery.event == Delivery.Event.ESCALATED
+    if delivery.event != Delivery.Event.ASKED and not tier:
+        return True
+    people = recipients(delivery.channel, delivery.approval, tier)
+    return any(p.pk == delivery.recipient_id for p in people)
 
 
 def _send(delivery: Delivery) -> tuple[int | None, dict[str, str] | None]:
