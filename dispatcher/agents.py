@@ -56,9 +56,11 @@ def create_agent(
     actor: str,
     team: Team | None = None,
     sponsor: User | None = None,
+    shown_to: User | None = None,
 ) -> tuple[Agent, str]:
     """Create an agent of `team` (the default team when none is named) and return it with
-    its token. The token is never stored or shown again."""
+    its token. The token is never stored or shown again. `shown_to`: the person who is
+    shown it (the dashboard's user), who can act as the agent from then on."""
     if workspace:
         path = Path(workspace).expanduser().resolve()
         reason = sandbox.exposed_state(path)
@@ -79,6 +81,7 @@ def create_agent(
         name=name,
         token_prefix=prefix,
         token_hash=_hash_token(token),
+        token_shown_to=shown_to,
         workspace=workspace,
     )
     PermissionProfile.objects.get_or_create(user=owner, defaults=default_profile())
@@ -280,9 +283,9 @@ def release_agents_of(*, user: User, actor: str, sponsor: User | None = None) ->
 
 
 @transaction.atomic
-def rotate_token(*, agent: Agent, actor: str) -> str:
-    """Give an active agent a new token and return it (shown once); the old one stops
-    working at once. Raises ServiceError for a revoked agent (revoked is final), and for
+def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> str:
+    """Give an active agent a new token and return it (shown once to `shown_to`, who can
+    act as the agent from then on); the old one stops working at once. Raises ServiceError for a revoked agent (revoked is final), and for
     an agent a client signed in for its owner (OAuth consent, `harness-hook login`): its
     credentials are the tokens only that person's client holds, in the mode they
     consented to; a bearer token would act for them beside it, in their own mode."""
@@ -295,7 +298,9 @@ def rotate_token(*, agent: Agent, actor: str) -> str:
             f"Agent '{agent.name}' was signed in by its owner through their client: it has "
             "no token to rotate. Sign it out or revoke it; its owner signs in again."
         )
-    Agent.objects.filter(pk=agent.pk).update(token_prefix=prefix, token_hash=_hash_token(token))
+    Agent.objects.filter(pk=agent.pk).update(
+        token_prefix=prefix, token_hash=_hash_token(token), token_shown_to=shown_to
+    )
     record_event(
         kind=kinds.AGENT_TOKEN_ROTATED,
         actor=actor,
@@ -303,6 +308,7 @@ def rotate_token(*, agent: Agent, actor: str) -> str:
         payload={"name": agent.name, "old_token_prefix": old.token_prefix, "token_prefix": prefix},
     )
     agent.token_prefix, agent.token_hash = prefix, _hash_token(token)
+    agent.token_shown_to = shown_to
     return token
 
 

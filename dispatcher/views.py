@@ -121,6 +121,7 @@ def _create(request: HtmxHttpRequest, form: dict[str, str]) -> tuple[Agent | Non
             workspace=form["workspace"],
             actor=_actor(request),
             team=team,
+            shown_to=request.user,
         )
     except IntegrityError:
         return None, "", f"{owner.get_username()} already has an agent named '{form['name']}'."
@@ -227,7 +228,7 @@ def agent_rotate(request: HtmxHttpRequest, agent_id: int) -> HttpResponse:
             content_type="text/plain; charset=utf-8",
         )
     try:
-        token = agents.rotate_token(agent=agent, actor=_actor(request))
+        token = agents.rotate_token(agent=agent, actor=_actor(request), shown_to=request.user)
     except ServiceError as problem:
         messages.error(request, str(problem))
         return redirect("agents:detail", agent_id=agent.pk)
