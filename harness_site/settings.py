@@ -347,6 +347,9 @@ SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
 SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
 SOCIALACCOUNT_LOGIN_ON_GET = False
 SOCIALACCOUNT_STORE_TOKENS = False
+# Connecting a provider account to a signed-in account asks for the password (or second
+# factor) again: a session taken over cannot add a way back in that outlives it.
+SOCIALACCOUNT_REAUTHENTICATION_REQUIRED = True
 SOCIALACCOUNT_REQUESTS_TIMEOUT = 10
 # Password sign-in only as break-glass: with HARNESS_SSO_ONLY, only these local accounts
 # (usernames, comma-separated) may sign in with a password; each such sign-in is audited

@@ -142,9 +142,16 @@ def test_a_privileged_person_connects_the_provider_from_their_account(
     admin = _privileged("orgadmin", settings)
     sub = unique("admin-sub")
     provider.set_person(sub, email=admin.email, email_verified=True, preferred_username="a")
+    # Connecting a provider account asks for the password again first
+    # (SOCIALACCOUNT_REAUTHENTICATION_REQUIRED): a session taken over adds no way back in.
     client = Client()
     assert client.login(username=admin.username, password="pw-" + admin.username)
-    connected = oidc.sign_in(client, provider, sub, process="connect")
+    back = oidc.sign_in(client, provider, sub, process="connect")
+    assert back.status_code == 302 and back["Location"].startswith("/accounts/reauthenticate/")
+    assert not admin.socialaccount_set.exists()
+    wrong = client.post(back["Location"], {"password": "not-it"})
+    assert wrong.status_code == 200 and not admin.socialaccount_set.exists()
+    connected = client.post(back["Location"], {"password": "pw-" + admin.username})
     assert connected.status_code == 302, connected.content
     assert admin.socialaccount_set.get().uid == sub
     fresh = Client()
