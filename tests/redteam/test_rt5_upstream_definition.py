@@ -83,3 +83,30 @@ def test_an_approval_does_not_carry_over_to_a_definition_accepted_while_it_waite
     again = ToolCall.objects.get(edited_from=call.pk)
     assert again.status == Status.PENDING_APPROVAL
     assert again.raw_arguments == call.raw_arguments
+
+
+def test_an_approval_does_not_carry_over_to_a_server_registered_again_while_it_waited(
+    live_stack: LiveStack, live_db: None, tmp_path: Path
+) -> None:
+    """Removed and added again under its name (the same tool definitions, but another
+    registration: it could be another program or URL), the server's approved call is
+    shown again, not run on the new registration."""
+    variant = tmp_path / "variant.json"
+    variant.write_text("{}")
+    name = "s" + uuid.uuid4().hex[:8]
+    _register(name, variant)
+    fx = make_agent(mode="standard")
+    session = agents.start_session(agent=fx.agent, title="rt5")
+    call = submit_one(session, f"{name}__echo", {"text": "a"})
+    assert call.status == Status.PENDING_APPROVAL
+    services.remove_server(name=name, actor="test")
+    _register(name, variant)
+    review(call, make_user(unique("rev"), groups=("reviewer",)), approve=True)
+
+    def settled() -> bool:
+        call.refresh_from_db()
+        return call.status not in (Status.QUEUED, Status.RUNNING)
+
+    wait_until(settled, 30, "the worker to take the approved call")
+    assert call.status == Status.EDITED, (call.status, call.content)
+    assert "registered again" in call.content

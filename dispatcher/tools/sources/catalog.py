@@ -150,9 +150,9 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
                 read_only=flags["read_only"],
                 destructive=flags["destructive"],
                 open_world=flags["open_world"],
-                present_call=functools.partial(present_call, row.fingerprint),
+                present_call=functools.partial(present_call, server.pk, row.fingerprint),
                 changed_since=functools.partial(
-                    changed_since, server.name, row.name, row.fingerprint
+                    changed_since, server.name, row.name, server.pk, row.fingerprint
                 ),
             )
         )
@@ -172,25 +172,36 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
     return tuple(tools), teams
 
 
-def present_call(fingerprint: str, arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
-    """What a reviewer is shown of an upstream tool's call: its arguments, and the pinned
-    definition (its fingerprint) they are shown under, which the approval binds
-    (`changed_since`)."""
-    return {**default_present_call(arguments, workspace), "definition": fingerprint}
+def present_call(
+    server_id: int, fingerprint: str, arguments: dict[str, Any], workspace: Path
+) -> dict[str, Any]:
+    """What a reviewer is shown of an upstream tool's call: its arguments, and the server
+    registration and pinned definition (its fingerprint) they are shown under, which the
+    approval binds (`changed_since`)."""
+    shown = default_present_call(arguments, workspace)
+    return {**shown, "server_id": server_id, "definition": fingerprint}
 
 
 def changed_since(
     server: str,
     tool: str,
+    server_id: int,
     fingerprint: str,
     arguments: dict[str, Any],
     workspace: Path,
     presentation: dict[str, Any],
 ) -> str | None:
-    """Why an approved call must not run under the tool's definition now (`fingerprint`):
-    an admin accepted another definition of it after the reviewer was shown the call, so
-    what the reviewer approved was a call of another tool (description, schema or
-    annotations). None when it is the one shown (or the ask recorded none)."""
+    """Why an approved call must not run under the tool's server registration and
+    definition now (`server_id`, `fingerprint`): the server was registered again (removed
+    and added under its name: another program or URL), or an admin accepted another
+    definition of the tool (description, schema or annotations), after the reviewer was
+    shown the call, so what the reviewer approved was a call of another tool. None when
+    it is the one shown (or the ask recorded none)."""
+    if "server_id" in presentation and presentation["server_id"] != server_id:
+        return (
+            f"the MCP server '{server}' has been registered again since the reviewer was "
+            "shown the call (its tools may now be another program's)"
+        )
     shown = presentation.get("definition")
     if shown is None or shown == fingerprint:
         return None
