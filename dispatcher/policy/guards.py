@@ -12,8 +12,9 @@ import functools
 import logging
 import posixpath
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from dispatcher.policy.context import CallContext
 from dispatcher.policy.parts import nested_commands, variable_commands
@@ -47,8 +48,9 @@ from dispatcher.policy.shell import (
     unwrap,
     unwrap_once,
 )
+from dispatcher.tools import client_tool
 from dispatcher.tools._paths import lexical_path_violation, path_violation
-from dispatcher.tools.base import command_argv, tool_paths
+from dispatcher.tools.base import Tool, command_argv, tool_paths
 
 logger = logging.getLogger(__name__)
 
@@ -106,14 +108,27 @@ def _embedded_path_violation(
 def command_blocklist(call: CallContext) -> str | None:
     """Deny commands no mode, rule or reviewer may allow (see `blocked_reason`).
 
-    Only for tools with a `command_argument`. A command the guard cannot read (an
-    unparsable shell string, wrappers nested absurdly deep) is denied: fail closed.
+    Only for tools with a `command_argument`, and for a `client_tool` call asking about
+    such a tool of a client (Claude Code's permission prompt asking about its `Bash`):
+    read as that tool's call. A command the guard cannot read (an unparsable shell string,
+    wrappers nested absurdly deep) is denied: fail closed.
     """
-    argument = call.tool.command_argument
-    if argument is None or argument not in call.arguments:
+    named = client_tool.named_tools(call.tool, call.arguments)
+    for tool, arguments in ((call.tool, call.arguments), *named):
+        answer = _command_answer(tool, arguments)
+        if answer is not None:
+            return answer
+    return None
+
+
+def _command_answer(tool: Tool, arguments: Mapping[str, Any]) -> str | None:
+    argument = tool.command_argument
+    if argument is None or argument not in arguments:
         return None
-    argv = command_argv(call.tool, call.arguments)
+    argv = command_argv(tool, arguments)
     if argv is None:
+        if tool.command_shell:
+            return f"Argument '{argument}' must be one shell command string."
         return f"Argument '{argument}' must be a list of strings, e.g. ['git', 'status']."
     return _blocklist_answer(tuple(argv))
 

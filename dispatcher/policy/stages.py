@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jsonschema.exceptions import ValidationError
+from referencing.exceptions import Unresolvable
 
 from dispatcher.policy import layers
 from dispatcher.policy.context import CallContext, Decision
@@ -59,7 +60,20 @@ def resolve(name: str, client: str = API_CLIENT, team_id: int | None = None) -> 
 
 
 def validate(tool: Tool, arguments: dict[str, Any]) -> None:
-    errors: list[ValidationError] = list(validator_for(tool).iter_errors(arguments))
+    try:
+        errors: list[ValidationError] = list(validator_for(tool).iter_errors(arguments))
+    except (Unresolvable, RecursionError) as failed:
+        # A schema that is valid JSON Schema but cannot be applied (an upstream tool's
+        # `$ref` that leads nowhere, or into a loop): the arguments cannot be checked, so
+        # the call is refused, saying why (never a 500 the agent would retry for ever).
+        why = "a $ref that cannot be resolved" if isinstance(failed, Unresolvable) else None
+        raise Rejection(
+            "validate",
+            f"The input schema of tool '{tool.name}' cannot be applied "
+            f"({why or 'a loop of $refs'}), so its arguments cannot be checked and the "
+            "call was not run. Use another tool, or ask the user to have an admin look at "
+            "the tool's definition.",
+        ) from None
     if errors:
         raise Rejection("validate", messages.invalid_arguments(tool.name, errors))
 

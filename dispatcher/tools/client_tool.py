@@ -9,6 +9,9 @@ tool name and input as its arguments, so rules can still name it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from dispatcher.tools.base import Tool
 
 TOOL = Tool(
@@ -28,3 +31,22 @@ TOOL = Tool(
     },
     client_executed=True,
 )
+
+
+def named_tools(tool: Tool, arguments: Mapping[str, Any]) -> list[tuple[Tool, dict[str, Any]]]:
+    """For a call of this tool: each client tool set's own tool of the name it asks about,
+    with the input (Claude Code's `Bash` and Codex's, with `{"command": ...}`), so that
+    the guards read it as they read that tool's calls through its hook (the command
+    blocklist holds on every mode, whichever way a command is asked about). Empty for
+    any other tool, or a name no tool set lists."""
+    from dispatcher.tools import registry  # (the registry names this tool)
+
+    name, tool_input = arguments.get("tool_name"), arguments.get("input")
+    if tool is not TOOL or not isinstance(name, str) or not isinstance(tool_input, dict):
+        return []
+    return [
+        (named, tool_input)
+        for toolset in registry.client_toolsets()
+        for named in toolset.tools
+        if named.name == name
+    ]

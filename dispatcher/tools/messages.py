@@ -148,12 +148,14 @@ def edited(reviewer: str, tool_name: str, tool_use_id: str, arguments_json: str)
 def repreviewed(tool_name: str, tool_use_id: str, reason: str, *, diff: bool = False) -> str:
     """The note the model reads when an approved preview could not be applied because the
     workspace changed: nothing ran; the same call was previewed again and asks again.
-    `diff`: a file tool's approved diff, whose file changed: nothing was written."""
+    `diff`: an approved ask whose presentation no longer holds (a file tool's diff whose
+    file changed; an upstream tool whose definition changed): nothing ran."""
     if diff:
         return (
-            f"[A reviewer approved the diff of this '{tool_name}' call, but {reason}, so "
-            f"nothing was written. Harness showed it again as call '{tool_use_id}', which a "
-            "reviewer must approve again. What follows is that call's result.]"
+            f"[A reviewer approved this '{tool_name}' call as it was shown, but {reason}, so "
+            f"it did not run and nothing was written. Harness showed it again as call "
+            f"'{tool_use_id}', which a reviewer must approve again. What follows is that "
+            "call's result.]"
         )
     return (
         f"[A reviewer approved the previewed effect of this '{tool_name}' call, but {reason}, "

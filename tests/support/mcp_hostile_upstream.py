@@ -27,7 +27,9 @@ CALLS_FILE.cancel-delay exists, each `notifications/cancelled` is answered after
 number of seconds it holds (the client's sender, which sends one notification at a time,
 held meanwhile), with a line `cancel-held TIME {}` when it arrives. While
 CALLS_FILE.initialize-log exists, each `initialize` adds a line `initialize TIME
-{"probe": X-PROBE}` as it arrives.
+{"probe": X-PROBE}` as it arrives. While CALLS_FILE.bad-schemas exists, tools/list also
+lists `remote_ref` and `ref_loop`, whose input schemas (BAD_SCHEMAS) are valid JSON Schema
+that no arguments can be checked against (a `$ref` to a URL, a loop of `$ref`s).
 """
 
 from __future__ import annotations
@@ -46,6 +48,19 @@ DELAY_FILE = Path(CALLS_FILE + ".initialize-delay")
 CANCEL_DELAY_FILE = Path(CALLS_FILE + ".cancel-delay")
 INITIALIZE_LOG_FILE = Path(CALLS_FILE + ".initialize-log")
 SESSIONS_FILE = Path(CALLS_FILE + ".sessions")
+SCHEMAS_FILE = Path(CALLS_FILE + ".bad-schemas")
+# Input schemas that are valid JSON Schema but cannot be applied to any arguments.
+BAD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "remote_ref": {
+        "type": "object",
+        "properties": {"text": {"$ref": "https://schemas.example/text.json"}},
+    },
+    "ref_loop": {
+        "type": "object",
+        "properties": {"text": {"$ref": "#/$defs/a"}},
+        "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+    },
+}
 _written = threading.Lock()
 _sessions: set[str] = set()
 
@@ -116,7 +131,10 @@ class Handler(BaseHTTPRequestHandler):
             body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
             self.answer(body.encode(), session=session)
         elif method == "tools/list":
-            self.result(request_id, {"tools": [tool(name) for name in TOOLS]})
+            listed = [tool(name) for name in TOOLS]
+            if SCHEMAS_FILE.exists():
+                listed += [{**tool(n), "inputSchema": v} for n, v in BAD_SCHEMAS.items()]
+            self.result(request_id, {"tools": listed})
         elif method == "ping":
             self.result(request_id, {})
         elif method == "tools/call":

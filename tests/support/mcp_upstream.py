@@ -5,7 +5,8 @@
 
 A test changes what it lists through the JSON file named by UPSTREAM_VARIANT_FILE, read
 at start: {"echo_description": "...", "hide": ["pid"]} (a changed definition, a tool gone),
-"echo_annotations": {...} (echo's annotations instead of readOnlyHint alone).
+"echo_annotations": {...} (echo's annotations instead of readOnlyHint alone), "huge": true
+(a tool `huge` answering that many megabytes).
 `environment` answers the names of the variables the process got, `pid` its process id;
 with UPSTREAM_CALLS_FILE, `slow` adds a line to that file as each call starts.
 """
@@ -88,6 +89,14 @@ if VARIANT.get("hostile"):  # what a hostile or broken server may list and answe
     server.tool(name="nul_result", description="Answers a NUL character and a lot.")(nul_result)
     server.tool(name="bad name!", description="A name no model SDK accepts.")(nul_result)
     server.tool(name="nul_description", description="Hidden\x00text.")(nul_result)
+
+
+if VARIANT.get("huge"):  # a server answering one stdout line of any length
+
+    def huge(megabytes: float) -> str:
+        return "x" * int(megabytes * (1 << 20))
+
+    server.tool(name="huge", description="Answers that many megabytes of text.")(huge)
 
 
 if __name__ == "__main__":

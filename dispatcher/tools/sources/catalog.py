@@ -16,11 +16,12 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from django.db import DatabaseError
 
-from dispatcher.tools.base import Tool
+from dispatcher.tools.base import Tool, default_present_call
 from dispatcher.tools.sources import services, upstream
 from dispatcher.tools.sources.definitions import risk_flags
 from dispatcher.tools.sources.models import SEPARATOR, Generation, McpServer, McpTool, ToolState
@@ -149,6 +150,10 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
                 read_only=flags["read_only"],
                 destructive=flags["destructive"],
                 open_world=flags["open_world"],
+                present_call=functools.partial(present_call, server.pk, row.fingerprint),
+                changed_since=functools.partial(
+                    changed_since, server.name, row.name, server.pk, row.fingerprint
+                ),
             )
         )
     # (the sessions of servers no longer offered as they were, closed: removed, changed;
@@ -165,6 +170,45 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
         _offered.setdefault(server_id, set()).add(endpoint)
     upstream.POOL.keep_only(endpoints.values(), removed=removed)
     return tuple(tools), teams
+
+
+def present_call(
+    server_id: int, fingerprint: str, arguments: dict[str, Any], workspace: Path
+) -> dict[str, Any]:
+    """What a reviewer is shown of an upstream tool's call: its arguments, and the server
+    registration and pinned definition (its fingerprint) they are shown under, which the
+    approval binds (`changed_since`)."""
+    shown = default_present_call(arguments, workspace)
+    return {**shown, "server_id": server_id, "definition": fingerprint}
+
+
+def changed_since(
+    server: str,
+    tool: str,
+    server_id: int,
+    fingerprint: str,
+    arguments: dict[str, Any],
+    workspace: Path,
+    presentation: dict[str, Any],
+) -> str | None:
+    """Why an approved call must not run under the tool's server registration and
+    definition now (`server_id`, `fingerprint`): the server was registered again (removed
+    and added under its name: another program or URL), or an admin accepted another
+    definition of the tool (description, schema or annotations), after the reviewer was
+    shown the call, so what the reviewer approved was a call of another tool. None when
+    it is the one shown (or the ask recorded none)."""
+    if "server_id" in presentation and presentation["server_id"] != server_id:
+        return (
+            f"the MCP server '{server}' has been registered again since the reviewer was "
+            "shown the call (its tools may now be another program's)"
+        )
+    shown = presentation.get("definition")
+    if shown is None or shown == fingerprint:
+        return None
+    return (
+        f"the MCP server '{server}' has had another definition of its tool '{tool}' "
+        "accepted since the reviewer was shown the call"
+    )
 
 
 def held_message(name: str, team_id: int | None = None) -> str | None:

@@ -110,6 +110,30 @@ def unusable(server: str, definition: Definition) -> str | None:
         return f"Its input schema is not valid JSON Schema: {exc.message}."
     if definition.input_schema.get("type") != "object":
         return "Its input schema is not of type 'object'."
+    outside = _reference_outside(definition.input_schema)
+    if outside is not None:
+        return (
+            f"Its input schema refers to {outside[:200]!r}, outside itself; Harness never "
+            "fetches a schema, so calls could not be checked."
+        )
+    return None
+
+
+def _reference_outside(schema: Any) -> str | None:
+    """The first `$ref` (or `$dynamicRef`) of `schema` that is not to a part of itself
+    ("#..."), or None."""
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                    if not value.startswith("#"):
+                        return value
+                else:
+                    stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
     return None
 
 

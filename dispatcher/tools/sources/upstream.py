@@ -33,7 +33,7 @@ import httpx2
 import pydantic
 from django.conf import settings
 from mcp import ClientSession, StdioServerParameters, types
-from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, stdio_client
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared.exceptions import MCPError
@@ -45,6 +45,7 @@ from dispatcher.tools._paths import cap_text
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.sources.definitions import Definition
 from dispatcher.tools.sources.models import McpServer
+from dispatcher.tools.sources.stdio import bounded_stdio_client
 from floor import outbound
 
 logger = logging.getLogger(__name__)
@@ -52,8 +53,10 @@ logger = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 30.0
 MAX_PAGES = 100
 # The largest answer an HTTP server may send to one request (a tool result, a page of
-# tools); the door refuses more as it arrives rather than hold it whole in the worker.
-HTTP_ANSWER_BYTES = 32 << 20
+# tools), and the longest message a stdio server may send (one line,
+# stdio.bounded_stdio_client); more is refused as it arrives rather than held whole in
+# the worker.
+ANSWER_BYTES = 32 << 20
 # The calls one process has in flight on one HTTP server's session at once (each its own
 # POST, as the MCP client sends them); a call past them waits its turn, and is not sent
 # once its timeout has passed. Under the door's HTTP connections per client
@@ -177,11 +180,15 @@ def _stderr_log(endpoint: Endpoint) -> TextIO:
 
 @asynccontextmanager
 async def open_session(
-    endpoint: Endpoint, forgotten: Callable[[], None] | None = None
+    endpoint: Endpoint,
+    forgotten: Callable[[], None] | None = None,
+    too_large: Callable[[], None] | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized client session with the server (stdio: the process runs while it
     is open); `forgotten` is called when an HTTP server answers a request of the session
-    404, the session unknown to it (a server restarted, or one that ended it)."""
+    404, the session unknown to it (a server restarted, or one that ended it);
+    `too_large` when a stdio server sends a message past ANSWER_BYTES, which ends the
+    session (an HTTP server's answer past it fails its request alone: the door's cap)."""
     if endpoint.transport == "stdio":
         # (the writable paths' descriptors stay open while the server runs: its launcher
         # opens them again from this process when it starts)
@@ -192,7 +199,9 @@ async def open_session(
             started = False
             try:
                 async with (
-                    stdio_client(params, errlog=errlog) as (read, write),
+                    bounded_stdio_client(
+                        params, errlog, ANSWER_BYTES, too_large or (lambda: None)
+                    ) as (read, write),
                     ClientSession(read, write) as session,
                 ):
                     await session.initialize()
@@ -211,7 +220,7 @@ async def open_session(
 
     # Through the outbound door: the address policy, no redirects (floor.outbound).
     http = outbound.async_client(
-        limit=HTTP_ANSWER_BYTES,
+        limit=ANSWER_BYTES,
         headers=dict(endpoint.headers),
         timeout=httpx2.Timeout(CONNECT_TIMEOUT, read=endpoint.timeout + 5),
         event_hooks={"response": [answered]},
@@ -388,11 +397,12 @@ class Connection:
         # not sent, rather than open the old configuration's session again)
         self.superseded = False
         self.forgotten = False  # (the server answered 404: it no longer knows the session)
+        self.too_large = False  # (a stdio server sent a message past ANSWER_BYTES)
         self.task = asyncio.create_task(self._hold(), name=f"mcp-{endpoint.name}")
 
     async def _hold(self) -> None:
         try:
-            async with open_session(self.endpoint, self._forgotten) as session:
+            async with open_session(self.endpoint, self._forgotten, self._too_large) as session:
                 tools = await all_tools(session)
                 self.definitions = {t.name: Definition.from_mcp(t) for t in tools}
                 self.session = session
@@ -406,6 +416,9 @@ class Connection:
 
     def _forgotten(self) -> None:
         self.forgotten = True
+
+    def _too_large(self) -> None:
+        self.too_large = True
 
     @property
     def alive(self) -> bool:
@@ -661,6 +674,8 @@ class Pool:
                 raise TimeoutError(exc.error.message) from exc
             if exc.error.code == types.CONNECTION_CLOSED:
                 self._replace(connection)
+                if connection.too_large:  # (the server is stopped: its session ended)
+                    raise UpstreamError(f"its answer was larger than {ANSWER_BYTES} bytes") from exc
                 raise ToolError(messages_crashed(endpoint.name, tool)) from exc
             if connection.forgotten:  # (the next call gets a new session, not this one)
                 self._replace(connection)
