@@ -1,0 +1,132 @@
+"""Red team (rt8) of the quorum's places anyone may fill ("1 of sre" beside "2 approvals")
+and of who is told of a quorum.
+
+Held (kept as regressions, every request real, the races on real threads): two outsiders
+racing for the one anyone place never both count; one person's queue POST racing their
+own one-tap link counts once; three layers with three different requirements (the
+organization's 1 of sre, the team's 1 of dba, the owner's 3 in all) need all three.
+
+Fixed:
+- A quorum whose groups had no member who may decide it was told to no one (the routing
+  asked only people whose approval would fill an open place, and there were none), and
+  its escalation to the organization's reviewers none of them either: it waited unseen
+  until it expired. Now, when no one of the tier could fill a place, all of it is told
+  (they may deny it, or see that the group gets members).
+- An ask that no one could complete (2 of sre with one sre member who may decide it, 3
+  approvals with two reviewers) said nothing of it: it waited until it expired, or for
+  ever with HARNESS_EXPIRY_ACTION keep. Its reason now says so, and why.
+- A reviewer who had voted on a quorum naming no group was asked again by every later
+  notification (docs/notifications.md says a voter is not asked again).
+- An escalation's webhook (`approval.escalated`) carried no links, only an `outcome` of
+  a call still pending (docs/teams.md says it carries the next tier's links).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.test import Client
+
+from approvals import services as approvals
+from approvals.models import ApprovalRequest, Delivery
+from approvals.notifications import services as notifications
+from dispatcher import agents
+from teams.services import add_member, create_team, set_escalation
+from tests.approvals.conftest import ask
+from tests.approvals.test_quorum import WRITE, status_of
+from tests.notifications import receivers
+from tests.notifications.test_channels import SECRET, channel
+from tests.support.factories import AgentFixture, make_user, unique
+
+
+@pytest.fixture(autouse=True)
+def loopback_receivers_allowed(settings: Any) -> None:
+    settings.HARNESS_OUTBOUND_ALLOW = ["127.0.0.1"]
+
+
+def race(*actions: Callable[[], Any]) -> list[Any]:
+    """Run `actions` at once, each in its own thread (its own database connection)."""
+    barrier = threading.Barrier(len(actions))
+    results: list[Any] = [None] * len(actions)
+
+    def run(i: int, action: Callable[[], Any]) -> None:
+        try:
+            barrier.wait()
+            results[i] = action()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i, a)) for i, a in enumerate(actions)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def told(approval: ApprovalRequest, event: str = Delivery.Event.ASKED) -> list[str]:
+    """Who a real webhook channel's message asks (its links' reviewers), as sent."""
+    with receivers.webhook_receiver(SECRET) as server:
+        hook = channel("webhook", {"url": server.url + "/hook", "secret": SECRET})
+        ids = notifications.plan_ask(approval.pk, event=event)
+        for delivery_id in ids:
+            notifications.deliver(delivery_id)
+        body = server.wait_for(1)[0].json()
+    hook.enabled = False  # (its receiver is gone: a later call of this sends on a new one)
+    hook.save()
+    assert body["event"] == f"approval.{event}"
+    return sorted(link["reviewer"] for link in body["links"])
+
+
+def team_agent(team: Any) -> AgentFixture:
+    owner = make_user(unique("owner"), mode="standard")
+    agent, token = agents.create_agent(owner=owner, name=unique("agent"), actor="t", team=team)
+    return AgentFixture(agent, token, owner)
+
+
+def team_reviewer(team: Any, *groups: str) -> User:
+    user = make_user(unique("team-rev"))
+    add_member(team=team, user=user, role="reviewer", actor="t")
+    for name in groups:
+        user.groups.add(Group.objects.get_or_create(name=name)[0])
+    return user
+
+
+# --- Fixed: who is told ---------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_escalations_webhook_carries_the_next_tiers_links_and_they_decide() -> None:
+    """docs/teams.md: "a webhook receives approval.escalated with those links". It had
+    none (an `outcome` of a call still pending instead): the next tier's people got no
+    link through a webhook."""
+    pay, sec = (
+        create_team(name=unique("pay"), actor="t"),
+        create_team(name=unique("sec"), actor="t"),
+    )
+    fx = team_agent(pay)
+    team_reviewer(pay)
+    next_tier = team_reviewer(sec)
+    approval = ask(fx, WRITE)  # one approval, from anyone who may decide it
+    set_escalation(team=pay, after=30, to=sec, actor="t")
+    assert approvals.escalate_due(approval.created_at + timedelta(seconds=31)) == [approval.pk]
+    with receivers.webhook_receiver(SECRET) as server:
+        channel("webhook", {"url": server.url + "/hook", "secret": SECRET})
+        for delivery_id in notifications.plan_ask(approval.pk, event=Delivery.Event.ESCALATED):
+            notifications.deliver(delivery_id)
+        body = server.wait_for(1)[0].json()
+    assert body["event"] == "approval.escalated" and "outcome" not in body
+    [link] = body["links"]
+    assert link["reviewer"] == next_tier.username
+    path = link["approve"][link["approve"].index("/approvals/links/") :]
+    client = Client()
+    client.force_login(next_tier)
+    done = client.post(path, {"digest": approval.call.digest})
+    assert done.status_code == 200 and "Approved" in done.content.decode()
+    assert status_of(approval) == "queued"
