@@ -352,13 +352,14 @@ def _groups_refusal(approval: ApprovalRequest, user: AbstractBaseUser) -> Decisi
 
 def who_may_fill(approval: ApprovalRequest, user_ids: list[Any]) -> set[Any]:
     """Of `user_ids` (people who may decide the call: the caller checks reach and
-    separation of duties), those whose approval would fill a place still open: everyone
-    for a request that names no group; the group's members for a single group; for a
+    separation of duties), those whose approval would fill a place still open, less the
+    people who voted: everyone for a request that names no group; the group's members for
+    a single group; for a
     several-groups request, whoever's vote would count more (a place of one of their
     groups, one anyone may fill, or one a counted voter may move to), less the people who
     voted. Reads only (the notifications route asks by it)."""
     if not approval.group and not approval.groups:
-        return set(user_ids)
+        return set(user_ids) - set(_voters(approval)) if approval.is_quorum else set(user_ids)
     if approval.group:
         members = User.groups.through.objects.filter(
             user_id__in=user_ids, group__name=approval.group

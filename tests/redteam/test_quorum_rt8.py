@@ -33,16 +33,19 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test import Client
 
+from approvals import links
 from approvals import services as approvals
-from approvals.models import ApprovalRequest, Delivery
+from approvals.models import ApprovalRequest, Delivery, Vote
 from approvals.notifications import services as notifications
 from dispatcher import agents
+from dispatcher.policy import managed
 from teams.services import add_member, create_team, set_escalation
 from tests.approvals.conftest import ask
-from tests.approvals.test_quorum import WRITE, status_of
+from tests.approvals.test_quorum import WRITE, reviewer, status_of, vote
 from tests.notifications import receivers
 from tests.notifications.test_channels import SECRET, channel
-from tests.support.factories import AgentFixture, make_user, unique
+from tests.redteam.test_quorum_anyone import _org_asks, _owner_asks, sre_and_two
+from tests.support.factories import AgentFixture, make_agent, make_user, unique
 
 
 @pytest.fixture(autouse=True)
@@ -98,7 +101,94 @@ def team_reviewer(team: Any, *groups: str) -> User:
     return user
 
 
+# --- Held: races on PostgreSQL, three layers ------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_outsiders_racing_for_the_one_anyone_place_never_both_count() -> None:
+    approval = sre_and_two()
+    _, one = reviewer()
+    _, two = reviewer()
+    answers = race(lambda: vote(one, approval).status_code, lambda: vote(two, approval).status_code)
+    assert sorted(answers) == [200, 403]
+    assert Vote.objects.filter(approval=approval).count() == 1
+    assert status_of(approval) == "pending_approval"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queue_vote_racing_the_same_persons_link_counts_once() -> None:
+    approval = sre_and_two()
+    person, queue = reviewer("sre")
+    token = links.make_url(approval, person, "approve").rstrip("/").rsplit("/", 1)[-1]
+
+    def by_link() -> int:
+        client = Client()
+        client.force_login(person)
+        path = f"/approvals/links/{token}/"
+        return int(client.post(path, {"digest": approval.call.digest}).status_code)
+
+    answers = race(lambda: vote(queue, approval).status_code, by_link)
+    assert 200 in answers and set(answers) <= {200, 409}, answers
+    assert Vote.objects.filter(approval=approval).count() == 1
+    assert status_of(approval) == "pending_approval"
+
+
+@pytest.mark.django_db
+def test_three_layers_three_requirements_all_hold() -> None:
+    _org_asks({"rule": "write_file", "approvals": 1, "group": "sre"})
+    fx = make_agent(mode="standard")
+    Group.objects.get_or_create(name="dba")
+    dba = {"rule": "write_file", "approvals": 1, "group": "dba"}
+    managed.set_layer(team=fx.agent.team, document={"ask": [dba]}, actor="t")
+    _owner_asks(fx, {"rule": "write_file", "approvals": 3})
+    approval = ask(fx, WRITE)
+    assert approval.groups == [{"group": "sre", "count": 1}, {"group": "dba", "count": 1}]
+    assert (approval.approvals_required, approval.anyone) == (3, 1)
+    _, both = reviewer("sre", "dba")  # one person, one place
+    _, outsider = reviewer()
+    _, another = reviewer()
+    assert vote(both, approval).status_code == 200
+    assert vote(outsider, approval).status_code == 200
+    assert vote(another, approval).status_code == 403
+    assert status_of(approval) == "pending_approval"
+    _, dba_member = reviewer("dba")
+    assert vote(dba_member, approval).status_code == 200
+    assert status_of(approval) == "queued"
+
+
 # --- Fixed: who is told ---------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_group_quorum_no_member_of_which_may_decide_is_still_told_to_the_reviewers() -> None:
+    _org_asks({"rule": "write_file", "approvals": 1, "group": "sre"})
+    pay, infra = (
+        create_team(name=unique("pay"), actor="t"),
+        create_team(name=unique("in"), actor="t"),
+    )
+    fx = team_agent(pay)
+    team_reviewer(infra, "sre")  # sre's only member reviews another team
+    mine = team_reviewer(pay)
+    approval = ask(fx, WRITE)
+    assert approval.group == "sre"
+    assert told(approval) == [mine.username]  # before: [] (told to no one)
+    # Once sre has a member who may decide it, only they are asked.
+    member = team_reviewer(pay, "sre")
+    assert told(approval) == [member.username]
+
+
+@pytest.mark.django_db
+def test_its_escalation_to_the_organizations_reviewers_is_told_to_them() -> None:
+    _org_asks({"rule": "write_file", "approvals": 1, "group": "sre"})
+    pay = create_team(name=unique("pay"), actor="t")
+    fx = team_agent(pay)
+    team_reviewer(pay, "sre")  # may approve it, but did not in time
+    org, _ = reviewer()  # the organization's reviewer, in no group
+    approval = ask(fx, WRITE)
+    set_escalation(team=pay, after=30, to=None, actor="t")
+    assert approvals.escalate_due(approval.created_at + timedelta(seconds=31)) == [approval.pk]
+    approval.refresh_from_db()
+    assert told(approval, Delivery.Event.ESCALATED) == [org.username]  # before: []
 
 
 @pytest.mark.django_db
@@ -130,3 +220,14 @@ def test_an_escalations_webhook_carries_the_next_tiers_links_and_they_decide() -
     done = client.post(path, {"digest": approval.call.digest})
     assert done.status_code == 200 and "Approved" in done.content.decode()
     assert status_of(approval) == "queued"
+
+
+@pytest.mark.django_db
+def test_a_voter_of_a_quorum_naming_no_group_is_not_asked_again() -> None:
+    fx = make_agent(mode="standard")
+    _owner_asks(fx, {"rule": "write_file", "approvals": 2})
+    approval = ask(fx, WRITE)
+    voter, client = reviewer()
+    other, _ = reviewer()
+    assert vote(client, approval).status_code == 200
+    assert told(approval) == [other.username]  # before: both, the voter again
