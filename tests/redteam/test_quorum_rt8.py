@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
-from django.test import Client
+from django.test import Client, override_settings
 
 from approvals import links
 from approvals import services as approvals
@@ -231,3 +231,41 @@ def test_a_voter_of_a_quorum_naming_no_group_is_not_asked_again() -> None:
     other, _ = reviewer()
     assert vote(client, approval).status_code == 200
     assert told(approval) == [other.username]  # before: both, the voter again
+
+
+# --- Fixed: an ask no one can complete says so -----------------------------------------
+
+
+@pytest.mark.django_db
+def test_two_of_sre_with_one_sre_member_says_no_one_can_approve_it() -> None:
+    _org_asks({"rule": "write_file", "approvals": 2, "group": "sre"})
+    reviewer("sre")
+    _, outsider = reviewer()
+    approval = ask(make_agent(mode="standard"), WRITE)
+    assert "No one can approve it as things stand" in approval.reason
+    assert "the group 'sre' has 1 (it needs 2)" in approval.reason
+    page = outsider.get(f"/approvals/{approval.pk}/").content.decode()
+    assert "No one can approve it as things stand" in page
+    # With a second member it can complete: nothing is said.
+    reviewer("sre")
+    fresh = ask(make_agent(mode="standard"), WRITE)
+    assert "No one can approve" not in fresh.reason
+
+
+@override_settings(HARNESS_FORBID_SELF_APPROVAL=True)
+@pytest.mark.django_db
+def test_more_approvals_than_people_who_may_decide_says_so() -> None:
+    pay = create_team(name=unique("pay"), actor="t")
+    fx = team_agent(pay)
+    _owner_asks(fx, {"rule": "write_file", "approvals": 3})
+    team_reviewer(pay)
+    team_reviewer(pay)
+    fx.owner.groups.add(Group.objects.get_or_create(name="reviewer")[0])  # behind the agent
+    approval = ask(fx, WRITE)
+    assert "No one can approve it as things stand: 2 reviewers may decide it" in approval.reason
+    assert "the 3 distinct approvals it needs" in approval.reason
+    # The combined "1 of sre" and "2 approvals" with no sre member who may decide it.
+    _org_asks({"rule": "write_file", "approvals": 1, "group": "sre"})
+    mixed = ask(fx, WRITE, call_id="w2")
+    assert mixed.anyone == 2
+    assert "the group 'sre' has 0 (it needs 1)" in mixed.reason
