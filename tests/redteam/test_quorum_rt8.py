@@ -4,7 +4,8 @@ and of who is told of a quorum.
 Held (kept as regressions, every request real, the races on real threads): two outsiders
 racing for the one anyone place never both count; one person's queue POST racing their
 own one-tap link counts once; three layers with three different requirements (the
-organization's 1 of sre, the team's 1 of dba, the owner's 3 in all) need all three.
+organization's 1 of sre, the team's 1 of dba, the owner's 3 in all) need all three; a
+one-tap link of a reviewer outside sre fills the anyone place only, never sre's.
 
 Fixed:
 - A quorum whose groups had no member who may decide it was told to no one (the routing
@@ -154,6 +155,27 @@ def test_three_layers_three_requirements_all_hold() -> None:
     _, dba_member = reviewer("dba")
     assert vote(dba_member, approval).status_code == 200
     assert status_of(approval) == "queued"
+
+
+@pytest.mark.django_db
+def test_a_link_never_lets_a_non_member_fill_the_groups_place() -> None:
+    approval = sre_and_two()
+    first, second, member = reviewer()[0], reviewer()[0], reviewer("sre")[0]
+
+    def use(person: User) -> Any:
+        token = links.make_url(approval, person, "approve").rstrip("/").rsplit("/", 1)[-1]
+        client = Client()
+        client.force_login(person)
+        return client.post(f"/approvals/links/{token}/", {"digest": approval.call.digest})
+
+    assert use(first).status_code == 200  # the anyone place
+    refused = use(second)
+    assert refused.status_code == 403 and "you are in none of them" in refused.content.decode()
+    assert status_of(approval) == "pending_approval"
+    assert use(member).status_code == 200
+    assert status_of(approval) == "queued"
+    places = dict(Vote.objects.filter(approval=approval).values_list("voter_id", "group"))
+    assert places == {first.pk: "*", member.pk: "sre"}
 
 
 # --- Fixed: who is told ---------------------------------------------------------------
