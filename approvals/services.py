@@ -10,6 +10,7 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from audit import kinds
@@ -24,6 +25,7 @@ from dispatcher.proposals import ProposedCall, canonical_json
 from dispatcher.tools.write_file import bound_before
 from floor import compiled, errors
 from floor.compiled import Compiled
+from teams.models import Membership
 from teams.scope import Scope, ask_teams
 
 from . import live, stepup
@@ -60,6 +62,9 @@ def open_request(*, call: ToolCall, presentation: dict[str, Any]) -> ApprovalReq
         ],
         step_up=[str(v) for v in call.provenance.get("step_up", [])],
     )
+    stuck = out_of_reach(approval)  # (no statement for an ask that needs one approval)
+    if stuck:
+        approval.reason = f"{approval.reason} {stuck}"
     compiled.create(approval)  # (one prepared INSERT ... RETURNING: every ask writes one)
     return approval
 
@@ -356,13 +361,14 @@ def _groups_refusal(approval: ApprovalRequest, user: AbstractBaseUser) -> Decisi
 
 def who_may_fill(approval: ApprovalRequest, user_ids: list[Any]) -> set[Any]:
     """Of `user_ids` (people who may decide the call: the caller checks reach and
-    separation of duties), those whose approval would fill a place still open: everyone
-    for a request that names no group; the group's members for a single group; for a
+    separation of duties), those whose approval would fill a place still open, less the
+    people who voted: everyone for a request that names no group; the group's members for
+    a single group; for a
     several-groups request, whoever's vote would count more (a place of one of their
     groups, one anyone may fill, or one a counted voter may move to), less the people who
     voted. Reads only (the notifications route asks by it)."""
     if not approval.group and not approval.groups:
-        return set(user_ids)
+        return set(user_ids) - set(_voters(approval)) if approval.is_quorum else set(user_ids)
     if approval.group:
         members = User.groups.through.objects.filter(
             user_id__in=user_ids, group__name=approval.group
@@ -382,6 +388,59 @@ def who_may_fill(approval: ApprovalRequest, user_ids: list[Any]) -> set[Any]:
         trial = memberships | {"(candidate)": set(groups)}
         grows[groups] = len(assign(counts, [*voters, "(candidate)"], trial, anyone)) > before
     return {pk for pk, g in theirs.items() if grows[frozenset(g)]} - set(voters)
+
+
+def deciders(approval: ApprovalRequest) -> Any:
+    """Active people who may decide `approval` now: the organization's reviewers
+    (superusers hold every role) and the reviewers of the agent's team or of the team it
+    escalated to (teams.scope.ask_teams), less the people behind the agent under
+    separation of duties (HARNESS_FORBID_SELF_APPROVAL)."""
+    teams = [team for team in ask_teams(approval) if team is not None]
+    team_reviewers = Membership.objects.filter(team_id__in=teams, role=REVIEWER).values("user_id")
+    people = User.objects.filter(is_active=True).filter(
+        Q(is_superuser=True) | Q(groups__name=REVIEWER) | Q(pk__in=team_reviewers)
+    )
+    if settings.HARNESS_FORBID_SELF_APPROVAL:
+        people = people.exclude(pk__in=list(people_behind(approval.call.session.agent)))
+    return people.distinct()
+
+
+def out_of_reach(approval: ApprovalRequest) -> str:
+    """Why no set of the people who may decide a quorum now (`deciders`) can complete it
+    (a sentence), or "" when they can: fewer such people than its approvals, or fewer of
+    them in a group than its count. The ask says so (`open_request`), so that it does not
+    wait unexplained until it expires (or, with HARNESS_EXPIRY_ACTION keep, for ever)."""
+    if not approval.is_quorum:
+        return ""
+    required = approval.approvals_required
+    if approval.groups:
+        counts, anyone = approval.counts(), approval.anyone
+    elif approval.group:
+        counts, anyone = {approval.group: required}, 0
+    else:
+        counts, anyone = {}, required
+    people = list(deciders(approval).values_list("pk", flat=True))
+    memberships: dict[Any, set[str]] = {}
+    for user_id, name in User.groups.through.objects.filter(
+        user_id__in=people, group__name__in=list(counts)
+    ).values_list("user_id", "group__name"):
+        memberships.setdefault(user_id, set()).add(name)
+    # The groups' members and as many others as places: enough for a maximum matching.
+    others = [pk for pk in people if pk not in memberships][:required]
+    if len(assign(counts, [*memberships, *others], memberships, anyone)) >= required:
+        return ""
+    short = [
+        f"the group '{group}' has {have} (it needs {count})"
+        for group, count in counts.items()
+        if (have := sum(group in theirs for theirs in memberships.values())) < count
+    ]
+    who = f"{len(people)} reviewer{'s' if len(people) != 1 else ''} may decide it"
+    return (
+        f"No one can approve it as things stand: {who}"
+        + (f", and of them {' and '.join(short)}" if short else "")
+        + f", too few for the {required} distinct approvals it needs. It waits until more "
+        "reviewers (or group members) can decide it; any reviewer can deny it."
+    )
 
 
 def _voters(approval: ApprovalRequest) -> list[Any]:

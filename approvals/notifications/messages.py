@@ -91,7 +91,7 @@ def webhook_body(
         "expires_at": approval.expires_at.isoformat(),
         "url": detail_url(approval),
     }
-    if event == "asked":
+    if event in ("asked", "escalated"):  # (an escalation asks its next tier, with their links)
         body["links"] = links
     else:
         body["outcome"] = outcome(approval)

@@ -80,19 +80,26 @@ def recipients(channel: Channel, approval: ApprovalRequest, tier: bool = False) 
     next tier (`next_tier`) is told. A quorum that names groups asks only the people whose
     approval would fill one of its open places (services.who_may_fill): its groups'
     members for the groups' places, every such reviewer while a place anyone may fill is
-    open."""
+    open. When no one of the tier (the agent's team's reviewers, or the next tier) could
+    fill one, everyone the channel names of it is told: an ask is never told to no one."""
     if tier:
-        people = next_tier(approval.escalated_to_id)
+        everyone = next_tier(approval.escalated_to_id)
     else:
-        people = reviewers(approval.call.session.agent.team_id)
+        everyone = reviewers(approval.call.session.agent.team_id)
+    if settings.HARNESS_FORBID_SELF_APPROVAL:
+        everyone = everyone.exclude(pk__in=list(people_behind(approval.call.session.agent)))
+    people = everyone
     named_users = list(channel.users.values_list("pk", flat=True))
     named_groups = list(channel.groups.values_list("pk", flat=True))
     if named_users or named_groups:
         people = people.filter(Q(pk__in=named_users) | Q(groups__pk__in=named_groups)).distinct()
-    if settings.HARNESS_FORBID_SELF_APPROVAL:
-        people = people.exclude(pk__in=list(people_behind(approval.call.session.agent)))
     found = list(people.order_by("username"))
     fill = who_may_fill(approval, [p.pk for p in found])
+    if not fill and not who_may_fill(approval, list(everyone.values_list("pk", flat=True))):
+        # No one of this tier can fill an open place (a group with no member who may
+        # decide, everyone who could has voted): it is still told to them all, who can
+        # deny it or see that its groups get members, rather than to no one.
+        return found
     return [p for p in found if p.pk in fill]
 
 
