@@ -160,8 +160,15 @@ def test_an_identity_linked_by_email_does_not_sign_in_as_the_account_made_admin(
     owner = Client()
     assert owner.login(username=person.username, password="new-" + person.username)
     link = SocialAccount.objects.get(user=person)
-    assert owner.post("/accounts/3rdparty/", {"account": link.pk}).status_code == 302
+    # (removing asks for the password again first: SOCIALACCOUNT_REAUTHENTICATION_REQUIRED)
+    password = {"password": "new-" + person.username}
+    removing = owner.post("/accounts/3rdparty/", {"account": link.pk})
+    assert removing.status_code == 302
+    assert removing["Location"].startswith("/accounts/reauthenticate/")
+    assert SocialAccount.objects.filter(user=person).exists()
+    assert owner.post(removing["Location"], password).status_code == 302
     assert not SocialAccount.objects.filter(user=person).exists()
+    # (asked just now: the connect right after does not ask again)
     assert oidc.sign_in(owner, provider, sub, process="connect").status_code == 302
     again = Client()
     assert oidc.sign_in(again, provider, sub).status_code == 302
