@@ -454,15 +454,15 @@ def insert_statement(
     assert not meta.auto_field, "a database-made key: use bulk_create"
     connection = connections[using]
     fields, layout = _insert_layout(model)
-    if (
-        any(obj.pk is None for obj in objs)
-        # (a value left to a database default is an expression, DatabaseDefault: a field
-        # with both a Python and a database default carries the Python one here)
-        or any(
-            hasattr(getattr(obj, f.attname), "resolve_expression") for obj in objs for f in fields
-        )
-        or connection.ops.bulk_batch_size(fields, objs) < len(objs)
-    ):
+    for obj in objs:  # (loops, not generators: this runs for every admitted call)
+        if obj.pk is None:
+            return None
+        for f in fields:
+            # (a value left to a database default is an expression, DatabaseDefault: a
+            # field with both a Python and a database default carries the Python one here)
+            if hasattr(getattr(obj, f.attname), "resolve_expression"):
+                return None
+    if connection.ops.bulk_batch_size(fields, objs) < len(objs):
         return None
     for obj in objs:
         obj._prepare_related_fields_for_save(operation_name="insert")  # type: ignore[attr-defined]
