@@ -504,7 +504,7 @@ def mask_secrets(value: Any) -> Any:
     """A copy of a JSON-like `value` with secret-looking values replaced by markers
     (`[masked:KIND#HASH]`); words a shell or interpreter would run are never replaced."""
     if isinstance(value, dict):
-        return {k: _masked_item(str(k), v) for k, v in value.items()}
+        return {k: masked_item(str(k), v) for k, v in value.items()}
     if isinstance(value, list):
         return _mask_list(value)
     if isinstance(value, str):
@@ -512,7 +512,7 @@ def mask_secrets(value: Any) -> Any:
     return value
 
 
-def _masked_item(key: str, value: Any) -> Any:
+def masked_item(key: str, value: Any) -> Any:
     """The value under `key`: when the key names a secret, every literal in it becomes a
     marker, white space and all (a text holding other shell or interpreter syntax stays);
     else its contents masked."""

@@ -18,10 +18,18 @@ from uuid import UUID
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models, transaction
 from django.utils import timezone
 
-from floor.compiled import Compiled, fixed_cursor
+from floor.compiled import Binder, Compiled, binder, fixed_cursor
 
 from . import kinds
-from .masking import Masked, contains_masked, mask_secrets, storable
+from .masking import (
+    Masked,
+    contains_masked,
+    is_secret_key,
+    mask_secrets,
+    mask_text,
+    masked_item,
+    storable,
+)
 from .models import GLOBAL_CHAIN, AuditChain, AuditEvent
 from .signing import sign_head
 
@@ -159,17 +167,20 @@ def linked_events(
             created_at=created_at.isoformat(),
         )
         event_hash = chain_hash(prev_hash, canonical)
+        # (by position, in the model's column order: Model.__init__'s short way, the
+        # instance it makes by keyword)
         yield AuditEvent(
-            chain=chain,
-            session_id=session_id,
-            seq=seq,
-            kind=spec.kind,
-            actor=spec.actor,
-            subject=spec.subject,
-            payload=payload,
-            created_at=created_at,
-            prev_hash=prev_hash,
-            hash=event_hash,
+            None,
+            chain,
+            session_id,
+            seq,
+            spec.kind,
+            spec.actor,
+            spec.subject,
+            payload,
+            created_at,
+            prev_hash,
+            event_hash,
         )
         prev_hash = event_hash
 
@@ -271,12 +282,78 @@ def audit_copy(payload: dict[str, Any]) -> dict[str, Any]:
 
     Text pre-masked with audit.masking.premask is kept as it is (and flags the payload
     when masking changed it); everything else is masked here.
+
+    What `_audit_copy_walks` gives, in one walk of the payload for the values every
+    event holds (plain str, int, bool, None, float, pre-masked text, dicts of those
+    under str keys): that function's four walks (made plain, made storable, masked,
+    compared) cost most of an event's Python work (docs/benchmarks.md). Any other value
+    (a list, an enum, a key that is not plain text, a secret key's value) is copied by
+    those walks, for its part of the payload only.
     """
+    if type(payload) is dict:
+        copied = _copied_dict(payload)
+        if copied is not None:
+            masked, changed = copied
+            if changed:
+                masked["masked"] = True
+            return masked
+    return _audit_copy_walks(payload)
+
+
+def _audit_copy_walks(payload: dict[str, Any]) -> dict[str, Any]:
+    """audit_copy's definition: made plain, then storable, then masked; flagged when
+    masking changed anything or a pre-masked text in it was changed."""
     plain = storable(_plain(payload))
     masked = mask_secrets(plain)
     if masked != plain or contains_masked(plain):
         masked["masked"] = True
     return masked  # type: ignore[no-any-return]
+
+
+def _copied_dict(value: dict[Any, Any]) -> tuple[dict[str, Any], bool] | None:
+    """A dict's audit copy (not flagged) and whether masking changed it (a value, or a
+    pre-masked text in it); None when a key is not plain text without NUL (its plain
+    form could then meet another key's: the walks decide)."""
+    out: dict[str, Any] = {}
+    changed = False
+    for key, item in value.items():
+        if type(key) is not str or "\x00" in key:
+            return None
+        if is_secret_key(key):
+            plain = storable(_plain(item))
+            masked = masked_item(key, plain)
+            out[key] = masked
+            changed = changed or masked != plain or contains_masked(plain)
+            continue
+        masked, item_changed = _copied(item)
+        out[key] = masked
+        changed = changed or item_changed
+    return out, changed
+
+
+def _copied(value: Any) -> tuple[Any, bool]:
+    """A value's audit copy under a key that names no secret, and whether masking
+    changed it (as `_audit_copy_walks` compares and flags it)."""
+    kind = type(value)
+    if kind is str:
+        plain = value.replace("\x00", "\ufffd") if "\x00" in value else value
+        masked = mask_text(plain)
+        return masked, masked != plain
+    if kind is Masked:
+        return value, value.changed
+    if value is None or kind is int or kind is bool:
+        return value, False
+    if kind is float:
+        return storable(value), False
+    if kind is dict:
+        copied = _copied_dict(value)
+        if copied is not None:
+            return copied
+    elif isinstance(value, str) and not isinstance(value, Masked):  # (a str enum: its text)
+        return _copied(str.__str__(value))
+    plain = storable(_plain(value))
+    masked = mask_secrets(plain)
+    return masked, masked != plain or contains_masked(plain)
 
 
 def _plain(value: Any) -> Any:
@@ -338,6 +415,9 @@ EVENT_COLUMNS = (
     "prev_hash",
     "hash",
 )
+# linked_events passes an event's values by position, in this order after its id.
+if tuple(f.attname for f in AuditEvent._meta.concrete_fields) != ("id", *EVENT_COLUMNS):
+    raise RuntimeError("AuditEvent's columns changed: update EVENT_COLUMNS and linked_events")
 
 
 def _concrete(model: type[models.Model], name: str) -> models.Field[Any, Any]:
@@ -353,8 +433,8 @@ def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed
     db = connections[DEFAULT_DB_ALIAS]  # (once: each use of the `connection` proxy is a lookup)
     params: list[Any] = []
     for event in events:
-        params += [f.get_db_prep_save(getattr(event, f.attname), db) for f in event_fields]
-    params += [f.get_db_prep_save(getattr(head, f.attname), db) for f in head_fields]
+        params += [bind(getattr(event, name), db) for name, bind in event_fields]
+    params += [bind(getattr(head, name), db) for name, bind in head_fields]
     params += [events[-1].seq, head.chain]
     # (one text per event count and changed counters: prepared at once for one event, at
     # psycopg's count for more)
@@ -374,10 +454,10 @@ def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed
 @functools.lru_cache(maxsize=256)  # (a shape per event count: bounded all the same)
 def _append_sql(
     count: int, head_names: tuple[str, ...]
-) -> tuple[str, list[models.Field[Any, Any]], list[models.Field[Any, Any]]]:
+) -> tuple[str, list[tuple[str, Binder]], list[tuple[str, Binder]]]:
     """The append's statement for `count` events and the head's changed columns
-    `head_names`, with the fields whose values it binds, in order (built once per shape:
-    a few per process)."""
+    `head_names`, with the attributes whose values it binds, in order, each with its
+    field's binder (floor.compiled.binder; built once per shape: a few per process)."""
     quote = connection.ops.quote_name
     event_fields = [_concrete(AuditEvent, name) for name in EVENT_COLUMNS]
     head_fields = [_concrete(AuditChain, name) for name in head_names]
@@ -395,7 +475,11 @@ def _append_sql(
         '(SELECT "id" FROM new_events WHERE "seq" = %s) WHERE "chain" = %s RETURNING 1) '
         'SELECT "id", "seq", (SELECT count(*) FROM moved) FROM new_events'
     )
-    return sql, event_fields, head_fields
+    return (
+        sql,
+        [(f.attname, binder(f)) for f in event_fields],
+        [(f.attname, binder(f)) for f in head_fields],
+    )
 
 
 def _advance_head(

@@ -84,16 +84,15 @@ def _update_statement(
     columns = [_FIELDS[name].column for name in names]
     sql = compiled.update_sql(ToolCall, columns, [_FIELDS["id"].column, _FIELDS["status"].column])
     db = connections[DEFAULT_DB_ALIAS]  # (once: each use of the `connection` proxy is a lookup)
-    params = [_FIELDS[name].get_db_prep_save(values[name], db) for name in names]
-    params += [
-        _FIELDS["id"].get_db_prep_save(pk, db),
-        _FIELDS["status"].get_db_prep_save(previous, db),
-    ]
+    params = [_BINDERS[name](values[name], db) for name in names]
+    params += [_BINDERS["id"](pk, db), _BINDERS["status"](previous, db)]
     return sql, params
 
 
 # The call's concrete fields by name.
 _FIELDS: dict[str, Any] = {f.name: f for f in ToolCall._meta.concrete_fields}
+# Their values as the ORM binds them (floor.compiled.binder).
+_BINDERS = {name: compiled.binder(f) for name, f in _FIELDS.items()}
 
 
 def _check_transition(call: ToolCall, to: Status, fields: dict[str, Any]) -> None:

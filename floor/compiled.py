@@ -38,7 +38,7 @@ from typing import Any, Generic, TypeVar
 from weakref import ref as weak_ref
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import NOT_PROVIDED, Field, Model, QuerySet, signals
 from django.db.models.query import get_related_populators
@@ -453,25 +453,37 @@ def insert_statement(
     assert all(type(obj) is model for obj in objs), "one model per insert"
     assert not meta.auto_field, "a database-made key: use bulk_create"
     connection = connections[using]
-    fields = [f for f in meta.concrete_fields if not f.generated]
-    if (
-        any(obj.pk is None for obj in objs)
-        # (a value left to a database default is an expression, DatabaseDefault: a field
-        # with both a Python and a database default carries the Python one here)
-        or any(
-            hasattr(getattr(obj, f.attname), "resolve_expression") for obj in objs for f in fields
-        )
-        or connection.ops.bulk_batch_size(fields, objs) < len(objs)
-    ):
+    fields, layout = _insert_layout(model)
+    for obj in objs:  # (loops, not generators: this runs for every admitted call)
+        if obj.pk is None:
+            return None
+        for f in fields:
+            # (a value left to a database default is an expression, DatabaseDefault: a
+            # field with both a Python and a database default carries the Python one here)
+            if hasattr(getattr(obj, f.attname), "resolve_expression"):
+                return None
+    if connection.ops.bulk_batch_size(fields, objs) < len(objs):
         return None
     for obj in objs:
         obj._prepare_related_fields_for_save(operation_name="insert")  # type: ignore[attr-defined]
     sql = _insert_sql(using, model, fields, len(objs))
     params: list[Any] = []
     for obj in objs:
-        for f in fields:
-            params.append(f.get_db_prep_save(f.pre_save(obj, True), connection))
+        for f, bind, plain in layout:
+            # (Field.pre_save is the attribute itself; a field's own, e.g. auto_now, runs)
+            value = getattr(obj, f.attname) if plain else f.pre_save(obj, True)
+            params.append(bind(value, connection))
     return sql, params
+
+
+@functools.cache
+def _insert_layout(
+    model: type[Model],
+) -> tuple[list[Field[Any, Any]], list[tuple[Field[Any, Any], Binder, bool]]]:
+    """The columns `insert_statement` writes, and for each its binder and whether its
+    pre_save is Field's own (the attribute as it is), found once per model."""
+    fields = [f for f in model._meta.concrete_fields if not f.generated]
+    return fields, [(f, binder(f), type(f).pre_save is Field.pre_save) for f in fields]
 
 
 def _insert_sql(
@@ -510,6 +522,94 @@ def _save_does_more(obj: Model, fields: Sequence[Field[Any, Any]]) -> bool:
         or signals.post_save.has_listeners(model)
         or any(hasattr(getattr(obj, f.attname), "resolve_expression") for f in fields)
     )
+
+
+# --- Values as the ORM binds them ------------------------------------------------------
+
+Binder = Callable[[Any, Any], Any]
+
+_TEXT_FIELDS = (models.CharField, models.TextField)
+_INTEGER_FIELDS = (
+    models.IntegerField,
+    models.BigIntegerField,
+    models.SmallIntegerField,
+    models.PositiveIntegerField,
+    models.PositiveBigIntegerField,
+    models.PositiveSmallIntegerField,
+)
+_BINDERS: dict[Field[Any, Any], Binder] = {}
+
+
+def binder(field: Field[Any, Any]) -> Binder:
+    """`field.get_db_prep_save` as a function of (value, connection) that gives the same
+    parameter, in fewer calls for the values the hot paths' writes hold: text, integers,
+    aware datetimes, UUIDs, booleans and None in Django's own field classes, where the
+    ORM's chain (get_db_prep_save, get_db_prep_value, get_prep_value, to_python) returns
+    the value itself or one backend adapter's result for it. Anything else (another
+    value type, a subclass of a field class, a JSON or key field's value) goes through
+    the ORM's method. tests/floor/test_binders.py holds each to the ORM's result."""
+    bind = _BINDERS.get(field)
+    if bind is None:
+        bind = _BINDERS[field] = _make_binder(field)
+    return bind
+
+
+def _make_binder(field: Field[Any, Any]) -> Binder:  # noqa: C901 (one case per class)
+    general: Binder = field.get_db_prep_save
+    kind = type(field)
+    if kind in _TEXT_FIELDS:
+
+        def bind_text(value: Any, connection: Any) -> Any:
+            # (to_python keeps any str, a str enum included; a lazy text is no str)
+            return value if isinstance(value, str) or value is None else general(value, connection)
+
+        return bind_text
+    if kind in _INTEGER_FIELDS:
+        internal = field.get_internal_type()
+
+        def bind_integer(value: Any, connection: Any) -> Any:
+            if type(value) is int or value is None:
+                return connection.ops.adapt_integerfield_value(value, internal)
+            return general(value, connection)
+
+        return bind_integer
+    if kind is models.DateTimeField:
+
+        def bind_datetime(value: Any, connection: Any) -> Any:
+            # (a naive datetime is made aware with a warning by the ORM: its own path)
+            if value is None or (type(value) is dt.datetime and value.utcoffset() is not None):
+                return connection.ops.adapt_datetimefield_value(value)
+            return general(value, connection)
+
+        return bind_datetime
+    if kind is models.UUIDField:
+
+        def bind_uuid(value: Any, connection: Any) -> Any:
+            if value is None:
+                return None
+            if type(value) is uuid.UUID:
+                return value if connection.features.has_native_uuid_field else value.hex
+            return general(value, connection)
+
+        return bind_uuid
+    if kind is models.BooleanField:
+
+        def bind_bool(value: Any, connection: Any) -> Any:
+            return value if type(value) is bool or value is None else general(value, connection)
+
+        return bind_bool
+    if kind is models.ForeignKey:
+        target = binder(field.target_field)  # type: ignore[attr-defined]
+
+        def bind_key(value: Any, connection: Any) -> Any:
+            if value is None:
+                return None
+            if type(value) is uuid.UUID or type(value) is int:  # (neither equals "")
+                return target(value, connection)
+            return general(value, connection)
+
+        return bind_key
+    return general
 
 
 def create(obj: Model, using: str = DEFAULT_DB_ALIAS) -> None:

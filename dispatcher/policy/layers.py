@@ -220,7 +220,11 @@ def has_trials(call: CallContext) -> bool:
 
 
 def _rank(mode: str) -> int:
-    return MODE_ORDER.index(Mode(mode)) if mode in Mode.values else -1
+    return _RANKS.get(mode, -1)
+
+
+# Each mode's place in MODE_ORDER (a mode that is none: -1), read once.
+_RANKS: dict[str, int] = {value: MODE_ORDER.index(Mode(value)) for value in Mode.values}
 
 
 def effective_mode(mode: str, profile: Profile) -> str:

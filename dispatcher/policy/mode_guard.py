@@ -24,6 +24,9 @@ def mode_ceiling(call: CallContext) -> str | None:
             f"The session is in read_only mode and '{call.tool.name}' can change things."
             + ceiling_note(call)
         )
-    if call.mode not in Mode.values:
+    if call.mode not in _MODES:
         return f"Unknown permission mode '{call.mode}'; denied (fail closed)."
     return None
+
+
+_MODES = frozenset(Mode.values)  # (Mode.values makes a new list at each read)

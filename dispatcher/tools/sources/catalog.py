@@ -103,20 +103,27 @@ def upstream_tools(team_id: int | None = None) -> tuple[Tool, ...]:
     if current is None:
         return ()
     with _lock:
-        if _cache["generation"] != current:
-            tools, teams = _build()
-            _cache.update(
-                generation=current, tools=tools, by_name={t.name: t for t in tools}, teams=teams
-            )
+        _refresh(current)
         teams = _cache["teams"]
         return tuple(t for t in _cache["tools"] if serves(teams.get(t.name), team_id))
+
+
+def _refresh(current: int) -> None:
+    """The cache made anew when the generation is not its own (under _lock)."""
+    if _cache["generation"] != current:
+        tools, teams = _build()
+        _cache.update(
+            generation=current, tools=tools, by_name={t.name: t for t in tools}, teams=teams
+        )
 
 
 def upstream_tool(name: str, team_id: int | None = None) -> Tool | None:
     if SEPARATOR not in name:
         return None
-    upstream_tools()
+    current = generation()
     with _lock:
+        if current is not None:
+            _refresh(current)
         if not serves(_cache["teams"].get(name), team_id):
             return None
         tool: Tool | None = _cache["by_name"].get(name)
