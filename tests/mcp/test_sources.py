@@ -297,3 +297,30 @@ def test_an_mcp_client_is_offered_only_the_tools_its_session_may_ever_use(
     assert names("locked") == {"approval_prompt"}
     denied = names("standard", ["write_file", "read_file(**/.env)"])
     assert "write_file" not in denied and "read_file" in denied
+
+
+def test_with_the_tables_unreadable_no_upstream_tool_is_found(variant: Path) -> None:
+    """The lookup fails closed as the listing does: when the generation cannot be read, a
+    tool the process looked up before is not answered from its cache (a server removed
+    meanwhile would still resolve)."""
+    from django.db import connection, transaction
+
+    from dispatcher.tools.sources import catalog
+    from dispatcher.tools.sources.models import Generation
+
+    add("up", variant)
+    assert catalog.upstream_tool("up__echo") is not None  # (cached)
+    table = connection.ops.quote_name(Generation._meta.db_table)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {table} RENAME TO harness_gone")  # noqa: S608
+        for lookup, found in (
+            (catalog.generation, None),
+            (lambda: catalog.upstream_tool("up__echo"), None),
+            (catalog.upstream_tools, ()),
+        ):
+            with transaction.atomic():  # (a savepoint: the failed read ends only it)
+                assert lookup() == found
+                transaction.set_rollback(True)
+        transaction.set_rollback(True)
+    assert catalog.upstream_tool("up__echo") is not None

@@ -121,9 +121,10 @@ def upstream_tool(name: str, team_id: int | None = None) -> Tool | None:
     if SEPARATOR not in name:
         return None
     current = generation()
+    if current is None:  # (the tables cannot be read: no upstream tools, as upstream_tools)
+        return None
     with _lock:
-        if current is not None:
-            _refresh(current)
+        _refresh(current)
         if not serves(_cache["teams"].get(name), team_id):
             return None
         tool: Tool | None = _cache["by_name"].get(name)
