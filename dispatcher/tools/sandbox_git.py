@@ -33,7 +33,8 @@ git itself makes (a configuration key outside `_MADE_KEYS`, a hook that is not a
 `*.sample`, `info/` beyond `exclude`, `commondir`, a link or a `gitdir:` file) is removed.
 And a bound configuration that includes a file of the workspace, takes hooks from it, or
 has git run a command line that may run a program of it (`filter.x.clean = ./clean.sh`)
-lets no unapproved command run.
+lets no unapproved command run. An index the run changed that names a path git refuses
+(`.git/hooks/post-commit`, `../x`: a person's `git checkout -- .` writes it) is removed.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import re
 import secrets
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 from dispatcher.tools.base import ToolError
@@ -125,6 +127,12 @@ class Guard:
     root: int | None = None
     known: frozenset[tuple[int, int]] | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
+    # Each guarded git directory's `index` as it was before the run (the directory's
+    # descriptor, its path, the index's stat or None): one the run changed is read after
+    # it (`_check_indexes`).
+    indexes: list[tuple[int, Path, tuple[int, ...] | None]] = dataclasses.field(
+        default_factory=list
+    )
 
     def close(self) -> None:
         for fd in self.fds:
@@ -215,6 +223,7 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             "this command."
         )
     result.entries.append(Entry(fd, target, writable=True))
+    result.indexes.append((fd, target, _index_state(fd)))
     for name in (*FILES, *DIRECTORIES):
         if name == "config" and mode == ALL_BUT_CONFIG:
             continue
@@ -640,8 +649,143 @@ def remove_made(result: Guard) -> list[str]:
         for name in sorted(set(names) - known):
             if _remove(dir_fd, name, label + name, directories_only=True):
                 removed.append(label + name)
+    _check_indexes(result)
     _remove_made_repositories(result)
     return removed
+
+
+def _index_state(dir_fd: int) -> tuple[int, ...] | None:
+    """What tells whether the `index` in the git directory `dir_fd` changed, or None."""
+    try:
+        info = os.stat("index", dir_fd=dir_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (info.st_mode, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _check_indexes(result: Guard) -> None:
+    """Remove each guarded git directory's `index` the run changed that names a path git
+    itself would never put there (`_bad_index_path`), and say so. git reads an
+    index without checking its paths: one crafted with `.git/hooks/post-commit` or
+    `../../.bashrc` had a person's `git checkout -- .` (or `git restore .`) write that
+    file, and their next commit run it."""
+    workspace = result.workspace
+    for dir_fd, target, before in result.indexes:
+        after = _index_state(dir_fd)
+        if after is None or after == before:
+            continue
+        why = _bad_index(dir_fd, _object_format(dir_fd))
+        if why is None:
+            continue
+        shown = str((target / "index").relative_to(workspace)) if workspace else "index"
+        if _remove(dir_fd, "index", shown, directories_only=False):
+            result.notes.append(INDEX.format(path=shown, why=why))
+
+
+INDEX = (
+    "\n[harness: this command ran without a person's approval and left the git index "
+    "'{path}' {why}, which a person's `git checkout -- .` would write; it was removed "
+    "(`git reset` makes it again from HEAD).]"
+)
+# What git's verify_path refuses in a name (here: on any file system), besides `.`, `..`
+# and empty parts: `.git` however spelled (case, NTFS's trailing dots and spaces and
+# short name, HFS's ignored characters).
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+
+
+def _bad_index_path(path: str) -> bool:
+    """Whether git would refuse `path` in an index (a sparse directory's ends in `/`)."""
+    parts = path.removesuffix("/").split("/")
+    for part in parts:
+        if part in ("", ".", ".."):
+            return True
+        plain = _HFS_IGNORED.sub("", part).lower().rstrip(". ")
+        if plain in (".git", "git~1"):
+            return True
+    return False
+
+
+def _object_format(dir_fd: int) -> str:
+    """The object format of the git directory `dir_fd` (its configuration's
+    extensions.objectformat, sha1 without one)."""
+    result = Guard()
+    try:
+        config = _open("config", dir_fd, result)
+        if config is None or not stat.S_ISREG(os.fstat(config).st_mode):
+            return "sha1"
+        pairs = _configuration(_read(config), Path("config"))
+    except (OSError, ToolError):
+        return "sha1"
+    finally:
+        result.close()
+    return dict(pairs).get("extensions.objectformat", "sha1").strip().lower()
+
+
+def _bad_index(dir_fd: int, object_format: str) -> str | None:
+    """Why the `index` in the git directory `dir_fd` is not one git itself writes (a name
+    git refuses, in its entries, a split index's shared part or its resolve-undo record;
+    not a regular file; not readable), or None. Read by git itself, in an empty
+    repository of its own, with the files (never followed) handed over as descriptors."""
+    held: list[int] = []
+    try:
+        try:
+            index = os.open("index", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError as error:
+            return f"unreadable ({error.strerror or error})"
+        held.append(index)
+        if not stat.S_ISREG(os.fstat(index).st_mode):
+            return "not a regular file"
+        with tempfile.TemporaryDirectory(prefix="harness-index-") as scratch:
+            git_dir = os.path.join(scratch, "g")
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1"}
+            env |= {"HOME": "/nonexistent", "GIT_CONFIG_GLOBAL": "/dev/null", "LC_ALL": "C"}
+            if object_format not in ("sha1", "sha256"):
+                return f"of an object format git does not know ({object_format!r})"
+            made = subprocess.run(
+                ["git", "init", "-q", "--bare", f"--object-format={object_format}", git_dir],
+                capture_output=True,
+                env=env,
+                timeout=30,
+                check=False,
+            )
+            if made.returncode != 0:
+                return "unreadable (no scratch repository)"
+            for name in _names(dir_fd):  # a split index's shared part
+                if name.startswith("sharedindex."):
+                    try:
+                        shared = os.open(
+                            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+                        )
+                    except OSError:
+                        continue
+                    held.append(shared)
+                    os.symlink(f"/proc/self/fd/{shared}", os.path.join(git_dir, name))
+            env["GIT_INDEX_FILE"] = f"/proc/self/fd/{index}"
+            for listing in (["--stage", "--sparse"], ["--resolve-undo"]):
+                try:
+                    done = subprocess.run(
+                        ["git", f"--git-dir={git_dir}", "ls-files", "-z", *listing],
+                        capture_output=True,
+                        cwd=scratch,
+                        env=env,
+                        timeout=120,
+                        check=False,
+                        pass_fds=held,
+                    )
+                except (OSError, subprocess.TimeoutExpired) as error:
+                    return f"unreadable ({error})"
+                if done.returncode != 0:
+                    return "unreadable by git"
+                for item in done.stdout.split(b"\0"):
+                    if not item:
+                        continue
+                    path = item.split(b"\t", 1)[-1].decode("utf-8", "surrogateescape")
+                    if _bad_index_path(path):
+                        return f"naming {path!r}"
+    finally:
+        for fd in held:
+            os.close(fd)
+    return None
 
 
 # What `git init`, `clone`, `add`, `commit`, `fetch`, `merge` ... make in a git directory
@@ -754,6 +898,10 @@ def _judge_made(parent: int, where: Path) -> str | None:
                 for item in sorted(_names(entry)):
                     if not (_regular(entry, item) and item == "exclude"):
                         return f"holds 'info/{item}'"
+            elif name == "index":
+                bad = _bad_index(git, _object_format(git))
+                if bad is not None:
+                    return f"holds an index {bad}"
             elif name == "config":
                 try:
                     pairs = _configuration(_read(entry), where / "config")

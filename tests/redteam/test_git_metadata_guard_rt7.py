@@ -1,0 +1,117 @@
+"""Red team (rt7): what the git-metadata guard (dispatcher.tools.sandbox_git) still left.
+
+1. The index stayed writable, and git reads an index without checking its paths: one an
+   unapproved command crafted with the entry `.git/hooks/post-commit` (or
+   `../escape`) had a person's `git checkout -- .` or `git restore .` on the host write
+   that file into the git directory (or outside the work tree), and their next commit ran
+   it. An index the run changed is now read by git after it, and removed when it names a
+   path git itself refuses.
+
+Real sandbox (bwrap), real worker, real host git."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dispatcher.tools import sandbox
+from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
+from tests.redteam.test_git_metadata_guard2 import empty_workspace, sandboxed
+from tests.support.factories import AgentFixture
+
+pytestmark = pytest.mark.django_db
+
+__all__ = ["agent_in_sandbox"]  # the fixture, used by name
+
+
+def crafted_index(git_dir: Path, paths: list[str], mark: Path) -> bytes:
+    """An index (version 2) whose entries name `paths`, each an executable script that
+    touches `mark`: what git's own `update-index` refuses to write."""
+    script = f"#!/bin/sh\ntouch {mark}\n"
+    blob = subprocess.run(
+        ["git", f"--git-dir={git_dir}", "hash-object", "-w", "--stdin"],
+        input=script,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    entries = b""
+    for path in sorted(paths):
+        name = path.encode()
+        entry = struct.pack(">10I", 0, 0, 0, 0, 0, 0, 0o100755, 0, 0, len(script))
+        entry += bytes.fromhex(blob) + struct.pack(">H", len(name)) + name
+        entries += entry + b"\0" * (8 - len(entry) % 8)
+    data = b"DIRC" + struct.pack(">II", 2, len(paths)) + entries
+    return data + hashlib.sha1(data, usedforsecurity=False).digest()  # git's checksum
+
+
+def test_a_crafted_index_is_removed_before_a_persons_checkout_writes_it(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    host_git(workspace, "commit", "--allow-empty", "-qm", "base")
+    escape = f"rt7-escape-{secrets.token_hex(4)}"
+    mark = workspace / "hook-ran"
+    paths = [".git/hooks/post-commit", f"../{escape}"]
+    (workspace / "crafted").write_bytes(crafted_index(workspace / ".git", paths, mark))
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    output = sandboxed(workspace, "cp crafted .git/index && echo done")
+    assert output.startswith("exit code 0\ndone"), output
+    # the person discards changes and commits: nothing is written, nothing runs
+    host_git(workspace, "checkout", "--", ".")
+    host_git(workspace, "restore", ".")
+    host_git(workspace, "commit", "--allow-empty", "-qm", "next")
+    try:
+        assert not (workspace / ".git" / "hooks" / "post-commit").exists()
+        assert not mark.exists()
+        assert not (workspace.parent / escape).exists()
+    finally:
+        (workspace.parent / escape).unlink(missing_ok=True)
+    assert "left the git index '.git/index' naming" in output, output
+    assert "it was removed" in output
+    assert "next" in host_git(workspace, "log", "--format=%s")
+
+
+def test_an_index_git_add_writes_stays(agent_in_sandbox: AgentFixture) -> None:
+    """`git add` and `git rm --cached` change the index: it is read, and kept."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    (workspace / "a.txt").write_text("one\n")
+    (workspace / "b").mkdir()
+    (workspace / "b" / "c.txt").write_text("two\n")
+    sandbox.give_to_sandbox(workspace)
+    output = sandboxed(workspace, "git add a.txt b && git rm -q --cached b/c.txt && echo done")
+    assert output.startswith("exit code 0\ndone") and "[harness:" not in output, output
+    assert host_git(workspace, "ls-files").split() == ["a.txt"]
+
+
+def test_a_crafted_index_in_a_nested_or_made_repository_goes_too(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    fx = agent_in_sandbox
+    _, workspace = empty_workspace(fx)
+    sub = workspace / "sub"
+    sub.mkdir()
+    host_git(sub, "init", "-q")
+    mark = workspace / "hook-ran"
+    crafted = crafted_index(sub / ".git", ["x/../.git/hooks/post-commit"], mark)
+    (workspace / "crafted").write_bytes(crafted)
+    sandbox.give_to_sandbox(workspace)
+    script = "cp crafted sub/.git/index && git init -q new && cp crafted new/.git/index"
+    output = sandboxed(workspace, script + " && echo done")
+    assert output.startswith("exit code 0\ndone"), output
+    for place in (sub, workspace / "new"):
+        host_git(place, "checkout", "--", ".")
+        host_git(place, "-c", "user.email=a@b", "-c", "user.name=A", "commit", "-qm", "x")
+        assert not mark.exists(), place
+    assert "left the git index 'sub/.git/index' naming" in output, output
+    assert "made the git directory 'new/.git', which holds an index naming" in output
+    assert not (workspace / "new" / ".git").exists()
