@@ -26,8 +26,8 @@ directory (a git directory no one judged, which a submodule's `.git` file may na
 also after a command that timed out or failed (`remove_made`).
 
 The same for every repository nested in the workspace's files (`vendor/lib/.git`, found
-by a bounded walk that enters no `.git`: MAX_WALK entries, MAX_WALK_DEPTH levels; beyond,
-no unapproved command runs). A `.git` that was not there before the run (the workspace
+by a walk that enters no `.git`: MAX_WALK entries at most, at any depth; beyond, no
+unapproved command runs). A `.git` that was not there before the run (the workspace
 had none, and `git init` made one; `sub/.git`) is judged after it: one that holds more than
 git itself makes (a configuration key outside `_MADE_KEYS`, a hook that is not a
 `*.sample`, `info/` beyond `exclude`, `commondir`, a link or a `gitdir:` file) is removed.
@@ -66,11 +66,10 @@ MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command ru
 MAX_DEPTH = 8
 # Entries of the workspace looked at, before an unapproved run, for the `.git` of a
 # repository nested in it (beyond, no unapproved command runs), and after it, for one the
-# command made (beyond, the call ends saying git must not be run there); directory levels
-# likewise.
+# command made (no bound: a command that made more than a bound hid the `.git` it planted;
+# listing an entry costs a small part of making it). No bound on directory levels.
 MAX_WALK = 500_000
-MAX_WALK_AFTER = 1_000_000
-MAX_WALK_DEPTH = 128
+MAX_WALK_AFTER: int | None = None  # (every entry there was made by the command, or seen before)
 MAX_REMOVED = 1_000_000  # entries of what a command made, removed after it; beyond, it stays aside
 ASIDE = ".harness-removed-"  # what is being removed is renamed to this first
 # A git directory's own directories, never another git directory's (not descended into)
@@ -488,15 +487,17 @@ def _configuration(data: bytes, target: Path) -> list[tuple[str, str]]:
 
 
 class _Unchecked(Exception):
-    """The workspace's tree could not be looked at whole (too many entries, too deep, a
-    directory that cannot be read): `.git` entries in it may be missed."""
+    """The workspace's tree could not be looked at whole (too many entries, a directory
+    that changed or cannot be read): `.git` entries in it may be missed."""
 
 
-def _git_entries(root: int, limit: int, *, before: bool) -> list[tuple[str, tuple[int, int], bool]]:
+def _git_entries(
+    root: int, limit: int | None, *, before: bool
+) -> list[tuple[str, tuple[int, int], bool]]:
     """The `.git` entries (directory, file or link) in the workspace held by `root`, at any
     depth, as (path relative to it, (device, inode)); none descended into, no link
-    followed. A stack of its own, one descriptor a level. ToolError past `limit` entries,
-    MAX_WALK_DEPTH levels, or a directory that cannot be read."""
+    followed (_walk). ToolError past `limit` entries, or with a directory that cannot be
+    read."""
     try:
         return _walk(root, limit)
     except (_Unchecked, OSError) as error:
@@ -516,48 +517,110 @@ def _git_entries(root: int, limit: int, *, before: bool) -> list[tuple[str, tupl
         ) from None
 
 
-def _walk(root: int, limit: int) -> list[tuple[str, tuple[int, int], bool]]:
+_WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Descriptors the walk keeps open at once, of the levels nearest the one it is in (as
+# sandbox.give_to_sandbox): a level whose descriptor was closed is opened again from the
+# nearest open one above it, one name at a time with no link followed, and must be the
+# same directory.
+OPEN_LEVELS = 64
+
+
+@dataclasses.dataclass
+class _Level:
+    fd: int | None
+    name: str  # in the level above
+    prefix: str  # the path of what it holds, relative to the workspace
+    identity: tuple[int, int]
+    pending: list[str]  # its directories not yet walked
+
+
+def _walk(root: int, limit: int | None) -> list[tuple[str, tuple[int, int], bool]]:
+    """Depth first, at any depth (a tree 130 levels deep stopped the search after a run,
+    which kept the `.git` a command planted beside it): what is kept of each level is its
+    directories not yet walked, and a descriptor for the OPEN_LEVELS nearest levels."""
     found: list[tuple[str, tuple[int, int], bool]] = []
     seen = 0
     top = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root)
-    frames: list[tuple[int, str, list[tuple[str, bool]]]] = []
+    levels: list[_Level] = []
     try:
-        frames.append((top, "", _entries(top)))
-        while frames:
-            fd, prefix, names = frames[-1]
-            if not names:
-                frames.pop()
-                os.close(fd)
+        levels.append(_Level(top, "", "", _identity(top), []))
+        seen = _list(levels[0], seen, limit, found)
+        while levels:
+            level = levels[-1]
+            if not level.pending:
+                levels.pop()
+                if level.fd is not None:
+                    os.close(level.fd)
                 continue
-            name, directory = names.pop()
-            seen += 1
-            if seen > limit:
-                raise _Unchecked(f"more than {limit} entries")
-            if name == ".git":
-                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                found.append((prefix + name, (info.st_dev, info.st_ino), directory))
-                continue
-            if not directory:
-                continue
-            if len(frames) >= MAX_WALK_DEPTH:
-                raise _Unchecked(f"more than {MAX_WALK_DEPTH} directory levels")
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            child = os.open(name, flags, dir_fd=fd)
-            try:
-                frames.append((child, f"{prefix}{name}/", _entries(child)))
-            except BaseException:
-                os.close(child)
-                raise
+            if level.fd is None:
+                _reopen(levels)
+            assert level.fd is not None
+            name = level.pending.pop()
+            child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
+            levels.append(_Level(child, name, f"{level.prefix}{name}/", _identity(child), []))
+            seen = _list(levels[-1], seen, limit, found)
+            far = len(levels) - 1 - OPEN_LEVELS
+            if far >= 1 and levels[far].fd is not None:
+                os.close(levels[far].fd)  # type: ignore[arg-type]
+                levels[far].fd = None
     finally:
-        for fd, _, _ in frames:
-            os.close(fd)
+        for level in levels:
+            if level.fd is not None:
+                os.close(level.fd)
     return found
 
 
-def _entries(fd: int) -> list[tuple[str, bool]]:
-    """The names in the directory `fd`, each with whether it is a directory (not a link)."""
-    with os.scandir(fd) as listing:
-        return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+def _list(
+    level: _Level, seen: int, limit: int | None, found: list[tuple[str, tuple[int, int], bool]]
+) -> int:
+    """Look at the entries of `level`: a `.git` is found, a directory kept to be walked.
+    The entries seen so far; _Unchecked past `limit`."""
+    assert level.fd is not None
+    with os.scandir(level.fd) as listing:
+        for entry in listing:
+            seen += 1
+            if limit is not None and seen > limit:
+                raise _Unchecked(f"more than {limit} entries")
+            directory = entry.is_dir(follow_symlinks=False)
+            if entry.name == ".git":
+                info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
+                found.append((level.prefix + entry.name, (info.st_dev, info.st_ino), directory))
+            elif directory:
+                level.pending.append(entry.name)
+    return seen
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
+def _reopen(levels: list[_Level]) -> None:
+    """Open the newest level's directory again, from the nearest level still open, and
+    keep the OPEN_LEVELS nearest it open. _Unchecked when one is no longer the directory
+    it was."""
+    base = max(i for i, level in enumerate(levels) if level.fd is not None)
+    keep_from = len(levels) - OPEN_LEVELS
+    current = levels[base].fd
+    assert current is not None
+    passing: int | None = None  # opened only to reach the next level
+    try:
+        for i in range(base + 1, len(levels)):
+            fd = os.open(levels[i].name, _WALK_FLAGS, dir_fd=current)
+            if passing is not None:
+                os.close(passing)
+                passing = None
+            if _identity(fd) != levels[i].identity:
+                os.close(fd)
+                raise _Unchecked(f"'{levels[i].prefix}' changed while it was searched")
+            if i >= keep_from:
+                levels[i].fd = fd
+            else:
+                passing = fd
+            current = fd
+    finally:
+        if passing is not None:
+            os.close(passing)
 
 
 def _changed(path: str) -> ToolError:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.tools import sandbox
+from dispatcher.tools import sandbox, sandbox_git
+from dispatcher.tools.base import ToolError
 from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
 from tests.redteam.test_git_metadata_guard2 import empty_workspace, sandboxed
 from tests.support.factories import AgentFixture
@@ -115,3 +116,49 @@ def test_a_crafted_index_in_a_nested_or_made_repository_goes_too(
     assert "left the git index 'sub/.git/index' naming" in output, output
     assert "made the git directory 'new/.git', which holds an index naming" in output
     assert not (workspace / "new" / ".git").exists()
+
+
+HOOK = "printf '#!/bin/sh\\ntouch {mark}\\n' > {hooks}/pre-commit && chmod +x {hooks}/pre-commit"
+
+
+def test_a_deep_tree_hides_no_git_directory_the_command_made(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """The search after a run stopped past 128 levels, and the call ended with the
+    `.git` it made (a hook planted) left in place: a person's commit there ran it. The
+    walk has no bound on depth now; a workspace that deep also runs commands again."""
+    _, workspace = empty_workspace(agent_in_sandbox)
+    mark = workspace / "hook-ran"
+    deep = "/".join(["d"] * 200)
+    plant = "git init -q sub && " + HOOK.format(mark=mark, hooks="sub/.git/hooks")
+    try:
+        output = sandboxed(workspace, f"mkdir -p {deep} && {plant} && echo done")
+    except ToolError as error:  # (before: "could not be searched afterwards")
+        output = str(error)
+    host_git(workspace / "sub", "-c", "user.email=a@b", "-c", "user.name=A", "commit", "-qm", "x")
+    assert not mark.exists(), output
+    assert output.startswith("exit code 0\ndone"), output
+    assert "made the git directory 'sub/.git'" in output and "'hooks/pre-commit'" in output
+    assert sandboxed(workspace, f"ls {deep} && echo ok").startswith("exit code 0\nok")
+
+
+def test_many_entries_hide_no_git_directory_the_command_made(
+    agent_in_sandbox: AgentFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_WALK_AFTER entries (1,000,000: 34 s of `open` here, within a call's 60)
+    the search after a run stopped, and kept the planted `.git`: there is no bound now
+    (listing an entry costs a small part of making it). The bound before a run stays (it
+    refuses, and nothing runs)."""
+    assert sandbox_git.MAX_WALK_AFTER is None
+    monkeypatch.setattr(sandbox_git, "MAX_WALK", 100)
+    _, workspace = empty_workspace(agent_in_sandbox)
+    mark = workspace / "hook-ran"
+    plant = "git init -q sub && " + HOOK.format(mark=mark, hooks="sub/.git/hooks")
+    output = sandboxed(
+        workspace, f"mkdir many && touch $(seq -f many/%g 300) && {plant} && echo done"
+    )
+    assert output.startswith("exit code 0\ndone"), output
+    assert "made the git directory 'sub/.git'" in output, output
+    assert not (workspace / "sub" / ".git").exists()
+    with pytest.raises(ToolError, match="more than 100 entries"):
+        sandboxed(workspace, "echo ran")
