@@ -324,7 +324,11 @@ _COMMAND_KEYS = re.compile(
     r"|(browser|man)\..*\.(cmd|path)|alias\..*|pager\..*|hook\..*\.command"
     r"|trailer\..*\.(command|cmd)|sendemail\.(.*\.)?(smtpserver|sendmailcmd|tocmd|cccmd)"
     r"|sendemail\.(.*\.)?headercmd|remote\..*\.(uploadpack|receivepack|vcs)"
-    r"|submodule\..*\.update|uploadpack\.packobjectshook|instaweb\.httpd",
+    r"|submodule\..*\.update|uploadpack\.packobjectshook|instaweb\.httpd"
+    # (git archive's compressors, git imap-send's tunnel, git gui's tools, git-lfs's
+    # programs; a diff or merge tool's name is a file git's mergetools source: `../x`)
+    r"|tar\..*\.command|imap\.tunnel|guitool\..*\.cmd|lfs\.customtransfer\..*\.path"
+    r"|lfs\.extension\..*\.(clean|smudge)|(diff|merge)\.(tool|guitool)",
     re.DOTALL,
 )
 # What a command-valued key may hold and still run nothing of the workspace: a command

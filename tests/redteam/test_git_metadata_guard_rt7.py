@@ -14,16 +14,25 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from dispatcher import execution
+from dispatcher.models import Status
 from dispatcher.tools import sandbox, sandbox_git
 from dispatcher.tools.base import ToolError
-from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
-from tests.redteam.test_git_metadata_guard2 import empty_workspace, sandboxed
+from tests.redteam.test_git_metadata_guard import (
+    agent_in_sandbox,
+    allow,
+    host_git,
+    repository,
+    submit,
+)
+from tests.redteam.test_git_metadata_guard2 import empty_workspace, plant_program, sandboxed
 from tests.support.factories import AgentFixture
 
 pytestmark = pytest.mark.django_db
@@ -162,3 +171,58 @@ def test_many_entries_hide_no_git_directory_the_command_made(
     assert not (workspace / "sub" / ".git").exists()
     with pytest.raises(ToolError, match="more than 100 entries"):
         sandboxed(workspace, "echo ran")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "program", "person"),
+    [
+        (
+            "tar.tgz.command",
+            "./gz.sh",
+            "gz.sh",
+            ["archive", "--format=tgz", "-o", "/dev/null", "HEAD"],
+        ),
+        ("diff.tool", "../" * 24 + "WORKSPACE/tool.sh", "tool.sh", ["difftool", "-y", "HEAD"]),
+    ],
+    ids=["archive-compressor", "difftool-name"],
+)
+def test_more_command_settings_that_run_a_program_of_the_workspace(
+    agent_in_sandbox: AgentFixture, key: str, value: str, program: str, person: list[str]
+) -> None:
+    """`tar.<format>.command` (git archive's compressor) and a diff tool's name (git's
+    mergetools source `$(git --exec-path)/mergetools/NAME`: `../../ws/tool.sh`) were
+    not among the command-valued keys: an allowed `cp` rewrote what they name, and a
+    person's `git archive` or `git difftool` ran it."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    (workspace / "a.txt").write_text("one\n")
+    host_git(workspace, "add", "a.txt")
+    host_git(workspace, "commit", "-qm", "base")
+    (workspace / "a.txt").write_text("two\n")
+    host_git(workspace, "config", key, value.replace("WORKSPACE", str(workspace).lstrip("/")))
+    plant_program(workspace, "program")
+    # (sourced by the difftool's shell: no `cat` of its input)
+    (workspace / "evil.sh").write_text(f"#!/bin/sh\ntouch {workspace}/program-ran\n")
+    call = submit(fx, session_id, "plant", ["cp", "evil.sh", program])
+    assert call.status == Status.QUEUED, (call.status, call.reason)
+    execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    assert not (workspace / program).exists(), call.content  # nothing ran
+    assert f"sets {key} = " in call.content and "A reviewer must approve" in call.content
+    # the premise: what the copy would have put there, the person's git runs
+    shutil.copy(workspace / "evil.sh", workspace / program)
+    person_git(workspace, *person)
+    assert (workspace / "program-ran").exists()
+
+
+def person_git(workspace: Path, *args: str) -> None:
+    """host_git with no input (a difftool that finds no tool asks on it)."""
+    subprocess.run(
+        ["git", "-c", "safe.directory=*", *args],
+        cwd=workspace,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
