@@ -73,7 +73,14 @@ MAX_WALK_AFTER: int | None = None  # (every entry there was made by the command,
 MAX_REMOVED = 1_000_000  # entries of what a command made, removed after it; beyond, it stays aside
 ASIDE = ".harness-removed-"  # what is being removed is renamed to this first
 # A git directory's own directories, never another git directory's (not descended into)
-GIT_OWN = frozenset({*DIRECTORIES, "objects", "refs", "logs", "branches", "rr-cache", "lfs"})
+# (and the state of an operation under way: a rebase's `rebase-merge/`, which holds its
+# autostash, removed after `git rebase --autostash` in a submodule stopped on a conflict,
+# lost the person's uncommitted changes). Only in a git directory (holding HEAD): in
+# `modules/` and a directory of a name's parts, `refs` or `hooks` is a submodule's.
+GIT_OWN = frozenset(
+    {*DIRECTORIES, "objects", "refs", "logs", "branches", "rr-cache", "lfs"}
+    | {"rebase-merge", "rebase-apply", "sequencer"}
+)
 _PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 # A failed write of a command the guard bound shows one of these (a file written in place,
 # a file replaced by rename, a hook added).
@@ -233,6 +240,7 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             raise _link(str(Path(target.name, name)))
         else:
             result.entries.append(Entry(entry, target / name, writable=False))
+    own = False
     if depth == 0:
         names = ["modules", "worktrees"]
         for name in names:
@@ -243,14 +251,15 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
         # of a submodule `a/b`, a submodule's own `modules/`) is a git directory no one
         # judged: removed after it (but git's own in a git directory: `logs/` ...).
         names = sorted(_names(fd))
+        # a git directory's own (`modules/lib/refs`), not a submodule's (`modules/refs`
+        # of a submodule named `refs`, whose config nothing bound)
+        own = depth > 1 and _exists(fd, "HEAD")
         label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
-        result.containers.append(
-            (fd, label, frozenset(names) | (GIT_OWN if depth > 1 else frozenset()))
-        )
+        result.containers.append((fd, label, frozenset(names) | (GIT_OWN if own else frozenset())))
     if depth >= MAX_DEPTH:
         return
     for name in names:
-        if name in GIT_OWN:
+        if own and name in GIT_OWN:
             continue
         child = _open(name, fd, result)
         if child is None:
@@ -638,18 +647,21 @@ def guarded_path(path: str) -> bool:
     """Whether `path` (relative to the workspace, `/`-separated) is git metadata `guard`
     keeps read-only: a guarded name in the workspace's git directory or a nested
     repository's (`sub/.git/config`), or in one under its `modules/` or `worktrees/`, or
-    what lies beneath one (never a name inside `objects/`, `refs/` ...). What an effect
-    rule may not allow (effect_rules; `.git` itself is a mount point the program cannot
-    replace, and an effect rule no file `.git`)."""
+    what lies beneath one (never a name inside the workspace's `objects/`, `refs/` ...;
+    under `modules/` or `worktrees/` a name such as `refs` may be a submodule's, so any).
+    What an effect rule may not allow (effect_rules; `.git` itself is a mount point the
+    program cannot replace, and an effect rule no file `.git`)."""
     parts = [part for part in path.split("/") if part not in ("", ".")]
     for start, first in enumerate(parts):
         if first != ".git":
             continue
+        nested = False
         for part in parts[start + 1 :]:
             if part in FILES or part in DIRECTORIES:
                 return True
-            if part in GIT_OWN:
+            if part in GIT_OWN and not nested:
                 break
+            nested = nested or part in ("modules", "worktrees")
     return False
 
 

@@ -26,6 +26,7 @@ from dispatcher.models import Status
 from dispatcher.tools import sandbox, sandbox_git
 from dispatcher.tools.base import ToolError
 from tests.redteam.test_git_metadata_guard import (
+    FSMONITOR_EDIT,
     agent_in_sandbox,
     allow,
     host_git,
@@ -226,3 +227,92 @@ def person_git(workspace: Path, *args: str) -> None:
         timeout=30,
         check=False,
     )
+
+
+def submodule(workspace: Path, name: str) -> Path:
+    """A submodule at `name` (named so), its git directory absorbed: `.git/modules/NAME`."""
+    g = ["-c", "user.email=a@b", "-c", "user.name=A", "-c", "protocol.file.allow=always"]
+    path = workspace / name
+    path.mkdir()
+    host_git(path, "init", "-q", "-b", "main")
+    (path / "f").write_text("base\n")
+    host_git(path, *g, "add", "f")
+    host_git(path, *g, "commit", "-qm", "base")
+    host_git(workspace, *g, "submodule", "add", "-q", f"./{name}", name)
+    host_git(workspace, *g, "submodule", "absorbgitdirs")
+    assert (workspace / ".git" / "modules" / name / "HEAD").exists()
+    return path
+
+
+@pytest.mark.parametrize("name", ["hooks", "refs", "logs"])
+def test_a_submodule_named_as_a_git_directory_s_own_is_guarded(
+    agent_in_sandbox: AgentFixture, name: str
+) -> None:
+    """`.git/modules/hooks` (a submodule named `hooks`, as a shared hooks repository
+    often is) was skipped as if it were a git directory's own `hooks/`: nothing of it was
+    bound, the link trick planted core.fsmonitor in its config, and a person's `git
+    status` in the submodule ran it."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    path = submodule(workspace, name)
+    (workspace / "tpl").mkdir()
+    (workspace / "tpl" / "meta").symlink_to(f"../.git/modules/{name}")
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    config = (workspace / ".git" / "modules" / name / "config").read_bytes()
+    hook = workspace / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {workspace}/hook-ran\n")
+    hook.chmod(0o755)
+    # not checked out (`deinit` keeps the git directory; a person's `update --init` uses
+    # it, and checks the submodule out), then checked out
+    host_git(workspace, "submodule", "deinit", "-f", name)
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    for checked_out in (False, True):
+        plant = f"cp -r tpl out && sed -i '{FSMONITOR_EDIT}' out/meta/config"
+        output = sandboxed(workspace, f"{plant}; cp post-checkout out/meta/hooks/; rm -rf out")
+        host_git(workspace, "-c", "protocol.file.allow=always", "submodule", "update", "--init")
+        host_git(path, "status")
+        host_git(workspace, "status")
+        ran = [mark.name for mark in workspace.rglob("*-ran")]
+        assert ran == [], (checked_out, ran, output)
+        assert (workspace / ".git" / "modules" / name / "config").read_bytes() == config
+        assert "Device or resource busy" in output or "Read-only" in output, output
+
+
+def test_an_effect_rule_never_writes_a_submodule_named_as_a_git_directory_s_own() -> None:
+    for path in (".git/modules/refs/config", ".git/modules/logs/hooks/pre-commit"):
+        assert sandbox_git.guarded_path(path), path
+    assert not sandbox_git.guarded_path(".git/refs/heads/main")
+    assert not sandbox_git.guarded_path(".git/modules/lib/logs/HEAD")
+
+
+def test_a_rebase_stopped_in_a_submodule_keeps_its_state_and_autostash(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """An allowed `git rebase --autostash` in a submodule that stopped on a conflict: its
+    `rebase-merge/` (a directory new in `.git/modules/lib`) was removed as a git
+    directory no one judged, and with it the autostash: the person's uncommitted change
+    was gone, and `git rebase --abort` found no rebase."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    lib = submodule(workspace, "lib")
+    g = ["-c", "user.email=a@b", "-c", "user.name=A"]
+    host_git(lib, *g, "checkout", "-qb", "other")
+    (lib / "f").write_text("other\n")
+    host_git(lib, *g, "commit", "-qam", "other")
+    host_git(lib, *g, "checkout", "-q", "main")
+    (lib / "f").write_text("mine\n")
+    host_git(lib, *g, "commit", "-qam", "mine")
+    (lib / "g").write_text("committed\n")
+    host_git(lib, *g, "add", "g")
+    host_git(lib, *g, "commit", "-qm", "g")
+    (lib / "g").write_text("uncommitted work\n")
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    rebase = "cd lib && git -c user.email=a@b -c user.name=A rebase --autostash other"
+    output = sandboxed(workspace, rebase)
+    assert "CONFLICT" in output and "Created autostash" in output, output
+    host_git(lib, "rebase", "--abort")
+    assert (lib / "g").read_text() == "uncommitted work\n", output
+    assert "[harness:" not in output, output
