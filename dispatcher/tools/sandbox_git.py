@@ -61,6 +61,7 @@ NONE = "none"  # none: a command a reviewer approved (they saw it)
 MODES = (ALL, ALL_BUT_CONFIG, NONE)
 
 FILES = ("config", "config.worktree", "commondir")
+INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after a run
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
 MAX_DEPTH = 8
@@ -645,7 +646,9 @@ def _changed(path: str) -> ToolError:
 
 def guarded_path(path: str) -> bool:
     """Whether `path` (relative to the workspace, `/`-separated) is git metadata `guard`
-    keeps read-only: a guarded name in the workspace's git directory or a nested
+    keeps read-only, or whose content it judges after a run (the index: git reads paths
+    from it that a checkout writes, unchecked): a guarded name in the workspace's git
+    directory or a nested
     repository's (`sub/.git/config`), or in one under its `modules/` or `worktrees/`, or
     what lies beneath one (never a name inside the workspace's `objects/`, `refs/` ...;
     under `modules/` or `worktrees/` a name such as `refs` may be a submodule's, so any).
@@ -657,7 +660,9 @@ def guarded_path(path: str) -> bool:
             continue
         nested = False
         for part in parts[start + 1 :]:
-            if part in FILES or part in DIRECTORIES:
+            if part in FILES or part in DIRECTORIES or part in INDEX_FILES:
+                return True
+            if part.startswith("sharedindex."):
                 return True
             if part in GIT_OWN and not nested:
                 break

@@ -18,11 +18,13 @@ import shutil
 import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dispatcher import execution
 from dispatcher.models import Status
+from dispatcher.policy import profiles
 from dispatcher.tools import sandbox, sandbox_git
 from dispatcher.tools.base import ToolError
 from tests.redteam.test_git_metadata_guard import (
@@ -316,3 +318,40 @@ def test_a_rebase_stopped_in_a_submodule_keeps_its_state_and_autostash(
     host_git(lib, "rebase", "--abort")
     assert (lib / "g").read_text() == "uncommitted work\n", output
     assert "[harness:" not in output, output
+
+
+def test_an_effect_rule_does_not_apply_a_crafted_index(
+    agent_in_sandbox: AgentFixture, settings: Any
+) -> None:
+    """An effect rule's write is Harness's own (preview_apply), outside the sandbox and
+    its check of the index: `effect(write: **)` applied an index crafted with
+    `.git/hooks/post-commit`, written through a link the same command made. The ask
+    stands; a person's checkout and commit run nothing."""
+    fx = agent_in_sandbox
+    settings.HARNESS_PREVIEW = True
+    settings.HARNESS_PREVIEW_TIMEOUT = 5
+    profiles.update_profile(
+        user=fx.owner,
+        mode="standard",
+        allow=["effect(write: **, network: none)"],
+        ask=[],
+        deny=[],
+        actor="test",
+    )
+    session_id, workspace = repository(fx)
+    host_git(workspace, "commit", "--allow-empty", "-qm", "base")
+    mark = workspace / "hook-ran"
+    crafted = crafted_index(workspace / ".git", [".git/hooks/post-commit"], mark)
+    (workspace / "crafted").write_bytes(crafted)
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    script = "ln -s .git meta && cp crafted meta/index && rm meta"
+    call = submit(fx, session_id, "plant", ["bash", "-c", script])
+    if call.status == Status.QUEUED:
+        execution.execute_call(str(call.pk))
+        call.refresh_from_db()
+    host_git(workspace, "checkout", "--", ".")
+    host_git(workspace, "commit", "--allow-empty", "-qm", "next")
+    assert not mark.exists(), (call.status, call.decided_by)
+    assert (workspace / ".git" / "index").read_bytes() != crafted
+    assert call.status == Status.PENDING_APPROVAL, (call.status, call.decided_by)
