@@ -435,9 +435,13 @@ def _config_refusal(workspace: Path, git_dir: Path, key: str, value: str) -> str
     if not _POINTER_KEYS.fullmatch(key):
         return None
     if key == "core.hookspath":
-        # relative to the work tree git runs hooks in
-        base = git_dir.parent if git_dir.name == ".git" else workspace
-        path = os.path.join(base, os.path.expanduser(value))
+        # relative to the work tree git runs hooks in: a `.git`'s parent; a submodule's or
+        # worktree's may lie anywhere in the workspace (`../githooks` from `lib/` is the
+        # workspace's `githooks/`), so a relative path there is taken to be inside it
+        expanded = os.path.expanduser(value)
+        if git_dir.name != ".git" and not os.path.isabs(expanded):
+            return "relative to a work tree inside the workspace"
+        path = os.path.join(git_dir.parent, expanded)
         if git_dir.name == ".git" and os.path.normpath(path) == os.path.normpath(git_dir / "hooks"):
             return None
     else:

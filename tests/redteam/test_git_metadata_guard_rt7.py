@@ -355,3 +355,32 @@ def test_an_effect_rule_does_not_apply_a_crafted_index(
     assert not mark.exists(), (call.status, call.decided_by)
     assert (workspace / ".git" / "index").read_bytes() != crafted
     assert call.status == Status.PENDING_APPROVAL, (call.status, call.decided_by)
+
+
+def test_a_submodule_s_relative_hooks_path_is_judged_from_its_work_tree(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """`core.hooksPath = ../githooks` in `.git/modules/lib/config` was taken relative to
+    the workspace (outside it), but git runs the submodule's hooks in `lib/`: it is
+    `githooks/` of the workspace, which an allowed `cp` filled; a person's commit in the
+    submodule ran it."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    lib = submodule(workspace, "lib")
+    host_git(lib, "config", "core.hooksPath", "../githooks")
+    (workspace / "githooks").mkdir()
+    (workspace / "pre-commit").write_text(f"#!/bin/sh\ntouch {workspace}/hook-ran\n")
+    (workspace / "pre-commit").chmod(0o755)
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    call = submit(fx, session_id, "plant", ["cp", "pre-commit", "githooks/pre-commit"])
+    assert call.status == Status.QUEUED, (call.status, call.reason)
+    execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    host_git(
+        lib, "-c", "user.email=a@b", "-c", "user.name=A", "commit", "--allow-empty", "-qm", "x"
+    )
+    assert not (workspace / "hook-ran").exists(), call.content
+    assert "sets core.hookspath = '../githooks'" in call.content, call.content
+    assert "A reviewer must approve this command" in call.content
