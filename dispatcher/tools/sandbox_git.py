@@ -283,7 +283,7 @@ def _refuse_git_file_inside(workspace: Path, fd: int, where: Path, result: Guard
     text = _read(fd).decode("utf-8", "replace")
     first = text.splitlines()[0] if text.strip() else ""
     target = first.removeprefix("gitdir:").strip() if first.startswith("gitdir:") else ""
-    path = os.path.join(where.parent, os.path.expanduser(target))
+    path = os.path.join(where.parent, target)  # (git expands no `~` there: `sub/~/gd`)
     if where != workspace / ".git" and target and _in_guarded_modules(path, result):
         return
     if not target or _inside(workspace, path):

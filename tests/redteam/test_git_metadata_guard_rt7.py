@@ -384,3 +384,24 @@ def test_a_submodule_s_relative_hooks_path_is_judged_from_its_work_tree(
     assert not (workspace / "hook-ran").exists(), call.content
     assert "sets core.hookspath = '../githooks'" in call.content, call.content
     assert "A reviewer must approve this command" in call.content
+
+
+def test_a_git_file_naming_a_tilde_path_is_judged_as_git_reads_it(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """`sub/.git` holding `gitdir: ~/gd`: git takes it relative (`sub/~/gd`, in the
+    workspace, bound by nothing); the guard expanded `~` to its own home, outside."""
+    _, workspace = empty_workspace(agent_in_sandbox)
+    sub = workspace / "sub"
+    (sub / "~").mkdir(parents=True)
+    host_git(sub / "~", "init", "-q", "--bare", "gd")
+    (sub / ".git").write_text("gitdir: ~/gd\n")
+    assert host_git(sub, "rev-parse", "--git-dir").strip() == str(sub / "~" / "gd")
+    sandbox.give_to_sandbox(workspace)
+    with pytest.raises(ToolError, match="'sub/.git' is a file naming a git directory inside"):
+        sandboxed(
+            workspace,
+            f"printf '[core]\\n\\tfsmonitor = touch {workspace}/x-ran\\n' >> sub/~/gd/config",
+        )
+    host_git(sub, "status")
+    assert not (workspace / "x-ran").exists()
