@@ -64,7 +64,6 @@ FILES = ("config", "config.worktree", "commondir")
 INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after a run
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
-MAX_DEPTH = 8
 # Entries of the workspace looked at, before an unapproved run, for the `.git` of a
 # repository nested in it (beyond, no unapproved command runs), and after it, for one the
 # command made (no bound: a command that made more than a bound hid the `.git` it planted;
@@ -257,8 +256,8 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
         own = depth > 1 and _exists(fd, "HEAD")
         label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
         result.containers.append((fd, label, frozenset(names) | (GIT_OWN if own else frozenset())))
-    if depth >= MAX_DEPTH:
-        return
+    # (no bound on depth but MAX_DIRECTORIES: past 8 levels, a submodule at
+    # `a/b/c/d/e/f/g/h` was passed over, its config writable)
     for name in names:
         if own and name in GIT_OWN:
             continue
@@ -266,9 +265,9 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
         if child is None:
             continue
         kind = os.fstat(child).st_mode
-        if stat.S_ISLNK(kind) and depth <= 1:
-            # `.git/modules -> ../mods`, `modules/lib -> ../../mods/lib`: git uses the
-            # directory it names, which nothing binds
+        if stat.S_ISLNK(kind):
+            # `.git/modules -> ../mods`, `modules/lib -> ../../mods/lib`, `modules/a/b ->
+            # ...` of a submodule `a/b`: git uses the directory it names, which nothing binds
             raise _link(str(Path(target.name, name)))
         if stat.S_ISDIR(kind):
             _guard_directory(child, target / name, mode, result, depth + 1)

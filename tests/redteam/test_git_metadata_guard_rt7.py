@@ -405,3 +405,32 @@ def test_a_git_file_naming_a_tilde_path_is_judged_as_git_reads_it(
         )
     host_git(sub, "status")
     assert not (workspace / "x-ran").exists()
+
+
+def test_a_submodule_eight_levels_deep_is_guarded(agent_in_sandbox: AgentFixture) -> None:
+    """The walk of `.git/modules` stopped at 8 levels: the git directory of a submodule
+    at `a/b/c/d/e/f/g/h` (`.git/modules/a/.../h`, 9 levels) was bound by nothing, the
+    link trick planted core.fsmonitor in its config, and a person's `git status` ran it."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    name = "a/b/c/d/e/f/g/h"
+    (workspace / name).parent.mkdir(parents=True)
+    path = submodule(workspace, name)
+    git_dir = workspace / ".git" / "modules" / name
+    (workspace / "tpl").mkdir()
+    (workspace / "tpl" / "meta").symlink_to(f"../.git/modules/{name}")
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    config = (git_dir / "config").read_bytes()
+    for checked_out in (False, True):  # (`deinit` keeps the git directory)
+        if not checked_out:
+            host_git(workspace, "submodule", "deinit", "-f", name)
+            os.chown(workspace, 0, 0)
+            sandbox.give_to_sandbox(workspace)
+        plant = f"cp -r tpl out && sed -i '{FSMONITOR_EDIT}' out/meta/config; rm -rf out"
+        output = sandboxed(workspace, plant)
+        host_git(workspace, "-c", "protocol.file.allow=always", "submodule", "update", "--init")
+        host_git(path, "status")
+        assert not list(workspace.rglob("fsmonitor-ran")), output
+        assert (git_dir / "config").read_bytes() == config
+        assert "Device or resource busy" in output, output
