@@ -26,14 +26,15 @@ directory (a git directory no one judged, which a submodule's `.git` file may na
 also after a command that timed out or failed (`remove_made`).
 
 The same for every repository nested in the workspace's files (`vendor/lib/.git`, found
-by a bounded walk that enters no `.git`: MAX_WALK entries, MAX_WALK_DEPTH levels; beyond,
-no unapproved command runs). A `.git` that was not there before the run (the workspace
+by a walk that enters no `.git`: MAX_WALK entries at most, at any depth; beyond, no
+unapproved command runs). A `.git` that was not there before the run (the workspace
 had none, and `git init` made one; `sub/.git`) is judged after it: one that holds more than
 git itself makes (a configuration key outside `_MADE_KEYS`, a hook that is not a
 `*.sample`, `info/` beyond `exclude`, `commondir`, a link or a `gitdir:` file) is removed.
 And a bound configuration that includes a file of the workspace, takes hooks from it, or
 has git run a command line that may run a program of it (`filter.x.clean = ./clean.sh`)
-lets no unapproved command run.
+lets no unapproved command run. An index the run changed that names a path git refuses
+(`.git/hooks/post-commit`, `../x`: a person's `git checkout -- .` writes it) is removed.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import re
 import secrets
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 from dispatcher.tools.base import ToolError
@@ -59,20 +61,26 @@ NONE = "none"  # none: a command a reviewer approved (they saw it)
 MODES = (ALL, ALL_BUT_CONFIG, NONE)
 
 FILES = ("config", "config.worktree", "commondir")
+INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after a run
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
-MAX_DEPTH = 8
 # Entries of the workspace looked at, before an unapproved run, for the `.git` of a
 # repository nested in it (beyond, no unapproved command runs), and after it, for one the
-# command made (beyond, the call ends saying git must not be run there); directory levels
-# likewise.
+# command made (no bound: a command that made more than a bound hid the `.git` it planted;
+# listing an entry costs a small part of making it). No bound on directory levels.
 MAX_WALK = 500_000
-MAX_WALK_AFTER = 1_000_000
-MAX_WALK_DEPTH = 128
+MAX_WALK_AFTER: int | None = None  # (every entry there was made by the command, or seen before)
 MAX_REMOVED = 1_000_000  # entries of what a command made, removed after it; beyond, it stays aside
 ASIDE = ".harness-removed-"  # what is being removed is renamed to this first
 # A git directory's own directories, never another git directory's (not descended into)
-GIT_OWN = frozenset({*DIRECTORIES, "objects", "refs", "logs", "branches", "rr-cache", "lfs"})
+# (and the state of an operation under way: a rebase's `rebase-merge/`, which holds its
+# autostash, removed after `git rebase --autostash` in a submodule stopped on a conflict,
+# lost the person's uncommitted changes). Only in a git directory (holding HEAD): in
+# `modules/` and a directory of a name's parts, `refs` or `hooks` is a submodule's.
+GIT_OWN = frozenset(
+    {*DIRECTORIES, "objects", "refs", "logs", "branches", "rr-cache", "lfs"}
+    | {"rebase-merge", "rebase-apply", "sequencer"}
+)
 _PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 # A failed write of a command the guard bound shows one of these (a file written in place,
 # a file replaced by rename, a hook added).
@@ -125,6 +133,12 @@ class Guard:
     root: int | None = None
     known: frozenset[tuple[int, int]] | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
+    # Each guarded git directory's `index` as it was before the run (the directory's
+    # descriptor, its path, the index's stat or None): one the run changed is read after
+    # it (`_check_indexes`).
+    indexes: list[tuple[int, Path, tuple[int, ...] | None]] = dataclasses.field(
+        default_factory=list
+    )
 
     def close(self) -> None:
         for fd in self.fds:
@@ -215,6 +229,7 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             "this command."
         )
     result.entries.append(Entry(fd, target, writable=True))
+    result.indexes.append((fd, target, _index_state(fd)))
     for name in (*FILES, *DIRECTORIES):
         if name == "config" and mode == ALL_BUT_CONFIG:
             continue
@@ -225,6 +240,7 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             raise _link(str(Path(target.name, name)))
         else:
             result.entries.append(Entry(entry, target / name, writable=False))
+    own = False
     if depth == 0:
         names = ["modules", "worktrees"]
         for name in names:
@@ -235,22 +251,23 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
         # of a submodule `a/b`, a submodule's own `modules/`) is a git directory no one
         # judged: removed after it (but git's own in a git directory: `logs/` ...).
         names = sorted(_names(fd))
+        # a git directory's own (`modules/lib/refs`), not a submodule's (`modules/refs`
+        # of a submodule named `refs`, whose config nothing bound)
+        own = depth > 1 and _exists(fd, "HEAD")
         label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
-        result.containers.append(
-            (fd, label, frozenset(names) | (GIT_OWN if depth > 1 else frozenset()))
-        )
-    if depth >= MAX_DEPTH:
-        return
+        result.containers.append((fd, label, frozenset(names) | (GIT_OWN if own else frozenset())))
+    # (no bound on depth but MAX_DIRECTORIES: past 8 levels, a submodule at
+    # `a/b/c/d/e/f/g/h` was passed over, its config writable)
     for name in names:
-        if name in GIT_OWN:
+        if own and name in GIT_OWN:
             continue
         child = _open(name, fd, result)
         if child is None:
             continue
         kind = os.fstat(child).st_mode
-        if stat.S_ISLNK(kind) and depth <= 1:
-            # `.git/modules -> ../mods`, `modules/lib -> ../../mods/lib`: git uses the
-            # directory it names, which nothing binds
+        if stat.S_ISLNK(kind):
+            # `.git/modules -> ../mods`, `modules/lib -> ../../mods/lib`, `modules/a/b ->
+            # ...` of a submodule `a/b`: git uses the directory it names, which nothing binds
             raise _link(str(Path(target.name, name)))
         if stat.S_ISDIR(kind):
             _guard_directory(child, target / name, mode, result, depth + 1)
@@ -265,7 +282,7 @@ def _refuse_git_file_inside(workspace: Path, fd: int, where: Path, result: Guard
     text = _read(fd).decode("utf-8", "replace")
     first = text.splitlines()[0] if text.strip() else ""
     target = first.removeprefix("gitdir:").strip() if first.startswith("gitdir:") else ""
-    path = os.path.join(where.parent, os.path.expanduser(target))
+    path = os.path.join(where.parent, target)  # (git expands no `~` there: `sub/~/gd`)
     if where != workspace / ".git" and target and _in_guarded_modules(path, result):
         return
     if not target or _inside(workspace, path):
@@ -316,7 +333,11 @@ _COMMAND_KEYS = re.compile(
     r"|(browser|man)\..*\.(cmd|path)|alias\..*|pager\..*|hook\..*\.command"
     r"|trailer\..*\.(command|cmd)|sendemail\.(.*\.)?(smtpserver|sendmailcmd|tocmd|cccmd)"
     r"|sendemail\.(.*\.)?headercmd|remote\..*\.(uploadpack|receivepack|vcs)"
-    r"|submodule\..*\.update|uploadpack\.packobjectshook|instaweb\.httpd",
+    r"|submodule\..*\.update|uploadpack\.packobjectshook|instaweb\.httpd"
+    # (git archive's compressors, git imap-send's tunnel, git gui's tools, git-lfs's
+    # programs; a diff or merge tool's name is a file git's mergetools source: `../x`)
+    r"|tar\..*\.command|imap\.tunnel|guitool\..*\.cmd|lfs\.customtransfer\..*\.path"
+    r"|lfs\.extension\..*\.(clean|smudge)|(diff|merge)\.(tool|guitool)",
     re.DOTALL,
 )
 # What a command-valued key may hold and still run nothing of the workspace: a command
@@ -413,9 +434,13 @@ def _config_refusal(workspace: Path, git_dir: Path, key: str, value: str) -> str
     if not _POINTER_KEYS.fullmatch(key):
         return None
     if key == "core.hookspath":
-        # relative to the work tree git runs hooks in
-        base = git_dir.parent if git_dir.name == ".git" else workspace
-        path = os.path.join(base, os.path.expanduser(value))
+        # relative to the work tree git runs hooks in: a `.git`'s parent; a submodule's or
+        # worktree's may lie anywhere in the workspace (`../githooks` from `lib/` is the
+        # workspace's `githooks/`), so a relative path there is taken to be inside it
+        expanded = os.path.expanduser(value)
+        if git_dir.name != ".git" and not os.path.isabs(expanded):
+            return "relative to a work tree inside the workspace"
+        path = os.path.join(git_dir.parent, expanded)
         if git_dir.name == ".git" and os.path.normpath(path) == os.path.normpath(git_dir / "hooks"):
             return None
     else:
@@ -479,15 +504,17 @@ def _configuration(data: bytes, target: Path) -> list[tuple[str, str]]:
 
 
 class _Unchecked(Exception):
-    """The workspace's tree could not be looked at whole (too many entries, too deep, a
-    directory that cannot be read): `.git` entries in it may be missed."""
+    """The workspace's tree could not be looked at whole (too many entries, a directory
+    that changed or cannot be read): `.git` entries in it may be missed."""
 
 
-def _git_entries(root: int, limit: int, *, before: bool) -> list[tuple[str, tuple[int, int], bool]]:
+def _git_entries(
+    root: int, limit: int | None, *, before: bool
+) -> list[tuple[str, tuple[int, int], bool]]:
     """The `.git` entries (directory, file or link) in the workspace held by `root`, at any
     depth, as (path relative to it, (device, inode)); none descended into, no link
-    followed. A stack of its own, one descriptor a level. ToolError past `limit` entries,
-    MAX_WALK_DEPTH levels, or a directory that cannot be read."""
+    followed (_walk). ToolError past `limit` entries, or with a directory that cannot be
+    read."""
     try:
         return _walk(root, limit)
     except (_Unchecked, OSError) as error:
@@ -507,48 +534,110 @@ def _git_entries(root: int, limit: int, *, before: bool) -> list[tuple[str, tupl
         ) from None
 
 
-def _walk(root: int, limit: int) -> list[tuple[str, tuple[int, int], bool]]:
+_WALK_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Descriptors the walk keeps open at once, of the levels nearest the one it is in (as
+# sandbox.give_to_sandbox): a level whose descriptor was closed is opened again from the
+# nearest open one above it, one name at a time with no link followed, and must be the
+# same directory.
+OPEN_LEVELS = 64
+
+
+@dataclasses.dataclass
+class _Level:
+    fd: int | None
+    name: str  # in the level above
+    prefix: str  # the path of what it holds, relative to the workspace
+    identity: tuple[int, int]
+    pending: list[str]  # its directories not yet walked
+
+
+def _walk(root: int, limit: int | None) -> list[tuple[str, tuple[int, int], bool]]:
+    """Depth first, at any depth (a tree 130 levels deep stopped the search after a run,
+    which kept the `.git` a command planted beside it): what is kept of each level is its
+    directories not yet walked, and a descriptor for the OPEN_LEVELS nearest levels."""
     found: list[tuple[str, tuple[int, int], bool]] = []
     seen = 0
     top = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root)
-    frames: list[tuple[int, str, list[tuple[str, bool]]]] = []
+    levels: list[_Level] = []
     try:
-        frames.append((top, "", _entries(top)))
-        while frames:
-            fd, prefix, names = frames[-1]
-            if not names:
-                frames.pop()
-                os.close(fd)
+        levels.append(_Level(top, "", "", _identity(top), []))
+        seen = _list(levels[0], seen, limit, found)
+        while levels:
+            level = levels[-1]
+            if not level.pending:
+                levels.pop()
+                if level.fd is not None:
+                    os.close(level.fd)
                 continue
-            name, directory = names.pop()
-            seen += 1
-            if seen > limit:
-                raise _Unchecked(f"more than {limit} entries")
-            if name == ".git":
-                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                found.append((prefix + name, (info.st_dev, info.st_ino), directory))
-                continue
-            if not directory:
-                continue
-            if len(frames) >= MAX_WALK_DEPTH:
-                raise _Unchecked(f"more than {MAX_WALK_DEPTH} directory levels")
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            child = os.open(name, flags, dir_fd=fd)
-            try:
-                frames.append((child, f"{prefix}{name}/", _entries(child)))
-            except BaseException:
-                os.close(child)
-                raise
+            if level.fd is None:
+                _reopen(levels)
+            assert level.fd is not None
+            name = level.pending.pop()
+            child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
+            levels.append(_Level(child, name, f"{level.prefix}{name}/", _identity(child), []))
+            seen = _list(levels[-1], seen, limit, found)
+            far = len(levels) - 1 - OPEN_LEVELS
+            if far >= 1 and levels[far].fd is not None:
+                os.close(levels[far].fd)  # type: ignore[arg-type]
+                levels[far].fd = None
     finally:
-        for fd, _, _ in frames:
-            os.close(fd)
+        for level in levels:
+            if level.fd is not None:
+                os.close(level.fd)
     return found
 
 
-def _entries(fd: int) -> list[tuple[str, bool]]:
-    """The names in the directory `fd`, each with whether it is a directory (not a link)."""
-    with os.scandir(fd) as listing:
-        return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in listing]
+def _list(
+    level: _Level, seen: int, limit: int | None, found: list[tuple[str, tuple[int, int], bool]]
+) -> int:
+    """Look at the entries of `level`: a `.git` is found, a directory kept to be walked.
+    The entries seen so far; _Unchecked past `limit`."""
+    assert level.fd is not None
+    with os.scandir(level.fd) as listing:
+        for entry in listing:
+            seen += 1
+            if limit is not None and seen > limit:
+                raise _Unchecked(f"more than {limit} entries")
+            directory = entry.is_dir(follow_symlinks=False)
+            if entry.name == ".git":
+                info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
+                found.append((level.prefix + entry.name, (info.st_dev, info.st_ino), directory))
+            elif directory:
+                level.pending.append(entry.name)
+    return seen
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
+def _reopen(levels: list[_Level]) -> None:
+    """Open the newest level's directory again, from the nearest level still open, and
+    keep the OPEN_LEVELS nearest it open. _Unchecked when one is no longer the directory
+    it was."""
+    base = max(i for i, level in enumerate(levels) if level.fd is not None)
+    keep_from = len(levels) - OPEN_LEVELS
+    current = levels[base].fd
+    assert current is not None
+    passing: int | None = None  # opened only to reach the next level
+    try:
+        for i in range(base + 1, len(levels)):
+            fd = os.open(levels[i].name, _WALK_FLAGS, dir_fd=current)
+            if passing is not None:
+                os.close(passing)
+                passing = None
+            if _identity(fd) != levels[i].identity:
+                os.close(fd)
+                raise _Unchecked(f"'{levels[i].prefix}' changed while it was searched")
+            if i >= keep_from:
+                levels[i].fd = fd
+            else:
+                passing = fd
+            current = fd
+    finally:
+        if passing is not None:
+            os.close(passing)
 
 
 def _changed(path: str) -> ToolError:
@@ -560,20 +649,27 @@ def _changed(path: str) -> ToolError:
 
 def guarded_path(path: str) -> bool:
     """Whether `path` (relative to the workspace, `/`-separated) is git metadata `guard`
-    keeps read-only: a guarded name in the workspace's git directory or a nested
+    keeps read-only, or whose content it judges after a run (the index: git reads paths
+    from it that a checkout writes, unchecked): a guarded name in the workspace's git
+    directory or a nested
     repository's (`sub/.git/config`), or in one under its `modules/` or `worktrees/`, or
-    what lies beneath one (never a name inside `objects/`, `refs/` ...). What an effect
-    rule may not allow (effect_rules; `.git` itself is a mount point the program cannot
-    replace, and an effect rule no file `.git`)."""
+    what lies beneath one (never a name inside the workspace's `objects/`, `refs/` ...;
+    under `modules/` or `worktrees/` a name such as `refs` may be a submodule's, so any).
+    What an effect rule may not allow (effect_rules; `.git` itself is a mount point the
+    program cannot replace, and an effect rule no file `.git`)."""
     parts = [part for part in path.split("/") if part not in ("", ".")]
     for start, first in enumerate(parts):
         if first != ".git":
             continue
+        nested = False
         for part in parts[start + 1 :]:
-            if part in FILES or part in DIRECTORIES:
+            if part in FILES or part in DIRECTORIES or part in INDEX_FILES:
                 return True
-            if part in GIT_OWN:
+            if part.startswith("sharedindex."):
+                return True
+            if part in GIT_OWN and not nested:
                 break
+            nested = nested or part in ("modules", "worktrees")
     return False
 
 
@@ -640,8 +736,143 @@ def remove_made(result: Guard) -> list[str]:
         for name in sorted(set(names) - known):
             if _remove(dir_fd, name, label + name, directories_only=True):
                 removed.append(label + name)
+    _check_indexes(result)
     _remove_made_repositories(result)
     return removed
+
+
+def _index_state(dir_fd: int) -> tuple[int, ...] | None:
+    """What tells whether the `index` in the git directory `dir_fd` changed, or None."""
+    try:
+        info = os.stat("index", dir_fd=dir_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (info.st_mode, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _check_indexes(result: Guard) -> None:
+    """Remove each guarded git directory's `index` the run changed that names a path git
+    itself would never put there (`_bad_index_path`), and say so. git reads an
+    index without checking its paths: one crafted with `.git/hooks/post-commit` or
+    `../../.bashrc` had a person's `git checkout -- .` (or `git restore .`) write that
+    file, and their next commit run it."""
+    workspace = result.workspace
+    for dir_fd, target, before in result.indexes:
+        after = _index_state(dir_fd)
+        if after is None or after == before:
+            continue
+        why = _bad_index(dir_fd, _object_format(dir_fd))
+        if why is None:
+            continue
+        shown = str((target / "index").relative_to(workspace)) if workspace else "index"
+        if _remove(dir_fd, "index", shown, directories_only=False):
+            result.notes.append(INDEX.format(path=shown, why=why))
+
+
+INDEX = (
+    "\n[harness: this command ran without a person's approval and left the git index "
+    "'{path}' {why}, which a person's `git checkout -- .` would write; it was removed "
+    "(`git reset` makes it again from HEAD).]"
+)
+# What git's verify_path refuses in a name (here: on any file system), besides `.`, `..`
+# and empty parts: `.git` however spelled (case, NTFS's trailing dots and spaces and
+# short name, HFS's ignored characters).
+_HFS_IGNORED = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
+
+
+def _bad_index_path(path: str) -> bool:
+    """Whether git would refuse `path` in an index (a sparse directory's ends in `/`)."""
+    parts = path.removesuffix("/").split("/")
+    for part in parts:
+        if part in ("", ".", ".."):
+            return True
+        plain = _HFS_IGNORED.sub("", part).lower().rstrip(". ")
+        if plain in (".git", "git~1"):
+            return True
+    return False
+
+
+def _object_format(dir_fd: int) -> str:
+    """The object format of the git directory `dir_fd` (its configuration's
+    extensions.objectformat, sha1 without one)."""
+    result = Guard()
+    try:
+        config = _open("config", dir_fd, result)
+        if config is None or not stat.S_ISREG(os.fstat(config).st_mode):
+            return "sha1"
+        pairs = _configuration(_read(config), Path("config"))
+    except (OSError, ToolError):
+        return "sha1"
+    finally:
+        result.close()
+    return dict(pairs).get("extensions.objectformat", "sha1").strip().lower()
+
+
+def _bad_index(dir_fd: int, object_format: str) -> str | None:
+    """Why the `index` in the git directory `dir_fd` is not one git itself writes (a name
+    git refuses, in its entries, a split index's shared part or its resolve-undo record;
+    not a regular file; not readable), or None. Read by git itself, in an empty
+    repository of its own, with the files (never followed) handed over as descriptors."""
+    held: list[int] = []
+    try:
+        try:
+            index = os.open("index", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError as error:
+            return f"unreadable ({error.strerror or error})"
+        held.append(index)
+        if not stat.S_ISREG(os.fstat(index).st_mode):
+            return "not a regular file"
+        with tempfile.TemporaryDirectory(prefix="harness-index-") as scratch:
+            git_dir = os.path.join(scratch, "g")
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1"}
+            env |= {"HOME": "/nonexistent", "GIT_CONFIG_GLOBAL": "/dev/null", "LC_ALL": "C"}
+            if object_format not in ("sha1", "sha256"):
+                return f"of an object format git does not know ({object_format!r})"
+            made = subprocess.run(
+                ["git", "init", "-q", "--bare", f"--object-format={object_format}", git_dir],
+                capture_output=True,
+                env=env,
+                timeout=30,
+                check=False,
+            )
+            if made.returncode != 0:
+                return "unreadable (no scratch repository)"
+            for name in _names(dir_fd):  # a split index's shared part
+                if name.startswith("sharedindex."):
+                    try:
+                        shared = os.open(
+                            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+                        )
+                    except OSError:
+                        continue
+                    held.append(shared)
+                    os.symlink(f"/proc/self/fd/{shared}", os.path.join(git_dir, name))
+            env["GIT_INDEX_FILE"] = f"/proc/self/fd/{index}"
+            for listing in (["--stage", "--sparse"], ["--resolve-undo"]):
+                try:
+                    done = subprocess.run(
+                        ["git", f"--git-dir={git_dir}", "ls-files", "-z", *listing],
+                        capture_output=True,
+                        cwd=scratch,
+                        env=env,
+                        timeout=120,
+                        check=False,
+                        pass_fds=held,
+                    )
+                except (OSError, subprocess.TimeoutExpired) as error:
+                    return f"unreadable ({error})"
+                if done.returncode != 0:
+                    return "unreadable by git"
+                for item in done.stdout.split(b"\0"):
+                    if not item:
+                        continue
+                    path = item.split(b"\t", 1)[-1].decode("utf-8", "surrogateescape")
+                    if _bad_index_path(path):
+                        return f"naming {path!r}"
+    finally:
+        for fd in held:
+            os.close(fd)
+    return None
 
 
 # What `git init`, `clone`, `add`, `commit`, `fetch`, `merge` ... make in a git directory
@@ -754,6 +985,10 @@ def _judge_made(parent: int, where: Path) -> str | None:
                 for item in sorted(_names(entry)):
                     if not (_regular(entry, item) and item == "exclude"):
                         return f"holds 'info/{item}'"
+            elif name == "index":
+                bad = _bad_index(git, _object_format(git))
+                if bad is not None:
+                    return f"holds an index {bad}"
             elif name == "config":
                 try:
                     pairs = _configuration(_read(entry), where / "config")

@@ -404,7 +404,8 @@ def test_an_effect_rule_never_writes_a_nested_repository_configuration() -> None
     for path in ("sub/.git/config", "a/b/.git/hooks/pre-commit", "sub/.git/modules/x/config"):
         assert not rule.allows(effect(path)), path
     assert not rule.allows(effect("sub/.git"))  # a file `gitdir: ...`
-    assert rule.allows(effect("sub/.git/index")) and rule.allows(effect("sub/config"))
+    assert not rule.allows(effect("sub/.git/index"))  # (rt7: a crafted index)
+    assert rule.allows(effect("sub/.git/objects/ab/cd")) and rule.allows(effect("sub/config"))
 
 
 def test_removed_without_following_a_link(agent_in_sandbox: AgentFixture, tmp_path: Path) -> None:
