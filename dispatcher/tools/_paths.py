@@ -142,11 +142,16 @@ def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
 
 def _below(target: str, roots: tuple[Path, ...]) -> str | None:
     """The absolute link target `target` relative to the first of `roots` it lies under, as
-    text (its `..` are followed by the walk, which refuses one above the root), or None."""
+    text (its `..` are followed by the walk, which refuses one above the root), or None.
+
+    Compared by whole components, empty ones and `.` left out as the kernel leaves them
+    (`//ws/src`, `/ws/./src` are `/ws/src`; `/ws2` is not under `/ws`); a `..` is never
+    left out (where it leads depends on links), so one before the root's end is outside."""
+    parts = [part for part in target.split("/") if part not in ("", ".")]
     for root in roots:
-        prefix = str(root).rstrip("/")
-        if target == prefix or target.startswith(prefix + "/"):
-            return target[len(prefix) :]
+        prefix = [part for part in str(root).split("/") if part]
+        if parts[: len(prefix)] == prefix:
+            return "/".join(parts[len(prefix) :])
     return None
 
 
