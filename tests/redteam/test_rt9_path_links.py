@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.tools import read_file, write_file
+from dispatcher.tools import read_file, search_files, write_file
 from dispatcher.tools._paths import path_violation
 from dispatcher.tools.base import ExecutionContext, ToolError
 
@@ -52,3 +52,36 @@ def test_a_target_sharing_only_a_string_prefix_or_passing_through_dotdot_is_refu
         with pytest.raises(ToolError, match="outside the session workspace"):
             read_file.TOOL.execute(ctx, {"path": path})
     assert (beside / "secret").read_text() == "the person's\n"
+
+
+def searched(tmp_path: Path, x_is_a_link: bool) -> str:
+    """search_files over a workspace whose links pass through X beside it on the host (a
+    directory, or a link to another tree: what the agent must not learn)."""
+    (tmp_path / "elsewhere" / "deeper").mkdir(parents=True)
+    if x_is_a_link:
+        (tmp_path / "X").symlink_to(tmp_path / "elsewhere" / "deeper")
+    else:
+        (tmp_path / "X").mkdir()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "file").write_text("needle in the agent's own\n")
+    (workspace / "probe").symlink_to("../X/../ws/file")
+    (workspace / "absolute").symlink_to(f"{tmp_path}/X/../ws/file")
+    (workspace / "inside").symlink_to("file")
+    ctx = ExecutionContext(workspace=workspace, call_id="rt9", timeout=10, output_limit=10_000)
+    return str(search_files.TOOL.execute(ctx, {"pattern": "needle"}))
+
+
+def test_search_files_gives_one_answer_whatever_the_host_holds_beside_the_workspace(
+    tmp_path: Path,
+) -> None:
+    """search_files followed a file symlink with Path.resolve (as root, through the host):
+    with X a directory `probe` and `absolute` were searched and listed, with X a link they
+    were not, so the agent learnt what X is. Links are now followed as path_violation
+    follows them, inside the workspace only: a link inside is searched, one that steps
+    outside never is, on both hosts."""
+    as_directory = searched(tmp_path / "one", x_is_a_link=False)
+    as_link = searched(tmp_path / "two", x_is_a_link=True)
+    assert as_directory == as_link
+    assert "inside" in as_directory and "file" in as_directory
+    assert "probe" not in as_directory and "absolute" not in as_directory
