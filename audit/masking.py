@@ -266,6 +266,21 @@ def is_key_body(body: str) -> bool:
     )
 
 
+# One cookie of a Cookie header (`name=value`, after its start or a `;`), its value one
+# literal word followed by `;`, white space or the end; Set-Cookie's attributes are kept.
+_COOKIE_PAIR = re.compile(
+    r"(?:^|(?<=;))(\s{0,8}+(?!(?i:path|domain|samesite|max-age|expires)=)"
+    r"[A-Za-z0-9_.!#%*+^~-]{1,128}+=)" + _NOT_MASKED + r"(?P<v>[^\s;,\"'\\$`(){}<>|&]++)(?=;|\s|$)"
+)
+
+
+def mask_cookie_pairs(text: str) -> str:
+    """`text` (a Cookie header's value) with each cookie's value masked when it is one
+    literal word: `a=1; sessionid=xyz` holds `;` and white space, so as one value it was
+    kept whole."""
+    return _COOKIE_PAIR.sub(_masking("cookie"), text)
+
+
 def _masking(
     kind: str | Callable[[re.Match[str]], str],
     allowed: Callable[[str], bool] = is_plain_secret,
@@ -442,6 +457,14 @@ RULES: list[_Rule] = [
         (*_SECRET_WORDS, "auth", "credential", "private", "cookie", "session"),
         folded=True,
     ),
+    # Cookie: a=1; sessionid=xyz (a header, in text or JSON text): each cookie's value,
+    # when it is one literal word (the `;` between cookies is no shell syntax).
+    _Rule(
+        r"""(?P<head>[cC](?<=\b[cC])(?i:ookie)"?\s{0,4}+:\s{0,4}+"?)(?P<pairs>[^"\n\\]++)""",
+        lambda match: match.group("head") + mask_cookie_pairs(match.group("pairs")),
+        ("cookie",),
+        folded=True,
+    ),
     # Authorization: Bearer xyz / Basic xyz / token xyz (headers, curl -H ...).
     _Rule(
         r"(?P<scheme>[bBtT](?<=\b[bBtT])(?i:earer|asic|oken)\s{1,16}+)"
@@ -602,7 +625,8 @@ def _all_literals(value: Any, kind: str) -> Any:
         return [_all_literals(v, kind) for v in value]
     if isinstance(value, str):
         if value.startswith(MASK) or not is_secret_value(value):
-            return mask_text(value)
+            # (a Cookie header's value: `a=1; sessionid=xyz`, each cookie masked)
+            return mask_text(mask_cookie_pairs(value) if kind == "cookie" else value)
         return marker(kind, value)
     if value is None or isinstance(value, bool):
         return value
