@@ -63,11 +63,17 @@ NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # ::a.b.c.d (deprecated, RFC 4291)
 
 
+def _nat64_prefixes() -> list[ipaddress.IPv6Network]:
+    """The well-known NAT64 prefix and the operator's (HARNESS_NAT64_PREFIXES)."""
+    own = getattr(settings, "HARNESS_NAT64_PREFIXES", [])
+    return [NAT64, *(ipaddress.IPv6Network(prefix) for prefix in own)]
+
+
 def client_address(address: str) -> str:
     """`address` as the limits count it: an IPv6 address that carries an IPv4 client's
     address, as that IPv4 address. On a dual-stack socket (`daphne -b ::`) or behind a
     proxy that listens on one, an IPv4 client arrives as ::ffff:a.b.c.d, and through a
-    NAT64 translator as 64:ff9b::a.b.c.d: counted by its /64 (allauth) or /48 (device codes
+    NAT64 translator as 64:ff9b::a.b.c.d (or under a prefix of HARNESS_NAT64_PREFIXES): counted by its /64 (allauth) or /48 (device codes
     per network), every IPv4 client was one count, which one of them filled for all. A 6to4
     (2002:a.b.c.d::/48) or Teredo address is its IPv4 host's: counted as IPv6, one IPv4 /24
     held 256 networks' worth of device codes. Anything else is returned as it is."""
@@ -81,7 +87,10 @@ def client_address(address: str) -> str:
     embedded: ipaddress.IPv4Address | None = parsed.ipv4_mapped or parsed.sixtofour
     if embedded is None and parsed.teredo is not None:
         embedded = parsed.teredo[1]  # (server, client)
-    if embedded is None and (parsed in NAT64 or (parsed in IPV4_COMPATIBLE and int(parsed) > 1)):
+    if embedded is None and (
+        any(parsed in network for network in _nat64_prefixes())
+        or (parsed in IPV4_COMPATIBLE and int(parsed) > 1)
+    ):
         embedded = ipaddress.IPv4Address(int(parsed) & 0xFFFFFFFF)
     return address if embedded is None else str(embedded)
 
