@@ -16,6 +16,7 @@ import stat
 import unicodedata
 from pathlib import Path
 
+from dispatcher.tools import sandbox
 from dispatcher.tools.base import ToolError
 
 EXAMPLE = "src/app.py"
@@ -86,12 +87,7 @@ def _resolve_beneath(root: Path, given: Path, value: str) -> Path | None:
     `Path.resolve(strict=False)` does. Raises RuntimeError for more than MAX_LINKS links
     (a loop), `_Changed` when the root cannot be held as a directory now.
     """
-    try:
-        fds = [os.open(root, _DIRECTORY_HELD)]
-    except FileNotFoundError:
-        fds = []  # no workspace yet: every path is text, and nothing in it is a link
-    except OSError as error:
-        raise _Changed from error
+    fds = _hold_root(root, given)
     names: list[str] = []  # components below the root; fds[i] holds names[:i] when opened
     pending = value.split("/")
     links = 0
@@ -130,6 +126,30 @@ def _resolve_beneath(root: Path, given: Path, value: str) -> Path | None:
         for fd in fds:
             os.close(fd)
     return root.joinpath(*names)
+
+
+def _hold_root(root: Path, given: Path) -> list[int]:
+    """[a descriptor of the workspace], opened as the sandbox opens it (no symlink a
+    program may have placed followed, `sandbox.open_unredirected`), or [] when there is no
+    workspace yet (every path is then text). Raises `_Changed` when it cannot be opened so,
+    or is not `root`, the path resolved a moment before: in a workspace nested in another
+    agent's, whose program flips a directory on the path, a walk of the resolved path (or
+    of a path through the flipped link) read another tree, a person's, and the answer told
+    what that tree holds."""
+    try:
+        fd = sandbox.open_unredirected(given)
+    except (ToolError, OSError) as error:
+        if not os.path.lexists(given):
+            return []
+        raise _Changed from error
+    try:
+        same = os.readlink(f"/proc/self/fd/{fd}") == str(root)
+    except OSError:
+        same = False
+    if not same:
+        os.close(fd)
+        raise _Changed
+    return [fd]
 
 
 def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
