@@ -43,11 +43,17 @@ def _checked(value: object, workspace: Path) -> tuple[str | None, Path]:
         # nested in another agent's, whose program flips a directory of it): Python's
         # resolve then raised EINVAL from a readlink of what was no longer a link.
         return WORKSPACE_CHANGED, workspace
+    given = Path(os.path.abspath(workspace))
+    try:  # `root` is the workspace's own path, not a tree a flipped link led to: every
+        for fd in _hold_root(root, given):  # answer below names it
+            os.close(fd)
+    except _Changed:
+        return WORKSPACE_CHANGED, workspace
     problem = _violation(value, root)
     if problem is not None or not isinstance(value, str):
         return problem, root
     try:
-        resolved = _resolve_beneath(root, Path(os.path.abspath(workspace)), value)
+        resolved = _resolve_beneath(root, given, value)
     except _Changed:
         return WORKSPACE_CHANGED, root
     except (OSError, RuntimeError, ValueError) as error:

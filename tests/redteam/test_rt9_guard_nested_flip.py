@@ -53,3 +53,30 @@ def test_the_guard_never_answers_about_the_tree_a_flipped_path_leads_to(
         flipper.wait()
     assert set(answers) <= {"None", WORKSPACE_CHANGED}, answers
     assert answers.get("None", 0) >= DONE, answers
+
+
+def test_a_refusal_never_names_the_tree_a_flipped_path_leads_to(workspace: Path) -> None:
+    """A path refused before anything is resolved (absolute, `~`) is answered with the
+    workspace's path, which was the resolved one: at a flipped moment, the person's."""
+    if sandbox._owner() is None:
+        pytest.skip("needs Harness as root (the sandbox user)")
+    a, victim = nested_beside_a_victim(workspace, own="B's own\n")
+    nested = a / "x" / "B"
+    flipper = subprocess.Popen(
+        ["/usr/bin/python3", "-c", FLIPPER, str(a / "x"), str(a / "x-link")],
+        stdout=subprocess.PIPE,
+    )
+    assert flipper.stdout is not None
+    told: list[str] = []
+    try:
+        assert flipper.stdout.readline() == b"flipping\n"
+        for _ in range(CHECKS):
+            told.append(str(path_violation("/etc/passwd", nested)))
+            if sum("is absolute" in answer for answer in told) >= DONE:
+                break
+    finally:
+        flipper.kill()
+        flipper.wait()
+    named = [answer for answer in told if "victim" in answer]
+    assert not named, f"{len(named)} of {len(told)} answers named {victim}"
+    assert sum("is absolute" in answer for answer in told) >= DONE
