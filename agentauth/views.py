@@ -50,6 +50,7 @@ from dispatcher.models import Agent
 from dispatcher.policy.models import Mode, narrower_mode
 from dispatcher.policy.profiles import profile_for
 from floor.errors import ServiceError
+from identity.adapters import client_address
 from teams.models import Team
 
 DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
@@ -332,9 +333,10 @@ NETWORK_PREFIX = {4: 24, 6: 48}
 def device_network(address: str) -> str:
     """The network `address` is counted in for device codes: an IPv4 address's /24, an
     IPv6 address's /48 (one site's usual assignment: its /64s are allauth's addresses).
-    An address that is not an IP address is its own network."""
+    An address that is not an IP address is its own network; one that carries an IPv4
+    client's (NAT64, 6to4, Teredo, ::ffff:) is in that IPv4 address's network."""
     try:
-        parsed = ipaddress.ip_address(address)
+        parsed = ipaddress.ip_address(client_address(address))
     except ValueError:
         return address
     return str(ipaddress.ip_network(f"{parsed}/{NETWORK_PREFIX[parsed.version]}", strict=False))

@@ -31,13 +31,16 @@ from django.conf import settings
 MASK = "[masked"  # the start of every marker: [masked:KIND#HASH]
 MAX_NAME = 128  # the longest key or variable name that is read as a name
 
-# Key names whose value is a secret, compared after lower-casing and mapping "-" to "_".
-# "token_prefix" or "max_tokens" do not match: the name must end with the secret word.
+# Key names whose value is a secret, compared after lower-casing and mapping "-" to "_",
+# and again with a camelCase name's words apart ("accessToken": access_token, "dbPass":
+# db_pass; see `is_secret_key`). "token_prefix" or "max_tokens" do not match: the name
+# must end with the secret word.
 SECRET_KEY = re.compile(
-    r"(^|_)(token|access_token|refresh_token|id_token|password|passwd|passphrase|pwd|secret"
-    r"|secret_key|client_secret|api_key|apikey|authorization|auth|credentials?|private_key"
-    r"|cookie|session_key)$"
+    r"(^|_)(token|access_token|refresh_token|id_token|password|pass_word|passwd|passphrase|pwd"
+    r"|pass|secret|secret_key|secret_access_key|client_secret|api_key|apikey|authorization"
+    r"|auth|credentials?|private_key|cookie|session_key)$"
 )
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 def _words(words: tuple[str, ...], before: str = "") -> str:
@@ -105,6 +108,33 @@ _JSON_KEY_ENDS = (
             "session-key",
             "secret_key",
             "secret-key",
+            "secret_access_key",
+            "secret-access-key",
+            "pass",
+            "pass_word",
+            "pass-word",
+            "privatekey",
+            "sessionkey",
+            "secretkey",
+            "secretaccesskey",
+        )
+    )
+    # camelCase keys, as a payload's own keys are read (`is_secret_key`): "privateKey"
+    + "|"
+    + "|".join(
+        f'(?<=[a-z0-9"]{word})'
+        for word in (
+            "Authorization",
+            "Auth",
+            "Credential",
+            "Credentials",
+            "PrivateKey",
+            "Cookie",
+            "SessionKey",
+            "SecretKey",
+            "SecretAccessKey",
+            "Pass",
+            "PassWord",
         )
     )
     + ")"
@@ -198,6 +228,26 @@ def _json_secret(inner: str) -> str:
     return inner if decoded is None else decoded
 
 
+def _nested_json_string(inner: str) -> str | None:
+    """The text a JSON string nested in another one stands for (`inner`: its contents as
+    the outer string holds them, escapes of both levels), or None."""
+    once = _json_string(inner)
+    return None if once is None else _json_string(once)
+
+
+def is_nested_json_secret_value(inner: str) -> bool:
+    """`is_json_secret_value` for a value of JSON text inside a JSON string."""
+    decoded = _nested_json_string(inner)
+    return decoded is not None and is_secret_value(decoded)
+
+
+def _nested_json_secret(inner: str) -> str:
+    """The secret a doubly escaped value holds (its marker's hash is the one the same value
+    gets under a payload's own key)."""
+    decoded = _nested_json_string(inner)
+    return inner if decoded is None else decoded
+
+
 def is_key_body(body: str) -> bool:
     """Whether `body` (between a private key's BEGIN and END lines) is only a key: headers
     and base64 lines of one width. Anything else (a command between the markers) is
@@ -214,6 +264,21 @@ def is_key_body(body: str) -> bool:
         and all(len(line) == width for line in lines[:-1])
         and len(lines[-1]) <= width
     )
+
+
+# One cookie of a Cookie header (`name=value`, after its start or a `;`), its value one
+# literal word followed by `;`, white space or the end; Set-Cookie's attributes are kept.
+_COOKIE_PAIR = re.compile(
+    r"(?:^|(?<=;))(\s{0,8}+(?!(?i:path|domain|samesite|max-age|expires)=)"
+    r"[A-Za-z0-9_.!#%*+^~-]{1,128}+=)" + _NOT_MASKED + r"(?P<v>[^\s;,\"'\\$`(){}<>|&]++)(?=;|\s|$)"
+)
+
+
+def mask_cookie_pairs(text: str) -> str:
+    """`text` (a Cookie header's value) with each cookie's value masked when it is one
+    literal word: `a=1; sessionid=xyz` holds `;` and white space, so as one value it was
+    kept whole."""
+    return _COOKIE_PAIR.sub(_masking("cookie"), text)
 
 
 def _masking(
@@ -378,6 +443,28 @@ RULES: list[_Rule] = [
         (*_SECRET_WORDS, "auth", "credential", "private", "cookie", "session"),
         folded=True,
     ),
+    # The same in JSON text inside a JSON string (`write_file` of a config.json: the call's
+    # raw arguments hold {\"password\": \"hunter 2\"}): the value's tokens are the escapes
+    # of the outer string (`\n`, `\u00e9`) and those of the inner one (`\\\\`, `\\\"`,
+    # `\\n`), so it ends at the first `\"` that is neither; its secret is read through both.
+    _Rule(
+        r'(?P<name>\\"[\w.-]'
+        + f"{{1,{MAX_NAME}}}+"
+        + _JSON_KEY_ENDS
+        + r'\\"\s{0,16}+:\s{0,16}+)'
+        + r'(?P<v>(?P<esc>\\")(?:[^"\\\n]++|\\[^"\\]|\\\\(?:\\\\|\\"|[^"\\]))++\\")',
+        _masking(_kind_of_name, is_nested_json_secret_value, _nested_json_secret),
+        (*_SECRET_WORDS, "auth", "credential", "private", "cookie", "session"),
+        folded=True,
+    ),
+    # Cookie: a=1; sessionid=xyz (a header, in text or JSON text): each cookie's value,
+    # when it is one literal word (the `;` between cookies is no shell syntax).
+    _Rule(
+        r"""(?P<head>[cC](?<=\b[cC])(?i:ookie)"?\s{0,4}+:\s{0,4}+"?)(?P<pairs>[^"\n\\]++)""",
+        lambda match: match.group("head") + mask_cookie_pairs(match.group("pairs")),
+        ("cookie",),
+        folded=True,
+    ),
     # Authorization: Bearer xyz / Basic xyz / token xyz (headers, curl -H ...).
     _Rule(
         r"(?P<scheme>[bBtT](?<=\b[bBtT])(?i:earer|asic|oken)\s{1,16}+)"
@@ -474,7 +561,17 @@ def is_secret_key(key: str) -> bool:
 
 
 def _is_secret(key: str) -> bool:
-    return bool(SECRET_KEY.search(key.lower().replace("-", "_")))
+    return _secret_name(key) is not None
+
+
+def _secret_name(key: str) -> re.Match[str] | None:
+    """SECRET_KEY's match in `key` read as written (lower-cased, "-" as "_"), else with its
+    camelCase words apart ("clientSecret": client_secret), or None."""
+    for name in (key, _CAMEL.sub("_", key)):
+        match = SECRET_KEY.search(name.lower().replace("-", "_"))
+        if match is not None:
+            return match
+    return None
 
 
 _is_secret_short = functools.lru_cache(maxsize=4096)(_is_secret)
@@ -528,7 +625,8 @@ def _all_literals(value: Any, kind: str) -> Any:
         return [_all_literals(v, kind) for v in value]
     if isinstance(value, str):
         if value.startswith(MASK) or not is_secret_value(value):
-            return mask_text(value)
+            # (a Cookie header's value: `a=1; sessionid=xyz`, each cookie masked)
+            return mask_text(mask_cookie_pairs(value) if kind == "cookie" else value)
         return marker(kind, value)
     if value is None or isinstance(value, bool):
         return value
@@ -536,11 +634,15 @@ def _all_literals(value: Any, kind: str) -> Any:
 
 
 def _key_kind(key: str) -> str:
-    match = SECRET_KEY.search(key.lower().replace("-", "_"))
+    match = _secret_name(key)
     word = match.group(2) if match else "secret"
-    return {"passwd": "password", "pwd": "password", "apikey": "api_key"}.get(word, word).replace(
-        "_", "-"
-    )
+    return {
+        "passwd": "password",
+        "pwd": "password",
+        "pass": "password",
+        "pass_word": "password",
+        "apikey": "api_key",
+    }.get(word, word).replace("_", "-")
 
 
 def _mask_list(items: list[Any]) -> list[Any]:

@@ -7,6 +7,7 @@ not on import: see start_if_embedded.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from pathlib import Path
@@ -318,6 +319,21 @@ if HARNESS_TRUSTED_PROXY_COUNT < 0:
     )
 ALLAUTH_TRUSTED_PROXY_COUNT = HARNESS_TRUSTED_PROXY_COUNT
 ALLAUTH_TRUSTED_CLIENT_IP_HEADER = HARNESS_TRUSTED_CLIENT_IP_HEADER
+# HARNESS_NAT64_PREFIXES: the /96 prefixes of NAT64 translators in front of an IPv6-only
+# Harness, besides the well-known 64:ff9b::/96: an IPv4 client arrives as PREFIX::a.b.c.d
+# and is counted as a.b.c.d (identity.adapters.client_address), not all in one network.
+HARNESS_NAT64_PREFIXES: list[str] = []
+for _prefix in filter(None, (p.strip() for p in env("HARNESS_NAT64_PREFIXES", "").split(","))):
+    try:
+        _network: ipaddress.IPv6Network | None = ipaddress.IPv6Network(_prefix)
+    except ValueError:
+        _network = None
+    if _network is None or _network.prefixlen != 96:
+        raise ImproperlyConfigured(
+            f"HARNESS_NAT64_PREFIXES holds {_prefix!r}: list IPv6 /96 networks, comma "
+            "separated (e.g. 2001:db8:64::/96)."
+        )
+    HARNESS_NAT64_PREFIXES.append(str(_network))
 ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = "none"
 ACCOUNT_SESSION_REMEMBER = True

@@ -52,17 +52,47 @@ class AccountAdapter(DefaultAccountAdapter):  # type: ignore[misc]  # allauth is
 
     def get_client_ip(self, request: HttpRequest) -> str:
         """The client's address for allauth's per-address limits (sign-ins, device codes),
-        an IPv4 client's as IPv4: on a dual-stack socket (`daphne -b ::`) or behind a proxy
-        that listens on one, it arrives as ::ffff:a.b.c.d, which allauth counts by its /64,
-        "::", one count for every IPv4 client. Raises PermissionDenied when there is none."""
-        address = str(super().get_client_ip(request))
-        try:
-            parsed = ipaddress.ip_address(address)
-        except ValueError:
-            return address
-        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
-            return str(parsed.ipv4_mapped)
+        an IPv4 client's as IPv4 (`client_address`). Raises PermissionDenied when there is
+        none."""
+        return client_address(str(super().get_client_ip(request)))
+
+
+# NAT64's well-known prefix (RFC 6052): an IPv6-only Harness behind a translator sees every
+# IPv4 client as 64:ff9b::a.b.c.d.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # ::a.b.c.d (deprecated, RFC 4291)
+
+
+def _nat64_prefixes() -> list[ipaddress.IPv6Network]:
+    """The well-known NAT64 prefix and the operator's (HARNESS_NAT64_PREFIXES)."""
+    own = getattr(settings, "HARNESS_NAT64_PREFIXES", [])
+    return [NAT64, *(ipaddress.IPv6Network(prefix) for prefix in own)]
+
+
+def client_address(address: str) -> str:
+    """`address` as the limits count it: an IPv6 address that carries an IPv4 client's
+    address, as that IPv4 address. On a dual-stack socket (`daphne -b ::`) or behind a
+    proxy that listens on one, an IPv4 client arrives as ::ffff:a.b.c.d, and through a
+    NAT64 translator as 64:ff9b::a.b.c.d (or under a prefix of HARNESS_NAT64_PREFIXES): counted by its /64 (allauth) or /48 (device codes
+    per network), every IPv4 client was one count, which one of them filled for all. A 6to4
+    (2002:a.b.c.d::/48) or Teredo address is its IPv4 host's: counted as IPv6, one IPv4 /24
+    held 256 networks' worth of device codes. Anything else is returned as it is."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
         return address
+    if not isinstance(parsed, ipaddress.IPv6Address):
+        return address
+    parsed = ipaddress.IPv6Address(int(parsed))  # without a zone id
+    embedded: ipaddress.IPv4Address | None = parsed.ipv4_mapped or parsed.sixtofour
+    if embedded is None and parsed.teredo is not None:
+        embedded = parsed.teredo[1]  # (server, client)
+    if embedded is None and (
+        any(parsed in network for network in _nat64_prefixes())
+        or (parsed in IPV4_COMPATIBLE and int(parsed) > 1)
+    ):
+        embedded = ipaddress.IPv4Address(int(parsed) & 0xFFFFFFFF)
+    return address if embedded is None else str(embedded)
 
 
 class SocialAccountAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]

@@ -16,6 +16,7 @@ import stat
 import unicodedata
 from pathlib import Path
 
+from dispatcher.tools import sandbox
 from dispatcher.tools.base import ToolError
 
 EXAMPLE = "src/app.py"
@@ -42,11 +43,17 @@ def _checked(value: object, workspace: Path) -> tuple[str | None, Path]:
         # nested in another agent's, whose program flips a directory of it): Python's
         # resolve then raised EINVAL from a readlink of what was no longer a link.
         return WORKSPACE_CHANGED, workspace
+    given = Path(os.path.abspath(workspace))
+    try:  # `root` is the workspace's own path, not a tree a flipped link led to: every
+        for fd in _hold_root(root, given):  # answer below names it
+            os.close(fd)
+    except _Changed:
+        return WORKSPACE_CHANGED, workspace
     problem = _violation(value, root)
     if problem is not None or not isinstance(value, str):
         return problem, root
     try:
-        resolved = _resolve_beneath(root, Path(os.path.abspath(workspace)), value)
+        resolved = _resolve_beneath(root, given, value)
     except _Changed:
         return WORKSPACE_CHANGED, root
     except (OSError, RuntimeError, ValueError) as error:
@@ -86,12 +93,7 @@ def _resolve_beneath(root: Path, given: Path, value: str) -> Path | None:
     `Path.resolve(strict=False)` does. Raises RuntimeError for more than MAX_LINKS links
     (a loop), `_Changed` when the root cannot be held as a directory now.
     """
-    try:
-        fds = [os.open(root, _DIRECTORY_HELD)]
-    except FileNotFoundError:
-        fds = []  # no workspace yet: every path is text, and nothing in it is a link
-    except OSError as error:
-        raise _Changed from error
+    fds = _hold_root(root, given)
     names: list[str] = []  # components below the root; fds[i] holds names[:i] when opened
     pending = value.split("/")
     links = 0
@@ -132,6 +134,30 @@ def _resolve_beneath(root: Path, given: Path, value: str) -> Path | None:
     return root.joinpath(*names)
 
 
+def _hold_root(root: Path, given: Path) -> list[int]:
+    """[a descriptor of the workspace], opened as the sandbox opens it (no symlink a
+    program may have placed followed, `sandbox.open_unredirected`), or [] when there is no
+    workspace yet (every path is then text). Raises `_Changed` when it cannot be opened so,
+    or is not `root`, the path resolved a moment before: in a workspace nested in another
+    agent's, whose program flips a directory on the path, a walk of the resolved path (or
+    of a path through the flipped link) read another tree, a person's, and the answer told
+    what that tree holds."""
+    try:
+        fd = sandbox.open_unredirected(given)
+    except (ToolError, OSError) as error:
+        if not os.path.lexists(given):
+            return []
+        raise _Changed from error
+    try:
+        same = os.readlink(f"/proc/self/fd/{fd}") == str(root)
+    except OSError:
+        same = False
+    if not same:
+        os.close(fd)
+        raise _Changed
+    return [fd]
+
+
 def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
     """`name`'s own status in the directory held by `dir_fd`, or None when it is not there."""
     try:
@@ -142,11 +168,16 @@ def _lstat(name: str, dir_fd: int) -> os.stat_result | None:
 
 def _below(target: str, roots: tuple[Path, ...]) -> str | None:
     """The absolute link target `target` relative to the first of `roots` it lies under, as
-    text (its `..` are followed by the walk, which refuses one above the root), or None."""
+    text (its `..` are followed by the walk, which refuses one above the root), or None.
+
+    Compared by whole components, empty ones and `.` left out as the kernel leaves them
+    (`//ws/src`, `/ws/./src` are `/ws/src`; `/ws2` is not under `/ws`); a `..` is never
+    left out (where it leads depends on links), so one before the root's end is outside."""
+    parts = [part for part in target.split("/") if part not in ("", ".")]
     for root in roots:
-        prefix = str(root).rstrip("/")
-        if target == prefix or target.startswith(prefix + "/"):
-            return target[len(prefix) :]
+        prefix = [part for part in str(root).split("/") if part]
+        if parts[: len(prefix)] == prefix:
+            return "/".join(parts[len(prefix) :])
     return None
 
 

@@ -23,6 +23,8 @@ def delete_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     elsewhere.
     """
     relative = args["path"]
+    if not isinstance(relative, str):  # (validated before: the other tools' answer)
+        resolve_in_workspace(ctx.workspace, relative)
     if _names_a_directory(relative):
         raise ToolError(
             f"Refusing to delete {relative!r}: a path ending in '.' or '..' names a "

@@ -133,8 +133,9 @@ def _file_bytes(workspace: Path, directory: int, name: str, shown: str) -> bytes
     """The content of a regular file of at most MAX_FILE_BYTES, else None.
 
     A plain file is opened relative to its directory's descriptor with `O_NOFOLLOW`; a
-    symlink is followed only when it resolves inside the workspace, and the target is
-    then opened with no symlink followed (`_confined`).
+    symlink is followed only when it resolves inside the workspace without a step
+    outside (`resolve_in_workspace`, as `path_violation`), and the target is then opened
+    with no symlink followed (`_confined`).
     """
     try:
         if not name:
@@ -145,9 +146,10 @@ def _file_bytes(workspace: Path, directory: int, name: str, shown: str) -> bytes
             except OSError as error:
                 if error.errno != errno.ELOOP:
                     raise
-                target = (workspace.resolve() / shown).resolve()
-                if not target.is_relative_to(workspace.resolve()):
-                    return None  # a symlink leaving the workspace
+                try:  # followed inside the workspace only, as the guard follows it:
+                    target = resolve_in_workspace(workspace, shown)
+                except ToolError:  # a symlink leaving the workspace (nothing outside
+                    return None  # looked at: no answer that tells what the host holds)
                 fd = open_beneath(workspace, target, READ)
         try:
             info = os.fstat(fd)

@@ -58,6 +58,10 @@ FRAGMENTS = [
     "a" * 127 + "=",
     '"' + "a" * 127,
     "token" * 26 + " ",
+    '\\"password\\": \\"',  # JSON text in a JSON string
+    "\\\\",
+    "Cookie: ",
+    "a=b;",
 ]
 
 
