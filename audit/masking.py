@@ -597,6 +597,24 @@ def premask(text: str) -> Masked:
     return Masked(masked, changed=masked != plain)
 
 
+def premask_arguments(text: str, arguments: dict[str, Any] | None) -> Masked:
+    """The audit copy of a call's raw arguments, made ahead as `premask` makes one: read
+    as what the tool gets (`arguments`, the text decoded) as well as as text. In JSON
+    text a value's line breaks and quotes are escapes (`\\n`), so a text rule missed
+    `DB_PASSWORD=...` on the second line of a file an agent writes; the decoded value is
+    masked as any payload is (`mask_secrets`). When that masks something, the copy is the
+    masked value as canonical JSON (a key the text repeats is kept once, as the tool
+    gets it: the call's page shows the repeat); otherwise the text as `premask` masks it."""
+    if arguments is None:
+        return premask(text)
+    plain = storable(arguments)
+    masked = mask_secrets(plain)
+    if masked == plain:
+        return premask(text)
+    copy = json.dumps(masked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return Masked(copy, changed=True)
+
+
 def mask_secrets(value: Any) -> Any:
     """A copy of a JSON-like `value` with secret-looking values replaced by markers
     (`[masked:KIND#HASH]`); words a shell or interpreter would run are never replaced."""

@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from audit import kinds
-from audit.masking import premask
+from audit.masking import premask_arguments
 from audit.models import AuditChain
 from audit.services import EventSpec, record_events, write_and_lock_head
 from dispatcher import batches, limits, previews, wakeups
@@ -160,7 +160,9 @@ def _admit(
     `look_up`: first read the calls of the message the session already has (they are
     returned as they are); without it, a known call makes the INSERT fail (IntegrityError)."""
     batch_id, first_index = place or (uuid.uuid4(), 0)
-    masked: dict[str, str] = {p.tool_use_id: premask(p.raw_arguments) for p in proposed}
+    masked: dict[str, str] = {
+        p.tool_use_id: premask_arguments(p.raw_arguments, p.arguments) for p in proposed
+    }
     # Stages 1 to 5 outside the transaction: they only read, and may take a while (a long
     # command read by the guards, a pattern matched against every rule), which must not
     # hold the database's write lock (SQLite) or a connection in a transaction.

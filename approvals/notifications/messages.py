@@ -12,6 +12,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from approvals.display import visible
+from audit.masking import mask_text, premask_arguments
 
 from ..models import ApprovalRequest
 
@@ -48,8 +49,31 @@ def preview_summary(approval: ApprovalRequest) -> str:
     return str(preview.get("note", ""))
 
 
+def shown(text: str) -> str:
+    """`text` as a message through a channel outside Harness shows it (email, Slack,
+    push): with secret-looking values masked as the audit log masks them. The call's page
+    shows the exact bytes to a signed-in reviewer; a webhook, the operator's own
+    receiver, gets them too (`call_fields`: the digest is of them)."""
+    return mask_text(text)
+
+
+def shown_arguments(raw: str) -> str:
+    """A call's raw arguments as such a message shows them: masked as the audit log's
+    copy is (`premask_arguments`: the decoded values too)."""
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        decoded = None
+    return str(premask_arguments(raw, decoded if isinstance(decoded, dict) else None))
+
+
 def what_it_does(approval: ApprovalRequest) -> str:
-    """The diff, the command line, or the arguments, as the queue shows them (text)."""
+    """The diff, the command line, or the arguments, as the queue shows them (text),
+    secrets masked (`shown`)."""
+    return shown(_what_it_does(approval))
+
+
+def _what_it_does(approval: ApprovalRequest) -> str:
     p = approval.presentation or {}
     if p.get("kind") == "diff":
         return f"Change to {p.get('path', '')}:\n{p.get('diff', '') or '(no change)'}"
@@ -58,7 +82,7 @@ def what_it_does(approval: ApprovalRequest) -> str:
         return (effect + "\n" if effect else "") + (
             f"Command: {json.dumps(p.get('argv', []), ensure_ascii=False)}\nin {p.get('cwd', '')}"
         )
-    return f"Arguments: {approval.call.raw_arguments}"
+    return f"Arguments: {shown_arguments(approval.call.raw_arguments)}"
 
 
 def call_fields(approval: ApprovalRequest) -> dict[str, Any]:
@@ -210,7 +234,7 @@ def email_body(approval: ApprovalRequest, links: dict[str, str] | None) -> str:
         "",
         visible(what_it_does(approval)),
         "",
-        f"Arguments as logged: {visible(approval.call.raw_arguments)}",
+        f"Arguments as logged, secrets masked: {visible(shown_arguments(approval.call.raw_arguments))}",
         f"SHA-256: {approval.call.digest}",
     ]
     if approval.is_quorum:

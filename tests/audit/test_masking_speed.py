@@ -7,6 +7,7 @@ import json
 import random
 import re
 import time
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -111,11 +112,11 @@ def test_admission_masks_the_arguments_before_its_transaction_opens(
 
     inside: list[bool] = []
 
-    def premask(text: str) -> masking.Masked:
+    def premask_arguments(text: str, arguments: dict[str, Any] | None) -> masking.Masked:
         inside.append(connection.in_atomic_block)
-        return masking.premask(text)
+        return masking.premask_arguments(text, arguments)
 
-    monkeypatch.setattr(admission, "premask", premask)
+    monkeypatch.setattr(admission, "premask_arguments", premask_arguments)
     session = agents.start_session(agent=make_agent(mode="locked").agent)
     call = submit_one(session, "no_such_tool", {"a": "PASSWORD=hunter2-secret"})
     assert inside == [False]

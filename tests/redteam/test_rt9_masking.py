@@ -130,3 +130,30 @@ def test_each_cookie_of_a_cookie_header_is_masked_and_a_command_in_one_kept() ->
         assert "Path=/" in masked
     shell = mask_text('curl -H "Cookie: a=$(rm -rf ~); b=s3ss10n" https://x.example')
     assert "a=$(rm -rf ~)" in shell and "s3ss10n" not in shell
+
+
+def test_an_env_file_written_by_an_agent_has_its_password_masked_in_the_export(
+    client: Client, agent: AgentFixture
+) -> None:
+    """In the raw arguments' JSON text the file's line breaks are escapes (`\\n`), so the
+    text rules read `\\nDB_PASSWORD=...` as one word and kept the password; the decoded
+    arguments are masked now (audit.masking.premask_arguments)."""
+    sid = _api(client, "/api/v1/sessions", {"title": "t"}, agent).json()["id"]
+    content = "DB_USER=app\nDB_PASSWORD=rt9-env-horse-77\nexport API_TOKEN=rt9tok-env-88\n"
+    calls = {
+        "calls": [
+            {"id": "e1", "name": "write_file", "arguments": {"path": ".env", "content": content}}
+        ]
+    }
+    assert _api(client, f"/api/v1/sessions/{sid}/calls", calls, agent).status_code in (200, 202)
+    make_user("rt9-aud-env", groups=("auditor",))
+    client.login(username="rt9-aud-env", password="pw-rt9-aud-env")
+    export = _streamed(client.get(f"/audit/sessions/{sid}/export.jsonl"))
+    assert "rt9-env-horse-77" not in export and "rt9tok-env-88" not in export
+    received = next(e for e in map(json.loads, export.splitlines()) if e["kind"] == "call.received")
+    assert received["payload"]["masked"] is True
+    logged = json.loads(received["payload"]["arguments"])
+    assert logged["path"] == ".env"
+    assert logged["content"].startswith("DB_USER=app\nDB_PASSWORD=[masked:password#")
+    call = ToolCall.objects.get(session_id=sid, name="write_file")
+    assert json.loads(call.raw_arguments)["content"] == content  # what runs: exact
