@@ -6,6 +6,7 @@ own files or fail, never read, write or delete the person's."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,9 @@ __all__ = ["workspace"]
 # Rounds at most (of each tool); before the fix about one read in three returned the
 # person's file. The loop ends as soon as each tool reached B's own file DONE times, so a
 # loaded machine (where the flipper wins more often) only makes it run longer.
-CALLS = 20_000
+# until each tool got through DONE times, or SECONDS at most: how often the flipper leaves
+# a steady moment depends on the machine's load, not on the code
+SECONDS = 120
 DONE = 10
 
 
@@ -49,7 +52,8 @@ def test_a_flipping_nested_workspace_never_leads_the_file_tools_elsewhere(
     read: list[str] = []
     try:
         assert flipper.stdout.readline() == b"flipping\n"
-        for _ in range(CALLS):
+        deadline = time.monotonic() + SECONDS
+        while time.monotonic() < deadline:
             attempts = (
                 ("read", read_file.TOOL, {"path": "secret"}),
                 ("write", write_file.TOOL, {"path": "planted", "content": "B's write\n"}),
