@@ -228,8 +228,11 @@ def changed_since_ask(call: ToolCall, tool: Tool, workspace: Path) -> str | None
     the state it changes (`Tool.changed_since`: write_file's diff) and a call a reviewer
     approved: why the workspace is no longer as the approved ask showed it, or None. The
     ask's presentation is read from its `call.approval_requested` event (a call never
-    asked has none: nothing to compare)."""
-    if tool.changed_since is None or not workspace.is_dir():
+    asked has none: nothing to compare). Asked whether or not this process sees the
+    workspace: an upstream tool's binds a definition, not the workspace (a worker that
+    mounts no workspace ran it under a definition accepted after the ask), and a file
+    tool's missing file is a changed one."""
+    if tool.changed_since is None:
         return None
     payload = (
         AuditEvent.objects.filter(subject=f"call:{call.pk}", kind=kinds.CALL_APPROVAL_REQUESTED)

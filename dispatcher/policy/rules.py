@@ -50,6 +50,7 @@ from dispatcher.policy.shell import (
     could_be,
     is_computed,
 )
+from dispatcher.tools import client_tool
 from dispatcher.tools._paths import lexical_relative
 from dispatcher.tools.base import Tool, command_argv, tool_paths
 
@@ -646,7 +647,32 @@ def _safe_matches(rule: Rule, call: CallContext, action: str) -> bool:
 def evaluate(
     call: CallContext, allow: Iterable[str], ask: Iterable[str], deny: Iterable[str]
 ) -> RuleVerdict:
-    """Deny, then ask, then allow; first match decides (see the module docstring)."""
+    """Deny, then ask, then allow; first match decides (see the module docstring).
+
+    A `client_tool` call asking about a client's own tool (Claude Code's permission
+    prompt asking about its `Bash`) is also held to that tool's deny and ask rules, read
+    as that tool's call (`Bash(curl *)` denies the command whether the hook or the prompt
+    asks about it); its allow rules do not apply to it."""
+    allow, ask, deny = tuple(allow), tuple(ask), tuple(deny)
+    own = _evaluate(call, allow=allow, ask=ask, deny=deny)
+    if own.action == "deny":
+        return own
+    named = client_tool.named_tools(call.tool, call.arguments)
+    for action in ("deny", "ask"):
+        if action == "ask" and own.action == "ask":
+            return own
+        lists = {"deny": deny if action == "deny" else (), "ask": ask if action == "ask" else ()}
+        for tool, arguments in named:
+            asked = dataclasses.replace(call, tool=tool, name=tool.name, arguments=arguments)
+            verdict = _evaluate(asked, allow=(), **lists)
+            if verdict.action == action:
+                return RuleVerdict(action, verdict.rule)
+    return own
+
+
+def _evaluate(
+    call: CallContext, allow: Sequence[str], ask: Sequence[str], deny: Sequence[str]
+) -> RuleVerdict:
     if call.tool.command_argument:
         return command_rule_decision(call, allow=allow, ask=ask, deny=deny)
     for action, texts in (("deny", deny), ("ask", ask), ("allow", allow)):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import sys
 import uuid
@@ -252,6 +253,31 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
             network=bool(settings.HARNESS_SANDBOX_NETWORK),
         )
     )
+
+
+def beyond_what_is_shown(command: list[str], env: dict[str, str]) -> str | None:
+    """What of a server's command would have the sandbox show it a file on the host
+    beyond what it shows every program (system directories, HARNESS_SANDBOX_READ_ONLY),
+    or None: an absolute-path argument (`program_binds` shows a file in `node_modules`
+    with its whole npm prefix, a file in a virtual environment with the environment,
+    any other program or script alone), the program as the server's PATH finds it, or a
+    directory of a PATH the server is given (a program put there later would be found).
+    Whether it exists yet does not matter: it may be made before the server starts."""
+    named = [arg for arg in command if arg.startswith("/")]
+    if command and "/" not in command[0]:
+        search = env.get("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
+        named += [directory for directory in search.split(os.pathsep) if "PATH" in env]
+        found = shutil.which(command[0], path=search)
+        named += [found] if found else []
+    for entry in named:
+        path = Path(entry)
+        try:
+            resolved = path.resolve()
+        except (OSError, RuntimeError):
+            return entry
+        if not (path.is_absolute() and _visible(path) and _visible(resolved)):
+            return entry
+    return None
 
 
 def program_binds(argv: list[str], writable: list[Path] | None = None) -> list[Bind]:

@@ -19,7 +19,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from audit.roles import ADMIN, HtmxHttpRequest, role_required
-from dispatcher.tools import sandbox
+from dispatcher.tools import sandbox, sandbox_servers
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.management.report import LINES
 from dispatcher.tools.sources.models import McpServer, McpTool, ServerVersion, ToolState
@@ -77,10 +77,12 @@ def _lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def _team_admin_may_register(command: list[str], paths: list[str]) -> None:
+def _team_admin_may_register(command: list[str], paths: list[str], env: dict[str, str]) -> None:
     """What a team's admin may not give a server (ServiceError saying why): paths on the
     host, which the server sees (another team's fixed workspace, any directory the sandbox
-    user reads), as they give no agent a fixed workspace; and with the sandbox off, a
+    user reads), as they give no agent a fixed workspace, whether as Paths or as a file
+    the command names that the sandbox would show it to start (an npm prefix, a virtual
+    environment: sandbox_servers.beyond_what_is_shown); and with the sandbox off, a
     stdio command at all, which would run as Harness at registration."""
     if paths:
         raise ServiceError(
@@ -92,6 +94,14 @@ def _team_admin_may_register(command: list[str], paths: list[str]) -> None:
             "With HARNESS_SANDBOX=off a stdio server runs as Harness on the host, so only an "
             "organization admin registers one: register a streamable HTTP server instead."
         )
+    beyond = sandbox_servers.beyond_what_is_shown(command, env) if command else None
+    if beyond is not None:
+        raise ServiceError(
+            f"Only an organization admin runs a server from a program or with files outside "
+            f"the system directories ({beyond[:300]}): the sandbox would show the server "
+            "what lies there (a whole npm prefix or virtual environment). Use programs of "
+            "/usr or /bin, or ask an organization admin (HARNESS_SANDBOX_READ_ONLY)."
+        )
 
 
 @require_POST
@@ -101,14 +111,15 @@ def add(request: HtmxHttpRequest) -> HttpResponseBase:
     try:
         team = _team(request, data.get("team", "").strip())
         command = shlex.split(data.get("command", "")) if data.get("transport") == "stdio" else []
+        env = services.parse_pairs(_lines(data.get("env", "")), "Variable")
         if not request.reach.everything:
-            _team_admin_may_register(command, _lines(data.get("paths", "")))
+            _team_admin_may_register(command, _lines(data.get("paths", "")), env)
         server, report = services.add_server(
             name=data.get("name", "").strip(),
             actor=_actor(request),
             command=command,
             url=data.get("url", "").strip() if data.get("transport") == "http" else "",
-            env=services.parse_pairs(_lines(data.get("env", "")), "Variable"),
+            env=env,
             headers=services.parse_pairs(_lines(data.get("headers", "")), "Header"),
             paths=_lines(data.get("paths", "")),
             trust_annotations=data.get("trust_annotations") == "on",
