@@ -19,6 +19,7 @@ Real sandbox (bwrap), real worker, real host git."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -367,3 +368,41 @@ def test_husky_with_linked_worktrees_still_refuses(agent_in_sandbox: AgentFixtur
     husky(workspace)
     why = sandbox_git.unguardable(workspace)
     assert why is not None and "with linked worktrees" in why, why
+
+
+# 3. the bound on the search for nested repositories
+
+
+def test_a_workspace_of_600000_entries_runs_allowed_commands(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """A big node_modules or monorepo: past 500,000 entries every unapproved command
+    waited for a reviewer. The bound is 2,000,000 now (1,000,000 entries in 100,000
+    directories: about 1 s warm, 6 to 9 s cold here). A `.git` deep inside is still
+    found and bound."""
+    fx = agent_in_sandbox
+    allow(fx, "ls *")
+    session_id, workspace = repository(fx)
+    modules = workspace / "node_modules"
+    try:
+        modules.mkdir()
+        for index in range(600):
+            package = modules / f"p{index}"
+            package.mkdir()
+            (package / "0").write_text("")
+            for name in range(1, 1000):
+                os.link(package / "0", package / str(name))  # (no inode each)
+        nested = modules / "p599" / "vendored"
+        nested.mkdir()
+        host_git(nested, "init", "-q")
+        (workspace / "evil.gitconfig").write_text('[core]\n\tfsmonitor = "touch ran; true"\n')
+        os.chown(workspace, 0, 0)
+        sandbox.give_to_sandbox(workspace)
+        output = run(fx, session_id, "ls", ["ls", "-a"])
+        assert output.startswith("exit code 0\n") and "node_modules" in output, output
+        output = unapproved(workspace, "cp evil.gitconfig node_modules/p599/vendored/.git/config")
+        assert "Read-only file system" in output, output
+        host_git(nested, "status")
+        assert not (nested / "ran").exists()
+    finally:
+        shutil.rmtree(modules, ignore_errors=True)
