@@ -67,6 +67,7 @@ FILES = ("config", "config.worktree", "commondir")
 INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after a run
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
+MAX_HOOKS_DEPTH = 32  # levels of a core.hooksPath directory bound; deeper, it refuses
 # Entries of the workspace looked at, before an unapproved run, for the `.git` of a
 # repository nested in it (beyond, no unapproved command runs), and after it, for one the
 # command made (no bound: a command that made more than a bound hid the `.git` it planted;
@@ -564,6 +565,8 @@ def _bind_hooks_path(
     bound = parts[:-1] if parts[-1:] == ["_"] else parts
     if not bound or ".git" in parts:
         return inside
+    if len(parts) > MAX_HOOKS_DEPTH:  # (a descriptor and a mount for each)
+        return f"{inside}, more than {MAX_HOOKS_DEPTH} directories deep"
     shown = "/".join(bound)
     if any(git.startswith(shown + "/") for git in result.git_paths):
         return f"{inside}, holding a repository's '.git'"

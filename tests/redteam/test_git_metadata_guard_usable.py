@@ -406,3 +406,16 @@ def test_a_workspace_of_600000_entries_runs_allowed_commands(
         assert not (nested / "ran").exists()
     finally:
         shutil.rmtree(modules, ignore_errors=True)
+
+
+def test_a_hooks_directory_too_deep_to_bind_refuses(tmp_path: Path) -> None:
+    workspace = tmp_path / "workspaces" / "deep"
+    deep = Path(*[f"d{index}" for index in range(40)])
+    (workspace / deep).mkdir(parents=True)
+    host_git(workspace, "init", "-q")
+    host_git(workspace, "config", "core.hooksPath", str(deep))
+    why = sandbox_git.unguardable(workspace)
+    assert why is not None and "more than 32 directories deep" in why, why
+    host_git(workspace, "config", "core.hooksPath", str(Path(*deep.parts[:30])))
+    assert sandbox_git.unguardable(workspace) is not None  # (bound: effect rules refuse)
+    assert "takes hooks from 'd0/" in str(sandbox_git.unguardable(workspace))
