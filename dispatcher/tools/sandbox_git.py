@@ -31,9 +31,12 @@ unapproved command runs). A `.git` that was not there before the run (the worksp
 had none, and `git init` made one; `sub/.git`) is judged after it: one that holds more than
 git itself makes (a configuration key outside `_MADE_KEYS`, a hook that is not a
 `*.sample`, `info/` beyond `exclude`, `commondir`, a link or a `gitdir:` file) is removed.
-And a bound configuration that includes a file of the workspace, takes hooks from it, or
-has git run a command line that may run a program of it (`filter.x.clean = ./clean.sh`)
-lets no unapproved command run. An index the run changed that names a path git refuses
+A hooks directory of the workspace that core.hooksPath names (husky's `.husky/_`) is
+bound read-only the same way (`_bind_hooks_path`; with husky's `_`, its parent). A bound
+configuration that includes a file of the workspace, takes hooks from it where they
+cannot be bound so, or has git run a command line that may run a program of it
+(`filter.x.clean = ./clean.sh`; an absolute path outside it is no such program:
+`_outside`) lets no unapproved command run. An index the run changed that names a path git refuses
 (`.git/hooks/post-commit`, `../x`: a person's `git checkout -- .` writes it) is removed.
 """
 
@@ -64,11 +67,14 @@ FILES = ("config", "config.worktree", "commondir")
 INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after a run
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
+MAX_HOOKS_DEPTH = 32  # levels of a core.hooksPath directory bound; deeper, it refuses
 # Entries of the workspace looked at, before an unapproved run, for the `.git` of a
 # repository nested in it (beyond, no unapproved command runs), and after it, for one the
 # command made (no bound: a command that made more than a bound hid the `.git` it planted;
 # listing an entry costs a small part of making it). No bound on directory levels.
-MAX_WALK = 500_000
+# (500,000 made every unapproved command in a big node_modules wait for a reviewer;
+# 1,000,000 entries in 100,000 directories: about 1 s warm, 6 to 9 s cold.)
+MAX_WALK = 2_000_000
 MAX_WALK_AFTER: int | None = None  # (every entry there was made by the command, or seen before)
 MAX_REMOVED = 1_000_000  # entries of what a command made, removed after it; beyond, it stays aside
 ASIDE = ".harness-removed-"  # what is being removed is renamed to this first
@@ -88,7 +94,8 @@ SIGNS = ("Read-only file system", "Device or resource busy")
 NOTE = (
     "\n[harness: this command ran without a person's approval, so the workspace's git "
     "metadata that makes git run programs (.git/config, .git/hooks, .git/info, "
-    ".git/commondir, and those of submodules) was read-only; a write to it fails. A "
+    ".git/commondir, a hooks directory core.hooksPath names in the workspace, and those "
+    "of submodules) was read-only; a write to it fails. A "
     "command a reviewer approves may change it; an allowed `git config KEY VALUE` of a "
     "key that runs nothing may set that key when it runs alone.]"
 )
@@ -133,6 +140,11 @@ class Guard:
     root: int | None = None
     known: frozenset[tuple[int, int]] | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
+    # The `.git` entries found before the run (paths relative to the workspace), and the
+    # hooks directories of the workspace that a bound configuration's core.hooksPath
+    # names, bound read-only (`_bind_hooks_path`; relative paths).
+    git_paths: list[str] = dataclasses.field(default_factory=list)
+    hook_dirs: list[str] = dataclasses.field(default_factory=list)
     # Each guarded git directory's `index` as it was before the run (the directory's
     # descriptor, its path, the index's stat or None): one the run changed is read after
     # it (`_check_indexes`).
@@ -163,6 +175,7 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
         result.workspace, result.root = workspace, root
         found = _git_entries(root, MAX_WALK, before=True)
         result.known = frozenset(identity for _, identity, _ in found)
+        result.git_paths = [path for path, _, _ in found]
         # the workspace's own `.git` first, then the git directories of repositories
         # nested in it, then their `.git` files (which may name one of those)
         order = sorted(found, key=lambda item: (item[0] != ".git", not item[2], item[0]))
@@ -206,11 +219,19 @@ def unguardable(workspace: Path) -> str | None:
     except OSError as error:
         return f"The workspace cannot be opened ({error.strerror})."
     try:
-        guard(workspace, fd, ALL).close()
+        result = guard(workspace, fd, ALL)
+        result.close()
     except (ToolError, OSError) as error:
         return str(error)
     finally:
         os.close(fd)
+    if result.hook_dirs:
+        # bound read-only in the sandbox; an effect rule's write is Harness's own, outside it
+        names = ", ".join(f"'{name}'" for name in result.hook_dirs)
+        return (
+            f"The workspace's git configuration takes hooks from {names} in the workspace, "
+            "which only a command a person approved may write."
+        )
     return None
 
 
@@ -382,7 +403,7 @@ def _runs_workspace_program(workspace: Path, key: str, value: str) -> bool:
         return False
     program, arguments = words[0], words[1:]
     if program.startswith("/"):
-        if _inside(workspace, program):
+        if not _outside(workspace, program):
             return True
     elif not _PROGRAM.fullmatch(program):
         return True  # `./x.sh`, `tools/x`: a path relative to where git runs
@@ -390,9 +411,84 @@ def _runs_workspace_program(workspace: Path, key: str, value: str) -> bool:
     for word in arguments:
         if _OPTION.fullmatch(word) or _PLACEHOLDER.fullmatch(word):
             continue
+        if word.startswith("/") and _outside(workspace, word):
+            continue  # `ssh -i /home/u/.ssh/id_ed25519`: no file the command can write
         if runs_files or not _WORD.fullmatch(word):
             return True
     return False
+
+
+def _outside(workspace: Path, path: str) -> bool:
+    """Whether the absolute `path` names only what no sandboxed command can write: not
+    inside the workspace by its words or once every link on the way is followed, not a
+    directory holding it, not under /proc or /dev (but /dev/null: `/proc/self/cwd/x`
+    is, for the person's git, a file of the workspace), not in Harness's workspace root
+    (other sessions' workspaces), and no `%` (ssh and git expand `%d`, `%h` ...)."""
+    if "%" in path:
+        return False
+    if path == "/dev/null":
+        return True
+    resolved = _resolve(path)
+    if resolved is None:
+        return False
+    root = os.path.normpath(workspace)
+    words = os.path.normpath(path)
+    for candidate in (words, resolved):
+        if _inside(workspace, candidate) or candidate == "/" or root.startswith(candidate + "/"):
+            return False
+    others = _workspace_root()
+    return others is None or not (resolved == others or resolved.startswith(others + "/"))
+
+
+def _special(path: str) -> bool:
+    """Whether `path` (normalized) lies under /proc or /dev (but is not /dev/null)."""
+    if path == "/dev/null":
+        return False
+    return any(path == top or path.startswith(top + "/") for top in ("/proc", "/dev"))
+
+
+def _resolve(path: str) -> str | None:
+    """`path` with each symbolic link on the way followed (as os.path.realpath), or None
+    when a step lies under /proc or /dev (_special), a link cannot be read, or there are
+    more than 40 links."""
+    parts = [part for part in path.split("/") if part]
+    current, links = "/", 0
+    while parts:
+        part = parts.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, part)
+        if _special(candidate):
+            return None
+        try:
+            target = os.readlink(candidate)
+        except OSError as error:
+            if error.errno not in (errno.EINVAL, errno.ENOENT, errno.ENOTDIR):
+                return None  # (a directory that cannot be searched may hide a link)
+            current = candidate
+            continue
+        links += 1
+        if links > 40:
+            return None
+        if target.startswith("/"):
+            current = "/"
+        parts = [part for part in target.split("/") if part] + parts
+    return None if _special(current) else current
+
+
+def _workspace_root() -> str | None:
+    """Harness's workspace root (resolved), where other sessions' programs write; None
+    when Django is not configured."""
+    try:
+        from django.conf import settings
+
+        root = getattr(settings, "HARNESS_WORKSPACE_ROOT", None)
+    except Exception:  # (ImproperlyConfigured outside Django)
+        return None
+    return os.path.realpath(root) if root else None
 
 
 def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
@@ -400,18 +496,28 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
     of one nested in the workspace, of their submodules and worktrees) that includes a
     file inside the workspace (`[include] path = ../shared.gitconfig`, `includeIf`), takes
     hooks from a directory inside it but the guarded `.git/hooks` (`core.hooksPath =
-    githooks`), or has git run a command line that may run a program of the workspace
+    githooks`) that cannot be bound read-only as well (`_bind_hooks_path`: husky's
+    `.husky/_` can), or has git run a command line that may run a program of the workspace
     (`filter.x.clean = ./clean.sh`, `core.fsmonitor = sh fsmon`, `alias.t = !tools/t`:
     `_runs_workspace_program`): the command could write that file or directory, and the
     next `git status` (or a person's commit) would run what it planted. Nothing runs then;
     a reviewer must approve the command. Read by git itself (`git config --file -
     --no-includes`), not followed."""
+    read: list[tuple[Entry, list[tuple[str, str]]]] = []
     for entry in result.entries:
         if entry.writable or entry.target.name not in ("config", "config.worktree"):
             continue
+        read.append((entry, _configuration(_read(entry.fd), entry.target)))
+    hooks: list[Entry] = []
+    for entry, pairs in read:
         git_dir = entry.target.parent
-        for key, value in _configuration(_read(entry.fd), entry.target):
+        for key, value in pairs:
             why = _config_refusal(workspace, git_dir, key, value)
+            if why is not None and key == "core.hookspath":
+                settings = [
+                    pair for own, found in read if own.target.parent == git_dir for pair in found
+                ]
+                why = _bind_hooks_path(workspace, git_dir, value, settings, result, hooks)
             if why is not None:
                 shown = entry.target.relative_to(workspace)
                 raise ToolError(
@@ -420,6 +526,75 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
                     "cannot be kept read-only for a command no person approved, and "
                     "nothing ran. A reviewer must approve this command."
                 )
+    # before the binds of the git directories: each directory is bound before what is in it
+    result.entries[:0] = hooks
+
+
+def _bind_hooks_path(
+    workspace: Path,
+    git_dir: Path,
+    value: str,
+    settings: list[tuple[str, str]],
+    result: Guard,
+    hooks: list[Entry],
+) -> str | None:
+    """Bind read-only the directory inside the workspace that `core.hooksPath = value` of
+    the git directory `git_dir` (a `.git`, whose work tree is its parent) names, as its
+    `hooks/` is: opened one name at a time under the workspace's descriptor, no link
+    followed, and each directory from the workspace down to it bound onto itself (a mount
+    point cannot be renamed aside and made again). When its last name is `_` (husky 9:
+    `.husky/_/pre-commit` runs `.husky/pre-commit`), its parent is bound read-only
+    instead, with all it holds. Appends to `hooks`; None when bound, else why it cannot
+    be (then nothing runs): a directory that does not exist, a link, `..`, a work tree
+    set elsewhere (`core.worktree`), a bare repository, linked worktrees (each takes a
+    relative hooksPath from its own work tree), a `.git` inside it."""
+    inside = "inside the workspace"
+    if git_dir.name != ".git" or value.startswith("~"):
+        return inside
+    for key, setting in settings:
+        if key == "core.worktree" or (key == "core.bare" and setting.lower() != "false"):
+            return f"{inside}, with core.{key.split('.')[1]} set"
+    if any(entry.target.parent == git_dir / "worktrees" for entry in result.entries):
+        return f"{inside}, with linked worktrees (each runs its own copy)"
+    path = value if value.startswith("/") else f"{git_dir.parent}/{value}"
+    words = [part for part in path.split("/") if part not in ("", ".")]
+    base = [part for part in str(workspace).split("/") if part]
+    if ".." in words or words[: len(base)] != base:
+        return inside
+    parts = words[len(base) :]
+    bound = parts[:-1] if parts[-1:] == ["_"] else parts
+    if not bound or ".git" in parts:
+        return inside
+    if len(parts) > MAX_HOOKS_DEPTH:  # (a descriptor and a mount for each)
+        return f"{inside}, more than {MAX_HOOKS_DEPTH} directories deep"
+    shown = "/".join(bound)
+    if any(git.startswith(shown + "/") for git in result.git_paths):
+        return f"{inside}, holding a repository's '.git'"
+    for other in result.hook_dirs:
+        if other == shown:
+            return None  # (the same directory, named by another configuration)
+        if other.startswith(shown + "/") or shown.startswith(other + "/"):
+            return f"{inside}, nested in another hooks directory"
+    targets = {entry.target for entry in hooks}
+    fd = result.root
+    assert fd is not None
+    for index, part in enumerate(parts):
+        opened = _open(part, fd, result)
+        if opened is None:
+            return f"{inside}, which does not exist"
+        kind = os.fstat(opened).st_mode
+        if stat.S_ISLNK(kind):
+            return f"{inside}, through the symbolic link '{'/'.join(parts[: index + 1])}'"
+        if not stat.S_ISDIR(kind):
+            return f"{inside}, which is not a directory"
+        target = workspace.joinpath(*parts[: index + 1])
+        if index < len(bound) - 1 and target not in targets:
+            hooks.append(Entry(opened, target, writable=True))
+        elif index == len(bound) - 1:
+            hooks.append(Entry(opened, target, writable=False))
+        fd = opened
+    result.hook_dirs.append(shown)
+    return None
 
 
 def _config_refusal(workspace: Path, git_dir: Path, key: str, value: str) -> str | None:
