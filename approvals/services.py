@@ -161,16 +161,16 @@ def people_behind(agent: Agent) -> dict[Any, str]:
     duties (HARNESS_FORBID_SELF_APPROVAL), by user id, each with what they are: its owner,
     its sponsor, the person whose OAuth consent started its sessions (agentauth's
     AgentClient: every session of an OAuth agent runs on that person's token), and the
-    person its bearer token was shown to (who created it or rotated the token in the
-    dashboard: they hold a credential that acts as the agent). Reads
+    people a bearer token of it was ever shown to (who created it or rotated its token in
+    the dashboard: each held a credential that acted as the agent). Reads
     nothing when the caller selected `oauth_client` with the agent (the decision's read
     does)."""
     people: dict[Any, str] = {}
     client = getattr(agent, "oauth_client", None)  # None: not an OAuth agent
     if client is not None:
         people[client.owner_id] = "the person whose sign-in started this agent's sessions"
-    if agent.token_shown_to_id is not None:
-        people[agent.token_shown_to_id] = "the person who was shown this agent's token"
+    for holder in agent.token_holders or ():
+        people[holder] = "a person who was shown a token of this agent"
     if agent.sponsor_id is not None:
         people[agent.sponsor_id] = "this agent's sponsor"
     people[agent.owner_id] = "this agent's owner"

@@ -81,7 +81,7 @@ def create_agent(
         name=name,
         token_prefix=prefix,
         token_hash=_hash_token(token),
-        token_shown_to=shown_to,
+        token_holders=[shown_to.pk] if shown_to is not None else [],
         workspace=workspace,
     )
     PermissionProfile.objects.get_or_create(user=owner, defaults=default_profile())
@@ -298,8 +298,11 @@ def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> s
             f"Agent '{agent.name}' was signed in by its owner through their client: it has "
             "no token to rotate. Sign it out or revoke it; its owner signs in again."
         )
+    holders = list(old.token_holders or [])
+    if shown_to is not None and shown_to.pk not in holders:
+        holders.append(shown_to.pk)
     Agent.objects.filter(pk=agent.pk).update(
-        token_prefix=prefix, token_hash=_hash_token(token), token_shown_to=shown_to
+        token_prefix=prefix, token_hash=_hash_token(token), token_holders=holders
     )
     record_event(
         kind=kinds.AGENT_TOKEN_ROTATED,
@@ -308,7 +311,7 @@ def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> s
         payload={"name": agent.name, "old_token_prefix": old.token_prefix, "token_prefix": prefix},
     )
     agent.token_prefix, agent.token_hash = prefix, _hash_token(token)
-    agent.token_shown_to = shown_to
+    agent.token_holders = holders
     return token
 
 

@@ -32,16 +32,11 @@ class Agent(models.Model):
     name = models.CharField(max_length=100)
     token_prefix = models.CharField(max_length=16, unique=True)
     token_hash = models.CharField(max_length=64)
-    # The person the current token was shown to (who created the agent or last rotated
-    # its token in the dashboard; none when made at the command line or signed in): they
-    # can act as the agent, so separation of duties counts them (approvals.people_behind).
-    token_shown_to = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
+    # The people a token of this agent was ever shown to (user ids: who created it or
+    # rotated its token in the dashboard; none when made at the command line or signed
+    # in). Each held a credential that acted as the agent, so separation of duties counts
+    # them all (approvals.people_behind), also for calls made before a later rotation.
+    token_holders = models.JSONField(default=list, blank=True)
     workspace = models.CharField(
         max_length=1000,
         blank=True,

@@ -2,8 +2,9 @@
 the rt6 red team). With HARNESS_FORBID_SELF_APPROVAL, an organization admin who is also
 a reviewer could create an agent for someone else in the dashboard, keep the token shown
 once, run calls as the agent and approve them: only the owner, the sponsor and an OAuth
-agent's signer were left out. The person who created the agent, or last rotated its
-token, now counts as behind it; a rotation by someone else moves that to them."""
+agent's signer were left out. Everyone a token of the agent was shown to (who created it
+or rotated its token in the dashboard) now counts as behind it, after a later rotation
+too (rt10: the calls made with the old token still wait)."""
 
 from __future__ import annotations
 
@@ -50,15 +51,21 @@ def test_the_person_shown_an_agents_token_cannot_approve_its_calls(settings: Any
     approval = ask(fx, {"path": "a.txt", "content": "x"})
     refused = decide(maker_client, approval)
     assert refused.status_code == 403, refused.content
-    assert "You are the person who was shown this agent" in refused.content.decode()
+    assert "You are a person who was shown a token of this agent" in refused.content.decode()
     assert ToolCall.objects.get(pk=approval.call_id).status == Status.PENDING_APPROVAL
 
-    # Another admin rotates the token: they hold it now, and the maker's copy is dead.
+    # Another admin rotates the token: they hold it now, and the maker's copy is dead;
+    # the maker still approves none of the agent's calls, the one they made with their
+    # copy before the rotation included (rt10), and neither does the rotator.
     rotator, rotator_client = admin("rotator")
     rotated = rotator_client.post(f"/agents/{agent.pk}/rotate")
     assert rotated.status_code == 200, rotated.content
     [new_token] = set(TOKEN.findall(rotated.content.decode()))
     second = ask(AgentFixture(agent, new_token, owner), {"path": "b.txt", "content": "y"})
-    assert decide(rotator_client, second).status_code == 403
-    assert decide(maker_client, second).status_code in (200, 302)
+    for pending in (approval, second):
+        pending.refresh_from_db()
+        assert decide(rotator_client, pending).status_code == 403
+        assert decide(maker_client, pending).status_code == 403
+    _, other_client = admin("other")
+    assert decide(other_client, second).status_code in (200, 302)
     assert ToolCall.objects.get(pk=second.call_id).status != Status.PENDING_APPROVAL
