@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from dispatcher.tools import sandbox
+from dispatcher.tools import sandbox, sandbox_git
 from dispatcher.tools._confined import (
     READ,
     changed,
@@ -34,6 +34,13 @@ def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     """
     relative = args["path"]
     path = resolve_in_workspace(ctx.workspace, relative)
+    if ctx.git_guard != sandbox_git.NONE and _git_metadata(ctx.workspace, relative, path):
+        raise ToolError(
+            f"'{relative}' is git metadata that makes git run programs (a hook, the "
+            "configuration, the index): written here, a person's next git command in the "
+            "workspace would run what it says. Nothing was written. A call a reviewer "
+            "approves may write it."
+        )
     data = args["content"].encode("utf-8")
     try:
         _write(ctx.workspace, path, data)
@@ -50,6 +57,21 @@ def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
             raise ToolError(changed_message(relative)) from error
         raise ToolError(f"Could not write '{relative}': {error.strerror or error}.") from error
     return f"Wrote {len(data)} bytes to {relative}"
+
+
+def _git_metadata(workspace: Path, relative: str, path: Path) -> bool:
+    """Whether the write would change what the sandbox keeps read-only for a command no
+    person approved (sandbox_git.guarded_path), by the name given or the name resolved
+    (`meta/config`, `meta` a link to `.git`). The file tools write outside the sandbox,
+    so its binds do not hold them: a rule or mode allowing write_file must not plant a
+    hook either."""
+    if sandbox_git.guarded_path(relative.replace(os.sep, "/")):
+        return True
+    try:
+        inside = path.relative_to(workspace.resolve())
+    except (OSError, RuntimeError, ValueError):
+        return True  # (unsure: as if it were)
+    return sandbox_git.guarded_path(inside.as_posix())
 
 
 # No O_TRUNC: the file is truncated only once it is known to be a regular file with no
