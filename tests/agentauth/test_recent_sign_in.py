@@ -166,3 +166,31 @@ def test_another_persons_sign_in_record_does_not_count() -> None:
     just_signed_in(browser, other)
     answer = browser.post("/oauth/device/", _device_form(person, code))
     assert answer.status_code == 302 and _status(code) == DeviceGrant.AUTHORIZATION_PENDING
+
+
+def test_an_account_without_a_password_confirms_with_its_passkey() -> None:
+    """Signed up through single sign-on, a passkey added: the passkey confirms."""
+    import json
+
+    from fido2.utils import websafe_decode
+
+    from tests.support.passkeys import SoftPasskey
+
+    person = member()
+    person.set_unusable_password()
+    person.save()
+    key = SoftPasskey(rp_id="localhost", origin="http://localhost")  # WebAuthn over http
+    key.register(person)
+    code = pending_device_code()
+    browser = Client(HTTP_HOST="localhost")
+    browser.force_login(person)
+    answer = browser.post("/oauth/device/", _device_form(person, code))
+    assert answer.status_code == 302
+    assert urlsplit(answer["Location"]).path == "/accounts/2fa/webauthn/reauthenticate/"
+    assert _status(code) == DeviceGrant.AUTHORIZATION_PENDING
+    page = browser.get(answer["Location"])
+    options = page.context["js_data"]["request_options"]
+    challenge = websafe_decode(options["publicKey"]["challenge"])
+    done = browser.post(answer["Location"], {"credential": json.dumps(key.assertion(challenge))})
+    assert done.status_code == 200, done.content[:500]
+    assert _status(code) == DeviceGrant.AUTHORIZED
