@@ -4,7 +4,9 @@ person's own agents; and the protected-resource metadata of the MCP endpoint.
 Consent needs a signed-in person (settings.LOGIN_URL; whatever signs people in), names
 the client from its metadata document (name, URL, redirect) and asks which profile the
 agent runs under; approving makes (or reuses) that person's agent for the client
-(agentauth.services). Every POST carries Django's CSRF token.
+(agentauth.services). Approving (consent or a device code) needs a sign-in or a
+confirmation of who the person is in the last 5 minutes (_confirm_who). Every POST
+carries Django's CSRF token.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import base64
 import contextlib
 import ipaddress
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
+from allauth.account import app_settings as account_settings
 from allauth.account.adapter import get_adapter
+from allauth.account.internal.flows import reauthentication
 from allauth.core import ratelimit
 from django import forms
 from django.conf import settings
@@ -51,6 +55,7 @@ from dispatcher.policy.models import Mode, narrower_mode
 from dispatcher.policy.profiles import profile_for
 from floor.errors import ServiceError
 from identity.adapters import client_address
+from identity.services import signed_in_recently
 from teams.models import Team
 
 DEVICE_CODE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
@@ -84,6 +89,35 @@ def _team(person: Any, chosen: Any) -> Team:
             )
         raise ServiceError(f"Choose the team the agent works for: one of {', '.join(mine)}.")
     return team
+
+
+# Fields of the consent form that are the person's answer, not the authorization request.
+_ANSWER_FIELDS = ("csrfmiddlewaretoken", "allow", "mode", "team")
+
+
+def _confirm_who(request: HttpRequest, back_to: str | None = None) -> HttpResponse | None:
+    """None when the person signed in, or confirmed who they are, in the last 5 minutes
+    (identity.services.signed_in_recently); otherwise where they confirm it: allauth's
+    reauthentication (password, passkey, TOTP or emailed code, the first the account has),
+    which sends them back to `back_to` afterwards, or replays this POST when `back_to` is
+    None. An account with none of them (single sign-on only, no passkey) is told to sign
+    in again. A session someone took over thus approves no agent: an agent's token acts
+    for the person long after the session."""
+    if signed_in_recently(request):
+        return None
+    methods = get_adapter(request).get_reauthentication_methods(request.user)
+    if not methods:
+        return render(
+            request,
+            "agentauth/sign_in_again.html",
+            {"minutes": account_settings.REAUTHENTICATION_TIMEOUT // 60},
+            status=403,
+        )
+    if back_to is None:
+        suspended: HttpResponse = reauthentication.suspend_request(request, methods[0]["url"])
+        return suspended
+    request.session.pop(reauthentication.STATE_SESSION_KEY, None)
+    return redirect(f"{methods[0]['url']}?{urlencode({'next': back_to})}")
 
 
 class _Refused(Exception):
@@ -137,6 +171,15 @@ class ConsentView(AuthorizationView):  # type: ignore[misc]
     def form_valid(self, form: Any) -> HttpResponse:
         if not form.cleaned_data.get("allow"):
             return super().form_valid(form)  # type: ignore[no-any-return]
+        # Back to this consent page, not a replay of the POST: the approval redirects to
+        # the client, which the reauthentication page's CSP (form-action) would block.
+        asked = self.request.GET.copy()
+        for field, values in self.request.POST.lists():
+            if field not in _ANSWER_FIELDS:
+                asked.setlist(field, values)
+        confirm = _confirm_who(self.request, f"{self.request.path}?{asked.urlencode()}")
+        if confirm is not None:
+            return confirm
         application = get_object_or_404(
             get_application_model(), client_id=form.cleaned_data["client_id"]
         )
@@ -236,6 +279,9 @@ def device(request: HtmxHttpRequest) -> HttpResponse:
         pending.update(status=DeviceGrant.DENIED)  # (an approval that won meanwhile stays)
         context["denied"] = True
         return render(request, "agentauth/device.html", context)
+    confirm = _confirm_who(request)  # approved after it, by replaying this POST
+    if confirm is not None:
+        return confirm
     mode = request.POST.get("mode") or profile_for(request.user).mode
     try:
         with transaction.atomic():

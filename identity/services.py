@@ -274,3 +274,25 @@ def deprovision(*, provider: str, subject: str) -> tuple[str, bool]:
         raise DeprovisionRefused(f"Nobody has signed in as '{subject}' through '{provider}'.", 404)
     changed = deactivate(user=account.user, actor=f"sso:{provider}")
     return account.user.get_username(), changed
+
+
+def signed_in_recently(request: Any) -> bool:
+    """Did the person signed in to this session prove who they are in the last
+    ACCOUNT_REAUTHENTICATION_TIMEOUT seconds (300): a sign-in (password, single sign-on,
+    passkey, second factor) or allauth's reauthentication (password, code, passkey or
+    TOTP)? Read from allauth's authentication records, which it keeps in the session for
+    the user they name; a session signed in otherwise (none kept) has not."""
+    from allauth.account import app_settings as account_settings
+    from allauth.account.internal.flows.login import get_authentication_records
+
+    if not request.user.is_authenticated:
+        return False
+    times: list[float] = [
+        float(record["at"])
+        for record in get_authentication_records(request, request.user)
+        if isinstance(record, dict) and isinstance(record.get("at"), int | float)
+    ]
+    if not times:
+        return False
+    timeout = int(account_settings.REAUTHENTICATION_TIMEOUT)
+    return 0 <= time.time() - max(times) < timeout

@@ -26,6 +26,7 @@ from tests.support.oauth import (
     code_from,
     consent,
     documents,
+    just_signed_in,
     member,
     no_wrong_codes_counted,
     pending_device_code,
@@ -270,6 +271,7 @@ def test_iss_names_the_issuer_the_request_reached(documents: DocumentServer) -> 
     _, challenge = pkce()
     browser = Client(HTTP_HOST="localhost")
     browser.force_login(person)
+    just_signed_in(browser, person)
     params = authorize_params(client_id, challenge, resource="http://localhost/mcp/")
     query = code_from(consent(browser, params))
     assert query["iss"] == ["http://localhost"] != ["http://testserver"]

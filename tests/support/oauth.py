@@ -127,10 +127,28 @@ def documents(tmp_path: Path) -> Iterator[DocumentServer]:
         yield server
 
 
-def signed_in(user: User) -> Client:
+def signed_in(user: User, *, recently: bool = True) -> Client:
+    """A browser signed in as `user`: just now (allauth's record of a password sign-in,
+    which approving an agent needs within 5 minutes), or, with recently=False, long ago
+    (Django's force_login alone, which allauth keeps no record of)."""
     client = Client()
     client.force_login(user)
+    if recently:
+        just_signed_in(client, user)
     return client
+
+
+def just_signed_in(client: Client, user: User, method: str = "password") -> None:
+    """Record in the client's session that `user` signed in now, as allauth's login does
+    (record_authentication, read back by identity.services.signed_in_recently)."""
+    from allauth.account.internal.flows.login import record_authentication
+    from django.test import RequestFactory
+
+    request = RequestFactory().get("/")
+    request.session = client.session
+    request.user = user
+    record_authentication(request, user, method=method)
+    request.session.save()
 
 
 def member(team: Team | None = None) -> User:
