@@ -620,7 +620,9 @@ def _config_refusal(workspace: Path, git_dir: Path, key: str, value: str) -> str
             return None
     else:
         path = os.path.join(git_dir, os.path.expanduser(value))
-    return "inside the workspace" if _inside(workspace, path) else None
+    # as a command's absolute path (`_outside`): `/proc/self/cwd/githooks` is, for the
+    # person's git run in the work tree, the workspace's `githooks/`
+    return None if _outside(workspace, path) else "inside the workspace"
 
 
 def _inside(workspace: Path, path: str) -> bool:
