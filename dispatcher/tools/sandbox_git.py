@@ -526,8 +526,145 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
                     "cannot be kept read-only for a command no person approved, and "
                     "nothing ran. A reviewer must approve this command."
                 )
+    _refuse_pointers_outside(workspace, result, hooks)
     # before the binds of the git directories: each directory is bound before what is in it
     result.entries[:0] = hooks
+
+
+def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry]) -> None:
+    """The same for the configuration git reads from outside the workspace for a work
+    tree in it: a `.git` file's git directory outside it (the workspace, or a directory
+    in it, is a linked worktree or a submodule: `git worktree add`), and the repository
+    whose work tree holds the workspace (an agent's fixed workspace `repo/frontend`).
+    Nothing binds those files (the sandbox cannot write them), but a hooks directory they
+    name in the workspace (husky's `.husky/_`, `frontend/.husky/_`) was bound by nothing:
+    an allowed `cp` planted `pre-commit` and the person's commit ran it (rt11). It is
+    bound read-only as the workspace's own would be; any other pointer into the workspace
+    refuses (`_config_refusal`; a command line of the enclosing repository is judged
+    relative to its work tree)."""
+    for where, git_dir, own_tree in _outside_git_dirs(workspace, result):
+        group: list[tuple[Path, list[tuple[str, str]]]] = []
+        for path in _outside_configuration_files(git_dir):
+            data = _read_path(path)
+            if data is not None:
+                group.append((path, _configuration(data, path)))
+        settings = [pair for _, pairs in group for pair in pairs]
+        for path, pairs in group:
+            for key, value in pairs:
+                if key == "core.hookspath":
+                    why = _config_refusal(workspace, where, key, value)
+                    if why is not None:
+                        why = _bind_hooks_path(workspace, where, value, settings, result, hooks)
+                elif _COMMAND_KEYS.fullmatch(key) and not own_tree:
+                    why = _enclosing_command_refusal(workspace, where.parent, value)
+                elif _COMMAND_KEYS.fullmatch(key):
+                    why = _config_refusal(workspace, where, key, value)
+                else:
+                    why = _config_refusal(workspace, path.parent, key, value)
+                if why is not None:
+                    raise ToolError(
+                        f"The git configuration the workspace's work tree uses ({path}) sets "
+                        f"{key} = {value!r}, {why}: a command could change what git reads "
+                        "or runs there, so it cannot be kept read-only for a command no "
+                        "person approved, and nothing ran. A reviewer must approve this "
+                        "command."
+                    )
+
+
+def _outside_git_dirs(workspace: Path, result: Guard) -> list[tuple[Path, Path, bool]]:
+    """(the `.git` in the work tree, the git directory it names, whether that work tree
+    is the workspace's own or one in it) for each `.git` file of the workspace naming a
+    git directory outside it, and for the nearest `.git` above the workspace."""
+    found: list[tuple[Path, Path, bool]] = []
+    for entry in result.entries:
+        if entry.target.name != ".git" or entry.writable:
+            continue
+        if not stat.S_ISREG(os.fstat(entry.fd).st_mode):
+            continue
+        target = _gitdir_of(_read(entry.fd), entry.target)
+        if target is not None and not _inside(workspace, str(target)):
+            found.append((entry.target, target, True))
+    for above in Path(workspace).parents:
+        dot_git = above / ".git"
+        try:
+            info = os.stat(dot_git)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            found.append((dot_git, dot_git, False))
+        elif stat.S_ISREG(info.st_mode):
+            data = _read_path(dot_git)
+            target = _gitdir_of(data or b"", dot_git)
+            if target is None:
+                raise ToolError(
+                    f"The git repository holding the workspace ({dot_git}) names no git "
+                    "directory git can read, so its configuration cannot be checked for a "
+                    "command no person approved, and nothing ran. A reviewer must approve "
+                    "this command."
+                )
+            found.append((dot_git, target, False))
+        break
+    return found
+
+
+def _gitdir_of(data: bytes, where: Path) -> Path | None:
+    """The git directory a `.git` file at `where` names (`gitdir: PATH`), or None."""
+    text = data.decode("utf-8", "replace")
+    first = text.splitlines()[0] if text.strip() else ""
+    if not first.startswith("gitdir:"):
+        return None
+    target = first.removeprefix("gitdir:").strip()
+    return Path(os.path.normpath(os.path.join(where.parent, target))) if target else None
+
+
+def _outside_configuration_files(git_dir: Path) -> list[Path]:
+    """The configuration files git reads for the git directory `git_dir`: its `config`
+    and `config.worktree`, and its `commondir`'s `config` (a linked worktree's)."""
+    files = [git_dir / "config", git_dir / "config.worktree"]
+    common = _read_path(git_dir / "commondir")
+    if common is not None and common.strip():
+        shared = os.path.join(git_dir, common.decode("utf-8", "replace").strip())
+        files.append(Path(os.path.normpath(shared)) / "config")
+    return files
+
+
+def _read_path(path: Path) -> bytes | None:
+    """The content of the file at `path` outside the workspace (at most _READ_LIMIT), or
+    None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ToolError(
+            f"The git configuration the workspace's work tree uses ({path}) cannot be read "
+            f"({error.strerror}), so nothing ran. A reviewer must approve this command."
+        ) from error
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _READ_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _READ_LIMIT:
+        raise ToolError(
+            f"The git configuration the workspace's work tree uses ({path}) is larger than "
+            "1 MiB, so nothing ran. A reviewer must approve this command."
+        )
+    return data
+
+
+def _enclosing_command_refusal(workspace: Path, tree: Path, value: str) -> str | None:
+    """Why a command line of the repository whose work tree `tree` holds the workspace
+    may run a file of the workspace (git runs it in `tree`): a word with `/` that is,
+    taken from `tree`, not `_outside` it (`frontend/fsmon.sh`, `/proc/self/cwd/...`)."""
+    for word in value.replace("=", " ").split():
+        if "/" not in word or word.startswith("-"):
+            continue
+        word = word.lstrip("!")
+        if not _outside(workspace, os.path.join(tree, word)):
+            return "a command line that may run a program of the workspace"
+    return None
 
 
 def _bind_hooks_path(

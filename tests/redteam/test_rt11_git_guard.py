@@ -13,9 +13,13 @@ Real sandbox (bwrap), real worker, real host git."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from dispatcher.tools import sandbox_git
+from dispatcher.models import AgentSession
+from dispatcher.tools import sandbox, sandbox_git
+from tests.approvals.conftest import start_session
 from tests.redteam.test_git_metadata_guard import (
     agent_in_sandbox,
     allow,
@@ -63,3 +67,108 @@ def test_an_include_under_proc_runs_no_unapproved_command(agent_in_sandbox: Agen
     output = run(fx, session_id, "cp", ["cp", "a", "shared.gitconfig"])
     assert REFUSED in output, output
     assert sandbox_git.unguardable(workspace) is not None
+
+
+# A workspace that is a linked worktree (its `.git` a file naming a git directory outside
+# it) or a directory inside another work tree (an agent's fixed workspace `repo/frontend`):
+# the configuration git reads there lies outside the workspace and was never read, so a
+# hooks directory it names inside the workspace was bound by nothing.
+
+
+def _worktree_workspace(fx: AgentFixture, tmp_path: Path, hooks: str) -> tuple[str, Path]:
+    session_id = start_session(fx)
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    main = tmp_path / "main"
+    main.mkdir()
+    host_git(main, "init", "-q")
+    host_git(main, "config", "user.email", "a@example.org")
+    host_git(main, "config", "user.name", "A")
+    (main / "a.txt").write_text("a\n")
+    host_git(main, "add", "a.txt")
+    host_git(main, "commit", "-q", "-m", "a")
+    workspace.rmdir()
+    host_git(main, "worktree", "add", "-q", str(workspace))
+    assert (workspace / ".git").is_file()
+    host_git(main, "config", "core.hooksPath", hooks)
+    (workspace / "githooks").mkdir()
+    sandbox.give_to_sandbox(workspace)
+    return session_id, workspace
+
+
+def _enclosing_workspace(fx: AgentFixture, tmp_path: Path, hooks: str) -> tuple[str, Path]:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    host_git(repo, "init", "-q")
+    host_git(repo, "config", "user.email", "a@example.org")
+    host_git(repo, "config", "user.name", "A")
+    host_git(repo, "config", "core.hooksPath", f"frontend/{hooks}")
+    workspace = repo / "frontend"
+    workspace.mkdir()
+    (workspace / "githooks").mkdir()
+    fx.agent.workspace = str(workspace)
+    fx.agent.save(update_fields=["workspace"])
+    session_id = start_session(fx)
+    sandbox.give_to_sandbox(workspace)
+    return session_id, workspace
+
+
+@pytest.mark.parametrize("layout", ["worktree", "enclosing"])
+def test_a_hooks_directory_named_by_a_configuration_outside_the_workspace_is_kept(
+    agent_in_sandbox: AgentFixture, tmp_path: Path, layout: str
+) -> None:
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    make = _worktree_workspace if layout == "worktree" else _enclosing_workspace
+    session_id, workspace = make(fx, tmp_path, "githooks")
+    plant_program(workspace, "hook")
+    output = run(fx, session_id, "plant", ["cp", "evil.sh", "githooks/pre-commit"])
+    assert "Read-only file system" in output, output  # bound read-only, not refused
+    assert not (workspace / "githooks" / "pre-commit").exists(), output
+    (workspace / "b.txt").write_text("b\n")
+    host_git(workspace, "add", "b.txt")
+    host_git(workspace, "commit", "-q", "-m", "b")
+    assert not (workspace / "hook-ran").exists()
+    assert sandbox_git.unguardable(workspace) is not None  # (an effect rule's write)
+    # the premise: a hook there is what the person's commit runs
+    (workspace / "githooks" / "pre-commit").write_bytes((workspace / "evil.sh").read_bytes())
+    (workspace / "githooks" / "pre-commit").chmod(0o755)
+    (workspace / "c.txt").write_text("c\n")
+    host_git(workspace, "add", "c.txt")
+    host_git(workspace, "commit", "-q", "-m", "c")
+    assert (workspace / "hook-ran").exists()
+
+
+@pytest.mark.parametrize(
+    ("layout", "value"),
+    [
+        ("worktree", "tools/fsmon.sh"),
+        ("enclosing", "frontend/fsmon.sh"),
+        ("enclosing", "sh frontend/x"),
+    ],
+)
+def test_a_command_of_the_workspace_in_a_configuration_outside_it_refuses(
+    agent_in_sandbox: AgentFixture, tmp_path: Path, layout: str, value: str
+) -> None:
+    fx = agent_in_sandbox
+    allow(fx, "ls *")
+    make = _worktree_workspace if layout == "worktree" else _enclosing_workspace
+    session_id, workspace = make(fx, tmp_path, "githooks")
+    git_dir = tmp_path / ("main" if layout == "worktree" else "repo")
+    host_git(git_dir, "config", "core.fsmonitor", value)
+    output = run(fx, session_id, "ls", ["ls"])
+    assert "a command line that may run a program of the workspace" in output, output
+    assert REFUSED in output
+
+
+def test_an_enclosing_repository_with_its_own_hooks_and_commands_lets_commands_run(
+    agent_in_sandbox: AgentFixture, tmp_path: Path
+) -> None:
+    fx = agent_in_sandbox
+    allow(fx, "ls *")
+    session_id, workspace = _enclosing_workspace(fx, tmp_path, "githooks")
+    repo = tmp_path / "repo"
+    host_git(repo, "config", "core.hooksPath", ".githooks")  # outside the workspace
+    host_git(repo, "config", "core.fsmonitor", "tools/fsmon.sh")  # repo/tools: outside
+    (workspace / "a.txt").write_text("a\n")
+    output = run(fx, session_id, "ls", ["ls"])
+    assert output.startswith("exit code 0\n") and "a.txt" in output, output
