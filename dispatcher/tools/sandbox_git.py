@@ -436,8 +436,49 @@ def _outside(workspace: Path, path: str) -> bool:
     for candidate in (words, resolved):
         if _inside(workspace, candidate) or candidate == "/" or root.startswith(candidate + "/"):
             return False
+    if _reaches(workspace, resolved):
+        return False
     others = _workspace_root()
     return others is None or not (resolved == others or resolved.startswith(others + "/"))
+
+
+def _reaches(workspace: Path, resolved: str) -> bool:
+    """Whether the link-free path `resolved` reaches the workspace by another name than
+    its own, or what sandboxed programs write: a directory on the way (as far as it
+    exists) that is the workspace's (its device and inode: a bind mount, `/mnt/alias/x.sh`
+    of a workspace mounted there too) or the sandbox user's (another agent's fixed
+    workspace, a server's writable path), or the path itself a directory holding the
+    workspace. A path that cannot be looked at reaches it."""
+    holding: set[tuple[int, int]] = set()
+    own: tuple[int, int] | None = None
+    for index, directory in enumerate((Path(workspace), *Path(workspace).parents)):
+        try:
+            found = os.stat(directory)
+        except FileNotFoundError:
+            continue  # (a workspace not made yet: only its words can tell)
+        except OSError:
+            return True
+        if index == 0:
+            own = (found.st_dev, found.st_ino)
+        else:
+            holding.add((found.st_dev, found.st_ino))
+    programs = _sandbox_uid()
+    current, info = "/", None
+    for part in [part for part in resolved.split("/") if part]:
+        current = os.path.join(current, part)
+        try:
+            info = os.stat(current)
+        except FileNotFoundError:
+            return False  # (nothing below a name that does not exist)
+        except OSError:
+            return True
+        if (info.st_dev, info.st_ino) == own:
+            return True
+        if info.st_uid == programs:
+            # the sandbox user's: another agent's fixed workspace, a server's writable
+            # path (given to it), which a sandboxed program may write or replace
+            return True
+    return info is not None and (info.st_dev, info.st_ino) in holding
 
 
 def _special(path: str) -> bool:
@@ -477,6 +518,18 @@ def _resolve(path: str) -> str | None:
             current = "/"
         parts = [part for part in target.split("/") if part] + parts
     return None if _special(current) else current
+
+
+def _sandbox_uid() -> int | None:
+    """The host uid sandboxed programs write as when it is their own (Harness is root:
+    sandbox.sandbox_user), else None (they write as Harness, whose files are not theirs
+    to tell apart)."""
+    from dispatcher.tools import sandbox  # (sandbox imports this module)
+
+    with contextlib.suppress(Exception):
+        user = sandbox.sandbox_user()
+        return user[0] if user is not None else None
+    return None
 
 
 def _workspace_root() -> str | None:

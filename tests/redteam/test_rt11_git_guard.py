@@ -13,7 +13,9 @@ Real sandbox (bwrap), real worker, real host git."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,3 +174,74 @@ def test_an_enclosing_repository_with_its_own_hooks_and_commands_lets_commands_r
     (workspace / "a.txt").write_text("a\n")
     output = run(fx, session_id, "ls", ["ls"])
     assert output.startswith("exit code 0\n") and "a.txt" in output, output
+
+
+@pytest.fixture
+def alias(tmp_path: Path) -> Any:
+    """The workspace `w` mounted at `alias` too (a bind mount: no link to follow), and its
+    parent at `parent-alias`."""
+    workspace = tmp_path / "w"
+    workspace.mkdir()
+    (tmp_path / "alias").mkdir()
+    (tmp_path / "parent-alias").mkdir()
+    mounts = [(workspace, tmp_path / "alias"), (tmp_path, tmp_path / "parent-alias")]
+    for source, target in mounts:
+        done = subprocess.run(["mount", "--bind", str(source), str(target)], check=False)
+        if done.returncode != 0:
+            pytest.skip("bind mounts need CAP_SYS_ADMIN")
+    yield workspace
+    for _, target in reversed(mounts):
+        subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+@pytest.mark.parametrize(
+    ("value", "runs"),
+    [
+        ("ssh -i ALIAS/id", True),
+        ("ALIAS/fsmon.sh", True),
+        ("sh PARENTALIAS/w/x.sh", True),
+        ("ssh -F PARENTALIAS", True),  # a directory holding the workspace
+        ("ssh -i OUTSIDE/id", False),
+        ("ssh -i ALIAS-not/id", False),
+    ],
+)
+def test_a_path_reaching_the_workspace_through_a_bind_mount_is_inside(
+    alias: Path, tmp_path: Path, value: str, runs: bool
+) -> None:
+    (tmp_path / "outside").mkdir()
+    value = value.replace("PARENTALIAS", str(tmp_path / "parent-alias"))
+    value = value.replace("ALIAS", str(tmp_path / "alias"))
+    value = value.replace("OUTSIDE", str(tmp_path / "outside"))
+    assert sandbox_git._runs_workspace_program(alias, "core.sshcommand", value) is runs
+    hooks = value.split()[-1]
+    git_dir = alias / ".git"
+    refused = sandbox_git._config_refusal(alias, git_dir, "core.hookspath", hooks) is not None
+    assert refused is runs
+
+
+@pytest.mark.parametrize(
+    ("value", "runs"),
+    [
+        ("OTHER/tool.sh", True),
+        ("sh OTHER/tool.sh", True),
+        ("ssh -i OTHER/deeper/key", True),
+        ("ssh -i OUTSIDE/key", False),
+    ],
+)
+def test_a_path_the_sandbox_user_owns_is_no_outside_path(
+    agent_in_sandbox: AgentFixture, tmp_path: Path, value: str, runs: bool
+) -> None:
+    """Another agent's fixed workspace (any directory an admin names, given to the sandbox
+    user at its first run), or a server's writable path: sandboxed programs write there,
+    so a person's configuration naming a program there runs what another agent planted.
+    It lay outside Harness's workspace root, the only such place the guard knew."""
+    user = sandbox.sandbox_user()
+    assert user is not None  # (the fixture: Harness is root, programs run as that user)
+    workspace = tmp_path / "w"
+    workspace.mkdir()
+    other = tmp_path / "other-agent"
+    (other / "deeper").mkdir(parents=True)
+    sandbox.give_to_sandbox(other)
+    (tmp_path / "outside").mkdir()
+    value = value.replace("OTHER", str(other)).replace("OUTSIDE", str(tmp_path / "outside"))
+    assert sandbox_git._runs_workspace_program(workspace, "core.fsmonitor", value) is runs
