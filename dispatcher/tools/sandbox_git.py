@@ -710,7 +710,10 @@ def _read_path(path: Path) -> bytes | None:
 def _enclosing_command_refusal(workspace: Path, tree: Path, value: str) -> str | None:
     """Why a command line of the repository whose work tree `tree` holds the workspace
     may run a file of the workspace (git runs it in `tree`): a word with `/` that is,
-    taken from `tree`, not `_outside` it (`frontend/fsmon.sh`, `/proc/self/cwd/...`)."""
+    taken from `tree`, not `_outside` it (`frontend/fsmon.sh`, `/proc/self/cwd/...`), or
+    any shell syntax (`!cd frontend && ./t.sh`: where a word runs is the shell's)."""
+    if re.search(r"[;&|$`()<>'\"\\\n{}*?\[\]~]", value.removeprefix("!")):
+        return "a command line with shell syntax, which may run a program of the workspace"
     for word in value.replace("=", " ").split():
         if "/" not in word or word.startswith("-"):
             continue

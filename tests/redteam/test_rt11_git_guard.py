@@ -146,6 +146,7 @@ def test_a_hooks_directory_named_by_a_configuration_outside_the_workspace_is_kep
         ("worktree", "tools/fsmon.sh"),
         ("enclosing", "frontend/fsmon.sh"),
         ("enclosing", "sh frontend/x"),
+        ("enclosing", "!cd frontend && ./t.sh"),
     ],
 )
 def test_a_command_of_the_workspace_in_a_configuration_outside_it_refuses(
@@ -156,9 +157,9 @@ def test_a_command_of_the_workspace_in_a_configuration_outside_it_refuses(
     make = _worktree_workspace if layout == "worktree" else _enclosing_workspace
     session_id, workspace = make(fx, tmp_path, "githooks")
     git_dir = tmp_path / ("main" if layout == "worktree" else "repo")
-    host_git(git_dir, "config", "core.fsmonitor", value)
+    host_git(git_dir, "config", "alias.t" if value.startswith("!") else "core.fsmonitor", value)
     output = run(fx, session_id, "ls", ["ls"])
-    assert "a command line that may run a program of the workspace" in output, output
+    assert "may run a program of the workspace" in output, output
     assert REFUSED in output
 
 
