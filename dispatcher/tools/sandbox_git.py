@@ -36,7 +36,9 @@ bound read-only the same way (`_bind_hooks_path`; with husky's `_`, its parent).
 configuration that includes a file of the workspace, takes hooks from it where they
 cannot be bound so, or has git run a command line that may run a program of it
 (`filter.x.clean = ./clean.sh`; an absolute path outside it is no such program:
-`_outside`) lets no unapproved command run. An index the run changed that names a path git refuses
+`_outside`) lets no unapproved command run; so does one git reads from outside the
+workspace for a work tree in it (a linked worktree's, the repository above a fixed
+workspace, an included file: `_refuse_pointers_outside`, `_with_includes`). An index the run changed that names a path git refuses
 (`.git/hooks/post-commit`, `../x`: a person's `git checkout -- .` writes it) is removed.
 """
 
@@ -560,7 +562,8 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
     for entry in result.entries:
         if entry.writable or entry.target.name not in ("config", "config.worktree"):
             continue
-        read.append((entry, _configuration(_read(entry.fd), entry.target)))
+        pairs = _configuration(_read(entry.fd), entry.target)
+        read.append((entry, _with_includes(workspace, pairs, entry.target.parent)))
     hooks: list[Entry] = []
     for entry, pairs in read:
         git_dir = entry.target.parent
@@ -600,7 +603,8 @@ def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry])
         for path in _outside_configuration_files(git_dir):
             data = _read_path(path)
             if data is not None:
-                group.append((path, _configuration(data, path)))
+                pairs = _with_includes(workspace, _configuration(data, path), path.parent)
+                group.append((path, pairs))
         settings = [pair for _, pairs in group for pair in pairs]
         for path, pairs in group:
             for key, value in pairs:
@@ -622,6 +626,36 @@ def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry])
                         "person approved, and nothing ran. A reviewer must approve this "
                         "command."
                     )
+
+
+def _with_includes(
+    workspace: Path, pairs: list[tuple[str, str]], base: Path | str, depth: int = 0
+) -> list[tuple[str, str]]:
+    """`pairs` with, after each `include.path` or `includeIf.*.path` naming a file outside
+    the workspace (`_outside`; one inside refuses in `_config_refusal`), the settings of
+    that file (whatever its condition), and of what it includes in turn: git takes them
+    as the configuration's own, so `core.hooksPath = githooks` in an included
+    `/etc/team/git.conf` names the workspace's `githooks/` (rt11: it was bound by
+    nothing)."""
+    out: list[tuple[str, str]] = []
+    for key, value in pairs:
+        out.append((key, value))
+        if key != "include.path" and not (key.startswith("includeif.") and key.endswith(".path")):
+            continue
+        path = os.path.join(base, os.path.expanduser(value))
+        if not _outside(workspace, path):
+            continue
+        if depth >= 10:
+            raise ToolError(
+                "The workspace's git configuration includes files more than 10 levels deep, "
+                "so it cannot be checked for a command no person approved, and nothing "
+                "ran. A reviewer must approve this command."
+            )
+        data = _read_path(Path(path))
+        if data is not None:
+            found = _configuration(data, Path(path))
+            out += _with_includes(workspace, found, os.path.dirname(path), depth + 1)
+    return out
 
 
 def _outside_git_dirs(workspace: Path, result: Guard) -> list[tuple[Path, Path, bool]]:

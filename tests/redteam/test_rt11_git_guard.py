@@ -246,3 +246,30 @@ def test_a_path_the_sandbox_user_owns_is_no_outside_path(
     (tmp_path / "outside").mkdir()
     value = value.replace("OTHER", str(other)).replace("OUTSIDE", str(tmp_path / "outside"))
     assert sandbox_git._runs_workspace_program(workspace, "core.fsmonitor", value) is runs
+
+
+@pytest.mark.parametrize("setting", ["core.hooksPath=githooks", "core.fsmonitor=./fsmon.sh"])
+def test_a_setting_of_an_included_file_outside_the_workspace_is_judged(
+    agent_in_sandbox: AgentFixture, tmp_path: Path, setting: str
+) -> None:
+    """`[include] path = /etc/team/git.conf` (outside: nothing sandboxed writes it) that
+    sets `core.hooksPath = githooks` (relative: the work tree's) or a command of the
+    workspace: git takes it as the repository's own, but the guard read the repository's
+    file alone (`--no-includes`), and an allowed `cp` planted `githooks/pre-commit`."""
+    fx = agent_in_sandbox
+    allow(fx, "cp *")
+    session_id, workspace = repository(fx)
+    shared = tmp_path / "team" / "git.conf"
+    shared.parent.mkdir()
+    key, value = setting.split("=")
+    shared.write_text(f"[{key.split('.')[0]}]\n\t{key.split('.')[1]} = {value}\n")
+    host_git(workspace, "config", "include.path", str(shared))
+    (workspace / "githooks").mkdir()
+    plant_program(workspace, "hook")
+    sandbox.give_to_sandbox(workspace)
+    output = run(fx, session_id, "plant", ["cp", "evil.sh", "githooks/pre-commit"])
+    assert not (workspace / "githooks" / "pre-commit").exists(), output
+    if key == "core.hooksPath":
+        assert "Read-only file system" in output, output
+    else:
+        assert REFUSED in output, output
