@@ -12,7 +12,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from approvals.display import visible
-from audit.masking import mask_text, premask_arguments
+from audit.masking import mask_secrets, mask_text, premask_arguments
 
 from ..models import ApprovalRequest
 
@@ -79,8 +79,11 @@ def _what_it_does(approval: ApprovalRequest) -> str:
         return f"Change to {p.get('path', '')}:\n{p.get('diff', '') or '(no change)'}"
     if p.get("kind") == "command":
         effect = preview_summary(approval)
+        # each word masked as itself: in the JSON text a script's line breaks are `\n`
+        # escapes, and `\nDB_PASSWORD=...` read as one word kept the password (rt11)
+        argv = mask_secrets(p.get("argv", []))
         return (effect + "\n" if effect else "") + (
-            f"Command: {json.dumps(p.get('argv', []), ensure_ascii=False)}\nin {p.get('cwd', '')}"
+            f"Command: {json.dumps(argv, ensure_ascii=False)}\nin {p.get('cwd', '')}"
         )
     return f"Arguments: {shown_arguments(approval.call.raw_arguments)}"
 

@@ -36,7 +36,9 @@ bound read-only the same way (`_bind_hooks_path`; with husky's `_`, its parent).
 configuration that includes a file of the workspace, takes hooks from it where they
 cannot be bound so, or has git run a command line that may run a program of it
 (`filter.x.clean = ./clean.sh`; an absolute path outside it is no such program:
-`_outside`) lets no unapproved command run. An index the run changed that names a path git refuses
+`_outside`) lets no unapproved command run; so does one git reads from outside the
+workspace for a work tree in it (a linked worktree's, the repository above a fixed
+workspace, an included file: `_refuse_pointers_outside`, `_with_includes`). An index the run changed that names a path git refuses
 (`.git/hooks/post-commit`, `../x`: a person's `git checkout -- .` writes it) is removed.
 """
 
@@ -436,8 +438,49 @@ def _outside(workspace: Path, path: str) -> bool:
     for candidate in (words, resolved):
         if _inside(workspace, candidate) or candidate == "/" or root.startswith(candidate + "/"):
             return False
+    if _reaches(workspace, resolved):
+        return False
     others = _workspace_root()
     return others is None or not (resolved == others or resolved.startswith(others + "/"))
+
+
+def _reaches(workspace: Path, resolved: str) -> bool:
+    """Whether the link-free path `resolved` reaches the workspace by another name than
+    its own, or what sandboxed programs write: a directory on the way (as far as it
+    exists) that is the workspace's (its device and inode: a bind mount, `/mnt/alias/x.sh`
+    of a workspace mounted there too) or the sandbox user's (another agent's fixed
+    workspace, a server's writable path), or the path itself a directory holding the
+    workspace. A path that cannot be looked at reaches it."""
+    holding: set[tuple[int, int]] = set()
+    own: tuple[int, int] | None = None
+    for index, directory in enumerate((Path(workspace), *Path(workspace).parents)):
+        try:
+            found = os.stat(directory)
+        except FileNotFoundError:
+            continue  # (a workspace not made yet: only its words can tell)
+        except OSError:
+            return True
+        if index == 0:
+            own = (found.st_dev, found.st_ino)
+        else:
+            holding.add((found.st_dev, found.st_ino))
+    programs = _sandbox_uid()
+    current, info = "/", None
+    for part in [part for part in resolved.split("/") if part]:
+        current = os.path.join(current, part)
+        try:
+            info = os.stat(current)
+        except FileNotFoundError:
+            return False  # (nothing below a name that does not exist)
+        except OSError:
+            return True
+        if (info.st_dev, info.st_ino) == own:
+            return True
+        if info.st_uid == programs:
+            # the sandbox user's: another agent's fixed workspace, a server's writable
+            # path (given to it), which a sandboxed program may write or replace
+            return True
+    return info is not None and (info.st_dev, info.st_ino) in holding
 
 
 def _special(path: str) -> bool:
@@ -479,6 +522,18 @@ def _resolve(path: str) -> str | None:
     return None if _special(current) else current
 
 
+def _sandbox_uid() -> int | None:
+    """The host uid sandboxed programs write as when it is their own (Harness is root:
+    sandbox.sandbox_user), else None (they write as Harness, whose files are not theirs
+    to tell apart)."""
+    from dispatcher.tools import sandbox  # (sandbox imports this module)
+
+    with contextlib.suppress(Exception):
+        user = sandbox.sandbox_user()
+        return user[0] if user is not None else None
+    return None
+
+
 def _workspace_root() -> str | None:
     """Harness's workspace root (resolved), where other sessions' programs write; None
     when Django is not configured."""
@@ -507,7 +562,8 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
     for entry in result.entries:
         if entry.writable or entry.target.name not in ("config", "config.worktree"):
             continue
-        read.append((entry, _configuration(_read(entry.fd), entry.target)))
+        pairs = _configuration(_read(entry.fd), entry.target)
+        read.append((entry, _with_includes(workspace, pairs, entry.target.parent)))
     hooks: list[Entry] = []
     for entry, pairs in read:
         git_dir = entry.target.parent
@@ -526,8 +582,179 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
                     "cannot be kept read-only for a command no person approved, and "
                     "nothing ran. A reviewer must approve this command."
                 )
+    _refuse_pointers_outside(workspace, result, hooks)
     # before the binds of the git directories: each directory is bound before what is in it
     result.entries[:0] = hooks
+
+
+def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry]) -> None:
+    """The same for the configuration git reads from outside the workspace for a work
+    tree in it: a `.git` file's git directory outside it (the workspace, or a directory
+    in it, is a linked worktree or a submodule: `git worktree add`), and the repository
+    whose work tree holds the workspace (an agent's fixed workspace `repo/frontend`).
+    Nothing binds those files (the sandbox cannot write them), but a hooks directory they
+    name in the workspace (husky's `.husky/_`, `frontend/.husky/_`) was bound by nothing:
+    an allowed `cp` planted `pre-commit` and the person's commit ran it (rt11). It is
+    bound read-only as the workspace's own would be; any other pointer into the workspace
+    refuses (`_config_refusal`; a command line of the enclosing repository is judged
+    relative to its work tree)."""
+    for where, git_dir, own_tree in _outside_git_dirs(workspace, result):
+        group: list[tuple[Path, list[tuple[str, str]]]] = []
+        for path in _outside_configuration_files(git_dir):
+            data = _read_path(path)
+            if data is not None:
+                pairs = _with_includes(workspace, _configuration(data, path), path.parent)
+                group.append((path, pairs))
+        settings = [pair for _, pairs in group for pair in pairs]
+        for path, pairs in group:
+            for key, value in pairs:
+                if key == "core.hookspath":
+                    why = _config_refusal(workspace, where, key, value)
+                    if why is not None:
+                        why = _bind_hooks_path(workspace, where, value, settings, result, hooks)
+                elif _COMMAND_KEYS.fullmatch(key) and not own_tree:
+                    why = _enclosing_command_refusal(workspace, where.parent, value)
+                elif _COMMAND_KEYS.fullmatch(key):
+                    why = _config_refusal(workspace, where, key, value)
+                else:
+                    why = _config_refusal(workspace, path.parent, key, value)
+                if why is not None:
+                    raise ToolError(
+                        f"The git configuration the workspace's work tree uses ({path}) sets "
+                        f"{key} = {value!r}, {why}: a command could change what git reads "
+                        "or runs there, so it cannot be kept read-only for a command no "
+                        "person approved, and nothing ran. A reviewer must approve this "
+                        "command."
+                    )
+
+
+def _with_includes(
+    workspace: Path, pairs: list[tuple[str, str]], base: Path | str, depth: int = 0
+) -> list[tuple[str, str]]:
+    """`pairs` with, after each `include.path` or `includeIf.*.path` naming a file outside
+    the workspace (`_outside`; one inside refuses in `_config_refusal`), the settings of
+    that file (whatever its condition), and of what it includes in turn: git takes them
+    as the configuration's own, so `core.hooksPath = githooks` in an included
+    `/etc/team/git.conf` names the workspace's `githooks/` (rt11: it was bound by
+    nothing)."""
+    out: list[tuple[str, str]] = []
+    for key, value in pairs:
+        out.append((key, value))
+        if key != "include.path" and not (key.startswith("includeif.") and key.endswith(".path")):
+            continue
+        path = os.path.join(base, os.path.expanduser(value))
+        if not _outside(workspace, path):
+            continue
+        if depth >= 10:
+            raise ToolError(
+                "The workspace's git configuration includes files more than 10 levels deep, "
+                "so it cannot be checked for a command no person approved, and nothing "
+                "ran. A reviewer must approve this command."
+            )
+        data = _read_path(Path(path))
+        if data is not None:
+            found = _configuration(data, Path(path))
+            out += _with_includes(workspace, found, os.path.dirname(path), depth + 1)
+    return out
+
+
+def _outside_git_dirs(workspace: Path, result: Guard) -> list[tuple[Path, Path, bool]]:
+    """(the `.git` in the work tree, the git directory it names, whether that work tree
+    is the workspace's own or one in it) for each `.git` file of the workspace naming a
+    git directory outside it, and for the nearest `.git` above the workspace."""
+    found: list[tuple[Path, Path, bool]] = []
+    for entry in result.entries:
+        if entry.target.name != ".git" or entry.writable:
+            continue
+        if not stat.S_ISREG(os.fstat(entry.fd).st_mode):
+            continue
+        target = _gitdir_of(_read(entry.fd), entry.target)
+        if target is not None and not _inside(workspace, str(target)):
+            found.append((entry.target, target, True))
+    for above in Path(workspace).parents:
+        dot_git = above / ".git"
+        try:
+            info = os.stat(dot_git)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            found.append((dot_git, dot_git, False))
+        elif stat.S_ISREG(info.st_mode):
+            data = _read_path(dot_git)
+            target = _gitdir_of(data or b"", dot_git)
+            if target is None:
+                raise ToolError(
+                    f"The git repository holding the workspace ({dot_git}) names no git "
+                    "directory git can read, so its configuration cannot be checked for a "
+                    "command no person approved, and nothing ran. A reviewer must approve "
+                    "this command."
+                )
+            found.append((dot_git, target, False))
+        break
+    return found
+
+
+def _gitdir_of(data: bytes, where: Path) -> Path | None:
+    """The git directory a `.git` file at `where` names (`gitdir: PATH`), or None."""
+    text = data.decode("utf-8", "replace")
+    first = text.splitlines()[0] if text.strip() else ""
+    if not first.startswith("gitdir:"):
+        return None
+    target = first.removeprefix("gitdir:").strip()
+    return Path(os.path.normpath(os.path.join(where.parent, target))) if target else None
+
+
+def _outside_configuration_files(git_dir: Path) -> list[Path]:
+    """The configuration files git reads for the git directory `git_dir`: its `config`
+    and `config.worktree`, and its `commondir`'s `config` (a linked worktree's)."""
+    files = [git_dir / "config", git_dir / "config.worktree"]
+    common = _read_path(git_dir / "commondir")
+    if common is not None and common.strip():
+        shared = os.path.join(git_dir, common.decode("utf-8", "replace").strip())
+        files.append(Path(os.path.normpath(shared)) / "config")
+    return files
+
+
+def _read_path(path: Path) -> bytes | None:
+    """The content of the file at `path` outside the workspace (at most _READ_LIMIT), or
+    None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise ToolError(
+            f"The git configuration the workspace's work tree uses ({path}) cannot be read "
+            f"({error.strerror}), so nothing ran. A reviewer must approve this command."
+        ) from error
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _READ_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _READ_LIMIT:
+        raise ToolError(
+            f"The git configuration the workspace's work tree uses ({path}) is larger than "
+            "1 MiB, so nothing ran. A reviewer must approve this command."
+        )
+    return data
+
+
+def _enclosing_command_refusal(workspace: Path, tree: Path, value: str) -> str | None:
+    """Why a command line of the repository whose work tree `tree` holds the workspace
+    may run a file of the workspace (git runs it in `tree`): a word with `/` that is,
+    taken from `tree`, not `_outside` it (`frontend/fsmon.sh`, `/proc/self/cwd/...`), or
+    any shell syntax (`!cd frontend && ./t.sh`: where a word runs is the shell's)."""
+    if re.search(r"[;&|$`()<>'\"\\\n{}*?\[\]~]", value.removeprefix("!")):
+        return "a command line with shell syntax, which may run a program of the workspace"
+    for word in value.replace("=", " ").split():
+        if "/" not in word or word.startswith("-"):
+            continue
+        word = word.lstrip("!")
+        if not _outside(workspace, os.path.join(tree, word)):
+            return "a command line that may run a program of the workspace"
+    return None
 
 
 def _bind_hooks_path(
@@ -620,7 +847,9 @@ def _config_refusal(workspace: Path, git_dir: Path, key: str, value: str) -> str
             return None
     else:
         path = os.path.join(git_dir, os.path.expanduser(value))
-    return "inside the workspace" if _inside(workspace, path) else None
+    # as a command's absolute path (`_outside`): `/proc/self/cwd/githooks` is, for the
+    # person's git run in the work tree, the workspace's `githooks/`
+    return None if _outside(workspace, path) else "inside the workspace"
 
 
 def _inside(workspace: Path, path: str) -> bool:
