@@ -245,6 +245,12 @@ def test_husky_hooks_are_read_only_for_an_unapproved_command(
     host_git(workspace, "commit", "--allow-empty", "-qm", "next")
     assert not (workspace / "agent-ran").exists()
     assert (workspace / "person-hook-ran").exists()  # the person's hook, as it was
+    # (the person's commit made object directories of its own, root's: a blob of the
+    # sandbox user's `git add` landing in one would fail, whatever the guard does)
+    owner = sandbox._owner()
+    assert owner is not None
+    for path in (workspace / ".git" / "objects").rglob("*"):
+        os.lchown(path, *owner)
     # what an unapproved command may still do: write elsewhere, use git
     output = unapproved(workspace, "echo x > a.txt && git add a.txt && echo done")
     assert output.startswith("exit code 0\ndone"), output
