@@ -45,7 +45,6 @@ import functools
 import glob
 import math
 import os
-import pwd
 import re
 import select
 import shutil
@@ -63,6 +62,7 @@ from django.conf import settings
 from dispatcher.tools import sandbox_cgroups, sandbox_git, seccomp
 from dispatcher.tools.base import ToolError
 from dispatcher.tools.sandbox_cgroups import Cgroups
+from dispatcher.tools.sandbox_user import SandboxUnavailable, sandbox_user
 
 MODES = ("bwrap", "off")
 SANDBOX_UID = 65534  # "nobody": the uid a program sees when Harness is not root
@@ -155,10 +155,6 @@ class Completed:
     stopped_for_memory: bool = False
 
 
-class SandboxUnavailable(ToolError):
-    """The configured sandbox cannot run here; nothing was started (fail closed)."""
-
-
 def mode() -> str:
     return str(settings.HARNESS_SANDBOX)
 
@@ -177,37 +173,6 @@ def memory_limit() -> int:
     if size < 64 << 20:
         raise ValueError(f"HARNESS_SANDBOX_MEMORY {value!r} is below 64M; no program starts")
     return size
-
-
-def sandbox_user() -> tuple[int, int] | None:
-    """The host (uid, gid) sandboxed programs run as, or None when Harness is not root
-    (its own uid is unprivileged; programs see it as 65534 in a user namespace).
-
-    When Harness is root: settings.HARNESS_SANDBOX_USER, a user name or `UID:GID`.
-    Raises SandboxUnavailable when it names no user, or root's uid or gid.
-    """
-    if os.geteuid() != 0:
-        return None
-    value = str(settings.HARNESS_SANDBOX_USER).strip()
-    uid_gid = re.fullmatch(r"(\d+):(\d+)", value)
-    if uid_gid:
-        user = (int(uid_gid.group(1)), int(uid_gid.group(2)))
-    else:
-        try:
-            entry = pwd.getpwnam(value)
-        except KeyError:
-            raise SandboxUnavailable(
-                f"Harness runs as root and HARNESS_SANDBOX_USER {value!r} is not a user on "
-                "this host, so no program runs. `make sandbox` creates the system user "
-                "harness-sandbox; or set HARNESS_SANDBOX_USER to an unused UID:GID."
-            ) from None
-        user = (entry.pw_uid, entry.pw_gid)
-    if 0 in user:
-        raise SandboxUnavailable(
-            f"HARNESS_SANDBOX_USER {value!r} is root's uid or gid, so no program runs. "
-            "Name an unprivileged user."
-        )
-    return user
 
 
 def hand_over(fd: int) -> None:
@@ -694,7 +659,6 @@ def open_unredirected(path: Path, *, file_ok: bool = False) -> int:
     judged is followed. With `file_ok` the last component may be a file (a server's
     read-only path)."""
     uid = _program_uid()
-    confined = mode() != "off"
     here = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
     current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     parts = list(path.parts[1:])
@@ -715,9 +679,7 @@ def open_unredirected(path: Path, *, file_ok: bool = False) -> int:
                 finally:
                     os.close(following)
                 hops += 1
-                # (with the sandbox off programs run as Harness and may write anything it
-                # may: no link is theirs alone to distrust, and none is; a loop still ends)
-                if hops > 40 or (confined and _programs_may_place_in(os.fstat(current), info, uid)):
+                if hops > 40 or _programs_may_place_in(os.fstat(current), info, uid):
                     raise ToolError(
                         f"The session workspace {path} reaches {part!r}, a symlink in a "
                         "directory sandboxed programs may write (another agent's workspace, "

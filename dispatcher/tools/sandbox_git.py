@@ -526,10 +526,10 @@ def _sandbox_uid() -> int | None:
     """The host uid sandboxed programs write as when it is their own (Harness is root:
     sandbox.sandbox_user), else None (they write as Harness, whose files are not theirs
     to tell apart)."""
-    from dispatcher.tools import sandbox  # (sandbox imports this module)
+    from dispatcher.tools.sandbox_user import sandbox_user
 
     with contextlib.suppress(Exception):
-        user = sandbox.sandbox_user()
+        user = sandbox_user()
         return user[0] if user is not None else None
     return None
 
