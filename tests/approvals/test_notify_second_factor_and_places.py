@@ -63,17 +63,10 @@ def test_an_email_to_a_reviewer_without_a_required_factor_has_no_one_tap_links(
 ) -> None:
     ready, unready = person("ready", factor=True), person("unready")
     assert lacks_required_factor(unready) and not lacks_required_factor(ready)
-    with receivers.smtp_server() as mailbox:
-        mailers = {
-            "default": {
-                "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-                "OPTIONS": {"host": "127.0.0.1", "port": mailbox.port, "timeout": 5},
-            }
-        }
-        with override_settings(MAILERS=mailers):
-            channel("email", {"addresses": []}).users.add(ready, unready)
-            approval = ask(agent, WRITE)
-            deliveries = send_all(approval)
+    with receivers.smtp_server() as mailbox, receivers.mailers_for(mailbox):
+        channel("email", {"addresses": []}).users.add(ready, unready)
+        approval = ask(agent, WRITE)
+        deliveries = send_all(approval)
     assert {d.state for d in deliveries} == {Delivery.State.SENT}
     page = f"/approvals/{approval.pk}/"
     theirs = body_of(mailbox, unready.email)

@@ -184,3 +184,13 @@ def smtp_server() -> Iterator[Mailbox]:
         yield mailbox
     finally:
         controller.stop()
+
+
+def mailers_for(mailbox: Mailbox) -> Any:
+    """Django's mail settings sending through `mailbox` (an override_settings, to use as
+    `with mailers_for(mailbox):`)."""
+    from django.test import override_settings
+
+    backend = "django.core.mail.backends.smtp.EmailBackend"
+    options = {"host": "127.0.0.1", "port": mailbox.port, "timeout": 5}
+    return override_settings(MAILERS={"default": {"BACKEND": backend, "OPTIONS": options}})

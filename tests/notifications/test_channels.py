@@ -166,13 +166,7 @@ def test_email_reaches_a_real_smtp_server_with_the_recipients_own_links(
     person.email = f"{person.username}@example.test"
     person.save()
     with receivers.smtp_server() as mailbox:
-        mailers = {
-            "default": {
-                "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-                "OPTIONS": {"host": "127.0.0.1", "port": mailbox.port, "timeout": 5},
-            }
-        }
-        with override_settings(MAILERS=mailers):
+        with receivers.mailers_for(mailbox):
             channel("email", {"addresses": ["oncall@example.test"]}, source="x").users.add(person)
             approval = ask(agent, {"path": "notes.txt", "content": "hello"})
             deliveries = send_all(approval)

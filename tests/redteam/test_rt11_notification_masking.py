@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 import pytest
-from django.test import override_settings
 
 from approvals.models import Delivery
 from approvals.notifications import messages
@@ -39,13 +38,7 @@ def test_a_commands_heredoc_password_is_masked_in_email_slack_and_push(
     reviewer.email = f"{reviewer.username}@example.test"
     reviewer.save()
     with receivers.smtp_server() as mailbox, receivers.fake_slack() as slack:
-        mailers = {
-            "default": {
-                "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-                "OPTIONS": {"host": "127.0.0.1", "port": mailbox.port, "timeout": 5},
-            }
-        }
-        with override_settings(MAILERS=mailers):
+        with receivers.mailers_for(mailbox):
             channel("email", {"addresses": []}).users.add(reviewer)
             channel(
                 "slack",

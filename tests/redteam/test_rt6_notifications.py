@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import override_settings
 
 from approvals.models import Delivery
 from approvals.notifications import services as notifications
@@ -39,22 +38,15 @@ def reviewer(prefix: str) -> User:
 
 def test_an_email_planned_before_a_reviewer_lost_access_is_not_sent(agent: AgentFixture) -> None:
     stays, demoted, leaver = reviewer("stays"), reviewer("demoted"), reviewer("leaver")
-    with receivers.smtp_server() as mailbox:
-        mailers = {
-            "default": {
-                "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-                "OPTIONS": {"host": "127.0.0.1", "port": mailbox.port, "timeout": 5},
-            }
-        }
-        with override_settings(MAILERS=mailers):
-            channel("email", {"addresses": []}).users.add(stays, demoted, leaver)
-            approval = ask(agent, WRITE)
-            planned = notifications.plan_ask(approval.pk)
-            assert len(planned) == 3  # one each, planned while all three reviewed
-            assert remove_role(user=demoted, role=REVIEWER, actor="user:admin")
-            assert deactivate(user=leaver, actor="user:admin")
-            for delivery_id in planned:
-                notifications.deliver(delivery_id)
+    with receivers.smtp_server() as mailbox, receivers.mailers_for(mailbox):
+        channel("email", {"addresses": []}).users.add(stays, demoted, leaver)
+        approval = ask(agent, WRITE)
+        planned = notifications.plan_ask(approval.pk)
+        assert len(planned) == 3  # one each, planned while all three reviewed
+        assert remove_role(user=demoted, role=REVIEWER, actor="user:admin")
+        assert deactivate(user=leaver, actor="user:admin")
+        for delivery_id in planned:
+            notifications.deliver(delivery_id)
     assert [m["To"] for m in mailbox.messages] == [stays.email]
     states = {d.recipient.username: d for d in Delivery.objects.filter(pk__in=planned)}
     assert states[stays.username].state == Delivery.State.SENT

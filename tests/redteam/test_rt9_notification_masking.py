@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 import pytest
-from django.test import override_settings
 
 from approvals.models import Delivery
 from tests.approvals.conftest import ask
@@ -40,13 +39,7 @@ def test_email_and_slack_show_the_calls_secrets_masked_and_a_webhook_gets_them_e
         receivers.webhook_receiver(SECRET) as server,
         receivers.fake_slack() as slack,
     ):
-        mailers = {
-            "default": {
-                "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-                "OPTIONS": {"host": "127.0.0.1", "port": mailbox.port, "timeout": 5},
-            }
-        }
-        with override_settings(MAILERS=mailers):
+        with receivers.mailers_for(mailbox):
             channel("email", {"addresses": []}).users.add(reviewer)
             channel("webhook", {"url": server.url + "/hook", "secret": SECRET})
             channel(
