@@ -314,6 +314,30 @@ def _masking(
     return replace
 
 
+# One literal of JSON text: a string (escapes and all) or a number (not part of a word).
+_JSON_STRING = r'"(?:[^"\\\n]++|\\.)*+"'
+_JSON_NUMBER = r"-?+\d++(?:\.\d++)?+(?:[eE][-+]?+\d++)?+(?![\w.])"
+_JSON_LITERAL = f"(?:{_JSON_STRING}|{_JSON_NUMBER}|true|false|null)"
+_JSON_ITEM = re.compile(f"{_JSON_STRING}|{_JSON_NUMBER}")
+
+
+def _masked_json_item(kind: str, match: re.Match[str]) -> str:
+    """A string or number of JSON text under a secret's key, as its marker (quoted), as
+    `_all_literals` masks the value it stands for; a string holding shell syntax, or
+    already masked, is kept."""
+    text = match.group(0)
+    if text.startswith('"'):
+        inner = text[1:-1]
+        if inner.startswith(MASK) or not is_json_secret_value(inner):
+            return text
+        return f'"{marker(kind, _json_secret(inner))}"'
+    try:  # the number as json.dumps writes the value it stands for (1e3: 1000.0)
+        secret = json.dumps(json.loads(text))
+    except ValueError:  # (more digits than Python reads)
+        secret = text
+    return f'"{marker(kind, secret)}"'
+
+
 def _kind_of_name(match: re.Match[str]) -> str:
     """The kind of secret a name holds (DB_PASSWORD: password, --api-key: api-key): the
     rule's first group is the name."""
@@ -454,6 +478,30 @@ RULES: list[_Rule] = [
         + r'\\"\s{0,16}+:\s{0,16}+)'
         + r'(?P<v>(?P<esc>\\")(?:[^"\\\n]++|\\[^"\\]|\\\\(?:\\\\|\\"|[^"\\]))++\\")',
         _masking(_kind_of_name, is_nested_json_secret_value, _nested_json_secret),
+        (*_SECRET_WORDS, "auth", "credential", "private", "cookie", "session"),
+        folded=True,
+    ),
+    # A number or a list of literals under such a key in JSON text (`"pin": 482913`,
+    # `"api_keys": ["a", "b"]`, a config file an agent writes, a tool's output): each
+    # literal masked as under a payload's own key (a number becomes a quoted marker, so
+    # the text stays JSON); true, false and null are kept, a nested list or object too.
+    _Rule(
+        r'(?P<name>"[\w.-]'
+        + f"{{1,{MAX_NAME}}}+"
+        + _JSON_KEY_ENDS
+        + r'"\s{0,16}+:\s{0,16}+)(?P<v>'
+        + _JSON_NUMBER
+        + r"|\[\s{0,16}+(?:"
+        + _JSON_LITERAL
+        + r"(?:\s{0,16}+,\s{0,16}+"
+        + _JSON_LITERAL
+        + r")*+)?+\s{0,16}+\])",
+        lambda match: (
+            match.group("name")
+            + _JSON_ITEM.sub(
+                functools.partial(_masked_json_item, _kind_of_name(match)), match.group("v")
+            )
+        ),
         (*_SECRET_WORDS, "auth", "credential", "private", "cookie", "session"),
         folded=True,
     ),

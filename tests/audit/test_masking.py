@@ -356,3 +356,40 @@ def test_a_secret_keys_value_with_other_syntax_is_still_kept() -> None:
         text = json.dumps({"password": value})
         assert mask_text(text) == text
     assert mask_text('DB_PASSWORD="s3cr3t two words"') == 'DB_PASSWORD="s3cr3t two words"'
+
+
+def test_a_number_or_list_under_a_secret_key_in_a_written_json_file_is_masked(
+    client: Client, agent: AgentFixture
+) -> None:
+    """A config file an agent writes holds `"db_password": 482913` and a list of keys:
+    the call's audit copy shows markers (JSON still), as a payload's own keys are masked;
+    the live record keeps the exact text."""
+    session = client.post(
+        "/api/v1/sessions", data="{}", content_type="application/json", headers=agent.headers
+    ).json()["id"]
+    config = json.dumps({"db_password": 48291377, "api_key": ["k7c1d-one", 93001755], "port": 5432})
+    body = {
+        "calls": [
+            {"id": "c1", "name": "write_file", "arguments": {"path": "c.json", "content": config}}
+        ]
+    }
+    response = client.post(
+        f"/api/v1/sessions/{session}/calls",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers=agent.headers,
+    )
+    assert response.status_code in (200, 202), response.content
+    call = ToolCall.objects.get(session_id=session, tool_use_id="c1")
+    assert json.loads(call.raw_arguments)["content"] == config
+    received = AuditEvent.objects.get(subject=f"call:{call.pk}", kind="call.received")
+    written = json.loads(json.loads(received.payload["arguments"])["content"])
+    assert written == {
+        "db_password": marker("password", "48291377"),
+        "api_key": [marker("api-key", "k7c1d-one"), marker("api-key", "93001755")],
+        "port": 5432,
+    }
+    stored = AuditEvent.objects.filter(chain=session).values_list("payload", flat=True)
+    assert not any(
+        s in json.dumps(p) for p in stored for s in ("48291377", "k7c1d-one", "93001755")
+    )

@@ -59,6 +59,9 @@ FRAGMENTS = [
     "a" * 127 + "=",
     '"' + "a" * 127,
     "token" * 26 + " ",
+    '"password": [',  # a list under a secret key in JSON text
+    "1e-",
+    '"a", ',
     '\\"password\\": \\"',  # JSON text in a JSON string
     "\\\\",
     "Cookie: ",
