@@ -26,7 +26,7 @@ from dispatcher import agents
 from dispatcher.models import Agent
 from floor.errors import ServiceError
 from tests.notifications import receivers
-from tests.notifications.test_channels import channel
+from tests.notifications.test_channels import SECRET, channel
 from tests.support.claude_code_hooks import HOOK_URL, hook_input
 from tests.support.factories import make_user, unique
 from tests.support.live import LiveStack
@@ -152,7 +152,7 @@ def test_the_agents_page_says_whose_leaving_voided_it_until_rotated() -> None:
 
 
 @pytest.mark.django_db
-def test_the_owner_is_told_by_email(settings: Any) -> None:
+def test_the_owner_is_told_by_email_and_webhooks_hear_of_it(settings: Any) -> None:
     from identity import notify
 
     settings.HARNESS_OUTBOUND_ALLOW = ["127.0.0.1"]
@@ -162,9 +162,17 @@ def test_the_owner_is_told_by_email(settings: Any) -> None:
     shown, _ = agent_shown_to(owner, leaver)
     assert roles.deactivate(user=leaver, actor="user:root")
     event = AuditEvent.objects.get(kind="agent.token_voided", subject=f"agent:{shown.pk}")
-    with receivers.smtp_server() as mailbox, receivers.mailers_for(mailbox):
+    with (
+        receivers.smtp_server() as mailbox,
+        receivers.mailers_for(mailbox),
+        receivers.webhook_receiver(SECRET) as server,
+    ):
         channel("email", {"addresses": ["ops@example.test"]})
-        assert notify.notify_token_voided(event.pk)
+        channel("webhook", {"url": server.url + "/hook", "secret": SECRET})
+        assert len(notify.notify_token_voided(event.pk)) == 2
+        hook = server.wait_for(1)[0].json()
+    assert hook["event"] == "agent.token_voided" and hook["because"] == leaver.username
+    assert hook["name"] == shown.name and hook["owner"] == owner.username
     [message] = mailbox.messages
     assert mailbox.envelopes == [[owner.email]]  # the owner, not the channel's list
     payload: Any = message.get_payload(decode=True)
