@@ -93,6 +93,9 @@ CALL_REPREVIEWED = register(
 AGENT_CREATED = register("agent.created", "agent created")
 AGENT_REVOKED = register("agent.revoked", "agent revoked")
 AGENT_TOKEN_ROTATED = register("agent.token_rotated", "agent token rotated")
+AGENT_TOKEN_VOIDED = register(
+    "agent.token_voided", "agent token voided: a person who was shown it was deactivated"
+)
 AGENT_HANDED_OVER = register(
     "agent.handed_over", "agent handed over to a sponsor: its owner was deactivated"
 )

@@ -7,14 +7,17 @@ choice.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import logging
 import secrets
 import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
@@ -33,6 +36,8 @@ from dispatcher.tools import sandbox
 from floor.compiled import Compiled
 from floor.errors import ServiceError
 from teams.models import Team
+
+logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "hrn"
 
@@ -73,6 +78,7 @@ def create_agent(
         path.mkdir(parents=True, exist_ok=True)
         workspace = str(path)
     team = team or Team.objects.default()
+    _lock_active(shown_to)
     token, prefix = _new_token()
     agent = Agent.objects.create(
         owner=owner,
@@ -290,6 +296,7 @@ def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> s
     credentials are the tokens only that person's client holds, in the mode they
     consented to; a bearer token would act for them beside it, in their own mode."""
     token, prefix = _new_token()
+    _lock_active(shown_to)
     old = Agent.objects.select_for_update().filter(pk=agent.pk, is_active=True).first()
     if old is None:
         raise ServiceError(f"Agent '{agent.name}' is revoked; create a new agent instead.")
@@ -298,21 +305,138 @@ def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> s
             f"Agent '{agent.name}' was signed in by its owner through their client: it has "
             "no token to rotate. Sign it out or revoke it; its owner signs in again."
         )
-    holders = list(old.token_holders or [])
+    # People who left hold no token of it from now on (their old one stopped with this
+    # rotation, or when their leaving voided it): they are no longer counted as holders.
+    holders = _still_active(list(old.token_holders or []))
     if shown_to is not None and shown_to.pk not in holders:
         holders.append(shown_to.pk)
     Agent.objects.filter(pk=agent.pk).update(
-        token_prefix=prefix, token_hash=_hash_token(token), token_holders=holders
+        token_prefix=prefix,
+        token_hash=_hash_token(token),
+        token_holders=holders,
+        token_voided_because="",
+        token_voided_at=None,
+        voided_token_hash="",
     )
+    payload = {"name": agent.name, "old_token_prefix": old.token_prefix, "token_prefix": prefix}
+    if old.token_voided_because:
+        payload["voided_because"] = old.token_voided_because
     record_event(
-        kind=kinds.AGENT_TOKEN_ROTATED,
-        actor=actor,
-        subject=f"agent:{agent.pk}",
-        payload={"name": agent.name, "old_token_prefix": old.token_prefix, "token_prefix": prefix},
+        kind=kinds.AGENT_TOKEN_ROTATED, actor=actor, subject=f"agent:{agent.pk}", payload=payload
     )
     agent.token_prefix, agent.token_hash = prefix, _hash_token(token)
     agent.token_holders = holders
+    agent.token_voided_because, agent.token_voided_at, agent.voided_token_hash = "", None, ""
     return token
+
+
+def _lock_active(person: User | None) -> None:
+    """Lock the row of the person a token is about to be shown to, and refuse one who is
+    no longer active (ServiceError). Taken before the agent's row, in the order a
+    deactivation takes them (the person, then their agents): a deactivation that commits
+    first is seen here, and one that comes after waits for this token to be recorded as
+    theirs, then voids it (void_tokens_shown_to)."""
+    if person is None:
+        return
+    if not User.objects.select_for_update().filter(pk=person.pk, is_active=True).exists():
+        raise ServiceError(f"{person.get_username()} is deactivated: no token is shown to them.")
+
+
+def _still_active(user_ids: list[Any]) -> list[Any]:
+    """`user_ids` less the people who are no longer active (in their order)."""
+    active = set(User.objects.filter(pk__in=user_ids, is_active=True).values_list("pk", flat=True))
+    return [pk for pk in user_ids if pk in active]
+
+
+def void_tokens_shown_to(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:
+    """A deactivation step (settings.HARNESS_DEACTIVATION_STEPS, inside audit.roles.
+    deactivate's transaction, after the leaver's own agents were handed over or revoked):
+    every active agent whose bearer token `user` was shown (Agent.token_holders: they
+    created it or rotated its token in the dashboard, and may have kept a copy) has that
+    token voided. Its stored hash becomes the hash of a random secret nobody is shown, so
+    the token is refused from the commit on (401, saying why: `voided_refusal`); the
+    agent stays, with its sessions, owner and team, until someone rotates its token
+    (rotate_token, which clears the mark). Each is audited (agent.token_voided, naming
+    the leaver) and its owner is told after commit. Returns the agents' names."""
+    candidates = [
+        pk
+        for pk, holders in Agent.objects.filter(is_active=True, token_voided_at__isnull=True)
+        .order_by("pk")
+        .values_list("pk", "token_holders")
+        if user.pk in (holders or [])
+    ]
+    held = (
+        Agent.objects.select_for_update(of=("self",))
+        .select_related("owner")
+        .filter(pk__in=candidates, is_active=True, token_voided_at__isnull=True)
+        .order_by("pk")
+    )
+    voided: list[str] = []
+    now = timezone.now()
+    leaver = user.get_username()
+    for agent in held:
+        Agent.objects.filter(pk=agent.pk).update(
+            token_hash=_hash_token(secrets.token_urlsafe(32)),  # nobody is shown it
+            voided_token_hash=agent.token_hash,
+            token_voided_because=leaver,
+            token_voided_at=now,
+        )
+        event = record_event(
+            kind=kinds.AGENT_TOKEN_VOIDED,
+            actor=actor,
+            subject=f"agent:{agent.pk}",
+            payload={
+                "name": agent.name,
+                "owner": agent.owner.get_username(),
+                "token_prefix": agent.token_prefix,
+                "because": leaver,
+                "reason": f"{leaver}, who was shown this token, was deactivated",
+            },
+        )
+        transaction.on_commit(functools.partial(_send_task, NOTIFY_VOIDED_TASK, str(event.pk)))
+        voided.append(agent.name)
+    return {"agent_tokens_voided": voided} if voided else {}
+
+
+# (identity.tasks: the notice goes through the notification channels, an app above this one)
+NOTIFY_VOIDED_TASK = "identity.tasks.notify_token_voided"
+
+
+def _send_task(name: str, argument: Any) -> None:
+    """One Celery message, never retried here: a broker that is down costs the owner's
+    notice (logged; the audit event and the agent's page still say it), never the
+    deactivation."""
+    try:
+        current_app.send_task(name, args=(argument,), retry=False)
+    except Exception:
+        logger.warning("could not enqueue %s(%s)", name, argument, exc_info=True)
+
+
+def voided_refusal(token: str) -> str:
+    """Why `token`, which authenticates no agent, is refused, when it is a token that a
+    holder's leaving voided (void_tokens_shown_to): a sentence for the 401 that tells
+    whoever still sends it what happened and what to do. "" for any other token (a
+    guess, a typo, a revoked agent's): they keep the plain answer. The comparison is
+    with the voided token's hash, in constant time, so only its holder learns anything."""
+    prefix = token_prefix(token)
+    if prefix is None:
+        return ""
+    row = (
+        Agent.objects.filter(token_prefix=prefix, is_active=True)
+        .exclude(voided_token_hash="")
+        .values_list("voided_token_hash", "token_voided_because", "token_voided_at")
+        .first()
+    )
+    if row is None or not hmac.compare_digest(row[0], _hash_token(token)):
+        return ""
+    _, because, when = row
+    day = f" on {when:%Y-%m-%d}" if when is not None else ""
+    return (
+        f"This agent token was voided{day} because {because}, who was shown it, left "
+        "(their Harness account was deactivated). It will not work again: ask an admin of "
+        "the agent's team to rotate the agent's token on its page in the dashboard, and "
+        "use the new token."
+    )
 
 
 @transaction.atomic

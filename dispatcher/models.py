@@ -37,6 +37,13 @@ class Agent(models.Model):
     # in). Each held a credential that acted as the agent, so separation of duties counts
     # them all (approvals.people_behind), also for calls made before a later rotation.
     token_holders = models.JSONField(default=list, blank=True)
+    # A token voided because one of its holders left (dispatcher.agents.void_tokens_shown_to):
+    # the username of the person whose deactivation voided it, when, and the hash the voided
+    # token had, so that whoever still sends it is told why it stopped (never that a random
+    # guess was close). All cleared when the token is rotated.
+    token_voided_because = models.CharField(max_length=150, blank=True, default="")
+    token_voided_at = models.DateTimeField(null=True, blank=True)
+    voided_token_hash = models.CharField(max_length=64, blank=True, default="")
     workspace = models.CharField(
         max_length=1000,
         blank=True,

@@ -477,6 +477,9 @@ HARNESS_DEACTIVATION_STEPS = [
     # (before the hand-over: a signed-in agent's tokens are in the leaver's client)
     "agentauth.services.stop_signed_in_agents_of",
     "dispatcher.agents.release_agents_of",
+    # (after the hand-over: a token the leaver was shown stops, also on an agent just
+    # handed to a sponsor)
+    "dispatcher.agents.void_tokens_shown_to",
 ]
 # What a person's leaving a team does (teams.services.remove_member, when the role removed
 # was their last in that team: by hand, by command or by the identity provider's group map),

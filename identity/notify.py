@@ -1,7 +1,14 @@
-"""Telling the org admins that someone broke the glass, over the notification channels
-the deployment already has (docs/notifications.md): every enabled webhook and Slack
-channel, email to the channel's addresses and to every admin with an address, Web Push to
-the admins' browsers. Best effort and after commit: the audit event is the record."""
+"""Telling people about their accounts' events over the notification channels the
+deployment already has (docs/notifications.md). Best effort and after commit: the audit
+event is the record.
+
+- Someone broke the glass: the org admins, over every enabled webhook and Slack channel,
+  email to the channel's addresses and to every admin with an address, Web Push to the
+  admins' browsers.
+- A leaver's departure voided an agent's token (dispatcher.agents.void_tokens_shown_to):
+  the agent's owner, by email (through an enabled email channel) and Web Push, and every
+  enabled webhook and Slack channel, so that someone rotates it.
+"""
 
 from __future__ import annotations
 
@@ -71,6 +78,58 @@ def _send(channel: Channel, event: AuditEvent, text: str, admins: list[User]) ->
     elif channel.kind == Kind.WEBPUSH:
         data = json.dumps({"title": "Harness: break-glass sign-in", "body": text})
         subscriptions = PushSubscription.objects.filter(user__in=admins)
+        for sub in subscriptions:
+            senders.send_push({"endpoint": sub.endpoint, "keys": sub.keys}, data)
+        return subscriptions.exists()
+    else:
+        return False
+    return True
+
+
+def token_voided_text(event: AuditEvent) -> str:
+    payload = event.payload
+    return (
+        f"The token of Harness agent {payload.get('name')} (owner {payload.get('owner')}, "
+        f"token {payload.get('token_prefix')}…) was voided at "
+        f"{event.created_at:%Y-%m-%d %H:%M:%S} UTC because {payload.get('because')}, who "
+        "was shown it, left (their account was deactivated). The agent is refused until "
+        "its token is rotated: an admin of its team rotates it on the agent's page and "
+        f"puts the new token where the agent runs. Audit event {event.pk}."
+    )
+
+
+def notify_token_voided(event_id: int) -> list[str]:
+    """Tell the owner of one agent whose token a leaver's departure voided; the channels
+    it reached."""
+    event = AuditEvent.objects.filter(pk=event_id, kind=kinds.AGENT_TOKEN_VOIDED).first()
+    if event is None:
+        return []
+    owner = User.objects.filter(username=event.payload.get("owner"), is_active=True).first()
+    text = token_voided_text(event)
+    reached: list[str] = []
+    for channel in Channel.objects.filter(enabled=True).order_by("pk"):
+        try:
+            if _send_voided(channel, event, text, owner):
+                reached.append(channel.name)
+        except senders.DeliveryFailed as error:
+            logger.warning("token-voided notice not sent on %s: %s", channel.name, error)
+    return reached
+
+
+def _send_voided(channel: Channel, event: AuditEvent, text: str, owner: User | None) -> bool:
+    config = channel.config
+    if channel.kind == Kind.WEBHOOK:
+        body = {"event": kinds.AGENT_TOKEN_VOIDED, "audit_event": event.pk, **event.payload}
+        senders.send_webhook(config["url"], config.get("secret", ""), body)
+    elif channel.kind == Kind.SLACK and config.get("webhook_url"):
+        senders.send_slack_webhook(config["webhook_url"], text, [])
+    elif channel.kind == Kind.SLACK:
+        senders.send_slack_message(config, text, [])
+    elif channel.kind == Kind.EMAIL and owner is not None and owner.email:
+        senders.send_email([owner.email], "[Harness] An agent's token was voided", text)
+    elif channel.kind == Kind.WEBPUSH and owner is not None:
+        data = json.dumps({"title": "Harness: an agent's token was voided", "body": text})
+        subscriptions = PushSubscription.objects.filter(user=owner)
         for sub in subscriptions:
             senders.send_push({"endpoint": sub.endpoint, "keys": sub.keys}, data)
         return subscriptions.exists()

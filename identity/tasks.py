@@ -2,6 +2,8 @@
 
 from celery import shared_task
 
+from dispatcher.agents import NOTIFY_VOIDED_TASK
+
 from . import notify, services
 
 
@@ -13,3 +15,8 @@ def notify_break_glass(event_id: str) -> None:
 @shared_task(name="identity.tasks.end_stale_sign_ins", ignore_result=True, time_limit=120)
 def end_stale_sign_ins() -> None:
     services.end_stale_sign_ins()
+
+
+@shared_task(name=NOTIFY_VOIDED_TASK, ignore_result=True, time_limit=120)
+def notify_token_voided(event_id: str) -> None:
+    notify.notify_token_voided(int(event_id))

@@ -27,6 +27,25 @@ SECOND_FACTOR_FIRST = (
 )
 
 
+def cannot_approve(approval: ApprovalRequest) -> str:
+    """Said instead of one-tap links to a person told of a quorum whose approval would fill
+    none of its open places (services.links_of): what it needs, and where to look."""
+    if approval.groups:
+        needs = " and ".join(f"{n} of the group '{g}'" for g, n in approval.counts().items())
+        if approval.anyone:
+            needs += f" and {approval.anyone} more from any reviewer"
+    elif approval.group:
+        needs = f"{approval.approvals_required} from the group '{approval.group}'"
+    else:
+        needs = f"{approval.approvals_required} from distinct reviewers"
+    return (
+        f"You cannot approve this call: it needs approvals ({needs}; so far "
+        f"{approval.progress()}) that yours would not count towards. You are told because "
+        "no one who may decide it can give them: open the call to see it and who can "
+        "approve it; you can deny it there."
+    )
+
+
 def detail_url(approval: ApprovalRequest) -> str:
     return settings.HARNESS_PUBLIC_URL.rstrip("/") + reverse("approvals:detail", args=[approval.pk])
 
@@ -213,6 +232,11 @@ def slack_blocks(
                 }
             )
     blocks.append({"type": "actions", "elements": buttons[:25]})
+    onlookers = [link for link in links if "cannot_approve" in link]
+    if onlookers:
+        names = ", ".join(slack_escape(link["reviewer"]) for link in onlookers)
+        text = f"{names}: {slack_escape(onlookers[0]['cannot_approve'])}"
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
     unready = [link for link in links if "second_factor_setup" in link]
     if unready:
         names = ", ".join(slack_escape(link["reviewer"]) for link in unready)
@@ -258,6 +282,8 @@ def email_body(approval: ApprovalRequest, links: dict[str, str] | None) -> str:
             f"{SECOND_FACTOR_FIRST} Set one up at {links['second_factor_setup']}, then open "
             "the call above or your approval queue.",
         ]
+    elif links and "cannot_approve" in links:
+        lines += ["", links["cannot_approve"]]
     return "\n".join(lines) + "\n"
 
 
@@ -276,6 +302,8 @@ def push_payload(approval: ApprovalRequest, links: dict[str, str]) -> str:
     }
     if "approve" in links:
         payload |= {"approve": links["approve"], "deny": links["deny"]}
+    elif "cannot_approve" in links:
+        payload["body"] = f"{links['cannot_approve']}\n{body}"
     else:
         payload["body"] = f"{SECOND_FACTOR_FIRST}\n{body}"
         payload["setup"] = links.get("second_factor_setup", "")

@@ -365,16 +365,14 @@ def _send(delivery: Delivery) -> tuple[int | None, dict[str, str] | None]:
     config = channel.config
     if channel.kind == Kind.WEBHOOK:
         people = recipients(channel, approval, tier) if asked else []
-        links_list = [
-            {"reviewer": p.get_username(), **links.links_for(approval, p)} for p in people
-        ]
+        theirs = links_of(approval, people)
+        links_list = [{"reviewer": p.get_username(), **theirs[p.pk]} for p in people]
         body = messages.webhook_body(approval, delivery.event, links_list, str(delivery.pk))
         return senders.send_webhook(config["url"], config.get("secret", ""), body), None
     if channel.kind == Kind.SLACK:
         people = recipients(channel, approval, tier) if asked else []
-        links_list = [
-            {"reviewer": p.get_username(), **links.links_for(approval, p)} for p in people
-        ]
+        theirs = links_of(approval, people)
+        links_list = [{"reviewer": p.get_username(), **theirs[p.pk]} for p in people]
         text = messages.summary(approval) if asked else messages.outcome_text(approval)
         blocks = messages.slack_blocks(approval, links_list, decided=not asked)
         if "bot_token" in config:
@@ -384,7 +382,7 @@ def _send(delivery: Delivery) -> tuple[int | None, dict[str, str] | None]:
         return senders.send_slack_webhook(config["webhook_url"], text, blocks), None
     if channel.kind == Kind.EMAIL:
         person = delivery.recipient
-        person_links = links.links_for(approval, person) if person is not None else None
+        person_links = links_of(approval, [person])[person.pk] if person is not None else None
         text = messages.email_body(approval, person_links)
         sent = senders.send_email([delivery.address], messages.email_subject(approval), text)
         return sent, None
@@ -392,5 +390,24 @@ def _send(delivery: Delivery) -> tuple[int | None, dict[str, str] | None]:
     if subscription is None or delivery.recipient is None:
         raise senders.DeliveryFailed("The push subscription was removed.")
     info = {"endpoint": subscription.endpoint, "keys": subscription.keys}
-    payload = messages.push_payload(approval, links.links_for(approval, delivery.recipient))
+    person = delivery.recipient
+    payload = messages.push_payload(approval, links_of(approval, [person])[person.pk])
     return senders.send_push(info, payload), None
+
+
+def links_of(approval: ApprovalRequest, people: list[User]) -> dict[Any, dict[str, str]]:
+    """Each recipient's links, by user id: one-tap links (approvals.links.links_for) for
+    whoever's approval would fill a place still open (services.who_may_fill); for anyone
+    else, only the call's page and why they cannot approve it. Those others are told only
+    when no one of the tier could fill a place (`recipients`' fallback: a group with no
+    member who may decide it): an Approve link would be refused when used (403), and a
+    one-tap Deny beside it would be a decision they were never asked for."""
+    fill = who_may_fill(approval, [p.pk for p in people])
+    page = messages.detail_url(approval)
+    why = messages.cannot_approve(approval)
+    return {
+        p.pk: links.links_for(approval, p)
+        if p.pk in fill
+        else {"open": page, "cannot_approve": why}
+        for p in people
+    }

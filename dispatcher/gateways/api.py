@@ -57,11 +57,22 @@ class AgentToken(HttpBearer):
 
 def _counted_agent(token: str) -> Agent | None:
     """The token's agent, once it has taken a request from its rate (raises
-    limits.TooManyRequests, answered 429 by `_too_many_requests`)."""
+    limits.TooManyRequests, answered 429 by `_too_many_requests`). Raises VoidedToken for
+    a token a holder's leaving voided (answered 401, saying so)."""
     agent = agents.authenticate_token(token)
     if agent is not None:
         limits.take_request(agent, token)
+    elif reason := agents.voided_refusal(token):
+        raise VoidedToken(reason)
     return agent
+
+
+class VoidedToken(AuthenticationError):
+    """A token voided because a person who was shown it left: 401 with the reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
 
 
 class SubmitToken(HttpBearer):
@@ -91,16 +102,25 @@ def error(status: int, code: str, message: str, **extra: Any) -> JsonResponse:
 
 @api.exception_handler(AuthenticationError)
 def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return unauthorized()
+    return unauthorized(getattr(exc, "reason", ""))
 
 
-def unauthorized() -> JsonResponse:
+def unauthorized(reason: str = "") -> JsonResponse:
+    """401 invalid_token; `reason` says why when Harness knows more than "not valid" (a
+    token voided by a holder's leaving: agents.voided_refusal)."""
     return error(
         401,
         "invalid_token",
-        "Missing, malformed, revoked or unknown agent token. Send 'Authorization: Bearer <token>' "
-        "with a token from `manage.py create_agent`.",
+        reason
+        or "Missing, malformed, revoked or unknown agent token. Send 'Authorization: Bearer "
+        "<token>' with a token from `manage.py create_agent`.",
     )
+
+
+def refused(token: str) -> JsonResponse:
+    """The 401 for a `token` that authenticated nothing: it reads whether the token was
+    voided (one read, on the refusal's path only)."""
+    return unauthorized(agents.voided_refusal(token))
 
 
 @api.exception_handler(limits.TooManyRequests)
@@ -449,7 +469,7 @@ def _submit(
     session = agents.session_for_token(token, session_id)
     if session is None:
         if agents.authenticate_token(token) is None:
-            return unauthorized()
+            return refused(token)
         return error(
             404,
             "unknown_session",

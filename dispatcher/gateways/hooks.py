@@ -47,9 +47,9 @@ from .api import (
     SubmitToken,
     error,
     read_json,
+    refused,
     too_many_requests,
     too_many_sessions,
-    unauthorized,
 )
 from .client_calls import Verdict, admit_client_call, verdict_after
 
@@ -398,17 +398,17 @@ async def _handle_hook(
     if tool is not None and hook.event == dialect.pre_event:
         admitted = await sync_to_async(_admit)(token, hook, tool, dialect, audience)
         if admitted is None:
-            return unauthorized()
+            return await sync_to_async(refused)(token)
         session, call = admitted
         verdict = await verdict_after(call, session, hook_wait(wait))
         return JsonResponse(dialect.answer(verdict))
     if tool is not None:
         if await sync_to_async(_session_and_report)(token, hook, tool, dialect, audience) is None:
-            return unauthorized()
+            return await sync_to_async(refused)(token)
         return JsonResponse({})
     found = await sync_to_async(_session)(token, hook, dialect, audience)
     if found is None:
-        return unauthorized()
+        return await sync_to_async(refused)(token)
     if hook.event in dialect.recorded:
         await sync_to_async(_record)(found, hook, dialect)
     return JsonResponse({})

@@ -106,11 +106,14 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         else (None, None, None)
     )
     if agent is None:
+        # (a bearer token a holder's leaving voided is told so: one read, on this path only)
+        voided = await db(agents.voided_refusal)(token.strip()) if kind.lower() == "bearer" else ""
         return await answer(
             send,
             401,
             "invalid_token",
-            "Missing, malformed, expired, revoked or unknown token. Sign in with OAuth (the "
+            voided
+            or "Missing, malformed, expired, revoked or unknown token. Sign in with OAuth (the "
             "resource metadata is named in WWW-Authenticate) or send 'Authorization: Bearer "
             "<token>' with a token from `manage.py create_agent`.",
             {"www-authenticate": challenge(origin, sent=bool(token.strip()))},

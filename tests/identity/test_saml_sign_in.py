@@ -88,11 +88,20 @@ def test_an_untrusted_email_does_not_take_over_an_account(
     assert not client.get("/").wsgi_request.user.is_authenticated
 
 
-def test_a_trusted_idp_links_the_existing_account(settings: Any, idp: saml_idp.SamlIdp) -> None:
+@pytest.mark.parametrize("role", ["auditor", "reviewer"])
+def test_a_trusted_idp_links_the_existing_account_unless_it_reviews(
+    settings: Any, idp: saml_idp.SamlIdp, role: str
+) -> None:
+    """An auditor's account is linked by the trusted email; a reviewer's, who decides
+    calls, never is by email alone (identity.adapters.is_privileged)."""
     configure(settings, idp, trust_emails=True)
-    alice = make_user(unique("alice"), groups=("reviewer",))
+    alice = make_user(unique("alice"), groups=(role,))
     alice.email = "alice-saml@corp.test"
     alice.save()
     client = Client(headers={"host": "harness.test"})
-    sign_in(client, idp, "alice", "alice-pw")
-    assert client.get("/").wsgi_request.user.pk == alice.pk
+    response = sign_in(client, idp, "alice", "alice-pw")
+    if role == "auditor":
+        assert client.get("/").wsgi_request.user.pk == alice.pk
+        return
+    assert response.status_code == 403 and "approves agents' calls" in response.content.decode()
+    assert not client.get("/").wsgi_request.user.is_authenticated
