@@ -428,6 +428,7 @@ def call_context(
         profile=profile,
         agent_active=session.agent.is_active,
         may_have_grants=getattr(session, "has_grants", True),
+        agent_workspace=session.agent.workspace,
     )
 
 
