@@ -428,6 +428,7 @@ def call_context(
         profile=profile,
         agent_active=session.agent.is_active,
         may_have_grants=getattr(session, "has_grants", True),
+        agent_workspace=session.agent.workspace,
     )
 
 
@@ -459,6 +460,8 @@ def _decide(
         call.provenance["client_cwd"] = item.client_cwd
     if profile.layers:
         call.provenance["layers"] = layers.versions(profile)
+    if tool.binding is not None:  # what it is decided under, and may only run under
+        call.provenance["binding"] = dict(tool.binding)
     decision = stages.pre_execute(ctx)
     if decision.action == "deny":
         text = messages.policy_denied(decision.reason)

@@ -24,7 +24,7 @@ from dispatcher.models import Preview, Status, ToolCall
 from dispatcher.policy import git_reading, layers, stages
 from dispatcher.policy.context import CallContext
 from dispatcher.tools import messages, sandbox_git
-from dispatcher.tools.base import ExecutionContext
+from dispatcher.tools.base import ExecutionContext, Tool
 from floor.compiled import Compiled
 
 logger = logging.getLogger(__name__)
@@ -97,10 +97,15 @@ def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
         else:  # (a file tool's approved diff binds as a previewed effect does)
             reason = previews.changed_since_ask(call, tool, workspace) or ""
             outcome = "repreview" if reason else "run"
-        if outcome == "run":
+        # (after the ask's check: an approved call is shown again, under the tool as it is)
+        changed = _changed_since_admission(call, tool) if outcome == "run" else None
+        if outcome == "run" and changed is None:
             if transitions.claim(call, tool):
                 _run_claimed(call, ctx, row=row)
             return None
+    if changed is not None:
+        transitions.deny_before_run(call, stages.GuardDenial((("definition", changed),)))
+        return None
     # The workspace changed since the approved preview or diff: presented again, asking
     # again (outside the lock, which a new preview takes).
     proposed = previews.repreview(call, row, reason)
@@ -112,6 +117,22 @@ def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
             place=(call.batch_id, call.batch_index),
         )
     return None
+
+
+def _changed_since_admission(call: ToolCall, tool: Tool) -> str | None:
+    """Why `call` must not run under `tool` as the worker resolved it now, or None: the
+    tool binds its calls (`Tool.binding`: an upstream tool's server registration and
+    accepted definition) and its binding differs from the one the call was admitted
+    under, which policy decided it by (an admin accepted another definition of the tool,
+    or registered its server again, while the call was queued). A call admitted without
+    the record (before Harness kept it) cannot show its binding: refused too. The inline
+    lane needs no check: it runs the tool its admission resolved (`one_generation`)."""
+    if tool.binding is None:
+        return None
+    admitted = (call.provenance or {}).get("binding")
+    if admitted == dict(tool.binding):
+        return None
+    return messages.definition_changed_since_admission(call.name)
 
 
 def _give_back_connection() -> None:

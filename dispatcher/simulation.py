@@ -115,6 +115,7 @@ def simulate(
         username=user.get_username(),
         agent_name=session.agent.name if session else "",
         profile=profile,
+        agent_workspace=session.agent.workspace if session else "",
     )
     decision = stages.pre_execute(ctx)
     if decision.action not in ("deny", "cancel"):

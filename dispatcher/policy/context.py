@@ -118,6 +118,12 @@ class CallContext:
     # Where a decide-only call's client runs it, as its client reported (a hook's `cwd`:
     # Claude Code's shell keeps its directory after `cd`); "" when not reported.
     client_cwd: str = ""
+    # The agent's configured workspace: the directory the paths of a client's tool asked
+    # about through the permission prompt (`client_tool` naming Claude Code's `Edit`) are
+    # confined to, as a hook's are to the project directory it reports. "" when the agent
+    # has none (each session then gets a fresh directory on Harness's host, not the
+    # client's): such a call is then never allowed without a person.
+    agent_workspace: str = ""
 
 
 BY_LENGTH = 200

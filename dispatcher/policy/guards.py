@@ -13,6 +13,7 @@ import logging
 import posixpath
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,9 @@ def workspace_confinement(call: CallContext) -> str | None:
     step (symlinks followed inside it only: `path_violation`). Command argv words are not
     paths and are not checked. A decide-only call's paths are on the client's disk:
     checked lexically against its project directory (the session workspace), never
-    resolved here.
+    resolved here. A `client_tool` call asking about a client's tool (Claude Code's
+    permission prompt asking about its `Edit`) is read as that tool's call, its paths
+    confined to the agent's configured workspace (`prompted_paths`).
     """
     violation = lexical_path_violation if call.tool.client_executed else path_violation
     for name in call.tool.path_arguments:
@@ -83,7 +86,27 @@ def workspace_confinement(call: CallContext) -> str | None:
         problem = violation(call.arguments[name], call.workspace)
         if problem is not None:
             return problem if name == "path" else f"Argument '{name}': {problem}"
-    return _embedded_path_violation(call, violation)
+    problem = _embedded_path_violation(call, violation)
+    if problem is not None or not call.agent_workspace:
+        return problem  # (no workspace to confine them to: asked instead, see stages)
+    for asked in prompted_paths(call):
+        problem = workspace_confinement(replace(asked, workspace=Path(call.agent_workspace)))
+        if problem is not None:
+            return problem
+    return None
+
+
+def prompted_paths(call: CallContext) -> list[CallContext]:
+    """For a `client_tool` call asking about a client's tool that names paths (Claude
+    Code's `Edit`, `Write`, `Read`, ...: `path_arguments` or `embedded_paths`), that
+    tool's call as its hook would propose it; empty for any other call. The permission
+    prompt is not told the client's project directory, as the hook is: their paths are
+    confined to the agent's configured workspace, or asked of a person without one."""
+    return [
+        replace(call, tool=tool, name=tool.name, arguments=arguments)
+        for tool, arguments in client_tool.named_tools(call.tool, call.arguments)
+        if tool.path_arguments or tool.embedded_paths is not None
+    ]
 
 
 def _embedded_path_violation(

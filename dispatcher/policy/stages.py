@@ -15,6 +15,7 @@ from referencing.exceptions import Unresolvable
 
 from dispatcher.policy import layers
 from dispatcher.policy.context import CallContext, Decision
+from dispatcher.policy.guards import prompted_paths
 from dispatcher.policy.waterfall import run_guards, run_waterfall
 from dispatcher.tools import messages
 from dispatcher.tools.base import Tool
@@ -80,13 +81,36 @@ def validate(tool: Tool, arguments: dict[str, Any]) -> None:
 
 def pre_execute(call: CallContext) -> Decision:
     """The waterfall's decision, with what the layers' log-only rules would have done
-    (recorded on it, deciding nothing)."""
-    decision = run_waterfall(call)
+    (recorded on it, deciding nothing); an allow of paths Harness cannot confine asks
+    (`unconfined_paths`)."""
+    decision = unconfined_paths(call, run_waterfall(call))
     if layers.has_trials(call):
         found = layers.trials(call, decision)
         if found:
             return dataclasses.replace(decision, log_only=found)
     return decision
+
+
+def unconfined_paths(call: CallContext, decision: Decision) -> Decision:
+    """`decision`, or an ask in place of its allow when the call names paths on the
+    client's disk that Harness has nothing to confine to: a client's tool asked about
+    through the permission prompt (`guards.prompted_paths`: Claude Code's `Edit`), of an
+    agent with no configured workspace. The prompt is not told the client's project
+    directory, as the hook is, so a person decides where no guard can (fail closed)."""
+    if decision.action != "allow" or call.agent_workspace:
+        return decision
+    asked = prompted_paths(call)
+    if not asked:
+        return decision
+    return Decision(
+        "ask",
+        "policy:unconfined-paths",
+        f"'{asked[0].name}' names paths on the client's disk, and Harness cannot confine them: "
+        f"the agent '{call.agent_name}' has no configured workspace, so the permission "
+        "prompt's project directory is unknown. Asked instead of allowed "
+        f"({decision.by}: {decision.reason}). Give the agent a workspace (its project "
+        "directory) to have these paths confined to it.",
+    )
 
 
 def guards(call: CallContext) -> GuardDenial | None:

@@ -118,6 +118,11 @@ class Tool:
     # presentation of the approved ask), or None. The worker asks under the workspace
     # lock before it runs an approved call, and asks the reviewer again when it changed.
     changed_since: Callable[[dict[str, Any], Path, dict[str, Any]], str | None] | None = None
+    # What every call of the tool is bound to from its admission on, allowed or asked (an
+    # upstream tool's server registration and accepted definition: the keys its
+    # presentation shows a reviewer too). Kept in the call's provenance at admission; the
+    # worker refuses the call when the tool it would run has another (execution).
+    binding: Mapping[str, Any] | None = None
     # Other tool names whose rules also cover this tool (Claude Code's `Edit(src/**)`
     # also covers Write, as in Claude Code's own permission rules).
     rule_aliases: tuple[str, ...] = ()

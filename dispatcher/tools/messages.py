@@ -71,6 +71,15 @@ def guard_denied(reasons: list[str]) -> str:
     return "The call was blocked by a safety guard: " + " ".join(reasons)
 
 
+def definition_changed_since_admission(tool_name: str) -> str:
+    return (
+        f"Tool '{tool_name}' was not run: the tool's definition changed after this call was "
+        "admitted (an admin accepted another definition of it, or registered its MCP server "
+        "again), and the call was decided under the old one. Nothing was sent to the "
+        "server; resend it to have it decided under the definition in force now."
+    )
+
+
 def reviewer_denied(reviewer: str, feedback: str) -> str:
     if feedback:
         return f"A reviewer ({reviewer}) denied this call. Their feedback: {feedback}"

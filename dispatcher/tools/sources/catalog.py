@@ -159,6 +159,7 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
                 destructive=flags["destructive"],
                 open_world=flags["open_world"],
                 present_call=functools.partial(present_call, server.pk, row.fingerprint),
+                binding=binding_of(server.pk, row.fingerprint),
                 changed_since=functools.partial(
                     changed_since, server.name, row.name, server.pk, row.fingerprint
                 ),
@@ -180,14 +181,20 @@ def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
     return tuple(tools), teams
 
 
+def binding_of(server_id: int, fingerprint: str) -> dict[str, Any]:
+    """The server registration and pinned definition (its fingerprint) a call of an
+    upstream tool is admitted under (`Tool.binding`), and a reviewer is shown it under."""
+    return {"server_id": server_id, "definition": fingerprint}
+
+
 def present_call(
     server_id: int, fingerprint: str, arguments: dict[str, Any], workspace: Path
 ) -> dict[str, Any]:
     """What a reviewer is shown of an upstream tool's call: its arguments, and the server
-    registration and pinned definition (its fingerprint) they are shown under, which the
+    registration and pinned definition they are shown under (`binding_of`), which the
     approval binds (`changed_since`)."""
     shown = default_present_call(arguments, workspace)
-    return {**shown, "server_id": server_id, "definition": fingerprint}
+    return {**shown, **binding_of(server_id, fingerprint)}
 
 
 def changed_since(
