@@ -67,6 +67,14 @@ MODES = (ALL, ALL_BUT_CONFIG, NONE)
 
 FILES = ("config", "config.worktree", "commondir")
 INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after a run
+# An index (with its split index's shared parts) a run left larger than this, or than
+# twice what there was before and INDEX_MARGIN, is removed unread: git reads it in time
+# in proportion (4,000,000 crafted entries, 288 MB, held the worker about 25 s on the
+# loaded 2-core development machine; one near the sandbox's 1 GiB file cap, up to twice
+# the 120 s timeout of a listing, and its listing in memory). 64 MiB reads in a second
+# or two; a repository whose index was larger already gets twice that.
+INDEX_LIMIT = 64 << 20
+INDEX_MARGIN = 1 << 20
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
 MAX_HOOKS_DEPTH = 32  # levels of a core.hooksPath directory bound; deeper, it refuses
@@ -148,9 +156,9 @@ class Guard:
     git_paths: list[str] = dataclasses.field(default_factory=list)
     hook_dirs: list[str] = dataclasses.field(default_factory=list)
     # Each guarded git directory's `index` as it was before the run (the directory's
-    # descriptor, its path, the index's stat or None): one the run changed is read after
-    # it (`_check_indexes`).
-    indexes: list[tuple[int, Path, tuple[int, ...] | None]] = dataclasses.field(
+    # descriptor, its path, the stat of the index and its split index's shared parts or
+    # None, their bytes): one the run changed is read after it (`_check_indexes`).
+    indexes: list[tuple[int, Path, tuple[int, ...] | None, int]] = dataclasses.field(
         default_factory=list
     )
 
@@ -252,7 +260,7 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             "this command."
         )
     result.entries.append(Entry(fd, target, writable=True))
-    result.indexes.append((fd, target, _index_state(fd)))
+    result.indexes.append((fd, target, _index_state(fd), _index_bytes(fd)))
     for name in (*FILES, *DIRECTORIES):
         if name == "config" and mode == ALL_BUT_CONFIG:
             continue
@@ -1146,12 +1154,46 @@ def remove_made(result: Guard) -> list[str]:
 
 
 def _index_state(dir_fd: int) -> tuple[int, ...] | None:
-    """What tells whether the `index` in the git directory `dir_fd` changed, or None."""
+    """What tells whether the `index` in the git directory `dir_fd`, or a split index's
+    shared part beside it (`sharedindex.*`, which git reads with it), changed, or None
+    when there is no index."""
     try:
         info = os.stat("index", dir_fd=dir_fd, follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return (info.st_mode, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    state = [info.st_mode, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+    for name, shared in _shared_indexes(dir_fd):
+        state += [hash(name), shared.st_mode, shared.st_ino, shared.st_size, shared.st_ctime_ns]
+    return tuple(state)
+
+
+def _shared_indexes(dir_fd: int) -> list[tuple[str, os.stat_result]]:
+    """The `sharedindex.*` entries of the git directory `dir_fd`, lstat'ed, by name."""
+    found: list[tuple[str, os.stat_result]] = []
+    try:
+        names = _names(dir_fd)
+    except OSError:
+        return found
+    for name in sorted(names):
+        if name.startswith("sharedindex."):
+            with contextlib.suppress(OSError):
+                found.append((name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False)))
+    return found
+
+
+def _index_bytes(dir_fd: int) -> int:
+    """The bytes git reads as the index of the git directory `dir_fd`: its `index` and
+    every `sharedindex.*` beside it (not followed)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        total += os.stat("index", dir_fd=dir_fd, follow_symlinks=False).st_size
+    return total + sum(info.st_size for _, info in _shared_indexes(dir_fd))
+
+
+def index_limit(before: int) -> int:
+    """The most bytes of index (`_index_bytes`) git reads after a run that found
+    `before`: INDEX_LIMIT, or twice what there was before and INDEX_MARGIN."""
+    return max(INDEX_LIMIT, 2 * before + INDEX_MARGIN)
 
 
 def _check_indexes(result: Guard) -> None:
@@ -1161,14 +1203,27 @@ def _check_indexes(result: Guard) -> None:
     `../../.bashrc` had a person's `git checkout -- .` (or `git restore .`) write that
     file, and their next commit run it."""
     workspace = result.workspace
-    for dir_fd, target, before in result.indexes:
+    for dir_fd, target, before, size_before in result.indexes:
         after = _index_state(dir_fd)
         if after is None or after == before:
+            continue
+        shown = str((target / "index").relative_to(workspace)) if workspace else "index"
+        size = _index_bytes(dir_fd)
+        if size > index_limit(size_before):
+            # not read: git takes time in proportion (a crafted index of 1 GiB held the
+            # worker for minutes), and nothing the run grew so far is the person's
+            removed = _remove(dir_fd, "index", shown, directories_only=False)
+            for name, _ in _shared_indexes(dir_fd):
+                removed = _remove(dir_fd, name, name, directories_only=False) or removed
+            if removed:
+                limit = index_limit(size_before) >> 20
+                result.notes.append(
+                    INDEX_TOO_LARGE.format(path=shown, size=size >> 20, limit=limit)
+                )
             continue
         why = _bad_index(dir_fd, _object_format(dir_fd))
         if why is None:
             continue
-        shown = str((target / "index").relative_to(workspace)) if workspace else "index"
         if _remove(dir_fd, "index", shown, directories_only=False):
             result.notes.append(INDEX.format(path=shown, why=why))
 
@@ -1177,6 +1232,13 @@ INDEX = (
     "\n[harness: this command ran without a person's approval and left the git index "
     "'{path}' {why}, which a person's `git checkout -- .` would write; it was removed "
     "(`git reset` makes it again from HEAD).]"
+)
+INDEX_TOO_LARGE = (
+    "\n[harness: this command ran without a person's approval and left the git index "
+    "'{path}' at {size} MiB (with its split index's shared parts), more than Harness reads "
+    "after such a command ({limit} MiB: 64 MiB, or twice its size before); it was removed "
+    "unread (`git reset` makes it again from HEAD). A command a reviewer approves may "
+    "make a larger one.]"
 )
 # What git's verify_path refuses in a name (here: on any file system), besides `.`, `..`
 # and empty parts: `.git` however spelled (case, NTFS's trailing dots and spaces and
@@ -1390,6 +1452,8 @@ def _judge_made(parent: int, where: Path) -> str | None:
                     if not (_regular(entry, item) and item == "exclude"):
                         return f"holds 'info/{item}'"
             elif name == "index":
+                if _index_bytes(git) > index_limit(0):  # not read (INDEX_LIMIT)
+                    return f"holds an index larger than {INDEX_LIMIT >> 20} MiB, not read"
                 bad = _bad_index(git, _object_format(git))
                 if bad is not None:
                     return f"holds an index {bad}"
