@@ -5,6 +5,7 @@ the host, to read or run afterwards. Real bwrap, real git."""
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.tools import sandbox, sandbox_git
+from dispatcher.tools.base import ToolError
 from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
 from tests.redteam.test_git_metadata_guard2 import sandboxed
 from tests.support.factories import AgentFixture
@@ -108,3 +110,118 @@ def test_a_very_large_index_of_a_repository_the_command_made_goes_with_it(
     assert not (workspace / "sub" / ".git").exists()
     assert "holds an index larger than 64 MiB, not read" in output, output
     assert took < 5, took
+
+
+# --- a hand-built git directory inside a submodule's ------------------------------------
+
+G = ["-c", "user.email=a@b", "-c", "user.name=A", "-c", "protocol.file.allow=always"]
+
+
+def evil_git_dir(workspace: Path, source: Path, mark: Path) -> str:
+    """In the workspace (the agent writes its files): `evilgit/`, a non-bare repository's
+    git directory with one commit and a post-checkout hook that touches `mark`, built from
+    `source` outside it. Returns the commit's id."""
+    source.mkdir()
+    host_git(source, "init", "-q", "-b", "main")
+    (source / "f").write_text("x\n")
+    host_git(source, *G, "add", "f")
+    host_git(source, *G, "commit", "-qm", "evil")
+    commit = host_git(source, "rev-parse", "HEAD").strip()
+    shutil.copytree(source / ".git", workspace / "evilgit", symlinks=True)
+    hook = workspace / "evilgit" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {mark}\n")
+    hook.chmod(0o755)
+    return commit
+
+
+SPOIL = {
+    "HEAD removed": "rm .git/modules/x/HEAD",
+    "HEAD not git's": "echo junk > .git/modules/x/HEAD",
+    "refs removed": "rm -rf .git/modules/x/refs",
+    "left whole": "true",
+}
+
+
+@pytest.mark.parametrize("spoil", sorted(SPOIL))
+def test_a_git_directory_hand_built_in_a_submodules_objects_runs_nothing(
+    agent_in_sandbox: AgentFixture, tmp_path: Path, spoil: str
+) -> None:
+    """`.git/modules/x` holds HEAD, so its `objects/` was taken as its own and left
+    writable, unjudged. An unapproved command copied a hand-built git directory (a
+    post-checkout hook) to `.git/modules/x/objects/evil`, named it a submodule
+    (`.gitmodules`, a gitlink in the index) and removed `.git/modules/x/HEAD`: git refuses
+    a submodule's git directory inside another's only while that other is a git directory,
+    so the person's `git submodule update --init` took the hand-built one and ran its
+    hook, as root, outside the sandbox."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    host_git(workspace, *G, "commit", "--allow-empty", "-qm", "base")
+    submodule(workspace, "x")
+    host_git(workspace, *G, "commit", "-qm", "with x")
+    mark = workspace / "hook-ran"
+    commit = evil_git_dir(workspace, tmp_path / "src", mark)
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    name = "x/objects/evil"
+    script = (
+        f"cp -r evilgit .git/modules/{name} && rm -rf evilgit && {SPOIL[spoil]} && "
+        f"git config -f .gitmodules submodule.{name}.path evil && "
+        f"git config -f .gitmodules submodule.{name}.url ./evil && "
+        f"git update-index --add --cacheinfo 160000,{commit},evil && echo done"
+    )
+    output = sandboxed(workspace, script)
+    assert "done" in output, output
+    person = host_git(workspace, *G, "submodule", "update", "--init")
+    if (workspace / "evil").is_dir():
+        host_git(workspace / "evil", "status")
+    assert not mark.exists(), (output, person)
+    assert not (workspace / ".git" / "modules" / name).exists()
+    assert f"left '.git/modules/{name}', which git would take" in output, output
+    # the submodule's git directory is one still, so git refuses one nested in it
+    assert (workspace / ".git" / "modules" / "x" / "HEAD").is_file(), output
+    assert (workspace / ".git" / "modules" / "x" / "refs").is_dir(), output
+    what = {"refs removed": "refs/", "left whole": None}.get(spoil, "HEAD")
+    if what is not None:
+        assert f"removed or replaced {what} of the git directory '.git/modules/x'" in output
+    assert "main" in host_git(workspace / "x", "branch", "--show-current")
+
+
+def test_a_relative_hooks_path_from_a_work_tree_set_elsewhere_is_guarded(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """`core.worktree = ../a/b` with `core.hooksPath = ../../hooks`: git runs hooks from
+    the work tree `a/b/`, so from the workspace's `hooks/`; the guard placed the path from
+    the `.git`'s parent (`hooks/` two levels above the workspace, outside), bound nothing,
+    and an allowed copy planted `pre-commit` that the person's commit ran."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    (workspace / "a" / "b").mkdir(parents=True)
+    host_git(workspace, "config", "core.worktree", "../a/b")
+    host_git(workspace, "config", "core.hooksPath", "../../hooks")
+    mark = workspace / "hook-ran"
+    (workspace / "evil.sh").write_text(f"#!/bin/sh\ntouch {mark}\n")
+    (workspace / "evil.sh").chmod(0o755)
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    try:
+        output = sandboxed(workspace, "mkdir -p hooks && cp evil.sh hooks/pre-commit")
+    except ToolError as error:
+        output = str(error)
+    host_git(workspace / "a" / "b", *G, "commit", "--allow-empty", "-qm", "person")
+    assert not mark.exists(), output
+    assert "core.worktree" in output and "nothing ran" in output, output
+    assert not (workspace / "hooks").exists()
+
+
+def submodule(workspace: Path, name: str) -> Path:
+    """A submodule at `name` (named so), its git directory absorbed: `.git/modules/NAME`."""
+    path = workspace / name
+    path.mkdir()
+    host_git(path, "init", "-q", "-b", "main")
+    (path / "f").write_text("base\n")
+    host_git(path, *G, "add", "f")
+    host_git(path, *G, "commit", "-qm", "base")
+    host_git(workspace, *G, "submodule", "add", "-q", f"./{name}", name)
+    host_git(workspace, *G, "submodule", "absorbgitdirs")
+    assert (workspace / ".git" / "modules" / name / "HEAD").exists()
+    return path
