@@ -1247,17 +1247,21 @@ def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
 
 
 def _put_back(dir_fd: int, name: str, data: bytes | None, shown: str) -> None:
-    """Make `name` in `dir_fd` again: a file holding `data`, or a directory (None)."""
+    """Make `name` in `dir_fd` again: a file holding `data`, or a directory (None), owned
+    as `dir_fd` is (the sandbox user's, when Harness is root: git writes there next)."""
     try:
+        owner = os.fstat(dir_fd)
         if data is None:
             os.mkdir(name, 0o755, dir_fd=dir_fd)
-            return
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
+        else:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        if os.geteuid() == 0:
+            os.chown(name, owner.st_uid, owner.st_gid, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as error:
         raise ToolError(
             f"The command ran without a person's approval and removed '{shown}' of a "
@@ -1269,8 +1273,8 @@ def _put_back(dir_fd: int, name: str, data: bytes | None, shown: str) -> None:
 
 def _remove_hand_built(root: int, top: str, shown: str) -> list[str]:
     """Remove every directory at or under `top` in `root` that git would take as a git
-    directory (`_git_directory_names`): `top` itself loses its HEAD, one inside it goes
-    whole. Depth first with a stack of names, no link followed; past MAX_WALK entries
+    directory (`HEAD` with `objects` and `refs`, or `commondir`): `top` itself loses its
+    HEAD, one inside it goes whole. Depth first with a stack of names, no link followed; past MAX_WALK entries
     ToolError (it cannot be told)."""
     removed: list[str] = []
     stack: list[list[str]] = [[top]]

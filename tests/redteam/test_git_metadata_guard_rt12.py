@@ -184,6 +184,12 @@ def test_a_git_directory_hand_built_in_a_submodules_objects_runs_nothing(
     if what is not None:
         assert f"removed or replaced {what} of the git directory '.git/modules/x'" in output
     assert "main" in host_git(workspace / "x", "branch", "--show-current")
+    # and the submodule works for the next unapproved command as before
+    again = sandboxed(
+        workspace,
+        "git -C x -c user.email=a@b -c user.name=A commit -q --allow-empty -m again && echo ok",
+    )
+    assert again.startswith("exit code 0\nok"), again
 
 
 def test_a_relative_hooks_path_from_a_work_tree_set_elsewhere_is_guarded(
