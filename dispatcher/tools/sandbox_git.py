@@ -39,7 +39,11 @@ cannot be bound so, or has git run a command line that may run a program of it
 `_outside`) lets no unapproved command run; so does one git reads from outside the
 workspace for a work tree in it (a linked worktree's, the repository above a fixed
 workspace, an included file: `_refuse_pointers_outside`, `_with_includes`). An index the run changed that names a path git refuses
-(`.git/hooks/post-commit`, `../x`: a person's `git checkout -- .` writes it) is removed.
+(`.git/hooks/post-commit`, `../x`: a person's `git checkout -- .` writes it) is removed,
+and so is, unread, one it grew past INDEX_LIMIT. A git directory under `modules/` keeps
+its own directories (`objects/` ...) unguarded only while git reads its HEAD as one's;
+after the run, a git directory planted in them is removed and its HEAD, `objects/` and
+`refs/` put back (`_keep_git_directories`).
 """
 
 from __future__ import annotations
