@@ -94,6 +94,9 @@ def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
             outcome, reason = previews.settle(call, tool, row, workspace)
             if outcome in ("applied", "gone"):
                 return None
+            if outcome == "run":  # for real, not the previewed effect: as it was shown
+                changed = previews.changed_since_ask(call, tool, workspace)
+                outcome, reason = ("repreview", changed) if changed else (outcome, reason)
         else:  # (a file tool's approved diff binds as a previewed effect does)
             reason = previews.changed_since_ask(call, tool, workspace) or ""
             outcome = "repreview" if reason else "run"

@@ -91,6 +91,47 @@ def check_weakened_promises(app_configs: Any = None, **kwargs: Any) -> list[Chec
     return problems
 
 
+@register()
+def check_device_network_cap(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """One network's device codes must stay well under the cap of one client's pending
+    codes: the network limit is what keeps one network from filling that cap (and so from
+    locking every other sign-in of the client out for a code's life). At or above the cap
+    it keeps nothing out; above a fifth of it, five networks fill it."""
+    cap = settings.HARNESS_DEVICE_PENDING_MAX
+    per_network = settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK
+    if cap == 0:  # no cap: nothing to fill
+        return []
+    said = (
+        f"HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK ({per_network}) is "
+        f"{{}} HARNESS_DEVICE_PENDING_MAX ({cap})"
+    )
+    hint = (
+        f"Set HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK to at most {cap // 5} (a fifth of "
+        "HARNESS_DEVICE_PENDING_MAX), or raise HARNESS_DEVICE_PENDING_MAX."
+    )
+    if per_network >= cap:
+        return [
+            Error(
+                said.format("not below")
+                + ": one network can fill every pending device code of the client, and no "
+                "one else can sign in until those codes expire.",
+                hint=hint,
+                id="harness.E004",
+            )
+        ]
+    if per_network * 5 > cap:
+        return [
+            Warning(
+                said.format("more than a fifth of")
+                + ": fewer than five networks can fill every pending device code of the "
+                "client, and no one else can sign in until those codes expire.",
+                hint=hint,
+                id="harness.W016",
+            )
+        ]
+    return []
+
+
 @register(deploy=True)
 def check_self_approval(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Before going live (`check --deploy`): the default lets one person be an agent's owner

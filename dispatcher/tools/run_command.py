@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -103,14 +104,66 @@ def program_path(value: str, workspace: Path) -> str:
 
 
 def present_command(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
-    """What a reviewer sees: the argv, the absolute cwd it runs in, and a shell-quoted line."""
+    """What a reviewer sees: the argv, the absolute cwd it runs in, and a shell-quoted line.
+
+    The cwd is resolved as the run resolves it, and the directory found there is bound by
+    its identity (`cwd_identity`, device and inode): a link on the way (`sub -> dirA`)
+    that another call turns to `dirB` before the run would otherwise have the approved
+    command run where the reviewer never looked (`changed_since`)."""
     argv = [str(word) for word in arguments.get("argv") or []]
-    cwd = arguments.get("cwd", ".")
+    cwd = str(arguments.get("cwd", "."))
+    resolved, identity = _bound_cwd(workspace, cwd)
+    if resolved is None:
+        try:
+            shown = str((workspace.resolve() / cwd).resolve(strict=False))
+        except (OSError, RuntimeError, ValueError):
+            shown = str(workspace.resolve())
+    else:
+        shown = resolved
+    return {
+        "kind": "command",
+        "argv": argv,
+        "cwd": shown,
+        "text": shlex.join(argv),
+        "cwd_identity": identity,
+    }
+
+
+def _bound_cwd(workspace: Path, cwd: str) -> tuple[str | None, list[int] | None]:
+    """The directory `cwd` names in `workspace`, resolved as `run_command` resolves it, and
+    its (device, inode); (path, None) when it is no directory, (None, None) when it does
+    not resolve inside the workspace."""
     try:
-        resolved = (workspace.resolve() / str(cwd)).resolve(strict=False)
-    except (OSError, RuntimeError, ValueError):
-        resolved = workspace.resolve()
-    return {"kind": "command", "argv": argv, "cwd": str(resolved), "text": shlex.join(argv)}
+        resolved = resolve_in_workspace(workspace, cwd)
+    except (ToolError, OSError, RuntimeError, ValueError):
+        return None, None
+    try:
+        info = os.stat(resolved)
+    except (OSError, ValueError):
+        return str(resolved), None
+    if not stat.S_ISDIR(info.st_mode):
+        return str(resolved), None
+    return str(resolved), [info.st_dev, info.st_ino]
+
+
+def changed_since(
+    arguments: dict[str, Any], workspace: Path, presentation: dict[str, Any]
+) -> str | None:
+    """Why the directory the command would start in is no longer the one the reviewer
+    was shown (another path, or another directory at that path), or None. Asked under the
+    workspace lock before an approved call runs, so nothing of the workspace changes it
+    in between; an ask recorded before the cwd was bound has nothing to compare."""
+    if "cwd_identity" not in presentation:
+        return None
+    cwd = str(arguments.get("cwd", "."))
+    resolved, identity = _bound_cwd(workspace, cwd)
+    if resolved != presentation.get("cwd") or identity != presentation["cwd_identity"]:
+        now = "no directory in the workspace" if identity is None else resolved
+        return (
+            f"its working directory {cwd!r} now names {now}, not the directory the "
+            f"reviewer was shown ({presentation.get('cwd')})"
+        )
+    return None
 
 
 TOOL = Tool(
@@ -137,6 +190,7 @@ TOOL = Tool(
     },
     execute=run_command,
     present_call=present_command,
+    changed_since=changed_since,
     timeout=60.0,
     open_world=True,
     path_arguments=("cwd",),

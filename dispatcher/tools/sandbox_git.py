@@ -39,7 +39,11 @@ cannot be bound so, or has git run a command line that may run a program of it
 `_outside`) lets no unapproved command run; so does one git reads from outside the
 workspace for a work tree in it (a linked worktree's, the repository above a fixed
 workspace, an included file: `_refuse_pointers_outside`, `_with_includes`). An index the run changed that names a path git refuses
-(`.git/hooks/post-commit`, `../x`: a person's `git checkout -- .` writes it) is removed.
+(`.git/hooks/post-commit`, `../x`: a person's `git checkout -- .` writes it) is removed,
+and so is, unread, one it grew past INDEX_LIMIT. A git directory under `modules/` keeps
+its own directories (`objects/` ...) unguarded only while git reads its HEAD as one's;
+after the run, a git directory planted in them is removed and its HEAD, `objects/` and
+`refs/` put back (`_keep_git_directories`).
 """
 
 from __future__ import annotations
@@ -67,6 +71,14 @@ MODES = (ALL, ALL_BUT_CONFIG, NONE)
 
 FILES = ("config", "config.worktree", "commondir")
 INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after a run
+# An index (with its split index's shared parts) a run left larger than this, or than
+# twice what there was before and INDEX_MARGIN, is removed unread: git reads it in time
+# in proportion (4,000,000 crafted entries, 288 MB, held the worker about 25 s on the
+# loaded 2-core development machine; one near the sandbox's 1 GiB file cap, up to twice
+# the 120 s timeout of a listing, and its listing in memory). 64 MiB reads in a second
+# or two; a repository whose index was larger already gets twice that.
+INDEX_LIMIT = 64 << 20
+INDEX_MARGIN = 1 << 20
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
 MAX_HOOKS_DEPTH = 32  # levels of a core.hooksPath directory bound; deeper, it refuses
@@ -148,11 +160,15 @@ class Guard:
     git_paths: list[str] = dataclasses.field(default_factory=list)
     hook_dirs: list[str] = dataclasses.field(default_factory=list)
     # Each guarded git directory's `index` as it was before the run (the directory's
-    # descriptor, its path, the index's stat or None): one the run changed is read after
-    # it (`_check_indexes`).
-    indexes: list[tuple[int, Path, tuple[int, ...] | None]] = dataclasses.field(
+    # descriptor, its path, the stat of the index and its split index's shared parts or
+    # None, their bytes): one the run changed is read after it (`_check_indexes`).
+    indexes: list[tuple[int, Path, tuple[int, ...] | None, int]] = dataclasses.field(
         default_factory=list
     )
+    # The git directories under `modules/` and `worktrees/` whose own directories
+    # (`objects/`, `refs/` ...) were not guarded, being theirs: the descriptor, the path,
+    # HEAD as it was (`_keep_git_directories`).
+    owners: list[tuple[int, Path, bytes]] = dataclasses.field(default_factory=list)
 
     def close(self) -> None:
         for fd in self.fds:
@@ -252,7 +268,7 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             "this command."
         )
     result.entries.append(Entry(fd, target, writable=True))
-    result.indexes.append((fd, target, _index_state(fd)))
+    result.indexes.append((fd, target, _index_state(fd), _index_bytes(fd)))
     for name in (*FILES, *DIRECTORIES):
         if name == "config" and mode == ALL_BUT_CONFIG:
             continue
@@ -276,7 +292,12 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
         names = sorted(_names(fd))
         # a git directory's own (`modules/lib/refs`), not a submodule's (`modules/refs`
         # of a submodule named `refs`, whose config nothing bound)
-        own = depth > 1 and _exists(fd, "HEAD")
+        # (a git directory by git's own test, as a person's git will see it: a HEAD
+        # that git reads as none made `objects/evil` one git would use: `_keep_git_...`)
+        head = _valid_head(fd) if depth > 1 else None
+        own = head is not None
+        if head is not None:
+            result.owners.append((fd, target, head))
         label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
         result.containers.append((fd, label, frozenset(names) | (GIT_OWN if own else frozenset())))
     # (no bound on depth but MAX_DIRECTORIES: past 8 levels, a submodule at
@@ -567,12 +588,12 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
     hooks: list[Entry] = []
     for entry, pairs in read:
         git_dir = entry.target.parent
+        settings = [pair for own, found in read if own.target.parent == git_dir for pair in found]
         for key, value in pairs:
             why = _config_refusal(workspace, git_dir, key, value)
+            if key == "core.hookspath":
+                why = _tree_elsewhere(value, settings) or why
             if why is not None and key == "core.hookspath":
-                settings = [
-                    pair for own, found in read if own.target.parent == git_dir for pair in found
-                ]
                 why = _bind_hooks_path(workspace, git_dir, value, settings, result, hooks)
             if why is not None:
                 shown = entry.target.relative_to(workspace)
@@ -609,7 +630,8 @@ def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry])
         for path, pairs in group:
             for key, value in pairs:
                 if key == "core.hookspath":
-                    why = _config_refusal(workspace, where, key, value)
+                    why = _tree_elsewhere(value, settings)
+                    why = why or _config_refusal(workspace, where, key, value)
                     if why is not None:
                         why = _bind_hooks_path(workspace, where, value, settings, result, hooks)
                 elif _COMMAND_KEYS.fullmatch(key) and not own_tree:
@@ -626,6 +648,21 @@ def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry])
                         "person approved, and nothing ran. A reviewer must approve this "
                         "command."
                     )
+
+
+def _tree_elsewhere(value: str, settings: list[tuple[str, str]]) -> str | None:
+    """Why a relative `core.hooksPath = value` cannot be placed, with these settings of its
+    git directory: git takes it from the work tree it runs hooks in, which core.worktree
+    (or core.bare) moves from the `.git`'s parent. `core.worktree = ../sub` with
+    `core.hooksPath = ../hooks` named the workspace's `hooks/`, judged outside (from the
+    workspace's parent) and bound by nothing: an allowed `cp` planted `pre-commit` and
+    the person's commit ran it. Then it is taken to be inside (and cannot be bound)."""
+    if os.path.isabs(os.path.expanduser(value)):
+        return None
+    for key, setting in settings:
+        if key == "core.worktree" or (key == "core.bare" and setting.lower() != "false"):
+            return f"relative to a work tree {key} sets elsewhere, taken to be inside the workspace"
+    return None
 
 
 def _with_includes(
@@ -1140,18 +1177,194 @@ def remove_made(result: Guard) -> list[str]:
         for name in sorted(set(names) - known):
             if _remove(dir_fd, name, label + name, directories_only=True):
                 removed.append(label + name)
+    _keep_git_directories(result)
     _check_indexes(result)
     _remove_made_repositories(result)
     return removed
 
 
+def _valid_head(dir_fd: int) -> bytes | None:
+    """The `HEAD` of the directory `dir_fd` when git reads it as a git directory's
+    (validate_headref: a regular file holding `ref: refs/...` or an object id), or None."""
+    try:
+        fd = os.open(
+            "HEAD", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, 256)
+    finally:
+        os.close(fd)
+    if re.match(rb"ref:[ \t\n]*refs/|[0-9a-fA-F]{40}", data):
+        return data
+    return None
+
+
+def _keep_git_directories(result: Guard) -> None:
+    """After the run, each git directory under `modules/` or `worktrees/` whose own
+    directories were left unguarded: git refuses a submodule's git directory inside
+    another's only while that other is a git directory (validate_submodule_git_dir), and
+    uses one there without asking in other paths (a recursive checkout). An unapproved
+    command copied a hand-built git directory with a post-checkout hook to
+    `.git/modules/x/objects/evil`, named it a submodule and removed
+    `.git/modules/x/HEAD`; the person's `git submodule update --init` ran the hook. So a
+    directory in its own directories that git would take as a git directory (`HEAD` with
+    `objects/` and `refs/`, or `commondir`) is removed, and its HEAD, `objects/` and
+    `refs/` are put back when the run removed or spoiled them; the model is told."""
+    workspace = result.workspace
+    for fd, target, head in result.owners:
+        shown = str(target.relative_to(workspace)) if workspace else target.name
+        try:
+            names = set(_names(fd))
+        except OSError:
+            continue  # (moved or removed: nothing of it for git to take)
+        planted: list[str] = []
+        for name in sorted(names & (GIT_OWN - set(DIRECTORIES))):
+            planted += _remove_hand_built(fd, name, f"{shown}/{name}")
+        if planted:
+            found = ", ".join(f"'{path}'" for path in planted)
+            result.notes.append(PLANTED.format(names=found))
+        spoiled: list[str] = []
+        if _valid_head(fd) is None:
+            _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False)
+            _put_back(fd, "HEAD", head, f"{shown}/HEAD")
+            spoiled.append("HEAD")
+        for name in () if "commondir" in names else ("objects", "refs"):
+            # (a worktree's are its common directory's)
+            info = _lstat(fd, name)
+            if info is None or not stat.S_ISDIR(info.st_mode):
+                _remove(fd, name, f"{shown}/{name}", directories_only=False)
+                _put_back(fd, name, None, f"{shown}/{name}")
+                spoiled.append(f"{name}/")
+        if spoiled:
+            result.notes.append(SPOILED.format(names=", ".join(spoiled), path=shown))
+
+
+def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _put_back(dir_fd: int, name: str, data: bytes | None, shown: str) -> None:
+    """Make `name` in `dir_fd` again: a file holding `data`, or a directory (None), owned
+    as `dir_fd` is (the sandbox user's, when Harness is root: git writes there next)."""
+    try:
+        owner = os.fstat(dir_fd)
+        if data is None:
+            os.mkdir(name, 0o755, dir_fd=dir_fd)
+        else:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        if os.geteuid() == 0:
+            os.chown(name, owner.st_uid, owner.st_gid, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as error:
+        raise ToolError(
+            f"The command ran without a person's approval and removed '{shown}' of a "
+            "submodule's git directory, which could not be put back "
+            f"({error.strerror or error}). Do not run git in this workspace; an operator "
+            "must look at it."
+        ) from None
+
+
+def _remove_hand_built(root: int, top: str, shown: str) -> list[str]:
+    """Remove every directory at or under `top` in `root` that git would take as a git
+    directory (`HEAD` with `objects` and `refs`, or `commondir`): `top` itself loses its
+    HEAD, one inside it goes whole. Depth first with a stack of names, no link followed; past MAX_WALK entries
+    ToolError (it cannot be told)."""
+    removed: list[str] = []
+    stack: list[list[str]] = [[top]]
+    seen = 0
+    while stack:
+        parts = stack.pop()
+        try:
+            fd = _open_path(root, parts)
+        except OSError:
+            continue  # (not a directory, or gone)
+        try:
+            opened = os.open(".", _WALK_FLAGS, dir_fd=fd)
+            try:
+                with os.scandir(opened) as listing:
+                    entries = [(item.name, item.is_dir(follow_symlinks=False)) for item in listing]
+            finally:
+                os.close(opened)
+            seen += len(entries)
+            if seen > MAX_WALK:
+                raise ToolError(
+                    f"The command ran without a person's approval, and '{shown}' of a "
+                    f"submodule's git directory now holds more than {MAX_WALK} entries, "
+                    "too many to check for a git directory planted there. Do not run git "
+                    "in this workspace; an operator must look at it."
+                )
+            names = {name for name, _ in entries}
+            here = "/".join([shown, *parts[1:]])
+            if "HEAD" in names and ("commondir" in names or {"objects", "refs"} <= names):
+                if len(parts) == 1:
+                    _remove(fd, "HEAD", f"{here}/HEAD", directories_only=False)
+                    removed.append(f"{here}/HEAD")
+                else:
+                    parent = _open_path(root, parts[:-1])
+                    try:
+                        _remove(parent, parts[-1], here, directories_only=True)
+                    finally:
+                        os.close(parent)
+                    removed.append(here)
+                    continue
+            stack += [[*parts, name] for name, directory in entries if directory]
+        finally:
+            os.close(fd)
+    return removed
+
+
 def _index_state(dir_fd: int) -> tuple[int, ...] | None:
-    """What tells whether the `index` in the git directory `dir_fd` changed, or None."""
+    """What tells whether the `index` in the git directory `dir_fd`, or a split index's
+    shared part beside it (`sharedindex.*`, which git reads with it), changed, or None
+    when there is no index."""
     try:
         info = os.stat("index", dir_fd=dir_fd, follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return (info.st_mode, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    state = [info.st_mode, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+    for name, shared in _shared_indexes(dir_fd):
+        state += [hash(name), shared.st_mode, shared.st_ino, shared.st_size, shared.st_ctime_ns]
+    return tuple(state)
+
+
+def _shared_indexes(dir_fd: int) -> list[tuple[str, os.stat_result]]:
+    """The `sharedindex.*` entries of the git directory `dir_fd`, lstat'ed, by name."""
+    found: list[tuple[str, os.stat_result]] = []
+    try:
+        names = _names(dir_fd)
+    except OSError:
+        return found
+    for name in sorted(names):
+        if name.startswith("sharedindex."):
+            with contextlib.suppress(OSError):
+                found.append((name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False)))
+    return found
+
+
+def _index_bytes(dir_fd: int) -> int:
+    """The bytes git reads as the index of the git directory `dir_fd`: its `index` and
+    every `sharedindex.*` beside it (not followed)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        total += os.stat("index", dir_fd=dir_fd, follow_symlinks=False).st_size
+    return total + sum(info.st_size for _, info in _shared_indexes(dir_fd))
+
+
+def index_limit(before: int) -> int:
+    """The most bytes of index (`_index_bytes`) git reads after a run that found
+    `before`: INDEX_LIMIT, or twice what there was before and INDEX_MARGIN."""
+    return max(INDEX_LIMIT, 2 * before + INDEX_MARGIN)
 
 
 def _check_indexes(result: Guard) -> None:
@@ -1161,14 +1374,27 @@ def _check_indexes(result: Guard) -> None:
     `../../.bashrc` had a person's `git checkout -- .` (or `git restore .`) write that
     file, and their next commit run it."""
     workspace = result.workspace
-    for dir_fd, target, before in result.indexes:
+    for dir_fd, target, before, size_before in result.indexes:
         after = _index_state(dir_fd)
         if after is None or after == before:
+            continue
+        shown = str((target / "index").relative_to(workspace)) if workspace else "index"
+        size = _index_bytes(dir_fd)
+        if size > index_limit(size_before):
+            # not read: git takes time in proportion (a crafted index of 1 GiB held the
+            # worker for minutes), and nothing the run grew so far is the person's
+            removed = _remove(dir_fd, "index", shown, directories_only=False)
+            for name, _ in _shared_indexes(dir_fd):
+                removed = _remove(dir_fd, name, name, directories_only=False) or removed
+            if removed:
+                limit = index_limit(size_before) >> 20
+                result.notes.append(
+                    INDEX_TOO_LARGE.format(path=shown, size=size >> 20, limit=limit)
+                )
             continue
         why = _bad_index(dir_fd, _object_format(dir_fd))
         if why is None:
             continue
-        shown = str((target / "index").relative_to(workspace)) if workspace else "index"
         if _remove(dir_fd, "index", shown, directories_only=False):
             result.notes.append(INDEX.format(path=shown, why=why))
 
@@ -1177,6 +1403,24 @@ INDEX = (
     "\n[harness: this command ran without a person's approval and left the git index "
     "'{path}' {why}, which a person's `git checkout -- .` would write; it was removed "
     "(`git reset` makes it again from HEAD).]"
+)
+PLANTED = (
+    "\n[harness: this command ran without a person's approval and left {names}, which "
+    "git would take for a submodule's git directory (and run its hooks and "
+    "configuration); it was removed. A command a reviewer approves may make one.]"
+)
+SPOILED = (
+    "\n[harness: this command ran without a person's approval and removed or replaced "
+    "{names} of the git directory '{path}', after which git would take a directory "
+    "inside it for another submodule's; it was put back ({names} as it was before the "
+    "command, a directory made again empty). A command a reviewer approves may change it.]"
+)
+INDEX_TOO_LARGE = (
+    "\n[harness: this command ran without a person's approval and left the git index "
+    "'{path}' at {size} MiB (with its split index's shared parts), more than Harness reads "
+    "after such a command ({limit} MiB: 64 MiB, or twice its size before); it was removed "
+    "unread (`git reset` makes it again from HEAD). A command a reviewer approves may "
+    "make a larger one.]"
 )
 # What git's verify_path refuses in a name (here: on any file system), besides `.`, `..`
 # and empty parts: `.git` however spelled (case, NTFS's trailing dots and spaces and
@@ -1390,6 +1634,8 @@ def _judge_made(parent: int, where: Path) -> str | None:
                     if not (_regular(entry, item) and item == "exclude"):
                         return f"holds 'info/{item}'"
             elif name == "index":
+                if _index_bytes(git) > index_limit(0):  # not read (INDEX_LIMIT)
+                    return f"holds an index larger than {INDEX_LIMIT >> 20} MiB, not read"
                 bad = _bad_index(git, _object_format(git))
                 if bad is not None:
                     return f"holds an index {bad}"

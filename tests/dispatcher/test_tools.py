@@ -387,6 +387,8 @@ def test_run_command_presents_argv_cwd_and_shell_text(workspace: Path) -> None:
         "argv": ["git", "commit", "-m", "a b"],
         "cwd": str((workspace / "src").resolve()),
         "text": "git commit -m 'a b'",
+        # the directory shown, bound by identity (run_command.changed_since)
+        "cwd_identity": [(workspace / "src").stat().st_dev, (workspace / "src").stat().st_ino],
     }
     assert RUN_COMMAND.present_call({"argv": ["ls"]}, workspace)["cwd"] == str(workspace.resolve())
 

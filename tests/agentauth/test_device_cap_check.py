@@ -1,0 +1,72 @@
+"""Start-up check: one network's device codes stay well under the client's pending cap
+(harness_site.checks.check_device_network_cap)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.checks import run_checks
+from django.test import override_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Django's own model checks ask the database whether it supports JSON fields.
+pytestmark = pytest.mark.django_db
+
+
+def _device_messages() -> list[str]:
+    return [
+        f"{message.id}: {message.msg} {message.hint}"
+        for message in run_checks()
+        if message.id in ("harness.E004", "harness.W016")
+    ]
+
+
+def test_default_limits_pass() -> None:
+    assert _device_messages() == []
+
+
+@override_settings(HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK=1000, HARNESS_DEVICE_PENDING_MAX=1000)
+def test_network_limit_at_the_cap_is_an_error() -> None:
+    [message] = _device_messages()
+    assert message.startswith("harness.E004: HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK (1000)")
+    assert "HARNESS_DEVICE_PENDING_MAX (1000)" in message
+    assert "at most 200" in message
+
+
+@override_settings(HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK=201, HARNESS_DEVICE_PENDING_MAX=1000)
+def test_network_limit_above_a_fifth_of_the_cap_is_a_warning() -> None:
+    [message] = _device_messages()
+    assert message.startswith("harness.W016: HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK (201)")
+    assert "more than a fifth of HARNESS_DEVICE_PENDING_MAX (1000)" in message
+
+
+@override_settings(HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK=5000, HARNESS_DEVICE_PENDING_MAX=0)
+def test_no_cap_nothing_to_fill() -> None:
+    assert _device_messages() == []
+
+
+@pytest.mark.heavy
+def test_manage_py_check_names_both_settings() -> None:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "harness_site.settings",
+        "HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK": "1500",
+    }
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "harness.E004" in result.stderr
+    assert "HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK (1500)" in result.stderr
+    assert "HARNESS_DEVICE_PENDING_MAX (1000)" in result.stderr
