@@ -91,8 +91,8 @@ def token_voided_text(event: AuditEvent) -> str:
     return (
         f"The token of Harness agent {payload.get('name')} (owner {payload.get('owner')}, "
         f"token {payload.get('token_prefix')}…) was voided at "
-        f"{event.created_at:%Y-%m-%d %H:%M:%S} UTC because {payload.get('because')}, who "
-        "was shown it, left (their account was deactivated). The agent is refused until "
+        f"{event.created_at:%Y-%m-%d %H:%M:%S} UTC because {payload.get('reason')}. The "
+        "agent is refused until "
         "its token is rotated: an admin of its team rotates it on the agent's page and "
         f"puts the new token where the agent runs. Audit event {event.pk}."
     )
