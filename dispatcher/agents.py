@@ -307,9 +307,10 @@ def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> s
             f"Agent '{agent.name}' was signed in by its owner through their client: it has "
             "no token to rotate. Sign it out or revoke it; its owner signs in again."
         )
-    # People who left hold no token of it from now on (their old one stopped with this
-    # rotation, or when their leaving voided it): they are no longer counted as holders.
-    holders = _still_active(list(old.token_holders or []))
+    # Everyone shown a token of it stays listed, whether or not they are still active:
+    # separation of duties counts them behind the calls made with their copy, which may
+    # still wait, also if they come back (approvals.services.people_behind).
+    holders = list(old.token_holders or [])
     if shown_to is not None and shown_to.pk not in holders:
         holders.append(shown_to.pk)
     Agent.objects.filter(pk=agent.pk).update(
@@ -342,12 +343,6 @@ def _lock_active(person: User | None) -> None:
         return
     if not User.objects.select_for_update().filter(pk=person.pk, is_active=True).exists():
         raise ServiceError(f"{person.get_username()} is deactivated: no token is shown to them.")
-
-
-def _still_active(user_ids: list[Any]) -> list[Any]:
-    """`user_ids` less the people who are no longer active (in their order)."""
-    active = set(User.objects.filter(pk__in=user_ids, is_active=True).values_list("pk", flat=True))
-    return [pk for pk in user_ids if pk in active]
 
 
 def void_tokens_shown_to(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:
