@@ -207,11 +207,12 @@ def remove_role(*, user: User, role: str, actor: str) -> bool:
 def _left_unjoined_teams(*, user: User, actor: str) -> dict[str, Any]:
     """An organization admin reaches every team without joining it: losing the role is
     leaving each team they hold no membership of, so the steps of leaving a team
-    (settings.HARNESS_TEAM_LEFT_STEPS: their signed-in agents there stop) run for each
-    team one of their agents works for. Each step checks again what they still reach (a
-    superuser reaches all)."""
+    (settings.HARNESS_TEAM_LEFT_STEPS: their signed-in agents there stop, a token of its
+    agents they were shown is voided) run for each such team with an active agent (theirs
+    or another's: one whose token they were shown). Each step checks again what they
+    still reach (a superuser reaches all)."""
     teams = (
-        Team.objects.filter(agents__owner=user, agents__is_active=True)
+        Team.objects.filter(agents__is_active=True)
         .exclude(memberships__user=user)
         .distinct()
         .order_by("pk")

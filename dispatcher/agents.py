@@ -25,6 +25,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from audit import kinds
+from audit.roles import ADMIN
 from audit.services import record_event
 from dispatcher import limits
 from dispatcher.models import Agent, AgentSession
@@ -36,6 +37,7 @@ from dispatcher.tools import sandbox
 from floor.compiled import Compiled
 from floor.errors import ServiceError
 from teams.models import Team
+from teams.scope import org_holds
 
 logger = logging.getLogger(__name__)
 
@@ -305,9 +307,10 @@ def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> s
             f"Agent '{agent.name}' was signed in by its owner through their client: it has "
             "no token to rotate. Sign it out or revoke it; its owner signs in again."
         )
-    # People who left hold no token of it from now on (their old one stopped with this
-    # rotation, or when their leaving voided it): they are no longer counted as holders.
-    holders = _still_active(list(old.token_holders or []))
+    # Everyone shown a token of it stays listed, whether or not they are still active:
+    # separation of duties counts them behind the calls made with their copy, which may
+    # still wait, also if they come back (approvals.services.people_behind).
+    holders = list(old.token_holders or [])
     if shown_to is not None and shown_to.pk not in holders:
         holders.append(shown_to.pk)
     Agent.objects.filter(pk=agent.pk).update(
@@ -342,12 +345,6 @@ def _lock_active(person: User | None) -> None:
         raise ServiceError(f"{person.get_username()} is deactivated: no token is shown to them.")
 
 
-def _still_active(user_ids: list[Any]) -> list[Any]:
-    """`user_ids` less the people who are no longer active (in their order)."""
-    active = set(User.objects.filter(pk__in=user_ids, is_active=True).values_list("pk", flat=True))
-    return [pk for pk in user_ids if pk in active]
-
-
 def void_tokens_shown_to(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:
     """A deactivation step (settings.HARNESS_DEACTIVATION_STEPS, inside audit.roles.
     deactivate's transaction, after the leaver's own agents were handed over or revoked):
@@ -358,9 +355,42 @@ def void_tokens_shown_to(*, user: User, actor: str, sponsor: User | None = None)
     agent stays, with its sessions, owner and team, until someone rotates its token
     (rotate_token, which clears the mark). Each is audited (agent.token_voided, naming
     the leaver) and its owner is told after commit. Returns the agents' names."""
+    voided = _void_held_by(
+        user=user,
+        actor=actor,
+        agents=Agent.objects.all(),
+        reason=f"{user.get_username()}, who was shown this token, was deactivated",
+    )
+    return {"agent_tokens_voided": voided} if voided else {}
+
+
+def void_tokens_of_team_leaver(*, team: Team, user: User, actor: str) -> dict[str, Any]:
+    """A team-left step (settings.HARNESS_TEAM_LEFT_STEPS, inside teams.services.
+    remove_member's transaction, when `user` holds no role in `team` any more): every
+    active agent of `team` whose bearer token `user` was shown (a team admin who created
+    it or rotated its token, and may have kept a copy) has that token voided, as a
+    deactivation voids it (void_tokens_shown_to). Someone who left the team acts for none
+    of its agents; an organization admin or a superuser, who reaches every team's agents
+    (and may rotate their tokens) whatever teams they are in, keeps them."""
+    if org_holds(user, ADMIN):
+        return {}
+    voided = _void_held_by(
+        user=user,
+        actor=actor,
+        agents=Agent.objects.filter(team=team),
+        reason=f"{user.get_username()}, who was shown this token, left the team {team.name}",
+    )
+    return {"agent_tokens_voided": voided} if voided else {}
+
+
+def _void_held_by(*, user: User, actor: str, agents: QuerySet[Agent], reason: str) -> list[str]:
+    """Void the token of each active agent of `agents` whose token_holders name `user`
+    (their stored hash becomes the hash of a random secret nobody is shown; the token is
+    refused from the commit on, 401 saying why: `voided_refusal`), audit each
+    (agent.token_voided, `reason`) and tell its owner after commit. Their names."""
     candidates = [
         pk
-        for pk, holders in Agent.objects.filter(is_active=True, token_voided_at__isnull=True)
+        for pk, holders in agents.filter(is_active=True, token_voided_at__isnull=True)
         .order_by("pk")
         .values_list("pk", "token_holders")
         if user.pk in (holders or [])
@@ -390,12 +420,12 @@ def void_tokens_shown_to(*, user: User, actor: str, sponsor: User | None = None)
                 "owner": agent.owner.get_username(),
                 "token_prefix": agent.token_prefix,
                 "because": leaver,
-                "reason": f"{leaver}, who was shown this token, was deactivated",
+                "reason": reason,
             },
         )
         transaction.on_commit(functools.partial(_send_task, NOTIFY_VOIDED_TASK, str(event.pk)))
         voided.append(agent.name)
-    return {"agent_tokens_voided": voided} if voided else {}
+    return voided
 
 
 # (identity.tasks: the notice goes through the notification channels, an app above this one)
@@ -433,9 +463,9 @@ def voided_refusal(token: str) -> str:
     day = f" on {when:%Y-%m-%d}" if when is not None else ""
     return (
         f"This agent token was voided{day} because {because}, who was shown it, left "
-        "(their Harness account was deactivated). It will not work again: ask an admin of "
-        "the agent's team to rotate the agent's token on its page in the dashboard, and "
-        "use the new token."
+        "(their Harness account was deactivated, or they left the agent's team). It will not "
+        "work again: ask an admin of the agent's team to rotate the agent's token on its "
+        "page in the dashboard, and use the new token."
     )
 
 

@@ -485,7 +485,11 @@ HARNESS_DEACTIVATION_STEPS = [
 # was their last in that team: by hand, by command or by the identity provider's group map),
 # each `(*, team, user, actor) -> dict` inside its transaction, what it returns joining the
 # audit event; checked at start-up (audit.E011).
-HARNESS_TEAM_LEFT_STEPS = ["agentauth.services.stop_agents_of_leaver"]
+HARNESS_TEAM_LEFT_STEPS = [
+    "agentauth.services.stop_agents_of_leaver",
+    # (a bearer token of the team's agents they were shown stops: dispatcher.agents)
+    "dispatcher.agents.void_tokens_of_team_leaver",
+]
 # Stage 6: wraps every tool execution (budgets, retries, metrics belong here).
 HARNESS_EXECUTE_WRAPPER = "dispatcher.pipeline.default_execute_wrapper"
 

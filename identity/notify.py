@@ -91,8 +91,8 @@ def token_voided_text(event: AuditEvent) -> str:
     return (
         f"The token of Harness agent {payload.get('name')} (owner {payload.get('owner')}, "
         f"token {payload.get('token_prefix')}…) was voided at "
-        f"{event.created_at:%Y-%m-%d %H:%M:%S} UTC because {payload.get('because')}, who "
-        "was shown it, left (their account was deactivated). The agent is refused until "
+        f"{event.created_at:%Y-%m-%d %H:%M:%S} UTC because {payload.get('reason')}. The "
+        "agent is refused until "
         "its token is rotated: an admin of its team rotates it on the agent's page and "
         f"puts the new token where the agent runs. Audit event {event.pk}."
     )
@@ -100,7 +100,8 @@ def token_voided_text(event: AuditEvent) -> str:
 
 def notify_token_voided(event_id: int) -> list[str]:
     """Tell the owner of one agent whose token a leaver's departure voided; the channels
-    it reached."""
+    it reached. A channel whose route names agents (docs/notifications.md) hears only of
+    those: the notice names the agent, its owner and who left."""
     event = AuditEvent.objects.filter(pk=event_id, kind=kinds.AGENT_TOKEN_VOIDED).first()
     if event is None:
         return []
@@ -108,6 +109,8 @@ def notify_token_voided(event_id: int) -> list[str]:
     text = token_voided_text(event)
     reached: list[str] = []
     for channel in Channel.objects.filter(enabled=True).order_by("pk"):
+        if channel.match_agents and event.payload.get("name") not in channel.match_agents:
+            continue
         try:
             if _send_voided(channel, event, text, owner):
                 reached.append(channel.name)

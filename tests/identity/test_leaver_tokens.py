@@ -6,7 +6,8 @@ or rotated its token in the dashboard). Before, deactivating such a person left 
 such token working: whoever left with a copy could still act as the agent. Now the
 deactivation voids each of those tokens (agent.token_voided, naming the leaver); the
 agent answers 401 saying why on the API, MCP and the hooks; its owner is told and its
-page says so; a rotation issues a working token and the leaver is no longer a holder.
+page says so; a rotation issues a working token (the leaver stays listed as a holder:
+separation of duties still counts them behind the calls made with their copy).
 An agent whose holders do not include the leaver keeps working.
 """
 
@@ -88,7 +89,7 @@ def test_a_token_shown_to_a_leaver_is_refused_everywhere_until_rotated(
         old = way(token)
         assert old.status_code == 401 and VOIDED not in old.text  # an old token, nothing more
     shown.refresh_from_db()
-    assert shown.token_holders == [owner.pk] and shown.token_voided_at is None
+    assert shown.token_holders == [leaver.pk, owner.pk] and shown.token_voided_at is None
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -145,7 +146,7 @@ def test_the_agents_page_says_whose_leaving_voided_it_until_rotated() -> None:
     body = rotated.content.decode()
     assert "copy it now" in body and "Token voided on" not in body
     shown.refresh_from_db()
-    assert shown.token_holders == [owner.pk]  # the leaver is no longer a holder
+    assert shown.token_holders == [leaver.pk, owner.pk]  # still behind their calls (rtpeople)
     assert "Token voided on" not in client.get(f"/agents/{shown.pk}/").content.decode()
     rotation = AuditEvent.objects.get(kind="agent.token_rotated", subject=f"agent:{shown.pk}")
     assert rotation.payload["voided_because"] == leaver.username
