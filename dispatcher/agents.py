@@ -27,8 +27,8 @@ from django.utils import timezone
 from audit import kinds
 from audit.roles import ADMIN
 from audit.services import record_event
-from dispatcher import limits
-from dispatcher.models import Agent, AgentSession
+from dispatcher import limits, transitions
+from dispatcher.models import Agent, AgentSession, Status, ToolCall
 from dispatcher.policy import layers
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narrower_mode
@@ -424,8 +424,25 @@ def _void_held_by(*, user: User, actor: str, agents: QuerySet[Agent], reason: st
             },
         )
         transaction.on_commit(functools.partial(_send_task, NOTIFY_VOIDED_TASK, str(event.pk)))
+        _cancel_waiting(agent, actor, reason)
         voided.append(agent.name)
     return voided
+
+
+def _cancel_waiting(agent: Agent, actor: str, reason: str) -> None:
+    """Cancel the agent's calls still waiting for a reviewer: Harness cannot tell which
+    holder of the token sent each, so a call the leaver asked just before leaving would
+    otherwise still be approved and run as the agent. The owner's agent resends them once
+    the token is rotated (the model is told so)."""
+    waiting = ToolCall.objects.filter(
+        session__agent=agent, status=Status.PENDING_APPROVAL
+    ).values_list("pk", flat=True)
+    why = (
+        f"the agent's token was voided ({reason}), and this call, sent with it, waited for a "
+        "reviewer; resend it once the agent's token is rotated"
+    )
+    for call_id in list(waiting):
+        transitions.cancel_call(call_id=call_id, actor=actor, reason=why)
 
 
 # (identity.tasks: the notice goes through the notification channels, an app above this one)

@@ -13,6 +13,7 @@ An agent whose holders do not include the leaver keeps working.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -192,3 +193,34 @@ def test_no_token_is_shown_to_a_deactivated_person() -> None:
         agents.rotate_token(agent=shown, actor="t", shown_to=leaver)
     with pytest.raises(ServiceError, match="is deactivated"):
         agent_shown_to(owner, leaver)
+
+
+@pytest.mark.django_db
+def test_a_call_waiting_for_a_reviewer_when_the_token_is_voided_is_cancelled() -> None:
+    """The token's holders are indistinguishable to Harness: a call asked just before the
+    leaver left could be theirs, so it is not left for a reviewer to approve and run as
+    the agent. The agent's model reads why; a call of an agent the leaver never held
+    still waits."""
+    from dispatcher.models import Status
+    from tests.support.factories import submit_one
+
+    leaver, stays, owner = people()
+    shown, _ = agent_shown_to(owner, leaver)
+    kept, _ = agent_shown_to(owner, stays)
+    asked = submit_one(
+        agents.start_session(agent=shown), "write_file", {"path": "a", "content": "x"}
+    )
+    other = submit_one(
+        agents.start_session(agent=kept), "write_file", {"path": "a", "content": "x"}
+    )
+    assert asked.status == other.status == Status.PENDING_APPROVAL
+    assert roles.deactivate(user=leaver, actor="user:root")
+    asked.refresh_from_db()
+    other.refresh_from_db()
+    assert asked.status == Status.CANCELLED
+    assert (
+        "token was voided" in asked.content and "resend it" in asked.content
+    )  # the model reads it
+    assert other.status == Status.PENDING_APPROVAL
+    cancelled = AuditEvent.objects.get(kind="call.cancelled", subject=f"call:{asked.pk}")
+    assert leaver.username in json.dumps(cancelled.payload)
