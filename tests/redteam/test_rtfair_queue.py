@@ -1,0 +1,56 @@
+"""rtfair: one agent's flood of auto-allowed calls against another agent's single call,
+through a real daphne and a real Celery worker (the execution lane)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.factories import make_agent
+from tests.support.live import LiveStack
+
+pytestmark = pytest.mark.live
+
+BATCH = 64  # HARNESS_MAX_CALLS_PER_BATCH
+MESSAGES = 20  # well inside the request burst (60)
+
+
+def start(client: httpx.Client) -> str:
+    response = client.post("/api/v1/sessions", json={"title": "fair"})
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def listing(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "name": "list_directory", "arguments": {"path": "."}}
+
+
+def one_call(client: httpx.Client, session: str, call_id: str) -> float:
+    began = time.monotonic()
+    response = client.post(
+        f"/api/v1/sessions/{session}/calls", params={"wait": 30}, json={"calls": [listing(call_id)]}
+    )
+    took = time.monotonic() - began
+    assert response.status_code == 200, response.text
+    assert response.json()["calls"][0]["status"] == "completed", response.text[:500]
+    return took
+
+
+def test_one_agents_queued_flood_does_not_hold_back_another_agents_call(
+    live_stack: LiveStack, live_db: None
+) -> None:
+    flooder, other = make_agent(mode="standard"), make_agent(mode="standard")
+    with live_stack.client(flooder) as a, live_stack.client(other, timeout=60) as b:
+        quiet = start(b)
+        idle = max(one_call(b, quiet, f"idle{i}") for i in range(3))
+        session = start(a)
+        for m in range(MESSAGES):
+            calls = [listing(f"f{m}-{i}") for i in range(BATCH)]
+            response = a.post(f"/api/v1/sessions/{session}/calls", json={"calls": calls})
+            assert response.status_code in (200, 202), response.text[:300]
+        flooded = one_call(b, quiet, "flooded")
+    print(f"idle {idle:.3f}s flooded {flooded:.3f}s")
+    assert flooded < 2 * idle + 1.0, (idle, flooded)
