@@ -4,15 +4,17 @@ through a real daphne and a real Celery worker (the execution lane)."""
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import httpx
 import pytest
 
+from dispatcher import batches
+from floor import celery_message
+from floor.redis_clients import redis_at
 from tests.support.factories import make_agent
 from tests.support.live import LiveStack
-
-pytestmark = pytest.mark.live
 
 BATCH = 64  # HARNESS_MAX_CALLS_PER_BATCH
 MESSAGES = 20  # well inside the request burst (60)
@@ -39,6 +41,7 @@ def one_call(client: httpx.Client, session: str, call_id: str) -> float:
     return took
 
 
+@pytest.mark.live
 def test_one_agents_queued_flood_does_not_hold_back_another_agents_call(
     live_stack: LiveStack, live_db: None
 ) -> None:
@@ -54,3 +57,29 @@ def test_one_agents_queued_flood_does_not_hold_back_another_agents_call(
         flooded = one_call(b, quiet, "flooded")
     print(f"idle {idle:.3f}s flooded {flooded:.3f}s")
     assert flooded < 2 * idle + 1.0, (idle, flooded)
+
+
+def test_a_lost_message_resent_leaves_as_many_messages_as_queued_calls(settings: Any) -> None:
+    """A message lost (the queue deleted, a worker killed holding it) leaves its call in its
+    agent's list. The reconciler's re-send adds a message only: with a second place too, one
+    call more than messages stayed in the lists for good, and the last call of every later
+    burst waited for the reconciler (a batch of 10 listings came back with one queued)."""
+    target = celery_message.raw_target(batches.EXECUTE_TASK)
+    assert target is not None, "the test settings' broker is plain Redis"
+    url, queue = target
+    broker = redis_at(url)
+    ring, prefix = batches._fair_keys(queue)
+    agent, call = str(uuid.uuid4()), str(uuid.uuid4())
+    broker.delete(queue, ring, prefix + agent)
+    try:
+        batches.enqueue(call, agent)
+        broker.delete(queue)  # the message is lost
+        batches.enqueue(call, agent, resend=True)
+        assert broker.llen(queue) == 1
+        assert broker.lrange(prefix + agent, 0, -1) == [call.encode()]
+        assert batches.next_turn(call) == call
+        assert not broker.exists(ring, prefix + agent)
+        # A message with nothing left in the ring runs its own call (claimed once).
+        assert batches.next_turn(call) == call
+    finally:
+        broker.delete(queue, ring, prefix + agent)
