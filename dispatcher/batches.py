@@ -37,20 +37,25 @@ _PUSH = """
 if redis.call('RPUSH', KEYS[2], ARGV[1]) == 1 then
   redis.call('RPUSH', KEYS[1], ARGV[2])
 end
+redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('EXPIRE', KEYS[2], 86400)
+redis.call('EXPIRE', KEYS[4], 86400)
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
 # The reconciler's re-send of a call queued too long: its message was lost (a worker
 # killed holding it, Redis restarted) or is only late. A call still in its agent's list
-# gets one more message and no second place (a list with more calls than messages would
-# leave its last call waiting for the reconciler after every burst, for good); a call the
-# list lost gets both.
+# (the set beside it says so without reading the list: a flood's lists are long) gets
+# one more message and no second place (a list with more calls than messages would leave
+# its last call waiting for the reconciler after every burst, for good); a call the list
+# lost gets both.
 _RESEND = """
-if not redis.call('LPOS', KEYS[2], ARGV[1]) then
+if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 0 then
   if redis.call('RPUSH', KEYS[2], ARGV[1]) == 1 then
     redis.call('RPUSH', KEYS[1], ARGV[2])
   end
+  redis.call('SADD', KEYS[4], ARGV[1])
   redis.call('EXPIRE', KEYS[2], 86400)
+  redis.call('EXPIRE', KEYS[4], 86400)
 end
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
@@ -59,13 +64,15 @@ local agent = redis.call('LPOP', KEYS[1])
 if not agent then return false end
 local calls = ARGV[1] .. agent
 local call = redis.call('LPOP', calls)
+if call then redis.call('SREM', calls .. ':in', call) end
 if redis.call('LLEN', calls) > 0 then redis.call('RPUSH', KEYS[1], agent) end
 return call
 """
 
 
 def _fair_keys(queue: str) -> tuple[str, str]:
-    """The ring of agents with calls waiting, and the prefix of each agent's list."""
+    """The ring of agents with calls waiting, and the prefix of each agent's list (and of
+    the set of the calls in it: `<list>:in`)."""
     return f"{queue}:fair:ring", f"{queue}:fair:agent:"
 
 
@@ -85,7 +92,8 @@ def enqueue(call_id: str, agent: str = "", *, resend: bool = False) -> None:
         return
     ring, prefix = _fair_keys(queue)
     script = _script(url, _RESEND if resend else _PUSH)
-    script(keys=[ring, prefix + agent, queue], args=[call_id, agent, message])
+    calls = prefix + agent
+    script(keys=[ring, calls, queue, calls + ":in"], args=[call_id, agent, message])
 
 
 def next_turn(call_id: str) -> str:
