@@ -227,7 +227,7 @@ def _write(
         record_events(admission.events, session_id=session_id, locked_head=head)
         previews.record(admission.previews)
         if continuing:
-            batches.dispatch_ready(batch_id)
+            batches.dispatch_ready(batch_id, batches.agent_of(admission.calls[0]))
         _after_admission(admission.calls, sent, kept=[call for call, _ in admission.kept])
         # After the wake-ups are planned: what the recorder plans for after commit
         # (an ask's notifications) comes after the asks reach the open queues.
@@ -277,7 +277,7 @@ def _after_admission(calls: list[ToolCall], sent: list[ToolCall], kept: Sequence
     The wake-ups are robust hooks: one whose receiver raises is logged, and the hooks
     planned after it (an ask's notifications: see _admit) still run."""
     for call in sent:
-        batches.enqueue_after_commit(str(call.pk))
+        batches.enqueue_after_commit(str(call.pk), batches.agent_of(call))
     session_id = str(calls[0].session_id)
     for call in calls:
         if call in kept:

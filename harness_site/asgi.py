@@ -28,7 +28,9 @@ from harness_site.request_threads import RequestThreads  # noqa: E402
 from harness_site.slow_clients import install as bound_slow_clients  # noqa: E402
 
 start_if_embedded()
-bound_slow_clients(settings.HARNESS_REQUEST_RECEIVE_TIMEOUT)
+bound_slow_clients(
+    settings.HARNESS_REQUEST_RECEIVE_TIMEOUT, settings.HARNESS_MAX_CONNECTIONS_PER_ADDRESS
+)
 
 from asgiref.sync import ThreadSensitiveContext  # noqa: E402
 from channels.auth import AuthMiddlewareStack  # noqa: E402

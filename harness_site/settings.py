@@ -506,6 +506,13 @@ HARNESS_MAX_BODY_BYTES = int(env("HARNESS_MAX_BODY_BYTES", str(1024 * 1024)))
 # Seconds a client has to send one whole request (line, headers, body) to daphne; past it
 # the connection is answered 408 and closed (harness_site.slow_clients; 0: no bound).
 HARNESS_REQUEST_RECEIVE_TIMEOUT = float(env("HARNESS_REQUEST_RECEIVE_TIMEOUT", "30"))
+# Connections one peer address (an IPv6 /64) may hold open to one daphne at once; past it a
+# new one is closed as it opens (harness_site.slow_clients). 0: not counted, the default
+# behind proxies of yours (HARNESS_TRUSTED_PROXY_COUNT), whose own address every connection
+# comes from: bound connections per client address there.
+HARNESS_MAX_CONNECTIONS_PER_ADDRESS = int(
+    env("HARNESS_MAX_CONNECTIONS_PER_ADDRESS", "0" if HARNESS_TRUSTED_PROXY_COUNT else "256")
+)
 HARNESS_MAX_CALLS_PER_BATCH = int(env("HARNESS_MAX_CALLS_PER_BATCH", "64"))
 HARNESS_MAX_WAIT = 60
 HARNESS_OUTPUT_LIMIT = int(env("HARNESS_OUTPUT_LIMIT", "30000"))

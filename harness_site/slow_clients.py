@@ -12,10 +12,18 @@ kept-alive connection that sent nothing is closed quietly), and it is aborted if
 client does not read the answer either. WebSocket connections are bounded only until
 their upgrade request is complete. `install` is called by harness_site.asgi, which every
 daphne of Harness loads before it listens.
+
+Connections are also counted per peer address (an IPv6 address by its /64, which one
+host commonly holds whole): past HARNESS_MAX_CONNECTIONS_PER_ADDRESS open at once, a new
+one is closed as it opens. Every open connection holds a file descriptor until its clock
+rings, and one peer that opened as many as the process may hold (1,024 under a common
+service limit) and dripped a byte into each had every other agent's connection closed
+unanswered, for as long as it kept opening them.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from daphne import http_protocol
@@ -84,13 +92,63 @@ class BoundedHTTPChannel(http.HTTPChannel):
         self.timeoutConnection()
 
 
+class CountedProtocol(http._GenericHTTPChannelProtocol):
+    """Twisted's generic HTTP protocol (which may switch to HTTP/2 when TLS negotiates it),
+    counted per peer address for as long as its connection is open. Only the reactor's
+    thread runs it: the counts need no lock."""
+
+    max_per_address = 0  # 0: not counted
+    open_by_address: dict[str, int] = {}  # noqa: RUF012  (shared by every connection)
+    _address: str | None = None
+
+    def makeConnection(self, transport: Any) -> None:
+        # (the wrapper hands makeConnection to its channel, whose connectionMade runs;
+        # its own connectionMade is never called)
+        super().makeConnection(transport)
+        address = _address_of(transport.getPeer()) if self.max_per_address else None
+        if address is None:
+            return
+        if self.open_by_address.get(address, 0) >= self.max_per_address:
+            transport.abortConnection()  # its descriptor is given back at once
+            return
+        self.open_by_address[address] = self.open_by_address.get(address, 0) + 1
+        self._address = address
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        address, self._address = self._address, None
+        if address is not None:
+            left = self.open_by_address.get(address, 1) - 1
+            if left > 0:
+                self.open_by_address[address] = left
+            else:
+                self.open_by_address.pop(address, None)
+        super().connectionLost(reason)
+
+
+def _address_of(peer: Any) -> str | None:
+    """The key a peer's connections are counted under: its IPv4 address, its IPv6 /64;
+    None for a peer with no IP address (a UNIX socket)."""
+    host = getattr(peer, "host", None)
+    if not isinstance(host, str):
+        return None
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if ip.version == 6 and ip.ipv4_mapped is None:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip.ipv4_mapped or ip) if ip.version == 6 else str(ip)
+
+
 def _bounded_protocol(factory: Any) -> Any:
-    """What daphne's factory builds for each connection (Twisted's generic HTTP protocol,
-    which may switch to HTTP/2 when TLS negotiates it), around a bounded HTTP/1.1 channel."""
-    return http._GenericHTTPChannelProtocol(BoundedHTTPChannel())
+    """What daphne's factory builds for each connection: the counted generic protocol
+    around a bounded HTTP/1.1 channel."""
+    return CountedProtocol(BoundedHTTPChannel())
 
 
-def install(receive_timeout: float) -> None:
-    """Bound every request daphne receives from now on (0: no bound but Twisted's own)."""
+def install(receive_timeout: float, max_per_address: int = 0) -> None:
+    """Bound every request daphne receives from now on (0: no bound but Twisted's own), and
+    the connections open at once per peer address (0: not counted)."""
     BoundedHTTPChannel.receive_timeout = receive_timeout
+    CountedProtocol.max_per_address = max_per_address
     http_protocol.HTTPFactory.protocol = _bounded_protocol

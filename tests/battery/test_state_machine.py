@@ -58,7 +58,7 @@ STEPS_DONE: Counter[str] = Counter()  # steps that changed something, by kind
 SESSIONS: set[str] = set()  # the sessions of the example running now
 
 
-def enqueue(call_id: str) -> None:
+def enqueue(call_id: str, agent: str = "", *, resend: bool = False) -> None:
     """The broker of the model: messages for this example's calls only. The reconciler also
     re-sends calls earlier examples left queued; letting them in made the draws depend on
     what earlier examples did (Hypothesis: FlakyStrategyDefinition)."""
