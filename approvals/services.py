@@ -883,10 +883,12 @@ def _replace(
         # A previewed command's effect was not seen yet: it asks the editor again; so
         # does a diff made against a file other than the one the editor was shown
         # (write_file's binding: the file changed since the ask, or the edit names
-        # another file).
+        # another file), and a call of a tool other than the one shown (an upstream
+        # tool's definition accepted, or its server registered again, meanwhile).
         if (
             not replacement_approval.effect_digest
             and _same_file_shown(approval, replacement_approval)
+            and _same_binding(call, new)
             and _vote_refusal(replacement_approval, user, False) is None
             and not replacement_approval.needs_key("approve")
         ):
@@ -894,6 +896,15 @@ def _replace(
             # sign it: the editor then approves the new call from the queue, signing it).
             _apply(replacement_approval, user, True, new.digest, comment, now, via="edit")
     return Edit(approval, new, replacement_approval)
+
+
+def _same_binding(call: ToolCall, replacement: ToolCall) -> bool:
+    """Whether the replacement is a call of the tool as the editor was shown it: its
+    binding (`Tool.binding`: an upstream tool's server registration and accepted
+    definition) is the original's. The replacement is admitted under the tool as it is
+    now: an admin may have accepted another definition of it, or registered its server
+    again, while the original waited (the worker would run it under that binding)."""
+    return (call.provenance or {}).get("binding") == (replacement.provenance or {}).get("binding")
 
 
 def _same_file_shown(approval: ApprovalRequest, replacement: ApprovalRequest) -> bool:

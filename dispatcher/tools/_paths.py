@@ -239,10 +239,14 @@ def lexical_relative(value: object, project: Path | str) -> str | None:
 
     An absolute path must lie under `project`; a relative one is read against it; `..`
     is folded textually. None when the path leaves `project`, or is not a plain path (not
-    a string, a control, format or line-separator character (`unsafe_character`), `~`).
-    "" and the project itself are ".".
+    a string, a control, format or line-separator character (`unsafe_character`), `~`,
+    white space first or last: Claude Code trims a path before it reads it, so
+    " /etc/hosts" is /etc/hosts to it, not a relative name). "" and the project itself
+    are ".".
     """
     if not isinstance(value, str) or value.startswith("~") or unsafe_character(value):
+        return None
+    if value != value.strip():
         return None
     root = re.sub(r"^/+", "/", posixpath.normpath(str(project)))
     if not root.startswith("/"):
@@ -270,6 +274,11 @@ def lexical_path_violation(value: object, project: Path | str) -> str | None:
         )
     if value.startswith("~"):
         return f"Path {value!r} starts with '~'. Use a path inside the project directory {project}."
+    if value != value.strip():
+        return (
+            f"Path {value!r} starts or ends with white space, which the client strips (it may "
+            f"then name another path). Use a plain path inside {project}."
+        )
     return (
         f"Path {value!r} is outside the project directory {project}; only files inside it "
         "may be used in this session."
