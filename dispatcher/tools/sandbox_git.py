@@ -1456,6 +1456,12 @@ def _object_format(dir_fd: int) -> str:
     return dict(pairs).get("extensions.objectformat", "sha1").strip().lower()
 
 
+# How the guard opens an index (and a split index's shared part) to hand to git: never
+# followed, and without waiting (an unapproved `mkfifo .git/index` held the worker
+# forever in open(2), in the workspace's lock, with no writer left in the sandbox).
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def _bad_index(dir_fd: int, object_format: str) -> str | None:
     """Why the `index` in the git directory `dir_fd` is not one git itself writes (a name
     git refuses, in its entries, a split index's shared part or its resolve-undo record;
@@ -1464,7 +1470,7 @@ def _bad_index(dir_fd: int, object_format: str) -> str | None:
     held: list[int] = []
     try:
         try:
-            index = os.open("index", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            index = os.open("index", _READ_FLAGS, dir_fd=dir_fd)
         except OSError as error:
             return f"unreadable ({error.strerror or error})"
         held.append(index)
@@ -1488,12 +1494,12 @@ def _bad_index(dir_fd: int, object_format: str) -> str | None:
             for name in _names(dir_fd):  # a split index's shared part
                 if name.startswith("sharedindex."):
                     try:
-                        shared = os.open(
-                            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
-                        )
+                        shared = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
                     except OSError:
                         continue
                     held.append(shared)
+                    if not stat.S_ISREG(os.fstat(shared).st_mode):
+                        return f"with a split index part {name!r} that is not a regular file"
                     os.symlink(f"/proc/self/fd/{shared}", os.path.join(git_dir, name))
             env["GIT_INDEX_FILE"] = f"/proc/self/fd/{index}"
             for listing in (["--stage", "--sparse"], ["--resolve-undo"]):
