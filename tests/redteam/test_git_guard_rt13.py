@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from dispatcher.tools import sandbox
+from dispatcher.tools.base import ToolError
 from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
 from tests.redteam.test_git_metadata_guard2 import sandboxed
+from tests.redteam.test_git_metadata_guard_rt12 import large_index
 from tests.support.factories import AgentFixture
 
 pytestmark = pytest.mark.django_db
@@ -64,3 +66,57 @@ def test_a_fifo_index_does_not_hold_the_worker(agent_in_sandbox: AgentFixture, n
     host_git(workspace, "reset", "-q")
     assert "base" in host_git(workspace, "log", "--format=%s")
     host_git(workspace, "status")
+
+
+# --- the bound on what git reads of indexes after a run ----------------------------------
+
+
+def test_many_large_indexes_in_one_run_are_not_all_read(agent_in_sandbox: AgentFixture) -> None:
+    """The bound was each index's own (64 MiB, or twice its size before): one run made
+    any number of repositories (`git init`, a link to one crafted index of 40 MiB in
+    each), and the worker had git read every one after it, 40 MiB after 40 MiB, a few
+    thousand in a 60 s run. The bytes of index git reads after a run are bounded
+    together now: past it, a made repository goes unread."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    host_git(workspace, "commit", "--allow-empty", "-qm", "base")
+    large_index(workspace / "crafted", 580_000)  # 40 MiB
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    script = (
+        "for i in 1 2 3 4 5 6; do git init -q r$i && ln -f crafted r$i/.git/index; done"
+        " && echo done"
+    )
+    output = sandboxed(workspace, script)
+    assert output.startswith("exit code 0\ndone"), output
+    kept = [i for i in range(1, 7) if (workspace / f"r{i}" / ".git").exists()]
+    assert len(kept) <= 1, (kept, output)
+    assert output.count("not read") >= 5, output
+    assert "base" in host_git(workspace, "log", "--format=%s")
+
+
+def test_an_index_grown_run_after_run_stops_unapproved_runs(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """The bound of a run was twice the index it found: each unapproved run could double
+    it (60 MiB, 120, 240 ... up to the sandbox's 1 GiB file cap), and the run after read
+    it all again for a `touch .git/index`. An index (all the workspace's guarded ones
+    together) larger than 64 MiB before a run now lets no unapproved command run."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    host_git(workspace, "commit", "--allow-empty", "-qm", "base")
+    large_index(workspace / "i60", 870_000)  # 60 MiB
+    large_index(workspace / "i120", 1_740_000)  # 120 MiB
+    large_index(workspace / "i240", 3_480_000)  # 240 MiB
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    grown: list[str] = []
+    for name in ("i60", "i120", "i240"):
+        try:
+            grown.append(sandboxed(workspace, f"cp {name} .git/index && echo done"))
+        except ToolError as error:
+            grown.append(str(error))
+    assert grown[0].startswith("exit code 0\ndone") and "[harness:" not in grown[0]
+    assert grown[1].startswith("exit code 0\ndone") and "[harness:" not in grown[1]
+    assert "nothing ran" in grown[2] and "64 MiB" in grown[2], grown[2]
+    assert (workspace / ".git" / "index").stat().st_size < 200 << 20
