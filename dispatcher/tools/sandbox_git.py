@@ -176,7 +176,8 @@ class Guard:
     # The git directories under `modules/` and `worktrees/` whose own directories
     # (`objects/`, `refs/` ...) were not guarded, being theirs: the descriptor, the path,
     # HEAD as it was (`_keep_git_directories`).
-    owners: list[tuple[int, Path, bytes]] = dataclasses.field(default_factory=list)
+    # HEAD as it was, and the digits of an object id git reads it with (`_valid_head`).
+    owners: list[tuple[int, Path, bytes, int]] = dataclasses.field(default_factory=list)
     # The bytes of index git may still read after the run (`index_limit` of all the
     # guarded indexes before it): `_check_indexes` and `_judge_made` take from it.
     index_budget: int = INDEX_LIMIT
@@ -265,13 +266,17 @@ def unguardable(workspace: Path) -> str | None:
     return None
 
 
-def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int) -> None:
+def _guard_directory(
+    fd: int, target: Path, mode: str, result: Guard, depth: int, digits: int = 40
+) -> None:
     """Bind the directory `fd` (at `target`) onto itself and its guarded entries over it;
     then, for the workspace's git directory, those in `modules/` and `worktrees/`, and
     for one of them, every directory it holds but git's own (`objects/`, `refs/` ...). A
     directory under `modules/` is guarded whether it holds HEAD or not: one command may
     remove HEAD so that the next finds no git directory there, and a third put it back;
-    it may be a part of a submodule's name, too (`modules/a` of `a/b`)."""
+    it may be a part of a submodule's name, too (`modules/a` of `a/b`). `digits`: of
+    an object id in the repository's object format (the `.git`'s at depth 0), in which
+    git reads the HEAD of a directory under it (`_valid_head`)."""
     if sum(1 for entry in result.entries if entry.writable) >= MAX_DIRECTORIES:
         raise ToolError(
             f"The workspace's git directory holds more than {MAX_DIRECTORIES} directories "
@@ -293,6 +298,7 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             result.entries.append(Entry(entry, target / name, writable=False))
     own = False
     if depth == 0:
+        digits = 64 if _object_format(fd) == "sha256" else 40
         names = ["modules", "worktrees"]
         for name in names:
             if _open(name, fd, result) is None:  # made by the command: removed after it
@@ -306,10 +312,10 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
         # of a submodule named `refs`, whose config nothing bound)
         # (a git directory by git's own test, as a person's git will see it: a HEAD
         # that git reads as none made `objects/evil` one git would use: `_keep_git_...`)
-        head = _valid_head(fd) if depth > 1 else None
+        head = _valid_head(fd, digits) if depth > 1 else None
         own = head is not None
         if head is not None:
-            result.owners.append((fd, target, head))
+            result.owners.append((fd, target, head, digits))
         label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
         result.containers.append((fd, label, frozenset(names) | (GIT_OWN if own else frozenset())))
     # (no bound on depth but MAX_DIRECTORIES: past 8 levels, a submodule at
@@ -326,7 +332,7 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             # ...` of a submodule `a/b`: git uses the directory it names, which nothing binds
             raise _link(str(Path(target.name, name)))
         if stat.S_ISDIR(kind):
-            _guard_directory(child, target / name, mode, result, depth + 1)
+            _guard_directory(child, target / name, mode, result, depth + 1, digits)
 
 
 def _index_budget(result: Guard) -> int:
@@ -1221,9 +1227,11 @@ def remove_made(result: Guard) -> list[str]:
     return removed
 
 
-def _valid_head(dir_fd: int) -> bytes | None:
+def _valid_head(dir_fd: int, digits: int) -> bytes | None:
     """The `HEAD` of the directory `dir_fd` when git reads it as a git directory's
-    (validate_headref: a regular file holding `ref: refs/...` or an object id), or None."""
+    (validate_headref: a regular file holding `ref: refs/...` or an object id of `digits`
+    hex digits, the superproject's object format: 40 of them read as one in a sha256
+    superproject made `.git/modules/x` no git directory for git), or None."""
     try:
         fd = os.open(
             "HEAD", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
@@ -1236,7 +1244,7 @@ def _valid_head(dir_fd: int) -> bytes | None:
         data = os.read(fd, 256)
     finally:
         os.close(fd)
-    if re.match(rb"ref:[ \t\n]*refs/|[0-9a-fA-F]{40}", data):
+    if re.match(rb"ref:[ \t\n]*refs/|[0-9a-fA-F]{%d}" % digits, data):
         return data
     return None
 
@@ -1253,7 +1261,7 @@ def _keep_git_directories(result: Guard) -> None:
     `objects/` and `refs/`, or `commondir`) is removed, and its HEAD, `objects/` and
     `refs/` are put back when the run removed or spoiled them; the model is told."""
     workspace = result.workspace
-    for fd, target, head in result.owners:
+    for fd, target, head, digits in result.owners:
         shown = str(target.relative_to(workspace)) if workspace else target.name
         try:
             names = set(_names(fd))
@@ -1266,7 +1274,7 @@ def _keep_git_directories(result: Guard) -> None:
             found = ", ".join(f"'{path}'" for path in planted)
             result.notes.append(PLANTED.format(names=found))
         spoiled: list[str] = []
-        if _valid_head(fd) is None:
+        if _valid_head(fd, digits) is None:
             _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False)
             _put_back(fd, "HEAD", head, f"{shown}/HEAD")
             spoiled.append("HEAD")

@@ -5,6 +5,7 @@ bwrap, real git."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from dispatcher.tools import sandbox
 from dispatcher.tools.base import ToolError
 from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
 from tests.redteam.test_git_metadata_guard2 import sandboxed
-from tests.redteam.test_git_metadata_guard_rt12 import large_index
+from tests.redteam.test_git_metadata_guard_rt12 import G, large_index
 from tests.support.factories import AgentFixture
 
 pytestmark = pytest.mark.django_db
@@ -120,3 +121,62 @@ def test_an_index_grown_run_after_run_stops_unapproved_runs(
     assert grown[1].startswith("exit code 0\ndone") and "[harness:" not in grown[1]
     assert "nothing ran" in grown[2] and "64 MiB" in grown[2], grown[2]
     assert (workspace / ".git" / "index").stat().st_size < 200 << 20
+
+
+# --- a submodule's git directory that git no longer reads as one --------------------------
+
+
+def test_a_short_object_id_in_a_sha256_submodules_head_keeps_it_a_git_directory(
+    agent_in_sandbox: AgentFixture, tmp_path: Path
+) -> None:
+    """The guard read `.git/modules/x/HEAD` as a git directory's when it held 40 hex
+    digits; git reads it with the superproject's object format, whose ids are 64 digits
+    in a sha256 repository. An unapproved command wrote 40 there and linked a hand-built
+    git directory of the workspace (a post-checkout hook) at `x/objects/evil` (the walk
+    for planted ones follows no link): x was no git directory for git, so nothing refused
+    a submodule's git directory inside it, and the person's `git submodule update --init`
+    ran the hook, as root, outside the sandbox."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    shutil.rmtree(workspace / ".git")
+    host_git(workspace, "init", "-q", "-b", "main", "--object-format=sha256")
+    host_git(workspace, *G, "commit", "--allow-empty", "-qm", "base")
+    sub = workspace / "x"
+    sub.mkdir()
+    host_git(sub, "init", "-q", "-b", "main", "--object-format=sha256")
+    (sub / "f").write_text("base\n")
+    host_git(sub, *G, "add", "f")
+    host_git(sub, *G, "commit", "-qm", "base")
+    host_git(workspace, *G, "submodule", "add", "-q", "./x", "x")
+    host_git(workspace, *G, "submodule", "absorbgitdirs")
+    host_git(workspace, *G, "commit", "-qm", "with x")
+    assert (workspace / ".git" / "modules" / "x" / "HEAD").is_file()
+    source = tmp_path / "src"
+    source.mkdir()
+    host_git(source, "init", "-q", "-b", "main", "--object-format=sha256")
+    (source / "f").write_text("x\n")
+    host_git(source, *G, "add", "f")
+    host_git(source, *G, "commit", "-qm", "evil")
+    commit = host_git(source, "rev-parse", "HEAD").strip()
+    shutil.copytree(source / ".git", workspace / "evilgit", symlinks=True)
+    mark = workspace / "hook-ran"
+    hook = workspace / "evilgit" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {mark}\n")
+    hook.chmod(0o755)
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    name = "x/objects/evil"
+    short = host_git(workspace / "x", "rev-parse", "HEAD").strip()[:40]
+    script = (
+        f"echo {short} > .git/modules/x/HEAD && ln -s {workspace}/evilgit .git/modules/{name}"
+        f" && git config -f .gitmodules submodule.{name}.path evil"
+        f" && git config -f .gitmodules submodule.{name}.url ./evil"
+        f" && git update-index --add --cacheinfo 160000,{commit},evil && echo done"
+    )
+    output = sandboxed(workspace, script)
+    assert "done" in output, output
+    person = host_git(workspace, *G, "submodule", "update", "--init")
+    assert not mark.exists(), (output, person)
+    # HEAD is one git reads again: the submodule's git directory refuses one inside it
+    assert "removed or replaced HEAD of the git directory '.git/modules/x'" in output, output
+    assert host_git(workspace / "x", "rev-parse", "HEAD").strip()[:40] == short
