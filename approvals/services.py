@@ -883,12 +883,15 @@ def _replace(
         # A previewed command's effect was not seen yet: it asks the editor again; so
         # does a diff made against a file other than the one the editor was shown
         # (write_file's binding: the file changed since the ask, or the edit names
-        # another file), and a call of a tool other than the one shown (an upstream
-        # tool's definition accepted, or its server registered again, meanwhile).
+        # another file), a call of a tool other than the one shown (an upstream tool's
+        # definition accepted, or its server registered again, meanwhile), and a command
+        # that would start in a directory other than the one the editor was shown
+        # (run_command's `cwd`).
         if (
             not replacement_approval.effect_digest
             and _same_file_shown(approval, replacement_approval)
             and _same_binding(call, new)
+            and _same_cwd_shown(approval, replacement_approval)
             and _vote_refusal(replacement_approval, user, False) is None
             and not replacement_approval.needs_key("approve")
         ):
@@ -905,6 +908,19 @@ def _same_binding(call: ToolCall, replacement: ToolCall) -> bool:
     now: an admin may have accepted another definition of it, or registered its server
     again, while the original waited (the worker would run it under that binding)."""
     return (call.provenance or {}).get("binding") == (replacement.provenance or {}).get("binding")
+
+
+def _same_cwd_shown(approval: ApprovalRequest, replacement: ApprovalRequest) -> bool:
+    """Whether the replacement starts in the directory the editor was shown (run_command's
+    presentation binds it: `cwd`, `cwd_identity`), or binds none. Made at the edit, its
+    presentation resolved `cwd` again: a link turned after the ask (`sub -> dirA` to
+    `dirB`) had the editor, shown `dirA`, approve with an edit of the argv alone a
+    command that ran in `dirB`."""
+    shown = approval.presentation if isinstance(approval.presentation, dict) else {}
+    now = replacement.presentation if isinstance(replacement.presentation, dict) else {}
+    if "cwd_identity" not in now:
+        return True
+    return (shown.get("cwd"), shown.get("cwd_identity")) == (now.get("cwd"), now["cwd_identity"])
 
 
 def _same_file_shown(approval: ApprovalRequest, replacement: ApprovalRequest) -> bool:

@@ -516,6 +516,7 @@ def _ask(
     with the previewed effect when there is one."""
     presentation = ctx.tool.present_call(call.arguments or {}, ctx.workspace)
     if made is not None:
+        made.agree(presentation)  # (previewed where it is shown, or no preview)
         presentation = {**presentation, "preview": made.presentation()}
     admission.asks.append((call, presentation))
     return new_transition(

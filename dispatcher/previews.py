@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,6 +50,27 @@ class Made:
 
     effect: preview.Effect | None
     note: str
+    # The directory the previewed command ran in, as the ask's presentation shows one
+    # (run_command's `cwd` and `cwd_identity`): resolved under the lock it ran in.
+    cwd: tuple[str, list[int] | None] | None = None
+
+    def agree(self, presentation: dict[str, Any]) -> None:
+        """Drop the effect when the ask shows another working directory than the one the
+        command was previewed in: `cwd` was resolved before the preview waited for the
+        workspace's lock (another call running) and the presentation after it, so a link
+        on the way turned meanwhile (`sub -> dirA` to `dirB`) had the reviewer shown
+        `dirB` and the effect made in `dirA` applied. The call asks without a preview
+        then; approved, it runs for real, where it was shown (`Tool.changed_since`)."""
+        if self.effect is None or self.cwd is None or "cwd_identity" not in presentation:
+            return
+        if self.cwd == (presentation.get("cwd"), presentation["cwd_identity"]):
+            return
+        preview.discard(self.effect.store)
+        self.effect = None
+        self.note = (
+            "No preview: its working directory changed while it was previewed "
+            f"(previewed in {self.cwd[0]}, now {presentation.get('cwd')})."
+        )
 
     def presentation(self) -> dict[str, Any]:
         """What the ask's presentation (and its audit event) carries of the preview."""
@@ -91,8 +114,10 @@ def preview_for(ctx: CallContext) -> Made | None:
         return None
     argv = [str(word) for word in ctx.arguments.get(ctx.tool.command_argument or "argv", [])]
     try:
-        cwd = resolve_in_workspace(ctx.workspace, str(ctx.arguments.get("cwd", ".")))
         with _lock_within(ctx.workspace, LOCK_WAIT):
+            # (resolved in the lock: what it names is what the preview runs in)
+            cwd = resolve_in_workspace(ctx.workspace, str(ctx.arguments.get("cwd", ".")))
+            ran_in = _directory_identity(cwd)
             effect = preview.run_preview(
                 argv, cwd=cwd, workspace=ctx.workspace, env=scrubbed_environment(ctx.workspace)
             )
@@ -107,7 +132,19 @@ def preview_for(ctx: CallContext) -> Made | None:
         # from a walk once failed the agent's whole message); logged, the call asks
         logger.exception("preview of call %s failed", ctx.call_id)
         return Made(None, "No preview: it failed on this host.")
-    return Made(effect, "" if effect.appliable else effect.why_not_appliable())
+    made = Made(effect, "" if effect.appliable else effect.why_not_appliable())
+    made.cwd = ran_in
+    return made
+
+
+def _directory_identity(cwd: Path) -> tuple[str, list[int] | None]:
+    """`cwd` (resolved) and the (device, inode) of the directory there, None when it is
+    none: as run_command's presentation binds it (`cwd`, `cwd_identity`)."""
+    try:
+        info = os.stat(cwd)
+    except (OSError, ValueError):
+        return str(cwd), None
+    return str(cwd), [info.st_dev, info.st_ino] if stat.S_ISDIR(info.st_mode) else None
 
 
 @contextlib.contextmanager

@@ -40,7 +40,8 @@ cannot be bound so, or has git run a command line that may run a program of it
 workspace for a work tree in it (a linked worktree's, the repository above a fixed
 workspace, an included file: `_refuse_pointers_outside`, `_with_includes`). An index the run changed that names a path git refuses
 (`.git/hooks/post-commit`, `../x`: a person's `git checkout -- .` writes it) is removed,
-and so is, unread, one it grew past INDEX_LIMIT. A git directory under `modules/` keeps
+and so is, unread, one past what is left of the run's bound on all the index git reads
+(INDEX_LIMIT; with more than that before the run, no unapproved command runs). A git directory under `modules/` keeps
 its own directories (`objects/` ...) unguarded only while git reads its HEAD as one's;
 after the run, a git directory planted in them is removed and its HEAD, `objects/` and
 `refs/` put back (`_keep_git_directories`).
@@ -77,8 +78,15 @@ INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after 
 # loaded 2-core development machine; one near the sandbox's 1 GiB file cap, up to twice
 # the 120 s timeout of a listing, and its listing in memory). 64 MiB reads in a second
 # or two; a repository whose index was larger already gets twice that.
+# The bound is on all the index git reads after one run, together (the workspace's, nested
+# repositories', submodules', and those of the `.git` entries the run made: one run made
+# a thousand repositories with a link to one crafted index of 60 MiB in each), and an
+# index of the workspace larger than INDEX_LIMIT before a run lets no unapproved command
+# run (else each run could double it for the next). Each index read counts for at least
+# INDEX_READ_MIN (a scratch repository and two listings of git's).
 INDEX_LIMIT = 64 << 20
 INDEX_MARGIN = 1 << 20
+INDEX_READ_MIN = 256 << 10
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
 MAX_HOOKS_DEPTH = 32  # levels of a core.hooksPath directory bound; deeper, it refuses
@@ -168,7 +176,11 @@ class Guard:
     # The git directories under `modules/` and `worktrees/` whose own directories
     # (`objects/`, `refs/` ...) were not guarded, being theirs: the descriptor, the path,
     # HEAD as it was (`_keep_git_directories`).
-    owners: list[tuple[int, Path, bytes]] = dataclasses.field(default_factory=list)
+    # HEAD as it was, and the digits of an object id git reads it with (`_valid_head`).
+    owners: list[tuple[int, Path, bytes, int]] = dataclasses.field(default_factory=list)
+    # The bytes of index git may still read after the run (`index_limit` of all the
+    # guarded indexes before it): `_check_indexes` and `_judge_made` take from it.
+    index_budget: int = INDEX_LIMIT
 
     def close(self) -> None:
         for fd in self.fds:
@@ -200,6 +212,7 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
         for path, _, _ in order:
             _guard_repository(workspace, path, mode, result)
         _refuse_pointers_inside(workspace, result)
+        result.index_budget = _index_budget(result)
     except BaseException:
         result.close()
         raise
@@ -253,13 +266,17 @@ def unguardable(workspace: Path) -> str | None:
     return None
 
 
-def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int) -> None:
+def _guard_directory(
+    fd: int, target: Path, mode: str, result: Guard, depth: int, digits: int = 40
+) -> None:
     """Bind the directory `fd` (at `target`) onto itself and its guarded entries over it;
     then, for the workspace's git directory, those in `modules/` and `worktrees/`, and
     for one of them, every directory it holds but git's own (`objects/`, `refs/` ...). A
     directory under `modules/` is guarded whether it holds HEAD or not: one command may
     remove HEAD so that the next finds no git directory there, and a third put it back;
-    it may be a part of a submodule's name, too (`modules/a` of `a/b`)."""
+    it may be a part of a submodule's name, too (`modules/a` of `a/b`). `digits`: of
+    an object id in the repository's object format (the `.git`'s at depth 0), in which
+    git reads the HEAD of a directory under it (`_valid_head`)."""
     if sum(1 for entry in result.entries if entry.writable) >= MAX_DIRECTORIES:
         raise ToolError(
             f"The workspace's git directory holds more than {MAX_DIRECTORIES} directories "
@@ -281,6 +298,7 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             result.entries.append(Entry(entry, target / name, writable=False))
     own = False
     if depth == 0:
+        digits = 64 if _object_format(fd) == "sha256" else 40
         names = ["modules", "worktrees"]
         for name in names:
             if _open(name, fd, result) is None:  # made by the command: removed after it
@@ -294,10 +312,10 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
         # of a submodule named `refs`, whose config nothing bound)
         # (a git directory by git's own test, as a person's git will see it: a HEAD
         # that git reads as none made `objects/evil` one git would use: `_keep_git_...`)
-        head = _valid_head(fd) if depth > 1 else None
+        head = _valid_head(fd, digits) if depth > 1 else None
         own = head is not None
         if head is not None:
-            result.owners.append((fd, target, head))
+            result.owners.append((fd, target, head, digits))
         label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
         result.containers.append((fd, label, frozenset(names) | (GIT_OWN if own else frozenset())))
     # (no bound on depth but MAX_DIRECTORIES: past 8 levels, a submodule at
@@ -314,7 +332,33 @@ def _guard_directory(fd: int, target: Path, mode: str, result: Guard, depth: int
             # ...` of a submodule `a/b`: git uses the directory it names, which nothing binds
             raise _link(str(Path(target.name, name)))
         if stat.S_ISDIR(kind):
-            _guard_directory(child, target / name, mode, result, depth + 1)
+            _guard_directory(child, target / name, mode, result, depth + 1, digits)
+
+
+def _index_budget(result: Guard) -> int:
+    """The bytes of index git may read after the run (`index_limit` of the guarded
+    indexes' bytes together). ToolError (nothing runs) past INDEX_LIMIT: the run after
+    an unapproved one that doubled it (60, 120, 240 MiB ...) read it all again for a
+    `touch .git/index`."""
+    before = sum(size for _, _, _, size in result.indexes)
+    if before > INDEX_LIMIT:
+        raise ToolError(
+            f"The workspace's git index is {before >> 20} MiB (with those of its nested "
+            "repositories and submodules, and split index parts), more than the "
+            f"{INDEX_LIMIT >> 20} MiB Harness reads after a command no person approved, so "
+            "nothing ran. A reviewer must approve this command (or a person may run "
+            "`git reset` if the index is not theirs)."
+        )
+    return index_limit(before)
+
+
+def _take_index_budget(result: Guard, size: int) -> bool:
+    """Whether git may read `size` bytes more of index after the run (taken then)."""
+    cost = max(size, INDEX_READ_MIN)
+    if cost > result.index_budget:
+        return False
+    result.index_budget -= cost
+    return True
 
 
 def _refuse_git_file_inside(workspace: Path, fd: int, where: Path, result: Guard) -> None:
@@ -1183,9 +1227,11 @@ def remove_made(result: Guard) -> list[str]:
     return removed
 
 
-def _valid_head(dir_fd: int) -> bytes | None:
+def _valid_head(dir_fd: int, digits: int) -> bytes | None:
     """The `HEAD` of the directory `dir_fd` when git reads it as a git directory's
-    (validate_headref: a regular file holding `ref: refs/...` or an object id), or None."""
+    (validate_headref: a regular file holding `ref: refs/...` or an object id of `digits`
+    hex digits, the superproject's object format: 40 of them read as one in a sha256
+    superproject made `.git/modules/x` no git directory for git), or None."""
     try:
         fd = os.open(
             "HEAD", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
@@ -1198,7 +1244,7 @@ def _valid_head(dir_fd: int) -> bytes | None:
         data = os.read(fd, 256)
     finally:
         os.close(fd)
-    if re.match(rb"ref:[ \t\n]*refs/|[0-9a-fA-F]{40}", data):
+    if re.match(rb"ref:[ \t\n]*refs/|[0-9a-fA-F]{%d}" % digits, data):
         return data
     return None
 
@@ -1215,7 +1261,7 @@ def _keep_git_directories(result: Guard) -> None:
     `objects/` and `refs/`, or `commondir`) is removed, and its HEAD, `objects/` and
     `refs/` are put back when the run removed or spoiled them; the model is told."""
     workspace = result.workspace
-    for fd, target, head in result.owners:
+    for fd, target, head, digits in result.owners:
         shown = str(target.relative_to(workspace)) if workspace else target.name
         try:
             names = set(_names(fd))
@@ -1228,7 +1274,7 @@ def _keep_git_directories(result: Guard) -> None:
             found = ", ".join(f"'{path}'" for path in planted)
             result.notes.append(PLANTED.format(names=found))
         spoiled: list[str] = []
-        if _valid_head(fd) is None:
+        if _valid_head(fd, digits) is None:
             _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False)
             _put_back(fd, "HEAD", head, f"{shown}/HEAD")
             spoiled.append("HEAD")
@@ -1374,22 +1420,22 @@ def _check_indexes(result: Guard) -> None:
     `../../.bashrc` had a person's `git checkout -- .` (or `git restore .`) write that
     file, and their next commit run it."""
     workspace = result.workspace
-    for dir_fd, target, before, size_before in result.indexes:
+    for dir_fd, target, before, _ in result.indexes:
         after = _index_state(dir_fd)
         if after is None or after == before:
             continue
         shown = str((target / "index").relative_to(workspace)) if workspace else "index"
         size = _index_bytes(dir_fd)
-        if size > index_limit(size_before):
+        limit = result.index_budget
+        if not _take_index_budget(result, size):
             # not read: git takes time in proportion (a crafted index of 1 GiB held the
             # worker for minutes), and nothing the run grew so far is the person's
             removed = _remove(dir_fd, "index", shown, directories_only=False)
             for name, _ in _shared_indexes(dir_fd):
                 removed = _remove(dir_fd, name, name, directories_only=False) or removed
             if removed:
-                limit = index_limit(size_before) >> 20
                 result.notes.append(
-                    INDEX_TOO_LARGE.format(path=shown, size=size >> 20, limit=limit)
+                    INDEX_TOO_LARGE.format(path=shown, size=size >> 20, limit=limit >> 20)
                 )
             continue
         why = _bad_index(dir_fd, _object_format(dir_fd))
@@ -1417,8 +1463,9 @@ SPOILED = (
 )
 INDEX_TOO_LARGE = (
     "\n[harness: this command ran without a person's approval and left the git index "
-    "'{path}' at {size} MiB (with its split index's shared parts), more than Harness reads "
-    "after such a command ({limit} MiB: 64 MiB, or twice its size before); it was removed "
+    "'{path}' at {size} MiB (with its split index's shared parts), more than Harness still "
+    "read after such a command ({limit} MiB left of 64 MiB, or of twice the size of the "
+    "workspace's indexes before, for all of them together); it was removed "
     "unread (`git reset` makes it again from HEAD). A command a reviewer approves may "
     "make a larger one.]"
 )
@@ -1456,6 +1503,12 @@ def _object_format(dir_fd: int) -> str:
     return dict(pairs).get("extensions.objectformat", "sha1").strip().lower()
 
 
+# How the guard opens an index (and a split index's shared part) to hand to git: never
+# followed, and without waiting (an unapproved `mkfifo .git/index` held the worker
+# forever in open(2), in the workspace's lock, with no writer left in the sandbox).
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def _bad_index(dir_fd: int, object_format: str) -> str | None:
     """Why the `index` in the git directory `dir_fd` is not one git itself writes (a name
     git refuses, in its entries, a split index's shared part or its resolve-undo record;
@@ -1464,7 +1517,7 @@ def _bad_index(dir_fd: int, object_format: str) -> str | None:
     held: list[int] = []
     try:
         try:
-            index = os.open("index", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            index = os.open("index", _READ_FLAGS, dir_fd=dir_fd)
         except OSError as error:
             return f"unreadable ({error.strerror or error})"
         held.append(index)
@@ -1488,12 +1541,12 @@ def _bad_index(dir_fd: int, object_format: str) -> str | None:
             for name in _names(dir_fd):  # a split index's shared part
                 if name.startswith("sharedindex."):
                     try:
-                        shared = os.open(
-                            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
-                        )
+                        shared = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
                     except OSError:
                         continue
                     held.append(shared)
+                    if not stat.S_ISREG(os.fstat(shared).st_mode):
+                        return f"with a split index part {name!r} that is not a regular file"
                     os.symlink(f"/proc/self/fd/{shared}", os.path.join(git_dir, name))
             env["GIT_INDEX_FILE"] = f"/proc/self/fd/{index}"
             for listing in (["--stage", "--sparse"], ["--resolve-undo"]):
@@ -1571,7 +1624,7 @@ def _remove_made_repositories(result: Guard) -> None:
                 "run git in this workspace; an operator must remove it."
             ) from None
         try:
-            why = _judge_made(parent, result.workspace / path)
+            why = _judge_made(parent, result.workspace / path, result)
             if why is not None and _remove(parent, ".git", path, directories_only=False):
                 result.notes.append(MADE.format(path=path, why=why))
         finally:
@@ -1598,11 +1651,12 @@ def _open_path(root: int, parts: list[str]) -> int:
     return fd
 
 
-def _judge_made(parent: int, where: Path) -> str | None:
+def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
     """Why the `.git` in `parent`, made by a command no person approved, would make git
     run programs, or None for what git itself makes (`MADE_NAMES`, a configuration of
     `_MADE_KEYS` alone, hooks that are git's `*.sample`, `info/exclude`). Fail closed:
-    whatever else is there."""
+    whatever else is there. Its index is read within what is left of `run`'s
+    `index_budget`."""
     result = Guard()
     try:
         git = _open(".git", parent, result)
@@ -1634,8 +1688,12 @@ def _judge_made(parent: int, where: Path) -> str | None:
                     if not (_regular(entry, item) and item == "exclude"):
                         return f"holds 'info/{item}'"
             elif name == "index":
-                if _index_bytes(git) > index_limit(0):  # not read (INDEX_LIMIT)
-                    return f"holds an index larger than {INDEX_LIMIT >> 20} MiB, not read"
+                left = run.index_budget
+                if not _take_index_budget(run, _index_bytes(git)):  # not read
+                    return (
+                        f"holds an index larger than {left >> 20} MiB, not read (what is "
+                        "left of what Harness reads of indexes after such a command)"
+                    )
                 bad = _bad_index(git, _object_format(git))
                 if bad is not None:
                     return f"holds an index {bad}"

@@ -127,3 +127,92 @@ def test_a_directory_replaced_at_the_same_path_does_not_run(
     call = _approved_and_run(reviewer, approval)
     assert call.status == Status.EDITED, (call.status, call.content)
     assert not (workspace / "dirA" / "ran-here").exists()
+
+
+@pytest.mark.django_db
+def test_a_link_turned_while_the_preview_waits_does_not_apply_another_directorys_effect(
+    agent: Any, reviewer: Any, settings: Any
+) -> None:
+    """The preview resolved `cwd` before it waited for the workspace's lock (another call
+    running), the ask's presentation after: `sub -> dirA` turned to `dirB` meanwhile, the
+    reviewer was shown `dirB`, and the effect approved and applied was the one made in
+    `dirA`. The preview now runs where the ask shows, or the call asks without one."""
+    import threading
+    import time
+
+    from dispatcher.models import AgentSession
+    from dispatcher.tools import workspace_lock
+
+    settings.HARNESS_PREVIEW = True
+    session_id = start_session(agent)
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    (workspace / "dirA").mkdir()
+    (workspace / "dirB").mkdir()
+    os.symlink("dirA", workspace / "sub")
+    held = threading.Event()
+
+    def another_call() -> None:  # a call of the session, running in the worker
+        with workspace_lock.held(workspace):
+            held.set()
+            time.sleep(1.2)  # (the admission below has resolved its cwd and waits)
+            os.unlink(workspace / "sub")
+            os.symlink("dirB", workspace / "sub")
+
+    thread = threading.Thread(target=another_call)
+    thread.start()
+    assert held.wait(10)
+    approval = ask(
+        agent,
+        {"argv": ["sh", "-c", "touch ran-here"], "cwd": "sub"},
+        session_id=session_id,
+        name="run_command",
+    )
+    thread.join()
+    shown = approval.presentation["cwd"]
+    call = _approved_and_run(reviewer, approval)
+    ran = [d for d in ("dirA", "dirB") if (workspace / d / "ran-here").exists()]
+    # what the reviewer approved ran (or was applied) in the directory they were shown
+    assert ran == [Path(shown).name], (shown, ran, call.status, call.content)
+
+
+@pytest.mark.django_db
+def test_an_edit_after_the_link_turned_is_not_the_editors_approval(
+    agent: Any, reviewer: Any, settings: Any
+) -> None:
+    """A reviewer's edit of an ask is their approval of the new call, whose presentation
+    is made at the edit: `sub -> dirA` turned to `dirB` after the ask, the editor (shown
+    `dirA`) changed only the argv, and their edit had the command run in `dirB`."""
+    import json
+
+    from dispatcher import execution
+    from dispatcher.models import AgentSession, Status, ToolCall
+
+    settings.HARNESS_PREVIEW = False
+    session_id = start_session(agent)
+    workspace = Path(AgentSession.objects.get(pk=session_id).workspace)
+    (workspace / "dirA").mkdir()
+    (workspace / "dirB").mkdir()
+    os.symlink("dirA", workspace / "sub")
+    approval = ask(
+        agent,
+        {"argv": ["sh", "-c", "touch ran-here"], "cwd": "sub"},
+        session_id=session_id,
+        name="run_command",
+    )
+    assert approval.presentation["cwd"] == str((workspace / "dirA").resolve())
+    os.unlink(workspace / "sub")
+    os.symlink("dirB", workspace / "sub")
+    client = Client()
+    client.force_login(reviewer)
+    edited = {"argv": ["sh", "-c", "touch edited-here"], "cwd": "sub"}
+    data = {"digest": approval.call.digest, "arguments": json.dumps(edited)}
+    response = client.post(f"/approvals/{approval.pk}/edit", data)
+    assert response.status_code in (200, 302), response.content
+    new = ToolCall.objects.get(edited_from=approval.call_id)
+    if new.status == Status.QUEUED:
+        execution.execute_call(str(new.pk))
+        new.refresh_from_db()
+    assert not (workspace / "dirB" / "edited-here").exists(), (new.status, new.content)
+    # it asks the editor again, showing where it would run now
+    assert new.status == Status.PENDING_APPROVAL, (new.status, new.content)
+    assert new.approval.presentation["cwd"] == str((workspace / "dirB").resolve())
