@@ -45,11 +45,12 @@ class RoundTrip:
         client = redis_at(self.url)
         try:
             if len(commands) == 1:
-                replies: list[object] = [client.execute_command(*commands[0][0])]
+                command = commands[0][0]
+                replies: list[object] = [client.execute_command(*command)]  # type: ignore[no-untyped-call]
             else:
                 pipe = client.pipeline(transaction=False)
                 for command, _ in commands:
-                    pipe.execute_command(*command)
+                    pipe.execute_command(*command)  # type: ignore[no-untyped-call]
                 replies = pipe.execute(raise_on_error=False)
         except Exception:  # (as each sender's own: a lost wake-up, a slot that lapses)
             lost = ", ".join(what for _, what in commands)

@@ -317,7 +317,7 @@ def test_a_call_run_on_the_loop_wakes_its_session_and_frees_its_slot_in_one_roun
     assert pending is not None and limits.waits_held(fx.agent) == 1  # held while it runs
     outcome, seconds = asyncio.run(execution.run_body_async(*pending))
     sent: list[int] = []
-    send = redis.connection.AbstractConnection.send_packed_command
+    send: Any = redis.connection.AbstractConnection.send_packed_command
 
     def counted(self: Any, command: Any, check_health: bool = True) -> None:
         sent.append(1)
