@@ -150,37 +150,31 @@ def test_the_gateways_trips_of_an_inline_call(trusted_upstream: str) -> None:
     name = f"{trusted_upstream}__echo"
     sent: list[str] = []
     real: list[pipeline.Outcome] = []
-    send = redis.connection.AbstractConnection.send_packed_command
+    send: Any = redis.connection.AbstractConnection.send_packed_command
 
     def counted(self: Any, command: Any, check_health: bool = True) -> None:
         sent.append("x")
         send(self, command, check_health)
 
-    def trips(i: int, admitting: Meter | None, writing: Meter | None) -> tuple[int, int]:
+    def trips(i: int, admitting: Meter, writing: Meter) -> tuple[int, int]:
         slot = mcp.WaitSlot(fx.agent, 60)
         item = proposal(i, name, {"text": f"t{i}"})
         session_read = loaded(fx.token, session.external_id)
         before = len(sent)
-        args = (mcp.admit, session_read, item)
-        kwargs = {"preloaded": True, "slot": slot, "on_loop": True}
-        call, pending = (
-            admitting.run(*args, **kwargs) if admitting else mcp.admit(*args[1:], **kwargs)
+        call, pending = admitting.run(
+            mcp.admit, session_read, item, preloaded=True, slot=slot, on_loop=True
         )
         assert pending is not None
         admitted = len(sent) - before
         if not real:  # (the upstream's answer, once: the body is not measured)
             real.append(asyncio.run(execution.run_body_async(*pending))[0])
-        outcome = (real[0], 0.001)
         before = len(sent)
-        if writing:
-            writing.run(mcp.finish, call, pending, *outcome, slot)
-        else:
-            mcp.finish(call, pending, *outcome, slot)
+        writing.run(mcp.finish, call, pending, real[0], 0.001, slot)
         assert call.status == Status.COMPLETED
         return admitted, len(sent) - before
 
     for i in range(10):  # (warm)
-        trips(i, None, None)
+        trips(i, Meter(), Meter())
     redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
     try:
         admitting, writing = Meter(), Meter()
