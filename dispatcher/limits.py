@@ -42,6 +42,7 @@ import redis
 from django.conf import settings
 
 from dispatcher.models import Agent
+from floor.redis_clients import held
 
 logger = logging.getLogger(__name__)
 
@@ -154,10 +155,15 @@ def reserve_wait(agent: Agent, seconds: float) -> str | None:
 
 
 def release_wait(slot: str) -> None:
-    """Give a slot back (reserve_wait's answer). Never raises: an unreleased slot lapses."""
+    """Give a slot back (reserve_wait's answer): kept for the thread's round trip to Redis
+    when one is open (redis_clients.one_round_trip, sent before it ends). Never raises: an
+    unreleased slot lapses."""
     key, _, member = slot.partition(" ")
     if key == "local":
         _local.release(member)
+        return
+    if (trip := held(settings.REDIS_URL)) is not None:
+        trip.add(("ZREM", key, member), f"the wait slot {slot}")
         return
     try:
         _client(settings.REDIS_URL).zrem(key, member)

@@ -28,7 +28,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from dispatcher.signals import call_changed
-from floor.redis_clients import redis_at
+from floor.redis_clients import held, redis_at
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +70,15 @@ def needs_read(news: set[str], watched: set[str], quiet: frozenset[str] = frozen
 
 
 def publish_change(call_id: str, session_id: str, status: str, previous: str = "") -> None:
+    """The change announced on its session's channel (kept for the thread's round trip to
+    Redis when one is open: redis_clients.one_round_trip), and to the other apps."""
+    channel, message = session_channel(session_id), f"{call_id} {status}"
+    trip = held(settings.REDIS_URL)
     try:
-        redis_at(settings.REDIS_URL).publish(session_channel(session_id), f"{call_id} {status}")
+        if trip is not None:
+            trip.add(("PUBLISH", channel, message), f"the wake-up for call {call_id}")
+        else:
+            redis_at(settings.REDIS_URL).publish(channel, message)
     except Exception:
         # Waiting requests also re-read the database when their wait ends; a lost wake-up
         # delays an answer, it never changes one. Any failure of the client, not only a

@@ -51,6 +51,7 @@ from dispatcher.tools import client_tool
 from dispatcher.tools.base import model_facing_schema
 from dispatcher.tools.registry import all_tools, get_tool, one_generation
 from dispatcher.wakeups import session_channel
+from floor import redis_clients
 from floor.threads import ProcessThreads
 
 logger = logging.getLogger(__name__)
@@ -527,17 +528,21 @@ def finish(
     slot: WaitSlot | None,
 ) -> ToolCall:
     """Stages 7 to 10 of a call run on the loop (`run_pending`), and its admission's end:
-    `slot` given back when the call is done."""
+    `slot` given back when the call is done. The result's wake-up (after its commit) and
+    the slot's release go to Redis in one round trip, before the request answers."""
     claimed, ctx = pending
     done = False
-    try:
-        _recorded(claimed, lambda: execution.record_result(claimed, ctx, outcome, seconds=seconds))
-        follow_edits([call])
-        done = is_done(call)
-        return call
-    finally:
-        if slot is not None:
-            slot.admission_ended(done)
+    with redis_clients.one_round_trip(settings.REDIS_URL):
+        try:
+            _recorded(
+                claimed, lambda: execution.record_result(claimed, ctx, outcome, seconds=seconds)
+            )
+            follow_edits([call])
+            done = is_done(call)
+            return call
+        finally:
+            if slot is not None:
+                slot.admission_ended(done)
 
 
 def tool_result(call: ToolCall) -> types.CallToolResult:

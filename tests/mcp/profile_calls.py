@@ -17,11 +17,13 @@ import asyncio
 import cProfile
 import os
 import pstats
+import statistics
 import sys
 import time
 from typing import Any
 
 import pytest
+import redis
 
 from dispatcher import admission, agents, execution, pipeline
 from dispatcher.gateways import mcp
@@ -135,6 +137,77 @@ def test_an_inline_mcp_admission_and_its_result(trusted_upstream: str) -> None:
         assert claimed.status == Status.COMPLETED
     admitting.report("MCP admission, inline (admit_message)", N)
     writing.report("its result's write (record_result)", N)
+
+
+def test_the_gateways_trips_of_an_inline_call(trusted_upstream: str) -> None:
+    """The MCP gateway's two trips of an allowed call run on the loop, with the request's
+    wait slot, as `mcp._admit_and_run` makes them: `mcp.admit` (the slot taken, the
+    admission, the claim) and `mcp.finish` (the result's write, its wake-up, the slot
+    given back); with the Redis round trips of each (commands sent, pipelines as one).
+    Then the same trips N more times without the profiler, for their CPU alone."""
+    fx = make_agent(mode="trusted")
+    session = agents.join_run(agent=fx.agent, client=mcp.CLIENT, title="MCP", idle=0)[0]
+    name = f"{trusted_upstream}__echo"
+    sent: list[str] = []
+    real: list[pipeline.Outcome] = []
+    send: Any = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        sent.append("x")
+        send(self, command, check_health)
+
+    def trips(i: int, admitting: Meter, writing: Meter) -> tuple[int, int]:
+        slot = mcp.WaitSlot(fx.agent, 60)
+        item = proposal(i, name, {"text": f"t{i}"})
+        session_read = loaded(fx.token, session.external_id)
+        before = len(sent)
+        call, pending = admitting.run(
+            mcp.admit, session_read, item, preloaded=True, slot=slot, on_loop=True
+        )
+        assert pending is not None
+        admitted = len(sent) - before
+        if not real:  # (the upstream's answer, once: the body is not measured)
+            real.append(asyncio.run(execution.run_body_async(*pending))[0])
+        before = len(sent)
+        writing.run(mcp.finish, call, pending, real[0], 0.001, slot)
+        assert call.status == Status.COMPLETED
+        return admitted, len(sent) - before
+
+    for i in range(10):  # (warm)
+        trips(i, Meter(), Meter())
+    redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+    try:
+        admitting, writing = Meter(), Meter()
+        counts = [trips(100 + i, admitting, writing) for i in range(N)]
+        cpu_admit = cpu_finish = 0.0
+        for i in range(N * 2):
+            slot = mcp.WaitSlot(fx.agent, 60)
+            session_read = loaded(fx.token, session.external_id)
+            t0 = time.process_time()
+            call, pending = mcp.admit(
+                session_read,
+                proposal(1000 + i, name, {"text": "c"}),
+                preloaded=True,
+                slot=slot,
+                on_loop=True,
+            )
+            t1 = time.process_time()
+            assert pending is not None
+            mcp.finish(call, pending, real[0], 0.001, slot)
+            cpu_admit += t1 - t0
+            cpu_finish += time.process_time() - t1
+    finally:
+        redis.connection.AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
+    admitting.report("the gateway's admission trip (mcp.admit, with its wait slot)", N)
+    writing.report("the gateway's result trip (mcp.finish: the write, wake-up, slot)", N)
+    print(
+        f"Redis round trips per call: admission {statistics.median(c[0] for c in counts)}, "
+        f"result {statistics.median(c[1] for c in counts)}"
+    )
+    print(
+        f"CPU per call without the profiler ({N * 2} calls): admission trip "
+        f"{cpu_admit / (N * 2) * 1000:.2f} ms, result trip {cpu_finish / (N * 2) * 1000:.2f} ms"
+    )
 
 
 def test_an_agent_api_admission_and_the_workers_run() -> None:

@@ -25,7 +25,7 @@ from dispatcher.gateways import mcp
 from dispatcher.gateways.mcp_http import authenticate
 from dispatcher.models import Status, ToolCall
 from dispatcher.proposals import ProposedCall, canonical_json
-from floor import celery_message
+from floor import celery_message, redis_clients
 from floor.redis_clients import redis_at
 from tests.dispatcher.test_running_notice import session_news
 from tests.support.factories import make_agent
@@ -287,6 +287,67 @@ def test_a_call_run_on_the_loop_has_the_threads_records_and_statements(
     # (the ToolCall read above the count's check is the test's own)
     assert len(sql) == (6 if connection.vendor == "postgresql" else 10), sql
     assert len(commits) == 2
+
+
+def test_a_call_run_on_the_loop_wakes_its_session_and_frees_its_slot_in_one_round_trip(
+    trusted_upstream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The result's trip (`mcp.finish`): its wake-up reaches the session's listeners and the
+    request's wait slot is given back before it returns, both sent to Redis in one round
+    trip (two before: a PUBLISH after the commit, then the slot's ZREM)."""
+    fx = make_agent(mode="trusted")
+    session = open_session(fx.agent, {})
+    name = f"{trusted_upstream}__echo"
+    mcp.submit(
+        loaded_session(fx.token, session.external_id),
+        proposed("mcp:0", name, {"text": "warm"}),
+        preloaded=True,
+    )
+    pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub()
+    pubsub.subscribe(wakeups.session_channel(str(session.pk)))
+    assert pubsub.get_message(timeout=2)["type"] == "subscribe"
+    slot = mcp.WaitSlot(fx.agent, 30)
+    call, pending = mcp.admit(
+        loaded_session(fx.token, session.external_id),
+        proposed("mcp:1", name, {"text": "trip"}),
+        preloaded=True,
+        slot=slot,
+        on_loop=True,
+    )
+    assert pending is not None and limits.waits_held(fx.agent) == 1  # held while it runs
+    outcome, seconds = asyncio.run(execution.run_body_async(*pending))
+    sent: list[int] = []
+    send: Any = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        sent.append(1)
+        send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+    call = mcp.finish(call, pending, outcome, seconds, slot)
+    monkeypatch.undo()
+    assert call.status == Status.COMPLETED and call.content == "echo: trip"
+    assert len(sent) == 1, sent
+    assert limits.waits_held(fx.agent) == 0
+    # (a "running" notice first when the body took longer than pipeline.RUNNING_NOTICE_AFTER)
+    assert session_news(pubsub)[-1:] == [f"{call.pk} completed"]
+    pubsub.close()
+
+
+def test_a_round_trip_that_fails_loses_only_what_a_failed_send_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redis gone when the round trip is sent: each command kept is logged as lost, as its
+    sender would have logged it, and nothing raises (the call's answer does not depend on
+    a wake-up or a slot's release: an unreleased slot lapses)."""
+    with redis_clients.one_round_trip("redis://127.0.0.1:1/0"):
+        assert redis_clients.held(settings.REDIS_URL) is None  # (another server's trip)
+        trip = redis_clients.held("redis://127.0.0.1:1/0")
+        assert trip is not None
+        trip.add(("PUBLISH", "nowhere", "x"), "the wake-up for call c1")
+        trip.add(("ZREM", "nowhere", "m"), "the wait slot s1")
+    assert "the wake-up for call c1, the wait slot s1" in caplog.text
+    assert redis_clients.held("redis://127.0.0.1:1/0") is None
 
 
 def test_a_deployments_execute_wrapper_sees_every_inline_call(
