@@ -1227,11 +1227,16 @@ def remove_made(result: Guard) -> list[str]:
     return removed
 
 
+HEAD_READ = 255  # bytes of HEAD git's validate_headref reads (a buffer of 256, NUL-ended)
+
+
 def _valid_head(dir_fd: int, digits: int) -> bytes | None:
     """The `HEAD` of the directory `dir_fd` when git reads it as a git directory's
     (validate_headref: a regular file holding `ref: refs/...` or an object id of `digits`
     hex digits, the superproject's object format: 40 of them read as one in a sha256
-    superproject made `.git/modules/x` no git directory for git), or None."""
+    superproject made `.git/modules/x` no git directory for git), or None. Of the
+    first 255 bytes, as git reads them: `ref:`, 247 spaces and `refs/...` matched in 256
+    was no git directory's HEAD for git, its `objects/` left to a planted one."""
     try:
         fd = os.open(
             "HEAD", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
@@ -1241,10 +1246,10 @@ def _valid_head(dir_fd: int, digits: int) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        data = os.read(fd, 256)
+        data = os.read(fd, 4096)  # (all of it put back, should the run spoil it)
     finally:
         os.close(fd)
-    if re.match(rb"ref:[ \t\n]*refs/|[0-9a-fA-F]{%d}" % digits, data):
+    if re.match(rb"ref:[ \t\n]*refs/|[0-9a-fA-F]{%d}" % digits, data[:HEAD_READ]):
         return data
     return None
 

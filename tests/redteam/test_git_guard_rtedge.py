@@ -1,0 +1,82 @@
+"""Red team (rtedge) of the git metadata guard's fixes of rt13 (dispatcher/tools/
+sandbox_git.py): where the guard and a person's git still read a submodule's git
+directory differently. Real bwrap, real git; a person's host git run proves each plant
+(a marker file a hook makes)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dispatcher.tools import sandbox
+from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
+from tests.redteam.test_git_metadata_guard2 import sandboxed
+from tests.redteam.test_git_metadata_guard_rt12 import G
+from tests.support.factories import AgentFixture
+
+pytestmark = pytest.mark.django_db
+
+__all__ = ["agent_in_sandbox"]  # the fixture, used by name
+
+
+def evil_git_directory(workspace: Path, tmp_path: Path, object_format: str = "sha1") -> str:
+    """A hand-built git directory at `workspace/evilgit` whose post-checkout hook makes
+    `workspace/hook-ran`; its commit's id."""
+    source = tmp_path / "src"
+    source.mkdir()
+    host_git(source, "init", "-q", "-b", "main", f"--object-format={object_format}")
+    (source / "f").write_text("x\n")
+    host_git(source, *G, "add", "f")
+    host_git(source, *G, "commit", "-qm", "evil")
+    commit = host_git(source, "rev-parse", "HEAD").strip()
+    shutil.copytree(source / ".git", workspace / "evilgit", symlinks=True)
+    hook = workspace / "evilgit" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {workspace / 'hook-ran'}\n")
+    hook.chmod(0o755)
+    return commit
+
+
+def test_a_head_git_reads_no_refs_in_keeps_the_submodule_a_git_directory(
+    agent_in_sandbox: AgentFixture, tmp_path: Path
+) -> None:
+    """The guard read 256 bytes of `.git/modules/x/HEAD` to tell whether git reads it as
+    a git directory's; git reads 255 (validate_headref). An unapproved command wrote
+    `ref:`, 247 spaces and `refs/heads/main` there (the guard saw `refs/`, git only
+    `refs`) and linked a hand-built git directory of the workspace at `x/objects/evil`:
+    x was no git directory for git, nothing refused a submodule's git directory inside
+    it, and the person's `git submodule update --init` ran its post-checkout hook as
+    root, outside the sandbox."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    host_git(workspace, *G, "commit", "--allow-empty", "-qm", "base")
+    sub = workspace / "x"
+    sub.mkdir()
+    host_git(sub, "init", "-q", "-b", "main")
+    (sub / "f").write_text("base\n")
+    host_git(sub, *G, "add", "f")
+    host_git(sub, *G, "commit", "-qm", "base")
+    host_git(workspace, *G, "submodule", "add", "-q", "./x", "x")
+    host_git(workspace, *G, "submodule", "absorbgitdirs")
+    host_git(workspace, *G, "commit", "-qm", "with x")
+    assert (workspace / ".git" / "modules" / "x" / "HEAD").is_file()
+    commit = evil_git_directory(workspace, tmp_path)
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    name = "x/objects/evil"
+    script = (
+        "printf 'ref:%247srefs/heads/main\\n' '' > .git/modules/x/HEAD"
+        f" && ln -s {workspace}/evilgit .git/modules/{name}"
+        f" && git config -f .gitmodules submodule.{name}.path evil"
+        f" && git config -f .gitmodules submodule.{name}.url ./evil"
+        f" && git update-index --add --cacheinfo 160000,{commit},evil && echo done"
+    )
+    output = sandboxed(workspace, script)
+    assert "done" in output, output
+    person = host_git(workspace, *G, "submodule", "update", "--init")
+    assert not (workspace / "hook-ran").exists(), (output, person)
+    # HEAD is one git reads again: the submodule's git directory refuses one inside it
+    assert "removed or replaced HEAD of the git directory '.git/modules/x'" in output, output
+    assert host_git(workspace / "x", "symbolic-ref", "HEAD").strip() == "refs/heads/main"
