@@ -275,8 +275,8 @@ def _guard_directory(
     directory under `modules/` is guarded whether it holds HEAD or not: one command may
     remove HEAD so that the next finds no git directory there, and a third put it back;
     it may be a part of a submodule's name, too (`modules/a` of `a/b`). `digits`: of
-    an object id in the repository's object format (the `.git`'s at depth 0), in which
-    git reads the HEAD of a directory under it (`_valid_head`)."""
+    an object id in the object format of the git directories above (the longest), in
+    which git reads the HEAD of a directory under it (`_valid_head`)."""
     if sum(1 for entry in result.entries if entry.writable) >= MAX_DIRECTORIES:
         raise ToolError(
             f"The workspace's git directory holds more than {MAX_DIRECTORIES} directories "
@@ -297,8 +297,14 @@ def _guard_directory(
         else:
             result.entries.append(Entry(entry, target / name, writable=False))
     own = False
+    # git reads the HEAD of a git directory under this one in this one's object format
+    # (a submodule's own submodules', by its git): the longest of those on the way, so
+    # that the guard takes none for a git directory's that git does not. With the
+    # workspace's alone, 40 digits in `.git/modules/x/modules/y/HEAD` of a sha256 x in a
+    # sha1 workspace left y's `objects/` unguarded, and x's git used a git directory
+    # planted there.
+    digits = max(digits if depth else 40, 64 if _object_format(fd) == "sha256" else 40)
     if depth == 0:
-        digits = 64 if _object_format(fd) == "sha256" else 40
         names = ["modules", "worktrees"]
         for name in names:
             if _open(name, fd, result) is None:  # made by the command: removed after it

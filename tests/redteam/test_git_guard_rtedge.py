@@ -80,3 +80,57 @@ def test_a_head_git_reads_no_refs_in_keeps_the_submodule_a_git_directory(
     # HEAD is one git reads again: the submodule's git directory refuses one inside it
     assert "removed or replaced HEAD of the git directory '.git/modules/x'" in output, output
     assert host_git(workspace / "x", "symbolic-ref", "HEAD").strip() == "refs/heads/main"
+
+
+def test_a_sha1_id_in_a_submodules_submodule_keeps_it_a_git_directory_in_sha256(
+    agent_in_sandbox: AgentFixture, tmp_path: Path
+) -> None:
+    """The guard read every HEAD under `.git/modules/` in the superproject's object
+    format; git reads a nested submodule's (`.git/modules/x/modules/y`) in its own
+    superproject's, x's. With x in sha256 under a sha1 workspace, an unapproved command
+    wrote 40 hex digits to y's HEAD (a git directory's to the guard, none to x's git) and
+    linked a hand-built git directory of the workspace at `y/objects/evil`: the person's
+    `git submodule update --init` in x ran its post-checkout hook as root."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    host_git(workspace, *G, "commit", "--allow-empty", "-qm", "base")
+    sub = workspace / "x"
+    for where in (sub / "y", sub):
+        where.mkdir(parents=True, exist_ok=True)
+        if not (where / ".git").exists():
+            host_git(where, "init", "-q", "-b", "main", "--object-format=sha256")
+        (where / "f").write_text("base\n")
+        host_git(where, *G, "add", "f")
+        host_git(where, *G, "commit", "-qm", "base")
+    host_git(sub, *G, "submodule", "add", "-q", "./y", "y")
+    host_git(sub, *G, "submodule", "absorbgitdirs")
+    host_git(sub, *G, "commit", "-qm", "with y")
+    # x's git directory moved into the workspace's, as absorbgitdirs would have it
+    modules = workspace / ".git" / "modules"
+    modules.mkdir()
+    shutil.move(sub / ".git", modules / "x")
+    (sub / ".git").write_text("gitdir: ../.git/modules/x\n")
+    host_git(workspace, "config", "-f", ".git/modules/x/config", "core.worktree", "../../../x")
+    (sub / "y" / ".git").write_text("gitdir: ../../.git/modules/x/modules/y\n")
+    y_config = ".git/modules/x/modules/y/config"
+    host_git(workspace, "config", "-f", y_config, "core.worktree", "../../../../../x/y")
+    assert host_git(sub / "y", "symbolic-ref", "HEAD").strip() == "refs/heads/main"
+    assert (modules / "x" / "modules" / "y" / "HEAD").is_file()
+    commit = evil_git_directory(workspace, tmp_path, "sha256")
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    name = "y/objects/evil"
+    short = host_git(sub / "y", "rev-parse", "HEAD").strip()[:40]
+    script = (
+        f"echo {short} > .git/modules/x/modules/y/HEAD"
+        f" && ln -s {workspace}/evilgit .git/modules/x/modules/{name} && cd x"
+        f" && git config -f .gitmodules submodule.{name}.path evil"
+        f" && git config -f .gitmodules submodule.{name}.url ./evil"
+        f" && git update-index --add --cacheinfo 160000,{commit},evil && echo done"
+    )
+    output = sandboxed(workspace, script)
+    assert "done" in output, output
+    person = host_git(sub, *G, "submodule", "update", "--init")
+    assert not (workspace / "hook-ran").exists(), (output, person)
+    assert "removed or replaced HEAD of the git directory '.git/modules/x/modules/y'" in output
+    assert host_git(sub / "y", "symbolic-ref", "HEAD").strip() == "refs/heads/main"
