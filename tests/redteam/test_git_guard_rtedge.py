@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 from dispatcher.tools import sandbox
 from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
 from tests.redteam.test_git_metadata_guard2 import sandboxed
-from tests.redteam.test_git_metadata_guard_rt12 import G
+from tests.redteam.test_git_metadata_guard_rt12 import EMPTY_BLOB, G
 from tests.support.factories import AgentFixture
 
 pytestmark = pytest.mark.django_db
@@ -134,3 +136,44 @@ def test_a_sha1_id_in_a_submodules_submodule_keeps_it_a_git_directory_in_sha256(
     assert not (workspace / "hook-ran").exists(), (output, person)
     assert "removed or replaced HEAD of the git directory '.git/modules/x/modules/y'" in output
     assert host_git(sub / "y", "symbolic-ref", "HEAD").strip() == "refs/heads/main"
+
+
+def packed_index(path: Path, entries: int, length: int) -> None:
+    """An index of version 4 (each path stored as what it keeps of the one before and
+    what it adds) of `entries` paths of `length` bytes, each the empty blob: six bytes
+    and a few on disk for each path, `length` of them in git's memory and its listing."""
+    head = struct.pack(">10I", 0, 0, 0, 0, 0, 0, 0o100644, 0, 0, 0) + EMPTY_BLOB
+    head += struct.pack(">H", 0xFFF)  # (a long path: its length is where its NUL is)
+    with path.open("wb") as out:
+        out.write(b"DIRC" + struct.pack(">II", 4, entries))
+        out.write(head + b"\0" + b"a" * (length - 6) + b"%06x\0" % 0)
+        out.write(b"".join(head + b"\x06%06x\0" % i for i in range(1, entries)))
+        out.write(b"\0" * 20)
+
+
+def test_a_packed_index_is_bounded_by_what_git_makes_of_it(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """The bound on the index git reads after a run counted its bytes on disk; a
+    version 4 index stores each path as what it keeps of the one before, and git makes
+    all of them whole in memory, then lists them: an unapproved `cp` of 2 MiB crafted so
+    had git on the host take 1 GiB of memory and hand the worker a listing of 1 GiB (and
+    64 MiB of it, within the bound, 30 GiB). It counts the paths git makes now: past the
+    bound, it is removed unread."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    host_git(workspace, *G, "commit", "--allow-empty", "-qm", "base")
+    packed_index(workspace / "crafted", 30_000, 32 << 10)
+    assert (workspace / "crafted").stat().st_size < 3 << 20
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    started = time.monotonic()
+    output = sandboxed(workspace, "cp crafted .git/index && echo done")
+    took = time.monotonic() - started
+    assert output.startswith("exit code 0\ndone"), output
+    assert not (workspace / ".git" / "index").exists(), output
+    assert "left the git index '.git/index' at 64 MiB" in output, output
+    assert "removed unread" in output, output
+    assert took < 30, took
+    host_git(workspace, "reset", "-q")
+    assert "base" in host_git(workspace, "log", "--format=%s")
