@@ -275,8 +275,8 @@ def _guard_directory(
     directory under `modules/` is guarded whether it holds HEAD or not: one command may
     remove HEAD so that the next finds no git directory there, and a third put it back;
     it may be a part of a submodule's name, too (`modules/a` of `a/b`). `digits`: of
-    an object id in the repository's object format (the `.git`'s at depth 0), in which
-    git reads the HEAD of a directory under it (`_valid_head`)."""
+    an object id in the object format of the git directories above (the longest), in
+    which git reads the HEAD of a directory under it (`_valid_head`)."""
     if sum(1 for entry in result.entries if entry.writable) >= MAX_DIRECTORIES:
         raise ToolError(
             f"The workspace's git directory holds more than {MAX_DIRECTORIES} directories "
@@ -297,8 +297,14 @@ def _guard_directory(
         else:
             result.entries.append(Entry(entry, target / name, writable=False))
     own = False
+    # git reads the HEAD of a git directory under this one in this one's object format
+    # (a submodule's own submodules', by its git): the longest of those on the way, so
+    # that the guard takes none for a git directory's that git does not. With the
+    # workspace's alone, 40 digits in `.git/modules/x/modules/y/HEAD` of a sha256 x in a
+    # sha1 workspace left y's `objects/` unguarded, and x's git used a git directory
+    # planted there.
+    digits = max(digits if depth else 40, 64 if _object_format(fd) == "sha256" else 40)
     if depth == 0:
-        digits = 64 if _object_format(fd) == "sha256" else 40
         names = ["modules", "worktrees"]
         for name in names:
             if _open(name, fd, result) is None:  # made by the command: removed after it
@@ -1227,11 +1233,16 @@ def remove_made(result: Guard) -> list[str]:
     return removed
 
 
+HEAD_READ = 255  # bytes of HEAD git's validate_headref reads (a buffer of 256, NUL-ended)
+
+
 def _valid_head(dir_fd: int, digits: int) -> bytes | None:
     """The `HEAD` of the directory `dir_fd` when git reads it as a git directory's
     (validate_headref: a regular file holding `ref: refs/...` or an object id of `digits`
     hex digits, the superproject's object format: 40 of them read as one in a sha256
-    superproject made `.git/modules/x` no git directory for git), or None."""
+    superproject made `.git/modules/x` no git directory for git), or None. Of the
+    first 255 bytes, as git reads them: `ref:`, 247 spaces and `refs/...` matched in 256
+    was no git directory's HEAD for git, its `objects/` left to a planted one."""
     try:
         fd = os.open(
             "HEAD", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
@@ -1241,10 +1252,10 @@ def _valid_head(dir_fd: int, digits: int) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        data = os.read(fd, 256)
+        data = os.read(fd, 4096)  # (all of it put back, should the run spoil it)
     finally:
         os.close(fd)
-    if re.match(rb"ref:[ \t\n]*refs/|[0-9a-fA-F]{%d}" % digits, data):
+    if re.match(rb"ref:[ \t\n]*refs/|[0-9a-fA-F]{%d}" % digits, data[:HEAD_READ]):
         return data
     return None
 
@@ -1407,6 +1418,90 @@ def _index_bytes(dir_fd: int) -> int:
     return total + sum(info.st_size for _, info in _shared_indexes(dir_fd))
 
 
+def _index_cost(dir_fd: int, object_format: str, left: int) -> int:
+    """What git makes of the index of the git directory `dir_fd` in bytes: its files'
+    (`_index_bytes`) and, for each in version 4, its paths written out (`_packed_paths`).
+    More than `left` as soon as that is known (not read further)."""
+    size = _index_bytes(dir_fd)
+    names = ["index", *(name for name, _ in _shared_indexes(dir_fd))]
+    for name in names:
+        if size > left:
+            break
+        size += _packed_paths(dir_fd, name, object_format, left - size + 1)
+    return size
+
+
+def _packed_paths(dir_fd: int, name: str, object_format: str, limit: int) -> int:
+    """The bytes of the paths git makes whole of the index file `name` in `dir_fd` when it
+    is of version 4 (read_index_from, on one thread: `_bad_index`), else 0; more than
+    `limit` as soon as they are. Version 4 stores each path as what it keeps of the one
+    before and what it adds: six bytes on disk made a path of 32 KiB in git's memory and
+    its listing (2 MiB of index, 1 GiB), and one more byte each a path one longer than the
+    one before. A file git cannot read so counts what was read until then: git stops
+    there too."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return 0
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0
+        with open(fd, "rb", closefd=False) as file:
+            data = file.read()
+    finally:
+        os.close(fd)
+    if data[:4] != b"DIRC" or data[4:8] != (4).to_bytes(4, "big"):
+        return 0
+    fixed = 40 + (32 if object_format == "sha256" else 20)  # stat data and object id
+    entries = int.from_bytes(data[8:12], "big")
+    total = previous = 0
+    at = 12
+    for number in range(entries):
+        if at + fixed + 2 > len(data):
+            break
+        flags = int.from_bytes(data[at + fixed : at + fixed + 2], "big")
+        at += fixed + (4 if flags & 0x4000 else 2)  # (an extended entry's second flags)
+        strip, at = _varint(data, at)
+        if strip is None or (number and strip > previous):
+            break
+        kept = previous - strip if number else 0
+        length = flags & 0xFFF
+        if length == 0xFFF:  # (long: to its NUL)
+            end = data.find(b"\0", at)
+            if end < 0:
+                break
+            length = kept + end - at
+        elif length < kept:
+            break
+        at += length - kept + 1
+        total += length
+        previous = length
+        if total > limit:
+            break
+    return total
+
+
+def _varint(data: bytes, at: int) -> tuple[int | None, int]:
+    """git's decode_varint at `at` in `data`: the value and where it ends (too large: 0
+    where it began, as git reads it; None past the end of `data`)."""
+    start = at
+    if at >= len(data):
+        return None, at
+    byte = data[at]
+    at += 1
+    value = byte & 127
+    while byte & 128:
+        value += 1
+        if value >= 1 << 57:
+            return 0, start
+        if at >= len(data):
+            return None, at
+        byte = data[at]
+        at += 1
+        value = (value << 7) + (byte & 127)
+    return value, at
+
+
 def index_limit(before: int) -> int:
     """The most bytes of index (`_index_bytes`) git reads after a run that found
     `before`: INDEX_LIMIT, or twice what there was before and INDEX_MARGIN."""
@@ -1425,8 +1520,9 @@ def _check_indexes(result: Guard) -> None:
         if after is None or after == before:
             continue
         shown = str((target / "index").relative_to(workspace)) if workspace else "index"
-        size = _index_bytes(dir_fd)
+        object_format = _object_format(dir_fd)
         limit = result.index_budget
+        size = _index_cost(dir_fd, object_format, limit)
         if not _take_index_budget(result, size):
             # not read: git takes time in proportion (a crafted index of 1 GiB held the
             # worker for minutes), and nothing the run grew so far is the person's
@@ -1438,7 +1534,7 @@ def _check_indexes(result: Guard) -> None:
                     INDEX_TOO_LARGE.format(path=shown, size=size >> 20, limit=limit >> 20)
                 )
             continue
-        why = _bad_index(dir_fd, _object_format(dir_fd))
+        why = _bad_index(dir_fd, object_format)
         if why is None:
             continue
         if _remove(dir_fd, "index", shown, directories_only=False):
@@ -1463,7 +1559,8 @@ SPOILED = (
 )
 INDEX_TOO_LARGE = (
     "\n[harness: this command ran without a person's approval and left the git index "
-    "'{path}' at {size} MiB (with its split index's shared parts), more than Harness still "
+    "'{path}' at {size} MiB (with its split index's shared parts and, as git makes them "
+    "whole, the paths of one of version 4; counted up to the bound), more than Harness still "
     "read after such a command ({limit} MiB left of 64 MiB, or of twice the size of the "
     "workspace's indexes before, for all of them together); it was removed "
     "unread (`git reset` makes it again from HEAD). A command a reviewer approves may "
@@ -1552,7 +1649,10 @@ def _bad_index(dir_fd: int, object_format: str) -> str | None:
             for listing in (["--stage", "--sparse"], ["--resolve-undo"]):
                 try:
                     done = subprocess.run(
-                        ["git", f"--git-dir={git_dir}", "ls-files", "-z", *listing],
+                        # (on one thread: read as `_packed_paths` counts it, from the
+                        # first entry on, whatever blocks an extension names)
+                        ["git", "-c", "index.threads=1", f"--git-dir={git_dir}"]
+                        + ["ls-files", "-z", *listing],
                         capture_output=True,
                         cwd=scratch,
                         env=env,
@@ -1689,12 +1789,13 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
                         return f"holds 'info/{item}'"
             elif name == "index":
                 left = run.index_budget
-                if not _take_index_budget(run, _index_bytes(git)):  # not read
-                    return (
+                object_format = _object_format(git)
+                if not _take_index_budget(run, _index_cost(git, object_format, left)):
+                    return (  # not read
                         f"holds an index larger than {left >> 20} MiB, not read (what is "
                         "left of what Harness reads of indexes after such a command)"
                     )
-                bad = _bad_index(git, _object_format(git))
+                bad = _bad_index(git, object_format)
                 if bad is not None:
                     return f"holds an index {bad}"
             elif name == "config":
