@@ -460,8 +460,10 @@ def _decide(
         call.provenance["client_cwd"] = item.client_cwd
     if profile.layers:
         call.provenance["layers"] = layers.versions(profile)
-    if tool.binding is not None:  # what it is decided under, and may only run under
-        call.provenance["binding"] = dict(tool.binding)
+    # What it is decided under, and may only run under: the tool policy reads, not the one
+    # resolved above (another thread's refresh of the catalog may come between the two).
+    if ctx.tool.binding is not None:
+        call.provenance["binding"] = dict(ctx.tool.binding)
     decision = stages.pre_execute(ctx)
     if decision.action == "deny":
         text = messages.policy_denied(decision.reason)

@@ -51,7 +51,7 @@ from dispatcher.policy.shell import (
 )
 from dispatcher.tools import client_tool
 from dispatcher.tools._paths import lexical_path_violation, path_violation
-from dispatcher.tools.base import Tool, command_argv, tool_paths
+from dispatcher.tools.base import Tool, command_argv, confined_paths, input_paths
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +75,11 @@ def workspace_confinement(call: CallContext) -> str | None:
     step (symlinks followed inside it only: `path_violation`). Command argv words are not
     paths and are not checked. A decide-only call's paths are on the client's disk:
     checked lexically against its project directory (the session workspace), never
-    resolved here. A `client_tool` call asking about a client's tool (Claude Code's
-    permission prompt asking about its `Edit`) is read as that tool's call, its paths
-    confined to the agent's configured workspace (`prompted_paths`).
+    resolved here. A client's tool no tool set lists has the paths of its input's
+    path-like keys confined (`base.input_paths`). A `client_tool` call asking about a
+    client's tool (Claude Code's permission prompt asking about its `Edit`, or its
+    `Artifact`) is read as that tool's call, its paths confined to the agent's configured
+    workspace (`prompted_paths`).
     """
     violation = lexical_path_violation if call.tool.client_executed else path_violation
     for name in call.tool.path_arguments:
@@ -98,15 +100,26 @@ def workspace_confinement(call: CallContext) -> str | None:
 
 def prompted_paths(call: CallContext) -> list[CallContext]:
     """For a `client_tool` call asking about a client's tool that names paths (Claude
-    Code's `Edit`, `Write`, `Read`, ...: `path_arguments` or `embedded_paths`), that
-    tool's call as its hook would propose it; empty for any other call. The permission
-    prompt is not told the client's project directory, as the hook is: their paths are
-    confined to the agent's configured workspace, or asked of a person without one."""
+    Code's `Edit`, `Write`, `Read`, ...: `path_arguments` or `embedded_paths`; a tool no
+    tool set lists whose input has a path-like key, `base.input_paths`), that tool's call
+    as its hook would propose it; empty for any other call. The permission prompt is not
+    told the client's project directory, as the hook is: their paths are confined to the
+    agent's configured workspace, or asked of a person without one."""
     return [
         replace(call, tool=tool, name=tool.name, arguments=arguments)
         for tool, arguments in client_tool.named_tools(call.tool, call.arguments)
-        if tool.path_arguments or tool.embedded_paths is not None
+        if tool.path_arguments
+        or tool.embedded_paths is not None
+        or (tool.unlisted_paths and _names_paths(arguments))
     ]
+
+
+def _names_paths(arguments: Mapping[str, Any]) -> bool:
+    """Does an unlisted client tool's input name a path (or hold one Harness cannot read)?"""
+    try:
+        return bool(input_paths(arguments))
+    except ValueError:
+        return True
 
 
 def _embedded_path_violation(
@@ -115,7 +128,7 @@ def _embedded_path_violation(
     """The paths named inside an argument's text (a Codex patch's file headers): each
     must stay in the workspace, and text whose paths cannot all be read is denied."""
     try:
-        paths = tool_paths(call.tool, call.arguments)
+        paths = confined_paths(call.tool, call.arguments)
     except ValueError as unreadable:
         return (
             f"Harness cannot read the paths this '{call.name}' call touches ({unreadable}), "

@@ -261,10 +261,29 @@ def lexical_relative(value: object, project: Path | str) -> str | None:
 
 def lexical_path_violation(value: object, project: Path | str) -> str | None:
     """Why `value` is not a path inside the client's project directory, or None (see
-    `lexical_relative`): the confinement of decide-only calls."""
+    `lexical_relative`): the confinement of decide-only calls.
+
+    A path holding braces must stay inside in every brace alternative too
+    (`brace_alternatives`): a client's glob expands them before it walks (Gemini CLI's
+    `glob` and `read_many_files`, with node's glob: `{../../etc/*,x}` lists /etc), and
+    `..` folded as text inside a brace (`{..` is a name) hid the way out."""
     if not isinstance(value, str):
         return f"Path must be a string, got {type(value).__name__}."
     if lexical_relative(value, project) is not None:
+        alternatives = brace_alternatives(value)
+        if alternatives is None:
+            return (
+                f"Path {value[:200]!r}... has more brace alternatives than Harness checks "
+                f"({MAX_BRACE_ALTERNATIVES}, or {MAX_BRACE_WORK} characters in all). Use a "
+                f"plain path or a simpler pattern inside {project}."
+            )
+        for alternative in alternatives:
+            if lexical_relative(alternative, project) is None:
+                return (
+                    f"Path {value!r} is outside the project directory {project} in its brace "
+                    f"alternative {alternative!r} (a client's glob expands braces); only "
+                    "files inside it may be used in this session."
+                )
         return None
     unsafe = unsafe_character(value)
     if unsafe is not None:
@@ -283,6 +302,62 @@ def lexical_path_violation(value: object, project: Path | str) -> str | None:
         f"Path {value!r} is outside the project directory {project}; only files inside it "
         "may be used in this session."
     )
+
+
+MAX_BRACE_ALTERNATIVES = 1024
+# Characters read while expanding (one path of at most this many, or its alternatives
+# together): a long path with braces is refused rather than read slowly.
+MAX_BRACE_WORK = 1 << 18
+
+
+def brace_alternatives(value: str) -> tuple[str, ...] | None:
+    """Every text `value`'s braces expand to as a glob expands them (`a/{b,c/d}/e` is
+    `a/b/e` and `a/c/d/e`; nested groups too; a group with no comma at its own level,
+    such as `{a}` or the sequence `{1..3}`, whose items hold no `/` or `.`, stays as it
+    is), or None past MAX_BRACE_ALTERNATIVES or MAX_BRACE_WORK characters read. A
+    backslash is read as no escape, so an escaped brace is expanded too: more
+    alternatives are checked, never fewer."""
+    if "{" not in value:
+        return (value,)
+    if len(value) > MAX_BRACE_WORK:
+        return None
+    done: list[str] = []
+    pending = [value]
+    work = 0
+    while pending:
+        text = pending.pop()
+        work += len(text)
+        group = _first_group(text)
+        if group is None:
+            done.append(text)
+        else:
+            start, end, items = group
+            pending.extend(reversed([text[:start] + item + text[end + 1 :] for item in items]))
+        if len(done) + len(pending) > MAX_BRACE_ALTERNATIVES or work > MAX_BRACE_WORK:
+            return None
+    return tuple(done)
+
+
+def _first_group(text: str) -> tuple[int, int, list[str]] | None:
+    """(offset of `{`, offset of its `}`, its items) of the first brace group in `text`
+    with a comma at its own level, or None. One pass: each `{` is matched to its `}` on
+    a stack, which keeps the offsets of the commas at its level."""
+    stack: list[tuple[int, list[int]]] = []
+    first: tuple[int, int, list[int]] | None = None
+    for offset, char in enumerate(text):
+        if char == "{":
+            stack.append((offset, []))
+        elif char == "," and stack:
+            stack[-1][1].append(offset)
+        elif char == "}" and stack:
+            start, commas = stack.pop()
+            if commas and (first is None or start < first[0]):
+                first = (start, offset, commas)
+    if first is None:
+        return None
+    start, end, commas = first
+    cuts = [start, *commas, end]
+    return start, end, [text[a + 1 : b] for a, b in zip(cuts, cuts[1:], strict=False)]
 
 
 def resolve_in_workspace(workspace: Path, relative: str) -> Path:

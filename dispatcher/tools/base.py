@@ -131,6 +131,68 @@ class Tool:
     # `path_arguments`; raises ValueError when the text cannot be read completely, and
     # the confinement guard then denies the call.
     embedded_paths: Callable[[Mapping[str, Any]], tuple[str, ...]] | None = None
+    # A client's tool Harness has no definition of (Claude Code's `Artifact`, a tool of a
+    # later client version: `unlisted_fallbacks`). What its input means is unknown, so the
+    # confinement guard reads the values of its path-like keys (`input_paths`) as paths
+    # and confines them as it does `path_arguments` (fail closed).
+    unlisted_paths: bool = False
+
+
+# The keys of an unlisted client tool's input read as paths (`input_paths`), compared
+# with case, `_` and `-` left out: any key ending in "path" or "paths" (file_path,
+# file_paths, notebook_path, dir_path, local_path, scriptPath, worktreePath ...), and
+# these names of directories.
+PATH_KEY_SUFFIXES = ("path", "paths")
+PATH_KEY_NAMES = frozenset(
+    {"dir", "dirs", "directory", "directories", "folder", "folders", "cwd", "workdir"}
+    | {"workingdir", "workingdirectory"}
+)
+MAX_INPUT_DEPTH = 16  # objects and lists nested deeper are not read: the input is refused
+
+
+def is_path_key(key: str) -> bool:
+    name = key.lower().replace("_", "").replace("-", "")
+    return name.endswith(PATH_KEY_SUFFIXES) or name in PATH_KEY_NAMES
+
+
+def input_paths(arguments: Mapping[str, Any]) -> tuple[str, ...]:
+    """The paths an unlisted client tool's input names: the value of every path-like key
+    (`is_path_key`), at any depth of its objects and lists, a string or a list of strings.
+
+    Raises ValueError when a path-like key holds anything else (a number, an object, a
+    list holding one), or the input nests deeper than MAX_INPUT_DEPTH: Harness cannot
+    tell what the client makes of it, and the confinement guard denies the call."""
+    found: list[str] = []
+
+    def walk(value: Any, depth: int) -> None:
+        if depth > MAX_INPUT_DEPTH:
+            raise ValueError(f"the input nests more than {MAX_INPUT_DEPTH} levels deep")
+        items = value.items() if isinstance(value, Mapping) else ()
+        for key, item in items:
+            if is_path_key(str(key)):
+                found.extend(_path_values(str(key), item))
+            else:
+                walk(item, depth + 1)
+        for item in value if isinstance(value, list) else ():
+            walk(item, depth + 1)
+
+    walk(arguments, 0)
+    return tuple(found)
+
+
+def _path_values(key: str, value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return list(value)
+    raise ValueError(f"'{key}' is neither a path nor a list of paths")
+
+
+def confined_paths(tool: Tool, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+    """The paths the confinement guard checks besides `path_arguments`: `tool_paths`, and
+    an unlisted client tool's `input_paths`. Raises ValueError as they do."""
+    found = tool_paths(tool, arguments)
+    return found + input_paths(arguments) if tool.unlisted_paths else found
 
 
 def tool_paths(tool: Tool, arguments: Mapping[str, Any]) -> tuple[str, ...]:
@@ -187,9 +249,11 @@ def unlisted_fallbacks(
     make_tool: Callable[..., Tool],
 ) -> tuple[Callable[[str], Tool | None], Callable[[str], Tool | None]]:
     """A ClientToolset's `fallback` and `rule_fallback`, the same for every client: a name
-    matching `mcp_name` is an MCP tool the client runs (open-world), one matching
-    `tool_name` another tool of the client (neither read-only, so standard mode asks);
-    other names are unknown. Rules may name any MCP tool but no other unlisted name."""
+    matching `mcp_name` is an MCP tool the client runs (open-world; its arguments are its
+    server's to read, and the server may run anywhere: not read as paths), one matching
+    `tool_name` another tool of the client (neither read-only, so standard mode asks; the
+    paths under its input's path-like keys are confined: `unlisted_paths`); other names
+    are unknown. Rules may name any MCP tool but no other unlisted name."""
 
     @functools.lru_cache(maxsize=1024)  # bounded: names come from the client
     def resolve_unknown(name: str) -> Tool | None:
@@ -197,7 +261,10 @@ def unlisted_fallbacks(
             return make_tool(name, describe_mcp(name), open_object({}), open_world=True)
         if tool_name.match(name):
             return make_tool(
-                name, f"{client}'s tool '{name}' (not known to Harness).", open_object({})
+                name,
+                f"{client}'s tool '{name}' (not known to Harness).",
+                open_object({}),
+                unlisted_paths=True,
             )
         return None
 

@@ -37,16 +37,17 @@ def named_tools(tool: Tool, arguments: Mapping[str, Any]) -> list[tuple[Tool, di
     """For a call of this tool: each client tool set's own tool of the name it asks about,
     with the input (Claude Code's `Bash` and Codex's, with `{"command": ...}`), so that
     the guards read it as they read that tool's calls through its hook (the command
-    blocklist holds on every mode, whichever way a command is asked about). Empty for
-    any other tool, or a name no tool set lists."""
+    blocklist holds on every mode, whichever way a command is asked about). A name no
+    tool set lists is each tool set's tool for an unlisted name (`toolset.fallback`: Claude
+    Code's `Artifact`, whose input's paths are then confined as through its hook; an MCP
+    tool, whose deny and ask rules then hold). Empty for any other tool."""
     from dispatcher.tools import registry  # (the registry names this tool)
 
     name, tool_input = arguments.get("tool_name"), arguments.get("input")
     if tool is not TOOL or not isinstance(name, str) or not isinstance(tool_input, dict):
         return []
-    return [
-        (named, tool_input)
-        for toolset in registry.client_toolsets()
-        for named in toolset.tools
-        if named.name == name
-    ]
+    toolsets = registry.client_toolsets()
+    listed = [named for toolset in toolsets for named in toolset.tools if named.name == name]
+    if not listed:
+        listed = [named for toolset in toolsets if (named := toolset.fallback(name)) is not None]
+    return [(named, tool_input) for named in listed]

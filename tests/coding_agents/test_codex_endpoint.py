@@ -232,14 +232,15 @@ def test_an_mcp_tool_and_an_unknown_tool_ask_and_a_name_of_no_form_is_rejected(
 def test_claude_codes_tools_are_not_codexs(
     agent: AgentFixture, django_capture_on_commit_callbacks: Any
 ) -> None:
-    """`Edit` is no Codex tool: a generic one that asks (Claude Code's Edit would have been
-    denied for its path outside the project without asking)."""
+    """`Edit` is no Codex tool: a generic one that asks (Claude Code's Edit would have
+    rejected this input, which lacks its old_string and new_string). Its path is still
+    confined, as every unlisted tool's (test_unlisted_client_tool_paths)."""
     session_id = sid()
     body = codex_input(
         "PreToolUse",
         session_id,
         tool_name="Edit",
-        tool_input={"file_path": "/etc/x"},
+        tool_input={"file_path": f"{PROJECT}/x"},
         tool_use_id="c",
     )
     with django_capture_on_commit_callbacks(execute=True):

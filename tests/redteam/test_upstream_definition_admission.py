@@ -10,8 +10,10 @@ tests/support."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -20,8 +22,12 @@ from audit import kinds
 from audit.models import AuditEvent
 from dispatcher import execution
 from dispatcher.models import Status, ToolCall
+from dispatcher.policy import stages
+from dispatcher.tools.base import Tool
+from dispatcher.tools.registry import get_tool
 from dispatcher.tools.sources import services
 from dispatcher.tools.sources.models import McpTool
+from tests.approvals.conftest import closing_connections
 from tests.redteam.test_rt5_upstream_definition import _register
 from tests.support.factories import AgentFixture, make_agent
 
@@ -96,5 +102,54 @@ def test_an_allowed_call_runs_when_its_definition_is_unchanged(
     call = _admit(client, fx, f"{name}__echo", {"text": "a"})
     services.refresh_server(name=name, actor="test")
     execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    assert (call.status, call.content) == (Status.COMPLETED, "echo: a")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_binding_recorded_is_of_the_tool_the_decision_read(
+    client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Admission looked the tool up twice: `stages.resolve` (whose binding it recorded)
+    and `call_context` (whose tool policy decided on). The catalog's cache is one per
+    process: when another thread, at the next generation, refreshed it between the two,
+    the second lookup rebuilt it from the rows committed meanwhile, and the call was
+    recorded under the definition before the change while decided under the one after.
+    The binding is now taken from the tool the decision read. The other thread's change
+    is made for real (an admin's accept, committed), in the window between the lookups."""
+    variant = tmp_path / "variant.json"
+    variant.write_text("{}")
+    name = "s" + uuid.uuid4().hex[:8]
+    _register(name, variant)
+    exposed = f"{name}__echo"
+    admitted = McpTool.objects.get(exposed_name=exposed).fingerprint
+    fx = make_agent(mode="trusted")
+    real_resolve = stages.resolve
+
+    def accept_elsewhere() -> None:
+        variant.write_text(json.dumps({"echo_description": "Echo, described anew."}))
+        services.refresh_server(name=name, actor="test")
+        row = McpTool.objects.get(exposed_name=exposed)
+        services.accept_tool(exposed=exposed, fingerprint=row.seen_fingerprint, actor="t")
+        assert get_tool(exposed) is not None  # this thread's lookup refreshes the cache
+
+    def resolve_then_change(tool_name: str, *args: Any) -> Tool:
+        tool = real_resolve(tool_name, *args)
+        if tool_name == exposed:
+            other = threading.Thread(target=closing_connections(accept_elsewhere))
+            other.start()
+            other.join()
+        return tool
+
+    monkeypatch.setattr(stages, "resolve", resolve_then_change)
+    call = _admit(client, fx, exposed, {"text": "a"})
+    monkeypatch.undo()
+    accepted = McpTool.objects.get(exposed_name=exposed).fingerprint
+    assert accepted != admitted
+    allowed = AuditEvent.objects.get(subject=f"call:{call.pk}", kind=kinds.CALL_ALLOWED)
+    decided = allowed.payload["binding"]["definition"]
+    assert decided == call.provenance["binding"]["definition"] == accepted
+
+    execution.execute_call(str(call.pk))  # decided and bound under one definition: it runs
     call.refresh_from_db()
     assert (call.status, call.content) == (Status.COMPLETED, "echo: a")
