@@ -115,8 +115,11 @@ def test_the_binding_recorded_is_of_the_tool_the_decision_read(
     process: when another thread, at the next generation, refreshed it between the two,
     the second lookup rebuilt it from the rows committed meanwhile, and the call was
     recorded under the definition before the change while decided under the one after.
-    The binding is now taken from the tool the decision read. The other thread's change
-    is made for real (an admin's accept, committed), in the window between the lookups."""
+    The binding is now taken from the tool the decision read, and one message's lookups
+    see the tools its first lookup saw (catalog._tables): the call is decided and bound
+    under the definition admission resolved, and the worker, which finds another
+    accepted since, refuses it. The other thread's change is made for real (an admin's
+    accept, committed), in the window between the lookups."""
     variant = tmp_path / "variant.json"
     variant.write_text("{}")
     name = "s" + uuid.uuid4().hex[:8]
@@ -148,8 +151,9 @@ def test_the_binding_recorded_is_of_the_tool_the_decision_read(
     assert accepted != admitted
     allowed = AuditEvent.objects.get(subject=f"call:{call.pk}", kind=kinds.CALL_ALLOWED)
     decided = allowed.payload["binding"]["definition"]
-    assert decided == call.provenance["binding"]["definition"] == accepted
+    assert decided == call.provenance["binding"]["definition"] == admitted
 
-    execution.execute_call(str(call.pk))  # decided and bound under one definition: it runs
+    execution.execute_call(str(call.pk))  # accepted after its admission: it does not run
     call.refresh_from_db()
-    assert (call.status, call.content) == (Status.COMPLETED, "echo: a")
+    assert call.status == Status.DENIED
+    assert "definition changed after this call was admitted" in call.content

@@ -68,11 +68,13 @@ def one_generation() -> Iterator[None]:
     several times, and sees one list, as of that read. A change committed meanwhile
     applies from the next message on, as if it had been committed just after the read."""
     outer = getattr(_pinned, "value", None)
+    outer_tables = getattr(_pinned, "tables", None)
     _pinned.value = outer if outer is not None else []
+    _pinned.tables = outer_tables if outer is not None else []
     try:
         yield
     finally:
-        _pinned.value = outer
+        _pinned.value, _pinned.tables = outer, outer_tables
 
 
 def pin(value: int | None) -> None:
@@ -102,19 +104,33 @@ def upstream_tools(team_id: int | None = None) -> tuple[Tool, ...]:
     current = generation()
     if current is None:
         return ()
+    tools, _, teams = _tables(current)
+    return tuple(t for t in tools if serves(teams.get(t.name), team_id))
+
+
+_Tables = tuple[tuple[Tool, ...], dict[str, Tool], dict[str, int | None]]
+
+
+def _tables(current: int) -> _Tables:
+    """The cache's tools, by name and their teams, for `current`. Inside `one_generation`,
+    the ones its first lookup saw, for every later lookup: the cache is one per process,
+    and another thread that refreshed it meanwhile (a definition accepted) had the next
+    lookup here rebuild it from the rows committed since, under the generation pinned
+    here, so one message's lookups returned tools of two definitions (admission resolved
+    one and decided on the other)."""
+    held: list[_Tables] | None = getattr(_pinned, "tables", None)
+    if held:
+        return held[0]
     with _lock:
-        _refresh(current)
-        teams = _cache["teams"]
-        return tuple(t for t in _cache["tools"] if serves(teams.get(t.name), team_id))
-
-
-def _refresh(current: int) -> None:
-    """The cache made anew when the generation is not its own (under _lock)."""
-    if _cache["generation"] != current:
-        tools, teams = _build()
-        _cache.update(
-            generation=current, tools=tools, by_name={t.name: t for t in tools}, teams=teams
-        )
+        if _cache["generation"] != current:
+            tools, teams = _build()
+            _cache.update(
+                generation=current, tools=tools, by_name={t.name: t for t in tools}, teams=teams
+            )
+        tables = (_cache["tools"], _cache["by_name"], _cache["teams"])
+    if held is not None:
+        held.append(tables)
+    return tables
 
 
 def upstream_tool(name: str, team_id: int | None = None) -> Tool | None:
@@ -123,12 +139,10 @@ def upstream_tool(name: str, team_id: int | None = None) -> Tool | None:
     current = generation()
     if current is None:  # (the tables cannot be read: no upstream tools, as upstream_tools)
         return None
-    with _lock:
-        _refresh(current)
-        if not serves(_cache["teams"].get(name), team_id):
-            return None
-        tool: Tool | None = _cache["by_name"].get(name)
-        return tool
+    _, by_name, teams = _tables(current)
+    if not serves(teams.get(name), team_id):
+        return None
+    return by_name.get(name)
 
 
 def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
