@@ -8,10 +8,14 @@ A real daphne and a real Celery worker (4 processes)."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import httpx
 import pytest
 
+from dispatcher import batches
+from floor import celery_message
+from floor.redis_clients import redis_at
 from tests.support.factories import make_agent
 from tests.support.live import LiveStack
 
@@ -64,3 +68,32 @@ def test_calls_waiting_for_their_workspace_do_not_hold_the_workers(
             answer = a.get(f"/api/v1/calls/{call_id}", params={"wait": 50}, timeout=60)
             assert answer.json()["status"] == "completed", answer.text[:300]
     assert took < SLOW / 2, took
+
+
+def test_an_agent_whose_place_in_the_ring_was_lost_is_served_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ring's key lost alone (deleted, evicted) while its agents' lists were kept: an
+    agent joins the ring only when its list was empty, so its queued calls were never
+    taken again (each ran only when a message found the ring empty) and its list grew
+    with every call it sent. The reconciler's re-send of one of its calls puts it back."""
+    target = celery_message.raw_target(batches.EXECUTE_TASK)
+    assert target is not None, "the test settings' broker is plain Redis"
+    url, queue = target[0], f"rtq-{uuid.uuid4()}"  # a queue no live worker takes from
+    monkeypatch.setattr(celery_message, "raw_target", lambda task: (url, queue))
+    broker = redis_at(url)
+    ring, prefix = batches._fair_keys(queue)
+    stranded, other = str(uuid.uuid4()), str(uuid.uuid4())
+    first, second, others = (str(uuid.uuid4()) for _ in range(3))
+    keys = [queue, ring, *(prefix + a + s for a in (stranded, other) for s in ("", ":in"))]
+    try:
+        batches.enqueue(first, stranded)
+        batches.enqueue(second, stranded)
+        broker.delete(ring)  # lost; the agent's list kept
+        batches.enqueue(others, other)
+        batches.enqueue(first, stranded, resend=True)  # the reconciler: `first` waited
+        turns = [batches.next_turn("message") for _ in range(4)]
+        assert turns == [others, first, second, "message"], turns
+        assert not broker.exists(prefix + stranded)
+    finally:
+        broker.delete(*keys)
