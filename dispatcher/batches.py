@@ -47,7 +47,10 @@ redis.call('LPUSH', KEYS[3], ARGV[3])
 # (the set beside it says so without reading the list: a flood's lists are long) gets
 # one more message and no second place (a list with more calls than messages would leave
 # its last call waiting for the reconciler after every burst, for good); a call the list
-# lost gets both.
+# lost gets both. An agent whose list outlived its place in the ring (the ring's key
+# deleted or evicted alone) is put back: it joins the ring only when its list was empty,
+# so its calls were otherwise never taken again and its list grew for good (LPOS reads
+# the ring, one entry per agent with calls waiting, only on the reconciler's re-send).
 _RESEND = """
 if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 0 then
   if redis.call('RPUSH', KEYS[2], ARGV[1]) == 1 then
@@ -56,6 +59,8 @@ if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 0 then
   redis.call('SADD', KEYS[4], ARGV[1])
   redis.call('EXPIRE', KEYS[2], 86400)
   redis.call('EXPIRE', KEYS[4], 86400)
+elseif not redis.call('LPOS', KEYS[1], ARGV[2]) then
+  redis.call('RPUSH', KEYS[1], ARGV[2])
 end
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """

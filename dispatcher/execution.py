@@ -6,6 +6,7 @@ messages. The state changes themselves are in dispatcher.transitions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -89,7 +90,15 @@ def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
     workspace = Path(session.workspace)
     row = previews.kept_preview(call) if tool.previewable else None
     reason = ""
-    with previews.lock_for(tool, workspace):
+    lock = _workspace_lock(tool, workspace)
+    if lock is None:
+        # Another call of the session holds the workspace: this call goes back to the end
+        # of its agent's turn rather than hold the worker (one agent's few slow commands
+        # in one session held every worker, and every other agent's call waited for all
+        # of them, whatever its turn: batches).
+        batches.enqueue(str(call.pk), batches.agent_of(call), resend=True)
+        return None
+    with lock:
         if row is not None:
             outcome, reason = previews.settle(call, tool, row, workspace)
             if outcome in ("applied", "gone"):
@@ -120,6 +129,27 @@ def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
             place=(call.batch_id, call.batch_index),
         )
     return None
+
+
+# How long a worker waits for a workspace another call holds before giving its call back
+# to the queue: a command's lock is usually a moment (a write), or as long as the command.
+_LOCK_PATIENCE = 1.0
+
+
+def _workspace_lock(tool: Tool, workspace: Path) -> contextlib.ExitStack | None:
+    """The workspace's lock for `tool`, held (leave the returned stack to release it), or
+    None when another call held it for all of `_LOCK_PATIENCE`."""
+    deadline = time.monotonic() + _LOCK_PATIENCE
+    while True:
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(previews.lock_for(tool, workspace, wait=False))
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+        else:
+            return stack
 
 
 def _changed_since_admission(call: ToolCall, tool: Tool) -> str | None:

@@ -170,12 +170,15 @@ def record(made: list[tuple[ToolCall, Made]]) -> None:
 # --- In the worker -------------------------------------------------------------------------
 
 
-def lock_for(tool: Tool, workspace: Path) -> contextlib.AbstractContextManager[None]:
+def lock_for(
+    tool: Tool, workspace: Path, *, wait: bool = True
+) -> contextlib.AbstractContextManager[None]:
     """The workspace lock a worker holds while a call runs: shared for concurrency-safe
-    tools, exclusive for the rest (nothing of the session runs beside a change)."""
+    tools, exclusive for the rest (nothing of the session runs beside a change). Without
+    `wait`, entering it raises BlockingIOError when another call holds it."""
     if not workspace.is_dir():
         return contextlib.nullcontext()
-    return workspace_lock.held(workspace, shared=tool.is_concurrency_safe)
+    return workspace_lock.held(workspace, shared=tool.is_concurrency_safe, wait=wait)
 
 
 def kept_preview(call: ToolCall) -> Preview | None:

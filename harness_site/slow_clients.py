@@ -26,7 +26,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from daphne import http_protocol
+from daphne import http_protocol, ws_protocol
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web import http
@@ -99,7 +99,6 @@ class CountedProtocol(http._GenericHTTPChannelProtocol):
 
     max_per_address = 0  # 0: not counted
     open_by_address: dict[str, int] = {}  # noqa: RUF012  (shared by every connection)
-    _address: str | None = None
 
     def makeConnection(self, transport: Any) -> None:
         # (the wrapper hands makeConnection to its channel, whose connectionMade runs;
@@ -112,17 +111,45 @@ class CountedProtocol(http._GenericHTTPChannelProtocol):
             transport.abortConnection()  # its descriptor is given back at once
             return
         self.open_by_address[address] = self.open_by_address.get(address, 0) + 1
-        self._address = address
+        _counted[transport] = address
+        self._counted_transport = transport
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
-        address, self._address = self._address, None
-        if address is not None:
-            left = self.open_by_address.get(address, 1) - 1
-            if left > 0:
-                self.open_by_address[address] = left
-            else:
-                self.open_by_address.pop(address, None)
+        _release(getattr(self, "_counted_transport", None))
         super().connectionLost(reason)
+
+
+class CountedWebSocketProtocol(ws_protocol.WebSocketProtocol):  # type: ignore[misc]
+    """daphne's WebSocket protocol, which a WebSocket upgrade hands the connection to:
+    the HTTP protocol that counted it hears nothing more, so the close is given back
+    here (each WebSocket ever opened stayed counted, and an address that opened the
+    bound's number, a browser reconnecting its approval queue, was refused every
+    connection until daphne restarted)."""
+
+    def makeConnection(self, transport: Any) -> None:
+        self._counted_transport = transport
+        super().makeConnection(transport)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        _release(getattr(self, "_counted_transport", None))
+        super().connectionLost(reason)
+
+
+# The connections counted, by their transport (which outlives a change of protocol).
+_counted: dict[Any, str] = {}
+
+
+def _release(transport: Any) -> None:
+    """Give back the count of `transport`'s connection, once, whichever protocol it ended
+    under; nothing for one never counted."""
+    address = _counted.pop(transport, None) if transport is not None else None
+    if address is None:
+        return
+    left = CountedProtocol.open_by_address.get(address, 1) - 1
+    if left > 0:
+        CountedProtocol.open_by_address[address] = left
+    else:
+        CountedProtocol.open_by_address.pop(address, None)
 
 
 def _address_of(peer: Any) -> str | None:
@@ -152,3 +179,4 @@ def install(receive_timeout: float, max_per_address: int = 0) -> None:
     BoundedHTTPChannel.receive_timeout = receive_timeout
     CountedProtocol.max_per_address = max_per_address
     http_protocol.HTTPFactory.protocol = _bounded_protocol
+    ws_protocol.WebSocketFactory.protocol = CountedWebSocketProtocol
