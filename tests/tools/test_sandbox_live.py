@@ -138,7 +138,7 @@ def test_a_worker_child_past_the_task_time_limit_is_killed_and_its_call_never_re
     monkeypatch.setattr(
         batches,
         "enqueue",
-        lambda call_id: current_app.send_task(
+        lambda call_id, *turn, **resend: current_app.send_task(
             batches.EXECUTE_TASK, args=(call_id,), queue=queue, time_limit=None
         ),
     )
