@@ -95,8 +95,15 @@ def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
         # Another call of the session holds the workspace: this call goes back to the end
         # of its agent's turn rather than hold the worker (one agent's few slow commands
         # in one session held every worker, and every other agent's call waited for all
-        # of them, whatever its turn: batches).
-        batches.enqueue(str(call.pk), batches.agent_of(call), resend=True)
+        # of them, whatever its turn: batches). Its message is sent now, so said: by the
+        # admission's time the reconciler took it for lost every HARNESS_REQUEUE_AFTER and
+        # sent another, each of which found the lock held and sent itself again (behind
+        # one long command, a waiting call gathered a message every 30 s). A call no
+        # longer queued (cancelled, taken by another message) needs none.
+        if ToolCall.objects.filter(pk=call.pk, status=Status.QUEUED).update(
+            enqueued_at=timezone.now()
+        ):
+            batches.enqueue(str(call.pk), batches.agent_of(call), resend=True)
         return None
     with lock:
         if row is not None:

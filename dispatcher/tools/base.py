@@ -140,19 +140,20 @@ class Tool:
 
 # The keys of an unlisted client tool's input read as paths (`input_paths`), compared
 # with case, `_` and `-` left out: any key ending in "path" or "paths" (file_path,
-# file_paths, notebook_path, dir_path, local_path, scriptPath, worktreePath ...), and
-# these names of directories.
-PATH_KEY_SUFFIXES = ("path", "paths")
-PATH_KEY_NAMES = frozenset(
-    {"dir", "dirs", "directory", "directories", "folder", "folders", "cwd", "workdir"}
-    | {"workingdir", "workingdirectory"}
+# file_paths, notebook_path, dir_path, local_path, scriptPath, worktreePath ...), or in a
+# name of a directory (dir, directory, folder, cwd: out_dir, outputDirectory,
+# target_folder, initial_cwd; the ending, not the whole key: Claude Code's `Artifact`
+# saves an asset into its `out_dir`, which the whole names alone missed).
+PATH_KEY_SUFFIXES = (
+    *("path", "paths", "dir", "dirs", "directory", "directories"),
+    *("folder", "folders", "cwd"),
 )
 MAX_INPUT_DEPTH = 16  # objects and lists nested deeper are not read: the input is refused
 
 
 def is_path_key(key: str) -> bool:
     name = key.lower().replace("_", "").replace("-", "")
-    return name.endswith(PATH_KEY_SUFFIXES) or name in PATH_KEY_NAMES
+    return name.endswith(PATH_KEY_SUFFIXES)
 
 
 def input_paths(arguments: Mapping[str, Any]) -> tuple[str, ...]:
