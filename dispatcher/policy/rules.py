@@ -796,13 +796,14 @@ def _command_rule_decision(
     call: CallContext, *, allow: Sequence[str], ask: Sequence[str], deny: Sequence[str]
 ) -> RuleVerdict:
     parts = loose_parts(call)
+    names = (call.name, *call.tool.rule_aliases)  # (Monitor's command is Bash's)
     for action, texts in (("deny", deny), ("ask", ask)):
         for text, rule in _parsed(texts):
             if rule is None:
-                if text.partition("(")[0].strip() == call.name:
+                if text.partition("(")[0].strip() in names:
                     return RuleVerdict(action, text)
                 continue
-            if rule.tool != call.name:
+            if rule.tool not in names:
                 continue
             pattern = None if rule.specifier is None else _command_pattern_or_none(rule, call.tool)
             if pattern is not None:
@@ -816,7 +817,7 @@ def _command_rule_decision(
     candidates = [
         (rule, None if rule.specifier is None else _command_pattern_or_none(rule, call.tool))
         for _, rule in _parsed(allow)
-        if rule is not None and rule.tool == call.name
+        if rule is not None and rule.tool in names
     ]
     for rule, pattern in candidates:
         if pattern is None and _safe_matches(rule, call, "allow"):

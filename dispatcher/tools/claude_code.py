@@ -74,6 +74,13 @@ def present_bash(arguments: dict[str, Any], project: Path) -> dict[str, Any]:
     }
 
 
+def present_monitor(arguments: dict[str, Any], project: Path) -> dict[str, Any]:
+    """Monitor's command as Bash's is shown; a WebSocket watch as its arguments."""
+    if isinstance(arguments.get("command"), str):
+        return present_bash(arguments, project)
+    return present_arguments(arguments, project)
+
+
 def present_edit(arguments: dict[str, Any], project: Path) -> dict[str, Any]:
     """old_string -> new_string in file_path, as a diff (the file itself is on the client)."""
     path = str(arguments.get("file_path", ""))
@@ -169,6 +176,27 @@ BASH = _tool(
     command_shell="bash",
     open_world=True,
     present_call=present_bash,
+)
+# Monitor runs a shell command (or opens a WebSocket) and reports each line it prints:
+# the same shell as Bash, so the same guard and rules (a rule for Bash is one for it).
+MONITOR = _tool(
+    "Monitor",
+    "Claude Code runs a shell command on the developer's machine and watches what it prints "
+    "(or watches a WebSocket).",
+    open_object(
+        {
+            "command": {"type": "string", "minLength": 1},
+            "ws": {"type": "object"},
+            "description": STRING,
+            "timeout_ms": NUMBER,
+        },
+        (),
+    ),
+    command_argument="command",
+    command_shell="bash",
+    open_world=True,
+    rule_aliases=("Bash",),
+    present_call=present_monitor,
 )
 READ = _tool(
     "Read",
@@ -330,6 +358,7 @@ SESSION_TOOLS = tuple(
 
 TOOLS: tuple[Tool, ...] = (
     BASH,
+    MONITOR,
     READ,
     WRITE,
     EDIT,
