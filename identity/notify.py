@@ -62,22 +62,41 @@ def notify_break_glass(event_id: int) -> list[str]:
 
 
 def _send(channel: Channel, event: AuditEvent, text: str, admins: list[User]) -> bool:
+    addresses = set(channel.config.get("addresses", [])) | {a.email for a in admins if a.email}
+    return _deliver(
+        channel,
+        {"event": kinds.USER_BREAK_GLASS, "audit_event": event.pk, **event.payload},
+        ("[Harness] Break-glass sign-in", "Harness: break-glass sign-in", text),
+        addresses,
+        admins,
+    )
+
+
+def _deliver(
+    channel: Channel,
+    webhook_body: dict[str, object],
+    words: tuple[str, str, str],
+    addresses: set[str],
+    people: list[User],
+) -> bool:
+    """One notice on one channel: the webhook's body, Slack's text, an email (subject,
+    text) to `addresses`, Web Push (title, text) to `people`'s browsers. Whether it went
+    anywhere (an email channel with no address, push with no browser: not)."""
+    subject, title, text = words
     config = channel.config
     if channel.kind == Kind.WEBHOOK:
-        body = {"event": kinds.USER_BREAK_GLASS, "audit_event": event.pk, **event.payload}
-        senders.send_webhook(config["url"], config.get("secret", ""), body)
+        senders.send_webhook(config["url"], config.get("secret", ""), webhook_body)
     elif channel.kind == Kind.SLACK and config.get("webhook_url"):
         senders.send_slack_webhook(config["webhook_url"], text, [])
     elif channel.kind == Kind.SLACK:
         senders.send_slack_message(config, text, [])
     elif channel.kind == Kind.EMAIL:
-        to = sorted(set(config.get("addresses", [])) | {a.email for a in admins if a.email})
-        if not to:
+        if not addresses:
             return False
-        senders.send_email(to, "[Harness] Break-glass sign-in", text)
+        senders.send_email(sorted(addresses), subject, text)
     elif channel.kind == Kind.WEBPUSH:
-        data = json.dumps({"title": "Harness: break-glass sign-in", "body": text})
-        subscriptions = PushSubscription.objects.filter(user__in=admins)
+        data = json.dumps({"title": title, "body": text})
+        subscriptions = PushSubscription.objects.filter(user__in=people)
         for sub in subscriptions:
             senders.send_push({"endpoint": sub.endpoint, "keys": sub.keys}, data)
         return subscriptions.exists()
@@ -120,22 +139,11 @@ def notify_token_voided(event_id: int) -> list[str]:
 
 
 def _send_voided(channel: Channel, event: AuditEvent, text: str, owner: User | None) -> bool:
-    config = channel.config
-    if channel.kind == Kind.WEBHOOK:
-        body = {"event": kinds.AGENT_TOKEN_VOIDED, "audit_event": event.pk, **event.payload}
-        senders.send_webhook(config["url"], config.get("secret", ""), body)
-    elif channel.kind == Kind.SLACK and config.get("webhook_url"):
-        senders.send_slack_webhook(config["webhook_url"], text, [])
-    elif channel.kind == Kind.SLACK:
-        senders.send_slack_message(config, text, [])
-    elif channel.kind == Kind.EMAIL and owner is not None and owner.email:
-        senders.send_email([owner.email], "[Harness] An agent's token was voided", text)
-    elif channel.kind == Kind.WEBPUSH and owner is not None:
-        data = json.dumps({"title": "Harness: an agent's token was voided", "body": text})
-        subscriptions = PushSubscription.objects.filter(user=owner)
-        for sub in subscriptions:
-            senders.send_push({"endpoint": sub.endpoint, "keys": sub.keys}, data)
-        return subscriptions.exists()
-    else:
-        return False
-    return True
+    """To the owner only (not a channel's own addresses: the notice names who left)."""
+    return _deliver(
+        channel,
+        {"event": kinds.AGENT_TOKEN_VOIDED, "audit_event": event.pk, **event.payload},
+        ("[Harness] An agent's token was voided", "Harness: an agent's token was voided", text),
+        {owner.email} if owner is not None and owner.email else set(),
+        [owner] if owner is not None else [],
+    )
