@@ -36,7 +36,7 @@ from dispatcher.policy.profiles import default_profile, profile_for
 from dispatcher.tools import sandbox
 from floor.compiled import Compiled
 from floor.errors import ServiceError
-from teams.models import Team
+from teams.models import Membership, Team
 from teams.scope import org_holds
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def create_agent(
         path.mkdir(parents=True, exist_ok=True)
         workspace = str(path)
     team = team or Team.objects.default()
-    _lock_active(shown_to)
+    _lock_active(shown_to, team.pk)
     token, prefix = _new_token()
     agent = Agent.objects.create(
         owner=owner,
@@ -298,7 +298,7 @@ def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> s
     credentials are the tokens only that person's client holds, in the mode they
     consented to; a bearer token would act for them beside it, in their own mode."""
     token, prefix = _new_token()
-    _lock_active(shown_to)
+    _lock_active(shown_to, agent.team_id)
     old = Agent.objects.select_for_update().filter(pk=agent.pk, is_active=True).first()
     if old is None:
         raise ServiceError(f"Agent '{agent.name}' is revoked; create a new agent instead.")
@@ -333,16 +333,36 @@ def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> s
     return token
 
 
-def _lock_active(person: User | None) -> None:
+def _lock_active(person: User | None, team_id: int) -> None:
     """Lock the row of the person a token is about to be shown to, and refuse one who is
     no longer active (ServiceError). Taken before the agent's row, in the order a
     deactivation takes them (the person, then their agents): a deactivation that commits
     first is seen here, and one that comes after waits for this token to be recorded as
-    theirs, then voids it (void_tokens_shown_to)."""
+    theirs, then voids it (void_tokens_shown_to).
+
+    Then the row that lets them reach the agent's team, locked too, or refused when there
+    is none: their organization admin role, else a membership of the team (a superuser
+    needs neither). Leaving the team deletes that row before it voids the tokens of the
+    team's agents they were shown (void_tokens_of_team_leaver), which it finds by an
+    unlocked read: without this lock, a rotation whose page checked their reach just
+    before they left recorded them as a holder after that read, and they left the team
+    with a working token of its agent."""
     if person is None:
         return
     if not User.objects.select_for_update().filter(pk=person.pk, is_active=True).exists():
         raise ServiceError(f"{person.get_username()} is deactivated: no token is shown to them.")
+    if person.is_superuser:
+        return
+    org_admin = User.groups.through.objects.select_for_update(of=("self",)).filter(
+        user_id=person.pk, group__name=ADMIN
+    )
+    if org_admin.exists():
+        return
+    if not Membership.objects.select_for_update().filter(team_id=team_id, user=person).exists():
+        raise ServiceError(
+            f"{person.get_username()} is not in the agent's team (any more): no token of its "
+            "agents is shown to them."
+        )
 
 
 def void_tokens_shown_to(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:

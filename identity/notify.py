@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
 from django.contrib.auth.models import User
 from django.db.models import Q
 
 from approvals.notifications import senders
+from approvals.notifications.messages import slack_escape as slack
 from approvals.notifications.models import Channel, Kind, PushSubscription
 from audit import kinds
 from audit.models import AuditEvent
@@ -78,18 +80,21 @@ def _deliver(
     words: tuple[str, str, str],
     addresses: set[str],
     people: list[User],
+    slack_text: str | None = None,
 ) -> bool:
-    """One notice on one channel: the webhook's body, Slack's text, an email (subject,
-    text) to `addresses`, Web Push (title, text) to `people`'s browsers. Whether it went
-    anywhere (an email channel with no address, push with no browser: not)."""
+    """One notice on one channel: the webhook's body, Slack's text (`slack_text`, its
+    names escaped for Slack's markup, else the text), an email (subject, text) to
+    `addresses`, Web Push (title, text) to `people`'s browsers. Whether it went anywhere
+    (an email channel with no address, push with no browser: not)."""
     subject, title, text = words
+    slack_text = text if slack_text is None else slack_text
     config = channel.config
     if channel.kind == Kind.WEBHOOK:
         senders.send_webhook(config["url"], config.get("secret", ""), webhook_body)
     elif channel.kind == Kind.SLACK and config.get("webhook_url"):
-        senders.send_slack_webhook(config["webhook_url"], text, [])
+        senders.send_slack_webhook(config["webhook_url"], slack_text, [])
     elif channel.kind == Kind.SLACK:
-        senders.send_slack_message(config, text, [])
+        senders.send_slack_message(config, slack_text, [])
     elif channel.kind == Kind.EMAIL:
         if not addresses:
             return False
@@ -105,14 +110,18 @@ def _deliver(
     return True
 
 
-def token_voided_text(event: AuditEvent) -> str:
+def token_voided_text(event: AuditEvent, quote: Callable[[str], str] = str) -> str:
+    """The notice; `quote` applied to each name in it (Slack's: `slack_escape`, since an
+    agent's, a team's or a person's name is text its mrkdwn would read as links and
+    mentions, `<!channel>` or `<https://…|rotate here>`)."""
     payload = event.payload
+    name, owner, prefix, reason = (
+        quote(str(payload.get(key))) for key in ("name", "owner", "token_prefix", "reason")
+    )
     return (
-        f"The token of Harness agent {payload.get('name')} (owner {payload.get('owner')}, "
-        f"token {payload.get('token_prefix')}…) was voided at "
-        f"{event.created_at:%Y-%m-%d %H:%M:%S} UTC because {payload.get('reason')}. The "
-        "agent is refused until "
-        "its token is rotated: an admin of its team rotates it on the agent's page and "
+        f"The token of Harness agent {name} (owner {owner}, token {prefix}…) was voided at "
+        f"{event.created_at:%Y-%m-%d %H:%M:%S} UTC because {reason}. The agent is refused "
+        "until its token is rotated: an admin of its team rotates it on the agent's page and "
         f"puts the new token where the agent runs. Audit event {event.pk}."
     )
 
@@ -146,4 +155,5 @@ def _send_voided(channel: Channel, event: AuditEvent, text: str, owner: User | N
         ("[Harness] An agent's token was voided", "Harness: an agent's token was voided", text),
         {owner.email} if owner is not None and owner.email else set(),
         [owner] if owner is not None else [],
+        slack_text=token_voided_text(event, slack),
     )

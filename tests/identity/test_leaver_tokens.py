@@ -224,3 +224,29 @@ def test_a_call_waiting_for_a_reviewer_when_the_token_is_voided_is_cancelled() -
     assert other.status == Status.PENDING_APPROVAL
     cancelled = AuditEvent.objects.get(kind="call.cancelled", subject=f"call:{asked.pk}")
     assert leaver.username in json.dumps(cancelled.payload)
+
+
+@pytest.mark.django_db
+def test_the_slack_notice_escapes_the_names_it_carries(settings: Any) -> None:
+    """An agent's name (any text a dashboard admin typed) reaches Slack's mrkdwn: before,
+    unescaped, `<!channel>` pinged the whole channel and `<https://…|…>` made a link the
+    notice never meant. Now it reads as the text it is, as every other Slack message of
+    Harness reads an agent's words (messages.slack_escape)."""
+    from identity import notify
+
+    settings.HARNESS_OUTBOUND_ALLOW = ["127.0.0.1"]
+    leaver, _, owner = people()
+    shown, _ = agents.create_agent(
+        owner=owner,
+        name=f"<!channel> <https://evil.example/rotate|rotate here> {unique('a')}",
+        actor="t",
+        shown_to=leaver,
+    )
+    assert roles.deactivate(user=leaver, actor="user:root")
+    event = AuditEvent.objects.get(kind="agent.token_voided", subject=f"agent:{shown.pk}")
+    with receivers.fake_slack() as slack:
+        channel("slack", {"webhook_url": slack.url + "/services/hook"})
+        assert len(notify.notify_token_voided(event.pk)) == 1
+        text = slack.wait_for(1)[0].json()["text"]
+    assert "<!channel>" not in text and "<https://" not in text
+    assert "&lt;!channel&gt; &lt;https://evil.example/rotate|rotate here&gt;" in text

@@ -125,3 +125,38 @@ def test_an_org_admin_who_loses_the_role_loses_the_tokens_of_teams_they_never_jo
     assert VOIDED in body and f"because {root.username}" in body
     event = AuditEvent.objects.get(kind="role.removed", subject=f"user:{root.username}")
     assert event.payload["agent_tokens_voided"] == [agent.name]
+
+
+@pytest.mark.django_db
+def test_no_token_of_the_teams_agents_is_shown_to_someone_who_left_it_meanwhile() -> None:
+    """The rotate and create pages check the admin's reach when the request starts; the
+    leaving may commit between that check and the token's recording. Before, the token
+    was then recorded as theirs after the leaving's step had read the holders: it was
+    never voided, and they acted as the team's agent from outside it. Now the service
+    refuses (their membership is read, and locked, with the token's recording), and no
+    token is issued; an organization admin, who reaches every team, is still shown one."""
+    from dispatcher import agents
+    from floor.errors import ServiceError
+
+    team = create_team(name=unique("payments"), actor="t")
+    root = make_user(unique("root"), groups=("admin",))
+    tess = make_user(unique("tess"))
+    owner = make_user(unique("olga"), mode="standard")
+    add_member(team=team, user=tess, role="admin", actor="t")
+    add_member(team=team, user=owner, role="reviewer", actor="t")
+    agent, token = made_in_dashboard(tess, owner, team)
+    assert remove_member(team=team, user=tess, role="admin", actor="user:root")
+    assert tools(token)[0] == 401  # the token she was shown is voided
+
+    with pytest.raises(ServiceError, match="not in the agent's team"):
+        agents.rotate_token(agent=agent, actor="user:tess", shown_to=tess)
+    agent.refresh_from_db()
+    assert tess.pk in agent.token_holders and agent.token_voided_at is not None  # unchanged
+    with pytest.raises(ServiceError, match="not in the agent's team"):
+        agents.create_agent(
+            owner=owner, name=unique("agent"), team=team, actor="user:tess", shown_to=tess
+        )
+    assert not Agent.objects.filter(team=team).exclude(pk=agent.pk).exists()
+
+    fresh = agents.rotate_token(agent=agent, actor="user:root", shown_to=root)
+    assert tools(fresh)[0] == 200
