@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +35,7 @@ from dispatcher.proposals import ProposedCall
 from dispatcher.tools import messages, preview, preview_apply, workspace_lock
 from dispatcher.tools._paths import resolve_in_workspace
 from dispatcher.tools.base import Tool, ToolError
-from dispatcher.tools.run_command import scrubbed_environment
+from dispatcher.tools.run_command import directory_identity, scrubbed_environment
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +115,7 @@ def preview_for(ctx: CallContext) -> Made | None:
         with _lock_within(ctx.workspace, LOCK_WAIT):
             # (resolved in the lock: what it names is what the preview runs in)
             cwd = resolve_in_workspace(ctx.workspace, str(ctx.arguments.get("cwd", ".")))
-            ran_in = _directory_identity(cwd)
+            ran_in = str(cwd), directory_identity(cwd)
             effect = preview.run_preview(
                 argv, cwd=cwd, workspace=ctx.workspace, env=scrubbed_environment(ctx.workspace)
             )
@@ -135,16 +133,6 @@ def preview_for(ctx: CallContext) -> Made | None:
     made = Made(effect, "" if effect.appliable else effect.why_not_appliable())
     made.cwd = ran_in
     return made
-
-
-def _directory_identity(cwd: Path) -> tuple[str, list[int] | None]:
-    """`cwd` (resolved) and the (device, inode) of the directory there, None when it is
-    none: as run_command's presentation binds it (`cwd`, `cwd_identity`)."""
-    try:
-        info = os.stat(cwd)
-    except (OSError, ValueError):
-        return str(cwd), None
-    return str(cwd), [info.st_dev, info.st_ino] if stat.S_ISDIR(info.st_mode) else None
 
 
 @contextlib.contextmanager

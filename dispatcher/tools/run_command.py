@@ -137,13 +137,17 @@ def _bound_cwd(workspace: Path, cwd: str) -> tuple[str | None, list[int] | None]
         resolved = resolve_in_workspace(workspace, cwd)
     except (ToolError, OSError, RuntimeError, ValueError):
         return None, None
+    return str(resolved), directory_identity(resolved)
+
+
+def directory_identity(path: Path) -> list[int] | None:
+    """The (device, inode) of the directory at `path`, None when there is none: what an
+    ask binds as `cwd_identity` (the preview records it too, under its lock)."""
     try:
-        info = os.stat(resolved)
+        info = os.stat(path)
     except (OSError, ValueError):
-        return str(resolved), None
-    if not stat.S_ISDIR(info.st_mode):
-        return str(resolved), None
-    return str(resolved), [info.st_dev, info.st_ino]
+        return None
+    return [info.st_dev, info.st_ino] if stat.S_ISDIR(info.st_mode) else None
 
 
 def changed_since(
