@@ -146,17 +146,16 @@ _LOCK_PATIENCE = 1.0
 def _workspace_lock(tool: Tool, workspace: Path) -> contextlib.ExitStack | None:
     """The workspace's lock for `tool`, held (leave the returned stack to release it), or
     None when another call held it for all of `_LOCK_PATIENCE`."""
-    deadline = time.monotonic() + _LOCK_PATIENCE
-    while True:
-        stack = contextlib.ExitStack()
-        try:
-            stack.enter_context(previews.lock_for(tool, workspace, wait=False))
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.05)
-        else:
-            return stack
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(
+            previews.lock_within(
+                lambda: previews.lock_for(tool, workspace, wait=False), _LOCK_PATIENCE
+            )
+        )
+    except TimeoutError:
+        return None
+    return stack
 
 
 def _changed_since_admission(call: ToolCall, tool: Tool) -> str | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,7 +112,7 @@ def preview_for(ctx: CallContext) -> Made | None:
         return None
     argv = [str(word) for word in ctx.arguments.get(ctx.tool.command_argument or "argv", [])]
     try:
-        with _lock_within(ctx.workspace, LOCK_WAIT):
+        with lock_within(lambda: workspace_lock.held(ctx.workspace, wait=False), LOCK_WAIT):
             # (resolved in the lock: what it names is what the preview runs in)
             cwd = resolve_in_workspace(ctx.workspace, str(ctx.arguments.get("cwd", ".")))
             ran_in = str(cwd), directory_identity(cwd)
@@ -136,11 +136,15 @@ def preview_for(ctx: CallContext) -> Made | None:
 
 
 @contextlib.contextmanager
-def _lock_within(workspace: Path, seconds: float) -> Iterator[None]:
+def lock_within(
+    lock: Callable[[], contextlib.AbstractContextManager[None]], seconds: float
+) -> Iterator[None]:
+    """Hold `lock()` (a lock entered without waiting: BlockingIOError while another holds
+    it), trying again for up to `seconds`; TimeoutError past them."""
     deadline = time.monotonic() + seconds
     while True:
         try:
-            with workspace_lock.held(workspace, wait=False):
+            with lock():
                 yield
                 return
         except BlockingIOError:
