@@ -59,6 +59,7 @@ import secrets
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from dispatcher.tools.base import ToolError
@@ -90,6 +91,16 @@ INDEX_READ_MIN = 256 << 10
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
 MAX_HOOKS_DEPTH = 32  # levels of a core.hooksPath directory bound; deeper, it refuses
+# git configurations read (`git config --file -`, one subprocess each) before a run, and
+# again after it, and the seconds they may take in all: each `.git` a command made cost
+# one or two, with no bound (a command making 10,000 repositories had the worker run
+# 20,000 subprocesses, minutes in the workspace's lock, past the call's time limit, whose
+# kill left the rest unjudged). Past either, what is left is treated as a configuration
+# that cannot be read: before the run, nothing runs; after it, a `.git` the command made
+# is removed unread (`_judge_made`).
+MAX_CONFIG_READS = 256
+CONFIG_READ_SECONDS = 10.0
+MADE_NOTES = 10  # notes of removed `.git` entries the model reads; the rest are counted
 # Entries of the workspace looked at, before an unapproved run, for the `.git` of a
 # repository nested in it (beyond, no unapproved command runs), and after it, for one the
 # command made (no bound: a command that made more than a bound hid the `.git` it planted;
@@ -125,6 +136,17 @@ MADE = (
     "\n[harness: this command ran without a person's approval and made the git directory "
     "'{path}', which {why}: git would run programs from it, so it was removed. A plain "
     "`git init`, `add` and `commit` make none of that; a command a reviewer approves may.]"
+)
+MADE_MANY = (
+    "\n[harness: this command ran without a person's approval and made {count} more git "
+    "directories ({names}), which were removed: Harness reads at most "
+    f"{MAX_CONFIG_READS} git configurations (or {CONFIG_READ_SECONDS:.0f} s of them) after "
+    "such a command, and does not keep a git directory it has not checked. Make fewer "
+    "repositories in one command, or have a reviewer approve it.]"
+)
+MADE_MORE = (
+    "\n[harness: this command ran without a person's approval and made {count} more git "
+    "directories ({names}) that would make git run programs, as above; they were removed.]"
 )
 REMOVED = (
     "\n[harness: this command ran without a person's approval and made {names} in the "
@@ -176,11 +198,19 @@ class Guard:
     # The git directories under `modules/` and `worktrees/` whose own directories
     # (`objects/`, `refs/` ...) were not guarded, being theirs: the descriptor, the path,
     # HEAD as it was (`_keep_git_directories`).
-    # HEAD as it was, and the digits of an object id git reads it with (`_valid_head`).
-    owners: list[tuple[int, Path, bytes, int]] = dataclasses.field(default_factory=list)
+    # HEAD as it was, and the digits of an object id git reads it with (`_valid_head`),
+    # and its `objects` and `refs` that were symbolic links (a person's store elsewhere):
+    # the name and what it names (`_put_back_links`).
+    owners: list[tuple[int, Path, bytes, int, list[tuple[str, str]]]] = dataclasses.field(
+        default_factory=list
+    )
     # The bytes of index git may still read after the run (`index_limit` of all the
     # guarded indexes before it): `_check_indexes` and `_judge_made` take from it.
     index_budget: int = INDEX_LIMIT
+    # The git configurations read so far, and the seconds they took (MAX_CONFIG_READS,
+    # CONFIG_READ_SECONDS), before the run, then again after it (`_configuration`).
+    config_reads: int = 0
+    config_seconds: float = 0.0
 
     def close(self) -> None:
         for fd in self.fds:
@@ -213,6 +243,7 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
             _guard_repository(workspace, path, mode, result)
         _refuse_pointers_inside(workspace, result)
         result.index_budget = _index_budget(result)
+        result.config_reads, result.config_seconds = 0, 0.0  # (afresh for after the run)
     except BaseException:
         result.close()
         raise
@@ -321,7 +352,7 @@ def _guard_directory(
         head = _valid_head(fd, digits) if depth > 1 else None
         own = head is not None
         if head is not None:
-            result.owners.append((fd, target, head, digits))
+            result.owners.append((fd, target, head, digits, _own_links(fd)))
         label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
         result.containers.append((fd, label, frozenset(names) | (GIT_OWN if own else frozenset())))
     # (no bound on depth but MAX_DIRECTORIES: past 8 levels, a submodule at
@@ -633,8 +664,8 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
     for entry in result.entries:
         if entry.writable or entry.target.name not in ("config", "config.worktree"):
             continue
-        pairs = _configuration(_read(entry.fd), entry.target)
-        read.append((entry, _with_includes(workspace, pairs, entry.target.parent)))
+        pairs = _configuration(_read(entry.fd), entry.target, result)
+        read.append((entry, _with_includes(workspace, pairs, entry.target.parent, result)))
     hooks: list[Entry] = []
     for entry, pairs in read:
         git_dir = entry.target.parent
@@ -674,7 +705,8 @@ def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry])
         for path in _outside_configuration_files(git_dir):
             data = _read_path(path)
             if data is not None:
-                pairs = _with_includes(workspace, _configuration(data, path), path.parent)
+                pairs = _configuration(data, path, result)
+                pairs = _with_includes(workspace, pairs, path.parent, result)
                 group.append((path, pairs))
         settings = [pair for _, pairs in group for pair in pairs]
         for path, pairs in group:
@@ -716,7 +748,11 @@ def _tree_elsewhere(value: str, settings: list[tuple[str, str]]) -> str | None:
 
 
 def _with_includes(
-    workspace: Path, pairs: list[tuple[str, str]], base: Path | str, depth: int = 0
+    workspace: Path,
+    pairs: list[tuple[str, str]],
+    base: Path | str,
+    budget: Guard,
+    depth: int = 0,
 ) -> list[tuple[str, str]]:
     """`pairs` with, after each `include.path` or `includeIf.*.path` naming a file outside
     the workspace (`_outside`; one inside refuses in `_config_refusal`), the settings of
@@ -740,8 +776,8 @@ def _with_includes(
             )
         data = _read_path(Path(path))
         if data is not None:
-            found = _configuration(data, Path(path))
-            out += _with_includes(workspace, found, os.path.dirname(path), depth + 1)
+            found = _configuration(data, Path(path), budget)
+            out += _with_includes(workspace, found, os.path.dirname(path), budget, depth + 1)
     return out
 
 
@@ -964,8 +1000,24 @@ def _read(fd: int) -> bytes:
     return data
 
 
-def _configuration(data: bytes, target: Path) -> list[tuple[str, str]]:
-    """The (key, value) pairs of a git configuration file, as git reads it."""
+class ConfigBudgetSpent(ToolError):
+    """More git configurations to read than `_configuration` reads for one run (before or
+    after it): what is left is treated as a configuration that cannot be read."""
+
+
+def _configuration(data: bytes, target: Path, budget: Guard) -> list[tuple[str, str]]:
+    """The (key, value) pairs of a git configuration file, as git reads it. Counted in
+    `budget` (a subprocess each): ConfigBudgetSpent past MAX_CONFIG_READS reads or
+    CONFIG_READ_SECONDS, ToolError when git cannot read it."""
+    if budget.config_reads >= MAX_CONFIG_READS or budget.config_seconds >= CONFIG_READ_SECONDS:
+        raise ConfigBudgetSpent(
+            f"The workspace holds more git configurations than Harness reads for a command "
+            f"no person approved ({MAX_CONFIG_READS}, or {CONFIG_READ_SECONDS:.0f} s of "
+            f"reading), so '{target.name}' could not be checked and nothing ran. A reviewer "
+            "must approve this command."
+        )
+    budget.config_reads += 1
+    started = time.monotonic()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1"}
     env |= {"HOME": "/nonexistent", "GIT_CONFIG_GLOBAL": "/dev/null", "LC_ALL": "C"}
     try:
@@ -980,6 +1032,8 @@ def _configuration(data: bytes, target: Path) -> list[tuple[str, str]]:
         )
     except (OSError, subprocess.TimeoutExpired):
         done = None
+    finally:
+        budget.config_seconds += time.monotonic() - started
     if done is None or done.returncode != 0:
         raise ToolError(
             f"The workspace's git configuration ({target.name}) could not be read, so it "
@@ -1272,7 +1326,7 @@ def _keep_git_directories(result: Guard) -> None:
     `objects/` and `refs/`, or `commondir`) is removed, and its HEAD, `objects/` and
     `refs/` are put back when the run removed or spoiled them; the model is told."""
     workspace = result.workspace
-    for fd, target, head, digits in result.owners:
+    for fd, target, head, digits, links in result.owners:
         shown = str(target.relative_to(workspace)) if workspace else target.name
         try:
             names = set(_names(fd))
@@ -1289,8 +1343,14 @@ def _keep_git_directories(result: Guard) -> None:
             _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False)
             _put_back(fd, "HEAD", head, f"{shown}/HEAD")
             spoiled.append("HEAD")
+        kept = _put_back_links(fd, links, shown)
+        if kept:
+            result.notes.append(RELINKED.format(names=", ".join(kept), path=shown))
+        linked = {name for name, _ in links}
         for name in () if "commondir" in names else ("objects", "refs"):
-            # (a worktree's are its common directory's)
+            # (a worktree's are its common directory's; a link that was there is kept)
+            if name in linked:
+                continue
             info = _lstat(fd, name)
             if info is None or not stat.S_ISDIR(info.st_mode):
                 _remove(fd, name, f"{shown}/{name}", directories_only=False)
@@ -1298,6 +1358,52 @@ def _keep_git_directories(result: Guard) -> None:
                 spoiled.append(f"{name}/")
         if spoiled:
             result.notes.append(SPOILED.format(names=", ".join(spoiled), path=shown))
+
+
+def _own_links(dir_fd: int) -> list[tuple[str, str]]:
+    """The `objects` and `refs` of the git directory `dir_fd` that are symbolic links (a
+    person's objects kept elsewhere): (name, what it names). Not followed."""
+    links: list[tuple[str, str]] = []
+    for name in ("objects", "refs"):
+        target = _link_target(dir_fd, name)
+        if target is not None:
+            links.append((name, target))
+    return links
+
+
+def _put_back_links(dir_fd: int, links: list[tuple[str, str]], shown: str) -> list[str]:
+    """Each link of `_own_links` the run removed or replaced made again as the same link
+    (what was there in its place removed first, never followed); the names put back. A
+    person's `objects -> /srv/store/x` was taken for objects/ the run removed and made an
+    empty directory: the submodule lost every object. Its target is not looked at: the
+    run could not write outside the workspace, and one inside it is the person's."""
+    put_back: list[str] = []
+    for name, target in links:
+        if _link_target(dir_fd, name) == target:
+            continue  # (by what it names: a directory made in its place took its inode)
+        _remove(dir_fd, name, f"{shown}/{name}", directories_only=False)
+        try:
+            os.symlink(target, name, dir_fd=dir_fd)
+            if os.geteuid() == 0:
+                owner = os.fstat(dir_fd)
+                os.chown(name, owner.st_uid, owner.st_gid, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError as error:
+            raise ToolError(
+                f"The command ran without a person's approval and removed the link "
+                f"'{shown}/{name}' (to {target!r}) of a submodule's git directory, which "
+                f"could not be put back ({error.strerror or error}). Do not run git in "
+                "this workspace; an operator must look at it."
+            ) from None
+        put_back.append(f"{name} (a link to {target!r})")
+    return put_back
+
+
+def _link_target(dir_fd: int, name: str) -> str | None:
+    """What the symbolic link `name` in `dir_fd` names, or None when it is no link."""
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError:
+        return None
 
 
 def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
@@ -1557,6 +1663,11 @@ SPOILED = (
     "inside it for another submodule's; it was put back ({names} as it was before the "
     "command, a directory made again empty). A command a reviewer approves may change it.]"
 )
+RELINKED = (
+    "\n[harness: this command ran without a person's approval and removed or replaced "
+    "{names} of the git directory '{path}'; it was put back as the link it was. A "
+    "command a reviewer approves may change it.]"
+)
 INDEX_TOO_LARGE = (
     "\n[harness: this command ran without a person's approval and left the git index "
     "'{path}' at {size} MiB (with its split index's shared parts and, as git makes them "
@@ -1586,17 +1697,22 @@ def _bad_index_path(path: str) -> bool:
 
 def _object_format(dir_fd: int) -> str:
     """The object format of the git directory `dir_fd` (its configuration's
-    extensions.objectformat, sha1 without one)."""
+    extensions.objectformat, sha1 without one). For the guarded git directories, at most
+    MAX_DIRECTORIES: not counted in a run's MAX_CONFIG_READS."""
     result = Guard()
     try:
         config = _open("config", dir_fd, result)
         if config is None or not stat.S_ISREG(os.fstat(config).st_mode):
             return "sha1"
-        pairs = _configuration(_read(config), Path("config"))
+        pairs = _configuration(_read(config), Path("config"), result)
     except (OSError, ToolError):
         return "sha1"
     finally:
         result.close()
+    return _format_of(pairs)
+
+
+def _format_of(pairs: list[tuple[str, str]]) -> str:
     return dict(pairs).get("extensions.objectformat", "sha1").strip().lower()
 
 
@@ -1712,6 +1828,8 @@ def _remove_made_repositories(result: Guard) -> None:
     it. ToolError when the workspace cannot be searched or it cannot be removed."""
     if result.known is None or result.root is None or result.workspace is None:
         return
+    unread: list[str] = []  # (past MAX_CONFIG_READS)
+    untold: list[str] = []  # (removed past MADE_NOTES notes)
     for path, identity, _ in _git_entries(result.root, MAX_WALK_AFTER, before=False):
         if identity in result.known:
             continue  # one that was there (bound: moved along with its directory at most)
@@ -1726,9 +1844,30 @@ def _remove_made_repositories(result: Guard) -> None:
         try:
             why = _judge_made(parent, result.workspace / path, result)
             if why is not None and _remove(parent, ".git", path, directories_only=False):
-                result.notes.append(MADE.format(path=path, why=why))
+                if why == _UNREAD:
+                    unread.append(path)
+                elif len(untold) or _told(result) >= MADE_NOTES:
+                    untold.append(path)
+                else:
+                    result.notes.append(MADE.format(path=path, why=why))
         finally:
             os.close(parent)
+    if untold:
+        result.notes.append(MADE_MORE.format(count=len(untold), names=_some(untold)))
+    if unread:
+        result.notes.append(MADE_MANY.format(count=len(unread), names=_some(unread)))
+
+
+def _told(result: Guard) -> int:
+    """The notes of `.git` entries removed one by one (MADE) so far."""
+    return sum(note.startswith(MADE.split("{", 1)[0]) for note in result.notes)
+
+
+def _some(paths: list[str]) -> str:
+    """The first MADE_NOTES of `paths`, quoted, and how many more."""
+    shown = ", ".join(f"'{path}'" for path in paths[:MADE_NOTES])
+    left = len(paths) - MADE_NOTES
+    return shown + (f" and {left} more" if left > 0 else "")
 
 
 def _regular(dir_fd: int, name: str) -> bool:
@@ -1751,6 +1890,14 @@ def _open_path(root: int, parts: list[str]) -> int:
     return fd
 
 
+# Why a `.git` the command made is removed past the run's bound on configurations read.
+_UNREAD = (
+    f"has a configuration Harness did not read: the command made more git directories "
+    f"than Harness checks after a command no person approved ({MAX_CONFIG_READS} "
+    f"configurations, or {CONFIG_READ_SECONDS:.0f} s of reading them)"
+)
+
+
 def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
     """Why the `.git` in `parent`, made by a command no person approved, would make git
     run programs, or None for what git itself makes (`MADE_NAMES`, a configuration of
@@ -1758,6 +1905,7 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
     whatever else is there. Its index is read within what is left of `run`'s
     `index_budget`."""
     result = Guard()
+    object_format = "sha1"
     try:
         git = _open(".git", parent, result)
         if git is None:
@@ -1789,7 +1937,7 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
                         return f"holds 'info/{item}'"
             elif name == "index":
                 left = run.index_budget
-                object_format = _object_format(git)
+                # (its configuration, read above: `config` sorts before `index`)
                 if not _take_index_budget(run, _index_cost(git, object_format, left)):
                     return (  # not read
                         f"holds an index larger than {left >> 20} MiB, not read (what is "
@@ -1800,12 +1948,15 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
                     return f"holds an index {bad}"
             elif name == "config":
                 try:
-                    pairs = _configuration(_read(entry), where / "config")
+                    pairs = _configuration(_read(entry), where / "config", run)
+                except ConfigBudgetSpent:
+                    return _UNREAD
                 except ToolError:
                     return "has a configuration that cannot be read"
                 for key, value in pairs:
                     if not _MADE_KEYS.fullmatch(key):
                         return f"sets {key} = {value!r} in its configuration"
+                object_format = _format_of(pairs)
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     finally:

@@ -1,0 +1,119 @@
+"""Gaps the git metadata guard (dispatcher/tools/sandbox_git.py) listed or left: a
+symbolic link a person keeps as a submodule's `objects/` (put back as an empty directory
+after every unapproved command), the `git config` read of each `.git` a command makes
+(no bound: ten thousand made repositories were ten thousand subprocesses in the
+workspace's lock), and `~` in a pointer (expanded with Harness's home, not the person's).
+Real bwrap, real git."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dispatcher.tools import sandbox, sandbox_git
+from dispatcher.tools.base import ToolError
+from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
+from tests.redteam.test_git_metadata_guard2 import sandboxed
+from tests.redteam.test_git_metadata_guard_rt12 import G, submodule
+from tests.support.factories import AgentFixture
+
+pytestmark = pytest.mark.django_db
+
+__all__ = ["agent_in_sandbox"]  # the fixture, used by name
+
+
+def test_a_symlinked_objects_directory_of_a_submodule_is_kept(
+    agent_in_sandbox: AgentFixture, tmp_path: Path
+) -> None:
+    """A person keeps a submodule's objects elsewhere (`.git/modules/x/objects ->
+    /srv/store/x`): after any unapproved command the guard took the link for objects/ the
+    run removed, unlinked it and made an empty directory in its place, and the submodule
+    lost every object (`git log` in it failed). A link that was there is kept; one the run
+    replaced is put back as the same link, never followed."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    host_git(workspace, *G, "commit", "--allow-empty", "-qm", "base")
+    submodule(workspace, "x")
+    host_git(workspace, *G, "commit", "-qm", "with x")
+    git_dir = workspace / ".git" / "modules" / "x"
+    store = tmp_path / "store"
+    shutil.move(git_dir / "objects", store)
+    (git_dir / "objects").symlink_to(store)
+    assert "base" in host_git(workspace / "x", "log", "--format=%s")
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+
+    output = sandboxed(workspace, "echo done")
+    assert output.startswith("exit code 0\ndone"), output
+    assert (git_dir / "objects").is_symlink(), output
+    assert os.readlink(git_dir / "objects") == str(store)
+    assert "base" in host_git(workspace / "x", "log", "--format=%s")
+
+    # replaced by the run (with a directory, or removed): put back as the link it was
+    objects = ".git/modules/x/objects"
+    for script in (f"rm {objects} && mkdir {objects}", f"rm {objects} && ln -s /tmp {objects}"):
+        output = sandboxed(workspace, f"{script} && echo done")
+        assert output.startswith("exit code 0\ndone"), output
+        assert (git_dir / "objects").is_symlink(), output
+        assert os.readlink(git_dir / "objects") == str(store), output
+        assert "put back" in output and "objects" in output, output
+        assert "base" in host_git(workspace / "x", "log", "--format=%s")
+    assert list(store.iterdir()), "the objects the link names are untouched"
+
+
+PLAIN_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
+MAKE_MANY = (
+    'python3 -c "import os\nfor i in range({count}):\n'
+    "    os.makedirs(f'r/{{i:05}}/.git')\n"
+    "    open(f'r/{{i:05}}/.git/config', 'w').write(open('plain.gitconfig').read())\n\""
+    " && echo done"
+)
+
+
+def test_the_git_directories_a_command_makes_are_read_within_a_bound(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """Each `.git` an unapproved command made cost a `git config` subprocess (two with an
+    index), with no bound: 10,000 made repositories were 10,000 subprocesses in the
+    workspace's lock (about 16 ms each here: minutes, past the call's time limit, whose
+    kill left the rest unjudged). Past MAX_CONFIG_READS (or CONFIG_READ_SECONDS) a made
+    `.git` is removed unread, as one whose configuration cannot be read, and the model
+    is told once."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    (workspace / "plain.gitconfig").write_text(PLAIN_CONFIG)
+    sandbox.give_to_sandbox(workspace)
+    count = sandbox_git.MAX_CONFIG_READS + 300
+    output = sandboxed(workspace, MAKE_MANY.format(count=count))
+    assert output.startswith("exit code 0\ndone"), output[:2000]
+    kept = sorted(path.parent.name for path in (workspace / "r").glob("*/.git"))
+    assert 0 < len(kept) <= sandbox_git.MAX_CONFIG_READS, len(kept)
+    # those read are kept (a plain configuration); the rest removed unread
+    removed = count - len(kept)
+    assert f"made {removed} more git directories" in output, output[-3000:]
+    assert f"at most {sandbox_git.MAX_CONFIG_READS} git configurations" in output
+    assert output.count("[harness:") == 1, output[-3000:]  # told once, not 300 times
+    # the next unapproved command runs as before: the kept ones are nested repositories
+    # now, more than the guard binds, so it says a reviewer must approve it
+    with pytest.raises(ToolError, match="more than 128 directories"):
+        sandboxed(workspace, "echo again")
+
+
+def test_a_few_made_repositories_are_judged_one_by_one_as_before(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """Within the bound nothing changes: each made `.git` is read; one that plants
+    something is removed and named."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    (workspace / "plain.gitconfig").write_text(PLAIN_CONFIG)
+    sandbox.give_to_sandbox(workspace)
+    script = "git init -q a && git init -q b && git -C b config core.fsmonitor ./x.sh && echo done"
+    output = sandboxed(workspace, script)
+    assert output.startswith("exit code 0\ndone"), output
+    assert (workspace / "a" / ".git").is_dir() and not (workspace / "b" / ".git").exists()
+    assert "made the git directory 'b/.git', which sets core.fsmonitor" in output, output
+    assert "more git directories" not in output
