@@ -54,6 +54,7 @@ import dataclasses
 import errno
 import fcntl
 import os
+import pwd
 import re
 import secrets
 import stat
@@ -739,7 +740,7 @@ def _tree_elsewhere(value: str, settings: list[tuple[str, str]]) -> str | None:
     `core.hooksPath = ../hooks` named the workspace's `hooks/`, judged outside (from the
     workspace's parent) and bound by nothing: an allowed `cp` planted `pre-commit` and
     the person's commit ran it. Then it is taken to be inside (and cannot be bound)."""
-    if os.path.isabs(os.path.expanduser(value)):
+    if value.startswith("~") or os.path.isabs(value):
         return None
     for key, setting in settings:
         if key == "core.worktree" or (key == "core.bare" and setting.lower() != "false"):
@@ -765,7 +766,10 @@ def _with_includes(
         out.append((key, value))
         if key != "include.path" and not (key.startswith("includeif.") and key.endswith(".path")):
             continue
-        path = os.path.join(base, os.path.expanduser(value))
+        expanded = _expand_home(value)
+        if expanded is None:
+            continue  # (refused: `_config_refusal`)
+        path = os.path.join(base, expanded)
         if not _outside(workspace, path):
             continue
         if depth >= 10:
@@ -899,6 +903,8 @@ def _bind_hooks_path(
     set elsewhere (`core.worktree`), a bare repository, linked worktrees (each takes a
     relative hooksPath from its own work tree), a `.git` inside it."""
     inside = "inside the workspace"
+    if value.startswith("~") and _expand_home(value) is None:
+        return HOME_UNKNOWN
     if git_dir.name != ".git" or value.startswith("~"):
         return inside
     for key, setting in settings:
@@ -962,17 +968,48 @@ def _config_refusal(workspace: Path, git_dir: Path, key: str, value: str) -> str
         # relative to the work tree git runs hooks in: a `.git`'s parent; a submodule's or
         # worktree's may lie anywhere in the workspace (`../githooks` from `lib/` is the
         # workspace's `githooks/`), so a relative path there is taken to be inside it
-        expanded = os.path.expanduser(value)
+        expanded = _expand_home(value)
+        if expanded is None:
+            return HOME_UNKNOWN
         if git_dir.name != ".git" and not os.path.isabs(expanded):
             return "relative to a work tree inside the workspace"
         path = os.path.join(git_dir.parent, expanded)
         if git_dir.name == ".git" and os.path.normpath(path) == os.path.normpath(git_dir / "hooks"):
             return None
     else:
-        path = os.path.join(git_dir, os.path.expanduser(value))
+        expanded = _expand_home(value)
+        if expanded is None:
+            return HOME_UNKNOWN
+        path = os.path.join(git_dir, expanded)
     # as a command's absolute path (`_outside`): `/proc/self/cwd/githooks` is, for the
     # person's git run in the work tree, the workspace's `githooks/`
     return None if _outside(workspace, path) else "inside the workspace"
+
+
+HOME_UNKNOWN = (
+    "under '~', the home of whoever runs git (their HOME, which Harness cannot know: it "
+    "may hold the workspace), taken to be inside the workspace"
+)
+
+
+def _expand_home(value: str) -> str | None:
+    """`value` with a leading `~user` replaced by that user's home from the password
+    database, as git does (`~user/githooks`); None for `~` alone or `~/...`, which git
+    takes from the HOME of whoever runs it: not Harness's (expanded with Harness's home,
+    `core.hooksPath = ~/ws/githooks` was judged outside, bound by nothing, and the
+    person's commit, their HOME holding `ws/`, ran the `pre-commit` an allowed `cp`
+    planted), nor surely the person's own. None too for a user who does not exist (git
+    then stops)."""
+    if not value.startswith("~"):
+        return value
+    user, _, rest = value[1:].partition("/")
+    if not user:
+        return None
+    try:
+        home = pwd.getpwnam(user).pw_dir
+    except (KeyError, UnicodeError, ValueError):
+        return None
+    return os.path.join(home, rest) if rest else home
 
 
 def _inside(workspace: Path, path: str) -> bool:

@@ -8,7 +8,9 @@ Real bwrap, real git."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,68 @@ def test_a_few_made_repositories_are_judged_one_by_one_as_before(
     assert (workspace / "a" / ".git").is_dir() and not (workspace / "b" / ".git").exists()
     assert "made the git directory 'b/.git', which sets core.fsmonitor" in output, output
     assert "more git directories" not in output
+
+
+def person_git(workspace: Path, home: Path, *args: str) -> str:
+    """git as a person whose HOME is `home` runs it on the host, in the workspace."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home)}
+    done = subprocess.run(
+        ["git", "-c", "safe.directory=*", *G, *args],
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return done.stdout + done.stderr
+
+
+def test_a_hooks_path_under_the_home_of_whoever_runs_git_runs_no_unapproved_command(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """`core.hooksPath = ~/<workspace>/githooks`: the guard expanded `~` with Harness's
+    own home (`/root/<workspace>/githooks`, outside), bound nothing, and an allowed `cp`
+    planted `githooks/pre-commit`, which the person's commit (their HOME holding the
+    workspace) ran. git takes `~` from the HOME of whoever runs it, which Harness cannot
+    know: such a pointer is taken to be inside, so no unapproved command runs."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    home = workspace.parent  # the person's HOME, which holds the workspace
+    assert os.path.expanduser("~") != str(home)
+    (workspace / "githooks").mkdir()
+    host_git(workspace, "config", "core.hooksPath", f"~/{workspace.name}/githooks")
+    mark = workspace / "hook-ran"
+    (workspace / "evil.sh").write_text(f"#!/bin/sh\ntouch {mark}\n")
+    (workspace / "evil.sh").chmod(0o755)
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    try:
+        output = sandboxed(workspace, "cp evil.sh githooks/pre-commit && echo done")
+    except ToolError as error:
+        output = str(error)
+    person_git(workspace, home, "commit", "--allow-empty", "-qm", "person")
+    assert not mark.exists(), output
+    assert "under '~', the home of whoever runs git" in output, output
+    assert "nothing ran" in output
+    assert not (workspace / "githooks" / "pre-commit").exists()
+
+
+def test_home_pointers_are_judged_as_git_expands_them(agent_in_sandbox: AgentFixture) -> None:
+    """`~user/...` is that user's home from the password database, whoever runs git: one
+    outside the workspace passes as before; an include of `~/...` is the runner's and
+    refuses, naming why."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    root_home = pwd.getpwnam("root").pw_dir
+    host_git(workspace, "config", "core.hooksPath", "~root/.harness-no-such-hooks")
+    sandbox.give_to_sandbox(workspace)
+    output = sandboxed(workspace, "echo done")
+    assert output.startswith("exit code 0\ndone"), output
+    assert sandbox_git._expand_home("~root/x") == os.path.join(root_home, "x")
+    assert sandbox_git._expand_home("~/x") is None
+    assert sandbox_git._expand_home("~no-such-user-h/x") is None
+    host_git(workspace, "config", "--unset", "core.hooksPath")
+    host_git(workspace, "config", "include.path", "~/team.gitconfig")
+    with pytest.raises(ToolError, match="under '~', the home of whoever runs git"):
+        sandboxed(workspace, "echo done")
