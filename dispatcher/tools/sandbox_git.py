@@ -44,7 +44,12 @@ and so is, unread, one past what is left of the run's bound on all the index git
 (INDEX_LIMIT; with more than that before the run, no unapproved command runs). A git directory under `modules/` keeps
 its own directories (`objects/` ...) unguarded only while git reads its HEAD as one's;
 after the run, a git directory planted in them is removed and its HEAD, `objects/` and
-`refs/` put back (`_keep_git_directories`).
+`refs/` put back (`_keep_git_directories`; an `objects` or `refs` that was a symbolic
+link is kept, or put back as that link). The `exec` lines a run added to a rebase todo
+are made comments (`_defuse_todos`). The git configurations read for one run are bounded
+(MAX_CONFIG_READS, CONFIG_READ_SECONDS; past them a made `.git` is removed unread), and a
+pointer under `~/` is taken to be inside the workspace (git expands it with the HOME of
+whoever runs it: `_expand_home`).
 """
 
 from __future__ import annotations
@@ -212,6 +217,9 @@ class Guard:
     # CONFIG_READ_SECONDS), before the run, then again after it (`_configuration`).
     config_reads: int = 0
     config_seconds: float = 0.0
+    # Each guarded git directory's rebase todo's `exec` lines before the run (None: no
+    # todo): one the run added is made a comment after it (`_defuse_todos`).
+    todos: list[tuple[int, Path, frozenset[str] | None]] = dataclasses.field(default_factory=list)
 
     def close(self) -> None:
         for fd in self.fds:
@@ -318,6 +326,7 @@ def _guard_directory(
         )
     result.entries.append(Entry(fd, target, writable=True))
     result.indexes.append((fd, target, _index_state(fd), _index_bytes(fd)))
+    result.todos.append((fd, target, _exec_lines(fd)))
     for name in (*FILES, *DIRECTORIES):
         if name == "config" and mode == ALL_BUT_CONFIG:
             continue
@@ -1319,6 +1328,7 @@ def remove_made(result: Guard) -> list[str]:
             if _remove(dir_fd, name, label + name, directories_only=True):
                 removed.append(label + name)
     _keep_git_directories(result)
+    _defuse_todos(result)
     _check_indexes(result)
     _remove_made_repositories(result)
     return removed
@@ -1649,6 +1659,142 @@ def index_limit(before: int) -> int:
     """The most bytes of index (`_index_bytes`) git reads after a run that found
     `before`: INDEX_LIMIT, or twice what there was before and INDEX_MARGIN."""
     return max(INDEX_LIMIT, 2 * before + INDEX_MARGIN)
+
+
+TODO = ("rebase-merge", "git-rebase-todo")
+_EXEC = re.compile(r"[ \t]*(exec|x)([ \t]|$)")
+EXEC_REMOVED = (
+    "\n[harness: this command ran without a person's approval and left `exec` lines in "
+    "the rebase under way in '{path}' ({lines}), which a person's `git rebase --continue` "
+    "would run on their machine; they were made comments. A command a reviewer approves "
+    "may add them.]"
+)
+
+
+TODO_LINK = (
+    "\n[harness: this command ran without a person's approval and left '{path}' as a "
+    "symbolic link or special file, through which a person's `git rebase --continue` "
+    "would read commands no one checked; it was removed.]"
+)
+
+
+def _read_todo(dir_fd: int) -> bytes | None:
+    """The rebase todo (`rebase-merge/git-rebase-todo`) of the git directory `dir_fd`,
+    neither followed nor waited for, or None when there is no such regular file. ToolError
+    past _READ_LIMIT."""
+    try:
+        merge = os.open(TODO[0], _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        fd = os.open(TODO[1], _READ_FLAGS, dir_fd=merge)
+    except OSError:
+        return None
+    finally:
+        os.close(merge)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _READ_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _READ_LIMIT:
+        raise ToolError(
+            "The workspace's git directory holds a rebase todo of more than 1 MiB, which "
+            "cannot be checked for a command no person approved, so nothing ran. A "
+            "reviewer must approve this command."
+        )
+    return data
+
+
+def _exec_lines(dir_fd: int) -> frozenset[str] | None:
+    """The `exec` (`x`) lines of the git directory's rebase todo, or None with no todo."""
+    data = _read_todo(dir_fd)
+    if data is None:
+        return None
+    lines = data.decode("utf-8", "surrogateescape").split("\n")
+    return frozenset(line for line in lines if _EXEC.match(line))
+
+
+def _defuse_todos(result: Guard) -> None:
+    """After the run, each `exec` line of a guarded git directory's rebase todo that was not
+    there before is made a comment (`# exec ...`): a person's `git rebase --continue` runs
+    them on the host, outside any sandbox. Before, an unapproved `git rebase -i -x CMD`
+    stopped at a `break` (or on a conflict) left them, and the person's continue ran CMD.
+    The picks stay: the rebase goes on as before, without those commands."""
+    workspace = result.workspace
+    for fd, target, before in result.todos:
+        shown = str(target.relative_to(workspace)) if workspace else target.name
+        _remove_linked_todo(fd, shown, result)
+        try:
+            data = _read_todo(fd)
+        except ToolError as error:
+            raise ToolError(
+                f"The command ran without a person's approval and left a rebase todo in "
+                f"'{target}' that cannot be checked ({error}). Do not run git in this "
+                "workspace; an operator must look at it."
+            ) from None
+        if data is None:
+            continue
+        lines = data.decode("utf-8", "surrogateescape").split("\n")
+        added = [line for line in lines if _EXEC.match(line) and line not in (before or ())]
+        if not added:
+            continue
+        out = [f"# {line.strip()}" if line in added else line for line in lines]
+        _rewrite_todo(fd, "\n".join(out).encode("utf-8", "surrogateescape"), target)
+        names = "; ".join(f"'{line.strip()[:80]}'" for line in added[:5])
+        result.notes.append(EXEC_REMOVED.format(path=shown, lines=names))
+
+
+def _remove_linked_todo(dir_fd: int, shown: str, result: Guard) -> None:
+    """A `rebase-merge` that is a symbolic link, or a todo in it that is not a regular
+    file (a link git would follow to a todo no one read, a fifo), is removed: git makes
+    neither."""
+    info = _lstat(dir_fd, TODO[0])
+    if info is None:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        _remove(dir_fd, TODO[0], f"{shown}/{TODO[0]}", directories_only=False)
+        result.notes.append(TODO_LINK.format(path=f"{shown}/{TODO[0]}"))
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        return
+    merge = os.open(TODO[0], _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
+    try:
+        todo = _lstat(merge, TODO[1])
+        if todo is not None and not stat.S_ISREG(todo.st_mode):
+            _remove(merge, TODO[1], f"{shown}/{'/'.join(TODO)}", directories_only=False)
+            result.notes.append(TODO_LINK.format(path=f"{shown}/{'/'.join(TODO)}"))
+    finally:
+        os.close(merge)
+
+
+def _rewrite_todo(dir_fd: int, data: bytes, target: Path) -> None:
+    """Replace the rebase todo of the git directory `dir_fd` with `data` (a new file
+    renamed over it, owned as its directory, no link followed)."""
+    try:
+        merge = os.open(TODO[0], _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
+        try:
+            owner = os.fstat(merge)
+            temporary = f"{ASIDE}{secrets.token_hex(8)}"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(temporary, flags, 0o644, dir_fd=merge)
+            try:
+                os.write(fd, data)
+                if os.geteuid() == 0:
+                    os.fchown(fd, owner.st_uid, owner.st_gid)
+            finally:
+                os.close(fd)
+            os.rename(temporary, TODO[1], src_dir_fd=merge, dst_dir_fd=merge)
+        finally:
+            os.close(merge)
+    except OSError as error:
+        raise ToolError(
+            f"The command ran without a person's approval and left `exec` lines in the "
+            f"rebase todo of '{target}', which could not be removed "
+            f"({error.strerror or error}). Do not run `git rebase --continue` there; an "
+            "operator must look at it."
+        ) from None
 
 
 def _check_indexes(result: Guard) -> None:

@@ -2,8 +2,9 @@
 symbolic link a person keeps as a submodule's `objects/` (put back as an empty directory
 after every unapproved command), the `git config` read of each `.git` a command makes
 (no bound: ten thousand made repositories were ten thousand subprocesses in the
-workspace's lock), and `~` in a pointer (expanded with Harness's home, not the person's).
-Real bwrap, real git."""
+workspace's lock), `~` in a pointer (expanded with Harness's home, not the person's),
+and the `exec` lines of a rebase todo an unapproved command left (the person's `git
+rebase --continue` ran them on the host). Real bwrap, real git."""
 
 from __future__ import annotations
 
@@ -184,3 +185,94 @@ def test_home_pointers_are_judged_as_git_expands_them(agent_in_sandbox: AgentFix
     host_git(workspace, "config", "include.path", "~/team.gitconfig")
     with pytest.raises(ToolError, match="under '~', the home of whoever runs git"):
         sandboxed(workspace, "echo done")
+
+
+def test_exec_lines_a_command_leaves_in_a_rebase_todo_do_not_run_at_the_persons_continue(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """`git rebase -i -x CMD`, stopped at a `break` before its first pick, left `exec
+    CMD` lines in `.git/rebase-merge/git-rebase-todo` (writable: an allowed rebase must
+    go on); the person's `git rebase --continue` ran CMD on the host, outside the
+    sandbox. The lines the run added are made comments; the picks go on."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    for name in ("a", "b", "c"):
+        (workspace / name).write_text(f"{name}\n")
+        host_git(workspace, *G, "add", name)
+        host_git(workspace, *G, "commit", "-qm", name)
+    mark = workspace / "exec-ran"
+    os.chown(workspace, 0, 0)  # given again, with what the person's git made
+    sandbox.give_to_sandbox(workspace)
+    script = (
+        f"GIT_SEQUENCE_EDITOR=\"sed -i '1i break'\" git -c user.email=a@b -c user.name=A "
+        f"rebase -q -i -x 'touch {mark}' HEAD~2; echo stopped"
+    )
+    output = sandboxed(workspace, script)
+    assert "stopped" in output, output
+    assert not mark.exists(), output
+    assert (workspace / ".git" / "rebase-merge").is_dir(), output
+    todo = (workspace / ".git" / "rebase-merge" / "git-rebase-todo").read_text()
+    person = host_git(workspace, *G, "rebase", "--continue")
+    assert not mark.exists(), (output, person)
+    assert "pick" in todo and f"# exec touch {mark}" in todo, todo
+    assert "left `exec` lines in the rebase under way in '.git'" in output, output
+    assert "c" in host_git(workspace, "log", "-1", "--format=%s")
+    assert not (workspace / ".git" / "rebase-merge").exists(), person
+
+
+def test_a_persons_own_exec_lines_are_kept(agent_in_sandbox: AgentFixture) -> None:
+    """A rebase the person started with `-x` keeps its exec lines through an unapproved
+    command (only those the run added are made comments)."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    for name in ("a", "b"):
+        (workspace / name).write_text(f"{name}\n")
+        host_git(workspace, *G, "add", name)
+        host_git(workspace, *G, "commit", "-qm", name)
+    env = {**os.environ, "GIT_SEQUENCE_EDITOR": "sed -i '1i break'"}
+    subprocess.run(
+        ["git", "-c", "safe.directory=*", *G, "rebase", "-q", "-i", "-x", "true", "HEAD~1"],
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        check=False,
+    )
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    output = sandboxed(workspace, "echo done")
+    assert output.startswith("exit code 0\ndone") and "[harness:" not in output, output
+    todo = (workspace / ".git" / "rebase-merge" / "git-rebase-todo").read_text()
+    assert "\nexec true" in "\n" + todo, todo
+
+
+LINKED = {
+    "rebase-merge a link": "mv .git/rebase-merge rm && ln -s ../rm .git/rebase-merge",
+    "todo a link": (
+        "mv .git/rebase-merge/git-rebase-todo todo && "
+        "ln -s ../../todo .git/rebase-merge/git-rebase-todo"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(LINKED))
+def test_a_rebase_todo_behind_a_link_is_removed(agent_in_sandbox: AgentFixture, how: str) -> None:
+    """The todo read through a link the run made (`.git/rebase-merge -> ../rm`, or the
+    todo itself a link) was not read by the guard, but git follows it: the link goes."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    for name in ("a", "b"):
+        (workspace / name).write_text(f"{name}\n")
+        host_git(workspace, *G, "add", name)
+        host_git(workspace, *G, "commit", "-qm", name)
+    mark = workspace / "exec-ran"
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    script = (
+        f"GIT_SEQUENCE_EDITOR=\"sed -i '1i break'\" git -c user.email=a@b -c user.name=A "
+        f"rebase -q -i -x 'touch {mark}' HEAD~1; {LINKED[how]} && echo linked"
+    )
+    output = sandboxed(workspace, script)
+    assert "linked" in output, output
+    person = host_git(workspace, *G, "rebase", "--continue")
+    assert not mark.exists(), (output, person)
+    assert "as a symbolic link or special file" in output, output
