@@ -148,7 +148,28 @@ PATH_KEY_SUFFIXES = (
     *("path", "paths", "dir", "dirs", "directory", "directories"),
     *("folder", "folders", "cwd"),
 )
+# Keys that often name a file but as often hold something else (`target: "es2020"`,
+# `source: "user"`, `input: "yes"`, `to: "a@b.c"`): the whole key, or its last word
+# (`copy_target`, `dataSource`, `save-to`; a word, not an ending: `resource`, `profile`,
+# `photo` are not read). Only a string value that looks like a path (`looks_like_path`)
+# is confined; any other value is read as the rest of the input is. Before, an unlisted
+# tool writing through `target` or `dest` left the project unconfined.
+LOOSE_PATH_WORDS = frozenset(
+    {
+        *("target", "targets", "src", "srcs", "source", "sources", "dest", "dests"),
+        *("destination", "destinations", "file", "files", "filename", "filenames"),
+        *("output", "outputs", "out", "input", "inputs", "from", "to"),
+    }
+)
+LOOSE_PATH_KEYS = frozenset(
+    {
+        *("outfile", "infile", "outputfile", "inputfile", "srcfile", "sourcefile"),
+        *("destfile", "targetfile", "outfiles", "infiles", "savefile", "savefiles"),
+    }
+)
 MAX_INPUT_DEPTH = 16  # objects and lists nested deeper are not read: the input is refused
+_KEY_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def is_path_key(key: str) -> bool:
@@ -156,26 +177,63 @@ def is_path_key(key: str) -> bool:
     return name.endswith(PATH_KEY_SUFFIXES)
 
 
+def is_loose_path_key(key: str) -> bool:
+    """A key that may name a file (`target`, `src`, `dest`, `output_file`, `copyTo` ...:
+    LOOSE_PATH_WORDS as the whole key or its last word, LOOSE_PATH_KEYS)."""
+    name = key.lower().replace("_", "").replace("-", "")
+    if name in LOOSE_PATH_WORDS or name in LOOSE_PATH_KEYS:
+        return True
+    words = _KEY_WORDS.findall(key)
+    return bool(words) and words[-1].lower() in LOOSE_PATH_WORDS
+
+
+def looks_like_path(value: str) -> str | None:
+    """The path a loose key's string value names, or None when it looks like none: one
+    line (white space around it aside), not a URL (but `file://`, whose path is returned), and, white space around it
+    left out, starting with `/`, `~` or `.` (`./x`, `../x`, `.`), holding a `..` part, or
+    holding `/` or `\\` and no white space (`out/report.md`). A sentence with a slash in
+    it (`compare a/b`) is no path; `../../etc/x` and `/etc/x` are."""
+    text = value.strip()
+    if "\n" in text or "\r" in text:
+        return None  # (text of several lines)
+    if text.lower().startswith("file://"):  # (`file://host/x` is `/x` on that host)
+        rest = text[len("file://") :]
+        return rest[rest.find("/") :] if "/" in rest else "/"
+    if not text or _URL.match(text):
+        return None
+    if text.startswith(("/", "~", ".")) or ".." in re.split(r"[/\\]", text):
+        return value
+    if ("/" in text or "\\" in text) and not any(c.isspace() for c in text):
+        return value
+    return None
+
+
 def input_paths(arguments: Mapping[str, Any]) -> tuple[str, ...]:
     """The paths an unlisted client tool's input names: the value of every path-like key
-    (`is_path_key`), at any depth of its objects and lists, a string or a list of strings.
+    (`is_path_key`), at any depth of its objects and lists, a string or a list of strings;
+    and each string under a loose key (`is_loose_path_key`: `target`, `dest` ...) that
+    looks like a path (`looks_like_path`).
 
     Raises ValueError when a path-like key holds anything else (a number, an object, a
     list holding one), or the input nests deeper than MAX_INPUT_DEPTH: Harness cannot
     tell what the client makes of it, and the confinement guard denies the call."""
     found: list[str] = []
 
-    def walk(value: Any, depth: int) -> None:
+    def walk(value: Any, depth: int, loose: bool = False) -> None:
         if depth > MAX_INPUT_DEPTH:
             raise ValueError(f"the input nests more than {MAX_INPUT_DEPTH} levels deep")
+        if loose and isinstance(value, str):
+            path = looks_like_path(value)
+            found.extend([path] if path is not None else [])
+            return
         items = value.items() if isinstance(value, Mapping) else ()
         for key, item in items:
             if is_path_key(str(key)):
                 found.extend(_path_values(str(key), item))
             else:
-                walk(item, depth + 1)
+                walk(item, depth + 1, is_loose_path_key(str(key)))
         for item in value if isinstance(value, list) else ():
-            walk(item, depth + 1)
+            walk(item, depth + 1, loose)
 
     walk(arguments, 0)
     return tuple(found)

@@ -44,7 +44,12 @@ and so is, unread, one past what is left of the run's bound on all the index git
 (INDEX_LIMIT; with more than that before the run, no unapproved command runs). A git directory under `modules/` keeps
 its own directories (`objects/` ...) unguarded only while git reads its HEAD as one's;
 after the run, a git directory planted in them is removed and its HEAD, `objects/` and
-`refs/` put back (`_keep_git_directories`).
+`refs/` put back (`_keep_git_directories`; an `objects` or `refs` that was a symbolic
+link is kept, or put back as that link). The `exec` lines a run added to a rebase todo
+are made comments (`_defuse_todos`). The git configurations read for one run are bounded
+(MAX_CONFIG_READS, CONFIG_READ_SECONDS; past them a made `.git` is removed unread), and a
+pointer under `~/` is taken to be inside the workspace (git expands it with the HOME of
+whoever runs it: `_expand_home`).
 """
 
 from __future__ import annotations
@@ -54,11 +59,13 @@ import dataclasses
 import errno
 import fcntl
 import os
+import pwd
 import re
 import secrets
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from dispatcher.tools.base import ToolError
@@ -90,6 +97,16 @@ INDEX_READ_MIN = 256 << 10
 DIRECTORIES = ("hooks", "info")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
 MAX_HOOKS_DEPTH = 32  # levels of a core.hooksPath directory bound; deeper, it refuses
+# git configurations read (`git config --file -`, one subprocess each) before a run, and
+# again after it, and the seconds they may take in all: each `.git` a command made cost
+# one or two, with no bound (a command making 10,000 repositories had the worker run
+# 20,000 subprocesses, minutes in the workspace's lock, past the call's time limit, whose
+# kill left the rest unjudged). Past either, what is left is treated as a configuration
+# that cannot be read: before the run, nothing runs; after it, a `.git` the command made
+# is removed unread (`_judge_made`).
+MAX_CONFIG_READS = 256
+CONFIG_READ_SECONDS = 10.0
+MADE_NOTES = 10  # notes of removed `.git` entries the model reads; the rest are counted
 # Entries of the workspace looked at, before an unapproved run, for the `.git` of a
 # repository nested in it (beyond, no unapproved command runs), and after it, for one the
 # command made (no bound: a command that made more than a bound hid the `.git` it planted;
@@ -125,6 +142,17 @@ MADE = (
     "\n[harness: this command ran without a person's approval and made the git directory "
     "'{path}', which {why}: git would run programs from it, so it was removed. A plain "
     "`git init`, `add` and `commit` make none of that; a command a reviewer approves may.]"
+)
+MADE_MANY = (
+    "\n[harness: this command ran without a person's approval and made {count} more git "
+    "directories ({names}), which were removed: Harness reads at most "
+    f"{MAX_CONFIG_READS} git configurations (or {CONFIG_READ_SECONDS:.0f} s of them) after "
+    "such a command, and does not keep a git directory it has not checked. Make fewer "
+    "repositories in one command, or have a reviewer approve it.]"
+)
+MADE_MORE = (
+    "\n[harness: this command ran without a person's approval and made {count} more git "
+    "directories ({names}) that would make git run programs, as above; they were removed.]"
 )
 REMOVED = (
     "\n[harness: this command ran without a person's approval and made {names} in the "
@@ -176,11 +204,22 @@ class Guard:
     # The git directories under `modules/` and `worktrees/` whose own directories
     # (`objects/`, `refs/` ...) were not guarded, being theirs: the descriptor, the path,
     # HEAD as it was (`_keep_git_directories`).
-    # HEAD as it was, and the digits of an object id git reads it with (`_valid_head`).
-    owners: list[tuple[int, Path, bytes, int]] = dataclasses.field(default_factory=list)
+    # HEAD as it was, and the digits of an object id git reads it with (`_valid_head`),
+    # and its `objects` and `refs` that were symbolic links (a person's store elsewhere):
+    # the name and what it names (`_put_back_links`).
+    owners: list[tuple[int, Path, bytes, int, list[tuple[str, str]]]] = dataclasses.field(
+        default_factory=list
+    )
     # The bytes of index git may still read after the run (`index_limit` of all the
     # guarded indexes before it): `_check_indexes` and `_judge_made` take from it.
     index_budget: int = INDEX_LIMIT
+    # The git configurations read so far, and the seconds they took (MAX_CONFIG_READS,
+    # CONFIG_READ_SECONDS), before the run, then again after it (`_configuration`).
+    config_reads: int = 0
+    config_seconds: float = 0.0
+    # Each guarded git directory's rebase todo's `exec` lines before the run (None: no
+    # todo): one the run added is made a comment after it (`_defuse_todos`).
+    todos: list[tuple[int, Path, frozenset[str] | None]] = dataclasses.field(default_factory=list)
 
     def close(self) -> None:
         for fd in self.fds:
@@ -213,6 +252,7 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
             _guard_repository(workspace, path, mode, result)
         _refuse_pointers_inside(workspace, result)
         result.index_budget = _index_budget(result)
+        result.config_reads, result.config_seconds = 0, 0.0  # (afresh for after the run)
     except BaseException:
         result.close()
         raise
@@ -286,6 +326,7 @@ def _guard_directory(
         )
     result.entries.append(Entry(fd, target, writable=True))
     result.indexes.append((fd, target, _index_state(fd), _index_bytes(fd)))
+    result.todos.append((fd, target, _exec_lines(fd)))
     for name in (*FILES, *DIRECTORIES):
         if name == "config" and mode == ALL_BUT_CONFIG:
             continue
@@ -321,7 +362,7 @@ def _guard_directory(
         head = _valid_head(fd, digits) if depth > 1 else None
         own = head is not None
         if head is not None:
-            result.owners.append((fd, target, head, digits))
+            result.owners.append((fd, target, head, digits, _own_links(fd)))
         label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
         result.containers.append((fd, label, frozenset(names) | (GIT_OWN if own else frozenset())))
     # (no bound on depth but MAX_DIRECTORIES: past 8 levels, a submodule at
@@ -633,8 +674,8 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
     for entry in result.entries:
         if entry.writable or entry.target.name not in ("config", "config.worktree"):
             continue
-        pairs = _configuration(_read(entry.fd), entry.target)
-        read.append((entry, _with_includes(workspace, pairs, entry.target.parent)))
+        pairs = _configuration(_read(entry.fd), entry.target, result)
+        read.append((entry, _with_includes(workspace, pairs, entry.target.parent, result)))
     hooks: list[Entry] = []
     for entry, pairs in read:
         git_dir = entry.target.parent
@@ -674,7 +715,8 @@ def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry])
         for path in _outside_configuration_files(git_dir):
             data = _read_path(path)
             if data is not None:
-                pairs = _with_includes(workspace, _configuration(data, path), path.parent)
+                pairs = _configuration(data, path, result)
+                pairs = _with_includes(workspace, pairs, path.parent, result)
                 group.append((path, pairs))
         settings = [pair for _, pairs in group for pair in pairs]
         for path, pairs in group:
@@ -707,7 +749,7 @@ def _tree_elsewhere(value: str, settings: list[tuple[str, str]]) -> str | None:
     `core.hooksPath = ../hooks` named the workspace's `hooks/`, judged outside (from the
     workspace's parent) and bound by nothing: an allowed `cp` planted `pre-commit` and
     the person's commit ran it. Then it is taken to be inside (and cannot be bound)."""
-    if os.path.isabs(os.path.expanduser(value)):
+    if value.startswith("~") or os.path.isabs(value):
         return None
     for key, setting in settings:
         if key == "core.worktree" or (key == "core.bare" and setting.lower() != "false"):
@@ -716,7 +758,11 @@ def _tree_elsewhere(value: str, settings: list[tuple[str, str]]) -> str | None:
 
 
 def _with_includes(
-    workspace: Path, pairs: list[tuple[str, str]], base: Path | str, depth: int = 0
+    workspace: Path,
+    pairs: list[tuple[str, str]],
+    base: Path | str,
+    budget: Guard,
+    depth: int = 0,
 ) -> list[tuple[str, str]]:
     """`pairs` with, after each `include.path` or `includeIf.*.path` naming a file outside
     the workspace (`_outside`; one inside refuses in `_config_refusal`), the settings of
@@ -729,7 +775,10 @@ def _with_includes(
         out.append((key, value))
         if key != "include.path" and not (key.startswith("includeif.") and key.endswith(".path")):
             continue
-        path = os.path.join(base, os.path.expanduser(value))
+        expanded = _expand_home(value)
+        if expanded is None:
+            continue  # (refused: `_config_refusal`)
+        path = os.path.join(base, expanded)
         if not _outside(workspace, path):
             continue
         if depth >= 10:
@@ -740,8 +789,8 @@ def _with_includes(
             )
         data = _read_path(Path(path))
         if data is not None:
-            found = _configuration(data, Path(path))
-            out += _with_includes(workspace, found, os.path.dirname(path), depth + 1)
+            found = _configuration(data, Path(path), budget)
+            out += _with_includes(workspace, found, os.path.dirname(path), budget, depth + 1)
     return out
 
 
@@ -863,6 +912,8 @@ def _bind_hooks_path(
     set elsewhere (`core.worktree`), a bare repository, linked worktrees (each takes a
     relative hooksPath from its own work tree), a `.git` inside it."""
     inside = "inside the workspace"
+    if value.startswith("~") and _expand_home(value) is None:
+        return HOME_UNKNOWN
     if git_dir.name != ".git" or value.startswith("~"):
         return inside
     for key, setting in settings:
@@ -926,17 +977,48 @@ def _config_refusal(workspace: Path, git_dir: Path, key: str, value: str) -> str
         # relative to the work tree git runs hooks in: a `.git`'s parent; a submodule's or
         # worktree's may lie anywhere in the workspace (`../githooks` from `lib/` is the
         # workspace's `githooks/`), so a relative path there is taken to be inside it
-        expanded = os.path.expanduser(value)
+        expanded = _expand_home(value)
+        if expanded is None:
+            return HOME_UNKNOWN
         if git_dir.name != ".git" and not os.path.isabs(expanded):
             return "relative to a work tree inside the workspace"
         path = os.path.join(git_dir.parent, expanded)
         if git_dir.name == ".git" and os.path.normpath(path) == os.path.normpath(git_dir / "hooks"):
             return None
     else:
-        path = os.path.join(git_dir, os.path.expanduser(value))
+        expanded = _expand_home(value)
+        if expanded is None:
+            return HOME_UNKNOWN
+        path = os.path.join(git_dir, expanded)
     # as a command's absolute path (`_outside`): `/proc/self/cwd/githooks` is, for the
     # person's git run in the work tree, the workspace's `githooks/`
     return None if _outside(workspace, path) else "inside the workspace"
+
+
+HOME_UNKNOWN = (
+    "under '~', the home of whoever runs git (their HOME, which Harness cannot know: it "
+    "may hold the workspace), taken to be inside the workspace"
+)
+
+
+def _expand_home(value: str) -> str | None:
+    """`value` with a leading `~user` replaced by that user's home from the password
+    database, as git does (`~user/githooks`); None for `~` alone or `~/...`, which git
+    takes from the HOME of whoever runs it: not Harness's (expanded with Harness's home,
+    `core.hooksPath = ~/ws/githooks` was judged outside, bound by nothing, and the
+    person's commit, their HOME holding `ws/`, ran the `pre-commit` an allowed `cp`
+    planted), nor surely the person's own. None too for a user who does not exist (git
+    then stops)."""
+    if not value.startswith("~"):
+        return value
+    user, _, rest = value[1:].partition("/")
+    if not user:
+        return None
+    try:
+        home = pwd.getpwnam(user).pw_dir
+    except (KeyError, UnicodeError, ValueError):
+        return None
+    return os.path.join(home, rest) if rest else home
 
 
 def _inside(workspace: Path, path: str) -> bool:
@@ -964,8 +1046,24 @@ def _read(fd: int) -> bytes:
     return data
 
 
-def _configuration(data: bytes, target: Path) -> list[tuple[str, str]]:
-    """The (key, value) pairs of a git configuration file, as git reads it."""
+class ConfigBudgetSpent(ToolError):
+    """More git configurations to read than `_configuration` reads for one run (before or
+    after it): what is left is treated as a configuration that cannot be read."""
+
+
+def _configuration(data: bytes, target: Path, budget: Guard) -> list[tuple[str, str]]:
+    """The (key, value) pairs of a git configuration file, as git reads it. Counted in
+    `budget` (a subprocess each): ConfigBudgetSpent past MAX_CONFIG_READS reads or
+    CONFIG_READ_SECONDS, ToolError when git cannot read it."""
+    if budget.config_reads >= MAX_CONFIG_READS or budget.config_seconds >= CONFIG_READ_SECONDS:
+        raise ConfigBudgetSpent(
+            f"The workspace holds more git configurations than Harness reads for a command "
+            f"no person approved ({MAX_CONFIG_READS}, or {CONFIG_READ_SECONDS:.0f} s of "
+            f"reading), so '{target.name}' could not be checked and nothing ran. A reviewer "
+            "must approve this command."
+        )
+    budget.config_reads += 1
+    started = time.monotonic()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1"}
     env |= {"HOME": "/nonexistent", "GIT_CONFIG_GLOBAL": "/dev/null", "LC_ALL": "C"}
     try:
@@ -980,6 +1078,8 @@ def _configuration(data: bytes, target: Path) -> list[tuple[str, str]]:
         )
     except (OSError, subprocess.TimeoutExpired):
         done = None
+    finally:
+        budget.config_seconds += time.monotonic() - started
     if done is None or done.returncode != 0:
         raise ToolError(
             f"The workspace's git configuration ({target.name}) could not be read, so it "
@@ -1228,6 +1328,7 @@ def remove_made(result: Guard) -> list[str]:
             if _remove(dir_fd, name, label + name, directories_only=True):
                 removed.append(label + name)
     _keep_git_directories(result)
+    _defuse_todos(result)
     _check_indexes(result)
     _remove_made_repositories(result)
     return removed
@@ -1272,7 +1373,7 @@ def _keep_git_directories(result: Guard) -> None:
     `objects/` and `refs/`, or `commondir`) is removed, and its HEAD, `objects/` and
     `refs/` are put back when the run removed or spoiled them; the model is told."""
     workspace = result.workspace
-    for fd, target, head, digits in result.owners:
+    for fd, target, head, digits, links in result.owners:
         shown = str(target.relative_to(workspace)) if workspace else target.name
         try:
             names = set(_names(fd))
@@ -1289,8 +1390,14 @@ def _keep_git_directories(result: Guard) -> None:
             _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False)
             _put_back(fd, "HEAD", head, f"{shown}/HEAD")
             spoiled.append("HEAD")
+        kept = _put_back_links(fd, links, shown)
+        if kept:
+            result.notes.append(RELINKED.format(names=", ".join(kept), path=shown))
+        linked = {name for name, _ in links}
         for name in () if "commondir" in names else ("objects", "refs"):
-            # (a worktree's are its common directory's)
+            # (a worktree's are its common directory's; a link that was there is kept)
+            if name in linked:
+                continue
             info = _lstat(fd, name)
             if info is None or not stat.S_ISDIR(info.st_mode):
                 _remove(fd, name, f"{shown}/{name}", directories_only=False)
@@ -1298,6 +1405,52 @@ def _keep_git_directories(result: Guard) -> None:
                 spoiled.append(f"{name}/")
         if spoiled:
             result.notes.append(SPOILED.format(names=", ".join(spoiled), path=shown))
+
+
+def _own_links(dir_fd: int) -> list[tuple[str, str]]:
+    """The `objects` and `refs` of the git directory `dir_fd` that are symbolic links (a
+    person's objects kept elsewhere): (name, what it names). Not followed."""
+    links: list[tuple[str, str]] = []
+    for name in ("objects", "refs"):
+        target = _link_target(dir_fd, name)
+        if target is not None:
+            links.append((name, target))
+    return links
+
+
+def _put_back_links(dir_fd: int, links: list[tuple[str, str]], shown: str) -> list[str]:
+    """Each link of `_own_links` the run removed or replaced made again as the same link
+    (what was there in its place removed first, never followed); the names put back. A
+    person's `objects -> /srv/store/x` was taken for objects/ the run removed and made an
+    empty directory: the submodule lost every object. Its target is not looked at: the
+    run could not write outside the workspace, and one inside it is the person's."""
+    put_back: list[str] = []
+    for name, target in links:
+        if _link_target(dir_fd, name) == target:
+            continue  # (by what it names: a directory made in its place took its inode)
+        _remove(dir_fd, name, f"{shown}/{name}", directories_only=False)
+        try:
+            os.symlink(target, name, dir_fd=dir_fd)
+            if os.geteuid() == 0:
+                owner = os.fstat(dir_fd)
+                os.chown(name, owner.st_uid, owner.st_gid, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError as error:
+            raise ToolError(
+                f"The command ran without a person's approval and removed the link "
+                f"'{shown}/{name}' (to {target!r}) of a submodule's git directory, which "
+                f"could not be put back ({error.strerror or error}). Do not run git in "
+                "this workspace; an operator must look at it."
+            ) from None
+        put_back.append(f"{name} (a link to {target!r})")
+    return put_back
+
+
+def _link_target(dir_fd: int, name: str) -> str | None:
+    """What the symbolic link `name` in `dir_fd` names, or None when it is no link."""
+    try:
+        return os.readlink(name, dir_fd=dir_fd)
+    except OSError:
+        return None
 
 
 def _lstat(dir_fd: int, name: str) -> os.stat_result | None:
@@ -1508,6 +1661,142 @@ def index_limit(before: int) -> int:
     return max(INDEX_LIMIT, 2 * before + INDEX_MARGIN)
 
 
+TODO = ("rebase-merge", "git-rebase-todo")
+_EXEC = re.compile(r"[ \t]*(exec|x)([ \t]|$)")
+EXEC_REMOVED = (
+    "\n[harness: this command ran without a person's approval and left `exec` lines in "
+    "the rebase under way in '{path}' ({lines}), which a person's `git rebase --continue` "
+    "would run on their machine; they were made comments. A command a reviewer approves "
+    "may add them.]"
+)
+
+
+TODO_LINK = (
+    "\n[harness: this command ran without a person's approval and left '{path}' as a "
+    "symbolic link or special file, through which a person's `git rebase --continue` "
+    "would read commands no one checked; it was removed.]"
+)
+
+
+def _read_todo(dir_fd: int) -> bytes | None:
+    """The rebase todo (`rebase-merge/git-rebase-todo`) of the git directory `dir_fd`,
+    neither followed nor waited for, or None when there is no such regular file. ToolError
+    past _READ_LIMIT."""
+    try:
+        merge = os.open(TODO[0], _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        fd = os.open(TODO[1], _READ_FLAGS, dir_fd=merge)
+    except OSError:
+        return None
+    finally:
+        os.close(merge)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _READ_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(data) > _READ_LIMIT:
+        raise ToolError(
+            "The workspace's git directory holds a rebase todo of more than 1 MiB, which "
+            "cannot be checked for a command no person approved, so nothing ran. A "
+            "reviewer must approve this command."
+        )
+    return data
+
+
+def _exec_lines(dir_fd: int) -> frozenset[str] | None:
+    """The `exec` (`x`) lines of the git directory's rebase todo, or None with no todo."""
+    data = _read_todo(dir_fd)
+    if data is None:
+        return None
+    lines = data.decode("utf-8", "surrogateescape").split("\n")
+    return frozenset(line for line in lines if _EXEC.match(line))
+
+
+def _defuse_todos(result: Guard) -> None:
+    """After the run, each `exec` line of a guarded git directory's rebase todo that was not
+    there before is made a comment (`# exec ...`): a person's `git rebase --continue` runs
+    them on the host, outside any sandbox. Before, an unapproved `git rebase -i -x CMD`
+    stopped at a `break` (or on a conflict) left them, and the person's continue ran CMD.
+    The picks stay: the rebase goes on as before, without those commands."""
+    workspace = result.workspace
+    for fd, target, before in result.todos:
+        shown = str(target.relative_to(workspace)) if workspace else target.name
+        _remove_linked_todo(fd, shown, result)
+        try:
+            data = _read_todo(fd)
+        except ToolError as error:
+            raise ToolError(
+                f"The command ran without a person's approval and left a rebase todo in "
+                f"'{target}' that cannot be checked ({error}). Do not run git in this "
+                "workspace; an operator must look at it."
+            ) from None
+        if data is None:
+            continue
+        lines = data.decode("utf-8", "surrogateescape").split("\n")
+        added = [line for line in lines if _EXEC.match(line) and line not in (before or ())]
+        if not added:
+            continue
+        out = [f"# {line.strip()}" if line in added else line for line in lines]
+        _rewrite_todo(fd, "\n".join(out).encode("utf-8", "surrogateescape"), target)
+        names = "; ".join(f"'{line.strip()[:80]}'" for line in added[:5])
+        result.notes.append(EXEC_REMOVED.format(path=shown, lines=names))
+
+
+def _remove_linked_todo(dir_fd: int, shown: str, result: Guard) -> None:
+    """A `rebase-merge` that is a symbolic link, or a todo in it that is not a regular
+    file (a link git would follow to a todo no one read, a fifo), is removed: git makes
+    neither."""
+    info = _lstat(dir_fd, TODO[0])
+    if info is None:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        _remove(dir_fd, TODO[0], f"{shown}/{TODO[0]}", directories_only=False)
+        result.notes.append(TODO_LINK.format(path=f"{shown}/{TODO[0]}"))
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        return
+    merge = os.open(TODO[0], _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
+    try:
+        todo = _lstat(merge, TODO[1])
+        if todo is not None and not stat.S_ISREG(todo.st_mode):
+            _remove(merge, TODO[1], f"{shown}/{'/'.join(TODO)}", directories_only=False)
+            result.notes.append(TODO_LINK.format(path=f"{shown}/{'/'.join(TODO)}"))
+    finally:
+        os.close(merge)
+
+
+def _rewrite_todo(dir_fd: int, data: bytes, target: Path) -> None:
+    """Replace the rebase todo of the git directory `dir_fd` with `data` (a new file
+    renamed over it, owned as its directory, no link followed)."""
+    try:
+        merge = os.open(TODO[0], _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
+        try:
+            owner = os.fstat(merge)
+            temporary = f"{ASIDE}{secrets.token_hex(8)}"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(temporary, flags, 0o644, dir_fd=merge)
+            try:
+                os.write(fd, data)
+                if os.geteuid() == 0:
+                    os.fchown(fd, owner.st_uid, owner.st_gid)
+            finally:
+                os.close(fd)
+            os.rename(temporary, TODO[1], src_dir_fd=merge, dst_dir_fd=merge)
+        finally:
+            os.close(merge)
+    except OSError as error:
+        raise ToolError(
+            f"The command ran without a person's approval and left `exec` lines in the "
+            f"rebase todo of '{target}', which could not be removed "
+            f"({error.strerror or error}). Do not run `git rebase --continue` there; an "
+            "operator must look at it."
+        ) from None
+
+
 def _check_indexes(result: Guard) -> None:
     """Remove each guarded git directory's `index` the run changed that names a path git
     itself would never put there (`_bad_index_path`), and say so. git reads an
@@ -1557,6 +1846,11 @@ SPOILED = (
     "inside it for another submodule's; it was put back ({names} as it was before the "
     "command, a directory made again empty). A command a reviewer approves may change it.]"
 )
+RELINKED = (
+    "\n[harness: this command ran without a person's approval and removed or replaced "
+    "{names} of the git directory '{path}'; it was put back as the link it was. A "
+    "command a reviewer approves may change it.]"
+)
 INDEX_TOO_LARGE = (
     "\n[harness: this command ran without a person's approval and left the git index "
     "'{path}' at {size} MiB (with its split index's shared parts and, as git makes them "
@@ -1586,17 +1880,22 @@ def _bad_index_path(path: str) -> bool:
 
 def _object_format(dir_fd: int) -> str:
     """The object format of the git directory `dir_fd` (its configuration's
-    extensions.objectformat, sha1 without one)."""
+    extensions.objectformat, sha1 without one). For the guarded git directories, at most
+    MAX_DIRECTORIES: not counted in a run's MAX_CONFIG_READS."""
     result = Guard()
     try:
         config = _open("config", dir_fd, result)
         if config is None or not stat.S_ISREG(os.fstat(config).st_mode):
             return "sha1"
-        pairs = _configuration(_read(config), Path("config"))
+        pairs = _configuration(_read(config), Path("config"), result)
     except (OSError, ToolError):
         return "sha1"
     finally:
         result.close()
+    return _format_of(pairs)
+
+
+def _format_of(pairs: list[tuple[str, str]]) -> str:
     return dict(pairs).get("extensions.objectformat", "sha1").strip().lower()
 
 
@@ -1712,6 +2011,8 @@ def _remove_made_repositories(result: Guard) -> None:
     it. ToolError when the workspace cannot be searched or it cannot be removed."""
     if result.known is None or result.root is None or result.workspace is None:
         return
+    unread: list[str] = []  # (past MAX_CONFIG_READS)
+    untold: list[str] = []  # (removed past MADE_NOTES notes)
     for path, identity, _ in _git_entries(result.root, MAX_WALK_AFTER, before=False):
         if identity in result.known:
             continue  # one that was there (bound: moved along with its directory at most)
@@ -1726,9 +2027,30 @@ def _remove_made_repositories(result: Guard) -> None:
         try:
             why = _judge_made(parent, result.workspace / path, result)
             if why is not None and _remove(parent, ".git", path, directories_only=False):
-                result.notes.append(MADE.format(path=path, why=why))
+                if why == _UNREAD:
+                    unread.append(path)
+                elif len(untold) or _told(result) >= MADE_NOTES:
+                    untold.append(path)
+                else:
+                    result.notes.append(MADE.format(path=path, why=why))
         finally:
             os.close(parent)
+    if untold:
+        result.notes.append(MADE_MORE.format(count=len(untold), names=_some(untold)))
+    if unread:
+        result.notes.append(MADE_MANY.format(count=len(unread), names=_some(unread)))
+
+
+def _told(result: Guard) -> int:
+    """The notes of `.git` entries removed one by one (MADE) so far."""
+    return sum(note.startswith(MADE.split("{", 1)[0]) for note in result.notes)
+
+
+def _some(paths: list[str]) -> str:
+    """The first MADE_NOTES of `paths`, quoted, and how many more."""
+    shown = ", ".join(f"'{path}'" for path in paths[:MADE_NOTES])
+    left = len(paths) - MADE_NOTES
+    return shown + (f" and {left} more" if left > 0 else "")
 
 
 def _regular(dir_fd: int, name: str) -> bool:
@@ -1751,6 +2073,14 @@ def _open_path(root: int, parts: list[str]) -> int:
     return fd
 
 
+# Why a `.git` the command made is removed past the run's bound on configurations read.
+_UNREAD = (
+    f"has a configuration Harness did not read: the command made more git directories "
+    f"than Harness checks after a command no person approved ({MAX_CONFIG_READS} "
+    f"configurations, or {CONFIG_READ_SECONDS:.0f} s of reading them)"
+)
+
+
 def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
     """Why the `.git` in `parent`, made by a command no person approved, would make git
     run programs, or None for what git itself makes (`MADE_NAMES`, a configuration of
@@ -1758,6 +2088,7 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
     whatever else is there. Its index is read within what is left of `run`'s
     `index_budget`."""
     result = Guard()
+    object_format = "sha1"
     try:
         git = _open(".git", parent, result)
         if git is None:
@@ -1789,7 +2120,7 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
                         return f"holds 'info/{item}'"
             elif name == "index":
                 left = run.index_budget
-                object_format = _object_format(git)
+                # (its configuration, read above: `config` sorts before `index`)
                 if not _take_index_budget(run, _index_cost(git, object_format, left)):
                     return (  # not read
                         f"holds an index larger than {left >> 20} MiB, not read (what is "
@@ -1800,12 +2131,15 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
                     return f"holds an index {bad}"
             elif name == "config":
                 try:
-                    pairs = _configuration(_read(entry), where / "config")
+                    pairs = _configuration(_read(entry), where / "config", run)
+                except ConfigBudgetSpent:
+                    return _UNREAD
                 except ToolError:
                     return "has a configuration that cannot be read"
                 for key, value in pairs:
                     if not _MADE_KEYS.fullmatch(key):
                         return f"sets {key} = {value!r} in its configuration"
+                object_format = _format_of(pairs)
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     finally:
