@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from django.contrib import messages
+from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
@@ -46,8 +47,17 @@ def _reached(request: HtmxHttpRequest, name: str) -> None:
 def index(request: HtmxHttpRequest) -> HttpResponse:
     servers = _servers(request).select_related("team").prefetch_related("tools")
     versions = ServerVersion.objects.order_by("-created_at")
-    if not request.reach.everything:  # (a removed server's history is the organization's)
-        versions = versions.filter(server_name__in=servers.values("name"))
+    if not request.reach.everything:
+        # Their servers' own versions: those recorded since the server of that name was
+        # registered. A removed server's history is the organization's, also once another
+        # team registers a server of the same name.
+        versions = versions.filter(
+            Exists(
+                _servers(request).filter(
+                    name=OuterRef("server_name"), created_at__lte=OuterRef("created_at")
+                )
+            )
+        )
     return render(
         request,
         "sources/index.html",
