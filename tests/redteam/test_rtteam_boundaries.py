@@ -183,3 +183,28 @@ def test_a_team_admins_rule_checks_name_no_tool_of_another_teams_server(
         f"/permissions/users/{subject.pk}/check", rows, headers={"HX-Request": "true"}
     ).content.decode()
     assert f"unknown tool &#x27;{infra.tool.exposed_name}&#x27;" in checked
+
+
+@db
+def test_an_agents_page_shows_a_team_admin_no_mode_of_an_owner_they_do_not_manage(
+    teams: tuple[TeamWorld, TeamWorld],
+) -> None:
+    """A team admin reads the rules (mode and lists) of people wholly inside their teams
+    only; the agent's page showed the owner's mode whoever the owner was (someone also in
+    another team, whose mode governs that team's agents too)."""
+    from dispatcher.policy import profiles
+    from teams.services import add_member, remove_member
+
+    pay, infra = teams
+    owner = pay.agent.owner
+    add_member(team=infra.team, user=owner, role="auditor", actor="test")
+    profiles.set_mode(user=owner, mode="trusted", actor="test")
+    page = pay.client("admin").get(f"/agents/{pay.agent.agent.pk}/").content.decode()
+    facts = page.split("Owner's mode", 1)[1].split("</dd>", 1)[0]
+    assert "trusted" not in facts and "an organization admin reads their rules" in facts
+    # Their own people's mode is shown, and an organization admin sees every owner's.
+    everything = org_client("admin").get(f"/agents/{pay.agent.agent.pk}/").content.decode()
+    assert "trusted" in everything.split("Owner's mode", 1)[1].split("</dd>", 1)[0]
+    remove_member(team=infra.team, user=owner, role="auditor", actor="test")
+    own = pay.client("admin").get(f"/agents/{pay.agent.agent.pk}/").content.decode()
+    assert "trusted" in own.split("Owner's mode", 1)[1].split("</dd>", 1)[0]
