@@ -208,3 +208,45 @@ def test_an_agents_page_shows_a_team_admin_no_mode_of_an_owner_they_do_not_manag
     remove_member(team=infra.team, user=owner, role="auditor", actor="test")
     own = pay.client("admin").get(f"/agents/{pay.agent.agent.pk}/").content.decode()
     assert "trusted" in own.split("Owner's mode", 1)[1].split("</dd>", 1)[0]
+
+
+@db
+def test_an_escalated_ask_shows_the_next_tier_no_reason_of_the_sessions_earlier_calls(
+    teams: tuple[TeamWorld, TeamWorld],
+) -> None:
+    """Escalation offers the next tier's reviewers one ask. Its "Session context" listed the
+    session's earlier calls with who decided them and why, so a reviewer of the next team
+    read the agent's team's rules there ("Rule 'read_file(pay-private-*)' in team pay's
+    deny list"), on the queue, the call's page and a one-tap link's page. They see the
+    earlier calls' tools and outcomes only; the agent's team's reviewers see everything."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from approvals import links
+    from approvals import services as approvals
+    from approvals.models import ApprovalRequest
+    from teams.services import set_escalation
+    from tests.support.factories import submit_one
+
+    pay, infra = teams
+    managed.set_layer(team=pay.team, document={"deny": ["read_file(pay-private-*)"]}, actor="cli")
+    earlier = submit_one(
+        pay.session, "read_file", {"path": "pay-private-plan.txt"}, tool_use_id="h1"
+    )
+    assert earlier.status == "denied"
+    later = submit_one(
+        pay.session, "write_file", {"path": "later.txt", "content": "x"}, tool_use_id="h2"
+    )
+    set_escalation(team=pay.team, after=1, to=infra.team, actor="test")
+    assert approvals.escalate_due(timezone.now() + timedelta(seconds=30))
+    ask = ApprovalRequest.objects.get(call=later)
+    link = links.make_url(ask, infra.members["reviewer"], "approve").split("://", 1)[1]
+    next_tier = infra.client("reviewer")
+    for url in ("/approvals/", f"/approvals/{ask.pk}/", f"/{link.split('/', 1)[1]}"):
+        page = next_tier.get(url).content.decode()
+        assert "Session context" in page and "read_file" in page, url
+        assert "pay-private" not in page, url
+    # The agent's team's reviewer reads the reasons.
+    own = pay.client("reviewer").get(f"/approvals/{ask.pk}/").content.decode()
+    assert "read_file(pay-private-*)" in own
