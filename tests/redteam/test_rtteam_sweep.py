@@ -57,7 +57,7 @@ def test_every_url_with_the_other_teams_ids_filters_htmx_and_any_method_shows_no
         for k, v in {
             "agent": pay.agent.agent.name,
             "user": pay.agent.owner.username,
-            "tool": pay.tool.exposed_name,
+            "tool": "write_file",
             "call": str(pay.approval.call_id),
             "edit": "1",
             "format": "csv",
