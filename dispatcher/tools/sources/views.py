@@ -122,8 +122,18 @@ def add(request: HtmxHttpRequest) -> HttpResponseBase:
         team = _team(request, data.get("team", "").strip())
         command = shlex.split(data.get("command", "")) if data.get("transport") == "stdio" else []
         env = services.parse_pairs(_lines(data.get("env", "")), "Variable")
+        trust_annotations = data.get("trust_annotations") == "on"
         if not request.reach.everything:
             _team_admin_may_register(command, _lines(data.get("paths", "")), env)
+            if trust_annotations:
+                # A trusted `readOnlyHint` makes a tool read-only to Harness: it runs under
+                # the organization's read_only ceiling, and unasked in standard mode, on the
+                # word of a server whose hints a team admin may write themselves.
+                raise ServiceError(
+                    "Only an organization admin trusts a server's annotations: a trusted "
+                    "readOnlyHint lets a tool run under the organization's read_only "
+                    "ceiling. Register it without trusting them."
+                )
         server, report = services.add_server(
             name=data.get("name", "").strip(),
             actor=_actor(request),
@@ -132,7 +142,7 @@ def add(request: HtmxHttpRequest) -> HttpResponseBase:
             env=env,
             headers=services.parse_pairs(_lines(data.get("headers", "")), "Header"),
             paths=_lines(data.get("paths", "")),
-            trust_annotations=data.get("trust_annotations") == "on",
+            trust_annotations=trust_annotations,
             timeout=float(data.get("timeout") or 60),
             team=team,
         )
