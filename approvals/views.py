@@ -20,7 +20,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from audit.roles import REVIEWER, HtmxHttpRequest, role_required
+from audit.roles import REVIEWER, HtmxHttpRequest, reach, role_required
 from dispatcher.gateways import dialects
 from dispatcher.models import Status
 
@@ -274,6 +274,9 @@ def link(request: HttpRequest, token: str) -> HttpResponse:
         return redirect("approvals:detail", claim.approval.pk)
     if request.method == "GET":
         queries.attach_history([claim.approval])
+        # (a recipient of the next tier sees the session's earlier calls without their
+        # reasons, as on the queue: the agent's team's rules decided them)
+        queries.mark_escalated_only([claim.approval], reach(claim.recipient, REVIEWER))
         context = {
             "approval": claim.approval,
             "verdict": claim.verdict,

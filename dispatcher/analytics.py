@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import posixpath
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,6 +34,7 @@ from dispatcher.policy.context import Profile
 from dispatcher.policy.models import PermissionProfile, PolicyLayer
 from dispatcher.policy.profiles import profile_for
 from dispatcher.policy.shell import SHELLS
+from dispatcher.tools.base import Tool
 from dispatcher.tools.registry import get_tool
 from teams.scope import EVERYTHING, Scope, wholly_within_people
 
@@ -421,7 +422,13 @@ def log_only_rules(
 
 
 def apply_suggestion(
-    *, user: User, action: str, rule: str, actor: User, expected_version: int
+    *,
+    user: User,
+    action: str,
+    rule: str,
+    actor: User,
+    expected_version: int,
+    tools: Sequence[Tool] | None = None,
 ) -> PermissionProfile:
     """Add `rule` to `user`'s `action` list: a new profile version, audited as any rule
     change. Raises InvalidProfile (the rule is bad, or the action unknown) and
@@ -434,5 +441,6 @@ def apply_suggestion(
         mode=saved.mode,
         actor=actor,
         expected_version=expected_version,
+        tools=tools,
         **_with_rule(saved, action, rule),
     )

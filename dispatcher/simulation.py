@@ -58,18 +58,24 @@ def simulate(
     session: AgentSession | None = None,
     profile: Profile | None = None,
     layered: bool = False,
+    team_id: int | None = None,
 ) -> Simulation:
     """Decide a call as admission would (stages 2 to 5), storing nothing.
 
     `profile` defaults to `user`'s saved profile; pass a proposed one to try rules before
-    saving. The organization's and the team's layers bind it as they bind admission (the
-    team of the session's agent, else of the user's newest agent); `layered`: `profile`
-    already holds them. With `session`, its workspace, narrowed mode and active grants are
-    used.
+    saving. The call is decided as one of an agent of a team: the session's agent's, else
+    `team_id`, else that of the user's newest agent, else the default team (`team_of`).
+    That team's layer and the organization's bind it as they bind admission (`layered`:
+    `profile` already holds them), and the tool is resolved in that team's tool set
+    (another team's MCP server is no tool of it). With `session`, its workspace, narrowed
+    mode and active grants are used.
     """
     profile = profile or profile_for(user)
+    team = session.agent.team_id if session else team_id
+    if team is None:
+        team = team_of(user, session)
     if not layered:
-        profile = layers.with_layers(profile, team_of(user, session))
+        profile = layers.with_layers(profile, team)
     mode = layers.effective_mode(session.mode if session else profile.mode, profile)
 
     def answer(
@@ -100,7 +106,7 @@ def simulate(
         )
     try:
         client = session.client if session else API_CLIENT
-        definition = stages.resolve(tool, client, session.agent.team_id if session else None)
+        definition = stages.resolve(tool, client, team)
         stages.validate(definition, arguments)
     except stages.Rejection as rejection:
         return answer("reject", rejection.stage, f"stage:{rejection.stage}", rejection.message)

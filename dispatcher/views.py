@@ -205,7 +205,11 @@ def _detail(request: HtmxHttpRequest, agent: Agent, *, token: str = "") -> HttpR
         "sessions": sessions,
         "session_total": AgentSession.objects.filter(agent=agent).count(),
         "last_activity": max(activity, default=None),
-        "owner_mode": profile_for(agent.owner).mode,
+        # A person's mode is part of their rules: read by the admins who manage them only
+        # (a team admin, for an owner wholly inside their teams; policy.views).
+        "owner_mode": profile_for(agent.owner).mode
+        if wholly_within(request.reach, agent.owner)
+        else "",
         "base_url": base,
         "agent_arg": shell_word(agent.name),
     }

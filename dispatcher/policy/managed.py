@@ -350,10 +350,14 @@ def activate_rule(*, layer: str, action: str, rule: str, actor: User, reason: st
     team = None
     if kind == "team":
         team = Team.objects.filter(name=name).first()
-        if team is None:
+        # Another team's layer is not found, as a team that does not exist: what it holds
+        # (its log-only rules, looked up below) is that team's.
+        if team is None or not scope_of(actor, "admin").covers(team.pk):
             raise InvalidProfile([f"No team named '{name}'."])
     elif kind != "org":
         raise InvalidProfile([f"Unknown layer '{layer}'."])
+    # Who may change the layer is checked before anything of it is read.
+    _check_may_change(actor, team)
     current = layer_document(team)
     document = {"max_mode": current["max_mode"], **_activated(current, action, rule)}
     return set_layer(

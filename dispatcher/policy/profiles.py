@@ -294,21 +294,25 @@ def _groups_problems(shown: str, entry: dict[str, Any], approvals: list[Any]) ->
     return []
 
 
-def check_profile(mode: str, lists: dict[str, list[Entry]]) -> None:
+def check_profile(
+    mode: str, lists: dict[str, list[Entry]], tools: Sequence[Tool] | None = None
+) -> None:
     """Raise InvalidProfile with one message per problem (naming the bad pattern, the bad
     quorum object, or a quorum group that does not exist)."""
     problems = []
     if mode not in Mode.values:
         problems.append(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
-    problems += list_problems(lists)
+    problems += list_problems(lists, tools)
     if problems:
         raise InvalidProfile(problems)
 
 
-def list_problems(lists: Mapping[str, list[Entry]]) -> list[str]:
-    """Every problem of cleaned rule lists: the entries (entry_problems), and quorum
-    groups that do not exist."""
-    problems = entry_problems(lists)
+def list_problems(
+    lists: Mapping[str, list[Entry]], tools: Sequence[Tool] | None = None
+) -> list[str]:
+    """Every problem of cleaned rule lists: the entries (entry_problems, against `tools`:
+    default the registry), and quorum groups that do not exist."""
+    problems = entry_problems(lists, tools)
     groups = {name for e in lists.get("ask", []) for name in quorum_groups(e)}
     known = set(Group.objects.filter(name__in=groups).values_list("name", flat=True))
     problems += [
@@ -353,16 +357,18 @@ def update_profile(
     deny: Iterable[Any],
     actor: User | str,
     expected_version: int | None = None,
+    tools: Sequence[Tool] | None = None,
 ) -> PermissionProfile:
     """Save `user`'s mode and rules as a new version, with its history row and audit event.
 
-    An entry is a rule text or (ask only) a quorum object; see clean_rules.
+    An entry is a rule text or (ask only) a quorum object; see clean_rules. Its tools are
+    checked against `tools` (a team admin's teams' tools; default: the registry).
     Raises InvalidProfile (nothing saved) naming each bad rule, and StaleProfile when
     `expected_version` is given and someone saved another version meanwhile. Saving the
     same mode and rules again changes nothing and keeps the version.
     """
     lists = {"allow": clean_rules(allow), "ask": clean_rules(ask), "deny": clean_rules(deny)}
-    check_profile(mode, lists)
+    check_profile(mode, lists, tools)
     with transaction.atomic():
         profile, _ = PermissionProfile.objects.select_for_update().get_or_create(
             user=user, defaults=default_profile()

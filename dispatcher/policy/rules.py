@@ -192,9 +192,11 @@ def validate_rules(
 
     Tool names are checked against `tools` (default: the registry). Empty list = valid.
     """
-    from dispatcher.tools.registry import all_tools, rule_tool
+    from dispatcher.tools.registry import all_tools, client_rule_tool, rule_tool
 
-    lookup = rule_tool if tools is None else (lambda name: None)
+    # Given `tools` (a team admin's teams' tools), a rule names one of them or a client's
+    # tool: another team's MCP server's tool is as unknown as one that does not exist.
+    lookup = rule_tool if tools is None else client_rule_tool
     by_name = {tool.name: tool for tool in (all_tools() if tools is None else tools)}
     problems: list[str] = []
     if not isinstance(lists, Mapping):

@@ -104,6 +104,13 @@ def _tools(reach: Scope) -> tuple[Tool, ...]:
     return tuple(by_name.values())
 
 
+def _checked_against(reach: Scope) -> tuple[Tool, ...] | None:
+    """The tools a team admin's rules are checked against: their teams' (a rule naming
+    another team's server's tool is refused as naming no tool, never listed among the known
+    ones); None, the registry, for an organization admin."""
+    return None if reach.everything else _tools(reach)
+
+
 def _team_agents(reach: Scope) -> Any:
     return reach.filter(Agent.objects.all(), "team_id")
 
@@ -260,11 +267,12 @@ def user_profile(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
             mode=form["mode"],
             actor=actor,
             expected_version=expected,
+            tools=_checked_against(request.reach),
             **_lists(request.POST, form),
         )
     except profiles.InvalidProfile as invalid:
         if rows is not None:
-            editor.check_rows(rows)
+            editor.check_rows(rows, _checked_against(request.reach))
         return _page(request, subject, form, status=400, errors=invalid.problems, **where)
     except (profiles.StaleProfile, ValueError) as stale:
         return _page(request, subject, form, status=409, errors=[str(stale)], **where)
@@ -317,7 +325,7 @@ def _simulations(
             arguments = json.loads(data.get("arguments") or "{}")
         except json.JSONDecodeError as error:
             raise ServiceError(f"The arguments are not valid JSON: {error}.") from None
-        run = functools.partial(_simulate_typed, subject, tool, arguments)
+        run = functools.partial(_simulate_typed, subject, tool, arguments, _team_of(subject, reach))
         what = f"{tool} {preview(arguments)}"
     results = [("saved rules", f"v{saved.version}", run(saved))]
     if not _same(saved, proposed):
@@ -326,9 +334,37 @@ def _simulations(
 
 
 def _simulate_typed(
-    subject: User, tool: str, arguments: Any, profile: Profile
+    subject: User, tool: str, arguments: Any, team_id: int | None, profile: Profile
 ) -> simulation.Simulation:
-    return simulation.simulate(user=subject, tool=tool, arguments=arguments, profile=profile)
+    return simulation.simulate(
+        user=subject, tool=tool, arguments=arguments, profile=profile, team_id=team_id
+    )
+
+
+def _team_of(subject: User, reach: Scope) -> int | None:
+    """The team a typed simulation is decided in, for a team admin one they reach (None:
+    simulation.team_of's choice, for an organization admin): the team of the person's
+    newest agent there, else one of their teams there. A team admin's simulation reads
+    neither another team's layer (the default team's, for a person who owns no agent) nor
+    its MCP servers' tools."""
+    if reach.everything:
+        return None
+    ids = sorted(reach.team_ids)
+    newest = (
+        Agent.objects.filter(owner=subject, team_id__in=ids)
+        .order_by("-created_at")
+        .values_list("team_id", flat=True)
+        .first()
+    )
+    if newest is not None:
+        return int(newest)
+    member = (
+        subject.team_memberships.filter(team_id__in=ids)
+        .order_by("team_id")
+        .values_list("team_id", flat=True)
+        .first()
+    )
+    return int(member) if member is not None else ids[0]
 
 
 def _call_of(subject: User, call_id: str, reach: Scope) -> ToolCall:
@@ -377,7 +413,7 @@ def check_rules(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     subject = _subject(request, user_id)
     if refusal := _refusal_to_change(request, subject):
         return HttpResponseForbidden(refusal, content_type="text/plain; charset=utf-8")
-    rows = editor.check_rows(editor.rows_from_post(request.POST))
+    rows = editor.check_rows(editor.rows_from_post(request.POST), _checked_against(request.reach))
     choices = {c["name"]: c for c in editor.tool_choices(rows, _tools(request.reach))}
     context = {"subject": subject, "rows": rows, "choices": choices}
     if request.htmx:
@@ -438,7 +474,12 @@ def apply_suggestion(request: HtmxHttpRequest) -> HttpResponse:
     try:
         version = int(request.POST.get("version", ""))
         profile = analytics.apply_suggestion(
-            user=subject, action=action, rule=rule, actor=actor, expected_version=version
+            user=subject,
+            action=action,
+            rule=rule,
+            actor=actor,
+            expected_version=version,
+            tools=_checked_against(request.reach),
         )
     except profiles.InvalidProfile as invalid:
         messages.error(request, " ".join(invalid.problems))

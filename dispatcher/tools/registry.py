@@ -91,6 +91,16 @@ def rule_tool(name: str) -> Tool | None:
     return tool
 
 
+def client_rule_tool(name: str) -> Tool | None:
+    """The tool of a client's tool sets a rule naming `name` is checked against (rule_tool
+    without the registry: for rules checked against a given list of registered tools,
+    those of a team admin's teams)."""
+    tool = None
+    for toolset in client_toolsets():
+        tool = tool or _by_name(toolset.tools).get(name) or toolset.rule_fallback(name)
+    return tool
+
+
 def tool_names(client: str = API_CLIENT, team_id: int | None = None) -> list[str]:
     toolset = client_toolset(client) if client != API_CLIENT else None
     return [tool.name for tool in (toolset.tools if toolset else all_tools(team_id))]

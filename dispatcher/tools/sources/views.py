@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from django.contrib import messages
+from django.db.models import Exists, OuterRef
 from django.http import Http404, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
@@ -46,8 +47,17 @@ def _reached(request: HtmxHttpRequest, name: str) -> None:
 def index(request: HtmxHttpRequest) -> HttpResponse:
     servers = _servers(request).select_related("team").prefetch_related("tools")
     versions = ServerVersion.objects.order_by("-created_at")
-    if not request.reach.everything:  # (a removed server's history is the organization's)
-        versions = versions.filter(server_name__in=servers.values("name"))
+    if not request.reach.everything:
+        # Their servers' own versions: those recorded since the server of that name was
+        # registered. A removed server's history is the organization's, also once another
+        # team registers a server of the same name.
+        versions = versions.filter(
+            Exists(
+                _servers(request).filter(
+                    name=OuterRef("server_name"), created_at__lte=OuterRef("created_at")
+                )
+            )
+        )
     return render(
         request,
         "sources/index.html",
@@ -112,8 +122,18 @@ def add(request: HtmxHttpRequest) -> HttpResponseBase:
         team = _team(request, data.get("team", "").strip())
         command = shlex.split(data.get("command", "")) if data.get("transport") == "stdio" else []
         env = services.parse_pairs(_lines(data.get("env", "")), "Variable")
+        trust_annotations = data.get("trust_annotations") == "on"
         if not request.reach.everything:
             _team_admin_may_register(command, _lines(data.get("paths", "")), env)
+            if trust_annotations:
+                # A trusted `readOnlyHint` makes a tool read-only to Harness: it runs under
+                # the organization's read_only ceiling, and unasked in standard mode, on the
+                # word of a server whose hints a team admin may write themselves.
+                raise ServiceError(
+                    "Only an organization admin trusts a server's annotations: a trusted "
+                    "readOnlyHint lets a tool run under the organization's read_only "
+                    "ceiling. Register it without trusting them."
+                )
         server, report = services.add_server(
             name=data.get("name", "").strip(),
             actor=_actor(request),
@@ -122,7 +142,7 @@ def add(request: HtmxHttpRequest) -> HttpResponseBase:
             env=env,
             headers=services.parse_pairs(_lines(data.get("headers", "")), "Header"),
             paths=_lines(data.get("paths", "")),
-            trust_annotations=data.get("trust_annotations") == "on",
+            trust_annotations=trust_annotations,
             timeout=float(data.get("timeout") or 60),
             team=team,
         )
