@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from allauth.socialaccount.models import SocialAccount
 from django.contrib.auth.models import User
 from django.test import Client
 
@@ -66,7 +67,7 @@ def test_a_verified_email_never_links_an_auditors_account(
     assert "reads other people's agents' calls" in page and "connect Test IdP" in page
     assert not client.get("/").wsgi_request.user.is_authenticated
     assert client.get("/audit/sessions/").status_code == 302  # to the login page
-    assert not auditor.socialaccount_set.exists()
+    assert not SocialAccount.objects.filter(user=auditor).exists()
     assert User.objects.filter(email__iexact=auditor.email).count() == 1  # no look-alike
     refused = AuditEvent.objects.get(kind="sso.link_refused", subject=f"user:{auditor.username}")
     assert refused.payload["uid"] == sub
