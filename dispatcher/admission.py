@@ -454,7 +454,13 @@ def _decide(
         return _reject(call, rejection.message, rejection.stage)
     ctx = call_context(call, session, mode, profile)
     assert ctx is not None
-    call.provenance = {"mode": mode, "profile_version": profile.version}
+    # The token it was sent with (the verified one read with the session): the worker runs
+    # it only while that is still the agent's valid token (agents.token_refusal).
+    call.provenance = {
+        "mode": mode,
+        "profile_version": profile.version,
+        "token": session.agent.token_prefix,
+    }
     if item.client_cwd:  # where the client runs it: policy reads it, the record keeps it
         ctx = replace(ctx, client_cwd=item.client_cwd)
         call.provenance["client_cwd"] = item.client_cwd

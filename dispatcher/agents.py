@@ -33,6 +33,7 @@ from dispatcher.policy import layers
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narrower_mode
 from dispatcher.policy.profiles import default_profile, profile_for
+from dispatcher.policy.stages import GuardDenial
 from dispatcher.tools import sandbox
 from floor.compiled import Compiled
 from floor.errors import ServiceError
@@ -120,7 +121,9 @@ def transfer_agent(
     clear_sponsor: bool = False,
 ) -> bool:
     """Change who owns `agent`, which team it works for, or who sponsors it; False (and no
-    event) when nothing changes. The event names the before and after of each. An agent a
+    event) when nothing changes. The event names the before and after of each. Moved to
+    another team, its bearer token is voided when someone it was shown to does not reach
+    that team (`_holders_outside`), as their leaving the team would void it. An agent a
     client signed in for (OAuth consent, `harness-hook login`) is that person's in that
     team: its owner and team never change (ServiceError; revoke it and sign in again)."""
     moving = (owner is not None and owner != agent.owner) or (
@@ -159,7 +162,36 @@ def transfer_agent(
         subject=f"agent:{agent.pk}",
         payload={"name": agent.name, "before": before, "after": after},
     )
+    outside = _holders_outside(agent, agent.team) if after["team"] != before["team"] else None
+    if outside is not None:  # its token voided as their leaving the team would void it
+        _void_held_by(
+            user=outside,
+            actor=actor,
+            agents=Agent.objects.filter(pk=agent.pk),
+            reason=(
+                f"{outside.get_username()}, who was shown this token, is not in the team "
+                f"{agent.team.name} the agent moved to"
+            ),
+        )
     return True
+
+
+def _holders_outside(agent: Agent, team: Team) -> User | None:
+    """The first active person shown a token of `agent` (token_holders) who does not reach
+    `team`, its new team: no organization admin role, no superuser, no membership of it.
+    (Someone no longer active holds no working token: their deactivation voided the one
+    they were shown, and none is shown to them since.) None when everyone reaches it: a
+    team admin who made the agent must not take a working token of it to a team they are
+    not in, which leaving the team would have voided (void_tokens_of_team_leaver)."""
+    holders = list(agent.token_holders or [])
+    if not holders or Agent.objects.filter(pk=agent.pk, oauth_client__isnull=False).exists():
+        return None
+    for person in User.objects.filter(pk__in=holders, is_active=True).order_by("pk"):
+        if person.is_superuser or org_holds(person, ADMIN):
+            continue
+        if not Membership.objects.filter(team=team, user=person).exists():
+            return person
+    return None
 
 
 def token_prefix(token: str) -> str | None:
@@ -293,15 +325,21 @@ def release_agents_of(*, user: User, actor: str, sponsor: User | None = None) ->
 @transaction.atomic
 def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> str:
     """Give an active agent a new token and return it (shown once to `shown_to`, who can
-    act as the agent from then on); the old one stops working at once. Raises ServiceError for a revoked agent (revoked is final), and for
+    act as the agent from then on); the old one stops working at once, and the calls it
+    sent that are queued for a worker are denied, unrun (a rotation is what an admin does
+    when a token may have leaked: `token_refusal`; calls waiting for a reviewer still wait,
+    and are denied by the worker if approved). Raises ServiceError for a revoked agent
+    (revoked is final), and for
     an agent a client signed in for its owner (OAuth consent, `harness-hook login`): its
     credentials are the tokens only that person's client holds, in the mode they
     consented to; a bearer token would act for them beside it, in their own mode."""
-    token, prefix = _new_token()
     _lock_active(shown_to, agent.team_id)
     old = Agent.objects.select_for_update().filter(pk=agent.pk, is_active=True).first()
     if old is None:
         raise ServiceError(f"Agent '{agent.name}' is revoked; create a new agent instead.")
+    token, prefix = _new_token()
+    while prefix == old.token_prefix:  # the prefix names the token a call was sent with
+        token, prefix = _new_token()
     if Agent.objects.filter(pk=agent.pk, oauth_client__isnull=False).exists():
         raise ServiceError(
             f"Agent '{agent.name}' was signed in by its owner through their client: it has "
@@ -327,6 +365,7 @@ def rotate_token(*, agent: Agent, actor: str, shown_to: User | None = None) -> s
     record_event(
         kind=kinds.AGENT_TOKEN_ROTATED, actor=actor, subject=f"agent:{agent.pk}", payload=payload
     )
+    _deny_queued(agent, sent_with_rotated())
     agent.token_prefix, agent.token_hash = prefix, _hash_token(token)
     agent.token_holders = holders
     agent.token_voided_because, agent.token_voided_at, agent.voided_token_hash = "", None, ""
@@ -445,6 +484,7 @@ def _void_held_by(*, user: User, actor: str, agents: QuerySet[Agent], reason: st
         )
         transaction.on_commit(functools.partial(_send_task, NOTIFY_VOIDED_TASK, str(event.pk)))
         _cancel_waiting(agent, actor, reason)
+        _deny_queued(agent, sent_with_voided(leaver))
         voided.append(agent.name)
     return voided
 
@@ -463,6 +503,57 @@ def _cancel_waiting(agent: Agent, actor: str, reason: str) -> None:
     )
     for call_id in list(waiting):
         transitions.cancel_call(call_id=call_id, actor=actor, reason=why)
+
+
+def _deny_queued(agent: Agent, why: str) -> None:
+    """Deny the agent's calls allowed or approved and queued for a worker, not yet claimed:
+    all of them were sent with the token just voided or replaced (the new one is not
+    shown before this commits). The worker's own check (`token_refusal`) denies those it
+    reads later; this denies, in the same commit, those it read before, which its claim
+    (conditional on the call still being queued) then leaves alone."""
+    queued = ToolCall.objects.select_related("session").filter(
+        session__agent=agent, status=Status.QUEUED
+    )
+    denial = GuardDenial(((TOKEN_GUARD, why),))
+    for call in queued.order_by("created_at", "batch_index"):
+        transitions.deny_before_run(call, denial)
+
+
+# The guard a call sent with a token that is no longer the agent's is denied by.
+TOKEN_GUARD = "token"
+
+
+def sent_with_voided(because: str) -> str:
+    return (
+        f"The agent token this call was sent with was voided because {because}, who was "
+        "shown it, left (Harness, or the agent's team), before a worker ran the call: "
+        "Harness cannot tell whether they "
+        "sent it, so it was not run. Resend it once an admin of the agent's team has "
+        "rotated the agent's token, with the new token."
+    )
+
+
+def sent_with_rotated() -> str:
+    return (
+        "The agent token this call was sent with was rotated (replaced by a new one) "
+        "before a worker ran the call: nothing an old token sent runs once it is replaced "
+        "(it may have leaked), so it was not run. Resend it with the agent's new token."
+    )
+
+
+def token_refusal(call: ToolCall, agent: Agent) -> str:
+    """Why the worker must not claim `call` of `agent`, or "" when it may: the token that
+    sent it is no longer the agent's valid token. The agent row is the one the worker read
+    with the call (no statement of its own). Admission records the verified token's
+    prefix on the call (provenance "token"); a rotation gives the agent another, and a
+    void marks it (token_voided_at) until the rotation that clears the mark. A call
+    admitted before Harness kept the record is refused only while the token is voided."""
+    if agent.token_voided_at is not None:
+        return sent_with_voided(agent.token_voided_because or "someone")
+    sent_with = (call.provenance or {}).get("token")
+    if sent_with is not None and sent_with != agent.token_prefix:
+        return sent_with_rotated()
+    return ""
 
 
 # (identity.tasks: the notice goes through the notification channels, an app above this one)
@@ -500,7 +591,8 @@ def voided_refusal(token: str) -> str:
     day = f" on {when:%Y-%m-%d}" if when is not None else ""
     return (
         f"This agent token was voided{day} because {because}, who was shown it, left "
-        "(their Harness account was deactivated, or they left the agent's team). It will not "
+        "(their Harness account was deactivated, or they left the agent's team, or the agent "
+        "moved to a team they are not in). It will not "
         "work again: ask an admin of the agent's team to rotate the agent's token on its "
         "page in the dashboard, and use the new token."
     )

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from dispatcher import admission, batches, pipeline, previews, transitions
 from dispatcher.admission import call_context
-from dispatcher.agents import mode_and_profile
+from dispatcher.agents import TOKEN_GUARD, mode_and_profile, token_refusal
 from dispatcher.models import Preview, Status, ToolCall
 from dispatcher.policy import git_reading, layers, stages
 from dispatcher.policy.context import CallContext
@@ -54,6 +54,9 @@ def execute_call(call_id: str) -> None:
     if call is None or call.status != Status.QUEUED:
         return
     session = call.session
+    refused = token_refusal(call, session.agent)  # voided or rotated while it was queued
+    if refused:
+        return transitions.deny_before_run(call, stages.GuardDenial(((TOKEN_GUARD, refused),)))
     revisions = layers.revisions_of(call)
     ctx = call_context(
         call, session, *mode_and_profile(session, preloaded=True, revisions=revisions)

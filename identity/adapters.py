@@ -4,8 +4,8 @@ Nobody signs up with a password: accounts are made by admins (the admin, `manage
 createsuperuser`) or by single sign-on, where the identity provider says who someone is.
 An identity provider's person is linked to an existing account only by an email the
 provider says is verified, and never a privileged one (superuser, staff, organization
-or team admin or reviewer, break-glass), whose owner connects the provider from the
-account itself; an
+or team admin, reviewer or auditor, break-glass), whose owner connects the provider
+from the account itself; an
 unverified one that matches an account is refused, never made into a second account
 beside it nor linked to it.
 """
@@ -25,7 +25,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 from django.shortcuts import render
 
-from audit.roles import ADMIN, REVIEWER
+from audit.roles import ADMIN, AUDITOR, REVIEWER
 from floor import outbound
 
 from . import services
@@ -111,7 +111,8 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
         provider says the email is verified and the account is not privileged. An
         unverified one is refused (audited), so it neither takes the account over nor gets
         a look-alike account beside it; a privileged account (a superuser, an
-        organization or team admin or reviewer, a break-glass account) is refused too
+        organization or team admin, reviewer or auditor, a break-glass account) is
+        refused too
         (audited): its owner
         signs in to it and connects the provider from there, so a provider that marks an
         attacker's address as verified cannot sign anyone in as an admin."""
@@ -163,16 +164,19 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):  # type: ignore[misc]
 
 # The roles that make an account privileged, organization-wide or in any team: an admin
 # changes policy, agents and people; a reviewer decides agents' calls (their approval is
-# what lets a call run), so whoever signs in as them approves in their name.
-PRIVILEGED_ROLES = (ADMIN, REVIEWER)
+# what lets a call run), so whoever signs in as them approves in their name; an auditor
+# reads other people's agents' calls, their arguments and results (the whole audit log
+# of the organization, or of a team), so whoever signs in as them reads all of it.
+PRIVILEGED_ROLES = (ADMIN, REVIEWER, AUDITOR)
 
 
 def is_privileged(user: User) -> bool:
     """An account no identity provider is linked to by email alone: a superuser, a staff
-    member, anyone who can decide calls or administer (the organization's reviewer or
-    admin role, or either role in any team: a team's admin changes their team's policy
-    layer, its agents' tokens and its people's rules; a reviewer's approval runs a call),
-    or a break-glass account (HARNESS_BREAK_GLASS_USERS)."""
+    member, anyone who can decide calls, administer or read other people's agents' calls
+    (the organization's reviewer, admin or auditor role, or any of them in any team: a
+    team's admin changes their team's policy layer, its agents' tokens and its people's
+    rules; a reviewer's approval runs a call; an auditor reads the audit log), or a
+    break-glass account (HARNESS_BREAK_GLASS_USERS)."""
     return (
         user.is_superuser
         or user.is_staff

@@ -97,14 +97,3 @@ def test_a_reviewer_connects_the_provider_from_their_account(provider: oidc.Prov
     fresh = Client()
     assert oidc.sign_in(fresh, provider, sub).status_code == 302
     assert fresh.get("/").wsgi_request.user.pk == reviewer.pk
-
-
-def test_an_auditor_who_decides_nothing_is_still_linked_by_email(
-    provider: oidc.Provider,
-) -> None:
-    auditor = with_email(make_user(unique("aud"), groups=("auditor",)))
-    sub = unique("sub")
-    provider.set_person(sub, email=auditor.email, email_verified=True, preferred_username="a")
-    client = Client()
-    assert oidc.sign_in(client, provider, sub).status_code == 302
-    assert client.get("/").wsgi_request.user.pk == auditor.pk
