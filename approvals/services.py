@@ -18,6 +18,7 @@ from audit.roles import REVIEWER, reach
 from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
+from dispatcher.agents import token_refusal
 from dispatcher.models import Agent, Executor, Status, ToolCall
 from dispatcher.policy import grants, stages
 from dispatcher.policy.stages import GuardDenial
@@ -812,6 +813,10 @@ def _edit_refusal(approval: ApprovalRequest, arguments: dict[str, Any]) -> Decis
         )
     if canonical_json(arguments) == canonical_json(call.arguments):
         return DecisionRefused("The arguments are unchanged: approve the call instead.", 400)
+    if refused := token_refusal(call, call.session.agent):
+        # The replacement would be admitted under the agent's token as it is now, and run
+        # although the token that sent the original may have leaked (or its holder left).
+        return DecisionRefused(f"{refused} It cannot be edited either: deny it.", 409)
     return None
 
 

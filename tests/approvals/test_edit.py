@@ -214,3 +214,23 @@ def test_the_audit_timeline_shows_the_edit_and_the_new_call(
     text = page.content.decode()
     assert 'data-status="edited"' in text and "tool_use_id w1#edit1" in text
     assert "Edited by" in text and "replaced by w1#edit1" in text  # the review, with why
+
+
+def test_a_call_sent_with_a_token_rotated_since_cannot_be_edited_into_one_that_runs(
+    reviewer_client: Client, reviewer: User, agent: AgentFixture
+) -> None:
+    """(voidq's report: an edit's replacement was admitted under the agent's token as it is
+    now, so a call the old token sent, perhaps by whoever it leaked to, ran once edited after
+    the rotation that stops the old token's queued calls.)"""
+    from dispatcher import agents
+
+    approval = ask(agent, {"path": "notes.txt", "content": "one"})
+    agents.rotate_token(agent=agent.agent, actor="user:admin")
+    response = edit(reviewer_client, approval, content="two")
+    assert response.status_code == 409, response.content
+    assert "was rotated" in response.content.decode()
+    assert "cannot be edited either" in response.content.decode()
+    original = ToolCall.objects.get(pk=approval.call_id)
+    assert original.status == Status.PENDING_APPROVAL
+    assert not ToolCall.objects.filter(edited_from=original).exists()
+    assert not (Path(original.session.workspace) / "notes.txt").exists()
