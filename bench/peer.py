@@ -301,10 +301,6 @@ def scenario_peer(
     # (BENCH_PEER_BASELINE_INLINE=1: that checkout with its inline lane, to compare
     # two versions of H in the same rounds: H/H0 is then the change's own ratio.)
     lane = {} if os.environ.get("BENCH_PEER_BASELINE_INLINE") == "1" else {"BENCH_NO_INLINE": "1"}
-    # (BENCH_PEER_BASELINE_LOOP=asyncio|uvloop: H0's daphne on that event loop, H's on the
-    # one the environment chose: HARNESS_EVENT_LOOP, harness_site.event_loop.)
-    if loop := os.environ.get("BENCH_PEER_BASELINE_LOOP"):
-        lane["HARNESS_EVENT_LOOP"] = loop
     queued = Server(
         "S14-H0",
         {**env, **lane, "PYTHONPATH": str(baseline)},
@@ -422,11 +418,6 @@ def scenario_peer(
     results = _results(p50, rate, cost, n, seconds) + _floor_results(p50, rate, cost)
     if baseline != ROOT:
         results[0].notes.append(f"H0 ran the checkout at {baseline} (BENCH_PEER_BASELINE)")
-    if loop := os.environ.get("BENCH_PEER_BASELINE_LOOP"):
-        results[0].notes.append(
-            f"H0's daphne ran on {loop} (BENCH_PEER_BASELINE_LOOP), H's on "
-            f"{os.environ.get('HARNESS_EVENT_LOOP') or 'the default'} (HARNESS_EVENT_LOOP)"
-        )
     for key in ("H", "H0"):
         results[0].notes.append(
             f"{key}: " + stages_note(session_ids[key], statistics.median(p50[key]))

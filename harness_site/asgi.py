@@ -16,11 +16,7 @@ import json
 import os
 from typing import Any
 
-from harness_site import event_loop
-
-EVENT_LOOP = event_loop.install()  # before anything is scheduled on daphne's loop
-
-from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 get_asgi_application()  # django.setup(); the pages get their handler below (pages_app)
