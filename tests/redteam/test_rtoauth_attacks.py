@@ -403,3 +403,81 @@ def test_a_device_polling_faster_than_its_interval_is_told_to_slow_down(
     Person(stack.url, owner.username, "pw-" + owner.username).approve_device(device["user_code"])
     tokens = httpx.post(stack.url + "/oauth/token/", data=poll)
     assert tokens.status_code == 200 and tokens.json()["access_token"].startswith("hro_")
+
+
+def test_a_consent_racing_the_persons_removal_from_the_team_leaves_no_agent(
+    stack: OAuthStack, live_db: None
+) -> None:
+    """Removing someone's last role in a team revokes the agents they signed in for it
+    (agentauth.services.stop_agents_of_leaver). A consent whose membership check read the
+    row before the removal committed made its agent after the removal's step had looked:
+    an active agent, acting for a team its owner had left. The consent now locks the row
+    that lets the person approve for the team, so it waits for the removal, then refuses."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    from dispatcher.models import Agent
+    from teams.models import Membership
+    from teams.services import remove_member
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL")
+    owner = team_member()
+    who = Person(stack.url, owner.username, "pw-" + owner.username)
+    membership = Membership.objects.select_related("team").get(user=owner)
+    client_id = stack.documents.client(f"/{unique('client')}.json", ["http://127.0.0.1/callback"])
+    _verifier, challenge = pkce()
+    query = urlencode(
+        {
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": CALLBACK,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "state": "s",
+            "resource": stack.url + "/mcp/",
+        }
+    )
+    page = who.http.get(f"/oauth/authorize/?{query}")
+    form = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page.text))
+    form.update(team=str(membership.team_id), allow="Authorize")
+
+    removed, release = threading.Event(), threading.Event()
+
+    def remove() -> None:
+        try:
+            with transaction.atomic():
+                remove_member(team=membership.team, user=owner, role=membership.role, actor="test")
+                removed.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    remover = threading.Thread(target=remove)
+    remover.start()
+    assert removed.wait(30)
+    answers: list[httpx.Response] = []
+    consenting = threading.Thread(
+        target=lambda: answers.append(
+            who.http.post(
+                f"/oauth/authorize/?{query}", data=form, headers={"Referer": str(page.url)}
+            )
+        )
+    )
+    consenting.start()
+    # Until the consent is answered, or waits for a lock (the removal holds it).
+    with connection.cursor() as cursor:
+        while consenting.is_alive():
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+            if cursor.fetchone()[0]:
+                break
+            consenting.join(0.05)
+    release.set()
+    remover.join(30)
+    consenting.join(30)
+    assert answers and answers[0].status_code == 403, answers and answers[0].text[:300]
+    assert not Agent.objects.filter(owner=owner, team=membership.team, is_active=True).exists()
