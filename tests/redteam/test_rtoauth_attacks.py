@@ -481,3 +481,29 @@ def test_a_consent_racing_the_persons_removal_from_the_team_leaves_no_agent(
     consenting.join(30)
     assert answers and answers[0].status_code == 403, answers and answers[0].text[:300]
     assert not Agent.objects.filter(owner=owner, team=membership.team, is_active=True).exists()
+
+
+def test_an_oauth_token_in_an_audited_text_is_masked(live_db: None) -> None:
+    """An agent's bearer token (hrn_) in a call's arguments was masked in the audit log,
+    an OAuth access or refresh token (hro_, hrr_: a hook's credentials file read, a curl
+    line) was kept as it is, for ever, in a log every auditor reads."""
+    from agentauth.tokens import new_access_token, new_refresh_token
+    from audit import kinds
+    from audit.models import AuditEvent
+    from audit.services import record_event
+
+    access, refresh = new_access_token(None), new_refresh_token(None)
+    text = f'cat creds.json # {{"access_token": "x", "note": "{access} {refresh}"}}'
+    from django.db import transaction
+
+    with transaction.atomic():
+        event = record_event(
+            kind=kinds.AGENT_AUTHORIZED,
+            actor="test",
+            subject=unique("agent:"),
+            payload={"command": text, "line": f"echo {refresh} | gh auth"},
+        )
+    stored = str(AuditEvent.objects.get(pk=event.pk).payload)
+    assert access not in stored and refresh not in stored
+    assert access[4:] not in stored and refresh[4:] not in stored
+    assert "[masked:harness-oauth-token" in stored
