@@ -295,6 +295,14 @@ def test_what_held(stack: OAuthStack, live_db: None) -> None:
             "redirect_uri": CALLBACK,
         },
     ).json()
+    # With a token of this client alive, approval_prompt=auto skips the consent page in
+    # django-oauth-toolkit: no agent was approved, so no code comes of it.
+    _verifier2, challenge2 = pkce()
+    auto = who.http.get(
+        "/oauth/authorize/",
+        params={**base, "code_challenge": challenge2, "approval_prompt": "auto"},
+    )
+    assert "code=" not in auto.headers.get("location", ""), auto.headers
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     auth = {"Accept": "application/json, text/event-stream"}
     other = httpx.post(
