@@ -49,7 +49,7 @@ class DoorFetcher:
             raise CIMDError("client metadata document is not a JSON object")
         uris = data.get("redirect_uris")
         for uri in uris if isinstance(uris, list) else []:
-            if isinstance(uri, str) and not _redirect_allowed(uri):
+            if isinstance(uri, str) and not redirect_allowed(uri):
                 raise CIMDError(
                     f"client metadata document names the redirect URI {uri[:200]!r}: a "
                     "redirect must be https, or http on the loopback interface (127.0.0.1, "
@@ -61,7 +61,7 @@ class DoorFetcher:
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 
-def _redirect_allowed(uri: str) -> bool:
+def redirect_allowed(uri: str) -> bool:
     """https anywhere; plain http only to the loopback interface (RFC 8252 7.3, RFC 9700
     2.6): an authorization code never crosses a network in the clear. Other schemes are
     django-oauth-toolkit's to refuse (ALLOWED_REDIRECT_URI_SCHEMES)."""

@@ -42,13 +42,15 @@ urlpatterns = [
     path("oauth/device/", views.device, name="device"),
 ]
 if settings.HARNESS_OAUTH_DYNAMIC_REGISTRATION:
-    urlpatterns.append(
+    urlpatterns += [
+        path("oauth/register/", views.client_registration, name="dcr-register"),
+        # (named in every registration's answer: registration_client_uri)
         path(
-            "oauth/register/",
-            oauth.DynamicClientRegistrationView.as_view(),
-            name="dcr-register",
-        )
-    )
+            "oauth/register/<str:client_id>/",
+            views.client_configuration,
+            name="dcr-register-management",
+        ),
+    ]
 
 # A person's own agents (namespace "agentauth", mounted at /account/agents/).
 account_urlpatterns = [

@@ -4,7 +4,7 @@
   (agentauth.models); a token request whose code names none is refused (fail closed);
 - a refreshed token inherits its predecessor's agent;
 - a token's audience (RFC 8707 resource) is one of this Harness's own resources: its MCP
-  endpoint (the default when the client names none) or its hooks API.
+  endpoint (the default when the client names none) or its hooks API, never both.
 """
 
 from __future__ import annotations
@@ -47,7 +47,34 @@ def _at_authorization_endpoint(request: Any) -> bool:
     return path == reverse("oauth2_provider:authorize")
 
 
+# The grants Harness serves (settings.OAUTH2_PROVIDER's OAUTH2_GRANT_TYPES_SUPPORTED): each
+# names the agent its tokens stand for (a code, a device code, a refresh token).
+GRANTS = frozenset(
+    ("authorization_code", "refresh_token", "urn:ietf:params:oauth:grant-type:device_code")
+)
+
+
+def _agent_id(request: Any) -> Any:
+    """The agent a code or token is being made for, as this validator (or the consent
+    view's credentials) set it on the oauthlib `request`; never a request parameter:
+    oauthlib answers an attribute it lacks with the parameter of that name, so
+    getattr(request, "harness_agent_id") read `harness_agent_id=` from the body of a
+    grant that sets none."""
+    return vars(request).get("harness_agent_id")
+
+
 class AgentValidator(OAuth2Validator):  # type: ignore[misc]
+    def validate_grant_type(
+        self, client_id: str, grant_type: str, client: Any, request: Any, *args: Any, **kwargs: Any
+    ) -> bool:
+        """Only the grants Harness serves, whatever the client was registered for (an
+        admin's client of the client credentials grant has no person behind it)."""
+        if grant_type not in GRANTS:
+            return False
+        return bool(
+            super().validate_grant_type(client_id, grant_type, client, request, *args, **kwargs)
+        )
+
     def _load_application(self, client_id: str, request: Any) -> Any:
         """A client metadata document is fetched (and its client stored) on first sight at
         the authorization endpoint only, where a signed-in person is asked to consent: the
@@ -64,7 +91,7 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         return super()._load_application(client_id, request)
 
     def _create_authorization_code(self, request: Any, code: Any, expires: Any = None) -> Any:
-        agent_id = getattr(request, "harness_agent_id", None)
+        agent_id = _agent_id(request)
         if agent_id is None:
             raise errors.AccessDeniedError(description="No agent was approved.", request=request)
         grant = super()._create_authorization_code(request, code, expires)
@@ -125,6 +152,17 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         own = resources_of(_origin(request))
         if not request.resource:
             request.resource = [own[0]]
+        if len(request.resource) > 1:
+            # A token for both would be accepted by both endpoints (audience_matches): one
+            # resource per token, as each endpoint refuses a token for the other.
+            raise errors.CustomOAuth2Error(
+                error="invalid_target",
+                description=(
+                    "A token is issued for one resource only: ask for "
+                    f"{own[0]} (MCP) or {own[1]} (hooks), not both."
+                ),
+                request=request,
+            )
         for resource in request.resource:
             if resource not in own:
                 raise errors.CustomOAuth2Error(
@@ -139,7 +177,7 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
     def _create_access_token(
         self, expires: Any, request: Any, token: Any, source_refresh_token: Any = None
     ) -> Any:
-        agent_id = getattr(request, "harness_agent_id", None)
+        agent_id = _agent_id(request)
         if agent_id is None:
             raise errors.AccessDeniedError(description="No agent was approved.", request=request)
         access_token = super()._create_access_token(expires, request, token, source_refresh_token)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import ipaddress
+import json
+from datetime import timedelta
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
@@ -42,11 +44,17 @@ from django.views.decorators.http import require_http_methods, require_POST
 from oauth2_provider import views as oauth_views
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.models import AccessToken, DeviceGrant, get_application_model
+from oauth2_provider.settings import oauth2_settings
 from oauth2_provider.views import AuthorizationView
 from oauth2_provider.views.device import DeviceGrantForm
+from oauth2_provider.views.dynamic_client_registration import (
+    DynamicClientRegistrationManagementView,
+    DynamicClientRegistrationView,
+)
 from oauth2_provider.views.metadata import OAuthProtectedResourceMetadataView
 
 from agentauth import services
+from agentauth.cimd import redirect_allowed
 from agentauth.models import AgentClient
 from agentauth.validators import MCP_PATH
 from audit.roles import HtmxHttpRequest
@@ -552,6 +560,27 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
 device_authorization = DeviceAuthorizationView.as_view()
 
 
+# A device's polls of a pending code one second short of the interval are let through
+# (a device that waits the interval reaches Harness a little after it).
+POLL_SLACK = timedelta(seconds=1)
+
+
+def _polled_too_soon(device_code: str) -> bool:
+    """Whether the device polls its pending code sooner than DEVICE_FLOW_INTERVAL after its
+    last poll (or the code's issue): RFC 8628 3.5's slow_down, which django-oauth-toolkit
+    leaves to do. A poll let through is the new mark (a conditional update: of polls at
+    the same moment one passes); a refused one is not, so a device that waits as told gets
+    through. An approved code is never slowed: its exchange is the device's last poll."""
+    interval = timedelta(seconds=oauth2_settings.DEVICE_FLOW_INTERVAL)
+    now = timezone.now()
+    pending = DeviceGrant.objects.filter(
+        device_code=device_code, status=DeviceGrant.AUTHORIZATION_PENDING
+    )
+    if pending.filter(last_checked__lte=now - interval + POLL_SLACK).update(last_checked=now):
+        return False
+    return bool(pending.exists())
+
+
 class TokenView(oauth_views.TokenView):  # type: ignore[misc]
     """/oauth/token/, django-oauth-toolkit's, with a device code grant request that names
     no device code answered as the invalid request it is (django-oauth-toolkit 3.4.1 reads
@@ -587,13 +616,23 @@ class TokenView(oauth_views.TokenView):  # type: ignore[misc]
         refused = _holds_nul(request)  # (PostgreSQL refuses it in a lookup: a 500)
         if refused is not None:
             return refused
-        if request.POST.get("grant_type") == DEVICE_CODE_GRANT and not request.POST.get(
-            "device_code"
-        ):
-            return JsonResponse(
-                {"error": "invalid_request", "error_description": "Missing device_code."},
-                status=400,
-            )
+        if request.POST.get("grant_type") == DEVICE_CODE_GRANT:
+            if not request.POST.get("device_code"):
+                return JsonResponse(
+                    {"error": "invalid_request", "error_description": "Missing device_code."},
+                    status=400,
+                )
+            if _polled_too_soon(request.POST["device_code"]):
+                return JsonResponse(
+                    {
+                        "error": "slow_down",
+                        "error_description": "Polled sooner than the interval the device "
+                        f"authorization answered ({oauth2_settings.DEVICE_FLOW_INTERVAL} "
+                        "seconds): wait 5 seconds more between polls from now on.",
+                    },
+                    status=400,
+                    headers={"Cache-Control": "no-store"},
+                )
         return super().post(request, *args, **kwargs)  # type: ignore[no-any-return]
 
 
@@ -612,3 +651,93 @@ class RevokeTokenView(oauth_views.RevokeTokenView):  # type: ignore[misc]
 
 
 revoke_token = RevokeTokenView.as_view()
+
+
+# Clients registered (RFC 7591, with HARNESS_OAUTH_DYNAMIC_REGISTRATION), counted per person
+# by allauth's rate limiter (settings: HARNESS_OAUTH_REGISTRATIONS_PER_HOUR).
+CLIENT_REGISTRATION_ACTION = "harness_client_registration"
+_REGISTRABLE_GRANTS = {"authorization_code", "refresh_token"}
+
+
+def _metadata_refused(error: str, description: str) -> JsonResponse:
+    return JsonResponse(
+        {"error": error, "error_description": description},
+        status=400,
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+def _unservable(body: bytes) -> JsonResponse | None:
+    """The 400 for client metadata Harness would not serve as a metadata document's client
+    (agentauth.cimd): a confidential client (the token endpoint checks no secret, `none`
+    only), a grant other than the authorization code's (client credentials have no person
+    behind them; the device grant is harness-hook's), a redirect in plain http off the
+    loopback interface. None otherwise (django-oauth-toolkit checks the rest)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    if data.get("token_endpoint_auth_method") != "none":
+        return _metadata_refused(
+            "invalid_client_metadata",
+            'Harness registers public clients only: send "token_endpoint_auth_method": '
+            '"none" (the sign-in uses PKCE; no client secret is issued or checked).',
+        )
+    grants = data.get("grant_types", ["authorization_code"])
+    if not isinstance(grants, list) or not set(map(str, grants)) <= _REGISTRABLE_GRANTS:
+        return _metadata_refused(
+            "invalid_client_metadata",
+            "Harness registers clients of the authorization_code grant (with refresh_token) "
+            "only: a person consents to each sign-in. Devices sign in with `harness-hook "
+            "login`.",
+        )
+    uris = data.get("redirect_uris")
+    for uri in uris if isinstance(uris, list) else []:
+        if isinstance(uri, str) and not redirect_allowed(uri):
+            return _metadata_refused(
+                "invalid_redirect_uri",
+                f"The redirect URI {uri[:200]!r} is refused: a redirect must be https, or "
+                "http on the loopback interface (127.0.0.1, [::1], localhost).",
+            )
+    return None
+
+
+class ClientRegistrationView(DynamicClientRegistrationView):  # type: ignore[misc]
+    """/oauth/register/ (RFC 7591), django-oauth-toolkit's, for signed-in people (its
+    IsAuthenticatedDCRPermission, with the CSRF check for a session): only a client
+    Harness serves (_unservable), and at most HARNESS_OAUTH_REGISTRATIONS_PER_HOUR per
+    person (each one a row, with a registration token that never expires)."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return super().post(request, *args, **kwargs)  # type: ignore[no-any-return]
+        refused = _unservable(request.body)
+        if refused is not None:
+            return refused
+        if not ratelimit.consume(request, action=CLIENT_REGISTRATION_ACTION, dry_run=True):
+            return _try_again_later(
+                f"Too many clients registered: at most "
+                f"{settings.HARNESS_OAUTH_REGISTRATIONS_PER_HOUR} clients an hour per person. "
+                "Use a client you registered already, or try again in an hour.",
+                3600,
+            )
+        response: HttpResponse = super().post(request, *args, **kwargs)
+        if response.status_code == 201:  # (a request refused, or cross-site, counts none)
+            ratelimit.consume(request, action=CLIENT_REGISTRATION_ACTION)
+        return response
+
+
+client_registration = ClientRegistrationView.as_view()
+
+
+class ClientConfigurationView(DynamicClientRegistrationManagementView):  # type: ignore[misc]
+    """/oauth/register/<client_id>/ (RFC 7592) with its registration token: read or
+    delete the client. Its metadata is not rewritten (PUT, 405): a change would skip the
+    checks registration makes; register the client again instead."""
+
+    http_method_names = ["get", "delete", "options"]
+
+
+client_configuration = ClientConfigurationView.as_view()

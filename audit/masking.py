@@ -570,6 +570,12 @@ RULES: list[_Rule] = [
         _masking("harness-token"),
         ("hrn_",),
     ),
+    # Harness's OAuth access and refresh tokens (agentauth.tokens): the prefix stays.
+    _Rule(
+        r"(hr[or]_(?<=\bhr[or]_))(?P<v>[A-Za-z0-9_-]{32,}+)",
+        _masking("harness-oauth-token"),
+        ("hro_", "hrr_"),
+    ),
     _Rule(r"(?P<v>gh(?<=\bgh)[pousr]_[A-Za-z0-9]{30,}+)", _masking("github-token"), ("gh",)),
     _Rule(r"(?P<v>xox(?<=\bxox)[abprs]-[A-Za-z0-9-]{10,}+)", _masking("slack-token"), ("xox",)),
     _Rule(r"(?P<v>AKIA(?<=\bAKIA)[0-9A-Z]{16}\b)", _masking("aws-key"), ("AKIA",)),

@@ -644,6 +644,8 @@ HARNESS_OAUTH_REFRESH_TOKEN_SECONDS = int(
 # through the outbound door). Dynamic client registration (RFC 7591) is off unless this
 # switch turns it on (then any signed-in person may register a client).
 HARNESS_OAUTH_DYNAMIC_REGISTRATION = env_bool("HARNESS_OAUTH_DYNAMIC_REGISTRATION", False)
+# Clients one person may register in an hour (agentauth.views.ClientRegistrationView).
+HARNESS_OAUTH_REGISTRATIONS_PER_HOUR = 10
 # django-oauth-toolkit's own models, named (its models are swappable: a relation to one
 # resolves through these settings).
 OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
@@ -755,6 +757,7 @@ if HARNESS_DEVICE_PENDING_MAX < 0:
     )
 ACCOUNT_RATE_LIMITS = {
     "harness_device_code": f"{HARNESS_DEVICE_CODE_ATTEMPTS}/{HARNESS_DEVICE_CODE_WINDOW}s/user",
+    "harness_client_registration": f"{HARNESS_OAUTH_REGISTRATIONS_PER_HOUR}/3600s/user",
     "harness_device_authorization": (
         f"{HARNESS_DEVICE_AUTHORIZATIONS}/{HARNESS_DEVICE_AUTHORIZATION_WINDOW}s/ip,"
         f"{HARNESS_DEVICE_AUTHORIZATIONS_PER_LIFE}/{HARNESS_DEVICE_CODE_LIFE}s/ip"
