@@ -117,8 +117,13 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         if not super().validate_refresh_token(refresh_token, client, request, *args, **kwargs):
             return False
         previous = request.refresh_token_instance.access_token_id
+        # Only for an agent that is still active, of an owner who is still active: a
+        # revoked agent or a deactivated person gets no new tokens (they would not
+        # authenticate, but would again if the person were reactivated).
         agent_id = (
-            AgentToken.objects.filter(access_token_id=previous)
+            AgentToken.objects.filter(
+                access_token_id=previous, agent__is_active=True, agent__owner__is_active=True
+            )
             .values_list("agent_id", flat=True)
             .first()
         )

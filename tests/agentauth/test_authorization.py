@@ -486,3 +486,25 @@ def test_guessing_device_codes_is_stopped_after_ten_wrong_ones(
     own = signed_in(developer).post("/oauth/device/", {**form, "user_code": code})
     assert own.status_code == 200 and "Approved" in own.content.decode()
     assert AgentClient.objects.get(owner=developer).registered_via == "device"
+
+
+def test_a_revoked_agent_or_an_inactive_owner_gets_no_new_tokens_by_refresh(
+    documents: DocumentServer,
+) -> None:
+    """(rtoauth's report: the refresh grant minted new tokens for a deactivated person's
+    agent; they did not authenticate, but would have once the person was reactivated.)"""
+    from agentauth import services
+
+    person = member()
+    client_id, first = sign_in_agent(documents, person)
+    User.objects.filter(pk=person.pk).update(is_active=False)
+    refused = refresh(client_id, first["refresh_token"])
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid_grant"
+    User.objects.filter(pk=person.pk).update(is_active=True)
+
+    client_id, second = sign_in_agent(documents, person)
+    agent = mcp_http.authenticate(second["access_token"], "", MCP)[0]
+    assert agent is not None
+    services.revoke_agent(agent=agent, actor="test")
+    refused = refresh(client_id, second["refresh_token"])
+    assert refused.status_code == 400 and refused.json()["error"] == "invalid_grant"
