@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
@@ -81,6 +82,7 @@ def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, act
         .first()
     )
     if link is None or not link.agent.is_active:
+        _within_signed_in_cap(owner)
         agent, _token = agents.create_agent(
             owner=owner, name=_free_name(owner, client_name(application)), team=team, actor=actor
         )
@@ -105,6 +107,26 @@ def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, act
         },
     )
     return link.agent
+
+
+def _within_signed_in_cap(owner: User) -> None:
+    """ServiceError when `owner` holds HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON active agents
+    made by consent already. Every client (a metadata document's URL, a registration)
+    made a new agent, so one person could hold any number, each with its own share of the
+    execution queue, rate and wait slots. Counted under a lock of the person's row, so
+    consents given at once cannot each pass the count."""
+    limit = settings.HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON
+    if limit <= 0:
+        return
+    list(User.objects.select_for_update().filter(pk=owner.pk).values_list("pk", flat=True))
+    held = AgentClient.objects.filter(owner=owner, agent__is_active=True).count()
+    if held >= limit:
+        raise ServiceError(
+            f"You already have {held} agents signed in through clients, the most one person "
+            f"may have (HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON is {limit}). Revoke one you "
+            "no longer use on your Agents page (/account/agents/), then approve this client "
+            "again, or ask an admin to raise the limit."
+        )
 
 
 def _free_name(owner: User, wanted: str) -> str:

@@ -644,6 +644,9 @@ HARNESS_OAUTH_REFRESH_TOKEN_SECONDS = int(
 # through the outbound door). Dynamic client registration (RFC 7591) is off unless this
 # switch turns it on (then any signed-in person may register a client).
 HARNESS_OAUTH_DYNAMIC_REGISTRATION = env_bool("HARNESS_OAUTH_DYNAMIC_REGISTRATION", False)
+# Active agents one person may hold made by consent to a client (a metadata document or a
+# registration each makes one: agentauth.services); 0: no cap.
+HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON = int(env("HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON", "20"))
 # django-oauth-toolkit's own models, named (its models are swappable: a relation to one
 # resolves through these settings).
 OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
