@@ -106,8 +106,11 @@ class Share(NamedTuple):
 
 def _fair_keys(queue: str) -> tuple[str, str]:
     """The ring of owners with calls waiting, and the prefix of each agent's list (and of
-    the set of the calls in it: `<list>:in`). Each owner's ring of agents: `_owner_key`."""
-    return f"{queue}:fair:ring", f"{queue}:fair:agent:"
+    the set of the calls in it: `<list>:in`). Each owner's ring of agents: `_owner_key`.
+    (Named apart from the turns per agent's `<queue>:fair:ring` and `:fair:agent:`, so
+    that during a rolling upgrade neither reads the other's entries as its own: a call
+    listed by the other waits for the reconciler's re-send.)"""
+    return f"{queue}:fair:owners", f"{queue}:fair:calls:"
 
 
 def _owner_key(queue: str, entry: str) -> str:

@@ -179,7 +179,7 @@ def test_one_persons_many_agents_do_not_hold_back_another_persons_call(stack: St
     # every call still runs, once.
     queue = stack.env["HARNESS_CELERY_QUEUE"]
     broker = redis_at(stack.redis.url)
-    broker.delete(queue, f"{queue}:fair:ring")
+    broker.delete(queue, batches._fair_keys(queue)[0])
     left = wait_terminal(ids, 240)
     print(f"idle {idle:.3f}s flooded {flooded:.3f}s ({AGENTS} agents of one person)")
     assert not left, f"{len(left)} calls unfinished"
