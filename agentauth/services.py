@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
@@ -64,7 +65,10 @@ def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, act
     revoked one is replaced by a new one, revoked is final), running under the owner's
     profile with its mode narrowed to `mode`. Audited as agent.authorized. Raises
     ServiceError for an inactive owner, a team the owner is not in, or an unknown mode."""
-    if not owner.is_active:
+    # The person's row first (deactivation's and the leaving steps' lock order), then the
+    # rows that give them reach over the team (_lock_reach), then the signed-in cap's count.
+    locked = User.objects.select_for_update().filter(pk=owner.pk, is_active=True)
+    if not owner.is_active or not list(locked.values_list("pk", flat=True)):
         raise ServiceError("This account is deactivated; it cannot approve agents.")
     if not _lock_reach(owner, team):
         raise ServiceError(
@@ -81,6 +85,7 @@ def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, act
         .first()
     )
     if link is None or not link.agent.is_active:
+        _within_signed_in_cap(owner)
         agent, _token = agents.create_agent(
             owner=owner, name=_free_name(owner, client_name(application)), team=team, actor=actor
         )
@@ -124,6 +129,25 @@ def _lock_reach(person: User, team: Team) -> bool:
         return True
     member = Membership.objects.select_for_update().filter(team=team, user=person)
     return bool(list(member.values_list("pk", flat=True)))
+
+
+def _within_signed_in_cap(owner: User) -> None:
+    """ServiceError when `owner` holds HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON active agents
+    made by consent already. Every client (a metadata document's URL, a registration)
+    made a new agent, so one person could hold any number, each with its own share of the
+    execution queue, rate and wait slots. Counted under a lock of the person's row, so
+    consents given at once cannot each pass the count (authorize_agent locked it)."""
+    limit = settings.HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON
+    if limit <= 0:
+        return
+    held = AgentClient.objects.filter(owner=owner, agent__is_active=True).count()
+    if held >= limit:
+        raise ServiceError(
+            f"You already have {held} agents signed in through clients, the most one person "
+            f"may have (HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON is {limit}). Revoke one you "
+            "no longer use on your Agents page (/account/agents/), then approve this client "
+            "again, or ask an admin to raise the limit."
+        )
 
 
 def _free_name(owner: User, wanted: str) -> str:

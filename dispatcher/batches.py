@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from celery import current_app
@@ -30,88 +30,137 @@ logger = logging.getLogger(__name__)
 # agent's read behind all of them (13 s behind 1,280 listings on 4 worker processes).
 # So the queue's messages are turns, not calls: each push adds the call to its agent's
 # list in Redis and one message; a worker taking a message runs the next call of the next
-# agent in the ring (`_TAKE`), and an agent goes back to the ring's end while it has calls
-# left. An agent then waits for at most one call of each other agent with calls queued,
-# after the calls already running. Within one agent, its calls keep their order.
+# agent of the next owner (`_TAKE`): a ring of the owners (people) with calls waiting,
+# each with a ring of its agents with calls waiting, each with its list. An agent goes
+# back to its owner's ring's end while it has calls left, and the owner to the ring's end
+# while any of its agents has. A person's call then waits for at most one call of each
+# other person with calls queued, after the calls already running, however many agents
+# each holds (turns per agent gave a person with fifty agents fifty turns for another's
+# one). Within one agent, its calls keep their order; one owner's agents take turns.
+# (KEYS: the owners' ring, the agent's list, the queue, the set of the list's calls, the
+# owner's ring of agents; ARGV: the call, the agent, the message, the owner's entry.)
 _PUSH = """
 if redis.call('RPUSH', KEYS[2], ARGV[1]) == 1 then
-  redis.call('RPUSH', KEYS[1], ARGV[2])
+  if redis.call('RPUSH', KEYS[5], ARGV[2]) == 1 then
+    redis.call('RPUSH', KEYS[1], ARGV[4])
+  end
 end
 redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('EXPIRE', KEYS[2], 86400)
 redis.call('EXPIRE', KEYS[4], 86400)
+redis.call('EXPIRE', KEYS[5], 86400)
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
-# The reconciler's re-send of a call queued too long: its message was lost (a worker
-# killed holding it, Redis restarted) or is only late. A call still in its agent's list
-# (the set beside it says so without reading the list: a flood's lists are long) gets
-# one more message and no second place (a list with more calls than messages would leave
-# its last call waiting for the reconciler after every burst, for good); a call the list
-# lost gets both. An agent whose list outlived its place in the ring (the ring's key
-# deleted or evicted alone) is put back: it joins the ring only when its list was empty,
-# so its calls were otherwise never taken again and its list grew for good (LPOS reads
-# the ring, one entry per agent with calls waiting, only on the reconciler's re-send).
+# The reconciler's re-send of a call queued too long (and a worker's give-back of a call
+# whose workspace was busy): its message was lost (a worker killed holding it, Redis
+# restarted) or is only late. A call still in its agent's list (the set beside it says so
+# without reading the list: a flood's lists are long) gets one more message and no second
+# place (a list with more calls than messages would leave its last call waiting for the
+# reconciler after every burst, for good); a call the list lost gets both (a set that
+# outlived its list is dropped first: its calls are listed again by their own re-sends).
+# An agent whose place outlived its list's (its owner's ring deleted or evicted alone),
+# or an owner whose place in the ring was lost, is put back: each joins only when the
+# level below was empty, so its calls were otherwise never taken again and its list grew
+# for good (LPOS reads the owners' ring, one entry per owner with calls waiting, and the
+# owner's ring, one per agent of it with calls waiting, only on a re-send).
 _RESEND = """
+if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('DEL', KEYS[4]) end
 if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 0 then
-  if redis.call('RPUSH', KEYS[2], ARGV[1]) == 1 then
-    redis.call('RPUSH', KEYS[1], ARGV[2])
-  end
+  redis.call('RPUSH', KEYS[2], ARGV[1])
   redis.call('SADD', KEYS[4], ARGV[1])
   redis.call('EXPIRE', KEYS[2], 86400)
   redis.call('EXPIRE', KEYS[4], 86400)
-elseif not redis.call('LPOS', KEYS[1], ARGV[2]) then
-  redis.call('RPUSH', KEYS[1], ARGV[2])
 end
+if not redis.call('LPOS', KEYS[5], ARGV[2]) then redis.call('RPUSH', KEYS[5], ARGV[2]) end
+redis.call('EXPIRE', KEYS[5], 86400)
+if not redis.call('LPOS', KEYS[1], ARGV[4]) then redis.call('RPUSH', KEYS[1], ARGV[4]) end
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
+# A place whose level below was lost (an owner with no agents left listed, an agent with
+# no calls) is dropped and the next one tried: every pass takes one entry away for good
+# or returns a call, so the loop ends.
 _TAKE = """
-local agent = redis.call('LPOP', KEYS[1])
-if not agent then return false end
-local calls = ARGV[1] .. agent
-local call = redis.call('LPOP', calls)
-if call then redis.call('SREM', calls .. ':in', call) end
-if redis.call('LLEN', calls) > 0 then redis.call('RPUSH', KEYS[1], agent) end
-return call
+while true do
+  local owner = redis.call('LPOP', KEYS[1])
+  if not owner then return false end
+  local agents = ARGV[2] .. owner
+  local agent = redis.call('LPOP', agents)
+  if agent then
+    local calls = ARGV[1] .. agent
+    local call = redis.call('LPOP', calls)
+    if call then redis.call('SREM', calls .. ':in', call) end
+    if redis.call('LLEN', calls) > 0 then redis.call('RPUSH', agents, agent) end
+    if redis.call('LLEN', agents) > 0 then redis.call('RPUSH', KEYS[1], owner) end
+    if call then return call end
+  end
+end
 """
+
+
+class Share(NamedTuple):
+    """Whose turns a call waits in: its agent's, within its owner's (ids, as text)."""
+
+    owner: str
+    agent: str
 
 
 def _fair_keys(queue: str) -> tuple[str, str]:
-    """The ring of agents with calls waiting, and the prefix of each agent's list (and of
-    the set of the calls in it: `<list>:in`)."""
-    return f"{queue}:fair:ring", f"{queue}:fair:agent:"
+    """The ring of owners with calls waiting, and the prefix of each agent's list (and of
+    the set of the calls in it: `<list>:in`). Each owner's ring of agents: `_owner_key`.
+    (Named apart from the turns per agent's `<queue>:fair:ring` and `:fair:agent:`, so
+    that during a rolling upgrade neither reads the other's entries as its own: a call
+    listed by the other waits for the reconciler's re-send.)"""
+    return f"{queue}:fair:owners", f"{queue}:fair:calls:"
 
 
-def enqueue(call_id: str, agent: str = "", *, resend: bool = False) -> None:
+def _owner_key(queue: str, entry: str) -> str:
+    return f"{queue}:fair:owner:{entry}"
+
+
+def _entry(share: Share) -> str:
+    """An owner's entry in the ring: its id. An agent of no known owner (a bare agent id
+    given) is an owner of its own, under an entry no person's id can be."""
+    return share.owner or f"agent:{share.agent}"
+
+
+def enqueue(call_id: str, agent: Share | str = "", *, resend: bool = False) -> None:
     """Send the worker's message for one call, by task name (no import of the tasks):
     pushed directly where floor.celery_message can (a plain Redis broker), with the call in
-    its agent's turn (above), else send_task (served in order). `resend`: the reconciler's
-    (`_RESEND`)."""
+    its owner's and agent's turns (above), else send_task (served in order). `agent`: the
+    call's `Share` (`agent_of`), or an agent's id alone (its own owner). `resend`: the
+    reconciler's (`_RESEND`)."""
     target = celery_message.raw_target(EXECUTE_TASK)
     if target is None:
         current_app.send_task(EXECUTE_TASK, args=(call_id,))
         return
     url, queue = target
     message = celery_message.task_message(EXECUTE_TASK, call_id, queue)
-    if not agent:
+    share = agent if isinstance(agent, Share) else Share("", agent)
+    if not share.agent:
         redis_at(url).lpush(queue, message)
         return
     ring, prefix = _fair_keys(queue)
+    entry = _entry(share)
     script = _script(url, _RESEND if resend else _PUSH)
-    calls = prefix + agent
-    script(keys=[ring, calls, queue, calls + ":in"], args=[call_id, agent, message])
+    calls = prefix + share.agent
+    script(
+        keys=[ring, calls, queue, calls + ":in", _owner_key(queue, entry)],
+        args=[call_id, share.agent, message, entry],
+    )
 
 
 def next_turn(call_id: str) -> str:
-    """In a worker, for the message of `call_id`: the call to run now, the next agent's in
-    the ring. The message's own call when the ring is empty (a message pushed without an
-    agent, or the ring lost with Redis): a call run twice is claimed once."""
+    """In a worker, for the message of `call_id`: the call to run now, the next agent's of
+    the next owner in the ring. The message's own call when the ring is empty (a message
+    pushed without an agent, or the ring lost with Redis): a call run twice is claimed
+    once."""
     target = celery_message.raw_target(EXECUTE_TASK)
     if target is None:
         return call_id
     url, queue = target
     ring, prefix = _fair_keys(queue)
     try:
-        turn = _script(url, _TAKE)(keys=[ring], args=[prefix])
+        turn = _script(url, _TAKE)(keys=[ring], args=[prefix, _owner_key(queue, "")])
     except redis.RedisError:
         logger.warning("could not take the next turn; running the message's call", exc_info=True)
         return call_id
@@ -123,15 +172,19 @@ def _script(url: str, text: str) -> Any:
     return redis_at(url).register_script(text)  # sent by its digest (EVALSHA)
 
 
-def agent_of(call: ToolCall) -> str:
-    """The id of the agent whose turn `call` waits in: from the session loaded with the
-    call (admission, the worker), else read."""
-    if ToolCall.session.is_cached(call):
-        return str(call.session.agent_id)
-    return str(AgentSession.objects.values_list("agent_id", flat=True).get(pk=call.session_id))
+def agent_of(call: ToolCall) -> Share:
+    """The owner and agent whose turns `call` waits in: from the session and agent loaded
+    with the call (admission, the worker), else read (one query, as for the agent alone)."""
+    if ToolCall.session.is_cached(call) and AgentSession.agent.is_cached(call.session):
+        agent = call.session.agent
+        return Share(str(agent.owner_id), str(agent.pk))
+    agent_id, owner_id = AgentSession.objects.values_list("agent_id", "agent__owner_id").get(
+        pk=call.session_id
+    )
+    return Share(str(owner_id), str(agent_id))
 
 
-def enqueue_after_commit(call_id: str, agent: str, *, resend: bool = False) -> None:
+def enqueue_after_commit(call_id: str, agent: Share, *, resend: bool = False) -> None:
     # robust: a message the broker refuses is logged and left to the reconciler.
     transaction.on_commit(functools.partial(enqueue, call_id, agent, resend=resend), robust=True)
 
@@ -170,10 +223,10 @@ _UNFINISHED = Compiled(
 )
 
 
-def dispatch_ready(batch_id: uuid.UUID, agent: str = "") -> None:
+def dispatch_ready(batch_id: uuid.UUID, agent: Share | None = None) -> None:
     """Send a Celery message (only the call id) for each call of the batch that may start,
-    in the turn of `agent` (the batch's). Without `agent`, the reconciler's re-send: the
-    agent is read and each call is re-sent (`_RESEND`).
+    in the turn of `agent` (the batch's `agent_of`). Without `agent`, the reconciler's
+    re-send: the agent and its owner are read and each call is re-sent (`_RESEND`).
 
     Messages leave after commit, so a worker never receives the id of a call it cannot see
     yet. (Admission marks and sends a new message's runnable calls itself.)
@@ -184,13 +237,14 @@ def dispatch_ready(batch_id: uuid.UUID, agent: str = "") -> None:
     ready = [c for c in startable(calls) if c.enqueued_at is None]
     if not ready:
         return
-    resend = not agent
-    if resend:
-        agent = str(
+    resend = agent is None
+    if agent is None:
+        agent_id, owner_id = (
             ToolCall.objects.filter(pk=ready[0].pk)
-            .values_list("session__agent_id", flat=True)
+            .values_list("session__agent_id", "session__agent__owner_id")
             .get()
         )
+        agent = Share(str(owner_id), str(agent_id))
     with transaction.atomic(savepoint=False):
         for call in ready:
             # Conditional: a call is sent once, even when two processes dispatch the batch.

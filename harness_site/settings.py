@@ -646,6 +646,9 @@ HARNESS_OAUTH_REFRESH_TOKEN_SECONDS = int(
 HARNESS_OAUTH_DYNAMIC_REGISTRATION = env_bool("HARNESS_OAUTH_DYNAMIC_REGISTRATION", False)
 # Clients one person may register in an hour (agentauth.views.ClientRegistrationView).
 HARNESS_OAUTH_REGISTRATIONS_PER_HOUR = 10
+# Active agents one person may hold made by consent to a client (a metadata document or a
+# registration each makes one: agentauth.services); 0: no cap.
+HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON = int(env("HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON", "20"))
 # django-oauth-toolkit's own models, named (its models are swappable: a relation to one
 # resolves through these settings).
 OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
