@@ -250,3 +250,19 @@ def test_an_escalated_ask_shows_the_next_tier_no_reason_of_the_sessions_earlier_
     # The agent's team's reviewer reads the reasons.
     own = pay.client("reviewer").get(f"/approvals/{ask.pk}/").content.decode()
     assert "read_file(pay-private-*)" in own
+
+
+@db
+def test_a_refresh_of_a_server_gone_meanwhile_names_no_other_server(
+    teams: tuple[TeamWorld, TeamWorld],
+) -> None:
+    """(rtteam's report: a refresh that lost a race with the server's removal answered with
+    every registered server's name, the other teams' too.)"""
+    from dispatcher.tools.sources import services
+    from floor.errors import ServiceError
+
+    pay, infra = teams
+    with pytest.raises(ServiceError) as refused:
+        services.refresh_server(name="gone-meanwhile", actor="user:x")
+    assert str(refused.value) == "No MCP server named 'gone-meanwhile' is registered."
+    assert pay.server.name not in str(refused.value)

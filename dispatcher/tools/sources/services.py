@@ -348,8 +348,9 @@ def remove_server(*, name: str, actor: str) -> None:
 def _get(name: str) -> McpServer:
     server = McpServer.objects.filter(name=name).first()
     if server is None:
-        known = ", ".join(McpServer.objects.values_list("name", flat=True)) or "none"
-        raise ServiceError(f"No MCP server named '{name}' is registered (registered: {known}).")
+        # (No list of the registered names: a team admin's refresh that lost a race with a
+        # removal read here every team's server names.)
+        raise ServiceError(f"No MCP server named '{name}' is registered.")
     return server
 
 
