@@ -367,7 +367,7 @@ def _guard_directory(
         head = _valid_head(fd, digits) if depth > 1 else None
         own = head is not None
         if head is not None:
-            result.owners.append((fd, target, head, digits, _own_links(fd)))
+            result.owners.append((fd, target, head, digits, _own_links(fd, target, result)))
         label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
         result.containers.append((fd, label, frozenset(names) | (GIT_OWN if own else frozenset())))
     # (no bound on depth but MAX_DIRECTORIES: past 8 levels, a submodule at
@@ -1413,14 +1413,32 @@ def _keep_git_directories(result: Guard) -> None:
             result.notes.append(SPOILED.format(names=", ".join(spoiled), path=shown))
 
 
-def _own_links(dir_fd: int) -> list[tuple[str, str]]:
-    """The `objects` and `refs` of the git directory `dir_fd` that are symbolic links (a
-    person's objects kept elsewhere): (name, what it names). Not followed."""
+def _own_links(dir_fd: int, where: Path, result: Guard) -> list[tuple[str, str]]:
+    """The `objects` and `refs` of the git directory `dir_fd` (at `where`) that are
+    symbolic links (a person's objects kept elsewhere): (name, what it names). Not
+    followed. ToolError (nothing runs) for one that names no directory outside the
+    workspace (`_outside`): the command writes what it names, where the guard, following
+    no link, looks for no git directory planted. With `objects` and `refs` linked into
+    the work tree, an unapproved command moved the directory `refs` names away (the
+    submodule's git directory then none to git, which so stops refusing one nested in
+    it), copied a hand-built git directory into the one `objects` names and named it a
+    submodule: the person's `git submodule update --init` ran its hook."""
     links: list[tuple[str, str]] = []
     for name in ("objects", "refs"):
         target = _link_target(dir_fd, name)
-        if target is not None:
-            links.append((name, target))
+        if target is None:
+            continue
+        named = os.path.join(where, target)
+        if result.workspace is not None and not _outside(result.workspace, named):
+            shown = where.relative_to(result.workspace) / name
+            raise ToolError(
+                f"The workspace's git metadata holds '{shown}', a symbolic link into the "
+                f"workspace ({target!r}) or to what a sandboxed command may write, whose "
+                "directory cannot be checked for a git directory planted in it, so "
+                "nothing ran. A reviewer must approve this command (or keep it outside "
+                "the workspace)."
+            )
+        links.append((name, target))
     return links
 
 
