@@ -1752,12 +1752,12 @@ def _defuse_todos(result: Guard) -> None:
         _remove_linked_todo(fd, shown, result)
         try:
             data = _read_todo(fd)
-        except ToolError as error:
-            raise ToolError(
-                f"The command ran without a person's approval and left a rebase todo in "
-                f"'{target}' that cannot be checked ({error}). Do not run git in this "
-                "workspace; an operator must look at it."
-            ) from None
+        except ToolError:
+            # (removed, not just told: the model is told, the person's continue ran it;
+            # and the checks after this one still run)
+            _remove_todo(fd, shown, target)
+            result.notes.append(TODO_TOO_LARGE.format(path=f"{shown}/{'/'.join(TODO)}"))
+            continue
         if data is None:
             continue
         lines = data.decode("utf-8", "surrogateescape").split("\n")
@@ -1768,6 +1768,31 @@ def _defuse_todos(result: Guard) -> None:
         _rewrite_todo(fd, "\n".join(out).encode("utf-8", "surrogateescape"), target)
         names = "; ".join(f"'{line.strip()[:80]}'" for line in added[:5])
         result.notes.append(EXEC_REMOVED.format(path=shown, lines=names))
+
+
+TODO_TOO_LARGE = (
+    "\n[harness: this command ran without a person's approval and left '{path}' of more "
+    "than 1 MiB, which cannot be checked for `exec` lines a person's `git rebase "
+    "--continue` would run on their machine; it was removed (`git rebase --abort` ends "
+    "that rebase).]"
+)
+
+
+def _remove_todo(dir_fd: int, shown: str, target: Path) -> None:
+    """Remove the rebase todo of the git directory `dir_fd`, no link followed."""
+    try:
+        merge = os.open(TODO[0], _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
+        try:
+            _remove(merge, TODO[1], f"{shown}/{'/'.join(TODO)}", directories_only=False)
+        finally:
+            os.close(merge)
+    except OSError as error:
+        raise ToolError(
+            f"The command ran without a person's approval and left a rebase todo in "
+            f"'{target}' that cannot be checked (more than 1 MiB) nor removed "
+            f"({error.strerror or error}). Do not run `git rebase --continue` there; an "
+            "operator must look at it."
+        ) from None
 
 
 def _remove_linked_todo(dir_fd: int, shown: str, result: Guard) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.tools import sandbox
+from dispatcher.tools.base import ToolError
 from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
 from tests.redteam.test_git_metadata_guard2 import sandboxed
 from tests.redteam.test_git_metadata_guard_rt12 import G
@@ -100,3 +101,35 @@ def test_a_strategy_a_command_records_in_a_cherry_pick_does_not_run_at_the_perso
     )
     assert not mark.exists(), (output, person.stdout, person.stderr)
     assert "merge strategy" in output and "x/evil" in output, output
+
+
+def test_a_rebase_todo_a_command_makes_too_large_to_read_is_not_left_to_run(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """`git rebase -i -x CMD` stopped at a `break`, then the todo padded past the 1 MiB
+    the guard reads: the guard said so to the model but left the todo, and the person's
+    `git rebase --continue` ran CMD on the host. A todo that cannot be read after the
+    run is removed (the person's continue stops; `git rebase --abort` works)."""
+    fx = agent_in_sandbox
+    _, workspace = repository(fx)
+    _commits(workspace, "a", "b", "c")
+    mark = workspace / "exec-ran"
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+    script = (
+        f"GIT_SEQUENCE_EDITOR=\"sed -i '1i break'\" git -c user.email=a@b -c user.name=A "
+        f"rebase -q -i -x 'touch {mark}' HEAD~2; "
+        "python3 -c \"open('.git/rebase-merge/git-rebase-todo', 'a').write(('#' * 99 + "
+        "'\\n') * 12000)\" && echo padded"
+    )
+    try:
+        output = sandboxed(workspace, script)
+    except ToolError as error:
+        output = str(error)
+    assert not mark.exists(), output
+    person = host_git(workspace, *G, "rebase", "--continue")
+    assert not mark.exists(), (output, person)
+    assert not (workspace / ".git" / "rebase-merge" / "git-rebase-todo").exists(), output
+    assert "more than 1 MiB" in output and "removed" in output, output
+    host_git(workspace, *G, "rebase", "--abort")
+    assert "c" in host_git(workspace, "log", "-1", "--format=%s")
