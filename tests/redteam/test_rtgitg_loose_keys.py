@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
 from tests.support import claude_code_hooks as claude
 from tests.support.factories import make_agent
 
-OUTSIDE = (
+OUTSIDE: tuple[dict[str, Any], ...] = (
     {"dest": "a://../../../../etc/cron.d/x"},
     {"output": "x-y://../../../../home/dev/.bashrc"},
     {"file": "file:/etc/passwd"},
@@ -25,7 +26,7 @@ OUTSIDE = (
     {"dest_2": "/etc/x"},
     {"to": ["out/a.md", "file:/etc/x"]},
 )
-INSIDE = (
+INSIDE: tuple[dict[str, Any], ...] = (
     {"source": "https://example.com/a/../b"},
     {"file": f"file:{claude.PROJECT}/out/a.md"},
     {"dst": "out/report.md", "src1": "./a"},
