@@ -157,6 +157,7 @@ PATH_KEY_SUFFIXES = (
 LOOSE_PATH_WORDS = frozenset(
     {
         *("target", "targets", "src", "srcs", "source", "sources", "dest", "dests"),
+        *("dst", "dsts"),
         *("destination", "destinations", "file", "files", "filename", "filenames"),
         *("output", "outputs", "out", "input", "inputs", "from", "to"),
     }
@@ -183,13 +184,16 @@ def is_loose_path_key(key: str) -> bool:
     name = key.lower().replace("_", "").replace("-", "")
     if name in LOOSE_PATH_WORDS or name in LOOSE_PATH_KEYS:
         return True
-    words = _KEY_WORDS.findall(key)
+    # (`src1`, `dest_2`: a number after the word is no other word)
+    words = [word.rstrip("0123456789") for word in _KEY_WORDS.findall(key)]
+    words = [word for word in words if word]
     return bool(words) and words[-1].lower() in LOOSE_PATH_WORDS
 
 
 def looks_like_path(value: str) -> str | None:
     """The path a loose key's string value names, or None when it looks like none: one
-    line (white space around it aside), not a URL (but `file://`, whose path is returned), and, white space around it
+    line (white space around it aside), not a URL (but `file://` or `file:/`, whose path
+    is returned; nor one with a `..` part, which a lexical join folds), and, white space around it
     left out, starting with `/`, `~` or `.` (`./x`, `../x`, `.`), holding a `..` part, or
     holding `/` or `\\` and no white space (`out/report.md`). A sentence with a slash in
     it (`compare a/b`) is no path; `../../etc/x` and `/etc/x` are."""
@@ -199,9 +203,13 @@ def looks_like_path(value: str) -> str | None:
     if text.lower().startswith("file://"):  # (`file://host/x` is `/x` on that host)
         rest = text[len("file://") :]
         return rest[rest.find("/") :] if "/" in rest else "/"
+    if text.lower().startswith("file:/"):  # (one slash: `new URL` reads `/etc/x`)
+        return text[len("file:") :]
+    if ".." in re.split(r"[/\\]", text):
+        return value  # (`a://../../etc/x` too: a lexical path join folds it to /etc/x)
     if not text or _URL.match(text):
         return None
-    if text.startswith(("/", "~", ".")) or ".." in re.split(r"[/\\]", text):
+    if text.startswith(("/", "~", ".")):
         return value
     if ("/" in text or "\\" in text) and not any(c.isspace() for c in text):
         return value

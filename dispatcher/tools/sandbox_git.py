@@ -220,6 +220,10 @@ class Guard:
     # Each guarded git directory's rebase todo's `exec` lines before the run (None: no
     # todo): one the run added is made a comment after it (`_defuse_todos`).
     todos: list[tuple[int, Path, frozenset[str] | None]] = dataclasses.field(default_factory=list)
+    # Each guarded git directory's merge strategy files before the run (STRATEGY_FILES:
+    # their bytes, None for none): one the run changed to a strategy git does not have is
+    # put back after it (`_defuse_strategies`).
+    strategies: list[tuple[int, Path, list[bytes | None]]] = dataclasses.field(default_factory=list)
 
     def close(self) -> None:
         for fd in self.fds:
@@ -327,6 +331,7 @@ def _guard_directory(
     result.entries.append(Entry(fd, target, writable=True))
     result.indexes.append((fd, target, _index_state(fd), _index_bytes(fd)))
     result.todos.append((fd, target, _exec_lines(fd)))
+    result.strategies.append((fd, target, [_read_state(fd, *name) for name in STRATEGY_FILES]))
     for name in (*FILES, *DIRECTORIES):
         if name == "config" and mode == ALL_BUT_CONFIG:
             continue
@@ -362,7 +367,7 @@ def _guard_directory(
         head = _valid_head(fd, digits) if depth > 1 else None
         own = head is not None
         if head is not None:
-            result.owners.append((fd, target, head, digits, _own_links(fd)))
+            result.owners.append((fd, target, head, digits, _own_links(fd, target, result)))
         label = "/".join(target.parts[len(target.parts) - depth :]) + "/"
         result.containers.append((fd, label, frozenset(names) | (GIT_OWN if own else frozenset())))
     # (no bound on depth but MAX_DIRECTORIES: past 8 levels, a submodule at
@@ -1329,6 +1334,7 @@ def remove_made(result: Guard) -> list[str]:
                 removed.append(label + name)
     _keep_git_directories(result)
     _defuse_todos(result)
+    _defuse_strategies(result)
     _check_indexes(result)
     _remove_made_repositories(result)
     return removed
@@ -1407,14 +1413,32 @@ def _keep_git_directories(result: Guard) -> None:
             result.notes.append(SPOILED.format(names=", ".join(spoiled), path=shown))
 
 
-def _own_links(dir_fd: int) -> list[tuple[str, str]]:
-    """The `objects` and `refs` of the git directory `dir_fd` that are symbolic links (a
-    person's objects kept elsewhere): (name, what it names). Not followed."""
+def _own_links(dir_fd: int, where: Path, result: Guard) -> list[tuple[str, str]]:
+    """The `objects` and `refs` of the git directory `dir_fd` (at `where`) that are
+    symbolic links (a person's objects kept elsewhere): (name, what it names). Not
+    followed. ToolError (nothing runs) for one that names no directory outside the
+    workspace (`_outside`): the command writes what it names, where the guard, following
+    no link, looks for no git directory planted. With `objects` and `refs` linked into
+    the work tree, an unapproved command moved the directory `refs` names away (the
+    submodule's git directory then none to git, which so stops refusing one nested in
+    it), copied a hand-built git directory into the one `objects` names and named it a
+    submodule: the person's `git submodule update --init` ran its hook."""
     links: list[tuple[str, str]] = []
     for name in ("objects", "refs"):
         target = _link_target(dir_fd, name)
-        if target is not None:
-            links.append((name, target))
+        if target is None:
+            continue
+        named = os.path.join(where, target)
+        if result.workspace is not None and not _outside(result.workspace, named):
+            shown = where.relative_to(result.workspace) / name
+            raise ToolError(
+                f"The workspace's git metadata holds '{shown}', a symbolic link into the "
+                f"workspace ({target!r}) or to what a sandboxed command may write, whose "
+                "directory cannot be checked for a git directory planted in it, so "
+                "nothing ran. A reviewer must approve this command (or keep it outside "
+                "the workspace)."
+            )
+        links.append((name, target))
     return links
 
 
@@ -1728,12 +1752,12 @@ def _defuse_todos(result: Guard) -> None:
         _remove_linked_todo(fd, shown, result)
         try:
             data = _read_todo(fd)
-        except ToolError as error:
-            raise ToolError(
-                f"The command ran without a person's approval and left a rebase todo in "
-                f"'{target}' that cannot be checked ({error}). Do not run git in this "
-                "workspace; an operator must look at it."
-            ) from None
+        except ToolError:
+            # (removed, not just told: the model is told, the person's continue ran it;
+            # and the checks after this one still run)
+            _remove_todo(fd, shown, target)
+            result.notes.append(TODO_TOO_LARGE.format(path=f"{shown}/{'/'.join(TODO)}"))
+            continue
         if data is None:
             continue
         lines = data.decode("utf-8", "surrogateescape").split("\n")
@@ -1744,6 +1768,31 @@ def _defuse_todos(result: Guard) -> None:
         _rewrite_todo(fd, "\n".join(out).encode("utf-8", "surrogateescape"), target)
         names = "; ".join(f"'{line.strip()[:80]}'" for line in added[:5])
         result.notes.append(EXEC_REMOVED.format(path=shown, lines=names))
+
+
+TODO_TOO_LARGE = (
+    "\n[harness: this command ran without a person's approval and left '{path}' of more "
+    "than 1 MiB, which cannot be checked for `exec` lines a person's `git rebase "
+    "--continue` would run on their machine; it was removed (`git rebase --abort` ends "
+    "that rebase).]"
+)
+
+
+def _remove_todo(dir_fd: int, shown: str, target: Path) -> None:
+    """Remove the rebase todo of the git directory `dir_fd`, no link followed."""
+    try:
+        merge = os.open(TODO[0], _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
+        try:
+            _remove(merge, TODO[1], f"{shown}/{'/'.join(TODO)}", directories_only=False)
+        finally:
+            os.close(merge)
+    except OSError as error:
+        raise ToolError(
+            f"The command ran without a person's approval and left a rebase todo in "
+            f"'{target}' that cannot be checked (more than 1 MiB) nor removed "
+            f"({error.strerror or error}). Do not run `git rebase --continue` there; an "
+            "operator must look at it."
+        ) from None
 
 
 def _remove_linked_todo(dir_fd: int, shown: str, result: Guard) -> None:
@@ -1794,6 +1843,136 @@ def _rewrite_todo(dir_fd: int, data: bytes, target: Path) -> None:
             f"rebase todo of '{target}', which could not be removed "
             f"({error.strerror or error}). Do not run `git rebase --continue` there; an "
             "operator must look at it."
+        ) from None
+
+
+# The files in which a rebase (`rebase-merge/strategy`) and a cherry-pick or revert
+# (`sequencer/opts`: `options.strategy`) record the merge strategy their `--continue`
+# uses: git runs a strategy of its own in itself and any other as the program
+# `git-merge-<strategy>`, which for one holding a `/` (`x/evil`) is a path in the work
+# tree (`git-merge-x/evil`).
+STRATEGY_FILES = (("rebase-merge", "strategy"), ("sequencer", "opts"))
+OWN_STRATEGIES = frozenset({"ort", "recursive", "resolve", "octopus", "ours", "subtree"})
+STRATEGY_PUT_BACK = (
+    "\n[harness: this command ran without a person's approval and set the merge strategy "
+    "of the {what} under way in '{path}' to {names}, which a person's {command} would run as a program on their machine; '{file}' was put back as it "
+    "was before the command. A command a reviewer approves may set it.]"
+)
+
+
+def _read_state(dir_fd: int, directory: str, name: str) -> bytes | None:
+    """The file `directory/name` of the git directory `dir_fd` (at most _READ_LIMIT + 1
+    bytes), neither followed nor waited for, or None when there is no such regular file."""
+    try:
+        parent = os.open(directory, _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=parent)
+    except OSError:
+        return None
+    finally:
+        os.close(parent)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, _READ_LIMIT + 1)
+    finally:
+        os.close(fd)
+
+
+def _foreign_strategies(name: str, data: bytes, target: Path, run: Guard) -> list[str] | None:
+    """The strategies git does not have that the strategy file `name` holds (`[]` for
+    none), or None when it cannot be read (then it is taken for one that names one)."""
+    if len(data) > _READ_LIMIT:
+        return None
+    if name == "strategy":  # (read as git reads it: one line, white space around it aside)
+        value = data.decode("utf-8", "replace").strip()
+        return [] if not value or value in OWN_STRATEGIES else [value]
+    try:
+        pairs = _configuration(data, target, run)
+    except ToolError:
+        return None
+    found = []
+    for key, value in pairs:
+        if key.startswith("include"):
+            found.append(f"{key} = {value}")
+        elif key == "options.strategy" and value.strip() not in OWN_STRATEGIES:
+            found.append(value)
+    return found
+
+
+def _defuse_strategies(result: Guard) -> None:
+    """After the run, a merge strategy file (STRATEGY_FILES) of a guarded git directory
+    that the run changed to name a strategy git does not have (or that cannot be read) is
+    put back as it was before the run (removed when there was none), and a `sequencer`
+    that is a symbolic link is removed: the person's `--continue` would run that strategy
+    as `git-merge-<strategy>`, a program of the work tree for one holding a `/`. Before,
+    `x/evil` in `rebase-merge/strategy` (or `options.strategy` in `sequencer/opts`) and
+    `git-merge-x/evil` in the work tree had the person's continue run `evil` on the host."""
+    workspace = result.workspace
+    for fd, target, before in result.strategies:
+        shown = str(target.relative_to(workspace)) if workspace else target.name
+        info = _lstat(fd, "sequencer")
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            _remove(fd, "sequencer", f"{shown}/sequencer", directories_only=False)
+            result.notes.append(TODO_LINK.format(path=f"{shown}/sequencer"))
+        for (directory, name), was in zip(STRATEGY_FILES, before, strict=True):
+            file = f"{shown}/{directory}/{name}"
+            try:
+                parent = os.open(directory, _PATH | os.O_DIRECTORY, dir_fd=fd)
+            except OSError:
+                continue  # (none; `rebase-merge` a link: `_defuse_todos` removed it)
+            try:
+                info = _lstat(parent, name)
+                if info is None:
+                    continue
+                data = _read_state(fd, directory, name) if stat.S_ISREG(info.st_mode) else None
+                if data is not None and data == was:
+                    continue
+                where = target / directory / name
+                found = None if data is None else _foreign_strategies(name, data, where, result)
+                if found == []:
+                    continue
+                _remove(parent, name, file, directories_only=False)
+                if was is not None:
+                    _write_state(parent, name, was, target)
+                what, command = (
+                    ("rebase", "`git rebase --continue`")
+                    if name == "strategy"
+                    else ("cherry-pick or revert", "`git cherry-pick --continue` (`revert`)")
+                )
+                names = ", ".join(repr(item[:80]) for item in found or ["what could not be read"])
+                result.notes.append(
+                    STRATEGY_PUT_BACK.format(
+                        what=what, path=shown, names=names, command=command, file=file
+                    )
+                )
+            finally:
+                os.close(parent)
+
+
+def _write_state(parent: int, name: str, data: bytes, target: Path) -> None:
+    """Write `data` to `name` in the directory `parent` of a git directory (a new file
+    renamed over, owned as its directory, no link followed)."""
+    try:
+        owner = os.fstat(parent)
+        temporary = f"{ASIDE}{secrets.token_hex(8)}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temporary, flags, 0o644, dir_fd=parent)
+        try:
+            os.write(fd, data)
+            if os.geteuid() == 0:
+                os.fchown(fd, owner.st_uid, owner.st_gid)
+        finally:
+            os.close(fd)
+        os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except OSError as error:
+        raise ToolError(
+            f"The command ran without a person's approval and changed the merge strategy "
+            f"of an operation under way in '{target}', which could not be put back "
+            f"({error.strerror or error}). Do not run `git rebase --continue` or `git "
+            "cherry-pick --continue` there; an operator must look at it."
         ) from None
 
 
