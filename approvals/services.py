@@ -617,12 +617,12 @@ def _release_denial(call: ToolCall) -> GuardDenial | None:
     token voided or rotated (replaced) since (`token_refusal`, the agent row read now): a
     call its client runs would be released to that client, which may be the old token's
     holder, and a session grant asked with the approval would outlive the call the worker
-    then denies. For a call its client runs (decide-only), also what the guards say now:
+    then denies (the agent row is the one read with the approval's lock: no statement
+    more). For a call its client runs (decide-only), also what the guards say now:
     approving it releases it to the client at once, and no worker re-runs them before it
     runs, as it does for every other call (an agent revoked, a mode locked, while the call
     waited). None for a call the guards let through."""
-    agent = Agent.objects.filter(pk=call.session.agent_id).first()
-    if agent is not None and (refused := token_refusal(call, agent)):
+    if refused := token_refusal(call, call.session.agent):
         return GuardDenial(((TOKEN_GUARD, refused),))
     if call.executor != Executor.CLIENT:
         return None
