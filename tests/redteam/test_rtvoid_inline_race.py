@@ -35,7 +35,7 @@ def proposed(tool_use_id: str, name: str, arguments: dict[str, Any]) -> Proposed
 
 
 def test_an_inline_call_verified_before_a_rotation_and_admitted_after_does_not_run(
-    trusted_upstream: str,
+    trusted_upstream: str,  # noqa: F811  (the fixture imported above)
 ) -> None:
     fx = make_agent(mode="trusted")
     session = agents.join_run(agent=fx.agent, client=mcp.CLIENT, title="MCP session", idle=0)[0]
