@@ -18,7 +18,7 @@ from audit.roles import REVIEWER, reach
 from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
-from dispatcher.agents import token_refusal
+from dispatcher.agents import TOKEN_GUARD, token_refusal
 from dispatcher.models import Agent, Executor, Status, ToolCall
 from dispatcher.policy import grants, stages
 from dispatcher.policy.stages import GuardDenial
@@ -613,10 +613,17 @@ def _apply(
 
 
 def _release_denial(call: ToolCall) -> GuardDenial | None:
-    """For a call its client runs (decide-only), what the guards say now: approving it
-    releases it to the client at once, and no worker re-runs them before it runs, as it
-    does for every other call (an agent revoked, a mode locked, while the call waited).
-    None for any other call, and for one the guards let through."""
+    """Why an approval must deny `call` instead, or None. Any call sent with an agent
+    token voided or rotated (replaced) since (`token_refusal`, the agent row read now): a
+    call its client runs would be released to that client, which may be the old token's
+    holder, and a session grant asked with the approval would outlive the call the worker
+    then denies (the agent row is the one read with the approval's lock: no statement
+    more). For a call its client runs (decide-only), also what the guards say now:
+    approving it releases it to the client at once, and no worker re-runs them before it
+    runs, as it does for every other call (an agent revoked, a mode locked, while the call
+    waited). None for a call the guards let through."""
+    if refused := token_refusal(call, call.session.agent):
+        return GuardDenial(((TOKEN_GUARD, refused),))
     if call.executor != Executor.CLIENT:
         return None
     try:

@@ -425,11 +425,18 @@ def set_mode(*, user: User, mode: str, actor: User | str) -> PermissionProfile:
 
 
 def proposed_profile(
-    user: User, mode: str, allow: Iterable[Any], ask: Iterable[Any], deny: Iterable[Any]
+    user: User,
+    mode: str,
+    allow: Iterable[Any],
+    ask: Iterable[Any],
+    deny: Iterable[Any],
+    tools: Sequence[Tool] | None = None,
 ) -> Profile:
-    """The profile `user` would have if these were saved (validated; InvalidProfile if not)."""
+    """The profile `user` would have if these were saved (validated against `tools`, as
+    update_profile does: a team admin's teams' tools; default the registry; InvalidProfile
+    if not)."""
     lists = {"allow": clean_rules(allow), "ask": clean_rules(ask), "deny": clean_rules(deny)}
-    check_profile(mode, lists)
+    check_profile(mode, lists, tools)
     current = profile_for(user)
     return snapshot_of({"mode": mode, **lists}, version=current.version + 1)
 

@@ -189,14 +189,15 @@ def _lists(data: QueryDict, form: dict[str, str]) -> dict[str, list[Any]]:
     return {name: form[name].splitlines() for name in profiles.LISTS}
 
 
-def _proposed(subject: User, form: dict[str, str], data: QueryDict | None = None) -> Profile:
-    """InvalidProfile when the form's rules do not validate."""
+def _proposed(subject: User, form: dict[str, str], data: QueryDict | None, reach: Scope) -> Profile:
+    """InvalidProfile when the form's rules do not validate (a team admin's against their
+    teams' tools, as when saved: `_checked_against`)."""
     lists = (
         _lists(data, form)
         if data is not None
         else {name: form[name].splitlines() for name in profiles.LISTS}
     )
-    return profiles.proposed_profile(subject, form["mode"], **lists)
+    return profiles.proposed_profile(subject, form["mode"], **lists, tools=_checked_against(reach))
 
 
 def _same(a: Profile, b: Profile) -> bool:
@@ -313,7 +314,7 @@ def _simulations(
     subject: User, data: QueryDict, form: dict[str, str], reach: Scope
 ) -> dict[str, Any]:
     saved = profile_for(subject)
-    proposed = _proposed(subject, form, data) if form["mode"] else saved
+    proposed = _proposed(subject, form, data, reach) if form["mode"] else saved
     call_id = data.get("call", "").strip()
     if call_id:
         call = _call_of(subject, call_id, reach)
@@ -395,7 +396,9 @@ def backtest(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     extra: dict[str, Any] = {}
     try:
         result = simulation.backtest(
-            user=subject, proposed=_proposed(subject, form, request.POST), reach=request.reach
+            user=subject,
+            proposed=_proposed(subject, form, request.POST, request.reach),
+            reach=request.reach,
         )
         extra["backtest"] = result
         extra["changes"] = [(c, preview(c.call.arguments)) for c in result.changes]

@@ -279,10 +279,15 @@ def _compare(
     report.changed.append(row.name)
 
 
-def accept_tool(*, exposed: str, fingerprint: str, actor: str) -> McpTool:
+def accept_tool(
+    *, exposed: str, fingerprint: str, actor: str, trusts_annotations: bool = True
+) -> McpTool:
     """An admin accepts the definition a held tool (changed or new) shows now, having
     seen the one with `fingerprint`: it is pinned and offered again. Raises ServiceError
-    when the tool is not held or the definition changed again since it was shown."""
+    when the tool is not held or the definition changed again since it was shown, and,
+    without `trusts_annotations` (a team admin, who may not trust a server's annotations),
+    when the server's annotations are trusted and the new definition changes them: a
+    trusted `readOnlyHint` runs a tool under the organization's read_only ceiling."""
     with transaction.atomic():
         row = (
             McpTool.objects.select_for_update()
@@ -295,6 +300,16 @@ def accept_tool(*, exposed: str, fingerprint: str, actor: str) -> McpTool:
         if row.seen_fingerprint != fingerprint:
             raise ServiceError(
                 f"The definition of '{exposed}' changed again since it was shown; review it again."
+            )
+        if (
+            not trusts_annotations
+            and row.server.trust_annotations
+            and (row.seen_annotations or {}) != (row.annotations or {})
+        ):
+            raise ServiceError(
+                f"Only an organization admin accepts new annotations of '{exposed}': its "
+                "server's annotations are trusted, and a trusted readOnlyHint lets a tool "
+                "run under the organization's read_only ceiling."
             )
         before = {
             "description": row.description,

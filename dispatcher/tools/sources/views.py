@@ -196,6 +196,7 @@ def review(request: HtmxHttpRequest, exposed: str) -> HttpResponse:
                 exposed=exposed,
                 fingerprint=request.POST.get("fingerprint", ""),
                 actor=_actor(request),
+                trusts_annotations=request.reach.everything,
             )
         except ServiceError as exc:
             messages.error(request, str(exc))
