@@ -30,8 +30,8 @@ from audit.masking import premask_arguments
 from audit.models import AuditChain
 from audit.services import EventSpec, record_events, write_and_lock_head
 from dispatcher import batches, limits, previews, wakeups
-from dispatcher.agents import mode_and_profile, token_refusal
-from dispatcher.models import Agent, AgentSession, Executor, Status, ToolCall
+from dispatcher.agents import mode_and_profile
+from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import layers, stages
 from dispatcher.policy.context import CallContext, Decision, Profile
 from dispatcher.proposals import ProposedCall, digest_of
@@ -219,12 +219,7 @@ def _write(
                 call.batch_all_sent = True
         if inline and len(admission.calls) == 1 and sent:
             ctx = admission.allowed.get(sent[0].pk)
-            if (
-                ctx is not None
-                and ctx.tool.inline
-                and sent[0].executor == Executor.HARNESS
-                and _token_still_current(sent[0])
-            ):
+            if ctx is not None and ctx.tool.inline and sent[0].executor == Executor.HARNESS:
                 # Claimed in this commit, after its decision: durable before it runs.
                 admission.events.append(claim_new(sent[0], ctx.tool))
                 admission.kept, sent = [(sent[0], ctx)], []
@@ -267,23 +262,6 @@ def _insert_calls(calls: list[ToolCall], session_id: uuid.UUID) -> AuditChain | 
         raise DatabaseError("the calls' INSERT did not write every call")
     compiled.inserted(calls)
     return head
-
-
-def _token_still_current(call: ToolCall) -> bool:
-    """Whether the token `call` was sent with is still its agent's, read again in the
-    admission's transaction with the agent's row locked against a rotation or void under
-    way (each locks the row to change it). The request read the token when it
-    authenticated, and a call claimed here runs with no worker's check
-    (agents.token_refusal): one verified just before a rotation committed would run
-    after it. A call whose token is no longer the agent's goes to the worker instead,
-    which denies it. (One statement more on the inline lane.)"""
-    agent = (
-        Agent.objects.select_for_update(no_key=True)
-        .only("token_prefix", "token_voided_at", "token_voided_because")
-        .filter(pk=call.session.agent_id)
-        .first()
-    )
-    return agent is not None and not token_refusal(call, agent)
 
 
 def _after_admission(calls: list[ToolCall], sent: list[ToolCall], kept: Sequence[ToolCall]) -> None:

@@ -101,18 +101,16 @@ def test_an_allowed_upstream_http_call_runs_in_the_request_with_the_workers_reco
     commits = [q for q in queries.captured_queries if q["sql"] == "COMMIT"]
     if connection.vendor == "postgresql":
         # The repeat count with the generation of the upstream tools (one read for the
-        # message), the agent's token read again under its row's lock (a rotation that
-        # committed after the request authenticated: admission._token_still_current),
-        # the call INSERT with the chain head's lock, its three events (received,
-        # allowed, started: the claim) in one append; the result's UPDATE with the lock,
-        # its event: two commits, the claim durable in the first, before the tool runs.
-        assert len(sql) == 6, sql
-        assert '"token_prefix"' in sql[1] and "FOR NO KEY UPDATE" in sql[1], sql
-        assert sql[2].startswith('WITH written AS (INSERT INTO "dispatcher_toolcall"'), sql
-        assert sql[4].startswith('WITH written AS (UPDATE "dispatcher_toolcall"'), sql
+        # message), the call INSERT with the chain head's lock, its three events
+        # (received, allowed, started: the claim) in one append; the result's UPDATE with
+        # the lock, its event: two commits, the claim durable in the first, before the
+        # tool runs.
+        assert len(sql) == 5, sql
+        assert sql[1].startswith('WITH written AS (INSERT INTO "dispatcher_toolcall"'), sql
+        assert sql[3].startswith('WITH written AS (UPDATE "dispatcher_toolcall"'), sql
         assert len(commits) == 2
     else:  # (SQLite: no data-modifying WITH, so the lock, append and head are their own)
-        assert len(sql) == 10, sql
+        assert len(sql) == 9, sql
         assert len(commits) == 2
     # The generation is read with the repeat count, not by the tool's lookups.
     assert '"sources_generation"' in sql[0] and "COUNT(*)" in sql[0], sql
@@ -287,8 +285,7 @@ def test_a_call_run_on_the_loop_has_the_threads_records_and_statements(
     sql = data_statements(queries)
     commits = [q for q in queries.captured_queries if q["sql"] == "COMMIT"]
     # (the ToolCall read above the count's check is the test's own)
-    # (and the agent's token read again in the admission: admission._token_still_current)
-    assert len(sql) == (7 if connection.vendor == "postgresql" else 11), sql
+    assert len(sql) == (6 if connection.vendor == "postgresql" else 10), sql
     assert len(commits) == 2
 
 
