@@ -4,7 +4,6 @@ management endpoint this change routed) while a person's agent is signed in thro
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlencode
 
 import httpx
