@@ -174,17 +174,18 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def is_path_key(key: str) -> bool:
-    name = key.lower().replace("_", "").replace("-", "")
+    # (`file_path_2`, `outDir1`: a number after the word is no other word)
+    name = key.lower().replace("_", "").replace("-", "").rstrip("0123456789")
     return name.endswith(PATH_KEY_SUFFIXES)
 
 
 def is_loose_path_key(key: str) -> bool:
     """A key that may name a file (`target`, `src`, `dest`, `output_file`, `copyTo` ...:
     LOOSE_PATH_WORDS as the whole key or its last word, LOOSE_PATH_KEYS)."""
-    name = key.lower().replace("_", "").replace("-", "")
+    # (`src1`, `dest_2`, `outfile2`: a number after the word is no other word)
+    name = key.lower().replace("_", "").replace("-", "").rstrip("0123456789")
     if name in LOOSE_PATH_WORDS or name in LOOSE_PATH_KEYS:
         return True
-    # (`src1`, `dest_2`: a number after the word is no other word)
     words = [word.rstrip("0123456789") for word in _KEY_WORDS.findall(key)]
     words = [word for word in words if word]
     return bool(words) and words[-1].lower() in LOOSE_PATH_WORDS

@@ -1706,23 +1706,8 @@ def _read_todo(dir_fd: int) -> bytes | None:
     """The rebase todo (`rebase-merge/git-rebase-todo`) of the git directory `dir_fd`,
     neither followed nor waited for, or None when there is no such regular file. ToolError
     past _READ_LIMIT."""
-    try:
-        merge = os.open(TODO[0], _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        fd = os.open(TODO[1], _READ_FLAGS, dir_fd=merge)
-    except OSError:
-        return None
-    finally:
-        os.close(merge)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, _READ_LIMIT + 1)
-    finally:
-        os.close(fd)
-    if len(data) > _READ_LIMIT:
+    data = _read_state(dir_fd, *TODO)
+    if data is not None and len(data) > _READ_LIMIT:
         raise ToolError(
             "The workspace's git directory holds a rebase todo of more than 1 MiB, which "
             "cannot be checked for a command no person approved, so nothing ran. A "
@@ -1819,22 +1804,11 @@ def _remove_linked_todo(dir_fd: int, shown: str, result: Guard) -> None:
 
 
 def _rewrite_todo(dir_fd: int, data: bytes, target: Path) -> None:
-    """Replace the rebase todo of the git directory `dir_fd` with `data` (a new file
-    renamed over it, owned as its directory, no link followed)."""
+    """Replace the rebase todo of the git directory `dir_fd` with `data` (`_replace`)."""
     try:
         merge = os.open(TODO[0], _PATH | os.O_DIRECTORY, dir_fd=dir_fd)
         try:
-            owner = os.fstat(merge)
-            temporary = f"{ASIDE}{secrets.token_hex(8)}"
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(temporary, flags, 0o644, dir_fd=merge)
-            try:
-                os.write(fd, data)
-                if os.geteuid() == 0:
-                    os.fchown(fd, owner.st_uid, owner.st_gid)
-            finally:
-                os.close(fd)
-            os.rename(temporary, TODO[1], src_dir_fd=merge, dst_dir_fd=merge)
+            _replace(merge, TODO[1], data)
         finally:
             os.close(merge)
     except OSError as error:
@@ -1844,6 +1818,22 @@ def _rewrite_todo(dir_fd: int, data: bytes, target: Path) -> None:
             f"({error.strerror or error}). Do not run `git rebase --continue` there; an "
             "operator must look at it."
         ) from None
+
+
+def _replace(parent: int, name: str, data: bytes) -> None:
+    """Write `data` to `name` in the directory `parent`: a new file renamed over it, owned
+    as its directory, no link followed. OSError when it cannot."""
+    owner = os.fstat(parent)
+    temporary = f"{ASIDE}{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o644, dir_fd=parent)
+    try:
+        os.write(fd, data)
+        if os.geteuid() == 0:
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+    finally:
+        os.close(fd)
+    os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
 
 
 # The files in which a rebase (`rebase-merge/strategy`) and a cherry-pick or revert
@@ -1953,20 +1943,9 @@ def _defuse_strategies(result: Guard) -> None:
 
 
 def _write_state(parent: int, name: str, data: bytes, target: Path) -> None:
-    """Write `data` to `name` in the directory `parent` of a git directory (a new file
-    renamed over, owned as its directory, no link followed)."""
+    """Write `data` to `name` in the directory `parent` of a git directory (`_replace`)."""
     try:
-        owner = os.fstat(parent)
-        temporary = f"{ASIDE}{secrets.token_hex(8)}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temporary, flags, 0o644, dir_fd=parent)
-        try:
-            os.write(fd, data)
-            if os.geteuid() == 0:
-                os.fchown(fd, owner.st_uid, owner.st_gid)
-        finally:
-            os.close(fd)
-        os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+        _replace(parent, name, data)
     except OSError as error:
         raise ToolError(
             f"The command ran without a person's approval and changed the merge strategy "
