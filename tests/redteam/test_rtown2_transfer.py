@@ -72,6 +72,32 @@ def test_a_moved_agent_holds_a_turn_in_one_owners_share(queue: tuple[Any, str]) 
     assert not list(broker.scan_iter(f"{name}:fair:*"))
 
 
+def test_moved_back_and_lists_of_the_previous_version(queue: tuple[Any, str]) -> None:
+    """Moved away and back with calls queued: one place, in its owner's ring. A list the
+    previous version made (no recorded owner: a rolling upgrade) is taken where found."""
+    broker, name = queue
+    ring, prefix = batches._fair_keys(name)
+    first, second, lone, earlier = "31", "32", str(uuid.uuid4()), str(uuid.uuid4())
+    moved = str(uuid.uuid4())
+    batches.enqueue("m0", batches.Share(first, moved))
+    batches.enqueue("m1", batches.Share(second, moved))
+    batches.enqueue("m2", batches.Share(first, moved))
+    batches.enqueue("m3", batches.Share(first, moved))
+    for i in range(3):
+        batches.enqueue(f"{lone}/{i}", batches.Share("33", lone))
+    # As 546ea51 listed a call: its list, its owner's ring, the ring of owners; no owner key.
+    broker.rpush(prefix + earlier, "e0")
+    broker.sadd(prefix + earlier + ":in", "e0")
+    broker.rpush(batches._owner_key(name, "34"), earlier)
+    broker.rpush(ring, "34")
+    broker.lpush(name, "message")
+    turns = take_all(broker, name)
+    assert [t for t in turns if t.startswith("m")] == ["m0", "m1", "m2", "m3"], turns
+    assert [turns.index(f"{lone}/{i}") for i in range(3)] == [1, 4, 6], turns
+    assert "e0" in turns
+    assert not list(broker.scan_iter(f"{name}:fair:*"))
+
+
 # --- With a real daphne and Celery worker ------------------------------------------------
 
 FLEET = 12  # agents of the former owner
