@@ -37,18 +37,35 @@ logger = logging.getLogger(__name__)
 # other person with calls queued, after the calls already running, however many agents
 # each holds (turns per agent gave a person with fifty agents fifty turns for another's
 # one). Within one agent, its calls keep their order; one owner's agents take turns.
+# An agent moved to another owner (`agents.transfer_agent`) while it has calls listed
+# moves with them: its list records the owner whose ring it is in (`<list>:owner`); a push
+# naming another owner puts the agent in that owner's ring (LPOS only then, reading one
+# owner's agents), and a take finding it in its former owner's ring drops that place.
+# Without it, an agent that kept sending never left its former owner's ring (its list
+# never emptied): its calls waited among that person's agents, and a re-send gave it a
+# second place, a turn in two people's shares (`tests/redteam/test_rtown2_transfer.py`).
 # (KEYS: the owners' ring, the agent's list, the queue, the set of the list's calls, the
-# owner's ring of agents; ARGV: the call, the agent, the message, the owner's entry.)
+# owner's ring of agents, the list's owner; ARGV: the call, the agent, the message, the
+# owner's entry.)
 _PUSH = """
 if redis.call('RPUSH', KEYS[2], ARGV[1]) == 1 then
+  redis.call('SET', KEYS[6], ARGV[4])
   if redis.call('RPUSH', KEYS[5], ARGV[2]) == 1 then
     redis.call('RPUSH', KEYS[1], ARGV[4])
+  end
+elseif redis.call('GET', KEYS[6]) ~= ARGV[4] then
+  redis.call('SET', KEYS[6], ARGV[4])
+  if not redis.call('LPOS', KEYS[5], ARGV[2]) then
+    if redis.call('RPUSH', KEYS[5], ARGV[2]) == 1 then
+      redis.call('RPUSH', KEYS[1], ARGV[4])
+    end
   end
 end
 redis.call('SADD', KEYS[4], ARGV[1])
 redis.call('EXPIRE', KEYS[2], 86400)
 redis.call('EXPIRE', KEYS[4], 86400)
 redis.call('EXPIRE', KEYS[5], 86400)
+redis.call('EXPIRE', KEYS[6], 86400)
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
 # The reconciler's re-send of a call queued too long (and a worker's give-back of a call
@@ -71,14 +88,17 @@ if redis.call('SISMEMBER', KEYS[4], ARGV[1]) == 0 then
   redis.call('EXPIRE', KEYS[2], 86400)
   redis.call('EXPIRE', KEYS[4], 86400)
 end
+redis.call('SET', KEYS[6], ARGV[4], 'EX', 86400)
 if not redis.call('LPOS', KEYS[5], ARGV[2]) then redis.call('RPUSH', KEYS[5], ARGV[2]) end
 redis.call('EXPIRE', KEYS[5], 86400)
 if not redis.call('LPOS', KEYS[1], ARGV[4]) then redis.call('RPUSH', KEYS[1], ARGV[4]) end
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
 # A place whose level below was lost (an owner with no agents left listed, an agent with
-# no calls) is dropped and the next one tried: every pass takes one entry away for good
-# or returns a call, so the loop ends.
+# no calls) is dropped and the next one tried, and so is an agent's place in the ring of
+# an owner it no longer has (its list's owner is another: it has a place there); every
+# pass takes one entry away for good or returns a call, so the loop ends. (A list of no
+# recorded owner, listed by an earlier version, is taken where found.)
 _TAKE = """
 while true do
   local owner = redis.call('LPOP', KEYS[1])
@@ -87,9 +107,17 @@ while true do
   local agent = redis.call('LPOP', agents)
   if agent then
     local calls = ARGV[1] .. agent
-    local call = redis.call('LPOP', calls)
-    if call then redis.call('SREM', calls .. ':in', call) end
-    if redis.call('LLEN', calls) > 0 then redis.call('RPUSH', agents, agent) end
+    local of = redis.call('GET', calls .. ':owner')
+    local call = false
+    if not of or of == owner then
+      call = redis.call('LPOP', calls)
+      if call then redis.call('SREM', calls .. ':in', call) end
+      if redis.call('LLEN', calls) > 0 then
+        redis.call('RPUSH', agents, agent)
+      elseif of then
+        redis.call('DEL', calls .. ':owner')
+      end
+    end
     if redis.call('LLEN', agents) > 0 then redis.call('RPUSH', KEYS[1], owner) end
     if call then return call end
   end
@@ -144,7 +172,7 @@ def enqueue(call_id: str, agent: Share | str = "", *, resend: bool = False) -> N
     script = _script(url, _RESEND if resend else _PUSH)
     calls = prefix + share.agent
     script(
-        keys=[ring, calls, queue, calls + ":in", _owner_key(queue, entry)],
+        keys=[ring, calls, queue, calls + ":in", _owner_key(queue, entry), calls + ":owner"],
         args=[call_id, share.agent, message, entry],
     )
 
