@@ -511,11 +511,21 @@ def _deny_queued(agent: Agent, why: str) -> None:
     shown before this commits). The worker's own check (`token_refusal`) denies those it
     reads later; this denies, in the same commit, those it read before, which its claim
     (conditional on the call still being queued) then leaves alone."""
-    queued = ToolCall.objects.select_related("session").filter(
-        session__agent=agent, status=Status.QUEUED
+    # Every queued call's row locked first, in one statement, before any denial takes its
+    # session chain's lock: a worker's claim takes its call's row, then the chain's, so
+    # locking the rows one by one between denials deadlocked with it (review). A row a
+    # worker is claiming at this moment is skipped: that call starts as the rotation
+    # commits (as one a moment earlier would have), or its claim fails and the worker's
+    # own check (token_refusal) denies it when its message comes back.
+    queued = ToolCall.objects.filter(session__agent=agent, status=Status.QUEUED)
+    ids = list(
+        queued.select_for_update(skip_locked=True, of=("self",))
+        .order_by("pk")
+        .values_list("pk", flat=True)
     )
     denial = GuardDenial(((TOKEN_GUARD, why),))
-    for call in queued.order_by("created_at", "batch_index"):
+    locked = ToolCall.objects.select_related("session").filter(pk__in=ids)
+    for call in locked.order_by("created_at", "batch_index"):
         transitions.deny_before_run(call, denial)
 
 

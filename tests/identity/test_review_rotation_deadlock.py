@@ -18,12 +18,6 @@ from tests.support.factories import make_user, submit_one, unique
 
 
 @pytest.mark.skipif(connections["default"].vendor != "postgresql", reason="row locks: PostgreSQL's")
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="dispatcher.agents._deny_queued locks each call after the session chain it "
-    "recorded the previous denial in: a deadlock with a worker's claim (review finding)",
-)
 @pytest.mark.django_db(transaction=True)
 def test_a_rotation_and_a_workers_claim_of_the_same_sessions_calls_do_not_deadlock() -> None:
     owner = make_user(unique("olga"), groups=("admin",), mode="trusted")
