@@ -570,9 +570,12 @@ RULES: list[_Rule] = [
         _masking("harness-token"),
         ("hrn_",),
     ),
-    # Harness's OAuth access and refresh tokens (agentauth.tokens): the prefix stays.
+    # Harness's OAuth access and refresh tokens (agentauth.tokens): the prefix stays. After
+    # a word boundary, or after a URL-encoded character (`%3D`: `=`, `%22`: `"`) or a JSON
+    # escape (`\n`, `\u0022`), where there is none: a URL inside a URL, JSON text.
     _Rule(
-        r"(hr[or]_(?<=\bhr[or]_))(?P<v>[A-Za-z0-9_-]{32,}+)",
+        r"(hr[or]_(?:(?<=\bhr[or]_)|(?<=%[0-9A-Fa-f]{2}hr[or]_)|(?<=\\[bfnrt]hr[or]_)"
+        r"|(?<=\\u[0-9A-Fa-f]{4}hr[or]_)))(?P<v>[A-Za-z0-9_-]{32,}+)",
         _masking("harness-oauth-token"),
         ("hro_", "hrr_"),
     ),
