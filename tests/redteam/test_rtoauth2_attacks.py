@@ -388,3 +388,52 @@ def _leave(
         failures.append(error)
     finally:
         connections.close_all()
+
+
+def test_a_client_deleted_by_its_registration_token_leaves_no_active_agent(
+    stack: OAuthStack, live_db: None
+) -> None:
+    """RFC 7592 DELETE removes the client, and with it (cascade) each agent's link to it
+    and its tokens; the agents stayed active, linked to nothing: out of the signed-in cap's
+    count (a person could hold any number: register, consent, delete, again), and out of
+    the leaving steps' reach (they revoke agents linked to a client), so handed to a
+    sponsor at deactivation as active agents. Each agent of the client is revoked."""
+    import re
+    from urllib.parse import urlencode
+
+    from dispatcher.models import Agent
+    from tests.support.oauth import pkce
+    from tests.support.oauth_live import query_of
+
+    owner = team_member()
+    who = Person(stack.url, owner.username, "pw-" + owner.username)
+    registered = register(who, stack, {**NATIVE, "redirect_uris": [CALLBACK]}).json()
+    query = urlencode(
+        {
+            "response_type": "code",
+            "client_id": registered["client_id"],
+            "redirect_uri": CALLBACK,
+            "code_challenge": pkce()[1],
+            "code_challenge_method": "S256",
+            "state": "s",
+            "resource": stack.url + "/mcp/",
+        }
+    )
+    assert "code" in query_of(who.consent(f"{stack.url}/oauth/authorize/?{query}"))
+    agent = Agent.objects.get(
+        owner=owner, oauth_client__application__client_id=registered["client_id"]
+    )
+    deleted = httpx.delete(
+        registered["registration_client_uri"],
+        headers={"Authorization": f"Bearer {registered['registration_access_token']}"},
+    )
+    assert deleted.status_code == 204, deleted.text
+    agent.refresh_from_db()
+    assert not agent.is_active
+    from audit.models import AuditEvent
+
+    revoked = AuditEvent.objects.get(kind="agent.revoked", subject=f"agent:{agent.pk}")
+    assert revoked.actor == f"user:{owner.username}"
+    # The person's Agents page shows it revoked.
+    page = who.http.get("/account/agents/").text
+    assert re.search(re.escape(agent.name), page)
