@@ -163,6 +163,8 @@ TOKEN = "hro_" + "Ab9_-" * 8
         # JSON text (a tool's output) with the token after an escaped line break or tab
         json.dumps({"log": "token:\n" + TOKEN}),
         json.dumps({"log": "\t" + TOKEN.replace("hro_", "hrr_")}),
+        # an agent's bearer token (hrn_), the same way
+        "https://app.example/?q=" + quote("token=" + TOKEN.replace("hro_", "hrn_0a1b2c3d_"), ""),
     ],
 )
 def test_an_oauth_token_inside_encoded_text_is_masked(text: str) -> None:
