@@ -217,7 +217,9 @@ def test_what_held(stack: OAuthStack, live_db: None) -> None:
         assert answer.status_code == 400, uri
 
 
-def _consent_form(stack: OAuthStack, who: Person, team_id: int | None = None) -> tuple[str, dict]:
+def _consent_form(
+    stack: OAuthStack, who: Person, team_id: int | None = None
+) -> tuple[str, dict[str, str]]:
     """A consent page opened for a new client: the URL to POST to and the form to send."""
     import re
     from urllib.parse import urlencode
@@ -245,14 +247,14 @@ def _consent_form(stack: OAuthStack, who: Person, team_id: int | None = None) ->
 
 
 def _post_all(
-    who: Person, stack: OAuthStack, posts: list[tuple[str, dict]]
+    who: Person, stack: OAuthStack, posts: list[tuple[str, dict[str, str]]]
 ) -> list[httpx.Response]:
     """The POSTs sent at once (each on its own connection, the person's session)."""
     cookies = dict(who.http.cookies)
     answers: list[httpx.Response] = []
     start = threading.Barrier(len(posts))
 
-    def one(url: str, form: dict) -> None:
+    def one(url: str, form: dict[str, str]) -> None:
         referer = form.pop("_referer", stack.url + "/")
         with httpx.Client(base_url=stack.url, cookies=cookies, timeout=60) as http:
             start.wait()
@@ -360,7 +362,7 @@ def test_a_consent_racing_a_leaver_step_ends_without_500_or_active_agent(
 
 
 def _post_all_with_barrier(
-    who: Person, stack: OAuthStack, url: str, form: dict, start: threading.Barrier
+    who: Person, stack: OAuthStack, url: str, form: dict[str, str], start: threading.Barrier
 ) -> list[httpx.Response]:
     referer = form.pop("_referer")
     with httpx.Client(base_url=stack.url, cookies=dict(who.http.cookies), timeout=60) as http:
@@ -369,7 +371,11 @@ def _post_all_with_barrier(
 
 
 def _leave(
-    leaving: str, owner: Any, membership: Any, start: threading.Barrier, failures: list
+    leaving: str,
+    owner: Any,
+    membership: Any,
+    start: threading.Barrier,
+    failures: list[BaseException],
 ) -> None:
     """The person leaves (as `leaving` says), in its own transaction and connection."""
     from django.db import connections, transaction
