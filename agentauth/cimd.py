@@ -64,7 +64,15 @@ LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 def redirect_allowed(uri: str) -> bool:
     """https anywhere; plain http only to the loopback interface (RFC 8252 7.3, RFC 9700
     2.6): an authorization code never crosses a network in the clear. Other schemes are
-    django-oauth-toolkit's to refuse (ALLOWED_REDIRECT_URI_SCHEMES)."""
+    django-oauth-toolkit's to refuse (ALLOWED_REDIRECT_URI_SCHEMES).
+
+    White space is refused anywhere (django-oauth-toolkit stores a client's redirect URIs
+    as one space-separated text: `https://a/cb http://evil/cb` was stored as two URIs), and
+    a plain http URI naming its host in a way a browser reads differently from Python's
+    urlsplit is refused: a backslash (`http://evil\\@127.0.0.1/`, evil's host to a
+    browser) or user information (`@`)."""
+    if any(c.isspace() for c in uri):
+        return False
     try:
         parts = urlsplit(uri)
         host = parts.hostname
@@ -72,4 +80,6 @@ def redirect_allowed(uri: str) -> bool:
         return False
     if parts.scheme.lower() != "http":
         return True
+    if "\\" in uri or "@" in parts.netloc:
+        return False
     return host in LOOPBACK_HOSTS

@@ -81,8 +81,13 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         token, revocation and device endpoints take anyone's request, and a client_id URL
         no consent ever fetched names no client there (no request of Harness's to
         wherever it points, no row stored)."""
+        if "client" not in vars(request):
+            # oauthlib answers request.client with a `client` request parameter while no
+            # client is loaded: `client=1` skipped this guard (the document was fetched),
+            # and django-oauth-toolkit read the string as a client (a 500).
+            request.client = None
         if (
-            not getattr(request, "client", None)
+            not request.client
             and "://" in str(client_id)
             and not _at_authorization_endpoint(request)
             and not Application.objects.filter(client_id=client_id).exists()

@@ -26,6 +26,7 @@ from allauth.core import ratelimit
 from django import forms
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.db import transaction
@@ -716,6 +717,16 @@ class ClientRegistrationView(DynamicClientRegistrationView):  # type: ignore[mis
         refused = _unservable(request.body)
         if refused is not None:
             return refused
+        # The person's row locked from the check to the count: registrations sent at once
+        # each passed the check before any was counted (16 at once: 15 stored).
+        with transaction.atomic():
+            locked = get_user_model().objects.select_for_update().filter(pk=request.user.pk)
+            list(locked.values_list("pk", flat=True))
+            return self._register_within_bound(request, *args, **kwargs)
+
+    def _register_within_bound(
+        self, request: HttpRequest, *args: Any, **kwargs: Any
+    ) -> HttpResponse:
         if not ratelimit.consume(request, action=CLIENT_REGISTRATION_ACTION, dry_run=True):
             return _try_again_later(
                 f"Too many clients registered: at most "
@@ -738,6 +749,32 @@ class ClientConfigurationView(DynamicClientRegistrationManagementView):  # type:
     checks registration makes; register the client again instead."""
 
     http_method_names = ["get", "delete", "options"]
+
+    def _authenticate_registration_request(self, request: HttpRequest, client_id: str) -> Any:
+        auth = super()._authenticate_registration_request(request, client_id)
+        self.harness_registration = auth
+        return auth
+
+    def delete(self, request: HttpRequest, client_id: str, *args: Any, **kwargs: Any) -> Any:
+        """The client deleted, and each agent a person approved for it revoked: the
+        deletion takes the agents' links to it and their tokens (cascade); the agents
+        stayed active, linked to nothing, out of the signed-in cap's count and of the
+        leaving steps' reach (agentauth.services)."""
+        with transaction.atomic():
+            agent_ids = list(
+                AgentClient.objects.filter(application__client_id=client_id).values_list(
+                    "agent_id", flat=True
+                )
+            )
+            response: HttpResponse = super().delete(request, client_id, *args, **kwargs)
+            if response.status_code != 204:
+                return response
+            user = getattr(getattr(self, "harness_registration", None), "registration_token", None)
+            user = getattr(user, "user", None)
+            actor = f"user:{user.get_username()}" if user is not None else f"client:{client_id}"
+            for agent in Agent.objects.filter(pk__in=agent_ids, is_active=True).order_by("pk"):
+                services.revoke_agent(agent=agent, actor=actor)
+        return response
 
 
 client_configuration = ClientConfigurationView.as_view()

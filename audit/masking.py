@@ -566,13 +566,18 @@ RULES: list[_Rule] = [
     # Well-known key formats.
     _Rule(r"sk-(?<=\bsk-)(?P<v>(?:ant-|proj-)?[A-Za-z0-9_-]{16,}+)", _masking("api-key"), ("sk-",)),
     _Rule(
-        r"(hrn_(?<=\bhrn_)[0-9a-f]{8}_)(?P<v>[A-Za-z0-9_-]{16,}+)",
+        r"(hrn_(?:(?<=\bhrn_)|(?<=%[0-9A-Fa-f]{2}hrn_)|(?<=\\[bfnrt]hrn_)"
+        r"|(?<=\\u[0-9A-Fa-f]{4}hrn_))[0-9a-f]{8}_)(?P<v>[A-Za-z0-9_-]{16,}+)",
         _masking("harness-token"),
         ("hrn_",),
     ),
-    # Harness's OAuth access and refresh tokens (agentauth.tokens): the prefix stays.
+    # Harness's OAuth access and refresh tokens (agentauth.tokens): the prefix stays. Like
+    # hrn_ above, after a word boundary, or after a URL-encoded character (`%3D`: `=`,
+    # `%22`: `"`) or a JSON escape (`\n`, `\u0022`), where there is none: a URL inside
+    # a URL, JSON text.
     _Rule(
-        r"(hr[or]_(?<=\bhr[or]_))(?P<v>[A-Za-z0-9_-]{32,}+)",
+        r"(hr[or]_(?:(?<=\bhr[or]_)|(?<=%[0-9A-Fa-f]{2}hr[or]_)|(?<=\\[bfnrt]hr[or]_)"
+        r"|(?<=\\u[0-9A-Fa-f]{4}hr[or]_)))(?P<v>[A-Za-z0-9_-]{32,}+)",
         _masking("harness-oauth-token"),
         ("hro_", "hrr_"),
     ),
