@@ -27,7 +27,7 @@ from dispatcher.models import Agent
 from dispatcher.policy.models import Mode, narrower_mode
 from dispatcher.policy.profiles import profile_for
 from floor.errors import ServiceError
-from teams.models import Membership, Team
+from teams.models import Team
 from teams.scope import org_holds
 
 
@@ -70,7 +70,9 @@ def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, act
     locked = User.objects.select_for_update().filter(pk=owner.pk, is_active=True)
     if not owner.is_active or not list(locked.values_list("pk", flat=True)):
         raise ServiceError("This account is deactivated; it cannot approve agents.")
-    if not _lock_reach(owner, team):
+    # (its organization admin role or membership locked: a consent racing the person's
+    # removal from the team waits for it, or its leaving step finds the agent made)
+    if not agents.lock_reach(owner, team.pk):
         raise ServiceError(
             f"You are not a member of team '{team.name}', so you cannot approve an agent "
             "for it. Choose one of your teams, or ask an admin to add you to it."
@@ -110,25 +112,6 @@ def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, act
         },
     )
     return link.agent
-
-
-def _lock_reach(person: User, team: Team) -> bool:
-    """Whether `person` may approve agents for `team` (teams_for), with the rows that let
-    them locked: their organization admin role, else their memberships of the team (a
-    superuser needs neither). Removing the last of them (teams.services.remove_member,
-    audit.roles.remove_role) then waits for this approval to commit, and its step finds the
-    agent made (stop_agents_of_leaver); or it came first, and this reads no row. Unlocked,
-    an approval that read the membership before a removal committed made its agent after
-    the removal's step had looked: active, for a team its owner had left."""
-    if person.is_superuser:
-        return True
-    admin = User.groups.through.objects.select_for_update(of=("self",)).filter(
-        user_id=person.pk, group__name=ADMIN
-    )
-    if list(admin.values_list("pk", flat=True)):
-        return True
-    member = Membership.objects.select_for_update().filter(team=team, user=person)
-    return bool(list(member.values_list("pk", flat=True)))
 
 
 def _within_signed_in_cap(owner: User) -> None:

@@ -390,18 +390,28 @@ def _lock_active(person: User | None, team_id: int) -> None:
         return
     if not User.objects.select_for_update().filter(pk=person.pk, is_active=True).exists():
         raise ServiceError(f"{person.get_username()} is deactivated: no token is shown to them.")
-    if person.is_superuser:
-        return
-    org_admin = User.groups.through.objects.select_for_update(of=("self",)).filter(
-        user_id=person.pk, group__name=ADMIN
-    )
-    if org_admin.exists():
-        return
-    if not Membership.objects.select_for_update().filter(team_id=team_id, user=person).exists():
+    if not lock_reach(person, team_id):
         raise ServiceError(
             f"{person.get_username()} is not in the agent's team (any more): no token of its "
             "agents is shown to them."
         )
+
+
+def lock_reach(person: User, team_id: int) -> bool:
+    """Whether `person` reaches the team `team_id` (teams_for: a superuser, an organization
+    admin, a member), with the row that lets them locked: their organization admin role,
+    else their membership of the team (a superuser needs neither). Removing it
+    (teams.services.remove_member, audit.roles.remove_role) then waits for the caller's
+    transaction, whose work its leaving steps then find; or it came first, and this finds
+    no row. Taken after the person's own row (deactivation's order)."""
+    if person.is_superuser:
+        return True
+    org_admin = User.groups.through.objects.select_for_update(of=("self",)).filter(
+        user_id=person.pk, group__name=ADMIN
+    )
+    if org_admin.exists():
+        return True
+    return Membership.objects.select_for_update().filter(team_id=team_id, user=person).exists()
 
 
 def void_tokens_shown_to(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:

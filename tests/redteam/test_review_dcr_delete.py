@@ -33,12 +33,6 @@ def stack(live_stack: LiveStack, tmp_path_factory: pytest.TempPathFactory) -> It
         yield s
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="agentauth.views.ClientConfigurationView deletes the Application; AgentClient "
-    "cascades and its agent stays active, unlinked and unaudited (review finding)",
-)
 def test_deleting_a_registered_client_revokes_its_signed_in_agent(
     stack: OAuthStack, live_db: None
 ) -> None:
