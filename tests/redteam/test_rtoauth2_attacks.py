@@ -309,8 +309,11 @@ def test_consents_and_device_approvals_at_once_stay_within_the_signed_in_cap(
     answers = _post_all(who, stack, posts)
     statuses = sorted(a.status_code for a in answers)
     assert 500 not in statuses, statuses
-    passed = [a for a in answers if a.status_code in (200, 302)]
-    assert len(passed) == 1, statuses
+    # One new agent: a consent (302), or the device approvals (200: both are of one client,
+    # harness-hook, so the second reuses the agent the first made), never both.
+    consents = [a for a in answers if a.status_code == 302]
+    devices = [a for a in answers if a.status_code == 200]
+    assert len(consents) + (1 if devices else 0) == 1, statuses
     for refused in answers:
         if refused.status_code == 403:
             assert "agents signed in through clients" in refused.text, refused.text[:300]
