@@ -305,6 +305,9 @@ def test_what_held(stack: OAuthStack, live_db: None) -> None:
     assert "code=" not in auto.headers.get("location", ""), auto.headers
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     auth = {"Accept": "application/json, text/event-stream"}
+    from tests.support.oauth import harness_hook_client
+
+    harness_hook_client()  # (the other client: made here, not left to an earlier test)
     other = httpx.post(
         stack.url + "/oauth/revoke/",
         data={"token": tokens["access_token"], "client_id": "harness-hook"},
