@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import uuid
 from typing import Any, NamedTuple
 
 import redis
 from celery import current_app
+from celery.signals import worker_init
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -18,7 +21,7 @@ from dispatcher.models import TERMINAL_STATUSES, AgentSession, Status, ToolCall
 from dispatcher.tools.registry import get_tool
 from floor import celery_message
 from floor.compiled import Compiled
-from floor.redis_clients import redis_at
+from floor.redis_clients import held, redis_at
 
 EXECUTE_TASK = "dispatcher.tasks.execute_call"
 
@@ -99,30 +102,94 @@ redis.call('LPUSH', KEYS[3], ARGV[3])
 # an owner it no longer has (its list's owner is another: it has a place there); every
 # pass takes one entry away for good or returns a call, so the loop ends. (A list of no
 # recorded owner, listed by an earlier version, is taken where found.)
+#
+# With a cap on each owner's running calls (ARGV[3] > 0, `running_cap`), an owner with
+# that many places in its set of running calls (`<queue>:fair:running:<owner>`: a token
+# per turn, scored with the time its place lapses) is passed over: it keeps its place in
+# the ring, and its calls their order, and the next owner is tried. The owner whose call
+# is taken gets a place that lapses after ARGV[6] seconds (the worker's `hold` moves it to
+# the call's lease at its claim; `end_turn` gives it back). When every owner with calls
+# waiting was passed over, the message's turn is owed (`<queue>:fair:owed`): the next
+# place given back sends a message for it (`_RELEASE`), so the listed calls keep as many
+# messages as they had. A place of a worker killed running its call lapses with the
+# call's lease (then the reconciler re-sends what waited: a lapse sends no message).
+# (KEYS: the owners' ring, the owed turns; ARGV: the lists' prefix, the owners' rings'
+# prefix, the cap, the running sets' prefix, the turn's token, its lapse, the sets' expiry.)
 _TAKE = """
-while true do
+local cap = tonumber(ARGV[3])
+local now = 0
+if cap > 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local passed = {}
+local taken = false
+while not taken do
   local owner = redis.call('LPOP', KEYS[1])
-  if not owner then return false end
-  local agents = ARGV[2] .. owner
-  local agent = redis.call('LPOP', agents)
-  if agent then
-    local calls = ARGV[1] .. agent
-    local of = redis.call('GET', calls .. ':owner')
-    local call = false
-    if not of or of == owner then
-      call = redis.call('LPOP', calls)
-      if call then redis.call('SREM', calls .. ':in', call) end
-      if redis.call('LLEN', calls) > 0 then
-        redis.call('RPUSH', agents, agent)
-      elseif of then
-        redis.call('DEL', calls .. ':owner')
+  if not owner then break end
+  local running = ARGV[4] .. owner
+  local full = false
+  if cap > 0 then
+    redis.call('ZREMRANGEBYSCORE', running, '-inf', now)
+    full = redis.call('ZCARD', running) >= cap
+  end
+  if full then
+    passed[#passed + 1] = owner
+  else
+    local agents = ARGV[2] .. owner
+    local agent = redis.call('LPOP', agents)
+    if agent then
+      local calls = ARGV[1] .. agent
+      local of = redis.call('GET', calls .. ':owner')
+      if not of or of == owner then
+        local call = redis.call('LPOP', calls)
+        if call then
+          redis.call('SREM', calls .. ':in', call)
+          taken = {call, running}
+        end
+        if redis.call('LLEN', calls) > 0 then
+          redis.call('RPUSH', agents, agent)
+        elseif of then
+          redis.call('DEL', calls .. ':owner')
+        end
       end
+      if redis.call('LLEN', agents) > 0 then redis.call('RPUSH', KEYS[1], owner) end
     end
-    if redis.call('LLEN', agents) > 0 then redis.call('RPUSH', KEYS[1], owner) end
-    if call then return call end
   end
 end
+for i = #passed, 1, -1 do redis.call('LPUSH', KEYS[1], passed[i]) end
+if taken then
+  if cap == 0 then return {taken[1], ''} end
+  redis.call('ZADD', taken[2], now + tonumber(ARGV[6]), ARGV[5])
+  redis.call('EXPIRE', taken[2], ARGV[7])
+  return {taken[1], taken[2]}
+end
+if #passed > 0 then
+  redis.call('INCR', KEYS[2])
+  redis.call('EXPIRE', KEYS[2], 86400)
+  return 0
+end
+return false
 """
+# A turn's place given back (KEYS: the owner's running set, the owed turns, the queue;
+# ARGV: the token, a message for an owed turn). One owed turn at most: one place freed
+# lets one more call start.
+_RELEASE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+if tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
+  redis.call('DECR', KEYS[2])
+  redis.call('LPUSH', KEYS[3], ARGV[2])
+end
+"""
+# The place of a turn whose call is about to be claimed, moved to lapse with the call's
+# lease (ARGV: the token, the lease's seconds, the set's expiry).
+_HOLD = """
+local t = redis.call('TIME')
+redis.call('ZADD', KEYS[1], tonumber(t[1]) + tonumber(ARGV[2]), ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+"""
+# The message of an owed turn: it runs the ring's next call, or nothing (not a call id).
+OWED_TURN = "owed-turn"
 
 
 class Share(NamedTuple):
@@ -143,6 +210,54 @@ def _fair_keys(queue: str) -> tuple[str, str]:
 
 def _owner_key(queue: str, entry: str) -> str:
     return f"{queue}:fair:owner:{entry}"
+
+
+def _running_key(queue: str, entry: str) -> str:
+    """An owner's set of running calls (`_TAKE`): a token per turn, scored with its lapse."""
+    return f"{queue}:fair:running:{entry}"
+
+
+def _owed_key(queue: str) -> str:
+    return f"{queue}:fair:owed"
+
+
+def _running_expiry() -> int:
+    """Seconds a running set outlives its last change: past any place's lapse (a lease is
+    a tool's timeout plus the grace, and every timeout is below the task's time limit)."""
+    return math.ceil(settings.HARNESS_TASK_TIME_LIMIT + settings.HARNESS_LEASE_GRACE) + 1
+
+
+# --- The cap on one owner's running calls -------------------------------------------------
+
+# A worker holds its process count here (`worker_init`, in its main process before its
+# pool forks): the default cap (`running_cap`) leaves one of them for the other owners.
+_worker: list[Any] = []
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _note_worker(sender: Any = None, **kwargs: Any) -> None:
+    _worker[:] = [sender]
+
+
+def running_cap_problem(value: str) -> str | None:
+    """What is wrong with a HARNESS_MAX_RUNNING_PER_OWNER value, or None."""
+    if value == "auto" or (value.isascii() and value.isdigit()):
+        return None
+    return (
+        f"HARNESS_MAX_RUNNING_PER_OWNER is {value!r}: it must be 'auto' (the worker's "
+        "processes minus one) or a whole number of calls (0: no cap)"
+    )
+
+
+def running_cap() -> int:
+    """How many calls of one owner may run at once (0: no cap): HARNESS_MAX_RUNNING_PER_OWNER,
+    by default (`auto`, and for a value the start-up check refuses) this worker's
+    processes minus one, at least one, and no cap in a process that is not a worker."""
+    value = settings.HARNESS_MAX_RUNNING_PER_OWNER
+    if value != "auto" and running_cap_problem(value) is None:
+        return int(value)
+    processes = getattr(_worker[0], "concurrency", None) if _worker else None
+    return max(1, processes - 1) if isinstance(processes, int) else 0
 
 
 def _entry(share: Share) -> str:
@@ -177,22 +292,93 @@ def enqueue(call_id: str, agent: Share | str = "", *, resend: bool = False) -> N
     )
 
 
-def next_turn(call_id: str) -> str:
+class Turn(NamedTuple):
+    """What a worker's message runs (`take_turn`): the call (empty: none, the turn is
+    owed), and the place its owner holds among running calls while it runs (`running`:
+    the owner's set, `slot`: this turn's token; empty without a cap), on the broker at
+    `url` whose `queue` an owed turn's message goes to."""
+
+    call_id: str
+    url: str = ""
+    queue: str = ""
+    running: str = ""
+    slot: str = ""
+
+
+def take_turn(call_id: str) -> Turn:
     """In a worker, for the message of `call_id`: the call to run now, the next agent's of
-    the next owner in the ring. The message's own call when the ring is empty (a message
-    pushed without an agent, or the ring lost with Redis): a call run twice is claimed
-    once."""
+    the next owner in the ring whose running calls are below `running_cap`, with its
+    place among them (give it back with `end_turn`, however the call ends). No call when
+    every owner with calls waiting is at its cap (the turn is owed: see `_TAKE`). The
+    message's own call when the ring is empty (a message pushed without an agent, or the
+    ring lost with Redis): a call run twice is claimed once."""
     target = celery_message.raw_target(EXECUTE_TASK)
     if target is None:
-        return call_id
+        return Turn(call_id)
     url, queue = target
     ring, prefix = _fair_keys(queue)
+    cap = running_cap()
+    token = uuid.uuid4().hex if cap else ""
     try:
-        turn = _script(url, _TAKE)(keys=[ring], args=[prefix, _owner_key(queue, "")])
+        turn = _script(url, _TAKE)(
+            keys=[ring, _owed_key(queue)],
+            args=[
+                prefix,
+                _owner_key(queue, ""),
+                cap,
+                _running_key(queue, ""),
+                token,
+                settings.HARNESS_LEASE_GRACE,
+                _running_expiry(),
+            ],
+        )
     except redis.RedisError:
         logger.warning("could not take the next turn; running the message's call", exc_info=True)
-        return call_id
-    return turn.decode() if turn else call_id
+        return Turn(call_id)
+    if turn is None:
+        return Turn(call_id)
+    if turn == 0:
+        return Turn("")
+    taken, running = (part.decode() for part in turn)
+    return Turn(taken, url, queue, running, token) if running else Turn(taken)
+
+
+def next_turn(call_id: str) -> str:
+    """The call `take_turn` gives a worker for the message of `call_id` (without a cap:
+    a place taken here would never be given back)."""
+    return take_turn(call_id).call_id
+
+
+def hold(turn: Turn, seconds: float) -> None:
+    """The place of `turn`'s owner lapses `seconds` from now (the call's lease, at its
+    claim) instead of at the take's short lapse. Never raises: a place not moved lapses
+    early, and the cap lets one more call of the owner start meanwhile."""
+    if not turn.slot:
+        return
+    try:
+        _script(turn.url, _HOLD)(keys=[turn.running], args=[turn.slot, seconds, _running_expiry()])
+    except redis.RedisError:
+        logger.warning("could not hold the place of call %s", turn.call_id, exc_info=True)
+
+
+def end_turn(turn: Turn) -> None:
+    """`turn`'s place given back, with a message for a turn owed meanwhile (`_RELEASE`):
+    kept for this thread's round trip to Redis when one is open
+    (redis_clients.one_round_trip: the result's wake-up), else sent now. Never raises: a
+    place not given back lapses with the call's lease."""
+    if not turn.slot:
+        return
+    keys = (turn.running, _owed_key(turn.queue), turn.queue)
+    message = celery_message.task_message(EXECUTE_TASK, OWED_TURN, turn.queue)
+    trip = held(turn.url)
+    try:
+        if trip is not None:
+            command = ("EVAL", _RELEASE, "3", *keys, turn.slot, message)
+            trip.add(command, f"the running place of call {turn.call_id}")
+        else:
+            _script(turn.url, _RELEASE)(keys=list(keys), args=[turn.slot, message])
+    except redis.RedisError:
+        logger.warning("could not give back the place of call %s", turn.call_id, exc_info=True)
 
 
 @functools.cache

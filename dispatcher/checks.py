@@ -247,6 +247,18 @@ def check_previews(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 @register()
+def check_running_cap(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """HARNESS_MAX_RUNNING_PER_OWNER (docs/security.md, "One person's calls running")."""
+    from dispatcher import batches
+
+    problem = batches.running_cap_problem(settings.HARNESS_MAX_RUNNING_PER_OWNER)
+    if problem is None:
+        return []
+    hint = "Leave it unset (auto), or set a number of calls; 0 turns the cap off."
+    return [Error(f"{problem}.", hint=hint, id="dispatcher.E046")]
+
+
+@register()
 def check_task_time_limit(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """The worker's time limit (the backstop) must never cut a tool inside its own timeout."""
     from dispatcher.tools.registry import builtin_tools

@@ -27,6 +27,7 @@ from dispatcher.policy.context import CallContext
 from dispatcher.tools import messages, sandbox_git
 from dispatcher.tools.base import ExecutionContext, Tool
 from floor.compiled import Compiled
+from floor.redis_clients import one_round_trip
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +46,27 @@ _CALL_WITH_SESSION = Compiled(
 )
 
 
-def execute_call(call_id: str) -> None:
-    """Stages 6 to 10 for one queued call. Idempotent: a second delivery does nothing."""
+def execute_turn(message_call_id: str) -> None:
+    """A worker's message: the call of its turn (batches.take_turn) run, and the place its
+    owner holds among running calls given back however the call ends, in one round trip
+    to Redis with the result's wake-up (redis_clients.one_round_trip). No call: the turn
+    is owed (every owner with calls waiting runs as many as its cap allows)."""
+    turn = batches.take_turn(message_call_id)
+    if not turn.slot:
+        if turn.call_id:
+            execute_call(turn.call_id)
+        return
+    with one_round_trip(turn.url):
+        try:
+            execute_call(turn.call_id, turn=turn)
+        finally:
+            batches.end_turn(turn)
+
+
+def execute_call(call_id: str, *, turn: batches.Turn | None = None) -> None:
+    """Stages 6 to 10 for one queued call. Idempotent: a second delivery does nothing.
+    `turn`: the worker's (execute_turn), whose place lapses with the call's lease once
+    the call is claimed."""
     try:
         call = _CALL_WITH_SESSION.first(uuid.UUID(call_id))
     except ValueError:  # not a call id: nothing to run
@@ -67,7 +87,7 @@ def execute_call(call_id: str) -> None:
     denial = stages.guards(ctx)  # re-run: time has passed since admission
     if denial:
         return transitions.deny_before_run(call, denial)
-    _claim_and_run(call, ctx)
+    _claim_and_run(call, ctx, turn)
 
 
 def run_inline(
@@ -84,10 +104,12 @@ def run_inline(
     _run_claimed(call, ctx, before_body=_give_back_connection, admitted=True, loop=loop)
 
 
-def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
+def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None = None) -> None:
     """A queued call in the worker: its approved preview's effect applied when the
     workspace is as previewed, else claimed and run; under the workspace's lock
-    (dispatcher.previews) so no other call of the session runs in between."""
+    (dispatcher.previews) so no other call of the session runs in between. `turn`'s
+    place is held for the call's lease before the claim (a worker killed after it leaves
+    a place that lapses when the reconciler ends the call)."""
     session = call.session
     tool = ctx.tool
     workspace = Path(session.workspace)
@@ -122,6 +144,8 @@ def _claim_and_run(call: ToolCall, ctx: CallContext) -> None:
         # (after the ask's check: an approved call is shown again, under the tool as it is)
         changed = _changed_since_admission(call, tool) if outcome == "run" else None
         if outcome == "run" and changed is None:
+            if turn is not None:
+                batches.hold(turn, tool.timeout + settings.HARNESS_LEASE_GRACE)
             if transitions.claim(call, tool):
                 _run_claimed(call, ctx, row=row)
             return None

@@ -589,6 +589,9 @@ if HARNESS_CHECKPOINT_INTERVAL > 0:
 HARNESS_MAX_WAITS_PER_AGENT = int(env("HARNESS_MAX_WAITS_PER_AGENT", "8"))
 HARNESS_MAX_PENDING_ASKS_PER_AGENT = int(env("HARNESS_MAX_PENDING_ASKS_PER_AGENT", "50"))
 HARNESS_MAX_SESSIONS_PER_MINUTE = int(env("HARNESS_MAX_SESSIONS_PER_MINUTE", "30"))
+# Calls of one owner (person) running at once, on every worker together (dispatcher.batches,
+# docs/security.md): `auto` leaves one of the worker's processes for other owners; 0: no cap.
+HARNESS_MAX_RUNNING_PER_OWNER = env("HARNESS_MAX_RUNNING_PER_OWNER", "auto").strip().lower()
 HARNESS_LIMITS_PREFIX = env("HARNESS_LIMITS_PREFIX", "harness:limits")
 # MCP clients that open a transport session per call, or none (protocol 2026-07-28), stay
 # in one Harness session per run: the agent's last MCP session from the same client is
