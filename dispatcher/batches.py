@@ -158,6 +158,7 @@ while not taken do
   end
 end
 for i = #passed, 1, -1 do redis.call('LPUSH', KEYS[1], passed[i]) end
+if taken and redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
 if taken then
   if cap == 0 then return {taken[1], ''} end
   redis.call('ZADD', taken[2], now + tonumber(ARGV[6]), ARGV[5])
@@ -171,12 +172,17 @@ if #passed > 0 then
 end
 return false
 """
-# A turn's place given back (KEYS: the owner's running set, the owed turns, the queue;
-# ARGV: the token, a message for an owed turn). One owed turn at most: one place freed
-# lets one more call start.
+# A turn's place given back (KEYS: the owner's running set, the owed turns, the queue, the
+# owners' ring; ARGV: the token, a message for an owed turn). One owed turn at most: one
+# place freed lets one more call start. With no owner's calls waiting (the ring empty),
+# no turn is owed any more (a take that empties the ring drops them too): messages left
+# over (the reconciler's re-sends of calls that waited) would otherwise keep a count
+# that sends messages for nothing.
 _RELEASE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
-if tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  redis.call('DEL', KEYS[2])
+elseif tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
   redis.call('DECR', KEYS[2])
   redis.call('LPUSH', KEYS[3], ARGV[2])
 end
@@ -368,12 +374,12 @@ def end_turn(turn: Turn) -> None:
     place not given back lapses with the call's lease."""
     if not turn.slot:
         return
-    keys = (turn.running, _owed_key(turn.queue), turn.queue)
+    keys = (turn.running, _owed_key(turn.queue), turn.queue, _fair_keys(turn.queue)[0])
     message = celery_message.task_message(EXECUTE_TASK, OWED_TURN, turn.queue)
     trip = held(turn.url)
     try:
         if trip is not None:
-            command = ("EVAL", _RELEASE, "3", *keys, turn.slot, message)
+            command = ("EVAL", _RELEASE, "4", *keys, turn.slot, message)
             trip.add(command, f"the running place of call {turn.call_id}")
         else:
             _script(turn.url, _RELEASE)(keys=list(keys), args=[turn.slot, message])
