@@ -248,7 +248,7 @@ def check_previews(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 @register()
 def check_running_cap(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """HARNESS_MAX_RUNNING_PER_OWNER (docs/security.md, "One person's calls running")."""
+    """HARNESS_MAX_RUNNING_PER_OWNER (docs/security.md, "Fair shares per agent")."""
     from dispatcher import batches
 
     problem = batches.running_cap_problem(settings.HARNESS_MAX_RUNNING_PER_OWNER)
