@@ -286,7 +286,10 @@ class Command(BaseCommand):
         background = queue == settings.HARNESS_CELERY_BACKGROUND_QUEUE
         log = logs / ("worker-background.log" if background else "worker.log")
         start = log.stat().st_size if log.exists() else 0
-        argv = [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "-c", "2"]
+        # Three execution processes: HARNESS_MAX_RUNNING_PER_OWNER's default leaves one of
+        # them for another person, so the demo's person runs two calls at once.
+        processes = "2" if background else "3"
+        argv = [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "-c", processes]
         argv += ["-l", "INFO", "-Q", queue, "-n", f"{queue}@%h"]
         argv += ["--without-gossip", "--without-mingle"]
         if background:
