@@ -121,7 +121,7 @@ def _within_signed_in_cap(owner: User) -> None:
     execution queue, rate and wait slots. Counted under a lock of the person's row, so
     consents given at once cannot each pass the count (authorize_agent locked it)."""
     limit = settings.HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON
-    if limit <= 0:
+    if limit == 0:  # no cap (a negative value is refused at start-up: settings.py)
         return
     held = AgentClient.objects.filter(owner=owner, agent__is_active=True).count()
     if held >= limit:
