@@ -236,6 +236,36 @@ def stop_signed_in_agents_of(
 
 
 @transaction.atomic
+def delete_client(*, application: Any, actor: str) -> list[str]:
+    """Delete an OAuth client (django-oauth-toolkit's Application: its codes and tokens
+    go with it), each agent a person approved for it revoked first, in the same
+    transaction, by `actor` (revoke_agents_of_client). The one write path of the RFC 7592
+    DELETE and the admin; any other deletion is caught by agentauth.signals. The names of
+    the agents revoked."""
+    revoked = revoke_agents_of_client(application=application, actor=actor)
+    application.delete()
+    return revoked
+
+
+def revoke_agents_of_client(*, application: Any, actor: str) -> list[str]:
+    """Revoke each active agent a person approved `application` for (revoke_agent: every
+    token of it stops from the commit on, audited as agent.revoked). Its links and tokens
+    go when the client is deleted, so the agent was left active, linked to nothing: out
+    of the signed-in cap's count and of the leaving steps' reach, its bearer token open to
+    rotation. Idempotent. The names of the agents revoked."""
+    signed_in = (
+        Agent.objects.select_for_update(of=("self",))
+        .filter(oauth_client__application_id=application.pk, is_active=True)
+        .order_by("pk")
+    )
+    revoked: list[str] = []
+    for agent in signed_in:
+        revoke_agent(agent=agent, actor=actor)
+        revoked.append(agent.name)
+    return revoked
+
+
+@transaction.atomic
 def revoke_agent(*, agent: Agent, actor: str) -> None:
     """Revoke the agent (its bearer token and every OAuth token stop at once)."""
     agents.revoke_agent(agent=agent, actor=actor)
