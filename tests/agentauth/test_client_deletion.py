@@ -16,9 +16,10 @@ from oauth2_provider.models import Application
 
 from agentauth.models import AgentClient
 from audit.models import AuditEvent
-from dispatcher.models import Agent
+from dispatcher import agents
+from dispatcher.models import Agent, Status, ToolCall
 from tests.support.claude_code_hooks import HOOK_URL, pre_tool_use
-from tests.support.factories import unique
+from tests.support.factories import submit_one, unique
 from tests.support.oauth import HOOKS, DocumentServer, documents, member, sign_in_agent
 
 pytestmark = pytest.mark.django_db
@@ -105,8 +106,15 @@ def test_the_admins_delete_selected_action_revokes_every_clients_agents(
 
 def test_a_plain_delete_revokes_the_clients_agents(documents: DocumentServer) -> None:
     agent, access_token, application = _signed_in(documents)
+    session = agents.start_session(agent=agent)
+    queued = submit_one(session, "read_file", {"path": "a.txt"})
+    assert queued.status == Status.QUEUED
     application.delete()
     _assert_revoked(agent, access_token, "harness:client-deleted")
+    # its call queued for a worker is denied in the same commit, as a void denies them
+    queued = ToolCall.objects.get(pk=queued.pk)
+    assert queued.status == Status.DENIED, queued.status
+    assert f"The agent '{agent.name}' was revoked" in queued.content
     # and a queryset's delete, as a user deleted with the clients they own cascades
     agent, access_token, application = _signed_in(documents)
     Application.objects.filter(pk=application.pk).delete()
