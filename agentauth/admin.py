@@ -23,7 +23,7 @@ _Base: Any = get_application_admin_class()
 _TOKEN_MODELS = ("access token", "refresh token")
 
 
-class ApplicationAdmin(_Base):  # type: ignore[misc,valid-type]
+class ApplicationAdmin(_Base):  # type: ignore[misc]
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
         """A client is deleted with its tokens, although its tokens cannot be deleted one
         by one: they all go, access and refresh alike (both cascade from the client), and
