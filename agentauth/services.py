@@ -20,6 +20,7 @@ from oauth2_provider.models import (
 
 from agentauth.models import AgentClient, PendingAgent, Registration
 from audit import kinds
+from audit.models import AuditEvent
 from audit.roles import ADMIN
 from audit.services import record_event
 from dispatcher import agents
@@ -62,7 +63,8 @@ def teams_for(person: User) -> QuerySet[Team]:
 def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, actor: str) -> Agent:
     """The agent `owner` approves `application` as: their agent for that client in
     `team` (made on first consent, reused after for the same person, client and team; a
-    revoked one is replaced by a new one, revoked is final), running under the owner's
+    revoked one is replaced by a new one, revoked is final, at most so many an hour:
+    _within_hourly_bound), running under the owner's
     profile with its mode narrowed to `mode`. Audited as agent.authorized. Raises
     ServiceError for an inactive owner, a team the owner is not in, or an unknown mode."""
     # The person's row first (deactivation's and the leaving steps' lock order), then the
@@ -88,6 +90,7 @@ def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, act
     )
     if link is None or not link.agent.is_active:
         _within_signed_in_cap(owner)
+        _within_hourly_bound(owner)
         agent, _token = agents.create_agent(
             owner=owner, name=_free_name(owner, client_name(application)), team=team, actor=actor
         )
@@ -121,7 +124,7 @@ def _within_signed_in_cap(owner: User) -> None:
     execution queue, rate and wait slots. Counted under a lock of the person's row, so
     consents given at once cannot each pass the count (authorize_agent locked it)."""
     limit = settings.HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON
-    if limit <= 0:
+    if limit == 0:  # no cap (a negative value is refused at start-up: settings.py)
         return
     held = AgentClient.objects.filter(owner=owner, agent__is_active=True).count()
     if held >= limit:
@@ -130,6 +133,35 @@ def _within_signed_in_cap(owner: User) -> None:
             f"may have (HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON is {limit}). Revoke one you "
             "no longer use on your Agents page (/account/agents/), then approve this client "
             "again, or ask an admin to raise the limit."
+        )
+
+
+def _within_hourly_bound(owner: User) -> None:
+    """ServiceError when consent made `owner` twice HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON
+    new agents in the last hour already (every place of the cap filled, and each replaced
+    once after a revocation). A revoked agent is never made active again (its sessions and
+    audit stay its own), so each approval after a revocation made a new row: approving,
+    revoking and approving again grew the agents table without bound, the signed-in cap
+    counting active agents only. Counted under the lock of the person's row, as the cap."""
+    limit = settings.HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON
+    if limit == 0:
+        return
+    since = timezone.now() - timedelta(hours=1)
+    recent = Agent.objects.filter(owner=owner, created_at__gte=since).values_list("pk", flat=True)
+    made = (
+        AuditEvent.objects.filter(
+            kind=kinds.AGENT_AUTHORIZED, subject__in=[f"agent:{pk}" for pk in recent]
+        )
+        .values("subject")
+        .distinct()
+        .count()
+    )
+    if made >= 2 * limit:
+        raise ServiceError(
+            f"You were given {made} new agents through clients in the last hour, the most "
+            f"one person may be given in an hour (twice HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON, "
+            f"which is {limit}). Approve this client again in an hour; an agent still active "
+            "is reused without this count."
         )
 
 
@@ -233,6 +265,36 @@ def stop_signed_in_agents_of(
         revoke_agent(agent=agent, actor=actor)
         revoked.append(agent.name)
     return {"signed_in_agents_revoked": revoked} if revoked else {}
+
+
+@transaction.atomic
+def delete_client(*, application: Any, actor: str) -> list[str]:
+    """Delete an OAuth client (django-oauth-toolkit's Application: its codes and tokens
+    go with it), each agent a person approved for it revoked first, in the same
+    transaction, by `actor` (revoke_agents_of_client). The one write path of the RFC 7592
+    DELETE and the admin; any other deletion is caught by agentauth.signals. The names of
+    the agents revoked."""
+    revoked = revoke_agents_of_client(application=application, actor=actor)
+    application.delete()
+    return revoked
+
+
+def revoke_agents_of_client(*, application: Any, actor: str) -> list[str]:
+    """Revoke each active agent a person approved `application` for (revoke_agent: every
+    token of it stops from the commit on, audited as agent.revoked). Its links and tokens
+    go when the client is deleted, so the agent was left active, linked to nothing: out
+    of the signed-in cap's count and of the leaving steps' reach, its bearer token open to
+    rotation. Idempotent. The names of the agents revoked."""
+    signed_in = (
+        Agent.objects.select_for_update(of=("self",))
+        .filter(oauth_client__application_id=application.pk, is_active=True)
+        .order_by("pk")
+    )
+    revoked: list[str] = []
+    for agent in signed_in:
+        revoke_agent(agent=agent, actor=actor)
+        revoked.append(agent.name)
+    return revoked
 
 
 @transaction.atomic

@@ -4,7 +4,8 @@
   (agentauth.models); a token request whose code names none is refused (fail closed);
 - a refreshed token inherits its predecessor's agent;
 - a token's audience (RFC 8707 resource) is one of this Harness's own resources: its MCP
-  endpoint (the default when the client names none) or its hooks API, never both.
+  endpoint (the default when the client names none) or its hooks API, never both; and one
+  its code was granted for (a code granted without a resource is for the default only).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from urllib.parse import urlsplit
 
 from django.http import HttpRequest
 from django.urls import reverse
-from oauth2_provider.models import DeviceGrant, RefreshToken, get_application_model
+from oauth2_provider.models import DeviceGrant, Grant, RefreshToken, get_application_model
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
 
@@ -160,6 +161,8 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
     def _check_and_set_request_resource(self, request: Any) -> None:
         super()._check_and_set_request_resource(request)
         own = resources_of(_origin(request))
+        if request.grant_type == "authorization_code":
+            _within_code(request, own[0])
         if not request.resource:
             request.resource = [own[0]]
         if len(request.resource) > 1:
@@ -223,6 +226,33 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
             DeviceGrant.DENIED: "access_denied",
             DeviceGrant.EXPIRED: "expired_token",
         }.get(grant.status)
+
+
+def _within_code(request: Any, default: str) -> None:
+    """A code names the resources its token may be for: those the client asked for at the
+    authorization endpoint (django-oauth-toolkit refuses a token request for another), or,
+    when it asked for none, the default one (`default`, the MCP endpoint), which a token
+    request naming none gets. A code granted without a resource was exchanged for a token
+    of any resource the request then named: the hooks API as well as MCP (RFC 8707: the
+    resource of a token request must be one the grant allows)."""
+    granted = (
+        Grant.objects.filter(code=request.code, application=request.client)
+        .values_list("resource", flat=True)
+        .first()
+    )
+    if granted or not request.resource:
+        return
+    for resource in request.resource:
+        if resource != default:
+            raise errors.CustomOAuth2Error(
+                error="invalid_target",
+                description=(
+                    f"This code was granted without a resource, so it is for {default} "
+                    f"(MCP) only, not '{resource}'. For a token for '{resource}', sign in "
+                    "again naming it (resource=) at the authorization endpoint."
+                ),
+                request=request,
+            )
 
 
 def device_agent(request: Any) -> None:

@@ -750,31 +750,16 @@ class ClientConfigurationView(DynamicClientRegistrationManagementView):  # type:
 
     http_method_names = ["get", "delete", "options"]
 
-    def _authenticate_registration_request(self, request: HttpRequest, client_id: str) -> Any:
-        auth = super()._authenticate_registration_request(request, client_id)
-        self.harness_registration = auth
-        return auth
-
     def delete(self, request: HttpRequest, client_id: str, *args: Any, **kwargs: Any) -> Any:
-        """The client deleted, and each agent a person approved for it revoked: the
-        deletion takes the agents' links to it and their tokens (cascade); the agents
-        stayed active, linked to nothing, out of the signed-in cap's count and of the
-        leaving steps' reach (agentauth.services)."""
-        with transaction.atomic():
-            agent_ids = list(
-                AgentClient.objects.filter(application__client_id=client_id).values_list(
-                    "agent_id", flat=True
-                )
-            )
-            response: HttpResponse = super().delete(request, client_id, *args, **kwargs)
-            if response.status_code != 204:
-                return response
-            user = getattr(getattr(self, "harness_registration", None), "registration_token", None)
-            user = getattr(user, "user", None)
-            actor = f"user:{user.get_username()}" if user is not None else f"client:{client_id}"
-            for agent in Agent.objects.filter(pk__in=agent_ids, is_active=True).order_by("pk"):
-                services.revoke_agent(agent=agent, actor=actor)
-        return response
+        """The client deleted, and each agent a person approved for it revoked
+        (services.delete_client), by the person whose registration token this is."""
+        auth = self._authenticate_registration_request(request, client_id)
+        if isinstance(auth, HttpResponse):
+            return auth
+        user = getattr(getattr(auth, "registration_token", None), "user", None)
+        actor = f"user:{user.get_username()}" if user is not None else f"client:{client_id}"
+        services.delete_client(application=auth.application, actor=actor)
+        return HttpResponse(status=204)
 
 
 client_configuration = ClientConfigurationView.as_view()

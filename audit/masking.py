@@ -443,6 +443,60 @@ def _command_word(names: tuple[str, ...]) -> str:
 
 _SECRET_WORDS = ("token", "secret", "pass", "pwd", "apikey", "api_key", "api-key")
 
+# A JSON escape of one character (`\u005f`), behind as many backslashes as levels of JSON
+# text inside JSON text hold it (bounded: read possessively, in linear time).
+_ESCAPE = r"\\{1,8}+u"
+_ESCAPED = re.compile(r"\\++u([0-9A-Fa-f]{4})")
+
+
+def _hex(code: int) -> str:
+    """The four hex digits of `code` as a JSON escape may write them (either case)."""
+    return "".join(f"[{d.lower()}{d.upper()}]" if d.isalpha() else d for d in f"{code:04x}")
+
+
+def _escapable(chars: str) -> str:
+    """One of `chars` (a character, or a class like `[or]`), written as it is or as a
+    JSON escape of it."""
+    options = chars[1:-1] if chars.startswith("[") else chars
+    escapes = "|".join(_hex(ord(c)) for c in options)
+    return f"(?:{chars}|{_ESCAPE}(?:{escapes}))"
+
+
+def _hex_digit() -> str:
+    return "(?:[0-9a-f]|" + _ESCAPE + "00(?:3[0-9]|6[1-6]))"
+
+
+# One character of a token's body ([A-Za-z0-9_-]), as it is or as a JSON escape of it.
+_TOKEN_CHAR = (
+    r"(?:[A-Za-z0-9_-]|" + _ESCAPE + "00(?:2[dD]|3[0-9]|4[1-9A-Fa-f]|5[0-9AaFf]|6[1-9A-Fa-f]"
+    "|7[0-9Aa]))"
+)
+
+
+def _harness_token(prefix: str) -> str:
+    """The start of a rule's first group: `prefix` ("hrn_", "hr[or]_"), each character as
+    it is or escaped; a literal first letter only where a word cannot run into it (a word
+    boundary, or a URL-encoded character or a JSON escape before it)."""
+    first, rest = prefix[0], prefix[1:]
+    boundary = (
+        f"(?:(?<=\\b{first})|(?<=%[0-9A-Fa-f]{{2}}{first})|(?<=\\\\[bfnrt]{first})"
+        f"|(?<=\\\\u[0-9A-Fa-f]{{4}}{first}))"
+    )
+    chars = re.findall(r"\[[^]]+\]|.", rest)
+    return f"((?:{first}{boundary}|{_ESCAPE}{_hex(ord(first))})" + "".join(
+        _escapable(c) for c in chars
+    )
+
+
+def _any_token(value: str) -> bool:
+    return True  # (the pattern reads only a token's characters and their escapes)
+
+
+def _unescaped(value: str) -> str:
+    """The token a match stands for, its escapes read: its marker is the plain token's."""
+    return _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), value)
+
+
 # Applied to every string in the payload, in this order. Each pattern starts with a
 # literal (or a letter in either case) and checks what precedes it with a lookbehind.
 RULES: list[_Rule] = [
@@ -565,21 +619,22 @@ RULES: list[_Rule] = [
     ),
     # Well-known key formats.
     _Rule(r"sk-(?<=\bsk-)(?P<v>(?:ant-|proj-)?[A-Za-z0-9_-]{16,}+)", _masking("api-key"), ("sk-",)),
+    # Harness's own tokens: an agent's bearer token (hrn_, its 8-digit prefix kept) and
+    # its OAuth access and refresh tokens (hro_, hrr_; agentauth.tokens), the prefix kept.
+    # After a word boundary, or after a URL-encoded character (`%3D`: `=`, `%22`: `"`) or a
+    # JSON escape (`\n`, `\u0022`), where there is none: a URL inside a URL, JSON text. Any
+    # character of them may be a JSON escape itself (`hro\u005f...`, `\u0068rn_`, one per
+    # level of JSON text inside JSON text: `\\u005f`): _HARNESS_TOKEN_CHARS.
     _Rule(
-        r"(hrn_(?:(?<=\bhrn_)|(?<=%[0-9A-Fa-f]{2}hrn_)|(?<=\\[bfnrt]hrn_)"
-        r"|(?<=\\u[0-9A-Fa-f]{4}hrn_))[0-9a-f]{8}_)(?P<v>[A-Za-z0-9_-]{16,}+)",
-        _masking("harness-token"),
-        ("hrn_",),
+        _harness_token("hrn_") + _hex_digit() + "{8}+" + _escapable("_") + ")"
+        r"(?P<v>" + _TOKEN_CHAR + "{16,}+)",
+        _masking("harness-token", _any_token, _unescaped),
+        ("hrn_", "\\u"),
     ),
-    # Harness's OAuth access and refresh tokens (agentauth.tokens): the prefix stays. Like
-    # hrn_ above, after a word boundary, or after a URL-encoded character (`%3D`: `=`,
-    # `%22`: `"`) or a JSON escape (`\n`, `\u0022`), where there is none: a URL inside
-    # a URL, JSON text.
     _Rule(
-        r"(hr[or]_(?:(?<=\bhr[or]_)|(?<=%[0-9A-Fa-f]{2}hr[or]_)|(?<=\\[bfnrt]hr[or]_)"
-        r"|(?<=\\u[0-9A-Fa-f]{4}hr[or]_)))(?P<v>[A-Za-z0-9_-]{32,}+)",
-        _masking("harness-oauth-token"),
-        ("hro_", "hrr_"),
+        _harness_token("hr[or]_") + ")(?P<v>" + _TOKEN_CHAR + "{32,}+)",
+        _masking("harness-oauth-token", _any_token, _unescaped),
+        ("hro_", "hrr_", "\\u"),
     ),
     _Rule(r"(?P<v>gh(?<=\bgh)[pousr]_[A-Za-z0-9]{30,}+)", _masking("github-token"), ("gh",)),
     _Rule(r"(?P<v>xox(?<=\bxox)[abprs]-[A-Za-z0-9-]{10,}+)", _masking("slack-token"), ("xox",)),

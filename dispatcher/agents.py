@@ -268,6 +268,10 @@ def session_for_token(token: str, session_id: uuid.UUID) -> AgentSession | None:
 
 @transaction.atomic
 def revoke_agent(*, agent: Agent, actor: str) -> None:
+    """Revoke the agent: its token refused from the commit on, audited as agent.revoked,
+    and its calls queued for a worker denied in the same commit, as a void denies them
+    (_deny_queued: the worker's own re-check, the mode guard, denies those it reads later;
+    this denies those it read before). Idempotent."""
     if Agent.objects.filter(pk=agent.pk, is_active=True).update(
         is_active=False, revoked_at=timezone.now()
     ):
@@ -277,6 +281,7 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
             subject=f"agent:{agent.pk}",
             payload={"name": agent.name},
         )
+        _deny_queued(agent, sent_by_revoked(agent.name))
 
 
 @transaction.atomic
@@ -550,6 +555,13 @@ def sent_with_voided(because: str) -> str:
         "Harness cannot tell whether they "
         "sent it, so it was not run. Resend it once an admin of the agent's team has "
         "rotated the agent's token, with the new token."
+    )
+
+
+def sent_by_revoked(name: str) -> str:
+    return (
+        f"The agent '{name}' was revoked before a worker ran this call; none of its calls "
+        "run any more."
     )
 
 

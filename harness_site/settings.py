@@ -652,6 +652,12 @@ HARNESS_OAUTH_REGISTRATIONS_PER_HOUR = 10
 # Active agents one person may hold made by consent to a client (a metadata document or a
 # registration each makes one: agentauth.services); 0: no cap.
 HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON = int(env("HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON", "20"))
+if HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON < 0:
+    # (a negative value read as "no cap", as 0 does, though no one wrote 0)
+    raise ImproperlyConfigured(
+        f"HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON is {HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON}: "
+        "set how many active agents signed in through clients one person may hold (0: no cap)."
+    )
 # django-oauth-toolkit's own models, named (its models are swappable: a relation to one
 # resolves through these settings).
 OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"

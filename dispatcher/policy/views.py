@@ -104,11 +104,16 @@ def _tools(reach: Scope) -> tuple[Tool, ...]:
     return tuple(by_name.values())
 
 
-def _checked_against(reach: Scope) -> tuple[Tool, ...] | None:
+def _checked_against(
+    reach: Scope, tools: tuple[Tool, ...] | None = None
+) -> tuple[Tool, ...] | None:
     """The tools a team admin's rules are checked against: their teams' (a rule naming
     another team's server's tool is refused as naming no tool, never listed among the known
-    ones); None, the registry, for an organization admin."""
-    return None if reach.everything else _tools(reach)
+    ones); None, the registry, for an organization admin. `tools`: `_tools(reach)` when
+    the caller built it already."""
+    if reach.everything:
+        return None
+    return tools if tools is not None else _tools(reach)
 
 
 def _team_agents(reach: Scope) -> Any:
@@ -217,6 +222,7 @@ def _page(
         rows = editor.rows_from_profile(profile)
     rows = rows + [editor.Row("allow", "") for _ in range(editor.BLANK_ROWS)]
     history = ProfileVersion.objects.filter(user=subject).select_related("changed_by")
+    tools = _tools(request.reach)
     calls = (
         request.reach.filter(ToolCall.objects.all(), "session__agent__team_id")
         .filter(session__agent__owner=subject)
@@ -234,10 +240,10 @@ def _page(
             _team_grants(request.reach).active().filter(session__agent__owner=subject)
         ),
         "calls": [(c, preview(c.arguments, 60)) for c in calls],
-        "tools": [tool.name for tool in _tools(request.reach)],
+        "tools": [tool.name for tool in tools],
         "rows": rows,
         "actions": editor.ACTIONS,
-        "tool_choices": editor.tool_choices(rows, _tools(request.reach)),
+        "tool_choices": editor.tool_choices(rows, tools),
         "next": request.path,
         **extra,
     }
@@ -416,8 +422,11 @@ def check_rules(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     subject = _subject(request, user_id)
     if refusal := _refusal_to_change(request, subject):
         return HttpResponseForbidden(refusal, content_type="text/plain; charset=utf-8")
-    rows = editor.check_rows(editor.rows_from_post(request.POST), _checked_against(request.reach))
-    choices = {c["name"]: c for c in editor.tool_choices(rows, _tools(request.reach))}
+    tools = _tools(request.reach)
+    rows = editor.check_rows(
+        editor.rows_from_post(request.POST), _checked_against(request.reach, tools)
+    )
+    choices = {c["name"]: c for c in editor.tool_choices(rows, tools)}
     context = {"subject": subject, "rows": rows, "choices": choices}
     if request.htmx:
         return render(request, f"{PAGE}#checks", context)

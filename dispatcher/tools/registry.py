@@ -95,10 +95,11 @@ def client_rule_tool(name: str) -> Tool | None:
     """The tool of a client's tool sets a rule naming `name` is checked against (rule_tool
     without the registry: for rules checked against a given list of registered tools,
     those of a team admin's teams)."""
-    tool = None
     for toolset in client_toolsets():
-        tool = tool or _by_name(toolset.tools).get(name) or toolset.rule_fallback(name)
-    return tool
+        tool = _by_name(toolset.tools).get(name) or toolset.rule_fallback(name)
+        if tool is not None:
+            return tool
+    return None
 
 
 def tool_names(client: str = API_CLIENT, team_id: int | None = None) -> list[str]:

@@ -59,3 +59,24 @@ def test_a_person_cannot_sign_in_agents_without_bound(documents: DocumentServer)
     # Another person's count is their own.
     other = member()
     code_from(consent(signed_in(other), authorize_params(clients[2], pkce()[1])))
+
+
+@override_settings(HARNESS_MAX_SIGNED_IN_AGENTS_PER_PERSON=2)
+def test_approving_and_revoking_again_and_again_is_bounded(documents: DocumentServer) -> None:
+    """A revoked agent is never made active again: each approval after a revocation made a
+    new agent row, and the cap counts active ones only, so approve, revoke, approve again
+    grew the agents table without bound. At most twice the cap new agents an hour."""
+    from dispatcher.models import Agent
+
+    person = member()
+    browser = signed_in(person)
+    client_id = documents.client(f"/{unique('c')}.json", [REDIRECT])
+    for _ in range(4):
+        code_from(consent(browser, authorize_params(client_id, pkce()[1])))
+        agent = Agent.objects.get(owner=person, is_active=True)
+        assert browser.post(f"/account/agents/{agent.pk}/revoke").status_code == 302
+    refused = consent(browser, authorize_params(client_id, pkce()[1]))
+    assert refused.status_code == 403, refused.content[:500]
+    text = refused.content.decode()
+    assert "You were given 4 new agents through clients in the last hour" in text, text
+    assert Agent.objects.filter(owner=person).count() == 4  # nothing made
