@@ -135,6 +135,9 @@ def launch_argv(endpoint: Endpoint, held: contextlib.ExitStack) -> tuple[list[st
     they were configured.) The program is looked up
     on that PATH here, so that the sandbox can show it the files it needs to start."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **dict(endpoint.env)}
+    problem = sandbox_servers.environment_problem(dict(endpoint.env))
+    if problem is not None:  # (registered before it was refused: never started)
+        raise ToolError(f"{problem} The server was not started; an admin must fix it.")
     # PWD: bubblewrap sets it for the directory the server starts in.
     unset = [name for name in (*DEFAULT_INHERITED_ENV_VARS, "PWD") if name not in env]
     tool = shutil.which("env") or "/usr/bin/env"
