@@ -221,7 +221,15 @@ def environment_problem(env: dict[str, str]) -> str | None:
     HARNESS_SANDBOX=off, where the server itself runs as Harness."""
     if mode() == "off":
         return None
-    names = sorted(name for name in env if name.startswith("LD_") or name in LAUNCHER_VARIABLES)
+    names = sorted(
+        name
+        for name, value in env.items()
+        if name.startswith("LD_")
+        or name in LAUNCHER_VARIABLES
+        # a locale or message catalog named by path: files of anyone's choosing, parsed
+        # (and their messages used as printf formats) by the launcher's programs
+        or ((name in ("LANG", "LANGUAGE") or name.startswith("LC_")) and "/" in value)
+    )
     if not names:
         return None
     return (

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.tools import sandbox_servers
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
 from dispatcher.tools.sources import upstream
@@ -111,3 +112,7 @@ def test_a_server_registered_with_such_a_variable_is_never_started(
     with contextlib.ExitStack() as held, pytest.raises(ToolError) as refused:
         upstream.launch_argv(endpoint, held)
     assert "Variable GCONV_PATH cannot be given to a stdio server" in str(refused.value)
+    # a locale named by a path, too; a locale named as usual is the server's to choose
+    assert sandbox_servers.environment_problem({"LANGUAGE": "../../../tmp/x"}) is not None
+    assert sandbox_servers.environment_problem({"LC_ALL": str(tmp_path)}) is not None
+    assert sandbox_servers.environment_problem({"LANG": "de_DE.UTF-8", "TOKEN": "x"}) is None
