@@ -176,9 +176,20 @@ def start_failure(exc: BaseException, log: Path, start: int) -> str:
 
 
 def _stderr_log(endpoint: Endpoint) -> TextIO:
+    """The server's stderr: its log in the data directory, readable by Harness alone. The
+    server holds it as descriptor 2 and could open it again through /proc/self/fd/2 as
+    whatever uid the file's mode lets read it: mode 0644 let a server read the whole log,
+    what earlier servers of its name (another team's, removed since) wrote included."""
     folder = Path(settings.DATA_DIR) / "mcp-servers"
     folder.mkdir(parents=True, exist_ok=True)
-    return (folder / f"{endpoint.name}.stderr.log").open("a", encoding="utf-8")
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(folder / f"{endpoint.name}.stderr.log", flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # (a log made before)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 @asynccontextmanager
