@@ -129,7 +129,12 @@ AF_VSOCK = 40
 # socket(AF_UNIX) is refused (as Claude Code's sandbox runtime does): with the network
 # allowed, abstract sockets of the host's network namespace are reachable, and a socket
 # file left in a writable path could lead to a host service. socketpair() stays allowed
-# (pipes between a program's own processes).
+# for streams (pipes between a program's own processes), not for datagrams: a datagram
+# socket of a pair still sends to any address it names (sendto, or connect again), so
+# socketpair(AF_UNIX, SOCK_DGRAM) and sendto("\0name") reached the host's abstract
+# datagram sockets with the network allowed. (AF_UNIX takes SOCK_RAW as SOCK_DGRAM.)
+SOCK_TYPE_MASK = 0xF  # the type without SOCK_NONBLOCK and SOCK_CLOEXEC
+DATAGRAM_TYPES = (2, 3)  # SOCK_DGRAM, SOCK_RAW
 # socket(AF_VSOCK) is refused too: vsock is not network-namespaced, so --unshare-net does
 # not stop it, and in a virtual machine it reaches the hypervisor's services (CID 2) and
 # any vsock service of the host itself (CID 1, vsock_loopback).
@@ -166,6 +171,14 @@ def build() -> seccomp.SyscallFilter:
     # an equality on all 64 bits let socket(0x100000001, ...) make an AF_UNIX socket)
     for family in (AF_UNIX, AF_VSOCK):
         allowed.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family))
+    # a datagram pair: each end may still send to (sendto) or connect to any named socket
+    for kind in DATAGRAM_TYPES:
+        allowed.add_rule(
+            refuse,
+            "socketpair",
+            seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, AF_UNIX),
+            seccomp.Arg(1, seccomp.MASKED_EQ, SOCK_TYPE_MASK, kind),
+        )
     return allowed
 
 
