@@ -10,7 +10,10 @@ sandbox, as tests/redteam/test_rt10_team_server_binds.py registers servers."""
 
 from __future__ import annotations
 
+import html
+import re
 import shlex
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +65,40 @@ def test_a_server_cannot_read_the_log_its_stderr_goes_to(
             "team": pay.team.name,
         },
     )
-    assert answer.status_code == 302, answer.content.decode()[-2000:]
+    assert answer.status_code == 302, re.findall(
+        r"(?:not start|Could not|cannot)[^<]*", answer.content.decode()
+    )
     assert McpServer.objects.filter(name="reader").exists()
     description = McpTool.objects.get(server__name="reader").description
     assert "EARLIER-TEAMS-SECRET" not in description, description
     assert description == "refused 13", description  # EACCES
     assert "EARLIER-TEAMS-SECRET" in log.read_text()  # (still Harness's to read)
     assert log.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.django_db
+def test_a_server_that_floods_its_stderr_and_exits_costs_the_worker_no_memory(
+    pay: TeamWorld, sandboxed_workspace: Path
+) -> None:
+    # A start that fails says what the server last wrote to stderr, read back from its
+    # log: the whole log since the start was read and split into lines, so 1 GiB of
+    # newlines (the file size limit) became gigabytes of line objects in the worker.
+    flood = "head -c 16000000 /dev/zero | tr '\\0' '\\n' >&2; echo last words >&2; exit 3"
+    tracemalloc.start()
+    try:
+        answer = pay.client("admin").post(
+            "/tools/servers/add",
+            {
+                "name": "flood",
+                "transport": "stdio",
+                "command": shlex.join(["/usr/bin/sh", "-c", flood]),
+                "team": pay.team.name,
+            },
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    page = html.unescape(answer.content.decode())
+    assert "The server did not start" in page, page[-3000:]
+    assert "It exited with status 3." in page and "last words" in page, page[-3000:]
+    assert peak < 8 << 20, f"{peak >> 20} MiB held at once"

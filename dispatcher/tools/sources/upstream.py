@@ -149,6 +149,10 @@ def launch_argv(endpoint: Endpoint, held: contextlib.ExitStack) -> tuple[list[st
 
 
 START_FAILURE_LINES = 12
+# What of the log a start's failure reads: its end. A server that wrote its whole file
+# size limit (1 GiB) to stderr and exited had the worker read all of it, then split it
+# into lines (gigabytes of line objects for a gigabyte of newlines).
+START_FAILURE_BYTES = 64 << 10
 
 
 def start_failure(exc: BaseException, log: Path, start: int) -> str:
@@ -157,8 +161,11 @@ def start_failure(exc: BaseException, log: Path, start: int) -> str:
     stderr (read back from its log, from where this start began)."""
     try:
         with log.open("rb") as lines:
-            lines.seek(start)
-            written = lines.read().decode("utf-8", errors="replace").splitlines()
+            end = lines.seek(0, os.SEEK_END)
+            cut = end - START_FAILURE_BYTES > start
+            lines.seek(max(start, end - START_FAILURE_BYTES))
+            written = lines.read(START_FAILURE_BYTES).decode("utf-8", errors="replace").splitlines()
+            written = written[1:] if cut else written  # (the first line may be a part)
     except OSError:
         written = []
     status = [line for line in written if line.startswith(sandbox.EXIT_REPORT)]
@@ -182,14 +189,18 @@ def _stderr_log(endpoint: Endpoint) -> TextIO:
     what earlier servers of its name (another team's, removed since) wrote included."""
     folder = Path(settings.DATA_DIR) / "mcp-servers"
     folder.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(folder / f"{endpoint.name}.stderr.log", flags, 0o600)
+    log = open(  # noqa: PTH123, SIM115 - Path.open takes no opener; the caller closes it
+        folder / f"{endpoint.name}.stderr.log",
+        "a",
+        encoding="utf-8",
+        opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600),
+    )
     try:
-        os.fchmod(fd, 0o600)  # (a log made before)
+        os.fchmod(log.fileno(), 0o600)  # (a log made before)
     except BaseException:
-        os.close(fd)
+        log.close()
         raise
-    return os.fdopen(fd, "a", encoding="utf-8")
+    return log
 
 
 @asynccontextmanager
