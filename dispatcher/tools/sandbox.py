@@ -17,7 +17,8 @@ settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
   sandbox user (settings.HARNESS_SANDBOX_USER, set by setpriv), with no capabilities
   and no_new_privs (a setuid `sudo` gains nothing);
 - a seccomp filter (dispatcher/tools/seccomp.py) that refuses what no tool needs:
-  other processes' memory, keyrings, bpf, mounts and namespaces, modules, the clock;
+  other processes' memory, keyrings, bpf, mounts and namespaces, modules, the clock,
+  set-user-ID and set-group-ID files;
 - limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`),
   on processes (a pids cgroup per call where one can be made, required when Harness runs
   as root, else RLIMIT_NPROC) and on memory (a memory cgroup, else RLIMIT_AS);

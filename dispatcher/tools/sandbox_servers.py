@@ -81,6 +81,29 @@ for spec in args[:cut]:
 os.execv(args[cut + 1], args[cut + 1:])
 """
 FIRST_PATH_FD = 10  # the launcher's descriptors for the paths (0-3 are taken)
+# Variables the dynamic loader and the C library act on as any program starts (glibc's
+# own list of those it ignores in a set-user-ID program, and every LD_ name). A server's
+# environment is the environment of its launcher too: the shell, prlimit and bwrap run
+# outside the sandbox as Harness (root, often), and setpriv runs as root inside it before
+# it drops to the sandbox user. LD_PRELOAD naming a library a sandboxed program wrote in
+# a workspace ran that library there, as root on the host. Refused for every server.
+LAUNCHER_VARIABLES = frozenset(
+    {
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TMPDIR",
+        "TZDIR",
+    }
+)
 
 
 def parse_server_path(entry: str) -> tuple[Path, bool]:
@@ -189,6 +212,32 @@ def _give_checked(path: Path, checked: Path) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def environment_problem(env: dict[str, str]) -> str | None:
+    """Why a stdio server may not be given the environment `env`, or None: a variable the
+    dynamic loader or the C library acts on (LAUNCHER_VARIABLES, any LD_ name), which
+    would act on the sandbox's launcher too, outside the sandbox. Nothing is refused with
+    HARNESS_SANDBOX=off, where the server itself runs as Harness."""
+    if mode() == "off":
+        return None
+    names = sorted(
+        name
+        for name, value in env.items()
+        if name.startswith("LD_")
+        or name in LAUNCHER_VARIABLES
+        # a locale or message catalog named by path: files of anyone's choosing, parsed
+        # (and their messages used as printf formats) by the launcher's programs
+        or ((name in ("LANG", "LANGUAGE") or name.startswith("LC_")) and "/" in value)
+    )
+    if not names:
+        return None
+    return (
+        f"Variable {names[0]} cannot be given to a stdio server: the dynamic loader and the "
+        "C library act on it in every program that starts, the sandbox's own launcher "
+        "included, which runs outside the sandbox (as root when Harness is root). Leave "
+        "it out; a library the server needs belongs in its installation."
+    )
 
 
 def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack) -> list[str]:

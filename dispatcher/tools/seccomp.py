@@ -8,9 +8,11 @@ starts (after its own setup, so bwrap's mounts are not affected).
 Everything not listed is allowed: the namespaces, the read-only system, the uid and the
 limits already bound the program; the filter takes away the kernel interfaces through
 which a program reaches past them (other processes' memory, keyrings, BPF, mounts and
-namespaces, modules, the clock, the terminal's input queue, Unix and vsock sockets). A refused call fails with
-EPERM, except `clone3`, which fails with ENOSYS so that libc falls back to `clone`,
-whose flags the filter can read. System calls of another architecture (32-bit x86 on
+namespaces, modules, the clock, the terminal's input queue, Unix and vsock sockets), and
+the set-user-ID and set-group-ID bits, which would let anyone on the host who runs a file
+the program made become the program's uid. A refused call fails with EPERM, except
+`clone3` and `openat2`, which fail with ENOSYS so that libc falls back to `clone` and
+`openat`, whose arguments the filter can read. System calls of another architecture (32-bit x86 on
 x86_64) kill the process (libseccomp's default for a foreign architecture), so no call
 slips through a second table.
 """
@@ -112,12 +114,27 @@ REFUSED_IOCTLS = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C}
 # refused too: libseccomp compares an argument once per rule, so "above, but not the
 # query" cannot be said, and refusing a query costs a program nothing it needs.
 PERSONALITY_SAFE_MAX = 0x0020008  # PER_LINUX32 | UNAME26
+# The set-user-ID and set-group-ID bits: a file the program made with either runs, for
+# anyone on the host who can reach the workspace, as the program's host uid (the sandbox
+# user, owner of every workspace; or Harness's own uid when Harness is not root, owner of
+# its data directory and keys). The workspace is bound nosuid only inside the sandbox.
+# Refused wherever a mode is given: chmod and its kin, mknod, and open/openat/creat when
+# they create a file (O_CREAT, or O_TMPFILE's own bit).
+SET_ID_BITS = (0o4000, 0o2000)  # S_ISUID, S_ISGID
+CREATING_FLAGS = (0o100, 0o20000000)  # O_CREAT, __O_TMPFILE
+MODE_ARGUMENT = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "mknod": 1, "mknodat": 2}
+OPEN_ARGUMENTS = {"open": (1, 2), "openat": (2, 3)}  # (flags, mode)
 AF_UNIX = 1
 AF_VSOCK = 40
 # socket(AF_UNIX) is refused (as Claude Code's sandbox runtime does): with the network
 # allowed, abstract sockets of the host's network namespace are reachable, and a socket
 # file left in a writable path could lead to a host service. socketpair() stays allowed
-# (pipes between a program's own processes).
+# for streams (pipes between a program's own processes), not for datagrams: a datagram
+# socket of a pair still sends to any address it names (sendto, or connect again), so
+# socketpair(AF_UNIX, SOCK_DGRAM) and sendto("\0name") reached the host's abstract
+# datagram sockets with the network allowed. (AF_UNIX takes SOCK_RAW as SOCK_DGRAM.)
+SOCK_TYPE_MASK = 0xF  # the type without SOCK_NONBLOCK and SOCK_CLOEXEC
+DATAGRAM_TYPES = (2, 3)  # SOCK_DGRAM, SOCK_RAW
 # socket(AF_VSOCK) is refused too: vsock is not network-namespaced, so --unshare-net does
 # not stop it, and in a virtual machine it reaches the hypervisor's services (CID 2) and
 # any vsock service of the host itself (CID 1, vsock_loopback).
@@ -130,6 +147,20 @@ def build() -> seccomp.SyscallFilter:
     for name in REFUSED:
         allowed.add_rule(refuse, name)
     allowed.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    # openat2 carries its mode in memory the filter cannot read: ENOSYS, libc uses openat
+    allowed.add_rule(seccomp.ERRNO(errno.ENOSYS), "openat2")
+    for bit in SET_ID_BITS:
+        for name, position in MODE_ARGUMENT.items():
+            allowed.add_rule(refuse, name, seccomp.Arg(position, seccomp.MASKED_EQ, bit, bit))
+        allowed.add_rule(refuse, "creat", seccomp.Arg(1, seccomp.MASKED_EQ, bit, bit))
+        for name, (flags, mode) in OPEN_ARGUMENTS.items():
+            for flag in CREATING_FLAGS:
+                allowed.add_rule(
+                    refuse,
+                    name,
+                    seccomp.Arg(flags, seccomp.MASKED_EQ, flag, flag),
+                    seccomp.Arg(mode, seccomp.MASKED_EQ, bit, bit),
+                )
     for flag in NAMESPACE_FLAGS.values():
         allowed.add_rule(refuse, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     for request in REFUSED_IOCTLS.values():
@@ -140,6 +171,14 @@ def build() -> seccomp.SyscallFilter:
     # an equality on all 64 bits let socket(0x100000001, ...) make an AF_UNIX socket)
     for family in (AF_UNIX, AF_VSOCK):
         allowed.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family))
+    # a datagram pair: each end may still send to (sendto) or connect to any named socket
+    for kind in DATAGRAM_TYPES:
+        allowed.add_rule(
+            refuse,
+            "socketpair",
+            seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, AF_UNIX),
+            seccomp.Arg(1, seccomp.MASKED_EQ, SOCK_TYPE_MASK, kind),
+        )
     return allowed
 
 

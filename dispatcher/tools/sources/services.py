@@ -120,7 +120,7 @@ def add_server(
     """Register a server: connect, list its tools, pin each definition. With `team`, its
     tools serve that team's agents only (catalog.serves); without, every agent. Raises
     ServiceError (bad name or configuration, name taken, server unreachable)."""
-    _check_configuration(name, command, url, paths, timeout)
+    _check_configuration(name, command, url, paths, timeout, env or {})
     if McpServer.objects.filter(name=name).exists():
         raise ServiceError(f"An MCP server named '{name}' is registered already.")
     server = McpServer(
@@ -161,7 +161,12 @@ def add_server(
 
 
 def _check_configuration(
-    name: str, command: list[str] | None, url: str, paths: list[str] | None, timeout: float
+    name: str,
+    command: list[str] | None,
+    url: str,
+    paths: list[str] | None,
+    timeout: float,
+    env: dict[str, str],
 ) -> None:
     """Raises ServiceError naming the first thing wrong with a server's configuration."""
     problem = server_name_problem(name)
@@ -179,6 +184,9 @@ def _check_configuration(
         problem = sandbox_servers.server_path_problem(path)
         if problem:
             raise ServiceError(problem)
+    problem = sandbox_servers.environment_problem(env) if command else None
+    if problem:
+        raise ServiceError(problem)
 
 
 def _fetch(server: McpServer) -> list[Definition]:

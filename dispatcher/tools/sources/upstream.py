@@ -135,6 +135,9 @@ def launch_argv(endpoint: Endpoint, held: contextlib.ExitStack) -> tuple[list[st
     they were configured.) The program is looked up
     on that PATH here, so that the sandbox can show it the files it needs to start."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **dict(endpoint.env)}
+    problem = sandbox_servers.environment_problem(dict(endpoint.env))
+    if problem is not None:  # (registered before it was refused: never started)
+        raise ToolError(f"{problem} The server was not started; an admin must fix it.")
     # PWD: bubblewrap sets it for the directory the server starts in.
     unset = [name for name in (*DEFAULT_INHERITED_ENV_VARS, "PWD") if name not in env]
     tool = shutil.which("env") or "/usr/bin/env"
@@ -146,6 +149,10 @@ def launch_argv(endpoint: Endpoint, held: contextlib.ExitStack) -> tuple[list[st
 
 
 START_FAILURE_LINES = 12
+# What of the log a start's failure reads: its end. A server that wrote its whole file
+# size limit (1 GiB) to stderr and exited had the worker read all of it, then split it
+# into lines (gigabytes of line objects for a gigabyte of newlines).
+START_FAILURE_BYTES = 64 << 10
 
 
 def start_failure(exc: BaseException, log: Path, start: int) -> str:
@@ -154,8 +161,11 @@ def start_failure(exc: BaseException, log: Path, start: int) -> str:
     stderr (read back from its log, from where this start began)."""
     try:
         with log.open("rb") as lines:
-            lines.seek(start)
-            written = lines.read().decode("utf-8", errors="replace").splitlines()
+            end = lines.seek(0, os.SEEK_END)
+            cut = end - START_FAILURE_BYTES > start
+            lines.seek(max(start, end - START_FAILURE_BYTES))
+            written = lines.read(START_FAILURE_BYTES).decode("utf-8", errors="replace").splitlines()
+            written = written[1:] if cut else written  # (the first line may be a part)
     except OSError:
         written = []
     status = [line for line in written if line.startswith(sandbox.EXIT_REPORT)]
@@ -173,9 +183,24 @@ def start_failure(exc: BaseException, log: Path, start: int) -> str:
 
 
 def _stderr_log(endpoint: Endpoint) -> TextIO:
+    """The server's stderr: its log in the data directory, readable by Harness alone. The
+    server holds it as descriptor 2 and could open it again through /proc/self/fd/2 as
+    whatever uid the file's mode lets read it: mode 0644 let a server read the whole log,
+    what earlier servers of its name (another team's, removed since) wrote included."""
     folder = Path(settings.DATA_DIR) / "mcp-servers"
     folder.mkdir(parents=True, exist_ok=True)
-    return (folder / f"{endpoint.name}.stderr.log").open("a", encoding="utf-8")
+    log = open(  # noqa: PTH123, SIM115 - Path.open takes no opener; the caller closes it
+        folder / f"{endpoint.name}.stderr.log",
+        "a",
+        encoding="utf-8",
+        opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600),
+    )
+    try:
+        os.fchmod(log.fileno(), 0o600)  # (a log made before)
+    except BaseException:
+        log.close()
+        raise
+    return log
 
 
 @asynccontextmanager
