@@ -1,0 +1,186 @@
+"""Red team (rtstep): ways around a step-up (passkey-signed) approval, or an approval of
+something other than what was shown and signed. Real HTTP through the Django test client
+with CSRF checks enforced, real assertions of a software passkey registered through
+allauth.mfa (tests/support/passkeys.py), as tests/approvals/test_step_up.py does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from allauth.mfa.models import Authenticator
+from django.contrib.auth.models import User
+from django.test import Client
+
+from approvals.models import ApprovalRequest
+from dispatcher.models import Status
+from teams.services import add_member, create_team, remove_member
+from tests.approvals.conftest import ask
+from tests.approvals.test_step_up import HOST, WRITE, status_of, step_up_agent
+from tests.support.factories import make_user, unique
+from tests.support.passkeys import SoftPasskey
+
+pytestmark = pytest.mark.django_db
+
+
+def browser(user: User) -> Client:
+    """A signed-in browser whose POSTs must carry the CSRF token, as a real one's do."""
+    client = Client(HTTP_HOST=HOST, enforce_csrf_checks=True)
+    client.force_login(user)
+    assert client.get("/accounts/me/").status_code == 200  # sets the CSRF cookie
+    return client
+
+
+def post(client: Client, path: str, data: dict[str, Any]) -> Any:
+    return client.post(path, {**data, "csrfmiddlewaretoken": client.cookies["csrftoken"].value})
+
+
+def keyed_reviewer(*groups: str) -> tuple[User, Client, SoftPasskey]:
+    user = make_user(unique("rev"), groups=groups or ("reviewer",))
+    key = SoftPasskey(rp_id=HOST, origin=f"http://{HOST}")
+    key.register(user)
+    return user, browser(user), key
+
+
+def challenge(client: Client, approval: ApprovalRequest, verdict: str = "approve") -> bytes:
+    from fido2.utils import websafe_decode
+
+    response = post(client, f"/approvals/{approval.pk}/step-up", {"verdict": verdict})
+    assert response.status_code == 200, response.content
+    return websafe_decode(response.json()["publicKey"]["challenge"])
+
+
+def signed_approve(client: Client, approval: ApprovalRequest, key: SoftPasskey) -> Any:
+    assertion = key.assertion(challenge(client, approval))
+    return post(
+        client,
+        f"/approvals/{approval.pk}/decide",
+        {"action": "approve", "digest": approval.call.digest, "assertion": json.dumps(assertion)},
+    )
+
+
+# --- Holes found (each failed before its fix) ------------------------------------------
+
+
+def test_a_staff_session_adds_no_passkey_through_the_django_admin_to_sign_with() -> None:
+    """allauth registers an editable admin for its Authenticator rows: a superuser's session
+    (one someone took over: no recent sign-in, so allauth's own "Add a passkey" asks for
+    the password first) added a passkey there, unaudited and without reauthentication,
+    then signed a step-up approval with it."""
+    approval = ask(step_up_agent(), WRITE)
+    boss = User.objects.create_superuser(unique("boss"), password="pw-boss-long-enough")
+    client = browser(boss)
+    key = SoftPasskey(rp_id=HOST, origin=f"http://{HOST}")
+    data = {"name": "mine", "credential": key.registration()}
+    # allauth's own page wants the password again (not a recent sign-in).
+    own = post(client, "/accounts/2fa/webauthn/add/", {"credential": json.dumps(data)})
+    assert own.status_code == 302 and "reauthenticate" in own["Location"]
+    # The admin's add form (before: 302, the passkey stored, no event): refused.
+    form = {"user": boss.pk, "type": "webauthn", "data": json.dumps(data)}
+    form |= {"created_at_0": "2026-12-06", "created_at_1": "10:00:00"}
+    form |= {"last_used_at_0": "2026-12-06", "last_used_at_1": "10:00:00"}
+    added = post(client, "/admin/mfa/authenticator/add/", form)
+    assert added.status_code == 403
+    assert not Authenticator.objects.filter(user=boss).exists()
+    assert client.get("/admin/mfa/authenticator/add/").status_code == 403
+    # So there is no key of theirs to sign with, and the call still waits.
+    asked = post(client, f"/approvals/{approval.pk}/step-up", {"verdict": "approve"})
+    assert asked.status_code == 400 and "you have none" in asked.json()["error"]
+    assert status_of(approval) == Status.PENDING_APPROVAL
+    # The rows stay visible (read-only), without their secrets.
+    other, _, _ = keyed_reviewer()
+    row = Authenticator.objects.get(user=other)
+    page = client.get(f"/admin/mfa/authenticator/{row.pk}/change/")
+    assert page.status_code == 200 and "credential" not in page.content.decode()
+    assert (
+        post(client, f"/admin/mfa/authenticator/{row.pk}/delete/", {"post": "yes"}).status_code
+        == 403
+    )
+    assert Authenticator.objects.filter(pk=row.pk).exists()
+
+
+# --- What held -------------------------------------------------------------------------
+
+
+def test_held_a_decision_without_the_csrf_token_is_refused() -> None:
+    approval = ask(step_up_agent(), WRITE)
+    _, client, key = keyed_reviewer()
+    assertion = key.assertion(challenge(client, approval))
+    for path, data in (
+        (f"/approvals/{approval.pk}/step-up", {"verdict": "approve"}),
+        (
+            f"/approvals/{approval.pk}/decide",
+            {
+                "action": "approve",
+                "digest": approval.call.digest,
+                "assertion": json.dumps(assertion),
+            },
+        ),
+        (f"/approvals/{approval.pk}/edit", {"digest": approval.call.digest, "arguments": "{}"}),
+    ):
+        assert client.post(path, data).status_code == 403
+    assert status_of(approval) == Status.PENDING_APPROVAL
+
+
+def test_held_an_auditor_with_a_passkey_neither_gets_a_challenge_nor_approves() -> None:
+    approval = ask(step_up_agent(), WRITE)
+    _, client, key = keyed_reviewer("auditor")
+    asked = post(client, f"/approvals/{approval.pk}/step-up", {"verdict": "approve"})
+    assert asked.status_code == 403
+    decided = post(
+        client,
+        f"/approvals/{approval.pk}/decide",
+        {"action": "approve", "digest": approval.call.digest, "assertion": "{}"},
+    )
+    assert decided.status_code == 403
+    assert status_of(approval) == Status.PENDING_APPROVAL
+
+
+def test_held_a_reviewer_removed_from_the_team_after_signing_decides_nothing() -> None:
+    fx = step_up_agent()
+    team = create_team(name=unique("t"), actor="test")
+    fx.agent.team = team
+    fx.agent.save(update_fields=["team"])
+    approval = ask(fx, WRITE)
+    member = make_user(unique("member"))
+    add_member(team=team, user=member, role="reviewer", actor="test")
+    key = SoftPasskey(rp_id=HOST, origin=f"http://{HOST}")
+    key.register(member)
+    client = browser(member)
+    assertion = key.assertion(challenge(client, approval))
+    remove_member(team=team, user=member, role="reviewer", actor="test")
+    answer = post(
+        client,
+        f"/approvals/{approval.pk}/decide",
+        {"action": "approve", "digest": approval.call.digest, "assertion": json.dumps(assertion)},
+    )
+    assert answer.status_code == 403
+    assert status_of(approval) == Status.PENDING_APPROVAL
+
+
+def test_held_only_the_latest_challenge_of_a_verdict_counts() -> None:
+    approval = ask(step_up_agent(), WRITE)
+    _, client, key = keyed_reviewer()
+    older = key.assertion(challenge(client, approval))
+    challenge(client, approval)  # asked again: the older signature's nonce is replaced
+    answer = post(
+        client,
+        f"/approvals/{approval.pk}/decide",
+        {"action": "approve", "digest": approval.call.digest, "assertion": json.dumps(older)},
+    )
+    assert answer.status_code == 403 and "another challenge" in answer.content.decode()
+    assert status_of(approval) == Status.PENDING_APPROVAL
+
+
+def test_held_the_django_admin_changes_no_call() -> None:
+    approval = ask(step_up_agent(), WRITE)
+    boss = User.objects.create_superuser(unique("boss"), password="pw-boss-long-enough")
+    client = browser(boss)
+    path = f"/admin/dispatcher/toolcall/{approval.call_id}/change/"
+    changed = post(client, path, {"status": "queued"})
+    assert changed.status_code == 403
+    path = f"/admin/approvals/approvalrequest/{approval.pk}/change/"
+    assert post(client, path, {"step_up": "[]"}).status_code == 403
+    approval.refresh_from_db()
+    assert approval.step_up == ["approve"] and status_of(approval) == Status.PENDING_APPROVAL
