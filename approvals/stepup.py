@@ -115,7 +115,7 @@ def check(
         raise StepUpRefused("This signature was used before; sign again.")
     count = response.response.authenticator_data.counter
     kept = assertions.record(response, credential=credential)
-    _check_counter(kept["credential_id"], count)
+    _check_counter(kept["credential_id"], kept["public_key"], count)
     SignedVerdict.objects.create(
         approval=approval,
         voter=user,  # type: ignore[misc]
@@ -142,13 +142,18 @@ def check(
     }
 
 
-def _check_counter(credential_id: str, count: int) -> None:
+def _check_counter(credential_id: str, public_key: str, count: int) -> None:
     """A key that counts its signatures must count up: a counter at or below one this
-    passkey signed a verdict with before means two copies of the key (a clone)."""
+    passkey signed a verdict with before means two copies of the key (a clone). "This
+    passkey" is its credential id *and* its public key: a credential id is chosen by the
+    authenticator and public (the audit log carries it), and allauth.mfa registers the same
+    id to two people, so someone else's key registered under your passkey's id, signing
+    with a high counter, must not make your own signatures look cloned. A clone has the
+    same public key."""
     if count == 0:
         return  # a passkey that keeps no counter (synced passkeys)
     last = (
-        SignedVerdict.objects.filter(credential_id=credential_id)
+        SignedVerdict.objects.filter(credential_id=credential_id, public_key=public_key)
         .order_by("-sign_count")
         .values_list("sign_count", flat=True)
         .first()

@@ -13,7 +13,9 @@ from allauth.mfa.models import Authenticator
 from django.contrib.auth.models import User
 from django.test import Client
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, SignedVerdict, Vote
+from audit.models import AuditEvent
+from audit.roles import grant_role, remove_role
 from dispatcher.models import Status
 from teams.services import add_member, create_team, remove_member
 from tests.approvals.conftest import ask
@@ -98,6 +100,68 @@ def test_a_staff_session_adds_no_passkey_through_the_django_admin_to_sign_with()
         == 403
     )
     assert Authenticator.objects.filter(pk=row.pk).exists()
+
+
+@pytest.mark.parametrize("how", ["role", "deactivation"])
+def test_a_voter_whose_signed_vote_was_discarded_signs_again(how: str) -> None:
+    """A signed vote discarded (the voter lost the role, or was deactivated) and its voter
+    back: their new signed vote was a 500 (the kept signature's one-per-reviewer
+    constraint), so they could never approve that call again."""
+    approval = ask(step_up_agent(approvals=2), WRITE)
+    alice, alice_browser, alice_key = keyed_reviewer()
+    _, bob_browser, bob_key = keyed_reviewer()
+    assert signed_approve(alice_browser, approval, alice_key).status_code == 302
+    if how == "role":
+        remove_role(user=alice, role="reviewer", actor="test")
+        # Bob's vote is counted alone: Alice's is discarded (audited).
+        assert signed_approve(bob_browser, approval, bob_key).status_code == 302
+        grant_role(user=alice, role="reviewer", actor="test")
+    else:
+        from audit.roles import deactivate
+
+        deactivate(user=alice, actor="test")  # her votes are voided (audited)
+        assert signed_approve(bob_browser, approval, bob_key).status_code == 302
+        User.objects.filter(pk=alice.pk).update(is_active=True)
+        alice_browser = browser(User.objects.get(pk=alice.pk))
+    assert AuditEvent.objects.filter(
+        subject=f"call:{approval.call_id}", kind="approval.vote_discarded"
+    ).exists()
+    assert status_of(approval) == Status.PENDING_APPROVAL
+    again = signed_approve(alice_browser, approval, alice_key)
+    assert again.status_code == 302, again.content.decode()[-500:]
+    assert status_of(approval) == Status.QUEUED
+    assert set(Vote.objects.filter(approval=approval).values_list("voter_id", flat=True)) == {
+        alice.pk,
+        Vote.objects.filter(approval=approval).exclude(voter=alice).get().voter_id,
+    }
+    # Both of her signatures are kept (and verify).
+    assert SignedVerdict.objects.filter(approval=approval, voter=alice).count() == 2
+
+
+def test_someone_elses_key_under_your_passkeys_id_does_not_block_your_signatures() -> None:
+    """A credential id is public (the audit log carries it) and allauth.mfa registers one id
+    to two people: Mallory registered her own key under Alice's passkey's id and signed once
+    with a huge counter; Alice's next signature was refused as a clone ("counter went
+    back"), so she could approve no step-up call."""
+    fx = step_up_agent()
+    mallorys_call = ask(fx, WRITE, call_id="m1")
+    alices_call = ask(fx, {**WRITE, "path": "other.tf"}, call_id="a1")
+    _, alice_browser, alice_key = keyed_reviewer()
+    mallory = make_user(unique("mallory"), groups=("reviewer",))
+    mallorys_key = SoftPasskey(rp_id=HOST, origin=f"http://{HOST}")
+    mallorys_key.credential_id = alice_key.credential_id
+    mallorys_key.register(mallory)
+    mallorys_key.counter = 4_000_000_000
+    assert signed_approve(browser(mallory), mallorys_call, mallorys_key).status_code == 302
+    answer = signed_approve(alice_browser, alices_call, alice_key)
+    assert answer.status_code == 302, answer.content.decode()[-500:]
+    assert status_of(alices_call) == Status.QUEUED
+    # A real clone (the same key, its counter behind) is still refused.
+    third = ask(fx, {**WRITE, "path": "third.tf"}, call_id="a2")
+    alice_key.counter = 0  # the copy's counter: its next signature counts 1
+    cloned = signed_approve(alice_browser, third, alice_key)
+    assert cloned.status_code == 403 and "counter went back" in cloned.content.decode()
+    assert status_of(third) == Status.PENDING_APPROVAL
 
 
 # --- What held -------------------------------------------------------------------------
