@@ -40,6 +40,15 @@ class Signed:
     response: Any
     nonce: str
     rp_id: str
+    # The challenge was issued more than CHALLENGE_SECONDS before the decision came.
+    stale: bool = False
+
+
+# How long a challenge `begin` gives may wait for its signed decision: the browser's own
+# limit (request_options' timeout, 120 s) and time to send the form. An assertion made
+# for an older challenge (signed then kept, or signed late) decides nothing, so a
+# signature's time and its decision's are at most this far apart.
+CHALLENGE_SECONDS = 300
 
 
 def begin(
@@ -90,6 +99,12 @@ def check(
             "This call must be signed with your passkey (a step-up rule). Open it in the "
             "queue, choose again and touch your passkey when the browser asks.",
             400,
+        )
+    if signed.stale:
+        raise StepUpRefused(
+            f"This signature's challenge is more than {CHALLENGE_SECONDS // 60} minutes "
+            "old: a passkey signs a decision only just before it is taken. Review the call "
+            "again, choose again and touch your passkey."
         )
     response = _parse(signed.response)
     challenge = assertions.challenge_for(

@@ -164,6 +164,35 @@ def test_someone_elses_key_under_your_passkeys_id_does_not_block_your_signatures
     assert status_of(third) == Status.PENDING_APPROVAL
 
 
+def test_a_signature_over_a_challenge_older_than_five_minutes_decides_nothing() -> None:
+    """A challenge never expired: an assertion signed when the page asked, kept, and sent
+    an hour later (by whoever held it and the session) still approved. Its age is set
+    back in the session as the clock would (the decision reads the time it was issued)."""
+    approval = ask(step_up_agent(), WRITE)
+    user, client, key = keyed_reviewer()
+    kept = key.assertion(challenge(client, approval))
+    session = client.session
+    session["harness.step_up_at"] = {
+        k: at - 3600 for k, at in session.get("harness.step_up_at", {}).items()
+    }
+    session.save()
+    late = post(
+        client,
+        f"/approvals/{approval.pk}/decide",
+        {"action": "approve", "digest": approval.call.digest, "assertion": json.dumps(kept)},
+    )
+    assert late.status_code == 403 and "minutes old" in late.content.decode()
+    assert status_of(approval) == Status.PENDING_APPROVAL
+    assert not SignedVerdict.objects.filter(approval=approval).exists()
+    refused = AuditEvent.objects.get(
+        subject=f"call:{approval.call_id}", kind="approval.step_up_refused"
+    )
+    assert refused.actor == f"user:{user.username}" and "minutes old" in refused.payload["reason"]
+    # A fresh challenge, signed now, approves it.
+    assert signed_approve(client, approval, key).status_code == 302
+    assert status_of(approval) == Status.QUEUED
+
+
 # --- What held -------------------------------------------------------------------------
 
 
