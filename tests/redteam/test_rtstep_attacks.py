@@ -193,6 +193,62 @@ def test_a_signature_over_a_challenge_older_than_five_minutes_decides_nothing() 
     assert status_of(approval) == Status.QUEUED
 
 
+def own_page(user: User) -> Client:
+    """`user` signed in with their password and confirmed it again (allauth asks before a
+    passkey is added), CSRF enforced: their own "Add a passkey" page works."""
+    client = Client(HTTP_HOST=HOST, enforce_csrf_checks=True)
+    client.get("/accounts/login/")
+    password = "pw-" + user.get_username()  # (tests.support.factories.make_user)
+    assert post(client, "/accounts/login/", {"login": user.username, "password": password})[
+        "Location"
+    ] in ("/", "/approvals/")
+    assert post(client, "/accounts/reauthenticate/", {"password": password}).status_code == 302
+    return client
+
+
+def add_on_own_page(client: Client, key: SoftPasskey) -> Any:
+    """The browser's part of allauth.mfa's "Add a passkey": the page's creation options,
+    the authenticator's registration over its challenge, the form's POST."""
+    page = client.get("/accounts/2fa/webauthn/add/")
+    assert page.status_code == 200, page.get("Location")
+    html = page.content.decode()
+    start = html.index('<script id="js_data" type="application/json">') + len(
+        '<script id="js_data" type="application/json">'
+    )
+    data = json.loads(html[start : html.index("</script>", start)])
+    challenge = data["creation_options"]["publicKey"]["challenge"]
+    credential = json.dumps(key.registration(challenge))
+    return post(client, "/accounts/2fa/webauthn/add/", {"name": "key", "credential": credential})
+
+
+def test_a_passkey_id_registered_to_someone_already_is_refused_on_the_add_page(
+    settings: Any,
+) -> None:
+    """allauth.mfa registered a credential id that is another person's (public: the audit
+    log carries it) to Mallory, with her own key; verify_audit then reported Alice's
+    genuine signature as BAD ("the recorded public key is not the key registered under
+    this credential id"). WebAuthn says to refuse a known credential id at registration."""
+    settings.MFA_WEBAUTHN_ALLOW_INSECURE_ORIGIN = True  # the test client's http origin
+    approval = ask(step_up_agent(), WRITE)
+    _, alice_browser, alice_key = keyed_reviewer()
+    assert signed_approve(alice_browser, approval, alice_key).status_code == 302
+    mallory = make_user(unique("mallory"), groups=("reviewer",))
+    client = own_page(mallory)
+    copied = SoftPasskey(rp_id=HOST, origin=f"http://{HOST}")
+    copied.credential_id = alice_key.credential_id
+    refused = add_on_own_page(client, copied)
+    assert refused.status_code == 200 and "registered already" in refused.content.decode()
+    assert not Authenticator.objects.filter(user=mallory).exists()
+    from tests.approvals.test_step_up import verify_audit
+
+    ok, out = verify_audit()
+    assert ok, out
+    # A key of her own is added by the same steps.
+    added = add_on_own_page(client, SoftPasskey(rp_id=HOST, origin=f"http://{HOST}"))
+    assert added.status_code == 302, added.content.decode()[-800:]
+    assert Authenticator.objects.filter(user=mallory, type="webauthn").count() == 1
+
+
 # --- What held -------------------------------------------------------------------------
 
 
