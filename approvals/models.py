@@ -192,8 +192,10 @@ class SignedVerdict(models.Model):
     """A reviewer's verdict signed with a passkey (step-up): the WebAuthn assertion exactly
     as the authenticator made it, over a challenge derived from the request, the call's
     digest, the verdict and a one-time nonce (audit.assertions.challenge_for). One per
-    reviewer and verdict on a request; the audit event of the decision carries the same
-    fields, and verify_audit checks them against the passkey's registered public key."""
+    signature (its nonce): a reviewer whose signed vote was discarded (they left the team
+    or were deactivated, then came back) signs again, and both are kept; what counts is
+    the Vote. The audit event of the decision carries the same fields, and verify_audit
+    checks them against the passkey's registered public key."""
 
     approval = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="+")
     voter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
@@ -214,11 +216,6 @@ class SignedVerdict(models.Model):
 
     class Meta:
         ordering = ["created_at", "pk"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["approval", "voter", "verdict"], name="one_signed_verdict_per_reviewer"
-            )
-        ]
 
     def __str__(self) -> str:
         return f"{self.voter} signed {self.verdict} on {self.approval_id}"

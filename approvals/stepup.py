@@ -40,6 +40,15 @@ class Signed:
     response: Any
     nonce: str
     rp_id: str
+    # The challenge was issued more than CHALLENGE_SECONDS before the decision came.
+    stale: bool = False
+
+
+# How long a challenge `begin` gives may wait for its signed decision: the browser's own
+# limit (request_options' timeout, 120 s) and time to send the form. An assertion made
+# for an older challenge (signed then kept, or signed late) decides nothing, so a
+# signature's time and its decision's are at most this far apart.
+CHALLENGE_SECONDS = 300
 
 
 def begin(
@@ -91,6 +100,12 @@ def check(
             "queue, choose again and touch your passkey when the browser asks.",
             400,
         )
+    if signed.stale:
+        raise StepUpRefused(
+            f"This signature's challenge is more than {CHALLENGE_SECONDS // 60} minutes "
+            "old: a passkey signs a decision only just before it is taken. Review the call "
+            "again, choose again and touch your passkey."
+        )
     response = _parse(signed.response)
     challenge = assertions.challenge_for(
         approval_id=approval.pk,
@@ -115,7 +130,7 @@ def check(
         raise StepUpRefused("This signature was used before; sign again.")
     count = response.response.authenticator_data.counter
     kept = assertions.record(response, credential=credential)
-    _check_counter(kept["credential_id"], count)
+    _check_counter(kept["credential_id"], kept["public_key"], count)
     SignedVerdict.objects.create(
         approval=approval,
         voter=user,  # type: ignore[misc]
@@ -142,13 +157,18 @@ def check(
     }
 
 
-def _check_counter(credential_id: str, count: int) -> None:
+def _check_counter(credential_id: str, public_key: str, count: int) -> None:
     """A key that counts its signatures must count up: a counter at or below one this
-    passkey signed a verdict with before means two copies of the key (a clone)."""
+    passkey signed a verdict with before means two copies of the key (a clone). "This
+    passkey" is its credential id *and* its public key: a credential id is chosen by the
+    authenticator and public (the audit log carries it), and allauth.mfa registers the same
+    id to two people, so someone else's key registered under your passkey's id, signing
+    with a high counter, must not make your own signatures look cloned. A clone has the
+    same public key."""
     if count == 0:
         return  # a passkey that keeps no counter (synced passkeys)
     last = (
-        SignedVerdict.objects.filter(credential_id=credential_id)
+        SignedVerdict.objects.filter(credential_id=credential_id, public_key=public_key)
         .order_by("-sign_count")
         .values_list("sign_count", flat=True)
         .first()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 from django.conf import settings
@@ -105,6 +106,7 @@ def _not_run(approval: ApprovalRequest, approve: bool) -> str:
 
 
 STEP_UP_NONCES = "harness.step_up"  # session key: {"<approval>:<verdict>": nonce}
+STEP_UP_ISSUED = "harness.step_up_at"  # session key: {"<approval>:<verdict>": Unix time}
 
 
 @role_required(REVIEWER)
@@ -129,8 +131,12 @@ def step_up(request: HtmxHttpRequest, approval_id: int) -> HttpResponse:
     except stepup.StepUpRefused as refused:
         return JsonResponse({"error": str(refused)}, status=400)
     nonces = dict(request.session.get(STEP_UP_NONCES, {}))
+    issued = dict(request.session.get(STEP_UP_ISSUED, {}))
     nonces[f"{approval_id}:{verdict}"] = nonce
-    request.session[STEP_UP_NONCES] = dict(list(nonces.items())[-20:])  # the latest few
+    issued[f"{approval_id}:{verdict}"] = time.time()
+    latest = list(nonces)[-20:]  # the latest few
+    request.session[STEP_UP_NONCES] = {k: nonces[k] for k in latest}
+    request.session[STEP_UP_ISSUED] = {k: issued[k] for k in latest if k in issued}
     return JsonResponse({"publicKey": options})
 
 
@@ -141,13 +147,20 @@ def _rp_id(request: HttpRequest) -> str:
 
 def _signed(request: HttpRequest, approval_id: int, verdict: str) -> stepup.Signed | None:
     """The assertion a step-up form sent, with the nonce of this session's challenge,
-    which is used up here: an assertion sent again meets no nonce, or another one."""
+    which is used up here: an assertion sent again meets no nonce, or another one. A
+    challenge issued more than stepup.CHALLENGE_SECONDS ago (or at no recorded time) is
+    `stale`: check refuses it."""
+    key = f"{approval_id}:{verdict}"
     nonces = dict(request.session.get(STEP_UP_NONCES, {}))
-    nonce = nonces.pop(f"{approval_id}:{verdict}", "")
+    issued = dict(request.session.get(STEP_UP_ISSUED, {}))
+    nonce, at = nonces.pop(key, ""), issued.pop(key, None)
     if "assertion" not in request.POST:
         return None
     request.session[STEP_UP_NONCES] = nonces
-    return stepup.Signed(request.POST["assertion"], str(nonce), _rp_id(request))
+    request.session[STEP_UP_ISSUED] = issued
+    age = time.time() - at if isinstance(at, int | float) else math.inf
+    stale = bool(nonce) and not 0 <= age <= stepup.CHALLENGE_SECONDS
+    return stepup.Signed(request.POST["assertion"], str(nonce), _rp_id(request), stale=stale)
 
 
 @role_required(REVIEWER)

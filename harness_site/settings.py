@@ -392,7 +392,10 @@ USERSESSIONS_TRACK_ACTIVITY = False
 MFA_SUPPORTED_TYPES = ["totp", "webauthn", "recovery_codes"]
 MFA_PASSKEY_LOGIN_ENABLED = True
 # ...except while single sign-on is the only way in (HARNESS_SSO_ONLY): identity.passkeys.
-MFA_FORMS = {"login_webauthn": "identity.passkeys.PasskeySignInForm"}
+MFA_FORMS = {
+    "login_webauthn": "identity.passkeys.PasskeySignInForm",
+    "add_webauthn": "identity.passkeys.PasskeyAddForm",
+}
 MFA_TOTP_ISSUER = "Harness"
 HARNESS_MFA_REQUIRED = env("HARNESS_MFA_REQUIRED", "none")
 SESSION_COOKIE_HTTPONLY = True

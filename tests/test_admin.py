@@ -23,6 +23,13 @@ pytestmark = pytest.mark.django_db
         "sources/mcpserver",
         "sources/mcptool",
         "audit/checkpointrun",
+        # allauth's own models (identity/admin.py): passkeys, emails, providers, sign-ins
+        "mfa/authenticator",
+        "account/emailaddress",
+        "socialaccount/socialaccount",
+        "socialaccount/socialapp",
+        "socialaccount/socialtoken",
+        "usersessions/usersession",
     ],
 )
 def test_admin_cannot_change_or_add(client: Client, model: str) -> None:

@@ -36,12 +36,13 @@ class SoftPasskey:
         head = rp_hash + struct.pack(">BI", flags, self.counter)
         return head + (bytes(credential) if credential else b"")
 
-    def registration(self) -> dict[str, Any]:
-        """The browser's registration response (JSON form), attestation "none"."""
+    def registration(self, challenge: str = websafe_encode(b"r" * 32)) -> dict[str, Any]:
+        """The browser's registration response (JSON form), attestation "none", over
+        `challenge` (base64url: the page's creation options carry it)."""
         cose = ES256.from_cryptography_key(self.key.public_key())
         credential = AttestedCredentialData.create(b"\0" * 16, self.credential_id, cose)
         attestation = AttestationObject.create("none", self._auth_data(credential), {})
-        client = {"type": "webauthn.create", "challenge": websafe_encode(b"r" * 32)}
+        client = {"type": "webauthn.create", "challenge": challenge}
         client |= {"origin": self.origin, "crossOrigin": False}
         return {
             "id": websafe_encode(self.credential_id),
