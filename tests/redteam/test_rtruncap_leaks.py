@@ -40,7 +40,7 @@ def lane(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[tuple[Any, 
 
 
 def queued(fx: Any, session: Any, name: str, args: dict[str, Any]) -> ToolCall:
-    call = submit_one(session, name, args)
+    call: ToolCall = submit_one(session, name, args)
     assert call.status == Status.QUEUED
     batches.enqueue(str(call.pk), batches.agent_of(call))
     return call
