@@ -317,7 +317,9 @@ def take_turn(call_id: str) -> Turn:
     place among them (give it back with `end_turn`, however the call ends). No call when
     every owner with calls waiting is at its cap (the turn is owed: see `_TAKE`). The
     message's own call when the ring is empty (a message pushed without an agent, or the
-    ring lost with Redis): a call run twice is claimed once."""
+    ring lost with Redis): a call run twice is claimed once. When Redis cannot be asked,
+    the message's own call without a cap, and no call with one (its owner's running calls
+    cannot be counted: fail closed): it stays queued, and the reconciler sends it again."""
     target = celery_message.raw_target(EXECUTE_TASK)
     if target is None:
         return Turn(call_id)
@@ -339,6 +341,14 @@ def take_turn(call_id: str) -> Turn:
             ],
         )
     except redis.RedisError:
+        if cap:
+            logger.warning(
+                "could not take the next turn; running nothing (the running cap cannot be "
+                "counted), the reconciler sends call %s again",
+                call_id,
+                exc_info=True,
+            )
+            return Turn("")
         logger.warning("could not take the next turn; running the message's call", exc_info=True)
         return Turn(call_id)
     if turn is None:
@@ -355,16 +365,24 @@ def next_turn(call_id: str) -> str:
     return take_turn(call_id).call_id
 
 
-def hold(turn: Turn, seconds: float) -> None:
+def hold(turn: Turn, seconds: float) -> bool:
     """The place of `turn`'s owner lapses `seconds` from now (the call's lease, at its
-    claim) instead of at the take's short lapse. Never raises: a place not moved lapses
-    early, and the cap lets one more call of the owner start meanwhile."""
+    claim) instead of at the take's short lapse: whether it does (a turn without a place
+    has nothing to hold). Never raises. False: do not claim the call (fail closed: a place
+    not moved lapses early, and the cap would let one more call of the owner start while
+    it runs); it stays queued, and the reconciler sends it again."""
     if not turn.slot:
-        return
+        return True
     try:
         _script(turn.url, _HOLD)(keys=[turn.running], args=[turn.slot, seconds, _running_expiry()])
     except redis.RedisError:
-        logger.warning("could not hold the place of call %s", turn.call_id, exc_info=True)
+        logger.warning(
+            "could not hold the place of call %s; not running it, the reconciler sends it again",
+            turn.call_id,
+            exc_info=True,
+        )
+        return False
+    return True
 
 
 def end_turn(turn: Turn) -> None:

@@ -144,8 +144,10 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
         # (after the ask's check: an approved call is shown again, under the tool as it is)
         changed = _changed_since_admission(call, tool) if outcome == "run" else None
         if outcome == "run" and changed is None:
-            if turn is not None:
-                batches.hold(turn, tool.timeout + settings.HARNESS_LEASE_GRACE)
+            if turn is not None and not batches.hold(
+                turn, tool.timeout + settings.HARNESS_LEASE_GRACE
+            ):
+                return None  # its owner's place not held: left queued (fail closed)
             if transitions.claim(call, tool):
                 _run_claimed(call, ctx, row=row)
             return None
