@@ -66,6 +66,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from dispatcher.tools.base import ToolError
@@ -1321,23 +1322,56 @@ def remove_made(result: Guard) -> list[str]:
     removed. Also after a run that failed or timed out. Raises ToolError when one cannot
     be removed."""
     removed: list[str] = []
+    failures = _Failures()
     for dir_fd, name in result.absent:
-        if _remove(dir_fd, name, name, directories_only=False):
-            removed.append(name)
+        with failures.step():
+            if _remove(dir_fd, name, name, directories_only=False):
+                removed.append(name)
     for dir_fd, label, known in result.containers:
         try:
             names = _names(dir_fd)
         except OSError:
             continue
         for name in sorted(set(names) - known):
-            if _remove(dir_fd, name, label + name, directories_only=True):
-                removed.append(label + name)
-    _keep_git_directories(result)
-    _defuse_todos(result)
-    _defuse_strategies(result)
-    _check_indexes(result)
-    _remove_made_repositories(result)
+            with failures.step():
+                if _remove(dir_fd, name, label + name, directories_only=True):
+                    removed.append(label + name)
+    # each check runs whatever one before it raised (a walk past MAX_WALK in a submodule's
+    # git directory skipped the todos, strategies, indexes and made repositories of every
+    # git directory): the errors are raised once all have run
+    for check in (
+        _keep_git_directories,
+        _defuse_todos,
+        _defuse_strategies,
+        _check_indexes,
+        _remove_made_repositories,
+    ):
+        with failures.step():
+            check(result)
+    failures.raise_any()
     return removed
+
+
+class _Failures:
+    """The ToolErrors of the steps of one check, each step run whatever one before it
+    raised (fail closed: the first is raised, with the others, once all have run)."""
+
+    def __init__(self) -> None:
+        self.errors: list[ToolError] = []
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        try:
+            yield
+        except ToolError as error:
+            self.errors.append(error)
+
+    def raise_any(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            said = list(dict.fromkeys(str(error) for error in self.errors))
+            raise ToolError(" ".join(said))
 
 
 HEAD_READ = 255  # bytes of HEAD git's validate_headref reads (a buffer of 256, NUL-ended)
@@ -1379,6 +1413,7 @@ def _keep_git_directories(result: Guard) -> None:
     `objects/` and `refs/`, or `commondir`) is removed, and its HEAD, `objects/` and
     `refs/` are put back when the run removed or spoiled them; the model is told."""
     workspace = result.workspace
+    failures = _Failures()
     for fd, target, head, digits, links in result.owners:
         shown = str(target.relative_to(workspace)) if workspace else target.name
         try:
@@ -1387,30 +1422,47 @@ def _keep_git_directories(result: Guard) -> None:
             continue  # (moved or removed: nothing of it for git to take)
         planted: list[str] = []
         for name in sorted(names & (GIT_OWN - set(DIRECTORIES))):
-            planted += _remove_hand_built(fd, name, f"{shown}/{name}")
-        if planted:
-            found = ", ".join(f"'{path}'" for path in planted)
-            result.notes.append(PLANTED.format(names=found))
-        spoiled: list[str] = []
-        if _valid_head(fd, digits) is None:
-            _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False)
-            _put_back(fd, "HEAD", head, f"{shown}/HEAD")
-            spoiled.append("HEAD")
-        kept = _put_back_links(fd, links, shown)
-        if kept:
-            result.notes.append(RELINKED.format(names=", ".join(kept), path=shown))
-        linked = {name for name, _ in links}
-        for name in () if "commondir" in names else ("objects", "refs"):
-            # (a worktree's are its common directory's; a link that was there is kept)
-            if name in linked:
-                continue
-            info = _lstat(fd, name)
-            if info is None or not stat.S_ISDIR(info.st_mode):
-                _remove(fd, name, f"{shown}/{name}", directories_only=False)
-                _put_back(fd, name, None, f"{shown}/{name}")
-                spoiled.append(f"{name}/")
-        if spoiled:
-            result.notes.append(SPOILED.format(names=", ".join(spoiled), path=shown))
+            with failures.step():  # (past MAX_WALK: HEAD is still put back, and the rest)
+                planted += _remove_hand_built(fd, name, f"{shown}/{name}")
+        with failures.step():
+            _keep_git_directory(fd, shown, head, digits, links, names, planted, result)
+    failures.raise_any()
+
+
+def _keep_git_directory(
+    fd: int,
+    shown: str,
+    head: bytes,
+    digits: int,
+    links: list[tuple[str, str]],
+    names: set[str],
+    planted: list[str],
+    result: Guard,
+) -> None:
+    """`_keep_git_directories` for one git directory, once what was planted is removed."""
+    if planted:
+        found = ", ".join(f"'{path}'" for path in planted)
+        result.notes.append(PLANTED.format(names=found))
+    spoiled: list[str] = []
+    if _valid_head(fd, digits) is None:
+        _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False)
+        _put_back(fd, "HEAD", head, f"{shown}/HEAD")
+        spoiled.append("HEAD")
+    kept = _put_back_links(fd, links, shown)
+    if kept:
+        result.notes.append(RELINKED.format(names=", ".join(kept), path=shown))
+    linked = {name for name, _ in links}
+    for name in () if "commondir" in names else ("objects", "refs"):
+        # (a worktree's are its common directory's; a link that was there is kept)
+        if name in linked:
+            continue
+        info = _lstat(fd, name)
+        if info is None or not stat.S_ISDIR(info.st_mode):
+            _remove(fd, name, f"{shown}/{name}", directories_only=False)
+            _put_back(fd, name, None, f"{shown}/{name}")
+            spoiled.append(f"{name}/")
+    if spoiled:
+        result.notes.append(SPOILED.format(names=", ".join(spoiled), path=shown))
 
 
 def _own_links(dir_fd: int, where: Path, result: Guard) -> list[tuple[str, str]]:
@@ -1731,28 +1783,36 @@ def _defuse_todos(result: Guard) -> None:
     them on the host, outside any sandbox. Before, an unapproved `git rebase -i -x CMD`
     stopped at a `break` (or on a conflict) left them, and the person's continue ran CMD.
     The picks stay: the rebase goes on as before, without those commands."""
-    workspace = result.workspace
+    failures = _Failures()
     for fd, target, before in result.todos:
-        shown = str(target.relative_to(workspace)) if workspace else target.name
-        _remove_linked_todo(fd, shown, result)
-        try:
-            data = _read_todo(fd)
-        except ToolError:
-            # (removed, not just told: the model is told, the person's continue ran it;
-            # and the checks after this one still run)
-            _remove_todo(fd, shown, target)
-            result.notes.append(TODO_TOO_LARGE.format(path=f"{shown}/{'/'.join(TODO)}"))
-            continue
-        if data is None:
-            continue
-        lines = data.decode("utf-8", "surrogateescape").split("\n")
-        added = [line for line in lines if _EXEC.match(line) and line not in (before or ())]
-        if not added:
-            continue
-        out = [f"# {line.strip()}" if line in added else line for line in lines]
-        _rewrite_todo(fd, "\n".join(out).encode("utf-8", "surrogateescape"), target)
-        names = "; ".join(f"'{line.strip()[:80]}'" for line in added[:5])
-        result.notes.append(EXEC_REMOVED.format(path=shown, lines=names))
+        with failures.step():
+            _defuse_todo(fd, target, before, result)
+    failures.raise_any()
+
+
+def _defuse_todo(fd: int, target: Path, before: frozenset[str] | None, result: Guard) -> None:
+    """`_defuse_todos` for the git directory `fd` (at `target`)."""
+    workspace = result.workspace
+    shown = str(target.relative_to(workspace)) if workspace else target.name
+    _remove_linked_todo(fd, shown, result)
+    try:
+        data = _read_todo(fd)
+    except ToolError:
+        # (removed, not just told: the model is told, the person's continue ran it;
+        # and the checks after this one still run)
+        _remove_todo(fd, shown, target)
+        result.notes.append(TODO_TOO_LARGE.format(path=f"{shown}/{'/'.join(TODO)}"))
+        return
+    if data is None:
+        return
+    lines = data.decode("utf-8", "surrogateescape").split("\n")
+    added = [line for line in lines if _EXEC.match(line) and line not in (before or ())]
+    if not added:
+        return
+    out = [f"# {line.strip()}" if line in added else line for line in lines]
+    _rewrite_todo(fd, "\n".join(out).encode("utf-8", "surrogateescape"), target)
+    names = "; ".join(f"'{line.strip()[:80]}'" for line in added[:5])
+    result.notes.append(EXEC_REMOVED.format(path=shown, lines=names))
 
 
 TODO_TOO_LARGE = (
@@ -1840,13 +1900,32 @@ def _replace(parent: int, name: str, data: bytes) -> None:
 # (`sequencer/opts`: `options.strategy`) record the merge strategy their `--continue`
 # uses: git runs a strategy of its own in itself and any other as the program
 # `git-merge-<strategy>`, which for one holding a `/` (`x/evil`) is a path in the work
-# tree (`git-merge-x/evil`).
-STRATEGY_FILES = (("rebase-merge", "strategy"), ("sequencer", "opts"))
+# tree (`git-merge-x/evil`). And those in which they record the key to sign commits with
+# (`gpg_sign_opt` of a rebase, of either backend; `options.gpg-sign`): the person's
+# `--continue` runs their signing program (`gpg -bsau KEY`) on the commits the command
+# chose, with the key it chose. What else these directories hold runs nothing (checked
+# with git 2.39: the todo of a cherry-pick takes no `exec`, `strategy_opts` are `-X`
+# options of git's own strategies, `head-name` and `update-refs` are refs git checks,
+# `apply-opt` and the patches of `git am` write only paths git accepts in an index,
+# `author-script` is read, not run, and `autostash` is a commit applied as one).
+STRATEGY_FILES = (
+    ("rebase-merge", "strategy"),
+    ("sequencer", "opts"),
+    ("rebase-merge", "gpg_sign_opt"),
+    ("rebase-apply", "gpg_sign_opt"),
+)
 OWN_STRATEGIES = frozenset({"ort", "recursive", "resolve", "octopus", "ours", "subtree"})
+STATE_LINKS = ("sequencer", "rebase-apply")  # (`rebase-merge`: `_remove_linked_todo`)
 STRATEGY_PUT_BACK = (
     "\n[harness: this command ran without a person's approval and set the merge strategy "
     "of the {what} under way in '{path}' to {names}, which a person's {command} would run as a program on their machine; '{file}' was put back as it "
     "was before the command. A command a reviewer approves may set it.]"
+)
+SIGNING_PUT_BACK = (
+    "\n[harness: this command ran without a person's approval and set the {what} under way "
+    "in '{path}' to sign its commits ({names}), which a person's {command} would do with "
+    "their own signing program and key on their machine; '{file}' was put back as it was "
+    "before the command. A command a reviewer approves may set it.]"
 )
 
 
@@ -1871,75 +1950,110 @@ def _read_state(dir_fd: int, directory: str, name: str) -> bytes | None:
         os.close(fd)
 
 
-def _foreign_strategies(name: str, data: bytes, target: Path, run: Guard) -> list[str] | None:
-    """The strategies git does not have that the strategy file `name` holds (`[]` for
-    none), or None when it cannot be read (then it is taken for one that names one)."""
+def _foreign_strategies(
+    name: str, data: bytes, was: bytes | None, target: Path, run: Guard
+) -> list[str] | None:
+    """What the state file `name` (STRATEGY_FILES) holds that a person's `--continue`
+    would run: strategies git does not have, a signing key that was not there before the
+    run (`was`) (`[]` for none), or None when it cannot be read (then it is taken for one
+    that names one)."""
     if len(data) > _READ_LIMIT:
         return None
     if name == "strategy":  # (read as git reads it: one line, white space around it aside)
         value = data.decode("utf-8", "replace").strip()
         return [] if not value or value in OWN_STRATEGIES else [value]
+    if name == "gpg_sign_opt":  # (`-S` or `-SKEY`, any line the run wrote: it changed)
+        value = data.decode("utf-8", "replace").strip()
+        return [value] if value else []
     try:
         pairs = _configuration(data, target, run)
+        before = _configuration(was, target, run) if was is not None else []
     except ToolError:
         return None
+    signing = {value for key, value in before if key == "options.gpg-sign"}
     found = []
     for key, value in pairs:
         if key.startswith("include"):
             found.append(f"{key} = {value}")
         elif key == "options.strategy" and value.strip() not in OWN_STRATEGIES:
             found.append(value)
+        elif key == "options.gpg-sign" and value not in signing:
+            found.append(f"gpg-sign = {value}")
     return found
 
 
 def _defuse_strategies(result: Guard) -> None:
-    """After the run, a merge strategy file (STRATEGY_FILES) of a guarded git directory
-    that the run changed to name a strategy git does not have (or that cannot be read) is
-    put back as it was before the run (removed when there was none), and a `sequencer`
-    that is a symbolic link is removed: the person's `--continue` would run that strategy
-    as `git-merge-<strategy>`, a program of the work tree for one holding a `/`. Before,
+    """After the run, a merge strategy or signing file (STRATEGY_FILES) of a guarded git
+    directory that the run changed to name a strategy git does not have, or a key to sign
+    with (or that cannot be read) is put back as it was before the run (removed when
+    there was none), and a `sequencer` or `rebase-apply` that is a symbolic link is
+    removed: the person's `--continue` would run that strategy as `git-merge-<strategy>`,
+    a program of the work tree for one holding a `/`, or their signing program. Before,
     `x/evil` in `rebase-merge/strategy` (or `options.strategy` in `sequencer/opts`) and
-    `git-merge-x/evil` in the work tree had the person's continue run `evil` on the host."""
-    workspace = result.workspace
+    `git-merge-x/evil` in the work tree had the person's continue run `evil` on the host;
+    `-S` in `rebase-merge/gpg_sign_opt` had it run `gpg -bsau` on the commits the command
+    chose."""
+    failures = _Failures()
     for fd, target, before in result.strategies:
-        shown = str(target.relative_to(workspace)) if workspace else target.name
-        info = _lstat(fd, "sequencer")
+        with failures.step():
+            _defuse_strategy(fd, target, before, result)
+    failures.raise_any()
+
+
+def _defuse_strategy(fd: int, target: Path, before: list[bytes | None], result: Guard) -> None:
+    """`_defuse_strategies` for the git directory `fd` (at `target`)."""
+    workspace = result.workspace
+    shown = str(target.relative_to(workspace)) if workspace else target.name
+    failures = _Failures()
+    for link in STATE_LINKS:
+        info = _lstat(fd, link)
         if info is not None and stat.S_ISLNK(info.st_mode):
-            _remove(fd, "sequencer", f"{shown}/sequencer", directories_only=False)
-            result.notes.append(TODO_LINK.format(path=f"{shown}/sequencer"))
-        for (directory, name), was in zip(STRATEGY_FILES, before, strict=True):
-            file = f"{shown}/{directory}/{name}"
-            try:
-                parent = os.open(directory, _PATH | os.O_DIRECTORY, dir_fd=fd)
-            except OSError:
-                continue  # (none; `rebase-merge` a link: `_defuse_todos` removed it)
-            try:
-                info = _lstat(parent, name)
-                if info is None:
-                    continue
-                data = _read_state(fd, directory, name) if stat.S_ISREG(info.st_mode) else None
-                if data is not None and data == was:
-                    continue
-                where = target / directory / name
-                found = None if data is None else _foreign_strategies(name, data, where, result)
-                if found == []:
-                    continue
-                _remove(parent, name, file, directories_only=False)
-                if was is not None:
-                    _write_state(parent, name, was, target)
-                what, command = (
-                    ("rebase", "`git rebase --continue`")
-                    if name == "strategy"
-                    else ("cherry-pick or revert", "`git cherry-pick --continue` (`revert`)")
-                )
-                names = ", ".join(repr(item[:80]) for item in found or ["what could not be read"])
-                result.notes.append(
-                    STRATEGY_PUT_BACK.format(
-                        what=what, path=shown, names=names, command=command, file=file
-                    )
-                )
-            finally:
-                os.close(parent)
+            with failures.step():
+                _remove(fd, link, f"{shown}/{link}", directories_only=False)
+                result.notes.append(TODO_LINK.format(path=f"{shown}/{link}"))
+    for (directory, name), was in zip(STRATEGY_FILES, before, strict=True):
+        with failures.step():
+            _defuse_state_file(fd, target, shown, directory, name, was, result)
+    failures.raise_any()
+
+
+def _defuse_state_file(
+    fd: int, target: Path, shown: str, directory: str, name: str, was: bytes | None, run: Guard
+) -> None:
+    """`_defuse_strategies` for the file `directory/name` of the git directory `fd`."""
+    file = f"{shown}/{directory}/{name}"
+    try:
+        parent = os.open(directory, _PATH | os.O_DIRECTORY, dir_fd=fd)
+    except OSError:
+        return  # (none; `rebase-merge` a link: `_defuse_todos` removed it)
+    try:
+        info = _lstat(parent, name)
+        if info is None:
+            return
+        data = _read_state(fd, directory, name) if stat.S_ISREG(info.st_mode) else None
+        if data is not None and data == was:
+            return
+        where = target / directory / name
+        found = None if data is None else _foreign_strategies(name, data, was, where, run)
+        if found == []:
+            return
+        _remove(parent, name, file, directories_only=False)
+        if was is not None:
+            _write_state(parent, name, was, target)
+        what, command = (
+            ("cherry-pick or revert", "`git cherry-pick --continue` (`revert`)")
+            if directory == "sequencer"
+            else ("rebase", "`git rebase --continue`")
+        )
+        names = ", ".join(repr(item[:80]) for item in found or ["what could not be read"])
+        note = SIGNING_PUT_BACK if name == "gpg_sign_opt" else STRATEGY_PUT_BACK
+        if name == "opts" and found and all(item.startswith("gpg-sign = ") for item in found):
+            note = SIGNING_PUT_BACK
+        run.notes.append(
+            note.format(what=what, path=shown, names=names, command=command, file=file)
+        )
+    finally:
+        os.close(parent)
 
 
 def _write_state(parent: int, name: str, data: bytes, target: Path) -> None:
@@ -1949,7 +2063,7 @@ def _write_state(parent: int, name: str, data: bytes, target: Path) -> None:
     except OSError as error:
         raise ToolError(
             f"The command ran without a person's approval and changed the merge strategy "
-            f"of an operation under way in '{target}', which could not be put back "
+            f"or signing key of an operation under way in '{target}', which could not be put back "
             f"({error.strerror or error}). Do not run `git rebase --continue` or `git "
             "cherry-pick --continue` there; an operator must look at it."
         ) from None
@@ -1961,31 +2075,39 @@ def _check_indexes(result: Guard) -> None:
     index without checking its paths: one crafted with `.git/hooks/post-commit` or
     `../../.bashrc` had a person's `git checkout -- .` (or `git restore .`) write that
     file, and their next commit run it."""
-    workspace = result.workspace
+    failures = _Failures()
     for dir_fd, target, before, _ in result.indexes:
-        after = _index_state(dir_fd)
-        if after is None or after == before:
-            continue
-        shown = str((target / "index").relative_to(workspace)) if workspace else "index"
-        object_format = _object_format(dir_fd)
-        limit = result.index_budget
-        size = _index_cost(dir_fd, object_format, limit)
-        if not _take_index_budget(result, size):
-            # not read: git takes time in proportion (a crafted index of 1 GiB held the
-            # worker for minutes), and nothing the run grew so far is the person's
-            removed = _remove(dir_fd, "index", shown, directories_only=False)
-            for name, _ in _shared_indexes(dir_fd):
-                removed = _remove(dir_fd, name, name, directories_only=False) or removed
-            if removed:
-                result.notes.append(
-                    INDEX_TOO_LARGE.format(path=shown, size=size >> 20, limit=limit >> 20)
-                )
-            continue
-        why = _bad_index(dir_fd, object_format)
-        if why is None:
-            continue
-        if _remove(dir_fd, "index", shown, directories_only=False):
-            result.notes.append(INDEX.format(path=shown, why=why))
+        with failures.step():
+            _check_index(dir_fd, target, before, result)
+    failures.raise_any()
+
+
+def _check_index(dir_fd: int, target: Path, before: tuple[int, ...] | None, result: Guard) -> None:
+    """`_check_indexes` for the git directory `dir_fd` (at `target`)."""
+    workspace = result.workspace
+    after = _index_state(dir_fd)
+    if after is None or after == before:
+        return
+    shown = str((target / "index").relative_to(workspace)) if workspace else "index"
+    object_format = _object_format(dir_fd)
+    limit = result.index_budget
+    size = _index_cost(dir_fd, object_format, limit)
+    if not _take_index_budget(result, size):
+        # not read: git takes time in proportion (a crafted index of 1 GiB held the
+        # worker for minutes), and nothing the run grew so far is the person's
+        removed = _remove(dir_fd, "index", shown, directories_only=False)
+        for name, _ in _shared_indexes(dir_fd):
+            removed = _remove(dir_fd, name, name, directories_only=False) or removed
+        if removed:
+            result.notes.append(
+                INDEX_TOO_LARGE.format(path=shown, size=size >> 20, limit=limit >> 20)
+            )
+        return
+    why = _bad_index(dir_fd, object_format)
+    if why is None:
+        return
+    if _remove(dir_fd, "index", shown, directories_only=False):
+        result.notes.append(INDEX.format(path=shown, why=why))
 
 
 INDEX = (
@@ -2171,32 +2293,46 @@ def _remove_made_repositories(result: Guard) -> None:
         return
     unread: list[str] = []  # (past MAX_CONFIG_READS)
     untold: list[str] = []  # (removed past MADE_NOTES notes)
+    failures = _Failures()
     for path, identity, _ in _git_entries(result.root, MAX_WALK_AFTER, before=False):
         if identity in result.known:
             continue  # one that was there (bound: moved along with its directory at most)
-        try:
-            parent = _open_path(result.root, path.split("/")[:-1])
-        except OSError as error:
-            raise ToolError(
-                f"The command ran without a person's approval and made the git directory "
-                f"'{path}', which could not be checked ({error.strerror or error}). Do not "
-                "run git in this workspace; an operator must remove it."
-            ) from None
-        try:
-            why = _judge_made(parent, result.workspace / path, result)
-            if why is not None and _remove(parent, ".git", path, directories_only=False):
-                if why == _UNREAD:
-                    unread.append(path)
-                elif len(untold) or _told(result) >= MADE_NOTES:
-                    untold.append(path)
-                else:
-                    result.notes.append(MADE.format(path=path, why=why))
-        finally:
-            os.close(parent)
+        with failures.step():
+            why = _remove_made_repository(path, result)
+            if why == _UNREAD:
+                unread.append(path)
+            elif why is None:
+                pass
+            elif len(untold) or _told(result) >= MADE_NOTES:
+                untold.append(path)
+            else:
+                result.notes.append(MADE.format(path=path, why=why))
     if untold:
         result.notes.append(MADE_MORE.format(count=len(untold), names=_some(untold)))
     if unread:
         result.notes.append(MADE_MANY.format(count=len(unread), names=_some(unread)))
+    failures.raise_any()
+
+
+def _remove_made_repository(path: str, result: Guard) -> str | None:
+    """Remove the `.git` at `path` the command made when it would make git run programs
+    (`_judge_made`); why it was removed, or None when it is kept."""
+    assert result.root is not None and result.workspace is not None
+    try:
+        parent = _open_path(result.root, path.split("/")[:-1])
+    except OSError as error:
+        raise ToolError(
+            f"The command ran without a person's approval and made the git directory "
+            f"'{path}', which could not be checked ({error.strerror or error}). Do not "
+            "run git in this workspace; an operator must remove it."
+        ) from None
+    try:
+        why = _judge_made(parent, result.workspace / path, result)
+        if why is not None and _remove(parent, ".git", path, directories_only=False):
+            return why
+        return None
+    finally:
+        os.close(parent)
 
 
 def _told(result: Guard) -> int:
