@@ -190,6 +190,11 @@ class Guard:
     workspace: Path | None = None
     root: int | None = None
     known: frozenset[tuple[int, int]] | None = None
+    # The directories of the workspace git takes for a git directory by their own names
+    # (`HEAD` with `objects/` and `refs/`, or `commondir`: a bare repository, `git init
+    # --bare x`), found before the run (guarded as a `.git` is): one found after it that
+    # is not among them is judged (`_defuse_bare`).
+    known_bare: frozenset[tuple[int, int]] = frozenset()
     notes: list[str] = dataclasses.field(default_factory=list)
     # The `.git` entries found before the run (paths relative to the workspace), and the
     # hooks directories of the workspace that a bound configuration's core.hooksPath
@@ -247,14 +252,18 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
         root = fcntl.fcntl(workspace_fd, fcntl.F_DUPFD_CLOEXEC, 10)
         result.fds.append(root)
         result.workspace, result.root = workspace, root
-        found = _git_entries(root, MAX_WALK, before=True)
+        bare: list[tuple[str, tuple[int, int]]] = []
+        found = _git_entries(root, MAX_WALK, before=True, bare=bare)
         result.known = frozenset(identity for _, identity, _ in found)
+        result.known_bare = frozenset(identity for _, identity in bare)
         result.git_paths = [path for path, _, _ in found]
         # the workspace's own `.git` first, then the git directories of repositories
         # nested in it, then their `.git` files (which may name one of those)
         order = sorted(found, key=lambda item: (item[0] != ".git", not item[2], item[0]))
         for path, _, _ in order:
             _guard_repository(workspace, path, mode, result)
+        for path, _ in bare:
+            _guard_bare(workspace, path, mode, result)
         _refuse_pointers_inside(workspace, result)
         result.index_budget = _index_budget(result)
         result.config_reads, result.config_seconds = 0, 0.0  # (afresh for after the run)
@@ -283,6 +292,31 @@ def _guard_repository(workspace: Path, path: str, mode: str, result: Guard) -> N
         _refuse_git_file_inside(workspace, fd, workspace / path, result)
     elif stat.S_ISDIR(info.st_mode):
         _guard_directory(fd, workspace / path, mode, result, 0)
+
+
+def _guard_bare(workspace: Path, path: str, mode: str, result: Guard) -> None:
+    """Guard the directory at `path` that git takes for a git directory by its own names
+    (a bare repository in the work tree: a person's git run in it, or below it, uses it,
+    git's default `safe.bareRepository=all`) as the workspace's `.git` is. The workspace
+    itself so stops the run (ToolError): it is bound already, and a person's git in it
+    may take it for its git directory."""
+    if not path:
+        raise ToolError(
+            "The workspace itself is a git directory to git (it holds HEAD, objects/ and "
+            "refs/, or commondir), whose configuration cannot be kept read-only for a "
+            "command no person approved, so nothing ran. A reviewer must approve this "
+            "command."
+        )
+    fd = result.root
+    assert fd is not None
+    for part in path.split("/"):
+        opened = _open(part, fd, result)
+        if opened is None:
+            raise _changed(path)
+        fd = opened
+    if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        raise _changed(path)
+    _guard_directory(fd, workspace / path, mode, result, 0)
 
 
 def unguardable(workspace: Path) -> str | None:
@@ -1106,14 +1140,19 @@ class _Unchecked(Exception):
 
 
 def _git_entries(
-    root: int, limit: int | None, *, before: bool
+    root: int,
+    limit: int | None,
+    *,
+    before: bool,
+    bare: list[tuple[str, tuple[int, int]]] | None = None,
 ) -> list[tuple[str, tuple[int, int], bool]]:
     """The `.git` entries (directory, file or link) in the workspace held by `root`, at any
     depth, as (path relative to it, (device, inode)); none descended into, no link
-    followed (_walk). ToolError past `limit` entries, or with a directory that cannot be
-    read."""
+    followed (_walk). Added to `bare`: the directories git takes for a git directory by
+    their own names (`_looks_like_git_directory`). ToolError past `limit` entries, or with
+    a directory that cannot be read."""
     try:
-        return _walk(root, limit)
+        return _walk(root, limit, bare if bare is not None else [])
     except (_Unchecked, OSError) as error:
         why = str(error) if isinstance(error, _Unchecked) else (error.strerror or str(error))
         if before:
@@ -1148,7 +1187,9 @@ class _Level:
     pending: list[str]  # its directories not yet walked
 
 
-def _walk(root: int, limit: int | None) -> list[tuple[str, tuple[int, int], bool]]:
+def _walk(
+    root: int, limit: int | None, bare: list[tuple[str, tuple[int, int]]]
+) -> list[tuple[str, tuple[int, int], bool]]:
     """Depth first, at any depth (a tree 130 levels deep stopped the search after a run,
     which kept the `.git` a command planted beside it): what is kept of each level is its
     directories not yet walked, and a descriptor for the OPEN_LEVELS nearest levels."""
@@ -1158,7 +1199,7 @@ def _walk(root: int, limit: int | None) -> list[tuple[str, tuple[int, int], bool
     levels: list[_Level] = []
     try:
         levels.append(_Level(top, "", "", _identity(top), []))
-        seen = _list(levels[0], seen, limit, found)
+        seen = _list(levels[0], seen, limit, found, bare)
         while levels:
             level = levels[-1]
             if not level.pending:
@@ -1172,7 +1213,7 @@ def _walk(root: int, limit: int | None) -> list[tuple[str, tuple[int, int], bool
             name = level.pending.pop()
             child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
             levels.append(_Level(child, name, f"{level.prefix}{name}/", _identity(child), []))
-            seen = _list(levels[-1], seen, limit, found)
+            seen = _list(levels[-1], seen, limit, found, bare)
             far = len(levels) - 1 - OPEN_LEVELS
             if far >= 1 and levels[far].fd is not None:
                 os.close(levels[far].fd)  # type: ignore[arg-type]
@@ -1185,13 +1226,21 @@ def _walk(root: int, limit: int | None) -> list[tuple[str, tuple[int, int], bool
 
 
 def _list(
-    level: _Level, seen: int, limit: int | None, found: list[tuple[str, tuple[int, int], bool]]
+    level: _Level,
+    seen: int,
+    limit: int | None,
+    found: list[tuple[str, tuple[int, int], bool]],
+    bare: list[tuple[str, tuple[int, int]]],
 ) -> int:
-    """Look at the entries of `level`: a `.git` is found, a directory kept to be walked.
-    The entries seen so far; _Unchecked past `limit`."""
+    """Look at the entries of `level`: a `.git` is found, a directory kept to be walked,
+    and the level itself added to `bare` when git takes it for a git directory. The
+    entries seen so far; _Unchecked past `limit`."""
     assert level.fd is not None
+    names: set[str] = set()
     with os.scandir(level.fd) as listing:
         for entry in listing:
+            if entry.name in _GIT_DIRECTORY_NAMES:
+                names.add(entry.name)
             seen += 1
             if limit is not None and seen > limit:
                 raise _Unchecked(f"more than {limit} entries")
@@ -1201,7 +1250,20 @@ def _list(
                 found.append((level.prefix + entry.name, (info.st_dev, info.st_ino), directory))
             elif directory:
                 level.pending.append(entry.name)
+    if _looks_like_git_directory(names):
+        bare.append((level.prefix.removesuffix("/"), level.identity))
     return seen
+
+
+_GIT_DIRECTORY_NAMES = frozenset({"HEAD", "objects", "refs", "commondir"})
+
+
+def _looks_like_git_directory(names: set[str] | frozenset[str]) -> bool:
+    """Whether a directory holding these names may be a git directory to git
+    (is_git_directory: a HEAD it reads as one, and `objects/` and `refs/` it can enter, or
+    theirs in the directory `commondir` names), by their names alone, whatever each is (a
+    link to a directory counts: git follows it)."""
+    return "HEAD" in names and ("commondir" in names or {"objects", "refs"} <= names)
 
 
 def _identity(fd: int) -> tuple[int, int]:
@@ -1267,6 +1329,38 @@ def guarded_path(path: str) -> bool:
             if part in GIT_OWN and not nested:
                 break
             nested = nested or part in ("modules", "worktrees")
+    return False
+
+
+# What git reads of a git directory by name (`_looks_like_git_directory` and the guarded
+# names): a file tool's write of one in a directory that is a git directory to git, or
+# becomes one by the write, is git metadata (`in_git_directory`).
+GIT_READ_NAMES = _GIT_DIRECTORY_NAMES | {*FILES, *DIRECTORIES, "modules", "worktrees"}
+
+
+def in_git_directory(workspace: Path, relative: str) -> bool:
+    """Whether writing `relative` (a path of the workspace, links resolved) writes what
+    git reads of a directory outside any `.git` that git takes for a git directory by its
+    own names, or that becomes one by the write: `x/hooks/post-receive` of a bare
+    repository `x`, `src/HEAD` beside `src/objects/` and `src/refs/`. The file tools write
+    outside the sandbox, where no run's check follows them: a command made
+    `src/config` (core.pager), which is no git metadata alone, and a write_file of
+    `src/HEAD` would have made `src/` a git directory for a person's git. (`.git` and
+    what it holds: `guarded_path`.) A directory that cannot be listed counts as one."""
+    current = Path(workspace)
+    for part in [part for part in relative.split("/") if part not in ("", ".")]:
+        if part == ".git":
+            return False
+        if part in GIT_READ_NAMES:
+            try:
+                names = set(os.listdir(current)) & _GIT_DIRECTORY_NAMES
+            except (FileNotFoundError, NotADirectoryError):
+                names = set()
+            except OSError:
+                return True
+            if _looks_like_git_directory(names | {part}):
+                return True
+        current = current / part
     return False
 
 
@@ -2294,7 +2388,13 @@ def _remove_made_repositories(result: Guard) -> None:
     unread: list[str] = []  # (past MAX_CONFIG_READS)
     untold: list[str] = []  # (removed past MADE_NOTES notes)
     failures = _Failures()
-    for path, identity, _ in _git_entries(result.root, MAX_WALK_AFTER, before=False):
+    bare: list[tuple[str, tuple[int, int]]] = []
+    found = _git_entries(result.root, MAX_WALK_AFTER, before=False, bare=bare)
+    for path, identity in bare:
+        if identity not in result.known_bare:
+            with failures.step():
+                _defuse_bare(path, result)
+    for path, identity, _ in found:
         if identity in result.known:
             continue  # one that was there (bound: moved along with its directory at most)
         with failures.step():
@@ -2312,6 +2412,88 @@ def _remove_made_repositories(result: Guard) -> None:
     if unread:
         result.notes.append(MADE_MANY.format(count=len(unread), names=_some(unread)))
     failures.raise_any()
+
+
+BARE = (
+    "\n[harness: this command ran without a person's approval and made '{path}' a git "
+    "directory to git (a bare repository: HEAD, objects/ and refs/), which {why}: a "
+    "person's git run in it (or below it) would run programs from it, so its HEAD was "
+    "removed and git no longer takes it for a git directory. `git init --bare` makes "
+    "none of that; a command a reviewer approves may.]"
+)
+
+
+def _defuse_bare(path: str, result: Guard) -> None:
+    """The directory at `path` (relative to the workspace; `` for the workspace itself)
+    that git takes for a git directory by its own names, which was none before the run
+    (`git init --bare x`, HEAD, objects/ and refs/ made by hand, or added to a directory
+    of the project): when it holds more than `git init --bare` makes that git reads
+    (`_judge_bare`), its HEAD is removed, so that no git takes it for a git directory,
+    and the model is told. Its other files are left: they may be the project's. Before,
+    `git init --bare x && git -C x config core.pager ...` (or a hook) ran at a person's
+    `git log` (`git branch`, `git fetch`) in `x`."""
+    assert result.root is not None and result.workspace is not None
+    shown = path or "."
+    try:
+        fd = _open_path(result.root, path.split("/") if path else [])
+    except OSError as error:
+        raise ToolError(
+            f"The command ran without a person's approval and made '{shown}' a git "
+            f"directory to git, which could not be checked ({error.strerror or error}). "
+            "Do not run git in it; an operator must look at it."
+        ) from None
+    try:
+        why = _judge_bare(fd, result.workspace / path, result)
+        if why is not None and _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False):
+            result.notes.append(BARE.format(path=shown, why=why))
+    finally:
+        os.close(fd)
+
+
+def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
+    """Why the directory `dir_fd` that git takes for a git directory would make git run
+    programs, or None when what git reads of it is what `git init --bare` makes (a
+    configuration of `_MADE_KEYS` alone, hooks that are `*.sample`, `info/exclude`).
+    Fail closed: a configuration, `hooks` or `info` that is not what git makes there, a
+    `commondir` (another directory's configuration), `config.worktree`, `modules`,
+    `worktrees`. Names git does not read there (the project's files) are not judged."""
+    held = Guard()
+    try:
+        for name in sorted(_names(dir_fd)):
+            if name in ("commondir", "config.worktree", "modules", "worktrees"):
+                return f"holds '{name}'"
+            if name not in ("config", "hooks", "info"):
+                continue
+            entry = _open(name, dir_fd, held)
+            if entry is None:
+                continue
+            mode = os.fstat(entry).st_mode
+            expected = stat.S_ISREG if name == "config" else stat.S_ISDIR
+            if not expected(mode):
+                return f"holds '{name}', which is not what git makes there"
+            if name == "hooks":
+                for hook in sorted(_names(entry)):
+                    if not (_regular(entry, hook) and hook.endswith(".sample")):
+                        return f"holds the hook 'hooks/{hook}'"
+            elif name == "info":
+                for item in sorted(_names(entry)):
+                    if not (_regular(entry, item) and item == "exclude"):
+                        return f"holds 'info/{item}'"
+            else:
+                try:
+                    pairs = _configuration(_read(entry), where / "config", run)
+                except ConfigBudgetSpent:
+                    return _UNREAD
+                except ToolError:
+                    return "has a configuration that cannot be read"
+                for key, value in pairs:
+                    if not _MADE_KEYS.fullmatch(key):
+                        return f"sets {key} = {value!r} in its configuration"
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    finally:
+        held.close()
+    return None
 
 
 def _remove_made_repository(path: str, result: Guard) -> str | None:

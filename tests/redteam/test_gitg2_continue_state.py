@@ -71,7 +71,9 @@ def test_a_signing_key_a_command_leaves_in_a_rebase_is_put_back(
     _commits(workspace, "a", "b", "c")
     mark = workspace.parent / f"{workspace.name}-signed"
     _ready(workspace)
-    script = BREAK + "rebase -q -i HEAD~2; echo -SDEADBEEF > .git/rebase-merge/gpg_sign_opt && echo set"
+    script = (
+        BREAK + "rebase -q -i HEAD~2; echo -SDEADBEEF > .git/rebase-merge/gpg_sign_opt && echo set"
+    )
     output = sandboxed(workspace, script)
     assert "set" in output, output
     person = _person(workspace, mark, "rebase", "--continue")
