@@ -12,13 +12,21 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dispatcher import execution
 from dispatcher.models import Status
+from dispatcher.policy import profiles
 from dispatcher.tools import sandbox
 from tests.redteam.test_git_metadata_file_tools import allow_writes, run
-from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
+from tests.redteam.test_git_metadata_guard import (
+    agent_in_sandbox,
+    host_git,
+    repository,
+    submit,
+)
 from tests.redteam.test_git_metadata_guard2 import sandboxed
 from tests.redteam.test_git_metadata_guard_rt12 import G
 from tests.support.factories import AgentFixture
@@ -146,3 +154,39 @@ def test_a_write_file_that_would_make_a_directory_a_git_directory_asks(
     assert not (workspace / "src" / "HEAD").exists()
     _nothing_ran(workspace / "src", marks)
     assert run(fx, session_id, "app", "src/app.py", "print(1)\n").status == Status.COMPLETED
+
+
+def test_an_effect_rule_does_not_make_a_directory_a_git_directory(
+    agent_in_sandbox: AgentFixture, settings: Any
+) -> None:
+    """`src/objects/`, `src/refs/` and `src/config` with a pager and a hook (an earlier
+    run's, no git directory yet), then `effect(write: **)` allowing a command that writes
+    `src/HEAD`: Harness applies the effect outside the sandbox, where no check after a
+    run follows it. The ask stands."""
+    fx = agent_in_sandbox
+    settings.HARNESS_PREVIEW = True
+    settings.HARNESS_PREVIEW_TIMEOUT = 5
+    profiles.update_profile(
+        user=fx.owner,
+        mode="standard",
+        allow=["effect(write: **, network: none)"],
+        ask=[],
+        deny=[],
+        actor="test",
+    )
+    session_id, workspace, marks = _workspace(fx)
+    shutil.copytree(workspace / ".git" / "objects", workspace / "src" / "objects")
+    shutil.copytree(workspace / ".git" / "refs", workspace / "src" / "refs")
+    hook = workspace / "src" / "hooks" / "reference-transaction"
+    hook.parent.mkdir()
+    hook.write_text(f"#!/bin/sh\ntouch {marks}/hook\n")
+    hook.chmod(0o755)
+    (workspace / "src" / "config").write_text(f"[core]\n\tpager = touch {marks}/pager; cat\n")
+    sandbox.give_to_sandbox(workspace)
+    script = "echo 'ref: refs/heads/master' > src/HEAD"
+    call = submit(fx, session_id, "head", ["bash", "-c", script])
+    if call.status == Status.QUEUED:
+        execution.execute_call(str(call.pk))
+        call.refresh_from_db()
+    _nothing_ran(workspace / "src", marks)
+    assert call.status == Status.PENDING_APPROVAL, (call.status, call.decided_by, call.content)
