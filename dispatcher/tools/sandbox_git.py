@@ -46,7 +46,13 @@ its own directories (`objects/` ...) unguarded only while git reads its HEAD as 
 after the run, a git directory planted in them is removed and its HEAD, `objects/` and
 `refs/` put back (`_keep_git_directories`; an `objects` or `refs` that was a symbolic
 link is kept, or put back as that link). The `exec` lines a run added to a rebase todo
-are made comments (`_defuse_todos`). The git configurations read for one run are bounded
+are made comments (`_defuse_todos`), and a merge strategy git does not have or a signing
+key it recorded for a `--continue` put back (`_defuse_strategies`). A directory of the
+work tree git takes for a git directory by its own names (a bare repository: HEAD with
+`objects/` and `refs/`) is guarded as a `.git` is when it was there before the run
+(`_guard_bare`), and loses its HEAD after it when the run made it one holding more than
+`git init --bare` makes (`_defuse_bare`). Every check after a run runs whatever one
+before it raised (`remove_made`). The git configurations read for one run are bounded
 (MAX_CONFIG_READS, CONFIG_READ_SECONDS; past them a made `.git` is removed unread), and a
 pointer under `~/` is taken to be inside the workspace (git expands it with the HOME of
 whoever runs it: `_expand_home`).
@@ -358,8 +364,9 @@ def _guard_directory(
     which git reads the HEAD of a directory under it (`_valid_head`)."""
     if sum(1 for entry in result.entries if entry.writable) >= MAX_DIRECTORIES:
         raise ToolError(
-            f"The workspace's git directory holds more than {MAX_DIRECTORIES} directories "
-            "of submodules and worktrees, so their configuration cannot be kept read-only "
+            f"The workspace's git directories hold more than {MAX_DIRECTORIES} directories "
+            "of submodules, worktrees and bare repositories in the work tree, so their "
+            "configuration cannot be kept read-only "
             "for a command no person approved, and nothing ran. A reviewer must approve "
             "this command."
         )
@@ -2382,7 +2389,9 @@ def _remove_made_repositories(result: Guard) -> None:
     would make git run programs (`_judge_made`) is removed, and `result.notes` says why:
     a command no person approved made it (`git init` and `.git/config` with
     core.fsmonitor, `sub/.git/hooks/pre-commit`), and a person's git there would run
-    it. ToolError when the workspace cannot be searched or it cannot be removed."""
+    it; and each directory the same walk finds that git takes for a git directory by its
+    own names and was none before is judged (`_defuse_bare`). ToolError when the
+    workspace cannot be searched or one cannot be removed (after all were judged)."""
     if result.known is None or result.root is None or result.workspace is None:
         return
     unread: list[str] = []  # (past MAX_CONFIG_READS)
@@ -2390,10 +2399,17 @@ def _remove_made_repositories(result: Guard) -> None:
     failures = _Failures()
     bare: list[tuple[str, tuple[int, int]]] = []
     found = _git_entries(result.root, MAX_WALK_AFTER, before=False, bare=bare)
+    defused: list[str] = []
     for path, identity in bare:
         if identity not in result.known_bare:
             with failures.step():
-                _defuse_bare(path, result)
+                why = _defuse_bare(path, result)
+                if why is not None and len(defused) < MADE_NOTES:
+                    result.notes.append(BARE.format(path=path or ".", why=why))
+                defused += [path or "."] if why is not None else []
+    if len(defused) > MADE_NOTES:
+        rest = defused[MADE_NOTES:]
+        result.notes.append(BARE_MORE.format(count=len(rest), names=_some(rest)))
     for path, identity, _ in found:
         if identity in result.known:
             continue  # one that was there (bound: moved along with its directory at most)
@@ -2423,7 +2439,14 @@ BARE = (
 )
 
 
-def _defuse_bare(path: str, result: Guard) -> None:
+BARE_MORE = (
+    "\n[harness: this command ran without a person's approval and made {count} more "
+    "directories git directories to git ({names}) that would make git run programs, as "
+    "above; their HEAD was removed.]"
+)
+
+
+def _defuse_bare(path: str, result: Guard) -> str | None:
     """The directory at `path` (relative to the workspace; `` for the workspace itself)
     that git takes for a git directory by its own names, which was none before the run
     (`git init --bare x`, HEAD, objects/ and refs/ made by hand, or added to a directory
@@ -2431,7 +2454,7 @@ def _defuse_bare(path: str, result: Guard) -> None:
     (`_judge_bare`), its HEAD is removed, so that no git takes it for a git directory,
     and the model is told. Its other files are left: they may be the project's. Before,
     `git init --bare x && git -C x config core.pager ...` (or a hook) ran at a person's
-    `git log` (`git branch`, `git fetch`) in `x`."""
+    `git log` (`git branch`, `git fetch`) in `x`. Why its HEAD was removed, or None."""
     assert result.root is not None and result.workspace is not None
     shown = path or "."
     try:
@@ -2445,7 +2468,8 @@ def _defuse_bare(path: str, result: Guard) -> None:
     try:
         why = _judge_bare(fd, result.workspace / path, result)
         if why is not None and _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False):
-            result.notes.append(BARE.format(path=shown, why=why))
+            return why
+        return None
     finally:
         os.close(fd)
 
