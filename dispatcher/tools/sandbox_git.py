@@ -1243,11 +1243,10 @@ def _list(
     and the level itself added to `bare` when git takes it for a git directory. The
     entries seen so far; _Unchecked past `limit`."""
     assert level.fd is not None
-    names: set[str] = set()
+    head = False
     with os.scandir(level.fd) as listing:
         for entry in listing:
-            if entry.name in _GIT_DIRECTORY_NAMES:
-                names.add(entry.name)
+            head = head or entry.name == "HEAD"
             seen += 1
             if limit is not None and seen > limit:
                 raise _Unchecked(f"more than {limit} entries")
@@ -1257,7 +1256,9 @@ def _list(
                 found.append((level.prefix + entry.name, (info.st_dev, info.st_ino), directory))
             elif directory:
                 level.pending.append(entry.name)
-    if _looks_like_git_directory(names):
+    if head and _looks_like_git_directory(
+        {name for name in _GIT_DIRECTORY_NAMES if _exists(level.fd, name)}
+    ):
         bare.append((level.prefix.removesuffix("/"), level.identity))
     return seen
 
