@@ -29,6 +29,7 @@ import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pathspec
@@ -152,6 +153,19 @@ def matching(texts: Iterable[str], effect: dict[str, Any]) -> str | None:
     return None
 
 
+def _in_git_directory(workspace: Path | str, effect: dict[str, Any]) -> bool:
+    """Whether a change of `effect` writes what git reads of a directory of the workspace
+    that is a git directory to git by its own names, or becomes one by the change
+    (`sandbox_git.in_git_directory`: `src/HEAD` beside `src/objects/` and `src/refs/`, and
+    the `src/config` an earlier run left with core.pager ran at the person's `git log` in
+    `src/`). Applied outside the sandbox, no check after a run follows it."""
+    for change in effect.get("changes", []):
+        for path in (change.get("path"), change.get("link")):
+            if path and sandbox_git.in_git_directory(Path(workspace), str(path)):
+                return True
+    return False
+
+
 def decide(
     ctx: CallContext, decision: Decision, effect: dict[str, Any], layers: Iterable[Layer]
 ) -> Decision | None:
@@ -164,6 +178,8 @@ def decide(
         return None
     if sandbox_git.unguardable(ctx.workspace) is not None:
         return None  # its git configuration reads what the effect could write: a person decides
+    if _in_git_directory(ctx.workspace, effect):
+        return None  # what git reads of a bare repository in the work tree, or its HEAD
     for layer in layers:
         rule = matching(layer.allow, effect)
         if rule is None:

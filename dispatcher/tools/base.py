@@ -169,6 +169,7 @@ LOOSE_PATH_KEYS = frozenset(
     }
 )
 MAX_INPUT_DEPTH = 16  # objects and lists nested deeper are not read: the input is refused
+MAX_INPUT_VALUES = 100_000  # values of an input read at most; past them it is refused
 _KEY_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
@@ -220,17 +221,25 @@ def looks_like_path(value: str) -> str | None:
 def input_paths(arguments: Mapping[str, Any]) -> tuple[str, ...]:
     """The paths an unlisted client tool's input names: the value of every path-like key
     (`is_path_key`), at any depth of its objects and lists, a string or a list of strings;
-    and each string under a loose key (`is_loose_path_key`: `target`, `dest` ...) that
-    looks like a path (`looks_like_path`).
+    and each string under a loose key (`is_loose_path_key`: `target`, `dest` ...), at any
+    depth of the objects and lists it holds (`{"target": {"value": "/etc/x"}}`, a list of
+    objects: before, only a string or a list of strings there was read), that looks like
+    a path (`looks_like_path`).
 
     Raises ValueError when a path-like key holds anything else (a number, an object, a
-    list holding one), or the input nests deeper than MAX_INPUT_DEPTH: Harness cannot
-    tell what the client makes of it, and the confinement guard denies the call."""
+    list holding one), or the input nests deeper than MAX_INPUT_DEPTH or holds more than
+    MAX_INPUT_VALUES values: Harness cannot tell what the client makes of it, and the
+    confinement guard denies the call."""
     found: list[str] = []
+    seen = 0
 
     def walk(value: Any, depth: int, loose: bool = False) -> None:
+        nonlocal seen
+        seen += 1
         if depth > MAX_INPUT_DEPTH:
             raise ValueError(f"the input nests more than {MAX_INPUT_DEPTH} levels deep")
+        if seen > MAX_INPUT_VALUES:
+            raise ValueError(f"the input holds more than {MAX_INPUT_VALUES} values")
         if loose and isinstance(value, str):
             path = looks_like_path(value)
             found.extend([path] if path is not None else [])
@@ -240,7 +249,7 @@ def input_paths(arguments: Mapping[str, Any]) -> tuple[str, ...]:
             if is_path_key(str(key)):
                 found.extend(_path_values(str(key), item))
             else:
-                walk(item, depth + 1, is_loose_path_key(str(key)))
+                walk(item, depth + 1, loose or is_loose_path_key(str(key)))
         for item in value if isinstance(value, list) else ():
             walk(item, depth + 1, loose)
 

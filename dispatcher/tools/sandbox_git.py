@@ -46,7 +46,13 @@ its own directories (`objects/` ...) unguarded only while git reads its HEAD as 
 after the run, a git directory planted in them is removed and its HEAD, `objects/` and
 `refs/` put back (`_keep_git_directories`; an `objects` or `refs` that was a symbolic
 link is kept, or put back as that link). The `exec` lines a run added to a rebase todo
-are made comments (`_defuse_todos`). The git configurations read for one run are bounded
+are made comments (`_defuse_todos`), and a merge strategy git does not have or a signing
+key it recorded for a `--continue` put back (`_defuse_strategies`). A directory of the
+work tree git takes for a git directory by its own names (a bare repository: HEAD with
+`objects/` and `refs/`) is guarded as a `.git` is when it was there before the run
+(`_guard_bare`), and loses its HEAD after it when the run made it one holding more than
+`git init --bare` makes (`_defuse_bare`). Every check after a run runs whatever one
+before it raised (`remove_made`). The git configurations read for one run are bounded
 (MAX_CONFIG_READS, CONFIG_READ_SECONDS; past them a made `.git` is removed unread), and a
 pointer under `~/` is taken to be inside the workspace (git expands it with the HOME of
 whoever runs it: `_expand_home`).
@@ -66,6 +72,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from dispatcher.tools.base import ToolError
@@ -189,6 +196,11 @@ class Guard:
     workspace: Path | None = None
     root: int | None = None
     known: frozenset[tuple[int, int]] | None = None
+    # The directories of the workspace git takes for a git directory by their own names
+    # (`HEAD` with `objects/` and `refs/`, or `commondir`: a bare repository, `git init
+    # --bare x`), found before the run (guarded as a `.git` is): one found after it that
+    # is not among them is judged (`_defuse_bare`).
+    known_bare: frozenset[tuple[int, int]] = frozenset()
     notes: list[str] = dataclasses.field(default_factory=list)
     # The `.git` entries found before the run (paths relative to the workspace), and the
     # hooks directories of the workspace that a bound configuration's core.hooksPath
@@ -246,14 +258,18 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
         root = fcntl.fcntl(workspace_fd, fcntl.F_DUPFD_CLOEXEC, 10)
         result.fds.append(root)
         result.workspace, result.root = workspace, root
-        found = _git_entries(root, MAX_WALK, before=True)
+        bare: list[tuple[str, tuple[int, int]]] = []
+        found = _git_entries(root, MAX_WALK, before=True, bare=bare)
         result.known = frozenset(identity for _, identity, _ in found)
+        result.known_bare = frozenset(identity for _, identity in bare)
         result.git_paths = [path for path, _, _ in found]
         # the workspace's own `.git` first, then the git directories of repositories
         # nested in it, then their `.git` files (which may name one of those)
         order = sorted(found, key=lambda item: (item[0] != ".git", not item[2], item[0]))
         for path, _, _ in order:
             _guard_repository(workspace, path, mode, result)
+        for path, _ in bare:
+            _guard_bare(workspace, path, mode, result)
         _refuse_pointers_inside(workspace, result)
         result.index_budget = _index_budget(result)
         result.config_reads, result.config_seconds = 0, 0.0  # (afresh for after the run)
@@ -282,6 +298,31 @@ def _guard_repository(workspace: Path, path: str, mode: str, result: Guard) -> N
         _refuse_git_file_inside(workspace, fd, workspace / path, result)
     elif stat.S_ISDIR(info.st_mode):
         _guard_directory(fd, workspace / path, mode, result, 0)
+
+
+def _guard_bare(workspace: Path, path: str, mode: str, result: Guard) -> None:
+    """Guard the directory at `path` that git takes for a git directory by its own names
+    (a bare repository in the work tree: a person's git run in it, or below it, uses it,
+    git's default `safe.bareRepository=all`) as the workspace's `.git` is. The workspace
+    itself so stops the run (ToolError): it is bound already, and a person's git in it
+    may take it for its git directory."""
+    if not path:
+        raise ToolError(
+            "The workspace itself is a git directory to git (it holds HEAD, objects/ and "
+            "refs/, or commondir), whose configuration cannot be kept read-only for a "
+            "command no person approved, so nothing ran. A reviewer must approve this "
+            "command."
+        )
+    fd = result.root
+    assert fd is not None
+    for part in path.split("/"):
+        opened = _open(part, fd, result)
+        if opened is None:
+            raise _changed(path)
+        fd = opened
+    if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        raise _changed(path)
+    _guard_directory(fd, workspace / path, mode, result, 0)
 
 
 def unguardable(workspace: Path) -> str | None:
@@ -323,8 +364,9 @@ def _guard_directory(
     which git reads the HEAD of a directory under it (`_valid_head`)."""
     if sum(1 for entry in result.entries if entry.writable) >= MAX_DIRECTORIES:
         raise ToolError(
-            f"The workspace's git directory holds more than {MAX_DIRECTORIES} directories "
-            "of submodules and worktrees, so their configuration cannot be kept read-only "
+            f"The workspace's git directories hold more than {MAX_DIRECTORIES} directories "
+            "of submodules, worktrees and bare repositories in the work tree, so their "
+            "configuration cannot be kept read-only "
             "for a command no person approved, and nothing ran. A reviewer must approve "
             "this command."
         )
@@ -1105,14 +1147,19 @@ class _Unchecked(Exception):
 
 
 def _git_entries(
-    root: int, limit: int | None, *, before: bool
+    root: int,
+    limit: int | None,
+    *,
+    before: bool,
+    bare: list[tuple[str, tuple[int, int]]] | None = None,
 ) -> list[tuple[str, tuple[int, int], bool]]:
     """The `.git` entries (directory, file or link) in the workspace held by `root`, at any
     depth, as (path relative to it, (device, inode)); none descended into, no link
-    followed (_walk). ToolError past `limit` entries, or with a directory that cannot be
-    read."""
+    followed (_walk). Added to `bare`: the directories git takes for a git directory by
+    their own names (`_looks_like_git_directory`). ToolError past `limit` entries, or with
+    a directory that cannot be read."""
     try:
-        return _walk(root, limit)
+        return _walk(root, limit, bare if bare is not None else [])
     except (_Unchecked, OSError) as error:
         why = str(error) if isinstance(error, _Unchecked) else (error.strerror or str(error))
         if before:
@@ -1147,7 +1194,9 @@ class _Level:
     pending: list[str]  # its directories not yet walked
 
 
-def _walk(root: int, limit: int | None) -> list[tuple[str, tuple[int, int], bool]]:
+def _walk(
+    root: int, limit: int | None, bare: list[tuple[str, tuple[int, int]]]
+) -> list[tuple[str, tuple[int, int], bool]]:
     """Depth first, at any depth (a tree 130 levels deep stopped the search after a run,
     which kept the `.git` a command planted beside it): what is kept of each level is its
     directories not yet walked, and a descriptor for the OPEN_LEVELS nearest levels."""
@@ -1157,7 +1206,7 @@ def _walk(root: int, limit: int | None) -> list[tuple[str, tuple[int, int], bool
     levels: list[_Level] = []
     try:
         levels.append(_Level(top, "", "", _identity(top), []))
-        seen = _list(levels[0], seen, limit, found)
+        seen = _list(levels[0], seen, limit, found, bare)
         while levels:
             level = levels[-1]
             if not level.pending:
@@ -1171,7 +1220,7 @@ def _walk(root: int, limit: int | None) -> list[tuple[str, tuple[int, int], bool
             name = level.pending.pop()
             child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
             levels.append(_Level(child, name, f"{level.prefix}{name}/", _identity(child), []))
-            seen = _list(levels[-1], seen, limit, found)
+            seen = _list(levels[-1], seen, limit, found, bare)
             far = len(levels) - 1 - OPEN_LEVELS
             if far >= 1 and levels[far].fd is not None:
                 os.close(levels[far].fd)  # type: ignore[arg-type]
@@ -1184,13 +1233,20 @@ def _walk(root: int, limit: int | None) -> list[tuple[str, tuple[int, int], bool
 
 
 def _list(
-    level: _Level, seen: int, limit: int | None, found: list[tuple[str, tuple[int, int], bool]]
+    level: _Level,
+    seen: int,
+    limit: int | None,
+    found: list[tuple[str, tuple[int, int], bool]],
+    bare: list[tuple[str, tuple[int, int]]],
 ) -> int:
-    """Look at the entries of `level`: a `.git` is found, a directory kept to be walked.
-    The entries seen so far; _Unchecked past `limit`."""
+    """Look at the entries of `level`: a `.git` is found, a directory kept to be walked,
+    and the level itself added to `bare` when git takes it for a git directory. The
+    entries seen so far; _Unchecked past `limit`."""
     assert level.fd is not None
+    head = False
     with os.scandir(level.fd) as listing:
         for entry in listing:
+            head = head or entry.name == "HEAD"
             seen += 1
             if limit is not None and seen > limit:
                 raise _Unchecked(f"more than {limit} entries")
@@ -1200,7 +1256,22 @@ def _list(
                 found.append((level.prefix + entry.name, (info.st_dev, info.st_ino), directory))
             elif directory:
                 level.pending.append(entry.name)
+    if head and _looks_like_git_directory(
+        {name for name in _GIT_DIRECTORY_NAMES if _exists(level.fd, name)}
+    ):
+        bare.append((level.prefix.removesuffix("/"), level.identity))
     return seen
+
+
+_GIT_DIRECTORY_NAMES = frozenset({"HEAD", "objects", "refs", "commondir"})
+
+
+def _looks_like_git_directory(names: set[str] | frozenset[str]) -> bool:
+    """Whether a directory holding these names may be a git directory to git
+    (is_git_directory: a HEAD it reads as one, and `objects/` and `refs/` it can enter, or
+    theirs in the directory `commondir` names), by their names alone, whatever each is (a
+    link to a directory counts: git follows it)."""
+    return "HEAD" in names and ("commondir" in names or {"objects", "refs"} <= names)
 
 
 def _identity(fd: int) -> tuple[int, int]:
@@ -1269,6 +1340,38 @@ def guarded_path(path: str) -> bool:
     return False
 
 
+# What git reads of a git directory by name (`_looks_like_git_directory` and the guarded
+# names): a file tool's write of one in a directory that is a git directory to git, or
+# becomes one by the write, is git metadata (`in_git_directory`).
+GIT_READ_NAMES = _GIT_DIRECTORY_NAMES | {*FILES, *DIRECTORIES, "modules", "worktrees"}
+
+
+def in_git_directory(workspace: Path, relative: str) -> bool:
+    """Whether writing `relative` (a path of the workspace, links resolved) writes what
+    git reads of a directory outside any `.git` that git takes for a git directory by its
+    own names, or that becomes one by the write: `x/hooks/post-receive` of a bare
+    repository `x`, `src/HEAD` beside `src/objects/` and `src/refs/`. The file tools write
+    outside the sandbox, where no run's check follows them: a command made
+    `src/config` (core.pager), which is no git metadata alone, and a write_file of
+    `src/HEAD` would have made `src/` a git directory for a person's git. (`.git` and
+    what it holds: `guarded_path`.) A directory that cannot be listed counts as one."""
+    current = Path(workspace)
+    for part in [part for part in relative.split("/") if part not in ("", ".")]:
+        if part == ".git":
+            return False
+        if part in GIT_READ_NAMES:
+            try:
+                names = set(os.listdir(current)) & _GIT_DIRECTORY_NAMES
+            except (FileNotFoundError, NotADirectoryError):
+                names = set()
+            except OSError:
+                return True
+            if _looks_like_git_directory(names | {part}):
+                return True
+        current = current / part
+    return False
+
+
 def _open(name: str, dir_fd: int, result: Guard) -> int | None:
     """An O_PATH descriptor (10 or above, held by `result`) of `name` in `dir_fd`, never
     followed if a symlink; None when nothing has that name."""
@@ -1321,23 +1424,56 @@ def remove_made(result: Guard) -> list[str]:
     removed. Also after a run that failed or timed out. Raises ToolError when one cannot
     be removed."""
     removed: list[str] = []
+    failures = _Failures()
     for dir_fd, name in result.absent:
-        if _remove(dir_fd, name, name, directories_only=False):
-            removed.append(name)
+        with failures.step():
+            if _remove(dir_fd, name, name, directories_only=False):
+                removed.append(name)
     for dir_fd, label, known in result.containers:
         try:
             names = _names(dir_fd)
         except OSError:
             continue
         for name in sorted(set(names) - known):
-            if _remove(dir_fd, name, label + name, directories_only=True):
-                removed.append(label + name)
-    _keep_git_directories(result)
-    _defuse_todos(result)
-    _defuse_strategies(result)
-    _check_indexes(result)
-    _remove_made_repositories(result)
+            with failures.step():
+                if _remove(dir_fd, name, label + name, directories_only=True):
+                    removed.append(label + name)
+    # each check runs whatever one before it raised (a walk past MAX_WALK in a submodule's
+    # git directory skipped the todos, strategies, indexes and made repositories of every
+    # git directory): the errors are raised once all have run
+    for check in (
+        _keep_git_directories,
+        _defuse_todos,
+        _defuse_strategies,
+        _check_indexes,
+        _remove_made_repositories,
+    ):
+        with failures.step():
+            check(result)
+    failures.raise_any()
     return removed
+
+
+class _Failures:
+    """The ToolErrors of the steps of one check, each step run whatever one before it
+    raised (fail closed: the first is raised, with the others, once all have run)."""
+
+    def __init__(self) -> None:
+        self.errors: list[ToolError] = []
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        try:
+            yield
+        except ToolError as error:
+            self.errors.append(error)
+
+    def raise_any(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            said = list(dict.fromkeys(str(error) for error in self.errors))
+            raise ToolError(" ".join(said))
 
 
 HEAD_READ = 255  # bytes of HEAD git's validate_headref reads (a buffer of 256, NUL-ended)
@@ -1379,6 +1515,7 @@ def _keep_git_directories(result: Guard) -> None:
     `objects/` and `refs/`, or `commondir`) is removed, and its HEAD, `objects/` and
     `refs/` are put back when the run removed or spoiled them; the model is told."""
     workspace = result.workspace
+    failures = _Failures()
     for fd, target, head, digits, links in result.owners:
         shown = str(target.relative_to(workspace)) if workspace else target.name
         try:
@@ -1387,30 +1524,47 @@ def _keep_git_directories(result: Guard) -> None:
             continue  # (moved or removed: nothing of it for git to take)
         planted: list[str] = []
         for name in sorted(names & (GIT_OWN - set(DIRECTORIES))):
-            planted += _remove_hand_built(fd, name, f"{shown}/{name}")
-        if planted:
-            found = ", ".join(f"'{path}'" for path in planted)
-            result.notes.append(PLANTED.format(names=found))
-        spoiled: list[str] = []
-        if _valid_head(fd, digits) is None:
-            _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False)
-            _put_back(fd, "HEAD", head, f"{shown}/HEAD")
-            spoiled.append("HEAD")
-        kept = _put_back_links(fd, links, shown)
-        if kept:
-            result.notes.append(RELINKED.format(names=", ".join(kept), path=shown))
-        linked = {name for name, _ in links}
-        for name in () if "commondir" in names else ("objects", "refs"):
-            # (a worktree's are its common directory's; a link that was there is kept)
-            if name in linked:
-                continue
-            info = _lstat(fd, name)
-            if info is None or not stat.S_ISDIR(info.st_mode):
-                _remove(fd, name, f"{shown}/{name}", directories_only=False)
-                _put_back(fd, name, None, f"{shown}/{name}")
-                spoiled.append(f"{name}/")
-        if spoiled:
-            result.notes.append(SPOILED.format(names=", ".join(spoiled), path=shown))
+            with failures.step():  # (past MAX_WALK: HEAD is still put back, and the rest)
+                planted += _remove_hand_built(fd, name, f"{shown}/{name}")
+        with failures.step():
+            _keep_git_directory(fd, shown, head, digits, links, names, planted, result)
+    failures.raise_any()
+
+
+def _keep_git_directory(
+    fd: int,
+    shown: str,
+    head: bytes,
+    digits: int,
+    links: list[tuple[str, str]],
+    names: set[str],
+    planted: list[str],
+    result: Guard,
+) -> None:
+    """`_keep_git_directories` for one git directory, once what was planted is removed."""
+    if planted:
+        found = ", ".join(f"'{path}'" for path in planted)
+        result.notes.append(PLANTED.format(names=found))
+    spoiled: list[str] = []
+    if _valid_head(fd, digits) is None:
+        _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False)
+        _put_back(fd, "HEAD", head, f"{shown}/HEAD")
+        spoiled.append("HEAD")
+    kept = _put_back_links(fd, links, shown)
+    if kept:
+        result.notes.append(RELINKED.format(names=", ".join(kept), path=shown))
+    linked = {name for name, _ in links}
+    for name in () if "commondir" in names else ("objects", "refs"):
+        # (a worktree's are its common directory's; a link that was there is kept)
+        if name in linked:
+            continue
+        info = _lstat(fd, name)
+        if info is None or not stat.S_ISDIR(info.st_mode):
+            _remove(fd, name, f"{shown}/{name}", directories_only=False)
+            _put_back(fd, name, None, f"{shown}/{name}")
+            spoiled.append(f"{name}/")
+    if spoiled:
+        result.notes.append(SPOILED.format(names=", ".join(spoiled), path=shown))
 
 
 def _own_links(dir_fd: int, where: Path, result: Guard) -> list[tuple[str, str]]:
@@ -1731,28 +1885,36 @@ def _defuse_todos(result: Guard) -> None:
     them on the host, outside any sandbox. Before, an unapproved `git rebase -i -x CMD`
     stopped at a `break` (or on a conflict) left them, and the person's continue ran CMD.
     The picks stay: the rebase goes on as before, without those commands."""
-    workspace = result.workspace
+    failures = _Failures()
     for fd, target, before in result.todos:
-        shown = str(target.relative_to(workspace)) if workspace else target.name
-        _remove_linked_todo(fd, shown, result)
-        try:
-            data = _read_todo(fd)
-        except ToolError:
-            # (removed, not just told: the model is told, the person's continue ran it;
-            # and the checks after this one still run)
-            _remove_todo(fd, shown, target)
-            result.notes.append(TODO_TOO_LARGE.format(path=f"{shown}/{'/'.join(TODO)}"))
-            continue
-        if data is None:
-            continue
-        lines = data.decode("utf-8", "surrogateescape").split("\n")
-        added = [line for line in lines if _EXEC.match(line) and line not in (before or ())]
-        if not added:
-            continue
-        out = [f"# {line.strip()}" if line in added else line for line in lines]
-        _rewrite_todo(fd, "\n".join(out).encode("utf-8", "surrogateescape"), target)
-        names = "; ".join(f"'{line.strip()[:80]}'" for line in added[:5])
-        result.notes.append(EXEC_REMOVED.format(path=shown, lines=names))
+        with failures.step():
+            _defuse_todo(fd, target, before, result)
+    failures.raise_any()
+
+
+def _defuse_todo(fd: int, target: Path, before: frozenset[str] | None, result: Guard) -> None:
+    """`_defuse_todos` for the git directory `fd` (at `target`)."""
+    workspace = result.workspace
+    shown = str(target.relative_to(workspace)) if workspace else target.name
+    _remove_linked_todo(fd, shown, result)
+    try:
+        data = _read_todo(fd)
+    except ToolError:
+        # (removed, not just told: the model is told, the person's continue ran it;
+        # and the checks after this one still run)
+        _remove_todo(fd, shown, target)
+        result.notes.append(TODO_TOO_LARGE.format(path=f"{shown}/{'/'.join(TODO)}"))
+        return
+    if data is None:
+        return
+    lines = data.decode("utf-8", "surrogateescape").split("\n")
+    added = [line for line in lines if _EXEC.match(line) and line not in (before or ())]
+    if not added:
+        return
+    out = [f"# {line.strip()}" if line in added else line for line in lines]
+    _rewrite_todo(fd, "\n".join(out).encode("utf-8", "surrogateescape"), target)
+    names = "; ".join(f"'{line.strip()[:80]}'" for line in added[:5])
+    result.notes.append(EXEC_REMOVED.format(path=shown, lines=names))
 
 
 TODO_TOO_LARGE = (
@@ -1840,13 +2002,32 @@ def _replace(parent: int, name: str, data: bytes) -> None:
 # (`sequencer/opts`: `options.strategy`) record the merge strategy their `--continue`
 # uses: git runs a strategy of its own in itself and any other as the program
 # `git-merge-<strategy>`, which for one holding a `/` (`x/evil`) is a path in the work
-# tree (`git-merge-x/evil`).
-STRATEGY_FILES = (("rebase-merge", "strategy"), ("sequencer", "opts"))
+# tree (`git-merge-x/evil`). And those in which they record the key to sign commits with
+# (`gpg_sign_opt` of a rebase, of either backend; `options.gpg-sign`): the person's
+# `--continue` runs their signing program (`gpg -bsau KEY`) on the commits the command
+# chose, with the key it chose. What else these directories hold runs nothing (checked
+# with git 2.39: the todo of a cherry-pick takes no `exec`, `strategy_opts` are `-X`
+# options of git's own strategies, `head-name` and `update-refs` are refs git checks,
+# `apply-opt` and the patches of `git am` write only paths git accepts in an index,
+# `author-script` is read, not run, and `autostash` is a commit applied as one).
+STRATEGY_FILES = (
+    ("rebase-merge", "strategy"),
+    ("sequencer", "opts"),
+    ("rebase-merge", "gpg_sign_opt"),
+    ("rebase-apply", "gpg_sign_opt"),
+)
 OWN_STRATEGIES = frozenset({"ort", "recursive", "resolve", "octopus", "ours", "subtree"})
+STATE_LINKS = ("sequencer", "rebase-apply")  # (`rebase-merge`: `_remove_linked_todo`)
 STRATEGY_PUT_BACK = (
     "\n[harness: this command ran without a person's approval and set the merge strategy "
     "of the {what} under way in '{path}' to {names}, which a person's {command} would run as a program on their machine; '{file}' was put back as it "
     "was before the command. A command a reviewer approves may set it.]"
+)
+SIGNING_PUT_BACK = (
+    "\n[harness: this command ran without a person's approval and set the {what} under way "
+    "in '{path}' to sign its commits ({names}), which a person's {command} would do with "
+    "their own signing program and key on their machine; '{file}' was put back as it was "
+    "before the command. A command a reviewer approves may set it.]"
 )
 
 
@@ -1871,75 +2052,110 @@ def _read_state(dir_fd: int, directory: str, name: str) -> bytes | None:
         os.close(fd)
 
 
-def _foreign_strategies(name: str, data: bytes, target: Path, run: Guard) -> list[str] | None:
-    """The strategies git does not have that the strategy file `name` holds (`[]` for
-    none), or None when it cannot be read (then it is taken for one that names one)."""
+def _foreign_strategies(
+    name: str, data: bytes, was: bytes | None, target: Path, run: Guard
+) -> list[str] | None:
+    """What the state file `name` (STRATEGY_FILES) holds that a person's `--continue`
+    would run: strategies git does not have, a signing key that was not there before the
+    run (`was`) (`[]` for none), or None when it cannot be read (then it is taken for one
+    that names one)."""
     if len(data) > _READ_LIMIT:
         return None
     if name == "strategy":  # (read as git reads it: one line, white space around it aside)
         value = data.decode("utf-8", "replace").strip()
         return [] if not value or value in OWN_STRATEGIES else [value]
+    if name == "gpg_sign_opt":  # (`-S` or `-SKEY`, any line the run wrote: it changed)
+        value = data.decode("utf-8", "replace").strip()
+        return [value] if value else []
     try:
         pairs = _configuration(data, target, run)
+        before = _configuration(was, target, run) if was is not None else []
     except ToolError:
         return None
+    signing = {value for key, value in before if key == "options.gpg-sign"}
     found = []
     for key, value in pairs:
         if key.startswith("include"):
             found.append(f"{key} = {value}")
         elif key == "options.strategy" and value.strip() not in OWN_STRATEGIES:
             found.append(value)
+        elif key == "options.gpg-sign" and value not in signing:
+            found.append(f"gpg-sign = {value}")
     return found
 
 
 def _defuse_strategies(result: Guard) -> None:
-    """After the run, a merge strategy file (STRATEGY_FILES) of a guarded git directory
-    that the run changed to name a strategy git does not have (or that cannot be read) is
-    put back as it was before the run (removed when there was none), and a `sequencer`
-    that is a symbolic link is removed: the person's `--continue` would run that strategy
-    as `git-merge-<strategy>`, a program of the work tree for one holding a `/`. Before,
+    """After the run, a merge strategy or signing file (STRATEGY_FILES) of a guarded git
+    directory that the run changed to name a strategy git does not have, or a key to sign
+    with (or that cannot be read) is put back as it was before the run (removed when
+    there was none), and a `sequencer` or `rebase-apply` that is a symbolic link is
+    removed: the person's `--continue` would run that strategy as `git-merge-<strategy>`,
+    a program of the work tree for one holding a `/`, or their signing program. Before,
     `x/evil` in `rebase-merge/strategy` (or `options.strategy` in `sequencer/opts`) and
-    `git-merge-x/evil` in the work tree had the person's continue run `evil` on the host."""
-    workspace = result.workspace
+    `git-merge-x/evil` in the work tree had the person's continue run `evil` on the host;
+    `-S` in `rebase-merge/gpg_sign_opt` had it run `gpg -bsau` on the commits the command
+    chose."""
+    failures = _Failures()
     for fd, target, before in result.strategies:
-        shown = str(target.relative_to(workspace)) if workspace else target.name
-        info = _lstat(fd, "sequencer")
+        with failures.step():
+            _defuse_strategy(fd, target, before, result)
+    failures.raise_any()
+
+
+def _defuse_strategy(fd: int, target: Path, before: list[bytes | None], result: Guard) -> None:
+    """`_defuse_strategies` for the git directory `fd` (at `target`)."""
+    workspace = result.workspace
+    shown = str(target.relative_to(workspace)) if workspace else target.name
+    failures = _Failures()
+    for link in STATE_LINKS:
+        info = _lstat(fd, link)
         if info is not None and stat.S_ISLNK(info.st_mode):
-            _remove(fd, "sequencer", f"{shown}/sequencer", directories_only=False)
-            result.notes.append(TODO_LINK.format(path=f"{shown}/sequencer"))
-        for (directory, name), was in zip(STRATEGY_FILES, before, strict=True):
-            file = f"{shown}/{directory}/{name}"
-            try:
-                parent = os.open(directory, _PATH | os.O_DIRECTORY, dir_fd=fd)
-            except OSError:
-                continue  # (none; `rebase-merge` a link: `_defuse_todos` removed it)
-            try:
-                info = _lstat(parent, name)
-                if info is None:
-                    continue
-                data = _read_state(fd, directory, name) if stat.S_ISREG(info.st_mode) else None
-                if data is not None and data == was:
-                    continue
-                where = target / directory / name
-                found = None if data is None else _foreign_strategies(name, data, where, result)
-                if found == []:
-                    continue
-                _remove(parent, name, file, directories_only=False)
-                if was is not None:
-                    _write_state(parent, name, was, target)
-                what, command = (
-                    ("rebase", "`git rebase --continue`")
-                    if name == "strategy"
-                    else ("cherry-pick or revert", "`git cherry-pick --continue` (`revert`)")
-                )
-                names = ", ".join(repr(item[:80]) for item in found or ["what could not be read"])
-                result.notes.append(
-                    STRATEGY_PUT_BACK.format(
-                        what=what, path=shown, names=names, command=command, file=file
-                    )
-                )
-            finally:
-                os.close(parent)
+            with failures.step():
+                _remove(fd, link, f"{shown}/{link}", directories_only=False)
+                result.notes.append(TODO_LINK.format(path=f"{shown}/{link}"))
+    for (directory, name), was in zip(STRATEGY_FILES, before, strict=True):
+        with failures.step():
+            _defuse_state_file(fd, target, shown, directory, name, was, result)
+    failures.raise_any()
+
+
+def _defuse_state_file(
+    fd: int, target: Path, shown: str, directory: str, name: str, was: bytes | None, run: Guard
+) -> None:
+    """`_defuse_strategies` for the file `directory/name` of the git directory `fd`."""
+    file = f"{shown}/{directory}/{name}"
+    try:
+        parent = os.open(directory, _PATH | os.O_DIRECTORY, dir_fd=fd)
+    except OSError:
+        return  # (none; `rebase-merge` a link: `_defuse_todos` removed it)
+    try:
+        info = _lstat(parent, name)
+        if info is None:
+            return
+        data = _read_state(fd, directory, name) if stat.S_ISREG(info.st_mode) else None
+        if data is not None and data == was:
+            return
+        where = target / directory / name
+        found = None if data is None else _foreign_strategies(name, data, was, where, run)
+        if found == []:
+            return
+        _remove(parent, name, file, directories_only=False)
+        if was is not None:
+            _write_state(parent, name, was, target)
+        what, command = (
+            ("cherry-pick or revert", "`git cherry-pick --continue` (`revert`)")
+            if directory == "sequencer"
+            else ("rebase", "`git rebase --continue`")
+        )
+        names = ", ".join(repr(item[:80]) for item in found or ["what could not be read"])
+        note = SIGNING_PUT_BACK if name == "gpg_sign_opt" else STRATEGY_PUT_BACK
+        if name == "opts" and found and all(item.startswith("gpg-sign = ") for item in found):
+            note = SIGNING_PUT_BACK
+        run.notes.append(
+            note.format(what=what, path=shown, names=names, command=command, file=file)
+        )
+    finally:
+        os.close(parent)
 
 
 def _write_state(parent: int, name: str, data: bytes, target: Path) -> None:
@@ -1949,7 +2165,7 @@ def _write_state(parent: int, name: str, data: bytes, target: Path) -> None:
     except OSError as error:
         raise ToolError(
             f"The command ran without a person's approval and changed the merge strategy "
-            f"of an operation under way in '{target}', which could not be put back "
+            f"or signing key of an operation under way in '{target}', which could not be put back "
             f"({error.strerror or error}). Do not run `git rebase --continue` or `git "
             "cherry-pick --continue` there; an operator must look at it."
         ) from None
@@ -1961,31 +2177,39 @@ def _check_indexes(result: Guard) -> None:
     index without checking its paths: one crafted with `.git/hooks/post-commit` or
     `../../.bashrc` had a person's `git checkout -- .` (or `git restore .`) write that
     file, and their next commit run it."""
-    workspace = result.workspace
+    failures = _Failures()
     for dir_fd, target, before, _ in result.indexes:
-        after = _index_state(dir_fd)
-        if after is None or after == before:
-            continue
-        shown = str((target / "index").relative_to(workspace)) if workspace else "index"
-        object_format = _object_format(dir_fd)
-        limit = result.index_budget
-        size = _index_cost(dir_fd, object_format, limit)
-        if not _take_index_budget(result, size):
-            # not read: git takes time in proportion (a crafted index of 1 GiB held the
-            # worker for minutes), and nothing the run grew so far is the person's
-            removed = _remove(dir_fd, "index", shown, directories_only=False)
-            for name, _ in _shared_indexes(dir_fd):
-                removed = _remove(dir_fd, name, name, directories_only=False) or removed
-            if removed:
-                result.notes.append(
-                    INDEX_TOO_LARGE.format(path=shown, size=size >> 20, limit=limit >> 20)
-                )
-            continue
-        why = _bad_index(dir_fd, object_format)
-        if why is None:
-            continue
-        if _remove(dir_fd, "index", shown, directories_only=False):
-            result.notes.append(INDEX.format(path=shown, why=why))
+        with failures.step():
+            _check_index(dir_fd, target, before, result)
+    failures.raise_any()
+
+
+def _check_index(dir_fd: int, target: Path, before: tuple[int, ...] | None, result: Guard) -> None:
+    """`_check_indexes` for the git directory `dir_fd` (at `target`)."""
+    workspace = result.workspace
+    after = _index_state(dir_fd)
+    if after is None or after == before:
+        return
+    shown = str((target / "index").relative_to(workspace)) if workspace else "index"
+    object_format = _object_format(dir_fd)
+    limit = result.index_budget
+    size = _index_cost(dir_fd, object_format, limit)
+    if not _take_index_budget(result, size):
+        # not read: git takes time in proportion (a crafted index of 1 GiB held the
+        # worker for minutes), and nothing the run grew so far is the person's
+        removed = _remove(dir_fd, "index", shown, directories_only=False)
+        for name, _ in _shared_indexes(dir_fd):
+            removed = _remove(dir_fd, name, name, directories_only=False) or removed
+        if removed:
+            result.notes.append(
+                INDEX_TOO_LARGE.format(path=shown, size=size >> 20, limit=limit >> 20)
+            )
+        return
+    why = _bad_index(dir_fd, object_format)
+    if why is None:
+        return
+    if _remove(dir_fd, "index", shown, directories_only=False):
+        result.notes.append(INDEX.format(path=shown, why=why))
 
 
 INDEX = (
@@ -2166,37 +2390,156 @@ def _remove_made_repositories(result: Guard) -> None:
     would make git run programs (`_judge_made`) is removed, and `result.notes` says why:
     a command no person approved made it (`git init` and `.git/config` with
     core.fsmonitor, `sub/.git/hooks/pre-commit`), and a person's git there would run
-    it. ToolError when the workspace cannot be searched or it cannot be removed."""
+    it; and each directory the same walk finds that git takes for a git directory by its
+    own names and was none before is judged (`_defuse_bare`). ToolError when the
+    workspace cannot be searched or one cannot be removed (after all were judged)."""
     if result.known is None or result.root is None or result.workspace is None:
         return
     unread: list[str] = []  # (past MAX_CONFIG_READS)
     untold: list[str] = []  # (removed past MADE_NOTES notes)
-    for path, identity, _ in _git_entries(result.root, MAX_WALK_AFTER, before=False):
+    failures = _Failures()
+    bare: list[tuple[str, tuple[int, int]]] = []
+    found = _git_entries(result.root, MAX_WALK_AFTER, before=False, bare=bare)
+    defused: list[str] = []
+    for path, identity in bare:
+        if identity not in result.known_bare:
+            with failures.step():
+                why = _defuse_bare(path, result)
+                if why is not None and len(defused) < MADE_NOTES:
+                    result.notes.append(BARE.format(path=path or ".", why=why))
+                defused += [path or "."] if why is not None else []
+    if len(defused) > MADE_NOTES:
+        rest = defused[MADE_NOTES:]
+        result.notes.append(BARE_MORE.format(count=len(rest), names=_some(rest)))
+    for path, identity, _ in found:
         if identity in result.known:
             continue  # one that was there (bound: moved along with its directory at most)
-        try:
-            parent = _open_path(result.root, path.split("/")[:-1])
-        except OSError as error:
-            raise ToolError(
-                f"The command ran without a person's approval and made the git directory "
-                f"'{path}', which could not be checked ({error.strerror or error}). Do not "
-                "run git in this workspace; an operator must remove it."
-            ) from None
-        try:
-            why = _judge_made(parent, result.workspace / path, result)
-            if why is not None and _remove(parent, ".git", path, directories_only=False):
-                if why == _UNREAD:
-                    unread.append(path)
-                elif len(untold) or _told(result) >= MADE_NOTES:
-                    untold.append(path)
-                else:
-                    result.notes.append(MADE.format(path=path, why=why))
-        finally:
-            os.close(parent)
+        with failures.step():
+            why = _remove_made_repository(path, result)
+            if why == _UNREAD:
+                unread.append(path)
+            elif why is None:
+                pass
+            elif len(untold) or _told(result) >= MADE_NOTES:
+                untold.append(path)
+            else:
+                result.notes.append(MADE.format(path=path, why=why))
     if untold:
         result.notes.append(MADE_MORE.format(count=len(untold), names=_some(untold)))
     if unread:
         result.notes.append(MADE_MANY.format(count=len(unread), names=_some(unread)))
+    failures.raise_any()
+
+
+BARE = (
+    "\n[harness: this command ran without a person's approval and made '{path}' a git "
+    "directory to git (a bare repository: HEAD, objects/ and refs/), which {why}: a "
+    "person's git run in it (or below it) would run programs from it, so its HEAD was "
+    "removed and git no longer takes it for a git directory. `git init --bare` makes "
+    "none of that; a command a reviewer approves may.]"
+)
+
+
+BARE_MORE = (
+    "\n[harness: this command ran without a person's approval and made {count} more "
+    "directories git directories to git ({names}) that would make git run programs, as "
+    "above; their HEAD was removed.]"
+)
+
+
+def _defuse_bare(path: str, result: Guard) -> str | None:
+    """The directory at `path` (relative to the workspace; `` for the workspace itself)
+    that git takes for a git directory by its own names, which was none before the run
+    (`git init --bare x`, HEAD, objects/ and refs/ made by hand, or added to a directory
+    of the project): when it holds more than `git init --bare` makes that git reads
+    (`_judge_bare`), its HEAD is removed, so that no git takes it for a git directory,
+    and the model is told. Its other files are left: they may be the project's. Before,
+    `git init --bare x && git -C x config core.pager ...` (or a hook) ran at a person's
+    `git log` (`git branch`, `git fetch`) in `x`. Why its HEAD was removed, or None."""
+    assert result.root is not None and result.workspace is not None
+    shown = path or "."
+    try:
+        fd = _open_path(result.root, path.split("/") if path else [])
+    except OSError as error:
+        raise ToolError(
+            f"The command ran without a person's approval and made '{shown}' a git "
+            f"directory to git, which could not be checked ({error.strerror or error}). "
+            "Do not run git in it; an operator must look at it."
+        ) from None
+    try:
+        why = _judge_bare(fd, result.workspace / path, result)
+        if why is not None and _remove(fd, "HEAD", f"{shown}/HEAD", directories_only=False):
+            return why
+        return None
+    finally:
+        os.close(fd)
+
+
+def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
+    """Why the directory `dir_fd` that git takes for a git directory would make git run
+    programs, or None when what git reads of it is what `git init --bare` makes (a
+    configuration of `_MADE_KEYS` alone, hooks that are `*.sample`, `info/exclude`).
+    Fail closed: a configuration, `hooks` or `info` that is not what git makes there, a
+    `commondir` (another directory's configuration), `config.worktree`, `modules`,
+    `worktrees`. Names git does not read there (the project's files) are not judged."""
+    held = Guard()
+    try:
+        for name in sorted(_names(dir_fd)):
+            if name in ("commondir", "config.worktree", "modules", "worktrees"):
+                return f"holds '{name}'"
+            if name not in ("config", "hooks", "info"):
+                continue
+            entry = _open(name, dir_fd, held)
+            if entry is None:
+                continue
+            mode = os.fstat(entry).st_mode
+            expected = stat.S_ISREG if name == "config" else stat.S_ISDIR
+            if not expected(mode):
+                return f"holds '{name}', which is not what git makes there"
+            if name == "hooks":
+                for hook in sorted(_names(entry)):
+                    if not (_regular(entry, hook) and hook.endswith(".sample")):
+                        return f"holds the hook 'hooks/{hook}'"
+            elif name == "info":
+                for item in sorted(_names(entry)):
+                    if not (_regular(entry, item) and item == "exclude"):
+                        return f"holds 'info/{item}'"
+            else:
+                try:
+                    pairs = _configuration(_read(entry), where / "config", run)
+                except ConfigBudgetSpent:
+                    return _UNREAD
+                except ToolError:
+                    return "has a configuration that cannot be read"
+                for key, value in pairs:
+                    if not _MADE_KEYS.fullmatch(key):
+                        return f"sets {key} = {value!r} in its configuration"
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    finally:
+        held.close()
+    return None
+
+
+def _remove_made_repository(path: str, result: Guard) -> str | None:
+    """Remove the `.git` at `path` the command made when it would make git run programs
+    (`_judge_made`); why it was removed, or None when it is kept."""
+    assert result.root is not None and result.workspace is not None
+    try:
+        parent = _open_path(result.root, path.split("/")[:-1])
+    except OSError as error:
+        raise ToolError(
+            f"The command ran without a person's approval and made the git directory "
+            f"'{path}', which could not be checked ({error.strerror or error}). Do not "
+            "run git in this workspace; an operator must remove it."
+        ) from None
+    try:
+        why = _judge_made(parent, result.workspace / path, result)
+        if why is not None and _remove(parent, ".git", path, directories_only=False):
+            return why
+        return None
+    finally:
+        os.close(parent)
 
 
 def _told(result: Guard) -> int:

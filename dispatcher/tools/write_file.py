@@ -62,7 +62,9 @@ def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
 def _git_metadata(workspace: Path, relative: str, path: Path) -> bool:
     """Whether the write would change what the sandbox keeps read-only for a command no
     person approved (sandbox_git.guarded_path), by the name given or the name resolved
-    (`meta/config`, `meta` a link to `.git`). The file tools write outside the sandbox,
+    (`meta/config`, `meta` a link to `.git`), or what git reads of a directory that is,
+    or becomes by this write, a git directory to git (`sandbox_git.in_git_directory`: a
+    bare repository in the work tree, `src/HEAD` beside `src/objects/` and `src/refs/`). The file tools write outside the sandbox,
     so its binds do not hold them: a rule or mode allowing write_file must not plant a
     hook either."""
     if sandbox_git.guarded_path(relative.replace(os.sep, "/")):
@@ -71,7 +73,9 @@ def _git_metadata(workspace: Path, relative: str, path: Path) -> bool:
         inside = path.relative_to(workspace.resolve())
     except (OSError, RuntimeError, ValueError):
         return True  # (unsure: as if it were)
-    return sandbox_git.guarded_path(inside.as_posix())
+    return sandbox_git.guarded_path(inside.as_posix()) or sandbox_git.in_git_directory(
+        workspace.resolve(), inside.as_posix()
+    )
 
 
 # No O_TRUNC: the file is truncated only once it is known to be a regular file with no

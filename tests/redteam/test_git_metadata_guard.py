@@ -143,7 +143,7 @@ def test_hooks_and_a_new_commondir_cannot_be_planted_through_a_link(
         sample.unlink()
     hooks.rmdir()  # a repository without hooks/: nothing to bind; made, then removed
 
-    script = "cp -r tpl out && cp -r planted/. out/meta/"
+    script = "cp -r tpl out && cp -r planted/. out/meta/ && cp -r objects out/meta/modules/lib/"
     call = run_allowed(fx, session_id, "plant", ["bash", "-c", script])
     assert not (workspace / ".git" / "commondir").exists()
     assert not (workspace / ".git" / "hooks").exists()
@@ -391,8 +391,10 @@ def test_a_submodule_git_directory_the_command_made_is_removed(
     (workspace / "tpl").mkdir()
     (workspace / "tpl" / "meta").symlink_to("../.git")
     module = workspace / "planted" / "modules" / "lib"
-    for name in ("objects", "refs"):
-        (module / name).mkdir(parents=True)
+    (module / "refs").mkdir(parents=True)
+    # (`objects/` apart: a directory with HEAD, objects/ and refs/ is a git directory to
+    # git, and one in the work tree with that config lets no unapproved command run)
+    (workspace / "objects").mkdir()
     (module / "HEAD").write_text("ref: refs/heads/main\n")
     (module / "config").write_text(
         "[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
@@ -402,7 +404,7 @@ def test_a_submodule_git_directory_the_command_made_is_removed(
     (workspace / "lib" / ".git").write_text("gitdir: ../.git/modules/lib\n")
     sandbox.give_to_sandbox(workspace)
 
-    script = "cp -r tpl out && cp -r planted/. out/meta/"
+    script = "cp -r tpl out && cp -r planted/. out/meta/ && cp -r objects out/meta/modules/lib/"
     call = run_allowed(fx, session_id, "plant", ["bash", "-c", script])
     assert call.content.startswith("exit code 0"), call.content
     assert "'modules'" in call.content and "it was removed" in call.content, call.content

@@ -164,7 +164,8 @@ def test_a_git_directory_hand_built_in_a_submodules_objects_runs_nothing(
     sandbox.give_to_sandbox(workspace)
     name = "x/objects/evil"
     script = (
-        f"cp -r evilgit .git/modules/{name} && rm -rf evilgit && {SPOIL[spoil]} && "
+        # (`evilgit/` is a git directory to git, guarded as one: its HEAD goes instead)
+        f"cp -r evilgit .git/modules/{name} && rm evilgit/HEAD && {SPOIL[spoil]} && "
         f"git config -f .gitmodules submodule.{name}.path evil && "
         f"git config -f .gitmodules submodule.{name}.url ./evil && "
         f"git update-index --add --cacheinfo 160000,{commit},evil && echo done"
