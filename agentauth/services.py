@@ -191,7 +191,12 @@ def approve_device(*, owner: User, device_grant: Any, team: Team, mode: str, act
             "This code was approved or denied already. Run `harness-hook login` again for "
             "a new code."
         )
-    application = get_application_model().objects.get(client_id=device_grant.client_id)
+    application = get_application_model().objects.filter(client_id=device_grant.client_id).first()
+    if application is None:  # deleted since the code was read (its codes go with it)
+        raise ServiceError(
+            "The client this code was for was deleted, so it approves nothing. Run "
+            "`harness-hook login` (or the client's sign-in) again for a new code."
+        )
     agent = authorize_agent(owner=owner, application=application, team=team, mode=mode, actor=actor)
     PendingAgent.objects.update_or_create(device_grant=device_grant, defaults={"agent": agent})
     return agent
@@ -284,7 +289,8 @@ def revoke_agents_of_client(*, application: Any, actor: str) -> list[str]:
     token of it stops from the commit on, audited as agent.revoked). Its links and tokens
     go when the client is deleted, so the agent was left active, linked to nothing: out
     of the signed-in cap's count and of the leaving steps' reach, its bearer token open to
-    rotation. Idempotent. The names of the agents revoked."""
+    rotation. Idempotent. Its device codes are deleted (pending or approved). The names
+    of the agents revoked."""
     signed_in = (
         Agent.objects.select_for_update(of=("self",))
         .filter(oauth_client__application_id=application.pk, is_active=True)
@@ -294,6 +300,11 @@ def revoke_agents_of_client(*, application: Any, actor: str) -> list[str]:
     for agent in signed_in:
         revoke_agent(agent=agent, actor=actor)
         revoked.append(agent.name)
+    # Its device codes too: they name their client by client_id, not by a relation, so
+    # none went with it; a pending one stayed pending, and typing it on the device page
+    # answered 500 (approve_device found no client), or, once a client of the same
+    # client_id was registered again (harness-hook's is made on demand), approved it.
+    DeviceGrant.objects.filter(client_id=application.client_id).delete()
     return revoked
 
 
