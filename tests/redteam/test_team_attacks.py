@@ -77,7 +77,10 @@ def test_a_team_admins_suggestions_are_for_their_own_people_and_backtest_their_c
     elsewhere = History()
     elsewhere.fx = type(history.fx)(other, "", owner)
     elsewhere.session = AgentSession.objects.create(
-        agent=other, mode="standard", workspace=str(settings.HARNESS_WORKSPACE_ROOT)
+        agent=other,
+        team_id=other.team_id,
+        mode="standard",
+        workspace=str(settings.HARNESS_WORKSPACE_ROOT),
     )
     elsewhere.decide("run_command", {"argv": ["npm", "test", "--", "infra-secret"]}, "x", True, 9)
     elsewhere.save()
