@@ -179,7 +179,7 @@ def transfer_agent(
             ),
         )
     if after["team"] != before["team"]:  # (after the void: its reason says more)
-        _close_former_team_calls(agent, actor, before["team"], after["team"])
+        _close_former_team_calls(agent, actor, str(before["team"]), agent.team.name)
     return True
 
 

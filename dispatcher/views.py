@@ -186,10 +186,8 @@ def _detail(request: HtmxHttpRequest, agent: Agent, *, token: str = "") -> HttpR
     # Sessions of the teams this admin reaches: those the agent ran for a team it has left
     # are that team's (AgentSession.team), titles included.
     own = request.reach.filter(AgentSession.objects.filter(agent=agent), "team_id")
-    sessions = list(
-        own.annotate(last_call=Subquery(last_call.values("created_at")[:1]))
-        .order_by("-created_at")[:RECENT_SESSIONS]
-    )
+    latest = own.annotate(last_call=Subquery(last_call.values("created_at")[:1]))
+    sessions = list(latest.order_by("-created_at")[:RECENT_SESSIONS])
     # Counted for these sessions only, on the (session, created_at) index.
     counts = dict(
         ToolCall.objects.filter(session__in=[s.pk for s in sessions])

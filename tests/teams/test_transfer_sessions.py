@@ -70,7 +70,7 @@ def api(fx: Any, method: str, url: str, data: Any = None) -> Any:
 
 def moved(pay: TeamWorld, infra: TeamWorld) -> ToolCall:
     """pay's agent with a call queued beside its ask, then moved to infra. The queued call."""
-    queued = submit_one(pay.session, "read_file", {"path": f"{pay.secret}.read"}, "r")
+    queued: ToolCall = submit_one(pay.session, "read_file", {"path": f"{pay.secret}.read"}, "r")
     assert queued.status == Status.QUEUED
     assert agents.transfer_agent(agent=pay.agent.agent, team=infra.team, actor="test")
     return queued
@@ -197,7 +197,7 @@ def test_a_client_session_of_the_same_id_starts_again_for_the_new_team() -> None
         s.team_id: s for s in AgentSession.objects.filter(agent=pay.agent.agent, external_id=sid)
     }
     assert set(sessions) == {pay.team.pk, infra.team.pk}
-    before, after = str(sessions[pay.team.pk].pk), str(sessions[infra.team.pk].pk)
+    before, after = sessions[pay.team.pk].pk, sessions[infra.team.pk].pk
     assert ToolCall.objects.get(session_id=after).arguments == {"command": "ls after"}
     assert person(pay.members["auditor"]).get(f"/audit/sessions/{before}/").status_code == 200
     assert person(pay.members["auditor"]).get(f"/audit/sessions/{after}/").status_code == 404
