@@ -93,7 +93,7 @@ def _pushed_item(approval: ApprovalRequest) -> dict[str, Any]:
     forwards the one its reviewer's reach calls for (consumers.ApprovalQueueConsumer)."""
     html = render_to_string(QUEUE + "#pushed_item", {"approval": approval})
     message: dict[str, Any] = {"type": "queue.push", "html": html}
-    team = approval.call.session.agent.team_id
+    team = approval.call.session.team_id
     if approval.escalated_to_id is not None and approval.escalated_to_id != team:
         approval.escalated_only = True
         try:
@@ -129,7 +129,7 @@ def team_of_call(call_id: str) -> Teams | None:
     such call): for a removal whose caller did not read them."""
     row = (
         ToolCall.objects.filter(pk=call_id)
-        .values_list("session__agent__team_id", "approval__escalated_to_id")
+        .values_list("session__team_id", "approval__escalated_to_id")
         .first()
     )
     return tuple(row) if row else None

@@ -17,7 +17,7 @@ from teams.scope import ASK_TEAMS, Scope
 from .models import ApprovalRequest
 
 # The path from a request to the team of its call's agent (teams.scope reads it).
-TEAM = "call__session__agent__team_id"
+TEAM = "call__session__team_id"
 
 
 def reached(rows: QuerySet[ApprovalRequest], reach: Scope) -> QuerySet[ApprovalRequest]:
@@ -106,7 +106,7 @@ def mark_escalated_only(approvals: Iterable[ApprovalRequest], reach: Scope) -> N
     reviewer decides the ask but may not allow it for the agent's session
     (services._escalated_only), so the queue offers them no such button."""
     for approval in approvals:
-        approval.escalated_only = not reach.covers(approval.call.session.agent.team_id)
+        approval.escalated_only = not reach.covers(approval.call.session.team_id)
 
 
 def pending_by_id(approval_id: int) -> ApprovalRequest | None:

@@ -213,7 +213,7 @@ def _escalated_only(approval: ApprovalRequest, scope: Scope) -> DecisionRefused 
     """Escalation offers the next tier one ask, not the agent's session: a reviewer who
     reaches the call only through its escalation decides it, but grants nothing for the
     session's later calls (which would be decided without ever being offered to them)."""
-    if scope.covers(approval.call.session.agent.team_id):
+    if scope.covers(approval.call.session.team_id):
         return None
     return DecisionRefused(ESCALATED_ONLY, 403)
 
@@ -993,8 +993,8 @@ def escalate_due(now: datetime | None = None) -> list[int]:
     candidates = (
         ApprovalRequest.objects.pending()
         .filter(escalated_at__isnull=True, expires_at__gt=now)
-        .filter(call__session__agent__team__escalation_after__isnull=False)
-        .values_list("pk", "created_at", "call__session__agent__team__escalation_after")
+        .filter(call__session__team__escalation_after__isnull=False)
+        .values_list("pk", "created_at", "call__session__team__escalation_after")
     )
     escalated: list[int] = []
     for approval_id, created_at, after in list(candidates):
@@ -1003,7 +1003,7 @@ def escalate_due(now: datetime | None = None) -> list[int]:
         with transaction.atomic():
             approval = (
                 ApprovalRequest.objects.select_for_update(of=("self",))
-                .select_related("call__session__agent__team__escalate_to")
+                .select_related("call__session__agent", "call__session__team__escalate_to")
                 .filter(pk=approval_id, escalated_at__isnull=True)
                 .first()
             )
@@ -1015,7 +1015,7 @@ def escalate_due(now: datetime | None = None) -> list[int]:
 
 
 def _escalate(approval: ApprovalRequest, now: datetime) -> None:
-    team = approval.call.session.agent.team
+    team = approval.call.session.team
     to = team.escalate_to
     approval.escalated_at, approval.escalated_to = now, to
     compiled.save_fields(approval, ["escalated_at", "escalated_to"])

@@ -122,24 +122,24 @@ async def reaches(reach: Scope, session_id: str) -> bool:
 
 
 def _reaches(reach: Scope, session_id: str) -> bool:
-    """Does `reach` cover the session's agent's team (teams.scope)? An auditor of another
+    """Does `reach` cover the session's team (teams.scope)? An auditor of another
     team is refused the socket as the page refuses them (a session they cannot see)."""
     if reach.everything:
         return True
-    sessions = reach.filter(AgentSession.objects.all(), "agent__team_id")
+    sessions = reach.filter(AgentSession.objects.all(), "team_id")
     return bool(sessions.filter(pk=session_id).exists())
 
 
 def render_summary(session_id: str, reach: Scope = EVERYTHING) -> str | None:
     """The session's summary fragment (its counts, from the chain's head row: one read,
     narrowed to `reach` in the same statement), or None when `reach` no longer covers the
-    session (its agent moved to another team since the socket opened: the page would
-    answer 404 now, so the socket says nothing more either)."""
+    session (connect refuses such a socket; a session's team never changes, even when its
+    agent moves to another team: AgentSession.team)."""
     heads = reach.filter_via(
         AuditChain.objects.filter(chain=session_id),
         "session_id",
         AgentSession.objects.all(),
-        "agent__team_id",
+        "team_id",
     )
     head = heads.first()
     if head is None:

@@ -2,7 +2,8 @@
 
 Session authentication only (an agent's bearer token is never looked at here), and only
 auditors (group "auditor", a team's auditors, or superusers) get in. A team's auditor
-reads the sessions of their teams' agents only (`request.reach`, read with the role by
+reads their teams' sessions only (those started while the agent worked for one of them,
+AgentSession.team, whatever team it is in now: `request.reach`, read with the role by
 `role_required`; teams.scope): another team's session is not found (404), and lists and
 exports leave it out. `manage.py export_audit` stays the organization's whole log.
 """
@@ -77,9 +78,9 @@ def _day(text: str) -> datetime | None:
 
 
 def chains_in(reach: Scope, chains: QuerySet[AuditChain]) -> QuerySet[AuditChain]:
-    """`chains` of sessions whose agent's team `reach` covers (a subquery: no statement
+    """`chains` of sessions whose team `reach` covers (a subquery: no statement
     of its own)."""
-    return reach.filter_via(chains, "session_id", AgentSession.objects.all(), "agent__team_id")
+    return reach.filter_via(chains, "session_id", AgentSession.objects.all(), "team_id")
 
 
 def filtered_sessions(params: Any, reach: Scope) -> QuerySet[AuditChain]:

@@ -134,8 +134,9 @@ AGENT = (
 )
 SESSION = (
     "WITH s AS (INSERT INTO dispatcher_agentsession "
-    "(id, agent_id, title, mode, workspace, client, external_id, created_at, updated_at) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)), "
+    "(id, agent_id, team_id, title, mode, workspace, client, external_id, created_at, "
+    "updated_at) SELECT %s, a.id, a.team_id, %s, %s, %s, %s, %s, %s, %s "
+    "FROM dispatcher_agent a WHERE a.id = %s), "
     "e AS (INSERT INTO audit_auditevent "
     "(chain, session_id, seq, kind, actor, subject, payload, created_at, prev_hash, hash) "
     "VALUES (%s, %s, 1, %s, %s, %s, %s, %s, %s, %s) RETURNING id) "
@@ -505,7 +506,7 @@ async def start_session(prefix: str, digest: str, external: str) -> None:
         await conn.execute(
             SESSION,
             (
-                *(session, agent_id, "MCP session", "trusted", "", CLIENT, external, now, now),
+                *(session, "MCP session", "trusted", "", CLIENT, external, now, now, agent_id),
                 *(values[0], values[1], values[3], values[4], values[5], values[6], now),
                 *(values[8], values[9]),
                 *(chain, session, agent, owner, "MCP session", "trusted", now, now, head),

@@ -21,7 +21,7 @@ from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
 from audit import kinds
@@ -125,7 +125,12 @@ def transfer_agent(
     another team, its bearer token is voided when someone it was shown to does not reach
     that team (`_holders_outside`), as their leaving the team would void it. An agent a
     client signed in for (OAuth consent, `harness-hook login`) is that person's in that
-    team: its owner and team never change (ServiceError; revoke it and sign in again)."""
+    team: its owner and team never change (ServiceError; revoke it and sign in again).
+
+    Its sessions stay with the team they were started under (AgentSession.team), with
+    their calls: moved to another team, its calls still waiting in them are cancelled or
+    denied (`_close_former_team_calls`) and its next call starts a session of its new
+    team."""
     moving = (owner is not None and owner != agent.owner) or (
         team is not None and team != agent.team
     )
@@ -173,7 +178,45 @@ def transfer_agent(
                 f"{agent.team.name} the agent moved to"
             ),
         )
+    if after["team"] != before["team"]:  # (after the void: its reason says more)
+        _close_former_team_calls(agent, actor, str(before["team"]), agent.team.name)
     return True
+
+
+def _close_former_team_calls(agent: Agent, actor: str, former: str, team: str) -> None:
+    """An agent moved to another team leaves its sessions with the team they were started
+    under (AgentSession.team): that team's auditors keep reading them, the new team's never
+    do, and no later call joins them (`_loaded_sessions` and the client-session reads find
+    only sessions of the agent's team; a client's next call starts a new one). Its calls
+    still waiting in them are ended here, in the transfer's transaction: those waiting for
+    a reviewer are cancelled and those queued for a worker denied, unrun (the team whose
+    reviewers and rules let them through is not the agent's any more, and its new team
+    must not decide them on a record it cannot read). A call already running finishes
+    in its session. `token_refusal` refuses any that a decision or a worker read before
+    this commits."""
+    reason = moved_team(former, team)
+    _cancel_waiting(agent, actor, reason, why=f"{reason}; send it again")
+    _deny_queued(agent, reason, guard=TEAM_GUARD)
+
+
+# The guard a call of a session of a team its agent has left is denied by.
+TEAM_GUARD = "team"
+
+
+def moved_team(former: str, team: str) -> str:
+    return (
+        f"the agent moved from the team {former} to the team {team} before this call ran: "
+        "the calls of the sessions it started for its former team run no more (those "
+        "sessions are that team's record), and its next call starts a new session"
+    )
+
+
+def moved_team_refusal() -> str:
+    return (
+        "The agent moved to another team before this call ran: the calls of the sessions "
+        "it started for its former team run no more (those sessions are that team's "
+        "record), so it was not run. Send it again: it starts a new session."
+    )
 
 
 def _holders_outside(agent: Agent, team: Team) -> User | None:
@@ -235,7 +278,12 @@ def _loaded_sessions(prefix: str, digest: str) -> QuerySet[AgentSession]:
             has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))),
             **layers.session_revisions("agent__team_id"),
         )
-        .filter(agent__token_prefix=prefix, agent__token_hash=digest, agent__is_active=True)
+        .filter(
+            agent__token_prefix=prefix,
+            agent__token_hash=digest,
+            agent__is_active=True,
+            team_id=F("agent__team_id"),  # a session of a team it left takes no call
+        )
     )
 
 
@@ -504,7 +552,7 @@ def _void_held_by(*, user: User, actor: str, agents: QuerySet[Agent], reason: st
     return voided
 
 
-def _cancel_waiting(agent: Agent, actor: str, reason: str) -> None:
+def _cancel_waiting(agent: Agent, actor: str, reason: str, why: str = "") -> None:
     """Cancel the agent's calls still waiting for a reviewer: Harness cannot tell which
     holder of the token sent each, so a call the leaver asked just before leaving would
     otherwise still be approved and run as the agent. The owner's agent resends them once
@@ -512,7 +560,7 @@ def _cancel_waiting(agent: Agent, actor: str, reason: str) -> None:
     waiting = ToolCall.objects.filter(
         session__agent=agent, status=Status.PENDING_APPROVAL
     ).values_list("pk", flat=True)
-    why = (
+    why = why or (
         f"the agent's token was voided ({reason}), and this call, sent with it, waited for a "
         "reviewer; resend it once the agent's token is rotated"
     )
@@ -520,7 +568,7 @@ def _cancel_waiting(agent: Agent, actor: str, reason: str) -> None:
         transitions.cancel_call(call_id=call_id, actor=actor, reason=why)
 
 
-def _deny_queued(agent: Agent, why: str) -> None:
+def _deny_queued(agent: Agent, why: str, guard: str = "") -> None:
     """Deny the agent's calls allowed or approved and queued for a worker, not yet claimed:
     all of them were sent with the token just voided or replaced (the new one is not
     shown before this commits). The worker's own check (`token_refusal`) denies those it
@@ -538,7 +586,7 @@ def _deny_queued(agent: Agent, why: str) -> None:
         .order_by("pk")
         .values_list("pk", flat=True)
     )
-    denial = GuardDenial(((TOKEN_GUARD, why),))
+    denial = GuardDenial(((guard or TOKEN_GUARD, why),))
     locked = ToolCall.objects.select_related("session").filter(pk__in=ids)
     for call in locked.order_by("created_at", "batch_index"):
         transitions.deny_before_run(call, denial)
@@ -579,7 +627,11 @@ def token_refusal(call: ToolCall, agent: Agent) -> str:
     with the call (no statement of its own). Admission records the verified token's
     prefix on the call (provenance "token"); a rotation gives the agent another, and a
     void marks it (token_voided_at) until the rotation that clears the mark. A call
-    admitted before Harness kept the record is refused only while the token is voided."""
+    admitted before Harness kept the record is refused only while the token is voided.
+    And a call of a session of a team the agent has left (transfer_agent, committed after
+    this call was read to be decided or claimed): the session's team is on the row read."""
+    if call.session.team_id != agent.team_id:
+        return moved_team_refusal()
     if agent.token_voided_at is not None:
         return sent_with_voided(agent.token_voided_because or "someone")
     sent_with = (call.provenance or {}).get("token")
@@ -658,6 +710,7 @@ def start_session(
     session = AgentSession.objects.create(
         id=session_id,
         agent=agent,
+        team_id=agent.team_id,  # the agent's row, read already: no statement
         title=title[:200],
         mode=effective,
         workspace=str(workspace),
@@ -749,7 +802,7 @@ def _client_session(agent: Agent, client: str, external_id: str) -> AgentSession
         AgentSession.objects.annotate(
             has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk")))
         )
-        .filter(agent=agent, client=client, external_id=external_id)
+        .filter(agent=agent, team_id=agent.team_id, client=client, external_id=external_id)
         .first()
     )
     if session is not None:
@@ -767,6 +820,7 @@ def _start_client_session(
         mode = narrower_mode(ceiling, mode)
     session = AgentSession.objects.create(
         agent=agent,
+        team_id=agent.team_id,
         title=project_dir[:200],
         mode=mode,
         workspace=project_dir,
@@ -794,7 +848,7 @@ def join_run(
     if key:
         external_id = f"run:{key}"
         found = AgentSession.objects.filter(
-            agent=agent, client=client, external_id=external_id
+            agent=agent, team_id=agent.team_id, client=client, external_id=external_id
         ).first()
         if found is None:
             try:
@@ -803,13 +857,17 @@ def join_run(
                 ), True
             except IntegrityError:  # a concurrent first request of the same run won
                 found = AgentSession.objects.get(
-                    agent=agent, client=client, external_id=external_id
+                    agent=agent, team_id=agent.team_id, client=client, external_id=external_id
                 )
     elif idle > 0:
         since = timezone.now() - timedelta(seconds=idle)
         found = (
             AgentSession.objects.filter(
-                agent=agent, client=client, title=title[:200], updated_at__gte=since
+                agent=agent,
+                team_id=agent.team_id,
+                client=client,
+                title=title[:200],
+                updated_at__gte=since,
             )
             .order_by("-updated_at")
             .first()

@@ -189,7 +189,7 @@ def reviewer_decisions(
     """The newest `limit` calls a person decided since `since` of agents `reach` covers
     (teams.scope), oldest first."""
     rows = (
-        reach.filter(ToolCall.objects.all(), "session__agent__team_id")
+        reach.filter(ToolCall.objects.all(), "session__team_id")
         .filter(
             created_at__gte=since, decided_by__startswith="user:", decision__in=["allow", "deny"]
         )
@@ -399,7 +399,7 @@ def log_only_rules(
     that recorded any log-only rule)."""
     found = _stored_trials(reach)
     calls = (
-        reach.filter(ToolCall.objects.all(), "session__agent__team_id")
+        reach.filter(ToolCall.objects.all(), "session__team_id")
         .filter(created_at__gte=since, provenance__has_key="log_only")
         .order_by("-created_at")
         .only("id", "name", "arguments", "decision", "provenance", "session_id")[:limit]

@@ -65,6 +65,12 @@ class Agent(models.Model):
 class AgentSession(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="sessions")
+    # The team the agent worked for when the session started (dispatcher.agents sets it
+    # from the agent's row, never changes it): its auditors read the session, its
+    # reviewers decide its asks (teams.scope). An agent moved to another team later
+    # (agents.transfer_agent) takes no session with it: what it did under this team
+    # stays this team's record, and its new calls go to new sessions of its new team.
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="sessions")
     title = models.CharField(max_length=200, blank=True)
     mode = models.CharField(max_length=16, choices=Mode.choices)
     workspace = models.CharField(max_length=1000)
@@ -79,7 +85,7 @@ class AgentSession(models.Model):
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(
-                fields=["agent", "client", "external_id"],
+                fields=["agent", "team", "client", "external_id"],
                 condition=~models.Q(external_id=""),
                 name="agentsession_unique_external_id",
             )

@@ -71,7 +71,7 @@ def simulate(
     mode and active grants are used.
     """
     profile = profile or profile_for(user)
-    team = session.agent.team_id if session else team_id
+    team = session.team_id if session else team_id
     if team is None:
         team = team_of(user, session)
     if not layered:
@@ -140,10 +140,10 @@ def simulate(
 
 
 def team_of(user: User, session: AgentSession | None) -> int | None:
-    """The team whose layer binds a simulation: the session's agent's, else that of the
-    user's newest agent, else the default team."""
+    """The team whose layer binds a simulation: the session's (the team it was started
+    under), else that of the user's newest agent, else the default team."""
     if session is not None:
-        return session.agent.team_id
+        return session.team_id
     newest = Agent.objects.filter(owner=user).order_by("-created_at").values("team_id").first()
     return newest["team_id"] if newest else Team.objects.default().pk
 
@@ -210,7 +210,7 @@ def backtest(
     decided now, in each call's own session, so only the rule change makes a difference.
     Writes nothing."""
     calls = (
-        reach.filter(ToolCall.objects.all(), "session__agent__team_id")
+        reach.filter(ToolCall.objects.all(), "session__team_id")
         .filter(session__agent__owner=user, arguments__isnull=False)
         .exclude(status="rejected")
         .select_related("session__agent__owner")
@@ -224,7 +224,7 @@ def backtest(
         if get_tool(call.name, call.session.client) is None:
             continue
         checked += 1
-        team_id = call.session.agent.team_id
+        team_id = call.session.team_id
         if team_id not in bound:
             bound[team_id] = (
                 layers.with_layers(saved, team_id),

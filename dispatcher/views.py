@@ -183,11 +183,11 @@ def _detail(request: HtmxHttpRequest, agent: Agent, *, token: str = "") -> HttpR
     """The agent's page: state, owner's mode, its newest sessions with their last call,
     and how to connect. `token` (just made) is shown once."""
     last_call = ToolCall.objects.filter(session=OuterRef("pk")).order_by("-created_at")
-    sessions = list(
-        AgentSession.objects.filter(agent=agent)
-        .annotate(last_call=Subquery(last_call.values("created_at")[:1]))
-        .order_by("-created_at")[:RECENT_SESSIONS]
-    )
+    # Sessions of the teams this admin reaches: those the agent ran for a team it has left
+    # are that team's (AgentSession.team), titles included.
+    own = request.reach.filter(AgentSession.objects.filter(agent=agent), "team_id")
+    latest = own.annotate(last_call=Subquery(last_call.values("created_at")[:1]))
+    sessions = list(latest.order_by("-created_at")[:RECENT_SESSIONS])
     # Counted for these sessions only, on the (session, created_at) index.
     counts = dict(
         ToolCall.objects.filter(session__in=[s.pk for s in sessions])
@@ -203,7 +203,7 @@ def _detail(request: HtmxHttpRequest, agent: Agent, *, token: str = "") -> HttpR
         "agent": agent,
         "token": token,
         "sessions": sessions,
-        "session_total": AgentSession.objects.filter(agent=agent).count(),
+        "session_total": own.count(),
         "last_activity": max(activity, default=None),
         # A person's mode is part of their rules: read by the admins who manage them only
         # (a team admin, for an owner wholly inside their teams; policy.views).

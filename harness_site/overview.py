@@ -37,8 +37,8 @@ from audit.models import AuditEvent
 from dispatcher.models import AgentSession, Status, ToolCall
 from teams.scope import EVERYTHING, Scope
 
-# The path from a call to its agent's team (teams.scope filters by it).
-CALL_TEAM = "session__agent__team_id"
+# The path from a call to its session's team (teams.scope filters by it).
+CALL_TEAM = "session__team_id"
 
 # The outcome series, in stacking order, with how each reads.
 OUTCOMES = {
@@ -264,7 +264,7 @@ def client_reports(now: datetime, days: int = 7, reach: Scope = EVERYTHING) -> d
         ),
         "session_id",
         AgentSession.objects.all(),
-        "agent__team_id",
+        "team_id",
     )
     counts = reports.aggregate(
         mismatched=Count("id", filter=Q(kind=kinds.CALL_REPORTED, payload__input_matches=False)),

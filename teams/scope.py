@@ -54,7 +54,8 @@ class Scope:
 
     def filter(self, rows: QuerySet[M], team_field: str) -> QuerySet[M]:
         """`rows` narrowed to this reach; `team_field` is the path to the team's id
-        (`agent__team_id` for sessions, `session__agent__team_id` for calls)."""
+        (`team_id` for sessions, `session__team_id` for calls: the team a session was
+        started under, dispatcher.models.AgentSession.team, not its agent's team of now)."""
         if self.everything:
             return rows
         return rows.filter(**{f"{team_field}__in": sorted(self.team_ids)})
@@ -117,16 +118,17 @@ def wholly_within_people(scope: Scope, people: QuerySet[User]) -> QuerySet[User]
     )
 
 
-# The paths from an approval request to the teams that decide it: its agent's team, and
-# once it escalated (approvals.services.escalate_due), the next tier's team. Every view,
+# The paths from an approval request to the teams that decide it: its session's team (the
+# team the agent worked for when the session started: AgentSession.team), and once it
+# escalated (approvals.services.escalate_due), the next tier's team. Every view,
 # socket, link and decision of an ask reaches it through both (ask_teams for a row read).
-ASK_TEAMS = ("call__session__agent__team_id", "escalated_to_id")
+ASK_TEAMS = ("call__session__team_id", "escalated_to_id")
 
 
 def ask_teams(approval: Any) -> tuple[int | None, int | None]:
     """The teams whose reviewers decide `approval` (an approvals.ApprovalRequest read with
-    its call's session's agent): its agent's team, and the team it escalated to."""
-    return approval.call.session.agent.team_id, approval.escalated_to_id
+    its call's session): its session's team, and the team it escalated to."""
+    return approval.call.session.team_id, approval.escalated_to_id
 
 
 NOTHING = Scope(everything=False, team_ids=frozenset())

@@ -85,7 +85,7 @@ def recipients(channel: Channel, approval: ApprovalRequest, tier: bool = False) 
     if tier:
         everyone = next_tier(approval.escalated_to_id)
     else:
-        everyone = reviewers(approval.call.session.agent.team_id)
+        everyone = reviewers(approval.call.session.team_id)
     if settings.HARNESS_FORBID_SELF_APPROVAL:
         everyone = everyone.exclude(pk__in=list(people_behind(approval.call.session.agent)))
     people = everyone
@@ -194,7 +194,7 @@ _OUTCOME_FACTS = Compiled(
             )
         )
         .order_by()
-        .values_list("session__agent__team_id", "approval__escalated_to_id", "asked")[:1]
+        .values_list("session__team_id", "approval__escalated_to_id", "asked")[:1]
     )
 )
 

@@ -432,7 +432,8 @@ def reloader(
 
 
 def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
-    session = AgentSession.objects.filter(pk=session_id, agent=agent).first()
+    # (A session it ran for a team it has left is that team's: AgentSession.team.)
+    session = AgentSession.objects.filter(pk=session_id, agent=agent, team_id=agent.team_id).first()
     if session is not None:
         session.agent = agent
     return session
@@ -473,7 +474,8 @@ def _submit(
         return error(
             404,
             "unknown_session",
-            f"Session {session_id} does not exist or belongs to another agent.",
+            f"Session {session_id} does not exist, belongs to another agent, or was started "
+            "for a team the agent has left (start a new session).",
         )
     try:
         limits.take_request(session.agent, token)
@@ -586,7 +588,9 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
 
 
 def _agent_call(agent: Agent, call_id: UUID) -> ToolCall | None:
-    call = ToolCall.objects.filter(pk=call_id, session__agent=agent).first()
+    call = ToolCall.objects.filter(
+        pk=call_id, session__agent=agent, session__team_id=agent.team_id
+    ).first()
     if call is not None:
         follow_edits([call])
     return call
@@ -597,7 +601,10 @@ async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> Http
     call = await sync_to_async(_agent_call)(agent_of(request), call_id)
     if call is None:
         return error(
-            404, "unknown_call", f"Call {call_id} does not exist or belongs to another agent."
+            404,
+            "unknown_call",
+            f"Call {call_id} does not exist, belongs to another agent, or was made for a "
+            "team the agent has left.",
         )
     seconds = clamp_wait(wait)
     if seconds <= 0 or call.status in TERMINAL_STATUSES:
@@ -622,7 +629,10 @@ def _cancel(agent: Agent, call_id: UUID) -> ToolCall | JsonResponse:
     call = _agent_call(agent, call_id)
     if call is None:
         return error(
-            404, "unknown_call", f"Call {call_id} does not exist or belongs to another agent."
+            404,
+            "unknown_call",
+            f"Call {call_id} does not exist, belongs to another agent, or was made for a "
+            "team the agent has left.",
         )
     if not transitions.cancel_call(
         # An edited call is cancelled through the call that replaced it.
@@ -718,7 +728,8 @@ async def get_session(request: HttpRequest, session_id: UUID) -> HttpResponse:
         return error(
             404,
             "unknown_session",
-            f"Session {session_id} does not exist or belongs to another agent.",
+            f"Session {session_id} does not exist, belongs to another agent, or was started "
+            "for a team the agent has left (start a new session).",
         )
     return JsonResponse(data)
 

@@ -121,7 +121,7 @@ def _team_agents(reach: Scope) -> Any:
 
 
 def _team_grants(reach: Scope) -> Any:
-    return reach.filter(SessionGrant.objects.all(), "session__agent__team_id")
+    return reach.filter(SessionGrant.objects.all(), "session__team_id")
 
 
 # --- Index ------------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def _page(
     history = ProfileVersion.objects.filter(user=subject).select_related("changed_by")
     tools = _tools(request.reach)
     calls = (
-        request.reach.filter(ToolCall.objects.all(), "session__agent__team_id")
+        request.reach.filter(ToolCall.objects.all(), "session__team_id")
         .filter(session__agent__owner=subject)
         .exclude(arguments__isnull=True)
         .order_by("-created_at")[:RECENT_CALLS]
@@ -380,7 +380,7 @@ def _call_of(subject: User, call_id: str, reach: Scope) -> ToolCall:
     except ValueError:
         raise ServiceError(f"'{call_id}' is not a call id.") from None
     call = (
-        reach.filter(ToolCall.objects.all(), "session__agent__team_id")
+        reach.filter(ToolCall.objects.all(), "session__team_id")
         .filter(pk=uuid, session__agent__owner=subject)
         .select_related("session__agent__owner")
         .first()
@@ -534,7 +534,7 @@ def revoke(request: HtmxHttpRequest, grant_id: int) -> HttpResponse:
 @require_GET
 def session_grants(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
     """Every grant of one session, active and revoked."""
-    sessions = request.reach.filter(AgentSession.objects.all(), "agent__team_id")
+    sessions = request.reach.filter(AgentSession.objects.all(), "team_id")
     session = get_object_or_404(sessions.select_related("agent__owner"), pk=session_id)
     grants = _grants(SessionGrant.objects.filter(session=session))
     return render(

@@ -26,7 +26,11 @@ def dashboard_data(live_stack: LiveStack, django_db_blocker: Any) -> Iterator[di
     with django_db_blocker.unblock():
         fixtures = [make_agent() for _ in range(3)]
         sessions = [
-            str(AgentSession.objects.create(agent=f.agent, mode="standard", workspace="/w").pk)
+            str(
+                AgentSession.objects.create(
+                    agent=f.agent, team_id=f.agent.team_id, mode="standard", workspace="/w"
+                ).pk
+            )
             for f in fixtures
         ]
         # A week of calls, denser lately: 3,000 over the week and 1,500 in the last day.

@@ -146,7 +146,7 @@ def test_detail_shows_activity_sessions_mode_and_snippets(admin: tuple[Client, s
     owner = make_user(unique("owner"), mode="read_only")
     agent, _ = agents.create_agent(owner=owner, name="x'; rm -rf / #<b>", actor="test")
     session = AgentSession.objects.create(
-        agent=agent, title="fix <i>it</i>", mode="read_only", workspace="/w"
+        agent=agent, team_id=agent.team_id, title="fix <i>it</i>", mode="read_only", workspace="/w"
     )
     html = client.get(f"/agents/{agent.pk}/").content.decode()
     assert "read_only" in html and "fix &lt;i&gt;it&lt;/i&gt;" in html

@@ -30,7 +30,10 @@ class History:
     def __init__(self) -> None:
         self.fx = make_agent()
         self.session = AgentSession.objects.create(
-            agent=self.fx.agent, mode="standard", workspace=str(settings.HARNESS_WORKSPACE_ROOT)
+            agent=self.fx.agent,
+            team_id=self.fx.agent.team_id,
+            mode="standard",
+            workspace=str(settings.HARNESS_WORKSPACE_ROOT),
         )
         self.start = timezone.now() - timedelta(hours=5)
         self.calls: list[ToolCall] = []

@@ -33,7 +33,11 @@ def history(count: int, days: int = 0, now: datetime | None = None) -> dict[str,
     now = now or timezone.now()
     fixtures = [make_agent() for _ in range(3)]
     sessions = [
-        str(AgentSession.objects.create(agent=f.agent, mode="standard", workspace="/w").pk)
+        str(
+            AgentSession.objects.create(
+                agent=f.agent, team_id=f.agent.team_id, mode="standard", workspace="/w"
+            ).pk
+        )
         for f in fixtures
     ]
     span = days * 86400
@@ -94,7 +98,9 @@ def test_time_to_decision_percentiles_per_day() -> None:
 
 def test_pending_asks_and_the_oldest() -> None:
     fx = make_agent()
-    session = AgentSession.objects.create(agent=fx.agent, mode="standard", workspace="/w")
+    session = AgentSession.objects.create(
+        agent=fx.agent, team_id=fx.agent.team_id, mode="standard", workspace="/w"
+    )
     for minutes in (3, 40):
         call = ToolCall.objects.create(
             session=session,

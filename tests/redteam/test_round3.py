@@ -268,7 +268,10 @@ def _approved(agent: Agent, word: str, times: int = 6) -> str:
     """`times` calls of `agent` running `make <word>`, each approved by a reviewer 9 s
     after it asked (what analytics suggests an allow rule for); the rule it suggests."""
     session = AgentSession.objects.create(
-        agent=agent, mode="standard", workspace=str(django_settings.HARNESS_WORKSPACE_ROOT)
+        agent=agent,
+        team_id=agent.team_id,
+        mode="standard",
+        workspace=str(django_settings.HARNESS_WORKSPACE_ROOT),
     )
     start = timezone.now() - timedelta(hours=3)
     calls, times_at = [], []
@@ -384,30 +387,33 @@ def test_a_team_admin_is_suggested_nothing_for_people_outside_their_teams() -> N
 
 
 @pytest.mark.django_db
-def test_an_agent_moved_to_another_team_takes_its_calls_and_suggestions_with_it() -> None:
+def test_an_agent_moved_to_another_team_leaves_its_calls_with_its_former_team() -> None:
+    """Its calls are its sessions' team's record (AgentSession.team, docs/teams.md "Moving
+    an agent"): counted in the former team's pattern list, never in the new team's, and
+    suggested to no one whose reach holds the calls but not the person."""
     pay, infra = make_team("pay"), make_team("infra")
     mover = make_user(unique("mover"), mode="standard")
     agent = _agent_in(pay.team, mover)
     rule = _approved(agent, f"m{uuid.uuid4().hex[:6]}")
-    assert rule in pay.client("admin").get(ANALYTICS).content.decode()  # the control
+    assert f'name="user" value="{mover.pk}"' in pay.client("admin").get(ANALYTICS).content.decode()
     agents.transfer_agent(agent=agent, team=infra.team, actor="test")
     text = pay.client("admin").get(ANALYTICS).content.decode()
-    assert rule not in text and mover.get_username() not in text
+    assert rule in text  # pay's traffic, still pay's
+    assert f'name="user" value="{mover.pk}"' not in text  # the mover is infra's now
     answer = pay.client("admin").post(
         APPLY, {"user": mover.pk, "rule": rule, "action": "allow", "version": 0}
     )
-    assert answer.status_code == 404 and rule not in profile_for(mover).allow
-    # infra's admin now manages the mover (their only agent is infra's): suggested there.
+    assert answer.status_code in (403, 404) and rule not in profile_for(mover).allow
+    # infra's admin manages the mover now, but reads none of the calls made for pay.
     theirs = infra.client("admin").get(ANALYTICS).content.decode()
-    assert f'name="user" value="{mover.pk}"' in theirs
-    # An agent moved into pay by someone who still owns one in infra: counted, not suggested.
+    assert rule not in theirs and f'name="user" value="{mover.pk}"' not in theirs
+    # An agent moved into pay: its history stays infra's.
     owner = infra.agent.owner
     incoming = _agent_in(infra.team, owner)
     moved_rule = _approved(incoming, f"i{uuid.uuid4().hex[:6]}")
     agents.transfer_agent(agent=incoming, team=pay.team, actor="test")
-    text = pay.client("admin").get(ANALYTICS).content.decode()
-    assert moved_rule in text  # the pattern list: the agent is pay's now, with its history
-    assert f'name="user" value="{owner.pk}"' not in text
+    assert moved_rule not in pay.client("admin").get(ANALYTICS).content.decode()
+    assert moved_rule in infra.client("admin").get(ANALYTICS).content.decode()
 
 
 def _log_only_everywhere(pay: TeamWorld, infra: TeamWorld) -> dict[str, tuple[str, str]]:

@@ -62,6 +62,7 @@ def test_a_team_admins_suggestions_are_for_their_own_people_and_backtest_their_c
     infra = create_team(name=unique("infra"), actor="test")
     history = History()
     Agent.objects.filter(pk=history.fx.agent.pk).update(team=pay)
+    AgentSession.objects.filter(pk=history.session.pk).update(team=pay)  # (pay's history)
     for i in range(20):
         history.decide("run_command", NPM, "alice", True, 8 + i % 5)
     owner = history.save()
@@ -77,7 +78,10 @@ def test_a_team_admins_suggestions_are_for_their_own_people_and_backtest_their_c
     elsewhere = History()
     elsewhere.fx = type(history.fx)(other, "", owner)
     elsewhere.session = AgentSession.objects.create(
-        agent=other, mode="standard", workspace=str(settings.HARNESS_WORKSPACE_ROOT)
+        agent=other,
+        team_id=other.team_id,
+        mode="standard",
+        workspace=str(settings.HARNESS_WORKSPACE_ROOT),
     )
     elsewhere.decide("run_command", {"argv": ["npm", "test", "--", "infra-secret"]}, "x", True, 9)
     elsewhere.save()

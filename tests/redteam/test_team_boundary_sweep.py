@@ -217,24 +217,24 @@ def test_an_edit_of_an_escalated_ask_stays_with_the_tier_it_was_escalated_to() -
 
 
 @pytest.mark.live
-def test_a_timeline_socket_stops_when_its_session_leaves_the_auditors_teams(
+def test_a_timeline_socket_stops_when_its_auditor_leaves_the_sessions_team(
     live_stack: LiveStack, live_db: None
 ) -> None:
-    """An auditor's open timeline socket kept receiving a session's summary (its calls,
-    asks, approvals and times, after every change) once the session's agent moved to
-    another team, which the page and a new socket refuse: the socket closes instead.
-    Push-only: what the browser sends changes nothing; the queue socket of a reviewer who
-    leaves the team closes at once."""
+    """An auditor's open timeline socket of a session is the session's team's: it keeps
+    hearing the session when its agent moves to another team (the session stays its
+    team's record, AgentSession.team; before, it went on carrying the session to nobody's
+    team's auditor once the agent's team changed, and the fix closed it) and closes when
+    the auditor leaves that team. Push-only: what the browser sends changes nothing; the
+    queue socket of a reviewer who leaves the team closes at once."""
     pay, infra = make_team("pay"), make_team("infra")
     reviewer, auditor = cookie(pay.members["reviewer"]), cookie(pay.members["auditor"])
     got: dict[str, Any] = {}
 
-    def move() -> None:
+    def move() -> None:  # cancels the session's waiting ask: a change of the session
         agents.transfer_agent(agent=pay.agent.agent, actor="test", team=infra.team)
-        submit_one(pay.session, "write_file", {"path": "moved.txt", "content": "y"}, "moved")
 
-    def leave() -> None:
-        remove_member(team=pay.team, user=pay.members["reviewer"], role="reviewer", actor="t")
+    def leave(role: str) -> None:
+        remove_member(team=pay.team, user=pay.members[role], role=role, actor="t")
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
@@ -249,12 +249,18 @@ def test_a_timeline_socket_stops_when_its_session_leaves_the_auditors_teams(
         got["timeline heard"] = await heard(timeline, 1)
         await loop.run_in_executor(None, closing_connections(move))
         got["timeline after move"] = await timeline.receive_output(timeout=5)
-        await loop.run_in_executor(None, closing_connections(leave))
-        got["queue after leaving"] = await queue.receive_output(timeout=5)
+        await loop.run_in_executor(None, closing_connections(lambda: leave("auditor")))
+        got["timeline after leaving"] = await timeline.receive_output(timeout=5)
+        await loop.run_in_executor(None, closing_connections(lambda: leave("reviewer")))
+        while (message := await queue.receive_output(timeout=5))["type"] == "websocket.send":
+            pass  # (the moved ask's removal)
+        got["queue after leaving"] = message
 
     run_async(scenario)
     assert got["queue heard"] == [] and got["timeline heard"] == []
-    assert got["timeline after move"] == {"type": "websocket.close", "code": 4403}
+    after_move = got["timeline after move"]
+    assert after_move["type"] == "websocket.send" and "audit-summary" in after_move["text"]
+    assert got["timeline after leaving"] == {"type": "websocket.close", "code": 4403}
     assert got["queue after leaving"] == {"type": "websocket.close", "code": 4403}
 
 
