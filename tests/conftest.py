@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,6 +133,121 @@ def _device_code_counts_cleared(request: pytest.FixtureRequest) -> Iterator[None
     clear_device_code_counts(TEST_CLIENT_ADDRESS)
     yield
     clear_device_code_counts(TEST_CLIENT_ADDRESS)
+
+
+# --- Pooled PostgreSQL connections ------------------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _socket_tests_close_their_connections() -> None:
+    """channels' test communicator turns channels.db's close_old_connections into a no-op
+    while it sends to or reads from a consumer (so that a TestCase's connection is not
+    closed inside its transaction). Our socket tests are transactional or live, and the
+    consumers' reads run in other threads: asgiref's shared sync thread and, for
+    thread_sensitive=False reads (audit.consumers' still_active, before every push), the
+    test loop's executor threads, which end with the loop. Each such thread kept its
+    pooled connection checked out, and one that ended lost it from the pool for good
+    (CI, stop 57: late tests of one worker waited 10 s for a connection). Here the
+    communicator closes what channels closes in production, except a connection inside a
+    transaction (a TestCase's)."""
+    from channels.testing import application
+
+    if not callable(getattr(application, "no_op", None)):
+        raise pytest.UsageError(
+            "channels.testing.application.no_op is gone: see tests/conftest.py,"
+            " _socket_tests_close_their_connections"
+        )
+    application.no_op = _close_old_connections_outside_transactions
+
+
+def _close_old_connections_outside_transactions() -> None:
+    """channels' close_old_connections (CONN_MAX_AGE is 0: each is closed, given back to
+    the pool), but never a connection inside a transaction."""
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
+
+
+@pytest.fixture(autouse=True)
+def _pooled_connections_given_back(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test gives back every pooled connection its threads took: after it, no more are
+    checked out of the process's pool than before (this thread's own aside). A thread that
+    ends holding one never gives it back, and once the pool's max_size are out, every later
+    test waits 10 s for one and fails, far from the test that leaked them. Threads the test
+    started may still be finishing: they are waited for (bounded) before the count."""
+    if not _pooled():
+        yield
+        return
+    pool = _pool()
+    threads = set(threading.enumerate())
+    before = _checked_out(pool)
+    yield
+    _shared_sync_thread_closes_its_connections()
+    after_pool = _pool()
+    if after_pool is None or (pool is not None and after_pool is not pool):
+        return  # (the pool was closed or replaced: a setting changed, the session ended)
+    after = _settled_checked_out(after_pool, before, threads)
+    if after > before:
+        stats = after_pool.get_stats()
+        pytest.fail(
+            f"{request.node.nodeid} left {after - before} pooled PostgreSQL connection(s)"
+            f" checked out ({before} before it, {after} after; pool {stats}): a thread used"
+            " the ORM and ended without connections.close_all(). Run it with"
+            " `-p tests.support.pool_trace` to see which thread took them, and where.",
+            pytrace=False,
+        )
+
+
+def _shared_sync_thread_closes_its_connections() -> None:
+    """asgiref's shared sync thread lives as long as the process and runs every
+    thread-sensitive sync_to_async outside a request (a test's own asyncio.run, channels'
+    consumers): the connection it opened for one test is closed after it, not kept for the
+    process, so that no test is counted for another's."""
+    from asgiref.sync import SyncToAsync
+
+    closed = SyncToAsync.single_thread_executor.submit(_close_old_connections_outside_transactions)
+    with contextlib.suppress(concurrent.futures.TimeoutError):
+        closed.result(5)  # (busy past that: _shared_sync_thread_left_free names the test)
+
+
+def _pooled() -> bool:
+    return "pool" in settings.DATABASES["default"].get("OPTIONS", {})
+
+
+def _pool() -> Any:
+    """The process's pool for "default", None before any connection opened it."""
+    from django.db import connections
+
+    return type(connections["default"])._connection_pools.get("default")  # type: ignore[attr-defined]
+
+
+def _checked_out(pool: Any) -> int:
+    """Connections out of `pool` now, other than this thread's own."""
+    if pool is None:
+        return 0
+    from django.db import connection
+
+    stats = pool.get_stats()
+    mine = 1 if connection.connection is not None else 0
+    return int(stats.get("pool_size", 0) - stats.get("pool_available", 0)) - mine
+
+
+def _settled_checked_out(pool: Any, before: int, threads: set[threading.Thread]) -> int:
+    """The count once the test's own threads have ended (each waited for, 10 s in all) and
+    the pool has put back what they returned (it checks a returned connection in a thread
+    of its own: a short bounded poll of its stats, only when the count is still high)."""
+    after = _checked_out(pool)
+    if after <= before:
+        return after
+    deadline = time.monotonic() + 10
+    for thread in set(threading.enumerate()) - threads:
+        if not thread.name.startswith(f"{pool.name}-"):  # (not the pool's own workers)
+            thread.join(max(0.0, deadline - time.monotonic()))
+    while (after := _checked_out(pool)) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return after
 
 
 # --- asgiref's one shared sync thread --------------------------------------------------

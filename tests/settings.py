@@ -81,11 +81,3 @@ HARNESS_MCP_PAGE_SIZE = 4
 # Test processes (and the daphne and workers they start, which load these settings too)
 # hash passwords with few PBKDF2 iterations: see tests/support/hashers.py.
 PASSWORD_HASHERS = ["tests.support.hashers.QuickPBKDF2PasswordHasher"]
-
-# The test process's own pool (live stacks set HARNESS_DB_POOL_MAX for theirs): roomier than
-# a web process's 20, since a connection some test's thread leaves checked out is never
-# given back, and late tests of one xdist worker then waited 10 s for one and failed
-# (CI, stop 57; the leaking test is not found yet). Two workers' pools stay within
-# PostgreSQL's 100 connections with the live stacks'.
-if "HARNESS_DB_POOL_MAX" not in os.environ and "pool" in DATABASES["default"].get("OPTIONS", {}):  # noqa: F405
-    DATABASES["default"]["OPTIONS"]["pool"]["max_size"] = 32  # noqa: F405

@@ -31,6 +31,7 @@ from approvals.models import ApprovalRequest
 from dispatcher import agents
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
+from tests.approvals.conftest import closing_connections
 from tests.support import processes
 from tests.support.coding_agent_hooks import unable_hook_bin
 from tests.support.factories import AgentFixture, make_user, unique
@@ -242,7 +243,7 @@ def _decide_when_asked(
             feedback=feedback,
         )
 
-    thread = threading.Thread(target=decide)
+    thread = threading.Thread(target=closing_connections(decide))
     thread.start()
     return name, thread
 

@@ -31,6 +31,7 @@ from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy import profiles
+from tests.approvals.conftest import closing_connections
 from tests.support import processes
 from tests.support.coding_agent_hooks import unable_hook_bin
 from tests.support.factories import AgentFixture, make_user, unique
@@ -211,7 +212,7 @@ def test_a_command_denied_by_a_reviewer_does_not_run_and_the_model_reads_the_fee
             feedback=feedback,
         )
 
-    thread = threading.Thread(target=deny_when_asked)
+    thread = threading.Thread(target=closing_connections(deny_when_asked))
     thread.start()
     result, fake = gemini.run([call("run_shell_command", command="touch denied.txt"), say("OK.")])
     thread.join()

@@ -20,7 +20,7 @@ from django.test import Client
 from audit.models import AuditEvent
 from dispatcher import limits
 from dispatcher.models import AgentSession, Status, ToolCall
-from tests.approvals.conftest import start_session
+from tests.approvals.conftest import closing_connections, start_session
 from tests.coding_agents.test_claude_code_hook_command import run_hook
 from tests.mcp.conftest import mcp_session, run, wait_for_pending
 from tests.support.claude_code_hooks import decision, pre_tool_use, send
@@ -243,7 +243,9 @@ def test_an_mcp_body_of_many_messages_does_no_work_per_message(
             async with anyio.create_task_group() as group:
                 group.start_soon(session.call_tool, "write_file", {"path": "n.txt", "content": "x"})
                 call = await anyio.to_thread.run_sync(
-                    lambda: wait_for_pending(session_id() or "", tool="write_file")
+                    closing_connections(
+                        lambda: wait_for_pending(session_id() or "", tool="write_file")
+                    )
                 )
                 cancel = {
                     "jsonrpc": "2.0",
@@ -262,11 +264,13 @@ def test_an_mcp_body_of_many_messages_does_no_work_per_message(
                 async with httpx.AsyncClient(base_url=live_stack.url, timeout=30) as http:
                     batch = await http.post("/mcp/", json=[cancel] * 5000, headers=headers)
                 await anyio.sleep(0.5)
-                await anyio.to_thread.run_sync(call.refresh_from_db)
+                await anyio.to_thread.run_sync(closing_connections(call.refresh_from_db))
                 still = call.status
                 # Read before the task is cancelled: the SDK's v2 client may then send a
                 # cancellation of its own for the abandoned request, which does cancel.
-                audited = await anyio.to_thread.run_sync(lambda: cancelled(call))
+                audited = await anyio.to_thread.run_sync(
+                    closing_connections(lambda: cancelled(call))
+                )
                 group.cancel_scope.cancel()
             assert still == Status.PENDING_APPROVAL, still
             return batch.status_code, audited

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from dispatcher.models import Status, ToolCall
+from tests.approvals.conftest import closing_connections
 from tests.mcp.conftest import review
 from tests.support import processes
 from tests.support.factories import AgentFixture, make_user, unique
@@ -132,7 +133,7 @@ def test_claude_code_calls_harness_tools_and_asks_harness_before_its_own(
                 return
             time.sleep(0.1)
 
-    reviewer_thread = threading.Thread(target=approve_the_write, daemon=True)
+    reviewer_thread = threading.Thread(target=closing_connections(approve_the_write), daemon=True)
     reviewer_thread.start()
     steps = [
         fake_api.tool_use("mcp__harness__list_directory", path="."),

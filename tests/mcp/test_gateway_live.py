@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
@@ -23,6 +24,7 @@ from dispatcher.models import AgentSession, Status, ToolCall
 from dispatcher.policy.profiles import update_profile
 from dispatcher.policy.stages import Rejection, resolve, validate
 from dispatcher.tools.registry import get_tool
+from tests.approvals.conftest import closing_connections
 from tests.mcp.conftest import mcp_session, review, run, text_of, wait_for_pending
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
 from tests.support.live import LiveStack
@@ -157,9 +159,8 @@ def _held_call(
 
     async def scenario() -> types.CallToolResult:
         async with mcp_session(stack, fx) as (session, session_id):
-            worker = threading.Thread(
-                target=decide_in_thread, args=(session_id(), notes), daemon=True
-            )
+            decide = functools.partial(decide_in_thread, session_id(), notes)
+            worker = threading.Thread(target=closing_connections(decide), daemon=True)
             worker.start()
             return await session.call_tool(
                 "write_file",
@@ -290,7 +291,9 @@ def test_a_client_cancellation_cancels_the_pending_call(
                     session.call_tool, "write_file", {"path": "never.txt", "content": "x"}
                 )
                 call = await anyio.to_thread.run_sync(
-                    lambda: wait_for_pending(session_id() or "", tool="write_file")
+                    closing_connections(
+                        lambda: wait_for_pending(session_id() or "", tool="write_file")
+                    )
                 )
                 await session.send_notification(
                     types.CancelledNotification(
@@ -339,7 +342,7 @@ def test_a_2026_07_28_client_cancels_a_pending_call_by_closing_its_request(
                 group.start_soon(
                     client.call_tool, "write_file", {"path": "closed.txt", "content": "x"}
                 )
-                call = await anyio.to_thread.run_sync(pending)
+                call = await anyio.to_thread.run_sync(closing_connections(pending))
                 group.cancel_scope.cancel()  # the request's stream closes
             return call, client.protocol_version
 
@@ -388,7 +391,7 @@ def test_a_client_cancellation_after_an_edit_cancels_the_replacement(
                     session.call_tool, "write_file", {"path": "never.txt", "content": "x"}
                 )
                 call, replacement = await anyio.to_thread.run_sync(
-                    lambda: edit_pending(session_id() or "")
+                    closing_connections(lambda: edit_pending(session_id() or ""))
                 )
                 await session.send_notification(
                     types.CancelledNotification(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,6 +24,7 @@ from audit.models import AuditEvent
 from dispatcher.models import AgentSession, Status, ToolCall
 from floor import outbound
 from floor.outbound import OutboundRefused
+from tests.approvals.conftest import closing_connections
 from tests.mcp.conftest import review, run
 from tests.support import mcp_requests
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
@@ -235,6 +236,14 @@ def _pending(fx: AgentFixture, count: int = 1, seconds: float = 20) -> list[Tool
     raise AssertionError(f"fewer than {count} pending calls")
 
 
+async def _in_thread[T](function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`function` in one of anyio's worker threads, which end with the scenario's loop: its
+    database connection is given back when it returns (a thread that ends holding one
+    never gives it back to the pool)."""
+    call = closing_connections(functools.partial(function, *args, **kwargs))
+    return await anyio.to_thread.run_sync(call)
+
+
 def _settle(call: ToolCall, seconds: float = 20) -> ToolCall:
     deadline = time.monotonic() + seconds
     call.refresh_from_db()
@@ -264,8 +273,8 @@ def test_closing_after_the_approval_neither_cancels_nor_reruns_the_call(
             group.start_soon(
                 functools.partial(http.post, live_stack.url + "/mcp/", json=body, headers=headers)
             )
-            [call] = await anyio.to_thread.run_sync(_pending, fx)
-            await anyio.to_thread.run_sync(lambda: review(call, reviewer, approve=True))
+            [call] = await _in_thread(_pending, fx)
+            await _in_thread(review, call, reviewer, approve=True)
             group.cancel_scope.cancel()  # closed just after the approval
         return call
 
@@ -299,7 +308,7 @@ def test_closed_streams_give_their_wait_slots_back_and_cancel_only_their_own_cal
             group.start_soon(
                 functools.partial(http.post, live_stack.url + "/mcp/", json=body, headers=headers)
             )
-            await anyio.to_thread.run_sync(_pending, other)
+            await _in_thread(_pending, other)
             # (the other agent keeps its stream open until the end of this scenario)
             await anyio.to_thread.run_sync(held.wait, 60)
             group.cancel_scope.cancel()
@@ -326,7 +335,7 @@ def test_closed_streams_give_their_wait_slots_back_and_cancel_only_their_own_cal
                         http.post, live_stack.url + "/mcp/", json=body, headers=headers
                     )
                 )
-            await anyio.to_thread.run_sync(_pending, fx, limit)
+            await _in_thread(_pending, fx, limit)
             extra = modern_body(
                 99,
                 "tools/call",

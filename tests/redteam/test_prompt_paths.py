@@ -21,6 +21,7 @@ from audit import kinds
 from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy.profiles import update_profile
+from tests.approvals.conftest import closing_connections
 from tests.mcp.conftest import mcp_session, review, run, text_of
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
 from tests.support.live import LiveStack
@@ -105,7 +106,7 @@ def test_without_a_workspace_an_edit_is_asked_of_a_person_not_allowed(
                 return
             time.sleep(0.1)
 
-    person = threading.Thread(target=deny_when_asked, daemon=True)
+    person = threading.Thread(target=closing_connections(deny_when_asked), daemon=True)
     person.start()
     answer = _prompt(live_stack, fx, "Edit", _edit("/etc/hosts"))
     answered.set()

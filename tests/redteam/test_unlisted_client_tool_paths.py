@@ -23,6 +23,7 @@ from audit import kinds
 from audit.models import AuditEvent
 from dispatcher.models import Status, ToolCall
 from dispatcher.policy.profiles import update_profile
+from tests.approvals.conftest import closing_connections
 from tests.mcp.conftest import review
 from tests.redteam.test_prompt_paths import _prompt
 from tests.support import claude_code_hooks as claude
@@ -95,7 +96,7 @@ def test_without_a_workspace_the_prompts_unlisted_tool_with_paths_is_asked(
                 return
             time.sleep(0.1)
 
-    person = threading.Thread(target=deny_when_asked, daemon=True)
+    person = threading.Thread(target=closing_connections(deny_when_asked), daemon=True)
     person.start()
     answer = _prompt(live_stack, fx, "Artifact", _artifact(file_path="/home/dev/.ssh/id_rsa"))
     answered.set()
