@@ -68,7 +68,7 @@ def test_one_persons_agents_together_hold_at_most_the_persons_waits(
     assert "HARNESS_MAX_WAITS_PER_PERSON" in error["message"]
     assert "across all of their agents" in error["message"]
     assert int(refused["Retry-After"]) > 0
-    assert not ToolCall.objects.filter(session_id=session_id).exists()
+    assert not ToolCall.objects.filter(session_id=uuid.UUID(session_id)).exists()
     # A held hook of the same person: cancelled at once, saying whose cap.
     hook_session = str(uuid.uuid4())
     body = pre_tool_use(hook_session, "Bash", {"command": "make deploy"})
@@ -83,7 +83,7 @@ def test_one_persons_agents_together_hold_at_most_the_persons_waits(
     limits.release_wait(held_slots.pop())
     again = submit(third, session_id, [write("p1")], wait=0.2)
     assert again.status_code == 202, again.content
-    assert ToolCall.objects.filter(session_id=session_id).count() == 1
+    assert ToolCall.objects.filter(session_id=uuid.UUID(session_id)).count() == 1
 
 
 @pytest.mark.django_db
