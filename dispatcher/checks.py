@@ -259,6 +259,43 @@ def check_running_cap(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 
 
 @register()
+def check_person_caps(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """HARNESS_MAX_WAITS_PER_PERSON and the request rate per person (docs/security.md,
+    "Fair shares")."""
+    from dispatcher import limits
+    from dispatcher.gateways.mcp import ORM_THREADS
+
+    errors = []
+    value = str(settings.HARNESS_MAX_WAITS_PER_PERSON)
+    if (problem := limits.waits_per_person_problem(value)) is not None:
+        hint = "Leave it unset (16), or set a whole number of waits; 0 turns the cap off."
+        errors.append(Error(f"{problem}.", hint=hint, id="dispatcher.E047"))
+    elif int(value) >= ORM_THREADS:
+        errors.append(
+            Error(
+                f"HARNESS_MAX_WAITS_PER_PERSON is {value}: one person's agents could hold all "
+                f"{ORM_THREADS} ORM threads of an MCP gateway process, and every other "
+                "person's calls would wait for one.",
+                hint=f"Set it below {ORM_THREADS} (16 by default), or 0 for no cap per person.",
+                id="dispatcher.E047",
+            )
+        )
+    if settings.HARNESS_PERSON_REQUESTS_PER_SECOND < 0 or (
+        settings.HARNESS_PERSON_REQUESTS_PER_SECOND > 0
+        and settings.HARNESS_PERSON_REQUEST_BURST < 1
+    ):
+        errors.append(
+            Error(
+                "HARNESS_PERSON_REQUESTS_PER_SECOND must be 0 (no rate per person) or more, "
+                "with HARNESS_PERSON_REQUEST_BURST at least 1.",
+                hint="Leave both unset (40 per second, bursts of 120).",
+                id="dispatcher.E047",
+            )
+        )
+    return errors
+
+
+@register()
 def check_task_time_limit(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """The worker's time limit (the backstop) must never cut a tool inside its own timeout."""
     from dispatcher.tools.registry import builtin_tools

@@ -1,4 +1,5 @@
-"""Fair shares per agent, whatever gateway a request came through (docs/security.md).
+"""Fair shares per agent and per person, whatever gateway a request came through
+(docs/security.md, "Fair shares").
 
 Three caps hold per agent across every web process, so the counts live where all of them
 look (Redis for the two that change on every request, the database for the third):
@@ -12,6 +13,18 @@ look (Redis for the two that change on every request, the database for the third
   session, an MCP initialize);
 - calls pending approval (HARNESS_MAX_PENDING_ASKS_PER_AGENT): counted in the database by
   admission, only for a call that would ask (dispatcher.admission).
+
+A person may hold many agents (each OAuth sign-in makes one, besides tokens pasted from
+the dashboard), so the two caps that guard what every agent shares, the web processes'
+threads and time, also hold per person, the agent's owner (its `owner_id`, on the agent
+row every gateway already read): waits held by all of the person's agents together
+(HARNESS_MAX_WAITS_PER_PERSON) and their requests together
+(HARNESS_PERSON_REQUESTS_PER_SECOND). Each is taken in the same Redis script call as the
+agent's own, so neither costs a round trip. An agent moved to another owner
+(agents.transfer_agent, hand_over_agent) counts against the new owner from its next
+request; the slots it holds meanwhile stay counted with the old owner until they are
+given back or lapse. (Calls pending approval stay per agent: they hold no thread, and
+expire.)
 
 And before any of them, a request rate (HARNESS_AGENT_REQUESTS_PER_SECOND, with bursts of
 HARNESS_AGENT_REQUEST_BURST): a token bucket per agent in Redis, taken by every gateway
@@ -46,14 +59,22 @@ from floor.redis_clients import held
 
 logger = logging.getLogger(__name__)
 
-# Take one slot if fewer than ARGV[3] are held: KEYS[1] the agent's set, ARGV[1] now,
-# ARGV[2] when the slot lapses, ARGV[4] its member. 1 when taken, 0 when all are held.
+# Take one slot in every set of KEYS (the agent's, then its person's when capped) if each
+# holds fewer than its cap, ARGV[3 + i] for KEYS[i]: ARGV[1] now, ARGV[2] when the slot
+# lapses, ARGV[3] its member. 0 when taken; i when KEYS[i] is full (nothing taken). A set
+# expires with its last slot to lapse, not with the newest (a short wait taken beside a
+# long one must not take the long one with it when its key expires).
 _RESERVE = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
-redis.call('EXPIREAT', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
-return 1
+for i, key in ipairs(KEYS) do
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', ARGV[1])
+  if redis.call('ZCARD', key) >= tonumber(ARGV[3 + i]) then return i end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('ZADD', key, ARGV[2], ARGV[3])
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  redis.call('EXPIREAT', key, math.ceil(tonumber(last[2])) + 1)
+end
+return 0
 """
 # Count one new session in this minute: KEYS[1] the agent's counter of this minute.
 _COUNT = """
@@ -61,30 +82,43 @@ local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('EXPIRE', KEYS[1], 120) end
 return n
 """
-# Take one request from the agent's bucket: KEYS[1] the bucket (a hash of tokens and when
-# they were counted), ARGV[1] tokens per second, ARGV[2] the bucket's size. Redis's own
-# clock, so every web process sees the same time. {1, 0} when taken; {0, ms} when empty,
-# with how long until a token is back. A refused request counts too, down to a debt of
-# one bucket: an agent that knocks again at once waits longer (up to twice the bucket's
-# refill time), one that waits as told gets through.
+# Take one request from every bucket of KEYS (the agent's, then its person's when capped;
+# each a hash of tokens and when they were counted), ARGV[2i - 1] tokens per second and
+# ARGV[2i] the size of KEYS[i]. Redis's own clock, so every web process sees the same
+# time. {1, 0, left, 0} when taken from all (`left`: the fewest whole tokens any has
+# now); {0, ms, left, i} when one is empty (none taken), with how long until every
+# bucket has a token, KEYS[i] the one that takes longest. A refused request counts too,
+# in each empty bucket, down to a debt of one bucket: an agent that knocks again at once
+# waits longer (up to twice the bucket's refill time), one that waits as told gets
+# through.
 _BUCKET = """
-local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
-local held = redis.call('HMGET', KEYS[1], 'tokens', 'at')
-local tokens, at = tonumber(held[1]), tonumber(held[2])
-if tokens == nil or at == nil then tokens, at = burst, now end
-tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
-local taken, wait = 0, 0
-if tokens >= 1 then
-  tokens, taken = tokens - 1, 1
-else
-  if tokens > -burst then tokens = tokens - 1 end
-  wait = math.ceil((1 - tokens) / rate * 1000)
+local tokens, rates, bursts = {}, {}, {}
+local full = true
+for i, key in ipairs(KEYS) do
+  local rate, burst = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
+  local held = redis.call('HMGET', key, 'tokens', 'at')
+  local n, at = tonumber(held[1]), tonumber(held[2])
+  if n == nil or at == nil then n, at = burst, now end
+  tokens[i], rates[i], bursts[i] = math.min(burst, n + math.max(0, now - at) * rate), rate, burst
+  if tokens[i] < 1 then full = false end
 end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
-return {taken, wait, math.floor(tokens)}
+local taken, wait, by, left = 0, 0, 0, nil
+for i, key in ipairs(KEYS) do
+  if full then
+    tokens[i] = tokens[i] - 1
+  elseif tokens[i] < 1 then
+    if tokens[i] > -bursts[i] then tokens[i] = tokens[i] - 1 end
+    local ms = math.ceil((1 - tokens[i]) / rates[i] * 1000)
+    if ms > wait then wait, by = ms, i end
+  end
+  if left == nil or tokens[i] < left then left = tokens[i] end
+  redis.call('HSET', key, 'tokens', tostring(tokens[i]), 'at', tostring(now))
+  redis.call('PEXPIRE', key, math.ceil((bursts[i] - tokens[i]) / rates[i] * 1000) + 1000)
+end
+if full then taken = 1 end
+return {taken, wait, math.floor(left), by}
 """
 # A slot outlives its wait by this much before it lapses on its own (a slow release).
 LAPSE_MARGIN = 60.0
@@ -110,6 +144,42 @@ def _key(kind: str, agent: Agent, *parts: object) -> str:
     return ":".join([settings.HARNESS_LIMITS_PREFIX, kind, agent_key(agent), *map(str, parts)])
 
 
+def person_key(agent: Agent) -> str:
+    """How the caps per person name the agent's owner: their id (`owner_id`, on the agent
+    row already read: no query), and the database's name, so that person 5 of another
+    database on the same Redis (a second deployment, a test run) is not this one."""
+    database = str(settings.DATABASES["default"].get("NAME", ""))
+    tag = _database_tags.get(database)
+    if tag is None:
+        tag = _database_tags.setdefault(database, hashlib.sha256(database.encode()).hexdigest()[:8])
+    return f"{tag}-{agent.owner_id}"
+
+
+_database_tags: dict[str, str] = {}
+
+
+def _person(kind: str, agent: Agent) -> str:
+    """The counter of `kind` of the agent's owner, shared by all of their agents."""
+    return ":".join([settings.HARNESS_LIMITS_PREFIX, f"{kind}-person", person_key(agent)])
+
+
+def waits_per_person_problem(value: str) -> str | None:
+    """What is wrong with a HARNESS_MAX_WAITS_PER_PERSON value, or None."""
+    if value.isascii() and value.isdigit():
+        return None
+    return (
+        f"HARNESS_MAX_WAITS_PER_PERSON is {value!r}: it must be a whole number of waits "
+        "(0: no cap per person)"
+    )
+
+
+def waits_per_person() -> int:
+    """How many waits one person's agents may hold together (0: no cap per person). A
+    value the start-up check refuses counts as the default, 16."""
+    value = str(settings.HARNESS_MAX_WAITS_PER_PERSON).strip()
+    return int(value) if waits_per_person_problem(value) is None else 16
+
+
 class LocalSlots:
     """The fallback: how many waits of each agent this process holds (any thread)."""
 
@@ -117,56 +187,101 @@ class LocalSlots:
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}
 
-    def reserve(self, agent: str, limit: int) -> bool:
+    def reserve(self, agent: str, limit: int, *more: tuple[str, int]) -> int:
+        """Take one of `agent`'s `limit` and of each of `more` (a key and its limit): 0
+        when taken, else which was full (1 for `agent`, 2 for more[0], ...)."""
+        counts = [(agent, limit), *more]
         with self._lock:
-            held = self._held.get(agent, 0)
-            if held >= limit:
-                return False
-            self._held[agent] = held + 1
-            return True
+            for i, (key, cap) in enumerate(counts, 1):
+                if self._held.get(key, 0) >= cap:
+                    return i
+            for key, _ in counts:
+                self._held[key] = self._held.get(key, 0) + 1
+            return 0
 
-    def release(self, agent: str) -> None:
+    def release(self, agent: str, *more: str) -> None:
         with self._lock:
-            held = self._held.get(agent, 0) - 1
-            if held > 0:
-                self._held[agent] = held
-            else:
-                self._held.pop(agent, None)
+            for key in (agent, *more):
+                held = self._held.get(key, 0) - 1
+                if held > 0:
+                    self._held[key] = held
+                else:
+                    self._held.pop(key, None)
 
 
 _local = LocalSlots()
 
 
-def reserve_wait(agent: Agent, seconds: float) -> str | None:
-    """Take one of the agent's HARNESS_MAX_WAITS_PER_AGENT wait slots for a wait of up to
-    `seconds` (it lapses LAPSE_MARGIN later if never released); the slot to give back
-    with release_wait, or None when the agent holds all of them (nothing taken)."""
-    key, limit = _key("waits", agent), settings.HARNESS_MAX_WAITS_PER_AGENT
+class TooManyWaits(Exception):
+    """No wait slot was taken: the agent holds HARNESS_MAX_WAITS_PER_AGENT of them, or its
+    person's agents hold HARNESS_MAX_WAITS_PER_PERSON together (`cap`: whose)."""
+
+    def __init__(self, cap: str) -> None:
+        self.cap = cap
+        super().__init__(self.message(""))
+
+    def message(self, then: str) -> str:
+        """The text every gateway sends with the refusal; `then` says what to do next."""
+        waits = "(agent API waits, hook requests and MCP calls together"
+        if self.cap == "person":
+            limit = waits_per_person()
+            text = (
+                f"This agent's owner already has {limit} requests waiting in Harness across "
+                f"all of their agents {waits}; HARNESS_MAX_WAITS_PER_PERSON)."
+            )
+        else:
+            limit = settings.HARNESS_MAX_WAITS_PER_AGENT
+            text = (
+                f"This agent already holds {limit} requests waiting in Harness "
+                f"{waits}; HARNESS_MAX_WAITS_PER_AGENT)."
+            )
+        return f"{text} {then}".strip()
+
+
+def reserve_wait(agent: Agent, seconds: float) -> str:
+    """Take one of the agent's HARNESS_MAX_WAITS_PER_AGENT wait slots, and one of its
+    person's HARNESS_MAX_WAITS_PER_PERSON (both or neither, in one script call), for a
+    wait of up to `seconds` (it lapses LAPSE_MARGIN later if never released): the slot to
+    give back with release_wait. Raises TooManyWaits, nothing taken, when either is full."""
+    keys, caps = [_key("waits", agent)], [settings.HARNESS_MAX_WAITS_PER_AGENT]
+    if (per_person := waits_per_person()) > 0:
+        keys.append(_person("waits", agent))
+        caps.append(per_person)
     member = uuid.uuid4().hex
     now = time.time()
     try:
-        taken = _client(settings.REDIS_URL).eval(
-            _RESERVE, 1, key, now, now + seconds + LAPSE_MARGIN, limit, member
+        full = _client(settings.REDIS_URL).eval(
+            _RESERVE, len(keys), *keys, now, now + seconds + LAPSE_MARGIN, member, *caps
         )
     except Exception:
         logger.warning("wait slots unavailable in Redis; counting in this process", exc_info=True)
-        return f"local {key}" if _local.reserve(key, limit) else None
-    return f"{key} {member}" if taken else None
+        full = _local.reserve(keys[0], caps[0], *zip(keys[1:], caps[1:], strict=True))
+        member = "local"
+    if int(full):
+        raise TooManyWaits("person" if int(full) == 2 else "agent")
+    return " ".join([member, *keys])
 
 
 def release_wait(slot: str) -> None:
-    """Give a slot back (reserve_wait's answer): kept for the thread's round trip to Redis
-    when one is open (redis_clients.one_round_trip, sent before it ends). Never raises: an
-    unreleased slot lapses."""
-    key, _, member = slot.partition(" ")
-    if key == "local":
-        _local.release(member)
+    """Give a slot back (reserve_wait's answer: its member, then the sets it is in): kept
+    for the thread's round trip to Redis when one is open (redis_clients.one_round_trip,
+    sent before it ends). Never raises: an unreleased slot lapses."""
+    member, *keys = slot.split(" ")
+    if member == "local":
+        _local.release(*keys)
         return
     if (trip := held(settings.REDIS_URL)) is not None:
-        trip.add(("ZREM", key, member), f"the wait slot {slot}")
+        for key in keys:
+            trip.add(("ZREM", key, member), f"the wait slot {member} in {key}")
         return
     try:
-        _client(settings.REDIS_URL).zrem(key, member)
+        if len(keys) == 1:
+            _client(settings.REDIS_URL).zrem(keys[0], member)
+        else:
+            pipe = _client(settings.REDIS_URL).pipeline(transaction=False)
+            for key in keys:
+                pipe.zrem(key, member)
+            pipe.execute()
     except Exception:
         logger.warning("could not release the wait slot %s", slot, exc_info=True)
 
@@ -174,6 +289,11 @@ def release_wait(slot: str) -> None:
 def waits_held(agent: Agent) -> int:
     """How many wait slots the agent holds now (in every process)."""
     return int(_client(settings.REDIS_URL).zcount(_key("waits", agent), time.time(), "+inf"))
+
+
+def person_waits_held(agent: Agent) -> int:
+    """How many wait slots the agent's owner holds now, with all of their agents."""
+    return int(_client(settings.REDIS_URL).zcount(_person("waits", agent), time.time(), "+inf"))
 
 
 class TooManySessions(Exception):
@@ -213,15 +333,6 @@ def retry_after_wait() -> int:
     return 5
 
 
-def too_many_waits_message(then: str) -> str:
-    """The text every gateway sends with a refused wait; `then` says what to do next."""
-    limit = settings.HARNESS_MAX_WAITS_PER_AGENT
-    return (
-        f"This agent already holds {limit} requests waiting in Harness (agent API waits, "
-        f"hook requests and MCP calls together; HARNESS_MAX_WAITS_PER_AGENT). {then}"
-    )
-
-
 def too_many_asks_message() -> str:
     limit = settings.HARNESS_MAX_PENDING_ASKS_PER_AGENT
     return (
@@ -232,19 +343,27 @@ def too_many_asks_message() -> str:
 
 
 class TooManyRequests(Exception):
-    """The agent sent more than its HARNESS_AGENT_REQUESTS_PER_SECOND (after its burst)."""
+    """The agent sent more than its HARNESS_AGENT_REQUESTS_PER_SECOND (after its burst), or
+    its person's agents together more than HARNESS_PERSON_REQUESTS_PER_SECOND (`cap`)."""
 
-    def __init__(self, retry_after_ms: int) -> None:
+    def __init__(self, retry_after_ms: int, cap: str = "agent") -> None:
         self.retry_after_ms = retry_after_ms
         self.retry_after = max(1, math.ceil(retry_after_ms / 1000))
-        rate = settings.HARNESS_AGENT_REQUESTS_PER_SECOND
-        burst = settings.HARNESS_AGENT_REQUEST_BURST
+        self.cap = cap
+        if cap == "person":
+            rate = settings.HARNESS_PERSON_REQUESTS_PER_SECOND
+            burst = settings.HARNESS_PERSON_REQUEST_BURST
+            who, name = "This agent's owner, with all of their agents,", "PERSON"
+        else:
+            rate = settings.HARNESS_AGENT_REQUESTS_PER_SECOND
+            burst = settings.HARNESS_AGENT_REQUEST_BURST
+            who, name = "This agent", "AGENT"
         super().__init__(
-            f"This agent sent requests faster than {rate:g} per second (bursts of {burst}; "
-            "HARNESS_AGENT_REQUESTS_PER_SECOND, counted across the agent API, hooks and MCP), "
-            f"so this request was not read and nothing was recorded. Send it again after "
-            f"{self.retry_after} second{'s' if self.retry_after != 1 else ''}, and space "
-            "out requests (wait for results with ?wait= rather than polling)."
+            f"{who} sent requests faster than {rate:g} per second (bursts of {burst}; "
+            f"HARNESS_{name}_REQUESTS_PER_SECOND, counted across the agent API, hooks and "
+            "MCP), so this request was not read and nothing was recorded. Send it again "
+            f"after {self.retry_after} second{'s' if self.retry_after != 1 else ''}, and "
+            "space out requests (wait for results with ?wait= rather than polling)."
         )
 
 
@@ -259,6 +378,10 @@ def _bucket_script(url: str) -> Any:
 # cannot change before then; these refusals are not counted in Redis). Only a token
 # verified and refused by `take_request` is remembered: no other token is refused by it.
 _refused_until: dict[str, float] = {}
+# ... and of those, the ones refused for their person's rate (what the refusal then says).
+# (Other agents of the person also take from the person's bucket, so the bucket may be
+# emptier when the refusal ends: never fuller before, so it holds until then.)
+_by_person: set[str] = set()
 _REMEMBERED = 10_000
 # How long an early refusal is held before it is answered (harness_site.asgi), in seconds.
 EARLY_HOLD = 1.0
@@ -278,31 +401,47 @@ def take_request(agent: Agent, token: str) -> None:
     and this process answers the same token from memory until then. Off when
     the rate is 0; when Redis cannot be reached the request goes on (a lost count never
     refuses an agent within its share)."""
-    rate = settings.HARNESS_AGENT_REQUESTS_PER_SECOND
-    if rate <= 0:
+    keys: list[str] = []
+    args: list[float] = []
+    caps: list[str] = []
+    if (rate := settings.HARNESS_AGENT_REQUESTS_PER_SECOND) > 0:
+        keys.append(_key("rate", agent))
+        args += [rate, max(1, settings.HARNESS_AGENT_REQUEST_BURST)]
+        caps.append("agent")
+    if (rate := settings.HARNESS_PERSON_REQUESTS_PER_SECOND) > 0:
+        keys.append(_person("rate", agent))
+        args += [rate, max(1, settings.HARNESS_PERSON_REQUEST_BURST)]
+        caps.append("person")
+    if not keys:
         return
-    burst = max(1, settings.HARNESS_AGENT_REQUEST_BURST)
     try:
-        taken, wait, left = _bucket_script(settings.REDIS_URL)(
-            keys=[_key("rate", agent)], args=[rate, burst]
-        )
+        taken, wait, left, by = _bucket_script(settings.REDIS_URL)(keys=keys, args=args)
     except Exception:
         logger.warning("request rate unavailable in Redis; not counted", exc_info=True)
         return
     if int(taken):
         if _refused_until and int(left) >= 1:
-            # The bucket has more to give: the requests held here may all go on. (At its
+            # The buckets have more to give: the requests held here may all go on. (At a
             # last token the refusal stays: one request per token, refused_early.)
-            _refused_until.pop(_digest(token), None)
+            digest = _digest(token)
+            _refused_until.pop(digest, None)
+            _by_person.discard(digest)
         return
     if len(_refused_until) >= _REMEMBERED:
         now = time.monotonic()
         # (over a copy: the event loop's thread renews refusals meanwhile, refused_early)
         for digest in [d for d, until in list(_refused_until.items()) if until <= now]:
             _refused_until.pop(digest, None)
+            _by_person.discard(digest)
+    cap = caps[int(by) - 1] if 0 < int(by) <= len(caps) else "agent"
     if len(_refused_until) < _REMEMBERED:
-        _refused_until[_digest(token)] = time.monotonic() + int(wait) / 1000
-    raise TooManyRequests(int(wait))
+        digest = _digest(token)
+        _refused_until[digest] = time.monotonic() + int(wait) / 1000
+        if cap == "person":
+            _by_person.add(digest)
+        else:
+            _by_person.discard(digest)
+    raise TooManyRequests(int(wait), cap)
 
 
 def refused_early(
@@ -319,11 +458,15 @@ def refused_early(
     it (`take_request`). A request already let through here, by the ASGI router, is not
     checked again by its handler (`scope`)."""
     rate = settings.HARNESS_AGENT_REQUESTS_PER_SECOND
-    if not _refused_until or rate <= 0 or (scope is not None and scope.get(_LET_THROUGH)):
+    if not _refused_until or (scope is not None and scope.get(_LET_THROUGH)):
         return None
     digest = _digest(token)
     until = _refused_until.get(digest)
     if until is None:
+        return None
+    if digest in _by_person:
+        rate = settings.HARNESS_PERSON_REQUESTS_PER_SECOND
+    if rate <= 0:
         return None
     now = time.monotonic()
     if until <= now - EARLY_HOLD - 1 / rate:
@@ -333,13 +476,16 @@ def refused_early(
         # by one for good (and a request that never reaches the bucket, renewing it,
         # would have the next ones refused from memory with a full bucket).
         _refused_until.pop(digest, None)
+        _by_person.discard(digest)
         return None
     if until <= now:
         _refused_until[digest] = now + 1 / rate
         if scope is not None:
             scope[_LET_THROUGH] = True
         return None
-    return TooManyRequests(math.ceil((until - now) * 1000))
+    return TooManyRequests(
+        math.ceil((until - now) * 1000), "person" if digest in _by_person else "agent"
+    )
 
 
 def refused_scope(scope: MutableMapping[str, Any]) -> TooManyRequests | None:

@@ -592,6 +592,10 @@ if HARNESS_CHECKPOINT_INTERVAL > 0:
 HARNESS_MAX_WAITS_PER_AGENT = int(env("HARNESS_MAX_WAITS_PER_AGENT", "8"))
 HARNESS_MAX_PENDING_ASKS_PER_AGENT = int(env("HARNESS_MAX_PENDING_ASKS_PER_AGENT", "50"))
 HARNESS_MAX_SESSIONS_PER_MINUTE = int(env("HARNESS_MAX_SESSIONS_PER_MINUTE", "30"))
+# ... and per person (an agent's owner), all of their agents together: waits held at once,
+# by default half of an MCP gateway process's 32 ORM threads, so one person's agents never
+# hold all of them (a whole number; 0: no cap per person; check dispatcher.E047).
+HARNESS_MAX_WAITS_PER_PERSON = env("HARNESS_MAX_WAITS_PER_PERSON", "16").strip()
 # Calls of one owner (person) running at once, on every worker together (dispatcher.batches,
 # docs/security.md): `auto` leaves one of the worker's processes for other owners; 0: no cap.
 HARNESS_MAX_RUNNING_PER_OWNER = env("HARNESS_MAX_RUNNING_PER_OWNER", "auto").strip().lower()
@@ -606,6 +610,10 @@ HARNESS_MCP_RUN_IDLE = float(env("HARNESS_MCP_RUN_IDLE", "900"))
 # with Retry-After beyond (0: no rate).
 HARNESS_AGENT_REQUESTS_PER_SECOND = float(env("HARNESS_AGENT_REQUESTS_PER_SECOND", "20"))
 HARNESS_AGENT_REQUEST_BURST = int(env("HARNESS_AGENT_REQUEST_BURST", "60"))
+# ... and of one person's agents together (a bucket per owner, taken in the same Redis
+# call; 0: no rate per person).
+HARNESS_PERSON_REQUESTS_PER_SECOND = float(env("HARNESS_PERSON_REQUESTS_PER_SECOND", "40"))
+HARNESS_PERSON_REQUEST_BURST = int(env("HARNESS_PERSON_REQUEST_BURST", "120"))
 # Decide-only tool sets: the tools each client runs itself, resolved only for that
 # client's sessions (never listed by GET /api/v1/tools). See docs/claude-code.md and
 # docs/coding-agents.md.

@@ -223,18 +223,21 @@ def clamp_wait(wait: float) -> float:
     return max(0.0, min(float(wait), settings.HARNESS_MAX_WAIT))
 
 
-def reserve_wait(agent: Agent, seconds: float) -> str | None:
-    """Take one of the agent's wait slots (dispatcher.limits): the slot, or None when the
-    agent holds all of them."""
-    return limits.reserve_wait(agent, seconds)
+def reserve_wait(agent: Agent, seconds: float) -> str | limits.TooManyWaits:
+    """Take one of the agent's wait slots (dispatcher.limits): the slot, or the refusal
+    when the agent, or its person's agents together, hold all of theirs."""
+    try:
+        return limits.reserve_wait(agent, seconds)
+    except limits.TooManyWaits as full:
+        return full
 
 
-def too_many_waits() -> JsonResponse:
+def too_many_waits(full: limits.TooManyWaits) -> JsonResponse:
     """429: nothing of the request was recorded, so sending it again later creates it once."""
     response = error(
         429,
         "too_many_waits",
-        limits.too_many_waits_message(
+        full.message(
             "Nothing in this request was recorded or waited for. Wait until one of them "
             "answers, or send this request with wait=0 and ask for the results later with "
             "GET /api/v1/calls/{id}?wait=N."
@@ -482,8 +485,11 @@ def _submit(
     except limits.TooManyRequests as refusal:
         return too_many_requests(refusal)
     slot = None
-    if waits and (slot := reserve_wait(session.agent, seconds)) is None:
-        return too_many_waits()
+    if waits:
+        taken = reserve_wait(session.agent, seconds)
+        if isinstance(taken, limits.TooManyWaits):
+            return too_many_waits(taken)
+        slot = taken
     try:
         outcome = _read_and_admit(session, request)
     except BaseException:
@@ -611,10 +617,10 @@ async def get_call(request: HttpRequest, call_id: UUID, wait: float = 0) -> Http
         return JsonResponse(call_json(call))
     slot = await slot_taken(
         sync_to_async(reserve_wait, thread_sensitive=False)(agent_of(request), seconds),
-        lambda slot: slot,
+        lambda slot: slot if isinstance(slot, str) else None,
     )
-    if slot is None:
-        return too_many_waits()
+    if isinstance(slot, limits.TooManyWaits):
+        return too_many_waits(slot)
     ids = [str(call.pk)]
     held = HeldSlot(slot)
     try:

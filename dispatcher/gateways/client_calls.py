@@ -140,12 +140,13 @@ async def _wait_with_slot(call: ToolCall, session: AgentSession, seconds: float)
     the call is cancelled at once (recorded, with why) and the client told so."""
     if seconds <= 0:  # nothing is held: the call is given up at once
         return await _wait_holding_slot(call, session, seconds)
-    slot = await slot_taken(  # (a client gone meanwhile: given back when it is taken)
-        sync_to_async(limits.reserve_wait, thread_sensitive=False)(session.agent, seconds),
-        lambda slot: slot,
-    )
-    if slot is None:
-        reason = limits.too_many_waits_message(
+    try:
+        slot = await slot_taken(  # (a client gone meanwhile: given back when it is taken)
+            sync_to_async(limits.reserve_wait, thread_sensitive=False)(session.agent, seconds),
+            lambda slot: slot,
+        )
+    except limits.TooManyWaits as full:
+        reason = full.message(
             "So this call was not held for a reviewer and did not run. Wait until one of "
             "the agent's waiting calls is decided, then propose this call again."
         )

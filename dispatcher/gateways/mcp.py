@@ -267,18 +267,20 @@ class WaitSlot:
         self.lock = threading.Lock()
 
     def take(self) -> None:
-        """Raises MCPError (TOO_MANY_WAITS) when the agent holds all of its slots."""
-        slot = limits.reserve_wait(self.agent, self.seconds)
-        if slot is None:
+        """Raises MCPError (TOO_MANY_WAITS) when the agent, or its person's agents
+        together, hold all of their slots."""
+        try:
+            slot = limits.reserve_wait(self.agent, self.seconds)
+        except limits.TooManyWaits as full:
             raise MCPError(
                 code=TOO_MANY_WAITS,
-                message=limits.too_many_waits_message(
+                message=full.message(
                     "Nothing of this request was recorded. Wait until one of its calls "
                     "is answered, then send it again (retry after "
                     f"{limits.retry_after_wait()} s)."
                 ),
                 data={"retry_after": limits.retry_after_wait()},
-            )
+            ) from None
         with self.lock:
             ended = self.ended
             if not ended:
