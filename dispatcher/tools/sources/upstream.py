@@ -137,8 +137,8 @@ def launch_argv(endpoint: Endpoint, held: contextlib.ExitStack) -> tuple[list[st
     sandbox, after the drop to the sandbox user, and the launcher itself starts with
     sandbox_servers.LAUNCHER_ENVIRONMENT (the launcher runs as Harness, root often: a
     configured LD_PRELOAD was loaded into it). With the sandbox off the server is started
-    with it directly (`env -u` takes out the SDK's defaults, HOME, USER, ..., unless they
-    were configured). The program is looked up on that PATH here, so that the sandbox
+    with it directly (stdio.bounded_stdio_client adds none of the SDK's defaults; `env -u`
+    takes HOME, USER, ... out again all the same, unless they were configured). The program is looked up on that PATH here, so that the sandbox
     can show it the files it needs to start."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **dict(endpoint.env)}
     problem = sandbox_servers.environment_problem(dict(endpoint.env))
