@@ -12,16 +12,26 @@ descriptor, so this process holds it (`held`) and the launcher opens it again th
 --ro-bind-fd (and checks that what it mounted is that one). A path swapped for a symlink
 after the check binds nothing else: bound by path, a read-only path a program exchanged
 with a symlink at the right moment had bwrap, as root, show the server any directory.
+
+The server's configured environment is no part of its launcher's: the launcher (shell,
+prlimit, REOPEN, bwrap outside the sandbox as Harness, setpriv inside it as root) runs
+with LAUNCHER_ENVIRONMENT, and the variables reach the server through a descriptor held
+the same way (ENVIRONMENT_FD), applied by a shell run as the sandbox user after setpriv
+(APPLY_ENVIRONMENT), never through an argv another user of the host could read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import re
+import shlex
 import shutil
 import stat
 import sys
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from django.conf import settings
@@ -68,42 +78,41 @@ import os, sys
 args = sys.argv[1:]
 cut = args.index("--")
 for spec in args[:cut]:
-    source, number, identity = spec.rsplit("=", 2)
+    source, number, identity, access = spec.split("=")
     try:
-        fd = os.open(source, os.O_PATH)
+        fd = os.open(source, os.O_RDONLY if access == "read" else os.O_PATH)
         info = os.fstat(fd)
     except OSError as error:
-        sys.exit(f"harness: the server's path held as {source} is gone ({error.strerror})")
+        sys.exit(f"harness: what the server was given, held as {source}, is gone ({error.strerror})")
     if f"{info.st_dev}:{info.st_ino}" != identity:
-        sys.exit(f"harness: the server's path held as {source} is gone (another file)")
-    os.dup2(fd, int(number))
-    os.close(fd)
+        sys.exit(f"harness: what the server was given, held as {source}, is gone (another file)")
+    if fd == int(number):  # (opened as that number already: it only has to be inherited)
+        os.set_inheritable(fd, True)
+    else:
+        os.dup2(fd, int(number))
+        os.close(fd)
 os.execv(args[cut + 1], args[cut + 1:])
 """
-FIRST_PATH_FD = 10  # the launcher's descriptors for the paths (0-3 are taken)
-# Variables the dynamic loader and the C library act on as any program starts (glibc's
-# own list of those it ignores in a set-user-ID program, and every LD_ name). A server's
-# environment is the environment of its launcher too: the shell, prlimit and bwrap run
-# outside the sandbox as Harness (root, often), and setpriv runs as root inside it before
-# it drops to the sandbox user. LD_PRELOAD naming a library a sandboxed program wrote in
-# a workspace ran that library there, as root on the host. Refused for every server.
-LAUNCHER_VARIABLES = frozenset(
-    {
-        "GCONV_PATH",
-        "GETCONF_DIR",
-        "GLIBC_TUNABLES",
-        "HOSTALIASES",
-        "LOCALDOMAIN",
-        "LOCPATH",
-        "MALLOC_TRACE",
-        "NIS_PATH",
-        "NLSPATH",
-        "RESOLV_HOST_CONF",
-        "RES_OPTIONS",
-        "TMPDIR",
-        "TZDIR",
-    }
+FIRST_PATH_FD = 10  # the launcher's descriptors for the paths (0-4 are taken)
+# The launcher's environment, whatever the server is given: the shell, prlimit, REOPEN
+# and bwrap run outside the sandbox as Harness (root, often), and setpriv runs as root
+# inside it before it drops to the sandbox user. A server's configured environment was
+# theirs too, and LD_PRELOAD naming a library an agent's sandboxed program built ran that
+# library as root on the host.
+LAUNCHER_ENVIRONMENT = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+# The server's environment reaches it as a script on this descriptor (a sealed memfd this
+# process holds, opened again by REOPEN as ENVIRONMENT_FD; never in an argv, which any
+# user of the host reads in /proc/<pid>/cmdline), read by APPLY_ENVIRONMENT, which runs
+# inside the sandbox after setpriv, as the sandbox user, from an empty environment (env
+# -i): it closes the descriptor, exports the variables and becomes the server.
+ENVIRONMENT_FD = 4
+APPLY_ENVIRONMENT = (
+    f'script=$(cat <&{ENVIRONMENT_FD}) && exec {ENVIRONMENT_FD}<&- && eval "$script" '
+    '|| { echo "harness: the environment of the server was not applied" >&2; exit 125; }; '
+    'exec "$@"'
 )
+# What a shell can export (POSIX's portable names, with lower case).
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def parse_server_path(entry: str) -> tuple[Path, bool]:
@@ -214,35 +223,61 @@ def _give_checked(path: Path, checked: Path) -> int:
     return fd
 
 
-def environment_problem(env: dict[str, str]) -> str | None:
-    """Why a stdio server may not be given the environment `env`, or None: a variable the
-    dynamic loader or the C library acts on (LAUNCHER_VARIABLES, any LD_ name), which
-    would act on the sandbox's launcher too, outside the sandbox. Nothing is refused with
-    HARNESS_SANDBOX=off, where the server itself runs as Harness."""
+def environment_problem(env: Mapping[str, str]) -> str | None:
+    """Why a stdio server may not be given the environment `env`, or None: a name a shell
+    cannot export (APPLY_ENVIRONMENT exports them inside the sandbox), or a value holding
+    a NUL character (no environment can). Any variable is the server's own otherwise, the
+    dynamic loader's (LD_LIBRARY_PATH, LD_PRELOAD) included: it reaches the server alone,
+    as the sandbox user, never its launcher. Nothing is refused with HARNESS_SANDBOX=off,
+    where the server is given its environment directly."""
     if mode() == "off":
         return None
-    names = sorted(
-        name
-        for name, value in env.items()
-        if name.startswith("LD_")
-        or name in LAUNCHER_VARIABLES
-        # a locale or message catalog named by path: files of anyone's choosing, parsed
-        # (and their messages used as printf formats) by the launcher's programs
-        or ((name in ("LANG", "LANGUAGE") or name.startswith("LC_")) and "/" in value)
-    )
-    if not names:
-        return None
-    return (
-        f"Variable {names[0]} cannot be given to a stdio server: the dynamic loader and the "
-        "C library act on it in every program that starts, the sandbox's own launcher "
-        "included, which runs outside the sandbox (as root when Harness is root). Leave "
-        "it out; a library the server needs belongs in its installation."
-    )
+    for name, value in sorted(env.items()):
+        if not VARIABLE_NAME.fullmatch(name):
+            return (
+                f"Variable name {name!r} cannot be given to a stdio server: use letters, "
+                "digits and underscores, not starting with a digit."
+            )
+        if "\0" in value:
+            return f"Variable {name} holds a NUL character, which no environment can."
+    return None
 
 
-def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack) -> list[str]:
+def environment_script(env: Mapping[str, str]) -> bytes:
+    """What APPLY_ENVIRONMENT evaluates: `env` exported, every value quoted, and nothing
+    else (the PWD the shell sets itself taken out again unless it is configured)."""
+    lines = ["unset PWD"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _hold_environment(env: Mapping[str, str], held: contextlib.ExitStack) -> int:
+    """A sealed memfd holding `env` as environment_script, readable by its owner alone,
+    which `held` closes."""
+    problem = environment_problem(env)
+    if problem is not None:
+        raise ToolError(f"{problem} The server was not started; an admin must fix it.")
+    fd = os.memfd_create("harness-server-environment", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    held.callback(os.close, fd)
+    script = memoryview(environment_script(env))
+    while script:
+        script = script[os.write(fd, script) :]
+    os.fchmod(fd, 0o400)
+    seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+def sandboxed_argv(
+    argv: list[str],
+    paths: list[str],
+    held: contextlib.ExitStack,
+    environment: Mapping[str, str] | None = None,
+) -> list[str]:
     """`argv` (a long-running server's command) wrapped in the sandbox, seeing only
-    `paths` (see parse_server_path) and what its program needs to start (program_binds).
+    `paths` (see parse_server_path) and what its program needs to start (program_binds),
+    and, when given, with `environment` as its whole environment, applied after the drop
+    to the sandbox user (APPLY_ENVIRONMENT; start the command with LAUNCHER_ENVIRONMENT).
 
     The same sandbox as `run` (namespaces, the sandbox user, seccomp, no network unless
     HARNESS_SANDBOX_NETWORK, limits), started by the caller; a writable path is given to
@@ -250,13 +285,21 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
     of the directory judged, which `held` keeps open: start the command before `held`
     closes, in this process (the module's docstring). With HARNESS_SANDBOX=off, `argv`
     as it is. Raises SandboxUnavailable when the sandbox cannot run here and ToolError
-    for a path that cannot be given: nothing is started unsandboxed.
+    for a path or an environment that cannot be given: nothing is started unsandboxed.
     """
     if mode() == "off":
         return list(argv)
     require_sandbox()
     binds: list[Bind] = []
     reopen: list[str] = []
+    command = list(argv)
+    if environment is not None:
+        own = _hold_environment(environment, held)
+        judged = os.fstat(own)
+        source = f"/proc/{os.getpid()}/fd/{own}"
+        reopen.append(f"{source}={ENVIRONMENT_FD}={judged.st_dev}:{judged.st_ino}=read")
+        apply = ["/bin/sh", "-c", APPLY_ENVIRONMENT, "harness-environment"]
+        command = ["/usr/bin/env", "-i", *apply, *argv]
     for entry in paths:
         problem = server_path_problem(entry)
         if problem:
@@ -271,9 +314,9 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
             ) from None
         own = _give_checked(path, checked) if writable else _hold_checked(path, checked)
         held.callback(os.close, own)
-        fd = FIRST_PATH_FD + len(reopen)
+        fd = FIRST_PATH_FD + len(binds)
         judged = os.fstat(own)
-        reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}={judged.st_dev}:{judged.st_ino}")
+        reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}={judged.st_dev}:{judged.st_ino}=path")
         binds.append(Bind(checked, checked, writable=writable, fd=fd))
     configured = list(binds)
     for bind in program_binds(argv, [b.source for b in configured if b.writable]):
@@ -295,7 +338,7 @@ def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack
         _limit_command(SERVER_LIMITS, cgroups, report_exit=True)
         + steps
         + sandbox_command(
-            argv,
+            command,
             binds=binds,
             cwd=cwd,
             limits=SERVER_LIMITS,

@@ -6,7 +6,7 @@ prlimit and bwrap run on the host as Harness (root here), setpriv as root inside
 sandbox before it drops to the sandbox user. A team's admin (not an organization admin)
 registered `/usr/bin/true` with LD_PRELOAD naming a library their agent's sandboxed
 program had compiled in its workspace, and the library's constructor ran as uid 0 on
-the host at registration. Through the real registration request, the real sandbox and a
+the host at registration. (First refused by name; now the launcher never has them.) Through the real registration request, the real sandbox and a
 library built by a real sandboxed program, as tests/redteam/test_rt10_team_server_binds.py
 registers servers."""
 
@@ -72,11 +72,16 @@ def test_a_server_environment_loads_no_library_into_the_launcher(
             "team": pay.team.name,
         },
     )
-    assert sorted(path.name for path in marks.iterdir()) == []  # nothing ran it, anywhere
-    assert not McpServer.objects.filter(name="preloaded").exists()
+    # Nothing ran it, anywhere: the launcher starts with an environment of Harness's own
+    # (sandbox_servers.LAUNCHER_ENVIRONMENT), and the server, which alone is given the
+    # variable, as the sandbox user, does not see the workspace. (The server's own use of
+    # its variables: tests/redteam/test_srvenv_launcher_environment.py.)
+    assert sorted(path.name for path in marks.iterdir()) == []
     assert answer.status_code == 200
     page = answer.content.decode()
-    assert "Variable LD_PRELOAD cannot be given to a stdio server" in page, page[-3000:]
+    # (true is no MCP server: the start is tried and the listing fails, for that reason)
+    assert "The server did not start" in page, page[-3000:]
+    assert not McpServer.objects.filter(name="preloaded").exists()
 
 
 @pytest.mark.django_db
@@ -97,7 +102,7 @@ def test_a_server_may_still_be_given_its_own_variables(
     assert "cannot be given to a stdio server" not in answer.content.decode()
 
 
-def test_a_server_registered_with_such_a_variable_is_never_started(
+def test_a_server_registered_with_a_name_no_shell_exports_is_never_started(
     sandboxed_workspace: Path, tmp_path: Path
 ) -> None:
     # (registered before the refusal existed: its start is refused, nothing runs)
@@ -107,12 +112,11 @@ def test_a_server_registered_with_such_a_variable_is_never_started(
         name="old",
         transport="stdio",
         command=("/usr/bin/true",),
-        env=(("GCONV_PATH", str(tmp_path)),),
+        env=(("MY-VAR", str(tmp_path)),),
     )
     with contextlib.ExitStack() as held, pytest.raises(ToolError) as refused:
         upstream.launch_argv(endpoint, held)
-    assert "Variable GCONV_PATH cannot be given to a stdio server" in str(refused.value)
-    # a locale named by a path, too; a locale named as usual is the server's to choose
-    assert sandbox_servers.environment_problem({"LANGUAGE": "../../../tmp/x"}) is not None
-    assert sandbox_servers.environment_problem({"LC_ALL": str(tmp_path)}) is not None
+    assert "Variable name 'MY-VAR' cannot be given to a stdio server" in str(refused.value)
+    # what the loader and the C library act on is the server's own to choose now
+    assert sandbox_servers.environment_problem({"LD_LIBRARY_PATH": "/opt/x/lib"}) is None
     assert sandbox_servers.environment_problem({"LANG": "de_DE.UTF-8", "TOKEN": "x"}) is None

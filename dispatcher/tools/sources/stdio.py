@@ -4,9 +4,11 @@ The `mcp` SDK's `stdio_client` (mcp.client.stdio) reads the server's standard ou
 text and keeps a line until its newline arrives, however long it grows, adding each piece
 read to all it holds (a copy of the whole line per 64 KiB read): one huge line from a
 server held the worker's memory and, for minutes, the event loop every upstream call of
-the process runs on. This is that client with one change: the output is read as bytes,
+the process runs on. This is that client with two changes: the output is read as bytes,
 and a line past `limit` bytes ends the session at once (`too_large` is called first, so
-the caller can say why its request failed); the rest of the output is drained. Launch,
+the caller can say why its request failed); the rest of the output is drained; and an
+environment given is the process's whole environment (the SDK adds the worker's HOME,
+USER, ... to it). Launch,
 shutdown and parsing are the SDK's own (its helpers, pinned with the SDK's version).
 """
 
@@ -33,7 +35,9 @@ async def bounded_stdio_client(
     process = await sdk._create_platform_compatible_process(
         command=command,
         args=server.args,
-        env=sdk.get_default_environment() | (server.env or {}),
+        # The environment given is the whole of it: the SDK's would add the worker's HOME,
+        # USER, ... to that of the sandbox's launcher (sandbox_servers.LAUNCHER_ENVIRONMENT).
+        env=server.env if server.env is not None else sdk.get_default_environment(),
         errlog=errlog,
         cwd=server.cwd,
     )

@@ -8,8 +8,8 @@ run inline by a web request of an HTTP server is made on that request's own even
 with a session kept there (`Pool.loop_for`).
 
 stdio servers start through `launch_argv`: a scrubbed environment (only the variables
-configured for the server, plus PATH) and `sandboxed_argv`, the one place their command
-is put in the sandbox.
+configured for the server, plus PATH), applied inside the sandbox after the drop to the
+sandbox user, and `sandboxed_argv`, the one place their command is put in the sandbox.
 """
 
 from __future__ import annotations
@@ -120,32 +120,40 @@ class DefinitionChanged(Exception):
 # --- Launching stdio servers -------------------------------------------------------------
 
 
-def sandboxed_argv(argv: list[str], paths: list[str], held: contextlib.ExitStack) -> list[str]:
-    """`argv` wrapped in the sandbox, with `paths` the server may use: the one place an
-    upstream stdio server is put in the sandbox (`sandbox_servers.sandboxed_argv`, bubblewrap;
-    `held` keeps the writable paths' descriptors open until the server has started).
-    Raises ToolError (SandboxUnavailable among them): then nothing is started."""
-    return sandbox_servers.sandboxed_argv(argv, paths, held)
+def sandboxed_argv(
+    argv: list[str], paths: list[str], held: contextlib.ExitStack, environment: dict[str, str]
+) -> list[str]:
+    """`argv` wrapped in the sandbox, with `paths` the server may use and `environment` as
+    its whole environment: the one place an upstream stdio server is put in the sandbox
+    (`sandbox_servers.sandboxed_argv`, bubblewrap; `held` keeps the descriptors of the
+    paths and of the environment open until the server has started). Raises ToolError
+    (SandboxUnavailable among them): then nothing is started."""
+    return sandbox_servers.sandboxed_argv(argv, paths, held, environment)
 
 
 def launch_argv(endpoint: Endpoint, held: contextlib.ExitStack) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment a stdio server starts with: only its configured variables
-    plus PATH. (The SDK adds HOME, USER and a few others to any environment it is given,
-    bubblewrap adds PWD; `env -u`, run inside the sandbox, takes those out again unless
-    they were configured.) The program is looked up
-    on that PATH here, so that the sandbox can show it the files it needs to start."""
+    """The argv and environment to start a stdio server with. The server's environment is
+    only its configured variables plus PATH; with the sandbox on it is applied inside the
+    sandbox, after the drop to the sandbox user, and the launcher itself starts with
+    sandbox_servers.LAUNCHER_ENVIRONMENT (the launcher runs as Harness, root often: a
+    configured LD_PRELOAD was loaded into it). With the sandbox off the server is started
+    with it directly (stdio.bounded_stdio_client adds none of the SDK's defaults; `env -u`
+    takes HOME, USER, ... out again all the same, unless they were configured). The program is looked up on that PATH here, so that the sandbox
+    can show it the files it needs to start."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **dict(endpoint.env)}
     problem = sandbox_servers.environment_problem(dict(endpoint.env))
     if problem is not None:  # (registered before it was refused: never started)
         raise ToolError(f"{problem} The server was not started; an admin must fix it.")
-    # PWD: bubblewrap sets it for the directory the server starts in.
-    unset = [name for name in (*DEFAULT_INHERITED_ENV_VARS, "PWD") if name not in env]
-    tool = shutil.which("env") or "/usr/bin/env"
-    scrub = [tool, *[arg for name in unset for arg in ("-u", name)], "--"]
     program, *args = endpoint.command
     if "/" not in program:
         program = shutil.which(program, path=env["PATH"]) or program
-    return sandboxed_argv([*scrub, program, *args], list(endpoint.paths), held), env
+    if sandbox.mode() != "off":
+        launcher = dict(sandbox_servers.LAUNCHER_ENVIRONMENT)
+        return sandboxed_argv([program, *args], list(endpoint.paths), held, env), launcher
+    unset = [name for name in DEFAULT_INHERITED_ENV_VARS if name not in env]
+    tool = shutil.which("env") or "/usr/bin/env"
+    scrub = [tool, *[arg for name in unset for arg in ("-u", name)], "--"]
+    return [*scrub, program, *args], env
 
 
 START_FAILURE_LINES = 12
