@@ -101,7 +101,11 @@ INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after 
 INDEX_LIMIT = 64 << 20
 INDEX_MARGIN = 1 << 20
 INDEX_READ_MIN = 256 << 10
-DIRECTORIES = ("hooks", "info")
+# (`remotes/` and `branches/`: git's legacy remote files, read for a remote the
+# configuration does not name: `URL: .git/objects/xx` in `.git/remotes/origin` had a
+# person's `git push` run `git-receive-pack` and the hooks of a repository hidden where
+# no walk looks, inside a `.git`)
+DIRECTORIES = ("hooks", "info", "remotes", "branches")
 MAX_DIRECTORIES = 128  # bound onto themselves; beyond, no unapproved command runs
 MAX_HOOKS_DEPTH = 32  # levels of a core.hooksPath directory bound; deeper, it refuses
 # git configurations read (`git config --file -`, one subprocess each) before a run, and
@@ -2478,7 +2482,9 @@ def _defuse_bare(path: str, result: Guard) -> str | None:
 def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
     """Why the directory `dir_fd` that git takes for a git directory would make git run
     programs, or None when what git reads of it is what `git init --bare` makes (a
-    configuration of `_MADE_KEYS` alone, hooks that are `*.sample`, `info/exclude`).
+    configuration of `_MADE_KEYS` alone, hooks that are `*.sample`, `info/exclude`, an
+    empty `branches/`: a file there or in `remotes/` is a remote's URL, which may name
+    a repository hidden inside a `.git`, whose hooks a push runs).
     Fail closed: a configuration, `hooks` or `info` that is not what git makes there, a
     `commondir` (another directory's configuration), `config.worktree`, `modules`,
     `worktrees`. Names git does not read there (the project's files) are not judged."""
@@ -2487,7 +2493,7 @@ def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
         for name in sorted(_names(dir_fd)):
             if name in ("commondir", "config.worktree", "modules", "worktrees"):
                 return f"holds '{name}'"
-            if name not in ("config", "hooks", "info"):
+            if name not in ("config", "hooks", "info", "remotes", "branches"):
                 continue
             entry = _open(name, dir_fd, held)
             if entry is None:
@@ -2504,6 +2510,9 @@ def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
                 for item in sorted(_names(entry)):
                     if not (_regular(entry, item) and item == "exclude"):
                         return f"holds 'info/{item}'"
+            elif name in ("remotes", "branches"):  # (a remote's URL: none of git's own)
+                for item in sorted(_names(entry)):
+                    return f"holds '{name}/{item}'"
             else:
                 try:
                     pairs = _configuration(_read(entry), where / "config", run)
@@ -2619,6 +2628,9 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
                 for item in sorted(_names(entry)):
                     if not (_regular(entry, item) and item == "exclude"):
                         return f"holds 'info/{item}'"
+            elif name == "branches":  # (git makes it empty: a file is a remote's URL)
+                for item in sorted(_names(entry)):
+                    return f"holds 'branches/{item}'"
             elif name == "index":
                 left = run.index_budget
                 # (its configuration, read above: `config` sorts before `index`)
