@@ -18,7 +18,7 @@ from oauth2_provider.models import (
     get_application_model,
 )
 
-from agentauth.models import AgentClient, PendingAgent, Registration
+from agentauth.models import AgentClient, DeviceResource, PendingAgent, Registration
 from audit import kinds
 from audit.models import AuditEvent
 from audit.roles import ADMIN
@@ -200,6 +200,14 @@ def approve_device(*, owner: User, device_grant: Any, team: Team, mode: str, act
     agent = authorize_agent(owner=owner, application=application, team=team, mode=mode, actor=actor)
     PendingAgent.objects.update_or_create(device_grant=device_grant, defaults={"agent": agent})
     return agent
+
+
+@transaction.atomic
+def bind_device_resource(*, device_code: str, resource: str) -> None:
+    """The device code `device_code`, just issued, is for `resource` (RFC 8707; the rule is
+    agentauth.validators.device_code_resource): its token may be for that one only."""
+    grant = DeviceGrant.objects.get(device_code=device_code)
+    DeviceResource.objects.create(device_grant=grant, resource=resource)
 
 
 @transaction.atomic

@@ -57,7 +57,7 @@ from oauth2_provider.views.metadata import OAuthProtectedResourceMetadataView
 from agentauth import services
 from agentauth.cimd import redirect_allowed
 from agentauth.models import AgentClient
-from agentauth.validators import MCP_PATH
+from agentauth.validators import MCP_PATH, device_code_resource
 from audit.roles import HtmxHttpRequest
 from dispatcher.models import Agent
 from dispatcher.policy.models import Mode, narrower_mode
@@ -512,7 +512,10 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
 
     No one is signed in here and every code is a row pending for 30 minutes, so codes are
     bounded twice: per address (allauth's rate limiter, in the cache) and per client in the
-    database (HARNESS_DEVICE_PENDING_MAX pending at once, which needs no address)."""
+    database (HARNESS_DEVICE_PENDING_MAX pending at once, which needs no address).
+
+    Each code is stored with the resource (RFC 8707) it was asked for, the hooks API when
+    none (agentauth.validators.device_code_resource): its token is for that one only."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         """Only a client registered for the device grant (harness-hook's, or one an admin
@@ -549,7 +552,18 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
         full = _pending_full(client_id)
         if full is not None:
             return full
-        return super().post(request, *args, **kwargs)  # type: ignore[no-any-return]
+        origin = f"{'https' if request.is_secure() else 'http'}://{request.get_host()}"
+        try:
+            resource = device_code_resource(origin, request.POST.getlist("resource"))
+        except ValueError as refused:
+            answer = {"error": "invalid_target", "error_description": str(refused)}
+            return JsonResponse(answer, status=400)
+        with transaction.atomic():  # the code is stored with its resource, or not at all
+            response: HttpResponse = super().post(request, *args, **kwargs)
+            if response.status_code == 200:
+                device_code = json.loads(response.content)["device_code"]
+                services.bind_device_resource(device_code=device_code, resource=resource)
+        return response
 
     def create_device_authorization_response(self, request: HttpRequest) -> Any:
         headers, response, status = super().create_device_authorization_response(request)
