@@ -189,9 +189,15 @@ class ConsentView(AuthorizationView):  # type: ignore[misc]
         confirm = _confirm_who(self.request, f"{self.request.path}?{asked.urlencode()}")
         if confirm is not None:
             return confirm
-        application = get_object_or_404(
-            get_application_model(), client_id=form.cleaned_data["client_id"]
+        application = (
+            get_application_model().objects.filter(client_id=form.cleaned_data["client_id"]).first()
         )
+        if application is None:  # deleted since the page was shown
+            return HttpResponseBadRequest(
+                "This client no longer exists (it was deleted since this page was shown), "
+                "so nothing was approved. Start the sign-in again from the client.",
+                content_type="text/plain",
+            )
         try:
             with transaction.atomic():
                 agent = services.authorize_agent(
