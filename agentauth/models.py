@@ -72,6 +72,20 @@ class PendingAgent(models.Model):
         return f"code for agent {self.agent_id}"
 
 
+class DeviceResource(models.Model):
+    """The resource (RFC 8707) a device code was asked for (agentauth.validators
+    device_code_resource): its token is for that one only, and so are the tokens refreshed
+    from it. django-oauth-toolkit's DeviceGrant keeps none."""
+
+    device_grant = models.OneToOneField(
+        "oauth2_provider.DeviceGrant", on_delete=models.CASCADE, related_name="harness_resource"
+    )
+    resource = models.TextField()
+
+    def __str__(self) -> str:
+        return f"device code {self.device_grant_id} for {self.resource}"
+
+
 class AgentToken(models.Model):
     """The agent an access token was issued to (refreshed tokens inherit it)."""
 

@@ -18,7 +18,7 @@ from oauth2_provider.models import (
     get_application_model,
 )
 
-from agentauth.models import AgentClient, PendingAgent, Registration
+from agentauth.models import AgentClient, DeviceResource, PendingAgent, Registration
 from audit import kinds
 from audit.models import AuditEvent
 from audit.roles import ADMIN
@@ -82,6 +82,7 @@ def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, act
     if mode not in Mode.values:
         raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
     mode = narrower_mode(mode, profile_for(owner).mode)
+    _lock_client(application)
     link = (
         AgentClient.objects.select_for_update()
         .select_related("agent")
@@ -177,6 +178,20 @@ def _free_name(owner: User, wanted: str) -> str:
     return name
 
 
+def _lock_client(application: Any) -> None:
+    """Lock the client's row for a consent's transaction; ServiceError when it is gone. A
+    client deleted since the consent page was shown (or at the same moment: the lock waits
+    for that deletion) made the agent's link name no client, refused at commit (a foreign
+    key error, a 500)."""
+    model = get_application_model()
+    if not model.objects.select_for_update().filter(pk=application.pk).exists():
+        raise ServiceError(
+            f"The client '{client_name(application)}' no longer exists (it was deleted "
+            "since this page was shown), so it was not approved. Start the sign-in again "
+            "from the client."
+        )
+
+
 @transaction.atomic
 def approve_device(*, owner: User, device_grant: Any, team: Team, mode: str, actor: str) -> Agent:
     """A device code (harness-hook login) approved by `owner` for `team`: its agent, as
@@ -200,6 +215,14 @@ def approve_device(*, owner: User, device_grant: Any, team: Team, mode: str, act
     agent = authorize_agent(owner=owner, application=application, team=team, mode=mode, actor=actor)
     PendingAgent.objects.update_or_create(device_grant=device_grant, defaults={"agent": agent})
     return agent
+
+
+@transaction.atomic
+def bind_device_resource(*, device_code: str, resource: str) -> None:
+    """The device code `device_code`, just issued, is for `resource` (RFC 8707; the rule is
+    agentauth.validators.device_code_resource): its token may be for that one only."""
+    grant = DeviceGrant.objects.get(device_code=device_code)
+    DeviceResource.objects.create(device_grant=grant, resource=resource)
 
 
 @transaction.atomic
@@ -273,12 +296,16 @@ def stop_signed_in_agents_of(
 
 
 @transaction.atomic
+@transaction.atomic
 def delete_client(*, application: Any, actor: str) -> list[str]:
     """Delete an OAuth client (django-oauth-toolkit's Application: its codes and tokens
     go with it), each agent a person approved for it revoked first, in the same
     transaction, by `actor` (revoke_agents_of_client). The one write path of the RFC 7592
     DELETE and the admin; any other deletion is caught by agentauth.signals. The names of
-    the agents revoked."""
+    the agents revoked. The client's row is locked first, as a consent locks it
+    (_lock_client): a consent at the same moment commits its agent before the deletion
+    finds the client's agents, or finds the client gone."""
+    get_application_model().objects.select_for_update().filter(pk=application.pk).exists()
     revoked = revoke_agents_of_client(application=application, actor=actor)
     application.delete()
     return revoked

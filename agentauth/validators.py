@@ -5,7 +5,9 @@
 - a refreshed token inherits its predecessor's agent;
 - a token's audience (RFC 8707 resource) is one of this Harness's own resources: its MCP
   endpoint (the default when the client names none) or its hooks API, never both; and one
-  its code was granted for (a code granted without a resource is for the default only).
+  its code was granted for (a code granted without a resource is for the default only),
+  or its device code was asked for (a device code asked without one is for the hooks API,
+  as `harness-hook login` asks it).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from oauth2_provider.models import DeviceGrant, Grant, RefreshToken, get_applica
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
 
-from agentauth.models import AgentToken, PendingAgent
+from agentauth.models import AgentToken, DeviceResource, PendingAgent
 from agentauth.tokens import HOOKS_PATH
 
 Application = get_application_model()
@@ -164,7 +166,10 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         if request.grant_type == "authorization_code":
             _within_code(request, own[0])
         if not request.resource:
-            request.resource = [own[0]]
+            # A device code's token is for what the code was asked for (device_resource
+            # checked any resource this request named against it, before the code was used).
+            device_resource = vars(request).get("harness_device_resource")
+            request.resource = [device_resource or own[0]]
         if len(request.resource) > 1:
             # A token for both would be accepted by both endpoints (audience_matches): one
             # resource per token, as each endpoint refuses a token for the other.
@@ -267,3 +272,66 @@ def device_agent(request: Any) -> None:
     if agent_id is None:
         raise errors.AccessDeniedError(description="No agent was approved.", request=request)
     request.harness_agent_id = agent_id
+
+
+def device_code_resource(origin: str, requested: list[str]) -> str:
+    """The resource a device code asked for at the device authorization endpoint is for
+    (`requested`: the request's `resource` parameters, blank ones aside), at this Harness's
+    `origin`: the one it names, or, when it names none, the hooks API: the device grant is
+    `harness-hook login`'s (the device page names it), which asks without a resource. A
+    token request for that code may name this resource or none, no other (device_resource).
+    Raises ValueError (an invalid_target, saying why) for more than one, or one not of
+    this Harness."""
+    mcp, hooks = resources_of(origin)
+    requested = [r for r in requested if r.strip()]
+    if not requested:
+        return hooks
+    if len(requested) > 1:
+        raise ValueError(
+            f"A device code is for one resource only: ask for {mcp} (MCP) or {hooks} "
+            "(hooks), not both."
+        )
+    if requested[0] not in (mcp, hooks):
+        raise ValueError(
+            f"The resource '{requested[0]}' is not served by this Harness; ask for {mcp} "
+            f"(MCP) or {hooks} (hooks)."
+        )
+    return requested[0]
+
+
+def device_resource(request: Any) -> None:
+    """A pre-token step of the device code grant, before the code is used (a refused request
+    leaves it for one naming the right resource): the resource the device code was asked
+    for, on the request for the token (_check_and_set_request_resource); a request naming
+    another is refused (invalid_target), as a code's is (_within_code). A device code that
+    names none (asked before Harness kept them) is refused: sign in again."""
+    device_code = request._params.get("device_code", "")
+    bound = (
+        DeviceResource.objects.filter(device_grant__device_code=device_code)
+        .values_list("resource", flat=True)
+        .first()
+    )
+    if bound is None:
+        raise errors.InvalidGrantError(
+            description="This device code names no resource; run `harness-hook login` "
+            "(or the client's sign-in) again for a new code.",
+            request=request,
+        )
+    requested = [
+        value
+        for key, value in (getattr(request, "decoded_body", None) or [])
+        if key == "resource" and str(value).strip()
+    ]
+    for resource in requested:
+        if resource != bound:
+            raise errors.CustomOAuth2Error(
+                error="invalid_target",
+                description=(
+                    f"This device code was asked for {bound}, so its token is for that "
+                    f"resource only, not '{resource}'. For a token for '{resource}', start "
+                    "a new sign-in naming it (resource=) at the device authorization "
+                    "endpoint."
+                ),
+                request=request,
+            )
+    request.harness_device_resource = bound

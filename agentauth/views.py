@@ -57,7 +57,7 @@ from oauth2_provider.views.metadata import OAuthProtectedResourceMetadataView
 from agentauth import services
 from agentauth.cimd import redirect_allowed
 from agentauth.models import AgentClient
-from agentauth.validators import MCP_PATH
+from agentauth.validators import MCP_PATH, device_code_resource
 from audit.roles import HtmxHttpRequest
 from dispatcher.models import Agent
 from dispatcher.policy.models import Mode, narrower_mode
@@ -189,9 +189,15 @@ class ConsentView(AuthorizationView):  # type: ignore[misc]
         confirm = _confirm_who(self.request, f"{self.request.path}?{asked.urlencode()}")
         if confirm is not None:
             return confirm
-        application = get_object_or_404(
-            get_application_model(), client_id=form.cleaned_data["client_id"]
+        application = (
+            get_application_model().objects.filter(client_id=form.cleaned_data["client_id"]).first()
         )
+        if application is None:  # deleted since the page was shown
+            return HttpResponseBadRequest(
+                "This client no longer exists (it was deleted since this page was shown), "
+                "so nothing was approved. Start the sign-in again from the client.",
+                content_type="text/plain",
+            )
         try:
             with transaction.atomic():
                 agent = services.authorize_agent(
@@ -512,7 +518,10 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
 
     No one is signed in here and every code is a row pending for 30 minutes, so codes are
     bounded twice: per address (allauth's rate limiter, in the cache) and per client in the
-    database (HARNESS_DEVICE_PENDING_MAX pending at once, which needs no address)."""
+    database (HARNESS_DEVICE_PENDING_MAX pending at once, which needs no address).
+
+    Each code is stored with the resource (RFC 8707) it was asked for, the hooks API when
+    none (agentauth.validators.device_code_resource): its token is for that one only."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         """Only a client registered for the device grant (harness-hook's, or one an admin
@@ -549,7 +558,18 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
         full = _pending_full(client_id)
         if full is not None:
             return full
-        return super().post(request, *args, **kwargs)  # type: ignore[no-any-return]
+        origin = f"{'https' if request.is_secure() else 'http'}://{request.get_host()}"
+        try:
+            resource = device_code_resource(origin, request.POST.getlist("resource"))
+        except ValueError as refused:
+            answer = {"error": "invalid_target", "error_description": str(refused)}
+            return JsonResponse(answer, status=400)
+        with transaction.atomic():  # the code is stored with its resource, or not at all
+            response: HttpResponse = super().post(request, *args, **kwargs)
+            if response.status_code == 200:
+                device_code = json.loads(response.content)["device_code"]
+                services.bind_device_resource(device_code=device_code, resource=resource)
+        return response
 
     def create_device_authorization_response(self, request: HttpRequest) -> Any:
         headers, response, status = super().create_device_authorization_response(request)
