@@ -461,7 +461,9 @@ def login_main(argv: list[str]) -> int:
 def login(url: str, timeout: float = 30) -> None:
     """The device authorization grant: show the code, wait for its approval, store the
     token (raises HookFailure saying why not)."""
-    status, device = _form(url, "/oauth/device-authorization/", {"client_id": CLIENT_ID}, timeout)
+    # The resource named here too: the device code is bound to it (RFC 8707).
+    asked = {"client_id": CLIENT_ID, "resource": url + HOOKS_RESOURCE}
+    status, device = _form(url, "/oauth/device-authorization/", asked, timeout)
     if status != 200 or "device_code" not in device:
         refusal = f"Harness refused to start a sign-in ({_shown(device.get('error', status))})"
         why = device.get("error_description")
