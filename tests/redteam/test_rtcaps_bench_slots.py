@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 import redis
@@ -25,7 +26,7 @@ def test_the_bench_floors_take_and_refuse_slots_with_harness_script(
     monkeypatch.setattr(peer_floor, "_redis", None)
     session, prefix = uuid.uuid4(), uuid.uuid4().hex[:12]
 
-    async def scenario() -> tuple[list[object], list[object]]:
+    async def scenario() -> tuple[list[Any], list[Any]]:
         client = aioredis.Redis.from_url(settings.REDIS_URL)
         try:
             api = [await api_floor.take_slot(client, session) for _ in range(65)]
