@@ -203,8 +203,10 @@ async def take_slot(client: Any, session: uuid.UUID) -> tuple[str, str] | None:
     from dispatcher.limits import _RESERVE, LAPSE_MARGIN
 
     key, member, now = f"bench-floor:waits:{session}", uuid.uuid4().hex, time.time()
-    taken = await client.eval(_RESERVE, 1, key, now, now + MAX_WAIT + LAPSE_MARGIN, 64, member)
-    return (key, member) if taken else None
+    # (the script's arguments: now, when the slot lapses, its member, then each key's cap;
+    # 0 when taken)
+    full = await client.eval(_RESERVE, 1, key, now, now + MAX_WAIT + LAPSE_MARGIN, member, 64)
+    return None if int(full) else (key, member)
 
 
 async def application(scope: Any, receive: Any, send: Any) -> None:

@@ -776,10 +776,12 @@ async def take_slot(prefix: str) -> tuple[str, str] | None:
     from dispatcher.limits import _RESERVE, LAPSE_MARGIN
 
     key, member, now = f"bench-floor:waits:{prefix}", uuid.uuid4().hex, time.time()
-    taken = await redis_client().eval(
-        _RESERVE, 1, key, now, now + TIMEOUT + LAPSE_MARGIN, 64, member
+    # (the script's arguments: now, when the slot lapses, its member, then each key's cap;
+    # 0 when taken)
+    full = await redis_client().eval(
+        _RESERVE, 1, key, now, now + TIMEOUT + LAPSE_MARGIN, member, 64
     )
-    return (key, member) if taken else None
+    return None if int(full) else (key, member)
 
 
 def wake_up(call: Call, status: str) -> tuple[str, str]:

@@ -34,7 +34,8 @@ the same token is refused again without a read (`refused_early`; harness_site.as
 it up to EARLY_HOLD first): a flood costs the web process next to nothing.
 
 When Redis cannot be reached, waits fall back to this process's own count (the cap then
-holds per process, as it did before it was shared) and sessions are not counted: a lost
+holds per process, as it did before it was shared; the slots so taken and still held
+count against the caps in Redis once it is back) and sessions are not counted: a lost
 count never refuses an agent that is within its share, and nothing runs without Redis
 anyway (it is the broker).
 """
@@ -199,6 +200,11 @@ class LocalSlots:
                 self._held[key] = self._held.get(key, 0) + 1
             return 0
 
+    def held(self, key: str) -> int:
+        """How many of `key`'s slots this process holds in its own count."""
+        with self._lock:
+            return self._held.get(key, 0)
+
     def release(self, agent: str, *more: str) -> None:
         with self._lock:
             for key in (agent, *more):
@@ -249,9 +255,14 @@ def reserve_wait(agent: Agent, seconds: float) -> str:
         caps.append(per_person)
     member = uuid.uuid4().hex
     now = time.time()
+    # Slots this process took in its own count while Redis was down, and holds still (an
+    # MCP call held for a reviewer re-reads it meanwhile), are not in Redis's sets: they
+    # leave that many fewer there, or a person's agents would hold their waits twice over
+    # in this process (all of its ORM threads) once Redis is back.
+    shared = [max(0, cap - _local.held(key)) for key, cap in zip(keys, caps, strict=True)]
     try:
         full = _client(settings.REDIS_URL).eval(
-            _RESERVE, len(keys), *keys, now, now + seconds + LAPSE_MARGIN, member, *caps
+            _RESERVE, len(keys), *keys, now, now + seconds + LAPSE_MARGIN, member, *shared
         )
     except Exception:
         logger.warning("wait slots unavailable in Redis; counting in this process", exc_info=True)

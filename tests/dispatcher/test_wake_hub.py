@@ -97,11 +97,17 @@ def test_a_broken_subscription_answers_instead_of_hanging() -> None:
 def test_local_wait_slots_cap_each_agent_separately() -> None:
     from dispatcher.limits import LocalSlots
 
-    slots = LocalSlots()
-    assert [slots.reserve("a", 2) for _ in range(3)] == [True, True, False]
-    assert slots.reserve("b", 2)
+    slots = LocalSlots()  # (0: taken; else which count was full)
+    assert [slots.reserve("a", 2) for _ in range(3)] == [0, 0, 1]
+    assert slots.reserve("b", 2) == 0
     slots.release("a")
-    assert [slots.reserve("a", 2) for _ in range(2)] == [True, False]
+    assert [slots.reserve("a", 2) for _ in range(2)] == [0, 1]
+    # ... and a person's count beside each agent's: both taken, or neither
+    assert [slots.reserve(agent, 2, ("person", 3)) for agent in ("c", "d", "e")] == [0, 0, 0]
+    assert slots.reserve("f", 2, ("person", 3)) == 2
+    assert slots.reserve("c", 1, ("person", 9)) == 1
+    slots.release("d", "person")
+    assert slots.reserve("f", 2, ("person", 3)) == 0
 
 
 def test_a_wait_for_a_result_reads_only_when_a_wake_up_can_finish_a_call() -> None:
