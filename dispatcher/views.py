@@ -14,7 +14,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.db import IntegrityError
-from django.db.models import Count, Max, OuterRef, Subquery
+from django.db.models import Count, Max, OuterRef, Q, Subquery
 from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
@@ -135,10 +135,21 @@ def _create(request: HtmxHttpRequest, form: dict[str, str]) -> tuple[Agent | Non
 def _list(
     request: HtmxHttpRequest, form: dict[str, str], *, error: str = "", status: int = 200
 ) -> HttpResponse:
+    # Counted over the sessions of the teams this admin reaches: an agent moved here from
+    # another team ran its earlier sessions for that team (AgentSession.team), whose
+    # number and times are that team's to know, as on the agent's page (`_detail`).
+    reached = (
+        None
+        if request.reach.everything
+        else Q(sessions__team_id__in=sorted(request.reach.team_ids))
+    )
     rows = (
         _agents(request)
         .select_related("owner", "team")
-        .annotate(session_count=Count("sessions"), last_session=Max("sessions__created_at"))
+        .annotate(
+            session_count=Count("sessions", filter=reached),
+            last_session=Max("sessions__created_at", filter=reached),
+        )
         .order_by("-is_active", "owner__username", "name")
     )
     context = {
