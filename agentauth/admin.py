@@ -10,9 +10,17 @@ from django.contrib import admin
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from oauth2_provider.models import get_application_admin_class, get_application_model
+from oauth2_provider.models import (
+    get_access_token_model,
+    get_application_admin_class,
+    get_application_model,
+    get_grant_model,
+    get_id_token_model,
+    get_refresh_token_model,
+)
 
 from agentauth import services
+from harness_site.admin import ReadOnlyAdmin
 
 Application = get_application_model()
 _Base: Any = get_application_admin_class()
@@ -47,3 +55,46 @@ class ApplicationAdmin(_Base):  # type: ignore[misc]
 if admin.site.is_registered(Application):
     admin.site.unregister(Application)
 admin.site.register(Application, ApplicationAdmin)
+
+
+# django-oauth-toolkit's admins of tokens and codes, read-only. Their change pages let a
+# staff session set an access token's checksum (how agentauth.tokens finds a token) to
+# that of a string of its choice, which then worked as the agent's credential: an agent's
+# token in a person's hands without the consent flow, unaudited. Tokens are issued by the
+# OAuth flows and ended by Harness's own paths (revoking or signing out an agent, deleting
+# its client), each audited; these pages show the rows, without token, code or checksum.
+class _TokenAdmin(ReadOnlyAdmin):
+    actions = None  # (django-oauth-toolkit's unaudited "revoke selected")
+
+
+class AccessTokenAdmin(_TokenAdmin):
+    list_display = ["pk", "user", "application", "expires"]
+    list_filter = ["application"]
+    exclude = ["token", "token_checksum"]
+
+
+class RefreshTokenAdmin(_TokenAdmin):
+    list_display = ["pk", "user", "application", "revoked"]
+    list_filter = ["application"]
+    exclude = ["token", "token_checksum"]
+
+
+class GrantAdmin(_TokenAdmin):
+    list_display = ["pk", "application", "user", "expires"]
+    exclude = ["code", "code_challenge", "nonce"]
+
+
+class IDTokenAdmin(_TokenAdmin):
+    list_display = ["jti", "user", "application", "expires"]
+    list_filter = ["application"]
+
+
+for _model, _admin in (
+    (get_access_token_model(), AccessTokenAdmin),
+    (get_refresh_token_model(), RefreshTokenAdmin),
+    (get_grant_model(), GrantAdmin),
+    (get_id_token_model(), IDTokenAdmin),
+):
+    if admin.site.is_registered(_model):
+        admin.site.unregister(_model)
+    admin.site.register(_model, _admin)

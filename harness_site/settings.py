@@ -395,6 +395,8 @@ MFA_PASSKEY_LOGIN_ENABLED = True
 MFA_FORMS = {
     "login_webauthn": "identity.passkeys.PasskeySignInForm",
     "add_webauthn": "identity.passkeys.PasskeyAddForm",
+    "authenticate_webauthn": "identity.passkeys.PasskeyAssertionForm",
+    "reauthenticate_webauthn": "identity.passkeys.PasskeyReauthenticateForm",
 }
 MFA_TOTP_ISSUER = "Harness"
 HARNESS_MFA_REQUIRED = env("HARNESS_MFA_REQUIRED", "none")

@@ -15,16 +15,25 @@ verify_audit look keys up by it), but it is chosen by the authenticator and is p
 whose own key then made the first person's signatures look cloned and their signed
 records fail verify_audit. WebAuthn's registration ceremony says to refuse a credential
 id already known (Web Authentication Level 2, 7.1 step 22); PasskeyAddForm does.
+
+A passkey's answer that cannot be read (a field missing or of the wrong kind) is refused
+as such, on every form that takes one: allauth.mfa reads some of those with no check and
+answered a 500, to anyone on the sign-in page.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from allauth.mfa.webauthn.forms import AddWebAuthnForm, LoginWebAuthnForm
-from allauth.mfa.webauthn.internal import auth
+from allauth.mfa.webauthn.forms import (
+    AddWebAuthnForm,
+    AuthenticateWebAuthnForm,
+    LoginWebAuthnForm,
+    ReauthenticateWebAuthnForm,
+)
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from fido2.webauthn import AuthenticationResponse, RegistrationResponse
 
 from audit.assertions import registered_keys
 
@@ -34,12 +43,45 @@ PASSKEY_SIGN_IN_OFF = (
 )
 
 
+UNREADABLE = (
+    "Your passkey's answer could not be read. Try again, and touch your passkey when the "
+    "browser asks."
+)
+# What fido2 raises for a credential missing a field, or holding one of the wrong kind.
+_MALFORMED = (TypeError, ValueError, KeyError, AttributeError, IndexError)
+
+
+def _read_assertion(credential: Any) -> None:
+    """ValidationError(UNREADABLE) unless `credential` reads as a WebAuthn assertion."""
+    try:
+        AuthenticationResponse.from_dict(credential)
+    except _MALFORMED:
+        raise ValidationError(UNREADABLE) from None
+
+
+class PasskeyAssertionForm(AuthenticateWebAuthnForm):  # type: ignore[misc]  # allauth is untyped
+    """settings.MFA_FORMS["authenticate_webauthn"]: the passkey asked as a second factor."""
+
+    def clean_credential(self) -> Any:
+        _read_assertion(self.cleaned_data.get("credential"))
+        return super().clean_credential()
+
+
+class PasskeyReauthenticateForm(ReauthenticateWebAuthnForm):  # type: ignore[misc]
+    """settings.MFA_FORMS["reauthenticate_webauthn"]: confirming who one is again."""
+
+    def clean_credential(self) -> Any:
+        _read_assertion(self.cleaned_data.get("credential"))
+        return super().clean_credential()
+
+
 class PasskeySignInForm(LoginWebAuthnForm):  # type: ignore[misc]  # allauth is untyped
     """settings.MFA_FORMS["login_webauthn"]."""
 
     def clean_credential(self) -> Any:
         if settings.HARNESS_SSO_ONLY:
             raise ValidationError(PASSKEY_SIGN_IN_OFF)
+        _read_assertion(self.cleaned_data.get("credential"))
         return super().clean_credential()
 
 
@@ -57,8 +99,11 @@ class PasskeyAddForm(AddWebAuthnForm):  # type: ignore[misc]  # allauth is untyp
     def clean(self) -> Any:
         credential = self.cleaned_data.get("credential")
         if credential:
-            response = auth.parse_registration_response(credential)
-            data = response.response.attestation_object.auth_data.credential_data
+            try:
+                response = RegistrationResponse.from_dict(credential)
+                data = response.response.attestation_object.auth_data.credential_data
+            except _MALFORMED:
+                raise ValidationError(UNREADABLE) from None
             if data is not None and data.credential_id in registered_keys():
                 raise ValidationError(ALREADY_REGISTERED)
         return super().clean()
