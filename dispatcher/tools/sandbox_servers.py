@@ -226,7 +226,8 @@ def _give_checked(path: Path, checked: Path) -> int:
 def environment_problem(env: Mapping[str, str]) -> str | None:
     """Why a stdio server may not be given the environment `env`, or None: a name a shell
     cannot export (APPLY_ENVIRONMENT exports them inside the sandbox), or a value holding
-    a NUL character (no environment can). Any variable is the server's own otherwise, the
+    a NUL character (no environment can), or what is not UTF-8 text (a lone surrogate,
+    as Python decodes undecodable bytes of a command line). Any variable is the server's own otherwise, the
     dynamic loader's (LD_LIBRARY_PATH, LD_PRELOAD) included: it reaches the server alone,
     as the sandbox user, never its launcher. Nothing is refused with HARNESS_SANDBOX=off,
     where the server is given its environment directly."""
@@ -240,6 +241,13 @@ def environment_problem(env: Mapping[str, str]) -> str | None:
             )
         if "\0" in value:
             return f"Variable {name} holds a NUL character, which no environment can."
+        try:
+            value.encode()
+        except UnicodeEncodeError:  # (a lone surrogate: bytes of no encoding, from argv)
+            return (
+                f"Variable {name} holds something that is not UTF-8 text, which the "
+                "server's environment is written in."
+            )
     return None
 
 
