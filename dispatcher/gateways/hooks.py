@@ -26,6 +26,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db.models import Case, When
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Router
 
@@ -223,14 +224,47 @@ _BY_TOOL_USE_ID = Compiled(
 def _reported_call(
     session: AgentSession, tool: tuple[str, dict[str, Any], str], dialect: HookDialect
 ) -> ToolCall | None:
+    """The call a report is about: in the hook's session, else (one more read, on this
+    miss only) in another session of the agent for the same client session id, started
+    for a team the agent has left ("Moving an agent", docs/teams.md): a call released
+    before the move is reported after it in its own session, never in the new team's."""
     name, tool_input, tool_use_id = tool
     if dialect.ids:
-        return _BY_TOOL_USE_ID.first(session.pk, tool_use_id)
+        call = _BY_TOOL_USE_ID.first(session.pk, tool_use_id)
+        return call if call is not None else _former_call(session, tool, dialect)
     calls = ToolCall.objects.filter(session=session)
     # No ids: the oldest released call of this tool with exactly this input.
     digest = digest_of(ProposedCall("", name, canonical_json(tool_input), tool_input))
     released = calls.filter(name=name, digest=digest, status=Status.RELEASED)
-    return released.order_by("created_at").first()
+    call = released.order_by("created_at").first()
+    return call if call is not None else _former_call(session, tool, dialect)
+
+
+def _former_call(
+    session: AgentSession, tool: tuple[str, dict[str, Any], str], dialect: HookDialect
+) -> ToolCall | None:
+    """The call of another of the agent's sessions with this client and client session id
+    (any team) that a report is about, with its session (whose agent is `session`'s): by
+    its id, a released one first; without ids, the oldest released one of this tool and
+    exact input."""
+    name, tool_input, tool_use_id = tool
+    calls = ToolCall.objects.select_related("session").filter(
+        session__agent_id=session.agent_id,
+        session__client=session.client,
+        session__external_id=session.external_id,
+    )
+    calls = calls.exclude(session_id=session.pk)
+    if dialect.ids:
+        released_first = Case(When(status=Status.RELEASED, then=0), default=1)
+        call = calls.filter(tool_use_id=tool_use_id).order_by(released_first, "-created_at")
+    else:
+        digest = digest_of(ProposedCall("", name, canonical_json(tool_input), tool_input))
+        call = calls.filter(name=name, digest=digest, status=Status.RELEASED)
+        call = call.order_by("created_at")
+    found = call.first()
+    if found is not None:
+        found.session.agent = session.agent
+    return found
 
 
 def _session_and_report(
@@ -256,8 +290,11 @@ def _report(
 ) -> None:
     """The tool ran on the client: its result becomes the call's, marked as reported, with
     whether the input the client reports is the one it was allowed (and, when not, the
-    input it reports). A report that finds no released call is recorded in the session as
-    an orphan (client.report_orphaned): it is never dropped without a trace."""
+    input it reports). The call may be of a session of the agent's former team
+    (`_reported_call`): the report is filed there, in the call's own session. A report that
+    finds no released call is recorded as an orphan (client.report_orphaned), in the
+    session of the call it names when there is one, else in the hook's session: it is
+    never dropped without a trace, and never copied into another team's session."""
     name, tool_input, tool_use_id = tool
     call = _reported_call(session, tool, dialect)
     content, is_error = dialect.reports[hook.event](hook.body)
@@ -278,7 +315,8 @@ def _report(
         extra=extra,
     )
     if not filed:  # reported already, past its lease, or never allowed
-        _record_orphan(session, hook, reported, content, is_error, call)
+        own = session if call.session_id == session.pk else call.session
+        _record_orphan(own, hook, reported, content, is_error, call)
 
 
 def _record_orphan(
