@@ -379,6 +379,7 @@ def test_husky_with_linked_worktrees_still_refuses(agent_in_sandbox: AgentFixtur
 # 3. the bound on the search for nested repositories
 
 
+@pytest.mark.timeout(300)  # (about 60 s alone; twice that beside another test worker)
 def test_a_workspace_of_600000_entries_runs_allowed_commands(
     agent_in_sandbox: AgentFixture,
 ) -> None:

@@ -411,8 +411,10 @@ def test_a_git_directory_written_by_git_apply_runs_nothing(workspace: Path) -> N
     (workspace / "evil.patch").write_text(BARE_LAYOUT_PATCH.format(marker=marker))
     assert read_command(("git", "apply", "evil.patch")).unreadable is None
     run_command(workspace, ["git", "init", "-q"])
-    assert run_command(workspace, ["git", "apply", "evil.patch"]).startswith("exit code 0")
-    assert (workspace / "x" / "HEAD").exists()
+    applied = run_command(workspace, ["git", "apply", "evil.patch"])
+    assert applied.startswith("exit code 0"), applied
+    # the git guard takes a bare repository a run made out of git's reach (its HEAD removed)
+    assert not (workspace / "x" / "HEAD").exists(), applied
     # named: never read as harmless (as `--git-dir=.git` was not either)
     assert read_command(("git", "--git-dir=x", "status")).unreadable is not None
     assert read_command(("git", "--git-dir", "x", "--work-tree=.", "status")).unreadable
@@ -420,7 +422,6 @@ def test_a_git_directory_written_by_git_apply_runs_nothing(workspace: Path) -> N
     argv = ["git", "-C", "x", "status"]
     assert read_command(tuple(argv)).unreadable is None
     out = run_command(workspace, argv)
-    assert "cannot use bare repository" in out, out  # every other bare-repository road too
     assert not marker.exists(), out
 
 
