@@ -12,6 +12,7 @@ requests (Locust's `between(0.5, 1.5)`), so the load is bounded, as the design a
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import threading
@@ -25,6 +26,7 @@ import pytest
 from approvals.models import ApprovalRequest
 from audit.verify import verify_database
 from dispatcher.models import TERMINAL_STATUSES, Status, ToolCall
+from tests.approvals.conftest import closing_connections
 from tests.battery import figures
 from tests.battery.conftest import FULL, reviewer_client, seed_for, size
 from tests.battery.live import clear_queue, native, start_session, started_counts
@@ -176,11 +178,16 @@ def test_d3_bounded_load_on_two_daphnes_and_two_workers(stack: Stack) -> None:
         finally:
             client.close()
 
+    # (each reviewer signs in from its thread: a user row made there, its connection
+    # closed when the thread ends)
     threads = [
         threading.Thread(target=agent, args=(i, rng.randrange(2**32)), daemon=True)
         for i in range(AGENTS)
     ] + [
-        threading.Thread(target=reviewer, args=(i, rng.randrange(2**32)), daemon=True)
+        threading.Thread(
+            target=closing_connections(functools.partial(reviewer, i, rng.randrange(2**32))),
+            daemon=True,
+        )
         for i in range(REVIEWERS)
     ]
     for thread in threads:
