@@ -161,7 +161,7 @@ for i = #passed, 1, -1 do redis.call('LPUSH', KEYS[1], passed[i]) end
 if taken and redis.call('EXISTS', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
 if taken then
   if cap == 0 then return {taken[1], ''} end
-  redis.call('ZADD', taken[2], now + tonumber(ARGV[6]), ARGV[5])
+  redis.call('ZADD', taken[2], string.format('%.6f', now + tonumber(ARGV[6])), ARGV[5])
   redis.call('EXPIRE', taken[2], ARGV[7])
   return {taken[1], taken[2]}
 end
@@ -188,10 +188,13 @@ elseif tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
 end
 """
 # The place of a turn whose call is about to be claimed, moved to lapse with the call's
-# lease (ARGV: the token, the lease's seconds, the set's expiry).
+# lease (ARGV: the token, the lease's seconds, the set's expiry). To the microsecond, as
+# the worker's lease is (its whole seconds alone lapsed the place up to a second before
+# the lease; a Lua number handed to Redis keeps 14 digits, so the score is formatted).
 _HOLD = """
 local t = redis.call('TIME')
-redis.call('ZADD', KEYS[1], tonumber(t[1]) + tonumber(ARGV[2]), ARGV[1])
+local lapse = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], string.format('%.6f', lapse), ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 """
 # The message of an owed turn: it runs the ring's next call, or nothing (not a call id).

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from dispatcher import admission, batches, pipeline, previews, transitions
 from dispatcher.admission import call_context
-from dispatcher.agents import TOKEN_GUARD, mode_and_profile, token_refusal
+from dispatcher.agents import mode_and_profile, token_refusal
 from dispatcher.models import Preview, Status, ToolCall
 from dispatcher.policy import git_reading, layers, stages
 from dispatcher.policy.context import CallContext
@@ -75,8 +75,8 @@ def execute_call(call_id: str, *, turn: batches.Turn | None = None) -> None:
         return
     session = call.session
     refused = token_refusal(call, session.agent)  # voided or rotated while it was queued
-    if refused:
-        return transitions.deny_before_run(call, stages.GuardDenial(((TOKEN_GUARD, refused),)))
+    if refused is not None:
+        return transitions.deny_before_run(call, refused)
     revisions = layers.revisions_of(call)
     ctx = call_context(
         call, session, *mode_and_profile(session, preloaded=True, revisions=revisions)
@@ -144,11 +144,12 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
         # (after the ask's check: an approved call is shown again, under the tool as it is)
         changed = _changed_since_admission(call, tool) if outcome == "run" else None
         if outcome == "run" and changed is None:
+            leased_from = timezone.now()  # before the place's lapse: it never ends first
             if turn is not None and not batches.hold(
                 turn, tool.timeout + settings.HARNESS_LEASE_GRACE
             ):
                 return None  # its owner's place not held: left queued (fail closed)
-            if transitions.claim(call, tool):
+            if transitions.claim(call, tool, leased_from=leased_from):
                 _run_claimed(call, ctx, row=row)
             return None
     if changed is not None:

@@ -389,8 +389,13 @@ def deny_before_run(call: ToolCall, denial: GuardDenial) -> None:
     batches.dispatch_after(call)
 
 
-def claim(call: ToolCall, tool: Tool) -> bool:
+def claim(call: ToolCall, tool: Tool, *, leased_from: datetime | None = None) -> bool:
     """The one conditional update that lets exactly one worker run the call.
+
+    `leased_from`: when the call's lease starts, if before now (the worker reads the
+    clock before it moves its owner's place to lapse with the lease, `batches.hold`, so
+    that the place never lapses before the lease does, however long the claim waited
+    for the database).
 
     Publishes nothing: the worker announces the call as running only if its body is
     still running a moment later (`announce_running`, pipeline.execute's
@@ -410,7 +415,8 @@ def claim(call: ToolCall, tool: Tool) -> bool:
             publish=False,
             started_at=now,
             attempts=call.attempts + 1,
-            lease_until=now + timedelta(seconds=tool.timeout + settings.HARNESS_LEASE_GRACE),
+            lease_until=(leased_from or now)
+            + timedelta(seconds=tool.timeout + settings.HARNESS_LEASE_GRACE),
         )
 
 

@@ -166,6 +166,12 @@ def live_places(stack: Stack, owner_id: int) -> int:
     return int(broker.zcount(key, seconds + micro / 1e6, "+inf"))
 
 
+def place_lapses(stack: Stack, owner_id: int) -> list[float]:
+    """When each of the owner's places among running calls lapses (epoch seconds)."""
+    key = batches._running_key(stack.env["HARNESS_CELERY_QUEUE"], str(owner_id))
+    return [score for _, score in redis_at(stack.redis.url).zrange(key, 0, -1, withscores=True)]
+
+
 @pytest.mark.live
 @pytest.mark.timeout(300)
 def test_another_persons_call_runs_while_one_persons_calls_fill_the_worker(stack: Stack) -> None:
@@ -227,6 +233,11 @@ def test_a_killed_workers_place_lapses_with_its_calls_lease(stack: Stack) -> Non
     ):
         killed = send(a, start_session(a)["id"], "k", "runcap_wait_for", {"path": "never"})
         wait_until(lambda: running([killed]) == 1, 60, "the call to run")
+        # The place lapses no earlier than the call's lease, however long the claim took
+        # after the place was held (it once lapsed 0.55 s early on a loaded SQLite run).
+        lease = ToolCall.objects.get(pk=killed).lease_until
+        lapses = place_lapses(stack, flooder.owner.pk)
+        assert lease is not None and len(lapses) == 1 and lapses[0] >= lease.timestamp()
         worker.kill9()  # its process and pool: nothing given back
         stack.worker(2)
         later = send(a, start_session(a)["id"], "later", "battery_marker", {"path": "m.txt"})
