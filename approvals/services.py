@@ -18,7 +18,7 @@ from audit.roles import REVIEWER, reach
 from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
-from dispatcher.agents import TOKEN_GUARD, token_refusal
+from dispatcher.agents import token_refusal
 from dispatcher.models import Agent, Executor, Status, ToolCall
 from dispatcher.policy import grants, stages
 from dispatcher.policy.stages import GuardDenial
@@ -623,7 +623,7 @@ def _release_denial(call: ToolCall) -> GuardDenial | None:
     runs, as it does for every other call (an agent revoked, a mode locked, while the call
     waited). None for a call the guards let through."""
     if refused := token_refusal(call, call.session.agent):
-        return GuardDenial(((TOKEN_GUARD, refused),))
+        return refused
     if call.executor != Executor.CLIENT:
         return None
     try:

@@ -621,23 +621,25 @@ def sent_with_rotated() -> str:
     )
 
 
-def token_refusal(call: ToolCall, agent: Agent) -> str:
-    """Why the worker must not claim `call` of `agent`, or "" when it may: the token that
+def token_refusal(call: ToolCall, agent: Agent) -> GuardDenial | None:
+    """Why the worker must not claim `call` of `agent`, or None when it may: the token that
     sent it is no longer the agent's valid token. The agent row is the one the worker read
     with the call (no statement of its own). Admission records the verified token's
     prefix on the call (provenance "token"); a rotation gives the agent another, and a
     void marks it (token_voided_at) until the rotation that clears the mark. A call
     admitted before Harness kept the record is refused only while the token is voided.
     And a call of a session of a team the agent has left (transfer_agent, committed after
-    this call was read to be decided or claimed): the session's team is on the row read."""
+    this call was read to be decided or claimed): the session's team is on the row read
+    (guard `team`; the others `token`)."""
     if call.session.team_id != agent.team_id:
-        return moved_team_refusal()
+        return GuardDenial(((TEAM_GUARD, moved_team_refusal()),))
     if agent.token_voided_at is not None:
-        return sent_with_voided(agent.token_voided_because or "someone")
+        why = sent_with_voided(agent.token_voided_because or "someone")
+        return GuardDenial(((TOKEN_GUARD, why),))
     sent_with = (call.provenance or {}).get("token")
     if sent_with is not None and sent_with != agent.token_prefix:
-        return sent_with_rotated()
-    return ""
+        return GuardDenial(((TOKEN_GUARD, sent_with_rotated()),))
+    return None
 
 
 # (identity.tasks: the notice goes through the notification channels, an app above this one)

@@ -2502,32 +2502,48 @@ def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
             expected = stat.S_ISREG if name == "config" else stat.S_ISDIR
             if not expected(mode):
                 return f"holds '{name}', which is not what git makes there"
-            if name == "hooks":
-                for hook in sorted(_names(entry)):
-                    if not (_regular(entry, hook) and hook.endswith(".sample")):
-                        return f"holds the hook 'hooks/{hook}'"
-            elif name == "info":
-                for item in sorted(_names(entry)):
-                    if not (_regular(entry, item) and item == "exclude"):
-                        return f"holds 'info/{item}'"
-            elif name in ("remotes", "branches"):  # (a remote's URL: none of git's own)
-                for item in sorted(_names(entry)):
-                    return f"holds '{name}/{item}'"
-            else:
-                try:
-                    pairs = _configuration(_read(entry), where / "config", run)
-                except ConfigBudgetSpent:
-                    return _UNREAD
-                except ToolError:
-                    return "has a configuration that cannot be read"
-                for key, value in pairs:
-                    if not _MADE_KEYS.fullmatch(key):
-                        return f"sets {key} = {value!r} in its configuration"
+            why, _ = _judge_git_made(name, entry, where, run)
+            if why is not None:
+                return why
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     finally:
         held.close()
     return None
+
+
+def _judge_git_made(
+    name: str, entry: int, where: Path, run: Guard
+) -> tuple[str | None, list[tuple[str, str]]]:
+    """Why `name` in a git directory (open as `entry`, of the kind git makes there) is
+    not what git itself makes, for the entries a bare repository (`_judge_bare`) and a
+    made `.git` (`_judge_made`) share: hooks that are `*.sample` only, `info/exclude`
+    only, `branches/` and `remotes/` empty (a file there is a remote's URL, which may
+    name a repository hidden inside a `.git`, whose hooks a push runs), a configuration
+    of `_MADE_KEYS` alone (its pairs returned, with None). (None, []) for other names."""
+    if name == "hooks":
+        for hook in sorted(_names(entry)):
+            if not (_regular(entry, hook) and hook.endswith(".sample")):
+                return f"holds the hook 'hooks/{hook}'", []
+    elif name == "info":
+        for item in sorted(_names(entry)):
+            if not (_regular(entry, item) and item == "exclude"):
+                return f"holds 'info/{item}'", []
+    elif name in ("remotes", "branches"):
+        for item in sorted(_names(entry)):
+            return f"holds '{name}/{item}'", []
+    elif name == "config":
+        try:
+            pairs = _configuration(_read(entry), where / "config", run)
+        except ConfigBudgetSpent:
+            return _UNREAD, []
+        except ToolError:
+            return "has a configuration that cannot be read", []
+        for key, value in pairs:
+            if not _MADE_KEYS.fullmatch(key):
+                return f"sets {key} = {value!r} in its configuration", []
+        return None, pairs
+    return None, []
 
 
 def _remove_made_repository(path: str, result: Guard) -> str | None:
@@ -2620,17 +2636,11 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
                 expected = stat.S_ISDIR
             if not expected(mode):
                 return f"holds '{name}', which is not what git makes there"
-            if name == "hooks":
-                for hook in sorted(_names(entry)):
-                    if not (_regular(entry, hook) and hook.endswith(".sample")):
-                        return f"holds the hook 'hooks/{hook}'"
-            elif name == "info":
-                for item in sorted(_names(entry)):
-                    if not (_regular(entry, item) and item == "exclude"):
-                        return f"holds 'info/{item}'"
-            elif name == "branches":  # (git makes it empty: a file is a remote's URL)
-                for item in sorted(_names(entry)):
-                    return f"holds 'branches/{item}'"
+            why, pairs = _judge_git_made(name, entry, where, run)
+            if why is not None:
+                return why
+            if name == "config":
+                object_format = _format_of(pairs)
             elif name == "index":
                 left = run.index_budget
                 # (its configuration, read above: `config` sorts before `index`)
@@ -2642,17 +2652,6 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
                 bad = _bad_index(git, object_format)
                 if bad is not None:
                     return f"holds an index {bad}"
-            elif name == "config":
-                try:
-                    pairs = _configuration(_read(entry), where / "config", run)
-                except ConfigBudgetSpent:
-                    return _UNREAD
-                except ToolError:
-                    return "has a configuration that cannot be read"
-                for key, value in pairs:
-                    if not _MADE_KEYS.fullmatch(key):
-                        return f"sets {key} = {value!r} in its configuration"
-                object_format = _format_of(pairs)
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     finally:

@@ -165,6 +165,7 @@ def test_an_ask_admitted_into_the_former_teams_session_during_the_move_runs_for_
     csrf_post(person(pay.members["reviewer"]), url, form)
     call.refresh_from_db()
     assert call.status == Status.DENIED and "moved to another team" in call.content
+    assert call.decided_by == "guard:team"  # not the token's guard: the token is valid
 
 
 @db
