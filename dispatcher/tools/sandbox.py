@@ -48,6 +48,7 @@ import math
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import stat
@@ -1041,7 +1042,9 @@ def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = Fals
     SECCOMP_FD and becomes prlimit (setrlimit for everything the sandbox starts), which
     becomes bwrap. A cgroup that cannot be joined stops it before anything runs (125).
     With `report_exit` the shell stays, waits, and writes EXIT_REPORT with the status to
-    stderr (a server's log says why it ended; bwrap dies with it, --die-with-parent).
+    stderr (a server's log says why it ended; bwrap dies with it, --die-with-parent), and
+    the command's stderr reaches the shell's through a pipe (the program never holds the
+    log it goes to).
 
     Without a pids cgroup, processes are bounded by RLIMIT_NPROC, which counts every
     process and thread of Harness's uid on the host: the limit is what the uid runs now
@@ -1062,7 +1065,18 @@ def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = Fals
     joins = [str(path / "cgroup.procs") for path in cgroups.paths]
     run = f'"$@" {SECCOMP_FD}<"$filter"'
     if report_exit:
-        run += f'; status=$?; echo "{EXIT_REPORT} $status" >&2; exit $status'
+        # The command's stderr is a pipe, copied to the shell's own (the server's log) by
+        # `cat`, which runs outside the sandbox under the same file size limit; the shell
+        # waits for both (the status comes back through descriptor 5) and reports after
+        # the last line copied. The log itself was the server's descriptor 2, so it
+        # could truncate it (ftruncate), or take O_APPEND away and write over it: erase
+        # what it had written. Descriptor 4 is the shell's stdout meanwhile (the server's).
+        copy = shlex.join([prlimit[0], f"--fsize={limits.file_bytes}", "--core=0", "--", "cat"])
+        run = (
+            f"{{ status=$( {{ {{ {run} 4>&- 5>&-; echo $? >&5; }} 2>&1 >&4 "
+            f"| {copy} >&2 4>&- 5>&-; }} 5>&1 ); }} 4>&1; "
+            f'echo "{EXIT_REPORT} $status" >&2; exit $status'
+        )
     else:
         run = f"exec {run}"
     script = (
