@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.tools import sandbox
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
+from dispatcher.tools.sandbox_user import sandbox_user
 
 
 def _sh(workspace: Path, script: str) -> str:
@@ -63,7 +63,9 @@ def test_an_entry_in_a_directory_the_sandbox_user_owns_is_refused(
     # for a symlink between the resolution and bwrap's bind, when it likes
     shared = tmp_path / "shared"
     (shared / "toolchain").mkdir(parents=True)
-    uid, gid = sandbox.sandbox_user()
+    user = sandbox_user()
+    assert user is not None  # (Harness runs as root here)
+    uid, gid = user
     os.chown(shared, uid, gid)
     settings.HARNESS_SANDBOX_READ_ONLY = [str(shared / "toolchain")]
     with pytest.raises(ToolError, match="HARNESS_SANDBOX_READ_ONLY") as refused:
