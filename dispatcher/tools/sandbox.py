@@ -48,6 +48,7 @@ import math
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import stat
@@ -812,7 +813,7 @@ def sandbox_command(
     command += _var_tmp(binds, limits)
     system_args, system_bound = _system_binds()
     command += system_args
-    extras = [Bind(path, path, optional=True) for path in read_only_extras()]
+    extras = [Bind(path, path, optional=True) for path in bound_read_only_extras()]
     covered, mounts = _mounts([*extras, *binds], system_bound)
     command += mounts
     for path in covered:
@@ -928,9 +929,93 @@ def _etc_entries() -> Iterator[Path]:
 
 
 def read_only_extras() -> list[Path]:
-    """settings.HARNESS_SANDBOX_READ_ONLY: more host paths programs may read (absolute)."""
-    paths = [Path(p) for p in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])]
-    return [path.resolve() for path in paths if path.is_absolute()]  # others: E043
+    """settings.HARNESS_SANDBOX_READ_ONLY: more host paths programs may read (absolute),
+    resolved; an entry read_only_problem refuses is left out (no program runs while one
+    is listed: bound_read_only_extras)."""
+    entries = getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])
+    return [Path(entry).resolve() for entry in entries if read_only_problem(entry) is None]
+
+
+def bound_read_only_extras() -> list[Path]:
+    """read_only_extras, what the sandbox binds; raises ToolError while an entry is one
+    read_only_problem refuses (an absolute one: a relative entry is E043's)."""
+    for entry in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", []):
+        problem = read_only_problem(entry) if entry.startswith("/") else None
+        if problem is not None:
+            raise ToolError(
+                f"HARNESS_SANDBOX_READ_ONLY entry {entry} {problem}, so no program runs. "
+                "An operator must list only paths where admins alone write."
+            )
+    return read_only_extras()
+
+
+def read_only_problem(entry: str) -> str | None:
+    """Why the HARNESS_SANDBOX_READ_ONLY entry `entry` may not be bound, or None. Bound by
+    path, as root, at every run: an entry, or a symlink or directory on the way to it,
+    that lies where sandboxed programs write (an agent's workspace, a server's writable
+    path, a directory the sandbox user owns) was theirs to redirect: a program swapped a
+    directory of the path for a symlink to another agent's workspace, and every later run
+    showed it. An entry inside Harness's own state (the workspace root, the data
+    directory) is refused too: what lies beneath a bind is covered, not what it lies in."""
+    if not entry.startswith("/"):
+        return "is not an absolute path"
+    # (judged when programs run as the sandbox user: as Harness's own uid, everything
+    # Harness owns would count, its installation's toolchains too)
+    placed = _placed_by_programs(Path(entry)) if _owner() is not None else None
+    if placed is not None:
+        return f"reaches {placed}, which lies in a directory sandboxed programs may write"
+    resolved = Path(entry).resolve()
+    for hidden in hidden_paths():
+        if _inside(resolved, hidden):
+            return f"lies in {hidden}, Harness's own state"
+    return None
+
+
+MAX_SYMLINK_HOPS = 40  # (the kernel's own bound)
+
+
+def _placed_by_programs(path: Path) -> Path | None:
+    """The first entry on the way to `path` (symlinks followed as the kernel follows
+    them, each link's own way checked too) that a sandboxed program may have put or may
+    put where it is, or None. A missing entry a program cannot make ends the walk: bwrap
+    binds nothing there (--ro-bind-try)."""
+    uid = _program_uid()
+    parts = list(path.parts[1:])
+    current = Path("/")
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        entry = current / part
+        try:
+            info: os.stat_result | None = entry.lstat()
+        except FileNotFoundError:
+            info = None
+        except OSError:
+            return entry  # (unsure: as if it were)
+        # a missing entry: would a program's, made now, be allowed there
+        made = info or os.stat_result((stat.S_IFLNK, 0, 0, 1, uid, uid, 0, 0, 0, 0))
+        if _programs_may_place(current, made, uid):
+            return entry
+        if info is None:
+            return None
+        if not stat.S_ISLNK(info.st_mode):
+            current = entry
+            continue
+        hops += 1
+        if hops > MAX_SYMLINK_HOPS:
+            return entry
+        target = Path(os.readlink(entry))
+        if target.is_absolute():
+            current = Path("/")
+            parts = list(target.parts[1:]) + parts
+        else:
+            parts = list(target.parts) + parts
+    return None
 
 
 def hidden_paths() -> list[Path]:
@@ -957,7 +1042,9 @@ def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = Fals
     SECCOMP_FD and becomes prlimit (setrlimit for everything the sandbox starts), which
     becomes bwrap. A cgroup that cannot be joined stops it before anything runs (125).
     With `report_exit` the shell stays, waits, and writes EXIT_REPORT with the status to
-    stderr (a server's log says why it ended; bwrap dies with it, --die-with-parent).
+    stderr (a server's log says why it ended; bwrap dies with it, --die-with-parent), and
+    the command's stderr reaches the shell's through a pipe (the program never holds the
+    log it goes to).
 
     Without a pids cgroup, processes are bounded by RLIMIT_NPROC, which counts every
     process and thread of Harness's uid on the host: the limit is what the uid runs now
@@ -978,7 +1065,18 @@ def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = Fals
     joins = [str(path / "cgroup.procs") for path in cgroups.paths]
     run = f'"$@" {SECCOMP_FD}<"$filter"'
     if report_exit:
-        run += f'; status=$?; echo "{EXIT_REPORT} $status" >&2; exit $status'
+        # The command's stderr is a pipe, copied to the shell's own (the server's log) by
+        # `cat`, which runs outside the sandbox under the same file size limit; the shell
+        # waits for both (the status comes back through descriptor 5) and reports after
+        # the last line copied. The log itself was the server's descriptor 2, so it
+        # could truncate it (ftruncate), or take O_APPEND away and write over it: erase
+        # what it had written. Descriptor 4 is the shell's stdout meanwhile (the server's).
+        copy = shlex.join([prlimit[0], f"--fsize={limits.file_bytes}", "--core=0", "--", "cat"])
+        run = (
+            f"{{ status=$( {{ {{ {run} 4>&- 5>&-; echo $? >&5; }} 2>&1 >&4 "
+            f"| {copy} >&2 4>&- 5>&-; }} 5>&1 ); }} 4>&1; "
+            f'echo "{EXIT_REPORT} $status" >&2; exit $status'
+        )
     else:
         run = f"exec {run}"
     script = (
@@ -1042,7 +1140,12 @@ def _oom_killed(path: Path | None) -> bool:
 
 def probe() -> str | None:
     """Why the bwrap sandbox cannot run here with every guarantee it gives, or None when
-    it can. Cached per process and per setting it depends on."""
+    it can. Cached per process and per setting it depends on; a HARNESS_SANDBOX_READ_ONLY
+    entry read_only_problem refuses is judged at each call (a start-up check reports it)."""
+    for entry in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", []):
+        problem = read_only_problem(entry) if entry.startswith("/") else None
+        if problem is not None:
+            return f"HARNESS_SANDBOX_READ_ONLY entry {entry} {problem}"
     return _probe(
         bool(settings.HARNESS_SANDBOX_NETWORK),
         str(settings.HARNESS_SANDBOX_USER),

@@ -8,7 +8,8 @@ starts (after its own setup, so bwrap's mounts are not affected).
 Everything not listed is allowed: the namespaces, the read-only system, the uid and the
 limits already bound the program; the filter takes away the kernel interfaces through
 which a program reaches past them (other processes' memory, keyrings, BPF, mounts and
-namespaces, modules, the clock, the terminal's input queue, Unix and vsock sockets), and
+namespaces, modules, the clock, the terminal's input queue, sockets of any family but
+the network's: Unix, vsock, AF_ALG, AF_TIPC ...), and
 the set-user-ID and set-group-ID bits, which would let anyone on the host who runs a file
 the program made become the program's uid. A refused call fails with EPERM, except
 `clone3` and `openat2`, which fail with ENOSYS so that libc falls back to `clone` and
@@ -138,6 +139,18 @@ DATAGRAM_TYPES = (2, 3)  # SOCK_DGRAM, SOCK_RAW
 # socket(AF_VSOCK) is refused too: vsock is not network-namespaced, so --unshare-net does
 # not stop it, and in a virtual machine it reaches the hypervisor's services (CID 2) and
 # any vsock service of the host itself (CID 1, vsock_loopback).
+# Every other family but the network's own (AF_INET, AF_INET6, and AF_NETLINK, which
+# glibc's getaddrinfo and `ip` use; all three of the sandbox's network namespace) is
+# refused too, for socket and socketpair alike: no tool needs them, and each is kernel
+# code an unprivileged program otherwise reaches, most loaded on demand by the first
+# socket() (AF_ALG's crypto, AF_TIPC, AF_RDS, AF_CAN, AF_BLUETOOTH, AF_XDP, AF_PACKET,
+# ...). The kernel refuses a family of AF_MAX (46 in Linux 6.x) or more by itself, and
+# reads only the low 32 bits: every value below FAMILY_BOUND is compared on those.
+AF_INET = 2
+AF_INET6 = 10
+AF_NETLINK = 16
+NETWORK_FAMILIES = (AF_INET, AF_INET6, AF_NETLINK)
+FAMILY_BOUND = 64
 
 
 def build() -> seccomp.SyscallFilter:
@@ -169,8 +182,14 @@ def build() -> seccomp.SyscallFilter:
     allowed.add_rule(refuse, "personality", seccomp.Arg(0, seccomp.GT, PERSONALITY_SAFE_MAX))
     # the family is an int: compare its low 32 bits only (the kernel ignores the rest, so
     # an equality on all 64 bits let socket(0x100000001, ...) make an AF_UNIX socket)
-    for family in (AF_UNIX, AF_VSOCK):
-        allowed.add_rule(refuse, "socket", seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family))
+    # (AF_UNIX and AF_VSOCK among them; socketpair of AF_UNIX alone, for streams)
+    for family in range(FAMILY_BOUND):
+        if family not in NETWORK_FAMILIES:
+            low = seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family)
+            allowed.add_rule(refuse, "socket", low)
+        if family != AF_UNIX:
+            low = seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family)
+            allowed.add_rule(refuse, "socketpair", low)
     # a datagram pair: each end may still send to (sendto) or connect to any named socket
     for kind in DATAGRAM_TYPES:
         allowed.add_rule(
