@@ -257,8 +257,9 @@ def _device_locked(request: HtmxHttpRequest) -> bool:
 @require_http_methods(["GET", "POST"])
 @never_cache
 def device(request: HtmxHttpRequest) -> HttpResponse:
-    """/oauth/device/: a signed-in person types the code `harness-hook login` showed and
-    approves the device as their agent, with the profile it runs under."""
+    """/oauth/device/: a signed-in person types the code `harness-hook login` showed, is
+    shown what it is for (action "review": the client, the resource, the scopes, the
+    agent) and approves the device as their agent, with the profile it runs under."""
     modes = _modes(request.user)
     context: dict[str, Any] = {
         "modes": modes,
@@ -289,6 +290,38 @@ def device(request: HtmxHttpRequest) -> HttpResponse:
             return render(request, "agentauth/device.html", context, status=429)
         return render(request, "agentauth/device.html", context, status=400)
     grant: DeviceGrant = form.cleaned_data["device_grant"]
+    # What the code is for, shown before anything is approved (and after): the client,
+    # the one resource its token will be for, its scopes, the agent it will act as.
+    application = get_application_model().objects.filter(client_id=grant.client_id).first()
+    bound = getattr(grant, "harness_resource", None)  # (none: asked before they were kept)
+    resource = bound.resource if bound is not None else ""
+    path = urlsplit(resource).path
+    context["asked"] = {
+        "client": services.client_name(application) if application else grant.client_id,
+        "client_id": grant.client_id,
+        "resource": resource,
+        "resource_kind": (
+            "the MCP endpoint"
+            if path == MCP_PATH
+            else "the hooks API"
+            if path.endswith("/hooks/")
+            else ""
+        ),
+        "scopes": (grant.scope or "").split(),
+    }
+    made = {
+        link.team_id: link.agent.name
+        for link in AgentClient.objects.filter(
+            owner=request.user, application=application, agent__is_active=True
+        ).select_related("agent")
+    }
+    # Per team: the agent it will act as there (one made before for this client and
+    # team is reused; else a new one, named after the client).
+    context["asked"]["agents"] = [(team, made.get(team.pk, "")) for team in context["teams"]]
+    context["chosen_team"] = request.POST.get("team", "")
+    context["chosen_mode"] = request.POST.get("mode") or context["own_mode"]
+    if request.POST.get("action") == "review":
+        return render(request, "agentauth/device.html", context)
     if request.POST.get("action") != "accept":
         pending = DeviceGrant.objects.filter(pk=grant.pk, status=DeviceGrant.AUTHORIZATION_PENDING)
         pending.update(status=DeviceGrant.DENIED)  # (an approval that won meanwhile stays)

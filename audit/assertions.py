@@ -217,8 +217,9 @@ def problem_in(stored: Any, registered: Mapping[bytes, Registered] | None) -> st
     `stored` holds the decision (approval, call_id, digest, verdict, nonce, rp_id,
     reviewer_id, and effect_digest for a previewed command) and the assertion (SIGNED_FIELDS, public_key). The challenge is
     recomputed from the decision; the signature is checked against the passkey registered
-    under its credential id (`registered`, from the database), which must be the key the
-    event recorded; when the passkey was removed since (or `registered` is None, an export
+    under its credential id and the key the event recorded (`registered`, from the
+    database; rows of other people under the same id, kept from before a known id was
+    refused at registration, are not read); when the passkey was removed since (or `registered` is None, an export
     checked alone), against the recorded key."""
     if not isinstance(stored, Mapping):
         return "the step-up record is not an object"
@@ -236,13 +237,15 @@ def problem_in(stored: Any, registered: Mapping[bytes, Registered] | None) -> st
         rp_id = str(stored["rp_id"])
     except (KeyError, TypeError, ValueError, IndexError) as error:  # (IndexError: bad CBOR)
         return f"the step-up record is incomplete or unreadable ({error})"
-    known = (registered or {}).get(credential.credential_id)
-    if known is not None:
-        if known.credential.public_key != credential.public_key:
+    rows = _rows_under(registered, credential.credential_id)
+    if rows:
+        same_key = [r for r in rows if r.credential.public_key == credential.public_key]
+        if not same_key:
             return "the recorded public key is not the key registered under this credential id"
-        if str(known.user_id) != str(stored.get("reviewer_id")):
+        own = [r for r in same_key if str(r.user_id) == str(stored.get("reviewer_id"))]
+        if not own:
             return "the passkey that signed is registered to another person than the reviewer"
-        credential = known.credential
+        credential = own[0].credential
     try:
         verify(
             response, challenge=challenge, rp_id=rp_id, credentials=[credential], any_origin=True
@@ -252,22 +255,52 @@ def problem_in(stored: Any, registered: Mapping[bytes, Registered] | None) -> st
     return None
 
 
-def registered_keys(user_id: int | None = None) -> dict[bytes, Registered]:
-    """The passkeys registered through allauth.mfa (all, or one person's), by credential id.
-    Empty when allauth.mfa is not installed."""
+class RegisteredKeys(dict[bytes, Registered]):
+    """The passkeys registered through allauth.mfa, by credential id (the last row read,
+    for the callers that list ids or offer credentials), and every row under each id
+    (`rows`): before a known credential id was refused at registration, two people could
+    register one id, each with their own key, and a signature is checked against the
+    signer's row (credential id and public key), not whichever row was read last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._rows: dict[bytes, list[Registered]] = {}
+
+    def add(self, registered: Registered) -> None:
+        credential_id = registered.credential.credential_id
+        self[credential_id] = registered
+        self._rows.setdefault(credential_id, []).append(registered)
+
+    def rows(self, credential_id: bytes) -> list[Registered]:
+        return list(self._rows.get(credential_id, ()))
+
+
+def _rows_under(
+    registered: Mapping[bytes, Registered] | None, credential_id: bytes
+) -> list[Registered]:
+    if isinstance(registered, RegisteredKeys):
+        return registered.rows(credential_id)
+    known = (registered or {}).get(credential_id)
+    return [] if known is None else [known]
+
+
+def registered_keys(user_id: int | None = None) -> RegisteredKeys:
+    """The passkeys registered through allauth.mfa (all, or one person's), by credential id
+    (and every row under each id: RegisteredKeys). Empty when allauth.mfa is not
+    installed."""
     from django.apps import apps
 
     if not apps.is_installed("allauth.mfa"):
-        return {}
+        return RegisteredKeys()
     from allauth.mfa.models import Authenticator
 
     rows = Authenticator.objects.filter(type=Authenticator.Type.WEBAUTHN)
     if user_id is not None:
         rows = rows.filter(user_id=user_id)
-    found: dict[bytes, Registered] = {}
-    for row in rows:
+    found = RegisteredKeys()
+    for row in rows.order_by("pk"):
         wrapped: Any = row.wrap()
         credential = wrapped.authenticator_data.credential_data
         if credential is not None:
-            found[credential.credential_id] = Registered(row.user_id, wrapped.name, credential)
+            found.add(Registered(row.user_id, wrapped.name, credential))
     return found

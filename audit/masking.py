@@ -443,32 +443,35 @@ def _command_word(names: tuple[str, ...]) -> str:
 
 _SECRET_WORDS = ("token", "secret", "pass", "pwd", "apikey", "api_key", "api-key")
 
-# A JSON escape of one character (`\u005f`), behind as many backslashes as levels of JSON
-# text inside JSON text hold it (bounded: read possessively, in linear time).
-_ESCAPE = r"\\{1,8}+u"
-_ESCAPED = re.compile(r"\\++u([0-9A-Fa-f]{4})")
+# An escape of one ASCII character: JSON's (`\u005f`), or `\x5f` (bash's `$'...'` and
+# printf, Python's and JavaScript's strings) or `\U0000005f` (bash, Python), behind as many
+# backslashes as levels of JSON text inside JSON text hold it (the fifth level: 16). The
+# backslashes are read possessively from the first of a run only (a lookbehind), so a
+# long run of them is read once, not once per position: linear time.
+_ESCAPE = r"(?<!\\)\\++(?:u00|x|U000000)"
+_ESCAPED = re.compile(r"\\++(?:u([0-9A-Fa-f]{4})|x([0-9A-Fa-f]{2})|U([0-9A-Fa-f]{8}))")
 
 
 def _hex(code: int) -> str:
-    """The four hex digits of `code` as a JSON escape may write them (either case)."""
-    return "".join(f"[{d.lower()}{d.upper()}]" if d.isalpha() else d for d in f"{code:04x}")
+    """The two hex digits of `code` (ASCII) as an escape may write them (either case)."""
+    return "".join(f"[{d.lower()}{d.upper()}]" if d.isalpha() else d for d in f"{code:02x}")
 
 
 def _escapable(chars: str) -> str:
-    """One of `chars` (a character, or a class like `[or]`), written as it is or as a
-    JSON escape of it."""
+    """One of `chars` (a character, or a class like `[or]`), written as it is or as an
+    escape of it."""
     options = chars[1:-1] if chars.startswith("[") else chars
     escapes = "|".join(_hex(ord(c)) for c in options)
     return f"(?:{chars}|{_ESCAPE}(?:{escapes}))"
 
 
 def _hex_digit() -> str:
-    return "(?:[0-9a-f]|" + _ESCAPE + "00(?:3[0-9]|6[1-6]))"
+    return "(?:[0-9a-f]|" + _ESCAPE + "(?:3[0-9]|6[1-6]))"
 
 
-# One character of a token's body ([A-Za-z0-9_-]), as it is or as a JSON escape of it.
+# One character of a token's body ([A-Za-z0-9_-]), as it is or as an escape of it.
 _TOKEN_CHAR = (
-    r"(?:[A-Za-z0-9_-]|" + _ESCAPE + "00(?:2[dD]|3[0-9]|4[1-9A-Fa-f]|5[0-9AaFf]|6[1-9A-Fa-f]"
+    r"(?:[A-Za-z0-9_-]|" + _ESCAPE + "(?:2[dD]|3[0-9]|4[1-9A-Fa-f]|5[0-9AaFf]|6[1-9A-Fa-f]"
     "|7[0-9Aa]))"
 )
 
@@ -476,11 +479,11 @@ _TOKEN_CHAR = (
 def _harness_token(prefix: str) -> str:
     """The start of a rule's first group: `prefix` ("hrn_", "hr[or]_"), each character as
     it is or escaped; a literal first letter only where a word cannot run into it (a word
-    boundary, or a URL-encoded character or a JSON escape before it)."""
+    boundary, or a URL-encoded character or an escape before it)."""
     first, rest = prefix[0], prefix[1:]
     boundary = (
         f"(?:(?<=\\b{first})|(?<=%[0-9A-Fa-f]{{2}}{first})|(?<=\\\\[bfnrt]{first})"
-        f"|(?<=\\\\u[0-9A-Fa-f]{{4}}{first}))"
+        f"|(?<=\\\\u[0-9A-Fa-f]{{4}}{first})|(?<=\\\\x[0-9A-Fa-f]{{2}}{first}))"
     )
     chars = re.findall(r"\[[^]]+\]|.", rest)
     return f"((?:{first}{boundary}|{_ESCAPE}{_hex(ord(first))})" + "".join(
@@ -494,12 +497,155 @@ def _any_token(value: str) -> bool:
 
 def _unescaped(value: str) -> str:
     """The token a match stands for, its escapes read: its marker is the plain token's."""
-    return _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), value)
+    if "\\" not in value:
+        return value
+    return _ESCAPED.sub(_escaped_char, value)
+
+
+def _escaped_char(match: re.Match[str]) -> str:
+    return chr(int(match[match.lastindex or 0], 16))  # (the one group that matched)
+
+
+# The length of what follows a Harness token's prefix: an OAuth token's body
+# (token_urlsafe(32): 43 characters; agentauth.tokens), an agent's token's visible prefix
+# and body (8 hex digits, "_", 43; dispatcher.agents). Read only where a token is found
+# without its usual frame (split by a line break, or run into a word): there the whole
+# token must be there, of its exact length, with upper and lower case letters in its body
+# (a random body has both but once in billions), so that words stay (`synchro_...`,
+# `hrr_rate` over a list of names). tests/redteam/test_leftweb_masking.py pins the lengths.
+TOKEN_BODY = 43
+_AFTER_PREFIX = {"hro_": TOKEN_BODY, "hrr_": TOKEN_BODY, "hrn_": 9 + TOKEN_BODY}
+_HEX_PART = re.compile(r"[0-9a-f]{8}_")
+
+
+def _whole_token(prefix: str, rest: str) -> bool:
+    """Whether `rest` (read, escapes and all) is all of a token after `prefix`."""
+    if len(rest) != _AFTER_PREFIX.get(prefix, -1):
+        return False
+    if prefix == "hrn_":
+        if not _HEX_PART.match(rest):
+            return False
+        rest = rest[9:]
+    return any(c.isupper() for c in rest) and any(c.islower() for c in rest)
+
+
+def _masked_token(prefix_as_written: str, rest: str) -> str:
+    """A whole token (`rest` read) as the plain rules mask it: hrn_'s hex part kept."""
+    prefix = _unescaped(prefix_as_written)
+    if prefix == "hrn_":
+        return f"{prefix_as_written}{rest[:9]}{marker('harness-token', rest[9:])}"
+    return f"{prefix_as_written}{marker('harness-oauth-token', rest)}"
+
+
+def _run_token(match: re.Match[str]) -> str:
+    """A token run into a word before it (`grep --color`'s ESC[K, `MY_TOKEN_hro_...`,
+    a bytes repr's `\\x008hrn_...`): masked when it is a whole token (_whole_token)."""
+    rest = _unescaped(match.group("v"))
+    if not _whole_token(_unescaped(match.group(1)), rest):
+        return match.group(0)
+    return _masked_token(match.group(1), rest)
+
+
+# A line break inside a token, as text holds it: a newline (CRLF too), after a `\` that
+# continues the line (shell, Python, YAML double-quoted), or JSON-escaped (`\n`, `\\\n`,
+# one level of backslashes per level of JSON text); then, in a unified diff (the preview of
+# a file an agent writes, shown to reviewers and kept in the audit), the line's `+` or `-`;
+# then up to 16 spaces or tabs of indentation (textwrap's subsequent_indent, YAML).
+# Bounded and possessive.
+_LINE_END = r"(?:\\?+\r?+\n|\\{1,64}+(?:r\\{1,64}+)?+n)"
+_INDENT = r"[ \t]{0,16}+"
+# The next part of a split token: a line break, then token characters (not another
+# token's prefix: a line that starts one is that token's, not this one's rest). One
+# pattern per diff mark: every line of a token split in a diff carries the same one.
+_NEXT_PART = {
+    mark: re.compile(
+        _LINE_END + re.escape(mark) + _INDENT + "(?!hr[nor]_)(" + _TOKEN_CHAR + "{1,64}+)"
+    )
+    for mark in ("", "+", "-")
+}
+_SPLIT_START = re.compile(
+    _harness_token("hr[nor]_") + ")(?P<a>" + _TOKEN_CHAR + "{0,51}+)(?=" + _LINE_END + ")"
+)
+MAX_LINE_BREAKS = 4  # fold -w 16 splits a token's 43 characters in 3
+MIN_LINE = 8  # a part that does not end the token is a whole line: no narrower
+
+
+class _SplitTokenRule(_Rule):
+    """Harness's tokens split by line breaks (Python's textwrap.fill and coreutils' fold
+    wrap a long word in the middle; a backslash before a newline continues a line): the
+    parts after the break are joined while they are shorter than a token, and when they
+    make a whole token (_whole_token) they are written as that token, in one piece, before
+    the other rules read the text: it is then masked as the token written whole is (the
+    same marker), where a `TOKEN=` or `Bearer` rule masked only the first part. Each
+    candidate is read at most MAX_LINE_BREAKS bounded parts ahead: linear time."""
+
+    def apply(self, text: str) -> str:
+        out: list[str] = []
+        done = 0  # text[:done] is in `out`
+        match = _SPLIT_START.search(text)
+        while match is not None:
+            found = _split_token_end(text, match)
+            if found is None:
+                match = _SPLIT_START.search(text, match.start() + 1)
+                continue
+            end, rest = found
+            out.append(text[done : match.start()])
+            out.append(_unescaped(match.group(1)) + rest)  # joined: masked as one below
+            done = end
+            match = _SPLIT_START.search(text, end)
+        if not out:
+            return text
+        out.append(text[done:])
+        return "".join(out)
+
+
+def _split_token_end(text: str, match: re.Match[str]) -> tuple[int, str] | None:
+    """Where the split token starting at `match` (_SPLIT_START) ends and what follows its
+    prefix, read; None when its parts make no whole token (read as plain lines, then as
+    the lines of a diff: a `-` there is no part of the token)."""
+    for part in _NEXT_PART.values():
+        found = _parts_joined(text, match, part)
+        if found is not None:
+            return found
+    return None
+
+
+def _parts_joined(text: str, match: re.Match[str], part: re.Pattern[str]) -> tuple[int, str] | None:
+    prefix = _unescaped(match.group(1))
+    need = _AFTER_PREFIX.get(prefix, 0)
+    rest, end = _unescaped(match.group("a")), match.end("a")
+    breaks = 0
+    while len(rest) < need and breaks < MAX_LINE_BREAKS:
+        found = part.match(text, end)
+        if found is None:
+            return None
+        line = _unescaped(found.group(1))
+        rest += line
+        if len(rest) < need and len(line) < MIN_LINE:
+            return None
+        end, breaks = found.end(), breaks + 1
+    if not breaks or not _whole_token(prefix, rest):
+        return None
+    return end, rest
 
 
 # Applied to every string in the payload, in this order. Each pattern starts with a
 # literal (or a letter in either case) and checks what precedes it with a lookbehind.
 RULES: list[_Rule] = [
+    # Harness's tokens split by a line break, and run into a word (see above): first, so
+    # no other rule masks a part of one and leaves the rest.
+    _SplitTokenRule(r"(?!)", str, ("hro_", "hrr_", "hrn_", "\\u", "\\x", "\\U")),
+    _Rule(
+        r"(?<=\w)(h"  # (a letter, so no \b: the first letter as it is)
+        + "".join(_escapable(c) for c in ("r", "[nor]", "_"))
+        + r")(?P<v>"
+        + _TOKEN_CHAR
+        + "{43,52}+)(?!"
+        + _TOKEN_CHAR
+        + ")",
+        _run_token,
+        ("hro_", "hrr_", "hrn_", "hr\\", "h\\"),
+    ),
     # PEM and OpenSSH private keys: the body between the markers (also cut short: then up
     # to the next "-----" or the end of the JSON string), when it is only a key; the
     # markers stay. The body never crosses an unescaped quote.
@@ -629,12 +775,12 @@ RULES: list[_Rule] = [
         _harness_token("hrn_") + _hex_digit() + "{8}+" + _escapable("_") + ")"
         r"(?P<v>" + _TOKEN_CHAR + "{16,}+)",
         _masking("harness-token", _any_token, _unescaped),
-        ("hrn_", "\\u"),
+        ("hrn_", "\\u", "\\x", "\\U"),
     ),
     _Rule(
         _harness_token("hr[or]_") + ")(?P<v>" + _TOKEN_CHAR + "{32,}+)",
         _masking("harness-oauth-token", _any_token, _unescaped),
-        ("hro_", "hrr_", "\\u"),
+        ("hro_", "hrr_", "\\u", "\\x", "\\U"),
     ),
     _Rule(r"(?P<v>gh(?<=\bgh)[pousr]_[A-Za-z0-9]{30,}+)", _masking("github-token"), ("gh",)),
     _Rule(r"(?P<v>xox(?<=\bxox)[abprs]-[A-Za-z0-9-]{10,}+)", _masking("slack-token"), ("xox",)),
