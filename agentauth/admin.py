@@ -1,6 +1,7 @@
 """The admin's page of OAuth clients, django-oauth-toolkit's, with its deletions through
 agentauth.services.delete_client: each agent a person approved for a client is revoked
-with it, audited under the admin's name (one client, or many selected at once)."""
+with it, audited under the admin's name (one client, or many selected at once). A stored
+client is not changed here (ApplicationAdmin)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,23 @@ _TOKEN_MODELS = ("access token", "refresh token")
 
 
 class ApplicationAdmin(_Base):  # type: ignore[misc]
+    """Clients are added here (a client "registered by an admin") and deleted here, each
+    deletion through services.delete_client; a client once stored is not changed here.
+    Its change page let a staff session rewrite the redirect URIs (or the secret) of a
+    client people already approve, unaudited: the next person to approve it, shown the
+    client's name and its address as always, sent their agent's code to the staff
+    session's URI, which exchanged it for their agent's token. Registered metadata is not
+    rewritten by RFC 7592 either (ClientConfigurationView, PUT refused): register the
+    client again instead. The page shows no secret (a secret stored unhashed was shown)."""
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:  # (a new client: the admin gives it its secret, as registered)
+            return super().get_exclude(request, obj)
+        return [*(super().get_exclude(request, obj) or ()), "client_secret"]
+
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
         """A client is deleted with its tokens, although its tokens cannot be deleted one
         by one: they all go, access and refresh alike (both cascade from the client), and
