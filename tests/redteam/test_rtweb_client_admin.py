@@ -2,9 +2,10 @@
 
 django-oauth-toolkit's Application admin stayed editable when every other admin became
 read-only. Its change page let a staff session point a client people already trust at
-a redirect URI of its own, unaudited: the next person to approve that client (the
-consent page names the client, not where the code goes) sent their agent's code there,
-and the staff session exchanged it for the person's agent token."""
+a redirect URI of its own, unaudited: the next person to approve that client (its name
+and address as always, the new URI under "Returns to") sent their agent's code there, and
+the staff session exchanged it for the person's agent token (shown before the fix: the
+consent answered 302 to that URI, and /oauth/token/ 200 with an access token)."""
 
 from __future__ import annotations
 
