@@ -38,9 +38,10 @@ class ApplicationAdmin(_Base):  # type: ignore[misc]
     Its change page let a staff session rewrite the redirect URIs (or the secret) of a
     client people already approve, unaudited: the next person to approve it, shown the
     client's name and address as always (the new URI under "Returns to"), sent their
-    agent's code to the staff session's URI, which exchanged it for their agent's token. Registered metadata is not
-    rewritten by RFC 7592 either (ClientConfigurationView, PUT refused): register the
-    client again instead. The page shows no secret (a secret stored unhashed was shown)."""
+    agent's code to the staff session's URI, which exchanged it for their agent's token.
+    Registered metadata is not rewritten by RFC 7592 either (ClientConfigurationView, PUT
+    refused): register the client again instead. The page shows no secret (a secret
+    stored unhashed was shown)."""
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
