@@ -66,8 +66,9 @@ def _signed_in(stack: OAuthStack) -> tuple[User, Agent, str]:
 
 
 @pytest.mark.live
+@pytest.mark.parametrize("how", ["sign_out", "revoke"])
 def test_a_hook_waiting_for_a_reviewer_is_not_allowed_after_its_agent_is_signed_out(
-    oauth_stack: OAuthStack, live_db: None
+    oauth_stack: OAuthStack, live_db: None, how: str
 ) -> None:
     owner, agent, token = _signed_in(oauth_stack)
     reviewer = make_user(unique("rev"))
@@ -92,7 +93,10 @@ def test_a_hook_waiting_for_a_reviewer_is_not_allowed_after_its_agent_is_signed_
             assert time.monotonic() < deadline, "the hook never asked"
             time.sleep(0.1)
         assert asked.call.status == Status.PENDING_APPROVAL
-        services.sign_out_agent(agent=agent, actor=f"user:{owner.username}")
+        if how == "sign_out":
+            services.sign_out_agent(agent=agent, actor=f"user:{owner.username}")
+        else:
+            services.revoke_agent(agent=agent, actor=f"user:{owner.username}")
         try:
             approvals.decide(
                 approval_id=asked.pk, user=reviewer, approve=True, digest=asked.call.digest
@@ -107,7 +111,8 @@ def test_a_hook_waiting_for_a_reviewer_is_not_allowed_after_its_agent_is_signed_
     assert decision != "allow", hook.text  # was: "allow" (the signed-out client ran it)
     call = ToolCall.objects.get(pk=asked.call_id)
     assert call.status in (Status.CANCELLED, Status.DENIED), call.status
-    assert "signed out" in (call.reason + call.content), (call.reason, call.content)
+    said = {"sign_out": "signed out", "revoke": "revoked"}[how]
+    assert said in (call.reason + call.content), (call.reason, call.content)
 
 
 def _sign_out(owner: User, agent: Agent) -> None:
