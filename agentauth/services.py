@@ -249,7 +249,9 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
     RefreshToken.objects.filter(access_token__in=access).delete()
     _, deleted = access.delete()
     count = int(deleted.get(AccessToken._meta.label, 0))
-    if AgentClient.objects.filter(agent=agent).exists():
+    # (A revoked agent's calls: agents.revoke_agent denied those queued, and the guards
+    # deny its asks at release.)
+    if AgentClient.objects.filter(agent=agent, agent__is_active=True).exists():
         agents.end_calls_of_signed_out(agent, actor)
     record_event(
         kind=kinds.AGENT_SIGNED_OUT,
