@@ -37,7 +37,7 @@ def _names(stack: LiveStack, fx: AgentFixture, session: str) -> set[str]:
     names: set[str] = set()
     cursor = None
     for n in range(100, 120):
-        params = {"cursor": cursor} if cursor else {}
+        params: dict[str, Any] = {"cursor": cursor} if cursor else {}
         body = {"jsonrpc": "2.0", "id": n, "method": "tools/list", "params": params}
         answer = _post(stack, fx, body, session)
         assert answer.status_code == 200, answer.text
