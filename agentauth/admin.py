@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -32,6 +33,23 @@ _Base: Any = get_application_admin_class()
 _TOKEN_MODELS = ("access token", "refresh token")
 
 
+class _NewClientForm(_Base.form):  # type: ignore[misc,name-defined]
+    """The admin's form of a new client: its client_id is not a URL. A URL is a client
+    metadata document's (CIMD): Harness fetches it on the first consent and keeps the
+    client to its document; one an admin typed was never fetched, so a consent page showed
+    a trusted host's address ("Identified by") for redirect URIs the admin chose."""
+
+    def clean_client_id(self) -> Any:
+        value = self.cleaned_data.get("client_id")
+        if "://" in str(value or ""):
+            raise ValidationError(
+                "A client_id that is a URL names a client metadata document: Harness reads "
+                "that client from its document when someone first signs in with it. Give "
+                "a client you register here an id that is not a URL."
+            )
+        return value
+
+
 class ApplicationAdmin(_Base):  # type: ignore[misc]
     """Clients are added here (a client "registered by an admin") and deleted here, each
     deletion through services.delete_client; a client once stored is not changed here.
@@ -42,6 +60,8 @@ class ApplicationAdmin(_Base):  # type: ignore[misc]
     Registered metadata is not rewritten by RFC 7592 either (ClientConfigurationView, PUT
     refused): register the client again instead. The page shows no secret (a secret
     stored unhashed was shown)."""
+
+    form = _NewClientForm
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -94,3 +94,32 @@ def test_the_client_page_shows_no_secret_and_adding_a_client_still_works(
     added = browser.get("/admin/oauth2_provider/application/add/")
     assert added.status_code == 200
     assert "client_secret" in added.context["adminform"].form.fields
+
+
+def test_an_admin_adds_no_client_under_a_metadata_documents_url() -> None:
+    """A client_id that is a URL is a metadata document's, read from the document on the
+    first consent; one added here was never read, and its consent page showed that URL's
+    host under "Identified by" with the admin's redirect URIs. Refused on the add page."""
+    browser = _admin()
+    url = "/admin/oauth2_provider/application/add/"
+    assert browser.get(url).status_code == 200
+    trusted = "https://claude.ai/oauth/claude-code-client-metadata"
+    form = {
+        "csrfmiddlewaretoken": browser.cookies["csrftoken"].value,
+        "client_id": trusted,
+        "user": "",
+        "redirect_uris": EVIL,
+        "post_logout_redirect_uris": "",
+        "allowed_origins": "",
+        "client_type": "public",
+        "authorization_grant_type": "authorization-code",
+        "client_secret": "",
+        "name": "Claude Code",
+        "algorithm": "",
+    }
+    refused = browser.post(url, form)
+    assert refused.status_code == 200 and "metadata document" in refused.content.decode()
+    assert not Application.objects.filter(client_id=trusted).exists()
+    added = browser.post(url, form | {"client_id": "manual-client-1"})
+    assert added.status_code == 302, added.content[:500]
+    assert Application.objects.filter(client_id="manual-client-1").exists()
