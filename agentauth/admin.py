@@ -33,7 +33,7 @@ _Base: Any = get_application_admin_class()
 _TOKEN_MODELS = ("access token", "refresh token")
 
 
-class _NewClientForm(_Base.form):  # type: ignore[misc,name-defined]
+class _NewClientForm(_Base.form):  # type: ignore[misc]
     """The admin's form of a new client: its client_id is not a URL. A URL is a client
     metadata document's (CIMD): Harness fetches it on the first consent and keeps the
     client to its document; one an admin typed was never fetched, so a consent page showed
