@@ -1,12 +1,14 @@
 """The admin's page of OAuth clients, django-oauth-toolkit's, with its deletions through
 agentauth.services.delete_client: each agent a person approved for a client is revoked
-with it, audited under the admin's name (one client, or many selected at once)."""
+with it, audited under the admin's name (one client, or many selected at once). A stored
+client is not changed here (ApplicationAdmin)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -31,7 +33,44 @@ _Base: Any = get_application_admin_class()
 _TOKEN_MODELS = ("access token", "refresh token")
 
 
+class _NewClientForm(_Base.form):  # type: ignore[misc]
+    """The admin's form of a new client: its client_id is not a URL. A URL is a client
+    metadata document's (CIMD): Harness fetches it on the first consent and keeps the
+    client to its document; one an admin typed was never fetched, so a consent page showed
+    a trusted host's address ("Identified by") for redirect URIs the admin chose."""
+
+    def clean_client_id(self) -> Any:
+        value = self.cleaned_data.get("client_id")
+        if "://" in str(value or ""):
+            raise ValidationError(
+                "A client_id that is a URL names a client metadata document: Harness reads "
+                "that client from its document when someone first signs in with it. Give "
+                "a client you register here an id that is not a URL."
+            )
+        return value
+
+
 class ApplicationAdmin(_Base):  # type: ignore[misc]
+    """Clients are added here (a client "registered by an admin") and deleted here, each
+    deletion through services.delete_client; a client once stored is not changed here.
+    Its change page let a staff session rewrite the redirect URIs (or the secret) of a
+    client people already approve, unaudited: the next person to approve it, shown the
+    client's name and address as always (the new URI under "Returns to"), sent their
+    agent's code to the staff session's URI, which exchanged it for their agent's token.
+    Registered metadata is not rewritten by RFC 7592 either (ClientConfigurationView, PUT
+    refused): register the client again instead. The page shows no secret (a secret
+    stored unhashed was shown)."""
+
+    form = _NewClientForm
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:  # (a new client: the admin gives it its secret, as registered)
+            return super().get_exclude(request, obj)
+        return [*(super().get_exclude(request, obj) or ()), "client_secret"]
+
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
         """A client is deleted with its tokens, although its tokens cannot be deleted one
         by one: they all go, access and refresh alike (both cascade from the client), and

@@ -240,11 +240,19 @@ def record_device_lockout(*, person: User, attempts: int, window: int) -> None:
 @transaction.atomic
 def sign_out_agent(*, agent: Agent, actor: str) -> int:
     """Revoke every OAuth token of `agent` at once (access and refresh); the agent stays.
-    Returns how many access tokens ended. Audited as agent.signed_out."""
+    Returns how many access tokens ended. Audited as agent.signed_out. For an agent a
+    client signed in for (its tokens are its only credential), the calls sent with them
+    and not yet run end too (agents.end_calls_of_signed_out): those waiting for a reviewer
+    cancelled, those queued denied. An agent an admin made keeps its bearer token and its
+    calls."""
     access = AccessToken.objects.filter(harness__agent=agent)
     RefreshToken.objects.filter(access_token__in=access).delete()
     _, deleted = access.delete()
     count = int(deleted.get(AccessToken._meta.label, 0))
+    # (A revoked agent's calls: agents.revoke_agent denied those queued, and the guards
+    # deny its asks at release.)
+    if AgentClient.objects.filter(agent=agent, agent__is_active=True).exists():
+        agents.end_calls_of_signed_out(agent, actor)
     record_event(
         kind=kinds.AGENT_SIGNED_OUT,
         actor=actor,

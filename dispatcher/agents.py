@@ -596,6 +596,25 @@ def _deny_queued(agent: Agent, why: str, guard: str = "") -> None:
 TOKEN_GUARD = "token"
 
 
+def end_calls_of_signed_out(agent: Agent, actor: str) -> None:
+    """Every OAuth token of `agent`, a client's signed-in agent, was just revoked (its
+    owner's "Sign out", agentauth.services.sign_out_agent): its calls still waiting for a
+    reviewer are cancelled and those queued for a worker denied, in the same commit. All
+    were sent with those tokens (such an agent has no other credential), and the owner
+    signs out when a device holding them is lost: an approval would otherwise answer
+    "allow" to the signed-out client's hook still waiting, which then ran the tool."""
+    why = signed_out(agent.name)
+    _cancel_waiting(agent, actor, why, why=why)
+    _deny_queued(agent, why)
+
+
+def signed_out(name: str) -> str:
+    return (
+        f"The agent '{name}' was signed out (every token of it revoked) before this call "
+        "ran, so it was not run. Sign in again, then send it again."
+    )
+
+
 def sent_with_voided(because: str) -> str:
     return (
         f"The agent token this call was sent with was voided because {because}, who was "
