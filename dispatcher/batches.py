@@ -4,6 +4,7 @@ workers' messages for them (only the call id, sent after commit).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -188,14 +189,27 @@ elseif tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
 end
 """
 # The place of a turn whose call is about to be claimed, moved to lapse with the call's
-# lease (ARGV: the token, the lease's seconds, the set's expiry). To the microsecond, as
-# the worker's lease is (its whole seconds alone lapsed the place up to a second before
-# the lease; a Lua number handed to Redis keeps 14 digits, so the score is formatted).
+# lease (KEYS: the owner's running set; ARGV: the token, the lease's seconds, the set's
+# expiry, the cap). To the microsecond, as the worker's lease is (its whole seconds alone
+# lapsed the place up to a second before the lease; a Lua number handed to Redis keeps 14
+# digits, so the score is formatted). A token no longer in the set is a place taken anew,
+# only below the cap, else nothing is held (0): a take's place that lapsed before its hold
+# (a re-check, a workspace lock slower than the grace) may have let another call of the
+# owner start meanwhile, and a turn that found the ring empty (a duplicate message of a
+# call another worker took with its place, a message of no agent, a ring lost with Redis)
+# has had none (`take_turn`). (A token still in the set, lapsed or not, was counted by
+# every take since: moving it lets no call more start.)
 _HOLD = """
 local t = redis.call('TIME')
-local lapse = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], string.format('%.6f', lapse), ARGV[1])
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  local cap = tonumber(ARGV[4])
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then return 0 end
+end
+redis.call('ZADD', KEYS[1], string.format('%.6f', now + tonumber(ARGV[2])), ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
 """
 # The message of an owed turn: it runs the ring's next call, or nothing (not a call id).
 OWED_TURN = "owed-turn"
@@ -301,11 +315,14 @@ def enqueue(call_id: str, agent: Share | str = "", *, resend: bool = False) -> N
     )
 
 
-class Turn(NamedTuple):
+@dataclasses.dataclass
+class Turn:
     """What a worker's message runs (`take_turn`): the call (empty: none, the turn is
     owed), and the place its owner holds among running calls while it runs (`running`:
-    the owner's set, `slot`: this turn's token; empty without a cap), on the broker at
-    `url` whose `queue` an owed turn's message goes to."""
+    the owner's set, `slot`: this turn's token; both empty without a cap), on the broker
+    at `url` whose `queue` an owed turn's message goes to. A `slot` with no `running` is
+    a place still to take, for the call's own owner, at its `hold` (which sets `running`
+    when it takes one)."""
 
     call_id: str
     url: str = ""
@@ -319,8 +336,11 @@ def take_turn(call_id: str) -> Turn:
     the next owner in the ring whose running calls are below `running_cap`, with its
     place among them (give it back with `end_turn`, however the call ends). No call when
     every owner with calls waiting is at its cap (the turn is owed: see `_TAKE`). The
-    message's own call when the ring is empty (a message pushed without an agent, or the
-    ring lost with Redis): a call run twice is claimed once. When Redis cannot be asked,
+    message's own call when the ring is empty (a duplicate message of a call taken or
+    running, a message pushed without an agent, the ring lost with Redis): a call run
+    twice is claimed once, and with a cap its place is taken at its `hold`, below the
+    cap or not at all (it ran with none while the worker that took it with its place had
+    not claimed it yet, which then gave the place back: one call over the cap). When Redis cannot be asked,
     the message's own call without a cap, and no call with one (its owner's running calls
     cannot be counted: fail closed): it stays queued, and the reconciler sends it again."""
     target = celery_message.raw_target(EXECUTE_TASK)
@@ -355,7 +375,7 @@ def take_turn(call_id: str) -> Turn:
         logger.warning("could not take the next turn; running the message's call", exc_info=True)
         return Turn(call_id)
     if turn is None:
-        return Turn(call_id)
+        return Turn(call_id, url, queue, "", token) if cap else Turn(call_id)
     if turn == 0:
         return Turn("")
     taken, running = (part.decode() for part in turn)
@@ -368,21 +388,37 @@ def next_turn(call_id: str) -> str:
     return take_turn(call_id).call_id
 
 
-def hold(turn: Turn, seconds: float) -> bool:
+def hold(turn: Turn, seconds: float, share: Share | None = None) -> bool:
     """The place of `turn`'s owner lapses `seconds` from now (the call's lease, at its
     claim) instead of at the take's short lapse: whether it does (a turn without a place
-    has nothing to hold). Never raises. False: do not claim the call (fail closed: a place
-    not moved lapses early, and the cap would let one more call of the owner start while
-    it runs); it stays queued, and the reconciler sends it again."""
+    has nothing to hold). A place no longer held (lapsed, or never taken: the ring was
+    empty) is taken anew for the owner (`share`: the call's, needed for a turn that found
+    the ring empty) only below the cap (`_HOLD`). Never raises. False: do not claim the call (fail closed: a place not moved
+    lapses early, and the cap would let one more call of the owner start while it runs);
+    it stays queued, and the reconciler sends it again."""
     if not turn.slot:
         return True
+    seat = not turn.running
+    if seat:
+        if share is None:
+            return False
+        turn.running = _running_key(turn.queue, _entry(share))
+    args = [turn.slot, seconds, _running_expiry(), running_cap()]
     try:
-        _script(turn.url, _HOLD)(keys=[turn.running], args=[turn.slot, seconds, _running_expiry()])
+        held_now = _script(turn.url, _HOLD)(keys=[turn.running], args=args)
     except redis.RedisError:
         logger.warning(
             "could not hold the place of call %s; not running it, the reconciler sends it again",
             turn.call_id,
             exc_info=True,
+        )
+        return False
+    if not held_now:
+        if seat:
+            turn.running = ""  # (none taken: none to give back)
+        logger.info(
+            "call %s not run: its owner is at the running cap; the reconciler sends it again",
+            turn.call_id,
         )
         return False
     return True
@@ -393,7 +429,7 @@ def end_turn(turn: Turn) -> None:
     kept for this thread's round trip to Redis when one is open
     (redis_clients.one_round_trip: the result's wake-up), else sent now. Never raises: a
     place not given back lapses with the call's lease."""
-    if not turn.slot:
+    if not turn.running:
         return
     keys = (turn.running, _owed_key(turn.queue), turn.queue, _fair_keys(turn.queue)[0])
     message = celery_message.task_message(EXECUTE_TASK, OWED_TURN, turn.queue)

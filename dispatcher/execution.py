@@ -146,7 +146,7 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
         if outcome == "run" and changed is None:
             leased_from = timezone.now()  # before the place's lapse: it never ends first
             if turn is not None and not batches.hold(
-                turn, tool.timeout + settings.HARNESS_LEASE_GRACE
+                turn, tool.timeout + settings.HARNESS_LEASE_GRACE, batches.agent_of(call)
             ):
                 return None  # its owner's place not held: left queued (fail closed)
             if transitions.claim(call, tool, leased_from=leased_from):
