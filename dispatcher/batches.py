@@ -174,15 +174,15 @@ end
 return false
 """
 # A turn's place given back (KEYS: the owner's running set, the owed turns, the queue, the
-# owners' ring, the messages' sequence; ARGV: the token, the template of an owed turn's
+# owners' ring; ARGV: the token, the template of an owed turn's
 # message, the JSON of its root and parent ids). One owed turn at most: one place freed
 # lets one more call start. With no owner's calls waiting (the ring empty), no turn is
 # owed any more (a take that empties the ring drops them too): messages left over (the
 # reconciler's re-sends of calls that waited) would otherwise keep a count that sends
 # messages for nothing. The owed turn's message is made here, only when one is owed,
 # from the process's template (celery_message.task_message_template: its marks replaced
-# by a task id and a delivery tag unique to it, from Redis's clock and a sequence, and
-# by its lineage): building one in Python for every call given back cost the worker
+# by the turn's token as the task id, a uuid4's hex, one message at most per turn; by
+# its halves swapped as the delivery tag; and by the sender's lineage): building one in Python for every call given back cost the worker
 # more than the rest of the give-back (issue 37), and a message built once and reused
 # could be pushed twice under one id (the pipelined give-back never reads the reply).
 _RELEASE = """
@@ -191,16 +191,14 @@ if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[2])
 elseif tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
   redis.call('DECR', KEYS[2])
-  local n = redis.call('INCRBY', KEYS[5], 2)
-  local t = redis.call('TIME')
-  local function id(k)
-    return string.format('%08x-%04x-%04x-%04x-%012x', tonumber(t[1]),
-      tonumber(t[2]) % 65536, 16384 + math.floor(tonumber(t[2]) / 65536),
-      32768 + math.floor(k / 281474976710656) % 16384, k % 281474976710656)
+  local function uuid(h)
+    return h:sub(1, 8) .. '-' .. h:sub(9, 12) .. '-' .. h:sub(13, 16) .. '-' .. h:sub(17, 20)
+      .. '-' .. h:sub(21, 32)
   end
   local message = ARGV[2]:gsub('"HARNESSMARKROOT"', (ARGV[3]:gsub('%%', '%%%%')))
   message = message:gsub('"HARNESSMARKPARENT"', (ARGV[4]:gsub('%%', '%%%%')))
-  message = message:gsub('HARNESSMARKID', id(n - 1)):gsub('HARNESSMARKTAG', id(n))
+  message = message:gsub('HARNESSMARKID', uuid(ARGV[1]))
+  message = message:gsub('HARNESSMARKTAG', uuid(ARGV[1]:sub(17) .. ARGV[1]:sub(1, 16)))
   redis.call('LPUSH', KEYS[3], message)
 end
 """
@@ -258,11 +256,6 @@ def _running_key(queue: str, entry: str) -> str:
 
 def _owed_key(queue: str) -> str:
     return f"{queue}:fair:owed"
-
-
-def _sequence_key(queue: str) -> str:
-    """A count the owed turns' messages take their ids from (`_RELEASE`)."""
-    return f"{queue}:fair:sequence"
 
 
 def _running_expiry() -> int:
@@ -453,14 +446,14 @@ def end_turn(turn: Turn) -> None:
     if not turn.running:
         return
     queue = turn.queue
-    keys = (turn.running, _owed_key(queue), queue, _fair_keys(queue)[0], _sequence_key(queue))
+    keys = (turn.running, _owed_key(queue), queue, _fair_keys(queue)[0])
     template = celery_message.task_message_template(EXECUTE_TASK, OWED_TURN, queue)
     args = (turn.slot, template, *celery_message.lineage())
     trip = held(turn.url)
     try:
         if trip is not None:
             trip.add(
-                ("EVAL", _RELEASE, "5", *keys, *args), f"the running place of call {turn.call_id}"
+                ("EVAL", _RELEASE, "4", *keys, *args), f"the running place of call {turn.call_id}"
             )
         else:
             _script(turn.url, _RELEASE)(keys=list(keys), args=list(args))
