@@ -5,6 +5,7 @@ workers' messages for them (only the call id, sent after commit).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import logging
 import math
@@ -73,7 +74,7 @@ redis.call('EXPIRE', KEYS[6], 86400)
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
 # The reconciler's re-send of a call queued too long (and a worker's give-back of a call
-# whose workspace was busy): its message was lost (a worker killed holding it, Redis
+# whose workspace was busy, or whose owner's place it could not hold): its message was lost (a worker killed holding it, Redis
 # restarted) or is only late. A call still in its agent's list (the set beside it says so
 # without reading the list: a flood's lists are long) gets one more message and no second
 # place (a list with more calls than messages would leave its last call waiting for the
@@ -402,20 +403,32 @@ def next_turn(call_id: str) -> str:
     return take_turn(call_id).call_id
 
 
-def hold(turn: Turn, seconds: float, share: Share | None = None) -> bool:
+class Hold(enum.Enum):
+    """What `hold` did: true only when the place is held."""
+
+    HELD = "held"
+    AT_CAP = "the owner is at the cap"  # (the call may be sent again now)
+    NOT_ASKED = "Redis could not be asked"  # (left to the reconciler)
+
+    def __bool__(self) -> bool:
+        return self is Hold.HELD
+
+
+def hold(turn: Turn, seconds: float, share: Share | None = None) -> Hold:
     """The place of `turn`'s owner lapses `seconds` from now (the call's lease, at its
-    claim) instead of at the take's short lapse: whether it does (a turn without a place
-    has nothing to hold). A place no longer held (lapsed, or never taken: the ring was
-    empty) is taken anew for the owner (`share`: the call's, needed for a turn that found
-    the ring empty) only below the cap (`_HOLD`). Never raises. False: do not claim the call (fail closed: a place not moved
-    lapses early, and the cap would let one more call of the owner start while it runs);
-    it stays queued, and the reconciler sends it again."""
+    claim) instead of at the take's short lapse (a turn without a place has nothing to
+    hold). A place no longer held (lapsed, or never taken: the ring was empty) is taken
+    anew for the owner (`share`: the call's, needed for a turn that found the ring empty)
+    only below the cap (`_HOLD`). Never raises. Anything but HELD: do not claim the call
+    (fail closed: a place not held lets one more call of the owner start while it runs);
+    it stays queued: AT_CAP, send it again (its turn comes when a place is given back),
+    NOT_ASKED, the reconciler sends it again."""
     if not turn.slot:
-        return True
+        return Hold.HELD
     seat = not turn.running
     if seat:
         if share is None:
-            return False
+            return Hold.AT_CAP
         turn.running = _running_key(turn.queue, _entry(share))
     args = [turn.slot, seconds, _running_expiry(), running_cap()]
     try:
@@ -426,16 +439,12 @@ def hold(turn: Turn, seconds: float, share: Share | None = None) -> bool:
             turn.call_id,
             exc_info=True,
         )
-        return False
+        return Hold.NOT_ASKED
     if not held_now:
         if seat:
             turn.running = ""  # (none taken: none to give back)
-        logger.info(
-            "call %s not run: its owner is at the running cap; the reconciler sends it again",
-            turn.call_id,
-        )
-        return False
-    return True
+        return Hold.AT_CAP
+    return Hold.HELD
 
 
 def end_turn(turn: Turn) -> None:
