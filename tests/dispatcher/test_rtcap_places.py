@@ -160,3 +160,38 @@ def test_a_place_that_lapsed_before_its_hold_is_not_held_past_the_cap(
     # held: its worker sends the call again, to wait for the owner's next place.
     assert batches.hold(slow, 30) is batches.Hold.AT_CAP
     assert live_places(broker, queue, 7) == 1
+
+
+@pytest.mark.django_db
+def test_a_call_whose_place_lapsed_is_sent_again_at_once(
+    lane: tuple[Any, str], settings: Any
+) -> None:
+    """Its worker gives it back to its agent's turn (as for a busy workspace): left for the
+    reconciler, it waited HARNESS_REQUEUE_AFTER (under load, a batch came back with one
+    call still queued)."""
+    broker, queue = lane
+    fx = make_agent(mode="trusted")
+    calls = []
+    for _ in range(2):
+        call = submit_one(agents.start_session(agent=fx.agent), "list_directory", {"path": "."})
+        batches.enqueue(str(call.pk), batches.agent_of(call))  # (admission's, after commit)
+        calls.append(call)
+    settings.HARNESS_LEASE_GRACE = 0.05
+    assert broker.rpop(queue) is not None
+    slow = batches.take_turn("message")
+    assert slow.call_id == str(calls[0].pk)
+    wait_until(lambda: live_places(broker, queue, fx.owner.pk) == 0, 5, "the place to lapse")
+    settings.HARNESS_LEASE_GRACE = 1.0
+    assert broker.rpop(queue) is not None
+    quick = batches.take_turn("message")
+    assert quick.call_id == str(calls[1].pk) and batches.hold(quick, 30)
+    run_turn(slow)
+    # Not run (its owner's one place is the other call's), and sent again at once.
+    assert status(calls[0]) == Status.QUEUED and broker.llen(queue) == 1
+    run_turn(quick)
+    while broker.rpop(queue) is not None:
+        execution.execute_turn("message")
+    for call in calls:
+        row = ToolCall.objects.get(pk=call.pk)
+        assert (row.status, row.attempts) == (Status.COMPLETED, 1)
+    assert broker.llen(queue) == 0 and live_places(broker, queue, fx.owner.pk) == 0
