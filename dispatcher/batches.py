@@ -4,6 +4,8 @@ workers' messages for them (only the call id, sent after commit).
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import functools
 import logging
 import math
@@ -72,7 +74,7 @@ redis.call('EXPIRE', KEYS[6], 86400)
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
 # The reconciler's re-send of a call queued too long (and a worker's give-back of a call
-# whose workspace was busy): its message was lost (a worker killed holding it, Redis
+# whose workspace was busy, or whose owner's place it could not hold): its message was lost (a worker killed holding it, Redis
 # restarted) or is only late. A call still in its agent's list (the set beside it says so
 # without reading the list: a flood's lists are long) gets one more message and no second
 # place (a list with more calls than messages would leave its last call waiting for the
@@ -173,29 +175,56 @@ end
 return false
 """
 # A turn's place given back (KEYS: the owner's running set, the owed turns, the queue, the
-# owners' ring; ARGV: the token, a message for an owed turn). One owed turn at most: one
-# place freed lets one more call start. With no owner's calls waiting (the ring empty),
-# no turn is owed any more (a take that empties the ring drops them too): messages left
-# over (the reconciler's re-sends of calls that waited) would otherwise keep a count
-# that sends messages for nothing.
+# owners' ring; ARGV: the token, the template of an owed turn's
+# message, the JSON of its root and parent ids). One owed turn at most: one place freed
+# lets one more call start. With no owner's calls waiting (the ring empty), no turn is
+# owed any more (a take that empties the ring drops them too): messages left over (the
+# reconciler's re-sends of calls that waited) would otherwise keep a count that sends
+# messages for nothing. The owed turn's message is made here, only when one is owed,
+# from the process's template (celery_message.task_message_template: its marks replaced
+# by the turn's token as the task id, a uuid4's hex, one message at most per turn; by
+# its halves swapped as the delivery tag; and by the sender's lineage): building one in Python for every call given back cost the worker
+# more than the rest of the give-back (issue 37), and a message built once and reused
+# could be pushed twice under one id (the pipelined give-back never reads the reply).
 _RELEASE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[2])
 elseif tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
   redis.call('DECR', KEYS[2])
-  redis.call('LPUSH', KEYS[3], ARGV[2])
+  local function uuid(h)
+    return h:sub(1, 8) .. '-' .. h:sub(9, 12) .. '-' .. h:sub(13, 16) .. '-' .. h:sub(17, 20)
+      .. '-' .. h:sub(21, 32)
+  end
+  local message = ARGV[2]:gsub('"HARNESSMARKROOT"', (ARGV[3]:gsub('%%', '%%%%')))
+  message = message:gsub('"HARNESSMARKPARENT"', (ARGV[4]:gsub('%%', '%%%%')))
+  message = message:gsub('HARNESSMARKID', uuid(ARGV[1]))
+  message = message:gsub('HARNESSMARKTAG', uuid(ARGV[1]:sub(17) .. ARGV[1]:sub(1, 16)))
+  redis.call('LPUSH', KEYS[3], message)
 end
 """
 # The place of a turn whose call is about to be claimed, moved to lapse with the call's
-# lease (ARGV: the token, the lease's seconds, the set's expiry). To the microsecond, as
-# the worker's lease is (its whole seconds alone lapsed the place up to a second before
-# the lease; a Lua number handed to Redis keeps 14 digits, so the score is formatted).
+# lease (KEYS: the owner's running set; ARGV: the token, the lease's seconds, the set's
+# expiry, the cap). To the microsecond, as the worker's lease is (its whole seconds alone
+# lapsed the place up to a second before the lease; a Lua number handed to Redis keeps 14
+# digits, so the score is formatted). A token no longer in the set is a place taken anew,
+# only below the cap, else nothing is held (0): a take's place that lapsed before its hold
+# (a re-check, a workspace lock slower than the grace) may have let another call of the
+# owner start meanwhile, and a turn that found the ring empty (a duplicate message of a
+# call another worker took with its place, a message of no agent, a ring lost with Redis)
+# has had none (`take_turn`). (A token still in the set, lapsed or not, was counted by
+# every take since: moving it lets no call more start.)
 _HOLD = """
 local t = redis.call('TIME')
-local lapse = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], string.format('%.6f', lapse), ARGV[1])
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  local cap = tonumber(ARGV[4])
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then return 0 end
+end
+redis.call('ZADD', KEYS[1], string.format('%.6f', now + tonumber(ARGV[2])), ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
 """
 # The message of an owed turn: it runs the ring's next call, or nothing (not a call id).
 OWED_TURN = "owed-turn"
@@ -301,11 +330,14 @@ def enqueue(call_id: str, agent: Share | str = "", *, resend: bool = False) -> N
     )
 
 
-class Turn(NamedTuple):
+@dataclasses.dataclass
+class Turn:
     """What a worker's message runs (`take_turn`): the call (empty: none, the turn is
     owed), and the place its owner holds among running calls while it runs (`running`:
-    the owner's set, `slot`: this turn's token; empty without a cap), on the broker at
-    `url` whose `queue` an owed turn's message goes to."""
+    the owner's set, `slot`: this turn's token; both empty without a cap), on the broker
+    at `url` whose `queue` an owed turn's message goes to. A `slot` with no `running` is
+    a place still to take, for the call's own owner, at its `hold` (which sets `running`
+    when it takes one)."""
 
     call_id: str
     url: str = ""
@@ -319,8 +351,11 @@ def take_turn(call_id: str) -> Turn:
     the next owner in the ring whose running calls are below `running_cap`, with its
     place among them (give it back with `end_turn`, however the call ends). No call when
     every owner with calls waiting is at its cap (the turn is owed: see `_TAKE`). The
-    message's own call when the ring is empty (a message pushed without an agent, or the
-    ring lost with Redis): a call run twice is claimed once. When Redis cannot be asked,
+    message's own call when the ring is empty (a duplicate message of a call taken or
+    running, a message pushed without an agent, the ring lost with Redis): a call run
+    twice is claimed once, and with a cap its place is taken at its `hold`, below the
+    cap or not at all (it ran with none while the worker that took it with its place had
+    not claimed it yet, which then gave the place back: one call over the cap). When Redis cannot be asked,
     the message's own call without a cap, and no call with one (its owner's running calls
     cannot be counted: fail closed): it stays queued, and the reconciler sends it again."""
     target = celery_message.raw_target(EXECUTE_TASK)
@@ -355,7 +390,7 @@ def take_turn(call_id: str) -> Turn:
         logger.warning("could not take the next turn; running the message's call", exc_info=True)
         return Turn(call_id)
     if turn is None:
-        return Turn(call_id)
+        return Turn(call_id, url, queue, "", token) if cap else Turn(call_id)
     if turn == 0:
         return Turn("")
     taken, running = (part.decode() for part in turn)
@@ -368,24 +403,48 @@ def next_turn(call_id: str) -> str:
     return take_turn(call_id).call_id
 
 
-def hold(turn: Turn, seconds: float) -> bool:
+class Hold(enum.Enum):
+    """What `hold` did: true only when the place is held."""
+
+    HELD = "held"
+    AT_CAP = "the owner is at the cap"  # (the call may be sent again now)
+    NOT_ASKED = "Redis could not be asked"  # (left to the reconciler)
+
+    def __bool__(self) -> bool:
+        return self is Hold.HELD
+
+
+def hold(turn: Turn, seconds: float, share: Share | None = None) -> Hold:
     """The place of `turn`'s owner lapses `seconds` from now (the call's lease, at its
-    claim) instead of at the take's short lapse: whether it does (a turn without a place
-    has nothing to hold). Never raises. False: do not claim the call (fail closed: a place
-    not moved lapses early, and the cap would let one more call of the owner start while
-    it runs); it stays queued, and the reconciler sends it again."""
+    claim) instead of at the take's short lapse (a turn without a place has nothing to
+    hold). A place no longer held (lapsed, or never taken: the ring was empty) is taken
+    anew for the owner (`share`: the call's, needed for a turn that found the ring empty)
+    only below the cap (`_HOLD`). Never raises. Anything but HELD: do not claim the call
+    (fail closed: a place not held lets one more call of the owner start while it runs);
+    it stays queued: AT_CAP, send it again (its turn comes when a place is given back),
+    NOT_ASKED, the reconciler sends it again."""
     if not turn.slot:
-        return True
+        return Hold.HELD
+    seat = not turn.running
+    if seat:
+        if share is None:
+            return Hold.AT_CAP
+        turn.running = _running_key(turn.queue, _entry(share))
+    args = [turn.slot, seconds, _running_expiry(), running_cap()]
     try:
-        _script(turn.url, _HOLD)(keys=[turn.running], args=[turn.slot, seconds, _running_expiry()])
+        held_now = _script(turn.url, _HOLD)(keys=[turn.running], args=args)
     except redis.RedisError:
         logger.warning(
             "could not hold the place of call %s; not running it, the reconciler sends it again",
             turn.call_id,
             exc_info=True,
         )
-        return False
-    return True
+        return Hold.NOT_ASKED
+    if not held_now:
+        if seat:
+            turn.running = ""  # (none taken: none to give back)
+        return Hold.AT_CAP
+    return Hold.HELD
 
 
 def end_turn(turn: Turn) -> None:
@@ -393,17 +452,20 @@ def end_turn(turn: Turn) -> None:
     kept for this thread's round trip to Redis when one is open
     (redis_clients.one_round_trip: the result's wake-up), else sent now. Never raises: a
     place not given back lapses with the call's lease."""
-    if not turn.slot:
+    if not turn.running:
         return
-    keys = (turn.running, _owed_key(turn.queue), turn.queue, _fair_keys(turn.queue)[0])
-    message = celery_message.task_message(EXECUTE_TASK, OWED_TURN, turn.queue)
+    queue = turn.queue
+    keys = (turn.running, _owed_key(queue), queue, _fair_keys(queue)[0])
+    template = celery_message.task_message_template(EXECUTE_TASK, OWED_TURN, queue)
+    args = (turn.slot, template, *celery_message.lineage())
     trip = held(turn.url)
     try:
         if trip is not None:
-            command = ("EVAL", _RELEASE, "4", *keys, turn.slot, message)
-            trip.add(command, f"the running place of call {turn.call_id}")
+            trip.add(
+                ("EVAL", _RELEASE, "4", *keys, *args), f"the running place of call {turn.call_id}"
+            )
         else:
-            _script(turn.url, _RELEASE)(keys=list(keys), args=[turn.slot, message])
+            _script(turn.url, _RELEASE)(keys=list(keys), args=list(args))
     except redis.RedisError:
         logger.warning("could not give back the place of call %s", turn.call_id, exc_info=True)
 

@@ -125,10 +125,7 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
         # sent another, each of which found the lock held and sent itself again (behind
         # one long command, a waiting call gathered a message every 30 s). A call no
         # longer queued (cancelled, taken by another message) needs none.
-        if ToolCall.objects.filter(pk=call.pk, status=Status.QUEUED).update(
-            enqueued_at=timezone.now()
-        ):
-            batches.enqueue(str(call.pk), batches.agent_of(call), resend=True)
+        _send_again(call)
         return None
     with lock:
         if row is not None:
@@ -145,10 +142,16 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
         changed = _changed_since_admission(call, tool) if outcome == "run" else None
         if outcome == "run" and changed is None:
             leased_from = timezone.now()  # before the place's lapse: it never ends first
-            if turn is not None and not batches.hold(
-                turn, tool.timeout + settings.HARNESS_LEASE_GRACE
-            ):
-                return None  # its owner's place not held: left queued (fail closed)
+            if turn is not None:
+                seconds = tool.timeout + settings.HARNESS_LEASE_GRACE
+                held = batches.hold(turn, seconds, batches.agent_of(call))
+                if not held:  # its owner's place not held: left queued (fail closed) ...
+                    if held is batches.Hold.AT_CAP:
+                        # ... and sent again now, to wait for its owner's next place (left
+                        # to the reconciler, it waited HARNESS_REQUEUE_AFTER: a take's place
+                        # that lapsed under load before its hold left a batch's call queued)
+                        _send_again(call)
+                    return None
             if transitions.claim(call, tool, leased_from=leased_from):
                 _run_claimed(call, ctx, row=row)
             return None
@@ -166,6 +169,14 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
             place=(call.batch_id, call.batch_index),
         )
     return None
+
+
+def _send_again(call: ToolCall) -> None:
+    """`call`, taken from its turn but not run, back at the end of its agent's turn with a
+    message sent now, so said (`enqueued_at`: the reconciler sends none while it is fresh);
+    a call no longer queued (cancelled, taken by another message) needs none."""
+    if ToolCall.objects.filter(pk=call.pk, status=Status.QUEUED).update(enqueued_at=timezone.now()):
+        batches.enqueue(str(call.pk), batches.agent_of(call), resend=True)
 
 
 # How long a worker waits for a workspace another call holds before giving its call back

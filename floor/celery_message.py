@@ -78,12 +78,56 @@ _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 def task_message(task: str, call_id: str, queue: str, *more: str) -> str:
     """Celery's message for `task(call_id, *more)`, as send_task builds and kombu wraps it
     (inside a worker's task, with that task as its parent and its root, as send_task does)."""
-    args = (call_id, *more)
     task_id = str(uuid.uuid4())
     root_id, parent_id = task_id, None
     current = current_app.current_worker_task
     if current is not None and current.request.id:
         root_id, parent_id = current.request.root_id or current.request.id, current.request.id
+    return _envelope(task, (call_id, *more), queue, task_id, root_id, parent_id, str(uuid.uuid4()))
+
+
+# A message a Redis script may push, built once per process (`task_message_template`):
+# the script puts a task id of its own where ID_MARK is (the id, the correlation id) and
+# a delivery tag where TAG_MARK is, and the JSON of the sending task's root and parent
+# ids (`lineage`) in place of `"ROOT_MARK"` and `"PARENT_MARK"`, quotes and all. (Plain
+# capitals: no Lua pattern character, none a prefix of another, none in the rest.)
+ID_MARK, TAG_MARK = "HARNESSMARKID", "HARNESSMARKTAG"
+ROOT_MARK, PARENT_MARK = "HARNESSMARKROOT", "HARNESSMARKPARENT"
+
+
+def task_message_template(task: str, call_id: str, queue: str) -> str:
+    """`task_message`'s message for `task(call_id)` with the marks above in place of the
+    ids that differ from one message to the next: built once per process (its origin
+    names the process), for a message sent only now and then but offered on every call
+    (batches.end_turn's owed turn)."""
+    return _template(task, call_id, queue, os.getpid())
+
+
+@functools.cache
+def _template(task: str, call_id: str, queue: str, pid: int) -> str:
+    return _envelope(task, (call_id,), queue, ID_MARK, ROOT_MARK, PARENT_MARK, TAG_MARK)
+
+
+def lineage() -> tuple[str, str]:
+    """The JSON of the root and parent ids `task_message` would give a message sent now
+    (inside a worker's task: that task's; else the message's own id, ID_MARK, and none),
+    for a template's ROOT_MARK and PARENT_MARK."""
+    current = current_app.current_worker_task
+    if current is not None and current.request.id:
+        root = current.request.root_id or current.request.id
+        return json.dumps(root), json.dumps(current.request.id)
+    return f'"{ID_MARK}"', "null"
+
+
+def _envelope(
+    task: str,
+    args: tuple[str, ...],
+    queue: str,
+    task_id: str,
+    root_id: str,
+    parent_id: str | None,
+    delivery_tag: str,
+) -> str:
     body = json.dumps([list(args), {}, _EMBED]).encode()
     return json.dumps(
         {
@@ -118,7 +162,7 @@ def task_message(task: str, call_id: str, queue: str, *more: str) -> str:
                 "delivery_info": {"exchange": "", "routing_key": queue},
                 "priority": 0,
                 "body_encoding": "base64",
-                "delivery_tag": str(uuid.uuid4()),
+                "delivery_tag": delivery_tag,
             },
         }
     )
