@@ -337,8 +337,13 @@ def _copied(value: Any) -> tuple[Any, bool]:
     kind = type(value)
     if kind is str:
         plain = value.replace("\x00", "\ufffd") if "\x00" in value else value
+        if plain in _UNCHANGED_BY_MASKING:
+            return plain, False
         masked = mask_text(plain)
-        return masked, masked != plain
+        if masked == plain:
+            _remember_unchanged(plain)
+            return plain, False
+        return masked, True
     if kind is Masked:
         return value, value.changed
     if value is None or kind is int or kind is bool:
@@ -354,6 +359,25 @@ def _copied(value: Any) -> tuple[Any, bool]:
     plain = storable(_plain(value))
     masked = mask_secrets(plain)
     return masked, masked != plain or contains_masked(plain)
+
+
+# Short texts that masking left as they were, as `_copied` last met them (the events'
+# constant texts: a decision's reason, kinds, modes, statuses). mask_text is a function of
+# its text alone (audit.masking's rules are the module's constants), so a text found here
+# would be masked to itself again: the lookup gives what the call would. Only unchanged
+# texts are kept, the texts an event stores as they are: the dict holds nothing the log
+# does not, and nothing a masking rule found. Bounded: emptied when full.
+_UNCHANGED_BY_MASKING: dict[str, None] = {}
+_UNCHANGED_MAX_TEXTS = 1024
+_UNCHANGED_MAX_CHARS = 256
+
+
+def _remember_unchanged(text: str) -> None:
+    if len(text) > _UNCHANGED_MAX_CHARS:
+        return
+    if len(_UNCHANGED_BY_MASKING) >= _UNCHANGED_MAX_TEXTS:
+        _UNCHANGED_BY_MASKING.clear()
+    _UNCHANGED_BY_MASKING[text] = None
 
 
 def _plain(value: Any) -> Any:
