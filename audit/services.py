@@ -17,6 +17,7 @@ from uuid import UUID
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from floor.compiled import Binder, Compiled, binder, fixed_cursor
 
@@ -40,7 +41,7 @@ def canonical_event(
     *, chain: str, seq: int, kind: str, actor: str, subject: str, payload: Any, created_at: str
 ) -> str:
     """The exact text that is hashed for one event (also what an export carries)."""
-    return json.dumps(
+    return _canonical_json(
         {
             "chain": chain,
             "seq": seq,
@@ -49,10 +50,46 @@ def canonical_event(
             "subject": subject,
             "payload": payload,
             "created_at": created_at,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
+        }
+    )
+
+
+# json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False), with its
+# encoder made once (json.dumps makes one per call when given options).
+_canonical_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+_json_text = json.encoder.encode_basestring  # (a text as that encoder writes it)
+
+
+def _canonical_around(
+    payload: Any,
+    payload_text: str,
+    *,
+    chain: str,
+    seq: int,
+    kind: str,
+    actor: str,
+    subject: str,
+    created_at: str,
+) -> str:
+    """`canonical_event`'s text around the payload's own canonical text (the same bytes:
+    the encoder writes a nested dict as it writes it alone, and the event's keys in sorted
+    order are these), so that the payload is encoded once for the hash and the INSERT."""
+    if type(seq) is not int or not all(
+        type(text) is str for text in (chain, kind, actor, subject, created_at)
+    ):  # (anything else: as canonical_event encodes it)
+        return canonical_event(
+            chain=chain,
+            seq=seq,
+            kind=kind,
+            actor=actor,
+            subject=subject,
+            payload=payload,
+            created_at=created_at,
+        )
+    return (
+        f'{{"actor":{_json_text(actor)},"chain":{_json_text(chain)},'
+        f'"created_at":{_json_text(created_at)},"kind":{_json_text(kind)},'
+        f'"payload":{payload_text},"seq":{seq},"subject":{_json_text(subject)}}}'
     )
 
 
@@ -157,19 +194,21 @@ def linked_events(
         seq += 1
         payload = spec.payload or {}
         created_at = spec.at or timezone.now()
-        canonical = canonical_event(
+        payload_text = _canonical_json(payload)
+        canonical = _canonical_around(
+            payload,
+            payload_text,
             chain=chain,
             seq=seq,
             kind=spec.kind,
             actor=spec.actor,
             subject=spec.subject,
-            payload=payload,
             created_at=created_at.isoformat(),
         )
         event_hash = chain_hash(prev_hash, canonical)
         # (by position, in the model's column order: Model.__init__'s short way, the
         # instance it makes by keyword)
-        yield AuditEvent(
+        event = AuditEvent(
             None,
             chain,
             session_id,
@@ -182,6 +221,10 @@ def linked_events(
             prev_hash,
             event_hash,
         )
+        # (the payload's text as hashed, for the append's JSONB parameter: with the
+        # payload it was made of, so a payload replaced since is encoded again)
+        event._payload_text = (payload, payload_text)  # type: ignore[attr-defined]
+        yield event
         prev_hash = event_hash
 
 
@@ -458,6 +501,12 @@ def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed
     params: list[Any] = []
     for event in events:
         params += [bind(getattr(event, name), db) for name, bind in event_fields]
+        made = getattr(event, "_payload_text", None)
+        if made is not None and made[0] is event.payload:
+            # The payload's canonical text, made for its hash, as its JSONB parameter: the
+            # same jsonb value as the ORM's parameter (json.dumps of the same dict; JSONB
+            # keeps neither key order nor spacing), encoded once.
+            params[_PAYLOAD_AT - len(event_fields)] = Jsonb(made[1], dumps=_as_is)
     params += [bind(getattr(head, name), db) for name, bind in head_fields]
     params += [events[-1].seq, head.chain]
     # (one text per event count and changed counters: prepared at once for one event, at
@@ -473,6 +522,13 @@ def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed
     for event in events:
         event.pk = ids[event.seq]
     head.last_event_id = events[-1].pk
+
+
+_PAYLOAD_AT = EVENT_COLUMNS.index("payload")
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 @functools.lru_cache(maxsize=256)  # (a shape per event count: bounded all the same)
