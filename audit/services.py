@@ -17,6 +17,7 @@ from uuid import UUID
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from floor.compiled import Binder, Compiled, binder, fixed_cursor
 
@@ -40,7 +41,7 @@ def canonical_event(
     *, chain: str, seq: int, kind: str, actor: str, subject: str, payload: Any, created_at: str
 ) -> str:
     """The exact text that is hashed for one event (also what an export carries)."""
-    return json.dumps(
+    return _canonical_json(
         {
             "chain": chain,
             "seq": seq,
@@ -49,10 +50,46 @@ def canonical_event(
             "subject": subject,
             "payload": payload,
             "created_at": created_at,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
+        }
+    )
+
+
+# json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False), with its
+# encoder made once (json.dumps makes one per call when given options).
+_canonical_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+_json_text = json.encoder.encode_basestring  # (a text as that encoder writes it)
+
+
+def _canonical_around(
+    payload: Any,
+    payload_text: str,
+    *,
+    chain: str,
+    seq: int,
+    kind: str,
+    actor: str,
+    subject: str,
+    created_at: str,
+) -> str:
+    """`canonical_event`'s text around the payload's own canonical text (the same bytes:
+    the encoder writes a nested dict as it writes it alone, and the event's keys in sorted
+    order are these), so that the payload is encoded once for the hash and the INSERT."""
+    if type(seq) is not int or not all(
+        type(text) is str for text in (chain, kind, actor, subject, created_at)
+    ):  # (anything else: as canonical_event encodes it)
+        return canonical_event(
+            chain=chain,
+            seq=seq,
+            kind=kind,
+            actor=actor,
+            subject=subject,
+            payload=payload,
+            created_at=created_at,
+        )
+    return (
+        f'{{"actor":{_json_text(actor)},"chain":{_json_text(chain)},'
+        f'"created_at":{_json_text(created_at)},"kind":{_json_text(kind)},'
+        f'"payload":{payload_text},"seq":{seq},"subject":{_json_text(subject)}}}'
     )
 
 
@@ -157,19 +194,21 @@ def linked_events(
         seq += 1
         payload = spec.payload or {}
         created_at = spec.at or timezone.now()
-        canonical = canonical_event(
+        payload_text = _canonical_json(payload)
+        canonical = _canonical_around(
+            payload,
+            payload_text,
             chain=chain,
             seq=seq,
             kind=spec.kind,
             actor=spec.actor,
             subject=spec.subject,
-            payload=payload,
             created_at=created_at.isoformat(),
         )
         event_hash = chain_hash(prev_hash, canonical)
         # (by position, in the model's column order: Model.__init__'s short way, the
         # instance it makes by keyword)
-        yield AuditEvent(
+        event = AuditEvent(
             None,
             chain,
             session_id,
@@ -182,6 +221,10 @@ def linked_events(
             prev_hash,
             event_hash,
         )
+        # (the payload's text as hashed, for the append's JSONB parameter: with the
+        # payload it was made of, so a payload replaced since is encoded again)
+        event._payload_text = (payload, payload_text)  # type: ignore[attr-defined]
+        yield event
         prev_hash = event_hash
 
 
@@ -337,8 +380,13 @@ def _copied(value: Any) -> tuple[Any, bool]:
     kind = type(value)
     if kind is str:
         plain = value.replace("\x00", "\ufffd") if "\x00" in value else value
+        if plain in _UNCHANGED_BY_MASKING:
+            return plain, False
         masked = mask_text(plain)
-        return masked, masked != plain
+        if masked == plain:
+            _remember_unchanged(plain)
+            return plain, False
+        return masked, True
     if kind is Masked:
         return value, value.changed
     if value is None or kind is int or kind is bool:
@@ -354,6 +402,25 @@ def _copied(value: Any) -> tuple[Any, bool]:
     plain = storable(_plain(value))
     masked = mask_secrets(plain)
     return masked, masked != plain or contains_masked(plain)
+
+
+# Short texts that masking left as they were, as `_copied` last met them (the events'
+# constant texts: a decision's reason, kinds, modes, statuses). mask_text is a function of
+# its text alone (audit.masking's rules are the module's constants), so a text found here
+# would be masked to itself again: the lookup gives what the call would. Only unchanged
+# texts are kept, the texts an event stores as they are: the dict holds nothing the log
+# does not, and nothing a masking rule found. Bounded: emptied when full.
+_UNCHANGED_BY_MASKING: dict[str, None] = {}
+_UNCHANGED_MAX_TEXTS = 1024
+_UNCHANGED_MAX_CHARS = 256
+
+
+def _remember_unchanged(text: str) -> None:
+    if len(text) > _UNCHANGED_MAX_CHARS:
+        return
+    if len(_UNCHANGED_BY_MASKING) >= _UNCHANGED_MAX_TEXTS:
+        _UNCHANGED_BY_MASKING.clear()
+    _UNCHANGED_BY_MASKING[text] = None
 
 
 def _plain(value: Any) -> Any:
@@ -434,6 +501,12 @@ def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed
     params: list[Any] = []
     for event in events:
         params += [bind(getattr(event, name), db) for name, bind in event_fields]
+        made = getattr(event, "_payload_text", None)
+        if made is not None and made[0] is event.payload:
+            # The payload's canonical text, made for its hash, as its JSONB parameter: the
+            # same jsonb value as the ORM's parameter (json.dumps of the same dict; JSONB
+            # keeps neither key order nor spacing), encoded once.
+            params[_PAYLOAD_AT - len(event_fields)] = Jsonb(made[1], dumps=_as_is)
     params += [bind(getattr(head, name), db) for name, bind in head_fields]
     params += [events[-1].seq, head.chain]
     # (one text per event count and changed counters: prepared at once for one event, at
@@ -449,6 +522,13 @@ def _append_in_one_statement(head: AuditChain, events: list[AuditEvent], changed
     for event in events:
         event.pk = ids[event.seq]
     head.last_event_id = events[-1].pk
+
+
+_PAYLOAD_AT = EVENT_COLUMNS.index("payload")
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 @functools.lru_cache(maxsize=256)  # (a shape per event count: bounded all the same)
