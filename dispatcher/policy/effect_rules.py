@@ -159,11 +159,14 @@ def _in_git_directory(workspace: Path | str, effect: dict[str, Any]) -> bool:
     (`sandbox_git.in_git_directory`: `src/HEAD` beside `src/objects/` and `src/refs/`, and
     the `src/config` an earlier run left with core.pager ran at the person's `git log` in
     `src/`). Applied outside the sandbox, no check after a run follows it."""
-    for change in effect.get("changes", []):
-        for path in (change.get("path"), change.get("link")):
-            if path and sandbox_git.in_git_directory(Path(workspace), str(path)):
-                return True
-    return False
+    paths = [
+        str(path)
+        for change in effect.get("changes", [])
+        for path in (change.get("path"), change.get("link"))
+        if path
+    ]
+    # (all together: `git init --bare x` with a hook makes `x` one with no path alone)
+    return sandbox_git.makes_git_directory(Path(workspace), paths)
 
 
 def decide(

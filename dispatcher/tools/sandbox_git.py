@@ -1352,18 +1352,20 @@ GIT_READ_NAMES = _GIT_DIRECTORY_NAMES | {*FILES, *DIRECTORIES, "modules", "workt
 
 def in_git_directory(workspace: Path, relative: str) -> bool:
     """Whether writing `relative` (a path of the workspace, links resolved) writes what
-    git reads of a directory outside any `.git` that git takes for a git directory by its
-    own names, or that becomes one by the write: `x/hooks/post-receive` of a bare
-    repository `x`, `src/HEAD` beside `src/objects/` and `src/refs/`. The file tools write
-    outside the sandbox, where no run's check follows them: a command made
-    `src/config` (core.pager), which is no git metadata alone, and a write_file of
-    `src/HEAD` would have made `src/` a git directory for a person's git. (`.git` and
-    what it holds: `guarded_path`.) A directory that cannot be listed counts as one."""
+    git reads of a directory (but a `.git` itself) that git takes for a git directory by
+    its own names, or that becomes one by the write: `x/hooks/post-receive` of a bare
+    repository `x`, `src/HEAD` beside `src/objects/` and `src/refs/`, and one inside a
+    `.git` (`.git/modules/lib/HEAD`; `.git/objects/xx/HEAD` beside the `objects/`,
+    `refs/` and `hooks/pre-receive` a run made there, which `_remove_hidden_repositories`
+    leaves, being no git directory yet: a remote URL naming it had a person's `git push`
+    run the hook). The file tools write outside the sandbox, where no run's check
+    follows them: a command made `src/config` (core.pager), which is no git metadata
+    alone, and a write_file of `src/HEAD` would have made `src/` a git directory for a
+    person's git. (What a `.git` itself holds: `guarded_path`.) A directory that cannot
+    be listed counts as one."""
     current = Path(workspace)
     for part in [part for part in relative.split("/") if part not in ("", ".")]:
-        if part == ".git":
-            return False
-        if part in GIT_READ_NAMES:
+        if part in GIT_READ_NAMES and current.name != ".git":
             try:
                 names = set(os.listdir(current)) & _GIT_DIRECTORY_NAMES
             except (FileNotFoundError, NotADirectoryError):
@@ -1373,6 +1375,37 @@ def in_git_directory(workspace: Path, relative: str) -> bool:
             if _looks_like_git_directory(names | {part}):
                 return True
         current = current / part
+    return False
+
+
+def makes_git_directory(workspace: Path, paths: list[str]) -> bool:
+    """Whether writing all of `paths` (an effect's changes, applied together outside the
+    sandbox) writes what git reads of a git directory (`in_git_directory`), or makes a
+    directory one by its own names with what they add together: an effect rule checked
+    each path alone against the disk, and a command that ran `git init --bare x` with a
+    hook (`x/HEAD`, `x/objects/...`, `x/refs/...`, `x/hooks/...`, none a git directory's
+    on the disk before) was allowed and applied, and the person's `git branch` in `x` ran
+    the hook."""
+    if any(in_git_directory(workspace, path) for path in paths):
+        return True
+    added: dict[tuple[str, ...], set[str]] = {}
+    for path in paths:
+        parts = [part for part in path.split("/") if part not in ("", ".")]
+        for index, part in enumerate(parts):
+            if part in _GIT_DIRECTORY_NAMES:
+                added.setdefault(tuple(parts[:index]), set()).add(part)
+    for where, names in added.items():
+        if where[-1:] == (".git",):
+            continue  # (a `.git` itself: guarded_path)
+        current = Path(workspace).joinpath(*where)
+        try:
+            there = set(os.listdir(current)) & _GIT_DIRECTORY_NAMES
+        except (FileNotFoundError, NotADirectoryError):
+            there = set()
+        except OSError:
+            return True
+        if _looks_like_git_directory(there | names):
+            return True
     return False
 
 
@@ -1447,6 +1480,7 @@ def remove_made(result: Guard) -> list[str]:
     # git directory): the errors are raised once all have run
     for check in (
         _keep_git_directories,
+        _remove_hidden_repositories,
         _defuse_todos,
         _defuse_strategies,
         _check_indexes,
@@ -1532,6 +1566,41 @@ def _keep_git_directories(result: Guard) -> None:
                 planted += _remove_hand_built(fd, name, f"{shown}/{name}")
         with failures.step():
             _keep_git_directory(fd, shown, head, digits, links, names, planted, result)
+    failures.raise_any()
+
+
+HIDDEN = (
+    "\n[harness: this command ran without a person's approval and made a directory inside "
+    "a git directory that git would take for a git directory of its own (a remote or "
+    "submodule URL naming it has a person's `git push` run its hooks and configuration "
+    "on their machine); {names} was removed. A command a reviewer approves may make one.]"
+)
+
+
+def _remove_hidden_repositories(result: Guard) -> None:
+    """After the run, each directory inside the workspace's `.git` or a nested repository's
+    (in `objects/`, `refs/`, `logs/`, or any other it made there: the walk enters no
+    `.git`) that git would take for a git directory (`HEAD` with `objects` and `refs`, or
+    `commondir`) is removed (`_remove_hand_built`; `modules/` and `worktrees/` are
+    `_keep_git_directories`', the bound `hooks/` ... cannot change). Before, an unapproved
+    `git init --bare .git/objects/xx` with a `pre-receive` hook and a `git init sub` whose
+    `remote.origin.url` (a key git itself sets) named `../.git/objects/xx` had the
+    person's `git push` in `sub` run the hook on the host."""
+    failures = _Failures()
+    planted: list[str] = []
+    for entry in result.entries:
+        if not entry.writable or entry.target.name != ".git":
+            continue
+        shown = str(entry.target.relative_to(result.workspace)) if result.workspace else ".git"
+        try:
+            names = _names(entry.fd)
+        except OSError:
+            continue
+        for name in sorted(set(names) - {"modules", "worktrees", *DIRECTORIES}):
+            with failures.step():
+                planted += _remove_hand_built(entry.fd, name, f"{shown}/{name}")
+    if planted:
+        result.notes.append(HIDDEN.format(names=", ".join(f"'{path}'" for path in planted[:10])))
     failures.raise_any()
 
 
@@ -1714,6 +1783,38 @@ def _remove_hand_built(root: int, top: str, shown: str) -> list[str]:
         finally:
             os.close(fd)
     return removed
+
+
+def _hand_built_in(root: int, top: str) -> str | None:
+    """Where at or under the directory `top` in `root` lies a directory git would take
+    for a git directory (`HEAD` with `objects` and `refs`, or `commondir`), as
+    `_remove_hand_built` looks (no link followed), or None; past MAX_WALK entries, that
+    they are too many to look at."""
+    stack: list[list[str]] = [[top]]
+    seen = 0
+    while stack:
+        parts = stack.pop()
+        try:
+            fd = _open_path(root, parts)
+        except OSError:
+            continue
+        try:
+            opened = os.open(".", _WALK_FLAGS, dir_fd=fd)
+            try:
+                with os.scandir(opened) as listing:
+                    entries = [(item.name, item.is_dir(follow_symlinks=False)) for item in listing]
+            finally:
+                os.close(opened)
+        finally:
+            os.close(fd)
+        seen += len(entries)
+        if seen > MAX_WALK:
+            return f"more than {MAX_WALK} entries in '{top}/', too many to look at"
+        names = {name for name, _ in entries}
+        if _looks_like_git_directory(names & _GIT_DIRECTORY_NAMES):
+            return f"a git directory at '{'/'.join(parts)}'"
+        stack += [[*parts, name] for name, directory in entries if directory]
+    return None
 
 
 def _index_state(dir_fd: int) -> tuple[int, ...] | None:
@@ -2652,6 +2753,12 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
                 bad = _bad_index(git, object_format)
                 if bad is not None:
                     return f"holds an index {bad}"
+            if name in _MADE_DIRECTORIES | {"lfs", "rr-cache", "reftable"}:
+                # (a git directory hidden in its own, where no walk looks, which its
+                # `remote.origin.url = ../.git/objects/xx` names: `_remove_hidden_...`)
+                hidden = _hand_built_in(git, name)
+                if hidden is not None:
+                    return f"holds {hidden}"
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     finally:
