@@ -1598,10 +1598,67 @@ def _remove_hidden_repositories(result: Guard) -> None:
             continue
         for name in sorted(set(names) - {"modules", "worktrees", *DIRECTORIES}):
             with failures.step():
-                planted += _remove_hand_built(entry.fd, name, f"{shown}/{name}")
+                planted += _remove_hidden(entry.fd, name, f"{shown}/{name}")
     if planted:
         result.notes.append(HIDDEN.format(names=", ".join(f"'{path}'" for path in planted[:10])))
     failures.raise_any()
+
+
+def _hidden_in(git_fd: int, name: str) -> tuple[int, list[str], list[str]] | None:
+    """The directory `name` of the git directory `git_fd` opened (no link followed), with
+    the `.git` entries and the directories git takes for a git directory by their own
+    names (`_looks_like_git_directory`; `` for itself) at any depth in it, relative to
+    it, as the walk of the work tree finds them (`_walk`: no bound, linear at any depth,
+    as after a run: what is there was made by the command or is git's own); None when it
+    is no directory. ToolError when it cannot be searched. The caller closes it."""
+    try:
+        top = os.open(name, _WALK_FLAGS, dir_fd=git_fd)
+    except OSError:
+        return None  # (a file, a link, gone)
+    try:
+        bare: list[tuple[str, tuple[int, int]]] = []
+        found = _walk(top, None, bare)
+    except (_Unchecked, OSError) as error:
+        os.close(top)
+        why = str(error) if isinstance(error, _Unchecked) else (error.strerror or str(error))
+        raise ToolError(
+            f"The command ran without a person's approval, and '{name}' of a git directory "
+            f"could not be searched afterwards for a git directory hidden in it ({why}), "
+            "which a remote's URL may name. Do not run git in this workspace; an operator "
+            "must look at it."
+        ) from None
+    return top, [path for path, _, _ in found], [path for path, _ in bare]
+
+
+def _remove_hidden(git_fd: int, name: str, shown: str) -> list[str]:
+    """`_remove_hidden_repositories` for the directory `name` of one git directory: each
+    `.git` and each git directory by its names in it is removed whole (git makes none
+    there); `name` itself, when git takes it for one (`logs/` with an `objects/` made
+    beside its HEAD and `refs/`), loses its HEAD. The paths removed."""
+    held = _hidden_in(git_fd, name)
+    if held is None:
+        return []
+    top, dot_gits, bare = held
+    removed: list[str] = []
+    try:
+        for path in sorted({*dot_gits, *bare}, key=lambda item: (item.count("/"), item)):
+            parts = path.split("/") if path else []
+            if any(path.startswith(done + "/") for done in removed):
+                continue  # (within one removed whole)
+            target, last = (parts[:-1], parts[-1]) if parts else ([], "HEAD")
+            try:
+                parent = _open_path(top, target)
+            except OSError:
+                continue
+            try:
+                here = "/".join([shown, *parts])
+                if _remove(parent, last, here if parts else f"{here}/HEAD", directories_only=False):
+                    removed.append(path)
+            finally:
+                os.close(parent)
+    finally:
+        os.close(top)
+    return [f"{shown}/{path}" if path else f"{shown}/HEAD" for path in removed]
 
 
 def _keep_git_directory(
@@ -1786,34 +1843,19 @@ def _remove_hand_built(root: int, top: str, shown: str) -> list[str]:
 
 
 def _hand_built_in(root: int, top: str) -> str | None:
-    """Where at or under the directory `top` in `root` lies a directory git would take
-    for a git directory (`HEAD` with `objects` and `refs`, or `commondir`), as
-    `_remove_hand_built` looks (no link followed), or None; past MAX_WALK entries, that
-    they are too many to look at."""
-    stack: list[list[str]] = [[top]]
-    seen = 0
-    while stack:
-        parts = stack.pop()
-        try:
-            fd = _open_path(root, parts)
-        except OSError:
-            continue
-        try:
-            opened = os.open(".", _WALK_FLAGS, dir_fd=fd)
-            try:
-                with os.scandir(opened) as listing:
-                    entries = [(item.name, item.is_dir(follow_symlinks=False)) for item in listing]
-            finally:
-                os.close(opened)
-        finally:
-            os.close(fd)
-        seen += len(entries)
-        if seen > MAX_WALK:
-            return f"more than {MAX_WALK} entries in '{top}/', too many to look at"
-        names = {name for name, _ in entries}
-        if _looks_like_git_directory(names & _GIT_DIRECTORY_NAMES):
-            return f"a git directory at '{'/'.join(parts)}'"
-        stack += [[*parts, name] for name, directory in entries if directory]
+    """Where in the directory `top` of the git directory `root` lies a `.git` or a
+    directory git takes for a git directory by its own names (`_hidden_in`), or None;
+    that it cannot be searched, if so."""
+    try:
+        held = _hidden_in(root, top)
+    except ToolError:
+        return f"'{top}/', which cannot be searched"
+    if held is None:
+        return None
+    fd, dot_gits, bare = held
+    os.close(fd)
+    for path in sorted([*dot_gits, *bare]):
+        return f"a git directory at '{top}/{path}'" if path else f"'{top}/' a git directory"
     return None
 
 
@@ -2477,12 +2519,17 @@ MADE_NAMES = frozenset(
     }
 )
 _MADE_DIRECTORIES = frozenset({"objects", "refs", "logs", "info", "hooks", "branches"})
+# (Not a partial clone's `extensions.partialClone`, `remote.*.promisor` or its filter:
+# a promisor remote is fetched from for a missing object by a person's `git log -p`,
+# `diff` or `checkout`, unasked; with `http://host/<what the command read>` as its URL,
+# a command with no network had the person's `git log -p` send it. A sandbox with no
+# network makes no partial clone but of a local path, rarely.)
 _MADE_KEYS = re.compile(
     r"core\.(repositoryformatversion|filemode|bare|logallrefupdates|ignorecase"
     r"|precomposeunicode|symlinks)|extensions\.(objectformat|refstorage)"
     r"|core\.(autocrlf|eol|safecrlf|quotepath|sparsecheckout|sparsecheckoutcone)"
-    r"|extensions\.partialclone|index\.sparse|init\.defaultbranch|user\.(name|email)"
-    r"|remote\..*\.(url|pushurl|fetch|tagopt|mirror|promisor|partialclonefilter)"
+    r"|index\.sparse|init\.defaultbranch|user\.(name|email)"
+    r"|remote\..*\.(url|pushurl|fetch|tagopt|mirror)"
     r"|branch\..*\.(remote|merge|rebase)|submodule\..*\.(url|active)"
     r"|pull\.(rebase|ff)|push\.(default|autosetupremote)|fetch\.prune|merge\.ff"
     r"|(commit|tag)\.gpgsign|color\.ui",

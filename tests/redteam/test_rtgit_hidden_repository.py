@@ -184,3 +184,34 @@ def test_an_effect_rule_does_not_apply_a_repository_made_in_one_effect(
         call.refresh_from_db()
     assert call.status == Status.COMPLETED, (call.status, call.decided_by, call.content)
     assert (workspace / "out" / "a").read_text() == "1\n"
+
+
+def test_a_dot_git_hidden_in_git_objects_runs_nothing_at_a_push(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """`.git/objects/zz/.git`: git's receive-pack takes `URL/.git` for the URL's
+    repository (enter_repo), and the walk of the work tree enters no `.git`."""
+    _, workspace, mark = _workspace(agent_in_sandbox)
+    script = (
+        f"{SUB} && mkdir .git/objects/zz && git init -q --bare .git/objects/zz/.git && "
+        f"{_hook('.git/objects/zz/.git', mark)} && "
+        "git -C sub remote add origin ../.git/objects/zz; echo done"
+    )
+    output = sandboxed(workspace, script)
+    assert "done" in output and "'.git/objects/zz/.git' was removed" in output, output
+    said = _person(workspace / "sub", "push", "origin", "HEAD:refs/heads/master")
+    assert not mark.exists(), (output, said)
+
+
+def test_a_repository_hidden_deep_in_git_objects_is_removed(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """300 levels down (found as the walk of the work tree finds one: at any depth)."""
+    _, workspace, mark = _workspace(agent_in_sandbox)
+    script = (
+        "cd .git/objects && for i in $(seq 300); do mkdir d && cd d || exit 1; done && "
+        f"git init -q --bare xx && {_hook('xx', mark)}; echo done"
+    )
+    output = sandboxed(workspace, script)
+    assert "done" in output and "/d/d/xx' was removed" in output, output[-600:]
+    assert not any(path.name == "xx" for path in (workspace / ".git" / "objects").rglob("xx"))
