@@ -240,6 +240,10 @@ class Guard:
     # their bytes, None for none): one the run changed to a strategy git does not have is
     # put back after it (`_defuse_strategies`).
     strategies: list[tuple[int, Path, list[bytes | None]]] = dataclasses.field(default_factory=list)
+    # When the guard was made (time.time_ns()): a symbolic link in a guarded git directory
+    # whose ctime is later (less LINK_MARGIN_NS) was made, moved or linked there by the run
+    # (`_remove_hidden_repositories`).
+    started: int = 0
 
     def close(self) -> None:
         for fd in self.fds:
@@ -258,6 +262,7 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
     result = Guard()
     if mode == NONE:
         return result
+    result.started = time.time_ns()
     try:
         root = fcntl.fcntl(workspace_fd, fcntl.F_DUPFD_CLOEXEC, 10)
         result.fds.append(root)
@@ -1199,7 +1204,11 @@ class _Level:
 
 
 def _walk(
-    root: int, limit: int | None, bare: list[tuple[str, tuple[int, int]]]
+    root: int,
+    limit: int | None,
+    bare: list[tuple[str, tuple[int, int]]],
+    links: list[str] | None = None,
+    since: int = 0,
 ) -> list[tuple[str, tuple[int, int], bool]]:
     """Depth first, at any depth (a tree 130 levels deep stopped the search after a run,
     which kept the `.git` a command planted beside it): what is kept of each level is its
@@ -1210,7 +1219,7 @@ def _walk(
     levels: list[_Level] = []
     try:
         levels.append(_Level(top, "", "", _identity(top), []))
-        seen = _list(levels[0], seen, limit, found, bare)
+        seen = _list(levels[0], seen, limit, found, bare, links, since)
         while levels:
             level = levels[-1]
             if not level.pending:
@@ -1224,7 +1233,7 @@ def _walk(
             name = level.pending.pop()
             child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
             levels.append(_Level(child, name, f"{level.prefix}{name}/", _identity(child), []))
-            seen = _list(levels[-1], seen, limit, found, bare)
+            seen = _list(levels[-1], seen, limit, found, bare, links, since)
             far = len(levels) - 1 - OPEN_LEVELS
             if far >= 1 and levels[far].fd is not None:
                 os.close(levels[far].fd)  # type: ignore[arg-type]
@@ -1242,6 +1251,8 @@ def _list(
     limit: int | None,
     found: list[tuple[str, tuple[int, int], bool]],
     bare: list[tuple[str, tuple[int, int]]],
+    links: list[str] | None = None,
+    since: int = 0,
 ) -> int:
     """Look at the entries of `level`: a `.git` is found, a directory kept to be walked,
     and the level itself added to `bare` when git takes it for a git directory. The
@@ -1260,6 +1271,11 @@ def _list(
                 found.append((level.prefix + entry.name, (info.st_dev, info.st_ino), directory))
             elif directory:
                 level.pending.append(entry.name)
+            elif links is not None and entry.is_symlink():
+                # (made, moved or linked since `since`: its ctime is then)
+                info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
+                if info.st_ctime_ns >= since:
+                    links.append(level.prefix + entry.name)
     if head and _looks_like_git_directory(
         {name for name in _GIT_DIRECTORY_NAMES if _exists(level.fd, name)}
     ):
@@ -1577,34 +1593,80 @@ HIDDEN = (
 )
 
 
+# (the kernel stamps a ctime from a clock that lags by up to a tick: a link made just
+# after the guard may bear a time before it)
+LINK_MARGIN_NS = 2_000_000_000
+UNLINKED = (
+    "\n[harness: this command ran without a person's approval and left {names} in a git "
+    "directory as a symbolic link, through which a person's git would write where it "
+    "points (a `COMMIT_EDITMSG` or `logs/HEAD` linked to a file outside the workspace: "
+    "their `git commit` wrote its message there); it was removed. A command a reviewer "
+    "approves may make one.]"
+)
+
+
 def _remove_hidden_repositories(result: Guard) -> None:
     """After the run, each directory inside the workspace's `.git` or a nested repository's
     (in `objects/`, `refs/`, `logs/`, or any other it made there: the walk enters no
     `.git`) that git would take for a git directory (`HEAD` with `objects` and `refs`, or
-    `commondir`) is removed (`_remove_hand_built`; `modules/` and `worktrees/` are
-    `_keep_git_directories`', the bound `hooks/` ... cannot change). Before, an unapproved
-    `git init --bare .git/objects/xx` with a `pre-receive` hook and a `git init sub` whose
-    `remote.origin.url` (a key git itself sets) named `../.git/objects/xx` had the
-    person's `git push` in `sub` run the hook on the host."""
+    `commondir`), and each `.git` there, is removed (`_remove_hidden`; `modules/` and
+    `worktrees/` are `_keep_git_directories`', the bound `hooks/` ... cannot change).
+    Before, an unapproved `git init --bare .git/objects/xx` with a `pre-receive` hook and
+    a `git init sub` whose `remote.origin.url` (a key git itself sets) named
+    `../.git/objects/xx` had the person's `git push` in `sub` run the hook on the host.
+    And in every guarded git directory, each symbolic link the run made, moved or linked
+    (its ctime since the guard was made; git makes none: a `HEAD` naming `refs/...` aside)
+    is removed: git writes through one (`COMMIT_EDITMSG`, `MERGE_MSG`, `FETCH_HEAD`,
+    a reflog, a directory of `refs/`), and `.git/COMMIT_EDITMSG -> ~/.bashrc` had the
+    person's `git commit -m` write its message over a file outside the workspace."""
     failures = _Failures()
     planted: list[str] = []
-    for entry in result.entries:
-        if not entry.writable or entry.target.name != ".git":
-            continue
-        shown = str(entry.target.relative_to(result.workspace)) if result.workspace else ".git"
+    unlinked: list[str] = []
+    since = result.started - LINK_MARGIN_NS
+    guarded: set[tuple[int, int]] = set()
+    for fd, _, _, _ in result.indexes:
+        with contextlib.suppress(OSError):
+            guarded.add(_identity(fd))
+    for fd, target, _, _ in result.indexes:
+        shown = str(target.relative_to(result.workspace)) if result.workspace else target.name
         try:
-            names = _names(entry.fd)
+            names = _names(fd)
         except OSError:
             continue
-        for name in sorted(set(names) - {"modules", "worktrees", *DIRECTORIES}):
+        for name in sorted(set(names) - {*FILES, *DIRECTORIES}):
             with failures.step():
-                planted += _remove_hidden(entry.fd, name, f"{shown}/{name}")
+                info = _lstat(fd, name)
+                if info is None:
+                    continue
+                if stat.S_ISLNK(info.st_mode):
+                    made = info.st_ctime_ns >= since and not _symbolic_head(fd, name)
+                    if made and _remove(fd, name, f"{shown}/{name}", directories_only=False):
+                        unlinked.append(f"{shown}/{name}")
+                    continue
+                if not stat.S_ISDIR(info.st_mode) or (info.st_dev, info.st_ino) in guarded:
+                    continue  # (a guarded one is looked at on its own)
+                hidden, links = _remove_hidden(
+                    fd, name, f"{shown}/{name}", target.name == ".git", since
+                )
+                planted += hidden
+                unlinked += links
     if planted:
         result.notes.append(HIDDEN.format(names=", ".join(f"'{path}'" for path in planted[:10])))
+    if unlinked:
+        result.notes.append(UNLINKED.format(names=_some(unlinked)))
     failures.raise_any()
 
 
-def _hidden_in(git_fd: int, name: str) -> tuple[int, list[str], list[str]] | None:
+def _symbolic_head(dir_fd: int, name: str) -> bool:
+    """Whether `name` is a `HEAD` that is a symbolic link git reads as a symbolic ref
+    (`refs/...`, no `..`: core.preferSymlinkRefs), which git writes through to that ref."""
+    target = _link_target(dir_fd, name) if name == "HEAD" else None
+    return target is not None and target.startswith("refs/") and ".." not in target.split("/")
+
+
+def _hidden_in(
+    git_fd: int, name: str, since: int | None = None
+) -> tuple[int, list[str], list[str], list[str]] | None:
     """The directory `name` of the git directory `git_fd` opened (no link followed), with
     the `.git` entries and the directories git takes for a git directory by their own
     names (`_looks_like_git_directory`; `` for itself) at any depth in it, relative to
@@ -1617,7 +1679,8 @@ def _hidden_in(git_fd: int, name: str) -> tuple[int, list[str], list[str]] | Non
         return None  # (a file, a link, gone)
     try:
         bare: list[tuple[str, tuple[int, int]]] = []
-        found = _walk(top, None, bare)
+        links: list[str] = []
+        found = _walk(top, None, bare, links if since is not None else None, since or 0)
     except (_Unchecked, OSError) as error:
         os.close(top)
         why = str(error) if isinstance(error, _Unchecked) else (error.strerror or str(error))
@@ -1627,38 +1690,54 @@ def _hidden_in(git_fd: int, name: str) -> tuple[int, list[str], list[str]] | Non
             "which a remote's URL may name. Do not run git in this workspace; an operator "
             "must look at it."
         ) from None
-    return top, [path for path, _, _ in found], [path for path, _ in bare]
+    return top, [path for path, _, _ in found], [path for path, _ in bare], links
 
 
-def _remove_hidden(git_fd: int, name: str, shown: str) -> list[str]:
-    """`_remove_hidden_repositories` for the directory `name` of one git directory: each
-    `.git` and each git directory by its names in it is removed whole (git makes none
-    there); `name` itself, when git takes it for one (`logs/` with an `objects/` made
-    beside its HEAD and `refs/`), loses its HEAD. The paths removed."""
-    held = _hidden_in(git_fd, name)
+def _remove_hidden(
+    git_fd: int, name: str, shown: str, repositories: bool, since: int
+) -> tuple[list[str], list[str]]:
+    """`_remove_hidden_repositories` for the directory `name` of one git directory: with
+    `repositories`, each `.git` and each git directory by its names in it is removed
+    whole (git makes none there), and `name` itself, when git takes it for one (`logs/`
+    with an `objects/` made beside its HEAD and `refs/`), loses its HEAD; and each
+    symbolic link in it whose ctime is `since` or later is removed. The paths removed
+    (of git directories, of links)."""
+    held = _hidden_in(git_fd, name, since)
     if held is None:
-        return []
-    top, dot_gits, bare = held
+        return [], []
+    top, dot_gits, bare, links = held
     removed: list[str] = []
+    unlinked: list[str] = []
+    found = sorted({*dot_gits, *bare}, key=lambda item: (item.count("/"), item))
     try:
-        for path in sorted({*dot_gits, *bare}, key=lambda item: (item.count("/"), item)):
-            parts = path.split("/") if path else []
+        for path in found if repositories else []:
             if any(path.startswith(done + "/") for done in removed):
                 continue  # (within one removed whole)
-            target, last = (parts[:-1], parts[-1]) if parts else ([], "HEAD")
-            try:
-                parent = _open_path(top, target)
-            except OSError:
-                continue
-            try:
-                here = "/".join([shown, *parts])
-                if _remove(parent, last, here if parts else f"{here}/HEAD", directories_only=False):
-                    removed.append(path)
-            finally:
-                os.close(parent)
+            if _remove_at(top, path, shown):
+                removed.append(path)
+        for path in links:
+            within = any(path.startswith(done + "/") for done in removed if done)
+            if not within and _remove_at(top, path, shown):
+                unlinked.append(path)
     finally:
         os.close(top)
-    return [f"{shown}/{path}" if path else f"{shown}/HEAD" for path in removed]
+    hidden = [f"{shown}/{path}" if path else f"{shown}/HEAD" for path in removed]
+    return hidden, [f"{shown}/{path}" for path in unlinked]
+
+
+def _remove_at(top: int, path: str, shown: str) -> bool:
+    """Remove `path` (relative to the directory `top`; `` for its HEAD), no link followed."""
+    parts = path.split("/") if path else []
+    target, last = (parts[:-1], parts[-1]) if parts else ([], "HEAD")
+    try:
+        parent = _open_path(top, target)
+    except OSError:
+        return False
+    try:
+        here = "/".join([shown, *parts]) if parts else f"{shown}/HEAD"
+        return _remove(parent, last, here, directories_only=False)
+    finally:
+        os.close(parent)
 
 
 def _keep_git_directory(
@@ -1852,7 +1931,7 @@ def _hand_built_in(root: int, top: str) -> str | None:
         return f"'{top}/', which cannot be searched"
     if held is None:
         return None
-    fd, dot_gits, bare = held
+    fd, dot_gits, bare, _ = held
     os.close(fd)
     for path in sorted([*dot_gits, *bare]):
         return f"a git directory at '{top}/{path}'" if path else f"'{top}/' a git directory"
