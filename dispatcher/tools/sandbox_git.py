@@ -1496,9 +1496,9 @@ def remove_made(result: Guard) -> list[str]:
     # git directory): the errors are raised once all have run
     for check in (
         _keep_git_directories,
-        _remove_hidden_repositories,
         _defuse_todos,
         _defuse_strategies,
+        _remove_hidden_repositories,
         _check_indexes,
         _remove_made_repositories,
     ):
@@ -1623,6 +1623,11 @@ def _remove_hidden_repositories(result: Guard) -> None:
     planted: list[str] = []
     unlinked: list[str] = []
     since = result.started - LINK_MARGIN_NS
+    # (a submodule's `objects -> /srv/store/x` the run replaced, made again as it was:
+    # `_put_back_links`)
+    kept = {
+        (_identity(fd), name, link) for fd, _, _, _, links in result.owners for name, link in links
+    }
     guarded: set[tuple[int, int]] = set()
     for fd, _, _, _ in result.indexes:
         with contextlib.suppress(OSError):
@@ -1639,7 +1644,8 @@ def _remove_hidden_repositories(result: Guard) -> None:
                 if info is None:
                     continue
                 if stat.S_ISLNK(info.st_mode):
-                    made = info.st_ctime_ns >= since and not _symbolic_head(fd, name)
+                    was = (_identity(fd), name, _link_target(fd, name)) in kept
+                    made = info.st_ctime_ns >= since and not (was or _symbolic_head(fd, name))
                     if made and _remove(fd, name, f"{shown}/{name}", directories_only=False):
                         unlinked.append(f"{shown}/{name}")
                     continue
@@ -1923,18 +1929,21 @@ def _remove_hand_built(root: int, top: str, shown: str) -> list[str]:
 
 def _hand_built_in(root: int, top: str) -> str | None:
     """Where in the directory `top` of the git directory `root` lies a `.git` or a
-    directory git takes for a git directory by its own names (`_hidden_in`), or None;
-    that it cannot be searched, if so."""
+    directory git takes for a git directory by its own names (`_hidden_in`), or a
+    symbolic link (git makes none there, and writes through one: a made `logs/HEAD ->
+    ~/.bashrc`), or None; that it cannot be searched, if so."""
     try:
-        held = _hidden_in(root, top)
+        held = _hidden_in(root, top, 0)
     except ToolError:
         return f"'{top}/', which cannot be searched"
     if held is None:
         return None
-    fd, dot_gits, bare, _ = held
+    fd, dot_gits, bare, links = held
     os.close(fd)
     for path in sorted([*dot_gits, *bare]):
         return f"a git directory at '{top}/{path}'" if path else f"'{top}/' a git directory"
+    for path in sorted(links):
+        return f"the symbolic link '{top}/{path}'"
     return None
 
 
@@ -2716,10 +2725,17 @@ def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
     `commondir` (another directory's configuration), `config.worktree`, `modules`,
     `worktrees`. Names git does not read there (the project's files) are not judged."""
     held = Guard()
+    later: list[str] = []
     try:
         for name in sorted(_names(dir_fd)):
             if name in ("commondir", "config.worktree", "modules", "worktrees"):
                 return f"holds '{name}'"
+            info = _lstat(dir_fd, name)
+            if info is not None and stat.S_ISLNK(info.st_mode) and name in MADE_NAMES:
+                # (git writes through one: `FETCH_HEAD`, `logs` ...)
+                return f"holds '{name}', a symbolic link"
+            if name in ("logs", "refs", "objects"):
+                later.append(name)
             if name not in ("config", "hooks", "info", "remotes", "branches"):
                 continue
             entry = _open(name, dir_fd, held)
@@ -2732,6 +2748,10 @@ def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
             why, _ = _judge_git_made(name, entry, where, run)
             if why is not None:
                 return why
+        for name in later:  # (after what git reads there: each walks all it holds)
+            hidden = _hand_built_in(dir_fd, name)
+            if hidden is not None:
+                return f"holds {hidden}"
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     finally:

@@ -75,3 +75,40 @@ def test_git_at_work_in_the_sandbox_leaves_no_note(agent_in_sandbox: AgentFixtur
     output = sandboxed(workspace, script)
     assert "done" in output and "harness:" not in output, output
     assert "topic" in host_git(workspace, "branch")
+
+
+@pytest.mark.parametrize(
+    ("script", "where", "person"),
+    [
+        (
+            "git init -q sub && git -C sub -c user.email=a@b -c user.name=A commit -q "
+            "--allow-empty -m x && rm sub/.git/logs/HEAD && ln -s {home}/.bashrc "
+            "sub/.git/logs/HEAD",
+            "sub",
+            ["commit", "--allow-empty", "-m", "mine"],
+        ),
+        (
+            "git init -q --bare x && cp -r .git/objects/. x/objects/ && cp -r .git/refs/. "
+            "x/refs/ && ln -s {home}/.bashrc x/FETCH_HEAD",
+            "x",
+            ["fetch", "-q", "..", "master"],
+        ),
+    ],
+    ids=["made-dot-git", "made-bare"],
+)
+def test_a_link_in_a_made_repository_writes_nothing_outside(
+    agent_in_sandbox: AgentFixture, script: str, where: str, person: list[str]
+) -> None:
+    workspace, home = _workspace(agent_in_sandbox)
+    output = sandboxed(workspace, script.format(home=home) + " && echo done")
+    assert "done" in output, output
+    done = subprocess.run(
+        ["git", "-c", "safe.directory=*", *G, *person],
+        cwd=workspace / where,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert (home / ".bashrc").read_text() == "precious\n", (output, done.stdout + done.stderr)
+    assert "a symbolic link" in output or "the symbolic link" in output, output
