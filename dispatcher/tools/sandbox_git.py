@@ -51,7 +51,10 @@ key it recorded for a `--continue` put back (`_defuse_strategies`). A directory 
 work tree git takes for a git directory by its own names (a bare repository: HEAD with
 `objects/` and `refs/`) is guarded as a `.git` is when it was there before the run
 (`_guard_bare`), and loses its HEAD after it when the run made it one holding more than
-`git init --bare` makes (`_defuse_bare`). Every check after a run runs whatever one
+`git init --bare` makes (`_defuse_bare`). A git directory hidden inside a `.git`
+(`.git/objects/xx`, which a made repository's remote URL may name), and a symbolic link
+the run made in a guarded git directory (git writes through `COMMIT_EDITMSG`, a reflog),
+are removed after it (`_remove_hidden_repositories`). Every check after a run runs whatever one
 before it raised (`remove_made`). The git configurations read for one run are bounded
 (MAX_CONFIG_READS, CONFIG_READ_SECONDS; past them a made `.git` is removed unread), and a
 pointer under `~/` is taken to be inside the workspace (git expands it with the HOME of
