@@ -75,6 +75,10 @@ class EffectRule:
         named = path.rsplit("/", 1)[-1]
         if sandbox_git.guarded_path(path) or (named == ".git" and change.get("kind") != "dir"):
             return False  # what makes git run programs: only a person approves a write to it
+        if change.get("kind") == "symlink" and ".git" in path.split("/")[:-1]:
+            # git writes through one (`.git/COMMIT_EDITMSG -> ~/.bashrc`: a person's
+            # commit wrote its message there), and Harness applies it outside the sandbox
+            return False
         if self.spec.match_file(path):
             return True
         return change.get("kind") == "dir" and bool(self.spec.match_file(f"{path}/{PROBE}"))

@@ -11,11 +11,15 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dispatcher import execution
+from dispatcher.models import AgentSession, Status
+from dispatcher.policy import profiles
 from dispatcher.tools import sandbox
-from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository
+from tests.redteam.test_git_metadata_guard import agent_in_sandbox, host_git, repository, submit
 from tests.redteam.test_git_metadata_guard2 import sandboxed
 from tests.redteam.test_git_metadata_guard_rt12 import G
 from tests.support.factories import AgentFixture
@@ -112,3 +116,30 @@ def test_a_link_in_a_made_repository_writes_nothing_outside(
     )
     assert (home / ".bashrc").read_text() == "precious\n", (output, done.stdout + done.stderr)
     assert "a symbolic link" in output or "the symbolic link" in output, output
+
+
+def test_an_effect_rule_does_not_apply_a_link_in_git(
+    agent_in_sandbox: AgentFixture, settings: Any
+) -> None:
+    """An effect is applied outside the sandbox, where no check after a run follows it:
+    `effect(write: **)` applied `.git/COMMIT_EDITMSG -> ~/.bashrc`."""
+    fx = agent_in_sandbox
+    settings.HARNESS_PREVIEW = True
+    settings.HARNESS_PREVIEW_TIMEOUT = 20
+    profiles.update_profile(
+        user=fx.owner,
+        mode="standard",
+        allow=["effect(write: **, network: none)"],
+        ask=[],
+        deny=[],
+        actor="test",
+    )
+    workspace, home = _workspace(fx)
+    session_id = str(AgentSession.objects.get(workspace=str(workspace)).pk)
+    call = submit(fx, session_id, "link", ["ln", "-sf", f"{home}/.bashrc", ".git/COMMIT_EDITMSG"])
+    if call.status == Status.QUEUED:
+        execution.execute_call(str(call.pk))
+        call.refresh_from_db()
+    host_git(workspace, *G, "commit", "--allow-empty", "-qm", "mine")
+    assert (home / ".bashrc").read_text() == "precious\n", (call.status, call.content)
+    assert call.status == Status.PENDING_APPROVAL, (call.status, call.decided_by, call.content)
