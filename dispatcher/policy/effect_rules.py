@@ -75,6 +75,10 @@ class EffectRule:
         named = path.rsplit("/", 1)[-1]
         if sandbox_git.guarded_path(path) or (named == ".git" and change.get("kind") != "dir"):
             return False  # what makes git run programs: only a person approves a write to it
+        if change.get("kind") == "symlink" and ".git" in path.split("/")[:-1]:
+            # git writes through one (`.git/COMMIT_EDITMSG -> ~/.bashrc`: a person's
+            # commit wrote its message there), and Harness applies it outside the sandbox
+            return False
         if self.spec.match_file(path):
             return True
         return change.get("kind") == "dir" and bool(self.spec.match_file(f"{path}/{PROBE}"))
@@ -159,11 +163,14 @@ def _in_git_directory(workspace: Path | str, effect: dict[str, Any]) -> bool:
     (`sandbox_git.in_git_directory`: `src/HEAD` beside `src/objects/` and `src/refs/`, and
     the `src/config` an earlier run left with core.pager ran at the person's `git log` in
     `src/`). Applied outside the sandbox, no check after a run follows it."""
-    for change in effect.get("changes", []):
-        for path in (change.get("path"), change.get("link")):
-            if path and sandbox_git.in_git_directory(Path(workspace), str(path)):
-                return True
-    return False
+    paths = [
+        str(path)
+        for change in effect.get("changes", [])
+        for path in (change.get("path"), change.get("link"))
+        if path
+    ]
+    # (all together: `git init --bare x` with a hook makes `x` one with no path alone)
+    return sandbox_git.makes_git_directory(Path(workspace), paths)
 
 
 def decide(

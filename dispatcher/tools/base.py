@@ -223,8 +223,9 @@ def input_paths(arguments: Mapping[str, Any]) -> tuple[str, ...]:
     (`is_path_key`), at any depth of its objects and lists, a string or a list of strings;
     and each string under a loose key (`is_loose_path_key`: `target`, `dest` ...), at any
     depth of the objects and lists it holds (`{"target": {"value": "/etc/x"}}`, a list of
-    objects: before, only a string or a list of strings there was read), that looks like
-    a path (`looks_like_path`).
+    objects: before, only a string or a list of strings there was read), and each key of
+    an object there (`{"files": {"/etc/cron.d/x": "..."}}`, a map of paths to their
+    content: before, its keys were not read), that looks like a path (`looks_like_path`).
 
     Raises ValueError when a path-like key holds anything else (a number, an object, a
     list holding one), or the input nests deeper than MAX_INPUT_DEPTH or holds more than
@@ -246,6 +247,9 @@ def input_paths(arguments: Mapping[str, Any]) -> tuple[str, ...]:
             return
         items = value.items() if isinstance(value, Mapping) else ()
         for key, item in items:
+            if loose:  # (`{"files": {"/etc/cron.d/x": "..."}}`: a path to what it holds)
+                path = looks_like_path(str(key))
+                found.extend([path] if path is not None else [])
             if is_path_key(str(key)):
                 found.extend(_path_values(str(key), item))
             else:

@@ -51,7 +51,10 @@ key it recorded for a `--continue` put back (`_defuse_strategies`). A directory 
 work tree git takes for a git directory by its own names (a bare repository: HEAD with
 `objects/` and `refs/`) is guarded as a `.git` is when it was there before the run
 (`_guard_bare`), and loses its HEAD after it when the run made it one holding more than
-`git init --bare` makes (`_defuse_bare`). Every check after a run runs whatever one
+`git init --bare` makes (`_defuse_bare`). A git directory hidden inside a `.git`
+(`.git/objects/xx`, which a made repository's remote URL may name), and a symbolic link
+the run made in a guarded git directory (git writes through `COMMIT_EDITMSG`, a reflog),
+are removed after it (`_remove_hidden_repositories`). Every check after a run runs whatever one
 before it raised (`remove_made`). The git configurations read for one run are bounded
 (MAX_CONFIG_READS, CONFIG_READ_SECONDS; past them a made `.git` is removed unread), and a
 pointer under `~/` is taken to be inside the workspace (git expands it with the HOME of
@@ -240,6 +243,10 @@ class Guard:
     # their bytes, None for none): one the run changed to a strategy git does not have is
     # put back after it (`_defuse_strategies`).
     strategies: list[tuple[int, Path, list[bytes | None]]] = dataclasses.field(default_factory=list)
+    # When the guard was made (time.time_ns()): a symbolic link in a guarded git directory
+    # whose ctime is later (less LINK_MARGIN_NS) was made, moved or linked there by the run
+    # (`_remove_hidden_repositories`).
+    started: int = 0
 
     def close(self) -> None:
         for fd in self.fds:
@@ -258,6 +265,7 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
     result = Guard()
     if mode == NONE:
         return result
+    result.started = time.time_ns()
     try:
         root = fcntl.fcntl(workspace_fd, fcntl.F_DUPFD_CLOEXEC, 10)
         result.fds.append(root)
@@ -1199,7 +1207,11 @@ class _Level:
 
 
 def _walk(
-    root: int, limit: int | None, bare: list[tuple[str, tuple[int, int]]]
+    root: int,
+    limit: int | None,
+    bare: list[tuple[str, tuple[int, int]]],
+    links: list[str] | None = None,
+    since: int = 0,
 ) -> list[tuple[str, tuple[int, int], bool]]:
     """Depth first, at any depth (a tree 130 levels deep stopped the search after a run,
     which kept the `.git` a command planted beside it): what is kept of each level is its
@@ -1210,7 +1222,7 @@ def _walk(
     levels: list[_Level] = []
     try:
         levels.append(_Level(top, "", "", _identity(top), []))
-        seen = _list(levels[0], seen, limit, found, bare)
+        seen = _list(levels[0], seen, limit, found, bare, links, since)
         while levels:
             level = levels[-1]
             if not level.pending:
@@ -1224,7 +1236,7 @@ def _walk(
             name = level.pending.pop()
             child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
             levels.append(_Level(child, name, f"{level.prefix}{name}/", _identity(child), []))
-            seen = _list(levels[-1], seen, limit, found, bare)
+            seen = _list(levels[-1], seen, limit, found, bare, links, since)
             far = len(levels) - 1 - OPEN_LEVELS
             if far >= 1 and levels[far].fd is not None:
                 os.close(levels[far].fd)  # type: ignore[arg-type]
@@ -1242,6 +1254,8 @@ def _list(
     limit: int | None,
     found: list[tuple[str, tuple[int, int], bool]],
     bare: list[tuple[str, tuple[int, int]]],
+    links: list[str] | None = None,
+    since: int = 0,
 ) -> int:
     """Look at the entries of `level`: a `.git` is found, a directory kept to be walked,
     and the level itself added to `bare` when git takes it for a git directory. The
@@ -1260,6 +1274,11 @@ def _list(
                 found.append((level.prefix + entry.name, (info.st_dev, info.st_ino), directory))
             elif directory:
                 level.pending.append(entry.name)
+            elif links is not None and entry.is_symlink():
+                # (made, moved or linked since `since`: its ctime is then)
+                info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
+                if info.st_ctime_ns >= since:
+                    links.append(level.prefix + entry.name)
     if head and _looks_like_git_directory(
         {name for name in _GIT_DIRECTORY_NAMES if _exists(level.fd, name)}
     ):
@@ -1352,18 +1371,20 @@ GIT_READ_NAMES = _GIT_DIRECTORY_NAMES | {*FILES, *DIRECTORIES, "modules", "workt
 
 def in_git_directory(workspace: Path, relative: str) -> bool:
     """Whether writing `relative` (a path of the workspace, links resolved) writes what
-    git reads of a directory outside any `.git` that git takes for a git directory by its
-    own names, or that becomes one by the write: `x/hooks/post-receive` of a bare
-    repository `x`, `src/HEAD` beside `src/objects/` and `src/refs/`. The file tools write
-    outside the sandbox, where no run's check follows them: a command made
-    `src/config` (core.pager), which is no git metadata alone, and a write_file of
-    `src/HEAD` would have made `src/` a git directory for a person's git. (`.git` and
-    what it holds: `guarded_path`.) A directory that cannot be listed counts as one."""
+    git reads of a directory (but a `.git` itself) that git takes for a git directory by
+    its own names, or that becomes one by the write: `x/hooks/post-receive` of a bare
+    repository `x`, `src/HEAD` beside `src/objects/` and `src/refs/`, and one inside a
+    `.git` (`.git/modules/lib/HEAD`; `.git/objects/xx/HEAD` beside the `objects/`,
+    `refs/` and `hooks/pre-receive` a run made there, which `_remove_hidden_repositories`
+    leaves, being no git directory yet: a remote URL naming it had a person's `git push`
+    run the hook). The file tools write outside the sandbox, where no run's check
+    follows them: a command made `src/config` (core.pager), which is no git metadata
+    alone, and a write_file of `src/HEAD` would have made `src/` a git directory for a
+    person's git. (What a `.git` itself holds: `guarded_path`.) A directory that cannot
+    be listed counts as one."""
     current = Path(workspace)
     for part in [part for part in relative.split("/") if part not in ("", ".")]:
-        if part == ".git":
-            return False
-        if part in GIT_READ_NAMES:
+        if part in GIT_READ_NAMES and current.name != ".git":
             try:
                 names = set(os.listdir(current)) & _GIT_DIRECTORY_NAMES
             except (FileNotFoundError, NotADirectoryError):
@@ -1373,6 +1394,37 @@ def in_git_directory(workspace: Path, relative: str) -> bool:
             if _looks_like_git_directory(names | {part}):
                 return True
         current = current / part
+    return False
+
+
+def makes_git_directory(workspace: Path, paths: list[str]) -> bool:
+    """Whether writing all of `paths` (an effect's changes, applied together outside the
+    sandbox) writes what git reads of a git directory (`in_git_directory`), or makes a
+    directory one by its own names with what they add together: an effect rule checked
+    each path alone against the disk, and a command that ran `git init --bare x` with a
+    hook (`x/HEAD`, `x/objects/...`, `x/refs/...`, `x/hooks/...`, none a git directory's
+    on the disk before) was allowed and applied, and the person's `git branch` in `x` ran
+    the hook."""
+    if any(in_git_directory(workspace, path) for path in paths):
+        return True
+    added: dict[tuple[str, ...], set[str]] = {}
+    for path in paths:
+        parts = [part for part in path.split("/") if part not in ("", ".")]
+        for index, part in enumerate(parts):
+            if part in _GIT_DIRECTORY_NAMES:
+                added.setdefault(tuple(parts[:index]), set()).add(part)
+    for where, names in added.items():
+        if where[-1:] == (".git",):
+            continue  # (a `.git` itself: guarded_path)
+        current = Path(workspace).joinpath(*where)
+        try:
+            there = set(os.listdir(current)) & _GIT_DIRECTORY_NAMES
+        except (FileNotFoundError, NotADirectoryError):
+            there = set()
+        except OSError:
+            return True
+        if _looks_like_git_directory(there | names):
+            return True
     return False
 
 
@@ -1449,6 +1501,7 @@ def remove_made(result: Guard) -> list[str]:
         _keep_git_directories,
         _defuse_todos,
         _defuse_strategies,
+        _remove_hidden_repositories,
         _check_indexes,
         _remove_made_repositories,
     ):
@@ -1533,6 +1586,167 @@ def _keep_git_directories(result: Guard) -> None:
         with failures.step():
             _keep_git_directory(fd, shown, head, digits, links, names, planted, result)
     failures.raise_any()
+
+
+HIDDEN = (
+    "\n[harness: this command ran without a person's approval and made a directory inside "
+    "a git directory that git would take for a git directory of its own (a remote or "
+    "submodule URL naming it has a person's `git push` run its hooks and configuration "
+    "on their machine); {names} was removed. A command a reviewer approves may make one.]"
+)
+
+
+# (the kernel stamps a ctime from a clock that lags by up to a tick: a link made just
+# after the guard may bear a time before it)
+LINK_MARGIN_NS = 2_000_000_000
+UNLINKED = (
+    "\n[harness: this command ran without a person's approval and left {names} in a git "
+    "directory as a symbolic link, through which a person's git would write where it "
+    "points (a `COMMIT_EDITMSG` or `logs/HEAD` linked to a file outside the workspace: "
+    "their `git commit` wrote its message there); it was removed. A command a reviewer "
+    "approves may make one.]"
+)
+
+
+def _remove_hidden_repositories(result: Guard) -> None:
+    """After the run, each directory inside the workspace's `.git` or a nested repository's
+    (in `objects/`, `refs/`, `logs/`, or any other it made there: the walk enters no
+    `.git`) that git would take for a git directory (`HEAD` with `objects` and `refs`, or
+    `commondir`), and each `.git` there, is removed (`_remove_hidden`; `modules/` and
+    `worktrees/` are `_keep_git_directories`', the bound `hooks/` ... cannot change).
+    Before, an unapproved `git init --bare .git/objects/xx` with a `pre-receive` hook and
+    a `git init sub` whose `remote.origin.url` (a key git itself sets) named
+    `../.git/objects/xx` had the person's `git push` in `sub` run the hook on the host.
+    And in every guarded git directory, each symbolic link the run made, moved or linked
+    (its ctime since the guard was made; git makes none: a `HEAD` naming `refs/...` aside)
+    is removed: git writes through one (`COMMIT_EDITMSG`, `MERGE_MSG`, `FETCH_HEAD`,
+    a reflog, a directory of `refs/`), and `.git/COMMIT_EDITMSG -> ~/.bashrc` had the
+    person's `git commit -m` write its message over a file outside the workspace."""
+    failures = _Failures()
+    planted: list[str] = []
+    unlinked: list[str] = []
+    since = result.started - LINK_MARGIN_NS
+    # (a submodule's `objects -> /srv/store/x` the run replaced, made again as it was:
+    # `_put_back_links`)
+    kept = {
+        (_identity(fd), name, link) for fd, _, _, _, links in result.owners for name, link in links
+    }
+    guarded: set[tuple[int, int]] = set()
+    for fd, _, _, _ in result.indexes:
+        with contextlib.suppress(OSError):
+            guarded.add(_identity(fd))
+    for fd, target, _, _ in result.indexes:
+        shown = str(target.relative_to(result.workspace)) if result.workspace else target.name
+        try:
+            names = _names(fd)
+        except OSError:
+            continue
+        for name in sorted(set(names) - {*FILES, *DIRECTORIES}):
+            with failures.step():
+                info = _lstat(fd, name)
+                if info is None:
+                    continue
+                if stat.S_ISLNK(info.st_mode):
+                    was = (_identity(fd), name, _link_target(fd, name)) in kept
+                    made = info.st_ctime_ns >= since and not (was or _symbolic_head(fd, name))
+                    if made and _remove(fd, name, f"{shown}/{name}", directories_only=False):
+                        unlinked.append(f"{shown}/{name}")
+                    continue
+                if not stat.S_ISDIR(info.st_mode) or (info.st_dev, info.st_ino) in guarded:
+                    continue  # (a guarded one is looked at on its own)
+                hidden, links = _remove_hidden(
+                    fd, name, f"{shown}/{name}", target.name == ".git", since
+                )
+                planted += hidden
+                unlinked += links
+    if planted:
+        result.notes.append(HIDDEN.format(names=", ".join(f"'{path}'" for path in planted[:10])))
+    if unlinked:
+        result.notes.append(UNLINKED.format(names=_some(unlinked)))
+    failures.raise_any()
+
+
+def _symbolic_head(dir_fd: int, name: str) -> bool:
+    """Whether `name` is a `HEAD` that is a symbolic link git reads as a symbolic ref
+    (`refs/...`, no `..`: core.preferSymlinkRefs), which git writes through to that ref."""
+    target = _link_target(dir_fd, name) if name == "HEAD" else None
+    return target is not None and target.startswith("refs/") and ".." not in target.split("/")
+
+
+def _hidden_in(
+    git_fd: int, name: str, since: int | None = None
+) -> tuple[int, list[str], list[str], list[str]] | None:
+    """The directory `name` of the git directory `git_fd` opened (no link followed), with
+    the `.git` entries and the directories git takes for a git directory by their own
+    names (`_looks_like_git_directory`; `` for itself) at any depth in it, relative to
+    it, as the walk of the work tree finds them (`_walk`: no bound, linear at any depth,
+    as after a run: what is there was made by the command or is git's own); None when it
+    is no directory. ToolError when it cannot be searched. The caller closes it."""
+    try:
+        top = os.open(name, _WALK_FLAGS, dir_fd=git_fd)
+    except OSError:
+        return None  # (a file, a link, gone)
+    try:
+        bare: list[tuple[str, tuple[int, int]]] = []
+        links: list[str] = []
+        found = _walk(top, None, bare, links if since is not None else None, since or 0)
+    except (_Unchecked, OSError) as error:
+        os.close(top)
+        why = str(error) if isinstance(error, _Unchecked) else (error.strerror or str(error))
+        raise ToolError(
+            f"The command ran without a person's approval, and '{name}' of a git directory "
+            f"could not be searched afterwards for a git directory hidden in it ({why}), "
+            "which a remote's URL may name. Do not run git in this workspace; an operator "
+            "must look at it."
+        ) from None
+    return top, [path for path, _, _ in found], [path for path, _ in bare], links
+
+
+def _remove_hidden(
+    git_fd: int, name: str, shown: str, repositories: bool, since: int
+) -> tuple[list[str], list[str]]:
+    """`_remove_hidden_repositories` for the directory `name` of one git directory: with
+    `repositories`, each `.git` and each git directory by its names in it is removed
+    whole (git makes none there), and `name` itself, when git takes it for one (`logs/`
+    with an `objects/` made beside its HEAD and `refs/`), loses its HEAD; and each
+    symbolic link in it whose ctime is `since` or later is removed. The paths removed
+    (of git directories, of links)."""
+    held = _hidden_in(git_fd, name, since)
+    if held is None:
+        return [], []
+    top, dot_gits, bare, links = held
+    removed: list[str] = []
+    unlinked: list[str] = []
+    found = sorted({*dot_gits, *bare}, key=lambda item: (item.count("/"), item))
+    try:
+        for path in found if repositories else []:
+            if any(path.startswith(done + "/") for done in removed):
+                continue  # (within one removed whole)
+            if _remove_at(top, path, shown):
+                removed.append(path)
+        for path in links:
+            within = any(path.startswith(done + "/") for done in removed if done)
+            if not within and _remove_at(top, path, shown):
+                unlinked.append(path)
+    finally:
+        os.close(top)
+    hidden = [f"{shown}/{path}" if path else f"{shown}/HEAD" for path in removed]
+    return hidden, [f"{shown}/{path}" for path in unlinked]
+
+
+def _remove_at(top: int, path: str, shown: str) -> bool:
+    """Remove `path` (relative to the directory `top`; `` for its HEAD), no link followed."""
+    parts = path.split("/") if path else []
+    target, last = (parts[:-1], parts[-1]) if parts else ([], "HEAD")
+    try:
+        parent = _open_path(top, target)
+    except OSError:
+        return False
+    try:
+        here = "/".join([shown, *parts]) if parts else f"{shown}/HEAD"
+        return _remove(parent, last, here, directories_only=False)
+    finally:
+        os.close(parent)
 
 
 def _keep_git_directory(
@@ -1714,6 +1928,26 @@ def _remove_hand_built(root: int, top: str, shown: str) -> list[str]:
         finally:
             os.close(fd)
     return removed
+
+
+def _hand_built_in(root: int, top: str) -> str | None:
+    """Where in the directory `top` of the git directory `root` lies a `.git` or a
+    directory git takes for a git directory by its own names (`_hidden_in`), or a
+    symbolic link (git makes none there, and writes through one: a made `logs/HEAD ->
+    ~/.bashrc`), or None; that it cannot be searched, if so."""
+    try:
+        held = _hidden_in(root, top, 0)
+    except ToolError:
+        return f"'{top}/', which cannot be searched"
+    if held is None:
+        return None
+    fd, dot_gits, bare, links = held
+    os.close(fd)
+    for path in sorted([*dot_gits, *bare]):
+        return f"a git directory at '{top}/{path}'" if path else f"'{top}/' a git directory"
+    for path in sorted(links):
+        return f"the symbolic link '{top}/{path}'"
+    return None
 
 
 def _index_state(dir_fd: int) -> tuple[int, ...] | None:
@@ -2376,12 +2610,17 @@ MADE_NAMES = frozenset(
     }
 )
 _MADE_DIRECTORIES = frozenset({"objects", "refs", "logs", "info", "hooks", "branches"})
+# (Not a partial clone's `extensions.partialClone`, `remote.*.promisor` or its filter:
+# a promisor remote is fetched from for a missing object by a person's `git log -p`,
+# `diff` or `checkout`, unasked; with `http://host/<what the command read>` as its URL,
+# a command with no network had the person's `git log -p` send it. A sandbox with no
+# network makes no partial clone but of a local path, rarely.)
 _MADE_KEYS = re.compile(
     r"core\.(repositoryformatversion|filemode|bare|logallrefupdates|ignorecase"
     r"|precomposeunicode|symlinks)|extensions\.(objectformat|refstorage)"
     r"|core\.(autocrlf|eol|safecrlf|quotepath|sparsecheckout|sparsecheckoutcone)"
-    r"|extensions\.partialclone|index\.sparse|init\.defaultbranch|user\.(name|email)"
-    r"|remote\..*\.(url|pushurl|fetch|tagopt|mirror|promisor|partialclonefilter)"
+    r"|index\.sparse|init\.defaultbranch|user\.(name|email)"
+    r"|remote\..*\.(url|pushurl|fetch|tagopt|mirror)"
     r"|branch\..*\.(remote|merge|rebase)|submodule\..*\.(url|active)"
     r"|pull\.(rebase|ff)|push\.(default|autosetupremote)|fetch\.prune|merge\.ff"
     r"|(commit|tag)\.gpgsign|color\.ui",
@@ -2489,10 +2728,17 @@ def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
     `commondir` (another directory's configuration), `config.worktree`, `modules`,
     `worktrees`. Names git does not read there (the project's files) are not judged."""
     held = Guard()
+    later: list[str] = []
     try:
         for name in sorted(_names(dir_fd)):
             if name in ("commondir", "config.worktree", "modules", "worktrees"):
                 return f"holds '{name}'"
+            info = _lstat(dir_fd, name)
+            if info is not None and stat.S_ISLNK(info.st_mode) and name in MADE_NAMES:
+                # (git writes through one: `FETCH_HEAD`, `logs` ...)
+                return f"holds '{name}', a symbolic link"
+            if name in ("logs", "refs", "objects"):
+                later.append(name)
             if name not in ("config", "hooks", "info", "remotes", "branches"):
                 continue
             entry = _open(name, dir_fd, held)
@@ -2505,6 +2751,10 @@ def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
             why, _ = _judge_git_made(name, entry, where, run)
             if why is not None:
                 return why
+        for name in later:  # (after what git reads there: each walks all it holds)
+            hidden = _hand_built_in(dir_fd, name)
+            if hidden is not None:
+                return f"holds {hidden}"
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     finally:
@@ -2652,6 +2902,12 @@ def _judge_made(parent: int, where: Path, run: Guard) -> str | None:
                 bad = _bad_index(git, object_format)
                 if bad is not None:
                     return f"holds an index {bad}"
+            if name in _MADE_DIRECTORIES | {"lfs", "rr-cache", "reftable"}:
+                # (a git directory hidden in its own, where no walk looks, which its
+                # `remote.origin.url = ../.git/objects/xx` names: `_remove_hidden_...`)
+                hidden = _hand_built_in(git, name)
+                if hidden is not None:
+                    return f"holds {hidden}"
     except OSError as error:
         return f"cannot be read ({error.strerror or error})"
     finally:
