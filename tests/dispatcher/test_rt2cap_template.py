@@ -47,9 +47,7 @@ def owed_message(url: str, queue: str, lineage: tuple[str, str]) -> tuple[str, b
     assert turn.call_id == "a1"
     assert broker.rpop(queue) is not None
     assert batches.take_turn("message") == batches.Turn("")  # owed
-    template = celery_message.task_message_template(
-        batches.EXECUTE_TASK, batches.OWED_TURN, queue
-    )
+    template = celery_message.task_message_template(batches.EXECUTE_TASK, batches.OWED_TURN, queue)
     keys = [turn.running, batches._owed_key(queue), queue, batches._fair_keys(queue)[0]]
     batches._script(url, batches._RELEASE)(keys=keys, args=[turn.slot, template, *lineage])
     assert broker.llen(queue) == 1
