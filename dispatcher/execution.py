@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+import redis
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
@@ -174,9 +175,16 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
 def _send_again(call: ToolCall) -> None:
     """`call`, taken from its turn but not run, back at the end of its agent's turn with a
     message sent now, so said (`enqueued_at`: the reconciler sends none while it is fresh);
-    a call no longer queued (cancelled, taken by another message) needs none."""
+    a call no longer queued (cancelled, taken by another message) needs none. Never raises:
+    a message Redis cannot take is left to the reconciler, as a place that cannot be held
+    is (the worker's task failed with Redis's error, a traceback at ERROR)."""
     if ToolCall.objects.filter(pk=call.pk, status=Status.QUEUED).update(enqueued_at=timezone.now()):
-        batches.enqueue(str(call.pk), batches.agent_of(call), resend=True)
+        try:
+            batches.enqueue(str(call.pk), batches.agent_of(call), resend=True)
+        except redis.RedisError:
+            logger.warning(
+                "could not send call %s again; the reconciler sends it", call.pk, exc_info=True
+            )
 
 
 # How long a worker waits for a workspace another call holds before giving its call back
