@@ -121,9 +121,9 @@ def test_the_tools_that_use_netlink_still_work(
     settings.HARNESS_SANDBOX_NETWORK = network
     script = (
         "ip -o addr show lo; ss -tan | head -1; "
-        "python3 -c 'import socket; print(\"python\", socket.getaddrinfo(\"localhost\", 80)[0][4])'; "
-        "if command -v node >/dev/null; then node -e 'require(\"dns\").lookup(\"localhost\","
-        " (e, a) => console.log(\"node\", e, a))'; else echo node null 127.0.0.1; fi"
+        'python3 -c \'import socket; print("python", socket.getaddrinfo("localhost", 80)[0][4])\'; '
+        'if command -v node >/dev/null; then node -e \'require("dns").lookup("localhost",'
+        ' (e, a) => console.log("node", e, a))\'; else echo node null 127.0.0.1; fi'
     )
     out = _run(sandboxed_workspace, ["sh", "-c", script])
     assert out.startswith("exit code 0"), out
