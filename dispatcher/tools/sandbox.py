@@ -972,9 +972,21 @@ def read_only_problem(entry: str) -> str | None:
     for hidden in hidden_paths():
         if _inside(resolved, hidden):
             return f"lies in {hidden}, Harness's own state"
+    # Bound after the sandbox's own /proc, /dev and /tmp, an entry holding one replaced
+    # it with the host's: "/proc" (or "/") showed every host process's command line,
+    # other agents' commands among them, and "/" the whole host. The kernel's and the
+    # sockets' directories are refused as a server's paths are.
+    for kernel in HOST_ONLY_DIRS:
+        if _inside(resolved, Path(kernel)):
+            return f"lies in {kernel}, a kernel or socket directory of the host"
+    for own in (*OWN_MOUNTS, *(Path(p) for p in HOST_ONLY_DIRS)):
+        if _inside(own, resolved):
+            return f"holds {own}, which the sandbox has of its own or not at all"
     return None
 
 
+# The host's kernel and socket directories: never bound, whatever is configured.
+HOST_ONLY_DIRS = ("/proc", "/sys", "/dev", "/run")
 MAX_SYMLINK_HOPS = 40  # (the kernel's own bound)
 
 
