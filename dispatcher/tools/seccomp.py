@@ -164,6 +164,11 @@ FAMILY_BOUND = 64
 # of MAX_LINKS (32) or more itself, and reads the low 32 bits of it.
 NETLINK_ALLOWED = (0, 4)  # NETLINK_ROUTE, NETLINK_SOCK_DIAG
 NETLINK_BOUND = 32
+# Of the Internet families' protocols, those the kernel loads as modules on demand and no
+# tool needs are refused too, whatever the socket's type: SCTP, DCCP, L2TP over IP and
+# SMC (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) loaded sctp.ko, kernel code an
+# unprivileged program otherwise reaches, as AF_TIPC's). TCP, UDP, ICMP, MPTCP stay.
+INET_REFUSED_PROTOCOLS = (33, 115, 132, 256)  # DCCP, L2TP, SCTP, SMC
 
 
 def build() -> seccomp.SyscallFilter:
@@ -209,6 +214,14 @@ def build() -> seccomp.SyscallFilter:
                 refuse,
                 "socket",
                 seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, AF_NETLINK),
+                seccomp.Arg(2, seccomp.MASKED_EQ, 0xFFFFFFFF, protocol),
+            )
+    for family in (AF_INET, AF_INET6):
+        for protocol in INET_REFUSED_PROTOCOLS:
+            allowed.add_rule(
+                refuse,
+                "socket",
+                seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family),
                 seccomp.Arg(2, seccomp.MASKED_EQ, 0xFFFFFFFF, protocol),
             )
     # a datagram pair: each end may still send to (sendto) or connect to any named socket

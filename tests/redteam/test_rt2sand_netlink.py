@@ -131,3 +131,32 @@ def test_the_tools_that_use_netlink_still_work(
     assert "State" in out and "Local Address" in out, out  # ss
     assert "python ('127.0.0.1', 80)" in out, out  # getaddrinfo
     assert "node null 127.0.0.1" in out, out
+
+
+INET = r"""
+import socket
+for family in (socket.AF_INET, socket.AF_INET6):
+    for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET, socket.SOCK_DGRAM):
+        for protocol in (0, 6, 17, 33, 115, 132, 256, 262):
+            try:
+                socket.socket(family, kind, protocol).close()
+                print("inet", int(family), int(kind), protocol, "made")
+            except OSError as error:
+                print("inet", int(family), int(kind), protocol, "errno", error.errno)
+"""
+
+
+def test_no_internet_protocol_the_kernel_loads_on_demand(
+    sandboxed_workspace: Path, settings: Any
+) -> None:
+    """SCTP, DCCP, L2TP over IP and SMC: modules the first socket() loaded (not built on
+    this host's kernel: the kernel's own EPROTONOSUPPORT before, EPERM now)."""
+    settings.HARNESS_SANDBOX_NETWORK = True
+    (sandboxed_workspace / "inet.py").write_text(INET)
+    lines = _run(sandboxed_workspace, ["python3", "inet.py"]).splitlines()
+    for family in (2, 10):
+        for kind in (1, 5, 2):
+            for protocol in (33, 115, 132, 256):
+                assert f"inet {family} {kind} {protocol} errno 1" in lines, lines
+        assert f"inet {family} 1 0 made" in lines and f"inet {family} 1 6 made" in lines
+        assert f"inet {family} 2 17 made" in lines, lines
