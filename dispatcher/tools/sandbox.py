@@ -79,6 +79,10 @@ PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 HOME = "/run/home"
 SECCOMP_FD = 3  # the launcher opens the filter as this descriptor for bwrap --seccomp
 EXIT_REPORT = "harness: the sandboxed server exited with status"
+# The processes of the launcher with report_exit beyond those of every run (its two
+# subshells and the stderr copier): the cgroup's own pids.max counts them, and left them
+# out of what the server may start (253 of its 256).
+EXIT_REPORT_PROCESSES = 3
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What programs need of /etc; everything else there (shadow, ssh host keys, service
 # configuration with passwords, environment files) does not exist in the sandbox.
@@ -968,9 +972,21 @@ def read_only_problem(entry: str) -> str | None:
     for hidden in hidden_paths():
         if _inside(resolved, hidden):
             return f"lies in {hidden}, Harness's own state"
+    # Bound after the sandbox's own /proc, /dev and /tmp, an entry holding one replaced
+    # it with the host's: "/proc" (or "/") showed every host process's command line,
+    # other agents' commands among them, and "/" the whole host. The kernel's and the
+    # sockets' directories are refused as a server's paths are.
+    for kernel in HOST_ONLY_DIRS:
+        if _inside(resolved, Path(kernel)):
+            return f"lies in {kernel}, a kernel or socket directory of the host"
+    for own in (*OWN_MOUNTS, *(Path(p) for p in HOST_ONLY_DIRS)):
+        if _inside(own, resolved):
+            return f"holds {own}, which the sandbox has of its own or not at all"
     return None
 
 
+# The host's kernel and socket directories: never bound, whatever is configured.
+HOST_ONLY_DIRS = ("/proc", "/sys", "/dev", "/run")
 MAX_SYMLINK_HOPS = 40  # (the kernel's own bound)
 
 
@@ -1071,10 +1087,17 @@ def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = Fals
         # the last line copied. The log itself was the server's descriptor 2, so it
         # could truncate it (ftruncate), or take O_APPEND away and write over it: erase
         # what it had written. Descriptor 4 is the shell's stdout meanwhile (the server's).
+        # A server is stopped by SIGTERM to the launcher's process group (the MCP SDK's
+        # killpg, when it did not exit on its stdin's end): the shells wait on (a trap
+        # that does nothing; what they start has SIGTERM's default again), `cat` ignores
+        # it and copies to the end (bwrap dies of it, and the sandbox with it): the
+        # copier and the shell died with the server, the exit report was never written
+        # and what was still in the pipe was lost.
         copy = shlex.join([prlimit[0], f"--fsize={limits.file_bytes}", "--core=0", "--", "cat"])
         run = (
-            f"{{ status=$( {{ {{ {run} 4>&- 5>&-; echo $? >&5; }} 2>&1 >&4 "
-            f"| {copy} >&2 4>&- 5>&-; }} 5>&1 ); }} 4>&1; "
+            f"trap : TERM; {{ status=$( trap : TERM; {{ {{ trap : TERM; {run} 4>&- 5>&-; "
+            f"echo $? >&5; }} 2>&1 >&4 | {{ trap '' TERM; exec {copy} >&2 4>&- 5>&-; }}; "
+            f"}} 5>&1 ); }} 4>&1; "
             f'echo "{EXIT_REPORT} $status" >&2; exit $status'
         )
     else:

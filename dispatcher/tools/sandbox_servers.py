@@ -39,6 +39,7 @@ from django.conf import settings
 from dispatcher.tools import sandbox_cgroups
 from dispatcher.tools.base import ToolError
 from dispatcher.tools.sandbox import (
+    EXIT_REPORT_PROCESSES,
     SYSTEM_DIRS,
     Bind,
     Limits,
@@ -339,7 +340,9 @@ def sandboxed_argv(
     cwd = directories[0] if directories else Path("/tmp")  # noqa: S108 - the private one
     _require_pids_cgroup()
     cgroups = sandbox_cgroups.make(
-        SERVER_LIMITS.processes, SERVER_LIMITS.memory, name=f"server-{uuid.uuid4().hex}"
+        SERVER_LIMITS.processes + EXIT_REPORT_PROCESSES,
+        SERVER_LIMITS.memory,
+        name=f"server-{uuid.uuid4().hex}",
     )
     steps = [sys.executable, "-I", "-S", "-c", REOPEN, *reopen, "--"] if reopen else []
     return (

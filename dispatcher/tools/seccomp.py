@@ -9,7 +9,8 @@ Everything not listed is allowed: the namespaces, the read-only system, the uid 
 limits already bound the program; the filter takes away the kernel interfaces through
 which a program reaches past them (other processes' memory, keyrings, BPF, mounts and
 namespaces, modules, the clock, the terminal's input queue, sockets of any family but
-the network's: Unix, vsock, AF_ALG, AF_TIPC ...), and
+the network's: Unix, vsock, AF_ALG, AF_TIPC ..., and netlink but for routes and socket
+diagnostics), and
 the set-user-ID and set-group-ID bits, which would let anyone on the host who runs a file
 the program made become the program's uid. A refused call fails with EPERM, except
 `clone3` and `openat2`, which fail with ENOSYS so that libc falls back to `clone` and
@@ -151,6 +152,23 @@ AF_INET6 = 10
 AF_NETLINK = 16
 NETWORK_FAMILIES = (AF_INET, AF_INET6, AF_NETLINK)
 FAMILY_BOUND = 64
+# Of netlink, only NETLINK_ROUTE (getaddrinfo, getifaddrs, `ip`) and NETLINK_SOCK_DIAG
+# (`ss`; it reads /proc/net without) are allowed. Every other protocol was a sandboxed
+# program's too: NETLINK_USERSOCK lets any uid send to another process's socket of its
+# network namespace, so with the network allowed (the host's namespace) a program talked
+# to any host process listening on one, the channel socket(AF_UNIX) is refused for; and
+# the rest is kernel code no tool needs (NETLINK_GENERIC loads a module by family name on
+# request, NETLINK_KOBJECT_UEVENT shows the host's device events, NETLINK_AUDIT,
+# NETLINK_NETFILTER, NETLINK_XFRM, NETLINK_CONNECTOR answer a program without the
+# capabilities they check, but parse what it sends first). The kernel refuses a protocol
+# of MAX_LINKS (32) or more itself, and reads the low 32 bits of it.
+NETLINK_ALLOWED = (0, 4)  # NETLINK_ROUTE, NETLINK_SOCK_DIAG
+NETLINK_BOUND = 32
+# Of the Internet families' protocols, those the kernel loads as modules on demand and no
+# tool needs are refused too, whatever the socket's type: SCTP, DCCP, L2TP over IP and
+# SMC (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) loaded sctp.ko, kernel code an
+# unprivileged program otherwise reaches, as AF_TIPC's). TCP, UDP, ICMP, MPTCP stay.
+INET_REFUSED_PROTOCOLS = (33, 115, 132, 256)  # DCCP, L2TP, SCTP, SMC
 
 
 def build() -> seccomp.SyscallFilter:
@@ -190,6 +208,22 @@ def build() -> seccomp.SyscallFilter:
         if family != AF_UNIX:
             low = seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family)
             allowed.add_rule(refuse, "socketpair", low)
+    for protocol in range(NETLINK_BOUND):
+        if protocol not in NETLINK_ALLOWED:
+            allowed.add_rule(
+                refuse,
+                "socket",
+                seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, AF_NETLINK),
+                seccomp.Arg(2, seccomp.MASKED_EQ, 0xFFFFFFFF, protocol),
+            )
+    for family in (AF_INET, AF_INET6):
+        for protocol in INET_REFUSED_PROTOCOLS:
+            allowed.add_rule(
+                refuse,
+                "socket",
+                seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, family),
+                seccomp.Arg(2, seccomp.MASKED_EQ, 0xFFFFFFFF, protocol),
+            )
     # a datagram pair: each end may still send to (sendto) or connect to any named socket
     for kind in DATAGRAM_TYPES:
         allowed.add_rule(
