@@ -551,8 +551,9 @@ def _run_token(match: re.Match[str]) -> str:
 # one level of backslashes per level of JSON text); then, in a unified diff (the preview of
 # a file an agent writes, shown to reviewers and kept in the audit), the line's `+` or `-`;
 # then up to 16 spaces or tabs of indentation (textwrap's subsequent_indent, YAML).
-# Bounded and possessive.
-_LINE_END = r"(?:\\?+\r?+\n|\\{1,64}+(?:r\\{1,64}+)?+n)"
+# Or a quoted-printable soft line break (`=` then the line break: an email tool's lines
+# of at most 76 characters, Python's quopri and email packages). Bounded and possessive.
+_LINE_END = r"(?:=?+\\?+\r?+\n|=?+\\{1,64}+(?:r\\{1,64}+)?+n)"
 _INDENT = r"[ \t]{0,16}+"
 # The next part of a split token: a line break, then token characters (not another
 # token's prefix: a line that starts one is that token's, not this one's rest). One
