@@ -41,7 +41,12 @@ class _NewClientForm(_Base.form):  # type: ignore[misc]
 
     def clean_client_id(self) -> Any:
         value = self.cleaned_data.get("client_id")
-        if "://" in str(value or ""):
+        text = str(value or "")
+        # Not a URL, nor text that reads as one on the consent page's "Identified by"
+        # line: a fullwidth colon or division slashes (`https：//...`, `https:∕∕...`),
+        # an invisible character, a scheme-relative `//host/...`. A client_id is
+        # printable ASCII (RFC 6749's VSCHAR) with no `//`.
+        if "//" in text or not all(" " <= c <= "~" for c in text):
             raise ValidationError(
                 "A client_id that is a URL names a client metadata document: Harness reads "
                 "that client from its document when someone first signs in with it. Give "

@@ -219,8 +219,9 @@ def problem_in(stored: Any, registered: Mapping[bytes, Registered] | None) -> st
     recomputed from the decision; the signature is checked against the passkey registered
     under its credential id and the key the event recorded (`registered`, from the
     database; rows of other people under the same id, kept from before a known id was
-    refused at registration, are not read); when the passkey was removed since (or `registered` is None, an export
-    checked alone), against the recorded key."""
+    refused at registration, are not read); when the reviewer's passkey was removed since
+    (even if someone registered its id again since, with their own key), or `registered`
+    is None (an export checked alone), against the recorded key."""
     if not isinstance(stored, Mapping):
         return "the step-up record is not an object"
     try:
@@ -238,14 +239,18 @@ def problem_in(stored: Any, registered: Mapping[bytes, Registered] | None) -> st
     except (KeyError, TypeError, ValueError, IndexError) as error:  # (IndexError: bad CBOR)
         return f"the step-up record is incomplete or unreadable ({error})"
     rows = _rows_under(registered, credential.credential_id)
-    if rows:
-        same_key = [r for r in rows if r.credential.public_key == credential.public_key]
-        if not same_key:
-            return "the recorded public key is not the key registered under this credential id"
-        own = [r for r in same_key if str(r.user_id) == str(stored.get("reviewer_id"))]
+    reviewer = str(stored.get("reviewer_id"))
+    same_key = [r for r in rows if r.credential.public_key == credential.public_key]
+    if same_key:
+        own = [r for r in same_key if str(r.user_id) == reviewer]
         if not own:
             return "the passkey that signed is registered to another person than the reviewer"
         credential = own[0].credential
+    elif any(str(r.user_id) == reviewer for r in rows):
+        return "the recorded public key is not the key registered under this credential id"
+    # (Else no row under the id is the reviewer's: their passkey was removed, and another
+    # person may have registered its id since, with their own key, which says nothing of
+    # the reviewer's: the recorded key is read, as for a passkey removed.)
     try:
         verify(
             response, challenge=challenge, rp_id=rp_id, credentials=[credential], any_origin=True

@@ -551,8 +551,9 @@ def _run_token(match: re.Match[str]) -> str:
 # one level of backslashes per level of JSON text); then, in a unified diff (the preview of
 # a file an agent writes, shown to reviewers and kept in the audit), the line's `+` or `-`;
 # then up to 16 spaces or tabs of indentation (textwrap's subsequent_indent, YAML).
-# Bounded and possessive.
-_LINE_END = r"(?:\\?+\r?+\n|\\{1,64}+(?:r\\{1,64}+)?+n)"
+# Or a quoted-printable soft line break (`=` then the line break: an email tool's lines
+# of at most 76 characters, Python's quopri and email packages). Bounded and possessive.
+_LINE_END = r"(?:=?+\\?+\r?+\n|=?+\\{1,64}+(?:r\\{1,64}+)?+n)"
 _INDENT = r"[ \t]{0,16}+"
 # The next part of a split token: a line break, then token characters (not another
 # token's prefix: a line that starts one is that token's, not this one's rest). One
@@ -566,6 +567,18 @@ _NEXT_PART = {
 _SPLIT_START = re.compile(
     _harness_token("hr[nor]_") + ")(?P<a>" + _TOKEN_CHAR + "{0,51}+)(?=" + _LINE_END + ")"
 )
+# A token whose line break falls inside its prefix (`hr` / `o_...`: 3 places in every
+# line's width, for fold and quoted-printable alike), the prefix written plain.
+_PREFIX_BROKEN = {
+    mark: re.compile(
+        r"\bh(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+r"
+        "(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+([nor])"
+        "(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+_"
+        "(?P<a>" + _TOKEN_CHAR + "{0,51}+)"
+    )
+    for mark in ("", "+", "-")
+}
+_BROKEN_NEEDS = re.compile(r"\bh(?:r[nor]?+)?+=?+(?:\\?+\r?+\n|\\++(?:r\\++)?+n)")
 MAX_LINE_BREAKS = 4  # fold -w 16 splits a token's 43 characters in 3
 MIN_LINE = 8  # a part that does not end the token is a whole line: no narrower
 
@@ -580,6 +593,9 @@ class _SplitTokenRule(_Rule):
     candidate is read at most MAX_LINE_BREAKS bounded parts ahead: linear time."""
 
     def apply(self, text: str) -> str:
+        if _BROKEN_NEEDS.search(text) is not None:
+            for mark, broken in _PREFIX_BROKEN.items():
+                text = broken.sub(functools.partial(_prefix_joined, text, mark), text)
         out: list[str] = []
         done = 0  # text[:done] is in `out`
         match = _SPLIT_START.search(text)
@@ -610,11 +626,30 @@ def _split_token_end(text: str, match: re.Match[str]) -> tuple[int, str] | None:
     return None
 
 
+def _prefix_joined(text: str, mark: str, match: re.Match[str]) -> str:
+    """A token whose prefix a line break split (_PREFIX_BROKEN): its prefix written whole
+    when what follows makes a whole token (on its line, or joined over more breaks by the
+    split rule next), else the text as it is."""
+    written = match.group(0)
+    if match.start("a") - match.start() == 4:
+        return written  # (no break in the prefix: the split rule's own case)
+    prefix = f"hr{match.group(1)}_"
+    rest, end = _unescaped(match.group("a")), match.end("a")
+    if _whole_token(prefix, rest) and not re.match(_TOKEN_CHAR, text[end : end + 12]):
+        return prefix + match.group("a")
+    found = _joined(text, prefix, rest, end, _NEXT_PART[mark], 1)
+    return written if found is None else prefix + match.group("a")
+
+
 def _parts_joined(text: str, match: re.Match[str], part: re.Pattern[str]) -> tuple[int, str] | None:
     prefix = _unescaped(match.group(1))
+    return _joined(text, prefix, _unescaped(match.group("a")), match.end("a"), part, 0)
+
+
+def _joined(
+    text: str, prefix: str, rest: str, end: int, part: re.Pattern[str], breaks: int
+) -> tuple[int, str] | None:
     need = _AFTER_PREFIX.get(prefix, 0)
-    rest, end = _unescaped(match.group("a")), match.end("a")
-    breaks = 0
     while len(rest) < need and breaks < MAX_LINE_BREAKS:
         found = part.match(text, end)
         if found is None:
@@ -634,7 +669,14 @@ def _parts_joined(text: str, match: re.Match[str], part: re.Pattern[str]) -> tup
 RULES: list[_Rule] = [
     # Harness's tokens split by a line break, and run into a word (see above): first, so
     # no other rule masks a part of one and leaves the rest.
-    _SplitTokenRule(r"(?!)", str, ("hro_", "hrr_", "hrn_", "\\u", "\\x", "\\U")),
+    _SplitTokenRule(
+        r"(?!)",
+        str,
+        ("hro_", "hrr_", "hrn_", "\\u", "\\x", "\\U")
+        + ("h\n", "hr\n", "ro\n", "rr\n", "rn\n", "h=\n", "hr=\n", "ro=\n", "rr=\n", "rn=\n")
+        + ("h\r", "hr\r", "ro\r", "rr\r", "rn\r", "h\\", "hr\\", "ro\\", "rr\\", "rn\\")
+        + ("h=\\", "hr=\\", "ro=\\", "rr=\\", "rn=\\"),
+    ),
     _Rule(
         r"(?<=\w)(h"  # (a letter, so no \b: the first letter as it is)
         + "".join(_escapable(c) for c in ("r", "[nor]", "_"))
