@@ -2758,6 +2758,9 @@ def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
             if info is not None and stat.S_ISLNK(info.st_mode) and name in MADE_NAMES:
                 # (git writes through one: `FETCH_HEAD`, `logs` ...)
                 return f"holds '{name}', a symbolic link"
+            if info is not None and _blocks(info.st_mode) and name in MADE_NAMES:
+                # (git waits on one: a FIFO at HEAD hung the person's `git status` in it)
+                return f"holds '{name}', a FIFO"
             if name in ("logs", "refs", "objects"):
                 later.append(name)
             if name not in ("config", "hooks", "info", "remotes", "branches"):

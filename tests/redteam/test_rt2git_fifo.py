@@ -47,3 +47,25 @@ def test_a_fifo_left_in_git_hangs_no_persons_git(
         pytest.fail(f"the person's git {person[0]} hung on .git/{fifo}")
     assert not (workspace / ".git" / fifo).is_fifo()
     assert "FIFO" in output, output
+
+
+def test_a_fifo_in_a_made_bare_repository_hangs_no_persons_git(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """`git init --bare x` with its HEAD made a FIFO: the person's git in `x` (or below
+    it) waits on it to tell whether `x` is a git directory."""
+    workspace, _ = _workspace(agent_in_sandbox)
+    script = "git init -q --bare x && rm x/HEAD && mkfifo x/HEAD && echo done"
+    output = sandboxed(workspace, script)
+    assert "done" in output, output
+    try:
+        subprocess.run(
+            ["git", "-c", "safe.directory=*", "status", "--short"],
+            cwd=workspace / "x",
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the person's git status in x hung on x/HEAD")
+    assert not (workspace / "x" / "HEAD").is_fifo()
