@@ -1279,6 +1279,12 @@ def _list(
                 info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
                 if info.st_ctime_ns >= since:
                     links.append(level.prefix + entry.name)
+            elif links is not None and not entry.is_file(follow_symlinks=False):
+                # (a FIFO, whenever made: git makes none, and opens what it reads or
+                # writes by name waiting for one: `logs/HEAD` hung `git checkout -b`)
+                info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
+                if _blocks(info.st_mode):
+                    links.append(level.prefix + entry.name)
     if head and _looks_like_git_directory(
         {name for name in _GIT_DIRECTORY_NAMES if _exists(level.fd, name)}
     ):
@@ -1287,6 +1293,12 @@ def _list(
 
 
 _GIT_DIRECTORY_NAMES = frozenset({"HEAD", "objects", "refs", "commondir"})
+
+
+def _blocks(mode: int) -> bool:
+    """Whether a file of this mode is one git's open of it by name waits on (a FIFO; a
+    device, which a sandbox cannot make): git makes none in a git directory."""
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
 
 
 def _looks_like_git_directory(names: set[str] | frozenset[str]) -> bool:
@@ -1601,9 +1613,10 @@ HIDDEN = (
 LINK_MARGIN_NS = 2_000_000_000
 UNLINKED = (
     "\n[harness: this command ran without a person's approval and left {names} in a git "
-    "directory as a symbolic link, through which a person's git would write where it "
-    "points (a `COMMIT_EDITMSG` or `logs/HEAD` linked to a file outside the workspace: "
-    "their `git commit` wrote its message there); it was removed. A command a reviewer "
+    "directory as a symbolic link or a FIFO, through which a person's git would write "
+    "where it points (a `COMMIT_EDITMSG` or `logs/HEAD` linked to a file outside the "
+    "workspace: their `git commit` wrote its message there), or on which it would hang "
+    "(a FIFO at `HEAD` hung their `git status`); it was removed. A command a reviewer "
     "approves may make one.]"
 )
 
@@ -1621,7 +1634,10 @@ def _remove_hidden_repositories(result: Guard) -> None:
     (its ctime since the guard was made; git makes none: a `HEAD` naming `refs/...` aside)
     is removed: git writes through one (`COMMIT_EDITMSG`, `MERGE_MSG`, `FETCH_HEAD`,
     a reflog, a directory of `refs/`), and `.git/COMMIT_EDITMSG -> ~/.bashrc` had the
-    person's `git commit -m` write its message over a file outside the workspace."""
+    person's `git commit -m` write its message over a file outside the workspace. So is
+    each FIFO, whenever made (git makes none, and waits on one it opens by name: a FIFO
+    at `HEAD` hung every `git status` of the person's, one at `COMMIT_EDITMSG` their
+    `git commit -m`)."""
     failures = _Failures()
     planted: list[str] = []
     unlinked: list[str] = []
@@ -1645,6 +1661,11 @@ def _remove_hidden_repositories(result: Guard) -> None:
             with failures.step():
                 info = _lstat(fd, name)
                 if info is None:
+                    continue
+                if _blocks(info.st_mode):
+                    # (a FIFO at `HEAD` hung every `git status` of the person's)
+                    if _remove(fd, name, f"{shown}/{name}", directories_only=False):
+                        unlinked.append(f"{shown}/{name}")
                     continue
                 if stat.S_ISLNK(info.st_mode):
                     was = (_identity(fd), name, _link_target(fd, name)) in kept
@@ -1946,7 +1967,7 @@ def _hand_built_in(root: int, top: str) -> str | None:
     for path in sorted([*dot_gits, *bare]):
         return f"a git directory at '{top}/{path}'" if path else f"'{top}/' a git directory"
     for path in sorted(links):
-        return f"the symbolic link '{top}/{path}'"
+        return f"the symbolic link or FIFO '{top}/{path}'"
     return None
 
 
@@ -2737,6 +2758,9 @@ def _judge_bare(dir_fd: int, where: Path, run: Guard) -> str | None:
             if info is not None and stat.S_ISLNK(info.st_mode) and name in MADE_NAMES:
                 # (git writes through one: `FETCH_HEAD`, `logs` ...)
                 return f"holds '{name}', a symbolic link"
+            if info is not None and _blocks(info.st_mode) and name in MADE_NAMES:
+                # (git waits on one: a FIFO at HEAD hung the person's `git status` in it)
+                return f"holds '{name}', a FIFO"
             if name in ("logs", "refs", "objects"):
                 later.append(name)
             if name not in ("config", "hooks", "info", "remotes", "branches"):
