@@ -21,11 +21,11 @@ slips through a second table.
 
 from __future__ import annotations
 
-import atexit
+import contextlib
 import errno
 import functools
+import hashlib
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -236,26 +236,42 @@ def build() -> seccomp.SyscallFilter:
 
 
 def bpf_file() -> Path:
-    """A file holding the filter as BPF, written once per process in a private directory
-    (mode 0700, Harness's own uid) and removed at exit; the launcher opens it as bwrap's
-    `--seccomp` FD. Per process id, so a forked worker never removes its parent's.
+    """A file holding the filter as BPF, in Harness's data directory (`seccomp/`, mode
+    0700: Harness's own, hidden from programs as the rest of it is), named by its
+    content's digest: written once, atomically (a rename), and shared by every process
+    that builds the same filter; the launcher opens it as bwrap's `--seccomp` FD. (A
+    temporary directory per process, removed at exit, stayed behind for every process
+    that ended without running exit handlers: each Celery pool process, any killed one.)
 
-    Raises OSError when libseccomp cannot build or export it (the start-up probe reports
-    it as a sandbox that cannot run)."""
-    return _bpf_file(os.getpid())
+    Raises OSError when libseccomp cannot build or export it, or the file cannot be
+    written (the start-up probe reports it as a sandbox that cannot run)."""
+    from django.conf import settings
+
+    return _bpf_file(Path(settings.DATA_DIR))
 
 
 @functools.cache
-def _bpf_file(pid: int) -> Path:
-    directory = Path(tempfile.mkdtemp(prefix="harness-seccomp-"))
-    atexit.register(_remove, directory, pid)
-    path = directory / "filter.bpf"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o400)
-    with os.fdopen(fd, "wb") as out:
+def _bpf_file(data_dir: Path) -> Path:
+    with tempfile.TemporaryFile() as out:
         build().export_bpf(out)
+        out.seek(0)
+        data = out.read()
+    directory = data_dir / "seccomp"
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = directory / f"filter-{hashlib.sha256(data).hexdigest()[:32]}.bpf"
+    try:
+        if path.read_bytes() == data:
+            return path
+    except FileNotFoundError:
+        pass
+    fd, temporary = tempfile.mkstemp(dir=directory, prefix=".filter-")
+    try:
+        with os.fdopen(fd, "wb") as written:
+            written.write(data)
+            os.fchmod(written.fileno(), 0o400)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
     return path
-
-
-def _remove(directory: Path, pid: int) -> None:
-    if os.getpid() == pid:
-        shutil.rmtree(directory, ignore_errors=True)
