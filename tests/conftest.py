@@ -5,8 +5,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -60,6 +62,22 @@ def preview_stores_removed() -> Iterator[None]:
     if root.is_dir():
         for path in set(root.iterdir()) - before:
             preview.discard(str(path))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def scratch_workspaces_removed() -> Iterator[None]:
+    """The session's scratch workspace root (tests/settings: `harness-test-workspaces-<run>`
+    in the temp directory, unless HARNESS_WORKSPACE_ROOT names one) is removed at the end:
+    each run left up to a gigabyte of workspaces in /tmp for good."""
+    root = Path(settings.HARNESS_WORKSPACE_ROOT)
+    ours = (
+        "HARNESS_WORKSPACE_ROOT" not in os.environ
+        and root.parent == Path(tempfile.gettempdir())
+        and root.name.startswith("harness-test-workspaces-")
+    )
+    yield
+    if ours:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # --- Tests no backend can change ----------------------------------------------------------
