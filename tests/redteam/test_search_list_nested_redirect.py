@@ -22,6 +22,18 @@ __all__ = ["workspace"]
 CALLS = 20_000  # rounds (each tool once a round; most are refused, the path flipped)
 DONE = 100  # answers of each tool at least
 
+# A's program: flips the path in bursts of an odd number of swaps, each followed by a
+# millisecond's pause, so the path rests in each of its two states in turn. Flipping
+# without a pause, on an idle two-core host, left the path flipped for nearly every
+# call: 11 to 39 answers of 20,000 rounds (on a loaded one, a few hundred), and the test
+# failed for want of answers, not for a leak.
+PAUSING_FLIPPER = FLIPPER.replace(
+    "while True:\n    libc.renameat2(-100, first, -100, second, 2)\n",
+    "import time\nwhile True:\n    for _ in range(51):\n"
+    "        libc.renameat2(-100, first, -100, second, 2)\n    time.sleep(0.001)\n",
+)
+assert PAUSING_FLIPPER != FLIPPER
+
 
 def test_a_flipping_nested_workspace_never_leads_search_or_list_elsewhere(
     workspace: Path,
@@ -38,7 +50,7 @@ def test_a_flipping_nested_workspace_never_leads_search_or_list_elsewhere(
     (victim / "B" / "persons-only").write_text("the person's too\n")
     ctx = ExecutionContext(workspace=nested, call_id="d4d", timeout=30, output_limit=20_000)
     flipper = subprocess.Popen(
-        ["/usr/bin/python3", "-c", FLIPPER, str(a / "x"), str(a / "x-link")],
+        ["/usr/bin/python3", "-c", PAUSING_FLIPPER, str(a / "x"), str(a / "x-link")],
         stdout=subprocess.PIPE,
     )
     assert flipper.stdout is not None

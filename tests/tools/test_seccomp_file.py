@@ -42,7 +42,7 @@ def test_processes_that_end_without_exit_handlers_leave_nothing_behind(
 ) -> None:
     before = leftovers()
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"},  # (no gwN/)
         "HARNESS_DATA_DIR": str(tmp_path),
         "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "tests.settings"),
     }
