@@ -579,8 +579,11 @@ _PREFIX_BROKEN = {
     for mark in ("", "+", "-")
 }
 _BROKEN_NEEDS = re.compile(r"\bh(?:r[nor]?+)?+=?+(?:\\?+\r?+\n|\\++(?:r\\++)?+n)")
-MAX_LINE_BREAKS = 4  # fold -w 16 splits a token's 43 characters in 3
-MIN_LINE = 8  # a part that does not end the token is a whole line: no narrower
+MAX_LINE_BREAKS = 6  # fold -w 16 splits a token's 43 characters in 3; textwrap more (below)
+# A part that does not end the token is a whole line: no narrower, unless it ends at a
+# hyphen: textwrap breaks a long word after its hyphens too (a token of base64url holds
+# one about every other time), so a middle line may hold only `Y5-`.
+MIN_LINE = 8
 
 
 class _SplitTokenRule(_Rule):
@@ -656,7 +659,7 @@ def _joined(
             return None
         line = _unescaped(found.group(1))
         rest += line
-        if len(rest) < need and len(line) < MIN_LINE:
+        if len(rest) < need and len(line) < MIN_LINE and not line.endswith("-"):
             return None
         end, breaks = found.end(), breaks + 1
     if not breaks or not _whole_token(prefix, rest):

@@ -604,11 +604,18 @@ def test_a_call_after_a_configuration_change_waits_for_no_old_session(
     loop_attacks.register_as(name, hostile.url, "--header", "X-Probe=old")
     delay = Path(f"{hostile.calls_file}.initialize-delay")
     delay.write_text("5")
+    Path(f"{hostile.calls_file}.initialize-log").write_text("")  # (initializes logged)
     a, b = make_agent(mode="trusted"), make_agent(mode="trusted")
     sessions = [serving.session(fx) for fx in (a, b)]
     started = time.monotonic()
     first = serving.post(a, call(1, f"{name}__probe", {}), sessions[0])
-    time.sleep(0.3)
+    # A's initialize has reached the server, which holds it (a fixed 0.3 s, on a loaded
+    # host, was once over before A's call reached the server: its start was not held)
+    deadline = time.monotonic() + 30
+    while not any(line.startswith("initialize") for line in hostile.calls()):
+        assert time.monotonic() < deadline, "A's initialize never reached the server"
+        time.sleep(0.02)
+    time.sleep(0.3)  # (past the server's look at the delay file, a moment after its note)
     delay.unlink()
     services.remove_server(name=name, actor="rtloop")
     loop_attacks.register_as(name, hostile.url, "--header", "X-Probe=new")
@@ -623,10 +630,9 @@ def test_a_call_after_a_configuration_change_waits_for_no_old_session(
     assert b_took < TIMEOUT, b_took
     # (the old session's start has ended by now, and a new one had all the time it needs)
     time.sleep(max(0.0, started + 5 + 1.5 - time.monotonic()))
-    late = [line for line in hostile.calls() if float(line.split()[1]) >= answered]
-    assert late == [] and [line.split()[0] for line in hostile.calls()] == ["probe"], (
-        hostile.calls()
-    )
+    calls = [line for line in hostile.calls() if not line.startswith("initialize")]
+    late = [line for line in calls if float(line.split()[1]) >= answered]
+    assert late == [] and [line.split()[0] for line in calls] == ["probe"], calls
     nothing_admitting()
     statuses = {
         row.session.external_id: row.status

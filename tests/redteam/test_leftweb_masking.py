@@ -325,3 +325,24 @@ def test_the_token_lengths_masking_reads_are_those_harness_makes() -> None:
     assert len(new_refresh_token(None)) == 4 + TOKEN_BODY
     token, prefix = _new_token()
     assert token == f"hrn_{prefix}_{token[13:]}" and len(token[13:]) == TOKEN_BODY
+
+
+def test_a_token_textwrap_breaks_after_a_hyphen_is_masked() -> None:
+    """textwrap breaks a long word after its hyphens as well as at the width, so a token
+    of base64url holding a `-` (about every other one) could be wrapped with a middle
+    line of three characters (`Y5-`), narrower than a split part may otherwise be: it was
+    left in clear (a closing run's auditor-page test failed on such a random token)."""
+    token = "hro_QcOVAY5-aWObPHjAZlo70YNNNPk8wEJgh0QnGLfonoY"
+    wrapped = textwrap.fill(f"Your access token is {token} for an hour.", 30)
+    assert "\nY5-\n" in wrapped
+    assert token[4:12] not in mask_text(wrapped) and "Y5-\naWOb" not in mask_text(wrapped)
+    # Any token, any width textwrap is used at, any place on the line.
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    for _ in range(150):
+        body = "".join(secrets.choice(alphabet) for _ in range(43))
+        if body.lower() == body or body.upper() == body:
+            continue  # (no whole token: masked only when whole, see above)
+        for width in (16, 20, 30, 40, 70):
+            for lead in ("", "Your access token is ", "x "):
+                out = mask_text(textwrap.fill(f"{lead}hro_{body} for an hour.", width))
+                assert not any(body[i : i + 8] in out for i in range(0, 35, 4)), (width, out)
