@@ -28,7 +28,12 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.core.exceptions import (
+    ImproperlyConfigured,
+    MultipleObjectsReturned,
+    ObjectDoesNotExist,
+    PermissionDenied,
+)
 from django.db import transaction
 from django.http import (
     HttpRequest,
@@ -119,7 +124,10 @@ def _confirm_who(request: HttpRequest, back_to: str | None = None) -> HttpRespon
         return render(
             request,
             "agentauth/sign_in_again.html",
-            {"minutes": account_settings.REAUTHENTICATION_TIMEOUT // 60},
+            {
+                "minutes": account_settings.REAUTHENTICATION_TIMEOUT // 60,
+                "providers": _sign_in_again_at(request, back_to or request.path),
+            },
             status=403,
         )
     if back_to is None:
@@ -127,6 +135,29 @@ def _confirm_who(request: HttpRequest, back_to: str | None = None) -> HttpRespon
         return suspended
     request.session.pop(reauthentication.STATE_SESSION_KEY, None)
     return redirect(f"{methods[0]['url']}?{urlencode({'next': back_to})}")
+
+
+def _sign_in_again_at(request: HttpRequest, back_to: str) -> list[tuple[str, str]]:
+    """(name, login URL) of each identity provider the person's account is linked to and
+    Harness still offers: signing in there again, then back to `back_to`, is the sign-in
+    an account with nothing else to confirm with gives. An OpenID provider is asked to
+    make the person sign in again (`prompt=login`) rather than answer from its own
+    session; a SAML provider answers as it is set to (docs/identity.md)."""
+    from allauth.socialaccount.adapter import get_adapter as social_adapter
+    from allauth.socialaccount.models import SocialAccount
+
+    found: list[tuple[str, str]] = []
+    linked = SocialAccount.objects.filter(user=request.user).order_by("provider")
+    for provider_id in dict.fromkeys(linked.values_list("provider", flat=True)):
+        try:
+            provider = social_adapter().get_provider(request, provider_id)
+        except (ImproperlyConfigured, ObjectDoesNotExist, MultipleObjectsReturned):
+            continue  # (a provider no longer offered)
+        asked = {"process": "login", "next": back_to}
+        if provider.id == "openid_connect":
+            asked["auth_params"] = "prompt=login"
+        found.append((str(provider.name), provider.get_login_url(request, **asked)))
+    return found
 
 
 class _Refused(Exception):
