@@ -936,21 +936,35 @@ def read_only_extras() -> list[Path]:
     """settings.HARNESS_SANDBOX_READ_ONLY: more host paths programs may read (absolute),
     resolved; an entry read_only_problem refuses is left out (no program runs while one
     is listed: bound_read_only_extras)."""
-    entries = getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])
-    return [Path(entry).resolve() for entry in entries if read_only_problem(entry) is None]
+    return _judged_read_only_entries()[0]
 
 
 def bound_read_only_extras() -> list[Path]:
     """read_only_extras, what the sandbox binds; raises ToolError while an entry is one
     read_only_problem refuses (an absolute one: a relative entry is E043's)."""
+    extras, problem = _judged_read_only_entries()
+    if problem is not None:
+        raise ToolError(
+            f"{problem}, so no program runs. An operator must list only paths where admins "
+            "alone write."
+        )
+    return extras
+
+
+def _judged_read_only_entries() -> tuple[list[Path], str | None]:
+    """Each HARNESS_SANDBOX_READ_ONLY entry judged once by read_only_problem: (those it
+    lets through, resolved; the first absolute one it refuses, as
+    "HARNESS_SANDBOX_READ_ONLY entry ENTRY PROBLEM", or None). A relative entry is left
+    out and named by no problem here (E043 names it)."""
+    extras: list[Path] = []
+    first: str | None = None
     for entry in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", []):
-        problem = read_only_problem(entry) if entry.startswith("/") else None
-        if problem is not None:
-            raise ToolError(
-                f"HARNESS_SANDBOX_READ_ONLY entry {entry} {problem}, so no program runs. "
-                "An operator must list only paths where admins alone write."
-            )
-    return read_only_extras()
+        problem = read_only_problem(entry)
+        if problem is None:
+            extras.append(Path(entry).resolve())
+        elif first is None and entry.startswith("/"):
+            first = f"HARNESS_SANDBOX_READ_ONLY entry {entry} {problem}"
+    return extras, first
 
 
 def read_only_problem(entry: str) -> str | None:
@@ -1165,10 +1179,9 @@ def probe() -> str | None:
     """Why the bwrap sandbox cannot run here with every guarantee it gives, or None when
     it can. Cached per process and per setting it depends on; a HARNESS_SANDBOX_READ_ONLY
     entry read_only_problem refuses is judged at each call (a start-up check reports it)."""
-    for entry in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", []):
-        problem = read_only_problem(entry) if entry.startswith("/") else None
-        if problem is not None:
-            return f"HARNESS_SANDBOX_READ_ONLY entry {entry} {problem}"
+    problem = _judged_read_only_entries()[1]
+    if problem is not None:
+        return problem
     return _probe(
         bool(settings.HARNESS_SANDBOX_NETWORK),
         str(settings.HARNESS_SANDBOX_USER),
