@@ -51,6 +51,13 @@ def _sh(workspace: Path, script: str) -> str:
     return done.output
 
 
+def _require_root() -> None:
+    """Skip unless the tests run as root: only root makes a directory another user owns
+    (an admin's, or one Harness's group may write) for the unprivileged child."""
+    if os.geteuid() != 0:
+        pytest.skip("needs a directory only others write, which only root can make here")
+
+
 def _require_unprivileged_sandbox() -> None:
     """Skip (saying why) unless the sandbox runs as an unprivileged user here; under
     CI=true fail instead, unless a kernel setting switches user namespaces off."""
@@ -115,6 +122,7 @@ def test_an_entry_in_an_agents_workspace_shows_no_other_workspace(top: Path, set
 
 
 def test_an_entry_in_a_directory_of_harnesss_group_is_refused(top: Path, settings: Any) -> None:
+    _require_root()
     # a directory root owns that Harness's group may write (a server's writable path,
     # say): the programs write as that group too, a user namespace keeps it
     shared = top / "shared"
@@ -129,6 +137,7 @@ def test_an_entry_in_a_directory_of_harnesss_group_is_refused(top: Path, setting
 
 
 def test_an_entry_only_others_write_is_shown(top: Path, settings: Any) -> None:
+    _require_root()
     # root's, as an admin installs a toolchain: shown to the unprivileged user's sandbox
     toolchain = top / "opt" / "toolchain-1.2"
     toolchain.mkdir(parents=True)
@@ -143,6 +152,7 @@ def test_a_servers_writable_path_may_not_hold_an_entrys_way(settings: Any) -> No
     # Root or not: the server writes its writable path, and swapped a step of the entry's
     # way for a symlink between a run's check and bwrap's bind (as root, the path was
     # refused only once given to the sandbox user, every program stopped with it).
+    _require_root()
     settings.HARNESS_SANDBOX = "bwrap"
     top = Path(tempfile.mkdtemp(prefix="harness-rtsandnr-"))
     try:
