@@ -601,6 +601,16 @@ def _program_uid() -> int:
     return user[0] if user is not None else os.geteuid()
 
 
+def _program_groups() -> set[int]:
+    """The host groups sandboxed programs write as: the sandbox user's (setpriv clears
+    the others), or Harness's own, supplementary ones included (a user namespace keeps
+    them: bwrap maps none, and the kernel still grants what they may write)."""
+    user = _owner()
+    if user is not None:
+        return {user[1]}
+    return {os.getegid(), *os.getgroups()}
+
+
 def _programs_may_place(directory: Path, link: os.stat_result, uid: int) -> bool:
     """Whether a program writing as `uid` may have put the symlink `link` in `directory`."""
     try:
@@ -614,8 +624,7 @@ def _programs_may_place_in(info: os.stat_result, link: os.stat_result, uid: int)
     """`_programs_may_place` for the directory whose status is `info`."""
     if info.st_uid == uid:
         return True
-    user = _owner()
-    group_writable = info.st_mode & stat.S_IWGRP and user is not None and info.st_gid == user[1]
+    group_writable = info.st_mode & stat.S_IWGRP and info.st_gid in _program_groups()
     if not (info.st_mode & stat.S_IWOTH or group_writable):
         return False
     # in a sticky directory (/tmp) only an entry's owner may replace it
@@ -936,36 +945,68 @@ def read_only_extras() -> list[Path]:
     """settings.HARNESS_SANDBOX_READ_ONLY: more host paths programs may read (absolute),
     resolved; an entry read_only_problem refuses is left out (no program runs while one
     is listed: bound_read_only_extras)."""
-    entries = getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])
-    return [Path(entry).resolve() for entry in entries if read_only_problem(entry) is None]
+    return _judged_read_only_entries()[0]
 
 
 def bound_read_only_extras() -> list[Path]:
     """read_only_extras, what the sandbox binds; raises ToolError while an entry is one
     read_only_problem refuses (an absolute one: a relative entry is E043's)."""
+    extras, problem = _judged_read_only_entries()
+    if problem is not None:
+        raise ToolError(
+            f"{problem}, so no program runs. An operator must list only paths where admins "
+            "alone write."
+        )
+    return extras
+
+
+def _judged_read_only_entries() -> tuple[list[Path], str | None]:
+    """Each HARNESS_SANDBOX_READ_ONLY entry judged once by read_only_problem: (those it
+    lets through, resolved; the first absolute one it refuses, as
+    "HARNESS_SANDBOX_READ_ONLY entry ENTRY PROBLEM", or None). A relative entry is left
+    out and named by no problem here (E043 names it)."""
+    extras: list[Path] = []
+    first: str | None = None
     for entry in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", []):
-        problem = read_only_problem(entry) if entry.startswith("/") else None
-        if problem is not None:
-            raise ToolError(
-                f"HARNESS_SANDBOX_READ_ONLY entry {entry} {problem}, so no program runs. "
-                "An operator must list only paths where admins alone write."
-            )
-    return read_only_extras()
+        problem = read_only_problem(entry)
+        if problem is None:
+            extras.append(Path(entry).resolve())
+        elif first is None and entry.startswith("/"):
+            first = f"HARNESS_SANDBOX_READ_ONLY entry {entry} {problem}"
+    return extras, first
+
+
+def read_only_way_in(place: Path) -> str | None:
+    """The first HARNESS_SANDBOX_READ_ONLY entry (absolute) any step of whose way lies
+    in `place` (resolved), with that step: "ENTRY (at STEP)", or None. What a server's
+    writable path may not hold (sandbox_servers): its server would write there, and swap
+    a step of the way for a symlink between a run's check and bwrap's bind."""
+    for entry in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", []):
+        if not entry.startswith("/"):
+            continue
+        step = _placed_by_programs(Path(entry), places=(place,))
+        if step is not None and _inside(step, place):
+            return f"{entry} (at {step})"
+    return None
 
 
 def read_only_problem(entry: str) -> str | None:
     """Why the HARNESS_SANDBOX_READ_ONLY entry `entry` may not be bound, or None. Bound by
-    path, as root, at every run: an entry, or a symlink or directory on the way to it,
-    that lies where sandboxed programs write (an agent's workspace, a server's writable
-    path, a directory the sandbox user owns) was theirs to redirect: a program swapped a
+    path at every run (by bwrap as Harness's user, root or not): an entry, or a symlink
+    or directory on the way to it, that lies where sandboxed programs write (an agent's
+    workspace, a server's writable path, a directory the sandbox user owns, or Harness's
+    own user when Harness is not root) was theirs to redirect: a program swapped a
     directory of the path for a symlink to another agent's workspace, and every later run
     showed it. An entry inside Harness's own state (the workspace root, the data
     directory) is refused too: what lies beneath a bind is covered, not what it lies in."""
     if not entry.startswith("/"):
         return "is not an absolute path"
-    # (judged when programs run as the sandbox user: as Harness's own uid, everything
-    # Harness owns would count, its installation's toolchains too)
-    placed = _placed_by_programs(Path(entry)) if _owner() is not None else None
+    # When Harness is not root, programs write as Harness's own uid and groups wherever
+    # they are given to write (a workspace, a server's writable path, which may lie
+    # anywhere Harness may write), so everything Harness may write counts, its own
+    # toolchains too: an agent's program pointed a symlink on such an entry's way at
+    # another agent's workspace, or Harness's home, and every later run showed it.
+    placed = _placed_by_programs(Path(entry))
     if placed is not None:
         return f"reaches {placed}, which lies in a directory sandboxed programs may write"
     resolved = Path(entry).resolve()
@@ -990,11 +1031,12 @@ HOST_ONLY_DIRS = ("/proc", "/sys", "/dev", "/run")
 MAX_SYMLINK_HOPS = 40  # (the kernel's own bound)
 
 
-def _placed_by_programs(path: Path) -> Path | None:
+def _placed_by_programs(path: Path, places: tuple[Path, ...] = ()) -> Path | None:
     """The first entry on the way to `path` (symlinks followed as the kernel follows
     them, each link's own way checked too) that a sandboxed program may have put or may
-    put where it is, or None. A missing entry a program cannot make ends the walk: bwrap
-    binds nothing there (--ro-bind-try)."""
+    put where it is, or that lies in one of `places` (where programs will write), or
+    None. A missing entry a program cannot make ends the walk: bwrap binds nothing there
+    (--ro-bind-try)."""
     uid = _program_uid()
     parts = list(path.parts[1:])
     current = Path("/")
@@ -1015,7 +1057,7 @@ def _placed_by_programs(path: Path) -> Path | None:
             return entry  # (unsure: as if it were)
         # a missing entry: would a program's, made now, be allowed there
         made = info or os.stat_result((stat.S_IFLNK, 0, 0, 1, uid, uid, 0, 0, 0, 0))
-        if _programs_may_place(current, made, uid):
+        if _programs_may_place(current, made, uid) or any(_inside(entry, p) for p in places):
             return entry
         if info is None:
             return None
@@ -1165,10 +1207,9 @@ def probe() -> str | None:
     """Why the bwrap sandbox cannot run here with every guarantee it gives, or None when
     it can. Cached per process and per setting it depends on; a HARNESS_SANDBOX_READ_ONLY
     entry read_only_problem refuses is judged at each call (a start-up check reports it)."""
-    for entry in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", []):
-        problem = read_only_problem(entry) if entry.startswith("/") else None
-        if problem is not None:
-            return f"HARNESS_SANDBOX_READ_ONLY entry {entry} {problem}"
+    problem = _judged_read_only_entries()[1]
+    if problem is not None:
+        return problem
     return _probe(
         bool(settings.HARNESS_SANDBOX_NETWORK),
         str(settings.HARNESS_SANDBOX_USER),

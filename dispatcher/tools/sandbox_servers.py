@@ -53,6 +53,7 @@ from dispatcher.tools.sandbox import (
     mode,
     open_unredirected,
     read_only_extras,
+    read_only_way_in,
     redirection,
     require_sandbox,
     sandbox_command,
@@ -158,6 +159,13 @@ def _path_problem(entry: str) -> str | None:
                 f"Path {path} holds Harness's own state ({hidden}), which sandboxed "
                 "programs never see; it cannot be writable."
             )
+    # The server writes there: a step of a read-only entry's way it swapped for a symlink
+    # between a run's check and bwrap's bind had every run show what it pointed to.
+    if writable and (way := read_only_way_in(path)):
+        return (
+            f"Path {path} holds the way to the HARNESS_SANDBOX_READ_ONLY entry {way}, "
+            "where only admins may write; it cannot be writable."
+        )
     # Given to the sandbox user when Harness is root, as a workspace is: the same rule
     # (/root/.ssh, /var/spool's crontabs, /var/lib's databases, /boot, /home whole).
     if writable and (reason := system_problem(path)):
