@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from agentauth import services
 from agentauth.models import AgentClient
@@ -161,7 +162,14 @@ def test_an_mcp_call_admitted_across_the_sign_out_is_denied_when_approved(
     call = mcp.submit(session, proposed, preloaded=True)
     assert call.status == Status.PENDING_APPROVAL  # the sweep could not see it
     asked = ApprovalRequest.objects.get(call=call)
-    approvals.decide(approval_id=asked.pk, user=reviewer, approve=True, digest=call.digest)
+    with CaptureQueriesContext(connection) as queries:
+        approvals.decide(approval_id=asked.pk, user=reviewer, approve=True, digest=call.digest)
+    if connection.vendor == "postgresql":
+        # A bearer agent's approval's eight (tests/dispatcher/test_statement_budget.py),
+        # and two: the lock of the agent's client link, and the sign-in read again.
+        assert len(queries) == 10, [q["sql"][:80] for q in queries.captured_queries]
+        locks = [q["sql"] for q in queries.captured_queries if "FOR NO KEY UPDATE" in q["sql"]]
+        assert len(locks) == 1 and "agentauth_agentclient" in locks[0], locks
     call.refresh_from_db()
     # Was: queued, and the worker wrote the file.
     assert (call.status, call.decided_by) == (Status.DENIED, "guard:token")
