@@ -689,8 +689,9 @@ def token_refusal(call: ToolCall, agent: Agent) -> GuardDenial | None:
 
 def signed_in_now(agent: Agent) -> None:
     """Before a decision releases a call of `agent` (its `oauth_client` read with it):
-    for a client's signed-in agent, wait for a sign-out committing now, and read the
-    agent's token fields again (`token_refusal` reads them). A call written after the
+    for a client's signed-in agent, wait for a sign-out committing now (a revocation's
+    too: it signs the agent out), and read the agent's token fields and whether it is
+    active again (`token_refusal` and the guards read them). A call written after the
     sign-out's sweep is visible to a reviewer before the sign-out commits; without this
     its approval, reading the sign-in as it was, could release it as the sign-out ends.
     The sign-out locks the same row last (agentauth.services.sign_out_agent), after
@@ -702,10 +703,10 @@ def signed_in_now(agent: Agent) -> None:
     type(client).objects.select_for_update(no_key=True).filter(pk=client.pk).exists()
     fresh = (
         Agent.objects.filter(pk=agent.pk)
-        .values("token_prefix", "token_voided_at", "token_voided_because", "team_id")
+        .values("token_prefix", "token_voided_at", "token_voided_because", "team_id", "is_active")
         .first()
     )
-    for field, value in (fresh or {}).items():
+    for field, value in (fresh or {}).items():  # (is_active: the guards' `agent_active`)
         setattr(agent, field, value)
 
 
