@@ -259,6 +259,9 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
         subject=f"agent:{agent.pk}",
         payload={"agent": agent.name, "tokens": count},
     )
+    # Last, and held to the commit: a decision about to release a call of the agent waits
+    # for it, then reads the agent's new sign-in (agents.signed_in_now).
+    AgentClient.objects.select_for_update().filter(agent=agent).exists()
     return count
 
 

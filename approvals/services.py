@@ -18,7 +18,7 @@ from audit.roles import REVIEWER, reach
 from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
-from dispatcher.agents import token_refusal
+from dispatcher.agents import signed_in_now, token_refusal
 from dispatcher.models import Agent, Executor, Status, ToolCall
 from dispatcher.policy import grants, stages
 from dispatcher.policy.stages import GuardDenial
@@ -618,10 +618,12 @@ def _release_denial(call: ToolCall) -> GuardDenial | None:
     call its client runs would be released to that client, which may be the old token's
     holder, and a session grant asked with the approval would outlive the call the worker
     then denies (the agent row is the one read with the approval's lock: no statement
-    more). For a call its client runs (decide-only), also what the guards say now:
+    more; for a client's signed-in agent, read again once a sign-out committing now has
+    committed: agents.signed_in_now, two statements). For a call its client runs (decide-only), also what the guards say now:
     approving it releases it to the client at once, and no worker re-runs them before it
     runs, as it does for every other call (an agent revoked, a mode locked, while the call
     waited). None for a call the guards let through."""
+    signed_in_now(call.session.agent)  # (a sign-out committing now: waited for)
     if refused := token_refusal(call, call.session.agent):
         return refused
     if call.executor != Executor.CLIENT:

@@ -602,10 +602,34 @@ def end_calls_of_signed_out(agent: Agent, actor: str) -> None:
     reviewer are cancelled and those queued for a worker denied, in the same commit. All
     were sent with those tokens (such an agent has no other credential), and the owner
     signs out when a device holding them is lost: an approval would otherwise answer
-    "allow" to the signed-out client's hook still waiting, which then ran the tool."""
+    "allow" to the signed-out client's hook still waiting, which then ran the tool.
+
+    The agent is given a new sign-in first (`_new_sign_in`): a call whose token was
+    checked before this commits, and written after the sweep below looked, is not
+    ended here, but it carries the sign-in it was admitted under (its provenance's
+    "token"), so the decision and the worker refuse it (`token_refusal`)."""
+    _new_sign_in(agent)
     why = signed_out(agent.name)
     _cancel_waiting(agent, actor, why, why=why)
     _deny_queued(agent, why)
+
+
+# How the token prefix of a signed-in agent signed out starts (a prefix _new_token makes
+# is hexadecimal, so none starts so): `token_refusal` tells a sign-out from a rotation.
+SIGNED_OUT_PREFIX = "out"
+
+
+def _new_sign_in(agent: Agent) -> None:
+    """Give a client's signed-in agent, being signed out, a new bearer token that is never
+    shown (as the one create_agent made for it at consent never was: its OAuth tokens are
+    its only credentials). Its prefix is the sign-in a call is admitted under: admission
+    records the prefix read with the token it checked, in the same statement, so every
+    call sent with the tokens revoked now names the old one, and `token_refusal` refuses
+    it, however late it was written. No statement more at admission or at the worker."""
+    token, prefix = _new_token()
+    prefix = SIGNED_OUT_PREFIX + prefix
+    Agent.objects.filter(pk=agent.pk).update(token_prefix=prefix, token_hash=_hash_token(token))
+    agent.token_prefix = prefix
 
 
 def signed_out(name: str) -> str:
@@ -657,8 +681,33 @@ def token_refusal(call: ToolCall, agent: Agent) -> GuardDenial | None:
         return GuardDenial(((TOKEN_GUARD, why),))
     sent_with = (call.provenance or {}).get("token")
     if sent_with is not None and sent_with != agent.token_prefix:
+        if agent.token_prefix.startswith(SIGNED_OUT_PREFIX):  # (_new_sign_in)
+            return GuardDenial(((TOKEN_GUARD, signed_out(agent.name)),))
         return GuardDenial(((TOKEN_GUARD, sent_with_rotated()),))
     return None
+
+
+def signed_in_now(agent: Agent) -> None:
+    """Before a decision releases a call of `agent` (its `oauth_client` read with it):
+    for a client's signed-in agent, wait for a sign-out committing now (a revocation's
+    too: it signs the agent out), and read the agent's token fields and whether it is
+    active again (`token_refusal` and the guards read them). A call written after the
+    sign-out's sweep is visible to a reviewer before the sign-out commits; without this
+    its approval, reading the sign-in as it was, could release it as the sign-out ends.
+    The sign-out locks the same row last (agentauth.services.sign_out_agent), after
+    everything else it writes, so the two never wait for each other both ways. Two
+    statements, for a signed-in agent's approval only; none for any other agent."""
+    client = getattr(agent, "oauth_client", None)  # (selected with the agent: no statement)
+    if client is None:
+        return
+    type(client).objects.select_for_update(no_key=True).filter(pk=client.pk).exists()
+    fresh = (
+        Agent.objects.filter(pk=agent.pk)
+        .values("token_prefix", "token_voided_at", "token_voided_because", "team_id", "is_active")
+        .first()
+    )
+    for field, value in (fresh or {}).items():  # (is_active: the guards' `agent_active`)
+        setattr(agent, field, value)
 
 
 # (identity.tasks: the notice goes through the notification channels, an app above this one)
