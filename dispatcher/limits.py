@@ -49,7 +49,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from typing import Any
 
 import redis
@@ -129,6 +129,48 @@ LAPSE_MARGIN = 60.0
 def _client(url: str) -> redis.Redis:
     """A client with short timeouts: a cap's check must never hang a request."""
     return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
+def _part(value: str | float) -> bytes:
+    """One argument as redis-py's encoder sends it (a float by its repr)."""
+    data = (repr(value) if isinstance(value, float) else str(value)).encode()
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+class _Script:
+    """One of this module's scripts, run by its digest (EVALSHA) with the command packed
+    here, on a connection of `_client`'s pool: a third less of redis-py's Python per call
+    than `eval` or a registered Script (docs/benchmarks.md, "The caps' Redis scripts"),
+    with redis-py's own retries, timeouts and reconnection. A server that does not know
+    the script yet (restarted, flushed) is sent its text once (EVAL, which keeps it)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = _part(text)
+        self.sha = _part(hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest())
+
+    def __call__(self, keys: Sequence[str], args: Sequence[str | float]) -> Any:
+        parts = [_part(len(keys)), *map(_part, keys), *map(_part, args)]
+        head = b"*%d\r\n" % (len(parts) + 2)
+        pool = _client(settings.REDIS_URL).connection_pool
+        connection: Any = pool.get_connection()
+        try:
+            return connection.retry.call_with_retry(
+                lambda: self._send(connection, head, parts),
+                lambda error: connection.disconnect(),
+            )
+        finally:
+            pool.release(connection)
+
+    def _send(self, connection: Any, head: bytes, parts: list[bytes]) -> Any:
+        connection.send_packed_command([b"".join([head, b"$7\r\nEVALSHA\r\n", self.sha, *parts])])
+        try:
+            return connection.read_response()
+        except redis.exceptions.NoScriptError:
+            connection.send_packed_command([b"".join([head, b"$4\r\nEVAL\r\n", self.text, *parts])])
+            return connection.read_response()
+
+
+_reserve, _count, _bucket = _Script(_RESERVE), _Script(_COUNT), _Script(_BUCKET)
 
 
 def agent_key(agent: Agent) -> str:
@@ -261,9 +303,7 @@ def reserve_wait(agent: Agent, seconds: float) -> str:
     # in this process (all of its ORM threads) once Redis is back.
     shared = [max(0, cap - _local.held(key)) for key, cap in zip(keys, caps, strict=True)]
     try:
-        full = _client(settings.REDIS_URL).eval(
-            _RESERVE, len(keys), *keys, now, now + seconds + LAPSE_MARGIN, member, *shared
-        )
+        full = _reserve(keys, [now, now + seconds + LAPSE_MARGIN, member, *shared])
     except Exception:
         logger.warning("wait slots unavailable in Redis; counting in this process", exc_info=True)
         full = _local.reserve(keys[0], caps[0], *zip(keys[1:], caps[1:], strict=True))
@@ -330,7 +370,7 @@ def count_new_session(agent: Agent) -> None:
     now = time.time()
     minute = int(now // 60)
     try:
-        started = int(_client(settings.REDIS_URL).eval(_COUNT, 1, _key("sessions", agent, minute)))
+        started = int(_count([_key("sessions", agent, minute)], []))
     except Exception:
         logger.warning("session counter unavailable in Redis; not counted", exc_info=True)
         return
@@ -378,11 +418,6 @@ class TooManyRequests(Exception):
         )
 
 
-@functools.cache
-def _bucket_script(url: str) -> Any:
-    return _client(url).register_script(_BUCKET)
-
-
 # Refusals this process has answered, by the digest of the token refused: until the
 # bucket can hold a token again, the same token is refused here without a database read
 # or a Redis call (only this agent's own requests take from its bucket, so the answer
@@ -426,7 +461,7 @@ def take_request(agent: Agent, token: str) -> None:
     if not keys:
         return
     try:
-        taken, wait, left, by = _bucket_script(settings.REDIS_URL)(keys=keys, args=args)
+        taken, wait, left, by = _bucket(keys, args)
     except Exception:
         logger.warning("request rate unavailable in Redis; not counted", exc_info=True)
         return
