@@ -74,12 +74,13 @@ redis.call('EXPIRE', KEYS[6], 86400)
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
 # The reconciler's re-send of a call queued too long (and a worker's give-back of a call
-# whose workspace was busy, or whose owner's place it could not hold): its message was lost (a worker killed holding it, Redis
-# restarted) or is only late. A call still in its agent's list (the set beside it says so
-# without reading the list: a flood's lists are long) gets one more message and no second
-# place (a list with more calls than messages would leave its last call waiting for the
-# reconciler after every burst, for good); a call the list lost gets both (a set that
-# outlived its list is dropped first: its calls are listed again by their own re-sends).
+# whose workspace was busy, or whose owner's place it could not hold): its message was
+# lost (a worker killed holding it, Redis restarted) or is only late. A call still in its
+# agent's list (the set beside it says so without reading the list: a flood's lists are
+# long) gets one more message and no second place (a list with more calls than messages
+# would leave its last call waiting for the reconciler after every burst, for good); a
+# call the list lost gets both (a set that outlived its list is dropped first: its calls
+# are listed again by their own re-sends).
 # An agent whose place outlived its list's (its owner's ring deleted or evicted alone),
 # or an owner whose place in the ring was lost, is put back: each joins only when the
 # level below was empty, so its calls were otherwise never taken again and its list grew
@@ -175,17 +176,20 @@ end
 return false
 """
 # A turn's place given back (KEYS: the owner's running set, the owed turns, the queue, the
-# owners' ring; ARGV: the token, the template of an owed turn's
-# message, the JSON of its root and parent ids). One owed turn at most: one place freed
-# lets one more call start. With no owner's calls waiting (the ring empty), no turn is
-# owed any more (a take that empties the ring drops them too): messages left over (the
-# reconciler's re-sends of calls that waited) would otherwise keep a count that sends
-# messages for nothing. The owed turn's message is made here, only when one is owed,
-# from the process's template (celery_message.task_message_template: its marks replaced
-# by the turn's token as the task id, a uuid4's hex, one message at most per turn; by
-# its halves swapped as the delivery tag; and by the sender's lineage): building one in Python for every call given back cost the worker
-# more than the rest of the give-back (issue 37), and a message built once and reused
-# could be pushed twice under one id (the pipelined give-back never reads the reply).
+# owners' ring; ARGV: the token, the kinds of the gaps of the owed turn's message's
+# template, the JSON of the sender's root and parent ids, then the template's parts). One
+# owed turn at most: one place freed lets one more call start. With no owner's calls
+# waiting (the ring empty), no turn is owed any more (a take that empties the ring drops
+# them too): messages left over (the reconciler's re-sends of calls that waited) would
+# otherwise keep a count that sends messages for nothing. The owed turn's message is
+# made here, only when one is owed, from the process's template
+# (celery_message.task_message_template): its parts joined by the turn's token as the
+# task id (a uuid4's hex, one message at most per turn), by its halves swapped as the
+# delivery tag, and by the sender's lineage (no root: the message's own id). Building
+# one in Python for every call given back cost the worker more than the rest of the
+# give-back (issue 37), and a message built once and reused could be pushed twice under
+# one id (the pipelined give-back never reads the reply). The template's marks were once
+# replaced by their text, wherever it stood: a queue whose name held it had it replaced.
 _RELEASE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 if redis.call('EXISTS', KEYS[4]) == 0 then
@@ -193,14 +197,19 @@ if redis.call('EXISTS', KEYS[4]) == 0 then
 elseif tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
   redis.call('DECR', KEYS[2])
   local function uuid(h)
-    return h:sub(1, 8) .. '-' .. h:sub(9, 12) .. '-' .. h:sub(13, 16) .. '-' .. h:sub(17, 20)
-      .. '-' .. h:sub(21, 32)
+    return '"' .. h:sub(1, 8) .. '-' .. h:sub(9, 12) .. '-' .. h:sub(13, 16) .. '-'
+      .. h:sub(17, 20) .. '-' .. h:sub(21, 32) .. '"'
   end
-  local message = ARGV[2]:gsub('"HARNESSMARKROOT"', (ARGV[3]:gsub('%%', '%%%%')))
-  message = message:gsub('"HARNESSMARKPARENT"', (ARGV[4]:gsub('%%', '%%%%')))
-  message = message:gsub('HARNESSMARKID', uuid(ARGV[1]))
-  message = message:gsub('HARNESSMARKTAG', uuid(ARGV[1]:sub(17) .. ARGV[1]:sub(1, 16)))
-  redis.call('LPUSH', KEYS[3], message)
+  local id = uuid(ARGV[1])
+  local values = {I = id, T = uuid(ARGV[1]:sub(17) .. ARGV[1]:sub(1, 16)), P = ARGV[4]}
+  values.R = ARGV[3] ~= '' and ARGV[3] or id
+  local kinds = ARGV[2]
+  local message = {ARGV[5]}
+  for i = 1, #kinds do
+    message[2 * i] = values[kinds:sub(i, i)]
+    message[2 * i + 1] = ARGV[5 + i]
+  end
+  redis.call('LPUSH', KEYS[3], table.concat(message))
 end
 """
 # The place of a turn whose call is about to be claimed, moved to lapse with the call's
@@ -355,9 +364,10 @@ def take_turn(call_id: str) -> Turn:
     running, a message pushed without an agent, the ring lost with Redis): a call run
     twice is claimed once, and with a cap its place is taken at its `hold`, below the
     cap or not at all (it ran with none while the worker that took it with its place had
-    not claimed it yet, which then gave the place back: one call over the cap). When Redis cannot be asked,
-    the message's own call without a cap, and no call with one (its owner's running calls
-    cannot be counted: fail closed): it stays queued, and the reconciler sends it again."""
+    not claimed it yet, which then gave the place back: one call over the cap). When
+    Redis cannot be asked, the message's own call without a cap, and no call with one
+    (its owner's running calls cannot be counted: fail closed): it stays queued, and the
+    reconciler sends it again."""
     target = celery_message.raw_target(EXECUTE_TASK)
     if target is None:
         return Turn(call_id)
@@ -456,8 +466,8 @@ def end_turn(turn: Turn) -> None:
         return
     queue = turn.queue
     keys = (turn.running, _owed_key(queue), queue, _fair_keys(queue)[0])
-    template = celery_message.task_message_template(EXECUTE_TASK, OWED_TURN, queue)
-    args = (turn.slot, template, *celery_message.lineage())
+    kinds, parts = celery_message.task_message_template(EXECUTE_TASK, OWED_TURN, queue)
+    args = (turn.slot, kinds, *celery_message.lineage(), *parts)
     trip = held(turn.url)
     try:
         if trip is not None:
