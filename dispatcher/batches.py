@@ -19,7 +19,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from dispatcher.models import TERMINAL_STATUSES, AgentSession, Status, ToolCall
+from audit import kinds
+from audit.models import AuditEvent
+from dispatcher.models import TERMINAL_STATUSES, AgentSession, Executor, Status, ToolCall
 from dispatcher.tools.registry import get_tool
 from floor import celery_message
 from floor.compiled import Compiled
@@ -116,12 +118,16 @@ redis.call('LPUSH', KEYS[3], ARGV[3])
 # place given back sends a message for it (`_RELEASE`), so the listed calls keep as many
 # messages as they had. A place of a worker killed running its call lapses with the
 # call's lease (then the reconciler re-sends what waited: a lapse sends no message).
-# (KEYS: the owners' ring, the owed turns; ARGV: the lists' prefix, the owners' rings'
-# prefix, the cap, the running sets' prefix, the turn's token, its lapse, the sets' expiry.)
+# Without the running sets' mark (`_counted_key`: Redis lost its data) nothing is taken
+# (-1) until the sets are counted again (`count_running`).
+# (KEYS: the owners' ring, the owed turns, the mark; ARGV: the lists' prefix, the owners'
+# rings' prefix, the cap, the running sets' prefix, the turn's token, its lapse, the sets'
+# expiry.)
 _TAKE = """
 local cap = tonumber(ARGV[3])
 local now = 0
 if cap > 0 then
+  if redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
   local t = redis.call('TIME')
   now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
@@ -177,7 +183,8 @@ return false
 """
 # A turn's place given back (KEYS: the owner's running set, the owed turns, the queue, the
 # owners' ring; ARGV: the token, the kinds of the gaps of the owed turn's message's
-# template, the JSON of the sender's root and parent ids, then the template's parts). One
+# template, the JSON of the sender's root and parent ids, the place `count_running` gave
+# the call if this turn ran it, then the template's parts). One
 # owed turn at most: one place freed lets one more call start. With no owner's calls
 # waiting (the ring empty), no turn is owed any more (a take that empties the ring drops
 # them too): messages left over (the reconciler's re-sends of calls that waited) would
@@ -191,7 +198,7 @@ return false
 # one id (the pipelined give-back never reads the reply). The template's marks were once
 # replaced by their text, wherever it stood: a queue whose name held it had it replaced.
 _RELEASE = """
-redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1], ARGV[5])
 if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[2])
 elseif tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
@@ -204,17 +211,17 @@ elseif tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
   local values = {I = id, T = uuid(ARGV[1]:sub(17) .. ARGV[1]:sub(1, 16)), P = ARGV[4]}
   values.R = ARGV[3] ~= '' and ARGV[3] or id
   local kinds = ARGV[2]
-  local message = {ARGV[5]}
+  local message = {ARGV[6]}
   for i = 1, #kinds do
     message[2 * i] = values[kinds:sub(i, i)]
-    message[2 * i + 1] = ARGV[5 + i]
+    message[2 * i + 1] = ARGV[6 + i]
   end
   redis.call('LPUSH', KEYS[3], table.concat(message))
 end
 """
 # The place of a turn whose call is about to be claimed, moved to lapse with the call's
-# lease (KEYS: the owner's running set; ARGV: the token, the lease's seconds, the set's
-# expiry, the cap). To the microsecond, as the worker's lease is (its whole seconds alone
+# lease (KEYS: the owner's running set, the mark; ARGV: the token, the lease's seconds, the
+# set's expiry, the cap). To the microsecond, as the worker's lease is (its whole seconds alone
 # lapsed the place up to a second before the lease; a Lua number handed to Redis keeps 14
 # digits, so the score is formatted). A token no longer in the set is a place taken anew,
 # only below the cap, else nothing is held (0): a take's place that lapsed before its hold
@@ -222,11 +229,13 @@ end
 # owner start meanwhile, and a turn that found the ring empty (a duplicate message of a
 # call another worker took with its place, a message of no agent, a ring lost with Redis)
 # has had none (`take_turn`). (A token still in the set, lapsed or not, was counted by
-# every take since: moving it lets no call more start.)
+# every take since: moving it lets no call more start.) A place to take anew without the
+# running sets' mark is not taken (-1) until they are counted again (`count_running`).
 _HOLD = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
   local cap = tonumber(ARGV[4])
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then return 0 end
@@ -266,6 +275,19 @@ def _running_key(queue: str, entry: str) -> str:
 
 def _owed_key(queue: str) -> str:
     return f"{queue}:fair:owed"
+
+
+def _counted_key(queue: str) -> str:
+    """The running sets' mark: they count every call running on the workers. Set once they
+    are counted (`count_running`), with no expiry: only a Redis that lost its data (a
+    restart of one that keeps nothing on disk, a flush) is without it. (Not under
+    `:fair:`, whose keys all go when nothing waits or runs.)"""
+    return f"{queue}:running-counted"
+
+
+def _counted_place(call_id: str) -> str:
+    """The place `count_running` gives a running call: its worker's turn gives it back."""
+    return f"call:{call_id}"
 
 
 def _running_expiry() -> int:
@@ -353,6 +375,7 @@ class Turn:
     queue: str = ""
     running: str = ""
     slot: str = ""
+    claimed: bool = False  # (the worker claimed its call: `end_turn`)
 
 
 def take_turn(call_id: str) -> Turn:
@@ -375,19 +398,21 @@ def take_turn(call_id: str) -> Turn:
     ring, prefix = _fair_keys(queue)
     cap = running_cap()
     token = uuid.uuid4().hex if cap else ""
+    keys = [ring, _owed_key(queue), _counted_key(queue)]
+    args = [
+        prefix,
+        _owner_key(queue, ""),
+        cap,
+        _running_key(queue, ""),
+        token,
+        settings.HARNESS_LEASE_GRACE,
+        _running_expiry(),
+    ]
     try:
-        turn = _script(url, _TAKE)(
-            keys=[ring, _owed_key(queue)],
-            args=[
-                prefix,
-                _owner_key(queue, ""),
-                cap,
-                _running_key(queue, ""),
-                token,
-                settings.HARNESS_LEASE_GRACE,
-                _running_expiry(),
-            ],
-        )
+        turn = _script(url, _TAKE)(keys=keys, args=args)
+        if turn == -1:  # (the running sets lost with Redis's data: counted again first)
+            count_running(url, queue)
+            turn = _script(url, _TAKE)(keys=keys, args=args)
     except redis.RedisError:
         if cap:
             logger.warning(
@@ -401,7 +426,7 @@ def take_turn(call_id: str) -> Turn:
         return Turn(call_id)
     if turn is None:
         return Turn(call_id, url, queue, "", token) if cap else Turn(call_id)
-    if turn == 0:
+    if turn in (0, -1):
         return Turn("")
     taken, running = (part.decode() for part in turn)
     return Turn(taken, url, queue, running, token) if running else Turn(taken)
@@ -440,15 +465,23 @@ def hold(turn: Turn, seconds: float, share: Share | None = None) -> Hold:
         if share is None:
             return Hold.AT_CAP
         turn.running = _running_key(turn.queue, _entry(share))
+    keys = [turn.running, _counted_key(turn.queue)]
     args = [turn.slot, seconds, _running_expiry(), running_cap()]
     try:
-        held_now = _script(turn.url, _HOLD)(keys=[turn.running], args=args)
+        held_now = _script(turn.url, _HOLD)(keys=keys, args=args)
+        if held_now == -1:  # (as at the take)
+            count_running(turn.url, turn.queue)
+            held_now = _script(turn.url, _HOLD)(keys=keys, args=args)
     except redis.RedisError:
         logger.warning(
             "could not hold the place of call %s; not running it, the reconciler sends it again",
             turn.call_id,
             exc_info=True,
         )
+        return Hold.NOT_ASKED
+    if held_now == -1:
+        if seat:
+            turn.running = ""
         return Hold.NOT_ASKED
     if not held_now:
         if seat:
@@ -467,7 +500,8 @@ def end_turn(turn: Turn) -> None:
     queue = turn.queue
     keys = (turn.running, _owed_key(queue), queue, _fair_keys(queue)[0])
     kinds, parts = celery_message.task_message_template(EXECUTE_TASK, OWED_TURN, queue)
-    args = (turn.slot, kinds, *celery_message.lineage(), *parts)
+    counted = _counted_place(turn.call_id) if turn.claimed else ""
+    args = (turn.slot, kinds, *celery_message.lineage(), counted, *parts)
     trip = held(turn.url)
     try:
         if trip is not None:
@@ -478,6 +512,44 @@ def end_turn(turn: Turn) -> None:
             _script(turn.url, _RELEASE)(keys=list(keys), args=list(args))
     except redis.RedisError:
         logger.warning("could not give back the place of call %s", turn.call_id, exc_info=True)
+
+
+def count_running(url: str, queue: str) -> None:
+    """The running sets counted again from the database, and marked so (`_counted_key`):
+    each call running on the workers (not the inline lane's, nor a client's) holds a
+    place in its owner's set until its lease ends, given back by the worker's turn that
+    claimed it (`end_turn`). Redis lost its data (restarted empty, flushed): every place
+    of a call running then was lost, and its owner's next calls started beside it, past
+    the cap. (A call whose claim commits after this read, on a place held before Redis
+    lost it, is not counted: the moment between a hold and its claim.) Raises what Redis
+    raises."""
+    now = timezone.now()
+    rows = list(
+        ToolCall.objects.filter(
+            status=Status.RUNNING, executor=Executor.HARNESS, lease_until__gt=now
+        ).values_list("pk", "session__agent_id", "session__agent__owner_id", "lease_until")
+    )
+    inline = set(
+        AuditEvent.objects.filter(
+            kind=kinds.CALL_STARTED,
+            actor="inline",
+            subject__in=[f"call:{pk}" for pk, *_ in rows],
+        ).values_list("subject", flat=True)
+    )
+    pipe = redis_at(url).pipeline()
+    for pk, agent, owner, lease in rows:
+        if f"call:{pk}" in inline or lease is None:  # (a lease in the future: never None)
+            continue
+        key = _running_key(queue, _entry(Share(str(owner), str(agent))))
+        pipe.zadd(key, {_counted_place(str(pk)): lease.timestamp()})
+        pipe.expire(key, _running_expiry())
+    pipe.set(_counted_key(queue), "1")
+    pipe.execute()
+    logger.warning(
+        "the running calls' places were not in Redis (restarted or flushed); counted %d "
+        "from the database",
+        len(rows) - len(inline),
+    )
 
 
 @functools.cache

@@ -28,6 +28,7 @@ def lane(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[tuple[str, 
     url, name = target[0], f"rt2cap-{uuid.uuid4()}-{AWKWARD}"
     monkeypatch.setattr(celery_message, "raw_target", lambda task: (url, name))
     settings.HARNESS_MAX_RUNNING_PER_OWNER = "1"
+    redis_at(url).set(batches._counted_key(name), 1)  # (a queue of its own: nothing runs yet)
     yield url, name
     broker = redis_at(url)
     leftover = list(broker.scan_iter(f"rt2cap-{name[7:43]}*"))
@@ -51,7 +52,7 @@ def owed_message(url: str, queue: str, lineage: tuple[str, str]) -> tuple[str, b
         batches.EXECUTE_TASK, batches.OWED_TURN, queue
     )
     keys = [turn.running, batches._owed_key(queue), queue, batches._fair_keys(queue)[0]]
-    args = [turn.slot, kinds, *lineage, *parts]
+    args = [turn.slot, kinds, *lineage, "", *parts]
     batches._script(url, batches._RELEASE)(keys=keys, args=args)
     assert broker.llen(queue) == 1
     return turn.slot, broker.lindex(queue, 0)
