@@ -457,14 +457,31 @@ def hold(turn: Turn, seconds: float, share: Share | None = None) -> Hold:
     only below the cap (`_HOLD`). Never raises. Anything but HELD: do not claim the call
     (fail closed: a place not held lets one more call of the owner start while it runs);
     it stays queued: AT_CAP, send it again (its turn comes when a place is given back),
-    NOT_ASKED, the reconciler sends it again."""
+    NOT_ASKED, the reconciler sends it again.
+
+    A place taken in another owner's share than the call's (its agent moved to another
+    person, `agents.transfer_agent`, while the call was listed in its former owner's
+    ring) is given back at once, and one taken anew in the call's owner's: counted as the
+    former owner's, the call started beside its new owner's running calls, past their
+    cap."""
     if not turn.slot:
         return Hold.HELD
+    own = _running_key(turn.queue, _entry(share)) if share is not None else turn.running
+    if turn.running and turn.running != own:
+        _release(turn, None)
+        turn.running, turn.slot = "", uuid.uuid4().hex  # (its own owed message's id)
     seat = not turn.running
     if seat:
         if share is None:
             return Hold.AT_CAP
         turn.running = _running_key(turn.queue, _entry(share))
+    held_now = _hold(turn, seconds)
+    if held_now is not Hold.HELD and seat:
+        turn.running = ""  # (none taken: none to give back)
+    return held_now
+
+
+def _hold(turn: Turn, seconds: float) -> Hold:
     keys = [turn.running, _counted_key(turn.queue)]
     args = [turn.slot, seconds, _running_expiry(), running_cap()]
     try:
@@ -480,14 +497,8 @@ def hold(turn: Turn, seconds: float, share: Share | None = None) -> Hold:
         )
         return Hold.NOT_ASKED
     if held_now == -1:
-        if seat:
-            turn.running = ""
         return Hold.NOT_ASKED
-    if not held_now:
-        if seat:
-            turn.running = ""  # (none taken: none to give back)
-        return Hold.AT_CAP
-    return Hold.HELD
+    return Hold.HELD if held_now else Hold.AT_CAP
 
 
 def end_turn(turn: Turn) -> None:
@@ -495,14 +506,17 @@ def end_turn(turn: Turn) -> None:
     kept for this thread's round trip to Redis when one is open
     (redis_clients.one_round_trip: the result's wake-up), else sent now. Never raises: a
     place not given back lapses with the call's lease."""
-    if not turn.running:
-        return
+    if turn.running:
+        _release(turn, held(turn.url))
+
+
+def _release(turn: Turn, trip: Any) -> None:
+    """`end_turn`'s give-back, kept for `trip` (a redis_clients round trip) or sent now."""
     queue = turn.queue
     keys = (turn.running, _owed_key(queue), queue, _fair_keys(queue)[0])
     kinds, parts = celery_message.task_message_template(EXECUTE_TASK, OWED_TURN, queue)
     counted = _counted_place(turn.call_id) if turn.claimed else ""
     args = (turn.slot, kinds, *celery_message.lineage(), counted, *parts)
-    trip = held(turn.url)
     try:
         if trip is not None:
             trip.add(
