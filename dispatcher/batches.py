@@ -184,12 +184,12 @@ return false
 # A turn's place given back (KEYS: the owner's running set, the owed turns, the queue, the
 # owners' ring; ARGV: the token, the kinds of the gaps of the owed turn's message's
 # template, the JSON of the sender's root and parent ids, the place `count_running` gave
-# the call if this turn ran it, then the template's parts). One
-# owed turn at most: one place freed lets one more call start. With no owner's calls
-# waiting (the ring empty), no turn is owed any more (a take that empties the ring drops
-# them too): messages left over (the reconciler's re-sends of calls that waited) would
-# otherwise keep a count that sends messages for nothing. The owed turn's message is
-# made here, only when one is owed, from the process's template
+# the call if this turn ran it, then the template's parts). One owed turn at most: one
+# place freed lets one more call start. With no owner's calls waiting (the ring empty),
+# no turn is owed any more (a take that empties the ring drops them too): messages left
+# over (the reconciler's re-sends of calls that waited) would otherwise keep a count
+# that sends messages for nothing. The owed turn's message is made here, only when one
+# is owed, from the process's template
 # (celery_message.task_message_template): its parts joined by the turn's token as the
 # task id (a uuid4's hex, one message at most per turn), by its halves swapped as the
 # delivery tag, and by the sender's lineage (no root: the message's own id). Building
@@ -220,17 +220,18 @@ elseif tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
 end
 """
 # The place of a turn whose call is about to be claimed, moved to lapse with the call's
-# lease (KEYS: the owner's running set, the mark; ARGV: the token, the lease's seconds, the
-# set's expiry, the cap). To the microsecond, as the worker's lease is (its whole seconds alone
-# lapsed the place up to a second before the lease; a Lua number handed to Redis keeps 14
-# digits, so the score is formatted). A token no longer in the set is a place taken anew,
-# only below the cap, else nothing is held (0): a take's place that lapsed before its hold
-# (a re-check, a workspace lock slower than the grace) may have let another call of the
-# owner start meanwhile, and a turn that found the ring empty (a duplicate message of a
-# call another worker took with its place, a message of no agent, a ring lost with Redis)
-# has had none (`take_turn`). (A token still in the set, lapsed or not, was counted by
-# every take since: moving it lets no call more start.) A place to take anew without the
-# running sets' mark is not taken (-1) until they are counted again (`count_running`).
+# lease (KEYS: the owner's running set, the mark; ARGV: the token, the lease's seconds,
+# the set's expiry, the cap). To the microsecond, as the worker's lease is (its whole
+# seconds alone lapsed the place up to a second before the lease; a Lua number handed to
+# Redis keeps 14 digits, so the score is formatted). A token no longer in the set is a
+# place taken anew, only below the cap, else nothing is held (0): a take's place that
+# lapsed before its hold (a re-check, a workspace lock slower than the grace) may have
+# let another call of the owner start meanwhile, and a turn that found the ring empty (a
+# duplicate message of a call another worker took with its place, a message of no agent,
+# a ring lost with Redis) has had none (`take_turn`). (A token still in the set, lapsed
+# or not, was counted by every take since: moving it lets no call more start.) A place
+# to take anew without the running sets' mark is not taken (-1) until they are counted
+# again (`count_running`).
 _HOLD = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
