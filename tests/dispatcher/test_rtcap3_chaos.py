@@ -114,7 +114,9 @@ def test_a_redis_restart_and_a_killed_worker_keep_the_cap_and_lose_no_call(
         # The reconciler re-sends the queued calls (after 3 s) and the worker takes them.
         wait_until(resent_and_taken, 90, "the queued calls to be sent again and taken")
         time.sleep(1)
-        # Before: each person's next call started beside the one running.
+        # (This held on the code before the running sets were counted again too, for a
+        # reason not found; tests/dispatcher/test_rtcap3_restart.py shows the take that
+        # ran one over there.)
         assert running(ids) == 2, "a person's queued call started after Redis restarted"
         # Each person's running call ends (or ended at its tool's timeout meanwhile):
         # their next one runs.
