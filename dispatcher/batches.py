@@ -19,7 +19,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from dispatcher.models import TERMINAL_STATUSES, AgentSession, Status, ToolCall
+from audit import kinds
+from audit.models import AuditEvent
+from dispatcher.models import TERMINAL_STATUSES, AgentSession, Executor, Status, ToolCall
 from dispatcher.tools.registry import get_tool
 from floor import celery_message
 from floor.compiled import Compiled
@@ -74,12 +76,13 @@ redis.call('EXPIRE', KEYS[6], 86400)
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
 # The reconciler's re-send of a call queued too long (and a worker's give-back of a call
-# whose workspace was busy, or whose owner's place it could not hold): its message was lost (a worker killed holding it, Redis
-# restarted) or is only late. A call still in its agent's list (the set beside it says so
-# without reading the list: a flood's lists are long) gets one more message and no second
-# place (a list with more calls than messages would leave its last call waiting for the
-# reconciler after every burst, for good); a call the list lost gets both (a set that
-# outlived its list is dropped first: its calls are listed again by their own re-sends).
+# whose workspace was busy, or whose owner's place it could not hold): its message was
+# lost (a worker killed holding it, Redis restarted) or is only late. A call still in its
+# agent's list (the set beside it says so without reading the list: a flood's lists are
+# long) gets one more message and no second place (a list with more calls than messages
+# would leave its last call waiting for the reconciler after every burst, for good); a
+# call the list lost gets both (a set that outlived its list is dropped first: its calls
+# are listed again by their own re-sends).
 # An agent whose place outlived its list's (its owner's ring deleted or evicted alone),
 # or an owner whose place in the ring was lost, is put back: each joins only when the
 # level below was empty, so its calls were otherwise never taken again and its list grew
@@ -115,12 +118,16 @@ redis.call('LPUSH', KEYS[3], ARGV[3])
 # place given back sends a message for it (`_RELEASE`), so the listed calls keep as many
 # messages as they had. A place of a worker killed running its call lapses with the
 # call's lease (then the reconciler re-sends what waited: a lapse sends no message).
-# (KEYS: the owners' ring, the owed turns; ARGV: the lists' prefix, the owners' rings'
-# prefix, the cap, the running sets' prefix, the turn's token, its lapse, the sets' expiry.)
+# Without the running sets' mark (`_counted_key`: Redis lost its data) nothing is taken
+# (-1) until the sets are counted again (`count_running`).
+# (KEYS: the owners' ring, the owed turns, the mark; ARGV: the lists' prefix, the owners'
+# rings' prefix, the cap, the running sets' prefix, the turn's token, its lapse, the sets'
+# expiry.)
 _TAKE = """
 local cap = tonumber(ARGV[3])
 local now = 0
 if cap > 0 then
+  if redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
   local t = redis.call('TIME')
   now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
@@ -175,49 +182,61 @@ end
 return false
 """
 # A turn's place given back (KEYS: the owner's running set, the owed turns, the queue, the
-# owners' ring; ARGV: the token, the template of an owed turn's
-# message, the JSON of its root and parent ids). One owed turn at most: one place freed
-# lets one more call start. With no owner's calls waiting (the ring empty), no turn is
-# owed any more (a take that empties the ring drops them too): messages left over (the
-# reconciler's re-sends of calls that waited) would otherwise keep a count that sends
-# messages for nothing. The owed turn's message is made here, only when one is owed,
-# from the process's template (celery_message.task_message_template: its marks replaced
-# by the turn's token as the task id, a uuid4's hex, one message at most per turn; by
-# its halves swapped as the delivery tag; and by the sender's lineage): building one in Python for every call given back cost the worker
-# more than the rest of the give-back (issue 37), and a message built once and reused
-# could be pushed twice under one id (the pipelined give-back never reads the reply).
+# owners' ring; ARGV: the token, the kinds of the gaps of the owed turn's message's
+# template, the JSON of the sender's root and parent ids, the place `count_running` gave
+# the call if this turn ran it, then the template's parts). One owed turn at most: one
+# place freed lets one more call start. With no owner's calls waiting (the ring empty),
+# no turn is owed any more (a take that empties the ring drops them too): messages left
+# over (the reconciler's re-sends of calls that waited) would otherwise keep a count
+# that sends messages for nothing. The owed turn's message is made here, only when one
+# is owed, from the process's template
+# (celery_message.task_message_template): its parts joined by the turn's token as the
+# task id (a uuid4's hex, one message at most per turn), by its halves swapped as the
+# delivery tag, and by the sender's lineage (no root: the message's own id). Building
+# one in Python for every call given back cost the worker more than the rest of the
+# give-back (issue 37), and a message built once and reused could be pushed twice under
+# one id (the pipelined give-back never reads the reply). The template's marks were once
+# replaced by their text, wherever it stood: a queue whose name held it had it replaced.
 _RELEASE = """
-redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1], ARGV[5])
 if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[2])
 elseif tonumber(redis.call('GET', KEYS[2]) or '0') > 0 then
   redis.call('DECR', KEYS[2])
   local function uuid(h)
-    return h:sub(1, 8) .. '-' .. h:sub(9, 12) .. '-' .. h:sub(13, 16) .. '-' .. h:sub(17, 20)
-      .. '-' .. h:sub(21, 32)
+    return '"' .. h:sub(1, 8) .. '-' .. h:sub(9, 12) .. '-' .. h:sub(13, 16) .. '-'
+      .. h:sub(17, 20) .. '-' .. h:sub(21, 32) .. '"'
   end
-  local message = ARGV[2]:gsub('"HARNESSMARKROOT"', (ARGV[3]:gsub('%%', '%%%%')))
-  message = message:gsub('"HARNESSMARKPARENT"', (ARGV[4]:gsub('%%', '%%%%')))
-  message = message:gsub('HARNESSMARKID', uuid(ARGV[1]))
-  message = message:gsub('HARNESSMARKTAG', uuid(ARGV[1]:sub(17) .. ARGV[1]:sub(1, 16)))
-  redis.call('LPUSH', KEYS[3], message)
+  local id = uuid(ARGV[1])
+  local values = {I = id, T = uuid(ARGV[1]:sub(17) .. ARGV[1]:sub(1, 16)), P = ARGV[4]}
+  values.R = ARGV[3] ~= '' and ARGV[3] or id
+  local kinds = ARGV[2]
+  local message = {ARGV[6]}
+  for i = 1, #kinds do
+    message[2 * i] = values[kinds:sub(i, i)]
+    message[2 * i + 1] = ARGV[6 + i]
+  end
+  redis.call('LPUSH', KEYS[3], table.concat(message))
 end
 """
 # The place of a turn whose call is about to be claimed, moved to lapse with the call's
-# lease (KEYS: the owner's running set; ARGV: the token, the lease's seconds, the set's
-# expiry, the cap). To the microsecond, as the worker's lease is (its whole seconds alone
-# lapsed the place up to a second before the lease; a Lua number handed to Redis keeps 14
-# digits, so the score is formatted). A token no longer in the set is a place taken anew,
-# only below the cap, else nothing is held (0): a take's place that lapsed before its hold
-# (a re-check, a workspace lock slower than the grace) may have let another call of the
-# owner start meanwhile, and a turn that found the ring empty (a duplicate message of a
-# call another worker took with its place, a message of no agent, a ring lost with Redis)
-# has had none (`take_turn`). (A token still in the set, lapsed or not, was counted by
-# every take since: moving it lets no call more start.)
+# lease (KEYS: the owner's running set, the mark; ARGV: the token, the lease's seconds,
+# the set's expiry, the cap). To the microsecond, as the worker's lease is (its whole
+# seconds alone lapsed the place up to a second before the lease; a Lua number handed to
+# Redis keeps 14 digits, so the score is formatted). A token no longer in the set is a
+# place taken anew, only below the cap, else nothing is held (0): a take's place that
+# lapsed before its hold (a re-check, a workspace lock slower than the grace) may have
+# let another call of the owner start meanwhile, and a turn that found the ring empty (a
+# duplicate message of a call another worker took with its place, a message of no agent,
+# a ring lost with Redis) has had none (`take_turn`). (A token still in the set, lapsed
+# or not, was counted by every take since: moving it lets no call more start.) A place
+# to take anew without the running sets' mark is not taken (-1) until they are counted
+# again (`count_running`).
 _HOLD = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
   local cap = tonumber(ARGV[4])
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then return 0 end
@@ -257,6 +276,19 @@ def _running_key(queue: str, entry: str) -> str:
 
 def _owed_key(queue: str) -> str:
     return f"{queue}:fair:owed"
+
+
+def _counted_key(queue: str) -> str:
+    """The running sets' mark: they count every call running on the workers. Set once they
+    are counted (`count_running`), with no expiry: only a Redis that lost its data (a
+    restart of one that keeps nothing on disk, a flush) is without it. (Not under
+    `:fair:`, whose keys all go when nothing waits or runs.)"""
+    return f"{queue}:running-counted"
+
+
+def _counted_place(call_id: str) -> str:
+    """The place `count_running` gives a running call: its worker's turn gives it back."""
+    return f"call:{call_id}"
 
 
 def _running_expiry() -> int:
@@ -344,6 +376,7 @@ class Turn:
     queue: str = ""
     running: str = ""
     slot: str = ""
+    claimed: bool = False  # (the worker claimed its call: `end_turn`)
 
 
 def take_turn(call_id: str) -> Turn:
@@ -355,9 +388,10 @@ def take_turn(call_id: str) -> Turn:
     running, a message pushed without an agent, the ring lost with Redis): a call run
     twice is claimed once, and with a cap its place is taken at its `hold`, below the
     cap or not at all (it ran with none while the worker that took it with its place had
-    not claimed it yet, which then gave the place back: one call over the cap). When Redis cannot be asked,
-    the message's own call without a cap, and no call with one (its owner's running calls
-    cannot be counted: fail closed): it stays queued, and the reconciler sends it again."""
+    not claimed it yet, which then gave the place back: one call over the cap). When
+    Redis cannot be asked, the message's own call without a cap, and no call with one
+    (its owner's running calls cannot be counted: fail closed): it stays queued, and the
+    reconciler sends it again."""
     target = celery_message.raw_target(EXECUTE_TASK)
     if target is None:
         return Turn(call_id)
@@ -365,19 +399,21 @@ def take_turn(call_id: str) -> Turn:
     ring, prefix = _fair_keys(queue)
     cap = running_cap()
     token = uuid.uuid4().hex if cap else ""
+    keys = [ring, _owed_key(queue), _counted_key(queue)]
+    args = [
+        prefix,
+        _owner_key(queue, ""),
+        cap,
+        _running_key(queue, ""),
+        token,
+        settings.HARNESS_LEASE_GRACE,
+        _running_expiry(),
+    ]
     try:
-        turn = _script(url, _TAKE)(
-            keys=[ring, _owed_key(queue)],
-            args=[
-                prefix,
-                _owner_key(queue, ""),
-                cap,
-                _running_key(queue, ""),
-                token,
-                settings.HARNESS_LEASE_GRACE,
-                _running_expiry(),
-            ],
-        )
+        turn = _script(url, _TAKE)(keys=keys, args=args)
+        if turn == -1:  # (the running sets lost with Redis's data: counted again first)
+            count_running(url, queue)
+            turn = _script(url, _TAKE)(keys=keys, args=args)
     except redis.RedisError:
         if cap:
             logger.warning(
@@ -391,7 +427,7 @@ def take_turn(call_id: str) -> Turn:
         return Turn(call_id)
     if turn is None:
         return Turn(call_id, url, queue, "", token) if cap else Turn(call_id)
-    if turn == 0:
+    if turn in (0, -1):
         return Turn("")
     taken, running = (part.decode() for part in turn)
     return Turn(taken, url, queue, running, token) if running else Turn(taken)
@@ -422,17 +458,38 @@ def hold(turn: Turn, seconds: float, share: Share | None = None) -> Hold:
     only below the cap (`_HOLD`). Never raises. Anything but HELD: do not claim the call
     (fail closed: a place not held lets one more call of the owner start while it runs);
     it stays queued: AT_CAP, send it again (its turn comes when a place is given back),
-    NOT_ASKED, the reconciler sends it again."""
+    NOT_ASKED, the reconciler sends it again.
+
+    A place taken in another owner's share than the call's (its agent moved to another
+    person, `agents.transfer_agent`, while the call was listed in its former owner's
+    ring) is given back at once, and one taken anew in the call's owner's: counted as the
+    former owner's, the call started beside its new owner's running calls, past their
+    cap."""
     if not turn.slot:
         return Hold.HELD
+    own = _running_key(turn.queue, _entry(share)) if share is not None else turn.running
+    if turn.running and turn.running != own:
+        _release(turn, None)
+        turn.running, turn.slot = "", uuid.uuid4().hex  # (its own owed message's id)
     seat = not turn.running
     if seat:
         if share is None:
             return Hold.AT_CAP
         turn.running = _running_key(turn.queue, _entry(share))
+    held_now = _hold(turn, seconds)
+    if held_now is not Hold.HELD and seat:
+        turn.running = ""  # (none taken: none to give back)
+    return held_now
+
+
+def _hold(turn: Turn, seconds: float) -> Hold:
+    keys = [turn.running, _counted_key(turn.queue)]
     args = [turn.slot, seconds, _running_expiry(), running_cap()]
     try:
-        held_now = _script(turn.url, _HOLD)(keys=[turn.running], args=args)
+        held_now = _script(turn.url, _HOLD)(keys=keys, args=args)
+        if held_now == -1:  # (as at the take)
+            count_running(turn.url, turn.queue)
+            held_now = _script(turn.url, _HOLD)(keys=keys, args=args)
     except redis.RedisError:
         logger.warning(
             "could not hold the place of call %s; not running it, the reconciler sends it again",
@@ -440,11 +497,9 @@ def hold(turn: Turn, seconds: float, share: Share | None = None) -> Hold:
             exc_info=True,
         )
         return Hold.NOT_ASKED
-    if not held_now:
-        if seat:
-            turn.running = ""  # (none taken: none to give back)
-        return Hold.AT_CAP
-    return Hold.HELD
+    if held_now == -1:
+        return Hold.NOT_ASKED
+    return Hold.HELD if held_now else Hold.AT_CAP
 
 
 def end_turn(turn: Turn) -> None:
@@ -452,13 +507,17 @@ def end_turn(turn: Turn) -> None:
     kept for this thread's round trip to Redis when one is open
     (redis_clients.one_round_trip: the result's wake-up), else sent now. Never raises: a
     place not given back lapses with the call's lease."""
-    if not turn.running:
-        return
+    if turn.running:
+        _release(turn, held(turn.url))
+
+
+def _release(turn: Turn, trip: Any) -> None:
+    """`end_turn`'s give-back, kept for `trip` (a redis_clients round trip) or sent now."""
     queue = turn.queue
     keys = (turn.running, _owed_key(queue), queue, _fair_keys(queue)[0])
-    template = celery_message.task_message_template(EXECUTE_TASK, OWED_TURN, queue)
-    args = (turn.slot, template, *celery_message.lineage())
-    trip = held(turn.url)
+    kinds, parts = celery_message.task_message_template(EXECUTE_TASK, OWED_TURN, queue)
+    counted = _counted_place(turn.call_id) if turn.claimed else ""
+    args = (turn.slot, kinds, *celery_message.lineage(), counted, *parts)
     try:
         if trip is not None:
             trip.add(
@@ -468,6 +527,44 @@ def end_turn(turn: Turn) -> None:
             _script(turn.url, _RELEASE)(keys=list(keys), args=list(args))
     except redis.RedisError:
         logger.warning("could not give back the place of call %s", turn.call_id, exc_info=True)
+
+
+def count_running(url: str, queue: str) -> None:
+    """The running sets counted again from the database, and marked so (`_counted_key`):
+    each call running on the workers (not the inline lane's, nor a client's) holds a
+    place in its owner's set until its lease ends, given back by the worker's turn that
+    claimed it (`end_turn`). Redis lost its data (restarted empty, flushed): every place
+    of a call running then was lost, and its owner's next calls started beside it, past
+    the cap. (A call whose claim commits after this read, on a place held before Redis
+    lost it, is not counted: the moment between a hold and its claim.) Raises what Redis
+    raises."""
+    now = timezone.now()
+    rows = list(
+        ToolCall.objects.filter(
+            status=Status.RUNNING, executor=Executor.HARNESS, lease_until__gt=now
+        ).values_list("pk", "session__agent_id", "session__agent__owner_id", "lease_until")
+    )
+    inline = set(
+        AuditEvent.objects.filter(
+            kind=kinds.CALL_STARTED,
+            actor="inline",
+            subject__in=[f"call:{pk}" for pk, *_ in rows],
+        ).values_list("subject", flat=True)
+    )
+    pipe = redis_at(url).pipeline()
+    for pk, agent, owner, lease in rows:
+        if f"call:{pk}" in inline or lease is None:  # (a lease in the future: never None)
+            continue
+        key = _running_key(queue, _entry(Share(str(owner), str(agent))))
+        pipe.zadd(key, {_counted_place(str(pk)): lease.timestamp()})
+        pipe.expire(key, _running_expiry())
+    pipe.set(_counted_key(queue), "1")
+    pipe.execute()
+    logger.warning(
+        "the running calls' places were not in Redis (restarted or flushed); counted %d "
+        "from the database",
+        len(rows) - len(inline),
+    )
 
 
 @functools.cache

@@ -154,6 +154,8 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
                         _send_again(call)
                     return None
             if transitions.claim(call, tool, leased_from=leased_from):
+                if turn is not None:
+                    turn.claimed = True  # (its place given back: batches.count_running's too)
                 _run_claimed(call, ctx, row=row)
             return None
     if changed is not None:

@@ -87,36 +87,65 @@ def task_message(task: str, call_id: str, queue: str, *more: str) -> str:
 
 
 # A message a Redis script may push, built once per process (`task_message_template`):
-# the script puts a task id of its own where ID_MARK is (the id, the correlation id) and
-# a delivery tag where TAG_MARK is, and the JSON of the sending task's root and parent
-# ids (`lineage`) in place of `"ROOT_MARK"` and `"PARENT_MARK"`, quotes and all. (Plain
-# capitals: no Lua pattern character, none a prefix of another, none in the rest.)
-ID_MARK, TAG_MARK = "HARNESSMARKID", "HARNESSMARKTAG"
-ROOT_MARK, PARENT_MARK = "HARNESSMARKROOT", "HARNESSMARKPARENT"
+# cut into its fixed parts where the ids that differ from one message to the next go, and
+# each gap's kind, for the script to join the parts with its own ids (`ID`: the task id
+# and the correlation id; `TAG`: the delivery tag) and the JSON of the sending task's root
+# and parent ids (`lineage`). Cut where the ids were put, not where a word stands: the
+# queue's name, or anything else in the message, can hold any text and is kept as it is.
+ID, TAG, ROOT, PARENT = "I", "T", "R", "P"
 
 
-def task_message_template(task: str, call_id: str, queue: str) -> str:
-    """`task_message`'s message for `task(call_id)` with the marks above in place of the
-    ids that differ from one message to the next: built once per process (its origin
-    names the process), for a message sent only now and then but offered on every call
-    (batches.end_turn's owed turn)."""
+def task_message_template(task: str, call_id: str, queue: str) -> tuple[str, tuple[str, ...]]:
+    """`task_message`'s message for `task(call_id)` as its gaps' kinds (a string, one letter
+    of ID, TAG, ROOT, PARENT a gap) and its parts (one more than its gaps), a gap where
+    each JSON value that differs from one message to the next goes: built once per process
+    (its origin names the process), for a message sent only now and then but offered on
+    every call (batches.end_turn's owed turn)."""
     return _template(task, call_id, queue, os.getpid())
 
 
 @functools.cache
-def _template(task: str, call_id: str, queue: str, pid: int) -> str:
-    return _envelope(task, (call_id,), queue, ID_MARK, ROOT_MARK, PARENT_MARK, TAG_MARK)
+def _template(task: str, call_id: str, queue: str, pid: int) -> tuple[str, tuple[str, ...]]:
+    while True:
+        # Stand-ins no other text of the message holds (a name may hold anything: one that
+        # held a stand-in too, by chance or on purpose, gets another).
+        stand_in = {kind: uuid.uuid4().hex for kind in (ID, TAG, ROOT, PARENT)}
+        envelope = _envelope(
+            task, (call_id,), queue, stand_in[ID], stand_in[ROOT], stand_in[PARENT], stand_in[TAG]
+        )
+        found = sorted(
+            (at, kind)
+            for kind, text in stand_in.items()
+            for at in _occurrences(envelope, json.dumps(text))
+        )
+        if [kind for _, kind in found].count(ID) == 2 and len(found) == 5:
+            break
+    kinds, parts, start = "", [], 0
+    for at, kind in found:
+        kinds += kind
+        parts.append(envelope[start:at])
+        start = at + len(json.dumps(stand_in[kind]))
+    parts.append(envelope[start:])
+    return kinds, tuple(parts)
+
+
+def _occurrences(text: str, part: str) -> list[int]:
+    found, at = [], text.find(part)
+    while at >= 0:
+        found.append(at)
+        at = text.find(part, at + 1)
+    return found
 
 
 def lineage() -> tuple[str, str]:
-    """The JSON of the root and parent ids `task_message` would give a message sent now
-    (inside a worker's task: that task's; else the message's own id, ID_MARK, and none),
-    for a template's ROOT_MARK and PARENT_MARK."""
+    """The JSON of the root and parent ids `task_message` would give a message sent now,
+    for a template's ROOT and PARENT gaps: inside a worker's task, that task's; else none
+    for the parent and, for the root, an empty string (the message's own id goes there)."""
     current = current_app.current_worker_task
     if current is not None and current.request.id:
         root = current.request.root_id or current.request.id
         return json.dumps(root), json.dumps(current.request.id)
-    return f'"{ID_MARK}"', "null"
+    return "", "null"
 
 
 def _envelope(

@@ -28,6 +28,7 @@ def queue(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[tuple[Any,
     monkeypatch.setattr(celery_message, "raw_target", lambda task: (url, name))
     settings.HARNESS_MAX_RUNNING_PER_OWNER = "1"
     broker = redis_at(url)
+    broker.set(batches._counted_key(name), 1)  # (a queue of its own: nothing runs yet)
     yield broker, name
     leftover = list(broker.scan_iter(f"{name}*"))
     if leftover:

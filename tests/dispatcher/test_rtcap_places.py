@@ -45,6 +45,7 @@ def lane(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[tuple[Any, 
         "tests.dispatcher.test_runcap_tools.WAIT_FOR",
     ]
     broker = redis_at(url)
+    broker.set(batches._counted_key(name), 1)  # (a queue of its own: nothing runs yet)
     yield broker, name
     leftover = list(broker.scan_iter(f"{name}*"))
     if leftover:
