@@ -39,7 +39,7 @@ def _start_upstream() -> tuple[subprocess.Popen[bytes], str]:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/mcp"
-    for _ in range(300):
+    for _ in range(1200):  # (up to a minute on a loaded host)
         try:
             urllib.request.urlopen(url, timeout=1)  # noqa: S310 - the local server
         except urllib.error.HTTPError:  # (it answers: 4xx to a bare GET)
