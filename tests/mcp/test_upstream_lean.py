@@ -69,19 +69,22 @@ def outcomes(url: str, calls: list[tuple[str, dict[str, Any]]], timeout: float =
         )
         with contextlib.suppress(upstream.DefinitionChanged):  # (the session, opened)
             await pool.call_async(endpoint, "echo", "", {"text": ""})
+        definitions = pool._on_this_loop()[endpoint.key].definitions
         seen: list[str] = []
-        for tool, arguments in calls:
-            connection = pool._on_this_loop()[endpoint.key]
-            fingerprint = connection.definitions[tool].fingerprint
-            try:
-                result = await pool.call_async(endpoint, tool, fingerprint, arguments)
-                seen.append(f"{result.is_error} {upstream.result_text(result)}")
-            except (upstream.UpstreamError, ToolError, TimeoutError) as exc:
-                seen.append(f"{type(exc).__name__}: {exc}")
-            replaced = pool._on_this_loop().get(endpoint.key) is not connection
-            seen.append(f"replaced: {replaced}")
-        for connection in pool._on_this_loop().values():
-            await connection.close()
+        try:
+            for tool, arguments in calls:
+                connection = pool._on_this_loop().get(endpoint.key)
+                fingerprint = definitions[tool].fingerprint
+                try:
+                    result = await pool.call_async(endpoint, tool, fingerprint, arguments)
+                    seen.append(f"{result.is_error} {upstream.result_text(result)}")
+                except (upstream.UpstreamError, ToolError, TimeoutError) as exc:
+                    seen.append(f"{type(exc).__name__}: {exc}")
+                replaced = pool._on_this_loop().get(endpoint.key) is not connection
+                seen.append(f"replaced: {replaced}")
+        finally:
+            for connection in list(pool._on_this_loop().values()):
+                await connection.close()
         return seen
 
     return asyncio.run(scenario())
@@ -150,7 +153,7 @@ def test_a_lean_call_given_up_on_sends_the_notice_that_cancels_it(
         hung = asyncio.create_task(
             pool.call_async(endpoint, "never", definitions["never"].fingerprint, {})
         )
-        while "never" not in calls.read_text():
+        while not calls.exists() or "never" not in calls.read_text():
             await asyncio.sleep(0.05)
         hung.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -167,7 +170,6 @@ def test_a_lean_call_given_up_on_sends_the_notice_that_cancels_it(
 
     assert asyncio.run(scenario()) == "echo: next"
     assert [line.split()[0] for line in calls.read_text().splitlines()] == [
-        "echo",
         "never",
         "cancel-held",
         "echo",
