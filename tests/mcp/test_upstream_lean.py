@@ -108,10 +108,10 @@ def test_a_json_answering_servers_calls_end_the_same_both_ways(
         ("echo", {"text": "b"}),
         ("close", {}),  # the connection cut mid-answer
         ("echo", {"text": "c"}),
-        ("sleep", {"seconds": 3}),  # past its timeout
+        ("sleep", {"seconds": 6}),  # past its timeout
         ("echo", {"text": "d"}),
     ]
-    lean, sdk = both_ways(monkeypatch, lambda: outcomes(url, calls, timeout=1.5))
+    lean, sdk = both_ways(monkeypatch, lambda: outcomes(url, calls, timeout=3))
     assert lean == sdk
     assert lean[0] == "False echo: a" and lean[-2] == "False echo: d", lean
 
@@ -123,10 +123,10 @@ def test_an_sse_answering_servers_calls_end_the_same_both_ways(
         ("echo", {"text": "a"}),
         ("fail", {"reason": "no"}),  # the tool's own error result
         ("echo", {"text": 7}),  # arguments the server's schema refuses
-        ("slow", {"seconds": 3}),  # past its timeout
+        ("slow", {"seconds": 6}),  # past its timeout
         ("echo", {"text": "b"}),
     ]
-    lean, sdk = both_ways(monkeypatch, lambda: outcomes(sdk_server, calls, timeout=1.5))
+    lean, sdk = both_ways(monkeypatch, lambda: outcomes(sdk_server, calls, timeout=3))
     assert lean == sdk
     assert lean[0] == "False echo: a" and lean[-2] == "False echo: b", lean
 
