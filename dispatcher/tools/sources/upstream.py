@@ -25,6 +25,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import count
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -33,12 +35,19 @@ import httpx2
 import pydantic
 from django.conf import settings
 from mcp import ClientSession, StdioServerParameters, types
+from mcp.client import session as sdk_session
+from mcp.client.extension import UnexpectedClaimedResult
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
+from mcp.shared import jsonrpc_dispatcher
 from mcp.shared._context_streams import create_context_streams
+from mcp.shared._otel import inject_trace_context
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
-from mcp.shared.message import SessionMessage
+from mcp.shared.message import ClientMessageMetadata, SessionMessage
+from mcp_types import methods as sdk_methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from dispatcher.tools import base, sandbox, sandbox_servers
 from dispatcher.tools._paths import cap_text
@@ -216,12 +225,14 @@ async def open_session(
     endpoint: Endpoint,
     forgotten: Callable[[], None] | None = None,
     too_large: Callable[[], None] | None = None,
+    opened: Callable[[_Transport], None] | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized client session with the server (stdio: the process runs while it
     is open); `forgotten` is called when an HTTP server answers a request of the session
     404, the session unknown to it (a server restarted, or one that ended it);
     `too_large` when a stdio server sends a message past ANSWER_BYTES, which ends the
-    session (an HTTP server's answer past it fails its request alone: the door's cap)."""
+    session (an HTTP server's answer past it fails its request alone: the door's cap);
+    `opened` is given an HTTP session's transport, once initialized (`lean_call`)."""
     if endpoint.transport == "stdio":
         # (the writable paths' descriptors stay open while the server runs: its launcher
         # opens them again from this process when it starts)
@@ -260,10 +271,12 @@ async def open_session(
     )
     async with (
         http,
-        _http_streams(endpoint.url, http) as (read, write),
+        _http_streams(endpoint.url, http) as (read, write, transport),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
+        if opened is not None:
+            opened(transport)
         yield session
 
 
@@ -280,7 +293,20 @@ class _Transport(StreamableHTTPTransport):
     client's connections a new call's request waited inside the HTTP client, to be sent
     once one was freed, after its agent had been told it timed out."""
 
+    # What `lean_call` sends through: the session's HTTP client and the stream its
+    # messages are read from (set when the sender starts); and the notifications the
+    # sender is POSTing now (it sends one at a time, holding every later message).
+    client: httpx2.AsyncClient | None = None
+    incoming: Any = None
+    notices = 0
+
+    async def post_writer(self, client: httpx2.AsyncClient, *args: Any, **kwargs: Any) -> None:
+        self.client, self.incoming = client, args[1]  # (read_stream_writer)
+        await super().post_writer(client, *args, **kwargs)
+
     async def _handle_post_request(self, ctx: RequestContext) -> None:
+        notice = not isinstance(ctx.session_message.message, types.JSONRPCRequest)
+        self.notices += notice
         try:
             await super()._handle_post_request(ctx)
         except Exception as exc:  # noqa: BLE001 - this request's failure, not the session's
@@ -291,6 +317,8 @@ class _Transport(StreamableHTTPTransport):
                 )
             else:
                 logger.info("an MCP notification was not delivered: %s", describe(exc))
+        finally:
+            self.notices -= notice
 
     def _consume_modern_cancellation(self, session_message: SessionMessage) -> bool:
         message = session_message.message
@@ -320,11 +348,134 @@ async def _http_streams(url: str, http: httpx2.AsyncClient) -> AsyncIterator[Any
             transport.post_writer, http, write_reader, read_writer, write, start_get_stream, tg
         )
         try:
-            yield read, write
+            yield read, write, transport
         finally:
             if transport.session_id:
                 await transport.terminate_session(http)
             tg.cancel_scope.cancel()
+
+
+# --- A tools/call sent straight through the session's transport -------------------------
+
+# Whether a call on an HTTP session is sent by `lean_call` when it can be (docs/mcp.md,
+# "The upstream call"); off, every call goes through the SDK's ClientSession.call_tool.
+LEAN_CALLS = True
+_LEAN_IDS = count(1)
+
+
+class _Answer:
+    """What `lean_call` hands the SDK's POST handling as the session's read stream: the
+    call's response (or error) is kept; any other message the server sends on the call's
+    stream (a notification, a request of its own) goes on to the session, as the SDK's
+    transport sends it."""
+
+    def __init__(self, session_stream: Any) -> None:
+        self.session_stream = session_stream
+        self.reply: types.JSONRPCResponse | types.JSONRPCError | None = None
+
+    async def send(self, item: SessionMessage | Exception) -> None:
+        message = item.message if isinstance(item, SessionMessage) else None
+        if self.reply is None and isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+            self.reply = message
+        else:
+            await self.session_stream.send(item)
+
+
+def lean_ready(session: ClientSession, transport: _Transport) -> bool:
+    """Whether `lean_call` may send a call on this session now: its sender has started
+    and holds no notification (a later message waits behind one: so does the call, through
+    the SDK), and the protocol is one before 2026 (whose calls carry more headers and are
+    cancelled by closing their stream)."""
+    version = transport._protocol_version_header
+    return (
+        LEAN_CALLS
+        and transport.client is not None
+        and transport.incoming is not None
+        and transport.notices == 0
+        and version is not None
+        and version not in MODERN_PROTOCOL_VERSIONS
+        and session._negotiated_version not in MODERN_PROTOCOL_VERSIONS
+    )
+
+
+async def lean_call(
+    session: ClientSession, transport: _Transport, tool: str, arguments: dict[str, Any]
+) -> types.CallToolResult:
+    """`session.call_tool(tool, arguments)` at a protocol before 2026, sent by the awaiting
+    task itself through the transport's own POST handling (`_Transport._handle_post_request`:
+    the session's headers, the door, its JSON or SSE answer, 202, redirects and error
+    statuses as the SDK reads them), and its result read as the session reads it (the
+    protocol version's checks, the tool's output schema). What it leaves out is the SDK's
+    way there and back: the request's model, the dispatcher's waiter, two memory streams,
+    the sender's task and the reader's. Cancelled (its bound, or its caller), it sends the
+    server the notice that cancels the request, as the SDK does. Raises as call_tool."""
+    assert transport.client is not None
+    params: dict[str, Any] = {"name": tool, "arguments": arguments}
+    data: dict[str, Any] = {"method": "tools/call", "params": params}
+    opts: Any = {}
+    session._stamp(data, opts)
+    headers = opts.setdefault("headers", {})
+    headers.setdefault(MCP_NAME_HEADER, encode_header_value(tool))
+    meta: dict[str, Any] = dict(data["params"].get("_meta") or {})
+    inject_trace_context(meta)
+    if meta:
+        data["params"]["_meta"] = meta
+    plan = jsonrpc_dispatcher._plan_outbound(None, opts)
+    request_id = f"harness-{next(_LEAN_IDS)}"
+    message = types.JSONRPCRequest(
+        jsonrpc="2.0", id=request_id, method="tools/call", params=data["params"]
+    )
+    metadata = plan.metadata if isinstance(plan.metadata, ClientMessageMetadata) else None
+    if metadata is not None and metadata.headers is not None:
+        stamped = metadata.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        if stamped is not None:
+            transport._protocol_version_header = stamped
+    answer = _Answer(transport.incoming)
+    ctx = RequestContext(
+        client=transport.client,
+        session_id=transport.session_id,
+        session_message=SessionMessage(message, metadata=plan.metadata),
+        metadata=metadata,
+        read_stream_writer=answer,  # type: ignore[arg-type]
+    )
+    try:
+        await transport._handle_post_request(ctx)
+    except asyncio.CancelledError:
+        if plan.cancel_on_abandon:
+            dispatcher = session._dispatcher
+            assert isinstance(dispatcher, jsonrpc_dispatcher.JSONRPCDispatcher)
+            await dispatcher._final_write(
+                partial(dispatcher._cancel_outbound, request_id, "caller cancelled", None),
+                shield=True,
+                timeout=jsonrpc_dispatcher._ABANDON_WRITE_TIMEOUT,
+                describe=f"courtesy cancel for caller-cancelled request {request_id!r}",
+            )
+        raise
+    reply = answer.reply
+    if reply is None:  # (the SDK's handling answers every request; as its closed stream)
+        raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
+    if isinstance(reply, types.JSONRPCError):
+        error = reply.error
+        raise MCPError(code=error.code, message=error.message, data=error.data)
+    raw = reply.result
+    sdk_session._clamp_inbound_ttl(raw)
+    version = session._negotiated_version or "2025-11-25"
+    with contextlib.suppress(KeyError):
+        sdk_methods.validate_server_result("tools/call", version, raw)
+    if not (foreign := sdk_session._later_revision_fields("tools/call", version)).isdisjoint(raw):
+        raw = {key: value for key, value in raw.items() if key not in foreign}
+    adapter = session._call_tool_adapter
+    if isinstance(adapter, pydantic.TypeAdapter):
+        result = adapter.validate_python(raw, by_name=False)
+    else:
+        result = adapter.model_validate(raw, by_name=False)
+    if isinstance(result, types.CallToolResult) and not result.is_error:
+        await session.validate_tool_result(tool, result)
+    if isinstance(result, types.InputRequiredResult):
+        raise sdk_session._input_required_unexpected("call_tool")
+    if not isinstance(result, types.CallToolResult):
+        raise UnexpectedClaimedResult(result)
+    return result
 
 
 async def all_tools(session: ClientSession) -> list[types.Tool]:
@@ -419,6 +570,7 @@ class Connection:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self.session: ClientSession | None = None
+        self.transport: _Transport | None = None  # (an HTTP server's: lean_call)
         self.definitions: dict[str, Definition] = {}
         self.ready = asyncio.Event()
         self.stop = asyncio.Event()
@@ -435,7 +587,9 @@ class Connection:
 
     async def _hold(self) -> None:
         try:
-            async with open_session(self.endpoint, self._forgotten, self._too_large) as session:
+            async with open_session(
+                self.endpoint, self._forgotten, self._too_large, self._opened
+            ) as session:
                 tools = await all_tools(session)
                 self.definitions = {t.name: Definition.from_mcp(t) for t in tools}
                 self.session = session
@@ -449,6 +603,9 @@ class Connection:
 
     def _forgotten(self) -> None:
         self.forgotten = True
+
+    def _opened(self, transport: _Transport) -> None:
+        self.transport = transport
 
     def _too_large(self) -> None:
         self.too_large = True
@@ -693,6 +850,9 @@ class Pool:
         bound = asyncio.timeout(read_timeout)
         try:
             async with bound:
+                transport = connection.transport
+                if transport is not None and lean_ready(connection.session, transport):
+                    return await lean_call(connection.session, transport, tool, arguments)
                 return await connection.session.call_tool(
                     tool, arguments, read_timeout_seconds=read_timeout
                 )
