@@ -26,3 +26,29 @@ def test_the_sdk_transport_still_has_what_upstream_extends_and_uses() -> None:
     transport = upstream._Transport("http://127.0.0.1:9/mcp")
     assert transport._in_flight_posts == {} and transport.session_id is None
     assert {"session_message", "read_stream_writer"} <= set(RequestContext.__dataclass_fields__)
+
+
+def test_the_sdk_still_has_what_the_lean_call_uses() -> None:
+    """upstream.lean_call sends an allowed tools/call through the SDK's own parts, private
+    ones among them: an SDK without one says so here (LEAN_CALLS = False is the way back)."""
+    from mcp import ClientSession
+    from mcp.client import session as sdk_session
+    from mcp.shared import jsonrpc_dispatcher
+
+    wanted = {
+        sdk_session: ("_clamp_inbound_ttl", "_later_revision_fields", "_input_required_unexpected"),
+        jsonrpc_dispatcher: ("_plan_outbound", "_ABANDON_WRITE_TIMEOUT"),
+        jsonrpc_dispatcher.JSONRPCDispatcher: ("_final_write", "_cancel_outbound"),
+        ClientSession: ("validate_tool_result",),
+    }
+    missing = [
+        f"{getattr(owner, '__name__', owner)}.{name}"
+        for owner, names in wanted.items()
+        for name in names
+        if not hasattr(owner, name)
+    ]
+    source = inspect.getsource(ClientSession)  # (attributes each session sets itself)
+    for name in ("_stamp", "_call_tool_adapter", "_negotiated_version", "_dispatcher"):
+        if f"self.{name} =" not in source and f"self.{name}:" not in source:
+            missing.append(f"ClientSession().{name}")
+    assert missing == [], f"the SDK no longer has {missing}: see upstream.lean_call"
