@@ -87,7 +87,11 @@ ALL_BUT_CONFIG = "all-but-config"  # `git config KEY VALUE` alone, of a key that
 NONE = "none"  # none: a command a reviewer approved (they saw it)
 MODES = (ALL, ALL_BUT_CONFIG, NONE)
 
-FILES = ("config", "config.worktree", "commondir")
+# (`gitdir` of a linked worktree's git directory names the worktree's `.git` file, which
+# a person's `git worktree repair` writes: `/home/u/.git` written there had it write
+# `gitdir: <workspace>/.git/worktrees/x` into their home, which so became a work tree of
+# the workspace's repository, its index and HEAD the agent's to set)
+FILES = ("config", "config.worktree", "commondir", "gitdir")
 INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after a run
 # An index (with its split index's shared parts) a run left larger than this, or than
 # twice what there was before and INDEX_MARGIN, is removed unread: git reads it in time
@@ -1164,14 +1168,15 @@ def _git_entries(
     *,
     before: bool,
     bare: list[tuple[str, tuple[int, int]]] | None = None,
+    fifos: list[str] | None = None,
 ) -> list[tuple[str, tuple[int, int], bool]]:
     """The `.git` entries (directory, file or link) in the workspace held by `root`, at any
     depth, as (path relative to it, (device, inode)); none descended into, no link
     followed (_walk). Added to `bare`: the directories git takes for a git directory by
-    their own names (`_looks_like_git_directory`). ToolError past `limit` entries, or with
-    a directory that cannot be read."""
+    their own names (`_looks_like_git_directory`); to `fifos`, each FIFO (or device) met.
+    ToolError past `limit` entries, or with a directory that cannot be read."""
     try:
-        return _walk(root, limit, bare if bare is not None else [])
+        return _walk(root, limit, bare if bare is not None else [], fifos=fifos)
     except (_Unchecked, OSError) as error:
         why = str(error) if isinstance(error, _Unchecked) else (error.strerror or str(error))
         if before:
@@ -1212,6 +1217,7 @@ def _walk(
     bare: list[tuple[str, tuple[int, int]]],
     links: list[str] | None = None,
     since: int = 0,
+    fifos: list[str] | None = None,
 ) -> list[tuple[str, tuple[int, int], bool]]:
     """Depth first, at any depth (a tree 130 levels deep stopped the search after a run,
     which kept the `.git` a command planted beside it): what is kept of each level is its
@@ -1222,7 +1228,7 @@ def _walk(
     levels: list[_Level] = []
     try:
         levels.append(_Level(top, "", "", _identity(top), []))
-        seen = _list(levels[0], seen, limit, found, bare, links, since)
+        seen = _list(levels[0], seen, limit, found, bare, links, since, fifos)
         while levels:
             level = levels[-1]
             if not level.pending:
@@ -1236,7 +1242,7 @@ def _walk(
             name = level.pending.pop()
             child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
             levels.append(_Level(child, name, f"{level.prefix}{name}/", _identity(child), []))
-            seen = _list(levels[-1], seen, limit, found, bare, links, since)
+            seen = _list(levels[-1], seen, limit, found, bare, links, since, fifos)
             far = len(levels) - 1 - OPEN_LEVELS
             if far >= 1 and levels[far].fd is not None:
                 os.close(levels[far].fd)  # type: ignore[arg-type]
@@ -1256,10 +1262,11 @@ def _list(
     bare: list[tuple[str, tuple[int, int]]],
     links: list[str] | None = None,
     since: int = 0,
+    fifos: list[str] | None = None,
 ) -> int:
     """Look at the entries of `level`: a `.git` is found, a directory kept to be walked,
-    and the level itself added to `bare` when git takes it for a git directory. The
-    entries seen so far; _Unchecked past `limit`."""
+    a FIFO added to `fifos` (when given), and the level itself added to `bare` when git
+    takes it for a git directory. The entries seen so far; _Unchecked past `limit`."""
     assert level.fd is not None
     head = False
     with os.scandir(level.fd) as listing:
@@ -1275,9 +1282,10 @@ def _list(
             elif directory:
                 level.pending.append(entry.name)
             elif links is not None and entry.is_symlink():
-                # (made, moved or linked since `since`: its ctime is then)
+                # (made, moved or linked since `since`, its ctime then; or older, unless
+                # git reads it as a symbolic ref: `_old_link_kept`)
                 info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
-                if info.st_ctime_ns >= since:
+                if info.st_ctime_ns >= since or not _symbolic_ref(level.fd, entry.name):
                     links.append(level.prefix + entry.name)
             elif links is not None and not entry.is_file(follow_symlinks=False):
                 # (a FIFO, whenever made: git makes none, and opens what it reads or
@@ -1285,6 +1293,10 @@ def _list(
                 info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
                 if _blocks(info.st_mode):
                     links.append(level.prefix + entry.name)
+            elif fifos is not None and not entry.is_file(follow_symlinks=False):
+                info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
+                if _blocks(info.st_mode):
+                    fifos.append(level.prefix + entry.name)
     if head and _looks_like_git_directory(
         {name for name in _GIT_DIRECTORY_NAMES if _exists(level.fd, name)}
     ):
@@ -1635,6 +1647,9 @@ def _remove_hidden_repositories(result: Guard) -> None:
     is removed: git writes through one (`COMMIT_EDITMSG`, `MERGE_MSG`, `FETCH_HEAD`,
     a reflog, a directory of `refs/`), and `.git/COMMIT_EDITMSG -> ~/.bashrc` had the
     person's `git commit -m` write its message over a file outside the workspace. So is
+    one older than the guard, but a symbolic ref and the person's `objects -> ...`
+    (`_old_link_kept`): one planted before Harness looked (an upgrade), or by a command
+    a reviewer approved, was kept for good, and git wrote through it at every commit. So is
     each FIFO, whenever made (git makes none, and waits on one it opens by name: a FIFO
     at `HEAD` hung every `git status` of the person's, one at `COMMIT_EDITMSG` their
     `git commit -m`)."""
@@ -1669,8 +1684,11 @@ def _remove_hidden_repositories(result: Guard) -> None:
                     continue
                 if stat.S_ISLNK(info.st_mode):
                     was = (_identity(fd), name, _link_target(fd, name)) in kept
-                    made = info.st_ctime_ns >= since and not (was or _symbolic_head(fd, name))
-                    if made and _remove(fd, name, f"{shown}/{name}", directories_only=False):
+                    if info.st_ctime_ns >= since:
+                        gone = not (was or _symbolic_head(fd, name))
+                    else:
+                        gone = not (was or _old_link_kept(fd, name))
+                    if gone and _remove(fd, name, f"{shown}/{name}", directories_only=False):
                         unlinked.append(f"{shown}/{name}")
                     continue
                 if not stat.S_ISDIR(info.st_mode) or (info.st_dev, info.st_ino) in guarded:
@@ -1690,8 +1708,32 @@ def _remove_hidden_repositories(result: Guard) -> None:
 def _symbolic_head(dir_fd: int, name: str) -> bool:
     """Whether `name` is a `HEAD` that is a symbolic link git reads as a symbolic ref
     (`refs/...`, no `..`: core.preferSymlinkRefs), which git writes through to that ref."""
-    target = _link_target(dir_fd, name) if name == "HEAD" else None
+    return name == "HEAD" and _symbolic_ref(dir_fd, name)
+
+
+def _symbolic_ref(dir_fd: int, name: str) -> bool:
+    """Whether the symbolic link `name` names `refs/...` with no `..`, which git reads as
+    a symbolic ref (core.preferSymlinkRefs): it writes the ref, inside the git directory."""
+    target = _link_target(dir_fd, name)
     return target is not None and target.startswith("refs/") and ".." not in target.split("/")
+
+
+# The links of a git directory's own names a person keeps (objects, LFS or annex content
+# stored elsewhere: `objects -> /srv/store/x`), kept whatever their age and target:
+# without `objects/` or `refs/` git takes the directory for no git directory at all.
+KEPT_LINKS = frozenset({"objects", "refs", "lfs", "annex"})
+
+
+def _old_link_kept(dir_fd: int, name: str) -> bool:
+    """Whether a symbolic link `name` of a git directory that was there before the guard
+    (its ctime older) is kept after an unapproved run: a symbolic ref, or one of
+    KEPT_LINKS. Any other is removed, however old: one made before Harness removed links
+    (an upgrade), or by a command a reviewer approved, or by the person, is written
+    through by git all the same (`.git/COMMIT_EDITMSG -> ~/.bashrc`, planted then, had
+    the person's `git commit -m` write its message over that file after every later
+    run), and git makes none; the person loses a link of their own there (`logs`,
+    `description`), which git makes again as a file or directory of its own."""
+    return _symbolic_ref(dir_fd, name) or name in KEPT_LINKS
 
 
 def _hidden_in(
@@ -2663,7 +2705,10 @@ def _remove_made_repositories(result: Guard) -> None:
     untold: list[str] = []  # (removed past MADE_NOTES notes)
     failures = _Failures()
     bare: list[tuple[str, tuple[int, int]]] = []
-    found = _git_entries(result.root, MAX_WALK_AFTER, before=False, bare=bare)
+    fifos: list[str] = []
+    found = _git_entries(result.root, MAX_WALK_AFTER, before=False, bare=bare, fifos=fifos)
+    with failures.step():
+        _remove_fifos(result.root, fifos, result)
     defused: list[str] = []
     for path, identity in bare:
         if identity not in result.known_bare:
@@ -2693,6 +2738,33 @@ def _remove_made_repositories(result: Guard) -> None:
     if unread:
         result.notes.append(MADE_MANY.format(count=len(unread), names=_some(unread)))
     failures.raise_any()
+
+
+FIFOS = (
+    "\n[harness: this command ran without a person's approval and left {names} in the "
+    "workspace as a FIFO, which a person's git opens by name and waits on for good (a "
+    "`.gitignore`, `.gitattributes` or `.mailmap` one hung their `git status` or `git "
+    "log`; so did a loose object in a directory `objects/info/alternates` names); it was "
+    "removed. Make a FIFO the command needs again in the command that uses it, or outside "
+    "the workspace (`/tmp`).]"
+)
+
+
+def _remove_fifos(root: int, fifos: list[str], result: Guard) -> None:
+    """Remove each FIFO (or device) the walk after an unapproved run met in the work
+    tree (`fifos`, relative to the workspace `root`), whenever made: git opens a file
+    there by name with no O_NONBLOCK, and a FIFO holds it until a writer comes. Each
+    `.gitignore` and `.gitattributes` at any depth and `.mailmap` (`git status`, `git
+    diff`, `git log --format=%aN`), and a loose object in a directory of the work tree
+    that `objects/info/alternates` names (the run removed it from `.git/objects`: `git
+    log -p`) hung the person's git, checked with git 2.39; a global `core.excludesFile`
+    or `commit.template` of theirs may name any other file. By name only would miss the
+    last two; what it costs is a FIFO an agent left for its next command (rare: a FIFO
+    is made and used in one), which it makes again. A tracked file made a FIFO does not
+    hang git (it takes it for a change of type, `lstat` first). git makes none."""
+    removed = [path for path in fifos if _remove_at(root, path, ".")]
+    if removed:
+        result.notes.append(FIFOS.format(names=_some(removed)))
 
 
 BARE = (
