@@ -758,8 +758,120 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
                     "nothing ran. A reviewer must approve this command."
                 )
     _refuse_pointers_outside(workspace, result, hooks)
+    _bind_linked_hooks(workspace, result, hooks)
     # before the binds of the git directories: each directory is bound before what is in it
     result.entries[:0] = hooks
+
+
+MAX_LINKED_HOOKS = 64  # links in hooks directories bound by what they name; beyond, it refuses
+
+
+def _bind_linked_hooks(workspace: Path, result: Guard, hooks: list[Entry]) -> None:
+    """Bind read-only the file of the workspace that a symbolic link in a hooks directory
+    bound read-only names (`.git/hooks/pre-commit -> ../../scripts/pre-commit.sh`, as
+    many projects tell their developers to set up), as a `core.hooksPath` directory is
+    bound (`_bind_hooks_path`): opened one name at a time under the workspace's
+    descriptor, no link followed, each directory on the way bound onto itself. The link
+    cannot change (its directory is read-only), but what it names could: an unapproved
+    `cp` over `scripts/pre-commit.sh` had the person's next commit run it. ToolError
+    (nothing runs) when it cannot be kept so: a link on the way, `.git` on the way (the
+    git directory's own binds), a name that does not exist or is no regular file (the
+    command could make one there), more than MAX_LINKED_HOOKS such links. A link naming
+    a file outside the workspace (or in a directory already bound read-only) is left."""
+    found = 0
+    targets = {entry.target for entry in hooks}
+    read_only = [entry.target for entry in [*result.entries, *hooks] if not entry.writable]
+    for entry in [*result.entries, *hooks]:
+        if entry.writable or not _is_directory_entry(entry):
+            continue
+        try:
+            listing = os.open(".", _WALK_FLAGS, dir_fd=entry.fd)
+        except OSError:
+            continue
+        try:
+            names = sorted(os.listdir(listing))
+            links = [(name, _link_target(listing, name)) for name in names]
+        finally:
+            os.close(listing)
+        for name, named in links:
+            if named is None:
+                continue
+            path = named if named.startswith("/") else f"{entry.target}/{named}"
+            if _outside(workspace, path):
+                continue
+            shown = f"'{entry.target.relative_to(workspace)}/{name}' (a link to {named!r})"
+            found += 1
+            why = _linked_hook_refusal(workspace, path, read_only, result, hooks, targets)
+            if found > MAX_LINKED_HOOKS:
+                why = f"one of more than {MAX_LINKED_HOOKS} such links"
+            if why is not None:
+                raise ToolError(
+                    f"The workspace's git metadata holds the hook {shown}, naming a file of "
+                    f"the workspace that cannot be kept read-only ({why}): a command no "
+                    "person approved could change what a person's git runs, so nothing "
+                    "ran. A reviewer must approve this command."
+                )
+
+
+def _is_directory_entry(entry: Entry) -> bool:
+    try:
+        return stat.S_ISDIR(os.fstat(entry.fd).st_mode)
+    except OSError:
+        return False
+
+
+def _linked_hook_refusal(
+    workspace: Path,
+    path: str,
+    read_only: list[Path],
+    result: Guard,
+    hooks: list[Entry],
+    targets: set[Path],
+) -> str | None:
+    """Bind the file `path` (inside the workspace) names read-only, appending to `hooks`
+    (`_bind_linked_hooks`); None when bound or already read-only, else why not."""
+    words = [part for part in path.split("/") if part not in ("", ".")]
+    folded: list[str] = []
+    for word in words:  # (lexical: each name is opened below with no link followed)
+        if word == "..":
+            if folded:
+                folded.pop()
+            continue
+        folded.append(word)
+    base = [part for part in str(workspace).split("/") if part]
+    if folded[: len(base)] != base:
+        return "it names the workspace by another path"
+    parts = folded[len(base) :]
+    if not parts or ".git" in parts:
+        return "inside a git directory" if parts else "it names the workspace"
+    if len(parts) > MAX_HOOKS_DEPTH:
+        return f"more than {MAX_HOOKS_DEPTH} directories deep"
+    here = workspace.joinpath(*parts)
+    if any(here == done or done in here.parents for done in read_only):
+        return None  # (in a hooks directory bound read-only whole, or bound already)
+    fd = result.root
+    assert fd is not None
+    for index, part in enumerate(parts):
+        opened = _open(part, fd, result)
+        if opened is None:
+            return "it does not exist"
+        kind = os.fstat(opened).st_mode
+        target = workspace.joinpath(*parts[: index + 1])
+        if stat.S_ISLNK(kind):
+            return f"through the symbolic link '{'/'.join(parts[: index + 1])}'"
+        if index < len(parts) - 1:
+            if not stat.S_ISDIR(kind):
+                return "it does not exist"
+            if target not in targets:
+                hooks.append(Entry(opened, target, writable=True))
+                targets.add(target)
+        elif not stat.S_ISREG(kind):
+            return "it is not a regular file"
+        else:
+            hooks.append(Entry(opened, target, writable=False))
+            read_only.append(target)
+        fd = opened
+    return None
 
 
 def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry]) -> None:
@@ -1276,12 +1388,13 @@ def _list(
             if limit is not None and seen > limit:
                 raise _Unchecked(f"more than {limit} entries")
             directory = entry.is_dir(follow_symlinks=False)
+            link = entry.is_symlink()
             if entry.name == ".git":
                 info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
                 found.append((level.prefix + entry.name, (info.st_dev, info.st_ino), directory))
             elif directory:
                 level.pending.append(entry.name)
-            elif links is not None and entry.is_symlink():
+            elif links is not None and link:
                 # (made, moved or linked since `since`, its ctime then; or older, unless
                 # git reads it as a symbolic ref: `_old_link_kept`)
                 info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
@@ -1293,7 +1406,7 @@ def _list(
                 info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
                 if _blocks(info.st_mode):
                     links.append(level.prefix + entry.name)
-            elif fifos is not None and not entry.is_file(follow_symlinks=False):
+            elif fifos is not None and not (entry.is_file(follow_symlinks=False) or link):
                 info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
                 if _blocks(info.st_mode):
                     fifos.append(level.prefix + entry.name)

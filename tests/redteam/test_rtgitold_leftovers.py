@@ -10,7 +10,9 @@ the person's real git (2.39) afterwards:
   `.git/objects/info/alternates` names, with no O_NONBLOCK;
 - `.git/worktrees/x/gitdir` was writable: the person's `git worktree repair` wrote
   `gitdir: <workspace>/.git/worktrees/x` into the directory it named (their home), which
-  so became a work tree of the agent's repository."""
+  so became a work tree of the agent's repository;
+- a hook that is a link into the work tree (`.git/hooks/pre-commit ->
+  ../../scripts/pre-commit.sh`) ran what an unapproved command wrote there."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.tools import sandbox, sandbox_git
-from dispatcher.tools.base import ExecutionContext
+from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
 from tests.redteam.test_git_metadata_guard2 import sandboxed
 from tests.redteam.test_git_metadata_guard_rt12 import G
@@ -160,3 +162,44 @@ def test_a_worktrees_gitdir_has_no_persons_repair_write_outside(
     assert sorted(path.name for path in home.iterdir()) == [".bashrc"]
     assert gitdir.read_text() == f"{elsewhere}/.git\n"
     assert "Read-only file system" in output or "Device or resource busy" in output, output
+
+
+def _linked_hook(workspace: Path, named: str) -> None:
+    """`.git/hooks/pre-commit -> named`, as a person sets up a hook kept in the project."""
+    (workspace / "scripts").mkdir()
+    (workspace / "scripts" / "pre-commit.sh").write_text("#!/bin/sh\nexit 0\n")
+    (workspace / "scripts" / "pre-commit.sh").chmod(0o755)
+    (workspace / ".git" / "hooks" / "pre-commit").symlink_to(named)
+    os.chown(workspace, 0, 0)
+    sandbox.give_to_sandbox(workspace)
+
+
+def test_a_hook_linked_into_the_work_tree_runs_nothing_planted(
+    agent_in_sandbox: AgentFixture,
+) -> None:
+    """`.git/hooks/pre-commit -> ../../scripts/pre-commit.sh`: the link is read-only with
+    `hooks/`, but what it names was not, and an unapproved `printf >` over it had the
+    person's next commit run it. It is bound read-only as a `core.hooksPath` is."""
+    workspace, home = _workspace(agent_in_sandbox)
+    _linked_hook(workspace, "../../scripts/pre-commit.sh")
+    plant = f"printf '#!/bin/sh\\ntouch {home}/ran\\n' > scripts/pre-commit.sh"
+    output = sandboxed(workspace, f"{plant}; mv scripts s2; echo done")
+    assert "done" in output, output
+    assert "Read-only file system" in output and "Device or resource busy" in output, output
+    person(workspace, "commit", "-q", "--allow-empty", "-m", "mine")
+    assert not (home / "ran").exists(), output
+    output = sandboxed(workspace, "echo x > scripts/other && cat scripts/other")
+    assert output.startswith("exit code 0\nx"), output  # (the rest of scripts/ stays writable)
+
+
+@pytest.mark.parametrize("named", ["../../scripts/missing.sh", "../../scripts"])
+def test_a_hook_linked_to_what_a_command_could_make_lets_nothing_run(
+    agent_in_sandbox: AgentFixture, named: str
+) -> None:
+    workspace, _ = _workspace(agent_in_sandbox)
+    _linked_hook(workspace, named)
+    with pytest.raises(ToolError) as refused:
+        sandboxed(workspace, "echo ran > ran")
+    assert "A reviewer must approve" in str(refused.value), refused.value
+    assert "pre-commit" in str(refused.value), refused.value
+    assert not (workspace / "ran").exists()
