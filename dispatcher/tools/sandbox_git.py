@@ -870,6 +870,8 @@ def _linked_hook_refusal(
         else:
             hooks.append(Entry(opened, target, writable=False))
             read_only.append(target)
+            # (an effect rule's write is Harness's own, outside the sandbox: `unguardable`)
+            result.hook_dirs.append("/".join(parts))
         fd = opened
     return None
 

@@ -182,6 +182,8 @@ def test_a_hook_linked_into_the_work_tree_runs_nothing_planted(
     person's next commit run it. It is bound read-only as a `core.hooksPath` is."""
     workspace, home = _workspace(agent_in_sandbox)
     _linked_hook(workspace, "../../scripts/pre-commit.sh")
+    # (nor does an effect rule allow a write there: Harness applies it outside the sandbox)
+    assert "'scripts/pre-commit.sh'" in (sandbox_git.unguardable(workspace) or "")
     plant = f"printf '#!/bin/sh\\ntouch {home}/ran\\n' > scripts/pre-commit.sh"
     output = sandboxed(workspace, f"{plant}; mv scripts s2; echo done")
     assert "done" in output, output
