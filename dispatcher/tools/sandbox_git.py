@@ -87,7 +87,11 @@ ALL_BUT_CONFIG = "all-but-config"  # `git config KEY VALUE` alone, of a key that
 NONE = "none"  # none: a command a reviewer approved (they saw it)
 MODES = (ALL, ALL_BUT_CONFIG, NONE)
 
-FILES = ("config", "config.worktree", "commondir")
+# (`gitdir` of a linked worktree's git directory names the worktree's `.git` file, which
+# a person's `git worktree repair` writes: `/home/u/.git` written there had it write
+# `gitdir: <workspace>/.git/worktrees/x` into their home, which so became a work tree of
+# the workspace's repository, its index and HEAD the agent's to set)
+FILES = ("config", "config.worktree", "commondir", "gitdir")
 INDEX_FILES = ("index",)  # (and a split index's `sharedindex.*`): judged after a run
 # An index (with its split index's shared parts) a run left larger than this, or than
 # twice what there was before and INDEX_MARGIN, is removed unread: git reads it in time
@@ -754,8 +758,122 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
                     "nothing ran. A reviewer must approve this command."
                 )
     _refuse_pointers_outside(workspace, result, hooks)
+    _bind_linked_hooks(workspace, result, hooks)
     # before the binds of the git directories: each directory is bound before what is in it
     result.entries[:0] = hooks
+
+
+MAX_LINKED_HOOKS = 64  # links in hooks directories bound by what they name; beyond, it refuses
+
+
+def _bind_linked_hooks(workspace: Path, result: Guard, hooks: list[Entry]) -> None:
+    """Bind read-only the file of the workspace that a symbolic link in a hooks directory
+    bound read-only names (`.git/hooks/pre-commit -> ../../scripts/pre-commit.sh`, as
+    many projects tell their developers to set up), as a `core.hooksPath` directory is
+    bound (`_bind_hooks_path`): opened one name at a time under the workspace's
+    descriptor, no link followed, each directory on the way bound onto itself. The link
+    cannot change (its directory is read-only), but what it names could: an unapproved
+    `cp` over `scripts/pre-commit.sh` had the person's next commit run it. ToolError
+    (nothing runs) when it cannot be kept so: a link on the way, `.git` on the way (the
+    git directory's own binds), a name that does not exist or is no regular file (the
+    command could make one there), more than MAX_LINKED_HOOKS such links. A link naming
+    a file outside the workspace (or in a directory already bound read-only) is left."""
+    found = 0
+    targets = {entry.target for entry in hooks}
+    read_only = [entry.target for entry in [*result.entries, *hooks] if not entry.writable]
+    for entry in [*result.entries, *hooks]:
+        if entry.writable or not _is_directory_entry(entry):
+            continue
+        try:
+            listing = os.open(".", _WALK_FLAGS, dir_fd=entry.fd)
+        except OSError:
+            continue
+        try:
+            names = sorted(os.listdir(listing))
+            links = [(name, _link_target(listing, name)) for name in names]
+        finally:
+            os.close(listing)
+        for name, named in links:
+            if named is None:
+                continue
+            path = named if named.startswith("/") else f"{entry.target}/{named}"
+            if _outside(workspace, path):
+                continue
+            shown = f"'{entry.target.relative_to(workspace)}/{name}' (a link to {named!r})"
+            found += 1
+            why = _linked_hook_refusal(workspace, path, read_only, result, hooks, targets)
+            if found > MAX_LINKED_HOOKS:
+                why = f"one of more than {MAX_LINKED_HOOKS} such links"
+            if why is not None:
+                raise ToolError(
+                    f"The workspace's git metadata holds the hook {shown}, naming a file of "
+                    f"the workspace that cannot be kept read-only ({why}): a command no "
+                    "person approved could change what a person's git runs, so nothing "
+                    "ran. A reviewer must approve this command."
+                )
+
+
+def _is_directory_entry(entry: Entry) -> bool:
+    try:
+        return stat.S_ISDIR(os.fstat(entry.fd).st_mode)
+    except OSError:
+        return False
+
+
+def _linked_hook_refusal(
+    workspace: Path,
+    path: str,
+    read_only: list[Path],
+    result: Guard,
+    hooks: list[Entry],
+    targets: set[Path],
+) -> str | None:
+    """Bind the file `path` (inside the workspace) names read-only, appending to `hooks`
+    (`_bind_linked_hooks`); None when bound or already read-only, else why not."""
+    words = [part for part in path.split("/") if part not in ("", ".")]
+    folded: list[str] = []
+    for word in words:  # (lexical: each name is opened below with no link followed)
+        if word == "..":
+            if folded:
+                folded.pop()
+            continue
+        folded.append(word)
+    base = [part for part in str(workspace).split("/") if part]
+    if folded[: len(base)] != base:
+        return "it names the workspace by another path"
+    parts = folded[len(base) :]
+    if not parts or ".git" in parts:
+        return "inside a git directory" if parts else "it names the workspace"
+    if len(parts) > MAX_HOOKS_DEPTH:
+        return f"more than {MAX_HOOKS_DEPTH} directories deep"
+    here = workspace.joinpath(*parts)
+    if any(here == done or done in here.parents for done in read_only):
+        return None  # (in a hooks directory bound read-only whole, or bound already)
+    fd = result.root
+    assert fd is not None
+    for index, part in enumerate(parts):
+        opened = _open(part, fd, result)
+        if opened is None:
+            return "it does not exist"
+        kind = os.fstat(opened).st_mode
+        target = workspace.joinpath(*parts[: index + 1])
+        if stat.S_ISLNK(kind):
+            return f"through the symbolic link '{'/'.join(parts[: index + 1])}'"
+        if index < len(parts) - 1:
+            if not stat.S_ISDIR(kind):
+                return "it does not exist"
+            if target not in targets:
+                hooks.append(Entry(opened, target, writable=True))
+                targets.add(target)
+        elif not stat.S_ISREG(kind):
+            return "it is not a regular file"
+        else:
+            hooks.append(Entry(opened, target, writable=False))
+            read_only.append(target)
+            # (an effect rule's write is Harness's own, outside the sandbox: `unguardable`)
+            result.hook_dirs.append("/".join(parts))
+        fd = opened
+    return None
 
 
 def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry]) -> None:
@@ -1164,14 +1282,15 @@ def _git_entries(
     *,
     before: bool,
     bare: list[tuple[str, tuple[int, int]]] | None = None,
+    fifos: list[str] | None = None,
 ) -> list[tuple[str, tuple[int, int], bool]]:
     """The `.git` entries (directory, file or link) in the workspace held by `root`, at any
     depth, as (path relative to it, (device, inode)); none descended into, no link
     followed (_walk). Added to `bare`: the directories git takes for a git directory by
-    their own names (`_looks_like_git_directory`). ToolError past `limit` entries, or with
-    a directory that cannot be read."""
+    their own names (`_looks_like_git_directory`); to `fifos`, each FIFO (or device) met.
+    ToolError past `limit` entries, or with a directory that cannot be read."""
     try:
-        return _walk(root, limit, bare if bare is not None else [])
+        return _walk(root, limit, bare if bare is not None else [], fifos=fifos)
     except (_Unchecked, OSError) as error:
         why = str(error) if isinstance(error, _Unchecked) else (error.strerror or str(error))
         if before:
@@ -1212,6 +1331,7 @@ def _walk(
     bare: list[tuple[str, tuple[int, int]]],
     links: list[str] | None = None,
     since: int = 0,
+    fifos: list[str] | None = None,
 ) -> list[tuple[str, tuple[int, int], bool]]:
     """Depth first, at any depth (a tree 130 levels deep stopped the search after a run,
     which kept the `.git` a command planted beside it): what is kept of each level is its
@@ -1222,7 +1342,7 @@ def _walk(
     levels: list[_Level] = []
     try:
         levels.append(_Level(top, "", "", _identity(top), []))
-        seen = _list(levels[0], seen, limit, found, bare, links, since)
+        seen = _list(levels[0], seen, limit, found, bare, links, since, fifos)
         while levels:
             level = levels[-1]
             if not level.pending:
@@ -1236,7 +1356,7 @@ def _walk(
             name = level.pending.pop()
             child = os.open(name, _WALK_FLAGS, dir_fd=level.fd)
             levels.append(_Level(child, name, f"{level.prefix}{name}/", _identity(child), []))
-            seen = _list(levels[-1], seen, limit, found, bare, links, since)
+            seen = _list(levels[-1], seen, limit, found, bare, links, since, fifos)
             far = len(levels) - 1 - OPEN_LEVELS
             if far >= 1 and levels[far].fd is not None:
                 os.close(levels[far].fd)  # type: ignore[arg-type]
@@ -1256,10 +1376,11 @@ def _list(
     bare: list[tuple[str, tuple[int, int]]],
     links: list[str] | None = None,
     since: int = 0,
+    fifos: list[str] | None = None,
 ) -> int:
     """Look at the entries of `level`: a `.git` is found, a directory kept to be walked,
-    and the level itself added to `bare` when git takes it for a git directory. The
-    entries seen so far; _Unchecked past `limit`."""
+    a FIFO added to `fifos` (when given), and the level itself added to `bare` when git
+    takes it for a git directory. The entries seen so far; _Unchecked past `limit`."""
     assert level.fd is not None
     head = False
     with os.scandir(level.fd) as listing:
@@ -1269,15 +1390,17 @@ def _list(
             if limit is not None and seen > limit:
                 raise _Unchecked(f"more than {limit} entries")
             directory = entry.is_dir(follow_symlinks=False)
+            link = entry.is_symlink()
             if entry.name == ".git":
                 info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
                 found.append((level.prefix + entry.name, (info.st_dev, info.st_ino), directory))
             elif directory:
                 level.pending.append(entry.name)
-            elif links is not None and entry.is_symlink():
-                # (made, moved or linked since `since`: its ctime is then)
+            elif links is not None and link:
+                # (made, moved or linked since `since`, its ctime then; or older, unless
+                # git reads it as a symbolic ref: `_old_link_kept`)
                 info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
-                if info.st_ctime_ns >= since:
+                if info.st_ctime_ns >= since or not _symbolic_ref(level.fd, entry.name):
                     links.append(level.prefix + entry.name)
             elif links is not None and not entry.is_file(follow_symlinks=False):
                 # (a FIFO, whenever made: git makes none, and opens what it reads or
@@ -1285,6 +1408,10 @@ def _list(
                 info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
                 if _blocks(info.st_mode):
                     links.append(level.prefix + entry.name)
+            elif fifos is not None and not (entry.is_file(follow_symlinks=False) or link):
+                info = os.stat(entry.name, dir_fd=level.fd, follow_symlinks=False)
+                if _blocks(info.st_mode):
+                    fifos.append(level.prefix + entry.name)
     if head and _looks_like_git_directory(
         {name for name in _GIT_DIRECTORY_NAMES if _exists(level.fd, name)}
     ):
@@ -1635,6 +1762,9 @@ def _remove_hidden_repositories(result: Guard) -> None:
     is removed: git writes through one (`COMMIT_EDITMSG`, `MERGE_MSG`, `FETCH_HEAD`,
     a reflog, a directory of `refs/`), and `.git/COMMIT_EDITMSG -> ~/.bashrc` had the
     person's `git commit -m` write its message over a file outside the workspace. So is
+    one older than the guard, but a symbolic ref and the person's `objects -> ...`
+    (`_old_link_kept`): one planted before Harness looked (an upgrade), or by a command
+    a reviewer approved, was kept for good, and git wrote through it at every commit. So is
     each FIFO, whenever made (git makes none, and waits on one it opens by name: a FIFO
     at `HEAD` hung every `git status` of the person's, one at `COMMIT_EDITMSG` their
     `git commit -m`)."""
@@ -1669,8 +1799,11 @@ def _remove_hidden_repositories(result: Guard) -> None:
                     continue
                 if stat.S_ISLNK(info.st_mode):
                     was = (_identity(fd), name, _link_target(fd, name)) in kept
-                    made = info.st_ctime_ns >= since and not (was or _symbolic_head(fd, name))
-                    if made and _remove(fd, name, f"{shown}/{name}", directories_only=False):
+                    if info.st_ctime_ns >= since:
+                        gone = not (was or _symbolic_head(fd, name))
+                    else:
+                        gone = not (was or _old_link_kept(fd, name))
+                    if gone and _remove(fd, name, f"{shown}/{name}", directories_only=False):
                         unlinked.append(f"{shown}/{name}")
                     continue
                 if not stat.S_ISDIR(info.st_mode) or (info.st_dev, info.st_ino) in guarded:
@@ -1690,8 +1823,32 @@ def _remove_hidden_repositories(result: Guard) -> None:
 def _symbolic_head(dir_fd: int, name: str) -> bool:
     """Whether `name` is a `HEAD` that is a symbolic link git reads as a symbolic ref
     (`refs/...`, no `..`: core.preferSymlinkRefs), which git writes through to that ref."""
-    target = _link_target(dir_fd, name) if name == "HEAD" else None
+    return name == "HEAD" and _symbolic_ref(dir_fd, name)
+
+
+def _symbolic_ref(dir_fd: int, name: str) -> bool:
+    """Whether the symbolic link `name` names `refs/...` with no `..`, which git reads as
+    a symbolic ref (core.preferSymlinkRefs): it writes the ref, inside the git directory."""
+    target = _link_target(dir_fd, name)
     return target is not None and target.startswith("refs/") and ".." not in target.split("/")
+
+
+# The links of a git directory's own names a person keeps (objects, LFS or annex content
+# stored elsewhere: `objects -> /srv/store/x`), kept whatever their age and target:
+# without `objects/` or `refs/` git takes the directory for no git directory at all.
+KEPT_LINKS = frozenset({"objects", "refs", "lfs", "annex"})
+
+
+def _old_link_kept(dir_fd: int, name: str) -> bool:
+    """Whether a symbolic link `name` of a git directory that was there before the guard
+    (its ctime older) is kept after an unapproved run: a symbolic ref, or one of
+    KEPT_LINKS. Any other is removed, however old: one made before Harness removed links
+    (an upgrade), or by a command a reviewer approved, or by the person, is written
+    through by git all the same (`.git/COMMIT_EDITMSG -> ~/.bashrc`, planted then, had
+    the person's `git commit -m` write its message over that file after every later
+    run), and git makes none; the person loses a link of their own there (`logs`,
+    `description`), which git makes again as a file or directory of its own."""
+    return _symbolic_ref(dir_fd, name) or name in KEPT_LINKS
 
 
 def _hidden_in(
@@ -2663,7 +2820,10 @@ def _remove_made_repositories(result: Guard) -> None:
     untold: list[str] = []  # (removed past MADE_NOTES notes)
     failures = _Failures()
     bare: list[tuple[str, tuple[int, int]]] = []
-    found = _git_entries(result.root, MAX_WALK_AFTER, before=False, bare=bare)
+    fifos: list[str] = []
+    found = _git_entries(result.root, MAX_WALK_AFTER, before=False, bare=bare, fifos=fifos)
+    with failures.step():
+        _remove_fifos(result.root, fifos, result)
     defused: list[str] = []
     for path, identity in bare:
         if identity not in result.known_bare:
@@ -2693,6 +2853,33 @@ def _remove_made_repositories(result: Guard) -> None:
     if unread:
         result.notes.append(MADE_MANY.format(count=len(unread), names=_some(unread)))
     failures.raise_any()
+
+
+FIFOS = (
+    "\n[harness: this command ran without a person's approval and left {names} in the "
+    "workspace as a FIFO, which a person's git opens by name and waits on for good (a "
+    "`.gitignore`, `.gitattributes` or `.mailmap` one hung their `git status` or `git "
+    "log`; so did a loose object in a directory `objects/info/alternates` names); it was "
+    "removed. Make a FIFO the command needs again in the command that uses it, or outside "
+    "the workspace (`/tmp`).]"
+)
+
+
+def _remove_fifos(root: int, fifos: list[str], result: Guard) -> None:
+    """Remove each FIFO (or device) the walk after an unapproved run met in the work
+    tree (`fifos`, relative to the workspace `root`), whenever made: git opens a file
+    there by name with no O_NONBLOCK, and a FIFO holds it until a writer comes. Each
+    `.gitignore` and `.gitattributes` at any depth and `.mailmap` (`git status`, `git
+    diff`, `git log --format=%aN`), and a loose object in a directory of the work tree
+    that `objects/info/alternates` names (the run removed it from `.git/objects`: `git
+    log -p`) hung the person's git, checked with git 2.39; a global `core.excludesFile`
+    or `commit.template` of theirs may name any other file. By name only would miss the
+    last two; what it costs is a FIFO an agent left for its next command (rare: a FIFO
+    is made and used in one), which it makes again. A tracked file made a FIFO does not
+    hang git (it takes it for a change of type, `lstat` first). git makes none."""
+    removed = [path for path in fifos if _remove_at(root, path, ".")]
+    if removed:
+        result.notes.append(FIFOS.format(names=_some(removed)))
 
 
 BARE = (
