@@ -17,6 +17,7 @@ feeds each pattern the inputs that made the old patterns backtrack.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import hmac
@@ -501,15 +502,20 @@ _TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-
 _TOKEN_CHAR = r"(?:[A-Za-z0-9_-]|" + _escapes([ord(c) for c in _TOKEN_CHARS]) + ")"
 
 
-def _harness_token(prefix: str) -> str:
+def _harness_token(prefix: str, run_in: bool = False) -> str:
     """The start of a rule's first group: `prefix` ("hrn_", "hr[or]_"), each character as
     it is or escaped; a literal first letter only where a word cannot run into it (a word
-    boundary, or a URL-encoded character or an escape before it)."""
+    boundary, or a URL-encoded character or an escape before it), unless `run_in` (a rule
+    that masks only whole tokens)."""
     first, rest = prefix[0], prefix[1:]
     boundary = (
-        f"(?:(?<=\\b{first})|(?<=%[0-9A-Fa-f]{{2}}{first})|(?<=\\\\[bfnrt]{first})"
-        f"|(?<=\\\\u[0-9A-Fa-f]{{4}}{first})|(?<=\\\\x[0-9A-Fa-f]{{2}}{first})"
-        f"|(?<=\\\\[0-7]{{3}}{first}))"
+        ""
+        if run_in
+        else (
+            f"(?:(?<=\\b{first})|(?<=%[0-9A-Fa-f]{{2}}{first})|(?<=\\\\[bfnrt]{first})"
+            f"|(?<=\\\\u[0-9A-Fa-f]{{4}}{first})|(?<=\\\\x[0-9A-Fa-f]{{2}}{first})"
+            f"|(?<=\\\\[0-7]{{3}}{first}))"
+        )
     )
     chars = re.findall(r"\[[^]]+\]|.", rest)
     return f"((?:{first}{boundary}|{_escapes([ord(first)])})" + "".join(
@@ -594,25 +600,86 @@ _NEXT_PART = {
     for mark in ("", "+", "-")
 }
 _SPLIT_START = re.compile(
-    _harness_token("hr[nor]_") + ")(?P<a>" + _TOKEN_CHAR + "{0,51}+)(?=" + _LINE_END + ")"
+    _harness_token("hr[nor]_", run_in=True)
+    + ")(?P<a>"
+    + _TOKEN_CHAR
+    + "{0,51}+)(?="
+    + _LINE_END
+    + ")"
 )
 # A token whose line break falls inside its prefix (`hr` / `o_...`: 3 places in every
 # line's width, for fold and quoted-printable alike), the prefix written plain.
 _PREFIX_BROKEN = {
     mark: re.compile(
-        r"\bh(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+r"
+        r"h(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+r"
         "(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+([nor])"
         "(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+_"
         "(?P<a>" + _TOKEN_CHAR + "{0,51}+)"
     )
     for mark in ("", "+", "-")
 }
-_BROKEN_NEEDS = re.compile(r"\bh(?:r[nor]?+)?+=?+(?:\\?+\r?+\n|\\++(?:r\\++)?+n)")
+_BROKEN_NEEDS = re.compile(r"h(?:r[nor]?+)?+=?+(?:\\?+\r?+\n|\\++(?:r\\++)?+n)")
 MAX_LINE_BREAKS = 6  # fold -w 16 splits a token's 43 characters in 3; textwrap more (below)
 # A part that does not end the token is a whole line: no narrower, unless it ends at a
 # hyphen: textwrap breaks a long word after its hyphens too (a token of base64url holds
 # one about every other time), so a middle line may hold only `Y5-`.
 MIN_LINE = 8
+
+
+# A token folded narrower than MIN_LINE (`fold -w 1` to `-w 7`, textwrap as narrow): lines
+# of at most 7 characters, the first (its end) holding the token's start. Such a run of
+# lines is read once, joined; a whole token in it whose lines are one width (the last and
+# the first shorter, or a line ending at a hyphen, as textwrap breaks) is written whole.
+_NARROW_END = r"(?:\r?+\n|\\{1,64}+(?:r\\{1,64}+)?+n)"
+_NARROW_LINE = _NARROW_END + r"[^\r\n\\]{1,7}+(?![^\r\n\\])"
+_NARROW = re.compile(r"[^\r\n\\]{1,7}+(?=" + _NARROW_END + ")(?:" + _NARROW_LINE + "){6,}+")
+_NARROW_BREAK = re.compile(_NARROW_END)
+
+
+def _narrow_joined(text: str) -> str:
+    """`text` with each whole token folded narrower than MIN_LINE written in one piece.
+    A run of narrow lines is joined and searched in C; it is read line by line only when
+    it holds a whole token."""
+    out: list[str] = []
+    done = 0
+    for block in _NARROW.finditer(text):
+        joined = _NARROW_BREAK.sub("", block.group())
+        tokens = [
+            t
+            for t in _TOKEN_IN_BYTES.finditer(joined)
+            if _whole_token(t.group()[:4], t.group()[4:])
+        ]
+        if not tokens:
+            continue
+        lines = _NARROW_BREAK.split(block.group())
+        starts, at = [], 0  # where each line starts, in `joined` and in the text
+        for line, brk in zip(lines, _NARROW_BREAK.finditer(block.group() + "\n"), strict=True):
+            starts.append((at, brk.start() - len(line) + block.start()))
+            at += len(line)
+        for token in tokens:
+            first = bisect.bisect_right(starts, (token.start(), math.inf)) - 1
+            last = bisect.bisect_right(starts, (token.end() - 1, math.inf)) - 1
+            middle = lines[first + 1 : last]
+            if first == last or not _one_width(middle):
+                continue
+            start = starts[first][1] + token.start() - starts[first][0]
+            end = starts[last][1] + token.end() - starts[last][0]
+            out.append(text[done:start])
+            out.append(token.group())
+            done = end
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _one_width(lines: list[str]) -> bool:
+    """Whether `lines` are as fold or textwrap makes them: all of one width, but those
+    that end at a hyphen (textwrap breaks there) may be narrower."""
+    if not lines:
+        return True
+    width = max(map(len, lines))
+    return all(len(line) == width or line.endswith("-") for line in lines)
 
 
 class _SplitTokenRule(_Rule):
@@ -625,6 +692,7 @@ class _SplitTokenRule(_Rule):
     candidate is read at most MAX_LINE_BREAKS bounded parts ahead: linear time."""
 
     def apply(self, text: str) -> str:
+        text = _narrow_joined(text)
         if _BROKEN_NEEDS.search(text) is not None:
             for mark, broken in _PREFIX_BROKEN.items():
                 text = broken.sub(functools.partial(_prefix_joined, text, mark), text)
@@ -735,9 +803,10 @@ _DUMP_LINES: dict[str, re.Pattern[str]] = {
 _PAIR = re.compile(_HEX + "{2}")
 _TOKEN_IN_BYTES = re.compile(r"hr[nor]_[A-Za-z0-9_-]++")
 # What a dump of a token holds: its first bytes' hex (68 72: "hr"; in 16-bit words, 7268,
-# or 6f72, 6e72, 7272 when it starts at an odd byte), or od -c's `   h`.
-_DUMP_NEEDS = ("68 72", "6872", "68  ", "68\n", "68\r", "68,", "7268", "6f72", "6e72", "7272")
-_DUMP_NEEDS += ("   h",)
+# or 6f72, 6e72, 7272 when it starts at an odd byte), or od -c's `h   r` (`h` at a line's
+# end when the line breaks there).
+_DUMP_NEEDS: tuple[str, ...] = ("68 72", "6872", "68  ", "68\n", "68\r", "68,", "h   r")
+_DUMP_NEEDS += ("7268", "6f72", "6e72", "7272", "h\n", "h\r")
 
 
 def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[int, int]]]]:
@@ -775,21 +844,50 @@ def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[i
     return shown
 
 
+# A run of consecutive dump lines of one kind, in one match.
+_DUMP_RUNS = {
+    kind: re.compile(r"(?:" + line.pattern + r"(?:\n|\Z))++", re.MULTILINE)
+    for kind, line in _DUMP_LINES.items()
+}
+_NOT_HEX = re.compile(r"0[xX]|[^0-9a-fA-F]")
+
+
+def _dump_shown(kind: str, run: str) -> str:
+    """What a run of dump lines shows, one character (latin-1) per byte, read in C (a
+    template substitution, a slice) rather than line by line: most dumps hold no token.
+    od -c's fields that are no single character read as the character at their end; a
+    token found there is checked field by field (_dump_bytes) before it is hidden."""
+    line = _DUMP_LINES[kind]
+    if kind == "chars":
+        return line.sub(r"\g<chars>", run).replace("\n", "")[3::4]
+    shown = bytes.fromhex(_NOT_HEX.sub("", line.sub(r"\g<hex>", run)))
+    if kind == "words":  # (each 16-bit word's two bytes swapped)
+        swapped = bytearray(len(shown))
+        swapped[0::2], swapped[1::2] = shown[1::2], shown[0::2]
+        shown = bytes(swapped)
+    return shown.decode("latin-1")
+
+
 class _DumpRule(_Rule):
-    """Tokens in dumps (_DUMP_LINES): their secret part hidden in every column."""
+    """Tokens in dumps (_DUMP_LINES): their secret part hidden in every column. A run of
+    dump lines is read line by line only when it shows a whole token."""
 
     def apply(self, text: str) -> str:
         hidden: dict[int, tuple[int, str]] = {}  # start: (end, what replaces it)
-        for kind, line in _DUMP_LINES.items():
-            run: list[tuple[str, list[tuple[int, int]], int]] = []
-            last = -2  # where the run's last line ends
-            for match in line.finditer(text):
-                if match.start() != last + 1:  # (not the next line: a new run)
-                    _hide_tokens(text, run, hidden)
-                    run = []
-                last = match.end()
-                run.extend((char, spans, last) for char, spans in _dump_bytes(kind, match))
-            _hide_tokens(text, run, hidden)
+        for kind, runs in _DUMP_RUNS.items():
+            for run in runs.finditer(text):
+                if not any(
+                    _whole_token(t.group()[:4], t.group()[4:])
+                    for t in _TOKEN_IN_BYTES.finditer(_dump_shown(kind, run.group()))
+                ):
+                    continue
+                lines = _DUMP_LINES[kind].finditer(text, run.start(), run.end())
+                shown = [
+                    (char, spans, line.end())
+                    for line in lines
+                    for char, spans in _dump_bytes(kind, line)
+                ]
+                _hide_tokens(text, shown, hidden)
         if not hidden:
             return text
         out, done = [], 0
@@ -807,9 +905,10 @@ class _DumpRule(_Rule):
 def _hide_tokens(
     text: str, run: list[tuple[str, list[tuple[int, int]], int]], hidden: dict[int, tuple[int, str]]
 ) -> None:
+    """Each whole token `run` (a run of dump lines: each byte's character, the spans that
+    show it, where its line ends) shows: its secret part's spans as `*`, its marker after
+    the line where that part starts."""
     shown = "".join(char for char, _, _ in run)
-    if "hr" not in shown:
-        return
     for token in _TOKEN_IN_BYTES.finditer(shown):
         prefix, rest = token.group()[:4], token.group()[4:]
         if not _whole_token(prefix, rest):
@@ -999,7 +1098,20 @@ RULES: list[_Rule] = [
 
 
 def _any_of(literals: set[str]) -> re.Pattern[str]:
-    return re.compile("|".join(sorted(map(re.escape, literals))) or r"(?!)")
+    """Whether any of `literals` occurs, as one pattern: a trie (literals that share a
+    first character share one branch), so that a position is tried once per character,
+    not once per literal (this search runs on every text of every event)."""
+    return re.compile(_trie(literals) if literals else r"(?!)")
+
+
+def _trie(literals: set[str]) -> str:
+    if "" in literals:
+        return ""  # (a literal that ends here: the longer ones are not needed)
+    branches = [
+        re.escape(first) + _trie({word[1:] for word in literals if word[0] == first})
+        for first in sorted({word[0] for word in literals})
+    ]
+    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
 
 
 # Whether any rule can apply, in one pass over the text (and one over its lower case):
