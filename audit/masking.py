@@ -850,16 +850,16 @@ _DUMP_RUNS = {
     for kind, line in _DUMP_LINES.items()
 }
 _NOT_HEX = re.compile(r"0[xX]|[^0-9a-fA-F]")
+_NOT_ONE_CHARACTER = re.compile(r"  \\.| [0-7]{3}")
 
 
 def _dump_shown(kind: str, run: str) -> str:
     """What a run of dump lines shows, one character (latin-1) per byte, read in C (a
-    template substitution, a slice) rather than line by line: most dumps hold no token.
-    od -c's fields that are no single character read as the character at their end; a
-    token found there is checked field by field (_dump_bytes) before it is hidden."""
+    template substitution, a slice) rather than line by line: most dumps hold no token."""
     line = _DUMP_LINES[kind]
-    if kind == "chars":
-        return line.sub(r"\g<chars>", run).replace("\n", "")[3::4]
+    if kind == "chars":  # (a field that is no single character: NUL, not its last letter)
+        fields = line.sub(r"\g<chars>", run).replace("\n", "")
+        return _NOT_ONE_CHARACTER.sub("   \x00", fields)[3::4]
     shown = bytes.fromhex(_NOT_HEX.sub("", line.sub(r"\g<hex>", run)))
     if kind == "words":  # (each 16-bit word's two bytes swapped)
         swapped = bytearray(len(shown))
