@@ -770,32 +770,33 @@ def _joined(
 # dump line is one pattern; a run of consecutive lines of one kind is read as the bytes it
 # shows, and a whole token in those bytes (_whole_token) has its secret part hidden in
 # every column (each hex digit and character of it a `*`) and its marker (the plain
-# token's) written after the line where that part starts. Each line is read once.
+# token's) written after the line where that part starts. A line may carry a diff's `+` or
+# `-` (the preview of a file written holding a dump).
 _HEX = "[0-9a-fA-F]"
 _DUMP_LINES: dict[str, re.Pattern[str]] = {
     # xxd (any -g, -c, -u): offset, colon, hex groups, then the ASCII column.
     "xxd": re.compile(
-        rf"^{_HEX}{{6,16}}+: (?P<hex>{_HEX}{{2}}(?:{_HEX}{{2}}| (?={_HEX}{{2}}))*+)"
+        rf"^[-+]?+{_HEX}{{6,16}}+: (?P<hex>{_HEX}{{2}}(?:{_HEX}{{2}}| (?={_HEX}{{2}}))*+)"
         r"(?P<rest> [^\r\n]*+)\r?$",
         re.MULTILINE,
     ),
     # hexdump -C, od -t x1 (z: its ASCII column between > and <), od -An -t x1.
     "bytes": re.compile(
-        rf"^(?:{_HEX}{{6,16}}+)?(?P<hex>(?: {{1,2}}{_HEX}{{2}})++)"
+        rf"^[-+]?+(?:{_HEX}{{6,16}}+)?(?P<hex>(?: {{1,2}}{_HEX}{{2}})++)"
         r"(?: {2,}+(?:\|(?P<bar>[^\r\n]*)\||>(?P<gt>[^\r\n]*)<))?\r?$",
         re.MULTILINE,
     ),
     # xxd -p, a hex string (bytes.hex()).
-    "plain": re.compile(rf"^(?P<hex>(?:{_HEX}{{2}})++)\r?$", re.MULTILINE),
+    "plain": re.compile(rf"^[-+]?+(?P<hex>(?:{_HEX}{{2}})++)\r?$", re.MULTILINE),
     # xxd -i: a C array's initializer.
     "c": re.compile(
-        rf"^[ \t]*+(?P<hex>0[xX]{_HEX}{{2}}(?:, ?0[xX]{_HEX}{{2}})*+),?\r?$", re.MULTILINE
+        rf"^[-+]?+[ \t]*+(?P<hex>0[xX]{_HEX}{{2}}(?:, ?0[xX]{_HEX}{{2}})*+),?\r?$", re.MULTILINE
     ),
     # od -x, hexdump without options: 16-bit words, little-endian.
-    "words": re.compile(rf"^{_HEX}{{6,16}}+(?P<hex>(?: {_HEX}{{4}})++) *+\r?$", re.MULTILINE),
+    "words": re.compile(rf"^[-+]?+{_HEX}{{6,16}}+(?P<hex>(?: {_HEX}{{4}})++) *+\r?$", re.MULTILINE),
     # od -c, hexdump -c: one character (or its escape, or its octal code) per 4 columns.
     "chars": re.compile(
-        r"^(?:[0-9a-fA-F]{6,16}+)?(?P<chars>(?:   [^\s\\]|  \\[0abfnrtv\\]| [0-7]{3}|    )++)"
+        r"^[-+]?+(?:[0-9a-fA-F]{6,16}+)?(?P<chars>(?:   [^\s\\]|  \\[0abfnrtv\\]| [0-7]{3}|    )++)"
         r"\r?$",
         re.MULTILINE,
     ),
