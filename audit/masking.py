@@ -538,7 +538,8 @@ def _escaped_char(match: re.Match[str]) -> str:
     group = match.lastgroup or ""  # (the one group that matched)
     if group == "lowbar":
         return "_"
-    return chr(min(int(match[group], _BASES[group]), 0x10FFFF))
+    code = int(match[group], _BASES[group])
+    return chr(code) if code < 0x110000 else "\ufffd"
 
 
 # The length of what follows a Harness token's prefix: an OAuth token's body
