@@ -17,6 +17,7 @@ feeds each pattern the inputs that made the old patterns backtrack.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import hmac
@@ -443,13 +444,26 @@ def _command_word(names: tuple[str, ...]) -> str:
 
 _SECRET_WORDS = ("token", "secret", "pass", "pwd", "apikey", "api_key", "api-key")
 
-# An escape of one ASCII character: JSON's (`\u005f`), or `\x5f` (bash's `$'...'` and
+# An escape of one ASCII character (_escapes): JSON's (`\u005f`), or `\x5f` (bash's `$'...'` and
 # printf, Python's and JavaScript's strings) or `\U0000005f` (bash, Python), behind as many
 # backslashes as levels of JSON text inside JSON text hold it (the fifth level: 16). The
 # backslashes are read possessively from the first of a run only (a lookbehind), so a
-# long run of them is read once, not once per position: linear time.
-_ESCAPE = r"(?<!\\)\\++(?:u00|x|U000000)"
-_ESCAPED = re.compile(r"\\++(?:u([0-9A-Fa-f]{4})|x([0-9A-Fa-f]{2})|U([0-9A-Fa-f]{8}))")
+# long run of them is read once, not once per position: linear time. Also, each behind
+# the same backslashes: an octal escape (`\150`: C, bash's `$'...'`, printf; `\0150`:
+# printf's %b and echo -e), JavaScript's, Ruby's and Rust's `\u{68}`; and an HTML
+# character reference (`&#104;`, `&#x68;`, with leading zeros, with or without its `;`
+# as browsers read it, `&lowbar;`: a web page's source, an encoder that writes every
+# character as one).
+_BACKSLASHES = r"(?<!\\)\\++"
+_ESCAPED = re.compile(
+    r"\\++(?:u(?P<u>[0-9A-Fa-f]{4})|x(?P<x>[0-9A-Fa-f]{2})|U(?P<U>[0-9A-Fa-f]{8})"
+    r"|u\{0{0,6}+(?P<brace>[0-9A-Fa-f]{1,6}+)\}|0?(?P<octal>1[0-7]{2}|0[4-7][0-7]))"
+    r"|&#[xX]0{0,8}+(?P<hexref>[0-9A-Fa-f]{1,6}+);?|&#0{0,8}+(?P<decref>[0-9]{1,7}+);?"
+    r"|(?P<lowbar>&lowbar;|&UnderBar;)"
+)
+# What a text holding an escaped character of a token holds (any escape _escapes reads).
+_ESCAPE_NEEDS = ("\\u", "\\x", "\\U", "\\0", "\\1", "&#", "&lowbar;", "&UnderBar;")
+_BASES = {"u": 16, "x": 16, "U": 16, "brace": 16, "octal": 8, "hexref": 16, "decref": 10}
 
 
 def _hex(code: int) -> str:
@@ -457,36 +471,54 @@ def _hex(code: int) -> str:
     return "".join(f"[{d.lower()}{d.upper()}]" if d.isalpha() else d for d in f"{code:02x}")
 
 
+def _escapes(codes: list[int]) -> str:
+    """Any escape (`\\u00..`, `\\x..`, `\\U000000..`, octal, `\\u{..}`, an HTML character
+    reference) of one of `codes` (ASCII), as one alternation; each branch starts with a
+    `\\` or a `&`."""
+    hexes = "|".join(_hex(c) for c in codes)
+    octal = "|".join(f"{c:03o}" for c in codes)
+    decimal = "|".join(sorted((str(c) for c in codes), key=len, reverse=True))
+    lowbar = "|&lowbar;|&UnderBar;" if ord("_") in codes else ""
+    return (
+        f"(?:{_BACKSLASHES}(?:(?:u00|x|U000000)(?:{hexes})|u\\{{0{{0,4}}+(?:{hexes})\\}}"
+        f"|0?(?:{octal}))|&#(?:[xX]0{{0,6}}+(?:{hexes})(?:;|(?![0-9A-Fa-f]))"
+        f"|0{{0,6}}+(?:{decimal})(?:;|(?![0-9]))){lowbar})"
+    )
+
+
 def _escapable(chars: str) -> str:
     """One of `chars` (a character, or a class like `[or]`), written as it is or as an
     escape of it."""
     options = chars[1:-1] if chars.startswith("[") else chars
-    escapes = "|".join(_hex(ord(c)) for c in options)
-    return f"(?:{chars}|{_ESCAPE}(?:{escapes}))"
+    return f"(?:{chars}|{_escapes([ord(c) for c in options])})"
 
 
 def _hex_digit() -> str:
-    return "(?:[0-9a-f]|" + _ESCAPE + "(?:3[0-9]|6[1-6]))"
+    return "(?:[0-9a-f]|" + _escapes([ord(c) for c in "0123456789abcdef"]) + ")"
 
 
+_TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 # One character of a token's body ([A-Za-z0-9_-]), as it is or as an escape of it.
-_TOKEN_CHAR = (
-    r"(?:[A-Za-z0-9_-]|" + _ESCAPE + "(?:2[dD]|3[0-9]|4[1-9A-Fa-f]|5[0-9AaFf]|6[1-9A-Fa-f]"
-    "|7[0-9Aa]))"
-)
+_TOKEN_CHAR = r"(?:[A-Za-z0-9_-]|" + _escapes([ord(c) for c in _TOKEN_CHARS]) + ")"
 
 
-def _harness_token(prefix: str) -> str:
+def _harness_token(prefix: str, run_in: bool = False) -> str:
     """The start of a rule's first group: `prefix` ("hrn_", "hr[or]_"), each character as
     it is or escaped; a literal first letter only where a word cannot run into it (a word
-    boundary, or a URL-encoded character or an escape before it)."""
+    boundary, or a URL-encoded character or an escape before it), unless `run_in` (a rule
+    that masks only whole tokens)."""
     first, rest = prefix[0], prefix[1:]
     boundary = (
-        f"(?:(?<=\\b{first})|(?<=%[0-9A-Fa-f]{{2}}{first})|(?<=\\\\[bfnrt]{first})"
-        f"|(?<=\\\\u[0-9A-Fa-f]{{4}}{first})|(?<=\\\\x[0-9A-Fa-f]{{2}}{first}))"
+        ""
+        if run_in
+        else (
+            f"(?:(?<=\\b{first})|(?<=%[0-9A-Fa-f]{{2}}{first})|(?<=\\\\[bfnrt]{first})"
+            f"|(?<=\\\\u[0-9A-Fa-f]{{4}}{first})|(?<=\\\\x[0-9A-Fa-f]{{2}}{first})"
+            f"|(?<=\\\\[0-7]{{3}}{first}))"
+        )
     )
     chars = re.findall(r"\[[^]]+\]|.", rest)
-    return f"((?:{first}{boundary}|{_ESCAPE}{_hex(ord(first))})" + "".join(
+    return f"((?:{first}{boundary}|{_escapes([ord(first)])})" + "".join(
         _escapable(c) for c in chars
     )
 
@@ -497,13 +529,17 @@ def _any_token(value: str) -> bool:
 
 def _unescaped(value: str) -> str:
     """The token a match stands for, its escapes read: its marker is the plain token's."""
-    if "\\" not in value:
+    if "\\" not in value and "&" not in value:
         return value
     return _ESCAPED.sub(_escaped_char, value)
 
 
 def _escaped_char(match: re.Match[str]) -> str:
-    return chr(int(match[match.lastindex or 0], 16))  # (the one group that matched)
+    group = match.lastgroup or ""  # (the one group that matched)
+    if group == "lowbar":
+        return "_"
+    code = int(match[group], _BASES[group])
+    return chr(code) if code < 0x110000 else "\ufffd"
 
 
 # The length of what follows a Harness token's prefix: an OAuth token's body
@@ -565,25 +601,86 @@ _NEXT_PART = {
     for mark in ("", "+", "-")
 }
 _SPLIT_START = re.compile(
-    _harness_token("hr[nor]_") + ")(?P<a>" + _TOKEN_CHAR + "{0,51}+)(?=" + _LINE_END + ")"
+    _harness_token("hr[nor]_", run_in=True)
+    + ")(?P<a>"
+    + _TOKEN_CHAR
+    + "{0,51}+)(?="
+    + _LINE_END
+    + ")"
 )
 # A token whose line break falls inside its prefix (`hr` / `o_...`: 3 places in every
 # line's width, for fold and quoted-printable alike), the prefix written plain.
 _PREFIX_BROKEN = {
     mark: re.compile(
-        r"\bh(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+r"
+        r"h(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+r"
         "(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+([nor])"
         "(?:" + _LINE_END + re.escape(mark) + _INDENT + ")?+_"
         "(?P<a>" + _TOKEN_CHAR + "{0,51}+)"
     )
     for mark in ("", "+", "-")
 }
-_BROKEN_NEEDS = re.compile(r"\bh(?:r[nor]?+)?+=?+(?:\\?+\r?+\n|\\++(?:r\\++)?+n)")
+_BROKEN_NEEDS = re.compile(r"h(?:r[nor]?+)?+=?+(?:\\?+\r?+\n|\\++(?:r\\++)?+n)")
 MAX_LINE_BREAKS = 6  # fold -w 16 splits a token's 43 characters in 3; textwrap more (below)
 # A part that does not end the token is a whole line: no narrower, unless it ends at a
 # hyphen: textwrap breaks a long word after its hyphens too (a token of base64url holds
 # one about every other time), so a middle line may hold only `Y5-`.
 MIN_LINE = 8
+
+
+# A token folded narrower than MIN_LINE (`fold -w 1` to `-w 7`, textwrap as narrow): lines
+# of at most 7 characters, the first (its end) holding the token's start. Such a run of
+# lines is read once, joined; a whole token in it whose lines are one width (the last and
+# the first shorter, or a line ending at a hyphen, as textwrap breaks) is written whole.
+_NARROW_END = r"(?:\r?+\n|\\{1,64}+(?:r\\{1,64}+)?+n)"
+_NARROW_LINE = _NARROW_END + r"[^\r\n\\]{1,7}+(?![^\r\n\\])"
+_NARROW = re.compile(r"[^\r\n\\]{1,7}+(?=" + _NARROW_END + ")(?:" + _NARROW_LINE + "){6,}+")
+_NARROW_BREAK = re.compile(_NARROW_END)
+
+
+def _narrow_joined(text: str) -> str:
+    """`text` with each whole token folded narrower than MIN_LINE written in one piece.
+    A run of narrow lines is joined and searched in C; it is read line by line only when
+    it holds a whole token."""
+    out: list[str] = []
+    done = 0
+    for block in _NARROW.finditer(text):
+        joined = _NARROW_BREAK.sub("", block.group())
+        tokens = [
+            t
+            for t in _TOKEN_IN_BYTES.finditer(joined)
+            if _whole_token(t.group()[:4], t.group()[4:])
+        ]
+        if not tokens:
+            continue
+        lines = _NARROW_BREAK.split(block.group())
+        starts, at = [], 0  # where each line starts, in `joined` and in the text
+        for line, brk in zip(lines, _NARROW_BREAK.finditer(block.group() + "\n"), strict=True):
+            starts.append((at, brk.start() - len(line) + block.start()))
+            at += len(line)
+        for token in tokens:
+            first = bisect.bisect_right(starts, (token.start(), math.inf)) - 1
+            last = bisect.bisect_right(starts, (token.end() - 1, math.inf)) - 1
+            middle = lines[first + 1 : last]
+            if first == last or not _one_width(middle):
+                continue
+            start = starts[first][1] + token.start() - starts[first][0]
+            end = starts[last][1] + token.end() - starts[last][0]
+            out.append(text[done:start])
+            out.append(token.group())
+            done = end
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _one_width(lines: list[str]) -> bool:
+    """Whether `lines` are as fold or textwrap makes them: all of one width, but those
+    that end at a hyphen (textwrap breaks there) may be narrower."""
+    if not lines:
+        return True
+    width = max(map(len, lines))
+    return all(len(line) == width or line.endswith("-") for line in lines)
 
 
 class _SplitTokenRule(_Rule):
@@ -596,6 +693,7 @@ class _SplitTokenRule(_Rule):
     candidate is read at most MAX_LINE_BREAKS bounded parts ahead: linear time."""
 
     def apply(self, text: str) -> str:
+        text = _narrow_joined(text)
         if _BROKEN_NEEDS.search(text) is not None:
             for mark, broken in _PREFIX_BROKEN.items():
                 text = broken.sub(functools.partial(_prefix_joined, text, mark), text)
@@ -667,15 +765,178 @@ def _joined(
     return end, rest
 
 
+# Hex dumps and per-character dumps of a file holding a token (`xxd`, `hexdump -C`,
+# `od -c`, ...): a token's bytes are hex columns, 16 to a line (and, beside them, an ASCII
+# column holding 16 of its characters a line), or one character per field. Each kind of
+# dump line is one pattern; a run of consecutive lines of one kind is read as the bytes it
+# shows, and a whole token in those bytes (_whole_token) has its secret part hidden in
+# every column (each hex digit and character of it a `*`) and its marker (the plain
+# token's) written after the line where that part starts. A line may carry a diff's `+` or
+# `-` (the preview of a file written holding a dump).
+_HEX = "[0-9a-fA-F]"
+_DUMP_LINES: dict[str, re.Pattern[str]] = {
+    # xxd (any -g, -c, -u): offset, colon, hex groups, then the ASCII column.
+    "xxd": re.compile(
+        rf"^[-+]?+{_HEX}{{6,16}}+: (?P<hex>{_HEX}{{2}}(?:{_HEX}{{2}}| (?={_HEX}{{2}}))*+)"
+        r"(?P<rest> [^\r\n]*+)\r?$",
+        re.MULTILINE,
+    ),
+    # hexdump -C, od -t x1 (z: its ASCII column between > and <), od -An -t x1.
+    "bytes": re.compile(
+        rf"^[-+]?+(?:{_HEX}{{6,16}}+)?(?P<hex>(?: {{1,2}}{_HEX}{{2}})++)"
+        r"(?: {2,}+(?:\|(?P<bar>[^\r\n]*)\||>(?P<gt>[^\r\n]*)<))?\r?$",
+        re.MULTILINE,
+    ),
+    # xxd -p, a hex string (bytes.hex()).
+    "plain": re.compile(rf"^[-+]?+(?P<hex>(?:{_HEX}{{2}})++)\r?$", re.MULTILINE),
+    # xxd -i: a C array's initializer.
+    "c": re.compile(
+        rf"^[-+]?+[ \t]*+(?P<hex>0[xX]{_HEX}{{2}}(?:, ?0[xX]{_HEX}{{2}})*+),?\r?$", re.MULTILINE
+    ),
+    # od -x, hexdump without options: 16-bit words, little-endian.
+    "words": re.compile(rf"^[-+]?+{_HEX}{{6,16}}+(?P<hex>(?: {_HEX}{{4}})++) *+\r?$", re.MULTILINE),
+    # od -c, hexdump -c: one character (or its escape, or its octal code) per 4 columns.
+    "chars": re.compile(
+        r"^[-+]?+(?:[0-9a-fA-F]{6,16}+)?(?P<chars>(?:   [^\s\\]|  \\[0abfnrtv\\]| [0-7]{3}|    )++)"
+        r"\r?$",
+        re.MULTILINE,
+    ),
+}
+_PAIR = re.compile(_HEX + "{2}")
+_TOKEN_IN_BYTES = re.compile(r"hr[nor]_[A-Za-z0-9_-]++")
+# What a dump of a token holds: its first bytes' hex (68 72: "hr"; in 16-bit words, 7268,
+# or 6f72, 6e72, 7272 when it starts at an odd byte), or od -c's `h   r` (`h` at a line's
+# end when the line breaks there).
+_DUMP_NEEDS: tuple[str, ...] = ("68 72", "6872", "68  ", "68\n", "68\r", "68,", "h   r")
+_DUMP_NEEDS += ("7268", "6f72", "6e72", "7272", "h\n", "h\r")
+
+
+def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[int, int]]]]:
+    """The bytes one dump line shows, each as a character (latin-1) and the spans of the
+    text that show it (its hex digits, its ASCII column's character)."""
+    if kind == "chars":
+        start, fields = match.start("chars"), match.group("chars")
+        shown = []
+        for at in range(0, len(fields), 4):
+            field = fields[at : at + 4].strip()
+            if len(field) == 1:
+                shown.append((field, [(start + at + 3, start + at + 4)]))
+            else:
+                shown.append((" " if not field else "\x00", []))
+        return shown
+    start, hexes = match.start("hex"), match.group("hex")
+    if kind == "c":
+        hexes = hexes.replace("0x", "  ").replace("0X", "  ")  # (the same length)
+    pairs = [(int(p[0], 16), p.span()) for p in _PAIR.finditer(hexes)]
+    if kind == "words":
+        pairs = [pairs[i ^ 1] for i in range(len(pairs))]  # (each word's two bytes swapped)
+    shown = [(chr(code), [(start + a, start + b)]) for code, (a, b) in pairs]
+    column = None
+    if kind == "xxd":
+        end = match.end("rest")
+        if end - len(shown) > match.start("rest"):
+            column = end - len(shown)
+    elif kind == "bytes":
+        group = "bar" if match.group("bar") is not None else "gt"
+        if match.group(group) is not None and len(match.group(group)) == len(shown):
+            column = match.start(group)
+    if column is not None:
+        for i, (_, spans) in enumerate(shown):
+            spans.append((column + i, column + i + 1))
+    return shown
+
+
+# A run of consecutive dump lines of one kind, in one match.
+_DUMP_RUNS = {
+    kind: re.compile(r"(?:" + line.pattern + r"(?:\n|\Z))++", re.MULTILINE)
+    for kind, line in _DUMP_LINES.items()
+}
+_NOT_HEX = re.compile(r"0[xX]|[^0-9a-fA-F]")
+_NOT_ONE_CHARACTER = re.compile(r"  \\.| [0-7]{3}")
+
+
+def _dump_shown(kind: str, run: str) -> str:
+    """What a run of dump lines shows, one character (latin-1) per byte, read in C (a
+    template substitution, a slice) rather than line by line: most dumps hold no token."""
+    line = _DUMP_LINES[kind]
+    if kind == "chars":  # (a field that is no single character: NUL, not its last letter)
+        fields = line.sub(r"\g<chars>", run).replace("\n", "")
+        return _NOT_ONE_CHARACTER.sub("   \x00", fields)[3::4]
+    shown = bytes.fromhex(_NOT_HEX.sub("", line.sub(r"\g<hex>", run)))
+    if kind == "words":  # (each 16-bit word's two bytes swapped)
+        swapped = bytearray(len(shown))
+        swapped[0::2], swapped[1::2] = shown[1::2], shown[0::2]
+        shown = bytes(swapped)
+    return shown.decode("latin-1")
+
+
+class _DumpRule(_Rule):
+    """Tokens in dumps (_DUMP_LINES): their secret part hidden in every column. A run of
+    dump lines is read line by line only when it shows a whole token."""
+
+    def apply(self, text: str) -> str:
+        hidden: dict[int, tuple[int, str]] = {}  # start: (end, what replaces it)
+        for kind, runs in _DUMP_RUNS.items():
+            for run in runs.finditer(text):
+                if not any(
+                    _whole_token(t.group()[:4], t.group()[4:])
+                    for t in _TOKEN_IN_BYTES.finditer(_dump_shown(kind, run.group()))
+                ):
+                    continue
+                lines = _DUMP_LINES[kind].finditer(text, run.start(), run.end())
+                shown = [
+                    (char, spans, line.end())
+                    for line in lines
+                    for char, spans in _dump_bytes(kind, line)
+                ]
+                _hide_tokens(text, shown, hidden)
+        if not hidden:
+            return text
+        out, done = [], 0
+        for start in sorted(hidden):
+            end, replacement = hidden[start]
+            if start < done:
+                continue
+            out.append(text[done:start])
+            out.append(replacement)
+            done = end
+        out.append(text[done:])
+        return "".join(out)
+
+
+def _hide_tokens(
+    text: str, run: list[tuple[str, list[tuple[int, int]], int]], hidden: dict[int, tuple[int, str]]
+) -> None:
+    """Each whole token `run` (a run of dump lines: each byte's character, the spans that
+    show it, where its line ends) shows: its secret part's spans as `*`, its marker after
+    the line where that part starts."""
+    shown = "".join(char for char, _, _ in run)
+    for token in _TOKEN_IN_BYTES.finditer(shown):
+        prefix, rest = token.group()[:4], token.group()[4:]
+        if not _whole_token(prefix, rest):
+            continue
+        body = token.start() + (13 if prefix == "hrn_" else 4)
+        for _, spans, _ in run[body : token.end()]:
+            for start, end in spans:
+                hidden[start] = (end, "*" * (end - start))
+        kind = "harness-token" if prefix == "hrn_" else "harness-oauth-token"
+        line_end = run[body][2]
+        if text[line_end - 1 : line_end] == "\r":
+            line_end -= 1
+        hidden[line_end] = (line_end, "  " + marker(kind, shown[body : token.end()]))
+
+
 # Applied to every string in the payload, in this order. Each pattern starts with a
 # literal (or a letter in either case) and checks what precedes it with a lookbehind.
 RULES: list[_Rule] = [
+    # Dumps of a file holding a token (above): first, while its columns are as written.
+    _DumpRule(r"(?!)", str, _DUMP_NEEDS),
     # Harness's tokens split by a line break, and run into a word (see above): first, so
     # no other rule masks a part of one and leaves the rest.
     _SplitTokenRule(
         r"(?!)",
         str,
-        ("hro_", "hrr_", "hrn_", "\\u", "\\x", "\\U")
+        ("hro_", "hrr_", "hrn_", *_ESCAPE_NEEDS)
         + ("h\n", "hr\n", "ro\n", "rr\n", "rn\n", "h=\n", "hr=\n", "ro=\n", "rr=\n", "rn=\n")
         + ("h\r", "hr\r", "ro\r", "rr\r", "rn\r", "h\\", "hr\\", "ro\\", "rr\\", "rn\\")
         + ("h=\\", "hr=\\", "ro=\\", "rr=\\", "rn=\\"),
@@ -689,7 +950,7 @@ RULES: list[_Rule] = [
         + _TOKEN_CHAR
         + ")",
         _run_token,
-        ("hro_", "hrr_", "hrn_", "hr\\", "h\\"),
+        ("hro_", "hrr_", "hrn_", "hr\\", "h\\", "h&", "hr&"),
     ),
     # PEM and OpenSSH private keys: the body between the markers (also cut short: then up
     # to the next "-----" or the end of the JSON string), when it is only a key; the
@@ -820,12 +1081,12 @@ RULES: list[_Rule] = [
         _harness_token("hrn_") + _hex_digit() + "{8}+" + _escapable("_") + ")"
         r"(?P<v>" + _TOKEN_CHAR + "{16,}+)",
         _masking("harness-token", _any_token, _unescaped),
-        ("hrn_", "\\u", "\\x", "\\U"),
+        ("hrn_", *_ESCAPE_NEEDS),
     ),
     _Rule(
         _harness_token("hr[or]_") + ")(?P<v>" + _TOKEN_CHAR + "{32,}+)",
         _masking("harness-oauth-token", _any_token, _unescaped),
-        ("hro_", "hrr_", "\\u", "\\x", "\\U"),
+        ("hro_", "hrr_", *_ESCAPE_NEEDS),
     ),
     _Rule(r"(?P<v>gh(?<=\bgh)[pousr]_[A-Za-z0-9]{30,}+)", _masking("github-token"), ("gh",)),
     _Rule(r"(?P<v>xox(?<=\bxox)[abprs]-[A-Za-z0-9-]{10,}+)", _masking("slack-token"), ("xox",)),
@@ -839,7 +1100,20 @@ RULES: list[_Rule] = [
 
 
 def _any_of(literals: set[str]) -> re.Pattern[str]:
-    return re.compile("|".join(sorted(map(re.escape, literals))) or r"(?!)")
+    """Whether any of `literals` occurs, as one pattern: a trie (literals that share a
+    first character share one branch), so that a position is tried once per character,
+    not once per literal (this search runs on every text of every event)."""
+    return re.compile(_trie(literals) if literals else r"(?!)")
+
+
+def _trie(literals: set[str]) -> str:
+    if "" in literals:
+        return ""  # (a literal that ends here: the longer ones are not needed)
+    branches = [
+        re.escape(first) + _trie({word[1:] for word in literals if word[0] == first})
+        for first in sorted({word[0] for word in literals})
+    ]
+    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
 
 
 # Whether any rule can apply, in one pass over the text (and one over its lower case):
