@@ -498,7 +498,7 @@ def _programs_may_write(path: Path, writable: list[Path]) -> bool:
     try:
         for directory in (parent, *parent.parents):
             above = directory.stat()
-            if _programs_may_place_in(above, info, uid):
+            if _programs_may_place_in(above, info, uid, acl_of=directory):
                 return True
             info = above
     except OSError:
