@@ -865,6 +865,15 @@ def sandbox_command(
     system_args, system_bound = _system_binds()
     command += system_args
     extras = [Bind(path, path, optional=True) for path in bound_read_only_extras()]
+    for bind in binds:
+        entry = read_only_entry_holding(bind.source) if bind.writable else None
+        if entry is not None:
+            raise ToolError(
+                f"{bind.source}, where this program may write, lies in the "
+                f"HARNESS_SANDBOX_READ_ONLY entry {entry}, which every sandboxed program "
+                "reads, so no program runs. An operator must list only paths where admins "
+                "alone write (not one holding an agent's workspace or a server's writable path)."
+            )
     covered, mounts = _mounts([*extras, *binds], system_bound)
     command += mounts
     for path in covered:
@@ -1026,6 +1035,18 @@ def read_only_way_in(place: Path) -> str | None:
         if step is not None and _inside(step, place):
             return f"{entry} (at {step})"
     return None
+
+
+def read_only_entry_holding(place: Path) -> Path | None:
+    """The first HARNESS_SANDBOX_READ_ONLY entry (resolved) that shows every sandboxed
+    program `place` (resolved; a workspace, a server's writable path), or None. What
+    programs write there was every other program's to read, and to run: one agent's
+    program put a file in its workspace, inside an entry, that another agent's command
+    read, its 0600 secrets too (as root, all run as the sandbox user). A place in
+    Harness's own state is not shown (covered where it lies in a bind)."""
+    if any(_inside(place, hidden) for hidden in hidden_paths()):
+        return None
+    return next((entry for entry in read_only_extras() if _inside(place, entry)), None)
 
 
 def read_only_problem(entry: str) -> str | None:

@@ -52,6 +52,7 @@ from dispatcher.tools.sandbox import (
     hidden_paths,
     mode,
     open_unredirected,
+    read_only_entry_holding,
     read_only_extras,
     read_only_way_in,
     redirection,
@@ -165,6 +166,12 @@ def _path_problem(entry: str) -> str | None:
         return (
             f"Path {path} holds the way to the HARNESS_SANDBOX_READ_ONLY entry {way}, "
             "where only admins may write; it cannot be writable."
+        )
+    # Inside an entry, what the server writes every sandboxed program reads (and runs).
+    if writable and (holder := read_only_entry_holding(path)):
+        return (
+            f"Path {path} lies in the HARNESS_SANDBOX_READ_ONLY entry {holder}, which every "
+            "sandboxed program reads; it cannot be writable."
         )
     # Given to the sandbox user when Harness is root, as a workspace is: the same rule
     # (/root/.ssh, /var/spool's crontabs, /var/lib's databases, /boot, /home whole).
