@@ -1046,7 +1046,11 @@ def read_only_entry_holding(place: Path) -> Path | None:
     Harness's own state is not shown (covered where it lies in a bind)."""
     if any(_inside(place, hidden) for hidden in hidden_paths()):
         return None
-    return next((entry for entry in read_only_extras() if _inside(place, entry)), None)
+    # (every absolute entry, those read_only_problem refuses too: the place is named
+    # whatever else stops the programs)
+    entries = getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])
+    resolved = [Path(entry).resolve() for entry in entries if entry.startswith("/")]
+    return next((entry for entry in resolved if _inside(place, entry)), None)
 
 
 def read_only_problem(entry: str) -> str | None:
