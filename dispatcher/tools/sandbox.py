@@ -52,6 +52,7 @@ import shlex
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import tempfile
 import time
@@ -617,18 +618,53 @@ def _programs_may_place(directory: Path, link: os.stat_result, uid: int) -> bool
         info = directory.stat()
     except OSError:
         return True
-    return _programs_may_place_in(info, link, uid)
+    return _programs_may_place_in(info, link, uid, acl_of=directory)
 
 
-def _programs_may_place_in(info: os.stat_result, link: os.stat_result, uid: int) -> bool:
-    """`_programs_may_place` for the directory whose status is `info`."""
+def _programs_may_place_in(
+    info: os.stat_result, link: os.stat_result, uid: int, *, acl_of: Path | int
+) -> bool:
+    """`_programs_may_place` for the directory whose status is `info`, whose access ACL
+    is read from `acl_of` (its path, or an O_PATH descriptor of it)."""
     if info.st_uid == uid:
         return True
-    group_writable = info.st_mode & stat.S_IWGRP and info.st_gid in _program_groups()
-    if not (info.st_mode & stat.S_IWOTH or group_writable):
+    groups = _program_groups()
+    group_writable = info.st_mode & stat.S_IWGRP and info.st_gid in groups
+    if not (
+        info.st_mode & stat.S_IWOTH or group_writable or _acl_grants_write(acl_of, uid, groups)
+    ):
         return False
     # in a sticky directory (/tmp) only an entry's owner may replace it
     return not info.st_mode & stat.S_ISVTX or link.st_uid == uid
+
+
+# A POSIX access ACL as the kernel stores it (system.posix_acl_access): a version, then
+# (tag, permissions, id) entries.
+ACL_XATTR = "system.posix_acl_access"
+ACL_USER, ACL_GROUP, ACL_MASK = 0x02, 0x08, 0x10
+ACL_WRITE = 0x02
+
+
+def _acl_grants_write(where: Path | int, uid: int, groups: set[int]) -> bool:
+    """Whether the access ACL of `where` (a path, or an O_PATH descriptor) names `uid` or
+    one of `groups` with write permission the mask lets through. The mode bits show only
+    the owner, the mask and others: an admin who shared a directory with Harness's user
+    (or the sandbox user) by setfacl gave programs what a group-writable mode would. An
+    ACL that cannot be read counts as granting it, unless the filesystem has none."""
+    path = f"/proc/self/fd/{where}" if isinstance(where, int) else os.fspath(where)
+    try:
+        acl = os.getxattr(path, ACL_XATTR)
+    except OSError as error:
+        return error.errno not in (errno.ENODATA, errno.EOPNOTSUPP, errno.ENOENT)
+    if len(acl) < 4 or (len(acl) - 4) % 8:
+        return True
+    entries = [struct.unpack_from("<HHI", acl, offset) for offset in range(4, len(acl), 8)]
+    mask = next((perm for tag, perm, _ in entries if tag == ACL_MASK), ACL_WRITE)
+    return any(
+        perm & mask & ACL_WRITE
+        and ((tag == ACL_USER and ident == uid) or (tag == ACL_GROUP and ident in groups))
+        for tag, perm, ident in entries
+    )
 
 
 def refuse_redirected(workspace: Path) -> None:
@@ -694,7 +730,9 @@ def open_unredirected(path: Path, *, file_ok: bool = False) -> int:
                 finally:
                     os.close(following)
                 hops += 1
-                if hops > 40 or _programs_may_place_in(os.fstat(current), info, uid):
+                if hops > 40 or _programs_may_place_in(
+                    os.fstat(current), info, uid, acl_of=current
+                ):
                     raise ToolError(
                         f"The session workspace {path} reaches {part!r}, a symlink in a "
                         "directory sandboxed programs may write (another agent's workspace, "
@@ -827,6 +865,15 @@ def sandbox_command(
     system_args, system_bound = _system_binds()
     command += system_args
     extras = [Bind(path, path, optional=True) for path in bound_read_only_extras()]
+    for bind in binds:
+        entry = read_only_entry_holding(bind.source) if bind.writable else None
+        if entry is not None:
+            raise ToolError(
+                f"{bind.source}, where this program may write, lies in the "
+                f"HARNESS_SANDBOX_READ_ONLY entry {entry}, which every sandboxed program "
+                "reads, so no program runs. An operator must list only paths where admins "
+                "alone write (not one holding an agent's workspace or a server's writable path)."
+            )
     covered, mounts = _mounts([*extras, *binds], system_bound)
     command += mounts
     for path in covered:
@@ -990,6 +1037,38 @@ def read_only_way_in(place: Path) -> str | None:
     return None
 
 
+def read_only_entry_holding(place: Path) -> Path | None:
+    """The first HARNESS_SANDBOX_READ_ONLY entry (resolved) that shows every sandboxed
+    program `place` (resolved; a workspace, a server's writable path), or None. What
+    programs write there was every other program's to read, and to run: one agent's
+    program put a file in its workspace, inside an entry, that another agent's command
+    read, its 0600 secrets too (as root, all run as the sandbox user). A place in
+    Harness's own state is not shown (covered where it lies in a bind)."""
+    if any(_inside(place, hidden) for hidden in hidden_paths()):
+        return None
+    # (every absolute entry, those read_only_problem refuses too: the place is named
+    # whatever else stops the programs)
+    entries = getattr(settings, "HARNESS_SANDBOX_READ_ONLY", [])
+    resolved = [Path(entry).resolve() for entry in entries if entry.startswith("/")]
+    held = next((entry for entry in resolved if _inside(place, entry)), None)
+    if held is not None:
+        return held
+    # An entry on which a directory is bound (mount --bind) shows that directory at
+    # another path: the same directory (device and inode) as the place or one above it.
+    shown = {i: entry for entry in resolved if (i := _directory_identity(entry)) is not None}
+    above = (place, *place.parents)
+    return next((shown[i] for d in above if (i := _directory_identity(d)) in shown), None)
+
+
+def _directory_identity(path: Path) -> tuple[int, int] | None:
+    """The device and inode of `path` (followed), or None when it cannot be read."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
 def read_only_problem(entry: str) -> str | None:
     """Why the HARNESS_SANDBOX_READ_ONLY entry `entry` may not be bound, or None. Bound by
     path at every run (by bwrap as Harness's user, root or not): an entry, or a symlink
@@ -1006,10 +1085,14 @@ def read_only_problem(entry: str) -> str | None:
     # anywhere Harness may write), so everything Harness may write counts, its own
     # toolchains too: an agent's program pointed a symlink on such an entry's way at
     # another agent's workspace, or Harness's home, and every later run showed it.
-    placed = _placed_by_programs(Path(entry))
+    # The resolved path is what bwrap is given (read_only_extras), and Path.resolve()
+    # takes a `..` after a missing directory lexically, where the kernel (and the walk)
+    # stops: "/opt/missing/../ws/tools" was judged as nothing and bound as
+    # /opt/ws/tools, so its way is judged too.
+    resolved = Path(entry).resolve()
+    placed = _placed_by_programs(Path(entry)) or _placed_by_programs(resolved)
     if placed is not None:
         return f"reaches {placed}, which lies in a directory sandboxed programs may write"
-    resolved = Path(entry).resolve()
     for hidden in hidden_paths():
         if _inside(resolved, hidden):
             return f"lies in {hidden}, Harness's own state"

@@ -52,6 +52,7 @@ from dispatcher.tools.sandbox import (
     hidden_paths,
     mode,
     open_unredirected,
+    read_only_entry_holding,
     read_only_extras,
     read_only_way_in,
     redirection,
@@ -165,6 +166,12 @@ def _path_problem(entry: str) -> str | None:
         return (
             f"Path {path} holds the way to the HARNESS_SANDBOX_READ_ONLY entry {way}, "
             "where only admins may write; it cannot be writable."
+        )
+    # Inside an entry, what the server writes every sandboxed program reads (and runs).
+    if writable and (holder := read_only_entry_holding(path)):
+        return (
+            f"Path {path} lies in the HARNESS_SANDBOX_READ_ONLY entry {holder}, which every "
+            "sandboxed program reads; it cannot be writable."
         )
     # Given to the sandbox user when Harness is root, as a workspace is: the same rule
     # (/root/.ssh, /var/spool's crontabs, /var/lib's databases, /boot, /home whole).
@@ -498,7 +505,7 @@ def _programs_may_write(path: Path, writable: list[Path]) -> bool:
     try:
         for directory in (parent, *parent.parents):
             above = directory.stat()
-            if _programs_may_place_in(above, info, uid):
+            if _programs_may_place_in(above, info, uid, acl_of=directory):
                 return True
             info = above
     except OSError:
