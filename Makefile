@@ -72,6 +72,8 @@ sandbox:
 	  else echo "The sandbox needs Debian's bubblewrap, util-linux and libseccomp2: sudo apt-get install bubblewrap util-linux libseccomp2"; fi; }
 	@if [ "$$(id -u)" = 0 ] && ! id -u harness-sandbox >/dev/null 2>&1; then \
 	  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin harness-sandbox; fi
+	@# acl: tests/redteam grants write by an ACL to show a read-only entry's way is refused.
+	@command -v setfacl >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq acl >/dev/null; } || true
 	@# ripgrep: tests/policy runs the real rg to show what `rg --pre` runs.
 	@command -v rg >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep >/dev/null; } || true
 
