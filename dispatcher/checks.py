@@ -215,15 +215,22 @@ def check_sandbox(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     if value == "bwrap" and (problem := sandbox.probe()) is not None:
+        entry = problem.startswith("HARNESS_SANDBOX_READ_ONLY entry ")
         errors.append(
             Error(
                 f"HARNESS_SANDBOX is 'bwrap' but the sandbox cannot run here: {problem}.",
                 hint=(
-                    "Install bubblewrap, util-linux and libseccomp (`make sandbox` does it, "
-                    "and creates the harness-sandbox user) and allow user namespaces; as "
-                    "root, give Harness a writable pids cgroup and a HARNESS_SANDBOX_USER, "
-                    "or run it as an unprivileged user. To run programs without the "
-                    "sandbox, set HARNESS_SANDBOX=off explicitly (the dashboard shows it)."
+                    "List only directories that sandboxed programs cannot change nor "
+                    "redirect (owned by root, in directories only root writes, no ACL "
+                    "granting write, holding no workspace nor server path), such as "
+                    "/opt/toolchain; or remove the entry (docs/security.md)."
+                    if entry
+                    else "Install bubblewrap, util-linux and libseccomp (`make sandbox` "
+                    "does it, and creates the harness-sandbox user) and allow user "
+                    "namespaces; as root, give Harness a writable pids cgroup and a "
+                    "HARNESS_SANDBOX_USER, or run it as an unprivileged user. To run "
+                    "programs without the sandbox, set HARNESS_SANDBOX=off explicitly "
+                    "(the dashboard shows it)."
                 ),
                 id="dispatcher.E041",
             )

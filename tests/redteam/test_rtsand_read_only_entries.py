@@ -110,5 +110,6 @@ def test_the_start_up_checks_name_such_an_entry(
     entry.mkdir()
     _sh(sandboxed_workspace, "true")  # (the workspace is the sandbox user's)
     settings.HARNESS_SANDBOX_READ_ONLY = [str(entry)]
-    found = {error.id: error.msg for error in run_checks()}
-    assert f"HARNESS_SANDBOX_READ_ONLY entry {entry} reaches" in found["dispatcher.E041"]
+    found = {error.id: error for error in run_checks()}
+    assert f"HARNESS_SANDBOX_READ_ONLY entry {entry} reaches" in found["dispatcher.E041"].msg
+    assert "remove the entry" in found["dispatcher.E041"].hint  # (not "install bubblewrap")
