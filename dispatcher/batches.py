@@ -536,8 +536,9 @@ def count_running(url: str, queue: str) -> None:
     claimed it (`end_turn`). Redis lost its data (restarted empty, flushed): every place
     of a call running then was lost, and its owner's next calls started beside it, past
     the cap. (A call whose claim commits after this read, on a place held before Redis
-    lost it, is not counted: the moment between a hold and its claim.) Raises what Redis
-    raises."""
+    lost it, is not counted: the moment between a hold and its claim.) The calls counted
+    are read again once their places are written: one that ended meanwhile has its place
+    taken back. Raises what Redis raises."""
     now = timezone.now()
     rows = list(
         ToolCall.objects.filter(
@@ -551,15 +552,29 @@ def count_running(url: str, queue: str) -> None:
             subject__in=[f"call:{pk}" for pk, *_ in rows],
         ).values_list("subject", flat=True)
     )
-    pipe = redis_at(url).pipeline()
+    pipe, counted = redis_at(url).pipeline(), dict[uuid.UUID, str]()
     for pk, agent, owner, lease in rows:
         if f"call:{pk}" in inline or lease is None:  # (a lease in the future: never None)
             continue
-        key = _running_key(queue, _entry(Share(str(owner), str(agent))))
+        key = counted[pk] = _running_key(queue, _entry(Share(str(owner), str(agent))))
         pipe.zadd(key, {_counted_place(str(pk)): lease.timestamp()})
         pipe.expire(key, _running_expiry())
     pipe.set(_counted_key(queue), "1")
     pipe.execute()
+    # A call that ended between the read and the write gave its place back before it was
+    # written (its worker's turn ends after its finish commits): taken back here, or it
+    # held its owner's place to its lease's end with nothing running. One still running
+    # now gives its place back after this read.
+    ended = set(counted) - set(
+        ToolCall.objects.filter(pk__in=list(counted), status=Status.RUNNING).values_list(
+            "pk", flat=True
+        )
+    )
+    if ended:
+        pipe = redis_at(url).pipeline()
+        for pk in ended:
+            pipe.zrem(counted[pk], _counted_place(str(pk)))
+        pipe.execute()
     logger.warning(
         "the running calls' places were not in Redis (restarted or flushed); counted %d "
         "from the database",
