@@ -132,3 +132,35 @@ def test_a_call_ending_while_the_places_are_counted_leaves_no_place_behind(
     assert f"call:{long.pk}".encode() not in live_places(broker, queue, fx.owner.pk)
     [turn_later] = taken
     assert turn_later.call_id == str(later.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_the_mark_deleted_alone_counts_no_running_call_twice(
+    lane: tuple[RedisServer, str], settings: Any
+) -> None:
+    """The running sets kept, their mark deleted or evicted alone: the count added each
+    running call's place beside its turn's, and an owner with one call running under a cap
+    of two started no other until it ended."""
+    settings.HARNESS_MAX_RUNNING_PER_OWNER = "2"
+    server, queue = lane
+    broker = redis_at(server.url)
+    broker.set(batches._counted_key(queue), 1)
+    fx = make_agent(mode="trusted")
+    long = submit_one(agents.start_session(agent=fx.agent), "runcap_wait_for", {"path": "go"})
+    assert broker.rpop(queue) is not None
+    turn = batches.take_turn(str(long.pk))
+    row = ToolCall.objects.select_related("session__agent").get(pk=long.pk)
+    tool = get_tool(row.name)
+    assert tool is not None
+    assert batches.hold(turn, tool.timeout + 1, batches.agent_of(row))
+    assert transitions.claim(row, tool)
+    turn.claimed = True
+    broker.delete(batches._counted_key(queue))
+    later = submit_one(agents.start_session(agent=fx.agent), "list_directory", {"path": "."})
+    assert broker.rpop(queue) is not None
+    # Before: the running call held two places, and the owner's second call waited.
+    assert batches.take_turn(str(later.pk)).call_id == str(later.pk)
+    assert broker.get(batches._counted_key(queue)) == b"1"
+    places = live_places(broker, queue, fx.owner.pk)
+    assert turn.slot.encode() in places and f"call:{long.pk}".encode() not in places
