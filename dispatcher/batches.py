@@ -245,6 +245,30 @@ redis.call('ZADD', KEYS[1], string.format('%.6f', now + tonumber(ARGV[2])), ARGV
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 1
 """
+# The places `count_running` counted (KEYS: each call's owner's running set, then the mark;
+# ARGV: the sets' expiry, then each call's place and its lapse), and the mark. A set that
+# holds a turn's place (not a `call:` one) was not lost: only the mark was (deleted or
+# evicted alone), and its running calls hold their turns' places already (counted again,
+# each held two places until it ended, and an owner below the cap was kept at it). Before
+# the mark is set again no turn's place is taken, so after a loss every set is empty, or
+# holds only what a count racing this one wrote.
+_COUNTED = """
+local kept = {}
+for i = 1, #KEYS - 1 do
+  local key = KEYS[i]
+  if kept[key] == nil then
+    kept[key] = true
+    for _, place in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+      if place:sub(1, 5) ~= 'call:' then kept[key] = false break end
+    end
+  end
+  if kept[key] then
+    redis.call('ZADD', key, ARGV[2 * i + 1], ARGV[2 * i])
+    redis.call('EXPIRE', key, ARGV[1])
+  end
+end
+redis.call('SET', KEYS[#KEYS], '1')
+"""
 # The message of an owed turn: it runs the ring's next call, or nothing (not a call id).
 OWED_TURN = "owed-turn"
 
@@ -536,8 +560,10 @@ def count_running(url: str, queue: str) -> None:
     claimed it (`end_turn`). Redis lost its data (restarted empty, flushed): every place
     of a call running then was lost, and its owner's next calls started beside it, past
     the cap. (A call whose claim commits after this read, on a place held before Redis
-    lost it, is not counted: the moment between a hold and its claim.) Raises what Redis
-    raises."""
+    lost it, is not counted: the moment between a hold and its claim.) The calls counted
+    are read again once their places are written: one that ended meanwhile has its place
+    taken back. An owner's set that holds a turn's place was not lost (the mark alone was):
+    left as it is (`_COUNTED`). Raises what Redis raises."""
     now = timezone.now()
     rows = list(
         ToolCall.objects.filter(
@@ -551,15 +577,29 @@ def count_running(url: str, queue: str) -> None:
             subject__in=[f"call:{pk}" for pk, *_ in rows],
         ).values_list("subject", flat=True)
     )
-    pipe = redis_at(url).pipeline()
+    counted, places = dict[uuid.UUID, str](), list[Any]()
     for pk, agent, owner, lease in rows:
         if f"call:{pk}" in inline or lease is None:  # (a lease in the future: never None)
             continue
-        key = _running_key(queue, _entry(Share(str(owner), str(agent))))
-        pipe.zadd(key, {_counted_place(str(pk)): lease.timestamp()})
-        pipe.expire(key, _running_expiry())
-    pipe.set(_counted_key(queue), "1")
-    pipe.execute()
+        counted[pk] = _running_key(queue, _entry(Share(str(owner), str(agent))))
+        places += [_counted_place(str(pk)), f"{lease.timestamp():.6f}"]
+    _script(url, _COUNTED)(
+        keys=[*counted.values(), _counted_key(queue)], args=[_running_expiry(), *places]
+    )
+    # A call that ended between the read and the write gave its place back before it was
+    # written (its worker's turn ends after its finish commits): taken back here, or it
+    # held its owner's place to its lease's end with nothing running. One still running
+    # now gives its place back after this read.
+    ended = set(counted) - set(
+        ToolCall.objects.filter(pk__in=list(counted), status=Status.RUNNING).values_list(
+            "pk", flat=True
+        )
+    )
+    if ended:
+        pipe = redis_at(url).pipeline()
+        for pk in ended:
+            pipe.zrem(counted[pk], _counted_place(str(pk)))
+        pipe.execute()
     logger.warning(
         "the running calls' places were not in Redis (restarted or flushed); counted %d "
         "from the database",
