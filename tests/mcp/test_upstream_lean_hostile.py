@@ -26,7 +26,8 @@ LEAN_HOSTILE = ROOT / "tests" / "support" / "mcp_lean_hostile.py"
 def lean_hostile(tmp_path: Path, settings: Any) -> Iterator[str]:
     port = free_port()
     settings.HARNESS_OUTBOUND_ALLOW = [f"127.0.0.1:{port}", f"127.0.0.2:{port}"]
-    proc = serve([sys.executable, str(LEAN_HOSTILE), str(port)], port, tmp_path / "up.log")
+    argv = [sys.executable, str(LEAN_HOSTILE), str(port), str(tmp_path / "calls.txt")]
+    proc = serve(argv, port, tmp_path / "up.log")
     try:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
@@ -99,3 +100,54 @@ def test_a_stream_of_many_messages_before_the_answer_ends_the_same_both_ways(
     lean, sdk = both_ways(monkeypatch, lambda: outcomes(lean_hostile, calls, timeout=20))
     assert lean == sdk
     assert lean[0] == "False after many" and lean[2] == "False echo: next", lean
+
+
+def test_many_calls_on_one_session_with_some_cancelled_mid_answer_get_their_own_answers(
+    lean_hostile: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """48 calls at once on one kept session (of as many agents), 8 more cancelled by their
+    callers while their SSE answers stream in: each call that ends gets its own answer,
+    and the next call on the session too, both ways; the session is kept."""
+
+    calls_file = tmp_path / "calls.txt"
+
+    async def scenario() -> list[str]:
+        calls_file.unlink(missing_ok=True)
+        pool = upstream.Pool()
+        endpoint = upstream.Endpoint(
+            server_id=1, version=1, name="lean", transport="http", url=lean_hostile, timeout=20
+        )
+        with contextlib.suppress(upstream.DefinitionChanged):  # (the session, opened)
+            await pool.call_async(endpoint, "echo", "", {"text": ""})
+        connection = pool._on_this_loop()[endpoint.key]
+        definitions = connection.definitions
+        endless = [
+            asyncio.create_task(
+                pool.call_async(endpoint, "endless", definitions["endless"].fingerprint, {})
+            )
+            for _ in range(8)
+        ]
+        echo = definitions["echo"].fingerprint
+        calls = [pool.call_async(endpoint, "echo", echo, {"text": f"agent {n}"}) for n in range(48)]
+        try:
+            # (the endless calls' answers streaming: each has begun its SSE answer)
+            while not calls_file.exists() or calls_file.read_text().count("endless") < 8:
+                await asyncio.sleep(0.02)
+            got = asyncio.gather(*calls)
+            for task in endless:
+                task.cancel()
+            seen = [upstream.result_text(result) for result in await got]
+            for task in endless:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            after = await pool.call_async(endpoint, "echo", echo, {"text": "after"})
+            seen.append(upstream.result_text(after))
+            seen.append(f"kept: {pool._on_this_loop().get(endpoint.key) is connection}")
+        finally:
+            for held in list(pool._on_this_loop().values()):
+                await held.close()
+        return seen
+
+    lean, sdk = both_ways(monkeypatch, lambda: asyncio.run(scenario()))
+    assert lean == sdk
+    assert lean == [f"echo: agent {n}" for n in range(48)] + ["echo: after", "kept: True"]

@@ -2,8 +2,9 @@
 (tests/mcp/test_upstream_lean_hostile.py), written by hand: it gives a session id, and
 each tool misbehaves in its own way in answering a tools/call.
 
-    python tests/support/mcp_lean_hostile.py PORT
+    python tests/support/mcp_lean_hostile.py PORT CALLS_FILE
 
+Each tools/call it receives adds a line `NAME` to CALLS_FILE as it starts answering.
 What each tool answers (the call's own id unless said):
 
   echo {text}     "echo: TEXT" (JSON)
@@ -45,6 +46,8 @@ TOOLS = [
     "elicit", "roots", "many", "endless", "big_event", "flood", "extra", "failing", "typed",
     "accepted", "redirect", "json_error", "forget", "swap",
 ]  # fmt: skip
+CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
+_written = threading.Lock()
 _sessions: set[str] = set()
 _swapping = threading.Condition()
 _swaps: list[Any] = []  # (the ids of the swap calls, in the order they arrived)
@@ -148,6 +151,8 @@ class Handler(BaseHTTPRequestHandler):
             self.answer(b"", 404)
 
     def call(self, request_id: Any, name: str, arguments: Any) -> None:
+        with _written, open(CALLS_FILE, "a") as calls:
+            calls.write(f"{name}\n")
         arguments = arguments or {}
         server_request = {
             "sampling": ("sampling/createMessage", {"messages": [], "maxTokens": 1}),
@@ -183,6 +188,8 @@ class Handler(BaseHTTPRequestHandler):
             self.event(response(request_id, text("after many")))
         elif name in ("endless", "flood"):
             self.sse_start()
+            self.event({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "info", "data": "started"}})  # fmt: skip
             data = "x" * (64 << 10 if name == "flood" else 1)
             note = {"jsonrpc": "2.0", "method": "notifications/message",
                     "params": {"level": "info", "data": data}}  # fmt: skip
