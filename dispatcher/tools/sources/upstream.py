@@ -365,17 +365,23 @@ _LEAN_IDS = count(1)
 
 class _Answer:
     """What `lean_call` hands the SDK's POST handling as the session's read stream: the
-    call's response (or error) is kept; any other message the server sends on the call's
-    stream (a notification, a request of its own) goes on to the session, as the SDK's
-    transport sends it."""
+    call's response (or error), under the call's own id, is kept; any other message the
+    server sends on the call's stream (a notification, a request of its own, a response
+    under another id: a JSON body's id is not rewritten, an SSE event's is) goes on to the
+    session, as the SDK's transport sends it, whose dispatcher routes it by its id."""
 
-    def __init__(self, session_stream: Any) -> None:
+    def __init__(self, session_stream: Any, request_id: str) -> None:
         self.session_stream = session_stream
+        self.request_id = request_id
         self.reply: types.JSONRPCResponse | types.JSONRPCError | None = None
 
     async def send(self, item: SessionMessage | Exception) -> None:
         message = item.message if isinstance(item, SessionMessage) else None
-        if self.reply is None and isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+        if (
+            self.reply is None
+            and isinstance(message, types.JSONRPCResponse | types.JSONRPCError)
+            and message.id == self.request_id
+        ):
             self.reply = message
         else:
             await self.session_stream.send(item)
@@ -430,7 +436,7 @@ async def lean_call(
         stamped = metadata.headers.get(MCP_PROTOCOL_VERSION_HEADER)
         if stamped is not None:
             transport._protocol_version_header = stamped
-    answer = _Answer(transport.incoming)
+    answer = _Answer(transport.incoming, request_id)
     ctx = RequestContext(
         client=transport.client,
         session_id=transport.session_id,
@@ -452,8 +458,13 @@ async def lean_call(
             )
         raise
     reply = answer.reply
-    if reply is None:  # (the SDK's handling answers every request; as its closed stream)
-        raise MCPError(code=types.CONNECTION_CLOSED, message="Connection closed")
+    if reply is None:
+        # The server's answer held no response under the call's id (a JSON body that is
+        # a request or notification of its own, or a response under another id): the
+        # SDK's waiter for the call is never resolved, and the call ends at its bound
+        # (Pool._call_on's) as it does there, timed out, its session replaced.
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
     if isinstance(reply, types.JSONRPCError):
         error = reply.error
         raise MCPError(code=error.code, message=error.message, data=error.data)

@@ -1,0 +1,241 @@
+"""A hostile streamable-HTTP MCP server for the lean call's red-team tests
+(tests/mcp/test_upstream_lean_hostile.py), written by hand: it gives a session id, and
+each tool misbehaves in its own way in answering a tools/call.
+
+    python tests/support/mcp_lean_hostile.py PORT CALLS_FILE
+
+Each tools/call it receives adds a line `NAME` to CALLS_FILE as it starts answering.
+What each tool answers (the call's own id unless said):
+
+  echo {text}     "echo: TEXT" (JSON)
+  other_id {}     JSON: a result "stolen" under the id the next call is given
+                  (`harness-N` one past the call's), not the call's
+  numeric_id {}   JSON: a result "numeric" under the id 1, not the call's
+  json_request {} JSON: a request of the server's (sampling), no answer to the call
+  batch {}        JSON: an array holding the call's result
+  sse_other_id {} SSE: the result "sse other" under the id the next call is given
+  swap {text}     JSON, once a second swap call has arrived: each is answered "for TEXT"
+                  (its own text) under the other's id
+  sampling {}     SSE: a sampling request, then the result "after sampling"
+  elicit {}       SSE: an elicitation request, then the result "after elicit"
+  roots {}        SSE: a roots/list request, then the result "after roots"
+  many {count}    SSE: COUNT (3000) log notifications, then the result "after many"
+  endless {}      SSE: a notification every 0.1 s, never a result
+  big_event {}    SSE: one event of 2 MiB
+  flood {}        SSE: notifications of 64 KiB without end, never a result
+  extra {}        a result with fields no protocol names
+  failing {}      a result with isError true
+  typed {}        a result whose structured content breaks the tool's output schema
+  accepted {}     202, no body
+  redirect {}     307 to the same server under another address (127.0.0.2)
+  json_error {}   400 with a JSON-RPC error body (id null)
+  forget {}       "forgotten", then every session is unknown (404)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+TOOLS = [
+    "echo", "other_id", "numeric_id", "json_request", "batch", "sse_other_id", "sampling",
+    "elicit", "roots", "many", "endless", "big_event", "flood", "extra", "failing", "typed",
+    "accepted", "redirect", "json_error", "forget", "swap",
+]  # fmt: skip
+CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
+_written = threading.Lock()
+_sessions: set[str] = set()
+_swapping = threading.Condition()
+_swaps: list[Any] = []  # (the ids of the swap calls, in the order they arrived)
+
+
+def next_id(request_id: Any) -> Any:
+    """The id the call after the one given `request_id` is given."""
+    if isinstance(request_id, str) and request_id.startswith("harness-"):
+        return f"harness-{int(request_id.removeprefix('harness-')) + 1}"
+    return request_id + 1 if isinstance(request_id, int) else f"{request_id}-next"
+
+
+def tool(name: str) -> dict[str, Any]:
+    listed: dict[str, Any] = {
+        "name": name,
+        "description": f"The hostile server's {name}.",
+        "inputSchema": {"type": "object", "properties": {}, "additionalProperties": True},
+        "annotations": {"readOnlyHint": True},
+    }
+    if name == "typed":
+        listed["outputSchema"] = {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+        }
+    return listed
+
+
+def text(value: str, **more: Any) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": value}], "isError": False, **more}
+
+
+def response(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def answer(self, body: bytes, status: int = 200, kind: str = "application/json") -> None:
+        self.send_response(status)
+        if self.session:
+            self.send_header("Mcp-Session-Id", self.session)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def json(self, value: Any, status: int = 200) -> None:
+        self.answer(json.dumps(value).encode(), status)
+
+    def sse_start(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        self.close_connection = True
+
+    def event(self, value: Any) -> None:
+        self.wfile.write(b"event: message\ndata: " + json.dumps(value).encode() + b"\n\n")
+        self.wfile.flush()
+
+    def do_GET(self) -> None:
+        self.session = ""
+        self.answer(b"", 405)
+
+    def do_DELETE(self) -> None:
+        self.session = ""
+        self.answer(b"", 405)
+
+    def do_POST(self) -> None:
+        self.session = ""
+        message = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        if isinstance(message, list) or "method" not in message:
+            self.answer(b"", 202)  # (the client's answers to the server's requests)
+            return
+        method, request_id = message.get("method"), message.get("id")
+        if method != "initialize" and self.headers.get("Mcp-Session-Id") not in _sessions:
+            self.answer(b"", 404)
+        elif request_id is None:
+            self.answer(b"", 202)
+        elif method == "initialize":
+            self.session = f"s{len(_sessions)}-{time.time()}"
+            _sessions.add(self.session)
+            result = {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "lean-hostile", "version": "1"},
+            }
+            self.json(response(request_id, result))
+        elif method == "tools/list":
+            self.json(response(request_id, {"tools": [tool(name) for name in TOOLS]}))
+        elif method == "ping":
+            self.json(response(request_id, {}))
+        elif method == "tools/call":
+            self.call(request_id, message["params"]["name"], message["params"].get("arguments"))
+        else:
+            self.answer(b"", 404)
+
+    def call(self, request_id: Any, name: str, arguments: Any) -> None:
+        with _written, open(CALLS_FILE, "a") as calls:
+            calls.write(f"{name}\n")
+        arguments = arguments or {}
+        server_request = {
+            "sampling": ("sampling/createMessage", {"messages": [], "maxTokens": 1}),
+            "elicit": ("elicitation/create", {"message": "?", "requestedSchema": {}}),
+            "roots": ("roots/list", {}),
+        }
+        if name == "echo":
+            self.json(response(request_id, text(f"echo: {arguments.get('text', '')}")))
+        elif name == "other_id":
+            self.json(response(next_id(request_id), text("stolen")))
+        elif name == "numeric_id":
+            self.json(response(1, text("numeric")))
+        elif name == "json_request":
+            self.json({"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
+                       "params": {"messages": [], "maxTokens": 1}})  # fmt: skip
+        elif name == "batch":
+            self.json([response(request_id, text("batched"))])
+        elif name == "sse_other_id":
+            self.sse_start()
+            self.event(response(next_id(request_id), text("sse other")))
+        elif name in server_request:
+            method, params = server_request[name]
+            self.sse_start()
+            self.event({"jsonrpc": "2.0", "id": f"srv-{name}", "method": method, "params": params})
+            time.sleep(0.3)
+            self.event(response(request_id, text(f"after {name}")))
+        elif name == "many":
+            self.sse_start()
+            note = {"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": "info", "data": "x"}}  # fmt: skip
+            for _ in range(int(arguments.get("count", 3000))):
+                self.event(note)
+            self.event(response(request_id, text("after many")))
+        elif name in ("endless", "flood"):
+            self.sse_start()
+            self.event({"jsonrpc": "2.0", "method": "notifications/message",
+                        "params": {"level": "info", "data": "started"}})  # fmt: skip
+            data = "x" * (64 << 10 if name == "flood" else 1)
+            note = {"jsonrpc": "2.0", "method": "notifications/message",
+                    "params": {"level": "info", "data": data}}  # fmt: skip
+            try:
+                while True:
+                    self.event(note)
+                    if name == "endless":
+                        time.sleep(0.1)
+            except OSError:
+                pass
+        elif name == "big_event":
+            self.sse_start()
+            self.event(response(request_id, text("x" * (2 << 20))))
+        elif name == "extra":
+            result = text("extra", resultType="complete", surprise={"a": 1}, ttl=-5)
+            self.json(response(request_id, result))
+        elif name == "failing":
+            result = {"content": [{"type": "text", "text": "it failed"}], "isError": True}
+            self.json(response(request_id, result))
+        elif name == "typed":
+            self.json(response(request_id, text("typed", structuredContent={"n": "not a number"})))
+        elif name == "accepted":
+            self.answer(b"", 202)
+        elif name == "redirect":
+            port = self.headers["Host"].rsplit(":", 1)[1]
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.2:{port}/mcp")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif name == "json_error":
+            error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": "bad"}}
+            self.json(error, 400)
+        elif name == "forget":
+            self.json(response(request_id, text("forgotten")))
+            _sessions.clear()
+        elif name == "swap":
+            with _swapping:
+                _swaps.append(request_id)
+                _swapping.notify_all()
+                _swapping.wait_for(lambda: len(_swaps) % 2 == 0, timeout=10)
+                mine = _swaps.index(request_id)
+                other = _swaps[mine + 1 if mine % 2 == 0 else mine - 1]
+            self.json(response(other, text(f"for {arguments.get('text', '')}")))
+
+
+if __name__ == "__main__":
+    ThreadingHTTPServer.daemon_threads = True
+    ThreadingHTTPServer.request_queue_size = 256
+    ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
