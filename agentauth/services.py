@@ -244,11 +244,11 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
     client signed in for (its tokens are its only credential), the calls sent with them
     and not yet run end too (agents.end_calls_of_signed_out): those waiting for a reviewer
     cancelled, those queued denied. An agent an admin made keeps its bearer token and its
-    calls."""
-    access = AccessToken.objects.filter(harness__agent=agent)
-    RefreshToken.objects.filter(access_token__in=access).delete()
-    _, deleted = access.delete()
-    count = int(deleted.get(AccessToken._meta.label, 0))
+    calls. A code approved for the agent and not yet exchanged (an authorization code, a
+    device code: a sign-in under way, perhaps the lost device's) is unbound from it, so
+    its exchange gives no token (agentauth.validators)."""
+    PendingAgent.objects.filter(agent=agent).delete()
+    count = _delete_tokens(agent)
     # (A revoked agent's calls: agents.revoke_agent denied those queued, and the guards
     # deny its asks at release.)
     if AgentClient.objects.filter(agent=agent, agent__is_active=True).exists():
@@ -262,7 +262,19 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
     # Last, and held to the commit: a decision about to release a call of the agent waits
     # for it, then reads the agent's new sign-in (agents.signed_in_now).
     AgentClient.objects.select_for_update().filter(agent=agent).exists()
-    return count
+    # A code's exchange that read its agent before the codes were unbound above locks the
+    # agent's row while it writes its token (agentauth.validators._still_bound), which
+    # end_calls_of_signed_out wrote after it: the token it committed is deleted here; a
+    # later exchange waits for this commit, then finds its code unbound.
+    return count + _delete_tokens(agent)
+
+
+def _delete_tokens(agent: Agent) -> int:
+    """Delete every OAuth token of `agent` (access and refresh); how many access tokens."""
+    access = AccessToken.objects.filter(harness__agent=agent)
+    RefreshToken.objects.filter(access_token__in=access).delete()
+    _, deleted = access.delete()
+    return int(deleted.get(AccessToken._meta.label, 0))
 
 
 def stop_agents_of_leaver(*, team: Team, user: User, actor: str) -> dict[str, Any]:
