@@ -247,6 +247,19 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
     calls. A code approved for the agent and not yet exchanged (an authorization code, a
     device code: a sign-in under way, perhaps the lost device's) is unbound from it, so
     its exchange gives no token (agentauth.validators)."""
+    # The agent's row first (as a revocation's, which signs the agent out after writing
+    # it: revoke_agent): a code's exchange locks it while it writes its token
+    # (agentauth.validators._still_bound), so the token of one that checked its code
+    # before the codes are unbound below is deleted below, and a later one waits for this
+    # commit, then finds its code unbound. Then its client link, held to the commit: a
+    # decision about to release a call of the agent waits for it, then reads the agent's
+    # new sign-in (agents.signed_in_now). The decision locks the link before the call's
+    # row and its session's audit chain, which the sign-out takes after it (cancelling
+    # the calls waiting): locked last, a decision holding it and the sign-out holding the
+    # chain of another call of that session waited for each other (a deadlock, one of
+    # them a 500).
+    Agent.objects.select_for_update(of=("self",)).filter(pk=agent.pk).exists()
+    AgentClient.objects.select_for_update().filter(agent=agent).exists()
     PendingAgent.objects.filter(agent=agent).delete()
     count = _delete_tokens(agent)
     # (A revoked agent's calls: agents.revoke_agent denied those queued, and the guards
@@ -259,14 +272,7 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
         subject=f"agent:{agent.pk}",
         payload={"agent": agent.name, "tokens": count},
     )
-    # Last, and held to the commit: a decision about to release a call of the agent waits
-    # for it, then reads the agent's new sign-in (agents.signed_in_now).
-    AgentClient.objects.select_for_update().filter(agent=agent).exists()
-    # A code's exchange that read its agent before the codes were unbound above locks the
-    # agent's row while it writes its token (agentauth.validators._still_bound), which
-    # end_calls_of_signed_out wrote after it: the token it committed is deleted here; a
-    # later exchange waits for this commit, then finds its code unbound.
-    return count + _delete_tokens(agent)
+    return count
 
 
 def _delete_tokens(agent: Agent) -> int:

@@ -249,15 +249,12 @@ UNBOUND_CODE = (
 
 def _still_bound(request: Any, agent_id: Any) -> bool:
     """Whether the code being exchanged still names `agent_id`, read once a sign-out of the
-    agent committing now has committed: agentauth.services.sign_out_agent unbinds the
-    agent's codes first, then writes the agent's row (its new sign-in, dispatcher.agents.
-    _new_sign_in), and deletes its tokens again last. The code's check before this
-    (validate_code, device_agent) may have come just before the sign-out; the agent's
-    row locked here, to this exchange's commit (save_bearer_token's transaction), a
-    sign-out either wrote it first (this waits, then finds the code unbound) or waits
-    for the token written here, and deletes it. (Not the client link, which the
-    sign-out locks last: the token's own row takes a share of the agent's, which the
-    sign-out holds by then, and the two waited for each other.)"""
+    agent committing now has committed: agentauth.services.sign_out_agent locks the
+    agent's row first, then unbinds the agent's codes and deletes its tokens. The code's
+    check before this (validate_code, device_agent) may have come just before the
+    sign-out; the agent's row locked here, to this exchange's commit (save_bearer_token's
+    transaction), a sign-out either locked it first (this waits, then finds the code
+    unbound) or waits for the token written here, and deletes it."""
     Agent.objects.select_for_update(no_key=True).filter(pk=agent_id).exists()
     if request.grant_type == "authorization_code":
         codes = PendingAgent.objects.filter(grant__code=request.code)
