@@ -79,6 +79,8 @@ def _exchange_held(
 def test_a_code_checked_before_the_sign_out_and_exchanged_after_gives_no_token(
     documents: DocumentServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite: the held exchange holds the one writer's lock the sign-out needs")
     owner = member()
     client_id, _ = sign_in_agent(documents, owner, resource=HOOKS)
     agent = AgentClient.objects.get(application__client_id=client_id).agent
