@@ -244,11 +244,24 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
     client signed in for (its tokens are its only credential), the calls sent with them
     and not yet run end too (agents.end_calls_of_signed_out): those waiting for a reviewer
     cancelled, those queued denied. An agent an admin made keeps its bearer token and its
-    calls."""
-    access = AccessToken.objects.filter(harness__agent=agent)
-    RefreshToken.objects.filter(access_token__in=access).delete()
-    _, deleted = access.delete()
-    count = int(deleted.get(AccessToken._meta.label, 0))
+    calls. A code approved for the agent and not yet exchanged (an authorization code, a
+    device code: a sign-in under way, perhaps the lost device's) is unbound from it, so
+    its exchange gives no token (agentauth.validators)."""
+    # The agent's row first (as a revocation's, which signs the agent out after writing
+    # it: revoke_agent): a code's exchange locks it while it writes its token
+    # (agentauth.validators._still_bound), so the token of one that checked its code
+    # before the codes are unbound below is deleted below, and a later one waits for this
+    # commit, then finds its code unbound. Then its client link, held to the commit: a
+    # decision about to release a call of the agent waits for it, then reads the agent's
+    # new sign-in (agents.signed_in_now). The decision locks the link before the call's
+    # row and its session's audit chain, which the sign-out takes after it (cancelling
+    # the calls waiting): locked last, a decision holding it and the sign-out holding the
+    # chain of another call of that session waited for each other (a deadlock, one of
+    # them a 500).
+    Agent.objects.select_for_update(of=("self",)).filter(pk=agent.pk).exists()
+    AgentClient.objects.select_for_update().filter(agent=agent).exists()
+    PendingAgent.objects.filter(agent=agent).delete()
+    count = _delete_tokens(agent)
     # (A revoked agent's calls: agents.revoke_agent denied those queued, and the guards
     # deny its asks at release.)
     if AgentClient.objects.filter(agent=agent, agent__is_active=True).exists():
@@ -259,10 +272,15 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
         subject=f"agent:{agent.pk}",
         payload={"agent": agent.name, "tokens": count},
     )
-    # Last, and held to the commit: a decision about to release a call of the agent waits
-    # for it, then reads the agent's new sign-in (agents.signed_in_now).
-    AgentClient.objects.select_for_update().filter(agent=agent).exists()
     return count
+
+
+def _delete_tokens(agent: Agent) -> int:
+    """Delete every OAuth token of `agent` (access and refresh); how many access tokens."""
+    access = AccessToken.objects.filter(harness__agent=agent)
+    RefreshToken.objects.filter(access_token__in=access).delete()
+    _, deleted = access.delete()
+    return int(deleted.get(AccessToken._meta.label, 0))
 
 
 def stop_agents_of_leaver(*, team: Team, user: User, actor: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from oauthlib.oauth2.rfc6749 import errors
 
 from agentauth.models import AgentToken, DeviceResource, PendingAgent
 from agentauth.tokens import HOOKS_PATH
+from dispatcher.models import Agent
 
 Application = get_application_model()
 
@@ -116,8 +117,10 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
             .values_list("agent_id", flat=True)
             .first()
         )
+        if agent_id is None:  # (its agent was signed out since it was approved)
+            raise errors.InvalidGrantError(description=UNBOUND_CODE, request=request)
         request.harness_agent_id = agent_id
-        return agent_id is not None
+        return True
 
     def validate_refresh_token(
         self, refresh_token: str, client: Any, request: Any, *args: Any, **kwargs: Any
@@ -198,6 +201,8 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         agent_id = _agent_id(request)
         if agent_id is None:
             raise errors.AccessDeniedError(description="No agent was approved.", request=request)
+        if request.grant_type in CODE_GRANTS and not _still_bound(request, agent_id):
+            raise errors.InvalidGrantError(description=UNBOUND_CODE, request=request)
         access_token = super()._create_access_token(expires, request, token, source_refresh_token)
         AgentToken.objects.create(access_token=access_token, agent_id=agent_id)
         return access_token
@@ -231,6 +236,33 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
             DeviceGrant.DENIED: "access_denied",
             DeviceGrant.EXPIRED: "expired_token",
         }.get(grant.status)
+
+
+# The grants that exchange a code a person approved for an agent (PendingAgent).
+CODE_GRANTS = frozenset(("authorization_code", "urn:ietf:params:oauth:grant-type:device_code"))
+
+UNBOUND_CODE = (
+    "The agent this code was approved for was signed out since (every token of it and every "
+    "code approved for it revoked), or no agent was approved: sign in again."
+)
+
+
+def _still_bound(request: Any, agent_id: Any) -> bool:
+    """Whether the code being exchanged still names `agent_id`, read once a sign-out of the
+    agent committing now has committed: agentauth.services.sign_out_agent locks the
+    agent's row first, then unbinds the agent's codes and deletes its tokens. The code's
+    check before this (validate_code, device_agent) may have come just before the
+    sign-out; the agent's row locked here, to this exchange's commit (save_bearer_token's
+    transaction), a sign-out either locked it first (this waits, then finds the code
+    unbound) or waits for the token written here, and deletes it."""
+    Agent.objects.select_for_update(no_key=True).filter(pk=agent_id).exists()
+    if request.grant_type == "authorization_code":
+        codes = PendingAgent.objects.filter(grant__code=request.code)
+    else:
+        codes = PendingAgent.objects.filter(
+            device_grant__device_code=request._params.get("device_code", "")
+        )
+    return codes.filter(agent_id=agent_id).exists()
 
 
 def _within_code(request: Any, default: str) -> None:
@@ -269,8 +301,8 @@ def device_agent(request: Any) -> None:
         .values_list("agent_id", flat=True)
         .first()
     )
-    if agent_id is None:
-        raise errors.AccessDeniedError(description="No agent was approved.", request=request)
+    if agent_id is None:  # (or its agent was signed out since: sign_out_agent)
+        raise errors.AccessDeniedError(description=UNBOUND_CODE, request=request)
     request.harness_agent_id = agent_id
 
 

@@ -62,7 +62,7 @@ from oauth2_provider.views.metadata import OAuthProtectedResourceMetadataView
 from agentauth import services
 from agentauth.cimd import redirect_allowed
 from agentauth.models import AgentClient
-from agentauth.validators import MCP_PATH, device_code_resource
+from agentauth.validators import CODE_GRANTS, MCP_PATH, UNBOUND_CODE, device_code_resource
 from audit.roles import HtmxHttpRequest
 from dispatcher.models import Agent
 from dispatcher.policy.models import Mode, narrower_mode
@@ -682,14 +682,17 @@ class TokenView(oauth_views.TokenView):  # type: ignore[misc]
                 request, *args, **kwargs
             )
         except AccessToken.DoesNotExist:
-            return JsonResponse(
-                {
-                    "error": "invalid_grant",
-                    "error_description": "This refresh token was used by another request "
-                    "at the same moment; use the tokens that request got.",
-                },
-                status=400,
+            # A code's token deleted as it was written: its agent's sign-out committed
+            # just after it (agentauth.validators._still_bound).
+            why = (
+                UNBOUND_CODE
+                if request.POST.get("grant_type") in CODE_GRANTS
+                else (
+                    "This refresh token was used by another request at the same moment; use "
+                    "the tokens that request got."
+                )
             )
+            return JsonResponse({"error": "invalid_grant", "error_description": why}, status=400)
         if response.status_code >= 400 and response.content.startswith(b"{"):
             # An error the validator raised while saving the tokens comes without
             # oauthlib's JSON headers (the refresh token rotated by another request).

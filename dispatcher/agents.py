@@ -694,8 +694,9 @@ def signed_in_now(agent: Agent) -> None:
     active again (`token_refusal` and the guards read them). A call written after the
     sign-out's sweep is visible to a reviewer before the sign-out commits; without this
     its approval, reading the sign-in as it was, could release it as the sign-out ends.
-    The sign-out locks the same row last (agentauth.services.sign_out_agent), after
-    everything else it writes, so the two never wait for each other both ways. Two
+    The sign-out locks the same row first (agentauth.services.sign_out_agent), after the
+    agent's and before the calls and audit chains it writes, which a decision takes after
+    this, so the two never wait for each other both ways. Two
     statements, for a signed-in agent's approval only; none for any other agent."""
     client = getattr(agent, "oauth_client", None)  # (selected with the agent: no statement)
     if client is None:

@@ -1,0 +1,100 @@
+"""Owners' sign-outs (two each), reviewers' approvals, the owners' leaving their team and
+their deactivation (each revokes the agent, which signs it out), all at once on the same
+signed-in agents on PostgreSQL: none waits for another that waits for it. The sign-out
+locked the agent's client link last, after the audit chain of the session whose waiting
+calls it cancelled, while an approval locks the link (agents.signed_in_now) before that
+chain; and a revocation locked the agent's row before the link, the owner's sign-out
+after it. Deadlocks ended one of them (a 500) in about every run of this test."""
+
+from __future__ import annotations
+
+import random
+import threading
+import traceback
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+
+from agentauth import services
+from agentauth.models import AgentClient
+from approvals import services as approvals
+from approvals.models import ApprovalRequest
+from audit.roles import deactivate
+from dispatcher import agents
+from dispatcher.gateways import mcp
+from dispatcher.models import Status
+from dispatcher.proposals import ProposedCall, canonical_json
+from teams.services import add_member, remove_member
+from tests.support.factories import make_user, unique
+from tests.support.oauth import DocumentServer, documents, member, sign_in_agent
+
+__all__ = ["documents"]  # the fixture
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _signed_in_with_asks(documents: DocumentServer) -> tuple[Any, Any, Any, list[Any]]:
+    """A person's signed-in agent with four calls of one session waiting for a reviewer."""
+    owner = member()
+    client_id, _ = sign_in_agent(documents, owner)
+    agent = AgentClient.objects.get(application__client_id=client_id).agent
+    reviewer = make_user(unique("rev"))
+    add_member(team=agent.team, user=reviewer, role="reviewer", actor="test")
+    session = agents.start_session(agent=agent, client=mcp.CLIENT, external_id=unique("mcp"))
+    asks = []
+    for i in range(4):
+        arguments = {"path": f"n{i}.txt", "content": "x"}
+        proposed = ProposedCall(f"mcp:{i}", "write_file", canonical_json(arguments), arguments)
+        asks.append(ApprovalRequest.objects.get(call=mcp.submit(session, proposed)))
+    return owner, agent, reviewer, asks
+
+
+def test_sign_outs_approvals_and_revocations_at_once_wait_for_each_other_in_one_order(
+    documents: DocumentServer,
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL")
+    rounds = [_signed_in_with_asks(documents) for _ in range(6)]
+    failures: list[str] = []
+
+    def run(job: Any) -> None:
+        try:
+            job()
+        except approvals.DecisionRefused:
+            pass  # (decided already: cancelled by the sign-out, or denied at release)
+        except Exception:  # noqa: BLE001 (what a request would answer 500 with)
+            failures.append(traceback.format_exc()[-1500:])
+        finally:
+            connections.close_all()
+
+    jobs: list[Any] = []
+    for owner, agent, reviewer, asks in rounds:
+        for _ in range(2):
+            jobs.append(lambda a=agent, o=owner: services.sign_out_agent(agent=a, actor="user:o"))
+        for ask in asks:
+            jobs.append(
+                lambda r=reviewer, k=ask: approvals.decide(
+                    approval_id=k.pk, user=r, approve=True, digest=k.call.digest
+                )
+            )
+        jobs.append(
+            lambda a=agent, o=owner: remove_member(
+                team=a.team, user=o, role="reviewer", actor="test"
+            )
+        )
+        jobs.append(lambda o=owner: deactivate(user=o, actor="test"))
+    random.shuffle(jobs)
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    # Was: "deadlock detected" (between a sign-out and an approval, or a revocation).
+    assert not failures, "\n=====\n".join(failures)
+    for _, agent, _, asks in rounds:
+        agent.refresh_from_db()
+        assert not agent.is_active
+        for ask in asks:
+            ask.call.refresh_from_db()
+            assert ask.call.status != Status.PENDING_APPROVAL
