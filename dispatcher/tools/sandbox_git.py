@@ -346,6 +346,29 @@ def unguardable(workspace: Path) -> str | None:
     approved (guard refuses: a symlinked `.git` or hook directory, a configuration that
     reads a file of the workspace ...), or None. An effect rule allows nothing there: its
     writes are Harness's own, outside the sandbox (effect_rules.decide)."""
+    hooks = hook_paths(workspace)
+    if isinstance(hooks, str):
+        return hooks
+    if hooks:
+        # bound read-only in the sandbox; an effect rule's write is Harness's own, outside it
+        names = ", ".join(f"'{name}'" for name in hooks)
+        return (
+            f"The workspace's git configuration takes hooks from {names} in the workspace, "
+            "which only a command a person approved may write."
+        )
+    return None
+
+
+def hook_paths(workspace: Path) -> list[str] | str:
+    """The paths of the workspace (relative, `/`-separated, no link on the way) that the
+    sandbox keeps read-only for a command no person approved though no `.git` holds them:
+    each hooks directory a configuration's `core.hooksPath` names (husky's `.husky/`) and
+    each file a link in a hooks directory names (`.git/hooks/pre-commit ->
+    ../../scripts/pre-commit.sh`), as `guard` binds them; or, when it would refuse (a
+    hook link naming a file that does not exist, `core.hooksPath` naming a directory not
+    made yet ...), why. The file tools write outside the sandbox, where its binds do not
+    hold them: an allowed write_file of `.husky/pre-commit` or `scripts/pre-commit.sh`
+    had the person's next commit run the agent's code."""
     try:
         fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
@@ -357,14 +380,17 @@ def unguardable(workspace: Path) -> str | None:
         return str(error)
     finally:
         os.close(fd)
-    if result.hook_dirs:
-        # bound read-only in the sandbox; an effect rule's write is Harness's own, outside it
-        names = ", ".join(f"'{name}'" for name in result.hook_dirs)
-        return (
-            f"The workspace's git configuration takes hooks from {names} in the workspace, "
-            "which only a command a person approved may write."
-        )
-    return None
+    return list(result.hook_dirs)
+
+
+def in_hook_path(path: str, hooks: list[str]) -> bool:
+    """Whether `path` (relative to the workspace, `/`-separated) is one of `hooks`
+    (`hook_paths`) or lies beneath one."""
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    return any(
+        parts[: len(words)] == words
+        for words in ([part for part in hook.split("/") if part] for hook in hooks)
+    )
 
 
 def _guard_directory(
