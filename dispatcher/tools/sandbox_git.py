@@ -287,6 +287,7 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
         for path, _ in bare:
             _guard_bare(workspace, path, mode, result)
         _refuse_pointers_inside(workspace, result)
+        _refuse_kept_links_inside(workspace, result)
         result.index_budget = _index_budget(result)
         result.config_reads, result.config_seconds = 0, 0.0  # (afresh for after the run)
     except BaseException:
@@ -1863,6 +1864,31 @@ def _symbolic_ref(dir_fd: int, name: str) -> bool:
 # stored elsewhere: `objects -> /srv/store/x`), kept whatever their age and target:
 # without `objects/` or `refs/` git takes the directory for no git directory at all.
 KEPT_LINKS = frozenset({"objects", "refs", "lfs", "annex"})
+
+
+def _refuse_kept_links_inside(workspace: Path, result: Guard) -> None:
+    """ToolError (nothing runs) when one of KEPT_LINKS of a guarded git directory names a
+    directory a command could write (inside the workspace: `.git/objects -> ../store`):
+    what is there is the git directory's to git, but no walk after a run looks there, as
+    it is the work tree's. An unapproved `ln -s /dev/zero store/info/alternates` (or
+    `myrefs/heads/x -> /dev/zero` under `refs -> ../myrefs`) hung the person's `git
+    status` (`git branch`), reading without end; a link there to a file outside is one
+    git writes through, as one in `.git` is (`_remove_hidden_repositories`)."""
+    for fd, target, _, _ in result.indexes:
+        for name in sorted(KEPT_LINKS):
+            named = _link_target(fd, name)
+            if named is None:
+                continue
+            path = named if named.startswith("/") else f"{target}/{named}"
+            if _outside(workspace, path):
+                continue
+            shown = f"'{target.relative_to(workspace)}/{name}' (a link to {named!r})"
+            raise ToolError(
+                f"The workspace's git metadata holds {shown}, naming a directory a command "
+                "could write, whose links and files git reads as its own: a command no "
+                "person approved could make a person's git hang there or write through a "
+                "link, so nothing ran. A reviewer must approve this command."
+            )
 
 
 def _old_link_kept(dir_fd: int, name: str) -> bool:
