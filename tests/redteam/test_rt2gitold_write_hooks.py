@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
+from dispatcher import execution
 from dispatcher.models import Status
+from dispatcher.policy import profiles
+from tests.policy.conftest import submit
 from tests.redteam.test_git_metadata_file_tools import allow_writes, run
 from tests.redteam.test_git_metadata_guard import host_git, repository
 from tests.support.factories import AgentFixture
@@ -101,3 +104,41 @@ def test_a_write_where_no_hook_is_taken_from_is_written(settings: Any, agent: Ag
     host_git(workspace, "config", "core.hooksPath", ".husky")
     host_git(workspace, "commit", "--allow-empty", "-qm", "x")
     assert (workspace / "agent-ran").exists()
+
+
+@pytest.mark.parametrize(
+    "path", [".git/hooks/pre-commit", ".husky/pre-commit", "meta/hooks/pre-commit"]
+)
+def test_an_allowed_delete_file_removes_no_hook_of_the_persons(
+    settings: Any, agent: AgentFixture, path: str
+) -> None:
+    """delete_file runs outside the sandbox too: an allowed one removed the person's
+    pre-commit hook (a secret scanner, a lint gate), and their next commit, which it
+    would have stopped, went through."""
+    settings.HARNESS_PREVIEW = False
+    fx = agent
+    profiles.update_profile(
+        user=fx.owner, mode="standard", allow=["delete_file"], ask=[], deny=[], actor="test"
+    )
+    session_id, workspace = repository(fx)
+    husky(workspace)
+    (workspace / "meta").symlink_to(".git")
+    gate = "#!/bin/sh\necho person-gate\nexit 1\n"
+    for hook in (workspace / ".git" / "hooks" / "pre-commit", workspace / ".husky" / "pre-commit"):
+        hook.write_text(gate)
+        hook.chmod(0o700)
+    call = submit(fx, session_id, "rm", "delete_file", {"path": path})
+    assert call.status == Status.QUEUED, (call.status, call.reason)
+    execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    assert call.is_error and "Nothing was deleted" in call.content, call.content
+    if path.startswith(".husky"):
+        assert "person-gate" in host_git(workspace, "commit", "--allow-empty", "-qm", "x")
+    else:
+        assert (workspace / ".git" / "hooks" / "pre-commit").read_text() == gate
+    # the workspace's other files are deleted as before
+    (workspace / "old.txt").write_text("x\n")
+    other = submit(fx, session_id, "rm2", "delete_file", {"path": "old.txt"})
+    execution.execute_call(str(other.pk))
+    other.refresh_from_db()
+    assert not other.is_error and not (workspace / "old.txt").exists(), other.content
