@@ -287,6 +287,7 @@ def guard(workspace: Path, workspace_fd: int, mode: str) -> Guard:
         for path, _ in bare:
             _guard_bare(workspace, path, mode, result)
         _refuse_pointers_inside(workspace, result)
+        _refuse_kept_links_inside(workspace, result)
         result.index_budget = _index_budget(result)
         result.config_reads, result.config_seconds = 0, 0.0  # (afresh for after the run)
     except BaseException:
@@ -346,6 +347,29 @@ def unguardable(workspace: Path) -> str | None:
     approved (guard refuses: a symlinked `.git` or hook directory, a configuration that
     reads a file of the workspace ...), or None. An effect rule allows nothing there: its
     writes are Harness's own, outside the sandbox (effect_rules.decide)."""
+    hooks = hook_paths(workspace)
+    if isinstance(hooks, str):
+        return hooks
+    if hooks:
+        # bound read-only in the sandbox; an effect rule's write is Harness's own, outside it
+        names = ", ".join(f"'{name}'" for name in hooks)
+        return (
+            f"The workspace's git configuration takes hooks from {names} in the workspace, "
+            "which only a command a person approved may write."
+        )
+    return None
+
+
+def hook_paths(workspace: Path) -> list[str] | str:
+    """The paths of the workspace (relative, `/`-separated, no link on the way) that the
+    sandbox keeps read-only for a command no person approved though no `.git` holds them:
+    each hooks directory a configuration's `core.hooksPath` names (husky's `.husky/`) and
+    each file a link in a hooks directory names (`.git/hooks/pre-commit ->
+    ../../scripts/pre-commit.sh`), as `guard` binds them; or, when it would refuse (a
+    hook link naming a file that does not exist, `core.hooksPath` naming a directory not
+    made yet ...), why. The file tools write outside the sandbox, where its binds do not
+    hold them: an allowed write_file of `.husky/pre-commit` or `scripts/pre-commit.sh`
+    had the person's next commit run the agent's code."""
     try:
         fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
@@ -357,14 +381,17 @@ def unguardable(workspace: Path) -> str | None:
         return str(error)
     finally:
         os.close(fd)
-    if result.hook_dirs:
-        # bound read-only in the sandbox; an effect rule's write is Harness's own, outside it
-        names = ", ".join(f"'{name}'" for name in result.hook_dirs)
-        return (
-            f"The workspace's git configuration takes hooks from {names} in the workspace, "
-            "which only a command a person approved may write."
-        )
-    return None
+    return list(result.hook_dirs)
+
+
+def in_hook_path(path: str, hooks: list[str]) -> bool:
+    """Whether `path` (relative to the workspace, `/`-separated) is one of `hooks`
+    (`hook_paths`) or lies beneath one."""
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    return any(
+        parts[: len(words)] == words
+        for words in ([part for part in hook.split("/") if part] for hook in hooks)
+    )
 
 
 def _guard_directory(
@@ -1837,6 +1864,31 @@ def _symbolic_ref(dir_fd: int, name: str) -> bool:
 # stored elsewhere: `objects -> /srv/store/x`), kept whatever their age and target:
 # without `objects/` or `refs/` git takes the directory for no git directory at all.
 KEPT_LINKS = frozenset({"objects", "refs", "lfs", "annex"})
+
+
+def _refuse_kept_links_inside(workspace: Path, result: Guard) -> None:
+    """ToolError (nothing runs) when one of KEPT_LINKS of a guarded git directory names a
+    directory a command could write (inside the workspace: `.git/objects -> ../store`):
+    what is there is the git directory's to git, but no walk after a run looks there, as
+    it is the work tree's. An unapproved `ln -s /dev/zero store/info/alternates` (or
+    `myrefs/heads/x -> /dev/zero` under `refs -> ../myrefs`) hung the person's `git
+    status` (`git branch`), reading without end; a link there to a file outside is one
+    git writes through, as one in `.git` is (`_remove_hidden_repositories`)."""
+    for fd, target, _, _ in result.indexes:
+        for name in sorted(KEPT_LINKS):
+            named = _link_target(fd, name)
+            if named is None:
+                continue
+            path = named if named.startswith("/") else f"{target}/{named}"
+            if _outside(workspace, path):
+                continue
+            shown = f"'{target.relative_to(workspace)}/{name}' (a link to {named!r})"
+            raise ToolError(
+                f"The workspace's git metadata holds {shown}, naming a directory a command "
+                "could write, whose links and files git reads as its own: a command no "
+                "person approved could make a person's git hang there or write through a "
+                "link, so nothing ran. A reviewer must approve this command."
+            )
 
 
 def _old_link_kept(dir_fd: int, name: str) -> bool:

@@ -100,12 +100,16 @@ def test_a_link_an_approved_command_planted_is_removed_by_the_next_unapproved_ru
     assert ".git/logs/HEAD" in output, output
 
 
-def test_the_persons_own_old_links_in_git_are_kept(agent_in_sandbox: AgentFixture) -> None:
+def test_the_persons_own_old_links_in_git_are_kept(
+    agent_in_sandbox: AgentFixture, tmp_path: Path
+) -> None:
     """A symbolic ref (core.preferSymlinkRefs) and a store kept elsewhere (`lfs`,
-    `objects`) stay, whatever their age: git reads them as its own."""
-    workspace, home = _workspace(agent_in_sandbox)
+    `objects`) stay, whatever their age: git reads them as its own. (Elsewhere: not in
+    Harness's workspace root, where other sessions' commands write, nor the workspace:
+    `test_rt2gitold_kept_links.py`.)"""
+    workspace, _ = _workspace(agent_in_sandbox)
     git = workspace / ".git"
-    store = home / "lfs"
+    store = tmp_path / "lfs"
     store.mkdir()
     (git / "lfs").symlink_to(store)
     (git / "HEAD").unlink()
