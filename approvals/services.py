@@ -776,6 +776,7 @@ def edit(
     if not isinstance(arguments, dict):
         raise DecisionRefused("The edited arguments must be a JSON object.", 400)
     with transaction.atomic():
+        _lock_as_a_sign_out(approval_id)
         approval = (
             ApprovalRequest.objects.select_for_update(of=("self",))
             .select_related("call__session__agent__owner", "call__session__agent__oauth_client")
@@ -802,6 +803,26 @@ def edit(
         raise refusal
     assert outcome is not None
     return outcome
+
+
+def _lock_as_a_sign_out(approval_id: int) -> None:
+    """For an edit of a call of a client's signed-in agent: lock the agent's row, then its
+    client link, before anything else, in the order a sign-out takes them
+    (agentauth.services.sign_out_agent) before the calls' rows and audit chains. The edit
+    writes the call's row and chain (and admits its replacement) before its release locks
+    the link (agents.signed_in_now): taken then, an edit and a sign-out each held what the
+    other waited for (a deadlock, the edit a 500). Two statements more for such an edit,
+    one for any other."""
+    head = (
+        ApprovalRequest.objects.filter(pk=approval_id)
+        .values_list("call__session__agent_id", "call__session__agent__oauth_client__pk")
+        .first()
+    )
+    if head is None or head[1] is None:
+        return
+    Agent.objects.select_for_update(of=("self",)).filter(pk=head[0]).exists()
+    link = Agent._meta.get_field("oauth_client").related_model  # (an app above this one)
+    link._default_manager.select_for_update(no_key=True).filter(pk=head[1]).exists()
 
 
 def _edit_refusal(approval: ApprovalRequest, arguments: dict[str, Any]) -> DecisionRefused | None:

@@ -1,4 +1,4 @@
-"""Owners' sign-outs (two each), reviewers' approvals, the owners' leaving their team and
+"""Owners' sign-outs (two each), reviewers' approvals and edits, the owners' leaving their team and
 their deactivation (each revokes the agent, which signs it out), all at once on the same
 signed-in agents on PostgreSQL: none waits for another that waits for it. The sign-out
 locked the agent's client link last, after the audit chain of the session whose waiting
@@ -76,6 +76,15 @@ def test_sign_outs_approvals_and_revocations_at_once_wait_for_each_other_in_one_
             jobs.append(
                 lambda r=reviewer, k=ask: approvals.decide(
                     approval_id=k.pk, user=r, approve=True, digest=k.call.digest
+                )
+            )
+        for ask in asks[:2]:  # (an edit too: it admits the replacement, then releases it)
+            jobs.append(
+                lambda r=reviewer, k=ask: approvals.edit(
+                    approval_id=k.pk,
+                    user=r,
+                    digest=k.call.digest,
+                    arguments={**k.call.arguments, "content": "edited"},
                 )
             )
         jobs.append(
