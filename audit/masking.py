@@ -775,30 +775,34 @@ def _joined(
 # `-` (the preview of a file written holding a dump).
 _HEX = "[0-9a-fA-F]"
 _DUMP_LINES: dict[str, re.Pattern[str]] = {
-    # xxd (any -g, -c, -u): offset, colon, hex groups, then the ASCII column.
+    # xxd (any -g, -c, -u, -e): offset, colon, hex groups, then the ASCII column. With -e
+    # the last line's last group, when it is short, is right-aligned in its width (`pad`).
     "xxd": re.compile(
-        rf"^[-+]?+{_HEX}{{6,16}}+: (?P<hex>{_HEX}{{2}}(?:{_HEX}{{2}}| (?={_HEX}{{2}}))*+)"
-        r"(?P<rest> [^\r\n]*+)\r?$",
+        rf"^[-+]?+[ \t]{{0,16}}+{_HEX}{{6,16}}+: (?={_HEX}| {{2,14}}+{_HEX}{{2}})"
+        rf"(?P<hex>(?:{_HEX}{{2}}(?:{_HEX}{{2}}| (?={_HEX}{{2}}))*+)?+)"
+        rf"(?:(?:(?<=: ) {{2,14}}+|(?<={_HEX}) {{3,15}}+)(?P<pad>(?:{_HEX}{{2}}){{1,7}}+)(?= ))?(?P<rest> [^\r\n]*+)\r?$",
         re.MULTILINE,
     ),
     # hexdump -C, od -t x1 (z: its ASCII column between > and <), od -An -t x1.
     "bytes": re.compile(
-        rf"^[-+]?+(?:{_HEX}{{6,16}}+)?(?P<hex>(?: {{1,2}}{_HEX}{{2}})++)"
-        r"(?: {2,}+(?:\|(?P<bar>[^\r\n]*)\||>(?P<gt>[^\r\n]*)<))?\r?$",
+        rf"^[-+]?+(?:[ \t]{{0,16}}+{_HEX}{{6,16}}+)?(?P<hex>(?: {{1,2}}{_HEX}{{2}})++)"
+        r"(?: {2,}+(?:\|(?P<bar>[^\r\n]*)\||>(?P<gt>[^\r\n]*)<))?\$?+\r?$",
         re.MULTILINE,
     ),
     # xxd -p, a hex string (bytes.hex()).
-    "plain": re.compile(rf"^[-+]?+(?P<hex>(?:{_HEX}{{2}})++)\r?$", re.MULTILINE),
+    "plain": re.compile(rf"^[-+]?+[ \t]{{0,16}}+(?P<hex>(?:{_HEX}{{2}})++)\$?+\r?$", re.MULTILINE),
     # xxd -i: a C array's initializer.
     "c": re.compile(
-        rf"^[-+]?+[ \t]*+(?P<hex>0[xX]{_HEX}{{2}}(?:, ?0[xX]{_HEX}{{2}})*+),?\r?$", re.MULTILINE
+        rf"^[-+]?+[ \t]*+(?P<hex>0[xX]{_HEX}{{2}}(?:, ?0[xX]{_HEX}{{2}})*+),?\$?+\r?$", re.MULTILINE
     ),
     # od -x, hexdump without options: 16-bit words, little-endian.
-    "words": re.compile(rf"^[-+]?+{_HEX}{{6,16}}+(?P<hex>(?: {_HEX}{{4}})++) *+\r?$", re.MULTILINE),
+    "words": re.compile(
+        rf"^[-+]?+[ \t]{{0,16}}+{_HEX}{{6,16}}+(?P<hex>(?: {_HEX}{{4}})++) *+\$?+\r?$", re.MULTILINE
+    ),
     # od -c, hexdump -c: one character (or its escape, or its octal code) per 4 columns.
     "chars": re.compile(
-        r"^[-+]?+(?:[0-9a-fA-F]{6,16}+)?(?P<chars>(?:   [^\s\\]|  \\[0abfnrtv\\]| [0-7]{3}|    )++)"
-        r"\r?$",
+        r"^[-+]?+(?:[ \t]{0,16}+[0-9a-fA-F]{6,16}+)?(?P<chars>(?:   [^\s\\]|  \\[0abfnrtv\\]| [0-7]{3}|    )++)"
+        r"\$?+\r?$",
         re.MULTILINE,
     ),
 }
@@ -809,6 +813,18 @@ _TOKEN_IN_BYTES = re.compile(r"hr[nor]_[A-Za-z0-9_-]++")
 # end when the line breaks there).
 _DUMP_NEEDS: tuple[str, ...] = ("68 72", "6872", "68  ", "68\n", "68\r", "68,", "h   r")
 _DUMP_NEEDS += ("7268", "6f72", "6e72", "7272", "h\n", "h\r")
+# UTF-16 text (`6800 7200`, `68 00 72`, `0068 0072`, od -c's `h  \0`), a dump's lines
+# as JSON text (`68\n`: the line break escaped, `68\\n` twice), or through `cat -A`
+# (`68$`). (xxd -e's little-endian groups hold 7268, 6f72, 6e72 or 7272 as od -x's do.)
+_DUMP_NEEDS += ("6800", "68 00", "0068", "h  \\0", "68\\", "h\\n", "h\\r", "h\\\\")
+_DUMP_NEEDS += ("68$", "h$")
+# Where a dump of a token may start, past the needs above: its `h` at a line's end only
+# when the next line (a dump's: an offset, spaces or `0x` before it) starts with its `r`.
+_DUMP_START = re.compile(
+    r"68 72|6872|68  |68,|h   r|7268|6f72|6e72|7272|6800|68 00|0068|h  \\++0"
+    r"|(?:68|h)\$?+(?:\\++[rn]|\r?\n)++[-+]?+(?:[ \t]*+[0-9a-fA-F]{6,16}+:?+)?"
+    r"(?:[ \t]++(?:0[xX])?+(?:72|r|\\0)|72)"
+)
 
 
 def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[int, int]]]]:
@@ -822,19 +838,32 @@ def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[i
             if len(field) == 1:
                 shown.append((field, [(start + at + 3, start + at + 4)]))
             else:
-                shown.append((" " if not field else "\x00", []))
+                shown.append((" " if not field else "\x00" if field == "\\0" else "\x01", []))
         return shown
     start, hexes = match.start("hex"), match.group("hex")
+    if kind == "xxd-e" and match.group("pad"):
+        hexes = match.string[start : match.end("pad")]
     if kind == "c":
         hexes = hexes.replace("0x", "  ").replace("0X", "  ")  # (the same length)
     pairs = [(int(p[0], 16), p.span()) for p in _PAIR.finditer(hexes)]
     if kind == "words":
         pairs = [pairs[i ^ 1] for i in range(len(pairs))]  # (each word's two bytes swapped)
+    elif kind == "xxd-e":  # (each group's bytes in reverse order)
+        groups: list[tuple[int, tuple[int, int]]] = []
+        at = 0
+        for group in hexes.split():
+            size = len(group) // 2
+            groups.extend(reversed(pairs[at : at + size]))
+            at += size
+        pairs = groups
     shown = [(chr(code), [(start + a, start + b)]) for code, (a, b) in pairs]
     column = None
-    if kind == "xxd":
+    if kind in ("xxd", "xxd-e"):
         end = match.end("rest")
-        if end - len(shown) > match.start("rest"):
+        if match.group("rest").endswith("$") and len(match.group("rest")) == len(shown) + 3:
+            end -= 1  # (`cat -A` marks a full line's end with `$`)
+        after = match.end("pad") if kind == "xxd-e" and match.group("pad") else start + len(hexes)
+        if end - len(shown) > after:
             column = end - len(shown)
     elif kind == "bytes":
         group = "bar" if match.group("bar") is not None else "gt"
@@ -855,14 +884,31 @@ _NOT_HEX = re.compile(r"0[xX]|[^0-9a-fA-F]")
 _NOT_ONE_CHARACTER = re.compile(r"  \\.| [0-7]{3}")
 
 
-def _dump_shown(kind: str, run: str) -> str:
+# xxd -e: groups of 2, 4 or 8 bytes (the last may be shorter), each little-endian.
+_GROUP_REVERSED = [
+    (
+        re.compile(r"(?<![0-9a-fA-F])" + f"({_HEX}{{2}})" * n + r"(?![0-9a-fA-F])"),
+        "".join(f"\\{i}" for i in range(n, 0, -1)),
+    )
+    for n in range(2, 9)
+]
+# The readings of each kind of dump line (`xxd -g4` and `xxd -e` write the same lines).
+_READINGS = {"xxd": ("xxd", "xxd-e")}
+
+
+def _dump_shown(kind: str, reading: str, run: str) -> str:
     """What a run of dump lines shows, one character (latin-1) per byte, read in C (a
     template substitution, a slice) rather than line by line: most dumps hold no token."""
     line = _DUMP_LINES[kind]
-    if kind == "chars":  # (a field that is no single character: NUL, not its last letter)
+    if kind == "chars":  # (a field that is no single character: \x01, not its last letter)
         fields = line.sub(r"\g<chars>", run).replace("\n", "")
-        return _NOT_ONE_CHARACTER.sub("   \x00", fields)[3::4]
-    shown = bytes.fromhex(_NOT_HEX.sub("", line.sub(r"\g<hex>", run)))
+        fields = fields.replace("  \\0", "   \x00")  # (NUL: a UTF-16 text's every other byte)
+        return _NOT_ONE_CHARACTER.sub("   \x01", fields)[3::4]
+    hexes = line.sub(r"\g<hex> \g<pad>" if reading == "xxd-e" else r"\g<hex>", run)
+    if reading == "xxd-e":
+        for pattern, template in _GROUP_REVERSED:
+            hexes = pattern.sub(template, hexes)
+    shown = bytes.fromhex(_NOT_HEX.sub("", hexes))
     if kind == "words":  # (each 16-bit word's two bytes swapped)
         swapped = bytearray(len(shown))
         swapped[0::2], swapped[1::2] = shown[1::2], shown[0::2]
@@ -874,22 +920,11 @@ class _DumpRule(_Rule):
     """Tokens in dumps (_DUMP_LINES): their secret part hidden in every column. A run of
     dump lines is read line by line only when it shows a whole token."""
 
+    def applies(self, text: str, lowered: str) -> bool:
+        return super().applies(text, lowered) and _DUMP_START.search(text) is not None
+
     def apply(self, text: str) -> str:
-        hidden: dict[int, tuple[int, str]] = {}  # start: (end, what replaces it)
-        for kind, runs in _DUMP_RUNS.items():
-            for run in runs.finditer(text):
-                if not any(
-                    _whole_token(t.group()[:4], t.group()[4:])
-                    for t in _TOKEN_IN_BYTES.finditer(_dump_shown(kind, run.group()))
-                ):
-                    continue
-                lines = _DUMP_LINES[kind].finditer(text, run.start(), run.end())
-                shown = [
-                    (char, spans, line.end())
-                    for line in lines
-                    for char, spans in _dump_bytes(kind, line)
-                ]
-                _hide_tokens(text, shown, hidden)
+        hidden = _dump_hidden(text, 0)
         if not hidden:
             return text
         out, done = [], 0
@@ -902,6 +937,66 @@ class _DumpRule(_Rule):
             done = end
         out.append(text[done:])
         return "".join(out)
+
+
+def _shows_token(shown: str) -> bool:
+    return any(_whole_token(t.group()[:4], t.group()[4:]) for t in _TOKEN_IN_BYTES.finditer(shown))
+
+
+# A JSON string holding an escaped line break (`"...\n..."`): a tool's output stored as
+# JSON text (a hook's tool_response, a call's raw arguments), whose dump lines are read
+# as the string stands for them (one that could hold a token's dump: 96 characters or
+# more). One JSON character per match (a surrogate pair as one).
+_JSON_LINES = re.compile(
+    r'"(?=(?:[^"\\\n]|\\.){96})((?:[^"\\\n]++|\\[^rn\\\n]|\\\\(?![rn]))*+\\\\?[rn](?:[^"\\\n]++|\\.)*+)"'
+)
+_JSON_CHAR = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}|\\.|[^\\]",
+    re.DOTALL,
+)
+MAX_JSON_DEPTH = 3  # levels of JSON text inside JSON text read for dumps
+
+
+def _dump_hidden(text: str, depth: int) -> dict[int, tuple[int, str]]:
+    """What hides the whole tokens the dumps in `text` show: start: (end, what replaces
+    it). A run of dump lines is read line by line only when it shows a whole token; a JSON
+    string holding line breaks is decoded (in C) and read as its text, and mapped back
+    character by character only where that text shows one."""
+    hidden: dict[int, tuple[int, str]] = {}
+    for kind, runs in _DUMP_RUNS.items():
+        for run in runs.finditer(text):
+            for reading in _READINGS.get(kind, (kind,)):
+                shown = _dump_shown(kind, reading, run.group())
+                nul = False
+                if not _shows_token(shown):
+                    # A dump of UTF-16 text: each ASCII character beside a NUL byte.
+                    nul = "\x00" in shown and _shows_token(shown.replace("\x00", ""))
+                    if not nul:
+                        continue
+                lines = _DUMP_LINES[kind].finditer(text, run.start(), run.end())
+                read = [
+                    (char, spans, line.end())
+                    for line in lines
+                    for char, spans in _dump_bytes(reading, line)
+                    if not (nul and char == "\x00")
+                ]
+                _hide_tokens(text, read, hidden)
+    if depth < MAX_JSON_DEPTH and ("\\n" in text or "\\r" in text):
+        for string in _JSON_LINES.finditer(text):
+            decoded = _json_string(string.group(1))
+            if decoded is None or _DUMP_START.search(decoded) is None:
+                continue
+            inner = _dump_hidden(decoded, depth + 1)
+            if not inner:
+                continue
+            at = [m.start() for m in _JSON_CHAR.finditer(string.group(1))]
+            if len(at) != len(decoded):
+                continue  # (no JSON string after all)
+            at.append(len(string.group(1)))
+            offset = string.start(1)
+            for start, (end, replacement) in inner.items():
+                hidden[offset + at[start]] = (offset + at[end], replacement)
+    return hidden
 
 
 def _hide_tokens(
