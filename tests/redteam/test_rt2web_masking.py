@@ -113,4 +113,7 @@ def test_adversarial_megabytes_take_no_longer_than_a_few_plain_ones() -> None:
 
     base = min(took(plain) for _ in range(2))
     for case in cases:
-        assert took(case) < max(30 * base, 1.5), case[:40]
+        # (the better of two, as the base: a burst of load on one reading is no ratio;
+        # "hro_a=\n" is about 22x plain on an idle machine)
+        bound = max(30 * base, 1.5)
+        assert took(case) < bound or took(case) < bound, case[:40]
