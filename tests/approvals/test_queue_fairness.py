@@ -123,6 +123,7 @@ def test_a_folded_item_offers_only_deny_and_show_all_until_shown_whole(
 
 
 @pytest.mark.heavy
+@pytest.mark.timeout(300)  # (admitting 499 asks of 100 KB: 56 s on an idle machine)
 def test_500_asks_of_100_kb_render_under_a_second(
     client: Client, reviewer: User, settings: Any
 ) -> None:
