@@ -354,6 +354,17 @@ def test_a_wait_that_fails_gives_its_slot_back(
             return calls
 
         monkeypatch.setattr(api, "_reload", failing)
+        # The cancel goes in once the request sleeps on its wake-ups: the POST takes its
+        # slot before it reads the call, so a cancel just after the slot was taken was
+        # read there (done: answered 200 with no read left to fail).
+        following = threading.Event()
+        follow = api._follow
+
+        async def watched_follow(*args: Any, **kwargs: Any) -> Any:
+            following.set()
+            return await follow(*args, **kwargs)
+
+        monkeypatch.setattr(api, "_follow", watched_follow)
     if how == "GET":
         waiting = request(app, serving, fx, "GET", f"/api/v1/calls/{call_id}?wait=30")
     else:
@@ -364,6 +375,7 @@ def test_a_wait_that_fails_gives_its_slot_back(
         assert status in (200, 202)
     else:
         assert until_held(fx.agent, 1) == 1
+        assert following.wait(30), "the request never waited for a wake-up"
         request(app, serving, fx, "POST", f"/api/v1/calls/{call_id}/cancel").answer()
         status, _ = waiting.answer()
         assert status == 503  # (a DatabaseError: Service Unavailable)
