@@ -63,8 +63,10 @@ def bench_env() -> dict[str, str]:
         HARNESS_MAX_SESSIONS_PER_MINUTE="0",
         HARNESS_MAX_PENDING_ASKS_PER_AGENT="0",
         # (S14's 8 clients of one agent send hundreds of calls a second: past the request
-        # rate, its throughput would count 429s)
+        # rate, its throughput would count 429s; the person's rate (40/s by default) is
+        # theirs too: it stopped S14 with a 429 once Harness answered more than 40 a second)
         HARNESS_AGENT_REQUESTS_PER_SECOND="0",
+        HARNESS_PERSON_REQUESTS_PER_SECOND="0",
         # Each MCP client of S11 and S14 is its own run (docs/mcp.md, "Which session a
         # request joins"): 8 clients of one agent are 8 sessions, as 8 runs would be.
         HARNESS_MCP_RUN_IDLE="0",
