@@ -47,7 +47,7 @@ def _agents(request: HtmxHttpRequest) -> Any:
     return request.reach.filter(Agent.objects.all(), "team_id")
 
 
-def _with_sign_in(rows: QuerySet[Agent]) -> QuerySet[Agent]:
+def _with_sign_in(rows: QuerySet[Agent]) -> Any:
     """`rows` with how a client's signed-in agent is signed in, which the pages show in place
     of its token prefix (templates/components/agent_token.html): its bearer token is one
     nobody was shown, and after "Sign out" its prefix starts with SIGNED_OUT_PREFIX.
