@@ -646,7 +646,9 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
                 },
                 status=400,
             )
-        network = device_network(str(get_adapter(request).get_client_ip(request)))
+        # (cut to DeviceResource.network's length: an address read from a header may be
+        # anything, and is counted as stored)
+        network = device_network(str(get_adapter(request).get_client_ip(request)))[:64]
         full = _pending_full(client_id, network)
         if full is not None:
             return full
