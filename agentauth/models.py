@@ -81,6 +81,9 @@ class DeviceResource(models.Model):
         "oauth2_provider.DeviceGrant", on_delete=models.CASCADE, related_name="harness_resource"
     )
     resource = models.TextField()
+    # The network the code was asked from (agentauth.views.device_network): a network's
+    # share of its client's pending codes is counted by it (agentauth.views._pending_full).
+    network = models.CharField(max_length=64, blank=True, default="", db_index=True)
 
     def __str__(self) -> str:
         return f"device code {self.device_grant_id} for {self.resource}"

@@ -218,11 +218,12 @@ def approve_device(*, owner: User, device_grant: Any, team: Team, mode: str, act
 
 
 @transaction.atomic
-def bind_device_resource(*, device_code: str, resource: str) -> None:
+def bind_device_resource(*, device_code: str, resource: str, network: str = "") -> None:
     """The device code `device_code`, just issued, is for `resource` (RFC 8707; the rule is
-    agentauth.validators.device_code_resource): its token may be for that one only."""
+    agentauth.validators.device_code_resource): its token may be for that one only. It was
+    asked from `network` (agentauth.views.device_network), whose share it counts in."""
     grant = DeviceGrant.objects.get(device_code=device_code)
-    DeviceResource.objects.create(device_grant=grant, resource=resource)
+    DeviceResource.objects.create(device_grant=grant, resource=resource, network=network[:64])
 
 
 @transaction.atomic

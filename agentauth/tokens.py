@@ -69,7 +69,12 @@ def _valid(prefix: str, digest: str, now: Any) -> dict[str, Any]:
 _SESSION = Compiled(
     lambda digest, now, client, external_id: (
         AgentSession.objects.select_related("agent__owner__permission_profile")
-        .filter(client=client, external_id=external_id, **_valid("agent__", digest, now))
+        .filter(
+            client=client,
+            external_id=external_id,
+            left_at__isnull=True,  # (a signed-in agent never moves: none is left)
+            **_valid("agent__", digest, now),
+        )
         .annotate(
             has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))),
             token_audience=F(f"agent__{_TOKEN}resource"),

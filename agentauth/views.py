@@ -548,11 +548,17 @@ def _holds_nul(request: HttpRequest) -> JsonResponse | None:
     )
 
 
-def _pending_full(client_id: str) -> JsonResponse | None:
-    """The answer when the client has HARNESS_DEVICE_PENDING_MAX device codes waiting for
-    approval (not expired, not yet approved or denied), from any number of addresses.
-    Counted with a LIMIT, over DeviceGrant's client_id index: requests at the same moment
-    may each pass the count, so the cap may be passed by the requests in flight."""
+def _pending_full(client_id: str, network: str) -> JsonResponse | None:
+    """The answer when the client's device codes waiting for approval (not expired, not yet
+    approved or denied) leave no place for one more from `network`: either there are
+    HARNESS_DEVICE_PENDING_MAX of them, from any number of networks (a guard of the
+    table's size), or half that many and `network` holds HARNESS_DEVICE_PENDING_SHARE of
+    them. harness-hook's client is everyone's, so one cap over all networks let a few of
+    them (each within its HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK) keep it full, and
+    nobody's `harness-hook login` got a code: now the networks holding many are refused
+    first, and the second half of the places stays for those that hold few. Counted with
+    a LIMIT, over DeviceGrant's client_id index: requests at the same moment may each pass
+    the count, so the cap may be passed by the requests in flight."""
     cap = settings.HARNESS_DEVICE_PENDING_MAX
     if not cap:
         return None
@@ -561,16 +567,36 @@ def _pending_full(client_id: str) -> JsonResponse | None:
         status=DeviceGrant.AUTHORIZATION_PENDING,
         expires__gt=timezone.now(),
     )
-    if pending[:cap].count() < cap:
+    held = pending[:cap].count()
+    if held < cap // 2:
         return None
-    oldest = pending.order_by("expires").values_list("expires", flat=True).first()
-    wait = int((oldest - timezone.now()).total_seconds()) + 1 if oldest else 1
+    if held < cap:
+        share = settings.HARNESS_DEVICE_PENDING_SHARE
+        of_network = pending.filter(harness_resource__network=network)
+        if of_network[:share].count() < share:
+            return None
+        wait = _seconds_until_oldest_expires(of_network)
+        return _try_again_later(
+            f"Too many device codes of this client are waiting for approval ({held}, of at "
+            f"most {cap}), and this network ({network}) holds {share} of them: while half the "
+            f"client's places are taken, a network holding {share} gets no "
+            "more, so that other networks can still sign in. Try again in "
+            f"{wait} seconds, when this network's oldest code expires (or sooner, once one "
+            "of them is approved or denied).",
+            wait,
+        )
+    wait = _seconds_until_oldest_expires(pending)
     return _try_again_later(
         f"Too many device codes of this client are waiting for approval: {cap} at once. "
         f"Try again in {wait} seconds, when the oldest expires (or sooner, once one of them "
         "is approved or denied).",
         wait,
     )
+
+
+def _seconds_until_oldest_expires(pending: Any) -> int:
+    oldest = pending.order_by("expires").values_list("expires", flat=True).first()
+    return int((oldest - timezone.now()).total_seconds()) + 1 if oldest else 1
 
 
 class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ignore[misc]
@@ -581,8 +607,9 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
     default scope either way.
 
     No one is signed in here and every code is a row pending for 30 minutes, so codes are
-    bounded twice: per address (allauth's rate limiter, in the cache) and per client in the
-    database (HARNESS_DEVICE_PENDING_MAX pending at once, which needs no address).
+    bounded per address and per network (allauth's rate limiter, in the cache) and per
+    client in the database (_pending_full: HARNESS_DEVICE_PENDING_MAX pending at once, and
+    once half of them are, HARNESS_DEVICE_PENDING_SHARE per network).
 
     Each code is stored with the resource (RFC 8707) it was asked for, the hooks API when
     none (agentauth.validators.device_code_resource): its token is for that one only."""
@@ -619,7 +646,10 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
                 },
                 status=400,
             )
-        full = _pending_full(client_id)
+        # (cut to DeviceResource.network's length: an address read from a header may be
+        # anything, and is counted as stored)
+        network = device_network(str(get_adapter(request).get_client_ip(request)))[:64]
+        full = _pending_full(client_id, network)
         if full is not None:
             return full
         origin = f"{'https' if request.is_secure() else 'http'}://{request.get_host()}"
@@ -632,7 +662,9 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
             response: HttpResponse = super().post(request, *args, **kwargs)
             if response.status_code == 200:
                 device_code = json.loads(response.content)["device_code"]
-                services.bind_device_resource(device_code=device_code, resource=resource)
+                services.bind_device_resource(
+                    device_code=device_code, resource=resource, network=network
+                )
         return response
 
     def create_device_authorization_response(self, request: HttpRequest) -> Any:

@@ -28,7 +28,7 @@ from audit import kinds
 from audit.roles import ADMIN
 from audit.services import record_event
 from dispatcher import limits, transitions
-from dispatcher.models import Agent, AgentSession, Status, ToolCall
+from dispatcher.models import SIGNED_OUT_PREFIX, Agent, AgentSession, Status, ToolCall
 from dispatcher.policy import layers
 from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narrower_mode
@@ -128,9 +128,9 @@ def transfer_agent(
     team: its owner and team never change (ServiceError; revoke it and sign in again).
 
     Its sessions stay with the team they were started under (AgentSession.team), with
-    their calls: moved to another team, its calls still waiting in them are cancelled or
-    denied (`_close_former_team_calls`) and its next call starts a session of its new
-    team."""
+    their calls: moved to another team, they are left for good (AgentSession.left_at), its
+    calls still waiting in them are cancelled or denied (`_close_former_team_calls`) and
+    its next call starts a session of its new team."""
     moving = (owner is not None and owner != agent.owner) or (
         team is not None and team != agent.team
     )
@@ -186,8 +186,11 @@ def transfer_agent(
 def _close_former_team_calls(agent: Agent, actor: str, former: str, team: str) -> None:
     """An agent moved to another team leaves its sessions with the team they were started
     under (AgentSession.team): that team's auditors keep reading them, the new team's never
-    do, and no later call joins them (`_loaded_sessions` and the client-session reads find
-    only sessions of the agent's team; a client's next call starts a new one). Its calls
+    do, and no later call joins them, even once the agent is back in that team: they are
+    marked left now (AgentSession.left_at), and `_loaded_sessions` and the client-session
+    reads find only sessions of the agent's team not left (a client's next call starts a
+    new one). Moved back, an agent's old sessions took calls again, under the grants a
+    reviewer gave "for this session" before the move. Its calls
     still waiting in them are ended here, in the transfer's transaction: those waiting for
     a reviewer are cancelled and those queued for a worker denied, unrun (the team whose
     reviewers and rules let them through is not the agent's any more, and its new team
@@ -195,6 +198,9 @@ def _close_former_team_calls(agent: Agent, actor: str, former: str, team: str) -
     in its session. `token_refusal` refuses any that a decision or a worker read before
     this commits."""
     reason = moved_team(former, team)
+    AgentSession.objects.filter(agent=agent, left_at__isnull=True).exclude(
+        team_id=agent.team_id
+    ).update(left_at=timezone.now())
     _cancel_waiting(agent, actor, reason, why=f"{reason}; send it again")
     _deny_queued(agent, reason, guard=TEAM_GUARD)
 
@@ -282,7 +288,8 @@ def _loaded_sessions(prefix: str, digest: str) -> QuerySet[AgentSession]:
             agent__token_prefix=prefix,
             agent__token_hash=digest,
             agent__is_active=True,
-            team_id=F("agent__team_id"),  # a session of a team it left takes no call
+            team_id=F("agent__team_id"),  # a session of a team it left takes no call,
+            left_at__isnull=True,  # even once it is back in that team
         )
     )
 
@@ -614,9 +621,8 @@ def end_calls_of_signed_out(agent: Agent, actor: str) -> None:
     _deny_queued(agent, why)
 
 
-# How the token prefix of a signed-in agent signed out starts (a prefix _new_token makes
-# is hexadecimal, so none starts so): `token_refusal` tells a sign-out from a rotation.
-SIGNED_OUT_PREFIX = "out"
+# (SIGNED_OUT_PREFIX, dispatcher.models: `token_refusal` tells a sign-out from a rotation
+# by it, and the pages show such an agent as signed out, not its prefix.)
 
 
 def _new_sign_in(agent: Agent) -> None:
@@ -672,16 +678,16 @@ def token_refusal(call: ToolCall, agent: Agent) -> GuardDenial | None:
     void marks it (token_voided_at) until the rotation that clears the mark. A call
     admitted before Harness kept the record is refused only while the token is voided.
     And a call of a session of a team the agent has left (transfer_agent, committed after
-    this call was read to be decided or claimed): the session's team is on the row read
-    (guard `team`; the others `token`)."""
-    if call.session.team_id != agent.team_id:
+    this call was read to be decided or claimed): the session's team and whether the
+    agent left it are on the row read (guard `team`; the others `token`)."""
+    if call.session.team_id != agent.team_id or call.session.left_at is not None:
         return GuardDenial(((TEAM_GUARD, moved_team_refusal()),))
     if agent.token_voided_at is not None:
         why = sent_with_voided(agent.token_voided_because or "someone")
         return GuardDenial(((TOKEN_GUARD, why),))
     sent_with = (call.provenance or {}).get("token")
     if sent_with is not None and sent_with != agent.token_prefix:
-        if agent.token_prefix.startswith(SIGNED_OUT_PREFIX):  # (_new_sign_in)
+        if agent.signed_out:  # (_new_sign_in)
             return GuardDenial(((TOKEN_GUARD, signed_out(agent.name)),))
         return GuardDenial(((TOKEN_GUARD, sent_with_rotated()),))
     return None
@@ -873,7 +879,13 @@ def _client_session(agent: Agent, client: str, external_id: str) -> AgentSession
         AgentSession.objects.annotate(
             has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk")))
         )
-        .filter(agent=agent, team_id=agent.team_id, client=client, external_id=external_id)
+        .filter(
+            agent=agent,
+            team_id=agent.team_id,
+            left_at__isnull=True,
+            client=client,
+            external_id=external_id,
+        )
         .first()
     )
     if session is not None:
@@ -919,7 +931,11 @@ def join_run(
     if key:
         external_id = f"run:{key}"
         found = AgentSession.objects.filter(
-            agent=agent, team_id=agent.team_id, client=client, external_id=external_id
+            agent=agent,
+            team_id=agent.team_id,
+            left_at__isnull=True,
+            client=client,
+            external_id=external_id,
         ).first()
         if found is None:
             try:
@@ -928,7 +944,11 @@ def join_run(
                 ), True
             except IntegrityError:  # a concurrent first request of the same run won
                 found = AgentSession.objects.get(
-                    agent=agent, team_id=agent.team_id, client=client, external_id=external_id
+                    agent=agent,
+                    team_id=agent.team_id,
+                    left_at__isnull=True,
+                    client=client,
+                    external_id=external_id,
                 )
     elif idle > 0:
         since = timezone.now() - timedelta(seconds=idle)
@@ -936,6 +956,7 @@ def join_run(
             AgentSession.objects.filter(
                 agent=agent,
                 team_id=agent.team_id,
+                left_at__isnull=True,
                 client=client,
                 title=title[:200],
                 updated_at__gte=since,

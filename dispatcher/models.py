@@ -13,6 +13,11 @@ from django.db import models
 
 from dispatcher.policy.models import Mode
 
+# How the token prefix of a client's signed-in agent signed out starts (a prefix a new
+# token gets is hexadecimal, so none starts so): its bearer token then is one nobody was
+# shown (dispatcher.agents._new_sign_in), so pages say "signed out", never the prefix.
+SIGNED_OUT_PREFIX = "out"
+
 
 class Agent(models.Model):
     owner = models.ForeignKey(
@@ -59,7 +64,16 @@ class Agent(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.token_prefix}…)"
+        return (
+            f"{self.name} (signed out)"
+            if self.signed_out
+            else f"{self.name} ({self.token_prefix}…)"
+        )
+
+    @property
+    def signed_out(self) -> bool:
+        """Whether the agent's bearer token is the one a sign-out gave it, never shown."""
+        return self.token_prefix.startswith(SIGNED_OUT_PREFIX)
 
 
 class AgentSession(models.Model):
@@ -80,13 +94,17 @@ class AgentSession(models.Model):
     external_id = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # When its agent left the session's team (agents.transfer_agent): from then on it takes
+    # no call, even once the agent is back in that team (its grants with it); the client's
+    # next call starts a new session, with the same client id if it sends one.
+    left_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(
                 fields=["agent", "team", "client", "external_id"],
-                condition=~models.Q(external_id=""),
+                condition=~models.Q(external_id="") & models.Q(left_at__isnull=True),
                 name="agentsession_unique_external_id",
             )
         ]

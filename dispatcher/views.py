@@ -11,10 +11,11 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from django.apps import apps
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.db import IntegrityError
-from django.db.models import Count, Max, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Subquery
 from django.http import HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
@@ -44,6 +45,21 @@ def _owners() -> list[User]:
 def _agents(request: HtmxHttpRequest) -> Any:
     """The agents this admin manages (another team's agent is not found, 404)."""
     return request.reach.filter(Agent.objects.all(), "team_id")
+
+
+def _with_sign_in(rows: QuerySet[Agent]) -> Any:
+    """`rows` with how a client's signed-in agent is signed in, which the pages show in place
+    of its token prefix (templates/components/agent_token.html): its bearer token is one
+    nobody was shown, and after "Sign out" its prefix starts with SIGNED_OUT_PREFIX.
+    `via_client`: signed in by its owner's client (OAuth consent, `harness-hook login`);
+    `holds_oauth`: an OAuth token of it is left. (agentauth's rows, by name: that app is
+    above this one.)"""
+    link = apps.get_model("agentauth", "AgentClient")._default_manager
+    token = apps.get_model("agentauth", "AgentToken")._default_manager
+    return rows.annotate(
+        via_client=Exists(link.filter(agent=OuterRef("pk"))),
+        holds_oauth=Exists(token.filter(agent=OuterRef("pk"))),
+    )
 
 
 def _teams(request: HtmxHttpRequest) -> list[Team]:
@@ -144,7 +160,7 @@ def _list(
         else Q(sessions__team_id__in=sorted(request.reach.team_ids))
     )
     rows = (
-        _agents(request)
+        _with_sign_in(_agents(request))
         .select_related("owner", "team")
         .annotate(
             session_count=Count("sessions", filter=reached),
@@ -210,6 +226,9 @@ def _detail(request: HtmxHttpRequest, agent: Agent, *, token: str = "") -> HttpR
         session.call_count = counts.get(session.pk, 0)  # type: ignore[attr-defined]
     activity = [s.last_call or s.created_at for s in sessions]
     base = request.build_absolute_uri("/").rstrip("/")
+    signed_in = _with_sign_in(Agent.objects.filter(pk=agent.pk)).values("via_client", "holds_oauth")
+    for flag, value in (signed_in.first() or {}).items():
+        setattr(agent, flag, value)
     context: dict[str, Any] = {
         "agent": agent,
         "token": token,

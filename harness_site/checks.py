@@ -93,23 +93,25 @@ def check_weakened_promises(app_configs: Any = None, **kwargs: Any) -> list[Chec
 
 @register()
 def check_device_network_cap(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """One network's device codes must stay well under the cap of one client's pending
-    codes: the network limit is what keeps one network from filling that cap (and so from
-    locking every other sign-in of the client out for a code's life). At or above the cap
-    it keeps nothing out; above a fifth of it, five networks fill it."""
+    """One network's share of a client's pending device codes must stay well under the
+    half of HARNESS_DEVICE_PENDING_MAX kept for networks that hold few
+    (agentauth.views._pending_full): a network with its share may fill no more than that
+    share of it. At or above that half, one network fills it, and no one else can sign in
+    until those codes expire; above a fiftieth of it, fewer than fifty networks do."""
     cap = settings.HARNESS_DEVICE_PENDING_MAX
-    per_network = settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK
+    share = settings.HARNESS_DEVICE_PENDING_SHARE
     if cap == 0:  # no cap: nothing to fill
         return []
+    kept = cap - cap // 2
     said = (
-        f"HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK ({per_network}) is "
-        f"{{}} HARNESS_DEVICE_PENDING_MAX ({cap})"
+        f"HARNESS_DEVICE_PENDING_SHARE ({share}) is {{}} half of HARNESS_DEVICE_PENDING_MAX "
+        f"({cap}), the places kept for networks that hold few codes"
     )
     hint = (
-        f"Set HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK to at most {cap // 5} (a fifth of "
-        "HARNESS_DEVICE_PENDING_MAX), or raise HARNESS_DEVICE_PENDING_MAX."
+        f"Set HARNESS_DEVICE_PENDING_SHARE to at most {max(kept // 50, 1)} (a fiftieth of "
+        "half of HARNESS_DEVICE_PENDING_MAX), or raise HARNESS_DEVICE_PENDING_MAX."
     )
-    if per_network >= cap:
+    if share >= kept:
         return [
             Error(
                 said.format("not below")
@@ -119,11 +121,11 @@ def check_device_network_cap(app_configs: Any = None, **kwargs: Any) -> list[Che
                 id="harness.E004",
             )
         ]
-    if per_network * 5 > cap:
+    if share * 50 > kept:
         return [
             Warning(
-                said.format("more than a fifth of")
-                + ": fewer than five networks can fill every pending device code of the "
+                said.format("more than a fiftieth of")
+                + ": fewer than fifty networks can fill every pending device code of the "
                 "client, and no one else can sign in until those codes expire.",
                 hint=hint,
                 id="harness.W016",

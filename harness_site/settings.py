@@ -774,11 +774,25 @@ if HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK < 1:
         f"{HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK}: set how many device codes one network "
         "(an IPv4 /24, an IPv6 /48) may ask for in 30 minutes (1 or more)."
     )
-HARNESS_DEVICE_PENDING_MAX = int(env("HARNESS_DEVICE_PENDING_MAX", "1000"))  # 0: no cap
+# One client's codes pending at once: at most HARNESS_DEVICE_PENDING_MAX from all networks
+# together, a guard of the table's size; and once half of them are pending, a network
+# holding HARNESS_DEVICE_PENDING_SHARE of them gets no more (agentauth.views._pending_full).
+# harness-hook's client is everyone's: with one cap alone, six networks (each within its
+# limit above) kept it full and no one's `harness-hook login` got a code. The networks
+# that hold many are now refused first; the second half takes (cap / 2) / share networks
+# more to fill (1000 by default).
+HARNESS_DEVICE_PENDING_MAX = int(env("HARNESS_DEVICE_PENDING_MAX", "20000"))  # 0: no cap
 if HARNESS_DEVICE_PENDING_MAX < 0:
     raise ImproperlyConfigured(
         f"HARNESS_DEVICE_PENDING_MAX is {HARNESS_DEVICE_PENDING_MAX}: set the number of "
         "device codes of one client that may wait for approval at once (0: no cap)."
+    )
+HARNESS_DEVICE_PENDING_SHARE = int(env("HARNESS_DEVICE_PENDING_SHARE", "10"))
+if HARNESS_DEVICE_PENDING_SHARE < 1:
+    raise ImproperlyConfigured(
+        f"HARNESS_DEVICE_PENDING_SHARE is {HARNESS_DEVICE_PENDING_SHARE}: set how many of a "
+        "client's pending device codes one network may hold once half of "
+        "HARNESS_DEVICE_PENDING_MAX are pending (1 or more)."
     )
 ACCOUNT_RATE_LIMITS = {
     "harness_device_code": f"{HARNESS_DEVICE_CODE_ATTEMPTS}/{HARNESS_DEVICE_CODE_WINDOW}s/user",

@@ -435,8 +435,11 @@ def reloader(
 
 
 def _session_for(agent: Agent, session_id: UUID) -> AgentSession | None:
-    # (A session it ran for a team it has left is that team's: AgentSession.team.)
-    session = AgentSession.objects.filter(pk=session_id, agent=agent, team_id=agent.team_id).first()
+    # (A session it ran for a team it has left is that team's, AgentSession.team, even once
+    # it is back: AgentSession.left_at.)
+    session = AgentSession.objects.filter(
+        pk=session_id, agent=agent, team_id=agent.team_id, left_at__isnull=True
+    ).first()
     if session is not None:
         session.agent = agent
     return session
@@ -595,7 +598,10 @@ async def submit_calls(request: HttpRequest, session_id: UUID, wait: float = 0) 
 
 def _agent_call(agent: Agent, call_id: UUID) -> ToolCall | None:
     call = ToolCall.objects.filter(
-        pk=call_id, session__agent=agent, session__team_id=agent.team_id
+        pk=call_id,
+        session__agent=agent,
+        session__team_id=agent.team_id,
+        session__left_at__isnull=True,
     ).first()
     if call is not None:
         follow_edits([call])

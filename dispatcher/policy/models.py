@@ -80,8 +80,13 @@ class ProfileVersion(models.Model):
 
 class SessionGrantQuerySet(models.QuerySet["SessionGrant"]):
     def active(self) -> SessionGrantQuerySet:
-        """Not revoked, and the session's agent can still call (a revoked agent ends it)."""
-        return self.filter(revoked_at__isnull=True, session__agent__is_active=True)
+        """Not revoked, and the session's agent can still call in it (a revoked agent ends
+        it; so does the agent's leaving the session's team, AgentSession.left_at)."""
+        return self.filter(
+            revoked_at__isnull=True,
+            session__agent__is_active=True,
+            session__left_at__isnull=True,
+        )
 
 
 class SessionGrant(models.Model):

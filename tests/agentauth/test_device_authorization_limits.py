@@ -298,3 +298,59 @@ def test_one_network_cannot_fill_the_clients_cap_from_many_addresses(settings: A
             assert ask(REMOTE_ADDR=address).status_code == 200
     finally:
         clear_device_code_counts(*everyone)  # at the scaled rates (their own cache keys)
+
+
+# Networks of the benchmarking range (RFC 2544, 198.18.0.0/15), one /24 each: a flood
+# from eight of them, and someone else's.
+FLOOD_NETWORKS = [f"198.18.{n}.1" for n in range(1, 9)]
+SOMEONE_ELSE = "198.18.100.1"
+
+
+@pytest.mark.django_db
+def test_a_few_networks_cannot_keep_the_clients_pending_codes_full(settings: Any) -> None:
+    """harness-hook's client is everyone's, and one cap counted its pending codes over all
+    networks: six networks, each within its own limit (180 in a code's life, against a cap
+    of 1000), kept the cap full and nobody's `harness-hook login` got a code. Once half
+    the cap is pending, a network holding HARNESS_DEVICE_PENDING_SHARE of the codes now
+    gets no more, so another network still gets one; the cap itself stays a hard ceiling
+    (scaled down: a cap of 12, 3 codes a network, a share of 1)."""
+    life = settings.HARNESS_DEVICE_CODE_LIFE
+    harness_hook_client()
+    settings.HARNESS_DEVICE_PENDING_MAX = 12
+    settings.HARNESS_DEVICE_PENDING_SHARE = 1
+    settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK = 3
+    settings.ACCOUNT_RATE_LIMITS = {
+        **settings.ACCOUNT_RATE_LIMITS,
+        "harness_device_authorization": f"1000/60s/ip,1000/{life}s/ip",
+        "harness_device_authorization_network": f"3/{life}s/key",
+    }
+    everyone = (*FLOOD_NETWORKS, SOMEONE_ELSE)
+    clear_device_code_counts(*everyone)
+    try:
+        # The first two networks take half the places, within their own limit.
+        for address in FLOOD_NETWORKS[:2]:
+            assert [ask(REMOTE_ADDR=address).status_code for _ in range(3)] == [200] * 3
+            assert_try_again(ask(REMOTE_ADDR=address), "from this network")
+        # From then on a network holding one code gets no more.
+        for held, address in enumerate(FLOOD_NETWORKS[2:4], 7):
+            assert ask(REMOTE_ADDR=address).status_code == 200
+            refused = ask(REMOTE_ADDR=address)
+            assert_try_again(refused, f"this network ({address.rsplit('.', 1)[0]}.0/24) holds 1")
+            said = refused.json()["error_description"]
+            assert f"waiting for approval ({held}, of at most 12)" in said
+            assert "a network holding 1 gets no more" in said
+            assert 1700 <= int(refused["Retry-After"]) <= 1801  # its oldest code's expiry
+        assert ask(REMOTE_ADDR=SOMEONE_ELSE).status_code == 200
+        pending = DeviceGrant.objects.filter(client_id="harness-hook")
+        mine = pending.filter(harness_resource__network="198.18.100.0/24")
+        assert mine.count() == 1 and pending.count() == 9
+        # The cap is still a ceiling, whoever asks.
+        for address in FLOOD_NETWORKS[4:7]:
+            assert ask(REMOTE_ADDR=address).status_code == 200
+        assert_try_again(
+            ask(REMOTE_ADDR=FLOOD_NETWORKS[7]),
+            "Too many device codes of this client are waiting for approval: 12 at once",
+        )
+        assert pending.count() == 12
+    finally:
+        clear_device_code_counts(*everyone)  # at the scaled rates (their own cache keys)

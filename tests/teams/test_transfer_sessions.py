@@ -229,3 +229,96 @@ def test_the_timeline_socket_of_a_moved_agents_session_opens_for_its_former_team
         return {who: await connects(who) for who in cookies}
 
     assert run_async(scenario) == {"former": True, "new": False, "org": True}
+
+
+def _there_and_back(world: TeamWorld) -> None:
+    """The world's agent moved to another team and back to its own."""
+    away = make_team("away")
+    assert agents.transfer_agent(agent=world.agent.agent, team=away.team, actor="test")
+    assert agents.transfer_agent(agent=world.agent.agent, team=world.team, actor="test")
+
+
+@db
+def test_a_session_left_by_a_move_stays_closed_once_the_agent_is_back() -> None:
+    """The sessions of a team an agent left took calls again once it was moved back (they
+    are read by the agent's team of now), under the grants a reviewer gave "for this
+    session" before the move: a write the grant allows was admitted and queued, unasked.
+    A session left at a move is left for good (AgentSession.left_at); its grants with it."""
+    pay = make_team("pay")
+    fx, old = pay.agent, pay.session.pk
+    granted = pay.grant.rule.removeprefix("write_file(").removesuffix(")")
+    _there_and_back(pay)
+
+    sent = api(fx, "post", f"/api/v1/sessions/{old}/calls", {"calls": [_write(granted)]})
+    assert sent.status_code == 404, sent.content  # before: 200, queued under the grant
+    assert "team the agent has left" in sent.json()["error"]["message"]
+    assert api(fx, "get", f"/api/v1/sessions/{old}").status_code == 404
+    assert not ToolCall.objects.filter(session_id=old, tool_use_id=granted).exists()
+    assert AgentSession.objects.get(pk=old).left_at is not None
+    # Its former team still reads its record.
+    assert person(pay.members["auditor"]).get(f"/audit/sessions/{old}/").status_code == 200
+    # A new session of the agent's team holds none of the old grants: the write asks.
+    started = api(fx, "post", "/api/v1/sessions", {"title": "back again"})
+    assert started.status_code == 201
+    new = started.json()["id"]
+    asked = api(fx, "post", f"/api/v1/sessions/{new}/calls", {"calls": [_write(granted)]})
+    assert asked.status_code == 202, asked.content
+    assert ToolCall.objects.get(session_id=new).status == Status.PENDING_APPROVAL
+
+
+@db
+def test_a_hook_or_mcp_session_left_by_a_move_is_not_joined_once_the_agent_is_back() -> None:
+    """A hook client's session id and an MCP session id of a session left at a move name it
+    no more once the agent is back: the hook's next call starts a new session of the team
+    under the same id, and the MCP session id authenticates no session (404: initialize
+    again), as it does while the agent is away."""
+    from dispatcher.gateways import mcp_http
+
+    pay = make_team("pay")
+    fx, sid = pay.agent, unique("cc")
+
+    def hook(command: str) -> Any:
+        return Client().post(
+            "/api/v1/hooks/claude-code",
+            {
+                "session_id": sid,
+                "hook_event_name": "PreToolUse",
+                "cwd": "/work/project",
+                "tool_name": "Bash",
+                "tool_input": {"command": command},
+                "tool_use_id": unique("t"),
+            },
+            content_type="application/json",
+            headers=fx.headers,
+        )
+
+    assert hook("ls before").status_code == 200
+    [before] = AgentSession.objects.filter(agent=fx.agent, external_id=sid)
+    mcp = agents.start_session(agent=fx.agent, client="mcp", external_id=unique("mcp"))
+    assert mcp_http.authenticate(fx.token, mcp.external_id)[1] == mcp  # (the control)
+    _there_and_back(pay)
+
+    assert hook("ls after").status_code == 200
+    after = AgentSession.objects.exclude(pk=before.pk).get(agent=fx.agent, external_id=sid)
+    assert after.team_id == before.team_id == pay.team.pk and after.left_at is None
+    assert ToolCall.objects.get(session=after).arguments == {"command": "ls after"}
+    assert ToolCall.objects.filter(session=before).count() == 1  # before: both joined it
+    agent, session = mcp_http.authenticate(fx.token, mcp.external_id)
+    assert agent == fx.agent and session is None  # before: the left session
+
+
+@db
+def test_an_ask_admitted_into_a_left_session_runs_for_no_one_once_the_agent_is_back() -> None:
+    """An admission that read the session before the move stores its ask there after it;
+    the agent is moved back before a reviewer approves it: the session is still left, so
+    the approval does not run it (agents.token_refusal)."""
+    pay = make_team("pay")
+    stale = AgentSession.objects.select_related("agent__owner").get(pk=pay.session.pk)
+    _there_and_back(pay)
+    call = submit_one(stale, "write_file", {"path": "raced.txt", "content": "x"}, "raced")
+    approval = ApprovalRequest.objects.get(call=call)
+    form = {"action": "approve", "digest": approval.digest}
+    csrf_post(person(pay.members["reviewer"]), f"/approvals/{approval.pk}/decide", form)
+    call.refresh_from_db()
+    assert call.status == Status.DENIED and "moved to another team" in call.content
+    assert call.decided_by == "guard:team"
