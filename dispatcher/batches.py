@@ -25,7 +25,7 @@ from dispatcher.models import TERMINAL_STATUSES, AgentSession, Executor, Status,
 from dispatcher.tools.registry import get_tool
 from floor import celery_message
 from floor.compiled import Compiled
-from floor.redis_clients import held, redis_at
+from floor.redis_clients import Script, held, redis_at
 
 EXECUTE_TASK = "dispatcher.tasks.execute_call"
 
@@ -609,7 +609,9 @@ def count_running(url: str, queue: str) -> None:
 
 @functools.cache
 def _script(url: str, text: str) -> Any:
-    return redis_at(url).register_script(text)  # sent by its digest (EVALSHA)
+    """`text` on the Redis server at `url` (this process's pool), by its digest with the
+    command packed here (redis_clients.Script): called with `keys` and `args`."""
+    return functools.partial(Script(text).run, redis_at(url))
 
 
 def agent_of(call: ToolCall) -> Share:
