@@ -16,7 +16,7 @@ import redis
 from celery import current_app
 from celery.signals import worker_init
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from audit import kinds
@@ -25,7 +25,7 @@ from dispatcher.models import TERMINAL_STATUSES, AgentSession, Executor, Status,
 from dispatcher.tools.registry import get_tool
 from floor import celery_message
 from floor.compiled import Compiled
-from floor.redis_clients import held, redis_at
+from floor.redis_clients import Script, held, redis_at
 
 EXECUTE_TASK = "dispatcher.tasks.execute_call"
 
@@ -229,29 +229,33 @@ end
 # let another call of the owner start meanwhile, and a turn that found the ring empty (a
 # duplicate message of a call another worker took with its place, a message of no agent,
 # a ring lost with Redis) has had none (`take_turn`). (A token still in the set, lapsed
-# or not, was counted by every take since: moving it lets no call more start.) A place
-# to take anew without the running sets' mark is not taken (-1) until they are counted
-# again (`count_running`).
+# or not, was counted by every take since: moving it lets no call more start.) Without
+# the running sets' mark nothing is held (-1) until they are counted again
+# (`count_running`). A place held answers the mark's generation: the claim that follows
+# commits only if Redis still has it (`kept_since_hold`).
 _HOLD = """
+local generation = redis.call('GET', KEYS[2])
+if not generation then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
   local cap = tonumber(ARGV[4])
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then return 0 end
 end
 redis.call('ZADD', KEYS[1], string.format('%.6f', now + tonumber(ARGV[2])), ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
-return 1
+return generation
 """
 # The places `count_running` counted (KEYS: each call's owner's running set, then the mark;
-# ARGV: the sets' expiry, then each call's place and its lapse), and the mark. A set that
-# holds a turn's place (not a `call:` one) was not lost: only the mark was (deleted or
-# evicted alone), and its running calls hold their turns' places already (counted again,
-# each held two places until it ended, and an owner below the cap was kept at it). Before
-# the mark is set again no turn's place is taken, so after a loss every set is empty, or
-# holds only what a count racing this one wrote.
+# ARGV: the sets' expiry, the mark's new generation, then each call's place and its
+# lapse), and the mark. A set that holds a turn's place (not a `call:` one) was not lost:
+# only the mark was (deleted or evicted alone), and its running calls hold their turns'
+# places already (counted again, each held two places until it ended, and an owner below
+# the cap was kept at it). Before the mark is set again no turn's place is taken, so
+# after a loss every set is empty, or holds only what a count racing this one wrote. A
+# mark a racing count set first is kept with its generation: the holds made since it was
+# set were made on places Redis still has.
 _COUNTED = """
 local kept = {}
 for i = 1, #KEYS - 1 do
@@ -263,12 +267,15 @@ for i = 1, #KEYS - 1 do
     end
   end
   if kept[key] then
-    redis.call('ZADD', key, ARGV[2 * i + 1], ARGV[2 * i])
+    redis.call('ZADD', key, ARGV[2 * i + 2], ARGV[2 * i + 1])
     redis.call('EXPIRE', key, ARGV[1])
   end
 end
-redis.call('SET', KEYS[#KEYS], '1')
+redis.call('SET', KEYS[#KEYS], ARGV[2], 'NX')
 """
+# The running sets' mark (KEYS[1]): its generation, read by a claim (`kept_since_hold`). A
+# script rather than a GET: redis-py's own command costs the claim more of its Python.
+_MARK = "return redis.call('GET', KEYS[1])"
 # The message of an owed turn: it runs the ring's next call, or nothing (not a call id).
 OWED_TURN = "owed-turn"
 
@@ -305,8 +312,10 @@ def _owed_key(queue: str) -> str:
 def _counted_key(queue: str) -> str:
     """The running sets' mark: they count every call running on the workers. Set once they
     are counted (`count_running`), with no expiry: only a Redis that lost its data (a
-    restart of one that keeps nothing on disk, a flush) is without it. (Not under
-    `:fair:`, whose keys all go when nothing waits or runs.)"""
+    restart of one that keeps nothing on disk, a flush) is without it. Its value is its
+    generation, new each time it is set again: a hold reads it, and its claim commits only
+    if it is the same then (`kept_since_hold`). (Not under `:fair:`, whose keys all go
+    when nothing waits or runs.)"""
     return f"{queue}:running-counted"
 
 
@@ -401,6 +410,8 @@ class Turn:
     running: str = ""
     slot: str = ""
     claimed: bool = False  # (the worker claimed its call: `end_turn`)
+    generation: str = ""  # (the running sets' mark when the place was held: `hold`)
+    lost: bool = False  # (Redis lost its data before the claim: `kept_since_hold`)
 
 
 def take_turn(call_id: str) -> Turn:
@@ -438,7 +449,7 @@ def take_turn(call_id: str) -> Turn:
         if turn == -1:  # (the running sets lost with Redis's data: counted again first)
             count_running(url, queue)
             turn = _script(url, _TAKE)(keys=keys, args=args)
-    except redis.RedisError:
+    except (redis.RedisError, DatabaseError):  # (the count's lock not taken in time: as Redis)
         if cap:
             logger.warning(
                 "could not take the next turn; running nothing (the running cap cannot be "
@@ -514,16 +525,55 @@ def _hold(turn: Turn, seconds: float) -> Hold:
         if held_now == -1:  # (as at the take)
             count_running(turn.url, turn.queue)
             held_now = _script(turn.url, _HOLD)(keys=keys, args=args)
-    except redis.RedisError:
+    except (redis.RedisError, DatabaseError):
         logger.warning(
             "could not hold the place of call %s; not running it, the reconciler sends it again",
             turn.call_id,
             exc_info=True,
         )
         return Hold.NOT_ASKED
-    if held_now == -1:
-        return Hold.NOT_ASKED
-    return Hold.HELD if held_now else Hold.AT_CAP
+    if isinstance(held_now, bytes):
+        turn.generation = held_now.decode()
+        return Hold.HELD
+    return Hold.AT_CAP if held_now == 0 else Hold.NOT_ASKED
+
+
+def kept_since_hold(turn: Turn) -> bool:
+    """Whether Redis still has the running places `turn`'s hold counted: its call's claim
+    asks, in its transaction, after its conditional update and before its commit
+    (transitions.claim's `confirm`). No: the claim is rolled back and the call stays
+    queued (`turn.lost`: its worker sends it again).
+
+    A Redis that lost its data (restarted empty, flushed) between a hold and its claim's
+    commit lost the place, and the count from the database that followed
+    (`count_running`) did not see the call running if it read before the claim committed:
+    the owner's next call then started beside it, past the cap. The mark's generation
+    (`_counted_key`) says whether that happened before this question: if it did, the mark
+    is gone or another; if it happens after, the count waits for this claim's commit (its
+    table lock, `_claims_committed`) and counts the call. Redis unreachable: no (fail
+    closed). A turn that held no place (no cap) has nothing to lose: yes."""
+    if not turn.generation:
+        return True
+    mark: Any
+    try:
+        mark = _script(turn.url, _MARK)(keys=[_counted_key(turn.queue)], args=[])
+    except redis.RedisError:
+        logger.warning(
+            "could not read the running places' mark for call %s; not running it, it is sent again",
+            turn.call_id,
+            exc_info=True,
+        )
+        mark = None
+    else:
+        if mark is not None and mark.decode() == turn.generation:
+            return True
+        logger.warning(
+            "Redis lost the running places while call %s was being claimed; not running it, "
+            "it is sent again",
+            turn.call_id,
+        )
+    turn.lost = True
+    return False
 
 
 def end_turn(turn: Turn) -> None:
@@ -559,17 +609,24 @@ def count_running(url: str, queue: str) -> None:
     place in its owner's set until its lease ends, given back by the worker's turn that
     claimed it (`end_turn`). Redis lost its data (restarted empty, flushed): every place
     of a call running then was lost, and its owner's next calls started beside it, past
-    the cap. (A call whose claim commits after this read, on a place held before Redis
-    lost it, is not counted: the moment between a hold and its claim.) The calls counted
-    are read again once their places are written: one that ended meanwhile has its place
+    the cap. The running calls are read once every claim in flight has committed
+    (`_claims_committed`): a claim whose place was held before Redis lost it commits only
+    if it asked whether Redis still had it before the loss (`kept_since_hold`), and is
+    then read here as running; one that asks after is rolled back (the moment between a
+    hold and its claim's commit: once a call ran uncounted there). The calls counted are
+    read again once their places are written: one that ended meanwhile has its place
     taken back. An owner's set that holds a turn's place was not lost (the mark alone was):
-    left as it is (`_COUNTED`). Raises what Redis raises."""
-    now = timezone.now()
-    rows = list(
-        ToolCall.objects.filter(
-            status=Status.RUNNING, executor=Executor.HARNESS, lease_until__gt=now
-        ).values_list("pk", "session__agent_id", "session__agent__owner_id", "lease_until")
-    )
+    left as it is (`_COUNTED`). Raises what Redis and the database raise (the lock not
+    taken within `_CLAIMS_PATIENCE`: OperationalError)."""
+    generation = uuid.uuid4().hex
+    with transaction.atomic():
+        _claims_committed()
+        now = timezone.now()
+        rows = list(
+            ToolCall.objects.filter(
+                status=Status.RUNNING, executor=Executor.HARNESS, lease_until__gt=now
+            ).values_list("pk", "session__agent_id", "session__agent__owner_id", "lease_until")
+        )
     inline = set(
         AuditEvent.objects.filter(
             kind=kinds.CALL_STARTED,
@@ -584,7 +641,8 @@ def count_running(url: str, queue: str) -> None:
         counted[pk] = _running_key(queue, _entry(Share(str(owner), str(agent))))
         places += [_counted_place(str(pk)), f"{lease.timestamp():.6f}"]
     _script(url, _COUNTED)(
-        keys=[*counted.values(), _counted_key(queue)], args=[_running_expiry(), *places]
+        keys=[*counted.values(), _counted_key(queue)],
+        args=[_running_expiry(), generation, *places],
     )
     # A call that ended between the read and the write gave its place back before it was
     # written (its worker's turn ends after its finish commits): taken back here, or it
@@ -607,9 +665,33 @@ def count_running(url: str, queue: str) -> None:
     )
 
 
+# How long the count waits for the claims in flight (`_claims_committed`): each is one
+# transaction of a few statements; a writer stuck longer fails the count (fail closed: no
+# turn is taken, the reconciler sends the calls again) rather than hold every other
+# writer of calls queued behind the count's lock.
+_CLAIMS_PATIENCE = 2.0
+
+
+def _claims_committed() -> None:
+    """In the count's transaction: wait until every transaction writing calls now (a
+    claim among them) has committed, and keep new ones out until the count has read. On
+    SQLite the transaction's BEGIN IMMEDIATE took the one write lock already; on
+    PostgreSQL, the calls' table in SHARE mode (it waits for the writers holding ROW
+    EXCLUSIVE, and lets readers on)."""
+    db = transaction.get_connection()
+    if db.vendor != "postgresql":
+        return
+    table = db.ops.quote_name(ToolCall._meta.db_table)
+    with db.cursor() as cursor:
+        cursor.execute(f"SET LOCAL lock_timeout = '{int(_CLAIMS_PATIENCE * 1000)}ms'")
+        cursor.execute(f"LOCK TABLE {table} IN SHARE MODE")
+
+
 @functools.cache
 def _script(url: str, text: str) -> Any:
-    return redis_at(url).register_script(text)  # sent by its digest (EVALSHA)
+    """`text` on the Redis server at `url` (this process's pool), by its digest with the
+    command packed here (redis_clients.Script): called with `keys` and `args`."""
+    return functools.partial(Script(text).run, redis_at(url))
 
 
 def agent_of(call: ToolCall) -> Share:

@@ -402,12 +402,13 @@ def check_task_names(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 @register()
 def check_fast_path_versions(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """The fast paths lean on library internals (the ORM's compiler, kombu's Redis QoS,
-    Celery's message envelope): each names the lines it was verified against."""
-    from floor import broker, celery_message, compiled
+    Celery's message envelope, redis-py's connections): each names the lines it was
+    verified against."""
+    from floor import broker, celery_message, compiled, redis_clients
     from floor.sqlite3 import base as sqlite_backend
 
     warnings = []
-    for module in (compiled, celery_message, broker, sqlite_backend):
+    for module in (compiled, celery_message, broker, sqlite_backend, redis_clients):
         for package, line in module.VERIFIED_WITH.items():
             installed = _installed_line(package)
             if installed != line:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -153,10 +154,15 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
                         # that lapsed under load before its hold left a batch's call queued)
                         _send_again(call)
                     return None
-            if transitions.claim(call, tool, leased_from=leased_from):
+            confirm = None if turn is None else functools.partial(batches.kept_since_hold, turn)
+            if transitions.claim(call, tool, leased_from=leased_from, confirm=confirm):
                 if turn is not None:
                     turn.claimed = True  # (its place given back: batches.count_running's too)
                 _run_claimed(call, ctx, row=row)
+            elif turn is not None and turn.lost:
+                # Redis lost its data since the hold: the place may not be counted (left
+                # queued), and the call's listing is gone with it (sent again now).
+                _send_again(call)
             return None
     if changed is not None:
         transitions.deny_before_run(call, stages.GuardDenial((("definition", changed),)))

@@ -56,7 +56,7 @@ import redis
 from django.conf import settings
 
 from dispatcher.models import Agent
-from floor.redis_clients import held
+from floor.redis_clients import Script, held
 
 logger = logging.getLogger(__name__)
 
@@ -131,43 +131,11 @@ def _client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
-def _part(value: str | float) -> bytes:
-    """One argument as redis-py's encoder sends it (a float by its repr)."""
-    data = (repr(value) if isinstance(value, float) else str(value)).encode()
-    return b"$%d\r\n%s\r\n" % (len(data), data)
-
-
-class _Script:
-    """One of this module's scripts, run by its digest (EVALSHA) with the command packed
-    here, on a connection of `_client`'s pool: a third less of redis-py's Python per call
-    than `eval` or a registered Script (docs/benchmarks.md, "The caps' Redis scripts"),
-    with redis-py's own retries, timeouts and reconnection. A server that does not know
-    the script yet (restarted, flushed) is sent its text once (EVAL, which keeps it)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = _part(text)
-        self.sha = _part(hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest())
+class _Script(Script):
+    """One of this module's scripts, on `_client`'s pool (floor.redis_clients.Script)."""
 
     def __call__(self, keys: Sequence[str], args: Sequence[str | float]) -> Any:
-        parts = [_part(len(keys)), *map(_part, keys), *map(_part, args)]
-        head = b"*%d\r\n" % (len(parts) + 2)
-        pool = _client(settings.REDIS_URL).connection_pool
-        connection: Any = pool.get_connection()
-        try:
-            return connection.retry.call_with_retry(
-                lambda: self._send(connection, head, parts),
-                lambda error: connection.disconnect(),
-            )
-        finally:
-            pool.release(connection)
-
-    def _send(self, connection: Any, head: bytes, parts: list[bytes]) -> Any:
-        connection.send_packed_command([b"".join([head, b"$7\r\nEVALSHA\r\n", self.sha, *parts])])
-        try:
-            return connection.read_response()
-        except redis.exceptions.NoScriptError:
-            connection.send_packed_command([b"".join([head, b"$4\r\nEVAL\r\n", self.text, *parts])])
-            return connection.read_response()
+        return self.run(_client(settings.REDIS_URL), keys, args)
 
 
 _reserve, _count, _bucket = _Script(_RESERVE), _Script(_COUNT), _Script(_BUCKET)

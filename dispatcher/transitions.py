@@ -11,6 +11,7 @@ the worker claims, finishes or denies before running (`claim`, `finish`,
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -389,13 +390,23 @@ def deny_before_run(call: ToolCall, denial: GuardDenial) -> None:
     batches.dispatch_after(call)
 
 
-def claim(call: ToolCall, tool: Tool, *, leased_from: datetime | None = None) -> bool:
+def claim(
+    call: ToolCall,
+    tool: Tool,
+    *,
+    leased_from: datetime | None = None,
+    confirm: Callable[[], bool] | None = None,
+) -> bool:
     """The one conditional update that lets exactly one worker run the call.
 
     `leased_from`: when the call's lease starts, if before now (the worker reads the
     clock before it moves its owner's place to lapse with the lease, `batches.hold`, so
     that the place never lapses before the lease does, however long the claim waited
     for the database).
+
+    `confirm`: asked after the update, before the commit; false rolls the claim back
+    (False, the call still queued): the worker's place among its owner's running calls
+    is still counted (`batches.kept_since_hold`).
 
     Publishes nothing: the worker announces the call as running only if its body is
     still running a moment later (`announce_running`, pipeline.execute's
@@ -405,19 +416,31 @@ def claim(call: ToolCall, tool: Tool, *, leased_from: datetime | None = None) ->
     session shows the claim's event with the result's.
     """
     now = timezone.now()
-    with transaction.atomic():
-        return transition(
-            call,
-            Status.RUNNING,
-            kind=kinds.CALL_STARTED,
-            actor="worker",
-            payload={"attempt": call.attempts + 1, "timeout": tool.timeout},
-            publish=False,
-            started_at=now,
-            attempts=call.attempts + 1,
-            lease_until=(leased_from or now)
-            + timedelta(seconds=tool.timeout + settings.HARNESS_LEASE_GRACE),
-        )
+    previous = (call.status, call.started_at, call.attempts, call.lease_until)
+    try:
+        with transaction.atomic():
+            claimed = transition(
+                call,
+                Status.RUNNING,
+                kind=kinds.CALL_STARTED,
+                actor="worker",
+                payload={"attempt": call.attempts + 1, "timeout": tool.timeout},
+                publish=False,
+                started_at=now,
+                attempts=call.attempts + 1,
+                lease_until=(leased_from or now)
+                + timedelta(seconds=tool.timeout + settings.HARNESS_LEASE_GRACE),
+            )
+            if claimed and confirm is not None and not confirm():
+                raise _NotConfirmed
+            return claimed
+    except _NotConfirmed:
+        call.status, call.started_at, call.attempts, call.lease_until = previous
+        return False
+
+
+class _NotConfirmed(Exception):
+    """A claim's `confirm` said no: its transaction is rolled back."""
 
 
 def claim_new(call: ToolCall, tool: Tool) -> EventSpec:

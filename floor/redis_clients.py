@@ -1,19 +1,28 @@
 """This process's Redis clients, one connection pool per URL: the wake-ups' publisher and
 the direct push of a call's Celery message share it. And `one_round_trip`: the commands
 a thread sends meanwhile that may go later and together (a wake-up, a wait slot given
-back) sent in one round trip when it ends."""
+back) sent in one round trip when it ends. And `Script`: a Lua script run by its digest,
+its command packed here (the caps' and the turns' scripts).
+
+`Script` leans on redis-py's connection internals (`send_packed_command`,
+`read_response`, the connection's `retry`): verified against redis-py 8.2
+(`VERIFIED_WITH`; dispatcher.W015 warns at start-up when it differs)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import redis
 
 logger = logging.getLogger(__name__)
+
+VERIFIED_WITH = {"redis": "8.2"}
 
 
 @functools.cache
@@ -83,3 +92,53 @@ def one_round_trip(url: str) -> Iterator[RoundTrip]:
     finally:
         _trips.trip = outer
         trip.send()
+
+
+def _part(value: str | bytes | float) -> bytes:
+    """One argument of a command, as redis-py's encoder sends it (a number by its repr;
+    a bool, or any other type, refused with redis-py's DataError)."""
+    if isinstance(value, bytes):
+        data = value
+    elif isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise redis.DataError(f"Invalid input of type: '{type(value).__name__}'.")
+    else:
+        data = (value if isinstance(value, str) else repr(value)).encode()
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+class Script:
+    """A Lua script run by its digest (EVALSHA) with the command packed here, on a
+    connection of the given client's pool: a third less of redis-py's Python per call
+    than `eval` or a registered Script (docs/benchmarks.md, "The caps' Redis scripts"),
+    with redis-py's own retries, timeouts and reconnection, and its errors (a script's
+    error reply raises redis.ResponseError, as redis-py's own call does). A server that
+    does not know the script yet (restarted, flushed) is sent its text once (EVAL, which
+    keeps it)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = _part(text)
+        self.sha = _part(hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest())
+
+    def run(
+        self, client: redis.Redis, keys: Sequence[str], args: Sequence[str | bytes | float]
+    ) -> Any:
+        """The script's reply on the server of `client` (raises what redis-py raises)."""
+        parts = [_part(len(keys)), *map(_part, keys), *map(_part, args)]
+        head = b"*%d\r\n" % (len(parts) + 2)
+        pool = client.connection_pool
+        connection: Any = pool.get_connection()
+        try:
+            return connection.retry.call_with_retry(
+                lambda: self._send(connection, head, parts),
+                lambda error: connection.disconnect(),
+            )
+        finally:
+            pool.release(connection)
+
+    def _send(self, connection: Any, head: bytes, parts: list[bytes]) -> Any:
+        connection.send_packed_command([b"".join([head, b"$7\r\nEVALSHA\r\n", self.sha, *parts])])
+        try:
+            return connection.read_response()
+        except redis.exceptions.NoScriptError:
+            connection.send_packed_command([b"".join([head, b"$4\r\nEVAL\r\n", self.text, *parts])])
+            return connection.read_response()

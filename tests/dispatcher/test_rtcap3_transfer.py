@@ -7,74 +7,24 @@ running calls, below the cap or not at all (then the call is sent again)."""
 
 from __future__ import annotations
 
-import threading
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 
-from dispatcher import agents, batches, execution
+from dispatcher import agents, execution
 from dispatcher.models import Agent, Status, ToolCall
-from floor import celery_message
-from floor.redis_clients import redis_at
 from tests.battery.procs import wait_until
 from tests.support.factories import make_agent, submit_one
-
-
-@pytest.fixture
-def lane(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[tuple[Any, str]]:
-    """The run's broker, a queue no live worker takes from, a cap of one call per owner,
-    and a tool whose call runs until the test lets it end."""
-    target = celery_message.raw_target(batches.EXECUTE_TASK)
-    assert target is not None, "the test settings' broker is plain Redis"
-    url, name = target[0], f"rtcap3-{uuid.uuid4()}"
-    monkeypatch.setattr(celery_message, "raw_target", lambda task: (url, name))
-    settings.HARNESS_MAX_RUNNING_PER_OWNER = "1"
-    settings.HARNESS_TOOLS = [
-        *settings.HARNESS_TOOLS,
-        "tests.dispatcher.test_runcap_tools.WAIT_FOR",
-    ]
-    broker = redis_at(url)
-    broker.set(batches._counted_key(name), 1)  # (a queue of its own: nothing runs yet)
-    yield broker, name
-    leftover = list(broker.scan_iter(f"{name}*"))
-    if leftover:
-        broker.delete(*leftover)
-
-
-def status(call: ToolCall) -> str:
-    return str(ToolCall.objects.get(pk=call.pk).status)
-
-
-def live_places(broker: Any, queue: str, owner: int) -> int:
-    seconds, micro = broker.time()
-    key = batches._running_key(queue, str(owner))
-    return int(broker.zcount(key, seconds + micro / 1e6, "+inf"))
-
-
-def worker(target: Callable[[], None]) -> threading.Thread:
-    """A worker process's thread (its own database connection, closed when it ends)."""
-
-    def run() -> None:
-        try:
-            target()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+from tests.support.running_cap import live_places, status, worker
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
 def test_a_call_of_an_agent_moved_to_another_person_counts_in_that_persons_share(
-    lane: tuple[Any, str],
+    cap_lane: tuple[Any, str],
 ) -> None:
-    broker, queue = lane
+    broker, queue = cap_lane
     moved, theirs = make_agent(mode="trusted"), make_agent(mode="trusted")
     # A call of the new owner's own runs, at their cap of one ...
     session = agents.start_session(agent=theirs.agent)

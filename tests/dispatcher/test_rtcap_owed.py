@@ -9,30 +9,13 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from dispatcher import batches
 from floor import celery_message
-from floor.redis_clients import one_round_trip, redis_at
-
-
-@pytest.fixture
-def queue(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[tuple[Any, str]]:
-    """The run's broker and a queue no live worker takes from, a cap of one per owner."""
-    target = celery_message.raw_target(batches.EXECUTE_TASK)
-    assert target is not None, "the test settings' broker is plain Redis"
-    url, name = target[0], f"rtcap-{uuid.uuid4()}"
-    monkeypatch.setattr(celery_message, "raw_target", lambda task: (url, name))
-    settings.HARNESS_MAX_RUNNING_PER_OWNER = "1"
-    broker = redis_at(url)
-    broker.set(batches._counted_key(name), 1)  # (a queue of its own: nothing runs yet)
-    yield broker, name
-    leftover = list(broker.scan_iter(f"{name}*"))
-    if leftover:
-        broker.delete(*leftover)
+from floor.redis_clients import one_round_trip
 
 
 def take(broker: Any, queue: str) -> batches.Turn:
@@ -82,10 +65,10 @@ def owed_messages(queue: tuple[Any, str], pipelined: bool) -> list[dict[str, Any
 
 @pytest.mark.parametrize("pipelined", [False, True])
 def test_an_owed_turns_message_is_celerys_with_ids_of_its_own(
-    queue: tuple[Any, str], pipelined: bool
+    cap_queue: tuple[Any, str], pipelined: bool
 ) -> None:
-    _, name = queue
-    sent = owed_messages(queue, pipelined)
+    _, name = cap_queue
+    sent = owed_messages(cap_queue, pipelined)
     expected = json.loads(
         celery_message.task_message(batches.EXECUTE_TASK, batches.OWED_TURN, name)
     )
@@ -109,9 +92,9 @@ def test_an_owed_turns_message_is_celerys_with_ids_of_its_own(
 
 
 def test_a_place_given_back_with_no_turn_owed_builds_no_message(
-    queue: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+    cap_queue: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broker, name = queue
+    broker, name = cap_queue
     owner = batches.Share("1", str(uuid.uuid4()))
     batches.enqueue("a1", owner)
     turn = take(broker, name)

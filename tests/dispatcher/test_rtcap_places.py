@@ -16,80 +16,24 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 
 from dispatcher import agents, batches, execution
 from dispatcher.models import Status, ToolCall
-from floor import celery_message
-from floor.redis_clients import redis_at
 from tests.battery.procs import wait_until
 from tests.support.factories import make_agent, submit_one
-
-
-@pytest.fixture
-def lane(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[tuple[Any, str]]:
-    """The run's broker, a queue no live worker takes from, a cap of one call per owner,
-    and a tool whose call runs until the test lets it end."""
-    target = celery_message.raw_target(batches.EXECUTE_TASK)
-    assert target is not None, "the test settings' broker is plain Redis"
-    url, name = target[0], f"rtcap-{uuid.uuid4()}"
-    monkeypatch.setattr(celery_message, "raw_target", lambda task: (url, name))
-    settings.HARNESS_MAX_RUNNING_PER_OWNER = "1"
-    settings.HARNESS_TOOLS = [
-        *settings.HARNESS_TOOLS,
-        "tests.dispatcher.test_runcap_tools.WAIT_FOR",
-    ]
-    broker = redis_at(url)
-    broker.set(batches._counted_key(name), 1)  # (a queue of its own: nothing runs yet)
-    yield broker, name
-    leftover = list(broker.scan_iter(f"{name}*"))
-    if leftover:
-        broker.delete(*leftover)
-
-
-def status(call: ToolCall) -> str:
-    return str(ToolCall.objects.get(pk=call.pk).status)
-
-
-def live_places(broker: Any, queue: str, owner: int) -> int:
-    seconds, micro = broker.time()
-    key = batches._running_key(queue, str(owner))
-    return int(broker.zcount(key, seconds + micro / 1e6, "+inf"))
-
-
-def worker(target: Callable[[], None]) -> threading.Thread:
-    """A worker process's thread (its own database connection, closed when it ends)."""
-
-    def run() -> None:
-        try:
-            target()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-def run_turn(turn: batches.Turn) -> None:
-    """What execution.execute_turn does with a turn already taken."""
-    try:
-        execution.execute_call(turn.call_id, turn=turn)
-    finally:
-        batches.end_turn(turn)
+from tests.support.running_cap import live_places, run_turn, status, worker
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(120)
 def test_a_duplicate_message_finding_the_ring_empty_runs_no_call_past_the_cap(
-    lane: tuple[Any, str],
+    cap_lane: tuple[Any, str],
 ) -> None:
-    broker, queue = lane
+    broker, queue = cap_lane
     fx = make_agent(mode="trusted")
     first_session = agents.start_session(agent=fx.agent)
     held = submit_one(first_session, "runcap_wait_for", {"path": "go"})
@@ -142,9 +86,9 @@ def test_a_duplicate_message_finding_the_ring_empty_runs_no_call_past_the_cap(
 
 
 def test_a_place_that_lapsed_before_its_hold_is_not_held_past_the_cap(
-    lane: tuple[Any, str], settings: Any
+    cap_lane: tuple[Any, str], settings: Any
 ) -> None:
-    broker, queue = lane
+    broker, queue = cap_lane
     owner = batches.Share("7", str(uuid.uuid4()))
     batches.enqueue("a1", owner)
     batches.enqueue("a2", owner)
@@ -165,12 +109,12 @@ def test_a_place_that_lapsed_before_its_hold_is_not_held_past_the_cap(
 
 @pytest.mark.django_db
 def test_a_call_whose_place_lapsed_is_sent_again_at_once(
-    lane: tuple[Any, str], settings: Any
+    cap_lane: tuple[Any, str], settings: Any
 ) -> None:
     """Its worker gives it back to its agent's turn (as for a busy workspace): left for the
     reconciler, it waited HARNESS_REQUEUE_AFTER (under load, a batch came back with one
     call still queued)."""
-    broker, queue = lane
+    broker, queue = cap_lane
     fx = make_agent(mode="trusted")
     calls = []
     for _ in range(2):

@@ -21,7 +21,6 @@ from django.db import connections
 
 from dispatcher import batches
 from dispatcher.models import Status, ToolCall
-from floor import celery_message
 from floor.redis_clients import redis_at
 from tests.battery.live import native, start_session, started_counts, status_counts, wait_terminal
 from tests.battery.procs import ProcessGroup, RedisServer, Stack, wait_until
@@ -31,23 +30,6 @@ from tests.support.factories import make_agent
 # --- The take, on the run's Redis (no worker) ---------------------------------------------
 
 
-@pytest.fixture
-def queue(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[tuple[Any, str]]:
-    """The run's broker and a queue of the test's own (no live worker takes from it), with
-    a cap of one running call per owner."""
-    target = celery_message.raw_target(batches.EXECUTE_TASK)
-    assert target is not None, "the test settings' broker is plain Redis"
-    url, name = target[0], f"runcap-{uuid.uuid4()}"
-    monkeypatch.setattr(celery_message, "raw_target", lambda task: (url, name))
-    settings.HARNESS_MAX_RUNNING_PER_OWNER = "1"
-    broker = redis_at(url)
-    broker.set(batches._counted_key(name), 1)  # (a queue of its own: nothing runs yet)
-    yield broker, name
-    leftover = list(broker.scan_iter(f"{name}*"))
-    if leftover:
-        broker.delete(*leftover)
-
-
 def take(broker: Any, queue: str) -> batches.Turn:
     """What a worker process does with the next message: takes its turn."""
     assert broker.rpop(queue) is not None, "no message left for a turn"
@@ -55,9 +37,9 @@ def take(broker: Any, queue: str) -> batches.Turn:
 
 
 def test_an_owner_at_its_cap_is_passed_over_and_its_turns_come_back(
-    queue: tuple[Any, str],
+    cap_queue: tuple[Any, str],
 ) -> None:
-    broker, name = queue
+    broker, name = cap_queue
     flooder, other = batches.Share("1", str(uuid.uuid4())), batches.Share("2", str(uuid.uuid4()))
     for call in ("a1", "a2", "a3"):
         batches.enqueue(call, flooder)
@@ -90,10 +72,10 @@ def test_an_owner_at_its_cap_is_passed_over_and_its_turns_come_back(
     assert not broker.exists(batches._running_key(name, "1"), batches._running_key(name, "2"))
 
 
-def test_a_place_never_given_back_lapses(queue: tuple[Any, str]) -> None:
+def test_a_place_never_given_back_lapses(cap_queue: tuple[Any, str]) -> None:
     """A worker killed running a call gives nothing back: its place lapses (`hold`: with
     the call's lease; here a lease already over) and the owner's next call is taken."""
-    broker, name = queue
+    broker, name = cap_queue
     flooder = batches.Share("1", str(uuid.uuid4()))
     batches.enqueue("a1", flooder)
     batches.enqueue("a2", flooder)
