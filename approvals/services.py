@@ -776,7 +776,8 @@ def edit(
     if not isinstance(arguments, dict):
         raise DecisionRefused("The edited arguments must be a JSON object.", 400)
     with transaction.atomic():
-        _lock_as_a_sign_out(approval_id)
+        # Lock order everywhere: the approval row (as `decide`), then the agent's row and
+        # its client link (as a sign-out), then the call and its chain.
         approval = (
             ApprovalRequest.objects.select_for_update(of=("self",))
             .select_related("call__session__agent__owner", "call__session__agent__oauth_client")
@@ -785,6 +786,7 @@ def edit(
         )
         if approval is None:
             raise DecisionRefused("This approval request does not exist.", 404)
+        _lock_as_a_sign_out(approval)
         now = timezone.now()
         refusal = (
             _outside(approval, scope)
@@ -805,24 +807,25 @@ def edit(
     return outcome
 
 
-def _lock_as_a_sign_out(approval_id: int) -> None:
-    """For an edit of a call of a client's signed-in agent: lock the agent's row, then its
-    client link, before anything else, in the order a sign-out takes them
+def _lock_as_a_sign_out(approval: ApprovalRequest) -> None:
+    """For an edit of a call of a client's signed-in agent, once the approval's row is
+    locked: lock the agent's row, then its client link, in the order a sign-out takes them
     (agentauth.services.sign_out_agent) before the calls' rows and audit chains. The edit
     writes the call's row and chain (and admits its replacement) before its release locks
     the link (agents.signed_in_now): taken then, an edit and a sign-out each held what the
-    other waited for (a deadlock, the edit a 500). Two statements more for such an edit,
-    one for any other."""
-    head = (
-        ApprovalRequest.objects.filter(pk=approval_id)
-        .values_list("call__session__agent_id", "call__session__agent__oauth_client__pk")
-        .first()
-    )
-    if head is None or head[1] is None:
+    other waited for (a deadlock, the edit a 500). Taken before the approval's row, an
+    edit and an approval of the same call did (the approval locks the row, then the link).
+    Two statements more for such an edit, none for any other (the agent and the link's id
+    are read with the approval). What the approval's read showed of the call may be older
+    than a sign-out that committed while the edit waited here: the edit's conditional
+    update of the call then finds it decided (409), and the release reads the agent
+    again (signed_in_now)."""
+    agent = approval.call.session.agent
+    client = getattr(agent, "oauth_client", None)  # (selected with the approval)
+    if client is None:
         return
-    Agent.objects.select_for_update(of=("self",)).filter(pk=head[0]).exists()
-    link = Agent._meta.get_field("oauth_client").related_model  # (an app above this one)
-    link._default_manager.select_for_update(no_key=True).filter(pk=head[1]).exists()
+    Agent.objects.select_for_update(of=("self",)).filter(pk=agent.pk).exists()
+    type(client).objects.select_for_update(no_key=True).filter(pk=client.pk).exists()
 
 
 def _edit_refusal(approval: ApprovalRequest, arguments: dict[str, Any]) -> DecisionRefused | None:

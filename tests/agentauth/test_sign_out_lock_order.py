@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -107,3 +108,62 @@ def test_sign_outs_approvals_and_revocations_at_once_wait_for_each_other_in_one_
         for ask in asks:
             ask.call.refresh_from_db()
             assert ask.call.status != Status.PENDING_APPROVAL
+
+
+def test_an_edit_waiting_for_the_approvals_row_holds_no_lock_an_approval_of_it_waits_for(
+    documents: DocumentServer,
+) -> None:
+    """An edit and an approval of the same call at once: the approval locks the approval's
+    row, then the agent's client link (agents.signed_in_now). The edit took the agent's
+    row and the link first, then the approval's row: each held what the other waited for
+    (PostgreSQL ended one, a 500; seen in the test above). Now the edit takes the
+    approval's row first: while it waits for it, the link is free."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL")
+    _, agent, reviewer, asks = _signed_in_with_asks(documents)
+    ask = asks[0]
+    link = AgentClient.objects.get(agent=agent)
+    errors: list[str] = []
+
+    def edit() -> None:
+        try:
+            approvals.edit(
+                approval_id=ask.pk,
+                user=reviewer,
+                digest=ask.call.digest,
+                arguments={**ask.call.arguments, "content": "edited"},
+            )
+        except Exception:  # noqa: BLE001 (the test reads it)
+            errors.append(traceback.format_exc()[-1500:])
+        finally:
+            connections.close_all()
+
+    holder = connections.create_connection("default")
+    holder.set_autocommit(False)
+    with holder.cursor() as cursor:
+        # What an approval of the same call holds first: the approval's row.
+        cursor.execute("SELECT 1 FROM approvals_approvalrequest WHERE id = %s FOR UPDATE", [ask.pk])
+        editing = threading.Thread(target=edit)
+        editing.start()
+        for _ in range(400):  # an event: the edit's backend waiting on a lock
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            if cursor.fetchone()[0]:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the edit never waited for the approval's row")
+        # What the approval takes next: the client link (agents.signed_in_now).
+        cursor.execute(
+            f"SELECT 1 FROM {AgentClient._meta.db_table} WHERE id = %s "
+            "FOR NO KEY UPDATE NOWAIT",
+            [link.pk],
+        )
+        holder.rollback()
+    editing.join(60)
+    holder.close()
+    assert not errors, errors
+    ask.call.refresh_from_db()
+    assert ask.call.status == Status.EDITED
