@@ -34,15 +34,8 @@ def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     """
     relative = args["path"]
     path = resolve_in_workspace(ctx.workspace, relative)
-    if ctx.git_guard != sandbox_git.NONE and _git_metadata(ctx.workspace, relative, path):
-        raise ToolError(
-            f"'{relative}' is git metadata that makes git run programs (a hook, the "
-            "configuration, the index): written here, a person's next git command in the "
-            "workspace would run what it says. Nothing was written. A call a reviewer "
-            "approves may write it."
-        )
-    if ctx.git_guard != sandbox_git.NONE:
-        _refuse_hooks(ctx.workspace, relative, path)
+    if ctx.git_guard != sandbox_git.NONE and (why := git_refusal(ctx.workspace, relative, path)):
+        raise ToolError(why)
     data = args["content"].encode("utf-8")
     try:
         _write(ctx.workspace, path, data)
@@ -80,35 +73,19 @@ def _git_metadata(workspace: Path, relative: str, path: Path) -> bool:
     )
 
 
-def _refuse_hooks(workspace: Path, relative: str, path: Path) -> None:
-    """ToolError (nothing written) when the write would change what the sandbox keeps
-    read-only for a command no person approved outside any `.git`
-    (`sandbox_git.hook_paths`): a `core.hooksPath` directory (husky's `.husky/`) or the
-    file a hook links to (`scripts/pre-commit.sh`), by the name given or resolved; or,
-    in a workspace whose git metadata the sandbox cannot keep so (where no unapproved
-    command runs), any write: what it cannot keep is what a write could plant (the
-    `shared.gitconfig` a `[include]` of `.git/config` names, a hook link's missing
-    target). An allowed write_file of `.husky/pre-commit` had the person's next commit
-    run the agent's code."""
-    hooks = sandbox_git.hook_paths(workspace)
-    if isinstance(hooks, str):
-        raise ToolError(
-            f"'{relative}' was not written: the workspace's git metadata cannot be kept "
-            f"from making a person's git run what a write plants. {hooks.strip()} A call a "
-            "reviewer approves may write it."
-        )
-    try:
-        inside = path.relative_to(workspace.resolve()).as_posix()
-    except (OSError, RuntimeError, ValueError):
-        inside = relative  # (the name given is judged below all the same)
-    named = relative.replace(os.sep, "/")
-    if sandbox_git.in_hook_path(named, hooks) or sandbox_git.in_hook_path(inside, hooks):
-        raise ToolError(
-            f"'{relative}' is a git hook of the workspace (its git configuration or a hook "
-            "link takes hooks from it): written here, a person's next git command in the "
+def git_refusal(workspace: Path, relative: str, path: Path) -> str | None:
+    """Why a write of `relative` (resolved: `path`) is refused to a call no person
+    approved, the message the model reads, or None: git metadata, in a `.git` or a git
+    directory of the work tree (`_git_metadata`), or a hook outside them
+    (`sandbox_git.hook_refusal`: husky's `.husky/pre-commit`, a hook link's target)."""
+    if _git_metadata(workspace, relative, path):
+        return (
+            f"'{relative}' is git metadata that makes git run programs (a hook, the "
+            "configuration, the index): written here, a person's next git command in the "
             "workspace would run what it says. Nothing was written. A call a reviewer "
             "approves may write it."
         )
+    return sandbox_git.hook_refusal(workspace, relative, path)
 
 
 # No O_TRUNC: the file is truncated only once it is known to be a regular file with no
