@@ -8,10 +8,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from dispatcher.tools import sandbox_git
+from dispatcher.tools import sandbox_git, write_file
 from dispatcher.tools._confined import changed, changed_message, directory_beneath
 from dispatcher.tools._paths import resolve_in_workspace
-from dispatcher.tools.base import ExecutionContext, Tool, ToolError
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError, default_present_call
 
 
 def delete_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
@@ -77,6 +77,24 @@ def git_refusal(workspace: Path, relative: str) -> str | None:
     return why
 
 
+def present_delete(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
+    """What a reviewer sees: the arguments, and what git would no longer run or read
+    (`git_refusal` as the workspace is now: the approval binds that too)."""
+    why = git_refusal(workspace, str(arguments.get("path", "")))
+    shown = default_present_call(arguments, workspace)
+    return {**shown, "git_metadata": why} if why is not None else shown
+
+
+def changed_since(
+    arguments: dict[str, Any], workspace: Path, presentation: dict[str, Any]
+) -> str | None:
+    """Why an approved delete may not run as approved: the file became git metadata
+    since the ask, which its reviewer was not shown (write_file.became_git_metadata: a
+    `core.hooksPath` set meanwhile made `.husky/pre-commit` the person's hook)."""
+    now = git_refusal(workspace, str(arguments.get("path", "")))
+    return write_file.became_git_metadata(now, arguments, presentation)
+
+
 def _names_a_directory(relative: str) -> bool:
     """True when `relative`'s last component is '.' or '..' (or there is none): read on
     the text as given, since pathlib folds 'a/.' into 'a'. Such a path names a directory
@@ -100,6 +118,8 @@ TOOL = Tool(
         "additionalProperties": False,
     },
     execute=delete_file,
+    present_call=present_delete,
+    changed_since=changed_since,
     destructive=True,
     path_arguments=("path",),
 )

@@ -140,6 +140,7 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
         fromfile="/dev/null" if new_file else f"a/{relative}",
         tofile=f"b/{relative}",
     )
+    why = refusal_now(arguments, workspace)
     return {
         "kind": "diff",
         "path": relative,
@@ -148,7 +149,20 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
         # what the diff was made against, which the approval binds (`changed_since`)
         "sha256_before": sha256_before,
         **({"file_before": file_before} if file_before is not None else {}),
+        # what git would run or read of it, shown: the approval binds that too
+        **({"git_metadata": why} if why is not None else {}),
     }
+
+
+def refusal_now(arguments: dict[str, Any], workspace: Path) -> str | None:
+    """`git_refusal` of the call's path as the workspace is now (None when the path
+    cannot be resolved: the write fails on that)."""
+    relative = str(arguments.get("path", ""))
+    try:
+        path = resolve_in_workspace(workspace, relative)
+    except ToolError:
+        return None
+    return git_refusal(workspace, relative, path)
 
 
 def bound_before(presentation: dict[str, Any]) -> tuple[Any, Any]:
@@ -161,7 +175,11 @@ def changed_since(
     arguments: dict[str, Any], workspace: Path, presentation: dict[str, Any]
 ) -> str | None:
     """Why the file is no longer the one the approved diff was made against, or None (an
-    ask recorded before the diff carried its file's hash: nothing to compare)."""
+    ask recorded before the diff carried its file's hash: nothing to compare). Also when
+    the file became git metadata since (`became_git_metadata`)."""
+    became = became_git_metadata(refusal_now(arguments, workspace), arguments, presentation)
+    if became is not None:
+        return became
     if "sha256_before" not in presentation:
         return None
     relative = str(arguments.get("path", ""))
@@ -169,6 +187,25 @@ def changed_since(
     if (sha256_now, file_now) != bound_before(presentation):
         return f"{relative} changed since the reviewer's diff was made"
     return None
+
+
+def became_git_metadata(
+    now: str | None, arguments: dict[str, Any], presentation: dict[str, Any]
+) -> str | None:
+    """Why an approved file tool's call may not run as approved: its path is git metadata
+    now (`now`, the tool's refusal to a call no person approved, as the workspace is:
+    a hook of a `core.hooksPath` set since), and the reviewer was not shown that (the
+    ask's `git_metadata`, none in an ask recorded before it was kept). An approved call
+    runs with no git guard (execution.git_guard): an approval of `.husky/pre-commit`
+    given before a command approved meanwhile set `core.hooksPath` to `.husky` had the
+    person's next commit run the agent's code. Asked again, the reviewer is shown it."""
+    if now is None or now == presentation.get("git_metadata"):
+        return None
+    relative = str(arguments.get("path", ""))
+    return (
+        f"'{relative}' is now git metadata that makes git run programs (a hook, a "
+        "configuration git reads), which the reviewer was not shown"
+    )
 
 
 DIFF_LIMIT = 1024 * 1024  # bytes of the current file read for the reviewer's diff
