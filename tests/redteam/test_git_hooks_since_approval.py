@@ -22,6 +22,7 @@ from audit import kinds
 from audit.models import AuditEvent
 from dispatcher import execution
 from dispatcher.models import Status, ToolCall
+from dispatcher.tools import preview, preview_apply, workspace_lock
 from tests.policy.conftest import submit
 from tests.redteam.test_git_metadata_guard import (
     agent_in_sandbox,
@@ -30,10 +31,11 @@ from tests.redteam.test_git_metadata_guard import (
     repository,
 )
 from tests.support.factories import AgentFixture
+from tests.tools.test_preview import _preview, workspace
 
 pytestmark = pytest.mark.django_db
 
-__all__ = ["agent_in_sandbox"]  # the fixture, used by name
+__all__ = ["agent_in_sandbox", "workspace"]  # the fixtures, used by name
 
 PERSON = "#!/bin/sh\necho person-gate\nexit 1\n"  # the person's gate: no commit passes
 AGENT = "#!/bin/sh\ntouch agent-ran\n"
@@ -156,3 +158,21 @@ def test_an_approved_write_of_a_file_that_was_a_hook_when_shown_runs(
     other = run_approved(other)
     assert other.status == Status.COMPLETED and not other.is_error, other.content
     assert (workspace / "src" / "a.py").read_text() == "1\n"
+
+
+def test_a_previewed_effect_is_not_applied_once_hooks_were_configured_since(
+    workspace: Path,
+) -> None:
+    """A previewed command's approved effect needs no such check: it is applied only to
+    a workspace whose every entry is as it was previewed (its fingerprint), and the
+    configuration that names a hooks directory is one of them. (Passed before: it keeps
+    the docs' claim true.)"""
+    host_git(workspace, "init", "-q")
+    hook = husky_not_installed(workspace)
+    effect = _preview(workspace, ["sh", "-c", f"printf '{AGENT}' > .husky/pre-commit"])
+    assert [change["path"] for change in effect.changes] == [".husky/pre-commit"]
+    host_git(workspace, "config", "core.hooksPath", ".husky")
+    with workspace_lock.held(workspace):
+        assert preview_apply.check(effect, workspace) == "the workspace changed since the preview"
+    preview.discard(effect.store)
+    assert hook.read_text() == PERSON
