@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
@@ -85,9 +86,15 @@ def asked_again(call: ToolCall) -> ToolCall:
     assert "is now git metadata" in event.payload["reason"], event.payload
     again = ToolCall.objects.get(edited_from=call.pk)
     assert again.status == Status.PENDING_APPROVAL, (again.status, again.reason)
-    shown = ApprovalRequest.objects.get(call=again).presentation
-    assert "hook" in shown.get("git_metadata", ""), shown
+    approval = ApprovalRequest.objects.get(call=again)
+    assert "hook" in approval.presentation.get("git_metadata", ""), approval.presentation
     return again
+
+
+def page_of(approval: ApprovalRequest, reviewer: Any) -> str:
+    client = Client()
+    client.force_login(reviewer)
+    return client.get(f"/approvals/{approval.pk}/").content.decode()
 
 
 def test_an_approved_write_is_asked_again_when_its_file_became_a_hook(
@@ -108,7 +115,10 @@ def test_an_approved_write_is_asked_again_when_its_file_became_a_hook(
     assert hook.read_text() == PERSON  # nothing written
     out = host_git(workspace, "commit", "--allow-empty", "-qm", "x")
     assert "person-gate" in out and not (workspace / "agent-ran").exists(), out
-    # approved knowing it is a hook, it is written (and git runs it: the premise)
+    # shown to the reviewer, approved knowing it is a hook, it is written (git runs it)
+    page = page_of(ApprovalRequest.objects.get(call=again), reviewer)
+    assert "Git metadata: a call no person approved may not do this" in page, page
+    assert "is a git hook of the workspace" in page, page
     approve(again, reviewer)
     again = run_approved(again)
     assert again.status == Status.COMPLETED and not again.is_error, again.content
