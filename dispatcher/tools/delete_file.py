@@ -8,10 +8,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from dispatcher.tools import sandbox_git
+from dispatcher.tools import sandbox_git, write_file
 from dispatcher.tools._confined import changed, changed_message, directory_beneath
 from dispatcher.tools._paths import resolve_in_workspace
-from dispatcher.tools.base import ExecutionContext, Tool, ToolError
+from dispatcher.tools.base import ExecutionContext, Tool, ToolError, default_present_call
 
 
 def delete_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
@@ -32,8 +32,8 @@ def delete_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
             "directory, and delete_file only deletes files. Name the file itself, e.g. "
             "'src/old.py'."
         )
-    if ctx.git_guard != sandbox_git.NONE:
-        _refuse_git_metadata(ctx.workspace, relative)
+    if ctx.git_guard != sandbox_git.NONE and (why := git_refusal(ctx.workspace, relative)):
+        raise ToolError(why)
     try:
         resolve_in_workspace(ctx.workspace, relative)  # refuses a link leading outside
         parent = resolve_in_workspace(ctx.workspace, str(Path(relative).parent))
@@ -57,30 +57,42 @@ def delete_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     return f"Deleted {relative}"
 
 
-def _refuse_git_metadata(workspace: Path, relative: str) -> None:
-    """ToolError (nothing deleted) when the name is git metadata the sandbox keeps
-    read-only for a command no person approved (`sandbox_git.guarded_path`: a hook, the
-    configuration; `sandbox_git.hook_paths`: a `core.hooksPath` directory's hook, a
-    linked hook's target), by the name given or with its directory resolved. delete_file
-    runs outside the sandbox: an allowed one removed the person's `.git/hooks/pre-commit`
-    (a secret scanner, a lint gate), which their next commit then did not run."""
+def git_refusal(workspace: Path, relative: str) -> str | None:
+    """Why deleting `relative` is refused to a call no person approved, the message the
+    model reads, or None: git metadata the sandbox keeps read-only for a command no
+    person approved (`sandbox_git.guarded_path`: a hook, the configuration;
+    `sandbox_git.hook_refusal`: a `core.hooksPath` directory's hook, a linked hook's
+    target), by the name given or with its directory resolved. delete_file runs outside
+    the sandbox: an allowed one removed the person's `.git/hooks/pre-commit` (a secret
+    scanner, a lint gate), which their next commit then did not run."""
     try:
         parent = resolve_in_workspace(workspace, str(Path(relative).parent))
-        inside = (parent / Path(relative).name).relative_to(workspace.resolve()).as_posix()
+        resolved: Path | None = parent / Path(relative).name
     except (ToolError, OSError, RuntimeError, ValueError):
-        inside = relative  # (refused below when it cannot be resolved)
-    named = relative.replace(os.sep, "/")
-    hooks = sandbox_git.hook_paths(workspace)
-    hooked = isinstance(hooks, list) and any(
-        sandbox_git.in_hook_path(path, hooks) for path in (named, inside)
-    )
-    if hooked or any(sandbox_git.guarded_path(path) for path in (named, inside)):
-        raise ToolError(
-            f"'{relative}' is git metadata that decides what git runs (a hook, the "
-            "configuration, the index): deleted, a person's next git command in the "
-            "workspace would no longer run or read it. Nothing was deleted. A call a "
-            "reviewer approves may delete it."
-        )
+        resolved = None  # (the name given is judged all the same)
+    why = sandbox_git.hook_refusal(workspace, relative, resolved, deleting=True)
+    names = sandbox_git.names_of(workspace, relative, resolved)
+    if why is None and any(sandbox_git.guarded_path(name) for name in names):
+        why = sandbox_git.DELETE_REFUSED.format(relative=relative)
+    return why
+
+
+def present_delete(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
+    """What a reviewer sees: the arguments, and what git would no longer run or read
+    (`git_refusal` as the workspace is now: the approval binds that too)."""
+    why = git_refusal(workspace, str(arguments.get("path", "")))
+    shown = default_present_call(arguments, workspace)
+    return {**shown, "git_metadata": why} if why is not None else shown
+
+
+def changed_since(
+    arguments: dict[str, Any], workspace: Path, presentation: dict[str, Any]
+) -> str | None:
+    """Why an approved delete may not run as approved: the file became git metadata
+    since the ask, which its reviewer was not shown (write_file.became_git_metadata: a
+    `core.hooksPath` set meanwhile made `.husky/pre-commit` the person's hook)."""
+    now = git_refusal(workspace, str(arguments.get("path", "")))
+    return write_file.became_git_metadata(now, arguments, presentation)
 
 
 def _names_a_directory(relative: str) -> bool:
@@ -106,6 +118,8 @@ TOOL = Tool(
         "additionalProperties": False,
     },
     execute=delete_file,
+    present_call=present_delete,
+    changed_since=changed_since,
     destructive=True,
     path_arguments=("path",),
 )

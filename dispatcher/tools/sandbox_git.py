@@ -384,6 +384,63 @@ def hook_paths(workspace: Path) -> list[str] | str:
     return list(result.hook_dirs)
 
 
+def hook_refusal(
+    workspace: Path, relative: str, resolved: Path | None, *, deleting: bool = False
+) -> str | None:
+    """Why a file tool, which writes outside the sandbox, may not write (or, `deleting`,
+    delete) `relative` for a call no person approved though no `.git` holds it: the
+    message the model reads (nothing was written or deleted), or None. `resolved`: the
+    path the tool acts on (a write: its links followed; a delete: its directory's, the
+    last name not, the link itself is what goes), None when it cannot be resolved; the
+    name given and the name resolved are both judged. Refused: a path `hook_paths` gives
+    (a `core.hooksPath` directory, husky's `.husky/`, or the file a hook links to,
+    `scripts/pre-commit.sh`): an allowed write_file of `.husky/pre-commit` had the
+    person's next commit run the agent's code, an allowed delete_file removed their
+    secret scanner. And any write in a workspace whose git metadata the sandbox cannot
+    keep so (where no unapproved command runs): what it cannot keep is what a write could
+    plant (the `shared.gitconfig` a `[include]` of `.git/config` names, a hook link's
+    missing target); a delete plants nothing, so only its known hooks refuse it."""
+    hooks = hook_paths(workspace)
+    if isinstance(hooks, str):
+        if deleting:
+            return None
+        return (
+            f"'{relative}' was not written: the workspace's git metadata cannot be kept "
+            f"from making a person's git run what a write plants. {hooks.strip()} A call a "
+            "reviewer approves may write it."
+        )
+    if not any(in_hook_path(name, hooks) for name in names_of(workspace, relative, resolved)):
+        return None
+    if deleting:
+        return DELETE_REFUSED.format(relative=relative)
+    return (
+        f"'{relative}' is a git hook of the workspace (its git configuration or a hook "
+        "link takes hooks from it): written here, a person's next git command in the "
+        "workspace would run what it says. Nothing was written. A call a reviewer "
+        "approves may write it."
+    )
+
+
+# What delete_file answers for git metadata (`hook_refusal`, `guarded_path`).
+DELETE_REFUSED = (
+    "'{relative}' is git metadata that decides what git runs (a hook, the configuration, "
+    "the index): deleted, a person's next git command in the workspace would no longer "
+    "run or read it. Nothing was deleted. A call a reviewer approves may delete it."
+)
+
+
+def names_of(workspace: Path, relative: str, resolved: Path | None) -> tuple[str, str]:
+    """`relative` as given and as `resolved` (relative to the workspace, `/`-separated);
+    the name given twice when it cannot be resolved (judged all the same)."""
+    named = relative.replace(os.sep, "/")
+    if resolved is None:
+        return named, named
+    try:
+        return named, resolved.relative_to(workspace.resolve()).as_posix()
+    except (OSError, RuntimeError, ValueError):
+        return named, named
+
+
 def in_hook_path(path: str, hooks: list[str]) -> bool:
     """Whether `path` (relative to the workspace, `/`-separated) is one of `hooks`
     (`hook_paths`) or lies beneath one."""

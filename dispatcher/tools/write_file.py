@@ -34,15 +34,8 @@ def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
     """
     relative = args["path"]
     path = resolve_in_workspace(ctx.workspace, relative)
-    if ctx.git_guard != sandbox_git.NONE and _git_metadata(ctx.workspace, relative, path):
-        raise ToolError(
-            f"'{relative}' is git metadata that makes git run programs (a hook, the "
-            "configuration, the index): written here, a person's next git command in the "
-            "workspace would run what it says. Nothing was written. A call a reviewer "
-            "approves may write it."
-        )
-    if ctx.git_guard != sandbox_git.NONE:
-        _refuse_hooks(ctx.workspace, relative, path)
+    if ctx.git_guard != sandbox_git.NONE and (why := git_refusal(ctx.workspace, relative, path)):
+        raise ToolError(why)
     data = args["content"].encode("utf-8")
     try:
         _write(ctx.workspace, path, data)
@@ -80,35 +73,19 @@ def _git_metadata(workspace: Path, relative: str, path: Path) -> bool:
     )
 
 
-def _refuse_hooks(workspace: Path, relative: str, path: Path) -> None:
-    """ToolError (nothing written) when the write would change what the sandbox keeps
-    read-only for a command no person approved outside any `.git`
-    (`sandbox_git.hook_paths`): a `core.hooksPath` directory (husky's `.husky/`) or the
-    file a hook links to (`scripts/pre-commit.sh`), by the name given or resolved; or,
-    in a workspace whose git metadata the sandbox cannot keep so (where no unapproved
-    command runs), any write: what it cannot keep is what a write could plant (the
-    `shared.gitconfig` a `[include]` of `.git/config` names, a hook link's missing
-    target). An allowed write_file of `.husky/pre-commit` had the person's next commit
-    run the agent's code."""
-    hooks = sandbox_git.hook_paths(workspace)
-    if isinstance(hooks, str):
-        raise ToolError(
-            f"'{relative}' was not written: the workspace's git metadata cannot be kept "
-            f"from making a person's git run what a write plants. {hooks.strip()} A call a "
-            "reviewer approves may write it."
-        )
-    try:
-        inside = path.relative_to(workspace.resolve()).as_posix()
-    except (OSError, RuntimeError, ValueError):
-        inside = relative  # (the name given is judged below all the same)
-    named = relative.replace(os.sep, "/")
-    if sandbox_git.in_hook_path(named, hooks) or sandbox_git.in_hook_path(inside, hooks):
-        raise ToolError(
-            f"'{relative}' is a git hook of the workspace (its git configuration or a hook "
-            "link takes hooks from it): written here, a person's next git command in the "
+def git_refusal(workspace: Path, relative: str, path: Path) -> str | None:
+    """Why a write of `relative` (resolved: `path`) is refused to a call no person
+    approved, the message the model reads, or None: git metadata, in a `.git` or a git
+    directory of the work tree (`_git_metadata`), or a hook outside them
+    (`sandbox_git.hook_refusal`: husky's `.husky/pre-commit`, a hook link's target)."""
+    if _git_metadata(workspace, relative, path):
+        return (
+            f"'{relative}' is git metadata that makes git run programs (a hook, the "
+            "configuration, the index): written here, a person's next git command in the "
             "workspace would run what it says. Nothing was written. A call a reviewer "
             "approves may write it."
         )
+    return sandbox_git.hook_refusal(workspace, relative, path)
 
 
 # No O_TRUNC: the file is truncated only once it is known to be a regular file with no
@@ -163,6 +140,7 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
         fromfile="/dev/null" if new_file else f"a/{relative}",
         tofile=f"b/{relative}",
     )
+    why = refusal_now(arguments, workspace)
     return {
         "kind": "diff",
         "path": relative,
@@ -171,7 +149,20 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
         # what the diff was made against, which the approval binds (`changed_since`)
         "sha256_before": sha256_before,
         **({"file_before": file_before} if file_before is not None else {}),
+        # what git would run or read of it, shown: the approval binds that too
+        **({"git_metadata": why} if why is not None else {}),
     }
+
+
+def refusal_now(arguments: dict[str, Any], workspace: Path) -> str | None:
+    """`git_refusal` of the call's path as the workspace is now (None when the path
+    cannot be resolved: the write fails on that)."""
+    relative = str(arguments.get("path", ""))
+    try:
+        path = resolve_in_workspace(workspace, relative)
+    except ToolError:
+        return None
+    return git_refusal(workspace, relative, path)
 
 
 def bound_before(presentation: dict[str, Any]) -> tuple[Any, Any]:
@@ -184,7 +175,11 @@ def changed_since(
     arguments: dict[str, Any], workspace: Path, presentation: dict[str, Any]
 ) -> str | None:
     """Why the file is no longer the one the approved diff was made against, or None (an
-    ask recorded before the diff carried its file's hash: nothing to compare)."""
+    ask recorded before the diff carried its file's hash: nothing to compare). Also when
+    the file became git metadata since (`became_git_metadata`)."""
+    became = became_git_metadata(refusal_now(arguments, workspace), arguments, presentation)
+    if became is not None:
+        return became
     if "sha256_before" not in presentation:
         return None
     relative = str(arguments.get("path", ""))
@@ -192,6 +187,25 @@ def changed_since(
     if (sha256_now, file_now) != bound_before(presentation):
         return f"{relative} changed since the reviewer's diff was made"
     return None
+
+
+def became_git_metadata(
+    now: str | None, arguments: dict[str, Any], presentation: dict[str, Any]
+) -> str | None:
+    """Why an approved file tool's call may not run as approved: its path is git metadata
+    now (`now`, the tool's refusal to a call no person approved, as the workspace is:
+    a hook of a `core.hooksPath` set since), and the reviewer was not shown that (the
+    ask's `git_metadata`, none in an ask recorded before it was kept). An approved call
+    runs with no git guard (execution.git_guard): an approval of `.husky/pre-commit`
+    given before a command approved meanwhile set `core.hooksPath` to `.husky` had the
+    person's next commit run the agent's code. Asked again, the reviewer is shown it."""
+    if now is None or now == presentation.get("git_metadata"):
+        return None
+    relative = str(arguments.get("path", ""))
+    return (
+        f"'{relative}' is now git metadata that makes git run programs (a hook, a "
+        "configuration git reads), which the reviewer was not shown"
+    )
 
 
 DIFF_LIMIT = 1024 * 1024  # bytes of the current file read for the reviewer's diff
