@@ -5,7 +5,8 @@ name and the path together. The script name is the request's root path, which da
 takes from any client's `Daphne-Root-Path` header (and WSGI from SCRIPT_NAME): sent as
 `/api`, the queue's path became `/api/approvals/` to the gate while Django still served
 `/approvals/`, so a reviewer with a password alone read the queue and decided calls.
-The gate now reads the path Django resolves (`path_info`)."""
+The gate now reads the path Django resolves (`path_info`), and the ASGI application
+drops a root path a client names (harness_site.asgi.ServedAtTheRoot)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,9 @@ def test_a_real_daphne_keeps_the_gate_whatever_root_path_the_client_sends(
         assert web.get("/approvals/").status_code == 302
         for root in ROOTS:
             queue = web.get(f"{root}/approvals/", headers={"Daphne-Root-Path": root})
-            assert queue.status_code == 302, (root, queue.status_code)
+            # (the gate sends them to set a factor up; since the root path is dropped,
+            # harness_site.asgi.ServedAtTheRoot, /api/approvals/ is no page at all)
+            assert queue.status_code in (302, 404), (root, queue.status_code)
             assert pay.secret not in queue.text
         token = web.get("/accounts/second-factor/").cookies.get(settings.CSRF_COOKIE_NAME) or (
             web.cookies.get(settings.CSRF_COOKIE_NAME, "")
@@ -80,5 +83,5 @@ def test_a_real_daphne_keeps_the_gate_whatever_root_path_the_client_sends(
         }
         form = {"action": "deny", "digest": pay.approval.digest}
         decided = web.post(f"/api/approvals/{pay.approval.pk}/decide", data=form, headers=headers)
-        assert decided.status_code == 403, decided.status_code
+        assert decided.status_code in (403, 404), decided.status_code
     assert unchanged(pay) == []
