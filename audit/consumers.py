@@ -23,13 +23,15 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.template.loader import render_to_string
+from django.utils.crypto import constant_time_compare
 
 from dispatcher.models import AgentSession
 from teams.scope import EVERYTHING, NOTHING, Scope
 
 from .models import AuditChain
-from .roles import AUDITOR, CLOSE_SOCKETS, reach, sign_in_group, still_active, user_group
+from .roles import AUDITOR, CLOSE_SOCKETS, reach, sign_in_group, user_group
 
 SUMMARY = "audit/session.html#summary"
 
@@ -59,6 +61,8 @@ class BoundToSignIn:
     channel_name: str
     sign_in_groups: list[str]
     user_id: int | None = None
+    # The sign-in's hash of the password (Django's session auth hash) when it opened
+    user_hash: str = ""
     reach: Scope = NOTHING
     # (what a browser sends is ignored: push-only, and none of it reaches the sync thread)
     # Only types whose handlers never touch the database belong here: a handler that did,
@@ -79,6 +83,7 @@ class BoundToSignIn:
         self.sign_in_groups = []
         if user is not None and user.is_authenticated:
             self.user_id = user.pk
+            self.user_hash = user.get_session_auth_hash()
             self.sign_in_groups.append(user_group(user.pk))
             if session is not None and session.session_key:
                 self.sign_in_groups.append(sign_in_group(session.session_key))
@@ -98,12 +103,15 @@ class BoundToSignIn:
         self.sign_in_groups = []
 
     async def still_active(self) -> bool:
-        """Re-read the user's `is_active` before a push; close the socket (False) if they
-        were deactivated. The close message covers every deactivation a save or
-        audit.roles.deactivate makes; this covers the ones no signal sees (a bulk update).
-        The read runs off channels' one shared sync thread (thread_sensitive=False), so
-        a push to many sockets does not queue their reads one behind another there."""
-        if self.user_id is not None and await _still_active(self.user_id):
+        """Re-read the user before a push; close the socket (False) if they were
+        deactivated or their password changed since the socket opened. The close message
+        covers every deactivation a save or audit.roles.deactivate makes; this covers the
+        ones no signal sees (a bulk update), and a password change, which ends the
+        person's other sign-ins (Django: their next request is signed out) with no
+        message to their sockets. The read runs off channels' one shared sync thread
+        (thread_sensitive=False), so a push to many sockets does not queue their reads
+        one behind another there."""
+        if self.user_id is not None and await _sign_in_holds(self.user_id, self.user_hash):
             return True
         await self.close(code=CLOSED_FOR_ACCESS)  # type: ignore[attr-defined]
         return False
@@ -113,7 +121,20 @@ class BoundToSignIn:
         await self.close(code=CLOSED_FOR_ACCESS)  # type: ignore[attr-defined]
 
 
-_still_active = database_sync_to_async(still_active, thread_sensitive=False)
+def sign_in_holds(user_id: int, user_hash: str) -> bool:
+    """Is the user still active, with the password their sign-in was made with (its
+    session auth hash, as django.contrib.auth.get_user checks it on every page request)?
+    One read by primary key."""
+    password = (
+        User.objects.filter(pk=user_id, is_active=True).values_list("password", flat=True).first()
+    )
+    if password is None:
+        return False
+    now = User(pk=user_id, password=password).get_session_auth_hash()
+    return constant_time_compare(now, user_hash)
+
+
+_sign_in_holds = database_sync_to_async(sign_in_holds, thread_sensitive=False)
 
 
 async def reaches(reach: Scope, session_id: str) -> bool:

@@ -91,7 +91,8 @@ pages_app = ASGIHandler()
 
 def app_path(scope: dict[str, Any]) -> str:
     """The request's path as Django resolves it: without its root path (FORCE_SCRIPT_NAME,
-    else the scope's, which daphne takes from any client's Daphne-Root-Path header). The
+    else the scope's, which daphne takes from any client's Daphne-Root-Path header, and
+    ServedAtTheRoot drops before this router). The
     router decides by this path: /x/api/v1/tools with a root path of /x is the agent API
     to Django, so it is to the router too (its early refusal, its handler)."""
     path: str = scope["path"]
@@ -138,13 +139,34 @@ async def answer_too_many_requests(send: Any, refusal: limits.TooManyRequests) -
     await send({"type": "http.response.body", "body": body})
 
 
-application = ProtocolTypeRouter(
-    {
-        "http": http_router,
-        "websocket": SameOriginValidator(
-            AuthMiddlewareStack(SecondFactorSocketGate(URLRouter([*approvals_ws, *audit_ws])))
-        ),
-    }
+class ServedAtTheRoot:
+    """ASGI middleware: Harness is served at the root of its host, and no request names
+    another root path. daphne takes a request's root path (Django's script name) from any
+    client's `Daphne-Root-Path` header, and Django reverses every URL of that request under
+    it: an agent that sent `https://evil.example` had the live queue's push of its ask,
+    rendered in its request's thread, link every open queue to that site; a person who
+    sent `/api` had the second-factor gate read `/api/approvals/` as the agent API's. The
+    root path is dropped here, before anything reads it (FORCE_SCRIPT_NAME, a setting,
+    stays Django's to apply)."""
+
+    def __init__(self, application: Any) -> None:
+        self.application = application
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("root_path"):
+            scope = {**scope, "root_path": ""}
+        await self.application(scope, receive, send)
+
+
+application = ServedAtTheRoot(
+    ProtocolTypeRouter(
+        {
+            "http": http_router,
+            "websocket": SameOriginValidator(
+                AuthMiddlewareStack(SecondFactorSocketGate(URLRouter([*approvals_ws, *audit_ws])))
+            ),
+        }
+    )
 )
 
 

@@ -24,7 +24,9 @@ from django.urls import reverse
 from audit.roles import lacks_required_factor
 
 LEVELS = ("none", "admins", "reviewers", "all")
-# Paths a person without their required factor may still reach.
+# Paths a person without their required factor may still reach, as Django resolves them
+# (`path_info`: without the root path, which a client may name: daphne takes it from any
+# request's Daphne-Root-Path header).
 OPEN_PATHS = ("/accounts/", "/static/", "/api/")
 
 
@@ -61,7 +63,7 @@ class RequireSecondFactor:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if (
             settings.HARNESS_MFA_REQUIRED != "none"
-            and not request.path.startswith(OPEN_PATHS)
+            and not request.path_info.startswith(OPEN_PATHS)
             and lacks_required_factor(request.user)
         ):
             setup = reverse("identity_mfa_setup")

@@ -50,11 +50,20 @@ def detail_url(approval: ApprovalRequest) -> str:
     return settings.HARNESS_PUBLIC_URL.rstrip("/") + reverse("approvals:detail", args=[approval.pk])
 
 
+def one_line(text: object) -> str:
+    r"""`text` on one line of a message: invisible characters escaped as the queue shows
+    them (`visible`), and its line breaks and tabs as `\n` and `\t`."""
+    return visible(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def summary(approval: ApprovalRequest) -> str:
-    """One line: what asks. Names come from the registry and the database, not the model."""
+    """One line: what asks. Names come from the registry and the database, not the model;
+    an agent's name may still be its client's choice (an OAuth client's registered name),
+    so none of it is ever more than that one line (an email's first line, its subject, a
+    push's title)."""
     call = approval.call
-    text = f"{call.session.agent.name} asks to run {call.name}"
-    effect = preview_summary(approval)
+    text = f"{one_line(call.session.agent.name)} asks to run {one_line(call.name)}"
+    effect = one_line(preview_summary(approval))
     return f"{text}. {effect}" if effect else text
 
 
