@@ -13,8 +13,10 @@ program wrote there, every other agent's program read and ran."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from dispatcher.tools import sandbox
+from dispatcher.tools import sandbox, sandbox_servers
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
 from tests.tools.support import require_bwrap
@@ -216,3 +218,25 @@ def test_an_entry_others_may_write_is_refused(layout: dict[str, Path], settings:
     assert sandbox.read_only_problem(str(tool)) is None
     out = _sh(layout["workspace"], f'cat "{tool}"')
     assert TOOL in out, out
+
+
+def test_a_server_sees_the_entry_judged_when_it_starts(layout: dict[str, Path]) -> None:
+    # A stdio server's sandbox binds the entries by the descriptors this process holds
+    # (its launcher opens them again, as it does the server's own paths): swapped after
+    # the judgement, the entry still shows the directory judged, never the data.
+    entry, decoy = layout["entry"], layout["shared"] / "decoy"
+    script = f'cat "{entry}/tool.txt" "{entry}/row.txt" 2>&1; exit 0'
+    with contextlib.ExitStack() as held:
+        argv = sandbox_servers.sandboxed_argv(["/bin/sh", "-c", script], [], held)
+        _exchange(entry, decoy)
+        done = subprocess.run(
+            argv,
+            env=sandbox_servers.LAUNCHER_ENVIRONMENT,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    out = done.stdout.decode()
+    assert SECRET not in out, out
+    assert TOOL in out, (out, done.stderr)
