@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
-from dispatcher.tools import sandbox, sandbox_servers
+from dispatcher.tools import preview, sandbox, sandbox_servers, workspace_lock
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
+from dispatcher.tools.run_command import scrubbed_environment
 from tests.tools.support import require_bwrap
 
 SECRET = "HARNESS-DATA-ROW"
@@ -240,3 +241,31 @@ def test_a_server_sees_the_entry_judged_when_it_starts(layout: dict[str, Path]) 
     out = done.stdout.decode()
     assert SECRET not in out, out
     assert TOOL in out, (out, done.stderr)
+
+
+def test_a_preview_sees_the_entry_judged(
+    layout: dict[str, Path], settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The preview runs bwrap in a mount namespace of its own: the entries' descriptors
+    # reach it through that namespace's script, and the entry judged is what it shows,
+    # swapped after the judgement too.
+    settings.HARNESS_PREVIEW_TIMEOUT = 10
+    settings.HARNESS_PREVIEW_MAX_BYTES = 4 << 20
+    workspace, entry = layout["workspace"], layout["entry"]
+    build = sandbox.bwrap_command
+
+    def build_then_swap(*args: Any, **kwargs: Any) -> list[str]:
+        command = build(*args, **kwargs)
+        _exchange(entry, layout["shared"] / "decoy")
+        return command
+
+    monkeypatch.setattr(sandbox, "bwrap_command", build_then_swap)
+    argv = ["sh", "-c", f'cat "{entry}/tool.txt" "{entry}/row.txt" 2>&1; exit 0']
+    with workspace_lock.held(workspace):
+        effect = preview.run_preview(
+            argv, cwd=workspace, workspace=workspace, env=scrubbed_environment(workspace)
+        )
+    try:
+        assert TOOL in effect.output and SECRET not in effect.output, effect.output
+    finally:
+        preview.discard(effect.store)
