@@ -386,13 +386,15 @@ def _run_in_namespace(
     prefix, options = _namespace_prefix()
     timeout = str(float(settings.HARNESS_PREVIEW_TIMEOUT))
     cap = str(int(settings.HARNESS_PREVIEW_MAX_BYTES))
-    with sandbox._call_cgroups(limits) as cgroups:
+    with contextlib.ExitStack() as extras_held, sandbox._call_cgroups(limits) as cgroups:
+        extras = sandbox.hold_read_only_extras(extras_held)
         inner = sandbox._limit_command(limits, cgroups) + sandbox.bwrap_command(
             argv,
             workspace=workspace,
             cwd=cwd,
             limits=limits,
             network=True,
+            extras=extras,
             workspace_fd=MERGED_FD,
         )
         script = [*prefix, "/bin/sh", "-c", NAMESPACE_SCRIPT, str(mount_point)]
@@ -400,7 +402,14 @@ def _run_in_namespace(
         script += [str(workspace), str(store), cap, timeout, options]
         script += [str(MAX_ENTRIES), tar_bytes, held, "--", *inner]
         try:
-            done = sandbox._run_process(script, cwd=store, env=env, limits=limits, sandboxed=True)
+            done = sandbox._run_process(
+                script,
+                cwd=store,
+                env=env,
+                limits=limits,
+                sandboxed=True,
+                pass_fds=sandbox._descriptors(extras),
+            )
         except TimeoutError:
             raise PreviewUnavailable(
                 "The preview's namespace did not end in time; the command asks without one."

@@ -408,13 +408,15 @@ def run(
         try:
             try:
                 git_binds = [Bind(e.target, e.target, e.writable, fd=e.fd) for e in guard.entries]
-                with _call_cgroups(limits) as cgroups:
+                with contextlib.ExitStack() as held, _call_cgroups(limits) as cgroups:
+                    extras = hold_read_only_extras(held)
                     command = _limit_command(limits, cgroups) + bwrap_command(
                         argv,
                         workspace=workspace,
                         cwd=cwd,
                         limits=limits,
                         network=bool(settings.HARNESS_SANDBOX_NETWORK),
+                        extras=extras,
                         workspace_fd=workspace_fd,
                         inside=git_binds,
                     )
@@ -424,7 +426,7 @@ def run(
                         env=env,
                         limits=limits,
                         sandboxed=True,
-                        pass_fds=(workspace_fd, *(e.fd for e in guard.entries)),
+                        pass_fds=_descriptors([*git_binds, *extras], workspace_fd),
                     )
                     out_of_memory = _oom_killed(cgroups.memory)
             except BaseException:
@@ -451,6 +453,11 @@ def run(
             "(HARNESS_SANDBOX_MEMORY) and was killed]",
         )
     return done
+
+
+def _descriptors(binds: list[Bind], *more: int) -> tuple[int, ...]:
+    """The descriptors to pass to bwrap: `more`, and those `binds` are bound by."""
+    return (*more, *(bind.fd for bind in binds if bind.fd is not None))
 
 
 def _start_failure_line(done: Completed) -> str | None:
@@ -789,7 +796,6 @@ class Bind:
     source: Path
     target: Path
     writable: bool = False
-    optional: bool = False  # bound only when it exists (--ro-bind-try)
     fd: int | None = None  # bound by this open descriptor of `source` (--bind-fd)
 
     def args(self) -> list[str]:
@@ -799,7 +805,7 @@ class Bind:
                 str(self.fd),
                 str(self.target),
             ]
-        flag = "--bind" if self.writable else "--ro-bind-try" if self.optional else "--ro-bind"
+        flag = "--bind" if self.writable else "--ro-bind"
         return [flag, str(self.source), str(self.target)]
 
 
@@ -810,23 +816,34 @@ def bwrap_command(
     cwd: Path,
     limits: Limits,
     network: bool,
+    extras: list[Bind],
     workspace_fd: int | None = None,
     inside: list[Bind] | None = None,
 ) -> list[str]:
     """The bubblewrap command line that runs `argv` (see the module docstring); the
-    workspace bound by `workspace_fd` (open_directory, passed to bwrap) when given, and
-    `inside` over it (sandbox_git's binds of the git metadata)."""
+    workspace bound by `workspace_fd` (open_directory, passed to bwrap) when given,
+    `inside` over it (sandbox_git's binds of the git metadata), and `extras`
+    (hold_read_only_extras: pass their descriptors too)."""
     writable = Bind(workspace, workspace, writable=True, fd=workspace_fd)
     binds = [writable, *(inside or [])]
-    return sandbox_command(argv, binds=binds, cwd=cwd, limits=limits, network=network)
+    return sandbox_command(
+        argv, binds=binds, cwd=cwd, limits=limits, network=network, extras=extras
+    )
 
 
 def sandbox_command(
-    argv: list[str], *, binds: list[Bind], cwd: Path, limits: Limits, network: bool
+    argv: list[str],
+    *,
+    binds: list[Bind],
+    cwd: Path,
+    limits: Limits,
+    network: bool,
+    extras: list[Bind],
 ) -> list[str]:
-    """The bubblewrap command line that runs `argv` with `binds` (besides the system's and
-    HARNESS_SANDBOX_READ_ONLY) as the only host paths it sees. It expects the seccomp
-    filter open as descriptor SECCOMP_FD (see _limit_command).
+    """The bubblewrap command line that runs `argv` with `binds` and `extras` (the
+    HARNESS_SANDBOX_READ_ONLY entries, hold_read_only_extras) besides the system's as the
+    only host paths it sees. It expects the seccomp filter open as descriptor SECCOMP_FD
+    (see _limit_command), and the descriptors of binds that have one passed.
 
     When Harness is root, bwrap runs as root (so it can bind what only root may reach, a
     virtual environment under /root say) without a user namespace, and the program is
@@ -864,7 +881,6 @@ def sandbox_command(
     command += _var_tmp(binds, limits)
     system_args, system_bound = _system_binds()
     command += system_args
-    extras = [Bind(path, path, optional=True) for path in bound_read_only_extras()]
     for bind in binds:
         entry = read_only_entry_holding(bind.source) if bind.writable else None
         if entry is not None:
@@ -989,16 +1005,21 @@ def _etc_entries() -> Iterator[Path]:
 
 
 def read_only_extras() -> list[Path]:
-    """settings.HARNESS_SANDBOX_READ_ONLY: more host paths programs may read (absolute),
-    resolved; an entry read_only_problem refuses is left out (no program runs while one
-    is listed: bound_read_only_extras)."""
-    return _judged_read_only_entries()[0]
+    """settings.HARNESS_SANDBOX_READ_ONLY: more host paths programs may read, as the
+    kernel resolves them now; an entry that is missing, or that read_only_problem refuses,
+    is left out (no program runs while one is refused: hold_read_only_extras)."""
+    with contextlib.ExitStack() as held:
+        return [bind.source for bind in _judged_read_only_entries(held)[0]]
 
 
-def bound_read_only_extras() -> list[Path]:
-    """read_only_extras, what the sandbox binds; raises ToolError while an entry is one
-    read_only_problem refuses (an absolute one: a relative entry is E043's)."""
-    extras, problem = _judged_read_only_entries()
+def hold_read_only_extras(held: contextlib.ExitStack) -> list[Bind]:
+    """The HARNESS_SANDBOX_READ_ONLY entries the sandbox binds: each held by the O_PATH
+    descriptor of what was judged (numbered 10 or above; `held` closes it) and bound by
+    it (--ro-bind-fd), so that what bwrap mounts is what was judged, whatever a path on
+    its way leads to by then; pass the descriptors to bwrap. A missing entry is not bound
+    (as --ro-bind-try). Raises ToolError while an entry is one read_only_problem refuses
+    (an absolute one: a relative entry is E043's)."""
+    extras, problem = _judged_read_only_entries(held)
     if problem is not None:
         raise ToolError(
             f"{problem}, so no program runs. An operator must list only paths where admins "
@@ -1007,34 +1028,209 @@ def bound_read_only_extras() -> list[Path]:
     return extras
 
 
-def _judged_read_only_entries() -> tuple[list[Path], str | None]:
-    """Each HARNESS_SANDBOX_READ_ONLY entry judged once by read_only_problem: (those it
-    lets through, resolved; the first absolute one it refuses, as
+def _judged_read_only_entries(held: contextlib.ExitStack) -> tuple[list[Bind], str | None]:
+    """Each HARNESS_SANDBOX_READ_ONLY entry judged once, through the descriptor of what it
+    leads to (_judge_read_only_entry): (the binds of those it lets through that exist,
+    each by its descriptor, which `held` closes; the first absolute one it refuses, as
     "HARNESS_SANDBOX_READ_ONLY entry ENTRY PROBLEM", or None). A relative entry is left
     out and named by no problem here (E043 names it)."""
-    extras: list[Path] = []
+    extras: list[Bind] = []
     first: str | None = None
     for entry in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", []):
-        problem = read_only_problem(entry)
-        if problem is None:
-            extras.append(Path(entry).resolve())
-        elif first is None and entry.startswith("/"):
+        found, problem = _judge_read_only_entry(entry)
+        if found is not None:
+            fd, path = found
+            held.callback(os.close, fd)
+            extras.append(Bind(path, path, fd=fd))
+        elif problem is not None and first is None and entry.startswith("/"):
             first = f"HARNESS_SANDBOX_READ_ONLY entry {entry} {problem}"
     return extras, first
+
+
+def _held_path(fd: int) -> Path:
+    """Where the file or directory held as `fd` lies now, as the kernel names it."""
+    return Path(os.readlink(f"/proc/self/fd/{fd}"))
 
 
 def read_only_way_in(place: Path) -> str | None:
     """The first HARNESS_SANDBOX_READ_ONLY entry (absolute) any step of whose way lies
     in `place` (resolved), with that step: "ENTRY (at STEP)", or None. What a server's
-    writable path may not hold (sandbox_servers): its server would write there, and swap
-    a step of the way for a symlink between a run's check and bwrap's bind."""
+    writable path may not hold (sandbox_servers): its server would write there, and
+    could rename or replace a step of the way whenever it liked."""
     for entry in getattr(settings, "HARNESS_SANDBOX_READ_ONLY", []):
         if not entry.startswith("/"):
             continue
-        step = _placed_by_programs(Path(entry), places=(place,))
+        found, step = _hold_way(Path(entry), places=(place,))
+        if found is not None:
+            os.close(found[0])
         if step is not None and _inside(step, place):
             return f"{entry} (at {step})"
     return None
+
+
+def read_only_problem(entry: str) -> str | None:
+    """Why the HARNESS_SANDBOX_READ_ONLY entry `entry` may not be bound, or None (see
+    _judge_read_only_entry)."""
+    found, problem = _judge_read_only_entry(entry)
+    if found is not None:
+        os.close(found[0])
+    return problem
+
+
+def _judge_read_only_entry(entry: str) -> tuple[tuple[int, Path] | None, str | None]:
+    """(the O_PATH descriptor of what `entry` leads to and its path as walked, or None;
+    why it may not be bound, or None). A missing entry is (None, None): nothing is bound
+    there.
+
+    Bound at every run by bwrap as Harness's user, root or not, an entry shows every
+    sandboxed program what it holds. It is walked one step at a time from /, each step
+    held by a descriptor and judged through it (_hold_way), and bound by the descriptor
+    of the last: a step swapped after it was judged (a check of a path, then bwrap's own
+    walk of it) changes nothing bound. Refused: a step (an entry, a symlink or directory
+    on the way) that lies where sandboxed programs write (an agent's workspace, a
+    server's writable path, a directory the sandbox user owns, or Harness's own user when
+    Harness is not root), which was theirs to redirect; an entry that is itself theirs to
+    write (a workspace, a server's writable path: what one agent's program wrote every
+    other agent's program read, and ran); an entry inside Harness's own state (what lies
+    beneath a bind is covered, not what it lies in); and the kernel's or the sandbox's
+    own directories."""
+    if not entry.startswith("/"):
+        return None, "is not an absolute path"
+    # When Harness is not root, programs write as Harness's own uid and groups wherever
+    # they are given to write (a workspace, a server's writable path, which may lie
+    # anywhere Harness may write), so everything Harness may write counts, its own
+    # toolchains too: an agent's program pointed a symlink on such an entry's way at
+    # another agent's workspace, or Harness's home, and every later run showed it.
+    found, placed = _hold_way(Path(entry))
+    if placed is not None:
+        return None, f"reaches {placed}, which lies in a directory sandboxed programs may write"
+    if found is None:
+        return None, None
+    try:
+        problem = _held_entry_problem(*found)
+    except BaseException:
+        os.close(found[0])
+        raise
+    if problem is not None:
+        os.close(found[0])
+        return None, problem
+    return found, None
+
+
+def _held_entry_problem(fd: int, walked: Path) -> str | None:
+    """Why the entry held as `fd`, reached as `walked` (judged on its way already), may
+    not be bound, or None. Where it lies is judged as walked (where the sandbox shows
+    it) and as the kernel names it now (where bwrap finds it)."""
+    now = _held_path(fd)
+    if not now.is_absolute():  # (not reachable from this process's root)
+        return f"leads to {now}, which is not a path on this host"
+    for resolved in dict.fromkeys((walked, now)):
+        for hidden in hidden_paths():
+            if _inside(resolved, hidden):
+                return f"lies in {hidden}, Harness's own state"
+        # Bound after the sandbox's own /proc, /dev and /tmp, an entry holding one
+        # replaced it with the host's: "/proc" (or "/") showed every host process's
+        # command line, other agents' commands among them, and "/" the whole host. The
+        # kernel's and the sockets' directories are refused as a server's paths are.
+        for kernel in HOST_ONLY_DIRS:
+            if _inside(resolved, Path(kernel)):
+                return f"lies in {kernel}, a kernel or socket directory of the host"
+        for own in (*OWN_MOUNTS, *(Path(p) for p in HOST_ONLY_DIRS)):
+            if _inside(own, resolved):
+                return f"holds {own}, which the sandbox has of its own or not at all"
+    if _programs_may_write(fd):
+        return f"leads to {walked}, which sandboxed programs may write"
+    return None
+
+
+def _programs_may_write(fd: int) -> bool:
+    """Whether sandboxed programs may write the file or directory held as `fd`: theirs
+    (the sandbox user's, or Harness's own when it is not root), or writable by them
+    through its mode (others, or their group) or an access ACL."""
+    info = os.fstat(fd)
+    uid, groups = _program_uid(), _program_groups()
+    return bool(
+        info.st_uid == uid
+        or info.st_mode & stat.S_IWOTH
+        or (info.st_mode & stat.S_IWGRP and info.st_gid in groups)
+        or _acl_grants_write(fd, uid, groups)
+    )
+
+
+# The host's kernel and socket directories: never bound, whatever is configured.
+HOST_ONLY_DIRS = ("/proc", "/sys", "/dev", "/run")
+MAX_SYMLINK_HOPS = 40  # (the kernel's own bound)
+_STEP_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _hold_way(
+    path: Path, places: tuple[Path, ...] = ()
+) -> tuple[tuple[int, Path] | None, Path | None]:
+    """Walk to `path` as the kernel does, one step at a time from /, each directory held
+    by an O_PATH descriptor and each step judged through the descriptor of the directory
+    it lies in (a symlink read by its own descriptor, its target walked on from there):
+    ((the descriptor of what `path` leads to, numbered 10 or above, the caller's to
+    close, and its path as walked), or None when it is missing; None), or (None, the
+    first step on the way that a sandboxed program may have put or may put where it is,
+    or that lies in one of `places`, where programs will write). A missing entry a
+    program cannot make ends the walk: nothing is bound there."""
+    uid = _program_uid()
+    parts = list(path.parts[1:])
+    current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    where = Path("/")
+    hops = 0
+    try:
+        while parts:
+            part = parts.pop(0)
+            if part in ("", "."):
+                continue
+            step = where / part
+            try:
+                following: int | None = os.open(part, _STEP_FLAGS, dir_fd=current)
+            except (FileNotFoundError, NotADirectoryError):
+                following = None  # (under a file: nothing there, nothing can be made)
+            except OSError:
+                return None, step  # (unsure: as if it were)
+            try:
+                if part == "..":  # the directory's own parent, whatever its path says
+                    if following is None:
+                        return None, None  # (a file's parent: the kernel finds nothing)
+                    os.close(current)
+                    current, following = following, None
+                    where = where.parent
+                    continue
+                info = os.fstat(following) if following is not None else None
+                # a missing entry: would a program's, made now, be allowed there
+                made = info or os.stat_result((stat.S_IFLNK, 0, 0, 1, uid, uid, 0, 0, 0, 0))
+                parent = os.fstat(current)
+                if not stat.S_ISDIR(parent.st_mode):
+                    return None, None  # a file's "entry": the kernel finds nothing
+                if _programs_may_place_in(parent, made, uid, acl_of=current) or any(
+                    _inside(step, place) for place in places
+                ):
+                    return None, step
+                if following is None:
+                    return None, None
+                if stat.S_ISLNK(made.st_mode):
+                    hops += 1
+                    if hops > MAX_SYMLINK_HOPS:
+                        return None, step
+                    target = Path(os.readlink("", dir_fd=following))
+                    if target.is_absolute():
+                        os.close(current)
+                        current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                        where = Path("/")
+                    parts = [p for p in target.parts if p != "/"] + parts
+                    continue
+                os.close(current)
+                current, following = following, None
+                where = step
+            finally:
+                if following is not None:
+                    os.close(following)
+        return (fcntl.fcntl(current, fcntl.F_DUPFD_CLOEXEC, 10), where), None
+    finally:
+        os.close(current)
 
 
 def read_only_entry_holding(place: Path) -> Path | None:
@@ -1067,96 +1263,6 @@ def _directory_identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return info.st_dev, info.st_ino
-
-
-def read_only_problem(entry: str) -> str | None:
-    """Why the HARNESS_SANDBOX_READ_ONLY entry `entry` may not be bound, or None. Bound by
-    path at every run (by bwrap as Harness's user, root or not): an entry, or a symlink
-    or directory on the way to it, that lies where sandboxed programs write (an agent's
-    workspace, a server's writable path, a directory the sandbox user owns, or Harness's
-    own user when Harness is not root) was theirs to redirect: a program swapped a
-    directory of the path for a symlink to another agent's workspace, and every later run
-    showed it. An entry inside Harness's own state (the workspace root, the data
-    directory) is refused too: what lies beneath a bind is covered, not what it lies in."""
-    if not entry.startswith("/"):
-        return "is not an absolute path"
-    # When Harness is not root, programs write as Harness's own uid and groups wherever
-    # they are given to write (a workspace, a server's writable path, which may lie
-    # anywhere Harness may write), so everything Harness may write counts, its own
-    # toolchains too: an agent's program pointed a symlink on such an entry's way at
-    # another agent's workspace, or Harness's home, and every later run showed it.
-    # The resolved path is what bwrap is given (read_only_extras), and Path.resolve()
-    # takes a `..` after a missing directory lexically, where the kernel (and the walk)
-    # stops: "/opt/missing/../ws/tools" was judged as nothing and bound as
-    # /opt/ws/tools, so its way is judged too.
-    resolved = Path(entry).resolve()
-    placed = _placed_by_programs(Path(entry)) or _placed_by_programs(resolved)
-    if placed is not None:
-        return f"reaches {placed}, which lies in a directory sandboxed programs may write"
-    for hidden in hidden_paths():
-        if _inside(resolved, hidden):
-            return f"lies in {hidden}, Harness's own state"
-    # Bound after the sandbox's own /proc, /dev and /tmp, an entry holding one replaced
-    # it with the host's: "/proc" (or "/") showed every host process's command line,
-    # other agents' commands among them, and "/" the whole host. The kernel's and the
-    # sockets' directories are refused as a server's paths are.
-    for kernel in HOST_ONLY_DIRS:
-        if _inside(resolved, Path(kernel)):
-            return f"lies in {kernel}, a kernel or socket directory of the host"
-    for own in (*OWN_MOUNTS, *(Path(p) for p in HOST_ONLY_DIRS)):
-        if _inside(own, resolved):
-            return f"holds {own}, which the sandbox has of its own or not at all"
-    return None
-
-
-# The host's kernel and socket directories: never bound, whatever is configured.
-HOST_ONLY_DIRS = ("/proc", "/sys", "/dev", "/run")
-MAX_SYMLINK_HOPS = 40  # (the kernel's own bound)
-
-
-def _placed_by_programs(path: Path, places: tuple[Path, ...] = ()) -> Path | None:
-    """The first entry on the way to `path` (symlinks followed as the kernel follows
-    them, each link's own way checked too) that a sandboxed program may have put or may
-    put where it is, or that lies in one of `places` (where programs will write), or
-    None. A missing entry a program cannot make ends the walk: bwrap binds nothing there
-    (--ro-bind-try)."""
-    uid = _program_uid()
-    parts = list(path.parts[1:])
-    current = Path("/")
-    hops = 0
-    while parts:
-        part = parts.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            current = current.parent
-            continue
-        entry = current / part
-        try:
-            info: os.stat_result | None = entry.lstat()
-        except FileNotFoundError:
-            info = None
-        except OSError:
-            return entry  # (unsure: as if it were)
-        # a missing entry: would a program's, made now, be allowed there
-        made = info or os.stat_result((stat.S_IFLNK, 0, 0, 1, uid, uid, 0, 0, 0, 0))
-        if _programs_may_place(current, made, uid) or any(_inside(entry, p) for p in places):
-            return entry
-        if info is None:
-            return None
-        if not stat.S_ISLNK(info.st_mode):
-            current = entry
-            continue
-        hops += 1
-        if hops > MAX_SYMLINK_HOPS:
-            return entry
-        target = Path(os.readlink(entry))
-        if target.is_absolute():
-            current = Path("/")
-            parts = list(target.parts[1:]) + parts
-        else:
-            parts = list(target.parts) + parts
-    return None
 
 
 def hidden_paths() -> list[Path]:
@@ -1290,7 +1396,8 @@ def probe() -> str | None:
     """Why the bwrap sandbox cannot run here with every guarantee it gives, or None when
     it can. Cached per process and per setting it depends on; a HARNESS_SANDBOX_READ_ONLY
     entry read_only_problem refuses is judged at each call (a start-up check reports it)."""
-    problem = _judged_read_only_entries()[1]
+    with contextlib.ExitStack() as held:
+        problem = _judged_read_only_entries(held)[1]
     if problem is not None:
         return problem
     return _probe(
@@ -1345,8 +1452,9 @@ def _probe(network: bool, user: str, memory: str, euid: int) -> str | None:
                 script += f'grep -Eq "^Max address space +{limits.memory} " /proc/self/limits'
                 script += ' || echo "RLIMIT_AS is not set"\n'
             argv = ["sh", "-c", script, str(workspace)]
+            # (no HARNESS_SANDBOX_READ_ONLY entry: those are judged at each call)
             command = _limit_command(limits, cgroups) + bwrap_command(
-                argv, workspace=workspace, cwd=workspace, limits=limits, network=network
+                argv, workspace=workspace, cwd=workspace, limits=limits, network=network, extras=[]
             )
             failure = _run_probe(command)
             failure = failure or _memory_cgroup_problem(cgroups.memory, limits.memory)

@@ -12,6 +12,8 @@ descriptor, so this process holds it (`held`) and the launcher opens it again th
 --ro-bind-fd (and checks that what it mounted is that one). A path swapped for a symlink
 after the check binds nothing else: bound by path, a read-only path a program exchanged
 with a symlink at the right moment had bwrap, as root, show the server any directory.
+The HARNESS_SANDBOX_READ_ONLY entries are held and bound the same way
+(sandbox.hold_read_only_extras).
 
 The server's configured environment is no part of its launcher's: the launcher (shell,
 prlimit, REOPEN, bwrap outside the sandbox as Harness, setpriv inside it as root) runs
@@ -23,6 +25,7 @@ the same way (ENVIRONMENT_FD), applied by a shell run as the sandbox user after 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import re
@@ -50,6 +53,7 @@ from dispatcher.tools.sandbox import (
     _require_pids_cgroup,
     give_to_sandbox,
     hidden_paths,
+    hold_read_only_extras,
     mode,
     open_unredirected,
     read_only_entry_holding,
@@ -339,10 +343,16 @@ def sandboxed_argv(
         own = _give_checked(path, checked) if writable else _hold_checked(path, checked)
         held.callback(os.close, own)
         fd = FIRST_PATH_FD + len(binds)
-        judged = os.fstat(own)
-        reopen.append(f"/proc/{os.getpid()}/fd/{own}={fd}={judged.st_dev}:{judged.st_ino}=path")
+        reopen.append(_reopen_spec(own, fd))
         binds.append(Bind(checked, checked, writable=writable, fd=fd))
     configured = list(binds)
+    # The HARNESS_SANDBOX_READ_ONLY entries, by the descriptors of what was judged too.
+    extras: list[Bind] = []
+    for extra in hold_read_only_extras(held):
+        assert extra.fd is not None
+        fd = FIRST_PATH_FD + len(configured) + len(extras)
+        reopen.append(_reopen_spec(extra.fd, fd))
+        extras.append(dataclasses.replace(extra, fd=fd))
     for bind in program_binds(argv, [b.source for b in configured if b.writable]):
         # What a configured path shows already at its own place (a program inside the
         # server's writable path) is not bound again: by path and read-only, over the
@@ -369,8 +379,15 @@ def sandboxed_argv(
             cwd=cwd,
             limits=SERVER_LIMITS,
             network=bool(settings.HARNESS_SANDBOX_NETWORK),
+            extras=extras,
         )
     )
+
+
+def _reopen_spec(own: int, fd: int) -> str:
+    """REOPEN's spec that opens what this process holds as `own` as descriptor `fd`."""
+    judged = os.fstat(own)
+    return f"/proc/{os.getpid()}/fd/{own}={fd}={judged.st_dev}:{judged.st_ino}=path"
 
 
 def beyond_what_is_shown(command: list[str], env: dict[str, str]) -> str | None:

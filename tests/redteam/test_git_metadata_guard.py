@@ -271,6 +271,7 @@ def test_bwrap_refuses_a_git_directory_swapped_after_it_was_judged(
                 cwd=workspace,
                 limits=limits,
                 network=False,
+                extras=[],
             )
             done = sandbox._run_process(
                 command,

