@@ -1005,6 +1005,9 @@ _GROUP_REVERSED = [
     )
     for n in range(2, 9)
 ]
+# What xxd -e's groups of a token's bytes hold wherever its `hr` falls: its `hr` or `ro`,
+# `rr`, `rn` within one group, each reversed.
+_LITTLE_ENDIAN_HR = ("7268", "6f72", "6F72", "6e72", "6E72", "7272")
 # The readings of each kind of dump line (`xxd -g4` and `xxd -e` write the same lines).
 _READINGS = {"xxd": ("xxd", "xxd-e")}
 
@@ -1110,6 +1113,8 @@ def _dump_hidden(text: str, depth: int) -> dict[int, tuple[int, str]]:
     for kind, runs in _DUMP_RUNS.items() if _starts_on_dump_line(text) else ():
         for run in runs.finditer(text):
             for reading in _READINGS.get(kind, (kind,)):
+                if reading == "xxd-e" and not any(w in run.group() for w in _LITTLE_ENDIAN_HR):
+                    continue  # (7 substitutions over the run, for a reading that shows no token)
                 shown = _dump_shown(kind, reading, run.group())
                 nul = False
                 if not _shows_token(shown):
