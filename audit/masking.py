@@ -17,6 +17,7 @@ feeds each pattern the inputs that made the old patterns backtrack.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import functools
 import hashlib
@@ -360,6 +361,35 @@ def _kind_of(name: str) -> str:
     return "secret"
 
 
+# Characters most text holds few of, the rarest first: a literal is looked for only when
+# the text holds the first of these it holds (one scan for one character, at memchr's
+# speed, read once for all rules); many rules' literals share one (`\\`, `&`, `%`, a
+# line break after a letter).
+_RARITY = "\\&%$\r#`^~|<>{}@*;!?\"',+=[]\t_:/\n"
+
+
+class _Literals:
+    """Which literals a text holds (in the lower-cased text when folded), each looked for
+    once per text however many rules need it."""
+
+    def __init__(self, text: str, lowered: str) -> None:
+        self.texts = (text, lowered)
+        self.seen: dict[tuple[str, bool], bool] = {}
+
+    def has(self, literal: str, folded: bool) -> bool:
+        held = self.seen.get((literal, folded))
+        if held is None:
+            rare = _rare_char(literal)
+            held = (rare is None or self.has(rare, folded)) and literal in self.texts[folded]
+            self.seen[(literal, folded)] = held
+        return held
+
+
+@functools.cache  # (the rules' literals: a fixed set)
+def _rare_char(literal: str) -> str | None:
+    return None if len(literal) == 1 else next((c for c in _RARITY if c in literal), None)
+
+
 class _Rule:
     """One pattern, its replacement, and the literals one of which the text must hold
     (looked for in the lower-cased text when `folded`)."""
@@ -376,9 +406,8 @@ class _Rule:
         self.needs = needs
         self.folded = folded
 
-    def applies(self, text: str, lowered: str) -> bool:
-        haystack = lowered if self.folded else text
-        return any(literal in haystack for literal in self.needs)
+    def applies(self, found: _Literals) -> bool:
+        return any(found.has(literal, self.folded) for literal in self.needs)
 
     def apply(self, text: str) -> str:
         return self.pattern.sub(self.replacement, text)
@@ -453,36 +482,45 @@ _SECRET_WORDS = ("token", "secret", "pass", "pwd", "apikey", "api_key", "api-key
 # printf's %b and echo -e), JavaScript's, Ruby's and Rust's `\u{68}`; and an HTML
 # character reference (`&#104;`, `&#x68;`, with leading zeros, with or without its `;`
 # as browsers read it, `&lowbar;`: a web page's source, an encoder that writes every
-# character as one).
+# character as one; escaped again, `&amp;#104;`, as a page showing that source holds it);
+# and a URL-encoded character (`%68`: a URL encoder that encodes every character).
 _BACKSLASHES = r"(?<!\\)\\++"
 _ESCAPED = re.compile(
     r"\\++(?:u(?P<u>[0-9A-Fa-f]{4})|x(?P<x>[0-9A-Fa-f]{2})|U(?P<U>[0-9A-Fa-f]{8})"
     r"|u\{0{0,6}+(?P<brace>[0-9A-Fa-f]{1,6}+)\}|0?(?P<octal>1[0-7]{2}|0[4-7][0-7]))"
-    r"|&#[xX]0{0,8}+(?P<hexref>[0-9A-Fa-f]{1,6}+);?|&#0{0,8}+(?P<decref>[0-9]{1,7}+);?"
-    r"|(?P<lowbar>&lowbar;|&UnderBar;)"
+    r"|&(?:amp;){0,4}+#(?:[xX]0{0,8}+(?P<hexref>[0-9A-Fa-f]{1,6}+)|0{0,8}+(?P<decref>[0-9]{1,7}+));?"
+    r"|(?P<lowbar>&(?:amp;){0,4}+(?:lowbar|UnderBar);)|%(?P<pct>[0-9A-Fa-f]{2})"
 )
 # What a text holding an escaped character of a token holds (any escape _escapes reads).
-_ESCAPE_NEEDS = ("\\u", "\\x", "\\U", "\\0", "\\1", "&#", "&lowbar;", "&UnderBar;")
-_BASES = {"u": 16, "x": 16, "U": 16, "brace": 16, "octal": 8, "hexref": 16, "decref": 10}
+# (An HTML reference escaped again, `&amp;#104;`; a prefix's character URL-encoded, `%68`.)
+_ESCAPE_NEEDS: tuple[str, ...] = ("\\u", "\\x", "\\U", "\\0", "\\1", "&#", "&lowbar;", "&UnderBar;")
+_ESCAPE_NEEDS += ("amp;#", "amp;lowbar;", "amp;UnderBar;", "%68", "%72", "%6", "%5f", "%5F")
+_BASES = {"u": 16, "x": 16, "U": 16, "brace": 16, "octal": 8, "hexref": 16, "decref": 10, "pct": 16}
 
 
-def _hex(code: int) -> str:
-    """The two hex digits of `code` (ASCII) as an escape may write them (either case)."""
-    return "".join(f"[{d.lower()}{d.upper()}]" if d.isalpha() else d for d in f"{code:02x}")
+def _hexes(codes: list[int]) -> str:
+    """The two hex digits of any of `codes` (ASCII) as an escape may write them (either
+    case), one branch per first digit: `6[1-9a-fA-F]|7[0-9aA]` (a branch per code made a
+    run of 1 MB of escapes take seconds)."""
+    lows: dict[int, set[str]] = {}
+    for code in codes:
+        low = f"{code & 15:x}"
+        lows.setdefault(code >> 4, set()).update((low, low.upper()))
+    return "|".join(f"{high:x}[{''.join(sorted(digits))}]" for high, digits in sorted(lows.items()))
 
 
 def _escapes(codes: list[int]) -> str:
     """Any escape (`\\u00..`, `\\x..`, `\\U000000..`, octal, `\\u{..}`, an HTML character
     reference) of one of `codes` (ASCII), as one alternation; each branch starts with a
     `\\` or a `&`."""
-    hexes = "|".join(_hex(c) for c in codes)
+    hexes = _hexes(codes)
     octal = "|".join(f"{c:03o}" for c in codes)
     decimal = "|".join(sorted((str(c) for c in codes), key=len, reverse=True))
-    lowbar = "|&lowbar;|&UnderBar;" if ord("_") in codes else ""
+    lowbar = "|&(?:amp;){0,4}+(?:lowbar|UnderBar);" if ord("_") in codes else ""
     return (
         f"(?:{_BACKSLASHES}(?:(?:u00|x|U000000)(?:{hexes})|u\\{{0{{0,4}}+(?:{hexes})\\}}"
-        f"|0?(?:{octal}))|&#(?:[xX]0{{0,6}}+(?:{hexes})(?:;|(?![0-9A-Fa-f]))"
-        f"|0{{0,6}}+(?:{decimal})(?:;|(?![0-9]))){lowbar})"
+        f"|0?(?:{octal}))|&(?:amp;){{0,4}}+#(?:[xX]0{{0,6}}+(?:{hexes})(?:;|(?![0-9A-Fa-f]))"
+        f"|0{{0,6}}+(?:{decimal})(?:;|(?![0-9]))){lowbar}|%(?:{hexes}))"
     )
 
 
@@ -527,9 +565,27 @@ def _any_token(value: str) -> bool:
     return True  # (the pattern reads only a token's characters and their escapes)
 
 
+def _token_masking(kind: str) -> Callable[[re.Match[str]], str]:
+    """The replacement of a rule of Harness's tokens (the prefix is group 1, the rest `v`):
+    a prefix URL-encoded (`%68%72%6F%5F`) or an HTML reference escaped again (`&amp;#104;`)
+    is no word boundary (`%63%68%72%6F%5F...` is `chro_...`, URL-encoded text often a
+    word), so such a token is masked only when it is whole (_whole_token)."""
+    masking = _masking(kind, _any_token, _unescaped)
+
+    def replace(match: re.Match[str]) -> str:
+        prefix = match.group(1)
+        if "%" in prefix or "&amp;" in prefix:
+            read = _unescaped(prefix) + _unescaped(match.group("v"))
+            if not _whole_token(read[:4], read[4:]):
+                return match.group(0)
+        return masking(match)
+
+    return replace
+
+
 def _unescaped(value: str) -> str:
     """The token a match stands for, its escapes read: its marker is the plain token's."""
-    if "\\" not in value and "&" not in value:
+    if "\\" not in value and "&" not in value and "%" not in value:
         return value
     return _ESCAPED.sub(_escaped_char, value)
 
@@ -774,34 +830,51 @@ def _joined(
 # token's) written after the line where that part starts. A line may carry a diff's `+` or
 # `-` (the preview of a file written holding a dump).
 _HEX = "[0-9a-fA-F]"
+# A dump line's indent: spaces or tabs, a tab as `cat -A` shows it (`^I`).
+_TAB = r"(?:[ \t]|\^I)"
 _DUMP_LINES: dict[str, re.Pattern[str]] = {
     # xxd (any -g, -c, -u, -e): offset, colon, hex groups, then the ASCII column. With -e
     # the last line's last group, when it is short, is right-aligned in its width (`pad`).
     "xxd": re.compile(
-        rf"^[-+]?+[ \t]{{0,16}}+{_HEX}{{6,16}}+: (?={_HEX}| {{2,14}}+{_HEX}{{2}})"
+        rf"^[-+]?+{_TAB}{{0,16}}+{_HEX}{{6,16}}+: (?={_HEX}| {{2,14}}+{_HEX}{{2}})"
         rf"(?P<hex>(?:{_HEX}{{2}}(?:{_HEX}{{2}}| (?={_HEX}{{2}}))*+)?+)"
         rf"(?:(?:(?<=: ) {{2,14}}+|(?<={_HEX}) {{3,15}}+)(?P<pad>(?:{_HEX}{{2}}){{1,7}}+)(?= ))?(?P<rest> [^\r\n]*+)\r?$",
         re.MULTILINE,
     ),
     # hexdump -C, od -t x1 (z: its ASCII column between > and <), od -An -t x1.
     "bytes": re.compile(
-        rf"^[-+]?+(?:[ \t]{{0,16}}+{_HEX}{{6,16}}+)?(?P<hex>(?: {{1,2}}{_HEX}{{2}})++)"
+        rf"^[-+]?+(?:{_TAB}{{0,16}}+{_HEX}{{6,16}}+)?(?P<hex>(?: {{1,2}}{_HEX}{{2}})++)"
         r"(?: {2,}+(?:\|(?P<bar>[^\r\n]*)\||>(?P<gt>[^\r\n]*)<))?\$?+\r?$",
         re.MULTILINE,
     ),
     # xxd -p, a hex string (bytes.hex()).
-    "plain": re.compile(rf"^[-+]?+[ \t]{{0,16}}+(?P<hex>(?:{_HEX}{{2}})++)\$?+\r?$", re.MULTILINE),
+    "plain": re.compile(rf"^[-+]?+{_TAB}{{0,16}}+(?P<hex>(?:{_HEX}{{2}})++)\$?+\r?$", re.MULTILINE),
     # xxd -i: a C array's initializer.
     "c": re.compile(
-        rf"^[-+]?+[ \t]*+(?P<hex>0[xX]{_HEX}{{2}}(?:, ?0[xX]{_HEX}{{2}})*+),?\$?+\r?$", re.MULTILINE
+        rf"^[-+]?+{_TAB}{{0,16}}+(?P<hex>0[xX]{_HEX}{{2}}(?:, ?0[xX]{_HEX}{{2}})*+),?\$?+\r?$",
+        re.MULTILINE,
     ),
     # od -x, hexdump without options: 16-bit words, little-endian.
     "words": re.compile(
-        rf"^[-+]?+[ \t]{{0,16}}+{_HEX}{{6,16}}+(?P<hex>(?: {_HEX}{{4}})++) *+\$?+\r?$", re.MULTILINE
+        rf"^[-+]?+{_TAB}{{0,16}}+{_HEX}{{6,16}}+(?P<hex>(?: {_HEX}{{4}})++) *+\$?+\r?$",
+        re.MULTILINE,
     ),
-    # od -c, hexdump -c: one character (or its escape, or its octal code) per 4 columns.
+    # od -b, hexdump -b: one byte per field as 3 octal digits (od -An -b: no offset).
+    "octal": re.compile(
+        rf"^[-+]?+(?:{_TAB}{{0,16}}+{_HEX}{{6,16}}+|{_TAB}{{0,16}})(?P<oct>(?: [0-3][0-7]{{2}})++) *+\$?+\r?$",
+        re.MULTILINE,
+    ),
+    # xxd -b: one byte per field as 8 binary digits, then the ASCII column.
+    "bits": re.compile(
+        rf"^[-+]?+{_TAB}{{0,16}}+{_HEX}{{6,16}}+: (?P<bits>[01]{{8}}(?: [01]{{8}})*+)(?P<rest>  [^\r\n]*+)\r?$",
+        re.MULTILINE,
+    ),
+    # od -c, hexdump -c: one character (or its escape, or its octal code) per 4 columns;
+    # od -a: a control character's name (`nul`, `sp`, `nl`). Without an offset (od -An -c)
+    # the line may be indented: its fields are read from where they fit.
     "chars": re.compile(
-        r"^[-+]?+(?:[ \t]{0,16}+[0-9a-fA-F]{6,16}+)?(?P<chars>(?:   [^\s\\]|  \\[0abfnrtv\\]| [0-7]{3}|    )++)"
+        r"^[-+]?+(?:(?:[ \t]|\^I){0,16}+[0-9a-fA-F]{6,16}+|(?:[ \t]|\^I){1,16})?"
+        r"(?P<chars>(?:   [^\s\\]|  \\[0abfnrtv\\]| [0-7]{3}|  [a-z]{2}| [a-z]{2}[a-z0-9]|    )++)"
         r"\$?+\r?$",
         re.MULTILINE,
     ),
@@ -818,13 +891,30 @@ _DUMP_NEEDS += ("7268", "6f72", "6e72", "7272", "h\n", "h\r")
 # (`68$`). (xxd -e's little-endian groups hold 7268, 6f72, 6e72 or 7272 as od -x's do.)
 _DUMP_NEEDS += ("6800", "68 00", "0068", "h  \\0", "68\\", "h\\n", "h\\r", "h\\\\")
 _DUMP_NEEDS += ("68$", "h$")
+# od -b (`150 162`: "hr" in octal), xxd -b (`01101000 `), od -a of UTF-16 text (`h nul`).
+_DUMP_NEEDS += ("150 ", "150\n", "150\r", "150$", "150\\", "01101000 ", "h nul")
 # Where a dump of a token may start, past the needs above: its `h` at a line's end only
 # when the next line (a dump's: an offset, spaces or `0x` before it) starts with its `r`.
-_DUMP_START = re.compile(
-    r"68 72|6872|68  |68,|h   r|7268|6f72|6e72|7272|6800|68 00|0068|h  \\++0"
-    r"|(?:68|h)\$?+(?:\\++[rn]|\r?\n)++[-+]?+(?:[ \t]*+[0-9a-fA-F]{6,16}+:?+)?"
-    r"(?:[ \t]++(?:0[xX])?+(?:72|r|\\0)|72)"
+_LINE_BREAK_TO_R = (
+    r"\$?+(?:\\++[rn]|\r?\n)++[-+]?+(?:(?:[ \t]|\^I)*+[0-9a-fA-F]{6,16}+:?+)?"
+    r"(?:(?:[ \t]|\^I)++(?:0[xX])?+(?:72|r|\\0|162|000|nul)|72)"
 )
+# The same as patterns that each start with a literal: the regex engine jumps from one
+# place of it to the next (one pattern of them all tried every place of a text: 50 ms a
+# megabyte of digits).
+_DUMP_STARTS = [
+    re.compile(pattern)
+    for pattern in (
+        r"68(?: 72|72|  |,|00| 00|" + _LINE_BREAK_TO_R + ")",
+        r"h(?:   r|  \\++0| nul|" + _LINE_BREAK_TO_R + ")",
+        r"150(?: 162| 000|" + _LINE_BREAK_TO_R + ")",
+        r"72(?:68|72)",
+        r"6f72",
+        r"6e72",
+        r"00(?:68|0 150|000000 01101000)",
+        r"01101000 (?:01110010|00000000| )",
+    )
+]
 
 
 def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[int, int]]]]:
@@ -838,7 +928,24 @@ def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[i
             if len(field) == 1:
                 shown.append((field, [(start + at + 3, start + at + 4)]))
             else:
-                shown.append((" " if not field else "\x00" if field == "\\0" else "\x01", []))
+                nul = field in ("\\0", "nul")
+                shown.append((" " if not field else "\x00" if nul else "\x01", []))
+        return shown
+    if kind in _FIELDS:  # (od -b, xxd -b: fields of one width, one space apart)
+        group, width, base = _FIELDS[kind]
+        start = match.start(group) + (1 if kind == "octal" else 0)
+        fields = match.group(group).split()
+        shown = [
+            (chr(int(field, base)), [(start + i * (width + 1), start + i * (width + 1) + width)])
+            for i, field in enumerate(fields)
+        ]
+        if kind == "bits":  # (its ASCII column: the line's last characters, one a byte)
+            end = match.end("rest")
+            if match.group("rest").endswith("$") and len(match.group("rest")) == len(shown) + 3:
+                end -= 1
+            if end - len(shown) > match.end("bits"):
+                for i, (_, spans) in enumerate(shown):
+                    spans.append((end - len(shown) + i, end - len(shown) + i + 1))
         return shown
     start, hexes = match.start("hex"), match.group("hex")
     if kind == "xxd-e" and match.group("pad"):
@@ -881,7 +988,13 @@ _DUMP_RUNS = {
     for kind, line in _DUMP_LINES.items()
 }
 _NOT_HEX = re.compile(r"0[xX]|[^0-9a-fA-F]")
-_NOT_ONE_CHARACTER = re.compile(r"  \\.| [0-7]{3}")
+_NOT_ONE_CHARACTER = re.compile(r"  \\.| [0-7]{3}|  [a-z]{2}| [a-z]{2}[a-z0-9]")
+# od -b's and xxd -b's fields: the group holding them, their width and base.
+_FIELDS = {"octal": ("oct", 3, 8), "bits": ("bits", 8, 2)}
+_FIELD_BYTES = {
+    "octal": {f"{code:03o}": code for code in range(256)},
+    "bits": {f"{code:08b}": code for code in range(256)},
+}
 
 
 # xxd -e: groups of 2, 4 or 8 bytes (the last may be shorter), each little-endian.
@@ -892,6 +1005,9 @@ _GROUP_REVERSED = [
     )
     for n in range(2, 9)
 ]
+# What xxd -e's groups of a token's bytes hold wherever its `hr` falls: its `hr` or `ro`,
+# `rr`, `rn` within one group, each reversed.
+_LITTLE_ENDIAN_HR = ("7268", "6f72", "6F72", "6e72", "6E72", "7272")
 # The readings of each kind of dump line (`xxd -g4` and `xxd -e` write the same lines).
 _READINGS = {"xxd": ("xxd", "xxd-e")}
 
@@ -902,8 +1018,11 @@ def _dump_shown(kind: str, reading: str, run: str) -> str:
     line = _DUMP_LINES[kind]
     if kind == "chars":  # (a field that is no single character: \x01, not its last letter)
         fields = line.sub(r"\g<chars>", run).replace("\n", "")
-        fields = fields.replace("  \\0", "   \x00")  # (NUL: a UTF-16 text's every other byte)
+        fields = fields.replace("  \\0", "   \x00").replace(" nul", "   \x00")  # (NUL: UTF-16)
         return _NOT_ONE_CHARACTER.sub("   \x01", fields)[3::4]
+    if kind in _FIELDS:
+        codes = line.sub(f"\\g<{_FIELDS[kind][0]}>", run).split()
+        return bytes(map(_FIELD_BYTES[kind].__getitem__, codes)).decode("latin-1")
     hexes = line.sub(r"\g<hex> \g<pad>" if reading == "xxd-e" else r"\g<hex>", run)
     if reading == "xxd-e":
         for pattern, template in _GROUP_REVERSED:
@@ -920,8 +1039,8 @@ class _DumpRule(_Rule):
     """Tokens in dumps (_DUMP_LINES): their secret part hidden in every column. A run of
     dump lines is read line by line only when it shows a whole token."""
 
-    def applies(self, text: str, lowered: str) -> bool:
-        return super().applies(text, lowered) and _DUMP_START.search(text) is not None
+    def applies(self, found: _Literals) -> bool:
+        return super().applies(found) and _may_show_dump(found.texts[0])
 
     def apply(self, text: str) -> str:
         hidden = _dump_hidden(text, 0)
@@ -937,6 +1056,34 @@ class _DumpRule(_Rule):
             done = end
         out.append(text[done:])
         return "".join(out)
+
+
+def _may_show_dump(text: str) -> bool:
+    """Whether `text` may hold a dump of a token: a dump's start (_DUMP_STARTS) on a dump
+    line, or in JSON text whose strings hold line breaks (read decoded by _dump_hidden)."""
+    if all(start.search(text) is None for start in _DUMP_STARTS):
+        return False
+    return ("\\n" in text or "\\r" in text) or _starts_on_dump_line(text)
+
+
+def _starts_on_dump_line(text: str) -> bool:
+    """Whether a dump's start (_DUMP_STARTS) is on a line that is a dump's (_DUMP_LINES):
+    numbered lines hold `0068` or `6872` (line 68, line 6872) but are no dump's, and the
+    dumps' patterns are then not run over the whole text. A line is read at most once (a
+    start on a line that is no dump's: the search goes on at the next line)."""
+    read: set[int] = set()
+    for start in _DUMP_STARTS:
+        at = 0
+        while (found := start.search(text, at)) is not None:
+            line = text.rfind("\n", at, found.start()) + 1 or at
+            if line not in read:
+                read.add(line)
+                if any(kind.match(text, line) for kind in _DUMP_LINES.values()):
+                    return True
+            at = text.find("\n", found.start()) + 1
+            if not at:
+                break
+    return False
 
 
 def _shows_token(shown: str) -> bool:
@@ -963,9 +1110,11 @@ def _dump_hidden(text: str, depth: int) -> dict[int, tuple[int, str]]:
     string holding line breaks is decoded (in C) and read as its text, and mapped back
     character by character only where that text shows one."""
     hidden: dict[int, tuple[int, str]] = {}
-    for kind, runs in _DUMP_RUNS.items():
+    for kind, runs in _DUMP_RUNS.items() if _starts_on_dump_line(text) else ():
         for run in runs.finditer(text):
             for reading in _READINGS.get(kind, (kind,)):
+                if reading == "xxd-e" and not any(w in run.group() for w in _LITTLE_ENDIAN_HR):
+                    continue  # (7 substitutions over the run, for a reading that shows no token)
                 shown = _dump_shown(kind, reading, run.group())
                 nul = False
                 if not _shows_token(shown):
@@ -984,7 +1133,7 @@ def _dump_hidden(text: str, depth: int) -> dict[int, tuple[int, str]]:
     if depth < MAX_JSON_DEPTH and ("\\n" in text or "\\r" in text):
         for string in _JSON_LINES.finditer(text):
             decoded = _json_string(string.group(1))
-            if decoded is None or _DUMP_START.search(decoded) is None:
+            if decoded is None or not _may_show_dump(decoded):
                 continue
             inner = _dump_hidden(decoded, depth + 1)
             if not inner:
@@ -1021,11 +1170,96 @@ def _hide_tokens(
         hidden[line_end] = (line_end, "  " + marker(kind, shown[body : token.end()]))
 
 
+# A whole token base64-encoded (`kubectl get secret -o yaml`, an HTTP Basic header's
+# `user:token`, base64 of JSON holding one), in the standard or the URL-safe alphabet, at
+# any of the 3 alignments of its first byte in a group of 3: the base64 characters that
+# only the prefix's bytes decide (`aHJvX` for hro_ at a group's start, `hyb1` one byte
+# later, `ocm9f` two) are looked for, and the run of base64 they sit in is decoded from
+# the group boundary they give; a whole token there (_whole_token) has the characters that
+# encode its secret part replaced by the plain token's marker.
+def _base64_starts() -> dict[str, tuple[int, int]]:
+    """What the base64 of each prefix holds whatever the bytes around it: that text, then
+    (where the prefix's first byte is in its group of 3, that text's place in its group)."""
+    starts = {}
+    for prefix in (b"hro_", b"hrr_", b"hrn_"):
+        for align in range(3):
+            first, end = -(-8 * align // 6), (8 * align + 32) // 6  # (characters it decides)
+            encoded = base64.b64encode(bytes(align) + prefix + bytes(3)).decode()[first:end]
+            for alphabet in (encoded, encoded.translate(_URL_SAFE)):
+                starts[alphabet] = (align, first)
+    return starts
+
+
+_URL_SAFE = str.maketrans("+/", "-_")
+_STANDARD = str.maketrans("-_", "+/")
+_BASE64_STARTS = _base64_starts()
+_BASE64_START = re.compile("|".join(map(re.escape, sorted(_BASE64_STARTS))))
+# A run of base64 characters long enough to hold a token's (47 bytes: 63 characters), read
+# from its first character only (linear time).
+_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{63,}+")
+
+
+class _Base64Rule(_Rule):
+    """Whole tokens in base64 (above): the characters of their secret part as a marker. A
+    run of base64 is decoded (in C) once for each group boundary a prefix's text in it
+    gives (at most 4), and read for whole tokens."""
+
+    def apply(self, text: str) -> str:
+        hidden: list[tuple[int, int, str]] = []
+        for run in _BASE64_RUN.finditer(text):
+            chars = run.group()
+            shifts = {
+                (found.start() - _BASE64_STARTS[found.group()][1]) % 4
+                for found in _BASE64_START.finditer(chars)
+            }
+            for shift in sorted(shifts):
+                part = chars[shift:]
+                part = part[: len(part) - (len(part) % 4 == 1)].translate(_STANDARD)
+                shown = base64.b64decode(part + "=" * (-len(part) % 4)).decode("latin-1")
+                at = run.start() + shift  # (byte i is in the characters from at + 8i // 6)
+                for token in _TOKEN_IN_BYTES.finditer(shown):
+                    prefix, rest = token.group()[:4], token.group()[4:]
+                    if not _whole_token(prefix, rest):
+                        continue
+                    body = token.start() + (13 if prefix == "hrn_" else 4)
+                    kind = "harness-token" if prefix == "hrn_" else "harness-oauth-token"
+                    mark = marker(kind, shown[body : token.end()])
+                    hidden.append((at + 8 * body // 6, at - (-8 * token.end() // 6), mark))
+        out: list[str] = []
+        done = 0
+        for start, end, mark in sorted(hidden):
+            if start >= done:
+                out += [text[done:start], mark]
+                done = end
+        if not out:
+            return text
+        out.append(text[done:])
+        return "".join(out)
+
+
+def _caret_nul_token(match: re.Match[str]) -> str:
+    """A token of UTF-16 text as `cat -A` (or `cat -v`) shows it, each NUL byte beside a
+    character as `^@` (`h^@r^@o^@_^@...`): its secret part as the plain token's marker,
+    when it is whole (_whole_token)."""
+    prefix, rest = match.group(1).replace("^@", ""), match.group("v").replace("^@", "")
+    if not _whole_token(prefix, rest):
+        return match.group(0)
+    keep = 3 * 9 if prefix == "hrn_" else 0  # (hrn_'s 8 hex digits and "_", as written)
+    return (
+        match.group(1)
+        + match.group("v")[:keep]
+        + _masked_token(prefix, rest)[len(prefix) + keep // 3 :]
+    )
+
+
 # Applied to every string in the payload, in this order. Each pattern starts with a
 # literal (or a letter in either case) and checks what precedes it with a lookbehind.
 RULES: list[_Rule] = [
     # Dumps of a file holding a token (above): first, while its columns are as written.
     _DumpRule(r"(?!)", str, _DUMP_NEEDS),
+    _Rule(r"(h\^@r\^@[nor]\^@_\^@)(?P<v>(?:[A-Za-z0-9_-]\^@)++)", _caret_nul_token, ("h^@r^@",)),
+    # Whole tokens in base64 (above): before the rules that mask a Basic header as a whole.
+    _Base64Rule(r"(?!)", str, tuple(_BASE64_STARTS)),
     # Harness's tokens split by a line break, and run into a word (see above): first, so
     # no other rule masks a part of one and leaves the rest.
     _SplitTokenRule(
@@ -1045,7 +1279,7 @@ RULES: list[_Rule] = [
         + _TOKEN_CHAR
         + ")",
         _run_token,
-        ("hro_", "hrr_", "hrn_", "hr\\", "h\\", "h&", "hr&"),
+        ("hro_", "hrr_", "hrn_", "hr\\", "h\\", "h&", "hr&", "h%", "hr%"),
     ),
     # PEM and OpenSSH private keys: the body between the markers (also cut short: then up
     # to the next "-----" or the end of the JSON string), when it is only a key; the
@@ -1175,12 +1409,12 @@ RULES: list[_Rule] = [
     _Rule(
         _harness_token("hrn_") + _hex_digit() + "{8}+" + _escapable("_") + ")"
         r"(?P<v>" + _TOKEN_CHAR + "{16,}+)",
-        _masking("harness-token", _any_token, _unescaped),
+        _token_masking("harness-token"),
         ("hrn_", *_ESCAPE_NEEDS),
     ),
     _Rule(
         _harness_token("hr[or]_") + ")(?P<v>" + _TOKEN_CHAR + "{32,}+)",
-        _masking("harness-oauth-token", _any_token, _unescaped),
+        _token_masking("harness-oauth-token"),
         ("hro_", "hrr_", *_ESCAPE_NEEDS),
     ),
     _Rule(r"(?P<v>gh(?<=\bgh)[pousr]_[A-Za-z0-9]{30,}+)", _masking("github-token"), ("gh",)),
@@ -1257,9 +1491,12 @@ def mask_text(text: str) -> str:
     lowered = text.lower()
     if _PLAIN_NEEDS.search(text) is None and _FOLDED_NEEDS.search(lowered) is None:
         return text  # no rule's literal: no rule applies
+    found = _Literals(text, lowered)
     for rule in RULES:
-        if rule.applies(text, lowered):
-            text = rule.apply(text)
+        if rule.applies(found):
+            masked = rule.apply(text)
+            if masked != text:  # (what it holds now: the lower case as it was, as before)
+                text, found = masked, _Literals(masked, lowered)
     return text
 
 
