@@ -55,7 +55,7 @@ class BoundedHTTPChannel(http.HTTPChannel):
     _receiving = False  # a byte of the next request has arrived
     _request_factory: Any = http.Request
 
-    @property  # type: ignore[override]
+    @property
     def requestFactory(self) -> Any:
         return self._request_factory
 
@@ -119,9 +119,10 @@ def _formless(factory: Any) -> Any:
         return factory
     formless = _FORMLESS.get(factory)
     if formless is None:
+        base: Any = factory  # (its __init__, called as the class's own)
 
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            factory.__init__(self, *args, **kwargs)
+            base.__init__(self, *args, **kwargs)
             self._parsePOSTFormSubmission = False
 
         formless = _FORMLESS.setdefault(
