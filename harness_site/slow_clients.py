@@ -19,6 +19,12 @@ one is closed as it opens. Every open connection holds a file descriptor until i
 rings, and one peer that opened as many as the process may hold (1,024 under a common
 service limit) and dripped a byte into each had every other agent's connection closed
 unanswered, for as long as it kept opening them.
+
+And a POST's body is not parsed by Twisted into form arguments (`Request.args`), which
+nothing of daphne or Harness reads: Twisted parsed every POST's Content-Type with the
+`email` package first (about 150 us a request, 1-2% of an allowed `/mcp/` call's CPU:
+docs/benchmarks.md), and a form body a second time beside Django's own parse; a multipart
+body it could not read was answered with its own bare 400, never reaching the application.
 """
 
 from __future__ import annotations
@@ -41,11 +47,22 @@ RESPONSE_408 = (
 
 
 class BoundedHTTPChannel(http.HTTPChannel):
-    """Twisted's HTTP/1.1 channel with a clock on receiving each request."""
+    """Twisted's HTTP/1.1 channel with a clock on receiving each request, whose requests
+    leave their bodies to the application (`requestFactory`: no form parsing)."""
 
     receive_timeout: float = 30.0
     _receive_clock: Any = None
     _receiving = False  # a byte of the next request has arrived
+    _request_factory: Any = http.Request
+
+    @property
+    def requestFactory(self) -> Any:
+        return self._request_factory
+
+    @requestFactory.setter
+    def requestFactory(self, factory: Any) -> None:
+        # (daphne's factory sets its WebRequest on each protocol it builds)
+        self._request_factory = _formless(factory)
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -90,6 +107,28 @@ class BoundedHTTPChannel(http.HTTPChannel):
             self.transport.write(RESPONSE_408)  # type: ignore[call-arg, misc]  # (a zope interface)
         # Twisted's own idle timeout path: close, and abort if the client does not read.
         self.timeoutConnection()
+
+
+_FORMLESS: dict[type, type] = {}
+
+
+def _formless(factory: Any) -> Any:
+    """`factory`'s request class, building requests that Twisted does not parse into form
+    arguments (its `parsePOSTFormSubmission` off); anything but a class is kept as it is."""
+    if not isinstance(factory, type):
+        return factory
+    formless = _FORMLESS.get(factory)
+    if formless is None:
+        base: Any = factory  # (its __init__, called as the class's own)
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            base.__init__(self, *args, **kwargs)
+            self._parsePOSTFormSubmission = False
+
+        formless = _FORMLESS.setdefault(
+            factory, type(f"Formless{factory.__name__}", (factory,), {"__init__": __init__})
+        )
+    return formless
 
 
 class CountedProtocol(http._GenericHTTPChannelProtocol):

@@ -116,3 +116,37 @@ def test_a_silent_connection_is_closed_and_a_prompt_one_is_served_and_kept_alive
         assert connection.sock is not None  # (still the same, open connection)
     finally:
         connection.close()
+
+
+def test_a_post_body_reaches_the_application_unparsed_by_twisted(bounded_daphne: int) -> None:
+    """A POST's body is the application's to read: a multipart body Twisted's form parser
+    cannot read is answered by Harness (here: the token refused), not by Twisted's bare
+    400 before the application sees it; a JSON body is answered the same; and a page's
+    form POST with it gets Django's answer."""
+    connection = http.client.HTTPConnection("127.0.0.1", bounded_daphne, timeout=10)
+    try:
+        for content_type, body in (
+            ("multipart/form-data; boundary=zzz", b"not a form"),
+            ("application/json", b'{"title": "t"}'),
+        ):
+            connection.request(
+                "POST",
+                "/api/v1/sessions",
+                body=body,
+                headers={"Authorization": "Bearer hk_nope", "Content-Type": content_type},
+            )
+            response = connection.getresponse()
+            answer = response.read()
+            assert response.status == 401 and b"invalid_token" in answer, (content_type, answer)
+        # A page's form POST with that body: Django's answer (its CSRF refusal), no 5xx.
+        connection.request(
+            "POST",
+            "/accounts/login/",
+            body=b"not a form",
+            headers={"Content-Type": "multipart/form-data; boundary=zzz"},
+        )
+        response = connection.getresponse()
+        answer = response.read()
+        assert response.status == 403 and b"CSRF" in answer, (response.status, answer[:300])
+    finally:
+        connection.close()
