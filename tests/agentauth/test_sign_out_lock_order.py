@@ -140,28 +140,32 @@ def test_an_edit_waiting_for_the_approvals_row_holds_no_lock_an_approval_of_it_w
 
     holder = connections.create_connection("default")
     holder.set_autocommit(False)
-    with holder.cursor() as cursor:
-        # What an approval of the same call holds first: the approval's row.
-        cursor.execute("SELECT 1 FROM approvals_approvalrequest WHERE id = %s FOR UPDATE", [ask.pk])
-        editing = threading.Thread(target=edit)
-        editing.start()
-        for _ in range(400):  # an event: the edit's backend waiting on a lock
+    editing = threading.Thread(target=edit, daemon=True)
+    try:
+        with holder.cursor() as cursor:
+            # What an approval of the same call holds first: the approval's row.
             cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND datname = current_database() AND pid <> pg_backend_pid()"
+                "SELECT 1 FROM approvals_approvalrequest WHERE id = %s FOR UPDATE", [ask.pk]
             )
-            if cursor.fetchone()[0]:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the edit never waited for the approval's row")
-        # What the approval takes next: the client link (agents.signed_in_now).
-        cursor.execute(
-            f"SELECT 1 FROM {AgentClient._meta.db_table} WHERE id = %s "
-            "FOR NO KEY UPDATE NOWAIT",
-            [link.pk],
-        )
-        holder.rollback()
+            editing.start()
+            for _ in range(400):  # an event: the edit's backend waiting on a lock
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database() AND pid <> pg_backend_pid()"
+                )
+                if cursor.fetchone()[0]:
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the edit never waited for the approval's row")
+            # What the approval takes next: the client link (agents.signed_in_now). It
+            # was: "could not obtain lock on row" (the edit held it while it waited).
+            cursor.execute(
+                "SELECT 1 FROM agentauth_agentclient WHERE id = %s FOR NO KEY UPDATE NOWAIT",
+                [link.pk],
+            )
+    finally:
+        holder.rollback()  # (the edit goes on either way)
     editing.join(60)
     holder.close()
     assert not errors, errors
