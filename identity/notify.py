@@ -22,9 +22,11 @@ from django.db.models import Q
 from approvals.notifications import senders
 from approvals.notifications.messages import slack_escape as slack
 from approvals.notifications.models import Channel, Kind, PushSubscription
+from approvals.notifications.services import names_agent
 from audit import kinds
 from audit.models import AuditEvent
 from audit.roles import ADMIN
+from dispatcher.models import Agent
 
 logger = logging.getLogger(__name__)
 
@@ -135,9 +137,18 @@ def notify_token_voided(event_id: int) -> list[str]:
         return []
     owner = User.objects.filter(username=event.payload.get("owner"), is_active=True).first()
     text = token_voided_text(event)
+    # (the agent's team, for a route naming `team/name`: the voided agent is not moved)
+    agent_id = event.subject.removeprefix("agent:")
+    team = str(
+        Agent.objects.filter(pk=agent_id).values_list("team__name", flat=True).first() or ""
+        if agent_id.isdigit()
+        else ""
+    )
     reached: list[str] = []
     for channel in Channel.objects.filter(enabled=True).order_by("pk"):
-        if channel.match_agents and event.payload.get("name") not in channel.match_agents:
+        if channel.match_agents and not names_agent(
+            channel.match_agents, str(event.payload.get("name")), team
+        ):
             continue
         try:
             if _send_voided(channel, event, text, owner):

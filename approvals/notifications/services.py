@@ -61,11 +61,31 @@ def next_tier(escalated_to: int | None) -> Any:
     return User.objects.filter(is_active=True, pk__in=people.values("pk"))
 
 
+def names_agent(entries: list[str], name: str, team: str) -> bool:
+    """Whether a channel's "agents" route names the agent `name` of the team `team`: an
+    entry `team/name` names that team's agent of that name, `team/*` every agent of the
+    team, and a bare `name` an agent of that name in any team. (An agent's name is unique
+    per owner only, and a client signing in chooses its own: a bare name is matched by
+    another team's agent of the same name, so a team's channel names its agents with the
+    team. A team's name holds no `/`.)"""
+    for entry in entries:
+        scope, slash, named = entry.partition("/")
+        if not slash:
+            if entry == name:
+                return True
+        elif scope == team and named in ("*", name):
+            return True
+    return False
+
+
 def matches(channel: Channel, approval: ApprovalRequest) -> bool:
     call = approval.call
     rule = str(call.provenance.get("rule", ""))
     return (
-        (not channel.match_agents or call.session.agent.name in channel.match_agents)
+        (
+            not channel.match_agents
+            or names_agent(channel.match_agents, call.session.agent.name, call.session.team.name)
+        )
         and (not channel.match_tools or call.name in channel.match_tools)
         and (not channel.match_rules or rule in channel.match_rules)
     )

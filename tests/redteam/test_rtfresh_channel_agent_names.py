@@ -4,9 +4,9 @@ agent's name is unique per owner only, and an OAuth client chooses its own agent
 (agentauth.services.client_name). Another team's agent named like one of the team's gets
 its asks, what they would run and all, delivered to that team's channel.
 
-Not fixed here (a design choice: the channel's "agents" would have to name agents by id,
-or by team and name, and the page and the environment channels with them): left
-xfail(strict=True) for the lead."""
+A route names an agent with its team now (`team/name`, or `team/*` for all of a team's
+agents: approvals.notifications.services.names_agent), which a team's channel uses; a bare
+name still names an agent of that name in any team (docs/notifications.md says so)."""
 
 from __future__ import annotations
 
@@ -22,17 +22,15 @@ from tests.teams.world import make_team
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="channels match agents by name, which is unique per owner only (rtfresh)",
-)
-def test_a_teams_channel_gets_no_ask_of_another_teams_agent_of_the_same_name() -> None:
+@pytest.mark.parametrize("named", ["{team}/{agent}", "{team}/*"])
+def test_a_teams_channel_gets_no_ask_of_another_teams_agent_of_the_same_name(named: str) -> None:
     pay, infra = make_team("pay"), make_team("infra")
+    route = named.format(team=pay.team.name, agent=pay.agent.agent.name)
     channel = Channel.objects.create(
         name=unique("pay-hook"),
         kind=Kind.WEBHOOK,
         config={"url": "https://hooks.example.com/pay", "secret": "s" * 32},
-        match_agents=[pay.agent.agent.name],
+        match_agents=[route],
     )
     owner = make_user(unique("infra-person"), mode="standard")
     twin, _ = agents.create_agent(
@@ -44,3 +42,22 @@ def test_a_teams_channel_gets_no_ask_of_another_teams_agent_of_the_same_name() -
     asked = ApprovalRequest.objects.get(call=call)
     notifications.plan_ask(asked.pk)
     assert not Delivery.objects.filter(channel=channel, approval=asked).exists()
+    # (and the team's own agent's asks still reach it)
+    own = submit_one(
+        agents.start_session(agent=pay.agent.agent),
+        "write_file",
+        {"path": "pay-only.txt", "content": "x"},
+    )
+    ours = ApprovalRequest.objects.get(call=own)
+    notifications.plan_ask(ours.pk)
+    assert Delivery.objects.filter(channel=channel, approval=ours).exists()
+
+
+def test_a_bare_name_names_an_agent_of_that_name_in_any_team() -> None:
+    """What a bare name did before, kept (a channel made for one agent whatever its team):
+    docs/notifications.md tells a team's channel to name its agents with the team."""
+    assert notifications.names_agent(["deployer"], "deployer", "infra")
+    assert not notifications.names_agent(["pay/deployer"], "deployer", "infra")
+    assert notifications.names_agent(["pay/deployer"], "deployer", "pay")
+    assert notifications.names_agent(["pay/*"], "anything", "pay")
+    assert not notifications.names_agent(["pay/*"], "pay/x", "infra")  # (a name with a slash)

@@ -47,6 +47,17 @@ def test_a_channel_routed_to_other_agents_does_not_hear_of_a_voided_token(
             "webhook", {"url": server.url + "/ours", "secret": SECRET}, match_agents=[internal.name]
         )
         channel("webhook", {"url": server.url + "/all", "secret": SECRET})
+        team = internal.team.name
+        channel(  # a route naming the agent with its team (names_agent)
+            "webhook",
+            {"url": server.url + "/team", "secret": SECRET},
+            match_agents=[f"{team}/{internal.name}"],
+        )
+        channel(  # another team's agent of the same name: not this one
+            "webhook",
+            {"url": server.url + "/twin", "secret": SECRET},
+            match_agents=[f"other-{team}/{internal.name}", f"{team}/someone-else"],
+        )
         notify.notify_token_voided(event.pk)
         paths = sorted(received.path for received in server.received)
-    assert paths == ["/all", "/ours"]  # before: "/vendor" too, naming billing and ada
+    assert paths == ["/all", "/ours", "/team"]  # before: "/vendor" too, naming billing and ada
