@@ -559,11 +559,24 @@ def _void_held_by(*, user: User, actor: str, agents: QuerySet[Agent], reason: st
     return voided
 
 
+def _lock_sign_in(agent: Agent) -> None:
+    """Before a call of `agent` or its session's chain is written here (its row locked by
+    the caller, which changed it): lock the agent's client link, as a sign-out does
+    (agentauth.services.sign_out_agent) and a decision does before the call
+    (`signed_in_now`). A revocation denied the agent's queued calls (their sessions'
+    chains locked), then signed it out (the link): a decision holding the link and
+    waiting for such a chain waited for it both ways (deadlock detected, one of them a
+    500). One statement; no row for an agent no client signed in for."""
+    link = Agent._meta.get_field("oauth_client").related_model  # (an app above this one)
+    link._default_manager.select_for_update().filter(agent_id=agent.pk).exists()
+
+
 def _cancel_waiting(agent: Agent, actor: str, reason: str, why: str = "") -> None:
     """Cancel the agent's calls still waiting for a reviewer: Harness cannot tell which
     holder of the token sent each, so a call the leaver asked just before leaving would
     otherwise still be approved and run as the agent. The owner's agent resends them once
     the token is rotated (the model is told so)."""
+    _lock_sign_in(agent)
     waiting = ToolCall.objects.filter(
         session__agent=agent, status=Status.PENDING_APPROVAL
     ).values_list("pk", flat=True)
@@ -581,6 +594,7 @@ def _deny_queued(agent: Agent, why: str, guard: str = "") -> None:
     shown before this commits). The worker's own check (`token_refusal`) denies those it
     reads later; this denies, in the same commit, those it read before, which its claim
     (conditional on the call still being queued) then leaves alone."""
+    _lock_sign_in(agent)
     # Every queued call's row locked first, in one statement, before any denial takes its
     # session chain's lock: a worker's claim takes its call's row, then the chain's, so
     # locking the rows one by one between denials deadlocked with it (review). A row a
