@@ -178,6 +178,13 @@ def slack_escape(text: str) -> str:
     return text.replace("```", "`\u200b``")
 
 
+def slack_text(approval: ApprovalRequest) -> str:
+    """A Slack message's top-level text (what its notifications show): the summary,
+    escaped as the blocks are (Slack reads it as mrkdwn: an agent's name could otherwise
+    mention `<!channel>` or show a link of its choosing)."""
+    return slack_escape(summary(approval))
+
+
 def _code(text: str) -> str:
     text = slack_escape(text)
     if len(text) > SLACK_TEXT_LIMIT:
