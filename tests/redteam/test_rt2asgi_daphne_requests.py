@@ -60,7 +60,9 @@ def exchange(port: int, raw: bytes) -> bytes:
 
 def get_login(port: int, extra: bytes) -> bytes:
     raw = (
-        b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n" + extra + b"Connection: close\r\n\r\n"
+        b"GET /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        + extra
+        + b"Connection: close\r\n\r\n"
     )
     return exchange(port, raw)
 
