@@ -104,14 +104,21 @@ def what_it_does(approval: ApprovalRequest) -> str:
 def _what_it_does(approval: ApprovalRequest) -> str:
     p = approval.presentation or {}
     if p.get("kind") == "diff":
-        return f"Change to {p.get('path', '')}:\n{p.get('diff', '') or '(no change)'}"
+        # The path is the agent's argument, line breaks and all: on one line wherever it
+        # is named (its diff's header too), so it writes no line of its own (an email's
+        # "Approve:" line above the real one-tap links)
+        path = str(p.get("path", ""))
+        diff = str(p.get("diff", "") or "(no change)")
+        if path and one_line(path) != path:
+            diff = diff.replace(path, one_line(path))
+        return f"Change to {one_line(path)}:\n{diff}"
     if p.get("kind") == "command":
         effect = preview_summary(approval)
         # each word masked as itself: in the JSON text a script's line breaks are `\n`
         # escapes, and `\nDB_PASSWORD=...` read as one word kept the password (rt11)
         argv = mask_secrets(p.get("argv", []))
         return (effect + "\n" if effect else "") + (
-            f"Command: {json.dumps(argv, ensure_ascii=False)}\nin {p.get('cwd', '')}"
+            f"Command: {json.dumps(argv, ensure_ascii=False)}\nin {one_line(p.get('cwd', ''))}"
         )
     return f"Arguments: {shown_arguments(approval.call.raw_arguments)}"
 
@@ -176,6 +183,13 @@ def slack_escape(text: str) -> str:
     """Slack's three control characters, and a code fence an agent could close."""
     text = visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return text.replace("```", "`\u200b``")
+
+
+def slack_text(approval: ApprovalRequest) -> str:
+    """A Slack message's top-level text (what its notifications show): the summary,
+    escaped as the blocks are (Slack reads it as mrkdwn: an agent's name could otherwise
+    mention `<!channel>` or show a link of its choosing)."""
+    return slack_escape(summary(approval))
 
 
 def _code(text: str) -> str:

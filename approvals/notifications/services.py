@@ -393,7 +393,8 @@ def _send(delivery: Delivery) -> tuple[int | None, dict[str, str] | None]:
         people = recipients(channel, approval, tier) if asked else []
         theirs = links_of(approval, people)
         links_list = [{"reviewer": p.get_username(), **theirs[p.pk]} for p in people]
-        text = messages.summary(approval) if asked else messages.outcome_text(approval)
+        # (Slack reads the top-level text as mrkdwn too: what its notifications show)
+        text = messages.slack_text(approval) if asked else messages.outcome_text(approval)
         blocks = messages.slack_blocks(approval, links_list, decided=not asked)
         if "bot_token" in config:
             return 200, senders.send_slack_message(
