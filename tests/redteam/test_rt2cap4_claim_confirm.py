@@ -285,3 +285,44 @@ def test_a_hung_redis_at_the_confirm_fails_the_claim_closed_within_its_timeout(
     drain(broker, queue, call)
     assert status(call) == Status.COMPLETED
     assert starts(call) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_a_redis_out_of_memory_at_the_hold_runs_nothing_and_the_call_runs_once_later(
+    own_cap_lane: tuple[RedisServer, str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+) -> None:
+    """Redis at its maxmemory (noeviction) when the place is held: the hold's write is
+    refused, nothing is claimed, and once memory is back the call runs, once."""
+    server, queue = own_cap_lane
+    broker = redis_at(server.url)
+    fx = make_agent(mode="trusted")
+    session = agents.start_session(agent=fx.agent)
+    call = submit_one(session, "runcap_wait_for", {"path": "go"})
+    Path(session.workspace, "go").touch()
+    assert broker.rpop(queue) is not None
+    real = batches._hold
+    holds: list[batches.Hold] = []
+
+    def hold(turn: batches.Turn, seconds: float) -> batches.Hold:
+        broker.config_set("maxmemory", "1")
+        try:
+            holds.append(real(turn, seconds))
+        finally:
+            broker.config_set("maxmemory", "0")
+        return holds[-1]
+
+    monkeypatch.setattr(batches, "_hold", hold)
+    execution.execute_turn(str(call.pk))
+    assert holds == [batches.Hold.NOT_ASKED]
+    assert status(call) == Status.QUEUED
+    assert starts(call) == 0
+    assert live_places(broker, queue, fx.owner.pk) == 0  # (the take's, given back)
+    monkeypatch.setattr(batches, "_hold", real)
+    settings.HARNESS_REQUEUE_AFTER = 0
+    execution.reconcile()
+    drain(broker, queue, call)
+    assert status(call) == Status.COMPLETED
+    assert starts(call) == 1
