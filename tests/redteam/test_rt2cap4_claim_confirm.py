@@ -326,3 +326,35 @@ def test_a_redis_out_of_memory_at_the_hold_runs_nothing_and_the_call_runs_once_l
     drain(broker, queue, call)
     assert status(call) == Status.COMPLETED
     assert starts(call) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(120)
+def test_a_mark_of_another_type_is_counted_again_not_every_call_left_queued(
+    own_cap_lane: tuple[RedisServer, str],  # noqa: F811
+    settings: Any,
+) -> None:
+    """The running sets' mark written as another type than a string (by something else on
+    the same Redis): the hold, which reads its generation, once failed on it every time
+    (WRONGTYPE: NOT_ASKED), and every capped call stayed queued for good, re-sent by the
+    reconciler round after round. Now it is no mark: counted again, and replaced."""
+    server, queue = own_cap_lane
+    broker = redis_at(server.url)
+    fx = make_agent(mode="trusted")
+    session = agents.start_session(agent=fx.agent)
+    call = submit_one(session, "runcap_wait_for", {"path": "go"})
+    Path(session.workspace, "go").touch()
+    mark = batches._counted_key(queue)
+    broker.delete(mark)
+    broker.rpush(mark, "not a generation")
+    drain(broker, queue, call)
+    settings.HARNESS_REQUEUE_AFTER = 0
+    for _ in range(2):  # (before: the reconciler's rounds changed nothing)
+        if status(call) != Status.QUEUED:
+            break
+        execution.reconcile()
+        drain(broker, queue, call)
+    assert status(call) == Status.COMPLETED
+    assert starts(call) == 1
+    assert broker.type(mark) == b"string"
+    assert live_places(broker, queue, fx.owner.pk) == 0
