@@ -234,8 +234,8 @@ end
 # (`count_running`). A place held answers the mark's generation: the claim that follows
 # commits only if Redis still has it (`kept_since_hold`).
 _HOLD = """
-local generation = redis.call('GET', KEYS[2])
-if not generation then return -1 end
+local generation = redis.pcall('GET', KEYS[2])
+if type(generation) ~= 'string' then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
@@ -255,7 +255,9 @@ return generation
 # the cap was kept at it). Before the mark is set again no turn's place is taken, so
 # after a loss every set is empty, or holds only what a count racing this one wrote. A
 # mark a racing count set first is kept with its generation: the holds made since it was
-# set were made on places Redis still has.
+# set were made on places Redis still has. A mark of another type than a string (written
+# by something else) is no mark: the hold counts again (-1), and the count replaces it
+# (once every capped call was left queued for good: no hold could read it).
 _COUNTED = """
 local kept = {}
 for i = 1, #KEYS - 1 do
@@ -271,7 +273,9 @@ for i = 1, #KEYS - 1 do
     redis.call('EXPIRE', key, ARGV[1])
   end
 end
-redis.call('SET', KEYS[#KEYS], ARGV[2], 'NX')
+local mark = KEYS[#KEYS]
+if redis.call('TYPE', mark).ok ~= 'string' then redis.call('DEL', mark) end
+redis.call('SET', mark, ARGV[2], 'NX')
 """
 # The running sets' mark (KEYS[1]): its generation, read by a claim (`kept_since_hold`). A
 # script rather than a GET: redis-py's own command costs the claim more of its Python.
