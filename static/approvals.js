@@ -62,7 +62,20 @@
     liveState.className = "live-state " + cls;
   }
   live.addEventListener("htmx:wsOpen", function () { setState("live", "on"); });
-  live.addEventListener("htmx:wsClose", function () { setState("reconnecting…", "off"); });
+  live.addEventListener("htmx:wsClose", function (ev) {
+    setState("reconnecting…", "off");
+    reopenIfAccessChanged(ev);
+  });
+
+  // 4403: the server closed the socket because this person's access changed (a role, a
+  // team, their password changed on another page): open it again, checked anew (refused,
+  // and retried as any refused socket, if they may no longer see the queue). htmx's
+  // extension reopens only after 1006, 1011, 1012 and 1013.
+  function reopenIfAccessChanged(ev) {
+    var closed = ev.detail && ev.detail.event;
+    var socket = ev.detail && ev.detail.socketWrapper;
+    if (closed && closed.code === 4403 && socket) setTimeout(socket.reconnect, 1000);
+  }
 
   // --- Opt-in notification when a new ask arrives while the tab is hidden. ---
   var button = document.getElementById("enable-notifications");

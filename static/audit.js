@@ -54,7 +54,14 @@
       state.className = "live-state " + cls;
     }
     document.body.addEventListener("htmx:wsOpen", function () { setState("live", "on"); });
-    document.body.addEventListener("htmx:wsClose", function () { setState("reconnecting…", "off"); });
+    document.body.addEventListener("htmx:wsClose", function (ev) {
+      setState("reconnecting…", "off");
+      // 4403: closed because this person's access changed (a role, a team, their
+      // password): open it again, checked anew (htmx reopens only after 1006/1011-1013).
+      var closed = ev.detail && ev.detail.event;
+      var socket = ev.detail && ev.detail.socketWrapper;
+      if (closed && closed.code === 4403 && socket) setTimeout(socket.reconnect, 1000);
+    });
 
     var open = [];
     document.body.addEventListener("htmx:beforeSwap", function (ev) {

@@ -200,3 +200,30 @@ def test_a_large_ask_is_folded_and_show_all_unfolds_it_in_place(
     unfolded.get_by_role("button", name="Approve", exact=True).click()
     assert agent.result()["is_error"] is False
     assert not [e for e in reviewer.console_errors if "Content Security Policy" in e]
+
+
+def test_a_queue_closed_for_a_change_of_access_opens_again_and_stays_live(
+    open_reviewers: list[Any], live_stack: LiveStack, live_agent: AgentFixture
+) -> None:
+    """The server closes a person's sockets (4403) when their access changes: a role or a
+    team given or taken, their password changed on another page (audit.consumers). The
+    page opens its socket again, checked anew; htmx's extension reopens only after 1006,
+    1011-1013, so the queue stayed "reconnecting…" and showed no new ask until reloaded."""
+    from django.contrib.auth.models import User
+
+    from audit.roles import close_sockets, user_group
+
+    reviewer = open_reviewers[0]()
+    user = User.objects.get(username=reviewer.username)
+    # (from a thread of its own: Playwright runs an event loop in this one)
+    closing = threading.Thread(target=close_sockets, args=(user_group(user.pk),))
+    closing.start()
+    closing.join(10)
+    reviewer.page.wait_for_selector("#live-state.off", timeout=10000)
+    reviewer.page.wait_for_selector("#live-state.on", timeout=15000)
+    agent = WaitingAgent(live_stack, live_agent, "after-close.txt", "still live\n")
+    item = reviewer.item("after-close.txt")
+    item.wait_for(timeout=10000)  # pushed on the socket opened again, no reload
+    item.focus()
+    reviewer.page.keyboard.press("a")
+    assert agent.result()["is_error"] is False
