@@ -25,11 +25,14 @@ from django.conf import settings  # noqa: E402
 
 from harness_site.embedded_redis import start_if_embedded  # noqa: E402
 from harness_site.request_threads import RequestThreads  # noqa: E402
+from harness_site.slow_clients import body_bound  # noqa: E402
 from harness_site.slow_clients import install as bound_slow_clients  # noqa: E402
 
 start_if_embedded()
 bound_slow_clients(
-    settings.HARNESS_REQUEST_RECEIVE_TIMEOUT, settings.HARNESS_MAX_CONNECTIONS_PER_ADDRESS
+    settings.HARNESS_REQUEST_RECEIVE_TIMEOUT,
+    settings.HARNESS_MAX_CONNECTIONS_PER_ADDRESS,
+    body_bound(settings.HARNESS_MAX_BODY_BYTES),
 )
 
 from asgiref.sync import ThreadSensitiveContext  # noqa: E402

@@ -46,11 +46,35 @@ RESPONSE_408 = (
 )
 
 
+_BODY_413 = b"The request's body is far larger than Harness takes (HARNESS_MAX_BODY_BYTES).\n"
+RESPONSE_413 = (
+    b"HTTP/1.1 413 Content Too Large\r\n"
+    b"Content-Type: text/plain; charset=utf-8\r\n"
+    b"Connection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(_BODY_413), _BODY_413)
+)
+
+
+def body_bound(max_body_bytes: int) -> int:
+    """The most body bytes daphne takes in for one request: twice what the application
+    reads (HARNESS_MAX_BODY_BYTES) and 64 KiB for chunked framing, so that a body just
+    over that is the application's to refuse (its own message), and a larger one is
+    refused as it arrives. Twisted kept the whole of any body (in a temporary file past
+    100 KB) before the application saw any of it: anyone, signed in or not, could fill
+    the disk at the receive timeout's pace on each of their connections."""
+    return 2 * max_body_bytes + 65536 if max_body_bytes > 0 else 0
+
+
 class BoundedHTTPChannel(http.HTTPChannel):
-    """Twisted's HTTP/1.1 channel with a clock on receiving each request, whose requests
-    leave their bodies to the application (`requestFactory`: no form parsing)."""
+    """Twisted's HTTP/1.1 channel with a clock on receiving each request and a bound on
+    its body (`max_body`: a larger Content-Length, or more bytes of a chunked body, is
+    answered 413 and the connection closed), whose requests leave their bodies to the
+    application (`requestFactory`: no form parsing)."""
 
     receive_timeout: float = 30.0
+    max_body: int = 0  # (0: no bound but the application's own)
+    _body_bytes = 0  # of the request being received, framing included
+    _refused = False  # answered 413: nothing more is read
     _receive_clock: Any = None
     _receiving = False  # a byte of the next request has arrived
     _request_factory: Any = http.Request
@@ -69,9 +93,35 @@ class BoundedHTTPChannel(http.HTTPChannel):
         self._start_clock()
 
     def dataReceived(self, data: bytes) -> None:
+        if self._refused:
+            return
         if not self._handlingRequest and data:
             self._receiving = True
         super().dataReceived(data)
+
+    def allHeadersReceived(self) -> None:
+        self._body_bytes = 0
+        if self.max_body and self.length is not None and self.length > self.max_body:
+            self._too_large()
+            return
+        super().allHeadersReceived()
+
+    def rawDataReceived(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if not self._handlingRequest:  # (a body's bytes: counted as they arrive)
+            self._body_bytes += len(data)
+            if self.max_body and self._body_bytes > self.max_body:
+                self._too_large()
+                return
+        super().rawDataReceived(data)
+
+    def _too_large(self) -> None:
+        self._refused = True
+        self._stop_clock()
+        if self.transport is not None:
+            self.transport.write(RESPONSE_413)  # type: ignore[call-arg, misc]  # (a zope interface)
+        self.loseConnection()
 
     def allContentReceived(self) -> None:
         self._stop_clock()
@@ -212,10 +262,12 @@ def _bounded_protocol(factory: Any) -> Any:
     return CountedProtocol(BoundedHTTPChannel())
 
 
-def install(receive_timeout: float, max_per_address: int = 0) -> None:
-    """Bound every request daphne receives from now on (0: no bound but Twisted's own), and
-    the connections open at once per peer address (0: not counted)."""
+def install(receive_timeout: float, max_per_address: int = 0, max_body: int = 0) -> None:
+    """Bound every request daphne receives from now on (0: no bound but Twisted's own), its
+    body's bytes (`body_bound`; 0: no bound), and the connections open at once per peer
+    address (0: not counted)."""
     BoundedHTTPChannel.receive_timeout = receive_timeout
+    BoundedHTTPChannel.max_body = max_body
     CountedProtocol.max_per_address = max_per_address
     http_protocol.HTTPFactory.protocol = _bounded_protocol
     ws_protocol.WebSocketFactory.protocol = CountedWebSocketProtocol

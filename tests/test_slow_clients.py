@@ -150,3 +150,51 @@ def test_a_post_body_reaches_the_application_unparsed_by_twisted(bounded_daphne:
         assert response.status == 403 and b"CSRF" in answer, (response.status, answer[:300])
     finally:
         connection.close()
+
+
+def test_a_body_far_over_the_bound_is_refused_as_it_arrives(bounded_daphne: int) -> None:
+    """Twisted kept a whole body (in a temporary file past 100 KB) before the application
+    could refuse it: anyone could fill the disk. A Content-Length over twice
+    HARNESS_MAX_BODY_BYTES (and 64 KiB) is answered 413 at once; a chunked body is when
+    its bytes pass that; a body just over HARNESS_MAX_BODY_BYTES is still the
+    application's to refuse (its own message)."""
+    from django.conf import settings
+
+    from harness_site.slow_clients import body_bound
+
+    bound = body_bound(settings.HARNESS_MAX_BODY_BYTES)
+    head = (
+        b"POST /api/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Authorization: Bearer hk_nope\r\nContent-Type: application/json\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", bounded_daphne), timeout=10) as sock:
+        sock.sendall(head + b"Content-Length: %d\r\n\r\n" % (bound + 1) + b"x" * 1000)
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    with socket.create_connection(("127.0.0.1", bounded_daphne), timeout=10) as sock:
+        sock.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"x" * 65536
+        answer = b""
+        try:
+            for _ in range(bound // len(chunk) + 4):
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except OSError:  # (closed by the server once it answered)
+            pass
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    connection = http.client.HTTPConnection("127.0.0.1", bounded_daphne, timeout=10)
+    try:
+        body = b'{"title": "' + b"x" * settings.HARNESS_MAX_BODY_BYTES + b'"}'
+        connection.request(
+            "POST",
+            "/api/v1/sessions",
+            body=body,
+            headers={"Authorization": "Bearer hk_nope", "Content-Type": "application/json"},
+        )
+        response = connection.getresponse()
+        response.read()
+        assert response.status in (401, 413) and response.getheader("Content-Type", "").startswith(
+            "application/json"
+        ), response.status
+    finally:
+        connection.close()
