@@ -399,11 +399,18 @@ def hook_refusal(
     secret scanner. And any write in a workspace whose git metadata the sandbox cannot
     keep so (where no unapproved command runs): what it cannot keep is what a write could
     plant (the `shared.gitconfig` a `[include]` of `.git/config` names, a hook link's
-    missing target); a delete plants nothing, so only its known hooks refuse it."""
+    missing target); and any delete there: the hooks it cannot tell are what a delete
+    removes (`core.hooksPath = .husky` in a repository with a linked worktree: an allowed
+    delete_file of `.husky/pre-commit` removed the person's gate, and their next commit
+    passed without it)."""
     hooks = hook_paths(workspace)
     if isinstance(hooks, str):
         if deleting:
-            return None
+            return (
+                f"'{relative}' was not deleted: the workspace's git hooks cannot be told "
+                f"apart from its other files. {hooks.strip()} A call a reviewer approves "
+                "may delete it."
+            )
         return (
             f"'{relative}' was not written: the workspace's git metadata cannot be kept "
             f"from making a person's git run what a write plants. {hooks.strip()} A call a "
