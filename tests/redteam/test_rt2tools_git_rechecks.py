@@ -14,7 +14,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from dispatcher.tools import delete_file
+from dispatcher.tools import delete_file, write_file
 from dispatcher.tools.base import ExecutionContext, ToolError
 
 PERSON = "#!/bin/sh\necho person-gate\nexit 1\n"  # the person's gate: no commit passes
@@ -80,3 +80,25 @@ def test_an_approved_delete_is_asked_again_once_its_hooks_cannot_be_told(tmp_pat
     again = delete_file.present_delete(arguments, workspace)
     assert "was not deleted" in again["git_metadata"], again
     assert delete_file.changed_since(arguments, workspace, again) is None
+
+
+def test_a_path_that_became_a_hook_through_a_linked_parent_is_asked_again(
+    tmp_path: Path,
+) -> None:
+    """(Passed before.) `lib -> .husky`, made after the ask by a command (the agent's own,
+    allowed: the workspace is its to write): the approved write or delete of
+    `lib/pre-commit` is the hook's, judged as resolved."""
+    workspace, hook = _repository(tmp_path)
+    _git(workspace, "config", "core.hooksPath", ".husky")
+    arguments = {"path": "lib/pre-commit", "content": "exit 0\n"}
+    (workspace / "lib").mkdir()
+    shown_write = write_file.present_write(arguments, workspace)
+    shown_delete = delete_file.present_delete({"path": "lib/pre-commit"}, workspace)
+    assert "git_metadata" not in shown_write and "git_metadata" not in shown_delete
+    (workspace / "lib").rmdir()
+    (workspace / "lib").symlink_to(".husky")
+    why = write_file.TOOL.changed_since(arguments, workspace, shown_write)
+    assert why is not None and "is now git metadata" in why, why
+    why = delete_file.changed_since({"path": "lib/pre-commit"}, workspace, shown_delete)
+    assert why is not None and "is now git metadata" in why, why
+    assert hook.read_text() == PERSON
