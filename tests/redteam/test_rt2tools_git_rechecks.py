@@ -97,7 +97,7 @@ def test_a_path_that_became_a_hook_through_a_linked_parent_is_asked_again(
     assert "git_metadata" not in shown_write and "git_metadata" not in shown_delete
     (workspace / "lib").rmdir()
     (workspace / "lib").symlink_to(".husky")
-    why = write_file.TOOL.changed_since(arguments, workspace, shown_write)
+    why = write_file.changed_since(arguments, workspace, shown_write)
     assert why is not None and "is now git metadata" in why, why
     why = delete_file.changed_since({"path": "lib/pre-commit"}, workspace, shown_delete)
     assert why is not None and "is now git metadata" in why, why
