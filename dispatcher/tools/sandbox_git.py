@@ -831,9 +831,17 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
         pairs = _configuration(_read(entry.fd), entry.target, result)
         read.append((entry, _with_includes(workspace, pairs, entry.target.parent, result)))
     hooks: list[Entry] = []
+    system = _system_hooks_path(result)
     for entry, pairs in read:
         git_dir = entry.target.parent
         settings = [pair for own, found in read if own.target.parent == git_dir for pair in found]
+        if (
+            system is not None
+            and entry.target.name == "config"
+            and not any(key == "core.hookspath" for key, _ in settings)
+        ):
+            # (the repository's own core.hooksPath, set, is the one git takes)
+            pairs = [*pairs, ("core.hookspath", system)]
         for key, value in pairs:
             why = _config_refusal(workspace, git_dir, key, value)
             if key == "core.hookspath":
@@ -1117,6 +1125,28 @@ def _outside_configuration_files(git_dir: Path) -> list[Path]:
         shared = os.path.join(git_dir, common.decode("utf-8", "replace").strip())
         files.append(Path(os.path.normpath(shared)) / "config")
     return files
+
+
+# The host's system-wide git configuration, which a person's git reads in every
+# repository (and the sandbox shows its programs: ETC_ENTRIES).
+SYSTEM_CONFIG = Path("/etc/gitconfig")
+
+
+def _system_hooks_path(result: Guard) -> str | None:
+    """The `core.hooksPath` of the host's system configuration (SYSTEM_CONFIG), or None:
+    relative, it names a hooks directory in every repository's work tree (git takes a
+    relative one from there), one no repository's configuration shows. Judged as
+    the repository's own would be (`_bind_hooks_path`): `/etc/gitconfig` setting
+    `core.hooksPath = .githooks` made `.githooks/pre-commit` the hook of every repository
+    of the host, which an allowed write_file (or command) planted and the person's next
+    commit ran."""
+    data = _read_path(SYSTEM_CONFIG)
+    if data is None:
+        return None
+    values = [v for k, v in _configuration(data, SYSTEM_CONFIG, result) if k == "core.hookspath"]
+    if not values or values[-1].startswith("~"):
+        return None  # (none, or one in the home of whoever runs git: not the workspace's)
+    return values[-1]
 
 
 def _read_path(path: Path) -> bytes | None:
