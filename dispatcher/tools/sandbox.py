@@ -1138,8 +1138,76 @@ def _held_entry_problem(fd: int, walked: Path) -> str | None:
         for own in (*OWN_MOUNTS, *(Path(p) for p in HOST_ONLY_DIRS)):
             if _inside(own, resolved):
                 return f"holds {own}, which the sandbox has of its own or not at all"
+    mounted = _host_only_mount_in(now)
+    if mounted is not None:
+        return mounted
     if _programs_may_write(fd):
         return f"leads to {walked}, which sandboxed programs may write"
+    return None
+
+
+# Filesystems of the kernel's own (what /proc, /sys and /dev hold): never shown, wherever
+# they are mounted.
+KERNEL_FILESYSTEMS = frozenset(
+    (
+        "proc",
+        "sysfs",
+        "devtmpfs",
+        "devpts",
+        "mqueue",
+        "cgroup",
+        "cgroup2",
+        "securityfs",
+        "debugfs",
+        "tracefs",
+        "bpf",
+        "configfs",
+        "fusectl",
+        "pstore",
+        "efivarfs",
+        "binfmt_misc",
+        "selinuxfs",
+        "nsfs",
+        "rpc_pipefs",
+    )
+)
+
+
+def _host_only_mount_in(entry: Path) -> str | None:
+    """Why the entry `entry` (as the kernel names it) may not be bound for what is
+    mounted beneath it, or None: bwrap binds an entry with every mount in it, and a
+    directory holding a mount of the kernel's own filesystems (a build chroot's `proc`,
+    mounted there by schroot) or of the host's /proc, /sys, /dev or /run (a bind of
+    /run's sockets) showed the host's through it: every host process's command line,
+    other agents' commands among them. Judged from /proc/self/mountinfo; one that cannot
+    be read counts as such a mount."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text(errors="replace").splitlines()
+    except OSError:
+        return "holds mounts that cannot be read (/proc/self/mountinfo)"
+    mounts: list[tuple[Path, str, str]] = []  # (mount point, device, filesystem)
+    for line in lines:
+        fields, _, tail = line.partition(" - ")
+        words = fields.split()
+        if len(words) < 5 or not tail:
+            return "holds mounts that cannot be read (/proc/self/mountinfo)"
+        point = Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), words[4]))
+        mounts.append((point, words[2], tail.split()[0]))
+    # (a tmpfs is told by its device, its own: a disk's is shared by every bind of it,
+    # and a file of it bound in /dev, Kubernetes' /dev/termination-log, says nothing)
+    host_only = {
+        device
+        for point, device, filesystem in mounts
+        if filesystem == "tmpfs"
+        and any(_inside(point, Path(directory)) for directory in HOST_ONLY_DIRS)
+    }
+    for point, device, filesystem in mounts:
+        if point == entry or not _inside(point, entry):
+            continue
+        if filesystem in KERNEL_FILESYSTEMS:
+            return f"holds {point}, a mount of the host's {filesystem}"
+        if device in host_only:
+            return f"holds {point}, a mount of the host's kernel or socket directories"
     return None
 
 

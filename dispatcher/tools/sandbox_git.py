@@ -399,11 +399,18 @@ def hook_refusal(
     secret scanner. And any write in a workspace whose git metadata the sandbox cannot
     keep so (where no unapproved command runs): what it cannot keep is what a write could
     plant (the `shared.gitconfig` a `[include]` of `.git/config` names, a hook link's
-    missing target); a delete plants nothing, so only its known hooks refuse it."""
+    missing target); and any delete there: the hooks it cannot tell are what a delete
+    removes (`core.hooksPath = .husky` in a repository with a linked worktree: an allowed
+    delete_file of `.husky/pre-commit` removed the person's gate, and their next commit
+    passed without it)."""
     hooks = hook_paths(workspace)
     if isinstance(hooks, str):
         if deleting:
-            return None
+            return (
+                f"'{relative}' was not deleted: the workspace's git hooks cannot be told "
+                f"apart from its other files. {hooks.strip()} A call a reviewer approves "
+                "may delete it."
+            )
         return (
             f"'{relative}' was not written: the workspace's git metadata cannot be kept "
             f"from making a person's git run what a write plants. {hooks.strip()} A call a "
@@ -824,9 +831,17 @@ def _refuse_pointers_inside(workspace: Path, result: Guard) -> None:
         pairs = _configuration(_read(entry.fd), entry.target, result)
         read.append((entry, _with_includes(workspace, pairs, entry.target.parent, result)))
     hooks: list[Entry] = []
+    system = _system_hooks_path(result)
     for entry, pairs in read:
         git_dir = entry.target.parent
         settings = [pair for own, found in read if own.target.parent == git_dir for pair in found]
+        if (
+            system is not None
+            and entry.target.name == "config"
+            and not any(key == "core.hookspath" for key, _ in settings)
+        ):
+            # (the repository's own core.hooksPath, set, is the one git takes)
+            pairs = [*pairs, ("core.hookspath", system)]
         for key, value in pairs:
             why = _config_refusal(workspace, git_dir, key, value)
             if key == "core.hookspath":
@@ -1110,6 +1125,28 @@ def _outside_configuration_files(git_dir: Path) -> list[Path]:
         shared = os.path.join(git_dir, common.decode("utf-8", "replace").strip())
         files.append(Path(os.path.normpath(shared)) / "config")
     return files
+
+
+# The host's system-wide git configuration, which a person's git reads in every
+# repository (and the sandbox shows its programs: ETC_ENTRIES).
+SYSTEM_CONFIG = Path("/etc/gitconfig")
+
+
+def _system_hooks_path(result: Guard) -> str | None:
+    """The `core.hooksPath` of the host's system configuration (SYSTEM_CONFIG), or None:
+    relative, it names a hooks directory in every repository's work tree (git takes a
+    relative one from there), one no repository's configuration shows. Judged as
+    the repository's own would be (`_bind_hooks_path`): `/etc/gitconfig` setting
+    `core.hooksPath = .githooks` made `.githooks/pre-commit` the hook of every repository
+    of the host, which an allowed write_file (or command) planted and the person's next
+    commit ran."""
+    data = _read_path(SYSTEM_CONFIG)
+    if data is None:
+        return None
+    values = [v for k, v in _configuration(data, SYSTEM_CONFIG, result) if k == "core.hookspath"]
+    if not values or values[-1].startswith("~"):
+        return None  # (none, or one in the home of whoever runs git: not the workspace's)
+    return values[-1]
 
 
 def _read_path(path: Path) -> bytes | None:
