@@ -924,10 +924,12 @@ def _replace(
         # another file), a call of a tool other than the one shown (an upstream tool's
         # definition accepted, or its server registered again, meanwhile), and a command
         # that would start in a directory other than the one the editor was shown
-        # (run_command's `cwd`).
+        # (run_command's `cwd`), and a file that is git metadata (a hook) now and was not
+        # shown as such (`git_metadata`: a link made meanwhile turned its path into one).
         if (
             not replacement_approval.effect_digest
             and _same_file_shown(approval, replacement_approval)
+            and _same_git_warning(approval, replacement_approval)
             and _same_binding(call, new)
             and _same_cwd_shown(approval, replacement_approval)
             and _vote_refusal(replacement_approval, user, False) is None
@@ -959,6 +961,15 @@ def _same_cwd_shown(approval: ApprovalRequest, replacement: ApprovalRequest) -> 
     if "cwd_identity" not in now:
         return True
     return (shown.get("cwd"), shown.get("cwd_identity")) == (now.get("cwd"), now["cwd_identity"])
+
+
+def _same_git_warning(approval: ApprovalRequest, replacement: ApprovalRequest) -> bool:
+    """Whether the editor was shown what the replacement's page shows of git metadata
+    (write_file's and delete_file's `git_metadata`: the path is a hook or the git
+    directory's): approving an edit the worker then runs as approved "knowing it"
+    (`changed_since`) needs the warning to have been on the page the editor read."""
+    shown = (approval.presentation or {}).get("git_metadata")
+    return bool(shown == (replacement.presentation or {}).get("git_metadata"))
 
 
 def _same_file_shown(approval: ApprovalRequest, replacement: ApprovalRequest) -> bool:

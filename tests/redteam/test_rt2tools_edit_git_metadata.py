@@ -7,7 +7,8 @@ presentation, made at the edit, says of git metadata (write_file.changed_since c
 with that). Between the ask and the edit the agent's own allowed command turned the
 path's directory into a link to the hooks directory (`ln -s .husky lib`): the editor,
 shown `lib/pre-push` as an ordinary new file, approved by their edit a write of husky's
-`.husky/pre-push`, never shown that it is a hook."""
+`.husky/pre-push`, never shown that it is a hook. Now the edit asks again, showing it
+(approvals.services._same_git_warning)."""
 
 from __future__ import annotations
 
@@ -28,14 +29,6 @@ pytestmark = pytest.mark.django_db
 __all__ = ["agent_in_sandbox"]  # the fixture, used by name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "rt2tools: approvals.services.edit approves an edited write_file without comparing "
-        "the git_metadata its editor was shown (the fix lies outside dispatcher/tools)"
-    ),
-)
 def test_an_edit_does_not_approve_a_path_that_became_a_hook_unseen(
     agent_in_sandbox: AgentFixture, reviewer: Any
 ) -> None:
