@@ -44,7 +44,9 @@ def _run(command: list[str], data: bytes) -> str:
 
 
 def _plain_marker(token: str) -> str:
-    return MARKER.findall(mask_text(token))[0]
+    found = MARKER.search(mask_text(token))
+    assert found is not None
+    return found.group()
 
 
 # --- xxd -e of UTF-16 text ----------------------------------------------------------------
