@@ -864,9 +864,10 @@ _DUMP_LINES: dict[str, re.Pattern[str]] = {
         rf"^[-+]?+(?:{_TAB}{{0,16}}+{_HEX}{{6,16}}+|{_TAB}{{0,16}})(?P<oct>(?: [0-3][0-7]{{2}})++) *+\$?+\r?$",
         re.MULTILINE,
     ),
-    # xxd -b: one byte per field as 8 binary digits, then the ASCII column.
+    # xxd -b: one byte per field as 8 binary digits (with -g, several bytes a group, no
+    # space between them), then the ASCII column.
     "bits": re.compile(
-        rf"^[-+]?+{_TAB}{{0,16}}+{_HEX}{{6,16}}+: (?P<bits>[01]{{8}}(?: [01]{{8}})*+)(?P<rest>  [^\r\n]*+)\r?$",
+        rf"^[-+]?+{_TAB}{{0,16}}+{_HEX}{{6,16}}+: (?P<bits>[01]{{8}}(?: ?+[01]{{8}})*+)(?P<rest>  [^\r\n]*+)\r?$",
         re.MULTILINE,
     ),
     # od -c, hexdump -c: one character (or its escape, or its octal code) per 4 columns;
@@ -893,6 +894,8 @@ _DUMP_NEEDS += ("6800", "68 00", "0068", "h  \\0", "68\\", "h\\n", "h\\r", "h\\\
 _DUMP_NEEDS += ("68$", "h$")
 # od -b (`150 162`: "hr" in octal), xxd -b (`01101000 `), od -a of UTF-16 text (`h nul`).
 _DUMP_NEEDS += ("150 ", "150\n", "150\r", "150$", "150\\", "01101000 ", "h nul")
+# xxd -b -g2 and wider groups: `h` then `r` (or UTF-16's NUL) in one group, no space.
+_DUMP_NEEDS += ("0110100001110010", "0110100000000000", "0000000001101000")
 # Where a dump of a token may start, past the needs above: its `h` at a line's end only
 # when the next line (a dump's: an offset, spaces or `0x` before it) starts with its `r`.
 _LINE_BREAK_TO_R = (
@@ -912,7 +915,8 @@ _DUMP_STARTS = [
         r"6f72",
         r"6e72",
         r"00(?:68|0 150|000000 01101000)",
-        r"01101000 (?:01110010|00000000| )",
+        r"01101000 ?+(?:01110010|00000000| )",
+        r"0000000001101000",
     )
 ]
 
@@ -931,13 +935,12 @@ def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[i
                 nul = field in ("\\0", "nul")
                 shown.append((" " if not field else "\x00" if nul else "\x01", []))
         return shown
-    if kind in _FIELDS:  # (od -b, xxd -b: fields of one width, one space apart)
+    if kind in _FIELDS:  # (od -b, xxd -b: fields of one width; xxd -b -g: groups of them)
         group, width, base = _FIELDS[kind]
-        start = match.start(group) + (1 if kind == "octal" else 0)
-        fields = match.group(group).split()
+        start = match.start(group)
         shown = [
-            (chr(int(field, base)), [(start + i * (width + 1), start + i * (width + 1) + width)])
-            for i, field in enumerate(fields)
+            (chr(int(field.group(), base)), [(start + field.start(), start + field.end())])
+            for field in _FIELD[kind].finditer(match.group(group))
         ]
         if kind == "bits":  # (its ASCII column: the line's last characters, one a byte)
             end = match.end("rest")
@@ -991,6 +994,7 @@ _NOT_HEX = re.compile(r"0[xX]|[^0-9a-fA-F]")
 _NOT_ONE_CHARACTER = re.compile(r"  \\.| [0-7]{3}|  [a-z]{2}| [a-z]{2}[a-z0-9]")
 # od -b's and xxd -b's fields: the group holding them, their width and base.
 _FIELDS = {"octal": ("oct", 3, 8), "bits": ("bits", 8, 2)}
+_FIELD = {"octal": re.compile("[0-7]{3}"), "bits": re.compile("[01]{8}")}
 _FIELD_BYTES = {
     "octal": {f"{code:03o}": code for code in range(256)},
     "bits": {f"{code:08b}": code for code in range(256)},
@@ -1022,7 +1026,7 @@ def _dump_shown(kind: str, reading: str, run: str) -> str:
         fields = fields.replace("  \\0", "   \x00").replace(" nul", "   \x00")  # (NUL: UTF-16)
         return _NOT_ONE_CHARACTER.sub("   \x01", fields)[3::4]
     if kind in _FIELDS:
-        codes = line.sub(f"\\g<{_FIELDS[kind][0]}>", run).split()
+        codes = _FIELD[kind].findall(line.sub(f"\\g<{_FIELDS[kind][0]}>", run))
         return bytes(map(_FIELD_BYTES[kind].__getitem__, codes)).decode("latin-1")
     hexes = line.sub(r"\g<hex> \g<pad>" if reading == "xxd-e" else r"\g<hex>", run)
     if reading == "xxd-e":

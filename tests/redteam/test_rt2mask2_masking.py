@@ -10,6 +10,8 @@ mask2 left in clear, and its base64 form missed the base64 that `base64` itself 
   `base64 -w N`, as text, JSON text, CRLF, indented): only unbroken runs of 63
   characters were read, and the prefix's text (`aHJvX`) was split by the line break as
   often as not.
+- `xxd -b -g2` (and wider groups): the bytes of a group are written with no space
+  between them, read as no dump line.
 
 Each is masked only when the whole token is there, as before: ordinary base64 and dumps
 stay as they are.
@@ -80,6 +82,40 @@ def test_a_utf16_token_in_an_xxd_e_dump_is_masked(encoding: str, options: list[s
         for k in range(len(secret) - 8):
             assert secret[k : k + 8] not in read, (token, masked)
             assert secret[k : k + 8] not in column, (token, masked)
+
+
+# --- xxd -b with groups ------------------------------------------------------------------
+
+BINARY_GROUPED = [["xxd", "-b", "-g2"], ["xxd", "-b", "-g3"], ["xxd", "-b", "-g4", "-c8"]]
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16-le", "utf-16-be"])
+@pytest.mark.parametrize("command", BINARY_GROUPED, ids=" ".join)
+def test_a_token_in_a_grouped_binary_dump_is_masked(command: list[str], encoding: str) -> None:
+    for i in range(12):
+        token = _token(PREFIXES[i % 3])
+        data = ("x" * (i % 6) + "TOKEN=" + token + "\n").encode(encoding)
+        masked = mask_text(_run(command, data))
+        assert _plain_marker(token) in masked, (token, masked)
+        bits = re.sub("[^01]", "", masked)
+        secret = _secret(token).encode(encoding)
+        for k in range(0, len(secret) - 8, 2):
+            assert "".join(f"{b:08b}" for b in secret[k : k + 8]) not in bits, (token, masked)
+        column = re.sub(r"[.\s]", "", "".join(line[-12:] for line in masked.splitlines()))
+        for k in range(len(_secret(token)) - 8):
+            assert _secret(token)[k : k + 8] not in column, (token, masked)
+
+
+@pytest.mark.backend_independent
+def test_ordinary_grouped_binary_dumps_are_kept() -> None:
+    inputs = [os.urandom(n) for n in (64, 1000)]
+    inputs += [_png(16, 16, os.urandom(3)), *ORDINARY]
+    inputs += [text.decode("latin-1").encode("utf-16-le") for text in ORDINARY]
+    texts = [_run(command, data) for data in inputs for command in BINARY_GROUPED]
+    changed = [text for text in texts if mask_text(text) != text]
+    assert len(texts) == len(inputs) * 3
+    assert changed == [], (len(changed), changed[:2])
 
 
 # --- base64 wrapped in lines ----------------------------------------------------------------
