@@ -864,9 +864,10 @@ _DUMP_LINES: dict[str, re.Pattern[str]] = {
         rf"^[-+]?+(?:{_TAB}{{0,16}}+{_HEX}{{6,16}}+|{_TAB}{{0,16}})(?P<oct>(?: [0-3][0-7]{{2}})++) *+\$?+\r?$",
         re.MULTILINE,
     ),
-    # xxd -b: one byte per field as 8 binary digits, then the ASCII column.
+    # xxd -b: one byte per field as 8 binary digits (with -g, several bytes a group, no
+    # space between them), then the ASCII column.
     "bits": re.compile(
-        rf"^[-+]?+{_TAB}{{0,16}}+{_HEX}{{6,16}}+: (?P<bits>[01]{{8}}(?: [01]{{8}})*+)(?P<rest>  [^\r\n]*+)\r?$",
+        rf"^[-+]?+{_TAB}{{0,16}}+{_HEX}{{6,16}}+: (?P<bits>[01]{{8}}(?: ?+[01]{{8}})*+)(?P<rest>  [^\r\n]*+)\r?$",
         re.MULTILINE,
     ),
     # od -c, hexdump -c: one character (or its escape, or its octal code) per 4 columns;
@@ -893,6 +894,8 @@ _DUMP_NEEDS += ("6800", "68 00", "0068", "h  \\0", "68\\", "h\\n", "h\\r", "h\\\
 _DUMP_NEEDS += ("68$", "h$")
 # od -b (`150 162`: "hr" in octal), xxd -b (`01101000 `), od -a of UTF-16 text (`h nul`).
 _DUMP_NEEDS += ("150 ", "150\n", "150\r", "150$", "150\\", "01101000 ", "h nul")
+# xxd -b -g2 and wider groups: `h` then `r` (or UTF-16's NUL) in one group, no space.
+_DUMP_NEEDS += ("0110100001110010", "0110100000000000", "0000000001101000")
 # Where a dump of a token may start, past the needs above: its `h` at a line's end only
 # when the next line (a dump's: an offset, spaces or `0x` before it) starts with its `r`.
 _LINE_BREAK_TO_R = (
@@ -912,7 +915,8 @@ _DUMP_STARTS = [
         r"6f72",
         r"6e72",
         r"00(?:68|0 150|000000 01101000)",
-        r"01101000 (?:01110010|00000000| )",
+        r"01101000 ?+(?:01110010|00000000| )",
+        r"0000000001101000",
     )
 ]
 
@@ -931,13 +935,12 @@ def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[i
                 nul = field in ("\\0", "nul")
                 shown.append((" " if not field else "\x00" if nul else "\x01", []))
         return shown
-    if kind in _FIELDS:  # (od -b, xxd -b: fields of one width, one space apart)
+    if kind in _FIELDS:  # (od -b, xxd -b: fields of one width; xxd -b -g: groups of them)
         group, width, base = _FIELDS[kind]
-        start = match.start(group) + (1 if kind == "octal" else 0)
-        fields = match.group(group).split()
+        start = match.start(group)
         shown = [
-            (chr(int(field, base)), [(start + i * (width + 1), start + i * (width + 1) + width)])
-            for i, field in enumerate(fields)
+            (chr(int(field.group(), base)), [(start + field.start(), start + field.end())])
+            for field in _FIELD[kind].finditer(match.group(group))
         ]
         if kind == "bits":  # (its ASCII column: the line's last characters, one a byte)
             end = match.end("rest")
@@ -991,6 +994,7 @@ _NOT_HEX = re.compile(r"0[xX]|[^0-9a-fA-F]")
 _NOT_ONE_CHARACTER = re.compile(r"  \\.| [0-7]{3}|  [a-z]{2}| [a-z]{2}[a-z0-9]")
 # od -b's and xxd -b's fields: the group holding them, their width and base.
 _FIELDS = {"octal": ("oct", 3, 8), "bits": ("bits", 8, 2)}
+_FIELD = {"octal": re.compile("[0-7]{3}"), "bits": re.compile("[01]{8}")}
 _FIELD_BYTES = {
     "octal": {f"{code:03o}": code for code in range(256)},
     "bits": {f"{code:08b}": code for code in range(256)},
@@ -1006,8 +1010,9 @@ _GROUP_REVERSED = [
     for n in range(2, 9)
 ]
 # What xxd -e's groups of a token's bytes hold wherever its `hr` falls: its `hr` or `ro`,
-# `rr`, `rn` within one group, each reversed.
-_LITTLE_ENDIAN_HR = ("7268", "6f72", "6F72", "6e72", "6E72", "7272")
+# `rr`, `rn` within one group, each reversed; of UTF-16 text, its `r` and the NUL beside
+# it, reversed (`0072` little-endian, `7200` big-endian: `h` and `r` are 2 bytes apart).
+_LITTLE_ENDIAN_HR = ("7268", "6f72", "6F72", "6e72", "6E72", "7272", "0072", "7200")
 # The readings of each kind of dump line (`xxd -g4` and `xxd -e` write the same lines).
 _READINGS = {"xxd": ("xxd", "xxd-e")}
 
@@ -1021,7 +1026,7 @@ def _dump_shown(kind: str, reading: str, run: str) -> str:
         fields = fields.replace("  \\0", "   \x00").replace(" nul", "   \x00")  # (NUL: UTF-16)
         return _NOT_ONE_CHARACTER.sub("   \x01", fields)[3::4]
     if kind in _FIELDS:
-        codes = line.sub(f"\\g<{_FIELDS[kind][0]}>", run).split()
+        codes = _FIELD[kind].findall(line.sub(f"\\g<{_FIELDS[kind][0]}>", run))
         return bytes(map(_FIELD_BYTES[kind].__getitem__, codes)).decode("latin-1")
     hexes = line.sub(r"\g<hex> \g<pad>" if reading == "xxd-e" else r"\g<hex>", run)
     if reading == "xxd-e":
@@ -1195,19 +1200,62 @@ _STANDARD = str.maketrans("-_", "+/")
 _BASE64_STARTS = _base64_starts()
 _BASE64_START = re.compile("|".join(map(re.escape, sorted(_BASE64_STARTS))))
 # A run of base64 characters long enough to hold a token's (47 bytes: 63 characters), read
-# from its first character only (linear time).
-_BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{63,}+")
+# from its first character only (linear time); or base64 wrapped in lines (`base64`'s 76
+# characters a line, `openssl base64`'s and a PEM body's 64, `base64 -w N`), lines of 16
+# characters or more (the last may be shorter), the line breaks as text holds them or
+# JSON-escaped. (A token's base64 split by a line break, its prefix's text too, was kept.)
+_B64 = "[A-Za-z0-9+/_-]"
+_BASE64_BREAK = r"(?:\r?+\n|\\r\\n|\\n)[ \t]{0,16}+"
+_BASE64_RUN = re.compile(
+    rf"(?<!{_B64})(?={_B64}{{63}}|{_B64}{{16,}}+{_BASE64_BREAK}{_B64})"
+    rf"{_B64}++(?:(?<={_B64}{{16}}){_BASE64_BREAK}{_B64}++)*+"
+)
+_BASE64_BREAKS = re.compile(_BASE64_BREAK)
+# Where wrapped base64 may be: a line that ends in 16 base64 characters (or more).
+_BASE64_WRAPPED = re.compile(rf"(?<!{_B64}){_B64}{{16,}}+{_BASE64_BREAK}{_B64}")
+
+
+def _may_hold_wrapped_base64(text: str) -> bool:
+    """Whether `text` may hold base64 wrapped in lines (a line ending in 16 characters of
+    it, then the next one's first)."""
+    return ("\n" in text or "\\n" in text) and _BASE64_WRAPPED.search(text) is not None
+
+
+def _place(breaks: list[tuple[int, int]], start: int, i: int) -> int:
+    """Where character i of a run of base64 joined (its line breaks taken out; `breaks`:
+    where each was in the joined run, and how many characters were taken out up to its
+    end) is in the text, the run starting at `start`."""
+    at = bisect.bisect_right(breaks, (i, math.inf)) - 1
+    return start + i + (breaks[at][1] if at >= 0 else 0)
 
 
 class _Base64Rule(_Rule):
     """Whole tokens in base64 (above): the characters of their secret part as a marker. A
-    run of base64 is decoded (in C) once for each group boundary a prefix's text in it
-    gives (at most 4), and read for whole tokens."""
+    run of base64 (its line breaks taken out) is decoded (in C) once for each group
+    boundary a prefix's text in it gives (at most 4), and read for whole tokens."""
+
+    def applies(self, found: _Literals) -> bool:
+        if super().applies(found):
+            return True
+        text = found.texts[0]  # (a prefix's text may be split by a line break)
+        return _may_hold_wrapped_base64(text)
 
     def apply(self, text: str) -> str:
         hidden: list[tuple[int, int, str]] = []
         for run in _BASE64_RUN.finditer(text):
             chars = run.group()
+            breaks: list[tuple[int, int]] = []  # (see _place)
+            if "\n" in chars or "\\" in chars:
+                joined, taken, last = [], 0, 0
+                for brk in _BASE64_BREAKS.finditer(chars):
+                    joined.append(chars[last : brk.start()])
+                    breaks.append((brk.start() - taken, taken + brk.end() - brk.start()))
+                    taken += brk.end() - brk.start()
+                    last = brk.end()
+                joined.append(chars[last:])
+                chars = "".join(joined)
+            if len(chars) < 63:
+                continue
             shifts = {
                 (found.start() - _BASE64_STARTS[found.group()][1]) % 4
                 for found in _BASE64_START.finditer(chars)
@@ -1216,7 +1264,6 @@ class _Base64Rule(_Rule):
                 part = chars[shift:]
                 part = part[: len(part) - (len(part) % 4 == 1)].translate(_STANDARD)
                 shown = base64.b64decode(part + "=" * (-len(part) % 4)).decode("latin-1")
-                at = run.start() + shift  # (byte i is in the characters from at + 8i // 6)
                 for token in _TOKEN_IN_BYTES.finditer(shown):
                     prefix, rest = token.group()[:4], token.group()[4:]
                     if not _whole_token(prefix, rest):
@@ -1224,7 +1271,12 @@ class _Base64Rule(_Rule):
                     body = token.start() + (13 if prefix == "hrn_" else 4)
                     kind = "harness-token" if prefix == "hrn_" else "harness-oauth-token"
                     mark = marker(kind, shown[body : token.end()])
-                    hidden.append((at + 8 * body // 6, at - (-8 * token.end() // 6), mark))
+                    # (byte i is in the characters from shift + 8i // 6; line breaks kept)
+                    first, last = shift + 8 * body // 6, shift - (-8 * token.end() // 6) - 1
+                    start = _place(breaks, run.start(), first)
+                    end = _place(breaks, run.start(), last) + 1
+                    kept = "".join(_BASE64_BREAKS.findall(text, start, end))
+                    hidden.append((start, end, mark + kept))
         out: list[str] = []
         done = 0
         for start, end, mark in sorted(hidden):
@@ -1489,7 +1541,11 @@ def mask_text(text: str) -> str:
     if isinstance(text, Masked):
         return text
     lowered = text.lower()
-    if _PLAIN_NEEDS.search(text) is None and _FOLDED_NEEDS.search(lowered) is None:
+    if (
+        _PLAIN_NEEDS.search(text) is None
+        and _FOLDED_NEEDS.search(lowered) is None
+        and not _may_hold_wrapped_base64(text)  # (a prefix's text split by a line break)
+    ):
         return text  # no rule's literal: no rule applies
     found = _Literals(text, lowered)
     for rule in RULES:
