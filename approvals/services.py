@@ -816,16 +816,37 @@ def _lock_as_a_sign_out(approval: ApprovalRequest) -> None:
     other waited for (a deadlock, the edit a 500). Taken before the approval's row, an
     edit and an approval of the same call did (the approval locks the row, then the link).
     Two statements more for such an edit, none for any other (the agent and the link's id
-    are read with the approval). What the approval's read showed of the call may be older
-    than a sign-out that committed while the edit waited here: the edit's conditional
-    update of the call then finds it decided (409), and the release reads the agent
-    again (signed_in_now)."""
+    are read with the approval). What the approval's read showed may be older than a
+    sign-out that committed while the edit waited here: a call it cancelled, the edit's
+    conditional update of the call finds decided (409); the agent's sign-in is read
+    again with its lock, so a call it did not cancel (written after its sweep, sent with
+    the sign-in it ended) is refused by the edit's token check (409), not edited and its
+    replacement admitted under the sign-in read before."""
     agent = approval.call.session.agent
     client = getattr(agent, "oauth_client", None)  # (selected with the approval)
     if client is None:
         return
-    Agent.objects.select_for_update(of=("self",)).filter(pk=agent.pk).exists()
+    now = (
+        Agent.objects.select_for_update(of=("self",))
+        .filter(pk=agent.pk)
+        .values(*_SIGN_IN_FIELDS)
+        .first()
+    )
+    for field, value in (now or {}).items():
+        setattr(agent, field, value)
     type(client).objects.select_for_update(no_key=True).filter(pk=client.pk).exists()
+
+
+# What a sign-out (or a revocation) changes of the agent's row, read again by an edit once
+# it holds the row (_lock_as_a_sign_out): what `token_refusal` and admission read.
+_SIGN_IN_FIELDS = (
+    "token_prefix",
+    "token_hash",
+    "is_active",
+    "revoked_at",
+    "token_voided_at",
+    "token_voided_because",
+)
 
 
 def _edit_refusal(approval: ApprovalRequest, arguments: dict[str, Any]) -> DecisionRefused | None:

@@ -575,11 +575,22 @@ def _cancel_waiting(agent: Agent, actor: str, reason: str, why: str = "") -> Non
     """Cancel the agent's calls still waiting for a reviewer: Harness cannot tell which
     holder of the token sent each, so a call the leaver asked just before leaving would
     otherwise still be approved and run as the agent. The owner's agent resends them once
-    the token is rotated (the model is told so)."""
+    the token is rotated (the model is told so).
+
+    Every waiting call's row is locked first, in one statement, before any cancel takes
+    its session chain's lock (as `_deny_queued`): a reviewer's decision takes its call's
+    row, then the chain's, so locking the rows one by one between cancels (a move,
+    `transfer_agent`; a void) held the chain a decision waited for while waiting for the
+    row that decision held (a deadlock, the reviewer's approval a 500). A call a decision
+    moves on meanwhile is no longer waiting once its row is free: it is left to it (and,
+    queued, to `_deny_queued`)."""
     _lock_sign_in(agent)
-    waiting = ToolCall.objects.filter(
-        session__agent=agent, status=Status.PENDING_APPROVAL
-    ).values_list("pk", flat=True)
+    waiting = (
+        ToolCall.objects.filter(session__agent=agent, status=Status.PENDING_APPROVAL)
+        .select_for_update(of=("self",))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
     why = why or (
         f"the agent's token was voided ({reason}), and this call, sent with it, waited for a "
         "reviewer; resend it once the agent's token is rotated"
