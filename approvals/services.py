@@ -870,7 +870,9 @@ def _edit_refusal(approval: ApprovalRequest, arguments: dict[str, Any]) -> Decis
     if refused := token_refusal(call, call.session.agent):
         # The replacement would be admitted under the agent's token as it is now, and run
         # although the token that sent the original may have leaked (or its holder left).
-        return DecisionRefused(f"{refused} It cannot be edited either: deny it.", 409)
+        return DecisionRefused(
+            f"{' '.join(refused.reasons)} It cannot be edited either: deny it.", 409
+        )
     return None
 
 

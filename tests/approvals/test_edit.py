@@ -230,6 +230,7 @@ def test_a_call_sent_with_a_token_rotated_since_cannot_be_edited_into_one_that_r
     assert response.status_code == 409, response.content
     assert "was rotated" in response.content.decode()
     assert "cannot be edited either" in response.content.decode()
+    assert "GuardDenial" not in response.content.decode()  # (the reason, not its repr)
     original = ToolCall.objects.get(pk=approval.call_id)
     assert original.status == Status.PENDING_APPROVAL
     assert not ToolCall.objects.filter(edited_from=original).exists()
