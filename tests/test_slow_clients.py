@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import http.client
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.live import free_port, live_env, stop, wait_for_port
-from tests.support.paths import ROOT
+from tests.support.live import daphne, free_port, live_env
 
 pytestmark = pytest.mark.heavy
 
@@ -30,20 +27,8 @@ def bounded_daphne(
     tmp: Path = tmp_path_factory.mktemp("slow")
     env = {**live_env(tmp), "HARNESS_REQUEST_RECEIVE_TIMEOUT": str(BOUND)}
     port = free_port()
-    log = tmp / "daphne.log"
-    daphne = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-        + ["harness_site.asgi:application"],
-        env=env,
-        cwd=ROOT,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, daphne, log)
+    with daphne(env, port, tmp / "daphne.log"):
         yield port
-    finally:
-        stop(daphne)
 
 
 def drip(port: int, data: bytes) -> tuple[bytes, float]:

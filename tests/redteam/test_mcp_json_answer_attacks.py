@@ -17,7 +17,6 @@ import os
 import select
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -541,21 +540,11 @@ def test_a_full_wait_cap_starves_nobody_else_and_every_slot_comes_back(
 def test_daphne_http_timeout_ends_a_held_stream_without_a_traceback(
     live_stack: LiveStack, live_db: None, tmp_path: Any
 ) -> None:
-    from tests.support.live import free_port, stop, wait_for_port
-    from tests.support.paths import ROOT
+    from tests.support.live import daphne, free_port
 
     port = free_port()
     log = tmp_path / "daphne-timeout.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "--http-timeout", "3", "-b", "127.0.0.1"]
-        + ["-p", str(port), "harness_site.asgi:application"],
-        env=live_stack.env,
-        cwd=ROOT,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, proc, log)
+    with daphne(live_stack.env, port, log, ("--http-timeout", "3")):
         stack = LiveStack(f"http://127.0.0.1:{port}", live_stack.env, live_stack.worker, tmp_path)
         fx = make_agent(mode="standard")
         session = session_of(stack, fx)
@@ -575,8 +564,6 @@ def test_daphne_http_timeout_ends_a_held_stream_without_a_traceback(
         held = wait_for_pending(session.split("~")[0], tool="client_tool")
         assert held.status == Status.PENDING_APPROVAL
         time.sleep(1)
-    finally:
-        stop(proc)
     text = log.read_text(errors="replace")
     print(text[-1500:])
     assert "Traceback" not in text and "Exception inside application" not in text

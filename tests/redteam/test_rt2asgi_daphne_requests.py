@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import re
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.live import free_port, live_env, stop, wait_for_port
-from tests.support.paths import ROOT
+from tests.support.live import daphne, free_port, live_env
 
 pytestmark = pytest.mark.heavy
 
@@ -32,20 +29,8 @@ EVIL = b"/evil-root"
 def daphne_port(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     tmp: Path = tmp_path_factory.mktemp("rt2asgi")
     port = free_port()
-    log = tmp / "daphne.log"
-    daphne = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-        + ["harness_site.asgi:application"],
-        env=live_env(tmp),
-        cwd=ROOT,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, daphne, log)
+    with daphne(live_env(tmp), port, tmp / "daphne.log"):
         yield port
-    finally:
-        stop(daphne)
 
 
 def exchange(port: int, raw: bytes) -> bytes:

@@ -162,11 +162,13 @@ def stop(*procs: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def daphne(env: dict[str, str], port: int, log: Path) -> Iterator[str]:
-    """A daphne of its own on `port` with `env` (its output in `log`): its base URL while
-    it runs, stopped after."""
+def daphne(
+    env: dict[str, str], port: int, log: Path, options: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """A daphne of its own on `port` with `env` and daphne's `options` (its output in
+    `log`): its base URL while it runs, stopped after."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+        [sys.executable, "-m", "daphne", *options, "-b", "127.0.0.1", "-p", str(port)]
         + ["harness_site.asgi:application"],
         env=env,
         cwd=ROOT,
