@@ -24,8 +24,8 @@ from audit.models import AuditEvent
 from audit.roles import ADMIN
 from audit.services import record_event
 from dispatcher import agents
-from dispatcher.models import Agent
-from dispatcher.policy.models import Mode, narrower_mode
+from dispatcher.models import Agent, AgentSession
+from dispatcher.policy.models import MODE_ORDER, Mode, narrower_mode
 from dispatcher.policy.profiles import profile_for
 from floor.errors import ServiceError
 from teams.models import Team
@@ -101,6 +101,7 @@ def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, act
         link.registered_via = registration_of(application)
     link.mode = mode
     link.save()
+    _narrow_sessions(link.agent, mode)
     record_event(
         kind=kinds.AGENT_AUTHORIZED,
         actor=actor,
@@ -116,6 +117,18 @@ def authorize_agent(*, owner: User, application: Any, team: Team, mode: str, act
         },
     )
     return link.agent
+
+
+def _narrow_sessions(agent: Agent, mode: str) -> None:
+    """The agent's sessions still open narrowed to `mode`, the profile its person just
+    chose for it: a session it started under a wider one (a Claude Code session id, an
+    MCP run) runs under the narrower one from now on, with any of its tokens (a mode
+    chosen at consent was applied only to sessions started after it). A wider mode
+    widens none: a session keeps the narrowest it had."""
+    wider = MODE_ORDER[MODE_ORDER.index(Mode(mode)) + 1 :]
+    AgentSession.objects.filter(agent=agent, left_at__isnull=True, mode__in=wider).update(
+        mode=mode
+    )
 
 
 def _within_signed_in_cap(owner: User) -> None:

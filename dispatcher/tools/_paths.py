@@ -95,11 +95,13 @@ def _resolve_beneath(root: Path, given: Path, value: str) -> Path | None:
     """
     fds = _hold_root(root, given)
     names: list[str] = []  # components below the root; fds[i] holds names[:i] when opened
-    pending = value.split("/")
+    # Read from its end (the next component last): taking each from the front moved the
+    # whole rest, so a path of a million slashes held a request's thread for minutes.
+    pending = value.split("/")[::-1]
     links = 0
     try:
         while pending:
-            part = pending.pop(0)
+            part = pending.pop()
             if part in ("", "."):
                 continue
             if part == "..":
@@ -123,7 +125,7 @@ def _resolve_beneath(root: Path, given: Path, value: str) -> Path | None:
                     while len(fds) > 1:
                         os.close(fds.pop())
                     names, target = [], below
-                pending[:0] = target.split("/")
+                pending.extend(reversed(target.split("/")))  # (read next)
                 continue
             names.append(part)
             if info is not None and stat.S_ISDIR(info.st_mode):

@@ -20,13 +20,13 @@ the Harness host (see dispatcher.tools._paths.lexical_relative).
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Any
 
 from dispatcher.tools._paths import lexical_relative
 from dispatcher.tools.base import ClientToolset, Tool, open_object, unlisted_fallbacks
+from dispatcher.tools.diffs import Budget, unified_diff
 from dispatcher.tools.write_file import newline_lines
 
 CLIENT = "claude-code"
@@ -54,10 +54,12 @@ def _lines(text: str) -> list[str]:
     return [line if line.endswith("\n") else line + "\n" for line in newline_lines(text)]
 
 
-def _diff(old: str, new: str, path: str, project: Path) -> str:
+def _diff(old: str, new: str, path: str, project: Path, budget: Budget | None = None) -> str:
+    """The unified diff a reviewer reads, made in bounded time (dispatcher.tools.diffs: the
+    strings are the model's; difflib alone took minutes on some)."""
     shown = _shown_path(path, project)
     return "".join(
-        difflib.unified_diff(_lines(old), _lines(new), fromfile=f"a/{shown}", tofile=f"b/{shown}")
+        unified_diff(_lines(old), _lines(new), f"a/{shown}", f"b/{shown}", budget=budget)
     )
 
 
@@ -99,8 +101,11 @@ def present_multi_edit(arguments: dict[str, Any], project: Path) -> dict[str, An
     path = str(arguments.get("file_path", ""))
     edits = arguments.get("edits")
     edits = edits if isinstance(edits, list) else []
+    budget = Budget()  # (one for all the edits: hundreds of them fit in a body)
     parts = [
-        _diff(str(edit.get("old_string", "")), str(edit.get("new_string", "")), path, project)
+        _diff(
+            str(edit.get("old_string", "")), str(edit.get("new_string", "")), path, project, budget
+        )
         for edit in edits
         if isinstance(edit, dict)
     ]

@@ -50,7 +50,6 @@ every path the preview changed. Harness cannot see which files a program only re
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import json
 import os
@@ -70,6 +69,7 @@ from django.conf import settings
 
 from dispatcher.tools import _confined, sandbox, sandbox_cgroups
 from dispatcher.tools.base import ToolError, storable_text
+from dispatcher.tools.diffs import unified_diff
 
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
 DIFF_TOTAL = 1 << 20  # characters of diff in one effect; past it, sizes and hashes only
@@ -847,8 +847,8 @@ def _content(before: bytes | _Large | None, after: bytes | None) -> dict[str, An
         facts["diff"] = None
         facts["binary"] = not same and (old is None or new is None)
         return facts
-    lines = list(
-        difflib.unified_diff(
+    lines = list(  # (bounded in time: dispatcher.tools.diffs)
+        unified_diff(
             old.splitlines(keepends=True), new.splitlines(keepends=True), "before", "after"
         )
     )

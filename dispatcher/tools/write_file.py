@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import errno
 import hashlib
 import os
@@ -21,6 +20,7 @@ from dispatcher.tools._confined import (
 )
 from dispatcher.tools._paths import resolve_in_workspace
 from dispatcher.tools.base import ExecutionContext, Tool, ToolError
+from dispatcher.tools.diffs import unified_diff
 
 
 def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
@@ -134,7 +134,7 @@ def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
     # approval to content the diff never showed.
     current, sha256_before, file_before = _current(relative, workspace)
     new_file = current is None
-    diff = difflib.unified_diff(
+    diff = unified_diff(  # (bounded in time: dispatcher.tools.diffs)
         newline_lines(current or ""),
         newline_lines(content),
         fromfile="/dev/null" if new_file else f"a/{relative}",
