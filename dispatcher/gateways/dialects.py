@@ -41,18 +41,28 @@ def loads(text: str | bytes, *, checked: bool = True) -> Any:
     return value
 
 
+# How deep a stored value may nest: what reads a call's arguments after the JSON readers
+# (the audit copy's masking, the policy's matchers) recurses a frame or more per level, and
+# a request thread starts some fifty frames deep; 200 levels is past any tool's schema.
+MAX_DEPTH = 200
+
+
 def check_storable(value: Any) -> None:
-    stack = [value]
+    stack = [(value, 0)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if isinstance(item, str):
             _check_text(item)
+        elif isinstance(item, dict | list) and depth >= MAX_DEPTH:
+            raise UnstorableJSON(
+                f"A value is nested more than {MAX_DEPTH} levels deep; send a flatter one."
+            )
         elif isinstance(item, dict):
             for key, child in item.items():
                 _check_text(key)
-                stack.append(child)
+                stack.append((child, depth + 1))
         elif isinstance(item, list):
-            stack.extend(item)
+            stack.extend((child, depth + 1) for child in item)
         elif isinstance(item, float) and not math.isfinite(item):
             # (1e400 is valid JSON that Python reads as infinity, which jsonb refuses)
             raise UnstorableJSON(

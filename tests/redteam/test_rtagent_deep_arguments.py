@@ -22,14 +22,7 @@ from dispatcher.models import ToolCall
 from tests.support.factories import AgentFixture, unique
 from tests.support.live import LiveStack
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.xfail(
-        strict=True,
-        reason="rtagent: check_storable (dispatcher/gateways/dialects.py, orm's) bounds no "
-        "nesting depth; the masking of the audit copy overflows first (a 500)",
-    ),
-]
+pytestmark = pytest.mark.slow
 DEPTH = 900  # (json.loads reads it; the masking's recursion does not)
 
 
@@ -58,9 +51,13 @@ def test_a_pre_tool_hook_with_deep_input_is_refused_by_name(
 ) -> None:
     external = unique("cc")
     body = (
-        '{"session_id":"%s","hook_event_name":"PreToolUse","cwd":"/home/dev/project",'
-        '"tool_name":"Bash","tool_use_id":"t-deep","tool_input":{"command":"ls","x":%s}}'
-    ) % (external, _deep())
+        (
+            '{"session_id":"SESSION","hook_event_name":"PreToolUse","cwd":"/home/dev/project",'
+            '"tool_name":"Bash","tool_use_id":"t-deep","tool_input":{"command":"ls","x":DEEP}}'
+        )
+        .replace("SESSION", external)
+        .replace("DEEP", _deep())
+    )
     answer = httpx.post(
         live_stack.url + "/api/v1/hooks/claude-code?wait=0",
         headers={**live_agent.headers, "Content-Type": "application/json"},
@@ -82,9 +79,13 @@ def test_an_mcp_call_with_deep_arguments_is_refused_as_invalid_params(
         "harness/run": unique("run"),
     }
     body = (
-        '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_file",'
-        '"arguments":{"path":"a","x":%s},"_meta":%s}}'
-    ) % (_deep(), json.dumps(meta))
+        (
+            '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_file",'
+            '"arguments":{"path":"a","x":DEEP},"_meta":META}}'
+        )
+        .replace("META", json.dumps(meta))
+        .replace("DEEP", _deep())
+    )
     answer = httpx.post(
         live_stack.url + "/mcp/",
         headers={
