@@ -126,9 +126,7 @@ def _narrow_sessions(agent: Agent, mode: str) -> None:
     chosen at consent was applied only to sessions started after it). A wider mode
     widens none: a session keeps the narrowest it had."""
     wider = MODE_ORDER[MODE_ORDER.index(Mode(mode)) + 1 :]
-    AgentSession.objects.filter(agent=agent, left_at__isnull=True, mode__in=wider).update(
-        mode=mode
-    )
+    AgentSession.objects.filter(agent=agent, left_at__isnull=True, mode__in=wider).update(mode=mode)
 
 
 def _within_signed_in_cap(owner: User) -> None:
