@@ -985,7 +985,10 @@ def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry])
     an allowed `cp` planted `pre-commit` and the person's commit ran it (rt11). It is
     bound read-only as the workspace's own would be; any other pointer into the workspace
     refuses (`_config_refusal`; a command line of the enclosing repository is judged
-    relative to its work tree)."""
+    relative to its work tree). A relative `core.hooksPath` of the host's system
+    configuration counts as theirs when they set none (`_system_hooks_path`: a linked
+    worktree's `.githooks/`, which the main repository's configuration does not name)."""
+    system = _system_hooks_path(result)
     for where, git_dir, own_tree in _outside_git_dirs(workspace, result):
         group: list[tuple[Path, list[tuple[str, str]]]] = []
         for path in _outside_configuration_files(git_dir):
@@ -995,6 +998,8 @@ def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry])
                 pairs = _with_includes(workspace, pairs, path.parent, result)
                 group.append((path, pairs))
         settings = [pair for _, pairs in group for pair in pairs]
+        if system is not None and not any(key == "core.hookspath" for key, _ in settings):
+            group.append((SYSTEM_CONFIG, [("core.hookspath", system)]))
         for path, pairs in group:
             for key, value in pairs:
                 if key == "core.hookspath":
