@@ -75,6 +75,7 @@ import stat
 import subprocess
 import tempfile
 import time
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -416,7 +417,8 @@ def hook_refusal(
             f"from making a person's git run what a write plants. {hooks.strip()} A call a "
             "reviewer approves may write it."
         )
-    if not any(in_hook_path(name, hooks) for name in names_of(workspace, relative, resolved)):
+    names = names_of(workspace, relative, resolved)
+    if not any(in_hook_path(name, hooks, workspace) for name in names):
         return None
     if deleting:
         return DELETE_REFUSED.format(relative=relative)
@@ -448,14 +450,50 @@ def names_of(workspace: Path, relative: str, resolved: Path | None) -> tuple[str
         return named, named
 
 
-def in_hook_path(path: str, hooks: list[str]) -> bool:
+def in_hook_path(path: str, hooks: list[str], workspace: Path | None = None) -> bool:
     """Whether `path` (relative to the workspace, `/`-separated) is one of `hooks`
-    (`hook_paths`) or lies beneath one."""
-    parts = [part for part in path.split("/") if part not in ("", ".")]
-    return any(
+    (`hook_paths`) or lies beneath one: by its names as a case-insensitive file system
+    compares them (`fold`: on exFAT, vfat or a casefold directory `.GITHOOKS/pre-commit`
+    is `.githooks/pre-commit`, and an unapproved write_file by that name overwrote the
+    person's hook), or, given the `workspace`, by a directory on its way that is a hook
+    path's (device and inode: the same directory by any other name a file system gives
+    it; exfat-fuse gives each name an inode of its own, so the names are folded too)."""
+    parts = [fold(part) for part in path.split("/") if part not in ("", ".")]
+    if any(
         parts[: len(words)] == words
-        for words in ([part for part in hook.split("/") if part] for hook in hooks)
-    )
+        for words in ([fold(part) for part in hook.split("/") if part] for hook in hooks)
+    ):
+        return True
+    return workspace is not None and _beneath_by_identity(workspace, parts, hooks)
+
+
+def fold(name: str) -> str:
+    """`name` as a case-insensitive file system matches it: case folded, in canonical
+    decomposition (ext4's and tmpfs's casefold normalize too), without the characters
+    HFS+ ignores (`_HFS_IGNORED`). Folding a name on a file system that keeps case only
+    refuses more (`.GIT/config` there is a plain file an unapproved call may not write)."""
+    decomposed = unicodedata.normalize("NFD", _HFS_IGNORED.sub("", name))
+    return unicodedata.normalize("NFD", decomposed.casefold())
+
+
+def _beneath_by_identity(workspace: Path, parts: list[str], hooks: list[str]) -> bool:
+    """Whether a directory or file on the way of `parts` in `workspace`, as far as it
+    exists, is (device and inode) one of the `hooks` paths."""
+    identities = set()
+    for hook in hooks:
+        with contextlib.suppress(OSError, ValueError):
+            found = os.stat(workspace / hook)
+            identities.add((found.st_dev, found.st_ino))
+    current = Path(workspace)
+    for part in parts:
+        current = current / part
+        try:
+            found = os.stat(current)
+        except (OSError, ValueError):
+            return False
+        if (found.st_dev, found.st_ino) in identities:
+            return True
+    return False
 
 
 def _guard_directory(
@@ -941,7 +979,7 @@ def _linked_hook_refusal(
     if folded[: len(base)] != base:
         return "it names the workspace by another path"
     parts = folded[len(base) :]
-    if not parts or ".git" in parts:
+    if not parts or ".git" in [fold(part) for part in parts]:
         return "inside a git directory" if parts else "it names the workspace"
     if len(parts) > MAX_HOOKS_DEPTH:
         return f"more than {MAX_HOOKS_DEPTH} directories deep"
@@ -1231,7 +1269,7 @@ def _bind_hooks_path(
         return inside
     parts = words[len(base) :]
     bound = parts[:-1] if parts[-1:] == ["_"] else parts
-    if not bound or ".git" in parts:
+    if not bound or ".git" in [fold(part) for part in parts]:
         return inside
     if len(parts) > MAX_HOOKS_DEPTH:  # (a descriptor and a mount for each)
         return f"{inside}, more than {MAX_HOOKS_DEPTH} directories deep"
@@ -1612,7 +1650,8 @@ def guarded_path(path: str) -> bool:
     under `modules/` or `worktrees/` a name such as `refs` may be a submodule's, so any).
     What an effect rule may not allow (effect_rules; `.git` itself is a mount point the
     program cannot replace, and an effect rule no file `.git`)."""
-    parts = [part for part in path.split("/") if part not in ("", ".")]
+    # (names folded: on a case-insensitive file system `.GIT/HOOKS/x` is `.git/hooks/x`)
+    parts = [fold(part) for part in path.split("/") if part not in ("", ".")]
     for start, first in enumerate(parts):
         if first != ".git":
             continue
