@@ -1221,6 +1221,10 @@ def _read_path(path: Path) -> bytes | None:
 
 # --- What git reads from outside the workspace (a preview's fingerprint) -----------------
 
+# What a configuration must say for `outside_state` to read its settings (one git
+# subprocess): a key naming a file or directory git reads (section and key names hold
+# no escapes or line continuations).
+_OUTSIDE_KEYS = re.compile(rb"include|hookspath|attributesfile|excludesfile", re.IGNORECASE)
 # Files and directories outside the workspace described for one fingerprint; past it, the
 # rest is counted (the same count: the same fingerprint), and git configurations parsed
 # (for their includes and hooks directories) are bounded as a guard's are.
@@ -1302,7 +1306,7 @@ class _OutsideState:
                 continue  # (a file including itself, or one another includes too)
             done.add(path)
             data = self.file(path)
-            if data is None or not re.search(rb"include|hookspath", data, re.IGNORECASE):
+            if data is None or not _OUTSIDE_KEYS.search(data):
                 continue
             try:
                 pairs = _configuration(data, Path(path), self.budget)
@@ -1314,18 +1318,22 @@ class _OutsideState:
 
     def pointer(self, path: str, tree: str | None, key: str, value: str) -> None:
         """Queue the file `key = value` of the configuration at `path` includes, or
-        describe the hooks directory it names (each as git finds it)."""
+        describe the hooks directory, attributes or excludes file it names (each as git
+        finds it; a relative attributes or excludes file is the work tree's)."""
         including = key == "include.path" or (
             key.startswith("includeif.") and key.endswith(".path")
         )
-        if not including and key != "core.hookspath":
+        files = key in ("core.attributesfile", "core.excludesfile")
+        if not (including or files or key == "core.hookspath"):
             return
         expanded = _expand_home(value)
         if expanded is None:
             return  # (`~/`: the HOME of whoever runs git; the sandbox's is empty)
         if including:
             self.config(os.path.join(os.path.dirname(path), expanded), tree)
-        elif os.path.isabs(expanded) or tree is not None:
+        elif files and os.path.isabs(expanded):
+            self.file(expanded)
+        elif not files and (os.path.isabs(expanded) or tree is not None):
             self.directory(os.path.join(tree or "/", expanded))
 
     def _room(self, path: str) -> bool:
@@ -1933,17 +1941,32 @@ def in_git_directory(workspace: Path, relative: str) -> bool:
     be listed counts as one."""
     current = Path(workspace)
     for part in [part for part in relative.split("/") if part not in ("", ".")]:
-        if part in GIT_READ_NAMES and current.name != ".git":
+        named = git_name(part)
+        if named is not None and fold(current.name) != ".git":
             try:
-                names = set(os.listdir(current)) & _GIT_DIRECTORY_NAMES
+                names = _git_names(os.listdir(current))
             except (FileNotFoundError, NotADirectoryError):
                 names = set()
             except OSError:
                 return True
-            if _looks_like_git_directory(names | {part}):
+            if _looks_like_git_directory(names | {named}):
                 return True
         current = current / part
     return False
+
+
+def git_name(name: str) -> str | None:
+    """The name git reads of a git directory (GIT_READ_NAMES) that `name` is on a
+    case-insensitive file system (`fold`: `head` is `HEAD` on exFAT, and a write_file of
+    `src/head` beside `src/Objects/` and `src/refs/` made `src/` a git directory), or None."""
+    folded = fold(name)
+    return next((known for known in GIT_READ_NAMES if fold(known) == folded), None)
+
+
+def _git_names(names: list[str]) -> set[str]:
+    """The names of `_GIT_DIRECTORY_NAMES` among a directory's `names` (as `git_name`)."""
+    found = {git_name(name) for name in names}
+    return {name for name in found if name in _GIT_DIRECTORY_NAMES}
 
 
 def makes_git_directory(workspace: Path, paths: list[str]) -> bool:
@@ -1956,18 +1979,22 @@ def makes_git_directory(workspace: Path, paths: list[str]) -> bool:
     the hook."""
     if any(in_git_directory(workspace, path) for path in paths):
         return True
-    added: dict[tuple[str, ...], set[str]] = {}
+    # (by the directory's folded names: `Src/HEAD` and `src/objects/x` are one directory
+    # on a case-insensitive file system; the names found first are the ones looked at)
+    added: dict[tuple[str, ...], tuple[list[str], set[str]]] = {}
     for path in paths:
         parts = [part for part in path.split("/") if part not in ("", ".")]
         for index, part in enumerate(parts):
-            if part in _GIT_DIRECTORY_NAMES:
-                added.setdefault(tuple(parts[:index]), set()).add(part)
-    for where, names in added.items():
-        if where[-1:] == (".git",):
+            named = git_name(part)
+            if named is not None and named in _GIT_DIRECTORY_NAMES:
+                key = tuple(fold(word) for word in parts[:index])
+                added.setdefault(key, (parts[:index], set()))[1].add(named)
+    for key, (where, names) in added.items():
+        if key[-1:] == (".git",):
             continue  # (a `.git` itself: guarded_path)
         current = Path(workspace).joinpath(*where)
         try:
-            there = set(os.listdir(current)) & _GIT_DIRECTORY_NAMES
+            there = _git_names(os.listdir(current))
         except (FileNotFoundError, NotADirectoryError):
             there = set()
         except OSError:

@@ -183,6 +183,8 @@ def test_the_fingerprint_takes_each_git_file_read_from_outside(
     hooks.mkdir()
     _git(workspace, "config", "include.path", str(shared))
     _git(workspace, "config", "core.hooksPath", str(hooks))
+    attributes = tmp_path / "attributes"  # (a filter named there runs on checkout)
+    _git(workspace, "config", "core.attributesFile", str(attributes))
     shared.write_text(f"[include]\n\tpath = {shared}\n[hooks]\n\tx = 1\n")
     seen = {preview.fingerprint_of(workspace)}
     assert preview.fingerprint_of(workspace) in seen  # (unchanged: the same)
@@ -192,6 +194,7 @@ def test_the_fingerprint_takes_each_git_file_read_from_outside(
         (repository / ".git" / "hooks" / "post-checkout", "#!/bin/sh\n"),
         (shared, f"[include]\n\tpath = {shared}\n[hooks]\n\tx = 2\n"),
         (hooks / "pre-commit", "#!/bin/sh\n"),
+        (attributes, "* filter=team\n"),
     ]
     for path, text in changes:
         path.write_text(text)

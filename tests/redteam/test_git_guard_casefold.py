@@ -166,3 +166,19 @@ def test_a_hooks_directory_by_another_name_is_known_by_its_identity(
         assert hook.read_text() == PERSON
     finally:
         _run("umount", str(workspace / "alias"))
+
+
+def test_a_head_written_by_another_case_beside_objects_and_refs_is_refused(
+    folding: Path,
+) -> None:
+    # (git looks up `HEAD`, which on exFAT is the `head` written: `src/` became a git
+    # directory to a person's git, its `config` one the agent wrote before)
+    workspace = folding / "ws"
+    for directory in ("src/Objects", "src/REFS"):
+        (workspace / directory).mkdir(parents=True)
+    said = _call(WRITE_FILE, workspace, {"path": "src/head", "content": "ref: refs/heads/main\n"})
+    assert said.startswith("refused: 'src/head' is git metadata"), said
+    assert not (workspace / "src" / "HEAD").exists()
+    # what it would have been: a git directory to git
+    (workspace / "src" / "head").write_text("ref: refs/heads/main\n")
+    assert _git(workspace / "src", "rev-parse", "--git-dir").strip() == "."
