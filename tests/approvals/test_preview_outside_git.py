@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 
 from approvals.models import ApprovalRequest
@@ -28,10 +27,12 @@ from dispatcher import execution
 from dispatcher.models import Preview, Status, ToolCall
 from dispatcher.tools import sandbox
 from tests.approvals.conftest import ask, start_session
+from tests.approvals.test_preview_approval import _workspace, reviewer_client
 from tests.support.factories import AgentFixture
 from tests.tools.support import require_bwrap
 
 pytestmark = pytest.mark.django_db
+__all__ = ["reviewer_client"]  # the fixture, used by name
 
 COMMAND = ["sh", "-c", "git config team.greeting > greeting.txt; echo said"]
 
@@ -47,13 +48,6 @@ def previews_on(settings: Any) -> None:
     settings.HARNESS_PREVIEW_TIMEOUT = 10
 
 
-@pytest.fixture
-def reviewer_client(reviewer: User) -> Client:
-    client = Client()
-    client.force_login(reviewer)
-    return client
-
-
 def _git(where: Path, *args: str) -> str:
     done = subprocess.run(
         ["git", "-c", "safe.directory=*", "-c", "user.email=a@b", "-c", "user.name=A", *args],
@@ -66,13 +60,6 @@ def _git(where: Path, *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-def _workspace(agent: AgentFixture) -> Path:
-    from dispatcher.models import AgentSession
-
-    session = AgentSession.objects.filter(agent=agent.agent).latest("created_at")
-    return Path(session.workspace)
 
 
 def _included(workspace: Path, outside: Path) -> Path:

@@ -26,6 +26,7 @@ from dispatcher.tools import sandbox_git
 from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.delete_file import TOOL as DELETE_FILE
 from dispatcher.tools.write_file import TOOL as WRITE_FILE
+from tests.redteam.test_git_metadata_guard import host_git as _git
 
 PERSON = "#!/bin/sh\necho person-gate\n"
 AGENT = "#!/bin/sh\necho agent-ran\n"
@@ -67,19 +68,6 @@ def folding(tmp_path: Path, settings: Any) -> Iterator[Path]:
             _run("umount", str(mount))
     finally:
         _run("losetup", "-d", device)
-
-
-def _git(workspace: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "safe.directory=*", "-c", "user.email=a@b", "-c", "user.name=A", *args],
-        cwd=workspace,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"},
-    )
-    return done.stdout + done.stderr
 
 
 def _repository(folding: Path, hooks_path: str | None) -> Path:

@@ -92,19 +92,25 @@ def test_a_repositorys_own_hooks_path_is_the_one_taken(tmp_path: Path, system: P
 def test_a_sandboxed_command_cannot_plant_a_system_configured_hook(
     tmp_path: Path, system: Path, settings: Any
 ) -> None:
+    workspace, hook = _repository(tmp_path, system)
+    out = _plant(settings, workspace, tmp_path)
+    assert hook.read_text() == PERSON, out
+    assert "Read-only file system" in out, out
+
+
+def _plant(settings: Any, workspace: Path, owned: Path) -> str:
+    """What a sandboxed command writing `.githooks/pre-commit` in `workspace` says (the
+    files under `owned` given to the sandbox user first)."""
     require_bwrap()
     settings.HARNESS_SANDBOX = "bwrap"
     settings.HARNESS_SANDBOX_NETWORK = False
-    workspace, hook = _repository(tmp_path, system)
-    subprocess.run(["chown", "-R", "65534:65534", str(tmp_path)], check=False)
+    subprocess.run(["chown", "-R", "65534:65534", str(owned)], check=False)
     ctx = ExecutionContext(workspace=workspace, call_id="c", timeout=30, output_limit=4000)
     script = f"printf '{AGENT}' > .githooks/pre-commit; echo done"
     try:
-        out = str(RUN_COMMAND.execute(ctx, {"argv": ["sh", "-c", script]}))
+        return str(RUN_COMMAND.execute(ctx, {"argv": ["sh", "-c", script]}))
     except ToolError as refused:
-        out = f"refused: {refused}"
-    assert hook.read_text() == PERSON, out
-    assert "Read-only file system" in out, out
+        return f"refused: {refused}"
 
 
 def _linked_worktree(tmp_path: Path, system: Path) -> tuple[Path, Path]:
@@ -147,16 +153,7 @@ def test_a_linked_worktrees_own_hooks_path_is_the_one_taken(tmp_path: Path, syst
 def test_a_sandboxed_command_cannot_plant_a_linked_worktrees_system_configured_hook(
     tmp_path: Path, system: Path, settings: Any
 ) -> None:
-    require_bwrap()
-    settings.HARNESS_SANDBOX = "bwrap"
-    settings.HARNESS_SANDBOX_NETWORK = False
     workspace, hook = _linked_worktree(tmp_path, system)
-    subprocess.run(["chown", "-R", "65534:65534", str(workspace)], check=False)
-    ctx = ExecutionContext(workspace=workspace, call_id="c", timeout=30, output_limit=4000)
-    script = f"printf '{AGENT}' > .githooks/pre-commit; echo done"
-    try:
-        out = str(RUN_COMMAND.execute(ctx, {"argv": ["sh", "-c", script]}))
-    except ToolError as refused:
-        out = f"refused: {refused}"
+    out = _plant(settings, workspace, workspace)
     assert hook.read_text() == PERSON, out
     assert "Read-only file system" in out, out
