@@ -42,8 +42,10 @@ needs no FUSE device in the sandbox host and no daemon to clean up: chosen.
 
 What the effect is compared with later (`Effect.fingerprint`): every entry of the
 workspace by kind, mode, size, mtime, ctime and inode (a program outside the sandbox
-cannot change a file's content without changing its ctime), and the content hash of
-every path the preview changed. Harness cannot see which files a program only read
+cannot change a file's content without changing its ctime), what git reads from outside
+it (`sandbox_git.outside_state`: /etc/gitconfig, a linked worktree's main repository's
+configuration and hooks, an included file), and the content hash of every path the
+preview changed. Harness cannot see which files a program only read
 (overlayfs reads the lower layer with O_NOATIME), so it treats every file as read.
 """
 
@@ -67,7 +69,7 @@ from typing import Any
 
 from django.conf import settings
 
-from dispatcher.tools import _confined, sandbox, sandbox_cgroups
+from dispatcher.tools import _confined, sandbox, sandbox_cgroups, sandbox_git
 from dispatcher.tools.base import ToolError, storable_text
 from dispatcher.tools.diffs import unified_diff
 
@@ -930,7 +932,9 @@ def _hidden_by_opaque(
 
 def fingerprint_of(workspace: Path, *, root_fd: int | None = None) -> str:
     """A digest of every entry of `workspace` by kind, mode, size, mtime, ctime and inode
-    (Harness's hidden directories left out: the sandbox never shows them). Symlinks are
+    (Harness's hidden directories left out: the sandbox never shows them), and of what
+    git reads from outside it (`sandbox_git.outside_state`: the main repository of a
+    linked worktree, an included configuration, /etc/gitconfig). Symlinks are
     read as links, never followed. With `root_fd` (a descriptor of `workspace`, resolved)
     the walk starts at the directory it holds, never at the path, which a program may
     have redirected since (a nested workspace's preview)."""
@@ -942,6 +946,7 @@ def fingerprint_of(workspace: Path, *, root_fd: int | None = None) -> str:
     # program of the workspace a nested one lies in) had the walk read the whole of it.
     base = Path(root) if root_fd is None else Path(f"/proc/self/fd/{root_fd}")
     pending = [""]
+    dot_gits: list[str] = []  # (the `.git` entries: what they name outside, below)
     while pending:
         prefix = pending.pop()
         try:
@@ -962,6 +967,9 @@ def fingerprint_of(workspace: Path, *, root_fd: int | None = None) -> str:
             )
             if stat.S_ISDIR(info.st_mode):
                 pending.append(rel + "/")
+            if sandbox_git.fold(name) == ".git":
+                dot_gits.append(rel)
+    digest.update(sandbox_git.outside_state(Path(root), base, dot_gits).encode(errors="replace"))
     top_info = os.lstat(root) if root_fd is None else os.fstat(root_fd)
     digest.update(f".\0{top_info.st_mode:o} {top_info.st_mtime_ns} {top_info.st_ctime_ns}".encode())
     return digest.hexdigest()

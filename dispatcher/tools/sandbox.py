@@ -479,7 +479,7 @@ def require_sandbox() -> None:
             f"HARNESS_SANDBOX is {current!r}, which is not a sandbox Harness knows, so no "
             "program runs. An operator must set HARNESS_SANDBOX to 'bwrap' (or 'off')."
         )
-    problem = probe()
+    problem = _probe_now()  # (OutOfDescriptors: its own message, no operator's fault)
     if problem is not None:
         raise SandboxUnavailable(
             f"The sandbox cannot run on this host ({problem}), so no program runs. An "
@@ -1183,7 +1183,9 @@ def _host_only_mount_in(entry: Path) -> str | None:
     be read counts as such a mount."""
     try:
         lines = Path("/proc/self/mountinfo").read_text(errors="replace").splitlines()
-    except OSError:
+    except OSError as error:
+        if error.errno in NO_DESCRIPTORS:
+            raise OutOfDescriptors(entry, error) from error
         return "holds mounts that cannot be read (/proc/self/mountinfo)"
     mounts: list[tuple[Path, str, str]] = []  # (mount point, device, filesystem)
     for line in lines:
@@ -1229,9 +1231,43 @@ def _programs_may_write(fd: int) -> bool:
 HOST_ONLY_DIRS = ("/proc", "/sys", "/dev", "/run")
 MAX_SYMLINK_HOPS = 40  # (the kernel's own bound)
 _STEP_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+NO_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+
+
+class OutOfDescriptors(SandboxUnavailable):
+    """Harness had no file descriptor left (EMFILE, ENFILE) while it walked a
+    HARNESS_SANDBOX_READ_ONLY entry, one O_PATH descriptor a step: nothing ran (fail
+    closed), and neither the entry nor the command is to blame. Before, the step that
+    could not be opened was taken for one a sandboxed program may have placed, and the
+    message had the operator look for a writable directory in a sound entry."""
+
+    def __init__(self, entry: Path, error: OSError) -> None:
+        which = "this process" if error.errno == errno.EMFILE else "the whole host"
+        super().__init__(
+            f"Harness ran out of file descriptors ({which} has none left: "
+            f"{errno.errorcode.get(error.errno or 0, '?')}) while it checked the "
+            f"HARNESS_SANDBOX_READ_ONLY entry {entry}, so no program runs. Neither the "
+            "entry nor the command is at fault: try again. If it recurs, an operator "
+            "should raise Harness's open-file limit (RLIMIT_NOFILE, `ulimit -n`) or find "
+            "what holds so many descriptors."
+        )
 
 
 def _hold_way(
+    path: Path, places: tuple[Path, ...] = ()
+) -> tuple[tuple[int, Path] | None, Path | None]:
+    """`_walk_way`; raises OutOfDescriptors when Harness has no descriptor left for a
+    step (an unsure step is otherwise taken for one a program placed: the entry would
+    be blamed for the host's shortage)."""
+    try:
+        return _walk_way(path, places)
+    except OSError as error:
+        if error.errno in NO_DESCRIPTORS:
+            raise OutOfDescriptors(path, error) from error
+        raise
+
+
+def _walk_way(
     path: Path, places: tuple[Path, ...] = ()
 ) -> tuple[tuple[int, Path] | None, Path | None]:
     """Walk to `path` as the kernel does, one step at a time from /, each directory held
@@ -1257,7 +1293,9 @@ def _hold_way(
                 following: int | None = os.open(part, _STEP_FLAGS, dir_fd=current)
             except (FileNotFoundError, NotADirectoryError):
                 following = None  # (under a file: nothing there, nothing can be made)
-            except OSError:
+            except OSError as error:
+                if error.errno in NO_DESCRIPTORS:
+                    raise  # (the host's shortage, not the step's: `_hold_way`)
                 return None, step  # (unsure: as if it were)
             try:
                 if part == "..":  # the directory's own parent, whatever its path says
@@ -1463,7 +1501,16 @@ def _oom_killed(path: Path | None) -> bool:
 def probe() -> str | None:
     """Why the bwrap sandbox cannot run here with every guarantee it gives, or None when
     it can. Cached per process and per setting it depends on; a HARNESS_SANDBOX_READ_ONLY
-    entry read_only_problem refuses is judged at each call (a start-up check reports it)."""
+    entry read_only_problem refuses is judged at each call (a start-up check reports it).
+    Harness out of descriptors while it judges them is said as such (OutOfDescriptors)."""
+    try:
+        return _probe_now()
+    except OutOfDescriptors as error:
+        return str(error)
+
+
+def _probe_now() -> str | None:
+    """`probe`, raising OutOfDescriptors (`require_sandbox` shows its own message)."""
     with contextlib.ExitStack() as held:
         problem = _judged_read_only_entries(held)[1]
     if problem is not None:

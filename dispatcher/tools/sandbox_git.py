@@ -67,6 +67,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import hashlib
 import os
 import pwd
 import re
@@ -75,6 +76,7 @@ import stat
 import subprocess
 import tempfile
 import time
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -416,7 +418,8 @@ def hook_refusal(
             f"from making a person's git run what a write plants. {hooks.strip()} A call a "
             "reviewer approves may write it."
         )
-    if not any(in_hook_path(name, hooks) for name in names_of(workspace, relative, resolved)):
+    names = names_of(workspace, relative, resolved)
+    if not any(in_hook_path(name, hooks, workspace) for name in names):
         return None
     if deleting:
         return DELETE_REFUSED.format(relative=relative)
@@ -448,14 +451,50 @@ def names_of(workspace: Path, relative: str, resolved: Path | None) -> tuple[str
         return named, named
 
 
-def in_hook_path(path: str, hooks: list[str]) -> bool:
+def in_hook_path(path: str, hooks: list[str], workspace: Path | None = None) -> bool:
     """Whether `path` (relative to the workspace, `/`-separated) is one of `hooks`
-    (`hook_paths`) or lies beneath one."""
-    parts = [part for part in path.split("/") if part not in ("", ".")]
-    return any(
+    (`hook_paths`) or lies beneath one: by its names as a case-insensitive file system
+    compares them (`fold`: on exFAT, vfat or a casefold directory `.GITHOOKS/pre-commit`
+    is `.githooks/pre-commit`, and an unapproved write_file by that name overwrote the
+    person's hook), or, given the `workspace`, by a directory on its way that is a hook
+    path's (device and inode: the same directory by any other name a file system gives
+    it; exfat-fuse gives each name an inode of its own, so the names are folded too)."""
+    parts = [fold(part) for part in path.split("/") if part not in ("", ".")]
+    if any(
         parts[: len(words)] == words
-        for words in ([part for part in hook.split("/") if part] for hook in hooks)
-    )
+        for words in ([fold(part) for part in hook.split("/") if part] for hook in hooks)
+    ):
+        return True
+    return workspace is not None and _beneath_by_identity(workspace, parts, hooks)
+
+
+def fold(name: str) -> str:
+    """`name` as a case-insensitive file system matches it: case folded, in canonical
+    decomposition (ext4's and tmpfs's casefold normalize too), without the characters
+    HFS+ ignores (`_HFS_IGNORED`). Folding a name on a file system that keeps case only
+    refuses more (`.GIT/config` there is a plain file an unapproved call may not write)."""
+    decomposed = unicodedata.normalize("NFD", _HFS_IGNORED.sub("", name))
+    return unicodedata.normalize("NFD", decomposed.casefold())
+
+
+def _beneath_by_identity(workspace: Path, parts: list[str], hooks: list[str]) -> bool:
+    """Whether a directory or file on the way of `parts` in `workspace`, as far as it
+    exists, is (device and inode) one of the `hooks` paths."""
+    identities = set()
+    for hook in hooks:
+        with contextlib.suppress(OSError, ValueError):
+            found = os.stat(workspace / hook)
+            identities.add((found.st_dev, found.st_ino))
+    current = Path(workspace)
+    for part in parts:
+        current = current / part
+        try:
+            found = os.stat(current)
+        except (OSError, ValueError):
+            return False
+        if (found.st_dev, found.st_ino) in identities:
+            return True
+    return False
 
 
 def _guard_directory(
@@ -941,7 +980,7 @@ def _linked_hook_refusal(
     if folded[: len(base)] != base:
         return "it names the workspace by another path"
     parts = folded[len(base) :]
-    if not parts or ".git" in parts:
+    if not parts or ".git" in [fold(part) for part in parts]:
         return "inside a git directory" if parts else "it names the workspace"
     if len(parts) > MAX_HOOKS_DEPTH:
         return f"more than {MAX_HOOKS_DEPTH} directories deep"
@@ -985,7 +1024,10 @@ def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry])
     an allowed `cp` planted `pre-commit` and the person's commit ran it (rt11). It is
     bound read-only as the workspace's own would be; any other pointer into the workspace
     refuses (`_config_refusal`; a command line of the enclosing repository is judged
-    relative to its work tree)."""
+    relative to its work tree). A relative `core.hooksPath` of the host's system
+    configuration counts as theirs when they set none (`_system_hooks_path`: a linked
+    worktree's `.githooks/`, which the main repository's configuration does not name)."""
+    system = _system_hooks_path(result)
     for where, git_dir, own_tree in _outside_git_dirs(workspace, result):
         group: list[tuple[Path, list[tuple[str, str]]]] = []
         for path in _outside_configuration_files(git_dir):
@@ -995,6 +1037,8 @@ def _refuse_pointers_outside(workspace: Path, result: Guard, hooks: list[Entry])
                 pairs = _with_includes(workspace, pairs, path.parent, result)
                 group.append((path, pairs))
         settings = [pair for _, pairs in group for pair in pairs]
+        if system is not None and not any(key == "core.hookspath" for key, _ in settings):
+            group.append((SYSTEM_CONFIG, [("core.hookspath", system)]))
         for path, pairs in group:
             for key, value in pairs:
                 if key == "core.hookspath":
@@ -1175,6 +1219,258 @@ def _read_path(path: Path) -> bytes | None:
     return data
 
 
+# --- What git reads from outside the workspace (a preview's fingerprint) -----------------
+
+# What a configuration must say for `outside_state` to read its settings (one git
+# subprocess): a key naming a file or directory git reads (section and key names hold
+# no escapes or line continuations).
+_OUTSIDE_KEYS = re.compile(rb"include|hookspath|attributesfile|excludesfile", re.IGNORECASE)
+# Files and directories outside the workspace described for one fingerprint; past it, the
+# rest is counted (the same count: the same fingerprint), and git configurations parsed
+# (for their includes and hooks directories) are bounded as a guard's are.
+MAX_OUTSIDE = 256
+MAX_LISTED = 1000  # entries of one hooks or info directory described
+
+
+def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
+    """A description of what git reads from outside `workspace` for a command run in it:
+    the host's system configuration (SYSTEM_CONFIG) and the per-user files of whoever
+    the sandbox runs as (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`: a sandboxed run
+    reads neither, its GIT_CONFIG_GLOBAL being /dev/null, but a person's git does); the
+    git directory of the repository holding the workspace, and the one each `.git` of
+    it names outside it (`dot_gits`, relative paths read under `base`, the workspace as
+    held: a linked worktree's, a submodule's), with their `commondir`'s: their `config`
+    and `config.worktree`, `hooks/` and `info/`; and every file a configuration includes
+    and hooks directory it names outside the workspace. Each file by identity, mode,
+    times and the SHA-256 of its content, each directory by its entries; what is missing
+    or cannot be read says so. What lies in the workspace is the fingerprint's walk's
+    (`preview.fingerprint_of`), whose digest takes this too: a configuration changed
+    outside it between a preview and its apply (the main repository of a linked
+    worktree, an included team file a read-only entry shows) changed what the command
+    would do, and the approved effect was applied all the same."""
+    state = _OutsideState(workspace)
+    state.config(str(SYSTEM_CONFIG), None)
+    for home in _sandbox_homes():
+        state.config(os.path.join(home, ".gitconfig"), None)
+        state.config(os.path.join(home, ".config", "git", "config"), None)
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    if xdg.startswith("/"):
+        state.config(os.path.join(xdg, "git", "config"), None)
+    for tree, git_dir in _enclosing_git_dir(workspace, state):
+        state.git_dir(git_dir, tree)
+    for rel in dot_gits:
+        found = _dot_git_target(base, workspace, rel)
+        if found is not None:
+            state.git_dir(found, str(workspace / os.path.dirname(rel)))
+    state.run()
+    return "".join(state.lines)
+
+
+@dataclasses.dataclass
+class _OutsideState:
+    """`outside_state`'s work: the configurations still to read (their path and the work
+    tree a relative core.hooksPath of theirs is taken from), what was described."""
+
+    workspace: Path
+    queue: list[tuple[str, str | None]] = dataclasses.field(default_factory=list)
+    seen: set[str] = dataclasses.field(default_factory=set)
+    lines: list[str] = dataclasses.field(default_factory=list)
+    budget: Guard = dataclasses.field(default_factory=Guard)
+
+    def config(self, path: str, tree: str | None) -> None:
+        self.queue.append((os.path.normpath(path), tree))
+
+    def git_dir(self, git_dir: str, tree: str) -> None:
+        """The configuration and hooks of the git directory `git_dir` and of its
+        `commondir`: described where they lie outside the workspace, the configurations
+        read wherever they lie (one of the workspace may include a file outside it)."""
+        for where in (git_dir, self._common(git_dir)):
+            if where is None:
+                continue
+            for name in FILES[:2]:
+                self.config(os.path.join(where, name), tree)
+            self.directory(os.path.join(where, "hooks"))
+            self.directory(os.path.join(where, "info"))
+
+    def _common(self, git_dir: str) -> str | None:
+        common = self.file(os.path.join(git_dir, "commondir"))
+        if not common or not common.strip():
+            return None
+        return os.path.join(git_dir, common.decode("utf-8", "replace").strip())
+
+    def run(self) -> None:
+        done: set[str] = set()
+        while self.queue:
+            path, tree = self.queue.pop(0)
+            if path in done:
+                continue  # (a file including itself, or one another includes too)
+            done.add(path)
+            data = self.file(path)
+            if data is None or not _OUTSIDE_KEYS.search(data):
+                continue
+            try:
+                pairs = _configuration(data, Path(path), self.budget)
+            except ToolError:
+                self.lines.append(f"{path}\0unparsed\n")
+                continue
+            for key, value in pairs:
+                self.pointer(path, tree, key, value)
+
+    def pointer(self, path: str, tree: str | None, key: str, value: str) -> None:
+        """Queue the file `key = value` of the configuration at `path` includes, or
+        describe the hooks directory, attributes or excludes file it names (each as git
+        finds it; a relative attributes or excludes file is the work tree's)."""
+        including = key == "include.path" or (
+            key.startswith("includeif.") and key.endswith(".path")
+        )
+        files = key in ("core.attributesfile", "core.excludesfile")
+        if not (including or files or key == "core.hookspath"):
+            return
+        expanded = _expand_home(value)
+        if expanded is None:
+            return  # (`~/`: the HOME of whoever runs git; the sandbox's is empty)
+        if including:
+            self.config(os.path.join(os.path.dirname(path), expanded), tree)
+        elif files and os.path.isabs(expanded):
+            self.file(expanded)
+        elif not files and (os.path.isabs(expanded) or tree is not None):
+            self.directory(os.path.join(tree or "/", expanded))
+
+    def _room(self, path: str) -> bool:
+        if path in self.seen or _inside(self.workspace, path):
+            return False  # (the workspace's own: its walk's)
+        self.seen.add(path)
+        if len(self.seen) > MAX_OUTSIDE:
+            self.lines.append("more\n")
+            return False
+        return True
+
+    def file(self, path: str) -> bytes | None:
+        """The content of the regular file at `path`, or None; described once when it
+        lies outside the workspace."""
+        path = os.path.normpath(path)
+        line, data = _file_state(path)
+        if self._room(path):
+            self.lines.append(line)
+        return data
+
+    def directory(self, path: str) -> None:
+        path = os.path.normpath(path)
+        if self._room(path):
+            self.lines.append(_directory_state(path))
+
+
+def _sandbox_homes() -> list[str]:
+    """The home of the user sandboxed programs run as (the sandbox user, or Harness's)."""
+    uid = _sandbox_uid()
+    try:
+        return [pwd.getpwuid(os.getuid() if uid is None else uid).pw_dir]
+    except (KeyError, OverflowError):
+        return []
+
+
+def _enclosing_git_dir(workspace: Path, state: _OutsideState) -> list[tuple[str, str]]:
+    """(the work tree, the git directory) of the nearest `.git` above the workspace, the
+    `.git` file naming it described; none when there is none."""
+    for above in Path(workspace).parents:
+        dot_git = str(above / ".git")
+        try:
+            info = os.stat(dot_git)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            return [(str(above), dot_git)]
+        data = state.file(dot_git)
+        target = _gitdir_of(data or b"", Path(dot_git))
+        return [(str(above), str(target))] if target is not None else []
+    return []
+
+
+def _dot_git_target(base: Path, workspace: Path, rel: str) -> str | None:
+    """The git directory the workspace's `.git` at `rel` (read under `base`, no link
+    followed) is or names: itself, a symbolic link's target, a `gitdir:` file's."""
+    where = workspace / rel
+    try:
+        fd = os.open(base / rel, _PATH)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return str(where)
+        if stat.S_ISLNK(info.st_mode):
+            named = os.readlink("", dir_fd=fd)
+            return os.path.normpath(os.path.join(where.parent, named))
+        if stat.S_ISREG(info.st_mode):
+            target = _gitdir_of(_read(fd), where)
+            return None if target is None else str(target)
+    except (OSError, ToolError):
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
+def _file_state(path: str) -> tuple[str, bytes | None]:
+    """(a line describing the file at `path`, links followed: missing, not a regular
+    file, or its identity, mode, times and content's SHA-256; its content or None)."""
+    resolved = _resolve(path)
+    if resolved is None:
+        return f"{path}\0unresolved\n", None
+    try:
+        fd = os.open(resolved, _PATH)
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{path}\0absent\n", None
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n", None
+    described = "unread"
+    try:
+        info = os.fstat(fd)
+        described = _described(info)
+        if not stat.S_ISREG(info.st_mode):
+            return f"{path}\0{described}\n", None
+        data = _read(fd)
+    except (OSError, ToolError):
+        return f"{path}\0{described} unread\n", None  # (larger than 1 MiB ...)
+    finally:
+        os.close(fd)
+    digest = hashlib.sha256(data).hexdigest()
+    return f"{path}\0{described} {digest}\n", data
+
+
+def _directory_state(path: str) -> str:
+    """A line describing the directory at `path` by each entry's name and state (at most
+    MAX_LISTED), or what it is instead."""
+    resolved = _resolve(path)
+    if resolved is None:
+        return f"{path}\0unresolved\n"
+    try:
+        fd = os.open(resolved, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return _file_state(path)[0]
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n"
+    try:
+        entries = sorted(os.listdir(fd))
+        shown = [
+            f"{name}:{_described(os.stat(name, dir_fd=fd, follow_symlinks=False))}"
+            for name in entries[:MAX_LISTED]
+        ]
+        head = _described(os.fstat(fd))
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n"
+    finally:
+        os.close(fd)
+    return f"{path}\0{head} {len(entries)}\0{'/'.join(shown)}\n"
+
+
+def _described(info: os.stat_result) -> str:
+    return (
+        f"{info.st_dev}:{info.st_ino} {info.st_mode:o} {info.st_size} "
+        f"{info.st_mtime_ns} {info.st_ctime_ns}"
+    )
+
+
 def _enclosing_command_refusal(workspace: Path, tree: Path, value: str) -> str | None:
     """Why a command line of the repository whose work tree `tree` holds the workspace
     may run a file of the workspace (git runs it in `tree`): a word with `/` that is,
@@ -1226,7 +1522,7 @@ def _bind_hooks_path(
         return inside
     parts = words[len(base) :]
     bound = parts[:-1] if parts[-1:] == ["_"] else parts
-    if not bound or ".git" in parts:
+    if not bound or ".git" in [fold(part) for part in parts]:
         return inside
     if len(parts) > MAX_HOOKS_DEPTH:  # (a descriptor and a mount for each)
         return f"{inside}, more than {MAX_HOOKS_DEPTH} directories deep"
@@ -1607,7 +1903,8 @@ def guarded_path(path: str) -> bool:
     under `modules/` or `worktrees/` a name such as `refs` may be a submodule's, so any).
     What an effect rule may not allow (effect_rules; `.git` itself is a mount point the
     program cannot replace, and an effect rule no file `.git`)."""
-    parts = [part for part in path.split("/") if part not in ("", ".")]
+    # (names folded: on a case-insensitive file system `.GIT/HOOKS/x` is `.git/hooks/x`)
+    parts = [fold(part) for part in path.split("/") if part not in ("", ".")]
     for start, first in enumerate(parts):
         if first != ".git":
             continue
@@ -1644,17 +1941,32 @@ def in_git_directory(workspace: Path, relative: str) -> bool:
     be listed counts as one."""
     current = Path(workspace)
     for part in [part for part in relative.split("/") if part not in ("", ".")]:
-        if part in GIT_READ_NAMES and current.name != ".git":
+        named = git_name(part)
+        if named is not None and fold(current.name) != ".git":
             try:
-                names = set(os.listdir(current)) & _GIT_DIRECTORY_NAMES
+                names = _git_names(os.listdir(current))
             except (FileNotFoundError, NotADirectoryError):
                 names = set()
             except OSError:
                 return True
-            if _looks_like_git_directory(names | {part}):
+            if _looks_like_git_directory(names | {named}):
                 return True
         current = current / part
     return False
+
+
+def git_name(name: str) -> str | None:
+    """The name git reads of a git directory (GIT_READ_NAMES) that `name` is on a
+    case-insensitive file system (`fold`: `head` is `HEAD` on exFAT, and a write_file of
+    `src/head` beside `src/Objects/` and `src/refs/` made `src/` a git directory), or None."""
+    folded = fold(name)
+    return next((known for known in GIT_READ_NAMES if fold(known) == folded), None)
+
+
+def _git_names(names: list[str]) -> set[str]:
+    """The names of `_GIT_DIRECTORY_NAMES` among a directory's `names` (as `git_name`)."""
+    found = {git_name(name) for name in names}
+    return {name for name in found if name in _GIT_DIRECTORY_NAMES}
 
 
 def makes_git_directory(workspace: Path, paths: list[str]) -> bool:
@@ -1667,18 +1979,22 @@ def makes_git_directory(workspace: Path, paths: list[str]) -> bool:
     the hook."""
     if any(in_git_directory(workspace, path) for path in paths):
         return True
-    added: dict[tuple[str, ...], set[str]] = {}
+    # (by the directory's folded names: `Src/HEAD` and `src/objects/x` are one directory
+    # on a case-insensitive file system; the names found first are the ones looked at)
+    added: dict[tuple[str, ...], tuple[list[str], set[str]]] = {}
     for path in paths:
         parts = [part for part in path.split("/") if part not in ("", ".")]
         for index, part in enumerate(parts):
-            if part in _GIT_DIRECTORY_NAMES:
-                added.setdefault(tuple(parts[:index]), set()).add(part)
-    for where, names in added.items():
-        if where[-1:] == (".git",):
+            named = git_name(part)
+            if named is not None and named in _GIT_DIRECTORY_NAMES:
+                key = tuple(fold(word) for word in parts[:index])
+                added.setdefault(key, (parts[:index], set()))[1].add(named)
+    for key, (where, names) in added.items():
+        if key[-1:] == (".git",):
             continue  # (a `.git` itself: guarded_path)
         current = Path(workspace).joinpath(*where)
         try:
-            there = set(os.listdir(current)) & _GIT_DIRECTORY_NAMES
+            there = _git_names(os.listdir(current))
         except (FileNotFoundError, NotADirectoryError):
             there = set()
         except OSError:

@@ -92,16 +92,68 @@ def test_a_repositorys_own_hooks_path_is_the_one_taken(tmp_path: Path, system: P
 def test_a_sandboxed_command_cannot_plant_a_system_configured_hook(
     tmp_path: Path, system: Path, settings: Any
 ) -> None:
+    workspace, hook = _repository(tmp_path, system)
+    out = _plant(settings, workspace, tmp_path)
+    assert hook.read_text() == PERSON, out
+    assert "Read-only file system" in out, out
+
+
+def _plant(settings: Any, workspace: Path, owned: Path) -> str:
+    """What a sandboxed command writing `.githooks/pre-commit` in `workspace` says (the
+    files under `owned` given to the sandbox user first)."""
     require_bwrap()
     settings.HARNESS_SANDBOX = "bwrap"
     settings.HARNESS_SANDBOX_NETWORK = False
-    workspace, hook = _repository(tmp_path, system)
-    subprocess.run(["chown", "-R", "65534:65534", str(tmp_path)], check=False)
+    subprocess.run(["chown", "-R", "65534:65534", str(owned)], check=False)
     ctx = ExecutionContext(workspace=workspace, call_id="c", timeout=30, output_limit=4000)
     script = f"printf '{AGENT}' > .githooks/pre-commit; echo done"
     try:
-        out = str(RUN_COMMAND.execute(ctx, {"argv": ["sh", "-c", script]}))
+        return str(RUN_COMMAND.execute(ctx, {"argv": ["sh", "-c", script]}))
     except ToolError as refused:
-        out = f"refused: {refused}"
+        return f"refused: {refused}"
+
+
+def _linked_worktree(tmp_path: Path, system: Path) -> tuple[Path, Path]:
+    """A workspace that is a linked worktree of a repository outside it (its `.git` a
+    file naming `main/.git/worktrees/ws`), with the person's `.githooks/pre-commit`."""
+    main = tmp_path / "main"
+    main.mkdir()
+    _git(main, "init", "-q", system=system)
+    _git(main, "commit", "--allow-empty", "-qm", "init", system=system)
+    workspace = tmp_path / "ws"
+    _git(main, "worktree", "add", "-q", str(workspace), system=system)
+    assert (workspace / ".git").is_file()
+    (workspace / ".githooks").mkdir()
+    hook = workspace / ".githooks" / "pre-commit"
+    hook.write_text(PERSON)
+    hook.chmod(0o755)
+    return workspace, hook
+
+
+def test_a_linked_worktrees_system_configured_hook_is_refused(tmp_path: Path, system: Path) -> None:
+    # (last stop's fix read /etc/gitconfig's value only beside a configuration inside
+    # the workspace: a linked worktree has none there, its configuration is the main
+    # repository's, outside, and `.githooks/` was bound by nothing)
+    workspace, hook = _linked_worktree(tmp_path, system)
+    assert "person-gate" in _git(workspace, "commit", "--allow-empty", "-qm", "x", system=system)
+    assert sandbox_git.hook_paths(workspace) == [".githooks"]
+    said = _write(workspace, ".githooks/pre-commit")
+    assert said.startswith("refused: '.githooks/pre-commit' is a git hook"), said
+    assert hook.read_text() == PERSON
+    assert _write(workspace, "src.txt").startswith("Wrote"), "other files are written"
+
+
+def test_a_linked_worktrees_own_hooks_path_is_the_one_taken(tmp_path: Path, system: Path) -> None:
+    workspace, _hook = _linked_worktree(tmp_path, system)
+    (workspace / "hooks-of-its-own").mkdir()
+    _git(tmp_path / "main", "config", "core.hooksPath", "hooks-of-its-own", system=system)
+    assert sandbox_git.hook_paths(workspace) == ["hooks-of-its-own"]
+
+
+def test_a_sandboxed_command_cannot_plant_a_linked_worktrees_system_configured_hook(
+    tmp_path: Path, system: Path, settings: Any
+) -> None:
+    workspace, hook = _linked_worktree(tmp_path, system)
+    out = _plant(settings, workspace, workspace)
     assert hook.read_text() == PERSON, out
     assert "Read-only file system" in out, out

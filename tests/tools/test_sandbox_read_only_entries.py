@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -269,3 +270,77 @@ def test_a_preview_sees_the_entry_judged(
         assert TOOL in effect.output and SECRET not in effect.output, effect.output
     finally:
         preview.discard(effect.store)
+
+
+# Run in a process of its own with a low RLIMIT_NOFILE: as the walk of the entries starts
+# (the run's checks of its workspace before it had their descriptors), every descriptor
+# but one is taken; the walk opens `/` with it and finds none for its first step.
+OUT_OF_DESCRIPTORS = r"""
+import os, resource, sys
+from pathlib import Path
+import django
+django.setup()
+from django.conf import settings
+settings.HARNESS_SANDBOX = "bwrap"
+settings.HARNESS_SANDBOX_NETWORK = False
+settings.HARNESS_SANDBOX_READ_ONLY = [sys.argv[1]]
+settings.HARNESS_WORKSPACE_ROOT = Path(sys.argv[3])
+from dispatcher.tools import sandbox
+from dispatcher.tools.base import ExecutionContext, ToolError
+from dispatcher.tools.run_command import TOOL
+workspace = Path(sys.argv[2])
+ctx = ExecutionContext(workspace=workspace, call_id="fd", timeout=30, output_limit=4000)
+print("WARM", TOOL.execute(ctx, {"argv": ["true"]}).splitlines()[0], flush=True)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+judge = sandbox._judged_read_only_entries
+
+def short_of_descriptors(held_by_caller):
+    held = []
+    try:
+        while True:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError:
+        pass
+    os.close(held.pop())
+    try:
+        return judge(held_by_caller)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+sandbox._judged_read_only_entries = short_of_descriptors
+try:
+    said = "RAN " + TOOL.execute(ctx, {"argv": ["touch", "made"]})
+except ToolError as refused:
+    said = f"REFUSED {refused}"
+print(said, flush=True)
+"""
+
+
+def test_harness_out_of_descriptors_says_so_and_runs_nothing(layout: dict[str, Path]) -> None:
+    # (the step it could not open was taken for one a program may have placed: "reaches
+    # ..., which lies in a directory sandboxed programs may write", an operator sent to
+    # look for a fault in a sound entry)
+    workspace, entry = layout["workspace"], layout["entry"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            OUT_OF_DESCRIPTORS,
+            str(entry),
+            str(workspace),
+            str(workspace.parent),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+    )
+    assert "WARM exit code 0" in done.stdout, (done.stdout, done.stderr)
+    said = done.stdout.split("WARM exit code 0", 1)[1]
+    assert "REFUSED Harness ran out of file descriptors" in said, (said, done.stderr)
+    assert "this process has none left: EMFILE" in said and str(entry) in said, said
+    assert "try again" in said and "sandboxed programs may write" not in said, said
+    assert not (workspace / "made").exists()  # fail closed: nothing ran
