@@ -76,6 +76,8 @@ sandbox:
 	@command -v setfacl >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq acl >/dev/null; } || true
 	@# ripgrep: tests/policy runs the real rg to show what `rg --pre` runs.
 	@command -v rg >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ripgrep >/dev/null; } || true
+	@# exfatprogs, exfat-fuse: tests/redteam shows the git guard on a case-insensitive file system.
+	@command -v mount.exfat-fuse >/dev/null && command -v mkfs.exfat >/dev/null || { [ "$$(id -u)" = 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq exfatprogs exfat-fuse >/dev/null; } || true
 
 # The pinned Claude Code CLI for tests/coding_agents (npm registry), cached under var/.
 CLAUDE_CODE_VERSION := 2.1.328

@@ -14,6 +14,7 @@ casefold, no vfat)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -45,7 +46,13 @@ def folding(tmp_path: Path, settings: Any) -> Iterator[Path]:
     nothing, as with HARNESS_SANDBOX "off", and writes.)"""
     settings.HARNESS_SANDBOX = "off"
     if not all(shutil.which(name) for name in ("mkfs.exfat", "mount.exfat-fuse", "losetup")):
-        pytest.skip("needs exfatprogs and exfat-fuse (a case-insensitive file system)")
+        message = (
+            "needs exfatprogs and exfat-fuse (a case-insensitive file system): "
+            "apt-get install exfatprogs exfat-fuse (make test installs them)"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true and " + message)
+        pytest.skip(message)
     image, mount = tmp_path / "exfat.img", tmp_path / "mnt"
     mount.mkdir()
     with image.open("wb") as handle:
