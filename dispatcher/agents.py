@@ -799,6 +799,7 @@ def start_session(
     (an MCP session id): one client session is one Harness session. Raises
     TooManySessions (nothing started) past HARNESS_MAX_SESSIONS_PER_MINUTE."""
     limits.count_new_session(agent)
+    _lock_for_a_session(agent)
     owner_mode = layers.effective_mode(Mode.TRUSTED, layers.policy_for(agent.owner, agent.team_id))
     if mode is not None and mode not in Mode.values:
         raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
@@ -821,6 +822,30 @@ def start_session(
     )
     _record_started(session, requested_mode=mode)
     return session
+
+
+def _lock_for_a_session(agent: Agent) -> None:
+    """Before a session of `agent` is written (start_session, a client's first call): lock
+    the agent's row and read its team and owner again, so the session is started in the
+    team the agent works for when it commits. A move (transfer_agent) writes that row,
+    then marks the sessions of the team the agent left (AgentSession.left_at), in one
+    transaction. A request that read the agent before the move, and started its session
+    after the move's marking read the sessions, started it in the former team, not left:
+    once the agent was moved back, that session took calls again. Now the session waits
+    for the move's commit here and starts in the new team; or it locked first, and the
+    move's marking, which waits for this commit, finds it.
+
+    One statement per session started (FOR NO KEY UPDATE: a call's admission takes no
+    lock of the row), taken first in the session's transaction, as a move takes the row
+    before the sessions, calls and audit chains it writes."""
+    fresh = (
+        Agent.objects.select_for_update(no_key=True)
+        .filter(pk=agent.pk)
+        .values_list("team_id", "owner_id")
+        .first()
+    )
+    if fresh is not None and fresh != (agent.team_id, agent.owner_id):
+        agent.refresh_from_db(fields=["team", "owner", "sponsor"])
 
 
 def mode_and_profile(
@@ -923,6 +948,7 @@ def _start_client_session(
     agent: Agent, client: str, external_id: str, project_dir: str, ceiling: str | None = None
 ) -> AgentSession:
     limits.count_new_session(agent)  # raises TooManySessions: nothing started
+    _lock_for_a_session(agent)
     mode = layers.effective_mode(Mode.TRUSTED, layers.policy_for(agent.owner, agent.team_id))
     if ceiling is not None:
         mode = narrower_mode(ceiling, mode)
