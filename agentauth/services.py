@@ -265,7 +265,7 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
     # chain of another call of that session waited for each other (a deadlock, one of
     # them a 500).
     Agent.objects.select_for_update(of=("self",)).filter(pk=agent.pk).exists()
-    AgentClient.objects.select_for_update().filter(agent=agent).exists()
+    agents.lock_sign_in(agent)
     PendingAgent.objects.filter(agent=agent).delete()
     count = _delete_tokens(agent)
     # (A revoked agent's calls: agents.revoke_agent denied those queued, and the guards
