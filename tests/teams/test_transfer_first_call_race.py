@@ -55,9 +55,7 @@ def waiting_for_a_lock(pid: int) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def test_a_first_call_during_a_move_starts_no_session_of_the_former_team_that_is_not_left() -> (
-    None
-):
+def test_a_first_call_during_a_move_starts_no_session_of_the_former_team_that_is_not_left() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("row locks: PostgreSQL (SQLite's write transactions run one at a time)")
     pay, away = make_team("pay"), make_team("away")
