@@ -84,6 +84,9 @@ class DeviceResource(models.Model):
     # The network the code was asked from (agentauth.views.device_network): a network's
     # share of its client's pending codes is counted by it (agentauth.views._pending_full).
     network = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    # The wider block holding that network (agentauth.views.device_aggregate: an IPv4 /16,
+    # an IPv6 /32), whose share is counted too: one holder of many /48s fills no more.
+    aggregate = models.CharField(max_length=64, blank=True, default="", db_index=True)
 
     def __str__(self) -> str:
         return f"device code {self.device_grant_id} for {self.resource}"

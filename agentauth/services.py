@@ -229,12 +229,17 @@ def approve_device(*, owner: User, device_grant: Any, team: Team, mode: str, act
 
 
 @transaction.atomic
-def bind_device_resource(*, device_code: str, resource: str, network: str = "") -> None:
+def bind_device_resource(
+    *, device_code: str, resource: str, network: str = "", aggregate: str = ""
+) -> None:
     """The device code `device_code`, just issued, is for `resource` (RFC 8707; the rule is
     agentauth.validators.device_code_resource): its token may be for that one only. It was
-    asked from `network` (agentauth.views.device_network), whose share it counts in."""
+    asked from `network` (agentauth.views.device_network), in the wider block `aggregate`
+    (device_aggregate), whose shares it counts in."""
     grant = DeviceGrant.objects.get(device_code=device_code)
-    DeviceResource.objects.create(device_grant=grant, resource=resource, network=network[:64])
+    DeviceResource.objects.create(
+        device_grant=grant, resource=resource, network=network[:64], aggregate=aggregate[:64]
+    )
 
 
 @transaction.atomic
@@ -271,7 +276,7 @@ def sign_out_agent(*, agent: Agent, actor: str) -> int:
     # chain of another call of that session waited for each other (a deadlock, one of
     # them a 500).
     Agent.objects.select_for_update(of=("self",)).filter(pk=agent.pk).exists()
-    AgentClient.objects.select_for_update().filter(agent=agent).exists()
+    agents.lock_sign_in(agent)
     PendingAgent.objects.filter(agent=agent).delete()
     count = _delete_tokens(agent)
     # (A revoked agent's calls: agents.revoke_agent denied those queued, and the guards

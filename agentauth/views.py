@@ -453,6 +453,7 @@ resource_metadata = ResourceMetadataView.as_view()
 DEVICE_AUTHORIZATION_ACTION = "harness_device_authorization"
 DEVICE_NETWORK_ACTION = "harness_device_authorization_network"
 NETWORK_PREFIX = {4: 24, 6: 48}
+AGGREGATE_PREFIX = {4: 16, 6: 32}
 
 
 def device_network(address: str) -> str:
@@ -460,11 +461,24 @@ def device_network(address: str) -> str:
     IPv6 address's /48 (one site's usual assignment: its /64s are allauth's addresses).
     An address that is not an IP address is its own network; one that carries an IPv4
     client's (NAT64, 6to4, Teredo, ::ffff:) is in that IPv4 address's network."""
+    return _block(address, NETWORK_PREFIX)
+
+
+def device_aggregate(address: str) -> str:
+    """The wider block `address`'s network is in, whose share of a client's pending device
+    codes is counted too (_pending_full): an IPv4 address's /16, an IPv6 address's /32 (a
+    provider's usual allocation, 65,536 /48s). One holder of many /48s (a /32 of their
+    own, or a cloud's addresses) stayed within each /48's share and filled the client's
+    places all the same. Read as device_network reads the address."""
+    return _block(address, AGGREGATE_PREFIX)
+
+
+def _block(address: str, prefixes: dict[int, int]) -> str:
     try:
         parsed = ipaddress.ip_address(client_address(address))
     except ValueError:
         return address
-    return str(ipaddress.ip_network(f"{parsed}/{NETWORK_PREFIX[parsed.version]}", strict=False))
+    return str(ipaddress.ip_network(f"{parsed}/{prefixes[parsed.version]}", strict=False))
 
 
 def _try_again_later(description: str, retry_after: int) -> JsonResponse:
@@ -548,15 +562,18 @@ def _holds_nul(request: HttpRequest) -> JsonResponse | None:
     )
 
 
-def _pending_full(client_id: str, network: str) -> JsonResponse | None:
+def _pending_full(client_id: str, network: str, aggregate: str) -> JsonResponse | None:
     """The answer when the client's device codes waiting for approval (not expired, not yet
-    approved or denied) leave no place for one more from `network`: either there are
-    HARNESS_DEVICE_PENDING_MAX of them, from any number of networks (a guard of the
-    table's size), or half that many and `network` holds HARNESS_DEVICE_PENDING_SHARE of
-    them. harness-hook's client is everyone's, so one cap over all networks let a few of
-    them (each within its HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK) keep it full, and
-    nobody's `harness-hook login` got a code: now the networks holding many are refused
-    first, and the second half of the places stays for those that hold few. Counted with
+    approved or denied) leave no place for one more from `network`, in the wider block
+    `aggregate`: either there are HARNESS_DEVICE_PENDING_MAX of them, from any number of
+    networks (a guard of the table's size), or half that many and `network` holds
+    HARNESS_DEVICE_PENDING_SHARE of them, or its block holds
+    HARNESS_DEVICE_PENDING_AGGREGATE_SHARE. harness-hook's client is everyone's, so one
+    cap over all networks let a few of them (each within its
+    HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK) keep it full, and nobody's `harness-hook
+    login` got a code: now the networks holding many are refused first, and the second
+    half of the places stays for those that hold few; and one holder of many networks
+    (an IPv6 /32's 65,536 /48s) is refused once its block holds its share. Counted with
     a LIMIT, over DeviceGrant's client_id index: requests at the same moment may each pass
     the count, so the cap may be passed by the requests in flight."""
     cap = settings.HARNESS_DEVICE_PENDING_MAX
@@ -571,25 +588,43 @@ def _pending_full(client_id: str, network: str) -> JsonResponse | None:
     if held < cap // 2:
         return None
     if held < cap:
-        share = settings.HARNESS_DEVICE_PENDING_SHARE
-        of_network = pending.filter(harness_resource__network=network)
-        if of_network[:share].count() < share:
-            return None
-        wait = _seconds_until_oldest_expires(of_network)
-        return _try_again_later(
-            f"Too many device codes of this client are waiting for approval ({held}, of at "
-            f"most {cap}), and this network ({network}) holds {share} of them: while half the "
-            f"client's places are taken, a network holding {share} gets no "
-            "more, so that other networks can still sign in. Try again in "
-            f"{wait} seconds, when this network's oldest code expires (or sooner, once one "
-            "of them is approved or denied).",
-            wait,
+        shares = (
+            ("network", network, settings.HARNESS_DEVICE_PENDING_SHARE, "network"),
+            (
+                "aggregate",
+                aggregate,
+                settings.HARNESS_DEVICE_PENDING_AGGREGATE_SHARE,
+                "block of networks",
+            ),
         )
+        for field, block, share, noun in shares:
+            of_block = pending.filter(**{f"harness_resource__{field}": block})
+            if of_block[:share].count() >= share:
+                return _share_taken(of_block, (held, cap), share, noun, block)
+        return None
     wait = _seconds_until_oldest_expires(pending)
     return _try_again_later(
         f"Too many device codes of this client are waiting for approval: {cap} at once. "
         f"Try again in {wait} seconds, when the oldest expires (or sooner, once one of them "
         "is approved or denied).",
+        wait,
+    )
+
+
+def _share_taken(
+    of_block: Any, held: tuple[int, int], share: int, noun: str, block: str
+) -> JsonResponse:
+    """The 429 for a network (or a block of networks, `noun`) that holds its `share` of the
+    client's pending codes while half of them are taken (`held`: how many, of the cap):
+    it waits for its own oldest code."""
+    wait = _seconds_until_oldest_expires(of_block)
+    return _try_again_later(
+        f"Too many device codes of this client are waiting for approval ({held[0]}, of at "
+        f"most {held[1]}), and this {noun} ({block}) holds {share} of them: while half the "
+        f"client's places are taken, a {noun} holding {share} gets no "
+        f"more, so that other networks can still sign in. Try again in "
+        f"{wait} seconds, when this {noun}'s oldest code expires (or sooner, once one "
+        "of them is approved or denied).",
         wait,
     )
 
@@ -609,7 +644,8 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
     No one is signed in here and every code is a row pending for 30 minutes, so codes are
     bounded per address and per network (allauth's rate limiter, in the cache) and per
     client in the database (_pending_full: HARNESS_DEVICE_PENDING_MAX pending at once, and
-    once half of them are, HARNESS_DEVICE_PENDING_SHARE per network).
+    once half of them are, HARNESS_DEVICE_PENDING_SHARE per network and
+    HARNESS_DEVICE_PENDING_AGGREGATE_SHARE per block of networks).
 
     Each code is stored with the resource (RFC 8707) it was asked for, the hooks API when
     none (agentauth.validators.device_code_resource): its token is for that one only."""
@@ -648,8 +684,9 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
             )
         # (cut to DeviceResource.network's length: an address read from a header may be
         # anything, and is counted as stored)
-        network = device_network(str(get_adapter(request).get_client_ip(request)))[:64]
-        full = _pending_full(client_id, network)
+        address = str(get_adapter(request).get_client_ip(request))
+        network, aggregate = device_network(address)[:64], device_aggregate(address)[:64]
+        full = _pending_full(client_id, network, aggregate)
         if full is not None:
             return full
         origin = f"{'https' if request.is_secure() else 'http'}://{request.get_host()}"
@@ -663,7 +700,10 @@ class DeviceAuthorizationView(oauth_views.DeviceAuthorizationView):  # type: ign
             if response.status_code == 200:
                 device_code = json.loads(response.content)["device_code"]
                 services.bind_device_resource(
-                    device_code=device_code, resource=resource, network=network
+                    device_code=device_code,
+                    resource=resource,
+                    network=network,
+                    aggregate=aggregate,
                 )
         return response
 

@@ -18,7 +18,7 @@ from audit.roles import REVIEWER, reach
 from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
-from dispatcher.agents import signed_in_now, token_refusal
+from dispatcher.agents import lock_sign_in, read_sign_in, signed_in_now, token_refusal
 from dispatcher.models import Agent, Executor, Status, ToolCall
 from dispatcher.policy import grants, stages
 from dispatcher.policy.stages import GuardDenial
@@ -809,44 +809,25 @@ def edit(
 
 def _lock_as_a_sign_out(approval: ApprovalRequest) -> None:
     """For an edit of a call of a client's signed-in agent, once the approval's row is
-    locked: lock the agent's row, then its client link, in the order a sign-out takes them
-    (agentauth.services.sign_out_agent) before the calls' rows and audit chains. The edit
+    locked: lock the agent's row (reading its sign-in again: agents.read_sign_in), then
+    its client link (agents.lock_sign_in), in the order a sign-out takes them before the
+    calls' rows and audit chains. The edit
     writes the call's row and chain (and admits its replacement) before its release locks
     the link (agents.signed_in_now): taken then, an edit and a sign-out each held what the
     other waited for (a deadlock, the edit a 500). Taken before the approval's row, an
     edit and an approval of the same call did (the approval locks the row, then the link).
-    Two statements more for such an edit, none for any other (the agent and the link's id
-    are read with the approval). What the approval's read showed may be older than a
+    Two statements more for such an edit, none for any other (the agent and its link are
+    read with the approval). What the approval's read showed may be older than a
     sign-out that committed while the edit waited here: a call it cancelled, the edit's
     conditional update of the call finds decided (409); the agent's sign-in is read
     again with its lock, so a call it did not cancel (written after its sweep, sent with
     the sign-in it ended) is refused by the edit's token check (409), not edited and its
     replacement admitted under the sign-in read before."""
     agent = approval.call.session.agent
-    client = getattr(agent, "oauth_client", None)  # (selected with the approval)
-    if client is None:
+    if getattr(agent, "oauth_client", None) is None:  # (selected with the approval)
         return
-    now = (
-        Agent.objects.select_for_update(of=("self",))
-        .filter(pk=agent.pk)
-        .values(*_SIGN_IN_FIELDS)
-        .first()
-    )
-    for field, value in (now or {}).items():
-        setattr(agent, field, value)
-    type(client).objects.select_for_update(no_key=True).filter(pk=client.pk).exists()
-
-
-# What a sign-out (or a revocation) changes of the agent's row, read again by an edit once
-# it holds the row (_lock_as_a_sign_out): what `token_refusal` and admission read.
-_SIGN_IN_FIELDS = (
-    "token_prefix",
-    "token_hash",
-    "is_active",
-    "revoked_at",
-    "token_voided_at",
-    "token_voided_because",
-)
+    read_sign_in(agent, lock_row=True)
+    lock_sign_in(agent)
 
 
 def _edit_refusal(approval: ApprovalRequest, arguments: dict[str, Any]) -> DecisionRefused | None:

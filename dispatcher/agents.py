@@ -526,7 +526,7 @@ def _void_held_by(*, user: User, actor: str, agents: QuerySet[Agent], reason: st
     ]
     held = (
         Agent.objects.select_for_update(of=("self",))
-        .select_related("owner")
+        .select_related("owner", "team")
         .filter(pk__in=candidates, is_active=True, token_voided_at__isnull=True)
         .order_by("pk")
     )
@@ -547,6 +547,7 @@ def _void_held_by(*, user: User, actor: str, agents: QuerySet[Agent], reason: st
             payload={
                 "name": agent.name,
                 "owner": agent.owner.get_username(),
+                "team": agent.team.name,  # (a notice's route may name `team/name`)
                 "token_prefix": agent.token_prefix,
                 "because": leaver,
                 "reason": reason,
@@ -557,18 +558,6 @@ def _void_held_by(*, user: User, actor: str, agents: QuerySet[Agent], reason: st
         _deny_queued(agent, sent_with_voided(leaver))
         voided.append(agent.name)
     return voided
-
-
-def _lock_sign_in(agent: Agent) -> None:
-    """Before a call of `agent` or its session's chain is written here (its row locked by
-    the caller, which changed it): lock the agent's client link, as a sign-out does
-    (agentauth.services.sign_out_agent) and a decision does before the call
-    (`signed_in_now`). A revocation denied the agent's queued calls (their sessions'
-    chains locked), then signed it out (the link): a decision holding the link and
-    waiting for such a chain waited for it both ways (deadlock detected, one of them a
-    500). One statement; no row for an agent no client signed in for."""
-    link = Agent._meta.get_field("oauth_client").related_model  # (an app above this one)
-    link._default_manager.select_for_update().filter(agent_id=agent.pk).exists()
 
 
 def _cancel_waiting(agent: Agent, actor: str, reason: str, why: str = "") -> None:
@@ -584,7 +573,7 @@ def _cancel_waiting(agent: Agent, actor: str, reason: str, why: str = "") -> Non
     row that decision held (a deadlock, the reviewer's approval a 500). A call a decision
     moves on meanwhile is no longer waiting once its row is free: it is left to it (and,
     queued, to `_deny_queued`)."""
-    _lock_sign_in(agent)
+    lock_sign_in(agent)
     waiting = (
         ToolCall.objects.filter(session__agent=agent, status=Status.PENDING_APPROVAL)
         .select_for_update(of=("self",))
@@ -605,7 +594,7 @@ def _deny_queued(agent: Agent, why: str, guard: str = "") -> None:
     shown before this commits). The worker's own check (`token_refusal`) denies those it
     reads later; this denies, in the same commit, those it read before, which its claim
     (conditional on the call still being queued) then leaves alone."""
-    _lock_sign_in(agent)
+    lock_sign_in(agent)
     # Every queued call's row locked first, in one statement, before any denial takes its
     # session chain's lock: a worker's claim takes its call's row, then the chain's, so
     # locking the rows one by one between denials deadlocked with it (review). A row a
@@ -721,24 +710,57 @@ def token_refusal(call: ToolCall, agent: Agent) -> GuardDenial | None:
 def signed_in_now(agent: Agent) -> None:
     """Before a decision releases a call of `agent` (its `oauth_client` read with it):
     for a client's signed-in agent, wait for a sign-out committing now (a revocation's
-    too: it signs the agent out), and read the agent's token fields and whether it is
-    active again (`token_refusal` and the guards read them). A call written after the
-    sign-out's sweep is visible to a reviewer before the sign-out commits; without this
-    its approval, reading the sign-in as it was, could release it as the sign-out ends.
-    The sign-out locks the same row first (agentauth.services.sign_out_agent), after the
-    agent's and before the calls and audit chains it writes, which a decision takes after
-    this, so the two never wait for each other both ways. Two
-    statements, for a signed-in agent's approval only; none for any other agent."""
-    client = getattr(agent, "oauth_client", None)  # (selected with the agent: no statement)
-    if client is None:
+    too: it signs the agent out), and read the agent's sign-in again (`read_sign_in`:
+    `token_refusal` and the guards read it). A call written after the sign-out's sweep
+    is visible to a reviewer before the sign-out commits; without this its approval,
+    reading the sign-in as it was, could release it as the sign-out ends. The sign-out
+    locks the same row first (`lock_sign_in`), after the agent's and before the calls
+    and audit chains it writes, which a decision takes after this, so the two never wait
+    for each other both ways. Two statements, for a signed-in agent's approval only;
+    none for any other agent."""
+    if getattr(agent, "oauth_client", None) is None:  # (selected with the agent)
         return
-    type(client).objects.select_for_update(no_key=True).filter(pk=client.pk).exists()
-    fresh = (
-        Agent.objects.filter(pk=agent.pk)
-        .values("token_prefix", "token_voided_at", "token_voided_because", "team_id", "is_active")
-        .first()
-    )
-    for field, value in (fresh or {}).items():  # (is_active: the guards' `agent_active`)
+    lock_sign_in(agent)
+    read_sign_in(agent)
+
+
+def lock_sign_in(agent: Agent) -> None:
+    """Lock `agent`'s client link (agentauth's AgentClient), the row every change of a
+    signed-in agent's sign-in holds to its commit: a sign-out takes it after the agent's
+    row (agentauth.services.sign_out_agent), a void, a move, a rotation or a revocation
+    before the calls or the sessions' chains it writes (`_cancel_waiting`,
+    `_deny_queued`), a decision before its call's row (`signed_in_now`), and an edit
+    after the agent's row (approvals.services). One order for all: the agent's row, this
+    link, then calls and chains. A revocation denied the agent's queued calls (their
+    sessions' chains locked), then signed it out (the link): a decision holding the link
+    and waiting for such a chain waited for it both ways (deadlock detected, one of them
+    a 500). One statement (FOR NO KEY UPDATE: no row refers to the link, so it excludes
+    as FOR UPDATE would); no row for an agent no client signed in for."""
+    link = Agent._meta.get_field("oauth_client").related_model  # (an app above this one)
+    link._default_manager.select_for_update(no_key=True).filter(agent_id=agent.pk).exists()
+
+
+# What a sign-out, a revocation, a void, a rotation or a move changes of an agent's row
+# that a decision or an edit reads again once it waited for them (`read_sign_in`): what
+# `token_refusal`, admission and the guards (`agent_active`) read.
+SIGN_IN_FIELDS = (
+    "token_prefix",
+    "token_hash",
+    "is_active",
+    "revoked_at",
+    "token_voided_at",
+    "token_voided_because",
+    "team_id",
+)
+
+
+def read_sign_in(agent: Agent, *, lock_row: bool = False) -> None:
+    """Read `agent`'s SIGN_IN_FIELDS again into `agent`, its row locked when `lock_row`
+    (FOR UPDATE, as a sign-out locks it: taken before `lock_sign_in`). One statement."""
+    rows = Agent.objects.filter(pk=agent.pk)
+    if lock_row:
+        rows = rows.select_for_update(of=("self",))
+    for field, value in (rows.values(*SIGN_IN_FIELDS).first() or {}).items():
         setattr(agent, field, value)
 
 
@@ -799,6 +821,7 @@ def start_session(
     (an MCP session id): one client session is one Harness session. Raises
     TooManySessions (nothing started) past HARNESS_MAX_SESSIONS_PER_MINUTE."""
     limits.count_new_session(agent)
+    _lock_for_a_session(agent)
     owner_mode = layers.effective_mode(Mode.TRUSTED, layers.policy_for(agent.owner, agent.team_id))
     if mode is not None and mode not in Mode.values:
         raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
@@ -821,6 +844,30 @@ def start_session(
     )
     _record_started(session, requested_mode=mode)
     return session
+
+
+def _lock_for_a_session(agent: Agent) -> None:
+    """Before a session of `agent` is written (start_session, a client's first call): lock
+    the agent's row and read its team and owner again, so the session is started in the
+    team the agent works for when it commits. A move (transfer_agent) writes that row,
+    then marks the sessions of the team the agent left (AgentSession.left_at), in one
+    transaction. A request that read the agent before the move, and started its session
+    after the move's marking read the sessions, started it in the former team, not left:
+    once the agent was moved back, that session took calls again. Now the session waits
+    for the move's commit here and starts in the new team; or it locked first, and the
+    move's marking, which waits for this commit, finds it.
+
+    One statement per session started (FOR NO KEY UPDATE: a call's admission takes no
+    lock of the row), taken first in the session's transaction, as a move takes the row
+    before the sessions, calls and audit chains it writes."""
+    fresh = (
+        Agent.objects.select_for_update(no_key=True)
+        .filter(pk=agent.pk)
+        .values_list("team_id", "owner_id")
+        .first()
+    )
+    if fresh is not None and fresh != (agent.team_id, agent.owner_id):
+        agent.refresh_from_db(fields=["team", "owner", "sponsor"])
 
 
 def mode_and_profile(
@@ -923,6 +970,7 @@ def _start_client_session(
     agent: Agent, client: str, external_id: str, project_dir: str, ceiling: str | None = None
 ) -> AgentSession:
     limits.count_new_session(agent)  # raises TooManySessions: nothing started
+    _lock_for_a_session(agent)
     mode = layers.effective_mode(Mode.TRUSTED, layers.policy_for(agent.owner, agent.team_id))
     if ceiling is not None:
         mode = narrower_mode(ceiling, mode)

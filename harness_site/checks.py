@@ -134,6 +134,32 @@ def check_device_network_cap(app_configs: Any = None, **kwargs: Any) -> list[Che
     return []
 
 
+@register()
+def check_device_block_cap(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A block of networks' share of a client's pending device codes (an IPv4 /16, an IPv6
+    /32: agentauth.views._pending_full) must stay below the half of
+    HARNESS_DEVICE_PENDING_MAX kept for networks that hold few: at or above it, one holder
+    of a block's many networks fills it, and no one else can sign in until those codes
+    expire."""
+    cap = settings.HARNESS_DEVICE_PENDING_MAX
+    share = settings.HARNESS_DEVICE_PENDING_AGGREGATE_SHARE
+    kept = cap - cap // 2
+    if cap == 0 or share < kept:
+        return []
+    return [
+        Error(
+            f"HARNESS_DEVICE_PENDING_AGGREGATE_SHARE ({share}) is not below half of "
+            f"HARNESS_DEVICE_PENDING_MAX ({cap}), the places kept for networks that hold few "
+            "codes: one block of networks (an IPv4 /16, an IPv6 /32) can fill every pending "
+            "device code of the client, and no one else can sign in until those codes expire.",
+            hint=f"Set HARNESS_DEVICE_PENDING_AGGREGATE_SHARE to at most {max(kept // 10, 1)} "
+            "(a tenth of half of HARNESS_DEVICE_PENDING_MAX), or raise "
+            "HARNESS_DEVICE_PENDING_MAX.",
+            id="harness.E005",
+        )
+    ]
+
+
 @register(deploy=True)
 def check_self_approval(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Before going live (`check --deploy`): the default lets one person be an agent's owner

@@ -794,6 +794,17 @@ if HARNESS_DEVICE_PENDING_SHARE < 1:
         "client's pending device codes one network may hold once half of "
         "HARNESS_DEVICE_PENDING_MAX are pending (1 or more)."
     )
+# And a block of networks (an IPv4 /16, an IPv6 /32: agentauth.views.device_aggregate)
+# holding HARNESS_DEVICE_PENDING_AGGREGATE_SHARE of them gets no more either: one holder of
+# many /48s (a provider's /32 holds 65,536) kept each within its share and filled the half
+# kept for others. Ten networks' worth by default (harness.E005: below half the cap).
+HARNESS_DEVICE_PENDING_AGGREGATE_SHARE = int(env("HARNESS_DEVICE_PENDING_AGGREGATE_SHARE", "100"))
+if HARNESS_DEVICE_PENDING_AGGREGATE_SHARE < 1:
+    raise ImproperlyConfigured(
+        f"HARNESS_DEVICE_PENDING_AGGREGATE_SHARE is {HARNESS_DEVICE_PENDING_AGGREGATE_SHARE}: "
+        "set how many of a client's pending device codes one block of networks (an IPv4 /16, "
+        "an IPv6 /32) may hold once half of HARNESS_DEVICE_PENDING_MAX are pending (1 or more)."
+    )
 ACCOUNT_RATE_LIMITS = {
     "harness_device_code": f"{HARNESS_DEVICE_CODE_ATTEMPTS}/{HARNESS_DEVICE_CODE_WINDOW}s/user",
     "harness_client_registration": f"{HARNESS_OAUTH_REGISTRATIONS_PER_HOUR}/3600s/user",

@@ -137,13 +137,7 @@ def notify_token_voided(event_id: int) -> list[str]:
         return []
     owner = User.objects.filter(username=event.payload.get("owner"), is_active=True).first()
     text = token_voided_text(event)
-    # (the agent's team, for a route naming `team/name`: the voided agent is not moved)
-    agent_id = event.subject.removeprefix("agent:")
-    team = str(
-        Agent.objects.filter(pk=agent_id).values_list("team__name", flat=True).first() or ""
-        if agent_id.isdigit()
-        else ""
-    )
+    team = _voided_team(event)
     reached: list[str] = []
     for channel in Channel.objects.filter(enabled=True).order_by("pk"):
         if channel.match_agents and not names_agent(
@@ -156,6 +150,19 @@ def notify_token_voided(event_id: int) -> list[str]:
         except senders.DeliveryFailed as error:
             logger.warning("token-voided notice not sent on %s: %s", channel.name, error)
     return reached
+
+
+def _voided_team(event: AuditEvent) -> str:
+    """The voided agent's team, for a route naming `team/name`: the event's `team`, else
+    (an event written before it named the team) the team of the agent its subject names
+    (`agent:<pk>`) now."""
+    team = event.payload.get("team")
+    if isinstance(team, str):
+        return team
+    agent_id = event.subject.removeprefix("agent:")
+    if not agent_id.isdigit():
+        return ""
+    return str(Agent.objects.filter(pk=agent_id).values_list("team__name", flat=True).first() or "")
 
 
 def _send_voided(channel: Channel, event: AuditEvent, text: str, owner: User | None) -> bool:

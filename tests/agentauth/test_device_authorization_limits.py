@@ -306,6 +306,20 @@ FLOOD_NETWORKS = [f"198.18.{n}.1" for n in range(1, 9)]
 SOMEONE_ELSE = "198.18.100.1"
 
 
+def _scaled_pending(settings: Any, *, per_network: int) -> None:
+    """harness-hook's client, its pending cap scaled down to 12 and a network's share to 1;
+    an address asks without limit, a network `per_network` codes over a code's life."""
+    life = settings.HARNESS_DEVICE_CODE_LIFE
+    harness_hook_client()
+    settings.HARNESS_DEVICE_PENDING_MAX = 12
+    settings.HARNESS_DEVICE_PENDING_SHARE = 1
+    settings.ACCOUNT_RATE_LIMITS = {
+        **settings.ACCOUNT_RATE_LIMITS,
+        "harness_device_authorization": f"1000/60s/ip,1000/{life}s/ip",
+        "harness_device_authorization_network": f"{per_network}/{life}s/key",
+    }
+
+
 @pytest.mark.django_db
 def test_a_few_networks_cannot_keep_the_clients_pending_codes_full(settings: Any) -> None:
     """harness-hook's client is everyone's, and one cap counted its pending codes over all
@@ -314,16 +328,8 @@ def test_a_few_networks_cannot_keep_the_clients_pending_codes_full(settings: Any
     the cap is pending, a network holding HARNESS_DEVICE_PENDING_SHARE of the codes now
     gets no more, so another network still gets one; the cap itself stays a hard ceiling
     (scaled down: a cap of 12, 3 codes a network, a share of 1)."""
-    life = settings.HARNESS_DEVICE_CODE_LIFE
-    harness_hook_client()
-    settings.HARNESS_DEVICE_PENDING_MAX = 12
-    settings.HARNESS_DEVICE_PENDING_SHARE = 1
     settings.HARNESS_DEVICE_AUTHORIZATIONS_PER_NETWORK = 3
-    settings.ACCOUNT_RATE_LIMITS = {
-        **settings.ACCOUNT_RATE_LIMITS,
-        "harness_device_authorization": f"1000/60s/ip,1000/{life}s/ip",
-        "harness_device_authorization_network": f"3/{life}s/key",
-    }
+    _scaled_pending(settings, per_network=3)
     everyone = (*FLOOD_NETWORKS, SOMEONE_ELSE)
     clear_device_code_counts(*everyone)
     try:
@@ -352,5 +358,43 @@ def test_a_few_networks_cannot_keep_the_clients_pending_codes_full(settings: Any
             "Too many device codes of this client are waiting for approval: 12 at once",
         )
         assert pending.count() == 12
+    finally:
+        clear_device_code_counts(*everyone)  # at the scaled rates (their own cache keys)
+
+
+# One holder's /48s, all of one IPv6 /32 (RFC 3849's), and someone else's /32 (RFC 9637's).
+ONE_HOLDERS_NETWORKS = [f"2001:db8:{n:x}::1" for n in range(1, 13)]
+ANOTHER_BLOCK = "3fff:1::1"
+
+
+@pytest.mark.django_db
+def test_one_holder_of_many_networks_cannot_fill_the_clients_pending_codes(
+    settings: Any,
+) -> None:
+    """A network's share (IPv6 /48) let one holder of many of them (an IPv6 /32 holds
+    65,536) ask from a new /48 each time, each holding none: it filled the client's pending
+    cap and nobody's `harness-hook login` got a code. Once half the cap is pending, a
+    block of networks (IPv6 /32, IPv4 /16) holding HARNESS_DEVICE_PENDING_AGGREGATE_SHARE
+    gets no more either; another block still gets codes (scaled down: a cap of 12, a
+    network's share 1, a block's 3)."""
+    settings.HARNESS_DEVICE_PENDING_AGGREGATE_SHARE = 3
+    _scaled_pending(settings, per_network=1000)
+    everyone = (*ONE_HOLDERS_NETWORKS, ANOTHER_BLOCK)
+    clear_device_code_counts(*everyone)
+    try:
+        # Half the places, from six of the holder's networks: no share counts yet.
+        for address in ONE_HOLDERS_NETWORKS[:6]:
+            assert ask(REMOTE_ADDR=address).status_code == 200
+        # From then on a new /48 of the same /32 gets none (before: each did, to the cap).
+        for address in ONE_HOLDERS_NETWORKS[6:]:
+            refused = ask(REMOTE_ADDR=address)
+            assert_try_again(refused, "this block of networks (2001:db8::/32) holds 3")
+            said = refused.json()["error_description"]
+            assert "waiting for approval (6, of at most 12)" in said
+            assert 1700 <= int(refused["Retry-After"]) <= 1801  # its oldest code's expiry
+        assert ask(REMOTE_ADDR=ANOTHER_BLOCK).status_code == 200
+        pending = DeviceGrant.objects.filter(client_id="harness-hook")
+        assert pending.count() == 7
+        assert pending.filter(harness_resource__aggregate="3fff:1::/32").count() == 1
     finally:
         clear_device_code_counts(*everyone)  # at the scaled rates (their own cache keys)

@@ -78,3 +78,19 @@ def test_manage_py_check_names_both_settings() -> None:
     assert "harness.E004" in result.stderr
     assert "HARNESS_DEVICE_PENDING_SHARE (15000)" in result.stderr
     assert "HARNESS_DEVICE_PENDING_MAX (20000)" in result.stderr
+
+
+@override_settings(HARNESS_DEVICE_PENDING_AGGREGATE_SHARE=500, HARNESS_DEVICE_PENDING_MAX=1000)
+def test_a_blocks_share_of_half_the_cap_is_an_error() -> None:
+    [message] = [
+        f"{message.id}: {message.msg} {message.hint}"
+        for message in run_checks()
+        if message.id == "harness.E005"
+    ]
+    assert message.startswith("harness.E005: HARNESS_DEVICE_PENDING_AGGREGATE_SHARE (500)")
+    assert "not below half of HARNESS_DEVICE_PENDING_MAX (1000)" in message
+    assert "at most 50" in message
+
+
+def test_the_default_blocks_share_passes() -> None:
+    assert not [message for message in run_checks() if message.id == "harness.E005"]
