@@ -5,6 +5,7 @@ live places in Redis, a worker process's thread, and a worker's turn run."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,14 @@ from dispatcher.models import ToolCall
 
 def status(call: ToolCall) -> str:
     return str(ToolCall.objects.get(pk=call.pk).status)
+
+
+def mark_counted(broker: Any, queue: str) -> None:
+    """The running sets of `queue` marked counted by this Redis process (a queue of the
+    test's own: nothing runs yet), as `batches.count_running` marks them: its run_id and a
+    generation (a mark without this process's run_id is counted again)."""
+    run_id = broker.info("server")["run_id"]
+    broker.set(batches._counted_key(queue), f"{run_id}:{uuid.uuid4().hex}")
 
 
 def live_places(broker: Any, queue: str, owner: int) -> int:
