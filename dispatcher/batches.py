@@ -255,18 +255,21 @@ end
 # let another call of the owner start meanwhile, and a turn that found the ring empty (a
 # duplicate message of a call another worker took with its place, a message of no agent,
 # a ring lost with Redis) has had none (`take_turn`). (A token still in the set, lapsed
-# or not, was counted by every take since: moving it lets no call more start.) Without
-# the running sets' mark of this Redis process nothing is held (-1) until they are
-# counted again (`count_running`). A place held answers the mark (its generation): the
-# claim that follows commits only if Redis still has it (`kept_since_hold`).
+# or not, was counted by every take since: moving it lets no call more start, whichever
+# Redis process kept it, one back from a snapshot too.) Without the running sets' mark
+# nothing is held (-1) until they are counted again (`count_running`), nor taken anew
+# without the mark of this Redis process (`_THIS_REDIS`: asked only then, off the common
+# path). A place held answers the mark (its generation): the claim that follows commits
+# only if Redis still has it (`kept_since_hold`).
 _HOLD = (
     _THIS_REDIS
     + """
-local generation = this_redis_mark(KEYS[2])
-if not generation then return -1 end
+local generation = redis.pcall('GET', KEYS[2])
+if type(generation) ~= 'string' then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if not this_redis_mark(KEYS[2]) then return -1 end
   local cap = tonumber(ARGV[4])
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then return 0 end
