@@ -12,7 +12,7 @@ from typing import Any
 from django.db import connections
 
 from dispatcher import batches, execution
-from dispatcher.models import ToolCall
+from dispatcher.models import Status, ToolCall
 
 
 def status(call: ToolCall) -> str:
@@ -54,3 +54,18 @@ def run_turn(turn: batches.Turn) -> None:
         execution.execute_call(turn.call_id, turn=turn)
     finally:
         batches.end_turn(turn)
+
+
+def each_ran_once_after(
+    broker: Any, queue: str, owner: int, long: ToolCall, later: ToolCall
+) -> None:
+    """Once the owner's `long` call ended (its worker's thread joined): not held back for
+    good, its place is given back, and `later`, left queued at the cap, runs at its
+    message's re-send; each ran once, and no place is left."""
+    assert live_places(broker, queue, owner) == 0
+    while broker.rpop(queue) is not None:
+        execution.execute_turn(str(later.pk))
+    for call in (long, later):
+        row = ToolCall.objects.get(pk=call.pk)
+        assert (row.status, row.attempts) == (Status.COMPLETED, 1)
+    assert live_places(broker, queue, owner) == 0
