@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from dispatcher import agents, batches, execution
-from dispatcher.models import Status
+from dispatcher.models import Status, ToolCall
 from floor.redis_clients import redis_at
 from tests.battery.procs import RedisServer, wait_until
 from tests.support.factories import make_agent, submit_one
@@ -94,7 +94,7 @@ def test_a_snapshot_that_kept_a_turns_place_still_counts_the_calls_started_since
             call = submit_one(session, "runcap_wait_for", {"path": "go"})
             assert broker.rpop(queue) is not None
             threads.append(worker(functools.partial(execution.execute_turn, str(call.pk))))
-            wait_until(lambda c=call: status(c) == Status.RUNNING, 30, "a call to run")
+            wait_until(functools.partial(running, call), 30, "a call to run")
             if n == 0:
                 broker.save()  # the mark, and the first call's turn's place
         server.kill9()
@@ -115,3 +115,7 @@ def test_a_snapshot_that_kept_a_turns_place_still_counts_the_calls_started_since
     while broker.rpop(queue) is not None:
         execution.execute_turn(str(later.pk))
     assert status(later) == Status.COMPLETED
+
+
+def running(call: ToolCall) -> bool:
+    return status(call) == Status.RUNNING
