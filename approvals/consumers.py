@@ -18,11 +18,15 @@ class ApprovalQueueConsumer(BoundToSignIn, AsyncWebsocketConsumer):  # type: ign
     harness_site.websocket_origin),
     and only while they are: removing the role or signing out closes the socket. It
     joins the queue groups of the reviewer's reach (approvals.live.groups_of), so it
-    carries the asks of their teams' agents only (all of them for an organization role).
+    carries the asks of their teams' agents only (all of them for an organization role);
+    a reach changed since it opened (a role, a team, a move) closes it at the next push
+    even when the close message was lost (BoundToSignIn.still_active), and the page opens
+    it again with the reach of now.
 
     On every (re)connect it sends the whole current queue, so a dropped connection misses
     nothing; then it forwards the fragments rendered once per event by `live.push_change`
-    (at once: forwarding reads only the user's `is_active`, off the shared sync thread).
+    (at once: forwarding reads only the user's row with their reach, in one statement,
+    off the shared sync thread).
     """
 
     database_free = frozenset({CLOSE_SOCKETS, "websocket.receive", "queue.push"})

@@ -9,13 +9,15 @@ session after commit; this module knows only the channel's name
 (settings.HARNESS_WAKE_PREFIX), not the dispatcher.
 
 Every socket of the dashboard is bound to its user's role and sign-in (BoundToSignIn,
-also used by the approval queue): removing the role or signing out closes it at once.
+also used by the approval queue): removing the role or signing out closes it at once,
+and a push checks again that nothing it was opened with changed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -28,7 +30,8 @@ from django.template.loader import render_to_string
 from django.utils.crypto import constant_time_compare
 
 from dispatcher.models import AgentSession
-from teams.scope import EVERYTHING, NOTHING, Scope
+from identity.services import ends_at
+from teams.scope import EVERYTHING, NOTHING, Scope, sign_in_scope
 
 from .models import AuditChain
 from .roles import AUDITOR, CLOSE_SOCKETS, reach, sign_in_group, user_group
@@ -63,7 +66,11 @@ class BoundToSignIn:
     user_id: int | None = None
     # The sign-in's hash of the password (Django's session auth hash) when it opened
     user_hash: str = ""
+    # The role it was opened for, its reach then, and when the sign-in ends unless the
+    # person makes a page request meanwhile (identity.services.ends_at; None: never)
+    role: str = ""
     reach: Scope = NOTHING
+    sign_in_ends: float | None = None
     # (what a browser sends is ignored: push-only, and none of it reaches the sync thread)
     # Only types whose handlers never touch the database belong here: a handler that did,
     # other than through database_sync_to_async, would lose channels' clean-up quietly.
@@ -76,8 +83,10 @@ class BoundToSignIn:
         await super().dispatch(message)  # type: ignore[misc]  # channels' AsyncConsumer
 
     async def authorize(self, role: str) -> bool:
-        """Join the groups, then check `role`; False (groups left) when the user lacks it.
-        The role's reach (teams.scope), read with it, is kept as `self.reach`."""
+        """Join the groups, then check `role`; False (groups left) when the user lacks it
+        or their sign-in has ended (idle or too old: identity.services.expiry_reason, as
+        a page request would find it). The role's reach (teams.scope), read with it, is
+        kept as `self.reach`."""
         user = self.scope.get("user")
         session = self.scope.get("session")
         self.sign_in_groups = []
@@ -89,9 +98,11 @@ class BoundToSignIn:
                 self.sign_in_groups.append(sign_in_group(session.session_key))
         for group in self.sign_in_groups:
             await self.channel_layer.group_add(group, self.channel_name)
-        self.reach = NOTHING
+        self.role, self.reach = role, NOTHING
         if user is not None:
-            self.reach = await database_sync_to_async(reach)(user, role)
+            self.reach, self.sign_in_ends = await database_sync_to_async(_opened)(
+                user, role, session
+            )
         if self.reach.empty:
             await self.leave_sign_in_groups()
             return False
@@ -104,14 +115,23 @@ class BoundToSignIn:
 
     async def still_active(self) -> bool:
         """Re-read the user before a push; close the socket (False) if they were
-        deactivated or their password changed since the socket opened. The close message
-        covers every deactivation a save or audit.roles.deactivate makes; this covers the
-        ones no signal sees (a bulk update), and a password change, which ends the
-        person's other sign-ins (Django: their next request is signed out) with no
-        message to their sockets. The read runs off channels' one shared sync thread
-        (thread_sensitive=False), so a push to many sockets does not queue their reads
-        one behind another there."""
-        if self.user_id is not None and await _sign_in_holds(self.user_id, self.user_hash):
+        deactivated, their password changed or their role's reach changed since the
+        socket opened, or their sign-in has ended (idle or too old, by what the session
+        said then: a page request since may have kept it going, and the page then opens
+        the socket again). The close messages cover every deactivation a save or
+        audit.roles.deactivate makes and every role or team change of the services; this
+        covers the ones no message reached (lost: Redis down at that moment, a
+        channel-layer expiry, the sender's process gone; a bulk update or a row written
+        by hand, which no signal sees), a password change, which ends the person's other
+        sign-ins (Django: their next request is signed out) with no message to their
+        sockets, and a sign-in that ended before `end_stale_sign_ins` ran. One read,
+        off channels' one shared sync thread (thread_sensitive=False), so a push to many
+        sockets does not queue their reads one behind another there."""
+        if (
+            self.user_id is not None
+            and (self.sign_in_ends is None or time.time() <= self.sign_in_ends)
+            and await _sign_in_holds(self.user_id, self.user_hash, self.role, self.reach)
+        ):
             return True
         await self.close(code=CLOSED_FOR_ACCESS)  # type: ignore[attr-defined]
         return False
@@ -121,17 +141,27 @@ class BoundToSignIn:
         await self.close(code=CLOSED_FOR_ACCESS)  # type: ignore[attr-defined]
 
 
-def sign_in_holds(user_id: int, user_hash: str) -> bool:
+def _opened(user: Any, role: str, session: Any) -> tuple[Scope, float | None]:
+    """What a socket is opened with: `user`'s reach with `role` (NOTHING when their
+    sign-in has ended already), and when the sign-in ends (identity.services.ends_at)."""
+    now = time.time()
+    ends = ends_at(session, now) if session is not None else None
+    if ends is not None and now > ends:
+        return NOTHING, ends
+    return reach(user, role), ends
+
+
+def sign_in_holds(user_id: int, user_hash: str, role: str, opened_with: Scope) -> bool:
     """Is the user still active, with the password their sign-in was made with (its
-    session auth hash, as django.contrib.auth.get_user checks it on every page request)?
-    One read by primary key."""
-    password = (
-        User.objects.filter(pk=user_id, is_active=True).values_list("password", flat=True).first()
-    )
-    if password is None:
+    session auth hash, as django.contrib.auth.get_user checks it on every page request),
+    and the reach with `role` the socket was opened with (`opened_with`)? One read by
+    primary key (teams.scope.sign_in_scope)."""
+    found = sign_in_scope(user_id, role)
+    if found is None:
         return False
+    password, now_reach = found
     now = User(pk=user_id, password=password).get_session_auth_hash()
-    return constant_time_compare(now, user_hash)
+    return now_reach == opened_with and constant_time_compare(now, user_hash)
 
 
 _sign_in_holds = database_sync_to_async(sign_in_holds, thread_sensitive=False)

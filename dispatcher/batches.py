@@ -102,6 +102,28 @@ redis.call('EXPIRE', KEYS[5], 86400)
 if not redis.call('LPOS', KEYS[1], ARGV[4]) then redis.call('RPUSH', KEYS[1], ARGV[4]) end
 redis.call('LPUSH', KEYS[3], ARGV[3])
 """
+# Which Redis process the running sets were counted on, for the scripts that read their
+# mark (`_counted_key`; prepended to them): its run_id (INFO server), new at every start.
+# A Redis that came back from an older snapshot (a restart that loaded its dump, a backup
+# restored, a replica promoted) brings back the mark of that moment with the sets of that
+# moment, which lack every call started since: its run_id is another, so that mark is no
+# mark and the sets are counted again. `this_redis_mark(key)`: the mark at `key` if this
+# process's, else false. (INFO inside a script: Redis 5 and later, whose scripts replicate
+# their writes, not their text.)
+_THIS_REDIS = """
+local function this_redis()
+  local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  if not id then error('no run_id in INFO server: the running places cannot be checked') end
+  return id
+end
+local function this_redis_mark(key)
+  local mark = redis.pcall('GET', key)
+  if type(mark) ~= 'string' then return false end
+  local prefix = this_redis() .. ':'
+  if mark:sub(1, #prefix) ~= prefix then return false end
+  return mark
+end
+"""
 # A place whose level below was lost (an owner with no agents left listed, an agent with
 # no calls) is dropped and the next one tried, and so is an agent's place in the ring of
 # an owner it no longer has (its list's owner is another: it has a place there); every
@@ -118,16 +140,19 @@ redis.call('LPUSH', KEYS[3], ARGV[3])
 # place given back sends a message for it (`_RELEASE`), so the listed calls keep as many
 # messages as they had. A place of a worker killed running its call lapses with the
 # call's lease (then the reconciler re-sends what waited: a lapse sends no message).
-# Without the running sets' mark (`_counted_key`: Redis lost its data) nothing is taken
-# (-1) until the sets are counted again (`count_running`).
+# Without the running sets' mark of this Redis process (`_counted_key`: Redis lost its
+# data, or came back from an older snapshot) nothing is taken (-1) until the sets are
+# counted again (`count_running`).
 # (KEYS: the owners' ring, the owed turns, the mark; ARGV: the lists' prefix, the owners'
 # rings' prefix, the cap, the running sets' prefix, the turn's token, its lapse, the sets'
 # expiry.)
-_TAKE = """
+_TAKE = (
+    _THIS_REDIS
+    + """
 local cap = tonumber(ARGV[3])
 local now = 0
 if cap > 0 then
-  if redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
+  if not this_redis_mark(KEYS[3]) then return -1 end
   local t = redis.call('TIME')
   now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
@@ -181,6 +206,7 @@ if #passed > 0 then
 end
 return false
 """
+)
 # A turn's place given back (KEYS: the owner's running set, the owed turns, the queue, the
 # owners' ring; ARGV: the token, the kinds of the gaps of the owed turn's message's
 # template, the JSON of the sender's root and parent ids, the place `count_running` gave
@@ -229,16 +255,21 @@ end
 # let another call of the owner start meanwhile, and a turn that found the ring empty (a
 # duplicate message of a call another worker took with its place, a message of no agent,
 # a ring lost with Redis) has had none (`take_turn`). (A token still in the set, lapsed
-# or not, was counted by every take since: moving it lets no call more start.) Without
-# the running sets' mark nothing is held (-1) until they are counted again
-# (`count_running`). A place held answers the mark's generation: the claim that follows
-# commits only if Redis still has it (`kept_since_hold`).
-_HOLD = """
+# or not, was counted by every take since: moving it lets no call more start, whichever
+# Redis process kept it, one back from a snapshot too.) Without the running sets' mark
+# nothing is held (-1) until they are counted again (`count_running`), nor taken anew
+# without the mark of this Redis process (`_THIS_REDIS`: asked only then, off the common
+# path). A place held answers the mark (its generation): the claim that follows commits
+# only if Redis still has it (`kept_since_hold`).
+_HOLD = (
+    _THIS_REDIS
+    + """
 local generation = redis.pcall('GET', KEYS[2])
 if type(generation) ~= 'string' then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  if not this_redis_mark(KEYS[2]) then return -1 end
   local cap = tonumber(ARGV[4])
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   if cap > 0 and redis.call('ZCARD', KEYS[1]) >= cap then return 0 end
@@ -247,6 +278,7 @@ redis.call('ZADD', KEYS[1], string.format('%.6f', now + tonumber(ARGV[2])), ARGV
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return generation
 """
+)
 # The places `count_running` counted (KEYS: each call's owner's running set, then the mark;
 # ARGV: the sets' expiry, the mark's new generation, then each call's place and its
 # lapse), and the mark. A set that holds a turn's place (not a `call:` one) was not lost:
@@ -257,11 +289,23 @@ return generation
 # mark a racing count set first is kept with its generation: the holds made since it was
 # set were made on places Redis still has. A mark of another type than a string (written
 # by something else) is no mark: the hold counts again (-1), and the count replaces it
-# (once every capped call was left queued for good: no hold could read it).
-_COUNTED = """
+# (once every capped call was left queued for good: no hold could read it). So is a mark
+# of another Redis process (`this_redis_mark`): the sets came back from a snapshot (a
+# restart that loaded one, a restore, a replica promoted), older than the calls started
+# since; every set gets its places then, even one holding turns' places (those of the
+# snapshot: each lapses with its lease, or is given back by its turn; too many places
+# until then, the safe way), and the mark is replaced.
+_COUNTED = (
+    _THIS_REDIS
+    + """
+local mark = KEYS[#KEYS]
+local found = redis.pcall('GET', mark)
+local restored = type(found) == 'string' and not this_redis_mark(mark)
+if type(found) ~= 'string' or restored then redis.call('DEL', mark) end
 local kept = {}
 for i = 1, #KEYS - 1 do
   local key = KEYS[i]
+  if restored then kept[key] = true end
   if kept[key] == nil then
     kept[key] = true
     for _, place in ipairs(redis.call('ZRANGE', key, 0, -1)) do
@@ -273,12 +317,14 @@ for i = 1, #KEYS - 1 do
     redis.call('EXPIRE', key, ARGV[1])
   end
 end
-local mark = KEYS[#KEYS]
-if redis.call('TYPE', mark).ok ~= 'string' then redis.call('DEL', mark) end
-redis.call('SET', mark, ARGV[2], 'NX')
+redis.call('SET', mark, this_redis() .. ':' .. ARGV[2], 'NX')
 """
+)
 # The running sets' mark (KEYS[1]): its generation, read by a claim (`kept_since_hold`). A
 # script rather than a GET: redis-py's own command costs the claim more of its Python.
+# (Not whose process it is: a mark an older snapshot brought back is the one the hold
+# read only if no count ran since the restore, and every count from then on, started by
+# the first take or hold that finds it another process's, waits for this claim's commit.)
 _MARK = "return redis.call('GET', KEYS[1])"
 # The message of an owed turn: it runs the ring's next call, or nothing (not a call id).
 OWED_TURN = "owed-turn"
@@ -316,9 +362,10 @@ def _owed_key(queue: str) -> str:
 def _counted_key(queue: str) -> str:
     """The running sets' mark: they count every call running on the workers. Set once they
     are counted (`count_running`), with no expiry: only a Redis that lost its data (a
-    restart of one that keeps nothing on disk, a flush) is without it. Its value is its
-    generation, new each time it is set again: a hold reads it, and its claim commits only
-    if it is the same then (`kept_since_hold`). (Not under `:fair:`, whose keys all go
+    restart of one that keeps nothing on disk, a flush) is without it, and one back from
+    an older snapshot has another process's (`_THIS_REDIS`). Its value is the run_id of
+    the Redis process that set it and its generation, new each time it is set again: a
+    hold reads it, and its claim commits only if it is the same then (`kept_since_hold`). (Not under `:fair:`, whose keys all go
     when nothing waits or runs.)"""
     return f"{queue}:running-counted"
 
@@ -554,8 +601,11 @@ def kept_since_hold(turn: Turn) -> bool:
     the owner's next call then started beside it, past the cap. The mark's generation
     (`_counted_key`) says whether that happened before this question: if it did, the mark
     is gone or another; if it happens after, the count waits for this claim's commit (its
-    table lock, `_claims_committed`) and counts the call. Redis unreachable: no (fail
-    closed). A turn that held no place (no cap) has nothing to lose: yes."""
+    table lock, `_claims_committed`) and counts the call. A Redis back from an older
+    snapshot in that moment may bring back the very mark the hold read: the claim commits,
+    and the count the next take or hold makes (the mark is another process's:
+    `_THIS_REDIS`) waits for it. Redis unreachable: no (fail closed). A turn that held no
+    place (no cap) has nothing to lose: yes."""
     if not turn.generation:
         return True
     mark: Any

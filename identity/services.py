@@ -139,6 +139,18 @@ def expiry_reason(session: Any, now: float) -> str:
     return ""
 
 
+def ends_at(session: Any, now: float) -> float | None:
+    """The Unix time after which this signed-in session has ended (`expiry_reason` says
+    why) unless a page request notes activity first; None: never. What a socket opened
+    with the session checks before every push (audit.consumers.BoundToSignIn): a sign-in
+    that ended is otherwise closed only when `end_stale_sign_ins` next runs."""
+    signed_in = float(session.get(SIGNED_IN_AT, now))
+    seen = float(session.get(SEEN_AT, signed_in))
+    idle, max_age = settings.HARNESS_SESSION_IDLE, settings.HARNESS_SESSION_MAX_AGE
+    ends = [at for at in (idle and seen + idle, max_age and signed_in + max_age) if at]
+    return min(ends) if ends else None
+
+
 def _duration(seconds: float) -> str:
     if seconds >= 3600 and seconds % 3600 == 0:
         hours = int(seconds // 3600)

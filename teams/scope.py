@@ -151,25 +151,52 @@ def scope_of(user: Any, role: str) -> Scope:
         return NOTHING
     if user.is_superuser:
         return EVERYTHING
-    rows = _REACH.tuples(user.pk, role)
-    if any(group is not None for group, _ in rows):
+    return _scope_of_rows(_REACH.tuples(user.pk, role))
+
+
+def _scope_of_rows(rows: list[tuple[Any, ...]]) -> Scope:
+    """The reach the rows of `_REACH` (or `_SIGN_IN`, by their last two columns) say: one
+    (group, team) per row, NULL where none."""
+    if any(row[-2] is not None for row in rows):
         return EVERYTHING
-    return Scope(everything=False, team_ids=frozenset(t for _, t in rows if t is not None))
+    return Scope(everything=False, team_ids=frozenset(r[-1] for r in rows if r[-1] is not None))
+
+
+def sign_in_scope(user_id: int, role: str) -> tuple[str, Scope] | None:
+    """The password hash of an active user and their reach with `role` now (None: no such
+    active user), in one statement: what a socket bound to a sign-in reads before every
+    push (audit.consumers.BoundToSignIn), so that a reach changed with no close message
+    reaching the socket (one lost: Redis down at that moment, a channel-layer expiry, a
+    membership written by hand) still closes it."""
+    rows = _SIGN_IN.tuples(user_id, role)
+    if not rows:
+        return None
+    password, superuser = rows[0][:2]
+    return password, EVERYTHING if superuser else _scope_of_rows(rows)
+
+
+def _with_reach(users: QuerySet[User], role: str) -> Any:  # (annotated: mypy cannot follow)
+    return users.annotate(
+        org=FilteredRelation("groups", condition=Q(groups__name=role)),
+        member=FilteredRelation("team_memberships", condition=Q(team_memberships__role=role)),
+    ).order_by()
 
 
 # Asked on every page, socket and decision of a role (floor.compiled): the user's row with
 # the organization's group of that name and their memberships with that role, both left
 # joins, so one row (NULL, NULL) says "neither" and one row per team otherwise.
 _REACH = Compiled(
-    lambda user_id, role: (
-        User.objects.filter(pk=user_id)
-        .annotate(
-            org=FilteredRelation("groups", condition=Q(groups__name=role)),
-            member=FilteredRelation("team_memberships", condition=Q(team_memberships__role=role)),
-        )
-        .order_by()
-        .values_list("org__id", "member__team_id")
+    lambda user_id, role: _with_reach(User.objects.filter(pk=user_id), role).values_list(
+        "org__id", "member__team_id"
     )
+)
+
+
+# `_REACH` of an active user with their password hash and superuser flag (sign_in_scope).
+_SIGN_IN = Compiled(
+    lambda user_id, role: _with_reach(
+        User.objects.filter(pk=user_id, is_active=True), role
+    ).values_list("password", "is_superuser", "org__id", "member__team_id")
 )
 
 
@@ -180,10 +207,7 @@ def scope_of_any(user: Any, roles: list[str]) -> Scope:
         return NOTHING
     if user.is_superuser:
         return EVERYTHING
-    rows = _REACH_ANY.tuples(user.pk, sorted(roles))
-    if any(group is not None for group, _ in rows):
-        return EVERYTHING
-    return Scope(everything=False, team_ids=frozenset(t for _, t in rows if t is not None))
+    return _scope_of_rows(_REACH_ANY.tuples(user.pk, sorted(roles)))
 
 
 _REACH_ANY = Compiled(

@@ -15,6 +15,7 @@ from dispatcher import batches
 from floor import celery_message
 from floor.redis_clients import redis_at
 from tests.battery.procs import ProcessGroup, RedisServer
+from tests.support.running_cap import mark_counted
 
 # A tool whose call runs until the test lets it end (a file appears in its workspace).
 WAIT_FOR = "tests.dispatcher.test_runcap_tools.WAIT_FOR"
@@ -29,7 +30,7 @@ def _lane_on_run_redis(
     monkeypatch.setattr(celery_message, "raw_target", lambda task: (url, name))
     settings.HARNESS_MAX_RUNNING_PER_OWNER = "1"
     broker = redis_at(url)
-    broker.set(batches._counted_key(name), 1)  # (a queue of its own: nothing runs yet)
+    mark_counted(broker, name)  # (a queue of its own: nothing runs yet)
     yield broker, name
     leftover = list(broker.scan_iter(f"{name}*"))
     if leftover:

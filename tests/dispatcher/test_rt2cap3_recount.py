@@ -27,6 +27,7 @@ from floor import celery_message
 from floor.redis_clients import redis_at
 from tests.battery.procs import ProcessGroup, RedisServer, wait_until
 from tests.support.factories import make_agent, submit_one
+from tests.support.running_cap import mark_counted
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_a_call_ending_while_the_places_are_counted_leaves_no_place_behind(
 ) -> None:
     server, queue = lane
     broker = redis_at(server.url)
-    broker.set(batches._counted_key(queue), 1)
+    mark_counted(broker, queue)
     fx = make_agent(mode="trusted")
     session = agents.start_session(agent=fx.agent)
     long = submit_one(session, "runcap_wait_for", {"path": "go"})
@@ -145,7 +146,7 @@ def test_the_mark_deleted_alone_counts_no_running_call_twice(
     settings.HARNESS_MAX_RUNNING_PER_OWNER = "2"
     server, queue = lane
     broker = redis_at(server.url)
-    broker.set(batches._counted_key(queue), 1)
+    mark_counted(broker, queue)
     fx = make_agent(mode="trusted")
     long = submit_one(agents.start_session(agent=fx.agent), "runcap_wait_for", {"path": "go"})
     assert broker.rpop(queue) is not None

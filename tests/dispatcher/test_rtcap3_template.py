@@ -17,6 +17,7 @@ from kombu import Connection
 from dispatcher import batches
 from floor import celery_message
 from floor.redis_clients import redis_at
+from tests.support.running_cap import mark_counted
 
 MARKS = 'HARNESSMARKID HARNESSMARKTAG %s HARNESSMARKROOT "HARNESSMARKPARENT" \\%1'
 
@@ -29,7 +30,7 @@ def lane(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[tuple[str, 
     url, name = target[0], f"{prefix}-{MARKS}"
     monkeypatch.setattr(celery_message, "raw_target", lambda task: (url, name))
     settings.HARNESS_MAX_RUNNING_PER_OWNER = "1"
-    redis_at(url).set(batches._counted_key(name), 1)  # (a queue of its own: nothing runs yet)
+    mark_counted(redis_at(url), name)  # (a queue of its own: nothing runs yet)
     yield url, name
     broker = redis_at(url)
     leftover = list(broker.scan_iter(f"{prefix}*"))

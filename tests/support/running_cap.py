@@ -5,17 +5,26 @@ live places in Redis, a worker process's thread, and a worker's turn run."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from django.db import connections
 
 from dispatcher import batches, execution
-from dispatcher.models import ToolCall
+from dispatcher.models import Status, ToolCall
 
 
 def status(call: ToolCall) -> str:
     return str(ToolCall.objects.get(pk=call.pk).status)
+
+
+def mark_counted(broker: Any, queue: str) -> None:
+    """The running sets of `queue` marked counted by this Redis process (a queue of the
+    test's own: nothing runs yet), as `batches.count_running` marks them: its run_id and a
+    generation (a mark without this process's run_id is counted again)."""
+    run_id = broker.info("server")["run_id"]
+    broker.set(batches._counted_key(queue), f"{run_id}:{uuid.uuid4().hex}")
 
 
 def live_places(broker: Any, queue: str, owner: int) -> int:
@@ -45,3 +54,18 @@ def run_turn(turn: batches.Turn) -> None:
         execution.execute_call(turn.call_id, turn=turn)
     finally:
         batches.end_turn(turn)
+
+
+def each_ran_once_after(
+    broker: Any, queue: str, owner: int, long: ToolCall, later: ToolCall
+) -> None:
+    """Once the owner's `long` call ended (its worker's thread joined): not held back for
+    good, its place is given back, and `later`, left queued at the cap, runs at its
+    message's re-send; each ran once, and no place is left."""
+    assert live_places(broker, queue, owner) == 0
+    while broker.rpop(queue) is not None:
+        execution.execute_turn(str(later.pk))
+    for call in (long, later):
+        row = ToolCall.objects.get(pk=call.pk)
+        assert (row.status, row.attempts) == (Status.COMPLETED, 1)
+    assert live_places(broker, queue, owner) == 0
