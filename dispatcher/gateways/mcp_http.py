@@ -239,7 +239,8 @@ async def serve_authenticated(
         transport = secrets.token_hex(8)  # no session: its request ids are its own
     elif found.header != session_id:
         transport = split_session_id(found.header)[1]  # an initialize: the id it is given
-    if method == "POST" and mcp_fast.transport_takes(scope):  # (else the SDK refuses it)
+    # (else the SDK refuses it; an early read's body is one request, no notification)
+    if method == "POST" and early is None and mcp_fast.transport_takes(scope):
         await cancel_requested(agent, session, messages, transport)
     caller = Caller(
         agent=agent,
