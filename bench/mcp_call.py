@@ -22,6 +22,7 @@ import io
 import json
 import os
 import pstats
+import secrets
 import statistics
 import time
 from typing import Any
@@ -34,8 +35,6 @@ PROTOCOL = "2025-06-18"
 def _agent_token() -> str:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
-
-    import secrets
 
     user, _ = get_user_model().objects.get_or_create(username="mcp-call")
     call_command("set_mode", user.username, "trusted", stdout=io.StringIO())
