@@ -259,7 +259,8 @@ class WaitSlot:
     cancelled meanwhile, as daphne cancels one 10 s after its client hung up, leaves the
     slot taken until the call ends)."""
 
-    def __init__(self, agent: Agent, seconds: float) -> None:
+    def __init__(self, agent: Agent | None, seconds: float) -> None:
+        # (None until the request's token is read: an early admission's, EarlyAdmission)
         self.agent, self.seconds = agent, seconds
         self.value: str | None = None
         self.ended = False
@@ -269,6 +270,7 @@ class WaitSlot:
     def take(self) -> None:
         """Raises MCPError (TOO_MANY_WAITS) when the agent, or its person's agents
         together, hold all of their slots."""
+        assert self.agent is not None
         try:
             slot = limits.reserve_wait(self.agent, self.seconds)
         except limits.TooManyWaits as full:
@@ -323,17 +325,33 @@ async def call_tool(
     return await answer_call(context.request_id, params, Progress.of(context, caller))
 
 
+def hold_seconds() -> float:
+    """How long a request's wait slot lasts if never given back: a held call may wait for a
+    reviewer as long as an approval lives, then for its run."""
+    return settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN
+
+
 async def answer_call(
-    request_id: types.RequestId, params: types.CallToolRequestParams, progress: Progress
+    request_id: types.RequestId,
+    params: types.CallToolRequestParams,
+    progress: Progress,
+    early: EarlyAdmission | None = None,
 ) -> types.CallToolResult:
     """A tools/call request's result: what the SDK's handler (`call_tool`) and the fast
     path (`mcp_fast`, a request that needs no stream of its own) both answer. Raises
-    MCPError for what the client reads as a JSON-RPC error."""
+    MCPError for what the client reads as a JSON-RPC error. `early`: the fast path's call
+    admitted on its authentication's trip (its name storable, not the permission prompt)."""
     name, arguments = params.name, params.arguments or {}
-    storable(name, arguments)
-    # A held call may wait for a reviewer as long as an approval lives, then for its run.
-    slot = WaitSlot(progress.caller.agent, settings.HARNESS_APPROVAL_TIMEOUT + HOLD_RUN_MARGIN)
+    if early is None:
+        storable(name, arguments)
+        slot = WaitSlot(progress.caller.agent, hold_seconds())
+    else:
+        slot = early.slot
     try:
+        if early is not None:
+            call = await early.call()
+            call = await hold(call, progress, settled=is_done)  # a reviewer's edit is followed
+            return tool_result(call)
         return await admit_and_hold(request_id, progress, name, arguments, slot)
     except DatabaseError:
         logger.exception("MCP gateway storage error")
@@ -385,10 +403,10 @@ async def admitted(caller: Caller, proposed: ProposedCall, slot: WaitSlot | None
 
 
 # The admissions (and inline runs) under way on this process's loops, kept to their end.
-_admitting: set[asyncio.Future[ToolCall]] = set()
+_admitting: set[asyncio.Future[Any]] = set()
 
 
-def _settled(work: asyncio.Future[ToolCall]) -> None:
+def _settled(work: asyncio.Future[Any]) -> None:
     """An admission's end: what it raised is the request's, if the request still waits
     (read here too, for a request cancelled meanwhile: nothing is left unread)."""
     _admitting.discard(work)
@@ -404,6 +422,111 @@ async def _admit_and_run(caller: Caller, proposed: ProposedCall, slot: WaitSlot 
     if pending is not None:
         call = await run_pending(call, pending, slot)
     return call
+
+
+# --- A fast-path call admitted on its authentication's trip -------------------------------
+
+# What a request's authentication read: the agent (None: a bad token), the agent's session
+# it names (None: none), the rate's refusal (None: counted).
+Authenticated = tuple[Agent | None, AgentSession | None, limits.TooManyRequests | None]
+
+
+class EarlyAdmission:
+    """A tools/call the fast path will answer (mcp_fast), admitted on the trip to an ORM
+    thread that authenticates its request (mcp_http.serve): one trip fewer per call
+    (docs/benchmarks.md, "The MCP allowed call's ORM trips"). On that thread, in the order
+    the request's own trips keep: the token and the session it names are read and the
+    request is taken from the agent's rate (`authenticate`); only when all three pass is
+    the call admitted, its wait slot taken first, exactly as its own trip would have
+    admitted it a moment later (`admit`). A request they refuse (a bad token, an unknown or
+    ended session, the rate) admits nothing and is answered as before.
+
+    The trip, and the run of a call it kept for the loop with its result's trip, are one
+    task kept to its end whatever happens to the request (as `admitted` keeps an
+    admission); the request gives the slot back when it ends (`request_ended`)."""
+
+    def __init__(
+        self, request_id: types.RequestId, params: types.CallToolRequestParams, transport: str
+    ) -> None:
+        arguments = params.arguments or {}
+        tool_use_id = mcp_tool_use_id(request_id, transport)
+        self.proposed = ProposedCall(tool_use_id, params.name, canonical_json(arguments), arguments)
+        self.slot = WaitSlot(None, hold_seconds())
+        self.authenticated: asyncio.Future[Authenticated] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.work: asyncio.Future[ToolCall | None] | None = None
+
+    async def start(self, authenticate: Callable[[], Authenticated]) -> Authenticated:
+        """The request's authentication (`authenticate`, run on the trip), its call admitted
+        on the same trip when it passes."""
+        work = self.work = asyncio.ensure_future(self._run(authenticate))
+        _admitting.add(work)  # (the loop keeps only a weak reference to a task)
+        work.add_done_callback(_settled)
+        return await asyncio.shield(self.authenticated)
+
+    async def _run(self, authenticate: Callable[[], Authenticated]) -> ToolCall | None:
+        loop = asyncio.get_running_loop()
+        try:
+            found, admitted = await db(admit_early)(self, authenticate, loop)
+        except BaseException as exc:
+            if not self.authenticated.done():  # (its reader raises it: a 503, as before)
+                self.authenticated.set_exception(exc)
+                self.authenticated.add_done_callback(_read)
+            raise
+        if not self.authenticated.done():
+            self.authenticated.set_result(found)
+        if admitted is None:
+            return None
+        if isinstance(admitted, BaseException):
+            raise admitted  # (the request's: `call` raises it where the request waits)
+        call, pending = admitted
+        if pending is not None:
+            call = await run_pending(call, pending, self.slot)
+        return call
+
+    async def call(self) -> ToolCall:
+        """The admitted call (run, when the inline lane kept it), awaited even when the
+        request is cancelled meanwhile (`admitted`)."""
+        assert self.work is not None
+        with anyio.CancelScope(shield=True):
+            call = await asyncio.shield(self.work)
+        assert call is not None  # (asked for only once the request was authenticated)
+        return call
+
+    async def request_ended(self) -> None:
+        """The request ended: its slot given back unless its admission still runs (which
+        then gives it back), or it was given back already."""
+        if (held := self.slot.request_ended()) is not None:
+            release = sync_to_async(limits.release_wait, thread_sensitive=False)
+            await asyncio.shield(release(held))
+
+
+def admit_early(
+    early: EarlyAdmission,
+    authenticate: Callable[[], Authenticated],
+    loop: asyncio.AbstractEventLoop,
+) -> tuple[Authenticated, tuple[ToolCall, Pending | None] | Exception | None]:
+    """`early`'s trip: the request authenticated, then its call admitted (`admit`, for the
+    loop) when the token, the session and the rate all pass; what `admit` raised is the
+    call's answer (an exception of the authentication is the request's: raised)."""
+    found = authenticate()
+    agent, session, refusal = found
+    if agent is None or session is None or refusal is not None:
+        return found, None
+    early.slot.agent = agent
+    try:
+        return found, admit(
+            session, early.proposed, preloaded=True, slot=early.slot, loop=loop, on_loop=True
+        )
+    except Exception as exc:  # noqa: BLE001 - the call's answer, raised where it is awaited
+        return found, exc
+
+
+def _read(future: asyncio.Future[Any]) -> None:
+    """A future's exception read (a request cancelled before it read it leaves no warning)."""
+    if not future.cancelled():
+        future.exception()
 
 
 server.add_request_handler("tools/list", types.PaginatedRequestParams, list_tools)

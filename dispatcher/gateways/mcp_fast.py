@@ -56,7 +56,14 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
-from dispatcher.gateways.mcp import Caller, Progress, answer_call, caller_context, server
+from dispatcher.gateways.mcp import (
+    Caller,
+    EarlyAdmission,
+    Progress,
+    answer_call,
+    caller_context,
+    server,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +91,13 @@ def eligible(
     `messages`: its body as the SDK's transport reads it (`mcp_http.parse_messages`).
     `session_header`: the Mcp-Session-Id of the known session the request named (None
     for anything else: an initialize, a client keeping no session)."""
+    version = eligible_version(scope, session_header)
+    return None if version is None else _parse(messages, version)
+
+
+def eligible_version(scope: Scope, session_header: str | None) -> str | None:
+    """The revision the request names, when the fast path may take a request with its
+    method and headers (the module's list, less its body); else None."""
     if not settings.HARNESS_MCP_FAST_PATH or scope["method"] != "POST" or not session_header:
         return None
     headers = Headers(scope=scope)
@@ -92,7 +106,7 @@ def eligible(
     version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
     if version is None or not _transport_takes(headers):  # (no header: the SDK's)
         return None
-    return _parse(messages, version)
+    return version
 
 
 def transport_takes(scope: Scope) -> bool:
@@ -148,11 +162,17 @@ def _parse(messages: list[types.JSONRPCMessage], version: str) -> FastCall | Non
 
 
 async def serve(
-    caller: Caller, request: FastCall, receive: Receive, send: Send, session_header: str
+    caller: Caller,
+    request: FastCall,
+    receive: Receive,
+    send: Send,
+    session_header: str,
+    early: EarlyAdmission | None = None,
 ) -> None:
     """Answer `request` as the SDK's transport would: as one JSON body when it is done
     within JSON_WITHIN seconds, else on the SSE stream opened then (pinging while the call
-    waits) as one event; nothing more when the client goes away first."""
+    waits) as one event; nothing more when the client goes away first. `early`: its call,
+    admitted on the request's authentication's trip (mcp_http.early_read)."""
     answer = _Answer(send, session_header)
     message: str | None = None
     # (a plain task watches the client, lighter than a task group; the request is
@@ -160,7 +180,7 @@ async def serve(
     with caller_context(caller), anyio.CancelScope() as hung_up:
         watcher = asyncio.ensure_future(_keep_alive(receive, answer, hung_up))
         try:
-            message = await _message(caller, request)
+            message = await _message(caller, request, early)
         finally:
             answer.settled = True  # (no stream opened, no ping sent from now on)
             watcher.cancel()
@@ -216,7 +236,7 @@ class _Answer:
         await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _message(caller: Caller, request: FastCall) -> str:
+async def _message(caller: Caller, request: FastCall, early: EarlyAdmission | None) -> str:
     """The JSON-RPC response: the handler's result shaped by the SDK's runner, or its
     exception mapped as the SDK's dispatcher maps it."""
     message: types.JSONRPCResponse | types.JSONRPCError
@@ -225,6 +245,7 @@ async def _message(caller: Caller, request: FastCall) -> str:
             request.request_id,
             request.params,
             Progress(caller, protocol_version=request.version),
+            early,
         )
         shaped = _runner(request.version)._serialize(METHOD, request.version, result)
         message = types.JSONRPCResponse(jsonrpc="2.0", id=request.request_id, result=shaped)

@@ -40,6 +40,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.runner import serve_connection
 from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.transport_context import TransportContext
@@ -51,7 +52,17 @@ from dispatcher import agents, limits, transitions
 from dispatcher.answers import answer_of, follow_edits
 from dispatcher.gateways import mcp_fast
 from dispatcher.gateways.dialects import storable_copy
-from dispatcher.gateways.mcp import CLIENT, Caller, caller_context, db, mcp_tool_use_id, server
+from dispatcher.gateways.mcp import (
+    APPROVAL_PROMPT,
+    CLIENT,
+    Caller,
+    EarlyAdmission,
+    caller_context,
+    db,
+    mcp_tool_use_id,
+    server,
+    storable,
+)
 from dispatcher.models import Agent, AgentSession, ToolCall
 
 logger = logging.getLogger(__name__)
@@ -97,14 +108,90 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         return await answer(
             send, 429, "too_many_requests", str(early), {"retry-after": str(early.retry_after)}
         )
+    bearer = kind.lower() == "bearer"
+    # A tools/call the fast path would answer, if its session is the agent's, is read now
+    # and admitted on the trip that authenticates it (EarlyAdmission).
+    read = None
+    if bearer and session_id and mcp_fast.eligible_version(scope, session_id) is not None:
+        read = early_read(scope, await read_body(receive), session_id)
+    if read is None or read.admission is None:
+        return await serve_authenticated(scope, receive, send, host, kind, token, session_id, read)
+    try:
+        await serve_authenticated(scope, receive, send, host, kind, token, session_id, read)
+    finally:  # (shielded: a cancelled request still gives its slot back)
+        await read.admission.request_ended()
+
+
+@dataclass(frozen=True)
+class Read:
+    """A request's body as `serve` read it before its authentication (None: past
+    HARNESS_MAX_BODY_BYTES), and when the fast path may take it, its messages, its call
+    and that call's admission, begun on the authentication's trip (`early_read`)."""
+
+    body: bytes | None
+    messages: list[types.JSONRPCMessage] | None = None
+    fast: mcp_fast.FastCall | None = None
+    admission: EarlyAdmission | None = None
+
+
+# The largest body parsed before its request is authenticated, to admit its call on the
+# same trip (`early_read`): S14's call is under 200 bytes. A larger one is parsed after the
+# token, as before, so a request with a bad token costs at most a parse of this much.
+EARLY_BODY_MAX = 16 * 1024
+
+
+def early_read(scope: Scope, body: bytes | None, session_id: str) -> Read:
+    """`body`, with its call's early admission when it may have one: a body of at most
+    EARLY_BODY_MAX bytes that the fast path takes if `session_id` is the agent's
+    (`mcp_fast.eligible`), calling a tool other than the permission prompt, with a name and
+    arguments Harness can store. Anything else is authenticated alone and served as
+    before (whatever it is answered, it is answered after the token and the session)."""
+    if body is None or len(body) > EARLY_BODY_MAX:
+        return Read(body)
+    try:
+        messages = parse_messages(body)
+    except UnnamedRequest:
+        return Read(body)
+    fast = mcp_fast.eligible(scope, messages, session_id)
+    if fast is None or fast.params.name == APPROVAL_PROMPT:
+        return Read(body, messages)
+    try:
+        storable(fast.params.name, fast.params.arguments or {})
+    except MCPError:
+        return Read(body, messages)
+    admission = EarlyAdmission(fast.request_id, fast.params, split_session_id(session_id)[1])
+    return Read(body, messages, fast, admission)
+
+
+async def serve_authenticated(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    host: str,
+    kind: str,
+    token: str,
+    session_id: str,
+    read: Read | None,
+) -> None:
+    """The request from its authentication on (`kind` and `token`: its Authorization's
+    scheme and credential). `read`: its body as `serve` read it, if it did, with its call's
+    early admission, if any (which the authentication's trip runs when the token, the
+    session and the rate pass)."""
+    early = read.admission if read is not None else None
     external_id, transport = split_session_id(session_id)
     scheme = "https" if scope.get("scheme") == "https" else "http"
     origin = f"{scheme}://{host}"
-    agent, known, refusal = (
-        await db(authenticate_and_count)(token.strip(), external_id, origin + "/mcp/")
-        if kind.lower() == "bearer"
-        else (None, None, None)
-    )
+    if early is not None:
+        audience = origin + "/mcp/"
+        agent, known, refusal = await early.start(
+            functools.partial(authenticate_and_count, token.strip(), external_id, audience)
+        )
+    elif kind.lower() == "bearer":
+        agent, known, refusal = await db(authenticate_and_count)(
+            token.strip(), external_id, origin + "/mcp/"
+        )
+    else:
+        agent, known, refusal = None, None, None
     if agent is None:
         # (a bearer token a holder's leaving voided is told so: one read, on this path only)
         voided = await db(agents.voided_refusal)(token.strip()) if kind.lower() == "bearer" else ""
@@ -132,12 +219,16 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
             "server-initiated stream.",
             {"allow": "POST, DELETE"},
         )
-    body = await read_body(receive)
+    body = read.body if read is not None else await read_body(receive)
     if body is None:
         limit = settings.HARNESS_MAX_BODY_BYTES
         return await answer(send, 413, "body_too_large", f"The body is larger than {limit} bytes.")
     try:
-        messages = parse_messages(body, modern=modern(scope))
+        messages = (
+            read.messages
+            if read is not None and read.messages is not None
+            else parse_messages(body, modern=modern(scope))
+        )
     except UnnamedRequest as exc:
         return await answer_invalid_request(send, str(exc))
     found = await session_for(agent, session_id, messages, known)
@@ -148,7 +239,8 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
         transport = secrets.token_hex(8)  # no session: its request ids are its own
     elif found.header != session_id:
         transport = split_session_id(found.header)[1]  # an initialize: the id it is given
-    if method == "POST" and mcp_fast.transport_takes(scope):  # (else the SDK refuses it)
+    # (else the SDK refuses it; an early read's body is one request, no notification)
+    if method == "POST" and early is None and mcp_fast.transport_takes(scope):
         await cancel_requested(agent, session, messages, transport)
     caller = Caller(
         agent=agent,
@@ -159,6 +251,9 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
     )
     # A tools/call that needs nothing of the SDK's server is answered without it.
     known_header = found.header if found.header == session_id and session is known else None
+    if early is not None and known_header:  # (read by `early_read`: the fast path's)
+        assert read is not None and read.fast is not None
+        return await mcp_fast.serve(caller, read.fast, receive, send, known_header, early)
     if (fast := mcp_fast.eligible(scope, messages, known_header)) is not None and known_header:
         return await mcp_fast.serve(caller, fast, receive, send, known_header)
     await run_transport(caller, scope, replay(body, receive), send, session_header=found.header)
