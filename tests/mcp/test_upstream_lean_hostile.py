@@ -151,3 +151,71 @@ def test_many_calls_on_one_session_with_some_cancelled_mid_answer_get_their_own_
     lean, sdk = both_ways(monkeypatch, lambda: asyncio.run(scenario()))
     assert lean == sdk
     assert lean == [f"echo: agent {n}" for n in range(48)] + ["echo: after", "kept: True"]
+
+
+# What the call after each malformed answer gets (the session kept, its connection not
+# reused when bytes came after the answer's end), where it is not "False echo: next".
+AFTER = {"set_cookie": "False echo: next (cookie a=b)"}
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        "bad_status", "bad_version", "huge_header", "endless_header", "hang", "bad_chunk",
+        "bad_chunk_sse", "chunked", "short_body", "long_body", "http10", "conn_close", "gzip",
+        "sse_cut", "sse_latin1", "redirect_here", "set_cookie",
+    ],
+)  # fmt: skip
+def test_malformed_http_ends_the_call_the_same_both_ways(
+    lean_hostile: str, monkeypatch: pytest.MonkeyPatch, tool: str
+) -> None:
+    """Each answer that breaks HTTP/1.1 (or bends it) ends the lean call as it ends the
+    SDK's: a bad status line, version, chunk size or length; headers too large or without
+    end, a body that never comes (the call's bound), a second answer smuggled after the
+    first; and the call after it, on a connection of its own, gets its own answer."""
+    calls: list[tuple[str, dict[str, Any]]] = [(tool, {}), ("echo", {"text": "next"})]
+    lean, sdk = both_ways(monkeypatch, lambda: outcomes(lean_hostile, calls, timeout=3))
+    assert lean == sdk
+    assert lean[2] == AFTER.get(tool, "False echo: next"), lean
+
+
+def test_a_malformed_answer_is_refused_with_a_clear_error(
+    lean_hostile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the model is told of each (lean; the SDK's way tells the same: above): the
+    server stopped mid-call, not known whether the call took effect; nothing the server
+    sent is quoted; the answer smuggled behind another's end is given to no call."""
+    tools = ("bad_status", "huge_header", "bad_chunk", "short_body", "gzip", "long_body")
+    calls: list[tuple[str, dict[str, Any]]] = [(tool, {}) for tool in tools]
+    monkeypatch.setattr(upstream, "LEAN_CALLS", True)
+    seen = outcomes(lean_hostile, calls, timeout=3)[::2]
+    for tool, line in zip(tools[:-1], seen, strict=False):
+        assert line == (
+            f"ToolError: The MCP server 'lean' stopped while running '{tool}', so it is not "
+            "known whether the call took effect. The server is started again for the next "
+            "call; check the state before trying again."
+        )
+    assert seen[-1] == "False long"
+
+
+def test_a_session_id_with_a_tab_and_a_space_is_sent_back_as_it_was_given(
+    lean_hostile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session id holding a tab and a space (as a header's value may) is sent back the
+    same both ways; a header line of its own can never be put in it (h11 reads none)."""
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("odd_session", {}),
+        ("echo", {"text": "forgotten"}),
+        ("echo", {"text": "odd"}),
+        ("echo", {"text": "again"}),
+    ]
+    lean, sdk = both_ways(monkeypatch, lambda: outcomes(lean_hostile, calls, timeout=3))
+    assert lean == sdk
+    assert lean[2:] == [
+        "UpstreamError: Session terminated (MCP error -32600)",
+        "replaced: True",
+        "False echo: odd",  # (the new session's, its id sent back whole: the server knew it)
+        "replaced: False",
+        "False echo: again",
+        "replaced: False",
+    ]

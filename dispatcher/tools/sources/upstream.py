@@ -23,7 +23,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -318,11 +318,20 @@ class _Transport(StreamableHTTPTransport):
         self.client, self.incoming = client, args[1]  # (read_stream_writer)
         await super().post_writer(client, *args, **kwargs)
 
-    async def _handle_post_request(self, ctx: RequestContext, lean: bool = False) -> None:
+    async def _handle_post_request(self, ctx: RequestContext) -> None:
+        await self._post(ctx, super()._handle_post_request)
+
+    async def lean_post(self, ctx: RequestContext) -> None:
+        """A lean call's POST (`_lean_post`), failing alone as any request's does."""
+        await self._post(ctx, self._lean_post)
+
+    async def _post(
+        self, ctx: RequestContext, send: Callable[[RequestContext], Awaitable[None]]
+    ) -> None:
         notice = not isinstance(ctx.session_message.message, types.JSONRPCRequest)
         self.notices += notice
         try:
-            await (self._lean_post(ctx) if lean else super()._handle_post_request(ctx))
+            await send(ctx)
         except Exception as exc:  # noqa: BLE001 - this request's failure, not the session's
             message = ctx.session_message.message
             if isinstance(message, types.JSONRPCRequest):
@@ -645,7 +654,7 @@ async def lean_call(
     session: ClientSession, transport: _Transport, tool: str, arguments: dict[str, Any]
 ) -> types.CallToolResult:
     """`session.call_tool(tool, arguments)` at a protocol before 2026, sent by the awaiting
-    task itself through the transport's own POST handling (`_Transport._handle_post_request`:
+    task itself through the transport's POST handling (`_Transport.lean_post`:
     the session's headers, the door, its JSON or SSE answer, 202, redirects and error
     statuses as the SDK reads them), and its result read as the session reads it (the
     protocol version's checks, the tool's output schema). What it leaves out is the SDK's
@@ -682,7 +691,7 @@ async def lean_call(
         read_stream_writer=answer,  # type: ignore[arg-type]
     )
     try:
-        await transport._handle_post_request(ctx, lean=True)
+        await transport.lean_post(ctx)
     except asyncio.CancelledError:
         if plan.cancel_on_abandon:
             dispatcher = session._dispatcher
