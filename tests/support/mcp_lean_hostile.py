@@ -2,7 +2,9 @@
 (tests/mcp/test_upstream_lean_hostile.py), written by hand: it gives a session id, and
 each tool misbehaves in its own way in answering a tools/call.
 
-    python tests/support/mcp_lean_hostile.py PORT CALLS_FILE
+    python tests/support/mcp_lean_hostile.py PORT CALLS_FILE [CERT_PEM]
+
+With CERT_PEM (a key and its certificate chain), it answers over TLS.
 
 Each tools/call it receives adds a line `NAME` to CALLS_FILE as it starts answering.
 What each tool answers (the call's own id unless said):
@@ -59,6 +61,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import ssl
 import sys
 import threading
 import time
@@ -398,4 +401,9 @@ MALFORMED: dict[str, Any] = {
 if __name__ == "__main__":
     ThreadingHTTPServer.daemon_threads = True
     ThreadingHTTPServer.request_queue_size = 256
-    ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    if len(sys.argv) > 3:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(sys.argv[3])
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    server.serve_forever()

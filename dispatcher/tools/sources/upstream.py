@@ -636,12 +636,16 @@ def lean_ready(session: ClientSession, transport: _Transport) -> bool:
     and holds no notification (a later message waits behind one: so does the call, through
     the SDK), the protocol is one before 2026 (whose calls carry more headers and are
     cancelled by closing their stream), and the server has set no cookie (which httpx2's
-    client sends back, and `_Sent` does not)."""
+    client sends back, and `_Sent` does not; nor would it run an auth flow or a request
+    hook, which `open_session`'s client has none of)."""
     version = transport._protocol_version_header
+    client = transport.client
     return (
         LEAN_CALLS
-        and transport.client is not None
-        and not transport.client.cookies
+        and client is not None
+        and not client.cookies
+        and client.auth is None
+        and not client.event_hooks["request"]
         and transport.incoming is not None
         and transport.notices == 0
         and version is not None
