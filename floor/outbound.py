@@ -32,7 +32,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,6 +45,7 @@ import httpx2
 import requests
 import requests.adapters
 from django.conf import settings
+from httpx2._transports.default import AsyncResponseStream, map_httpcore_exceptions
 from requests.structures import CaseInsensitiveDict
 
 from floor.threads import ProcessThreads
@@ -435,9 +436,21 @@ class _AsyncPool(httpcore2.AsyncConnectionPool):
         )
 
 
+def _refused_answer(headers: Mapping[str, str], limit: int) -> str:
+    """Why an answer with these headers is refused before its body is read ("" if it is
+    not): a compressed one (a small gzip body would decode past any cap), or one that
+    declares a length past `limit`."""
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    declared = headers.get("content-length", "")
+    if encoding not in ("", "identity"):
+        return "refused: a compressed answer"
+    if declared.isdigit() and int(declared) > limit:
+        return f"answer larger than {limit} bytes"
+    return ""
+
+
 class _CappedAsyncTransport(httpx2.AsyncHTTPTransport):
-    """Each answer capped at `limit` bytes and never decompressed (a compressed answer is
-    refused: a small gzip body would decode past any cap)."""
+    """Each answer capped at `limit` bytes and never decompressed (`_refused_answer`)."""
 
     def __init__(self, limit: int) -> None:
         super().__init__(trust_env=False)
@@ -446,19 +459,90 @@ class _CappedAsyncTransport(httpx2.AsyncHTTPTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.headers["Accept-Encoding"] = "identity"
         response = await super().handle_async_request(request)
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        declared = response.headers.get("content-length", "")
-        problem = ""
-        if encoding not in ("", "identity"):
-            problem = "refused: a compressed answer"
-        elif declared.isdigit() and int(declared) > self.limit:
-            problem = f"answer larger than {self.limit} bytes"
-        if problem:
+        if problem := _refused_answer(response.headers, self.limit):
             await response.aclose()
             raise OutboundRefused(problem)
         assert isinstance(response.stream, httpx2.AsyncByteStream)  # noqa: S101 - httpx2's own
         response.stream = _CappedBody(response.stream, self.limit)
         return response
+
+
+@dataclass(frozen=True)
+class Opened:
+    """An answer `exchange` received: its status, its headers (names in lower case, each
+    value decoded and a repeated header's values joined with ", ", as httpx2's `Headers`
+    gives them; `raw` as they came) and its body, capped, still to be read."""
+
+    status: int
+    headers: Mapping[str, str]
+    raw: list[tuple[bytes, bytes]]
+    body: _CappedBody
+
+    async def read(self) -> bytes:
+        """The whole body (OutboundRefused past the cap)."""
+        return b"".join([chunk async for chunk in self.body])
+
+
+def _decoded(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Headers as httpx2's `Headers.get` reads them: ASCII, else UTF-8, else Latin-1, the
+    same for all (the first that decodes every name and value)."""
+    for encoding in ("ascii", "utf-8", "iso-8859-1"):
+        try:
+            pairs = [(name.decode(encoding).lower(), value.decode(encoding)) for name, value in raw]
+        except UnicodeDecodeError:
+            continue
+        headers: dict[str, str] = {}
+        for name, value in pairs:
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        return headers
+    raise AssertionError("unreachable: Latin-1 decodes every byte")
+
+
+@contextlib.asynccontextmanager
+async def exchange(
+    client: httpx2.AsyncClient,
+    method: str,
+    url: httpx2.URL,
+    headers: list[tuple[bytes, bytes]],
+    content: bytes,
+) -> AsyncIterator[Opened]:
+    """One request sent on the pool of `client` (one of `async_client`'s) by httpcore2
+    itself, without httpx2's client, request and response objects around it (the cost of
+    an upstream MCP call: docs/mcp.md, "The upstream call"), and its answer. The same door
+    as the client's: the same kept connections, each made through the guarded backend
+    (every resolved address checked) with the same TLS context; the client's timeouts;
+    `Accept-Encoding: identity` sent, and a compressed answer or one declaring a length
+    past the client's cap refused (`_refused_answer`); the body capped as it is read, and
+    on leaving drained or closed as `_CappedBody` does. Never a redirect followed (the
+    caller decides). `headers` are sent as given (the caller's Host and Content-Length
+    among them) but for Accept-Encoding; failures are httpx2's exceptions, as through
+    the client."""
+    transport = client._transport
+    if not isinstance(transport, _CappedAsyncTransport):
+        raise TypeError("exchange needs a client of outbound.async_client")
+    sent = [(k, v) for k, v in headers if k.lower() != b"accept-encoding"]
+    sent.append((b"Accept-Encoding", b"identity"))
+    request = httpcore2.Request(
+        method,
+        httpcore2.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+        headers=sent,
+        content=content,
+        extensions={"timeout": client.timeout.as_dict()},
+    )
+    with map_httpcore_exceptions():
+        answer = await transport._pool.handle_async_request(request)
+    raw = list(answer.headers)
+    decoded = _decoded(raw)
+    assert isinstance(answer.stream, AsyncIterable)  # noqa: S101 - httpcore2's async pool
+    stream = AsyncResponseStream(answer.stream)
+    if problem := _refused_answer(decoded, transport.limit):
+        await stream.aclose()
+        raise OutboundRefused(problem)
+    body = _CappedBody(stream, transport.limit)
+    try:
+        yield Opened(answer.status, decoded, raw, body)
+    finally:
+        await body.aclose()
 
 
 def async_transport(limit: int | None = None) -> httpx2.AsyncHTTPTransport:

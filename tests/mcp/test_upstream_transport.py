@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 
+import httpx2
 from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
 
 from dispatcher.tools.sources import upstream
@@ -40,9 +41,18 @@ def test_the_sdk_still_has_what_the_lean_call_uses() -> None:
         jsonrpc_dispatcher: ("_plan_outbound", "_ABANDON_WRITE_TIMEOUT"),
         jsonrpc_dispatcher.JSONRPCDispatcher: ("_final_write", "_cancel_outbound"),
         ClientSession: ("validate_tool_result",),
+        # (`_Transport.lean_post`: the SDK's own handling of an answer's parts, and what
+        # httpx2's client does with one, done without its client)
+        upstream._Transport("http://127.0.0.1:9/mcp"): (
+            "_prepare_headers",
+            "_handle_sse_event",
+            "_handle_reconnection",
+            "max_sse_event_size",
+        ),
+        httpx2.AsyncClient(): ("_build_redirect_request", "_transport", "max_redirects"),
     }
     missing = [
-        f"{getattr(owner, '__name__', owner)}.{name}"
+        f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
         for owner, names in wanted.items()
         for name in names
         if not hasattr(owner, name)

@@ -2,7 +2,9 @@
 (tests/mcp/test_upstream_lean_hostile.py), written by hand: it gives a session id, and
 each tool misbehaves in its own way in answering a tools/call.
 
-    python tests/support/mcp_lean_hostile.py PORT CALLS_FILE
+    python tests/support/mcp_lean_hostile.py PORT CALLS_FILE [CERT_PEM]
+
+With CERT_PEM (a key and its certificate chain), it answers over TLS.
 
 Each tools/call it receives adds a line `NAME` to CALLS_FILE as it starts answering.
 What each tool answers (the call's own id unless said):
@@ -30,11 +32,36 @@ What each tool answers (the call's own id unless said):
   redirect {}     307 to the same server under another address (127.0.0.2)
   json_error {}   400 with a JSON-RPC error body (id null)
   forget {}       "forgotten", then every session is unknown (404)
+
+Malformed HTTP, written byte by byte (the connection closed after it unless said):
+  bad_status {}   a status line that is no status line ("HTTP/1.1 2x0 OK")
+  bad_version {}  a status line of no HTTP version ("HTTX/1.1 200 OK")
+  huge_header {}  a header of 256 KiB
+  endless_header {} a header line every 0.05 s, without end
+  hang {}         a status line and headers declaring a body, then nothing
+  bad_chunk {}    a chunked JSON answer whose first chunk size is "zz"
+  bad_chunk_sse {} the same, an SSE answer
+  chunked {}      the result "chunked" in chunks of 7 bytes
+  short_body {}   a Content-Length 100 past the body sent
+  long_body {}    a Content-Length that ends at the result, then a second answer, the
+                  result "smuggled" under the id the next call is given (kept open)
+  http10 {}       an HTTP/1.0 answer, its end the connection's
+  conn_close {}   "Connection: close", then the result "closing"
+  gzip {}         a gzip-compressed result
+  sse_cut {}      SSE: half an event, then the connection closed
+  sse_latin1 {}   SSE in ISO-8859-1 (its charset named): the result "caf\xe9"
+  redirect_here {} 307 to this endpoint's own path with ?followed=1, where the call
+                  is answered "followed"
+  set_cookie {}   "cookie set", with a cookie a=b (echo then names a cookie it is sent)
+  odd_session {}  "renamed", then every session is unknown, and the next one's id holds a
+                  tab and a space
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import ssl
 import sys
 import threading
 import time
@@ -45,7 +72,11 @@ TOOLS = [
     "echo", "other_id", "numeric_id", "json_request", "batch", "sse_other_id", "sampling",
     "elicit", "roots", "many", "endless", "big_event", "flood", "extra", "failing", "typed",
     "accepted", "redirect", "json_error", "forget", "swap",
+    "bad_status", "bad_version", "huge_header", "endless_header", "hang", "bad_chunk",
+    "bad_chunk_sse", "chunked", "short_body", "long_body", "http10", "conn_close", "gzip",
+    "sse_cut", "sse_latin1", "redirect_here", "set_cookie", "odd_session",
 ]  # fmt: skip
+_odd = threading.Event()  # (the next session's id is odd: odd_session)
 CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
 _written = threading.Lock()
 _sessions: set[str] = set()
@@ -113,6 +144,16 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"event: message\ndata: " + json.dumps(value).encode() + b"\n\n")
         self.wfile.flush()
 
+    def raw(self, data: bytes) -> None:
+        """Bytes written as they are, then the connection closed."""
+        self.close_connection = True
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def head(self, kind: str = "application/json", *more: str) -> bytes:
+        lines = ["HTTP/1.1 200 OK", f"Content-Type: {kind}", *more]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
     def do_GET(self) -> None:
         self.session = ""
         self.answer(b"", 405)
@@ -134,6 +175,9 @@ class Handler(BaseHTTPRequestHandler):
             self.answer(b"", 202)
         elif method == "initialize":
             self.session = f"s{len(_sessions)}-{time.time()}"
+            if _odd.is_set():
+                _odd.clear()
+                self.session = f"s\t{len(_sessions)} odd"
             _sessions.add(self.session)
             result = {
                 "protocolVersion": message["params"]["protocolVersion"],
@@ -160,7 +204,11 @@ class Handler(BaseHTTPRequestHandler):
             "roots": ("roots/list", {}),
         }
         if name == "echo":
-            self.json(response(request_id, text(f"echo: {arguments.get('text', '')}")))
+            cookie = self.headers.get("Cookie")
+            said = f"echo: {arguments.get('text', '')}" + (f" (cookie {cookie})" if cookie else "")
+            self.json(response(request_id, text(said)))
+        elif name in MALFORMED:
+            MALFORMED[name](self, request_id)
         elif name == "other_id":
             self.json(response(next_id(request_id), text("stolen")))
         elif name == "numeric_id":
@@ -235,7 +283,128 @@ class Handler(BaseHTTPRequestHandler):
             self.json(response(other, text(f"for {arguments.get('text', '')}")))
 
 
+def _body(request_id: Any, value: str) -> bytes:
+    return json.dumps(response(request_id, text(value))).encode()
+
+
+def _endless_header(handler: Handler, request_id: Any) -> None:
+    handler.close_connection = True
+    try:
+        handler.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        for n in range(100000):
+            handler.wfile.write(b"X-N: %d\r\n" % n)
+            handler.wfile.flush()
+            time.sleep(0.05)
+    except OSError:
+        pass
+
+
+def _hang(handler: Handler, request_id: Any) -> None:
+    handler.close_connection = True
+    handler.wfile.write(handler.head("application/json", "Content-Length: 100"))
+    handler.wfile.flush()
+    time.sleep(30)
+
+
+def _chunked(handler: Handler, request_id: Any) -> None:
+    body = _body(request_id, "chunked")
+    pieces = [body[i : i + 7] for i in range(0, len(body), 7)]
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces)
+    handler.raw(
+        handler.head("application/json", "Transfer-Encoding: chunked") + chunks + b"0\r\n\r\n"
+    )
+
+
+def _long_body(handler: Handler, request_id: Any) -> None:
+    body = _body(request_id, "long")
+    smuggled = _body(next_id(request_id), "smuggled")
+    second = handler.head("application/json", f"Content-Length: {len(smuggled)}") + smuggled
+    handler.wfile.write(handler.head("application/json", f"Content-Length: {len(body)}"))
+    handler.wfile.write(body + second)
+    handler.wfile.flush()
+
+
+def _gzip(handler: Handler, request_id: Any) -> None:
+    body = gzip.compress(_body(request_id, "zipped"))
+    more = ("Content-Encoding: gzip", f"Content-Length: {len(body)}")
+    handler.raw(handler.head("application/json", *more) + body)
+
+
+def _sse_latin1(handler: Handler, request_id: Any) -> None:
+    data = json.dumps(response(request_id, text("caf\xe9")), ensure_ascii=False)
+    head = handler.head("text/event-stream; charset=iso-8859-1")
+    handler.raw(head + b"event: message\ndata: " + data.encode("latin-1") + b"\n\n")
+
+
+def _redirect_here(handler: Handler, request_id: Any) -> None:
+    if "followed=1" in handler.path:
+        handler.session = ""
+        handler.json(response(request_id, text("followed")))
+        return
+    # (its connection closed, and said so: else the followed POST may be sent on it)
+    handler.raw(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /mcp?followed=1\r\n"
+                b"Connection: close\r\nContent-Length: 0\r\n\r\n")  # fmt: skip
+
+
+def _set_cookie(handler: Handler, request_id: Any) -> None:
+    body = _body(request_id, "cookie set")
+    more = ("Set-Cookie: a=b; Path=/", f"Content-Length: {len(body)}")
+    handler.raw(handler.head("application/json", *more) + body)
+
+
+def _odd_session(handler: Handler, request_id: Any) -> None:
+    handler.session = ""
+    handler.json(response(request_id, text("renamed")))
+    _sessions.clear()
+    _odd.set()
+
+
+def _bad_chunk(kind: str) -> Any:
+    def answer(handler: Handler, request_id: Any) -> None:
+        head = handler.head(kind, "Transfer-Encoding: chunked")
+        handler.raw(head + b"zz\r\n" + _body(request_id, "bad chunk") + b"\r\n0\r\n\r\n")
+
+    return answer
+
+
+MALFORMED: dict[str, Any] = {
+    "bad_status": lambda h, i: h.raw(b"HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n"),
+    "bad_version": lambda h, i: h.raw(b"HTTX/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+    "huge_header": lambda h, i: h.raw(h.head("application/json", "X-Big: " + "a" * (256 << 10))),
+    "endless_header": _endless_header,
+    "hang": _hang,
+    "bad_chunk": _bad_chunk("application/json"),
+    "bad_chunk_sse": _bad_chunk("text/event-stream"),
+    "chunked": _chunked,
+    "short_body": lambda h, i: h.raw(
+        h.head("application/json", f"Content-Length: {len(_body(i, 'short')) + 100}")
+        + _body(i, "short")
+    ),
+    "long_body": _long_body,
+    "http10": lambda h, i: h.raw(
+        b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + _body(i, "old")
+    ),
+    "conn_close": lambda h, i: h.raw(
+        h.head(
+            "application/json", "Connection: close", f"Content-Length: {len(_body(i, 'closing'))}"
+        )
+        + _body(i, "closing")
+    ),
+    "gzip": _gzip,
+    "sse_cut": lambda h, i: h.raw(h.head("text/event-stream") + b'event: message\ndata: {"jsonrpc'),
+    "sse_latin1": _sse_latin1,
+    "redirect_here": _redirect_here,
+    "set_cookie": _set_cookie,
+    "odd_session": _odd_session,
+}
+
+
 if __name__ == "__main__":
     ThreadingHTTPServer.daemon_threads = True
     ThreadingHTTPServer.request_queue_size = 256
-    ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+    server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    if len(sys.argv) > 3:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(sys.argv[3])
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    server.serve_forever()

@@ -15,6 +15,7 @@ sandbox user, and `sandboxed_argv`, the one place their command is put in the sa
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import json
 import logging
@@ -22,7 +23,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -34,13 +35,22 @@ import anyio
 import httpx2
 import pydantic
 from django.conf import settings
+from httpx2._models import _is_known_encoding, _parse_content_type_charset
+from httpx2._sse import _SSEParser
+from httpx2._urls import host_header
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client import session as sdk_session
 from mcp.client.extension import UnexpectedClaimedResult
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
-from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
+from mcp.client.streamable_http import (
+    MCP_SESSION_ID,
+    RequestContext,
+    StreamableHTTPTransport,
+    _unfollowed_redirect,
+)
 from mcp.shared import jsonrpc_dispatcher
 from mcp.shared._context_streams import create_context_streams
+from mcp.shared._httpx_utils import next_request_within_origin
 from mcp.shared._otel import inject_trace_context
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_NAME_HEADER, MCP_PROTOCOL_VERSION_HEADER, encode_header_value
@@ -260,7 +270,7 @@ async def open_session(
     async def answered(response: httpx2.Response) -> None:
         session_id = response.request.headers.get("mcp-session-id")
         if response.status_code == 404 and session_id and forgotten is not None:
-            forgotten()
+            forgotten()  # (a lean call's answer: _Transport._lean_post, the same test)
 
     # Through the outbound door: the address policy, no redirects (floor.outbound).
     http = outbound.async_client(
@@ -275,6 +285,7 @@ async def open_session(
         ClientSession(read, write) as session,
     ):
         await session.initialize()
+        transport.forgotten = forgotten
         if opened is not None:
             opened(transport)
         yield session
@@ -299,16 +310,28 @@ class _Transport(StreamableHTTPTransport):
     client: httpx2.AsyncClient | None = None
     incoming: Any = None
     notices = 0
+    # (`open_session`'s `forgotten`, which its client's response hook calls; a lean call's
+    # answer does not pass that hook)
+    forgotten: Callable[[], None] | None = None
 
     async def post_writer(self, client: httpx2.AsyncClient, *args: Any, **kwargs: Any) -> None:
         self.client, self.incoming = client, args[1]  # (read_stream_writer)
         await super().post_writer(client, *args, **kwargs)
 
     async def _handle_post_request(self, ctx: RequestContext) -> None:
+        await self._post(ctx, super()._handle_post_request)
+
+    async def lean_post(self, ctx: RequestContext) -> None:
+        """A lean call's POST (`_lean_post`), failing alone as any request's does."""
+        await self._post(ctx, self._lean_post)
+
+    async def _post(
+        self, ctx: RequestContext, send: Callable[[RequestContext], Awaitable[None]]
+    ) -> None:
         notice = not isinstance(ctx.session_message.message, types.JSONRPCRequest)
         self.notices += notice
         try:
-            await super()._handle_post_request(ctx)
+            await send(ctx)
         except Exception as exc:  # noqa: BLE001 - this request's failure, not the session's
             message = ctx.session_message.message
             if isinstance(message, types.JSONRPCRequest):
@@ -320,6 +343,144 @@ class _Transport(StreamableHTTPTransport):
         finally:
             self.notices -= notice
 
+    async def _lean_post(self, ctx: RequestContext) -> None:
+        """The SDK's `_handle_post_request` for a request (a lean call's), its POST sent and
+        its answer read by httpcore2 on the client's pool (`outbound.exchange`: the same
+        door, connections, cap and timeouts) instead of through httpx2's client and its
+        request and response objects; each answer ends as it does there, branch for branch:
+        202, a redirect (followed within the endpoint's origin, else refused), an error
+        status (a JSON-RPC error in its body, 404), a JSON answer, an SSE answer (its events
+        handed to the SDK's own handling, its reconnection the SDK's own), another type."""
+        message = ctx.session_message.message
+        assert isinstance(message, types.JSONRPCRequest) and ctx.client is not None
+        headers = self._prepare_headers()
+        if ctx.metadata is not None and ctx.metadata.headers is not None:
+            headers.update(ctx.metadata.headers)
+        sent = _Sent(ctx.client, httpx2.URL(self.url), headers, message)
+        redirect: httpx2.Response | None = None
+        for followed in count():
+            async with outbound.exchange(
+                ctx.client, "POST", sent.url, sent.headers, sent.content
+            ) as answer:
+                self._answered(ctx.client, sent, answer)
+                redirect = _redirect(ctx.client, sent, answer)
+                following = redirect is not None and next_request_within_origin(redirect)
+                if following and followed < ctx.client.max_redirects:
+                    await answer.read()  # (as the SDK drains a redirect it follows)
+                    sent = sent.to(following)
+                    continue
+                await self._lean_answer(ctx, message, answer, redirect)
+                return
+
+    def _answered(self, client: httpx2.AsyncClient, sent: _Sent, answer: outbound.Opened) -> None:
+        """What the client does with every answer through httpx2's client: its cookies kept
+        (a session that gets one is sent the SDK's way from then on: `lean_ready`), and a
+        404 to a request of the session reported (`open_session`'s `answered` hook)."""
+        if "set-cookie" in answer.headers:
+            client.cookies.extract_cookies(sent.response(answer))
+        if answer.status == 404 and sent.session_id and self.forgotten is not None:
+            self.forgotten()
+
+    async def _lean_answer(
+        self,
+        ctx: RequestContext,
+        message: types.JSONRPCRequest,
+        answer: outbound.Opened,
+        redirect: httpx2.Response | None,
+    ) -> None:
+        """The answer to a request handled as `_handle_post_request` handles it."""
+        writer = ctx.read_stream_writer
+        if answer.status == 202:
+            await self._resolve_abandoned_request(
+                writer,
+                message.id,
+                "server answered a request with 202 Accepted",
+                code=types.INVALID_REQUEST,
+            )
+            return
+        if redirect is not None and (refused := _unfollowed_redirect(redirect)) is not None:
+            logger.warning(refused)
+            await self._resolve_abandoned_request(
+                writer, message.id, refused, code=types.INVALID_REQUEST
+            )
+            return
+        content_type = answer.headers.get("content-type", "").lower()
+        if answer.status >= 400:
+            if content_type.startswith("application/json"):
+                with contextlib.suppress(httpx2.StreamError, pydantic.ValidationError):
+                    parsed = types.jsonrpc_message_adapter.validate_json(
+                        await answer.read(), by_name=False
+                    )
+                    if isinstance(parsed, types.JSONRPCError):
+                        rejected = types.JSONRPCError(
+                            jsonrpc="2.0", id=message.id, error=parsed.error
+                        )
+                        await writer.send(SessionMessage(rejected))
+                        return
+            if answer.status == 404 and self.session_id is None:
+                error = types.ErrorData(code=types.METHOD_NOT_FOUND, message="Not Found")
+            elif answer.status == 404:
+                error = types.ErrorData(code=types.INVALID_REQUEST, message="Session terminated")
+            else:
+                error = types.ErrorData(
+                    code=types.INTERNAL_ERROR, message="Server returned an error response"
+                )
+            await writer.send(
+                SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error))
+            )
+            return
+        if content_type.startswith("application/json"):
+            reply: types.JSONRPCMessage
+            try:
+                reply = types.jsonrpc_message_adapter.validate_json(
+                    await answer.read(), by_name=False
+                )
+            except (httpx2.StreamError, pydantic.ValidationError) as exc:
+                error = types.ErrorData(
+                    code=types.PARSE_ERROR, message=f"Failed to parse JSON response: {exc}"
+                )
+                reply = types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
+            await writer.send(SessionMessage(reply))
+        elif content_type.startswith("text/event-stream"):
+            await self._lean_sse(ctx, message, answer)
+        else:
+            error = types.ErrorData(
+                code=types.INVALID_REQUEST, message=f"Unexpected content type: {content_type}"
+            )
+            await writer.send(
+                SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error))
+            )
+
+    async def _lean_sse(
+        self, ctx: RequestContext, message: types.JSONRPCRequest, answer: outbound.Opened
+    ) -> None:
+        """`_handle_sse_response` on the answer's events (`_events`)."""
+        last_event_id: str | None = None
+        retry_ms: int | None = None
+        resumed = ctx.metadata.on_resumption_token_update if ctx.metadata else None
+        try:
+            async for sse in _events(answer, self.max_sse_event_size):
+                last_event_id = sse.id or last_event_id
+                retry_ms = retry_ms if sse.retry is None else sse.retry
+                if await self._handle_sse_event(
+                    sse, ctx.read_stream_writer, original_request_id=message.id,
+                    resumption_callback=resumed,
+                ):  # fmt: skip
+                    return
+        except httpx2.SSEError as exc:
+            await self._resolve_abandoned_request(
+                ctx.read_stream_writer, message.id, f"SSE stream failed: {exc}"
+            )
+            return
+        except Exception:  # noqa: BLE001 - the SDK's way: an answer cut is one that ended
+            logger.debug("SSE stream ended", exc_info=True)
+        if last_event_id is not None:
+            await self._handle_reconnection(ctx, last_event_id, retry_ms)
+        else:
+            await self._resolve_abandoned_request(
+                ctx.read_stream_writer, message.id, "SSE stream ended without a response"
+            )
+
     def _consume_modern_cancellation(self, session_message: SessionMessage) -> bool:
         message = session_message.message
         if isinstance(message, types.JSONRPCNotification) and (
@@ -330,6 +491,87 @@ class _Transport(StreamableHTTPTransport):
             if post is not None and not post.modern:
                 post.scope.cancel()  # (the notice itself is still sent, below)
         return super()._consume_modern_cancellation(session_message)
+
+
+class _Sent:
+    """A lean call's POST as httpx2's client would send it: the client's headers, those of
+    the request in their place (compared without case), Host and Content-Length; its body
+    the message as httpx2 encodes `json=`."""
+
+    def __init__(
+        self,
+        client: httpx2.AsyncClient,
+        url: httpx2.URL,
+        headers: dict[str, str],
+        message: types.JSONRPCRequest,
+    ) -> None:
+        dumped = message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+        self.content = json.dumps(
+            dumped, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        ).encode()
+        own = [(key.encode("ascii"), value.encode("ascii")) for key, value in headers.items()]
+        names = {key.lower() for key, _ in own}
+        kept = [(key, value) for key, value in client.headers.raw if key.lower() not in names]
+        size = (
+            [] if b"content-length" in names else [(b"Content-Length", b"%d" % len(self.content))]
+        )
+        self.url = url
+        self.headers = [(b"Host", host_header(url)), *kept, *own, *size]
+        self.session_id = headers.get(MCP_SESSION_ID)
+
+    def to(self, request: httpx2.Request) -> _Sent:
+        """The same POST sent again where a redirect the SDK follows leads (httpx2's own
+        next request: its URL and headers)."""
+        again = _Sent.__new__(_Sent)
+        again.content = self.content
+        again.url = request.url
+        again.headers = list(request.headers.raw)
+        again.session_id = request.headers.get(MCP_SESSION_ID)
+        return again
+
+    def response(self, answer: outbound.Opened) -> httpx2.Response:
+        """The answer as httpx2's Response to this request (its body not carried)."""
+        request = httpx2.Request("POST", self.url, headers=self.headers, content=self.content)
+        return httpx2.Response(answer.status, headers=answer.raw, request=request)
+
+
+def _redirect(
+    client: httpx2.AsyncClient, sent: _Sent, answer: outbound.Opened
+) -> httpx2.Response | None:
+    """The answer as httpx2's client hands back a redirect it does not follow (its
+    `next_request` set, when its Location is one httpx2 can read), or None when the answer
+    is no redirect."""
+    if answer.status not in REDIRECTS or "location" not in answer.headers:
+        return None
+    response = sent.response(answer)
+    with contextlib.suppress(httpx2.RemoteProtocolError):
+        response.next_request = client._build_redirect_request(response.request, response)
+    return response
+
+
+async def _events(answer: outbound.Opened, max_event_size: int | None) -> AsyncIterator[Any]:
+    """The answer's server-sent events, as httpx2's `EventSource` reads them from
+    `Response.aiter_text`: its content type checked, its body decoded by its charset
+    (UTF-8 when it names none, or none Python knows), errors replaced, each event at most
+    `max_event_size` bytes (SSEError)."""
+    content_type = answer.headers.get("content-type", "").partition(";")[0].strip()
+    if content_type.lower() != "text/event-stream":
+        raise httpx2.SSEError(
+            f"Expected response with content type 'text/event-stream', got {content_type!r}."
+        )
+    charset = _parse_content_type_charset(answer.headers.get("content-type", ""))
+    encoding = charset if charset is not None and _is_known_encoding(charset) else "utf-8"
+    decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+    parser = _SSEParser(max_event_size)
+    async for chunk in answer.body:
+        if text := decoder.decode(chunk):
+            for sse in parser.decode(text):
+                yield sse
+    if text := decoder.decode(b"", True):
+        for sse in parser.decode(text):
+            yield sse
+    for sse in parser.flush():
+        yield sse
 
 
 @asynccontextmanager
@@ -361,6 +603,8 @@ async def _http_streams(url: str, http: httpx2.AsyncClient) -> AsyncIterator[Any
 # "The upstream call"); off, every call goes through the SDK's ClientSession.call_tool.
 LEAN_CALLS = True
 _LEAN_IDS = count(1)
+# The statuses httpx2 reads a Location of (`Response.has_redirect_location`).
+REDIRECTS = frozenset((301, 302, 303, 307, 308))
 
 
 class _Answer:
@@ -390,12 +634,18 @@ class _Answer:
 def lean_ready(session: ClientSession, transport: _Transport) -> bool:
     """Whether `lean_call` may send a call on this session now: its sender has started
     and holds no notification (a later message waits behind one: so does the call, through
-    the SDK), and the protocol is one before 2026 (whose calls carry more headers and are
-    cancelled by closing their stream)."""
+    the SDK), the protocol is one before 2026 (whose calls carry more headers and are
+    cancelled by closing their stream), and the server has set no cookie (which httpx2's
+    client sends back, and `_Sent` does not; nor would it run an auth flow or a request
+    hook, which `open_session`'s client has none of)."""
     version = transport._protocol_version_header
+    client = transport.client
     return (
         LEAN_CALLS
-        and transport.client is not None
+        and client is not None
+        and not client.cookies
+        and client.auth is None
+        and not client.event_hooks["request"]
         and transport.incoming is not None
         and transport.notices == 0
         and version is not None
@@ -408,7 +658,7 @@ async def lean_call(
     session: ClientSession, transport: _Transport, tool: str, arguments: dict[str, Any]
 ) -> types.CallToolResult:
     """`session.call_tool(tool, arguments)` at a protocol before 2026, sent by the awaiting
-    task itself through the transport's own POST handling (`_Transport._handle_post_request`:
+    task itself through the transport's POST handling (`_Transport.lean_post`:
     the session's headers, the door, its JSON or SSE answer, 202, redirects and error
     statuses as the SDK reads them), and its result read as the session reads it (the
     protocol version's checks, the tool's output schema). What it leaves out is the SDK's
@@ -445,7 +695,7 @@ async def lean_call(
         read_stream_writer=answer,  # type: ignore[arg-type]
     )
     try:
-        await transport._handle_post_request(ctx)
+        await transport.lean_post(ctx)
     except asyncio.CancelledError:
         if plan.cancel_on_abandon:
             dispatcher = session._dispatcher
