@@ -238,8 +238,14 @@ def both_ways(
 
 
 def test_an_allowed_call_is_answered_without_the_sdk_exactly_as_the_sdk_answers(
-    upstream: str, settings: Any, gateway: Callable[[AgentFixture], Gateway]
+    upstream: str,
+    settings: Any,
+    gateway: Callable[[AgentFixture], Gateway],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # (what is shown is the framing of a call done within the window, not the window: on
+    # a loaded host the first call to a new upstream session may take more than a second)
+    monkeypatch.setattr(mcp_fast, "JSON_WITHIN", 60.0)
     g = gateway(make_agent())
     fast, sdk = both_ways(settings, g, call(7, f"{upstream}__echo", {"text": "hi"}))
     assert not fast.via_sdk and sdk.via_sdk
