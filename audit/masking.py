@@ -22,6 +22,7 @@ import bisect
 import functools
 import hashlib
 import hmac
+import itertools
 import json
 import math
 import re
@@ -689,47 +690,82 @@ MIN_LINE = 8
 # of at most 7 characters, the first (its end) holding the token's start. Such a run of
 # lines is read once, joined; a whole token in it whose lines are one width (the last and
 # the first shorter, or a line ending at a hyphen, as textwrap breaks) is written whole.
+# Each line may start with a diff's mark and an indent (`+`, `    `: the preview of a file
+# written, an indented listing), read apart when the lines share it. A token whose end a
+# line break makes (the file's own newline, in lines as narrow as fold's) ends there when
+# the token is whole up to that break and no word runs into its start.
 _NARROW_END = r"(?:\r?+\n|\\{1,64}+(?:r\\{1,64}+)?+n)"
-_NARROW_LINE = _NARROW_END + r"[^\r\n\\]{1,7}+(?![^\r\n\\])"
+_NARROW_HEAD = r"(?:[-+ \t][ \t]{0,15}+)?"
+_NARROW_LINE = _NARROW_END + _NARROW_HEAD + r"[^\r\n\\]{1,7}+(?![^\r\n\\])"
 _NARROW = re.compile(r"[^\r\n\\]{1,7}+(?=" + _NARROW_END + ")(?:" + _NARROW_LINE + "){6,}+")
 _NARROW_BREAK = re.compile(_NARROW_END)
+_HEAD = re.compile(r"[-+ \t][ \t]{0,15}+")
+_NARROW_BREAK_HEAD = re.compile(_NARROW_END + _NARROW_HEAD)
+_PREFIX_IN_NARROW = re.compile("hr[nor]_")
+_TOKEN_CHARS_SET = frozenset(_TOKEN_CHARS)
 
 
 def _narrow_joined(text: str) -> str:
     """`text` with each whole token folded narrower than MIN_LINE written in one piece.
     A run of narrow lines is joined and searched in C; it is read line by line only when
-    it holds a whole token."""
+    it holds a token's prefix."""
+    found: dict[int, tuple[int, str]] = {}
+    for block in _NARROW.finditer(text):
+        if _PREFIX_IN_NARROW.search(_NARROW_BREAK_HEAD.sub("", block.group())) is None:
+            continue  # (a prefix's characters are none of a head's: it stays whole)
+        lines, at = [], block.start()  # (each line and where it starts in the text)
+        for brk in _NARROW_BREAK.finditer(block.group() + "\n"):
+            lines.append((text[at : block.start() + brk.start()], at))
+            at = block.start() + brk.end()
+        _narrow_tokens(lines, found)
+        heads = [head.group() if (head := _HEAD.match(line)) else "" for line, _ in lines]
+        i = 1
+        while i < len(lines):  # (each run of lines that share a mark and an indent)
+            j = i
+            while j < len(lines) and heads[j] == heads[i]:
+                j += 1
+            if heads[i]:
+                group = [_without(line, heads[i]) for line in lines[i - 1 : j]]
+                _narrow_tokens(group, found)
+            i = j
+    if not found:
+        return text
     out: list[str] = []
     done = 0
-    for block in _NARROW.finditer(text):
-        joined = _NARROW_BREAK.sub("", block.group())
-        tokens = [
-            t
-            for t in _TOKEN_IN_BYTES.finditer(joined)
-            if _whole_token(t.group()[:4], t.group()[4:])
-        ]
-        if not tokens:
-            continue
-        lines = _NARROW_BREAK.split(block.group())
-        starts, at = [], 0  # where each line starts, in `joined` and in the text
-        for line, brk in zip(lines, _NARROW_BREAK.finditer(block.group() + "\n"), strict=True):
-            starts.append((at, brk.start() - len(line) + block.start()))
-            at += len(line)
-        for token in tokens:
-            first = bisect.bisect_right(starts, (token.start(), math.inf)) - 1
-            last = bisect.bisect_right(starts, (token.end() - 1, math.inf)) - 1
-            middle = lines[first + 1 : last]
-            if first == last or not _one_width(middle):
-                continue
-            start = starts[first][1] + token.start() - starts[first][0]
-            end = starts[last][1] + token.end() - starts[last][0]
-            out.append(text[done:start])
-            out.append(token.group())
+    for start in sorted(found):
+        end, token = found[start]
+        if start >= done:
+            out += [text[done:start], token]
             done = end
-    if not out:
-        return text
     out.append(text[done:])
     return "".join(out)
+
+
+def _without(line: tuple[str, int], head: str) -> tuple[str, int]:
+    """A line (its text, where it starts) without `head` before it, if it has it."""
+    written, at = line
+    return (written[len(head) :], at + len(head)) if written.startswith(head) else line
+
+
+def _narrow_tokens(lines: list[tuple[str, int]], found: dict[int, tuple[int, str]]) -> None:
+    """Each whole token the narrow `lines` (each line's text and where it starts) make,
+    joined: where it starts in the text, where it ends, and the token."""
+    joined = "".join(line for line, _ in lines)
+    starts = list(itertools.accumulate((len(line) for line, _ in lines[:-1]), initial=0))
+    for token in _TOKEN_IN_BYTES.finditer(joined):
+        prefix, end = token.group()[:4], token.end()
+        if not _whole_token(prefix, token.group()[4:]):
+            end = token.start() + 4 + _AFTER_PREFIX[prefix]
+            before = joined[token.start() - 1] if token.start() else ""
+            cut = end < token.end() and before not in _TOKEN_CHARS_SET and end in starts
+            if not (cut and _whole_token(prefix, joined[token.start() + 4 : end])):
+                continue
+        first = bisect.bisect_right(starts, token.start()) - 1
+        last = bisect.bisect_right(starts, end - 1) - 1
+        if first == last or not _one_width([line for line, _ in lines[first + 1 : last]]):
+            continue
+        start = lines[first][1] + token.start() - starts[first]
+        found[start] = (lines[last][1] + end - starts[last], joined[token.start() : end])
 
 
 def _one_width(lines: list[str]) -> bool:
@@ -1210,6 +1246,9 @@ _OFFSET_KINDS = ("xxd", "bytes", "words", "octal", "bits", "chars", "decimal", "
 # Where a token's prefix is in a dump's bytes with its `*` lines left out (`hrr_`: `hr_`).
 _STARRED_PREFIX = re.compile(r"h\x00?+r\x00?+[nor_]")
 MAX_REPEATS = 64  # bytes a `*` stands for, read (more: no token is there)
+# Characters a `*` of no known count may add to make a token whole, beyond its one copy
+# (`QQQQ` written `QQ*`: 2). More, and lines such as `hro_A*b*` (any length) were read as one.
+MAX_MISSING = 4
 _ReadByte = tuple[str, list[tuple[int, int]], int]
 
 
@@ -1244,8 +1283,10 @@ def _repeated_whole(
     None when none makes it whole (the first that does is taken)."""
     prefix = token.group()[:4]
     missing = _AFTER_PREFIX[prefix] - (token.end() - token.start() - 4)
+    if not 0 < missing <= MAX_MISSING:
+        return None  # (a random token holds a run of 3 of one character once in 100 or so)
     for at, width in flexible:
-        if token.start() + 4 < at < token.end() and missing > 0 and missing % width == 0:
+        if token.start() + 4 < at < token.end() and missing % width == 0:
             copies = shown[at - width : at] * (missing // width)
             if _whole_token(prefix, shown[token.start() + 4 : at] + copies + shown[at : token.end()]):
                 return at, width, missing // width
