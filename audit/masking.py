@@ -701,7 +701,9 @@ _NARROW = re.compile(r"[^\r\n\\]{1,7}+(?=" + _NARROW_END + ")(?:" + _NARROW_LINE
 _NARROW_BREAK = re.compile(_NARROW_END)
 _HEAD = re.compile(r"[-+ \t][ \t]{0,15}+")
 _NARROW_BREAK_HEAD = re.compile(_NARROW_END + _NARROW_HEAD)
-_PREFIX_IN_NARROW = re.compile("hr[nor]_")
+_NARROW_CANDIDATE = re.compile(
+    r"(?<![A-Za-z0-9_-])hr[nor]_[A-Za-z0-9_-]{43}|hr[nor]_[A-Za-z0-9_-]{43,52}+(?![A-Za-z0-9_-])"
+)
 _TOKEN_CHARS_SET = frozenset(_TOKEN_CHARS)
 
 
@@ -711,23 +713,8 @@ def _narrow_joined(text: str) -> str:
     it holds a token's prefix."""
     found: dict[int, tuple[int, str]] = {}
     for block in _NARROW.finditer(text):
-        if _PREFIX_IN_NARROW.search(_NARROW_BREAK_HEAD.sub("", block.group())) is None:
-            continue  # (a prefix's characters are none of a head's: it stays whole)
-        lines, at = [], block.start()  # (each line and where it starts in the text)
-        for brk in _NARROW_BREAK.finditer(block.group() + "\n"):
-            lines.append((text[at : block.start() + brk.start()], at))
-            at = block.start() + brk.end()
-        _narrow_tokens(lines, found)
-        heads = [head.group() if (head := _HEAD.match(line)) else "" for line, _ in lines]
-        i = 1
-        while i < len(lines):  # (each run of lines that share a mark and an indent)
-            j = i
-            while j < len(lines) and heads[j] == heads[i]:
-                j += 1
-            if heads[i]:
-                group = [_without(line, heads[i]) for line in lines[i - 1 : j]]
-                _narrow_tokens(group, found)
-            i = j
+        for begin, stop in _windows(text, block.start(), block.end()):
+            _narrow_window(text, begin, stop, found)
     if not found:
         return text
     out: list[str] = []
@@ -739,6 +726,45 @@ def _narrow_joined(text: str) -> str:
             done = end
     out.append(text[done:])
     return "".join(out)
+
+
+NARROW_WINDOW = 4096  # characters of narrow lines read at once (a token spans ~1,000)
+
+
+def _windows(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Windows of a run of narrow lines, each starting at a line, every token in one."""
+    windows, at = [], start
+    while True:
+        stop = text.find("\n", at + NARROW_WINDOW, end) + 1 if end - at > NARROW_WINDOW else 0
+        windows.append((at, stop - 1 if stop else end))
+        if not stop:
+            return windows
+        at = text.find("\n", at + NARROW_WINDOW // 2, end) + 1
+
+
+def _narrow_window(text: str, begin: int, stop: int, found: dict[int, tuple[int, str]]) -> None:
+    """_narrow_tokens over the lines of text[begin:stop], when, joined (in C), they
+    may hold a whole token: no word before it, or none after it."""
+    before = max(begin - 24, 0)  # (the line before: a word that runs into the window)
+    if _NARROW_CANDIDATE.search(_NARROW_BREAK_HEAD.sub("", text[before:stop])) is None:
+        return
+    if True:
+        block_start = begin
+        lines, at = [], begin  # (each line and where it starts in the text)
+        for brk in _NARROW_BREAK.finditer(text[begin:stop] + "\n"):
+            lines.append((text[at : block_start + brk.start()], at))
+            at = block_start + brk.end()
+        _narrow_tokens(lines, found)
+        heads = [head.group() if (head := _HEAD.match(line)) else "" for line, _ in lines]
+        i = 1
+        while i < len(lines):  # (each run of lines that share a mark and an indent)
+            j = i
+            while j < len(lines) and heads[j] == heads[i]:
+                j += 1
+            if heads[i]:
+                group = [_without(line, heads[i]) for line in lines[i - 1 : j]]
+                _narrow_tokens(group, found)
+            i = j
 
 
 def _without(line: tuple[str, int], head: str) -> tuple[str, int]:
@@ -758,6 +784,10 @@ def _narrow_tokens(lines: list[tuple[str, int]], found: dict[int, tuple[int, str
             end = token.start() + 4 + _AFTER_PREFIX[prefix]
             before = joined[token.start() - 1] if token.start() else ""
             cut = end < token.end() and before not in _TOKEN_CHARS_SET and end in starts
+            # (and its last line shorter than the others: fold's own break is at the width)
+            last = bisect.bisect_right(starts, end - 1) - 1
+            width = max((len(line) for line, _ in lines[last - 1 : last]), default=0)
+            cut = cut and len(lines[last][0]) < width
             if not (cut and _whole_token(prefix, joined[token.start() + 4 : end])):
                 continue
         first = bisect.bisect_right(starts, token.start()) - 1
@@ -887,7 +917,9 @@ _DUMP_LINES: dict[str, re.Pattern[str]] = {
     ),
     # xxd -p, a hex string (bytes.hex()).
     # (hexdump -e '16/1 "%02x"' pads its last line with spaces)
-    "plain": re.compile(rf"^[-+]?+{_TAB}{{0,16}}+(?P<hex>(?:{_HEX}{{2}})++) *+\$?+\r?$", re.MULTILINE),
+    "plain": re.compile(
+        rf"^[-+]?+{_TAB}{{0,16}}+(?P<hex>(?:{_HEX}{{2}})++) *+\$?+\r?$", re.MULTILINE
+    ),
     # xxd -i: a C array's initializer.
     "c": re.compile(
         rf"^[-+]?+{_TAB}{{0,16}}+(?P<hex>0[xX]{_HEX}{{2}}(?:, ?0[xX]{_HEX}{{2}})*+),?\$?+\r?$",
@@ -1072,7 +1104,9 @@ _FIELD_BYTES = {
     # (every field the line's pattern reads: one out of a byte's range reads as 0x01)
     "decimal": {
         f"{sign}{number:0{digits}d}": (
-            (-number if sign else number) % 256 if -128 <= (-number if sign else number) <= 255 else 1
+            (-number if sign else number) % 256
+            if -128 <= (-number if sign else number) <= 255
+            else 1
         )
         for sign in ("", "-")
         for digits in (1, 2, 3)
@@ -1243,8 +1277,21 @@ def _dump_hidden(text: str, depth: int) -> dict[int, tuple[int, str]]:
 # A dump line's offset (od's octal by default, or -A x, -A d; hexdump's and xxd's hex).
 _OFFSET = re.compile(r"[-+]?+(?:[ \t]|\^I)*+([0-9a-fA-F]{6,16}+)(?![0-9a-fA-F])")
 _OFFSET_KINDS = ("xxd", "bytes", "words", "octal", "bits", "chars", "decimal", "words4", "words8")
-# Where a token's prefix is in a dump's bytes with its `*` lines left out (`hrr_`: `hr_`).
-_STARRED_PREFIX = re.compile(r"h\x00?+r\x00?+[nor_]")
+# A line and the `*` line after it (which stands for one copy of it at least).
+_STAR_COPIED = re.compile(f"^([^\\n]*+)\\n{_STAR_LINE}", re.MULTILINE)
+MAX_STARRED = 16  # characters the `*` lines of a token may stand for beyond one copy each
+
+
+def _near_whole(shown: str) -> bool:
+    """Whether `shown` (a dump's bytes, each `*` as one copy) holds a token that `*` lines
+    repeated more may make whole: at most MAX_STARRED characters short of it."""
+    for token in _TOKEN_IN_BYTES.finditer(shown):
+        need = _AFTER_PREFIX[token.group()[:4]]
+        if need - MAX_STARRED <= token.end() - token.start() - 4 <= need:
+            return True
+    return False
+
+
 MAX_REPEATS = 64  # bytes a `*` stands for, read (more: no token is there)
 # Characters a `*` of no known count may add to make a token whole, beyond its one copy
 # (`QQQQ` written `QQ*`: 2). More, and lines such as `hro_A*b*` (any length) were read as one.
@@ -1258,9 +1305,9 @@ def _hide_starred(
     """_hide_tokens for a run holding `*` lines: each stands for the line before it, as
     many times as the offsets around it say; where no offset says (od -An, hexdump -e),
     as many times as makes a whole token, if any (at least once)."""
-    shown = _dump_shown(kind, reading, _STAR_LINES.sub("", run.group()))
-    if _STARRED_PREFIX.search(shown) is None:
-        return  # (no token's prefix: no line of the run is read)
+    shown = _dump_shown(kind, reading, _STAR_COPIED.sub(r"\1\n\1\n", run.group()))
+    if not (_near_whole(shown) or ("\x00" in shown and _near_whole(shown.replace("\x00", "")))):
+        return  # (read in C, each `*` as one copy: no token nearly whole, no line is read)
     read, flexible = _starred_read(text, kind, reading, run)
     candidates = [read]
     shown = "".join(char for char, _, _ in read)
@@ -1288,7 +1335,9 @@ def _repeated_whole(
     for at, width in flexible:
         if token.start() + 4 < at < token.end() and missing % width == 0:
             copies = shown[at - width : at] * (missing // width)
-            if _whole_token(prefix, shown[token.start() + 4 : at] + copies + shown[at : token.end()]):
+            if _whole_token(
+                prefix, shown[token.start() + 4 : at] + copies + shown[at : token.end()]
+            ):
                 return at, width, missing // width
     return None
 
@@ -1298,7 +1347,9 @@ def _starred_token(match: re.Match[str]) -> str:
     for the character before it, repeated at least once. A token they make whole is
     written whole, in one piece (the token rules then mask it)."""
     written = match.group()
-    joined, where, flexible = [], [], []
+    joined: list[str] = []
+    where: list[int] = []
+    flexible: list[tuple[int, int]] = []
     for part in _STAR_BREAK.finditer(written):
         chars = part.group(1)
         joined.append(chars)
@@ -1484,6 +1535,15 @@ _BASE64_NARROW_RUN = re.compile(
     rf"(?:{_BASE64_BREAK}{_B64}{{4,15}}+(?!{_B64})){{3}}(?:{_BASE64_BREAK}{_B64}{{1,15}}+(?!{_B64}))*+"
 )
 _BASE64_BREAKS = re.compile(_BASE64_BREAK)
+_B64_LINE = re.compile(f"{_B64}++")
+# The lines after the first of narrow base64: of its width, then one shorter (the last).
+_NARROW_BASE64_LINES = {
+    width: re.compile(
+        rf"(?:{_BASE64_BREAK}{_B64}{{{width}}}(?!{_B64}))*+"
+        rf"(?:{_BASE64_BREAK}{_B64}{{1,{width - 1}}}+(?!{_B64}))?+"
+    )
+    for width in range(4, 16)
+}
 # Where wrapped base64 may be: a line that ends in 16 base64 characters (or more); or 4
 # lines of 4 to 15 after a line break (looked for from the break: the regex engine jumps
 # from one to the next, where a search from every word took as long as the rest).
@@ -1507,19 +1567,24 @@ def _base64_runs(text: str) -> list[tuple[int, str]]:
     runs = [(run.start(), run.group()) for run in _BASE64_RUN.finditer(text)]
     narrow = _BASE64_NARROW.search(text) is not None
     for run in _BASE64_NARROW_RUN.finditer(text) if narrow else ():
-        chars = run.group()
-        lines = _BASE64_BREAKS.split(chars)
-        width, kept = len(lines[0]), 1
-        while kept < len(lines) and len(lines[kept]) == width:
-            kept += 1
-        if kept < len(lines):
-            kept += 1  # (the last line, shorter)
-        end = sum(map(len, lines[:kept])) + sum(
-            len(b.group()) for b in list(_BASE64_BREAKS.finditer(chars))[: kept - 1]
-        )
-        if width * (kept - 1) >= 60:
-            runs.append((run.start(), chars[:end]))
+        first = _B64_LINE.match(run.group())  # (the first line: its width)
+        width = first.end() if first is not None else 0
+        if width not in _NARROW_BASE64_LINES:
+            continue
+        lines = _NARROW_BASE64_LINES[width].match(text, run.start() + width)
+        if lines is not None and lines.end() - run.start() >= 63:
+            runs.append((run.start(), text[run.start() : lines.end()]))
     return runs
+
+
+def _breaks(written: str) -> list[tuple[int, int]]:
+    """Where each line break of a run of base64 is in the run joined, and how many
+    characters were taken out up to its end (see _place)."""
+    breaks, taken = [], 0
+    for brk in _BASE64_BREAKS.finditer(written):
+        breaks.append((brk.start() - taken, taken + brk.end() - brk.start()))
+        taken += brk.end() - brk.start()
+    return breaks
 
 
 def _place(breaks: list[tuple[int, int]], start: int, i: int) -> int:
@@ -1543,17 +1608,11 @@ class _Base64Rule(_Rule):
 
     def apply(self, text: str) -> str:
         hidden: list[tuple[int, int, str]] = []
-        for run_start, chars in _base64_runs(text):
-            breaks: list[tuple[int, int]] = []  # (see _place)
+        for run_start, written in _base64_runs(text):
+            breaks: list[tuple[int, int]] = []  # (see _place; made when a token is found)
+            chars = written
             if "\n" in chars or "\\" in chars:
-                joined, taken, last = [], 0, 0
-                for brk in _BASE64_BREAKS.finditer(chars):
-                    joined.append(chars[last : brk.start()])
-                    breaks.append((brk.start() - taken, taken + brk.end() - brk.start()))
-                    taken += brk.end() - brk.start()
-                    last = brk.end()
-                joined.append(chars[last:])
-                chars = "".join(joined)
+                chars = _BASE64_BREAKS.sub("", chars)
             if len(chars) < 63:
                 continue
             shifts = {
@@ -1565,6 +1624,8 @@ class _Base64Rule(_Rule):
                 part = part[: len(part) - (len(part) % 4 == 1)].translate(_STANDARD)
                 shown = base64.b64decode(part + "=" * (-len(part) % 4)).decode("latin-1")
                 for kind, secret, body, token_end in _whole_tokens_in_bytes(shown):
+                    if not breaks and len(chars) != len(written):
+                        breaks = _breaks(written)
                     mark = marker(kind, secret)
                     # (byte i is in the characters from shift + 8i // 6; line breaks kept)
                     first, last = shift + 8 * body // 6, shift - (-8 * token_end // 6) - 1
