@@ -22,6 +22,7 @@ import bisect
 import functools
 import hashlib
 import hmac
+import itertools
 import json
 import math
 import re
@@ -483,18 +484,20 @@ _SECRET_WORDS = ("token", "secret", "pass", "pwd", "apikey", "api_key", "api-key
 # character reference (`&#104;`, `&#x68;`, with leading zeros, with or without its `;`
 # as browsers read it, `&lowbar;`: a web page's source, an encoder that writes every
 # character as one; escaped again, `&amp;#104;`, as a page showing that source holds it);
-# and a URL-encoded character (`%68`: a URL encoder that encodes every character).
+# and a URL-encoded character (`%68`: a URL encoder that encodes every character), also
+# encoded again up to three times more (`%2568`: a URL holding that URL as a parameter).
 _BACKSLASHES = r"(?<!\\)\\++"
 _ESCAPED = re.compile(
     r"\\++(?:u(?P<u>[0-9A-Fa-f]{4})|x(?P<x>[0-9A-Fa-f]{2})|U(?P<U>[0-9A-Fa-f]{8})"
     r"|u\{0{0,6}+(?P<brace>[0-9A-Fa-f]{1,6}+)\}|0?(?P<octal>1[0-7]{2}|0[4-7][0-7]))"
     r"|&(?:amp;){0,4}+#(?:[xX]0{0,8}+(?P<hexref>[0-9A-Fa-f]{1,6}+)|0{0,8}+(?P<decref>[0-9]{1,7}+));?"
-    r"|(?P<lowbar>&(?:amp;){0,4}+(?:lowbar|UnderBar);)|%(?P<pct>[0-9A-Fa-f]{2})"
+    r"|(?P<lowbar>&(?:amp;){0,4}+(?:lowbar|UnderBar);)|%(?:25){0,3}+(?P<pct>[0-9A-Fa-f]{2})"
 )
 # What a text holding an escaped character of a token holds (any escape _escapes reads).
 # (An HTML reference escaped again, `&amp;#104;`; a prefix's character URL-encoded, `%68`.)
 _ESCAPE_NEEDS: tuple[str, ...] = ("\\u", "\\x", "\\U", "\\0", "\\1", "&#", "&lowbar;", "&UnderBar;")
 _ESCAPE_NEEDS += ("amp;#", "amp;lowbar;", "amp;UnderBar;", "%68", "%72", "%6", "%5f", "%5F")
+_ESCAPE_NEEDS += ("%256", "%257", "%255f", "%255F", "%2525")  # (URL-encoded again: `%2568`)
 _BASES = {"u": 16, "x": 16, "U": 16, "brace": 16, "octal": 8, "hexref": 16, "decref": 10, "pct": 16}
 
 
@@ -520,7 +523,7 @@ def _escapes(codes: list[int]) -> str:
     return (
         f"(?:{_BACKSLASHES}(?:(?:u00|x|U000000)(?:{hexes})|u\\{{0{{0,4}}+(?:{hexes})\\}}"
         f"|0?(?:{octal}))|&(?:amp;){{0,4}}+#(?:[xX]0{{0,6}}+(?:{hexes})(?:;|(?![0-9A-Fa-f]))"
-        f"|0{{0,6}}+(?:{decimal})(?:;|(?![0-9]))){lowbar}|%(?:{hexes}))"
+        f"|0{{0,6}}+(?:{decimal})(?:;|(?![0-9]))){lowbar}|%(?:25){{0,3}}+(?:{hexes}))"
     )
 
 
@@ -687,47 +690,112 @@ MIN_LINE = 8
 # of at most 7 characters, the first (its end) holding the token's start. Such a run of
 # lines is read once, joined; a whole token in it whose lines are one width (the last and
 # the first shorter, or a line ending at a hyphen, as textwrap breaks) is written whole.
+# Each line may start with a diff's mark and an indent (`+`, `    `: the preview of a file
+# written, an indented listing), read apart when the lines share it. A token whose end a
+# line break makes (the file's own newline, in lines as narrow as fold's) ends there when
+# the token is whole up to that break and no word runs into its start.
 _NARROW_END = r"(?:\r?+\n|\\{1,64}+(?:r\\{1,64}+)?+n)"
-_NARROW_LINE = _NARROW_END + r"[^\r\n\\]{1,7}+(?![^\r\n\\])"
+_NARROW_HEAD = r"(?:[-+ \t][ \t]{0,15}+)?"
+_NARROW_LINE = _NARROW_END + _NARROW_HEAD + r"[^\r\n\\]{1,7}+(?![^\r\n\\])"
 _NARROW = re.compile(r"[^\r\n\\]{1,7}+(?=" + _NARROW_END + ")(?:" + _NARROW_LINE + "){6,}+")
 _NARROW_BREAK = re.compile(_NARROW_END)
+_HEAD = re.compile(r"[-+ \t][ \t]{0,15}+")
+_NARROW_BREAK_HEAD = re.compile(_NARROW_END + _NARROW_HEAD)
+_NARROW_CANDIDATE = re.compile(
+    r"(?<![A-Za-z0-9_-])hr[nor]_[A-Za-z0-9_-]{43}|hr[nor]_[A-Za-z0-9_-]{43,52}+(?![A-Za-z0-9_-])"
+)
+_TOKEN_CHARS_SET = frozenset(_TOKEN_CHARS)
 
 
 def _narrow_joined(text: str) -> str:
     """`text` with each whole token folded narrower than MIN_LINE written in one piece.
     A run of narrow lines is joined and searched in C; it is read line by line only when
-    it holds a whole token."""
+    it holds a token's prefix."""
+    found: dict[int, tuple[int, str]] = {}
+    for block in _NARROW.finditer(text):
+        for begin, stop in _windows(text, block.start(), block.end()):
+            _narrow_window(text, begin, stop, found)
+    if not found:
+        return text
     out: list[str] = []
     done = 0
-    for block in _NARROW.finditer(text):
-        joined = _NARROW_BREAK.sub("", block.group())
-        tokens = [
-            t
-            for t in _TOKEN_IN_BYTES.finditer(joined)
-            if _whole_token(t.group()[:4], t.group()[4:])
-        ]
-        if not tokens:
-            continue
-        lines = _NARROW_BREAK.split(block.group())
-        starts, at = [], 0  # where each line starts, in `joined` and in the text
-        for line, brk in zip(lines, _NARROW_BREAK.finditer(block.group() + "\n"), strict=True):
-            starts.append((at, brk.start() - len(line) + block.start()))
-            at += len(line)
-        for token in tokens:
-            first = bisect.bisect_right(starts, (token.start(), math.inf)) - 1
-            last = bisect.bisect_right(starts, (token.end() - 1, math.inf)) - 1
-            middle = lines[first + 1 : last]
-            if first == last or not _one_width(middle):
-                continue
-            start = starts[first][1] + token.start() - starts[first][0]
-            end = starts[last][1] + token.end() - starts[last][0]
-            out.append(text[done:start])
-            out.append(token.group())
+    for start in sorted(found):
+        end, token = found[start]
+        if start >= done:
+            out += [text[done:start], token]
             done = end
-    if not out:
-        return text
     out.append(text[done:])
     return "".join(out)
+
+
+NARROW_WINDOW = 4096  # characters of narrow lines read at once (a token spans ~1,000)
+
+
+def _windows(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Windows of a run of narrow lines, each starting at a line, every token in one."""
+    windows, at = [], start
+    while True:
+        stop = text.find("\n", at + NARROW_WINDOW, end) + 1 if end - at > NARROW_WINDOW else 0
+        windows.append((at, stop - 1 if stop else end))
+        if not stop:
+            return windows
+        at = text.find("\n", at + NARROW_WINDOW // 2, end) + 1
+
+
+def _narrow_window(text: str, begin: int, stop: int, found: dict[int, tuple[int, str]]) -> None:
+    """_narrow_tokens over the lines of text[begin:stop], when, joined (in C), they
+    may hold a whole token: no word before it, or none after it."""
+    before = max(begin - 24, 0)  # (the line before: a word that runs into the window)
+    if _NARROW_CANDIDATE.search(_NARROW_BREAK_HEAD.sub("", text[before:stop])) is None:
+        return
+    if True:
+        block_start = begin
+        lines, at = [], begin  # (each line and where it starts in the text)
+        for brk in _NARROW_BREAK.finditer(text[begin:stop] + "\n"):
+            lines.append((text[at : block_start + brk.start()], at))
+            at = block_start + brk.end()
+        _narrow_tokens(lines, found)
+        heads = [head.group() if (head := _HEAD.match(line)) else "" for line, _ in lines]
+        i = 1
+        while i < len(lines):  # (each run of lines that share a mark and an indent)
+            j = i
+            while j < len(lines) and heads[j] == heads[i]:
+                j += 1
+            if heads[i]:
+                group = [_without(line, heads[i]) for line in lines[i - 1 : j]]
+                _narrow_tokens(group, found)
+            i = j
+
+
+def _without(line: tuple[str, int], head: str) -> tuple[str, int]:
+    """A line (its text, where it starts) without `head` before it, if it has it."""
+    written, at = line
+    return (written[len(head) :], at + len(head)) if written.startswith(head) else line
+
+
+def _narrow_tokens(lines: list[tuple[str, int]], found: dict[int, tuple[int, str]]) -> None:
+    """Each whole token the narrow `lines` (each line's text and where it starts) make,
+    joined: where it starts in the text, where it ends, and the token."""
+    joined = "".join(line for line, _ in lines)
+    starts = list(itertools.accumulate((len(line) for line, _ in lines[:-1]), initial=0))
+    for token in _TOKEN_IN_BYTES.finditer(joined):
+        prefix, end = token.group()[:4], token.end()
+        if not _whole_token(prefix, token.group()[4:]):
+            end = token.start() + 4 + _AFTER_PREFIX[prefix]
+            before = joined[token.start() - 1] if token.start() else ""
+            cut = end < token.end() and before not in _TOKEN_CHARS_SET and end in starts
+            # (and its last line shorter than the others: fold's own break is at the width)
+            last = bisect.bisect_right(starts, end - 1) - 1
+            width = max((len(line) for line, _ in lines[last - 1 : last]), default=0)
+            cut = cut and len(lines[last][0]) < width
+            if not (cut and _whole_token(prefix, joined[token.start() + 4 : end])):
+                continue
+        first = bisect.bisect_right(starts, token.start()) - 1
+        last = bisect.bisect_right(starts, end - 1) - 1
+        if first == last or not _one_width([line for line, _ in lines[first + 1 : last]]):
+            continue
+        start = lines[first][1] + token.start() - starts[first]
+        found[start] = (lines[last][1] + end - starts[last], joined[token.start() : end])
 
 
 def _one_width(lines: list[str]) -> bool:
@@ -848,7 +916,10 @@ _DUMP_LINES: dict[str, re.Pattern[str]] = {
         re.MULTILINE,
     ),
     # xxd -p, a hex string (bytes.hex()).
-    "plain": re.compile(rf"^[-+]?+{_TAB}{{0,16}}+(?P<hex>(?:{_HEX}{{2}})++)\$?+\r?$", re.MULTILINE),
+    # (hexdump -e '16/1 "%02x"' pads its last line with spaces)
+    "plain": re.compile(
+        rf"^[-+]?+{_TAB}{{0,16}}+(?P<hex>(?:{_HEX}{{2}})++) *+\$?+\r?$", re.MULTILINE
+    ),
     # xxd -i: a C array's initializer.
     "c": re.compile(
         rf"^[-+]?+{_TAB}{{0,16}}+(?P<hex>0[xX]{_HEX}{{2}}(?:, ?0[xX]{_HEX}{{2}})*+),?\$?+\r?$",
@@ -862,6 +933,23 @@ _DUMP_LINES: dict[str, re.Pattern[str]] = {
     # od -b, hexdump -b: one byte per field as 3 octal digits (od -An -b: no offset).
     "octal": re.compile(
         rf"^[-+]?+(?:{_TAB}{{0,16}}+{_HEX}{{6,16}}+|{_TAB}{{0,16}})(?P<oct>(?: [0-3][0-7]{{2}})++) *+\$?+\r?$",
+        re.MULTILINE,
+    ),
+    # od -t d1, od -t u1: one byte per field in decimal (signed: -128 to 127).
+    "decimal": re.compile(
+        rf"^[-+]?+(?:{_TAB}{{0,16}}+{_HEX}{{6,16}}+)?(?P<dec>(?: {{1,4}}+-?+[0-9]{{1,3}}+)++) *+\$?+\r?$",
+        re.MULTILINE,
+    ),
+    # od -t x4, od -t x8: words of 4 and 8 bytes, in the host's order (little-endian). An
+    # offset is of another length than a word (od -An's first word is no offset).
+    "words4": re.compile(
+        rf"^[-+]?+(?:{_TAB}{{0,16}}+(?:{_HEX}{{6,7}}|{_HEX}{{9,16}})(?!{_HEX}))?"
+        rf"(?P<hex>(?: {_HEX}{{8}})++) *+\$?+\r?$",
+        re.MULTILINE,
+    ),
+    "words8": re.compile(
+        rf"^[-+]?+(?:{_TAB}{{0,16}}+{_HEX}{{6,15}}(?!{_HEX}))?"
+        rf"(?P<hex>(?: {_HEX}{{16}})++) *+\$?+\r?$",
         re.MULTILINE,
     ),
     # xxd -b: one byte per field as 8 binary digits (with -g, several bytes a group, no
@@ -896,11 +984,13 @@ _DUMP_NEEDS += ("68$", "h$")
 _DUMP_NEEDS += ("150 ", "150\n", "150\r", "150$", "150\\", "01101000 ", "h nul")
 # xxd -b -g2 and wider groups: `h` then `r` (or UTF-16's NUL) in one group, no space.
 _DUMP_NEEDS += ("0110100001110010", "0110100000000000", "0000000001101000")
+# od -t d1 and -t u1 (`104 114`: "hr" in decimal; `104    0`: UTF-16), its line ending at h.
+_DUMP_NEEDS += ("104 ", "104\n", "104\r", "104$", "104\\")
 # Where a dump of a token may start, past the needs above: its `h` at a line's end only
 # when the next line (a dump's: an offset, spaces or `0x` before it) starts with its `r`.
 _LINE_BREAK_TO_R = (
     r"\$?+(?:\\++[rn]|\r?\n)++[-+]?+(?:(?:[ \t]|\^I)*+[0-9a-fA-F]{6,16}+:?+)?"
-    r"(?:(?:[ \t]|\^I)++(?:0[xX])?+(?:72|r|\\0|162|000|nul)|72)"
+    r"(?:(?:[ \t]|\^I)++(?:0[xX])?+(?:72|r|\\0|162|000|nul|114|0 )|72)"
 )
 # The same as patterns that each start with a literal: the regex engine jumps from one
 # place of it to the next (one pattern of them all tried every place of a text: 50 ms a
@@ -911,6 +1001,7 @@ _DUMP_STARTS = [
         r"68(?: 72|72|  |,|00| 00|" + _LINE_BREAK_TO_R + ")",
         r"h(?:   r|  \\++0| nul|" + _LINE_BREAK_TO_R + ")",
         r"150(?: 162| 000|" + _LINE_BREAK_TO_R + ")",
+        r"104(?: {1,4}+(?:114|0 )|" + _LINE_BREAK_TO_R + ")",
         r"72(?:68|72)",
         r"6f72",
         r"6e72",
@@ -939,7 +1030,7 @@ def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[i
         group, width, base = _FIELDS[kind]
         start = match.start(group)
         shown = [
-            (chr(int(field.group(), base)), [(start + field.start(), start + field.end())])
+            (chr(_FIELD_BYTES[kind][field.group()]), [(start + field.start(), start + field.end())])
             for field in _FIELD[kind].finditer(match.group(group))
         ]
         if kind == "bits":  # (its ASCII column: the line's last characters, one a byte)
@@ -958,7 +1049,7 @@ def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[i
     pairs = [(int(p[0], 16), p.span()) for p in _PAIR.finditer(hexes)]
     if kind == "words":
         pairs = [pairs[i ^ 1] for i in range(len(pairs))]  # (each word's two bytes swapped)
-    elif kind == "xxd-e":  # (each group's bytes in reverse order)
+    elif kind in ("xxd-e", "le"):  # (each group's bytes in reverse order)
         groups: list[tuple[int, tuple[int, int]]] = []
         at = 0
         for group in hexes.split():
@@ -986,18 +1077,41 @@ def _dump_bytes(kind: str, match: re.Match[str]) -> list[tuple[str, list[tuple[i
 
 
 # A run of consecutive dump lines of one kind, in one match.
-_DUMP_RUNS = {
-    kind: re.compile(r"(?:" + line.pattern + r"(?:\n|\Z))++", re.MULTILINE)
+# od and hexdump (without -v) write `*` for lines equal to the one before: a run goes on
+# past them (`od -w1`, `od -w2`: a token's doubled character, in about every other one).
+_STAR_LINE = r"[-+]?+(?:[ \t]|\^I){0,16}+\*\$?+\r?\n"
+_STAR_LINES = re.compile(f"^{_STAR_LINE}", re.MULTILINE)
+_DUMP_RUN_LINES = {
+    kind: "(?:(?:" + re.sub(r"\(\?P<\w+>", "(?:", line.pattern) + ")(?:\n|\\Z))++"
     for kind, line in _DUMP_LINES.items()
+}
+_DUMP_RUNS = {
+    kind: re.compile(f"{lines}(?:{_STAR_LINE}{lines})*+", re.MULTILINE)
+    for kind, lines in _DUMP_RUN_LINES.items()
 }
 _NOT_HEX = re.compile(r"0[xX]|[^0-9a-fA-F]")
 _NOT_ONE_CHARACTER = re.compile(r"  \\.| [0-7]{3}|  [a-z]{2}| [a-z]{2}[a-z0-9]")
 # od -b's and xxd -b's fields: the group holding them, their width and base.
-_FIELDS = {"octal": ("oct", 3, 8), "bits": ("bits", 8, 2)}
-_FIELD = {"octal": re.compile("[0-7]{3}"), "bits": re.compile("[01]{8}")}
+_FIELDS = {"octal": ("oct", 3, 8), "bits": ("bits", 8, 2), "decimal": ("dec", 0, 10)}
+_FIELD = {
+    "octal": re.compile("[0-7]{3}"),
+    "bits": re.compile("[01]{8}"),
+    "decimal": re.compile("-?+[0-9]{1,3}+"),
+}
 _FIELD_BYTES = {
     "octal": {f"{code:03o}": code for code in range(256)},
     "bits": {f"{code:08b}": code for code in range(256)},
+    # (every field the line's pattern reads: one out of a byte's range reads as 0x01)
+    "decimal": {
+        f"{sign}{number:0{digits}d}": (
+            (-number if sign else number) % 256
+            if -128 <= (-number if sign else number) <= 255
+            else 1
+        )
+        for sign in ("", "-")
+        for digits in (1, 2, 3)
+        for number in range(10**digits)
+    },
 }
 
 
@@ -1013,8 +1127,9 @@ _GROUP_REVERSED = [
 # `rr`, `rn` within one group, each reversed; of UTF-16 text, its `r` and the NUL beside
 # it, reversed (`0072` little-endian, `7200` big-endian: `h` and `r` are 2 bytes apart).
 _LITTLE_ENDIAN_HR = ("7268", "6f72", "6F72", "6e72", "6E72", "7272", "0072", "7200")
-# The readings of each kind of dump line (`xxd -g4` and `xxd -e` write the same lines).
-_READINGS = {"xxd": ("xxd", "xxd-e")}
+# The readings of each kind of dump line (`xxd -g4` and `xxd -e` write the same lines; od
+# -t x4 and -t x8 write each word's bytes in reverse, as xxd -e does).
+_READINGS = {"xxd": ("xxd", "xxd-e"), "words4": ("le",), "words8": ("le",)}
 
 
 def _dump_shown(kind: str, reading: str, run: str) -> str:
@@ -1029,7 +1144,7 @@ def _dump_shown(kind: str, reading: str, run: str) -> str:
         codes = _FIELD[kind].findall(line.sub(f"\\g<{_FIELDS[kind][0]}>", run))
         return bytes(map(_FIELD_BYTES[kind].__getitem__, codes)).decode("latin-1")
     hexes = line.sub(r"\g<hex> \g<pad>" if reading == "xxd-e" else r"\g<hex>", run)
-    if reading == "xxd-e":
+    if reading in ("xxd-e", "le"):
         for pattern, template in _GROUP_REVERSED:
             hexes = pattern.sub(template, hexes)
     shown = bytes.fromhex(_NOT_HEX.sub("", hexes))
@@ -1117,9 +1232,15 @@ def _dump_hidden(text: str, depth: int) -> dict[int, tuple[int, str]]:
     hidden: dict[int, tuple[int, str]] = {}
     for kind, runs in _DUMP_RUNS.items() if _starts_on_dump_line(text) else ():
         for run in runs.finditer(text):
+            starred = "*" in run.group()
             for reading in _READINGS.get(kind, (kind,)):
-                if reading == "xxd-e" and not any(w in run.group() for w in _LITTLE_ENDIAN_HR):
+                if reading in ("xxd-e", "le") and not any(
+                    w in run.group() for w in _LITTLE_ENDIAN_HR
+                ):
                     continue  # (7 substitutions over the run, for a reading that shows no token)
+                if starred:
+                    _hide_starred(text, kind, reading, run, hidden)
+                    continue
                 shown = _dump_shown(kind, reading, run.group())
                 nul = False
                 if not _shows_token(shown):
@@ -1153,6 +1274,162 @@ def _dump_hidden(text: str, depth: int) -> dict[int, tuple[int, str]]:
     return hidden
 
 
+# A dump line's offset (od's octal by default, or -A x, -A d; hexdump's and xxd's hex).
+_OFFSET = re.compile(r"[-+]?+(?:[ \t]|\^I)*+([0-9a-fA-F]{6,16}+)(?![0-9a-fA-F])")
+_OFFSET_KINDS = ("xxd", "bytes", "words", "octal", "bits", "chars", "decimal", "words4", "words8")
+# A line and the `*` line after it (which stands for one copy of it at least).
+_STAR_COPIED = re.compile(f"^([^\\n]*+)\\n{_STAR_LINE}", re.MULTILINE)
+MAX_STARRED = 16  # characters the `*` lines of a token may stand for beyond one copy each
+
+
+def _near_whole(shown: str) -> bool:
+    """Whether `shown` (a dump's bytes, each `*` as one copy) holds a token that `*` lines
+    repeated more may make whole: at most MAX_STARRED characters short of it."""
+    for token in _TOKEN_IN_BYTES.finditer(shown):
+        need = _AFTER_PREFIX[token.group()[:4]]
+        if need - MAX_STARRED <= token.end() - token.start() - 4 <= need:
+            return True
+    return False
+
+
+MAX_REPEATS = 64  # bytes a `*` stands for, read (more: no token is there)
+# Characters a `*` of no known count may add to make a token whole, beyond its one copy
+# (`QQQQ` written `QQ*`: 2). More, and lines such as `hro_A*b*` (any length) were read as one.
+MAX_MISSING = 4
+_ReadByte = tuple[str, list[tuple[int, int]], int]
+
+
+def _hide_starred(
+    text: str, kind: str, reading: str, run: re.Match[str], hidden: dict[int, tuple[int, str]]
+) -> None:
+    """_hide_tokens for a run holding `*` lines: each stands for the line before it, as
+    many times as the offsets around it say; where no offset says (od -An, hexdump -e),
+    as many times as makes a whole token, if any (at least once)."""
+    shown = _dump_shown(kind, reading, _STAR_COPIED.sub(r"\1\n\1\n", run.group()))
+    if not (_near_whole(shown) or ("\x00" in shown and _near_whole(shown.replace("\x00", "")))):
+        return  # (read in C, each `*` as one copy: no token nearly whole, no line is read)
+    read, flexible = _starred_read(text, kind, reading, run)
+    candidates = [read]
+    shown = "".join(char for char, _, _ in read)
+    for token in _TOKEN_IN_BYTES.finditer(shown) if flexible else ():
+        repeat = _repeated_whole(shown, token, flexible)
+        if repeat is not None:
+            at, width, times = repeat
+            candidates.append(read[:at] + read[at - width : at] * times + read[at:])
+    if "\x00" in shown:  # (UTF-16 text: each character beside a NUL)
+        candidates.append([byte for byte in read if byte[0] != "\x00"])
+    for candidate in candidates:
+        _hide_tokens(text, candidate, hidden)
+
+
+def _repeated_whole(
+    shown: str, token: re.Match[str], flexible: list[tuple[int, int]]
+) -> tuple[int, int, int] | None:
+    """Where a `*` of no known count (`flexible`: after its one copy, the copy's width)
+    must repeat its line more, and how many times, for `token` (in `shown`) to be whole;
+    None when none makes it whole (the first that does is taken)."""
+    prefix = token.group()[:4]
+    missing = _AFTER_PREFIX[prefix] - (token.end() - token.start() - 4)
+    if not 0 < missing <= MAX_MISSING:
+        return None  # (a random token holds a run of 3 of one character once in 100 or so)
+    for at, width in flexible:
+        if token.start() + 4 < at < token.end() and missing % width == 0:
+            copies = shown[at - width : at] * (missing // width)
+            if _whole_token(
+                prefix, shown[token.start() + 4 : at] + copies + shown[at : token.end()]
+            ):
+                return at, width, missing // width
+    return None
+
+
+def _starred_token(match: re.Match[str]) -> str:
+    """A token in characters hexdump's `"%_p"` wrote (`hr*\n_...`): each `*` line stands
+    for the character before it, repeated at least once. A token they make whole is
+    written whole, in one piece (the token rules then mask it)."""
+    written = match.group()
+    joined: list[str] = []
+    where: list[int] = []
+    flexible: list[tuple[int, int]] = []
+    for part in _STAR_BREAK.finditer(written):
+        chars = part.group(1)
+        joined.append(chars)
+        where.extend(range(part.start(1), part.end(1)))
+        if part.group(2):
+            joined.append(chars[-1])
+            where.append(part.end(1) - 1)
+            flexible.append((len(where), 1))
+    shown = "".join(joined)
+    for token in _TOKEN_IN_BYTES.finditer(shown):
+        rest = token.group()[4:]
+        if not _whole_token(token.group()[:4], rest):
+            repeat = _repeated_whole(shown, token, flexible)
+            if repeat is None:
+                continue
+            at, _, times = repeat
+            rest = shown[token.start() + 4 : at] + shown[at - 1] * times + shown[at : token.end()]
+        start, end = where[token.start()], where[token.end() - 1] + 1
+        return f"{written[:start]}{token.group()[:4]}{rest}{written[end:]}"
+    return written
+
+
+_STAR_BREAK = re.compile(r"([A-Za-z0-9_-]++)(\*\r?+\n)?+")
+
+
+def _starred_read(
+    text: str, kind: str, reading: str, run: re.Match[str]
+) -> tuple[list[_ReadByte], list[tuple[int, int]]]:
+    """The bytes a run with `*` lines shows (as _hide_tokens reads them), and where a `*`
+    of no known count stands in them (after its one copy, and the width of a copy)."""
+    lines = list(_DUMP_LINES[kind].finditer(text, run.start(), run.end()))
+    shown = [_dump_bytes(reading, line) for line in lines]
+    offsets = [_OFFSET.match(line.group()) if kind in _OFFSET_KINDS else None for line in lines]
+    base = _offset_base(lines, offsets, shown)
+    read: list[_ReadByte] = []
+    flexible: list[tuple[int, int]] = []
+    for i, line in enumerate(lines):
+        if i and shown[i - 1] and "*" in text[lines[i - 1].end() : line.start()]:
+            copies = _repeats(base, offsets[i - 1], offsets[i], len(shown[i - 1]))
+            end = lines[i - 1].end()
+            for _ in range(min(copies or 1, MAX_REPEATS // len(shown[i - 1]) + 1)):
+                read.extend((char, [], end) for char, _ in shown[i - 1])
+            if copies is None:
+                flexible.append((len(read), len(shown[i - 1])))
+        read.extend((char, spans, line.end()) for char, spans in shown[i])
+    return read, flexible
+
+
+def _offset_base(
+    lines: list[re.Match[str]], offsets: list[re.Match[str] | None], shown: list[list[Any]]
+) -> int | None:
+    """The base the run's offsets are written in (8, 16 or 10): the one in which each line
+    starts where the one before it ends, and each `*` stands for whole lines; or None."""
+    if any(offset is None for offset in offsets):
+        return None
+    for base in (8, 16, 10):
+        try:
+            at = [int(offset.group(1), base) for offset in offsets if offset is not None]
+        except ValueError:
+            continue
+        if all(
+            (at[i] - at[i - 1] == len(shown[i - 1]))
+            if "*" not in lines[i - 1].string[lines[i - 1].end() : lines[i].start()]
+            else _repeats(base, offsets[i - 1], offsets[i], len(shown[i - 1])) is not None
+            for i in range(1, len(lines))
+        ):
+            return base
+    return None
+
+
+def _repeats(
+    base: int | None, before: re.Match[str] | None, after: re.Match[str] | None, width: int
+) -> int | None:
+    """How many times a `*` repeats a line of `width` bytes, from the offsets around it."""
+    if base is None or before is None or after is None or not width:
+        return None
+    gap = int(after.group(1), base) - int(before.group(1), base)
+    return gap // width - 1 if gap % width == 0 and gap >= 2 * width else None
+
+
 def _hide_tokens(
     text: str, run: list[tuple[str, list[tuple[int, int]], int]], hidden: dict[int, tuple[int, str]]
 ) -> None:
@@ -1181,18 +1458,58 @@ def _hide_tokens(
 # only the prefix's bytes decide (`aHJvX` for hro_ at a group's start, `hyb1` one byte
 # later, `ocm9f` two) are looked for, and the run of base64 they sit in is decoded from
 # the group boundary they give; a whole token there (_whole_token) has the characters that
-# encode its secret part replaced by the plain token's marker.
+# encode its secret part replaced by the plain token's marker. So is one of UTF-16 text
+# (`iconv -t UTF-16LE | base64`: a NUL beside each character, before or after it).
+_PREFIX_BYTES = tuple(
+    prefix.encode(encoding)
+    for prefix in ("hro_", "hrr_", "hrn_")
+    for encoding in ("latin-1", "utf-16-le", "utf-16-be")
+)
+
+
 def _base64_starts() -> dict[str, tuple[int, int]]:
     """What the base64 of each prefix holds whatever the bytes around it: that text, then
     (where the prefix's first byte is in its group of 3, that text's place in its group)."""
     starts = {}
-    for prefix in (b"hro_", b"hrr_", b"hrn_"):
+    for prefix in _PREFIX_BYTES:
         for align in range(3):
-            first, end = -(-8 * align // 6), (8 * align + 32) // 6  # (characters it decides)
+            first = -(-8 * align // 6)  # (the characters it decides)
+            end = (8 * align + 8 * len(prefix)) // 6
             encoded = base64.b64encode(bytes(align) + prefix + bytes(3)).decode()[first:end]
             for alphabet in (encoded, encoded.translate(_URL_SAFE)):
                 starts[alphabet] = (align, first)
     return starts
+
+
+# A token of UTF-16 text in bytes read as latin-1: little-endian (a NUL after each
+# character) or big-endian (a NUL before each).
+_UTF16_TOKEN_IN_BYTES = re.compile(
+    r"h\x00r\x00[nor]\x00_\x00(?:[A-Za-z0-9_-]\x00)++|\x00h\x00r\x00[nor]\x00_(?:\x00[A-Za-z0-9_-])++"
+)
+
+
+def _whole_tokens_in_bytes(shown: str) -> list[tuple[str, str, int, int]]:
+    """Each whole token in `shown` (bytes as latin-1, plain or UTF-16): its marker's kind,
+    its secret part as text, and the bytes that hold that part (from, to)."""
+    found = []
+    for token in _TOKEN_IN_BYTES.finditer(shown):
+        prefix, rest = token.group()[:4], token.group()[4:]
+        if _whole_token(prefix, rest):
+            body = 9 if prefix == "hrn_" else 0
+            found.append((_token_kind(prefix), rest[body:], token.start() + 4 + body, token.end()))
+    if "\x00" in shown:
+        for token in _UTF16_TOKEN_IN_BYTES.finditer(shown):
+            read = token.group().replace("\x00", "")
+            prefix, rest = read[:4], read[4:]
+            if _whole_token(prefix, rest):
+                body = 4 + (9 if prefix == "hrn_" else 0)
+                end = token.end()
+                found.append((_token_kind(prefix), rest[body - 4 :], token.start() + 2 * body, end))
+    return found
+
+
+def _token_kind(prefix: str) -> str:
+    return "harness-token" if prefix == "hrn_" else "harness-oauth-token"
 
 
 _URL_SAFE = str.maketrans("+/", "-_")
@@ -1210,15 +1527,64 @@ _BASE64_RUN = re.compile(
     rf"(?<!{_B64})(?={_B64}{{63}}|{_B64}{{16,}}+{_BASE64_BREAK}{_B64})"
     rf"{_B64}++(?:(?<={_B64}{{16}}){_BASE64_BREAK}{_B64}++)*+"
 )
+# Base64 wrapped narrower (`base64 -w 4` to `-w 15`): 5 lines or more of 4 to 15
+# characters (a token's 63 need 5 of 15): _base64_runs keeps the lines of the first
+# one's width (and a last one shorter).
+_BASE64_NARROW_RUN = re.compile(
+    rf"(?<!{_B64}){_B64}{{4,15}}+"
+    rf"(?:{_BASE64_BREAK}{_B64}{{4,15}}+(?!{_B64})){{3}}(?:{_BASE64_BREAK}{_B64}{{1,15}}+(?!{_B64}))*+"
+)
 _BASE64_BREAKS = re.compile(_BASE64_BREAK)
-# Where wrapped base64 may be: a line that ends in 16 base64 characters (or more).
+_B64_LINE = re.compile(f"{_B64}++")
+# The lines after the first of narrow base64: of its width, then one shorter (the last).
+_NARROW_BASE64_LINES = {
+    width: re.compile(
+        rf"(?:{_BASE64_BREAK}{_B64}{{{width}}}(?!{_B64}))*+"
+        rf"(?:{_BASE64_BREAK}{_B64}{{1,{width - 1}}}+(?!{_B64}))?+"
+    )
+    for width in range(4, 16)
+}
+# Where wrapped base64 may be: a line that ends in 16 base64 characters (or more); or 4
+# lines of 4 to 15 after a line break (looked for from the break: the regex engine jumps
+# from one to the next, where a search from every word took as long as the rest).
 _BASE64_WRAPPED = re.compile(rf"(?<!{_B64}){_B64}{{16,}}+{_BASE64_BREAK}{_B64}")
+_BASE64_NARROW = re.compile(
+    rf"(?:\n|\\n)[ \t]{{0,16}}+(?:{_B64}{{4,15}}+{_BASE64_BREAK}){{3}}{_B64}{{4,15}}+(?!{_B64})"
+)
 
 
 def _may_hold_wrapped_base64(text: str) -> bool:
     """Whether `text` may hold base64 wrapped in lines (a line ending in 16 characters of
-    it, then the next one's first)."""
-    return ("\n" in text or "\\n" in text) and _BASE64_WRAPPED.search(text) is not None
+    it, then the next one's first; or 4 lines of 4 to 15 of them)."""
+    return ("\n" in text or "\\n" in text) and (
+        _BASE64_WRAPPED.search(text) is not None or _BASE64_NARROW.search(text) is not None
+    )
+
+
+def _base64_runs(text: str) -> list[tuple[int, str]]:
+    """Each run of base64 in `text` (where it starts, its text): unbroken or wrapped in
+    lines of 16 characters or more, and wrapped narrower, its lines of one width."""
+    runs = [(run.start(), run.group()) for run in _BASE64_RUN.finditer(text)]
+    narrow = _BASE64_NARROW.search(text) is not None
+    for run in _BASE64_NARROW_RUN.finditer(text) if narrow else ():
+        first = _B64_LINE.match(run.group())  # (the first line: its width)
+        width = first.end() if first is not None else 0
+        if width not in _NARROW_BASE64_LINES:
+            continue
+        lines = _NARROW_BASE64_LINES[width].match(text, run.start() + width)
+        if lines is not None and lines.end() - run.start() >= 63:
+            runs.append((run.start(), text[run.start() : lines.end()]))
+    return runs
+
+
+def _breaks(written: str) -> list[tuple[int, int]]:
+    """Where each line break of a run of base64 is in the run joined, and how many
+    characters were taken out up to its end (see _place)."""
+    breaks, taken = [], 0
+    for brk in _BASE64_BREAKS.finditer(written):
+        breaks.append((brk.start() - taken, taken + brk.end() - brk.start()))
+        taken += brk.end() - brk.start()
+    return breaks
 
 
 def _place(breaks: list[tuple[int, int]], start: int, i: int) -> int:
@@ -1242,18 +1608,11 @@ class _Base64Rule(_Rule):
 
     def apply(self, text: str) -> str:
         hidden: list[tuple[int, int, str]] = []
-        for run in _BASE64_RUN.finditer(text):
-            chars = run.group()
-            breaks: list[tuple[int, int]] = []  # (see _place)
+        for run_start, written in _base64_runs(text):
+            breaks: list[tuple[int, int]] = []  # (see _place; made when a token is found)
+            chars = written
             if "\n" in chars or "\\" in chars:
-                joined, taken, last = [], 0, 0
-                for brk in _BASE64_BREAKS.finditer(chars):
-                    joined.append(chars[last : brk.start()])
-                    breaks.append((brk.start() - taken, taken + brk.end() - brk.start()))
-                    taken += brk.end() - brk.start()
-                    last = brk.end()
-                joined.append(chars[last:])
-                chars = "".join(joined)
+                chars = _BASE64_BREAKS.sub("", chars)
             if len(chars) < 63:
                 continue
             shifts = {
@@ -1264,17 +1623,14 @@ class _Base64Rule(_Rule):
                 part = chars[shift:]
                 part = part[: len(part) - (len(part) % 4 == 1)].translate(_STANDARD)
                 shown = base64.b64decode(part + "=" * (-len(part) % 4)).decode("latin-1")
-                for token in _TOKEN_IN_BYTES.finditer(shown):
-                    prefix, rest = token.group()[:4], token.group()[4:]
-                    if not _whole_token(prefix, rest):
-                        continue
-                    body = token.start() + (13 if prefix == "hrn_" else 4)
-                    kind = "harness-token" if prefix == "hrn_" else "harness-oauth-token"
-                    mark = marker(kind, shown[body : token.end()])
+                for kind, secret, body, token_end in _whole_tokens_in_bytes(shown):
+                    if not breaks and len(chars) != len(written):
+                        breaks = _breaks(written)
+                    mark = marker(kind, secret)
                     # (byte i is in the characters from shift + 8i // 6; line breaks kept)
-                    first, last = shift + 8 * body // 6, shift - (-8 * token.end() // 6) - 1
-                    start = _place(breaks, run.start(), first)
-                    end = _place(breaks, run.start(), last) + 1
+                    first, last = shift + 8 * body // 6, shift - (-8 * token_end // 6) - 1
+                    start = _place(breaks, run_start, first)
+                    end = _place(breaks, run_start, last) + 1
                     kept = "".join(_BASE64_BREAKS.findall(text, start, end))
                     hidden.append((start, end, mark + kept))
         out: list[str] = []
@@ -1312,6 +1668,8 @@ RULES: list[_Rule] = [
     _Rule(r"(h\^@r\^@[nor]\^@_\^@)(?P<v>(?:[A-Za-z0-9_-]\^@)++)", _caret_nul_token, ("h^@r^@",)),
     # Whole tokens in base64 (above): before the rules that mask a Basic header as a whole.
     _Base64Rule(r"(?!)", str, tuple(_BASE64_STARTS)),
+    # hexdump -e '"%_p"': a token's characters, a `*` line for each repeated one.
+    _Rule(r"[A-Za-z0-9_-]++(?:\*\r?+\n[A-Za-z0-9_-]++)++", _starred_token, ("*\n",)),
     # Harness's tokens split by a line break, and run into a word (see above): first, so
     # no other rule masks a part of one and leaves the rest.
     _SplitTokenRule(
