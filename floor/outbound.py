@@ -520,6 +520,8 @@ async def exchange(
     transport = client._transport
     if not isinstance(transport, _CappedAsyncTransport):
         raise TypeError("exchange needs a client of outbound.async_client")
+    if client.is_closed:  # (its pool would open a connection no one closes: httpx2's test)
+        raise RuntimeError("Cannot send a request, as the client has been closed.")
     sent = [(k, v) for k, v in headers if k.lower() != b"accept-encoding"]
     sent.append((b"Accept-Encoding", b"identity"))
     request = httpcore2.Request(

@@ -55,10 +55,14 @@ Malformed HTTP, written byte by byte (the connection closed after it unless said
   set_cookie {}   "cookie set", with a cookie a=b (echo then names a cookie it is sent)
   odd_session {}  "renamed", then every session is unknown, and the next one's id holds a
                   tab and a space
+  many_headers {} "many headers", behind 24,000 empty headers of one name (94 KiB)
+
+echo also names the user of the Basic credentials it is sent, if any (" (basic USER)").
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import ssl
@@ -74,7 +78,7 @@ TOOLS = [
     "accepted", "redirect", "json_error", "forget", "swap",
     "bad_status", "bad_version", "huge_header", "endless_header", "hang", "bad_chunk",
     "bad_chunk_sse", "chunked", "short_body", "long_body", "http10", "conn_close", "gzip",
-    "sse_cut", "sse_latin1", "redirect_here", "set_cookie", "odd_session",
+    "sse_cut", "sse_latin1", "redirect_here", "set_cookie", "odd_session", "many_headers",
 ]  # fmt: skip
 _odd = threading.Event()  # (the next session's id is odd: odd_session)
 CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
@@ -206,6 +210,9 @@ class Handler(BaseHTTPRequestHandler):
         if name == "echo":
             cookie = self.headers.get("Cookie")
             said = f"echo: {arguments.get('text', '')}" + (f" (cookie {cookie})" if cookie else "")
+            basic = self.headers.get("Authorization", "").removeprefix("Basic ")
+            if basic:
+                said += f" (basic {base64.b64decode(basic).decode().partition(':')[0]})"
             self.json(response(request_id, text(said)))
         elif name in MALFORMED:
             MALFORMED[name](self, request_id)
@@ -358,6 +365,12 @@ def _odd_session(handler: Handler, request_id: Any) -> None:
     _odd.set()
 
 
+def _many_headers(handler: Handler, request_id: Any) -> None:
+    body = _body(request_id, "many headers")
+    more = ("A:\r\n" * 24000).removesuffix("\r\n"), f"Content-Length: {len(body)}"
+    handler.raw(handler.head("application/json", *more) + body)
+
+
 def _bad_chunk(kind: str) -> Any:
     def answer(handler: Handler, request_id: Any) -> None:
         head = handler.head(kind, "Transfer-Encoding: chunked")
@@ -395,6 +408,7 @@ MALFORMED: dict[str, Any] = {
     "redirect_here": _redirect_here,
     "set_cookie": _set_cookie,
     "odd_session": _odd_session,
+    "many_headers": _many_headers,
 }
 
 
