@@ -73,3 +73,41 @@ def test_a_closed_clients_pool_sends_nothing(lean_hostile: str, tmp_path: Path) 
         return "sent"
 
     assert asyncio.run(scenario()) == "Cannot send a request, as the client has been closed."
+
+
+# What the hostile answers below give the lean call, the same as the SDK's way (checked).
+HELD = {
+    "early_hints": "False hinted",
+    "trailers": "False trailed",
+    "two_types": "False typed twice",
+    "late_answer": "False on time",
+}
+# (an answer written before the next request was read is that request's answer, both
+# ways: the server's to give, as it could give it anyway; the connection is its session's
+# own, never another server's, nor another session's)
+AFTER = {"late_answer": "False late"}
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        "early_hints", "switching", "trailers", "two_types", "late_answer", "redirect_loop",
+        "redirect_userinfo", "redirect_file", "redirect_metadata",
+    ],
+)  # fmt: skip
+def test_more_hostile_answers_end_the_same_both_ways(
+    lean_hostile: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tool: str,
+) -> None:
+    """Informational answers before the answer, a 101 holding one, trailers (a session id
+    among them), two content types, an answer nobody asked for arriving on the kept
+    connection, redirects without end, to another user, another scheme, the metadata
+    address: each ends the lean call as it ends the SDK's, and the call after it gets
+    its own answer (never the late one)."""
+    calls: list[tuple[str, dict[str, Any]]] = [(tool, {}), ("echo", {"text": "next"})]
+    lean, sdk = both_ways(monkeypatch, lambda: outcomes(lean_hostile, calls, timeout=3))
+    assert lean == sdk
+    assert lean[2] == AFTER.get(tool, "False echo: next"), lean
+    if tool in HELD:
+        assert lean[0] == HELD[tool], lean
