@@ -138,8 +138,10 @@ def allowance() -> Allowance:
 
 def kind_of(address: Address) -> str:
     """What kind of non-public address this is ("a loopback address"), "" when public."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        # (an IPv4 address inside: mapped, or 6to4's 2002:a.b.c.d::/48, which a host with a
+        # 6to4 interface or relay sends to a.b.c.d: 2002:7f00:1:: is loopback's)
+        address = address.ipv4_mapped or address.sixtofour or address
     if any(address in n for n in METADATA):
         return "a cloud metadata address"
     for kind, test in (

@@ -111,3 +111,22 @@ def test_more_hostile_answers_end_the_same_both_ways(
     assert lean[2] == AFTER.get(tool, "False echo: next"), lean
     if tool in HELD:
         assert lean[0] == HELD[tool], lean
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("2002:7f00:1::1", "a loopback address"),
+        ("2002:a9fe:a9fe::1", "a cloud metadata address"),
+        ("2002:a00:1::1", "a private address"),
+    ],
+)
+def test_a_6to4_address_of_a_refused_ipv4_address_is_refused(
+    address: str, kind: str, settings: Any
+) -> None:
+    """An upstream's name resolving to 2002:a.b.c.d:: (6to4), which a host with a 6to4
+    interface or relay sends to a.b.c.d: the door read it as a public IPv6 address."""
+    settings.HARNESS_OUTBOUND_ALLOW = []
+    with pytest.raises(outbound.OutboundRefused) as refused:
+        outbound.checked_addresses(address, 80)
+    assert str(refused.value) == f"refused: {kind} ({address})"
