@@ -5,12 +5,15 @@ httpcore2 on the session client's pool (`outbound.exchange`), against the hostil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
+from dispatcher.tools.base import ToolError
+from dispatcher.tools.sources import upstream
 from floor import outbound
 from tests.mcp.test_upstream_lean import both_ways, outcomes
 from tests.mcp.test_upstream_lean_hostile import lean_hostile  # noqa: F401 - a fixture
@@ -130,3 +133,45 @@ def test_a_6to4_address_of_a_refused_ipv4_address_is_refused(
     with pytest.raises(outbound.OutboundRefused) as refused:
         outbound.checked_addresses(address, 80)
     assert str(refused.value) == f"refused: {kind} ({address})"
+
+
+@pytest.mark.parametrize("name", ["Host", "host", "Content-Length", "Accept-Encoding"])
+def test_a_configured_header_httpx2_sets_itself_is_sent_once_both_ways(
+    lean_hostile: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+) -> None:
+    """An admin's header for the server (McpServer.headers) named as one httpx2 writes
+    itself (a Host for a virtual host reached by address, say): httpx2's client sends
+    one; `_Sent` put its own Host (or Content-Length) beside the configured one, two of
+    them, which h11 refuses to send, so every lean call failed."""
+    value = {"content-length": "0", "accept-encoding": "gzip"}.get(name.lower(), "virtual.test")
+
+    async def scenario() -> list[str]:
+        pool = upstream.Pool()
+        endpoint = upstream.Endpoint(
+            server_id=1, version=1, name="lean", transport="http", url=lean_hostile,
+            headers=((name, value),), timeout=5,
+        )  # fmt: skip
+        seen: list[str] = []
+        try:
+            with contextlib.suppress(upstream.DefinitionChanged):  # (the session, opened)
+                await pool.call_async(endpoint, "echo", "", {"text": ""})
+            definitions = pool._on_this_loop()[endpoint.key].definitions
+            try:
+                result = await pool.call_async(
+                    endpoint, "echo", definitions["echo"].fingerprint, {"text": "a"}
+                )
+                seen.append(upstream.result_text(result))
+            except (upstream.UpstreamError, ToolError) as exc:
+                seen.append(f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - the session did not open: said as such
+            seen.append(f"{type(exc).__name__}")
+        finally:
+            for held in list(pool._on_this_loop().values()):
+                await held.close()
+        return seen
+
+    lean, sdk = both_ways(monkeypatch, lambda: asyncio.run(scenario()))
+    assert lean == sdk
+    assert lean == ["echo: a"] or name.lower() != "host", lean

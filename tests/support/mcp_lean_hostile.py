@@ -41,7 +41,8 @@ Malformed HTTP, written byte by byte (the connection closed after it unless said
   hang {}         a status line and headers declaring a body, then nothing
   bad_chunk {}    a chunked JSON answer whose first chunk size is "zz"
   bad_chunk_sse {} the same, an SSE answer
-  chunked {}      the result "chunked" in chunks of 7 bytes
+  chunked {}      the result "chunked" in chunks of 7 bytes (kept open: a server that
+                  closes without saying so fails the call sent in that moment, both ways)
   short_body {}   a Content-Length 100 past the body sent
   long_body {}    a Content-Length that ends at the result, then a second answer, the
                   result "smuggled" under the id the next call is given (kept open)
@@ -56,7 +57,7 @@ Malformed HTTP, written byte by byte (the connection closed after it unless said
   odd_session {}  "renamed", then every session is unknown, and the next one's id holds a
                   tab and a space
   many_headers {} "many headers", behind 24,000 empty headers of one name (94 KiB)
-  early_hints {}  a 103 and a 100 before the answer, "hinted"
+  early_hints {}  a 103 and a 100 before the answer, "hinted" (kept open, as below)
   switching {}    a 101 Switching Protocols holding a JSON answer, "switched"
   trailers {}     a chunked answer, "trailed", with trailers (a session id among them;
                   kept open)
@@ -337,7 +338,7 @@ def _chunked(handler: Handler, request_id: Any) -> None:
     body = _body(request_id, "chunked")
     pieces = [body[i : i + 7] for i in range(0, len(body), 7)]
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces)
-    handler.raw(
+    handler.kept(
         handler.head("application/json", "Transfer-Encoding: chunked") + chunks + b"0\r\n\r\n"
     )
 
@@ -455,7 +456,7 @@ MALFORMED: dict[str, Any] = {
     "set_cookie": _set_cookie,
     "odd_session": _odd_session,
     "many_headers": _many_headers,
-    "early_hints": lambda h, i: h.raw(
+    "early_hints": lambda h, i: h.kept(
         b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"
         b"HTTP/1.1 100 Continue\r\n\r\n"
         + h.head("application/json", f"Content-Length: {len(_body(i, 'hinted'))}")
@@ -466,7 +467,7 @@ MALFORMED: dict[str, Any] = {
         b"Content-Type: application/json\r\n\r\n" + _body(i, "switched")
     ),
     "trailers": _trailers,
-    "two_types": lambda h, i: h.raw(
+    "two_types": lambda h, i: h.kept(
         h.head(
             "application/json",
             "Content-Type: text/event-stream",

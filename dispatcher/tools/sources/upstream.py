@@ -516,11 +516,16 @@ class _Sent:
         own = [(key.encode("ascii"), value.encode("ascii")) for key, value in headers.items()]
         names = {key.lower() for key, _ in own}
         kept = [(key, value) for key, value in client.headers.raw if key.lower() not in names]
+        # (Host and Content-Length only when neither the request's headers nor the
+        # client's, an admin's configured headers among them, name one: two Host headers
+        # h11 refuses to send, and httpx2 sends the configured one)
+        names |= {key.lower() for key, _ in kept}
+        host = [] if b"host" in names else [(b"Host", host_header(url))]
         size = (
             [] if b"content-length" in names else [(b"Content-Length", b"%d" % len(self.content))]
         )
         self.url = url
-        self.headers = [(b"Host", host_header(url)), *kept, *own, *size]
+        self.headers = [*host, *kept, *own, *size]
         self.session_id = headers.get(MCP_SESSION_ID)
 
     def to(self, request: httpx2.Request) -> _Sent:
