@@ -369,14 +369,14 @@ def _redirect_here(handler: Handler, request_id: Any) -> None:
         handler.session = ""
         handler.json(response(request_id, text("followed")))
         return
-    handler.raw(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /mcp?followed=1\r\n"
-                b"Content-Length: 0\r\n\r\n")  # fmt: skip
+    handler.kept(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /mcp?followed=1\r\n"
+                 b"Content-Length: 0\r\n\r\n")  # fmt: skip
 
 
 def _set_cookie(handler: Handler, request_id: Any) -> None:
     body = _body(request_id, "cookie set")
     more = ("Set-Cookie: a=b; Path=/", f"Content-Length: {len(body)}")
-    handler.raw(handler.head("application/json", *more) + body)
+    handler.kept(handler.head("application/json", *more) + body)
 
 
 def _odd_session(handler: Handler, request_id: Any) -> None:
@@ -389,7 +389,7 @@ def _odd_session(handler: Handler, request_id: Any) -> None:
 def _many_headers(handler: Handler, request_id: Any) -> None:
     body = _body(request_id, "many headers")
     more = ("A:\r\n" * 24000).removesuffix("\r\n"), f"Content-Length: {len(body)}"
-    handler.raw(handler.head("application/json", *more) + body)
+    handler.kept(handler.head("application/json", *more) + body)
 
 
 def _late_answer(handler: Handler, request_id: Any) -> None:
