@@ -369,8 +369,9 @@ def _redirect_here(handler: Handler, request_id: Any) -> None:
         handler.session = ""
         handler.json(response(request_id, text("followed")))
         return
-    handler.kept(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /mcp?followed=1\r\n"
-                 b"Content-Length: 0\r\n\r\n")  # fmt: skip
+    # (its connection closed, and said so: else the followed POST may be sent on it)
+    handler.raw(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /mcp?followed=1\r\n"
+                b"Connection: close\r\nContent-Length: 0\r\n\r\n")  # fmt: skip
 
 
 def _set_cookie(handler: Handler, request_id: Any) -> None:
