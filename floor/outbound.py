@@ -138,8 +138,10 @@ def allowance() -> Allowance:
 
 def kind_of(address: Address) -> str:
     """What kind of non-public address this is ("a loopback address"), "" when public."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        # (an IPv4 address inside: mapped, or 6to4's 2002:a.b.c.d::/48, which a host with a
+        # 6to4 interface or relay sends to a.b.c.d: 2002:7f00:1:: is loopback's)
+        address = address.ipv4_mapped or address.sixtofour or address
     if any(address in n for n in METADATA):
         return "a cloud metadata address"
     for kind, test in (
@@ -520,6 +522,8 @@ async def exchange(
     transport = client._transport
     if not isinstance(transport, _CappedAsyncTransport):
         raise TypeError("exchange needs a client of outbound.async_client")
+    if client.is_closed:  # (its pool would open a connection no one closes: httpx2's test)
+        raise RuntimeError("Cannot send a request, as the client has been closed.")
     sent = [(k, v) for k, v in headers if k.lower() != b"accept-encoding"]
     sent.append((b"Accept-Encoding", b"identity"))
     request = httpcore2.Request(

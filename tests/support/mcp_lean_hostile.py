@@ -41,7 +41,8 @@ Malformed HTTP, written byte by byte (the connection closed after it unless said
   hang {}         a status line and headers declaring a body, then nothing
   bad_chunk {}    a chunked JSON answer whose first chunk size is "zz"
   bad_chunk_sse {} the same, an SSE answer
-  chunked {}      the result "chunked" in chunks of 7 bytes
+  chunked {}      the result "chunked" in chunks of 7 bytes (kept open: a server that
+                  closes without saying so fails the call sent in that moment, both ways)
   short_body {}   a Content-Length 100 past the body sent
   long_body {}    a Content-Length that ends at the result, then a second answer, the
                   result "smuggled" under the id the next call is given (kept open)
@@ -55,10 +56,27 @@ Malformed HTTP, written byte by byte (the connection closed after it unless said
   set_cookie {}   "cookie set", with a cookie a=b (echo then names a cookie it is sent)
   odd_session {}  "renamed", then every session is unknown, and the next one's id holds a
                   tab and a space
+  many_headers {} "many headers", behind 24,000 empty headers of one name (94 KiB)
+  early_hints {}  a 103 and a 100 before the answer, "hinted" (kept open, as below)
+  switching {}    a 101 Switching Protocols holding a JSON answer, "switched"
+  trailers {}     a chunked answer, "trailed", with trailers (a session id among them;
+                  kept open)
+  two_types {}    two Content-Types (JSON, then SSE), "typed twice"
+  late_answer {}  "on time", then 0.2 s later a second answer nobody asked for, on the
+                  connection kept for the next request (the result "late" under the id
+                  the next call is given)
+  redirect_loop {} 307 to this very endpoint, without end
+  redirect_userinfo {} 307 to this endpoint, the Location naming a user of its own
+  redirect_file {} 307 to file:///etc/passwd
+  redirect_metadata {} 307 to http://169.254.169.254/latest/meta-data/
+                  (the redirects: the connection kept open)
+
+echo also names the user of the Basic credentials it is sent, if any (" (basic USER)").
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import ssl
@@ -74,7 +92,9 @@ TOOLS = [
     "accepted", "redirect", "json_error", "forget", "swap",
     "bad_status", "bad_version", "huge_header", "endless_header", "hang", "bad_chunk",
     "bad_chunk_sse", "chunked", "short_body", "long_body", "http10", "conn_close", "gzip",
-    "sse_cut", "sse_latin1", "redirect_here", "set_cookie", "odd_session",
+    "sse_cut", "sse_latin1", "redirect_here", "set_cookie", "odd_session", "many_headers",
+    "early_hints", "switching", "trailers", "two_types", "late_answer", "redirect_loop",
+    "redirect_userinfo", "redirect_file", "redirect_metadata",
 ]  # fmt: skip
 _odd = threading.Event()  # (the next session's id is odd: odd_session)
 CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
@@ -150,6 +170,11 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
+    def kept(self, data: bytes) -> None:
+        """Bytes written as they are, the connection kept for the next request."""
+        self.wfile.write(data)
+        self.wfile.flush()
+
     def head(self, kind: str = "application/json", *more: str) -> bytes:
         lines = ["HTTP/1.1 200 OK", f"Content-Type: {kind}", *more]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -206,6 +231,9 @@ class Handler(BaseHTTPRequestHandler):
         if name == "echo":
             cookie = self.headers.get("Cookie")
             said = f"echo: {arguments.get('text', '')}" + (f" (cookie {cookie})" if cookie else "")
+            basic = self.headers.get("Authorization", "").removeprefix("Basic ")
+            if basic:
+                said += f" (basic {base64.b64decode(basic).decode().partition(':')[0]})"
             self.json(response(request_id, text(said)))
         elif name in MALFORMED:
             MALFORMED[name](self, request_id)
@@ -310,7 +338,7 @@ def _chunked(handler: Handler, request_id: Any) -> None:
     body = _body(request_id, "chunked")
     pieces = [body[i : i + 7] for i in range(0, len(body), 7)]
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces)
-    handler.raw(
+    handler.kept(
         handler.head("application/json", "Transfer-Encoding: chunked") + chunks + b"0\r\n\r\n"
     )
 
@@ -349,7 +377,7 @@ def _redirect_here(handler: Handler, request_id: Any) -> None:
 def _set_cookie(handler: Handler, request_id: Any) -> None:
     body = _body(request_id, "cookie set")
     more = ("Set-Cookie: a=b; Path=/", f"Content-Length: {len(body)}")
-    handler.raw(handler.head("application/json", *more) + body)
+    handler.kept(handler.head("application/json", *more) + body)
 
 
 def _odd_session(handler: Handler, request_id: Any) -> None:
@@ -357,6 +385,38 @@ def _odd_session(handler: Handler, request_id: Any) -> None:
     handler.json(response(request_id, text("renamed")))
     _sessions.clear()
     _odd.set()
+
+
+def _many_headers(handler: Handler, request_id: Any) -> None:
+    body = _body(request_id, "many headers")
+    more = ("A:\r\n" * 24000).removesuffix("\r\n"), f"Content-Length: {len(body)}"
+    handler.kept(handler.head("application/json", *more) + body)
+
+
+def _late_answer(handler: Handler, request_id: Any) -> None:
+    body = _body(request_id, "on time")
+    handler.wfile.write(handler.head("application/json", f"Content-Length: {len(body)}") + body)
+    handler.wfile.flush()
+    time.sleep(0.2)
+    late = _body(next_id(request_id), "late")
+    handler.raw(handler.head("application/json", f"Content-Length: {len(late)}") + late)
+
+
+def _redirect_to(location: str) -> Any:
+    def answer(handler: Handler, request_id: Any) -> None:
+        port = handler.headers["Host"].rsplit(":", 1)[1]
+        where = location.replace("PORT", port).encode()
+        handler.kept(b"HTTP/1.1 307 Temporary Redirect\r\nLocation: " + where
+                     + b"\r\nContent-Length: 0\r\n\r\n")  # fmt: skip
+
+    return answer
+
+
+def _trailers(handler: Handler, request_id: Any) -> None:
+    body = _body(request_id, "trailed")
+    chunk = b"%x\r\n%s\r\n" % (len(body), body)
+    trailer = b"0\r\nMcp-Session-Id: trailing\r\nX-T: 1\r\n\r\n"
+    handler.kept(handler.head("application/json", "Transfer-Encoding: chunked") + chunk + trailer)
 
 
 def _bad_chunk(kind: str) -> Any:
@@ -396,6 +456,31 @@ MALFORMED: dict[str, Any] = {
     "redirect_here": _redirect_here,
     "set_cookie": _set_cookie,
     "odd_session": _odd_session,
+    "many_headers": _many_headers,
+    "early_hints": lambda h, i: h.kept(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        + h.head("application/json", f"Content-Length: {len(_body(i, 'hinted'))}")
+        + _body(i, "hinted")
+    ),
+    "switching": lambda h, i: h.raw(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n"
+        b"Content-Type: application/json\r\n\r\n" + _body(i, "switched")
+    ),
+    "trailers": _trailers,
+    "two_types": lambda h, i: h.kept(
+        h.head(
+            "application/json",
+            "Content-Type: text/event-stream",
+            f"Content-Length: {len(_body(i, 'typed twice'))}",
+        )
+        + _body(i, "typed twice")
+    ),
+    "late_answer": _late_answer,
+    "redirect_loop": _redirect_to("/mcp"),
+    "redirect_userinfo": _redirect_to("http://someone:else@127.0.0.1:PORT/mcp"),
+    "redirect_file": _redirect_to("file:///etc/passwd"),
+    "redirect_metadata": _redirect_to("http://169.254.169.254/latest/meta-data/"),
 }
 
 

@@ -313,9 +313,13 @@ class _Transport(StreamableHTTPTransport):
     # (`open_session`'s `forgotten`, which its client's response hook calls; a lean call's
     # answer does not pass that hook)
     forgotten: Callable[[], None] | None = None
+    # (the endpoint's URL carries credentials, which httpx2's client sends with each
+    # request as Basic auth, and `_Sent` does not: `lean_ready`)
+    credentialed = False
 
     async def post_writer(self, client: httpx2.AsyncClient, *args: Any, **kwargs: Any) -> None:
         self.client, self.incoming = client, args[1]  # (read_stream_writer)
+        self.credentialed = bool(httpx2.URL(self.url).userinfo)
         await super().post_writer(client, *args, **kwargs)
 
     async def _handle_post_request(self, ctx: RequestContext) -> None:
@@ -512,11 +516,16 @@ class _Sent:
         own = [(key.encode("ascii"), value.encode("ascii")) for key, value in headers.items()]
         names = {key.lower() for key, _ in own}
         kept = [(key, value) for key, value in client.headers.raw if key.lower() not in names]
+        # (Host and Content-Length only when neither the request's headers nor the
+        # client's, an admin's configured headers among them, name one: two Host headers
+        # h11 refuses to send, and httpx2 sends the configured one)
+        names |= {key.lower() for key, _ in kept}
+        host = [] if b"host" in names else [(b"Host", host_header(url))]
         size = (
             [] if b"content-length" in names else [(b"Content-Length", b"%d" % len(self.content))]
         )
         self.url = url
-        self.headers = [(b"Host", host_header(url)), *kept, *own, *size]
+        self.headers = [*host, *kept, *own, *size]
         self.session_id = headers.get(MCP_SESSION_ID)
 
     def to(self, request: httpx2.Request) -> _Sent:
@@ -635,14 +644,16 @@ def lean_ready(session: ClientSession, transport: _Transport) -> bool:
     """Whether `lean_call` may send a call on this session now: its sender has started
     and holds no notification (a later message waits behind one: so does the call, through
     the SDK), the protocol is one before 2026 (whose calls carry more headers and are
-    cancelled by closing their stream), and the server has set no cookie (which httpx2's
+    cancelled by closing their stream), the server has set no cookie (which httpx2's
     client sends back, and `_Sent` does not; nor would it run an auth flow or a request
-    hook, which `open_session`'s client has none of)."""
+    hook, which `open_session`'s client has none of), and the endpoint's URL names no
+    user (whose credentials httpx2's client sends as Basic auth: `_Transport.credentialed`)."""
     version = transport._protocol_version_header
     client = transport.client
     return (
         LEAN_CALLS
         and client is not None
+        and not transport.credentialed
         and not client.cookies
         and client.auth is None
         and not client.event_hooks["request"]
