@@ -71,7 +71,7 @@ from django.conf import settings
 
 from dispatcher.tools import _confined, sandbox, sandbox_cgroups, sandbox_git
 from dispatcher.tools.base import ToolError, storable_text
-from dispatcher.tools.diffs import unified_diff
+from dispatcher.tools.diffs import newline_lines, unified_diff
 
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
 DIFF_TOTAL = 1 << 20  # characters of diff in one effect; past it, sizes and hashes only
@@ -849,11 +849,8 @@ def _content(before: bytes | _Large | None, after: bytes | None) -> dict[str, An
         facts["diff"] = None
         facts["binary"] = not same and (old is None or new is None)
         return facts
-    lines = list(  # (bounded in time: dispatcher.tools.diffs)
-        unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), "before", "after"
-        )
-    )
+    # (bounded in time, cut at newlines only: dispatcher.tools.diffs)
+    lines = list(unified_diff(newline_lines(old), newline_lines(new), "before", "after"))
     facts["diff"] = "".join(lines)
     facts["binary"] = False
     return facts
