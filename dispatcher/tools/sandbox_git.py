@@ -471,10 +471,15 @@ def in_hook_path(path: str, hooks: list[str], workspace: Path | None = None) -> 
 def fold(name: str) -> str:
     """`name` as a case-insensitive file system matches it: case folded, in canonical
     decomposition (ext4's and tmpfs's casefold normalize too), without the characters
-    HFS+ ignores (`_HFS_IGNORED`). Folding a name on a file system that keeps case only
-    refuses more (`.GIT/config` there is a plain file an unapproved call may not write)."""
-    decomposed = unicodedata.normalize("NFD", _HFS_IGNORED.sub("", name))
-    return unicodedata.normalize("NFD", decomposed.casefold())
+    HFS+ ignores (`_HFS_IGNORED`), without trailing dots and spaces (Linux's exFAT and
+    vfat drivers drop a name's trailing dots: `.git./hooks/x` is `.git/hooks/x` there;
+    `.` and `..` stay), upper-cased before folding (exFAT's up-case table, as Windows
+    writes it, takes dotless `ı` for `I`, which case folding keeps apart). Folding a name
+    on a file system that keeps case only refuses more (`.GIT/config` there is a plain
+    file an unapproved call may not write)."""
+    stripped = name.rstrip(". ") or name
+    decomposed = unicodedata.normalize("NFD", _HFS_IGNORED.sub("", stripped))
+    return unicodedata.normalize("NFD", decomposed.upper().casefold())
 
 
 def _beneath_by_identity(workspace: Path, parts: list[str], hooks: list[str]) -> bool:
