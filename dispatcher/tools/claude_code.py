@@ -26,8 +26,7 @@ from typing import Any
 
 from dispatcher.tools._paths import lexical_relative
 from dispatcher.tools.base import ClientToolset, Tool, open_object, unlisted_fallbacks
-from dispatcher.tools.diffs import Budget, unified_diff
-from dispatcher.tools.write_file import newline_lines
+from dispatcher.tools.diffs import Budget, newline_lines, unified_diff
 
 CLIENT = "claude-code"
 # A Claude Code tool name, and an MCP tool as Claude Code names it (mcp__server__tool).

@@ -9,6 +9,11 @@ matcher reads only the lines between, and only while there are few enough of the
 (`MATCHED`; for all the diffs of one presentation together: `Budget`); past that, those
 lines are shown as replaced, every old one removed and every new one added: what the
 change does, shown whole, never less.
+
+A reviewer's page cuts a diff at newlines (approval_tags.diff_lines), so texts are cut
+there only (`newline_lines`), and a line with none (a file's last) is followed by
+`NO_NEWLINE`, as `diff -u` does: run into the next line of the diff, `-last` and
+`+curl evil | sh` showed one removed line, and the command written was never shown added.
 """
 
 from __future__ import annotations
@@ -21,8 +26,17 @@ from typing import Literal
 # (at 200 x 200 it took 0.4 s on the worst lines tried).
 MATCHED = 40_000
 CONTEXT = 3  # lines of context around each change, as `diff -u`
+NO_NEWLINE = "\\ No newline at end of file\n"
 
 Opcode = tuple[Literal["replace", "delete", "insert", "equal"], int, int, int, int]
+
+
+def newline_lines(text: str) -> list[str]:
+    """`text` cut after each newline and only there (str.splitlines also cuts at U+2028,
+    form feed and the like: the line after one was shown run into its diff line, a line
+    added there as context)."""
+    parts = text.split("\n")
+    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 class Budget:
@@ -71,10 +85,17 @@ def unified_diff(
         yield f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n"
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                yield from (" " + line for line in old[i1:i2])
+                yield from _marked(" ", old[i1:i2])
                 continue
-            yield from ("-" + line for line in old[i1:i2])
-            yield from ("+" + line for line in new[j1:j2])
+            yield from _marked("-", old[i1:i2])
+            yield from _marked("+", new[j1:j2])
+
+
+def _marked(sign: str, lines: Sequence[str]) -> Iterator[str]:
+    """Each of `lines` after `sign`, one ending without a newline followed by NO_NEWLINE
+    (never run into the diff's next line)."""
+    for line in lines:
+        yield sign + line if line.endswith("\n") else f"{sign}{line}\n{NO_NEWLINE}"
 
 
 def _opcodes(old: Sequence[str], new: Sequence[str], budget: Budget) -> list[Opcode]:

@@ -44,7 +44,7 @@ What the effect is compared with later (`Effect.fingerprint`): every entry of th
 workspace by kind, mode, size, mtime, ctime and inode (a program outside the sandbox
 cannot change a file's content without changing its ctime), what git reads from outside
 it (`sandbox_git.outside_state`: /etc/gitconfig, a linked worktree's main repository's
-configuration and hooks, an included file), and the content hash of every path the
+configuration and hooks, its HEAD, index and branch, an included file), and the content hash of every path the
 preview changed. Harness cannot see which files a program only read
 (overlayfs reads the lower layer with O_NOATIME), so it treats every file as read.
 """
@@ -71,7 +71,7 @@ from django.conf import settings
 
 from dispatcher.tools import _confined, sandbox, sandbox_cgroups, sandbox_git
 from dispatcher.tools.base import ToolError, storable_text
-from dispatcher.tools.diffs import unified_diff
+from dispatcher.tools.diffs import Budget, newline_lines, unified_diff
 
 DIFF_BYTES = 256 << 10  # larger files are shown by size and hash
 DIFF_TOTAL = 1 << 20  # characters of diff in one effect; past it, sizes and hashes only
@@ -577,8 +577,11 @@ def read_changes(tar_path: Path, workspace: Path) -> tuple[list[dict[str, Any]],
                 # writes every member, so a tar that does not is never read
                 raise PreviewUnavailable(f"The preview's upper layer names {rel!r} twice.")
             members[rel] = member
+        # (one budget of line matching for all the effect's diffs: one each, a command
+        # rewriting 300 files of crafted lines held the admitting thread about a minute)
+        matching = Budget()
         for rel, member in members.items():
-            changes.extend(_changes_of(rel, member, members, tar, workspace))
+            changes.extend(_changes_of(rel, member, members, tar, workspace, matching))
     for change in changes:  # the effect is JSON text, its digest over UTF-8
         for key in ("path", "target", "link"):
             if isinstance(change.get(key), str) and not _is_utf8(change[key]):
@@ -728,6 +731,7 @@ def _changes_of(
     members: dict[str, tarfile.TarInfo],
     tar: tarfile.TarFile,
     workspace: Path,
+    matching: Budget,
 ) -> Iterator[dict[str, Any]]:
     lower = _lower(workspace, rel)
     if _is_whiteout(member):
@@ -756,7 +760,7 @@ def _changes_of(
                 "target": member.linkname,
             }
         return
-    yield from _file_change(rel, member, lower, tar, workspace)
+    yield from _file_change(rel, member, lower, tar, workspace, matching)
 
 
 def _same_kind(member: tarfile.TarInfo, lower: os.stat_result) -> bool:
@@ -794,6 +798,7 @@ def _file_change(
     lower: os.stat_result | None,
     tar: tarfile.TarFile,
     workspace: Path,
+    matching: Budget,
 ) -> Iterator[dict[str, Any]]:
     link = None
     if member.islnk():  # applied as a hard link: shown with the path it shares a file with
@@ -825,7 +830,7 @@ def _file_change(
     change = _change(rel, kind, "file", mode_before, member.mode)
     if link is not None:
         change["link"] = link
-    change |= _content(before, after)
+    change |= _content(before, after, matching)
     yield change
 
 
@@ -834,7 +839,11 @@ def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
     return handle.read() if handle is not None else b""
 
 
-def _content(before: bytes | _Large | None, after: bytes | None) -> dict[str, Any]:
+def _content(
+    before: bytes | _Large | None, after: bytes | None, matching: Budget | None = None
+) -> dict[str, Any]:
+    """A file change's sizes, hashes and diff (its line matching taken from `matching`,
+    the effect's: dispatcher.tools.diffs)."""
     size_before, sha256_before = _size_and_sha256(before) if before is not None else (None, None)
     size_after, sha256_after = _size_and_sha256(after) if after is not None else (None, None)
     facts: dict[str, Any] = {
@@ -849,10 +858,9 @@ def _content(before: bytes | _Large | None, after: bytes | None) -> dict[str, An
         facts["diff"] = None
         facts["binary"] = not same and (old is None or new is None)
         return facts
-    lines = list(  # (bounded in time: dispatcher.tools.diffs)
-        unified_diff(
-            old.splitlines(keepends=True), new.splitlines(keepends=True), "before", "after"
-        )
+    # (bounded in time, cut at newlines only: dispatcher.tools.diffs)
+    lines = list(
+        unified_diff(newline_lines(old), newline_lines(new), "before", "after", budget=matching)
     )
     facts["diff"] = "".join(lines)
     facts["binary"] = False

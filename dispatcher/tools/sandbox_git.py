@@ -471,10 +471,15 @@ def in_hook_path(path: str, hooks: list[str], workspace: Path | None = None) -> 
 def fold(name: str) -> str:
     """`name` as a case-insensitive file system matches it: case folded, in canonical
     decomposition (ext4's and tmpfs's casefold normalize too), without the characters
-    HFS+ ignores (`_HFS_IGNORED`). Folding a name on a file system that keeps case only
-    refuses more (`.GIT/config` there is a plain file an unapproved call may not write)."""
-    decomposed = unicodedata.normalize("NFD", _HFS_IGNORED.sub("", name))
-    return unicodedata.normalize("NFD", decomposed.casefold())
+    HFS+ ignores (`_HFS_IGNORED`), without trailing dots and spaces (Linux's exFAT and
+    vfat drivers drop a name's trailing dots: `.git./hooks/x` is `.git/hooks/x` there;
+    `.` and `..` stay), upper-cased before folding (exFAT's up-case table, as Windows
+    writes it, takes dotless `ı` for `I`, which case folding keeps apart). Folding a name
+    on a file system that keeps case only refuses more (`.GIT/config` there is a plain
+    file an unapproved call may not write)."""
+    stripped = name.rstrip(". ") or name
+    decomposed = unicodedata.normalize("NFD", _HFS_IGNORED.sub("", stripped))
+    return unicodedata.normalize("NFD", decomposed.upper().casefold())
 
 
 def _beneath_by_identity(workspace: Path, parts: list[str], hooks: list[str]) -> bool:
@@ -1240,7 +1245,8 @@ def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
     git directory of the repository holding the workspace, and the one each `.git` of
     it names outside it (`dot_gits`, relative paths read under `base`, the workspace as
     held: a linked worktree's, a submodule's), with their `commondir`'s: their `config`
-    and `config.worktree`, `hooks/` and `info/`; and every file a configuration includes
+    and `config.worktree`, `hooks/` and `info/`, and the work tree's HEAD, index,
+    `packed-refs` and the ref HEAD names; and every file a configuration includes
     and hooks directory it names outside the workspace. Each file by identity, mode,
     times and the SHA-256 of its content, each directory by its entries; what is missing
     or cannot be read says so. What lies in the workspace is the fingerprint's walk's
@@ -1283,14 +1289,32 @@ class _OutsideState:
     def git_dir(self, git_dir: str, tree: str) -> None:
         """The configuration and hooks of the git directory `git_dir` and of its
         `commondir`: described where they lie outside the workspace, the configurations
-        read wherever they lie (one of the workspace may include a file outside it)."""
-        for where in (git_dir, self._common(git_dir)):
+        read wherever they lie (one of the workspace may include a file outside it). And
+        the work tree's state git reads there (`_git_state`)."""
+        common = self._common(git_dir)
+        for where in (git_dir, common):
             if where is None:
                 continue
             for name in FILES[:2]:
                 self.config(os.path.join(where, name), tree)
             self.directory(os.path.join(where, "hooks"))
             self.directory(os.path.join(where, "info"))
+        self._git_state(git_dir, common)
+
+    def _git_state(self, git_dir: str, common: str | None) -> None:
+        """A work tree's state as git reads it from its git directory: HEAD, the index,
+        `packed-refs` and the ref HEAD names (a linked worktree's lie outside the
+        workspace: a commit made to its branch there after a preview of `git log -1 >
+        last.txt` left the fingerprint as it was, and the old effect was applied)."""
+        head = self.file(os.path.join(git_dir, "HEAD"))
+        self.file(os.path.join(git_dir, "index"))
+        for where in dict.fromkeys((git_dir, common or git_dir)):
+            self.file(os.path.join(where, "packed-refs"))
+        named = (head or b"").decode("utf-8", "replace").strip()
+        if named.startswith("ref:"):
+            ref = named.removeprefix("ref:").strip()
+            if ref.startswith("refs/") and ".." not in ref.split("/"):
+                self.file(os.path.join(common or git_dir, ref))
 
     def _common(self, git_dir: str) -> str | None:
         common = self.file(os.path.join(git_dir, "commondir"))

@@ -20,7 +20,7 @@ from dispatcher.tools._confined import (
 )
 from dispatcher.tools._paths import resolve_in_workspace
 from dispatcher.tools.base import ExecutionContext, Tool, ToolError
-from dispatcher.tools.diffs import unified_diff
+from dispatcher.tools.diffs import newline_lines, unified_diff
 
 
 def write_file(ctx: ExecutionContext, args: dict[str, Any]) -> str:
@@ -113,13 +113,6 @@ def _write(workspace: Path, path: Path, data: bytes) -> None:
         write_all(fd, data)
     finally:
         os.close(fd)
-
-
-def newline_lines(text: str) -> list[str]:
-    """`text` cut after each newline and only there (str.splitlines also cuts at U+2028,
-    form feed and the like, which would then never reach the reviewer's diff)."""
-    parts = text.split("\n")
-    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 def present_write(arguments: dict[str, Any], workspace: Path) -> dict[str, Any]:
