@@ -27,6 +27,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.template.loader import render_to_string
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
 from dispatcher.models import AgentSession
@@ -66,6 +67,8 @@ class BoundToSignIn:
     user_id: int | None = None
     # The sign-in's hash of the password (Django's session auth hash) when it opened
     user_hash: str = ""
+    # The sign-in's session key ("" for none): its session must still be there at a push
+    session_key: str = ""
     # The role it was opened for, its reach then, and when the sign-in ends unless the
     # person makes a page request meanwhile (identity.services.ends_at; None: never)
     role: str = ""
@@ -95,6 +98,7 @@ class BoundToSignIn:
             self.user_hash = user.get_session_auth_hash()
             self.sign_in_groups.append(user_group(user.pk))
             if session is not None and session.session_key:
+                self.session_key = session.session_key
                 self.sign_in_groups.append(sign_in_group(session.session_key))
         for group in self.sign_in_groups:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -130,7 +134,9 @@ class BoundToSignIn:
         if (
             self.user_id is not None
             and (self.sign_in_ends is None or time.time() <= self.sign_in_ends)
-            and await _sign_in_holds(self.user_id, self.user_hash, self.role, self.reach)
+            and await _sign_in_holds(
+                self.user_id, self.user_hash, self.session_key, self.role, self.reach
+            )
         ):
             return True
         await self.close(code=CLOSED_FOR_ACCESS)  # type: ignore[attr-defined]
@@ -151,12 +157,15 @@ def _opened(user: Any, role: str, session: Any) -> tuple[Scope, float | None]:
     return reach(user, role), ends
 
 
-def sign_in_holds(user_id: int, user_hash: str, role: str, opened_with: Scope) -> bool:
+def sign_in_holds(
+    user_id: int, user_hash: str, session_key: str, role: str, opened_with: Scope
+) -> bool:
     """Is the user still active, with the password their sign-in was made with (its
     session auth hash, as django.contrib.auth.get_user checks it on every page request),
-    and the reach with `role` the socket was opened with (`opened_with`)? One read by
-    primary key (teams.scope.sign_in_scope)."""
-    found = sign_in_scope(user_id, role)
+    their sign-in's session (`session_key`) still there (ended by a sign-out everywhere,
+    an admin or the beat: deleted), and the reach with `role` the socket was opened with
+    (`opened_with`)? One read by primary key (teams.scope.sign_in_scope)."""
+    found = sign_in_scope(user_id, role, session_key, timezone.now())
     if found is None:
         return False
     password, now_reach = found

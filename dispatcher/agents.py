@@ -821,11 +821,11 @@ def start_session(
     (an MCP session id): one client session is one Harness session. Raises
     TooManySessions (nothing started) past HARNESS_MAX_SESSIONS_PER_MINUTE."""
     limits.count_new_session(agent)
-    _lock_for_a_session(agent)
-    owner_mode = layers.effective_mode(Mode.TRUSTED, layers.policy_for(agent.owner, agent.team_id))
     if mode is not None and mode not in Mode.values:
         raise ServiceError(f"Unknown mode '{mode}'. Choose one of: {', '.join(Mode.values)}.")
-    effective = narrower_mode(mode, owner_mode) if mode else owner_mode
+    ceiling = _lock_for_a_session(agent, mode or None)
+    owner_mode = layers.effective_mode(Mode.TRUSTED, layers.policy_for(agent.owner, agent.team_id))
+    effective = narrower_mode(ceiling, owner_mode) if ceiling else owner_mode
     session_id = uuid.uuid4()
     if agent.workspace:
         workspace = Path(agent.workspace)
@@ -846,7 +846,7 @@ def start_session(
     return session
 
 
-def _lock_for_a_session(agent: Agent) -> None:
+def _lock_for_a_session(agent: Agent, ceiling: str | None = None) -> str | None:
     """Before a session of `agent` is written (start_session, a client's first call): lock
     the agent's row and read its team and owner again, so the session is started in the
     team the agent works for when it commits. A move (transfer_agent) writes that row,
@@ -857,9 +857,18 @@ def _lock_for_a_session(agent: Agent) -> None:
     for the move's commit here and starts in the new team; or it locked first, and the
     move's marking, which waits for this commit, finds it.
 
-    One statement per session started (FOR NO KEY UPDATE: a call's admission takes no
-    lock of the row), taken first in the session's transaction, as a move takes the row
-    before the sessions, calls and audit chains it writes."""
+    With a mode `ceiling` (an OAuth agent's chosen profile, read with its token, or a
+    mode asked for), the agent's client link is locked and read too, and the narrower of
+    the two is returned: a consent narrowing the mode (agentauth.services.authorize_agent)
+    holds the link to its commit and narrows the open sessions then, so a session started
+    with the mode read before that commit waits for it here and starts narrowed; or it
+    locked first, and the consent's narrowing, which waits for this commit, finds it.
+    (Without the read, such a session kept the wider mode for good.) None: no ceiling.
+
+    One statement per session started, two with a ceiling (FOR NO KEY UPDATE: a call's
+    admission takes no lock of either row), taken first in the session's transaction, as
+    a move takes the row before the sessions, calls and audit chains it writes, and in
+    `lock_sign_in`'s order (the agent's row, then the link)."""
     fresh = (
         Agent.objects.select_for_update(no_key=True)
         .filter(pk=agent.pk)
@@ -868,6 +877,16 @@ def _lock_for_a_session(agent: Agent) -> None:
     )
     if fresh is not None and fresh != (agent.team_id, agent.owner_id):
         agent.refresh_from_db(fields=["team", "owner", "sponsor"])
+    if ceiling is None:
+        return None
+    link = Agent._meta.get_field("oauth_client").related_model  # (an app above this one)
+    chosen = (
+        link._default_manager.select_for_update(no_key=True)
+        .filter(agent_id=agent.pk)
+        .values_list("mode", flat=True)
+        .first()
+    )
+    return narrower_mode(ceiling, chosen) if chosen in Mode.values else ceiling
 
 
 def mode_and_profile(
@@ -970,7 +989,7 @@ def _start_client_session(
     agent: Agent, client: str, external_id: str, project_dir: str, ceiling: str | None = None
 ) -> AgentSession:
     limits.count_new_session(agent)  # raises TooManySessions: nothing started
-    _lock_for_a_session(agent)
+    ceiling = _lock_for_a_session(agent, ceiling)
     mode = layers.effective_mode(Mode.TRUSTED, layers.policy_for(agent.owner, agent.team_id))
     if ceiling is not None:
         mode = narrower_mode(ceiling, mode)

@@ -9,10 +9,12 @@ none decides reach on its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import User
-from django.db.models import FilteredRelation, Model, Q, QuerySet
+from django.contrib.sessions.models import Session
+from django.db.models import Exists, FilteredRelation, Model, Q, QuerySet
 
 from floor.compiled import Compiled
 
@@ -162,14 +164,18 @@ def _scope_of_rows(rows: list[tuple[Any, ...]]) -> Scope:
     return Scope(everything=False, team_ids=frozenset(r[-1] for r in rows if r[-1] is not None))
 
 
-def sign_in_scope(user_id: int, role: str) -> tuple[str, Scope] | None:
+def sign_in_scope(
+    user_id: int, role: str, session_key: str, now: datetime
+) -> tuple[str, Scope] | None:
     """The password hash of an active user and their reach with `role` now (None: no such
-    active user), in one statement: what a socket bound to a sign-in reads before every
-    push (audit.consumers.BoundToSignIn), so that a reach changed with no close message
-    reaching the socket (one lost: Redis down at that moment, a channel-layer expiry, a
-    membership written by hand) still closes it."""
-    rows = _SIGN_IN.tuples(user_id, role)
-    if not rows:
+    active user, or their sign-in `session_key` has ended: its session deleted or expired
+    by `now`), in one statement: what a socket bound to a sign-in reads before every push
+    (audit.consumers.BoundToSignIn), so that a reach changed, or a sign-in ended, with no
+    close message reaching the socket (one lost: Redis down at that moment, a
+    channel-layer expiry, a membership or session written by hand) still closes it. An
+    empty `session_key` (a socket opened with none) asks about the user only."""
+    rows = _SIGN_IN.tuples(user_id, role, session_key, now)
+    if not rows or (session_key and not rows[0][2]):
         return None
     password, superuser = rows[0][:2]
     return password, EVERYTHING if superuser else _scope_of_rows(rows)
@@ -192,11 +198,17 @@ _REACH = Compiled(
 )
 
 
-# `_REACH` of an active user with their password hash and superuser flag (sign_in_scope).
+# `_REACH` of an active user with their password hash, superuser flag and whether the
+# sign-in's session is still there, unexpired (sign_in_scope; sessions are in the database:
+# identity.services.end_sign_ins deletes them there).
 _SIGN_IN = Compiled(
-    lambda user_id, role: _with_reach(
-        User.objects.filter(pk=user_id, is_active=True), role
-    ).values_list("password", "is_superuser", "org__id", "member__team_id")
+    lambda user_id, role, session_key, now: (
+        _with_reach(User.objects.filter(pk=user_id, is_active=True), role)
+        .annotate(
+            signed_in=Exists(Session.objects.filter(session_key=session_key, expire_date__gt=now))
+        )
+        .values_list("password", "is_superuser", "signed_in", "org__id", "member__team_id")
+    )
 )
 
 
