@@ -25,6 +25,7 @@ from audit.models import AuditEvent
 from dispatcher import agents, limits
 from dispatcher.gateways import mcp_http
 from dispatcher.models import AgentSession, Status, ToolCall
+from teams.models import Team
 from tests.mcp.conftest import http_upstream, trusted_upstream  # noqa: F401
 from tests.mcp.test_fast_path import (  # noqa: F401
     Gateway,
@@ -76,6 +77,12 @@ def _left(g: Gateway, other: Gateway, settings: Any) -> dict[str, str]:
     return {}
 
 
+def _another_teams(g: Gateway, other: Gateway, settings: Any) -> dict[str, str]:
+    team = Team.objects.create(name=unique("rt3orm"))
+    AgentSession.objects.filter(agent=g.fx.agent).update(team=team)  # (not left)
+    return {}
+
+
 def _over_rate(g: Gateway, other: Gateway, settings: Any) -> dict[str, str]:
     settings.HARNESS_AGENT_REQUESTS_PER_SECOND = 0.001
     settings.HARNESS_AGENT_REQUEST_BURST = 1
@@ -90,6 +97,7 @@ REFUSALS = {
     "basic-scheme": (_basic, 401),
     "another-agents-session": (_another_agents_token, 404),
     "left-session": (_left, 404),
+    "another-teams-session": (_another_teams, 404),
     "over-rate": (_over_rate, 429),
 }
 
