@@ -257,8 +257,9 @@ def is_key_body(body: str) -> bool:
     kept visible."""
     lines = [line.strip() for line in re.split(r"\\[nr]|[\r\n]", body)]
     lines = [line for line in lines if line]
-    while lines and _KEY_HEADER.fullmatch(lines[0]):
-        lines.pop(0)
+    # (the headers skipped by index: pop(0) per line was quadratic, 3 s on 1 MB of them)
+    skip = next((i for i, line in enumerate(lines) if not _KEY_HEADER.fullmatch(line)), len(lines))
+    lines = lines[skip:]
     if not lines or not all(_BASE64_LINE.fullmatch(line) for line in lines):
         return False
     width = len(lines[0])
