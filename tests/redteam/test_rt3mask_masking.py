@@ -4,9 +4,12 @@ to be slow, and a private key's header lines read once each."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 
-from audit.masking import mask_text
+import pytest
+
+from audit.masking import TOKEN_BODY, mask_text
 
 
 def seconds(text: str) -> tuple[float, str]:
@@ -29,3 +32,36 @@ def test_a_key_of_1mb_of_header_lines_is_read_at_once() -> None:
     assert "MIIEvQIB" not in masked
     assert masked.startswith("-----BEGIN RSA PRIVATE KEY-----")
     assert took < 1.5, took
+
+
+def fold(text: str, width: int) -> str:
+    """`text` as the real fold(1) wraps it."""
+    return subprocess.run(
+        ["fold", "-w", str(width)], input=text, capture_output=True, text=True, check=True
+    ).stdout
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 7])
+def test_a_token_folded_narrow_with_a_line_starting_at_a_hyphen_is_masked(width: int) -> None:
+    """A line of a narrow fold that starts with `-` (a token character: about one token in
+    two, folded at 1) was read as a diff's mark, so the token looked too short to be one
+    and was left whole in view (the change before masked it)."""
+    at = width * (14 // width)  # (a line's first character, past the prefix)
+    token = "hro_" + "aB3dE5gH7jK9mN1pQ2sT4vW6yZ8bC0eF2hJ4kM6nP8q"
+    token = token[:at] + "-" + token[at + 1 :]
+    assert len(token) == 4 + TOKEN_BODY
+    text = "the key:\n" + fold(token + "\n", width) + "finished\n"
+    masked = mask_text(text)
+    assert "nP8q" not in masked.replace("\n", "") and "[masked:" in masked, masked
+
+
+def test_1mb_of_narrow_diff_lines_of_prefixes_is_not_read_line_by_line() -> None:
+    """`+h\\n+r\\n+o\\n+_\\n+A\\n+b\\n` repeated: each window's last characters were taken
+    for a token's end, so every window of 1 MB was read line by line in Python."""
+    text = ("+h\n+r\n+o\n+_\n+A\n+b\n" * 170_000)[:1_000_000]
+    plain = min(
+        seconds("the quick brown fox jumps over the lazy dog 1234\n" * 20_000)[0] for _ in range(2)
+    )
+    took, masked = seconds(text)
+    assert masked == text
+    assert took < max(12 * plain, 1.5), (took, plain)
