@@ -217,6 +217,13 @@ async def throughput(
 Sides = dict[str, tuple[str, str | None, str, dict[str, list[int]]]]
 
 
+def _leaf(exc: BaseException) -> BaseException:
+    """The first leaf of an exception group (the SDK client nests one in another)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def rounds(
     sides: Sides,
     pairs: int,
@@ -247,11 +254,14 @@ def rounds(
                 return cpu(groups_of(key, groups))
 
             label = f"{tag}{key}{round_}"
-            samples = asyncio.run(latency(url, tok, name, n, warm, label, session_ids[key]))
-            p50[key].append(statistics.median(samples))
-            per_s, calls, (before, after) = asyncio.run(
-                throughput(url, tok, name, seconds, f"t{label}", measure)
-            )
+            try:
+                samples = asyncio.run(latency(url, tok, name, n, warm, label, session_ids[key]))
+                p50[key].append(statistics.median(samples))
+                per_s, calls, (before, after) = asyncio.run(
+                    throughput(url, tok, name, seconds, f"t{label}", measure)
+                )
+            except Exception as exc:  # (the SDK's task groups nest the cause past printing)
+                raise RuntimeError(f"side {key}, round {round_}: {_leaf(exc)!r}") from exc
             rate[key].append(per_s)
             cost[key].append(cpu_ms_per_call(before, after, calls))
     return p50, rate, cost, session_ids
