@@ -690,7 +690,7 @@ def test_a_held_call_is_never_silent_longer_than_the_sdks_ping_interval(
     monkeypatch.setattr(EventSourceResponse, "DEFAULT_PING_INTERVAL", interval)
     message = '{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}'
 
-    async def held(caller: Any, request: Any) -> str:
+    async def held(caller: Any, request: Any, early: Any = None) -> str:
         await asyncio.sleep(answer_at)
         return message
 
@@ -835,7 +835,7 @@ def test_random_answer_hang_up_and_send_timings_keep_the_framing(
         sent: list[dict[str, Any]] = []
         problems: list[str] = []
 
-        async def answer(caller: Any, request: Any) -> str:
+        async def answer(caller: Any, request: Any, early: Any = None) -> str:
             with anyio.CancelScope(shield=shielded):
                 await asyncio.sleep(answer_at)
             return message
