@@ -724,7 +724,7 @@ def signed_in_now(agent: Agent) -> None:
     read_sign_in(agent)
 
 
-def lock_sign_in(agent: Agent) -> None:
+def lock_sign_in(agent: Agent) -> str | None:
     """Lock `agent`'s client link (agentauth's AgentClient), the row every change of a
     signed-in agent's sign-in holds to its commit: a sign-out takes it after the agent's
     row (agentauth.services.sign_out_agent), a void, a move, a rotation or a revocation
@@ -735,9 +735,12 @@ def lock_sign_in(agent: Agent) -> None:
     sessions' chains locked), then signed it out (the link): a decision holding the link
     and waiting for such a chain waited for it both ways (deadlock detected, one of them
     a 500). One statement (FOR NO KEY UPDATE: no row refers to the link, so it excludes
-    as FOR UPDATE would); no row for an agent no client signed in for."""
+    as FOR UPDATE would); no row for an agent no client signed in for. Returns the mode
+    the link holds (the person's consent: `_lock_for_a_session`), None without a link."""
     link = Agent._meta.get_field("oauth_client").related_model  # (an app above this one)
-    link._default_manager.select_for_update(no_key=True).filter(agent_id=agent.pk).exists()
+    rows = link._default_manager.select_for_update(no_key=True).filter(agent_id=agent.pk)
+    mode: str | None = rows.values_list("mode", flat=True).first()
+    return mode
 
 
 # What a sign-out, a revocation, a void, a rotation or a move changes of an agent's row
@@ -879,13 +882,7 @@ def _lock_for_a_session(agent: Agent, ceiling: str | None = None) -> str | None:
         agent.refresh_from_db(fields=["team", "owner", "sponsor"])
     if ceiling is None:
         return None
-    link = Agent._meta.get_field("oauth_client").related_model  # (an app above this one)
-    chosen = (
-        link._default_manager.select_for_update(no_key=True)
-        .filter(agent_id=agent.pk)
-        .values_list("mode", flat=True)
-        .first()
-    )
+    chosen = lock_sign_in(agent)
     return narrower_mode(ceiling, chosen) if chosen in Mode.values else ceiling
 
 
