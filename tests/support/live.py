@@ -139,10 +139,14 @@ def start_worker(
         stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 120  # a cold start on a loaded 2-core machine is slow
-    while "ready." not in log.read_text():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"Celery worker did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
+    try:
+        while "ready." not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Celery worker did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.05)
+    except BaseException:  # (pytest-timeout's too: a worker never handed back is stopped here)
+        stop(proc)
+        raise
     return proc
 
 
