@@ -26,7 +26,7 @@ from dispatcher.models import Preview
 from tests.approvals.conftest import ask, start_session
 from tests.approvals.test_preview_approval import _workspace, reviewer_client
 from tests.support.factories import AgentFixture
-from tests.tools.support import require_bwrap
+from tests.tools.support import previews_as_root
 
 pytestmark = pytest.mark.django_db
 __all__ = ["reviewer_client"]  # the fixture, used by name
@@ -57,13 +57,7 @@ def test_a_line_added_after_a_last_line_without_newline_is_shown_added(
 def test_a_previewed_line_after_a_line_separator_is_shown_added(
     agent: AgentFixture, reviewer_client: Client, settings: Any, separator: str
 ) -> None:
-    require_bwrap()
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the bwrap sandbox runs as the sandbox user")
-    settings.HARNESS_SANDBOX = "bwrap"
-    settings.HARNESS_SANDBOX_NETWORK = False
-    settings.HARNESS_PREVIEW = True
-    settings.HARNESS_PREVIEW_TIMEOUT = 10
+    previews_as_root(settings)
     session_id = start_session(agent)
     workspace: Path = _workspace(agent)
     script = workspace / "a.py"

@@ -21,7 +21,7 @@ from dispatcher.models import Preview
 from tests.approvals.conftest import ask, start_session
 from tests.approvals.test_preview_approval import _workspace
 from tests.support.factories import AgentFixture
-from tests.tools.support import require_bwrap
+from tests.tools.support import previews_as_root
 
 pytestmark = pytest.mark.django_db
 
@@ -33,13 +33,7 @@ NEW = "".join(f"{(i // 2) % 2}\n" for i in range(200))
 def test_a_preview_of_many_crafted_changes_is_asked_at_once(
     agent: AgentFixture, settings: Any
 ) -> None:
-    require_bwrap()
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the bwrap sandbox runs as the sandbox user")
-    settings.HARNESS_SANDBOX = "bwrap"
-    settings.HARNESS_SANDBOX_NETWORK = False
-    settings.HARNESS_PREVIEW = True
-    settings.HARNESS_PREVIEW_TIMEOUT = 30
+    previews_as_root(settings, timeout=30)
     session_id = start_session(agent)
     workspace: Path = _workspace(agent)
     (workspace / "d").mkdir(mode=0o777)

@@ -41,6 +41,19 @@ def require_bwrap() -> None:
     pytest.skip(message)
 
 
+def previews_as_root(settings: Any, timeout: int = 10) -> None:
+    """Previews on, in the bwrap sandbox with no network, for a test of a previewed
+    command's effect; skipped (require_bwrap) where bwrap cannot run, and unless Harness
+    runs as root (the sandbox user rewrites the workspace's files)."""
+    require_bwrap()
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the bwrap sandbox runs as the sandbox user")
+    settings.HARNESS_SANDBOX = "bwrap"
+    settings.HARNESS_SANDBOX_NETWORK = False
+    settings.HARNESS_PREVIEW = True
+    settings.HARNESS_PREVIEW_TIMEOUT = timeout
+
+
 # Run inside the sandbox as `python3 probe.py '<json of targets>'`: tries every way out and
 # prints one JSON object, each value "blocked: <why>" or what got through.
 PROBE_SCRIPT = r"""
