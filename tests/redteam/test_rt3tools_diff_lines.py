@@ -73,3 +73,20 @@ def test_a_previewed_line_after_a_line_separator_is_shown_added(
     shown = _shown(reviewer_client, approval)
     assert [line for kind, line in shown if EVIL in line and kind == "add"], shown
     assert not [line for kind, line in shown if EVIL in line and kind != "add"], shown
+
+
+@pytest.mark.parametrize("added", [f"++n; {EVIL}", f"--- {EVIL}", f"@@ {EVIL}", f"+++ {EVIL}"])
+def test_an_added_line_that_looks_like_a_diff_header_is_shown_added(
+    agent: AgentFixture, reviewer_client: Client, added: str
+) -> None:
+    """A line is read by the hunk header's counts, as `patch` reads it: an added line
+    starting `++` (`++n;`) or `--` or `@@` showed in the frame's colour ("meta"), not as
+    an addition."""
+    session_id = start_session(agent)
+    (_workspace(agent) / "app.js").write_text("let n = 0;\n--n;\n")
+    content = f"let n = 0;\n{added}\n"
+    approval = ask(agent, {"path": "app.js", "content": content}, session_id=session_id)
+    shown = _shown(reviewer_client, approval)
+    assert ("add", f"+{added}") in shown, shown
+    assert ("del", "---n;") in shown, shown
+    assert [kind for kind, _ in shown].count("meta") == 3, shown  # ---, +++, @@
