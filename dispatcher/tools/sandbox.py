@@ -19,7 +19,9 @@ settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
 - a seccomp filter (dispatcher/tools/seccomp.py) that refuses what no tool needs:
   other processes' memory, keyrings, bpf, mounts and namespaces, modules, the clock,
   set-user-ID and set-group-ID files;
-- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`),
+- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`;
+  the core dump limit is 1, which no core_pattern helper runs for, and the program's to
+  keep),
   on processes (a pids cgroup per call where one can be made, required when Harness runs
   as root, else RLIMIT_NPROC) and on memory (a memory cgroup, else RLIMIT_AS);
 - the wall-clock timeout kills the whole sandbox, and nothing in it outlives the call
@@ -1408,7 +1410,9 @@ def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = Fals
         _binary("prlimit") or "prlimit",
         f"--cpu={limits.cpu}:{limits.cpu + 1}",  # SIGXCPU, then SIGKILL a second later
         f"--fsize={limits.file_bytes}",
-        "--core=0",
+        # 1, not 0: a core_pattern pipe's helper (apport, systemd-coredump) runs as host
+        # root at a crash whatever the limit, unless it is 1 (seccomp.RLIMIT_CORE)
+        "--core=1",
     ]
     if cgroups.pids is None:
         prlimit.append(f"--nproc={_tasks_of(os.getuid()) + limits.processes}")

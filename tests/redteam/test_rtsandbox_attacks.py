@@ -1,0 +1,93 @@
+"""Red team of the sandbox as Harness runs it here (root): real programs in the real bwrap
+sandbox, through run_command's own execute (its environment, its limits) or sandbox.run.
+
+Found and closed here: a program's output taken for the sandbox's own complaint (the call
+reported "Nothing ran" after the program ran, its output dropped); a pty's line
+discipline, kernel code loaded on demand, a program's to change; and the core dump
+limit, which a core_pattern pipe's helper (run as host root at a crash) ignores unless
+it is 1, a program's to lower. The last test keeps what held."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dispatcher.tools.base import ExecutionContext
+from dispatcher.tools.run_command import TOOL as RUN_COMMAND
+
+
+@pytest.fixture
+def workspace(sandboxed_workspace: Path) -> Path:
+    return sandboxed_workspace
+
+
+def run_command(workspace: Path, argv: list[str]) -> str:
+    """run_command as the worker runs it (an exception is what the model is told)."""
+    ctx = ExecutionContext(
+        workspace=workspace, call_id="rtsandbox", timeout=30, output_limit=20_000
+    )
+    return str(RUN_COMMAND.execute(ctx, {"argv": argv}))
+
+
+def python(workspace: Path, code: str) -> str:
+    return run_command(workspace, ["python3", "-c", code])
+
+
+# --- kernel code a program reaches ----------------------------------------------------------
+
+
+LINE_DISCIPLINE = r"""
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+master, tty = os.openpty()
+print("pty", os.ttyname(tty))
+n_tty = ctypes.c_int(0)
+for request in (0x5423, 0x100005423):  # TIOCSETD; and with bits the kernel ignores
+    result = libc.syscall(16, tty, ctypes.c_ulong(request), ctypes.byref(n_tty))
+    print("TIOCSETD", hex(request), "set" if result == 0 else f"refused {ctypes.get_errno()}")
+"""
+
+
+def test_a_ptys_line_discipline_is_not_the_programs_to_change(workspace: Path) -> None:
+    # The sandbox's /dev has ptys (/dev/ptmx). TIOCSETD attaches a line discipline to one:
+    # N_HDLC, N_GSM0710, N_NULL ..., kernel code no tool needs, each loaded as a module on
+    # demand where the kernel autoloads them (dev.tty.ldisc_autoload, 1 by default), as the
+    # socket families the filter refuses were. Setting N_TTY (always there) succeeded.
+    out = python(workspace, LINE_DISCIPLINE)
+    assert "pty /dev/pts/" in out, out
+    assert out.count("refused 1") == 2, out
+    assert " set" not in out, out
+
+
+CORE_LIMIT = r"""
+import ctypes, os, resource, subprocess
+print("core", resource.getrlimit(resource.RLIMIT_CORE))
+for limit in ((0, 0), (0, 1), (1, 1)):
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, limit)
+        print("changed to", limit)
+    except (OSError, ValueError) as error:
+        print("refused", getattr(error, "errno", error))
+libc = ctypes.CDLL(None, use_errno=True)
+zero = (ctypes.c_ulong * 2)(0, 0)
+print("setrlimit", libc.syscall(160, 4, zero), ctypes.get_errno())  # the old call itself
+print("core after", resource.getrlimit(resource.RLIMIT_CORE))
+crash = subprocess.run(["python3", "-c", "import os; os.kill(os.getpid(), 11)"])
+print("crashed", crash.returncode, sorted(name for name in os.listdir(".") if "core" in name))
+"""
+
+
+def test_a_crash_reaches_no_core_dump_helper(workspace: Path) -> None:
+    # With core_pattern a pipe (apport on Ubuntu, systemd-coredump on systemd hosts) a
+    # crash starts that helper as root in the host's namespaces, reading the crashing
+    # process's memory and /proc, whatever RLIMIT_CORE is, 0 included: only a limit of 1
+    # stops it (and no core file is that small). The limit was 0, and a program could set
+    # it to 0 again from 1 anyway: lowering a limit needs no privilege.
+    out = python(workspace, CORE_LIMIT)
+    assert "core (1, 1)" in out, out
+    assert "changed to" not in out, out
+    assert out.count("refused") == 3, out  # (Python says EPERM as "not allowed to raise")
+    assert "setrlimit -1 1" in out, out  # EPERM
+    assert "core after (1, 1)" in out, out
+    assert "crashed -11 []" in out, out  # and no core file where it crashed
