@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.tools.base import ExecutionContext
+from dispatcher.tools import sandbox
+from dispatcher.tools.base import ExecutionContext, ToolError
 from dispatcher.tools.run_command import TOOL as RUN_COMMAND
+from dispatcher.tools.sandbox_user import SandboxUnavailable
 
 
 @pytest.fixture
@@ -32,6 +34,65 @@ def run_command(workspace: Path, argv: list[str]) -> str:
 
 def python(workspace: Path, code: str) -> str:
     return run_command(workspace, ["python3", "-c", code])
+
+
+# --- the program's words are not the sandbox's ---------------------------------------------
+
+
+def test_a_program_that_prints_bwraps_complaint_is_reported_as_the_program_that_ran(
+    workspace: Path,
+) -> None:
+    # The first line "bwrap: ..." with exit status 1 was taken for bubblewrap's failure to
+    # set the sandbox up: the call ended in "The sandbox could not start the command ...
+    # Nothing ran; an operator must look at the sandbox configuration", after the program
+    # ran (and wrote `proof`), and everything else it printed was dropped.
+    out = run_command(
+        workspace,
+        [
+            "sh",
+            "-c",
+            'echo ran > proof; echo "bwrap: Can\'t mount proc on /newroot/proc"; '
+            "echo 'what it did besides'; exit 1",
+        ],
+    )
+    assert (workspace / "proof").read_text() == "ran\n"
+    assert out.startswith("exit code 1\n"), out
+    assert "what it did besides" in out, out
+
+
+def test_a_program_that_prints_setprivs_complaint_keeps_its_output(workspace: Path) -> None:
+    # setpriv (which starts the program as the sandbox user) says "failed to execute" and
+    # exits 126 or 127 when the program is missing; a program that said so itself had all
+    # else it printed dropped, and the call read "Command 'sh' was not found".
+    out = run_command(
+        workspace,
+        [
+            "sh",
+            "-c",
+            "printf 'setpriv: failed to execute sh: No such file or directory\\n"
+            "removed what it removed\\n'; exit 127",
+        ],
+    )
+    assert out.startswith("exit code 127\n"), out
+    assert "removed what it removed" in out, out
+
+
+def test_the_sandboxs_own_failures_are_still_told_apart(workspace: Path) -> None:
+    # What the distinction must not lose: a program that is not there, one that is not
+    # executable, and bwrap failing its setup (a working directory it cannot enter).
+    with pytest.raises(ToolError, match="was not found in the sandbox"):
+        run_command(workspace, ["no-such-program-rtsandbox"])
+    (workspace / "plain.sh").write_text("echo hi\n")
+    with pytest.raises(ToolError, match="is not executable"):
+        run_command(workspace, ["./plain.sh"])
+    with pytest.raises(SandboxUnavailable, match="Nothing ran"):
+        sandbox.run(
+            ["true"],
+            workspace=workspace,
+            cwd=workspace / "not-there",
+            env={"PATH": "/usr/bin:/bin"},
+            limits=sandbox.Limits(timeout=30, output_chars=2000),
+        )
 
 
 # --- kernel code a program reaches ----------------------------------------------------------
