@@ -152,3 +152,49 @@ def test_a_crash_reaches_no_core_dump_helper(workspace: Path) -> None:
     assert "setrlimit -1 1" in out, out  # EPERM
     assert "core after (1, 1)" in out, out
     assert "crashed -11 []" in out, out  # and no core file where it crashed
+
+
+# --- what held ----------------------------------------------------------------------------------
+
+
+HELD = r"""
+import ctypes, errno, os, signal, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, action):
+    try:
+        print(name, "open", str(action())[:80])
+    except OSError as error:
+        print(name, "blocked", error.errno)
+print("env", sorted(os.environ))
+print("fds", sorted(os.listdir("/proc/self/fd")))
+for pid in sorted(p for p in os.listdir("/proc") if p.isdigit()):
+    attempt(f"environ {pid}", lambda: open(f"/proc/{pid}/environ", "rb").read())
+attempt("kill 1", lambda: os.kill(1, signal.SIGKILL))
+attempt("sysrq", lambda: open("/proc/sysrq-trigger", "w").write("h"))
+attempt("core_pattern", lambda: open("/proc/sys/kernel/core_pattern", "w").write("|/x"))
+attempt("link passwd", lambda: os.link("/usr/bin/passwd", "passwd"))
+attempt("mem of 1", lambda: open("/proc/1/mem", "rb"))
+attempt("cwd of 1", lambda: os.listdir("/proc/1/cwd"))
+attempt("redis", lambda: socket.create_connection(("127.0.0.1", 6379), timeout=2))
+attempt("postgres", lambda: socket.create_connection(("127.0.0.1", 5432), timeout=2))
+attempt("run", lambda: os.listdir("/run/postgresql"))
+attempt("var lib", lambda: os.listdir("/var/lib"))
+attempt("root home", lambda: os.listdir("/root"))
+attempt("modify_ldt", lambda: libc.syscall(154, 0, None, 0) or os.strerror(ctypes.get_errno()))
+print("setid", libc.syscall(90, b"mine", 0o4755), ctypes.get_errno())  # chmod u+s of nothing
+"""
+
+
+def test_what_a_program_reaches_of_the_host_held(workspace: Path) -> None:
+    out = python(workspace, HELD)
+    lines = out.splitlines()
+    env = next(line for line in lines if line.startswith("env "))
+    assert "HARNESS" not in env and "DATABASE" not in env and "REDIS" not in env, env
+    assert "SECRET" not in out, out
+    assert "fds ['0', '1', '2', '3']" in out, out  # 3: listdir's own; no status pipe
+    opened = [line for line in lines if " open " in line and not line.startswith("modify_ldt")]
+    assert not [line for line in opened if not line.startswith("environ ")], out
+    # the only environ readable is the program's own processes', the scrubbed one
+    for line in (line for line in lines if line.startswith("environ ") and " open " in line):
+        assert "HARNESS_SECRET" not in line and "DATABASE_URL" not in line, line
+    assert "setid -1 1" in out, out
