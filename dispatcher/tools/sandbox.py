@@ -19,7 +19,9 @@ settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
 - a seccomp filter (dispatcher/tools/seccomp.py) that refuses what no tool needs:
   other processes' memory, keyrings, bpf, mounts and namespaces, modules, the clock,
   set-user-ID and set-group-ID files;
-- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`),
+- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`;
+  the core dump limit is 1, which no core_pattern helper runs for, and the program's to
+  keep),
   on processes (a pids cgroup per call where one can be made, required when Harness runs
   as root, else RLIMIT_NPROC) and on memory (a memory cgroup, else RLIMIT_AS);
 - the wall-clock timeout kills the whole sandbox, and nothing in it outlives the call
@@ -160,6 +162,9 @@ class Completed:
     sandboxed: bool
     stopped_for_output: bool = False
     stopped_for_memory: bool = False
+    # Whether bwrap executed its command (its --json-status-fd said so: StartReport), None
+    # when not asked. Once it did, a "bwrap: " line in the output is the program's own.
+    started: bool | None = None
 
 
 def mode() -> str:
@@ -408,7 +413,11 @@ def run(
         try:
             try:
                 git_binds = [Bind(e.target, e.target, e.writable, fd=e.fd) for e in guard.entries]
-                with contextlib.ExitStack() as held, _call_cgroups(limits) as cgroups:
+                with (
+                    contextlib.ExitStack() as held,
+                    _call_cgroups(limits) as cgroups,
+                    StartReport() as report,
+                ):
                     extras = hold_read_only_extras(held)
                     command = _limit_command(limits, cgroups) + bwrap_command(
                         argv,
@@ -419,6 +428,7 @@ def run(
                         extras=extras,
                         workspace_fd=workspace_fd,
                         inside=git_binds,
+                        status_fd=report.fd,
                     )
                     done = _run_process(
                         command,
@@ -426,8 +436,9 @@ def run(
                         env=env,
                         limits=limits,
                         sandboxed=True,
-                        pass_fds=_descriptors([*git_binds, *extras], workspace_fd),
+                        pass_fds=_descriptors([*git_binds, *extras], workspace_fd, report.fd),
                     )
+                    done = dataclasses.replace(done, started=report.started())
                     out_of_memory = _oom_killed(cgroups.memory)
             except BaseException:
                 # A timeout (or any failure) once the program ran: what it made must go
@@ -462,13 +473,59 @@ def _descriptors(binds: list[Bind], *more: int) -> tuple[int, ...]:
 
 def _start_failure_line(done: Completed) -> str | None:
     """The sandbox's own complaint when it could not start the program, or None: bwrap's
-    first line, or setpriv's (which starts the program when Harness is root)."""
+    first line, or setpriv's (which starts the program when Harness is root).
+
+    The program writes to the same output, so its own words are never taken for the
+    sandbox's: a "bwrap: " line counts only while bwrap has not said it executed its
+    command (`done.started`; a program that printed one and exited 1 had its output
+    dropped and the call reported as "Nothing ran" after it ran), and setpriv's line only
+    when setpriv started the program (Harness is root) and the line is the whole output
+    (setpriv says that one line and exits; what a program that says it too printed
+    besides is never hidden)."""
     first = done.output.split("\n", 1)[0]
     if done.returncode == 1 and first.startswith(BWRAP_PREFIX.decode()):
-        return first
+        return first if done.started is not True else None
     if done.returncode in (126, 127) and first.startswith("setpriv: failed to execute "):
-        return first
+        whole = done.output.rstrip("\n") == first
+        return first if whole and _owner() is not None else None
     return None
+
+
+class StartReport:
+    """What bwrap says of the start through --json-status-fd: it writes `exit-code` once
+    the command it executed (setpriv, or the program) ends, and only if that command was
+    executed (a CLOEXEC pipe of its own tells it; nothing after a failed setup or exec).
+    The program never holds the descriptor (bwrap closes it in the sandbox). A context
+    manager: `fd` (10 or above) is to be passed to bwrap; `started()` once it has ended."""
+
+    def __init__(self) -> None:
+        self._read = -1
+        self.fd = -1
+
+    def __enter__(self) -> StartReport:
+        self._read, write = os.pipe()  # (both close-on-exec; only the copy is passed)
+        os.set_blocking(self._read, False)
+        try:
+            self.fd = fcntl.fcntl(write, fcntl.F_DUPFD_CLOEXEC, 10)
+        finally:
+            os.close(write)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for fd in (self.fd, self._read):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self._read = -1
+
+    def started(self) -> bool:
+        """Whether bwrap executed its command (read once bwrap has exited)."""
+        said = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self._read, 4096):
+                said += chunk
+                if len(said) > 65536:
+                    break
+        return b'"exit-code"' in said
 
 
 def require_sandbox() -> None:
@@ -819,15 +876,23 @@ def bwrap_command(
     extras: list[Bind],
     workspace_fd: int | None = None,
     inside: list[Bind] | None = None,
+    status_fd: int | None = None,
 ) -> list[str]:
     """The bubblewrap command line that runs `argv` (see the module docstring); the
     workspace bound by `workspace_fd` (open_directory, passed to bwrap) when given,
     `inside` over it (sandbox_git's binds of the git metadata), and `extras`
-    (hold_read_only_extras: pass their descriptors too)."""
+    (hold_read_only_extras: pass their descriptors too); bwrap's status on `status_fd`
+    (StartReport) when given."""
     writable = Bind(workspace, workspace, writable=True, fd=workspace_fd)
     binds = [writable, *(inside or [])]
     return sandbox_command(
-        argv, binds=binds, cwd=cwd, limits=limits, network=network, extras=extras
+        argv,
+        binds=binds,
+        cwd=cwd,
+        limits=limits,
+        network=network,
+        extras=extras,
+        status_fd=status_fd,
     )
 
 
@@ -839,11 +904,13 @@ def sandbox_command(
     limits: Limits,
     network: bool,
     extras: list[Bind],
+    status_fd: int | None = None,
 ) -> list[str]:
     """The bubblewrap command line that runs `argv` with `binds` and `extras` (the
     HARNESS_SANDBOX_READ_ONLY entries, hold_read_only_extras) besides the system's as the
     only host paths it sees. It expects the seccomp filter open as descriptor SECCOMP_FD
-    (see _limit_command), and the descriptors of binds that have one passed.
+    (see _limit_command), the descriptors of binds that have one passed, and
+    `status_fd` (a StartReport's) passed when given.
 
     When Harness is root, bwrap runs as root (so it can bind what only root may reach, a
     virtual environment under /root say) without a user namespace, and the program is
@@ -865,6 +932,8 @@ def sandbox_command(
     ]
     if not network:
         command.append("--unshare-net")
+    if status_fd is not None:
+        command += ["--json-status-fd", str(status_fd)]
     command += ["--seccomp", str(SECCOMP_FD)]
     # The sandbox's own mounts first: a host path bound later may lie under /tmp.
     command += ["--proc", "/proc"]
@@ -1408,7 +1477,9 @@ def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = Fals
         _binary("prlimit") or "prlimit",
         f"--cpu={limits.cpu}:{limits.cpu + 1}",  # SIGXCPU, then SIGKILL a second later
         f"--fsize={limits.file_bytes}",
-        "--core=0",
+        # 1, not 0: a core_pattern pipe's helper (apport, systemd-coredump) runs as host
+        # root at a crash whatever the limit, unless it is 1 (seccomp.RLIMIT_CORE)
+        "--core=1",
     ]
     if cgroups.pids is None:
         prlimit.append(f"--nproc={_tasks_of(os.getuid()) + limits.processes}")

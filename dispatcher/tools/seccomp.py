@@ -8,7 +8,8 @@ starts (after its own setup, so bwrap's mounts are not affected).
 Everything not listed is allowed: the namespaces, the read-only system, the uid and the
 limits already bound the program; the filter takes away the kernel interfaces through
 which a program reaches past them (other processes' memory, keyrings, BPF, mounts and
-namespaces, modules, the clock, the terminal's input queue, sockets of any family but
+namespaces, modules, the clock, the terminal's input queue and line discipline, the
+core dump limit, sockets of any family but
 the network's: Unix, vsock, AF_ALG, AF_TIPC ..., and netlink but for routes and socket
 diagnostics), and
 the set-user-ID and set-group-ID bits, which would let anyone on the host who runs a file
@@ -107,9 +108,22 @@ NAMESPACE_FLAGS = {
     "CLONE_NEWPID": 0x20000000,
     "CLONE_NEWNET": 0x40000000,
 }
-# ioctls refused on any descriptor: pushing input into a terminal (TIOCSTI) and the Linux
-# console's own commands (TIOCLINUX, which can paste the selection as input too).
-REFUSED_IOCTLS = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C}
+# ioctls refused on any descriptor: pushing input into a terminal (TIOCSTI), the Linux
+# console's own commands (TIOCLINUX, which can paste the selection as input too), and
+# changing a terminal's line discipline (TIOCSETD): the sandbox's /dev has ptys
+# (/dev/ptmx), and attaching a discipline (N_HDLC, N_GSM0710, N_NULL ...) to one ran
+# kernel code no tool needs, loaded on demand as a module where the kernel autoloads them
+# (dev.tty.ldisc_autoload, 1 by default): as AF_TIPC's socket() did.
+REFUSED_IOCTLS = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C, "TIOCSETD": 0x5423}
+# The core dump limit is the launcher's (prlimit --core=1) and the program's to keep: a
+# crash with core_pattern a pipe (`|/usr/share/apport/apport ...`, systemd-coredump: the
+# default of Ubuntu and of systemd hosts) starts that helper as root in the host's own
+# namespaces, to read the crashing process's memory and /proc, whatever RLIMIT_CORE says
+# (the kernel ignores it for a pipe), except 1: a limit of one byte aborts the dump for a
+# pipe and is below the smallest core file otherwise. A program could lower it to 0 again
+# (lowering a limit needs no privilege), so changing it is refused: setrlimit and
+# prlimit64 naming RLIMIT_CORE with a new value (reading it stays allowed).
+RLIMIT_CORE = 4
 # personality(2): the plain Linux personalities (PER_LINUX, PER_LINUX32, UNAME26) are
 # allowed; every value above them sets a flag that weakens the process
 # (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, MMAP_PAGE_ZERO, ...). The query (0xffffffff) is
@@ -198,6 +212,11 @@ def build() -> seccomp.SyscallFilter:
         # the request is an unsigned int: compare its low 32 bits only
         allowed.add_rule(refuse, "ioctl", seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, request))
     allowed.add_rule(refuse, "personality", seccomp.Arg(0, seccomp.GT, PERSONALITY_SAFE_MAX))
+    # (the resource is an int: its low 32 bits, as the kernel reads it)
+    core = seccomp.Arg(0, seccomp.MASKED_EQ, 0xFFFFFFFF, RLIMIT_CORE)
+    allowed.add_rule(refuse, "setrlimit", core)
+    core = seccomp.Arg(1, seccomp.MASKED_EQ, 0xFFFFFFFF, RLIMIT_CORE)
+    allowed.add_rule(refuse, "prlimit64", core, seccomp.Arg(2, seccomp.NE, 0))
     # the family is an int: compare its low 32 bits only (the kernel ignores the rest, so
     # an equality on all 64 bits let socket(0x100000001, ...) make an AF_UNIX socket)
     # (AF_UNIX and AF_VSOCK among them; socketpair of AF_UNIX alone, for streams)
