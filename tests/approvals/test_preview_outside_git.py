@@ -7,7 +7,7 @@ reads configuration outside it too: a linked worktree's main repository (its `.g
 file naming `main/.git/worktrees/ws`), a file its configuration includes, /etc/gitconfig;
 changed between the approval and the apply, the command would now do something else, and
 the effect previewed under the old one was applied all the same. Now what git reads from
-outside is part of the fingerprint (`sandbox_git.outside_state`): the call ends `edited`
+outside is part of the fingerprint (`git_outside.outside_state`): the call ends `edited`
 and a new preview, under the configuration as it is, asks again. Real git, real bwrap,
 the worker's own code path; the outside configuration is shown to the sandbox by a
 HARNESS_SANDBOX_READ_ONLY entry, as a deployment would."""

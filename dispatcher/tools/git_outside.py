@@ -1,0 +1,304 @@
+"""What git reads from outside the workspace for a command run in it: the part of a
+preview's fingerprint (`preview.fingerprint_of`) the workspace's own walk cannot see
+(docs/security.md, "Git metadata in the sandbox").
+
+A previewed command's effect is applied only while everything that could change it is as
+it was; git run in the workspace reads configuration, hooks and refs outside it (the
+host's `/etc/gitconfig`, the main repository of a linked worktree, the repository above
+a fixed workspace, an included team file). `outside_state` describes them, bounded
+(MAX_OUTSIDE), as one text the fingerprint's digest takes. (Moved out of sandbox_git,
+which keeps git's metadata read-only for a run: a second reason to change.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pwd
+import re
+import stat
+from pathlib import Path
+
+from dispatcher.tools import sandbox_git
+from dispatcher.tools.base import ToolError
+from dispatcher.tools.sandbox_git import (
+    _PATH,
+    FILES,
+    Guard,
+    _configuration,
+    _expand_home,
+    _gitdir_of,
+    _inside,
+    _read,
+    _resolve,
+    _sandbox_uid,
+)
+
+# What a configuration must say for `outside_state` to read its settings (one git
+# subprocess): a key naming a file or directory git reads (section and key names hold
+# no escapes or line continuations).
+_OUTSIDE_KEYS = re.compile(rb"include|hookspath|attributesfile|excludesfile", re.IGNORECASE)
+# Files and directories outside the workspace described for one fingerprint; past it, the
+# rest is counted (the same count: the same fingerprint), and git configurations parsed
+# (for their includes and hooks directories) are bounded as a guard's are.
+MAX_OUTSIDE = 256
+MAX_LISTED = 1000  # entries of one hooks or info directory described
+
+
+def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
+    """A description of what git reads from outside `workspace` for a command run in it:
+    the host's system configuration (SYSTEM_CONFIG) and the per-user files of whoever
+    the sandbox runs as (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`: a sandboxed run
+    reads neither, its GIT_CONFIG_GLOBAL being /dev/null, but a person's git does); the
+    git directory of the repository holding the workspace, and the one each `.git` of
+    it names outside it (`dot_gits`, relative paths read under `base`, the workspace as
+    held: a linked worktree's, a submodule's), with their `commondir`'s: their `config`
+    and `config.worktree`, `hooks/` and `info/`, and the work tree's HEAD, index,
+    `packed-refs` and the ref HEAD names; and every file a configuration includes
+    and hooks directory it names outside the workspace. Each file by identity, mode,
+    times and the SHA-256 of its content, each directory by its entries; what is missing
+    or cannot be read says so. What lies in the workspace is the fingerprint's walk's
+    (`preview.fingerprint_of`), whose digest takes this too: a configuration changed
+    outside it between a preview and its apply (the main repository of a linked
+    worktree, an included team file a read-only entry shows) changed what the command
+    would do, and the approved effect was applied all the same."""
+    state = _OutsideState(workspace)
+    state.config(str(sandbox_git.SYSTEM_CONFIG), None)
+    for home in _sandbox_homes():
+        state.config(os.path.join(home, ".gitconfig"), None)
+        state.config(os.path.join(home, ".config", "git", "config"), None)
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    if xdg.startswith("/"):
+        state.config(os.path.join(xdg, "git", "config"), None)
+    for tree, git_dir in _enclosing_git_dir(workspace, state):
+        state.git_dir(git_dir, tree)
+    for rel in dot_gits:
+        found = _dot_git_target(base, workspace, rel)
+        if found is not None:
+            state.git_dir(found, str(workspace / os.path.dirname(rel)))
+    state.run()
+    return "".join(state.lines)
+
+
+@dataclasses.dataclass
+class _OutsideState:
+    """`outside_state`'s work: the configurations still to read (their path and the work
+    tree a relative core.hooksPath of theirs is taken from), what was described."""
+
+    workspace: Path
+    queue: list[tuple[str, str | None]] = dataclasses.field(default_factory=list)
+    seen: set[str] = dataclasses.field(default_factory=set)
+    lines: list[str] = dataclasses.field(default_factory=list)
+    budget: Guard = dataclasses.field(default_factory=Guard)
+
+    def config(self, path: str, tree: str | None) -> None:
+        self.queue.append((os.path.normpath(path), tree))
+
+    def git_dir(self, git_dir: str, tree: str) -> None:
+        """The configuration and hooks of the git directory `git_dir` and of its
+        `commondir`: described where they lie outside the workspace, the configurations
+        read wherever they lie (one of the workspace may include a file outside it). And
+        the work tree's state git reads there (`_git_state`)."""
+        common = self._common(git_dir)
+        for where in (git_dir, common):
+            if where is None:
+                continue
+            for name in FILES[:2]:
+                self.config(os.path.join(where, name), tree)
+            self.directory(os.path.join(where, "hooks"))
+            self.directory(os.path.join(where, "info"))
+        self._git_state(git_dir, common)
+
+    def _git_state(self, git_dir: str, common: str | None) -> None:
+        """A work tree's state as git reads it from its git directory: HEAD, the index,
+        `packed-refs` and the ref HEAD names (a linked worktree's lie outside the
+        workspace: a commit made to its branch there after a preview of `git log -1 >
+        last.txt` left the fingerprint as it was, and the old effect was applied)."""
+        head = self.file(os.path.join(git_dir, "HEAD"))
+        self.file(os.path.join(git_dir, "index"))
+        for where in dict.fromkeys((git_dir, common or git_dir)):
+            self.file(os.path.join(where, "packed-refs"))
+        named = (head or b"").decode("utf-8", "replace").strip()
+        if named.startswith("ref:"):
+            ref = named.removeprefix("ref:").strip()
+            if ref.startswith("refs/") and ".." not in ref.split("/"):
+                self.file(os.path.join(common or git_dir, ref))
+
+    def _common(self, git_dir: str) -> str | None:
+        common = self.file(os.path.join(git_dir, "commondir"))
+        if not common or not common.strip():
+            return None
+        return os.path.join(git_dir, common.decode("utf-8", "replace").strip())
+
+    def run(self) -> None:
+        done: set[str] = set()
+        while self.queue:
+            path, tree = self.queue.pop(0)
+            if path in done:
+                continue  # (a file including itself, or one another includes too)
+            done.add(path)
+            data = self.file(path)
+            if data is None or not _OUTSIDE_KEYS.search(data):
+                continue
+            try:
+                pairs = _configuration(data, Path(path), self.budget)
+            except ToolError:
+                self.lines.append(f"{path}\0unparsed\n")
+                continue
+            for key, value in pairs:
+                self.pointer(path, tree, key, value)
+
+    def pointer(self, path: str, tree: str | None, key: str, value: str) -> None:
+        """Queue the file `key = value` of the configuration at `path` includes, or
+        describe the hooks directory, attributes or excludes file it names (each as git
+        finds it; a relative attributes or excludes file is the work tree's)."""
+        including = key == "include.path" or (
+            key.startswith("includeif.") and key.endswith(".path")
+        )
+        files = key in ("core.attributesfile", "core.excludesfile")
+        if not (including or files or key == "core.hookspath"):
+            return
+        expanded = _expand_home(value)
+        if expanded is None:
+            return  # (`~/`: the HOME of whoever runs git; the sandbox's is empty)
+        if including:
+            self.config(os.path.join(os.path.dirname(path), expanded), tree)
+        elif files and os.path.isabs(expanded):
+            self.file(expanded)
+        elif not files and (os.path.isabs(expanded) or tree is not None):
+            self.directory(os.path.join(tree or "/", expanded))
+
+    def _room(self, path: str) -> bool:
+        if path in self.seen or _inside(self.workspace, path):
+            return False  # (the workspace's own: its walk's)
+        self.seen.add(path)
+        if len(self.seen) > MAX_OUTSIDE:
+            self.lines.append("more\n")
+            return False
+        return True
+
+    def file(self, path: str) -> bytes | None:
+        """The content of the regular file at `path`, or None; described once when it
+        lies outside the workspace."""
+        path = os.path.normpath(path)
+        line, data = _file_state(path)
+        if self._room(path):
+            self.lines.append(line)
+        return data
+
+    def directory(self, path: str) -> None:
+        path = os.path.normpath(path)
+        if self._room(path):
+            self.lines.append(_directory_state(path))
+
+
+def _sandbox_homes() -> list[str]:
+    """The home of the user sandboxed programs run as (the sandbox user, or Harness's)."""
+    uid = _sandbox_uid()
+    try:
+        return [pwd.getpwuid(os.getuid() if uid is None else uid).pw_dir]
+    except (KeyError, OverflowError):
+        return []
+
+
+def _enclosing_git_dir(workspace: Path, state: _OutsideState) -> list[tuple[str, str]]:
+    """(the work tree, the git directory) of the nearest `.git` above the workspace, the
+    `.git` file naming it described; none when there is none."""
+    for above in Path(workspace).parents:
+        dot_git = str(above / ".git")
+        try:
+            info = os.stat(dot_git)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            return [(str(above), dot_git)]
+        data = state.file(dot_git)
+        target = _gitdir_of(data or b"", Path(dot_git))
+        return [(str(above), str(target))] if target is not None else []
+    return []
+
+
+def _dot_git_target(base: Path, workspace: Path, rel: str) -> str | None:
+    """The git directory the workspace's `.git` at `rel` (read under `base`, no link
+    followed) is or names: itself, a symbolic link's target, a `gitdir:` file's."""
+    where = workspace / rel
+    try:
+        fd = os.open(base / rel, _PATH)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return str(where)
+        if stat.S_ISLNK(info.st_mode):
+            named = os.readlink("", dir_fd=fd)
+            return os.path.normpath(os.path.join(where.parent, named))
+        if stat.S_ISREG(info.st_mode):
+            target = _gitdir_of(_read(fd), where)
+            return None if target is None else str(target)
+    except (OSError, ToolError):
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
+def _file_state(path: str) -> tuple[str, bytes | None]:
+    """(a line describing the file at `path`, links followed: missing, not a regular
+    file, or its identity, mode, times and content's SHA-256; its content or None)."""
+    resolved = _resolve(path)
+    if resolved is None:
+        return f"{path}\0unresolved\n", None
+    try:
+        fd = os.open(resolved, _PATH)
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{path}\0absent\n", None
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n", None
+    described = "unread"
+    try:
+        info = os.fstat(fd)
+        described = _described(info)
+        if not stat.S_ISREG(info.st_mode):
+            return f"{path}\0{described}\n", None
+        data = _read(fd)
+    except (OSError, ToolError):
+        return f"{path}\0{described} unread\n", None  # (larger than 1 MiB ...)
+    finally:
+        os.close(fd)
+    digest = hashlib.sha256(data).hexdigest()
+    return f"{path}\0{described} {digest}\n", data
+
+
+def _directory_state(path: str) -> str:
+    """A line describing the directory at `path` by each entry's name and state (at most
+    MAX_LISTED), or what it is instead."""
+    resolved = _resolve(path)
+    if resolved is None:
+        return f"{path}\0unresolved\n"
+    try:
+        fd = os.open(resolved, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return _file_state(path)[0]
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n"
+    try:
+        entries = sorted(os.listdir(fd))
+        shown = [
+            f"{name}:{_described(os.stat(name, dir_fd=fd, follow_symlinks=False))}"
+            for name in entries[:MAX_LISTED]
+        ]
+        head = _described(os.fstat(fd))
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n"
+    finally:
+        os.close(fd)
+    return f"{path}\0{head} {len(entries)}\0{'/'.join(shown)}\n"
+
+
+def _described(info: os.stat_result) -> str:
+    return (
+        f"{info.st_dev}:{info.st_ino} {info.st_mode:o} {info.st_size} "
+        f"{info.st_mtime_ns} {info.st_ctime_ns}"
+    )
