@@ -44,6 +44,12 @@ _OUTSIDE_KEYS = re.compile(rb"include|hookspath|attributesfile|excludesfile", re
 # (for their includes and hooks directories) are bounded as a guard's are.
 MAX_OUTSIDE = 256
 MAX_LISTED = 1000  # entries of one hooks or info directory described
+# Refs git reads to resolve one name (HEAD, and each symbolic ref it names in turn):
+# refs.h's SYMREF_MAXDEPTH; past it git resolves nothing.
+SYMREF_MAXDEPTH = 5
+# A ref name as git takes it (check_refname_format, one level allowed): components with
+# none of git's forbidden characters, none starting with `.` or ending with `.lock`.
+_REF_COMPONENT = re.compile(r"[^\x00-\x20\x7f ~^:?*\[\\/.][^\x00-\x20\x7f ~^:?*\[\\/]*")
 
 
 def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
@@ -55,10 +61,11 @@ def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
     it names outside it (`dot_gits`, relative paths read under `base`, the workspace as
     held: a linked worktree's, a submodule's), with their `commondir`'s: their `config`
     and `config.worktree`, `hooks/` and `info/`, and the work tree's HEAD, index,
-    `packed-refs` and the ref HEAD names; and every file a configuration includes
-    and hooks directory it names outside the workspace. Each file by identity, mode,
-    times and the SHA-256 of its content, each directory by its entries; what is missing
-    or cannot be read says so. What lies in the workspace is the fingerprint's walk's
+    `packed-refs` and each ref HEAD names in turn (`_ref_chain`); and every file a
+    configuration includes and hooks directory it names outside the workspace. Each
+    file by identity, mode, times and the SHA-256 of its content (one of the workspace
+    that is a link to a file outside it too: git follows it), each directory by its
+    entries; what is missing or cannot be read says so. What lies in the workspace is the fingerprint's walk's
     (`preview.fingerprint_of`), whose digest takes this too: a configuration changed
     outside it between a preview and its apply (the main repository of a linked
     worktree, an included team file a read-only entry shows) changed what the command
@@ -112,18 +119,47 @@ class _OutsideState:
 
     def _git_state(self, git_dir: str, common: str | None) -> None:
         """A work tree's state as git reads it from its git directory: HEAD, the index,
-        `packed-refs` and the ref HEAD names (a linked worktree's lie outside the
+        `packed-refs` and the refs HEAD names (a linked worktree's lie outside the
         workspace: a commit made to its branch there after a preview of `git log -1 >
         last.txt` left the fingerprint as it was, and the old effect was applied)."""
-        head = self.file(os.path.join(git_dir, "HEAD"))
         self.file(os.path.join(git_dir, "index"))
         for where in dict.fromkeys((git_dir, common or git_dir)):
             self.file(os.path.join(where, "packed-refs"))
-        named = (head or b"").decode("utf-8", "replace").strip()
-        if named.startswith("ref:"):
-            ref = named.removeprefix("ref:").strip()
-            if ref.startswith("refs/") and ".." not in ref.split("/"):
-                self.file(os.path.join(common or git_dir, ref))
+        self._ref_chain(git_dir, common or git_dir)
+
+    def _ref_chain(self, git_dir: str, common: str) -> None:
+        """HEAD and each ref it names in turn, as git resolves it (refs_resolve_ref_unsafe:
+        SYMREF_MAXDEPTH reads): a symbolic ref (`ref: refs/heads/a`, or a link whose
+        target starts with `refs/`) may name another (`git symbolic-ref refs/heads/a
+        refs/heads/b`). Before, only the ref HEAD names was described: a commit to `b`
+        between a preview and its apply left the fingerprint as it was. A ref with no
+        loose file is read from `packed-refs` (described by `_git_state`)."""
+        name = "HEAD"
+        for _ in range(SYMREF_MAXDEPTH):
+            path = _ref_path(git_dir, common, name)
+            if path is None:
+                return
+            named = self._symbolic_ref(path)
+            if named is None:
+                return
+            name = named
+
+    def _symbolic_ref(self, path: str) -> str | None:
+        """The ref the loose ref at `path` names when it is a symbolic one, described
+        (as files_read_raw_ref reads it: a link to `refs/...` is one by its target, any
+        other link is followed); None when it is not."""
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = None
+        if target is not None and target.startswith("refs/") and _ref_name(target):
+            if self._room(os.path.normpath(path)):
+                self.lines.append(f"{os.path.normpath(path)}\0link {target}\n")
+            return target
+        data = self.file(path)
+        if data is None or not data.startswith(b"ref:"):
+            return None
+        return data.removeprefix(b"ref:").strip().decode("utf-8", "replace")
 
     def _common(self, git_dir: str) -> str | None:
         common = self.file(os.path.join(git_dir, "commondir"))
@@ -180,10 +216,11 @@ class _OutsideState:
 
     def file(self, path: str) -> bytes | None:
         """The content of the regular file at `path`, or None; described once when it
-        lies outside the workspace."""
+        lies outside the workspace, or resolves to a file there (git follows a link:
+        `.git/refs/heads/main -> /team/main`, which the walk takes as a link alone)."""
         path = os.path.normpath(path)
         line, data = _file_state(path)
-        if self._room(path):
+        if self._room(path) or self._room(os.path.realpath(path)):
             self.lines.append(line)
         return data
 
@@ -191,6 +228,45 @@ class _OutsideState:
         path = os.path.normpath(path)
         if self._room(path):
             self.lines.append(_directory_state(path))
+
+
+def _ref_name(name: str) -> bool:
+    """Whether git takes `name` for a ref's name (check_refname_format, one level
+    allowed); a name it refuses stops its resolution, and names no file here."""
+    parts = name.split("/")
+    return (
+        all(
+            _REF_COMPONENT.fullmatch(part) and not part.endswith(".lock") and ".." not in part
+            for part in parts
+        )
+        and "@{" not in name
+        and name != "@"
+    )
+
+
+def _per_worktree(name: str) -> bool:
+    """Whether git keeps the ref `name` in each work tree's own git directory
+    (is_current_worktree_ref: HEAD and other pseudo-refs, refs/worktree/, refs/bisect/,
+    refs/rewritten/)."""
+    return bool(re.fullmatch(r"[A-Z_-]+", name)) or name.startswith(
+        ("refs/worktree/", "refs/bisect/", "refs/rewritten/")
+    )
+
+
+def _ref_path(git_dir: str, common: str, name: str) -> str | None:
+    """Where git looks for the loose ref `name` of the work tree whose git directory is
+    `git_dir` (files_ref_path): its own for a per-worktree ref, another work tree's for
+    `worktrees/<id>/...`, the main one's for `main-worktree/...`, else the common
+    directory's; None for a name git refuses."""
+    if not _ref_name(name):
+        return None
+    if name.startswith("worktrees/"):
+        worktree, _, bare = name.removeprefix("worktrees/").partition("/")
+        if bare and _per_worktree(bare):
+            return os.path.join(common, "worktrees", worktree, bare)
+    if name.startswith("main-worktree/") and _per_worktree(name.removeprefix("main-worktree/")):
+        return os.path.join(common, name.removeprefix("main-worktree/"))
+    return os.path.join(git_dir if _per_worktree(name) else common, name)
 
 
 def _sandbox_homes() -> list[str]:

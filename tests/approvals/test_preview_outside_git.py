@@ -62,6 +62,24 @@ def _git(where: Path, *args: str) -> str:
     return done.stdout
 
 
+def _team(tmp_path: Path, settings: Any) -> Path:
+    """`tmp_path/team`, a directory outside the workspace the sandbox shows read-only (a
+    HARNESS_SANDBOX_READ_ONLY entry, as a deployment would)."""
+    os.chmod(tmp_path, 0o755)  # noqa: S103 - the sandbox user passes through
+    outside = tmp_path / "team"
+    outside.mkdir(mode=0o755)
+    settings.HARNESS_SANDBOX_READ_ONLY = [str(outside)]
+    return outside
+
+
+def _approve(client: Client, approval: ApprovalRequest) -> None:
+    """The reviewer approves the call and the effect shown."""
+    data = {"action": "approve", "digest": approval.call.digest}
+    data["effect_digest"] = approval.effect_digest
+    response = client.post(f"/approvals/{approval.pk}/decide", data)
+    assert response.status_code in (200, 302), response.content
+
+
 def _included(workspace: Path, outside: Path) -> Path:
     """The workspace's repository includes `outside/team.gitconfig`."""
     config = outside / "team.gitconfig"
