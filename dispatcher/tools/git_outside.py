@@ -5,9 +5,9 @@ preview's fingerprint (`preview.fingerprint_of`) the workspace's own walk cannot
 A previewed command's effect is applied only while everything that could change it is as
 it was; git run in the workspace reads configuration, hooks and refs outside it (the
 host's `/etc/gitconfig`, the main repository of a linked worktree, the repository above
-a fixed workspace, an included team file). `outside_state` describes them, bounded
-(MAX_OUTSIDE), as one text the fingerprint's digest takes. (Moved out of sandbox_git,
-which keeps git's metadata read-only for a run: a second reason to change.)
+a fixed workspace, an included team file), and runs programs a configuration names
+outside it (`filter.x.clean = /team/bin/clean`). `outside_state` describes all of them,
+bounded (MAX_OUTSIDE), as one text the fingerprint's digest takes.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 from dispatcher.tools import sandbox_git
 from dispatcher.tools.base import ToolError
 from dispatcher.tools.sandbox_git import (
+    _COMMAND_KEYS,
     _PATH,
     FILES,
     Guard,
@@ -36,20 +37,50 @@ from dispatcher.tools.sandbox_git import (
 )
 
 # What a configuration must say for `outside_state` to read its settings (one git
-# subprocess): a key naming a file or directory git reads (section and key names hold
-# no escapes or line continuations).
-_OUTSIDE_KEYS = re.compile(rb"include|hookspath|attributesfile|excludesfile", re.IGNORECASE)
+# subprocess, `_names_files`): a key naming a file or directory git reads; or one of the
+# keys whose value git runs (_COMMAND_KEYS; any of an [alias] or [pager] section) with a
+# value that may name a file outside the workspace: an absolute path or `~user/` (a
+# relative one only with a work tree outside it, the repository's above it). Keys are
+# matched at the start of a line or after a section's header (`[core] fsmonitor = ...`);
+# section and key names hold no escapes or line continuations, a value may (`\` at a
+# line's end: read). A name matched that is no such key costs a read, no more: a
+# repository's `credential.helper = gcloud.sh` or git-lfs's filter (`git-lfs clean --
+# %f`) costs none.
+_POINTER_KEY = re.compile(
+    rb"(^|\])[ \t]*(path|hookspath|attributesfile|excludesfile)[ \t]*([=;#\r\n]|$)",
+    re.IGNORECASE | re.MULTILINE,
+)
+_COMMAND_NAMES = (
+    rb"fsmonitor|pager|editor|sshcommand|askpass|gitproxy|alternaterefscommand|external"
+    rb"|difffilter|browser|program|defaultkeycommand|helper|clean|smudge|process|textconv"
+    rb"|command|driver|cmd|tunnel|httpd|packobjectshook|uploadpack|receivepack|vcs|update"
+    rb"|smtpserver|sendmailcmd|tocmd|cccmd|headercmd|tool|guitool"
+)
+_COMMAND_SECTION = re.compile(rb"\[[ \t]*(alias|pager)[ \t]*[\].\"]", re.IGNORECASE)
+_COMMAND_KEY = re.compile(
+    rb"(^|\])[ \t]*(" + _COMMAND_NAMES + rb")[ \t]*([=;#\r\n]|$)",
+    re.IGNORECASE | re.MULTILINE,
+)
+_COMMAND_PATH = re.compile(
+    rb"(^|\])[ \t]*(" + _COMMAND_NAMES + rb")[ \t]*=[^\n]*[/~]|\\\r?\n",
+    re.IGNORECASE | re.MULTILINE,
+)
 # Files and directories outside the workspace described for one fingerprint; past it, the
 # rest is counted (the same count: the same fingerprint), and git configurations parsed
 # (for their includes and hooks directories) are bounded as a guard's are.
 MAX_OUTSIDE = 256
 MAX_LISTED = 1000  # entries of one hooks or info directory described
+MAX_NAMED = 256  # files command lines name described; past it, counted
 # Refs git reads to resolve one name (HEAD, and each symbolic ref it names in turn):
 # refs.h's SYMREF_MAXDEPTH; past it git resolves nothing.
 SYMREF_MAXDEPTH = 5
 # A ref name as git takes it (check_refname_format, one level allowed): components with
 # none of git's forbidden characters, none starting with `.` or ending with `.lock`.
 _REF_COMPONENT = re.compile(r"[^\x00-\x20\x7f ~^:?*\[\\/.][^\x00-\x20\x7f ~^:?*\[\\/]*")
+# A command line of a command-valued key cut into simple commands and their words (as a
+# shell would, near enough to find the paths it names).
+_COMMAND_SEPARATORS = re.compile(r"[;&|()\n`]+")
+_WORD_SEPARATORS = re.compile(r"""[\s'"<>{}]+""")
 
 
 def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
@@ -61,15 +92,19 @@ def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
     it names outside it (`dot_gits`, relative paths read under `base`, the workspace as
     held: a linked worktree's, a submodule's), with their `commondir`'s: their `config`
     and `config.worktree`, `hooks/` and `info/`, and the work tree's HEAD, index,
-    `packed-refs` and each ref HEAD names in turn (`_ref_chain`); and every file a
-    configuration includes and hooks directory it names outside the workspace. Each
-    file by identity, mode, times and the SHA-256 of its content (one of the workspace
-    that is a link to a file outside it too: git follows it), each directory by its
-    entries; what is missing or cannot be read says so. What lies in the workspace is the fingerprint's walk's
-    (`preview.fingerprint_of`), whose digest takes this too: a configuration changed
-    outside it between a preview and its apply (the main repository of a linked
-    worktree, an included team file a read-only entry shows) changed what the command
-    would do, and the approved effect was applied all the same."""
+    `packed-refs` and each ref HEAD names in turn (`_ref_chain`); every file a
+    configuration includes and hooks directory it names outside the workspace; and every
+    file outside it a command-valued key names (`_named_files`: `core.fsmonitor =
+    /team/fsmon`, `filter.x.clean = python3 /team/clean.py`). Each file by identity,
+    mode, times and the SHA-256 of its content (one of the workspace that is a link to
+    a file outside it too: git follows it; a named program by identity, mode and times
+    alone: its change time moves with any change), each directory by its entries; what
+    is missing or cannot be read says so. What lies in the workspace is the
+    fingerprint's walk's (`preview.fingerprint_of`), whose digest takes this too: a
+    configuration changed outside it between a preview and its apply (the main
+    repository of a linked worktree, an included team file a read-only entry shows)
+    changed what the command would do, and the approved effect was applied all the
+    same."""
     state = _OutsideState(workspace)
     state.config(str(sandbox_git.SYSTEM_CONFIG), None)
     for home in _sandbox_homes():
@@ -79,6 +114,7 @@ def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
     if xdg.startswith("/"):
         state.config(os.path.join(xdg, "git", "config"), None)
     for tree, git_dir in _enclosing_git_dir(workspace, state):
+        state.trees.append(tree)
         state.git_dir(git_dir, tree)
     for rel in dot_gits:
         found = _dot_git_target(base, workspace, rel)
@@ -91,13 +127,17 @@ def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
 @dataclasses.dataclass
 class _OutsideState:
     """`outside_state`'s work: the configurations still to read (their path and the work
-    tree a relative core.hooksPath of theirs is taken from), what was described."""
+    tree a relative core.hooksPath of theirs is taken from), what was described, the work
+    trees outside the workspace (the repository's above it: where a configuration that
+    is no repository's own runs a relative program)."""
 
     workspace: Path
     queue: list[tuple[str, str | None]] = dataclasses.field(default_factory=list)
     seen: set[str] = dataclasses.field(default_factory=set)
     lines: list[str] = dataclasses.field(default_factory=list)
     budget: Guard = dataclasses.field(default_factory=Guard)
+    trees: list[str] = dataclasses.field(default_factory=list)
+    named_files: int = 0
 
     def config(self, path: str, tree: str | None) -> None:
         self.queue.append((os.path.normpath(path), tree))
@@ -175,7 +215,7 @@ class _OutsideState:
                 continue  # (a file including itself, or one another includes too)
             done.add(path)
             data = self.file(path)
-            if data is None or not _OUTSIDE_KEYS.search(data):
+            if data is None or not _names_files(data, bool(self.trees)):
                 continue
             try:
                 pairs = _configuration(data, Path(path), self.budget)
@@ -188,7 +228,12 @@ class _OutsideState:
     def pointer(self, path: str, tree: str | None, key: str, value: str) -> None:
         """Queue the file `key = value` of the configuration at `path` includes, or
         describe the hooks directory, attributes or excludes file it names (each as git
-        finds it; a relative attributes or excludes file is the work tree's)."""
+        finds it; a relative attributes or excludes file is the work tree's), or the
+        files a command-valued key's command line names (`_named_files`)."""
+        if _COMMAND_KEYS.fullmatch(key):
+            for named in _named_files(value, [tree] if tree is not None else self.trees):
+                self.named(named)
+            return
         including = key == "include.path" or (
             key.startswith("includeif.") and key.endswith(".path")
         )
@@ -219,15 +264,45 @@ class _OutsideState:
         lies outside the workspace, or resolves to a file there (git follows a link:
         `.git/refs/heads/main -> /team/main`, which the walk takes as a link alone)."""
         path = os.path.normpath(path)
-        line, data = _file_state(path)
-        if self._room(path) or self._room(os.path.realpath(path)):
+        line, data, resolved = _file_state(path)
+        if self._room(path) or (resolved not in (None, path) and self._room(str(resolved))):
             self.lines.append(line)
         return data
+
+    def named(self, path: str) -> None:
+        """Describe, once, the file at `path` a command line names (its program, or a
+        file handed to it) when it lies outside the workspace: by what it resolves to and
+        that file's identity, mode, size and times (its change time moves with any change
+        of its content), never its content (a program may be large, a file handed to ssh
+        a key)."""
+        path = os.path.normpath(path)
+        if path in self.seen or _inside(self.workspace, path):
+            return
+        self.seen.add(path)
+        self.named_files += 1
+        # (a budget of their own: a configuration's many aliases never crowd out the
+        # files and directories above)
+        self.lines.append(_identity_state(path) if self.named_files <= MAX_NAMED else "more\n")
 
     def directory(self, path: str) -> None:
         path = os.path.normpath(path)
         if self._room(path):
             self.lines.append(_directory_state(path))
+
+
+def _names_files(data: bytes, trees: bool) -> bool:
+    """Whether the configuration `data` may name a file outside the workspace that the
+    fingerprint takes (see _POINTER_KEY): worth a git process to read it. `trees`: a
+    work tree lies outside the workspace (a relative program of its configuration may
+    too)."""
+    if _POINTER_KEY.search(data):
+        return True
+    section = _COMMAND_SECTION.search(data)
+    if not (section or _COMMAND_KEY.search(data)):
+        return False
+    if trees or _COMMAND_PATH.search(data):
+        return True
+    return section is not None and re.search(rb"[/~]", data) is not None
 
 
 def _ref_name(name: str) -> bool:
@@ -267,6 +342,34 @@ def _ref_path(git_dir: str, common: str, name: str) -> str | None:
     if name.startswith("main-worktree/") and _per_worktree(name.removeprefix("main-worktree/")):
         return os.path.join(common, name.removeprefix("main-worktree/"))
     return os.path.join(git_dir if _per_worktree(name) else common, name)
+
+
+def _named_files(value: str, trees: list[str]) -> list[str]:
+    """The files a command line git runs (a command-valued key's `value`) names: each
+    absolute word (`/team/bin/clean`, `--file=/team/x`, `~user/bin/x`), and, taken from
+    each work tree in `trees` (where git runs it), each relative program (`tools/x`) and
+    argument (`sh clean.sh`). A bare program is found on the sandbox's PATH (the host's,
+    as the command's own programs are); `~/`, `$VAR` and `%f` name nothing git's run
+    there finds outside the workspace (the sandbox's HOME is empty)."""
+    found: list[str] = []
+    for command in _COMMAND_SEPARATORS.split(value.removeprefix("!")):
+        words = [word for word in _WORD_SEPARATORS.split(command) if word]
+        for index, word in enumerate(words):
+            if "=" in word and not word.startswith("/"):
+                word = word.partition("=")[2]  # (`--file=/x`, `VAR=/x`)
+            elif word.startswith("-"):
+                continue  # an option
+            if not word or "$" in word or "%" in word:
+                continue
+            if word.startswith("~"):
+                expanded = _expand_home(word)
+                if expanded is not None:
+                    found.append(expanded)
+            elif word.startswith("/"):
+                found.append(word)
+            elif index or "/" in word:
+                found += [os.path.join(tree, word) for tree in trees]
+    return found
 
 
 def _sandbox_homes() -> list[str]:
@@ -320,31 +423,32 @@ def _dot_git_target(base: Path, workspace: Path, rel: str) -> str | None:
     return None
 
 
-def _file_state(path: str) -> tuple[str, bytes | None]:
+def _file_state(path: str) -> tuple[str, bytes | None, str | None]:
     """(a line describing the file at `path`, links followed: missing, not a regular
-    file, or its identity, mode, times and content's SHA-256; its content or None)."""
+    file, or its identity, mode, times and content's SHA-256; its content or None; the
+    path it resolves to, or None)."""
     resolved = _resolve(path)
     if resolved is None:
-        return f"{path}\0unresolved\n", None
+        return f"{path}\0unresolved\n", None, None
     try:
         fd = os.open(resolved, _PATH)
     except (FileNotFoundError, NotADirectoryError):
-        return f"{path}\0absent\n", None
+        return f"{path}\0absent\n", None, resolved
     except OSError as error:
-        return f"{path}\0error {error.errno}\n", None
+        return f"{path}\0error {error.errno}\n", None, resolved
     described = "unread"
     try:
         info = os.fstat(fd)
         described = _described(info)
         if not stat.S_ISREG(info.st_mode):
-            return f"{path}\0{described}\n", None
+            return f"{path}\0{described}\n", None, resolved
         data = _read(fd)
     except (OSError, ToolError):
-        return f"{path}\0{described} unread\n", None  # (larger than 1 MiB ...)
+        return f"{path}\0{described} unread\n", None, resolved  # (larger than 1 MiB ...)
     finally:
         os.close(fd)
     digest = hashlib.sha256(data).hexdigest()
-    return f"{path}\0{described} {digest}\n", data
+    return f"{path}\0{described} {digest}\n", data, resolved
 
 
 def _directory_state(path: str) -> str:
@@ -378,3 +482,19 @@ def _described(info: os.stat_result) -> str:
         f"{info.st_dev}:{info.st_ino} {info.st_mode:o} {info.st_size} "
         f"{info.st_mtime_ns} {info.st_ctime_ns}"
     )
+
+
+def _identity_state(path: str) -> str:
+    """A line describing the file at `path`, links followed, by what it resolves to and
+    that file's identity, mode, size and times (its content unread); or what it is
+    instead: missing, unresolved, an error."""
+    resolved = _resolve(path)
+    if resolved is None:
+        return f"{path}\0unresolved\n"
+    try:
+        info = os.lstat(resolved)
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{path}\0absent\n"
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n"
+    return f"{path}\0{resolved}\0{_described(info)}\n"

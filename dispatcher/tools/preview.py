@@ -44,8 +44,9 @@ What the effect is compared with later (`Effect.fingerprint`): every entry of th
 workspace by kind, mode, size, mtime, ctime and inode (a program outside the sandbox
 cannot change a file's content without changing its ctime), what git reads from outside
 it (`git_outside.outside_state`: /etc/gitconfig, a linked worktree's main repository's
-configuration and hooks, its HEAD, index and branch, an included file), and the content hash of every path the
-preview changed. Harness cannot see which files a program only read
+configuration and hooks, its HEAD, index and the refs HEAD names, an included file, a
+program a configuration names outside the workspace), and the content hash of every
+path the preview changed. Harness cannot see which files a program only read
 (overlayfs reads the lower layer with O_NOATIME), so it treats every file as read.
 """
 
