@@ -26,7 +26,13 @@ from typing import Any
 
 from dispatcher.tools._paths import lexical_relative
 from dispatcher.tools.base import ClientToolset, Tool, open_object, unlisted_fallbacks
-from dispatcher.tools.diffs import Budget, newline_lines, unified_diff
+from dispatcher.tools.diffs import (
+    NO_NEWLINE,
+    NO_NEWLINE_TEXT,
+    Budget,
+    newline_lines,
+    unified_diff,
+)
 
 CLIENT = "claude-code"
 # A Claude Code tool name, and an MCP tool as Claude Code names it (mcp__server__tool).
@@ -48,17 +54,32 @@ def _shown_path(path: str, project: Path) -> str:
     return path if relative is None else relative
 
 
-def _lines(text: str) -> list[str]:
-    # Cut at newlines only: a U+2028 or form feed inside a line stays in it, shown escaped.
-    return [line if line.endswith("\n") else line + "\n" for line in newline_lines(text)]
-
-
-def _diff(old: str, new: str, path: str, project: Path, budget: Budget | None = None) -> str:
+def _diff(
+    old: str,
+    new: str,
+    path: str,
+    project: Path,
+    budget: Budget | None = None,
+    *,
+    whole_file: bool = False,
+) -> str:
     """The unified diff a reviewer reads, made in bounded time (dispatcher.tools.diffs: the
-    strings are the model's; difflib alone took minutes on some)."""
+    strings are the model's; difflib alone took minutes on some). Texts are cut at
+    newlines only (a U+2028 or form feed inside a line stays in it, shown escaped), and a
+    last line with none is shown so (`\\ No newline at end of the text`, `... of file`
+    for a `whole_file`): each last line was once given a newline, and an Edit that only
+    added one (`x` to `x\\n`) showed the reviewer "(no change)"."""
     shown = _shown_path(path, project)
+    marker = NO_NEWLINE if whole_file else NO_NEWLINE_TEXT
     return "".join(
-        unified_diff(_lines(old), _lines(new), f"a/{shown}", f"b/{shown}", budget=budget)
+        unified_diff(
+            newline_lines(old),
+            newline_lines(new),
+            f"a/{shown}",
+            f"b/{shown}",
+            budget=budget,
+            no_newline=marker,
+        )
     )
 
 
@@ -124,7 +145,7 @@ def present_write(arguments: dict[str, Any], project: Path) -> dict[str, Any]:
     return {
         "kind": "diff",
         "path": path,
-        "diff": _diff("", str(arguments.get("content", "")), path, project),
+        "diff": _diff("", str(arguments.get("content", "")), path, project, whole_file=True),
         "new_file": False,
         "whole_content": True,
         "project": str(project),

@@ -27,6 +27,8 @@ from typing import Literal
 MATCHED = 40_000
 CONTEXT = 3  # lines of context around each change, as `diff -u`
 NO_NEWLINE = "\\ No newline at end of file\n"
+# (the same for a text replaced inside a file, Claude Code's Edit: its end is no file's)
+NO_NEWLINE_TEXT = "\\ No newline at end of the text\n"
 
 Opcode = tuple[Literal["replace", "delete", "insert", "equal"], int, int, int, int]
 
@@ -71,10 +73,12 @@ def unified_diff(
     fromfile: str = "",
     tofile: str = "",
     budget: Budget | None = None,
+    no_newline: str = NO_NEWLINE,
 ) -> Iterator[str]:
     """`difflib.unified_diff(old, new, fromfile, tofile)`'s lines, in time bounded by the
     size of the texts (see the module docstring); the matcher's share is taken from
-    `budget` (a budget of its own by default)."""
+    `budget` (a budget of its own by default). A line with no newline is followed by
+    `no_newline` (`NO_NEWLINE_TEXT` for texts that are not whole files)."""
     opcodes = _opcodes(old, new, budget or Budget())
     if all(tag == "equal" for tag, *_ in opcodes):
         return
@@ -85,17 +89,17 @@ def unified_diff(
         yield f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n"
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
-                yield from _marked(" ", old[i1:i2])
+                yield from _marked(" ", old[i1:i2], no_newline)
                 continue
-            yield from _marked("-", old[i1:i2])
-            yield from _marked("+", new[j1:j2])
+            yield from _marked("-", old[i1:i2], no_newline)
+            yield from _marked("+", new[j1:j2], no_newline)
 
 
-def _marked(sign: str, lines: Sequence[str]) -> Iterator[str]:
-    """Each of `lines` after `sign`, one ending without a newline followed by NO_NEWLINE
-    (never run into the diff's next line)."""
+def _marked(sign: str, lines: Sequence[str], no_newline: str) -> Iterator[str]:
+    """Each of `lines` after `sign`, one ending without a newline followed by
+    `no_newline` (never run into the diff's next line)."""
     for line in lines:
-        yield sign + line if line.endswith("\n") else f"{sign}{line}\n{NO_NEWLINE}"
+        yield sign + line if line.endswith("\n") else f"{sign}{line}\n{no_newline}"
 
 
 def _opcodes(old: Sequence[str], new: Sequence[str], budget: Budget) -> list[Opcode]:

@@ -43,9 +43,10 @@ needs no FUSE device in the sandbox host and no daemon to clean up: chosen.
 What the effect is compared with later (`Effect.fingerprint`): every entry of the
 workspace by kind, mode, size, mtime, ctime and inode (a program outside the sandbox
 cannot change a file's content without changing its ctime), what git reads from outside
-it (`sandbox_git.outside_state`: /etc/gitconfig, a linked worktree's main repository's
-configuration and hooks, its HEAD, index and branch, an included file), and the content hash of every path the
-preview changed. Harness cannot see which files a program only read
+it (`git_outside.outside_state`: /etc/gitconfig, a linked worktree's main repository's
+configuration and hooks, its HEAD, index and the refs HEAD names, an included file, a
+program a configuration names outside the workspace), and the content hash of every
+path the preview changed. Harness cannot see which files a program only read
 (overlayfs reads the lower layer with O_NOATIME), so it treats every file as read.
 """
 
@@ -69,7 +70,7 @@ from typing import Any
 
 from django.conf import settings
 
-from dispatcher.tools import _confined, sandbox, sandbox_cgroups, sandbox_git
+from dispatcher.tools import _confined, git_outside, sandbox, sandbox_cgroups, sandbox_git
 from dispatcher.tools.base import ToolError, storable_text
 from dispatcher.tools.diffs import Budget, newline_lines, unified_diff
 
@@ -941,7 +942,7 @@ def _hidden_by_opaque(
 def fingerprint_of(workspace: Path, *, root_fd: int | None = None) -> str:
     """A digest of every entry of `workspace` by kind, mode, size, mtime, ctime and inode
     (Harness's hidden directories left out: the sandbox never shows them), and of what
-    git reads from outside it (`sandbox_git.outside_state`: the main repository of a
+    git reads from outside it (`git_outside.outside_state`: the main repository of a
     linked worktree, an included configuration, /etc/gitconfig). Symlinks are
     read as links, never followed. With `root_fd` (a descriptor of `workspace`, resolved)
     the walk starts at the directory it holds, never at the path, which a program may
@@ -977,7 +978,7 @@ def fingerprint_of(workspace: Path, *, root_fd: int | None = None) -> str:
                 pending.append(rel + "/")
             if sandbox_git.fold(name) == ".git":
                 dot_gits.append(rel)
-    digest.update(sandbox_git.outside_state(Path(root), base, dot_gits).encode(errors="replace"))
+    digest.update(git_outside.outside_state(Path(root), base, dot_gits).encode(errors="replace"))
     top_info = os.lstat(root) if root_fd is None else os.fstat(root_fd)
     digest.update(f".\0{top_info.st_mode:o} {top_info.st_mtime_ns} {top_info.st_ctime_ns}".encode())
     return digest.hexdigest()

@@ -7,7 +7,7 @@ reads configuration outside it too: a linked worktree's main repository (its `.g
 file naming `main/.git/worktrees/ws`), a file its configuration includes, /etc/gitconfig;
 changed between the approval and the apply, the command would now do something else, and
 the effect previewed under the old one was applied all the same. Now what git reads from
-outside is part of the fingerprint (`sandbox_git.outside_state`): the call ends `edited`
+outside is part of the fingerprint (`git_outside.outside_state`): the call ends `edited`
 and a new preview, under the configuration as it is, asks again. Real git, real bwrap,
 the worker's own code path; the outside configuration is shown to the sandbox by a
 HARNESS_SANDBOX_READ_ONLY entry, as a deployment would."""
@@ -60,6 +60,24 @@ def _git(where: Path, *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def _team(tmp_path: Path, settings: Any) -> Path:
+    """`tmp_path/team`, a directory outside the workspace the sandbox shows read-only (a
+    HARNESS_SANDBOX_READ_ONLY entry, as a deployment would)."""
+    os.chmod(tmp_path, 0o755)  # noqa: S103 - the sandbox user passes through
+    outside = tmp_path / "team"
+    outside.mkdir(mode=0o755)
+    settings.HARNESS_SANDBOX_READ_ONLY = [str(outside)]
+    return outside
+
+
+def _approve(client: Client, approval: ApprovalRequest) -> None:
+    """The reviewer approves the call and the effect shown."""
+    data = {"action": "approve", "digest": approval.call.digest}
+    data["effect_digest"] = approval.effect_digest
+    response = client.post(f"/approvals/{approval.pk}/decide", data)
+    assert response.status_code in (200, 302), response.content
 
 
 def _included(workspace: Path, outside: Path) -> Path:

@@ -3,6 +3,7 @@ to the digest exactly as for other calls."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -116,3 +117,34 @@ def test_the_queue_lists_a_pending_claude_code_call(
     approval = pending(agent, "Bash", {"command": "make deploy"})
     page = reviewer_client.get("/approvals/").content.decode()
     assert f"call-{approval.call_id}" in page and "make deploy" in page
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "shown"),
+    [
+        ("last", "last\n", ["-last", "\\ No newline at end of the text", "+last"]),
+        ("last\n", "last", ["-last", "+last", "\\ No newline at end of the text"]),
+    ],
+)
+def test_an_edit_that_only_adds_or_removes_a_final_newline_shows_it(
+    reviewer_client: Client, agent: AgentFixture, old: str, new: str, shown: list[str]
+) -> None:
+    """Each last line was given a newline before the diff was made: an Edit of `last` to
+    `last\\n` (a file's missing final newline added) showed the reviewer "(no change)"."""
+    edit = asked(
+        agent,
+        "Edit",
+        {"file_path": f"{PROJECT}/src/app.py", "old_string": old, "new_string": new},
+    )
+    page = item(reviewer_client, edit)
+    lines = re.findall(r'<span class="(?:add|del|ctx)">(.*?)</span>', page)
+    assert "(no change)" not in page
+    assert lines == shown, lines
+
+
+def test_a_write_without_a_final_newline_says_so(
+    reviewer_client: Client, agent: AgentFixture
+) -> None:
+    write = asked(agent, "Write", {"file_path": f"{PROJECT}/run.sh", "content": "echo hi"})
+    lines = re.findall(r'<span class="(?:add|del|ctx)">(.*?)</span>', item(reviewer_client, write))
+    assert lines == ["+echo hi", "\\ No newline at end of file"], lines

@@ -1,6 +1,6 @@
 """A linked worktree's HEAD, index and branch lie outside the workspace, and a previewed
 effect is applied only while they are as they were (red team of the preview's
-fingerprint, sandbox_git.outside_state).
+fingerprint, git_outside.outside_state).
 
 The fingerprint took the main repository's configuration, hooks and info, but not what
 git reads as the worktree's state: its HEAD and index (`main/.git/worktrees/ws/`) and the

@@ -1,0 +1,500 @@
+"""What git reads from outside the workspace for a command run in it: the part of a
+preview's fingerprint (`preview.fingerprint_of`) the workspace's own walk cannot see
+(docs/security.md, "Git metadata in the sandbox").
+
+A previewed command's effect is applied only while everything that could change it is as
+it was; git run in the workspace reads configuration, hooks and refs outside it (the
+host's `/etc/gitconfig`, the main repository of a linked worktree, the repository above
+a fixed workspace, an included team file), and runs programs a configuration names
+outside it (`filter.x.clean = /team/bin/clean`). `outside_state` describes all of them,
+bounded (MAX_OUTSIDE), as one text the fingerprint's digest takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pwd
+import re
+import stat
+from pathlib import Path
+
+from dispatcher.tools import sandbox_git
+from dispatcher.tools.base import ToolError
+from dispatcher.tools.sandbox_git import (
+    _COMMAND_KEYS,
+    _PATH,
+    FILES,
+    Guard,
+    _configuration,
+    _expand_home,
+    _gitdir_of,
+    _inside,
+    _read,
+    _resolve,
+    _sandbox_uid,
+)
+
+# What a configuration must say for `outside_state` to read its settings (one git
+# subprocess, `_names_files`): a key naming a file or directory git reads; or one of the
+# keys whose value git runs (_COMMAND_KEYS; any of an [alias] or [pager] section) with a
+# value that may name a file outside the workspace: an absolute path or `~user/` (a
+# relative one only with a work tree outside it, the repository's above it). Keys are
+# matched at the start of a line or after a section's header (`[core] fsmonitor = ...`);
+# section and key names hold no escapes or line continuations, a value may (`\` at a
+# line's end: read). A name matched that is no such key costs a read, no more: a
+# repository's `credential.helper = gcloud.sh` or git-lfs's filter (`git-lfs clean --
+# %f`) costs none.
+_POINTER_KEY = re.compile(
+    rb"(^|\])[ \t]*(path|hookspath|attributesfile|excludesfile)[ \t]*([=;#\r\n]|$)",
+    re.IGNORECASE | re.MULTILINE,
+)
+_COMMAND_NAMES = (
+    rb"fsmonitor|pager|editor|sshcommand|askpass|gitproxy|alternaterefscommand|external"
+    rb"|difffilter|browser|program|defaultkeycommand|helper|clean|smudge|process|textconv"
+    rb"|command|driver|cmd|tunnel|httpd|packobjectshook|uploadpack|receivepack|vcs|update"
+    rb"|smtpserver|sendmailcmd|tocmd|cccmd|headercmd|tool|guitool"
+)
+_COMMAND_SECTION = re.compile(rb"\[[ \t]*(alias|pager)[ \t]*[\].\"]", re.IGNORECASE)
+_COMMAND_KEY = re.compile(
+    rb"(^|\])[ \t]*(" + _COMMAND_NAMES + rb")[ \t]*([=;#\r\n]|$)",
+    re.IGNORECASE | re.MULTILINE,
+)
+_COMMAND_PATH = re.compile(
+    rb"(^|\])[ \t]*(" + _COMMAND_NAMES + rb")[ \t]*=[^\n]*[/~]|\\\r?\n",
+    re.IGNORECASE | re.MULTILINE,
+)
+# Files and directories outside the workspace described for one fingerprint; past it, the
+# rest is counted (the same count: the same fingerprint), and git configurations parsed
+# (for their includes and hooks directories) are bounded as a guard's are.
+MAX_OUTSIDE = 256
+MAX_LISTED = 1000  # entries of one hooks or info directory described
+MAX_NAMED = 256  # files command lines name described; past it, counted
+# Refs git reads to resolve one name (HEAD, and each symbolic ref it names in turn):
+# refs.h's SYMREF_MAXDEPTH; past it git resolves nothing.
+SYMREF_MAXDEPTH = 5
+# A ref name as git takes it (check_refname_format, one level allowed): components with
+# none of git's forbidden characters, none starting with `.` or ending with `.lock`.
+_REF_COMPONENT = re.compile(r"[^\x00-\x20\x7f ~^:?*\[\\/.][^\x00-\x20\x7f ~^:?*\[\\/]*")
+# A command line of a command-valued key cut into simple commands and their words (as a
+# shell would, near enough to find the paths it names).
+_COMMAND_SEPARATORS = re.compile(r"[;&|()\n`]+")
+_WORD_SEPARATORS = re.compile(r"""[\s'"<>{}]+""")
+
+
+def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
+    """A description of what git reads from outside `workspace` for a command run in it:
+    the host's system configuration (SYSTEM_CONFIG) and the per-user files of whoever
+    the sandbox runs as (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`: a sandboxed run
+    reads neither, its GIT_CONFIG_GLOBAL being /dev/null, but a person's git does); the
+    git directory of the repository holding the workspace, and the one each `.git` of
+    it names outside it (`dot_gits`, relative paths read under `base`, the workspace as
+    held: a linked worktree's, a submodule's), with their `commondir`'s: their `config`
+    and `config.worktree`, `hooks/` and `info/`, and the work tree's HEAD, index,
+    `packed-refs` and each ref HEAD names in turn (`_ref_chain`); every file a
+    configuration includes and hooks directory it names outside the workspace; and every
+    file outside it a command-valued key names (`_named_files`: `core.fsmonitor =
+    /team/fsmon`, `filter.x.clean = python3 /team/clean.py`). Each file by identity,
+    mode, times and the SHA-256 of its content (one of the workspace that is a link to
+    a file outside it too: git follows it; a named program by identity, mode and times
+    alone: its change time moves with any change), each directory by its entries; what
+    is missing or cannot be read says so. What lies in the workspace is the
+    fingerprint's walk's (`preview.fingerprint_of`), whose digest takes this too: a
+    configuration changed outside it between a preview and its apply (the main
+    repository of a linked worktree, an included team file a read-only entry shows)
+    changed what the command would do, and the approved effect was applied all the
+    same."""
+    state = _OutsideState(workspace)
+    state.config(str(sandbox_git.SYSTEM_CONFIG), None)
+    for home in _sandbox_homes():
+        state.config(os.path.join(home, ".gitconfig"), None)
+        state.config(os.path.join(home, ".config", "git", "config"), None)
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    if xdg.startswith("/"):
+        state.config(os.path.join(xdg, "git", "config"), None)
+    for tree, git_dir in _enclosing_git_dir(workspace, state):
+        state.trees.append(tree)
+        state.git_dir(git_dir, tree)
+    for rel in dot_gits:
+        found = _dot_git_target(base, workspace, rel)
+        if found is not None:
+            state.git_dir(found, str(workspace / os.path.dirname(rel)))
+    state.run()
+    return "".join(state.lines)
+
+
+@dataclasses.dataclass
+class _OutsideState:
+    """`outside_state`'s work: the configurations still to read (their path and the work
+    tree a relative core.hooksPath of theirs is taken from), what was described, the work
+    trees outside the workspace (the repository's above it: where a configuration that
+    is no repository's own runs a relative program)."""
+
+    workspace: Path
+    queue: list[tuple[str, str | None]] = dataclasses.field(default_factory=list)
+    seen: set[str] = dataclasses.field(default_factory=set)
+    lines: list[str] = dataclasses.field(default_factory=list)
+    budget: Guard = dataclasses.field(default_factory=Guard)
+    trees: list[str] = dataclasses.field(default_factory=list)
+    named_files: int = 0
+
+    def config(self, path: str, tree: str | None) -> None:
+        self.queue.append((os.path.normpath(path), tree))
+
+    def git_dir(self, git_dir: str, tree: str) -> None:
+        """The configuration and hooks of the git directory `git_dir` and of its
+        `commondir`: described where they lie outside the workspace, the configurations
+        read wherever they lie (one of the workspace may include a file outside it). And
+        the work tree's state git reads there (`_git_state`)."""
+        common = self._common(git_dir)
+        for where in (git_dir, common):
+            if where is None:
+                continue
+            for name in FILES[:2]:
+                self.config(os.path.join(where, name), tree)
+            self.directory(os.path.join(where, "hooks"))
+            self.directory(os.path.join(where, "info"))
+        self._git_state(git_dir, common)
+
+    def _git_state(self, git_dir: str, common: str | None) -> None:
+        """A work tree's state as git reads it from its git directory: HEAD, the index,
+        `packed-refs` and the refs HEAD names (a linked worktree's lie outside the
+        workspace: a commit made to its branch there after a preview of `git log -1 >
+        last.txt` left the fingerprint as it was, and the old effect was applied)."""
+        self.file(os.path.join(git_dir, "index"))
+        for where in dict.fromkeys((git_dir, common or git_dir)):
+            self.file(os.path.join(where, "packed-refs"))
+        self._ref_chain(git_dir, common or git_dir)
+
+    def _ref_chain(self, git_dir: str, common: str) -> None:
+        """HEAD and each ref it names in turn, as git resolves it (refs_resolve_ref_unsafe:
+        SYMREF_MAXDEPTH reads): a symbolic ref (`ref: refs/heads/a`, or a link whose
+        target starts with `refs/`) may name another (`git symbolic-ref refs/heads/a
+        refs/heads/b`). Before, only the ref HEAD names was described: a commit to `b`
+        between a preview and its apply left the fingerprint as it was. A ref with no
+        loose file is read from `packed-refs` (described by `_git_state`)."""
+        name = "HEAD"
+        for _ in range(SYMREF_MAXDEPTH):
+            path = _ref_path(git_dir, common, name)
+            if path is None:
+                return
+            named = self._symbolic_ref(path)
+            if named is None:
+                return
+            name = named
+
+    def _symbolic_ref(self, path: str) -> str | None:
+        """The ref the loose ref at `path` names when it is a symbolic one, described
+        (as files_read_raw_ref reads it: a link to `refs/...` is one by its target, any
+        other link is followed); None when it is not."""
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = None
+        if target is not None and target.startswith("refs/") and _ref_name(target):
+            if self._room(os.path.normpath(path)):
+                self.lines.append(f"{os.path.normpath(path)}\0link {target}\n")
+            return target
+        data = self.file(path)
+        if data is None or not data.startswith(b"ref:"):
+            return None
+        return data.removeprefix(b"ref:").strip().decode("utf-8", "replace")
+
+    def _common(self, git_dir: str) -> str | None:
+        common = self.file(os.path.join(git_dir, "commondir"))
+        if not common or not common.strip():
+            return None
+        return os.path.join(git_dir, common.decode("utf-8", "replace").strip())
+
+    def run(self) -> None:
+        done: set[str] = set()
+        while self.queue:
+            path, tree = self.queue.pop(0)
+            if path in done:
+                continue  # (a file including itself, or one another includes too)
+            done.add(path)
+            data = self.file(path)
+            if data is None or not _names_files(data, bool(self.trees)):
+                continue
+            try:
+                pairs = _configuration(data, Path(path), self.budget)
+            except ToolError:
+                self.lines.append(f"{path}\0unparsed\n")
+                continue
+            for key, value in pairs:
+                self.pointer(path, tree, key, value)
+
+    def pointer(self, path: str, tree: str | None, key: str, value: str) -> None:
+        """Queue the file `key = value` of the configuration at `path` includes, or
+        describe the hooks directory, attributes or excludes file it names (each as git
+        finds it; a relative attributes or excludes file is the work tree's), or the
+        files a command-valued key's command line names (`_named_files`)."""
+        if _COMMAND_KEYS.fullmatch(key):
+            for named in _named_files(value, [tree] if tree is not None else self.trees):
+                self.named(named)
+            return
+        including = key == "include.path" or (
+            key.startswith("includeif.") and key.endswith(".path")
+        )
+        files = key in ("core.attributesfile", "core.excludesfile")
+        if not (including or files or key == "core.hookspath"):
+            return
+        expanded = _expand_home(value)
+        if expanded is None:
+            return  # (`~/`: the HOME of whoever runs git; the sandbox's is empty)
+        if including:
+            self.config(os.path.join(os.path.dirname(path), expanded), tree)
+        elif files and os.path.isabs(expanded):
+            self.file(expanded)
+        elif not files and (os.path.isabs(expanded) or tree is not None):
+            self.directory(os.path.join(tree or "/", expanded))
+
+    def _room(self, path: str) -> bool:
+        if path in self.seen or _inside(self.workspace, path):
+            return False  # (the workspace's own: its walk's)
+        self.seen.add(path)
+        if len(self.seen) > MAX_OUTSIDE:
+            self.lines.append("more\n")
+            return False
+        return True
+
+    def file(self, path: str) -> bytes | None:
+        """The content of the regular file at `path`, or None; described once when it
+        lies outside the workspace, or resolves to a file there (git follows a link:
+        `.git/refs/heads/main -> /team/main`, which the walk takes as a link alone)."""
+        path = os.path.normpath(path)
+        line, data, resolved = _file_state(path)
+        if self._room(path) or (resolved not in (None, path) and self._room(str(resolved))):
+            self.lines.append(line)
+        return data
+
+    def named(self, path: str) -> None:
+        """Describe, once, the file at `path` a command line names (its program, or a
+        file handed to it) when it lies outside the workspace: by what it resolves to and
+        that file's identity, mode, size and times (its change time moves with any change
+        of its content), never its content (a program may be large, a file handed to ssh
+        a key)."""
+        path = os.path.normpath(path)
+        if path in self.seen or _inside(self.workspace, path):
+            return
+        self.seen.add(path)
+        self.named_files += 1
+        # (a budget of their own: a configuration's many aliases never crowd out the
+        # files and directories above)
+        self.lines.append(_identity_state(path) if self.named_files <= MAX_NAMED else "more\n")
+
+    def directory(self, path: str) -> None:
+        path = os.path.normpath(path)
+        if self._room(path):
+            self.lines.append(_directory_state(path))
+
+
+def _names_files(data: bytes, trees: bool) -> bool:
+    """Whether the configuration `data` may name a file outside the workspace that the
+    fingerprint takes (see _POINTER_KEY): worth a git process to read it. `trees`: a
+    work tree lies outside the workspace (a relative program of its configuration may
+    too)."""
+    if _POINTER_KEY.search(data):
+        return True
+    section = _COMMAND_SECTION.search(data)
+    if not (section or _COMMAND_KEY.search(data)):
+        return False
+    if trees or _COMMAND_PATH.search(data):
+        return True
+    return section is not None and re.search(rb"[/~]", data) is not None
+
+
+def _ref_name(name: str) -> bool:
+    """Whether git takes `name` for a ref's name (check_refname_format, one level
+    allowed); a name it refuses stops its resolution, and names no file here."""
+    parts = name.split("/")
+    return (
+        all(
+            _REF_COMPONENT.fullmatch(part) and not part.endswith(".lock") and ".." not in part
+            for part in parts
+        )
+        and "@{" not in name
+        and name != "@"
+    )
+
+
+def _per_worktree(name: str) -> bool:
+    """Whether git keeps the ref `name` in each work tree's own git directory
+    (is_current_worktree_ref: HEAD and other pseudo-refs, refs/worktree/, refs/bisect/,
+    refs/rewritten/)."""
+    return bool(re.fullmatch(r"[A-Z_-]+", name)) or name.startswith(
+        ("refs/worktree/", "refs/bisect/", "refs/rewritten/")
+    )
+
+
+def _ref_path(git_dir: str, common: str, name: str) -> str | None:
+    """Where git looks for the loose ref `name` of the work tree whose git directory is
+    `git_dir` (files_ref_path): its own for a per-worktree ref, another work tree's for
+    `worktrees/<id>/...`, the main one's for `main-worktree/...`, else the common
+    directory's; None for a name git refuses."""
+    if not _ref_name(name):
+        return None
+    if name.startswith("worktrees/"):
+        worktree, _, bare = name.removeprefix("worktrees/").partition("/")
+        if bare and _per_worktree(bare):
+            return os.path.join(common, "worktrees", worktree, bare)
+    if name.startswith("main-worktree/") and _per_worktree(name.removeprefix("main-worktree/")):
+        return os.path.join(common, name.removeprefix("main-worktree/"))
+    return os.path.join(git_dir if _per_worktree(name) else common, name)
+
+
+def _named_files(value: str, trees: list[str]) -> list[str]:
+    """The files a command line git runs (a command-valued key's `value`) names: each
+    absolute word (`/team/bin/clean`, `--file=/team/x`, `~user/bin/x`), and, taken from
+    each work tree in `trees` (where git runs it), each relative program (`tools/x`) and
+    argument (`sh clean.sh`). A bare program is found on the sandbox's PATH (the host's,
+    as the command's own programs are); `~/`, `$VAR` and `%f` name nothing git's run
+    there finds outside the workspace (the sandbox's HOME is empty)."""
+    found: list[str] = []
+    for command in _COMMAND_SEPARATORS.split(value.removeprefix("!")):
+        words = [word for word in _WORD_SEPARATORS.split(command) if word]
+        for index, word in enumerate(words):
+            if "=" in word and not word.startswith("/"):
+                word = word.partition("=")[2]  # (`--file=/x`, `VAR=/x`)
+            elif word.startswith("-"):
+                continue  # an option
+            if not word or "$" in word or "%" in word:
+                continue
+            if word.startswith("~"):
+                expanded = _expand_home(word)
+                if expanded is not None:
+                    found.append(expanded)
+            elif word.startswith("/"):
+                found.append(word)
+            elif index or "/" in word:
+                found += [os.path.join(tree, word) for tree in trees]
+    return found
+
+
+def _sandbox_homes() -> list[str]:
+    """The home of the user sandboxed programs run as (the sandbox user, or Harness's)."""
+    uid = _sandbox_uid()
+    try:
+        return [pwd.getpwuid(os.getuid() if uid is None else uid).pw_dir]
+    except (KeyError, OverflowError):
+        return []
+
+
+def _enclosing_git_dir(workspace: Path, state: _OutsideState) -> list[tuple[str, str]]:
+    """(the work tree, the git directory) of the nearest `.git` above the workspace, the
+    `.git` file naming it described; none when there is none."""
+    for above in Path(workspace).parents:
+        dot_git = str(above / ".git")
+        try:
+            info = os.stat(dot_git)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            return [(str(above), dot_git)]
+        data = state.file(dot_git)
+        target = _gitdir_of(data or b"", Path(dot_git))
+        return [(str(above), str(target))] if target is not None else []
+    return []
+
+
+def _dot_git_target(base: Path, workspace: Path, rel: str) -> str | None:
+    """The git directory the workspace's `.git` at `rel` (read under `base`, no link
+    followed) is or names: itself, a symbolic link's target, a `gitdir:` file's."""
+    where = workspace / rel
+    try:
+        fd = os.open(base / rel, _PATH)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return str(where)
+        if stat.S_ISLNK(info.st_mode):
+            named = os.readlink("", dir_fd=fd)
+            return os.path.normpath(os.path.join(where.parent, named))
+        if stat.S_ISREG(info.st_mode):
+            target = _gitdir_of(_read(fd), where)
+            return None if target is None else str(target)
+    except (OSError, ToolError):
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
+def _file_state(path: str) -> tuple[str, bytes | None, str | None]:
+    """(a line describing the file at `path`, links followed: missing, not a regular
+    file, or its identity, mode, times and content's SHA-256; its content or None; the
+    path it resolves to, or None)."""
+    resolved = _resolve(path)
+    if resolved is None:
+        return f"{path}\0unresolved\n", None, None
+    try:
+        fd = os.open(resolved, _PATH)
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{path}\0absent\n", None, resolved
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n", None, resolved
+    described = "unread"
+    try:
+        info = os.fstat(fd)
+        described = _described(info)
+        if not stat.S_ISREG(info.st_mode):
+            return f"{path}\0{described}\n", None, resolved
+        data = _read(fd)
+    except (OSError, ToolError):
+        return f"{path}\0{described} unread\n", None, resolved  # (larger than 1 MiB ...)
+    finally:
+        os.close(fd)
+    digest = hashlib.sha256(data).hexdigest()
+    return f"{path}\0{described} {digest}\n", data, resolved
+
+
+def _directory_state(path: str) -> str:
+    """A line describing the directory at `path` by each entry's name and state (at most
+    MAX_LISTED), or what it is instead."""
+    resolved = _resolve(path)
+    if resolved is None:
+        return f"{path}\0unresolved\n"
+    try:
+        fd = os.open(resolved, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return _file_state(path)[0]
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n"
+    try:
+        entries = sorted(os.listdir(fd))
+        shown = [
+            f"{name}:{_described(os.stat(name, dir_fd=fd, follow_symlinks=False))}"
+            for name in entries[:MAX_LISTED]
+        ]
+        head = _described(os.fstat(fd))
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n"
+    finally:
+        os.close(fd)
+    return f"{path}\0{head} {len(entries)}\0{'/'.join(shown)}\n"
+
+
+def _described(info: os.stat_result) -> str:
+    return (
+        f"{info.st_dev}:{info.st_ino} {info.st_mode:o} {info.st_size} "
+        f"{info.st_mtime_ns} {info.st_ctime_ns}"
+    )
+
+
+def _identity_state(path: str) -> str:
+    """A line describing the file at `path`, links followed, by what it resolves to and
+    that file's identity, mode, size and times (its content unread); or what it is
+    instead: missing, unresolved, an error."""
+    resolved = _resolve(path)
+    if resolved is None:
+        return f"{path}\0unresolved\n"
+    try:
+        info = os.lstat(resolved)
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{path}\0absent\n"
+    except OSError as error:
+        return f"{path}\0error {error.errno}\n"
+    return f"{path}\0{resolved}\0{_described(info)}\n"
