@@ -119,6 +119,16 @@ def test_the_queue_lists_a_pending_claude_code_call(
     assert f"call-{approval.call_id}" in page and "make deploy" in page
 
 
+def _changed(page: str) -> list[str]:
+    """The diff's lines on `page` other than its file and hunk headers: what it changes,
+    and the `\\ No newline` lines (shown in the headers' colour: not context)."""
+    return [
+        line
+        for kind, line in re.findall(r'<span class="(add|del|ctx|meta)">(.*?)</span>', page)
+        if kind != "meta" or line.startswith("\\")
+    ]
+
+
 @pytest.mark.parametrize(
     ("old", "new", "shown"),
     [
@@ -137,7 +147,7 @@ def test_an_edit_that_only_adds_or_removes_a_final_newline_shows_it(
         {"file_path": f"{PROJECT}/src/app.py", "old_string": old, "new_string": new},
     )
     page = item(reviewer_client, edit)
-    lines = re.findall(r'<span class="(?:add|del|ctx)">(.*?)</span>', page)
+    lines = _changed(page)
     assert "(no change)" not in page
     assert lines == shown, lines
 
@@ -146,5 +156,5 @@ def test_a_write_without_a_final_newline_says_so(
     reviewer_client: Client, agent: AgentFixture
 ) -> None:
     write = asked(agent, "Write", {"file_path": f"{PROJECT}/run.sh", "content": "echo hi"})
-    lines = re.findall(r'<span class="(?:add|del|ctx)">(.*?)</span>', item(reviewer_client, write))
+    lines = _changed(item(reviewer_client, write))
     assert lines == ["+echo hi", "\\ No newline at end of file"], lines
