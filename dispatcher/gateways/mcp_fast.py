@@ -92,7 +92,7 @@ def eligible(
     `session_header`: the Mcp-Session-Id of the known session the request named (None
     for anything else: an initialize, a client keeping no session)."""
     version = eligible_version(scope, session_header)
-    return None if version is None else _parse(messages, version)
+    return None if version is None else parse(messages, version)
 
 
 def eligible_version(scope: Scope, session_header: str | None) -> str | None:
@@ -141,9 +141,9 @@ def _content_type_json(headers: Headers) -> bool:
     return CONTENT_TYPE_JSON in parts
 
 
-def _parse(messages: list[types.JSONRPCMessage], version: str) -> FastCall | None:
+def parse(messages: list[types.JSONRPCMessage], version: str) -> FastCall | None:
     """The request, when its body is one tools/call request whose params the handler
-    would receive as they are."""
+    would receive as they are (`version`: the revision `eligible_version` found)."""
     message = messages[0] if len(messages) == 1 else None
     if not isinstance(message, types.JSONRPCRequest) or message.method != METHOD:
         return None
