@@ -43,6 +43,7 @@ from typing import Any
 
 import anyio
 import pydantic
+import pydantic_core
 from django.conf import settings
 from mcp import types
 from mcp.server.connection import Connection
@@ -92,7 +93,7 @@ def eligible(
     `session_header`: the Mcp-Session-Id of the known session the request named (None
     for anything else: an initialize, a client keeping no session)."""
     version = eligible_version(scope, session_header)
-    return None if version is None else _parse(messages, version)
+    return None if version is None else parse(messages, version)
 
 
 def eligible_version(scope: Scope, session_header: str | None) -> str | None:
@@ -141,9 +142,9 @@ def _content_type_json(headers: Headers) -> bool:
     return CONTENT_TYPE_JSON in parts
 
 
-def _parse(messages: list[types.JSONRPCMessage], version: str) -> FastCall | None:
+def parse(messages: list[types.JSONRPCMessage], version: str) -> FastCall | None:
     """The request, when its body is one tools/call request whose params the handler
-    would receive as they are."""
+    would receive as they are (`version`: the revision `eligible_version` found)."""
     message = messages[0] if len(messages) == 1 else None
     if not isinstance(message, types.JSONRPCRequest) or message.method != METHOD:
         return None
@@ -239,7 +240,6 @@ class _Answer:
 async def _message(caller: Caller, request: FastCall, early: EarlyAdmission | None) -> str:
     """The JSON-RPC response: the handler's result shaped by the SDK's runner, or its
     exception mapped as the SDK's dispatcher maps it."""
-    message: types.JSONRPCResponse | types.JSONRPCError
     try:
         result = await answer_call(
             request.request_id,
@@ -248,14 +248,23 @@ async def _message(caller: Caller, request: FastCall, early: EarlyAdmission | No
             early,
         )
         shaped = _runner(request.version)._serialize(METHOD, request.version, result)
-        message = types.JSONRPCResponse(jsonrpc="2.0", id=request.request_id, result=shaped)
     except Exception as exc:
         error = handler_exception_to_error_data(exc)
         if error is None:
             logger.exception("handler for %r raised", METHOD)
             error = types.ErrorData(code=0, message=str(exc))  # (the SDK's dispatcher's)
         message = types.JSONRPCError(jsonrpc="2.0", id=request.request_id, error=error)
-    return message.model_dump_json(by_alias=True, exclude_unset=True)
+        return message.model_dump_json(by_alias=True, exclude_unset=True)
+    return response_json(request.request_id, shaped)
+
+
+def response_json(request_id: types.RequestId, result: dict[str, Any]) -> str:
+    """`types.JSONRPCResponse(jsonrpc="2.0", id=request_id, result=result)` as its
+    `model_dump_json(by_alias=True, exclude_unset=True)` writes it (the same bytes:
+    pydantic's own JSON writer, its three fields in their order), without building and
+    validating the model around a result the SDK's runner has just shaped and a request
+    id the SDK's parse has just read."""
+    return pydantic_core.to_json({"jsonrpc": "2.0", "id": request_id, "result": result}).decode()
 
 
 @functools.cache

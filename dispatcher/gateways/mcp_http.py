@@ -112,8 +112,9 @@ async def serve(scope: Scope, receive: Receive, send: Send) -> None:
     # A tools/call the fast path would answer, if its session is the agent's, is read now
     # and admitted on the trip that authenticates it (EarlyAdmission).
     read = None
-    if bearer and session_id and mcp_fast.eligible_version(scope, session_id) is not None:
-        read = early_read(scope, await read_body(receive), session_id)
+    version = mcp_fast.eligible_version(scope, session_id) if bearer and session_id else None
+    if version is not None:
+        read = early_read(await read_body(receive), session_id, version)
     if read is None or read.admission is None:
         return await serve_authenticated(scope, receive, send, host, kind, token, session_id, read)
     try:
@@ -140,10 +141,11 @@ class Read:
 EARLY_BODY_MAX = 16 * 1024
 
 
-def early_read(scope: Scope, body: bytes | None, session_id: str) -> Read:
+def early_read(body: bytes | None, session_id: str, version: str) -> Read:
     """`body`, with its call's early admission when it may have one: a body of at most
     EARLY_BODY_MAX bytes that the fast path takes if `session_id` is the agent's
-    (`mcp_fast.eligible`), calling a tool other than the permission prompt, with a name and
+    (`mcp_fast.eligible`; `version`: what `mcp_fast.eligible_version` found of its method
+    and headers), calling a tool other than the permission prompt, with a name and
     arguments Harness can store. Anything else is authenticated alone and served as
     before (whatever it is answered, it is answered after the token and the session)."""
     if body is None or len(body) > EARLY_BODY_MAX:
@@ -152,7 +154,7 @@ def early_read(scope: Scope, body: bytes | None, session_id: str) -> Read:
         messages = parse_messages(body)
     except UnnamedRequest:
         return Read(body)
-    fast = mcp_fast.eligible(scope, messages, session_id)
+    fast = mcp_fast.parse(messages, version)
     if fast is None or fast.params.name == APPROVAL_PROMPT:
         return Read(body, messages)
     try:
