@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import AsyncIterator, Generator, Iterator
+import threading
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from itertools import islice
 from typing import Any, NamedTuple
 
 import psycopg
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import connections
 from django.db.models import QuerySet
 
@@ -175,3 +177,36 @@ async def async_chunks(events: QuerySet[AuditEvent], fmt: str) -> AsyncIterator[
             yield data
     finally:
         await sync_to_async(source.close, thread_sensitive=True)()
+
+
+class Slots:
+    """The exports this process streams at once, at most settings.HARNESS_MAX_EXPORTS
+    (0: no cap). An export holds a database connection for as long as its client takes to
+    read it (a response goes no faster: harness_site.slow_clients), and the connections
+    of a process are few (HARNESS_DB_POOL_MAX): without a cap, a few slow downloads held
+    every connection, and every other page of the process waited for one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.running = 0
+
+    def take(self) -> Callable[[], None] | None:
+        """A slot's release (call it once the export's response is closed; calling it
+        again does nothing), or None when every slot is taken."""
+        with self._lock:
+            cap = settings.HARNESS_MAX_EXPORTS
+            if cap and self.running >= cap:
+                return None
+            self.running += 1
+        released = threading.Event()
+
+        def release() -> None:
+            with self._lock:
+                if not released.is_set():
+                    released.set()
+                    self.running -= 1
+
+        return release
+
+
+SLOTS = Slots()

@@ -18,6 +18,11 @@ from . import kinds
 from .models import AuditEvent
 
 PENDING = "pending_approval"
+# Events that note something about a call without changing it (a vote, an escalation, a
+# report no released call took): shown as steps, never as the call's new state. Their
+# payloads use the same words for other things ("to" is the team an ask is offered to,
+# "content" what a client claims an unreleased call gave).
+NOTE_KINDS = kinds.names_where("note")
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,7 @@ def build_replay(events: Sequence[AuditEvent]) -> Replay:
         states = history.setdefault(str(call_id), [])
         new = CallState(tool=str(event.payload.get("tool") or ""))
         before = states[-1].state if states else new
-        after = _advance(before, event)
+        after = before if event.kind in NOTE_KINDS else _advance(before, event)
         if states and after == before:
             continue
         if states:

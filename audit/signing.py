@@ -148,5 +148,7 @@ def wrong_key_message(other: str) -> str:
     return (
         f"Every signature was made with another key (key id {other}), not with this one "
         f"(key id {key_id()}). Verify with the key the log was written with: set "
-        "HARNESS_AUDIT_KEY (or HARNESS_AUDIT_KEY_FILE) as the writing processes have it."
+        "HARNESS_AUDIT_KEY (or HARNESS_AUDIT_KEY_FILE) as the writing processes have it. "
+        "If they have this key, the heads were rewritten by someone without it: verify "
+        "against a checkpoint file (--against) to tell."
     )

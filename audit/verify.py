@@ -76,7 +76,8 @@ class Report:
     heads: dict[str, Head] = field(default_factory=dict)
     checkpoints: int = 0
     # The key id named by signatures that were made with another key, when every
-    # signature checked was (the wrong key is configured, not a forgery everywhere).
+    # signature checked was and nothing else is wrong (the wrong key is configured, not a
+    # forgery everywhere).
     wrong_key: str = ""
     # Verdicts signed with a passkey (step-up) whose assertion was checked.
     assertions: int = 0
@@ -206,8 +207,12 @@ def verify_events(
     report.chains = len(states)
     _compare_heads(report, states, every_chain_headed)
     _compare_checkpoints(report, wanted, seen, last_seq)
-    if signers and len(set(signers)) == 1 and signers[0]:
-        report.wrong_key = signers[0]  # every signature names one other key
+    refused = sum(1 for signer in signers if signer)  # (each is one problem of the report)
+    if signers and len(set(signers)) == 1 and signers[0] and len(report.problems) == refused:
+        # Every signature names one other key, and nothing else is wrong. Anything else
+        # found (an edited event) is listed, whatever key the heads name: a database
+        # user can write any key id on a head.
+        report.wrong_key = signers[0]
     return report
 
 
@@ -412,14 +417,39 @@ def _only(checkpoints: Iterable[Checkpoint], chain: str | None) -> Iterable[Chec
     return checkpoints if chain is None else (c for c in checkpoints if c.chain == chain)
 
 
+# The fields an exported event must have, as what JSON type (`id` and `session_id` are
+# optional: the docs' recipe format has neither).
+TEXT_FIELDS = ("chain", "kind", "actor", "subject", "created_at", "prev_hash", "hash")
+
+
 def file_events(path: Path) -> Iterator[dict[str, Any]]:
+    """The events of a JSON Lines export, in order. Raises ValueError naming the first line
+    that is not JSON, or not an event (a file someone hands over may hold anything)."""
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if line.strip():
                 try:
-                    yield json.loads(line)
+                    event = json.loads(line)
                 except json.JSONDecodeError as error:
                     raise ValueError(f"{path}:{number} is not a JSON line: {error}") from error
+                if (what := _not_an_event(event)) is not None:
+                    raise ValueError(f"{path}:{number} is not an audit event: {what}")
+                yield event
+
+
+def _not_an_event(event: Any) -> str | None:
+    """Why `event` (parsed JSON) is not an exported event, or None."""
+    if not isinstance(event, dict):
+        return f"a JSON {type(event).__name__}, not an object"
+    missing = [name for name in (*TEXT_FIELDS, "seq", "payload") if name not in event]
+    if missing:
+        return f"no {', '.join(missing)}"
+    wrong = [name for name in TEXT_FIELDS if not isinstance(event[name], str)]
+    if wrong:
+        return f"{', '.join(wrong)} not text"
+    if type(event["seq"]) is not int or event["seq"] < 1:
+        return "seq is not a positive whole number"
+    return None
 
 
 def verify_file(path: Path, chain: str | None = None, against: Iterable[Checkpoint] = ()) -> Report:

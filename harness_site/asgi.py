@@ -33,6 +33,7 @@ bound_slow_clients(
     settings.HARNESS_REQUEST_RECEIVE_TIMEOUT,
     settings.HARNESS_MAX_CONNECTIONS_PER_ADDRESS,
     body_bound(settings.HARNESS_MAX_BODY_BYTES),
+    settings.HARNESS_RESPONSE_STALL_TIMEOUT,
 )
 
 from asgiref.sync import ThreadSensitiveContext  # noqa: E402

@@ -511,6 +511,13 @@ HARNESS_MAX_BODY_BYTES = int(env("HARNESS_MAX_BODY_BYTES", str(1024 * 1024)))
 # Seconds a client has to send one whole request (line, headers, body) to daphne; past it
 # the connection is answered 408 and closed (harness_site.slow_clients; 0: no bound).
 HARNESS_REQUEST_RECEIVE_TIMEOUT = float(env("HARNESS_REQUEST_RECEIVE_TIMEOUT", "30"))
+# Seconds a response (an audit export) may wait for its client to take any of it; past it
+# the connection is aborted (harness_site.slow_clients: a response is sent no faster than
+# its client reads; 0: no bound).
+HARNESS_RESPONSE_STALL_TIMEOUT = float(env("HARNESS_RESPONSE_STALL_TIMEOUT", "120"))
+# Audit exports one web process streams at once (each holds a database connection while
+# its client reads); past it 503 with Retry-After (audit.export.SLOTS; 0: no cap).
+HARNESS_MAX_EXPORTS = int(env("HARNESS_MAX_EXPORTS", "4"))
 # Connections one peer address (an IPv6 /64) may hold open to one daphne at once; past it a
 # new one is closed as it opens (harness_site.slow_clients). 0: not counted, the default
 # behind proxies of yours (HARNESS_TRUSTED_PROXY_COUNT), whose own address every connection

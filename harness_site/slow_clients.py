@@ -20,6 +20,15 @@ rings, and one peer that opened as many as the process may hold (1,024 under a c
 service limit) and dripped a byte into each had every other agent's connection closed
 unanswered, for as long as it kept opening them.
 
+A response is sent no faster than its client reads it. daphne handed every body message
+of a streamed response to Twisted at once, and Twisted keeps what the client has not read
+in memory without bound: an audit export (gigabytes of the log) to a client that read
+nothing was held whole in the web process. Now the application's `send` of a body part
+waits while the connection's send buffer is full (Twisted's pauseProducing), so the
+export's database cursor waits with it; a client that takes nothing for
+HARNESS_RESPONSE_STALL_TIMEOUT seconds has its connection aborted, which ends the response
+and gives its database connection back.
+
 And a POST's body is not parsed by Twisted into form arguments (`Request.args`), which
 nothing of daphne or Harness reads: Twisted parsed every POST's Content-Type with the
 `email` package first (about 150 us a request, 1-2% of an allowed `/mcp/` call's CPU:
@@ -29,10 +38,11 @@ body it could not read was answered with its own bare 400, never reaching the ap
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from typing import Any
 
-from daphne import http_protocol, ws_protocol
+from daphne import http_protocol, server, ws_protocol
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web import http
@@ -73,6 +83,8 @@ class BoundedHTTPChannel(http.HTTPChannel):
 
     receive_timeout: float = 30.0
     max_body: int = 0  # (0: no bound but the application's own)
+    # Seconds a response may wait for its client to take any of it (0: no bound).
+    stall_timeout: float = 120.0
     _body_bytes = 0  # of the request being received, framing included
     _refused = False  # answered 413: nothing more is read
     _receive_clock: Any = None
@@ -87,6 +99,10 @@ class BoundedHTTPChannel(http.HTTPChannel):
     def requestFactory(self, factory: Any) -> None:
         # (daphne's factory sets its WebRequest on each protocol it builds)
         self._request_factory = _formless(factory)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._senders: list[asyncio.Future[None]] = []  # (the application's sends waiting)
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -138,6 +154,31 @@ class BoundedHTTPChannel(http.HTTPChannel):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._stop_clock()
         super().connectionLost(reason)
+        self._wake_senders()
+
+    def resumeProducing(self) -> None:
+        super().resumeProducing()
+        self._wake_senders()
+
+    async def drained(self) -> None:
+        """Until the client has taken enough of the response for more to be written (the
+        transport resumed this channel), or the connection is gone. A client that takes
+        nothing for `stall_timeout` seconds has its connection aborted."""
+        if not self._waitingForTransport or self.transport is None:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._senders.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, self.stall_timeout or None)
+        except TimeoutError:
+            if self.transport is not None:
+                self.transport.abortConnection()
+
+    def _wake_senders(self) -> None:
+        senders, self._senders = self._senders, []
+        for waiter in senders:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _start_clock(self) -> None:
         self._stop_clock()
@@ -262,12 +303,29 @@ def _bounded_protocol(factory: Any) -> Any:
     return CountedProtocol(BoundedHTTPChannel())
 
 
-def install(receive_timeout: float, max_per_address: int = 0, max_body: int = 0) -> None:
+_daphne_reply = server.Server.handle_reply
+
+
+async def _paced_reply(self: Any, protocol: Any, message: dict[str, Any]) -> None:
+    """daphne's `send` to the application, returning once the client has room for more
+    when the message is a part of a body with more to come."""
+    await _daphne_reply(self, protocol, message)
+    channel = getattr(protocol, "channel", None)
+    if message.get("more_body") and isinstance(channel, BoundedHTTPChannel):
+        await channel.drained()
+
+
+def install(
+    receive_timeout: float, max_per_address: int = 0, max_body: int = 0, stall: float = 120.0
+) -> None:
     """Bound every request daphne receives from now on (0: no bound but Twisted's own), its
-    body's bytes (`body_bound`; 0: no bound), and the connections open at once per peer
-    address (0: not counted)."""
+    body's bytes (`body_bound`; 0: no bound), the connections open at once per peer
+    address (0: not counted), and how long a response waits for its client to read
+    (`stall` seconds; 0: no bound)."""
     BoundedHTTPChannel.receive_timeout = receive_timeout
     BoundedHTTPChannel.max_body = max_body
+    BoundedHTTPChannel.stall_timeout = stall
     CountedProtocol.max_per_address = max_per_address
     http_protocol.HTTPFactory.protocol = _bounded_protocol
     ws_protocol.WebSocketFactory.protocol = CountedWebSocketProtocol
+    server.Server.handle_reply = _paced_reply

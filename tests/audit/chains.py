@@ -37,8 +37,9 @@ def write_chain(length: int, session_id: uuid.UUID | None = None) -> list[AuditE
     return events
 
 
-def bulk_chain(count: int, chain: str | None = None, batch_size: int = 5000) -> str:
-    """Insert `count` valid events fast (no heads, no summary). Returns the chain id."""
+def bulk_chain(count: int, chain: str | None = None, batch_size: int = 5000, pad: str = "") -> str:
+    """Insert `count` valid events fast (no heads, no summary), each with `pad` in its
+    payload when given (a bigger export). Returns the chain id."""
     session_id = uuid.uuid4()
     chain = chain or str(session_id)
     start = timezone.now()
@@ -47,7 +48,7 @@ def bulk_chain(count: int, chain: str | None = None, batch_size: int = 5000) -> 
             "call.received",
             "agent:bulk",
             f"call:{seq}",
-            {"call_id": str(seq), "tool": "read_file", "n": seq},
+            {"call_id": str(seq), "tool": "read_file", "n": seq} | ({"pad": pad} if pad else {}),
             start + timedelta(microseconds=seq),
         )
         for seq in range(1, count + 1)

@@ -11,6 +11,12 @@ from approvals import stepup
 from audit import checkpoints, signing
 from audit.verify import Report, verify_database, verify_file
 
+UNHEADED = (
+    "The file carries no chain heads: events cut from the end of a chain, or whole "
+    "chains left out, are not detected. Verify it --against a checkpoint file to know "
+    "it is whole."
+)
+
 
 class Command(BaseCommand):
     help = (
@@ -68,6 +74,9 @@ class Command(BaseCommand):
                 f"OK: {report.chains} chains, {report.events} events verified{against}{signed}."
             )
         )
+        if options["file"] and not options["against"]:
+            # An export carries no heads: "OK" says nothing of what is not in the file.
+            self.stdout.write(UNHEADED)
 
     def _verify(self, file: Path | None, against: Path | None, chain: str | None) -> Report:
         marks = list(checkpoints.read(against)) if against else []
