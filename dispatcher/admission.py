@@ -30,15 +30,23 @@ from audit.masking import premask_arguments
 from audit.models import AuditChain
 from audit.services import EventSpec, record_events, write_and_lock_head
 from dispatcher import batches, limits, previews, wakeups
-from dispatcher.agents import mode_and_profile
+from dispatcher.agents import mode_and_profile, refusal_since
 from dispatcher.models import AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import layers, stages
 from dispatcher.policy.context import CallContext, Decision, Profile
+from dispatcher.policy.stages import GuardDenial
 from dispatcher.proposals import ProposedCall, digest_of
 from dispatcher.tools import messages
 from dispatcher.tools.registry import get_tool, one_generation
 from dispatcher.tools.sources import catalog
-from dispatcher.transitions import claim_new, decision_fields, new_transition, release_fields
+from dispatcher.transitions import (
+    claim_new,
+    decision_fields,
+    live_credential_params,
+    live_credential_sql,
+    new_transition,
+    release_fields,
+)
 from floor import compiled
 from floor.compiled import Compiled
 from floor.errors import ServiceError
@@ -103,21 +111,46 @@ def _admit_once(
     inline: bool,
 ) -> tuple[list[ToolCall], list[tuple[ToolCall, CallContext]]]:
     mode, profile = mode_and_profile(session, preloaded=profile_preloaded)
-    try:
-        # Optimistic: a message's calls are almost always new, so the first attempt does
-        # not look for them; the unique (session, tool_use_id) constraint catches those
-        # that are not, and nothing of the attempt is kept.
-        return _admit(
-            session, dialect, proposed, mode, profile, place, look_up=False, inline=inline
-        )
-    except IntegrityError:
-        # A resubmitted message, or the same message submitted concurrently whose other
-        # request won (one call per tool_use_id): admitting again finds its calls. Any other
-        # integrity failure (an audit store refusing the write) is not ours to hide.
-        ids = [p.tool_use_id for p in proposed]
-        if not ToolCall.objects.filter(session=session, tool_use_id__in=ids).exists():
-            raise
-        return _admit(session, dialect, proposed, mode, profile, place, look_up=True, inline=inline)
+    look_up, refused = False, None
+    while True:
+        try:
+            # Optimistic: a message's calls are almost always new, so the first attempt
+            # does not look for them; the unique (session, tool_use_id) constraint catches
+            # those that are not, and nothing of the attempt is kept.
+            return _admit(
+                session,
+                dialect,
+                proposed,
+                mode,
+                profile,
+                place,
+                look_up=look_up,
+                inline=inline,
+                refused=refused,
+            )
+        except IntegrityError:
+            # A resubmitted message, or the same message submitted concurrently whose other
+            # request won (one call per tool_use_id): admitting again finds its calls. Any
+            # other integrity failure (an audit store refusing the write) is not ours to hide.
+            ids = [p.tool_use_id for p in proposed]
+            if (
+                look_up
+                or not ToolCall.objects.filter(session=session, tool_use_id__in=ids).exists()
+            ):
+                raise
+            look_up = True
+        except _CredentialDied:
+            # The token was checked before a sign-out (a revocation, a void, a rotation, a
+            # move) committed, and the write found it dead: nothing of the attempt is kept,
+            # and the message is admitted again, each new call denied saying why.
+            if refused is not None:
+                raise
+            refused = refusal_since(session)
+
+
+class _CredentialDied(Exception):
+    """A message's write that would let a call run with no check after it (claimed for
+    the inline lane, released to its client) found its credential dead (`_insert_calls`)."""
 
 
 @dataclass
@@ -139,6 +172,8 @@ class _Admission:
     # with what policy saw of each: no Celery message.
     kept: list[tuple[ToolCall, CallContext]] = field(default_factory=list)
     allowed: dict[uuid.UUID, CallContext] = field(default_factory=dict)
+    # Why every new call is denied: its credential died while it was admitted (_admit_once).
+    refused: GuardDenial | None = None
 
 
 def _admit(
@@ -151,6 +186,7 @@ def _admit(
     *,
     look_up: bool,
     inline: bool = False,
+    refused: GuardDenial | None = None,
 ) -> tuple[list[ToolCall], list[tuple[ToolCall, CallContext]]]:
     """The message's calls decided in memory, then one transaction (one commit) for the
     whole message: the calls are inserted already decided, with their call.received and
@@ -158,7 +194,8 @@ def _admit(
     runnable ones are sent after commit.
 
     `look_up`: first read the calls of the message the session already has (they are
-    returned as they are); without it, a known call makes the INSERT fail (IntegrityError)."""
+    returned as they are); without it, a known call makes the INSERT fail (IntegrityError).
+    `refused`: every new call is denied so (its credential died while it was admitted)."""
     batch_id, first_index = place or (uuid.uuid4(), 0)
     masked: dict[str, str] = {
         p.tool_use_id: premask_arguments(p.raw_arguments, p.arguments) for p in proposed
@@ -179,7 +216,7 @@ def _admit(
         session,
         {(p.name, digests[p.tool_use_id]) for p in proposed if p.tool_use_id in digests},
     )
-    admission = _Admission(masked_arguments=masked, caps_asks=place is None)
+    admission = _Admission(masked_arguments=masked, caps_asks=place is None, refused=refused)
     calls = []
     for index, item in enumerate(proposed):
         call = known.get(item.tool_use_id)
@@ -223,7 +260,10 @@ def _write(
                 # Claimed in this commit, after its decision: durable before it runs.
                 admission.events.append(claim_new(sent[0], ctx.tool))
                 admission.kept, sent = [(sent[0], ctx)], []
-        head = _insert_calls(admission.calls, session_id)
+        # A call that runs with no check after this write (claimed for the inline lane,
+        # released to its client) is written only while its credential is live.
+        unchecked = [c for c in admission.calls if c.status in (Status.RUNNING, Status.RELEASED)]
+        head = _insert_calls(admission.calls, session_id, live=unchecked[0] if unchecked else None)
         record_events(admission.events, session_id=session_id, locked_head=head)
         previews.record(admission.previews)
         if continuing:
@@ -247,21 +287,56 @@ def _import_recorder(path: str) -> Any:
     return import_string(path)
 
 
-def _insert_calls(calls: list[ToolCall], session_id: uuid.UUID) -> AuditChain | None:
+def _insert_calls(
+    calls: list[ToolCall], session_id: uuid.UUID, *, live: ToolCall | None = None
+) -> AuditChain | None:
     """INSERT the message's calls and (PostgreSQL) lock the session chain's head in the same
-    statement: the head for record_events, or None when it must lock it itself."""
+    statement: the head for record_events, or None when it must lock it itself.
+
+    `live`: a call of the message sent with the credential the request verified, which
+    must still be live when they are written (transitions.live_credential_sql), else
+    _CredentialDied (raised in the caller's transaction, which it rolls back). The token
+    was checked when the request began; a sign-out that committed since is seen here. A
+    message of one call (the inline lane, a hook's call) is written by one INSERT ...
+    SELECT conditional on it: no statement more; any other checks it first, in one."""
     statement = compiled.insert_statement(calls)
+    if live is not None and (statement is None or len(calls) > 1):
+        _check_live(live)
+        live = None
     if statement is None:
         compiled.insert(calls)  # (bulk_create's general case)
         return None
+    sql, params = statement
+    if live is not None:
+        sql, params = _insert_if_live(sql), [*params, *live_credential_params(live)]
     # (prepared at once for one call; for more, at psycopg's count: see fixed_cursor)
     written, head = write_and_lock_head(
-        *statement, session_id=session_id, prepare=True if len(calls) == 1 else None
+        sql, params, session_id=session_id, prepare=True if len(calls) == 1 else None
     )
+    if live is not None and not written:
+        raise _CredentialDied
     if written != len(calls):  # an INSERT writes every row or raises
         raise DatabaseError("the calls' INSERT did not write every call")
     compiled.inserted(calls)
     return head
+
+
+@functools.cache
+def _insert_if_live(sql: str) -> str:
+    """A one-row `INSERT INTO t (...) VALUES (...)` as `INSERT INTO t (...) SELECT ...
+    WHERE <the credential is live>` (PostgreSQL types each value by its column, as for
+    VALUES)."""
+    head, values = sql.split(" VALUES (", 1)
+    assert values.endswith(")") and "), (" not in values, sql
+    return f"{head} SELECT {values[:-1]} WHERE {live_credential_sql()}"
+
+
+def _check_live(call: ToolCall) -> None:
+    """_CredentialDied unless `call`'s credential is live (one statement)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 WHERE {live_credential_sql()}", live_credential_params(call))
+        if cursor.fetchone() is None:
+            raise _CredentialDied
 
 
 def _after_admission(calls: list[ToolCall], sent: list[ToolCall], kept: Sequence[ToolCall]) -> None:
@@ -466,6 +541,9 @@ def _decide(
         call.provenance["client_cwd"] = item.client_cwd
     if profile.layers:
         call.provenance["layers"] = layers.versions(profile)
+    if admission.refused is not None:
+        refused = admission.refused
+        return _settle(call, Status.DENIED, refused.decision, kinds.CALL_DENIED, refused.message)
     # What it is decided under, and may only run under: the tool policy reads, not the one
     # resolved above (another thread's refresh of the catalog may come between the two).
     if ctx.tool.binding is not None:

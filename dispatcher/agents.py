@@ -599,8 +599,8 @@ def _deny_queued(agent: Agent, why: str, guard: str = "") -> None:
     # session chain's lock: a worker's claim takes its call's row, then the chain's, so
     # locking the rows one by one between denials deadlocked with it (review). A row a
     # worker is claiming at this moment is skipped: that call starts as the rotation
-    # commits (as one a moment earlier would have), or its claim fails and the worker's
-    # own check (token_refusal) denies it when its message comes back.
+    # commits (as one a moment earlier would have: its claim's statement read the token
+    # live), or its claim fails and the worker denies it (execution.refuse_dead_credential).
     queued = ToolCall.objects.filter(session__agent=agent, status=Status.QUEUED)
     ids = list(
         queued.select_for_update(skip_locked=True, of=("self",))
@@ -628,7 +628,9 @@ def end_calls_of_signed_out(agent: Agent, actor: str) -> None:
     The agent is given a new sign-in first (`_new_sign_in`): a call whose token was
     checked before this commits, and written after the sweep below looked, is not
     ended here, but it carries the sign-in it was admitted under (its provenance's
-    "token"), so the decision and the worker refuse it (`token_refusal`)."""
+    "token"), so the decision and the worker refuse it (`token_refusal`), and so does
+    the worker's claim, whatever the worker read before this committed, and the write of
+    a call allowed at once (both conditional on it: transitions.live_credential_sql)."""
     _new_sign_in(agent)
     why = signed_out(agent.name)
     _cancel_waiting(agent, actor, why, why=why)
@@ -705,6 +707,40 @@ def token_refusal(call: ToolCall, agent: Agent) -> GuardDenial | None:
             return GuardDenial(((TOKEN_GUARD, signed_out(agent.name)),))
         return GuardDenial(((TOKEN_GUARD, sent_with_rotated()),))
     return None
+
+
+def credential_refusal(call: ToolCall, agent: Agent) -> GuardDenial | None:
+    """`token_refusal`, and a revoked agent's refusal (the guards' `agent_active` refuses
+    it at admission and at the worker's re-check): why `call` must not start now that a
+    claim conditional on its credential (transitions.live_credential_sql) found it dead,
+    with `agent` read after that claim. None when it is live."""
+    refused = token_refusal(call, agent)
+    if refused is None and not agent.is_active:
+        refused = GuardDenial(((TOKEN_GUARD, sent_by_revoked(agent.name)),))
+    return refused
+
+
+def refusal_since(session: AgentSession) -> GuardDenial:
+    """Why calls sent with the credential `session` was read with (its agent's token
+    prefix as read then) are refused now that a write conditional on it found it dead
+    (dispatcher.admission): `credential_refusal` with the session and its agent read
+    again (one statement). Never None: the write saw it dead, so it is refused even if
+    nothing read here says why."""
+    fresh = AgentSession.objects.select_related("agent").get(pk=session.pk)
+    probe = ToolCall(session=fresh, provenance={"token": session.agent.token_prefix})
+    refused = credential_refusal(probe, fresh.agent)
+    if refused is None:
+        refused = GuardDenial(((TOKEN_GUARD, credential_gone(fresh.agent.name)),))
+    return refused
+
+
+def credential_gone(name: str) -> str:
+    return (
+        f"The credential this call was sent with no longer acts for the agent '{name}' "
+        "(it was signed out, revoked, rotated or voided, or the agent moved to another team) "
+        "before the call ran, so it was not run. Sign in again (or use the agent's current "
+        "token), then send it again."
+    )
 
 
 def signed_in_now(agent: Agent) -> None:

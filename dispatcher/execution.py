@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from dispatcher import admission, batches, pipeline, previews, transitions
 from dispatcher.admission import call_context
-from dispatcher.agents import mode_and_profile, token_refusal
+from dispatcher.agents import credential_refusal, mode_and_profile, token_refusal
 from dispatcher.models import Preview, Status, ToolCall
 from dispatcher.policy import git_reading, layers, stages
 from dispatcher.policy.context import CallContext
@@ -132,6 +132,8 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
     with lock:
         if row is not None:
             outcome, reason = previews.settle(call, tool, row, workspace)
+            if outcome == "gone":  # its claim wrote nothing (another worker, a dead credential)
+                refuse_dead_credential(call)
             if outcome in ("applied", "gone"):
                 return None
             if outcome == "run":  # for real, not the previewed effect: as it was shown
@@ -159,6 +161,8 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
                 if turn is not None:
                     turn.claimed = True  # (its place given back: batches.count_running's too)
                 _run_claimed(call, ctx, row=row)
+            elif refuse_dead_credential(call):
+                pass
             elif turn is not None and turn.lost:
                 # Redis lost its data since the hold: the place may not be counted (left
                 # queued), and the call's listing is gone with it (sent again now).
@@ -178,6 +182,24 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
             place=(call.batch_id, call.batch_index),
         )
     return None
+
+
+def refuse_dead_credential(call: ToolCall) -> bool:
+    """After a claim of `call` that wrote nothing: when the call is still queued and the
+    credential that sent it died (a sign-out, a revocation, a void, a rotation or a move
+    committed after the worker's read and before its claim's statement:
+    transitions.claim's condition), it ends denied, unrun, with its event
+    (`deny_before_run`, guard `token` or `team`), never left queued. True then. Otherwise
+    (another worker claimed it, a decision ended it, the claim was not confirmed) it is
+    left as it is. One read more, on a claim that failed only."""
+    fresh = _CALL_WITH_SESSION.first(call.pk)
+    if fresh is None or fresh.status != Status.QUEUED:
+        return False
+    refused = credential_refusal(fresh, fresh.session.agent)
+    if refused is None:
+        return False
+    transitions.deny_before_run(fresh, refused)
+    return True
 
 
 def _send_again(call: ToolCall) -> None:

@@ -22,7 +22,15 @@ from django.utils import timezone
 from audit import kinds
 from audit.services import EventSpec, record_events, write_and_lock_head
 from dispatcher import batches, wakeups
-from dispatcher.models import TERMINAL_STATUSES, TRANSITIONS, Executor, Status, ToolCall
+from dispatcher.models import (
+    TERMINAL_STATUSES,
+    TRANSITIONS,
+    Agent,
+    AgentSession,
+    Executor,
+    Status,
+    ToolCall,
+)
 from dispatcher.policy.context import Decision
 from dispatcher.policy.stages import GuardDenial
 from dispatcher.tools import messages
@@ -40,19 +48,26 @@ def transition(
     actor: str,
     payload: dict[str, Any],
     publish: bool = True,
+    live: bool = False,
     **fields: Any,
 ) -> bool:
     """Move `call` from its current status to `to`: one conditional update plus its audit event.
 
     Returns False (and changes nothing) if another process moved the call first. Must run
     inside transaction.atomic(); the wake-up is published after commit (`publish=False`:
-    the caller schedules it with publish_after_commit).
+    the caller schedules it with publish_after_commit). `live`: the update is conditional
+    on the credential that sent the call being live too (`live_credential`), in its own
+    WHERE: False (nothing written) when it is not.
     """
     _check_transition(call, to, fields)
     previous = call.status
     values = {"status": to, **fields}
     statement = _update_statement(call.pk, previous, values)
+    if statement is not None and live:
+        sql, params = statement
+        statement = f"{sql} AND {live_credential_sql()}", [*params, *live_credential_params(call)]
     if statement is None:  # (a relation or an expression: the ORM's UPDATE, then the lock)
+        assert not live, "a live claim is one statement"
         moved = ToolCall.objects.filter(pk=call.pk, status=previous).update(**values)
         head = None
     else:  # the conditional UPDATE and the chain head's lock in one statement
@@ -88,6 +103,51 @@ def _update_statement(
     params = [_BINDERS[name](values[name], db) for name in names]
     params += [_BINDERS["id"](pk, db), _BINDERS["status"](previous, db)]
     return sql, params
+
+
+def live_credential_sql() -> str:
+    """An SQL condition (its parameters: `live_credential_params`): the credential a call
+    was sent with is still live, read in the statement that carries it. Its session is not
+    left and is of its agent's team (a move, `agents.transfer_agent`); its agent is active
+    (a revocation), its bearer token not voided (a holder's leaving), and the token prefix
+    the admission read with the verified token is still the agent's (a rotation; a
+    sign-out gives a signed-in agent a new one: `agents._new_sign_in`). What
+    `agents.token_refusal` and the guards' `agent_active` refuse, as the row is at the
+    statement's start: a claim conditional on it runs no call whose credential died
+    before the claim's statement began (a call admitted before Harness recorded the
+    prefix is checked without it, as `token_refusal` does)."""
+    vendor = connections[DEFAULT_DB_ALIAS].vendor
+    sql = _LIVE_SQL.get(vendor)
+    if sql is None:
+        q = connections[DEFAULT_DB_ALIAS].ops.quote_name
+
+        def col(model: Any, name: str) -> str:
+            return q(str(model._meta.get_field(name).column))
+
+        sql = _LIVE_SQL[vendor] = (
+            f"EXISTS (SELECT 1 FROM {q(AgentSession._meta.db_table)} live_s "  # noqa: S608
+            f"INNER JOIN {q(Agent._meta.db_table)} live_a "
+            f"ON live_a.{col(Agent, 'id')} = live_s.{col(AgentSession, 'agent')} "
+            f"WHERE live_s.{col(AgentSession, 'id')} = %s "
+            f"AND live_s.{col(AgentSession, 'left_at')} IS NULL "
+            f"AND live_s.{col(AgentSession, 'team')} = live_a.{col(Agent, 'team')} "
+            f"AND live_a.{col(Agent, 'is_active')} = %s "
+            f"AND live_a.{col(Agent, 'token_voided_at')} IS NULL "
+            f"AND live_a.{col(Agent, 'token_prefix')} = "
+            f"COALESCE(%s, live_a.{col(Agent, 'token_prefix')}))"
+        )
+    return sql
+
+
+_LIVE_SQL: dict[str, str] = {}
+
+
+def live_credential_params(call: ToolCall) -> list[Any]:
+    """The parameters of `live_credential_sql` for `call`: its session, and the token
+    prefix its admission recorded (None: admitted before Harness kept it)."""
+    sent_with = (call.provenance or {}).get("token")
+    db = connections[DEFAULT_DB_ALIAS]
+    return [_BINDERS["session"](call.session_id, db), True, sent_with]
 
 
 # The call's concrete fields by name.
@@ -408,6 +468,11 @@ def claim(
     (False, the call still queued): the worker's place among its owner's running calls
     is still counted (`batches.kept_since_hold`).
 
+    The update is conditional on the credential that sent the call being live as well
+    (`live_credential_sql`, in its WHERE: no statement more): a sign-out, a revocation,
+    a void, a rotation or a move that committed before the claim's statement began leaves
+    the call queued and this False; the caller ends it (execution.refuse_dead_credential).
+
     Publishes nothing: the worker announces the call as running only if its body is
     still running a moment later (`announce_running`, pipeline.execute's
     `while_running`). For most calls the next wake-up, the result's, follows within a
@@ -426,6 +491,7 @@ def claim(
                 actor="worker",
                 payload={"attempt": call.attempts + 1, "timeout": tool.timeout},
                 publish=False,
+                live=True,
                 started_at=now,
                 attempts=call.attempts + 1,
                 lease_until=(leased_from or now)
