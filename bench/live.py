@@ -687,18 +687,30 @@ async def _drain(
     batch = 20
     cpu: dict[str, dict[str, list[float]]] = {}
 
-    async with httpx.AsyncClient(
-        base_url=server.url, headers={"Authorization": f"Bearer {creds['token']}"}, timeout=60
-    ) as client:
+    async with (
+        httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {creds['token']}"}, timeout=60
+        ) as client,
+        httpx.AsyncClient(
+            base_url=server.url, headers={"Authorization": f"Bearer {creds['token2']}"}, timeout=60
+        ) as client2,
+    ):
         session = await new_session(client, "S6")
+        session2 = await new_session(client2, "S6")
 
         async def side(label: str) -> float:
             await asyncio.to_thread(worker.consume, False)
             pubsub = redis.pubsub()
-            if label == "P":
-                # Every change of the session's calls, "<call id> <status>" (dispatcher.wakeups)
-                await pubsub.subscribe(f"harness_bench:wake:session:{session}")
+            if label in ("P", "P1"):
+                # P: the calls of two people (agents of two owners), batch by batch in turn;
+                # P1: one person's alone, which the running cap runs one at a time here
+                # (HARNESS_MAX_RUNNING_PER_OWNER=auto: the worker's 2 processes minus one)
+                people = [(client, session), (client2, session2)][: 2 if label == "P" else 1]
+                # Every change of the sessions' calls, "<call id> <status>" (dispatcher.wakeups)
+                for _, sid in people:
+                    await pubsub.subscribe(f"harness_bench:wake:session:{sid}")
                 for start in range(0, n, batch):
+                    agent_client, sid = people[start // batch % len(people)]
                     body = {
                         "calls": [
                             {
@@ -709,9 +721,9 @@ async def _drain(
                             for i in range(start, min(n, start + batch))
                         ]
                     }
-                    r = await client.post(f"/api/v1/sessions/{session}/calls", json=body)
+                    r = await agent_client.post(f"/api/v1/sessions/{sid}/calls", json=body)
                     if r.status_code != 202:
-                        raise RuntimeError(f"S6 P: HTTP {r.status_code}: {r.text[:300]}")
+                        raise RuntimeError(f"S6 {label}: HTTP {r.status_code}: {r.text[:300]}")
             elif label in ("F", "G"):
                 key = f"harness_bench:s6f:{uuid.uuid4().hex}"
                 await pubsub.subscribe(key)
@@ -759,19 +771,30 @@ async def _drain(
 
         await side("B")  # warm-up
         await side("P")
+        await side("P1")
         await side("F")
         await side("G")
         fs: list[float] = []
         gs: list[float] = []
+        ones: list[float] = []
         for _ in range(pairs):
             res.b.append(await side("B"))
             res.p.append(await side("P"))
+            ones.append(await side("P1"))
             fs.append(await side("F"))
             gs.append(await side("G"))
     await redis.aclose()
     res.notes.append(
         "each side: consumer cancelled, N messages queued (P: admitted through the API in batches "
-        f"of {batch}), then add_consumer and time until the N-th completion is published"
+        f"of {batch}, two people's agents in turn), then add_consumer and time until the N-th "
+        "completion is published"
+    )
+    one = [p / b for b, p in zip(res.b, ones, strict=True)]
+    res.notes.append(
+        f"one person's calls alone (P1): P1/B median {statistics.median(one):.3f} (min "
+        f"{min(one):.3f}, max {max(one):.3f}), {statistics.median(ones):,.0f} calls/s: the "
+        "running cap per person (HARNESS_MAX_RUNNING_PER_OWNER=auto, the worker's processes "
+        "minus one: 1 here) runs one person's calls one at a time, by design"
     )
     res.notes.append(
         "CPU per call during the drain (ms, median of the pairs; the worker's main process and "
@@ -780,7 +803,7 @@ async def _drain(
             f"{label} "
             + ", ".join(f"{k} {statistics.median(v[1:]):.2f}" for k, v in cpu[label].items())
             + f", all {statistics.median([sum(x) for x in zip(*cpu[label].values(), strict=True)][1:]):.2f}"
-            for label in ("B", "P", "F", "G")
+            for label in ("B", "P", "P1", "F", "G")
         )
     )
     floor = floor_result("S6", "calls/s", True, 0.3, res.b, fs, res.p)

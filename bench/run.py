@@ -263,6 +263,7 @@ def agent(owner, mode):
     call_command("create_agent", owner + "-agent", "--owner", owner, stdout=out)
     return out.getvalue().strip().splitlines()[-1]
 creds = {"token": agent("bench", "trusted"), "std_token": agent("bench-std", "standard")}
+creds["token2"] = agent("bench-two", "trusted")  # (S6: a second person's calls)
 for name, group in (("bench-reviewer", "reviewer"), ("bench-auditor", "auditor")):
     user = User.objects.create_user(name, password=REVIEWER_PASSWORD)
     user.groups.add(Group.objects.get_or_create(name=group)[0])

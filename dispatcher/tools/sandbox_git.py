@@ -74,6 +74,7 @@ import secrets
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 import unicodedata
 from collections.abc import Iterator
@@ -1397,10 +1398,26 @@ class ConfigBudgetSpent(ToolError):
     after it): what is left is treated as a configuration that cannot be read."""
 
 
+# What git read of a configuration's bytes (`_configuration`), kept per process: git's
+# reading is a function of the bytes alone (`--file -`, `--no-includes`, no system or
+# global file, a fixed environment), and the same few files are read again at every check
+# (the host's /etc/gitconfig twice per `guard`, the repository's `config`): a subprocess
+# each, 3-5 ms apiece, was most of an approved write_file's way from its approval to its
+# claim in the worker (docs/benchmarks.md, S5). Keyed by the bytes' SHA-256; the newest
+# _PARSED_MAX readings of configurations up to _PARSED_SIZE bytes are kept; a reading that
+# failed is never kept (it fails again each time). Each read counts in its run's budget,
+# kept or not: what a run may read, and what it refuses past it, are as without the memo.
+_PARSED: dict[bytes, tuple[tuple[str, str], ...]] = {}
+_PARSED_MAX = 64
+_PARSED_SIZE = 64 << 10
+_PARSED_LOCK = threading.Lock()
+
+
 def _configuration(data: bytes, target: Path, budget: Guard) -> list[tuple[str, str]]:
     """The (key, value) pairs of a git configuration file, as git reads it. Counted in
-    `budget` (a subprocess each): ConfigBudgetSpent past MAX_CONFIG_READS reads or
-    CONFIG_READ_SECONDS, ToolError when git cannot read it."""
+    `budget` (a subprocess each, or a reading of the same bytes kept: `_PARSED`):
+    ConfigBudgetSpent past MAX_CONFIG_READS reads or CONFIG_READ_SECONDS, ToolError when
+    git cannot read it."""
     if budget.config_reads >= MAX_CONFIG_READS or budget.config_seconds >= CONFIG_READ_SECONDS:
         raise ConfigBudgetSpent(
             f"The workspace holds more git configurations than Harness reads for a command "
@@ -1409,6 +1426,21 @@ def _configuration(data: bytes, target: Path, budget: Guard) -> list[tuple[str, 
             "must approve this command."
         )
     budget.config_reads += 1
+    key = hashlib.sha256(data).digest() if len(data) <= _PARSED_SIZE else None
+    kept = _PARSED.get(key) if key is not None else None
+    if kept is not None:
+        return list(kept)
+    pairs = _git_reading(data, target, budget)
+    if key is not None:
+        with _PARSED_LOCK:
+            while len(_PARSED) >= _PARSED_MAX:
+                del _PARSED[next(iter(_PARSED))]  # (the oldest first)
+            _PARSED[key] = tuple(pairs)
+    return pairs
+
+
+def _git_reading(data: bytes, target: Path, budget: Guard) -> list[tuple[str, str]]:
+    """`_configuration`'s reading by git itself (one subprocess, timed in `budget`)."""
     started = time.monotonic()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1"}
     env |= {"HOME": "/nonexistent", "GIT_CONFIG_GLOBAL": "/dev/null", "LC_ALL": "C"}
