@@ -67,6 +67,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import hashlib
 import os
 import pwd
 import re
