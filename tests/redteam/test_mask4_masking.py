@@ -1,0 +1,203 @@
+"""Harness's own tokens (hro_, hrr_, hrn_) folded narrower than 8 columns (`fold -w 1` to
+`-w 7`, textwrap as narrow) where fold's own break falls right after the token: its length
+(with what stands before it on its first line) a multiple of the width, so its last line
+is as wide as the others; with `fold -w 1`, always. The text after it then ran into it
+across that break, nothing said where the token ended, and the whole token was left in
+view ("`fold -w 1` left the whole token in view"). Now such a token is masked when
+nothing runs into its start: its end is where a whole token's length ends it.
+
+Also two shapes the same sweep found in view whatever the width: a token in a diff whose
+line starts with a space (`+ h`: a diff's `+` and the line's own space were read as one
+mark, `+ `, and the lines apart), and a token folded at the start of a line after a long
+line (the end of that line was read as the narrow line before the token's, run into it).
+
+Tokens are random from a seeded generator; the seed is printed, and HARNESS_MASK_SEED
+runs the same tokens again.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import random
+import re
+import subprocess
+import textwrap
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from audit.masking import mask_text
+from tests.redteam.test_leftweb_masking import MARKER
+from tests.redteam.test_rt2mask_masking import ORDINARY
+
+PREFIXES = ("hro_", "hrr_", "hrn_")
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    seed = int(os.environ.get("HARNESS_MASK_SEED") or random.SystemRandom().randrange(2**32))
+    print(f"HARNESS_MASK_SEED={seed}")
+    return random.Random(seed)
+
+
+def _token(rng: random.Random, prefix: str) -> str:
+    """A token as Harness makes one (token_urlsafe(32): 43 characters of base64url, upper
+    and lower case letters; an agent's: 8 hex digits before it), from `rng`."""
+    while True:
+        body = "".join(rng.choice(_ALPHABET) for _ in range(43))
+        if any(c.isupper() for c in body) and any(c.islower() for c in body):
+            break
+    return f"hrn_{rng.getrandbits(32):08x}_{body}" if prefix == "hrn_" else prefix + body
+
+
+def _secret(token: str) -> str:
+    return token.split("_", 2)[-1] if token.startswith("hrn_") else token[4:]
+
+
+def _fold(text: str, width: int) -> str:
+    done = subprocess.run(
+        ["fold", "-w", str(width)], input=text.encode(), capture_output=True, check=True
+    )
+    return done.stdout.decode("latin-1")
+
+
+def _diff(new: str) -> str:
+    return "".join(difflib.unified_diff([], new.splitlines(True), "a", "b"))
+
+
+def _indented(prefix: str) -> Callable[[str], str]:
+    return lambda text: "".join(prefix + line for line in text.splitlines(True))
+
+
+# Where a folded text is found: as it is, in a diff's + lines (the preview of a file an
+# agent writes), indented (a listing, a Markdown block), with CRLF, as JSON text, after a
+# long line and before more text.
+CONTEXTS: dict[str, Callable[[str], str]] = {
+    "plain": str,
+    "diff": _diff,
+    "indented": _indented("    "),
+    "tab": _indented("\t"),
+    "crlf": lambda text: text.replace("\n", "\r\n"),
+    "json": lambda text: json.dumps({"preview": _diff(text)}),
+    "between": lambda text: f"the file as written below:\n{text}that was all of it\n",
+}
+# What stands before the token on its line: nothing, or text that ends in a character no
+# token holds (a space, `=`, `(`, a colon).
+LEADS = ("", "TOKEN=", "export A=", "word ", "(", "key: ")
+AFTERS = ("\nmore text after it\n", "\nx\n", "\n\nnext paragraph\n", "\r\nmore\r\n")
+
+
+def _full_last_line(rng: random.Random, width: int) -> Iterator[tuple[str, str]]:
+    """(token, text) pairs, each text a token's line and what follows it, the token ending
+    where fold breaks its line: every prefix, lead and following text."""
+    for prefix in PREFIXES:
+        for lead in LEADS:
+            for after in AFTERS:
+                token = _token(rng, prefix)
+                pad = -(len(lead) + len(token)) % width  # (the token's end at the width)
+                head = ("y" * (pad - 1) + " " if pad else "") + lead
+                yield token, f"{head}{token}{after}"
+
+
+def _assert_hidden(token: str, text: str, context: str) -> None:
+    """The token's marker (or `TOKEN=`'s, its line holding `TOKEN=` before it) is in the
+    masked text and no 8 characters of its secret part are, read across lines and marks."""
+    masked = mask_text(text)
+    plain = MARKER.findall(mask_text(token))
+    assert plain[0] in masked or ("TOKEN" in text and "[masked:token#" in masked), (
+        context,
+        token,
+        text,
+        masked,
+    )
+    joined = re.sub(r"\s|\\[nr]|(?m:^[-+ ])", "", MARKER.sub("|", masked))
+    secret = _secret(token)
+    for k in range(len(secret) - 8):
+        assert secret[k : k + 8] not in joined, (context, token, text, masked)
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("width", range(1, 8))
+def test_a_token_whose_last_folded_line_is_full_is_masked(width: int, rng: random.Random) -> None:
+    for token, line in _full_last_line(rng, width):
+        folded = _fold(line, width)
+        # (the token's last line: as wide as the fold, fold's own break after it)
+        assert f"\n{token[-width:]}\n" in "\n" + folded.replace("\r", ""), (token, folded)
+        for name, context in CONTEXTS.items():
+            _assert_hidden(token, context(folded), name)
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("width", range(1, 8))
+def test_a_token_textwrap_ends_at_the_width_is_masked(width: int, rng: random.Random) -> None:
+    """textwrap breaks a long word at the width, as fold does; after the token it drops the
+    space, so the next word starts the next line and runs into the token."""
+    full = 0  # (texts whose token's last line is as wide as the others: 3 at least)
+    for i in range(400):
+        if full >= 3 and i >= 24:
+            break
+        token = _token(rng, PREFIXES[i % 3])
+        lead = "y" * (i % 8) + " key: "  # (every place on the line)
+        wrapped = textwrap.fill(f"{lead}{token} more text after it", width)
+        full += f"\n{token[-width:]}\n" in f"\n{wrapped}\n"
+        for name, context in CONTEXTS.items():
+            _assert_hidden(token, context(wrapped + "\n"), name)
+    assert full >= 3, full
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("width", range(1, 8))
+def test_a_token_folded_at_a_line_start_after_a_long_line_is_masked(
+    width: int, rng: random.Random
+) -> None:
+    """A long line, then the token at the start of the next, folded on its own (a tool's
+    output after a heading) and run on by the text after it."""
+    for i in range(12):
+        token = _token(rng, PREFIXES[i % 3])
+        folded = _fold(f"{token}{AFTERS[i % len(AFTERS)]}", width)
+        for lead in ("some words of a heading\n", "a longer line of text, then:\n"):
+            for name, context in CONTEXTS.items():
+                _assert_hidden(token, context(lead + folded), name)
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("width", range(1, 8))
+def test_a_token_on_a_diff_line_that_starts_with_a_space_is_masked(
+    width: int, rng: random.Random
+) -> None:
+    """`word hro_...` folded so that a line starts with the space before the token: in a
+    diff it reads `+ hr`, its mark and the line's own space."""
+    for i in range(12):
+        token = _token(rng, PREFIXES[i % 3])
+        lead = "w" * (-4 % width) + "word"  # (the space before the token starts a line)
+        for after in (" end\n", "\nmore text after it\n"):
+            folded = _fold(f"{lead} {token}{after}", width)
+            assert f"\n {token[: width - 1]}" in folded, folded
+            for name in ("diff", "json", "indented", "tab"):
+                _assert_hidden(token, CONTEXTS[name](folded), name)
+
+
+# --- what stays -----------------------------------------------------------------------------
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("width", range(1, 8))
+def test_ordinary_text_folded_narrow_is_kept(width: int) -> None:
+    """Words, identifiers (synchro_..., 42 characters after `hro_`, lower case after it),
+    lists of names, folded at every narrow width in each context: none changes."""
+    texts = [text.decode("latin-1") for text in ORDINARY]
+    texts += [
+        "Use hrr_ for refresh tokens and hro_ for access tokens; hrn_ for agents.\n",
+        "hro_" + "a" * 60 + "\nmore text after it\n",
+        "hrr_rate\nheart_rate_reserve_values_computed_for_each_day_of_the_week\n",
+        "the synchro_Primitives_For_Distributed_Lock_Managers_X module\n",
+        "hro_" + "aB3dE5gH7jK9mN1pQ2sT4vW6yZ8bC0eF2hJ4kM6nP8" + " end\n",  # (42: no token)
+        "".join(f"item_{i}\n" for i in range(40)),
+    ]
+    for text in texts:
+        folded = _fold(text, width)
+        for context in CONTEXTS.values():
+            assert mask_text(context(folded)) == context(folded), (width, text)
