@@ -233,3 +233,21 @@ def test_a_token_whose_repeats_a_dump_writes_as_star_lines_is_masked(form: str, 
         secret, shown = _secret(token).encode(), _starred_shown(form, masked)
         for k in range(len(secret) - 6):
             assert secret[k : k + 6] not in shown, (token, dump, masked)
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("width", [1, 2])
+def test_a_file_of_tokens_folded_at_one_column_is_masked_whole(
+    width: int, rng: random.Random
+) -> None:
+    """A file of tokens, one a line, folded at 1 (or 2, 47 characters a line: each token's
+    last line is as wide): each token runs into the next; the first is masked by its
+    start, and each that follows a token masked (over several windows of lines)."""
+    tokens = [_token(rng, "hro_") for _ in range(120)]
+    folded = _fold("".join(token + "\n" for token in tokens), width)
+    for name in ("plain", "diff", "indented"):
+        masked = mask_text(CONTEXTS[name](folded))
+        joined = re.sub(r"\s|(?m:^[-+ ])", "", MARKER.sub("|", masked))
+        for token in tokens:
+            assert _secret(token)[:12] not in joined, (name, token)
+            assert MARKER.findall(mask_text(token))[0] in masked, (name, token)
