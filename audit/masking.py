@@ -26,7 +26,8 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -689,22 +690,49 @@ MIN_LINE = 8
 
 # A token folded narrower than MIN_LINE (`fold -w 1` to `-w 7`, textwrap as narrow): lines
 # of at most 7 characters, the first (its end) holding the token's start. Such a run of
-# lines is read once, joined; a whole token in it whose lines are one width (the last and
-# the first shorter, or a line ending at a hyphen, as textwrap breaks) is written whole.
-# Each line may start with a diff's mark and an indent (`+`, `    `: the preview of a file
-# written, an indented listing), read apart when the lines share it. A token whose end a
-# line break makes (the file's own newline, in lines as narrow as fold's) ends there when
-# the token is whole up to that break and no word runs into its start.
+# lines is read once, joined, under each reading of its lines: as written, and without a
+# head many of them share (a diff's `+`, an indent: `    `), each line that has it read
+# without it. Fold breaks a line only at its width (textwrap also after a hyphen), so a
+# line of the token's width, or one ending at a hyphen, runs on into the next (a fold's
+# break); any other line ended where the text did (a line break of its own). A whole token
+# there (_whole_token: its exact length, its lines between the first and the last of one
+# width) is written whole when one of its ends is clear: no word runs into its start, or
+# none runs on from its end. A side is clear when a character that is no token's stands
+# there, or a line break of the text's own. Where fold's break falls just after the token
+# (its length a multiple of the width, so always at `fold -w 1`), its end is not clear
+# but its start may be; only a token run into words on both sides across fold's breaks is
+# kept (nothing says where it starts or where it ends).
 _NARROW_END = r"(?:\r?+\n|\\{1,64}+(?:r\\{1,64}+)?+n)"
 _NARROW_HEAD = r"(?:[-+ \t][ \t]{0,15}+)?"
 _NARROW_LINE = _NARROW_END + _NARROW_HEAD + r"[^\r\n\\]{1,7}+(?![^\r\n\\])"
 _NARROW = re.compile(r"[^\r\n\\]{1,7}+(?=" + _NARROW_END + ")(?:" + _NARROW_LINE + "){6,}+")
 _NARROW_BREAK = re.compile(_NARROW_END)
-_HEAD = re.compile(r"[-+ \t][ \t]{0,15}+")
-_NARROW_BREAK_HEAD = re.compile(_NARROW_END + _NARROW_HEAD)
+_HEADS = re.compile(_NARROW_END + r"([-+ \t][ \t]{0,15}+)")
+_MAYBE_BREAK = "(?:" + _NARROW_END + _NARROW_HEAD + ")?+"
+# A token's prefix in narrow lines, a line break anywhere in it: a window without one is
+# not read further.
+_NARROW_PREFIX = re.compile(f"h{_MAYBE_BREAK}r{_MAYBE_BREAK}[nor]{_MAYBE_BREAK}_")
 _NARROW_CANDIDATE = re.compile(
     r"(?<![A-Za-z0-9_-])hr[nor]_[A-Za-z0-9_-]{43}|hr[nor]_[A-Za-z0-9_-]{43,52}+(?![A-Za-z0-9_-])"
 )
+# What a window's lines, joined (a head read as one, or as none), hold where they may hold
+# a token _narrow_tokens finds: _NARROW_CANDIDATE, or a prefix and 43 token characters
+# with no other prefix among them (its end not clear, or clear at a line break of the
+# text's own, which joining hides: `hro_Abhro_Ab...` is neither).
+_NARROW_MAYBE = re.compile(
+    _NARROW_CANDIDATE.pattern + r"|hr[nor]_(?:(?!hr[nor]_)[A-Za-z0-9_-]){43}"
+)
+_NARROW_BREAK_HEAD = re.compile(_NARROW_END + _NARROW_HEAD)
+# Fold's breaks at each width (_Folds): a line of that width, or one ending at a hyphen or
+# before one starting with `--` (textwrap), and its end.
+_FOLD_BREAKS = {
+    width: re.compile(
+        rf"^([^\n]{{{width}}}|[^\n]{{0,{width - 1}}}-|[^\n]{{0,{width - 1}}}(?=\n--))\n",
+        re.MULTILINE,
+    )
+    for width in range(1, MIN_LINE)
+}
+_WIDTHS = frozenset(_FOLD_BREAKS)
 _TOKEN_CHARS_SET = frozenset(_TOKEN_CHARS)
 
 
@@ -712,10 +740,10 @@ def _narrow_joined(text: str) -> str:
     """`text` with each whole token folded narrower than MIN_LINE written in one piece.
     A run of narrow lines is joined and searched in C; it is read line by line only when
     it holds a token's prefix."""
-    found: dict[int, tuple[int, str]] = {}
+    found = _Found()
     for block in _NARROW.finditer(text):
         for begin, stop in _windows(text, block.start(), block.end()):
-            _narrow_window(text, (begin, stop, block.end()), found)
+            _narrow_window(text, (begin, stop, block.start(), block.end()), found)
     if not found:
         return text
     out: list[str] = []
@@ -743,43 +771,106 @@ def _windows(text: str, start: int, end: int) -> list[tuple[int, int]]:
         at = text.find("\n", at + NARROW_WINDOW // 2, end) + 1
 
 
-def _narrow_window(
-    text: str, window: tuple[int, int, int], found: dict[int, tuple[int, str]]
-) -> None:
-    """_narrow_tokens over the lines of text[begin:stop] (`window`: those, and where its
-    run of narrow lines ends), when, joined (in C), they may hold a whole token: no word
-    before it, or none after it."""
-    begin, stop, end = window
-    # (the lines around it: a word that runs into the window's first line or out of its
-    # last one is no whole token; a window's end was read as a token's, so any text of
-    # narrow lines held a "candidate" in each window and was read line by line)
-    # (the text before and after those: read as words, so no token starts at the first
-    # character read nor ends at the last: a word longer than any token after it)
-    after = stop + 256
-    around = "x\n" * (begin > 24) + text[max(begin - 24, 0) : min(after, end)]
-    around += "x" * 64 * (after < end)
-    if not any(
-        _NARROW_CANDIDATE.search(brk.sub("", around)) is not None
-        for brk in (_NARROW_BREAK_HEAD, _NARROW_BREAK)  # (a line may start with `-`)
-    ):
+class _Found(dict[int, tuple[int, str]]):
+    """Whole tokens found in narrow lines: where each starts in the text, where it ends
+    and the token; and where the next token character after each is (`after`): a token
+    that starts there is no word run into the one before, whose end is known."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.after: list[int] = []  # (sorted)
+
+    def add_after(self, at: int) -> None:
+        i = bisect.bisect_left(self.after, at)
+        if i == len(self.after) or self.after[i] != at:
+            self.after.insert(i, at)
+
+    def any_after(self, begin: int, stop: int) -> bool:
+        i = bisect.bisect_left(self.after, begin)
+        return i < len(self.after) and self.after[i] < stop
+
+
+class _Edges:
+    """What stands around a window's lines: `before`, what precedes its first line (""
+    a line break of the text's own; a character of the same line, the first line being
+    the end of a longer one, `tail`; None: a narrow line, read with the window before), and
+    whether its last line ends the run of narrow lines (`last`)."""
+
+    def __init__(self, before: str | None, tail: bool, last: bool) -> None:
+        self.before, self.tail, self.last = before, tail, last
+
+
+def _narrow_window(text: str, window: tuple[int, int, int, int], found: _Found) -> None:
+    """_narrow_tokens over each reading of the lines of text[begin:stop] (`window`: those,
+    where its run of narrow lines starts and ends), when, joined (in C), a reading may hold
+    a whole token with a clear end (_narrow_gate), or a token found in the window before
+    is followed by more in this one."""
+    begin, stop, block_start, block_end = window
+    chunk = text[begin:stop]
+    if _NARROW_PREFIX.search(chunk) is None:
         return
-    if True:
-        block_start = begin
-        lines, at = [], begin  # (each line and where it starts in the text)
-        for brk in _NARROW_BREAK.finditer(text[begin:stop] + "\n"):
-            lines.append((text[at : block_start + brk.start()], at))
-            at = block_start + brk.end()
-        _narrow_tokens(lines, found)
-        heads = [head.group() if (head := _HEAD.match(line)) else "" for line, _ in lines]
-        i = 1
-        while i < len(lines):  # (each run of lines that share a mark and an indent)
-            j = i
-            while j < len(lines) and heads[j] == heads[i]:
-                j += 1
-            if heads[i]:
-                group = [_without(line, heads[i]) for line in lines[i - 1 : j]]
-                _narrow_tokens(group, found)
-            i = j
+    if begin != block_start:
+        edges = _Edges(None, False, stop == block_end)
+    elif begin == 0 or text[begin - 1] == "\n" or text[begin - 2 : begin] == "\\n":
+        edges = _Edges("", False, stop == block_end)
+    else:
+        edges = _Edges(text[begin - 1], True, stop == block_end)
+    if not found.any_after(begin, stop) and not _narrow_maybe(text, window, edges):
+        return  # (in C: no token in any reading, 1 MB of `+h\n+r\n+o\n+_\n+A\n+b\n`)
+    heads = [head for head, count in Counter(_HEADS.findall(chunk)).items() if count > 1]
+    if not found.any_after(begin, stop) and not _narrow_gate(chunk, heads, edges):
+        return
+    lines, at = [], begin  # (each line and where it starts in the text)
+    for brk in _NARROW_BREAK.finditer(chunk + "\n"):
+        lines.append((text[at : begin + brk.start()], at))
+        at = begin + brk.end()
+    _narrow_tokens(lines, found, edges)
+    for head in heads:
+        read = [_without(line, head) for line in lines[edges.tail :]]
+        _narrow_tokens(lines[: edges.tail] + read, found, edges)
+
+
+def _narrow_maybe(text: str, window: tuple[int, int, int, int], edges: _Edges) -> bool:
+    """Whether the window's lines, joined as one reading or another, hold _NARROW_MAYBE
+    (in C): what stands before the window, and what follows it, read as words (a run of
+    prefixes after what is read of it, so that no token ends at the end of what is read)."""
+    begin, stop, _, block_end = window
+    after = min(stop + 256, block_end)
+    tail = "hro_" * 16 * (after < block_end)
+    around = ("x\n" if edges.before is None else edges.before) + text[begin:after] + tail
+    for brk in _JOINS:
+        joined = brk.sub("", around)
+        found = _NARROW_MAYBE.search(joined)
+        if found is not None and found.start() < len(joined) - len(tail):
+            return True
+    return False
+
+
+def _narrow_gate(chunk: str, heads: list[str], edges: _Edges) -> bool:
+    """Whether a reading of `chunk`'s lines (as written, or without one of `heads`), its
+    fold's breaks at some width taken out (_FOLD_BREAKS) and its other line breaks kept,
+    holds a token's prefix and 43 characters with no word before it, or with none after
+    it: what _narrow_tokens may find whole, read in C."""
+    lead = "" if edges.tail else "\n"  # (the first line, a longer one's end, keeps its head)
+    readings = [_NARROW_BREAK.sub("\n", chunk)]
+    readings += [_break_and(head).sub("\n", lead + chunk)[len(lead) :] for head in heads]
+    after = "" if edges.last else "\n" + "x" * 64  # (the next line: run into? a word, long)
+    for reading in readings:
+        first, _, rest = reading.partition("\n")
+        if edges.tail:  # (a line break after the first line: fold's and the text's own)
+            texts, body = [(edges.before or "") + first, ""], rest
+        else:  # (a narrow line before the window: its tokens are the window before's)
+            texts, body = ["" if edges.before == "" else "x"], reading
+        for width in _WIDTHS.intersection(map(len, reading.split("\n"))):
+            joined = _FOLD_BREAKS[width].sub(r"\1", body + after)
+            if any(_NARROW_CANDIDATE.search(before + joined) for before in texts):
+                return True
+    return False
+
+
+@functools.lru_cache(maxsize=256)  # (a text's heads: a few)
+def _break_and(head: str) -> re.Pattern[str]:
+    return re.compile(_NARROW_END + re.escape(head))
 
 
 def _without(line: tuple[str, int], head: str) -> tuple[str, int]:
@@ -788,38 +879,92 @@ def _without(line: tuple[str, int], head: str) -> tuple[str, int]:
     return (written[len(head) :], at + len(head)) if written.startswith(head) else line
 
 
-def _narrow_tokens(lines: list[tuple[str, int]], found: dict[int, tuple[int, str]]) -> None:
+_JOINS = (_NARROW_BREAK_HEAD, _NARROW_BREAK)  # (a line may start with `-`: read both ways)
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9_-]{47,}+")  # (a run of token characters, a token long)
+_PREFIX = re.compile("hr[nor]_")
+
+
+def _narrow_tokens(lines: list[tuple[str, int]], found: _Found, edges: _Edges) -> None:
     """Each whole token the narrow `lines` (each line's text and where it starts) make,
-    joined: where it starts in the text, where it ends, and the token."""
+    joined, with a clear end (see above), into `found`. A token that follows one found is
+    no word run into it (`fold -w 1` of a file of tokens, one a line)."""
     joined = "".join(line for line, _ in lines)
     starts = list(itertools.accumulate((len(line) for line, _ in lines[:-1]), initial=0))
-    for token in _TOKEN_IN_BYTES.finditer(joined):
-        prefix, end = token.group()[:4], token.end()
-        if not _whole_token(prefix, token.group()[4:]):
-            end = token.start() + 4 + _AFTER_PREFIX[prefix]
-            before = joined[token.start() - 1] if token.start() else ""
-            cut = end < token.end() and before not in _TOKEN_CHARS_SET and end in starts
-            # (and its last line shorter than the others: fold's own break is at the width)
-            last = bisect.bisect_right(starts, end - 1) - 1
-            width = max((len(line) for line, _ in lines[last - 1 : last]), default=0)
-            cut = cut and len(lines[last][0]) < width
-            if not (cut and _whole_token(prefix, joined[token.start() + 4 : end])):
+    for run in _TOKEN_RUN.finditer(joined):
+        for prefix_at in _PREFIX.finditer(joined, run.start(), run.end()):
+            start = prefix_at.start()
+            end = start + 4 + _AFTER_PREFIX[prefix_at.group()]
+            if end > run.end() or not _whole_token(prefix_at.group(), joined[start + 4 : end]):
                 continue
-        first = bisect.bisect_right(starts, token.start()) - 1
-        last = bisect.bisect_right(starts, end - 1) - 1
-        if first == last or not _one_width([line for line, _ in lines[first + 1 : last]]):
-            continue
-        start = lines[first][1] + token.start() - starts[first]
-        found[start] = (lines[last][1] + end - starts[last], joined[token.start() : end])
+            first = bisect.bisect_right(starts, start) - 1
+            last = bisect.bisect_right(starts, end - 1) - 1
+            at = lines[first][1] + start - starts[first]
+            clear = _clear_ends(
+                joined, (start, end, run.end()), (first, last), starts, lines, edges
+            )
+            if clear is None or not (clear[0] or clear[1] or found.any_after(at, at + 1)):
+                continue
+            if not clear[1] and _PREFIX.search(joined, start + 4, end):
+                continue  # (its end not clear, and another token's prefix in it: `hro_Abhro_Ab`)
+            found[at] = (lines[last][1] + end - starts[last], joined[start:end])
+            if end < run.end():  # (where the next token character is: a token there follows)
+                after = bisect.bisect_right(starts, end) - 1
+                found.add_after(lines[after][1] + end - starts[after])
 
 
-def _one_width(lines: list[str]) -> bool:
-    """Whether `lines` are as fold or textwrap makes them: all of one width, but those
-    that end at a hyphen (textwrap breaks there) may be narrower."""
-    if not lines:
-        return True
-    width = max(map(len, lines))
-    return all(len(line) == width or line.endswith("-") for line in lines)
+def _clear_ends(
+    joined: str,
+    span: tuple[int, int, int],
+    rows: tuple[int, int],
+    starts: list[int],
+    lines: list[tuple[str, int]],
+    edges: _Edges,
+) -> tuple[bool, bool] | None:
+    """Whether a whole token in `joined` (`span`: where it starts and ends, where the run
+    of token characters holding it ends; `rows`: its first and last line) has a clear start
+    and a clear end; None when its lines are not fold's (nor textwrap's), or token
+    characters follow it on its last line (a longer word)."""
+    start, end, run_end = span
+    first, last = rows
+    if last - first < 2:
+        return None
+    folds = _Folds(lines, max(len(line) for line, _ in lines[first + 1 : last]), edges.tail)
+    since = first + 1 if first == 0 and edges.tail else first  # (a tail's break: either)
+    if not all(folds.at(i) for i in range(since, last)):
+        return None  # (a line of it ends where fold or textwrap would not break it)
+    if end < run_end:  # (token characters go on after it: across a line break?)
+        if last + 1 == len(starts) or end != starts[last + 1]:
+            return None  # (on its line: a longer word)
+        end_clear = not folds.at(last)
+    else:
+        end_clear = end < len(joined) or edges.last or not folds.at(last)
+    if start == 0:
+        start_clear = edges.before is not None and edges.before not in _TOKEN_CHARS_SET
+    else:
+        start_clear = joined[start - 1] not in _TOKEN_CHARS_SET or (
+            start == starts[first] and not folds.at(first - 1)
+        )
+    return start_clear, end_clear
+
+
+class _Folds:
+    """Which of `lines` end at fold's break, not at a line break of the text's own: fold
+    breaks a line at its `width`; textwrap also after a hyphen, and before an em-dash
+    (`--`) that starts the next line. A `tail` (the end of a longer line) ends at the
+    text's own."""
+
+    def __init__(self, lines: list[tuple[str, int]], width: int, tail: bool) -> None:
+        self.lines, self.width, self.tail = lines, width, tail
+
+    def at(self, i: int) -> bool:
+        line = self.lines[i][0]
+        if self.tail and i == 0:
+            return False
+        return (
+            len(line) == self.width
+            or line.endswith("-")
+            or (i + 1 < len(self.lines) and self.lines[i + 1][0].startswith("--"))
+        )
 
 
 class _SplitTokenRule(_Rule):
@@ -1327,34 +1472,57 @@ def _hide_starred(
     candidates = [read]
     shown = "".join(char for char, _, _ in read)
     for token in _TOKEN_IN_BYTES.finditer(shown) if flexible else ():
-        repeat = _repeated_whole(shown, token, flexible)
-        if repeat is not None:
-            at, width, times = repeat
-            candidates.append(read[:at] + read[at - width : at] * times + read[at:])
+        for way in _repeated_wholes(shown, token, flexible):
+            candidate = read
+            for at, width, times in reversed(way):  # (the last first: the places before stay)
+                candidate = candidate[:at] + candidate[at - width : at] * times + candidate[at:]
+            candidates.append(candidate)
     if "\x00" in shown:  # (UTF-16 text: each character beside a NUL)
         candidates.append([byte for byte in read if byte[0] != "\x00"])
     for candidate in candidates:
         _hide_tokens(text, candidate, hidden)
 
 
-def _repeated_whole(
+MAX_WAYS = 8  # readings of a token's `*`s of no known count that make it whole, kept
+
+
+def _repeated_wholes(
     shown: str, token: re.Match[str], flexible: list[tuple[int, int]]
-) -> tuple[int, int, int] | None:
-    """Where a `*` of no known count (`flexible`: after its one copy, the copy's width)
-    must repeat its line more, and how many times, for `token` (in `shown`) to be whole;
-    None when none makes it whole (the first that does is taken)."""
+) -> list[list[tuple[int, int, int]]]:
+    """The ways the `*`s of no known count (`flexible`: where each stands, after its one
+    copy, and the copy's width) inside `token` (in `shown`) may repeat their lines more
+    for it to be whole: for each way, where and how many times more. A token holding
+    two runs (`QQQ` and `xx`, written `Q*` and `x*`) may be made whole by more copies of
+    either; which it was, the dump does not say, so each way is read (at most MAX_WAYS,
+    the first in order) and each gives its marker."""
     prefix = token.group()[:4]
     missing = _AFTER_PREFIX[prefix] - (token.end() - token.start() - 4)
     if not 0 < missing <= MAX_MISSING:
-        return None  # (a random token holds a run of 3 of one character once in 100 or so)
-    for at, width in flexible:
-        if token.start() + 4 < at < token.end() and missing % width == 0:
-            copies = shown[at - width : at] * (missing // width)
-            if _whole_token(
-                prefix, shown[token.start() + 4 : at] + copies + shown[at : token.end()]
-            ):
-                return at, width, missing // width
-    return None
+        return []  # (a random token holds a run of 3 of one character once in 100 or so)
+    spots = [(at, width) for at, width in flexible if token.start() + 4 < at <= token.end()]
+    ways: list[list[tuple[int, int, int]]] = []
+    for way in _spread(missing, spots):
+        rest = shown[token.start() + 4 : token.end()]
+        for at, width, times in reversed(way):
+            at -= token.start() + 4
+            rest = rest[:at] + rest[at - width : at] * times + rest[at:]
+        if _whole_token(prefix, rest):
+            ways.append(way)
+            if len(ways) == MAX_WAYS:
+                break
+    return ways
+
+
+def _spread(missing: int, spots: list[tuple[int, int]]) -> Iterator[list[tuple[int, int, int]]]:
+    """Each way to add `missing` characters as copies at `spots` (where, a copy's width):
+    [(where, width, copies), ...], the spots in order, no spot with none."""
+    if missing == 0:
+        yield []
+        return
+    for i, (at, width) in enumerate(spots):
+        for times in range(1, missing // width + 1):
+            for way in _spread(missing - width * times, spots[i + 1 :]):
+                yield [(at, width, times), *way]
 
 
 def _starred_token(match: re.Match[str]) -> str:
@@ -1377,11 +1545,12 @@ def _starred_token(match: re.Match[str]) -> str:
     for token in _TOKEN_IN_BYTES.finditer(shown):
         rest = token.group()[4:]
         if not _whole_token(token.group()[:4], rest):
-            repeat = _repeated_whole(shown, token, flexible)
-            if repeat is None:
+            ways = _repeated_wholes(shown, token, flexible)
+            if not ways:
                 continue
-            at, _, times = repeat
-            rest = shown[token.start() + 4 : at] + shown[at - 1] * times + shown[at : token.end()]
+            for at, width, times in reversed(ways[0]):  # (the first way: see _hide_tokens)
+                at -= token.start() + 4
+                rest = rest[:at] + rest[at - width : at] * times + rest[at:]
         start, end = where[token.start()], where[token.end() - 1] + 1
         return f"{written[:start]}{token.group()[:4]}{rest}{written[end:]}"
     return written
@@ -1464,7 +1633,10 @@ def _hide_tokens(
         line_end = run[body][2]
         if text[line_end - 1 : line_end] == "\r":
             line_end -= 1
-        hidden[line_end] = (line_end, "  " + marker(kind, shown[body : token.end()]))
+        mark = marker(kind, shown[body : token.end()])
+        until, written = hidden.get(line_end, (line_end, ""))  # (another reading's: both kept)
+        if until == line_end and mark not in written:
+            hidden[line_end] = (line_end, f"{written}  {mark}")
 
 
 # A whole token base64-encoded (`kubectl get secret -o yaml`, an HTTP Basic header's
@@ -1684,7 +1856,8 @@ RULES: list[_Rule] = [
     # Whole tokens in base64 (above): before the rules that mask a Basic header as a whole.
     _Base64Rule(r"(?!)", str, tuple(_BASE64_STARTS)),
     # hexdump -e '"%_p"': a token's characters, a `*` line for each repeated one.
-    _Rule(r"[A-Za-z0-9_-]++(?:\*\r?+\n[A-Za-z0-9_-]++)++", _starred_token, ("*\n",)),
+    # (the last `*` may end the run: a token whose last character is doubled, `...Bu*\n.`)
+    _Rule(r"[A-Za-z0-9_-]++(?:\*\r?+\n[A-Za-z0-9_-]*+)++", _starred_token, ("*\n",)),
     # Harness's tokens split by a line break, and run into a word (see above): first, so
     # no other rule masks a part of one and leaves the rest.
     _SplitTokenRule(

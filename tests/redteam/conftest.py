@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,15 @@ import pytest
 
 from dispatcher import limits
 from tests.tools.support import require_bwrap
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    """A random generator whose seed is printed (a failing test's output shows it) and
+    taken from HARNESS_MASK_SEED when set: a random token's failure is run again."""
+    seed = int(os.environ.get("HARNESS_MASK_SEED") or random.SystemRandom().randrange(2**32))
+    print(f"HARNESS_MASK_SEED={seed}")
+    return random.Random(seed)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ at every alignment a dump line or a fold width gives, so a token's content canno
 from __future__ import annotations
 
 import json
+import random
 import re
 import subprocess
 import textwrap
@@ -32,7 +33,7 @@ from django.test import Client
 from audit.masking import mask_text
 from audit.models import AuditEvent
 from tests.redteam.test_audit_log_attacks import _api, _streamed
-from tests.redteam.test_leftweb_masking import MARKER, _hidden, _token
+from tests.redteam.test_leftweb_masking import MARKER, _hidden, _token, seeded_token
 from tests.support.factories import AgentFixture, make_user, unique
 
 DUMPS = [
@@ -86,12 +87,14 @@ def _not_in_dump(token: str, masked: str) -> None:
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("command", DUMPS, ids=" ".join)
 def test_a_token_in_a_dump_of_a_file_is_masked_in_every_column(
-    command: list[str], tmp_path: Path
+    command: list[str], tmp_path: Path, rng: random.Random
 ) -> None:
     # Every alignment of the token in a line of 12 or 16 bytes, in either byte of a word,
-    # each prefix, a fresh random token each time: 96 tokens a file, 3 files.
+    # each prefix, a fresh random token each time: 96 tokens a file, 3 files. (Seeded: a
+    # failure is run again with the seed printed; one, once, in a loaded run, was not
+    # found again in 18,000 tokens of od -An -t x1.)
     for round_ in range(3):
-        tokens = [_token(("hro_", "hrr_", "hrn_")[(i + round_) % 3]) for i in range(96)]
+        tokens = [seeded_token(rng, ("hro_", "hrr_", "hrn_")[(i + round_) % 3]) for i in range(96)]
         lines = [f"{'x' * (i % 32)}={token}\n" for i, token in enumerate(tokens)]
         path = tmp_path / f"tokens{round_}.txt"
         path.write_text("".join(lines))

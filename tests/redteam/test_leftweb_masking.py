@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import random
 import re
 import secrets
 import struct
@@ -50,6 +51,20 @@ def _token(prefix: str = "hro_") -> str:
     if prefix == "hrn_":
         return f"hrn_{secrets.token_hex(4)}_{_random_body()}"
     return prefix + _random_body()
+
+
+_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def seeded_token(rng: random.Random, prefix: str) -> str:
+    """A token as Harness makes one (43 characters of base64url, upper and lower case
+    letters; an agent's: 8 hex digits before them), from `rng` (tests/redteam/conftest.py's
+    seeded generator: a failure is run again with its seed)."""
+    while True:
+        body = "".join(rng.choice(_ALPHABET) for _ in range(43))
+        if any(c.isupper() for c in body) and any(c.islower() for c in body):
+            break
+    return f"hrn_{rng.getrandbits(32):08x}_{body}" if prefix == "hrn_" else prefix + body
 
 
 def _hidden(token: str, masked: str, like: str | None = None) -> None:

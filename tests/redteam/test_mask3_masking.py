@@ -201,21 +201,25 @@ def test_a_token_in_a_hexdump_custom_format_is_masked(form: list[str]) -> None:
 # --- base64 -----------------------------------------------------------------------------
 
 
-def _base64_pieces(secret: bytes) -> list[str]:
+def _base64_pieces(secret: bytes, size: int = 8) -> list[str]:
     """The base64 characters only the secret's bytes decide, at each alignment, in both
-    alphabets, as pieces of 8."""
+    alphabets, as pieces of `size`."""
     pieces = []
     for skip in range(3):
         part = base64.b64encode(secret[skip:]).decode()[:-4]
         for piece in (part, part.translate(str.maketrans("+/", "-_"))):
-            pieces += [piece[k : k + 8] for k in range(0, len(piece) - 8, 4)]
+            pieces += [piece[k : k + size] for k in range(0, len(piece) - size, 4)]
     return pieces
 
 
 def _base64_hidden(token: str, masked: str, encoding: str) -> None:
+    """The token's marker is there, and no piece of base64 standing for 6 of its secret
+    characters (8 base64 characters; of UTF-16 text, 16: 8 stood for 3 characters, which
+    the text around the token may hold too, `xTO` of `xxxTOKEN=`, one token in 200)."""
     assert _plain_marker(token) in masked, (token, masked)
     joined = re.sub(r"\s|\\[rn]", "", masked)
-    for piece in _base64_pieces(_secret(token).encode(encoding)):
+    size = 16 if encoding.startswith("utf-16") else 8
+    for piece in _base64_pieces(_secret(token).encode(encoding), size):
         assert piece not in joined, (token, masked)
 
 
