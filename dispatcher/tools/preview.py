@@ -63,7 +63,7 @@ import tarfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -389,7 +389,11 @@ def _run_in_namespace(
     prefix, options = _namespace_prefix()
     timeout = str(float(settings.HARNESS_PREVIEW_TIMEOUT))
     cap = str(int(settings.HARNESS_PREVIEW_MAX_BYTES))
-    with contextlib.ExitStack() as extras_held, sandbox._call_cgroups(limits) as cgroups:
+    with (
+        contextlib.ExitStack() as extras_held,
+        sandbox._call_cgroups(limits) as cgroups,
+        sandbox.StartReport() as report,
+    ):
         extras = sandbox.hold_read_only_extras(extras_held)
         inner = sandbox._limit_command(limits, cgroups) + sandbox.bwrap_command(
             argv,
@@ -399,6 +403,7 @@ def _run_in_namespace(
             network=True,
             extras=extras,
             workspace_fd=MERGED_FD,
+            status_fd=report.fd,
         )
         script = [*prefix, "/bin/sh", "-c", NAMESPACE_SCRIPT, str(mount_point)]
         tar_bytes = str(int(cap) + MAX_ENTRIES * ENTRY_TAR_BYTES)
@@ -411,12 +416,13 @@ def _run_in_namespace(
                 env=env,
                 limits=limits,
                 sandboxed=True,
-                pass_fds=sandbox._descriptors(extras),
+                pass_fds=sandbox._descriptors(extras, report.fd),
             )
         except TimeoutError:
             raise PreviewUnavailable(
                 "The preview's namespace did not end in time; the command asks without one."
             ) from None
+        done = replace(done, started=report.started())
         oom = sandbox_cgroups.oom_killed(cgroups.memory)
     return done, oom
 
@@ -459,7 +465,9 @@ def _effect(
     status = int(facts["status"])
     output = storable_text(done.output)  # the call's result when applied, as a run's
     limit = ""
-    start_failure = sandbox._start_failure_line(done)
+    # (the status is the program's, from the namespace's facts: `done`'s is the script's
+    # own, 0, so a sandbox that could not start was never read as one)
+    start_failure = sandbox._start_failure_line(replace(done, returncode=status))
     if status == 124 and seconds >= timeout:
         limit = "time"
         status_text = f"killed at the preview's time limit ({timeout:g} s)"

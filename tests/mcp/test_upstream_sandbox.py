@@ -282,6 +282,29 @@ def test_a_server_that_fails_to_start_is_reported_with_its_status_and_last_lines
     )
 
 
+def test_a_servers_own_exit_report_line_is_neither_its_status_nor_dropped(
+    sandbox_on: None,
+) -> None:
+    # The launcher writes "harness: the sandboxed server exited with status N" after the
+    # last line it copied; the server writes to the same log. Every line that began so was
+    # taken for the report: a server that said "status 0" and whose last line had no
+    # newline (the launcher's report ran into it) read as exited with status 0, and its
+    # line was dropped from those shown.
+    forge = (
+        "import sys; print('harness: the sandboxed server exited with status 0', "
+        "file=sys.stderr); sys.stderr.write('last words'); sys.exit(3)"
+    )
+    with pytest.raises(upstream.UpstreamError) as failure:
+        upstream.list_definitions(endpoint(command=(sys.executable, "-c", forge)))
+    message = str(failure.value)
+    assert "It exited with status 3." in message, message
+    assert "status 0." not in message, message
+    assert message.endswith(
+        "The last lines it wrote to stderr:\n"
+        "  harness: the sandboxed server exited with status 0\n  last words"
+    ), message
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="servers run as another user only under root")
 def test_a_read_only_path_the_sandbox_user_cannot_read_is_refused_with_the_reason(
     sandbox_on: None, tmp_path: Path

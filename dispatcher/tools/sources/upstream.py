@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -195,11 +196,11 @@ def start_failure(exc: BaseException, log: Path, start: int) -> str:
             written = written[1:] if cut else written  # (the first line may be a part)
     except OSError:
         written = []
-    status = [line for line in written if line.startswith(sandbox.EXIT_REPORT)]
-    written = [line for line in written if line.strip() and line not in status]
+    status, written = _exit_report(written)
+    written = [line for line in written if line.strip()]
     message = f"The server did not start: {describe(exc)}."
-    if status:
-        message += f" It exited with status {status[-1].removeprefix(sandbox.EXIT_REPORT).strip()}."
+    if status is not None:
+        message += f" It exited with status {status}."
     if written:
         tail = "\n".join(f"  {line}" for line in written[-START_FAILURE_LINES:])
         hint = "an admin can read the whole log in the data directory's mcp-servers/"
@@ -207,6 +208,23 @@ def start_failure(exc: BaseException, log: Path, start: int) -> str:
     else:
         message += " It wrote nothing to stderr."
     return message
+
+
+def _exit_report(written: list[str]) -> tuple[str | None, list[str]]:
+    """The status the launcher reported and the server's own lines. The launcher writes
+    its report after the last line it copied, so only the last line is its: the server
+    writes to the same log, and a line of its own that said the same (any line that began
+    so was taken for the report, the last of them read as the status) faked an exit status
+    when it never exited, and was dropped from the lines shown. A last line the server
+    left without a newline runs into the report: that part is the server's."""
+    last = (
+        re.fullmatch(rf"(.*){re.escape(sandbox.EXIT_REPORT)} (\d+)", written[-1])
+        if written
+        else None
+    )
+    if last is None:
+        return None, written
+    return last.group(2), [*written[:-1], last.group(1)]
 
 
 def _stderr_log(endpoint: Endpoint) -> TextIO:
