@@ -71,6 +71,13 @@ _COMMAND_PATH = re.compile(
 MAX_OUTSIDE = 256
 MAX_LISTED = 1000  # entries of one hooks or info directory described
 MAX_NAMED = 256  # files command lines name described; past it, counted
+# Directories of refs and reflogs described for one fingerprint (`_ref_trees`), a budget of
+# their own (a repository's thousands of branch directories never crowd out its
+# configuration); past it, counted.
+MAX_REF_DIRS = 256
+# A pseudo-ref's name (refs.c is_pseudo_ref / is_root_ref's syntax): the top of a git
+# directory, ORIG_HEAD, FETCH_HEAD, MERGE_HEAD ... (never `index` or `config`).
+_PSEUDO_REF = re.compile(r"[A-Z_-]+")
 # Refs git reads to resolve one name (HEAD, and each symbolic ref it names in turn):
 # refs.h's SYMREF_MAXDEPTH; past it git resolves nothing.
 SYMREF_MAXDEPTH = 5
@@ -138,6 +145,7 @@ class _OutsideState:
     budget: Guard = dataclasses.field(default_factory=Guard)
     trees: list[str] = dataclasses.field(default_factory=list)
     named_files: int = 0
+    ref_dirs: int = 0
 
     def config(self, path: str, tree: str | None) -> None:
         self.queue.append((os.path.normpath(path), tree))
@@ -166,6 +174,47 @@ class _OutsideState:
         for where in dict.fromkeys((git_dir, common or git_dir)):
             self.file(os.path.join(where, "packed-refs"))
         self._ref_chain(git_dir, common or git_dir)
+        self._ref_trees(git_dir, common or git_dir)
+
+    def _ref_trees(self, git_dir: str, common: str) -> None:
+        """Every ref and reflog git may read besides HEAD's chain, by directory: the
+        pseudo-refs at the top of the work tree's git directory and the common one
+        (ORIG_HEAD, FETCH_HEAD; `main-worktree/ORIG_HEAD`), and each directory of their
+        `refs/` and `logs/` and of the other work trees' (`worktrees/<id>/HEAD`), each
+        entry by identity, size and times (a ref is replaced by a rename, a reflog grows,
+        and the directory's own times move with any entry added or removed). Before, a
+        command reading another branch, a tag or a reflog (`git tag --points-at HEAD >
+        TAGS`) had its old effect applied after the tag moved outside the workspace.
+        At most MAX_REF_DIRS directories, past it counted."""
+        for where in dict.fromkeys((git_dir, common)):
+            path = os.path.normpath(where)
+            if path not in self.seen and not _inside(self.workspace, path):
+                self.lines.append(_pseudo_refs_state(path))
+            for name in ("refs", "logs", "worktrees") if where == common else ("refs", "logs"):
+                self._ref_tree(os.path.join(where, name))
+
+    def _ref_tree(self, root: str) -> None:
+        """Describe the directory `root` and those below it (no link followed), within
+        MAX_REF_DIRS."""
+        pending = [os.path.normpath(root)]
+        while pending:
+            path = pending.pop()
+            if path in self.seen or _inside(self.workspace, path):
+                continue
+            self.seen.add(path)
+            self.ref_dirs += 1
+            if self.ref_dirs > MAX_REF_DIRS:
+                self.lines.append("more refs\n")
+                return
+            self.lines.append(_directory_state(path))
+            try:
+                with os.scandir(path) as entries:
+                    pending += sorted(
+                        (e.path for e in entries if e.is_dir(follow_symlinks=False)),
+                        reverse=True,
+                    )
+            except OSError:
+                continue  # (described as what it is instead)
 
     def _ref_chain(self, git_dir: str, common: str) -> None:
         """HEAD and each ref it names in turn, as git resolves it (refs_resolve_ref_unsafe:
@@ -475,6 +524,21 @@ def _directory_state(path: str) -> str:
     finally:
         os.close(fd)
     return f"{path}\0{head} {len(entries)}\0{'/'.join(shown)}\n"
+
+
+def _pseudo_refs_state(path: str) -> str:
+    """A line describing the pseudo-refs at the top of the git directory `path` (the
+    entries named as one, `_PSEUDO_REF`) by name and state."""
+    try:
+        with os.scandir(path) as entries:
+            shown = [
+                f"{entry.name}:{_described(entry.stat(follow_symlinks=False))}"
+                for entry in sorted(entries, key=lambda entry: entry.name)
+                if _PSEUDO_REF.fullmatch(entry.name)
+            ]
+    except OSError as error:
+        return f"{path}\0pseudo-refs error {error.errno}\n"
+    return f"{path}\0pseudo-refs\0{'/'.join(shown[:MAX_LISTED])}\n"
 
 
 def _described(info: os.stat_result) -> str:
