@@ -20,7 +20,7 @@ import re
 import stat
 from pathlib import Path
 
-from dispatcher.tools import sandbox_git
+from dispatcher.tools import sandbox, sandbox_git
 from dispatcher.tools.base import ToolError
 from dispatcher.tools.sandbox_git import (
     _COMMAND_KEYS,
@@ -88,6 +88,12 @@ _REF_COMPONENT = re.compile(r"[^\x00-\x20\x7f ~^:?*\[\\/.][^\x00-\x20\x7f ~^:?*\
 # shell would, near enough to find the paths it names).
 _COMMAND_SEPARATORS = re.compile(r"[;&|()\n`]+")
 _WORD_SEPARATORS = re.compile(r"""[\s'"<>{}]+""")
+# A word's start a sandboxed shell expands to a directory Harness knows: `~/`, `$HOME/`
+# (sandbox.HOME), `$PWD/` (the work tree git runs the command in). ({} are word
+# separators above: `${HOME}/x` reads `$HOME`, `/x`.)
+_HOME_WORD = re.compile(r"(~|\$HOME)(?=/|$)")
+_PWD_WORD = re.compile(r"\$PWD(?=/|$)")
+_BRACED_OR_QUOTED = re.compile(r"""\$\{(HOME|PWD)\}|["'](\$HOME|\$PWD)["']""")
 
 
 def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
@@ -397,10 +403,14 @@ def _named_files(value: str, trees: list[str]) -> list[str]:
     """The files a command line git runs (a command-valued key's `value`) names: each
     absolute word (`/team/bin/clean`, `--file=/team/x`, `~user/bin/x`), and, taken from
     each work tree in `trees` (where git runs it), each relative program (`tools/x`) and
-    argument (`sh clean.sh`). A bare program is found on the sandbox's PATH (the host's,
-    as the command's own programs are); `~/`, `$VAR` and `%f` name nothing git's run
-    there finds outside the workspace (the sandbox's HOME is empty)."""
+    argument (`sh clean.sh`), and each word a sandboxed shell starts at a directory
+    Harness knows: `~/...` and `$HOME/...` at the sandbox's HOME (empty, but
+    `~/../../team/x` is /team/x: before, taken for nothing), `$PWD/...` at each work
+    tree. A bare program is found on the sandbox's PATH (the host's, as the command's own
+    programs are); another `$VAR` and `%f` name nothing Harness can find."""
     found: list[str] = []
+    # (`${HOME}/x`, `"$HOME"/x`: `$HOME/x`)
+    value = _BRACED_OR_QUOTED.sub(lambda match: f"${match[1] or match[2][1:]}", value)
     for command in _COMMAND_SEPARATORS.split(value.removeprefix("!")):
         words = [word for word in _WORD_SEPARATORS.split(command) if word]
         for index, word in enumerate(words):
@@ -408,6 +418,12 @@ def _named_files(value: str, trees: list[str]) -> list[str]:
                 word = word.partition("=")[2]  # (`--file=/x`, `VAR=/x`)
             elif word.startswith("-"):
                 continue  # an option
+            if _HOME_WORD.match(word):  # (`~/../../team/x`: the sandbox's HOME's)
+                found.append(sandbox.HOME + _HOME_WORD.sub("", word, count=1))
+                continue
+            if _PWD_WORD.match(word):
+                found += [tree + _PWD_WORD.sub("", word, count=1) for tree in trees]
+                continue
             if not word or "$" in word or "%" in word:
                 continue
             if word.startswith("~"):
