@@ -295,9 +295,11 @@ class _OutsideState:
         files = key in ("core.attributesfile", "core.excludesfile")
         if not (including or files or key == "core.hookspath"):
             return
-        expanded = _expand_home(value)
+        # (`~/`: the HOME of whoever runs git, the sandbox's when previewed: empty, but
+        # `~/../../team/x.gitconfig` is /team/x.gitconfig, taken for nothing before)
+        expanded = _expand_home(_HOME_WORD.sub(sandbox.HOME, value, count=1))
         if expanded is None:
-            return  # (`~/`: the HOME of whoever runs git; the sandbox's is empty)
+            return
         if including:
             self.config(os.path.join(os.path.dirname(path), expanded), tree)
         elif files and os.path.isabs(expanded):

@@ -94,3 +94,29 @@ def test_the_fingerprint_takes_a_program_named_from_home_or_pwd(
     assert preview.fingerprint_of(workspace) == seen  # (unchanged: the same)
     program.write_text("#!/bin/sh\nexit 1\n")  # (in place: the same inode)
     assert preview.fingerprint_of(workspace) != seen
+
+
+@pytest.mark.parametrize("key", ["include.path", "core.hooksPath"])
+def test_the_fingerprint_takes_a_file_a_configuration_names_from_home(
+    tmp_path: Path, key: str
+) -> None:
+    """git expands `~/` of an include or a hooks directory with the HOME it runs with,
+    the sandbox's when previewed: `~/../../team/x` is /team/x."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    _git(workspace, "init", "-q")
+    team = tmp_path / "team"
+    team.mkdir()
+    named = team / ("x.gitconfig" if key == "include.path" else "hooks")
+    if key == "include.path":
+        named.write_text("[core]\n\tfsmonitor = false\n")
+    else:
+        named.mkdir()
+    _git(workspace, "config", key, f"~/{_up_from_home(named)}")
+    seen = preview.fingerprint_of(workspace)
+    assert preview.fingerprint_of(workspace) == seen  # (unchanged: the same)
+    if key == "include.path":
+        named.write_text("[core]\n\tfsmonitor = /team/fsmon\n")  # (in place)
+    else:
+        (named / "pre-commit").write_text("#!/bin/sh\n")
+    assert preview.fingerprint_of(workspace) != seen
