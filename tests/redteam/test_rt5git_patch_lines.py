@@ -89,3 +89,15 @@ def test_a_codex_patchs_removed_and_context_lines_are_shown_so(
         ("add", "+echo ok"),
         ("meta", "*** End Patch"),
     ], shown
+
+
+def test_a_hunk_header_where_the_counts_ran_out_starts_a_new_hunk() -> None:
+    """A header naming a path with newlines (a denied Edit's, shown in the audit timeline)
+    carries hunk-header-like lines of the agent's before the real one: the real header,
+    met while the agent's counts were left, was taken for the frame's and every line of
+    its hunk after it too, the line added among them. It starts the hunk it heads."""
+    from approvals.templatetags.approval_tags import diff_lines
+
+    fake = "@@ -1,5 +1,0 @@"
+    diff = f"--- a/x\n{fake}\n+++ b/x\n{fake}\n@@ -1 +1,2 @@\n-old\n+old\n+{EVIL}\n"
+    assert diff_lines(diff)[-3:] == [("del", "-old"), ("add", "+old"), ("add", f"+{EVIL}")]
