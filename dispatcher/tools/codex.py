@@ -121,6 +121,8 @@ def present_patch(arguments: dict[str, Any], project: Path) -> dict[str, Any]:
         "kind": "diff",
         "path": ", ".join(paths),
         "diff": patch,
+        # (read by Codex's rules, not a unified diff's: approval_tags.diff_lines)
+        "format": "codex_patch",
         "new_file": False,
         "files": paths,
         "project": str(project),

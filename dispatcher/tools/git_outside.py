@@ -20,7 +20,7 @@ import re
 import stat
 from pathlib import Path
 
-from dispatcher.tools import sandbox_git
+from dispatcher.tools import sandbox, sandbox_git
 from dispatcher.tools.base import ToolError
 from dispatcher.tools.sandbox_git import (
     _COMMAND_KEYS,
@@ -71,6 +71,13 @@ _COMMAND_PATH = re.compile(
 MAX_OUTSIDE = 256
 MAX_LISTED = 1000  # entries of one hooks or info directory described
 MAX_NAMED = 256  # files command lines name described; past it, counted
+# Directories of refs and reflogs described for one fingerprint (`_ref_trees`), a budget of
+# their own (a repository's thousands of branch directories never crowd out its
+# configuration); past it, counted.
+MAX_REF_DIRS = 256
+# A pseudo-ref's name (refs.c is_pseudo_ref / is_root_ref's syntax): the top of a git
+# directory, ORIG_HEAD, FETCH_HEAD, MERGE_HEAD ... (never `index` or `config`).
+_PSEUDO_REF = re.compile(r"[A-Z_-]+")
 # Refs git reads to resolve one name (HEAD, and each symbolic ref it names in turn):
 # refs.h's SYMREF_MAXDEPTH; past it git resolves nothing.
 SYMREF_MAXDEPTH = 5
@@ -81,6 +88,12 @@ _REF_COMPONENT = re.compile(r"[^\x00-\x20\x7f ~^:?*\[\\/.][^\x00-\x20\x7f ~^:?*\
 # shell would, near enough to find the paths it names).
 _COMMAND_SEPARATORS = re.compile(r"[;&|()\n`]+")
 _WORD_SEPARATORS = re.compile(r"""[\s'"<>{}]+""")
+# A word's start a sandboxed shell expands to a directory Harness knows: `~/`, `$HOME/`
+# (sandbox.HOME), `$PWD/` (the work tree git runs the command in). ({} are word
+# separators above: `${HOME}/x` reads `$HOME`, `/x`.)
+_HOME_WORD = re.compile(r"(~|\$HOME)(?=/|$)")
+_PWD_WORD = re.compile(r"\$PWD(?=/|$)")
+_BRACED_OR_QUOTED = re.compile(r"""\$\{(HOME|PWD)\}|["'](\$HOME|\$PWD)["']""")
 
 
 def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
@@ -138,6 +151,7 @@ class _OutsideState:
     budget: Guard = dataclasses.field(default_factory=Guard)
     trees: list[str] = dataclasses.field(default_factory=list)
     named_files: int = 0
+    ref_dirs: int = 0
 
     def config(self, path: str, tree: str | None) -> None:
         self.queue.append((os.path.normpath(path), tree))
@@ -166,6 +180,47 @@ class _OutsideState:
         for where in dict.fromkeys((git_dir, common or git_dir)):
             self.file(os.path.join(where, "packed-refs"))
         self._ref_chain(git_dir, common or git_dir)
+        self._ref_trees(git_dir, common or git_dir)
+
+    def _ref_trees(self, git_dir: str, common: str) -> None:
+        """Every ref and reflog git may read besides HEAD's chain, by directory: the
+        pseudo-refs at the top of the work tree's git directory and the common one
+        (ORIG_HEAD, FETCH_HEAD; `main-worktree/ORIG_HEAD`), and each directory of their
+        `refs/` and `logs/` and of the other work trees' (`worktrees/<id>/HEAD`), each
+        entry by identity, size and times (a ref is replaced by a rename, a reflog grows,
+        and the directory's own times move with any entry added or removed). Before, a
+        command reading another branch, a tag or a reflog (`git tag --points-at HEAD >
+        TAGS`) had its old effect applied after the tag moved outside the workspace.
+        At most MAX_REF_DIRS directories, past it counted."""
+        for where in dict.fromkeys((git_dir, common)):
+            path = os.path.normpath(where)
+            if path not in self.seen and not _inside(self.workspace, path):
+                self.lines.append(_pseudo_refs_state(path))
+            for name in ("refs", "logs", "worktrees") if where == common else ("refs", "logs"):
+                self._ref_tree(os.path.join(where, name))
+
+    def _ref_tree(self, root: str) -> None:
+        """Describe the directory `root` and those below it (no link followed), within
+        MAX_REF_DIRS."""
+        pending = [os.path.normpath(root)]
+        while pending:
+            path = pending.pop()
+            if path in self.seen or _inside(self.workspace, path):
+                continue
+            self.seen.add(path)
+            self.ref_dirs += 1
+            if self.ref_dirs > MAX_REF_DIRS:
+                self.lines.append("more refs\n")
+                return
+            self.lines.append(_directory_state(path))
+            try:
+                with os.scandir(path) as entries:
+                    pending += sorted(
+                        (e.path for e in entries if e.is_dir(follow_symlinks=False)),
+                        reverse=True,
+                    )
+            except OSError:
+                continue  # (described as what it is instead)
 
     def _ref_chain(self, git_dir: str, common: str) -> None:
         """HEAD and each ref it names in turn, as git resolves it (refs_resolve_ref_unsafe:
@@ -240,9 +295,11 @@ class _OutsideState:
         files = key in ("core.attributesfile", "core.excludesfile")
         if not (including or files or key == "core.hookspath"):
             return
-        expanded = _expand_home(value)
+        # (`~/`: the HOME of whoever runs git, the sandbox's when previewed: empty, but
+        # `~/../../team/x.gitconfig` is /team/x.gitconfig, taken for nothing before)
+        expanded = _expand_home(_HOME_WORD.sub(sandbox.HOME, value, count=1))
         if expanded is None:
-            return  # (`~/`: the HOME of whoever runs git; the sandbox's is empty)
+            return
         if including:
             self.config(os.path.join(os.path.dirname(path), expanded), tree)
         elif files and os.path.isabs(expanded):
@@ -348,10 +405,14 @@ def _named_files(value: str, trees: list[str]) -> list[str]:
     """The files a command line git runs (a command-valued key's `value`) names: each
     absolute word (`/team/bin/clean`, `--file=/team/x`, `~user/bin/x`), and, taken from
     each work tree in `trees` (where git runs it), each relative program (`tools/x`) and
-    argument (`sh clean.sh`). A bare program is found on the sandbox's PATH (the host's,
-    as the command's own programs are); `~/`, `$VAR` and `%f` name nothing git's run
-    there finds outside the workspace (the sandbox's HOME is empty)."""
+    argument (`sh clean.sh`), and each word a sandboxed shell starts at a directory
+    Harness knows: `~/...` and `$HOME/...` at the sandbox's HOME (empty, but
+    `~/../../team/x` is /team/x: before, taken for nothing), `$PWD/...` at each work
+    tree. A bare program is found on the sandbox's PATH (the host's, as the command's own
+    programs are); another `$VAR` and `%f` name nothing Harness can find."""
     found: list[str] = []
+    # (`${HOME}/x`, `"$HOME"/x`: `$HOME/x`)
+    value = _BRACED_OR_QUOTED.sub(lambda match: f"${match[1] or match[2][1:]}", value)
     for command in _COMMAND_SEPARATORS.split(value.removeprefix("!")):
         words = [word for word in _WORD_SEPARATORS.split(command) if word]
         for index, word in enumerate(words):
@@ -359,6 +420,12 @@ def _named_files(value: str, trees: list[str]) -> list[str]:
                 word = word.partition("=")[2]  # (`--file=/x`, `VAR=/x`)
             elif word.startswith("-"):
                 continue  # an option
+            if _HOME_WORD.match(word):  # (`~/../../team/x`: the sandbox's HOME's)
+                found.append(sandbox.HOME + _HOME_WORD.sub("", word, count=1))
+                continue
+            if _PWD_WORD.match(word):
+                found += [tree + _PWD_WORD.sub("", word, count=1) for tree in trees]
+                continue
             if not word or "$" in word or "%" in word:
                 continue
             if word.startswith("~"):
@@ -475,6 +542,21 @@ def _directory_state(path: str) -> str:
     finally:
         os.close(fd)
     return f"{path}\0{head} {len(entries)}\0{'/'.join(shown)}\n"
+
+
+def _pseudo_refs_state(path: str) -> str:
+    """A line describing the pseudo-refs at the top of the git directory `path` (the
+    entries named as one, `_PSEUDO_REF`) by name and state."""
+    try:
+        with os.scandir(path) as entries:
+            shown = [
+                f"{entry.name}:{_described(entry.stat(follow_symlinks=False))}"
+                for entry in sorted(entries, key=lambda entry: entry.name)
+                if _PSEUDO_REF.fullmatch(entry.name)
+            ]
+    except OSError as error:
+        return f"{path}\0pseudo-refs error {error.errno}\n"
+    return f"{path}\0pseudo-refs\0{'/'.join(shown[:MAX_LISTED])}\n"
 
 
 def _described(info: os.stat_result) -> str:
