@@ -1405,12 +1405,18 @@ class ConfigBudgetSpent(ToolError):
 # (the host's /etc/gitconfig twice per `guard`, the repository's `config`): a subprocess
 # each, 3-5 ms apiece, was most of an approved write_file's way from its approval to its
 # claim in the worker (docs/benchmarks.md, S5). Keyed by the bytes' SHA-256; the newest
-# _PARSED_MAX readings of configurations up to _PARSED_SIZE bytes are kept; a reading that
-# failed is never kept (it fails again each time). Each read counts in its run's budget,
-# kept or not: what a run may read, and what it refuses past it, are as without the memo.
+# _PARSED_MAX readings of configurations up to _PARSED_SIZE bytes are kept, each reading
+# no larger itself (its keys' and values' characters, and _PARSED_PAIR for each pair: what
+# Python holds of one): git repeats a section's name in each key, and a 64 KiB file of a
+# 32 KiB name and 16 K lines `a` read as 512 MiB of keys, which the worker kept (64 of
+# them: 32 GiB), and whose reading again, 2.5 s of git each, became free of the run's
+# CONFIG_READ_SECONDS. A reading that failed is never kept (it fails again each time).
+# Each read counts in its run's budget, kept or not: what a run may read, and what it
+# refuses past it, are as without the memo.
 _PARSED: dict[bytes, tuple[tuple[str, str], ...]] = {}
 _PARSED_MAX = 64
 _PARSED_SIZE = 64 << 10
+_PARSED_PAIR = 160
 _PARSED_LOCK = threading.Lock()
 
 
@@ -1432,7 +1438,8 @@ def _configuration(data: bytes, target: Path, budget: Guard) -> list[tuple[str, 
     if kept is not None:
         return list(kept)
     pairs = _git_reading(data, target, budget)
-    if key is not None:
+    size = sum(len(name) + len(value) + _PARSED_PAIR for name, value in pairs)
+    if key is not None and size <= _PARSED_SIZE:
         with _PARSED_LOCK:
             while len(_PARSED) >= _PARSED_MAX:
                 del _PARSED[next(iter(_PARSED))]  # (the oldest first)

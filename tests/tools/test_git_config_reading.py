@@ -10,9 +10,11 @@ the bytes alone, so it is kept by their digest; what changes the bytes is read a
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -113,3 +115,32 @@ def test_a_configuration_git_cannot_read_is_refused_every_time(
         why = sandbox_git.hook_paths(workspace)
         assert isinstance(why, str) and "could not be read" in why, why
         assert _count(readings) > before  # (asked again: a failure is never kept)
+
+
+def test_a_configuration_git_reads_as_much_more_is_not_kept_in_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # git repeats a section's name in each of its keys: a 63 KiB `config` of a 1000-letter
+    # section and 31 K lines `a` reads as 31 M characters of keys. The memo kept that
+    # reading, 64 of them in a worker (up to 512 MiB each): what the worker holds after the
+    # check is what it held before it, and the reading is as right.
+    workspace = _repository(tmp_path, monkeypatch)
+    config = workspace / ".git" / "config"
+    name = "s" * 1000
+    lines = (60 << 10) // 2
+    config.write_text(
+        f"{config.read_text()}[{name}]\n{'a\n' * lines}[core]\n\thooksPath = .githooks\n"
+    )
+    assert len(config.read_bytes()) <= 64 << 10
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for _ in range(2):
+            assert sandbox_git.hook_paths(workspace) == [".githooks"]
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 4 << 20, f"{held >> 20} MiB held after the check"
+    said = _write(workspace, ".githooks/pre-commit")
+    assert said.startswith("refused: '.githooks/pre-commit' is a git hook"), said
