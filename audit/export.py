@@ -180,24 +180,35 @@ async def async_chunks(events: QuerySet[AuditEvent], fmt: str) -> AsyncIterator[
 
 
 class Slots:
-    """The exports this process streams at once, at most settings.HARNESS_MAX_EXPORTS
-    (0: no cap). An export holds a database connection for as long as its client takes to
-    read it (a response goes no faster: harness_site.slow_clients), and the connections
-    of a process are few (HARNESS_DB_POOL_MAX): without a cap, a few slow downloads held
-    every connection, and every other page of the process waited for one."""
+    """The exports this process streams at once: at most settings.HARNESS_MAX_EXPORTS in
+    all (0: no cap), and at most settings.HARNESS_MAX_EXPORTS_PER_PERSON of one person's
+    (0: no cap of their own). An export holds a database connection for as long as its
+    client takes to read it (a response goes no faster: harness_site.slow_clients), and
+    the connections of a process are few (HARNESS_DB_POOL_MAX): without a cap, a few slow
+    downloads held every connection, and every other page of the process waited for one.
+    Without a person's share, one auditor whose slow readers held every slot (each as long
+    as it took a little within HARNESS_RESPONSE_STALL_TIMEOUT, reconnecting when cut) had
+    every other auditor's export refused."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.running = 0
+        self._by_person: dict[Any, int] = {}
 
-    def take(self) -> Callable[[], None] | None:
+    def take(self, person: Any) -> Callable[[], None] | str:
         """A slot's release (call it once the export's response is closed; calling it
-        again does nothing), or None when every slot is taken."""
+        again does nothing), or, when no slot may be taken, the setting that refuses it
+        ("HARNESS_MAX_EXPORTS_PER_PERSON" or "HARNESS_MAX_EXPORTS")."""
         with self._lock:
+            held = self._by_person.get(person, 0)
+            share = settings.HARNESS_MAX_EXPORTS_PER_PERSON
+            if share and held >= share:
+                return "HARNESS_MAX_EXPORTS_PER_PERSON"
             cap = settings.HARNESS_MAX_EXPORTS
             if cap and self.running >= cap:
-                return None
+                return "HARNESS_MAX_EXPORTS"
             self.running += 1
+            self._by_person[person] = held + 1
         released = threading.Event()
 
         def release() -> None:
@@ -205,6 +216,9 @@ class Slots:
                 if not released.is_set():
                     released.set()
                     self.running -= 1
+                    left = self._by_person.pop(person) - 1
+                    if left:
+                        self._by_person[person] = left
 
         return release
 

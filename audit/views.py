@@ -269,7 +269,8 @@ class _Export(StreamingHttpResponse):
     """An export's response: its slot (export.SLOTS) is given back when it is closed
     (streamed whole, or its client gone), whether or not streaming ever started, or at
     the latest when the response is gone (a caller that never closes it: the test
-    client, when the body is not read)."""
+    client, when the body is not read; a response whose streaming raised, which Django's
+    handler does not close)."""
 
     def __init__(self, *args: Any, release: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -283,18 +284,29 @@ class _Export(StreamingHttpResponse):
             self._release()
 
 
-EXPORTS_BUSY = (
-    "Too many audit exports are being downloaded from this server at once "
-    "(HARNESS_MAX_EXPORTS). Try again in a minute."
-)
+EXPORTS_BUSY = {
+    "HARNESS_MAX_EXPORTS": (
+        "Too many audit exports are being downloaded from this server at once "
+        "(HARNESS_MAX_EXPORTS). Try again in a minute."
+    ),
+    "HARNESS_MAX_EXPORTS_PER_PERSON": (
+        "You are already downloading as many audit exports from this server as one person "
+        "may at once (HARNESS_MAX_EXPORTS_PER_PERSON). Try again once one of them has finished or "
+        "been cancelled."
+    ),
+}
 
 
-def _stream(events: QuerySet[AuditEvent], fmt: str, name: str) -> HttpResponseBase:
+def _stream(
+    request: HtmxHttpRequest, events: QuerySet[AuditEvent], fmt: str, name: str
+) -> HttpResponseBase:
     if fmt not in export.FORMATS:
         raise Http404(f"Unknown export format. Choose one of: {', '.join(export.FORMATS)}.")
-    release = export.SLOTS.take()
-    if release is None:
-        busy = HttpResponse(EXPORTS_BUSY, status=503, content_type="text/plain; charset=utf-8")
+    release = export.SLOTS.take(request.user.pk)
+    if isinstance(release, str):
+        busy = HttpResponse(
+            EXPORTS_BUSY[release], status=503, content_type="text/plain; charset=utf-8"
+        )
         busy["Retry-After"] = "60"
         return busy
     content_type, extension = export.FORMATS[fmt]
@@ -307,11 +319,11 @@ def _stream(events: QuerySet[AuditEvent], fmt: str, name: str) -> HttpResponseBa
 def session_export(request: HtmxHttpRequest, session_id: UUID, fmt: str) -> HttpResponseBase:
     _reached(request, session_id)
     events = AuditEvent.objects.filter(chain=str(session_id))
-    return _stream(events, fmt, f"audit-{session_id}")
+    return _stream(request, events, fmt, f"audit-{session_id}")
 
 
 @role_required(AUDITOR)
 def filtered_export(request: HtmxHttpRequest) -> HttpResponseBase:
     chains = filtered_sessions(request.GET, request.reach).values("chain")
     events = AuditEvent.objects.filter(chain__in=chains)
-    return _stream(events, request.GET.get("format", "jsonl"), "audit-export")
+    return _stream(request, events, request.GET.get("format", "jsonl"), "audit-export")

@@ -518,6 +518,9 @@ HARNESS_RESPONSE_STALL_TIMEOUT = float(env("HARNESS_RESPONSE_STALL_TIMEOUT", "12
 # Audit exports one web process streams at once (each holds a database connection while
 # its client reads); past it 503 with Retry-After (audit.export.SLOTS; 0: no cap).
 HARNESS_MAX_EXPORTS = int(env("HARNESS_MAX_EXPORTS", "4"))
+# Of those, how many one person may stream at once (0: no share of their own): one auditor's
+# slow downloads cannot hold every slot (audit.export.SLOTS).
+HARNESS_MAX_EXPORTS_PER_PERSON = int(env("HARNESS_MAX_EXPORTS_PER_PERSON", "1"))
 # Connections one peer address (an IPv6 /64) may hold open to one daphne at once; past it a
 # new one is closed as it opens (harness_site.slow_clients). 0: not counted, the default
 # behind proxies of yours (HARNESS_TRUSTED_PROXY_COUNT), whose own address every connection

@@ -20,6 +20,11 @@ rings, and one peer that opened as many as the process may hold (1,024 under a c
 service limit) and dripped a byte into each had every other agent's connection closed
 unanswered, for as long as it kept opening them.
 
+A response that fails once started is cut: daphne answered an application that raised with
+a 500 page, which it could not start over a response already started, and left that
+response open and unfinished; now its connection is aborted, so the client sees a cut
+download, not one that never ends.
+
 A response is sent no faster than its client reads it. daphne handed every body message
 of a streamed response to Twisted at once, and Twisted keeps what the client has not read
 in memory without bound: an audit export (gigabytes of the log) to a client that read
@@ -315,6 +320,21 @@ async def _paced_reply(self: Any, protocol: Any, message: dict[str, Any]) -> Non
         await channel.drained()
 
 
+_daphne_exception = http_protocol.WebRequest.handle_exception
+
+
+def _ended_on_error(self: Any, exception: BaseException) -> None:
+    """daphne's answer to an application that raised: its 500 page, or, when the response
+    had started (a streamed response that failed mid-way: an export whose database
+    connection died), the connection aborted. daphne tried to start a 500 over it, which
+    raised, and left the response open unfinished: the client waited, for ever, on a
+    download that would never end and did not read as cut."""
+    if not self._response_started:
+        _daphne_exception(self, exception)
+    elif self.channel is not None and self.channel.transport is not None:
+        self.channel.transport.abortConnection()
+
+
 def install(
     receive_timeout: float, max_per_address: int = 0, max_body: int = 0, stall: float = 120.0
 ) -> None:
@@ -329,3 +349,4 @@ def install(
     http_protocol.HTTPFactory.protocol = _bounded_protocol
     ws_protocol.WebSocketFactory.protocol = CountedWebSocketProtocol
     server.Server.handle_reply = _paced_reply
+    http_protocol.WebRequest.handle_exception = _ended_on_error
