@@ -298,35 +298,33 @@ def approve_call(
         if call is None:
             call = ToolCall.objects.select_for_update().get(pk=call_id)
         if call.executor == Executor.CLIENT:
-            return _release_approved(call, decision, extra)
-        now = timezone.now()
-        fields: dict[str, Any] = {"queued_at": now}
-        if call.batch_size == 1:  # the batch's only call: its message leaves now
-            fields["enqueued_at"] = now
-        return _decide_pending(
-            call_id, Status.QUEUED, decision, kinds.CALL_APPROVED, None, extra, call=call, **fields
-        )
+            to, fields = Status.RELEASED, release_fields()
+        else:
+            now = timezone.now()
+            to, fields = Status.QUEUED, {"queued_at": now}
+            if call.batch_size == 1:  # the batch's only call: its message leaves now
+                fields["enqueued_at"] = now
+        return _release_approved(call, to, decision, extra, fields)
 
 
-def _release_approved(call: ToolCall, decision: Decision, extra: dict[str, Any] | None) -> bool:
-    """An approved call its client runs (decide-only), released to that client, which runs
-    it with no check after: only while the credential that sent it is live, in the
-    release's own UPDATE (`live_credential_sql`, as the worker's claim). The decision read
-    the agent before (approvals: its token, the guards); a rotation or a revocation of a
-    bearer agent takes no row the decision holds and may commit in between. A release
-    that finds it dead, the call still pending, denies it at the release instead
-    (`deny_at_release`, guard token: the hook waiting with that credential is answered
-    "deny"). One read more, on that miss only; False when the call was no longer pending."""
+def _release_approved(
+    call: ToolCall,
+    to: Status,
+    decision: Decision,
+    extra: dict[str, Any] | None,
+    fields: dict[str, Any],
+) -> bool:
+    """An approved call released (`to`): to its client, which runs it with no check after
+    (decide-only), or queued for a worker: only while the credential that sent it is
+    live, in the release's own UPDATE (`live_credential_sql`, as the worker's claim). The
+    decision read the agent before (approvals: its token, the guards); a rotation or a
+    revocation of a bearer agent takes no row the decision holds and may commit in
+    between. A release that finds it dead, the call still pending, denies it at the
+    release instead (`deny_at_release`, guard token: the hook waiting with that credential
+    is answered "deny"; the call is DENIED in memory, as its decision's caller reads it).
+    One read more, on that miss only; False when the call was no longer pending."""
     if _decide_pending(
-        call.pk,
-        Status.RELEASED,
-        decision,
-        kinds.CALL_APPROVED,
-        None,
-        extra,
-        call=call,
-        live=True,
-        **release_fields(),
+        call.pk, to, decision, kinds.CALL_APPROVED, None, extra, call=call, live=True, **fields
     ):
         return True
     if not ToolCall.objects.filter(pk=call.pk, status=Status.PENDING_APPROVAL).exists():

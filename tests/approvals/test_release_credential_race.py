@@ -13,19 +13,20 @@ release (guard `token`), and the hook is answered "deny", saying why."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection, connections
 
 from approvals import services as approval_services
-from approvals.models import Decision
+from approvals.models import ApprovalRequest, Decision
 from audit.models import AuditEvent
-from dispatcher import agents
+from dispatcher import agents, execution
 from dispatcher.models import Status, ToolCall
 from tests.agentauth.test_sign_out_race import _hook_in_thread, _waiting_ask
 from tests.support.claude_code_hooks import pre_tool_use
-from tests.support.factories import make_user, unique
+from tests.support.factories import make_user, submit_one, unique
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -116,3 +117,36 @@ def test_a_hook_call_of_a_live_token_is_still_released_when_approved() -> None:
         thread.join(60)
     assert answers[0].json()["hookSpecificOutput"]["permissionDecision"] == "allow"
     assert ToolCall.objects.get(pk=approval.call_id).status == Status.RELEASED
+
+
+def test_a_worker_call_whose_token_died_during_its_approval_is_not_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same race for a call a worker runs: it was queued, and only the worker's claim
+    then denied it; it is denied at the release now (the agent is answered at once)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a commit beside an open transaction: PostgreSQL (SQLite has one writer)")
+    reviewer = make_user(unique("rita"), groups=("reviewer",))
+    agent, _ = agents.create_agent(owner=make_user(unique("olga")), name=unique("a"), actor="t")
+    session = agents.start_session(agent=agent)
+    call = submit_one(session, "write_file", {"path": "a.txt", "content": "x"})
+    assert call.status == Status.PENDING_APPROVAL
+    real = approval_services._release_denial
+
+    def after_the_decisions_read(call: ToolCall) -> Any:
+        _committed_in_another_thread(lambda: agents.rotate_token(agent=agent, actor="user:root"))
+        return real(call)
+
+    monkeypatch.setattr(approval_services, "_release_denial", after_the_decisions_read)
+    approval = ApprovalRequest.objects.get(call=call)
+    approval_services.decide(
+        approval_id=approval.pk, user=reviewer, approve=True, digest=call.digest
+    )
+    call.refresh_from_db()
+    # Was: queued (for the worker's claim to deny).
+    assert (call.status, call.decided_by) == (Status.DENIED, "guard:token"), call.status
+    assert "no longer acts for the agent" in call.content
+    execution.execute_call(str(call.pk))
+    call.refresh_from_db()
+    assert call.status == Status.DENIED and call.started_at is None
+    assert not (Path(session.workspace) / "a.txt").exists()
