@@ -34,7 +34,7 @@ from dispatcher.policy.context import Profile
 from dispatcher.policy.models import Mode, PermissionProfile, SessionGrant, narrower_mode
 from dispatcher.policy.profiles import default_profile, profile_for
 from dispatcher.policy.stages import GuardDenial
-from dispatcher.tools import sandbox
+from dispatcher.tools import messages, sandbox
 from floor.compiled import Compiled
 from floor.errors import ServiceError
 from teams.models import Membership, Team
@@ -614,7 +614,7 @@ def _deny_queued(agent: Agent, why: str, guard: str = "") -> None:
 
 
 # The guard a call sent with a token that is no longer the agent's is denied by.
-TOKEN_GUARD = "token"
+TOKEN_GUARD = transitions.TOKEN_GUARD
 
 
 def end_calls_of_signed_out(agent: Agent, actor: str) -> None:
@@ -730,17 +730,8 @@ def refusal_since(session: AgentSession) -> GuardDenial:
     probe = ToolCall(session=fresh, provenance={"token": session.agent.token_prefix})
     refused = credential_refusal(probe, fresh.agent)
     if refused is None:
-        refused = GuardDenial(((TOKEN_GUARD, credential_gone(fresh.agent.name)),))
+        refused = GuardDenial(((TOKEN_GUARD, messages.credential_gone(fresh.agent.name)),))
     return refused
-
-
-def credential_gone(name: str) -> str:
-    return (
-        f"The credential this call was sent with no longer acts for the agent '{name}' "
-        "(it was signed out, revoked, rotated or voided, or the agent moved to another team) "
-        "before the call ran, so it was not run. Sign in again (or use the agent's current "
-        "token), then send it again."
-    )
 
 
 def signed_in_now(agent: Agent) -> None:

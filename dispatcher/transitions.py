@@ -244,11 +244,13 @@ def _decide_pending(
     text: str | None,
     extra: dict[str, Any] | None = None,
     call: ToolCall | None = None,
+    live: bool = False,
     **fields: Any,
 ) -> bool:
     """Close a pending call as `to`: check it is still pending, transition (a conditional
     update: exactly one decision wins), and send what may run next in its batch (after
-    commit). False if it was no longer pending.
+    commit). False if it was no longer pending (`live`: or its credential is dead, the
+    update conditional on it too: `transition`).
 
     Joins the caller's transaction when there is one (the approvals app records its own
     row in the same commit, and passes the `call` it read under its approval's lock),
@@ -269,6 +271,7 @@ def _decide_pending(
             actor=decision.by,
             payload={**decision.as_provenance(), **(extra or {})},
             publish=False,
+            live=live,
             **fields,
             **decision_fields(call, decision, text),
         )
@@ -301,9 +304,38 @@ def approve_call(
             to, fields = Status.QUEUED, {"queued_at": now}
             if call.batch_size == 1:  # the batch's only call: its message leaves now
                 fields["enqueued_at"] = now
-        return _decide_pending(
-            call_id, to, decision, kinds.CALL_APPROVED, None, extra, call=call, **fields
-        )
+        return _release_approved(call, to, decision, extra, fields)
+
+
+def _release_approved(
+    call: ToolCall,
+    to: Status,
+    decision: Decision,
+    extra: dict[str, Any] | None,
+    fields: dict[str, Any],
+) -> bool:
+    """An approved call released (`to`): to its client, which runs it with no check after
+    (decide-only), or queued for a worker: only while the credential that sent it is
+    live, in the release's own UPDATE (`live_credential_sql`, as the worker's claim). The
+    decision read the agent before (approvals: its token, the guards); a rotation or a
+    revocation of a bearer agent takes no row the decision holds and may commit in
+    between. A release that finds it dead, the call still pending, denies it at the
+    release instead (`deny_at_release`, guard token: the hook waiting with that credential
+    is answered "deny"; the call is DENIED in memory, as its decision's caller reads it).
+    One read more, on that miss only; False when the call was no longer pending."""
+    if _decide_pending(
+        call.pk, to, decision, kinds.CALL_APPROVED, None, extra, call=call, live=True, **fields
+    ):
+        return True
+    if not ToolCall.objects.filter(pk=call.pk, status=Status.PENDING_APPROVAL).exists():
+        return False  # another decision, a cancel, moved it first
+    gone = messages.credential_gone(call.session.agent.name)
+    return deny_at_release(call=call, denial=GuardDenial(((TOKEN_GUARD, gone),)), extra=extra)
+
+
+# The guard a call sent with a credential that no longer acts for its agent is denied by
+# (agents.TOKEN_GUARD).
+TOKEN_GUARD = "token"
 
 
 def deny_call(

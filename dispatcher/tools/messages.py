@@ -80,6 +80,17 @@ def definition_changed_since_admission(tool_name: str) -> str:
     )
 
 
+def credential_gone(agent_name: str) -> str:
+    """Why a call is not started (run or released to its client) once a write that would
+    start it found the credential that sent it dead (transitions.live_credential_sql)."""
+    return (
+        f"The credential this call was sent with no longer acts for the agent '{agent_name}' "
+        "(it was signed out, revoked, rotated or voided, or the agent moved to another team) "
+        "before the call ran, so it was not run. Sign in again (or use the agent's current "
+        "token), then send it again."
+    )
+
+
 def reviewer_denied(reviewer: str, feedback: str) -> str:
     if feedback:
         return f"A reviewer ({reviewer}) denied this call. Their feedback: {feedback}"
