@@ -600,7 +600,9 @@ def _apply(
         # The call moved first (the agent cancelled it, or another decision won the
         # conditional update): nothing here is recorded; the transaction rolls back.
         raise DecisionRefused(already_decided(approval), 409)
-    if allow_session:
+    if allow_session and call.status != Status.DENIED:
+        # (denied at the release: its credential died after the read above, and a call
+        # that does not run grants nothing: transitions._release_approved)
         approval.grant = grants.grant_for_session(ctx=context_of(call), actor=user)  # type: ignore[arg-type,attr-defined]
     approval.decision = Decision.APPROVED if approve else Decision.DENIED
     approval.decided_by = user  # type: ignore[assignment]

@@ -150,3 +150,37 @@ def test_a_worker_call_whose_token_died_during_its_approval_is_not_queued(
     call.refresh_from_db()
     assert call.status == Status.DENIED and call.started_at is None
     assert not (Path(session.workspace) / "a.txt").exists()
+
+
+def test_a_session_grant_asked_with_an_approval_whose_token_died_is_not_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ "Allow for the rest of this session" with that approval: the call is denied at the
+    release, and the rule the reviewer asked for is not granted either (it was: a grant
+    for the session of a credential that no longer acts for the agent)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("a commit beside an open transaction: PostgreSQL (SQLite has one writer)")
+    from dispatcher.policy.models import SessionGrant
+
+    reviewer = make_user(unique("rita"), groups=("reviewer",))
+    agent, _ = agents.create_agent(owner=make_user(unique("olga")), name=unique("a"), actor="t")
+    session = agents.start_session(agent=agent)
+    call = submit_one(session, "write_file", {"path": "a.txt", "content": "x"})
+    real = approval_services._release_denial
+
+    def after_the_decisions_read(call: ToolCall) -> Any:
+        _committed_in_another_thread(lambda: agents.rotate_token(agent=agent, actor="user:root"))
+        return real(call)
+
+    monkeypatch.setattr(approval_services, "_release_denial", after_the_decisions_read)
+    approval = ApprovalRequest.objects.get(call=call)
+    approval_services.decide(
+        approval_id=approval.pk,
+        user=reviewer,
+        approve=True,
+        digest=call.digest,
+        allow_session=True,
+    )
+    call.refresh_from_db()
+    assert call.status == Status.DENIED, call.status
+    assert not SessionGrant.objects.filter(session=session).exists()
