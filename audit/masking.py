@@ -858,13 +858,16 @@ def _narrow_gate(chunk: str, heads: list[str], edges: _Edges) -> bool:
     for reading in readings:
         first, _, rest = reading.partition("\n")
         if edges.tail:  # (a line break after the first line: fold's and the text's own)
-            texts, body = [(edges.before or "") + first, ""], rest
+            reads = [((edges.before or "") + first, rest), ("", rest)]
+        elif edges.before == "":  # (the run's first line: what precedes fold's may be on it)
+            reads = [("", reading), (first, rest)]
         else:  # (a narrow line before the window: its tokens are the window before's)
-            texts, body = ["" if edges.before == "" else "x"], reading
+            reads = [("x", reading)]
         for width in _WIDTHS.intersection(map(len, reading.split("\n"))):
-            joined = _FOLD_BREAKS[width].sub(r"\1", body + after)
-            if any(_NARROW_CANDIDATE.search(before + joined) for before in texts):
-                return True
+            for before, body in reads:
+                joined = _FOLD_BREAKS[width].sub(r"\1", body + after)
+                if _NARROW_CANDIDATE.search(before + joined):
+                    return True
     return False
 
 
@@ -929,7 +932,9 @@ def _clear_ends(
     if last - first < 2:
         return None
     folds = _Folds(lines, max(len(line) for line, _ in lines[first + 1 : last]), edges.tail)
-    since = first + 1 if first == 0 and edges.tail else first  # (a tail's break: either)
+    # (a tail's break, or the first line of the run's: either. Text put before fold's
+    # output on its first line only, `"h` of a JSON string, leaves that line no width)
+    since = first + 1 if first == 0 and (edges.tail or edges.before == "") else first
     if not all(folds.at(i) for i in range(since, last)):
         return None  # (a line of it ends where fold or textwrap would not break it)
     if end < run_end:  # (token characters go on after it: across a line break?)
