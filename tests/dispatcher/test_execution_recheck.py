@@ -70,10 +70,15 @@ def test_an_approved_call_of_a_revoked_agent_does_not_run() -> None:
     session = start_session(agent=fx.agent)
     call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     agents.revoke_agent(agent=fx.agent, actor="test")
+    # (The release itself is conditional on the credential: transitions._release_approved.
+    # A decision through approvals.services refuses it before, saying "was revoked"; this
+    # one, past that check, is denied at the release and never queued.)
     assert transitions.approve_call(call_id=call.pk, actor="user:rita")
 
     execution.execute_call(str(call.pk))
 
     call.refresh_from_db()
-    assert call.status == Status.DENIED and "was revoked" in call.content
+    assert call.status == Status.DENIED and call.decided_by == "guard:token", call.status
+    assert "no longer acts for the agent" in call.content
+    assert call.started_at is None
     assert not (Path(session.workspace) / "f.txt").exists()
