@@ -377,9 +377,13 @@ def test_a_stdio_call_waiting_its_turn_when_the_configuration_changes_is_not_sen
     old_marker, new_marker = (str(40000 + uuid.uuid4().int % 20000) for _ in range(2))
     started_file = tmp_path / "started.txt"
     name = "s" + uuid.uuid4().hex[:8]
-    register_stdio(name, old_marker, tmp_path, timeout=8)
+    register_stdio(name, old_marker, tmp_path, timeout=90)
     old, fingerprint = target(name, "slow")
     outcomes: dict[str, Any] = {}
+    # A's call is held (not only slow) until C's call was answered: on a loaded machine
+    # the admin's change could otherwise come after A's call ended and B's was sent
+    hold = tmp_path / "started.txt.hold-2.5"
+    hold.touch()
 
     def run(who: str, endpoint: upstream_module.Endpoint, seconds: float) -> threading.Thread:
         def body() -> None:
@@ -406,13 +410,14 @@ def test_a_stdio_call_waiting_its_turn_when_the_configuration_changes_is_not_sen
     old_processes = processes_of(old_marker)
     assert old_processes
     services.remove_server(name=name, actor="rtretire")
-    register_stdio(name, new_marker, tmp_path, timeout=8)
+    register_stdio(name, new_marker, tmp_path, timeout=90)
     new, new_fingerprint = target(name, "slow")
     assert new_fingerprint == fingerprint
     got = pool.call(new, "slow", fingerprint, {"seconds": 0.2})
     assert upstream_module.result_text(got) == "slept 0.2"
-    a.join(30)
-    b.join(30)
+    hold.unlink()
+    a.join(60)
+    b.join(60)
     assert outcomes["a"] == "slept 2.5", outcomes
     assert isinstance(outcomes["b"], upstream_module.UpstreamError), outcomes
     assert "not sent" in str(outcomes["b"]), outcomes

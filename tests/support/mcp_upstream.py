@@ -8,7 +8,9 @@ at start: {"echo_description": "...", "hide": ["pid"]} (a changed definition, a 
 "echo_annotations": {...} (echo's annotations instead of readOnlyHint alone), "huge": true
 (a tool `huge` answering that many megabytes).
 `environment` answers the names of the variables the process got, `pid` its process id;
-with UPSTREAM_CALLS_FILE, `slow` adds a line to that file as each call starts.
+with UPSTREAM_CALLS_FILE, `slow` adds a line to that file as each call starts, and a
+call of `slow` for N seconds waits first while the file `<UPSTREAM_CALLS_FILE>.hold-N`
+exists (at most a minute), so a test holds a call until it has done its part.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ def slow(seconds: float) -> str:
     if calls := os.environ.get("UPSTREAM_CALLS_FILE"):  # each call it started, a line
         with open(calls, "a") as started:
             started.write(f"slow {seconds}\n")
+        hold, deadline = Path(f"{calls}.hold-{seconds}"), time.monotonic() + 60
+        while hold.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
     time.sleep(seconds)
     return f"slept {seconds}"
 
