@@ -152,6 +152,8 @@ class _OutsideState:
     trees: list[str] = dataclasses.field(default_factory=list)
     named_files: int = 0
     ref_dirs: int = 0
+    inside_ref_dirs: int = 0  # (the workspace's: for the links among them)
+    ref_walked: set[str] = dataclasses.field(default_factory=set)
 
     def config(self, path: str, tree: str | None) -> None:
         self.queue.append((os.path.normpath(path), tree))
@@ -196,31 +198,62 @@ class _OutsideState:
             path = os.path.normpath(where)
             if path not in self.seen and not _inside(self.workspace, path):
                 self.lines.append(_pseudo_refs_state(path))
+            for link in _pseudo_ref_links(path):
+                self._linked_ref(link)
             for name in ("refs", "logs", "worktrees") if where == common else ("refs", "logs"):
                 self._ref_tree(os.path.join(where, name))
 
     def _ref_tree(self, root: str) -> None:
         """Describe the directory `root` and those below it (no link followed), within
-        MAX_REF_DIRS."""
+        MAX_REF_DIRS (those of the workspace, whose walk describes them, within as many
+        more), and what each link among their entries leads to (`_linked_ref`)."""
         pending = [os.path.normpath(root)]
         while pending:
             path = pending.pop()
-            if path in self.seen or _inside(self.workspace, path):
+            if path in self.ref_walked:
                 continue
-            self.seen.add(path)
-            self.ref_dirs += 1
-            if self.ref_dirs > MAX_REF_DIRS:
+            self.ref_walked.add(path)
+            inside = _inside(self.workspace, path)
+            if inside:
+                self.inside_ref_dirs += 1
+            else:
+                self.ref_dirs += 1
+            if max(self.ref_dirs, self.inside_ref_dirs) > MAX_REF_DIRS:
                 self.lines.append("more refs\n")
                 return
-            self.lines.append(_directory_state(path))
+            if not inside and path not in self.seen:
+                self.seen.add(path)
+                self.lines.append(_directory_state(path))
             try:
-                with os.scandir(path) as entries:
-                    pending += sorted(
-                        (e.path for e in entries if e.is_dir(follow_symlinks=False)),
-                        reverse=True,
-                    )
+                with os.scandir(path) as scanned:
+                    entries = sorted(scanned, key=lambda entry: entry.name, reverse=True)
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    elif entry.is_symlink():
+                        pending += self._linked_ref(entry.path)
             except OSError:
                 continue  # (described as what it is instead)
+
+    def _linked_ref(self, path: str) -> list[str]:
+        """What the link `path` among the refs leads to, as git reads a loose ref through
+        it (files_read_raw_ref, the loose refs' listing): a file described by its content
+        (`file`: where it lies outside the workspace), a directory returned to be walked;
+        nothing for a symbolic ref (a target `refs/...`, read by its name: in the tree).
+        Before, a link was described by itself alone, and the workspace's own refs not at
+        all (its walk takes a link as a link): `refs/tags/v1 -> /team/v1` is the tag
+        /team/v1 holds, which moved with no entry of a repository changed."""
+        try:
+            target = os.readlink(path)
+        except OSError:
+            return []
+        if target.startswith("refs/") and _ref_name(target):
+            return []
+        resolved = _resolve(path)
+        if resolved is not None and os.path.isdir(resolved):
+            return [resolved]
+        self.file(path)
+        return []
 
     def _ref_chain(self, git_dir: str, common: str) -> None:
         """HEAD and each ref it names in turn, as git resolves it (refs_resolve_ref_unsafe:
@@ -557,6 +590,20 @@ def _pseudo_refs_state(path: str) -> str:
     except OSError as error:
         return f"{path}\0pseudo-refs error {error.errno}\n"
     return f"{path}\0pseudo-refs\0{'/'.join(shown[:MAX_LISTED])}\n"
+
+
+def _pseudo_ref_links(path: str) -> list[str]:
+    """The pseudo-refs at the top of the git directory `path` that are links (git reads
+    `ORIG_HEAD -> /team/orig` through it)."""
+    try:
+        with os.scandir(path) as entries:
+            return sorted(
+                entry.path
+                for entry in entries
+                if _PSEUDO_REF.fullmatch(entry.name) and entry.is_symlink()
+            )
+    except OSError:
+        return []
 
 
 def _described(info: os.stat_result) -> str:

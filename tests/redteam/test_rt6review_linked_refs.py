@@ -1,0 +1,82 @@
+"""A previewed effect is applied only while every ref git reads is as it was, a ref kept
+as a link too (review of c85b43c, git_outside's `_ref_trees`).
+
+git reads a loose ref that is a symbolic link to a file (not to `refs/...`) through the
+link, and a directory of `refs/` that is a link through it (files_read_raw_ref, the loose
+refs' listing): `refs/tags/v1 -> /team/v1` is the tag the file holds. The fingerprint
+described each entry of the refs directories by its own state (lstat), a link by the
+link alone, and the workspace's own refs not at all (its walk takes a link as a link):
+the tag moved by a write to the file it names, and the effect previewed of the old one
+(`git tag --points-at HEAD > TAGS`) was applied. Real git, the worker's fingerprint."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dispatcher.tools import preview
+from tests.approvals.test_preview_outside_git import _git
+from tests.redteam.test_rt4git_symbolic_refs import _worktree
+
+
+def _tagged(tmp_path: Path, where: str, how: str) -> tuple[Path, Path]:
+    """(the workspace; the file outside it holding the tag v1's commit) for a repository
+    whose tag v1 is a link (`how`: the ref's file, or its directory) to a file outside,
+    in the workspace's own git directory or in its main repository's (`where`)."""
+    if where == "own":
+        workspace = tmp_path / "ws"
+        workspace.mkdir()
+        _git(workspace, "init", "-q")
+        _git(workspace, "commit", "--allow-empty", "-qm", "init")
+        git_dir = workspace / ".git"
+    else:
+        main, workspace = _worktree(tmp_path, "ws")
+        git_dir = main / ".git"
+    _git(workspace, "commit", "--allow-empty", "-qm", "second")
+    team = tmp_path / "team"
+    team.mkdir()
+    held = team / "v1"
+    held.write_text(_git(workspace, "rev-parse", "HEAD~1"))
+    if how == "file":
+        os.symlink(held, git_dir / "refs" / "tags" / "v1")
+    else:
+        os.rmdir(git_dir / "refs" / "tags")
+        os.symlink(team, git_dir / "refs" / "tags")
+    assert _git(workspace, "tag", "--points-at", "HEAD").split() == []
+    return workspace, held
+
+
+@pytest.mark.parametrize("how", ["file", "directory"])
+@pytest.mark.parametrize("where", ["own", "main"])
+def test_a_tag_kept_as_a_link_outside_moved_changes_the_fingerprint(
+    tmp_path: Path, where: str, how: str
+) -> None:
+    workspace, held = _tagged(tmp_path, where, how)
+    seen = preview.fingerprint_of(workspace)
+    assert preview.fingerprint_of(workspace) == seen
+    # The tag moves onto HEAD: the file the link names is written in place (its inode,
+    # the link and every directory of the repository as they were).
+    before = sorted(os.listdir(workspace))
+    held.write_text(_git(workspace, "rev-parse", "HEAD"))
+    assert _git(workspace, "tag", "--points-at", "HEAD").split() == ["v1"]
+    assert sorted(os.listdir(workspace)) == before
+    assert preview.fingerprint_of(workspace) != seen
+
+
+def test_a_pseudo_ref_kept_as_a_link_outside_moved_changes_the_fingerprint(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    _git(workspace, "init", "-q")
+    _git(workspace, "commit", "--allow-empty", "-qm", "init")
+    _git(workspace, "commit", "--allow-empty", "-qm", "second")
+    held = tmp_path / "orig"
+    held.write_text(_git(workspace, "rev-parse", "HEAD~1"))
+    os.symlink(held, workspace / ".git" / "ORIG_HEAD")
+    seen = preview.fingerprint_of(workspace)
+    held.write_text(_git(workspace, "rev-parse", "HEAD"))
+    assert _git(workspace, "rev-parse", "ORIG_HEAD") == _git(workspace, "rev-parse", "HEAD")
+    assert preview.fingerprint_of(workspace) != seen
