@@ -104,7 +104,7 @@ def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
     git directory of the repository holding the workspace, and the one each `.git` of
     it names outside it (`dot_gits`, relative paths read under `base`, the workspace as
     held: a linked worktree's, a submodule's), with their `commondir`'s: their `config`
-    and `config.worktree`, `hooks/` and `info/`, and the work tree's HEAD, index,
+    and `config.worktree`, `hooks/` and `info/`, and the work tree's HEAD, index, `shallow`,
     `packed-refs` and each ref HEAD names in turn (`_ref_chain`); every file a
     configuration includes and hooks directory it names outside the workspace; and every
     file outside it a command-valued key names (`_named_files`: `core.fsmonitor =
@@ -175,12 +175,14 @@ class _OutsideState:
 
     def _git_state(self, git_dir: str, common: str | None) -> None:
         """A work tree's state as git reads it from its git directory: HEAD, the index,
-        `packed-refs` and the refs HEAD names (a linked worktree's lie outside the
+        `packed-refs`, `shallow` and the refs HEAD names (a linked worktree's lie outside the
         workspace: a commit made to its branch there after a preview of `git log -1 >
         last.txt` left the fingerprint as it was, and the old effect was applied)."""
         self.file(os.path.join(git_dir, "index"))
         for where in dict.fromkeys((git_dir, common or git_dir)):
             self.file(os.path.join(where, "packed-refs"))
+        # (the history's shallow boundary: `git rev-list --count HEAD` reads it)
+        self.file(os.path.join(common or git_dir, "shallow"))
         self._ref_chain(git_dir, common or git_dir)
         self._ref_trees(git_dir, common or git_dir)
 

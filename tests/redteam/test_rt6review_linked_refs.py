@@ -80,3 +80,19 @@ def test_a_pseudo_ref_kept_as_a_link_outside_moved_changes_the_fingerprint(
     held.write_text(_git(workspace, "rev-parse", "HEAD"))
     assert _git(workspace, "rev-parse", "ORIG_HEAD") == _git(workspace, "rev-parse", "HEAD")
     assert preview.fingerprint_of(workspace) != seen
+
+
+def test_a_shallow_boundary_moved_in_the_main_repository_changes_the_fingerprint(
+    tmp_path: Path,
+) -> None:
+    """git reads the common directory's `shallow` for any history (`git rev-list --count
+    HEAD > N`, `git log`): a boundary written there after a preview changed what the
+    command would write, with no ref or configuration changed."""
+    main, workspace = _worktree(tmp_path, "ws")
+    _git(workspace, "commit", "--allow-empty", "-qm", "second")
+    _git(workspace, "commit", "--allow-empty", "-qm", "third")
+    seen = preview.fingerprint_of(workspace)
+    assert _git(workspace, "rev-list", "--count", "HEAD").strip() == "3"
+    (main / ".git" / "shallow").write_text(_git(workspace, "rev-parse", "HEAD~1"))
+    assert _git(workspace, "rev-list", "--count", "HEAD").strip() == "2"
+    assert preview.fingerprint_of(workspace) != seen
