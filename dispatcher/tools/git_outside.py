@@ -41,13 +41,15 @@ from dispatcher.tools.sandbox_git import (
 # keys whose value git runs (_COMMAND_KEYS; any of an [alias] or [pager] section) with a
 # value that may name a file outside the workspace: an absolute path or `~user/` (a
 # relative one only with a work tree outside it, the repository's above it). Keys are
-# matched at the start of a line or after a section's header (`[core] fsmonitor = ...`);
+# matched at the start of a line or after a section's header (`[core] fsmonitor = ...`),
+# after what git skips there (config.c's isspace: a space, a tab, a carriage return:
+# `\rpath = /team/x` is an include, whose configuration was once never read);
 # section and key names hold no escapes or line continuations, a value may (`\` at a
 # line's end: read). A name matched that is no such key costs a read, no more: a
 # repository's `credential.helper = gcloud.sh` or git-lfs's filter (`git-lfs clean --
 # %f`) costs none.
 _POINTER_KEY = re.compile(
-    rb"(^|\])[ \t]*(path|hookspath|attributesfile|excludesfile)[ \t]*([=;#\r\n]|$)",
+    rb"(^|\])[ \t\r]*(path|hookspath|attributesfile|excludesfile)[ \t]*([=;#\r\n]|$)",
     re.IGNORECASE | re.MULTILINE,
 )
 _COMMAND_NAMES = (
@@ -58,11 +60,11 @@ _COMMAND_NAMES = (
 )
 _COMMAND_SECTION = re.compile(rb"\[[ \t]*(alias|pager)[ \t]*[\].\"]", re.IGNORECASE)
 _COMMAND_KEY = re.compile(
-    rb"(^|\])[ \t]*(" + _COMMAND_NAMES + rb")[ \t]*([=;#\r\n]|$)",
+    rb"(^|\])[ \t\r]*(" + _COMMAND_NAMES + rb")[ \t]*([=;#\r\n]|$)",
     re.IGNORECASE | re.MULTILINE,
 )
 _COMMAND_PATH = re.compile(
-    rb"(^|\])[ \t]*(" + _COMMAND_NAMES + rb")[ \t]*=[^\n]*[/~]|\\\r?\n",
+    rb"(^|\])[ \t\r]*(" + _COMMAND_NAMES + rb")[ \t]*=[^\n]*[/~]|\\\r?\n",
     re.IGNORECASE | re.MULTILINE,
 )
 # Files and directories outside the workspace described for one fingerprint; past it, the
