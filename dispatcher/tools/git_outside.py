@@ -13,11 +13,13 @@ bounded (MAX_OUTSIDE), as one text the fingerprint's digest takes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import pwd
 import re
 import stat
+import subprocess
 from pathlib import Path
 
 from dispatcher.tools import sandbox, sandbox_git
@@ -333,8 +335,9 @@ class _OutsideState:
         if not (including or files or key == "core.hookspath"):
             return
         # (`~/`: the HOME of whoever runs git, the sandbox's when previewed: empty, but
-        # `~/../../team/x.gitconfig` is /team/x.gitconfig, taken for nothing before)
-        expanded = _expand_home(_HOME_WORD.sub(sandbox.HOME, value, count=1))
+        # `~/../../team/x.gitconfig` is /team/x.gitconfig, taken for nothing before;
+        # `%(prefix)/`: git's own installation's, `_from_prefix`)
+        expanded = _expand_home(_HOME_WORD.sub(sandbox.HOME, _from_prefix(value), count=1))
         if expanded is None:
             return
         if including:
@@ -397,6 +400,31 @@ def _names_files(data: bytes, trees: bool) -> bool:
     if trees or _COMMAND_PATH.search(data):
         return True
     return section is not None and re.search(rb"[/~]", data) is not None
+
+
+def _from_prefix(value: str) -> str:
+    """A path `value` of a configuration as git reads one starting `%(prefix)/`
+    (config.c's interpolate_path: system_path): what follows under git's installation
+    prefix, or as it is when absolute (`%(prefix)//team/x`). Before, it was taken
+    relative to the configuration's directory: `include.path =
+    %(prefix)/share/team.gitconfig` was described as a file that is not there."""
+    rest = value.removeprefix("%(prefix)/")
+    if rest == value or rest.startswith("/"):
+        return rest
+    return os.path.join(_git_prefix(), rest)
+
+
+@functools.cache
+def _git_prefix() -> str:
+    """git's installation prefix (its exec path is `<prefix>/lib/git-core` or
+    `<prefix>/libexec/git-core`); `/usr` when git cannot say."""
+    try:
+        done = subprocess.run(
+            ["git", "--exec-path"], capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "/usr"
+    return os.path.dirname(os.path.dirname(done.stdout.strip())) or "/usr"
 
 
 def _ref_name(name: str) -> bool:
