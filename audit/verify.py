@@ -430,7 +430,7 @@ def file_events(path: Path) -> Iterator[dict[str, Any]]:
             if line.strip():
                 try:
                     event = json.loads(line)
-                except json.JSONDecodeError as error:
+                except (json.JSONDecodeError, RecursionError) as error:  # (nested too deep)
                     raise ValueError(f"{path}:{number} is not a JSON line: {error}") from error
                 if (what := _not_an_event(event)) is not None:
                     raise ValueError(f"{path}:{number} is not an audit event: {what}")
