@@ -19,9 +19,9 @@ settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
 - a seccomp filter (dispatcher/tools/seccomp.py) that refuses what no tool needs:
   other processes' memory, keyrings, bpf, mounts and namespaces, modules, the clock,
   set-user-ID and set-group-ID files;
-- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`;
-  the core dump limit is 1, which no core_pattern helper runs for, and the program's to
-  keep),
+- limits on CPU time, file size, core dumps and POSIX message queues (setrlimit, through
+  util-linux `prlimit`; the core dump limit is 1, which no core_pattern pipe's helper runs
+  for, and the program's to keep; message queues none, their bytes being per host uid),
   on processes (a pids cgroup per call where one can be made, required when Harness runs
   as root, else RLIMIT_NPROC) and on memory (a memory cgroup, else RLIMIT_AS);
 - the wall-clock timeout kills the whole sandbox, and nothing in it outlives the call
@@ -1562,6 +1562,11 @@ def _limit_command(
         # 1, not 0: a core_pattern pipe's helper (apport, systemd-coredump) runs as host
         # root at a crash whatever the limit, unless it is 1 (seccomp.RLIMIT_CORE)
         "--core=1",
+        # 0: no POSIX message queue. Their bytes are counted per host uid, which every
+        # sandbox shares (the sandbox user, or Harness's own uid), so one program holding
+        # 819200 bytes of queues (the default limit) left none to any other; no limit
+        # above 0 keeps them apart (the count is shared, the limit only a threshold on it)
+        "--msgqueue=0",
     ]
     if cgroups.pids is None:
         prlimit.append(f"--nproc={_tasks_of(os.getuid()) + limits.processes}")
