@@ -395,7 +395,9 @@ def _run_in_namespace(
         sandbox.StartReport() as report,
     ):
         extras = sandbox.hold_read_only_extras(extras_held)
-        inner = sandbox._limit_command(limits, cgroups) + sandbox.bwrap_command(
+        inner = sandbox._limit_command(
+            limits, cgroups, exec_report=report.exec_path
+        ) + sandbox.bwrap_command(
             argv,
             workspace=workspace,
             cwd=cwd,
@@ -422,7 +424,7 @@ def _run_in_namespace(
             raise PreviewUnavailable(
                 "The preview's namespace did not end in time; the command asks without one."
             ) from None
-        done = replace(done, started=report.started())
+        done = report.told(done)
         oom = sandbox_cgroups.oom_killed(cgroups.memory)
     return done, oom
 

@@ -19,9 +19,9 @@ settings.HARNESS_SANDBOX = "bwrap" the program runs under bubblewrap:
 - a seccomp filter (dispatcher/tools/seccomp.py) that refuses what no tool needs:
   other processes' memory, keyrings, bpf, mounts and namespaces, modules, the clock,
   set-user-ID and set-group-ID files;
-- limits on CPU time, file size and core dumps (setrlimit, through util-linux `prlimit`;
-  the core dump limit is 1, which no core_pattern helper runs for, and the program's to
-  keep),
+- limits on CPU time, file size, core dumps and POSIX message queues (setrlimit, through
+  util-linux `prlimit`; the core dump limit is 1, which no core_pattern pipe's helper runs
+  for, and the program's to keep; message queues none, their bytes being per host uid),
   on processes (a pids cgroup per call where one can be made, required when Harness runs
   as root, else RLIMIT_NPROC) and on memory (a memory cgroup, else RLIMIT_AS);
 - the wall-clock timeout kills the whole sandbox, and nothing in it outlives the call
@@ -82,6 +82,39 @@ PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 HOME = "/run/home"
 SECCOMP_FD = 3  # the launcher opens the filter as this descriptor for bwrap --seccomp
 EXIT_REPORT = "harness: the sandboxed server exited with status"
+# When Harness is root, setpriv starts, as the sandbox user, a shell that looks the program
+# up as execvp would and, when it is missing or not executable, says so on EXEC_FD (a file
+# only Harness reads, opened by the launcher) and exits without executing anything;
+# otherwise it closes EXEC_FD and becomes the program (exec, same process). So "not found"
+# is never read from the program's own output: a program that printed setpriv's "failed to
+# execute" line and exited 127 was reported as missing after it ran. A lookup that passes
+# and an exec that fails still (a file removed meanwhile, a missing ELF interpreter) is the
+# shell's own message and status in the output, told as the program's result.
+EXEC_FD = 9
+EXEC_SCRIPT = r"""(
+set -f
+case $1 in
+"") exit 127 ;;
+*/*) set -- "$1" ;;
+*) name=$1; path=${PATH-/bin:/usr/bin}; set --
+   case $path in ""|*:) set -- "./$name" ;; esac
+   IFS=:; for dir in $path; do set -- "$@" "${dir:-.}/$name"; done ;;
+esac
+seen=
+for candidate in "$@"; do
+  if [ -f "$candidate" ] && [ -x "$candidate" ]; then exit 0; fi
+  [ -e "$candidate" ] && seen=1
+done
+[ -n "$seen" ] && exit 126
+exit 127
+)
+case $? in
+126) echo "Permission denied" >&9; exit 126 ;;
+127) echo "No such file or directory" >&9; exit 127 ;;
+esac
+exec 9>&-
+exec "$@"
+"""
 # The processes of the launcher with report_exit beyond those of every run (its two
 # subshells and the stderr copier): the cgroup's own pids.max counts them, and left them
 # out of what the server may start (253 of its 256).
@@ -165,6 +198,10 @@ class Completed:
     # Whether bwrap executed its command (its --json-status-fd said so: StartReport), None
     # when not asked. Once it did, a "bwrap: " line in the output is the program's own.
     started: bool | None = None
+    # Why the program could not be executed when Harness is root ("No such file or
+    # directory", "Permission denied"), as the sandbox's shell said it out of band
+    # (EXEC_SCRIPT, on EXEC_FD: StartReport), never read from the output; None otherwise.
+    exec_failure: str | None = None
 
 
 def mode() -> str:
@@ -419,7 +456,9 @@ def run(
                     StartReport() as report,
                 ):
                     extras = hold_read_only_extras(held)
-                    command = _limit_command(limits, cgroups) + bwrap_command(
+                    command = _limit_command(
+                        limits, cgroups, exec_report=report.exec_path
+                    ) + bwrap_command(
                         argv,
                         workspace=workspace,
                         cwd=cwd,
@@ -438,7 +477,7 @@ def run(
                         sandboxed=True,
                         pass_fds=_descriptors([*git_binds, *extras], workspace_fd, report.fd),
                     )
-                    done = dataclasses.replace(done, started=report.started())
+                    done = report.told(done)
                     out_of_memory = _oom_killed(cgroups.memory)
             except BaseException:
                 # A timeout (or any failure) once the program ran: what it made must go
@@ -473,22 +512,25 @@ def _descriptors(binds: list[Bind], *more: int) -> tuple[int, ...]:
 
 def _start_failure_line(done: Completed) -> str | None:
     """The sandbox's own complaint when it could not start the program, or None: bwrap's
-    first line, or setpriv's (which starts the program when Harness is root).
+    first line, or the exec failure its shell told out of band (`done.exec_failure`,
+    EXEC_SCRIPT: Harness is root).
 
     The program writes to the same output, so its own words are never taken for the
     sandbox's: a "bwrap: " line counts only while bwrap has not said it executed its
     command (`done.started`; a program that printed one and exited 1 had its output
-    dropped and the call reported as "Nothing ran" after it ran), and setpriv's line only
-    when setpriv started the program (Harness is root) and the line is the whole output
-    (setpriv says that one line and exits; what a program that says it too printed
-    besides is never hidden)."""
+    dropped and the call reported as "Nothing ran" after it ran), and no line of the
+    output ever says the program was missing (a program that printed setpriv's "failed
+    to execute ...: No such file or directory" and exited 127 was reported "not found"
+    after it ran)."""
+    if done.exec_failure is not None:
+        return f"{EXEC_FAILED}{done.exec_failure}"
     first = done.output.split("\n", 1)[0]
     if done.returncode == 1 and first.startswith(BWRAP_PREFIX.decode()):
         return first if done.started is not True else None
-    if done.returncode in (126, 127) and first.startswith("setpriv: failed to execute "):
-        whole = done.output.rstrip("\n") == first
-        return first if whole and _owner() is not None else None
     return None
+
+
+EXEC_FAILED = "sandbox: failed to execute the command: "
 
 
 class StartReport:
@@ -496,11 +538,19 @@ class StartReport:
     the command it executed (setpriv, or the program) ends, and only if that command was
     executed (a CLOEXEC pipe of its own tells it; nothing after a failed setup or exec).
     The program never holds the descriptor (bwrap closes it in the sandbox). A context
-    manager: `fd` (10 or above) is to be passed to bwrap; `started()` once it has ended."""
+    manager: `fd` (10 or above) is to be passed to bwrap; `started()` once it has ended.
+
+    When Harness is root, bwrap executes setpriv, whose own failure to execute the
+    program bwrap never sees: `exec_path`, a file of Harness's own (mode 0600, outside
+    the sandbox), is what the launcher opens as EXEC_FD for the sandbox's shell to say so
+    (EXEC_SCRIPT; `_limit_command(exec_report=...)`); `exec_failure()` reads it. None
+    when Harness is not root (bwrap executes the program itself)."""
 
     def __init__(self) -> None:
         self._read = -1
         self.fd = -1
+        self._exec = -1
+        self.exec_path: Path | None = None
 
     def __enter__(self) -> StartReport:
         self._read, write = os.pipe()  # (both close-on-exec; only the copy is passed)
@@ -509,13 +559,36 @@ class StartReport:
             self.fd = fcntl.fcntl(write, fcntl.F_DUPFD_CLOEXEC, 10)
         finally:
             os.close(write)
+        if _owner() is not None:
+            try:
+                self._exec, name = tempfile.mkstemp(prefix="harness-exec-")
+            except BaseException:
+                self.__exit__()
+                raise
+            self.exec_path = Path(name)
         return self
 
     def __exit__(self, *_: object) -> None:
-        for fd in (self.fd, self._read):
+        for fd in (self.fd, self._read, self._exec):
             if fd >= 0:
                 os.close(fd)
-        self.fd = self._read = -1
+        self.fd = self._read = self._exec = -1
+        if self.exec_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.exec_path.unlink()
+            self.exec_path = None
+
+    def told(self, done: Completed) -> Completed:
+        """`done` with what the sandbox told of the start (read once bwrap has exited)."""
+        return dataclasses.replace(done, started=self.started(), exec_failure=self.exec_failure())
+
+    def exec_failure(self) -> str | None:
+        """Why the sandbox's shell did not execute the program, or None (it did, or
+        Harness is not root)."""
+        if self._exec < 0:
+            return None
+        said = os.pread(self._exec, 256, 0).decode(errors="replace").strip()
+        return said if said in ("No such file or directory", "Permission denied") else None
 
     def started(self) -> bool:
         """Whether bwrap executed its command (read once bwrap has exited)."""
@@ -828,7 +901,7 @@ def _changed_workspace(path: Path, part: str, why: str | None) -> ToolError:
 
 
 def _start_failure(argv: list[str], line: str) -> ToolError:
-    execute = line.startswith(("bwrap: execvp ", "setpriv: failed to execute "))
+    execute = line.startswith(("bwrap: execvp ", EXEC_FAILED))
     if execute and line.endswith("No such file or directory"):
         return ToolError(
             f"Command '{argv[0]}' was not found in the sandbox (it holds the workspace, /usr "
@@ -964,6 +1037,8 @@ def sandbox_command(
     for path in covered:
         command += ["--remount-ro", str(path)]
     command += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", str(cwd), "--"]
+    if user is not None and status_fd is not None:  # (the launcher opened EXEC_FD)
+        argv = ["/bin/sh", "-c", EXEC_SCRIPT, "sh", *argv]
     return command + _as_user(user, argv)
 
 
@@ -1459,10 +1534,17 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
 
-def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = False) -> list[str]:
+def _limit_command(
+    limits: Limits,
+    cgroups: Cgroups,
+    *,
+    report_exit: bool = False,
+    exec_report: Path | None = None,
+) -> list[str]:
     """The launcher: a shell that joins the cgroups, opens the seccomp filter as
-    SECCOMP_FD and becomes prlimit (setrlimit for everything the sandbox starts), which
-    becomes bwrap. A cgroup that cannot be joined stops it before anything runs (125).
+    SECCOMP_FD (and `exec_report`, a StartReport's `exec_path`, as EXEC_FD when given)
+    and becomes prlimit (setrlimit for everything the sandbox starts), which becomes
+    bwrap. A cgroup that cannot be joined stops it before anything runs (125).
     With `report_exit` the shell stays, waits, and writes EXIT_REPORT with the status to
     stderr (a server's log says why it ended; bwrap dies with it, --die-with-parent), and
     the command's stderr reaches the shell's through a pipe (the program never holds the
@@ -1480,6 +1562,11 @@ def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = Fals
         # 1, not 0: a core_pattern pipe's helper (apport, systemd-coredump) runs as host
         # root at a crash whatever the limit, unless it is 1 (seccomp.RLIMIT_CORE)
         "--core=1",
+        # 0: no POSIX message queue. Their bytes are counted per host uid, which every
+        # sandbox shares (the sandbox user, or Harness's own uid), so one program holding
+        # 819200 bytes of queues (the default limit) left none to any other; no limit
+        # above 0 keeps them apart (the count is shared, the limit only a threshold on it)
+        "--msgqueue=0",
     ]
     if cgroups.pids is None:
         prlimit.append(f"--nproc={_tasks_of(os.getuid()) + limits.processes}")
@@ -1488,6 +1575,8 @@ def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = Fals
     prlimit.append("--")
     joins = [str(path / "cgroup.procs") for path in cgroups.paths]
     run = f'"$@" {SECCOMP_FD}<"$filter"'
+    if exec_report is not None and not report_exit:
+        run += f' {EXEC_FD}>>"$report"'
     if report_exit:
         # The command's stderr is a pipe, copied to the shell's own (the server's log) by
         # `cat`, which runs outside the sandbox under the same file size limit; the shell
@@ -1513,7 +1602,12 @@ def _limit_command(limits: Limits, cgroups: Cgroups, *, report_exit: bool = Fals
     script = (
         f'filter=$0; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; {run}'
     )
-    return ["/bin/sh", "-c", script, str(seccomp.bpf_file()), *joins, "--", *prlimit]
+    if exec_report is not None and not report_exit:
+        script = f"report=$1; shift; {script}"
+        first = [str(seccomp.bpf_file()), str(exec_report)]
+    else:
+        first = [str(seccomp.bpf_file())]
+    return ["/bin/sh", "-c", script, *first, *joins, "--", *prlimit]
 
 
 def _tasks_of(uid: int) -> int:

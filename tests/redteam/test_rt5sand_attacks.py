@@ -57,3 +57,25 @@ def test_a_program_that_prints_bwraps_complaint_is_previewed_as_what_it_did(
     assert effect.exit_status == 1
     assert [change["path"] for change in effect.changes] == ["proof"]
     assert not (workspace / "proof").exists()  # a preview writes nothing
+
+
+def test_a_program_whose_whole_output_is_setprivs_complaint_is_previewed_as_what_it_did(
+    workspace: Path,
+) -> None:
+    # As root setpriv starts the program; its "failed to execute ...: No such file or
+    # directory" line as the whole output, with status 127, was taken for the program
+    # missing (a preview that "could not start") after the program ran and wrote `proof`.
+    # The sandbox's own lookup says so out of band now; a program really missing still is.
+    (workspace / "forged").write_text(
+        "#!/bin/sh\necho ran > proof\n"
+        "echo 'setpriv: failed to execute ./forged: No such file or directory'\nexit 127\n"
+    )
+    (workspace / "forged").chmod(0o755)
+    effect = previewed(workspace, ["./forged"])
+    assert effect.limit == "", effect.limit
+    assert effect.appliable
+    assert effect.exit_status == 127
+    assert [change["path"] for change in effect.changes] == ["proof"]
+    missing = previewed(workspace, ["./not-there"])
+    assert missing.limit == "start", missing.limit
+    assert not missing.appliable

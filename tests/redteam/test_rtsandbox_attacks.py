@@ -77,14 +77,48 @@ def test_a_program_that_prints_setprivs_complaint_keeps_its_output(workspace: Pa
     assert "removed what it removed" in out, out
 
 
+def test_a_program_whose_whole_output_is_setprivs_complaint_is_reported_as_it_ran(
+    workspace: Path,
+) -> None:
+    # Its whole output one "setpriv: failed to execute X: No such file or directory" line
+    # and status 127: the call read "Command ... was not found in the sandbox" (the model
+    # told the program does not exist) after it ran and wrote `proof`. Whether the program
+    # was executed is told out of band now (sandbox.EXEC_FD), never read from its output.
+    forged = workspace / "forged"
+    forged.write_text(
+        "#!/bin/sh\necho ran > proof\n"
+        "echo 'setpriv: failed to execute ./forged: No such file or directory'\nexit 127\n"
+    )
+    forged.chmod(0o755)
+    for argv in (["./forged"], ["sh", "-c", "echo ran > proof; exec ./forged"]):
+        (workspace / "proof").unlink(missing_ok=True)
+        out = run_command(workspace, argv)
+        assert (workspace / "proof").read_text() == "ran\n"
+        assert out.startswith("exit code 127\n"), out
+        assert "setpriv: failed to execute ./forged: No such file or directory" in out, out
+    forged.write_text(
+        "#!/bin/sh\necho 'setpriv: failed to execute ./forged: Permission denied'\nexit 126\n"
+    )
+    out = run_command(workspace, ["./forged"])
+    assert out.startswith("exit code 126\n"), out
+
+
 def test_the_sandboxs_own_failures_are_still_told_apart(workspace: Path) -> None:
     # What the distinction must not lose: a program that is not there, one that is not
     # executable, and bwrap failing its setup (a working directory it cannot enter).
     with pytest.raises(ToolError, match="was not found in the sandbox"):
         run_command(workspace, ["no-such-program-rtsandbox"])
+    with pytest.raises(ToolError, match="was not found in the sandbox"):
+        run_command(workspace, ["./no-such-program-rtsandbox"])
     (workspace / "plain.sh").write_text("echo hi\n")
     with pytest.raises(ToolError, match="is not executable"):
         run_command(workspace, ["./plain.sh"])
+    # A program found runs whatever its name: one named like an option of the shell that
+    # looks it up, and one reached through PATH.
+    (workspace / "-x").write_text('#!/bin/sh\necho dash-x ran "$@"\n')
+    (workspace / "-x").chmod(0o755)
+    assert "dash-x ran a" in run_command(workspace, ["./-x", "a"])
+    assert run_command(workspace, ["echo", "hi"]).strip().endswith("hi")
     with pytest.raises(SandboxUnavailable, match="Nothing ran"):
         sandbox.run(
             ["true"],
