@@ -36,6 +36,7 @@ from dispatcher.tools import messages, preview, preview_apply, workspace_lock
 from dispatcher.tools._paths import resolve_in_workspace
 from dispatcher.tools.base import Tool, ToolError
 from dispatcher.tools.run_command import directory_identity, scrubbed_environment
+from floor.compiled import Compiled
 
 logger = logging.getLogger(__name__)
 
@@ -266,16 +267,24 @@ def changed_since_ask(call: ToolCall, tool: Tool, workspace: Path) -> str | None
     tool's missing file is a changed one."""
     if tool.changed_since is None:
         return None
-    payload = (
-        AuditEvent.objects.filter(subject=f"call:{call.pk}", kind=kinds.CALL_APPROVAL_REQUESTED)
-        .order_by("-seq")
-        .values_list("payload", flat=True)
-        .first()
-    )
+    rows = _ASK_PAYLOAD.tuples(f"call:{call.pk}", kinds.CALL_APPROVAL_REQUESTED)
+    payload = rows[0][0] if rows else None
     presentation = (payload or {}).get("presentation")
     if not isinstance(presentation, dict):
         return None
     return tool.changed_since(call.arguments or {}, workspace, presentation)
+
+
+# The payload of a call's latest event of a kind (its ask's, `changed_since_ask`), read on
+# every approved file tool's run: compiled once (floor.compiled; its ORM build cost more
+# CPU than the statement: docs/benchmarks.md).
+_ASK_PAYLOAD = Compiled(
+    lambda subject, kind: (
+        AuditEvent.objects.filter(subject=subject, kind=kind)
+        .order_by("-seq")
+        .values_list("payload")[:1]
+    )
+)
 
 
 def repreview(call: ToolCall, row: Preview | None, reason: str) -> ProposedCall | None:
