@@ -7,7 +7,7 @@ locked row. The audit log said the agent was signed out, then the call started.
 The claim now holds the agent's row FOR KEY SHARE from its condition to its commit, and
 each step that kills the credential takes that row FOR UPDATE first
 (transitions.live_credential_sql): the sign-out waits for the claim in flight, so the
-call starts before the sign-out, never after it."""
+call starts before the sign-out, never after it (a move to another team too)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def _in_thread(work: Callable[[], Any], pid_box: list[int], done: threading.Even
     return thread, failures
 
 
-@pytest.mark.parametrize("kill", ["sign_out", "revoke", "rotate"])
+@pytest.mark.parametrize("kill", ["sign_out", "revoke", "rotate", "move"])
 def test_a_claim_waiting_on_its_row_never_runs_the_call_after_the_sign_out(
     kill: str, request: pytest.FixtureRequest
 ) -> None:
