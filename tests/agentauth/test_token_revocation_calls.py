@@ -22,7 +22,9 @@ from dispatcher import agents, execution
 from dispatcher.gateways import mcp, mcp_http
 from dispatcher.models import AgentSession, Status, ToolCall
 from dispatcher.tools import workspace_lock
-from tests.identity.test_leaver_queued_calls import ended, given_back
+from tests.agentauth.test_sign_out_race import _hook_in_thread
+from tests.identity.test_leaver_queued_calls import ended, given_back, wait_until
+from tests.support.claude_code_hooks import pre_tool_use
 from tests.support.factories import make_user, submit_one, unique
 from tests.support.live import LiveStack
 from tests.support.oauth import MCP, DocumentServer, documents, member, refresh, sign_in_agent
@@ -143,3 +145,40 @@ def test_a_real_worker_denies_the_queued_call_of_a_token_revoked_while_it_waited
     fine = submit_one(kept, "read_file", {"path": "a.txt"}, tool_use_id=unique("t"))
     done = ended(str(fine.pk))
     assert done.status == Status.COMPLETED and "secret" in done.content, done.content
+
+
+def test_a_hook_call_of_a_revoked_token_is_denied_when_approved(
+    documents: DocumentServer,
+) -> None:
+    """`harness-hook`'s path (a token for the hooks API; the client runs the call): the
+    hook waits for a reviewer, the token is revoked, the approval denies the call at its
+    release, and the waiting hook is answered "deny", never "allow"."""
+    owner = member()
+    hooks = "http://testserver/api/v1/hooks/"
+    client_id, answer = sign_in_agent(documents, owner, resource=hooks)
+    body = pre_tool_use(
+        unique("cc"), "Write", {"file_path": "/home/dev/project/x.txt", "content": "x"}
+    )
+    thread, answers = _hook_in_thread(str(answer["access_token"]), body)
+    try:
+        agent = AgentClient.objects.get(application__client_id=client_id).agent
+        call = wait_until(
+            lambda: ToolCall.objects.filter(
+                session__agent=agent, status=Status.PENDING_APPROVAL
+            ).first(),
+            "the hook's call to wait for a reviewer",
+        )
+        _revoke(client_id, answer["access_token"])
+        reviewer = make_user(unique("rita"), groups=("reviewer",))
+        approval = ApprovalRequest.objects.get(call=call)
+        approval_services.decide(
+            approval_id=approval.pk, user=reviewer, approve=True, digest=call.digest
+        )
+    finally:
+        thread.join(60)
+    call.refresh_from_db()
+    # Was: released, and the hook answered "allow" (the client ran the tool).
+    assert (call.status, call.decided_by) == (Status.DENIED, "guard:token"), call.status
+    output = answers[0].json()["hookSpecificOutput"]
+    assert output["permissionDecision"] == "deny", output
+    assert call.provenance.get("sign_in"), call.provenance  # the sign-in it was sent under
