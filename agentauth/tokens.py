@@ -79,6 +79,7 @@ _SESSION = Compiled(
             has_grants=Exists(SessionGrant.objects.active().filter(session=OuterRef("pk"))),
             token_audience=F(f"agent__{_TOKEN}resource"),
             mode_ceiling=F("agent__oauth_client__mode"),
+            sign_in=F(f"agent__{_TOKEN}refresh_token__token_family"),
         )
         .order_by("pk")[:1]
     )
@@ -87,7 +88,11 @@ _AGENT = Compiled(
     lambda digest, now: (
         Agent.objects.select_related("owner")
         .filter(**_valid("", digest, now))
-        .annotate(token_audience=F(f"{_TOKEN}resource"), mode_ceiling=F("oauth_client__mode"))[:1]
+        .annotate(
+            token_audience=F(f"{_TOKEN}resource"),
+            mode_ceiling=F("oauth_client__mode"),
+            sign_in=F(f"{_TOKEN}refresh_token__token_family"),
+        )[:1]
     )
 )
 
@@ -101,6 +106,7 @@ def loaded_session(token: str, client: str, external_id: str, audience: str) -> 
     if session is None or not audience_matches(session.token_audience, audience):
         return None
     session.agent.mode_ceiling = session.mode_ceiling  # type: ignore[attr-defined]
+    session.agent.sign_in = session.sign_in  # type: ignore[attr-defined]
     return session
 
 

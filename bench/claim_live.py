@@ -1,7 +1,8 @@
 """The worker's claim with its credential condition (transitions.live_credential_sql, an
-EXISTS in the claim's UPDATE) and without, in the same run, alternated; and, for
-comparison, with the agent's row read under FOR SHARE in that EXISTS (the lock a
-sign-out's excludes: what waiting for one in flight would cost).
+EXISTS in the claim's UPDATE) and without, in the same run, alternated: the condition as
+a plain read ("exists", what the release and admission's write use) and holding the
+agent's row FOR KEY SHARE to the commit ("key_share", the worker's claim: a sign-out in
+flight waits for it, or it for the sign-out).
 
     DATABASE_URL=postgres://... REDIS_URL=redis://.../N HARNESS_SECRET_KEY=... \\
         .venv/bin/python -m bench.claim_live [--rounds 10] [--block 40] [--threads 8]
@@ -39,12 +40,7 @@ from dispatcher.proposals import ProposedCall, canonical_json  # noqa: E402
 from dispatcher.tools.registry import get_tool  # noqa: E402
 from tests.support.factories import make_agent  # noqa: E402
 
-LIVE = transitions.live_credential_sql
-VARIANTS = ("plain", "exists", "for_share")
-
-
-def _locked_sql() -> str:
-    return LIVE()[:-1] + " FOR SHARE OF live_a)"
+VARIANTS = ("plain", "exists", "key_share")
 
 
 def _calls(session: Any, count: int) -> list[ToolCall]:
@@ -61,7 +57,6 @@ def _calls(session: Any, count: int) -> list[ToolCall]:
 
 
 def _claim(call: ToolCall, variant: str) -> float:
-    transitions.live_credential_sql = _locked_sql if variant == "for_share" else LIVE  # type: ignore[assignment]
     tool = get_tool(call.name, call.session.client)
     assert tool is not None
     started = time.perf_counter()
@@ -74,6 +69,7 @@ def _claim(call: ToolCall, variant: str) -> float:
             payload={"attempt": 1, "timeout": tool.timeout},
             publish=False,
             live=variant != "plain",
+            hold_credential=variant == "key_share",
             attempts=1,
         )
     assert done, "the claim wrote nothing"

@@ -536,6 +536,11 @@ def _decide(
         "profile_version": profile.version,
         "token": session.agent.token_prefix,
     }
+    # The OAuth sign-in it was sent under (agentauth.tokens: the access token's refresh-token
+    # family, kept by a refresh): revoking that token ends its calls not yet run too.
+    sign_in = getattr(session.agent, "sign_in", None)
+    if sign_in is not None:
+        call.provenance["sign_in"] = str(sign_in)
     if item.client_cwd:  # where the client runs it: policy reads it, the record keeps it
         ctx = replace(ctx, client_cwd=item.client_cwd)
         call.provenance["client_cwd"] = item.client_cwd

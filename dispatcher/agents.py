@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import current_app
+from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
@@ -160,6 +161,8 @@ def transfer_agent(
     }
     if after == before:
         return False
+    if after["team"] != before["team"]:  # (FOR UPDATE: a claim in flight, live_credential_sql)
+        Agent.objects.select_for_update(of=("self",)).filter(pk=agent.pk).exists()
     agent.save(update_fields=["owner", "team", "sponsor"])
     record_event(
         kind=kinds.AGENT_TRANSFERRED,
@@ -326,7 +329,10 @@ def revoke_agent(*, agent: Agent, actor: str) -> None:
     """Revoke the agent: its token refused from the commit on, audited as agent.revoked,
     and its calls queued for a worker denied in the same commit, as a void denies them
     (_deny_queued: the worker's own re-check, the mode guard, denies those it reads later;
-    this denies those it read before). Idempotent."""
+    this denies those it read before). Idempotent. The agent's row is locked FOR UPDATE
+    first: a worker's claim in flight holds it FOR KEY SHARE (transitions.
+    live_credential_sql), and runs its call before this commits, or waits and refuses it."""
+    Agent.objects.select_for_update(of=("self",)).filter(pk=agent.pk).exists()
     if Agent.objects.filter(pk=agent.pk, is_active=True).update(
         is_active=False, revoked_at=timezone.now()
     ):
@@ -717,7 +723,31 @@ def credential_refusal(call: ToolCall, agent: Agent) -> GuardDenial | None:
     refused = token_refusal(call, agent)
     if refused is None and not agent.is_active:
         refused = GuardDenial(((TOKEN_GUARD, sent_by_revoked(agent.name)),))
+    if refused is None and sign_in_ended(call):
+        refused = GuardDenial(((TOKEN_GUARD, sent_with_revoked_token(agent.name)),))
     return refused
+
+
+def sign_in_ended(call: ToolCall) -> bool:
+    """Whether the OAuth sign-in `call` was sent under (provenance "sign_in": its access
+    token's refresh-token family, which a refresh keeps) holds no unrevoked refresh token
+    bound to an access token any more: that token was revoked (RFC 7009, an admin), or
+    the family ended. False for a call sent with a bearer token. One statement."""
+    sign_in = (call.provenance or {}).get("sign_in")
+    if sign_in is None:
+        return False
+    tokens = apps.get_model(settings.OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL)  # (an app above)
+    live = tokens._default_manager.filter(
+        token_family=sign_in, revoked__isnull=True, access_token__isnull=False
+    )
+    return not live.exists()
+
+
+def sent_with_revoked_token(name: str) -> str:
+    return (
+        f"The OAuth token this call was sent with (a sign-in of the agent '{name}') was "
+        "revoked before the call ran, so it was not run. Sign in again, then send it again."
+    )
 
 
 def refusal_since(session: AgentSession) -> GuardDenial:

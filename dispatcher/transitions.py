@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
@@ -49,6 +50,7 @@ def transition(
     payload: dict[str, Any],
     publish: bool = True,
     live: bool = False,
+    hold_credential: bool = False,
     **fields: Any,
 ) -> bool:
     """Move `call` from its current status to `to`: one conditional update plus its audit event.
@@ -57,7 +59,8 @@ def transition(
     inside transaction.atomic(); the wake-up is published after commit (`publish=False`:
     the caller schedules it with publish_after_commit). `live`: the update is conditional
     on the credential that sent the call being live too (`live_credential`), in its own
-    WHERE: False (nothing written) when it is not.
+    WHERE: False (nothing written) when it is not. `hold_credential` (with `live`): the
+    agent's row is held FOR KEY SHARE to the commit (`live_credential_sql(hold=True)`).
     """
     _check_transition(call, to, fields)
     previous = call.status
@@ -65,7 +68,8 @@ def transition(
     statement = _update_statement(call.pk, previous, values)
     if statement is not None and live:
         sql, params = statement
-        statement = f"{sql} AND {live_credential_sql()}", [*params, *live_credential_params(call)]
+        condition = live_credential_sql(hold=hold_credential)
+        statement = f"{sql} AND {condition}", [*params, *live_credential_params(call)]
     if statement is None:  # (a relation or an expression: the ORM's UPDATE, then the lock)
         assert not live, "a live claim is one statement"
         moved = ToolCall.objects.filter(pk=call.pk, status=previous).update(**values)
@@ -105,49 +109,88 @@ def _update_statement(
     return sql, params
 
 
-def live_credential_sql() -> str:
+def live_credential_sql(*, hold: bool = False) -> str:
     """An SQL condition (its parameters: `live_credential_params`): the credential a call
     was sent with is still live, read in the statement that carries it. Its session is not
     left and is of its agent's team (a move, `agents.transfer_agent`); its agent is active
     (a revocation), its bearer token not voided (a holder's leaving), and the token prefix
     the admission read with the verified token is still the agent's (a rotation; a
-    sign-out gives a signed-in agent a new one: `agents._new_sign_in`). What
-    `agents.token_refusal` and the guards' `agent_active` refuse, as the row is at the
-    statement's start: a claim conditional on it runs no call whose credential died
-    before the claim's statement began (a call admitted before Harness recorded the
-    prefix is checked without it, as `token_refusal` does)."""
+    sign-out gives a signed-in agent a new one: `agents._new_sign_in`). A call sent with
+    an OAuth access token names its sign-in too (provenance "sign_in": the token's
+    refresh-token family, which a refresh keeps): that sign-in must still hold an
+    unrevoked refresh token bound to an access token (a revocation of that one token,
+    RFC 7009, ends it; the agent's other sign-ins are untouched). What
+    `agents.credential_refusal` refuses, as the rows are at the statement's start (a call
+    admitted before Harness recorded the prefix is checked without it, as `token_refusal`
+    does).
+
+    `hold` (the worker's claim, PostgreSQL): the agent's row is locked FOR KEY SHARE by
+    the condition, to the claim's commit. Every step that kills an agent's credential
+    locks that row FOR UPDATE before it writes it (a sign-out, a revocation, a rotation,
+    a void, a move), so it waits for a claim in flight, and a claim that reaches the row
+    while such a step holds it waits for its commit and reads the row as committed
+    (READ COMMITTED's re-check of a locked row): a claim whose statement began before the
+    step committed no longer runs the call after it. FOR KEY SHARE conflicts with FOR
+    UPDATE only: a session's start or any other update of the row never waits for it."""
     vendor = connections[DEFAULT_DB_ALIAS].vendor
-    sql = _LIVE_SQL.get(vendor)
+    key = (vendor, hold and vendor == "postgresql")
+    sql = _LIVE_SQL.get(key)
     if sql is None:
-        q = connections[DEFAULT_DB_ALIAS].ops.quote_name
-
-        def col(model: Any, name: str) -> str:
-            return q(str(model._meta.get_field(name).column))
-
-        sql = _LIVE_SQL[vendor] = (
-            f"EXISTS (SELECT 1 FROM {q(AgentSession._meta.db_table)} live_s "  # noqa: S608
-            f"INNER JOIN {q(Agent._meta.db_table)} live_a "
-            f"ON live_a.{col(Agent, 'id')} = live_s.{col(AgentSession, 'agent')} "
-            f"WHERE live_s.{col(AgentSession, 'id')} = %s "
-            f"AND live_s.{col(AgentSession, 'left_at')} IS NULL "
-            f"AND live_s.{col(AgentSession, 'team')} = live_a.{col(Agent, 'team')} "
-            f"AND live_a.{col(Agent, 'is_active')} = %s "
-            f"AND live_a.{col(Agent, 'token_voided_at')} IS NULL "
-            f"AND live_a.{col(Agent, 'token_prefix')} = "
-            f"COALESCE(%s, live_a.{col(Agent, 'token_prefix')}))"
-        )
+        sql = _LIVE_SQL[key] = _live_sql(vendor, locked=key[1])
     return sql
 
 
-_LIVE_SQL: dict[str, str] = {}
+def _live_sql(vendor: str, *, locked: bool) -> str:
+    q = connections[DEFAULT_DB_ALIAS].ops.quote_name
+
+    def col(model: Any, name: str) -> str:
+        return q(str(model._meta.get_field(name).column))
+
+    tokens = apps.get_model(settings.OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL)
+    family = "CAST(%s AS uuid)" if vendor == "postgresql" else "%s"
+    return (
+        f"EXISTS (SELECT 1 FROM {q(AgentSession._meta.db_table)} live_s "  # noqa: S608
+        f"INNER JOIN {q(Agent._meta.db_table)} live_a "
+        f"ON live_a.{col(Agent, 'id')} = live_s.{col(AgentSession, 'agent')} "
+        f"WHERE live_s.{col(AgentSession, 'id')} = %s "
+        f"AND live_s.{col(AgentSession, 'left_at')} IS NULL "
+        f"AND live_s.{col(AgentSession, 'team')} = live_a.{col(Agent, 'team')} "
+        f"AND live_a.{col(Agent, 'is_active')} = %s "
+        f"AND live_a.{col(Agent, 'token_voided_at')} IS NULL "
+        f"AND live_a.{col(Agent, 'token_prefix')} = "
+        f"COALESCE(%s, live_a.{col(Agent, 'token_prefix')}) "
+        f"AND ({family} IS NULL OR EXISTS (SELECT 1 FROM {q(tokens._meta.db_table)} live_t "
+        f"WHERE live_t.{col(tokens, 'token_family')} = {family} "
+        f"AND live_t.{col(tokens, 'revoked')} IS NULL "
+        f"AND live_t.{col(tokens, 'access_token')} IS NOT NULL))"
+        f"{' FOR KEY SHARE OF live_a' if locked else ''})"
+    )
+
+
+_LIVE_SQL: dict[tuple[str, bool], str] = {}
 
 
 def live_credential_params(call: ToolCall) -> list[Any]:
-    """The parameters of `live_credential_sql` for `call`: its session, and the token
-    prefix its admission recorded (None: admitted before Harness kept it)."""
-    sent_with = (call.provenance or {}).get("token")
+    """The parameters of `live_credential_sql` for `call`: its session, the token prefix
+    its admission recorded (None: admitted before Harness kept it), and the OAuth sign-in
+    it was sent under (None: sent with a bearer token)."""
+    provenance = call.provenance or {}
     db = connections[DEFAULT_DB_ALIAS]
-    return [_BINDERS["session"](call.session_id, db), True, sent_with]
+    sign_in = _sign_in_binder(provenance.get("sign_in"), db)
+    return [
+        _BINDERS["session"](call.session_id, db),
+        True,
+        provenance.get("token"),
+        sign_in,
+        sign_in,
+    ]
+
+
+def _sign_in_binder(value: Any, db: Any) -> Any:
+    if value is None:
+        return None
+    family = uuid.UUID(str(value))
+    return family if db.vendor == "postgresql" else family.hex
 
 
 # The call's concrete fields by name.
@@ -504,6 +547,10 @@ def claim(
     (`live_credential_sql`, in its WHERE: no statement more): a sign-out, a revocation,
     a void, a rotation or a move that committed before the claim's statement began leaves
     the call queued and this False; the caller ends it (execution.refuse_dead_credential).
+    The condition holds the agent's row FOR KEY SHARE to the commit (`hold_credential`),
+    which each of those steps locks FOR UPDATE first: one that commits while this claim
+    waits (on its call's row, say) waits for it instead, or this waits for it and reads
+    the row as it committed.
 
     Publishes nothing: the worker announces the call as running only if its body is
     still running a moment later (`announce_running`, pipeline.execute's
@@ -524,6 +571,7 @@ def claim(
                 payload={"attempt": call.attempts + 1, "timeout": tool.timeout},
                 publish=False,
                 live=True,
+                hold_credential=True,
                 started_at=now,
                 attempts=call.attempts + 1,
                 lease_until=(leased_from or now)
