@@ -260,13 +260,15 @@ def test_a_token_run_into_a_word_and_split_is_masked() -> None:
 
 
 def _seconds(text: str) -> float:
-    began = time.perf_counter()
+    # (this thread's CPU time, not the wall clock's: a loaded host's other work is not in it)
+    began = time.thread_time()
     mask_text(text)
-    return time.perf_counter() - began
+    return time.thread_time() - began
 
 
 @pytest.mark.heavy
 @pytest.mark.backend_independent
+@pytest.mark.timeout(600)  # (20 MB masked: minutes on a loaded host; 120 s cut it)
 def test_masking_1mb_of_these_forms_takes_about_as_long_as_plain_text() -> None:
     size = 1024 * 1024
     words = "the quick brown fox jumps over the lazy dog and runs away "

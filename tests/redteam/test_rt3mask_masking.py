@@ -17,9 +17,10 @@ def seconds(text: str) -> tuple[float, str]:
     it gives."""
     best, masked = float("inf"), text
     for _ in range(2):
-        began = time.perf_counter()
+        # (this thread's CPU time, not the wall clock's: a loaded host's other work is not in it)
+        began = time.thread_time()
         masked = mask_text(text)
-        best = min(best, time.perf_counter() - began)
+        best = min(best, time.thread_time() - began)
     return best, masked
 
 

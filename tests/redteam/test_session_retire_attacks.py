@@ -157,12 +157,15 @@ def test_a_call_waiting_for_its_session_when_the_configuration_changes_never_reo
 # --- A request held behind the SDK's sender --------------------------------------------------
 
 
-def hold_the_sender(hostile: Hostile, loop: asyncio.AbstractEventLoop, name: str) -> float:
+def hold_the_sender(hostile: Hostile, loop: asyncio.AbstractEventLoop, name: str) -> Path:
     """A call of `never` on the server's session on `loop`, given up on (its caller
     cancelled: the session is kept, and the SDK sends the server the notice that cancels
-    it), the notice held by the server for 4 s: the session's sender, which sends one
-    notification at a time, is held meanwhile. When the notice is let go (time.time())."""
-    Path(f"{hostile.calls_file}.cancel-delay").write_text("4")
+    it), the notice held by the server until the file returned is removed (let_go): the
+    session's sender, which sends one notification at a time, is held meanwhile. (Held
+    for 4 s once: on a loaded host the call's timeout could end after the notice was let
+    go, and the test proved nothing, or failed.)"""
+    hold = Path(f"{hostile.calls_file}.cancel-hold")
+    hold.touch()
     endpoint, fingerprint = target(name, "never")
     hung = asyncio.run_coroutine_threadsafe(
         upstream_module.POOL.call_async(endpoint, "never", fingerprint, {}), loop
@@ -170,8 +173,14 @@ def hold_the_sender(hostile: Hostile, loop: asyncio.AbstractEventLoop, name: str
     until_sent(hostile, "never")
     hung.cancel()
     until_sent(hostile, "cancel-held")
-    [(held_at, _)] = lines(hostile, "cancel-held")
-    return held_at + 4
+    return hold
+
+
+def let_go(hold: Path) -> float:
+    """The held notice let go: when (time.time())."""
+    released = time.time()
+    hold.unlink()
+    return released
 
 
 def never_sent_after(hostile: Hostile, released: float, tool: str) -> None:
@@ -189,7 +198,7 @@ def test_an_inline_call_held_behind_the_senders_notice_is_answered_timed_out_nev
     once the sender is free."""
     timeout = 2.0
     name = register(hostile.url, timeout=timeout)
-    released = hold_the_sender(hostile, serving.loop, name)
+    hold = hold_the_sender(hostile, serving.loop, name)
     fx = make_agent(mode="trusted")
     session = serving.session(fx)
     started = time.monotonic()
@@ -199,8 +208,7 @@ def test_an_inline_call_held_behind_the_senders_notice_is_answered_timed_out_nev
     assert got["isError"] is True and "did not finish within" in text(got), got
     row = stored(session, f"{name}__echo")
     assert (row.status, row.attempts) == (Status.TIMED_OUT, 1)
-    assert time.time() < released, "the notice was let go before the call timed out"
-    never_sent_after(hostile, released, "echo")
+    never_sent_after(hostile, let_go(hold), "echo")
     # The session it waited on was retired; the next call is served on a new one.
     got = result_of(serving.post(fx, call(2, f"{name}__echo", {"text": "c"}), session).result(60))
     assert (got["isError"], text(got)) == (False, "echo: c"), got
@@ -233,12 +241,11 @@ def test_a_worker_call_held_behind_the_senders_notice_times_out_at_its_timeout_n
     timeout = 2.0
     name = register(hostile.url, timeout=timeout)
     pool = upstream_module.POOL
-    released = hold_the_sender(hostile, pool.loop(), name)
+    hold = hold_the_sender(hostile, pool.loop(), name)
     outcome, took, started = as_a_worker(name, tmp_path, timeout, "w")
     assert outcome.timed_out is True, (outcome.value, outcome.error)
     assert took < timeout + 1.5, took
-    assert time.time() < released
-    never_sent_after(hostile, released, "echo")
+    never_sent_after(hostile, let_go(hold), "echo")
     endpoint, fingerprint = target(name, "echo")
     result = pool.call(endpoint, "echo", fingerprint, {"text": "x"})
     assert upstream_module.result_text(result) == "echo: x"
@@ -271,7 +278,7 @@ def test_a_worker_calls_bound_raises_timeout_not_a_socket_error_and_is_never_sen
     timeout = 2.0
     name = register(hostile.url, timeout=timeout)
     pool = upstream_module.POOL
-    released = hold_the_sender(hostile, pool.loop(), name)
+    hold = hold_the_sender(hostile, pool.loop(), name)
     endpoint, fingerprint = target(name, "echo")
     started = time.monotonic()
     with pytest.raises(TimeoutError) as raised:
@@ -279,7 +286,7 @@ def test_a_worker_calls_bound_raises_timeout_not_a_socket_error_and_is_never_sen
     took = time.monotonic() - started
     assert not isinstance(raised.value, upstream_module.UpstreamError)
     assert took < timeout + 1 + 5 + 1, took
-    never_sent_after(hostile, released, "echo")
+    never_sent_after(hostile, let_go(hold), "echo")
 
 
 # --- A stdio server's call that times out on its bound -------------------------------------
@@ -309,9 +316,11 @@ def test_a_stdio_call_that_times_out_on_its_bound_stops_its_process() -> None:
         f"{sys.executable} {ROOT / 'tests' / 'support' / 'mcp_upstream.py'} stdio {marker}",
         "--trust-annotations",
         "--timeout",
-        "2",
+        "60",
         stdout=StringIO(),
     )
+    # (the server's timeout a minute, so its first call, which starts its sandboxed
+    # process, is not cut on a loaded host; the hanging call's bound is its own: 2 s)
     pool = upstream_module.POOL
     echo, echo_fingerprint = target(name, "echo")
     slow, slow_fingerprint = target(name, "slow")

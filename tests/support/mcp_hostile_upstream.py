@@ -9,7 +9,8 @@ Unix time it arrived) to CALLS_FILE before it answers. What each tool answers:
 
   echo {text}       "echo: TEXT"
   probe {}          the value of the X-Probe header of the request that called it
-  sleep {seconds}   "slept SECONDS", that many seconds later
+  sleep {seconds}   "slept SECONDS", that many seconds later (while CALLS_FILE.sleep-hold
+                    exists, it waits first until the file is removed, at most a minute)
   huge {megabytes}  a text result of that many megabytes, one JSON body sent in pieces
   never {}          nothing: the request is held open until the server stops
   close {}          the headers and a part of the body, then the connection closed
@@ -25,7 +26,9 @@ each `initialize` is answered with a new Mcp-Session-Id, and a request naming no
 the server knows is answered 404 (else the server keeps no sessions). While
 CALLS_FILE.cancel-delay exists, each `notifications/cancelled` is answered after the
 number of seconds it holds (the client's sender, which sends one notification at a time,
-held meanwhile), with a line `cancel-held TIME {}` when it arrives. While
+held meanwhile), with a line `cancel-held TIME {}` when it arrives; while
+CALLS_FILE.cancel-hold exists, each is held until the file is removed (at most a minute:
+a test lets the sender go once it has done its part). While
 CALLS_FILE.initialize-log exists, each `initialize` adds a line `initialize TIME
 {"probe": X-PROBE}` as it arrives. While CALLS_FILE.bad-schemas exists, tools/list also
 lists `remote_ref` and `ref_loop`, whose input schemas (BAD_SCHEMAS) are valid JSON Schema
@@ -46,6 +49,8 @@ TOOLS = ["echo", "probe", "sleep", "huge", "never", "close", "garbage", "trickle
 CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
 DELAY_FILE = Path(CALLS_FILE + ".initialize-delay")
 CANCEL_DELAY_FILE = Path(CALLS_FILE + ".cancel-delay")
+CANCEL_HOLD_FILE = Path(CALLS_FILE + ".cancel-hold")
+SLEEP_HOLD_FILE = Path(CALLS_FILE + ".sleep-hold")
 INITIALIZE_LOG_FILE = Path(CALLS_FILE + ".initialize-log")
 SESSIONS_FILE = Path(CALLS_FILE + ".sessions")
 SCHEMAS_FILE = Path(CALLS_FILE + ".bad-schemas")
@@ -113,6 +118,11 @@ class Handler(BaseHTTPRequestHandler):
             if method == "notifications/cancelled" and CANCEL_DELAY_FILE.is_file():
                 self.note("cancel-held", {})
                 time.sleep(float(CANCEL_DELAY_FILE.read_text()))
+            elif method == "notifications/cancelled" and CANCEL_HOLD_FILE.is_file():
+                self.note("cancel-held", {})
+                deadline = time.monotonic() + 60
+                while CANCEL_HOLD_FILE.is_file() and time.monotonic() < deadline:
+                    time.sleep(0.02)
             self.answer(b"", 202)
         elif method == "initialize":
             if INITIALIZE_LOG_FILE.is_file():
@@ -154,6 +164,9 @@ class Handler(BaseHTTPRequestHandler):
         elif name == "probe":
             self.result(request_id, text(self.headers.get("X-Probe", "")))
         elif name == "sleep":
+            deadline = time.monotonic() + 60
+            while SLEEP_HOLD_FILE.is_file() and time.monotonic() < deadline:
+                time.sleep(0.02)
             time.sleep(float(arguments.get("seconds", 1)))
             self.result(request_id, text(f"slept {arguments.get('seconds', 1)}"))
         elif name == "huge":
