@@ -289,6 +289,11 @@ EXPORTS_BUSY = {
         "Too many audit exports are being downloaded from this server at once "
         "(HARNESS_MAX_EXPORTS). Try again in a minute."
     ),
+    "HARNESS_MAX_EXPORTS_PER_TEAM": (
+        "Your team's auditors are already downloading as many audit exports from this server "
+        "as one team may at once (HARNESS_MAX_EXPORTS_PER_TEAM). Try again once one of them "
+        "has finished or been cancelled."
+    ),
     "HARNESS_MAX_EXPORTS_PER_PERSON": (
         "You are already downloading as many audit exports from this server as one person "
         "may at once (HARNESS_MAX_EXPORTS_PER_PERSON). Try again once one of them has finished or "
@@ -302,7 +307,9 @@ def _stream(
 ) -> HttpResponseBase:
     if fmt not in export.FORMATS:
         raise Http404(f"Unknown export format. Choose one of: {', '.join(export.FORMATS)}.")
-    release = export.SLOTS.take(request.user.pk)
+    reach = request.reach
+    teams = [export.ORGANIZATION] if reach.everything else reach.team_ids
+    release = export.SLOTS.take(request.user.pk, teams)
     if isinstance(release, str):
         busy = HttpResponse(
             EXPORTS_BUSY[release], status=503, content_type="text/plain; charset=utf-8"
