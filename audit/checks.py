@@ -84,3 +84,34 @@ def check_deactivation_steps(app_configs: Any = None, **kwargs: Any) -> list[Che
                     )
                 )
     return problems
+
+
+@register()
+def check_export_shares(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A person's and a team's share of the export slots (audit.export.Slots) are below
+    HARNESS_MAX_EXPORTS: a share at or above it (or none, 0) lets one person, or one team's
+    auditors, hold every slot and have every other auditor's export refused."""
+    cap = settings.HARNESS_MAX_EXPORTS
+    if not cap:
+        return []  # no cap: nobody's exports can use up the others'
+    shares = (
+        ("HARNESS_MAX_EXPORTS_PER_PERSON", "one person", "audit.W003"),
+        ("HARNESS_MAX_EXPORTS_PER_TEAM", "one team's auditors", "audit.W004"),
+    )
+    messages: list[CheckMessage] = []
+    for setting, who, check_id in shares:
+        share = getattr(settings, setting)
+        if share and share < cap:
+            continue
+        said = "0 (no share of its own)" if not share else str(share)
+        messages.append(
+            Warning(
+                f"{setting} is {said}, not below HARNESS_MAX_EXPORTS ({cap}): {who} may "
+                "stream every audit export this web process allows at once, and every "
+                "other auditor's export is refused while they do.",
+                hint=f"Set {setting} between 1 and {cap - 1}"
+                + (" (and HARNESS_MAX_EXPORTS above 1)." if cap == 1 else "."),
+                id=check_id,
+            )
+        )
+    return messages

@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import threading
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator
 from itertools import islice
 from typing import Any, NamedTuple
 
@@ -179,36 +179,56 @@ async def async_chunks(events: QuerySet[AuditEvent], fmt: str) -> AsyncIterator[
         await sync_to_async(source.close, thread_sensitive=True)()
 
 
+ORGANIZATION = "organization"
+"""The share of the export slots organization-wide auditors hold between them (a "team"
+of their own in `Slots.take`)."""
+
+
 class Slots:
     """The exports this process streams at once: at most settings.HARNESS_MAX_EXPORTS in
-    all (0: no cap), and at most settings.HARNESS_MAX_EXPORTS_PER_PERSON of one person's
-    (0: no cap of their own). An export holds a database connection for as long as its
+    all (0: no cap); at most settings.HARNESS_MAX_EXPORTS_PER_PERSON of one person's and
+    at most settings.HARNESS_MAX_EXPORTS_PER_TEAM of the auditors of one team between them
+    (0: no share of their own). An export holds a database connection for as long as its
     client takes to read it (a response goes no faster: harness_site.slow_clients), and
     the connections of a process are few (HARNESS_DB_POOL_MAX): without a cap, a few slow
     downloads held every connection, and every other page of the process waited for one.
     Without a person's share, one auditor whose slow readers held every slot (each as long
     as it took a little within HARNESS_RESPONSE_STALL_TIMEOUT, reconnecting when cut) had
-    every other auditor's export refused."""
+    every other auditor's export refused; without a team's, a team's few auditors did so
+    between them, and every other team's auditors were refused."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.running = 0
-        self._by_person: dict[Any, int] = {}
+        self._held: dict[tuple[str, Any], int] = {}
 
-    def take(self, person: Any) -> Callable[[], None] | str:
+    def take(self, person: Any, teams: Iterable[Any]) -> Callable[[], None] | str:
         """A slot's release (call it once the export's response is closed; calling it
         again does nothing), or, when no slot may be taken, the setting that refuses it
-        ("HARNESS_MAX_EXPORTS_PER_PERSON" or "HARNESS_MAX_EXPORTS")."""
+        ("HARNESS_MAX_EXPORTS_PER_PERSON", "HARNESS_MAX_EXPORTS_PER_TEAM" or
+        "HARNESS_MAX_EXPORTS").
+
+        `teams` are the teams whose share the export counts against: every team the
+        person reaches as an auditor, or [ORGANIZATION] for one who reaches them all. An
+        auditor of several teams counts against each (they read each one's sessions), so
+        the auditors of one team hold at most its share whatever other teams they are in.
+        """
+        holders = [("person", person), *(("team", team) for team in set(teams))]
         with self._lock:
-            held = self._by_person.get(person, 0)
-            share = settings.HARNESS_MAX_EXPORTS_PER_PERSON
-            if share and held >= share:
-                return "HARNESS_MAX_EXPORTS_PER_PERSON"
+            shares = {
+                "person": settings.HARNESS_MAX_EXPORTS_PER_PERSON,
+                "team": settings.HARNESS_MAX_EXPORTS_PER_TEAM,
+            }
+            for holder in holders:
+                share = shares[holder[0]]
+                if share and self._held.get(holder, 0) >= share:
+                    return f"HARNESS_MAX_EXPORTS_PER_{holder[0].upper()}"
             cap = settings.HARNESS_MAX_EXPORTS
             if cap and self.running >= cap:
                 return "HARNESS_MAX_EXPORTS"
             self.running += 1
-            self._by_person[person] = held + 1
+            for holder in holders:
+                self._held[holder] = self._held.get(holder, 0) + 1
         released = threading.Event()
 
         def release() -> None:
@@ -216,9 +236,10 @@ class Slots:
                 if not released.is_set():
                     released.set()
                     self.running -= 1
-                    left = self._by_person.pop(person) - 1
-                    if left:
-                        self._by_person[person] = left
+                    for holder in holders:
+                        left = self._held.pop(holder) - 1
+                        if left:
+                            self._held[holder] = left
 
         return release
 

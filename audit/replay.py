@@ -1,7 +1,10 @@
 """The replay: a session's events, and the state of its calls after each one.
 
 Computed here once, from the log alone, and rendered by the template (which escapes
-everything an agent sent); static/audit.js only shows the step a reader is on. An event
+everything an agent sent); static/audit.js only shows the step a reader is on. The page
+reads the session as streams (`page_sections`: its steps in seq order, its events grouped
+by call), so a session of any length is replayed in bounded memory (audit.streaming);
+`build_replay` computes the same from events held in memory. An event
 changes at most one call, so the state is kept as the versions of each call, each with
 the steps it stands for (`first` to `last`), rather than a table per step: the page
 grows with the session's length, not with its length times its calls.
@@ -10,12 +13,17 @@ grows with the session's length, not with its length times its calls.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from django.db.models import F, Min, Window
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import RowNumber
+
 from . import kinds
 from .models import AuditEvent
+from .streaming import rendered
 
 PENDING = "pending_approval"
 # Events that note something about a call without changing it (a vote, an escalation, a
@@ -23,6 +31,8 @@ PENDING = "pending_approval"
 # payloads use the same words for other things ("to" is the team an ask is offered to,
 # "content" what a client claims an unreleased call gave).
 NOTE_KINDS = kinds.names_where("note")
+# Events a read of the page takes at once.
+STEPS_READ = 500
 
 
 @dataclass(frozen=True)
@@ -109,42 +119,123 @@ def _advance(state: CallState, event: AuditEvent) -> CallState:
     return replace(state, **changes)
 
 
-def _idle(pending: list[Shown], steps: int) -> list[Span]:
-    """The spans of steps at which no call waits for a reviewer."""
-    change = [0] * (steps + 1)
-    for shown in pending:
-        change[shown.first] += 1
-        change[shown.last + 1] -= 1
+def idle_spans(pending: Iterable[tuple[int, int]], steps: int) -> list[Span]:
+    """The spans of steps, of `steps`, at which no call waits for a reviewer, given the
+    (first, last) steps of each pending state: the gaps between their union's runs."""
     spans: list[Span] = []
-    waiting = 0
-    for index in range(steps):
-        waiting += change[index]
-        if waiting:
-            continue
-        if spans and spans[-1].last == index - 1:
-            spans[-1] = Span(spans[-1].first, index)
-        else:
-            spans.append(Span(index, index))
+    start = 0  # the first step not yet known to have a call waiting
+    for first, last in sorted(pending):
+        if first > start:
+            spans.append(Span(start, first - 1))
+        start = max(start, last + 1)
+    if start < steps:
+        spans.append(Span(start, steps - 1))
     return spans
 
 
-def build_replay(events: Sequence[AuditEvent]) -> Replay:
-    """Every step of the session, and each call's states with the steps they stand for."""
-    history: dict[str, list[Shown]] = {}
-    for index, event in enumerate(events):
+def call_states(grouped: Iterable[tuple[int, AuditEvent]], steps: int) -> Iterator[Shown]:
+    """Each call's states with the steps they stand for, from `grouped`: the session's
+    (step index, event) pairs, each call's events together and in order, the calls in the
+    order they first appear (events naming no call may come anywhere). Holds one call's
+    latest state only."""
+    current: Shown | None = None
+    for index, event in grouped:
         call_id = event.payload.get("call_id")
         if not call_id:
             continue
-        states = history.setdefault(str(call_id), [])
+        if current is not None and current.call_id != str(call_id):
+            yield current
+            current = None
         new = CallState(tool=str(event.payload.get("tool") or ""))
-        before = states[-1].state if states else new
+        before = current.state if current is not None else new
         after = before if event.kind in NOTE_KINDS else _advance(before, event)
-        if states and after == before:
+        if current is not None and after == before:
             continue
-        if states:
-            states[-1] = replace(states[-1], last=index - 1)
-        states.append(Shown(str(call_id), after, index, len(events) - 1))
-    calls = [shown for states in history.values() for shown in states]
+        if current is not None:
+            yield replace(current, last=index - 1)
+        current = Shown(str(call_id), after, index, steps - 1)
+    if current is not None:
+        yield current
+
+
+def build_replay(events: Sequence[AuditEvent]) -> Replay:
+    """Every step of the session, and each call's states with the steps they stand for,
+    held in memory (the page streams the same from the database: `grouped_events`)."""
+    first: dict[str, int] = {}
+    for index, event in enumerate(events):
+        if call_id := event.payload.get("call_id"):
+            first.setdefault(str(call_id), index)
+    order = sorted(
+        (first[str(e.payload["call_id"])], index)
+        for index, e in enumerate(events)
+        if e.payload.get("call_id")
+    )
+    calls = list(call_states(((i, events[i]) for _, i in order), len(events)))
     steps = [_step(index, event) for index, event in enumerate(events)]
     pending = [shown for shown in calls if shown.state.pending]
-    return Replay(steps, calls, pending, _idle(pending, len(events)))
+    return Replay(
+        steps, calls, pending, idle_spans(((s.first, s.last) for s in pending), len(events))
+    )
+
+
+# ---- The page, streamed from the database (audit.streaming) ---------------------------
+
+
+def session_steps(chain: str) -> Iterator[Step]:
+    """The chain's steps in order, read STEPS_READ events at a time by (chain, seq)."""
+    index, after = 0, 0
+    while True:
+        page = list(
+            AuditEvent.objects.filter(chain=chain, seq__gt=after).order_by("seq")[:STEPS_READ]
+        )
+        for event in page:
+            yield _step(index, event)
+            index += 1
+        if len(page) < STEPS_READ:
+            return
+        after = page[-1].seq
+
+
+def grouped_events(chain: str) -> Iterator[tuple[int, AuditEvent]]:
+    """The chain's (step index, event) pairs as `call_states` takes them: ordered by the
+    first seq of the event's call (payload call_id; events naming none form one group of
+    their own), then by seq. One statement, read through a cursor STEPS_READ rows at a
+    time (PostgreSQL: a server-side cursor), so nothing holds the session."""
+    call = KeyTextTransform("call_id", "payload")
+    events = (
+        AuditEvent.objects.filter(chain=chain)
+        .annotate(
+            step=Window(RowNumber(), order_by=F("seq").asc()),
+            call_first=Window(Min("seq"), partition_by=[call]),
+        )
+        .order_by("call_first", "seq")
+    )
+    for event in events.iterator(chunk_size=STEPS_READ):
+        yield event.step - 1, event  # type: ignore[attr-defined]
+
+
+PAGE = "audit/replay.html"
+
+
+def page_sections(chain: str, steps: int) -> dict[str, Iterator[str]]:
+    """The replay page's streamed sections (audit.streaming), each read from the database
+    only when the response reaches it: the steps; the pending states, then the spans with
+    none; every call's states."""
+
+    def pending_then_idle() -> Iterator[str]:
+        spans: list[tuple[int, int]] = []
+
+        def pending() -> Iterator[Shown]:
+            for shown in call_states(grouped_events(chain), steps):
+                if shown.state.pending:
+                    spans.append((shown.first, shown.last))
+                    yield shown
+
+        yield from rendered(PAGE, "pending", pending())
+        yield from rendered(PAGE, "idle", iter(idle_spans(spans, steps)))
+
+    return {
+        "steps": rendered(PAGE, "steps", session_steps(chain)),
+        "pending": pending_then_idle(),
+        "calls": rendered(PAGE, "calls", call_states(grouped_events(chain), steps)),
+    }

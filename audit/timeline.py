@@ -2,19 +2,23 @@
 
 Built from AuditEvent rows alone (never from the dispatcher's tables), so what the
 timeline, the replay and the transcript show is exactly what the log can prove. The
-timeline page reads one page of calls at a time (`call_page`); the replay and the
-transcript read the whole session (`build_timeline`).
+timeline page reads one page of calls at a time (`call_page`); the transcript a few
+hundred calls at a time (`transcript_batches`), and the replay its steps and states as
+streams (audit.replay); `build_timeline` reads the whole session at once.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from itertools import islice
+from typing import Any, cast
 
-from django.db.models import F, Q, QuerySet, Window
-from django.db.models.functions import RowNumber
+from django.db.models import BigIntegerField, F, Min, Q, QuerySet, Value, Window
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce, NullIf, RowNumber
 
 from . import kinds
 from .models import AuditEvent
@@ -388,58 +392,134 @@ def _calls_of(chain: str, received: list[AuditEvent]) -> list[Call]:
     return list(calls.values())
 
 
-def openai_messages(timeline: Timeline) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    for batch in timeline.batches():
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": c.tool_use_id,
-                        "type": "function",
-                        "function": {"name": c.tool, "arguments": c.arguments},
-                    }
-                    for c in batch
-                ],
-            }
+# Calls a read of a transcript takes at once.
+CALLS_READ = 200
+
+
+def transcript_batches(chain: str) -> Iterator[list[Call]]:
+    """The session's calls grouped by assistant message as `Timeline.batches` groups them
+    (in the order their first calls arrived, each by batch_index), read CALLS_READ calls at
+    a time: their call.received events through one cursor (PostgreSQL: a server-side one)
+    ordered by batch, and the results and reports of those calls by subject. Holds one
+    read's calls and one batch, never the session. Only what a transcript shows is applied
+    (the call as received; its result, is_error, a report that does not match)."""
+    batch = Coalesce(
+        NullIf(KeyTextTransform("batch_id", "payload"), Value("")),
+        KeyTextTransform("call_id", "payload"),
+    )
+    received = (
+        AuditEvent.objects.filter(chain=chain, kind=kinds.CALL_RECEIVED)
+        .annotate(
+            batch_first=Window(Min("seq"), partition_by=[batch]),
+            position=Coalesce(
+                Cast(KeyTextTransform("batch_index", "payload"), BigIntegerField()), Value(0)
+            ),
         )
-        messages += [
-            {"role": "tool", "tool_call_id": c.tool_use_id, "content": c.content}
-            for c in batch
-            if c.content is not None
-        ]
+        .order_by("batch_first", "position", "seq")
+    )
+    current: list[Call] = []
+    # (QuerySet.iterator is a generator: closed below when the page is left early)
+    rows = cast("Generator[AuditEvent]", received.iterator(chunk_size=CALLS_READ))
+    try:
+        while chunk := list(islice(rows, CALLS_READ)):
+            for call in _with_results(chain, chunk):
+                if current and (current[0].batch_id or current[0].call_id) != (
+                    call.batch_id or call.call_id
+                ):
+                    yield current
+                    current = []
+                current.append(call)
+    finally:
+        rows.close()  # (a page left early: its cursor is closed now, not when collected)
+    if current:
+        yield current
+
+
+def _with_results(chain: str, received: list[AuditEvent]) -> list[Call]:
+    """The calls of these call.received events (in their order) with their results and
+    reports applied, found by subject (as `_calls_of` finds a page's)."""
+    calls: dict[str, Call] = {}
+    for event in received:
+        if call_id := event.payload.get("call_id"):
+            _apply(calls.setdefault(call_id, Call(call_id=call_id)), event)
+    subjects = {e.subject for e in received if e.subject}
+    results = AuditEvent.objects.filter(subject__in=subjects, kind__in=RESULT_KINDS)
+    for event in results.order_by("seq") if subjects else []:
+        call = calls.get(event.payload.get("call_id"))
+        if call is not None and event.chain == chain:
+            _apply(call, event)
+    return list(calls.values())
+
+
+def json_list(items: Iterable[Any]) -> Generator[str]:
+    """`json.dumps(list(items), indent=2, ensure_ascii=False)`, an item at a time."""
+    opened = False
+    for item in items:
+        text = json.dumps(item, indent=2, ensure_ascii=False).replace("\n", "\n  ")
+        yield ("[\n  " if not opened else ",\n  ") + text
+        opened = True
+    yield "\n]" if opened else "[]"
+
+
+def openai_batch(batch: list[Call]) -> list[dict[str, Any]]:
+    """One assistant message's calls as OpenAI messages: the calls, then their results."""
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": c.tool_use_id,
+                    "type": "function",
+                    "function": {"name": c.tool, "arguments": c.arguments},
+                }
+                for c in batch
+            ],
+        }
+    ]
+    messages += [
+        {"role": "tool", "tool_call_id": c.tool_use_id, "content": c.content}
+        for c in batch
+        if c.content is not None
+    ]
     return messages
+
+
+def anthropic_batch(batch: list[Call]) -> list[dict[str, Any]]:
+    """One assistant message's calls as Anthropic messages: the tool uses, then a user
+    message of their results (if any)."""
+    messages: list[dict[str, Any]] = [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": c.tool_use_id,
+                    "name": c.tool,
+                    "input": c.parsed_arguments,
+                }
+                for c in batch
+            ],
+        }
+    ]
+    results = [
+        {
+            "type": "tool_result",
+            "tool_use_id": c.tool_use_id,
+            "content": c.content,
+            "is_error": c.is_error,
+        }
+        for c in batch
+        if c.content is not None
+    ]
+    if results:
+        messages.append({"role": "user", "content": results})
+    return messages
+
+
+def openai_messages(timeline: Timeline) -> list[dict[str, Any]]:
+    return [message for batch in timeline.batches() for message in openai_batch(batch)]
 
 
 def anthropic_messages(timeline: Timeline) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    for batch in timeline.batches():
-        messages.append(
-            {
-                "role": "assistant",
-                "content": [
-                    {
-                        "type": "tool_use",
-                        "id": c.tool_use_id,
-                        "name": c.tool,
-                        "input": c.parsed_arguments,
-                    }
-                    for c in batch
-                ],
-            }
-        )
-        results = [
-            {
-                "type": "tool_result",
-                "tool_use_id": c.tool_use_id,
-                "content": c.content,
-                "is_error": c.is_error,
-            }
-            for c in batch
-            if c.content is not None
-        ]
-        if results:
-            messages.append({"role": "user", "content": results})
-    return messages
+    return [message for batch in timeline.batches() for message in anthropic_batch(batch)]

@@ -10,7 +10,6 @@ exports leave it out. `manage.py export_audit` stays the organization's whole lo
 
 from __future__ import annotations
 
-import json
 import re
 import weakref
 from collections.abc import Callable
@@ -24,28 +23,28 @@ from django.db.models import Q, QuerySet
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.vary import vary_on_headers
 
 from dispatcher.models import AgentSession
 from teams.scope import Scope
 
-from . import export
+from . import export, replay, streaming
 from .models import AuditChain, AuditEvent
-from .replay import build_replay
 from .roles import AUDITOR, HtmxHttpRequest, role_required
 from .services import MORE_TOOLS
 from .timeline import (
     OUTCOME_FILTERS,
     CallPage,
-    Timeline,
-    anthropic_messages,
-    build_timeline,
+    anthropic_batch,
     call_page,
-    openai_messages,
+    json_list,
+    openai_batch,
     orphan_reports,
     received_seq,
     session_started,
+    transcript_batches,
 )
 
 PAGE_SIZE = 50
@@ -126,14 +125,6 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
         "decisions": list(DECISION_FILTERS),
     }
     return render(request, "audit/sessions.html", context)
-
-
-def _timeline(request: HtmxHttpRequest, session_id: UUID) -> Timeline:
-    _reached(request, session_id)
-    timeline = build_timeline(str(session_id))
-    if timeline is None:
-        raise Http404("No audit events for this session.")
-    return timeline
 
 
 def _head(request: HtmxHttpRequest, session_id: UUID) -> AuditChain:
@@ -235,34 +226,60 @@ def session_detail(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
     return render(request, "audit/session.html", context)
 
 
-@role_required(AUDITOR)
-def session_replay(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
-    timeline = _timeline(request, session_id)
-    context = {
-        "timeline": timeline,
+def _events_of(request: HtmxHttpRequest, session_id: UUID) -> str:
+    """The session's chain; 404 for one the auditor's reach does not cover, or with no
+    events."""
+    _reached(request, session_id)
+    chain = str(session_id)
+    if not AuditEvent.objects.filter(chain=chain).exists():
+        raise Http404("No audit events for this session.")
+    return chain
+
+
+def _session_page(
+    request: HtmxHttpRequest, session_id: UUID, template: str, context: dict[str, Any]
+) -> str:
+    """The page of a session (`_events_of` has checked it), with `marks` where its
+    streamed sections go (audit.streaming)."""
+    context |= {
+        "session": session_started(str(session_id)),
         "session_id": session_id,
-        "replay": build_replay(timeline.events),
+        "marks": {name: streaming.mark(name) for name in ("steps", "pending", "calls", "batches")},
     }
-    return render(request, "audit/replay.html", context)
-
-
-TRANSCRIPTS = {"openai": openai_messages, "anthropic": anthropic_messages}
+    return render_to_string(template, context, request=request)
 
 
 @role_required(AUDITOR)
-def session_transcript(request: HtmxHttpRequest, session_id: UUID) -> HttpResponse:
-    timeline = _timeline(request, session_id)
-    fmt = request.GET.get("format", "")
+def session_replay(request: HtmxHttpRequest, session_id: UUID) -> HttpResponseBase:
+    """Every step of the session and each call's states (audit.replay), streamed from the
+    database once the page is long: a session of any length in bounded memory."""
+    chain = _events_of(request, session_id)
+    steps = AuditEvent.objects.filter(chain=chain).count()
+    page = _session_page(request, session_id, "audit/replay.html", {"steps": steps})
+    sections = replay.page_sections(chain, steps)
+    return streaming.respond(streaming.sections(page, list(sections), sections), HTML)
+
+
+TRANSCRIPTS = {"openai": openai_batch, "anthropic": anthropic_batch}
+HTML = "text/html; charset=utf-8"
+
+
+@role_required(AUDITOR)
+def session_transcript(request: HtmxHttpRequest, session_id: UUID) -> HttpResponseBase:
+    """The session as the model saw it, a page or a download of messages (?format=),
+    streamed a few hundred calls at a time once it is long (timeline.transcript_batches)."""
+    chain, fmt = _events_of(request, session_id), request.GET.get("format", "")
     if fmt in TRANSCRIPTS:
-        body = json.dumps(TRANSCRIPTS[fmt](timeline), indent=2, ensure_ascii=False)
-        response = HttpResponse(body, content_type="application/json; charset=utf-8")
+        to_messages = TRANSCRIPTS[fmt]
+        messages = (m for batch in transcript_batches(chain) for m in to_messages(batch))
+        response = streaming.respond(json_list(messages), "application/json; charset=utf-8")
         response["Content-Disposition"] = (
             f'attachment; filename="transcript-{session_id}-{fmt}.json"'
         )
         return response
-    return render(
-        request, "audit/transcript.html", {"timeline": timeline, "session_id": session_id}
-    )
+    page = _session_page(request, session_id, "audit/transcript.html", {})
+    batches = streaming.rendered("audit/transcript.html", "batches", transcript_batches(chain))
+    return streaming.respond(streaming.sections(page, ["batches"], {"batches": batches}), HTML)
 
 
 class _Export(StreamingHttpResponse):
@@ -289,6 +306,11 @@ EXPORTS_BUSY = {
         "Too many audit exports are being downloaded from this server at once "
         "(HARNESS_MAX_EXPORTS). Try again in a minute."
     ),
+    "HARNESS_MAX_EXPORTS_PER_TEAM": (
+        "Your team's auditors are already downloading as many audit exports from this server "
+        "as one team may at once (HARNESS_MAX_EXPORTS_PER_TEAM). Try again once one of them "
+        "has finished or been cancelled."
+    ),
     "HARNESS_MAX_EXPORTS_PER_PERSON": (
         "You are already downloading as many audit exports from this server as one person "
         "may at once (HARNESS_MAX_EXPORTS_PER_PERSON). Try again once one of them has finished or "
@@ -302,7 +324,9 @@ def _stream(
 ) -> HttpResponseBase:
     if fmt not in export.FORMATS:
         raise Http404(f"Unknown export format. Choose one of: {', '.join(export.FORMATS)}.")
-    release = export.SLOTS.take(request.user.pk)
+    reach = request.reach
+    teams = [export.ORGANIZATION] if reach.everything else reach.team_ids
+    release = export.SLOTS.take(request.user.pk, teams)
     if isinstance(release, str):
         busy = HttpResponse(
             EXPORTS_BUSY[release], status=503, content_type="text/plain; charset=utf-8"

@@ -521,6 +521,9 @@ HARNESS_MAX_EXPORTS = int(env("HARNESS_MAX_EXPORTS", "4"))
 # Of those, how many one person may stream at once (0: no share of their own): one auditor's
 # slow downloads cannot hold every slot (audit.export.SLOTS).
 HARNESS_MAX_EXPORTS_PER_PERSON = int(env("HARNESS_MAX_EXPORTS_PER_PERSON", "1"))
+# And how many the auditors of one team may stream between them (organization-wide auditors
+# share one such share; 0: none of its own): one team's auditors cannot hold every slot.
+HARNESS_MAX_EXPORTS_PER_TEAM = int(env("HARNESS_MAX_EXPORTS_PER_TEAM", "2"))
 # Connections one peer address (an IPv6 /64) may hold open to one daphne at once; past it a
 # new one is closed as it opens (harness_site.slow_clients). 0: not counted, the default
 # behind proxies of yours (HARNESS_TRUSTED_PROXY_COUNT), whose own address every connection
