@@ -89,7 +89,10 @@ EXIT_REPORT = "harness: the sandboxed server exited with status"
 # is never read from the program's own output: a program that printed setpriv's "failed to
 # execute" line and exited 127 was reported as missing after it ran. A lookup that passes
 # and an exec that fails still (a file removed meanwhile, a missing ELF interpreter) is the
-# shell's own message and status in the output, told as the program's result.
+# shell's own message and status in the output, told as the program's result. A candidate
+# that does not exist under a directory the sandbox user may not search is "Permission
+# denied", as execve says (EACCES), not "not found" ("./private/tool" under a mode 0700
+# directory read "Command ... was not found ... Check the name").
 EXEC_FD = 9
 EXEC_SCRIPT = r"""(
 set -f
@@ -103,7 +106,15 @@ esac
 seen=
 for candidate in "$@"; do
   if [ -f "$candidate" ] && [ -x "$candidate" ]; then exit 0; fi
-  [ -e "$candidate" ] && seen=1
+  if [ -e "$candidate" ]; then seen=1; continue; fi
+  up=$candidate
+  while case $up in */?*) true ;; *) false ;; esac; do
+    up=${up%/*}
+    if [ -e "$up" ]; then
+      [ -d "$up" ] && ! [ -x "$up" ] && seen=1
+      break
+    fi
+  done
 done
 [ -n "$seen" ] && exit 126
 exit 127

@@ -37,6 +37,31 @@ def run_command(workspace: Path, argv: list[str]) -> str:
     return str(RUN_COMMAND.execute(ctx, {"argv": argv}))
 
 
+def test_a_program_behind_a_directory_it_may_not_search_is_not_executable_not_missing(
+    workspace: Path,
+) -> None:
+    # ./private/tool exists; private/ is mode 0 (the sandbox user owns it and may not
+    # search it). execve says EACCES; the lookup shell said "not found", and the model was
+    # told to check the name of a program that is there.
+    private = workspace / "private"
+    private.mkdir()
+    (private / "tool").write_text("#!/bin/sh\necho ran\n")
+    (private / "tool").chmod(0o755)
+    (private / "deeper").mkdir()
+    private.chmod(0)
+    try:
+        for argv in (["./private/tool"], ["./private/deeper/tool"]):
+            with pytest.raises(ToolError, match="is not executable: Permission denied"):
+                run_command(workspace, argv)
+        # what is really missing, under directories it may search, still is
+        (workspace / "open").mkdir()
+        for argv in (["./open/tool"], ["./missing"], ["missing-rt6sand"], ["/no/such/dir/x"]):
+            with pytest.raises(ToolError, match="was not found in the sandbox"):
+                run_command(workspace, argv)
+    finally:
+        private.chmod(0o755)
+
+
 def test_the_exec_report_is_reached_through_harnesss_descriptor_never_its_name(
     workspace: Path, tmp_path: Path, monkeypatch: Any
 ) -> None:
