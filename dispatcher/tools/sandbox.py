@@ -89,7 +89,10 @@ EXIT_REPORT = "harness: the sandboxed server exited with status"
 # is never read from the program's own output: a program that printed setpriv's "failed to
 # execute" line and exited 127 was reported as missing after it ran. A lookup that passes
 # and an exec that fails still (a file removed meanwhile, a missing ELF interpreter) is the
-# shell's own message and status in the output, told as the program's result.
+# shell's own message and status in the output, told as the program's result. A candidate
+# that does not exist under a directory the sandbox user may not search is "Permission
+# denied", as execve says (EACCES), not "not found" ("./private/tool" under a mode 0700
+# directory read "Command ... was not found ... Check the name").
 EXEC_FD = 9
 EXEC_SCRIPT = r"""(
 set -f
@@ -103,7 +106,15 @@ esac
 seen=
 for candidate in "$@"; do
   if [ -f "$candidate" ] && [ -x "$candidate" ]; then exit 0; fi
-  [ -e "$candidate" ] && seen=1
+  if [ -e "$candidate" ]; then seen=1; continue; fi
+  up=$candidate
+  while case $up in */?*) true ;; *) false ;; esac; do
+    up=${up%/*}
+    if [ -e "$up" ]; then
+      [ -d "$up" ] && ! [ -x "$up" ] && seen=1
+      break
+    fi
+  done
 done
 [ -n "$seen" ] && exit 126
 exit 127
@@ -541,10 +552,17 @@ class StartReport:
     manager: `fd` (10 or above) is to be passed to bwrap; `started()` once it has ended.
 
     When Harness is root, bwrap executes setpriv, whose own failure to execute the
-    program bwrap never sees: `exec_path`, a file of Harness's own (mode 0600, outside
-    the sandbox), is what the launcher opens as EXEC_FD for the sandbox's shell to say so
-    (EXEC_SCRIPT; `_limit_command(exec_report=...)`); `exec_failure()` reads it. None
-    when Harness is not root (bwrap executes the program itself)."""
+    program bwrap never sees: a file of Harness's own (mode 0600, outside the sandbox),
+    unlinked as soon as it is made and held by this process alone, is what the launcher
+    opens as EXEC_FD for the sandbox's shell to say so (EXEC_SCRIPT;
+    `_limit_command(exec_report=...)`), through `exec_path`, this process's
+    /proc/<pid>/fd/<n> link, which names that very file and no name in a directory: opened
+    by its name in the temporary directory, as root and following symlinks, a name
+    swapped there meanwhile (a TMPDIR another uid may write) had the launcher append to
+    whatever file it named and hand it, writable, to the sandbox's shell, and the failure
+    went unread. Nothing of it outlives the call, even a worker killed meanwhile.
+    `exec_failure()` reads it. None when Harness is not root (bwrap executes the program
+    itself)."""
 
     def __init__(self) -> None:
         self._read = -1
@@ -562,10 +580,11 @@ class StartReport:
         if _owner() is not None:
             try:
                 self._exec, name = tempfile.mkstemp(prefix="harness-exec-")
+                os.unlink(name)
             except BaseException:
                 self.__exit__()
                 raise
-            self.exec_path = Path(name)
+            self.exec_path = Path(f"/proc/{os.getpid()}/fd/{self._exec}")
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -573,10 +592,7 @@ class StartReport:
             if fd >= 0:
                 os.close(fd)
         self.fd = self._read = self._exec = -1
-        if self.exec_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.exec_path.unlink()
-            self.exec_path = None
+        self.exec_path = None
 
     def told(self, done: Completed) -> Completed:
         """`done` with what the sandbox told of the start (read once bwrap has exited)."""
