@@ -9,7 +9,9 @@ whole of a sync one into a list before sending any of it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator, Iterator
+import weakref
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, StreamingHttpResponse
@@ -68,9 +70,37 @@ async def async_pieces(source: Generator[bytes]) -> AsyncIterator[bytes]:
         await sync_to_async(source.close, thread_sensitive=True)()
 
 
-def respond(pieces: Generator[str], content_type: str) -> HttpResponseBase:
+class Held(StreamingHttpResponse):
+    """A streamed response holding one of a few slots (audit.export.SLOTS), given back
+    when it is closed (streamed whole, or its client gone), whether or not streaming ever
+    started, or at the latest when the response is gone (a caller that never closes it:
+    the test client, when the body is not read; a response whose streaming raised, which
+    Django's handler does not close)."""
+
+    def __init__(self, *args: Any, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._release = release
+        weakref.finalize(self, release)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._release()
+
+
+Slot = Callable[[], "Callable[[], None] | HttpResponseBase"]
+
+
+def respond(pieces: Generator[str], content_type: str, slot: Slot) -> HttpResponseBase:
     """`pieces` as one response: whole while they come to at most BUFFERED_BYTES, else
-    streamed (the pieces made so far first, then the rest as the client reads)."""
+    streamed (the pieces made so far first, then the rest as the client reads) holding
+    one of the export slots `slot` takes (its release, or the answer that it is refused).
+
+    A streamed page holds its request's database connection for as long as its client
+    takes to read it, as an export does: without a slot, a few slow readers of long
+    replays held every connection of the process (HARNESS_DB_POOL_MAX), and every other
+    page waited for one."""
     held: list[bytes] = []
     size = 0
     for piece in pieces:
@@ -78,9 +108,11 @@ def respond(pieces: Generator[str], content_type: str) -> HttpResponseBase:
         held.append(data)
         size += len(data)
         if size > BUFFERED_BYTES:
-            return StreamingHttpResponse(
-                async_pieces(_then(held, pieces)), content_type=content_type
-            )
+            taken = slot()
+            if isinstance(taken, HttpResponseBase):
+                pieces.close()
+                return taken
+            return Held(async_pieces(_then(held, pieces)), content_type=content_type, release=taken)
     return HttpResponse(b"".join(held), content_type=content_type)
 
 

@@ -11,7 +11,6 @@ exports leave it out. `manage.py export_audit` stays the organization's whole lo
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -20,7 +19,7 @@ from uuid import UUID
 
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -257,7 +256,8 @@ def session_replay(request: HtmxHttpRequest, session_id: UUID) -> HttpResponseBa
     steps = AuditEvent.objects.filter(chain=chain).count()
     page = _session_page(request, session_id, "audit/replay.html", {"steps": steps})
     sections = replay.page_sections(chain, steps)
-    return streaming.respond(streaming.sections(page, list(sections), sections), HTML)
+    pieces = streaming.sections(page, list(sections), sections)
+    return streaming.respond(pieces, HTML, lambda: _slot(request))
 
 
 TRANSCRIPTS = {"openai": openai_batch, "anthropic": anthropic_batch}
@@ -272,33 +272,17 @@ def session_transcript(request: HtmxHttpRequest, session_id: UUID) -> HttpRespon
     if fmt in TRANSCRIPTS:
         to_messages = TRANSCRIPTS[fmt]
         messages = (m for batch in transcript_batches(chain) for m in to_messages(batch))
-        response = streaming.respond(json_list(messages), "application/json; charset=utf-8")
+        response = streaming.respond(
+            json_list(messages), "application/json; charset=utf-8", lambda: _slot(request)
+        )
         response["Content-Disposition"] = (
             f'attachment; filename="transcript-{session_id}-{fmt}.json"'
         )
         return response
     page = _session_page(request, session_id, "audit/transcript.html", {})
     batches = streaming.rendered("audit/transcript.html", "batches", transcript_batches(chain))
-    return streaming.respond(streaming.sections(page, ["batches"], {"batches": batches}), HTML)
-
-
-class _Export(StreamingHttpResponse):
-    """An export's response: its slot (export.SLOTS) is given back when it is closed
-    (streamed whole, or its client gone), whether or not streaming ever started, or at
-    the latest when the response is gone (a caller that never closes it: the test
-    client, when the body is not read; a response whose streaming raised, which Django's
-    handler does not close)."""
-
-    def __init__(self, *args: Any, release: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._release = release
-        weakref.finalize(self, release)
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._release()
+    pieces = streaming.sections(page, ["batches"], {"batches": batches})
+    return streaming.respond(pieces, HTML, lambda: _slot(request))
 
 
 EXPORTS_BUSY = {
@@ -319,11 +303,9 @@ EXPORTS_BUSY = {
 }
 
 
-def _stream(
-    request: HtmxHttpRequest, events: QuerySet[AuditEvent], fmt: str, name: str
-) -> HttpResponseBase:
-    if fmt not in export.FORMATS:
-        raise Http404(f"Unknown export format. Choose one of: {', '.join(export.FORMATS)}.")
+def _slot(request: HtmxHttpRequest) -> Callable[[], None] | HttpResponseBase:
+    """One of the export slots for the person's streamed response (export.SLOTS): its
+    release, or the 503 saying which share refuses it."""
     reach = request.reach
     teams = [export.ORGANIZATION] if reach.everything else reach.team_ids
     release = export.SLOTS.take(request.user.pk, teams)
@@ -333,8 +315,21 @@ def _stream(
         )
         busy["Retry-After"] = "60"
         return busy
+    return release
+
+
+def _stream(
+    request: HtmxHttpRequest, events: QuerySet[AuditEvent], fmt: str, name: str
+) -> HttpResponseBase:
+    if fmt not in export.FORMATS:
+        raise Http404(f"Unknown export format. Choose one of: {', '.join(export.FORMATS)}.")
+    release = _slot(request)
+    if isinstance(release, HttpResponseBase):
+        return release
     content_type, extension = export.FORMATS[fmt]
-    response = _Export(export.async_chunks(events, fmt), content_type=content_type, release=release)
+    response = streaming.Held(
+        export.async_chunks(events, fmt), content_type=content_type, release=release
+    )
     response["Content-Disposition"] = f'attachment; filename="{name}.{extension}"'
     return response
 

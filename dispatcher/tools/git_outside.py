@@ -221,6 +221,17 @@ class _OutsideState:
             self.ref_walked.add(path)
             inside = _inside(self.workspace, path)
             if inside:
+                # (a directory of the workspace's reached through a link, `.git/refs ->
+                # /team/refs`, is what the link leads to: the workspace's walk takes the
+                # link alone, and scanned by its path here nothing under it was described)
+                resolved = _resolve(path)
+                if resolved is None:
+                    self.lines.append(f"{path}\0unresolved\n")
+                    continue
+                if resolved != path:
+                    pending.append(resolved)
+                    continue
+            if inside:
                 self.inside_ref_dirs += 1
             else:
                 self.ref_dirs += 1
