@@ -328,7 +328,11 @@ def _insert_if_live(sql: str) -> str:
     VALUES)."""
     head, values = sql.split(" VALUES (", 1)
     assert values.endswith(")") and "), (" not in values, sql
-    return f"{head} SELECT {values[:-1]} WHERE {live_credential_sql()}"
+    # Held as the worker's claim holds it (live_credential_sql(hold=True)): the statement
+    # then waits for the chain's head, and a sign-out or a revocation committing meanwhile
+    # must wait for this write (the call runs in the request, or its client runs it), not
+    # let it through on the snapshot it read the credential with.
+    return f"{head} SELECT {values[:-1]} WHERE {live_credential_sql(hold=True)}"
 
 
 def _check_live(call: ToolCall) -> None:

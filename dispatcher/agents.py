@@ -22,7 +22,7 @@ from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from audit import kinds
@@ -363,6 +363,30 @@ def hand_over_agent(*, agent: Agent, to: User, actor: str) -> str:
     )
     agent.owner, agent.name = to, name
     return name
+
+
+def lock_agents_of(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:
+    """The first deactivation step (settings.HARNESS_DEACTIVATION_STEPS, inside audit.roles.
+    deactivate's transaction): every active agent the later steps may revoke, hand over or
+    void (`user` owns it, signed it in, or was shown its token) locked FOR UPDATE, in
+    primary-key order, before anything else is written. A worker's claim holds its agent's
+    row FOR KEY SHARE, then writes to its session's audit chain
+    (transitions.live_credential_sql); the deactivation voided the leaver's votes (writing
+    to those chains) before it locked the agents, and the two deadlocked. Now it takes the
+    agent first, as every killing step does. Returns nothing to audit."""
+    held = [
+        pk
+        for pk, holders in Agent.objects.filter(is_active=True).values_list("pk", "token_holders")
+        if user.pk in (holders or [])
+    ]
+    mine = Q(owner=user) | Q(oauth_client__owner=user) | Q(pk__in=held)
+    list(
+        Agent.objects.select_for_update(of=("self",))
+        .filter(mine, is_active=True)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    return {}
 
 
 def release_agents_of(*, user: User, actor: str, sponsor: User | None = None) -> dict[str, Any]:

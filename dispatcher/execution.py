@@ -157,7 +157,10 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
                         _send_again(call)
                     return None
             confirm = None if turn is None else functools.partial(batches.kept_since_hold, turn)
-            if transitions.claim(call, tool, leased_from=leased_from, confirm=confirm):
+            claimed = transitions.claim(call, tool, leased_from=leased_from, confirm=confirm)
+            if not claimed and _sign_in_renewed(call, turn):
+                claimed = transitions.claim(call, tool, leased_from=leased_from, confirm=confirm)
+            if claimed:
                 if turn is not None:
                     turn.claimed = True  # (its place given back: batches.count_running's too)
                 _run_claimed(call, ctx, row=row)
@@ -182,6 +185,21 @@ def _claim_and_run(call: ToolCall, ctx: CallContext, turn: batches.Turn | None =
             place=(call.batch_id, call.batch_index),
         )
     return None
+
+
+def _sign_in_renewed(call: ToolCall, turn: batches.Turn | None) -> bool:
+    """After a claim of `call` that wrote nothing: whether it may be tried once more, its
+    OAuth sign-in refreshed while the claim waited (the refresh revoked the refresh token
+    the claim held, and wrote its successor after the claim's snapshot:
+    transitions.live_credential_sql). Only for a call sent under a sign-in, still queued,
+    whose credential a fresh read finds live (`credential_refusal`), and whose place was
+    not lost (`turn.lost`: sent again instead)."""
+    if not (call.provenance or {}).get("sign_in") or (turn is not None and turn.lost):
+        return False
+    fresh = _CALL_WITH_SESSION.first(call.pk)
+    if fresh is None or fresh.status != Status.QUEUED:
+        return False
+    return credential_refusal(fresh, fresh.session.agent) is None
 
 
 def refuse_dead_credential(call: ToolCall) -> bool:

@@ -131,7 +131,14 @@ def live_credential_sql(*, hold: bool = False) -> str:
     while such a step holds it waits for its commit and reads the row as committed
     (READ COMMITTED's re-check of a locked row): a claim whose statement began before the
     step committed no longer runs the call after it. FOR KEY SHARE conflicts with FOR
-    UPDATE only: a session's start or any other update of the row never waits for it."""
+    UPDATE only: a session's start or any other update of the row never waits for it.
+    The sign-in's live refresh token is held FOR KEY SHARE too: a revocation of that one
+    token (RFC 7009, which locks it FOR UPDATE and writes no row of the agent's) waits for
+    a claim in flight, and a claim that reaches it after the revocation reads it revoked
+    (a claim whose snapshot predated the revocation ran the call after it). A refresh
+    racing such a claim revokes the row too (its successor, written after the claim's
+    snapshot, is not seen): the claim then finds the call's credential live at a fresh
+    read and is tried once more (execution._claim_and_run)."""
     vendor = connections[DEFAULT_DB_ALIAS].vendor
     key = (vendor, hold and vendor == "postgresql")
     sql = _LIVE_SQL.get(key)
@@ -148,8 +155,8 @@ def _live_sql(vendor: str, *, locked: bool) -> str:
 
     tokens = apps.get_model(settings.OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL)
     family = "CAST(%s AS uuid)" if vendor == "postgresql" else "%s"
-    return (
-        f"EXISTS (SELECT 1 FROM {q(AgentSession._meta.db_table)} live_s "  # noqa: S608
+    agent = (
+        f"FROM {q(AgentSession._meta.db_table)} live_s "  # noqa: S608
         f"INNER JOIN {q(Agent._meta.db_table)} live_a "
         f"ON live_a.{col(Agent, 'id')} = live_s.{col(AgentSession, 'agent')} "
         f"WHERE live_s.{col(AgentSession, 'id')} = %s "
@@ -158,12 +165,25 @@ def _live_sql(vendor: str, *, locked: bool) -> str:
         f"AND live_a.{col(Agent, 'is_active')} = %s "
         f"AND live_a.{col(Agent, 'token_voided_at')} IS NULL "
         f"AND live_a.{col(Agent, 'token_prefix')} = "
-        f"COALESCE(%s, live_a.{col(Agent, 'token_prefix')}) "
-        f"AND ({family} IS NULL OR EXISTS (SELECT 1 FROM {q(tokens._meta.db_table)} live_t "
+        f"COALESCE(%s, live_a.{col(Agent, 'token_prefix')})"
+    )
+    sign_in = (
+        f"({family} IS NULL OR EXISTS (SELECT 1 FROM {q(tokens._meta.db_table)} live_t "  # noqa: S608
         f"WHERE live_t.{col(tokens, 'token_family')} = {family} "
         f"AND live_t.{col(tokens, 'revoked')} IS NULL "
-        f"AND live_t.{col(tokens, 'access_token')} IS NOT NULL))"
-        f"{' FOR KEY SHARE OF live_a' if locked else ''})"
+        f"AND live_t.{col(tokens, 'access_token')} IS NOT NULL"
+        f"{' FOR KEY SHARE' if locked else ''}))"
+    )
+    if not locked:
+        return f"EXISTS (SELECT 1 {agent} AND {sign_in})"
+    # The agent's row locked first, then the refresh token's (the order every killing
+    # step takes: a sign-out locks the agent, then revokes its tokens). In one WHERE,
+    # PostgreSQL locked the refresh token (a condition's subquery) before the agent's row
+    # (the query's own lock): a claim and a sign-out deadlocked. A materialized CTE is
+    # read, and its row locked, before the outer condition runs.
+    return (
+        f"EXISTS (WITH live_c AS MATERIALIZED (SELECT 1 {agent} FOR KEY SHARE OF live_a) "  # noqa: S608
+        f"SELECT 1 FROM live_c WHERE {sign_in})"
     )
 
 

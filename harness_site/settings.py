@@ -478,6 +478,9 @@ HARNESS_ASK_RECORDER = "approvals.asks.record_ask"
 # each `(*, user, actor, sponsor) -> dict` inside its transaction, what it returns joining
 # the audit event; checked at start-up (audit.E010).
 HARNESS_DEACTIVATION_STEPS = [
+    # (first: the agents the steps below revoke, hand over or void, locked before any
+    # audit chain is written, the order a worker's claim takes)
+    "dispatcher.agents.lock_agents_of",
     "approvals.services.void_votes_of",
     # (before the hand-over: a signed-in agent's tokens are in the leaver's client)
     "agentauth.services.stop_signed_in_agents_of",
