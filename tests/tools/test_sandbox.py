@@ -305,7 +305,7 @@ def test_the_timeout_kills_the_whole_sandbox(sandbox_on: None, workspaces: Path)
     started = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish within 1 s"):
         sh(workspaces / "mine", f"setsid -f sleep {token}; sleep 30", timeout=1)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 15  # at the timeout, not the sleep's 30 s (3 s once)
     time.sleep(0.5)
     assert not any(f"sleep {token}" in line for line in host_command_lines())
 
