@@ -120,12 +120,10 @@ def test_concurrency_safe_calls_run_in_parallel_and_results_keep_request_order(
     with live_stack.client(fx) as client:
         session = start(client)
         calls = [
-            {"id": f"s{i}", "name": "sleep", "arguments": {"seconds": 1, "tag": f"s{i}"}}
+            {"id": f"s{i}", "name": "sleep", "arguments": {"seconds": 2, "tag": f"s{i}"}}
             for i in range(3)
         ]
-        started = time.monotonic()
         response = submit(client, session, calls, wait=30)
-        elapsed = time.monotonic() - started
     assert response.status_code == 200, response.text
     assert [r["id"] for r in response.json()["results"]] == ["s0", "s1", "s2"]
     log = [
@@ -133,10 +131,11 @@ def test_concurrency_safe_calls_run_in_parallel_and_results_keep_request_order(
         for line in Path(session["workspace"], "sleep-log.jsonl").read_text().splitlines()
     ]
     assert len(log) == 3
+    # Parallel, told by the sleeps' own times (each began before any ended), not by the
+    # request's time (under 3 s once, which a loaded host's worker can outlast)
     assert max(e["start"] for e in log) < min(e["end"] for e in log), (
         "the safe calls did not overlap"
     )
-    assert elapsed < 3.0, f"three 1 s sleeps took {elapsed:.2f}s: not parallel"  # serial is >= 3 s
 
 
 def test_unsafe_calls_run_alone_in_request_order(live_stack: LiveStack, live_db: None) -> None:

@@ -328,7 +328,7 @@ def test_a_program_that_closes_its_output_and_keeps_running_is_stopped_at_the_ti
     started = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish within 0.5 s"):
         RUN_COMMAND.execute(ctx, {"argv": ["sh", "-c", "exec >&- 2>&-; sleep 30"]})
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 15  # at the timeout, not the sleep's 30 s (3 s once)
 
 
 def test_run_command_kills_background_children_after_exit(workspace: Path) -> None:

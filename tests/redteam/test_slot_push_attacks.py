@@ -75,6 +75,7 @@ class Exchange:
             path, bearer(token), (b"content-type", b"application/json"), method=method
         )
         self.sent: list[dict[str, Any]] = []
+        self.disconnected = threading.Event()  # (the application was told)
         self.future = asyncio.run_coroutine_threadsafe(self._run(app, request_scope, raw), loop)
 
     async def _run(self, app: Any, scope: dict[str, Any], raw: bytes) -> None:
@@ -85,6 +86,7 @@ class Exchange:
                 arrived[0] = True
                 return {"type": "http.request", "body": raw, "more_body": False}
             await self.gone.wait()
+            self.disconnected.set()
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
@@ -97,6 +99,22 @@ class Exchange:
 
     def hang_up(self) -> None:
         self.loop.call_soon_threadsafe(self.gone.set)
+
+    def hung_up(self) -> None:
+        """The client gone and the view cancelled: the application was told of the
+        disconnect (Django's listener then raises and its task group cancels the view),
+        and the loop then ran many more rounds than that takes (each a step scheduled by
+        the one before, no clock). Not a fixed 0.5 s: a loaded host's cancel could come
+        after a held thread was let go, its slot then given back the ordinary way, the
+        race not run."""
+        self.hang_up()
+        assert self.disconnected.wait(30), "the application did not read the disconnect"
+
+        async def rounds() -> None:
+            for _ in range(100):
+                await asyncio.sleep(0)
+
+        asyncio.run_coroutine_threadsafe(rounds(), self.loop).result(30)
 
     def answer(self, timeout: float = 30) -> tuple[int, Any]:
         self.future.result(timeout)
@@ -163,7 +181,7 @@ def held_up(
     def slow(*args: Any) -> Any:
         answer = original(*args)
         entered.set()
-        go.wait(10)
+        go.wait(60)
         return answer
 
     monkeypatch.setattr(owner, name, slow)
@@ -173,8 +191,7 @@ def held_up(
 def leave_while_held(waiting: Exchange, entered: threading.Event, go: threading.Event) -> None:
     """The client goes away while the slot's work is held on its thread; then it ends."""
     assert entered.wait(10)
-    waiting.hang_up()
-    time.sleep(0.5)  # (the view cancelled meanwhile: the race the fix is for)
+    waiting.hung_up()  # (the view cancelled meanwhile: the race the fix is for)
     go.set()
     with contextlib.suppress(Exception):
         waiting.future.result(15)
@@ -258,7 +275,7 @@ def test_a_client_gone_while_the_last_read_finds_its_calls_done_gives_the_slot_b
         calls = original(call_ids)  # (looked at first without the slot)
         if slot is not None and all(is_done(c) for c in calls):
             entered.set()
-            go.wait(10)
+            go.wait(60)
         return original(call_ids, slot)
 
     monkeypatch.setattr(api, "_reload", held_read)
@@ -271,8 +288,7 @@ def test_a_client_gone_while_the_last_read_finds_its_calls_done_gives_the_slot_b
     status, _ = request(app, serving, fx, "POST", f"/api/v1/calls/{call_id}/cancel").answer()
     assert status == 200
     assert entered.wait(10)
-    waiting.hang_up()
-    time.sleep(0.5)
+    waiting.hung_up()
     go.set()
     waiting.future.result(15)
     assert until_held(fx.agent, 0, 5) == 0

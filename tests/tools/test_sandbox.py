@@ -305,7 +305,7 @@ def test_the_timeout_kills_the_whole_sandbox(sandbox_on: None, workspaces: Path)
     started = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish within 1 s"):
         sh(workspaces / "mine", f"setsid -f sleep {token}; sleep 30", timeout=1)
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 15  # at the timeout, not the sleep's 30 s (3 s once)
     time.sleep(0.5)
     assert not any(f"sleep {token}" in line for line in host_command_lines())
 
@@ -475,9 +475,11 @@ def test_a_missing_bwrap_skips_here_and_fails_under_ci(monkeypatch: pytest.Monke
 def test_a_catastrophic_pattern_answers_at_once(tmp_path: Path) -> None:
     (tmp_path / "long.txt").write_text("a" * 100_000 + "\n")
     ctx = ExecutionContext(workspace=tmp_path, call_id="t", timeout=30, output_limit=1000)
-    started = time.monotonic()
+    # (the CPU time of this thread, which the search runs in: a backtracking engine burns
+    # minutes of it; the wall clock of a loaded host counts other processes' time too)
+    started = time.thread_time()
     result = SEARCH_FILES.execute(ctx, {"pattern": "(.+)+\\x01"})
-    assert time.monotonic() - started < 1
+    assert time.thread_time() - started < 1
     assert result == "No matches for '(.+)+\\\\x01' in '.'."
     assert SEARCH_FILES.execute(ctx, {"pattern": "(a+)+$"}).startswith("long.txt:1: aaaa")
 
