@@ -98,17 +98,7 @@ LIVE_FIXTURES = frozenset({"live_stack", "live_db", "live_agent"})
 LIVE_MARKS = ("live", "browser", "slow", "battery")
 
 
-@pytest.hookimpl(trylast=True)  # (after pytest-django's order: database, transactional, other)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # The live stack's Celery worker, once started, runs to the session's end and takes
-    # every call queued on the run's queues: a test that starts it goes after every test
-    # that does not, whatever its django_db mark (a live test in a module marked
-    # transactional went out among those tests, and the worker then ran calls that the
-    # tests after it on that xdist worker meant to stay queued).
-    live = [item for item in items if LIVE_FIXTURES & set(getattr(item, "fixturenames", ()))]
-    if live:
-        starts = {id(item) for item in live}
-        items[:] = [item for item in items if id(item) not in starts] + live
     for item in items:
         _check_live_mark(item)
         if item.get_closest_marker("backend_independent") is None:
