@@ -21,12 +21,10 @@ from audit.models import AuditEvent
 from dispatcher import agents, execution
 from dispatcher.gateways import mcp, mcp_http
 from dispatcher.models import AgentSession, Status, ToolCall
-from dispatcher.tools import workspace_lock
 from tests.agentauth.test_sign_out_race import _hook_in_thread
-from tests.identity.test_leaver_queued_calls import ended, given_back, wait_until
+from tests.identity.test_leaver_queued_calls import wait_until
 from tests.support.claude_code_hooks import pre_tool_use
 from tests.support.factories import make_user, submit_one, unique
-from tests.support.live import LiveStack
 from tests.support.oauth import MCP, DocumentServer, documents, member, refresh, sign_in_agent
 
 __all__ = ["documents"]  # the fixture
@@ -120,31 +118,6 @@ def test_an_approved_call_of_a_revoked_token_is_denied_at_its_release(
     fine.refresh_from_db()
     assert fine.status == Status.COMPLETED, fine.content
     assert (Path(kept.workspace) / "b.txt").read_text() == "x"
-
-
-@pytest.mark.live
-def test_a_real_worker_denies_the_queued_call_of_a_token_revoked_while_it_waited(
-    documents: DocumentServer, live_stack: LiveStack, live_db: None
-) -> None:
-    """With a real Celery worker: the call is taken by the worker and given back (another
-    command holds its workspace); the token is revoked at /oauth/revoke/; the worker's
-    next turn denies it unrun, and a call of the agent's other sign-in runs."""
-    client_id, agent, first, second = _two_sign_ins(documents)
-    lost = _session(first["access_token"], agent)
-    kept = _session(second["access_token"], agent)
-    workspace = Path(lost.workspace)
-    with workspace_lock.held(workspace):  # another command of the session runs
-        gone = submit_one(lost, "read_file", {"path": "a.txt"}, tool_use_id=unique("t"))
-        given_back(str(gone.pk))  # the worker has had it; it waits for the workspace
-        _revoke(client_id, first["access_token"])
-    call = ended(str(gone.pk))
-    # Was: completed, the file's text its result.
-    assert (call.status, call.decided_by) == (Status.DENIED, "guard:token"), call.content
-    assert "was revoked" in call.content and "secret" not in call.content
-    assert call.started_at is None and call.attempts == 0
-    fine = submit_one(kept, "read_file", {"path": "a.txt"}, tool_use_id=unique("t"))
-    done = ended(str(fine.pk))
-    assert done.status == Status.COMPLETED and "secret" in done.content, done.content
 
 
 def test_a_hook_call_of_a_revoked_token_is_denied_when_approved(
