@@ -181,13 +181,13 @@ def build_replay(events: Sequence[AuditEvent]) -> Replay:
 # ---- The page, streamed from the database (audit.streaming) ---------------------------
 
 
-def session_steps(chain: str) -> Iterator[Step]:
-    """The chain's steps in order, read STEPS_READ events at a time by (chain, seq)."""
+def session_steps(chain: str, last: int) -> Iterator[Step]:
+    """The chain's steps in order up to seq `last`, read STEPS_READ events at a time by
+    (chain, seq)."""
     index, after = 0, 0
     while True:
-        page = list(
-            AuditEvent.objects.filter(chain=chain, seq__gt=after).order_by("seq")[:STEPS_READ]
-        )
+        events = AuditEvent.objects.filter(chain=chain, seq__gt=after, seq__lte=last)
+        page = list(events.order_by("seq")[:STEPS_READ])
         for event in page:
             yield _step(index, event)
             index += 1
@@ -196,14 +196,14 @@ def session_steps(chain: str) -> Iterator[Step]:
         after = page[-1].seq
 
 
-def grouped_events(chain: str) -> Iterator[tuple[int, AuditEvent]]:
-    """The chain's (step index, event) pairs as `call_states` takes them: ordered by the
+def grouped_events(chain: str, last: int) -> Iterator[tuple[int, AuditEvent]]:
+    """The chain's (step index, event) pairs up to seq `last`, as `call_states` takes them: ordered by the
     first seq of the event's call (payload call_id; events naming none form one group of
     their own), then by seq. One statement, read through a cursor STEPS_READ rows at a
     time (PostgreSQL: a server-side cursor), so nothing holds the session."""
     call = KeyTextTransform("call_id", "payload")
     events = (
-        AuditEvent.objects.filter(chain=chain)
+        AuditEvent.objects.filter(chain=chain, seq__lte=last)
         .annotate(
             step=Window(RowNumber(), order_by=F("seq").asc()),
             call_first=Window(Min("seq"), partition_by=[call]),
@@ -217,16 +217,19 @@ def grouped_events(chain: str) -> Iterator[tuple[int, AuditEvent]]:
 PAGE = "audit/replay.html"
 
 
-def page_sections(chain: str, steps: int) -> dict[str, Iterator[str]]:
+def page_sections(chain: str, steps: int, last: int) -> dict[str, Iterator[str]]:
     """The replay page's streamed sections (audit.streaming), each read from the database
     only when the response reaches it: the steps; the pending states, then the spans with
-    none; every call's states."""
+    none; every call's states. Each reads the chain up to seq `last`, the session as the
+    page counted it (`steps` events): a section read while the session went on showed the
+    events recorded meanwhile, past the page's count (steps and states the scrubber never
+    reaches, the calls telling a later session than the steps did)."""
 
     def pending_then_idle() -> Iterator[str]:
         spans: list[tuple[int, int]] = []
 
         def pending() -> Iterator[Shown]:
-            for shown in call_states(grouped_events(chain), steps):
+            for shown in call_states(grouped_events(chain, last), steps):
                 if shown.state.pending:
                     spans.append((shown.first, shown.last))
                     yield shown
@@ -235,7 +238,7 @@ def page_sections(chain: str, steps: int) -> dict[str, Iterator[str]]:
         yield from rendered(PAGE, "idle", iter(idle_spans(spans, steps)))
 
     return {
-        "steps": rendered(PAGE, "steps", session_steps(chain)),
+        "steps": rendered(PAGE, "steps", session_steps(chain, last)),
         "pending": pending_then_idle(),
-        "calls": rendered(PAGE, "calls", call_states(grouped_events(chain), steps)),
+        "calls": rendered(PAGE, "calls", call_states(grouped_events(chain, last), steps)),
     }

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 from uuid import UUID
 
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 from django.http import Http404, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
@@ -253,9 +253,12 @@ def session_replay(request: HtmxHttpRequest, session_id: UUID) -> HttpResponseBa
     """Every step of the session and each call's states (audit.replay), streamed from the
     database once the page is long: a session of any length in bounded memory."""
     chain = _events_of(request, session_id)
-    steps = AuditEvent.objects.filter(chain=chain).count()
+    # The session as it is now: its sections read no event recorded after (a chain's
+    # events are numbered in the order they are appended)
+    counted = AuditEvent.objects.filter(chain=chain).aggregate(steps=Count("pk"), last=Max("seq"))
+    steps, last = counted["steps"], counted["last"] or 0
     page = _session_page(request, session_id, "audit/replay.html", {"steps": steps})
-    sections = replay.page_sections(chain, steps)
+    sections = replay.page_sections(chain, steps, last)
     pieces = streaming.sections(page, list(sections), sections)
     return streaming.respond(pieces, HTML, lambda: _slot(request))
 
@@ -275,9 +278,10 @@ def session_transcript(request: HtmxHttpRequest, session_id: UUID) -> HttpRespon
         response = streaming.respond(
             json_list(messages), "application/json; charset=utf-8", lambda: _slot(request)
         )
-        response["Content-Disposition"] = (
-            f'attachment; filename="transcript-{session_id}-{fmt}.json"'
-        )
+        if response.status_code == 200:  # (a refused slot's 503 is a message, not the file)
+            response["Content-Disposition"] = (
+                f'attachment; filename="transcript-{session_id}-{fmt}.json"'
+            )
         return response
     page = _session_page(request, session_id, "audit/transcript.html", {})
     batches = streaming.rendered("audit/transcript.html", "batches", transcript_batches(chain))

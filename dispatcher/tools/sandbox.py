@@ -92,9 +92,12 @@ EXIT_REPORT = "harness: the sandboxed server exited with status"
 # shell's own message and status in the output, told as the program's result. A candidate
 # that does not exist under a directory the sandbox user may not search is "Permission
 # denied", as execve says (EACCES), not "not found" ("./private/tool" under a mode 0700
-# directory read "Command ... was not found ... Check the name").
+# directory read "Command ... was not found ... Check the name"). dash's `exec` takes a
+# first word beginning with '-' for an option of its own (and takes no '--'): such a
+# program is executed by the path the lookup found it at ("-/build" as "./-/build"), its
+# argv[0] that path ("-/build", found and executable, never ran: "Illegal option -/").
 EXEC_FD = 9
-EXEC_SCRIPT = r"""(
+EXEC_SCRIPT = r"""found=$(
 set -f
 case $1 in
 "") exit 127 ;;
@@ -105,7 +108,7 @@ case $1 in
 esac
 seen=
 for candidate in "$@"; do
-  if [ -f "$candidate" ] && [ -x "$candidate" ]; then exit 0; fi
+  if [ -f "$candidate" ] && [ -x "$candidate" ]; then printf "%s/" "$candidate"; exit 0; fi
   if [ -e "$candidate" ]; then seen=1; continue; fi
   up=$candidate
   while case $up in */?*) true ;; *) false ;; esac; do
@@ -122,6 +125,10 @@ exit 127
 case $? in
 126) echo "Permission denied" >&9; exit 126 ;;
 127) echo "No such file or directory" >&9; exit 127 ;;
+esac
+case $1 in -*)
+  found=${found%/}; case $found in -*) found=./$found ;; esac
+  shift; set -- "$found" "$@" ;;
 esac
 exec 9>&-
 exec "$@"
