@@ -349,6 +349,13 @@ class _OutsideState:
                 continue  # (a file including itself, or one another includes too)
             done.add(path)
             data = self.file(path)
+            if data is None and os.path.isfile(path):
+                # (larger than 1 MiB, or not readable: what it includes is not known)
+                self.gaps.append(
+                    f"Harness could not read the git configuration {path} (what it includes "
+                    "or runs is not watched)"
+                )
+                continue
             if data is None or not _names_files(data, bool(self.trees)):
                 continue
             try:

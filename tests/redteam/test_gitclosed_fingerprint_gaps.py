@@ -261,3 +261,16 @@ def test_each_bound_of_the_fingerprint_is_a_gap(tmp_path: Path) -> None:
     gaps = preview.fingerprint_with_gaps(workspace)[1]
     assert any(f"more than {git_outside.MAX_LISTED} entries" in gap for gap in gaps), gaps
     assert str(hooks) in " ".join(gaps)
+
+
+def test_a_configuration_too_large_to_read_is_a_gap(tmp_path: Path) -> None:
+    """An included configuration past the 1 MiB read: what it includes in turn is not
+    known."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    _git(workspace, "init", "-q")
+    large = tmp_path / "team.gitconfig"
+    large.write_text("[include]\n\tpath = /team/more.gitconfig\n" + "#" * (2 << 20) + "\n")
+    _git(workspace, "config", "include.path", str(large))
+    gaps = preview.fingerprint_with_gaps(workspace)[1]
+    assert any(f"could not read the git configuration {large}" in gap for gap in gaps), gaps
