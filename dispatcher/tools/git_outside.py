@@ -589,13 +589,14 @@ def _named_files(value: str, trees: list[str]) -> list[str]:
 
 # A command line `_unread_command` reads whole: words of these characters, a word perhaps
 # starting at a directory `_named_files` expands (`~/`, `~user/`, `$HOME/`, `${HOME}/`,
-# `"$HOME"/`, the same of `$PWD`), parts of a word perhaps quoted (no space, nothing
-# expanded inside). Anything else is the shell's to read: `;`, `&&`, `|`, `$VAR`, a
-# backquote, a glob, a quoted space, a line break.
+# `"$HOME"/`, the same of `$PWD`), or a whole word quoted (no space, nothing expanded
+# inside; `_named_files` cuts words at quotes: `/team/gr"eet.sh"` is two of them). Anything
+# else is the shell's to read: `;`, `&&`, `|`, `$VAR`, a backquote, a glob, a quoted
+# space, a line break.
 _PLAIN = r"A-Za-z0-9_%,:+@=./-"
 _PLAIN_WORD = re.compile(
     r"(?:(?:~[A-Za-z0-9_.-]*|\$HOME|\$\{HOME\}|\"\$HOME\"|\$PWD|\$\{PWD\}|\"\$PWD\")(?=/|$))?"
-    rf"""(?:[{_PLAIN}]|'[{_PLAIN}]*'|"[{_PLAIN}]*")*"""
+    rf"""(?:[{_PLAIN}]*|'[{_PLAIN}]*'|"[{_PLAIN}]*")"""
 )
 _ANCHORED = re.compile(r"""[/~$"]""")  # (a word starting so is not relative)
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -641,6 +642,11 @@ def _unread_git_arguments(value: str) -> str:
     for quoted in re.findall(r"'[^']*'|\"[^\"]*\"", value):
         if re.search(r"\s", quoted) and re.search(r"[/~]", quoted):
             return repr(quoted)
+    for word in value.split():
+        # (a path partly quoted, `-F /team/gr"eet"`: `_named_files` cuts it at the quote)
+        quoted = re.fullmatch(r"'[^']*'|\"[^\"]*\"", word)
+        if re.search(r"['\"]", word) and re.search(r"[/~]", word) and not quoted:
+            return repr(word)
     for word in re.split(r"""[\s'"]+""", value):
         if _UP.search(word) and not word.startswith("/"):
             return repr(word)

@@ -181,6 +181,9 @@ UNREAD = [
     ("alias.t", "!sh ../tool"),
     ("alias.t", "!sh ~+/tool"),
     ("alias.c", "commit -F '{d}/a b'"),
+    ("alias.t", '!sh {d}/to"ol"'),
+    ("alias.c", 'commit -F {d}/to"ol"'),
+    ("core.fsmonitor", "{d}/t'oo'l"),
 ]
 
 
@@ -207,6 +210,7 @@ def test_a_command_line_the_fingerprint_cannot_read_whole_is_a_gap(
         ("alias.t", "!sh ~/x"),
         ("alias.t", "!sh $HOME/x"),
         ("alias.t", '!sh "$HOME"/x'),
+        ("alias.t", "!sh '{p}'"),
         ("alias.t", "!sh ${{PWD}}/x"),
         ("alias.lg", "log --pretty=format:'%h %s'"),
         ("filter.lfs.clean", "git-lfs clean -- %f"),
