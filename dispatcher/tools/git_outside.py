@@ -69,11 +69,19 @@ _COMMAND_PATH = re.compile(
     rb"(^|\])[ \t\r]*(" + _COMMAND_NAMES + rb")[ \t]*=[^\n]*[/~]|\\\r?\n",
     re.IGNORECASE | re.MULTILINE,
 )
+# ... and one whose value `_unread_command` may not read whole: a character of the shell's
+# syntax (`=` too: `PATH=/team/bin x`), or the program `env`.
+_COMMAND_UNPLAIN = re.compile(
+    rb"(^|\])[ \t\r]*(" + _COMMAND_NAMES + rb")[ \t]*="
+    rb"([^\n]*[^A-Za-z0-9_%,:+@./ \t\r\n-]|[ \t!]*(\S*/)?env([ \t\r]|$))",
+    re.IGNORECASE | re.MULTILINE,
+)
 # Files and directories outside the workspace described for one fingerprint; past it, the
 # rest is counted (the same count: the same fingerprint), and git configurations parsed
 # (for their includes and hooks directories) are bounded as a guard's are.
 MAX_OUTSIDE = 256
 MAX_LISTED = 1000  # entries of one hooks or info directory described
+_PARTIAL = "\0partial\n"  # (the end of a directory's line that lists it in part)
 MAX_NAMED = 256  # files command lines name described; past it, counted
 # Directories of refs and reflogs described for one fingerprint (`_ref_trees`), a budget of
 # their own (a repository's thousands of branch directories never crowd out its
@@ -101,6 +109,13 @@ _BRACED_OR_QUOTED = re.compile(r"""\$\{(HOME|PWD)\}|["'](\$HOME|\$PWD)["']""")
 
 
 def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
+    """`outside_state_and_gaps`'s description alone."""
+    return outside_state_and_gaps(workspace, base, dot_gits)[0]
+
+
+def outside_state_and_gaps(
+    workspace: Path, base: Path, dot_gits: list[str]
+) -> tuple[str, list[str]]:
     """A description of what git reads from outside `workspace` for a command run in it:
     the host's system configuration (SYSTEM_CONFIG) and the per-user files of whoever
     the sandbox runs as (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`: a sandboxed run
@@ -121,7 +136,15 @@ def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
     configuration changed outside it between a preview and its apply (the main
     repository of a linked worktree, an included team file a read-only entry shows)
     changed what the command would do, and the approved effect was applied all the
-    same."""
+    same.
+
+    And what the description leaves out (`_OutsideState.gaps`): past a bound (MAX_OUTSIDE
+    files and directories, MAX_REF_DIRS directories of refs, MAX_NAMED named files,
+    MAX_LISTED entries of a directory), a configuration that could not be read, or a
+    command line that is not plain words (`_unread_command`: `!cd /team && sh x.sh`,
+    `PATH=/team/bin:$PATH x`), a change may go unseen; a preview whose fingerprint has a
+    gap is not applied (`preview.Effect.unwatched`). Before, the part described was
+    trusted as the whole, and a change past it had the old effect applied."""
     state = _OutsideState(workspace)
     state.config(str(sandbox_git.SYSTEM_CONFIG), None)
     for home in _sandbox_homes():
@@ -138,7 +161,7 @@ def outside_state(workspace: Path, base: Path, dot_gits: list[str]) -> str:
         if found is not None:
             state.git_dir(found, str(workspace / os.path.dirname(rel)))
     state.run()
-    return "".join(state.lines)
+    return "".join(state.lines), list(dict.fromkeys(state.gaps))
 
 
 @dataclasses.dataclass
@@ -158,6 +181,8 @@ class _OutsideState:
     ref_dirs: int = 0
     inside_ref_dirs: int = 0  # (the workspace's: for the links among them)
     ref_walked: set[str] = dataclasses.field(default_factory=set)
+    # What the description leaves out, said for the reviewer (see outside_state_and_gaps)
+    gaps: list[str] = dataclasses.field(default_factory=list)
 
     def config(self, path: str, tree: str | None) -> None:
         self.queue.append((os.path.normpath(path), tree))
@@ -203,7 +228,7 @@ class _OutsideState:
         for where in dict.fromkeys((git_dir, common)):
             path = os.path.normpath(where)
             if path not in self.seen and not _inside(self.workspace, path):
-                self.lines.append(_pseudo_refs_state(path))
+                self.lines.append(self._listed(_pseudo_refs_state(path)))
             for link in _pseudo_ref_links(path):
                 self._linked_ref(link)
             for name in ("refs", "logs", "worktrees") if where == common else ("refs", "logs"):
@@ -237,10 +262,14 @@ class _OutsideState:
                 self.ref_dirs += 1
             if max(self.ref_dirs, self.inside_ref_dirs) > MAX_REF_DIRS:
                 self.lines.append("more refs\n")
+                self.gaps.append(
+                    f"the repository has more than {MAX_REF_DIRS} directories of refs and "
+                    "reflogs, past which Harness does not watch them"
+                )
                 return
             if not inside and path not in self.seen:
                 self.seen.add(path)
-                self.lines.append(_directory_state(path))
+                self.lines.append(self._listed(_directory_state(path)))
             try:
                 with os.scandir(path) as scanned:
                     entries = sorted(scanned, key=lambda entry: entry.name, reverse=True)
@@ -320,12 +349,23 @@ class _OutsideState:
                 continue  # (a file including itself, or one another includes too)
             done.add(path)
             data = self.file(path)
+            if data is None and os.path.isfile(path):
+                # (larger than 1 MiB, or not readable: what it includes is not known)
+                self.gaps.append(
+                    f"Harness could not read the git configuration {path} (what it includes "
+                    "or runs is not watched)"
+                )
+                continue
             if data is None or not _names_files(data, bool(self.trees)):
                 continue
             try:
                 pairs = _configuration(data, Path(path), self.budget)
             except ToolError:
                 self.lines.append(f"{path}\0unparsed\n")
+                self.gaps.append(
+                    f"Harness could not read the git configuration {path} (what it includes "
+                    "or runs is not watched)"
+                )
                 continue
             for key, value in pairs:
                 self.pointer(path, tree, key, value)
@@ -336,6 +376,12 @@ class _OutsideState:
         finds it; a relative attributes or excludes file is the work tree's), or the
         files a command-valued key's command line names (`_named_files`)."""
         if _COMMAND_KEYS.fullmatch(key):
+            unread = _unread_command(key, value)
+            if unread:
+                self.gaps.append(
+                    f"the git configuration {path} sets {key} to a command line Harness "
+                    f"cannot read whole ({unread}), so a program it runs is not watched"
+                )
             for named in _named_files(value, [tree] if tree is not None else self.trees):
                 self.named(named)
             return
@@ -364,8 +410,22 @@ class _OutsideState:
         self.seen.add(path)
         if len(self.seen) > MAX_OUTSIDE:
             self.lines.append("more\n")
+            self.gaps.append(
+                f"git reads more than {MAX_OUTSIDE} files and directories outside the "
+                "workspace here, past which Harness does not watch them"
+            )
             return False
         return True
+
+    def _listed(self, line: str) -> str:
+        """`line` (a `_directory_state`), a gap said when it lists the directory in part."""
+        if line.endswith(_PARTIAL):
+            self.gaps.append(
+                f"a directory git reads outside the workspace ({line.partition(chr(0))[0]}) "
+                f"holds more than {MAX_LISTED} entries, past which Harness does not watch "
+                "them"
+            )
+        return line
 
     def file(self, path: str) -> bytes | None:
         """The content of the regular file at `path`, or None; described once when it
@@ -390,17 +450,25 @@ class _OutsideState:
         self.named_files += 1
         # (a budget of their own: a configuration's many aliases never crowd out the
         # files and directories above)
-        self.lines.append(_identity_state(path) if self.named_files <= MAX_NAMED else "more\n")
+        if self.named_files > MAX_NAMED:
+            self.lines.append("more\n")
+            self.gaps.append(
+                f"the git configurations name more than {MAX_NAMED} files their command "
+                "lines run or read, past which Harness does not watch them"
+            )
+            return
+        self.lines.append(_identity_state(path))
 
     def directory(self, path: str) -> None:
         path = os.path.normpath(path)
         if self._room(path):
-            self.lines.append(_directory_state(path))
+            self.lines.append(self._listed(_directory_state(path)))
 
 
 def _names_files(data: bytes, trees: bool) -> bool:
     """Whether the configuration `data` may name a file outside the workspace that the
-    fingerprint takes (see _POINTER_KEY): worth a git process to read it. `trees`: a
+    fingerprint takes (see _POINTER_KEY), or a command line it may not read whole
+    (_COMMAND_UNPLAIN): worth a git process to read it. `trees`: a
     work tree lies outside the workspace (a relative program of its configuration may
     too)."""
     if _POINTER_KEY.search(data):
@@ -408,9 +476,13 @@ def _names_files(data: bytes, trees: bool) -> bool:
     section = _COMMAND_SECTION.search(data)
     if not (section or _COMMAND_KEY.search(data)):
         return False
-    if trees or _COMMAND_PATH.search(data):
-        return True
-    return section is not None and re.search(rb"[/~]", data) is not None
+    # (an alias's or pager's command line, whatever it says: `_unread_command` reads it)
+    return (
+        trees
+        or section is not None
+        or _COMMAND_PATH.search(data) is not None
+        or (_COMMAND_UNPLAIN.search(data) is not None)
+    )
 
 
 def _from_prefix(value: str) -> str:
@@ -515,6 +587,72 @@ def _named_files(value: str, trees: list[str]) -> list[str]:
     return found
 
 
+# A command line `_unread_command` reads whole: words of these characters, a word perhaps
+# starting at a directory `_named_files` expands (`~/`, `~user/`, `$HOME/`, `${HOME}/`,
+# `"$HOME"/`, the same of `$PWD`), or a whole word quoted (no space, nothing expanded
+# inside; `_named_files` cuts words at quotes: `/team/gr"eet.sh"` is two of them). Anything
+# else is the shell's to read: `;`, `&&`, `|`, `$VAR`, a backquote, a glob, a quoted
+# space, a line break.
+_PLAIN = r"A-Za-z0-9_%,:+@=./-"
+_PLAIN_WORD = re.compile(
+    r"(?:(?:~[A-Za-z0-9_.-]*|\$HOME|\$\{HOME\}|\"\$HOME\"|\$PWD|\$\{PWD\}|\"\$PWD\")(?=/|$))?"
+    rf"""(?:[{_PLAIN}]*|'[{_PLAIN}]*'|"[{_PLAIN}]*")"""
+)
+_ANCHORED = re.compile(r"""[/~$"]""")  # (a word starting so is not relative)
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_UP = re.compile(r"(^|[/=])\.\.(/|$)")
+# (a program whose options set where the program it runs is found: `env -C /team x`,
+# `env PATH=/team/bin x`)
+_SETS_ENVIRONMENT = re.compile(r"env")
+
+
+def _unread_command(key: str, value: str) -> str:
+    """What of the command line `value` of the command-valued `key` `_named_files` cannot
+    read whole (the shell's syntax, a variable set, a path relative to a directory
+    unknown), quoted for a reviewer; "" when it is plain words it resolves. Before,
+    `!cd /team && sh x.sh` was taken for `/team` and the work tree's `x.sh`, and
+    `PATH=/team/bin:$PATH x` for nothing: /team/x.sh or /team/bin/x changed after the
+    approval left the fingerprint as it was, and the old effect was applied."""
+    if key.startswith("alias.") and not value.startswith("!"):
+        return _unread_git_arguments(value)
+    if key.startswith(("alias.", "credential.", "submodule.")):
+        value = value.removeprefix("!")
+    if re.search(r"[\n\r\v\f]", value):
+        return "a line break"
+    words = [word for word in re.split(r"[ \t]+", value) if word]
+    for index, word in enumerate(words):
+        shown = repr(word if len(word) <= 60 else word[:57] + "...")
+        if not _PLAIN_WORD.fullmatch(word):
+            return shown
+        if not index and _SETS_ENVIRONMENT.fullmatch(os.path.basename(word)):
+            return shown
+        if _ASSIGNMENT.match(word):
+            return shown  # (`PATH=/team/bin x`, `env -i PATH=...`, `make CC=...`)
+        if not _ANCHORED.match(word) and _UP.search(word):
+            return shown  # (`../team/x`: from where the program runs, unknown here)
+    return ""
+
+
+def _unread_git_arguments(value: str) -> str:
+    """What of an alias's git command line (git splits it itself, no shell: quotes and
+    backslashes) `_named_files` cannot read whole: a backslash, a quoted part holding a
+    space and a path, a path relative to the command's own directory that leaves it."""
+    if "\\" in value:
+        return "a backslash"
+    for quoted in re.findall(r"'[^']*'|\"[^\"]*\"", value):
+        if re.search(r"\s", quoted) and re.search(r"[/~]", quoted):
+            return repr(quoted)
+    for word in value.split():
+        # (a path partly quoted, `-F /team/gr"eet"`: `_named_files` cuts it at the quote)
+        quoted = re.fullmatch(r"'[^']*'|\"[^\"]*\"", word)
+        if re.search(r"['\"]", word) and re.search(r"[/~]", word) and not quoted:
+            return repr(word)
+    for word in re.split(r"""[\s'"]+""", value):
+        if _UP.search(word) and not word.startswith("/"):
+            return repr(word)
+    return ""
+
+
 def _sandbox_homes() -> list[str]:
     """The home of the user sandboxed programs run as (the sandbox user, or Harness's)."""
     uid = _sandbox_uid()
@@ -617,7 +755,8 @@ def _directory_state(path: str) -> str:
         return f"{path}\0error {error.errno}\n"
     finally:
         os.close(fd)
-    return f"{path}\0{head} {len(entries)}\0{'/'.join(shown)}\n"
+    partial = _PARTIAL if len(entries) > MAX_LISTED else "\n"
+    return f"{path}\0{head} {len(entries)}\0{'/'.join(shown)}{partial}"
 
 
 def _pseudo_refs_state(path: str) -> str:
@@ -632,7 +771,8 @@ def _pseudo_refs_state(path: str) -> str:
             ]
     except OSError as error:
         return f"{path}\0pseudo-refs error {error.errno}\n"
-    return f"{path}\0pseudo-refs\0{'/'.join(shown[:MAX_LISTED])}\n"
+    partial = _PARTIAL if len(shown) > MAX_LISTED else "\n"
+    return f"{path}\0pseudo-refs\0{'/'.join(shown[:MAX_LISTED])}{partial}"
 
 
 def _pseudo_ref_links(path: str) -> list[str]:

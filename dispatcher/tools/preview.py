@@ -47,7 +47,10 @@ it (`git_outside.outside_state`: /etc/gitconfig, a linked worktree's main reposi
 configuration and hooks, its HEAD, index and the refs HEAD names, an included file, a
 program a configuration names outside the workspace), and the content hash of every
 path the preview changed. Harness cannot see which files a program only read
-(overlayfs reads the lower layer with O_NOATIME), so it treats every file as read.
+(overlayfs reads the lower layer with O_NOATIME), so it treats every file as read. What
+the fingerprint cannot take whole (past one of its bounds, or a command line of a git
+configuration only the shell reads whole) makes the effect not appliable
+(`Effect.unwatched`): a change there after the approval would go unseen.
 """
 
 from __future__ import annotations
@@ -149,13 +152,16 @@ class Effect:
     store: str = ""
     seconds: float = 0.0
     digest: str = field(default="")
+    # What the fingerprint could not take whole ("" when nothing): the reviewer is shown
+    # it, and the effect is never applied (`fingerprint_with_gaps`)
+    unwatched: str = ""
 
     def __post_init__(self) -> None:
         if not self.digest:
             self.digest = digest_of(self.document())
 
     def document(self) -> dict[str, Any]:
-        return {
+        document = {
             "changes": self.changes,
             "more_changes": self.more_changes,
             "exit_status": self.exit_status,
@@ -165,13 +171,21 @@ class Effect:
             "limit": self.limit,
             "upper_sha256": self.upper_sha256,
         }
+        if self.unwatched:  # (only then: an effect stored before keeps its digest)
+            document["unwatched"] = self.unwatched
+        return document
 
     @property
     def appliable(self) -> bool:
         """Whether approving may apply this effect instead of running the command."""
         if self.unappliable_change():
             return False
-        return not self.limit and not self.network_attempted and not self.more_changes
+        return (
+            not self.limit
+            and not self.network_attempted
+            and not self.more_changes
+            and not self.unwatched
+        )
 
     def why_not_appliable(self) -> str:
         if self.limit:
@@ -187,6 +201,11 @@ class Effect:
             return "the command tried to reach the network, which a preview does not have"
         if self.more_changes:
             return "the effect has more changes than a preview lists"
+        if self.unwatched:
+            return (
+                "Harness cannot watch everything the command's effect depends on, so it "
+                f"could not tell whether it changed after the approval: {self.unwatched}"
+            )
         return self.unappliable_change()
 
     def unappliable_change(self) -> str:
@@ -256,6 +275,8 @@ def summary_of(document: dict[str, Any]) -> str:
         text += "; it tried to reach the network (the preview has none)"
     if document.get("limit"):
         text += f"; the preview stopped at a limit ({document['limit']})"
+    if document.get("unwatched"):
+        text += "; it cannot be applied: Harness cannot watch all it depends on"
     return text
 
 
@@ -323,7 +344,7 @@ def _preview(
     _refuse_past_kept_budget(cap)
     store.mkdir(mode=0o700, parents=True)
     try:
-        fingerprint = fingerprint_of(workspace, root_fd=workspace_fd)
+        fingerprint, gaps = fingerprint_with_gaps(workspace, root_fd=workspace_fd)
         identity = f"{held.st_dev}:{held.st_ino}"
         started = time.monotonic()
         done, oom = _run_in_namespace(
@@ -333,6 +354,7 @@ def _preview(
         # the effect's `before` side is read from the directory held, never the path
         lower = Path(f"/proc/self/fd/{workspace_fd}")
         effect = _effect(done, oom, store, lower, fingerprint, seconds, timeout, cap)
+        effect = _unwatched(effect, gaps)
         if not effect.appliable:  # never applied: its upper layer is not kept on disk
             shutil.rmtree(store, ignore_errors=True)
             effect.store = ""
@@ -508,6 +530,22 @@ def _effect(
         store=str(store),
         seconds=round(seconds, 3),
     )
+
+
+# At most this many characters of what a fingerprint left out are kept with an effect.
+UNWATCHED_CHARS = 2000
+
+
+def _unwatched(effect: Effect, gaps: list[str]) -> Effect:
+    """`effect`, marked not appliable when its fingerprint has `gaps` (what it could not
+    take whole, said for the reviewer and the model): a change there after the approval
+    would go unseen, and the old effect be applied."""
+    if not gaps:
+        return effect
+    text = "; ".join(gaps)
+    if len(text) > UNWATCHED_CHARS:
+        text = text[: UNWATCHED_CHARS - 20].rstrip() + f" ... ({len(gaps)} in all)"
+    return replace(effect, unwatched=text, digest="")
 
 
 def _stopped(
@@ -950,13 +988,21 @@ def _hidden_by_opaque(
 
 
 def fingerprint_of(workspace: Path, *, root_fd: int | None = None) -> str:
+    """`fingerprint_with_gaps`'s digest alone (an apply's check: a preview with gaps is
+    never applied)."""
+    return fingerprint_with_gaps(workspace, root_fd=root_fd)[0]
+
+
+def fingerprint_with_gaps(workspace: Path, *, root_fd: int | None = None) -> tuple[str, list[str]]:
     """A digest of every entry of `workspace` by kind, mode, size, mtime, ctime and inode
     (Harness's hidden directories left out: the sandbox never shows them), and of what
     git reads from outside it (`git_outside.outside_state`: the main repository of a
     linked worktree, an included configuration, /etc/gitconfig). Symlinks are
     read as links, never followed. With `root_fd` (a descriptor of `workspace`, resolved)
     the walk starts at the directory it holds, never at the path, which a program may
-    have redirected since (a nested workspace's preview)."""
+    have redirected since (a nested workspace's preview). With it, what the digest could
+    not take whole (`git_outside.outside_state_and_gaps`: past a bound, or a command line
+    a configuration runs that is the shell's to read), each said for a reviewer."""
     hidden = {str(path) for path in sandbox.hidden_paths()}
     digest = hashlib.sha256()
     root = str(workspace.resolve()) if root_fd is None else str(workspace)
@@ -988,10 +1034,11 @@ def fingerprint_of(workspace: Path, *, root_fd: int | None = None) -> str:
                 pending.append(rel + "/")
             if sandbox_git.fold(name) == ".git":
                 dot_gits.append(rel)
-    digest.update(git_outside.outside_state(Path(root), base, dot_gits).encode(errors="replace"))
+    outside, gaps = git_outside.outside_state_and_gaps(Path(root), base, dot_gits)
+    digest.update(outside.encode(errors="replace"))
     top_info = os.lstat(root) if root_fd is None else os.fstat(root_fd)
     digest.update(f".\0{top_info.st_mode:o} {top_info.st_mtime_ns} {top_info.st_ctime_ns}".encode())
-    return digest.hexdigest()
+    return digest.hexdigest(), gaps
 
 
 def _file_sha256(path: Path) -> str:
