@@ -99,6 +99,7 @@ LIVE_MARKS = ("live", "browser", "slow", "battery")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _live_goes_last(items)
     for item in items:
         _check_live_mark(item)
         if item.get_closest_marker("backend_independent") is None:
@@ -118,6 +119,43 @@ def _check_live_mark(item: pytest.Item) -> None:
             f"{item.nodeid} uses the live stack ({', '.join(sorted(uses))}) but is not"
             " marked live: add @pytest.mark.live"
         )
+
+
+# pytest-django runs the tests marked django_db first, then the transactional ones, then
+# the unmarked ones. A live test must go out with the unmarked ones, last: once started,
+# the live stack's Celery worker runs any queued call in the shared test database, so a
+# live test among the others (a module or class marked django_db(transaction=True)) made
+# it run the calls that the tests after it meant to stay queued (CI, 2026-12-07: five
+# failed). Such a test sits in its own unmarked module, as
+# tests/agentauth/test_token_revocation_live.py does.
+DATABASE_ORDER_FIXTURES = frozenset({"db", "transactional_db", "live_server"})
+
+
+def _live_goes_last(items: list[pytest.Item]) -> None:
+    wrong = [f"  {item.nodeid}: {why}" for item in items if (why := _ordered_before_live(item))]
+    if wrong:
+        raise pytest.UsageError(
+            "These tests use the live stack but pytest-django runs them before the unmarked"
+            " tests, so its Celery worker runs the queued calls of the tests after them:\n"
+            + "\n".join(wrong)
+            + "\nMove each to its own unmarked module (no django_db mark), as"
+            " tests/agentauth/test_token_revocation_live.py is."
+        )
+
+
+def _ordered_before_live(item: pytest.Item) -> str:
+    """Why pytest-django puts this live test before the unmarked ones, or "" (it does not,
+    or the test is not live)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if not LIVE_FIXTURES & fixtures:
+        return ""
+    marker = item.get_closest_marker("django_db")
+    if marker is not None:
+        transactional = marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences")
+        return "marked django_db(transaction=True)" if transactional else "marked django_db"
+    if ordering := sorted(DATABASE_ORDER_FIXTURES & fixtures):
+        return f"uses {', '.join(ordering)}"
+    return ""
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,8 @@ docs/mcp.md "The fast path"). Each test is an attack; it passes when the attack 
 the same request sent with HARNESS_MCP_FAST_PATH on and off gets the same answer (header
 smuggling, body and params quirks, ids; framed as the SDK frames an answer), the same
 audit events, the same wait cap; a client hanging up on a held fast call (in this
-process and on a real daphne) gives its wait slot back and leaves the call for its
-reviewer; keep-alive pings are sent alike."""
+process, and on a real daphne in test_mcp_fast_path_attacks_live.py) gives its wait slot
+back and leaves the call for its reviewer; keep-alive pings are sent alike."""
 
 # ruff: noqa: F811  (the `gateway` fixture, imported, is each test's argument)
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from sse_starlette import EventSourceResponse
 from audit.models import AuditEvent
 from dispatcher import limits
 from dispatcher.gateways import mcp_http
-from dispatcher.models import AgentSession, Status, ToolCall
+from dispatcher.models import AgentSession, ToolCall
 from tests.mcp.conftest import review, wait_for_pending
 from tests.mcp.test_fast_path import (  # noqa: F401
     Answer,
@@ -35,7 +34,6 @@ from tests.mcp.test_fast_path import (  # noqa: F401
     gateway,
 )
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
-from tests.support.live import LiveStack
 
 # `slow` (make test-all): 85 requests twice over, about 90 s per backend; its helper
 # threads keep their connections (tests/mcp/test_fast_path.py closes them: `closing`).
@@ -350,55 +348,6 @@ async def _delete(token: str, session: str) -> int:
 
     await asyncio.wait_for(mcp_http.application(scope, receive, send), 30)
     return int(sent[0]["status"])
-
-
-# --- Against a real daphne --------------------------------------------------------------
-
-
-def _raw_post(url: str, head: list[tuple[str, str]], payload: bytes) -> socket.socket:
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    lines = ["POST /mcp/ HTTP/1.1", f"Host: {host}:{port}", f"Content-Length: {len(payload)}"]
-    lines += [f"{k}: {v}" for k, v in head]
-    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
-    return sock
-
-
-def _live_session(live_stack: LiveStack, fx: AgentFixture) -> str:
-    return live_stack.mcp_session(fx, "rt37")
-
-
-@pytest.mark.live
-def test_live_hang_up_during_a_held_fast_call_gives_the_slot_back(
-    live_stack: LiveStack, live_agent: AgentFixture
-) -> None:
-    fx = live_agent
-    session = _live_session(live_stack, fx)
-    head = [
-        ("Authorization", f"Bearer {fx.token}"),
-        ("Content-Type", "application/json"),
-        ("Accept", "application/json, text/event-stream"),
-        ("Mcp-Session-Id", session),
-        ("MCP-Protocol-Version", "2025-06-18"),
-    ]
-    sock = _raw_post(
-        live_stack.url,
-        head,
-        json.dumps(body(11, name="approval_prompt", arguments=PROMPT)).encode(),
-    )
-    # (a held call's stream sends its headers with its first ping, 15 s on: the client
-    # leaves before, once the call waits for its reviewer)
-    held = wait_for_pending(session, tool="client_tool")
-    assert limits.waits_held(fx.agent) == 1
-    sock.close()
-    deadline = time.monotonic() + 20
-    while limits.waits_held(fx.agent) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert limits.waits_held(fx.agent) == 0
-    held.refresh_from_db()
-    assert held.status == Status.PENDING_APPROVAL
-    log = (live_stack.log_dir / "daphne.log").read_text(errors="replace")
-    assert "Traceback" not in log
 
 
 def test_keep_alive_pings_same_both_ways(

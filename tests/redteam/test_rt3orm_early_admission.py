@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +22,7 @@ from agentauth.models import AgentClient
 from audit.models import AuditEvent
 from dispatcher import agents, limits
 from dispatcher.gateways import mcp_http
-from dispatcher.models import AgentSession, Status, ToolCall
+from dispatcher.models import AgentSession, ToolCall
 from teams.models import Team
 from tests.mcp.conftest import http_upstream, trusted_upstream  # noqa: F401
 from tests.mcp.test_fast_path import (  # noqa: F401
@@ -35,7 +33,6 @@ from tests.mcp.test_fast_path import (  # noqa: F401
     upstream,
 )
 from tests.support.factories import AgentFixture, make_agent, unique
-from tests.support.live import LiveStack
 from tests.support.mcp_requests import initialize
 from tests.support.oauth import HOOKS, DocumentServer, documents, member, sign_in_agent
 
@@ -239,58 +236,3 @@ def test_an_oauth_token_for_another_audience_admits_nothing(
     assert not ToolCall.objects.filter(tool_use_id__startswith="mcp:8").exists()
     assert AuditEvent.objects.count() == before
     assert limits.waits_held(agent) == 0
-
-
-# --- Against a real daphne --------------------------------------------------------------
-
-
-def _raw_post(url: str, head: list[tuple[str, str]], payload: bytes) -> socket.socket:
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    lines = ["POST /mcp/ HTTP/1.1", f"Host: {host}:{port}", f"Content-Length: {len(payload)}"]
-    lines += [f"{k}: {v}" for k, v in head]
-    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
-    return sock
-
-
-def _until(predicate: Callable[[], bool], seconds: float = 30) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return predicate()
-
-
-@pytest.mark.live
-def test_live_hang_up_right_after_sending_an_early_call_leaves_no_slot(
-    live_stack: LiveStack, live_agent: AgentFixture
-) -> None:
-    """A client that sends a small call a reviewer must decide (early-admitted) and hangs
-    up at once, eight times over, and another eight times with a bad token: the calls
-    wait for their reviewer, no wait slot stays taken, daphne logs no traceback, and the
-    agent's next call is still answered."""
-    fx = live_agent
-    session = live_stack.mcp_session(fx, "rt3orm")
-    head = [
-        ("Content-Type", "application/json"),
-        ("Accept", "application/json, text/event-stream"),
-        ("Mcp-Session-Id", session),
-        ("MCP-Protocol-Version", "2025-06-18"),
-    ]
-    write = {"path": "notes.txt", "content": "hello\n"}
-    for i in range(8):
-        payload = json.dumps(call(200 + i, "write_file", write)).encode()
-        _raw_post(live_stack.url, [("Authorization", f"Bearer {fx.token}"), *head], payload).close()
-        _raw_post(live_stack.url, [("Authorization", "Bearer hx_bad"), *head], payload).close()
-    calls = ToolCall.objects.filter(session__external_id=session)
-    assert _until(lambda: calls.count() == 8 and limits.waits_held(fx.agent) == 0)
-    assert {c.status for c in calls} == {Status.PENDING_APPROVAL}
-    sock = _raw_post(
-        live_stack.url,
-        [("Authorization", f"Bearer {fx.token}"), *head],
-        json.dumps(call(300, "list_directory", {"path": "."})).encode(),
-    )
-    with sock:
-        reply = sock.recv(65536)
-    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
-    log = (live_stack.log_dir / "daphne.log").read_text(errors="replace")
-    assert "Traceback" not in log
