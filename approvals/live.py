@@ -16,12 +16,15 @@ import asyncio
 import logging
 import os
 import threading
+import weakref
 from typing import Any
 
 from channels.layers import get_channel_layer
+from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer
 from django.template.loader import render_to_string
 
 from dispatcher.models import Status, ToolCall
+from floor.redis_clients import RoundTrip, held
 from teams.scope import Scope, ask_teams
 
 from . import queries
@@ -177,16 +180,27 @@ def push_progress(approval_id: int) -> None:
 
 
 def _group_send(groups: list[str], message: dict[str, Any]) -> None:
-    """Send on the channel layer from sync code, on this process's own event loop thread,
-    to each of `groups` at once (one handoff to the loop, the publishes side by side: a
-    decision's removal goes to the organization's queues and its team's).
+    """Send on the channel layer from sync code to each of `groups` at once (a decision's
+    removal goes to the organization's queues and its team's).
 
-    One long-lived loop per process (created lazily, again after a fork) keeps one channel
-    layer connection: `async_to_sync` outside a server would build a new loop, and with it
-    a new Redis connection, for every push (a Celery worker, a management command).
+    On Redis's pub/sub layer (the deployed one, `_publisher`), the groups' PUBLISHes,
+    named and serialized by the layer itself, go in one round trip from this thread: kept
+    for the thread's round trip when one is open (`redis_clients.one_round_trip`: a
+    decision sends them with its wake-up), else pipelined now. A PUBLISH that fails is
+    logged and loses no other group's.
+
+    Any other layer: on this process's own event loop thread (one handoff to the loop,
+    the sends side by side). One long-lived loop per process (created lazily, again after
+    a fork) keeps one channel layer connection: `async_to_sync` outside a server would
+    build a new loop, and with it a new Redis connection, for every push (a Celery worker,
+    a management command).
     """
     layer = get_channel_layer()
     if layer is None:
+        return
+    publisher = _publisher(layer)
+    if publisher is not None:
+        publisher.publish(groups, message)
         return
 
     async def send_all() -> None:
@@ -202,6 +216,53 @@ def _group_send(groups: list[str], message: dict[str, Any]) -> None:
     except TimeoutError:
         future.cancel()  # never leave a stuck send on the loop
         raise
+
+
+class _Publisher:
+    """The groups' PUBLISHes of a Redis pub/sub channel layer, sent from sync code: each
+    group's channel named by the layer's own `_get_group_channel_name`, the message
+    serialized by the layer's own `serialize` (its format and any encryption keys), to
+    the one Redis server it publishes on. Leans on channels_redis's internals (the layer's
+    `_args`/`_kwargs`, `RedisPubSubLoopLayer._get_group_channel_name`): verified with
+    channels_redis 4.3 (tests/approvals/test_decision_pushes.py and the live socket tests
+    receive its pushes through the layer itself)."""
+
+    def __init__(self, layer: Any, loop_layer: Any, url: str) -> None:
+        self.layer, self.loop_layer, self.url = layer, loop_layer, url
+
+    def publish(self, groups: list[str], message: dict[str, Any]) -> None:
+        data = self.layer.serialize(message)
+        trip = held(self.url)
+        pending = trip if trip is not None else RoundTrip(self.url)
+        for group in groups:
+            channel = self.loop_layer._get_group_channel_name(group)
+            pending.add(("PUBLISH", channel, data), f"the queue push to {group}")
+        if trip is None:
+            pending.send()
+
+
+_publishers: weakref.WeakKeyDictionary[Any, _Publisher | None] = weakref.WeakKeyDictionary()
+
+
+def _publisher(layer: Any) -> _Publisher | None:
+    """The sync publisher of `layer` when it is channels_redis's pub/sub layer on one
+    Redis server given by URL (the deployed configuration); None for any other layer,
+    which is sent to through its own `group_send`."""
+    if layer not in _publishers:
+        publisher = None
+        try:
+            hosts = layer._kwargs.get("hosts") if type(layer) is RedisPubSubChannelLayer else None
+            if isinstance(hosts, list | tuple) and len(hosts) == 1 and isinstance(hosts[0], str):
+                # (built without a running loop, it opens nothing until a coroutine of its
+                # runs: only its naming is used)
+                loop_layer = RedisPubSubLoopLayer(
+                    *layer._args, **layer._kwargs, channel_layer=layer
+                )
+                publisher = _Publisher(layer, loop_layer, hosts[0])
+        except Exception:  # a channels_redis whose internals moved: its own group_send
+            logger.warning("the channel layer's groups are sent to by its loop", exc_info=True)
+        _publishers[layer] = publisher
+    return _publishers[layer]
 
 
 _loop: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None

@@ -26,6 +26,7 @@ from dispatcher.proposals import ProposedCall, canonical_json
 from dispatcher.tools.write_file import bound_before
 from floor import compiled, errors
 from floor.compiled import Compiled
+from floor.redis_clients import one_round_trip
 from teams.models import Membership
 from teams.scope import Scope, ask_teams
 
@@ -123,7 +124,9 @@ def decide(
     pk = int(approval_id)
     if not -(2**63) <= pk < 2**63:  # no such row (and no 64-bit value to bind)
         raise DecisionRefused("This approval request does not exist.", 404)
-    with transaction.atomic():
+    # After the commit the worker's message leaves first, on its own; the wake-up and
+    # the queues' pushes that follow it are kept and sent together, one round trip.
+    with one_round_trip(settings.REDIS_URL), transaction.atomic():
         # Lock order everywhere: the approval row, then the call (dispatcher locks it).
         approval = _LOCKED_REQUEST.first(pk)
         if approval is None:

@@ -40,9 +40,9 @@ class RoundTrip:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.commands: list[tuple[tuple[str, ...], str]] = []
+        self.commands: list[tuple[tuple[str | bytes, ...], str]] = []
 
-    def add(self, command: tuple[str, ...], what: str) -> None:
+    def add(self, command: tuple[str | bytes, ...], what: str) -> None:
         self.commands.append((command, what))
 
     def send(self) -> None:
