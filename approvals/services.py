@@ -9,8 +9,9 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, User
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from audit import kinds
@@ -19,7 +20,7 @@ from audit.services import record_event
 from dispatcher import admission, transitions
 from dispatcher.admission import context_of
 from dispatcher.agents import lock_sign_in, read_sign_in, signed_in_now, token_refusal
-from dispatcher.models import Agent, Executor, Status, ToolCall
+from dispatcher.models import Agent, AgentSession, Executor, Status, ToolCall
 from dispatcher.policy import grants, stages
 from dispatcher.policy.stages import GuardDenial
 from dispatcher.proposals import ProposedCall, canonical_json
@@ -181,15 +182,47 @@ def people_behind(agent: Agent) -> dict[Any, str]:
     return people
 
 
-# The request every decision reads and locks, with its call (floor.compiled).
+# The request every decision reads and locks, with its call (floor.compiled); on
+# PostgreSQL its agent's row held FOR KEY SHARE before it (`_agent_held`).
 _LOCKED_REQUEST = Compiled(
     lambda pk: (
         ApprovalRequest.objects.select_for_update(of=("self",))
         .select_related("call__session__agent__oauth_client")
-        .filter(pk=pk)
+        .filter(_agent_held(), pk=pk)
         .order_by()[:1]
     )
 )
+
+
+def _agent_held() -> Q | RawSQL:
+    """The decision's read holds the call's agent's row FOR KEY SHARE to its commit, taken
+    before the request's own row (a condition on the request's row, checked as it is
+    read, before the read locks it), in the statement that locks it: no statement more.
+    The release then holds the credential's rows as the worker's claim does
+    (transitions._release_approved): every step that kills a credential locks the agent's
+    row FOR UPDATE first, and a deactivation then locks the requests its leaver voted on
+    (void_votes_of): taken after the request's row, the agent's row would have waited for
+    a deactivation that waited for the request (a deadlock). FOR KEY SHARE conflicts with
+    FOR UPDATE only: decisions, claims and edits (FOR NO KEY UPDATE) hold it together."""
+    if connection.vendor != "postgresql":  # (SQLite: one writer, no row locks)
+        return Q()
+    q = connection.ops.quote_name
+
+    def col(model: Any, name: str) -> str:
+        return q(str(model._meta.get_field(name).column))
+
+    sql = (
+        f"EXISTS (SELECT 1 FROM {q(Agent._meta.db_table)} held_a "  # noqa: S608
+        f"INNER JOIN {q(AgentSession._meta.db_table)} held_s "
+        f"ON held_s.{col(AgentSession, 'agent')} = held_a.{col(Agent, 'id')} "
+        f"INNER JOIN {q(ToolCall._meta.db_table)} held_c "
+        f"ON held_c.{col(ToolCall, 'session')} = held_s.{col(AgentSession, 'id')} "
+        f"WHERE held_c.{col(ToolCall, 'id')} = "
+        f"{q(ApprovalRequest._meta.db_table)}.{col(ApprovalRequest, 'call')} "
+        "FOR KEY SHARE OF held_a)"
+    )
+    # (names from the models only: nothing of a request in it)
+    return RawSQL(sql, (), output_field=BooleanField())  # noqa: S611
 
 
 OUTSIDE = (

@@ -41,6 +41,7 @@ from dispatcher.tools.registry import get_tool, one_generation
 from dispatcher.tools.sources import catalog
 from dispatcher.transitions import (
     claim_new,
+    credential_live_now,
     decision_fields,
     live_credential_params,
     live_credential_sql,
@@ -111,7 +112,7 @@ def _admit_once(
     inline: bool,
 ) -> tuple[list[ToolCall], list[tuple[ToolCall, CallContext]]]:
     mode, profile = mode_and_profile(session, preloaded=profile_preloaded)
-    look_up, refused = False, None
+    look_up, refused, renewed = False, None, False
     while True:
         try:
             # Optimistic: a message's calls are almost always new, so the first attempt
@@ -145,7 +146,28 @@ def _admit_once(
             # and the message is admitted again, each new call denied saying why.
             if refused is not None:
                 raise
+            if not renewed and _sign_in_renewed(session):
+                renewed = True  # (once, as the worker's claim: execution._sign_in_renewed)
+                continue
             refused = refusal_since(session)
+
+
+def _sign_in_renewed(session: AgentSession) -> bool:
+    """After a write that found the credential `session` was read with dead: whether it
+    lost only to a refresh of its OAuth sign-in, and the message may be admitted once
+    more. The write held the sign-in's refresh token (live_credential_sql(hold=True)); a
+    refresh committing while it waited revoked that token and wrote its successor after
+    the write's snapshot, so the write saw the sign-in ended. A fresh read finds it live
+    under the new token: the sign-in lives on. A sign-out, a revocation of that token,
+    or any other death is dead at this read too (refused then: `refusal_since`). Only for
+    a request sent under a sign-in; one statement, on that miss only."""
+    if getattr(session.agent, "sign_in", None) is None:
+        return False
+    probe = ToolCall(
+        session_id=session.pk,
+        provenance={"token": session.agent.token_prefix, "sign_in": str(session.agent.sign_in)},  # type: ignore[attr-defined]
+    )
+    return credential_live_now(probe)
 
 
 class _CredentialDied(Exception):
@@ -336,9 +358,12 @@ def _insert_if_live(sql: str) -> str:
 
 
 def _check_live(call: ToolCall) -> None:
-    """_CredentialDied unless `call`'s credential is live (one statement)."""
+    """_CredentialDied unless `call`'s credential is live (one statement), its rows held
+    to the commit as `_insert_if_live` holds them: a sign-out or a revocation committing
+    before the message's commit waits for it."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT 1 WHERE {live_credential_sql()}", live_credential_params(call))
+        sql = f"SELECT 1 WHERE {live_credential_sql(hold=True)}"
+        cursor.execute(sql, live_credential_params(call))
         if cursor.fetchone() is None:
             raise _CredentialDied
 

@@ -781,7 +781,11 @@ def refusal_since(session: AgentSession) -> GuardDenial:
     again (one statement). Never None: the write saw it dead, so it is refused even if
     nothing read here says why."""
     fresh = AgentSession.objects.select_related("agent").get(pk=session.pk)
-    probe = ToolCall(session=fresh, provenance={"token": session.agent.token_prefix})
+    provenance = {"token": session.agent.token_prefix}
+    sign_in = getattr(session.agent, "sign_in", None)  # (agentauth.tokens)
+    if sign_in is not None:  # (its one token revoked: said so)
+        provenance["sign_in"] = str(sign_in)
+    probe = ToolCall(session=fresh, provenance=provenance)
     refused = credential_refusal(probe, fresh.agent)
     if refused is None:
         refused = GuardDenial(((TOKEN_GUARD, messages.credential_gone(fresh.agent.name)),))
@@ -840,10 +844,12 @@ SIGN_IN_FIELDS = (
 
 def read_sign_in(agent: Agent, *, lock_row: bool = False) -> None:
     """Read `agent`'s SIGN_IN_FIELDS again into `agent`, its row locked when `lock_row`
-    (FOR UPDATE, as a sign-out locks it: taken before `lock_sign_in`). One statement."""
+    (FOR NO KEY UPDATE: it waits for a sign-out's FOR UPDATE, and a sign-out for it, but
+    not for a decision's FOR KEY SHARE, taken before the approval's row an edit holds
+    here: approvals.services._agent_held; taken before `lock_sign_in`). One statement."""
     rows = Agent.objects.filter(pk=agent.pk)
     if lock_row:
-        rows = rows.select_for_update(of=("self",))
+        rows = rows.select_for_update(of=("self",), no_key=True)
     for field, value in (rows.values(*SIGN_IN_FIELDS).first() or {}).items():
         setattr(agent, field, value)
 

@@ -308,12 +308,13 @@ def _decide_pending(
     extra: dict[str, Any] | None = None,
     call: ToolCall | None = None,
     live: bool = False,
+    hold: bool = False,
     **fields: Any,
 ) -> bool:
     """Close a pending call as `to`: check it is still pending, transition (a conditional
     update: exactly one decision wins), and send what may run next in its batch (after
     commit). False if it was no longer pending (`live`: or its credential is dead, the
-    update conditional on it too: `transition`).
+    update conditional on it too: `transition`; `hold`: its rows held, `hold_credential`).
 
     Joins the caller's transaction when there is one (the approvals app records its own
     row in the same commit, and passes the `call` it read under its approval's lock),
@@ -335,6 +336,7 @@ def _decide_pending(
             payload={**decision.as_provenance(), **(extra or {})},
             publish=False,
             live=live,
+            hold_credential=hold,
             **fields,
             **decision_fields(call, decision, text),
         )
@@ -385,15 +387,53 @@ def _release_approved(
     between. A release that finds it dead, the call still pending, denies it at the
     release instead (`deny_at_release`, guard token: the hook waiting with that credential
     is answered "deny"; the call is DENIED in memory, as its decision's caller reads it).
-    One read more, on that miss only; False when the call was no longer pending."""
-    if _decide_pending(
-        call.pk, to, decision, kinds.CALL_APPROVED, None, extra, call=call, live=True, **fields
-    ):
-        return True
-    if not ToolCall.objects.filter(pk=call.pk, status=Status.PENDING_APPROVAL).exists():
-        return False  # another decision, a cancel, moved it first
+    One read more, on that miss only; False when the call was no longer pending.
+
+    The release holds the credential's rows as the worker's claim does (`hold`:
+    `live_credential_sql(hold=True)`, the agent's row FOR KEY SHARE, then its sign-in's
+    live refresh token): its statement reads the credential, then may wait (for its
+    session chain's head), and a sign-out or a one-token revocation committing meanwhile
+    released a hook's call to its client after it ("allow"). Now such a step waits for the
+    release, or the release waits for it and refuses the call. The decision took the
+    agent's row first, before the approval's (approvals.services._LOCKED_REQUEST), the
+    order a deactivation takes them. A release that lost only to a refresh of the call's
+    sign-in (its token revoked, the successor written after the statement's snapshot) is
+    tried once more when a fresh read finds the credential live (`_renewed`)."""
+    for attempt in (1, 2):
+        if _decide_pending(
+            call.pk,
+            to,
+            decision,
+            kinds.CALL_APPROVED,
+            None,
+            extra,
+            call=call,
+            live=True,
+            hold=True,
+            **fields,
+        ):
+            return True
+        if not ToolCall.objects.filter(pk=call.pk, status=Status.PENDING_APPROVAL).exists():
+            return False  # another decision, a cancel, moved it first
+        if attempt == 2 or not _renewed(call):
+            break
     gone = messages.credential_gone(call.session.agent.name)
     return deny_at_release(call=call, denial=GuardDenial(((TOKEN_GUARD, gone),)), extra=extra)
+
+
+def _renewed(call: ToolCall) -> bool:
+    """After a held write conditional on `call`'s credential that wrote nothing: whether
+    the call was sent under an OAuth sign-in that a fresh read finds live (a refresh
+    committed while the write waited, not a revocation or a sign-out). One statement."""
+    return bool((call.provenance or {}).get("sign_in")) and credential_live_now(call)
+
+
+def credential_live_now(call: ToolCall) -> bool:
+    """Whether `call`'s credential is live at a read of its own (`live_credential_sql`,
+    nothing held). One statement."""
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute(f"SELECT 1 WHERE {live_credential_sql()}", live_credential_params(call))
+        return cursor.fetchone() is not None
 
 
 # The guard a call sent with a credential that no longer acts for its agent is denied by

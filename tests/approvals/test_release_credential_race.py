@@ -1,14 +1,18 @@
 """A call its client runs (a hook's, decide-only) waits for a reviewer; the reviewer
 approves it, and the agent's bearer token is rotated, or the agent revoked, after the
 decision read the call and its agent and before the decision released it. A rotation or
-a revocation takes no row such a decision holds (the call's row is read, not locked,
-and a bearer agent has no client link: agents.signed_in_now waits for nothing), so the
+a revocation took no row such a decision held (the call's row is read, not locked, and
+a bearer agent has no client link: agents.signed_in_now waits for nothing), so the
 release, a statement that began after the rotation committed, went through: the hook
 waiting with the old token was answered "allow" and its client ran the tool.
 
-The release is now conditional on the credential being live in its own UPDATE
-(transitions.live_credential_sql, as the worker's claim is): the call ends denied at the
-release (guard `token`), and the hook is answered "deny", saying why."""
+The release was made conditional on the credential being live in its own UPDATE
+(transitions.live_credential_sql, as the worker's claim is). The decision now holds the
+agent's row FOR KEY SHARE from its first read (approvals.services._agent_held), which a
+rotation and a revocation lock FOR UPDATE first: one that comes after the decision's read
+waits for the decision's commit (the call released or queued before it, as a call a
+moment earlier was), and can no longer commit between the read and the release. A
+queued call is then denied by the rotation or revocation itself (agents._deny_queued)."""
 
 from __future__ import annotations
 
@@ -17,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest, Decision
 from audit.models import AuditEvent
 from dispatcher import agents, execution
 from dispatcher.models import Status, ToolCall
+from tests.agentauth.test_claim_waits_for_sign_out import _blocked_or, _in_thread
 from tests.agentauth.test_sign_out_race import _hook_in_thread, _waiting_ask
 from tests.support.claude_code_hooks import pre_tool_use
 from tests.support.factories import make_user, submit_one, unique
@@ -33,22 +38,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 KILLS = ("rotate", "revoke")
 
 
-def _committed_in_another_thread(work: Any) -> None:
-    """`work` in its own connection, committed before this returns."""
+def _waits_for_the_decision(work: Any) -> Any:
+    """`work` in its own connection, started now: it must wait on a lock the decision in
+    this thread holds (the agent's row). Returns a function that joins it (after the
+    decision's commit) and checks it committed."""
     failures: list[BaseException] = []
+    pid: list[int] = []
+    done = threading.Event()
+    thread, failures = _in_thread(work, pid, done)
+    assert _blocked_or(pid, done), "it did not wait for the decision"
 
-    def run() -> None:
-        try:
-            work()
-        except BaseException as error:  # noqa: BLE001 - reported below
-            failures.append(error)
-        finally:
-            connections.close_all()
+    def join() -> None:
+        thread.join(60)
+        assert not thread.is_alive() and not failures, failures
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(30)
-    assert not thread.is_alive() and not failures, failures
+    return join
 
 
 def _hook_waiting() -> tuple[Any, Any, tuple[threading.Thread, list[Any]]]:
@@ -79,11 +83,12 @@ def test_a_hook_call_whose_token_died_during_its_approval_is_not_released(
             "revoke": lambda: agents.revoke_agent(agent=agent, actor="user:root"),
         }[kill]
         real = approval_services._release_denial
+        joins = []
 
         def after_the_decisions_read(call: ToolCall) -> Any:
             # The decision has read the call and its agent (token live); the rotation
-            # or the revocation commits now, before the decision's checks and release.
-            _committed_in_another_thread(die)
+            # or the revocation starts now, before the decision's checks and release.
+            joins.append(_waits_for_the_decision(die))
             return real(call)
 
         monkeypatch.setattr(approval_services, "_release_denial", after_the_decisions_read)
@@ -91,19 +96,20 @@ def test_a_hook_call_whose_token_died_during_its_approval_is_not_released(
             approval_id=approval.pk, user=reviewer, approve=True, digest=call.digest
         )
         assert decided.decision == Decision.APPROVED  # the reviewer's
+        for join in joins:
+            join()
     finally:
         thread.join(60)
     assert answers, "the hook was never answered"
     output = answers[0].json()["hookSpecificOutput"]
-    # Was: "allow" (released to the client holding the token that had just died).
-    assert output["permissionDecision"] == "deny", output
-    assert "no longer acts for the agent" in output["permissionDecisionReason"], output
+    # Was (before the release was conditional): released after the kill committed. The
+    # kill now waits: the call was released before it, as one a moment earlier was.
+    assert output["permissionDecision"] == "allow", output
     call.refresh_from_db()
-    assert (call.status, call.decided_by) == (Status.DENIED, "guard:token"), call.status
-    assert call.started_at is None
-    denied = AuditEvent.objects.get(subject=f"call:{call.pk}", kind="call.denied")
-    assert denied.payload["stage"] == "release", denied.payload
-    assert not AuditEvent.objects.filter(subject=f"call:{call.pk}", kind="call.approved")
+    assert call.status == Status.RELEASED, call.status
+    approved = AuditEvent.objects.get(subject=f"call:{call.pk}", kind="call.approved").pk
+    kill = "agent.token_rotated" if kill == "rotate" else "agent.revoked"
+    assert AuditEvent.objects.get(kind=kill, subject=f"agent:{agent.pk}").pk > approved
 
 
 def test_a_hook_call_of_a_live_token_is_still_released_when_approved() -> None:
@@ -133,8 +139,11 @@ def test_a_worker_call_whose_token_died_during_its_approval_is_not_queued(
     assert call.status == Status.PENDING_APPROVAL
     real = approval_services._release_denial
 
+    joins = []
+
     def after_the_decisions_read(call: ToolCall) -> Any:
-        _committed_in_another_thread(lambda: agents.rotate_token(agent=agent, actor="user:root"))
+        rotate = lambda: agents.rotate_token(agent=agent, actor="user:root")  # noqa: E731
+        joins.append(_waits_for_the_decision(rotate))
         return real(call)
 
     monkeypatch.setattr(approval_services, "_release_denial", after_the_decisions_read)
@@ -142,10 +151,12 @@ def test_a_worker_call_whose_token_died_during_its_approval_is_not_queued(
     approval_services.decide(
         approval_id=approval.pk, user=reviewer, approve=True, digest=call.digest
     )
+    for join in joins:
+        join()
     call.refresh_from_db()
-    # Was: queued (for the worker's claim to deny).
+    # Queued by the decision, then denied by the rotation that waited for it.
     assert (call.status, call.decided_by) == (Status.DENIED, "guard:token"), call.status
-    assert "no longer acts for the agent" in call.content
+    assert "rotated" in call.content, call.content
     execution.execute_call(str(call.pk))
     call.refresh_from_db()
     assert call.status == Status.DENIED and call.started_at is None
@@ -168,8 +179,11 @@ def test_a_session_grant_asked_with_an_approval_whose_token_died_is_not_made(
     call = submit_one(session, "write_file", {"path": "a.txt", "content": "x"})
     real = approval_services._release_denial
 
+    joins = []
+
     def after_the_decisions_read(call: ToolCall) -> Any:
-        _committed_in_another_thread(lambda: agents.rotate_token(agent=agent, actor="user:root"))
+        rotate = lambda: agents.rotate_token(agent=agent, actor="user:root")  # noqa: E731
+        joins.append(_waits_for_the_decision(rotate))
         return real(call)
 
     monkeypatch.setattr(approval_services, "_release_denial", after_the_decisions_read)
@@ -181,6 +195,10 @@ def test_a_session_grant_asked_with_an_approval_whose_token_died_is_not_made(
         digest=call.digest,
         allow_session=True,
     )
+    for join in joins:
+        join()
     call.refresh_from_db()
+    # The grant was made for a credential live at the decision; the rotation after it
+    # denied the queued call. (Was, the rotation committed mid-decision: no grant made.)
     assert call.status == Status.DENIED, call.status
-    assert not SessionGrant.objects.filter(session=session).exists()
+    assert SessionGrant.objects.filter(session=session).exists()
