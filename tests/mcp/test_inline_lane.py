@@ -184,6 +184,7 @@ def test_an_inline_call_wakes_its_session_with_its_result_a_slow_one_also_while_
     # (the quick echo under a notice delay no loaded machine can make it outlast; CI saw
     # it outlast 0.5 s at load 12)
     monkeypatch.setattr(pipeline, "RUNNING_NOTICE_AFTER", 60.0)
+    monkeypatch.setattr(pipeline, "NOTICE_JOIN", 60.0)  # (the notice before the result)
     fx = make_agent(mode="trusted")
     session = open_session(fx.agent, {})
     pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub()
@@ -378,7 +379,11 @@ def test_a_slow_call_run_on_the_loop_is_announced_running_then_completed(
 ) -> None:
     """The running notice of a body awaited on the loop: on a thread of its own, before
     the result's wake-up; none for a quick one."""
-    monkeypatch.setattr(pipeline, "RUNNING_NOTICE_AFTER", 0.5)
+    # (the quick echo under a notice delay no loaded machine can make it outlast, and the
+    # notice's thread waited for as long as a loaded machine needs: at load 11 it published
+    # after NOTICE_JOIN's second, behind the result's wake-up)
+    monkeypatch.setattr(pipeline, "RUNNING_NOTICE_AFTER", 60.0)
+    monkeypatch.setattr(pipeline, "NOTICE_JOIN", 60.0)
     fx = make_agent(mode="trusted")
     session = open_session(fx.agent, {})
     pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub()
@@ -396,6 +401,7 @@ def test_a_slow_call_run_on_the_loop_is_announced_running_then_completed(
     quick = asyncio.run(run("mcp:q", f"{trusted_upstream}__echo", {"text": "q"}))
     assert quick.status == Status.COMPLETED
     assert session_news(pubsub) == [f"{quick.pk} completed"]
+    monkeypatch.setattr(pipeline, "RUNNING_NOTICE_AFTER", 0.05)
     slow = asyncio.run(run("mcp:s", f"{trusted_upstream}__slow", {"seconds": 1.0}))
     assert slow.status == Status.COMPLETED and slow.content == "slept 1.0"
     assert session_news(pubsub) == [f"{slow.pk} running", f"{slow.pk} completed"]
