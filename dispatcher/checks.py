@@ -316,8 +316,8 @@ def check_person_caps(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """HARNESS_MAX_WAITS_PER_PERSON and the request rate per person (docs/security.md,
     "Fair shares")."""
     from dispatcher import limits
-    from dispatcher.gateways.mcp import ORM_THREADS
 
+    ORM_THREADS = limits.MCP_ORM_THREADS  # noqa: N806
     errors = []
     value = str(settings.HARNESS_MAX_WAITS_PER_PERSON)
     if (problem := limits.waits_per_person_problem(value)) is not None:
