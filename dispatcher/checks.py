@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from django.apps import apps
@@ -238,6 +239,51 @@ def check_sandbox(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     return errors
 
 
+# Where the kernel says what it does with a crashing process's memory (one for the host).
+CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
+
+
+def core_dump_socket(core_pattern: Path = CORE_PATTERN) -> str | None:
+    """The kernel's core_pattern when it is a socket (`@path`, `@@path`: Linux 6.16 and
+    later), else None (a file name or a pipe, `|helper`, both of which the sandbox's core
+    dump limit of 1 stops; or no pattern to read).
+
+    Nothing in the sandbox stops a socket: the kernel connects to it from the host's root
+    and writes the dump whatever RLIMIT_CORE is (0 included), and a program that is not
+    dumpable becomes dumpable again at its next execve (measured on 6.18: a program of the
+    sandbox user that crashed under limit 1 was dumped to the socket, 5 MB)."""
+    try:
+        pattern = core_pattern.read_text(errors="replace").strip()
+    except OSError:
+        return None
+    return pattern if pattern.startswith("@") else None
+
+
+@register()
+def check_core_dumps(
+    app_configs: Any = None, core_pattern: Path = CORE_PATTERN, **kwargs: Any
+) -> list[Warning]:
+    """A core_pattern socket takes a sandboxed program's memory out of the sandbox when it
+    crashes (docs/security.md, "What the sandbox does not stop")."""
+    if settings.HARNESS_SANDBOX != "bwrap":
+        return []
+    pattern = core_dump_socket(core_pattern)
+    if pattern is None:
+        return []
+    return [
+        Warning(
+            f"The kernel's core_pattern is {pattern!r}, a socket: a sandboxed program that "
+            "crashes is dumped to the server listening on it, outside the sandbox, with its "
+            "memory (which may hold the secrets the call or server was given). The "
+            "sandbox's core dump limit stops a core file and a pipe helper, not a socket.",
+            hint="Set kernel.core_pattern to a file name (`sysctl -w kernel.core_pattern=core`"
+            ", and in /etc/sysctl.d/ to keep it) or to '|/bin/false'; or have the server on "
+            "the socket drop the dumps of the sandbox user's processes (docs/security.md).",
+            id="dispatcher.W040",
+        )
+    ]
+
+
 @register()
 def check_previews(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """HARNESS_PREVIEW_TIMEOUT and HARNESS_PREVIEW_MAX_BYTES (docs/security.md, "Previews")."""
@@ -270,8 +316,8 @@ def check_person_caps(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """HARNESS_MAX_WAITS_PER_PERSON and the request rate per person (docs/security.md,
     "Fair shares")."""
     from dispatcher import limits
-    from dispatcher.gateways.mcp import ORM_THREADS
 
+    ORM_THREADS = limits.MCP_ORM_THREADS  # noqa: N806
     errors = []
     value = str(settings.HARNESS_MAX_WAITS_PER_PERSON)
     if (problem := limits.waits_per_person_problem(value)) is not None:

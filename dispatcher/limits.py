@@ -124,6 +124,11 @@ return {taken, wait, math.floor(left), by}
 # A slot outlives its wait by this much before it lapses on its own (a slow release).
 LAPSE_MARGIN = 60.0
 
+# The ORM threads of one MCP gateway process (dispatcher.gateways.mcp.orm_threads): here,
+# so that the start-up checks (HARNESS_MAX_WAITS_PER_PERSON below it) read it without
+# importing the MCP SDK, which every management command would then load.
+MCP_ORM_THREADS = 32
+
 
 @functools.cache
 def _client(url: str) -> redis.Redis:

@@ -47,7 +47,7 @@ from django.utils.module_loading import import_string  # noqa: E402
 
 from approvals.routing import websocket_urlpatterns as approvals_ws  # noqa: E402
 from audit.routing import websocket_urlpatterns as audit_ws  # noqa: E402
-from dispatcher import limits  # noqa: E402
+from dispatcher import limits, preload  # noqa: E402
 from dispatcher.gateways.mcp_http import application as mcp_gateway  # noqa: E402
 from harness_site.websocket_origin import SameOriginValidator  # noqa: E402
 from identity.mfa import SecondFactorSocketGate  # noqa: E402
@@ -181,6 +181,7 @@ def _freeze_what_start_up_loaded() -> None:
     one agent's flood, another agent's calls took several times their idle time (battery
     row D9). Frozen, collections walk only what requests made."""
     get_resolver().url_patterns  # noqa: B018  (imports every view now, not at a request)
+    preload.load()  # (the MCP SDK and the shell parser, which the apps import where used)
     gc.collect()
     gc.freeze()
 

@@ -37,3 +37,12 @@ def _start_embedded_redis(**kwargs: Any) -> None:
     from harness_site.embedded_redis import start_if_embedded
 
     start_if_embedded()
+
+
+@worker_init.connect  # type: ignore[untyped-decorator]
+def _preload(**kwargs: Any) -> None:
+    """A worker loads, before its first task, what the apps import where first used (the
+    MCP SDK, the shell parser): see dispatcher.preload."""
+    from dispatcher import preload
+
+    preload.load()

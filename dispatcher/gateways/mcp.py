@@ -97,7 +97,7 @@ def caller_context(caller: Caller) -> Iterator[None]:
 # a call whose server hangs holds no thread; only under a deployment's execute wrapper
 # (pipeline.runs_on_loop) does it run on its admission's thread, holding it while its
 # server answers, and past ORM_THREADS such requests at once the next wait for a thread.
-ORM_THREADS = 32
+ORM_THREADS = limits.MCP_ORM_THREADS
 orm_threads = ProcessThreads(ORM_THREADS, "mcp-orm")
 
 

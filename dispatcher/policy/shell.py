@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import bashlex
-
 from dispatcher.policy.program_facts import (
     PACKAGE_RUNNER,
     PACKAGE_RUNNER_SUBCOMMANDS,
@@ -444,6 +442,8 @@ def _parse_trees_uncached(text: str) -> list[Any]:
     hidden = hidden_substitution(text)
     if hidden is not None:
         raise UnreadableCommand(hidden)
+    import bashlex  # (here, not at load: its parser tables cost every process's start-up)
+
     try:
         trees: list[Any] = bashlex.parse(text)
     except Exception as error:  # bashlex raises several unrelated types

@@ -17,15 +17,19 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError
 
 from dispatcher.tools.base import Tool, default_present_call
-from dispatcher.tools.sources import services, upstream
+from dispatcher.tools.sources import services
 from dispatcher.tools.sources.definitions import risk_flags
 from dispatcher.tools.sources.models import SEPARATOR, Generation, McpServer, McpTool, ToolState
 from floor.compiled import Compiled
+
+if TYPE_CHECKING:
+    # (Imported where first used, as in `services`: it imports the MCP SDK.)
+    from dispatcher.tools.sources import upstream
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +150,8 @@ def upstream_tool(name: str, team_id: int | None = None) -> Tool | None:
 
 
 def _build() -> tuple[tuple[Tool, ...], dict[str, int | None]]:
+    from dispatcher.tools.sources import upstream
+
     rows = McpTool.objects.offered().select_related("server").order_by("server__name", "name")
     endpoints: dict[int, upstream.Endpoint] = {}
     tools = []
@@ -261,5 +267,7 @@ def held_message(name: str, team_id: int | None = None) -> str | None:
             "retry it now; use another tool or ask the user."
         )
     if row.state == ToolState.MISSING:
+        from dispatcher.tools.sources import upstream
+
         return upstream.messages_missing(server, row.name)
     return f"Tool '{name}' cannot be offered: {row.problem} Use another tool."

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import F
@@ -22,7 +22,6 @@ from audit import kinds
 from audit.services import record_event
 from dispatcher.tools import sandbox_servers
 from dispatcher.tools.base import ExecutionContext, ToolError
-from dispatcher.tools.sources import upstream
 from dispatcher.tools.sources.definitions import (
     Definition,
     exposed_name,
@@ -39,6 +38,12 @@ from dispatcher.tools.sources.models import (
 )
 from floor.errors import ServiceError
 from teams.models import Team
+
+if TYPE_CHECKING:
+    # (Imported where first used: `upstream` imports the MCP SDK, half a second of every
+    # process's start-up, and a process that never talks to an MCP server (a management
+    # command, the export) need not pay it. After the first, such an import is a lookup.)
+    from dispatcher.tools.sources import upstream
 
 
 @dataclass
@@ -190,6 +195,8 @@ def _check_configuration(
 
 
 def _fetch(server: McpServer) -> list[Definition]:
+    from dispatcher.tools.sources import upstream
+
     try:
         return upstream.list_definitions(upstream.endpoint_of(server))
     except upstream.UpstreamError as exc:
@@ -387,6 +394,8 @@ def run_tool(
     """An upstream tool's body (in a worker). When the server lists the tool otherwise
     than pinned, the call is not made: the tool is held (or marked missing) at once, as a
     refresh would, and the model reads why."""
+    from dispatcher.tools.sources import upstream
+
     try:
         return upstream.execute(endpoint, tool, fingerprint, ctx, arguments)
     except upstream.DefinitionChanged as exc:
@@ -403,6 +412,8 @@ async def run_tool_async(
 ) -> str:
     """`run_tool` awaited on the web request's loop (the inline lane: Tool.execute_async);
     a changed definition is noted on a thread."""
+    from dispatcher.tools.sources import upstream
+
     try:
         return await upstream.execute_async(endpoint, tool, fingerprint, ctx, arguments)
     except upstream.DefinitionChanged as exc:
@@ -416,6 +427,8 @@ def _not_as_pinned(
 ) -> ToolError:
     """What the model reads of a call not made: the server lists `tool` otherwise than
     pinned (`definition`), or not at all (None)."""
+    from dispatcher.tools.sources import upstream
+
     if definition is None:
         return ToolError(upstream.messages_missing(endpoint.name, tool))
     return ToolError(upstream.messages_changed(endpoint.name, tool))
