@@ -73,7 +73,8 @@ def test_a_body_sent_a_byte_at_a_time_is_answered_408_within_the_bound(
     answer, took = drip(bounded_daphne, SLOW_BODY)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
     assert b"HARNESS_REQUEST_RECEIVE_TIMEOUT" in answer
-    assert BOUND <= took < BOUND + 3  # cut, not served after the whole drip (~60 s)
+    # cut, not served after the whole drip (~60 s); 10 s of room for a loaded host (was 3)
+    assert BOUND <= took < BOUND + 10
 
 
 def test_headers_sent_a_byte_at_a_time_are_answered_408_within_the_bound(
@@ -81,17 +82,17 @@ def test_headers_sent_a_byte_at_a_time_are_answered_408_within_the_bound(
 ) -> None:
     answer, took = drip(bounded_daphne, SLOW_HEADERS)
     assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
-    assert BOUND <= took < BOUND + 3
+    assert BOUND <= took < BOUND + 10  # (the drip: about 60 s)
 
 
 def test_a_silent_connection_is_closed_and_a_prompt_one_is_served_and_kept_alive(
     bounded_daphne: int,
 ) -> None:
     with socket.create_connection(("127.0.0.1", bounded_daphne)) as sock:
-        sock.settimeout(BOUND + 5)
+        sock.settimeout(60)
         started = time.monotonic()
         assert sock.recv(4096) == b""  # closed quietly: it asked nothing
-        assert time.monotonic() - started < BOUND + 3
+        assert time.monotonic() - started < BOUND + 10  # (one kept open: recv times out)
     connection = http.client.HTTPConnection("127.0.0.1", bounded_daphne, timeout=10)
     try:
         for _ in range(2):  # two requests on one kept-alive connection, each answered

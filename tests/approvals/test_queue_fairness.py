@@ -136,16 +136,17 @@ def test_500_asks_of_100_kb_render_under_a_second(
     client.force_login(reviewer)
     client.get("/approvals/")  # warm: templates compiled, connections open
     # The web process's own time (CPU): other processes on a shared 2-core machine stretch
-    # the wall clock, not the work; the wall clock gets a looser bound (it was 12 s).
+    # the wall clock, not the work; the wall clock gets a looser bound (it was 12 s): half of
+    # that, as a second of CPU at load 12 is several of the wall clock (a sixth of a core).
     wall, cpu = time.perf_counter(), time.process_time()
     response = client.get("/approvals/")
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     page = response.content.decode()
     assert response.status_code == 200 and "quiet.txt" in page
-    assert cpu < 1.0 and wall < 3.0, f"the queue took {cpu:.2f} s of CPU, {wall:.2f} s"
+    assert cpu < 1.0 and wall < 6.0, f"the queue took {cpu:.2f} s of CPU, {wall:.2f} s"
     assert len(response.content) < 1024 * 1024, len(response.content)
     wall, cpu = time.perf_counter(), time.process_time()
     socket_page = live.render_queue(EVERYTHING)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    assert cpu < 1.0 and wall < 3.0, f"a reconnect took {cpu:.2f} s of CPU, {wall:.2f} s"
+    assert cpu < 1.0 and wall < 6.0, f"a reconnect took {cpu:.2f} s of CPU, {wall:.2f} s"
     assert len(socket_page.encode()) < 1024 * 1024  # within daphne's WebSocket frame limit

@@ -142,7 +142,8 @@ def test_the_running_notice_comes_while_the_body_runs_and_one_that_hangs_blocks_
         held, ticks = asyncio.run(run({"seconds": pipeline.RUNNING_NOTICE_AFTER * 2}, hangs))
         took = time.monotonic() - began
         assert (held.value, seen) == ("done", ["hangs", "returned"])
-        assert took < pipeline.NOTICE_JOIN + 1.0, took
+        # NOTICE_JOIN's wait, not the notice's 30 s hang (5 s of room for a loaded host)
+        assert took < pipeline.NOTICE_JOIN + 5.0, took
         assert ticks >= 20, ticks
     finally:
         unblock.set()

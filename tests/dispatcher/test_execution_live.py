@@ -110,7 +110,9 @@ def test_approval_wakes_the_waiting_request_with_the_tools_result(
     assert body["calls"][0]["status"] == "completed"
     assert body["results"][0]["content"].startswith("Wrote")
     assert Path(session["workspace"], "out/hello.txt").read_text() == "approved!"
-    assert latency < 5, f"approval took {latency:.2f}s to reach the agent"
+    # (woken by the approval, not at the end of its 30 s wait; 15 s, not 5: on a loaded host
+    # the worker's run of the write and the answer's trip are seconds of the wall clock)
+    assert latency < 15, f"approval took {latency:.2f}s to reach the agent"
 
 
 def test_concurrency_safe_calls_run_in_parallel_and_results_keep_request_order(

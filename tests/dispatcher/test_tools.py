@@ -308,7 +308,7 @@ def test_run_command_timeout_kills_the_process_group(workspace: Path) -> None:
     started = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish within 0.5 s"):
         RUN_COMMAND.execute(ctx, {"argv": ["sh", "-c", script]})
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 15  # at the timeout (not 3 s: a loaded host's start)
     time.sleep(1.5)
     assert not (workspace / "survived").exists(), "a background child survived the timeout"
 

@@ -271,7 +271,9 @@ def test_a_hung_redis_at_the_confirm_fails_the_claim_closed_within_its_timeout(
         execution.execute_turn(str(call.pk))
     finally:
         os.kill(pid, signal.SIGCONT)
-    assert took and took[0] < 5
+    # The client's 2 s timeout with 8 s of room for a loaded host: a confirm without one is
+    # held until Redis answers (never here, until SIGCONT), five of them in a row 10 s.
+    assert took and took[0] < 10, took
     assert status(call) == Status.QUEUED
     assert starts(call) == 0
     monkeypatch.setattr(batches, "kept_since_hold", real)
