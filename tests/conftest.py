@@ -24,6 +24,7 @@ from tests.support import kinds as _test_kinds  # noqa: F401  (registers the tes
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.factories import AgentFixture, make_agent, make_user, unique
 from tests.support.live import (
+    LIVE_START_SECONDS,
     LiveStack,
     free_port,
     live_env,
@@ -102,6 +103,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     _live_goes_last(items)
     for item in items:
         _check_live_mark(item)
+        _live_start_not_timed_as_the_test(item)
         if item.get_closest_marker("backend_independent") is None:
             continue
         uses = DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
@@ -110,6 +112,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 f"{item.nodeid} is marked backend_independent but uses the database"
                 f" ({', '.join(sorted(uses)) or 'django_db'}): drop the mark"
             )
+
+
+# The first live test on an xdist worker also starts the session's live stack (a daphne
+# and a Celery worker), within the test's own pytest-timeout: on CI's loaded 2-core host a
+# cold Celery worker once took past 120 s to say "ready.", and both live tests of that
+# xdist worker errored. A live test's timeout is its own plus the stack's two start bounds
+# (tests/support/live.py: LIVE_START_SECONDS for daphne, then for the worker), so a start
+# the stack itself would wait for is not cut short by the test's.
+def _live_start_not_timed_as_the_test(item: pytest.Item) -> None:
+    if not LIVE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return
+    marker = item.get_closest_marker("timeout")
+    seconds = marker.args[0] if marker is not None and marker.args else None
+    if marker is not None and seconds is None:
+        seconds = marker.kwargs.get("timeout")
+    if seconds is None:
+        seconds = float(item.config.getini("timeout") or 0)
+    if seconds:  # (0: no timeout at all, kept)
+        item.add_marker(pytest.mark.timeout(float(seconds) + 2 * LIVE_START_SECONDS), append=False)
 
 
 def _check_live_mark(item: pytest.Item) -> None:
