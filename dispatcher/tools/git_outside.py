@@ -51,8 +51,31 @@ from dispatcher.tools.sandbox_git import (
 # repository's `credential.helper = gcloud.sh` or git-lfs's filter (`git-lfs clean --
 # %f`) costs none.
 _POINTER_KEY = re.compile(
-    rb"(^|\])[ \t\r]*(path|hookspath|attributesfile|excludesfile)[ \t]*([=;#\r\n]|$)",
+    rb"(^|\])[ \t\r]*(path|hookspath|attributesfile|excludesfile|file|orderfile"
+    rb"|ignorerevsfile|signaturefile|allowedsignersfile|revocationfile|skiplist|template"
+    rb"|signingkey|aliasesfile|worktree|templatedir)[ \t]*([=;#\r\n]|$)",
     re.IGNORECASE | re.MULTILINE,
+)
+# Keys naming a file git reads (besides configurations, attributes and excludes), each
+# described by its content when it lies outside the workspace: `mailmap.file =
+# /team/mailmap` gives `git shortlog` its names; a signing key, a skip list, an order
+# file, a template ... Before, none was read (the configuration naming one was not even
+# parsed), and the team's mailmap changed after the approval had the old effect applied.
+_READ_FILE_KEYS = frozenset(
+    {
+        "mailmap.file",
+        "diff.orderfile",
+        "blame.ignorerevsfile",
+        "format.signaturefile",
+        "gpg.ssh.allowedsignersfile",
+        "gpg.ssh.revocationfile",
+        "fsck.skiplist",
+        "fetch.fsck.skiplist",
+        "receive.fsck.skiplist",
+        "commit.template",
+        "user.signingkey",
+        "sendemail.aliasesfile",
+    }
 )
 _COMMAND_NAMES = (
     rb"fsmonitor|pager|editor|sshcommand|askpass|gitproxy|alternaterefscommand|external"
@@ -87,6 +110,14 @@ MAX_NAMED = 256  # files command lines name described; past it, counted
 # their own (a repository's thousands of branch directories never crowd out its
 # configuration); past it, counted.
 MAX_REF_DIRS = 256
+# ... and of the workspace's own repository, scanned for the links among them alone (the
+# workspace's walk describes each entry): a budget of their own too. Before, they shared
+# MAX_REF_DIRS, and a repository of the workspace with 257 directories of refs and
+# reflogs (128 namespaces of remote branches, `origin/<user>/<topic>`, and their reflogs)
+# made every git preview not appliable, though nothing of them lay outside it. Before
+# too, the directories outside took room in MAX_OUTSIDE: 240 of them had the main
+# repository's configuration left undescribed, a gap.
+MAX_INSIDE_REF_DIRS = 20_000
 # A pseudo-ref's name (refs.c is_pseudo_ref / is_root_ref's syntax): the top of a git
 # directory, ORIG_HEAD, FETCH_HEAD, MERGE_HEAD ... (never `index` or `config`).
 _PSEUDO_REF = re.compile(r"[A-Z_-]+")
@@ -236,8 +267,9 @@ class _OutsideState:
 
     def _ref_tree(self, root: str) -> None:
         """Describe the directory `root` and those below it (no link followed), within
-        MAX_REF_DIRS (those of the workspace, whose walk describes them, within as many
-        more), and what each link among their entries leads to (`_linked_ref`)."""
+        MAX_REF_DIRS (those of the workspace, whose walk describes them, within
+        MAX_INSIDE_REF_DIRS), and what each link among their entries leads to
+        (`_linked_ref`)."""
         pending = [os.path.normpath(root)]
         while pending:
             path = pending.pop()
@@ -260,15 +292,17 @@ class _OutsideState:
                 self.inside_ref_dirs += 1
             else:
                 self.ref_dirs += 1
-            if max(self.ref_dirs, self.inside_ref_dirs) > MAX_REF_DIRS:
+            if self.ref_dirs > MAX_REF_DIRS or self.inside_ref_dirs > MAX_INSIDE_REF_DIRS:
                 self.lines.append("more refs\n")
                 self.gaps.append(
                     f"the repository has more than {MAX_REF_DIRS} directories of refs and "
-                    "reflogs, past which Harness does not watch them"
+                    "reflogs outside the workspace (or "
+                    f"{MAX_INSIDE_REF_DIRS} in it), past which Harness does not watch them"
                 )
                 return
-            if not inside and path not in self.seen:
-                self.seen.add(path)
+            # (ref_walked, never `seen`: described once, and never the room of the
+            # configurations and hooks `_room` counts)
+            if not inside:
                 self.lines.append(self._listed(_directory_state(path)))
             try:
                 with os.scandir(path) as scanned:
@@ -389,6 +423,15 @@ class _OutsideState:
             key.startswith("includeif.") and key.endswith(".path")
         )
         files = key in ("core.attributesfile", "core.excludesfile")
+        if key == "core.worktree":
+            self._work_tree(path, value)
+            return
+        if key == "init.templatedir":
+            self._templates(value)
+            return
+        if key in _READ_FILE_KEYS:
+            self._read_file(tree, key, value)
+            return
         if not (including or files or key == "core.hookspath"):
             return
         # (`~/`: the HOME of whoever runs git, the sandbox's when previewed: empty, but
@@ -403,6 +446,72 @@ class _OutsideState:
             self.file(expanded)
         elif not files and (os.path.isabs(expanded) or tree is not None):
             self.directory(os.path.join(tree or "/", expanded))
+
+    def _read_file(self, tree: str | None, key: str, value: str) -> None:
+        """Describe the file `key = value` names (a `_READ_FILE_KEYS` one), as git finds
+        it (git_config_pathname: `~/`, `~user/`, `%(prefix)/`; a relative one from the
+        work tree git runs in, `tree`, or each outside the workspace): by its content
+        where it lies outside the workspace (`file`). An ssh `user.signingKey` may be
+        the key itself (`key::...`, `ssh-ed25519 ...`) or a gpg key's id: a file only when
+        it names a path (described by `named`: its content is a key)."""
+        key_file = key == "user.signingkey"
+        if key_file and not value.startswith(("/", "~", "%(prefix)/")):
+            return
+        expanded = _expand_home(_HOME_WORD.sub(sandbox.HOME, _from_prefix(value), count=1))
+        if not expanded:
+            return
+        if key_file:
+            self.named(expanded)
+        elif os.path.isabs(expanded):
+            self.file(expanded)
+        else:
+            for where in [tree] if tree is not None else self.trees:
+                self.file(os.path.join(where, expanded))
+
+    def _work_tree(self, path: str, value: str) -> None:
+        """`core.worktree` (relative to the git directory holding `path`) naming a
+        directory outside the workspace: a work tree of any size, whose files the
+        fingerprint cannot take whole, a gap. Before, it was not read: `git status >
+        s.txt` in a repository whose work tree is /team/tree had its old effect applied
+        after a file there changed. (A submodule's `../../../sub`, in the workspace, is
+        the walk's.)"""
+        expanded = _expand_home(_HOME_WORD.sub(sandbox.HOME, _from_prefix(value), count=1))
+        if not expanded:
+            return
+        where = os.path.normpath(os.path.join(os.path.dirname(path), expanded))
+        if not _inside(self.workspace, where):
+            self.gaps.append(
+                f"the git configuration {path} sets core.worktree to a directory outside "
+                f"the workspace ({where}), whose files Harness does not watch"
+            )
+
+    def _templates(self, value: str) -> None:
+        """`init.templateDir`, copied whole into each repository `git init` or `git clone`
+        makes (its hooks among them): each directory of it described by its entries
+        (`directory`: an entry changed in place moves its change time), within
+        MAX_OUTSIDE (past it, a gap). Before, it was not read: a template hook changed
+        after the approval of `git init sub` had the old one applied."""
+        expanded = _expand_home(_HOME_WORD.sub(sandbox.HOME, _from_prefix(value), count=1))
+        if not expanded or not os.path.isabs(expanded):
+            return  # (relative: from where git runs, the work tree, the walk's)
+        pending = [os.path.normpath(expanded)]
+        walked = 0
+        while pending and walked <= MAX_OUTSIDE:
+            where = pending.pop()
+            walked += 1
+            self.directory(where)
+            try:
+                with os.scandir(where) as scanned:
+                    pending += sorted(
+                        entry.path for entry in scanned if entry.is_dir(follow_symlinks=False)
+                    )
+            except OSError:
+                continue  # (described as what it is instead)
+        if pending:
+            self.gaps.append(
+                f"the template directory git copies ({expanded}) holds more than "
+                f"{MAX_OUTSIDE} directories, past which Harness does not watch them"
+            )
 
     def _room(self, path: str) -> bool:
         if path in self.seen or _inside(self.workspace, path):
@@ -460,9 +569,27 @@ class _OutsideState:
         self.lines.append(_identity_state(path))
 
     def directory(self, path: str) -> None:
+        """Describe the directory at `path` (a hooks or info directory, a hooks path) by
+        its entries where it lies outside the workspace, or resolves there (`.git/hooks ->
+        /team/hooks`: the workspace's walk takes the link alone); and each entry of it that
+        is a link, by what git reads through it (`file`: `.git/hooks/pre-commit ->
+        /team/pre-commit`, `.git/info/exclude -> /team/exclude`). Before, a directory of
+        the workspace's git directory was left to its walk, which follows no link: the
+        team's hook, or its excludes, changed after the approval, and the old effect of
+        `git commit` or `git add -A` was applied."""
         path = os.path.normpath(path)
+        resolved = _resolve(path)
+        if resolved is not None and resolved != path and not _inside(self.workspace, resolved):
+            path = resolved
         if self._room(path):
             self.lines.append(self._listed(_directory_state(path)))
+        try:
+            with os.scandir(path) as scanned:
+                links = sorted(entry.path for entry in scanned if entry.is_symlink())
+        except OSError:
+            return  # (described as what it is instead)
+        for link in links[:MAX_LISTED]:
+            self.file(link)
 
 
 def _names_files(data: bytes, trees: bool) -> bool:
