@@ -485,7 +485,10 @@ def test_a_redis_that_stops_answering_mid_call_does_not_hang_the_request(
     until(recorded.exists, 10, "the call was never recorded")
     row = settled(stored(session, f"{name}__sleep"), TIMEOUT + 1 + DB_MARGIN + 4)
     assert (row.status, row.content) == (Status.COMPLETED, "slept 0.3")
-    bound = 2 + 2 + 1 + DB_MARGIN  # (slot's Redis timeout, its release's, NOTICE_JOIN)
+    # (the slot's Redis timeout, its release's, NOTICE_JOIN, and a loaded host's database
+    # trips: at load 12 the answer once came past 8 s; a hung publish holds it for ever,
+    # and is named by the threads still in it)
+    bound = 2 + 2 + 1 + 3 * DB_MARGIN
     try:
         answer = request.result(max(0.1, bound - (time.monotonic() - started)))
     except concurrent.futures.TimeoutError:
