@@ -147,9 +147,19 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         before a concurrent rotation committed the tokens that rotation made, or, once the
         reuse protection ended the family meanwhile (a third request sent it again), a new
         pair, alive in a family that was ended. Either way such a request gets
-        invalid_grant."""
+        invalid_grant.
+
+        The agent's row is locked first (FOR NO KEY UPDATE, to this commit), as a sign-out
+        or a revocation locks it before it deletes the agent's refresh tokens
+        (agentauth.services.sign_out_agent). Locked after the refresh token, it was taken
+        at the commit (the new token's AgentToken, a foreign key to the agent): the
+        refresh held its refresh token and waited for the sign-out's agent row, the
+        sign-out held that row and waited for the refresh token (a deadlock, one of them
+        a 500). Now a refresh waits for a sign-out under way, then finds its refresh token
+        gone (invalid_grant); or it locked first, and the sign-out deletes what it wrote."""
         instance = getattr(request, "refresh_token_instance", None)
         if request.grant_type == "refresh_token" and instance is not None:
+            Agent.objects.select_for_update(no_key=True).filter(pk=_agent_id(request)).exists()
             unrevoked = (
                 RefreshToken.objects.select_for_update()
                 .filter(pk=instance.pk, revoked__isnull=True)

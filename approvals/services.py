@@ -814,12 +814,17 @@ def edit(
     if not isinstance(arguments, dict):
         raise DecisionRefused("The edited arguments must be a JSON object.", 400)
     with transaction.atomic():
-        # Lock order everywhere: the approval row (as `decide`), then the agent's row and
-        # its client link (as a sign-out), then the call and its chain.
+        # Lock order everywhere: the agent's row FOR KEY SHARE and the approval row, in one
+        # statement (as `decide`: the release of the call the edit approves holds the
+        # agent's row, and taken there, after the call's row, an edit of a bearer agent's
+        # call and a move, void or revocation of the agent, which locks the agent's row and
+        # then its waiting calls, each held what the other waited for: a deadlock, the
+        # edit a 500); then, for a signed-in agent, the agent's row again (FOR NO KEY
+        # UPDATE) and its client link (as a sign-out), then the call and its chain.
         approval = (
             ApprovalRequest.objects.select_for_update(of=("self",))
             .select_related("call__session__agent__owner", "call__session__agent__oauth_client")
-            .filter(pk=approval_id)
+            .filter(_agent_held(), pk=approval_id)
             .first()
         )
         if approval is None:
