@@ -169,10 +169,11 @@ def test_an_ask_admitted_into_the_former_teams_session_during_the_move_runs_for_
 
 
 @db
-def test_a_client_session_of_the_same_id_starts_again_for_the_new_team() -> None:
+def test_a_client_session_of_the_same_id_starts_again_for_the_new_team(settings: Any) -> None:
     """A hook client keeps its own session id across the move: its next call starts a
     Harness session of the new team under that id; the former one stays the former
     team's."""
+    settings.HARNESS_HOOK_DEFAULT_WAIT = 0.2  # (each ask answered at once: 50 s each before)
     pay, infra = make_team("pay"), make_team("infra")
     sid = unique("cc")
 
@@ -267,13 +268,14 @@ def test_a_session_left_by_a_move_stays_closed_once_the_agent_is_back() -> None:
 
 
 @db
-def test_a_hook_or_mcp_session_left_by_a_move_is_not_joined_once_the_agent_is_back() -> None:
+def test_a_hook_or_mcp_session_left_by_a_move_is_not_joined_once_the_agent_is_back(settings: Any) -> None:
     """A hook client's session id and an MCP session id of a session left at a move name it
     no more once the agent is back: the hook's next call starts a new session of the team
     under the same id, and the MCP session id authenticates no session (404: initialize
     again), as it does while the agent is away."""
     from dispatcher.gateways import mcp_http
 
+    settings.HARNESS_HOOK_DEFAULT_WAIT = 0.2  # (each ask answered at once: 50 s each before)
     pay = make_team("pay")
     fx, sid = pay.agent, unique("cc")
 
