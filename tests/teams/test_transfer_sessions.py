@@ -268,7 +268,9 @@ def test_a_session_left_by_a_move_stays_closed_once_the_agent_is_back() -> None:
 
 
 @db
-def test_a_hook_or_mcp_session_left_by_a_move_is_not_joined_once_the_agent_is_back(settings: Any) -> None:
+def test_a_hook_or_mcp_session_left_by_a_move_is_not_joined_once_the_agent_is_back(
+    settings: Any,
+) -> None:
     """A hook client's session id and an MCP session id of a session left at a move name it
     no more once the agent is back: the hook's next call starts a new session of the team
     under the same id, and the MCP session id authenticates no session (404: initialize
