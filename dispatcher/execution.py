@@ -290,9 +290,9 @@ def _run_claimed(
     loop: asyncio.AbstractEventLoop | None = None,
 ) -> None:
     """Stages 6 to 10 of a call this process claimed (`row`: its approved preview, which
-    could not be applied: the audit says the command ran). `admitted`: claimed by its
-    admission a moment ago (the inline lane), which woke nobody: its running notice is
-    its first."""
+    could not be applied: the audit and the model's result say the command ran).
+    `admitted`: claimed by its admission a moment ago (the inline lane), which woke
+    nobody: its running notice is its first."""
     if before_body is not None:
         before_body()
     started = time.monotonic()
@@ -386,10 +386,17 @@ def record_result(
     content = pipeline.finalize_content(
         tool, content, repeat_count=call.repeat_count, raw_arguments=call.raw_arguments
     )
+    # An approved preview that could not be applied: the command ran for real, so said to
+    # the model (after the result, as the repeat reminder is) and in the audit
+    ran_instead = previews.ran_instead(row, tool.name)
+    audit = None
+    if ran_instead is not None:
+        audit, note = ran_instead
+        content += note
     if seconds is None:
         assert started is not None
         seconds = time.monotonic() - started
-    transitions.finish(call, status, content, is_error, seconds, audit=previews.ran_audit(row))
+    transitions.finish(call, status, content, is_error, seconds, audit=audit)
 
 
 # --- Reconciler --------------------------------------------------------------------------

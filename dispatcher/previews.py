@@ -9,7 +9,8 @@ workspace's lock, the previewed effect is applied when nothing changed since (th
 result is the previewed output), or, when the workspace changed, the call ends
 `edited` and a linked new call is previewed and asks again (`_repreview`). A preview
 that hit a limit or needed the network is not applied: the command runs as before,
-under the same lock. The audit's result event says which, with both digests.
+under the same lock, and the model's result ends with a note saying so (`ran_instead`).
+The audit's result event says which, with both digests.
 """
 
 from __future__ import annotations
@@ -249,11 +250,21 @@ def _mark(row: Preview, outcome: str, note: str) -> str:
     return note
 
 
-def ran_audit(row: Preview | None) -> dict[str, Any] | None:
-    """The result event's record of a previewed call that ran for real."""
+def ran_instead(row: Preview | None, tool_name: str) -> tuple[dict[str, Any], str] | None:
+    """For an approved call of `tool_name` with a preview (`row`) whose effect could not
+    be applied, so the command ran for real (`settle`'s "run"): the result event's record
+    of it (its code of why: Effect.not_appliable), and the note the model reads after the
+    result (messages.ran_not_applied). None without a preview: no query either way."""
     if row is None:
         return None
-    return {"effect": {"outcome": "ran", "note": row.note, **digests(row)}}
+    try:
+        effect = preview_apply.effect_from(row.effect)
+        code, why = effect.not_appliable()
+    except (preview_apply.NotAppliable, TypeError, KeyError, ValueError):
+        code, why = "", ""
+    code, why = code or "unknown", why or "Harness could not tell why"
+    audit = {"outcome": "ran", "previewed": True, "not_appliable": code, "note": row.note}
+    return {"effect": {**audit, **digests(row)}}, messages.ran_not_applied(tool_name, why)
 
 
 def changed_since_ask(call: ToolCall, tool: Tool, workspace: Path) -> str | None:

@@ -185,6 +185,17 @@ def repreviewed(tool_name: str, tool_use_id: str, reason: str, *, diff: bool = F
     )
 
 
+def ran_not_applied(tool_name: str, why: str) -> str:
+    """Appended to the result of an approved call whose previewed effect could not be
+    applied, so the command ran for real after the approval (`why`:
+    Effect.not_appliable's fixed words, never a path): the model is told what ran."""
+    return (
+        f"\n\n[Note: the approved preview of this '{tool_name}' call could not be applied "
+        f"({why}), so the command ran for real after the approval; the result above is that "
+        "run's.]"
+    )
+
+
 def apply_failed(tool_name: str, error: str) -> str:
     """Applying an approved previewed effect failed partway: the workspace changed under
     it from outside Harness. What the model reads: the workspace may hold part of it."""

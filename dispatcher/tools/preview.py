@@ -134,6 +134,16 @@ class PreviewUnavailable(ToolError):
     """No preview could be made here (no overlayfs, the namespace refused); nothing ran."""
 
 
+_LIMITS = {
+    "time": "the preview hit its time limit",
+    "size": "the preview wrote more than its size cap",
+    "files": "the preview made more files than it may",
+    "output": "the preview wrote more output than it may",
+    "memory": "the preview used more memory than it may",
+    "start": "the command could not start in the preview",
+}
+
+
 @dataclass
 class Effect:
     """What a previewed command would do. `document()` is what the reviewer sees and what
@@ -188,37 +198,56 @@ class Effect:
         )
 
     def why_not_appliable(self) -> str:
-        if self.limit:
-            return {
-                "time": "the preview hit its time limit",
-                "size": "the preview wrote more than its size cap",
-                "files": "the preview made more files than it may",
-                "output": "the preview wrote more output than it may",
-                "memory": "the preview used more memory than it may",
-                "start": "the command could not start in the preview",
-            }.get(self.limit, f"the preview hit a limit ({self.limit})")
-        if self.network_attempted:
-            return "the command tried to reach the network, which a preview does not have"
-        if self.more_changes:
-            return "the effect has more changes than a preview lists"
-        if self.unwatched:
+        """Why the effect is not appliable, for the reviewer (and the audit): it may name
+        paths outside the workspace (`unwatched`). `not_appliable` says it for the model."""
+        code, words = self.not_appliable()
+        if code == "unwatched":
             return (
                 "Harness cannot watch everything the command's effect depends on, so it "
                 f"could not tell whether it changed after the approval: {self.unwatched}"
             )
-        return self.unappliable_change()
+        return self.unappliable_change() if code == "set_id_file" else words
+
+    def not_appliable(self) -> tuple[str, str]:
+        """Why the effect is not appliable, as (code, words): the audit's code and the
+        model's words, fixed text that never names a path; ("", "") when it is appliable."""
+        if self.limit:
+            return "limit", _LIMITS.get(self.limit, f"the preview hit a limit ({self.limit})")
+        if self.network_attempted:
+            return (
+                "network",
+                "the command tried to reach the network, which a preview does not have",
+            )
+        if self.more_changes:
+            return "more_changes", "the effect has more changes than a preview lists"
+        if self.unwatched:
+            return "unwatched", (
+                "Harness cannot watch everything the command's effect depends on outside "
+                "the workspace"
+            )
+        code, why = self._unappliable()
+        if code == "set_id_file":  # (without the file's name)
+            why = "the command made a set-user-ID or set-group-ID file, which is not applied"
+        return code, why
 
     def unappliable_change(self) -> str:
         """Why one of the changes is never applied (Harness applies as root), or ""."""
+        return self._unappliable()[1]
+
+    def _unappliable(self) -> tuple[str, str]:
         for change in self.changes:
             if change["kind"] == "special":
-                return "the command made a special file (a FIFO or a socket), which is not applied"
+                return "special_file", (
+                    "the command made a special file (a FIFO or a socket), which is not applied"
+                )
             mode = int(change.get("mode_after") or "0", 8)
             if change["kind"] == "file" and mode & (stat.S_ISUID | stat.S_ISGID):
-                return f"the command made a set-user-ID or set-group-ID file ({change['path']})"
+                return "set_id_file", (
+                    f"the command made a set-user-ID or set-group-ID file ({change['path']})"
+                )
             if len(str(change["path"]).encode(errors="surrogateescape")) > APPLY_PATH_BYTES:
-                return "the command made a path longer than Harness can apply"
-        return ""
+                return "long_path", "the command made a path longer than Harness can apply"
+        return "", ""
 
     def counts(self) -> dict[str, int]:
         counts = {"changed": 0, "created": 0, "deleted": 0, "mode": 0, "touched": 0}
