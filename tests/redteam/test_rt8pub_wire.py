@@ -21,7 +21,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -327,3 +327,35 @@ def test_on_the_list_layer_a_flood_of_decisions_stays_within_a_stalled_socket_ca
         assert len(got) == capacity
         assert all("hx-swap-oob" in html for html in got)
         client.delete(*client.keys(f"{prefix}*"))
+
+
+def test_decisions_deciding_at_once_each_push_their_removal_once() -> None:
+    """Eight threads deciding at once (each its own round trip, the publisher shared): a
+    queue socket gets each decision's removal exactly once, and only those."""
+    calls = [pending(unique("together")) for _ in range(8)]
+    reviewer = make_user(unique("rt8pub-reviewer"), groups=("reviewer",))
+
+    async def scenario() -> list[str]:
+        layer = get_channel_layer()
+        socket = await layer.new_channel()
+        await layer.group_add(live.GROUP, socket)
+
+        def decider(call: ToolCall, approval: ApprovalRequest) -> Callable[[], Any]:
+            return lambda: approvals.decide(
+                approval_id=approval.pk, user=reviewer, approve=False, digest=call.digest
+            )
+
+        await asyncio.gather(
+            *(asyncio.to_thread(closing_connections(decider(c, a))) for c, a in calls)
+        )
+        got: list[str] = []
+        with pytest.raises(TimeoutError):
+            while True:
+                got.append(str((await asyncio.wait_for(layer.receive(socket), 2))["html"]))
+        return got
+
+    got = run_async(scenario)
+    ours = [html.strip() for html in got if any(str(c.pk) in html for c, _ in calls)]
+    assert sorted(ours) == sorted(
+        f'<div id="call-{c.pk}" hx-swap-oob="delete"></div>' for c, _ in calls
+    ), got
