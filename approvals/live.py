@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 import weakref
+from importlib import metadata
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -33,6 +34,10 @@ from .models import ApprovalRequest
 logger = logging.getLogger(__name__)
 
 GROUP = "approvals"
+# The channels_redis line `_Publisher` was verified with (its internals: the layer's
+# `_args`/`_kwargs`, the loop layer's group naming, `serialize`). pyproject allows any
+# 4.x: on another line the layer's own group_send sends, and a warning says so.
+VERIFIED_WITH = {"channels-redis": "4.3"}
 QUEUE = "approvals/queue.html"
 # Statuses a call can reach from pending_approval: the item leaves every open queue.
 LEAVING = frozenset({Status.QUEUED, Status.DENIED, Status.EXPIRED, Status.CANCELLED, Status.EDITED})
@@ -200,7 +205,7 @@ def _group_send(groups: list[str], message: dict[str, Any]) -> None:
         return
     publisher = _publisher(layer)
     if publisher is not None:
-        publisher.publish(groups, message)
+        publisher.publish(layer, groups, message)
         return
 
     async def send_all() -> None:
@@ -223,15 +228,17 @@ class _Publisher:
     group's channel named by the layer's own `_get_group_channel_name`, the message
     serialized by the layer's own `serialize` (its format and any encryption keys), to
     the one Redis server it publishes on. Leans on channels_redis's internals (the layer's
-    `_args`/`_kwargs`, `RedisPubSubLoopLayer._get_group_channel_name`): verified with
-    channels_redis 4.3 (tests/approvals/test_decision_pushes.py and the live socket tests
-    receive its pushes through the layer itself)."""
+    `_args`/`_kwargs`, `RedisPubSubLoopLayer._get_group_channel_name`): built only on
+    the channels_redis line of `VERIFIED_WITH` (tests/approvals/test_decision_pushes.py,
+    tests/redteam/test_rt8pub_*.py: its pushes are received through the layer itself)."""
 
-    def __init__(self, layer: Any, loop_layer: Any, url: str) -> None:
-        self.layer, self.loop_layer, self.url = layer, loop_layer, url
+    def __init__(self, loop_layer: Any, url: str) -> None:
+        # (the layer itself is not kept, nor named by `loop_layer`: `_publishers`, whose
+        # values these are, forgets a layer no longer used)
+        self.loop_layer, self.url = loop_layer, url
 
-    def publish(self, groups: list[str], message: dict[str, Any]) -> None:
-        data = self.layer.serialize(message)
+    def publish(self, layer: Any, groups: list[str], message: dict[str, Any]) -> None:
+        data = layer.serialize(message)
         trip = held(self.url)
         pending = trip if trip is not None else RoundTrip(self.url)
         for group in groups:
@@ -253,16 +260,33 @@ def _publisher(layer: Any) -> _Publisher | None:
         try:
             hosts = layer._kwargs.get("hosts") if type(layer) is RedisPubSubChannelLayer else None
             if isinstance(hosts, list | tuple) and len(hosts) == 1 and isinstance(hosts[0], str):
-                # (built without a running loop, it opens nothing until a coroutine of its
-                # runs: only its naming is used)
-                loop_layer = RedisPubSubLoopLayer(
-                    *layer._args, **layer._kwargs, channel_layer=layer
-                )
-                publisher = _Publisher(layer, loop_layer, hosts[0])
+                publisher = _verified(layer, hosts[0])
         except Exception:  # a channels_redis whose internals moved: its own group_send
             logger.warning("the channel layer's groups are sent to by its loop", exc_info=True)
         _publishers[layer] = publisher
     return _publishers[layer]
+
+
+def _verified(layer: Any, url: str) -> _Publisher | None:
+    """The publisher of a one-URL pub/sub layer when the installed channels_redis is the
+    line it was verified with (`VERIFIED_WITH`); else None (a warning: the layer's own
+    group_send sends, which a moved naming or serialization cannot mislead)."""
+    (package, line), *_ = VERIFIED_WITH.items()
+    installed = ".".join(metadata.version(package).split(".")[:2])
+    if installed != line:
+        logger.warning(
+            "the channel layer's groups are sent to by its loop: %s %s is installed, the "
+            "decision's pipeline (approvals.live) was verified with %s.x",
+            package,
+            installed,
+            line,
+        )
+        return None
+    # (built without a running loop, it opens nothing until a coroutine of its runs:
+    # only its naming is used, looked up now so that a missing one falls back here)
+    loop_layer = RedisPubSubLoopLayer(*layer._args, **layer._kwargs, channel_layer=None)
+    loop_layer._get_group_channel_name  # noqa: B018
+    return _Publisher(loop_layer, url)
 
 
 _loop: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
