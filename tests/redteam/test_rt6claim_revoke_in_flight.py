@@ -42,15 +42,22 @@ def _claim_waiting(call: ToolCall, held_row: str, meanwhile: Any) -> bool:
     return waited
 
 
-@pytest.mark.parametrize("held_row", ["call", "agent"])
-def test_a_claim_in_flight_never_runs_the_call_after_its_token_was_revoked(
-    documents: DocumentServer, held_row: str
-) -> None:
+def _queued_call(documents: DocumentServer) -> tuple[str, dict[str, Any], ToolCall]:
+    """(the client of an agent signed in twice; its first sign-in's answer; a call of a
+    session of that sign-in, queued, reading the workspace's "secret")."""
     require_postgresql()
     client_id, agent, first, _ = _two_sign_ins(documents)
     session = _session(first["access_token"], agent)
     call = submit_one(session, "read_file", {"path": "a.txt"}, tool_use_id=unique("t"))
     assert call.status == Status.QUEUED
+    return client_id, first, call
+
+
+@pytest.mark.parametrize("held_row", ["call", "agent"])
+def test_a_claim_in_flight_never_runs_the_call_after_its_token_was_revoked(
+    documents: DocumentServer, held_row: str
+) -> None:
+    client_id, first, call = _queued_call(documents)
 
     def revoke() -> None:
         answer = Client().post(
@@ -75,10 +82,7 @@ def test_a_claim_in_flight_never_runs_the_call_after_its_token_was_revoked(
 def test_a_refresh_while_a_claim_waits_does_not_deny_the_call(
     documents: DocumentServer, held_row: str
 ) -> None:
-    require_postgresql()
-    client_id, agent, first, _ = _two_sign_ins(documents)
-    session = _session(first["access_token"], agent)
-    call = submit_one(session, "read_file", {"path": "a.txt"}, tool_use_id=unique("t"))
+    client_id, first, call = _queued_call(documents)
 
     def renew() -> None:
         answer = refresh(client_id, first["refresh_token"])
