@@ -11,13 +11,10 @@ call starts before the sign-out, never after it (a move to another team too)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import transaction
 
 from audit.models import AuditEvent
 from dispatcher import execution
@@ -25,92 +22,27 @@ from dispatcher.models import Status, ToolCall
 from tests.agentauth.test_sign_out_claim_race import _bearer_session, _signed_in_session
 from tests.support.factories import submit_one, unique
 from tests.support.oauth import documents
+from tests.support.row_locks import RowHold, blocked_or, require_postgresql
 
 __all__ = ["documents"]  # the fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _pid() -> int:
-    connection.ensure_connection()
-    return int(connection.connection.info.backend_pid)
-
-
-def _blocked_or(pid_box: list[int], done: threading.Event) -> bool:
-    """Wait until the backend in `pid_box` waits on a lock (True) or `done` is set (False)."""
-    with connections["default"].cursor() as cursor:
-        for _ in range(6000):
-            if done.is_set():
-                return False
-            if pid_box:
-                cursor.execute("SELECT cardinality(pg_blocking_pids(%s))", [pid_box[0]])
-                if cursor.fetchone()[0]:
-                    return True
-            done.wait(0.01)
-    raise AssertionError("neither blocked nor done")
-
-
-def _in_thread(work: Callable[[], Any], pid_box: list[int], done: threading.Event) -> Any:
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            pid_box.append(_pid())
-            work()
-        except BaseException as error:  # noqa: BLE001 - reported by the caller
-            failures.append(error)
-        finally:
-            done.set()
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, failures
-
-
 @pytest.mark.parametrize("kill", ["sign_out", "revoke", "rotate", "move"])
 def test_a_claim_waiting_on_its_row_never_runs_the_call_after_the_sign_out(
     kill: str, request: pytest.FixtureRequest
 ) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks across connections: PostgreSQL (SQLite has one writer)")
+    require_postgresql()
     session, die = _signed_in_session(request) if kill == "sign_out" else _bearer_session(kill)
     (Path(session.workspace) / "a.txt").write_text("secret")
     call = submit_one(session, "read_file", {"path": "a.txt"}, tool_use_id=unique("t"))
     assert call.status == Status.QUEUED
     # Another transaction holds the call's row (as a decision or a reconciler may).
-    held, release = threading.Event(), threading.Event()
-
-    def hold_row() -> None:
-        with transaction.atomic():
-            ToolCall.objects.select_for_update().filter(pk=call.pk).exists()
-            held.set()
-            assert release.wait(60)
-
-    holder_pid: list[int] = []
-    holder, holder_failed = _in_thread(hold_row, holder_pid, threading.Event())
-    claimer_pid: list[int] = []
-    claimed = threading.Event()
-    claimer = killer = None
-    try:
-        assert held.wait(30)
-        claimer, claim_failed = _in_thread(
-            lambda: execution.execute_call(str(call.pk)), claimer_pid, claimed
-        )
-        assert _blocked_or(claimer_pid, claimed), "the claim did not wait on the row"
-        killer_pid: list[int] = []
-        killed = threading.Event()
-        killer, kill_failed = _in_thread(lambda: transaction.atomic(die)(), killer_pid, killed)
+    with RowHold(lambda: ToolCall.objects.select_for_update().filter(pk=call.pk).exists()) as hold:
+        hold.waits(lambda: execution.execute_call(str(call.pk)), "the claim")
         # Was: the sign-out committed here, the claim still waiting.
-        waited = _blocked_or(killer_pid, killed)
-    finally:
-        release.set()
-        holder.join(60)
-        if claimer is not None:
-            claimer.join(60)
-        if killer is not None:
-            killer.join(60)
-    assert not holder_failed and not claim_failed and not kill_failed
+        waited = blocked_or(*hold.start(lambda: transaction.atomic(die)()))
     call.refresh_from_db()
     kinds = dict(AuditEvent.objects.filter(subject=f"call:{call.pk}").values_list("kind", "id"))
     killed_at = (

@@ -15,7 +15,6 @@ HARNESS_SANDBOX_READ_ONLY entry, as a deployment would."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,9 @@ from dispatcher.tools import sandbox
 from tests.approvals.conftest import ask, start_session
 from tests.approvals.test_preview_approval import _workspace, reviewer_client
 from tests.support.factories import AgentFixture
+from tests.support.git_preview import approve, team
+from tests.support.git_preview import git as _git
+from tests.support.git_preview import linked_worktree as _linked_worktree
 from tests.tools.support import require_bwrap
 
 pytestmark = pytest.mark.django_db
@@ -48,38 +50,6 @@ def previews_on(settings: Any) -> None:
     settings.HARNESS_PREVIEW_TIMEOUT = 10
 
 
-def _git(where: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "safe.directory=*", "-c", "user.email=a@b", "-c", "user.name=A", *args],
-        cwd=where,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1"},
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def _team(tmp_path: Path, settings: Any) -> Path:
-    """`tmp_path/team`, a directory outside the workspace the sandbox shows read-only (a
-    HARNESS_SANDBOX_READ_ONLY entry, as a deployment would)."""
-    os.chmod(tmp_path, 0o755)  # noqa: S103 - the sandbox user passes through
-    outside = tmp_path / "team"
-    outside.mkdir(mode=0o755)
-    settings.HARNESS_SANDBOX_READ_ONLY = [str(outside)]
-    return outside
-
-
-def _approve(client: Client, approval: ApprovalRequest) -> None:
-    """The reviewer approves the call and the effect shown."""
-    data = {"action": "approve", "digest": approval.call.digest}
-    data["effect_digest"] = approval.effect_digest
-    response = client.post(f"/approvals/{approval.pk}/decide", data)
-    assert response.status_code in (200, 302), response.content
-
-
 def _included(workspace: Path, outside: Path) -> Path:
     """The workspace's repository includes `outside/team.gitconfig`."""
     config = outside / "team.gitconfig"
@@ -87,24 +57,6 @@ def _included(workspace: Path, outside: Path) -> Path:
     _git(workspace, "init", "-q")
     _git(workspace, "config", "include.path", str(config))
     return config
-
-
-def _linked_worktree(workspace: Path, outside: Path) -> Path:
-    """The workspace is a linked worktree of `outside/main`, whose configuration (outside
-    the workspace) git reads for it."""
-    main = outside / "main"
-    main.mkdir()
-    _git(main, "init", "-q")
-    _git(main, "commit", "--allow-empty", "-qm", "init")
-    _git(main, "config", "team.greeting", "hello")
-    _git(main, "worktree", "add", "-q", "--force", str(workspace))
-    # (git in the sandbox, as the sandbox user, takes only a git directory of its own)
-    owner = sandbox._owner()
-    assert owner is not None
-    for top, directories, files in os.walk(main / ".git" / "worktrees"):
-        for name in [".", *directories, *files]:
-            os.chown(os.path.join(top, name), *owner)
-    return main / ".git" / "config"
 
 
 @pytest.mark.parametrize("layout", ["include", "worktree"])
@@ -116,10 +68,7 @@ def test_git_configuration_changed_outside_the_workspace_asks_again(
     tmp_path: Path,
     layout: str,
 ) -> None:
-    os.chmod(tmp_path, 0o755)  # noqa: S103 - the sandbox user passes through
-    outside = tmp_path / "team"
-    outside.mkdir(mode=0o755)
-    settings.HARNESS_SANDBOX_READ_ONLY = [str(outside)]
+    outside = team(tmp_path, settings)
     session_id = start_session(agent)
     workspace = _workspace(agent)
     config = (_included if layout == "include" else _linked_worktree)(workspace, outside)
@@ -128,10 +77,7 @@ def test_git_configuration_changed_outside_the_workspace_asks_again(
     assert preview.appliable, preview.note
     shown = next(c for c in preview.effect["changes"] if c["path"] == "greeting.txt")
     assert "hello" in shown["diff"], shown
-    data = {"action": "approve", "digest": approval.call.digest}
-    data["effect_digest"] = approval.effect_digest
-    response = reviewer_client.post(f"/approvals/{approval.pk}/decide", data)
-    assert response.status_code in (200, 302), response.content
+    approve(reviewer_client, approval)
 
     # Between the approval and the apply, the configuration outside the workspace changes.
     config.write_text(config.read_text().replace("hello", "goodbye"))
@@ -152,17 +98,12 @@ def test_git_configuration_changed_outside_the_workspace_asks_again(
 def test_an_unchanged_outside_configuration_applies_the_effect(
     previews_on: None, agent: AgentFixture, reviewer_client: Client, settings: Any, tmp_path: Path
 ) -> None:
-    os.chmod(tmp_path, 0o755)  # noqa: S103
-    outside = tmp_path / "team"
-    outside.mkdir(mode=0o755)
-    settings.HARNESS_SANDBOX_READ_ONLY = [str(outside)]
+    outside = team(tmp_path, settings)
     session_id = start_session(agent)
     workspace = _workspace(agent)
     _linked_worktree(workspace, outside)
     approval = ask(agent, {"argv": COMMAND}, session_id=session_id, name="run_command")
-    data = {"action": "approve", "digest": approval.call.digest}
-    data["effect_digest"] = approval.effect_digest
-    assert reviewer_client.post(f"/approvals/{approval.pk}/decide", data).status_code in (200, 302)
+    approve(reviewer_client, approval)
     execution.execute_call(str(approval.call_id))
     call = ToolCall.objects.get(pk=approval.call_id)
     assert call.status == Status.COMPLETED, (call.status, call.content)

@@ -28,10 +28,10 @@ from approvals.models import ApprovalRequest, Decision
 from audit.models import AuditEvent
 from dispatcher import agents, execution
 from dispatcher.models import Status, ToolCall
-from tests.agentauth.test_claim_waits_for_sign_out import _blocked_or, _in_thread
 from tests.agentauth.test_sign_out_race import _hook_in_thread, _waiting_ask
 from tests.support.claude_code_hooks import pre_tool_use
 from tests.support.factories import make_user, submit_one, unique
+from tests.support.row_locks import blocked_or, in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,8 +45,8 @@ def _waits_for_the_decision(work: Any) -> Any:
     failures: list[BaseException] = []
     pid: list[int] = []
     done = threading.Event()
-    thread, failures = _in_thread(work, pid, done)
-    assert _blocked_or(pid, done), "it did not wait for the decision"
+    thread, failures = in_thread(work, pid, done)
+    assert blocked_or(pid, done), "it did not wait for the decision"
 
     def join() -> None:
         thread.join(60)

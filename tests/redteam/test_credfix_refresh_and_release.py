@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test import Client
 from oauth2_provider.models import AccessToken, RefreshToken
 
@@ -37,7 +37,6 @@ from audit.models import AuditChain
 from dispatcher import agents, execution
 from dispatcher.gateways import mcp, mcp_http
 from dispatcher.models import Agent, Status, ToolCall
-from tests.agentauth.test_claim_waits_for_sign_out import _blocked_or, _in_thread
 from tests.agentauth.test_sign_out_race import _hook_in_thread
 from tests.identity.test_leaver_queued_calls import wait_until
 from tests.mcp.conftest import http_upstream, trusted_upstream
@@ -45,38 +44,13 @@ from tests.mcp.test_inline_sign_out import _echo
 from tests.support.claude_code_hooks import pre_tool_use
 from tests.support.factories import make_agent, make_user, submit_one, unique
 from tests.support.oauth import MCP, DocumentServer, documents, member, refresh, sign_in_agent
+from tests.support.row_locks import RowHold, require_postgresql, wait_blocked_by
 
 __all__ = ["documents", "http_upstream", "trusted_upstream"]  # the fixtures
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 
 HOOKS = "http://testserver/api/v1/hooks/"
-
-
-def _postgresql() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks across connections: PostgreSQL")
-
-
-def _blocked_by(pid: int) -> list[int]:
-    """The backends waiting on a lock `pid` holds (a request's connection may be another
-    each time: found by whom it waits for, not by its own id)."""
-    with connections["default"].cursor() as cursor:
-        cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", [pid]
-        )
-        return [row[0] for row in cursor.fetchall()]
-
-
-def _wait_blocked_by(pid: int, done: threading.Event) -> int:
-    """The first backend found waiting on `pid`'s lock; fails if `done` comes first."""
-    for _ in range(6000):
-        blocked = _blocked_by(pid)
-        if blocked:
-            return blocked[0]
-        assert not done.is_set(), "it finished without waiting"
-        done.wait(0.01)
-    raise AssertionError("nothing waited")
 
 
 class _Race:
@@ -88,22 +62,15 @@ class _Race:
 
     def __init__(self, client_id: str, answer: dict[str, Any], kill: str) -> None:
         self.client_id, self.answer, self.kill = client_id, answer, kill
-        self.threads: list[threading.Thread] = []
-        self.failures: list[list[BaseException]] = []
-        self.release = threading.Event()
         live = RefreshToken.objects.filter(application__client_id=client_id, revoked__isnull=True)
         self.access_id = live.get().access_token_id  # (the client's one sign-in)
         assert self.access_id is not None
 
-    def _hold_access_token(self, held: threading.Event, pid: list[int]) -> None:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            pid.append(cursor.fetchone()[0])
+    def _hold_access_token(self) -> None:
+        with connection.cursor() as cursor:
             table = connection.ops.quote_name(AccessToken._meta.db_table)
             cursor.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR SHARE", [self.access_id])  # noqa: S608
             assert cursor.fetchone() is not None
-            held.set()
-            assert self.release.wait(60)
 
     def _end(self) -> None:
         if self.kill == "refresh":
@@ -115,30 +82,15 @@ class _Race:
             )
         assert answer.status_code == 200, answer.content
 
-    def _start(self, work: Callable[[], Any], pid: list[int], done: threading.Event) -> None:
-        thread, failures = _in_thread(work, pid, done)
-        self.threads.append(thread)
-        self.failures.append(failures)
-
     def run(self, write: Callable[[], Any], *, by_request: bool = False) -> None:
-        held, holder_pid = threading.Event(), []
-        self._start(lambda: self._hold_access_token(held, holder_pid), [], threading.Event())
-        try:
-            assert held.wait(30)
-            ended = threading.Event()
-            self._start(self._end, [], ended)
-            ender = _wait_blocked_by(holder_pid[0], ended)  # its token row locked, held
-            written, pid = threading.Event(), []
-            self._start(write, pid, written)
+        with RowHold(self._hold_access_token) as hold:
+            _, ended = hold.start(self._end)
+            ender = wait_blocked_by(hold.pid[0], ended)  # its token row locked, held
             if by_request:  # (a request's connection: found by whom it waits for)
-                _wait_blocked_by(ender, written)
+                _, written = hold.start(write)
+                wait_blocked_by(ender, written)
             else:
-                assert _blocked_or(pid, written), "the write did not wait for the token's row"
-        finally:
-            self.release.set()
-            for thread in self.threads:
-                thread.join(60)
-        assert not any(self.failures), self.failures
+                hold.waits(write, "the write (for the token's row)")
 
 
 def _signed_in(documents: DocumentServer, **extra: str) -> tuple[str, dict[str, Any], Any]:
@@ -162,7 +114,7 @@ def _hook(token: str, body: dict[str, Any], answers: list[Any], wait: int = 0) -
 def test_an_inline_call_written_while_its_sign_in_refreshes_runs(
     trusted_upstream: str, documents: DocumentServer, kill: str
 ) -> None:
-    _postgresql()
+    require_postgresql()
     client_id, answer, agent = _signed_in(documents)
     started = agents.start_session(agent=agent, client=mcp.CLIENT, external_id=unique("mcp"))
     _, session = mcp_http.authenticate(answer["access_token"], started.external_id, MCP)
@@ -186,7 +138,7 @@ def test_an_inline_call_written_while_its_sign_in_refreshes_runs(
 def test_a_hook_call_allowed_at_once_while_its_sign_in_refreshes_is_allowed(
     documents: DocumentServer, kill: str
 ) -> None:
-    _postgresql()
+    require_postgresql()
     client_id, answer, agent = _signed_in(documents, resource=HOOKS)
     body = pre_tool_use(unique("cc"), "Read", {"file_path": "/home/dev/project/a.txt"})
     answers: list[Any] = []
@@ -239,7 +191,7 @@ def _decide(call: ToolCall, reviewer: Any) -> None:
 def test_an_approval_released_while_its_sign_in_refreshes_releases_the_call(
     documents: DocumentServer, kill: str
 ) -> None:
-    _postgresql()
+    require_postgresql()
     client_id, answer, call, reviewer, hook, answers = _waiting_hook_call(documents)
     try:
         _Race(client_id, answer, kill).run(lambda: _decide(call, reviewer))
@@ -260,48 +212,28 @@ def test_a_revocation_during_a_hook_calls_release_waits_for_it_or_denies_it(
     """The release's statement reads the credential, then waits for its session chain's
     head; the revocation commits meanwhile. Was: released, the hook's client told "allow"
     after its token was revoked."""
-    _postgresql()
+    require_postgresql()
     client_id, answer, call, reviewer, hook, answers = _waiting_hook_call(documents)
-    chain = str(call.session_id)
-    held, release = threading.Event(), threading.Event()
+    head = AuditChain.objects.select_for_update().filter(chain=str(call.session_id))
 
-    def hold_head() -> None:
-        with transaction.atomic():
-            AuditChain.objects.select_for_update().filter(chain=chain).exists()
-            held.set()
-            assert release.wait(60)
+    def revoke() -> None:
+        answer_ = Client().post(
+            "/oauth/revoke/", {"token": answer["access_token"], "client_id": client_id}
+        )
+        assert answer_.status_code == 200, answer_.content
 
-    holder, holder_failed = _in_thread(hold_head, [], threading.Event())
-    decider = revoker = None
     waited = False
     try:
-        assert held.wait(30)
-        pid: list[int] = []
-        decided = threading.Event()
-        decider, decide_failed = _in_thread(lambda: _decide(call, reviewer), pid, decided)
-        assert _blocked_or(pid, decided), "the release did not wait for the head"
-        revoked = threading.Event()
-
-        def revoke() -> None:
-            answer_ = Client().post(
-                "/oauth/revoke/", {"token": answer["access_token"], "client_id": client_id}
-            )
-            assert answer_.status_code == 200, answer_.content
-
-        revoker, revoke_failed = _in_thread(revoke, [], revoked)
-        try:
-            _wait_blocked_by(pid[0], revoked)
-            waited = True
-        except AssertionError:
-            waited = False  # (it committed without waiting)
+        with RowHold(head.exists) as hold:
+            pid = hold.waits(lambda: _decide(call, reviewer), "the release (for the head)")
+            _, revoked = hold.start(revoke)
+            try:
+                wait_blocked_by(pid[0], revoked)
+                waited = True
+            except AssertionError:
+                waited = False  # (it committed without waiting)
     finally:
-        release.set()
-        holder.join(60)
-        for thread in (decider, revoker):
-            if thread is not None:
-                thread.join(60)
         decision = _hook_answer(hook, answers)
-    assert not holder_failed and not decide_failed and not revoke_failed
     call.refresh_from_db()
     if call.status == Status.RELEASED:  # (released before the revocation: it waited)
         assert waited, "the hook's call was released after its token's revocation committed"
@@ -350,35 +282,16 @@ def test_a_decision_holds_the_agents_row_before_the_request_it_decides() -> None
     first and then the requests its leaver voted on (approvals.services.void_votes_of):
     the decision takes the agent's row before the request's, never after (it would wait
     for a deactivation that waits for the request it holds: a deadlock)."""
-    _postgresql()
+    require_postgresql()
     fx = make_agent(mode="standard")
     session = agents.start_session(agent=fx.agent)
     call = submit_one(session, "write_file", {"path": "f.txt", "content": "x"})
     approval = ApprovalRequest.objects.get(call=call)
     reviewer = make_user(unique("rita"), groups=("reviewer",))
-    held, release = threading.Event(), threading.Event()
-
-    def hold_agent() -> None:  # (as a deactivation's first step, or a sign-out)
-        with transaction.atomic():
-            Agent.objects.select_for_update().filter(pk=fx.agent.pk).exists()
-            held.set()
-            assert release.wait(60)
-
-    holder, holder_failed = _in_thread(hold_agent, [], threading.Event())
-    decider = None
-    try:
-        assert held.wait(30)
-        pid: list[int] = []
-        decided = threading.Event()
-        decider, decide_failed = _in_thread(lambda: _decide(call, reviewer), pid, decided)
-        assert _blocked_or(pid, decided), "the decision did not wait for the agent's row"
+    # The agent's row held, as a deactivation's first step holds it (or a sign-out).
+    with RowHold(Agent.objects.select_for_update().filter(pk=fx.agent.pk).exists) as hold:
+        hold.waits(lambda: _decide(call, reviewer), "the decision (for the agent's row)")
         with transaction.atomic():  # the request's row is free meanwhile
             ApprovalRequest.objects.select_for_update(nowait=True).filter(pk=approval.pk).exists()
-    finally:
-        release.set()
-        holder.join(60)
-        if decider is not None:
-            decider.join(60)
-    assert not holder_failed and not decide_failed
     call.refresh_from_db()
     assert call.status == Status.QUEUED, call.status

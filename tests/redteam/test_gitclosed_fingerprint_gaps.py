@@ -24,18 +24,21 @@ from django.test import Client
 from dispatcher import execution
 from dispatcher.models import Preview, Status, ToolCall
 from dispatcher.tools import git_outside, preview
-from tests.approvals.conftest import ask, start_session
-from tests.approvals.test_preview_approval import _workspace, reviewer_client
-from tests.approvals.test_preview_outside_git import (
-    _approve,
-    _git,
-    _linked_worktree,
-    _team,
-    previews_on,
-)
+from tests.approvals.conftest import ask
+from tests.approvals.test_preview_approval import reviewer_client
+from tests.approvals.test_preview_outside_git import previews_on
 from tests.redteam.test_rt4git_outside_programs import SETTINGS
-from tests.redteam.test_rt4git_symbolic_refs import _worktree
 from tests.support.factories import AgentFixture
+from tests.support.git_preview import (
+    approve,
+    git,
+    outside_program,
+    ref_directories,
+    repository,
+    session_repository,
+    team,
+    worktree,
+)
 
 pytestmark = pytest.mark.django_db
 __all__ = ["previews_on", "reviewer_client"]  # the fixtures, used by name
@@ -58,7 +61,7 @@ def _ran_for_real(
     assert page.status_code == 200
     assert "This preview cannot be applied" in page.content.decode()
     assert why in page.content.decode()
-    _approve(reviewer_client, approval)
+    approve(reviewer_client, approval)
     return ToolCall.objects.get(pk=approval.call_id), row
 
 
@@ -74,14 +77,12 @@ def test_a_program_only_the_shell_finds_changed_after_the_approval_is_run_not_ap
     tmp_path: Path,
     alias: str,
 ) -> None:
-    team = _team(tmp_path, settings)
-    program = team / "greet.sh"
+    outside = team(tmp_path, settings)
+    program = outside / "greet.sh"
     program.write_text("#!/bin/sh\necho hello\n")
     program.chmod(0o755)
-    session_id = start_session(agent)
-    workspace = _workspace(agent)
-    _git(workspace, "init", "-q")
-    _git(workspace, "config", "alias.greet", alias.format(team=team))
+    session_id, workspace = session_repository(agent)
+    git(workspace, "config", "alias.greet", alias.format(team=outside))
 
     call, _ = _ran_for_real(agent, reviewer_client, session_id, GREET, "alias.greet")
     # Between the approval and the apply, the program outside the workspace changes (in
@@ -106,17 +107,12 @@ def test_a_tag_past_the_ref_directories_watched_is_run_not_applied(
     """The main repository of a linked worktree holds more ref directories than the
     fingerprint describes; its tags (`refs/tags/team/`, walked after `refs/heads`) lie
     past them."""
-    outside = _team(tmp_path, settings)
-    session_id = start_session(agent)
-    workspace = _workspace(agent)
-    _linked_worktree(workspace, outside)
+    outside = team(tmp_path, settings)
+    session_id, workspace = session_repository(agent, linked_to=outside)
     main = outside / "main"
-    sha = _git(main, "rev-parse", "HEAD")
-    heads = main / ".git" / "refs" / "heads"
-    for index in range(git_outside.MAX_REF_DIRS + 10):
-        (heads / f"d{index:03}").mkdir()
-        (heads / f"d{index:03}" / "x").write_text(sha)
-    _git(main, "tag", "team/v1.0")
+    sha = git(main, "rev-parse", "HEAD")
+    ref_directories(main / ".git" / "refs" / "heads", git_outside.MAX_REF_DIRS + 10, sha)
+    git(main, "tag", "team/v1.0")
     argv = ["sh", "-c", "git tag --points-at HEAD > TAGS; echo said"]
 
     call, _ = _ran_for_real(
@@ -124,7 +120,7 @@ def test_a_tag_past_the_ref_directories_watched_is_run_not_applied(
     )
     # After the approval, in the main repository: a tag beside it (`refs/tags/team/`, a
     # directory whose change only `refs/tags`' own listing shows, past the bound)
-    _git(main, "tag", "team/v2.0")
+    git(main, "tag", "team/v2.0")
     execution.execute_call(str(call.pk))
 
     call.refresh_from_db()
@@ -139,11 +135,9 @@ def test_an_included_configuration_past_the_files_watched_is_run_not_applied(
     settings: Any,
     tmp_path: Path,
 ) -> None:
-    team = _team(tmp_path, settings)
-    session_id = start_session(agent)
-    workspace = _workspace(agent)
-    _git(workspace, "init", "-q")
-    included = [team / f"inc{index:03}.gitconfig" for index in range(git_outside.MAX_OUTSIDE)]
+    outside = team(tmp_path, settings)
+    session_id, workspace = session_repository(agent)
+    included = [outside / f"inc{index:03}.gitconfig" for index in range(git_outside.MAX_OUTSIDE)]
     for path in included:
         path.write_text("[team]\n\tother = 1\n")
     last = included[-1]
@@ -191,13 +185,9 @@ UNREAD = [
 def test_a_command_line_the_fingerprint_cannot_read_whole_is_a_gap(
     tmp_path: Path, key: str, value: str
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
-    program = tmp_path / "bin" / "tool"
-    program.parent.mkdir()
-    program.write_text("#!/bin/sh\n")
-    _git(workspace, "config", key, value.format(p=program, d=program.parent))
+    workspace = repository(tmp_path / "ws")
+    program = outside_program(tmp_path)
+    git(workspace, "config", key, value.format(p=program, d=program.parent))
     _, gaps = preview.fingerprint_with_gaps(workspace)
     assert any(key.lower() in gap and "cannot read whole" in gap for gap in gaps), gaps
 
@@ -221,11 +211,9 @@ def test_a_command_line_the_fingerprint_cannot_read_whole_is_a_gap(
 def test_a_plain_command_line_is_no_gap(tmp_path: Path, key: str, value: str) -> None:
     """Plain words, which `_named_files` resolves (the common command lines), keep the
     preview appliable."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
+    workspace = repository(tmp_path / "ws")
     program = tmp_path / "bin" / "tool"
-    _git(workspace, "config", key, value.format(p=program))
+    git(workspace, "config", key, value.format(p=program))
     assert preview.fingerprint_with_gaps(workspace)[1] == []
 
 
@@ -247,18 +235,18 @@ def test_a_configuration_with_a_command_line_of_the_shell_is_read() -> None:
 def test_each_bound_of_the_fingerprint_is_a_gap(tmp_path: Path) -> None:
     """Past MAX_NAMED files command lines name, MAX_LISTED entries of a hooks directory
     outside, MAX_REF_DIRS ref directories, MAX_OUTSIDE files: each said."""
-    main, workspace = _worktree(tmp_path, "ws")
+    main, workspace = worktree(tmp_path, "ws")
     assert preview.fingerprint_with_gaps(workspace)[1] == []
-    team = tmp_path / "team"
-    team.mkdir()
+    outside = tmp_path / "team"
+    outside.mkdir()
     with (main / ".git" / "config").open("a") as config:
         config.write("[alias]\n")
         for index in range(git_outside.MAX_NAMED + 1):
-            config.write(f"\ta{index} = !sh {team}/p{index}\n")
+            config.write(f"\ta{index} = !sh {outside}/p{index}\n")
     gaps = preview.fingerprint_with_gaps(workspace)[1]
     assert any(f"more than {git_outside.MAX_NAMED} files" in gap for gap in gaps), gaps
 
-    _git(main, "config", "--remove-section", "alias")
+    git(main, "config", "--remove-section", "alias")
     hooks = main / ".git" / "hooks"
     for index in range(git_outside.MAX_LISTED + 1 - len(os.listdir(hooks))):
         (hooks / f"h{index}").write_text("")
@@ -270,11 +258,9 @@ def test_each_bound_of_the_fingerprint_is_a_gap(tmp_path: Path) -> None:
 def test_a_configuration_too_large_to_read_is_a_gap(tmp_path: Path) -> None:
     """An included configuration past the 1 MiB read: what it includes in turn is not
     known."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
+    workspace = repository(tmp_path / "ws")
     large = tmp_path / "team.gitconfig"
     large.write_text("[include]\n\tpath = /team/more.gitconfig\n" + "#" * (2 << 20) + "\n")
-    _git(workspace, "config", "include.path", str(large))
+    git(workspace, "config", "include.path", str(large))
     gaps = preview.fingerprint_with_gaps(workspace)[1]
     assert any(f"could not read the git configuration {large}" in gap for gap in gaps), gaps

@@ -20,11 +20,16 @@ import pytest
 from django.test import Client
 
 from dispatcher import execution
-from dispatcher.models import Preview, Status, ToolCall
-from tests.approvals.conftest import ask, start_session
-from tests.approvals.test_preview_approval import _workspace, reviewer_client
-from tests.approvals.test_preview_outside_git import _git, _linked_worktree, previews_on
+from tests.approvals.test_preview_approval import reviewer_client
+from tests.approvals.test_preview_outside_git import previews_on
 from tests.support.factories import AgentFixture
+from tests.support.git_preview import (
+    approved_preview,
+    asked_again,
+    git,
+    session_repository,
+    team,
+)
 
 pytestmark = pytest.mark.django_db
 __all__ = ["previews_on", "reviewer_client"]  # the fixtures, used by name
@@ -39,34 +44,17 @@ def test_a_commit_to_the_worktrees_branch_after_the_approval_asks_again(
     settings: Any,
     tmp_path: Path,
 ) -> None:
-    os.chmod(tmp_path, 0o755)  # noqa: S103 - the sandbox user passes through
-    outside = tmp_path / "team"
-    outside.mkdir(mode=0o755)
-    settings.HARNESS_SANDBOX_READ_ONLY = [str(outside)]
-    session_id = start_session(agent)
-    workspace = _workspace(agent)
-    _linked_worktree(workspace, outside)
-    approval = ask(agent, {"argv": COMMAND}, session_id=session_id, name="run_command")
-    preview = Preview.objects.get(call=approval.call)
-    assert preview.appliable, preview.note
-    shown = next(c for c in preview.effect["changes"] if c["path"] == "last.txt")
-    assert "+init" in shown["diff"], shown
-    data = {"action": "approve", "digest": approval.call.digest}
-    data["effect_digest"] = approval.effect_digest
-    response = reviewer_client.post(f"/approvals/{approval.pk}/decide", data)
-    assert response.status_code in (200, 302), response.content
+    outside = team(tmp_path, settings)
+    session_id, workspace = session_repository(agent, linked_to=outside)
+    approval, shown = approved_preview(agent, reviewer_client, session_id, COMMAND, "last.txt")
+    assert "+init" in shown, shown
 
     # Between the approval and the apply, the person commits to the worktree's branch
     # (outside the workspace: its objects, its ref, the worktree's logs).
     before = sorted(os.listdir(workspace))
-    _git(workspace, "commit", "--allow-empty", "-qm", "second")
+    git(workspace, "commit", "--allow-empty", "-qm", "second")
     assert sorted(os.listdir(workspace)) == before
     execution.execute_call(str(approval.call_id))
 
-    original = ToolCall.objects.get(pk=approval.call_id)
-    assert original.status == Status.EDITED, (original.status, original.content)
-    assert not (workspace / "last.txt").exists()
-    again = ToolCall.objects.get(edited_from=original)
-    assert again.status == Status.PENDING_APPROVAL
-    shown = next(c for c in again.preview.effect["changes"] if c["path"] == "last.txt")
-    assert "+second" in shown["diff"], shown
+    _, shown = asked_again(approval, workspace, "last.txt")
+    assert "+second" in shown, shown

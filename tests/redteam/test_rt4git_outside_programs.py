@@ -23,12 +23,23 @@ import pytest
 from django.test import Client
 
 from dispatcher import execution
-from dispatcher.models import Preview, Status, ToolCall
+from dispatcher.models import Status, ToolCall
 from dispatcher.tools import preview, sandbox_git
-from tests.approvals.conftest import ask, start_session
-from tests.approvals.test_preview_approval import _workspace, reviewer_client
-from tests.approvals.test_preview_outside_git import _approve, _git, _team, previews_on
+from tests.approvals.conftest import ask
+from tests.approvals.test_preview_approval import reviewer_client
+from tests.approvals.test_preview_outside_git import previews_on
 from tests.support.factories import AgentFixture
+from tests.support.git_preview import (
+    approve,
+    approved_preview,
+    asked_again,
+    assert_fingerprint_follows,
+    git,
+    outside_program,
+    repository,
+    session_repository,
+    team,
+)
 
 pytestmark = pytest.mark.django_db
 __all__ = ["previews_on", "reviewer_client"]  # the fixtures, used by name
@@ -39,12 +50,10 @@ COMMAND = ["sh", "-c", "git greet > greeting.txt; echo said"]
 def _greeting(agent: AgentFixture, tmp_path: Path, settings: Any) -> tuple[str, Path, Path]:
     """(a new session of `agent`, its workspace, whose repository's `git greet` runs `sh
     team/greet.sh`, a program outside it on a read-only entry; that program)."""
-    program = _team(tmp_path, settings) / "greet.sh"
+    program = team(tmp_path, settings) / "greet.sh"
     program.write_text("echo hello\n")
-    session_id = start_session(agent)
-    workspace = _workspace(agent)
-    _git(workspace, "init", "-q")
-    _git(workspace, "config", "alias.greet", f"!sh {program}")
+    session_id, workspace = session_repository(agent)
+    git(workspace, "config", "alias.greet", f"!sh {program}")
     return session_id, workspace, program
 
 
@@ -56,25 +65,15 @@ def test_a_program_an_alias_runs_outside_the_workspace_changed_after_the_approva
     tmp_path: Path,
 ) -> None:
     session_id, workspace, program = _greeting(agent, tmp_path, settings)
-    approval = ask(agent, {"argv": COMMAND}, session_id=session_id, name="run_command")
-    preview_row = Preview.objects.get(call=approval.call)
-    assert preview_row.appliable, preview_row.note
-    shown = next(c for c in preview_row.effect["changes"] if c["path"] == "greeting.txt")
-    assert "+hello" in shown["diff"], shown
-    _approve(reviewer_client, approval)
+    approval, shown = approved_preview(agent, reviewer_client, session_id, COMMAND, "greeting.txt")
+    assert "+hello" in shown, shown
 
     # Between the approval and the apply, the program outside the workspace changes.
     program.write_text("echo goodbye\n")
     execution.execute_call(str(approval.call_id))
 
-    original = ToolCall.objects.get(pk=approval.call_id)
-    assert original.status == Status.EDITED, (original.status, original.content)
-    assert "the workspace changed since the preview" in original.content
-    assert not (workspace / "greeting.txt").exists()  # nothing applied, nothing run
-    again = ToolCall.objects.get(edited_from=original)
-    assert again.status == Status.PENDING_APPROVAL
-    shown = next(c for c in again.preview.effect["changes"] if c["path"] == "greeting.txt")
-    assert "+goodbye" in shown["diff"] and "hello" not in shown["diff"], shown
+    _, shown = asked_again(approval, workspace, "greeting.txt")  # (nothing run)
+    assert "+goodbye" in shown and "hello" not in shown, shown
 
 
 def test_an_unchanged_outside_program_applies_the_effect(
@@ -82,7 +81,7 @@ def test_an_unchanged_outside_program_applies_the_effect(
 ) -> None:
     session_id, workspace, _ = _greeting(agent, tmp_path, settings)
     approval = ask(agent, {"argv": COMMAND}, session_id=session_id, name="run_command")
-    _approve(reviewer_client, approval)
+    approve(reviewer_client, approval)
     execution.execute_call(str(approval.call_id))
     call = ToolCall.objects.get(pk=approval.call_id)
     assert call.status == Status.COMPLETED, (call.status, call.content)
@@ -108,17 +107,11 @@ SETTINGS = [
 def test_the_fingerprint_takes_each_program_a_configuration_names_outside(
     tmp_path: Path, key: str, value: str
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
-    program = tmp_path / "bin" / "tool"
-    program.parent.mkdir()
-    program.write_text("#!/bin/sh\n")
-    _git(workspace, "config", key, value.replace("{p}", str(program)))
-    seen = preview.fingerprint_of(workspace)
-    assert preview.fingerprint_of(workspace) == seen  # (unchanged: the same)
-    program.write_text("#!/bin/sh\nexit 1\n")  # (in place: the same inode)
-    assert preview.fingerprint_of(workspace) != seen
+    workspace = repository(tmp_path / "ws")
+    program = outside_program(tmp_path)
+    git(workspace, "config", key, value.replace("{p}", str(program)))
+    # (changed in place: the same inode)
+    assert_fingerprint_follows(workspace, lambda: program.write_text("#!/bin/sh\nexit 1\n"))
 
 
 def test_the_fingerprint_takes_a_program_of_every_configuration_git_reads(
@@ -129,10 +122,9 @@ def test_the_fingerprint_takes_a_program_of_every_configuration_git_reads(
     in that work tree, outside the workspace)."""
     system = tmp_path / "gitconfig"
     monkeypatch.setattr(sandbox_git, "SYSTEM_CONFIG", system)
-    repository = tmp_path / "repo"
-    (repository / "tools").mkdir(parents=True)
-    _git(repository, "init", "-q")
-    workspace = repository / "ws"
+    above = repository(tmp_path / "repo")
+    (above / "tools").mkdir()
+    workspace = above / "ws"
     workspace.mkdir()
     first, second = tmp_path / "first", tmp_path / "second"
     first.write_text("#!/bin/sh\n")
@@ -140,8 +132,8 @@ def test_the_fingerprint_takes_a_program_of_every_configuration_git_reads(
     link = tmp_path / "fsmonitor"
     link.symlink_to(first)
     system.write_text(f"[core]\n\tfsmonitor = {shlex.quote(str(link))}\n")
-    _git(repository, "config", "filter.team.clean", "tools/clean.sh")
-    relative = repository / "tools" / "clean.sh"
+    git(above, "config", "filter.team.clean", "tools/clean.sh")
+    relative = above / "tools" / "clean.sh"
     relative.write_text("#!/bin/sh\ncat\n")
     seen = {preview.fingerprint_of(workspace)}
     assert preview.fingerprint_of(workspace) in seen

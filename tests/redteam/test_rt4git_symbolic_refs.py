@@ -21,30 +21,27 @@ import pytest
 from django.test import Client
 
 from dispatcher import execution
-from dispatcher.models import Preview, Status, ToolCall
-from dispatcher.tools import git_outside, preview
-from tests.approvals.conftest import ask, start_session
-from tests.approvals.test_preview_approval import _workspace, reviewer_client
-from tests.approvals.test_preview_outside_git import (
-    _approve,
-    _git,
-    _linked_worktree,
-    _team,
-    previews_on,
-)
+from dispatcher.tools import git_outside
+from tests.approvals.test_preview_approval import reviewer_client
+from tests.approvals.test_preview_outside_git import previews_on
 from tests.support.factories import AgentFixture
+from tests.support.git_preview import (
+    advance,
+    approved_preview,
+    asked_again,
+    assert_fingerprint_follows,
+    git,
+    outside_file,
+    repository,
+    session_repository,
+    team,
+    worktree,
+)
 
 pytestmark = pytest.mark.django_db
 __all__ = ["previews_on", "reviewer_client"]  # the fixtures, used by name
 
 COMMAND = ["sh", "-c", "git log -1 --format=%s > last.txt; echo said"]
-
-
-def _advance(main: Path, branch: str, subject: str) -> None:
-    """A new commit on `branch` made from the main repository, touching no work tree and
-    no index (`commit-tree` and `update-ref`): only the branch's ref changes."""
-    made = _git(main, "commit-tree", f"{branch}^{{tree}}", "-p", branch, "-m", subject)
-    _git(main, "update-ref", f"refs/heads/{branch}", made.strip())
 
 
 def test_a_commit_to_the_branch_a_symbolic_ref_names_after_the_approval_asks_again(
@@ -54,85 +51,63 @@ def test_a_commit_to_the_branch_a_symbolic_ref_names_after_the_approval_asks_aga
     settings: Any,
     tmp_path: Path,
 ) -> None:
-    outside = _team(tmp_path, settings)
-    session_id = start_session(agent)
-    workspace = _workspace(agent)
-    _linked_worktree(workspace, outside)
+    outside = team(tmp_path, settings)
+    session_id, workspace = session_repository(agent, linked_to=outside)
     main = outside / "main"
     # The worktree's branch is a symbolic ref to `final`: HEAD -> ws -> final.
-    branch = _git(workspace, "symbolic-ref", "--short", "HEAD").strip()
-    _git(main, "branch", "final")
-    _git(main, "symbolic-ref", f"refs/heads/{branch}", "refs/heads/final")
-    approval = ask(agent, {"argv": COMMAND}, session_id=session_id, name="run_command")
-    preview_row = Preview.objects.get(call=approval.call)
-    assert preview_row.appliable, preview_row.note
-    shown = next(c for c in preview_row.effect["changes"] if c["path"] == "last.txt")
-    assert "+init" in shown["diff"], shown
-    _approve(reviewer_client, approval)
+    branch = git(workspace, "symbolic-ref", "--short", "HEAD").strip()
+    git(main, "branch", "final")
+    git(main, "symbolic-ref", f"refs/heads/{branch}", "refs/heads/final")
+    approval, shown = approved_preview(agent, reviewer_client, session_id, COMMAND, "last.txt")
+    assert "+init" in shown, shown
 
     # Between the approval and the apply, the person commits to `final` (HEAD and
     # `refs/heads/ws` unchanged, nothing of the workspace touched).
     before = sorted(os.listdir(workspace))
-    _advance(main, "final", "second")
+    advance(main, "final", "second")
     assert sorted(os.listdir(workspace)) == before
-    assert _git(workspace, "log", "-1", "--format=%s").strip() == "second"
+    assert git(workspace, "log", "-1", "--format=%s").strip() == "second"
     execution.execute_call(str(approval.call_id))
 
-    original = ToolCall.objects.get(pk=approval.call_id)
-    assert original.status == Status.EDITED, (original.status, original.content)
-    assert "the workspace changed since the preview" in original.content
-    assert not (workspace / "last.txt").exists()
-    again = ToolCall.objects.get(edited_from=original)
-    assert again.status == Status.PENDING_APPROVAL
-    shown = next(c for c in again.preview.effect["changes"] if c["path"] == "last.txt")
-    assert "+second" in shown["diff"], shown
-
-
-def _worktree(tmp_path: Path, branch: str) -> tuple[Path, Path]:
-    """(`main`, a repository with one commit; `ws`, its linked worktree on `branch`)."""
-    main = tmp_path / "main"
-    main.mkdir()
-    _git(main, "init", "-q")
-    _git(main, "commit", "--allow-empty", "-qm", "init")
-    workspace = tmp_path / "ws"
-    _git(main, "worktree", "add", "-q", "-b", branch, str(workspace))
-    return main, workspace
+    _, shown = asked_again(approval, workspace, "last.txt")
+    assert "+second" in shown, shown
 
 
 @pytest.mark.parametrize("how", ["file", "link"])
 def test_the_fingerprint_follows_a_chain_of_symbolic_refs_as_far_as_git_does(
     tmp_path: Path, how: str
 ) -> None:
-    main, workspace = _worktree(tmp_path, "ws")
+    main, workspace = worktree(tmp_path, "ws")
     # HEAD -> ws -> a -> b -> final: git's fifth and last read is `final`'s.
     chain = ["ws", "a", "b", "final"]
-    _git(main, "branch", "final")
+    git(main, "branch", "final")
     heads = main / ".git" / "refs" / "heads"
     for name, named in zip(chain, chain[1:], strict=False):
         if how == "file":
-            _git(main, "symbolic-ref", f"refs/heads/{name}", f"refs/heads/{named}")
+            git(main, "symbolic-ref", f"refs/heads/{name}", f"refs/heads/{named}")
         else:  # (git takes a link whose target starts with `refs/` for a symbolic ref)
             (heads / name).unlink(missing_ok=True)
             (heads / name).symlink_to(f"refs/heads/{named}")
-    assert _git(workspace, "rev-parse", "--symbolic-full-name", "HEAD").strip() == (
+    assert git(workspace, "rev-parse", "--symbolic-full-name", "HEAD").strip() == (
         "refs/heads/final"
     )
-    seen = preview.fingerprint_of(workspace)
-    assert preview.fingerprint_of(workspace) == seen  # (unchanged: the same)
-    _advance(main, "final", "second")
-    assert _git(workspace, "log", "-1", "--format=%s").strip() == "second"
-    assert preview.fingerprint_of(workspace) != seen
+
+    def commit() -> None:
+        advance(main, "final", "second")
+        assert git(workspace, "log", "-1", "--format=%s").strip() == "second"
+
+    assert_fingerprint_follows(workspace, commit)
 
 
 def test_a_ref_past_the_depth_git_follows_is_not_read(tmp_path: Path) -> None:
     """git resolves no HEAD whose chain needs more than SYMREF_MAXDEPTH reads, and what
     lies past it changes nothing git does: it is not described (nor read at all)."""
-    main, workspace = _worktree(tmp_path, "r0")
+    main, workspace = worktree(tmp_path, "r0")
     depth = git_outside.SYMREF_MAXDEPTH
     for level in range(depth):
-        _git(main, "branch", f"r{level + 1}")
-        _git(main, "symbolic-ref", f"refs/heads/r{level}", f"refs/heads/r{level + 1}")
-    assert _git(workspace, "rev-parse", "r1").strip()  # (within git's depth: resolved)
+        git(main, "branch", f"r{level + 1}")
+        git(main, "symbolic-ref", f"refs/heads/r{level}", f"refs/heads/r{level + 1}")
+    assert git(workspace, "rev-parse", "r1").strip()  # (within git's depth: resolved)
     unresolved = subprocess.run(
         ["git", "-c", "safe.directory=*", "rev-parse", "--verify", "-q", "HEAD"],
         cwd=workspace,
@@ -154,17 +129,10 @@ def test_a_git_file_of_the_workspace_linked_outside_it_is_taken_by_what_git_read
     """git follows a link in its git directory (a ref, `packed-refs`, HEAD, whose target
     does not start with `refs/`) and reads the file outside; the walk takes the link
     alone, so the file it names is described too."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q", "-b", "main")
-    _git(workspace, "commit", "--allow-empty", "-qm", "init")
-    outside = tmp_path / "team" / "file"
-    outside.parent.mkdir()
+    workspace = repository(tmp_path / "ws", "-b", "main", commits=("init",))
     here = workspace / ".git" / name
-    outside.write_bytes(here.read_bytes() if here.exists() else b"")
+    outside = outside_file(tmp_path, here.read_text() if here.exists() else "")
     here.unlink(missing_ok=True)
     here.symlink_to(outside)
-    seen = preview.fingerprint_of(workspace)
-    assert preview.fingerprint_of(workspace) == seen
-    outside.write_bytes(outside.read_bytes() + b"\n")  # (in place: the link unchanged)
-    assert preview.fingerprint_of(workspace) != seen
+    # (in place: the link unchanged)
+    assert_fingerprint_follows(workspace, lambda: outside.write_text(outside.read_text() + "\n"))

@@ -19,12 +19,21 @@ import pytest
 from django.test import Client
 
 from dispatcher import execution
-from dispatcher.models import Preview, Status, ToolCall
-from dispatcher.tools import preview, sandbox
-from tests.approvals.conftest import ask, start_session
-from tests.approvals.test_preview_approval import _workspace, reviewer_client
-from tests.approvals.test_preview_outside_git import _approve, _git, _team, previews_on
+from dispatcher.tools import sandbox
+from tests.approvals.test_preview_approval import reviewer_client
+from tests.approvals.test_preview_outside_git import previews_on
 from tests.support.factories import AgentFixture
+from tests.support.git_preview import (
+    approved_preview,
+    asked_again,
+    assert_fingerprint_follows,
+    git,
+    outside_file,
+    outside_program,
+    repository,
+    session_repository,
+    team,
+)
 
 pytestmark = pytest.mark.django_db
 __all__ = ["previews_on", "reviewer_client"]  # the fixtures, used by name
@@ -44,28 +53,18 @@ def test_a_program_named_from_home_changed_after_the_approval_asks_again(
     settings: Any,
     tmp_path: Path,
 ) -> None:
-    program = _team(tmp_path, settings) / "greet.sh"
+    program = team(tmp_path, settings) / "greet.sh"
     program.write_text("echo hello\n")
-    session_id = start_session(agent)
-    workspace = _workspace(agent)
-    _git(workspace, "init", "-q")
-    _git(workspace, "config", "alias.greet", f"!sh ~/{_up_from_home(program)}")
-    approval = ask(agent, {"argv": COMMAND}, session_id=session_id, name="run_command")
-    preview_row = Preview.objects.get(call=approval.call)
-    assert preview_row.appliable, preview_row.note
-    shown = next(c for c in preview_row.effect["changes"] if c["path"] == "greeting.txt")
-    assert "+hello" in shown["diff"], shown  # (the sandbox's shell found it)
-    _approve(reviewer_client, approval)
+    session_id, workspace = session_repository(agent)
+    git(workspace, "config", "alias.greet", f"!sh ~/{_up_from_home(program)}")
+    approval, shown = approved_preview(agent, reviewer_client, session_id, COMMAND, "greeting.txt")
+    assert "+hello" in shown, shown  # (the sandbox's shell found it)
 
     program.write_text("echo HACKED\n")  # (in place: the same inode)
     execution.execute_call(str(approval.call_id))
 
-    original = ToolCall.objects.get(pk=approval.call_id)
-    assert original.status == Status.EDITED, (original.status, original.content)
-    assert not (workspace / "greeting.txt").exists()
-    again = ToolCall.objects.get(edited_from=original)
-    shown = next(c for c in again.preview.effect["changes"] if c["path"] == "greeting.txt")
-    assert "+HACKED" in shown["diff"], shown
+    _, shown = asked_again(approval, workspace, "greeting.txt")
+    assert "+HACKED" in shown, shown
 
 
 @pytest.mark.parametrize(
@@ -82,18 +81,12 @@ def test_a_program_named_from_home_changed_after_the_approval_asks_again(
 def test_the_fingerprint_takes_a_program_named_from_home_or_pwd(
     tmp_path: Path, spelled: str
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
-    program = tmp_path / "bin" / "tool"
-    program.parent.mkdir()
-    program.write_text("#!/bin/sh\n")
+    workspace = repository(tmp_path / "ws")
+    program = outside_program(tmp_path)
     value = spelled.format(up=_up_from_home(program), rel="../bin/tool")
-    _git(workspace, "config", "alias.t", value)
-    seen = preview.fingerprint_of(workspace)
-    assert preview.fingerprint_of(workspace) == seen  # (unchanged: the same)
-    program.write_text("#!/bin/sh\nexit 1\n")  # (in place: the same inode)
-    assert preview.fingerprint_of(workspace) != seen
+    git(workspace, "config", "alias.t", value)
+    # (in place: the same inode)
+    assert_fingerprint_follows(workspace, lambda: program.write_text("#!/bin/sh\nexit 1\n"))
 
 
 @pytest.mark.parametrize("key", ["include.path", "core.hooksPath"])
@@ -102,21 +95,18 @@ def test_the_fingerprint_takes_a_file_a_configuration_names_from_home(
 ) -> None:
     """git expands `~/` of an include or a hooks directory with the HOME it runs with,
     the sandbox's when previewed: `~/../../team/x` is /team/x."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
-    team = tmp_path / "team"
-    team.mkdir()
-    named = team / ("x.gitconfig" if key == "include.path" else "hooks")
+    workspace = repository(tmp_path / "ws")
     if key == "include.path":
-        named.write_text("[core]\n\tfsmonitor = false\n")
+        named = outside_file(tmp_path, "[core]\n\tfsmonitor = false\n", "x.gitconfig")
     else:
-        named.mkdir()
-    _git(workspace, "config", key, f"~/{_up_from_home(named)}")
-    seen = preview.fingerprint_of(workspace)
-    assert preview.fingerprint_of(workspace) == seen  # (unchanged: the same)
-    if key == "include.path":
-        named.write_text("[core]\n\tfsmonitor = /team/fsmon\n")  # (in place)
-    else:
-        (named / "pre-commit").write_text("#!/bin/sh\n")
-    assert preview.fingerprint_of(workspace) != seen
+        named = tmp_path / "team" / "hooks"
+        named.mkdir(parents=True)
+    git(workspace, "config", key, f"~/{_up_from_home(named)}")
+
+    def change() -> None:
+        if key == "include.path":
+            named.write_text("[core]\n\tfsmonitor = /team/fsmon\n")  # (in place)
+        else:
+            (named / "pre-commit").write_text("#!/bin/sh\n")
+
+    assert_fingerprint_follows(workspace, change)

@@ -15,38 +15,32 @@ import shutil
 from pathlib import Path
 
 from dispatcher.tools import preview
-from tests.approvals.test_preview_outside_git import _git
+from tests.support.git_preview import assert_fingerprint_follows, git, repository
 
 
 def test_a_refs_directory_kept_as_a_link_outside_moved_tag_changes_the_fingerprint(
     tmp_path: Path,
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
-    _git(workspace, "commit", "--allow-empty", "-qm", "init")
-    _git(workspace, "commit", "--allow-empty", "-qm", "second")
-    _git(workspace, "tag", "v1", "HEAD~1")
+    workspace = repository(tmp_path / "ws", commits=("init", "second"))
+    git(workspace, "tag", "v1", "HEAD~1")
     team = tmp_path / "team"
     team.mkdir()
     shutil.move(workspace / ".git" / "refs", team / "refs")
     os.symlink(team / "refs", workspace / ".git" / "refs")
-    assert _git(workspace, "tag", "--points-at", "HEAD").split() == []
-    seen = preview.fingerprint_of(workspace)
-    assert preview.fingerprint_of(workspace) == seen
-    # The tag moves onto HEAD, written in place under the linked directory.
-    (team / "refs" / "tags" / "v1").write_text(_git(workspace, "rev-parse", "HEAD"))
-    assert _git(workspace, "tag", "--points-at", "HEAD").split() == ["v1"]
-    assert preview.fingerprint_of(workspace) != seen
+    assert git(workspace, "tag", "--points-at", "HEAD").split() == []
+
+    def move() -> None:
+        # The tag moves onto HEAD, written in place under the linked directory.
+        (team / "refs" / "tags" / "v1").write_text(git(workspace, "rev-parse", "HEAD"))
+        assert git(workspace, "tag", "--points-at", "HEAD").split() == ["v1"]
+
+    assert_fingerprint_follows(workspace, move)
 
 
 def test_a_refs_directory_kept_as_a_link_to_itself_or_proc_ends(tmp_path: Path) -> None:
     """A link of the reflogs' root to /proc, to the root or to itself: the fingerprint
     ends, the same while nothing changed (no guard of the fix's: it held before too)."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
-    _git(workspace, "commit", "--allow-empty", "-qm", "init")
+    workspace = repository(tmp_path / "ws", commits=("init",))
     logs = workspace / ".git" / "logs"
     shutil.rmtree(logs)
     for target in ("/proc/self/cwd", "/", str(logs)):

@@ -28,7 +28,8 @@ URLS = ("replay/", "transcript/", "transcript/?format=openai", "transcript/?form
 
 @pytest.fixture
 def streamed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every page past 32 KiB streamed (a session of a thousand events, not millions)."""
+    """Every page past 32 KiB streamed (a session of a thousand events, not millions), read
+    20 events at a time, the export's slots this test's own."""
     monkeypatch.setattr(streaming, "BUFFERED_BYTES", 32 * 1024)
     monkeypatch.setattr(replay, "STEPS_READ", 20)
     monkeypatch.setattr(timeline, "CALLS_READ", 20)

@@ -10,27 +10,25 @@ takes: it waits for the claim in flight, or the claim waits for it and refuses t
 from __future__ import annotations
 
 import json
-import threading
 
 import pytest
 from django.contrib.auth.models import Group
-from django.db import connection, transaction
+from django.db import transaction
 from django.test import Client
 
 from audit import roles
 from audit.models import AuditChain, AuditEvent
 from dispatcher import execution
 from dispatcher.models import Status, ToolCall
-from tests.agentauth.test_claim_waits_for_sign_out import _blocked_or, _in_thread
 from tests.approvals.conftest import ask
 from tests.approvals.test_quorum import WRITE, quorum_agent, vote
+from tests.support.row_locks import RowHold, require_postgresql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_deactivation_and_a_claim_in_a_session_voted_in_do_not_deadlock() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks across connections: PostgreSQL")
+    require_postgresql()
     fx = quorum_agent(approvals=2)
     leaver = fx.owner
     leaver.groups.add(Group.objects.get_or_create(name="reviewer")[0])
@@ -50,42 +48,15 @@ def test_a_deactivation_and_a_claim_in_a_session_voted_in_do_not_deadlock() -> N
     call = ToolCall.objects.get(session_id=session_id, name="read_file")
     assert call.status == Status.QUEUED, call.status
     # Another transaction holds the session chain's head (an event being written).
-    held, release = threading.Event(), threading.Event()
-
-    def hold_head() -> None:
-        with transaction.atomic():
-            AuditChain.objects.select_for_update().filter(chain=session_id).exists()
-            held.set()
-            assert release.wait(60)
-
-    holder, holder_failed = _in_thread(hold_head, [], threading.Event())
-    threads = []
-    try:
-        assert held.wait(30)
-        gone_pid: list[int] = []
-        gone = threading.Event()
-        threads.append(
-            _in_thread(
-                lambda: transaction.atomic(roles.deactivate)(user=leaver, actor="admin"),
-                gone_pid,
-                gone,
-            )
+    # Was: psycopg.errors.DeadlockDetected in the deactivation (rolled back: still active),
+    # a failure of its thread.
+    head = AuditChain.objects.select_for_update().filter(chain=session_id)
+    with RowHold(head.exists) as hold:
+        hold.waits(
+            lambda: transaction.atomic(roles.deactivate)(user=leaver, actor="admin"),
+            "the deactivation",
         )
-        assert _blocked_or(gone_pid, gone), "the deactivation did not wait"
-        claim_pid: list[int] = []
-        claimed = threading.Event()
-        threads.append(_in_thread(lambda: execution.execute_call(str(call.pk)), claim_pid, claimed))
-        assert _blocked_or(claim_pid, claimed), "the claim did not wait"
-    finally:
-        release.set()
-        holder.join(60)
-        for thread, _ in threads:
-            thread.join(60)
-    assert not holder_failed
-    (_, deactivation_failed), (_, claim_failed) = threads
-    # Was: psycopg.errors.DeadlockDetected in the deactivation (rolled back: still active).
-    assert not deactivation_failed, deactivation_failed
-    assert not claim_failed, claim_failed
+        hold.waits(lambda: execution.execute_call(str(call.pk)), "the claim")
     leaver.refresh_from_db()
     assert not leaver.is_active
     call.refresh_from_db()

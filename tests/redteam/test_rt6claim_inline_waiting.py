@@ -9,20 +9,18 @@ the sign-out waits for it, so the call starts before the sign-out, never after."
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
 
 from agentauth import services
 from audit.models import AuditChain, AuditEvent
 from dispatcher.gateways import mcp, mcp_http
 from dispatcher.models import Status
-from tests.agentauth.test_claim_waits_for_sign_out import _blocked_or, _in_thread
 from tests.mcp.conftest import http_upstream, trusted_upstream
 from tests.mcp.test_inline_sign_out import _echo, _signed_in_session
 from tests.support.oauth import MCP, DocumentServer, documents
+from tests.support.row_locks import RowHold, blocked_or, require_postgresql
 
 __all__ = ["documents", "http_upstream", "trusted_upstream"]  # the fixtures
 
@@ -32,52 +30,24 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 def test_an_inline_call_waiting_for_its_chain_never_runs_after_the_sign_out(
     trusted_upstream: str, documents: DocumentServer
 ) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks across connections: PostgreSQL")
+    require_postgresql()
     owner, agent, token, external_id = _signed_in_session(documents)
     _, session = mcp_http.authenticate(token, external_id, MCP)  # the request's read
     assert session is not None
     chain = str(session.pk)
     assert AuditChain.objects.filter(chain=chain).exists()
-    held, release = threading.Event(), threading.Event()
-
-    def hold_head() -> None:
-        with transaction.atomic():
-            AuditChain.objects.select_for_update().filter(chain=chain).exists()
-            held.set()
-            assert release.wait(60)
-
-    holder, holder_failed = _in_thread(hold_head, [], threading.Event())
     calls: list[Any] = []
-    submitter = signer = None
-    waited = False
-    try:
-        assert held.wait(30)
-        pid: list[int] = []
-        written = threading.Event()
-        submitter, submit_failed = _in_thread(
+    with RowHold(AuditChain.objects.select_for_update().filter(chain=chain).exists) as hold:
+        hold.waits(
             lambda: calls.append(
                 mcp.submit(session, _echo("mcp:1", trusted_upstream, "late"), preloaded=True)
             ),
-            pid,
-            written,
+            "the inline write (for the head)",
         )
-        assert _blocked_or(pid, written), "the inline write did not wait for the head"
-        out_pid: list[int] = []
-        out = threading.Event()
-        signer, sign_failed = _in_thread(
-            lambda: services.sign_out_agent(agent=agent, actor=f"user:{owner.username}"),
-            out_pid,
-            out,
+        sign_out = hold.start(
+            lambda: services.sign_out_agent(agent=agent, actor=f"user:{owner.username}")
         )
-        waited = _blocked_or(out_pid, out)
-    finally:
-        release.set()
-        holder.join(60)
-        for thread in (submitter, signer):
-            if thread is not None:
-                thread.join(60)
-    assert not holder_failed and not submit_failed and not sign_failed
+        waited = blocked_or(*sign_out)
     [call] = calls
     if call.status == Status.COMPLETED:  # (written before the sign-out: it may run)
         # Was: the sign-out committed while the write waited, then the call ran.

@@ -9,20 +9,18 @@ refresh racing a claim the same way is no refusal: the claim is tried once more.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
 from django.test import Client
 
 from audit.models import AuditEvent
 from dispatcher import execution
 from dispatcher.models import Agent, Status, ToolCall
-from tests.agentauth.test_claim_waits_for_sign_out import _blocked_or, _in_thread
 from tests.agentauth.test_token_revocation_calls import _session, _two_sign_ins
 from tests.support.factories import submit_one, unique
 from tests.support.oauth import DocumentServer, documents, refresh
+from tests.support.row_locks import RowHold, blocked_or, require_postgresql
 
 __all__ = ["documents"]  # the fixture
 
@@ -34,52 +32,32 @@ def _claim_waiting(call: ToolCall, held_row: str, meanwhile: Any) -> bool:
     call's row, as a decision or a reconciler may, or the agent's, as a sign-out does);
     `meanwhile()` runs in a thread of its own while the claim waits; then the row is let
     go. True when `meanwhile` waited on a lock (for the claim) rather than committing."""
-    held, release = threading.Event(), threading.Event()
-
-    def hold_row() -> None:
-        with transaction.atomic():
-            if held_row == "call":
-                ToolCall.objects.select_for_update().filter(pk=call.pk).exists()
-            else:
-                Agent.objects.select_for_update().filter(pk=call.session.agent_id).exists()
-            held.set()
-            assert release.wait(60)
-
-    holder, holder_failed = _in_thread(hold_row, [], threading.Event())
-    claimer = other = None
-    waited = False
-    try:
-        assert held.wait(30)
-        pid: list[int] = []
-        claimed = threading.Event()
-        claimer, claim_failed = _in_thread(
-            lambda: execution.execute_call(str(call.pk)), pid, claimed
-        )
-        assert _blocked_or(pid, claimed), "the claim did not wait"
-        other_pid: list[int] = []
-        done = threading.Event()
-        other, other_failed = _in_thread(meanwhile, other_pid, done)
-        waited = _blocked_or(other_pid, done)
-    finally:
-        release.set()
-        holder.join(60)
-        for thread in (claimer, other):
-            if thread is not None:
-                thread.join(60)
-    assert not holder_failed and not claim_failed and not other_failed
+    if held_row == "call":
+        row = ToolCall.objects.select_for_update().filter(pk=call.pk)
+    else:
+        row = Agent.objects.select_for_update().filter(pk=call.session.agent_id)
+    with RowHold(row.exists) as hold:
+        hold.waits(lambda: execution.execute_call(str(call.pk)), "the claim")
+        waited = blocked_or(*hold.start(meanwhile))
     return waited
+
+
+def _queued_call(documents: DocumentServer) -> tuple[str, dict[str, Any], ToolCall]:
+    """(the client of an agent signed in twice; its first sign-in's answer; a call of a
+    session of that sign-in, queued, reading the workspace's "secret")."""
+    require_postgresql()
+    client_id, agent, first, _ = _two_sign_ins(documents)
+    session = _session(first["access_token"], agent)
+    call = submit_one(session, "read_file", {"path": "a.txt"}, tool_use_id=unique("t"))
+    assert call.status == Status.QUEUED
+    return client_id, first, call
 
 
 @pytest.mark.parametrize("held_row", ["call", "agent"])
 def test_a_claim_in_flight_never_runs_the_call_after_its_token_was_revoked(
     documents: DocumentServer, held_row: str
 ) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks across connections: PostgreSQL")
-    client_id, agent, first, _ = _two_sign_ins(documents)
-    session = _session(first["access_token"], agent)
-    call = submit_one(session, "read_file", {"path": "a.txt"}, tool_use_id=unique("t"))
-    assert call.status == Status.QUEUED
+    client_id, first, call = _queued_call(documents)
 
     def revoke() -> None:
         answer = Client().post(
@@ -104,11 +82,7 @@ def test_a_claim_in_flight_never_runs_the_call_after_its_token_was_revoked(
 def test_a_refresh_while_a_claim_waits_does_not_deny_the_call(
     documents: DocumentServer, held_row: str
 ) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks across connections: PostgreSQL")
-    client_id, agent, first, _ = _two_sign_ins(documents)
-    session = _session(first["access_token"], agent)
-    call = submit_one(session, "read_file", {"path": "a.txt"}, tool_use_id=unique("t"))
+    client_id, first, call = _queued_call(documents)
 
     def renew() -> None:
         answer = refresh(client_id, first["refresh_token"])

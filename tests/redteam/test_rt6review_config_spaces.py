@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.tools import git_outside, preview
-from tests.approvals.test_preview_outside_git import _git
+from tests.support.git_preview import git, repository
 
 CONFIGURATIONS = {
     "include": b"[include]\n\rpath = {team}\n",
@@ -30,9 +30,7 @@ CONFIGURATIONS = {
 def test_a_key_after_a_carriage_return_is_read_as_git_reads_it(
     tmp_path: Path, written: str
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
+    workspace = repository(tmp_path / "ws")
     team = tmp_path / "team.gitconfig"
     team.write_text("[alias]\n\tzz = !echo one\n")
     program = tmp_path / "fsmonitor"
@@ -51,7 +49,7 @@ def test_a_key_after_a_carriage_return_is_read_as_git_reads_it(
     if written == "command":
         program.write_text("#!/bin/sh\nexit 0\n")
     else:
-        assert _git(workspace, "config", "alias.zz").strip() == "!echo one"
+        assert git(workspace, "config", "alias.zz").strip() == "!echo one"
         team.write_text("[alias]\n\tzz = !echo two\n")
-        assert _git(workspace, "config", "alias.zz").strip() == "!echo two"
+        assert git(workspace, "config", "alias.zz").strip() == "!echo two"
     assert preview.fingerprint_of(workspace) != seen

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.tools import preview
-from tests.approvals.test_preview_outside_git import _git
-from tests.redteam.test_rt4git_symbolic_refs import _worktree
+from tests.support.git_preview import assert_fingerprint_follows, git, repository, worktree
 
 
 def _tagged(tmp_path: Path, where: str, how: str) -> tuple[Path, Path]:
@@ -26,25 +25,22 @@ def _tagged(tmp_path: Path, where: str, how: str) -> tuple[Path, Path]:
     whose tag v1 is a link (`how`: the ref's file, or its directory) to a file outside,
     in the workspace's own git directory or in its main repository's (`where`)."""
     if where == "own":
-        workspace = tmp_path / "ws"
-        workspace.mkdir()
-        _git(workspace, "init", "-q")
-        _git(workspace, "commit", "--allow-empty", "-qm", "init")
+        workspace = repository(tmp_path / "ws", commits=("init",))
         git_dir = workspace / ".git"
     else:
-        main, workspace = _worktree(tmp_path, "ws")
+        main, workspace = worktree(tmp_path, "ws")
         git_dir = main / ".git"
-    _git(workspace, "commit", "--allow-empty", "-qm", "second")
+    git(workspace, "commit", "--allow-empty", "-qm", "second")
     team = tmp_path / "team"
     team.mkdir()
     held = team / "v1"
-    held.write_text(_git(workspace, "rev-parse", "HEAD~1"))
+    held.write_text(git(workspace, "rev-parse", "HEAD~1"))
     if how == "file":
         os.symlink(held, git_dir / "refs" / "tags" / "v1")
     else:
         os.rmdir(git_dir / "refs" / "tags")
         os.symlink(team, git_dir / "refs" / "tags")
-    assert _git(workspace, "tag", "--points-at", "HEAD").split() == []
+    assert git(workspace, "tag", "--points-at", "HEAD").split() == []
     return workspace, held
 
 
@@ -54,31 +50,28 @@ def test_a_tag_kept_as_a_link_outside_moved_changes_the_fingerprint(
     tmp_path: Path, where: str, how: str
 ) -> None:
     workspace, held = _tagged(tmp_path, where, how)
-    seen = preview.fingerprint_of(workspace)
-    assert preview.fingerprint_of(workspace) == seen
-    # The tag moves onto HEAD: the file the link names is written in place (its inode,
-    # the link and every directory of the repository as they were).
-    before = sorted(os.listdir(workspace))
-    held.write_text(_git(workspace, "rev-parse", "HEAD"))
-    assert _git(workspace, "tag", "--points-at", "HEAD").split() == ["v1"]
-    assert sorted(os.listdir(workspace)) == before
-    assert preview.fingerprint_of(workspace) != seen
+
+    def move() -> None:
+        # The tag moves onto HEAD: the file the link names is written in place (its
+        # inode, the link and every directory of the repository as they were).
+        before = sorted(os.listdir(workspace))
+        held.write_text(git(workspace, "rev-parse", "HEAD"))
+        assert git(workspace, "tag", "--points-at", "HEAD").split() == ["v1"]
+        assert sorted(os.listdir(workspace)) == before
+
+    assert_fingerprint_follows(workspace, move)
 
 
 def test_a_pseudo_ref_kept_as_a_link_outside_moved_changes_the_fingerprint(
     tmp_path: Path,
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
-    _git(workspace, "commit", "--allow-empty", "-qm", "init")
-    _git(workspace, "commit", "--allow-empty", "-qm", "second")
+    workspace = repository(tmp_path / "ws", commits=("init", "second"))
     held = tmp_path / "orig"
-    held.write_text(_git(workspace, "rev-parse", "HEAD~1"))
+    held.write_text(git(workspace, "rev-parse", "HEAD~1"))
     os.symlink(held, workspace / ".git" / "ORIG_HEAD")
     seen = preview.fingerprint_of(workspace)
-    held.write_text(_git(workspace, "rev-parse", "HEAD"))
-    assert _git(workspace, "rev-parse", "ORIG_HEAD") == _git(workspace, "rev-parse", "HEAD")
+    held.write_text(git(workspace, "rev-parse", "HEAD"))
+    assert git(workspace, "rev-parse", "ORIG_HEAD") == git(workspace, "rev-parse", "HEAD")
     assert preview.fingerprint_of(workspace) != seen
 
 
@@ -88,11 +81,11 @@ def test_a_shallow_boundary_moved_in_the_main_repository_changes_the_fingerprint
     """git reads the common directory's `shallow` for any history (`git rev-list --count
     HEAD > N`, `git log`): a boundary written there after a preview changed what the
     command would write, with no ref or configuration changed."""
-    main, workspace = _worktree(tmp_path, "ws")
-    _git(workspace, "commit", "--allow-empty", "-qm", "second")
-    _git(workspace, "commit", "--allow-empty", "-qm", "third")
+    main, workspace = worktree(tmp_path, "ws")
+    git(workspace, "commit", "--allow-empty", "-qm", "second")
+    git(workspace, "commit", "--allow-empty", "-qm", "third")
     seen = preview.fingerprint_of(workspace)
-    assert _git(workspace, "rev-list", "--count", "HEAD").strip() == "3"
-    (main / ".git" / "shallow").write_text(_git(workspace, "rev-parse", "HEAD~1"))
-    assert _git(workspace, "rev-list", "--count", "HEAD").strip() == "2"
+    assert git(workspace, "rev-list", "--count", "HEAD").strip() == "3"
+    (main / ".git" / "shallow").write_text(git(workspace, "rev-parse", "HEAD~1"))
+    assert git(workspace, "rev-list", "--count", "HEAD").strip() == "2"
     assert preview.fingerprint_of(workspace) != seen

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.tools import preview
-from tests.approvals.test_preview_outside_git import _git
+from tests.support.git_preview import git, repository
 
 
 def git_prefix() -> Path:
@@ -37,15 +37,13 @@ def from_prefix(path: Path) -> str:
 def test_a_prefix_include_changed_after_a_preview_changes_the_fingerprint(
     tmp_path: Path, how: str
 ) -> None:
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
+    workspace = repository(tmp_path / "ws")
     team = tmp_path / "team.gitconfig"
     team.write_text("[alias]\n\tzz = !echo one\n")
     value = from_prefix(team) if how == "up from the prefix" else f"%(prefix)//{team}"
-    _git(workspace, "config", "include.path", value)
-    assert _git(workspace, "config", "alias.zz").strip() == "!echo one"
+    git(workspace, "config", "include.path", value)
+    assert git(workspace, "config", "alias.zz").strip() == "!echo one"
     seen = preview.fingerprint_of(workspace)
     team.write_text("[alias]\n\tzz = !echo two\n")
-    assert _git(workspace, "config", "alias.zz").strip() == "!echo two"
+    assert git(workspace, "config", "alias.zz").strip() == "!echo two"
     assert preview.fingerprint_of(workspace) != seen

@@ -13,20 +13,12 @@ import gc
 import pytest
 from django.test import Client, override_settings
 
-from audit import export, replay, streaming, timeline
 from tests.audit.chains import bulk_chain
+from tests.redteam.test_rt6audit_long_page_slots import streamed
 from tests.support.factories import make_user, unique
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def streamed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every page past 32 KiB streamed (a session of a thousand events, not millions)."""
-    monkeypatch.setattr(streaming, "BUFFERED_BYTES", 32 * 1024)
-    monkeypatch.setattr(replay, "STEPS_READ", 20)
-    monkeypatch.setattr(timeline, "CALLS_READ", 20)
-    monkeypatch.setattr(export, "SLOTS", export.Slots())
+__all__ = ["streamed"]  # the fixture, used by name
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])

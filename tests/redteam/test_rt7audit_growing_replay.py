@@ -20,23 +20,15 @@ from django.db import transaction
 from django.http import StreamingHttpResponse
 from django.test import Client
 
-from audit import export, replay, streaming, timeline
 from audit.services import record_event
 from tests.audit.chains import write_chain
+from tests.redteam.test_rt6audit_long_page_slots import streamed
 from tests.support.factories import make_user, unique
 
 pytestmark = pytest.mark.django_db
+__all__ = ["streamed"]  # the fixture, used by name
 
 STEPS = 400
-
-
-@pytest.fixture
-def streamed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every page past 32 KiB streamed, read 20 events at a time."""
-    monkeypatch.setattr(streaming, "BUFFERED_BYTES", 32 * 1024)
-    monkeypatch.setattr(replay, "STEPS_READ", 20)
-    monkeypatch.setattr(timeline, "CALLS_READ", 20)
-    monkeypatch.setattr(export, "SLOTS", export.Slots())
 
 
 def _append(session_id: uuid.UUID, first: int, count: int) -> None:

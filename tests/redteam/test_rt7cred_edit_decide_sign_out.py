@@ -13,18 +13,16 @@ the approval's, as a decision does."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
 
 from agentauth import services
 from approvals import services as approvals
 from dispatcher.models import Agent, Status
-from tests.agentauth.test_claim_waits_for_sign_out import _blocked_or, _in_thread
 from tests.agentauth.test_sign_out_lock_order import _signed_in_with_asks
 from tests.support.oauth import DocumentServer, documents
+from tests.support.row_locks import RowHold, require_postgresql
 
 __all__ = ["documents"]  # the fixture
 
@@ -34,18 +32,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 def test_an_edit_an_approval_and_a_sign_out_of_one_agent_at_once_end_without_a_deadlock(
     documents: DocumentServer,
 ) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks across connections: PostgreSQL (SQLite has one writer)")
+    require_postgresql()
     owner, agent, reviewer, asks = _signed_in_with_asks(documents)
     ask = asks[0]
-    held, release = threading.Event(), threading.Event()
-
-    def hold_agent() -> None:  # as a session's start holds it
-        with transaction.atomic():
-            Agent.objects.select_for_update(no_key=True).filter(pk=agent.pk).exists()
-            held.set()
-            assert release.wait(60)
-
     refused: list[Any] = []
 
     def edit() -> None:
@@ -67,26 +56,17 @@ def test_an_edit_an_approval_and_a_sign_out_of_one_agent_at_once_end_without_a_d
         except approvals.DecisionRefused as why:
             refused.append(why)
 
-    holder, holder_failed = _in_thread(hold_agent, [], threading.Event())
-    threads, failures = [holder], [holder_failed]
-    try:
-        assert held.wait(30)
+    # The agent's row held FOR NO KEY UPDATE meanwhile, as a session's start holds it.
+    # Was: "deadlock detected" in the sign-out, the edit or the approval (a failure of a
+    # thread).
+    session_start = Agent.objects.select_for_update(no_key=True).filter(pk=agent.pk)
+    with RowHold(session_start.exists) as hold:
         for work, what in (
             (lambda: services.sign_out_agent(agent=agent, actor="test"), "the sign-out"),
             (edit, "the edit"),
             (decide, "the approval"),
         ):
-            done, pid = threading.Event(), []
-            thread, failed = _in_thread(work, pid, done)
-            threads.append(thread)
-            failures.append(failed)
-            assert _blocked_or(pid, done), f"{what} did not wait"
-    finally:
-        release.set()
-        for thread in threads:
-            thread.join(60)
-    # Was: "deadlock detected" in the sign-out, the edit or the approval.
-    assert not any(failures), failures
+            hold.waits(work, what)
     assert all(why.status == 409 for why in refused), refused
     ask.call.refresh_from_db()
     assert ask.call.status != Status.PENDING_APPROVAL

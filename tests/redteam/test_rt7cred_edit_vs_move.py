@@ -12,40 +12,30 @@ them ("deadlock detected": the reviewer's edit a 500, or the move)."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
 from audit.models import GLOBAL_CHAIN, AuditChain
 from dispatcher import agents
 from dispatcher.models import Agent, Status, ToolCall
-from tests.agentauth.test_claim_waits_for_sign_out import _blocked_or, _in_thread
-from tests.redteam.test_credfix_refresh_and_release import _wait_blocked_by
 from tests.support.factories import make_user, unique
+from tests.support.row_locks import RowHold, require_postgresql, wait_blocked_by
 from tests.teams.world import make_team
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 
 
 def test_an_edit_and_a_move_of_its_agent_at_once_wait_for_each_other() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks across connections: PostgreSQL (SQLite has one writer)")
+    require_postgresql()
     pay, away = make_team("pay"), make_team("away")
     agent, call = pay.agent.agent, pay.approval.call
     assert call.status == Status.PENDING_APPROVAL
     reviewer = make_user(unique("rita"), groups=("reviewer",))
     assert AuditChain.objects.filter(chain=GLOBAL_CHAIN).exists()
-    held, release = threading.Event(), threading.Event()
-
-    def hold_global_chain() -> None:  # the move, past the agent's row, waits for it
-        with transaction.atomic():
-            AuditChain.objects.select_for_update().filter(chain=GLOBAL_CHAIN).exists()
-            held.set()
-            assert release.wait(60)
 
     def move() -> None:
         with transaction.atomic():
@@ -65,26 +55,13 @@ def test_an_edit_and_a_move_of_its_agent_at_once_wait_for_each_other() -> None:
         except approval_services.DecisionRefused as refused:
             outcome["refused"] = refused
 
-    holder, holder_failed = _in_thread(hold_global_chain, [], threading.Event())
-    threads, failures = [holder], [holder_failed]
-    try:
-        assert held.wait(30)
-        moved, pid = threading.Event(), []
-        thread, failed = _in_thread(move, pid, moved)
-        threads.append(thread)
-        failures.append(failed)
-        assert _blocked_or(pid, moved), "the move did not wait for the chain"
-        edited = threading.Event()
-        thread, failed = _in_thread(edit, [], edited)
-        threads.append(thread)
-        failures.append(failed)
-        _wait_blocked_by(pid[0], edited)  # the edit waits for the move's agent row
-    finally:
-        release.set()
-        for thread in threads:
-            thread.join(60)
-    # Was: "deadlock detected", raised by the edit or the move.
-    assert not any(failures), failures
+    # The move, past the agent's row, waits for the global chain held meanwhile.
+    # Was: "deadlock detected", raised by the edit or the move (a failure of a thread).
+    global_chain = AuditChain.objects.select_for_update().filter(chain=GLOBAL_CHAIN)
+    with RowHold(global_chain.exists) as hold:
+        pid = hold.waits(move, "the move")
+        _, edited = hold.start(edit)
+        wait_blocked_by(pid[0], edited)  # the edit waits for the move's agent row
     # The move came first: the call it cancelled is not edited (409).
     assert "refused" in outcome, outcome
     assert outcome["refused"].status == 409, outcome["refused"]

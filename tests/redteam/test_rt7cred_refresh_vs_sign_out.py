@@ -11,18 +11,16 @@ detected"): a 500 for the refresh, or for the owner's sign-out."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
 from django.test import Client
 from oauth2_provider.models import AccessToken, RefreshToken
 
 from agentauth.models import AgentClient
-from tests.agentauth.test_claim_waits_for_sign_out import _blocked_or, _in_thread
-from tests.redteam.test_credfix_refresh_and_release import _signed_in, _wait_blocked_by
+from tests.redteam.test_credfix_refresh_and_release import _signed_in
 from tests.support.oauth import DocumentServer, documents, refresh
+from tests.support.row_locks import RowHold, require_postgresql, wait_blocked_by
 
 __all__ = ["documents"]  # the fixture
 
@@ -32,18 +30,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.heavy]
 def test_a_refresh_during_a_sign_out_waits_for_it_and_neither_fails(
     documents: DocumentServer,
 ) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks across connections: PostgreSQL (SQLite has one writer)")
+    require_postgresql()
     client_id, answer, agent = _signed_in(documents)
     owner = agent.owner
-    held, release = threading.Event(), threading.Event()
-
-    def hold_link() -> None:  # the sign-out, past the agent's row, waits for its link
-        with transaction.atomic():
-            list(AgentClient.objects.filter(agent=agent).select_for_update())
-            held.set()
-            assert release.wait(60)
-
     answers: dict[str, Any] = {}
 
     def sign_out() -> None:
@@ -54,29 +43,14 @@ def test_a_refresh_during_a_sign_out_waits_for_it_and_neither_fails(
     def refresh_it() -> None:
         answers["refresh"] = refresh(client_id, answer["refresh_token"])
 
-    holder, holder_failed = _in_thread(hold_link, [], threading.Event())
-    threads: list[threading.Thread] = [holder]
-    failures: list[list[BaseException]] = [holder_failed]
-    try:
-        assert held.wait(30)
-        signed_out, pid = threading.Event(), []
-        thread, failed = _in_thread(sign_out, pid, signed_out)
-        threads.append(thread)
-        failures.append(failed)
-        assert _blocked_or(pid, signed_out), "the sign-out did not wait for the link"
-        refreshed = threading.Event()
-        thread, failed = _in_thread(refresh_it, [], refreshed)
-        threads.append(thread)
-        failures.append(failed)
+    # The sign-out, past the agent's row, waits for its link held meanwhile.
+    # Was: "deadlock detected" in one of them (the refresh's 500, a failure of a thread).
+    with RowHold(lambda: list(AgentClient.objects.filter(agent=agent).select_for_update())) as hold:
+        pid = hold.waits(sign_out, "the sign-out")
+        _, refreshed = hold.start(refresh_it)
         # The refresh holds its refresh token and waits for the sign-out's agent row (was)
         # or waits before it holds anything: either way it waits for the sign-out.
-        _wait_blocked_by(pid[0], refreshed)
-    finally:
-        release.set()
-        for thread in threads:
-            thread.join(60)
-    # Was: "deadlock detected" in one of them (the refresh's 500, raised here).
-    assert not any(failures), failures
+        wait_blocked_by(pid[0], refreshed)
     assert answers["sign_out"].status_code == 302, answers["sign_out"].status_code
     assert answers["refresh"].status_code == 400, answers["refresh"].content
     assert answers["refresh"].json()["error"] == "invalid_grant"

@@ -23,13 +23,22 @@ from django.test import Client
 
 from approvals.models import ApprovalRequest
 from dispatcher import execution
-from dispatcher.models import Preview, Status, ToolCall
 from dispatcher.tools import git_outside, preview
-from tests.approvals.conftest import ask, start_session
-from tests.approvals.test_preview_approval import _workspace, reviewer_client
-from tests.approvals.test_preview_outside_git import _approve, _git, _team, previews_on
-from tests.redteam.test_rt4git_symbolic_refs import _worktree
+from tests.approvals.test_preview_approval import reviewer_client
+from tests.approvals.test_preview_outside_git import previews_on
 from tests.support.factories import AgentFixture
+from tests.support.git_preview import (
+    approved_preview,
+    asked_again,
+    assert_fingerprint_follows,
+    git,
+    outside_file,
+    ref_directories,
+    repository,
+    session_repository,
+    team,
+    worktree,
+)
 
 pytestmark = pytest.mark.django_db
 __all__ = ["previews_on", "reviewer_client"]  # the fixtures, used by name
@@ -42,36 +51,24 @@ def test_a_team_mailmap_changed_after_the_approval_asks_again(
     settings: Any,
     tmp_path: Path,
 ) -> None:
-    team = _team(tmp_path, settings)
-    mailmap = team / "mailmap"
+    mailmap = team(tmp_path, settings) / "mailmap"
     mailmap.write_text("Alice <a@b> A <a@b>\n")
-    session_id = start_session(agent)
-    workspace = _workspace(agent)
-    _git(workspace, "init", "-q")
-    _git(workspace, "commit", "-q", "--allow-empty", "-m", "init")
-    _git(workspace, "config", "mailmap.file", str(mailmap))
+    session_id, workspace = session_repository(agent)
+    git(workspace, "commit", "-q", "--allow-empty", "-m", "init")
+    git(workspace, "config", "mailmap.file", str(mailmap))
     argv = ["sh", "-c", "git shortlog -sn HEAD > AUTHORS; echo said"]
-    approval = ask(agent, {"argv": argv}, session_id=session_id, name="run_command")
-    row = Preview.objects.get(call=approval.call)
-    assert row.appliable, row.note
-    shown = next(c for c in row.effect["changes"] if c["path"] == "AUTHORS")
-    assert "Alice" in shown["diff"], shown
-    _approve(reviewer_client, approval)
+    approval, shown = approved_preview(agent, reviewer_client, session_id, argv, "AUTHORS")
+    assert "Alice" in shown, shown
 
     # Between the approval and the apply, the team's mailmap (outside the workspace)
     # renames the author: what the command writes now differs.
     mailmap.write_text("Mallory <a@b> A <a@b>\n")
     execution.execute_call(str(approval.call_id))
 
-    original = ToolCall.objects.get(pk=approval.call_id)
-    assert original.status == Status.EDITED, (original.status, original.content)
-    assert "the workspace changed since the preview" in original.content
-    assert not (workspace / "AUTHORS").exists()  # the old effect was not applied
-    again = ToolCall.objects.get(edited_from=original)
+    again, shown = asked_again(approval, workspace, "AUTHORS")
     new_approval = ApprovalRequest.objects.get(call=again)
     assert new_approval.effect_digest != approval.effect_digest
-    shown = next(c for c in again.preview.effect["changes"] if c["path"] == "AUTHORS")
-    assert "Mallory" in shown["diff"] and "Alice" not in shown["diff"], shown
+    assert "Mallory" in shown and "Alice" not in shown, shown
 
 
 # (key, what the file outside holds) for a file git reads when the key names it
@@ -97,36 +94,29 @@ def test_a_file_a_configuration_names_outside_is_watched(
     tmp_path: Path, key: str, content: str, spelling: str
 ) -> None:
     """The file outside changed in place (its content only): the fingerprint differs."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
-    outside = tmp_path / "team" / "file"
-    outside.parent.mkdir()
-    outside.write_text(content)
+    workspace = repository(tmp_path / "ws")
+    outside = outside_file(tmp_path, content)
     if spelling == "git":
-        _git(workspace, "config", key, str(outside))
+        git(workspace, "config", key, str(outside))
     else:  # (as a person writes it: a section header, the key on the same line)
         section, _, name = key.rpartition(".")
         header = section.replace(".", ' "', 1) + '"' if "." in section else section
         with (workspace / ".git" / "config").open("a") as config:
             config.write(f"[{header}] {name.upper()}={outside}\n")
-    assert _git(workspace, "config", key).strip() == str(outside)
-    before, gaps = preview.fingerprint_with_gaps(workspace)
-    assert gaps == []  # (a file described whole: the preview stays appliable)
-    outside.write_text(content.replace("a", "b") + "more\n")
-    assert preview.fingerprint_with_gaps(workspace)[0] != before
+    assert git(workspace, "config", key).strip() == str(outside)
+    # (a file described whole: the preview stays appliable)
+    change = content.replace("a", "b") + "more\n"
+    assert_fingerprint_follows(workspace, lambda: outside.write_text(change), whole=True)
 
 
 def test_a_work_tree_moved_outside_the_workspace_is_a_gap(tmp_path: Path) -> None:
     """`core.worktree = /team/tree`: `git status`, `git diff`, `git ls-files` read a work
     tree Harness does not walk."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
+    workspace = repository(tmp_path / "ws")
     tree = tmp_path / "team" / "tree"
     tree.mkdir(parents=True)
     (tree / "a.txt").write_text("a\n")
-    _git(workspace, "config", "core.worktree", str(tree))
+    git(workspace, "config", "core.worktree", str(tree))
     before, gaps = preview.fingerprint_with_gaps(workspace)
     (tree / "sub").mkdir()
     (tree / "sub" / "b.txt").write_text("b\n")
@@ -138,14 +128,12 @@ def test_a_work_tree_moved_outside_the_workspace_is_a_gap(tmp_path: Path) -> Non
 def test_a_work_tree_inside_the_workspace_is_no_gap(tmp_path: Path) -> None:
     """A submodule's `core.worktree = ../../../sub` (its work tree in the workspace, which
     the walk describes) keeps the preview appliable."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
+    workspace = repository(tmp_path / "ws")
     modules = workspace / ".git" / "modules" / "sub"
     modules.mkdir(parents=True)
-    _git(modules, "init", "-q", "--bare")
-    _git(modules, "config", "core.bare", "false")
-    _git(modules, "config", "core.worktree", "../../../sub")
+    git(modules, "init", "-q", "--bare")
+    git(modules, "config", "core.bare", "false")
+    git(modules, "config", "core.worktree", "../../../sub")
     (workspace / "sub").mkdir()
     (workspace / "sub" / ".git").write_text("gitdir: ../.git/modules/sub\n")
     assert preview.fingerprint_with_gaps(workspace)[1] == []
@@ -154,18 +142,16 @@ def test_a_work_tree_inside_the_workspace_is_no_gap(tmp_path: Path) -> None:
 def test_a_template_directory_outside_is_watched(tmp_path: Path) -> None:
     """`init.templateDir = /team/templates`: `git init sub` copies its hooks; a hook
     changed in place there after the approval changes what is made."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
+    workspace = repository(tmp_path / "ws")
     templates = tmp_path / "team" / "templates"
     (templates / "hooks").mkdir(parents=True)
     hook = templates / "hooks" / "pre-commit"
     hook.write_text("#!/bin/sh\nexit 0\n")
-    _git(workspace, "config", "init.templateDir", str(templates))
-    before, gaps = preview.fingerprint_with_gaps(workspace)
-    assert gaps == []  # (a template directory, described whole, keeps previews appliable)
-    hook.write_text("#!/bin/sh\nexit 1\n")  # (in place, the same size)
-    assert preview.fingerprint_with_gaps(workspace)[0] != before
+    git(workspace, "config", "init.templateDir", str(templates))
+    # (a template directory, described whole, keeps previews appliable; the hook changed
+    # in place, the same size)
+    change = "#!/bin/sh\nexit 1\n"
+    assert_fingerprint_follows(workspace, lambda: hook.write_text(change), whole=True)
 
 
 def test_a_team_exclude_linked_from_the_git_directory_changed_after_the_approval_asks_again(
@@ -178,33 +164,21 @@ def test_a_team_exclude_linked_from_the_git_directory_changed_after_the_approval
     """`.git/info/exclude -> /team/exclude` (git follows it; the workspace's walk takes
     the link alone): the team's excludes changed after the approval change what `git
     status` says."""
-    team = _team(tmp_path, settings)
-    exclude = team / "exclude"
+    exclude = team(tmp_path, settings) / "exclude"
     exclude.write_text("secret.txt\n")
-    session_id = start_session(agent)
-    workspace = _workspace(agent)
-    _git(workspace, "init", "-q")
+    session_id, workspace = session_repository(agent)
     (workspace / ".git" / "info" / "exclude").unlink()
     (workspace / ".git" / "info" / "exclude").symlink_to(exclude)
     (workspace / "secret.txt").write_text("s\n")
     argv = ["sh", "-c", "git status --porcelain > STATUS; echo said"]
-    approval = ask(agent, {"argv": argv}, session_id=session_id, name="run_command")
-    row = Preview.objects.get(call=approval.call)
-    assert row.appliable, row.note
-    shown = next(c for c in row.effect["changes"] if c["path"] == "STATUS")
-    assert "secret.txt" not in shown["diff"], shown
-    _approve(reviewer_client, approval)
+    approval, shown = approved_preview(agent, reviewer_client, session_id, argv, "STATUS")
+    assert "secret.txt" not in shown, shown
 
     exclude.write_text("nothing\n")  # (after the approval: secret.txt is shown now)
     execution.execute_call(str(approval.call_id))
 
-    original = ToolCall.objects.get(pk=approval.call_id)
-    assert original.status == Status.EDITED, (original.status, original.content)
-    assert "the workspace changed since the preview" in original.content
-    assert not (workspace / "STATUS").exists()
-    again = ToolCall.objects.get(edited_from=original)
-    shown = next(c for c in again.preview.effect["changes"] if c["path"] == "STATUS")
-    assert "secret.txt" in shown["diff"], shown
+    _, shown = asked_again(approval, workspace, "STATUS")
+    assert "secret.txt" in shown, shown
 
 
 @pytest.mark.parametrize(
@@ -216,20 +190,15 @@ def test_a_link_of_the_git_directory_to_a_file_outside_is_followed(
     """A hook, the hooks directory, or a file of `info/` the workspace's git directory
     links to outside it: what git reads through the link changed in place changes the
     fingerprint."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
+    workspace = repository(tmp_path / "ws")
     git_dir = workspace / ".git"
-    team = tmp_path / "team"
-    team.mkdir()
     if layout == "hooks-directory":
-        (team / "hooks").mkdir()
-        target = team / "hooks" / "pre-commit"
-        target.write_text("#!/bin/sh\nexit 0\n")
+        (tmp_path / "team" / "hooks").mkdir(parents=True)
+        target = outside_file(tmp_path, "#!/bin/sh\nexit 0\n", "hooks/pre-commit")
         for entry in (git_dir / "hooks").iterdir():
             entry.unlink()
         (git_dir / "hooks").rmdir()
-        (git_dir / "hooks").symlink_to(team / "hooks")
+        (git_dir / "hooks").symlink_to(target.parent)
     else:
         where = {
             "hook": git_dir / "hooks" / "pre-commit",
@@ -237,14 +206,12 @@ def test_a_link_of_the_git_directory_to_a_file_outside_is_followed(
             "sparse-checkout": git_dir / "info" / "sparse-checkout",
             "info-attributes": git_dir / "info" / "attributes",
         }[layout]
-        target = team / "file"
-        target.write_text("#!/bin/sh\nexit 0\n")
+        target = outside_file(tmp_path, "#!/bin/sh\nexit 0\n")
         where.unlink(missing_ok=True)
         where.symlink_to(target)
-    before, gaps = preview.fingerprint_with_gaps(workspace)
-    assert gaps == []
-    target.write_text("#!/bin/sh\nexit 1\n")  # (the same size, in place)
-    assert preview.fingerprint_with_gaps(workspace)[0] != before
+    # (the same size, in place)
+    change = "#!/bin/sh\nexit 1\n"
+    assert_fingerprint_follows(workspace, lambda: target.write_text(change), whole=True)
 
 
 def test_many_ref_directories_of_the_workspace_are_no_gap(tmp_path: Path) -> None:
@@ -252,23 +219,15 @@ def test_many_ref_directories_of_the_workspace_are_no_gap(tmp_path: Path) -> Non
     (remote branches in per-person namespaces, `origin/<user>/<topic>`): its walk
     describes each entry, so the preview stays appliable; and a ref among the last of
     them linked outside is still followed."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    _git(workspace, "init", "-q")
-    _git(workspace, "commit", "-q", "--allow-empty", "-m", "one")
-    sha = _git(workspace, "rev-parse", "HEAD")
+    workspace = repository(tmp_path / "ws", commits=("one",))
+    sha = git(workspace, "rev-parse", "HEAD")
     remotes = workspace / ".git" / "refs" / "remotes" / "origin"
-    for index in range(git_outside.MAX_REF_DIRS + 50):
-        (remotes / f"user{index:03}").mkdir(parents=True)
-        (remotes / f"user{index:03}" / "topic").write_text(sha)
-    outside = tmp_path / "team" / "ref"
-    outside.parent.mkdir()
-    outside.write_text(sha)
+    ref_directories(remotes, git_outside.MAX_REF_DIRS + 50, sha, "user", "topic")
+    outside = outside_file(tmp_path, sha, "ref")
     (remotes / "user000" / "linked").symlink_to(outside)
-    before, gaps = preview.fingerprint_with_gaps(workspace)
-    assert gaps == []
-    outside.write_text("0" * 40 + "\n")  # (in place: the link and its directory as they were)
-    assert preview.fingerprint_with_gaps(workspace)[0] != before
+    # (in place: the link and its directory as they were)
+    change = "0" * 40 + "\n"
+    assert_fingerprint_follows(workspace, lambda: outside.write_text(change), whole=True)
 
 
 def test_ref_directories_outside_never_take_the_room_of_the_configuration(
@@ -277,12 +236,9 @@ def test_ref_directories_outside_never_take_the_room_of_the_configuration(
     """A linked worktree's main repository with fewer ref directories than MAX_REF_DIRS but
     more than the room MAX_OUTSIDE leaves: its configuration is described all the same,
     and the preview is appliable (before, a gap: "more than 256 files and directories")."""
-    main, workspace = _worktree(tmp_path, "ws")
-    sha = _git(main, "rev-parse", "HEAD")
-    heads = main / ".git" / "refs" / "heads"
-    for index in range(git_outside.MAX_REF_DIRS - 20):
-        (heads / f"d{index:03}").mkdir()
-        (heads / f"d{index:03}" / "x").write_text(sha)
+    main, workspace = worktree(tmp_path, "ws")
+    sha = git(main, "rev-parse", "HEAD")
+    ref_directories(main / ".git" / "refs" / "heads", git_outside.MAX_REF_DIRS - 20, sha)
     described, gaps = git_outside.outside_state_and_gaps(workspace, workspace, [".git"])
     assert gaps == []
     assert f"{main / '.git' / 'config'}\0" in described

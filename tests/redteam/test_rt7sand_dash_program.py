@@ -10,26 +10,11 @@ now executed by the path the lookup found it at ("./-/build")."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
+from tests.redteam.test_rt6sand_exec_report import run_command, workspace
 
-from dispatcher.tools.base import ExecutionContext
-from dispatcher.tools.run_command import TOOL as RUN_COMMAND
-
-
-@pytest.fixture
-def workspace(sandboxed_workspace: Path) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("the lookup shell runs only when Harness is root")
-    return sandboxed_workspace
-
-
-def run_command(workspace: Path, argv: list[str]) -> str:
-    """run_command as the worker runs it."""
-    ctx = ExecutionContext(workspace=workspace, call_id="rt7sand", timeout=30, output_limit=20_000)
-    return str(RUN_COMMAND.execute(ctx, {"argv": argv}))
+__all__ = ["workspace"]  # the fixture, used by name
 
 
 def test_a_program_whose_path_begins_with_a_dash_runs_with_its_own_argv0(workspace: Path) -> None:
