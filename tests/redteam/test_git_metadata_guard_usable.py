@@ -396,9 +396,15 @@ def test_a_workspace_of_600000_entries_runs_allowed_commands(
         for index in range(600):
             package = modules / f"p{index}"
             package.mkdir()
-            (package / "0").write_text("")
-            for name in range(1, 1000):
-                os.link(package / "0", package / str(name))  # (no inode each)
+            # (no inode each; linked by name within the open directory: 14.5 s at load 9,
+            # 51 s by whole paths)
+            folder = os.open(package, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.close(os.open("0", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=folder))
+                for name in range(1, 1000):
+                    os.link("0", str(name), src_dir_fd=folder, dst_dir_fd=folder)
+            finally:
+                os.close(folder)
         nested = modules / "p599" / "vendored"
         nested.mkdir()
         host_git(nested, "init", "-q")

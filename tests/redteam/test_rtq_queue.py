@@ -16,13 +16,24 @@ import pytest
 from dispatcher import batches
 from floor import celery_message
 from floor.redis_clients import redis_at
+from tests.battery.procs import wait_until
 from tests.support.factories import make_agent
 from tests.support.live import LiveStack
 
-# seconds each of the slow agent's commands runs (10, not 6: the quiet call's bound is half
+# seconds the slow agent's first command runs (10, not 6: the quiet call's bound is half
 # of it, and a loaded host's live round trip of a listing may take more than 3 s)
 SLOW = 10
+# seconds each of its commands queued behind the first runs: a worker that waits for the
+# lock is held for the first one's SLOW seconds whatever its own command takes (each
+# waited out SLOW too before: 50 s of every CI run)
+QUEUED = 1
 WORKERS = 4  # the live stack's worker processes
+
+
+def running(client: httpx.Client, call_id: str) -> bool:
+    answer = client.get(f"/api/v1/calls/{call_id}")
+    assert answer.status_code == 200, answer.text[:300]
+    return bool(answer.json()["status"] == "running")
 
 
 def start(client: httpx.Client) -> str:
@@ -47,7 +58,7 @@ def test_calls_waiting_for_their_workspace_do_not_hold_the_workers(
                         {
                             "id": f"s{i}",
                             "name": "run_command",
-                            "arguments": {"argv": ["sleep", str(SLOW)]},
+                            "arguments": {"argv": ["sleep", str(QUEUED if i else SLOW)]},
                         }
                     ]
                 },
@@ -55,6 +66,8 @@ def test_calls_waiting_for_their_workspace_do_not_hold_the_workers(
             assert response.status_code in (200, 202), response.text[:300]
             assert response.json()["calls"][0]["status"] == "queued", response.text[:300]
             ids.append(response.json()["calls"][0]["id"])
+            if not i:  # the long one holds the lock before the others are sent
+                wait_until(lambda: running(a, ids[0]), 30, "the first command to run")
         time.sleep(1)  # the worker processes have taken the commands
         began = time.monotonic()
         response = b.post(
