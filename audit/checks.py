@@ -90,7 +90,9 @@ def check_deactivation_steps(app_configs: Any = None, **kwargs: Any) -> list[Che
 def check_export_shares(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """A person's and a team's share of the export slots (audit.export.Slots) are below
     HARNESS_MAX_EXPORTS: a share at or above it (or none, 0) lets one person, or one team's
-    auditors, hold every slot and have every other auditor's export refused."""
+    auditors, hold every slot and have every other auditor's export refused (a team's set
+    at or above it, every slot but the last, which is kept for a team holding none: two
+    teams' auditors then hold them all)."""
     cap = settings.HARNESS_MAX_EXPORTS
     if not cap:
         return []  # no cap: nobody's exports can use up the others'

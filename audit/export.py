@@ -182,6 +182,8 @@ async def async_chunks(events: QuerySet[AuditEvent], fmt: str) -> AsyncIterator[
 ORGANIZATION = "organization"
 """The share of the export slots organization-wide auditors hold between them (a "team"
 of their own in `Slots.take`)."""
+LAST_SLOT = "last slot"
+"""`Slots.take`'s refusal of the last free slot to a team that already holds one."""
 
 
 class Slots:
@@ -195,37 +197,62 @@ class Slots:
     Without a person's share, one auditor whose slow readers held every slot (each as long
     as it took a little within HARNESS_RESPONSE_STALL_TIMEOUT, reconnecting when cut) had
     every other auditor's export refused; without a team's, a team's few auditors did so
-    between them, and every other team's auditors were refused."""
+    between them, and every other team's auditors were refused.
+
+    The last free slot is kept for a team whose auditors hold none (while
+    HARNESS_MAX_EXPORTS_PER_TEAM is set): without it, two teams' auditors at their share
+    (2 of the 4 slots each, by default) held every slot, and every other team's auditors
+    were refused for as long as they kept exporting."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.running = 0
         self._held: dict[tuple[str, Any], int] = {}
 
+    def refusal(self, person: Any, teams: Iterable[Any]) -> str | None:
+        """Why `take(person, teams)` would be refused now (see `take`), or None: asked
+        before a long page is rendered, so a refused request does no work for nothing."""
+        with self._lock:
+            return self._refusal(self._holders(person, teams))
+
+    @staticmethod
+    def _holders(person: Any, teams: Iterable[Any]) -> list[tuple[str, Any]]:
+        return [("person", person), *(("team", team) for team in set(teams))]
+
+    def _refusal(self, holders: list[tuple[str, Any]]) -> str | None:
+        shares = {
+            "person": settings.HARNESS_MAX_EXPORTS_PER_PERSON,
+            "team": settings.HARNESS_MAX_EXPORTS_PER_TEAM,
+        }
+        for holder in holders:
+            share = shares[holder[0]]
+            if share and self._held.get(holder, 0) >= share:
+                return f"HARNESS_MAX_EXPORTS_PER_{holder[0].upper()}"
+        cap = settings.HARNESS_MAX_EXPORTS
+        if cap and self.running >= cap:
+            return "HARNESS_MAX_EXPORTS"
+        holding = any(self._held.get(h) for h in holders if h[0] == "team")
+        if cap and shares["team"] and holding and self.running + 1 >= cap:
+            return LAST_SLOT
+        return None
+
     def take(self, person: Any, teams: Iterable[Any]) -> Callable[[], None] | str:
         """A slot's release (call it once the export's response is closed; calling it
-        again does nothing), or, when no slot may be taken, the setting that refuses it
-        ("HARNESS_MAX_EXPORTS_PER_PERSON", "HARNESS_MAX_EXPORTS_PER_TEAM" or
-        "HARNESS_MAX_EXPORTS").
+        again does nothing), or, when no slot may be taken, why: the setting that refuses
+        it ("HARNESS_MAX_EXPORTS_PER_PERSON", "HARNESS_MAX_EXPORTS_PER_TEAM" or
+        "HARNESS_MAX_EXPORTS"), or LAST_SLOT when it is the last free slot and one of
+        `teams` already holds a slot.
 
         `teams` are the teams whose share the export counts against: every team the
         person reaches as an auditor, or [ORGANIZATION] for one who reaches them all. An
         auditor of several teams counts against each (they read each one's sessions), so
-        the auditors of one team hold at most its share whatever other teams they are in.
+        the auditors of one team hold at most its share whatever other teams they are in,
+        and take the last slot only when none of their teams holds one.
         """
-        holders = [("person", person), *(("team", team) for team in set(teams))]
+        holders = self._holders(person, teams)
         with self._lock:
-            shares = {
-                "person": settings.HARNESS_MAX_EXPORTS_PER_PERSON,
-                "team": settings.HARNESS_MAX_EXPORTS_PER_TEAM,
-            }
-            for holder in holders:
-                share = shares[holder[0]]
-                if share and self._held.get(holder, 0) >= share:
-                    return f"HARNESS_MAX_EXPORTS_PER_{holder[0].upper()}"
-            cap = settings.HARNESS_MAX_EXPORTS
-            if cap and self.running >= cap:
-                return "HARNESS_MAX_EXPORTS"
+            if refused := self._refusal(holders):
+                return refused
             self.running += 1
             for holder in holders:
                 self._held[holder] = self._held.get(holder, 0) + 1

@@ -257,6 +257,8 @@ def session_replay(request: HtmxHttpRequest, session_id: UUID) -> HttpResponseBa
     # events are numbered in the order they are appended)
     counted = AuditEvent.objects.filter(chain=chain).aggregate(steps=Count("pk"), last=Max("seq"))
     steps, last = counted["steps"], counted["last"] or 0
+    if busy := _refused_early(request, steps, streaming.REPLAY_EVENT_BYTES):
+        return busy
     page = _session_page(request, session_id, "audit/replay.html", {"steps": steps})
     sections = replay.page_sections(chain, steps, last)
     pieces = streaming.sections(page, list(sections), sections)
@@ -272,6 +274,14 @@ def session_transcript(request: HtmxHttpRequest, session_id: UUID) -> HttpRespon
     """The session as the model saw it, a page or a download of messages (?format=),
     streamed a few hundred calls at a time once it is long (timeline.transcript_batches)."""
     chain, fmt = _events_of(request, session_id), request.GET.get("format", "")
+    if _refusal(request) and (
+        busy := _refused_early(
+            request,
+            AuditEvent.objects.filter(chain=chain).count(),
+            streaming.TRANSCRIPT_EVENT_BYTES,
+        )
+    ):
+        return busy
     if fmt in TRANSCRIPTS:
         to_messages = TRANSCRIPTS[fmt]
         messages = (m for batch in transcript_batches(chain) for m in to_messages(batch))
@@ -304,22 +314,47 @@ EXPORTS_BUSY = {
         "may at once (HARNESS_MAX_EXPORTS_PER_PERSON). Try again once one of them has finished or "
         "been cancelled."
     ),
+    export.LAST_SLOT: (
+        "The last free audit export slot of this server is kept for a team whose auditors are "
+        "downloading none, and your team's auditors already are (HARNESS_MAX_EXPORTS_PER_TEAM). "
+        "Try again once one of their downloads has finished or been cancelled."
+    ),
 }
+
+
+def _slot_teams(request: HtmxHttpRequest) -> list[Any]:
+    reach = request.reach
+    return [export.ORGANIZATION] if reach.everything else list(reach.team_ids)
+
+
+def _busy(refusal: str) -> HttpResponse:
+    """The 503 saying which bound refuses an export slot, and when to try again."""
+    busy = HttpResponse(EXPORTS_BUSY[refusal], status=503, content_type="text/plain; charset=utf-8")
+    busy["Retry-After"] = "60"
+    return busy
 
 
 def _slot(request: HtmxHttpRequest) -> Callable[[], None] | HttpResponseBase:
     """One of the export slots for the person's streamed response (export.SLOTS): its
     release, or the 503 saying which share refuses it."""
-    reach = request.reach
-    teams = [export.ORGANIZATION] if reach.everything else reach.team_ids
-    release = export.SLOTS.take(request.user.pk, teams)
-    if isinstance(release, str):
-        busy = HttpResponse(
-            EXPORTS_BUSY[release], status=503, content_type="text/plain; charset=utf-8"
-        )
-        busy["Retry-After"] = "60"
-        return busy
-    return release
+    release = export.SLOTS.take(request.user.pk, _slot_teams(request))
+    return _busy(release) if isinstance(release, str) else release
+
+
+def _refusal(request: HtmxHttpRequest) -> str | None:
+    return export.SLOTS.refusal(request.user.pk, _slot_teams(request))
+
+
+def _refused_early(request: HtmxHttpRequest, events: int, floor: int) -> HttpResponse | None:
+    """The 503 of a long page refused an export slot, before any query for its body: when
+    no slot may be taken now and the session's `events` make a page past
+    streaming.BUFFERED_BYTES (at least `floor` bytes each), which would be refused once it
+    had rendered its first MiB, work done for nothing. A page that may be short is
+    rendered, and answered whole if it is (it takes no slot)."""
+    if events * floor <= streaming.BUFFERED_BYTES:
+        return None
+    refusal = _refusal(request)
+    return _busy(refusal) if refusal else None
 
 
 def _stream(

@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.test import Client, override_settings
 
 from audit.checks import check_export_shares
-from audit.export import ORGANIZATION, Slots
+from audit.export import LAST_SLOT, ORGANIZATION, Slots
 from audit.services import record_event
 from dispatcher import agents
 from teams.models import Team
@@ -66,11 +66,26 @@ def test_a_teams_share_counts_each_team_an_auditor_reaches_and_the_organization_
     assert callable(org[0]) and org[1] == "HARNESS_MAX_EXPORTS"  # 4 running
     second()
     second()  # (a second release gives nothing back)
-    assert callable(slots.take("o1", [ORGANIZATION]))  # 4 running, the organization's 2
+    # The last free slot is kept for a team that holds none: not the organization's
+    # second, but a fourth team's first.
+    assert slots.take("o1", [ORGANIZATION]) == LAST_SLOT
+    assert slots.refusal("o1", [ORGANIZATION]) == LAST_SLOT  # (asking takes nothing)
+    assert callable(slots.take("c1", {4}))  # 4 running
     first()
-    assert slots.take("o2", [ORGANIZATION]) == "HARNESS_MAX_EXPORTS_PER_TEAM"
-    assert callable(slots.take("a3", {1}))  # team 1's are back
+    assert slots.take("o2", [ORGANIZATION]) == LAST_SLOT
+    assert slots.take("b2", {1, 2}) == LAST_SLOT  # team 2 holds b1's
+    assert slots.refusal("a3", {1}) is None
+    assert callable(slots.take("a3", {1}))  # team 1 holds none again
     assert slots.running == 4
+
+
+@override_settings(
+    HARNESS_MAX_EXPORTS=4, HARNESS_MAX_EXPORTS_PER_PERSON=1, HARNESS_MAX_EXPORTS_PER_TEAM=0
+)
+def test_without_a_teams_share_no_slot_is_kept() -> None:
+    slots = Slots()
+    taken = [slots.take(f"o{n}", [ORGANIZATION]) for n in range(5)]
+    assert all(callable(t) for t in taken[:4]) and taken[4] == "HARNESS_MAX_EXPORTS"
 
 
 # ---- A real daphne: one team's auditors cannot hold every slot -------------------------
