@@ -576,7 +576,8 @@ class _OutsideState:
         /team/pre-commit`, `.git/info/exclude -> /team/exclude`). Before, a directory of
         the workspace's git directory was left to its walk, which follows no link: the
         team's hook, or its excludes, changed after the approval, and the old effect of
-        `git commit` or `git add -A` was applied."""
+        `git commit` or `git add -A` was applied. At most MAX_LISTED links followed; more
+        is a gap (the directory of the workspace's too: its walk sees the links alone)."""
         path = os.path.normpath(path)
         resolved = _resolve(path)
         if resolved is not None and resolved != path and not _inside(self.workspace, resolved):
@@ -588,6 +589,12 @@ class _OutsideState:
                 links = sorted(entry.path for entry in scanned if entry.is_symlink())
         except OSError:
             return  # (described as what it is instead)
+        if len(links) > MAX_LISTED:
+            # (said for the workspace's own directory too, which `_listed` never sees)
+            self.gaps.append(
+                f"a directory git reads ({path}) holds more than {MAX_LISTED} links, past "
+                "which Harness does not watch what they lead to"
+            )
         for link in links[:MAX_LISTED]:
             self.file(link)
 
