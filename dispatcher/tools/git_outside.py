@@ -738,6 +738,17 @@ _UP = re.compile(r"(^|[/=])\.\.(/|$)")
 # (a program whose options set where the program it runs is found: `env -C /team x`,
 # `env PATH=/team/bin x`)
 _SETS_ENVIRONMENT = re.compile(r"env")
+# A diff or merge tool's command line (difftool.<tool>.cmd, mergetool.<tool>.cmd) and an
+# argument of it naming a file git gives the tool, by the variable git sets to its path
+# (git-difftool, git-mergetool: `meld "$LOCAL" "$MERGED" "$REMOTE"`, `--output="$MERGED"`):
+# files of the work tree or temporary ones, never a program. Read as the shell's, every
+# git preview of a repository (or sandbox home) with such a tool, `git status` too, was
+# not appliable.
+_TOOL_COMMAND = re.compile(r"(diff|merge)tool\..*\.cmd", re.DOTALL)
+_TOOL_FILE = re.compile(
+    r"(--?[A-Za-z0-9][A-Za-z0-9-]*=)?(\$(?:LOCAL|REMOTE|MERGED|BASE)"
+    r"|\$\{(?:LOCAL|REMOTE|MERGED|BASE)\}|\"\$(?:LOCAL|REMOTE|MERGED|BASE)\")"
+)
 
 
 def _unread_command(key: str, value: str) -> str:
@@ -754,8 +765,11 @@ def _unread_command(key: str, value: str) -> str:
     if re.search(r"[\n\r\v\f]", value):
         return "a line break"
     words = [word for word in re.split(r"[ \t]+", value) if word]
+    tool = _TOOL_COMMAND.fullmatch(key) is not None
     for index, word in enumerate(words):
         shown = repr(word if len(word) <= 60 else word[:57] + "...")
+        if index and tool and _TOOL_FILE.fullmatch(word):
+            continue  # (a file git gives the tool: `_named_files` takes no path of it)
         if not _PLAIN_WORD.fullmatch(word):
             return shown
         if not index and _SETS_ENVIRONMENT.fullmatch(os.path.basename(word)):

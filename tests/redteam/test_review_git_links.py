@@ -4,11 +4,17 @@ MAX_LISTED of them. Past that bound the rest were dropped with no gap said, for 
 directory of the workspace's own git directory too (which `_listed` never sees: only a
 directory outside is described by its entries): 1,000 links to files of the workspace
 sorted before `pre-commit -> /team/pre-commit` left the team's hook unwatched, the
-preview appliable, and its old effect applied after the hook changed."""
+preview appliable, and its old effect applied after the hook changed.
+
+And a diff or merge tool's command line as git documents it (`meld "$LOCAL" "$MERGED"
+"$REMOTE"`) was taken for the shell's to read: a gap, and no git preview of such a
+repository appliable (git_outside._unread_command)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from dispatcher.tools import git_outside, preview
 from tests.approvals.test_preview_outside_git import _git
@@ -59,3 +65,39 @@ def test_links_of_a_hooks_directory_within_the_bound_are_followed(tmp_path: Path
     assert gaps == []
     hook.write_text("#!/bin/sh\nexit 1\n")
     assert preview.fingerprint_with_gaps(workspace)[0] != before
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("mergetool.meld.cmd", 'meld "$LOCAL" "$MERGED" "$REMOTE"'),
+        ("difftool.vscode.cmd", "code --wait --diff $LOCAL $REMOTE"),
+        ("mergetool.kdiff3.cmd", 'kdiff3 "$BASE" "$LOCAL" "$REMOTE" --output="$MERGED"'),
+    ],
+)
+def test_a_diff_or_merge_tool_as_git_documents_it_is_no_gap(
+    tmp_path: Path, key: str, value: str
+) -> None:
+    """A diff or merge tool's command line names the files git gives it by the variables
+    git sets ($LOCAL, $REMOTE, $MERGED, $BASE), as git's documentation writes it: no
+    program or file outside the workspace hides in them, and the preview of any git
+    command stays appliable (before, every git preview of such a repository, `git status`
+    included, was not appliable: "a command line Harness cannot read whole ('"$LOCAL"')")."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    _git(workspace, "init", "-q")
+    _git(workspace, "config", key, value)
+    assert preview.fingerprint_with_gaps(workspace)[1] == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['meld "$TEAM/x" "$LOCAL"', "meld $LOCAL;sh /team/x", "$LOCAL $REMOTE", 'meld "$LOCAL x"'],
+)
+def test_other_variables_in_a_merge_tool_are_still_a_gap(tmp_path: Path, value: str) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    _git(workspace, "init", "-q")
+    _git(workspace, "config", "mergetool.x.cmd", value)
+    gaps = preview.fingerprint_with_gaps(workspace)[1]
+    assert any("cannot read whole" in gap for gap in gaps), gaps
