@@ -416,8 +416,11 @@ class _OutsideState:
                     f"the git configuration {path} sets {key} to a command line Harness "
                     f"cannot read whole ({unread}), so a program it runs is not watched"
                 )
-            for named in _named_files(value, [tree] if tree is not None else self.trees):
+            trees = [tree] if tree is not None else self.trees
+            for named in _named_files(value, trees):
                 self.named(named)
+            if _PROGRAM_PATH.fullmatch(key):
+                self._program_path(value, trees)
             return
         including = key == "include.path" or (
             key.startswith("includeif.") and key.endswith(".path")
@@ -467,6 +470,19 @@ class _OutsideState:
         else:
             for where in [tree] if tree is not None else self.trees:
                 self.file(os.path.join(where, expanded))
+
+    def _program_path(self, value: str, trees: list[str]) -> None:
+        """The program a `_PROGRAM_PATH` key names, its value one path (git's scripts run
+        it quoted, "$merge_tool_path", spaces and all; a bare name is found on PATH):
+        described by `named` (absolute, or with a slash, from each work tree in `trees`).
+        Before, only its words were (`/team/my` and `tools/meld` of `/team/my
+        tools/meld`), never the program: changed after the approval, the old effect was
+        applied."""
+        if os.path.isabs(value):
+            self.named(value)
+        elif "/" in value:
+            for where in trees:
+                self.named(os.path.join(where, value))
 
     def _work_tree(self, path: str, value: str) -> None:
         """`core.worktree` (relative to the git directory holding `path`) naming a
@@ -744,6 +760,9 @@ _SETS_ENVIRONMENT = re.compile(r"env")
 # files of the work tree or temporary ones, never a program. Read as the shell's, every
 # git preview of a repository (or sandbox home) with such a tool, `git status` too, was
 # not appliable.
+# Command-valued keys whose value is one program's path, not a command line (git's
+# scripts run it quoted: git-mergetool--lib, git-web--browse, git-help's man viewers)
+_PROGRAM_PATH = re.compile(r"((diff|merge)tool|browser|man)\..*\.path", re.DOTALL)
 _TOOL_COMMAND = re.compile(r"(diff|merge)tool\..*\.cmd", re.DOTALL)
 _TOOL_FILE = re.compile(
     r"(--?[A-Za-z0-9][A-Za-z0-9-]*=)?(\$(?:LOCAL|REMOTE|MERGED|BASE)"

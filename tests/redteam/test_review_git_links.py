@@ -101,3 +101,28 @@ def test_other_variables_in_a_merge_tool_are_still_a_gap(tmp_path: Path, value: 
     _git(workspace, "config", "mergetool.x.cmd", value)
     gaps = preview.fingerprint_with_gaps(workspace)[1]
     assert any("cannot read whole" in gap for gap in gaps), gaps
+
+
+@pytest.mark.parametrize(
+    "key", ["mergetool.x.path", "difftool.x.path", "browser.x.path", "man.x.path"]
+)
+def test_a_tool_path_with_a_space_changed_after_the_preview_changes_the_fingerprint(
+    tmp_path: Path, key: str
+) -> None:
+    """A diff or merge tool's, a browser's or a man viewer's `path` is one path, run as
+    git's scripts run it ("$merge_tool_path", quoted): `/team/my tools/meld` is that
+    program, not `/team/my` and the work tree's `tools/meld`. Before, taken for those two
+    words, the program itself was never described, and changed after the approval it
+    left the fingerprint as it was (the old effect applied)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    _git(workspace, "init", "-q")
+    program = tmp_path / "team" / "my tools" / "meld"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    _git(workspace, "config", key, str(program))
+    before, gaps = preview.fingerprint_with_gaps(workspace)
+    assert gaps == []
+    program.write_text("#!/bin/sh\nexit 1\n")  # (the same size, in place)
+    assert preview.fingerprint_with_gaps(workspace)[0] != before
