@@ -286,7 +286,10 @@ def _still_bound(request: Any, agent_id: Any) -> bool:
     check before this (validate_code, device_agent) may have come just before the
     sign-out; the agent's row locked here, to this exchange's commit (save_bearer_token's
     transaction), a sign-out either locked it first (this waits, then finds the code
-    unbound) or waits for the token written here, and deletes it."""
+    unbound) or waits for the token written here, and deletes it. The client's row is
+    held before it, as a refresh holds it (`_hold_client`: a client's deletion locks the
+    client, then its agents)."""
+    _hold_client(request.client.pk)
     Agent.objects.select_for_update(no_key=True).filter(pk=agent_id).exists()
     if request.grant_type == "authorization_code":
         codes = PendingAgent.objects.filter(grant__code=request.code)
