@@ -342,7 +342,6 @@ def stop_signed_in_agents_of(
 
 
 @transaction.atomic
-@transaction.atomic
 def delete_client(*, application: Any, actor: str) -> list[str]:
     """Delete an OAuth client (django-oauth-toolkit's Application: its codes and tokens
     go with it), each agent a person approved for it revoked first, in the same

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.db import connection
 from django.http import HttpRequest
 from django.urls import reverse
 from oauth2_provider.models import DeviceGrant, Grant, RefreshToken, get_application_model
@@ -56,6 +57,20 @@ def _at_authorization_endpoint(request: Any) -> bool:
 GRANTS = frozenset(
     ("authorization_code", "refresh_token", "urn:ietf:params:oauth:grant-type:device_code")
 )
+
+
+def _hold_client(pk: Any) -> None:
+    """Lock the client's row FOR KEY SHARE to the commit (PostgreSQL: Django has no
+    spelling of it; the tokens' foreign keys to the client take the same lock): a
+    deletion of the client waits for it, and other refreshes and consents do not. One
+    statement."""
+    if connection.vendor != "postgresql":  # (SQLite: one writer, no row locks)
+        return
+    model = get_application_model()
+    table, column = model._meta.db_table, model._meta.pk.column
+    q = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {q(table)} WHERE {q(column)} = %s FOR KEY SHARE", [pk])  # noqa: S608
 
 
 def _agent_id(request: Any) -> Any:
@@ -156,9 +171,16 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         refresh held its refresh token and waited for the sign-out's agent row, the
         sign-out held that row and waited for the refresh token (a deadlock, one of them
         a 500). Now a refresh waits for a sign-out under way, then finds its refresh token
-        gone (invalid_grant); or it locked first, and the sign-out deletes what it wrote."""
+        gone (invalid_grant); or it locked first, and the sign-out deletes what it wrote.
+
+        Before the agent's row, the client's, FOR KEY SHARE (`_hold_client`), as a client's
+        deletion locks it FOR UPDATE before its agents' rows (services.delete_client):
+        taken at the new tokens' writes (their foreign key to the client), after the
+        agent's row, a refresh and its client's deletion each held what the other waited
+        for (a deadlock, one of them a 500)."""
         instance = getattr(request, "refresh_token_instance", None)
         if request.grant_type == "refresh_token" and instance is not None:
+            _hold_client(request.client.pk)
             Agent.objects.select_for_update(no_key=True).filter(pk=_agent_id(request)).exists()
             unrevoked = (
                 RefreshToken.objects.select_for_update()
@@ -264,7 +286,10 @@ def _still_bound(request: Any, agent_id: Any) -> bool:
     check before this (validate_code, device_agent) may have come just before the
     sign-out; the agent's row locked here, to this exchange's commit (save_bearer_token's
     transaction), a sign-out either locked it first (this waits, then finds the code
-    unbound) or waits for the token written here, and deletes it."""
+    unbound) or waits for the token written here, and deletes it. The client's row is
+    held before it, as a refresh holds it (`_hold_client`: a client's deletion locks the
+    client, then its agents)."""
+    _hold_client(request.client.pk)
     Agent.objects.select_for_update(no_key=True).filter(pk=agent_id).exists()
     if request.grant_type == "authorization_code":
         codes = PendingAgent.objects.filter(grant__code=request.code)

@@ -197,10 +197,11 @@ def session_steps(chain: str, last: int) -> Iterator[Step]:
 
 
 def grouped_events(chain: str, last: int) -> Iterator[tuple[int, AuditEvent]]:
-    """The chain's (step index, event) pairs up to seq `last`, as `call_states` takes them: ordered by the
-    first seq of the event's call (payload call_id; events naming none form one group of
-    their own), then by seq. One statement, read through a cursor STEPS_READ rows at a
-    time (PostgreSQL: a server-side cursor), so nothing holds the session."""
+    """The chain's (step index, event) pairs up to seq `last`, as `call_states` takes
+    them: ordered by the first seq of the event's call (payload call_id; events naming
+    none form one group of their own), then by seq. One statement, read through a cursor
+    STEPS_READ rows at a time (PostgreSQL: a server-side cursor), so nothing holds the
+    session."""
     call = KeyTextTransform("call_id", "payload")
     events = (
         AuditEvent.objects.filter(chain=chain, seq__lte=last)

@@ -317,19 +317,19 @@ def check_person_caps(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     "Fair shares")."""
     from dispatcher import limits
 
-    ORM_THREADS = limits.MCP_ORM_THREADS  # noqa: N806
+    threads = limits.MCP_ORM_THREADS  # (an MCP gateway process's: mcp.orm_threads)
     errors = []
     value = str(settings.HARNESS_MAX_WAITS_PER_PERSON)
     if (problem := limits.waits_per_person_problem(value)) is not None:
         hint = "Leave it unset (16), or set a whole number of waits; 0 turns the cap off."
         errors.append(Error(f"{problem}.", hint=hint, id="dispatcher.E047"))
-    elif int(value) >= ORM_THREADS:
+    elif int(value) >= threads:
         errors.append(
             Error(
                 f"HARNESS_MAX_WAITS_PER_PERSON is {value}: one person's agents could hold all "
-                f"{ORM_THREADS} ORM threads of an MCP gateway process, and every other "
+                f"{threads} ORM threads of an MCP gateway process, and every other "
                 "person's calls would wait for one.",
-                hint=f"Set it below {ORM_THREADS} (16 by default), or 0 for no cap per person.",
+                hint=f"Set it below {threads} (16 by default), or 0 for no cap per person.",
                 id="dispatcher.E047",
             )
         )

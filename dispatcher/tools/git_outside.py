@@ -416,8 +416,11 @@ class _OutsideState:
                     f"the git configuration {path} sets {key} to a command line Harness "
                     f"cannot read whole ({unread}), so a program it runs is not watched"
                 )
-            for named in _named_files(value, [tree] if tree is not None else self.trees):
+            trees = [tree] if tree is not None else self.trees
+            for named in _named_files(value, trees):
                 self.named(named)
+            if _PROGRAM_PATH.fullmatch(key):
+                self._program_path(value, trees)
             return
         including = key == "include.path" or (
             key.startswith("includeif.") and key.endswith(".path")
@@ -467,6 +470,19 @@ class _OutsideState:
         else:
             for where in [tree] if tree is not None else self.trees:
                 self.file(os.path.join(where, expanded))
+
+    def _program_path(self, value: str, trees: list[str]) -> None:
+        """The program a `_PROGRAM_PATH` key names, its value one path (git's scripts run
+        it quoted, "$merge_tool_path", spaces and all; a bare name is found on PATH):
+        described by `named` (absolute, or with a slash, from each work tree in `trees`).
+        Before, only its words were (`/team/my` and `tools/meld` of `/team/my
+        tools/meld`), never the program: changed after the approval, the old effect was
+        applied."""
+        if os.path.isabs(value):
+            self.named(value)
+        elif "/" in value:
+            for where in trees:
+                self.named(os.path.join(where, value))
 
     def _work_tree(self, path: str, value: str) -> None:
         """`core.worktree` (relative to the git directory holding `path`) naming a
@@ -576,7 +592,8 @@ class _OutsideState:
         /team/pre-commit`, `.git/info/exclude -> /team/exclude`). Before, a directory of
         the workspace's git directory was left to its walk, which follows no link: the
         team's hook, or its excludes, changed after the approval, and the old effect of
-        `git commit` or `git add -A` was applied."""
+        `git commit` or `git add -A` was applied. At most MAX_LISTED links followed; more
+        is a gap (the directory of the workspace's too: its walk sees the links alone)."""
         path = os.path.normpath(path)
         resolved = _resolve(path)
         if resolved is not None and resolved != path and not _inside(self.workspace, resolved):
@@ -588,6 +605,12 @@ class _OutsideState:
                 links = sorted(entry.path for entry in scanned if entry.is_symlink())
         except OSError:
             return  # (described as what it is instead)
+        if len(links) > MAX_LISTED:
+            # (said for the workspace's own directory too, which `_listed` never sees)
+            self.gaps.append(
+                f"a directory git reads ({path}) holds more than {MAX_LISTED} links, past "
+                "which Harness does not watch what they lead to"
+            )
         for link in links[:MAX_LISTED]:
             self.file(link)
 
@@ -731,6 +754,20 @@ _UP = re.compile(r"(^|[/=])\.\.(/|$)")
 # (a program whose options set where the program it runs is found: `env -C /team x`,
 # `env PATH=/team/bin x`)
 _SETS_ENVIRONMENT = re.compile(r"env")
+# A diff or merge tool's command line (difftool.<tool>.cmd, mergetool.<tool>.cmd) and an
+# argument of it naming a file git gives the tool, by the variable git sets to its path
+# (git-difftool, git-mergetool: `meld "$LOCAL" "$MERGED" "$REMOTE"`, `--output="$MERGED"`):
+# files of the work tree or temporary ones, never a program. Read as the shell's, every
+# git preview of a repository (or sandbox home) with such a tool, `git status` too, was
+# not appliable.
+# Command-valued keys whose value is one program's path, not a command line (git's
+# scripts run it quoted: git-mergetool--lib, git-web--browse, git-help's man viewers)
+_PROGRAM_PATH = re.compile(r"((diff|merge)tool|browser|man)\..*\.path", re.DOTALL)
+_TOOL_COMMAND = re.compile(r"(diff|merge)tool\..*\.cmd", re.DOTALL)
+_TOOL_FILE = re.compile(
+    r"(--?[A-Za-z0-9][A-Za-z0-9-]*=)?(\$(?:LOCAL|REMOTE|MERGED|BASE)"
+    r"|\$\{(?:LOCAL|REMOTE|MERGED|BASE)\}|\"\$(?:LOCAL|REMOTE|MERGED|BASE)\")"
+)
 
 
 def _unread_command(key: str, value: str) -> str:
@@ -747,8 +784,11 @@ def _unread_command(key: str, value: str) -> str:
     if re.search(r"[\n\r\v\f]", value):
         return "a line break"
     words = [word for word in re.split(r"[ \t]+", value) if word]
+    tool = _TOOL_COMMAND.fullmatch(key) is not None
     for index, word in enumerate(words):
         shown = repr(word if len(word) <= 60 else word[:57] + "...")
+        if index and tool and _TOOL_FILE.fullmatch(word):
+            continue  # (a file git gives the tool: `_named_files` takes no path of it)
         if not _PLAIN_WORD.fullmatch(word):
             return shown
         if not index and _SETS_ENVIRONMENT.fullmatch(os.path.basename(word)):
