@@ -18,8 +18,11 @@ from dispatcher.models import Preview, Status, ToolCall
 from tests.approvals.conftest import ask, start_session
 from tests.approvals.test_edit import api_call
 from tests.approvals.test_preview_approval import _ask_script, _workspace, reviewer_client
-from tests.approvals.test_preview_outside_git import _approve, _git, _team, previews_on
+from tests.approvals.test_preview_outside_git import previews_on
 from tests.support.factories import AgentFixture
+from tests.support.git_preview import approve as _approve
+from tests.support.git_preview import git as _git
+from tests.support.git_preview import team as _team
 
 pytestmark = pytest.mark.django_db
 __all__ = ["previews_on", "reviewer_client"]  # the fixtures, used by name
