@@ -131,7 +131,9 @@ def test_an_unreachable_collector_changes_nothing(settings: Any) -> None:
         session = agents.start_session(agent=fx.agent)
         started = time.perf_counter()
         call = submit_one(session, "no_such_tool", {})
-        assert time.perf_counter() - started < 2  # admission does not wait for the export
+        # Admission does not wait for the export: a bound for a wait on the collector (its
+        # retries, the exporter's 10 s timeout), not for a loaded host's database trips.
+        assert time.perf_counter() - started < 5
         assert ToolCall.objects.get(pk=call.pk).status == Status.REJECTED
         telemetry.flush(timeout=2)  # the export fails, logged, and nothing else happens
     finally:

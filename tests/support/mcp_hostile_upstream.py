@@ -21,7 +21,8 @@ Unix time it arrived) to CALLS_FILE before it answers. What each tool answers:
                     server restarted): a request naming one is answered 404
 
 While CALLS_FILE.initialize-delay exists, each `initialize` is answered after the number
-of seconds it holds (a server slow to start a session). While CALLS_FILE.sessions exists,
+of seconds it holds (a server slow to start a session), CALLS_FILE.initialize-held
+touched once it has read it. While CALLS_FILE.sessions exists,
 each `initialize` is answered with a new Mcp-Session-Id, and a request naming no session
 the server knows is answered 404 (else the server keeps no sessions). While
 CALLS_FILE.cancel-delay exists, each `notifications/cancelled` is answered after the
@@ -48,6 +49,7 @@ from typing import Any
 TOOLS = ["echo", "probe", "sleep", "huge", "never", "close", "garbage", "trickle", "forget"]
 CALLS_FILE = sys.argv[2] if len(sys.argv) > 2 else "/dev/null"
 DELAY_FILE = Path(CALLS_FILE + ".initialize-delay")
+DELAY_HELD_FILE = Path(CALLS_FILE + ".initialize-held")
 CANCEL_DELAY_FILE = Path(CALLS_FILE + ".cancel-delay")
 CANCEL_HOLD_FILE = Path(CALLS_FILE + ".cancel-hold")
 SLEEP_HOLD_FILE = Path(CALLS_FILE + ".sleep-hold")
@@ -127,8 +129,13 @@ class Handler(BaseHTTPRequestHandler):
         elif method == "initialize":
             if INITIALIZE_LOG_FILE.is_file():
                 self.note("initialize", {"probe": self.headers.get("X-Probe", "")})
-            if DELAY_FILE.is_file():  # a server slow to start a session
-                time.sleep(float(DELAY_FILE.read_text()))
+            try:  # a server slow to start a session
+                delay = float(DELAY_FILE.read_text())
+            except FileNotFoundError:
+                delay = 0.0
+            if delay:
+                DELAY_HELD_FILE.touch()  # (a test may now take the delay file away)
+                time.sleep(delay)
             session = ""
             if SESSIONS_FILE.is_file():
                 session = f"s{len(_sessions)}-{time.time()}"
