@@ -22,11 +22,12 @@ from django.utils.safestring import SafeString, mark_safe
 # A page up to this many bytes is answered whole (with its Content-Length); a longer one
 # is streamed, holding no more than this and one piece.
 BUFFERED_BYTES = 1024 * 1024
-# The fewest bytes one audit event of a session makes of its replay page, and of its
-# transcript (a call's messages, page or download; measured: about 440 and 140-240 for a
-# call with short arguments): a session with more events than BUFFERED_BYTES over these is
-# surely streamed, so a request for it that no export slot is free for is refused before
-# its page is rendered (audit.views._refused_early).
+# The fewest bytes one audit event of a session makes of its replay page, and one call
+# (its call.received event) of its transcript (the call's messages, page or download;
+# measured: about 440 and 140-240 for a call with short arguments; a call's other events,
+# and the session's, add nothing to a transcript): a session with more of them than
+# BUFFERED_BYTES over these is surely streamed, so a request for it that no export slot is
+# free for is refused before its page is rendered (audit.views._refused_early).
 REPLAY_EVENT_BYTES = 400
 TRANSCRIPT_EVENT_BYTES = 128
 # Items (steps, states, messages) a piece renders at once.

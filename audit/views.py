@@ -29,7 +29,7 @@ from django.views.decorators.vary import vary_on_headers
 from dispatcher.models import AgentSession
 from teams.scope import Scope
 
-from . import export, replay, streaming
+from . import export, kinds, replay, streaming
 from .models import AuditChain, AuditEvent
 from .roles import AUDITOR, HtmxHttpRequest, role_required
 from .services import MORE_TOOLS
@@ -274,10 +274,12 @@ def session_transcript(request: HtmxHttpRequest, session_id: UUID) -> HttpRespon
     """The session as the model saw it, a page or a download of messages (?format=),
     streamed a few hundred calls at a time once it is long (timeline.transcript_batches)."""
     chain, fmt = _events_of(request, session_id), request.GET.get("format", "")
+    # (only its calls make a transcript: a call's decision, start and end, and the
+    # session's other events, add nothing to it)
     if _refusal(request) and (
         busy := _refused_early(
             request,
-            AuditEvent.objects.filter(chain=chain).count(),
+            AuditEvent.objects.filter(chain=chain, kind=kinds.CALL_RECEIVED).count(),
             streaming.TRANSCRIPT_EVENT_BYTES,
         )
     ):
