@@ -149,6 +149,8 @@ def test_an_edit_waiting_for_the_approvals_row_holds_no_lock_an_approval_of_it_w
             )
             editing.start()
             for _ in range(400):  # an event: the edit's backend waiting on a lock
+                # (read anew: in a transaction, pg_stat_activity is what its first read saw)
+                cursor.execute("SELECT pg_stat_clear_snapshot()")
                 cursor.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                     "AND datname = current_database() AND pid <> pg_backend_pid()"

@@ -7,7 +7,6 @@ denies the first: each waits for what the other holds."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from django.db import connections
@@ -47,16 +46,21 @@ def test_a_rotation_and_a_workers_claim_of_the_same_sessions_calls_do_not_deadlo
         )
         rotation = threading.Thread(target=rotate)
         rotation.start()
-        # the rotation denied the first call (its session chain locked) and waits for
-        # the second's row: wait for that (an event: the backend waiting on a lock)
+        # the rotation denies the first call (its session chain locked) and skips the
+        # second's row, locked here (agents._deny_queued): wait until it ends, or waits
+        # on a lock (events: the thread's end, its backend waiting), then take the chain
         for _ in range(200):
+            # (read anew: in a transaction, pg_stat_activity is what its first read saw)
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                 "AND datname = current_database() AND pid <> pg_backend_pid()"
             )
             if cursor.fetchone()[0]:
                 break
-            time.sleep(0.05)
+            rotation.join(0.05)
+            if not rotation.is_alive():
+                break
         try:
             cursor.execute(
                 "SELECT 1 FROM audit_auditchain WHERE chain = %s FOR UPDATE",

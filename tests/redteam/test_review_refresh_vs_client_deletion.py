@@ -20,9 +20,9 @@ from oauth2_provider.models import AccessToken, RefreshToken, get_application_mo
 
 from agentauth import services
 from agentauth.models import AgentClient
-from tests.agentauth.test_claim_waits_for_sign_out import _blocked_or, _in_thread
-from tests.redteam.test_credfix_refresh_and_release import _signed_in, _wait_blocked_by
+from tests.redteam.test_credfix_refresh_and_release import _signed_in
 from tests.support.oauth import DocumentServer, authorization_code, documents, refresh, token
+from tests.support.row_locks import blocked_or, in_thread, wait_blocked_by
 
 __all__ = ["documents"]  # the fixture
 
@@ -54,21 +54,21 @@ def test_a_refresh_during_its_client_s_deletion_waits_and_neither_fails(
         answers["deleted"] = services.delete_client(application=application, actor="test")
 
     holder_pid: list[int] = []
-    holder, holder_failed = _in_thread(hold_token, holder_pid, threading.Event())
+    holder, holder_failed = in_thread(hold_token, holder_pid, threading.Event())
     threads: list[threading.Thread] = [holder]
     failures: list[list[BaseException]] = [holder_failed]
     try:
         assert held.wait(30)
         refreshed = threading.Event()
-        thread, failed = _in_thread(refresh_it, [], refreshed)
+        thread, failed = in_thread(refresh_it, [], refreshed)
         threads.append(thread)
         failures.append(failed)
-        _wait_blocked_by(holder_pid[0], refreshed)
+        wait_blocked_by(holder_pid[0], refreshed)
         deleted, pid = threading.Event(), []
-        thread, failed = _in_thread(delete_it, pid, deleted)
+        thread, failed = in_thread(delete_it, pid, deleted)
         threads.append(thread)
         failures.append(failed)
-        _blocked_or(pid, deleted)  # (waits for the refresh's agent row, or got it first)
+        blocked_or(pid, deleted)  # (waits for the refresh's agent row, or got it first)
     finally:
         release.set()
         for thread in threads:
@@ -112,21 +112,21 @@ def test_a_code_exchange_during_its_client_s_deletion_waits_and_neither_fails(
         answers["deleted"] = services.delete_client(application=application, actor="test")
 
     holder_pid: list[int] = []
-    holder, holder_failed = _in_thread(hold_agent, holder_pid, threading.Event())
+    holder, holder_failed = in_thread(hold_agent, holder_pid, threading.Event())
     threads: list[threading.Thread] = [holder]
     failures: list[list[BaseException]] = [holder_failed]
     try:
         assert held.wait(30)
         exchanged = threading.Event()
-        thread, failed = _in_thread(exchange, [], exchanged)
+        thread, failed = in_thread(exchange, [], exchanged)
         threads.append(thread)
         failures.append(failed)
-        _wait_blocked_by(holder_pid[0], exchanged)
+        wait_blocked_by(holder_pid[0], exchanged)
         deleted, pid = threading.Event(), []
-        thread, failed = _in_thread(delete_it, pid, deleted)
+        thread, failed = in_thread(delete_it, pid, deleted)
         threads.append(thread)
         failures.append(failed)
-        _blocked_or(pid, deleted)
+        blocked_or(pid, deleted)
     finally:
         release.set()
         for thread in threads:

@@ -61,8 +61,10 @@ def in_thread(work: Callable[[], Any], pid_box: list[int], done: threading.Event
 
 def blocked_by(pid: int) -> list[int]:
     """The backends waiting on a lock `pid` holds (a request's connection may be another
-    each time: found by whom it waits for, not by its own id)."""
+    each time: found by whom it waits for, not by its own id). Read anew each time: in a
+    transaction, pg_stat_activity is what its first read saw (a later backend not in it)."""
     with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute(
             "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", [pid]
         )
