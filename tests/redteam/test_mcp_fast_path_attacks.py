@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connections
 from sse_starlette import EventSourceResponse
 
 from audit.models import AuditEvent
@@ -235,8 +236,10 @@ def test_audit_kinds_same_both_ways(
         worker = None
         if case == "approved":
             worker = threading.Thread(
-                target=lambda s=session: review(
-                    wait_for_pending(s, tool="client_tool"), reviewer, approve=True
+                target=_closing(
+                    lambda s=session: review(
+                        wait_for_pending(s, tool="client_tool"), reviewer, approve=True
+                    )
                 ),
                 daemon=True,
             )
@@ -249,6 +252,19 @@ def test_audit_kinds_same_both_ways(
         assert call_row.digest
         seen.append(kinds(session))
     assert seen[0] == seen[1]
+
+
+def _closing(target: Callable[[], object]) -> Callable[[], None]:
+    """`target` for a thread of the test's: its database connection given back to the pool
+    when it ends (the pool check fails a test whose threads keep theirs)."""
+
+    def run() -> None:
+        try:
+            target()
+        finally:
+            connections.close_all()
+
+    return run
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -271,7 +287,7 @@ def test_wait_cap_and_slot_given_back_after_hang_up(
         refused.append(g.post(body(2, name="approval_prompt", arguments=PROMPT), session))
         hang_up.set()
 
-    t = threading.Thread(target=second_then_leave, daemon=True)
+    t = threading.Thread(target=_closing(second_then_leave), daemon=True)
     t.start()
     headers = {
         "host": "localhost",
@@ -372,7 +388,7 @@ def test_keep_alive_pings_same_both_ways(
                 time.sleep(0.05)
             review(pending, reviewer, approve=True)
 
-        t = threading.Thread(target=approve, daemon=True)
+        t = threading.Thread(target=_closing(approve), daemon=True)
         t.start()
         answer = g.post(body(12, name="approval_prompt", arguments=PROMPT), session)
         t.join(30)
@@ -472,7 +488,7 @@ def test_the_same_request_sent_twice_while_held_is_one_call(
         review(pending, reviewer, approve=True)
         retried.join(30)
 
-    t = threading.Thread(target=retry_then_approve, daemon=True)
+    t = threading.Thread(target=_closing(retry_then_approve), daemon=True)
     t.start()
     first = g.post(request, session)
     t.join(30)
