@@ -85,8 +85,10 @@ class Held(StreamingHttpResponse):
     the test client, when the body is not read; a response whose streaming raised, which
     Django's handler does not close)."""
 
-    def __init__(self, *args: Any, release: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, content: AsyncIterator[bytes], *args: Any, release: Callable[[], None], **kwargs: Any
+    ) -> None:
+        super().__init__(_closed_on_error(content, weakref.ref(self)), *args, **kwargs)
         self._release = release
         weakref.finalize(self, release)
 
@@ -95,6 +97,27 @@ class Held(StreamingHttpResponse):
             super().close()
         finally:
             self._release()
+
+
+async def _closed_on_error(
+    content: AsyncIterator[bytes], response: weakref.ref[Held]
+) -> AsyncIterator[bytes]:
+    """`content`, and the response closed (in the request's sync thread) when it raises.
+
+    Django's ASGI handler closes a response (its request_finished: the request's database
+    connection closed, given back to the pool) only when it was streamed whole or its
+    client left; one whose streaming raised (its database connection ended mid-page) was
+    never closed: its connection stayed out of the pool for good, and a few such pages left
+    every later request of the process waiting HARNESS_DB_POOL_MAX's 10 s for none (500),
+    and its slot held until a garbage collection. (A weak reference: the response is
+    still freed, and its slot given back, when it is dropped unread.)"""
+    try:
+        async for data in content:
+            yield data
+    except Exception:
+        if (held := response()) is not None:
+            await sync_to_async(held.close, thread_sensitive=True)()
+        raise
 
 
 Slot = Callable[[], "Callable[[], None] | HttpResponseBase"]
