@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.http import HttpRequest
 from django.urls import reverse
@@ -59,18 +60,26 @@ GRANTS = frozenset(
 )
 
 
-def _hold_client(pk: Any) -> None:
-    """Lock the client's row FOR KEY SHARE to the commit (PostgreSQL: Django has no
-    spelling of it; the tokens' foreign keys to the client take the same lock): a
-    deletion of the client waits for it, and other refreshes and consents do not. One
-    statement."""
+def _hold_client(request: Any) -> None:
+    """Lock the person's row, then the client's, FOR KEY SHARE to the commit (PostgreSQL:
+    Django has no spelling of it; the new tokens' foreign keys to them take the same
+    locks): a deletion of the client waits for it, and other refreshes do not. The
+    person's first, as a consent (agentauth.services.authorize_agent) and a deactivation
+    lock it FOR UPDATE before the client's and the agent's: taken at the tokens' writes,
+    after the client's and the agent's, a refresh or code exchange and a consent of the
+    same person for the same client each held what the other waited for (a deadlock, the
+    consent a 500). One statement each."""
     if connection.vendor != "postgresql":  # (SQLite: one writer, no row locks)
         return
-    model = get_application_model()
-    table, column = model._meta.db_table, model._meta.pk.column
     q = connection.ops.quote_name
+    user = getattr(request, "user", None)
+    rows = [(get_application_model(), request.client.pk)]
+    if user is not None and getattr(user, "pk", None) is not None:
+        rows.insert(0, (get_user_model(), user.pk))
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT 1 FROM {q(table)} WHERE {q(column)} = %s FOR KEY SHARE", [pk])  # noqa: S608
+        for model, pk in rows:
+            table, column = q(model._meta.db_table), q(model._meta.pk.column)
+            cursor.execute(f"SELECT 1 FROM {table} WHERE {column} = %s FOR KEY SHARE", [pk])  # noqa: S608
 
 
 def _agent_id(request: Any) -> Any:
@@ -177,10 +186,11 @@ class AgentValidator(OAuth2Validator):  # type: ignore[misc]
         deletion locks it FOR UPDATE before its agents' rows (services.delete_client):
         taken at the new tokens' writes (their foreign key to the client), after the
         agent's row, a refresh and its client's deletion each held what the other waited
-        for (a deadlock, one of them a 500)."""
+        for (a deadlock, one of them a 500). The person's row before the client's (a
+        consent's order: `_hold_client`)."""
         instance = getattr(request, "refresh_token_instance", None)
         if request.grant_type == "refresh_token" and instance is not None:
-            _hold_client(request.client.pk)
+            _hold_client(request)
             Agent.objects.select_for_update(no_key=True).filter(pk=_agent_id(request)).exists()
             unrevoked = (
                 RefreshToken.objects.select_for_update()
@@ -289,7 +299,7 @@ def _still_bound(request: Any, agent_id: Any) -> bool:
     unbound) or waits for the token written here, and deletes it. The client's row is
     held before it, as a refresh holds it (`_hold_client`: a client's deletion locks the
     client, then its agents)."""
-    _hold_client(request.client.pk)
+    _hold_client(request)
     Agent.objects.select_for_update(no_key=True).filter(pk=agent_id).exists()
     if request.grant_type == "authorization_code":
         codes = PendingAgent.objects.filter(grant__code=request.code)
