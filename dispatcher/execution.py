@@ -414,9 +414,12 @@ def reconcile() -> dict[str, int]:
     unreported = sum(transitions.mark_unreported(c) for c in ToolCall.objects.report_overdue(now))
     stale = now - timedelta(seconds=settings.HARNESS_REQUEUE_AFTER)
     resent = 0
-    stale_batches = set(
+    # Oldest first (each batch once): an agent's calls lost with the broker's messages are
+    # sent again in the order they were queued, as they were sent the first time
+    stale_batches = dict.fromkeys(
         ToolCall.objects.filter(status=Status.QUEUED, queued_at__lt=stale)
         .exclude(enqueued_at__gt=stale)
+        .order_by("queued_at", "pk")
         .values_list("batch_id", flat=True)
     )
     for batch_id in stale_batches:
