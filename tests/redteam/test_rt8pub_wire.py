@@ -45,7 +45,13 @@ from tests.support.live import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PREFIX = str(cast(Any, settings.CHANNEL_LAYERS)["default"]["CONFIG"]["prefix"])
+# The layers' prefix, this module's own: the test watches every group PUBLISH of it, and
+# the suite's other process publishes its decisions' pushes under the settings' prefix on
+# the same Redis (two watches caught one of them: CI)
+PREFIX = (
+    str(cast(Any, settings.CHANNEL_LAYERS)["default"]["CONFIG"]["prefix"])
+    + f"-rt8pub-{os.getpid()}"
+)
 
 
 def layers(hosts: list[str], **config: Any) -> dict[str, Any]:
