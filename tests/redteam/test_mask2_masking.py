@@ -19,7 +19,7 @@ import base64
 import functools
 import html
 import json
-import os
+import random
 import re
 import subprocess
 import time
@@ -262,8 +262,11 @@ WORDS = [
 def test_ordinary_text_in_these_forms_is_kept(tmp_path: Path) -> None:
     """Random binary, PNGs and ordinary words (with `hro_` and the like in them) in each
     new dump form and encoding: none changes."""
-    inputs = [os.urandom(n) for n in (64, 1000, 4096)]
-    inputs += [_png(w, h, os.urandom(3)) for w, h in ((16, 16), (40, 9))]
+    # (seeded: random bytes base64-encoded are, now and then, a secret key's very shape,
+    # which the masker rightly hides: os.urandom's 64 bytes were, once, on CI)
+    rng = random.Random(2026_12_07)
+    inputs = [rng.randbytes(n) for n in (64, 1000, 4096)]
+    inputs += [_png(w, h, rng.randbytes(3)) for w, h in ((16, 16), (40, 9))]
     inputs += WORDS + [text.decode("latin-1").encode("utf-16-le") for text in WORDS]
     commands = [*OCTAL, ["od", "-a"], ["xxd", "-b"], ["od", "-An", "-c"]]
     wrappers: list[Callable[[str], str]] = [
